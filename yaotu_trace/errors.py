@@ -1,0 +1,48 @@
+"""The one exception family of yaotu-trace and the exit codes it maps to."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, documented in the README."""
+
+    OK = 0
+    FINDINGS = 1
+    USAGE = 2
+    INPUT = 3
+    INTERNAL = 4
+    INTERRUPTED = 130
+
+
+class YaotuError(Exception):
+    """An expected failure: its message is one line that says what, where and how to fix it."""
+
+    exit_code: ExitCode = ExitCode.INPUT
+
+
+class TraceReadError(YaotuError):
+    """The trace file is missing, unreadable, corrupt or of an unknown format."""
+
+
+class TraceSchemaError(YaotuError):
+    """The trace was read but a column is missing, mistyped or holds an invalid value."""
+
+
+class ConfigError(YaotuError):
+    """An option or option combination cannot be honoured (e.g. block size vs source ids)."""
+
+
+class ResourceLimitError(YaotuError):
+    """The requested analysis would need more memory than this machine allows."""
+
+
+def where(path: object, row: object | None = None, column: str | None = None) -> str:
+    """Format the 'file, row, column' location that every input error starts with."""
+    parts = [str(path)]
+    if row is not None:
+        parts.append(str(row))
+    if column is not None:
+        parts.append(f"column '{column}'")
+    return ": ".join(parts[:1]) + (": " + ", ".join(parts[1:]) if len(parts) > 1 else "")

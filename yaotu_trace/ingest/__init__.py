@@ -1,0 +1,195 @@
+"""Reading traces: format detection, the reader registry and `load_trace`, the only input I/O."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pandas as pd
+
+from yaotu_trace.errors import ConfigError, TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, sniff_header, sniff_keys
+from yaotu_trace.ingest.jsonl import first_record
+from yaotu_trace.schema import CANONICAL_COLUMNS, RawTrace, Trace, normalize, validate_steps
+
+Reader = Callable[[Path], RawTrace]
+
+# Format → "module:function". Imported lazily so a run pays only for the reader it uses.
+READERS: Mapping[TraceFormat, str] = {
+    TraceFormat.CANONICAL_PARQUET: "canonical:read_parquet",
+    TraceFormat.CANONICAL_JSONL: "canonical:read_jsonl",
+    TraceFormat.CANONICAL_CSV: "canonical:read_csv",
+    TraceFormat.MOONCAKE: "mooncake:read_mooncake",
+    TraceFormat.BAILIAN: "bailian:read_bailian",
+    TraceFormat.AZURE: "azure:read_azure",
+    TraceFormat.BURSTGPT: "burstgpt:read_burstgpt",
+    TraceFormat.RAGPULSE: "ragpulse:read_ragpulse",
+    TraceFormat.WEKA: "weka:read_weka",
+    TraceFormat.VLLM_BENCH: "vllm_bench:read_vllm_bench",
+    TraceFormat.OTEL: "otel:read_otel",
+}
+
+
+def get_reader(fmt: TraceFormat) -> Reader:
+    """The reader function for a format."""
+    module_name, func = READERS[fmt].split(":")
+    module = importlib.import_module(f"yaotu_trace.ingest.{module_name}")
+    reader: Reader = getattr(module, func)
+    return reader
+
+
+def detect_format(path: Path) -> TraceFormat:
+    """Choose a format from the extension and, for JSON and CSV, the fields of the first record."""
+    if path.is_dir():
+        if any(path.glob("*.json")):
+            return TraceFormat.WEKA
+        raise TraceReadError(
+            f"{path}: a folder is read as a WEKA/Claude-Code trace (one JSON per conversation), "
+            "but it holds no .json files; pass a trace file"
+        )
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return TraceFormat.CANONICAL_PARQUET
+    if suffix in (".jsonl", ".ndjson"):
+        record = first_record(path)
+        if record is None:
+            raise TraceReadError(
+                f"{path}: line 1 is not a JSON object; check the file or pass --format"
+            )
+        found = sniff_keys(set(record))
+        if found is None:
+            raise TraceReadError(
+                f"{path}: cannot tell the trace format from the keys of line 1 "
+                f"({', '.join(sorted(record)[:8])}); pass --format "
+                f"({', '.join(f.value for f in TraceFormat)}) or --map arrival_s=<key> ..."
+            )
+        return found
+    if suffix == ".json":
+        return _sniff_json_document(path)
+    if suffix in (".csv", ".tsv"):
+        try:
+            header = pd.read_csv(path, nrows=0).columns
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise TraceReadError(f"{path}: not a readable CSV ({exc}); check the file") from exc
+        found = sniff_header({str(c).strip() for c in header})
+        if found is None:
+            raise TraceReadError(
+                f"{path}: cannot tell the trace format from the CSV header "
+                f"({', '.join(map(str, header[:8]))}); pass --format or --map arrival_s=<column> ..."
+            )
+        return found
+    raise TraceReadError(
+        f"{path}: unknown trace format '{suffix or '(no extension)'}'; pass --format, one of: "
+        f"{', '.join(f.value for f in TraceFormat)}"
+    )
+
+
+def _sniff_json_document(path: Path) -> TraceFormat:
+    """A whole-file JSON document: vLLM bench results, an OTel export, or one WEKA conversation."""
+    head = path.open("rb").read(65536).decode("utf-8", errors="replace")
+    if '"resourceSpans"' in head or '"resource_spans"' in head:
+        return TraceFormat.OTEL
+    if '"ttfts"' in head or '"itls"' in head or '"input_lens"' in head:
+        return TraceFormat.VLLM_BENCH
+    if '"requests"' in head and ('"hash_ids"' in head or '"input_tokens"' in head):
+        return TraceFormat.WEKA
+    if head.lstrip().startswith("{") and "\n{" in head and '"arrival_s"' in head:
+        return TraceFormat.CANONICAL_JSONL
+    found = sniff_keys(set(_keys_of_first_line(head)))
+    if found is not None:
+        return found
+    raise TraceReadError(
+        f"{path}: cannot tell the trace format of this JSON document; pass --format, one of: "
+        f"{', '.join(f.value for f in TraceFormat)}"
+    )
+
+
+def _keys_of_first_line(head: str) -> list[str]:
+    import json
+
+    line = head.splitlines()[0] if head else ""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return []
+    return list(record) if isinstance(record, dict) else []
+
+
+def parse_column_map(pairs: list[str]) -> dict[str, str]:
+    """Parse `--map canonical=source` options into {source: canonical}."""
+    mapping: dict[str, str] = {}
+    for pair in pairs:
+        canonical, sep, source = pair.partition("=")
+        canonical, source = canonical.strip(), source.strip()
+        if not sep or not canonical or not source:
+            raise ConfigError(f"--map {pair!r}: write it as canonical=source, e.g. arrival_s=ts")
+        if canonical not in CANONICAL_COLUMNS:
+            raise ConfigError(
+                f"--map {pair!r}: '{canonical}' is not a canonical column; "
+                f"one of: {', '.join(CANONICAL_COLUMNS)}"
+            )
+        mapping[source] = canonical
+    return mapping
+
+
+def load_trace(
+    path: str | Path,
+    *,
+    fmt: TraceFormat | None = None,
+    column_map: Mapping[str, str] | None = None,
+    source_block_size: int | None = None,
+    steps_path: str | Path | None = None,
+) -> Trace:
+    """Read, map and validate a trace into the canonical `Trace` (never modifies the file)."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceReadError(f"{path}: no such file; check the path")
+    fmt = fmt or detect_format(path)
+    raw = get_reader(fmt)(path)
+    if column_map:
+        missing = [s for s in column_map if s not in raw.requests.columns]
+        if missing:
+            raise TraceSchemaError(
+                f"{path}: --map names column(s) {', '.join(map(repr, missing))} that the file "
+                f"lacks (have: {', '.join(map(str, raw.requests.columns[:12]))})"
+            )
+        raw = RawTrace(
+            requests=raw.requests.rename(columns=dict(column_map)),
+            format_name=raw.format_name,
+            source_block_size=raw.source_block_size,
+            row_label=raw.row_label,
+            notes=raw.notes,
+        )
+    if source_block_size is not None:
+        raw = RawTrace(
+            requests=raw.requests,
+            format_name=raw.format_name,
+            source_block_size=source_block_size,
+            row_label=raw.row_label,
+            notes=raw.notes,
+        )
+    trace = normalize(raw, str(path))
+    if steps_path is not None:
+        trace = _with_steps(trace, Path(steps_path))
+    return trace
+
+
+def _with_steps(trace: Trace, path: Path) -> Trace:
+    """Attach a per-step engine log read from Parquet, JSONL or CSV."""
+    if not path.exists():
+        raise TraceReadError(f"{path}: no such step log; check the --steps path")
+    suffix = path.suffix.lower()
+    from yaotu_trace.ingest import canonical
+
+    if suffix == ".parquet":
+        frame = canonical.read_parquet(path).requests
+    elif suffix in (".jsonl", ".ndjson"):
+        frame = canonical.read_jsonl(path).requests
+    elif suffix == ".csv":
+        frame = canonical.read_csv_frame(path)
+    else:
+        raise TraceReadError(f"{path}: step logs are .parquet, .jsonl or .csv; got '{suffix}'")
+    from dataclasses import replace
+
+    return replace(trace, steps=validate_steps(frame, str(path)))

@@ -1,0 +1,161 @@
+"""Readers and the writer for the canonical table in Parquet, JSONL and CSV."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from yaotu_trace.errors import TraceReadError
+from yaotu_trace.ingest.jsonl import read_json_lines
+from yaotu_trace.schema import LIST_COLUMNS, LIST_VALUE_TYPES, SOURCE_ROW, RawTrace
+
+SOURCE_BLOCK_SIZE_KEY = b"yaotu.source_block_size"
+
+
+def _list_mapper(dtype: pa.DataType) -> pd.ArrowDtype | None:
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return pd.ArrowDtype(dtype)
+    return None
+
+
+def read_parquet(path: Path) -> RawTrace:
+    """Read a canonical Parquet table; list columns stay Arrow lists (no Python objects)."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceReadError(
+            f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:160]}); "
+            "check the file is complete or pass --format"
+        ) from exc
+    meta = table.schema.metadata or {}
+    block = meta.get(SOURCE_BLOCK_SIZE_KEY)
+    df = table.to_pandas(types_mapper=_list_mapper)
+    return RawTrace(
+        requests=df,
+        format_name="parquet",
+        source_block_size=int(block) if block else None,
+        row_label="row",
+    )
+
+
+def read_jsonl(path: Path) -> RawTrace:
+    """Read canonical JSONL: one request object per line, canonical keys."""
+    records, lines = read_json_lines(path)
+    df = pd.DataFrame.from_records(records)
+    df[SOURCE_ROW] = lines
+    block = df.pop("source_block_size").dropna().unique() if "source_block_size" in df else []
+    return RawTrace(
+        requests=df,
+        format_name="jsonl",
+        source_block_size=int(block[0]) if len(block) else None,
+        row_label="line",
+    )
+
+
+def read_csv(path: Path) -> RawTrace:
+    """Read a canonical CSV; list columns are JSON arrays in a cell (e.g. "[1, 2, 3]")."""
+    df = read_csv_frame(path)
+    for column in LIST_COLUMNS:
+        if column in df.columns:
+            df[column] = [_parse_list_cell(v, path, i + 2, column) for i, v in enumerate(df[column])]
+    df[SOURCE_ROW] = range(2, len(df) + 2)
+    return RawTrace(requests=df, format_name="csv", row_label="line")
+
+
+def read_csv_frame(path: Path, **kwargs: object) -> pd.DataFrame:
+    """pandas.read_csv with errors turned into one-line `TraceReadError`s."""
+    try:
+        return pd.read_csv(path, **kwargs)  # type: ignore[call-overload]
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        raise TraceReadError(
+            f"{path}: not a readable CSV ({str(exc).splitlines()[0][:160]}); "
+            "check the file or pass --format"
+        ) from exc
+
+
+def _parse_list_cell(value: object, path: Path, line: int, column: str) -> object:
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    try:
+        parsed = json.loads(str(value))
+    except json.JSONDecodeError as exc:
+        raise TraceReadError(
+            f"{path}: line {line}, column '{column}': {str(value)[:40]!r} is not a JSON list; "
+            'write lists as "[1, 2, 3]"'
+        ) from exc
+    return parsed
+
+
+def write_trace(
+    requests: pd.DataFrame, path: Path, *, source_block_size: int | None = None
+) -> None:
+    """Write a canonical table atomically, by extension: .parquet, .jsonl or .csv."""
+    suffix = path.suffix.lower()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        if suffix == ".parquet":
+            table = _to_arrow(requests)
+            if source_block_size is not None:
+                meta = dict(table.schema.metadata or {})
+                meta[SOURCE_BLOCK_SIZE_KEY] = str(source_block_size).encode()
+                table = table.replace_schema_metadata(meta)
+            pq.write_table(table, tmp, row_group_size=1024, compression="zstd")
+        elif suffix in (".jsonl", ".ndjson"):
+            with tmp.open("w", encoding="utf-8") as fh:
+                for record in _records(requests, source_block_size):
+                    fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+        elif suffix == ".csv":
+            frame = requests.copy()
+            for column in LIST_COLUMNS:
+                if column in frame.columns:
+                    frame[column] = [
+                        None if v is None else json.dumps(list(v)) for v in frame[column].tolist()
+                    ]
+            frame.to_csv(tmp, index=False)
+        else:
+            raise TraceReadError(
+                f"{path}: cannot write '{suffix}' files; use .parquet, .jsonl or .csv"
+            )
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _to_arrow(requests: pd.DataFrame) -> pa.Table:
+    arrays = {}
+    for column in requests.columns:
+        series = requests[column]
+        if column in LIST_VALUE_TYPES:
+            value_type = LIST_VALUE_TYPES[column]
+            if isinstance(series.dtype, pd.ArrowDtype):
+                arrays[column] = pa.chunked_array(series.array._pa_array).cast(
+                    pa.large_list(value_type)
+                )
+            else:
+                arrays[column] = pa.array(
+                    series.tolist(), type=pa.large_list(value_type), from_pandas=True
+                )
+        else:
+            arrays[column] = pa.array(series, from_pandas=True)
+    return pa.table(arrays)
+
+
+def _records(requests: pd.DataFrame, source_block_size: int | None) -> list[dict[str, object]]:
+    table = _to_arrow(requests)
+    records = table.to_pylist()
+    out = []
+    for record in records:
+        clean = {k: v for k, v in record.items() if v is not None}
+        if source_block_size is not None:
+            clean["source_block_size"] = source_block_size
+        out.append(clean)
+    return out

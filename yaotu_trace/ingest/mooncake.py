@@ -1,0 +1,43 @@
+"""Mooncake (FAST'25) JSONL: ms timestamps and chained 512-token block ids.
+
+`len(hash_ids) == ceil(input_length / 512)`: the last id may cover a partial block.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.ingest.jsonl import read_json_lines
+from yaotu_trace.schema import SOURCE_ROW, RawTrace
+
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+def read_mooncake(path: Path) -> RawTrace:
+    """Map timestamp (ms) → arrival_s, input/output_length → lengths, hash_ids → block ids."""
+    records, lines = read_json_lines(path)
+    df = pd.DataFrame.from_records(records)
+    out = pd.DataFrame(
+        {
+            "arrival_s": pd.to_numeric(df["timestamp"], errors="coerce") / 1000.0
+            if "timestamp" in df
+            else np.nan,
+            "prompt_len": df.get("input_length"),
+            "output_len": df.get("output_length"),
+            "prompt_block_ids": df.get("hash_ids"),
+            SOURCE_ROW: lines,
+        }
+    )
+    # Keep the raw timestamp's non-numeric values visible to validation.
+    if "timestamp" in df:
+        bad = out["arrival_s"].isna() & df["timestamp"].notna()
+        out.loc[bad, "arrival_s"] = df.loc[bad, "timestamp"]
+    return RawTrace(
+        requests=out.dropna(axis=1, how="all"),
+        format_name="mooncake",
+        source_block_size=MOONCAKE_BLOCK_TOKENS,
+        row_label="line",
+    )

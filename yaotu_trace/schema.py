@@ -1,0 +1,382 @@
+"""The canonical request table: column names, dtypes, validation and the `Trace` value.
+
+Every reader produces a `RawTrace` with canonical column names; `normalize` validates it once,
+at the boundary, coerces dtypes, sorts by arrival (stably) and records data-quality notes.
+Everything downstream trusts a `Trace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from yaotu_trace.errors import TraceSchemaError
+
+# Scalar columns and their canonical dtypes. Strings use pandas' string dtype.
+STRING_COLUMNS: Final = (
+    "request_id",
+    "tenant",
+    "model",
+    "adapter",
+    "session_id",
+    "instance",
+    "prefill_instance",
+    "decode_instance",
+)
+INT_COLUMNS: Final = ("prompt_len", "output_len", "num_preemptions", "cached_tokens")
+FLOAT_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
+LIST_COLUMNS: Final = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
+REQUIRED_COLUMNS: Final = ("arrival_s", "prompt_len", "output_len")
+CANONICAL_COLUMNS: Final = (
+    "request_id",
+    "arrival_s",
+    "tenant",
+    "model",
+    "adapter",
+    "session_id",
+    "instance",
+    "prompt_len",
+    "output_len",
+    "prompt_tokens",
+    "prompt_block_ids",
+    "output_tokens",
+    "scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "token_times_s",
+    "num_preemptions",
+    "cached_tokens",
+    "prefill_instance",
+    "decode_instance",
+)
+LIST_VALUE_TYPES: Final = {
+    "prompt_tokens": pa.int64(),
+    "prompt_block_ids": pa.int64(),
+    "output_tokens": pa.int64(),
+    "token_times_s": pa.float64(),
+}
+# Columns a reader may add to locate rows in error messages; dropped by `normalize`.
+SOURCE_ROW: Final = "_source_row"  # 1-based line or row number in the source file
+SOURCE_WHERE: Final = "_source_where"  # free-form location, e.g. "trace_0001.json, request 3"
+
+STEP_COLUMNS: Final = (
+    "instance",
+    "start_s",
+    "end_s",
+    "prefill_tokens",
+    "decode_tokens",
+    "num_running",
+    "num_waiting",
+    "kv_blocks_used",
+    "kv_blocks_total",
+    "num_preempted",
+)
+STEP_REQUIRED: Final = ("start_s", "end_s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawTrace:
+    """What a reader returns: canonical column names, not yet validated.
+
+    List columns may hold Python lists, NumPy arrays or Arrow lists. `row_label` says what the
+    source calls a row ("line" for JSONL, "row" for CSV) so errors speak the user's language.
+    """
+
+    requests: pd.DataFrame
+    format_name: str
+    source_block_size: int | None = None
+    row_label: str = "row"
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trace:
+    """A validated canonical request table, sorted by arrival (ties in file order).
+
+    `requests` holds the canonical columns present in the source (list columns as Arrow-backed
+    lists). `source_block_size` is set when prompts are given as block ids rather than tokens:
+    each id stands for that many tokens (the last id may cover a partial block).
+    """
+
+    requests: pd.DataFrame
+    path: str
+    format_name: str
+    source_block_size: int | None = None
+    notes: tuple[str, ...] = ()
+    rows_read: int = 0
+    steps: pd.DataFrame | None = field(default=None)
+
+    def has(self, column: str) -> bool:
+        """Whether the trace carries `column` with at least one value."""
+        return column in self.requests.columns and bool(self.requests[column].notna().any())
+
+    @property
+    def content_column(self) -> str | None:
+        """The column carrying prompt content: token ids, block ids, or none."""
+        if "prompt_tokens" in self.requests.columns:
+            return "prompt_tokens"
+        if "prompt_block_ids" in self.requests.columns:
+            return "prompt_block_ids"
+        return None
+
+
+def list_arrays(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Flatten an Arrow-backed list column into (offsets int64 of n+1, values).
+
+    This is how the replay receives prompts: no Python objects per token.
+    """
+    chunked = pa.chunked_array(series.array._pa_array) if hasattr(series.array, "_pa_array") else (
+        pa.chunked_array([pa.array(series.tolist())])
+    )
+    arr = chunked.combine_chunks()
+    if isinstance(arr, pa.ListArray):
+        arr = arr.cast(pa.large_list(arr.type.value_type))
+    arr = arr.fill_null([]) if arr.null_count else arr
+    offsets = np.asarray(arr.offsets, dtype=np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    if offsets[0] != 0:
+        values = values[offsets[0] : offsets[-1]]
+        offsets = offsets - offsets[0]
+    return offsets, values
+
+
+def _locate(df: pd.DataFrame, pos: int, row_label: str) -> str:
+    """Name the source location of positional row `pos` for an error message."""
+    if SOURCE_WHERE in df.columns:
+        return str(df[SOURCE_WHERE].iloc[pos])
+    if SOURCE_ROW in df.columns:
+        return f"{row_label} {int(df[SOURCE_ROW].iloc[pos])}"
+    return f"{row_label} {pos + 1}"
+
+
+def _fail(path: str, df: pd.DataFrame, pos: int, row_label: str, column: str, msg: str) -> None:
+    raise TraceSchemaError(f"{path}: {_locate(df, pos, row_label)}, column '{column}': {msg}")
+
+
+def _coerce_numeric(
+    df: pd.DataFrame, column: str, path: str, row_label: str, *, integer: bool
+) -> pd.Series:
+    """Coerce a column to float64 or nullable int64, naming the first bad value."""
+    raw = df[column]
+    num = pd.to_numeric(raw, errors="coerce")
+    bad = num.isna() & raw.notna()
+    # Booleans are numbers to pandas but never valid lengths or times.
+    if raw.dtype == bool or (raw.dtype == object and raw.map(lambda v: isinstance(v, bool)).any()):
+        bad = bad | raw.map(lambda v: isinstance(v, bool | np.bool_))
+    if bad.any():
+        pos = int(np.flatnonzero(bad.to_numpy())[0])
+        _fail(path, df, pos, row_label, column,
+              f"{raw.iloc[pos]!r} is not a number; give a number"
+              + (" of tokens" if integer else " of seconds"))
+    num = num.astype("float64")
+    if not np.isfinite(num.fillna(0.0).to_numpy()).all():
+        pos = int(np.flatnonzero(~np.isfinite(num.fillna(0.0).to_numpy()))[0])
+        _fail(path, df, pos, row_label, column, f"{num.iloc[pos]} is not finite; give a finite number")
+    if not integer:
+        return num
+    values = num.to_numpy()
+    frac = np.flatnonzero(~np.isnan(values) & (values != np.round(values)))
+    if frac.size:
+        pos = int(frac[0])
+        _fail(path, df, pos, row_label, column,
+              f"{values[pos]} is not a whole number; token counts are integers")
+    neg = np.flatnonzero(~np.isnan(values) & (values < 0))
+    if neg.size:
+        pos = int(neg[0])
+        _fail(path, df, pos, row_label, column,
+              f"{int(values[pos])} is negative; token counts must be >= 0")
+    return num.astype("Int64")
+
+
+def _arrow_list(df: pd.DataFrame, column: str, path: str, row_label: str) -> pd.Series:
+    """Convert a list column to an Arrow-backed list series of the canonical value type."""
+    value_type = LIST_VALUE_TYPES[column]
+    series = df[column]
+    try:
+        if isinstance(series.dtype, pd.ArrowDtype):
+            arr = pa.chunked_array(series.array._pa_array).cast(pa.large_list(value_type))
+        else:
+            arr = pa.chunked_array(
+                [pa.array(series.tolist(), type=pa.large_list(value_type), from_pandas=True)]
+            )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        pos = _first_bad_list(series, value_type)
+        _fail(path, df, pos, row_label, column,
+              f"expected a list of {'numbers' if value_type == pa.float64() else 'integers'} "
+              f"({str(exc).splitlines()[0][:120]})")
+        raise AssertionError("unreachable") from exc
+    if column != "token_times_s":
+        flat = arr.combine_chunks().values
+        if len(flat) and pa.compute.min(flat).as_py() < 0 and column != "prompt_block_ids":
+            pos = _first_negative(arr)
+            _fail(path, df, pos, row_label, column, "token ids must be >= 0")
+    return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=df.index, name=column)
+
+
+def _first_bad_list(series: pd.Series, value_type: pa.DataType) -> int:
+    for pos, value in enumerate(series.tolist()):
+        try:
+            pa.array([value], type=pa.large_list(value_type), from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            return pos
+    return 0
+
+
+def _first_negative(arr: pa.ChunkedArray) -> int:
+    offsets, values = list_arrays(pd.Series(pd.arrays.ArrowExtensionArray(arr)))
+    neg = int(np.flatnonzero(values < 0)[0])
+    return int(np.searchsorted(offsets, neg, side="right") - 1)
+
+
+def normalize(raw: RawTrace, path: str) -> Trace:
+    """Validate a reader's table and return the canonical `Trace`.
+
+    Errors (exit code 3) name file, row and column; repairs and oddities become notes.
+    """
+    df = raw.requests.reset_index(drop=True)
+    rows_read = len(df)
+    notes = list(raw.notes)
+    label = raw.row_label
+    if rows_read == 0:
+        raise TraceSchemaError(f"{path}: the trace has no requests; check the file is not empty")
+
+    if "prompt_len" not in df.columns:
+        content = next((c for c in ("prompt_tokens",) if c in df.columns), None)
+        if content is not None:
+            df["prompt_len"] = df[content].map(lambda v: None if v is None else len(v))
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise TraceSchemaError(
+            f"{path}: missing required column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(c) for c in missing)} (have: {', '.join(map(str, df.columns[:12]))}); "
+            f"rename with --map {missing[0]}=<source column> or pass --format"
+        )
+
+    out: dict[str, pd.Series] = {}
+    for column in FLOAT_COLUMNS:
+        if column in df.columns:
+            out[column] = _coerce_numeric(df, column, path, label, integer=False)
+    for column in INT_COLUMNS:
+        if column in df.columns:
+            out[column] = _coerce_numeric(df, column, path, label, integer=True)
+    for column in ("arrival_s", "prompt_len", "output_len"):
+        nulls = np.flatnonzero(out[column].isna().to_numpy())
+        if nulls.size:
+            _fail(path, df, int(nulls[0]), label, column, "value is missing; every request needs one")
+    for column in STRING_COLUMNS:
+        if column in df.columns:
+            out[column] = df[column].astype("string")
+    for column in LIST_COLUMNS:
+        if column in df.columns:
+            out[column] = _arrow_list(df, column, path, label)
+
+    if "request_id" not in out:
+        out["request_id"] = pd.Series([f"r{i}" for i in range(rows_read)], dtype="string")
+    else:
+        ids = out["request_id"]
+        if ids.isna().any():
+            _fail(path, df, int(np.flatnonzero(ids.isna().to_numpy())[0]), label, "request_id",
+                  "value is missing; give every request an id or drop the column")
+        dup = ids.duplicated(keep=False).to_numpy()
+        if dup.any():
+            first = int(np.flatnonzero(dup)[0])
+            again = int(np.flatnonzero(dup & (ids.to_numpy() == ids.iloc[first]))[1])
+            _fail(path, df, again, label, "request_id",
+                  f"duplicate id {ids.iloc[first]!r} (also at {_locate(df, first, label)}); "
+                  "request ids must be unique")
+
+    prompt_len = out["prompt_len"].to_numpy(dtype=np.int64)
+    if "prompt_tokens" in out:
+        offsets, _ = list_arrays(out["prompt_tokens"])
+        lengths = np.diff(offsets)
+        has = out["prompt_tokens"].notna().to_numpy()
+        bad = np.flatnonzero(has & (lengths != prompt_len))
+        if bad.size:
+            pos = int(bad[0])
+            _fail(path, df, pos, label, "prompt_len",
+                  f"{prompt_len[pos]} disagrees with the {lengths[pos]} ids in 'prompt_tokens'; "
+                  "fix the length or the token list")
+    if "prompt_block_ids" in out:
+        size = raw.source_block_size
+        if size is None or size < 1:
+            raise TraceSchemaError(
+                f"{path}: column 'prompt_block_ids' needs the trace's source block size; "
+                "pass --source-block-size N (tokens per id)"
+            )
+        offsets, _ = list_arrays(out["prompt_block_ids"])
+        lengths = np.diff(offsets)
+        has = out["prompt_block_ids"].notna().to_numpy()
+        low, high = prompt_len // size, -(-prompt_len // size)
+        bad = np.flatnonzero(has & ((lengths < low) | (lengths > high)))
+        if bad.size:
+            pos = int(bad[0])
+            _fail(path, df, pos, label, "prompt_block_ids",
+                  f"{lengths[pos]} ids cannot cover prompt_len {prompt_len[pos]} at "
+                  f"{size} tokens per id (expected {low} or {high}); check --source-block-size")
+
+    arrival = out["arrival_s"].to_numpy()
+    order = np.argsort(arrival, kind="stable")
+    unsorted = int(np.count_nonzero(np.diff(arrival) < 0))
+    if unsorted:
+        notes.append(
+            f"arrivals were out of order at {unsorted} place(s); requests were sorted stably by "
+            "arrival_s (ties keep file order)"
+        )
+    ordered = [c for c in CANONICAL_COLUMNS if c in out]
+    table = pd.DataFrame({c: out[c] for c in ordered})
+    if unsorted:
+        table = table.iloc[order].reset_index(drop=True)
+    notes.extend(_timing_notes(table))
+    return Trace(
+        requests=table,
+        path=path,
+        format_name=raw.format_name,
+        source_block_size=raw.source_block_size,
+        notes=tuple(notes),
+        rows_read=rows_read,
+    )
+
+
+def _timing_notes(table: pd.DataFrame) -> list[str]:
+    """Inconsistent timing is a data-quality note, not an error: the report says how much."""
+    notes: list[str] = []
+    arrival = table["arrival_s"]
+    checks = (
+        ("scheduled_s", arrival, "scheduled before arrival"),
+        ("first_token_s", arrival, "first token before arrival"),
+        ("finish_s", table.get("first_token_s", arrival), "finished before first token"),
+    )
+    for column, before, what in checks:
+        if column in table.columns:
+            n = int((table[column] < before).sum())
+            if n:
+                notes.append(f"{n} request(s) have '{column}' {what}; their derived times are skipped")
+    return notes
+
+
+def validate_steps(df: pd.DataFrame, path: str) -> pd.DataFrame:
+    """Validate an engine step log (one row per scheduler iteration)."""
+    missing = [c for c in STEP_REQUIRED if c not in df.columns]
+    if missing:
+        raise TraceSchemaError(
+            f"{path}: step log is missing column(s) {', '.join(map(repr, missing))}; "
+            f"a step log has {', '.join(STEP_COLUMNS)}"
+        )
+    out: dict[str, pd.Series] = {}
+    for column in STEP_COLUMNS:
+        if column not in df.columns:
+            continue
+        if column == "instance":
+            out[column] = df[column].astype("string")
+        else:
+            out[column] = _coerce_numeric(df, column, path, "row",
+                                          integer=column not in ("start_s", "end_s"))
+    steps = pd.DataFrame(out)
+    bad = np.flatnonzero((steps["end_s"] < steps["start_s"]).to_numpy())
+    if bad.size:
+        _fail(path, df, int(bad[0]), "row", "end_s", "step ends before it starts")
+    return steps.sort_values("start_s", kind="stable").reset_index(drop=True)
