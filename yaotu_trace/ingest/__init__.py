@@ -42,6 +42,8 @@ def get_reader(fmt: TraceFormat) -> Reader:
 def detect_format(path: Path) -> TraceFormat:
     """Choose a format from the extension and, for JSON and CSV, the fields of the first record."""
     if path.is_dir():
+        if (path / "0_trace.jsonl").is_file():
+            return TraceFormat.RAGPULSE
         if any(path.glob("*.json")):
             return TraceFormat.WEKA
         raise TraceReadError(

@@ -23,7 +23,10 @@ class TraceFormat(StrEnum):
 
 def sniff_keys(keys: set[str]) -> TraceFormat | None:
     """Recognise a JSON record (one line of JSONL) by its keys."""
-    if {"timestamp", "input_length", "output_length", "hash_ids"} <= keys:
+    # RAGPulse rows also have these four keys; its session_id tells them apart.
+    if {"timestamp", "input_length", "output_length", "hash_ids"} <= keys and (
+        "session_id" not in keys
+    ):
         return TraceFormat.MOONCAKE
     if {"chat_id", "parent_chat_id", "turn"} <= keys:
         return TraceFormat.BAILIAN
