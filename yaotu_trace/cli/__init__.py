@@ -1,0 +1,74 @@
+"""The command line: the only place that reads argv, touches the terminal or exits."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import typer
+import typer.main
+
+from yaotu_trace.errors import ExitCode, YaotuError
+
+# One module per command; each registers itself on `app` when imported.
+COMMAND_MODULES = ("analyze", "replay", "sweep", "models", "generate")
+
+
+def _register_commands() -> None:
+    for name in COMMAND_MODULES:
+        module = f"yaotu_trace.cli.{name}"
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `trace`; map every outcome to a documented exit code (never a traceback).
+
+    NOTE: the command runs with click's standalone mode off, so that this function is the one
+    place where errors become exit codes (usage errors keep click's 2, Ctrl-C becomes 130).
+    """
+    from yaotu_trace.cli.app import app
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    _register_commands()
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="trace", standalone_mode=False)
+    except YaotuError as err:
+        if debug:
+            raise
+        sys.stderr.write(f"error: {err}\n")
+        return int(err.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except typer.Exit as exc:
+        return int(getattr(exc, "exit_code", 0))
+    except BrokenPipeError:
+        return int(ExitCode.OK)
+    except Exception as exc:
+        if _is_click_error(exc):
+            exc.show(file=sys.stderr)  # type: ignore[attr-defined]
+            return int(getattr(exc, "exit_code", ExitCode.USAGE))
+        if debug:
+            raise
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        sys.stderr.write(
+            f"internal error: {type(exc).__name__}: {first_line} "
+            "(a bug; re-run with --debug and report it)\n"
+        )
+        return int(ExitCode.INTERNAL)
+    return int(result) if isinstance(result, int) else int(ExitCode.OK)
+
+
+def _is_click_error(exc: Exception) -> bool:
+    """Usage errors of click (vendored by newer typer): they know how to show themselves."""
+    return callable(getattr(exc, "show", None)) and hasattr(exc, "exit_code")
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

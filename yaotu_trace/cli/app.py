@@ -1,0 +1,149 @@
+"""The typer application and the options and output plumbing shared by every command."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.ingest import load_trace, parse_column_map
+from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.render import OutputFormat, render
+from yaotu_trace.report import Report
+from yaotu_trace.schema import Trace
+
+app = typer.Typer(
+    name="trace",
+    help="Workload analyzer for LLM-inference request traces: profile a trace, replay its "
+    "prefix cache exactly, and find the bottleneck.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+TraceArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Trace file (.parquet, .jsonl, .csv, .json) or a folder of WEKA conversation files.",
+        show_default=False,
+        metavar="TRACE",
+    ),
+]
+InputFormatOpt = Annotated[
+    TraceFormat | None,
+    typer.Option(
+        "--input-format",
+        "-i",
+        help="Input format; detected from the extension and fields when omitted.",
+        case_sensitive=False,
+    ),
+]
+MapOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--map",
+        help="Rename a source column to a canonical one: --map arrival_s=ts (repeatable).",
+        metavar="CANONICAL=SOURCE",
+    ),
+]
+SourceBlockOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--source-block-size",
+        help="Tokens per id when the trace's prompts are block ids (overrides the format's).",
+        min=1,
+    ),
+]
+StepsOpt = Annotated[
+    Path | None,
+    typer.Option("--steps", help="Per-step engine log (.parquet, .jsonl or .csv)."),
+]
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option("--format", "-f", help="Report format.", case_sensitive=False),
+]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write the report to this file (atomically) instead of stdout.",
+        dir_okay=False,
+    ),
+]
+
+
+def load(
+    trace: Path,
+    input_format: TraceFormat | None = None,
+    column_map: list[str] | None = None,
+    source_block_size: int | None = None,
+    steps: Path | None = None,
+) -> Trace:
+    """Read and validate the trace named on the command line."""
+    return load_trace(
+        trace,
+        fmt=input_format,
+        column_map=parse_column_map(column_map or []),
+        source_block_size=source_block_size,
+        steps_path=steps,
+    )
+
+
+def emit(report: Report, fmt: OutputFormat, output: Path | None) -> None:
+    """Render the report and write it to stdout, or atomically to `output`."""
+    to_terminal = output is None and sys.stdout.isatty()
+    width = 100
+    if to_terminal:
+        width = max(80, min(140, os.get_terminal_size().columns))
+    color = to_terminal and "NO_COLOR" not in os.environ
+    text = render(report, fmt, width=width, color=color)
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_atomically(output, text)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write text through a temporary file in the same folder, then rename over the target."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"{path}: folder '{parent}' does not exist; create it or pick another path")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from yaotu_trace import __version__
+
+        sys.stdout.write(f"yaotu-trace {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Show the version and exit.", callback=_show_version,
+                     is_eager=True),
+    ] = False,
+) -> None:
+    """Workload analyzer for LLM-inference request traces.
+
+    Exit codes: 0 report produced; 1 a check failed; 2 usage error; 3 input error (unreadable
+    trace, schema problem, invalid option); 4 internal error; 130 interrupted.
+    """

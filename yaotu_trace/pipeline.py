@@ -1,0 +1,40 @@
+"""Orchestration: trace in, `Report` out. No formatting and no terminal here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from yaotu_trace.profile import profile_trace
+from yaotu_trace.report import InputSummary, Report
+from yaotu_trace.schema import Trace
+
+# Extra sections of `trace analyze`, in report order: name → builder(trace) or None to skip.
+# Later analyses (prefix reuse, the four axes) register here.
+AnalyzeSection = Callable[[Trace], Any]
+ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {}
+
+
+def input_summary(trace: Trace) -> InputSummary:
+    """What was read, for every report."""
+    return InputSummary(
+        path=trace.path,
+        format=trace.format_name,
+        rows_read=trace.rows_read,
+        requests=len(trace.requests),
+        source_block_size=trace.source_block_size,
+        content=trace.content_column,
+        columns=tuple(trace.requests.columns),
+        step_rows=None if trace.steps is None else len(trace.steps),
+        notes=trace.notes,
+    )
+
+
+def analyze(trace: Trace) -> Report:
+    """`trace analyze`: the workload profile plus every registered section that applies."""
+    sections: dict[str, Any] = {"profile": profile_trace(trace)}
+    for name, build in ANALYZE_SECTIONS.items():
+        section = build(trace)
+        if section is not None:
+            sections[name] = section
+    return Report(command="analyze", input=input_summary(trace), sections=sections)

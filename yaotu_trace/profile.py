@@ -1,0 +1,218 @@
+"""The workload profile: arrivals, burstiness, lengths, population and observed timing.
+
+Definitions (units in the names):
+- span_s: last arrival minus first.
+- mean_rate_rps: requests / span_s (requests per second).
+- peak_rps / peak_rpm: the most requests that arrive in one 1 s / 60 s bin, bins aligned to the
+  first arrival; peak_to_mean = peak_rps / mean_rate_rps.
+- interarrival_cv: population std / mean of the gaps between consecutive arrivals (1 for
+  Poisson, > 1 bursty); per_second_dispersion: variance / mean of per-second counts.
+- queue_time_s = scheduled_s − arrival_s; ttft_s = first_token_s − arrival_s;
+  itl_s = gaps between consecutive entries of token_times_s (first token onwards);
+  e2e_s = finish_s − arrival_s. Requests with inconsistent timing are skipped per metric.
+- concurrency: requests in flight (arrival ≤ t < finish); mean by Little's law
+  (Σ latency / span), max by an event sweep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.report import Distribution
+from yaotu_trace.schema import Trace, list_arrays
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArrivalProfile:
+    """How requests arrive over time."""
+
+    requests: int
+    span_s: float
+    mean_rate_rps: float | None
+    peak_rps: int
+    peak_rpm: int
+    peak_to_mean: float | None
+    interarrival_cv: float | None
+    per_second_dispersion: float | None
+    median_gap_s: float | None
+    longest_gap_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LengthProfile:
+    """Prompt and output lengths in tokens."""
+
+    prompt_len: Distribution
+    output_len: Distribution
+    prompt_tokens_total: int
+    output_tokens_total: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Population:
+    """Distinct tenants, sessions, instances and models (None when the column is absent)."""
+
+    tenants: int | None
+    sessions: int | None
+    instances: int | None
+    models: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimingProfile:
+    """Observed engine timing, when the trace carries it (each part None when its columns lack)."""
+
+    queue_time_s: Distribution | None
+    ttft_s: Distribution | None
+    itl_s: Distribution | None
+    e2e_s: Distribution | None
+    concurrency_mean: float | None
+    concurrency_max: int | None
+    preempted_requests: int | None
+    preemptions_total: int | None
+    preempted_request_share: float | None
+    cached_tokens_total: int | None
+    cached_token_share: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """The workload profile section of `trace analyze`."""
+
+    arrivals: ArrivalProfile
+    lengths: LengthProfile
+    population: Population
+    timing: TimingProfile | None
+
+
+def profile_trace(trace: Trace) -> Profile:
+    """Compute the workload profile of a validated trace."""
+    df = trace.requests
+    return Profile(
+        arrivals=arrival_profile(df["arrival_s"].to_numpy(dtype=np.float64)),
+        lengths=LengthProfile(
+            prompt_len=Distribution.of(df["prompt_len"].to_numpy(dtype=np.float64)),
+            output_len=Distribution.of(df["output_len"].to_numpy(dtype=np.float64)),
+            prompt_tokens_total=int(df["prompt_len"].sum()),
+            output_tokens_total=int(df["output_len"].sum()),
+        ),
+        population=Population(
+            tenants=_distinct(df, "tenant"),
+            sessions=_distinct(df, "session_id"),
+            instances=_distinct(df, "instance"),
+            models=_distinct(df, "model"),
+        ),
+        timing=timing_profile(trace),
+    )
+
+
+def arrival_profile(arrival_s: np.ndarray) -> ArrivalProfile:
+    """Rates and burstiness of sorted arrival times (seconds)."""
+    n = int(arrival_s.size)
+    span_s = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
+    gaps = np.diff(arrival_s)
+    rel = arrival_s - arrival_s[0] if n else arrival_s
+    per_second = np.bincount(np.floor(rel).astype(np.int64)) if n else np.zeros(0, np.int64)
+    per_minute = np.bincount(np.floor(rel / 60.0).astype(np.int64)) if n else per_second
+    mean_rate = n / span_s if span_s > 0 else None
+    gap_mean = float(gaps.mean()) if gaps.size else 0.0
+    return ArrivalProfile(
+        requests=n,
+        span_s=span_s,
+        mean_rate_rps=mean_rate,
+        peak_rps=int(per_second.max()) if n else 0,
+        peak_rpm=int(per_minute.max()) if n else 0,
+        peak_to_mean=float(per_second.max()) / mean_rate if mean_rate else None,
+        interarrival_cv=float(gaps.std() / gap_mean) if gap_mean > 0 else None,
+        per_second_dispersion=float(per_second.var() / per_second.mean())
+        if per_second.size > 1 and per_second.mean() > 0
+        else None,
+        median_gap_s=float(np.median(gaps)) if gaps.size else None,
+        longest_gap_s=float(gaps.max()) if gaps.size else None,
+    )
+
+
+def timing_profile(trace: Trace) -> TimingProfile | None:
+    """Queue time, TTFT, inter-token gaps, latency, concurrency, preemptions and cached tokens."""
+    df = trace.requests
+    timing_columns = (
+        "scheduled_s",
+        "first_token_s",
+        "finish_s",
+        "token_times_s",
+        "num_preemptions",
+        "cached_tokens",
+    )
+    if not any(trace.has(c) for c in timing_columns):
+        return None
+    arrival = df["arrival_s"].to_numpy(dtype=np.float64)
+
+    def since_arrival(column: str) -> Distribution | None:
+        if not trace.has(column):
+            return None
+        delta = df[column].to_numpy(dtype=np.float64, na_value=np.nan) - arrival
+        return Distribution.of(delta[delta >= 0])
+
+    itl = None
+    if trace.has("token_times_s"):
+        offsets, times = list_arrays(df["token_times_s"])
+        gaps = np.diff(times)
+        # Drop the gaps that straddle two requests.
+        inside = np.ones(gaps.size, dtype=bool)
+        boundaries = offsets[1:-1] - 1
+        inside[boundaries[(boundaries >= 0) & (boundaries < gaps.size)]] = False
+        gaps = gaps[inside]
+        itl = Distribution.of(gaps[gaps >= 0])
+
+    concurrency_mean = concurrency_max = None
+    if trace.has("finish_s"):
+        finish = df["finish_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+        ok = np.isfinite(finish) & (finish >= arrival)
+        concurrency_max = _max_in_flight(arrival[ok], finish[ok])
+        span = float(np.nanmax(finish[ok]) - arrival.min()) if ok.any() else 0.0
+        concurrency_mean = float((finish[ok] - arrival[ok]).sum() / span) if span > 0 else None
+
+    preempted = total = share = None
+    if trace.has("num_preemptions"):
+        counts = df["num_preemptions"].fillna(0).to_numpy(dtype=np.int64)
+        preempted, total = int((counts > 0).sum()), int(counts.sum())
+        share = preempted / len(df)
+
+    cached_total = cached_share = None
+    if trace.has("cached_tokens"):
+        cached_total = int(df["cached_tokens"].fillna(0).sum())
+        prompt_total = int(df["prompt_len"].sum())
+        cached_share = cached_total / prompt_total if prompt_total else None
+
+    return TimingProfile(
+        queue_time_s=since_arrival("scheduled_s"),
+        ttft_s=since_arrival("first_token_s"),
+        itl_s=itl,
+        e2e_s=since_arrival("finish_s"),
+        concurrency_mean=concurrency_mean,
+        concurrency_max=concurrency_max,
+        preempted_requests=preempted,
+        preemptions_total=total,
+        preempted_request_share=share,
+        cached_tokens_total=cached_total,
+        cached_token_share=cached_share,
+    )
+
+
+def _max_in_flight(start_s: np.ndarray, end_s: np.ndarray) -> int:
+    """Most requests in flight at once; an end at time t frees its slot before a start at t."""
+    if start_s.size == 0:
+        return 0
+    times = np.concatenate([end_s, start_s])
+    deltas = np.concatenate([-np.ones(end_s.size, np.int64), np.ones(start_s.size, np.int64)])
+    order = np.lexsort((deltas, times))
+    return int(np.cumsum(deltas[order]).max())
+
+
+def _distinct(df: pd.DataFrame, column: str) -> int | None:
+    if column not in df.columns or not df[column].notna().any():
+        return None
+    return int(df[column].nunique(dropna=True))

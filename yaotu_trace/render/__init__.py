@@ -1,0 +1,35 @@
+"""Renderers: a finished `Report` in, a string out. Numbers are formatted only here."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import assert_never
+
+from yaotu_trace.report import Report
+
+
+class OutputFormat(StrEnum):
+    """Report formats for `--format`."""
+
+    TABLE = "table"
+    JSON = "json"
+    MARKDOWN = "markdown"
+
+
+def render(report: Report, fmt: OutputFormat, *, width: int = 100, color: bool = False) -> str:
+    """Render a report in the chosen format; width and colour are decided by the caller."""
+    match fmt:
+        case OutputFormat.TABLE:
+            from yaotu_trace.render.console import render_console
+
+            return render_console(report, width=width, color=color)
+        case OutputFormat.JSON:
+            from yaotu_trace.render.json_report import render_json
+
+            return render_json(report)
+        case OutputFormat.MARKDOWN:
+            from yaotu_trace.render.markdown import render_markdown
+
+            return render_markdown(report)
+        case _:
+            assert_never(fmt)

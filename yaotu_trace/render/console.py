@@ -1,0 +1,207 @@
+"""Rich tables for people. Width and colour are passed in; the terminal is never inspected here."""
+
+from __future__ import annotations
+
+import importlib
+import io
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from yaotu_trace.profile import Distribution, Profile
+from yaotu_trace.render import fmt
+from yaotu_trace.report import InputSummary, Report, to_builtins
+
+SectionRenderer = Callable[[Any], list[RenderableType]]
+
+# Section name → "module:function" returning rich renderables. Sections without an entry are
+# shown as a generic key/value table, so a new section is never invisible.
+SECTION_RENDERERS: dict[str, str] = {
+    "profile": "yaotu_trace.render.console:profile_renderables",
+    "prefix_reuse": "yaotu_trace.render.console_replay:prefix_reuse_renderables",
+    "capacity_curve": "yaotu_trace.render.console_sweep:capacity_curve_renderables",
+}
+
+
+def render_console(report: Report, *, width: int = 100, color: bool = False) -> str:
+    """Render every section of the report as rich tables into a string."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        color_system="standard" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+    )
+    for renderable in input_renderables(report.input, report.command):
+        console.print(renderable)
+    for name, section in report.sections.items():
+        if section is None:
+            continue
+        for renderable in _section_renderer(name)(section):
+            console.print(renderable)
+    return buffer.getvalue()
+
+
+def _section_renderer(name: str) -> SectionRenderer:
+    target = SECTION_RENDERERS.get(name)
+    if target is not None:
+        module_name, func = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            module = None
+        if module is not None and hasattr(module, func):
+            renderer: SectionRenderer = getattr(module, func)
+            return renderer
+    return lambda section: [generic_table(name, to_builtins(section))]
+
+
+def heading(text: str) -> Text:
+    """A section heading, bold, with a blank line before it."""
+    return Text("\n" + text, style="bold")
+
+
+def kv_table(rows: Iterable[tuple[str, str]], title: str | None = None) -> Table:
+    """A two-column table of labelled values."""
+    table = Table(box=box.SIMPLE_HEAD, show_header=False, title=title, title_justify="left",
+                  pad_edge=False)
+    table.add_column("what", style="dim", no_wrap=True)
+    table.add_column("value", justify="right")
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def generic_table(name: str, data: Any, prefix: str = "") -> RenderableType:
+    """Fallback for a section with no dedicated renderer: flattened key/value rows."""
+    rows: list[tuple[str, str]] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, f"{path}.{key}" if path else str(key))
+        elif isinstance(value, list) and len(value) > 12:
+            rows.append((path, f"[{len(value)} items]"))
+        else:
+            rows.append((path, "–" if value is None else str(value)))
+
+    walk(data, prefix)
+    return Group(heading(name.replace("_", " ").title()), kv_table(rows))
+
+
+def input_renderables(summary: InputSummary, command: str) -> list[RenderableType]:
+    """What was read, and any data-quality notes."""
+    content = {
+        "prompt_tokens": "token ids",
+        "prompt_block_ids": f"block ids ({summary.source_block_size} tokens each)",
+        None: "lengths only",
+    }[summary.content]
+    rows = [
+        ("file", summary.path),
+        ("format", summary.format),
+        ("requests", fmt.count(summary.requests)),
+        ("prompt content", content),
+    ]
+    if summary.step_rows is not None:
+        rows.append(("engine steps", fmt.count(summary.step_rows)))
+    out: list[RenderableType] = [Text(f"yaotu-trace {command}", style="bold"), kv_table(rows)]
+    for note in summary.notes:
+        out.append(Text(f"note: {note}", style="yellow"))
+    return out
+
+
+def _dist_row(label: str, dist: Distribution | None, show: Callable[[float | None], str]) -> list[str]:
+    if dist is None or dist.count == 0:
+        return [label, "–", "–", "–", "–", "–", "0"]
+    return [label, show(dist.mean), show(dist.p50), show(dist.p90), show(dist.p99), show(dist.max),
+            fmt.count(dist.count)]
+
+
+def distribution_table(rows: list[list[str]], title: str) -> Table:
+    """Percentile table: one row per metric, columns mean / p50 / p90 / p99 / max / n."""
+    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    table.add_column("metric", style="dim", no_wrap=True)
+    for column in ("mean", "p50", "p90", "p99", "max", "n"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def profile_renderables(profile: Profile) -> list[RenderableType]:
+    """The workload profile: arrivals, lengths, population and observed timing."""
+    a = profile.arrivals
+    arrivals = kv_table(
+        [
+            ("span", fmt.seconds(a.span_s)),
+            ("mean rate", f"{fmt.num(a.mean_rate_rps)} req/s"),
+            ("peak (1 s bin)", f"{fmt.count(a.peak_rps)} req/s  ({fmt.num(a.peak_to_mean)}× mean)"),
+            ("peak (1 min bin)", f"{fmt.count(a.peak_rpm)} req/min"),
+            ("interarrival CV", f"{fmt.num(a.interarrival_cv)}  (Poisson = 1)"),
+            ("per-second variance/mean", fmt.num(a.per_second_dispersion)),
+            ("median / longest gap", f"{fmt.seconds(a.median_gap_s)} / {fmt.seconds(a.longest_gap_s)}"),
+        ]
+    )
+    lengths = profile.lengths
+    length_table = distribution_table(
+        [
+            _dist_row("prompt tokens", lengths.prompt_len, fmt.num),
+            _dist_row("output tokens", lengths.output_len, fmt.num),
+        ],
+        title=f"total: {fmt.count(lengths.prompt_tokens_total)} prompt tokens, "
+        f"{fmt.count(lengths.output_tokens_total)} output tokens",
+    )
+    pop = profile.population
+    population = kv_table(
+        [
+            ("tenants", fmt.count(pop.tenants)),
+            ("sessions", fmt.count(pop.sessions)),
+            ("instances", fmt.count(pop.instances)),
+            ("models", fmt.count(pop.models)),
+        ]
+    )
+    out: list[RenderableType] = [
+        heading("Arrivals"),
+        arrivals,
+        heading("Lengths"),
+        length_table,
+        heading("Population  (– = column absent)"),
+        population,
+    ]
+    timing = profile.timing
+    if timing is not None:
+        out += [
+            heading("Observed timing"),
+            distribution_table(
+                [
+                    _dist_row("queue time", timing.queue_time_s, fmt.seconds),
+                    _dist_row("time to first token", timing.ttft_s, fmt.seconds),
+                    _dist_row("inter-token gap", timing.itl_s, fmt.seconds),
+                    _dist_row("end-to-end latency", timing.e2e_s, fmt.seconds),
+                ],
+                title="",
+            ),
+        ]
+        rows = []
+        if timing.concurrency_max is not None:
+            rows.append(("requests in flight (mean / max)",
+                         f"{fmt.num(timing.concurrency_mean)} / {fmt.count(timing.concurrency_max)}"))
+        if timing.preempted_requests is not None:
+            rows.append(("preempted requests",
+                         f"{fmt.count(timing.preempted_requests)} "
+                         f"({fmt.pct(timing.preempted_request_share)}), "
+                         f"{fmt.count(timing.preemptions_total)} preemptions"))
+        if timing.cached_tokens_total is not None:
+            rows.append(("engine-reported cached tokens",
+                         f"{fmt.count(timing.cached_tokens_total)} "
+                         f"({fmt.pct(timing.cached_token_share)} of prompt tokens)"))
+        if rows:
+            out.append(kv_table(rows))
+    return out

@@ -1,0 +1,109 @@
+"""Markdown for pull-request comments and CI step summaries."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from yaotu_trace.profile import Distribution, Profile
+from yaotu_trace.render import fmt
+from yaotu_trace.report import Report, to_builtins
+
+# Section name → "module:function" returning Markdown lines; others get a generic list.
+SECTION_RENDERERS: dict[str, str] = {
+    "profile": "yaotu_trace.render.markdown:profile_lines",
+    "prefix_reuse": "yaotu_trace.render.markdown_replay:prefix_reuse_lines",
+    "capacity_curve": "yaotu_trace.render.markdown_sweep:capacity_curve_lines",
+}
+
+
+def render_markdown(report: Report) -> str:
+    """The report as GitHub-flavoured Markdown."""
+    s = report.input
+    lines = [
+        f"## yaotu-trace {report.command}: `{s.path}`",
+        "",
+        f"{fmt.count(s.requests)} requests, format `{s.format}`.",
+        "",
+    ]
+    lines += [f"> note: {note}" for note in s.notes]
+    for name, section in report.sections.items():
+        if section is not None:
+            lines += ["", *_renderer(name)(section)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _renderer(name: str) -> Callable[[Any], list[str]]:
+    target = SECTION_RENDERERS.get(name)
+    if target is not None:
+        module_name, func = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            module = None
+        if module is not None and hasattr(module, func):
+            renderer: Callable[[Any], list[str]] = getattr(module, func)
+            return renderer
+    return lambda section: generic_lines(name, to_builtins(section))
+
+
+def generic_lines(name: str, data: Any) -> list[str]:
+    """Fallback: a two-column table of flattened keys."""
+    lines = [f"### {name.replace('_', ' ').title()}", "", "| metric | value |", "|---|---:|"]
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, f"{path}.{key}" if path else str(key))
+        elif isinstance(value, list) and len(value) > 12:
+            lines.append(f"| {path} | [{len(value)} items] |")
+        else:
+            lines.append(f"| {path} | {'–' if value is None else value} |")
+
+    walk(data, "")
+    return lines
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table; the first column left-aligned, the rest right-aligned."""
+    out = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out
+
+
+def _dist(label: str, d: Distribution | None, show: Callable[[float | None], str]) -> list[str]:
+    if d is None or d.count == 0:
+        return [label, "–", "–", "–", "–", "–", "0"]
+    return [label, show(d.mean), show(d.p50), show(d.p90), show(d.p99), show(d.max),
+            fmt.count(d.count)]
+
+
+def profile_lines(profile: Profile) -> list[str]:
+    """The workload profile as Markdown tables."""
+    a = profile.arrivals
+    lines = ["### Arrivals", ""]
+    lines += table(
+        ["metric", "value"],
+        [
+            ["span", fmt.seconds(a.span_s)],
+            ["mean rate", f"{fmt.num(a.mean_rate_rps)} req/s"],
+            ["peak (1 s bin)", f"{fmt.count(a.peak_rps)} req/s ({fmt.num(a.peak_to_mean)}× mean)"],
+            ["peak (1 min bin)", f"{fmt.count(a.peak_rpm)} req/min"],
+            ["interarrival CV", fmt.num(a.interarrival_cv)],
+        ],
+    )
+    header = ["metric", "mean", "p50", "p90", "p99", "max", "n"]
+    lines += ["", "### Lengths (tokens)", ""]
+    lines += table(header, [_dist("prompt", profile.lengths.prompt_len, fmt.num),
+                            _dist("output", profile.lengths.output_len, fmt.num)])
+    t = profile.timing
+    if t is not None:
+        lines += ["", "### Observed timing", ""]
+        lines += table(header, [
+            _dist("queue time", t.queue_time_s, fmt.seconds),
+            _dist("time to first token", t.ttft_s, fmt.seconds),
+            _dist("inter-token gap", t.itl_s, fmt.seconds),
+            _dist("end-to-end", t.e2e_s, fmt.seconds),
+        ])
+    return lines

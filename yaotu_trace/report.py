@@ -1,0 +1,114 @@
+"""Frozen report types shared by every command, and their JSON-ready form.
+
+A report is built once by the core and handed to a renderer; it holds only builtins-convertible
+values (no DataFrames, NumPy scalars or NaN), so every renderer shows the same numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+PERCENTILES = (50, 90, 99)
+
+
+def to_builtins(value: Any) -> Any:
+    """Convert dataclasses, enums and NumPy values to JSON-ready builtins; NaN/inf become None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_builtins(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): to_builtins(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_builtins(v) for v in value]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Distribution:
+    """Summary of a sample: count, mean and percentiles (numpy's linear interpolation)."""
+
+    count: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+    min: float | None = None
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Distribution:
+        """Summarise finite values; an empty sample gives count 0 and no statistics."""
+        data = np.asarray(values, dtype=np.float64)
+        data = data[np.isfinite(data)]
+        if data.size == 0:
+            return cls(count=0, mean=None, p50=None, p90=None, p99=None, max=None, min=None)
+        p50, p90, p99 = np.percentile(data, PERCENTILES)
+        return cls(
+            count=int(data.size),
+            mean=float(data.mean()),
+            p50=float(p50),
+            p90=float(p90),
+            p99=float(p99),
+            max=float(data.max()),
+            min=float(data.min()),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputSummary:
+    """What was read: the file, its format, row counts, the columns present, data-quality notes."""
+
+    path: str
+    format: str
+    rows_read: int
+    requests: int
+    source_block_size: int | None
+    content: str | None
+    columns: tuple[str, ...]
+    step_rows: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """One command's result: the input summary plus named sections in display order.
+
+    Sections are frozen dataclasses (or builtins); later commands add sections without changing
+    the existing ones, so a JSON consumer's paths stay valid.
+    """
+
+    command: str
+    input: InputSummary
+    config: Mapping[str, Any] = field(default_factory=dict)
+    sections: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned JSON document: schema_version, tool, command, input, config, sections."""
+        from yaotu_trace import __version__
+
+        doc: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "yaotu-trace", "version": __version__},
+            "command": self.command,
+            "input": to_builtins(self.input),
+            "config": to_builtins(self.config),
+        }
+        for name, section in self.sections.items():
+            doc[name] = to_builtins(section)
+        return doc
