@@ -89,7 +89,11 @@ def detect_format(path: Path) -> TraceFormat:
 
 def _sniff_json_document(path: Path) -> TraceFormat:
     """A whole-file JSON document: vLLM bench results, an OTel export, or one WEKA conversation."""
-    head = path.open("rb").read(65536).decode("utf-8", errors="replace")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(65536).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
     if '"resourceSpans"' in head or '"resource_spans"' in head:
         return TraceFormat.OTEL
     if '"ttfts"' in head or '"itls"' in head or '"input_lens"' in head:
