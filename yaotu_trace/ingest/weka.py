@@ -1,0 +1,244 @@
+"""WEKA / Claude Code agentic traces (callanjfox/kv-cache-tester): one JSON file per conversation.
+
+A folder of `trace_NNNN.json` files is read as one trace; a single file is a one-conversation
+trace. Mapping and decisions:
+
+- `t` → `arrival_s`, `in` → `prompt_len`, `out` → `output_len`, `model` → `model`, the file stem
+  → `session_id`. `t + ttft` → `first_token_s` and `t + api_time` → `finish_s` where present:
+  they are the original API's observed times, kept so latency views can show them.
+- `hash_ids` → `prompt_block_ids` with `source_block_size` = the files' `block_size` (64). The
+  floor rule holds: there is no id for a trailing partial block, which the schema accepts.
+- Namespaces: with `hash_id_scope: "local"` (or no scope field, as in older traces) ids are
+  numbered per file from 1, so the same integer means unrelated content in two files. Each local
+  id becomes `((file number + 1) << 40) | id`, with files numbered in name order, so no hit can
+  cross conversations; `id >> 40` names the file. Files with `hash_id_scope: "global"` keep
+  their ids (all below 2**40), so their cross-file sharing stays visible.
+- Clocks: every conversation's `t` starts at 0 on its own clock and there is no global time. By
+  default all conversations start together at 0 s, the most concurrent (and cache-hungry)
+  reading; `stagger_s` starts conversation k (name order) at `k * stagger_s` instead. Rows are
+  ordered by arrival, ties in file order then request order, and a note states the choice.
+- Entries of type `"subagent"` (nested sub-agent markers) carry no request of their own here and
+  are skipped with a note.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.schema import SOURCE_WHERE, RawTrace
+
+DEFAULT_BLOCK_TOKENS: Final = 64
+NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number lives above
+
+
+def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
+    """Read a folder of WEKA conversation files (or one file) as one canonical trace."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files:
+        raise TraceReadError(f"{path}: no .json conversation files in this folder")
+    frames: list[pd.DataFrame] = []
+    block_ids: list[list[np.ndarray]] = []
+    block_sizes: dict[int, str] = {}
+    notes: list[str] = []
+    scopes: dict[str, int] = {}
+    skipped_subagents = 0
+    backwards: list[str] = []
+    for number, file in enumerate(files):
+        document = _load_document(file)
+        size = document.get("block_size", DEFAULT_BLOCK_TOKENS)
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise TraceSchemaError(
+                f"{file}: 'block_size' is {size!r}; it must be a whole number of tokens per id"
+            )
+        block_sizes.setdefault(size, file.name)
+        scope = document.get("hash_id_scope", "local")
+        if scope not in ("local", "global"):
+            raise TraceSchemaError(
+                f"{file}: 'hash_id_scope' is {scope!r}; expected \"local\" or \"global\""
+            )
+        scopes[scope] = scopes.get(scope, 0) + 1
+        namespace = (number + 1) << NAMESPACE_SHIFT if scope == "local" else 0
+        frame, ids, subagents = _conversation(file, document["requests"], namespace)
+        skipped_subagents += subagents
+        if frame.empty:
+            continue
+        frame["arrival_s"] = frame["arrival_s"] + number * stagger_s
+        if _goes_backwards(frame["arrival_s"]):
+            backwards.append(file.name)
+        frames.append(frame)
+        block_ids.append(ids)
+    if len(block_sizes) > 1:
+        found = ", ".join(f"{size} ({name})" for size, name in block_sizes.items())
+        raise TraceSchemaError(
+            f"{path}: conversation files use different block sizes: {found}; one trace needs one "
+            "source block size, so read the groups separately"
+        )
+    source_block_size = next(iter(block_sizes), DEFAULT_BLOCK_TOKENS)
+
+    if not frames:
+        raise TraceSchemaError(f"{path}: the trace has no requests; check the files' 'requests'")
+    table = pd.concat(frames, ignore_index=True)
+    flat = [ids for per_file in block_ids for ids in per_file]
+    table["prompt_block_ids"] = _list_column(flat)
+    # Stable sort: ties (every conversation starts at 0) keep file order, then request order.
+    order = np.argsort(table["arrival_s"].to_numpy(dtype=np.float64), kind="stable")
+    table = table.iloc[order].reset_index(drop=True)
+
+    n_conv = len(files)
+    if n_conv > 1:
+        start = (
+            "all start at 0 s (replayed as concurrent)"
+            if stagger_s == 0
+            else f"conversation k (name order) starts at k x {stagger_s:g} s"
+        )
+        notes.append(
+            f"{n_conv} WEKA conversations, each timed from its own start; {start}; "
+            "session_id is the file name"
+        )
+    if scopes.get("local"):
+        notes.append(
+            f"block ids are local to each file in {scopes['local']} file(s) and were namespaced "
+            "per file ((file number + 1) << 40 | id), so no hit crosses conversations; the "
+            "tools + system prefix that production would share across conversations is not visible"
+        )
+    if skipped_subagents:
+        notes.append(f"{skipped_subagents} sub-agent marker(s) were skipped; they carry no request")
+    if backwards:
+        notes.append(
+            f"'t' goes backwards within {', '.join(backwards[:5])}; requests were sorted stably "
+            "by arrival"
+        )
+    return RawTrace(
+        requests=table,
+        format_name="weka",
+        source_block_size=source_block_size,
+        row_label="request",
+        notes=tuple(notes),
+    )
+
+
+def _load_document(file: Path) -> dict[str, Any]:
+    """Parse one conversation file and check it has a list of requests."""
+    try:
+        with file.open("rb") as fh:
+            document = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        reason = str(exc).splitlines()[0][:120]
+        raise TraceReadError(
+            f"{file}: invalid JSON ({reason}); a WEKA trace file is one JSON object"
+        ) from exc
+    except OSError as exc:
+        raise TraceReadError(f"{file}: cannot read ({exc.strerror}); check permissions") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("requests"), list):
+        raise TraceReadError(
+            f"{file}: not a WEKA conversation (expected an object with a 'requests' list); "
+            "pass --format for another format"
+        )
+    return document
+
+
+def _conversation(
+    file: Path, requests: list[Any], namespace: int
+) -> tuple[pd.DataFrame, list[np.ndarray], int]:
+    """One file's requests as canonical columns plus their namespaced block ids."""
+    rows: dict[str, list[Any]] = {
+        "request_id": [],
+        "arrival_s": [],
+        "session_id": [],
+        "model": [],
+        "prompt_len": [],
+        "output_len": [],
+        "first_token_s": [],
+        "finish_s": [],
+        SOURCE_WHERE: [],
+    }
+    ids: list[np.ndarray] = []
+    subagents = 0
+    for index, request in enumerate(requests, start=1):
+        where = f"{file.name}, request {index}"
+        if not isinstance(request, dict):
+            raise TraceSchemaError(
+                f"{file}: request {index}: expected a JSON object, got {type(request).__name__}"
+            )
+        if request.get("type") == "subagent":
+            subagents += 1
+            continue
+        t = request.get("t")
+        rows["request_id"].append(f"{file.stem}#{index}")
+        rows["arrival_s"].append(t)
+        rows["session_id"].append(file.stem)
+        rows["model"].append(request.get("model"))
+        rows["prompt_len"].append(request.get("in"))
+        rows["output_len"].append(request.get("out"))
+        rows["first_token_s"].append(_after(t, request.get("ttft")))
+        rows["finish_s"].append(_after(t, request.get("api_time")))
+        rows[SOURCE_WHERE].append(where)
+        ids.append(_block_ids(file, index, request.get("hash_ids"), namespace))
+    frame = pd.DataFrame(rows)
+    arrival = pd.to_numeric(frame["arrival_s"], errors="coerce")
+    bad = arrival.isna() & frame["arrival_s"].notna()
+    if bad.any():
+        pos = int(np.flatnonzero(bad.to_numpy())[0])
+        raise TraceSchemaError(
+            f"{file}: request {pos + 1}, column 't': {frame['arrival_s'].iloc[pos]!r} is not a "
+            "number; give seconds from the conversation start"
+        )
+    frame["arrival_s"] = arrival.astype("float64")
+    for column in ("first_token_s", "finish_s"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    empty = [c for c in ("model", "first_token_s", "finish_s") if frame[c].isna().all()]
+    return frame.drop(columns=empty), ids, subagents
+
+
+def _after(t: object, delay: object) -> float | None:
+    """`t + delay` in seconds when both are numbers, else missing."""
+    numbers = (int, float)
+    if isinstance(t, numbers) and isinstance(delay, numbers) and not isinstance(delay, bool):
+        return float(t) + float(delay)
+    return None
+
+
+def _block_ids(file: Path, index: int, hash_ids: object, namespace: int) -> np.ndarray:
+    """Validate one request's ids and move them into the file's namespace."""
+    if not isinstance(hash_ids, list):
+        raise TraceSchemaError(
+            f"{file}: request {index}, column 'hash_ids': expected a list of block ids, got "
+            f"{type(hash_ids).__name__}"
+        )
+    try:
+        ids = np.asarray(hash_ids, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TraceSchemaError(
+            f"{file}: request {index}, column 'hash_ids': ids must be whole numbers"
+        ) from exc
+    if ids.ndim != 1 or (ids.size and not np.array_equal(ids, np.asarray(hash_ids, dtype=float))):
+        raise TraceSchemaError(
+            f"{file}: request {index}, column 'hash_ids': ids must be a flat list of whole numbers"
+        )
+    if ids.size and (ids.min() < 0 or ids.max() >= 1 << NAMESPACE_SHIFT):
+        raise TraceSchemaError(
+            f"{file}: request {index}, column 'hash_ids': ids must lie in 0 .. 2**40 - 1 to be "
+            "namespaced per file"
+        )
+    return ids | namespace
+
+
+def _goes_backwards(arrival: pd.Series) -> bool:
+    values = arrival.to_numpy(dtype=np.float64)
+    return bool(np.any(np.diff(values) < 0))
+
+
+def _list_column(lists: list[np.ndarray]) -> pd.Series:
+    """An Arrow-backed large_list<int64> column built from per-row arrays without Python ints."""
+    lengths = np.fromiter((a.size for a in lists), dtype=np.int64, count=len(lists))
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    values = np.concatenate(lists) if lists else np.empty(0, dtype=np.int64)
+    array = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(values))
+    return pd.Series(pd.arrays.ArrowExtensionArray(array), name="prompt_block_ids")
