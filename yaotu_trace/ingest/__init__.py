@@ -96,7 +96,8 @@ def _sniff_json_document(path: Path) -> TraceFormat:
         raise TraceReadError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
     if '"resourceSpans"' in head or '"resource_spans"' in head:
         return TraceFormat.OTEL
-    if '"ttfts"' in head or '"itls"' in head or '"input_lens"' in head:
+    # A result saved without --save-detailed keeps only run-level keys such as request_throughput.
+    if any(f'"{key}"' in head for key in ("ttfts", "itls", "input_lens", "request_throughput")):
         return TraceFormat.VLLM_BENCH
     if '"requests"' in head and ('"hash_ids"' in head or '"input_tokens"' in head):
         return TraceFormat.WEKA

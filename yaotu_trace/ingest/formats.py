@@ -23,13 +23,16 @@ class TraceFormat(StrEnum):
 
 def sniff_keys(keys: set[str]) -> TraceFormat | None:
     """Recognise a JSON record (one line of JSONL) by its keys."""
+    # Qwen/Bailian rows also carry Mooncake's four keys; the chat tree tells them apart.
+    if {"chat_id", "parent_chat_id"} <= keys:
+        return TraceFormat.BAILIAN
+    if "resourceSpans" in keys or "resource_spans" in keys:
+        return TraceFormat.OTEL
     # RAGPulse rows also have these four keys; its session_id tells them apart.
     if {"timestamp", "input_length", "output_length", "hash_ids"} <= keys and (
         "session_id" not in keys
     ):
         return TraceFormat.MOONCAKE
-    if {"chat_id", "parent_chat_id", "turn"} <= keys:
-        return TraceFormat.BAILIAN
     if {"timestamp", "input_length", "output_length"} <= keys and (
         {"session_id", "hash_ids"} & keys or "query_id" in keys or "sys_prompt_id" in keys
     ):

@@ -1,0 +1,83 @@
+"""Azure LLM inference trace (2023 and 2024) CSV: absolute wall-clock strings and two lengths.
+
+Columns are `TIMESTAMP` (`YYYY-MM-DD HH:MM:SS.fffffff`, 100 ns resolution, no timezone),
+`ContextTokens` (prompt length) and `GeneratedTokens` (output length). There is no request id,
+tenant, session or prompt content, so prefix reuse cannot be measured from these files.
+
+`arrival_s` is seconds since the earliest `TIMESTAMP`, computed in integer nanoseconds so the
+sub-second digits survive; the absolute start is kept as a note. The clock is assumed to be
+neither UTC nor local time: the string is reported as written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.canonical import read_csv_frame
+from yaotu_trace.schema import SOURCE_ROW, RawTrace
+
+TIMESTAMP: Final = "TIMESTAMP"
+PROMPT: Final = "ContextTokens"
+OUTPUT: Final = "GeneratedTokens"
+# Python's strptime rejects 7 fractional digits; pandas' parser keeps them to the nanosecond.
+TIMESTAMP_FORMAT: Final = "%Y-%m-%d %H:%M:%S.%f"
+WHOLE_SECOND_FORMAT: Final = "%Y-%m-%d %H:%M:%S"
+FIRST_DATA_LINE: Final = 2  # line 1 is the header
+
+
+def read_azure(path: Path) -> RawTrace:
+    """Map TIMESTAMP → arrival_s (s since the earliest row); the token counts → lengths."""
+    df = read_csv_frame(path, dtype={TIMESTAMP: "string"}, skipinitialspace=True)
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in (TIMESTAMP, PROMPT, OUTPUT) if c not in df.columns]
+    if missing:
+        raise TraceSchemaError(
+            f"{path}: missing column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(c) for c in missing)} (have: {', '.join(map(str, df.columns[:8]))}); "
+            f"an Azure LLM trace has the header {TIMESTAMP},{PROMPT},{OUTPUT}"
+        )
+    lines = np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE)
+    stamps = df[TIMESTAMP].str.strip()
+    arrival_ns = _parse_timestamps_ns(stamps, path, lines)
+    start = int(np.argmin(arrival_ns)) if len(arrival_ns) else 0
+    out = pd.DataFrame(
+        {
+            # Subtract in int64 ns first: float seconds since 1970 would lose the 100 ns digits.
+            "arrival_s": (arrival_ns - arrival_ns[start]) / 1e9 if len(arrival_ns) else [],
+            "prompt_len": df[PROMPT],
+            "output_len": df[OUTPUT],
+            SOURCE_ROW: lines,
+        }
+    )
+    notes: tuple[str, ...] = ()
+    if len(df):
+        notes = (
+            f"arrival_s is seconds since {stamps.iloc[start]} (the earliest {TIMESTAMP}; "
+            "time zone not stated by the source)",
+        )
+    return RawTrace(requests=out, format_name="azure", row_label="line", notes=notes)
+
+
+def _parse_timestamps_ns(stamps: pd.Series, path: Path, lines: np.ndarray) -> np.ndarray:
+    """Parse the wall-clock strings to int64 ns since the epoch, naming the first bad line."""
+    parsed = pd.to_datetime(stamps, format=TIMESTAMP_FORMAT, errors="coerce")
+    retry = parsed.isna() & stamps.notna()
+    if retry.any():
+        # NOTE: a whole-second value has no fractional part at all; accept it rather than fail.
+        whole = pd.to_datetime(stamps.where(retry), format=WHOLE_SECOND_FORMAT, errors="coerce")
+        parsed = parsed.fillna(whole)
+    bad = np.flatnonzero(parsed.isna().to_numpy())
+    if bad.size:
+        pos = int(bad[0])
+        value = stamps.iloc[pos]
+        what = "value is missing" if pd.isna(value) else f"{str(value)[:40]!r} is not a timestamp"
+        raise TraceSchemaError(
+            f"{path}: line {int(lines[pos])}, column '{TIMESTAMP}': {what}; "
+            "write it as YYYY-MM-DD HH:MM:SS.fffffff (e.g. 2023-11-16 18:17:03.9799600)"
+        )
+    return np.asarray(parsed.dt.as_unit("ns").astype("int64").to_numpy(), dtype=np.int64)

@@ -1,0 +1,119 @@
+"""BurstGPT CSV (Azure OpenAI GPT usage): relative second timestamps, model, lengths, log type.
+
+Columns are read by name because release 3 inserts `Session ID` and `Elapsed time` in the
+middle of the header. Mapping:
+
+- `Timestamp` (s from 00:00 of the first day; int in `_1`, float later) → `arrival_s`;
+- `Model` (`ChatGPT` or `GPT-4`) → `model`;
+- `Request tokens` / `Response tokens` → `prompt_len` / `output_len`;
+- `Log Type` (`Conversation log` or `API log`) → `tenant`: the two logs are different client
+  populations (interactive chat versus programmatic API calls), the axis the publisher's own
+  statistics are split by;
+- `Session ID` (release 3, conversation rows only) → `session_id`;
+- `Elapsed time` (release 3, s from submission to the full response, not TTFT) →
+  `finish_s = arrival_s + Elapsed time`.
+
+`Response tokens == 0` marks a failed request. Those rows are dropped, as the publisher's
+`without_fails` files do, so they do not pollute length statistics; a note counts them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.canonical import read_csv_frame
+from yaotu_trace.schema import SOURCE_ROW, RawTrace
+
+TIMESTAMP: Final = "Timestamp"
+MODEL: Final = "Model"
+REQUEST_TOKENS: Final = "Request tokens"
+RESPONSE_TOKENS: Final = "Response tokens"
+TOTAL_TOKENS: Final = "Total tokens"
+LOG_TYPE: Final = "Log Type"
+SESSION_ID: Final = "Session ID"
+ELAPSED: Final = "Elapsed time"
+REQUIRED: Final = (TIMESTAMP, REQUEST_TOKENS, RESPONSE_TOKENS)
+FIRST_DATA_LINE: Final = 2  # line 1 is the header
+
+
+def read_burstgpt(path: Path) -> RawTrace:
+    """Map the BurstGPT columns by name and drop failed requests (Response tokens == 0)."""
+    df = read_csv_frame(
+        path,
+        dtype={MODEL: "string", LOG_TYPE: "string", SESSION_ID: "string"},
+        skipinitialspace=True,
+    )
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise TraceSchemaError(
+            f"{path}: missing column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(c) for c in missing)} (have: {', '.join(map(str, df.columns[:8]))}); "
+            f"a BurstGPT file has {TIMESTAMP}, {MODEL}, {REQUEST_TOKENS}, {RESPONSE_TOKENS}, "
+            f"{TOTAL_TOKENS}, {LOG_TYPE}"
+        )
+    out = pd.DataFrame(
+        {
+            "arrival_s": df[TIMESTAMP],
+            "prompt_len": df[REQUEST_TOKENS],
+            "output_len": df[RESPONSE_TOKENS],
+            SOURCE_ROW: np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE),
+        }
+    )
+    if MODEL in df.columns:
+        out["model"] = df[MODEL].str.strip()
+    if LOG_TYPE in df.columns:
+        out["tenant"] = df[LOG_TYPE].str.strip()
+    if SESSION_ID in df.columns:
+        out["session_id"] = df[SESSION_ID].str.strip()
+    if ELAPSED in df.columns:
+        # Non-numbers stay visible to validation, which names the line.
+        elapsed_s = pd.to_numeric(df[ELAPSED], errors="coerce")
+        arrival_s = pd.to_numeric(df[TIMESTAMP], errors="coerce")
+        out["finish_s"] = (arrival_s + elapsed_s).where(elapsed_s.notna(), df[ELAPSED])
+
+    notes: list[str] = []
+    response = pd.to_numeric(df[RESPONSE_TOKENS], errors="coerce")
+    failed = (response == 0).to_numpy()
+    n_failed = int(failed.sum())
+    if n_failed and n_failed == len(df):
+        raise TraceSchemaError(
+            f"{path}: all {n_failed} rows have '{RESPONSE_TOKENS}' 0, which BurstGPT uses for "
+            "failed requests; there is nothing to analyze"
+        )
+    if n_failed:
+        notes.append(
+            f"{n_failed} failed request(s) ('{RESPONSE_TOKENS}' == 0, "
+            f"{100.0 * n_failed / len(df):.1f}% of rows) were dropped, as in BurstGPT's "
+            "without_fails files"
+        )
+        out = out.loc[~failed]
+    notes.extend(_total_mismatch_note(df.loc[~failed]))
+    return RawTrace(
+        requests=out.reset_index(drop=True),
+        format_name="burstgpt",
+        row_label="line",
+        notes=tuple(notes),
+    )
+
+
+def _total_mismatch_note(df: pd.DataFrame) -> list[str]:
+    """`Total tokens` is redundant; a disagreement hints at a shifted or edited column."""
+    if TOTAL_TOKENS not in df.columns:
+        return []
+    total = pd.to_numeric(df[TOTAL_TOKENS], errors="coerce")
+    parts = pd.to_numeric(df[REQUEST_TOKENS], errors="coerce") + pd.to_numeric(
+        df[RESPONSE_TOKENS], errors="coerce"
+    )
+    n = int((total.notna() & parts.notna() & (total != parts)).sum())
+    if not n:
+        return []
+    return [
+        f"{n} row(s) have '{TOTAL_TOKENS}' != '{REQUEST_TOKENS}' + '{RESPONSE_TOKENS}'; "
+        "the two length columns were used"
+    ]

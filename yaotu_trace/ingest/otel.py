@@ -1,0 +1,253 @@
+"""OpenTelemetry span exports (OTLP JSON) of vLLM or SGLang request spans.
+
+Accepts one OTLP `ExportTraceServiceRequest` document (`resourceSpans` → `scopeSpans` →
+`spans`), a JSON list of them, or JSON Lines with one per line (the collector's file exporter).
+Both the proto3-JSON camelCase keys and snake_case keys are read. Attribute values are OTLP
+`AnyValue`s (`intValue` as a string or number, `doubleValue`, `stringValue`).
+
+Every span with `gen_ai.usage.prompt_tokens` is one request (vLLM's `llm_request` span, whose
+start time is the request's arrival). Mapping:
+
+- `startTimeUnixNano` → `arrival_s`, seconds since the earliest span start (a note gives it in
+  UTC); subtracting in integer ns keeps sub-microsecond precision;
+- `gen_ai.request.id` → `request_id` (the `spanId` when absent);
+- `gen_ai.usage.prompt_tokens` / `gen_ai.usage.completion_tokens` → `prompt_len` / `output_len`;
+- `gen_ai.usage.cached_tokens` (SGLang only; vLLM's span has no cached-token attribute) →
+  `cached_tokens`;
+- `arrival_s + gen_ai.latency.time_to_first_token` → `first_token_s`;
+- `arrival_s + gen_ai.latency.e2e` → `finish_s` (the span's end time when e2e is absent);
+- `arrival_s + gen_ai.latency.time_in_queue` → `scheduled_s`. vLLM measures the queue from the
+  engine-core enqueue, a little after the frontend arrival, so this slightly underestimates;
+- `gen_ai.response.model` (or `gen_ai.request.model`) → `model`; the resource attribute
+  `service.instance.id` → `instance`.
+
+SGLang uses the same `gen_ai.latency.*` names as vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.jsonl import read_json_lines
+from yaotu_trace.schema import SOURCE_WHERE, RawTrace
+
+PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
+COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
+CACHED_TOKENS: Final = "gen_ai.usage.cached_tokens"
+REQUEST_ID: Final = "gen_ai.request.id"
+TTFT: Final = "gen_ai.latency.time_to_first_token"
+E2E: Final = "gen_ai.latency.e2e"
+QUEUE: Final = "gen_ai.latency.time_in_queue"
+MODELS: Final = ("gen_ai.response.model", "gen_ai.request.model")
+INSTANCE: Final = "service.instance.id"
+# (camelCase, snake_case) spellings of the OTLP JSON keys.
+RESOURCE_SPANS: Final = ("resourceSpans", "resource_spans")
+SCOPE_SPANS: Final = (
+    "scopeSpans",
+    "scope_spans",
+    "instrumentationLibrarySpans",
+    "instrumentation_library_spans",
+)
+START_NS: Final = ("startTimeUnixNano", "start_time_unix_nano")
+END_NS: Final = ("endTimeUnixNano", "end_time_unix_nano")
+SPAN_ID: Final = ("spanId", "span_id")
+VALUE_KEYS: Final = (
+    "intValue",
+    "int_value",
+    "doubleValue",
+    "double_value",
+    "stringValue",
+    "string_value",
+    "boolValue",
+    "bool_value",
+)
+
+
+def read_otel(path: Path) -> RawTrace:
+    """Collect one request per gen_ai request span from an OTLP JSON export."""
+    rows: list[dict[str, Any]] = []
+    starts_ns: list[int] = []
+    ends_ns: list[int | None] = []
+    skipped = 0
+    for where, span, resource in _spans(path):
+        attrs = _attributes(span.get("attributes"), where, path)
+        if PROMPT_TOKENS not in attrs:
+            skipped += 1
+            continue
+        starts_ns.append(_nanos(span, START_NS, where, path, required=True) or 0)
+        ends_ns.append(_nanos(span, END_NS, where, path, required=False))
+        row: dict[str, Any] = {
+            "request_id": attrs.get(REQUEST_ID, _first(span, SPAN_ID)),
+            "prompt_len": attrs[PROMPT_TOKENS],
+            "output_len": attrs.get(COMPLETION_TOKENS),
+            SOURCE_WHERE: where,
+        }
+        if CACHED_TOKENS in attrs:
+            row["cached_tokens"] = attrs[CACHED_TOKENS]
+        model = next((attrs[k] for k in MODELS if k in attrs), None)
+        if model is not None:
+            row["model"] = model
+        if INSTANCE in resource:
+            row["instance"] = resource[INSTANCE]
+        for column, key in (("first_token_s", TTFT), ("finish_s", E2E), ("scheduled_s", QUEUE)):
+            if key in attrs:
+                row[column] = _seconds(attrs[key], key, where, path)
+        rows.append(row)
+    if not rows:
+        raise TraceSchemaError(
+            f"{path}: none of the {skipped} span(s) carries '{PROMPT_TOKENS}'; export the "
+            "engine's request spans (vLLM --otlp-traces-endpoint, SGLang --enable-trace)"
+        )
+    origin_ns = min(starts_ns)
+    arrival_s = (np.asarray(starts_ns, dtype=np.int64) - origin_ns) / 1e9
+    out = pd.DataFrame.from_records(rows)
+    out.insert(1, "arrival_s", arrival_s)
+    # Latency attributes are durations from arrival; make them absolute on the arrival clock.
+    for column in ("first_token_s", "finish_s", "scheduled_s"):
+        if column in out.columns:
+            out[column] = out[column] + out["arrival_s"]
+    end_s = pd.Series(
+        [np.nan if e is None else (e - origin_ns) / 1e9 for e in ends_ns], dtype="float64"
+    )
+    out["finish_s"] = out["finish_s"].fillna(end_s) if "finish_s" in out.columns else end_s
+    notes = [
+        f"arrival_s is seconds since {pd.Timestamp(origin_ns, unit='ns', tz='UTC').isoformat()} "
+        "(the earliest span start)"
+    ]
+    if skipped:
+        notes.append(f"{skipped} span(s) without '{PROMPT_TOKENS}' were skipped (not requests)")
+    return RawTrace(
+        requests=out.dropna(axis=1, how="all"),
+        format_name="otel",
+        row_label="span",
+        notes=tuple(notes),
+    )
+
+
+def _spans(path: Path) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Yield (location, span, resource attributes) for every span in the export."""
+    for prefix, doc in _documents(path):
+        if not isinstance(doc, dict):
+            raise TraceReadError(
+                f"{path}: {prefix or 'the document'} is {type(doc).__name__}, expected an OTLP "
+                "object with resourceSpans"
+            )
+        for i, resource_spans in enumerate(_list(doc, RESOURCE_SPANS, prefix, path)):
+            here = f"{prefix}resourceSpans[{i}]"
+            resource = resource_spans.get("resource") or {}
+            resource_attrs = _attributes(resource.get("attributes"), here, path)
+            for j, scope_spans in enumerate(_list(resource_spans, SCOPE_SPANS, here, path)):
+                scope_where = f"{here}.scopeSpans[{j}]"
+                for k, span in enumerate(_list(scope_spans, ("spans",), scope_where, path)):
+                    yield f"{scope_where}.spans[{k}]", span, resource_attrs
+
+
+def _documents(path: Path) -> list[tuple[str, Any]]:
+    """One export document, a list of them, or JSON Lines; each with a location prefix."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceReadError(f"{path}: not UTF-8 text; pass an OTLP JSON export") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg != "Extra data":
+            raise TraceReadError(
+                f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); "
+                "check the export is complete"
+            ) from exc
+        records, lines = read_json_lines(path)
+        return [(f"line {line}, ", record) for record, line in zip(records, lines, strict=True)]
+    if isinstance(doc, list):
+        return [(f"document {n}, ", d) for n, d in enumerate(doc)]
+    return [("", doc)]
+
+
+def _list(obj: dict[str, Any], keys: tuple[str, ...], where: str, path: Path) -> list[Any]:
+    value = _first(obj, keys)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise TraceReadError(
+            f"{path}: {where or 'top level'}: '{keys[0]}' must be a list of objects; "
+            "check this is an OTLP JSON export"
+        )
+    return value
+
+
+def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((obj[k] for k in keys if k in obj), None)
+
+
+def _attributes(raw: object, where: str, path: Path) -> dict[str, Any]:
+    """OTLP key/value attributes (or a plain mapping) as {key: Python value}."""
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return {str(k): _any_value(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    if not isinstance(raw, list):
+        raise TraceReadError(f"{path}: {where}: 'attributes' must be a list of key/value objects")
+    attrs: dict[str, Any] = {}
+    for item in raw:
+        if not isinstance(item, dict) or "key" not in item:
+            raise TraceReadError(
+                f"{path}: {where}: attribute {str(item)[:60]!r} has no 'key'; "
+                'write attributes as {"key": ..., "value": {"intValue": ...}}'
+            )
+        value = item.get("value")
+        attrs[str(item["key"])] = _any_value(value) if isinstance(value, dict) else value
+    return attrs
+
+
+def _any_value(value: dict[str, Any]) -> Any:
+    """Unwrap an OTLP AnyValue; int64s arrive as JSON strings and become ints."""
+    for key in VALUE_KEYS:
+        if key in value:
+            raw = value[key]
+            if key in ("intValue", "int_value") and isinstance(raw, str):
+                try:
+                    return int(raw)
+                except ValueError:
+                    return raw  # left for validation to report with its location
+            return raw
+    return None
+
+
+def _nanos(
+    span: dict[str, Any], keys: tuple[str, ...], where: str, path: Path, *, required: bool
+) -> int | None:
+    value = _first(span, keys)
+    if value is None and not required:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        what = "is missing" if value is None else f"is {str(value)[:30]!r}, not an integer"
+        raise TraceSchemaError(
+            f"{path}: {where}, field '{keys[0]}' {what}; give nanoseconds since the Unix epoch"
+        ) from None
+
+
+def _seconds(value: object, key: str, where: str, path: Path) -> float:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TraceSchemaError(
+            f"{path}: {where}, attribute '{key}': {str(value)[:30]!r} is not a number of seconds"
+        ) from None
+    if not np.isfinite(seconds):
+        raise TraceSchemaError(f"{path}: {where}, attribute '{key}': {seconds} is not finite")
+    return seconds

@@ -1,0 +1,270 @@
+"""vLLM `bench serve --save-result --save-detailed` JSON: one run's per-request arrays.
+
+The document holds run-level metrics plus, with `--save-detailed`, parallel per-request arrays:
+`input_lens`, `output_lens`, `ttfts` (s), `itls` (a list of s per request, one gap per streamed
+chunk), `errors` ("" on success), `generated_texts` and, in newer releases, `start_times` (the
+client's `time.perf_counter()` when the request was sent). Mapping, for request *i*:
+
+- `arrival_s` = `start_times[i]` minus the earliest start time;
+- `first_token_s` = `arrival_s + ttfts[i]`;
+- `token_times_s` = `first_token_s` followed by the running sum of `itls[i]`, kept only when it
+  has exactly `output_lens[i]` entries (a chunk can carry several tokens; then it is left out);
+- `finish_s` = `arrival_s + latencies[i]` (or `e2els[i]`) when saved, else
+  `first_token_s + sum(itls[i])`, which is how the client measures latency for streamed output;
+- `model` = the run's `model_id`; `request_id` = `r<i>`, the index in the arrays.
+
+Without `start_times` the arrival pattern is unknown. Every request is then placed at
+`arrival_s = 0` in file order: exact for the default `--request-rate inf` without
+`--max-concurrency`, and latencies (TTFT, end-to-end) stay exact either way. A note says so.
+Failed requests (a non-empty `errors[i]`, or `successes[i]` false) are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.schema import SOURCE_WHERE, RawTrace
+
+PER_REQUEST_KEYS: Final = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "start_times",
+    "latencies",
+    "e2els",
+    "errors",
+    "successes",
+    "request_ids",
+)
+DETAIL_HINT: Final = "re-run vllm bench serve with --save-result --save-detailed"
+
+
+def read_vllm_bench(path: Path) -> RawTrace:
+    """Turn the per-request arrays of one benchmark run into canonical requests."""
+    doc = _load_document(path)
+    if not isinstance(doc, dict):
+        raise TraceReadError(
+            f"{path}: expected one JSON object (a vllm bench serve result), got "
+            f"{type(doc).__name__}; pass the file written by --save-result"
+        )
+    missing = [k for k in ("input_lens", "output_lens") if k not in doc]
+    if missing:
+        raise TraceSchemaError(
+            f"{path}: the result has no per-request arrays ({', '.join(map(repr, missing))} "
+            f"missing); {DETAIL_HINT}"
+        )
+    n = len(_array(doc, "input_lens", path, None))
+    arrays = {k: _array(doc, k, path, n) for k in PER_REQUEST_KEYS if k in doc and k != "errors"}
+    errors, failed_elsewhere = _errors(doc, path, n)
+
+    failed = np.zeros(n, dtype=bool)
+    if errors is not None:
+        failed |= np.array([bool(e) for e in errors], dtype=bool)
+    if "successes" in arrays:
+        failed |= np.array([s is False for s in arrays["successes"]], dtype=bool)
+    keep = np.flatnonzero(~failed)
+    if keep.size == 0:
+        raise TraceSchemaError(
+            f"{path}: all {n} requests of the run failed"
+            + (f" (first error: {_short(errors[0])})" if errors else "")
+            + "; there is nothing to analyze"
+        )
+
+    starts = _starts(arrays, keep, path)
+    rows = [_request(arrays, int(i), float(start), path) for i, start in zip(keep, starts)]
+    out = pd.DataFrame.from_records(rows)
+    if isinstance(doc.get("model_id"), str):
+        out["model"] = doc["model_id"]
+    return RawTrace(
+        requests=out,
+        format_name="vllm-bench",
+        row_label="request",
+        notes=tuple(_notes(doc, out, n, failed, errors, failed_elsewhere)),
+    )
+
+
+def _load_document(path: Path) -> Any:
+    """Parse the whole file as one JSON document with line-numbered errors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceReadError(f"{path}: not UTF-8 text; pass a vllm bench result JSON") from exc
+    decoder = json.JSONDecoder()
+    start = len(text) - len(text.lstrip())
+    try:
+        doc, end = decoder.raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        raise TraceReadError(
+            f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); "
+            "check the file is complete"
+        ) from exc
+    tail = text[end:]
+    if tail.strip():
+        next_doc = end + len(tail) - len(tail.lstrip())
+        line = text.count("\n", 0, next_doc) + 1
+        raise TraceReadError(
+            f"{path}: line {line}: a second JSON document follows the first (results appended "
+            "with --append-result); keep one run per file"
+        )
+    return doc
+
+
+def _array(doc: dict[str, Any], key: str, path: Path, n: int | None) -> list[Any]:
+    value = doc[key]
+    if not isinstance(value, list):
+        raise TraceSchemaError(
+            f"{path}: key '{key}' is {type(value).__name__}, expected a list with one entry per "
+            f"request; {DETAIL_HINT}"
+        )
+    if n is not None and len(value) != n:
+        raise TraceSchemaError(
+            f"{path}: key '{key}' has {len(value)} entries but 'input_lens' has {n}; the "
+            "per-request arrays must be parallel (was the file edited?)"
+        )
+    return value
+
+
+def _errors(doc: dict[str, Any], path: Path, n: int) -> tuple[list[Any] | None, int]:
+    """Per-request errors, or (None, count) when a fork lists only the failures' errors."""
+    if "errors" not in doc:
+        return None, 0
+    errors = doc["errors"]
+    if not isinstance(errors, list):
+        raise TraceSchemaError(f"{path}: key 'errors' is {type(errors).__name__}, expected a list")
+    if len(errors) == n:
+        return errors, 0
+    # NOTE: some forks save arrays for successful requests only and `errors` for failures only.
+    return None, sum(1 for e in errors if e)
+
+
+def _starts(arrays: dict[str, list[Any]], keep: np.ndarray, path: Path) -> np.ndarray:
+    """Arrival times in s since the earliest kept start; zeros when the run saved none."""
+    if "start_times" not in arrays:
+        return np.zeros(keep.size)
+    values = np.array([_seconds(arrays, "start_times", int(i), path) for i in keep])
+    return values - values.min()
+
+
+def _request(
+    arrays: dict[str, list[Any]], i: int, arrival_s: float, path: Path
+) -> dict[str, Any]:
+    """One canonical row; lengths are left raw so validation names a bad value."""
+    output_len = arrays["output_lens"][i]
+    row: dict[str, Any] = {
+        "request_id": str(arrays["request_ids"][i]) if "request_ids" in arrays else f"r{i}",
+        "arrival_s": arrival_s,
+        "prompt_len": arrays["input_lens"][i],
+        "output_len": output_len,
+        SOURCE_WHERE: f"request {i}",
+    }
+    gaps_s = _gaps(arrays, i, path)
+    ttft_s = _seconds(arrays, "ttfts", i, path) if "ttfts" in arrays else math.nan
+    # A TTFT of 0 is what the client records when the endpoint did not stream.
+    if ttft_s > 0:
+        first_s = arrival_s + ttft_s
+        row["first_token_s"] = first_s
+        times_s = first_s + np.concatenate(([0.0], np.cumsum(gaps_s)))
+        if isinstance(output_len, int) and len(times_s) == output_len:
+            row["token_times_s"] = times_s.tolist()
+        row["finish_s"] = float(times_s[-1])
+    for key in ("latencies", "e2els"):
+        if key in arrays and arrays[key][i] is not None:
+            row["finish_s"] = arrival_s + _seconds(arrays, key, i, path)
+            break
+    return row
+
+
+def _seconds(arrays: dict[str, list[Any]], key: str, i: int, path: Path) -> float:
+    value = arrays[key][i]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TraceSchemaError(
+            f"{path}: request {i}, key '{key}': {str(value)[:40]!r} is not a number of seconds; "
+            "the result file looks damaged"
+        )
+    return float(value)
+
+
+def _gaps(arrays: dict[str, list[Any]], i: int, path: Path) -> np.ndarray:
+    if "itls" not in arrays:
+        return np.zeros(0)
+    gaps = arrays["itls"][i]
+    if gaps is None:
+        return np.zeros(0)
+    ok = isinstance(gaps, list) and all(
+        isinstance(g, int | float) and not isinstance(g, bool) and math.isfinite(g) for g in gaps
+    )
+    if not ok:
+        raise TraceSchemaError(
+            f"{path}: request {i}, key 'itls': expected a list of seconds between streamed "
+            f"chunks, got {str(gaps)[:40]!r}; the result file looks damaged"
+        )
+    return np.asarray(gaps, dtype=np.float64)
+
+
+def _notes(
+    doc: dict[str, Any],
+    out: pd.DataFrame,
+    n: int,
+    failed: np.ndarray,
+    errors: list[Any] | None,
+    failed_elsewhere: int,
+) -> list[str]:
+    notes: list[str] = []
+    n_failed = int(failed.sum())
+    if n_failed:
+        first = _short(errors[int(np.flatnonzero(failed)[0])]) if errors else "unsuccessful"
+        notes.append(
+            f"{n_failed} of {n} requests failed and were skipped (first error: {first})"
+        )
+    if failed_elsewhere:
+        notes.append(
+            f"{failed_elsewhere} failed request(s) are listed in 'errors' only and are not in "
+            "the per-request arrays"
+        )
+    if "start_times" in doc:
+        notes.append(
+            "arrival_s is seconds since the first request was sent (client perf_counter clock)"
+        )
+    else:
+        rate = doc.get("request_rate")
+        concurrency = doc.get("max_concurrency")
+        notes.append(
+            "the result has no start_times, so arrivals are unknown: every request is placed at "
+            f"arrival_s 0 in file order (the run used request_rate {rate}, max_concurrency "
+            f"{concurrency}); latencies are exact, arrival patterns are not"
+        )
+    if "first_token_s" not in out.columns or out["first_token_s"].isna().any():
+        missing = len(out) if "first_token_s" not in out.columns else int(
+            out["first_token_s"].isna().sum()
+        )
+        notes.append(
+            f"{missing} request(s) have no TTFT (0 in 'ttfts': the endpoint did not stream)"
+        )
+    if "first_token_s" in out.columns:
+        has_ttft = out["first_token_s"].notna()
+        no_times = (
+            int(has_ttft.sum())
+            if "token_times_s" not in out.columns
+            else int((has_ttft & out["token_times_s"].isna()).sum())
+        )
+        if no_times:
+            notes.append(
+                f"{no_times} request(s) streamed a chunk count different from output_len (several "
+                "tokens per chunk); their token_times_s are left out"
+            )
+    return notes
+
+
+def _short(value: object) -> str:
+    text = " ".join(str(value).split())
+    return text[:80] + ("..." if len(text) > 80 else "")
