@@ -1,0 +1,482 @@
+"""Deterministic synthetic request traces: named scenarios of prefix reuse and arrival shape.
+
+`generate(options)` returns a canonical request table (token ids, lengths, arrivals, tenant,
+session, model); the caller writes it with `ingest.canonical.write_trace`. The same options and
+seed always give the same table: one `numpy.random.Generator(PCG64(seed))` drives every draw,
+in a fixed order, and nothing reads the clock.
+
+Shapes follow the public traces described in docs/reference/trace-formats.md: Azure 2023
+conversation and code lengths (prompt median ~1,000 / ~1,500 tokens, code output median 13),
+Azure code burstiness (interarrival CV 13 there; `bursty` targets ~5), Mooncake long prompts
+(median ~7k, p99 ~85k tokens) and agentic contexts that grow to tens of thousands of tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final, assert_never
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from yaotu_trace.errors import ConfigError
+
+DEFAULT_MODEL: Final = "llama-3.1-8b"
+# Llama 3 has 128,256 ids; the top 256 are special tokens, which prompts here never contain.
+VOCAB_SIZE: Final = 128_000
+# NOTE: natural-language token frequencies are roughly Zipfian (exponent near 1). Drawing ids that
+# way, rather than uniformly, keeps generated files compressible and chance matches realistic.
+ZIPF_EXPONENT: Final = 1.0
+# Arrivals are rounded to the microsecond so that text formats are short and stable.
+ARRIVAL_DECIMALS: Final = 6
+
+
+class Scenario(StrEnum):
+    """Named synthetic workloads; `trace generate SCENARIO` takes these names."""
+
+    CHAT = "chat"
+    MULTI_TENANT = "multi-tenant"
+    RAG = "rag"
+    BURSTY = "bursty"
+    AGENTIC = "agentic"
+    LONG_PREFILL = "long-prefill"
+
+
+# One line per scenario: what it models and the property the tests pin.
+SCENARIOS: Final[Mapping[Scenario, str]] = {
+    Scenario.CHAT: (
+        "multi-turn chat: each turn's prompt is the previous prompt + its output + a new user "
+        "message; a few system prompts per tenant; Poisson session starts"
+    ),
+    Scenario.MULTI_TENANT: (
+        "single-turn requests from several tenants; some system prompts are identical across "
+        "tenants (tenant isolation forfeits that reuse), others are tenant-specific"
+    ),
+    Scenario.RAG: (
+        "retrieval-augmented prompts: a tenant system prompt + popular shared documents in varied "
+        "order + a question, so much reuse is not a prefix"
+    ),
+    Scenario.BURSTY: (
+        "code completion with on/off bursty arrivals (interarrival CV ~5, like Azure 2023 code): "
+        "requests in a burst share a file context; short outputs"
+    ),
+    Scenario.AGENTIC: (
+        "agent loops: a large per-tenant tools prompt, then each step appends the previous "
+        "output and a tool result, so contexts grow to tens of thousands of tokens"
+    ),
+    Scenario.LONG_PREFILL: (
+        "a mix of long-document prompts (Mooncake-like, up to 120k tokens, some asked about "
+        "twice) and short prompts with long streaming decodes"
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScenarioDefaults:
+    """Values used when an option is not given: `requests`, mean `rate_per_s`, `tenants`."""
+
+    requests: int
+    rate_per_s: float
+    tenants: int
+
+
+DEFAULTS: Final[Mapping[Scenario, ScenarioDefaults]] = {
+    Scenario.CHAT: ScenarioDefaults(requests=1000, rate_per_s=5.0, tenants=4),
+    Scenario.MULTI_TENANT: ScenarioDefaults(requests=1000, rate_per_s=5.0, tenants=4),
+    Scenario.RAG: ScenarioDefaults(requests=1000, rate_per_s=4.0, tenants=2),
+    Scenario.BURSTY: ScenarioDefaults(requests=1000, rate_per_s=2.5, tenants=3),
+    Scenario.AGENTIC: ScenarioDefaults(requests=300, rate_per_s=1.0, tenants=2),
+    Scenario.LONG_PREFILL: ScenarioDefaults(requests=500, rate_per_s=3.4, tenants=3),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateOptions:
+    """What to generate. `None` means the scenario's default (see `DEFAULTS`)."""
+
+    scenario: Scenario
+    seed: int = 0
+    requests: int | None = None
+    rate_per_s: float | None = None
+    tenants: int | None = None
+    model: str = DEFAULT_MODEL
+
+    def resolved(self) -> ScenarioDefaults:
+        """The effective request count, rate and tenant count, validated."""
+        base = DEFAULTS[self.scenario]
+        requests = base.requests if self.requests is None else self.requests
+        rate_per_s = base.rate_per_s if self.rate_per_s is None else self.rate_per_s
+        tenants = base.tenants if self.tenants is None else self.tenants
+        if requests < 1:
+            raise ConfigError(f"--requests {requests}: give at least 1 request")
+        if not (np.isfinite(rate_per_s) and rate_per_s > 0):
+            raise ConfigError(f"--rate {rate_per_s}: give a positive number of requests per second")
+        if tenants < 1:
+            raise ConfigError(f"--tenants {tenants}: give at least 1 tenant")
+        if self.seed < 0:
+            raise ConfigError(f"--seed {self.seed}: give a non-negative integer")
+        return ScenarioDefaults(requests=requests, rate_per_s=rate_per_s, tenants=tenants)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Request:
+    """One generated request before it becomes a table row."""
+
+    arrival_s: float
+    tenant: int
+    session: int
+    prompt: np.ndarray
+    output_len: int
+    output: np.ndarray | None = None
+
+
+@dataclass(slots=True)
+class _Draw:
+    """All randomness of one generation: token ids, lengths, choices and gaps, from one stream."""
+
+    rng: np.random.Generator
+    _cdf: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        weights = 1.0 / np.arange(1, VOCAB_SIZE + 1, dtype=np.float64) ** ZIPF_EXPONENT
+        self._cdf = np.cumsum(weights) / weights.sum()
+
+    def tokens(self, n_tokens: int) -> np.ndarray:
+        """`n_tokens` Zipf-distributed token ids (int64)."""
+        ids = np.searchsorted(self._cdf, self.rng.random(n_tokens), side="right")
+        return np.minimum(ids, VOCAB_SIZE - 1).astype(np.int64)
+
+    def length(self, median: float, sigma: float, low: int, high: int) -> int:
+        """A log-normal token count with the given median, clipped to [low, high]."""
+        return int(np.clip(round(median * np.exp(sigma * self.rng.standard_normal())), low, high))
+
+    def pick(self, weights: np.ndarray) -> int:
+        """An index drawn with probability proportional to `weights`."""
+        return int(np.searchsorted(np.cumsum(weights), self.rng.random() * weights.sum(), "right"))
+
+    def exp_s(self, mean_s: float) -> float:
+        """An exponential gap in seconds."""
+        return float(self.rng.exponential(mean_s))
+
+    def chance(self, p: float) -> bool:
+        """True with probability `p`."""
+        return bool(self.rng.random() < p)
+
+
+def _zipf_weights(n: int, exponent: float = 1.0) -> np.ndarray:
+    """Uneven popularity: item k (0-based) has weight 1 / (k + 1) ** exponent."""
+    return 1.0 / np.arange(1, n + 1, dtype=np.float64) ** exponent
+
+
+def _cat(*parts: np.ndarray) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64, copy=False)
+
+
+def _sessions(
+    n: int,
+    draw: _Draw,
+    mean_requests: float,
+    rate_per_s: float,
+    warmup_s: float,
+    session: Callable[[float, int], list[_Request]],
+) -> list[_Request]:
+    """The first `n` requests at or after time 0 of a stationary stream of sessions.
+
+    Sessions start as a Poisson process (rate `rate_per_s / mean_requests`) from `-warmup_s`, so
+    the trace is a window of a running service: it opens mid-conversation for some sessions, and
+    its request rate does not ramp up from zero. Stops once no later session can arrive earlier
+    than the n-th request kept so far.
+    """
+    out: list[_Request] = []
+    start_s = -warmup_s
+    index = 0
+    while True:
+        out.extend(r for r in session(start_s, index) if r.arrival_s >= 0.0)
+        index += 1
+        start_s += draw.exp_s(mean_requests / rate_per_s)
+        if start_s > 0.0 and index % 16 == 0 and len(out) >= n:
+            arrivals = np.fromiter((r.arrival_s for r in out), dtype=np.float64, count=len(out))
+            if np.count_nonzero(arrivals <= start_s) >= n:
+                order = np.argsort(arrivals, kind="stable")[:n]
+                return [out[i] for i in order]
+
+
+def _chat(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """Sessions of turns; turn k+1's prompt extends turn k's prompt and output."""
+    mean_turns = 4.0
+    systems = [
+        [draw.tokens(draw.length(500, 0.6, 64, 4000)) for _ in range(2)] for _ in range(tenants)
+    ]
+    tenant_weights = _zipf_weights(tenants, 0.8)
+
+    def session(start_s: float, index: int) -> list[_Request]:
+        turns = min(int(draw.rng.geometric(1.0 / mean_turns)), 16)
+        tenant = draw.pick(tenant_weights)
+        prompt = _cat(
+            systems[tenant][int(draw.rng.integers(2))], draw.tokens(draw.length(60, 0.9, 4, 2000))
+        )
+        at_s = start_s
+        turns_out: list[_Request] = []
+        for _ in range(turns):
+            output_len = draw.length(130, 0.8, 1, 2000)
+            output = draw.tokens(output_len)
+            turns_out.append(
+                _Request(
+                    arrival_s=at_s,
+                    tenant=tenant,
+                    session=index,
+                    prompt=prompt,
+                    output_len=output_len,
+                    output=output,
+                )
+            )
+            # The next turn comes after the answer streams (~40 tok/s) and the user reads and types.
+            at_s += output_len / 40.0 + draw.exp_s(20.0)
+            prompt = _cat(prompt, output, draw.tokens(draw.length(60, 0.9, 4, 2000)))
+        return turns_out
+
+    return _sessions(n, draw, mean_turns, rate_per_s, 600.0, session)
+
+
+def _multi_tenant(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """Single-turn requests; a shared pool of system prompts plus tenant-specific ones."""
+    shared = [draw.tokens(draw.length(1200, 0.4, 256, 4000)) for _ in range(3)]
+    own = [
+        [draw.tokens(draw.length(800, 0.5, 128, 4000)) for _ in range(2)] for _ in range(tenants)
+    ]
+    tenant_weights = _zipf_weights(tenants, 0.6)
+    out: list[_Request] = []
+    at_s = 0.0
+    for i in range(n):
+        tenant = draw.pick(tenant_weights)
+        if draw.chance(0.6):
+            system = shared[draw.pick(_zipf_weights(len(shared)))]
+        else:
+            system = own[tenant][int(draw.rng.integers(2))]
+        prompt = _cat(system, draw.tokens(draw.length(150, 0.9, 4, 4000)))
+        out.append(
+            _Request(
+                arrival_s=at_s,
+                tenant=tenant,
+                session=i,
+                prompt=prompt,
+                output_len=draw.length(150, 0.9, 1, 2000),
+            )
+        )
+        at_s += draw.exp_s(1.0 / rate_per_s)
+    return out
+
+
+def _rag(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """System prompt + k popular documents (order varies) + question, per tenant corpus."""
+    systems = [draw.tokens(draw.length(300, 0.4, 64, 2000)) for _ in range(tenants)]
+    docs_per_tenant = max(20, n // (4 * tenants))
+    corpora = [
+        [draw.tokens(draw.length(400, 0.5, 100, 1500)) for _ in range(docs_per_tenant)]
+        for _ in range(tenants)
+    ]
+    popularity = _zipf_weights(docs_per_tenant, 1.1)
+    popularity = popularity / popularity.sum()
+    tenant_weights = _zipf_weights(tenants, 0.6)
+    out: list[_Request] = []
+    at_s = 0.0
+    for i in range(n):
+        tenant = draw.pick(tenant_weights)
+        k = int(draw.rng.integers(3, 6))
+        chosen = draw.rng.choice(docs_per_tenant, size=k, replace=False, p=popularity)
+        parts = [systems[tenant], *(corpora[tenant][int(d)] for d in chosen)]
+        prompt = _cat(*parts, draw.tokens(draw.length(60, 0.7, 4, 1000)))
+        out.append(
+            _Request(
+                arrival_s=at_s,
+                tenant=tenant,
+                session=i,
+                prompt=prompt,
+                output_len=draw.length(200, 0.7, 1, 2000),
+            )
+        )
+        at_s += draw.exp_s(1.0 / rate_per_s)
+    return out
+
+
+# Bursty arrivals: mean requests per burst, and how much faster than the mean rate a burst runs.
+BURST_MEAN_REQUESTS: Final = 20.0
+BURST_SPEEDUP: Final = 20.0
+# Azure 2023 code prompts stop at 7,437 tokens (an ~8k context limit, trace-formats.md §2.3).
+CODE_CONTEXT_LIMIT_TOKENS: Final = 7437
+
+
+def _bursty(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """On/off arrivals; a burst is one editor session re-sending a (trimmed) file context.
+
+    Within a burst, gaps are exponential at `BURST_SPEEDUP` times the mean rate; between bursts,
+    the off gap is sized so that the long-run mean rate is `rate_per_s`. With 20 requests per
+    burst on average the interarrival CV is 5-8 (Azure 2023 code: 13).
+    """
+    preambles = [draw.tokens(draw.length(150, 0.5, 16, 1000)) for _ in range(tenants)]
+    tenant_weights = _zipf_weights(tenants, 0.6)
+    on_gap_s = 1.0 / (rate_per_s * BURST_SPEEDUP)
+    off_gap_s = BURST_MEAN_REQUESTS / rate_per_s * (1.0 - 1.0 / BURST_SPEEDUP)
+    out: list[_Request] = []
+    at_s = 0.0
+    burst = 0
+    while len(out) < n:
+        size = min(int(draw.rng.geometric(1.0 / BURST_MEAN_REQUESTS)), n - len(out))
+        tenant = draw.pick(tenant_weights)
+        context = draw.tokens(draw.length(1500, 0.9, 32, 7000))
+        for j in range(size):
+            if j:
+                at_s += draw.exp_s(on_gap_s)
+            cut = int(draw.rng.integers(int(0.7 * len(context)), len(context) + 1))
+            cursor = draw.tokens(draw.length(30, 0.8, 1, 400))
+            prompt = _cat(preambles[tenant], context[:cut], cursor)[:CODE_CONTEXT_LIMIT_TOKENS]
+            out.append(
+                _Request(
+                    arrival_s=at_s,
+                    tenant=tenant,
+                    session=burst,
+                    prompt=prompt,
+                    output_len=draw.length(13, 1.2, 1, 1900),
+                )
+            )
+        burst += 1
+        at_s += draw.exp_s(off_gap_s)
+    # NOTE: a few dozen off gaps make the realised rate noisy (+-30%); rescaling time to the
+    # requested mean rate keeps the shape (the CV is scale-free) and makes --rate exact.
+    span_s = out[-1].arrival_s
+    if n > 1 and span_s > 0.0:
+        scale = (n - 1) / rate_per_s / span_s
+        for request in out:
+            request.arrival_s *= scale
+    return out
+
+
+def _agentic(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """Agent loops: each step's prompt = previous prompt + its output + a tool result."""
+    mean_steps = 25.0
+    max_context_tokens = 120_000
+    tools = [draw.tokens(draw.length(8000, 0.3, 2000, 20000)) for _ in range(tenants)]
+    tenant_weights = _zipf_weights(tenants, 0.6)
+
+    def session(start_s: float, index: int) -> list[_Request]:
+        steps = min(int(draw.rng.geometric(1.0 / mean_steps)), 200)
+        tenant = draw.pick(tenant_weights)
+        prompt = _cat(tools[tenant], draw.tokens(draw.length(200, 1.0, 8, 4000)))
+        at_s = start_s
+        steps_out: list[_Request] = []
+        for _ in range(steps):
+            output_len = draw.length(150, 0.9, 1, 4000)
+            output = draw.tokens(output_len)
+            steps_out.append(
+                _Request(
+                    arrival_s=at_s,
+                    tenant=tenant,
+                    session=index,
+                    prompt=prompt,
+                    output_len=output_len,
+                    output=output,
+                )
+            )
+            # Decoding (~50 tok/s) plus the tool's own latency.
+            at_s += output_len / 50.0 + draw.exp_s(4.0)
+            prompt = _cat(prompt, output, draw.tokens(draw.length(400, 1.2, 1, 16000)))
+            if len(prompt) > max_context_tokens:
+                break  # the agent would compact or restart here
+        return steps_out
+
+    return _sessions(n, draw, mean_steps, rate_per_s, 600.0, session)
+
+
+def _long_prefill(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """Long-document prompts (a quarter; half about a document seen before) among short ones.
+
+    The short prompts carry long streaming decodes, the long ones short answers.
+    """
+    systems = [draw.tokens(draw.length(400, 0.5, 32, 2000)) for _ in range(tenants)]
+    documents: list[list[np.ndarray]] = [[] for _ in range(tenants)]
+    tenant_weights = _zipf_weights(tenants, 0.6)
+    out: list[_Request] = []
+    at_s = 0.0
+    for i in range(n):
+        tenant = draw.pick(tenant_weights)
+        if draw.chance(0.25):
+            seen = documents[tenant]
+            if seen and draw.chance(0.5):
+                document = seen[int(draw.rng.integers(len(seen)))]
+            else:
+                document = draw.tokens(draw.length(16000, 0.9, 2000, 120_000))
+                seen.append(document)
+            prompt = _cat(systems[tenant], document, draw.tokens(draw.length(50, 0.7, 4, 500)))
+            output_len = draw.length(120, 0.8, 1, 1000)
+        else:
+            prompt = _cat(systems[tenant], draw.tokens(draw.length(600, 0.9, 8, 8000)))
+            output_len = draw.length(500, 0.6, 16, 4000)
+        out.append(
+            _Request(arrival_s=at_s, tenant=tenant, session=i, prompt=prompt, output_len=output_len)
+        )
+        at_s += draw.exp_s(1.0 / rate_per_s)
+    return out
+
+
+Builder = Callable[[_Draw, int, float, int], list[_Request]]
+
+
+def _builder(scenario: Scenario) -> Builder:
+    match scenario:
+        case Scenario.CHAT:
+            return _chat
+        case Scenario.MULTI_TENANT:
+            return _multi_tenant
+        case Scenario.RAG:
+            return _rag
+        case Scenario.BURSTY:
+            return _bursty
+        case Scenario.AGENTIC:
+            return _agentic
+        case Scenario.LONG_PREFILL:
+            return _long_prefill
+        case _:
+            assert_never(scenario)
+
+
+def _list_column(arrays: list[np.ndarray]) -> pd.Series:
+    """An Arrow-backed large_list<int64> column built without per-token Python objects."""
+    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = np.concatenate(arrays).astype(np.int64) if arrays else np.empty(0, np.int64)
+    arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return pd.Series(pd.arrays.ArrowExtensionArray(arr))
+
+
+def generate(options: GenerateOptions) -> pd.DataFrame:
+    """Generate the scenario's canonical request table, sorted by arrival.
+
+    Columns: request_id, arrival_s (s from the first request), tenant, model, session_id,
+    prompt_len and output_len (tokens), prompt_tokens and, for chat and agentic (whose outputs
+    are fed back into later prompts), output_tokens.
+    """
+    params = options.resolved()
+    draw = _Draw(np.random.Generator(np.random.PCG64(options.seed)))
+    requests = _builder(options.scenario)(draw, params.requests, params.rate_per_s, params.tenants)
+    arrival_s = np.round([r.arrival_s for r in requests], ARRIVAL_DECIMALS)
+    order = np.argsort(arrival_s, kind="stable")
+    requests = [requests[i] for i in order]
+    count = len(requests)
+    width = max(6, len(str(count - 1)))
+    columns: dict[str, pd.Series] = {
+        "request_id": pd.Series([f"req-{i:0{width}d}" for i in range(count)], dtype="string"),
+        "arrival_s": pd.Series(arrival_s[order] - arrival_s[order][0], dtype="float64"),
+        "tenant": pd.Series([f"tenant-{r.tenant}" for r in requests], dtype="string"),
+        "model": pd.Series([options.model] * count, dtype="string"),
+        "session_id": pd.Series([f"sess-{r.session:0{width}d}" for r in requests], dtype="string"),
+        "prompt_len": pd.Series([len(r.prompt) for r in requests], dtype="int64"),
+        "output_len": pd.Series([r.output_len for r in requests], dtype="int64"),
+        "prompt_tokens": _list_column([r.prompt for r in requests]),
+    }
+    if all(r.output is not None for r in requests):
+        outputs = [r.output for r in requests if r.output is not None]
+        columns["output_tokens"] = _list_column(outputs)
+    return pd.DataFrame(columns)
