@@ -111,7 +111,8 @@ def read_ragpulse(path: Path, *, stitch_runs: bool = True) -> RawTrace:
     if not any(present):
         notes.append(
             f"no RAGPulse chunk tables next to {trace_path.name}; prompts carry lengths only, so "
-            "prefix reuse is not available (put 1_sys_prompt.jsonl ... 5_web_search.jsonl beside it)"
+            "prefix reuse is not available (put 1_sys_prompt.jsonl ... 5_web_search.jsonl "
+            "beside it)"
         )
     elif not all(present):
         missing = [t.name for t, ok in zip(tables, present, strict=True) if not ok]
