@@ -1,0 +1,91 @@
+"""BurstGPT reader: columns by name, failed rows dropped, release-3 session and elapsed time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from yaotu_trace.errors import TraceSchemaError, YaotuError
+from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest.formats import TraceFormat
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def test_burstgpt_fixture_maps_model_tenant_and_lengths() -> None:
+    trace = load_trace(DATA / "burstgpt_small.csv")
+    req = trace.requests
+    assert trace.format_name == "burstgpt"
+    assert req["arrival_s"].tolist() == [5.0, 118.0, 118.0, 2010.0]
+    assert req["model"].tolist() == ["ChatGPT", "GPT-4", "ChatGPT", "GPT-4"]
+    assert req["tenant"].tolist() == [
+        "Conversation log",
+        "API log",
+        "API log",
+        "Conversation log",
+    ]
+    assert req["prompt_len"].tolist() == [472, 417, 213, 1208]
+    assert req["output_len"].tolist() == [18, 276, 31, 389]
+    assert "session_id" not in req.columns and "finish_s" not in req.columns
+
+
+def test_burstgpt_failed_requests_are_dropped_and_counted() -> None:
+    trace = load_trace(DATA / "burstgpt_small.csv")
+    assert trace.rows_read == 4  # the failed row at t=45 never reaches the table
+    assert 1087 not in trace.requests["prompt_len"].tolist()
+    assert any(
+        note.startswith("1 failed request(s) ('Response tokens' == 0, 20.0% of rows)")
+        for note in trace.notes
+    )
+
+
+def test_burstgpt_release_3_reads_columns_by_name() -> None:
+    trace = load_trace(DATA / "burstgpt_v3_small.csv")
+    req = trace.requests
+    assert req["arrival_s"].tolist() == [0.5, 3.75, 130.25]
+    assert req["session_id"].isna().tolist() == [True, False, False]
+    assert req["session_id"].iloc[1:].tolist() == ["a81f2c", "a81f2c"]
+    # Elapsed time is submission → full response, so it ends the request.
+    assert req["finish_s"].tolist() == [1.75, 16.25, 139.25]
+    assert req["model"].tolist() == ["ChatGPT", "GPT-4", "GPT-4"]
+    assert req["prompt_len"].tolist() == [218, 520, 811]
+    assert "first_token_s" not in req.columns
+
+
+def test_burstgpt_is_detected_from_the_header() -> None:
+    assert detect_format(DATA / "burstgpt_small.csv") is TraceFormat.BURSTGPT
+    assert detect_format(DATA / "burstgpt_v3_small.csv") is TraceFormat.BURSTGPT
+
+
+def test_burstgpt_bad_token_count_is_a_one_line_error_naming_the_line() -> None:
+    path = DATA / "burstgpt_bad_tokens.csv"
+    with pytest.raises(YaotuError) as info:
+        load_trace(path)
+    message = str(info.value)
+    assert isinstance(info.value, TraceSchemaError)
+    assert "\n" not in message
+    assert str(path) in message
+    assert "line 4" in message and "'many'" in message
+
+
+def test_burstgpt_all_failed_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "b.csv"
+    path.write_text(HEADER + "1,ChatGPT,10,0,10,API log\n2,GPT-4,20,0,20,API log\n")
+    with pytest.raises(TraceSchemaError, match="all 2 rows have 'Response tokens' 0"):
+        load_trace(path)
+
+
+def test_burstgpt_total_mismatch_is_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "b.csv"
+    path.write_text(HEADER + "1,ChatGPT,10,5,15,API log\n2,GPT-4,20,5,99,API log\n")
+    trace = load_trace(path)
+    assert any(note.startswith("1 row(s) have 'Total tokens' !=") for note in trace.notes)
+
+
+def test_burstgpt_missing_column_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "b.csv"
+    path.write_text("Timestamp,Model,Request tokens,Log Type\n1,ChatGPT,10,API log\n")
+    with pytest.raises(TraceSchemaError, match="missing column 'Response tokens'"):
+        load_trace(path, fmt=TraceFormat.BURSTGPT)
