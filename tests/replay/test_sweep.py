@@ -1,0 +1,228 @@
+"""The one-pass capacity curve equals separate LRU replays at every capacity."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.replay import sweep as sweep_module
+from yaotu_trace.replay.sweep import (
+    CapacityCurve,
+    curve_from_histograms,
+    stack_distance_histograms,
+)
+
+
+def lru_replay(
+    requests: list[list[int]],
+    prompt_tokens: list[int],
+    max_hit: list[int],
+    block_tokens: int,
+    capacity: int,
+    *,
+    head_first: bool,
+    partitions: list[int] | None = None,
+) -> tuple[int, int]:
+    """Brute-force reference: one OrderedDict LRU per partition; (hit tokens, hit blocks)."""
+    caches: dict[int, OrderedDict[int, None]] = {}
+    hit_tokens = hit_blocks = 0
+    for r, blocks in enumerate(requests):
+        cache = caches.setdefault(partitions[r] if partitions else 0, OrderedDict())
+        k = 0
+        while k < min(len(blocks), max_hit[r]) and blocks[k] in cache:
+            k += 1
+        hit_blocks += k
+        hit_tokens += sum(min(block_tokens, prompt_tokens[r] - i * block_tokens) for i in range(k))
+        for b in blocks if head_first else reversed(blocks):
+            cache[b] = None
+            cache.move_to_end(b)
+            if len(cache) > capacity:
+                cache.popitem(last=False)
+    return hit_tokens, hit_blocks
+
+
+def chains_from_tokens(
+    prompts: list[list[int]], block_tokens: int, *, cache_partial: bool
+) -> tuple[list[list[int]], dict[tuple[int, tuple[int, ...]], int]]:
+    """Dense chain ids in first-appearance order, interned as (parent id, block content)."""
+    table: dict[tuple[int, tuple[int, ...]], int] = {}
+    out = []
+    for prompt in prompts:
+        n_blocks = -(-len(prompt) // block_tokens) if cache_partial else len(prompt) // block_tokens
+        parent = -1
+        ids = []
+        for k in range(n_blocks):
+            key = (parent, tuple(prompt[k * block_tokens : (k + 1) * block_tokens]))
+            parent = table.setdefault(key, len(table))
+            ids.append(parent)
+        out.append(ids)
+    return out, table
+
+
+def sweep_lists(
+    requests: list[list[int]],
+    prompt_tokens: list[int],
+    max_hit: list[int],
+    block_tokens: int,
+    *,
+    head_first: bool,
+    partitions: list[int] | None = None,
+) -> CapacityCurve:
+    offsets = np.zeros(len(requests) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(r) for r in requests])
+    ids = np.array([b for r in requests for b in r], dtype=np.int64)
+    hist = stack_distance_histograms(
+        offsets=offsets,
+        ids=ids,
+        prompt_tokens=np.array(prompt_tokens, dtype=np.int64),
+        max_hit_blocks=np.array(max_hit, dtype=np.int64),
+        block_tokens=block_tokens,
+        touch_order="head-first" if head_first else "tail-first",
+        partitions=None if partitions is None else np.array(partitions),
+    )
+    return curve_from_histograms(
+        hist,
+        block_size_tokens=block_tokens,
+        touch_order="head-first" if head_first else "tail-first",
+        prompt_tokens_total=sum(prompt_tokens),
+        full_blocks_total=sum(p // block_tokens for p in prompt_tokens),
+        partitions=len(set(partitions)) if partitions else 1,
+    )
+
+
+# Small vocabularies and shared heads so prefixes collide often.
+prompts_strategy = st.lists(
+    st.one_of(
+        st.lists(st.integers(0, 2), min_size=0, max_size=14),
+        st.builds(
+            lambda head, tail: head + tail,
+            st.sampled_from([[1, 1, 1, 1], [1, 1, 2, 2, 0, 0], [2, 0, 2, 0, 2, 0, 2, 0]]),
+            st.lists(st.integers(0, 3), max_size=8),
+        ),
+    ),
+    min_size=1,
+    max_size=24,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prompts=prompts_strategy,
+    block_tokens=st.integers(1, 3),
+    head_first=st.booleans(),
+    cache_partial=st.booleans(),
+    last_token_rule=st.booleans(),
+    n_partitions=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+    tiny_time_axis=st.booleans(),
+)
+def test_curve_equals_separate_lru_replays_at_every_capacity(
+    prompts: list[list[int]],
+    block_tokens: int,
+    head_first: bool,
+    cache_partial: bool,
+    last_token_rule: bool,
+    n_partitions: int,
+    seed: int,
+    tiny_time_axis: bool,
+) -> None:
+    # GIVEN chained block ids, a last-token cap and (maybe) instance partitions
+    requests, _ = chains_from_tokens(prompts, block_tokens, cache_partial=cache_partial)
+    lengths = [len(p) for p in prompts]
+    max_hit = [
+        max(n - 1, 0) // block_tokens if last_token_rule else len(r)
+        for n, r in zip(lengths, requests, strict=True)
+    ]
+    rng = np.random.default_rng(seed)
+    parts = rng.integers(0, n_partitions, len(prompts)).tolist() if n_partitions > 1 else None
+    # WHEN the curve is computed in one pass (with a tiny time axis: compacted often)
+    with mock.patch.object(sweep_module, "_MIN_TIME_SLOTS", 1 if tiny_time_axis else 1024):
+        curve = sweep_lists(requests, lengths, max_hit, block_tokens, head_first=head_first,
+                            partitions=parts)
+    # THEN it equals a separate LRU replay at every capacity, up to past the distinct blocks
+    distinct = len({b for r in requests for b in r})
+    for capacity in range(1, distinct + 2):
+        tokens, blocks = lru_replay(requests, lengths, max_hit, block_tokens, capacity,
+                                    head_first=head_first, partitions=parts)
+        assert int(curve.hit_tokens_at(capacity)) == tokens, capacity
+        assert int(curve.hit_blocks_at(capacity)) == blocks, capacity
+    assert curve.unlimited_hit_tokens == int(curve.hit_tokens_at(distinct + 10))
+    assert int(curve.hit_tokens_at(0)) == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(prompts=prompts_strategy, head_first=st.booleans())
+def test_curve_is_monotone_and_bounded(prompts: list[list[int]], head_first: bool) -> None:
+    requests, _ = chains_from_tokens(prompts, 1, cache_partial=False)
+    lengths = [len(p) for p in prompts]
+    curve = sweep_lists(requests, lengths, lengths, 1, head_first=head_first)
+    assert np.all(np.diff(curve.step_hit_tokens) > 0)
+    assert curve.unlimited_hit_tokens <= sum(lengths)
+
+
+def test_worked_example_of_the_spec() -> None:
+    # replay-spec §7: B = 1 hits [0, 3, 0]; B = 2 hits [0, 2, 0]; unlimited, one namespace.
+    prompts = [[1, 2, 3, 4], [1, 2, 3, 8], [9, 2, 3, 4]]
+    for block_tokens, expected in ((1, 3), (2, 2)):
+        requests, _ = chains_from_tokens(prompts, block_tokens, cache_partial=False)
+        lengths = [4, 4, 4]
+        curve = sweep_lists(requests, lengths, [4, 4, 4], block_tokens, head_first=False)
+        assert curve.unlimited_hit_tokens == expected
+        assert curve.unlimited_hit_ratio == pytest.approx(expected / 12)
+
+
+def test_time_axis_compaction_keeps_distances_exact() -> None:
+    # Many touches over few distinct blocks: the time axis is compacted many times.
+    rng = np.random.default_rng(7)
+    heads = [list(rng.integers(0, 5, 40)) for _ in range(6)]
+    prompts = [heads[int(rng.integers(0, 6))] + list(rng.integers(0, 5, int(rng.integers(0, 9))))
+               for _ in range(3000)]
+    requests, _ = chains_from_tokens(prompts, 4, cache_partial=False)
+    lengths = [len(p) for p in prompts]
+    max_hit = [len(r) for r in requests]
+    curve = sweep_lists(requests, lengths, max_hit, 4, head_first=False)
+    distinct = len({b for r in requests for b in r})
+    # The time axis holds max(2 * distinct, 1024) touches: it is compacted several times.
+    assert sum(len(r) for r in requests) > 4 * max(2 * distinct, 1024)
+    for capacity in (1, 3, 10, 11, 25, 60, 200, 1000, distinct):
+        tokens, _ = lru_replay(requests, lengths, max_hit, 4, capacity, head_first=False)
+        assert int(curve.hit_tokens_at(capacity)) == tokens
+
+
+def test_knee_and_share_capacities() -> None:
+    # GIVEN a hand-made step curve: hits 60 at 1 block, 90 at 10, 100 at 100
+    from yaotu_trace.replay.sweep import DistanceHistograms
+
+    tok = np.zeros(102, dtype=np.int64)
+    tok[1], tok[10], tok[100] = 60, 30, 10
+    curve = curve_from_histograms(
+        DistanceHistograms(hit_tokens=tok, hit_blocks=(tok > 0).astype(np.int64)),
+        block_size_tokens=16,
+        touch_order="tail-first",
+        prompt_tokens_total=200,
+        full_blocks_total=12,
+        kv_bytes_per_token=1000,
+    )
+    # THEN the shares and the knee are read off the exact steps
+    assert curve.share_capacities_blocks == {0.5: 1, 0.9: 10, 0.99: 100}
+    assert curve.knee_capacity_blocks == 10  # y - x: 0.6-0.01, 0.9-0.1, 1.0-1.0
+    assert curve.full_reuse_capacity_blocks == 100
+    assert int(curve.to_tokens(10)) == 160
+    assert int(curve.to_bytes(10)) == 160_000
+    assert curve.hit_ratio_at([0, 1, 9, 10, 1000]).tolist() == [0, 0.3, 0.3, 0.45, 0.5]
+    caps = curve.sample_capacities(5)
+    assert {1, 10, 100} <= set(caps.tolist())
+
+
+def test_bad_touch_order_is_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        stack_distance_histograms(
+            offsets=np.array([0, 1]), ids=np.array([0]), prompt_tokens=np.array([1]),
+            max_hit_blocks=np.array([1]), block_tokens=1, touch_order="sideways",  # type: ignore[arg-type]
+        )

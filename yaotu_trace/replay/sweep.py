@@ -1,0 +1,444 @@
+"""The LRU capacity curve: hit tokens at every capacity from one pass of LRU stack distances.
+
+LRU is a stack algorithm: at any moment the cache of capacity `C` holds exactly the `C` most
+recently touched blocks. So a block is cached at capacity `C` iff its *stack distance* (1 + the
+number of distinct blocks touched since its own last touch) is at most `C`, and one pass that
+measures every lookup's distance answers every capacity at once.
+
+Per request (replay-spec §3–§4): look its blocks up against the cache as left by earlier
+requests, then touch its blocks in touch order. Block `k` is a hit at capacity `C` iff blocks
+1..k all are, i.e. iff `m_k = max(d_1..d_k) ≤ C` (the running maximum of the distances along the
+prefix). With tail-first touching the distances already grow along the prefix, so the running
+maximum changes nothing; with head-first (flat) LRU it is what makes the first miss end the hit.
+The hit is capped by the request's `max_hit_blocks` (the last-token rule). Adding each hit
+block's tokens at `m_k` to a histogram gives the curve as its cumulative sum:
+
+    hit_tokens(C) = Σ_{d ≤ C} histogram[d]
+
+The distances come from a Fenwick tree over touch times holding one mark per distinct block
+(at its last touch); `d = live − prefix(last) + 1`. The time axis is compacted whenever it fills
+up, so memory stays O(distinct blocks), not O(touches). With scope `instance` each partition is
+its own cache of capacity `C`, replayed on its own; their histograms add up.
+
+The kernels are numba-compiled with `cache=True`; the Python boundary pins dtypes (int64
+offsets and per-request arrays, int32 ids) so one compiled specialisation serves every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import numpy as np
+
+from yaotu_trace.errors import ConfigError
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+TouchOrder = Literal["tail-first", "head-first"]
+TOUCH_ORDERS: Final = ("tail-first", "head-first")
+DEFAULT_SHARES: Final = (0.5, 0.9, 0.99)
+_MAX_INT32_IDS: Final = 2**31 - 1
+# Smallest time axis of the Fenwick tree (touches between compactions); tests lower it.
+_MIN_TIME_SLOTS = 1024
+
+
+def _njit(**kwargs: Any) -> Any:
+    """`numba.njit`, imported lazily so that importing this module stays cheap."""
+    import numba
+
+    return numba.njit(**kwargs)
+
+
+_KERNELS: dict[str, Any] = {}
+
+
+def _kernels() -> dict[str, Any]:
+    """Compile (or load from numba's cache) the stack-distance kernel on first use."""
+    if _KERNELS:
+        return _KERNELS
+    njit = _njit(cache=True, nogil=True)
+
+    @njit
+    def fenwick_add(tree: Any, i: int, delta: int) -> None:  # pragma: no cover - compiled
+        n = tree.shape[0] - 1
+        while i <= n:
+            tree[i] += delta
+            i += i & (-i)
+
+    @njit
+    def fenwick_prefix(tree: Any, i: int) -> int:  # pragma: no cover - compiled
+        s = 0
+        while i > 0:
+            s += tree[i]
+            i -= i & (-i)
+        return s
+
+    @njit
+    def compact(tree: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no cover
+        # Renumber the live marks (one per distinct block, at its last touch) to times
+        # 1..live, in the same order, and rebuild the tree in O(size).
+        live = 0
+        for t in range(1, now):
+            b = owner[t]
+            if b >= 0 and last[b] == t:
+                live += 1
+                owner[live] = b
+                last[b] = live
+        for t in range(live + 1, now):
+            owner[t] = -1
+        n = tree.shape[0] - 1
+        for i in range(1, n + 1):
+            tree[i] = 0
+        for i in range(1, n + 1):
+            if i <= live:
+                tree[i] += 1
+            j = i + (i & (-i))
+            if j <= n:
+                tree[j] += tree[i]
+        return live + 1
+
+    @njit
+    def stack_histograms(  # pragma: no cover - compiled
+        offsets: Any,
+        ids: Any,
+        n_ids: int,
+        prompt_tokens: Any,
+        max_hit_blocks: Any,
+        block_tokens: int,
+        order: Any,
+        segment_starts: Any,
+        head_first: bool,
+        time_slots: int,
+        hit_tokens_hist: Any,
+        hit_blocks_hist: Any,
+    ) -> None:
+        tree = np.zeros(time_slots + 1, dtype=np.int32)
+        owner = np.full(time_slots + 1, -1, dtype=np.int32)
+        last = np.zeros(n_ids, dtype=np.int32)
+        seen_in = np.full(n_ids, -1, dtype=np.int32)
+        n_segments = segment_starts.shape[0] - 1
+        for seg in range(n_segments):
+            # A fresh cache for each partition: clear the part of the time axis in use.
+            now = 1
+            live = 0
+            for i in range(tree.shape[0]):
+                if tree[i] == 0 and owner[i] == -1:
+                    continue
+                tree[i] = 0
+                owner[i] = -1
+            for pos in range(segment_starts[seg], segment_starts[seg + 1]):
+                r = order[pos]
+                start = offsets[r]
+                nb = offsets[r + 1] - start
+                # Lookup: running maximum of the stack distances along the prefix.
+                cap = max_hit_blocks[r]
+                if cap > nb:
+                    cap = nb
+                running = 0
+                n_tok = prompt_tokens[r]
+                for k in range(cap):
+                    b = ids[start + k]
+                    if seen_in[b] != seg:
+                        break
+                    d = live - fenwick_prefix(tree, last[b]) + 1
+                    if d > running:
+                        running = d
+                    w = n_tok - k * block_tokens
+                    if w > block_tokens:
+                        w = block_tokens
+                    hit_tokens_hist[running] += w
+                    hit_blocks_hist[running] += 1
+                # Touch every block in touch order.
+                for j in range(nb):
+                    k = j if head_first else nb - 1 - j
+                    b = ids[start + k]
+                    if now > time_slots:
+                        # Before unmarking b: compaction keeps exactly the live marks.
+                        now = compact(tree, owner, last, now)
+                    if seen_in[b] == seg:
+                        fenwick_add(tree, last[b], -1)
+                    else:
+                        seen_in[b] = seg
+                        live += 1
+                    fenwick_add(tree, now, 1)
+                    owner[now] = b
+                    last[b] = now
+                    now += 1
+
+    _KERNELS["stack_histograms"] = stack_histograms
+    return _KERNELS
+
+
+def _pinned(array: Any, dtype: Any) -> NDArray[Any]:
+    """A C-contiguous, writable array of `dtype` (numba compiles once per dtype/layout/flags)."""
+    out = np.ascontiguousarray(array, dtype=dtype)
+    if not out.flags.writeable:
+        out = out.copy()
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DistanceHistograms:
+    """Hit tokens and hit blocks by the capacity (in blocks) at which they start to hit.
+
+    Index `d` is a capacity in blocks: `hit_tokens[d]` tokens hit at every capacity ≥ d. Index 0
+    is always empty. The length is (largest partition's distinct blocks) + 1.
+    """
+
+    hit_tokens: NDArray[np.int64]
+    hit_blocks: NDArray[np.int64]
+
+
+def stack_distance_histograms(
+    *,
+    offsets: NDArray[Any],
+    ids: NDArray[Any],
+    prompt_tokens: NDArray[Any],
+    max_hit_blocks: NDArray[Any],
+    block_tokens: int,
+    touch_order: TouchOrder = "tail-first",
+    partitions: NDArray[Any] | None = None,
+    n_ids: int | None = None,
+) -> DistanceHistograms:
+    """One LRU pass over block chains: the histograms behind every capacity's hits.
+
+    Args:
+        offsets: int, n_requests + 1; request `r`'s cacheable blocks are
+            `ids[offsets[r]:offsets[r + 1]]`, block 1 first.
+        ids: dense chain ids (0..n_ids-1); equal ids are the same cached block.
+        prompt_tokens: prompt length per request, in tokens; block `k` (0-based) weighs
+            `min(block_tokens, prompt_tokens - k * block_tokens)` tokens, so a cached partial last
+            block is worth its partial length.
+        max_hit_blocks: per request, the most leading blocks that may hit (last-token rule).
+        block_tokens: tokens per block.
+        touch_order: "tail-first" (block 1 most recent) or "head-first" (flat LRU).
+        partitions: optional partition code per request (scope instance); each partition is
+            its own cache and the returned histograms are summed over partitions.
+        n_ids: number of distinct ids (default: `ids.max() + 1`).
+    """
+    if touch_order not in TOUCH_ORDERS:
+        raise ConfigError(
+            f"touch order {touch_order!r} is not one of {', '.join(TOUCH_ORDERS)}"
+        )
+    if block_tokens < 1:
+        raise ConfigError(f"block size must be >= 1 token, got {block_tokens}")
+    offsets64 = _pinned(offsets, np.int64)
+    n_requests = offsets64.shape[0] - 1
+    if n_ids is None:
+        n_ids = int(ids.max()) + 1 if len(ids) else 0
+    if n_ids > _MAX_INT32_IDS:
+        raise ConfigError(f"{n_ids} distinct blocks exceed the sweep's int32 ids; use larger blocks")
+    ids32 = _pinned(ids, np.int32)
+    prompt64 = _pinned(prompt_tokens, np.int64)
+    cap64 = _pinned(max_hit_blocks, np.int64)
+    if partitions is None:
+        order = np.arange(n_requests, dtype=np.int64)
+        segment_starts = np.array([0, n_requests], dtype=np.int64)
+        largest = n_ids
+    else:
+        codes = np.asarray(partitions)
+        order = _pinned(np.argsort(codes, kind="stable"), np.int64)
+        sorted_codes = codes[order]
+        cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
+        segment_starts = _pinned(np.concatenate(([0], cuts, [n_requests])), np.int64)
+        largest = _largest_partition_ids(offsets64, ids32, order, segment_starts, n_ids)
+    # Time slots: twice the live marks, so compaction runs at most once per `largest` touches.
+    total_touches = int(offsets64[-1] - offsets64[0]) if n_requests else 0
+    time_slots = int(min(max(2 * largest, _MIN_TIME_SLOTS), max(total_touches, 1)))
+    hit_tokens = np.zeros(largest + 2, dtype=np.int64)
+    hit_blocks = np.zeros(largest + 2, dtype=np.int64)
+    if n_requests and total_touches:
+        _kernels()["stack_histograms"](
+            offsets64,
+            ids32,
+            n_ids,
+            prompt64,
+            cap64,
+            int(block_tokens),
+            order,
+            segment_starts,
+            touch_order == "head-first",
+            time_slots,
+            hit_tokens,
+            hit_blocks,
+        )
+    return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
+
+
+def _largest_partition_ids(
+    offsets: NDArray[np.int64],
+    ids: NDArray[np.int32],
+    order: NDArray[np.int64],
+    segment_starts: NDArray[np.int64],
+    n_ids: int,
+) -> int:
+    """Distinct ids of the largest partition: the histogram length and the time-axis size."""
+    lengths = np.diff(offsets)
+    largest = 0
+    for seg in range(len(segment_starts) - 1):
+        reqs = order[segment_starts[seg] : segment_starts[seg + 1]]
+        if not len(reqs):
+            continue
+        idx = np.repeat(offsets[reqs], lengths[reqs]) + _ranges(lengths[reqs])
+        largest = max(largest, int(np.unique(ids[idx]).size) if idx.size else 0)
+        if largest >= n_ids:
+            break
+    return largest
+
+
+def _ranges(lengths: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Concatenated `arange(n)` for each n in `lengths`."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityCurve:
+    """Achieved hits as an exact step function of the LRU capacity (per cache, in blocks).
+
+    `step_capacities_blocks[i]` is the i-th capacity at which the hits grow, and
+    `step_hit_tokens[i]` / `step_hit_blocks[i]` the hits from that capacity up to the next step.
+    Below the first step nothing hits; from the last step on the hits equal the unlimited ones.
+    With scope `instance` every instance has a cache of this capacity.
+
+    The knee is Kneedle's point of maximum curvature for a concave curve: with capacity scaled
+    to [0, 1] over [0, capacity reaching the unlimited hits] and hits scaled to [0, 1] of the
+    unlimited hits, the step start farthest above the chord y = x (largest y − x). Past it, each
+    extra block buys less than the average block up to full reuse.
+    """
+
+    block_size_tokens: int
+    touch_order: TouchOrder
+    kv_bytes_per_token: int | None
+    partitions: int
+    prompt_tokens_total: int
+    full_blocks_total: int
+    unlimited_hit_tokens: int
+    unlimited_hit_blocks: int
+    step_capacities_blocks: NDArray[np.int64]
+    step_hit_tokens: NDArray[np.int64]
+    step_hit_blocks: NDArray[np.int64]
+    knee_capacity_blocks: int | None = field(default=None)
+    share_capacities_blocks: dict[float, int | None] = field(default_factory=dict)
+
+    def hit_tokens_at(self, capacities_blocks: Any) -> NDArray[np.int64]:
+        """Hit tokens at each capacity (in blocks per cache) of an array-like."""
+        return self._at(self.step_hit_tokens, capacities_blocks)
+
+    def hit_blocks_at(self, capacities_blocks: Any) -> NDArray[np.int64]:
+        """Hit blocks (partial cached blocks count as one) at each capacity in blocks."""
+        return self._at(self.step_hit_blocks, capacities_blocks)
+
+    def hit_ratio_at(self, capacities_blocks: Any) -> NDArray[np.float64]:
+        """Token-weighted hit ratio (Σ hit tokens / Σ prompt tokens) at each capacity."""
+        total = max(self.prompt_tokens_total, 1)
+        return self.hit_tokens_at(capacities_blocks).astype(np.float64) / total
+
+    def block_hit_ratio_over_full_blocks_at(self, capacities_blocks: Any) -> NDArray[np.float64]:
+        """Σ hit blocks / Σ full prompt blocks: the block-counted ratio Mooncake's Figure 9 plots."""
+        total = max(self.full_blocks_total, 1)
+        return self.hit_blocks_at(capacities_blocks).astype(np.float64) / total
+
+    def capacity_for_share(self, share: float) -> int | None:
+        """Smallest capacity (blocks) whose hit tokens reach `share` of the unlimited hits."""
+        if not 0.0 < share <= 1.0:
+            raise ConfigError(f"share {share} must be in (0, 1]")
+        if self.unlimited_hit_tokens == 0:
+            return None
+        target = share * self.unlimited_hit_tokens
+        i = int(np.searchsorted(self.step_hit_tokens, target - 1e-9 * target, side="left"))
+        i = min(i, len(self.step_hit_tokens) - 1)
+        return int(self.step_capacities_blocks[i])
+
+    @property
+    def unlimited_hit_ratio(self) -> float:
+        """Token-weighted hit ratio with unlimited capacity."""
+        return self.unlimited_hit_tokens / max(self.prompt_tokens_total, 1)
+
+    @property
+    def full_reuse_capacity_blocks(self) -> int:
+        """Smallest capacity (blocks) that achieves the unlimited hits (0 when nothing hits)."""
+        return int(self.step_capacities_blocks[-1]) if len(self.step_capacities_blocks) else 0
+
+    def to_tokens(self, capacity_blocks: Any) -> Any:
+        """Capacities in tokens (blocks · block size)."""
+        return np.asarray(capacity_blocks, dtype=np.int64) * self.block_size_tokens
+
+    def to_bytes(self, capacity_blocks: Any) -> Any:
+        """Capacities in KV bytes per cache, or None without KV bytes per token."""
+        if self.kv_bytes_per_token is None:
+            return None
+        return self.to_tokens(capacity_blocks) * self.kv_bytes_per_token
+
+    def sample_capacities(self, points: int) -> NDArray[np.int64]:
+        """`points` capacities (blocks), log-spaced from the first step to full reuse.
+
+        The knee and the 50/90/99 % capacities are always included, so a table shows them.
+        """
+        if points < 2:
+            raise ConfigError(f"--points must be >= 2, got {points}")
+        if not len(self.step_capacities_blocks):
+            return np.array([1], dtype=np.int64)
+        low = max(int(self.step_capacities_blocks[0]), 1)
+        high = max(self.full_reuse_capacity_blocks, low)
+        grid = np.unique(np.round(np.geomspace(low, high, points)).astype(np.int64))
+        extra = [self.knee_capacity_blocks, *self.share_capacities_blocks.values()]
+        keep = np.array([c for c in extra if c is not None], dtype=np.int64)
+        return np.unique(np.concatenate([grid, keep]))
+
+    def _at(self, values: NDArray[np.int64], capacities_blocks: Any) -> NDArray[np.int64]:
+        caps = np.asarray(capacities_blocks, dtype=np.int64)
+        i = np.searchsorted(self.step_capacities_blocks, caps, side="right") - 1
+        out = np.where(i >= 0, values[np.maximum(i, 0)] if len(values) else 0, 0)
+        return np.asarray(out, dtype=np.int64)
+
+
+def curve_from_histograms(
+    histograms: DistanceHistograms,
+    *,
+    block_size_tokens: int,
+    touch_order: TouchOrder,
+    prompt_tokens_total: int,
+    full_blocks_total: int,
+    partitions: int = 1,
+    kv_bytes_per_token: int | None = None,
+    shares: tuple[float, ...] = DEFAULT_SHARES,
+) -> CapacityCurve:
+    """Turn the distance histograms into the exact step curve, its knee and share capacities."""
+    tok = histograms.hit_tokens
+    blk = histograms.hit_blocks
+    steps = np.flatnonzero((tok != 0) | (blk != 0)).astype(np.int64)
+    cum_tok = np.cumsum(tok)[steps] if len(steps) else np.zeros(0, dtype=np.int64)
+    cum_blk = np.cumsum(blk)[steps] if len(steps) else np.zeros(0, dtype=np.int64)
+    curve = CapacityCurve(
+        block_size_tokens=block_size_tokens,
+        touch_order=touch_order,
+        kv_bytes_per_token=kv_bytes_per_token,
+        partitions=partitions,
+        prompt_tokens_total=int(prompt_tokens_total),
+        full_blocks_total=int(full_blocks_total),
+        unlimited_hit_tokens=int(tok.sum()),
+        unlimited_hit_blocks=int(blk.sum()),
+        step_capacities_blocks=steps,
+        step_hit_tokens=cum_tok.astype(np.int64),
+        step_hit_blocks=cum_blk.astype(np.int64),
+    )
+    knee = _knee(steps, cum_tok)
+    share_caps = {s: curve.capacity_for_share(s) for s in shares}
+    object.__setattr__(curve, "knee_capacity_blocks", knee)
+    object.__setattr__(curve, "share_capacities_blocks", share_caps)
+    return curve
+
+
+def _knee(steps: NDArray[np.int64], cum_tok: NDArray[np.int64]) -> int | None:
+    """Kneedle on the step starts: the capacity maximising (hit share − capacity share)."""
+    if not len(steps) or cum_tok[-1] <= 0:
+        return None
+    x = steps.astype(np.float64) / float(steps[-1])
+    y = cum_tok.astype(np.float64) / float(cum_tok[-1])
+    return int(steps[int(np.argmax(y - x))])
