@@ -316,7 +316,8 @@ def normalize(raw: RawTrace, path: str) -> Trace:
             pos = int(bad[0])
             _fail(path, df, pos, label, "prompt_block_ids",
                   f"{lengths[pos]} ids cannot cover prompt_len {prompt_len[pos]} at "
-                  f"{size} tokens per id (expected {low} or {high}); check --source-block-size")
+                  f"{size} tokens per id (expected {low[pos]} or {high[pos]}); "
+                  "check --source-block-size")
 
     arrival = out["arrival_s"].to_numpy()
     order = np.argsort(arrival, kind="stable")

@@ -34,7 +34,9 @@ def read_mooncake(path: Path) -> RawTrace:
     # Keep the raw timestamp's non-numeric values visible to validation.
     if "timestamp" in df:
         bad = out["arrival_s"].isna() & df["timestamp"].notna()
-        out.loc[bad, "arrival_s"] = df.loc[bad, "timestamp"]
+        if bad.any():
+            out["arrival_s"] = out["arrival_s"].astype(object)
+            out.loc[bad, "arrival_s"] = df.loc[bad, "timestamp"]
     return RawTrace(
         requests=out.dropna(axis=1, how="all"),
         format_name="mooncake",
