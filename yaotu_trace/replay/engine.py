@@ -1,0 +1,389 @@
+"""The replay engine: per-request prefix hits of `BlockChains` under `ReplayRules` (spec §1–§4).
+
+Two paths give identical answers:
+
+- Unlimited capacity, one global cache: no loop. Ids are numbered in first-appearance order,
+  so a block hits iff its first occurrence is in an earlier request; chained ids are
+  prefix-closed, so a request's hits are a leading run (the first miss still ends it).
+- Anything else (finite capacity, per-instance caches, routing): one sequential numba loop with
+  O(1) work per block touch. LRU and FIFO keep one doubly linked list per cache over dense ids;
+  LFU keeps one such list per (cache, frequency) with a minimum-frequency pointer, so the
+  victim is the least recently used block of the least frequent ones.
+
+Routing, when `scope=instance` and the trace does not say where a request ran:
+
+- `round-robin`: request i goes to instance i mod k; `random`: uniform, seeded by `rules.seed`.
+- `least-loaded`: fewest outstanding prompt tokens. A request is outstanding on its instance
+  from its arrival until its `finish_s` (when the trace has it); without finish times requests
+  never finish, so the load is the total prompt tokens routed so far (a work-balancing router).
+  Ties go to the lowest instance index.
+- `prefix-affinity` (as sgl-router's cache-aware policy, with the exact caches as its tree):
+  the instance holding the longest cached leading run of the request's blocks wins when that run
+  covers more than `rules.affinity_threshold` of the prompt (ties: least loaded); otherwise the
+  least-loaded instance. sgl-router's load-imbalance override is not modelled.
+
+Compiled with numba (`cache=True`; set `NUMBA_CACHE_DIR` for read-only installs). Dtypes are
+pinned at the boundary: int64 offsets and per-request arrays, int32 block ids and tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from yaotu_trace.errors import ConfigError, ResourceLimitError
+from yaotu_trace.replay.blocks import BlockChains
+from yaotu_trace.replay.rules import Eviction, ReplayRules, Route, Scope, TouchOrder
+
+_POLICY = {Eviction.LRU: 0, Eviction.FIFO: 1, Eviction.LFU: 2}
+_STATIC, _LEAST_LOADED, _AFFINITY = 0, 1, 2
+_MAX_NODES = 1 << 31  # per-instance node arrays: instances × distinct blocks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayResult:
+    """Per-request outcome of one replay (int64 arrays) and cache counters."""
+
+    hit_blocks: np.ndarray
+    hit_tokens: np.ndarray
+    recompute_tokens: np.ndarray
+    instance: np.ndarray | None  # int64 instance per request when scope is instance
+    num_instances: int
+    evicted_blocks: int
+    inserted_blocks: int
+
+    @property
+    def saved_prefill_tokens(self) -> int:
+        """Σ hit tokens."""
+        return int(self.hit_tokens.sum())
+
+    @property
+    def remaining_prefill_tokens(self) -> int:
+        """Σ recompute tokens."""
+        return int(self.recompute_tokens.sum())
+
+
+def leading_run(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Length of the leading run of True per segment (the first False ends it), vectorised."""
+    counts = np.diff(offsets)
+    first_false = counts.copy()
+    nonempty = counts > 0
+    if flags.size:
+        local = np.arange(flags.size, dtype=np.int64) - np.repeat(offsets[:-1], counts)
+        val = np.where(flags, np.repeat(counts, counts), local)
+        first_false[nonempty] = np.minimum.reduceat(val, offsets[:-1][nonempty])
+    return first_false
+
+
+def tokens_of_leading_blocks(chains: BlockChains, hit_blocks: np.ndarray) -> np.ndarray:
+    """Σ block tokens of the first `hit_blocks` blocks of each request (int64)."""
+    cum = np.zeros(len(chains.block_tokens) + 1, dtype=np.int64)
+    np.cumsum(chains.block_tokens, out=cum[1:])
+    start = chains.offsets[:-1]
+    return cum[start + hit_blocks] - cum[start]
+
+
+def first_occurrence_hits(chains: BlockChains) -> np.ndarray:
+    """Unlimited global cache: per-block hit flags from first occurrences (no loop)."""
+    ids = chains.ids
+    if ids.size == 0:
+        return np.zeros(0, dtype=bool)
+    running = np.maximum.accumulate(ids)
+    new = np.empty(ids.size, dtype=bool)
+    new[0] = True
+    new[1:] = ids[1:] > running[:-1]
+    req = chains.request_of_block()
+    first_req = req[new]  # indexed by dense id: new ids appear as 0, 1, 2, ...
+    return first_req[ids] < req
+
+
+# ---------------------------------------------------------------- compiled core
+
+
+@nb.njit(cache=True, inline="always")
+def _unlink(x, lst, prev, nxt, head, tail):
+    p = prev[x]
+    q = nxt[x]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        head[lst] = q
+    if q >= 0:
+        prev[q] = p
+    else:
+        tail[lst] = p
+
+
+@nb.njit(cache=True, inline="always")
+def _append(x, lst, prev, nxt, head, tail):
+    t = tail[lst]
+    prev[x] = t
+    nxt[x] = -1
+    if t >= 0:
+        nxt[t] = x
+    else:
+        head[lst] = x
+    tail[lst] = x
+
+
+@nb.njit(cache=True)
+def _heap_push(keys, vals, size, key, val):
+    j = size
+    keys[j] = key
+    vals[j] = val
+    while j > 0:
+        parent = (j - 1) // 2
+        if keys[parent] <= keys[j]:
+            break
+        keys[parent], keys[j] = keys[j], keys[parent]
+        vals[parent], vals[j] = vals[j], vals[parent]
+        j = parent
+    return size + 1
+
+
+@nb.njit(cache=True)
+def _heap_pop(keys, vals, size):
+    size -= 1
+    keys[0] = keys[size]
+    vals[0] = vals[size]
+    j = 0
+    while True:
+        left = 2 * j + 1
+        if left >= size:
+            break
+        child = left
+        if left + 1 < size and keys[left + 1] < keys[left]:
+            child = left + 1
+        if keys[j] <= keys[child]:
+            break
+        keys[child], keys[j] = keys[j], keys[child]
+        vals[child], vals[j] = vals[j], vals[child]
+        j = child
+    return size
+
+
+@nb.njit(cache=True)
+def _replay_loop(
+    offsets, ids, block_tokens, max_hit, prompt_tokens, out_offsets, out_ids,
+    num_distinct, capacity, policy, head_first, num_instances, route_mode, static_codes,
+    arrival_s, finish_s, affinity_threshold,
+):
+    """Sequential replay; returns (hit_blocks, instance, evicted, inserted)."""
+    n = len(offsets) - 1
+    k = num_instances
+    d = num_distinct
+    nodes = k * d
+    unlimited = capacity < 0
+    in_cache = np.zeros(nodes, dtype=np.uint8)
+    lists_per_cache = 1
+    if policy == 2:
+        lists_per_cache = n + 2
+    if unlimited:
+        prev = np.empty(1, dtype=np.int64)
+        nxt = np.empty(1, dtype=np.int64)
+        head = np.full(1, -1, dtype=np.int64)
+        tail = np.full(1, -1, dtype=np.int64)
+    else:
+        prev = np.empty(nodes, dtype=np.int64)
+        nxt = np.empty(nodes, dtype=np.int64)
+        head = np.full(k * lists_per_cache, -1, dtype=np.int64)
+        tail = np.full(k * lists_per_cache, -1, dtype=np.int64)
+    freq = np.zeros(nodes if policy == 2 else 1, dtype=np.int64)
+    min_freq = np.zeros(k, dtype=np.int64)
+    size = np.zeros(k, dtype=np.int64)
+    load = np.zeros(k, dtype=np.int64)
+    heap_t = np.empty(n if route_mode != _STATIC else 1, dtype=np.float64)
+    heap_i = np.empty(n if route_mode != _STATIC else 1, dtype=np.int64)
+    heap_n = 0
+    hit_blocks = np.zeros(n, dtype=np.int64)
+    instance = np.zeros(n, dtype=np.int64)
+    evicted = 0
+    inserted = 0
+    for i in range(n):
+        start = offsets[i]
+        length = offsets[i + 1] - start
+        # ---- choose the cache
+        c = 0
+        if route_mode == _STATIC:
+            c = static_codes[i]
+        else:
+            while heap_n > 0 and heap_t[0] <= arrival_s[i]:
+                j = heap_i[0]
+                load[instance[j]] -= prompt_tokens[j]
+                heap_n = _heap_pop(heap_t, heap_i, heap_n)
+            least = 0
+            for x in range(1, k):
+                if load[x] < load[least]:
+                    least = x
+            c = least
+            if route_mode == _AFFINITY and prompt_tokens[i] > 0:
+                best = -1
+                best_run = 0
+                best_tokens = 0
+                for x in range(k):
+                    base = x * d
+                    run = 0
+                    run_tokens = 0
+                    while run < length and in_cache[base + ids[start + run]] != 0:
+                        run_tokens += block_tokens[start + run]
+                        run += 1
+                    if run > best_run or (run == best_run and best >= 0 and run > 0
+                                          and load[x] < load[best]):
+                        best = x
+                        best_run = run
+                        best_tokens = run_tokens
+                if best >= 0 and best_tokens > affinity_threshold * prompt_tokens[i]:
+                    c = best
+            load[c] += prompt_tokens[i]
+            if finish_s[i] < np.inf:
+                heap_n = _heap_push(heap_t, heap_i, heap_n, max(finish_s[i], arrival_s[i]), i)
+        instance[i] = c
+        base = c * d
+        # ---- lookup: the leading run of cached blocks, capped
+        h = 0
+        cap = max_hit[i]
+        while h < cap and in_cache[base + ids[start + h]] != 0:
+            h += 1
+        hit_blocks[i] = h
+        # ---- touch every block: outputs and prompt, last block first unless head-first
+        o_start = out_offsets[i]
+        o_len = out_offsets[i + 1] - o_start
+        total = length + o_len
+        for step in range(total):
+            pos = step if head_first else total - 1 - step
+            if pos < length:
+                x = base + ids[start + pos]
+            else:
+                x = base + out_ids[o_start + pos - length]
+            if unlimited:
+                if in_cache[x] == 0:
+                    in_cache[x] = 1
+                    inserted += 1
+                continue
+            if in_cache[x] != 0:
+                if policy == 0:
+                    _unlink(x, c, prev, nxt, head, tail)
+                    _append(x, c, prev, nxt, head, tail)
+                elif policy == 2:
+                    f = freq[x]
+                    lst = c * lists_per_cache + f
+                    _unlink(x, lst, prev, nxt, head, tail)
+                    if head[lst] < 0 and min_freq[c] == f:
+                        min_freq[c] = f + 1
+                    if f + 1 < lists_per_cache:
+                        freq[x] = f + 1
+                    _append(x, lst + (1 if f + 1 < lists_per_cache else 0), prev, nxt, head, tail)
+                continue
+            if size[c] >= capacity:
+                if policy == 2:
+                    lst = c * lists_per_cache + min_freq[c]
+                else:
+                    lst = c
+                victim = head[lst]
+                _unlink(victim, lst, prev, nxt, head, tail)
+                in_cache[victim] = 0
+                size[c] -= 1
+                evicted += 1
+            in_cache[x] = 1
+            size[c] += 1
+            inserted += 1
+            if policy == 2:
+                freq[x] = 1
+                min_freq[c] = 1
+                _append(x, c * lists_per_cache + 1, prev, nxt, head, tail)
+            else:
+                _append(x, c, prev, nxt, head, tail)
+    return hit_blocks, instance, evicted, inserted
+
+
+# ---------------------------------------------------------------- public entry point
+
+
+def route_codes(rules: ReplayRules, num_requests: int) -> np.ndarray:
+    """Static assignments of the round-robin and random routes (int64)."""
+    k = rules.instances
+    if rules.route is Route.RANDOM:
+        return np.random.default_rng(rules.seed).integers(0, k, size=num_requests, dtype=np.int64)
+    return np.arange(num_requests, dtype=np.int64) % k
+
+
+def replay(
+    chains: BlockChains,
+    rules: ReplayRules,
+    instance_codes: np.ndarray | None = None,
+    *,
+    arrival_s: np.ndarray | None = None,
+    finish_s: np.ndarray | None = None,
+) -> ReplayResult:
+    """Replay `chains` in order under `rules` and return per-request hits (spec §1–§4).
+
+    `instance_codes` (int, 0..k-1 per request) is the trace's own instance column; it is used
+    when `scope=instance` and no route is given. `arrival_s`/`finish_s` drive the
+    least-loaded and prefix-affinity routes (see the module docstring).
+    """
+    n = chains.num_requests
+    outputs = chains.output_offsets is not None and chains.output_ids is not None
+    per_instance = rules.scope is Scope.INSTANCE
+    if not per_instance and rules.unlimited and not outputs:
+        flags = first_occurrence_hits(chains)
+        hit = np.minimum(leading_run(flags, chains.offsets), chains.max_hit_blocks)
+        inserted = chains.num_distinct
+        return _result(chains, hit, None, 1, 0, inserted)
+
+    route_mode = _STATIC
+    codes = np.zeros(n, dtype=np.int64)
+    k = 1
+    if per_instance:
+        if rules.route is None and instance_codes is not None:
+            codes = np.ascontiguousarray(instance_codes, dtype=np.int64)
+            if codes.size and codes.min() < 0:
+                raise ConfigError("instance codes must be >= 0")
+            k = int(codes.max()) + 1 if codes.size else 1
+        else:
+            k = rules.instances
+            if rules.route in (None, Route.ROUND_ROBIN, Route.RANDOM):
+                codes = route_codes(rules, n)
+            elif rules.route is Route.LEAST_LOADED:
+                route_mode = _LEAST_LOADED
+            else:
+                route_mode = _AFFINITY
+    if k * max(chains.num_distinct, 1) >= _MAX_NODES:
+        raise ResourceLimitError(
+            f"{k} instances × {chains.num_distinct} distinct blocks is too many cache entries "
+            "for one replay; use fewer instances or a larger --block-size"
+        )
+    arr = (np.zeros(n, dtype=np.float64) if arrival_s is None
+           else np.ascontiguousarray(arrival_s, dtype=np.float64))
+    fin = np.full(n, np.inf, dtype=np.float64)
+    if finish_s is not None:
+        fin = np.ascontiguousarray(finish_s, dtype=np.float64).copy()
+        fin[np.isnan(fin)] = np.inf
+    out_offsets = (chains.output_offsets if outputs else np.zeros(n + 1, dtype=np.int64))
+    out_ids = chains.output_ids if outputs else np.zeros(0, dtype=np.int32)
+    capacity = -1 if rules.capacity_blocks is None else int(rules.capacity_blocks)
+    hit, instance, evicted, inserted = _replay_loop(
+        chains.offsets, chains.ids, chains.block_tokens, chains.max_hit_blocks,
+        chains.prompt_tokens, out_offsets, out_ids, np.int64(chains.num_distinct),
+        np.int64(capacity), np.int64(_POLICY[rules.eviction]),
+        rules.touch_order is TouchOrder.HEAD_FIRST, np.int64(k), np.int64(route_mode),
+        codes, arr, fin, float(rules.affinity_threshold),
+    )
+    return _result(chains, hit, instance if per_instance else None, k, int(evicted),
+                   int(inserted))
+
+
+def _result(chains: BlockChains, hit: np.ndarray, instance: np.ndarray | None, k: int,
+            evicted: int, inserted: int) -> ReplayResult:
+    hit = hit.astype(np.int64, copy=False)
+    hit_tokens = tokens_of_leading_blocks(chains, hit)
+    return ReplayResult(
+        hit_blocks=hit,
+        hit_tokens=hit_tokens,
+        recompute_tokens=chains.prompt_tokens - hit_tokens,
+        instance=instance,
+        num_instances=k,
+        evicted_blocks=evicted,
+        inserted_blocks=inserted,
+    )
