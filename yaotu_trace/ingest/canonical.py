@@ -7,6 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -117,8 +118,11 @@ def write_trace(
             frame = requests.copy()
             for column in LIST_COLUMNS:
                 if column in frame.columns:
+                    # Arrow-backed columns give pd.NA for a missing list and NumPy arrays
+                    # (of NumPy scalars) for the others.
                     frame[column] = [
-                        None if v is None else json.dumps(list(v)) for v in frame[column].tolist()
+                        None if v is None or v is pd.NA else json.dumps(np.asarray(v).tolist())
+                        for v in frame[column].tolist()
                     ]
             frame.to_csv(tmp, index=False)
         else:
