@@ -36,6 +36,8 @@ from yaotu_trace.errors import ConfigError
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
+    from yaotu_trace.replay.blocks import BlockChains
+
 TouchOrder = Literal["tail-first", "head-first"]
 TOUCH_ORDERS: Final = ("tail-first", "head-first")
 DEFAULT_SHARES: Final = (0.5, 0.9, 0.99)
@@ -103,10 +105,11 @@ def _kernels() -> dict[str, Any]:
     def stack_histograms(  # pragma: no cover - compiled
         offsets: Any,
         ids: Any,
-        n_ids: int,
-        prompt_tokens: Any,
+        block_tokens: Any,
         max_hit_blocks: Any,
-        block_tokens: int,
+        out_offsets: Any,
+        out_ids: Any,
+        n_ids: int,
         order: Any,
         segment_starts: Any,
         head_first: bool,
@@ -119,15 +122,17 @@ def _kernels() -> dict[str, Any]:
         last = np.zeros(n_ids, dtype=np.int32)
         seen_in = np.full(n_ids, -1, dtype=np.int32)
         n_segments = segment_starts.shape[0] - 1
+        now = 1
         for seg in range(n_segments):
-            # A fresh cache for each partition: clear the part of the time axis in use.
+            # A fresh cache for each partition: unmark the previous partition's live blocks
+            # (O(its touches), not O(the time axis), so many small partitions stay cheap).
+            for t in range(1, now):
+                b = owner[t]
+                if b >= 0 and last[b] == t:
+                    fenwick_add(tree, t, -1)
+                owner[t] = -1
             now = 1
             live = 0
-            for i in range(tree.shape[0]):
-                if tree[i] == 0 and owner[i] == -1:
-                    continue
-                tree[i] = 0
-                owner[i] = -1
             for pos in range(segment_starts[seg], segment_starts[seg + 1]):
                 r = order[pos]
                 start = offsets[r]
@@ -137,7 +142,6 @@ def _kernels() -> dict[str, Any]:
                 if cap > nb:
                     cap = nb
                 running = 0
-                n_tok = prompt_tokens[r]
                 for k in range(cap):
                     b = ids[start + k]
                     if seen_in[b] != seg:
@@ -145,15 +149,17 @@ def _kernels() -> dict[str, Any]:
                     d = live - fenwick_prefix(tree, last[b]) + 1
                     if d > running:
                         running = d
-                    w = n_tok - k * block_tokens
-                    if w > block_tokens:
-                        w = block_tokens
-                    hit_tokens_hist[running] += w
+                    hit_tokens_hist[running] += block_tokens[start + k]
                     hit_blocks_hist[running] += 1
-                # Touch every block in touch order.
-                for j in range(nb):
-                    k = j if head_first else nb - 1 - j
-                    b = ids[start + k]
+                # Touch prompt then output blocks, the last one first unless head-first.
+                o_start = out_offsets[r]
+                total = nb + out_offsets[r + 1] - o_start
+                for j in range(total):
+                    k = j if head_first else total - 1 - j
+                    if k < nb:
+                        b = ids[start + k]
+                    else:
+                        b = out_ids[o_start + k - nb]
                     if now > time_slots:
                         # Before unmarking b: compaction keeps exactly the live marks.
                         now = compact(tree, owner, last, now)
@@ -184,7 +190,7 @@ class DistanceHistograms:
     """Hit tokens and hit blocks by the capacity (in blocks) at which they start to hit.
 
     Index `d` is a capacity in blocks: `hit_tokens[d]` tokens hit at every capacity ≥ d. Index 0
-    is always empty. The length is (largest partition's distinct blocks) + 1.
+    is always empty. The length is (distinct blocks) + 2.
     """
 
     hit_tokens: NDArray[np.int64]
@@ -195,12 +201,13 @@ def stack_distance_histograms(
     *,
     offsets: NDArray[Any],
     ids: NDArray[Any],
-    prompt_tokens: NDArray[Any],
+    block_tokens: NDArray[Any],
     max_hit_blocks: NDArray[Any],
-    block_tokens: int,
     touch_order: TouchOrder = "tail-first",
     partitions: NDArray[Any] | None = None,
     n_ids: int | None = None,
+    output_offsets: NDArray[Any] | None = None,
+    output_ids: NDArray[Any] | None = None,
 ) -> DistanceHistograms:
     """One LRU pass over block chains: the histograms behind every capacity's hits.
 
@@ -208,93 +215,55 @@ def stack_distance_histograms(
         offsets: int, n_requests + 1; request `r`'s cacheable blocks are
             `ids[offsets[r]:offsets[r + 1]]`, block 1 first.
         ids: dense chain ids (0..n_ids-1); equal ids are the same cached block.
-        prompt_tokens: prompt length per request, in tokens; block `k` (0-based) weighs
-            `min(block_tokens, prompt_tokens - k * block_tokens)` tokens, so a cached partial last
-            block is worth its partial length.
+        block_tokens: tokens of each entry of `ids` (B, or a cached partial block's length).
         max_hit_blocks: per request, the most leading blocks that may hit (last-token rule).
-        block_tokens: tokens per block.
         touch_order: "tail-first" (block 1 most recent) or "head-first" (flat LRU).
         partitions: optional partition code per request (scope instance); each partition is
             its own cache and the returned histograms are summed over partitions.
-        n_ids: number of distinct ids (default: `ids.max() + 1`).
+        n_ids: number of distinct ids, outputs included (default: the largest id + 1).
+        output_offsets, output_ids: blocks a request inserts after its prompt blocks
+            (`--cache-outputs`); touched with them, never looked up.
     """
-    if touch_order not in TOUCH_ORDERS:
-        raise ConfigError(
-            f"touch order {touch_order!r} is not one of {', '.join(TOUCH_ORDERS)}"
-        )
-    if block_tokens < 1:
-        raise ConfigError(f"block size must be >= 1 token, got {block_tokens}")
+    order_name = str(touch_order)
+    if order_name not in TOUCH_ORDERS:
+        raise ConfigError(f"touch order {order_name!r} is not one of {', '.join(TOUCH_ORDERS)}")
     offsets64 = _pinned(offsets, np.int64)
     n_requests = offsets64.shape[0] - 1
-    if n_ids is None:
-        n_ids = int(ids.max()) + 1 if len(ids) else 0
-    if n_ids > _MAX_INT32_IDS:
-        raise ConfigError(f"{n_ids} distinct blocks exceed the sweep's int32 ids; use larger blocks")
     ids32 = _pinned(ids, np.int32)
-    prompt64 = _pinned(prompt_tokens, np.int64)
+    if output_offsets is None or output_ids is None:
+        out_off = np.zeros(n_requests + 1, dtype=np.int64)
+        out_ids = np.zeros(0, dtype=np.int32)
+    else:
+        out_off = _pinned(output_offsets, np.int64)
+        out_ids = _pinned(output_ids, np.int32)
+    if n_ids is None:
+        n_ids = max(int(ids32.max()) + 1 if len(ids32) else 0,
+                    int(out_ids.max()) + 1 if len(out_ids) else 0)
+    if n_ids > _MAX_INT32_IDS:
+        raise ConfigError(f"{n_ids} distinct blocks exceed the sweep's int32 ids; "
+                          "use a larger --block-size")
+    tokens32 = _pinned(block_tokens, np.int32)
     cap64 = _pinned(max_hit_blocks, np.int64)
     if partitions is None:
         order = np.arange(n_requests, dtype=np.int64)
         segment_starts = np.array([0, n_requests], dtype=np.int64)
-        largest = n_ids
     else:
         codes = np.asarray(partitions)
         order = _pinned(np.argsort(codes, kind="stable"), np.int64)
         sorted_codes = codes[order]
         cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
         segment_starts = _pinned(np.concatenate(([0], cuts, [n_requests])), np.int64)
-        largest = _largest_partition_ids(offsets64, ids32, order, segment_starts, n_ids)
-    # Time slots: twice the live marks, so compaction runs at most once per `largest` touches.
-    total_touches = int(offsets64[-1] - offsets64[0]) if n_requests else 0
-    time_slots = int(min(max(2 * largest, _MIN_TIME_SLOTS), max(total_touches, 1)))
-    hit_tokens = np.zeros(largest + 2, dtype=np.int64)
-    hit_blocks = np.zeros(largest + 2, dtype=np.int64)
+    # Time slots: twice the most live marks, so compaction runs at most once per n_ids touches.
+    total_touches = int(offsets64[-1] - offsets64[0]) + int(out_off[-1] - out_off[0])
+    time_slots = int(min(max(2 * n_ids, _MIN_TIME_SLOTS), max(total_touches, 1)))
+    hit_tokens = np.zeros(n_ids + 2, dtype=np.int64)
+    hit_blocks = np.zeros(n_ids + 2, dtype=np.int64)
     if n_requests and total_touches:
         _kernels()["stack_histograms"](
-            offsets64,
-            ids32,
-            n_ids,
-            prompt64,
-            cap64,
-            int(block_tokens),
-            order,
-            segment_starts,
-            touch_order == "head-first",
-            time_slots,
-            hit_tokens,
-            hit_blocks,
+            offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids, order, segment_starts,
+            order_name == "head-first", time_slots, hit_tokens, hit_blocks,
         )
     return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-
-
-def _largest_partition_ids(
-    offsets: NDArray[np.int64],
-    ids: NDArray[np.int32],
-    order: NDArray[np.int64],
-    segment_starts: NDArray[np.int64],
-    n_ids: int,
-) -> int:
-    """Distinct ids of the largest partition: the histogram length and the time-axis size."""
-    lengths = np.diff(offsets)
-    largest = 0
-    for seg in range(len(segment_starts) - 1):
-        reqs = order[segment_starts[seg] : segment_starts[seg + 1]]
-        if not len(reqs):
-            continue
-        idx = np.repeat(offsets[reqs], lengths[reqs]) + _ranges(lengths[reqs])
-        largest = max(largest, int(np.unique(ids[idx]).size) if idx.size else 0)
-        if largest >= n_ids:
-            break
-    return largest
-
-
-def _ranges(lengths: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Concatenated `arange(n)` for each n in `lengths`."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
-    return np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -442,3 +411,43 @@ def _knee(steps: NDArray[np.int64], cum_tok: NDArray[np.int64]) -> int | None:
     x = steps.astype(np.float64) / float(steps[-1])
     y = cum_tok.astype(np.float64) / float(cum_tok[-1])
     return int(steps[int(np.argmax(y - x))])
+
+
+def sweep(
+    chains: BlockChains,
+    *,
+    touch_order: TouchOrder | str = "tail-first",
+    instance_codes: NDArray[Any] | None = None,
+    kv_bytes_per_token: int | None = None,
+    shares: tuple[float, ...] = DEFAULT_SHARES,
+) -> CapacityCurve:
+    """The LRU capacity curve of `chains` (replay-spec §6), equal to LRU replays at every capacity.
+
+    `instance_codes` (one int per request) splits the requests into per-instance caches of the
+    same capacity (scope instance); the curve then sums their hits. Routes whose choice depends
+    on the cache contents (prefix-affinity) cannot be swept in one pass; give static codes.
+    """
+    order = str(touch_order)
+    hist = stack_distance_histograms(
+        offsets=chains.offsets,
+        ids=chains.ids,
+        block_tokens=chains.block_tokens,
+        max_hit_blocks=chains.max_hit_blocks,
+        touch_order=order,  # type: ignore[arg-type]
+        partitions=instance_codes,
+        n_ids=chains.num_distinct,
+        output_offsets=chains.output_offsets,
+        output_ids=chains.output_ids,
+    )
+    prompt_tokens = np.asarray(chains.prompt_tokens, dtype=np.int64)
+    partitions = 1 if instance_codes is None else int(np.unique(instance_codes).size)
+    return curve_from_histograms(
+        hist,
+        block_size_tokens=int(chains.block_size_tokens),
+        touch_order=order,  # type: ignore[arg-type]
+        prompt_tokens_total=int(prompt_tokens.sum()),
+        full_blocks_total=int((prompt_tokens // chains.block_size_tokens).sum()),
+        partitions=partitions,
+        kv_bytes_per_token=kv_bytes_per_token,
+        shares=shares,
+    )
