@@ -103,7 +103,7 @@ def read_otel(path: Path) -> RawTrace:
     if not rows:
         raise TraceSchemaError(
             f"{path}: none of the {skipped} span(s) carries '{PROMPT_TOKENS}'; export the "
-            "engine's request spans (vLLM --otlp-traces-endpoint, SGLang --enable-trace)"
+            "engine's request spans (for vLLM, serve with --otlp-traces-endpoint)"
         )
     origin_ns = min(starts_ns)
     arrival_s = (np.asarray(starts_ns, dtype=np.int64) - origin_ns) / 1e9
