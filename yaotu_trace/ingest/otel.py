@@ -141,8 +141,10 @@ def _spans(path: Path) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
             )
         for i, resource_spans in enumerate(_list(doc, RESOURCE_SPANS, prefix, path)):
             here = f"{prefix}resourceSpans[{i}]"
-            resource = resource_spans.get("resource") or {}
-            resource_attrs = _attributes(resource.get("attributes"), here, path)
+            resource = resource_spans.get("resource")
+            resource_attrs = _attributes(
+                resource.get("attributes") if isinstance(resource, dict) else None, here, path
+            )
             for j, scope_spans in enumerate(_list(resource_spans, SCOPE_SPANS, here, path)):
                 scope_where = f"{here}.scopeSpans[{j}]"
                 for k, span in enumerate(_list(scope_spans, ("spans",), scope_where, path)):
