@@ -449,7 +449,9 @@ def _list_column(arrays: list[np.ndarray]) -> pd.Series:
     lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     values = np.concatenate(arrays).astype(np.int64) if arrays else np.empty(0, np.int64)
-    arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
+    arr = pa.LargeListArray.from_arrays(
+        pa.array(offsets, type=pa.int64()), pa.array(values, type=pa.int64())
+    )
     return pd.Series(pd.arrays.ArrowExtensionArray(arr))
 
 
