@@ -5,10 +5,10 @@ session, model); the caller writes it with `ingest.canonical.write_trace`. The s
 seed always give the same table: one `numpy.random.Generator(PCG64(seed))` drives every draw,
 in a fixed order, and nothing reads the clock.
 
-Shapes follow the public traces described in docs/reference/trace-formats.md: Azure 2023
-conversation and code lengths (prompt median ~1,000 / ~1,500 tokens, code output median 13),
-Azure code burstiness (interarrival CV 13 there; `bursty` targets ~5), Mooncake long prompts
-(median ~7k, p99 ~85k tokens) and agentic contexts that grow to tens of thousands of tokens.
+Shapes follow the public traces: Azure LLM inference 2023 conversation and code lengths (prompt
+median ~1,000 / ~1,500 tokens, code output median 13), Azure code burstiness (interarrival CV 13
+there; `bursty` targets ~5), Mooncake long prompts (median ~7k, p99 ~85k tokens) and agentic
+contexts that grow to tens of thousands of tokens.
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ def _rag(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]
 # Bursty arrivals: mean requests per burst, and how much faster than the mean rate a burst runs.
 BURST_MEAN_REQUESTS: Final = 20.0
 BURST_SPEEDUP: Final = 20.0
-# Azure 2023 code prompts stop at 7,437 tokens (an ~8k context limit, trace-formats.md §2.3).
+# Azure 2023 code prompts stop at 7,437 tokens (an ~8k context limit of that service).
 CODE_CONTEXT_LIMIT_TOKENS: Final = 7437
 
 
