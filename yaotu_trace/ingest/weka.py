@@ -94,7 +94,8 @@ def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
     n_conv = len(files)
     if n_conv > 1:
         start = (
-            "all start at 0 s (replayed as concurrent)"
+            f"all start at 0 s (replayed as concurrent: the burst of {n_conv} first requests at "
+            "0 s is an artifact of this choice)"
             if stagger_s == 0
             else f"conversation k (name order) starts at k x {stagger_s:g} s"
         )
