@@ -1,0 +1,210 @@
+"""Types shared by the four axis analyzers: status, evidence, rule hits and the axis result.
+
+An analyzer is a pure function of an `AxisInput` (the request table, the optional step log and
+engine metrics, the engine settings) and the thresholds; it returns an `AxisResult` holding
+only builtins-convertible values, so the report never carries a DataFrame or NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import pandas as pd
+
+from yaotu_trace.ingest.metrics import EngineMetrics
+from yaotu_trace.schema import Trace
+
+
+class AxisName(StrEnum):
+    """The four axes, in report order."""
+
+    QUEUEING = "queueing"
+    KV_MEMORY = "kv_memory"
+    PREFIX_REUSE = "prefix_reuse"
+    PD_INTERFERENCE = "pd_interference"
+
+
+class Status(StrEnum):
+    """An axis verdict. `insufficient_data` names the columns that would decide it."""
+
+    OK = "ok"
+    WARNING = "warning"
+    BOTTLENECK = "bottleneck"
+    INSUFFICIENT_DATA = "insufficient_data"
+
+
+class Severity(StrEnum):
+    """A finding's weight; `bottleneck` and `warning` set the axis status of the same name."""
+
+    INFO = "info"
+    WARNING = "warning"
+    BOTTLENECK = "bottleneck"
+
+
+SEVERITY_RANK: Mapping[Severity, int] = {
+    Severity.INFO: 0,
+    Severity.WARNING: 1,
+    Severity.BOTTLENECK: 2,
+}
+
+
+class Source(StrEnum):
+    """The three inputs an axis may draw on."""
+
+    REQUESTS = "requests"
+    STEPS = "steps"
+    METRICS = "metrics"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evidence:
+    """One number behind a verdict and, when it was compared, the threshold it met or missed."""
+
+    name: str
+    value: float | int | str | None
+    unit: str = ""
+    threshold: float | None = None
+    threshold_name: str | None = None
+    comparison: str | None = None  # ">=", ">", "<", "<=" — how value was tested
+    passed: bool | None = None
+
+
+def check(
+    name: str, value: float | int | None, op: str, threshold_name: str, threshold: float,
+    unit: str = "ratio",
+) -> Evidence:
+    """Compare a measured value with a named threshold and record the outcome as evidence."""
+    passed: bool | None
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        passed = None
+    else:
+        passed = {
+            ">=": value >= threshold,
+            ">": value > threshold,
+            "<": value < threshold,
+            "<=": value <= threshold,
+        }[op]
+    return Evidence(name=name, value=value, unit=unit, threshold=threshold,
+                    threshold_name=threshold_name, comparison=op, passed=passed)
+
+
+def fact(name: str, value: float | int | str | None, unit: str = "") -> Evidence:
+    """A measured number shown as evidence without a threshold."""
+    return Evidence(name=name, value=value, unit=unit)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleHit:
+    """A rule that fired on an axis, with the numbers (and thresholds) that made it fire."""
+
+    rule_id: str
+    evidence: tuple[Evidence, ...]
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSettings:
+    """Engine limits and cost inputs given on the command line (None when unknown).
+
+    `kv_capacity_tokens` is the KV pool of one instance; `kv_bytes_per_token` and
+    `active_params` come from `--model` (catalog) or `--kv-bytes-per-token`.
+    """
+
+    block_size_tokens: int = 16
+    kv_capacity_tokens: float | None = None
+    max_num_seqs: int | None = None
+    max_batched_tokens: int | None = None
+    kv_bytes_per_token: int | None = None
+    active_params: int | None = None
+    model: str | None = None
+    link_gbps: float = 100.0
+    replay_preset: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AxisInput:
+    """Everything an analyzer may read. Any of the three sources may be absent."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame | None = None
+    metrics: EngineMetrics | None = None
+    settings: EngineSettings = field(default_factory=EngineSettings)
+    trace: Trace | None = None
+
+    def has(self, column: str) -> bool:
+        """Whether the request table has `column` with at least one value."""
+        return column in self.requests.columns and bool(self.requests[column].notna().any())
+
+    def step_has(self, column: str) -> bool:
+        """Whether the step log has `column` with at least one value."""
+        return (
+            self.steps is not None
+            and column in self.steps.columns
+            and bool(self.steps[column].notna().any())
+        )
+
+    @classmethod
+    def of(
+        cls,
+        trace: Trace,
+        metrics: EngineMetrics | None = None,
+        settings: EngineSettings | None = None,
+    ) -> AxisInput:
+        """The input of every analyzer for one trace (step log attached to the trace)."""
+        return cls(requests=trace.requests, steps=trace.steps, metrics=metrics,
+                   settings=settings or EngineSettings(), trace=trace)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AxisResult:
+    """One axis: status, cause, score for ranking, sources used, metrics, evidence and rules.
+
+    `score` is the axis' share of latency or work lost (0–1) used to rank bottlenecks;
+    `missing` names the columns or series that would decide an `insufficient_data` axis (or
+    sharpen a decided one); `next_steps` says what to measure next.
+    """
+
+    axis: AxisName
+    status: Status
+    cause: str | None
+    score: float | None
+    score_basis: str
+    sources: tuple[Source, ...]
+    metrics: Any
+    hits: tuple[RuleHit, ...] = ()
+    missing: tuple[str, ...] = ()
+    next_steps: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def rule_ids(self) -> tuple[str, ...]:
+        """Ids of the rules that fired, in firing order."""
+        return tuple(h.rule_id for h in self.hits)
+
+
+def status_from(hits: Sequence[RuleHit], severity_of: Mapping[str, Severity]) -> Status:
+    """The worst severity among fired rules, as a status (`info` only → ok)."""
+    worst = max((SEVERITY_RANK[severity_of[h.rule_id]] for h in hits), default=0)
+    return {0: Status.OK, 1: Status.WARNING, 2: Status.BOTTLENECK}[worst]
+
+
+def finite(value: Any) -> float | None:
+    """A float, or None for missing, NaN and infinite values."""
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    """num / den, or None when either is missing or den is zero."""
+    if num is None or den is None or den == 0:
+        return None
+    return finite(num / den)

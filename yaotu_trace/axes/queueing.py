@@ -1,0 +1,578 @@
+"""Queueing and scheduling axis: is time lost waiting for a seat, and why (cost-model §4, A0–A5).
+
+Metrics (units in the names; requests with inconsistent timing are skipped per metric):
+
+- queue_time_s = scheduled_s − arrival_s, per request (s); ttft_s = first_token_s − arrival_s.
+- queue_share_of_ttft = Σ queue_time_s / Σ ttft_s over requests with both (ratio 0–1); from
+  metrics, mean(vllm:request_queue_time_seconds) / mean(vllm:time_to_first_token_seconds).
+- queue_share_of_latency = Σ queue_time_s / Σ (finish_s − arrival_s) (ratio); the axis score.
+- interarrival_cv = std / mean of gaps between arrivals (1 = Poisson); peak_to_mean = busiest
+  1 s bin / mean rate.
+- Windows of `window_s` seconds from the first arrival. offered_tokens_per_s[w] = Σ (prompt_len
+  + output_len) of requests arriving in w / window_s. achieved_tokens_per_s[w] = tokens served
+  in w / window_s: from the step log Σ (prefill_tokens + decode_tokens) of steps starting in w,
+  else each request's prompt_len + output_len spread evenly over [scheduled_s, finish_s].
+  service_rate_tokens_per_s = max_w achieved (the peak sustained rate). rho[w] = offered /
+  service rate; mean_rho = Σ offered / (windows · service rate); overloaded windows have rho ≥
+  `overload_rho`; queue_grows = waiting(end of w) > waiting(start of w), with waiting(t) =
+  #{arrival ≤ t} − #{scheduled ≤ t}.
+- From the step log, per instance then summed: wall_s = last end − first start; busy_s = Σ
+  (end_s − start_s); gpu_busy_fraction = busy_s / wall_s; idle gaps = next start − end;
+  idle_while_waiting_s = Σ gaps after a step whose num_waiting > 0 (else requests waiting at
+  the gap's start, from the request table); idle_while_waiting_fraction = that / wall_s.
+- tokens_per_step = prefill_tokens + decode_tokens (tokens); token_budget_tokens = the engine's
+  max_num_batched_tokens when given, else the largest step seen (inferred). step_fill_p75 = P75
+  tokens_per_step / budget. running_p75 = P75 num_running; seq_cap = max_num_seqs or the
+  largest num_running seen; running_fill_p75 = running_p75 / seq_cap (ratio). From metrics:
+  mean tokens per step = Δsum / Δcount of vllm:iteration_tokens_total.
+- kv_usage_p75: P75 of kv_blocks_used / kv_blocks_total (steps) or vllm:kv_cache_usage_perc /
+  sglang:token_usage (metrics) (ratio).
+- waiting_share: share of steps (or metric samples) with num_waiting > 0 (ratio);
+  waiting_mean: duration-weighted mean of num_waiting over the step log (requests).
+- little_expected_waiting = Σ queue_time_s / span of the requests (λ·W̄q, Little's law);
+  little_mismatch = |observed waiting_mean − expected| / expected (ratio, rule A0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.axes.base import (
+    AxisInput,
+    AxisName,
+    AxisResult,
+    Evidence,
+    RuleHit,
+    Source,
+    Status,
+    check,
+    fact,
+    finite,
+    ratio,
+    status_from,
+)
+from yaotu_trace.diagnosis.rules import SEVERITY_OF
+from yaotu_trace.diagnosis.thresholds import Thresholds
+from yaotu_trace.profile import arrival_profile
+from yaotu_trace.report import Distribution
+
+
+class Cause:
+    """Causes of queueing, in decision-flow priority (KV admission is looked at first)."""
+
+    KV_ADMISSION = "kv_admission"
+    DISPATCH_OVERHEAD = "dispatch_overhead"
+    ARRIVAL_BURST = "arrival_burst"
+    BATCH_SHAPE = "batch_shape"
+
+
+CAUSE_OF_RULE = {
+    "Q001": Cause.ARRIVAL_BURST,
+    "Q002": Cause.ARRIVAL_BURST,
+    "Q003": Cause.DISPATCH_OVERHEAD,
+    "Q004": Cause.BATCH_SHAPE,
+    "Q005": Cause.KV_ADMISSION,
+}
+CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
+               Cause.BATCH_SHAPE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueingMetrics:
+    """The queueing axis' measurements (None when their inputs are absent)."""
+
+    queue_time_s: Distribution | None
+    ttft_s: Distribution | None
+    queue_share_of_ttft: float | None
+    queue_share_of_latency: float | None
+    queue_seconds_total: float | None
+    interarrival_cv: float | None
+    peak_to_mean: float | None
+    window_s: float
+    windows: int | None
+    service_rate_tokens_per_s: float | None
+    peak_offered_tokens_per_s: float | None
+    mean_rho: float | None
+    peak_rho: float | None
+    overloaded_windows: int | None
+    overloaded_windows_queue_growing: int | None
+    queue_seconds_in_overload: float | None
+    wall_s: float | None
+    gpu_busy_fraction: float | None
+    idle_while_waiting_s: float | None
+    idle_while_waiting_fraction: float | None
+    tokens_per_step: Distribution | None
+    token_budget_tokens: float | None
+    token_budget_inferred: bool | None
+    step_fill_p75: float | None
+    running: Distribution | None
+    seq_cap: float | None
+    seq_cap_inferred: bool | None
+    running_fill_p75: float | None
+    kv_usage_p75: float | None
+    waiting_share: float | None
+    waiting_mean: float | None
+    little_expected_waiting: float | None
+    little_mismatch: float | None
+
+
+def _times(df: pd.DataFrame, column: str) -> np.ndarray | None:
+    if column not in df.columns or not df[column].notna().any():
+        return None
+    return df[column].to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def waiting_at(t: np.ndarray, arrival_s: np.ndarray, scheduled_s: np.ndarray) -> np.ndarray:
+    """Requests waiting at each time t: arrived (≤ t) and not yet scheduled (> t)."""
+    ok = np.isfinite(scheduled_s) & (scheduled_s >= arrival_s)
+    a = np.sort(arrival_s[ok])
+    s = np.sort(scheduled_s[ok])
+    return np.searchsorted(a, t, side="right") - np.searchsorted(s, t, side="right")
+
+
+def spread_work(edges: np.ndarray, start: np.ndarray, end: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """Work done per window if each item's `work` is spread evenly over [start, end]."""
+    dur = end - start
+    ok = np.isfinite(start) & np.isfinite(end) & (dur >= 0)
+    start, end, work, dur = start[ok], end[ok], work[ok], dur[ok]
+    instant = dur == 0
+    rate = np.where(instant, 0.0, work / np.where(instant, 1.0, dur))
+
+    def cumulative(points: np.ndarray, rates: np.ndarray, at: np.ndarray) -> np.ndarray:
+        order = np.argsort(points)
+        p, r = points[order], rates[order]
+        cr, crp = np.concatenate([[0.0], np.cumsum(r)]), np.concatenate([[0.0], np.cumsum(r * p)])
+        k = np.searchsorted(p, at, side="right")
+        return at * cr[k] - crp[k]
+
+    done = cumulative(start, rate, edges) - cumulative(end, rate, edges)
+    # Instant items (zero duration) count entirely in the window holding their time.
+    if instant.any():
+        idx = np.searchsorted(edges, start[instant], side="right")
+        extra = np.bincount(idx, weights=work[instant], minlength=edges.size + 1)
+        done = done + np.cumsum(extra)[: edges.size]
+    return np.diff(done)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StepStats:
+    wall_s: float | None = None
+    busy_fraction: float | None = None
+    idle_waiting_s: float | None = None
+    idle_waiting_fraction: float | None = None
+    tokens: np.ndarray | None = None
+    running: np.ndarray | None = None
+    kv_usage: np.ndarray | None = None
+    waiting_share: float | None = None
+    waiting_mean: float | None = None
+    waiting_span: tuple[float, float] | None = None
+
+
+def step_stats(inp: AxisInput) -> _StepStats:
+    """Busy and idle time, idle-while-waiting, batch shape and KV usage from the step log."""
+    steps = inp.steps
+    if steps is None or steps.empty:
+        return _StepStats()
+    df = steps.copy()
+    if "instance" not in df.columns:
+        df["instance"] = "all"
+    df["instance"] = df["instance"].fillna("all")
+    arrival = _times(inp.requests, "arrival_s")
+    scheduled = _times(inp.requests, "scheduled_s")
+    wall = busy = idle_wait = 0.0
+    waiting_weighted = 0.0
+    for _, g in df.groupby("instance", sort=True):
+        start = g["start_s"].to_numpy(dtype=np.float64)
+        end = g["end_s"].to_numpy(dtype=np.float64)
+        wall += float(end.max() - start.min())
+        busy += float((end - start).sum())
+        gaps = np.clip(start[1:] - end[:-1], 0.0, None)
+        if "num_waiting" in g.columns and g["num_waiting"].notna().any():
+            waiting = g["num_waiting"].fillna(0).to_numpy(dtype=np.float64)
+            idle_wait += float(gaps[waiting[:-1] > 0].sum())
+            # Each step's count holds until the next step starts (or its own end, for the last).
+            until = np.append(start[1:], end[-1])
+            waiting_weighted += float((waiting * (until - start)).sum())
+        elif arrival is not None and scheduled is not None:
+            waiting = waiting_at(end[:-1], arrival, scheduled)
+            idle_wait += float(gaps[waiting > 0].sum())
+    stats: dict[str, object] = {
+        "wall_s": wall,
+        "busy_fraction": ratio(busy, wall),
+        "idle_waiting_s": idle_wait,
+        "idle_waiting_fraction": ratio(idle_wait, wall),
+    }
+    if inp.step_has("prefill_tokens") or inp.step_has("decode_tokens"):
+        tokens = np.zeros(len(df))
+        for column in ("prefill_tokens", "decode_tokens"):
+            if column in df.columns:
+                tokens += df[column].fillna(0).to_numpy(dtype=np.float64)
+        stats["tokens"] = tokens
+    if inp.step_has("num_running"):
+        stats["running"] = df["num_running"].dropna().to_numpy(dtype=np.float64)
+    if inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total"):
+        used = df["kv_blocks_used"].to_numpy(dtype=np.float64, na_value=np.nan)
+        total = df["kv_blocks_total"].to_numpy(dtype=np.float64, na_value=np.nan)
+        usage = used / np.where(total > 0, total, np.nan)
+        stats["kv_usage"] = usage[np.isfinite(usage)]
+    if inp.step_has("num_waiting"):
+        stats["waiting_share"] = float((df["num_waiting"].fillna(0) > 0).mean())
+        stats["waiting_mean"] = ratio(waiting_weighted, wall)
+        stats["waiting_span"] = (float(df["start_s"].min()), float(df["end_s"].max()))
+    return _StepStats(**stats)  # type: ignore[arg-type]
+
+
+def _p75(values: np.ndarray | None) -> float | None:
+    if values is None or values.size == 0:
+        return None
+    return float(np.percentile(values, 75))
+
+
+def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
+    """Measure queueing and name its cause: burst, dispatch overhead, batch shape or KV."""
+    req = inp.requests
+    sources: list[Source] = []
+    notes: list[str] = []
+    arrival = req["arrival_s"].to_numpy(dtype=np.float64)
+    scheduled = _times(req, "scheduled_s")
+    first = _times(req, "first_token_s")
+    finish = _times(req, "finish_s")
+    work = (req["prompt_len"].to_numpy(dtype=np.float64)
+            + req["output_len"].to_numpy(dtype=np.float64))
+
+    queue = ttft = None
+    share_ttft = share_latency = queue_total = None
+    if scheduled is not None:
+        q = scheduled - arrival
+        queue = np.where(q >= 0, q, np.nan)
+        queue_total = float(np.nansum(queue))
+    if first is not None:
+        f = first - arrival
+        ttft = np.where(f >= 0, f, np.nan)
+    if queue is not None and ttft is not None:
+        both = np.isfinite(queue) & np.isfinite(ttft)
+        share_ttft = ratio(float(queue[both].sum()), float(ttft[both].sum()))
+    if queue is not None and finish is not None:
+        e2e = finish - arrival
+        both = np.isfinite(queue) & np.isfinite(e2e) & (e2e >= 0)
+        share_latency = ratio(float(queue[both].sum()), float(e2e[both].sum()))
+    if queue is not None or ttft is not None:
+        sources.append(Source.REQUESTS)
+
+    m = inp.metrics
+    metric_queue_share = None
+    if m is not None:
+        q_mean, f_mean = m.histogram_mean("queue_time_s"), m.histogram_mean("ttft_s")
+        metric_queue_share = ratio(q_mean, f_mean)
+        if share_ttft is None and metric_queue_share is not None:
+            share_ttft = metric_queue_share
+            sources.append(Source.METRICS)
+
+    prof = arrival_profile(arrival)
+
+    # Offered load against achieved throughput per window.
+    window = float(t.window_s)
+    windows = service_rate = peak_offered = mean_rho = peak_rho = None
+    overloaded = growing = None
+    queue_in_overload = None
+    st = step_stats(inp)
+    if st.wall_s is not None:
+        sources.append(Source.STEPS)
+    achieved = None
+    t0 = float(arrival.min())
+    t_end = float(np.nanmax(finish)) if finish is not None else float(arrival.max())
+    n_windows = max(1, int(np.ceil((t_end - t0) / window + 1e-12)))
+    edges = t0 + window * np.arange(n_windows + 1)
+    if st.tokens is not None and inp.steps is not None:
+        starts = inp.steps["start_s"].to_numpy(dtype=np.float64)
+        idx = np.floor((starts - t0) / window).astype(np.int64)
+        keep = (idx >= 0) & (idx < n_windows)
+        achieved = np.bincount(idx[keep], weights=st.tokens[keep], minlength=n_windows) / window
+    elif finish is not None:
+        begin = scheduled if scheduled is not None else arrival
+        achieved = spread_work(edges, begin, finish, work) / window
+    if achieved is not None and achieved.max() > 0:
+        offered_idx = np.clip(np.floor((arrival - t0) / window).astype(np.int64), 0, n_windows - 1)
+        offered = np.bincount(offered_idx, weights=work, minlength=n_windows) / window
+        service_rate = float(achieved.max())
+        rho = offered / service_rate
+        windows = n_windows
+        peak_offered = float(offered.max())
+        mean_rho = float(offered.sum() / (n_windows * service_rate))
+        peak_rho = float(rho.max())
+        over = rho >= t.overload_rho
+        overloaded = int(over.sum())
+        if scheduled is not None:
+            w = waiting_at(edges, arrival, scheduled)
+            grows = w[1:] > w[:-1]
+            growing = int((over & grows).sum())
+            in_over = over[offered_idx]
+            queue_in_overload = float(np.nansum(np.where(in_over, queue, 0.0)))  # type: ignore[arg-type]
+
+    # Batch shape and caps.
+    s = inp.settings
+    tokens_dist = Distribution.of(st.tokens) if st.tokens is not None else None
+    budget = budget_inferred = step_fill = None
+    if st.tokens is not None and st.tokens.size:
+        budget_inferred = s.max_batched_tokens is None
+        budget = float(s.max_batched_tokens or st.tokens.max())
+        step_fill = ratio(_p75(st.tokens), budget)
+    running = st.running
+    if running is None and m is not None:
+        g = m.gauge("num_running")
+        if g is not None:
+            running = g["value"].to_numpy(dtype=np.float64)
+            sources.append(Source.METRICS)
+    running_dist = Distribution.of(running) if running is not None else None
+    seq_cap = seq_cap_inferred = running_fill = None
+    if running is not None and running.size:
+        seq_cap_inferred = s.max_num_seqs is None
+        seq_cap = float(s.max_num_seqs or running.max())
+        running_fill = ratio(_p75(running), seq_cap)
+    kv_usage = st.kv_usage
+    waiting_share = st.waiting_share
+    if m is not None:
+        if kv_usage is None and (g := m.gauge("kv_usage", how="max")) is not None:
+            kv_usage = g["value"].to_numpy(dtype=np.float64)
+            sources.append(Source.METRICS)
+        if waiting_share is None and (g := m.gauge("num_waiting")) is not None:
+            waiting_share = float((g["value"] > 0).mean())
+            sources.append(Source.METRICS)
+    kv_p75 = _p75(kv_usage)
+
+    # Little's law: mean waiting seen by the engine against λ·W̄q from the request table.
+    expected = mismatch = None
+    if queue is not None and st.waiting_mean is not None and st.waiting_span is not None:
+        lo, hi = st.waiting_span
+        inside = (arrival >= lo) & (arrival <= hi) & np.isfinite(queue)
+        span = hi - lo
+        if inside.any() and span > 0:
+            expected = float(queue[inside].sum() / span)
+            mismatch = ratio(abs(st.waiting_mean - expected), expected)
+
+    metrics = QueueingMetrics(
+        queue_time_s=Distribution.of(queue) if queue is not None else None,
+        ttft_s=Distribution.of(ttft) if ttft is not None else None,
+        queue_share_of_ttft=share_ttft,
+        queue_share_of_latency=share_latency,
+        queue_seconds_total=queue_total,
+        interarrival_cv=prof.interarrival_cv,
+        peak_to_mean=prof.peak_to_mean,
+        window_s=window,
+        windows=windows,
+        service_rate_tokens_per_s=service_rate,
+        peak_offered_tokens_per_s=peak_offered,
+        mean_rho=mean_rho,
+        peak_rho=peak_rho,
+        overloaded_windows=overloaded,
+        overloaded_windows_queue_growing=growing,
+        queue_seconds_in_overload=queue_in_overload,
+        wall_s=st.wall_s,
+        gpu_busy_fraction=st.busy_fraction,
+        idle_while_waiting_s=st.idle_waiting_s,
+        idle_while_waiting_fraction=st.idle_waiting_fraction,
+        tokens_per_step=tokens_dist,
+        token_budget_tokens=budget,
+        token_budget_inferred=budget_inferred,
+        step_fill_p75=step_fill,
+        running=running_dist,
+        seq_cap=seq_cap,
+        seq_cap_inferred=seq_cap_inferred,
+        running_fill_p75=running_fill,
+        kv_usage_p75=kv_p75,
+        waiting_share=waiting_share,
+        waiting_mean=st.waiting_mean,
+        little_expected_waiting=expected,
+        little_mismatch=mismatch,
+    )
+
+    decided = share_ttft is not None or st.wall_s is not None or waiting_share is not None
+    if not decided:
+        return AxisResult(
+            axis=AxisName.QUEUEING,
+            status=Status.INSUFFICIENT_DATA,
+            cause=None,
+            score=None,
+            score_basis="share of request latency spent queueing",
+            sources=(),
+            metrics=metrics,
+            missing=(
+                "scheduled_s and first_token_s (request table)",
+                "a step log with start_s, end_s, num_waiting (--steps)",
+                "vllm:num_requests_waiting or sglang:num_queue_reqs, or "
+                "vllm:request_queue_time_seconds (--metrics)",
+            ),
+            next_steps=(
+                "log per-request queued/scheduled/first-token times (vLLM request stats, OTel "
+                "gen_ai.latency.time_in_queue) or export the engine's Prometheus metrics",
+            ),
+        )
+
+    hits = _queueing_rules(metrics, t, has_steps=st.wall_s is not None, notes=notes)
+    status = status_from(hits, SEVERITY_OF)
+    causes = {CAUSE_OF_RULE[h.rule_id] for h in hits if h.rule_id in CAUSE_OF_RULE}
+    cause = next((c for c in CAUSE_ORDER if c in causes), None)
+    score = share_latency if share_latency is not None else share_ttft
+    if score is None:
+        score = st.idle_waiting_fraction
+    basis = ("share of request latency spent queueing" if share_latency is not None
+             else "share of TTFT spent queueing" if share_ttft is not None
+             else "share of wall time the GPU idled while requests waited")
+    missing: list[str] = []
+    if scheduled is None:
+        missing.append("scheduled_s (request table)")
+    if st.wall_s is None:
+        missing.append("a step log (--steps) for GPU busy and idle-while-waiting time")
+    next_steps = _next_steps(cause, missing)
+    return AxisResult(
+        axis=AxisName.QUEUEING,
+        status=status,
+        cause=cause,
+        score=finite(score),
+        score_basis=basis,
+        sources=tuple(dict.fromkeys(sources)),
+        metrics=metrics,
+        hits=tuple(hits),
+        missing=tuple(missing),
+        next_steps=next_steps,
+        notes=tuple(notes),
+    )
+
+
+def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
+    advice = {
+        Cause.KV_ADMISSION: "read the kv_memory axis: admission waits for KV blocks",
+        Cause.DISPATCH_OVERHEAD: "profile the host side of a step (nsys): scheduling, input "
+        "preparation, detokenisation, HTTP; try async/overlap scheduling and CUDA graphs",
+        Cause.ARRIVAL_BURST: "size for the peak window, not the mean: replicas, admission "
+        "control or autoscaling on queue depth",
+        Cause.BATCH_SHAPE: "raise max_num_batched_tokens / max_num_seqs and check FCFS "
+        "head-of-line blocking by long prompts",
+    }
+    out = [advice[cause]] if cause else []
+    out += [f"add {m}" for m in missing]
+    return tuple(out)
+
+
+def _queueing_rules(
+    mt: QueueingMetrics, t: Thresholds, *, has_steps: bool, notes: list[str]
+) -> list[RuleHit]:
+    """Rules A0–A5 of cost-model §7 on the measured metrics, in id order."""
+    hits: list[RuleHit] = []
+    share = mt.queue_share_of_ttft
+    persistent_queue = (
+        (share is not None and share >= t.queue_share_warn)
+        or (mt.waiting_share is not None and mt.waiting_share >= t.waiting_share)
+    )
+
+    if mt.little_mismatch is not None and mt.little_mismatch > t.little_mismatch:
+        hits.append(RuleHit(rule_id="Q000", evidence=(
+            check("little_mismatch", mt.little_mismatch, ">", "little_mismatch",
+                  t.little_mismatch),
+            fact("waiting_mean", mt.waiting_mean, "requests"),
+            fact("little_expected_waiting", mt.little_expected_waiting, "requests"),
+        )))
+
+    at_limit: list[Evidence] = []
+    for name, value in (("step_fill_p75", mt.step_fill_p75),
+                        ("running_fill_p75", mt.running_fill_p75),
+                        ("kv_usage_p75", mt.kv_usage_p75)):
+        if value is not None:
+            at_limit.append(check(name, value, ">=", "batch_at_limit", t.batch_at_limit))
+    batch_limited = any(e.passed for e in at_limit) if at_limit else None
+    saturated = None
+    if has_steps and mt.gpu_busy_fraction is not None:
+        saturated = (mt.gpu_busy_fraction >= t.gpu_busy_saturated
+                     and (mt.idle_while_waiting_fraction or 0.0) < t.idle_waiting_saturated)
+
+    # A1: arrival burst above capacity.
+    if (share is not None and share >= t.queue_share_of_ttft
+            and mt.peak_rho is not None and mt.peak_rho >= t.overload_rho
+            and (mt.overloaded_windows_queue_growing or 0) > 0
+            and saturated is not False and batch_limited is not False):
+        ev = [
+            check("queue_share_of_ttft", share, ">=", "queue_share_of_ttft", t.queue_share_of_ttft),
+            check("peak_rho", mt.peak_rho, ">=", "overload_rho", t.overload_rho),
+            fact("overloaded_windows_queue_growing", mt.overloaded_windows_queue_growing,
+                 "windows"),
+            fact("service_rate_tokens_per_s", mt.service_rate_tokens_per_s, "tokens/s"),
+            fact("peak_offered_tokens_per_s", mt.peak_offered_tokens_per_s, "tokens/s"),
+        ]
+        if saturated is not None:
+            ev.append(check("gpu_busy_fraction", mt.gpu_busy_fraction, ">=",
+                            "gpu_busy_saturated", t.gpu_busy_saturated))
+            ev.append(check("idle_while_waiting_fraction", mt.idle_while_waiting_fraction, "<",
+                            "idle_waiting_saturated", t.idle_waiting_saturated))
+        ev += [e for e in at_limit if e.passed]
+        if saturated is None:
+            notes.append("arrival burst judged from the request table alone; add a step log to "
+                         "confirm the GPU was saturated")
+        hits.append(RuleHit(rule_id="Q001", evidence=tuple(ev)))
+
+    # A2: burstiness rather than mean load.
+    qd = mt.queue_time_s
+    if (mt.mean_rho is not None and mt.mean_rho < t.burst_mean_rho
+            and mt.interarrival_cv is not None and mt.interarrival_cv > t.burst_cv
+            and qd is not None and qd.mean and qd.p99 is not None
+            and qd.p99 >= t.burst_p99_to_mean * qd.mean):
+        hits.append(RuleHit(rule_id="Q002", evidence=(
+            check("mean_rho", mt.mean_rho, "<", "burst_mean_rho", t.burst_mean_rho),
+            check("interarrival_cv", mt.interarrival_cv, ">", "burst_cv", t.burst_cv),
+            check("queue_p99_to_mean", qd.p99 / qd.mean, ">=", "burst_p99_to_mean",
+                  t.burst_p99_to_mean),
+        )))
+
+    # A3: the GPU idles while requests wait: host-side dispatch overhead.
+    if (mt.idle_while_waiting_fraction is not None
+            and mt.idle_while_waiting_fraction >= t.idle_waiting_dispatch):
+        hits.append(RuleHit(rule_id="Q003", evidence=(
+            check("idle_while_waiting_fraction", mt.idle_while_waiting_fraction, ">=",
+                  "idle_waiting_dispatch", t.idle_waiting_dispatch),
+            fact("idle_while_waiting_s", mt.idle_while_waiting_s, "s"),
+            fact("gpu_busy_fraction", mt.gpu_busy_fraction, "ratio"),
+        )))
+
+    # A4: busy GPU, persistent queue, but small batches: limited by policy.
+    td = mt.tokens_per_step
+    if (persistent_queue and saturated
+            and td is not None and td.p50 is not None and td.p50 < t.underfill_tokens
+            and mt.running_fill_p75 is not None and mt.running_fill_p75 < t.batch_underfilled
+            and (mt.kv_usage_p75 is None or mt.kv_usage_p75 < t.kv_low_usage)):
+        ev = [
+            check("tokens_per_step_p50", td.p50, "<", "underfill_tokens", t.underfill_tokens,
+                  "tokens"),
+            check("running_fill_p75", mt.running_fill_p75, "<", "batch_underfilled",
+                  t.batch_underfilled),
+            check("gpu_busy_fraction", mt.gpu_busy_fraction, ">=", "gpu_busy_saturated",
+                  t.gpu_busy_saturated),
+        ]
+        if mt.kv_usage_p75 is not None:
+            ev.append(check("kv_usage_p75", mt.kv_usage_p75, "<", "kv_low_usage", t.kv_low_usage))
+        hits.append(RuleHit(rule_id="Q004", evidence=tuple(ev)))
+
+    # A5: the queue waits for KV memory, not for seats.
+    if (persistent_queue and mt.kv_usage_p75 is not None
+            and mt.kv_usage_p75 >= t.kv_admission_usage
+            and (mt.running_fill_p75 is None or mt.seq_cap_inferred
+                 or mt.running_fill_p75 < t.batch_underfilled)):
+        ev = [check("kv_usage_p75", mt.kv_usage_p75, ">=", "kv_admission_usage",
+                    t.kv_admission_usage)]
+        if mt.running_fill_p75 is not None and not mt.seq_cap_inferred:
+            ev.append(check("running_fill_p75", mt.running_fill_p75, "<", "batch_underfilled",
+                            t.batch_underfilled))
+        if mt.waiting_share is not None:
+            ev.append(fact("waiting_share", mt.waiting_share, "ratio"))
+        hits.append(RuleHit(rule_id="Q005", evidence=tuple(ev)))
+
+    # Queueing is large but no cause matched.
+    causal = {"Q001", "Q002", "Q003", "Q004", "Q005"}
+    if share is not None and share >= t.queue_share_warn and not causal & {h.rule_id for h in hits}:
+        hits.append(RuleHit(rule_id="Q006", evidence=(
+            check("queue_share_of_ttft", share, ">=", "queue_share_warn", t.queue_share_warn),
+            fact("peak_rho", mt.peak_rho, "ratio"),
+            fact("gpu_busy_fraction", mt.gpu_busy_fraction, "ratio"),
+        )))
+    return hits
