@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+import numba
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
@@ -46,135 +47,116 @@ _MAX_INT32_IDS: Final = 2**31 - 1
 _MIN_TIME_SLOTS = 1024
 
 
-def _njit(**kwargs: Any) -> Any:
-    """`numba.njit`, imported lazily so that importing this module stays cheap."""
-    import numba
+@numba.njit(cache=True, nogil=True)
+def _fenwick_add(tree: Any, i: int, delta: int) -> None:  # pragma: no cover - compiled
+    n = tree.shape[0] - 1
+    while i <= n:
+        tree[i] += delta
+        i += i & (-i)
 
-    return numba.njit(**kwargs)
+@numba.njit(cache=True, nogil=True)
+def _fenwick_prefix(tree: Any, i: int) -> int:  # pragma: no cover - compiled
+    s = 0
+    while i > 0:
+        s += tree[i]
+        i -= i & (-i)
+    return s
 
+@numba.njit(cache=True, nogil=True)
+def _compact(tree: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no cover
+    # Renumber the live marks (one per distinct block, at its last touch) to times
+    # 1..live, in the same order, and rebuild the tree in O(size).
+    live = 0
+    for t in range(1, now):
+        b = owner[t]
+        if b >= 0 and last[b] == t:
+            live += 1
+            owner[live] = b
+            last[b] = live
+    for t in range(live + 1, now):
+        owner[t] = -1
+    n = tree.shape[0] - 1
+    for i in range(1, n + 1):
+        tree[i] = 0
+    for i in range(1, n + 1):
+        if i <= live:
+            tree[i] += 1
+        j = i + (i & (-i))
+        if j <= n:
+            tree[j] += tree[i]
+    return live + 1
 
-_KERNELS: dict[str, Any] = {}
-
-
-def _kernels() -> dict[str, Any]:
-    """Compile (or load from numba's cache) the stack-distance kernel on first use."""
-    if _KERNELS:
-        return _KERNELS
-    njit = _njit(cache=True, nogil=True)
-
-    @njit
-    def fenwick_add(tree: Any, i: int, delta: int) -> None:  # pragma: no cover - compiled
-        n = tree.shape[0] - 1
-        while i <= n:
-            tree[i] += delta
-            i += i & (-i)
-
-    @njit
-    def fenwick_prefix(tree: Any, i: int) -> int:  # pragma: no cover - compiled
-        s = 0
-        while i > 0:
-            s += tree[i]
-            i -= i & (-i)
-        return s
-
-    @njit
-    def compact(tree: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no cover
-        # Renumber the live marks (one per distinct block, at its last touch) to times
-        # 1..live, in the same order, and rebuild the tree in O(size).
-        live = 0
+@numba.njit(cache=True, nogil=True)
+def _stack_histograms(  # pragma: no cover - compiled
+    offsets: Any,
+    ids: Any,
+    block_tokens: Any,
+    max_hit_blocks: Any,
+    out_offsets: Any,
+    out_ids: Any,
+    n_ids: int,
+    order: Any,
+    segment_starts: Any,
+    head_first: bool,
+    time_slots: int,
+    hit_tokens_hist: Any,
+    hit_blocks_hist: Any,
+) -> None:
+    tree = np.zeros(time_slots + 1, dtype=np.int32)
+    owner = np.full(time_slots + 1, -1, dtype=np.int32)
+    last = np.zeros(n_ids, dtype=np.int32)
+    seen_in = np.full(n_ids, -1, dtype=np.int32)
+    n_segments = segment_starts.shape[0] - 1
+    now = 1
+    for seg in range(n_segments):
+        # A fresh cache for each partition: unmark the previous partition's live blocks
+        # (O(its touches), not O(the time axis), so many small partitions stay cheap).
         for t in range(1, now):
             b = owner[t]
             if b >= 0 and last[b] == t:
-                live += 1
-                owner[live] = b
-                last[b] = live
-        for t in range(live + 1, now):
+                _fenwick_add(tree, t, -1)
             owner[t] = -1
-        n = tree.shape[0] - 1
-        for i in range(1, n + 1):
-            tree[i] = 0
-        for i in range(1, n + 1):
-            if i <= live:
-                tree[i] += 1
-            j = i + (i & (-i))
-            if j <= n:
-                tree[j] += tree[i]
-        return live + 1
-
-    @njit
-    def stack_histograms(  # pragma: no cover - compiled
-        offsets: Any,
-        ids: Any,
-        block_tokens: Any,
-        max_hit_blocks: Any,
-        out_offsets: Any,
-        out_ids: Any,
-        n_ids: int,
-        order: Any,
-        segment_starts: Any,
-        head_first: bool,
-        time_slots: int,
-        hit_tokens_hist: Any,
-        hit_blocks_hist: Any,
-    ) -> None:
-        tree = np.zeros(time_slots + 1, dtype=np.int32)
-        owner = np.full(time_slots + 1, -1, dtype=np.int32)
-        last = np.zeros(n_ids, dtype=np.int32)
-        seen_in = np.full(n_ids, -1, dtype=np.int32)
-        n_segments = segment_starts.shape[0] - 1
         now = 1
-        for seg in range(n_segments):
-            # A fresh cache for each partition: unmark the previous partition's live blocks
-            # (O(its touches), not O(the time axis), so many small partitions stay cheap).
-            for t in range(1, now):
-                b = owner[t]
-                if b >= 0 and last[b] == t:
-                    fenwick_add(tree, t, -1)
-                owner[t] = -1
-            now = 1
-            live = 0
-            for pos in range(segment_starts[seg], segment_starts[seg + 1]):
-                r = order[pos]
-                start = offsets[r]
-                nb = offsets[r + 1] - start
-                # Lookup: running maximum of the stack distances along the prefix.
-                cap = max_hit_blocks[r]
-                if cap > nb:
-                    cap = nb
-                running = 0
-                for k in range(cap):
+        live = 0
+        for pos in range(segment_starts[seg], segment_starts[seg + 1]):
+            r = order[pos]
+            start = offsets[r]
+            nb = offsets[r + 1] - start
+            # Lookup: running maximum of the stack distances along the prefix.
+            cap = max_hit_blocks[r]
+            if cap > nb:
+                cap = nb
+            running = 0
+            for k in range(cap):
+                b = ids[start + k]
+                if seen_in[b] != seg:
+                    break
+                d = live - _fenwick_prefix(tree, last[b]) + 1
+                if d > running:
+                    running = d
+                hit_tokens_hist[running] += block_tokens[start + k]
+                hit_blocks_hist[running] += 1
+            # Touch prompt then output blocks, the last one first unless head-first.
+            o_start = out_offsets[r]
+            total = nb + out_offsets[r + 1] - o_start
+            for j in range(total):
+                k = j if head_first else total - 1 - j
+                if k < nb:
                     b = ids[start + k]
-                    if seen_in[b] != seg:
-                        break
-                    d = live - fenwick_prefix(tree, last[b]) + 1
-                    if d > running:
-                        running = d
-                    hit_tokens_hist[running] += block_tokens[start + k]
-                    hit_blocks_hist[running] += 1
-                # Touch prompt then output blocks, the last one first unless head-first.
-                o_start = out_offsets[r]
-                total = nb + out_offsets[r + 1] - o_start
-                for j in range(total):
-                    k = j if head_first else total - 1 - j
-                    if k < nb:
-                        b = ids[start + k]
-                    else:
-                        b = out_ids[o_start + k - nb]
-                    if now > time_slots:
-                        # Before unmarking b: compaction keeps exactly the live marks.
-                        now = compact(tree, owner, last, now)
-                    if seen_in[b] == seg:
-                        fenwick_add(tree, last[b], -1)
-                    else:
-                        seen_in[b] = seg
-                        live += 1
-                    fenwick_add(tree, now, 1)
-                    owner[now] = b
-                    last[b] = now
-                    now += 1
-
-    _KERNELS["stack_histograms"] = stack_histograms
-    return _KERNELS
+                else:
+                    b = out_ids[o_start + k - nb]
+                if now > time_slots:
+                    # Before unmarking b: compaction keeps exactly the live marks.
+                    now = _compact(tree, owner, last, now)
+                if seen_in[b] == seg:
+                    _fenwick_add(tree, last[b], -1)
+                else:
+                    seen_in[b] = seg
+                    live += 1
+                _fenwick_add(tree, now, 1)
+                owner[now] = b
+                last[b] = now
+                now += 1
 
 
 def _pinned(array: Any, dtype: Any) -> NDArray[Any]:
@@ -259,7 +241,7 @@ def stack_distance_histograms(
     hit_tokens = np.zeros(n_ids + 2, dtype=np.int64)
     hit_blocks = np.zeros(n_ids + 2, dtype=np.int64)
     if n_requests and total_touches:
-        _kernels()["stack_histograms"](
+        _stack_histograms(
             offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids, order, segment_starts,
             order_name == "head-first", time_slots, hit_tokens, hit_blocks,
         )
