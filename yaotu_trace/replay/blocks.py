@@ -26,7 +26,7 @@ installs set `NUMBA_CACHE_DIR` to a writable folder. Dtypes are pinned at the bo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba as nb
 import numpy as np
@@ -79,6 +79,14 @@ class BlockChains:
     def num_blocks(self) -> np.ndarray:
         """Cacheable blocks per request (int64)."""
         return np.diff(self.offsets)
+
+    def with_hit_cap(self, last_token_rule: bool) -> BlockChains:
+        """The same chains with the last-token rule switched on or off (ids do not change)."""
+        blocks = self.num_blocks
+        cap = blocks
+        if last_token_rule:
+            cap = np.minimum(blocks, np.maximum(self.prompt_tokens - 1, 0) // self.block_size_tokens)
+        return replace(self, max_hit_blocks=cap.astype(np.int64))
 
     def request_of_block(self) -> np.ndarray:
         """Request index of every entry of `ids` (int64)."""

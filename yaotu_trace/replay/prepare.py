@@ -1,0 +1,127 @@
+"""From a validated `Trace` to the flat arrays the replay core works on.
+
+The only replay module that touches pandas: it reads the list columns through
+`schema.list_arrays` (no Python object per token), turns model/adapter/tenant/instance labels
+into integer codes, and builds `BlockChains` for a given set of rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.replay.blocks import BlockChains, build_block_chains
+from yaotu_trace.replay.rules import ReplayRules
+from yaotu_trace.schema import Trace, list_arrays
+
+_MISSING = "\x00"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedTrace:
+    """A trace as arrays, in replay (arrival) order."""
+
+    request_id: np.ndarray  # object (str)
+    prompt_tokens: np.ndarray  # int64 prompt length per request
+    offsets: np.ndarray  # int64 n+1 into `values`
+    values: np.ndarray  # int64 token ids or source block ids
+    source_block_size: int | None
+    model_codes: np.ndarray  # int64: (model, adapter) namespace, 0 when absent
+    tenant_codes: np.ndarray | None  # int64, None when the trace has no tenant column
+    tenant_labels: tuple[str, ...]
+    instance_codes: np.ndarray | None  # int64, None when the trace has no instance column
+    instance_labels: tuple[str, ...]
+    arrival_s: np.ndarray  # float64
+    finish_s: np.ndarray | None  # float64 (NaN where unknown)
+    output_offsets: np.ndarray | None
+    output_values: np.ndarray | None
+    cached_tokens: np.ndarray | None  # float64 observed hits (NaN where unknown)
+
+    @property
+    def num_requests(self) -> int:
+        """Number of requests."""
+        return len(self.prompt_tokens)
+
+    @property
+    def unit_tokens(self) -> int:
+        """The finest granularity the content allows: 1 token, or the source block size."""
+        return self.source_block_size or 1
+
+    def namespace_codes(self, tenant_isolation: bool) -> np.ndarray | None:
+        """Namespace per request: (model, adapter), plus tenant when isolated (spec §2)."""
+        ns = self.model_codes
+        if tenant_isolation and self.tenant_codes is not None:
+            ns = ns * (int(self.tenant_codes.max()) + 1) + self.tenant_codes
+        if not ns.any():
+            return None
+        return ns
+
+    def chains(self, rules: ReplayRules, *, namespaces: bool = True) -> BlockChains:
+        """Block chains under `rules`; `namespaces=False` puts every request in one namespace."""
+        ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
+        return build_block_chains(
+            self.offsets, self.values, self.prompt_tokens, self.source_block_size, ns, rules,
+            output_offsets=self.output_offsets, output_values=self.output_values,
+        )
+
+
+def _codes(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Integer codes in first-appearance order; missing values get their own code."""
+    codes, uniques = pd.factorize(series.astype("string").fillna(_MISSING), sort=False)
+    labels = tuple("(none)" if u == _MISSING else str(u) for u in uniques)
+    return codes.astype(np.int64), labels
+
+
+def prepare(trace: Trace, *, with_outputs: bool = False) -> PreparedTrace:
+    """Arrays of `trace` for the replay; raises when the trace carries no prompt content."""
+    df = trace.requests
+    column = trace.content_column
+    if column is None or not trace.has(column):
+        raise ConfigError(
+            f"{trace.path}: the trace has no prompt content (token ids or block hash ids), so "
+            "prefix reuse cannot be replayed; use a trace with prompt_tokens or prompt_block_ids"
+        )
+    offsets, values = list_arrays(df[column])
+    prompt_tokens = df["prompt_len"].to_numpy(dtype=np.int64)
+    source = trace.source_block_size if column == "prompt_block_ids" else None
+
+    if trace.has("model") or trace.has("adapter"):
+        key = df.get("model", pd.Series(_MISSING, index=df.index)).astype("string").fillna(
+            _MISSING) + "\x01" + df.get("adapter", pd.Series(_MISSING, index=df.index)).astype(
+            "string").fillna(_MISSING)
+        model_codes, _ = _codes(key)
+    else:
+        model_codes = np.zeros(len(df), dtype=np.int64)
+    tenant_codes, tenant_labels = (None, ())
+    if trace.has("tenant"):
+        tenant_codes, tenant_labels = _codes(df["tenant"])
+    instance_codes, instance_labels = (None, ())
+    if trace.has("instance"):
+        instance_codes, instance_labels = _codes(df["instance"])
+    finish = df["finish_s"].to_numpy(dtype=np.float64, na_value=np.nan) if trace.has(
+        "finish_s") else None
+    cached = df["cached_tokens"].to_numpy(dtype=np.float64, na_value=np.nan) if trace.has(
+        "cached_tokens") else None
+    out_offsets = out_values = None
+    if with_outputs and trace.has("output_tokens") and source is None:
+        out_offsets, out_values = list_arrays(df["output_tokens"])
+    return PreparedTrace(
+        request_id=df["request_id"].astype(str).to_numpy(dtype=object),
+        prompt_tokens=prompt_tokens,
+        offsets=offsets,
+        values=np.ascontiguousarray(values, dtype=np.int64),
+        source_block_size=source,
+        model_codes=model_codes,
+        tenant_codes=tenant_codes,
+        tenant_labels=tenant_labels,
+        instance_codes=instance_codes,
+        instance_labels=instance_labels,
+        arrival_s=df["arrival_s"].to_numpy(dtype=np.float64),
+        finish_s=finish,
+        output_offsets=out_offsets,
+        output_values=out_values,
+        cached_tokens=cached,
+    )

@@ -1,0 +1,137 @@
+"""The loss waterfall (spec §6): where the ideal prefix reuse of a trace is lost, rule by rule.
+
+Each step is one replay with one more rule than the step before, in this order:
+
+1. ideal: longest common prefix with any earlier request at the finest granularity the trace
+   allows (tokens; the source block size for block-id traces, partial last ids included), one
+   namespace for all, one unlimited cache;
+2. block granularity: blocks of B tokens (partial blocks as the rules say);
+3. last-token rule;
+4. tenant isolation (namespaces: model/adapter, plus tenant when isolation is on);
+5. scope/routing: per-instance caches;
+6. capacity: finite caches with the eviction policy and touch order (= the achieved hits).
+
+A step whose rule is off repeats the previous replay (zero loss). The drop between steps is
+integer tokens per request, so the steps sum exactly to ideal − achieved. Per-request losses may
+be negative for a step that reorders work (routing decisions can depend on cache contents);
+their totals still telescope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from yaotu_trace.replay.blocks import BlockChains
+from yaotu_trace.replay.engine import ReplayResult, replay
+from yaotu_trace.replay.prepare import PreparedTrace
+from yaotu_trace.replay.rules import ReplayRules, Scope
+
+STEPS: tuple[tuple[str, str], ...] = (
+    ("block_granularity", "block granularity"),
+    ("last_token_rule", "last-token rule"),
+    ("tenant_isolation", "tenant isolation and model/adapter namespaces"),
+    ("routing", "scope and routing"),
+    ("capacity", "capacity and eviction"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaterfallStep:
+    """Reuse lost to one rule: tokens and share of the ideal."""
+
+    step: str
+    label: str
+    hit_tokens: int  # Σ hits after this rule
+    loss_tokens: int  # Σ hits before − after
+    loss_share_of_ideal: float  # loss / ideal, 0 when the ideal is 0
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready builtins."""
+        return {"step": self.step, "label": self.label, "hit_tokens": self.hit_tokens,
+                "loss_tokens": self.loss_tokens, "loss_share_of_ideal": self.loss_share_of_ideal}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Waterfall:
+    """The waterfall totals plus what `hot.py` and `--out` need per request."""
+
+    ideal_hit_tokens: int
+    achieved_hit_tokens: int
+    steps: tuple[WaterfallStep, ...]
+    ideal_per_request: np.ndarray  # int64
+    loss_per_request: dict[str, np.ndarray]  # step -> int64 per request
+    # Block-level inputs of the hot-prefix analysis (all at block size B):
+    shared_chains: BlockChains  # one namespace: the identity of a shared prefix
+    hit_blocks: dict[str, np.ndarray]  # hit blocks after "last_token_rule" and each later step
+    achieved: ReplayResult
+    achieved_chains: BlockChains
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready builtins (totals only)."""
+        return {
+            "ideal_hit_tokens": self.ideal_hit_tokens,
+            "achieved_hit_tokens": self.achieved_hit_tokens,
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+
+def _ideal_rules(rules: ReplayRules, unit_tokens: int, block_ids: bool) -> ReplayRules:
+    return rules.with_(block_size_tokens=unit_tokens, last_token_rule=False,
+                       cache_partial_blocks=block_ids or rules.cache_partial_blocks,
+                       capacity_blocks=None, scope=Scope.GLOBAL, route=None,
+                       tenant_isolation=False)
+
+
+def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules) -> Waterfall:
+    """Run the six replays of the waterfall; the last one is the achieved replay under `rules`."""
+    unit = prepared.unit_tokens
+    block_ids = prepared.source_block_size is not None
+    ideal_rules = _ideal_rules(rules, unit, block_ids)
+    ideal = replay(prepared.chains(ideal_rules, namespaces=False), ideal_rules)
+
+    flat = rules.with_(last_token_rule=False, capacity_blocks=None, scope=Scope.GLOBAL,
+                       route=None)
+    shared = prepared.chains(flat, namespaces=False)
+    r_block = replay(shared, flat)
+    ltr_rules = flat.with_(last_token_rule=rules.last_token_rule)
+    shared_ltr = shared.with_hit_cap(True) if rules.last_token_rule else shared
+    r_ltr = replay(shared_ltr, ltr_rules) if rules.last_token_rule else r_block
+
+    has_ns = prepared.namespace_codes(rules.tenant_isolation) is not None
+    ns_chains = prepared.chains(ltr_rules) if has_ns else shared_ltr
+    r_ns = replay(ns_chains, ltr_rules) if has_ns else r_ltr
+
+    scope_rules = ltr_rules.with_(scope=rules.scope, route=rules.route, instances=rules.instances)
+    per_instance = rules.scope is Scope.INSTANCE
+    times = {"arrival_s": prepared.arrival_s, "finish_s": prepared.finish_s}
+    r_scope = (replay(ns_chains, scope_rules, prepared.instance_codes, **times) if per_instance
+               else r_ns)
+    r_cap = (replay(ns_chains, rules, prepared.instance_codes, **times)
+             if rules.capacity_blocks is not None else r_scope)
+
+    results = [ideal, r_block, r_ltr, r_ns, r_scope, r_cap]
+    totals = [int(r.hit_tokens.sum()) for r in results]
+    ideal_total = totals[0]
+    steps = []
+    losses: dict[str, np.ndarray] = {}
+    for k, (name, label) in enumerate(STEPS):
+        loss = totals[k] - totals[k + 1]
+        steps.append(WaterfallStep(
+            step=name, label=label, hit_tokens=totals[k + 1], loss_tokens=loss,
+            loss_share_of_ideal=loss / ideal_total if ideal_total else 0.0,
+        ))
+        losses[name] = results[k].hit_tokens - results[k + 1].hit_tokens
+    return Waterfall(
+        ideal_hit_tokens=ideal_total,
+        achieved_hit_tokens=totals[-1],
+        steps=tuple(steps),
+        ideal_per_request=ideal.hit_tokens,
+        loss_per_request=losses,
+        shared_chains=shared_ltr,
+        hit_blocks={"last_token_rule": r_ltr.hit_blocks, "tenant_isolation": r_ns.hit_blocks,
+                    "routing": r_scope.hit_blocks, "capacity": r_cap.hit_blocks},
+        achieved=r_cap,
+        achieved_chains=ns_chains,
+    )
