@@ -44,7 +44,7 @@ def test_unlimited_hits_follow_from_id_counts(name: str, references: int, distin
     assert hit_blocks == references - distinct
     assert summary.saved_prefill_tokens == _expected_hit_tokens(path)
     # One namespace, block = source block, no last-token rule: the ideal is achieved.
-    assert summary.waterfall.ideal_hit_tokens == summary.saved_prefill_tokens
+    assert summary.ideal_hit_tokens == summary.saved_prefill_tokens
 
 
 def test_capacity_curve_points_are_monotone_on_conversation() -> None:
@@ -59,8 +59,8 @@ def test_capacity_curve_points_are_monotone_on_conversation() -> None:
 def test_vllm_rules_on_mooncake_lose_partial_blocks_and_last_token() -> None:
     trace = load_trace(shared_trace("mooncake/synthetic_trace.jsonl"))
     summary = replay_trace(trace, rules_for("vllm", block_size_tokens=1024))
-    steps = {s.step: s.loss_tokens for s in summary.waterfall.steps}
+    steps = {s.step: s.loss_tokens for s in summary.waterfall}
     assert steps["block_granularity"] > 0
     assert steps["last_token_rule"] >= 0
-    assert sum(steps.values()) == (summary.waterfall.ideal_hit_tokens
+    assert sum(steps.values()) == (summary.ideal_hit_tokens
                                    - summary.saved_prefill_tokens)

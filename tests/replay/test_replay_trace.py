@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.replay import effective_rules, replay_trace, rules_for
+from yaotu_trace.replay import effective_rules, replay_trace, replay_trace_with_requests, rules_for
 from yaotu_trace.schema import RawTrace, normalize
 
 
@@ -37,16 +37,18 @@ WORKED = [[1, 2, 3, 4], [1, 2, 3, 8], [9, 2, 3, 4]]
 
 
 def test_worked_example_through_a_trace() -> None:
-    summary = replay_trace(make_trace(WORKED), rules_for("none", block_size_tokens=1))
-    assert summary.per_request.columns["hit_tokens"].tolist() == [0, 3, 0]
+    summary, table = replay_trace_with_requests(make_trace(WORKED),
+                                                rules_for("none", block_size_tokens=1))
+    assert table.columns["hit_tokens"].tolist() == [0, 3, 0]
     assert summary.prompt_tokens == 12
     assert summary.remaining_prefill_tokens == 9
     assert summary.hit_ratio == pytest.approx(3 / 12)
-    two = replay_trace(make_trace(WORKED), rules_for("none", block_size_tokens=2))
-    assert two.per_request.columns["hit_tokens"].tolist() == [0, 2, 0]
+    two, table = replay_trace_with_requests(make_trace(WORKED),
+                                            rules_for("none", block_size_tokens=2))
+    assert table.columns["hit_tokens"].tolist() == [0, 2, 0]
     # The waterfall: ideal 3 tokens, block granularity loses 1.
-    steps = {s.step: s.loss_tokens for s in two.waterfall.steps}
-    assert two.waterfall.ideal_hit_tokens == 3
+    steps = {s.step: s.loss_tokens for s in two.waterfall}
+    assert two.ideal_hit_tokens == 3
     assert steps["block_granularity"] == 1
 
 
@@ -75,6 +77,9 @@ def test_to_dict_is_json_ready() -> None:
                 walk(v)
 
     walk(summary.to_dict())
+    from yaotu_trace.report import to_builtins
+
+    json.dumps(to_builtins(summary), allow_nan=False)  # the dataclass itself is report-safe
 
 
 @st.composite
@@ -98,11 +103,10 @@ def test_waterfall_sums_exactly(trace, block, ltr, isolate, capacity, route) -> 
     kw = {"scope": "instance", "route": route, "instances": 2} if route else {}
     rules = rules_for("none", block_size_tokens=block, last_token_rule=ltr,
                       tenant_isolation=isolate, capacity_blocks=capacity, **kw)
-    summary = replay_trace(make_trace(prompts, tenants=tenants), rules)
-    wf = summary.waterfall
-    assert wf.achieved_hit_tokens == summary.saved_prefill_tokens
-    assert sum(s.loss_tokens for s in wf.steps) == wf.ideal_hit_tokens - wf.achieved_hit_tokens
-    cols = summary.per_request.columns
+    summary, table = replay_trace_with_requests(make_trace(prompts, tenants=tenants), rules)
+    assert sum(s.loss_tokens for s in summary.waterfall) == (summary.ideal_hit_tokens
+                                                             - summary.saved_prefill_tokens)
+    cols = table.columns
     losses = sum(cols[c] for c in cols if c.startswith("loss_"))
     assert (cols["ideal_hit_tokens"] - losses == cols["hit_tokens"]).all()
     # The ideal is the token-granular longest common prefix with any earlier request.
@@ -134,7 +138,7 @@ def test_hot_prefixes_name_the_reason_and_tenants() -> None:
     assert top.prefix_tokens == 8
     assert top.times == 2
     assert set(top.tenants) == {"b", "c"}
-    steps = {s.step: s.loss_tokens for s in summary.waterfall.steps}
+    steps = {s.step: s.loss_tokens for s in summary.waterfall}
     assert steps["tenant_isolation"] == 16
 
 
@@ -182,17 +186,19 @@ def test_block_id_trace_needs_a_multiple_of_the_source_block() -> None:
 
 def test_trace_instance_column_is_the_default_for_instance_scope() -> None:
     prompts = [[1, 2, 3]] * 4
-    summary = replay_trace(make_trace(prompts, instances=["x", "y", "x", "y"]),
-                           rules_for("none", block_size_tokens=1, scope="instance"))
-    assert summary.per_request.columns["hit_tokens"].tolist() == [0, 0, 3, 3]
+    summary, table = replay_trace_with_requests(
+        make_trace(prompts, instances=["x", "y", "x", "y"]),
+        rules_for("none", block_size_tokens=1, scope="instance"))
+    assert table.columns["hit_tokens"].tolist() == [0, 0, 3, 3]
     assert [g.label for g in summary.per_instance] == ["x", "y"]
 
 
 def test_models_are_namespaces() -> None:
     prompts = [[1, 2, 3]] * 3
-    summary = replay_trace(make_trace(prompts, model=["m1", "m2", "m1"]),
-                           rules_for("none", block_size_tokens=1, tenant_isolation=False))
-    assert summary.per_request.columns["hit_tokens"].tolist() == [0, 0, 3]
+    _, table = replay_trace_with_requests(make_trace(prompts, model=["m1", "m2", "m1"]),
+                                          rules_for("none", block_size_tokens=1,
+                                                    tenant_isolation=False))
+    assert table.columns["hit_tokens"].tolist() == [0, 0, 3]
 
 
 def test_trace_without_content_is_a_clear_error() -> None:

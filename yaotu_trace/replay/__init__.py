@@ -39,6 +39,7 @@ __all__ = [
     "effective_rules",
     "replay",
     "replay_trace",
+    "replay_trace_with_requests",
     "rules_for",
 ]
 
@@ -117,14 +118,14 @@ class ReplaySummary:
     per_tenant: tuple[GroupStats, ...]
     per_instance: tuple[GroupStats, ...]
     hit_length: HitLengthDistribution
-    waterfall: Waterfall | None
+    ideal_hit_tokens: int | None  # the waterfall's ideal (None when it was not computed)
+    waterfall: tuple[WaterfallStep, ...]
     hot_prefixes: tuple[HotPrefix, ...]
     observed: ObservedComparison | None
     notes: tuple[str, ...]
-    per_request: RequestTable
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready builtins: no NumPy scalars, no NaN; per-request columns excluded."""
+        """JSON-ready builtins: no NumPy scalars, no NaN."""
         return {
             "hit_ratio": self.hit_ratio,
             "hit_ratio_definition": "token-weighted: sum of hit tokens / sum of prompt tokens",
@@ -143,7 +144,11 @@ class ReplaySummary:
             "per_tenant": [g.to_dict() for g in self.per_tenant],
             "per_instance": [g.to_dict() for g in self.per_instance],
             "hit_length": self.hit_length.to_dict(),
-            "waterfall": None if self.waterfall is None else self.waterfall.to_dict(),
+            "waterfall": None if self.ideal_hit_tokens is None else {
+                "ideal_hit_tokens": self.ideal_hit_tokens,
+                "achieved_hit_tokens": self.saved_prefill_tokens,
+                "steps": [s.to_dict() for s in self.waterfall],
+            },
             "hot_prefixes": [h.to_dict() for h in self.hot_prefixes],
             "observed_vs_replayed": None if self.observed is None else self.observed.to_dict(),
             "notes": list(self.notes),
@@ -214,6 +219,21 @@ def replay_trace(
     notes: tuple[str, ...] = (),
 ) -> ReplaySummary:
     """Replay `trace` under `rules` (default: `effective_rules(trace)`) and summarise it."""
+    summary, _ = replay_trace_with_requests(trace, rules, preset=preset, waterfall=waterfall,
+                                            top_prefixes=top_prefixes, notes=notes)
+    return summary
+
+
+def replay_trace_with_requests(
+    trace: Trace,
+    rules: ReplayRules | None = None,
+    *,
+    preset: str | None = None,
+    waterfall: bool = True,
+    top_prefixes: int = 10,
+    notes: tuple[str, ...] = (),
+) -> tuple[ReplaySummary, RequestTable]:
+    """`replay_trace` plus the per-request columns that `--out` writes."""
     if rules is None:
         rules, preset, chosen = effective_rules(trace)
         notes = notes + chosen
@@ -259,7 +279,7 @@ def replay_trace(
     if result.instance is not None:
         columns["instance"] = result.instance
 
-    return ReplaySummary(
+    summary = ReplaySummary(
         rules=rules,
         preset=preset,
         requests=prepared.num_requests,
@@ -275,12 +295,13 @@ def replay_trace(
         per_tenant=_groups(prepared.tenant_codes, prepared.tenant_labels, prompt, hit),
         per_instance=per_instance,
         hit_length=_hit_length(hit, prompt),
-        waterfall=wf,
+        ideal_hit_tokens=None if wf is None else wf.ideal_hit_tokens,
+        waterfall=() if wf is None else wf.steps,
         hot_prefixes=hot,
         observed=compare_observed(prepared.cached_tokens, hit, prompt, rules.block_size_tokens),
         notes=tuple(all_notes),
-        per_request=RequestTable(columns=columns),
     )
+    return summary, RequestTable(columns=columns)
 
 
 def _rule_notes(trace: Trace, prepared: PreparedTrace, rules: ReplayRules) -> list[str]:
