@@ -129,9 +129,17 @@ def write_trace(
             raise TraceReadError(
                 f"{path}: cannot write '{suffix}' files; use .parquet, .jsonl or .csv"
             )
+        _readable_like_a_new_file(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _readable_like_a_new_file(path: Path) -> None:
+    """mkstemp creates 0600; give the output the permissions `open()` would have (umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def _to_arrow(requests: pd.DataFrame) -> pa.Table:
