@@ -1,0 +1,98 @@
+"""`trace models`: the model catalog with KV bytes per token (what --model accepts)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from yaotu_trace.catalog import ModelSpec, load_catalog
+from yaotu_trace.cli.app import FormatOpt, OutputOpt, app, write_atomically
+from yaotu_trace.render import OutputFormat, fmt
+
+_CONTEXT_TOKENS = 32_768
+
+
+def _row(spec: ModelSpec) -> dict[str, Any]:
+    """One catalog entry as JSON-ready builtins."""
+    kv = spec.kv_bytes_per_token
+    return {
+        "name": spec.name,
+        "aliases": list(spec.aliases),
+        "attention": spec.attention,
+        "layers": spec.layers,
+        "kv_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
+        "kv_lora_rank": spec.kv_lora_rank,
+        "qk_rope_head_dim": spec.qk_rope_head_dim,
+        "kv_dtype_bytes": spec.kv_dtype_bytes,
+        "kv_bytes_per_token": kv,
+        "kv_bytes_at_32k_tokens": kv * _CONTEXT_TOKENS,
+        "sliding_window_tokens": spec.sliding_window_tokens,
+        "total_params": spec.total_params,
+        "active_nonembedding_params": spec.active_nonembedding_params,
+    }
+
+
+def _shape(spec: ModelSpec) -> str:
+    if spec.attention == "mla":
+        return f"latent {spec.kv_lora_rank} + rope {spec.qk_rope_head_dim}"
+    return f"{spec.kv_heads} × {spec.head_dim}"
+
+
+def _params(total: int, active: int) -> str:
+    return f"{total / 1e9:.1f} / {active / 1e9:.1f}"
+
+
+def _text(fmt_choice: OutputFormat) -> str:
+    specs = load_catalog()
+    if fmt_choice is OutputFormat.JSON:
+        doc = {"models": [_row(s) for s in specs], "kv_dtype": "bf16 unless kv_dtype_bytes says"}
+        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    header = ["model", "attention", "layers", "KV heads × dim", "KV B/token", "KV @32k tok",
+              "params, B (total / active)"]
+    rows = []
+    for s in specs:
+        kv = s.kv_bytes_per_token
+        note = f" (SWA {s.sliding_window_tokens // 1024}k)" if s.sliding_window_tokens else ""
+        rows.append([s.name, s.attention.upper(), str(s.layers), _shape(s), fmt.count(kv) + note,
+                     fmt.bytes_(kv * _CONTEXT_TOKENS),
+                     _params(s.total_params, s.active_nonembedding_params)])
+    footer = ("KV bytes per token: 2 · layers · KV heads · head dim · dtype bytes (MLA: "
+              "(kv_lora_rank + rope dim) · layers · dtype bytes); bf16 KV. Pass --model NAME "
+              "(case-insensitive, aliases accepted) or --kv-bytes-per-token N.")
+    if fmt_choice is OutputFormat.MARKDOWN:
+        lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(["### Model catalog", "", *lines, "", f"_{footer}_"]) + "\n"
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Model catalog",
+                  title_justify="left", caption=footer, caption_justify="left")
+    for i, column in enumerate(header):
+        table.add_column(column, justify="left" if i < 2 else "right", no_wrap=i == 0)
+    for r in rows:
+        table.add_row(*r)
+    buffer = io.StringIO()
+    Console(file=buffer, width=110, color_system=None, no_color=True, highlight=False).print(table)
+    return buffer.getvalue()
+
+
+@app.command()
+def models(format: FormatOpt = OutputFormat.TABLE, output: OutputOpt = None) -> None:
+    """List the model catalog with KV bytes per token (the names --model accepts).
+
+    Examples:
+
+      trace models
+
+      trace models --format json
+    """
+    text = _text(format)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_atomically(output, text)

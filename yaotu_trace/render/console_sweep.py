@@ -1,0 +1,74 @@
+"""Rich tables of the `capacity_curve` section: capacities in blocks, tokens and bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from yaotu_trace.render import fmt
+from yaotu_trace.render.console import heading, kv_table
+
+
+def _capacity(point: Any, with_bytes: bool, unit: str = "") -> list[str]:
+    cells = [fmt.count(point.capacity_blocks) + unit, fmt.tokens(point.capacity_tokens)]
+    if with_bytes:
+        cells.append(fmt.bytes_(point.capacity_bytes))
+    return cells
+
+
+def capacity_curve_renderables(section: Any) -> list[RenderableType]:
+    """The curve as a table, the knee and the 50/90/99 % capacities, then definitions."""
+    with_bytes = section.kv_bytes_per_token is not None
+    rules = section.rules
+    model = f"{section.model}, " if section.model else ""
+    kv = (f"{model}{fmt.count(section.kv_bytes_per_token)} B KV/token" if with_bytes
+          else "KV bytes/token unknown")
+    summary = kv_table([
+        ("rules", f"preset {section.preset}: B = {rules['block_size_tokens']}, "
+                  f"{rules['touch_order']}, last-token rule "
+                  f"{'on' if rules['last_token_rule'] else 'off'}, partial blocks "
+                  f"{'cached' if rules['cache_partial_blocks'] else 'not cached'}"),
+        ("caches", f"{fmt.count(section.caches)} ({rules['scope']})"),
+        ("requests / prompt tokens", f"{fmt.count(section.requests)} / "
+                                     f"{fmt.count(section.prompt_tokens)}"),
+        ("cacheable / distinct blocks", f"{fmt.count(section.cacheable_blocks)} / "
+                                        f"{fmt.count(section.distinct_blocks)}"),
+        ("KV size", kv),
+        ("unlimited capacity", f"{fmt.pct(section.unlimited_hit_ratio)} of prompt tokens hit "
+                               f"({fmt.count(section.unlimited_hit_tokens)} tokens)"),
+    ])
+    out: list[RenderableType] = [heading("Capacity curve (LRU, every capacity in one pass)"),
+                                 summary]
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("blocks", "tokens", *(("KV bytes",) if with_bytes else ())):
+        table.add_column(column, justify="right")
+    table.add_column("hit ratio", justify="right")
+    table.add_column("of unlimited", justify="right")
+    table.add_column("", style="dim")
+    for p in section.points:
+        table.add_row(*_capacity(p, with_bytes), fmt.pct(p.hit_ratio),
+                      fmt.pct(p.share_of_unlimited), p.label)
+    out.append(table)
+
+    key_rows = []
+    if section.knee is not None:
+        k = section.knee
+        key_rows.append(("knee", f"{' · '.join(_capacity(k, with_bytes, ' blocks'))} → "
+                                 f"{fmt.pct(k.hit_ratio)} ({fmt.pct(k.share_of_unlimited)} "
+                                 "of unlimited)"))
+    for p in section.shares:
+        key_rows.append((f"{p.label} of unlimited reuse",
+                         f"{' · '.join(_capacity(p, with_bytes, ' blocks'))} → {fmt.pct(p.hit_ratio)}"))
+    if section.full_reuse is not None:
+        f = section.full_reuse
+        key_rows.append(("all of unlimited reuse", " · ".join(_capacity(f, with_bytes, " blocks"))))
+    if key_rows:
+        out += [heading("Capacity needed"), kv_table(key_rows)]
+    out.append(Text(f"{section.metric}. Knee: {section.knee_definition}.", style="dim"))
+    out += [Text(f"note: {note}", style="yellow") for note in section.notes]
+    return out

@@ -1,0 +1,45 @@
+"""Markdown of the `capacity_curve` section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yaotu_trace.render import fmt
+from yaotu_trace.render.markdown import table
+
+
+def _capacity(point: Any, with_bytes: bool, unit: str = "") -> list[str]:
+    cells = [fmt.count(point.capacity_blocks) + unit, fmt.tokens(point.capacity_tokens)]
+    if with_bytes:
+        cells.append(fmt.bytes_(point.capacity_bytes))
+    return cells
+
+
+def capacity_curve_lines(section: Any) -> list[str]:
+    """The curve table, the knee and the 50/90/99 % capacities."""
+    with_bytes = section.kv_bytes_per_token is not None
+    rules = section.rules
+    lines = [
+        "### Capacity curve (LRU)",
+        "",
+        f"Preset `{section.preset}`: B = {rules['block_size_tokens']}, {rules['touch_order']}, "
+        f"last-token rule {'on' if rules['last_token_rule'] else 'off'}; "
+        f"{fmt.count(section.caches)} cache(s) ({rules['scope']}). Unlimited capacity: "
+        f"**{fmt.pct(section.unlimited_hit_ratio)}** of prompt tokens hit.",
+        "",
+    ]
+    header = ["blocks", "tokens", *(["KV bytes"] if with_bytes else []), "hit ratio",
+              "of unlimited", ""]
+    rows = [[*_capacity(p, with_bytes), fmt.pct(p.hit_ratio), fmt.pct(p.share_of_unlimited),
+             p.label] for p in section.points]
+    lines += table(header, rows)
+    lines += ["", "| capacity needed | blocks, tokens" + (", bytes" if with_bytes else "")
+              + " | hit ratio |", "|---|---:|---:|"]
+    key = ([section.knee] if section.knee is not None else []) + list(section.shares)
+    for p in key:
+        name = "knee" if p.label == "knee" else f"{p.label} of unlimited reuse"
+        lines.append(f"| {name} | {' · '.join(_capacity(p, with_bytes, ' blocks'))} | "
+                     f"{fmt.pct(p.hit_ratio)} |")
+    lines += ["", f"_{section.metric}. Knee: {section.knee_definition}._"]
+    lines += [f"> note: {note}" for note in section.notes]
+    return lines

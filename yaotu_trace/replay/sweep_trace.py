@@ -1,0 +1,203 @@
+"""`trace sweep` core: a trace and rules in, the capacity-curve report section out.
+
+Builds the block chains with the replay's own preparation (`prepare`, `effective_rules`), picks
+the per-instance partition for scope `instance`, runs the one-pass sweep and turns the exact
+curve into a builtins-only section: sampled points, the knee and the 50/90/99 % capacities, in
+blocks, tokens and (when the KV bytes per token are known) bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.replay.engine import replay, route_codes
+from yaotu_trace.replay.prepare import PreparedTrace, prepare
+from yaotu_trace.replay.rules import ReplayRules, Route, Scope
+from yaotu_trace.replay.sweep import DEFAULT_SHARES, CapacityCurve, sweep
+from yaotu_trace.schema import Trace
+
+KNEE_DEFINITION = (
+    "Kneedle: with capacity scaled to [0, 1] up to the capacity that reaches the unlimited hits "
+    "and hits scaled to [0, 1] of the unlimited hits, the capacity where the curve is farthest "
+    "above the diagonal; beyond it a block buys less than the average block"
+)
+METRIC = "hit ratio = Σ hit tokens / Σ prompt tokens (token-weighted), at capacity C per cache"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityPoint:
+    """The curve at one capacity; `capacity_bytes` is None without KV bytes per token."""
+
+    label: str
+    capacity_blocks: int
+    capacity_tokens: int
+    capacity_bytes: int | None
+    hit_tokens: int
+    hit_ratio: float
+    share_of_unlimited: float
+    block_hit_ratio_over_full_blocks: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityCurveSection:
+    """The `capacity_curve` report section (builtins only)."""
+
+    preset: str
+    rules: dict[str, Any]
+    model: str | None
+    kv_bytes_per_token: int | None
+    metric: str
+    knee_definition: str
+    requests: int
+    prompt_tokens: int
+    full_blocks: int
+    cacheable_blocks: int
+    distinct_blocks: int
+    caches: int
+    unlimited_hit_tokens: int
+    unlimited_hit_ratio: float
+    full_reuse: CapacityPoint | None
+    knee: CapacityPoint | None
+    shares: tuple[CapacityPoint, ...]
+    points: tuple[CapacityPoint, ...]
+    notes: tuple[str, ...] = ()
+
+
+def partition_codes(prepared: PreparedTrace, rules: ReplayRules, chains: Any) -> np.ndarray | None:
+    """Cache index per request for scope instance, or None for one global cache.
+
+    Routes that do not look at the cache (the trace's column, round-robin, random,
+    least-loaded) give the same assignment at every capacity, so one sweep covers them.
+    prefix-affinity follows the cache contents, which differ per capacity.
+    """
+    if rules.scope is not Scope.INSTANCE:
+        return None
+    if rules.route is None and prepared.instance_codes is not None:
+        return prepared.instance_codes
+    if rules.route is Route.PREFIX_AFFINITY:
+        raise ConfigError(
+            "--route prefix-affinity depends on each capacity's cache contents, so one sweep "
+            "cannot cover it; run `trace replay --capacity C` per capacity instead"
+        )
+    if rules.route is Route.LEAST_LOADED:
+        routed = replay(chains, rules.with_(capacity_blocks=None), None,
+                        arrival_s=prepared.arrival_s, finish_s=prepared.finish_s)
+        return routed.instance
+    return route_codes(rules, prepared.num_requests)
+
+
+def sweep_trace(
+    trace: Trace,
+    rules: ReplayRules,
+    *,
+    preset: str,
+    points: int = 12,
+    model: str | None = None,
+    kv_bytes_per_token: int | None = None,
+    notes: tuple[str, ...] = (),
+) -> tuple[CapacityCurveSection, CapacityCurve]:
+    """Sweep every LRU capacity of `trace` under `rules`; returns (section, exact curve)."""
+    if rules.eviction != "lru":
+        raise ConfigError(
+            f"the capacity sweep is exact for LRU only (stack distances); got --eviction "
+            f"{rules.eviction}; run `trace replay --capacity C` per capacity instead"
+        )
+    source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
+    rules.check_source_block_size(source)
+    prepared = prepare(trace, with_outputs=rules.cache_outputs)
+    chains = prepared.chains(rules)
+    codes = partition_codes(prepared, rules, chains)
+    curve = sweep(chains, touch_order=rules.touch_order, instance_codes=codes,
+                  kv_bytes_per_token=kv_bytes_per_token)
+    all_notes = list(notes)
+    if codes is not None:
+        all_notes.append(f"scope instance: {curve.partitions} caches, each of the capacity shown; "
+                         "hits are summed over instances")
+    if not rules.cache_outputs:
+        all_notes.append("output blocks are not cached (--cache-outputs is off)")
+    if kv_bytes_per_token is None:
+        all_notes.append("capacities in bytes need --model or --kv-bytes-per-token")
+    section = build_section(curve, rules=rules, preset=preset, points=points, model=model,
+                            requests=prepared.num_requests,
+                            cacheable_blocks=int(chains.num_blocks.sum()),
+                            distinct_blocks=chains.num_distinct, notes=tuple(all_notes))
+    return section, curve
+
+
+def build_section(
+    curve: CapacityCurve,
+    *,
+    rules: ReplayRules,
+    preset: str,
+    points: int,
+    model: str | None,
+    requests: int,
+    cacheable_blocks: int,
+    distinct_blocks: int,
+    notes: tuple[str, ...] = (),
+) -> CapacityCurveSection:
+    """Sample the exact curve into report points (always including knee and share points)."""
+    def point(capacity: int | None, label: str) -> CapacityPoint | None:
+        if capacity is None:
+            return None
+        cap = int(capacity)
+        hit = int(curve.hit_tokens_at(cap))
+        size_bytes = curve.to_bytes(cap)
+        return CapacityPoint(
+            label=label,
+            capacity_blocks=cap,
+            capacity_tokens=int(curve.to_tokens(cap)),
+            capacity_bytes=None if size_bytes is None else int(size_bytes),
+            hit_tokens=hit,
+            hit_ratio=hit / curve.prompt_tokens_total if curve.prompt_tokens_total else 0.0,
+            share_of_unlimited=hit / curve.unlimited_hit_tokens if curve.unlimited_hit_tokens
+            else 0.0,
+            block_hit_ratio_over_full_blocks=float(
+                curve.block_hit_ratio_over_full_blocks_at(cap)),
+        )
+
+    labels: dict[int, list[str]] = {}
+    if curve.knee_capacity_blocks is not None:
+        labels.setdefault(curve.knee_capacity_blocks, []).append("knee")
+    for share in DEFAULT_SHARES:
+        cap = curve.share_capacities_blocks.get(share)
+        if cap is not None:
+            labels.setdefault(cap, []).append(f"{share:.0%} of unlimited")
+    if curve.unlimited_hit_tokens:
+        labels.setdefault(curve.full_reuse_capacity_blocks, []).append("full reuse")
+    sampled = tuple(
+        p for c in curve.sample_capacities(points).tolist()
+        if (p := point(c, ", ".join(labels.get(int(c), [])))) is not None
+    )
+    shares = tuple(
+        p for s in DEFAULT_SHARES
+        if (p := point(curve.share_capacities_blocks.get(s), f"{s:.0%}")) is not None
+    )
+    rule_dict = rules.to_dict()
+    rule_dict.pop("capacity_blocks", None)
+    return CapacityCurveSection(
+        preset=preset,
+        rules=rule_dict,
+        model=model,
+        kv_bytes_per_token=curve.kv_bytes_per_token,
+        metric=METRIC,
+        knee_definition=KNEE_DEFINITION,
+        requests=requests,
+        prompt_tokens=curve.prompt_tokens_total,
+        full_blocks=curve.full_blocks_total,
+        cacheable_blocks=cacheable_blocks,
+        distinct_blocks=distinct_blocks,
+        caches=curve.partitions,
+        unlimited_hit_tokens=curve.unlimited_hit_tokens,
+        unlimited_hit_ratio=curve.unlimited_hit_ratio,
+        full_reuse=point(curve.full_reuse_capacity_blocks, "full reuse")
+        if curve.unlimited_hit_tokens else None,
+        knee=point(curve.knee_capacity_blocks, "knee"),
+        shares=shares,
+        points=sampled,
+        notes=notes,
+    )
