@@ -112,9 +112,12 @@ class EngineSettings:
 
     `kv_capacity_tokens` is the KV pool of one instance; `kv_bytes_per_token` and
     `active_params` come from `--model` (catalog) or `--kv-bytes-per-token`.
+    `block_size_given` says the block size was set explicitly (the prefix replay then uses it
+    instead of its preset's).
     """
 
     block_size_tokens: int = 16
+    block_size_given: bool = False
     kv_capacity_tokens: float | None = None
     max_num_seqs: int | None = None
     max_batched_tokens: int | None = None
