@@ -1,0 +1,104 @@
+"""`trace replay`: options map onto the rules, the report and `--out` carry the spec's numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from conftest import shared_trace
+
+from yaotu_trace.cli import main
+from yaotu_trace.errors import ExitCode
+from yaotu_trace.ingest.canonical import write_trace
+
+
+@pytest.fixture()
+def worked(tmp_path: Path) -> Path:
+    path = tmp_path / "worked.jsonl"
+    write_trace(
+        pd.DataFrame({
+            "request_id": ["a", "b", "c"],
+            "arrival_s": [0.0, 0.5, 2.0],
+            "prompt_len": [4, 4, 4],
+            "output_len": [2, 3, 1],
+            "prompt_tokens": [[1, 2, 3, 4], [1, 2, 3, 8], [9, 2, 3, 4]],
+            "tenant": ["t1", "t1", "t2"],
+        }),
+        path,
+    )
+    return path
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_worked_example_json(worked: Path, capsys) -> None:
+    code, out, err = run(["replay", str(worked), "--preset", "none", "--block-size", "1",
+                          "-f", "json"], capsys)
+    assert code == ExitCode.OK, err
+    doc = json.loads(out)
+    section = doc["prefix_reuse"]
+    assert section["saved_prefill_tokens"] == 3
+    assert section["remaining_prefill_tokens"] == 9
+    assert section["hit_ratio"] == 0.25
+    assert doc["config"]["rules"]["block_size_tokens"] == 1
+    assert section["waterfall"]["ideal_hit_tokens"] == 3
+
+
+def test_flags_override_the_preset(worked: Path, capsys) -> None:
+    code, out, _ = run(["replay", str(worked), "--preset", "vllm", "--block-size", "2",
+                        "--no-last-token-rule", "--no-tenant-isolation", "--touch-order",
+                        "head-first", "--capacity", "8tok", "--eviction", "lfu", "--route",
+                        "round-robin", "--instances", "2", "-f", "json"], capsys)
+    assert code == ExitCode.OK
+    rules = json.loads(out)["config"]["rules"]
+    assert rules["block_size_tokens"] == 2
+    assert rules["last_token_rule"] is False
+    assert rules["tenant_isolation"] is False
+    assert rules["touch_order"] == "head-first"
+    assert rules["capacity_blocks"] == 4
+    assert rules["eviction"] == "lfu"
+    assert rules["scope"] == "instance"
+    assert rules["instances"] == 2
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_out_writes_per_request_columns(worked: Path, tmp_path: Path, capsys, suffix) -> None:
+    target = tmp_path / f"hits{suffix}"
+    code, _, _ = run(["replay", str(worked), "--preset", "none", "--block-size", "2",
+                      "--out", str(target)], capsys)
+    assert code == ExitCode.OK
+    table = (pq.read_table(target).to_pandas() if suffix == ".parquet"
+             else pd.read_csv(target))
+    assert table["request_id"].tolist() == ["a", "b", "c"]
+    assert table["hit_tokens"].tolist() == [0, 2, 0]
+    assert table["ideal_hit_tokens"].tolist() == [0, 3, 0]
+    assert table["loss_block_granularity_tokens"].tolist() == [0, 1, 0]
+    assert {"prompt_tokens", "recompute_tokens", "loss_capacity_tokens"} <= set(table.columns)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_bad_out_suffix_and_bad_block_size_are_input_errors(worked: Path, tmp_path: Path,
+                                                            capsys) -> None:
+    code, _, err = run(["replay", str(worked), "--out", str(tmp_path / "x.txt")], capsys)
+    assert code == ExitCode.INPUT and err.startswith("error: ") and err.count("\n") == 1
+    moon = shared_trace("mooncake/synthetic_trace.jsonl")
+    code, _, err = run(["replay", str(moon), "--block-size", "16"], capsys)
+    assert code == ExitCode.INPUT
+    assert "cannot be split" in err
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_renderers_show_the_headline(worked: Path, capsys, fmt: str) -> None:
+    code, out, _ = run(["replay", str(worked), "--preset", "none", "--block-size", "1",
+                        "-f", fmt], capsys)
+    assert code == ExitCode.OK
+    assert "hit ratio (token-weighted)" in out
+    assert "25.0 %" in out
+    assert "Loss waterfall" in out

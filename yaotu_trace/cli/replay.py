@@ -1,0 +1,209 @@
+"""`trace replay`: exact prefix-cache replay of a trace under explicit engine rules."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from yaotu_trace.cli.app import (
+    FormatOpt,
+    InputFormatOpt,
+    MapOpt,
+    OutputOpt,
+    SourceBlockOpt,
+    TraceArg,
+    app,
+    emit,
+    load,
+)
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.render import OutputFormat
+from yaotu_trace.replay.rules import Eviction, Preset, Route, Scope, TouchOrder
+from yaotu_trace.report import Report
+
+OUT_SUFFIXES = (".parquet", ".csv")
+
+
+def _capacity_blocks(text: str | None, block_size_tokens: int, model: str | None,
+                     kv_bytes_per_token: int | None) -> int | None:
+    """`--capacity` in blocks, tokens or bytes, as whole blocks of the effective block size."""
+    if text is None:
+        return None
+    from yaotu_trace.units import parse_capacity
+
+    capacity = parse_capacity(text)
+    per_token = kv_bytes_per_token
+    if capacity.unit == "bytes" and per_token is None and model is not None:
+        from yaotu_trace.catalog import find_model
+
+        per_token = find_model(model).kv_bytes_per_token
+    blocks = capacity.to_blocks(block_size_tokens, per_token)
+    if blocks is not None and blocks < 1:
+        raise ConfigError(f"capacity {text!r} holds less than one {block_size_tokens}-token block; "
+                          "give a larger capacity")
+    return blocks
+
+
+def write_requests(path: Path, columns: dict[str, object]) -> None:
+    """Write per-request columns as Parquet or CSV (by extension), atomically."""
+    import pyarrow as pa
+
+    suffix = path.suffix.lower()
+    if suffix not in OUT_SUFFIXES:
+        raise ConfigError(f"--out {path}: per-request output is .parquet or .csv, not "
+                          f"'{suffix or '(no extension)'}'")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"--out {path}: folder '{parent}' does not exist; create it first")
+    table = pa.table({name: pa.array(values) for name, values in columns.items()})
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
+    os.close(fd)
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, tmp)
+        else:
+            import pyarrow.csv as pcsv
+
+            pcsv.write_csv(table, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@app.command()
+def replay(
+    trace: TraceArg,
+    preset: Annotated[
+        Preset | None,
+        typer.Option(help="Engine rules to start from (default: mooncake for Mooncake traces, "
+                     "else vllm); the flags below override them.", case_sensitive=False),
+    ] = None,
+    block_size: Annotated[
+        int | None,
+        typer.Option("--block-size", help="Tokens per cache block (a multiple of the trace's "
+                     "block-id size).", min=1),
+    ] = None,
+    last_token_rule: Annotated[
+        bool | None,
+        typer.Option("--last-token-rule/--no-last-token-rule",
+                     help="At least one prompt token is always computed.", show_default=False),
+    ] = None,
+    tenant_isolation: Annotated[
+        bool | None,
+        typer.Option("--tenant-isolation/--no-tenant-isolation",
+                     help="Tenants never share cache blocks (needs a tenant column).",
+                     show_default=False),
+    ] = None,
+    touch_order: Annotated[
+        TouchOrder | None,
+        typer.Option("--touch-order", help="Order a request touches its blocks after lookup.",
+                     case_sensitive=False),
+    ] = None,
+    cache_partial_blocks: Annotated[
+        bool | None,
+        typer.Option("--cache-partial-blocks/--no-cache-partial-blocks",
+                     help="Cache a prompt's trailing partial block (worth its length).",
+                     show_default=False),
+    ] = None,
+    cache_outputs: Annotated[
+        bool,
+        typer.Option("--cache-outputs", help="Also cache the full blocks of prompt + output "
+                     "(needs output token ids)."),
+    ] = False,
+    capacity: Annotated[
+        str | None,
+        typer.Option(help="Cache capacity per cache: blocks (20000), tokens (3.2Mtok) or bytes "
+                     "(40GiB, needs --model). Default: unlimited.", show_default=False),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model name, for capacities in bytes (KV bytes per token)."),
+    ] = None,
+    kv_bytes_per_token: Annotated[
+        int | None,
+        typer.Option("--kv-bytes-per-token", help="KV bytes per token, instead of --model.",
+                     min=1),
+    ] = None,
+    eviction: Annotated[
+        Eviction | None,
+        typer.Option(help="Eviction policy of a full cache.", case_sensitive=False),
+    ] = None,
+    scope: Annotated[
+        Scope | None,
+        typer.Option(help="One global cache, or one cache per instance.", case_sensitive=False),
+    ] = None,
+    route: Annotated[
+        Route | None,
+        typer.Option(help="Assign requests to instances (scope instance; default: the trace's "
+                     "instance column, else round-robin).", case_sensitive=False),
+    ] = None,
+    instances: Annotated[
+        int | None,
+        typer.Option(help="Number of instances when requests are routed.", min=1),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the random route.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Per-request hits and losses to .parquet or .csv.",
+                     dir_okay=False),
+    ] = None,
+    format: FormatOpt = OutputFormat.TABLE,
+    output: OutputOpt = None,
+    input_format: InputFormatOpt = None,
+    map: MapOpt = None,
+    source_block_size: SourceBlockOpt = None,
+) -> None:
+    """Replay the prefix cache: token-weighted hit ratio, saved prefill and the loss waterfall.
+
+    Examples:
+
+      trace replay conversation_trace.jsonl
+
+      trace replay chat.parquet --preset vllm --capacity 3.2Mtok --out hits.parquet
+
+      trace replay chat.parquet --scope instance --route prefix-affinity --instances 8
+    """
+    from yaotu_trace.pipeline import input_summary
+    from yaotu_trace.replay import effective_rules, replay_trace_with_requests
+
+    if route is not None and scope is None:
+        scope = Scope.INSTANCE
+    loaded = load(trace, input_format, map, source_block_size)
+    overrides = {
+        "block_size_tokens": block_size,
+        "last_token_rule": last_token_rule,
+        "tenant_isolation": tenant_isolation,
+        "touch_order": touch_order,
+        "cache_partial_blocks": cache_partial_blocks,
+        "cache_outputs": cache_outputs or None,
+        "eviction": eviction,
+        "scope": scope,
+        "route": route,
+        "instances": instances,
+        "seed": seed,
+    }
+    rules, preset_name, notes = effective_rules(loaded, preset, **overrides)
+    blocks = _capacity_blocks(capacity, rules.block_size_tokens, model, kv_bytes_per_token)
+    if blocks is not None:
+        rules = rules.with_(capacity_blocks=blocks)
+    summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
+                                                   notes=notes)
+    report = Report(
+        command="replay",
+        input=input_summary(loaded),
+        config={"preset": preset_name, "rules": rules.to_dict(), "capacity": capacity},
+        sections={"prefix_reuse": summary.to_dict()},
+    )
+    if out is not None:
+        write_requests(out, requests.to_columns())
+    emit(report, format, output)
