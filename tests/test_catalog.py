@@ -65,3 +65,20 @@ def test_unknown_model_error_is_one_line_with_close_names() -> None:
 def test_catalog_params_are_positive_and_active_at_most_total() -> None:
     for spec in load_catalog():
         assert 0 < spec.active_nonembedding_params <= spec.total_params
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "markdown"])
+def test_models_command_lists_every_model_with_kv_bytes(capsys, fmt: str) -> None:
+    import json
+
+    from yaotu_trace.cli import main
+
+    assert main(["models", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    if fmt == "json":
+        rows = {m["name"]: m["kv_bytes_per_token"] for m in json.loads(out)["models"]}
+        assert rows == DOC_KV_BYTES_PER_TOKEN
+    else:
+        for name, kv in DOC_KV_BYTES_PER_TOKEN.items():
+            assert name in out
+            assert f"{kv:,}" in out

@@ -332,3 +332,129 @@ def test_mooncake_fig9_synthetic_curve_is_reproduced() -> None:
     assert curve.full_blocks_total == int((prompt_len // 512).sum())
     for tokens, published, got in zip(FIG9_CAPACITY_TOKENS, FIG9_SYNTHETIC, measured, strict=True):
         assert abs(got - published) <= 0.005, (tokens, published, got)
+
+
+# ---------------------------------------------------------------- trace level and CLI
+
+
+def _write_trace(tmp_path, prompts: list[list[int]], **columns: list[object]):  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    from yaotu_trace.ingest.canonical import write_trace
+
+    path = tmp_path / "t.jsonl"
+    frame = {
+        "request_id": [f"r{i}" for i in range(len(prompts))],
+        "arrival_s": [float(i) for i in range(len(prompts))],
+        "prompt_len": [len(p) for p in prompts],
+        "output_len": [1] * len(prompts),
+        "prompt_tokens": prompts,
+        **columns,
+    }
+    write_trace(pd.DataFrame(frame), path)
+    return path
+
+
+SHARED = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 1], [7, 7, 7, 7, 1],
+          [1, 2, 3, 4, 9, 9, 9, 9, 9], [7, 7, 7, 7, 2], [1, 2, 3, 4, 5, 6, 7, 8, 3]]
+
+
+@pytest.mark.parametrize("route", [None, "round-robin", "random", "least-loaded"])
+def test_sweep_trace_per_instance_equals_engine_replays(tmp_path, route: str | None) -> None:
+    # GIVEN a trace with an instance column (used when no route is given)
+    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.replay import replay_trace, rules_for
+    from yaotu_trace.replay.sweep_trace import sweep_trace
+
+    trace = load_trace(_write_trace(tmp_path, SHARED, instance=["a", "b", "a", "b", "a", "a"]))
+    rules = rules_for("none", block_size_tokens=2, scope="instance", route=route, instances=2)
+    # WHEN swept, THEN each capacity equals the replay of the whole trace at that capacity
+    section, curve = sweep_trace(trace, rules, preset="none", points=4)
+    assert section.caches == 2
+    for capacity in range(1, 12):
+        replayed = replay_trace(trace, rules.with_(capacity_blocks=capacity), preset="none",
+                                waterfall=False)
+        assert int(curve.hit_tokens_at(capacity)) == replayed.saved_prefill_tokens, capacity
+
+
+def test_sweep_trace_refuses_prefix_affinity_and_lfu(tmp_path) -> None:
+    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.replay import rules_for
+    from yaotu_trace.replay.sweep_trace import sweep_trace
+
+    trace = load_trace(_write_trace(tmp_path, SHARED))
+    affinity = rules_for("none", scope="instance", route="prefix-affinity", instances=2)
+    with pytest.raises(ConfigError, match="prefix-affinity"):
+        sweep_trace(trace, affinity, preset="none")
+    with pytest.raises(ConfigError, match="LRU"):
+        sweep_trace(trace, rules_for("none", eviction="lfu"), preset="none")
+
+
+def test_sweep_cli_json_has_curve_knee_and_shares(tmp_path, capsys) -> None:
+    import json
+
+    from yaotu_trace.cli import main
+
+    path = _write_trace(tmp_path, SHARED)
+    code = main(["sweep", str(path), "--preset", "none", "--block-size", "2",
+                 "--model", "llama-3.1-8b", "--points", "5", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    section = doc["capacity_curve"]
+    assert doc["command"] == "sweep"
+    assert section["kv_bytes_per_token"] == 131_072
+    assert section["model"] == "Llama-3.1-8B"
+    assert [p["label"] for p in section["shares"]] == ["50%", "90%", "99%"]
+    first = section["points"][0]
+    assert first["capacity_tokens"] == 2 * first["capacity_blocks"]
+    assert first["capacity_bytes"] == 131_072 * first["capacity_tokens"]
+    assert section["knee"]["capacity_blocks"] >= 1
+    ratios = [p["hit_ratio"] for p in section["points"]]
+    assert ratios == sorted(ratios)
+    assert ratios[-1] == pytest.approx(section["unlimited_hit_ratio"])
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_sweep_cli_table_and_markdown_show_capacities(tmp_path, capsys, fmt: str) -> None:
+    from yaotu_trace.cli import main
+
+    path = _write_trace(tmp_path, SHARED)
+    code = main(["sweep", str(path), "--block-size", "2", "--kv-bytes-per-token", "1024",
+                 "--format", fmt])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "knee" in out and "90%" in out and "KiB" in out and "tok" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--model", "llama-9"], "unknown model"),
+        (["--touch-order", "sideways"], "touch order"),
+        (["--scope", "instance", "--route", "prefix-affinity", "--instances", "2"],
+         "prefix-affinity"),
+        (["--model", "qwen2.5-7b", "--kv-bytes-per-token", "5"], "only one"),
+    ],
+)
+def test_sweep_cli_errors_are_one_line_exit_3(tmp_path, capsys, args: list[str], needle: str) -> None:
+    from yaotu_trace.cli import main
+
+    code = main(["sweep", str(_write_trace(tmp_path, SHARED)), *args])
+    out, err = capsys.readouterr()
+    assert code == 3
+    assert out == ""
+    assert needle in err and err.count("\n") == 1
+
+
+def test_sweep_cli_mooncake_defaults_to_the_mooncake_preset(capsys) -> None:
+    import json
+
+    from yaotu_trace.cli import main
+
+    path = shared_trace("mooncake/synthetic_trace.jsonl")
+    assert main(["sweep", str(path), "-f", "json"]) == 0
+    section = json.loads(capsys.readouterr().out)["capacity_curve"]
+    assert section["preset"] == "mooncake"
+    assert section["rules"]["touch_order"] == "head-first"
+    assert section["unlimited_hit_ratio"] == pytest.approx(0.6512, abs=1e-4)
