@@ -1,0 +1,367 @@
+"""The remedy ledger (cost-model §8): for each candidate change, the work it saves and adds.
+
+Every entry is estimated from the trace where the inputs allow, in tokens, seconds and bytes;
+a quantity whose input is missing is kept with `value=None` and a basis that says what to pass
+(for example `--model` for KV bytes per token). Formulas:
+
+- larger_kv_pool saves recomputed_tokens of the kv_memory axis (FLOPs = 2 · N_active · tokens)
+  and, when queueing waits for KV, the queue seconds; adds extra_kv_bytes = (peak demand −
+  capacity) · kv_bytes_per_token.
+- concurrency_cap (max_num_seqs near n_safe_p95) saves the same preemptions; adds queueing.
+- chunked_prefill (budget τ = chunk_tokens) saves decode_seconds_lost; adds extra_steps =
+  Σ_{p>τ} (ceil(p/τ) − 1), each paying at most one median decode step, and prefix-KV re-reads
+  Σ_{p>τ} kv_bytes_per_token · p² / (2τ) bytes; prompts longer than τ see a higher TTFT.
+- pd_disaggregation saves decode_seconds_lost (all interference); adds network bytes Σ p ·
+  kv_bytes_per_token, transfer time per request α + p · kv_bytes_per_token / B_eff with α =
+  transfer_latency_s and B_eff = link_gbps · 1e9 / 8 · link_efficiency, the peak KV rate
+  (prefill tokens/s in the busiest window · kv_bytes_per_token) against the link, routing and
+  failure fallback. The network check (rule D3) passes when the peak rate ≤ network_share_max
+  of the link and mean transfer ≤ transfer_ttft_share of mean TTFT.
+- cache_aware_routing saves the routing loss of the prefix waterfall (tokens, FLOPs); adds
+  load imbalance on hot prefixes and router state.
+- tenant_salt_review saves the cache-key loss of the waterfall; adds isolation risk.
+- capacity_admission saves the queue seconds of requests that arrived in overloaded windows;
+  adds capacity (peak_rho − 1 of the service rate) idle outside bursts (1 − mean_rho).
+- overlap_scheduling saves idle_while_waiting_s; batch_budget saves underfilled step capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from yaotu_trace.axes.base import AxisInput, AxisName, AxisResult, RuleHit, check, fact, ratio
+from yaotu_trace.diagnosis.thresholds import Thresholds
+
+
+class Remedy(StrEnum):
+    """Candidate changes, in ledger order."""
+
+    LARGER_KV_POOL = "larger_kv_pool"
+    CONCURRENCY_CAP = "concurrency_cap"
+    OVERLAP_SCHEDULING = "overlap_scheduling"
+    BATCH_BUDGET = "batch_budget"
+    CAPACITY_ADMISSION = "capacity_admission"
+    CACHE_AWARE_ROUTING = "cache_aware_routing"
+    TENANT_SALT_REVIEW = "tenant_salt_review"
+    CHUNKED_PREFILL = "chunked_prefill"
+    PD_DISAGGREGATION = "pd_disaggregation"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quantity:
+    """One estimated amount of work; `value` is None when an input is missing (see `basis`)."""
+
+    name: str
+    value: float | None
+    unit: str
+    basis: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerEntry:
+    """One remedy: the findings that make it a candidate, the work it saves and adds."""
+
+    remedy: Remedy
+    axis: AxisName
+    triggered_by: tuple[str, ...]
+    saves: tuple[Quantity, ...]
+    adds: tuple[Quantity, ...]
+    caveats: tuple[str, ...] = ()
+
+
+def _flops(tokens: float | None, inp: AxisInput) -> Quantity:
+    n = inp.settings.active_params
+    value = None if tokens is None or n is None else 2.0 * n * tokens
+    return Quantity(name="prefill_flops", value=value, unit="FLOP",
+                    basis="2 · N_active · tokens (linear layers)" if n else
+                    "pass --model for the active parameter count")
+
+
+def _kv_b(inp: AxisInput) -> int | None:
+    return inp.settings.kv_bytes_per_token
+
+
+def _missing_kv_basis(formula: str, inp: AxisInput) -> str:
+    return formula if _kv_b(inp) is not None else "pass --model or --kv-bytes-per-token"
+
+
+def _ids(result: AxisResult) -> set[str]:
+    return set(result.rule_ids)
+
+
+def build_ledger(
+    axes: dict[AxisName, AxisResult], inp: AxisInput, t: Thresholds
+) -> tuple[tuple[LedgerEntry, ...], list[RuleHit]]:
+    """The ledger for the fired rules, plus the D3/D4 hits of the disaggregation network check."""
+    entries: list[LedgerEntry] = []
+    extra_hits: list[RuleHit] = []
+    q, kv = axes[AxisName.QUEUEING], axes[AxisName.KV_MEMORY]
+    pr, pd_ = axes[AxisName.PREFIX_REUSE], axes[AxisName.PD_INTERFERENCE]
+    kv_b = _kv_b(inp)
+    prompt = inp.requests["prompt_len"].to_numpy(dtype=np.float64)
+
+    # KV memory: larger pool or a concurrency cap.
+    kv_ids = _ids(kv) & {"K001", "K002", "K003", "K004", "K005"}
+    kv_admission = "Q005" in _ids(q)
+    if kv_ids or kv_admission:
+        km, qm = kv.metrics, q.metrics
+        recomputed = getattr(km, "recomputed_tokens", None)
+        saves = [
+            Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
+                     basis=str(getattr(km, "recompute_basis", None) or "kv_memory axis")),
+            _flops(recomputed, inp),
+            Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
+                     unit="preemptions", basis="kv_memory axis"),
+        ]
+        if kv_admission:
+            saves.append(Quantity(name="kv_blocked_queue_seconds",
+                                  value=getattr(qm, "queue_seconds_total", None), unit="s",
+                                  basis="Σ queue_time_s while admission waits for KV (A5)"))
+        extra_tokens = getattr(km, "extra_kv_tokens", None)
+        adds = [
+            Quantity(name="extra_kv_tokens", value=extra_tokens, unit="tokens",
+                     basis="peak demand − capacity per instance" if extra_tokens is not None
+                     else "pass --kv-capacity and a trace with scheduled_s/finish_s"),
+            Quantity(name="extra_kv_bytes",
+                     value=None if extra_tokens is None or kv_b is None else extra_tokens * kv_b,
+                     unit="bytes", basis=_missing_kv_basis("extra_kv_tokens · kv_bytes_per_token",
+                                                           inp)),
+        ]
+        entries.append(LedgerEntry(
+            remedy=Remedy.LARGER_KV_POOL, axis=AxisName.KV_MEMORY,
+            triggered_by=tuple(sorted(kv_ids | ({"Q005"} if kv_admission else set()))),
+            saves=tuple(saves), adds=tuple(adds),
+            caveats=("more TP adds two all-reduces per layer and replicates KV heads when "
+                     "TP > kv heads", "FP8 KV halves bytes per token at an accuracy risk",
+                     "a higher gpu_memory_utilization leaves less activation headroom",
+                     "CPU offload adds PCIe traffic of 2 · kv_bytes_per_token per swapped "
+                     "token"),
+        ))
+        n_safe = getattr(km, "n_safe_p95", None)
+        entries.append(LedgerEntry(
+            remedy=Remedy.CONCURRENCY_CAP, axis=AxisName.KV_MEMORY,
+            triggered_by=tuple(sorted(kv_ids)),
+            saves=(Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
+                            unit="preemptions", basis="preemptions avoided if demand stays "
+                            "under capacity"),
+                   Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
+                            basis="kv_memory axis")),
+            adds=(Quantity(name="max_num_seqs_suggested", value=n_safe, unit="requests",
+                           basis="kv_capacity_tokens / P95(prompt_len + output_len)"
+                           if n_safe is not None else "pass --kv-capacity"),
+                  Quantity(name="queueing", value=None, unit="s",
+                           basis="fewer seats trade preemption for queue time (axis A)")),
+        ))
+
+    # Queueing remedies.
+    qm = q.metrics
+    if "Q003" in _ids(q):
+        entries.append(LedgerEntry(
+            remedy=Remedy.OVERLAP_SCHEDULING, axis=AxisName.QUEUEING, triggered_by=("Q003",),
+            saves=(Quantity(name="idle_while_waiting_s",
+                            value=getattr(qm, "idle_while_waiting_s", None), unit="s",
+                            basis="Σ idle gaps between steps while requests waited"),),
+            adds=(Quantity(name="scheduling_lookahead_steps", value=1.0, unit="steps",
+                           basis="the CPU prepares step k+1 while the GPU runs step k"),),
+            caveats=("async output processing and a separate API process add host threads "
+                     "and memory", "CUDA graphs add capture time and memory per batch size"),
+        ))
+    if "Q004" in _ids(q):
+        budget = getattr(qm, "token_budget_tokens", None)
+        tokens = getattr(qm, "tokens_per_step", None)
+        p50 = tokens.p50 if tokens is not None else None
+        entries.append(LedgerEntry(
+            remedy=Remedy.BATCH_BUDGET, axis=AxisName.QUEUEING, triggered_by=("Q004",),
+            saves=(Quantity(name="unused_step_budget_share",
+                            value=None if budget is None or p50 is None else 1 - p50 / budget,
+                            unit="ratio", basis="1 − median tokens_per_step / token budget"),),
+            adds=(Quantity(name="activation_memory", value=None, unit="bytes",
+                           basis="a larger max_num_batched_tokens raises peak activations and "
+                           "shrinks the KV pool"),
+                  Quantity(name="step_time", value=None, unit="s",
+                           basis="bigger steps lengthen every decode's inter-token gap")),
+        ))
+    burst = _ids(q) & {"Q001", "Q002"}
+    if burst:
+        peak, mean = getattr(qm, "peak_rho", None), getattr(qm, "mean_rho", None)
+        entries.append(LedgerEntry(
+            remedy=Remedy.CAPACITY_ADMISSION, axis=AxisName.QUEUEING,
+            triggered_by=tuple(sorted(burst)),
+            saves=(Quantity(name="queue_seconds_in_overload",
+                            value=getattr(qm, "queue_seconds_in_overload", None), unit="s",
+                            basis="Σ queue_time_s of requests arriving in windows with rho ≥ "
+                            "overload_rho"),),
+            adds=(Quantity(name="extra_capacity_share",
+                           value=None if peak is None else max(0.0, peak - 1.0), unit="ratio",
+                           basis="peak_rho − 1: capacity to add to serve the peak window"),
+                  Quantity(name="idle_capacity_outside_bursts",
+                           value=None if mean is None or peak is None
+                           else max(0.0, 1.0 - mean / max(peak, 1.0)), unit="ratio",
+                           basis="1 − mean_rho / max(peak_rho, 1) when sized for the peak"),
+                  Quantity(name="rejected_or_deferred_requests", value=None, unit="requests",
+                           basis="admission control sheds the excess instead of queueing it")),
+        ))
+
+    # Prefix reuse remedies.
+    pm = pr.metrics
+    prompt_total = getattr(pm, "prompt_tokens", None)
+    routing_share = getattr(pm, "routing_loss_share", None)
+    if "P003" in _ids(pr):
+        tokens = None if routing_share is None or prompt_total is None else \
+            routing_share * prompt_total
+        hot = getattr(pm, "hot_prefixes", ()) or ()
+        top_share = ratio(hot[0].get("times"), len(prompt)) if hot else None
+        entries.append(LedgerEntry(
+            remedy=Remedy.CACHE_AWARE_ROUTING, axis=AxisName.PREFIX_REUSE,
+            triggered_by=("P003",),
+            saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
+                            basis="reuse the waterfall loses to scope and routing"),
+                   _flops(tokens, inp)),
+            adds=(Quantity(name="hot_prefix_request_share", value=top_share, unit="ratio",
+                           basis="requests of the hottest lost prefix that would pile onto "
+                           "one replica"),
+                  Quantity(name="remote_fetch_bytes",
+                           value=None if tokens is None or kv_b is None else tokens * kv_b,
+                           unit="bytes",
+                           basis=_missing_kv_basis("tokens · kv_bytes_per_token if fetched "
+                                                   "from a global cache (Mooncake Eq. 2)", inp))),
+            caveats=("router state and CPU per request", "queueing at replicas owning hot "
+                     "prefixes"),
+        ))
+    key_share = getattr(pm, "key_loss_share", None)
+    if "P005" in _ids(pr):
+        tokens = None if key_share is None or prompt_total is None else key_share * prompt_total
+        entries.append(LedgerEntry(
+            remedy=Remedy.TENANT_SALT_REVIEW, axis=AxisName.PREFIX_REUSE,
+            triggered_by=("P005",),
+            saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
+                            basis="reuse lost to tenant isolation and model/adapter "
+                            "namespaces"), _flops(tokens, inp)),
+            adds=(Quantity(name="isolation_risk", value=None, unit="",
+                           basis="sharing across tenants exposes cache-timing side channels; "
+                           "share only public prefixes (system prompts, tools)"),),
+        ))
+
+    # Interference: chunked prefill against disaggregation.
+    im = pd_.metrics
+    pd_ids = _ids(pd_) & {"D001", "D002"}
+    if pd_ids:
+        lost = getattr(im, "decode_seconds_lost", None)
+        tau = float(t.chunk_tokens)
+        long = prompt[prompt > tau]
+        extra_steps = float((np.ceil(long / tau) - 1).sum())
+        step_s = getattr(im, "median_decode_step_s", None)
+        reread = None if kv_b is None else float((kv_b * long**2 / (2 * tau)).sum())
+        entries.append(LedgerEntry(
+            remedy=Remedy.CHUNKED_PREFILL, axis=AxisName.PD_INTERFERENCE,
+            triggered_by=tuple(sorted(pd_ids)),
+            saves=(Quantity(name="decode_seconds_lost", value=lost, unit="s",
+                            basis="Σ (stall − median decode step) over stalls during prefill"),),
+            adds=(Quantity(name="extra_steps", value=extra_steps, unit="steps",
+                           basis=f"Σ_(p > τ) (ceil(p/τ) − 1), τ = {tau:g} tokens"),
+                  Quantity(name="extra_step_seconds_max",
+                           value=None if step_s is None else extra_steps * step_s, unit="s",
+                           basis="extra_steps · median decode step (upper bound of the fixed "
+                           "per-step cost)"),
+                  Quantity(name="prefix_kv_reread_bytes", value=reread, unit="bytes",
+                           basis=_missing_kv_basis("Σ_(p > τ) kv_bytes_per_token · p² / (2τ)",
+                                                   inp)),
+                  Quantity(name="prompts_with_higher_ttft", value=float(long.size),
+                           unit="requests", basis="prompts longer than τ share every chunk's "
+                           "step with decodes")),
+            caveats=("chunks below about 2 × the ridge point (≈300–600 tokens) lose prefill "
+                     "MFU",),
+        ))
+        entry, network = _disaggregation(inp, t, lost, prompt, pd_ids)
+        entries.append(entry)
+        extra_hits.append(network)
+    return tuple(entries), extra_hits
+
+
+def _disaggregation(
+    inp: AxisInput, t: Thresholds, lost: float | None, prompt: np.ndarray, pd_ids: set[str]
+) -> tuple[LedgerEntry, RuleHit]:
+    """The P/D disaggregation entry and the D3/D4 network-check hit."""
+    s = inp.settings
+    kv_b = _kv_b(inp)
+    link_bytes_s = s.link_gbps * 1e9 / 8.0
+    b_eff = link_bytes_s * t.link_efficiency
+    network_bytes = transfer = None
+    per_request = None
+    if kv_b is not None:
+        network_bytes = float((prompt * kv_b).sum())
+        per_request = t.transfer_latency_s + prompt * kv_b / b_eff
+        transfer = float(per_request.sum())
+    # Prefill tokens per second in the busiest window of arrivals (or of prefill steps).
+    window = float(t.window_s)
+    arrival = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
+    idx = np.floor((arrival - arrival.min()) / window).astype(np.int64)
+    peak_prefill = float(np.bincount(idx, weights=prompt).max() / window) if prompt.size else 0.0
+    peak_rate = None if kv_b is None else peak_prefill * kv_b
+    ttft_mean = None
+    if inp.has("first_token_s"):
+        ttft = inp.requests["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan) - arrival
+        ttft = ttft[np.isfinite(ttft) & (ttft >= 0)]
+        ttft_mean = float(ttft.mean()) if ttft.size else None
+    xfer_share = None if per_request is None else ratio(float(per_request.mean()), ttft_mean)
+    rate_ok = None if peak_rate is None else peak_rate <= t.network_share_max * link_bytes_s
+    share_ok = None if xfer_share is None else xfer_share <= t.transfer_ttft_share
+    passes = rate_ok is True and share_ok is not False
+    evidence = (
+        check("kv_bytes_per_s_peak", peak_rate, "<=", "network_share_max × link",
+              t.network_share_max * link_bytes_s, "bytes/s"),
+        check("transfer_ttft_share", xfer_share, "<=", "transfer_ttft_share",
+              t.transfer_ttft_share),
+        fact("link_gbps", s.link_gbps, "Gb/s"),
+    )
+    hit = RuleHit(rule_id="D003" if passes else "D004", evidence=evidence,
+                  detail="" if kv_b is not None else "KV bytes per token unknown (--model): "
+                  "the network check cannot pass")
+    adds = [
+        Quantity(name="network_bytes", value=network_bytes, unit="bytes",
+                 basis=_missing_kv_basis("Σ prompt_len · kv_bytes_per_token", inp)),
+        Quantity(name="transfer_seconds_total", value=transfer, unit="s",
+                 basis=_missing_kv_basis(f"Σ (α + p · kv_b / B_eff), α = "
+                                         f"{t.transfer_latency_s:g} s, B_eff = "
+                                         f"{b_eff / 1e9:.3g} GB/s", inp)),
+        Quantity(name="transfer_s_p99",
+                 value=None if per_request is None else float(np.percentile(per_request, 99)),
+                 unit="s", basis="99th percentile of the per-request transfer time"),
+        Quantity(name="transfer_ttft_share", value=xfer_share, unit="ratio",
+                 basis="mean transfer / mean TTFT" if ttft_mean is not None
+                 else "needs first_token_s and --model"),
+        Quantity(name="kv_bytes_per_s_peak", value=peak_rate, unit="bytes/s",
+                 basis=_missing_kv_basis(f"peak prefill tokens/s over {window:g} s windows · "
+                                         "kv_bytes_per_token", inp)),
+        Quantity(name="routing", value=None, unit="",
+                 basis="a P:D ratio to tune and a router that pairs instances; capacity strands "
+                 "when the mix shifts"),
+        Quantity(name="failure_fallback", value=None, unit="",
+                 basis="a lost transfer or decode node must fall back to colocated prefill "
+                 "(recompute p tokens)"),
+        Quantity(name="weight_memory", value=None, unit="bytes",
+                 basis="weights are held in both pools"),
+    ]
+    entry = LedgerEntry(
+        remedy=Remedy.PD_DISAGGREGATION, axis=AxisName.PD_INTERFERENCE,
+        triggered_by=tuple(sorted(pd_ids)),
+        saves=(Quantity(name="decode_seconds_lost", value=lost, unit="s",
+                        basis="all interference (D1 metric)"),),
+        adds=tuple(adds),
+        caveats=("disaggregation does not raise peak throughput (vLLM docs)",
+                 "network check " + ("passes (D003)" if passes else "fails or is unknown "
+                                     "(D004): prefer chunked prefill")),
+    )
+    return entry, hit
+
+
+def ledger_to_builtins(entries: tuple[LedgerEntry, ...]) -> list[dict[str, Any]]:
+    """JSON-ready entries (used by tests and renderers that want plain dicts)."""
+    from yaotu_trace.report import to_builtins
+
+    out: list[dict[str, Any]] = to_builtins(list(entries))
+    return out
