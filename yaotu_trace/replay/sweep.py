@@ -54,6 +54,7 @@ def _fenwick_add(tree: Any, i: int, delta: int) -> None:  # pragma: no cover - c
         tree[i] += delta
         i += i & (-i)
 
+
 @numba.njit(cache=True, nogil=True)
 def _fenwick_prefix(tree: Any, i: int) -> int:  # pragma: no cover - compiled
     s = 0
@@ -61,6 +62,7 @@ def _fenwick_prefix(tree: Any, i: int) -> int:  # pragma: no cover - compiled
         s += tree[i]
         i -= i & (-i)
     return s
+
 
 @numba.njit(cache=True, nogil=True)
 def _compact(tree: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no cover
@@ -85,6 +87,7 @@ def _compact(tree: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no c
         if j <= n:
             tree[j] += tree[i]
     return live + 1
+
 
 @numba.njit(cache=True, nogil=True)
 def _stack_histograms(  # pragma: no cover - compiled
@@ -224,6 +227,12 @@ def stack_distance_histograms(
     if n_ids > _MAX_INT32_IDS:
         raise ConfigError(f"{n_ids} distinct blocks exceed the sweep's int32 ids; "
                           "use a larger --block-size")
+    # The kernel indexes by id without bounds checks: refuse ids outside 0..n_ids-1.
+    for name, values in (("ids", ids32), ("output ids", out_ids)):
+        if len(values) and (int(values.min()) < 0 or int(values.max()) >= n_ids):
+            raise ValueError(f"{name} must lie in 0..{n_ids - 1} (dense chain ids)")
+    if len(offsets64) and (offsets64[0] < 0 or offsets64[-1] > len(ids32)):
+        raise ValueError("offsets must index into ids")
     tokens32 = _pinned(block_tokens, np.int32)
     cap64 = _pinned(max_hit_blocks, np.int64)
     if partitions is None:
@@ -237,7 +246,8 @@ def stack_distance_histograms(
         segment_starts = _pinned(np.concatenate(([0], cuts, [n_requests])), np.int64)
     # Time slots: twice the most live marks, so compaction runs at most once per n_ids touches.
     total_touches = int(offsets64[-1] - offsets64[0]) + int(out_off[-1] - out_off[0])
-    time_slots = int(min(max(2 * n_ids, _MIN_TIME_SLOTS), max(total_touches, 1)))
+    time_slots = int(min(max(2 * n_ids, _MIN_TIME_SLOTS), max(total_touches, 1),
+                         _MAX_INT32_IDS))
     hit_tokens = np.zeros(n_ids + 2, dtype=np.int64)
     hit_blocks = np.zeros(n_ids + 2, dtype=np.int64)
     if n_requests and total_touches:
