@@ -184,7 +184,8 @@ def analyze_prefix_reuse(inp: AxisInput, t: Thresholds) -> AxisResult:
     status = status_from(hits, SEVERITY_OF)
     ids = {h.rule_id for h in hits}
     cause = ("cache_keys" if "P005" in ids else "routing" if "P003" in ids
-             else "capacity" if "P004" in ids else "prefix_recompute" if ids else None)
+             else "capacity" if "P004" in ids
+             else "prefix_recompute" if ids & {"P001", "P002"} else None)
     missing: list[str] = []
     next_steps: list[str] = []
     if obs_rate is None:
@@ -260,5 +261,11 @@ def _prefix_rules(mt: PrefixMetrics, t: Thresholds) -> list[RuleHit]:
     if mt.key_loss_share is not None and mt.key_loss_share > t.reuse_gap:
         hits.append(RuleHit(rule_id="P005", evidence=(
             check("key_loss_share", mt.key_loss_share, ">", "reuse_gap", t.reuse_gap),
+        )))
+    if (mt.observed_hit_rate is None and mt.achievable_hit_rate is not None
+            and mt.achievable_hit_rate > t.reuse_gap):
+        hits.append(RuleHit(rule_id="P006", evidence=(
+            check("achievable_hit_rate", mt.achievable_hit_rate, ">", "reuse_gap", t.reuse_gap),
+            fact("achievable_hit_tokens", mt.achievable_hit_tokens, "tokens"),
         )))
     return hits

@@ -145,6 +145,13 @@ RULES: Final[Mapping[str, Rule]] = {
              trigger="the cache-key share of the loss waterfall > reuse_gap",
              evidence="key_loss_share",
              fix="review tenant salts and adapter namespaces; keep templates byte-stable"),
+        Rule(id="P006", axis=_P, severity=_I,
+             title="Reusable prefixes, observed hits unknown",
+             trigger="no observed hits (cached_tokens or prefix-cache metrics) and "
+             "achievable_hit_rate > reuse_gap",
+             evidence="achievable_hit_rate, achievable_hit_tokens",
+             fix="make sure prefix caching is on and export cached_tokens or "
+             "vllm:prefix_cache_hits_total to compare"),
         Rule(id="D001", axis=_D, severity=_W, source="D1",
              title="Prefill/decode interference is material",
              trigger="interference_share ≥ interference_material and prefill_coincidence ≥ "

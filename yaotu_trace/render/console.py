@@ -24,6 +24,10 @@ SECTION_RENDERERS: dict[str, str] = {
     "profile": "yaotu_trace.render.console:profile_renderables",
     "prefix_reuse": "yaotu_trace.render.console_replay:prefix_reuse_renderables",
     "capacity_curve": "yaotu_trace.render.console_sweep:capacity_curve_renderables",
+    "axes": "yaotu_trace.render.console_diagnose:axes_renderables",
+    "verdict": "yaotu_trace.render.console_diagnose:verdict_renderables",
+    "ledger": "yaotu_trace.render.console_diagnose:ledger_renderables",
+    "findings": "yaotu_trace.render.console_diagnose:findings_renderables",
 }
 
 

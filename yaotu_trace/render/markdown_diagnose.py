@@ -1,0 +1,84 @@
+"""Markdown views of the `trace diagnose` sections: axes, verdict, ledger and findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yaotu_trace.render import fmt
+from yaotu_trace.render.console_diagnose import AXIS_METRICS, show
+from yaotu_trace.render.markdown import table
+from yaotu_trace.report import to_builtins
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def verdict_lines(section: Any) -> list[str]:
+    """The principal bottleneck, why, and the fix order."""
+    v = to_builtins(section)
+    principal = v["principal_axis"]
+    lines = ["### Verdict", ""]
+    if principal:
+        cause = f" ({v['principal_cause']})" if v.get("principal_cause") else ""
+        lines.append(f"**Principal bottleneck: {principal}{cause}.** {v['reason']}")
+    else:
+        lines.append(f"**No principal bottleneck.** {v['reason']}")
+    if v["fix_order"]:
+        lines += ["", "Fix order: " + " → ".join(v["fix_order"])]
+    return lines
+
+
+def axes_lines(section: Any) -> list[str]:
+    """A status table, then each axis' headline metrics and what is missing."""
+    axes = to_builtins(section)
+    lines = ["### Axes", ""]
+    lines += table(["axis", "status", "cause", "score", "sources", "rules"], [
+        [name, a["status"], a["cause"] or fmt.MISSING, fmt.pct(a["score"]),
+         ", ".join(a["sources"]) or fmt.MISSING,
+         ", ".join(h["rule_id"] for h in a["hits"]) or fmt.MISSING]
+        for name, a in axes.items()
+    ])
+    for name, a in axes.items():
+        metrics = a.get("metrics") or {}
+        rows = [[label, show(metrics.get(key), how)]
+                for key, label, how in AXIS_METRICS.get(name, ())
+                if metrics.get(key) is not None]
+        lines += ["", f"#### {name}: {a['status']}", ""]
+        if rows:
+            lines += table(["metric", "value"], rows)
+        extra = ([f"- missing: {_cell(m)}" for m in a.get("missing", ())]
+                 + [f"- next: {_cell(n)}" for n in a.get("next_steps", ())]
+                 + [f"- note: {_cell(n)}" for n in a.get("notes", ())])
+        if extra:
+            lines += ["", *extra]
+    return lines
+
+
+def findings_lines(section: Any) -> list[str]:
+    """Every fired rule with its evidence and fix."""
+    findings = to_builtins(section)
+    lines = ["### Findings", ""]
+    if not findings:
+        return [*lines, "No rule fired."]
+    lines += table(["id", "severity", "axis", "finding", "fix"], [
+        [f["id"], f["severity"], f["axis"], _cell(f["message"]), _cell(f["fix"])]
+        for f in findings
+    ])
+    return lines
+
+
+def ledger_lines(section: Any) -> list[str]:
+    """Each candidate remedy: the work it saves and the work it adds."""
+    entries = to_builtins(section)
+    lines = ["### Remedy ledger", ""]
+    if not entries:
+        return [*lines, "No remedy is indicated by the findings."]
+    rows = []
+    for e in entries:
+        for kind in ("saves", "adds"):
+            for q in e[kind]:
+                value = show(q["value"], q["unit"]) if q["value"] is not None else fmt.MISSING
+                rows.append([e["remedy"], kind, q["name"], value, _cell(q["basis"])])
+    lines += table(["remedy", "", "work", "estimate", "basis"], rows)
+    return lines
