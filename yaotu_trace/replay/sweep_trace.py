@@ -119,6 +119,8 @@ def sweep_trace(
                          "hits are summed over instances")
     if not rules.cache_outputs:
         all_notes.append("output blocks are not cached (--cache-outputs is off)")
+    if curve.unlimited_hit_tokens == 0:
+        all_notes.append("no block is ever reused under these rules: the curve is flat at 0")
     if kv_bytes_per_token is None:
         all_notes.append("capacities in bytes need --model or --kv-bytes-per-token")
     section = build_section(curve, rules=rules, preset=preset, points=points, model=model,
