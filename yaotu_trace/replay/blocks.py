@@ -5,11 +5,12 @@ turns flat prompt arrays into `BlockChains`, where equal ids mean equal chains, 
 in order of first appearance. Everything downstream (the replay engine, the capacity sweep)
 works on these int32 ids and never looks at tokens again.
 
-Hashing. Each unit (a token, or a source block id) at position `p` of its request contributes
-`f(v, p) = mix(mix(v ^ key) + p·φ)` (splitmix64 finalizer `mix`, golden ratio `φ`). A chain's
-hash is `mix(Σ f over its units + namespace term)`: a segmented prefix sum, so one compiled pass
-over the units hashes every block of every request, requests in parallel. Two lanes with
-independent keys are computed. Lane A (64 bits) is looked up in an open-addressing table that
+Hashing. Each unit (a token, or a source block id) with value `v` at position `p` of its
+request contributes `f(v, p) = mix(v·K1 + p·K2 + K0)` (splitmix64 finalizer `mix`; odd random
+multipliers K1, K2 and offset K0 drawn per lane from the seed). A chain's hash is
+`mix(Σ f over its units + namespace term)`: a segmented prefix sum, so one compiled pass over the
+units hashes every block of every request, requests in parallel. Two lanes with independent keys
+are computed. Lane A (64 bits) is looked up in an open-addressing table that
 assigns the dense ids; lane B is stored per dense id and checked on every later occurrence, so a
 lane-A collision (two different chains, one id) is detected rather than silently merging two
 continuations. On detection the build re-runs with fresh keys; it raises after three tries.
@@ -34,7 +35,6 @@ import numpy as np
 from yaotu_trace.errors import ResourceLimitError, YaotuError
 from yaotu_trace.replay.rules import ReplayRules
 
-_PHI = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30 = np.uint64(30)
@@ -85,7 +85,8 @@ class BlockChains:
         blocks = self.num_blocks
         cap = blocks
         if last_token_rule:
-            cap = np.minimum(blocks, np.maximum(self.prompt_tokens - 1, 0) // self.block_size_tokens)
+            last = np.maximum(self.prompt_tokens - 1, 0)
+            cap = np.minimum(blocks, last // self.block_size_tokens)
         return replace(self, max_hit_blocks=cap.astype(np.int64))
 
     def request_of_block(self) -> np.ndarray:
@@ -109,8 +110,7 @@ def _chain_hashes(
     partial_weight: np.ndarray,  # int64 per request; > 0 adds a trailing partial block
     ns_codes: np.ndarray,  # int64 per request
     block_offsets: np.ndarray,  # int64 n+1 into the outputs
-    key_a: np.uint64,
-    key_b: np.uint64,
+    keys: np.ndarray,  # uint64 [K0, K1, K2] of lane A, then of lane B
     out_a: np.ndarray,  # uint64
     out_b: np.ndarray,  # uint64
 ) -> None:
@@ -118,28 +118,33 @@ def _chain_hashes(
     for i in nb.prange(n):
         base = unit_offsets[i]
         units = unit_offsets[i + 1] - base
+        a0, a1, a2 = keys[0], keys[1], keys[2]
+        b0, b1, b2 = keys[3], keys[4], keys[5]
         ns = np.uint64(ns_codes[i]) * _NS
-        sum_a = _mix(ns ^ key_a)
-        sum_b = _mix(ns ^ key_b)
+        sum_a = _mix(ns ^ a0)
+        sum_b = _mix(ns ^ b0)
         out = block_offsets[i]
         k = 0
         in_block = 0
         full_units = full_blocks[i] * units_per_block
+        pos_a = a0
+        pos_b = b0
         for u in range(units):
             v = np.uint64(values[base + u])
-            pos = np.uint64(u) * _PHI
-            sum_a += _mix(_mix(v ^ key_a) + pos)
-            sum_b += _mix(_mix(v ^ key_b) + pos)
+            sum_a += _mix(v * a1 + pos_a)
+            sum_b += _mix(v * b1 + pos_b)
+            pos_a += a2
+            pos_b += b2
             in_block += 1
             if u < full_units and in_block == units_per_block:
-                out_a[out + k] = _mix(sum_a + key_a)
-                out_b[out + k] = _mix(sum_b + key_b)
+                out_a[out + k] = _mix(sum_a + a0)
+                out_b[out + k] = _mix(sum_b + b0)
                 k += 1
                 in_block = 0
         if partial_weight[i] > 0:
             w = np.uint64(partial_weight[i]) ^ _PARTIAL
-            out_a[out + k] = _mix(sum_a + _mix(w ^ key_a) + key_a)
-            out_b[out + k] = _mix(sum_b + _mix(w ^ key_b) + key_b)
+            out_a[out + k] = _mix(sum_a + _mix(w ^ a0) + a0)
+            out_b[out + k] = _mix(sum_b + _mix(w ^ b0) + b0)
 
 
 @nb.njit(cache=True)
@@ -195,10 +200,13 @@ def _interleave(off_a: np.ndarray, val_a: np.ndarray, off_b: np.ndarray, val_b: 
     return off, out
 
 
-def _keys(seed: int, attempt: int) -> tuple[np.uint64, np.uint64]:
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, attempt, 0x59A0])
-    a, b = rng.integers(0, 2**63, size=2, dtype=np.int64, endpoint=False)
-    return np.uint64(a) | np.uint64(1 << 63), np.uint64(b)
+def _keys(seed: int, attempt: int) -> np.ndarray:
+    """Per lane: offset K0 and odd multipliers K1 (value) and K2 (position), from the seed."""
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(seed) >> 32 & 0xFFFFFFFF, attempt,
+                                 0x59A0])
+    keys = rng.integers(0, 2**64, size=6, dtype=np.uint64, endpoint=False)
+    keys[[1, 2, 4, 5]] |= np.uint64(1)
+    return keys
 
 
 def _segment_positions(counts: np.ndarray) -> np.ndarray:
@@ -269,11 +277,11 @@ def build_block_chains(
         )
     table_bits = max(10, int(np.ceil(np.log2(max(total, 1) * 2 + 1))))
     for attempt in range(_TRIES):
-        key_a, key_b = _keys(rules.seed, attempt)
+        keys = _keys(rules.seed, attempt)
         hash_a = np.empty(total, dtype=np.uint64)
         hash_b = np.empty(total, dtype=np.uint64)
         _chain_hashes(unit_offsets, unit_values, np.int64(per_block), hashed_full, partial, ns,
-                      block_offsets, key_a, key_b, hash_a, hash_b)
+                      block_offsets, keys, hash_a, hash_b)
         all_ids, distinct, collisions = _dense_ids(hash_a, hash_b, np.int64(table_bits))
         del hash_a, hash_b
         if collisions == 0:
