@@ -1,0 +1,108 @@
+"""KV-memory axis: preemption at full KV, spiky demand, demand vs capacity, block waste."""
+
+from __future__ import annotations
+
+import pytest
+from diag_factories import evidence, make_input, make_metrics, thresholds
+
+from yaotu_trace.axes.base import Status
+from yaotu_trace.axes.kv_memory import analyze_kv_memory
+
+
+def requests(preemptions: list[int]) -> dict[str, list[float]]:
+    """Four requests of 100 prompt + 20 output tokens, held 0–10 s, 1–11 s, …"""
+    return {
+        "arrival_s": [0.0, 1.0, 2.0, 3.0],
+        "scheduled_s": [0.0, 1.0, 2.0, 3.0],
+        "first_token_s": [0.5, 1.5, 2.5, 3.5],
+        "finish_s": [10.0, 11.0, 12.0, 13.0],
+        "prompt_len": [100] * 4,
+        "output_len": [20] * 4,
+        "num_preemptions": preemptions,
+    }
+
+
+def steps(used: list[int]) -> dict[str, list[float]]:
+    return {"start_s": [0.0, 1.0, 2.0, 3.0], "end_s": [0.5, 1.5, 2.5, 3.5],
+            "kv_blocks_used": used, "kv_blocks_total": [100] * 4, "num_preempted": [0, 1, 1, 1]}
+
+
+def test_kv_preemptions_at_full_kv_are_a_bottleneck() -> None:
+    inp = make_input(requests([0, 2, 0, 1]), steps=steps([50, 98, 99, 97]))
+    result = analyze_kv_memory(inp, thresholds())
+    assert result.status is Status.BOTTLENECK
+    assert result.cause == "kv_capacity"
+    assert {"K001", "K002", "K003"} <= set(result.rule_ids)
+    m = result.metrics
+    assert m.preemptions_total == 3 and m.preempted_requests == 2
+    # 3 preemptions × (100 + 20 / 2) tokens, of 4 × 120 tokens of work.
+    assert m.recomputed_tokens == 330.0
+    assert (m.recomputed_tokens_low, m.recomputed_tokens_high) == (300.0, 360.0)
+    assert result.score == pytest.approx(330 / 480)
+    assert m.kv_usage_at_preemption == pytest.approx(0.98)
+    ev = evidence(result, "K001")
+    assert ev["kv_usage_at_preemption"].threshold == 0.95 and ev["kv_usage_at_preemption"].passed
+
+
+def test_kv_preemptions_at_low_usage_are_spiky_demand() -> None:
+    inp = make_input(requests([0, 0, 0, 1]), steps=steps([20, 30, 40, 50]))
+    result = analyze_kv_memory(inp, thresholds(recompute_dominant=0.5))
+    assert "K005" in result.rule_ids and "K001" not in result.rule_ids
+    assert result.cause == "spiky_demand"
+    assert result.status is Status.WARNING
+
+
+def test_kv_no_preemption_and_low_usage_is_ok() -> None:
+    result = analyze_kv_memory(make_input(requests([0, 0, 0, 0]), steps=steps([20, 30, 40, 50])),
+                               thresholds())
+    assert result.status is Status.OK
+    assert result.score == 0.0
+
+
+def test_kv_peak_demand_against_capacity() -> None:
+    # Just before t = 10 s all four hold ceil((100 + g) / 16) · 16 = 128 tokens.
+    inp = make_input(requests([0, 0, 0, 0]), kv_capacity_tokens=300, kv_bytes_per_token=1000)
+    result = analyze_kv_memory(inp, thresholds())
+    m = result.metrics
+    assert m.peak_demand_tokens == 512.0
+    assert m.extra_kv_tokens == 212.0
+    assert m.extra_kv_bytes == 212_000.0
+    assert m.n_safe_p95 == pytest.approx(300 / 120)
+    assert "K004" in result.rule_ids
+    assert result.status is Status.WARNING
+
+
+def test_kv_block_waste_at_the_block_size() -> None:
+    # 120-token sequences in 16-token blocks: 8 blocks = 128 tokens, 8 wasted.
+    result = analyze_kv_memory(make_input(requests([0, 0, 0, 0])), thresholds())
+    assert result.metrics.block_waste_fraction == pytest.approx(8 / 128)
+    assert "K006" in result.rule_ids  # info: 6.25 % > 5 %
+
+
+def test_kv_insufficient_data_names_missing_columns() -> None:
+    result = analyze_kv_memory(
+        make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]}), thresholds())
+    assert result.status is Status.INSUFFICIENT_DATA
+    text = " ".join(result.missing)
+    for name in ("num_preemptions", "kv_blocks_used", "vllm:num_preemptions_total",
+                 "--kv-capacity"):
+        assert name in text
+
+
+def test_kv_sglang_retracted_tokens_are_exact() -> None:
+    rows = [(0.0, "sglang:num_retracted_requests_total", "", 0.0),
+            (5.0, "sglang:num_retracted_requests_total", "", 2.0),
+            (0.0, "sglang:num_retracted_input_tokens_total", "", 0.0),
+            (5.0, "sglang:num_retracted_input_tokens_total", "", 150.0),
+            (0.0, "sglang:num_retracted_output_tokens_total", "", 0.0),
+            (5.0, "sglang:num_retracted_output_tokens_total", "", 30.0),
+            (0.0, "sglang:token_usage", "", 0.5), (5.0, "sglang:token_usage", "", 0.99)]
+    inp = make_input({"arrival_s": [0.0, 1.0], "prompt_len": [500, 500], "output_len": [100, 100]},
+                     metrics=make_metrics(rows))
+    result = analyze_kv_memory(inp, thresholds())
+    m = result.metrics
+    assert m.preemptions_total == 2 and m.preemption_source == "metrics"
+    assert m.recomputed_tokens == 180.0
+    assert m.kv_usage_at_preemption == pytest.approx(0.99)
+    assert "K001" in result.rule_ids
+    assert result.sources == ("metrics",)

@@ -1,0 +1,194 @@
+"""Queueing axis: burst, dispatch overhead, batch shape, KV admission, and the data it needs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from diag_factories import evidence, make_input, make_metrics, thresholds
+
+from yaotu_trace.axes.base import Status
+from yaotu_trace.axes.queueing import analyze_queueing, spread_work
+
+
+def burst_columns() -> dict[str, list[float]]:
+    """20 requests at 1/s served in 1 s each, then 20 arriving within 1 s and served in turn."""
+    arrival = [float(i) for i in range(20)] + [20 + 0.05 * i for i in range(20)]
+    scheduled = [float(i) for i in range(20)] + [20.0 + i for i in range(20)]
+    return {
+        "arrival_s": arrival,
+        "scheduled_s": scheduled,
+        "first_token_s": [s + 0.5 for s in scheduled],
+        "finish_s": [s + 1.0 for s in scheduled],
+        "prompt_len": [100] * 40,
+        "output_len": [10] * 40,
+    }
+
+
+def test_queueing_arrival_burst_above_service_rate_is_bottleneck() -> None:
+    # GIVEN a burst of 20 requests in 1 s at a server that serves 1 request/s
+    result = analyze_queueing(make_input(burst_columns()), thresholds())
+    # THEN the queue is the burst's: Q001, cause arrival_burst, scored by queue share of latency
+    assert result.status is Status.BOTTLENECK
+    assert result.cause == "arrival_burst"
+    assert result.rule_ids == ("Q001",)
+    m = result.metrics
+    assert m.service_rate_tokens_per_s == pytest.approx(110.0)
+    assert m.peak_offered_tokens_per_s == pytest.approx(440.0)  # 20 × 110 tokens in 5 s
+    assert m.peak_rho == pytest.approx(4.0)
+    queue = sum(0.95 * k for k in range(20))  # burst request k waits k − 0.05k s
+    assert m.queue_seconds_total == pytest.approx(queue)
+    assert m.queue_share_of_ttft == pytest.approx(queue / (queue + 40 * 0.5))
+    assert result.score == pytest.approx(queue / (queue + 40 * 1.0))
+    ev = evidence(result, "Q001")
+    assert ev["peak_rho"].threshold == 1.0 and ev["peak_rho"].passed
+    assert ev["queue_share_of_ttft"].threshold_name == "queue_share_of_ttft"
+    assert "step log" in " ".join(result.notes)
+
+
+def dispatch_steps() -> dict[str, list[float]]:
+    """10 steps of 10 ms with 10 ms idle gaps while 3 requests wait."""
+    start = [0.02 * k for k in range(10)]
+    return {"start_s": start, "end_s": [s + 0.01 for s in start], "num_waiting": [3] * 10,
+            "num_running": [4] * 10, "prefill_tokens": [0] * 10, "decode_tokens": [4] * 10}
+
+
+def test_queueing_idle_gpu_while_requests_wait_is_dispatch_overhead() -> None:
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
+                     steps=dispatch_steps())
+    result = analyze_queueing(inp, thresholds())
+    assert result.status is Status.BOTTLENECK
+    assert result.cause == "dispatch_overhead"
+    assert "Q003" in result.rule_ids
+    m = result.metrics
+    assert m.wall_s == pytest.approx(0.19)
+    assert m.idle_while_waiting_s == pytest.approx(0.09)
+    assert m.idle_while_waiting_fraction == pytest.approx(0.09 / 0.19)
+    assert m.gpu_busy_fraction == pytest.approx(0.10 / 0.19)
+    assert "steps" in result.sources
+    assert result.score == pytest.approx(0.09 / 0.19)
+
+
+def test_queueing_idle_gaps_without_waiting_are_not_dispatch_overhead() -> None:
+    steps = dispatch_steps()
+    steps["num_waiting"] = [0] * 10
+    result = analyze_queueing(
+        make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]}, steps=steps),
+        thresholds())
+    assert result.status is Status.OK
+    assert result.metrics.idle_while_waiting_s == 0.0
+
+
+def busy_steps(kv_used: int) -> dict[str, list[float]]:
+    """Back-to-back steps (GPU always busy), 3 waiting, 4 running, 64 tokens per step."""
+    start = [0.01 * k for k in range(20)]
+    return {"start_s": start, "end_s": [s + 0.01 for s in start], "num_waiting": [3] * 20,
+            "num_running": [4] * 20, "prefill_tokens": [60] * 20, "decode_tokens": [4] * 20,
+            "kv_blocks_used": [kv_used] * 20, "kv_blocks_total": [100] * 20}
+
+
+def test_queueing_busy_gpu_small_batches_is_batch_shape() -> None:
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
+                     steps=busy_steps(kv_used=30), max_num_seqs=64)
+    result = analyze_queueing(inp, thresholds())
+    assert result.cause == "batch_shape"
+    assert result.rule_ids == ("Q004",)
+    ev = evidence(result, "Q004")
+    assert ev["tokens_per_step_p50"].value == 64.0
+    assert ev["running_fill_p75"].value == pytest.approx(4 / 64)
+
+
+def test_queueing_full_kv_with_empty_seats_is_kv_admission() -> None:
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
+                     steps=busy_steps(kv_used=95), max_num_seqs=64)
+    result = analyze_queueing(inp, thresholds())
+    assert result.status is Status.BOTTLENECK
+    assert result.cause == "kv_admission"
+    assert "Q005" in result.rule_ids
+    assert evidence(result, "Q005")["kv_usage_p75"].value == pytest.approx(0.95)
+
+
+def test_queueing_insufficient_data_names_missing_columns() -> None:
+    result = analyze_queueing(
+        make_input({"arrival_s": [0.0, 1.0], "prompt_len": [1, 2], "output_len": [1, 2]}),
+        thresholds())
+    assert result.status is Status.INSUFFICIENT_DATA
+    assert any("scheduled_s" in m for m in result.missing)
+    assert any("num_waiting" in m for m in result.missing)
+    assert any("vllm:num_requests_waiting" in m for m in result.missing)
+    assert result.hits == ()
+
+
+def moderate_queue() -> dict[str, list[float]]:
+    """Each request waits 0.3 s of a 1 s TTFT, at a steady rate: no burst."""
+    arrival = [float(i) for i in range(10)]
+    return {"arrival_s": arrival, "scheduled_s": [a + 0.3 for a in arrival],
+            "first_token_s": [a + 1.0 for a in arrival], "finish_s": [a + 1.5 for a in arrival],
+            "prompt_len": [10] * 10, "output_len": [5] * 10}
+
+
+def test_queueing_noticeable_queue_without_cause_is_warning() -> None:
+    result = analyze_queueing(make_input(moderate_queue()), thresholds())
+    assert result.status is Status.WARNING
+    assert result.rule_ids == ("Q006",)
+    assert result.metrics.queue_share_of_ttft == pytest.approx(0.3)
+
+
+def test_queueing_threshold_override_changes_the_status() -> None:
+    result = analyze_queueing(make_input(moderate_queue()), thresholds(queue_share_warn=0.4))
+    assert result.status is Status.OK
+    assert result.hits == ()
+    strict = analyze_queueing(make_input(burst_columns()), thresholds(overload_rho=5.0))
+    assert "Q001" not in strict.rule_ids
+
+
+def test_queueing_bursty_arrivals_at_low_mean_load_is_warning() -> None:
+    # Ten quiet requests then a tight burst of forty, over a long span: low mean load, high CV.
+    arrival = [10.0 * i for i in range(10)] + [100 + 0.01 * i for i in range(40)]
+    wait = [0.0] * 48 + [0.9, 0.9]
+    columns = {"arrival_s": arrival, "scheduled_s": [a + w for a, w in zip(arrival, wait)],
+               "first_token_s": [a + w + 0.5 for a, w in zip(arrival, wait)],
+               "finish_s": [a + w + 1.0 for a, w in zip(arrival, wait)],
+               "prompt_len": [10] * 50, "output_len": [10] * 50}
+    result = analyze_queueing(make_input(columns), thresholds())
+    assert "Q002" in result.rule_ids
+    assert result.cause == "arrival_burst"
+    assert result.metrics.interarrival_cv > 1.5
+
+
+def test_queueing_little_law_mismatch_is_flagged() -> None:
+    # Requests say nobody waited; the step log says 3 were waiting throughout.
+    columns = {"arrival_s": [0.0, 0.1], "scheduled_s": [0.0, 0.1], "first_token_s": [0.05, 0.15],
+               "prompt_len": [10, 10], "output_len": [2, 2]}
+    steps = busy_steps(kv_used=10)
+    result = analyze_queueing(make_input(columns, steps=steps), thresholds())
+    assert "Q000" in result.rule_ids
+    assert result.metrics.little_expected_waiting == 0.0
+    assert result.metrics.little_mismatch == pytest.approx(1.0)
+    assert result.status is Status.WARNING
+
+
+def test_queueing_uses_metrics_when_no_request_timing() -> None:
+    rows = [(float(t), "vllm:num_requests_waiting", "engine=0", 2.0) for t in range(10)]
+    rows += [(float(t), "vllm:num_requests_running", "engine=0", 8.0) for t in range(10)]
+    rows += [(float(t), "vllm:kv_cache_usage_perc", "engine=0", 0.97) for t in range(10)]
+    rows += [(0.0, "vllm:request_queue_time_seconds_sum", "", 0.0),
+             (9.0, "vllm:request_queue_time_seconds_sum", "", 6.0),
+             (0.0, "vllm:request_queue_time_seconds_count", "", 0.0),
+             (9.0, "vllm:request_queue_time_seconds_count", "", 10.0),
+             (0.0, "vllm:time_to_first_token_seconds_sum", "", 0.0),
+             (9.0, "vllm:time_to_first_token_seconds_sum", "", 8.0),
+             (0.0, "vllm:time_to_first_token_seconds_count", "", 0.0),
+             (9.0, "vllm:time_to_first_token_seconds_count", "", 10.0)]
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [1], "output_len": [1]},
+                     metrics=make_metrics(rows))
+    result = analyze_queueing(inp, thresholds())
+    assert result.sources == ("metrics",)
+    assert result.metrics.queue_share_of_ttft == pytest.approx(0.75)
+    assert result.metrics.waiting_share == 1.0
+    assert result.cause == "kv_admission"  # KV usage 0.97 with a standing queue
+
+
+def test_spread_work_splits_a_request_across_windows() -> None:
+    edges = np.array([0.0, 5.0, 10.0])
+    done = spread_work(edges, np.array([4.0, 6.0]), np.array([6.0, 6.0]), np.array([10.0, 3.0]))
+    assert done.tolist() == pytest.approx([5.0, 8.0])

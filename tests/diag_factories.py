@@ -1,0 +1,48 @@
+"""Builders for the small hand-checked inputs of the axis and diagnosis tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from yaotu_trace.axes.base import AxisInput, EngineSettings
+from yaotu_trace.diagnosis.thresholds import Thresholds, make_thresholds
+from yaotu_trace.ingest.metrics import EngineMetrics
+from yaotu_trace.schema import RawTrace, Trace, normalize, validate_steps
+
+
+def make_trace(columns: dict[str, Sequence[Any]], *, steps: dict[str, Sequence[Any]] | None = None,
+               source_block_size: int | None = None) -> Trace:
+    """A validated `Trace` from canonical columns (and an optional step log)."""
+    trace = normalize(RawTrace(requests=pd.DataFrame(columns), format_name="canonical",
+                               source_block_size=source_block_size), "test")
+    if steps is not None:
+        from dataclasses import replace
+
+        trace = replace(trace, steps=validate_steps(pd.DataFrame(steps), "steps"))
+    return trace
+
+
+def make_input(columns: dict[str, Sequence[Any]], *, steps: dict[str, Sequence[Any]] | None = None,
+               metrics: EngineMetrics | None = None, **settings: Any) -> AxisInput:
+    """The analyzers' input for a trace built from columns."""
+    return AxisInput.of(make_trace(columns, steps=steps), metrics, EngineSettings(**settings))
+
+
+def make_metrics(rows: list[tuple[float, str, str, float]]) -> EngineMetrics:
+    """Engine metrics from (time_s, metric, labels, value) rows."""
+    return EngineMetrics(frame=pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"]),
+                         path="metrics.json")
+
+
+def thresholds(**overrides: float) -> Thresholds:
+    """Default thresholds with overrides."""
+    return make_thresholds(overrides)
+
+
+def evidence(result: Any, rule_id: str) -> dict[str, Any]:
+    """The evidence of one fired rule, by name."""
+    hit = next(h for h in result.hits if h.rule_id == rule_id)
+    return {e.name: e for e in hit.evidence}
