@@ -49,8 +49,9 @@ def reference_replay(
     route: str | None = None,
     num_instances: int = 1,
     affinity_threshold: float = 0.3,
+    lfu_cap: int | None = None,
 ) -> list[int]:
-    """Hit tokens per request."""
+    """Hit tokens per request (LFU counts saturate at `lfu_cap` when given)."""
     ns = namespaces if namespaces is not None else [0] * len(prompts)
     chains = reference_chains(prompts, ns, block, partial=partial)
     caches: dict[int, OrderedDict[int, list[int]]] = {}
@@ -94,7 +95,7 @@ def reference_replay(
                 if eviction == "lru":
                     cache.move_to_end(b)
                 elif eviction == "lfu":
-                    cache[b][0] += 1
+                    cache[b][0] = min(cache[b][0] + 1, lfu_cap or cache[b][0] + 1)
                     cache[b][1] = clock
                 continue
             if capacity is not None and len(cache) >= capacity:

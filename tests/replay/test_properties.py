@@ -135,3 +135,16 @@ def test_chain_ids_do_not_depend_on_the_seed(trace, block, seed) -> None:
     b = chains_of(prompts, rules_for("none", block_size_tokens=block, seed=seed + 1), tenants)
     assert a.ids.tolist() == b.ids.tolist()
     assert a.num_distinct == b.num_distinct
+
+
+@SETTINGS
+@given(traces(), st.integers(1, 3), st.integers(1, 8), st.integers(1, 3),
+       st.sampled_from(["tail-first", "head-first"]))
+def test_saturated_lfu_agrees_with_reference(trace, block, capacity, cap, touch) -> None:
+    prompts, _ = trace
+    rules = rules_for("none", block_size_tokens=block, capacity_blocks=capacity,
+                      eviction="lfu", touch_order=touch)
+    got = replay(chains_of(prompts, rules), rules, max_lfu_count=cap).hit_tokens.tolist()
+    want = reference_replay(prompts, block=block, capacity=capacity, eviction="lfu",
+                            touch_order=touch, lfu_cap=cap)
+    assert got == want

@@ -8,7 +8,9 @@ Two paths give identical answers:
 - Anything else (finite capacity, per-instance caches, routing): one sequential numba loop with
   O(1) work per block touch. LRU and FIFO keep one doubly linked list per cache over dense ids;
   LFU keeps one such list per (cache, frequency) with a minimum-frequency pointer, so the
-  victim is the least recently used block of the least frequent ones.
+  victim is the least recently used block of the least frequent ones. Frequencies count the
+  requests that touched the block while cached (reset on eviction) and saturate at
+  `MAX_LFU_COUNT`.
 
 Routing, when `scope=instance` and the trace does not say where a request ran:
 
@@ -40,6 +42,9 @@ from yaotu_trace.replay.rules import Eviction, ReplayRules, Route, Scope, TouchO
 _POLICY = {Eviction.LRU: 0, Eviction.FIFO: 1, Eviction.LFU: 2}
 _STATIC, _LEAST_LOADED, _AFFINITY = 0, 1, 2
 _MAX_NODES = 1 << 31  # per-instance node arrays: instances × distinct blocks
+# LFU counts saturate here (one list per count and cache); exact below it, i.e. for any block
+# touched by fewer requests. Beyond it, saturated blocks are ordered by recency among themselves.
+MAX_LFU_COUNT = 1 << 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,7 +173,7 @@ def _heap_pop(keys, vals, size):
 def _replay_loop(
     offsets, ids, block_tokens, max_hit, prompt_tokens, out_offsets, out_ids,
     num_distinct, capacity, policy, head_first, num_instances, route_mode, static_codes,
-    arrival_s, finish_s, affinity_threshold,
+    arrival_s, finish_s, affinity_threshold, max_lfu_count,
 ):
     """Sequential replay; returns (hit_blocks, instance, evicted, inserted)."""
     n = len(offsets) - 1
@@ -179,7 +184,7 @@ def _replay_loop(
     in_cache = np.zeros(nodes, dtype=np.uint8)
     lists_per_cache = 1
     if policy == 2:
-        lists_per_cache = n + 2
+        lists_per_cache = min(n + 2, max_lfu_count + 1)
     if unlimited:
         prev = np.empty(1, dtype=np.int64)
         nxt = np.empty(1, dtype=np.int64)
@@ -270,11 +275,12 @@ def _replay_loop(
                     f = freq[x]
                     lst = c * lists_per_cache + f
                     _unlink(x, lst, prev, nxt, head, tail)
-                    if head[lst] < 0 and min_freq[c] == f:
-                        min_freq[c] = f + 1
                     if f + 1 < lists_per_cache:
+                        if head[lst] < 0 and min_freq[c] == f:
+                            min_freq[c] = f + 1
                         freq[x] = f + 1
-                    _append(x, lst + (1 if f + 1 < lists_per_cache else 0), prev, nxt, head, tail)
+                        lst += 1
+                    _append(x, lst, prev, nxt, head, tail)
                 continue
             if size[c] >= capacity:
                 if policy == 2:
@@ -316,6 +322,7 @@ def replay(
     *,
     arrival_s: np.ndarray | None = None,
     finish_s: np.ndarray | None = None,
+    max_lfu_count: int = MAX_LFU_COUNT,
 ) -> ReplayResult:
     """Replay `chains` in order under `rules` and return per-request hits (spec §1–§4).
 
@@ -368,7 +375,7 @@ def replay(
         chains.prompt_tokens, out_offsets, out_ids, np.int64(chains.num_distinct),
         np.int64(capacity), np.int64(_POLICY[rules.eviction]),
         rules.touch_order is TouchOrder.HEAD_FIRST, np.int64(k), np.int64(route_mode),
-        codes, arr, fin, float(rules.affinity_threshold),
+        codes, arr, fin, float(rules.affinity_threshold), np.int64(max_lfu_count),
     )
     return _result(chains, hit, instance if per_instance else None, k, int(evicted),
                    int(inserted))
