@@ -30,7 +30,8 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
 - waiting_share: share of steps (or metric samples) with num_waiting > 0 (ratio);
   waiting_mean: duration-weighted mean of num_waiting over the step log (requests).
 - little_expected_waiting = Σ queue_time_s / span of the requests (λ·W̄q, Little's law);
-  little_mismatch = |observed waiting_mean − expected| / expected (ratio, rule A0).
+  little_mismatch = |observed waiting_mean − expected| / max(observed, expected) (ratio 0–1,
+  rule A0; observed over the step log's span, expected from requests arriving in it).
 """
 
 from __future__ import annotations
@@ -351,7 +352,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         span = hi - lo
         if inside.any() and span > 0:
             expected = float(queue[inside].sum() / span)
-            mismatch = ratio(abs(st.waiting_mean - expected), expected)
+            mismatch = ratio(abs(st.waiting_mean - expected), max(st.waiting_mean, expected))
 
     metrics = QueueingMetrics(
         queue_time_s=Distribution.of(queue) if queue is not None else None,

@@ -38,7 +38,7 @@ RULES: Final[Mapping[str, Rule]] = {
     for r in (
         Rule(id="Q000", axis=_Q, severity=_W, source="A0",
              title="Little's law mismatch: trace incomplete or clocks inconsistent",
-             trigger="|mean num_waiting (step log) − Σ queue_time_s / span| / expected > "
+             trigger="|mean num_waiting (step log) − Σ queue_time_s / span| / max(both) > "
              "little_mismatch",
              evidence="little_mismatch, waiting_mean, little_expected_waiting",
              fix="check for dropped or duplicated rows and mixed clocks (monotonic vs wall); "

@@ -1,0 +1,121 @@
+"""`trace diagnose` end to end: public trace without timing, a full trace, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import shared_trace
+
+from yaotu_trace.cli import main
+from yaotu_trace.errors import ExitCode
+from yaotu_trace.ingest.canonical import write_trace
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_diagnose_mooncake_without_timing(capsys) -> None:
+    path = shared_trace("mooncake/conversation_trace.jsonl")
+    code, out, err = run(["diagnose", str(path), "--format", "json"], capsys)
+    assert code == ExitCode.OK, err
+    doc = json.loads(out)
+    axes = doc["axes"]
+    assert list(axes) == ["queueing", "kv_memory", "prefix_reuse", "pd_interference"]
+    for name in ("queueing", "kv_memory", "pd_interference"):
+        assert axes[name]["status"] == "insufficient_data"
+        assert axes[name]["missing"]
+    assert any("scheduled_s" in m for m in axes["queueing"]["missing"])
+    assert any("token_times_s" in m for m in axes["pd_interference"]["missing"])
+    reuse = axes["prefix_reuse"]
+    assert reuse["status"] != "insufficient_data"
+    assert reuse["metrics"]["preset"] == "mooncake"
+    assert 0.3 < reuse["metrics"]["achievable_hit_rate"] < 0.5
+    assert doc["verdict"]["principal_axis"] is None
+    assert set(doc["verdict"]["insufficient_data"]) == {"queueing", "kv_memory",
+                                                         "pd_interference"}
+
+
+@pytest.fixture()
+def full_trace(tmp_path: Path) -> tuple[Path, Path]:
+    first = [0.02 * i for i in range(10)]
+    tokens = first + [first[-1] + 0.5 + 0.02 * i for i in range(10)]
+    trace = tmp_path / "requests.jsonl"
+    write_trace(pd.DataFrame({
+        "request_id": ["a", "b", "c"],
+        "arrival_s": [0.0, 0.1, 0.2],
+        "scheduled_s": [0.0, 0.3, 0.2],
+        "first_token_s": [0.0, 0.4, 0.25],
+        "finish_s": [tokens[-1], 0.4, 0.3],
+        "prompt_len": [64, 4000, 64],
+        "output_len": [20, 1, 1],
+        "instance": ["x", "x", "y"],
+        "num_preemptions": [0, 0, 0],
+        "cached_tokens": [0, 0, 0],
+        "prompt_tokens": [list(range(64)), list(range(4000)), list(range(64))],
+        "token_times_s": [tokens, [0.4], [0.25]],
+    }), trace)
+    steps = tmp_path / "steps.csv"
+    pd.DataFrame({
+        "instance": ["x", "x", "x"], "start_s": [0.0, 0.2, 0.4], "end_s": [0.02, 0.4, 0.42],
+        "prefill_tokens": [64, 4000, 0], "decode_tokens": [0, 1, 1], "num_running": [1, 2, 2],
+        "num_waiting": [0, 0, 0], "kv_blocks_used": [4, 260, 260],
+        "kv_blocks_total": [1000, 1000, 1000], "num_preempted": [0, 0, 0],
+    }).to_csv(steps, index=False)
+    return trace, steps
+
+
+def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path, capsys) -> None:
+    trace, steps = full_trace
+    base = ["diagnose", str(trace), "--steps", str(steps), "--metrics",
+            str(DATA / "prom_vllm_small.json"), "--model", "Llama-3.1-8B", "--link-gbps", "400",
+            "-t", "stall_factor=5"]
+    code, out, err = run([*base, "-f", "json"], capsys)
+    assert code == ExitCode.OK, err
+    doc = json.loads(out)
+    axes = doc["axes"]
+    assert "steps" in axes["queueing"]["sources"]
+    assert axes["kv_memory"]["status"] == "ok"
+    assert axes["prefix_reuse"]["metrics"]["observed_source"] == "cached_tokens"
+    assert axes["pd_interference"]["status"] == "bottleneck"
+    assert doc["verdict"]["principal_axis"] in ("pd_interference", "prefix_reuse")
+    remedies = {e["remedy"]: e for e in doc["ledger"]}
+    pd_adds = {q["name"]: q["value"] for q in remedies["pd_disaggregation"]["adds"]}
+    assert pd_adds["network_bytes"] == (64 + 4000 + 64) * 131072  # Llama-3.1-8B: 128 KiB/token
+    assert doc["config"]["settings"]["model"] == "Llama-3.1-8B"
+    assert doc["config"]["metrics"]["path"].endswith("prom_vllm_small.json")
+    for f in doc["findings"]:
+        assert {"id", "severity", "axis", "title", "message", "evidence"} <= set(f)
+    code, out, err = run([*base, "-f", "table"], capsys)
+    assert code == ExitCode.OK, err
+    assert "Remedy ledger" in out and "pd_disaggregation" in out
+    target = tmp_path / "diag.md"
+    code, out, err = run([*base, "-f", "markdown", "-o", str(target)], capsys)
+    assert code == ExitCode.OK and out == ""
+    assert "### Findings" in target.read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--threshold", "nope=1"], "unknown threshold 'nope'; valid names: window_s"),
+        (["--metrics", str(DATA / "prom_bad_value.csv")], "line 3, field 'value'"),
+        (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+        (["--kv-capacity", "12 parsecs"], "unknown unit in capacity"),
+        (["--preset", "nonsense"], "preset 'nonsense' is not one of"),
+    ],
+)
+def test_diagnose_errors_are_one_line_exit_3(full_trace, capsys, extra, expected) -> None:
+    trace, _ = full_trace
+    code, out, err = run(["diagnose", str(trace), *extra], capsys)
+    assert code == ExitCode.INPUT
+    assert out == ""
+    assert err.startswith("error: ") and expected in err
+    assert err.count("\n") == 1
