@@ -99,7 +99,8 @@ def finding_of(axis: AxisName, hit: RuleHit) -> Finding:
             continue
         text = f"{e.name} = {_fmt(e.value)}"
         if e.comparison and e.threshold is not None:
-            text += f" ({e.comparison} {e.threshold_name} {_fmt(e.threshold)})"
+            text += f" ({e.comparison} {e.threshold_name} {_fmt(e.threshold)}"
+            text += ": not met)" if e.passed is False else ")"
         parts.append(text)
     message = rule.title + (": " + "; ".join(parts) if parts else "")
     if hit.detail:

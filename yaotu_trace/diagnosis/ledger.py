@@ -107,7 +107,8 @@ def build_ledger(
     # KV memory: larger pool or a concurrency cap.
     kv_ids = _ids(kv) & {"K001", "K002", "K003", "K004", "K005"}
     kv_admission = "Q005" in _ids(q)
-    if kv_ids or kv_admission:
+    prefix_capacity = "P004" in _ids(pr)
+    if kv_ids or kv_admission or prefix_capacity:
         km, qm = kv.metrics, q.metrics
         recomputed = getattr(km, "recomputed_tokens", None)
         saves = [
@@ -117,6 +118,13 @@ def build_ledger(
             Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
                      unit="preemptions", basis="kv_memory axis"),
         ]
+        if prefix_capacity:
+            pm = pr.metrics
+            lost = (None if pm.capacity_loss_share is None or pm.prompt_tokens is None
+                    else pm.capacity_loss_share * pm.prompt_tokens)
+            saves.append(Quantity(name="prefix_hits_lost_to_capacity", value=lost,
+                                  unit="tokens", basis="capacity step of the prefix waterfall "
+                                  "(C3); a CPU/SSD tier fetches them at tokens · kv_b bytes"))
         if kv_admission:
             saves.append(Quantity(name="kv_blocked_queue_seconds",
                                   value=getattr(qm, "queue_seconds_total", None), unit="s",
@@ -133,7 +141,8 @@ def build_ledger(
         ]
         entries.append(LedgerEntry(
             remedy=Remedy.LARGER_KV_POOL, axis=AxisName.KV_MEMORY,
-            triggered_by=tuple(sorted(kv_ids | ({"Q005"} if kv_admission else set()))),
+            triggered_by=tuple(sorted(kv_ids | ({"Q005"} if kv_admission else set())
+                                      | ({"P004"} if prefix_capacity else set()))),
             saves=tuple(saves), adds=tuple(adds),
             caveats=("more TP adds two all-reduces per layer and replicates KV heads when "
                      "TP > kv heads", "FP8 KV halves bytes per token at an accuracy risk",
@@ -141,6 +150,9 @@ def build_ledger(
                      "CPU offload adds PCIe traffic of 2 · kv_bytes_per_token per swapped "
                      "token"),
         ))
+    if kv_ids:
+        km = kv.metrics
+        recomputed = getattr(km, "recomputed_tokens", None)
         n_safe = getattr(km, "n_safe_p95", None)
         entries.append(LedgerEntry(
             remedy=Remedy.CONCURRENCY_CAP, axis=AxisName.KV_MEMORY,

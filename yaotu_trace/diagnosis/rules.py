@@ -82,8 +82,8 @@ RULES: Final[Mapping[str, Rule]] = {
              title="Queueing without an identified cause",
              trigger="queue_share_of_ttft ≥ queue_share_warn and no rule Q001–Q005 fired",
              evidence="queue_share_of_ttft, peak_rho, gpu_busy_fraction",
-             fix="add a step log (--steps) or engine metrics (--metrics) to tell burst, "
-             "dispatch, batch shape and KV admission apart"),
+             fix="read or add the step log (--steps) and engine metrics (--metrics) to tell "
+             "burst, dispatch, batch shape and KV admission apart"),
         Rule(id="K001", axis=_K, severity=_B, source="B1",
              title="Preemption at a full KV cache",
              trigger="preemptions > 0 and KV usage at the preempting steps ≥ kv_preempt_usage",

@@ -80,6 +80,8 @@ def show(value: Any, how: str) -> str:
         return fmt.pct(value)
     if how == "count":
         return fmt.count(value)
+    if how in ("steps", "requests", "preemptions") and isinstance(value, int | float):
+        return f"{fmt.count(value)} {how}"
     if how == "num":
         return fmt.num(value)
     if how == "tokens":
