@@ -1,0 +1,154 @@
+"""Simulator configuration: scheduler, KV pool, cluster and step-cost parameters as frozen values.
+
+Everything here is plain numbers and enums (no catalog lookups, no I/O): the caller resolves a
+model and a GPU into a `StepCost` and a pool size, and the engine only sees numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from yaotu_trace.errors import ConfigError
+
+
+class SchedulerKind(StrEnum):
+    """Which engine's scheduling rules the simulator follows."""
+
+    VLLM = "vllm"  # unified token budget, running first, preempt running[-1] (engines.md §1.7–1.8)
+    SGLANG = "sglang"  # prefill batches replace decode steps, retract fewest-output first (§2.5)
+
+
+class RoutePolicy(StrEnum):
+    """How a cluster assigns a request to an instance at its arrival."""
+
+    ROUND_ROBIN = "round-robin"
+    LEAST_LOADED = "least-loaded"  # fewest in-flight requests
+    PREFIX_AFFINITY = "prefix-affinity"  # sgl-router cache_aware (engines.md §3)
+    KV_AWARE = "kv-aware"  # Dynamo's cost: prefill blocks after overlap + decode blocks (§6)
+
+
+ROUTE_CODES: dict[RoutePolicy, int] = {
+    RoutePolicy.ROUND_ROBIN: 0,
+    RoutePolicy.LEAST_LOADED: 1,
+    RoutePolicy.PREFIX_AFFINITY: 2,
+    RoutePolicy.KV_AWARE: 3,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCost:
+    """Step time of one engine iteration, in seconds, as numbers the compiled loop can use.
+
+    Roofline (cost-model §2.1–2.2): `max(FLOPs / flops_per_s, bytes / bytes_per_s) + overhead`
+    with FLOPs = `2·linear_params·T + attention_flops_per_token_pair·(Σ c(p + c/2) + Σ ctx)` and
+    bytes = `dense_weight_bytes + expert_weight_bytes·touched(T) + kv_bytes_per_token·(Σ ctx +
+    Σ p + T)`. `flops_per_s` and `bytes_per_s` already include MFU/MBU and tensor parallelism.
+    When `calibrated` is set, the step time is `a + b·prefill_tokens + c·Σcontext` instead.
+    """
+
+    linear_params: float
+    attention_flops_per_token_pair: float
+    dense_weight_bytes: float
+    expert_weight_bytes: float = 0.0
+    experts: int = 0
+    experts_per_token: int = 0
+    kv_bytes_per_token: float
+    flops_per_s: float
+    bytes_per_s: float
+    overhead_s: float = 0.003
+    calibrated: tuple[float, float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.flops_per_s <= 0 or self.bytes_per_s <= 0:
+            raise ConfigError("GPU compute and bandwidth must be positive")
+        if self.overhead_s < 0:
+            raise ConfigError(f"step overhead {self.overhead_s} s must be >= 0")
+
+    @classmethod
+    def fixed(cls, a_s: float, b_s_per_token: float = 0.0, c_s_per_context: float = 0.0,
+              *, kv_bytes_per_token: float = 0.0) -> StepCost:
+        """A linear step time `a + b·prefill_tokens + c·Σcontext` (tests, calibration)."""
+        return cls(linear_params=0.0, attention_flops_per_token_pair=0.0, dense_weight_bytes=0.0,
+                   kv_bytes_per_token=kv_bytes_per_token, flops_per_s=1.0, bytes_per_s=1.0,
+                   overhead_s=0.0, calibrated=(a_s, b_s_per_token, c_s_per_context))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    """One scenario: engine rules, KV pool, cluster shape and step cost.
+
+    `kv_blocks` is `num_gpu_blocks` per instance (block 0 is vLLM's null block, so
+    `kv_blocks − 1` are usable). `long_prefill_token_threshold` 0 means no per-request cap.
+    `pd` is `(prefill instances, decode instances)` or None for colocated instances;
+    `link_bytes_per_s` and `link_latency_s` price the KV transfer (α + bytes / bandwidth),
+    optionally overlapped layer by layer with the prefill (`layerwise_overlap`, `layers`).
+    """
+
+    scheduler: SchedulerKind = SchedulerKind.VLLM
+    kv_blocks: int
+    block_size_tokens: int = 16
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    prefix_caching: bool = True
+    watermark: float = 0.0
+    instances: int = 1
+    route: RoutePolicy = RoutePolicy.ROUND_ROBIN
+    pd: tuple[int, int] | None = None
+    link_bytes_per_s: float = 25e9
+    link_latency_s: float = 0.0006
+    layerwise_overlap: bool = True
+    layers: int = 32
+    affinity_threshold: float = 0.3
+    balance_abs_threshold: int = 64
+    balance_rel_threshold: float = 1.5
+    tensor_parallel: int = 1
+    step_cost: StepCost
+    labels: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scheduler", SchedulerKind(self.scheduler))
+        object.__setattr__(self, "route", RoutePolicy(self.route))
+        checks = (
+            ("kv_blocks", self.kv_blocks, 2),
+            ("block_size_tokens", self.block_size_tokens, 1),
+            ("max_num_seqs", self.max_num_seqs, 1),
+            ("max_batched_tokens", self.max_batched_tokens, 1),
+            ("instances", self.instances, 1),
+            ("long_prefill_token_threshold", self.long_prefill_token_threshold, 0),
+            ("tensor_parallel", self.tensor_parallel, 1),
+        )
+        for name, value, low in checks:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name.replace('_', '-')} {value!r} must be a whole number "
+                                  f">= {low}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ConfigError(f"watermark {self.watermark} must be in [0, 1)")
+        if self.pd is not None:
+            p, d = self.pd
+            if p < 1 or d < 1:
+                raise ConfigError(f"--pd {p}:{d} needs at least one prefill and one decode "
+                                  "instance")
+            if self.link_bytes_per_s <= 0:
+                raise ConfigError("the KV link bandwidth must be positive")
+
+    @property
+    def total_instances(self) -> int:
+        """Instances simulated: P + D under disaggregation, else `instances`."""
+        return sum(self.pd) if self.pd is not None else self.instances
+
+    @property
+    def gpus(self) -> int:
+        """GPUs provisioned: instances × tensor parallelism."""
+        return self.total_instances * self.tensor_parallel
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready effective configuration."""
+        out = asdict(self)
+        out["scheduler"] = str(self.scheduler)
+        out["route"] = str(self.route)
+        out["pd"] = None if self.pd is None else f"{self.pd[0]}:{self.pd[1]}"
+        return out

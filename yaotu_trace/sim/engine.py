@@ -1,0 +1,764 @@
+"""The compiled step loop: instances, KV pools, prefix caches, routing and P/D handoffs.
+
+One call simulates a whole cluster in global time order. Three kinds of events interleave:
+an arrival (routed at once to an instance's waiting queue), a KV handoff arriving at a decode
+instance (P/D), and an instance's step boundary (the step that ends is completed, then the next
+one is scheduled). A step is scheduled at its start and completed at its end, so routing
+decisions taken meanwhile see the engine as a real router would (tokens of a step in flight
+are not out yet).
+
+KV pool (engines.md §1.4–1.5): per instance `usable` blocks with reference counts. Free blocks
+sit in one doubly linked free queue; allocation pops the head and evicts the block's cache
+entry only then; a request's blocks are freed tail first, hashed blocks appended to the tail
+(LRU), hashless blocks prepended to the head. A block's identity (`ident`) is a dense id: the
+chain id for cacheable prompt blocks, a private id (one per request block slot) otherwise, so a
+preempted request can hit its own surviving blocks on resume. Identities map to the physical
+block caching them (`ident_map`, one row per instance); the first copy wins.
+
+The code is written for numba (`cache=True`): flat arrays, int64 scalars, no Python objects.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_INF = np.inf
+# Cost vector layout (see `cost_vector` in yaotu_trace.sim).
+C_MODE, C_LIN, C_ATTN, C_DENSE, C_EXPERT, C_E, C_K, C_KVB, C_F, C_BW, C_OVER, C_A, C_B, C_C = (
+    range(14)
+)
+
+
+@nb.njit(cache=True)
+def step_time(cost, prefill_tokens, decode_tokens, attn_pairs, ctx_dec, prefix_sum, ctx_all):
+    """(seconds, HBM bytes) of one step; see `StepCost`."""
+    tok = prefill_tokens + decode_tokens
+    if tok == 0:
+        return 0.0, 0.0
+    kvb = cost[C_KVB]
+    if cost[C_MODE] > 0.5:
+        t = cost[C_A] + cost[C_B] * prefill_tokens + cost[C_C] * ctx_all
+        return t, kvb * (ctx_dec + prefix_sum + tok)
+    flops = 2.0 * cost[C_LIN] * tok + cost[C_ATTN] * (attn_pairs + ctx_dec)
+    weights = cost[C_DENSE]
+    if cost[C_EXPERT] > 0.0:
+        e = cost[C_E]
+        touched = 1.0 - (1.0 - cost[C_K] / e) ** tok
+        weights += cost[C_EXPERT] * touched
+    nbytes = weights + kvb * (ctx_dec + prefix_sum + tok)
+    t = max(flops / cost[C_F], nbytes / cost[C_BW]) + cost[C_OVER]
+    return t, nbytes
+
+
+@nb.njit(cache=True)
+def _fq_remove(b, inst, prev, nxt, head, tail):
+    p = prev[b]
+    q = nxt[b]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        head[inst] = q
+    if q >= 0:
+        prev[q] = p
+    else:
+        tail[inst] = p
+    prev[b] = -1
+    nxt[b] = -1
+
+
+@nb.njit(cache=True)
+def _fq_push_tail(b, inst, prev, nxt, head, tail):
+    t = tail[inst]
+    prev[b] = t
+    nxt[b] = -1
+    if t >= 0:
+        nxt[t] = b
+    else:
+        head[inst] = b
+    tail[inst] = b
+
+
+@nb.njit(cache=True)
+def _fq_push_head(b, inst, prev, nxt, head, tail):
+    h = head[inst]
+    nxt[b] = h
+    prev[b] = -1
+    if h >= 0:
+        prev[h] = b
+    else:
+        tail[inst] = b
+    head[inst] = b
+
+
+@nb.njit(cache=True)
+def _alloc(r, inst, tokens, bsz, blk_off, req_phys, nalloc, nfree, ref, bhash, ident_map,
+           prev, nxt, head, tail):
+    """Give request r blocks for `tokens` tokens; False (nothing taken) when too few are free."""
+    need = (tokens + bsz - 1) // bsz - nalloc[r]
+    if need <= 0:
+        return True
+    if need > nfree[inst]:
+        return False
+    base = blk_off[r]
+    for _ in range(need):
+        b = head[inst]
+        _fq_remove(b, inst, prev, nxt, head, tail)
+        h = bhash[b]
+        if h >= 0:
+            ident_map[inst, h] = -1
+            bhash[b] = -1
+        ref[b] = 1
+        req_phys[base + nalloc[r]] = b
+        nalloc[r] += 1
+    nfree[inst] -= need
+    return True
+
+
+@nb.njit(cache=True)
+def _free_request(r, inst, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt, head,
+                  tail):
+    """Release r's blocks tail first: cached ones to the LRU tail, hashless ones to the head."""
+    base = blk_off[r]
+    for k in range(nalloc[r] - 1, -1, -1):
+        b = req_phys[base + k]
+        ref[b] -= 1
+        if ref[b] == 0:
+            if bhash[b] >= 0:
+                _fq_push_tail(b, inst, prev, nxt, head, tail)
+            else:
+                _fq_push_head(b, inst, prev, nxt, head, tail)
+            nfree[inst] += 1
+    nalloc[r] = 0
+    nreg[r] = 0
+
+
+@nb.njit(cache=True)
+def _register(r, inst, tokens, bsz, blk_off, ident, req_phys, nreg, nalloc, bhash, ident_map):
+    """Publish r's full blocks up to `tokens` as cache entries (the first copy of an id wins)."""
+    full = tokens // bsz
+    if full > nalloc[r]:
+        full = nalloc[r]
+    base = blk_off[r]
+    for k in range(nreg[r], full):
+        idn = ident[base + k]
+        b = req_phys[base + k]
+        if ident_map[inst, idn] < 0 and bhash[b] < 0:
+            ident_map[inst, idn] = b
+            bhash[b] = idn
+    if full > nreg[r]:
+        nreg[r] = full
+
+
+@nb.njit(cache=True)
+def _lookup(r, inst, num_tokens, bsz, blk_off, ident, ident_map, ref):
+    """(hit blocks, hit blocks now free) of r's longest cached prefix, last-token rule applied."""
+    cap = (num_tokens - 1) // bsz
+    avail = blk_off[r + 1] - blk_off[r]
+    if cap > avail:
+        cap = avail
+    base = blk_off[r]
+    h = 0
+    evictable = 0
+    while h < cap:
+        b = ident_map[inst, ident[base + h]]
+        if b < 0:
+            break
+        if ref[b] == 0:
+            evictable += 1
+        h += 1
+    return h, evictable
+
+
+@nb.njit(cache=True)
+def _touch(r, inst, hit, blk_off, ident, ident_map, req_phys, nalloc, nreg, nfree, ref, prev, nxt,
+           head, tail):
+    base = blk_off[r]
+    for k in range(hit):
+        b = ident_map[inst, ident[base + k]]
+        if ref[b] == 0:
+            _fq_remove(b, inst, prev, nxt, head, tail)
+            nfree[inst] -= 1
+        ref[b] += 1
+        req_phys[base + k] = b
+    nalloc[r] = hit
+    nreg[r] = hit
+
+
+@nb.njit(cache=True)
+def _grow_f(a):
+    out = np.empty(a.shape[0] * 2, dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@nb.njit(cache=True)
+def simulate_cluster(
+    prompt, out_len, arrival, blk_off, ident, n_ident, shared_limit,
+    params, cost, tt_off,
+):
+    """Run the whole trace; see the module docstring. Returns per-request and per-step arrays.
+
+    `params` (int64/float64 as float64): [scheduler (0 vLLM, 1 SGLang), instances, prefill
+    instances (0 = colocated), usable blocks, block size, max seqs, token budget, chunked,
+    long-prefill threshold, prefix caching, watermark blocks, route, link bytes/s, link α s,
+    layer-wise overlap, layers, affinity threshold, balance abs, balance rel].
+    """
+    n = prompt.shape[0]
+    sched_kind = int(params[0])
+    n_inst = int(params[1])
+    n_pf = int(params[2])
+    usable = int(params[3])
+    bsz = int(params[4])
+    max_seqs = int(params[5])
+    budget0 = int(params[6])
+    chunked = params[7] > 0.5
+    lpt = int(params[8])
+    caching = params[9] > 0.5
+    watermark = int(params[10])
+    route = int(params[11])
+    link_bw = params[12]
+    link_alpha = params[13]
+    overlap = params[14] > 0.5
+    layers = params[15]
+    aff_thr = params[16]
+    bal_abs = params[17]
+    bal_rel = params[18]
+    pd = n_pf > 0
+    kvb = cost[C_KVB]
+
+    # --- per request state
+    computed = np.zeros(n, np.int64)
+    ntok = prompt.copy()
+    gen = np.zeros(n, np.int64)
+    nalloc = np.zeros(n, np.int64)
+    nreg = np.zeros(n, np.int64)
+    req_phys = np.full(blk_off[n], -1, np.int64)
+    inst_of = np.full(n, -1, np.int64)
+    pf_inst = np.full(n, -1, np.int64)
+    sched_s = np.full(n, np.nan)
+    first_s = np.full(n, np.nan)
+    finish_s = np.full(n, np.nan)
+    npre = np.zeros(n, np.int64)
+    cached = np.zeros(n, np.int64)
+    comp_total = np.zeros(n, np.int64)
+    recomp = np.zeros(n, np.int64)
+    c_pre = np.zeros(n, np.int64)
+    remote = np.zeros(n, np.bool_)
+    leaving = np.zeros(n, np.bool_)
+    started = np.zeros(n, np.bool_)
+    pf_start = np.full(n, np.nan)
+    tt = np.full(tt_off[n], np.nan)
+
+    # --- per instance state
+    total_blocks = n_inst * usable
+    ref = np.zeros(total_blocks, np.int64)
+    bhash = np.full(total_blocks, -1, np.int64)
+    prev = np.empty(total_blocks, np.int64)
+    nxt = np.empty(total_blocks, np.int64)
+    head = np.empty(n_inst, np.int64)
+    tail = np.empty(n_inst, np.int64)
+    nfree = np.full(n_inst, usable, np.int64)
+    for i in range(n_inst):
+        lo = i * usable
+        for b in range(lo, lo + usable):
+            prev[b] = b - 1 if b > lo else -1
+            nxt[b] = b + 1 if b < lo + usable - 1 else -1
+        head[i] = lo
+        tail[i] = lo + usable - 1
+    ident_map = np.full((n_inst, n_ident), -1, np.int32)
+    use_router_tree = route == 2
+    rtree = np.zeros((n_inst if use_router_tree else 1, shared_limit if use_router_tree else 1),
+                     np.bool_)
+    run = np.zeros((n_inst, max_seqs), np.int64)
+    nrun = np.zeros(n_inst, np.int64)
+    cap_q = n + 1
+    wq = np.zeros((n_inst, cap_q), np.int64)
+    whead = np.zeros(n_inst, np.int64)
+    wlen = np.zeros(n_inst, np.int64)
+    fl_req = np.zeros((n_inst, max_seqs), np.int64)
+    fl_n = np.zeros(n_inst, np.int64)
+    inst_t = np.full(n_inst, _INF)
+    load = np.zeros(n_inst, np.int64)
+    pend_pf = np.zeros(n_inst, np.float64)
+    busy_s = np.zeros(n_inst)
+    ratio = np.full(n_inst, 0.7)
+    rr = np.zeros(2, np.int64)
+    ratio_min = 0.7 * 0.14
+    ratio_step = (0.7 - ratio_min) / 600.0
+
+    # P/D handoff heap
+    hp_t = np.empty(n + 1)
+    hp_r = np.empty(n + 1, np.int64)
+    hp_n = 0
+
+    # step log
+    cap_s = 1024
+    s_inst = np.empty(cap_s, np.int64)
+    s_start = np.empty(cap_s)
+    s_end = np.empty(cap_s)
+    s_pf = np.empty(cap_s, np.int64)
+    s_dec = np.empty(cap_s, np.int64)
+    s_run = np.empty(cap_s, np.int64)
+    s_wait = np.empty(cap_s, np.int64)
+    s_used = np.empty(cap_s, np.int64)
+    s_pre = np.empty(cap_s, np.int64)
+    n_steps = 0
+
+    stall_dec_s = 0.0
+    hbm_bytes = 0.0
+    xfer_bytes = 0.0
+    prefix_reread = 0.0
+    overhead_total = 0.0
+
+    dropped = 0
+    next_arr = 0
+    while True:
+        t_a = arrival[next_arr] if next_arr < n else _INF
+        t_h = hp_t[0] if hp_n > 0 else _INF
+        ii = 0
+        t_i = _INF
+        for i in range(n_inst):
+            if inst_t[i] < t_i:
+                t_i = inst_t[i]
+                ii = i
+        if t_a == _INF and t_h == _INF and t_i == _INF:
+            break
+        if t_a <= t_h and t_a <= t_i or t_h <= t_i:
+            # ---- a request reaches a router: route it and queue it
+            if t_a <= t_h and t_a <= t_i:
+                r = next_arr
+                next_arr += 1
+                lo = 0
+                hi = n_pf if pd else n_inst
+                now = t_a
+                is_remote = False
+                stage = 0
+            else:
+                now = hp_t[0]
+                r = hp_r[0]
+                # pop heap
+                hp_n -= 1
+                if hp_n > 0:
+                    lt = hp_t[hp_n]
+                    lr = hp_r[hp_n]
+                    j = 0
+                    while True:
+                        c = 2 * j + 1
+                        if c >= hp_n:
+                            break
+                        if c + 1 < hp_n and hp_t[c + 1] < hp_t[c]:
+                            c += 1
+                        if hp_t[c] < lt:
+                            hp_t[j] = hp_t[c]
+                            hp_r[j] = hp_r[c]
+                            j = c
+                        else:
+                            break
+                    hp_t[j] = lt
+                    hp_r[j] = lr
+                lo = n_pf
+                hi = n_inst
+                is_remote = True
+                stage = 1
+            target = lo
+            span = hi - lo
+            if span > 1:
+                if route == 0:
+                    target = lo + rr[stage] % span
+                    rr[stage] += 1
+                elif route == 1:
+                    best = load[lo]
+                    for i in range(lo + 1, hi):
+                        if load[i] < best:
+                            best = load[i]
+                            target = i
+                elif route == 2:
+                    # sgl-router cache_aware: imbalance → least load, else best match over
+                    # the router's own tree if its match rate exceeds the threshold
+                    mn = load[lo]
+                    mx = load[lo]
+                    least = lo
+                    for i in range(lo + 1, hi):
+                        if load[i] < mn:
+                            mn = load[i]
+                            least = i
+                        if load[i] > mx:
+                            mx = load[i]
+                    target = least
+                    if not (mx - mn > bal_abs and mx > bal_rel * mn):
+                        base = blk_off[r]
+                        nb_ = blk_off[r + 1] - base
+                        best_m = -1
+                        best_i = least
+                        for i in range(lo, hi):
+                            m = 0
+                            while m < nb_ and ident[base + m] < shared_limit and rtree[
+                                    i, ident[base + m]]:
+                                m += 1
+                            if m > best_m:
+                                best_m = m
+                                best_i = i
+                        if prompt[r] > 0 and best_m * bsz / prompt[r] > aff_thr:
+                            target = best_i
+                    base = blk_off[r]
+                    for m in range(blk_off[r + 1] - base):
+                        idn = ident[base + m]
+                        if idn < shared_limit:
+                            rtree[target, idn] = True
+                else:
+                    # Dynamo: prefill blocks after overlap credit + active decode blocks
+                    best_l = _INF
+                    base = blk_off[r]
+                    cap = (prompt[r] - 1) // bsz
+                    for i in range(lo, hi):
+                        ov = 0
+                        if caching and not is_remote:
+                            while ov < cap and ident_map[i, ident[base + ov]] >= 0:
+                                ov += 1
+                        pf_blocks = (pend_pf[i] + prompt[r]) / bsz - ov
+                        if pf_blocks < 0.0:
+                            pf_blocks = 0.0
+                        logit = pf_blocks + (usable - nfree[i])
+                        if logit < best_l:
+                            best_l = logit
+                            target = i
+            inst_of[r] = target
+            if stage == 0:
+                pf_inst[r] = target
+            remote[r] = is_remote
+            q = (whead[target] + wlen[target]) % cap_q
+            wq[target, q] = r
+            wlen[target] += 1
+            load[target] += 1
+            if not is_remote:
+                pend_pf[target] += ntok[r] - computed[r]
+            if inst_t[target] == _INF:
+                inst_t[target] = now
+            continue
+
+        # ---- instance ii reaches a step boundary at t_i
+        i = ii
+        now = t_i
+        # complete the step in flight
+        if fl_n[i] > 0:
+            for k in range(fl_n[i]):
+                r = fl_req[i, k]
+                if sched_kind == 1 and caching:
+                    _register(r, i, computed[r], bsz, blk_off, ident, req_phys, nreg, nalloc,
+                              bhash, ident_map)
+                if computed[r] < ntok[r]:
+                    continue
+                # the step produced a token for r
+                gen[r] += 1
+                tt[tt_off[r] + gen[r] - 1] = now
+                if gen[r] == 1:
+                    first_s[r] = now
+                if gen[r] >= out_len[r] or (pd and inst_of[r] < n_pf):
+                    _free_request(r, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash,
+                                  prev, nxt, head, tail)
+                    load[i] -= 1
+                    leaving[r] = True
+                    if gen[r] >= out_len[r]:
+                        finish_s[r] = now
+                        if pd and inst_of[r] < n_pf:
+                            xfer_bytes += prompt[r] * kvb
+                    else:
+                        ntok[r] += 1
+                        # P/D: ship the prompt's KV to a decode instance
+                        nbytes = prompt[r] * kvb
+                        xfer_bytes += nbytes
+                        if overlap:
+                            ready = max(now + link_alpha + nbytes / (layers * link_bw),
+                                        pf_start[r] + link_alpha + nbytes / link_bw)
+                        else:
+                            ready = now + link_alpha + nbytes / link_bw
+                        # heap push
+                        j = hp_n
+                        hp_n += 1
+                        while j > 0:
+                            p = (j - 1) // 2
+                            if hp_t[p] <= ready:
+                                break
+                            hp_t[j] = hp_t[p]
+                            hp_r[j] = hp_r[p]
+                            j = p
+                        hp_t[j] = ready
+                        hp_r[j] = r
+                else:
+                    ntok[r] += 1
+            # compact the running list
+            m = 0
+            for k in range(nrun[i]):
+                r = run[i, k]
+                if not leaving[r]:
+                    run[i, m] = r
+                    m += 1
+                else:
+                    leaving[r] = False
+                    computed[r] = 0
+            nrun[i] = m
+            fl_n[i] = 0
+
+        # schedule the next step
+        n_sched = 0
+        preempted_n = 0
+        pf_tok = 0
+        dec_tok = 0
+        attn_pairs = 0.0
+        ctx_dec = 0.0
+        prefix_sum = 0.0
+        ctx_all = 0.0
+        in_system = nrun[i] + wlen[i]
+        budget = budget0
+        if sched_kind == 0:
+            # vLLM v1: running requests first, in order, then waiting FCFS
+            idx = 0
+            stop = False
+            while idx < nrun[i] and budget > 0 and not stop:
+                r = run[i, idx]
+                nn = ntok[r] - computed[r]
+                if lpt > 0 and in_system > 1 and nn > lpt:
+                    nn = lpt
+                if nn > budget:
+                    nn = budget
+                while not _alloc(r, i, computed[r] + nn, bsz, blk_off, req_phys, nalloc, nfree,
+                                 ref, bhash, ident_map, prev, nxt, head, tail):
+                    v = run[i, nrun[i] - 1]
+                    nrun[i] -= 1
+                    _free_request(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash,
+                                  prev, nxt, head, tail)
+                    pend_pf[i] += computed[v]
+                    c_pre[v] = computed[v]
+                    computed[v] = 0
+                    npre[v] += 1
+                    remote[v] = False
+                    whead[i] = (whead[i] - 1 + cap_q) % cap_q
+                    wq[i, whead[i]] = v
+                    wlen[i] += 1
+                    preempted_n += 1
+                    if v == r:
+                        stop = True
+                        break
+                if stop:
+                    break
+                if caching:
+                    _register(r, i, computed[r] + nn, bsz, blk_off, ident, req_phys, nreg, nalloc,
+                              bhash, ident_map)
+                cb = computed[r]
+                if gen[r] >= 1 and cb == ntok[r] - 1 and nn == 1:
+                    dec_tok += 1
+                    ctx_dec += cb + 1
+                else:
+                    pf_tok += nn
+                    attn_pairs += nn * (cb + nn / 2.0)
+                    prefix_sum += cb
+                    pend_pf[i] -= nn
+                ctx_all += cb + nn
+                computed[r] = cb + nn
+                comp_total[r] += nn
+                budget -= nn
+                fl_req[i, n_sched] = r
+                n_sched += 1
+                idx += 1
+        else:
+            # SGLang: continue chunked prefills, then admit; decode only without prefill work
+            for idx in range(nrun[i]):
+                if budget <= 0:
+                    break
+                r = run[i, idx]
+                if gen[r] >= 1 and computed[r] == ntok[r] - 1:
+                    continue
+                nn = ntok[r] - computed[r]
+                if nn > budget:
+                    nn = budget
+                if not _alloc(r, i, computed[r] + nn, bsz, blk_off, req_phys, nalloc, nfree,
+                              ref, bhash, ident_map, prev, nxt, head, tail):
+                    continue
+                cb = computed[r]
+                pf_tok += nn
+                attn_pairs += nn * (cb + nn / 2.0)
+                prefix_sum += cb
+                ctx_all += cb + nn
+                pend_pf[i] -= nn
+                computed[r] = cb + nn
+                comp_total[r] += nn
+                budget -= nn
+                fl_req[i, n_sched] = r
+                n_sched += 1
+
+        # admit waiting requests (vLLM: only when nothing was preempted this step)
+        if preempted_n == 0:
+            while wlen[i] > 0 and budget > 0 and nrun[i] < max_seqs:
+                r = wq[i, whead[i]]
+                if remote[r]:
+                    hit = 0
+                    evict = 0
+                    hit_tok = ntok[r] - 1
+                else:
+                    hit = 0
+                    evict = 0
+                    if caching:
+                        hit, evict = _lookup(r, i, ntok[r], bsz, blk_off, ident, ident_map, ref)
+                    hit_tok = hit * bsz
+                nn = ntok[r] - hit_tok
+                if not chunked and nn > budget:
+                    break
+                if chunked:
+                    if lpt > 0 and in_system > 1 and nn > lpt:
+                        nn = lpt
+                    if nn > budget:
+                        nn = budget
+                need = (ntok[r] + bsz - 1) // bsz - hit + evict
+                free_ok = nfree[i] - (watermark if nrun[i] > 0 else 0)
+                if sched_kind == 1 and nrun[i] > 0:
+                    reserve = 0.0
+                    for k in range(nrun[i]):
+                        v = run[i, k]
+                        left = out_len[v] - gen[v]
+                        reserve += min(left, 4096) * ratio[i]
+                    reserve += min(out_len[r] - gen[r], 4096) * ratio[i]
+                    need += int((reserve + bsz - 1) // bsz)
+                if need > free_ok:
+                    break  # head-of-line blocking
+                if hit > 0:
+                    _touch(r, i, hit, blk_off, ident, ident_map, req_phys, nalloc, nreg, nfree,
+                           ref, prev, nxt, head, tail)
+                # SGLang reserves the whole sequence at admission (its chunk budget does)
+                _alloc(r, i, hit_tok + nn if sched_kind == 0 else ntok[r], bsz, blk_off,
+                       req_phys, nalloc, nfree, ref, bhash, ident_map, prev, nxt, head, tail)
+                if caching and (sched_kind == 0 or remote[r]):
+                    _register(r, i, hit_tok + nn, bsz, blk_off, ident, req_phys, nreg, nalloc,
+                              bhash, ident_map)
+                whead[i] = (whead[i] + 1) % cap_q
+                wlen[i] -= 1
+                run[i, nrun[i]] = r
+                nrun[i] += 1
+                if not remote[r]:
+                    if not started[r]:
+                        started[r] = True
+                        sched_s[r] = now
+                        cached[r] = hit_tok
+                    else:
+                        over = c_pre[r] - hit_tok
+                        if over > 0:
+                            recomp[r] += over
+                    pend_pf[i] -= hit_tok
+                if pd and inst_of[r] < n_pf and pf_start[r] != pf_start[r]:
+                    pf_start[r] = now
+                if remote[r]:
+                    remote[r] = False
+                    dec_tok += 1
+                    ctx_dec += ntok[r]
+                else:
+                    pf_tok += nn
+                    attn_pairs += nn * (hit_tok + nn / 2.0)
+                    prefix_sum += hit_tok
+                    pend_pf[i] -= nn
+                ctx_all += hit_tok + nn
+                computed[r] = hit_tok + nn
+                comp_total[r] += nn
+                budget -= nn
+                fl_req[i, n_sched] = r
+                n_sched += 1
+
+        if sched_kind == 1 and n_sched == 0 and nrun[i] > 0:
+            # SGLang decode step: every running request advances one token; retract on OOM
+            while True:
+                need = 0
+                for k in range(nrun[i]):
+                    r = run[i, k]
+                    if computed[r] == ntok[r] - 1:
+                        need += (computed[r] + 1 + bsz - 1) // bsz - nalloc[r]
+                if need <= nfree[i] or nrun[i] <= 1:
+                    break
+                worst = 0
+                for k in range(1, nrun[i]):
+                    a = run[i, k]
+                    b = run[i, worst]
+                    if gen[a] < gen[b] or (gen[a] == gen[b] and prompt[a] > prompt[b]):
+                        worst = k
+                v = run[i, worst]
+                for k in range(worst, nrun[i] - 1):
+                    run[i, k] = run[i, k + 1]
+                nrun[i] -= 1
+                _free_request(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash,
+                              prev, nxt, head, tail)
+                pend_pf[i] += computed[v]
+                c_pre[v] = computed[v]
+                computed[v] = 0
+                npre[v] += 1
+                whead[i] = (whead[i] - 1 + cap_q) % cap_q
+                wq[i, whead[i]] = v
+                wlen[i] += 1
+                preempted_n += 1
+                ratio[i] = 0.7
+            for k in range(nrun[i]):
+                r = run[i, k]
+                if computed[r] != ntok[r] - 1:
+                    continue
+                if not _alloc(r, i, computed[r] + 1, bsz, blk_off, req_phys, nalloc, nfree, ref,
+                              bhash, ident_map, prev, nxt, head, tail):
+                    continue
+                cb = computed[r]
+                dec_tok += 1
+                ctx_dec += cb + 1
+                ctx_all += cb + 1
+                computed[r] = cb + 1
+                comp_total[r] += 1
+                fl_req[i, n_sched] = r
+                n_sched += 1
+            ratio[i] = max(ratio_min, ratio[i] - ratio_step)
+
+        if n_sched == 0:
+            inst_t[i] = _INF
+            if wlen[i] > 0:
+                if nrun[i] == 0 and preempted_n == 0:
+                    # nothing runs and the head cannot be admitted into an empty pool: drop it
+                    r = wq[i, whead[i]]
+                    whead[i] = (whead[i] + 1) % cap_q
+                    wlen[i] -= 1
+                    load[i] -= 1
+                    dropped += 1
+                inst_t[i] = now
+            continue
+        fl_n[i] = n_sched
+        t_step, nbytes = step_time(cost, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum,
+                                   ctx_all)
+        if pf_tok > 0 and dec_tok > 0:
+            t_dec, _ = step_time(cost, 0, dec_tok, 0.0, ctx_dec, 0.0,
+                                 ctx_dec)
+            stall_dec_s += (t_step - t_dec) * dec_tok
+        hbm_bytes += nbytes
+        prefix_reread += prefix_sum * kvb
+        overhead_total += cost[C_OVER] if cost[C_MODE] < 0.5 else 0.0
+        busy_s[i] += t_step
+        end = now + t_step
+        inst_t[i] = end
+        if n_steps == s_inst.shape[0]:
+            s_inst = _grow_f(s_inst)
+            s_start = _grow_f(s_start)
+            s_end = _grow_f(s_end)
+            s_pf = _grow_f(s_pf)
+            s_dec = _grow_f(s_dec)
+            s_run = _grow_f(s_run)
+            s_wait = _grow_f(s_wait)
+            s_used = _grow_f(s_used)
+            s_pre = _grow_f(s_pre)
+        s_inst[n_steps] = i
+        s_start[n_steps] = now
+        s_end[n_steps] = end
+        s_pf[n_steps] = pf_tok
+        s_dec[n_steps] = dec_tok
+        s_run[n_steps] = nrun[i]
+        s_wait[n_steps] = wlen[i]
+        s_used[n_steps] = usable - nfree[i]
+        s_pre[n_steps] = preempted_n
+        n_steps += 1
+
+    return (
+        sched_s, first_s, finish_s, tt, npre, cached, comp_total, recomp, inst_of, pf_inst,
+        s_inst[:n_steps], s_start[:n_steps], s_end[:n_steps], s_pf[:n_steps], s_dec[:n_steps],
+        s_run[:n_steps], s_wait[:n_steps], s_used[:n_steps], s_pre[:n_steps],
+        np.array([stall_dec_s, hbm_bytes, xfer_bytes, prefix_reread, overhead_total, dropped]), busy_s,
+    )
