@@ -12,7 +12,8 @@ import typer.main
 from yaotu_trace.errors import ExitCode, YaotuError
 
 # One module per command; each registers itself on `app` when imported.
-COMMAND_MODULES = ("analyze", "replay", "sweep", "models", "generate", "diagnose")
+COMMAND_MODULES = ("analyze", "replay", "sweep", "models", "generate", "diagnose", "simulate",
+                   "compare")
 
 
 def _register_commands() -> None:

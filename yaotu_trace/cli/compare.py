@@ -1,0 +1,63 @@
+"""`trace compare`: several simulated deployments on one request chain, with remedy ledgers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from yaotu_trace.cli.app import (
+    FormatOpt,
+    InputFormatOpt,
+    MapOpt,
+    OutputOpt,
+    SourceBlockOpt,
+    TraceArg,
+    app,
+    emit,
+    load,
+)
+from yaotu_trace.cli.simulate import GpuOpt, ModelOpt
+from yaotu_trace.render import OutputFormat
+from yaotu_trace.report import Report
+
+
+@app.command()
+def compare(
+    trace: TraceArg,
+    scenario: Annotated[list[Path], typer.Option(
+        "--scenario", help="Scenario TOML file (repeat; the first one is the baseline).",
+        dir_okay=False)],
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    format: FormatOpt = OutputFormat.TABLE,
+    output: OutputOpt = None,
+    input_format: InputFormatOpt = None,
+    map: MapOpt = None,
+    source_block_size: SourceBlockOpt = None,
+) -> None:
+    """Run each scenario on the same requests and show them side by side: TTFT and
+    inter-token percentiles, throughput, preemptions, hit ratio, GPU-seconds, bytes moved, and
+    per remedy the work saved and the work added relative to the first scenario.
+
+    --model and --gpu fill in scenarios that do not name them.
+
+    Examples:
+
+      trace compare conversation_trace.jsonl --scenario chunked.toml --scenario pd.toml
+    """
+    from yaotu_trace.pipeline import input_summary
+    from yaotu_trace.simulation import Scenario, compare as compare_scenarios, load_scenario
+
+    defaults = Scenario(model=model, gpu=gpu)
+    scenarios = [defaults.merged(load_scenario(path)) for path in scenario]
+    loaded = load(trace, input_format, map, source_block_size)
+    section = compare_scenarios(loaded, scenarios)
+    report = Report(
+        command="compare",
+        input=input_summary(loaded),
+        config={"scenarios": [str(p) for p in scenario], "baseline": section.scenarios[0].scenario},
+        sections={"comparison": section},
+    )
+    emit(report, format, output)

@@ -1,0 +1,174 @@
+"""`trace simulate`: replay a trace through a modelled serving engine; write timing + step log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from yaotu_trace.cli.app import (
+    FormatOpt,
+    InputFormatOpt,
+    MapOpt,
+    OutputOpt,
+    SourceBlockOpt,
+    TraceArg,
+    app,
+    emit,
+    load,
+)
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.render import OutputFormat
+from yaotu_trace.report import Report
+from yaotu_trace.simulation import Scenario
+
+OUT_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
+
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Model from `trace models`.")]
+GpuOpt = Annotated[str | None, typer.Option("--gpu", help="GPU, e.g. H100-SXM, A100-80GB, H200.")]
+KvBlocksOpt = Annotated[int | None, typer.Option(
+    "--kv-blocks", help="KV blocks per instance (vLLM num_gpu_blocks); default from GPU memory, "
+    "model weights and --gpu-memory-utilization.", min=2)]
+BlockSizeOpt = Annotated[int | None, typer.Option(
+    "--block-size", help="Tokens per KV block [16].", min=1)]
+MaxSeqsOpt = Annotated[int | None, typer.Option(
+    "--max-num-seqs", help="Requests running at once per instance [by GPU memory].", min=1)]
+MaxTokensOpt = Annotated[int | None, typer.Option(
+    "--max-batched-tokens", help="Token budget per step [by GPU memory].", min=1)]
+ChunkedOpt = Annotated[bool | None, typer.Option(
+    "--chunked-prefill/--no-chunked-prefill", help="Split long prefills across steps [on].",
+    show_default=False)]
+LongPrefillOpt = Annotated[int | None, typer.Option(
+    "--long-prefill-token-threshold", help="Cap on one request's tokens per step (0: none).",
+    min=0)]
+PrefixOpt = Annotated[bool | None, typer.Option(
+    "--prefix-caching/--no-prefix-caching", help="Automatic prefix caching [on].",
+    show_default=False)]
+InstancesOpt = Annotated[int | None, typer.Option(
+    "--instances", help="Colocated instances [1].", min=1)]
+RouteOpt = Annotated[str | None, typer.Option(
+    "--route", help="round-robin, least-loaded, prefix-affinity (sgl-router) or kv-aware "
+    "(Dynamo) [round-robin].")]
+PdOpt = Annotated[str | None, typer.Option(
+    "--pd", help="Disaggregate: P prefill and D decode instances, e.g. 1:3.", metavar="P:D")]
+LinkOpt = Annotated[float | None, typer.Option(
+    "--link-gbps", help="KV transfer bandwidth per request under --pd, Gb/s [400].")]
+LinkLatencyOpt = Annotated[float | None, typer.Option(
+    "--link-latency-ms", help="Fixed KV transfer latency α, ms [0.57].")]
+OverlapOpt = Annotated[bool | None, typer.Option(
+    "--layerwise-overlap/--no-layerwise-overlap",
+    help="Stream KV layer by layer during prefill [on].", show_default=False)]
+SchedulerOpt = Annotated[str | None, typer.Option("--scheduler", help="vllm or sglang [vllm].")]
+UtilOpt = Annotated[float | None, typer.Option(
+    "--gpu-memory-utilization", help="Share of GPU memory the engine takes [0.92].")]
+TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel GPUs per instance [1].",
+                                           min=1)]
+MfuOpt = Annotated[float | None, typer.Option("--mfu", help="Model FLOP utilisation [0.5].")]
+MbuOpt = Annotated[float | None, typer.Option("--mbu", help="Memory bandwidth utilisation [0.7].")]
+OverheadOpt = Annotated[float | None, typer.Option(
+    "--overhead-ms", help="Fixed host overhead per step, ms [2].")]
+CalibrateOpt = Annotated[Path | None, typer.Option(
+    "--calibrate", help="Fit a + b·prefill_tokens + c·Σcontext on this real step log and use it "
+    "as the step time.", metavar="STEPS")]
+
+
+def scenario_from_options(**options: object) -> Scenario:
+    """The scenario the command-line options give (None: not given)."""
+    values = {k: v for k, v in options.items() if v is not None}
+    if "calibrate" in values:
+        values["calibrate"] = str(values["calibrate"])
+    return Scenario(**values)  # type: ignore[arg-type]
+
+
+def check_out(path: Path, option: str) -> None:
+    """Fail before simulating when an output path cannot be written."""
+    if path.suffix.lower() not in OUT_SUFFIXES:
+        raise ConfigError(f"{option} {path}: write .parquet, .jsonl or .csv, not "
+                          f"'{path.suffix or '(no extension)'}'")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"{option} {path}: folder '{parent}' does not exist")
+
+
+@app.command()
+def simulate(
+    trace: TraceArg,
+    out: Annotated[Path, typer.Option(
+        "--out", help="Canonical table with simulated timing (.parquet, .jsonl or .csv).",
+        dir_okay=False)],
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    scenario: Annotated[Path | None, typer.Option(
+        "--scenario", help="TOML file of these options; command-line options override it.",
+        dir_okay=False)] = None,
+    steps_out: Annotated[Path | None, typer.Option(
+        "--steps-out", help="Step log (.parquet, .jsonl or .csv).", dir_okay=False)] = None,
+    kv_blocks: KvBlocksOpt = None,
+    block_size: BlockSizeOpt = None,
+    max_num_seqs: MaxSeqsOpt = None,
+    max_batched_tokens: MaxTokensOpt = None,
+    chunked_prefill: ChunkedOpt = None,
+    long_prefill_token_threshold: LongPrefillOpt = None,
+    prefix_caching: PrefixOpt = None,
+    instances: InstancesOpt = None,
+    route: RouteOpt = None,
+    pd: PdOpt = None,
+    link_gbps: LinkOpt = None,
+    link_latency_ms: LinkLatencyOpt = None,
+    layerwise_overlap: OverlapOpt = None,
+    scheduler: SchedulerOpt = None,
+    gpu_memory_utilization: UtilOpt = None,
+    tp: TpOpt = None,
+    mfu: MfuOpt = None,
+    mbu: MbuOpt = None,
+    overhead_ms: OverheadOpt = None,
+    calibrate: CalibrateOpt = None,
+    format: FormatOpt = OutputFormat.TABLE,
+    output: OutputOpt = None,
+    input_format: InputFormatOpt = None,
+    map: MapOpt = None,
+    source_block_size: SourceBlockOpt = None,
+) -> None:
+    """Simulate a serving engine on the trace: per-request timing and a step log, so that
+    traces without engine timing (Mooncake, Azure, BurstGPT) can be diagnosed.
+
+    Examples:
+
+      trace simulate conversation_trace.jsonl --model Llama-3.1-8B --gpu H100 --out sim.parquet
+      --steps-out steps.parquet
+
+      trace simulate azure_conv.csv --scenario pd.toml --out sim.parquet
+
+      trace simulate chat.parquet --model Qwen2.5-7B --gpu A100 --kv-blocks 4000
+      --no-chunked-prefill --out sim.parquet
+    """
+    from yaotu_trace.ingest.canonical import write_trace
+    from yaotu_trace.pipeline import input_summary
+    from yaotu_trace.simulation import load_scenario, run_scenario
+
+    check_out(out, "--out")
+    if steps_out is not None:
+        check_out(steps_out, "--steps-out")
+    given = scenario_from_options(
+        model=model, gpu=gpu, kv_blocks=kv_blocks, block_size=block_size,
+        max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+        chunked_prefill=chunked_prefill, long_prefill_token_threshold=long_prefill_token_threshold,
+        prefix_caching=prefix_caching, instances=instances, route=route, pd=pd,
+        link_gbps=link_gbps, link_latency_ms=link_latency_ms, layerwise_overlap=layerwise_overlap,
+        scheduler=scheduler, gpu_memory_utilization=gpu_memory_utilization, tp=tp, mfu=mfu,
+        mbu=mbu, overhead_ms=overhead_ms, calibrate=calibrate,
+    )
+    chosen = load_scenario(scenario).merged(given) if scenario is not None else given
+    loaded = load(trace, input_format, map, source_block_size)
+    run = run_scenario(loaded, chosen)
+    report = Report(
+        command="simulate",
+        input=input_summary(loaded),
+        config={"scenario": chosen, "engine": run.resolved.config.to_dict()},
+        sections={"simulation": run.summary},
+    )
+    write_trace(run.requests, out, source_block_size=loaded.source_block_size)
+    if steps_out is not None:
+        write_trace(run.steps, steps_out)
+    emit(report, format, output)
