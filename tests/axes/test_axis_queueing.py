@@ -145,9 +145,10 @@ def test_queueing_bursty_arrivals_at_low_mean_load_is_warning() -> None:
     # Ten quiet requests then a tight burst of forty, over a long span: low mean load, high CV.
     arrival = [10.0 * i for i in range(10)] + [100 + 0.01 * i for i in range(40)]
     wait = [0.0] * 48 + [0.9, 0.9]
-    columns = {"arrival_s": arrival, "scheduled_s": [a + w for a, w in zip(arrival, wait)],
-               "first_token_s": [a + w + 0.5 for a, w in zip(arrival, wait)],
-               "finish_s": [a + w + 1.0 for a, w in zip(arrival, wait)],
+    start = [a + w for a, w in zip(arrival, wait, strict=True)]
+    columns = {"arrival_s": arrival, "scheduled_s": start,
+               "first_token_s": [s + 0.5 for s in start],
+               "finish_s": [s + 1.0 for s in start],
                "prompt_len": [10] * 50, "output_len": [10] * 50}
     result = analyze_queueing(make_input(columns), thresholds())
     assert "Q002" in result.rule_ids

@@ -76,7 +76,7 @@ def test_metrics_missing_name_and_unknown_extension(tmp_path: Path) -> None:
         read_metrics(path)
     other = tmp_path / "m.txt"
     other.write_text("x")
-    with pytest.raises(TraceReadError, match="metrics are read from .json"):
+    with pytest.raises(TraceReadError, match=r"metrics are read from \.json"):
         read_metrics(other)
     with pytest.raises(TraceReadError, match="no such metrics file"):
         read_metrics(tmp_path / "absent.json")

@@ -163,7 +163,7 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         pre_source, basis = "steps", "preemptions × mean (prompt_len + output_len / 2)"
         sources.append(Source.STEPS)
     elif m is not None and m.name_of("preemptions") is not None:
-        pre_total = int(round(m.counter_increase("preemptions") or 0.0))
+        pre_total = round(m.counter_increase("preemptions") or 0.0)
         recomputed = pre_total * per_request_estimate
         pre_source, basis = "metrics", "preemptions × mean (prompt_len + output_len / 2)"
         sources.append(Source.METRICS)

@@ -134,7 +134,9 @@ def waiting_at(t: np.ndarray, arrival_s: np.ndarray, scheduled_s: np.ndarray) ->
     return np.searchsorted(a, t, side="right") - np.searchsorted(s, t, side="right")
 
 
-def spread_work(edges: np.ndarray, start: np.ndarray, end: np.ndarray, work: np.ndarray) -> np.ndarray:
+def spread_work(
+    edges: np.ndarray, start: np.ndarray, end: np.ndarray, work: np.ndarray
+) -> np.ndarray:
     """Work done per window if each item's `work` is spread evenly over [start, end]."""
     dur = end - start
     ok = np.isfinite(start) & np.isfinite(end) & (dur >= 0)
@@ -311,7 +313,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
             grows = w[1:] > w[:-1]
             growing = int((over & grows).sum())
             in_over = over[offered_idx]
-            queue_in_overload = float(np.nansum(np.where(in_over, queue, 0.0)))  # type: ignore[arg-type]
+            if queue is not None:
+                queue_in_overload = float(np.nansum(np.where(in_over, queue, 0.0)))
 
     # Batch shape and caps.
     s = inp.settings

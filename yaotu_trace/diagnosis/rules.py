@@ -208,8 +208,8 @@ def rules_markdown() -> str:
         "| id | severity | axis | title | source |",
         "|---|---|---|---|---|",
     ]
-    for r in RULES.values():
-        lines.append(f"| {r.id} | {r.severity} | {r.axis} | {r.title} | {r.source or '–'} |")
+    lines += [f"| {r.id} | {r.severity} | {r.axis} | {r.title} | {r.source or '–'} |"
+              for r in RULES.values()]
     for r in RULES.values():
         lines += [
             "",
@@ -221,7 +221,8 @@ def rules_markdown() -> str:
             f"- evidence: {r.evidence}",
             f"- suggested fix: {r.fix}",
         ]
-    lines += ["", "## Thresholds", "", "| name | default | unit | rationale |", "|---|---:|---|---|"]
+    lines += ["", "## Thresholds", "", "| name | default | unit | rationale |",
+              "|---|---:|---|---|"]
     from yaotu_trace.diagnosis.thresholds import THRESHOLDS
 
     for t in THRESHOLDS.values():

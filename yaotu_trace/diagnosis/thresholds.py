@@ -56,7 +56,7 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
         Threshold(name="kv_low_usage", default=0.7, unit="ratio",
                   rationale="KV < 70 % is not what limits the batch (A4, Vidur C1.2)"),
         Threshold(name="waiting_share", default=0.25, unit="ratio",
-                  rationale="requests waiting in a quarter of steps is a standing queue, not noise"),
+                  rationale="requests waiting in a quarter of steps is a standing queue"),
         Threshold(name="burst_cv", default=1.5, unit="ratio",
                   rationale="inter-arrival CV > 1.5 is well beyond Poisson (CV 1) (A2)"),
         Threshold(name="burst_mean_rho", default=0.7, unit="ratio",
@@ -84,7 +84,7 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
         Threshold(name="routing_gap", default=0.10, unit="ratio",
                   rationale="10 pp lost to routing makes cache-aware routing a candidate (C2)"),
         Threshold(name="capacity_gap", default=0.10, unit="ratio",
-                  rationale="10 pp lost to capacity makes a larger or tiered pool a candidate (C3)"),
+                  rationale="10 pp lost to capacity makes a larger or tiered pool a candidate"),
         # Prefill/decode interference (cost-model §3, rules D1–D5).
         Threshold(name="stall_factor", default=5.0, unit="ratio",
                   rationale="a gap > 5 × the median decode step is a stall (cost-model §3.1)"),

@@ -238,7 +238,8 @@ def _read_json(path: Path) -> list[tuple[float, str, str, float]]:
         status = item.get("status", "success")
         if status != "success":
             raise TraceReadError(
-                f"{path}: {where}, field 'status': {status!r} ({item.get('error', 'no error text')})"
+                f"{path}: {where}, field 'status': {status!r} "
+                f"({item.get('error', 'no error text')})"
                 "; the query failed, fix it and export again"
             )
         data = item.get("data")

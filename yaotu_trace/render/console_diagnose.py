@@ -187,7 +187,8 @@ def ledger_renderables(section: Any) -> list[RenderableType]:
         return out
     for e in entries:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
-                      title=f"{e['remedy']}  (axis {e['axis']}; from {', '.join(e['triggered_by'])})",
+                      title=f"{e['remedy']}  (axis {e['axis']}; "
+                      f"from {', '.join(e['triggered_by'])})",
                       title_justify="left")
         table.add_column("", no_wrap=True)
         table.add_column("work", no_wrap=True)
