@@ -102,13 +102,12 @@ def _stack_histograms(  # pragma: no cover - compiled
     segment_starts: Any,
     head_first: bool,
     time_slots: int,
-    hit_tokens_hist: Any,
-    hit_blocks_hist: Any,
+    hist: Any,
 ) -> None:
+    # last[b]: time of b's live mark in the current partition, 0 when b is not cached there.
     tree = np.zeros(time_slots + 1, dtype=np.int32)
     owner = np.full(time_slots + 1, -1, dtype=np.int32)
     last = np.zeros(n_ids, dtype=np.int32)
-    seen_in = np.full(n_ids, -1, dtype=np.int32)
     n_segments = segment_starts.shape[0] - 1
     now = 1
     for seg in range(n_segments):
@@ -118,6 +117,7 @@ def _stack_histograms(  # pragma: no cover - compiled
             b = owner[t]
             if b >= 0 and last[b] == t:
                 _fenwick_add(tree, t, -1)
+                last[b] = 0
             owner[t] = -1
         now = 1
         live = 0
@@ -131,14 +131,14 @@ def _stack_histograms(  # pragma: no cover - compiled
                 cap = nb
             running = 0
             for k in range(cap):
-                b = ids[start + k]
-                if seen_in[b] != seg:
+                t = last[ids[start + k]]
+                if t == 0:
                     break
-                d = live - _fenwick_prefix(tree, last[b]) + 1
+                d = live - _fenwick_prefix(tree, t) + 1
                 if d > running:
                     running = d
-                hit_tokens_hist[running] += block_tokens[start + k]
-                hit_blocks_hist[running] += 1
+                hist[running, 0] += block_tokens[start + k]
+                hist[running, 1] += 1
             # Touch prompt then output blocks, the last one first unless head-first.
             o_start = out_offsets[r]
             total = nb + out_offsets[r + 1] - o_start
@@ -151,10 +151,10 @@ def _stack_histograms(  # pragma: no cover - compiled
                 if now > time_slots:
                     # Before unmarking b: compaction keeps exactly the live marks.
                     now = _compact(tree, owner, last, now)
-                if seen_in[b] == seg:
-                    _fenwick_add(tree, last[b], -1)
+                t = last[b]
+                if t != 0:
+                    _fenwick_add(tree, t, -1)
                 else:
-                    seen_in[b] = seg
                     live += 1
                 _fenwick_add(tree, now, 1)
                 owner[now] = b
@@ -248,14 +248,15 @@ def stack_distance_histograms(
     total_touches = int(offsets64[-1] - offsets64[0]) + int(out_off[-1] - out_off[0])
     time_slots = int(min(max(2 * n_ids, _MIN_TIME_SLOTS), max(total_touches, 1),
                          _MAX_INT32_IDS))
-    hit_tokens = np.zeros(n_ids + 2, dtype=np.int64)
-    hit_blocks = np.zeros(n_ids + 2, dtype=np.int64)
+    # One row per distance: (hit tokens, hit blocks) share a cache line.
+    hist = np.zeros((n_ids + 2, 2), dtype=np.int64)
     if n_requests and total_touches:
         _stack_histograms(
             offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids, order, segment_starts,
-            order_name == "head-first", time_slots, hit_tokens, hit_blocks,
+            order_name == "head-first", time_slots, hist,
         )
-    return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
+    return DistanceHistograms(hit_tokens=np.ascontiguousarray(hist[:, 0]),
+                              hit_blocks=np.ascontiguousarray(hist[:, 1]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
