@@ -28,6 +28,8 @@ SECTION_RENDERERS: dict[str, str] = {
     "verdict": "yaotu_trace.render.console_diagnose:verdict_renderables",
     "ledger": "yaotu_trace.render.console_diagnose:ledger_renderables",
     "findings": "yaotu_trace.render.console_diagnose:findings_renderables",
+    "simulation": "yaotu_trace.render.console_simulate:simulation_renderables",
+    "comparison": "yaotu_trace.render.console_simulate:comparison_renderables",
 }
 
 

@@ -19,6 +19,8 @@ SECTION_RENDERERS: dict[str, str] = {
     "verdict": "yaotu_trace.render.markdown_diagnose:verdict_lines",
     "ledger": "yaotu_trace.render.markdown_diagnose:ledger_lines",
     "findings": "yaotu_trace.render.markdown_diagnose:findings_lines",
+    "simulation": "yaotu_trace.render.markdown_simulate:simulation_lines",
+    "comparison": "yaotu_trace.render.markdown_simulate:comparison_lines",
 }
 
 
