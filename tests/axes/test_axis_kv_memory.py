@@ -106,3 +106,11 @@ def test_kv_sglang_retracted_tokens_are_exact() -> None:
     assert m.kv_usage_at_preemption == pytest.approx(0.99)
     assert "K001" in result.rule_ids
     assert result.sources == ("metrics",)
+
+
+def test_kv_usage_over_time_buckets_the_step_log() -> None:
+    inp = make_input(requests([0, 2, 0, 1]), steps=steps([50, 98, 99, 97]))
+    timeline = analyze_kv_memory(inp, thresholds()).metrics.kv_usage_over_time
+    assert len(timeline) == 4
+    assert timeline[0] == (0.0, 0.5)
+    assert timeline[-1][1] == pytest.approx(0.97)

@@ -82,3 +82,18 @@ def test_pd_insufficient_data_without_token_times() -> None:
         make_input({"arrival_s": [0.0], "prompt_len": [1], "output_len": [1]}), thresholds())
     assert result.status is Status.INSUFFICIENT_DATA
     assert any("token_times_s" in m for m in result.missing)
+
+
+def test_pd_metrics_alone_give_context_but_not_a_verdict() -> None:
+    from diag_factories import make_metrics
+
+    rows = [(0.0, "vllm:inter_token_latency_seconds_sum", "", 0.0),
+            (9.0, "vllm:inter_token_latency_seconds_sum", "", 3.0),
+            (0.0, "vllm:inter_token_latency_seconds_count", "", 0.0),
+            (9.0, "vllm:inter_token_latency_seconds_count", "", 100.0)]
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [1], "output_len": [1]},
+                     metrics=make_metrics(rows))
+    result = analyze_pd_interference(inp, thresholds())
+    assert result.status is Status.INSUFFICIENT_DATA
+    assert result.sources == ("metrics",)
+    assert result.metrics.metrics_itl_mean_s == pytest.approx(0.03)

@@ -15,7 +15,9 @@ Metrics (units in the names):
 - kv_usage = kv_blocks_used / kv_blocks_total per step (step log), else vllm:kv_cache_usage_perc
   / sglang:token_usage (metrics, the fullest engine per sample): mean, P95, max (ratio);
   kv_usage_at_preemption = mean usage over steps with num_preempted > 0 (or metric samples at
-  which the preemption counter rose); full_share = share of steps with usage ≥ kv_preempt_usage.
+  which the preemption counter rose); kv_usage_over_time = (bucket start, mean usage) over up to
+  20 equal time buckets of the step log or export (s, ratio); full_share = share of steps
+  with usage ≥ kv_preempt_usage.
 - kv_capacity_tokens per instance: --kv-capacity, else max kv_blocks_total × block size (step
   log), else sglang:max_total_num_tokens (metrics).
 - demand_tokens(t) per instance = Σ over requests holding KV at t of ceil((prompt_len + g(t)) /
@@ -76,6 +78,7 @@ class KvMetrics:
     kv_usage_p95: float | None
     kv_usage_max: float | None
     kv_usage_at_preemption: float | None
+    kv_usage_over_time: tuple[tuple[float, float], ...]
     full_share: float | None
     block_size_tokens: int
     kv_capacity_tokens: float | None
@@ -105,6 +108,23 @@ def demand_tokens(
         tokens = np.ceil((prompt[None, :] + np.floor(g)) / block) * block
         out[lo:lo + _CHUNK] = np.where(live, tokens, 0.0).sum(axis=1)
     return out
+
+
+def usage_timeline(
+    times: np.ndarray, usage: np.ndarray | None, buckets: int = 20
+) -> tuple[tuple[float, float], ...]:
+    """Mean KV usage over up to `buckets` equal time buckets: (bucket start s, mean ratio)."""
+    if usage is None or usage.size == 0:
+        return ()
+    lo, hi = float(times.min()), float(times.max())
+    if hi <= lo:
+        return ((lo, float(usage.mean())),)
+    width = (hi - lo) / buckets
+    idx = np.minimum(((times - lo) / width).astype(np.int64), buckets - 1)
+    sums = np.bincount(idx, weights=usage, minlength=buckets)
+    counts = np.bincount(idx, minlength=buckets)
+    return tuple((lo + b * width, float(sums[b] / counts[b]))
+                 for b in range(buckets) if counts[b])
 
 
 def shared_fraction(inp: AxisInput, block: int) -> float | None:
@@ -179,6 +199,7 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
     # KV usage over time, and at the moments of preemption.
     usage_source = None
     usage = at_pre = None
+    usage_times = np.zeros(0)
     if inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total"):
         assert inp.steps is not None
         steps = inp.steps
@@ -187,6 +208,7 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         all_usage = used / np.where(total > 0, total, np.nan)
         ok = np.isfinite(all_usage)
         usage = all_usage[ok]
+        usage_times = steps["start_s"].to_numpy(dtype=np.float64)[ok]
         usage_source = "steps"
         if "num_preempted" in steps.columns:
             pre_steps = steps["num_preempted"].fillna(0).to_numpy(dtype=np.float64)[ok] > 0
@@ -195,6 +217,7 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         sources.append(Source.STEPS)
     elif m is not None and (g := m.gauge("kv_usage", how="max")) is not None:
         usage = g["value"].to_numpy(dtype=np.float64)
+        usage_times = g["time_s"].to_numpy(dtype=np.float64)
         usage_source = "metrics"
         bumps = m.counter_steps("preemptions")
         if bumps is not None and len(bumps):
@@ -279,6 +302,7 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         kv_usage_p95=usage_p95,
         kv_usage_max=usage_max,
         kv_usage_at_preemption=at_pre,
+        kv_usage_over_time=usage_timeline(usage_times, usage),
         full_share=full,
         block_size_tokens=block,
         kv_capacity_tokens=capacity,

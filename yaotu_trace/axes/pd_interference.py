@@ -16,11 +16,13 @@ Metrics (units in the names):
   decoding request loses the excess of its gap, so this is Σ_k stall_k · B_k of §3.1.
 - interference_share = decode_seconds_lost / decode_seconds_total (ratio); the axis score.
 - tbt_s: distribution of the gaps; tbt_p25_s their 25th percentile.
+- metrics_itl_mean_s: mean of vllm:inter_token_latency_seconds (or SGLang's) over the export (s);
+  context only — a mean cannot show stalls or their coincidence with prefill.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -63,6 +65,7 @@ class InterferenceMetrics:
     decode_seconds_lost: float | None
     interference_share: float | None
     stall_seconds_unexplained: float | None
+    metrics_itl_mean_s: float | None = None
 
 
 def _instances(inp: AxisInput) -> np.ndarray:
@@ -85,18 +88,21 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         prefill_coincidence=None, coincidence_source=None, decode_seconds_total=None,
         decode_seconds_lost=None, interference_share=None, stall_seconds_unexplained=None,
     )
+    itl_mean = None if inp.metrics is None else inp.metrics.histogram_mean("itl_s")
+    if itl_mean is not None:
+        empty = replace(empty, metrics_itl_mean_s=itl_mean)
     if not inp.has("token_times_s"):
         return AxisResult(
             axis=AxisName.PD_INTERFERENCE, status=Status.INSUFFICIENT_DATA, cause=None,
             score=None, score_basis="share of decode time lost to stalls during prefill",
-            sources=(), metrics=empty,
+            sources=(Source.METRICS,) if itl_mean is not None else (), metrics=empty,
             missing=("token_times_s (request table): per-token emission times",
                      "instance (request table) or a step log with start_s, end_s, "
                      "prefill_tokens to locate co-located prefill"),
             next_steps=("record per-token timestamps (streaming client or engine output "
                         "processor) with the serving instance",),
         )
-    sources = [Source.REQUESTS]
+    sources = [Source.REQUESTS] + ([Source.METRICS] if itl_mean is not None else [])
     offsets, times = list_arrays(req["token_times_s"])
     counts = np.diff(offsets)
     owner = np.repeat(np.arange(len(req)), counts)
@@ -192,6 +198,7 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         decode_seconds_lost=lost,
         interference_share=share,
         stall_seconds_unexplained=unexplained,
+        metrics_itl_mean_s=itl_mean,
     )
     if inp.has("prefill_instance") and inp.has("decode_instance"):
         notes.append("the trace has separate prefill and decode instances (already "

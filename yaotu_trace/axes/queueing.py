@@ -22,9 +22,11 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   the gap's start, from the request table); idle_while_waiting_fraction = that / wall_s.
 - tokens_per_step = prefill_tokens + decode_tokens (tokens); token_budget_tokens = the engine's
   max_num_batched_tokens when given, else the largest step seen (inferred). step_fill_p75 = P75
-  tokens_per_step / budget. running_p75 = P75 num_running; seq_cap = max_num_seqs or the
-  largest num_running seen; running_fill_p75 = running_p75 / seq_cap (ratio). From metrics:
-  mean tokens per step = Δsum / Δcount of vllm:iteration_tokens_total.
+  tokens_per_step / budget (without a step log: the metrics' mean step size / the given
+  budget). metrics_tokens_per_step_mean = Δsum / Δcount of the
+  vllm:iteration_tokens_total histogram (tokens). running_p75 = P75 num_running (or
+  vllm:num_requests_running samples); seq_cap = max_num_seqs or the largest num_running seen;
+  running_fill_p75 = running_p75 / seq_cap (ratio).
 - kv_usage_p75: P75 of kv_blocks_used / kv_blocks_total (steps) or vllm:kv_cache_usage_perc /
   sglang:token_usage (metrics) (ratio).
 - waiting_share: share of steps (or metric samples) with num_waiting > 0 (ratio);
@@ -37,6 +39,7 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 import pandas as pd
@@ -61,7 +64,7 @@ from yaotu_trace.profile import arrival_profile
 from yaotu_trace.report import Distribution
 
 
-class Cause:
+class Cause(StrEnum):
     """Causes of queueing, in decision-flow priority (KV admission is looked at first)."""
 
     KV_ADMISSION = "kv_admission"
@@ -106,6 +109,7 @@ class QueueingMetrics:
     idle_while_waiting_s: float | None
     idle_while_waiting_fraction: float | None
     tokens_per_step: Distribution | None
+    metrics_tokens_per_step_mean: float | None
     token_budget_tokens: float | None
     token_budget_inferred: bool | None
     step_fill_p75: float | None
@@ -324,6 +328,10 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         budget_inferred = s.max_batched_tokens is None
         budget = float(s.max_batched_tokens or st.tokens.max())
         step_fill = ratio(_p75(st.tokens), budget)
+    elif m is not None and s.max_batched_tokens and m.histogram_mean("iteration_tokens"):
+        # Without a step log, the metrics' mean step size stands in for the P75.
+        budget, budget_inferred = float(s.max_batched_tokens), False
+        step_fill = ratio(m.histogram_mean("iteration_tokens"), budget)
     running = st.running
     if running is None and m is not None:
         g = m.gauge("num_running")
@@ -379,6 +387,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         idle_while_waiting_s=st.idle_waiting_s,
         idle_while_waiting_fraction=st.idle_waiting_fraction,
         tokens_per_step=tokens_dist,
+        metrics_tokens_per_step_mean=(None if m is None
+                                      else m.histogram_mean("iteration_tokens")),
         token_budget_tokens=budget,
         token_budget_inferred=budget_inferred,
         step_fill_p75=step_fill,
