@@ -90,17 +90,28 @@ def tokens_of_leading_blocks(chains: BlockChains, hit_blocks: np.ndarray) -> np.
     return cum[start + hit_blocks] - cum[start]
 
 
+def first_occurrence_flags(chains: BlockChains) -> np.ndarray:
+    """Whether each entry of `chains.ids` is the first occurrence of its id (no loop).
+
+    Ids are numbered in first-appearance order, so a first occurrence is an id larger than
+    every id before it.
+    """
+    ids = chains.ids
+    new = np.empty(ids.size, dtype=bool)
+    if ids.size:
+        running = np.maximum.accumulate(ids)
+        new[0] = True
+        new[1:] = ids[1:] > running[:-1]
+    return new
+
+
 def first_occurrence_hits(chains: BlockChains) -> np.ndarray:
     """Unlimited global cache: per-block hit flags from first occurrences (no loop)."""
     ids = chains.ids
     if ids.size == 0:
         return np.zeros(0, dtype=bool)
-    running = np.maximum.accumulate(ids)
-    new = np.empty(ids.size, dtype=bool)
-    new[0] = True
-    new[1:] = ids[1:] > running[:-1]
     req = chains.request_of_block()
-    first_req = req[new]  # indexed by dense id: new ids appear as 0, 1, 2, ...
+    first_req = req[first_occurrence_flags(chains)]  # by dense id: new ids appear as 0, 1, ...
     return first_req[ids] < req
 
 

@@ -3,8 +3,8 @@
 Each step is one replay with one more rule than the step before, in this order:
 
 1. ideal: longest common prefix with any earlier request at the finest granularity the trace
-   allows (tokens; the source block size for block-id traces, partial last ids included), one
-   namespace for all, one unlimited cache;
+   allows (tokens, see `ideal.py`; the source block size for block-id traces, partial last ids
+   included), one namespace for all, one unlimited cache;
 2. block granularity: blocks of B tokens (partial blocks as the rules say);
 3. last-token rule;
 4. tenant isolation (namespaces: model/adapter, plus tenant when isolation is on);
@@ -25,6 +25,7 @@ import numpy as np
 
 from yaotu_trace.replay.blocks import BlockChains
 from yaotu_trace.replay.engine import ReplayResult, replay
+from yaotu_trace.replay.ideal import ideal_hit_tokens
 from yaotu_trace.replay.prepare import PreparedTrace
 from yaotu_trace.replay.rules import ReplayRules, Scope
 
@@ -84,17 +85,30 @@ def _ideal_rules(rules: ReplayRules, unit_tokens: int, block_ids: bool) -> Repla
                        tenant_isolation=False)
 
 
+def _ideal(prepared: PreparedTrace, rules: ReplayRules, flat: ReplayRules,
+           shared: BlockChains, r_block: ReplayResult) -> np.ndarray:
+    """Per-request ideal hit tokens (longest common prefix with any earlier request)."""
+    block_ids = prepared.source_block_size is not None
+    outputs = rules.cache_outputs and prepared.output_offsets is not None
+    if block_ids or outputs:
+        # Block ids are as fine as the trace allows and cheap to chain one id per block; with
+        # outputs the earlier sequences are prompt + output: replay at the finest unit.
+        ideal_rules = _ideal_rules(rules, prepared.unit_tokens, block_ids)
+        return replay(prepared.chains(ideal_rules, namespaces=False), ideal_rules).hit_tokens
+    full_only = flat.with_(cache_partial_blocks=False)
+    base = shared if not flat.cache_partial_blocks else prepared.chains(full_only,
+                                                                        namespaces=False)
+    hits = r_block.hit_blocks if base is shared else replay(base, full_only).hit_blocks
+    return ideal_hit_tokens(prepared.offsets, prepared.values, base, hits, seed=rules.seed)
+
+
 def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules) -> Waterfall:
     """Run the six replays of the waterfall; the last one is the achieved replay under `rules`."""
-    unit = prepared.unit_tokens
-    block_ids = prepared.source_block_size is not None
-    ideal_rules = _ideal_rules(rules, unit, block_ids)
-    ideal = replay(prepared.chains(ideal_rules, namespaces=False), ideal_rules)
-
     flat = rules.with_(last_token_rule=False, capacity_blocks=None, scope=Scope.GLOBAL,
                        route=None)
     shared = prepared.chains(flat, namespaces=False)
     r_block = replay(shared, flat)
+    ideal = _ideal(prepared, rules, flat, shared, r_block)
     ltr_rules = flat.with_(last_token_rule=rules.last_token_rule)
     shared_ltr = shared.with_hit_cap(True) if rules.last_token_rule else shared
     r_ltr = replay(shared_ltr, ltr_rules) if rules.last_token_rule else r_block
@@ -111,8 +125,8 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules) -> Waterfall:
     r_cap = (replay(ns_chains, rules, prepared.instance_codes, **times)
              if rules.capacity_blocks is not None else r_scope)
 
-    results = [ideal, r_block, r_ltr, r_ns, r_scope, r_cap]
-    totals = [int(r.hit_tokens.sum()) for r in results]
+    per_request = [ideal, *(r.hit_tokens for r in (r_block, r_ltr, r_ns, r_scope, r_cap))]
+    totals = [int(h.sum()) for h in per_request]
     ideal_total = totals[0]
     steps = []
     losses: dict[str, np.ndarray] = {}
@@ -122,12 +136,12 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules) -> Waterfall:
             step=name, label=label, hit_tokens=totals[k + 1], loss_tokens=loss,
             loss_share_of_ideal=loss / ideal_total if ideal_total else 0.0,
         ))
-        losses[name] = results[k].hit_tokens - results[k + 1].hit_tokens
+        losses[name] = per_request[k] - per_request[k + 1]
     return Waterfall(
         ideal_hit_tokens=ideal_total,
         achieved_hit_tokens=totals[-1],
         steps=tuple(steps),
-        ideal_per_request=ideal.hit_tokens,
+        ideal_per_request=ideal,
         loss_per_request=losses,
         shared_chains=shared_ltr,
         hit_blocks={"last_token_rule": r_ltr.hit_blocks, "tenant_isolation": r_ns.hit_blocks,

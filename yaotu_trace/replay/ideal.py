@@ -1,0 +1,152 @@
+"""The ideal reuse of the waterfall: each prompt's longest common prefix with any earlier prompt.
+
+Replaying at one token per block would give it too, but its id table holds one entry per
+distinct token prefix of the whole trace (tens of bytes per token). Instead the ideal is built on
+the block-level replay at block size B (one namespace, unlimited, no last-token rule), which
+gives `h` whole matching blocks; the longest common prefix is `h·B + e` with `e < B`, and `e` is
+found among the continuations of the matched chain only:
+
+- every block seen for the first time inserts the hashes of its token prefixes of length
+  1..B−1 under its parent chain id (a later copy of the block would insert the same keys);
+  every prompt's trailing partial block inserts its own;
+- request i then probes the prefixes of its block h+1 under its chain id at depth h, before it
+  inserts anything, so only earlier requests count.
+
+Only parents that some request probes (at most one per request, known from the block-level
+hits) need their continuations inserted, so the table holds about (B−1) × (requests + their
+first new blocks) keys, not one per distinct token prefix. Keys have two independent 64-bit
+lanes: lane A is the key, lane B is checked on every match (as in `blocks.py`), and a detected
+collision re-runs with fresh keys.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from yaotu_trace.errors import YaotuError
+from yaotu_trace.replay.blocks import BlockChains, _keys, _mix
+from yaotu_trace.replay.engine import first_occurrence_flags
+
+_TRIES = 3
+
+
+@nb.njit(cache=True, inline="always")
+def _probe(table, mask, h):
+    """Slot of key h, or of the empty slot (key 0) where it would go; lanes sit side by side."""
+    slot = np.int64(h & mask)
+    while table[2 * slot] != 0 and table[2 * slot] != h:
+        slot = (slot + 1) & np.int64(mask)
+    return slot
+
+
+@nb.njit(cache=True, inline="always")
+def _nonzero(h):
+    return h if h != 0 else np.uint64(1)
+
+
+@nb.njit(cache=True)
+def _extra_tokens(offsets, values, block, chain_offsets, chain_ids, new_block, hit_blocks,
+                  probed, keys, table_bits):
+    """Per request, tokens of the longest match inside the block after its block-level hit."""
+    n = len(offsets) - 1
+    size = np.int64(1) << table_bits
+    mask = np.uint64(size - 1)
+    table = np.zeros(2 * size, dtype=np.uint64)  # [lane A (0 = empty), lane B] per slot
+    a0, a1, a2 = keys[0], keys[1], keys[2]
+    b0, b1, b2 = keys[3], keys[4], keys[5]
+    extra = np.zeros(n, dtype=np.int64)
+    collisions = 0
+    for i in range(n):
+        base = offsets[i]
+        length = offsets[i + 1] - base
+        cb = chain_offsets[i]
+        full = chain_offsets[i + 1] - cb
+        # ---- lookup in the block after the hit
+        h = hit_blocks[i]
+        start = h * block
+        limit = min(block - 1, length - start)
+        parent = np.uint64(0) if h == 0 else np.uint64(chain_ids[cb + h - 1] + 1)
+        ha = _mix(parent * a1 + a0)
+        hb = _mix(parent * b1 + b0)
+        e = 0
+        for t in range(limit):
+            v = np.uint64(values[base + start + t])
+            ha = _mix(ha + v * a1 + a2)
+            hb = _mix(hb + v * b1 + b2)
+            slot = _probe(table, mask, _nonzero(ha))
+            if table[2 * slot] == 0:
+                break
+            if table[2 * slot + 1] != hb:
+                collisions += 1
+                break
+            e = t + 1
+        extra[i] = e
+        # ---- insert the token prefixes of new blocks and of the trailing partial block
+        for k in range(full + 1):
+            if k < full:
+                if not new_block[cb + k]:
+                    continue
+                count = block - 1
+            else:
+                count = min(block - 1, length - full * block)
+            code = 0 if k == 0 else chain_ids[cb + k - 1] + 1
+            if not probed[code]:
+                continue
+            parent = np.uint64(code)
+            ha = _mix(parent * a1 + a0)
+            hb = _mix(parent * b1 + b0)
+            seg = base + k * block
+            for t in range(count):
+                v = np.uint64(values[seg + t])
+                ha = _mix(ha + v * a1 + a2)
+                hb = _mix(hb + v * b1 + b2)
+                key = _nonzero(ha)
+                slot = _probe(table, mask, key)
+                if table[2 * slot] == 0:
+                    table[2 * slot] = key
+                    table[2 * slot + 1] = hb
+                elif table[2 * slot + 1] != hb:
+                    collisions += 1
+    return extra, collisions
+
+
+def ideal_hit_tokens(offsets: np.ndarray, values: np.ndarray, chains: BlockChains,
+                     hit_blocks: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Token-granular longest common prefix with any earlier prompt, per request (int64).
+
+    `chains` are the full blocks (no partial block) of the prompts in one namespace, and
+    `hit_blocks` their unlimited, uncapped block-level hits.
+    """
+    block = chains.block_size_tokens
+    base = hit_blocks.astype(np.int64) * block
+    if block == 1:
+        return base
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    hit_blocks = hit_blocks.astype(np.int64)
+    counts = chains.num_blocks
+    start = chains.offsets[:-1]
+    # Parent code of a segment: 0 for the root, else 1 + the chain id it continues.
+    codes = np.concatenate(([0], chains.ids.astype(np.int64) + 1))  # codes[p] continues ids[p-1]
+    parent_of_hit = np.where(hit_blocks > 0, codes[start + hit_blocks], 0)
+    queries = np.diff(offsets) > hit_blocks * block
+    probed = np.zeros(chains.num_distinct + 1, dtype=np.bool_)
+    probed[parent_of_hit[queries]] = True
+    new = first_occurrence_flags(chains)
+    position = np.arange(chains.ids.size, dtype=np.int64) - np.repeat(start, counts)
+    parent_of_block = np.where(position > 0, codes[:-1], 0)
+    tails = np.minimum(np.diff(offsets) - counts * block, block - 1)
+    parent_of_tail = np.where(counts > 0, codes[start + counts], 0)
+    inserts = ((block - 1) * int((new & probed[parent_of_block]).sum())
+               + int(tails[probed[parent_of_tail]].sum()))
+    bits = max(10, int(np.ceil(np.log2(inserts * 2 + 1))))
+    for attempt in range(_TRIES):
+        keys = _keys(seed, 100 + attempt)
+        extra, collisions = _extra_tokens(offsets, values, np.int64(block), chains.offsets,
+                                          chains.ids, new, hit_blocks, probed, keys,
+                                          np.int64(bits))
+        if collisions == 0:
+            return base + extra
+    raise YaotuError(f"prefix hashing collided {_TRIES} times in a row; this should not happen: "
+                     "report it with the trace")
