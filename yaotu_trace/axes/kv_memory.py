@@ -101,12 +101,20 @@ def demand_tokens(
     out = np.zeros(times.size)
     first = np.where(np.isfinite(first), first, begin)
     decode = np.maximum(finish - first, 1e-12)
+    order = np.argsort(times)
     for lo in range(0, times.size, _CHUNK):
-        t = times[lo:lo + _CHUNK, None]
-        live = (begin[None, :] <= t) & (t < finish[None, :])
-        g = np.clip((t - first[None, :]) / decode[None, :], 0.0, 1.0) * output[None, :]
-        tokens = np.ceil((prompt[None, :] + np.floor(g)) / block) * block
-        out[lo:lo + _CHUNK] = np.where(live, tokens, 0.0).sum(axis=1)
+        idx = order[lo:lo + _CHUNK]
+        t = times[idx]
+        # Only requests alive somewhere in this chunk's time range can hold KV at its points,
+        # so the matrix is (points × concurrency), not (points × requests).
+        near = (begin <= t.max()) & (finish > t.min())
+        b, f, fi, d = begin[near], finish[near], first[near], decode[near]
+        p, o = prompt[near], output[near]
+        tt = t[:, None]
+        live = (b[None, :] <= tt) & (tt < f[None, :])
+        g = np.clip((tt - fi[None, :]) / d[None, :], 0.0, 1.0) * o[None, :]
+        tokens = np.ceil((p[None, :] + np.floor(g)) / block) * block
+        out[idx] = np.where(live, tokens, 0.0).sum(axis=1)
     return out
 
 
