@@ -466,7 +466,9 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
     df["instance"] = _labels(result.instance, result.instance_labels)
     if config.pd is not None:
         df["prefill_instance"] = _labels(result.prefill_instance, result.instance_labels)
-        df["decode_instance"] = _labels(result.instance, result.instance_labels)
+        # a request with one output token never leaves its prefill instance
+        decoded = np.where(result.instance >= config.pd[0], result.instance, -1)
+        df["decode_instance"] = _labels(decoded, result.instance_labels)
     from yaotu_trace.schema import CANONICAL_COLUMNS
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]
