@@ -193,3 +193,14 @@ def test_spread_work_splits_a_request_across_windows() -> None:
     edges = np.array([0.0, 5.0, 10.0])
     done = spread_work(edges, np.array([4.0, 6.0]), np.array([6.0, 6.0]), np.array([10.0, 3.0]))
     assert done.tolist() == pytest.approx([5.0, 8.0])
+
+
+def test_queueing_idle_time_unknown_without_waiting_counts() -> None:
+    steps = dispatch_steps()
+    del steps["num_waiting"]
+    result = analyze_queueing(
+        make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]}, steps=steps),
+        thresholds())
+    assert result.metrics.idle_while_waiting_s is None
+    assert result.metrics.gpu_busy_fraction == pytest.approx(0.10 / 0.19)
+    assert any("num_waiting" in m for m in result.missing)

@@ -191,6 +191,7 @@ def step_stats(inp: AxisInput) -> _StepStats:
     scheduled = _times(inp.requests, "scheduled_s")
     wall = busy = idle_wait = 0.0
     waiting_weighted = 0.0
+    waiting_known = True
     for _, g in df.groupby("instance", sort=True):
         start = g["start_s"].to_numpy(dtype=np.float64)
         end = g["end_s"].to_numpy(dtype=np.float64)
@@ -206,11 +207,13 @@ def step_stats(inp: AxisInput) -> _StepStats:
         elif arrival is not None and scheduled is not None:
             waiting = waiting_at(end[:-1], arrival, scheduled)
             idle_wait += float(gaps[waiting > 0].sum())
+        else:
+            waiting_known = False
     stats: dict[str, object] = {
         "wall_s": wall,
         "busy_fraction": ratio(busy, wall),
-        "idle_waiting_s": idle_wait,
-        "idle_waiting_fraction": ratio(idle_wait, wall),
+        "idle_waiting_s": idle_wait if waiting_known else None,
+        "idle_waiting_fraction": ratio(idle_wait, wall) if waiting_known else None,
     }
     if inp.step_has("prefill_tokens") or inp.step_has("decode_tokens"):
         tokens = np.zeros(len(df))
@@ -440,6 +443,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         missing.append("scheduled_s (request table)")
     if st.wall_s is None:
         missing.append("a step log (--steps) for GPU busy and idle-while-waiting time")
+    elif st.idle_waiting_s is None:
+        missing.append("num_waiting (step log) or scheduled_s for idle-while-waiting time")
     next_steps = _next_steps(cause, missing)
     return AxisResult(
         axis=AxisName.QUEUEING,
