@@ -97,3 +97,13 @@ def test_pd_metrics_alone_give_context_but_not_a_verdict() -> None:
     assert result.status is Status.INSUFFICIENT_DATA
     assert result.sources == ("metrics",)
     assert result.metrics.metrics_itl_mean_s == pytest.approx(0.03)
+
+
+def test_pd_step_instances_ignored_when_requests_have_none() -> None:
+    columns = colocated(0.5, 5.0)
+    del columns["instance"]
+    steps = {"instance": ["a", "a"], "start_s": [0.20, 0.5], "end_s": [0.22, 0.6],
+             "prefill_tokens": [0, 4000], "decode_tokens": [1, 1]}
+    result = analyze_pd_interference(make_input(columns, steps=steps), thresholds())
+    assert result.metrics.stalls_with_prefill == 1
+    assert any("co-located" in n for n in result.notes)

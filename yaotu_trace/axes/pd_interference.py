@@ -145,7 +145,10 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     gap_inst = instance[gap_owner]
     if prefill_steps is not None and len(prefill_steps):
         coin_source = "prefill steps in the step log"
-        has_inst = "instance" in prefill_steps.columns and prefill_steps["instance"].notna().any()
+        # Steps are matched by instance only when both tables name instances.
+        has_inst = (bool(inp.has("instance") or inp.has("decode_instance"))
+                    and "instance" in prefill_steps.columns
+                    and bool(prefill_steps["instance"].notna().any()))
         groups = (prefill_steps.groupby(prefill_steps["instance"].fillna("").astype(str))
                   if has_inst else [("", prefill_steps)])
         for inst, g in groups:
