@@ -200,6 +200,17 @@ def _interleave(off_a: np.ndarray, val_a: np.ndarray, off_b: np.ndarray, val_b: 
     return off, out
 
 
+def frozen_input(array: np.ndarray, dtype: type) -> np.ndarray:
+    """A contiguous read-only view (a copy only when the dtype or layout differs).
+
+    Arrow buffers arrive read-only and NumPy arrays writable; numba compiles one specialisation
+    per flavour, so every input goes in read-only and one cached signature serves both.
+    """
+    out = np.ascontiguousarray(array, dtype=dtype).view()
+    out.flags.writeable = False
+    return out
+
+
 def _keys(seed: int, attempt: int) -> np.ndarray:
     """Per lane: offset K0 and odd multipliers K1 (value) and K2 (position), from the seed."""
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(seed) >> 32 & 0xFFFFFFFF, attempt,
@@ -236,9 +247,9 @@ def build_block_chains(
     isolated. Output arrays, when given with `rules.cache_outputs`, add the full blocks of
     prompt + output as blocks to insert (token traces only).
     """
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    values = np.ascontiguousarray(values, dtype=np.int64)
-    prompt_len = np.ascontiguousarray(prompt_len, dtype=np.int64)
+    offsets = frozen_input(offsets, np.int64)
+    values = frozen_input(values, np.int64)
+    prompt_len = np.array(prompt_len, dtype=np.int64)
     n = len(prompt_len)
     if len(offsets) != n + 1:
         raise ValueError(f"offsets has {len(offsets)} entries for {n} requests (want n + 1)")
@@ -261,9 +272,10 @@ def build_block_chains(
                     and output_values is not None and source_block_size is None)
     unit_offsets, unit_values, hashed_full = offsets, values, full
     if with_outputs:
-        out_off = np.ascontiguousarray(output_offsets, dtype=np.int64)
-        out_val = np.ascontiguousarray(output_values, dtype=np.int64)
-        unit_offsets, unit_values = _interleave(offsets, values, out_off, out_val)
+        out_off = frozen_input(output_offsets, np.int64)
+        out_val = frozen_input(output_values, np.int64)
+        unit_offsets, unit_values = (frozen_input(a, np.int64)
+                                     for a in _interleave(offsets, values, out_off, out_val))
         hashed_full = (prompt_len + np.diff(out_off)) // block
         partial = np.zeros(n, dtype=np.int64)  # a partial prompt block is not a prefix of outputs
 

@@ -25,7 +25,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.replay.blocks import BlockChains, _keys, _mix
+from yaotu_trace.replay.blocks import BlockChains, _keys, _mix, frozen_input
 from yaotu_trace.replay.engine import first_occurrence_flags
 
 _TRIES = 3
@@ -122,8 +122,8 @@ def ideal_hit_tokens(offsets: np.ndarray, values: np.ndarray, chains: BlockChain
     base = hit_blocks.astype(np.int64) * block
     if block == 1:
         return base
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    values = np.ascontiguousarray(values, dtype=np.int64)
+    offsets = frozen_input(offsets, np.int64)
+    values = frozen_input(values, np.int64)
     hit_blocks = hit_blocks.astype(np.int64)
     counts = chains.num_blocks
     start = chains.offsets[:-1]
