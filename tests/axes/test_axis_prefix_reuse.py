@@ -82,3 +82,13 @@ def test_prefix_insufficient_data_without_prompt_content() -> None:
         make_input({"arrival_s": [0.0], "prompt_len": [40], "output_len": [5]}), thresholds())
     assert result.status is Status.INSUFFICIENT_DATA
     assert any("prompt_tokens" in m for m in result.missing)
+
+
+def test_prefix_observed_hits_from_cached_token_counters() -> None:
+    rows = [(0.0, "sglang:prompt_tokens_total", "", 0.0),
+            (9.0, "sglang:prompt_tokens_total", "", 160.0),
+            (0.0, "sglang:cached_tokens_total", "cache_source=device", 0.0),
+            (9.0, "sglang:cached_tokens_total", "cache_source=device", 40.0)]
+    result = analyze_prefix_reuse(make_input(columns(), metrics=make_metrics(rows)), thresholds())
+    assert result.metrics.observed_source == "sglang:cached_tokens_total"
+    assert result.metrics.observed_hit_rate == pytest.approx(0.25)

@@ -179,12 +179,18 @@ def test_queueing_uses_metrics_when_no_request_timing() -> None:
              (0.0, "vllm:time_to_first_token_seconds_sum", "", 0.0),
              (9.0, "vllm:time_to_first_token_seconds_sum", "", 8.0),
              (0.0, "vllm:time_to_first_token_seconds_count", "", 0.0),
-             (9.0, "vllm:time_to_first_token_seconds_count", "", 10.0)]
+             (9.0, "vllm:time_to_first_token_seconds_count", "", 10.0),
+             (0.0, "vllm:e2e_request_latency_seconds_sum", "", 0.0),
+             (9.0, "vllm:e2e_request_latency_seconds_sum", "", 30.0),
+             (0.0, "vllm:e2e_request_latency_seconds_count", "", 0.0),
+             (9.0, "vllm:e2e_request_latency_seconds_count", "", 10.0)]
     inp = make_input({"arrival_s": [0.0], "prompt_len": [1], "output_len": [1]},
                      metrics=make_metrics(rows))
     result = analyze_queueing(inp, thresholds())
     assert result.sources == ("metrics",)
     assert result.metrics.queue_share_of_ttft == pytest.approx(0.75)
+    assert result.metrics.queue_share_of_latency == pytest.approx(0.2)
+    assert result.score == pytest.approx(0.2)
     assert result.metrics.waiting_share == 1.0
     assert result.cause == "kv_admission"  # KV usage 0.97 with a standing queue
 

@@ -52,3 +52,14 @@ def test_axes_doc_defines_every_metric() -> None:
     for cls in (QueueingMetrics, KvMetrics, PrefixMetrics, InterferenceMetrics):
         for f in dataclasses.fields(cls):
             assert f"`{f.name}`" in doc, f"{cls.__name__}.{f.name} is not in docs/axes.md"
+
+
+def test_axes_doc_lists_every_engine_metric_name() -> None:
+    from yaotu_trace.ingest.metrics import COUNTERS, GAUGES, HISTOGRAMS
+
+    doc = (ROOT / "docs" / "axes.md").read_text(encoding="utf-8")
+    for table in (GAUGES, COUNTERS, HISTOGRAMS):
+        for key, names in table.items():
+            assert f"| {key} |" in doc
+            for name in names:
+                assert f"`{name}`" in doc

@@ -9,8 +9,9 @@ Built on the prefix replay (`yaotu_trace.replay.replay_trace`). Metrics (tokens 
   when given the KV capacity per instance and the trace's instances); achievable_hit_rate =
   achievable / prompt_tokens (ratio) — H_inf of cost-model §6 when no capacity is given.
 - observed_hit_tokens: Σ cached_tokens (request table); else the increase of
-  vllm:prefix_cache_hits over vllm:prefix_cache_queries (metrics, a rate only), else the mean
-  of sglang:cache_hit_rate. observed_hit_rate = observed / prompt_tokens (ratio).
+  vllm:prefix_cache_hits over vllm:prefix_cache_queries (metrics, a rate only), else cached over
+  prompt tokens (vllm:prompt_tokens_cached / sglang:cached_tokens_total over *_prompt_tokens),
+  else the mean of sglang:cache_hit_rate. observed_hit_rate = observed / prompt_tokens (ratio).
 - reuse_gap = achievable_hit_rate − observed_hit_rate (ratio points).
 - recomputed_reusable_tokens = achievable − observed hit tokens when observed hits are known;
   otherwise the reuse the waterfall loses to cache keys, routing and capacity (the actionable
@@ -97,6 +98,10 @@ def observed_hits(inp: AxisInput) -> tuple[str | None, int | None, float | None]
             rate = ratio(m.counter_increase("prefix_hits"), m.counter_increase("prefix_queries"))
             if rate is not None:
                 return str(m.name_of("prefix_hits")), None, rate
+        if m.name_of("cached_tokens") is not None and m.name_of("prompt_tokens") is not None:
+            rate = ratio(m.counter_increase("cached_tokens"), m.counter_increase("prompt_tokens"))
+            if rate is not None:
+                return str(m.name_of("cached_tokens")), None, rate
         g = m.gauge("cache_hit_rate", how="max")
         if g is not None and len(g):
             return "sglang:cache_hit_rate", None, float(g["value"].mean())

@@ -5,7 +5,8 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
 - queue_time_s = scheduled_s − arrival_s, per request (s); ttft_s = first_token_s − arrival_s.
 - queue_share_of_ttft = Σ queue_time_s / Σ ttft_s over requests with both (ratio 0–1); from
   metrics, mean(vllm:request_queue_time_seconds) / mean(vllm:time_to_first_token_seconds).
-- queue_share_of_latency = Σ queue_time_s / Σ (finish_s − arrival_s) (ratio); the axis score.
+- queue_share_of_latency = Σ queue_time_s / Σ (finish_s − arrival_s) (ratio); the axis score;
+  from metrics, mean queue time / mean(vllm:e2e_request_latency_seconds).
 - interarrival_cv = std / mean of gaps between arrivals (1 = Poisson); peak_to_mean = busiest
   1 s bin / mean rate.
 - Windows of `window_s` seconds from the first arrival. offered_tokens_per_s[w] = Σ (prompt_len
@@ -279,6 +280,10 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         metric_queue_share = ratio(q_mean, f_mean)
         if share_ttft is None and metric_queue_share is not None:
             share_ttft = metric_queue_share
+            sources.append(Source.METRICS)
+        metric_latency_share = ratio(q_mean, m.histogram_mean("e2e_s"))
+        if share_latency is None and metric_latency_share is not None:
+            share_latency = metric_latency_share
             sources.append(Source.METRICS)
 
     prof = arrival_profile(arrival)
