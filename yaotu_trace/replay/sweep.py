@@ -15,10 +15,13 @@ block's tokens at `m_k` to a histogram gives the curve as its cumulative sum:
 
     hit_tokens(C) = Σ_{d ≤ C} histogram[d]
 
-The distances come from a Fenwick tree over touch times holding one mark per distinct block
-(at its last touch); `d = live − prefix(last) + 1`. The time axis is compacted whenever it fills
-up, so memory stays O(distinct blocks), not O(touches). With scope `instance` each partition is
-its own cache of capacity `C`, replayed on its own; their histograms add up.
+The distances come from a count of live marks over touch times, one mark per distinct block
+(at its last touch): `d = live − count(times ≤ last) + 1`. The marks are a bit vector with a
+small Fenwick tree over 512-time superblocks (cache-resident), so a count is one tree walk plus
+at most eight popcounts, and blocks touched together (adjacent times) need no count at all. The
+time axis is compacted whenever it fills up, so memory stays O(distinct blocks), about 24 bytes
+each, not O(touches). With scope `instance` each partition is its own cache of capacity `C`,
+replayed on its own; their histograms add up.
 
 The kernels are numba-compiled with `cache=True`; the Python boundary pins dtypes (int64
 offsets and per-request arrays, int32 ids) so one compiled specialisation serves every call.
@@ -43,7 +46,7 @@ TouchOrder = Literal["tail-first", "head-first"]
 TOUCH_ORDERS: Final = ("tail-first", "head-first")
 DEFAULT_SHARES: Final = (0.5, 0.9, 0.99)
 _MAX_INT32_IDS: Final = 2**31 - 1
-# Smallest time axis of the Fenwick tree (touches between compactions); tests lower it.
+# Smallest time axis (touches between compactions); tests lower it to force compaction.
 _MIN_TIME_SLOTS = 1024
 
 
@@ -64,10 +67,78 @@ def _fenwick_prefix(tree: Any, i: int) -> int:  # pragma: no cover - compiled
     return s
 
 
+_M1: Final = np.uint64(0x5555555555555555)
+_M2: Final = np.uint64(0x3333333333333333)
+_M4: Final = np.uint64(0x0F0F0F0F0F0F0F0F)
+_H01: Final = np.uint64(0x0101010101010101)
+_ONE: Final = np.uint64(1)
+_ALL: Final = np.uint64(0xFFFFFFFFFFFFFFFF)
+_U1: Final = np.uint64(1)
+_U2: Final = np.uint64(2)
+_U4: Final = np.uint64(4)
+_U56: Final = np.uint64(56)
+# Touch times are bits; 512 times (8 words) form a superblock whose count is kept in a small
+# Fenwick tree. A count is then one walk of the small (cache-resident) tree plus at most 8
+# popcounts, and a mark or unmark flips one bit: about one cache miss per operation, where a
+# Fenwick tree over all times would miss at several levels.
+_SUPER_SHIFT: Final = 9
+_WORDS_PER_SUPER: Final = 8
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _popcount(x: Any) -> int:  # pragma: no cover - compiled
+    x = x - ((x >> _U1) & _M1)
+    x = (x & _M2) + ((x >> _U2) & _M2)
+    x = (x + (x >> _U4)) & _M4
+    return int((x * _H01) >> _U56)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mark(bits: Any, sup: Any, t: int, delta: int) -> None:  # pragma: no cover - compiled
+    bit = _ONE << np.uint64(t & 63)
+    if delta > 0:
+        bits[t >> 6] |= bit
+    else:
+        bits[t >> 6] &= ~bit
+    _fenwick_add(sup, (t >> _SUPER_SHIFT) + 1, delta)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _count_upto(bits: Any, sup: Any, t: int) -> int:  # pragma: no cover - compiled
+    # Live marks at times <= t.
+    c = _fenwick_prefix(sup, t >> _SUPER_SHIFT)
+    w = t >> 6
+    for i in range((t >> _SUPER_SHIFT) * _WORDS_PER_SUPER, w):
+        c += _popcount(bits[i])
+    r = t & 63
+    mask = _ALL if r == 63 else (_ONE << np.uint64(r + 1)) - _ONE
+    return c + _popcount(bits[w] & mask)
+
+
 @numba.njit(cache=True, nogil=True)
-def _compact(tree: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no cover
+def _rebuild(bits: Any, sup: Any, live: int, used_words: int) -> None:  # pragma: no cover
+    # Marks exactly at times 1..live; superblock counts rebuilt as a Fenwick tree in O(size).
+    for i in range(used_words):
+        bits[i] = 0
+    for t in range(1, live + 1):
+        bits[t >> 6] |= _ONE << np.uint64(t & 63)
+    n = sup.shape[0] - 1
+    for i in range(n + 1):
+        sup[i] = 0
+    for i in range(1, n + 1):
+        lo = (i - 1) << _SUPER_SHIFT
+        hi = lo + (1 << _SUPER_SHIFT) - 1
+        if lo <= live:
+            sup[i] += min(hi, live) - max(lo, 1) + 1 if hi >= 1 else 0
+        j = i + (i & (-i))
+        if j <= n:
+            sup[j] += sup[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def _compact(bits: Any, sup: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no cover
     # Renumber the live marks (one per distinct block, at its last touch) to times
-    # 1..live, in the same order, and rebuild the tree in O(size).
+    # 1..live, in the same order.
     live = 0
     for t in range(1, now):
         b = owner[t]
@@ -77,15 +148,7 @@ def _compact(tree: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no c
             last[b] = live
     for t in range(live + 1, now):
         owner[t] = -1
-    n = tree.shape[0] - 1
-    for i in range(1, n + 1):
-        tree[i] = 0
-    for i in range(1, n + 1):
-        if i <= live:
-            tree[i] += 1
-        j = i + (i & (-i))
-        if j <= n:
-            tree[j] += tree[i]
+    _rebuild(bits, sup, live, (now >> 6) + 1)
     return live + 1
 
 
@@ -105,20 +168,23 @@ def _stack_histograms(  # pragma: no cover - compiled
     hist: Any,
 ) -> None:
     # last[b]: time of b's live mark in the current partition, 0 when b is not cached there.
-    tree = np.zeros(time_slots + 1, dtype=np.int32)
+    n_super = (time_slots >> _SUPER_SHIFT) + 1
+    bits = np.zeros(n_super * _WORDS_PER_SUPER, dtype=np.uint64)
+    sup = np.zeros(n_super + 1, dtype=np.int32)
     owner = np.full(time_slots + 1, -1, dtype=np.int32)
     last = np.zeros(n_ids, dtype=np.int32)
     n_segments = segment_starts.shape[0] - 1
     now = 1
     for seg in range(n_segments):
-        # A fresh cache for each partition: unmark the previous partition's live blocks
-        # (O(its touches), not O(the time axis), so many small partitions stay cheap).
+        # A fresh cache for each partition: forget the previous partition's blocks
+        # (O(its touches) plus the small superblock tree).
         for t in range(1, now):
             b = owner[t]
             if b >= 0 and last[b] == t:
-                _fenwick_add(tree, t, -1)
                 last[b] = 0
             owner[t] = -1
+        if now > 1:
+            _rebuild(bits, sup, 0, (now >> 6) + 1)
         now = 1
         live = 0
         for pos in range(segment_starts[seg], segment_starts[seg + 1]):
@@ -130,11 +196,22 @@ def _stack_histograms(  # pragma: no cover - compiled
             if cap > nb:
                 cap = nb
             running = 0
+            prev_t = 0
+            prefix = 0
             for k in range(cap):
                 t = last[ids[start + k]]
                 if t == 0:
                     break
-                d = live - _fenwick_prefix(tree, t) + 1
+                # Blocks touched together by one request sit at adjacent times; the mark at
+                # the previous block's time is live, so the prefix count moves by exactly one.
+                if t == prev_t - 1:
+                    prefix -= 1
+                elif t == prev_t + 1 and prev_t > 0:
+                    prefix += 1
+                else:
+                    prefix = _count_upto(bits, sup, t)
+                prev_t = t
+                d = live - prefix + 1
                 if d > running:
                     running = d
                 hist[running, 0] += block_tokens[start + k]
@@ -150,13 +227,13 @@ def _stack_histograms(  # pragma: no cover - compiled
                     b = out_ids[o_start + k - nb]
                 if now > time_slots:
                     # Before unmarking b: compaction keeps exactly the live marks.
-                    now = _compact(tree, owner, last, now)
+                    now = _compact(bits, sup, owner, last, now)
                 t = last[b]
                 if t != 0:
-                    _fenwick_add(tree, t, -1)
+                    _mark(bits, sup, t, -1)
                 else:
                     live += 1
-                _fenwick_add(tree, now, 1)
+                _mark(bits, sup, now, 1)
                 owner[now] = b
                 last[b] = now
                 now += 1
