@@ -19,7 +19,7 @@ The distances come from a count of live marks over touch times, one mark per dis
 (at its last touch): `d = live − count(times ≤ last) + 1`. The marks are a bit vector with a
 small Fenwick tree over 512-time superblocks (cache-resident), so a count is one tree walk plus
 at most eight popcounts, and blocks touched together (adjacent times) need no count at all. The
-time axis is compacted whenever it fills up, so memory stays O(distinct blocks), about 24 bytes
+time axis is compacted whenever it fills up, so memory stays O(distinct blocks), about 30 bytes
 each, not O(touches). With scope `instance` each partition is its own cache of capacity `C`,
 replayed on its own; their histograms add up.
 
