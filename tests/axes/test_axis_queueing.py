@@ -35,6 +35,9 @@ def test_queueing_arrival_burst_above_service_rate_is_bottleneck() -> None:
     assert m.service_rate_tokens_per_s == pytest.approx(110.0)
     assert m.peak_offered_tokens_per_s == pytest.approx(440.0)  # 20 × 110 tokens in 5 s
     assert m.peak_rho == pytest.approx(4.0)
+    burst = m.peak_windows[-1]
+    assert (burst.start_s, burst.rho) == (20.0, pytest.approx(4.0))
+    assert (burst.waiting_at_start, burst.waiting_at_end) == (0, 14)
     queue = sum(0.95 * k for k in range(20))  # burst request k waits k − 0.05k s
     assert m.queue_seconds_total == pytest.approx(queue)
     assert m.queue_share_of_ttft == pytest.approx(queue / (queue + 40 * 0.5))

@@ -16,7 +16,8 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   service_rate_tokens_per_s = max_w achieved (the peak sustained rate). rho[w] = offered /
   service rate; mean_rho = Σ offered / (windows · service rate); overloaded windows have rho ≥
   `overload_rho`; queue_grows = waiting(end of w) > waiting(start of w), with waiting(t) =
-  #{arrival ≤ t} − #{scheduled ≤ t}.
+  #{arrival ≤ t} − #{scheduled ≤ t}. peak_windows: the 5 windows with the highest rho, in
+  time order, with offered and achieved tokens/s and the queue at their start and end.
 - From the step log, per instance then summed: wall_s = last end − first start; busy_s = Σ
   (end_s − start_s); gpu_busy_fraction = busy_s / wall_s; idle gaps = next start − end;
   idle_while_waiting_s = Σ gaps after a step whose num_waiting > 0 (else requests waiting at
@@ -85,6 +86,21 @@ CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
                Cause.BATCH_SHAPE)
 
 
+_TOP_WINDOWS = 5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeakWindow:
+    """One of the windows with the highest offered load against the service rate."""
+
+    start_s: float
+    offered_tokens_per_s: float
+    achieved_tokens_per_s: float
+    rho: float
+    waiting_at_start: int | None
+    waiting_at_end: int | None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueingMetrics:
     """The queueing axis' measurements (None when their inputs are absent)."""
@@ -105,6 +121,7 @@ class QueueingMetrics:
     overloaded_windows: int | None
     overloaded_windows_queue_growing: int | None
     queue_seconds_in_overload: float | None
+    peak_windows: tuple[PeakWindow, ...]
     wall_s: float | None
     gpu_busy_fraction: float | None
     idle_while_waiting_s: float | None
@@ -293,6 +310,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     windows = service_rate = peak_offered = mean_rho = peak_rho = None
     overloaded = growing = None
     queue_in_overload = None
+    peak_windows: tuple[PeakWindow, ...] = ()
     st = step_stats(inp)
     if st.wall_s is not None:
         sources.append(Source.STEPS)
@@ -327,6 +345,16 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
             in_over = over[offered_idx]
             if queue is not None:
                 queue_in_overload = float(np.nansum(np.where(in_over, queue, 0.0)))
+        else:
+            w = None
+        top = np.argsort(-rho, kind="stable")[:_TOP_WINDOWS]
+        peak_windows = tuple(
+            PeakWindow(start_s=float(edges[i]), offered_tokens_per_s=float(offered[i]),
+                       achieved_tokens_per_s=float(achieved[i]), rho=float(rho[i]),
+                       waiting_at_start=None if w is None else int(w[i]),
+                       waiting_at_end=None if w is None else int(w[i + 1]))
+            for i in sorted(top.tolist())
+        )
 
     # Batch shape and caps.
     s = inp.settings
@@ -390,6 +418,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         overloaded_windows=overloaded,
         overloaded_windows_queue_growing=growing,
         queue_seconds_in_overload=queue_in_overload,
+        peak_windows=peak_windows,
         wall_s=st.wall_s,
         gpu_busy_fraction=st.busy_fraction,
         idle_while_waiting_s=st.idle_waiting_s,

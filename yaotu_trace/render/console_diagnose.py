@@ -136,6 +136,18 @@ def axes_renderables(section: Any) -> list[RenderableType]:
         out += [Text(f"missing: {m}", style="dim") for m in a.get("missing", ())]
         out += [Text(f"next: {n}") for n in a.get("next_steps", ())]
         out += [Text(f"note: {n}", style="yellow") for n in a.get("notes", ())]
+        windows = metrics.get("peak_windows") or []
+        if windows:
+            win_table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
+                              title=f"busiest {fmt.num(metrics.get('window_s'))} s windows")
+            for column in ("start", "offered tok/s", "served tok/s", "rho", "queue start → end"):
+                win_table.add_column(column, justify="right")
+            for w in windows:
+                win_table.add_row(fmt.seconds(w["start_s"]), fmt.num(w["offered_tokens_per_s"]),
+                                  fmt.num(w["achieved_tokens_per_s"]), fmt.num(w["rho"]),
+                                  f"{fmt.count(w['waiting_at_start'])} → "
+                                  f"{fmt.count(w['waiting_at_end'])}")
+            out.append(win_table)
         hot = metrics.get("hot_prefixes") or []
         if hot:
             hot_table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="hot prefixes",

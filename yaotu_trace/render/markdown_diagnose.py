@@ -47,6 +47,24 @@ def axes_lines(section: Any) -> list[str]:
         lines += ["", f"#### {name}: {a['status']}", ""]
         if rows:
             lines += table(["metric", "value"], rows)
+        windows = metrics.get("peak_windows") or []
+        if windows:
+            lines += ["", f"Busiest {fmt.num(metrics.get('window_s'))} s windows:", ""]
+            lines += table(["start", "offered tok/s", "served tok/s", "rho", "queue start → end"], [
+                [fmt.seconds(w["start_s"]), fmt.num(w["offered_tokens_per_s"]),
+                 fmt.num(w["achieved_tokens_per_s"]), fmt.num(w["rho"]),
+                 f"{fmt.count(w['waiting_at_start'])} → {fmt.count(w['waiting_at_end'])}"]
+                for w in windows])
+        hot = metrics.get("hot_prefixes") or []
+        if hot:
+            lines += ["", "Hot prefixes (reuse lost the most):", ""]
+            lines += table(["prefix tokens", "recomputed", "requests", "why", "example"], [
+                [fmt.count(h.get("prefix_tokens")), fmt.tokens(h.get("recomputed_tokens")),
+                 fmt.count(h.get("times")),
+                 _cell(", ".join(f"{k} {fmt.tokens(v)}"
+                                 for k, v in (h.get("by_reason_tokens") or {}).items() if v))
+                 or fmt.MISSING, _cell(h.get("example_request_id"))]
+                for h in hot])
         extra = ([f"- missing: {_cell(m)}" for m in a.get("missing", ())]
                  + [f"- next: {_cell(n)}" for n in a.get("next_steps", ())]
                  + [f"- note: {_cell(n)}" for n in a.get("notes", ())])
