@@ -4,7 +4,8 @@ Pure (NumPy and numba only; no pandas, no I/O). `simulate` takes request arrays 
 prompt and output lengths, and optionally the prompt's block chain ids from
 `replay.blocks.build_block_chains`) and a `SimConfig`, and returns a `SimResult` whose
 per-request arrays are the canonical timing columns and whose step arrays are the step log.
-`fit_step_cost` is the `--calibrate` least-squares fit of `a + b·prefill_tokens + c·Σcontext`.
+`fit_step_cost` is the `--calibrate` least-squares fit of `a + b·prefill_tokens + c·Σcontext`
+(coefficients kept non-negative).
 """
 
 from __future__ import annotations
@@ -137,7 +138,21 @@ def fit_step_cost(prefill_tokens: np.ndarray, context_tokens: np.ndarray, step_s
     if y.size < 3:
         raise ConfigError(f"--calibrate needs at least 3 steps with durations, got {y.size}")
     design = np.column_stack([np.ones_like(x1), x1, x2])
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    # NOTE: coefficients are kept >= 0 (a step never gets faster with more work): the best
+    # least-squares fit over the subsets of terms whose coefficients come out non-negative.
+    best: np.ndarray | None = None
+    best_sse = np.inf
+    for mask in ((1, 1, 1), (1, 1, 0), (1, 0, 1), (0, 1, 1), (1, 0, 0), (0, 1, 0), (0, 0, 1)):
+        cols = [k for k in range(3) if mask[k]]
+        sol, *_ = np.linalg.lstsq(design[:, cols], y, rcond=None)
+        if (sol < 0).any():
+            continue
+        coef_try = np.zeros(3)
+        coef_try[cols] = sol
+        sse = float(((y - design @ coef_try) ** 2).sum())
+        if sse < best_sse:
+            best, best_sse = coef_try, sse
+    coef = best if best is not None else np.array([float(y.mean()), 0.0, 0.0])
     pred = design @ coef
     resid = y - pred
     ss_tot = float(((y - y.mean()) ** 2).sum())

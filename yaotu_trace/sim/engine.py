@@ -39,6 +39,8 @@ def step_time(cost, prefill_tokens, decode_tokens, attn_pairs, ctx_dec, prefix_s
     kvb = cost[C_KVB]
     if cost[C_MODE] > 0.5:
         t = cost[C_A] + cost[C_B] * prefill_tokens + cost[C_C] * ctx_all
+        if t < 1e-9:
+            t = 1e-9
         return t, kvb * (ctx_dec + prefix_sum + tok)
     flops = 2.0 * cost[C_LIN] * tok + cost[C_ATTN] * (attn_pairs + ctx_dec)
     weights = cost[C_DENSE]
