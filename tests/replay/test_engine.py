@@ -92,6 +92,14 @@ def test_block_ids_grouped_into_larger_blocks() -> None:
     assert replay(chains, part).hit_tokens.tolist() == [0, 12]
 
 
+def test_block_ids_are_rechained_as_content() -> None:
+    # Id 6 follows 5 in one request and 7 in another: different chains, so no hit on block 2.
+    rules = rules_for("mooncake", block_size_tokens=4)
+    chains = chains_of([[5, 6], [7, 6], [5, 6]], rules, source_block_size=4,
+                       prompt_len=[8, 8, 8])
+    assert replay(chains, rules).hit_tokens.tolist() == [0, 0, 8]
+
+
 def test_block_size_not_a_multiple_of_source_is_an_error() -> None:
     rules = rules_for("vllm")
     with pytest.raises(ConfigError, match="cannot be split"):

@@ -78,6 +78,8 @@ def test_hits_bounded_by_prompt_and_last_token_cap(trace, block, ltr, capacity, 
     result = run(prompts, block_size_tokens=block, last_token_rule=ltr, capacity_blocks=capacity,
                  eviction=eviction)
     n = np.array([len(p) for p in prompts])
+    if capacity is not None:  # resident blocks never exceed the capacity
+        assert result.inserted_blocks - result.evicted_blocks <= capacity
     assert (result.hit_tokens >= 0).all()
     assert (result.hit_tokens <= n).all()
     assert (result.hit_tokens + result.recompute_tokens == n).all()

@@ -69,6 +69,12 @@ class ReplayResult:
         """Σ recompute tokens."""
         return int(self.recompute_tokens.sum())
 
+    @property
+    def hit_ratio(self) -> float:
+        """Token-weighted: Σ hit tokens / Σ prompt tokens (0 for an empty trace)."""
+        prompt = int(self.hit_tokens.sum() + self.recompute_tokens.sum())
+        return self.saved_prefill_tokens / prompt if prompt else 0.0
+
 
 def leading_run(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Length of the leading run of True per segment (the first False ends it), vectorised."""
