@@ -1,9 +1,9 @@
 """The GPU catalog and MoE routing facts: what the roofline step-time model needs per device.
 
-The data is `resources/gpus.json` (cost-model.md §2.4: dense bf16 FLOP/s, HBM bandwidth and
-memory per GPU; plus, per MoE model of the model catalog, routed experts, experts per token,
-routed-expert and LM-head parameters, from the §1.2 shapes). Lookups are case-insensitive and raise a
-one-line `ConfigError` naming the closest entries.
+The data is `resources/gpus.json` (cost-model.md §2.4: dense bf16 FLOP/s, HBM bandwidth
+and memory per GPU; plus, per MoE model of the model catalog, routed experts, experts per
+token, routed-expert and LM-head parameters, from the §1.2 shapes). Lookups are
+case-insensitive and raise a one-line `ConfigError` naming the closest entries.
 """
 
 from __future__ import annotations

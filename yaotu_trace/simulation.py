@@ -443,7 +443,7 @@ def _arrow_list(offsets: np.ndarray, values: np.ndarray, valid: np.ndarray) -> p
 
 
 def _labels(codes: np.ndarray, labels: tuple[str, ...]) -> pd.Series:
-    names = np.array(labels + ("",), dtype=object)
+    names = np.array((*labels, ""), dtype=object)
     out = pd.Series(names[codes], dtype="string")
     return out.mask(codes < 0)
 
@@ -549,8 +549,9 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
                       f"prefill token + {c.c_s_per_context_token * 1e9:.3g} ns/context token")
     else:
         sc = cfg.step_cost
-        step_model = (f"roofline: {resolved.gpu.name}, MFU {sc.flops_per_s / (resolved.gpu.bf16_flops * tp):.2f}, "
-                      f"MBU {sc.bytes_per_s / (resolved.gpu.hbm_bytes_per_s * tp):.2f}, "
+        mfu = sc.flops_per_s / (resolved.gpu.bf16_flops * tp)
+        mbu = sc.bytes_per_s / (resolved.gpu.hbm_bytes_per_s * tp)
+        step_model = (f"roofline: {resolved.gpu.name}, MFU {mfu:.2f}, MBU {mbu:.2f}, "
                       f"+{sc.overhead_s * 1e3:.3g} ms/step")
     return SimulationSummary(
         scenario=resolved.name, model=resolved.model.name, gpu=resolved.gpu.name,

@@ -23,8 +23,8 @@ def requests(arrival, prompt, output, chains=None, chain_block=4, num_ids=0):
 
 
 def config(**kw):
-    base = dict(kv_blocks=100, block_size_tokens=4, max_num_seqs=8, max_batched_tokens=16,
-                step_cost=StepCost.fixed(0.01, 0.001))
+    base = {"kv_blocks": 100, "block_size_tokens": 4, "max_num_seqs": 8,
+            "max_batched_tokens": 16, "step_cost": StepCost.fixed(0.01, 0.001)}
     base.update(kw)
     return SimConfig(**base)
 

@@ -48,8 +48,8 @@ def roofline_like():
 
 
 def config(**kw):
-    base = dict(kv_blocks=400, block_size_tokens=16, max_num_seqs=32, max_batched_tokens=512,
-                step_cost=roofline_like())
+    base = {"kv_blocks": 400, "block_size_tokens": 16, "max_num_seqs": 32,
+            "max_batched_tokens": 512, "step_cost": roofline_like()}
     base.update(kw)
     return SimConfig(**base)
 
@@ -164,8 +164,9 @@ def test_validation_chunking_lowers_the_largest_inter_token_gap():
     chunked = simulate(req, config(kv_blocks=3000, chunked_prefill=True, max_batched_tokens=256))
 
     def max_gap(r):
-        gaps = [np.diff(r.token_times_s[r.token_offsets[i]:r.token_offsets[i + 1]]).max()
-                for i in range(len(req.arrival_s)) if r.token_offsets[i + 1] - r.token_offsets[i] > 1]
+        off = r.token_offsets
+        gaps = [np.diff(r.token_times_s[off[i]:off[i + 1]]).max()
+                for i in range(len(req.arrival_s)) if off[i + 1] - off[i] > 1]
         return max(gaps)
 
     assert max_gap(chunked) < max_gap(whole)

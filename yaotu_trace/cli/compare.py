@@ -48,7 +48,8 @@ def compare(
       trace compare conversation_trace.jsonl --scenario chunked.toml --scenario pd.toml
     """
     from yaotu_trace.pipeline import input_summary
-    from yaotu_trace.simulation import Scenario, compare as compare_scenarios, load_scenario
+    from yaotu_trace.simulation import Scenario, load_scenario
+    from yaotu_trace.simulation import compare as compare_scenarios
 
     defaults = Scenario(model=model, gpu=gpu)
     scenarios = [defaults.merged(load_scenario(path)) for path in scenario]

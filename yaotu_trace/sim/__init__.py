@@ -270,11 +270,12 @@ def simulate(requests: RequestArrays, config: SimConfig) -> SimResult:
         labels = tuple(f"i{k}" for k in range(n_inst))
     # token times: drop the unused slots of requests that asked for zero output tokens
     want = np.maximum(requests.output_tokens.astype(np.int64), 0)
-    columns = _scatter(n, keep, dict(
-        scheduled_s=(sched, np.nan), first_token_s=(first, np.nan), finish_s=(finish, np.nan),
-        num_preemptions=(npre, 0), cached_tokens=(cached, 0), computed_tokens=(comp, 0),
-        recomputed_tokens=(recomp, 0), instance=(inst, -1), prefill_instance=(pf_inst, -1),
-    ))
+    columns = _scatter(n, keep, {
+        "scheduled_s": (sched, np.nan), "first_token_s": (first, np.nan),
+        "finish_s": (finish, np.nan), "num_preemptions": (npre, 0), "cached_tokens": (cached, 0),
+        "computed_tokens": (comp, 0), "recomputed_tokens": (recomp, 0),
+        "instance": (inst, -1), "prefill_instance": (pf_inst, -1),
+    })
     sub_want = want[keep]
     full_off = tt_off
     take = np.repeat(np.arange(len(out_len)), out_len)

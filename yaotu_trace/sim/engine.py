@@ -326,7 +326,7 @@ def simulate_cluster(
                 ii = i
         if t_a == _INF and t_h == _INF and t_i == _INF:
             break
-        if t_a <= t_h and t_a <= t_i or t_h <= t_i:
+        if (t_a <= t_h and t_a <= t_i) or t_h <= t_i:
             # ---- a request reaches a router: route it and queue it
             if t_a <= t_h and t_a <= t_i:
                 r = next_arr
@@ -762,5 +762,6 @@ def simulate_cluster(
         sched_s, first_s, finish_s, tt, npre, cached, comp_total, recomp, inst_of, pf_inst,
         s_inst[:n_steps], s_start[:n_steps], s_end[:n_steps], s_pf[:n_steps], s_dec[:n_steps],
         s_run[:n_steps], s_wait[:n_steps], s_used[:n_steps], s_pre[:n_steps],
-        np.array([stall_dec_s, hbm_bytes, xfer_bytes, prefix_reread, overhead_total, dropped]), busy_s,
+        np.array([stall_dec_s, hbm_bytes, xfer_bytes, prefix_reread, overhead_total, dropped]),
+        busy_s,
     )
