@@ -46,3 +46,17 @@ def evidence(result: Any, rule_id: str) -> dict[str, Any]:
     """The evidence of one fired rule, by name."""
     hit = next(h for h in result.hits if h.rule_id == rule_id)
     return {e.name: e for e in hit.evidence}
+
+
+def burst_columns() -> dict[str, list[float]]:
+    """20 requests at 1/s served in 1 s each, then 20 arriving within 1 s and served in turn."""
+    arrival = [float(i) for i in range(20)] + [20 + 0.05 * i for i in range(20)]
+    scheduled = [float(i) for i in range(20)] + [20.0 + i for i in range(20)]
+    return {
+        "arrival_s": arrival,
+        "scheduled_s": scheduled,
+        "first_token_s": [s + 0.5 for s in scheduled],
+        "finish_s": [s + 1.0 for s in scheduled],
+        "prompt_len": [100] * 40,
+        "output_len": [10] * 40,
+    }

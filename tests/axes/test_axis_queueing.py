@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from diag_factories import evidence, make_input, make_metrics, thresholds
+from diag_factories import burst_columns, evidence, make_input, make_metrics, thresholds
 
 from yaotu_trace.axes.base import Status
 from yaotu_trace.axes.queueing import analyze_queueing, spread_work
-
-
-def burst_columns() -> dict[str, list[float]]:
-    """20 requests at 1/s served in 1 s each, then 20 arriving within 1 s and served in turn."""
-    arrival = [float(i) for i in range(20)] + [20 + 0.05 * i for i in range(20)]
-    scheduled = [float(i) for i in range(20)] + [20.0 + i for i in range(20)]
-    return {
-        "arrival_s": arrival,
-        "scheduled_s": scheduled,
-        "first_token_s": [s + 0.5 for s in scheduled],
-        "finish_s": [s + 1.0 for s in scheduled],
-        "prompt_len": [100] * 40,
-        "output_len": [10] * 40,
-    }
 
 
 def test_queueing_arrival_burst_above_service_rate_is_bottleneck() -> None:
@@ -35,6 +21,7 @@ def test_queueing_arrival_burst_above_service_rate_is_bottleneck() -> None:
     assert m.service_rate_tokens_per_s == pytest.approx(110.0)
     assert m.peak_offered_tokens_per_s == pytest.approx(440.0)  # 20 × 110 tokens in 5 s
     assert m.peak_rho == pytest.approx(4.0)
+    assert m.excess_offered_tokens == pytest.approx((440 - 110) * 5)
     burst = m.peak_windows[-1]
     assert (burst.start_s, burst.rho) == (20.0, pytest.approx(4.0))
     assert (burst.waiting_at_start, burst.waiting_at_end) == (0, 14)

@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from diag_factories import make_input, make_trace, thresholds
+from diag_factories import burst_columns, make_input, make_trace, thresholds
 
 from yaotu_trace.axes.base import AxisName, AxisResult, EngineSettings, Status
 from yaotu_trace.diagnosis.diagnose import diagnose, run_diagnosis, verdict_of
@@ -160,3 +160,17 @@ def test_every_status_is_reachable_on_every_axis() -> None:
     empty = run_diagnosis(make_input({"arrival_s": [0.0], "prompt_len": [1], "output_len": [1]}))
     assert {a.status for a in empty.axes.values()} == {Status.INSUFFICIENT_DATA}
     assert replace(empty.axes[AxisName.QUEUEING]).missing
+
+
+def test_ledger_capacity_admission_for_an_arrival_burst() -> None:
+    d = run_diagnosis(make_input(burst_columns()), thresholds())
+    assert d.verdict.principal_axis is AxisName.QUEUEING
+    assert d.verdict.principal_cause == "arrival_burst"
+    entry = next(e for e in d.ledger if e.remedy == "capacity_admission")
+    assert entry.triggered_by == ("Q001",)
+    saves = {q.name: q.value for q in entry.saves}
+    adds = {q.name: q.value for q in entry.adds}
+    assert saves["queue_seconds_in_overload"] == pytest.approx(sum(0.95 * k for k in range(20)))
+    assert adds["extra_capacity_share"] == pytest.approx(3.0)  # peak rho 4
+    assert adds["rejected_or_deferred_requests"] == pytest.approx(15.0)  # 1650 tokens / 110
+    assert not any(e.remedy in ("chunked_prefill", "pd_disaggregation") for e in d.ledger)

@@ -18,6 +18,8 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   `overload_rho`; queue_grows = waiting(end of w) > waiting(start of w), with waiting(t) =
   #{arrival ≤ t} − #{scheduled ≤ t}. peak_windows: the 5 windows with the highest rho, in
   time order, with offered and achieved tokens/s and the queue at their start and end.
+  excess_offered_tokens = Σ_w max(0, offered − service rate) · window_s (tokens): work beyond
+  what the peak rate serves, which must queue, be shed or be served by added capacity.
 - From the step log, per instance then summed: wall_s = last end − first start; busy_s = Σ
   (end_s − start_s); gpu_busy_fraction = busy_s / wall_s; idle gaps = next start − end;
   idle_while_waiting_s = Σ gaps after a step whose num_waiting > 0 (else requests waiting at
@@ -121,6 +123,7 @@ class QueueingMetrics:
     overloaded_windows: int | None
     overloaded_windows_queue_growing: int | None
     queue_seconds_in_overload: float | None
+    excess_offered_tokens: float | None
     peak_windows: tuple[PeakWindow, ...]
     wall_s: float | None
     gpu_busy_fraction: float | None
@@ -309,7 +312,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     window = float(t.window_s)
     windows = service_rate = peak_offered = mean_rho = peak_rho = None
     overloaded = growing = None
-    queue_in_overload = None
+    queue_in_overload = excess_tokens = None
     peak_windows: tuple[PeakWindow, ...] = ()
     st = step_stats(inp)
     if st.wall_s is not None:
@@ -338,6 +341,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         peak_rho = float(rho.max())
         over = rho >= t.overload_rho
         overloaded = int(over.sum())
+        excess_tokens = float((np.clip(offered - service_rate, 0.0, None) * window).sum())
         if scheduled is not None:
             w = waiting_at(edges, arrival, scheduled)
             grows = w[1:] > w[:-1]
@@ -418,6 +422,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         overloaded_windows=overloaded,
         overloaded_windows_queue_growing=growing,
         queue_seconds_in_overload=queue_in_overload,
+        excess_offered_tokens=excess_tokens,
         peak_windows=peak_windows,
         wall_s=st.wall_s,
         gpu_busy_fraction=st.busy_fraction,

@@ -103,6 +103,7 @@ def build_ledger(
     pr, pd_ = axes[AxisName.PREFIX_REUSE], axes[AxisName.PD_INTERFERENCE]
     kv_b = _kv_b(inp)
     prompt = inp.requests["prompt_len"].to_numpy(dtype=np.float64)
+    work = prompt + inp.requests["output_len"].to_numpy(dtype=np.float64)
 
     # KV memory: larger pool or a concurrency cap.
     kv_ids = _ids(kv) & {"K001", "K002", "K003", "K004", "K005"}
@@ -214,8 +215,12 @@ def build_ledger(
                            value=None if mean is None or peak is None
                            else max(0.0, 1.0 - mean / max(peak, 1.0)), unit="ratio",
                            basis="1 − mean_rho / max(peak_rho, 1) when sized for the peak"),
-                  Quantity(name="rejected_or_deferred_requests", value=None, unit="requests",
-                           basis="admission control sheds the excess instead of queueing it")),
+                  Quantity(name="rejected_or_deferred_requests",
+                           value=ratio(getattr(qm, "excess_offered_tokens", None),
+                                       float(np.mean(work)) if work.size else None),
+                           unit="requests",
+                           basis="excess_offered_tokens / mean (prompt_len + output_len): what "
+                           "admission control sheds or defers instead of queueing")),
         ))
 
     # Prefix reuse remedies.
