@@ -174,3 +174,12 @@ def test_ledger_capacity_admission_for_an_arrival_burst() -> None:
     assert adds["extra_capacity_share"] == pytest.approx(3.0)  # peak rho 4
     assert adds["rejected_or_deferred_requests"] == pytest.approx(15.0)  # 1650 tokens / 110
     assert not any(e.remedy in ("chunked_prefill", "pd_disaggregation") for e in d.ledger)
+
+
+def test_console_view_is_deterministic_and_fits_the_width() -> None:
+    report = diagnose(make_trace(burst_columns()))
+    first = render(report, OutputFormat.TABLE, width=100)
+    assert first == render(report, OutputFormat.TABLE, width=100)
+    assert max(len(line) for line in first.splitlines()) <= 100
+    assert "principal bottleneck: queueing (arrival_burst)" in first
+    assert "capacity_admission" in first and "busiest 5.00 s windows" in first
