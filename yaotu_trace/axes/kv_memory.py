@@ -195,6 +195,12 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         recomputed = pre_total * per_request_estimate
         pre_source, basis = "metrics", "preemptions × mean (prompt_len + output_len / 2)"
         sources.append(Source.METRICS)
+    if pre_source in ("requests", "steps") and m is not None and m.name_of("preemptions"):
+        engine_count = round(m.counter_increase("preemptions") or 0.0)
+        if engine_count != pre_total:
+            notes.append(f"the engine metrics count {engine_count} preemption(s) against "
+                         f"{pre_total} in the {pre_source}; the {pre_source} are used (the "
+                         "export may cover a different time range)")
     if m is not None and m.name_of("retracted_input_tokens") is not None:
         exact = (m.counter_increase("retracted_input_tokens") or 0.0) + (
             m.counter_increase("retracted_output_tokens") or 0.0)
