@@ -120,3 +120,32 @@ def test_cli_simulate_public_traces_then_diagnose_inputs(tmp_path, capsys):
         assert (sim["hit_ratio"] > 0) is content
         if not content:
             assert any("no prompt content" in n for n in sim["notes"])
+
+
+def test_cli_simulate_then_diagnose_verdict_follows_the_kv_pool(tmp_path, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("yaotu_trace.cli.diagnose") is None:
+        pytest.skip("trace diagnose is not available")
+    rng = np.random.default_rng(0)
+    t, lines = 0.0, []
+    for i in range(600):
+        t += float(rng.exponential(0.05))
+        lines.append(json.dumps({"request_id": f"q{i}", "arrival_s": t,
+                                 "prompt_len": int(rng.integers(200, 2000)),
+                                 "output_len": int(rng.integers(100, 400))}))
+    trace = tmp_path / "lengths.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    status = {}
+    for kv_blocks in (600, 20_000):
+        out, steps = tmp_path / f"sim{kv_blocks}.parquet", tmp_path / f"steps{kv_blocks}.parquet"
+        assert main(["simulate", str(trace), "--model", "Llama-3.1-8B", "--gpu", "H100",
+                     "--kv-blocks", str(kv_blocks), "--out", str(out), "--steps-out", str(steps),
+                     "--format", "json"]) == ExitCode.OK
+        preemptions = json.loads(capsys.readouterr().out)["simulation"]["preemptions"]
+        main(["diagnose", str(out), "--steps", str(steps), "--format", "json"])
+        doc = json.loads(capsys.readouterr().out)
+        status[kv_blocks] = (preemptions, doc["axes"]["kv_memory"]["status"])
+    # a small pool preempts and the KV-memory axis says so; a large one does neither
+    assert status[600][0] > 50 and status[600][1] == "bottleneck"
+    assert status[20_000] == (0, "ok")
