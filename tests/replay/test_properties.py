@@ -150,3 +150,32 @@ def test_saturated_lfu_agrees_with_reference(trace, block, capacity, cap, touch)
     want = reference_replay(prompts, block=block, capacity=capacity, eviction="lfu",
                             touch_order=touch, lfu_cap=cap)
     assert got == want
+
+
+@st.composite
+def id_traces(draw: st.DrawFn) -> tuple[list[list[int]], list[int], int]:
+    """Block-id prompts (source block size S) and their token lengths (last id may be partial)."""
+    size = draw(st.integers(1, 4))
+    prompts = draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1,
+                            max_size=10))
+    for i in range(1, len(prompts)):
+        if draw(st.booleans()):
+            j = draw(st.integers(0, i - 1))
+            prompts[i] = prompts[j][: draw(st.integers(0, len(prompts[j])))] + prompts[i]
+    lengths = [(len(p) - 1) * size + draw(st.integers(1, size)) for p in prompts]
+    return prompts, lengths, size
+
+
+@SETTINGS
+@given(id_traces(), st.integers(1, 3), st.booleans(), st.booleans(),
+       st.one_of(st.none(), st.integers(1, 8)), st.sampled_from(["tail-first", "head-first"]))
+def test_block_ids_replay_as_their_expanded_tokens(trace, m, ltr, partial, capacity, touch):
+    # An id of S tokens behaves as S copies of itself (a partial last id as fewer copies).
+    prompts, lengths, size = trace
+    rules = rules_for("none", block_size_tokens=m * size, last_token_rule=ltr,
+                      cache_partial_blocks=partial, capacity_blocks=capacity, touch_order=touch)
+    ids = replay(chains_of(prompts, rules, source_block_size=size, prompt_len=lengths), rules)
+    tokens = [[b for b in p for _ in range(size)][:n] for p, n in zip(prompts, lengths,
+                                                                       strict=True)]
+    expanded = replay(chains_of(tokens, rules), rules)
+    assert ids.hit_tokens.tolist() == expanded.hit_tokens.tolist()
