@@ -458,3 +458,31 @@ def test_sweep_cli_mooncake_defaults_to_the_mooncake_preset(capsys) -> None:
     assert section["preset"] == "mooncake"
     assert section["rules"]["touch_order"] == "head-first"
     assert section["unlimited_hit_ratio"] == pytest.approx(0.6512, abs=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(prompts=prompts_strategy, instances=st.integers(2, 4), head_first=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_per_instance_curves_sum_to_the_partitioned_curve(
+    prompts: list[list[int]], instances: int, head_first: bool, seed: int
+) -> None:
+    from yaotu_trace.replay.sweep import sweep
+
+    chains, rules = _chains(prompts, "none", block_size_tokens=2,
+                            touch_order="head-first" if head_first else "tail-first")
+    codes = np.random.default_rng(seed).integers(0, instances, len(prompts))
+    together = sweep(chains, touch_order=rules.touch_order, instance_codes=codes)
+    split = sweep(chains, touch_order=rules.touch_order, instance_codes=codes, per_instance=True)
+    caps = np.arange(0, chains.num_distinct + 3)
+    assert split.hit_tokens_at(caps).tolist() == together.hit_tokens_at(caps).tolist()
+    assert split.partitions == together.partitions == len(split.instance_curves)
+    total = np.zeros(len(caps), dtype=np.int64)
+    for code, curve in zip(split.instance_codes, split.instance_curves, strict=True):
+        rows = [i for i in range(len(prompts)) if codes[i] == code]
+        alone, _ = _chains([prompts[i] for i in rows], "none", block_size_tokens=2,
+                           touch_order=rules.touch_order)
+        solo = sweep(alone, touch_order=rules.touch_order)
+        assert curve.hit_tokens_at(caps).tolist() == solo.hit_tokens_at(caps).tolist()
+        assert curve.prompt_tokens_total == solo.prompt_tokens_total
+        total += curve.hit_tokens_at(caps)
+    assert total.tolist() == together.hit_tokens_at(caps).tolist()

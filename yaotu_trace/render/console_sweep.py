@@ -69,6 +69,18 @@ def capacity_curve_renderables(section: Any) -> list[RenderableType]:
         key_rows.append(("all of unlimited reuse", " · ".join(_capacity(f, with_bytes, " blocks"))))
     if key_rows:
         out += [heading("Capacity needed"), kv_table(key_rows)]
+    if section.per_instance:
+        per = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Per instance (blocks per cache)",
+                    title_justify="left")
+        for column in ("instance", "requests", "unlimited", "knee", "50 %", "90 %", "99 %",
+                       "full reuse"):
+            per.add_column(column, justify="left" if column == "instance" else "right")
+        for row in section.per_instance:
+            per.add_row(row.label, fmt.count(row.requests), fmt.pct(row.unlimited_hit_ratio),
+                        fmt.count(row.knee_blocks), fmt.count(row.blocks_for_50),
+                        fmt.count(row.blocks_for_90), fmt.count(row.blocks_for_99),
+                        fmt.count(row.full_reuse_blocks))
+        out.append(per)
     out.append(Text(f"{section.metric}. Knee: {section.knee_definition}.", style="dim"))
     out += [Text(f"note: {note}", style="yellow") for note in section.notes]
     return out

@@ -40,6 +40,15 @@ def capacity_curve_lines(section: Any) -> list[str]:
         name = "knee" if p.label == "knee" else f"{p.label} of unlimited reuse"
         lines.append(f"| {name} | {' · '.join(_capacity(p, with_bytes, ' blocks'))} | "
                      f"{fmt.pct(p.hit_ratio)} |")
+    if section.per_instance:
+        lines += ["", "Per instance (blocks per cache):", ""]
+        lines += table(
+            ["instance", "requests", "unlimited", "knee", "50 %", "90 %", "99 %", "full reuse"],
+            [[r.label, fmt.count(r.requests), fmt.pct(r.unlimited_hit_ratio),
+              fmt.count(r.knee_blocks), fmt.count(r.blocks_for_50), fmt.count(r.blocks_for_90),
+              fmt.count(r.blocks_for_99), fmt.count(r.full_reuse_blocks)]
+             for r in section.per_instance],
+        )
     lines += ["", f"_{section.metric}. Knee: {section.knee_definition}._"]
     lines += [f"> note: {note}" for note in section.notes]
     return lines

@@ -364,6 +364,9 @@ class CapacityCurve:
     step_hit_blocks: NDArray[np.int64]
     knee_capacity_blocks: int | None = field(default=None)
     share_capacities_blocks: dict[float, int | None] = field(default_factory=dict)
+    # With `sweep(..., per_instance=True)`: each partition's own curve, by partition code.
+    instance_codes: tuple[int, ...] = ()
+    instance_curves: tuple[CapacityCurve, ...] = ()
 
     def hit_tokens_at(self, capacities_blocks: Any) -> NDArray[np.int64]:
         """Hit tokens at each capacity (in blocks per cache) of an array-like."""
@@ -447,6 +450,8 @@ def curve_from_histograms(
     partitions: int = 1,
     kv_bytes_per_token: int | None = None,
     shares: tuple[float, ...] = DEFAULT_SHARES,
+    instance_codes: tuple[int, ...] = (),
+    instance_curves: tuple[CapacityCurve, ...] = (),
 ) -> CapacityCurve:
     """Turn the distance histograms into the exact step curve, its knee and share capacities."""
     tok = histograms.hit_tokens
@@ -466,6 +471,8 @@ def curve_from_histograms(
         step_capacities_blocks=steps,
         step_hit_tokens=cum_tok.astype(np.int64),
         step_hit_blocks=cum_blk.astype(np.int64),
+        instance_codes=instance_codes,
+        instance_curves=instance_curves,
     )
     knee = _knee(steps, cum_tok)
     share_caps = {s: curve.capacity_for_share(s) for s in shares}
@@ -483,6 +490,18 @@ def _knee(steps: NDArray[np.int64], cum_tok: NDArray[np.int64]) -> int | None:
     return int(steps[int(np.argmax(y - x))])
 
 
+def _gather(offsets: NDArray[np.int64], values: NDArray[Any], rows: NDArray[np.int64]
+            ) -> tuple[NDArray[np.int64], NDArray[Any]]:
+    """The segments `rows` of a flat (offsets, values) array, as a new flat array."""
+    lengths = np.diff(offsets)[rows]
+    new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    total = int(new_offsets[-1])
+    index = (np.repeat(offsets[rows] - new_offsets[:-1], lengths)
+             + np.arange(total, dtype=np.int64))
+    return new_offsets, values[index]
+
+
 def sweep(
     chains: BlockChains,
     *,
@@ -490,34 +509,67 @@ def sweep(
     instance_codes: NDArray[Any] | None = None,
     kv_bytes_per_token: int | None = None,
     shares: tuple[float, ...] = DEFAULT_SHARES,
+    per_instance: bool = False,
 ) -> CapacityCurve:
     """The LRU capacity curve of `chains` (replay-spec §6), equal to LRU replays at every capacity.
 
     `instance_codes` (one int per request) splits the requests into per-instance caches of the
     same capacity (scope instance); the curve then sums their hits. Routes whose choice depends
     on the cache contents (prefix-affinity) cannot be swept in one pass; give static codes.
+    `per_instance=True` also returns each instance's own curve (one pass per instance).
     """
     order = str(touch_order)
-    hist = stack_distance_histograms(
-        offsets=chains.offsets,
-        ids=chains.ids,
-        block_tokens=chains.block_tokens,
-        max_hit_blocks=chains.max_hit_blocks,
-        touch_order=order,  # type: ignore[arg-type]
-        partitions=instance_codes,
-        n_ids=chains.num_distinct,
-        output_offsets=chains.output_offsets,
-        output_ids=chains.output_ids,
-    )
+    block = int(chains.block_size_tokens)
     prompt_tokens = np.asarray(chains.prompt_tokens, dtype=np.int64)
-    partitions = 1 if instance_codes is None else int(np.unique(instance_codes).size)
-    return curve_from_histograms(
-        hist,
-        block_size_tokens=int(chains.block_size_tokens),
-        touch_order=order,  # type: ignore[arg-type]
-        prompt_tokens_total=int(prompt_tokens.sum()),
-        full_blocks_total=int((prompt_tokens // chains.block_size_tokens).sum()),
-        partitions=partitions,
-        kv_bytes_per_token=kv_bytes_per_token,
-        shares=shares,
-    )
+
+    def curve_of(hist: DistanceHistograms, prompt: NDArray[np.int64], parts: int,
+                 **extra: Any) -> CapacityCurve:
+        return curve_from_histograms(
+            hist, block_size_tokens=block, touch_order=order,  # type: ignore[arg-type]
+            prompt_tokens_total=int(prompt.sum()), full_blocks_total=int((prompt // block).sum()),
+            partitions=parts, kv_bytes_per_token=kv_bytes_per_token, shares=shares, **extra,
+        )
+
+    if not per_instance or instance_codes is None:
+        hist = stack_distance_histograms(
+            offsets=chains.offsets,
+            ids=chains.ids,
+            block_tokens=chains.block_tokens,
+            max_hit_blocks=chains.max_hit_blocks,
+            touch_order=order,  # type: ignore[arg-type]
+            partitions=instance_codes,
+            n_ids=chains.num_distinct,
+            output_offsets=chains.output_offsets,
+            output_ids=chains.output_ids,
+        )
+        parts = 1 if instance_codes is None else int(np.unique(instance_codes).size)
+        return curve_of(hist, prompt_tokens, parts)
+
+    codes = np.asarray(instance_codes)
+    offsets = np.asarray(chains.offsets, dtype=np.int64)
+    has_outputs = chains.output_offsets is not None and chains.output_ids is not None
+    total_tok = np.zeros(chains.num_distinct + 2, dtype=np.int64)
+    total_blk = np.zeros(chains.num_distinct + 2, dtype=np.int64)
+    curves: list[CapacityCurve] = []
+    uniques = np.unique(codes)
+    for code in uniques:
+        rows = np.flatnonzero(codes == code).astype(np.int64)
+        sub_offsets, sub_ids = _gather(offsets, chains.ids, rows)
+        _, sub_tokens = _gather(offsets, chains.block_tokens, rows)
+        out_offsets = out_ids = None
+        if has_outputs:
+            out_offsets, out_ids = _gather(np.asarray(chains.output_offsets, dtype=np.int64),
+                                           chains.output_ids, rows)
+        hist = stack_distance_histograms(
+            offsets=sub_offsets, ids=sub_ids, block_tokens=sub_tokens,
+            max_hit_blocks=np.asarray(chains.max_hit_blocks)[rows],
+            touch_order=order,  # type: ignore[arg-type]
+            n_ids=chains.num_distinct, output_offsets=out_offsets, output_ids=out_ids,
+        )
+        total_tok += hist.hit_tokens
+        total_blk += hist.hit_blocks
+        curves.append(curve_of(hist, prompt_tokens[rows], 1))
+    return curve_of(DistanceHistograms(hit_tokens=total_tok, hit_blocks=total_blk),
+                    prompt_tokens, len(uniques),
+                    instance_codes=tuple(int(c) for c in uniques),
+                    instance_curves=tuple(curves))

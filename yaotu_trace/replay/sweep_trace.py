@@ -26,6 +26,8 @@ KNEE_DEFINITION = (
     "above the diagonal; beyond it a block buys less than the average block"
 )
 METRIC = "hit ratio = Σ hit tokens / Σ prompt tokens (token-weighted), at capacity C per cache"
+# Per-instance curves cost one pass each; beyond this many instances only the total is shown.
+MAX_INSTANCE_CURVES = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +42,21 @@ class CapacityPoint:
     hit_ratio: float
     share_of_unlimited: float
     block_hit_ratio_over_full_blocks: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceCurve:
+    """One instance's own curve (scope instance), summarised; capacities in blocks."""
+
+    label: str
+    requests: int
+    prompt_tokens: int
+    unlimited_hit_ratio: float
+    knee_blocks: int | None
+    blocks_for_50: int | None
+    blocks_for_90: int | None
+    blocks_for_99: int | None
+    full_reuse_blocks: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +81,7 @@ class CapacityCurveSection:
     knee: CapacityPoint | None
     shares: tuple[CapacityPoint, ...]
     points: tuple[CapacityPoint, ...]
+    per_instance: tuple[InstanceCurve, ...] = ()
     notes: tuple[str, ...] = ()
 
 
@@ -111,12 +129,21 @@ def sweep_trace(
     prepared = prepare(trace, with_outputs=rules.cache_outputs)
     chains = prepared.chains(rules)
     codes = partition_codes(prepared, rules, chains)
+    n_caches = 0 if codes is None else int(np.unique(codes).size)
     curve = sweep(chains, touch_order=rules.touch_order, instance_codes=codes,
-                  kv_bytes_per_token=kv_bytes_per_token)
+                  kv_bytes_per_token=kv_bytes_per_token,
+                  per_instance=0 < n_caches <= MAX_INSTANCE_CURVES)
     all_notes = list(notes)
+    per_instance: tuple[InstanceCurve, ...] = ()
     if codes is not None:
         all_notes.append(f"scope instance: {curve.partitions} caches, each of the capacity shown; "
                          "hits are summed over instances")
+        from_column = rules.route is None and prepared.instance_codes is not None
+        labels = prepared.instance_labels if from_column else ()
+        per_instance = _instance_rows(curve, codes, labels)
+        if n_caches > MAX_INSTANCE_CURVES:
+            all_notes.append(f"per-instance curves omitted: {n_caches} instances "
+                             f"(shown up to {MAX_INSTANCE_CURVES})")
     if not rules.cache_outputs:
         all_notes.append("output blocks are not cached (--cache-outputs is off)")
     if curve.unlimited_hit_tokens == 0:
@@ -126,8 +153,30 @@ def sweep_trace(
     section = build_section(curve, rules=rules, preset=preset, points=points, model=model,
                             requests=prepared.num_requests,
                             cacheable_blocks=int(chains.num_blocks.sum()),
-                            distinct_blocks=chains.num_distinct, notes=tuple(all_notes))
+                            distinct_blocks=chains.num_distinct, notes=tuple(all_notes),
+                            per_instance=per_instance)
     return section, curve
+
+
+def _instance_rows(curve: CapacityCurve, codes: np.ndarray,
+                   labels: tuple[str, ...]) -> tuple[InstanceCurve, ...]:
+    """Summaries of the per-instance curves, labelled by the trace's instance names if any."""
+    requests = np.bincount(np.asarray(codes, dtype=np.int64))
+    rows = []
+    for code, inst in zip(curve.instance_codes, curve.instance_curves, strict=True):
+        caps = inst.share_capacities_blocks
+        rows.append(InstanceCurve(
+            label=labels[code] if code < len(labels) else f"instance-{code}",
+            requests=int(requests[code]),
+            prompt_tokens=inst.prompt_tokens_total,
+            unlimited_hit_ratio=inst.unlimited_hit_ratio,
+            knee_blocks=inst.knee_capacity_blocks,
+            blocks_for_50=caps.get(0.5),
+            blocks_for_90=caps.get(0.9),
+            blocks_for_99=caps.get(0.99),
+            full_reuse_blocks=inst.full_reuse_capacity_blocks,
+        ))
+    return tuple(rows)
 
 
 def build_section(
@@ -141,6 +190,7 @@ def build_section(
     cacheable_blocks: int,
     distinct_blocks: int,
     notes: tuple[str, ...] = (),
+    per_instance: tuple[InstanceCurve, ...] = (),
 ) -> CapacityCurveSection:
     """Sample the exact curve into report points (always including knee and share points)."""
     def point(capacity: int | None, label: str) -> CapacityPoint | None:
@@ -201,5 +251,6 @@ def build_section(
         knee=point(curve.knee_capacity_blocks, "knee"),
         shares=shares,
         points=sampled,
+        per_instance=per_instance,
         notes=notes,
     )
