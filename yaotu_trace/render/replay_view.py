@@ -79,8 +79,9 @@ def waterfall_rows(s: dict[str, Any]) -> list[list[str]]:
     ideal = wf["ideal_hit_tokens"]
     rows = [["ideal (longest common prefix)", fmt.count(ideal), "", "100.0 %"]]
     for step in wf["steps"]:
-        rows.append([f"− {step['label']}", fmt.count(step["hit_tokens"]),
-                     fmt.count(-step["loss_tokens"]) if step["loss_tokens"] else "0",
+        loss = step["loss_tokens"]
+        lost = "0" if loss == 0 else ("−" if loss > 0 else "+") + fmt.count(abs(loss))
+        rows.append([step["label"], fmt.count(step["hit_tokens"]), lost,
                      fmt.pct(step["hit_tokens"] / ideal) if ideal else fmt.MISSING])
     rows.append(["achieved", fmt.count(wf["achieved_hit_tokens"]), "",
                  fmt.pct(wf["achieved_hit_tokens"] / ideal) if ideal else fmt.MISSING])
