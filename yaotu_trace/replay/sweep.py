@@ -308,10 +308,18 @@ def stack_distance_histograms(
     for name, values in (("ids", ids32), ("output ids", out_ids)):
         if len(values) and (int(values.min()) < 0 or int(values.max()) >= n_ids):
             raise ValueError(f"{name} must lie in 0..{n_ids - 1} (dense chain ids)")
-    if len(offsets64) and (offsets64[0] < 0 or offsets64[-1] > len(ids32)):
-        raise ValueError("offsets must index into ids")
     tokens32 = _pinned(block_tokens, np.int32)
     cap64 = _pinned(max_hit_blocks, np.int64)
+    if (n_requests < 0 or offsets64[0] < 0 or offsets64[-1] > len(ids32)
+            or np.any(np.diff(offsets64) < 0)):
+        raise ValueError("offsets must be non-decreasing indices into ids")
+    if len(tokens32) != len(ids32) or len(cap64) != n_requests:
+        raise ValueError("block_tokens must match ids, and max_hit_blocks the requests")
+    if len(out_off) != n_requests + 1 or (n_requests and (
+            out_off[0] < 0 or out_off[-1] > len(out_ids) or np.any(np.diff(out_off) < 0))):
+        raise ValueError("output offsets must be n_requests + 1 indices into output ids")
+    if partitions is not None and len(partitions) != n_requests:
+        raise ValueError("partitions needs one code per request")
     if partitions is None:
         order = np.arange(n_requests, dtype=np.int64)
         segment_starts = np.array([0, n_requests], dtype=np.int64)
