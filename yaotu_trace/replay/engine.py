@@ -361,7 +361,7 @@ def replay(
     k = 1
     if per_instance:
         if rules.route is None and instance_codes is not None:
-            codes = np.ascontiguousarray(instance_codes, dtype=np.int64)
+            codes = np.array(instance_codes, dtype=np.int64)  # a writable copy: one signature
             if codes.size and codes.min() < 0:
                 raise ConfigError("instance codes must be >= 0")
             k = int(codes.max()) + 1 if codes.size else 1
@@ -379,10 +379,10 @@ def replay(
             "for one replay; use fewer instances or a larger --block-size"
         )
     arr = (np.zeros(n, dtype=np.float64) if arrival_s is None
-           else np.ascontiguousarray(arrival_s, dtype=np.float64))
+           else np.array(arrival_s, dtype=np.float64))
     fin = np.full(n, np.inf, dtype=np.float64)
     if finish_s is not None:
-        fin = np.ascontiguousarray(finish_s, dtype=np.float64).copy()
+        fin = np.array(finish_s, dtype=np.float64)
         fin[np.isnan(fin)] = np.inf
     out_offsets = (chains.output_offsets if outputs else np.zeros(n + 1, dtype=np.int64))
     out_ids = chains.output_ids if outputs else np.zeros(0, dtype=np.int32)
