@@ -486,3 +486,20 @@ def test_per_instance_curves_sum_to_the_partitioned_curve(
         assert curve.prompt_tokens_total == solo.prompt_tokens_total
         total += curve.hit_tokens_at(caps)
     assert total.tolist() == together.hit_tokens_at(caps).tolist()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"ids": np.array([0, 5])},  # id beyond n_ids
+        {"offsets": np.array([0, 3])},  # past the ids
+        {"block_tokens": np.array([1])},  # one weight short
+        {"max_hit_blocks": np.array([1, 1])},  # two requests' caps for one request
+        {"partitions": np.array([0, 1])},
+    ],
+)
+def test_inconsistent_arrays_are_refused_before_the_kernel(bad: dict[str, np.ndarray]) -> None:
+    args = {"offsets": np.array([0, 2]), "ids": np.array([0, 1]), "block_tokens": np.array([1, 1]),
+            "max_hit_blocks": np.array([2]), "n_ids": 2, **bad}
+    with pytest.raises(ValueError):
+        stack_distance_histograms(**args)
