@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.sim.config import (
     ROUTE_CODES,
     RoutePolicy,
@@ -22,6 +22,8 @@ from yaotu_trace.sim.config import (
     SimConfig,
     StepCost,
 )
+
+_MAX_MAP_BYTES = 16 * 2**30  # identity → block maps, one int32 per identity and instance
 
 __all__ = [
     "CalibrationFit",
@@ -238,6 +240,11 @@ def simulate(requests: RequestArrays, config: SimConfig) -> SimResult:
                         chain_block_tokens=sub.chain_block_tokens, num_chain_ids=sub.num_chain_ids)
     blk_off, ident, n_ident, shared = block_identities(sub, out_len, bsz, config.prefix_caching)
     n_inst = config.total_instances
+    map_bytes = n_inst * n_ident * 4
+    if map_bytes > _MAX_MAP_BYTES:
+        raise ResourceLimitError(
+            f"{n_inst} instances × {n_ident:,} block identities need {map_bytes / 2**30:.1f} GiB "
+            "of cache maps; use fewer instances or a larger --block-size")
     if n_inst * usable >= 2**31:
         raise ConfigError("the KV pools exceed 2^31 blocks; use fewer blocks or a larger "
                           "--block-size")
