@@ -19,14 +19,17 @@ from yaotu_trace.cli.app import (
     load,
 )
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.hardware import load_gpus
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
+from yaotu_trace.sim.config import RoutePolicy, SchedulerKind
 from yaotu_trace.simulation import Scenario
 
 OUT_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Model from `trace models`.")]
-GpuOpt = Annotated[str | None, typer.Option("--gpu", help="GPU, e.g. H100-SXM, A100-80GB, H200.")]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", help=f"GPU: {', '.join(g.name for g in load_gpus())} (or an alias, e.g. H100).")]
 KvBlocksOpt = Annotated[int | None, typer.Option(
     "--kv-blocks", help="KV blocks per instance (vLLM num_gpu_blocks); default from GPU memory, "
     "model weights and --gpu-memory-utilization.", min=2)]
@@ -47,9 +50,9 @@ PrefixOpt = Annotated[bool | None, typer.Option(
     show_default=False)]
 InstancesOpt = Annotated[int | None, typer.Option(
     "--instances", help="Colocated instances [1].", min=1)]
-RouteOpt = Annotated[str | None, typer.Option(
-    "--route", help="round-robin, least-loaded, prefix-affinity (sgl-router) or kv-aware "
-    "(Dynamo) [round-robin].")]
+RouteOpt = Annotated[RoutePolicy | None, typer.Option(
+    "--route", help="Routing over instances: prefix-affinity is sgl-router's cache_aware, "
+    "kv-aware is Dynamo's cost [round-robin].", case_sensitive=False)]
 PdOpt = Annotated[str | None, typer.Option(
     "--pd", help="Disaggregate: P prefill and D decode instances, e.g. 1:3.", metavar="P:D")]
 LinkOpt = Annotated[float | None, typer.Option(
@@ -59,7 +62,8 @@ LinkLatencyOpt = Annotated[float | None, typer.Option(
 OverlapOpt = Annotated[bool | None, typer.Option(
     "--layerwise-overlap/--no-layerwise-overlap",
     help="Stream KV layer by layer during prefill [on].", show_default=False)]
-SchedulerOpt = Annotated[str | None, typer.Option("--scheduler", help="vllm or sglang [vllm].")]
+SchedulerOpt = Annotated[SchedulerKind | None, typer.Option(
+    "--scheduler", help="Engine scheduling rules [vllm].", case_sensitive=False)]
 UtilOpt = Annotated[float | None, typer.Option(
     "--gpu-memory-utilization", help="Share of GPU memory the engine takes [0.92].")]
 TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel GPUs per instance [1].",
@@ -76,6 +80,9 @@ CalibrateOpt = Annotated[Path | None, typer.Option(
 def scenario_from_options(**options: object) -> Scenario:
     """The scenario the command-line options give (None: not given)."""
     values = {k: v for k, v in options.items() if v is not None}
+    for key in ("route", "scheduler"):
+        if key in values:
+            values[key] = str(values[key])
     if "calibrate" in values:
         values["calibrate"] = str(values["calibrate"])
     return Scenario(**values)  # type: ignore[arg-type]
