@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from diag_factories import make_trace
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from yaotu_trace.axes.base import EngineSettings
@@ -52,8 +52,18 @@ def traces(draw):
     return columns, steps
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DENORMAL_STEP = (
+    {"arrival_s": [0.0] * 3, "prompt_len": [0] * 3, "output_len": [0] * 3,
+     "scheduled_s": [0.0, 0.0, 4.0], "finish_s": [0.0] * 3, "instance": ["a"] * 3},
+    {"start_s": [0.0], "end_s": [2.2250738585072014e-308], "num_waiting": [0],
+     "prefill_tokens": [0], "decode_tokens": [0], "num_running": [0], "kv_blocks_used": [0],
+     "kv_blocks_total": [100], "num_preempted": [0]},
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces(), st.booleans())
+@example(DENORMAL_STEP, False)
 def test_diagnosis_is_json_clean_for_any_small_trace(case, with_model) -> None:
     columns, steps = case
     trace = make_trace(columns, steps=steps)

@@ -25,7 +25,9 @@ def test_thresholds_unknown_name_lists_valid_names() -> None:
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("pair", ["stall_factor", "stall_factor=abc", "=3", "stall_factor=-1"])
+@pytest.mark.parametrize(
+    "pair", ["stall_factor", "stall_factor=abc", "=3", "stall_factor=-1", "window_s=0",
+             "chunk_tokens=0"])
 def test_thresholds_bad_values_are_config_errors(pair: str) -> None:
     with pytest.raises(ConfigError):
         parse_threshold_options([pair])

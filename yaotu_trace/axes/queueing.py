@@ -402,8 +402,10 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         inside = (arrival >= lo) & (arrival <= hi) & np.isfinite(queue)
         span = hi - lo
         if inside.any() and span > 0:
-            expected = float(queue[inside].sum() / span)
-            mismatch = ratio(abs(st.waiting_mean - expected), max(st.waiting_mean, expected))
+            expected = finite(float(queue[inside].sum()) / span)
+            if expected is not None:
+                mismatch = ratio(abs(st.waiting_mean - expected),
+                                 max(st.waiting_mean, expected))
 
     metrics = QueueingMetrics(
         queue_time_s=Distribution.of(queue) if queue is not None else None,

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from yaotu_trace.axes import AXES, analyzer
 from yaotu_trace.axes.base import (
     SEVERITY_RANK,
@@ -170,8 +172,11 @@ class Diagnosis:
 def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None) -> Diagnosis:
     """Run every axis analyzer, then the ledger, findings and verdict."""
     t = thresholds or make_thresholds()
-    axes: dict[AxisName, AxisResult] = {name: analyzer(name)(inp, t) for name in AXES}
-    ledger, extra = build_ledger(axes, inp, t)
+    # NOTE: degenerate traces (zero-length spans, denormal durations) may overflow a ratio;
+    # such values become inf/NaN, which the report turns into null, instead of warnings.
+    with np.errstate(all="ignore"):
+        axes: dict[AxisName, AxisResult] = {name: analyzer(name)(inp, t) for name in AXES}
+        ledger, extra = build_ledger(axes, inp, t)
     if extra:
         pd_axis = axes[AxisName.PD_INTERFERENCE]
         axes[AxisName.PD_INTERFERENCE] = replace(pd_axis, hits=pd_axis.hits + tuple(extra))

@@ -109,6 +109,8 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
 }
 
 _FIELDS = tuple(THRESHOLDS)
+# Thresholds used as divisors or lengths must be strictly positive.
+_POSITIVE: Final = frozenset({"window_s", "chunk_tokens", "link_efficiency"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,6 +152,8 @@ def make_thresholds(overrides: Mapping[str, float] | None = None) -> Thresholds:
             raise ConfigError(unknown_message(name))
         if not float(value) >= 0:
             raise ConfigError(f"threshold {name}={value} must be a number >= 0")
+        if name in _POSITIVE and not float(value) > 0:
+            raise ConfigError(f"threshold {name}={value} must be greater than 0")
         values[name] = float(value)
     return Thresholds(values=values)
 
