@@ -236,3 +236,39 @@ def test_validation_calibration_recovers_a_linear_step_time():
     assert fit.c_s_per_context_token == pytest.approx(2e-8, rel=0.02)
     assert fit.r_squared > 0.99
     assert fit.rmse_s == pytest.approx(1e-4, rel=0.2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 100_000),
+    kv_blocks=st.integers(12, 120),
+    max_num_seqs=st.integers(1, 8),
+    budget=st.integers(8, 200),
+    chunked=st.booleans(),
+    caching=st.booleans(),
+    threshold=st.sampled_from([0, 0, 24]),
+)
+def test_validation_matches_the_python_reference_exactly(seed, kv_blocks, max_num_seqs, budget,
+                                                         chunked, caching, threshold):
+    from tests.sim.reference import reference
+
+    req = workload(30, seed=seed, rate=30.0, prompt=(1, 120), output=(0, 30), prefixes=3,
+                   prefix_blocks=4, block=8)
+    cfg = SimConfig(kv_blocks=kv_blocks, block_size_tokens=8, max_num_seqs=max_num_seqs,
+                    max_batched_tokens=budget, chunked_prefill=chunked,
+                    long_prefill_token_threshold=threshold, prefix_caching=caching,
+                    step_cost=StepCost.fixed(0.01, 0.001, 1e-5))
+    fits = (np.maximum(req.prompt_tokens, 1) + np.maximum(req.output_tokens, 1) + 7) // 8
+    if (fits > kv_blocks - 1).any():
+        return  # requests over capacity are not run; the reference does not model rejection
+    r = simulate(req, cfg)
+    ref = reference(req, kv_blocks=kv_blocks, block=8, max_seqs=max_num_seqs, budget=budget,
+                    chunked=chunked, threshold=threshold, caching=caching,
+                    a=0.01, b=0.001, c=1e-5)
+    for i, x in enumerate(ref):
+        tt = r.token_times_s[r.token_offsets[i]:r.token_offsets[i + 1]]
+        want = x.tokens[:max(int(req.output_tokens[i]), 0)]
+        np.testing.assert_allclose(tt, want, rtol=0, atol=1e-9)
+        assert r.num_preemptions[i] == x.preemptions
+        assert r.cached_tokens[i] == x.cached
+        assert r.recomputed_tokens[i] == x.recomputed
