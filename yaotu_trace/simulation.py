@@ -385,6 +385,18 @@ class WorkLedger:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceLoad:
+    """One instance's share of the run: how routing spread the work."""
+
+    instance: str
+    requests: int
+    prefill_tokens: int
+    decode_tokens: int
+    busy_share: float | None
+    preemptions: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimulationSummary:
     """The `simulation` report section: configuration, latency, throughput, work."""
 
@@ -420,6 +432,7 @@ class SimulationSummary:
     kv_usage_mean: float | None
     kv_usage_max: float | None
     work: WorkLedger
+    per_instance: tuple[InstanceLoad, ...] = ()
     calibration: CalibrationFit | None = None
     notes: tuple[str, ...] = ()
 
@@ -553,6 +566,19 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
         mbu = sc.bytes_per_s / (resolved.gpu.hbm_bytes_per_s * tp)
         step_model = (f"roofline: {resolved.gpu.name}, MFU {mfu:.2f}, MBU {mbu:.2f}, "
                       f"+{sc.overhead_s * 1e3:.3g} ms/step")
+    per_instance: list[InstanceLoad] = []
+    if len(result.instance_labels) > 1:
+        served = np.where(result.prefill_instance >= 0, result.prefill_instance, result.instance)
+        for k, label in enumerate(result.instance_labels):
+            here = result.step_instance == k
+            routed = (served == k) | (result.instance == k)
+            per_instance.append(InstanceLoad(
+                instance=label, requests=int(routed.sum()),
+                prefill_tokens=int(result.step_prefill_tokens[here].sum()),
+                decode_tokens=int(result.step_decode_tokens[here].sum()),
+                busy_share=float(result.busy_s[k] / makespan) if makespan else None,
+                preemptions=int(result.step_num_preempted[here].sum()),
+            ))
     return SimulationSummary(
         scenario=resolved.name, model=resolved.model.name, gpu=resolved.gpu.name,
         scheduler=str(cfg.scheduler), instances=instances,
@@ -571,7 +597,7 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
         preempted_requests=int((result.num_preemptions > 0).sum()),
         hit_ratio=hit, kv_usage_mean=usage_mean,
         kv_usage_max=float(usage.max()) if usage.size else None,
-        work=work, calibration=resolved.calibration, notes=tuple(all_notes),
+        work=work, per_instance=tuple(per_instance), calibration=resolved.calibration, notes=tuple(all_notes),
     )
 
 

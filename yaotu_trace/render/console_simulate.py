@@ -32,6 +32,9 @@ def simulation_renderables(section: Any) -> list[RenderableType]:
         heading("Latency"), _table(view.LATENCY_HEADER, view.latency_rows(s)),
         heading("Work"), kv_table(view.work_rows(s)),
     ]
+    inst = view.instance_rows(s)
+    if inst:
+        out += [heading("Per instance"), _table(view.INSTANCE_HEADER, inst)]
     cal = view.calibration_rows(s)
     if cal:
         out += [heading("Step-time fit (--calibrate)"), kv_table(cal)]

@@ -19,6 +19,10 @@ def simulation_lines(section: Any) -> list[str]:
     lines += table(view.LATENCY_HEADER, view.latency_rows(s))
     lines += ["", "#### Work", ""]
     lines += table(["work", "amount"], [list(r) for r in view.work_rows(s)])
+    inst = view.instance_rows(s)
+    if inst:
+        lines += ["", "#### Per instance", ""]
+        lines += table(view.INSTANCE_HEADER, inst)
     cal = view.calibration_rows(s)
     if cal:
         lines += ["", "#### Step-time fit (--calibrate)", ""]

@@ -97,6 +97,17 @@ def work_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return [(label, _work_value(unit, w[key])) for key, label, unit in WORK_LABELS]
 
 
+INSTANCE_HEADER = ["instance", "requests", "prefill tokens", "decode tokens", "busy",
+                   "preemptions"]
+
+
+def instance_rows(s: dict[str, Any]) -> list[list[str]]:
+    """One row per instance (clusters only)."""
+    return [[x["instance"], fmt.count(x["requests"]), fmt.tokens(x["prefill_tokens"]),
+             fmt.tokens(x["decode_tokens"]), fmt.pct(x["busy_share"]), fmt.count(x["preemptions"])]
+            for x in s.get("per_instance") or []]
+
+
 def calibration_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """The `--calibrate` fit, when one was made."""
     c = s.get("calibration")
