@@ -597,7 +597,8 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
         preempted_requests=int((result.num_preemptions > 0).sum()),
         hit_ratio=hit, kv_usage_mean=usage_mean,
         kv_usage_max=float(usage.max()) if usage.size else None,
-        work=work, per_instance=tuple(per_instance), calibration=resolved.calibration, notes=tuple(all_notes),
+        work=work, per_instance=tuple(per_instance), calibration=resolved.calibration,
+        notes=tuple(all_notes),
     )
 
 
