@@ -335,6 +335,9 @@ def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[s
     prompt = df["prompt_len"].to_numpy(dtype=np.int64)
     output = df["output_len"].to_numpy(dtype=np.int64)
     notes: list[str] = []
+    if trace.has("model") and df["model"].nunique() > 1:
+        notes.append(f"the trace names {df['model'].nunique()} models; all requests run on the "
+                     "simulated model (their prefix caches stay separate)")
     column = trace.content_column
     if column is None or not trace.has(column):
         notes.append("the trace carries no prompt content (token or block ids): no request can "

@@ -6,7 +6,7 @@ model and a GPU into a `StepCost` and a pool size, and the engine only sees numb
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -107,7 +107,6 @@ class SimConfig:
     balance_rel_threshold: float = 1.5
     tensor_parallel: int = 1
     step_cost: StepCost
-    labels: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scheduler", SchedulerKind(self.scheduler))
