@@ -146,6 +146,8 @@ def sweep_trace(
                              f"(shown up to {MAX_INSTANCE_CURVES})")
     if not rules.cache_outputs:
         all_notes.append("output blocks are not cached (--cache-outputs is off)")
+    elif chains.output_ids is None:
+        all_notes.append("--cache-outputs has no effect: the trace has no output token ids")
     if curve.unlimited_hit_tokens == 0:
         all_notes.append("no block is ever reused under these rules: the curve is flat at 0")
     if kv_bytes_per_token is None:
