@@ -48,7 +48,8 @@ def test_qwen3_head_dim_is_not_hidden_over_heads() -> None:
 
 
 @pytest.mark.parametrize(
-    "typed", ["llama-3.1-8b", "LLAMA-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B-Instruct"]
+    "typed",
+    ["llama-3.1-8b", "LLAMA-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B-Instruct"],
 )
 def test_find_model_is_case_insensitive_and_accepts_aliases(typed: str) -> None:
     assert find_model(typed).name == "Llama-3.1-8B"

@@ -56,7 +56,9 @@ class Capacity:
         """Whether this capacity means "no limit"."""
         return self.unit == "unlimited"
 
-    def to_blocks(self, block_size_tokens: int, kv_bytes_per_token: int | None = None) -> int | None:
+    def to_blocks(
+        self, block_size_tokens: int, kv_bytes_per_token: int | None = None
+    ) -> int | None:
         """Whole blocks of `block_size_tokens` that fit (floor); None when unlimited."""
         if block_size_tokens < 1:
             raise ConfigError(f"block size must be >= 1 token, got {block_size_tokens}")

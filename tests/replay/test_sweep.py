@@ -258,7 +258,7 @@ def test_bad_touch_order_is_a_config_error() -> None:
 
 # ---------------------------------------------------------------- against the block chains
 
-def _chains(prompts: list[list[int]], preset: str, **overrides: object):  # type: ignore[no-untyped-def]
+def _chains(prompts: list[list[int]], preset: str, **overrides: object):
     from yaotu_trace.replay.blocks import build_block_chains
     from yaotu_trace.replay.rules import rules_for
 
@@ -337,7 +337,7 @@ def test_mooncake_fig9_synthetic_curve_is_reproduced() -> None:
 # ---------------------------------------------------------------- trace level and CLI
 
 
-def _write_trace(tmp_path, prompts: list[list[int]], **columns: list[object]):  # type: ignore[no-untyped-def]
+def _write_trace(tmp_path, prompts: list[list[int]], **columns: list[object]):
     import pandas as pd
 
     from yaotu_trace.ingest.canonical import write_trace
@@ -437,7 +437,9 @@ def test_sweep_cli_table_and_markdown_show_capacities(tmp_path, capsys, fmt: str
         (["--model", "qwen2.5-7b", "--kv-bytes-per-token", "5"], "only one"),
     ],
 )
-def test_sweep_cli_errors_are_one_line_exit_3(tmp_path, capsys, args: list[str], needle: str) -> None:
+def test_sweep_cli_errors_are_one_line_exit_3(
+    tmp_path, capsys, args: list[str], needle: str
+) -> None:
     from yaotu_trace.cli import main
 
     code = main(["sweep", str(_write_trace(tmp_path, SHARED)), *args])

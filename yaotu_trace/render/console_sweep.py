@@ -62,11 +62,12 @@ def capacity_curve_renderables(section: Any) -> list[RenderableType]:
                                  f"{fmt.pct(k.hit_ratio)} ({fmt.pct(k.share_of_unlimited)} "
                                  "of unlimited)"))
     for p in section.shares:
-        key_rows.append((f"{p.label} of unlimited reuse",
-                         f"{' · '.join(_capacity(p, with_bytes, ' blocks'))} → {fmt.pct(p.hit_ratio)}"))
+        shown = " · ".join(_capacity(p, with_bytes, " blocks"))
+        key_rows.append((f"{p.label} of unlimited reuse", f"{shown} → {fmt.pct(p.hit_ratio)}"))
     if section.full_reuse is not None:
         f = section.full_reuse
-        key_rows.append(("all of unlimited reuse", " · ".join(_capacity(f, with_bytes, " blocks"))))
+        shown = " · ".join(_capacity(f, with_bytes, " blocks"))
+        key_rows.append(("all of unlimited reuse", shown))
     if key_rows:
         out += [heading("Capacity needed"), kv_table(key_rows)]
     if section.per_instance:

@@ -390,7 +390,7 @@ class CapacityCurve:
         return self.hit_tokens_at(capacities_blocks).astype(np.float64) / total
 
     def block_hit_ratio_over_full_blocks_at(self, capacities_blocks: Any) -> NDArray[np.float64]:
-        """Σ hit blocks / Σ full prompt blocks: the block-counted ratio Mooncake's Figure 9 plots."""
+        """Σ hit blocks / Σ full prompt blocks: the block-counted ratio of Mooncake's Figure 9."""
         total = max(self.full_blocks_total, 1)
         return self.hit_blocks_at(capacities_blocks).astype(np.float64) / total
 
