@@ -664,22 +664,26 @@ def simulate_cluster(
                 fl_req[i, n_sched] = r
                 n_sched += 1
 
-        if sched_kind == 1 and n_sched == 0 and nrun[i] > 0:
-            # SGLang decode step: every running request advances one token; retract on OOM
+        if sched_kind == 1 and pf_tok == 0 and nrun[i] > 0:
+            # SGLang decode step (no prefill work; KV arriving from a prefill instance only adds
+            # decodes): every decoding request advances one token; retract on OOM
             while True:
                 need = 0
+                decoding = 0
+                worst = -1
                 for k in range(nrun[i]):
                     r = run[i, k]
                     if computed[r] == ntok[r] - 1:
                         need += (computed[r] + 1 + bsz - 1) // bsz - nalloc[r]
-                if need <= nfree[i] or nrun[i] <= 1:
+                        decoding += 1
+                        if worst < 0:
+                            worst = k
+                        else:
+                            b = run[i, worst]
+                            if gen[r] < gen[b] or (gen[r] == gen[b] and prompt[r] > prompt[b]):
+                                worst = k
+                if need <= nfree[i] or decoding <= 1:
                     break
-                worst = 0
-                for k in range(1, nrun[i]):
-                    a = run[i, k]
-                    b = run[i, worst]
-                    if gen[a] < gen[b] or (gen[a] == gen[b] and prompt[a] > prompt[b]):
-                        worst = k
                 v = run[i, worst]
                 for k in range(worst, nrun[i] - 1):
                     run[i, k] = run[i, k + 1]
