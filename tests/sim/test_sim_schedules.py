@@ -145,3 +145,12 @@ def test_schedule_pd_hands_off_after_the_first_token():
     assert r.kv_transfer_bytes == 1000.0
     assert r.instance_labels[r.prefill_instance[0]] == "p0"
     assert r.instance_labels[r.instance[0]] == "d0"
+
+
+def test_schedule_pd_layerwise_overlap_hides_the_transfer_behind_the_prefill():
+    cfg = config(pd=(1, 1), link_bytes_per_s=1000.0, link_latency_s=0.5, layerwise_overlap=True,
+                 layers=32, step_cost=StepCost.fixed(1.0, 0.0, kv_bytes_per_token=100.0))
+    r = simulate(requests([0.0], [10], [3]), cfg)
+    # ready = max(prefill end + α + bytes/(L·bw), prefill start + α + bytes/bw)
+    #       = max(1 + 0.5 + 1/32, 0 + 0.5 + 1) = 1.53125
+    np.testing.assert_allclose(tokens_of(r, 0), [1.0, 2.53125, 3.53125])
