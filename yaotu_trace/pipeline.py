@@ -12,7 +12,13 @@ from yaotu_trace.schema import Trace
 # Extra sections of `trace analyze`, in report order: name → builder(trace) or None to skip.
 # Later analyses (prefix reuse, the four axes) register here.
 AnalyzeSection = Callable[[Trace], Any]
-ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {}
+def _prefix_reuse(trace: Trace) -> Any:
+    from yaotu_trace.replay.overview import reuse_overview
+
+    return reuse_overview(trace)
+
+
+ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"prefix_reuse": _prefix_reuse}
 
 
 def input_summary(trace: Trace) -> InputSummary:

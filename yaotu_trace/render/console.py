@@ -50,13 +50,21 @@ def render_console(report: Report, *, width: int = 100, color: bool = False) -> 
     for name, section in report.sections.items():
         if section is None:
             continue
-        for renderable in _section_renderer(name)(section):
+        for renderable in _section_renderer(name, section)(section):
             console.print(renderable)
     return buffer.getvalue()
 
 
-def _section_renderer(name: str) -> SectionRenderer:
-    target = SECTION_RENDERERS.get(name)
+# A section whose value type has its own renderer (the same key can carry different values in
+# different commands: `prefix_reuse` is the full replay in `trace replay`, an overview in
+# `trace analyze`).
+TYPE_RENDERERS: dict[str, str] = {
+    "ReuseOverview": "yaotu_trace.render.console:reuse_overview_renderables",
+}
+
+
+def _section_renderer(name: str, section: object = None) -> SectionRenderer:
+    target = TYPE_RENDERERS.get(type(section).__name__) or SECTION_RENDERERS.get(name)
     if target is not None:
         module_name, func = target.split(":")
         try:
@@ -210,4 +218,31 @@ def profile_renderables(profile: Profile) -> list[RenderableType]:
                          f"({fmt.pct(timing.cached_token_share)} of prompt tokens)"))
         if rows:
             out.append(kv_table(rows))
+    return out
+
+
+def reuse_overview_renderables(overview: Any) -> list[RenderableType]:
+    """`trace analyze`'s prefix-reuse overview: reachable reuse and the KV it needs."""
+    out: list[RenderableType] = [heading(f"Prefix reuse  (preset {overview.preset}, "
+                                         "unlimited capacity)")]
+    if not overview.available:
+        return [*out, Text(f"not available: {overview.reason}")]
+    rows = [
+        ("hit ratio (token-weighted)", fmt.pct(overview.hit_ratio)),
+        ("saved / remaining prefill", f"{fmt.count(overview.saved_prefill_tokens)} / "
+                                      f"{fmt.count(overview.remaining_prefill_tokens)} tokens"),
+        ("block size", f"{overview.block_size_tokens} tokens"),
+        ("cacheable / distinct blocks", f"{fmt.count(overview.cacheable_blocks)} / "
+                                        f"{fmt.count(overview.distinct_blocks)}"),
+    ]
+    points = [("knee", overview.knee)] + [(f"{p.label} of the reuse", p) for p in overview.shares]
+    for label, point in points:
+        if point is not None:
+            rows.append((f"LRU capacity for {label}",
+                         f"{fmt.count(point.capacity_blocks)} blocks ({fmt.tokens(point.capacity_tokens)})"
+                         f" → {fmt.pct(point.hit_ratio)}"))
+    out.append(kv_table(rows))
+    out += [Text(f"note: {note}", style="yellow") for note in overview.notes]
+    out.append(Text("details: trace replay (loss waterfall, hot prefixes), trace sweep (curve)",
+                    style="dim"))
     return out

@@ -36,12 +36,17 @@ def render_markdown(report: Report) -> str:
     lines += [f"> note: {note}" for note in s.notes]
     for name, section in report.sections.items():
         if section is not None:
-            lines += ["", *_renderer(name)(section)]
+            lines += ["", *_renderer(name, section)(section)]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _renderer(name: str) -> Callable[[Any], list[str]]:
-    target = SECTION_RENDERERS.get(name)
+TYPE_RENDERERS: dict[str, str] = {
+    "ReuseOverview": "yaotu_trace.render.markdown:reuse_overview_lines",
+}
+
+
+def _renderer(name: str, section: object = None) -> Callable[[Any], list[str]]:
+    target = TYPE_RENDERERS.get(type(section).__name__) or SECTION_RENDERERS.get(name)
     if target is not None:
         module_name, func = target.split(":")
         try:
@@ -113,3 +118,20 @@ def profile_lines(profile: Profile) -> list[str]:
             _dist("end-to-end", t.e2e_s, fmt.seconds),
         ])
     return lines
+
+
+def reuse_overview_lines(overview: Any) -> list[str]:
+    """`trace analyze`'s prefix-reuse overview as Markdown."""
+    lines = [f"### Prefix reuse (preset {overview.preset}, unlimited capacity)", ""]
+    if not overview.available:
+        return [*lines, f"Not available: {overview.reason}."]
+    rows = [
+        ["hit ratio (token-weighted)", fmt.pct(overview.hit_ratio)],
+        ["saved prefill tokens", fmt.count(overview.saved_prefill_tokens)],
+        ["remaining prefill tokens", fmt.count(overview.remaining_prefill_tokens)],
+    ]
+    points = [("knee", overview.knee)] + [(f"{p.label} of the reuse", p) for p in overview.shares]
+    rows += [[f"LRU capacity for {label}",
+              f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)})"]
+             for label, p in points if p is not None]
+    return lines + table(["metric", "value"], rows)
