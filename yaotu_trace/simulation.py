@@ -75,6 +75,7 @@ class Scenario:
     mfu: float | None = None
     mbu: float | None = None
     overhead_ms: float | None = None
+    host_gap_ms: float | None = None
     calibrate: str | None = None
 
     def merged(self, override: Scenario) -> Scenario:
@@ -187,7 +188,8 @@ def kv_blocks_from_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, block_size
 
 
 def step_cost_for(model: ModelSpec, gpu: GpuSpec, *, tp: int, mfu: float, mbu: float,
-                  overhead_ms: float, kv_bytes_per_token: int) -> StepCost:
+                  overhead_ms: float, kv_bytes_per_token: int, host_gap_ms: float = 0.0
+                  ) -> StepCost:
     """The roofline step cost of `model` on `tp` × `gpu` (cost-model §2.1–2.2)."""
     if not (0 < mfu <= 1 and 0 < mbu <= 1):
         raise ConfigError(f"--mfu {mfu} and --mbu {mbu} must be in (0, 1]")
@@ -216,6 +218,7 @@ def step_cost_for(model: ModelSpec, gpu: GpuSpec, *, tp: int, mfu: float, mbu: f
         flops_per_s=gpu.bf16_flops * mfu * tp,
         bytes_per_s=gpu.hbm_bytes_per_s * mbu * tp,
         overhead_s=overhead_ms / 1e3,
+        host_gap_s=host_gap_ms / 1e3,
     )
 
 
@@ -274,6 +277,9 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
             else DEFAULT_GPU_MEMORY_UTILIZATION)
     if not 0 < util <= 1:
         raise ConfigError(f"--gpu-memory-utilization {util} must be in (0, 1]")
+    host_gap_ms = scenario.host_gap_ms or 0.0
+    if host_gap_ms < 0:
+        raise ConfigError(f"--host-gap-ms {host_gap_ms} must be >= 0")
     derived: dict[str, Any] = {}
     if scenario.kv_blocks is not None:
         kv_blocks = int(scenario.kv_blocks)
@@ -285,13 +291,13 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
     calibration = None
     if scenario.calibrate:
         calibration = calibrate_from(Path(scenario.calibrate), block_size)
-        cost = calibration.step_cost(kv_b)
+        cost = replace(calibration.step_cost(kv_b), host_gap_s=host_gap_ms / 1e3)
     else:
         cost = step_cost_for(model, gpu, tp=tp, mfu=scenario.mfu or DEFAULT_MFU,
                              mbu=scenario.mbu or DEFAULT_MBU,
                              overhead_ms=(scenario.overhead_ms if scenario.overhead_ms is not None
                                           else DEFAULT_OVERHEAD_MS),
-                             kv_bytes_per_token=kv_b)
+                             kv_bytes_per_token=kv_b, host_gap_ms=host_gap_ms)
     pd_shape = _parse_pd(scenario.pd) if scenario.pd else None
     link_gbps = scenario.link_gbps if scenario.link_gbps is not None else DEFAULT_LINK_GBPS
     if link_gbps <= 0:

@@ -72,6 +72,9 @@ MfuOpt = Annotated[float | None, typer.Option("--mfu", help="Model FLOP utilisat
 MbuOpt = Annotated[float | None, typer.Option("--mbu", help="Memory bandwidth utilisation [0.7].")]
 OverheadOpt = Annotated[float | None, typer.Option(
     "--overhead-ms", help="Fixed host overhead per step, ms [2].")]
+HostGapOpt = Annotated[float | None, typer.Option(
+    "--host-gap-ms", help="Host time per step that does not overlap the GPU (the GPU idles "
+    "between steps), ms [0].")]
 CalibrateOpt = Annotated[Path | None, typer.Option(
     "--calibrate", help="Fit a + b·prefill_tokens + c·Σcontext on this real step log and use it "
     "as the step time.", metavar="STEPS")]
@@ -130,6 +133,7 @@ def simulate(
     mfu: MfuOpt = None,
     mbu: MbuOpt = None,
     overhead_ms: OverheadOpt = None,
+    host_gap_ms: HostGapOpt = None,
     calibrate: CalibrateOpt = None,
     format: FormatOpt = OutputFormat.TABLE,
     output: OutputOpt = None,
@@ -164,7 +168,7 @@ def simulate(
         prefix_caching=prefix_caching, instances=instances, route=route, pd=pd,
         link_gbps=link_gbps, link_latency_ms=link_latency_ms, layerwise_overlap=layerwise_overlap,
         scheduler=scheduler, gpu_memory_utilization=gpu_memory_utilization, tp=tp, mfu=mfu,
-        mbu=mbu, overhead_ms=overhead_ms, calibrate=calibrate,
+        mbu=mbu, overhead_ms=overhead_ms, host_gap_ms=host_gap_ms, calibrate=calibrate,
     )
     chosen = load_scenario(scenario).merged(given) if scenario is not None else given
     loaded = load(trace, input_format, map, source_block_size)

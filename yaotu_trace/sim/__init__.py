@@ -172,7 +172,7 @@ def cost_vector(cost: StepCost) -> np.ndarray:
         1.0 if cost.calibrated is not None else 0.0, cost.linear_params,
         cost.attention_flops_per_token_pair, cost.dense_weight_bytes, cost.expert_weight_bytes,
         float(cost.experts), float(cost.experts_per_token), cost.kv_bytes_per_token,
-        cost.flops_per_s, cost.bytes_per_s, cost.overhead_s, a, b, c,
+        cost.flops_per_s, cost.bytes_per_s, cost.overhead_s, a, b, c, cost.host_gap_s,
     ], dtype=np.float64)
 
 

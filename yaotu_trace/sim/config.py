@@ -46,6 +46,10 @@ class StepCost:
     bytes = `dense_weight_bytes + expert_weight_bytes·touched(T) + kv_bytes_per_token·(Σ ctx +
     Σ p + T)`. `flops_per_s` and `bytes_per_s` already include MFU/MBU and tensor parallelism.
     When `calibrated` is set, the step time is `a + b·prefill_tokens + c·Σcontext` instead.
+    `host_gap_s` is host work that does not overlap the GPU (scheduling, input preparation,
+    detokenization without async output): it idles the GPU between two steps of an instance, so
+    it appears in the step log as a gap `start_{k+1} − end_k` while requests wait, unlike
+    `overhead_s`, which is counted inside the step.
     """
 
     linear_params: float
@@ -58,6 +62,7 @@ class StepCost:
     flops_per_s: float
     bytes_per_s: float
     overhead_s: float = 0.003
+    host_gap_s: float = 0.0
     calibrated: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
@@ -65,14 +70,17 @@ class StepCost:
             raise ConfigError("GPU compute and bandwidth must be positive")
         if self.overhead_s < 0:
             raise ConfigError(f"step overhead {self.overhead_s} s must be >= 0")
+        if not self.host_gap_s >= 0:
+            raise ConfigError(f"host gap {self.host_gap_s} s must be >= 0")
 
     @classmethod
     def fixed(cls, a_s: float, b_s_per_token: float = 0.0, c_s_per_context: float = 0.0,
-              *, kv_bytes_per_token: float = 0.0) -> StepCost:
+              *, kv_bytes_per_token: float = 0.0, host_gap_s: float = 0.0) -> StepCost:
         """A linear step time `a + b·prefill_tokens + c·Σcontext` (tests, calibration)."""
         return cls(linear_params=0.0, attention_flops_per_token_pair=0.0, dense_weight_bytes=0.0,
                    kv_bytes_per_token=kv_bytes_per_token, flops_per_s=1.0, bytes_per_s=1.0,
-                   overhead_s=0.0, calibrated=(a_s, b_s_per_token, c_s_per_context))
+                   overhead_s=0.0, host_gap_s=host_gap_s,
+                   calibrated=(a_s, b_s_per_token, c_s_per_context))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

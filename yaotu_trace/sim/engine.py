@@ -25,9 +25,8 @@ import numpy as np
 
 _INF = np.inf
 # Cost vector layout (see `cost_vector` in yaotu_trace.sim).
-C_MODE, C_LIN, C_ATTN, C_DENSE, C_EXPERT, C_E, C_K, C_KVB, C_F, C_BW, C_OVER, C_A, C_B, C_C = (
-    range(14)
-)
+(C_MODE, C_LIN, C_ATTN, C_DENSE, C_EXPERT, C_E, C_K, C_KVB, C_F, C_BW, C_OVER, C_A, C_B, C_C,
+ C_HOST) = range(15)
 
 
 @nb.njit(cache=True)
@@ -737,10 +736,11 @@ def simulate_cluster(
             stall_dec_s += (t_step - t_dec) * dec_tok
         hbm_bytes += nbytes
         prefix_reread += prefix_sum * kvb
-        overhead_total += cost[C_OVER] if cost[C_MODE] < 0.5 else 0.0
+        overhead_total += (cost[C_OVER] if cost[C_MODE] < 0.5 else 0.0) + cost[C_HOST]
         busy_s[i] += t_step
         end = now + t_step
-        inst_t[i] = end
+        # non-overlapped host work: the GPU idles after the step until the host is done
+        inst_t[i] = end + cost[C_HOST]
         if n_steps == s_inst.shape[0]:
             s_inst = _grow_f(s_inst)
             s_start = _grow_f(s_start)
