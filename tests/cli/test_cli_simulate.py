@@ -145,7 +145,8 @@ def test_cli_simulate_then_diagnose_verdict_follows_the_kv_pool(tmp_path, capsys
         preemptions = json.loads(capsys.readouterr().out)["simulation"]["preemptions"]
         main(["diagnose", str(out), "--steps", str(steps), "--format", "json"])
         doc = json.loads(capsys.readouterr().out)
-        status[kv_blocks] = (preemptions, doc["axes"]["kv_memory"]["status"])
+        axes = {a["name"]: a for a in doc["axes"]}
+        status[kv_blocks] = (preemptions, axes["kv_memory"]["status"])
     # a small pool preempts and the KV-memory axis says so; a large one does neither
     assert status[600][0] > 50 and status[600][1] == "bottleneck"
     assert status[20_000] == (0, "ok")

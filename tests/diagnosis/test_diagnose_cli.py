@@ -27,8 +27,9 @@ def test_diagnose_mooncake_without_timing(capsys) -> None:
     code, out, err = run(["diagnose", str(path), "--format", "json"], capsys)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
-    axes = doc["axes"]
-    assert list(axes) == ["queueing", "kv_memory", "prefix_reuse", "pd_interference"]
+    assert [a["name"] for a in doc["axes"]] == ["queueing", "kv_memory", "prefix_reuse",
+                                                "pd_interference"]
+    axes = {a["name"]: a for a in doc["axes"]}
     for name in ("queueing", "kv_memory", "pd_interference"):
         assert axes[name]["status"] == "insufficient_data"
         assert axes[name]["missing"]
@@ -38,6 +39,7 @@ def test_diagnose_mooncake_without_timing(capsys) -> None:
     assert reuse["status"] != "insufficient_data"
     assert reuse["metrics"]["preset"] == "mooncake"
     assert 0.3 < reuse["metrics"]["achievable_hit_rate"] < 0.5
+    assert doc["principal"] is None
     assert doc["verdict"]["principal_axis"] is None
     assert set(doc["verdict"]["insufficient_data"]) == {"queueing", "kv_memory",
                                                          "pd_interference"}
@@ -80,12 +82,13 @@ def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path,
     code, out, err = run([*base, "-f", "json"], capsys)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
-    axes = doc["axes"]
+    axes = {a["name"]: a for a in doc["axes"]}
     assert "steps" in axes["queueing"]["sources"]
     assert axes["kv_memory"]["status"] == "ok"
     assert axes["prefix_reuse"]["metrics"]["observed_source"] == "cached_tokens"
     assert axes["pd_interference"]["status"] == "bottleneck"
-    assert doc["verdict"]["principal_axis"] in ("pd_interference", "prefix_reuse")
+    assert doc["principal"] in ("pd_interference", "prefix_reuse")
+    assert doc["principal"] == doc["verdict"]["principal_axis"]
     remedies = {e["remedy"]: e for e in doc["ledger"]}
     pd_adds = {q["name"]: q["value"] for q in remedies["pd_disaggregation"]["adds"]}
     assert pd_adds["network_bytes"] == (64 + 4000 + 64) * 131072  # Llama-3.1-8B: 128 KiB/token
@@ -96,6 +99,7 @@ def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path,
     code, out, err = run([*base, "-f", "table"], capsys)
     assert code == ExitCode.OK, err
     assert "Remedy ledger" in out and "pd_disaggregation" in out
+    assert out.splitlines()[0].startswith("verdict: ")
     target = tmp_path / "diag.md"
     code, out, err = run([*base, "-f", "markdown", "-o", str(target)], capsys)
     assert code == ExitCode.OK and out == ""

@@ -72,7 +72,7 @@ def test_diagnosis_is_json_clean_for_any_small_trace(case, with_model) -> None:
     doc = diagnose(trace, settings=engine).to_dict()
     text = json.dumps(doc, allow_nan=False)
     assert json.loads(text)["verdict"]["ranking"]
-    for axis in doc["axes"].values():
+    for axis in doc["axes"]:
         assert axis["status"] in ("ok", "warning", "bottleneck", "insufficient_data")
         if axis["status"] == "insufficient_data":
             assert axis["missing"]

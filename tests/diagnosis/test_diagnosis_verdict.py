@@ -132,13 +132,14 @@ def test_diagnose_report_sections_render_in_every_format() -> None:
     report = diagnose(trace, settings=EngineSettings(kv_bytes_per_token=1000),
                       thresholds=thresholds(stall_factor=4))
     doc = json.loads(render(report, OutputFormat.JSON))
-    assert list(doc["axes"]) == ["queueing", "kv_memory", "prefix_reuse", "pd_interference"]
+    assert [a["name"] for a in doc["axes"]] == ["queueing", "kv_memory", "prefix_reuse",
+                                                "pd_interference"]
     assert {"verdict", "ledger", "findings"} <= set(doc)
     assert doc["config"]["thresholds_overridden"] == {"stall_factor": 4.0}
     f = doc["findings"][0]
     assert set(f) >= {"id", "severity", "axis", "title", "message", "evidence"}
     table = render(report, OutputFormat.TABLE, width=100)
-    assert "principal bottleneck: pd_interference" in table and "D002" in table
+    assert table.startswith("verdict: pd_interference") and "D002" in table
     markdown = render(report, OutputFormat.MARKDOWN)
     assert "### Verdict" in markdown and "| pd_disaggregation | adds | network_bytes |" in markdown
 
@@ -181,5 +182,5 @@ def test_console_view_is_deterministic_and_fits_the_width() -> None:
     first = render(report, OutputFormat.TABLE, width=100)
     assert first == render(report, OutputFormat.TABLE, width=100)
     assert max(len(line) for line in first.splitlines()) <= 100
-    assert "principal bottleneck: queueing (arrival_burst)" in first
+    assert first.startswith("verdict: queueing (arrival_burst)")
     assert "capacity_admission" in first and "busiest 5.00 s windows" in first

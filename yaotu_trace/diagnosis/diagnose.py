@@ -2,12 +2,14 @@
 the remedies. Pure: tables in, a `Report` out.
 
 Verdict (documented in docs/axes.md): among axes whose status is `bottleneck`, the principal
-bottleneck is the one with the highest score (its share of latency or work lost), with two
-decision-flow rules from cost-model §7: a queueing bottleneck caused by KV admission (Q005) is
-attributed to kv_memory when that axis is a bottleneck too, and pd_interference is principal
-only when no other axis is a bottleneck — capacity, dispatch and cache keys come before the
-choice between chunked prefill and P/D disaggregation. `fix_order` lists the non-ok axes in
-decision-flow order: kv_memory, queueing, prefix_reuse, pd_interference.
+bottleneck is the one with the largest estimated cost (its score: share of latency or work
+lost), and the verdict follows the cause when one axis' symptom comes from another (cost-model
+§7): queueing fed by KV admission or preemption churn is kv_memory; decode stalls that line up
+with re-prefills after preemption are kv_memory, with host dispatch gaps queueing, and with a
+shared prefix prefilled again and again prefix_reuse. pd_interference is principal only when no
+other axis is a bottleneck — capacity, dispatch and cache keys come before the choice between
+chunked prefill and P/D disaggregation. `fix_order` lists the non-ok axes in decision-flow
+order: kv_memory, queueing, prefix_reuse, pd_interference. `summary` is the verdict in one line.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from yaotu_trace.axes.base import (
     Evidence,
     RuleHit,
     Severity,
+    Source,
     Status,
 )
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
@@ -47,6 +50,14 @@ FLOW_ADVICE = {
     "routing",
     AxisName.PD_INTERFERENCE: "long prefills squeeze streaming output: only now compare chunked "
     "prefill against P/D disaggregation",
+}
+
+# The verdict line's words for each axis' score.
+COST_LABEL = {
+    AxisName.QUEUEING: "of latency spent queued",
+    AxisName.KV_MEMORY: "of all tokens recomputed",
+    AxisName.PREFIX_REUSE: "of prefill recomputed",
+    AxisName.PD_INTERFERENCE: "of decode time lost to prefill stalls",
 }
 
 
@@ -76,14 +87,72 @@ class RankEntry:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
-    """The principal bottleneck (None when no axis is one), why, and the order to fix things."""
+    """The principal bottleneck (None when no axis is one), why, and the order to fix things.
+
+    `summary` is the verdict in one line, the first line of the table output.
+    """
 
     principal_axis: AxisName | None
     principal_cause: str | None
+    summary: str
     reason: str
     ranking: tuple[RankEntry, ...]
     fix_order: tuple[AxisName, ...]
     insufficient_data: tuple[AxisName, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AxisReport:
+    """One axis as the JSON contract shows it (docs/json.md): name, status, cause, evidence,
+    the findings that fired on it, and the measurements behind them."""
+
+    name: AxisName
+    status: Status
+    cause: str | None
+    score: float | None
+    score_basis: str
+    sources: tuple[Source, ...]
+    evidence: tuple[Evidence, ...]
+    findings: tuple[Finding, ...]
+    missing: tuple[str, ...]
+    next_steps: tuple[str, ...]
+    notes: tuple[str, ...]
+    metrics: Any
+
+
+# Measurements shown as an axis' evidence when no rule fired on it: (metric, unit).
+HEADLINE: dict[AxisName, tuple[tuple[str, str], ...]] = {
+    AxisName.QUEUEING: (("queue_share_of_latency", "ratio"), ("queue_share_of_ttft", "ratio"),
+                        ("peak_rho", "ratio"), ("idle_while_waiting_fraction", "ratio")),
+    AxisName.KV_MEMORY: (("preemptions_total", "preemptions"),
+                         ("recompute_token_fraction", "ratio"), ("kv_usage_p95", "ratio")),
+    AxisName.PREFIX_REUSE: (("achievable_hit_rate", "ratio"), ("observed_hit_rate", "ratio"),
+                            ("recomputed_share_of_prefill", "ratio")),
+    AxisName.PD_INTERFERENCE: (("interference_share", "ratio"), ("stalls", "gaps"),
+                               ("prefill_coincidence", "ratio")),
+}
+
+
+def axis_report(result: AxisResult, findings: tuple[Finding, ...]) -> AxisReport:
+    """The axis with its own findings and its evidence: the numbers of the rules that fired
+    (first occurrence of each name), else its headline measurements."""
+    own = tuple(f for f in findings if f.axis is result.axis)
+    seen: dict[str, Evidence] = {}
+    for hit in result.hits:
+        for e in hit.evidence:
+            if e.value is not None:
+                seen.setdefault(e.name, e)
+    if not seen and result.status is not Status.INSUFFICIENT_DATA:
+        for key, unit in HEADLINE[result.axis]:
+            value = getattr(result.metrics, key, None)
+            if value is not None:
+                seen[key] = Evidence(name=key, value=value, unit=unit)
+    return AxisReport(
+        name=result.axis, status=result.status, cause=result.cause, score=result.score,
+        score_basis=result.score_basis, sources=result.sources, evidence=tuple(seen.values()),
+        findings=own, missing=result.missing, next_steps=result.next_steps, notes=result.notes,
+        metrics=result.metrics,
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -116,6 +185,43 @@ def sort_findings(findings: list[Finding]) -> tuple[Finding, ...]:
     return tuple(sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.id)))
 
 
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def _symptom_of(
+    axes: dict[AxisName, AxisResult], symptom: AxisName
+) -> tuple[AxisName, str] | None:
+    """The axis whose problem causes `symptom`'s, with the reason, or None (cost-model §7 flow).
+
+    Queueing behind preemption churn is kv_memory; decode stalls while a shared prefix is
+    prefilled again and again are prefix_reuse, and stalls behind preemption recompute or host
+    dispatch gaps belong to those axes.
+    """
+    def bad(axis: AxisName) -> bool:
+        return axes[axis].status in (Status.BOTTLENECK, Status.WARNING)
+
+    kv_ids = set(axes[AxisName.KV_MEMORY].rule_ids)
+    churn = bool(kv_ids & {"K002", "K003"})
+    if symptom is AxisName.QUEUEING:
+        q = axes[AxisName.QUEUEING]
+        if q.cause == "kv_admission" and bad(AxisName.KV_MEMORY):
+            return AxisName.KV_MEMORY, "queueing waits for KV memory (Q005)"
+        if churn and axes[AxisName.KV_MEMORY].status is Status.BOTTLENECK:
+            return AxisName.KV_MEMORY, "the queue is fed by preemption churn (requests "\
+                "re-queued and recomputed)"
+        return None
+    if symptom is AxisName.PD_INTERFERENCE:
+        if churn and bad(AxisName.KV_MEMORY):
+            return AxisName.KV_MEMORY, "the stalls coincide with re-prefills after preemption"
+        if axes[AxisName.QUEUEING].cause == "dispatch_overhead":
+            return AxisName.QUEUEING, "the gaps are host dispatch time (Q003)"
+        if set(axes[AxisName.PREFIX_REUSE].rule_ids) & {"P001", "P002"}:
+            return AxisName.PREFIX_REUSE, "the stalls are prefills of a shared prefix computed "\
+                "again and again"
+    return None
+
+
 def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
     """Rank the axes and pick the principal bottleneck (see the module docstring)."""
     ranking = tuple(sorted(
@@ -140,23 +246,35 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
             reason = "no axis is a bottleneck or a warning on the data given"
         if insufficient:
             reason += f"; undecided: {', '.join(insufficient)}"
-        return Verdict(principal_axis=None, principal_cause=None, reason=reason,
+        return Verdict(principal_axis=None, principal_cause=None,
+                       summary=f"verdict: no principal bottleneck — {reason}", reason=reason,
                        ranking=ranking, fix_order=fix_order, insufficient_data=insufficient)
     names = {r.axis for r in bottlenecks}
+    # pd_interference comes last in the flow: only when nothing else is a bottleneck.
     candidates = [r for r in bottlenecks
                   if not (r.axis is AxisName.PD_INTERFERENCE and len(names) > 1)]
     principal = candidates[0]
-    why = (f"{principal.axis} is a bottleneck with the highest score "
+    why = (f"{principal.axis} is the bottleneck with the largest estimated cost "
            f"({principal.score_basis}: {_fmt(principal.score)})")
-    if (principal.axis is AxisName.QUEUEING and principal.cause == "kv_admission"
-            and AxisName.KV_MEMORY in names):
-        principal = next(r for r in bottlenecks if r.axis is AxisName.KV_MEMORY)
-        why = "queueing waits for KV memory (Q005), so the root is kv_memory"
-    if AxisName.PD_INTERFERENCE in names and principal.axis is not AxisName.PD_INTERFERENCE:
+    symptom = None
+    cause = _symptom_of(axes, principal.axis)
+    if cause is not None:
+        root, because = cause
+        symptom = principal.axis
+        r = next(x for x in ranking if x.axis is root)
+        why = f"{symptom} is a symptom: {because}, so the root is {root}"
+        principal = replace(r, status=Status.BOTTLENECK)
+    if AxisName.PD_INTERFERENCE in names and principal.axis is not AxisName.PD_INTERFERENCE \
+            and symptom is not AxisName.PD_INTERFERENCE:
         why += "; pd_interference is also a bottleneck but comes after the others in the flow"
     why += f" — {FLOW_ADVICE[principal.axis]}"
-    return Verdict(principal_axis=principal.axis, principal_cause=principal.cause, reason=why,
-                   ranking=ranking, fix_order=fix_order, insufficient_data=insufficient)
+    line = (f"verdict: {principal.axis}" + (f" ({principal.cause})" if principal.cause else "")
+            + f": {_pct(principal.score)} {COST_LABEL[principal.axis]}")
+    if symptom is not None:
+        line += f"; causes the {symptom} symptom"
+    return Verdict(principal_axis=principal.axis, principal_cause=principal.cause, summary=line,
+                   reason=why, ranking=ranking, fix_order=fix_order,
+                   insufficient_data=insufficient)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,8 +330,9 @@ def diagnose(
         input=summary,
         config=config,
         sections={
-            "axes": {str(name): axis for name, axis in result.axes.items()},
+            "principal": result.verdict.principal_axis,
             "verdict": result.verdict,
+            "axes": [axis_report(result.axes[name], result.findings) for name in AXES],
             "ledger": list(result.ledger),
             "findings": list(result.findings),
         },

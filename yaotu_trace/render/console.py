@@ -25,12 +25,16 @@ SECTION_RENDERERS: dict[str, str] = {
     "prefix_reuse": "yaotu_trace.render.console_replay:prefix_reuse_renderables",
     "capacity_curve": "yaotu_trace.render.console_sweep:capacity_curve_renderables",
     "axes": "yaotu_trace.render.console_diagnose:axes_renderables",
+    "principal": "yaotu_trace.render.console_diagnose:principal_renderables",
     "verdict": "yaotu_trace.render.console_diagnose:verdict_renderables",
     "ledger": "yaotu_trace.render.console_diagnose:ledger_renderables",
     "findings": "yaotu_trace.render.console_diagnose:findings_renderables",
     "simulation": "yaotu_trace.render.console_simulate:simulation_renderables",
     "comparison": "yaotu_trace.render.console_simulate:comparison_renderables",
 }
+
+# Sections shown before the input summary.
+LEAD_SECTIONS: tuple[str, ...] = ("verdict",)
 
 
 def render_console(report: Report, *, width: int = 100, color: bool = False) -> str:
@@ -45,10 +49,15 @@ def render_console(report: Report, *, width: int = 100, color: bool = False) -> 
         highlight=False,
         emoji=False,
     )
+    # A lead section (the diagnose verdict) opens the output, before the input summary.
+    for name in LEAD_SECTIONS:
+        if report.sections.get(name) is not None:
+            for renderable in _section_renderer(name, report.sections[name])(report.sections[name]):
+                console.print(renderable)
     for renderable in input_renderables(report.input, report.command):
         console.print(renderable)
     for name, section in report.sections.items():
-        if section is None:
+        if section is None or name in LEAD_SECTIONS:
             continue
         for renderable in _section_renderer(name, section)(section):
             console.print(renderable)

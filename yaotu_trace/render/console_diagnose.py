@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
+from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
@@ -99,89 +100,93 @@ def show(value: Any, how: str) -> str:
 
 
 def verdict_renderables(section: Any) -> list[RenderableType]:
-    """The principal bottleneck, why, and the order to fix things in."""
+    """The verdict in one line (the table output's first line), then why and the fix order."""
     v = to_builtins(section)
     principal = v["principal_axis"]
-    title = (f"principal bottleneck: {principal}"
-             + (f" ({v['principal_cause']})" if v.get("principal_cause") else "")
-             if principal else "no principal bottleneck")
-    out: list[RenderableType] = [heading("Verdict"),
-                                 Text(title, style="bold red" if principal else "bold")]
-    out.append(Text(v["reason"]))
+    out: list[RenderableType] = [Text(v["summary"], style="bold red" if principal else "bold")]
+    out.append(Text(v["reason"], style="dim"))
     if v["fix_order"]:
         out.append(Text("fix order: " + " → ".join(v["fix_order"]), style="dim"))
     return out
 
 
+def principal_renderables(section: Any) -> list[RenderableType]:
+    """Nothing: the principal axis is named by the verdict line."""
+    return []
+
+
+def _evidence_text(e: dict[str, Any]) -> str:
+    how = e["unit"] or "num"
+    if how == "ratio" and isinstance(e["value"], int | float) and abs(e["value"]) > 1.5:
+        how = "num"  # a load ratio such as rho, not a share
+    text = f"{e['name']} = {show(e['value'], how)}"
+    if e.get("comparison") and e.get("threshold") is not None:
+        mark = "not met" if e.get("passed") is False else "met"
+        text += f"  ({e['comparison']} {e['threshold_name']} {fmt.num(e['threshold'])}: {mark})"
+    return text
+
+
+def axis_panel(a: dict[str, Any]) -> Panel:
+    """One axis: headline metrics, evidence, findings, what is missing and what to do next."""
+    metrics = a.get("metrics") or {}
+    parts: list[RenderableType] = []
+    rows = [(label, show(metrics.get(key), how))
+            for key, label, how in AXIS_METRICS.get(a["name"], ())
+            if metrics.get(key) is not None]
+    if rows:
+        parts.append(kv_table(rows))
+    if a["evidence"]:
+        parts.append(Text("evidence", style="bold"))
+        parts += [Text(f"  {_evidence_text(e)}") for e in a["evidence"]]
+    for f in a["findings"]:
+        parts.append(Text(f"{f['id']} {f['severity']}: {f['title']}",
+                          style=STATUS_STYLE.get(f["severity"], "")))
+        parts.append(Text(f"  fix: {f['fix']}", style="dim"))
+    parts += [Text(f"missing: {m}", style="dim") for m in a.get("missing", ())]
+    parts += [Text(f"next: {n}") for n in a.get("next_steps", ())]
+    parts += [Text(f"note: {n}", style="yellow") for n in a.get("notes", ())]
+    windows = metrics.get("peak_windows") or []
+    if windows:
+        win_table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
+                          title=f"busiest {fmt.num(metrics.get('window_s'))} s windows")
+        for column in ("start", "offered tok/s", "served tok/s", "rho", "queue start → end"):
+            win_table.add_column(column, justify="right")
+        for w in windows:
+            win_table.add_row(fmt.seconds(w["start_s"]), fmt.num(w["offered_tokens_per_s"]),
+                              fmt.num(w["achieved_tokens_per_s"]), fmt.num(w["rho"]),
+                              f"{fmt.count(w['waiting_at_start'])} → "
+                              f"{fmt.count(w['waiting_at_end'])}")
+        parts.append(win_table)
+    hot = metrics.get("hot_prefixes") or []
+    if hot:
+        hot_table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="hot prefixes",
+                          title_justify="left")
+        for column in ("prefix tokens", "recomputed", "requests", "why", "example"):
+            hot_table.add_column(column, justify="left" if column in ("why", "example")
+                                 else "right")
+        for h in hot:
+            reasons = ", ".join(f"{k} {fmt.tokens(v)}"
+                                for k, v in (h.get("by_reason_tokens") or {}).items() if v)
+            hot_table.add_row(fmt.count(h.get("prefix_tokens")),
+                              fmt.tokens(h.get("recomputed_tokens")), fmt.count(h.get("times")),
+                              reasons or MISSING, str(h.get("example_request_id")))
+        parts.append(hot_table)
+    title = f"{a['name']}: {a['status']}" + (f" ({a['cause']})" if a["cause"] else "")
+    if a["score"] is not None:
+        title += f" — score {fmt.pct(a['score'])}"
+    return Panel(Group(*parts) if parts else Text("no measurement", style="dim"),
+                 title=Text(title, style=STATUS_STYLE.get(a["status"], "")),
+                 title_align="left", box=box.ROUNDED)
+
+
 def axes_renderables(section: Any) -> list[RenderableType]:
-    """One summary row per axis, then each axis' headline metrics, gaps and next steps."""
-    axes = to_builtins(section)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    for column in ("axis", "status", "cause", "score", "sources", "rules"):
-        table.add_column(column, justify="right" if column == "score" else "left")
-    for name, a in axes.items():
-        table.add_row(name, Text(a["status"], style=STATUS_STYLE.get(a["status"], "")),
-                      a["cause"] or MISSING, fmt.pct(a["score"]),
-                      ", ".join(a["sources"]) or MISSING,
-                      ", ".join(h["rule_id"] for h in a["hits"]) or MISSING)
-    out: list[RenderableType] = [heading("Axes"), table]
-    for name, a in axes.items():
-        metrics = a.get("metrics") or {}
-        rows = [(label, show(metrics.get(key), how))
-                for key, label, how in AXIS_METRICS.get(name, ())
-                if metrics.get(key) is not None]
-        out.append(heading(f"{name}: {a['status']}"))
-        if rows:
-            out.append(kv_table(rows))
-        out += [Text(f"missing: {m}", style="dim") for m in a.get("missing", ())]
-        out += [Text(f"next: {n}") for n in a.get("next_steps", ())]
-        out += [Text(f"note: {n}", style="yellow") for n in a.get("notes", ())]
-        windows = metrics.get("peak_windows") or []
-        if windows:
-            win_table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
-                              title=f"busiest {fmt.num(metrics.get('window_s'))} s windows")
-            for column in ("start", "offered tok/s", "served tok/s", "rho", "queue start → end"):
-                win_table.add_column(column, justify="right")
-            for w in windows:
-                win_table.add_row(fmt.seconds(w["start_s"]), fmt.num(w["offered_tokens_per_s"]),
-                                  fmt.num(w["achieved_tokens_per_s"]), fmt.num(w["rho"]),
-                                  f"{fmt.count(w['waiting_at_start'])} → "
-                                  f"{fmt.count(w['waiting_at_end'])}")
-            out.append(win_table)
-        hot = metrics.get("hot_prefixes") or []
-        if hot:
-            hot_table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="hot prefixes",
-                              title_justify="left")
-            for column in ("prefix tokens", "recomputed", "requests", "why", "example"):
-                hot_table.add_column(column, justify="left" if column in ("why", "example")
-                                     else "right")
-            for h in hot:
-                reasons = ", ".join(f"{k} {fmt.tokens(v)}"
-                                    for k, v in (h.get("by_reason_tokens") or {}).items() if v)
-                hot_table.add_row(fmt.count(h.get("prefix_tokens")),
-                                  fmt.tokens(h.get("recomputed_tokens")), fmt.count(h.get("times")),
-                                  reasons or MISSING, str(h.get("example_request_id")))
-            out.append(hot_table)
-    return out
+    """One rich panel per axis, in the fixed order."""
+    return [axis_panel(a) for a in to_builtins(section)]
 
 
 def findings_renderables(section: Any) -> list[RenderableType]:
-    """Every fired rule: id, severity, axis and the message with its evidence."""
-    findings = to_builtins(section)
-    out: list[RenderableType] = [heading("Findings")]
-    if not findings:
-        out.append(Text("no rule fired", style="dim"))
-        return out
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("id", no_wrap=True)
-    table.add_column("severity", no_wrap=True)
-    table.add_column("axis", no_wrap=True)
-    table.add_column("finding")
-    for f in findings:
-        table.add_row(f["id"], Text(f["severity"], style=STATUS_STYLE.get(f["severity"], "")),
-                      f["axis"], f"{f['message']}\nfix: {f['fix']}")
-    out.append(table)
-    return out
+    """Nothing: each finding is shown, with its evidence, inside its axis' panel."""
+    return []
 
 
 def _quantity(q: dict[str, Any]) -> tuple[str, str]:

@@ -16,6 +16,7 @@ SECTION_RENDERERS: dict[str, str] = {
     "prefix_reuse": "yaotu_trace.render.markdown_replay:prefix_reuse_lines",
     "capacity_curve": "yaotu_trace.render.markdown_sweep:capacity_curve_lines",
     "axes": "yaotu_trace.render.markdown_diagnose:axes_lines",
+    "principal": "yaotu_trace.render.markdown_diagnose:principal_lines",
     "verdict": "yaotu_trace.render.markdown_diagnose:verdict_lines",
     "ledger": "yaotu_trace.render.markdown_diagnose:ledger_lines",
     "findings": "yaotu_trace.render.markdown_diagnose:findings_lines",

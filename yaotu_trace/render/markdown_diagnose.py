@@ -17,13 +17,7 @@ def _cell(text: Any) -> str:
 def verdict_lines(section: Any) -> list[str]:
     """The principal bottleneck, why, and the fix order."""
     v = to_builtins(section)
-    principal = v["principal_axis"]
-    lines = ["### Verdict", ""]
-    if principal:
-        cause = f" ({v['principal_cause']})" if v.get("principal_cause") else ""
-        lines.append(f"**Principal bottleneck: {principal}{cause}.** {v['reason']}")
-    else:
-        lines.append(f"**No principal bottleneck.** {v['reason']}")
+    lines = ["### Verdict", "", f"**{_cell(v['summary'])}**", "", _cell(v["reason"])]
     if v["fix_order"]:
         lines += ["", "Fix order: " + " → ".join(v["fix_order"])]
     return lines
@@ -34,12 +28,13 @@ def axes_lines(section: Any) -> list[str]:
     axes = to_builtins(section)
     lines = ["### Axes", ""]
     lines += table(["axis", "status", "cause", "score", "sources", "rules"], [
-        [name, a["status"], a["cause"] or fmt.MISSING, fmt.pct(a["score"]),
+        [a["name"], a["status"], a["cause"] or fmt.MISSING, fmt.pct(a["score"]),
          ", ".join(a["sources"]) or fmt.MISSING,
-         ", ".join(h["rule_id"] for h in a["hits"]) or fmt.MISSING]
-        for name, a in axes.items()
+         ", ".join(f["id"] for f in a["findings"]) or fmt.MISSING]
+        for a in axes
     ])
-    for name, a in axes.items():
+    for a in axes:
+        name = a["name"]
         metrics = a.get("metrics") or {}
         rows = [[label, show(metrics.get(key), how)]
                 for key, label, how in AXIS_METRICS.get(name, ())
@@ -84,6 +79,11 @@ def findings_lines(section: Any) -> list[str]:
         for f in findings
     ])
     return lines
+
+
+def principal_lines(section: Any) -> list[str]:
+    """Nothing: the verdict names the principal axis."""
+    return []
 
 
 def ledger_lines(section: Any) -> list[str]:
