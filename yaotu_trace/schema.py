@@ -94,6 +94,27 @@ class RawTrace:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LazyContent:
+    """List columns of a canonical Parquet trace left on disk, for the replay to stream.
+
+    Token columns are ~99 % of a trace's bytes; the replay reads them row group by row group and
+    keeps only block-level arrays. Only set when the file's rows are already in arrival order,
+    so file row i is request i. `num_values` (leaf values per column, from the Parquet
+    metadata) is an upper bound on the ids, used to size tables before reading.
+    Validation of these columns (lengths against `prompt_len`, token ids >= 0) happens while
+    they are streamed.
+    """
+
+    path: str
+    columns: tuple[str, ...]
+    num_values: tuple[int, ...]
+
+    def values_in(self, column: str) -> int:
+        """Leaf values of `column` in the file (0 when it is not left on disk)."""
+        return dict(zip(self.columns, self.num_values, strict=True)).get(column, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Trace:
     """A validated canonical request table, sorted by arrival (ties in file order).
 
@@ -109,17 +130,35 @@ class Trace:
     notes: tuple[str, ...] = ()
     rows_read: int = 0
     steps: pd.DataFrame | None = field(default=None)
+    # List columns left on disk (`load_trace(..., lazy_content=True)`); not in `requests`.
+    lazy: LazyContent | None = None
 
     def has(self, column: str) -> bool:
         """Whether the trace carries `column` with at least one value."""
+        if self.lazy is not None and column in self.lazy.columns:
+            return self.lazy.values_in(column) > 0
         return column in self.requests.columns and bool(self.requests[column].notna().any())
+
+    def is_lazy(self, column: str) -> bool:
+        """Whether `column` is left on disk rather than loaded into `requests`."""
+        return self.lazy is not None and column in self.lazy.columns
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """Every canonical column of the trace, loaded or left on disk, in canonical order."""
+        names = list(self.requests.columns)
+        if self.lazy is not None:
+            names += [c for c in self.lazy.columns if c not in names]
+        rank = {c: i for i, c in enumerate(CANONICAL_COLUMNS)}
+        return tuple(sorted(names, key=lambda c: rank.get(c, len(rank))))
 
     @property
     def content_column(self) -> str | None:
         """The column carrying prompt content: token ids, block ids, or none."""
-        if "prompt_tokens" in self.requests.columns:
+        names = set(self.requests.columns) | set(self.lazy.columns if self.lazy else ())
+        if "prompt_tokens" in names:
             return "prompt_tokens"
-        if "prompt_block_ids" in self.requests.columns:
+        if "prompt_block_ids" in names:
             return "prompt_block_ids"
         return None
 

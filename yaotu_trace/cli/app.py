@@ -14,7 +14,7 @@ from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest import load_trace, parse_column_map
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.render import OutputFormat, render
-from yaotu_trace.report import Report
+from yaotu_trace.report import InputSummary, Report
 from yaotu_trace.schema import Trace
 
 app = typer.Typer(
@@ -85,15 +85,31 @@ def load(
     column_map: list[str] | None = None,
     source_block_size: int | None = None,
     steps: Path | None = None,
+    *,
+    lazy_content: bool = False,
 ) -> Trace:
-    """Read and validate the trace named on the command line."""
+    """Read and validate the trace named on the command line.
+
+    `lazy_content=True` (replay, sweep) leaves a Parquet trace's token columns on disk for the
+    replay to stream.
+    """
     return load_trace(
         trace,
         fmt=input_format,
         column_map=parse_column_map(column_map or []),
         source_block_size=source_block_size,
         steps_path=steps,
+        lazy_content=lazy_content,
     )
+
+
+def input_of(trace: Trace) -> InputSummary:
+    """The report's input summary, listing columns left on disk too."""
+    from dataclasses import replace
+
+    from yaotu_trace.pipeline import input_summary
+
+    return replace(input_summary(trace), columns=trace.column_names)
 
 
 def emit(report: Report, fmt: OutputFormat, output: Path | None) -> None:

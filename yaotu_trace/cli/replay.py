@@ -18,6 +18,7 @@ from yaotu_trace.cli.app import (
     TraceArg,
     app,
     emit,
+    input_of,
     load,
 )
 from yaotu_trace.errors import ConfigError
@@ -173,12 +174,11 @@ def replay(
 
       trace replay chat.parquet --scope instance --route prefix-affinity --instances 8
     """
-    from yaotu_trace.pipeline import input_summary
     from yaotu_trace.replay import effective_rules, replay_trace_with_requests
 
     if route is not None and scope is None:
         scope = Scope.INSTANCE
-    loaded = load(trace, input_format, map, source_block_size)
+    loaded = load(trace, input_format, map, source_block_size, lazy_content=True)
     overrides = {
         "block_size_tokens": block_size,
         "last_token_rule": last_token_rule,
@@ -200,7 +200,7 @@ def replay(
                                                    notes=notes)
     report = Report(
         command="replay",
-        input=input_summary(loaded),
+        input=input_of(loaded),
         config={"preset": preset_name, "rules": rules.to_dict(), "capacity": capacity},
         sections={"prefix_reuse": summary.to_dict()},
     )

@@ -15,10 +15,10 @@ from yaotu_trace.cli.app import (
     TraceArg,
     app,
     emit,
+    input_of,
     load,
 )
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.pipeline import input_summary
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
 
@@ -117,7 +117,7 @@ def sweep(
                 f"--kv-bytes-per-token says {kv}; pass only one of them"
             )
         kv = spec.kv_bytes_per_token
-    loaded = load(trace, input_format, map, source_block_size, None)
+    loaded = load(trace, input_format, map, source_block_size, None, lazy_content=True)
     rules, preset_name, notes = effective_rules(
         loaded, preset,
         block_size_tokens=block_size,
@@ -133,7 +133,7 @@ def sweep(
                              kv_bytes_per_token=kv, notes=notes)
     report = Report(
         command="sweep",
-        input=input_summary(loaded),
+        input=input_of(loaded),
         config={"preset": preset_name, "rules": section.rules, "model": model_name,
                 "kv_bytes_per_token": kv, "points": points},
         sections={"capacity_curve": section},

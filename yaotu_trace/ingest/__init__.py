@@ -147,12 +147,22 @@ def load_trace(
     column_map: Mapping[str, str] | None = None,
     source_block_size: int | None = None,
     steps_path: str | Path | None = None,
+    lazy_content: bool = False,
 ) -> Trace:
-    """Read, map and validate a trace into the canonical `Trace` (never modifies the file)."""
+    """Read, map and validate a trace into the canonical `Trace` (never modifies the file).
+
+    `lazy_content=True` leaves the token and block-id columns of a canonical Parquet file on
+    disk (`Trace.lazy`) when its rows are in arrival order: the replay then streams them row
+    group by row group instead of holding every token in memory. Other inputs load as usual.
+    """
     path = Path(path)
     if not path.exists():
         raise TraceReadError(f"{path}: no such file; check the path")
     fmt = fmt or detect_format(path)
+    if lazy_content and fmt is TraceFormat.CANONICAL_PARQUET and not column_map:
+        lazy = _load_lazy(path, source_block_size)
+        if lazy is not None:
+            return lazy if steps_path is None else _with_steps(lazy, Path(steps_path))
     raw = get_reader(fmt)(path)
     if column_map:
         missing = [s for s in column_map if s not in raw.requests.columns]
@@ -180,6 +190,37 @@ def load_trace(
     if steps_path is not None:
         trace = _with_steps(trace, Path(steps_path))
     return trace
+
+
+def _load_lazy(path: Path, source_block_size: int | None) -> Trace | None:
+    """A canonical Parquet trace with its list columns left on disk, or None to load eagerly."""
+    from dataclasses import replace
+
+    from yaotu_trace.ingest import canonical
+
+    lazy = canonical.lazy_content(path)
+    if lazy is None:
+        return None
+    raw = canonical.read_parquet(path, skip=lazy.columns)
+    if source_block_size is not None:
+        raw = replace(raw, source_block_size=source_block_size)
+    if "prompt_block_ids" in lazy.columns and raw.source_block_size is None:
+        return None  # the eager path explains what is missing
+    trace = normalize(raw, str(path))
+    if any(note.startswith("arrivals were out of order") for note in trace.notes):
+        return None  # file row i must be request i for streaming
+    return replace(trace, lazy=lazy)
+
+
+def load_full(trace: Trace) -> Trace:
+    """The same trace with its lazy list columns read into memory (validated as usual)."""
+    if trace.lazy is None:
+        return trace
+    from dataclasses import replace
+
+    full = load_trace(trace.path, fmt=TraceFormat.CANONICAL_PARQUET,
+                      source_block_size=trace.source_block_size)
+    return replace(full, steps=trace.steps)
 
 
 def _with_steps(trace: Trace, path: Path) -> Trace:

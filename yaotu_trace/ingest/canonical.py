@@ -14,7 +14,13 @@ import pyarrow.parquet as pq
 
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.jsonl import read_json_lines
-from yaotu_trace.schema import LIST_COLUMNS, LIST_VALUE_TYPES, SOURCE_ROW, RawTrace
+from yaotu_trace.schema import (
+    LIST_COLUMNS,
+    LIST_VALUE_TYPES,
+    SOURCE_ROW,
+    LazyContent,
+    RawTrace,
+)
 
 SOURCE_BLOCK_SIZE_KEY = b"yaotu.source_block_size"
 
@@ -25,10 +31,21 @@ def _list_mapper(dtype: pa.DataType) -> pd.ArrowDtype | None:
     return None
 
 
-def read_parquet(path: Path) -> RawTrace:
-    """Read a canonical Parquet table; list columns stay Arrow lists (no Python objects)."""
+# List columns `load_trace(..., lazy_content=True)` leaves on disk (the replay streams them).
+LAZY_COLUMNS = ("prompt_tokens", "prompt_block_ids", "output_tokens")
+
+
+def read_parquet(path: Path, *, skip: tuple[str, ...] = ()) -> RawTrace:
+    """Read a canonical Parquet table; list columns stay Arrow lists (no Python objects).
+
+    Columns named in `skip` are not read (see `lazy_content`).
+    """
     try:
-        table = pq.read_table(path)
+        columns = None
+        if skip:
+            names = pq.ParquetFile(path).schema_arrow.names
+            columns = [c for c in names if c not in skip]
+        table = pq.read_table(path, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceReadError(
             f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:160]}); "
@@ -43,6 +60,31 @@ def read_parquet(path: Path) -> RawTrace:
         source_block_size=int(block) if block else None,
         row_label="row",
     )
+
+
+def lazy_content(path: Path) -> LazyContent | None:
+    """The list columns of a Parquet file that can stay on disk, with their value counts.
+
+    None when the file has none of `LAZY_COLUMNS` or lacks `prompt_len` (which the replay needs
+    up front), or when it cannot be opened (the eager reader then reports why).
+    """
+    try:
+        meta = pq.ParquetFile(path).metadata
+        names = pq.ParquetFile(path).schema_arrow.names
+    except (pa.ArrowInvalid, OSError):
+        return None
+    present = tuple(c for c in LAZY_COLUMNS if c in names)
+    if not present or "prompt_len" not in names:
+        return None
+    counts = []
+    for column in present:
+        leaves = [j for j in range(meta.num_columns)
+                  if meta.schema.column(j).path.split(".")[0] == column]
+        if len(leaves) != 1:
+            return None
+        counts.append(sum(meta.row_group(i).column(leaves[0]).num_values
+                          for i in range(meta.num_row_groups)))
+    return LazyContent(path=str(path), columns=present, num_values=tuple(counts))
 
 
 def read_jsonl(path: Path) -> RawTrace:

@@ -239,8 +239,7 @@ def replay_trace_with_requests(
         notes = notes + chosen
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     rules.check_source_block_size(source)
-    prepared = prepare(trace, with_outputs=rules.cache_outputs)
-    all_notes = list(notes) + _rule_notes(trace, prepared, rules)
+    prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
 
     wf: Waterfall | None = None
     if waterfall:
@@ -250,6 +249,8 @@ def replay_trace_with_requests(
         chains = prepared.chains(rules)
         result = replay(chains, rules, prepared.instance_codes, arrival_s=prepared.arrival_s,
                         finish_s=prepared.finish_s)
+    # After the chains: a streamed trace learns its list lengths on the first pass.
+    all_notes = list(notes) + _rule_notes(trace, prepared, rules)
     prompt = prepared.prompt_tokens
     hit = result.hit_tokens
     prompt_total = int(prompt.sum())
@@ -318,7 +319,7 @@ def _rule_notes(trace: Trace, prepared: PreparedTrace, rules: ReplayRules) -> li
     if rules.scope == "instance" and rules.route is None and prepared.instance_codes is None:
         notes.append(f"scope instance without an instance column: round-robin over "
                      f"{rules.instances} instance(s)")
-    missing = int(((np.diff(prepared.offsets) == 0) & (prepared.prompt_tokens > 0)).sum())
+    missing = int(((np.diff(prepared.unit_offsets()) == 0) & (prepared.prompt_tokens > 0)).sum())
     if missing > 0:
         notes.append(f"{missing} request(s) have no prompt content and never hit")
     return notes

@@ -33,6 +33,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import ResourceLimitError, YaotuError
+from yaotu_trace.replay import memory
 from yaotu_trace.replay.rules import ReplayRules
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -101,7 +102,7 @@ def _mix(z: np.uint64) -> np.uint64:
     return z ^ (z >> _S31)
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, parallel=True, nogil=True)
 def _chain_hashes(
     unit_offsets: np.ndarray,  # int64 n+1: units (tokens or source ids) per request
     values: np.ndarray,  # int64 units
@@ -220,6 +221,12 @@ def _keys(seed: int, attempt: int) -> np.ndarray:
     return keys
 
 
+def chain_bytes(blocks: int) -> int:
+    """Memory the chains of `blocks` cacheable blocks hold: ids, tokens, lane B and the table."""
+    table = 1 << max(10, int(np.ceil(np.log2(max(blocks, 1) * 2 + 1))))
+    return int(blocks) * 16 + table * 12
+
+
 def _segment_positions(counts: np.ndarray) -> np.ndarray:
     """0-based position of every element within its segment, for segments of `counts`."""
     total = int(counts.sum())
@@ -287,6 +294,9 @@ def build_block_chains(
         raise ResourceLimitError(
             f"{total} blocks exceed the 2^31 ids this replay supports; use a larger --block-size"
         )
+    # Both hash lanes of every block (16 B) live next to the chains until the ids are dense.
+    memory.require(chain_bytes(total) + 16 * total, f"chaining {total:,} blocks of {block} "
+                   "tokens", "use a larger --block-size")
     table_bits = max(10, int(np.ceil(np.log2(max(total, 1) * 2 + 1))))
     for attempt in range(_TRIES):
         keys = _keys(rules.seed, attempt)

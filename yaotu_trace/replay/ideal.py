@@ -21,12 +21,16 @@ collision re-runs with fresh keys.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import YaotuError
+from yaotu_trace.replay import memory
 from yaotu_trace.replay.blocks import BlockChains, _keys, _mix, frozen_input
 from yaotu_trace.replay.engine import first_occurrence_flags
+from yaotu_trace.replay.stream import ParquetPrompts
 
 _TRIES = 3
 
@@ -45,21 +49,23 @@ def _nonzero(h):
     return h if h != 0 else np.uint64(1)
 
 
-@nb.njit(cache=True)
-def _extra_tokens(offsets, values, block, chain_offsets, chain_ids, new_block, hit_blocks,
-                  probed, keys, table_bits):
-    """Per request, tokens of the longest match inside the block after its block-level hit."""
-    n = len(offsets) - 1
-    size = np.int64(1) << table_bits
+@nb.njit(cache=True, nogil=True)
+def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, new_block, hit_blocks,
+                  probed, keys, table, extra):
+    """Per request, tokens of the longest match inside the block after its block-level hit.
+
+    Requests `row0 ..` of one batch (`offsets` local to `values`); `table` ([lane A (0 = empty),
+    lane B] per slot) carries over between batches. Fills `extra`; returns the collisions.
+    """
+    size = np.int64(len(table) // 2)
     mask = np.uint64(size - 1)
-    table = np.zeros(2 * size, dtype=np.uint64)  # [lane A (0 = empty), lane B] per slot
     a0, a1, a2 = keys[0], keys[1], keys[2]
     b0, b1, b2 = keys[3], keys[4], keys[5]
-    extra = np.zeros(n, dtype=np.int64)
     collisions = 0
-    for i in range(n):
-        base = offsets[i]
-        length = offsets[i + 1] - base
+    for li in range(len(offsets) - 1):
+        i = row0 + li
+        base = offsets[li]
+        length = offsets[li + 1] - base
         cb = chain_offsets[i]
         full = chain_offsets[i + 1] - cb
         # ---- lookup in the block after the hit
@@ -108,7 +114,38 @@ def _extra_tokens(offsets, values, block, chain_offsets, chain_ids, new_block, h
                     table[2 * slot + 1] = hb
                 elif table[2 * slot + 1] != hb:
                     collisions += 1
-    return extra, collisions
+    return collisions
+
+
+def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Which parents are probed, which blocks are new, and the table bits (no allocation)."""
+    block = chains.block_size_tokens
+    counts = chains.num_blocks
+    start = chains.offsets[:-1]
+    lengths = np.diff(unit_offsets)
+    # Parent code of a segment: 0 for the root, else 1 + the chain id it continues.
+    codes = np.concatenate(([0], chains.ids.astype(np.int64) + 1))  # codes[p] continues ids[p-1]
+    parent_of_hit = np.where(hit_blocks > 0, codes[start + hit_blocks], 0)
+    queries = lengths > hit_blocks * block
+    probed = np.zeros(chains.num_distinct + 1, dtype=np.bool_)
+    probed[parent_of_hit[queries]] = True
+    del parent_of_hit, queries
+    new = first_occurrence_flags(chains)
+    position = np.arange(chains.ids.size, dtype=np.int64) - np.repeat(start, counts)
+    parent_of_block = np.where(position > 0, codes[:-1], 0)
+    del position
+    tails = np.minimum(lengths - counts * block, block - 1)
+    parent_of_tail = np.where(counts > 0, codes[start + counts], 0)
+    inserts = ((block - 1) * int((new & probed[parent_of_block]).sum())
+               + int(tails[probed[parent_of_tail]].sum()))
+    bits = max(10, int(np.ceil(np.log2(inserts * 2 + 1))))
+    return probed, new, bits
+
+
+def table_bytes(bits: int) -> int:
+    """Bytes of the prefix table: two 64-bit lanes per slot."""
+    return 16 << bits
 
 
 def ideal_hit_tokens(offsets: np.ndarray, values: np.ndarray, chains: BlockChains,
@@ -118,34 +155,41 @@ def ideal_hit_tokens(offsets: np.ndarray, values: np.ndarray, chains: BlockChain
     `chains` are the full blocks (no partial block) of the prompts in one namespace, and
     `hit_blocks` their unlimited, uncapped block-level hits.
     """
+    offsets = frozen_input(offsets, np.int64)
+    values = frozen_input(values, np.int64)
+    return _ideal(offsets, chains, hit_blocks, seed, lambda: iter([(0, offsets, values)]))
+
+
+def ideal_hit_tokens_streaming(prompts: ParquetPrompts, chains: BlockChains,
+                               hit_blocks: np.ndarray, seed: int = 0) -> np.ndarray:
+    """`ideal_hit_tokens` reading the tokens batch by batch from their Parquet file."""
+    def batches() -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        for batch in prompts.batches():
+            yield batch.row0, batch.offsets, batch.values
+
+    return _ideal(prompts.offsets(), chains, hit_blocks, seed, batches)
+
+
+def _ideal(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray, seed: int,
+           batches: Callable[[], Iterator[tuple[int, np.ndarray, np.ndarray]]]) -> np.ndarray:
     block = chains.block_size_tokens
     base = hit_blocks.astype(np.int64) * block
     if block == 1:
         return base
-    offsets = frozen_input(offsets, np.int64)
-    values = frozen_input(values, np.int64)
     hit_blocks = hit_blocks.astype(np.int64)
-    counts = chains.num_blocks
-    start = chains.offsets[:-1]
-    # Parent code of a segment: 0 for the root, else 1 + the chain id it continues.
-    codes = np.concatenate(([0], chains.ids.astype(np.int64) + 1))  # codes[p] continues ids[p-1]
-    parent_of_hit = np.where(hit_blocks > 0, codes[start + hit_blocks], 0)
-    queries = np.diff(offsets) > hit_blocks * block
-    probed = np.zeros(chains.num_distinct + 1, dtype=np.bool_)
-    probed[parent_of_hit[queries]] = True
-    new = first_occurrence_flags(chains)
-    position = np.arange(chains.ids.size, dtype=np.int64) - np.repeat(start, counts)
-    parent_of_block = np.where(position > 0, codes[:-1], 0)
-    tails = np.minimum(np.diff(offsets) - counts * block, block - 1)
-    parent_of_tail = np.where(counts > 0, codes[start + counts], 0)
-    inserts = ((block - 1) * int((new & probed[parent_of_block]).sum())
-               + int(tails[probed[parent_of_tail]].sum()))
-    bits = max(10, int(np.ceil(np.log2(inserts * 2 + 1))))
+    probed, new, bits = _plan(unit_offsets, chains, hit_blocks)
+    memory.require(table_bytes(bits), "the ideal pass's prefix table")
+    n = chains.num_requests
     for attempt in range(_TRIES):
         keys = _keys(seed, 100 + attempt)
-        extra, collisions = _extra_tokens(offsets, values, np.int64(block), chains.offsets,
-                                          chains.ids, new, hit_blocks, probed, keys,
-                                          np.int64(bits))
+        table = np.zeros(2 << bits, dtype=np.uint64)
+        extra = np.zeros(n, dtype=np.int64)
+        collisions = 0
+        for row0, offsets, values in batches():
+            collisions += _extra_tokens(offsets, values, np.int64(row0), np.int64(block),
+                                        chains.offsets, chains.ids, new, hit_blocks, probed,
+                                        keys, table, extra)
+        del table
         if collisions == 0:
             return base + extra
     raise YaotuError(f"prefix hashing collided {_TRIES} times in a row; this should not happen: "

@@ -2,7 +2,9 @@
 
 The only replay module that touches pandas: it reads the list columns through
 `schema.list_arrays` (no Python object per token), turns model/adapter/tenant/instance labels
-into integer codes, and builds `BlockChains` for a given set of rules.
+into integer codes, and builds `BlockChains` for a given set of rules. A content column left on
+disk (`Trace.lazy`, canonical Parquet) is not read here: the chains stream from the file
+(`stream.py`), so only the scalar columns and block-level arrays are ever in memory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pandas as pd
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.replay.blocks import BlockChains, build_block_chains
 from yaotu_trace.replay.rules import ReplayRules
+from yaotu_trace.replay.stream import ParquetPrompts, build_block_chains_streaming
 from yaotu_trace.schema import Trace, list_arrays
 
 _MISSING = "\x00"
@@ -26,8 +29,8 @@ class PreparedTrace:
 
     request_id: np.ndarray  # object (str)
     prompt_tokens: np.ndarray  # int64 prompt length per request
-    offsets: np.ndarray  # int64 n+1 into `values`
-    values: np.ndarray  # int64 token ids or source block ids
+    offsets: np.ndarray | None  # int64 n+1 into `values`; None when streamed
+    values: np.ndarray | None  # int64 token ids or source block ids; None when streamed
     source_block_size: int | None
     model_codes: np.ndarray  # int64: (model, adapter) namespace, 0 when absent
     tenant_codes: np.ndarray | None  # int64, None when the trace has no tenant column
@@ -39,6 +42,8 @@ class PreparedTrace:
     output_offsets: np.ndarray | None
     output_values: np.ndarray | None
     cached_tokens: np.ndarray | None  # float64 observed hits (NaN where unknown)
+    # The content column left in its Parquet file (`Trace.lazy`): chains stream from it.
+    stream: ParquetPrompts | None = None
 
     @property
     def num_requests(self) -> int:
@@ -49,6 +54,13 @@ class PreparedTrace:
     def unit_tokens(self) -> int:
         """The finest granularity the content allows: 1 token, or the source block size."""
         return self.source_block_size or 1
+
+    def unit_offsets(self) -> np.ndarray:
+        """Content ids per request as int64 offsets (n+1), streamed or in memory."""
+        if self.offsets is not None:
+            return self.offsets
+        assert self.stream is not None
+        return self.stream.offsets()
 
     def namespace_codes(self, tenant_isolation: bool) -> np.ndarray | None:
         """Namespace per request: (model, adapter), plus tenant when isolated (spec §2)."""
@@ -62,6 +74,8 @@ class PreparedTrace:
     def chains(self, rules: ReplayRules, *, namespaces: bool = True) -> BlockChains:
         """Block chains under `rules`; `namespaces=False` puts every request in one namespace."""
         ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
+        if self.stream is not None:
+            return build_block_chains_streaming(self.stream, ns, rules)
         return build_block_chains(
             self.offsets, self.values, self.prompt_tokens, self.source_block_size, ns, rules,
             output_offsets=self.output_offsets, output_values=self.output_values,
@@ -75,18 +89,36 @@ def _codes(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
     return codes.astype(np.int64), labels
 
 
-def prepare(trace: Trace, *, with_outputs: bool = False) -> PreparedTrace:
-    """Arrays of `trace` for the replay; raises when the trace carries no prompt content."""
-    df = trace.requests
+def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -> PreparedTrace:
+    """Arrays of `trace` for the replay; raises when the trace carries no prompt content.
+
+    With `stream=True` a content column left on disk (`Trace.lazy`) stays there and the chains
+    stream from it; otherwise (or when output token ids must be cached too) it is read fully.
+    """
     column = trace.content_column
     if column is None or not trace.has(column):
         raise ConfigError(
             f"{trace.path}: the trace has no prompt content (token ids or block hash ids), so "
             "prefix reuse cannot be replayed; use a trace with prompt_tokens or prompt_block_ids"
         )
-    offsets, values = list_arrays(df[column])
+    needs_outputs = with_outputs and trace.is_lazy("output_tokens") and trace.has("output_tokens")
+    if trace.lazy is not None and (not stream or needs_outputs):
+        from yaotu_trace.ingest import load_full
+
+        trace = load_full(trace)
+    df = trace.requests
     prompt_tokens = df["prompt_len"].to_numpy(dtype=np.int64)
     source = trace.source_block_size if column == "prompt_block_ids" else None
+    prompts = None
+    offsets = values = None
+    if trace.is_lazy(column):
+        assert trace.lazy is not None
+        prompts = ParquetPrompts(path=trace.lazy.path, column=column, prompt_len=prompt_tokens,
+                                 source_block_size=source,
+                                 num_values=trace.lazy.values_in(column))
+    else:
+        offsets, values = list_arrays(df[column])
+        values = np.ascontiguousarray(values, dtype=np.int64)
 
     if trace.has("model") or trace.has("adapter"):
         key = df.get("model", pd.Series(_MISSING, index=df.index)).astype("string").fillna(
@@ -106,13 +138,14 @@ def prepare(trace: Trace, *, with_outputs: bool = False) -> PreparedTrace:
     cached = df["cached_tokens"].to_numpy(dtype=np.float64, na_value=np.nan) if trace.has(
         "cached_tokens") else None
     out_offsets = out_values = None
-    if with_outputs and trace.has("output_tokens") and source is None:
+    if (with_outputs and trace.has("output_tokens") and source is None
+            and not trace.is_lazy("output_tokens")):
         out_offsets, out_values = list_arrays(df["output_tokens"])
     return PreparedTrace(
         request_id=df["request_id"].astype(str).to_numpy(dtype=object),
         prompt_tokens=prompt_tokens,
         offsets=offsets,
-        values=np.ascontiguousarray(values, dtype=np.int64),
+        values=values,
         source_block_size=source,
         model_codes=model_codes,
         tenant_codes=tenant_codes,
@@ -124,4 +157,5 @@ def prepare(trace: Trace, *, with_outputs: bool = False) -> PreparedTrace:
         output_offsets=out_offsets,
         output_values=out_values,
         cached_tokens=cached,
+        stream=prompts,
     )

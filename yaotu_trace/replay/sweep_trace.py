@@ -126,7 +126,7 @@ def sweep_trace(
         )
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     rules.check_source_block_size(source)
-    prepared = prepare(trace, with_outputs=rules.cache_outputs)
+    prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
     chains = prepared.chains(rules)
     codes = partition_codes(prepared, rules, chains)
     n_caches = 0 if codes is None else int(np.unique(codes).size)

@@ -25,7 +25,7 @@ import numpy as np
 
 from yaotu_trace.replay.blocks import BlockChains
 from yaotu_trace.replay.engine import ReplayResult, replay
-from yaotu_trace.replay.ideal import ideal_hit_tokens
+from yaotu_trace.replay.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
 from yaotu_trace.replay.prepare import PreparedTrace
 from yaotu_trace.replay.rules import ReplayRules, Scope
 
@@ -99,6 +99,9 @@ def _ideal(prepared: PreparedTrace, rules: ReplayRules, flat: ReplayRules,
     base = shared if not flat.cache_partial_blocks else prepared.chains(full_only,
                                                                         namespaces=False)
     hits = r_block.hit_blocks if base is shared else replay(base, full_only).hit_blocks
+    if prepared.stream is not None:
+        return ideal_hit_tokens_streaming(prepared.stream, base, hits, seed=rules.seed)
+    assert prepared.offsets is not None and prepared.values is not None
     return ideal_hit_tokens(prepared.offsets, prepared.values, base, hits, seed=rules.seed)
 
 

@@ -1,0 +1,65 @@
+"""Memory checks before the replay's large allocations: a clear error instead of an OOM kill.
+
+The replay's big arrays (id tables, per-block arrays, the ideal pass's prefix table) are sized
+before they are allocated, so the need is known up front. `require` compares it with what the
+machine can still give: `MemAvailable` from /proc/meminfo, capped by the cgroup limit (v2
+`memory.max − memory.current`, or v1 `memory.limit_in_bytes − memory.usage_in_bytes`) when
+one is set. Where neither is readable (not Linux) the check passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from yaotu_trace.errors import ResourceLimitError
+
+GIB = 2**30
+# Fresh pages are touched once they are used, so a need slightly above what is available may
+# still fit as the kernel reclaims caches; refuse only beyond this margin.
+_SLACK = 1.05
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    if not text or text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def available_bytes() -> int | None:
+    """Bytes this process can still allocate, or None when the system does not say."""
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        avail = None
+    limits = []
+    for limit_path, used_path in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                  ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                   "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, used = _read_int(limit_path), _read_int(used_path)
+        if limit is not None and used is not None and limit < 2**60:
+            limits.append(max(limit - used, 0))
+    candidates = [v for v in (avail, *limits) if v is not None]
+    return min(candidates) if candidates else None
+
+
+def require(needed_bytes: int, what: str, hint: str = "") -> None:
+    """Raise `ResourceLimitError` when `needed_bytes` more than what is available."""
+    avail = available_bytes()
+    if avail is None or needed_bytes <= avail * _SLACK:
+        return
+    tail = f"; {hint}" if hint else ""
+    raise ResourceLimitError(
+        f"{what} needs about {needed_bytes / GIB:.1f} GiB of memory but only "
+        f"{avail / GIB:.1f} GiB is available{tail}"
+    )

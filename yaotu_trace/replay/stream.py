@@ -1,0 +1,329 @@
+"""Streaming replay input: block chains straight from a Parquet token column, row group by group.
+
+A trace of 1e9 tokens is 4–8 GB of token ids but only ~6e7 blocks at B = 16. `ParquetPrompts`
+reads the content column (`prompt_tokens` or `prompt_block_ids`) in record batches of a few
+million ids with `pyarrow.parquet.ParquetFile.iter_batches`, keeps Arrow's own integer width
+(int32 tokens stay int32), and hands each batch to the same compiled kernels as
+`build_block_chains`: the chained two-lane hash of every block (`blocks._chain_hashes`, requests
+in parallel), then dense ids from an open-addressing table that persists across batches and is
+sized once from the prompt lengths. Ids, lane-B checks and collision retries are those of the
+in-memory path, so the chains are identical; only block-level arrays (~40 bytes per block) and
+one batch of ids are ever held. A reader thread decodes the next batch while the current one is
+hashed (pyarrow and the kernels release the GIL), so decoding and hashing overlap on two cores.
+
+The same batches serve the ideal pass of the waterfall (`ideal.ideal_hit_tokens_streaming`).
+Validation that `normalize` does for in-memory list columns happens here, per batch: list
+lengths against `prompt_len` and token ids >= 0.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numba as nb
+import numpy as np
+
+from yaotu_trace.errors import ResourceLimitError, TraceSchemaError, YaotuError
+from yaotu_trace.replay import memory
+from yaotu_trace.replay.blocks import (
+    _MAX_IDS,
+    _TRIES,
+    BlockChains,
+    _chain_hashes,
+    _keys,
+    chain_bytes,
+    frozen_input,
+)
+from yaotu_trace.replay.rules import ReplayRules
+
+# Ids per record batch: large enough to amortise per-batch costs, small enough to stay a few
+# tens of MB (one batch is decoded while the previous one is hashed).
+BATCH_VALUES = 4_000_000
+# Bytes per cacheable block the chains and a replay hold: ids and block tokens (8), lane B per
+# distinct id (≤ 8), the id table (2 slots × 12 B), per-request arrays amortised.
+CHAIN_BYTES_PER_BLOCK = 44
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One record batch of the content column: requests `row0 .. row0 + n − 1`."""
+
+    row0: int
+    offsets: np.ndarray  # int64 n+1, local to `values`
+    values: np.ndarray  # int32 or int64, read-only
+
+
+@dataclass(slots=True, kw_only=True)
+class ParquetPrompts:
+    """The prompt content column of a canonical Parquet file, read on demand.
+
+    `unit_offsets` (int64, n+1: ids per request) is filled by the first full pass, so later
+    consumers (notes, the ideal pass) need no extra read for it.
+    """
+
+    path: str
+    column: str
+    prompt_len: np.ndarray  # int64 per request (file order = replay order)
+    source_block_size: int | None
+    num_values: int
+    unit_offsets: np.ndarray | None = field(default=None)
+
+    def batches(self) -> Iterator[Batch]:
+        """Validated record batches in file order, decoded one ahead on a reader thread."""
+        yield from _prefetched(self._read())
+
+    def _read(self) -> Iterator[Batch]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(self.path)
+        rows = max(1, pf.metadata.num_rows)
+        per_row = max(1.0, self.num_values / rows)
+        batch_rows = int(max(16, min(65_536, BATCH_VALUES / per_row)))
+        row0 = 0
+        for record in pf.iter_batches(batch_size=batch_rows, columns=[self.column],
+                                      use_threads=False):
+            arr = record.column(0)
+            valid = None
+            if arr.null_count:
+                valid = np.asarray(arr.is_valid())
+                arr = arr.fill_null(pa.scalar([], type=arr.type))
+            offsets = np.asarray(arr.offsets)
+            first, last = int(offsets[0]), int(offsets[-1])
+            values = arr.values.to_numpy(zero_copy_only=False)[first:last]
+            if values.dtype not in (np.int32, np.int64) or (
+                    values.dtype == np.int32 and self.source_block_size is not None):
+                values = values.astype(np.int64)  # negative block ids stay exact as int64
+            local = offsets.astype(np.int64) - first
+            self._validate(row0, np.diff(local), values, valid)
+            yield Batch(row0=row0, offsets=frozen_input(local, np.int64),
+                        values=frozen_input(values, values.dtype))
+            row0 += len(local) - 1
+        if row0 != len(self.prompt_len):
+            raise TraceSchemaError(f"{self.path}: column '{self.column}' has {row0} rows, the "
+                                   f"trace {len(self.prompt_len)}; the file changed while read")
+
+    def _validate(self, row0: int, lengths: np.ndarray, values: np.ndarray,
+                  valid: np.ndarray | None) -> None:
+        """The checks `normalize` applies to an in-memory content column (nulls are skipped)."""
+        n = len(lengths)
+        plen = self.prompt_len[row0:row0 + n]
+        has = np.ones(n, dtype=bool) if valid is None else valid
+        size = self.source_block_size
+        if size is None:
+            bad = np.flatnonzero(has & (lengths != plen))
+            if bad.size:
+                pos = int(bad[0])
+                self._fail(row0 + pos, "prompt_len",
+                           f"{plen[pos]} disagrees with the {lengths[pos]} ids in "
+                           f"'{self.column}'; fix the length or the token list")
+            if values.size and int(values.min()) < 0:
+                neg = int(np.flatnonzero(values < 0)[0])
+                pos = int(np.searchsorted(np.cumsum(lengths), neg, side="right"))
+                self._fail(row0 + pos, self.column, "token ids must be >= 0")
+        else:
+            low, high = plen // size, -(-plen // size)
+            bad = np.flatnonzero(has & ((lengths < low) | (lengths > high)))
+            if bad.size:
+                pos = int(bad[0])
+                self._fail(row0 + pos, self.column,
+                           f"{lengths[pos]} ids cannot cover prompt_len {plen[pos]} at {size} "
+                           f"tokens per id (expected {low[pos]} or {high[pos]}); "
+                           "check --source-block-size")
+
+    def _fail(self, row: int, column: str, msg: str) -> None:
+        raise TraceSchemaError(f"{self.path}: row {row + 1}, column '{column}': {msg}")
+
+    def offsets(self) -> np.ndarray:
+        """Ids per request as int64 offsets (n+1); one pass over the file if not yet known."""
+        if self.unit_offsets is None:
+            lengths = np.zeros(len(self.prompt_len), dtype=np.int64)
+            for batch in self.batches():
+                lengths[batch.row0:batch.row0 + len(batch.offsets) - 1] = np.diff(batch.offsets)
+            self.unit_offsets = _offsets_of(lengths)
+        return self.unit_offsets
+
+
+def _offsets_of(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+_DONE = object()
+
+
+def _prefetched(source: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
+    """Run `source` on a thread, `depth` items ahead; its errors re-raise here."""
+    box: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for item in source:
+                while not stop.is_set():
+                    try:
+                        box.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            box.put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            box.put(exc)
+
+    thread = threading.Thread(target=work, name="parquet-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = box.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                box.get_nowait()
+            except queue.Empty:
+                thread.join(timeout=0.05)
+
+
+@nb.njit(cache=True, nogil=True)
+def _dense_ids_into(hash_a, hash_b, table_keys, table_slots, lane_b, ids, start, distinct):
+    """`blocks._dense_ids` over one batch, with the table kept across batches."""
+    mask = np.int64(len(table_slots) - 1)
+    collisions = 0
+    for j in range(len(hash_a)):
+        h = hash_a[j]
+        slot = np.int64(h & np.uint64(mask))
+        while True:
+            d = table_slots[slot]
+            if d < 0:
+                table_slots[slot] = distinct
+                table_keys[slot] = h
+                lane_b[distinct] = hash_b[j]
+                ids[start + j] = distinct
+                distinct += 1
+                break
+            if table_keys[slot] == h:
+                if lane_b[d] != hash_b[j]:
+                    collisions += 1
+                ids[start + j] = d
+                break
+            slot = (slot + 1) & mask
+    return distinct, collisions
+
+
+def build_block_chains_streaming(
+    prompts: ParquetPrompts,
+    namespace_codes: np.ndarray | None,
+    rules: ReplayRules,
+) -> BlockChains:
+    """`build_block_chains` of a Parquet content column, read batch by batch (no outputs).
+
+    Gives the same `BlockChains` as the in-memory path on the same trace and rules.
+    """
+    if rules.cache_outputs:
+        raise ValueError("the streaming path does not cache outputs; load the trace fully")
+    source = prompts.source_block_size
+    rules.check_source_block_size(source)
+    prompt_len = np.asarray(prompts.prompt_len, dtype=np.int64)
+    n = len(prompt_len)
+    block = int(rules.block_size_tokens)
+    unit = 1 if source is None else int(source)
+    per_block = block // unit
+    ns = (np.zeros(n, dtype=np.int64) if namespace_codes is None
+          else np.ascontiguousarray(namespace_codes, dtype=np.int64))
+    bound = int((prompt_len // block).sum()) + (n if rules.cache_partial_blocks else 0)
+    if bound > _MAX_IDS:
+        raise ResourceLimitError(
+            f"up to {bound} blocks exceed the 2^31 ids this replay supports; use a larger "
+            "--block-size"
+        )
+    memory.require(chain_bytes(bound) + 4 * bound,
+                   f"chaining {bound:,} blocks of {block} tokens",
+                   "use a larger --block-size")
+    table_bits = max(10, int(np.ceil(np.log2(max(bound, 1) * 2 + 1))))
+    for attempt in range(_TRIES):
+        keys = _keys(rules.seed, attempt)
+        built = _stream_once(prompts, ns, rules, keys, block, per_block, bound, table_bits)
+        if built is not None:
+            ids, block_tokens, distinct, counts = built
+            break
+    else:
+        raise YaotuError(f"block hashing collided {_TRIES} times in a row ({bound} blocks); "
+                         "this should not happen: report it with the trace")
+    chain_offsets = _offsets_of(counts)
+    if rules.last_token_rule:
+        max_hit = np.minimum(counts, np.maximum(prompt_len - 1, 0) // block)
+    else:
+        max_hit = counts.copy()
+    return BlockChains(
+        offsets=chain_offsets,
+        ids=ids,
+        block_tokens=block_tokens,
+        num_distinct=int(distinct),
+        max_hit_blocks=max_hit.astype(np.int64),
+        prompt_tokens=prompt_len,
+        block_size_tokens=block,
+        seed=int(rules.seed),
+    )
+
+
+def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, keys: np.ndarray,
+                 block: int, per_block: int, bound: int, table_bits: int
+                 ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
+    """One pass with one set of keys; None when lane B caught a lane-A collision."""
+    n = len(prompts.prompt_len)
+    unit = block // per_block
+    size = 1 << table_bits
+    table_keys = np.empty(size, dtype=np.uint64)
+    table_slots = np.full(size, -1, dtype=np.int32)
+    lane_b = np.empty(bound, dtype=np.uint64)
+    ids = np.empty(bound, dtype=np.int32)
+    block_tokens = np.full(bound, block, dtype=np.int32)
+    counts = np.zeros(n, dtype=np.int64)
+    units_all = np.zeros(n, dtype=np.int64)
+    distinct = 0
+    filled = 0
+    collisions = 0
+    for batch in prompts.batches():
+        rows = slice(batch.row0, batch.row0 + len(batch.offsets) - 1)
+        plen = prompts.prompt_len[rows]
+        units = np.diff(batch.offsets)
+        units_all[rows] = units
+        full = np.minimum(units, plen // unit) // per_block
+        partial = np.zeros(len(units), dtype=np.int64)
+        if rules.cache_partial_blocks:
+            rest = np.minimum(plen, units * unit) - full * block
+            partial = np.where(units > full * per_block, rest, 0).astype(np.int64)
+        hashed = full + (partial > 0)
+        local = _offsets_of(hashed)
+        total = int(local[-1])
+        hash_a = np.empty(total, dtype=np.uint64)
+        hash_b = np.empty(total, dtype=np.uint64)
+        _chain_hashes(batch.offsets, batch.values, np.int64(per_block), full, partial,
+                      ns[rows], local, keys, hash_a, hash_b)
+        distinct, found = _dense_ids_into(hash_a, hash_b, table_keys, table_slots, lane_b, ids,
+                                          np.int64(filled), np.int64(distinct))
+        collisions += int(found)
+        has_partial = np.flatnonzero(partial > 0)
+        if has_partial.size:
+            block_tokens[filled + local[has_partial + 1] - 1] = partial[has_partial]
+        counts[rows] = hashed
+        filled += total
+    prompts.unit_offsets = _offsets_of(units_all)
+    if collisions:
+        return None
+    del table_keys, table_slots, lane_b
+    if filled < bound:
+        ids = ids[:filled].copy()
+        block_tokens = block_tokens[:filled].copy()
+    return ids, block_tokens, distinct, counts
