@@ -31,6 +31,7 @@ SECTION_RENDERERS: dict[str, str] = {
     "findings": "yaotu_trace.render.console_diagnose:findings_renderables",
     "simulation": "yaotu_trace.render.console_simulate:simulation_renderables",
     "comparison": "yaotu_trace.render.console_simulate:comparison_renderables",
+    "checks": "yaotu_trace.render.console_check:checks_renderables",
 }
 
 # Sections shown before the input summary.

@@ -22,6 +22,7 @@ SECTION_RENDERERS: dict[str, str] = {
     "findings": "yaotu_trace.render.markdown_diagnose:findings_lines",
     "simulation": "yaotu_trace.render.markdown_simulate:simulation_lines",
     "comparison": "yaotu_trace.render.markdown_simulate:comparison_lines",
+    "checks": "yaotu_trace.render.markdown_check:checks_lines",
 }
 
 

@@ -1,0 +1,203 @@
+"""`trace check`: a CI gate on a trace's metrics: thresholds, a baseline, the diagnosis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from yaotu_trace.check import FailOn
+from yaotu_trace.cli.app import (
+    FormatOpt,
+    InputFormatOpt,
+    MapOpt,
+    OutputOpt,
+    SourceBlockOpt,
+    StepsOpt,
+    TraceArg,
+    app,
+    emit,
+    load,
+    write_atomically,
+)
+from yaotu_trace.errors import ConfigError, ExitCode
+from yaotu_trace.render import OutputFormat
+from yaotu_trace.schema import Trace
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Check file (TOML): thresholds by JSON path and "
+                 "baseline tolerances; see docs/ci.md.", dir_okay=False),
+]
+BaselineOpt = Annotated[
+    Path | None,
+    typer.Option("--baseline", "-b", help="A JSON report the tool wrote earlier (e.g. `trace "
+                 "diagnose -f json`); regressions beyond the tolerances fail.", dir_okay=False),
+]
+FailOnOpt = Annotated[
+    FailOn | None,
+    typer.Option("--fail-on", help="Fail when a diagnosis axis is at or above this status.",
+                 case_sensitive=False),
+]
+JunitOpt = Annotated[
+    Path | None,
+    typer.Option("--junit", help="Also write JUnit XML (one test case per check).",
+                 dir_okay=False),
+]
+MarkdownOpt = Annotated[
+    Path | None,
+    typer.Option("--markdown", help="Also write Markdown (CI step summary, PR comment).",
+                 dir_okay=False),
+]
+MetricsOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics", help="Engine Prometheus export for the diagnosis (as `trace "
+                 "diagnose --metrics`)."),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="Model name from the catalog (`trace models`)."),
+]
+KvCapacityOpt = Annotated[
+    str | None,
+    typer.Option("--kv-capacity", help="KV pool of one instance: blocks (20000), tokens "
+                 "(3.2Mtok) or bytes (40GiB, needs --model)."),
+]
+BlockSizeOpt = Annotated[
+    int | None,
+    typer.Option("--block-size", min=1, help="KV block size in tokens for the diagnosis "
+                 "[default: 16]."),
+]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option("--preset", help="Prefix-replay engine preset of the diagnosis (vllm, sglang, "
+                 "lmcache, mooncake, none)."),
+]
+ThresholdOpt = Annotated[
+    list[str] | None,
+    typer.Option("--threshold", "-t", metavar="NAME=VALUE",
+                 help="Override a diagnosis threshold (repeatable); see docs/rules.md."),
+]
+
+
+def diagnosis_builder(
+    trace: Trace,
+    *,
+    metrics: Path | None,
+    model: str | None,
+    kv_capacity: str | None,
+    block_size: int | None,
+    preset: str | None,
+    threshold: list[str] | None,
+) -> Callable[[], Any]:
+    """Validate the diagnosis options now; return a builder of the `trace diagnose` report."""
+    from yaotu_trace.axes.base import EngineSettings
+    from yaotu_trace.diagnosis.diagnose import diagnose
+    from yaotu_trace.diagnosis.thresholds import parse_threshold_options
+    from yaotu_trace.ingest.metrics import read_metrics
+
+    thresholds = parse_threshold_options(threshold or [])
+    if preset is not None:
+        from yaotu_trace.replay.rules import rules_for
+
+        rules_for(preset)
+    spec = None
+    if model is not None:
+        from yaotu_trace.catalog import find_model
+
+        spec = find_model(model)
+    kv_b = None if spec is None else spec.kv_bytes_per_token
+    block = block_size or 16
+    capacity_tokens = None
+    if kv_capacity is not None:
+        from yaotu_trace.units import parse_capacity
+
+        cap = parse_capacity(kv_capacity)
+        if not cap.unlimited:
+            if cap.unit == "blocks":
+                capacity_tokens = float(int(cap.amount) * block)
+            else:
+                tokens = cap.to_tokens(kv_b)
+                capacity_tokens = None if tokens is None else float(tokens)
+        if capacity_tokens is not None and capacity_tokens < block:
+            raise ConfigError(f"--kv-capacity {kv_capacity!r} holds less than one {block}-token "
+                              "block; give a larger capacity")
+    settings = EngineSettings(
+        block_size_tokens=block,
+        block_size_given=block_size is not None,
+        kv_capacity_tokens=capacity_tokens,
+        kv_bytes_per_token=kv_b,
+        active_params=None if spec is None else spec.active_nonembedding_params,
+        model=None if spec is None else spec.name,
+        replay_preset=preset,
+    )
+    engine_metrics = read_metrics(metrics) if metrics is not None else None
+
+    def build() -> Any:
+        return diagnose(trace, metrics=engine_metrics, settings=settings, thresholds=thresholds)
+
+    return build
+
+
+@app.command()
+def check(
+    trace: TraceArg,
+    config: ConfigOpt = None,
+    baseline: BaselineOpt = None,
+    fail_on: FailOnOpt = None,
+    junit: JunitOpt = None,
+    markdown: MarkdownOpt = None,
+    format: FormatOpt = OutputFormat.TABLE,
+    output: OutputOpt = None,
+    steps: StepsOpt = None,
+    metrics: MetricsOpt = None,
+    model: ModelOpt = None,
+    kv_capacity: KvCapacityOpt = None,
+    block_size: BlockSizeOpt = None,
+    preset: PresetOpt = None,
+    threshold: ThresholdOpt = None,
+    input_format: InputFormatOpt = None,
+    map: MapOpt = None,
+    source_block_size: SourceBlockOpt = None,
+) -> int:
+    """Gate CI on a trace: thresholds on any reported metric, a baseline, the diagnosis.
+
+    A check names a metric by its JSON path in the reports (docs/json.md), e.g.
+    prefix_reuse.hit_ratio >= 0.4 or queueing.queue_time_s.p99 <= 2. With --baseline alone,
+    the headline metrics (hit ratio, queue-time, TTFT and inter-token percentiles, preempted
+    share) are compared with default tolerances. Exit 0 when every check passes, 1 when one
+    fails, 3 for an unreadable trace, check file or baseline, or an unknown metric path.
+
+    Examples:
+
+      trace check prod.jsonl --config checks.toml --junit checks.xml
+
+      trace check prod.jsonl --baseline last-week.json --markdown "$GITHUB_STEP_SUMMARY"
+
+      trace check sim.parquet --steps steps.parquet --fail-on bottleneck
+    """
+    from yaotu_trace.check import CheckConfig, check_trace, load_baseline, load_config
+
+    cfg = load_config(config) if config is not None else CheckConfig()
+    base = load_baseline(baseline) if baseline is not None else None
+    if not cfg.checks and base is None and (fail_on or cfg.fail_on) is None:
+        raise ConfigError("nothing to check: give --config with [[check]] entries, "
+                          "--baseline, or --fail-on (see docs/ci.md)")
+    loaded = load(trace, input_format, map, source_block_size, steps)
+    build = diagnosis_builder(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
+                              block_size=block_size, preset=preset, threshold=threshold)
+    report = check_trace(loaded, cfg, base, baseline_path=None if baseline is None
+                         else str(baseline), fail_on=fail_on, diagnose_report=build)
+    if junit is not None:
+        from yaotu_trace.render.junit import render_junit
+
+        write_atomically(junit, render_junit(report))
+    if markdown is not None:
+        from yaotu_trace.render import render
+
+        write_atomically(markdown, render(report, OutputFormat.MARKDOWN))
+    emit(report, format, output)
+    failed = report.sections["checks"].failed
+    return int(ExitCode.FINDINGS if failed else ExitCode.OK)

@@ -1,0 +1,41 @@
+"""JUnit XML of a `trace check` report: one test case per check, for CI test dashboards."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from yaotu_trace.render.console_check import expected, show_value
+from yaotu_trace.report import Report, to_builtins
+
+
+def render_junit(report: Report) -> str:
+    """A `<testsuites>` document; failures carry the check's message, skips their reason."""
+    section = report.sections.get("checks")
+    data: dict[str, Any] = to_builtins(section) if section is not None else {
+        "results": [], "passed": 0, "failed": 0, "skipped": 0}
+    results = data["results"]
+    attrs = {"name": "trace check", "tests": str(len(results)), "failures": str(data["failed"]),
+             "errors": "0", "skipped": str(data["skipped"])}
+    root = ET.Element("testsuites", attrs)
+    suite = ET.SubElement(root, "testsuite", {**attrs, "name": f"trace check {report.input.path}"})
+    props = ET.SubElement(suite, "properties")
+    for key, value in (("trace", report.input.path), ("baseline", data.get("baseline_path")),
+                       ("check_file", data.get("config_path"))):
+        if value:
+            ET.SubElement(props, "property", {"name": key, "value": str(value)})
+    for r in results:
+        case = ET.SubElement(suite, "testcase", {"classname": f"trace.check.{r['kind']}",
+                                                 "name": r["name"]})
+        detail = (f"path: {r['path']}\nvalue: {show_value(r['value'])}\n"
+                  f"expected: {expected(r)}\n{r['message']}")
+        if r["status"] == "failed":
+            failure = ET.SubElement(case, "failure", {"message": f"{r['name']}: {r['message']}",
+                                                      "type": r["kind"]})
+            failure.text = detail
+        elif r["status"] == "skipped":
+            ET.SubElement(case, "skipped", {"message": r["message"]})
+        else:
+            ET.SubElement(case, "system-out").text = detail
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
