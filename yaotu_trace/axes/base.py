@@ -113,7 +113,8 @@ class EngineSettings:
     `kv_capacity_tokens` is the KV pool of one instance; `kv_bytes_per_token` and
     `active_params` come from `--model` (catalog) or `--kv-bytes-per-token`.
     `block_size_given` says the block size was set explicitly (the prefix replay then uses it
-    instead of its preset's).
+    instead of its preset's). `gpu` and `gpu_flops_per_s` (dense bf16 peak × MFU, from `--gpu`)
+    turn the ledger's FLOPs into GPU-seconds.
     """
 
     block_size_tokens: int = 16
@@ -126,6 +127,8 @@ class EngineSettings:
     model: str | None = None
     link_gbps: float = 100.0
     replay_preset: str | None = None
+    gpu: str | None = None
+    gpu_flops_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

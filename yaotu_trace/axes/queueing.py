@@ -35,9 +35,17 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   sglang:token_usage (metrics) (ratio).
 - waiting_share: share of steps (or metric samples) with num_waiting > 0 (ratio);
   waiting_mean: duration-weighted mean of num_waiting over the step log (requests).
-- little_expected_waiting = Σ queue_time_s / span of the requests (λ·W̄q, Little's law);
-  little_mismatch = |observed waiting_mean − expected| / max(observed, expected) (ratio 0–1,
-  rule A0; observed over the step log's span, expected from requests arriving in it).
+- Little's law (rule A0). Observed: waiting_mean = Σ over instances of ∫ num_waiting dt / the
+  cluster's span (first step start to last step end): the per-instance rows of a cluster are
+  summed at each instant, not averaged. Expected, from requests arriving in that span:
+  little_expected_waiting = Σ queue_time_s / span (λ·W̄q, waiting counted continuously) and
+  little_expected_sampled = Σ max(0, scheduled_s − first step start ≥ arrival_s on the
+  request's instance) / span (waiting as a log sampled after admission at each step start sees
+  it, as vLLM logs it: a request arriving mid-step is invisible until the next step). The
+  observed mean must lie between the two (±little_mismatch); little_mismatch = the relative
+  distance of waiting_mean outside [low, high] of the two expectations (0 inside) (ratio).
+  Engines count preempted requests as waiting again, which queue_time_s does not hold, so with
+  preemptions in the trace only the low end is checked.
 """
 
 from __future__ import annotations
@@ -143,6 +151,7 @@ class QueueingMetrics:
     waiting_mean: float | None
     little_expected_waiting: float | None
     little_mismatch: float | None
+    little_expected_sampled: float | None = None
 
 
 def _times(df: pd.DataFrame, column: str) -> np.ndarray | None:
@@ -197,6 +206,7 @@ class _StepStats:
     waiting_share: float | None = None
     waiting_mean: float | None = None
     waiting_span: tuple[float, float] | None = None
+    step_starts: dict[str, np.ndarray] | None = None
 
 
 def step_stats(inp: AxisInput) -> _StepStats:
@@ -213,9 +223,12 @@ def step_stats(inp: AxisInput) -> _StepStats:
     wall = busy = idle_wait = 0.0
     waiting_weighted = 0.0
     waiting_known = True
-    for _, g in df.groupby("instance", sort=True):
+    starts_of: dict[str, np.ndarray] = {}
+    for name, g in df.groupby("instance", sort=True):
+        g = g.sort_values("start_s", kind="stable")
         start = g["start_s"].to_numpy(dtype=np.float64)
         end = g["end_s"].to_numpy(dtype=np.float64)
+        starts_of[str(name)] = start
         wall += float(end.max() - start.min())
         busy += float((end - start).sum())
         gaps = np.clip(start[1:] - end[:-1], 0.0, None)
@@ -251,9 +264,37 @@ def step_stats(inp: AxisInput) -> _StepStats:
         stats["kv_usage"] = usage[np.isfinite(usage)]
     if inp.step_has("num_waiting"):
         stats["waiting_share"] = float((df["num_waiting"].fillna(0) > 0).mean())
-        stats["waiting_mean"] = ratio(waiting_weighted, wall)
-        stats["waiting_span"] = (float(df["start_s"].min()), float(df["end_s"].max()))
+        lo, hi = float(df["start_s"].min()), float(df["end_s"].max())
+        # NOTE: a cluster's waiting count is the sum over its instances at each instant, so the
+        # per-instance integrals are summed and divided by the cluster's span, not Σ walls.
+        stats["waiting_mean"] = ratio(waiting_weighted, hi - lo)
+        stats["waiting_span"] = (lo, hi)
+        stats["step_starts"] = starts_of
     return _StepStats(**stats)  # type: ignore[arg-type]
+
+
+def _sampled_waiting_s(inp: AxisInput, st: _StepStats, arrival: np.ndarray,
+                       scheduled: np.ndarray, inside: np.ndarray) -> float:
+    """Σ waiting seconds a step log sampled after admission shows: from the first step start at
+    or after each arrival (on the request's instance when both tables name instances)."""
+    starts = st.step_starts or {}
+    if not starts:
+        return float("nan")
+    names = None
+    if inp.has("instance") and set(starts) != {"all"}:
+        names = inp.requests["instance"].fillna("").astype(str).to_numpy()
+    every = np.sort(np.concatenate(list(starts.values())))
+    total = 0.0
+    groups = ([(k, names == k) for k in np.unique(names[inside])] if names is not None
+              else [(None, np.ones(arrival.size, dtype=bool))])
+    for key, sel in groups:
+        sel = sel & inside
+        s = starts.get(str(key), every) if key is not None else every
+        idx = np.searchsorted(s, arrival[sel], side="left")
+        first_start = np.where(idx < s.size, s[np.minimum(idx, s.size - 1)], np.inf)
+        seen = np.clip(scheduled[sel] - first_start, 0.0, None)
+        total += float(seen[np.isfinite(seen)].sum())
+    return total
 
 
 def _p75(values: np.ndarray | None) -> float | None:
@@ -396,16 +437,29 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     kv_p75 = _p75(kv_usage)
 
     # Little's law: mean waiting seen by the engine against λ·W̄q from the request table.
-    expected = mismatch = None
+    expected = sampled = mismatch = None
     if queue is not None and st.waiting_mean is not None and st.waiting_span is not None:
         lo, hi = st.waiting_span
         inside = (arrival >= lo) & (arrival <= hi) & np.isfinite(queue)
         span = hi - lo
         if inside.any() and span > 0:
             expected = finite(float(queue[inside].sum()) / span)
+            assert scheduled is not None
+            sampled = finite(_sampled_waiting_s(inp, st, arrival, scheduled, inside) / span)
             if expected is not None:
-                mismatch = ratio(abs(st.waiting_mean - expected),
-                                 max(st.waiting_mean, expected))
+                low = min(expected, sampled if sampled is not None else expected)
+                high = max(expected, sampled if sampled is not None else expected)
+                # NOTE: engines count preempted requests as waiting again, time the request
+                # table's queue_time_s does not hold: with preemptions only the low end binds.
+                preempting = ((inp.has("num_preemptions")
+                               and bool((req["num_preemptions"].fillna(0) > 0).any()))
+                              or (inp.step_has("num_preempted") and inp.steps is not None
+                                  and bool((inp.steps["num_preempted"].fillna(0) > 0).any())))
+                if preempting:
+                    high = np.inf
+                observed = st.waiting_mean
+                outside = max(0.0, low - observed, observed - high)
+                mismatch = 0.0 if outside == 0 else ratio(outside, max(observed, high))
 
     metrics = QueueingMetrics(
         queue_time_s=Distribution.of(queue) if queue is not None else None,
@@ -445,6 +499,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         waiting_mean=st.waiting_mean,
         little_expected_waiting=expected,
         little_mismatch=mismatch,
+        little_expected_sampled=sampled,
     )
 
     decided = share_ttft is not None or st.wall_s is not None or waiting_share is not None
@@ -534,6 +589,7 @@ def _queueing_rules(
                   t.little_mismatch),
             fact("waiting_mean", mt.waiting_mean, "requests"),
             fact("little_expected_waiting", mt.little_expected_waiting, "requests"),
+            fact("little_expected_sampled", mt.little_expected_sampled, "requests"),
         )))
 
     at_limit: list[Evidence] = []

@@ -22,6 +22,9 @@ from yaotu_trace.cli.app import (
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 
+# Model FLOP utilisation assumed when the ledger turns FLOPs into GPU-seconds (cost-model §2.4).
+LEDGER_MFU = 0.5
+
 MetricsOpt = Annotated[
     Path | None,
     typer.Option("--metrics", help="Engine Prometheus export: range-query JSON or CSV "
@@ -56,6 +59,11 @@ MaxTokensOpt = Annotated[
     typer.Option("--max-batched-tokens", min=1, help="Engine token budget per step (else the "
                  "largest step seen)."),
 ]
+GpuOpt = Annotated[
+    str | None,
+    typer.Option("--gpu", help="GPU from the catalog (e.g. H100, A100-80GB): with --model, the "
+                 "ledger prices recomputed prefill in GPU-seconds (bf16 peak × MFU 0.5)."),
+]
 LinkOpt = Annotated[
     float,
     typer.Option("--link-gbps", min=0.001, help="Network link per instance for KV transfer in "
@@ -84,6 +92,7 @@ def diagnose(
     block_size: BlockSizeOpt = None,
     max_num_seqs: MaxSeqsOpt = None,
     max_batched_tokens: MaxTokensOpt = None,
+    gpu: GpuOpt = None,
     link_gbps: LinkOpt = 100.0,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
@@ -106,6 +115,9 @@ def diagnose(
       trace diagnose conversation_trace.jsonl --format json -o diagnosis.json
 
       trace diagnose logs.jsonl --threshold stall_factor=4 --threshold window_s=10
+
+      trace diagnose sim.parquet --steps steps.parquet --model Llama-3.1-8B --gpu H100
+      --link-gbps 400
     """
     from yaotu_trace.axes.base import EngineSettings
     from yaotu_trace.diagnosis.diagnose import diagnose as run
@@ -122,6 +134,11 @@ def diagnose(
         from yaotu_trace.catalog import find_model
 
         spec = find_model(model)
+    gpu_spec = None
+    if gpu is not None:
+        from yaotu_trace.hardware import find_gpu
+
+        gpu_spec = find_gpu(gpu)
     kv_b = kv_bytes_per_token or (spec.kv_bytes_per_token if spec is not None else None)
     block = block_size or 16
     capacity_tokens = None
@@ -150,6 +167,8 @@ def diagnose(
         model=None if spec is None else spec.name,
         link_gbps=link_gbps,
         replay_preset=preset,
+        gpu=None if gpu_spec is None else gpu_spec.name,
+        gpu_flops_per_s=None if gpu_spec is None else gpu_spec.bf16_flops * LEDGER_MFU,
     )
     engine_metrics = read_metrics(metrics) if metrics is not None else None
     loaded = load(trace, input_format, map, source_block_size, steps)

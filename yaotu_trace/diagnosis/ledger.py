@@ -27,7 +27,7 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -63,7 +63,12 @@ class Quantity:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LedgerEntry:
-    """One remedy: the findings that make it a candidate, the work it saves and adds."""
+    """One remedy: the findings that make it a candidate, the work it saves and adds.
+
+    `recommended` is False for a remedy that applies but waits on another axis (P/D
+    disaggregation before preemption, dispatch and prefix recompute are ruled out);
+    `withheld_because` says which.
+    """
 
     remedy: Remedy
     axis: AxisName
@@ -71,6 +76,8 @@ class LedgerEntry:
     saves: tuple[Quantity, ...]
     adds: tuple[Quantity, ...]
     caveats: tuple[str, ...] = ()
+    recommended: bool = True
+    withheld_because: tuple[str, ...] = ()
 
 
 def _flops(tokens: float | None, inp: AxisInput) -> Quantity:
@@ -79,6 +86,17 @@ def _flops(tokens: float | None, inp: AxisInput) -> Quantity:
     return Quantity(name="prefill_flops", value=value, unit="FLOP",
                     basis="2 · N_active · tokens (linear layers)" if n else
                     "pass --model for the active parameter count")
+
+
+def _gpu_seconds(tokens: float | None, inp: AxisInput) -> Quantity:
+    """Prefill FLOPs as GPU-seconds on the `--gpu` (bf16 peak × MFU)."""
+    n, f = inp.settings.active_params, inp.settings.gpu_flops_per_s
+    value = None if tokens is None or n is None or f is None else 2.0 * n * tokens / f
+    if n is not None and f is not None:
+        basis = f"prefill_flops / ({inp.settings.gpu} bf16 peak × MFU 0.5)"
+    else:
+        basis = "pass --model and --gpu for GPU-seconds"
+    return Quantity(name="prefill_gpu_seconds", value=value, unit="s", basis=basis)
 
 
 def _kv_b(inp: AxisInput) -> int | None:
@@ -116,6 +134,7 @@ def build_ledger(
             Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
                      basis=str(getattr(km, "recompute_basis", None) or "kv_memory axis")),
             _flops(recomputed, inp),
+            _gpu_seconds(recomputed, inp),
             Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
                      unit="preemptions", basis="kv_memory axis"),
         ]
@@ -131,14 +150,28 @@ def build_ledger(
                                   value=getattr(qm, "queue_seconds_total", None), unit="s",
                                   basis="Σ queue_time_s while admission waits for KV (A5)"))
         extra_tokens = getattr(km, "extra_kv_tokens", None)
+        block = int(inp.settings.block_size_tokens)
+        extra_blocks = None if extra_tokens is None else float(np.ceil(extra_tokens / block))
+        capacity = getattr(km, "kv_capacity_tokens", None)
+        peak = getattr(km, "peak_demand_tokens", None)
         adds = [
             Quantity(name="extra_kv_tokens", value=extra_tokens, unit="tokens",
                      basis="peak demand − capacity per instance" if extra_tokens is not None
                      else "pass --kv-capacity and a trace with scheduled_s/finish_s"),
+            Quantity(name="extra_kv_blocks", value=extra_blocks, unit="blocks",
+                     basis=f"ceil(extra_kv_tokens / {block}-token block)"),
             Quantity(name="extra_kv_bytes",
-                     value=None if extra_tokens is None or kv_b is None else extra_tokens * kv_b,
-                     unit="bytes", basis=_missing_kv_basis("extra_kv_tokens · kv_bytes_per_token",
-                                                           inp)),
+                     value=None if extra_blocks is None or kv_b is None
+                     else extra_blocks * block * kv_b,
+                     unit="bytes", basis=_missing_kv_basis(
+                         "(peak demand − capacity) in blocks × block bytes", inp)),
+            Quantity(name="fp8_kv_capacity_tokens",
+                     value=None if capacity is None else 2.0 * capacity, unit="tokens",
+                     basis=("FP8 KV holds twice the tokens in the same bytes; "
+                            + ("enough for the peak" if peak is not None and capacity is not None
+                               and 2.0 * capacity >= peak else "compare with the peak demand"))
+                     if capacity is not None else "pass --kv-capacity (or a step log with "
+                     "kv_blocks_total)"),
         ]
         entries.append(LedgerEntry(
             remedy=Remedy.LARGER_KV_POOL, axis=AxisName.KV_MEMORY,
@@ -199,6 +232,7 @@ def build_ledger(
                            basis="bigger steps lengthen every decode's inter-token gap")),
         ))
     burst = _ids(q) & {"Q001", "Q002"}
+    instances = (int(inp.requests["instance"].nunique()) if inp.has("instance") else 1) or 1
     if burst:
         peak, mean = getattr(qm, "peak_rho", None), getattr(qm, "mean_rho", None)
         entries.append(LedgerEntry(
@@ -211,6 +245,12 @@ def build_ledger(
             adds=(Quantity(name="extra_capacity_share",
                            value=None if peak is None else max(0.0, peak - 1.0), unit="ratio",
                            basis="peak_rho − 1: capacity to add to serve the peak window"),
+                  Quantity(name="replicas_for_peak",
+                           value=None if peak is None else float(np.ceil(max(peak, 1.0)
+                                                                         * instances)),
+                           unit="replicas",
+                           basis=f"ceil(peak_rho × {instances} instance(s) seen): replicas "
+                           "that serve the busiest window without a queue"),
                   Quantity(name="idle_capacity_outside_bursts",
                            value=None if mean is None or peak is None
                            else max(0.0, 1.0 - mean / max(peak, 1.0)), unit="ratio",
@@ -237,7 +277,7 @@ def build_ledger(
             triggered_by=("P003",),
             saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
                             basis="reuse the waterfall loses to scope and routing"),
-                   _flops(tokens, inp)),
+                   _flops(tokens, inp), _gpu_seconds(tokens, inp)),
             adds=(Quantity(name="hot_prefix_request_share", value=top_share, unit="ratio",
                            basis="requests of the hottest lost prefix that would pile onto "
                            "one replica"),
@@ -257,7 +297,7 @@ def build_ledger(
             triggered_by=("P005",),
             saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
                             basis="reuse lost to tenant isolation and model/adapter "
-                            "namespaces"), _flops(tokens, inp)),
+                            "namespaces"), _flops(tokens, inp), _gpu_seconds(tokens, inp)),
             adds=(Quantity(name="isolation_risk", value=None, unit="",
                            basis="sharing across tenants exposes cache-timing side channels; "
                            "share only public prefixes (system prompts, tools)"),),
@@ -294,9 +334,30 @@ def build_ledger(
                      "MFU",),
         ))
         entry, network = _disaggregation(inp, t, lost, prompt, pd_ids)
+        withheld = withheld_by(axes)
+        if withheld:
+            entry = replace(entry, recommended=False, withheld_because=withheld,
+                            caveats=(*entry.caveats, "withheld: " + "; ".join(withheld)))
         entries.append(entry)
         extra_hits.append(network)
     return tuple(entries), extra_hits
+
+
+def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
+    """Why P/D disaggregation must wait: preemption, dispatch or prefix recompute not yet ruled
+    out (cost-model §7: those come before the choice between chunking and splitting)."""
+    out: list[str] = []
+    kv, q, pr = axes[AxisName.KV_MEMORY], axes[AxisName.QUEUEING], axes[AxisName.PREFIX_REUSE]
+    if _ids(kv) & {"K001", "K002", "K003", "K004", "K005"}:
+        out.append("KV preemption (kv_memory) comes first: re-prefills after preemption stall "
+                   "decodes too")
+    if q.cause == "dispatch_overhead":
+        out.append("host dispatch gaps (queueing, Q003) come first: splitting does not remove "
+                   "them")
+    if _ids(pr) & {"P001", "P002"}:
+        out.append("a reusable prefix is prefilled again and again (prefix_reuse) — fix cache "
+                   "keys or routing first, which removes that prefill")
+    return tuple(out)
 
 
 def _disaggregation(
@@ -307,12 +368,15 @@ def _disaggregation(
     kv_b = _kv_b(inp)
     link_bytes_s = s.link_gbps * 1e9 / 8.0
     b_eff = link_bytes_s * t.link_efficiency
-    network_bytes = transfer = None
+    network_bytes = transfer = mean_rate = None
     per_request = None
+    arrival_all = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
+    span_s = float(arrival_all.max() - arrival_all.min()) if arrival_all.size else 0.0
     if kv_b is not None:
         network_bytes = float((prompt * kv_b).sum())
         per_request = t.transfer_latency_s + prompt * kv_b / b_eff
         transfer = float(per_request.sum())
+        mean_rate = ratio(network_bytes, span_s)
     # Prefill tokens per second in the busiest window of arrivals (or of prefill steps).
     window = float(t.window_s)
     arrival = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
@@ -341,6 +405,13 @@ def _disaggregation(
     adds = [
         Quantity(name="network_bytes", value=network_bytes, unit="bytes",
                  basis=_missing_kv_basis("Σ prompt_len · kv_bytes_per_token", inp)),
+        Quantity(name="kv_bytes_per_s_mean", value=mean_rate, unit="bytes/s",
+                 basis=_missing_kv_basis("network_bytes / arrival span: the link rate at this "
+                                         "trace's prefill rate", inp)),
+        Quantity(name="transfer_s_mean",
+                 value=None if per_request is None else float(per_request.mean()), unit="s",
+                 basis=_missing_kv_basis(f"mean per request on {s.link_gbps:g} Gb/s "
+                                         "(--link-gbps)", inp)),
         Quantity(name="transfer_seconds_total", value=transfer, unit="s",
                  basis=_missing_kv_basis(f"Σ (α + p · kv_b / B_eff), α = "
                                          f"{t.transfer_latency_s:g} s, B_eff = "

@@ -38,9 +38,12 @@ RULES: Final[Mapping[str, Rule]] = {
     for r in (
         Rule(id="Q000", axis=_Q, severity=_W, source="A0",
              title="Little's law mismatch: trace incomplete or clocks inconsistent",
-             trigger="|mean num_waiting (step log) − Σ queue_time_s / span| / max(both) > "
-             "little_mismatch",
-             evidence="little_mismatch, waiting_mean, little_expected_waiting",
+             trigger="mean num_waiting of the step log (a cluster's instances summed at each "
+             "instant) lies outside [Σ queue_time_s / span, the waiting a log sampled after "
+             "admission shows] by more than little_mismatch (relative); with preemptions only "
+             "the low end binds",
+             evidence="little_mismatch, waiting_mean, little_expected_waiting, "
+             "little_expected_sampled",
              fix="check for dropped or duplicated rows and mixed clocks (monotonic vs wall); "
              "treat the other findings with caution"),
         Rule(id="Q001", axis=_Q, severity=_B, source="A1",
