@@ -308,8 +308,14 @@ def readme_commands() -> list[list[str]]:
     return [shlex.split(line) for line in re.findall(r"^trace generate .+$", text, re.MULTILINE)]
 
 
+def written(command: list[str]) -> dict[str, str]:
+    """Output option → path of one README command (`--out`, and `--steps-out` when given)."""
+    return {opt: command[command.index(opt) + 1] for opt in ("--out", "--steps-out")
+            if opt in command}
+
+
 def test_sample_traces_readme_covers_every_sample_file() -> None:
-    outputs = {Path(cmd[cmd.index("--out") + 1]).name for cmd in readme_commands()}
+    outputs = {Path(p).name for cmd in readme_commands() for p in written(cmd).values()}
     on_disk = {p.name for p in SAMPLES.iterdir() if p.suffix in (".parquet", ".jsonl", ".csv")}
     assert outputs == on_disk
     assert "chat.parquet" in outputs
@@ -320,11 +326,20 @@ def test_sample_traces_readme_covers_every_sample_file() -> None:
 def test_sample_traces_regenerate_identically(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # GIVEN the command the README gives for a sample file
-    at = command.index("--out") + 1
-    committed = REPO / command[at]
-    fresh = tmp_path / Path(command[at]).name
-    # WHEN it is run with the output redirected
-    assert main([*command[1:at], str(fresh), *command[at + 1 :]]) == ExitCode.OK
-    # THEN the committed file holds the same table
-    pd.testing.assert_frame_equal(load_trace(fresh).requests, load_trace(committed).requests)
+    # GIVEN the command the README gives for a sample file (and its step log, if any)
+    args = list(command[1:])
+    fresh: dict[str, Path] = {}
+    for option, path in written(command).items():
+        at = args.index(option) + 1
+        fresh[path] = tmp_path / Path(path).name
+        args[at] = str(fresh[path])
+    # WHEN it is run with the outputs redirected
+    assert main(args) == ExitCode.OK
+    # THEN the committed files hold the same tables
+    for option, path in written(command).items():
+        if option == "--steps-out":
+            pd.testing.assert_frame_equal(pd.read_parquet(fresh[path]),
+                                          pd.read_parquet(REPO / path))
+        else:
+            pd.testing.assert_frame_equal(load_trace(fresh[path]).requests,
+                                          load_trace(REPO / path).requests)

@@ -43,6 +43,12 @@ class Scenario(StrEnum):
     BURSTY = "bursty"
     AGENTIC = "agentic"
     LONG_PREFILL = "long-prefill"
+    DIAG_HEALTHY = "diag-healthy"
+    DIAG_BURST = "diag-burst"
+    DIAG_DISPATCH = "diag-dispatch"
+    DIAG_KV_CHURN = "diag-kv-churn"
+    DIAG_LONG_PREFILL = "diag-long-prefill"
+    DIAG_PREFIX_RECOMPUTE = "diag-prefix-recompute"
 
 
 # One line per scenario: what it models and the property the tests pin.
@@ -71,6 +77,30 @@ SCENARIOS: Final[Mapping[Scenario, str]] = {
         "a mix of long-document prompts (Mooncake-like, up to 120k tokens, some asked about "
         "twice) and short prompts with long streaming decodes"
     ),
+    Scenario.DIAG_HEALTHY: (
+        "diagnosis fixture, simulated: moderate Poisson load on a roomy engine with prefix "
+        "caching and chunked prefill; no axis is a bottleneck"
+    ),
+    Scenario.DIAG_BURST: (
+        "diagnosis fixture, simulated: steady load, then a burst far above what the engine's "
+        "seats serve; queueing from an arrival burst"
+    ),
+    Scenario.DIAG_DISPATCH: (
+        "diagnosis fixture, simulated: host work that does not overlap the GPU idles it "
+        "between steps while requests wait; queueing from dispatch overhead"
+    ),
+    Scenario.DIAG_KV_CHURN: (
+        "diagnosis fixture, simulated: a KV pool too small for the concurrency; long outputs "
+        "preempt and recompute again and again"
+    ),
+    Scenario.DIAG_LONG_PREFILL: (
+        "diagnosis fixture, simulated: long prompts prefilled without chunking stall the "
+        "streaming decodes of short requests"
+    ),
+    Scenario.DIAG_PREFIX_RECOMPUTE: (
+        "diagnosis fixture, simulated: every request starts with one long system prompt but "
+        "the engine's cache keys never match, so it is prefilled again and again"
+    ),
 }
 
 
@@ -90,6 +120,37 @@ DEFAULTS: Final[Mapping[Scenario, ScenarioDefaults]] = {
     Scenario.BURSTY: ScenarioDefaults(requests=1000, rate_per_s=2.5, tenants=3),
     Scenario.AGENTIC: ScenarioDefaults(requests=300, rate_per_s=1.0, tenants=2),
     Scenario.LONG_PREFILL: ScenarioDefaults(requests=500, rate_per_s=3.4, tenants=3),
+    Scenario.DIAG_HEALTHY: ScenarioDefaults(requests=240, rate_per_s=4.0, tenants=2),
+    Scenario.DIAG_BURST: ScenarioDefaults(requests=240, rate_per_s=2.0, tenants=2),
+    Scenario.DIAG_DISPATCH: ScenarioDefaults(requests=240, rate_per_s=4.0, tenants=2),
+    Scenario.DIAG_KV_CHURN: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=2),
+    Scenario.DIAG_LONG_PREFILL: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=2),
+    Scenario.DIAG_PREFIX_RECOMPUTE: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=1),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSetup:
+    """How a diagnosis fixture's requests are run through the simulator (`trace simulate`
+    options; None: the simulator's default). Model and GPU are `ENGINE_MODEL`/`ENGINE_GPU`."""
+
+    kv_blocks: int | None = None
+    max_num_seqs: int | None = None
+    chunked_prefill: bool | None = None
+    prefix_caching: bool | None = None
+    host_gap_ms: float | None = None
+
+
+ENGINE_MODEL: Final = "Llama-3.1-8B"
+ENGINE_GPU: Final = "H100-SXM"
+# NOTE: each setup produces exactly one problem on its scenario's requests (docs/diagnose.md).
+ENGINES: Final[Mapping[Scenario, EngineSetup]] = {
+    Scenario.DIAG_HEALTHY: EngineSetup(max_num_seqs=64),
+    Scenario.DIAG_BURST: EngineSetup(max_num_seqs=16),
+    Scenario.DIAG_DISPATCH: EngineSetup(max_num_seqs=16, host_gap_ms=40.0),
+    Scenario.DIAG_KV_CHURN: EngineSetup(kv_blocks=320),
+    Scenario.DIAG_LONG_PREFILL: EngineSetup(chunked_prefill=False),
+    Scenario.DIAG_PREFIX_RECOMPUTE: EngineSetup(prefix_caching=False, chunked_prefill=False),
 }
 
 
@@ -423,6 +484,74 @@ def _long_prefill(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[
     return out
 
 
+def _poisson(draw: _Draw, n: int, rate_per_s: float) -> list[float]:
+    at_s, out = 0.0, []
+    for _ in range(n):
+        out.append(at_s)
+        at_s += draw.exp_s(1.0 / rate_per_s)
+    return out
+
+
+def _single_turn(draw: _Draw, arrivals: list[float], tenants: int, prompt_median: float,
+                 output_median: float, system: list[np.ndarray] | None = None) -> list[_Request]:
+    """Independent requests: an optional tenant system prompt, then fresh user tokens."""
+    out: list[_Request] = []
+    for i, at_s in enumerate(arrivals):
+        tenant = int(draw.rng.integers(tenants))
+        user = draw.tokens(draw.length(prompt_median, 0.5, 16, 4000))
+        prompt = _cat(system[tenant], user) if system is not None else user
+        out.append(_Request(arrival_s=at_s, tenant=tenant, session=i, prompt=prompt,
+                            output_len=draw.length(output_median, 0.5, 8, 1000)))
+    return out
+
+
+def _diag_healthy(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """Poisson arrivals; a short system prompt per tenant (cached) and fresh questions."""
+    system = [draw.tokens(200) for _ in range(tenants)]
+    return _single_turn(draw, _poisson(draw, n, rate_per_s), tenants, 300, 120, system)
+
+
+def _diag_burst(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """A third of the requests at the mean rate, the rest in a burst at 40 × that rate."""
+    steady = n // 3
+    arrivals = _poisson(draw, steady, rate_per_s)
+    start_s = (arrivals[-1] if arrivals else 0.0) + 1.0
+    arrivals += [start_s + t for t in _poisson(draw, n - steady, 40.0 * rate_per_s)]
+    system = [draw.tokens(200) for _ in range(tenants)]
+    return _single_turn(draw, arrivals, tenants, 300, 200, system)
+
+
+def _diag_dispatch(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """Poisson arrivals of short chat requests (the engine's host gap makes the problem)."""
+    system = [draw.tokens(200) for _ in range(tenants)]
+    return _single_turn(draw, _poisson(draw, n, rate_per_s), tenants, 300, 120, system)
+
+
+def _diag_kv_churn(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """Poisson arrivals of requests with long outputs, which grow their KV as they decode."""
+    return _single_turn(draw, _poisson(draw, n, rate_per_s), tenants, 300, 400)
+
+
+def _diag_long_prefill(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
+    """Short requests with long decodes; one in four carries a long document (unique)."""
+    out = _single_turn(draw, _poisson(draw, n, rate_per_s), tenants, 150, 200)
+    for r in out:
+        if draw.chance(1 / 4):
+            # NOTE: a low-entropy body keeps the file small; the unique head keeps the prefix
+            # chain unique, so no other request can reuse it.
+            body = np.tile(draw.tokens(64), 200)
+            r.prompt = _cat(draw.tokens(32), body)
+            r.output_len = draw.length(20, 0.5, 4, 100)
+    return out
+
+
+def _diag_prefix_recompute(draw: _Draw, n: int, rate_per_s: float, tenants: int
+                           ) -> list[_Request]:
+    """One long system prompt shared by every request, then a short question."""
+    system = [_cat(draw.tokens(64), np.tile(draw.tokens(64), 60)) for _ in range(tenants)]
+    return _single_turn(draw, _poisson(draw, n, rate_per_s), tenants, 60, 150, system)
+
+
 Builder = Callable[[_Draw, int, float, int], list[_Request]]
 
 
@@ -440,6 +569,18 @@ def _builder(scenario: Scenario) -> Builder:
             return _agentic
         case Scenario.LONG_PREFILL:
             return _long_prefill
+        case Scenario.DIAG_HEALTHY:
+            return _diag_healthy
+        case Scenario.DIAG_BURST:
+            return _diag_burst
+        case Scenario.DIAG_DISPATCH:
+            return _diag_dispatch
+        case Scenario.DIAG_KV_CHURN:
+            return _diag_kv_churn
+        case Scenario.DIAG_LONG_PREFILL:
+            return _diag_long_prefill
+        case Scenario.DIAG_PREFIX_RECOMPUTE:
+            return _diag_prefix_recompute
         case _:
             assert_never(scenario)
 
@@ -460,8 +601,39 @@ def generate(options: GenerateOptions) -> pd.DataFrame:
 
     Columns: request_id, arrival_s (s from the first request), tenant, model, session_id,
     prompt_len and output_len (tokens), prompt_tokens and, for chat and agentic (whose outputs
-    are fed back into later prompts), output_tokens.
+    are fed back into later prompts), output_tokens. The `diag-*` scenarios also carry the
+    engine timing of their simulated run (see `generate_with_steps`).
     """
+    return generate_with_steps(options)[0]
+
+
+def generate_with_steps(options: GenerateOptions) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The request table and, for a `diag-*` scenario, the step log of its simulated run.
+
+    A `diag-*` scenario's requests are run through the step simulator (`trace simulate`) with
+    the engine in `ENGINES`, on `ENGINE_MODEL` and `ENGINE_GPU`; the simulator is deterministic,
+    so the same options and seed still give the same tables.
+    """
+    table = _requests(options)
+    setup = ENGINES.get(options.scenario)
+    if setup is None:
+        return table, None
+    from yaotu_trace.schema import RawTrace, normalize
+    from yaotu_trace.simulation import Scenario as SimScenario
+    from yaotu_trace.simulation import run_scenario
+
+    trace = normalize(RawTrace(requests=table, format_name="canonical"), "generated")
+    run = run_scenario(trace, SimScenario(
+        name=options.scenario.value, model=ENGINE_MODEL, gpu=ENGINE_GPU,
+        kv_blocks=setup.kv_blocks, max_num_seqs=setup.max_num_seqs,
+        chunked_prefill=setup.chunked_prefill, prefix_caching=setup.prefix_caching,
+        host_gap_ms=setup.host_gap_ms,
+    ))
+    return run.requests, run.steps
+
+
+def _requests(options: GenerateOptions) -> pd.DataFrame:
+    """The scenario's requests (content, lengths and arrivals), sorted by arrival."""
     params = options.resolved()
     draw = _Draw(np.random.Generator(np.random.PCG64(options.seed)))
     requests = _builder(options.scenario)(draw, params.requests, params.rate_per_s, params.tenants)

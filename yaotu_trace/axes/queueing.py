@@ -578,10 +578,16 @@ def _queueing_rules(
     """Rules A0–A5 of cost-model §7 on the measured metrics, in id order."""
     hits: list[RuleHit] = []
     share = mt.queue_share_of_ttft
-    persistent_queue = (
-        (share is not None and share >= t.queue_share_warn)
-        or (mt.waiting_share is not None and mt.waiting_share >= t.waiting_share)
-    )
+    # NOTE: a request arriving mid-step waits for the next step boundary even on an idle-free
+    # engine; a step log sampled after admission does not show that wait, so with a step log the
+    # queue is persistent only when the engine itself reports requests left waiting.
+    if has_steps and mt.waiting_share is not None:
+        persistent_queue = mt.waiting_share >= t.waiting_share
+    else:
+        persistent_queue = (
+            (share is not None and share >= t.queue_share_warn)
+            or (mt.waiting_share is not None and mt.waiting_share >= t.waiting_share)
+        )
 
     if mt.little_mismatch is not None and mt.little_mismatch > t.little_mismatch:
         hits.append(RuleHit(rule_id="Q000", evidence=(
@@ -685,7 +691,8 @@ def _queueing_rules(
 
     # Queueing is large but no cause matched.
     causal = {"Q001", "Q002", "Q003", "Q004", "Q005"}
-    if share is not None and share >= t.queue_share_warn and not causal & {h.rule_id for h in hits}:
+    if (share is not None and share >= t.queue_share_warn and not causal & {h.rule_id for h in hits}
+            and (persistent_queue or not has_steps)):
         hits.append(RuleHit(rule_id="Q006", evidence=(
             check("queue_share_of_ttft", share, ">=", "queue_share_warn", t.queue_share_warn),
             fact("peak_rho", mt.peak_rho, "ratio"),

@@ -11,8 +11,8 @@ import typer
 
 from yaotu_trace.cli.app import app
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.generate import DEFAULT_MODEL, GenerateOptions, Scenario
-from yaotu_trace.generate import generate as build
+from yaotu_trace.generate import DEFAULT_MODEL, ENGINES, GenerateOptions, Scenario
+from yaotu_trace.generate import generate_with_steps as build
 from yaotu_trace.ingest.canonical import write_trace
 
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
@@ -57,6 +57,15 @@ def generate(
     model: Annotated[str, typer.Option("--model", help="Value of the model column.")] = (
         DEFAULT_MODEL
     ),
+    steps_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--steps-out",
+            help="Step log of a diag-* scenario's simulated run (.parquet, .jsonl or .csv).",
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Write a synthetic trace: token-level prompts, lengths, arrivals, tenants and sessions.
 
@@ -71,6 +80,16 @@ def generate(
       agentic       tool loops whose contexts grow to tens of thousands of tokens
       long-prefill  long-document prompts mixed with short prompts and long decodes
 
+    \b
+    Diagnosis fixtures (run through `trace simulate` on Llama-3.1-8B / H100: engine timing,
+    and the step log with --steps-out):
+      diag-healthy           moderate load on a roomy engine: no bottleneck
+      diag-burst             a burst far above the engine's seats: queueing, arrival_burst
+      diag-dispatch          host gaps idle the GPU between steps: queueing, dispatch_overhead
+      diag-kv-churn          a KV pool too small: preemption churn (kv_memory)
+      diag-long-prefill      long prompts without chunking stall decodes (pd_interference)
+      diag-prefix-recompute  one system prompt prefilled again and again (prefix_reuse)
+
     Examples:
 
       trace generate chat --out chat.parquet --seed 1
@@ -78,12 +97,24 @@ def generate(
       trace generate bursty --requests 500 --rate 2 --out bursty.jsonl
 
       trace generate multi-tenant --tenants 8 --out - | head -n 1
+
+      trace generate diag-kv-churn --out churn.parquet --steps-out churn.steps.parquet
     """
     if out != STDOUT and out.suffix.lower() not in WRITABLE_SUFFIXES:
         raise ConfigError(
             f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
             "end the name with .parquet, .jsonl or .csv (or pass '-' for JSONL on stdout)"
         )
+    if steps_out is not None:
+        if scenario not in ENGINES:
+            raise ConfigError(
+                f"--steps-out: scenario {scenario.value} has no engine run; only the diag-* "
+                "scenarios are simulated"
+            )
+        if steps_out.suffix.lower() not in WRITABLE_SUFFIXES:
+            raise ConfigError(
+                f"--steps-out {steps_out}: end the name with .parquet, .jsonl or .csv"
+            )
     options = GenerateOptions(
         scenario=scenario,
         seed=seed,
@@ -92,7 +123,7 @@ def generate(
         tenants=tenants,
         model=model,
     )
-    table = build(options)
+    table, steps = build(options)
     if out == STDOUT:
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "trace.jsonl"
@@ -106,11 +137,15 @@ def generate(
                 f"{out}: folder '{parent}' does not exist; create it or pick another path"
             )
         write_trace(table, out)
+    if steps_out is not None and steps is not None:
+        write_trace(steps, steps_out)
     span_s = float(table["arrival_s"].iloc[-1])
     rate_per_s = (len(table) - 1) / span_s if span_s > 0 else float("nan")
     sys.stderr.write(
         f"generated {len(table)} {scenario.value} requests (seed {seed}): "
         f"{table['tenant'].nunique()} tenants, {table['session_id'].nunique()} sessions, "
         f"{int(table['prompt_len'].sum()):,} prompt tokens, {span_s:,.1f} s at "
-        f"{rate_per_s:.2f} req/s -> {'stdout' if out == STDOUT else out}\n"
+        f"{rate_per_s:.2f} req/s -> {'stdout' if out == STDOUT else out}"
+        + (f", step log -> {steps_out}" if steps_out is not None and steps is not None else "")
+        + "\n"
     )

@@ -264,14 +264,22 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
         r = next(x for x in ranking if x.axis is root)
         why = f"{symptom} is a symptom: {because}, so the root is {root}"
         principal = replace(r, status=Status.BOTTLENECK)
-    if AxisName.PD_INTERFERENCE in names and principal.axis is not AxisName.PD_INTERFERENCE \
-            and symptom is not AxisName.PD_INTERFERENCE:
+    # Other non-ok axes whose problem this one causes.
+    caused = [a for a in FLOW_ORDER
+              if a is not principal.axis and axes[a].status in (Status.BOTTLENECK, Status.WARNING)
+              and (a is symptom or ((c := _symptom_of(axes, a)) is not None
+                                    and c[0] is principal.axis))]
+    for a in caused:
+        if a is not symptom:
+            why += f"; {a} is its symptom: {_symptom_of(axes, a)[1]}"  # type: ignore[index]
+    if (AxisName.PD_INTERFERENCE in names and principal.axis is not AxisName.PD_INTERFERENCE
+            and AxisName.PD_INTERFERENCE not in caused):
         why += "; pd_interference is also a bottleneck but comes after the others in the flow"
     why += f" — {FLOW_ADVICE[principal.axis]}"
     line = (f"verdict: {principal.axis}" + (f" ({principal.cause})" if principal.cause else "")
             + f": {_pct(principal.score)} {COST_LABEL[principal.axis]}")
-    if symptom is not None:
-        line += f"; causes the {symptom} symptom"
+    if caused:
+        line += f"; causes the {' and '.join(caused)} symptom" + ("s" if len(caused) > 1 else "")
     return Verdict(principal_axis=principal.axis, principal_cause=principal.cause, summary=line,
                    reason=why, ranking=ranking, fix_order=fix_order,
                    insufficient_data=insufficient)

@@ -83,7 +83,9 @@ RULES: Final[Mapping[str, Rule]] = {
              fix="see the kv_memory axis: capacity budget, block organisation and concurrency"),
         Rule(id="Q006", axis=_Q, severity=_W,
              title="Queueing without an identified cause",
-             trigger="queue_share_of_ttft ≥ queue_share_warn and no rule Q001–Q005 fired",
+             trigger="queue_share_of_ttft ≥ queue_share_warn and no rule Q001–Q005 fired "
+             "(with a step log, also waiting_share ≥ waiting_share: the engine itself leaves "
+             "requests waiting)",
              evidence="queue_share_of_ttft, peak_rho, gpu_busy_fraction",
              fix="read or add the step log (--steps) and engine metrics (--metrics) to tell "
              "burst, dispatch, batch shape and KV admission apart"),
