@@ -14,6 +14,7 @@ class OutputFormat(StrEnum):
     TABLE = "table"
     JSON = "json"
     MARKDOWN = "markdown"
+    HTML = "html"
 
 
 def render(report: Report, fmt: OutputFormat, *, width: int = 100, color: bool = False) -> str:
@@ -31,5 +32,9 @@ def render(report: Report, fmt: OutputFormat, *, width: int = 100, color: bool =
             from yaotu_trace.render.markdown import render_markdown
 
             return render_markdown(report)
+        case OutputFormat.HTML:
+            from yaotu_trace.render.html import render_html
+
+            return render_html(report)
         case _:
             assert_never(fmt)

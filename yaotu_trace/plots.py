@@ -1,0 +1,307 @@
+"""The data behind the HTML report's pictures, and `trace report`'s orchestration.
+
+Everything a plot shows is computed here, once, into frozen builtins (histograms, time series,
+a window of inter-token gaps), so the HTML renderer only draws numbers the report holds and the
+same numbers appear in `trace report --format json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from yaotu_trace.report import Report
+from yaotu_trace.schema import Trace, list_arrays
+
+# Bars of a histogram: enough to show a shape, few enough to read each bar.
+HISTOGRAM_BINS = 30
+# Points of a time series: one per pixel column of a plot at most.
+SERIES_POINTS = 400
+# Inter-token gaps drawn around the longest stall: enough tokens to see the decode rhythm.
+GAP_POINTS = 1500
+# Capacities of the hit-ratio curve in the report (log-spaced; knee and shares added).
+CURVE_POINTS = 40
+
+Progress = Callable[[str, float], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Histogram:
+    """Counts per bin; `edges` has one more entry than `counts`. Values above the last edge
+    are counted in `overflow` (the tail beyond the 99.5th percentile) so the bars stay readable.
+    """
+
+    label: str
+    unit: str
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    overflow: int
+    total: int
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Series:
+    """A time series (x in seconds of the trace clock), with an optional capacity line."""
+
+    label: str
+    unit: str
+    source: str
+    t_s: tuple[float, ...]
+    values: tuple[float, ...]
+    capacity: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GapWindow:
+    """Inter-token gaps in a window around the longest stall, with the prefill work overlaid.
+
+    `prefill_spans_s` are (start, end, prefill tokens) of steps that computed prefill (step log)
+    or, without one, (t, t, 0) marks at other requests' first tokens.
+    """
+
+    start_s: float
+    end_s: float
+    token_t_s: tuple[float, ...]
+    gap_s: tuple[float, ...]
+    median_gap_s: float
+    prefill_spans_s: tuple[tuple[float, float, int], ...]
+    prefill_source: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlotData:
+    """Everything the report draws that no other section carries; None = not measurable here,
+    with the reason in `unavailable`."""
+
+    hit_length: Histogram | None
+    queue_time: Histogram | None
+    ttft: Histogram | None
+    kv_over_time: Series | None
+    gaps: GapWindow | None
+    unavailable: dict[str, str]
+
+
+def histogram(values: np.ndarray, label: str, unit: str,
+              bins: int = HISTOGRAM_BINS) -> Histogram | None:
+    """Linear bins from 0 to the 99.5th percentile; None for an empty sample."""
+    data = np.asarray(values, dtype=np.float64)
+    data = data[np.isfinite(data)]
+    if data.size == 0:
+        return None
+    lo = min(0.0, float(data.min()))
+    hi = float(np.percentile(data, 99.5))
+    if hi <= lo:
+        hi = float(data.max()) if float(data.max()) > lo else lo + 1.0
+    counts, edges = np.histogram(np.clip(data, lo, None), bins=bins, range=(lo, hi))
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    return Histogram(
+        label=label, unit=unit,
+        edges=tuple(float(e) for e in edges),
+        counts=tuple(int(c) for c in counts),
+        overflow=int((data > hi).sum()),
+        total=int(data.size),
+        p50=float(p50), p90=float(p90), p99=float(p99),
+    )
+
+
+def _column(trace: Trace, name: str) -> np.ndarray | None:
+    if not trace.has(name) or trace.is_lazy(name):
+        return None
+    return trace.requests[name].to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _downsample(t: np.ndarray, v: np.ndarray, points: int = SERIES_POINTS) -> tuple[
+        tuple[float, ...], tuple[float, ...]]:
+    """Mean per bucket of equal time, so a peak is drawn as the bucket's average."""
+    if t.size <= points:
+        return tuple(float(x) for x in t), tuple(float(x) for x in v)
+    edges = np.linspace(float(t.min()), float(t.max()), points + 1)
+    idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, points - 1)
+    sums = np.bincount(idx, weights=v, minlength=points)
+    counts = np.bincount(idx, minlength=points)
+    keep = counts > 0
+    mids = (edges[:-1] + edges[1:]) / 2
+    return (tuple(float(x) for x in mids[keep]),
+            tuple(float(x) for x in sums[keep] / counts[keep]))
+
+
+def kv_series(trace: Trace, capacity_tokens: float | None) -> tuple[Series | None, str | None]:
+    """KV usage from the step log, else KV demand from request timing; else why not."""
+    steps = trace.steps
+    if steps is not None and {"kv_blocks_used", "kv_blocks_total"} <= set(steps.columns):
+        used = steps["kv_blocks_used"].to_numpy(dtype=np.float64, na_value=np.nan)
+        total = steps["kv_blocks_total"].to_numpy(dtype=np.float64, na_value=np.nan)
+        t = steps["end_s"].to_numpy(dtype=np.float64)
+        ok = np.isfinite(used) & np.isfinite(total) & (total > 0)
+        if ok.any():
+            tt, vv = _downsample(t[ok], used[ok] / total[ok])
+            return Series(label="KV usage", unit="share of the pool", source="step log",
+                          t_s=tt, values=vv, capacity=1.0), None
+    start = _column(trace, "scheduled_s")
+    if start is None:
+        start = _column(trace, "first_token_s")
+    finish = _column(trace, "finish_s")
+    if start is None or finish is None:
+        return None, ("needs a step log with kv_blocks_used/kv_blocks_total, or scheduled_s "
+                      "(or first_token_s) and finish_s per request")
+    prompt = trace.requests["prompt_len"].to_numpy(dtype=np.float64)
+    output = trace.requests["output_len"].to_numpy(dtype=np.float64)
+    ok = np.isfinite(start) & np.isfinite(finish) & (finish >= start)
+    if not ok.any():
+        return None, "no request has both a start and a finish time"
+    # Demand = Σ over running requests of prompt + output tokens held at the end: an upper
+    # bound of the KV a request holds while it runs (prefix sharing not deducted).
+    t = np.concatenate([start[ok], finish[ok]])
+    delta = np.concatenate([prompt[ok] + output[ok], -(prompt[ok] + output[ok])])
+    order = np.argsort(t, kind="stable")
+    tt, vv = _downsample(t[order], np.cumsum(delta[order]))
+    return Series(label="KV demand of running requests", unit="tokens",
+                  source="request timing (prompt + output of running requests)",
+                  t_s=tt, values=vv, capacity=capacity_tokens), None
+
+
+def gap_window(trace: Trace, points: int = GAP_POINTS) -> tuple[GapWindow | None, str | None]:
+    """The gaps of every request around the longest inter-token gap, and the prefill there."""
+    if not trace.has("token_times_s") or trace.is_lazy("token_times_s"):
+        return None, "needs token_times_s (per-token emission times) in the request table"
+    offsets, flat = list_arrays(trace.requests["token_times_s"])
+    flat = np.asarray(flat, dtype=np.float64)
+    if flat.size < 2:
+        return None, "fewer than two token times"
+    starts = np.asarray(offsets[:-1])
+    gaps = np.diff(flat)
+    valid = np.ones(gaps.size, dtype=bool)
+    valid[starts[starts > 0] - 1] = False  # a gap across two requests is not a gap
+    valid &= np.isfinite(gaps) & (gaps >= 0)
+    if not valid.any():
+        return None, "no request has two token times"
+    t_tok = flat[1:][valid]
+    g = gaps[valid]
+    worst = float(t_tok[int(np.argmax(g))])
+    order = np.argsort(np.abs(t_tok - worst), kind="stable")[:points]
+    sel = np.sort(order)
+    t_sel, g_sel = t_tok[sel], g[sel]
+    lo, hi = float(t_sel.min() - g_sel.max()), float(t_sel.max())
+    spans: list[tuple[float, float, int]] = []
+    source = "prefill steps in the step log"
+    steps = trace.steps
+    if steps is not None and "prefill_tokens" in steps.columns:
+        s = steps["start_s"].to_numpy(dtype=np.float64)
+        e = steps["end_s"].to_numpy(dtype=np.float64)
+        p = steps["prefill_tokens"].fillna(0).to_numpy(dtype=np.float64)
+        m = (p > 0) & (e >= lo) & (s <= hi)
+        spans = [(float(a), float(b), int(c)) for a, b, c in zip(s[m], e[m], p[m], strict=True)]
+    else:
+        first = _column(trace, "first_token_s")
+        source = "other requests' first tokens (no step log)"
+        if first is not None:
+            m = np.isfinite(first) & (first >= lo) & (first <= hi)
+            spans = [(float(x), float(x), 0) for x in np.sort(first[m])]
+    return GapWindow(
+        start_s=lo, end_s=hi,
+        token_t_s=tuple(float(x) for x in t_sel), gap_s=tuple(float(x) for x in g_sel),
+        median_gap_s=float(np.median(g)),
+        prefill_spans_s=tuple(spans[:2000]),
+        prefill_source=source,
+    ), None
+
+
+def plot_data(trace: Trace, hit_tokens: np.ndarray | None,
+              kv_capacity_tokens: float | None) -> PlotData:
+    """The histograms and series of the report, each None with a reason when not measurable."""
+    unavailable: dict[str, str] = {}
+    hit = None
+    if hit_tokens is not None:
+        hit = histogram(hit_tokens, "prefix-cache hit length per request", "tokens")
+    else:
+        unavailable["hit_length"] = "the trace carries no prompt content (token or block ids)"
+    arrival = trace.requests["arrival_s"].to_numpy(dtype=np.float64)
+    queue = ttft = None
+    scheduled = _column(trace, "scheduled_s")
+    if scheduled is not None:
+        queue = histogram(scheduled - arrival, "queue time", "s")
+    if queue is None:
+        unavailable["queue_time"] = "needs scheduled_s (first scheduled) per request"
+    first = _column(trace, "first_token_s")
+    if first is not None:
+        ttft = histogram(first - arrival, "time to first token", "s")
+    if ttft is None:
+        unavailable["ttft"] = "needs first_token_s per request"
+    kv, why = kv_series(trace, kv_capacity_tokens)
+    if why:
+        unavailable["kv_over_time"] = why
+    gaps, why = gap_window(trace)
+    if why:
+        unavailable["gaps"] = why
+    return PlotData(hit_length=hit, queue_time=queue, ttft=ttft, kv_over_time=kv, gaps=gaps,
+                    unavailable=unavailable)
+
+
+def build_report(
+    trace: Trace,
+    *,
+    diagnose_report: Callable[[], Report] | None = None,
+    kv_capacity_tokens: float | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """`trace report`: profile, prefix replay, capacity curve, diagnosis and the plot data."""
+    from yaotu_trace.pipeline import input_summary
+    from yaotu_trace.profile import profile_trace
+    from yaotu_trace.replay import effective_rules, replay_trace_with_requests
+    from yaotu_trace.replay.sweep_trace import sweep_trace
+
+    def step(name: str, share: float) -> None:
+        if progress is not None:
+            progress(name, share)
+
+    sections: dict[str, Any] = {}
+    step("profile", 0.0)
+    sections["profile"] = profile_trace(trace)
+    diag = None
+    if diagnose_report is not None:
+        step("diagnosis", 0.1)
+        diag = diagnose_report().to_dict()
+        for key in ("principal", "verdict", "axes", "ledger", "findings"):
+            if key in diag:
+                sections[key] = diag[key]
+    hit_tokens = None
+    config: dict[str, Any] = {}
+    if trace.content_column is not None:
+        step("prefix replay", 0.4)
+        rules, preset, notes = effective_rules(trace)
+        summary, table = replay_trace_with_requests(trace, rules, preset=preset, notes=notes)
+        sections["prefix_reuse"] = summary.to_dict()
+        hit_tokens = table.to_columns()["hit_tokens"]
+        config = {"preset": preset, "rules": rules.to_dict()}
+        if rules.eviction == "lru":
+            step("capacity sweep", 0.7)
+            curve, _ = sweep_trace(trace, rules.with_(capacity_blocks=None), preset=preset or "",
+                                   points=CURVE_POINTS, notes=notes)
+            sections["capacity_curve"] = curve
+    capacity = kv_capacity_tokens
+    if capacity is None and diag is not None:
+        capacity = _kv_capacity(diag)
+    step("plots", 0.9)
+    sections["plots"] = plot_data(trace, hit_tokens, capacity)
+    config["kv_capacity_tokens"] = capacity
+    step("done", 1.0)
+    return Report(command="report", input=input_summary(trace), config=config,
+                  sections=sections)
+
+
+def _kv_capacity(diag: dict[str, Any]) -> float | None:
+    """The KV pool the diagnosis found (step log, metrics or --kv-capacity), in tokens."""
+    axes = diag.get("axes")
+    items = axes if isinstance(axes, list) else [
+        {"name": k, **v} for k, v in (axes or {}).items() if isinstance(v, dict)]
+    for axis in items:
+        if axis.get("name") == "kv_memory":
+            value = (axis.get("metrics") or {}).get("kv_capacity_tokens")
+            return float(value) if isinstance(value, int | float) else None
+    return None
