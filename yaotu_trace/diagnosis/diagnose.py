@@ -39,6 +39,7 @@ from yaotu_trace.ingest.metrics import EngineMetrics
 from yaotu_trace.report import Report
 from yaotu_trace.schema import Trace
 
+AXIS_ORDER = tuple(AXES)
 FLOW_ORDER = (AxisName.KV_MEMORY, AxisName.QUEUEING, AxisName.PREFIX_REUSE,
               AxisName.PD_INTERFERENCE)
 FLOW_ADVICE = {
@@ -237,17 +238,30 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
                       if axes[a].status in (Status.BOTTLENECK, Status.WARNING))
     if not bottlenecks:
         warnings = [r for r in ranking if r.status is Status.WARNING]
+        undecided = [a for a in AXIS_ORDER if a in insufficient]
         if warnings:
             reason = (f"no axis is a bottleneck; the largest concern is {warnings[0].axis} "
                       f"({warnings[0].score_basis}: {_fmt(warnings[0].score)})")
+            line = f"verdict: no principal bottleneck; largest concern {warnings[0].axis}"
         elif len(insufficient) == len(axes):
             reason = "no axis could be decided: every axis lacks the data it needs"
+            line = "verdict: undecided — no axis has the data it needs"
         else:
             reason = "no axis is a bottleneck or a warning on the data given"
-        if insufficient:
-            reason += f"; undecided: {', '.join(insufficient)}"
-        return Verdict(principal_axis=None, principal_cause=None,
-                       summary=f"verdict: no principal bottleneck — {reason}", reason=reason,
+            line = "verdict: no principal bottleneck"
+        if undecided:
+            reason += f"; undecided: {', '.join(undecided)}"
+        timing = [a for a in undecided if a is not AxisName.PREFIX_REUSE]
+        if timing:
+            reason += (f" — {', '.join(timing)} need engine timing this trace lacks (each "
+                       "panel's `missing` names the columns; `trace simulate` can model an "
+                       "engine to supply them)")
+        if AxisName.PREFIX_REUSE in undecided:
+            reason += "; prefix_reuse needs prompt content (token or block ids)"
+        if undecided and line != "verdict: undecided — no axis has the data it needs":
+            decided = [f"{a} {axes[a].status}" for a in AXIS_ORDER if a not in insufficient]
+            line += f"; {', '.join(decided)}; undecided: {', '.join(undecided)}"
+        return Verdict(principal_axis=None, principal_cause=None, summary=line, reason=reason,
                        ranking=ranking, fix_order=fix_order, insufficient_data=insufficient)
     names = {r.axis for r in bottlenecks}
     # pd_interference comes last in the flow: only when nothing else is a bottleneck.
