@@ -4,9 +4,10 @@ Every entry is estimated from the trace where the inputs allow, in tokens, secon
 a quantity whose input is missing is kept with `value=None` and a basis that says what to pass
 (for example `--model` for KV bytes per token). Formulas:
 
-- larger_kv_pool saves recomputed_tokens of the kv_memory axis (FLOPs = 2 · N_active · tokens)
-  and, when queueing waits for KV, the queue seconds; adds extra_kv_bytes = (peak demand −
-  capacity) · kv_bytes_per_token.
+- larger_kv_pool saves recomputed_tokens of the kv_memory axis (FLOPs = 2 · N_active · tokens;
+  GPU-seconds = FLOPs / (bf16 peak of `--gpu` × MFU 0.5)) and, when queueing waits for KV, the
+  queue seconds; adds extra_kv_blocks = ceil((peak demand − capacity) / block) and
+  extra_kv_bytes = extra_kv_blocks · block · kv_bytes_per_token; FP8 KV doubles the tokens.
 - concurrency_cap (max_num_seqs near n_safe_p95) saves the same preemptions; adds queueing.
 - chunked_prefill (budget τ = chunk_tokens) saves decode_seconds_lost; adds extra_steps =
   Σ_{p>τ} (ceil(p/τ) − 1), each paying at most one median decode step, and prefix-KV re-reads
@@ -15,13 +16,16 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   kv_bytes_per_token, transfer time per request α + p · kv_bytes_per_token / B_eff with α =
   transfer_latency_s and B_eff = link_gbps · 1e9 / 8 · link_efficiency, the peak KV rate
   (prefill tokens/s in the busiest window · kv_bytes_per_token) against the link, routing and
-  failure fallback. The network check (rule D3) passes when the peak rate ≤ network_share_max
-  of the link and mean transfer ≤ transfer_ttft_share of mean TTFT.
+  failure fallback, and the mean rate Σ p · kv_bytes_per_token / arrival span. The network
+  check (rule D3) passes when the peak rate ≤ network_share_max of the link and mean transfer ≤
+  transfer_ttft_share of mean TTFT. The entry is `recommended=False` while preemption, host
+  dispatch or prefix recompute is found (cost-model §7: those come first).
 - cache_aware_routing saves the routing loss of the prefix waterfall (tokens, FLOPs); adds
   load imbalance on hot prefixes and router state.
 - tenant_salt_review saves the cache-key loss of the waterfall; adds isolation risk.
 - capacity_admission saves the queue seconds of requests that arrived in overloaded windows;
-  adds capacity (peak_rho − 1 of the service rate) idle outside bursts (1 − mean_rho).
+  adds capacity (peak_rho − 1 of the service rate; ceil(peak_rho × instances) replicas) idle
+  outside bursts (1 − mean_rho).
 - overlap_scheduling saves idle_while_waiting_s; batch_budget saves underfilled step capacity.
 """
 
