@@ -277,3 +277,15 @@ def test_little_law_tolerates_waits_shorter_than_a_step() -> None:
     assert q["metrics"]["little_expected_waiting"] > 0.3
     assert q["metrics"]["little_expected_sampled"] == 0.0
     assert "Q000" not in [f["id"] for f in q["findings"]]
+
+
+def test_prefix_recompute_ledger_fixes_cache_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = sample("diag-prefix-recompute", capsys, "--model", "Llama-3.1-8B")
+    fix = next(e for e in doc["ledger"] if e["remedy"] == "fix_cache_keys")
+    saves = {q["name"]: q["value"] for q in fix["saves"]}
+    adds = {q["name"]: q["value"] for q in fix["adds"]}
+    reuse = axes_of(doc)["prefix_reuse"]["metrics"]
+    assert saves["prefill_tokens"] == reuse["recomputed_reusable_tokens"] > 0
+    # the shared system prompt (3,904 tokens, whole blocks) is held once
+    assert adds["cached_prefix_tokens"] == 3904
+    assert adds["cached_prefix_bytes"] == 3904 * 131072

@@ -36,6 +36,7 @@ Metrics (units in the names):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -137,6 +138,29 @@ def usage_timeline(
 
 def shared_fraction(inp: AxisInput, block: int) -> float | None:
     """Share of full prompt blocks that repeat an earlier request's chained prefix block."""
+    found = _chains(inp, block)
+    if found is None:
+        return None
+    chains, _ = found
+    total = int(chains.ids.size)
+    return None if total == 0 else 1.0 - chains.num_distinct / total
+
+
+def shared_prefix_tokens(inp: AxisInput, block: int) -> float | None:
+    """Tokens of KV that hold every shared prefix once: distinct chained prompt blocks that
+    more than one request uses, × the block size."""
+    found = _chains(inp, block)
+    if found is None:
+        return None
+    chains, used_block = found
+    if chains.ids.size == 0:
+        return 0.0
+    counts = np.bincount(np.asarray(chains.ids, dtype=np.int64))
+    return float((counts >= 2).sum() * used_block)
+
+
+def _chains(inp: AxisInput, block: int) -> tuple[Any, int] | None:
+    """The prompts' chained block ids under plain rules (and the block size used), or None."""
     trace = inp.trace
     if trace is None or trace.content_column is None:
         return None
@@ -156,8 +180,7 @@ def shared_fraction(inp: AxisInput, block: int) -> float | None:
         )
     except (YaotuError, ValueError):
         return None
-    total = int(chains.ids.size)
-    return None if total == 0 else 1.0 - chains.num_distinct / total
+    return chains, block
 
 
 def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:

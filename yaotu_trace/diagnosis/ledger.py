@@ -23,6 +23,9 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
 - cache_aware_routing saves the routing loss of the prefix waterfall (tokens, FLOPs); adds
   load imbalance on hot prefixes and router state.
 - tenant_salt_review saves the cache-key loss of the waterfall; adds isolation risk.
+- fix_cache_keys (prefix recomputed with no routing or tenant-key loss to blame: caching off
+  or keys that never match) saves the recomputed reusable tokens; adds the KV that holds each
+  shared prefix once (distinct shared prompt blocks · block · kv_bytes_per_token).
 - capacity_admission saves the queue seconds of requests that arrived in overloaded windows;
   adds capacity (peak_rho − 1 of the service rate; ceil(peak_rho × instances) replicas) idle
   outside bursts (1 − mean_rho).
@@ -51,6 +54,7 @@ class Remedy(StrEnum):
     CAPACITY_ADMISSION = "capacity_admission"
     CACHE_AWARE_ROUTING = "cache_aware_routing"
     TENANT_SALT_REVIEW = "tenant_salt_review"
+    FIX_CACHE_KEYS = "fix_cache_keys"
     CHUNKED_PREFILL = "chunked_prefill"
     PD_DISAGGREGATION = "pd_disaggregation"
 
@@ -305,6 +309,32 @@ def build_ledger(
             adds=(Quantity(name="isolation_risk", value=None, unit="",
                            basis="sharing across tenants exposes cache-timing side channels; "
                            "share only public prefixes (system prompts, tools)"),),
+        ))
+
+    recompute_ids = _ids(pr) & {"P001", "P002"}
+    if recompute_ids and not _ids(pr) & {"P003", "P005"}:
+        tokens = getattr(pm, "recomputed_reusable_tokens", None)
+        from yaotu_trace.axes.kv_memory import shared_prefix_tokens
+
+        prefix_tokens = shared_prefix_tokens(inp, int(inp.settings.block_size_tokens))
+        entries.append(LedgerEntry(
+            remedy=Remedy.FIX_CACHE_KEYS, axis=AxisName.PREFIX_REUSE,
+            triggered_by=tuple(sorted(recompute_ids)),
+            saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
+                            basis=str(getattr(pm, "recomputed_basis", None)
+                                      or "prefix_reuse axis")),
+                   _flops(tokens, inp), _gpu_seconds(tokens, inp)),
+            adds=(Quantity(name="cached_prefix_tokens", value=prefix_tokens, unit="tokens",
+                           basis="distinct prompt blocks shared by more than one request × "
+                           "block size: KV that holds each shared prefix once"),
+                  Quantity(name="cached_prefix_bytes",
+                           value=None if prefix_tokens is None or kv_b is None
+                           else prefix_tokens * kv_b, unit="bytes",
+                           basis=_missing_kv_basis("cached_prefix_tokens · kv_bytes_per_token",
+                                                   inp))),
+            caveats=("turn prefix caching on and keep the bytes before the shared prefix "
+                     "identical: no per-request salt, timestamp or request id ahead of the "
+                     "system prompt",),
         ))
 
     # Interference: chunked prefill against disaggregation.
