@@ -380,6 +380,8 @@ def _compare(actual: Any, op: Op, target: Any) -> bool | None:
 
 def _missing_message(res: Resolved) -> str:
     where = res.null_at or res.resolved_path or res.path
+    if where.endswith("]"):
+        return f"not available on this trace ({where} is absent)"
     if where != (res.resolved_path or res.path):
         return f"not available on this trace ({where} is null)"
     return "not available on this trace (null)"

@@ -133,9 +133,15 @@ def _walk(doc: Any, selectors: tuple[Selector, ...]) -> Resolved:
     done: list[str] = []
     text = _join(selectors)
     for sel in selectors:
+        parent = node
         ok, node = _step(node, sel)
         done.append(str(sel))
         if not ok:
+            if isinstance(parent, list) and sel.key is None:
+                # An index or `[field=value]` that matches nothing in a list the report has:
+                # the element is absent on this trace (no such remedy), not a wrong path.
+                return Resolved(path=text, found=True, value=None, resolved_path=text,
+                                null_at=_join_text(done))
             return Resolved(path=text, found=False)
         if node is None and len(done) < len(selectors):
             return Resolved(path=text, found=True, value=None, resolved_path=text,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -685,14 +686,23 @@ def ledger(baseline: SimulationSummary, other: SimulationSummary) -> RemedyLedge
                         saved=tuple(saved), added=tuple(added))
 
 
-def compare(trace: Trace, scenarios: list[Scenario]) -> ComparisonSection:
-    """Run every scenario on the same request chain; the first one is the baseline."""
+def compare(trace: Trace, scenarios: list[Scenario],
+            progress: Callable[[str, float], None] | None = None) -> ComparisonSection:
+    """Run every scenario on the same request chain; the first one is the baseline.
+
+    `progress(stage, share_done)` is told before each scenario runs (the CLI draws a bar).
+    """
     if len(scenarios) < 2:
         raise ConfigError("compare needs at least two scenarios (--scenario a.toml "
                           "--scenario b.toml)")
     names = [s.name for s in scenarios]
     if len(set(names)) < len(names):
         scenarios = [replace(s, name=f"{s.name}#{k + 1}") for k, s in enumerate(scenarios)]
-    summaries = tuple(run_scenario(trace, s).summary for s in scenarios)
+    runs = []
+    for k, s in enumerate(scenarios):
+        if progress is not None:
+            progress(f"scenario {s.name}", k / len(scenarios))
+        runs.append(run_scenario(trace, s).summary)
+    summaries = tuple(runs)
     ledgers = tuple(ledger(summaries[0], s) for s in summaries[1:])
     return ComparisonSection(scenarios=summaries, ledgers=ledgers)

@@ -22,6 +22,7 @@ from yaotu_trace.cli.app import (
     load,
     write_atomically,
 )
+from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.schema import Trace
@@ -161,6 +162,7 @@ def check(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    quiet: QuietOpt = False,
 ) -> int:
     """Gate CI on a trace: thresholds on any reported metric, a baseline, the diagnosis.
 
@@ -185,11 +187,15 @@ def check(
     if not cfg.checks and base is None and (fail_on or cfg.fail_on) is None:
         raise ConfigError("nothing to check: give --config with [[check]] entries, "
                           "--baseline, or --fail-on (see docs/ci.md)")
-    loaded = load(trace, input_format, map, source_block_size, steps)
-    build = diagnosis_builder(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
-                              block_size=block_size, preset=preset, threshold=threshold)
-    report = check_trace(loaded, cfg, base, baseline_path=None if baseline is None
-                         else str(baseline), fail_on=fail_on, diagnose_report=build)
+    with progress("check", quiet) as update:
+        update("reading the trace", 0.0)
+        loaded = load(trace, input_format, map, source_block_size, steps)
+        build = diagnosis_builder(loaded, metrics=metrics, model=model,
+                                  kv_capacity=kv_capacity, block_size=block_size, preset=preset,
+                                  threshold=threshold)
+        update("analyzing", 0.3)
+        report = check_trace(loaded, cfg, base, baseline_path=None if baseline is None
+                             else str(baseline), fail_on=fail_on, diagnose_report=build)
     if junit is not None:
         from yaotu_trace.render.junit import render_junit
 

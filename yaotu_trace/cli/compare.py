@@ -18,6 +18,7 @@ from yaotu_trace.cli.app import (
     emit,
     load,
 )
+from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.cli.simulate import GpuOpt, ModelOpt
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
@@ -36,6 +37,7 @@ def compare(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Run each scenario on the same requests and show them side by side: TTFT and
     inter-token percentiles, throughput, preemptions, hit ratio, GPU-seconds, bytes moved, and
@@ -53,8 +55,10 @@ def compare(
 
     defaults = Scenario(model=model, gpu=gpu)
     scenarios = [defaults.merged(load_scenario(path)) for path in scenario]
-    loaded = load(trace, input_format, map, source_block_size)
-    section = compare_scenarios(loaded, scenarios)
+    with progress("compare", quiet) as update:
+        update("reading the trace", 0.0)
+        loaded = load(trace, input_format, map, source_block_size)
+        section = compare_scenarios(loaded, scenarios, progress=update)
     report = Report(
         command="compare",
         input=input_summary(loaded),

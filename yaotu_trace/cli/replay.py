@@ -21,6 +21,7 @@ from yaotu_trace.cli.app import (
     input_of,
     load,
 )
+from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.replay.rules import Eviction, Preset, Route, Scope, TouchOrder
@@ -163,6 +164,7 @@ def replay(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Replay the prefix cache: token-weighted hit ratio, saved prefill and the loss waterfall.
 
@@ -178,7 +180,9 @@ def replay(
 
     if route is not None and scope is None:
         scope = Scope.INSTANCE
-    loaded = load(trace, input_format, map, source_block_size, lazy_content=True)
+    with progress("replay", quiet) as update:
+        update("reading the trace", 0.0)
+        loaded = load(trace, input_format, map, source_block_size, lazy_content=True)
     overrides = {
         "block_size_tokens": block_size,
         "last_token_rule": last_token_rule,
@@ -196,8 +200,10 @@ def replay(
     blocks = _capacity_blocks(capacity, rules.block_size_tokens, model, kv_bytes_per_token)
     if blocks is not None:
         rules = rules.with_(capacity_blocks=blocks)
-    summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
-                                                   notes=notes)
+    with progress("replay", quiet) as update:
+        update("replaying the prefix cache", 0.2)
+        summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
+                                                       notes=notes)
     report = Report(
         command="replay",
         input=input_of(loaded),

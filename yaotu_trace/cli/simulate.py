@@ -18,6 +18,7 @@ from yaotu_trace.cli.app import (
     emit,
     load,
 )
+from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.hardware import load_gpus
 from yaotu_trace.render import OutputFormat
@@ -140,6 +141,7 @@ def simulate(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Simulate a serving engine on the trace: per-request timing and a step log, so that
     traces without engine timing (Mooncake, Azure, BurstGPT) can be diagnosed.
@@ -171,15 +173,19 @@ def simulate(
         mbu=mbu, overhead_ms=overhead_ms, host_gap_ms=host_gap_ms, calibrate=calibrate,
     )
     chosen = load_scenario(scenario).merged(given) if scenario is not None else given
-    loaded = load(trace, input_format, map, source_block_size)
-    run = run_scenario(loaded, chosen)
+    with progress("simulate", quiet) as update:
+        update("reading the trace", 0.0)
+        loaded = load(trace, input_format, map, source_block_size)
+        update("simulating", 0.3)
+        run = run_scenario(loaded, chosen)
+        update("writing the timed trace", 0.9)
+        write_trace(run.requests, out, source_block_size=loaded.source_block_size)
+        if steps_out is not None:
+            write_trace(run.steps, steps_out)
     report = Report(
         command="simulate",
         input=input_summary(loaded),
         config={"scenario": chosen, "engine": run.resolved.config.to_dict()},
         sections={"simulation": run.summary},
     )
-    write_trace(run.requests, out, source_block_size=loaded.source_block_size)
-    if steps_out is not None:
-        write_trace(run.steps, steps_out)
     emit(report, format, output)

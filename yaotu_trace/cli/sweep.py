@@ -18,6 +18,7 @@ from yaotu_trace.cli.app import (
     input_of,
     load,
 )
+from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
@@ -88,6 +89,7 @@ def sweep(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 % capacities.
 
@@ -117,7 +119,9 @@ def sweep(
                 f"--kv-bytes-per-token says {kv}; pass only one of them"
             )
         kv = spec.kv_bytes_per_token
-    loaded = load(trace, input_format, map, source_block_size, None, lazy_content=True)
+    with progress("sweep", quiet) as update:
+        update("reading the trace", 0.0)
+        loaded = load(trace, input_format, map, source_block_size, None, lazy_content=True)
     rules, preset_name, notes = effective_rules(
         loaded, preset,
         block_size_tokens=block_size,
@@ -129,8 +133,10 @@ def sweep(
         instances=instances,
         route=route,
     )
-    section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points, model=model_name,
-                             kv_bytes_per_token=kv, notes=notes)
+    with progress("sweep", quiet) as update:
+        update("sweeping every capacity", 0.2)
+        section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
+                                 model=model_name, kv_bytes_per_token=kv, notes=notes)
     report = Report(
         command="sweep",
         input=input_of(loaded),

@@ -51,13 +51,16 @@ def checks_renderables(section: Any) -> list[RenderableType]:
     """A table of every check (status, name, value, expected, why) and the summary line."""
     data = to_builtins(section)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col, justify in (("", "left"), ("check", "left"), ("value", "right"),
-                         ("expected", "left"), ("detail", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table.add_column("", no_wrap=True)
+    table.add_column("check", overflow="fold", ratio=3)
+    table.add_column("value", justify="right", overflow="fold")
+    table.add_column("expected", overflow="fold")
+    table.add_column("detail", overflow="fold", ratio=3)
     for r in data["results"]:
         label, style = MARK[r["status"]]
-        table.add_row(Text(label, style=style), r["name"], show_value(r["value"]), expected(r),
-                      r["message"])
+        # Text, not markup: paths such as axes[name=kv_memory] must show as written.
+        table.add_row(Text(label, style=style), Text(r["name"]), Text(show_value(r["value"])),
+                      Text(expected(r)), Text(r["message"]))
     out: list[RenderableType] = [heading("Checks")]
     if data.get("baseline_path"):
         out.append(Text(f"baseline: {data['baseline_path']}", style="dim"))
