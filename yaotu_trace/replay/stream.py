@@ -34,7 +34,6 @@ from yaotu_trace.replay.blocks import (
     BlockChains,
     _chain_hashes,
     _keys,
-    chain_bytes,
     frozen_input,
 )
 from yaotu_trace.replay.rules import ReplayRules
@@ -196,29 +195,81 @@ def _prefetched(source: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
 
 
 @nb.njit(cache=True, nogil=True)
-def _dense_ids_into(hash_a, hash_b, table_keys, table_slots, lane_b, ids, start, distinct):
-    """`blocks._dense_ids` over one batch, with the table kept across batches."""
-    mask = np.int64(len(table_slots) - 1)
+def _dense_ids_into(hash_a, hash_b, table, ids, start, distinct):
+    """`blocks._dense_ids` over one batch, with the table kept across batches.
+
+    A slot is one 32-byte row [lane A, lane B, id + 1 (0 = empty), unused]: a lookup and its
+    lane-B check touch one cache line, where separate key, id and lane-B arrays cost three
+    cache misses per block (the table is far larger than the caches).
+    """
+    mask = np.int64(table.shape[0] - 1)
     collisions = 0
     for j in range(len(hash_a)):
         h = hash_a[j]
         slot = np.int64(h & np.uint64(mask))
         while True:
-            d = table_slots[slot]
-            if d < 0:
-                table_slots[slot] = distinct
-                table_keys[slot] = h
-                lane_b[distinct] = hash_b[j]
-                ids[start + j] = distinct
+            d = table[slot, 2]
+            if d == 0:
+                table[slot, 0] = h
+                table[slot, 1] = hash_b[j]
                 distinct += 1
+                table[slot, 2] = np.uint64(distinct)
+                ids[start + j] = distinct - 1
                 break
-            if table_keys[slot] == h:
-                if lane_b[d] != hash_b[j]:
+            if table[slot, 0] == h:
+                if table[slot, 1] != hash_b[j]:
                     collisions += 1
-                ids[start + j] = d
+                ids[start + j] = np.int64(d) - 1
                 break
             slot = (slot + 1) & mask
     return distinct, collisions
+
+
+@nb.njit(cache=True, nogil=True)
+def _rehash(old, new):
+    """Move every entry of an id table into a larger one (ids unchanged)."""
+    mask = np.int64(new.shape[0] - 1)
+    for s in range(old.shape[0]):
+        if old[s, 2] == 0:
+            continue
+        h = old[s, 0]
+        slot = np.int64(h & np.uint64(mask))
+        while new[slot, 2] != 0:
+            slot = (slot + 1) & mask
+        new[slot, 0] = h
+        new[slot, 1] = old[s, 1]
+        new[slot, 2] = old[s, 2]
+
+
+class _IdTable:
+    """The open-addressing table of chain hashes → dense ids, grown to stay at most half full.
+
+    Sized up front from an estimate of the distinct blocks (a fraction of the upper bound the
+    prompt lengths give) and doubled when a batch could overfill it, so memory follows the
+    distinct blocks of the trace (64 bytes per distinct block at most) rather than its total
+    blocks. Ids do not depend on the size.
+    """
+
+    def __init__(self, expected: int) -> None:
+        self.table = np.zeros((_table_slots(expected), 4), dtype=np.uint64)
+        self.distinct = 0
+
+    def reserve(self, more: int) -> None:
+        """Room for `more` new ids."""
+        need = self.distinct + more
+        if need * 2 > self.table.shape[0]:
+            grown = np.zeros((_table_slots(need), 4), dtype=np.uint64)
+            _rehash(self.table, grown)
+            self.table = grown
+
+
+def _table_slots(entries: int) -> int:
+    return 1 << max(12, int(np.ceil(np.log2(max(entries, 1) * 2 + 1))))
+
+
+def stream_chain_bytes(blocks: int) -> int:
+    """Worst-case memory of streamed chains: ids and tokens per block, the table at its largest."""
+    return 8 * int(blocks) + 32 * _table_slots(int(blocks))
 
 
 def build_block_chains_streaming(
@@ -247,13 +298,12 @@ def build_block_chains_streaming(
             f"up to {bound} blocks exceed the 2^31 ids this replay supports; use a larger "
             "--block-size"
         )
-    memory.require(chain_bytes(bound) + 4 * bound,
-                   f"chaining {bound:,} blocks of {block} tokens",
+    # Worst case (every block distinct), so a run that starts also finishes.
+    memory.require(stream_chain_bytes(bound), f"chaining {bound:,} blocks of {block} tokens",
                    "use a larger --block-size")
-    table_bits = max(10, int(np.ceil(np.log2(max(bound, 1) * 2 + 1))))
     for attempt in range(_TRIES):
         keys = _keys(rules.seed, attempt)
-        built = _stream_once(prompts, ns, rules, keys, block, per_block, bound, table_bits)
+        built = _stream_once(prompts, ns, rules, keys, block, per_block, bound)
         if built is not None:
             ids, block_tokens, distinct, counts = built
             break
@@ -278,20 +328,16 @@ def build_block_chains_streaming(
 
 
 def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, keys: np.ndarray,
-                 block: int, per_block: int, bound: int, table_bits: int
+                 block: int, per_block: int, bound: int
                  ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
     """One pass with one set of keys; None when lane B caught a lane-A collision."""
     n = len(prompts.prompt_len)
     unit = block // per_block
-    size = 1 << table_bits
-    table_keys = np.empty(size, dtype=np.uint64)
-    table_slots = np.full(size, -1, dtype=np.int32)
-    lane_b = np.empty(bound, dtype=np.uint64)
+    table = _IdTable(bound // 16)
     ids = np.empty(bound, dtype=np.int32)
     block_tokens = np.full(bound, block, dtype=np.int32)
     counts = np.zeros(n, dtype=np.int64)
     units_all = np.zeros(n, dtype=np.int64)
-    distinct = 0
     filled = 0
     collisions = 0
     for batch in prompts.batches():
@@ -311,8 +357,10 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
         hash_b = np.empty(total, dtype=np.uint64)
         _chain_hashes(batch.offsets, batch.values, np.int64(per_block), full, partial,
                       ns[rows], local, keys, hash_a, hash_b)
-        distinct, found = _dense_ids_into(hash_a, hash_b, table_keys, table_slots, lane_b, ids,
-                                          np.int64(filled), np.int64(distinct))
+        table.reserve(total)
+        distinct, found = _dense_ids_into(hash_a, hash_b, table.table, ids, np.int64(filled),
+                                          np.int64(table.distinct))
+        table.distinct = int(distinct)
         collisions += int(found)
         has_partial = np.flatnonzero(partial > 0)
         if has_partial.size:
@@ -322,7 +370,8 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
     prompts.unit_offsets = _offsets_of(units_all)
     if collisions:
         return None
-    del table_keys, table_slots, lane_b
+    distinct = table.distinct
+    del table
     if filled < bound:
         ids = ids[:filled].copy()
         block_tokens = block_tokens[:filled].copy()
