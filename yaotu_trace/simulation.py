@@ -630,7 +630,7 @@ LEDGER_METRICS: tuple[tuple[str, str, str], ...] = (
     ("recomputed_tokens", "tokens recomputed after preemption", "tokens"),
     ("decode_stall_s", "decode-seconds lost to prefill stalls", "s"),
     ("steps", "engine steps", "count"),
-    ("host_overhead_s", "host overhead (steps × fixed cost)", "s"),
+    ("host_overhead_s", "host time (steps × fixed cost + host gaps)", "s"),
     ("prefix_reread_bytes", "prefix KV re-read by prefill chunks", "bytes"),
     ("kv_transfer_bytes", "KV bytes over the P/D link", "bytes"),
     ("hbm_bytes", "HBM bytes moved", "bytes"),
