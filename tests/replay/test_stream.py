@@ -1,0 +1,143 @@
+"""The streamed Parquet path gives exactly what the in-memory path gives, and fails as clearly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from yaotu_trace.errors import ResourceLimitError, TraceSchemaError
+from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest.canonical import write_trace
+from yaotu_trace.replay import effective_rules, replay_trace_with_requests
+from yaotu_trace.replay import memory, stream
+from yaotu_trace.replay.prepare import prepare
+from yaotu_trace.replay.rules import rules_for
+from yaotu_trace.replay.sweep_trace import sweep_trace
+
+CHAT = Path(__file__).resolve().parents[2] / "sample_traces" / "chat.parquet"
+
+
+def _token_trace(path: Path, seed: int, n: int = 300, nulls: bool = False) -> Path:
+    """A small token trace with shared prefixes, written as canonical Parquet."""
+    rng = np.random.default_rng(seed)
+    heads = [rng.integers(0, 50, int(rng.integers(0, 70))).tolist() for _ in range(6)]
+    prompts = [heads[int(rng.integers(0, 6))] + rng.integers(0, 50, int(rng.integers(0, 40)))
+               .tolist() for _ in range(n)]
+    frame = pd.DataFrame({
+        "request_id": [f"q{i}" for i in range(n)],
+        "arrival_s": np.arange(n, dtype=float),
+        "tenant": [f"t{i % 3}" for i in range(n)],
+        "prompt_len": [len(p) for p in prompts],
+        "output_len": 1,
+        "prompt_tokens": [None if nulls and i % 17 == 5 else p for i, p in enumerate(prompts)],
+    })
+    write_trace(frame, path)
+    return path
+
+
+def _both(path: Path, preset: str | None = None, **overrides: object) -> list[str]:
+    """Replay and sweep reports of the eager and the streamed load, as JSON text."""
+    out = []
+    for lazy in (False, True):
+        trace = load_trace(path, lazy_content=lazy)
+        assert (trace.lazy is not None) is lazy
+        rules, name, notes = effective_rules(trace, preset, **overrides)
+        summary, requests = replay_trace_with_requests(trace, rules, preset=name, notes=notes)
+        section, _ = sweep_trace(trace, rules, preset=name, notes=notes)
+        columns = {k: np.asarray(v).tolist() for k, v in requests.to_columns().items()}
+        out.append(json.dumps([summary.to_dict(), columns, repr(section)], default=str))
+    return out
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"capacity_blocks": 40}, {"block_size_tokens": 1}, {"block_size_tokens": 4},
+    {"cache_partial_blocks": True, "capacity_blocks": 7}, {"touch_order": "head-first"},
+    {"scope": "instance", "instances": 3}, {"cache_outputs": True},
+])
+def test_streamed_sample_trace_reports_equal_the_in_memory_ones(overrides: dict) -> None:
+    eager, streamed = _both(CHAT, **overrides)
+    assert streamed == eager
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_streamed_chains_equal_in_memory_chains_over_many_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    monkeypatch.setattr(stream, "BATCH_VALUES", 50)  # a handful of requests per batch
+    path = _token_trace(tmp_path / "t.parquet", seed, nulls=seed == 3)
+    eager_trace = load_trace(path)
+    lazy_trace = load_trace(path, lazy_content=True)
+    for rules in (rules_for("vllm"), rules_for("sglang"),
+                  rules_for("none", block_size_tokens=3, cache_partial_blocks=True)):
+        a = prepare(eager_trace).chains(rules)
+        b = prepare(lazy_trace, stream=True).chains(rules)
+        for field in ("offsets", "ids", "block_tokens", "max_hit_blocks", "prompt_tokens"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+        assert a.num_distinct == b.num_distinct
+    eager, streamed = _both(path, capacity_blocks=25)
+    assert streamed == eager
+
+
+def test_streamed_block_id_trace_equals_in_memory(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    ids = [rng.integers(-5, 30, int(rng.integers(1, 9))).tolist() for _ in range(200)]
+    frame = pd.DataFrame({
+        "arrival_s": np.arange(200, dtype=float),
+        "prompt_len": [len(b) * 16 - int(rng.integers(0, 16)) for b in ids],
+        "output_len": 1,
+        "prompt_block_ids": ids,
+    })
+    path = tmp_path / "ids.parquet"
+    write_trace(frame, path, source_block_size=16)
+    for preset in ("mooncake", "vllm"):
+        eager, streamed = _both(path, preset)
+        assert streamed == eager
+
+
+def test_unsorted_arrivals_load_eagerly(tmp_path: Path) -> None:
+    path = _token_trace(tmp_path / "t.parquet", 4, n=20)
+    frame = pd.read_parquet(path)
+    frame["arrival_s"] = frame["arrival_s"].to_numpy()[::-1]
+    write_trace(frame, path)
+    assert load_trace(path, lazy_content=True).lazy is None
+
+
+def test_a_length_mismatch_names_the_row(tmp_path: Path) -> None:
+    path = _token_trace(tmp_path / "t.parquet", 5, n=30)
+    frame = pd.read_parquet(path)
+    frame.loc[12, "prompt_len"] = frame.loc[12, "prompt_len"] + 1
+    write_trace(frame, path)
+    trace = load_trace(path, lazy_content=True)
+    with pytest.raises(TraceSchemaError, match=r"row 13, column 'prompt_len'"):
+        prepare(trace, stream=True).chains(rules_for("vllm"))
+
+
+def test_negative_tokens_are_refused_while_streaming(tmp_path: Path) -> None:
+    path = _token_trace(tmp_path / "t.parquet", 6, n=30)
+    frame = pd.read_parquet(path)
+    tokens = [list(t) for t in frame["prompt_tokens"]]
+    row = next(i for i in range(20, 30) if tokens[i])
+    tokens[row][0] = -3
+    frame["prompt_tokens"] = tokens
+    write_trace(frame, path)
+    trace = load_trace(path, lazy_content=True)
+    with pytest.raises(TraceSchemaError, match=rf"row {row + 1}, .*token ids must be >= 0"):
+        prepare(trace, stream=True).chains(rules_for("vllm"))
+
+
+def test_too_little_memory_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1000)
+    trace = load_trace(CHAT, lazy_content=True)
+    with pytest.raises(ResourceLimitError, match=r"needs about .* GiB of memory but only .* "
+                                                 r"GiB is available"):
+        prepare(trace, stream=True).chains(rules_for("sglang"))
+    with pytest.raises(ResourceLimitError, match="needs about"):
+        prepare(load_trace(CHAT)).chains(rules_for("sglang"))
+
+
+def test_available_memory_is_known_on_linux() -> None:
+    avail = memory.available_bytes()
+    assert avail is None or avail > 0
