@@ -86,7 +86,7 @@ def test_symptoms_follow_their_cause(capsys: pytest.CaptureFixture[str]) -> None
     axes = axes_of(churn)
     assert axes["queueing"]["status"] == "bottleneck"
     assert churn["principal"] == "kv_memory"
-    assert "causes the queueing" in churn["verdict"]["summary"]
+    assert "causes queueing, pd_interference" in churn["verdict"]["summary"]
     # Stalls while a shared prefix is prefilled again and again are prefix_reuse.
     prefix = sample("diag-prefix-recompute", capsys)
     assert axes_of(prefix)["pd_interference"]["status"] == "bottleneck"

@@ -293,7 +293,7 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
     line = (f"verdict: {principal.axis}" + (f" ({principal.cause})" if principal.cause else "")
             + f": {_pct(principal.score)} {COST_LABEL[principal.axis]}")
     if caused:
-        line += f"; causes the {' and '.join(caused)} symptom" + ("s" if len(caused) > 1 else "")
+        line += f"; causes {', '.join(caused)}"
     return Verdict(principal_axis=principal.axis, principal_cause=principal.cause, summary=line,
                    reason=why, ranking=ranking, fix_order=fix_order,
                    insufficient_data=insufficient)
