@@ -289,3 +289,13 @@ def test_prefix_recompute_ledger_fixes_cache_keys(capsys: pytest.CaptureFixture[
     # the shared system prompt (3,904 tokens, whole blocks) is held once
     assert adds["cached_prefix_tokens"] == 3904
     assert adds["cached_prefix_bytes"] == 3904 * 131072
+
+
+@pytest.mark.parametrize("name", ["diag-healthy", "diag-kv-churn", "diag-long-prefill",
+                                  "diag-prefix-recompute"])
+def test_verdict_is_one_line_of_the_table(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = sample(name, capsys)
+    main(["diagnose", str(SAMPLES / f"{name}.parquet"), "--steps",
+          str(SAMPLES / f"{name}.steps.parquet")])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.rstrip() == doc["verdict"]["summary"]
