@@ -33,6 +33,9 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   running_fill_p75 = running_p75 / seq_cap (ratio).
 - kv_usage_p75: P75 of kv_blocks_used / kv_blocks_total (steps) or vllm:kv_cache_usage_perc /
   sglang:token_usage (metrics) (ratio).
+- standing queue (rules Q004–Q006): with a step log, waiting_share ≥ the `waiting_share`
+  threshold (requests left waiting after a step's admissions); without one, queue_share_of_ttft
+  ≥ queue_share_warn or waiting_share ≥ its threshold.
 - waiting_share: share of steps (or metric samples) with num_waiting > 0 (ratio);
   waiting_mean: duration-weighted mean of num_waiting over the step log (requests).
 - Little's law (rule A0). Observed: waiting_mean = Σ over instances of ∫ num_waiting dt / the
