@@ -13,6 +13,7 @@ from rich.table import Table
 
 from yaotu_trace.catalog import ModelSpec, load_catalog
 from yaotu_trace.cli.app import FormatOpt, OutputOpt, app, write_atomically
+from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat, fmt
 
 _CONTEXT_TOKENS = 32_768
@@ -52,8 +53,16 @@ def _params(total: int, active: int) -> str:
 def _text(fmt_choice: OutputFormat) -> str:
     specs = load_catalog()
     if fmt_choice is OutputFormat.JSON:
-        doc = {"models": [_row(s) for s in specs], "kv_dtype": "bf16 unless kv_dtype_bytes says"}
+        from yaotu_trace import __version__
+        from yaotu_trace.report import SCHEMA_VERSION
+
+        # The envelope every JSON document of the tool opens with (docs/json.md).
+        doc = {"schema_version": SCHEMA_VERSION,
+               "tool": {"name": "yaotu-trace", "version": __version__}, "command": "models",
+               "models": [_row(s) for s in specs], "kv_dtype": "bf16 unless kv_dtype_bytes says"}
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    if fmt_choice is OutputFormat.HTML:
+        raise ConfigError("trace models has no html format; use table, json or markdown")
     header = ["model", "attention", "layers", "KV heads × dim", "KV B/token", "KV @32k tok",
               "params, B (total / active)"]
     rows = []
