@@ -299,3 +299,19 @@ def test_verdict_is_one_line_of_the_table(name: str, capsys: pytest.CaptureFixtu
           str(SAMPLES / f"{name}.steps.parquet")])
     first = capsys.readouterr().out.splitlines()[0]
     assert first.rstrip() == doc["verdict"]["summary"]
+
+
+def test_disaggregation_waits_when_preemption_cannot_be_ruled_out() -> None:
+    # GIVEN decode stalls during prefill but no preemption data at all
+    from diag_factories import thresholds
+    from test_diagnosis_verdict import interference_trace_columns
+
+    from yaotu_trace.axes.base import EngineSettings
+
+    trace = make_trace(interference_trace_columns())
+    doc = diagnose(trace, settings=EngineSettings(kv_bytes_per_token=1000),
+                   thresholds=thresholds(stall_factor=4)).to_dict()
+    # THEN the split is listed but withheld until kv_memory can be decided
+    split = next(e for e in doc["ledger"] if e["remedy"] == "pd_disaggregation")
+    assert split["recommended"] is False
+    assert any("preemption is not ruled out" in w for w in split["withheld_because"])

@@ -19,7 +19,8 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   failure fallback, and the mean rate Σ p · kv_bytes_per_token / arrival span. The network
   check (rule D3) passes when the peak rate ≤ network_share_max of the link and mean transfer ≤
   transfer_ttft_share of mean TTFT. The entry is `recommended=False` while preemption, host
-  dispatch or prefix recompute is found (cost-model §7: those come first).
+  dispatch or prefix recompute is found or cannot be ruled out for lack of data (cost-model §7:
+  those come first).
 - cache_aware_routing saves the routing loss of the prefix waterfall (tokens, FLOPs); adds
   load imbalance on hot prefixes and router state.
 - tenant_salt_review saves the cache-key loss of the waterfall; adds isolation risk.
@@ -40,7 +41,16 @@ from typing import Any
 
 import numpy as np
 
-from yaotu_trace.axes.base import AxisInput, AxisName, AxisResult, RuleHit, check, fact, ratio
+from yaotu_trace.axes.base import (
+    AxisInput,
+    AxisName,
+    AxisResult,
+    RuleHit,
+    Status,
+    check,
+    fact,
+    ratio,
+)
 from yaotu_trace.diagnosis.thresholds import Thresholds
 
 
@@ -391,6 +401,12 @@ def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
     if _ids(pr) & {"P001", "P002"}:
         out.append("a reusable prefix is prefilled again and again (prefix_reuse) — fix cache "
                    "keys or routing first, which removes that prefill")
+    undecided = {AxisName.KV_MEMORY: "preemption", AxisName.QUEUEING: "host dispatch",
+                 AxisName.PREFIX_REUSE: "prefix recompute"}
+    for axis, what in undecided.items():
+        if axes[axis].status is Status.INSUFFICIENT_DATA:
+            out.append(f"{what} is not ruled out: {axis} lacks data ({axes[axis].missing[0]})"
+                       if axes[axis].missing else f"{what} is not ruled out: {axis} lacks data")
     return tuple(out)
 
 
