@@ -62,6 +62,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .verdict { border-left: 5px solid var(--bad); background: #fff5f5; padding: 10px 14px;
   border-radius: 4px; }
 .verdict.calm { border-color: var(--ok); background: #f3faf3; }
+.verdict.undecided { border-color: var(--na); background: var(--card); }
 .verdict strong { font-size: 16px; }
 ul.notes { color: var(--muted); font-size: 13px; }
 """
@@ -121,7 +122,8 @@ def _verdict(doc: dict[str, Any]) -> str:
         return ""
     parts = ["<section id=\"verdict\"><h2>Verdict</h2>"]
     if isinstance(verdict, dict):
-        calm = "" if verdict.get("principal_axis") else " calm"
+        calm = "" if verdict.get("principal_axis") else (
+            " undecided" if verdict.get("insufficient_data") else " calm")
         summary = verdict.get("summary") or verdict.get("principal_axis") or "no bottleneck"
         parts.append(f'<div class="verdict{calm}"><strong>{escape(str(summary))}</strong>'
                      f"<p>{escape(str(verdict.get('reason') or ''))}</p>")
@@ -332,8 +334,8 @@ def render_html(report: Report) -> str:
     figures: list[str] = []
     if "capacity_curve" in doc or "plots" in doc:
         figures.append(_capacity_curve(doc))
-    if "prefix_reuse" in doc and isinstance(doc["prefix_reuse"], dict) \
-            and "waterfall" in doc["prefix_reuse"]:
+    reuse = doc.get("prefix_reuse")
+    if plots or (isinstance(reuse, dict) and "waterfall" in reuse):
         figures.append(_waterfall(doc))
     if plots:
         figures += [
