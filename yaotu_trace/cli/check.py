@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -205,5 +206,12 @@ def check(
 
         write_atomically(markdown, render(report, OutputFormat.MARKDOWN))
     emit(report, format, output)
-    failed = report.sections["checks"].failed
+    section = report.sections["checks"]
+    if output is not None or format is not OutputFormat.TABLE:
+        # The table ends with this line; other outputs get it on stderr for the CI log.
+        from yaotu_trace.render.console_check import summary_line
+        from yaotu_trace.report import to_builtins
+
+        sys.stderr.write(f"trace check: {summary_line(to_builtins(section))}\n")
+    failed = section.failed
     return int(ExitCode.FINDINGS if failed else ExitCode.OK)

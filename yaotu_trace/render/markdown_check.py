@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from yaotu_trace.render.console_check import expected, show_value, summary_line
-from yaotu_trace.render.markdown import table
 from yaotu_trace.report import to_builtins
 
 ICON = {"passed": "✅ pass", "failed": "❌ fail", "skipped": "⚪ skip"}
@@ -22,7 +21,7 @@ def checks_lines(section: Any) -> list[str]:
     if data.get("baseline_path"):
         lines += ["", f"Baseline: `{data['baseline_path']}`"]
     if data["results"]:
-        rows = [[ICON[r["status"]], _cell(r["name"]), _cell(show_value(r["value"])),
-                 _cell(expected(r)), _cell(r["message"])] for r in data["results"]]
-        lines += ["", *table(["", "check", "value", "expected", "detail"], rows)]
+        lines += ["", "|  | check | value | expected | detail |", "|---|---|---:|---|---|"]
+        lines += [f"| {ICON[r['status']]} | {_cell(r['name'])} | {_cell(show_value(r['value']))} "
+                  f"| {_cell(expected(r))} | {_cell(r['message'])} |" for r in data["results"]]
     return lines
