@@ -105,7 +105,7 @@ def _mix(z: np.uint64) -> np.uint64:
 @nb.njit(cache=True, parallel=True, nogil=True)
 def _chain_hashes(
     unit_offsets: np.ndarray,  # int64 n+1: units (tokens or source ids) per request
-    values: np.ndarray,  # int64 units
+    values: np.ndarray,  # int64 (or int32 tokens) units
     units_per_block: np.int64,
     full_blocks: np.ndarray,  # int64 per request
     partial_weight: np.ndarray,  # int64 per request; > 0 adds a trailing partial block
@@ -115,6 +115,9 @@ def _chain_hashes(
     out_a: np.ndarray,  # uint64
     out_b: np.ndarray,  # uint64
 ) -> None:
+    # Unit u of a request adds mix(v·K1 + K0 + u·K2) to its lane's running sum. The sums are
+    # taken block by block, with no branch inside a block's loop, so the compiler vectorises
+    # it (64-bit multiplies in SIMD); addition mod 2^64 makes the grouping irrelevant.
     n = len(full_blocks)
     for i in nb.prange(n):
         base = unit_offsets[i]
@@ -125,25 +128,28 @@ def _chain_hashes(
         sum_a = _mix(ns ^ a0)
         sum_b = _mix(ns ^ b0)
         out = block_offsets[i]
-        k = 0
-        in_block = 0
-        full_units = full_blocks[i] * units_per_block
-        pos_a = a0
-        pos_b = b0
-        for u in range(units):
-            v = np.uint64(values[base + u])
-            sum_a += _mix(v * a1 + pos_a)
-            sum_b += _mix(v * b1 + pos_b)
-            pos_a += a2
-            pos_b += b2
-            in_block += 1
-            if u < full_units and in_block == units_per_block:
-                out_a[out + k] = _mix(sum_a + a0)
-                out_b[out + k] = _mix(sum_b + b0)
-                k += 1
-                in_block = 0
+        upb = units_per_block
+        for k in range(full_blocks[i]):
+            first = k * upb
+            part_a = np.uint64(0)
+            part_b = np.uint64(0)
+            for t in range(upb):
+                v = np.uint64(values[base + first + t])
+                u = np.uint64(first + t)
+                part_a += _mix(v * a1 + (a0 + u * a2))
+                part_b += _mix(v * b1 + (b0 + u * b2))
+            sum_a += part_a
+            sum_b += part_b
+            out_a[out + k] = _mix(sum_a + a0)
+            out_b[out + k] = _mix(sum_b + b0)
         if partial_weight[i] > 0:
+            for t in range(full_blocks[i] * upb, units):
+                v = np.uint64(values[base + t])
+                u = np.uint64(t)
+                sum_a += _mix(v * a1 + (a0 + u * a2))
+                sum_b += _mix(v * b1 + (b0 + u * b2))
             w = np.uint64(partial_weight[i]) ^ _PARTIAL
+            k = full_blocks[i]
             out_a[out + k] = _mix(sum_a + _mix(w ^ a0) + a0)
             out_b[out + k] = _mix(sum_b + _mix(w ^ b0) + b0)
 

@@ -1,8 +1,8 @@
 """Streaming replay input: block chains straight from a Parquet token column, row group by group.
 
 A trace of 1e9 tokens is 4–8 GB of token ids but only ~6e7 blocks at B = 16. `ParquetPrompts`
-reads the content column (`prompt_tokens` or `prompt_block_ids`) in record batches of a few
-million ids with `pyarrow.parquet.ParquetFile.iter_batches`, keeps Arrow's own integer width
+reads the content column (`prompt_tokens` or `prompt_block_ids`) one row group at a time (cut
+into record batches when a group is large), keeps Arrow's own integer width
 (int32 tokens stay int32), and hands each batch to the same compiled kernels as
 `build_block_chains`: the chained two-lane hash of every block (`blocks._chain_hashes`, requests
 in parallel), then dense ids from an open-addressing table that persists across batches and is
@@ -22,6 +22,7 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numba as nb
 import numpy as np
@@ -76,16 +77,9 @@ class ParquetPrompts:
 
     def _read(self) -> Iterator[Batch]:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(self.path)
-        rows = max(1, pf.metadata.num_rows)
-        per_row = max(1.0, self.num_values / rows)
-        batch_rows = int(max(16, min(65_536, BATCH_VALUES / per_row)))
         row0 = 0
-        for record in pf.iter_batches(batch_size=batch_rows, columns=[self.column],
-                                      use_threads=False):
-            arr = record.column(0)
+        for arr in self._arrays():
             valid = None
             if arr.null_count:
                 valid = np.asarray(arr.is_valid())
@@ -104,6 +98,31 @@ class ParquetPrompts:
         if row0 != len(self.prompt_len):
             raise TraceSchemaError(f"{self.path}: column '{self.column}' has {row0} rows, the "
                                    f"trace {len(self.prompt_len)}; the file changed while read")
+
+    def _arrays(self) -> Iterator[Any]:
+        """The content column as Arrow list arrays of about `BATCH_VALUES` ids, in row order.
+
+        Row groups of moderate size are read whole (`read_row_group`): flat memory and faster
+        than `iter_batches`, whose reader here kept every decoded batch allocated (pyarrow 26).
+        Larger row groups are cut into record batches of that one group.
+        """
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(self.path)
+        meta = pf.metadata
+        leaf = next(j for j in range(meta.num_columns)
+                    if meta.schema.column(j).path.split(".")[0] == self.column)
+        for i in range(meta.num_row_groups):
+            group = meta.row_group(i)
+            if group.column(leaf).num_values <= 4 * BATCH_VALUES:
+                table = pf.read_row_group(i, columns=[self.column], use_threads=False)
+                yield from table.column(0).chunks
+                continue
+            per_row = max(1.0, group.column(leaf).num_values / max(1, group.num_rows))
+            rows = int(max(16, min(65_536, BATCH_VALUES / per_row)))
+            for record in pf.iter_batches(batch_size=rows, row_groups=[i],
+                                          columns=[self.column], use_threads=False):
+                yield record.column(0)
 
     def _validate(self, row0: int, lengths: np.ndarray, values: np.ndarray,
                   valid: np.ndarray | None) -> None:
@@ -195,71 +214,82 @@ def _prefetched(source: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
 
 
 @nb.njit(cache=True, nogil=True)
-def _dense_ids_into(hash_a, hash_b, table, ids, start, distinct):
+def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
     """`blocks._dense_ids` over one batch, with the table kept across batches.
 
-    A slot is one 32-byte row [lane A, lane B, id + 1 (0 = empty), unused]: a lookup and its
-    lane-B check touch one cache line, where separate key, id and lane-B arrays cost three
-    cache misses per block (the table is far larger than the caches).
+    `by_id` rows are the lanes [A, B] of each id; `table` (open addressing on lane A) holds
+    id + 1 per slot (0 = empty), 4 bytes, so it stays small: fresh memory costs its first touch
+    on these machines, and a lookup misses the caches anyway. Most blocks repeat an earlier
+    chain whose ids were numbered consecutively when it first appeared, so the id after the
+    previous block's (`last` + 1) is tried first, in `by_id` (sequential memory); only when its
+    lane A differs does the lookup probe the table. Either way lane B is then checked.
+    Returns (distinct, collisions, last id).
     """
     mask = np.int64(table.shape[0] - 1)
     collisions = 0
     for j in range(len(hash_a)):
         h = hash_a[j]
-        slot = np.int64(h & np.uint64(mask))
-        while True:
-            d = table[slot, 2]
-            if d == 0:
-                table[slot, 0] = h
-                table[slot, 1] = hash_b[j]
-                distinct += 1
-                table[slot, 2] = np.uint64(distinct)
-                ids[start + j] = distinct - 1
-                break
-            if table[slot, 0] == h:
-                if table[slot, 1] != hash_b[j]:
-                    collisions += 1
-                ids[start + j] = np.int64(d) - 1
-                break
-            slot = (slot + 1) & mask
-    return distinct, collisions
+        guess = last + 1
+        if guess < distinct and by_id[guess, 0] == h:
+            d = guess
+        else:
+            slot = np.int64(h & np.uint64(mask))
+            while True:
+                e = table[slot]
+                if e == 0:
+                    table[slot] = distinct + 1
+                    by_id[distinct, 0] = h
+                    by_id[distinct, 1] = hash_b[j]
+                    d = distinct
+                    distinct += 1
+                    break
+                if by_id[e - 1, 0] == h:
+                    d = np.int64(e) - 1
+                    break
+                slot = (slot + 1) & mask
+        if by_id[d, 1] != hash_b[j]:
+            collisions += 1
+        ids[start + j] = d
+        last = d
+    return distinct, collisions, last
 
 
 @nb.njit(cache=True, nogil=True)
-def _rehash(old, new):
-    """Move every entry of an id table into a larger one (ids unchanged)."""
+def _rehash(by_id, distinct, new):
+    """Fill a larger table with ids 0 .. distinct − 1 (ids unchanged)."""
     mask = np.int64(new.shape[0] - 1)
-    for s in range(old.shape[0]):
-        if old[s, 2] == 0:
-            continue
-        h = old[s, 0]
-        slot = np.int64(h & np.uint64(mask))
-        while new[slot, 2] != 0:
+    for d in range(distinct):
+        slot = np.int64(by_id[d, 0] & np.uint64(mask))
+        while new[slot] != 0:
             slot = (slot + 1) & mask
-        new[slot, 0] = h
-        new[slot, 1] = old[s, 1]
-        new[slot, 2] = old[s, 2]
+        new[slot] = d + 1
 
 
 class _IdTable:
-    """The open-addressing table of chain hashes → dense ids, grown to stay at most half full.
+    """Chain hashes → dense ids: an open-addressing table at most half full, and lanes by id.
 
     Sized up front from an estimate of the distinct blocks (a fraction of the upper bound the
     prompt lengths give) and doubled when a batch could overfill it, so memory follows the
-    distinct blocks of the trace (64 bytes per distinct block at most) rather than its total
-    blocks. Ids do not depend on the size.
+    distinct blocks of the trace (16 bytes each plus at most 16 of table) rather than its total
+    blocks. Ids do not depend on the sizes.
     """
 
     def __init__(self, expected: int) -> None:
-        self.table = np.zeros((_table_slots(expected), 4), dtype=np.uint64)
+        self.table = np.zeros(_table_slots(expected), dtype=np.int32)
+        self.by_id = np.zeros((max(expected, 1 << 12), 2), dtype=np.uint64)
         self.distinct = 0
+        self.last = -1
 
     def reserve(self, more: int) -> None:
         """Room for `more` new ids."""
         need = self.distinct + more
+        if need > self.by_id.shape[0]:
+            by_id = np.zeros((max(need, 2 * self.by_id.shape[0]), 2), dtype=np.uint64)
+            by_id[:self.distinct] = self.by_id[:self.distinct]
+            self.by_id = by_id
         if need * 2 > self.table.shape[0]:
-            grown = np.zeros((_table_slots(need), 4), dtype=np.uint64)
-            _rehash(self.table, grown)
+            grown = np.zeros(_table_slots(need), dtype=np.int32)
+            _rehash(self.by_id, np.int64(self.distinct), grown)
             self.table = grown
 
 
@@ -269,7 +299,7 @@ def _table_slots(entries: int) -> int:
 
 def stream_chain_bytes(blocks: int) -> int:
     """Worst-case memory of streamed chains: ids and tokens per block, the table at its largest."""
-    return 8 * int(blocks) + 32 * _table_slots(int(blocks))
+    return 24 * int(blocks) + 4 * _table_slots(int(blocks))
 
 
 def build_block_chains_streaming(
@@ -333,13 +363,14 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
     """One pass with one set of keys; None when lane B caught a lane-A collision."""
     n = len(prompts.prompt_len)
     unit = block // per_block
-    table = _IdTable(bound // 16)
+    table = _IdTable(bound // 8)
     ids = np.empty(bound, dtype=np.int32)
     block_tokens = np.full(bound, block, dtype=np.int32)
     counts = np.zeros(n, dtype=np.int64)
     units_all = np.zeros(n, dtype=np.int64)
     filled = 0
     collisions = 0
+    lanes = (np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64))
     for batch in prompts.batches():
         rows = slice(batch.row0, batch.row0 + len(batch.offsets) - 1)
         plen = prompts.prompt_len[rows]
@@ -353,14 +384,16 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
         hashed = full + (partial > 0)
         local = _offsets_of(hashed)
         total = int(local[-1])
-        hash_a = np.empty(total, dtype=np.uint64)
-        hash_b = np.empty(total, dtype=np.uint64)
+        if total > len(lanes[0]):  # reused: fresh memory costs its first touch
+            lanes = (np.empty(2 * total, dtype=np.uint64), np.empty(2 * total, dtype=np.uint64))
+        hash_a, hash_b = lanes[0][:total], lanes[1][:total]
         _chain_hashes(batch.offsets, batch.values, np.int64(per_block), full, partial,
                       ns[rows], local, keys, hash_a, hash_b)
         table.reserve(total)
-        distinct, found = _dense_ids_into(hash_a, hash_b, table.table, ids, np.int64(filled),
-                                          np.int64(table.distinct))
-        table.distinct = int(distinct)
+        distinct, found, last = _dense_ids_into(hash_a, hash_b, table.table, table.by_id, ids,
+                                                np.int64(filled), np.int64(table.distinct),
+                                                np.int64(table.last))
+        table.distinct, table.last = int(distinct), int(last)
         collisions += int(found)
         has_partial = np.flatnonzero(partial > 0)
         if has_partial.size:
