@@ -16,7 +16,19 @@ COMMAND_MODULES = ("analyze", "replay", "sweep", "models", "generate", "diagnose
                    "compare", "check", "report")
 
 
-def _register_commands() -> None:
+def _register_commands(args: list[str] | None = None) -> None:
+    """Import the command modules; only the one named in `args` when there is one.
+
+    Each module registers its command on import, and some import heavy libraries (numba for
+    the replay): a run of one command does not pay for the others' imports. Help and unknown
+    names get every command.
+    """
+    wanted = next((a for a in args or [] if not a.startswith("-")), None)
+    if wanted in COMMAND_MODULES and not any(a in ("--help", "-h") for a in args or []):
+        module = f"yaotu_trace.cli.{wanted}"
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+            return
     for name in COMMAND_MODULES:
         module = f"yaotu_trace.cli.{name}"
         if importlib.util.find_spec(module) is not None:
@@ -34,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
-    _register_commands()
+    _register_commands(args)
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="trace", standalone_mode=False)

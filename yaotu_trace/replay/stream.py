@@ -72,8 +72,14 @@ class ParquetPrompts:
     unit_offsets: np.ndarray | None = field(default=None)
 
     def batches(self) -> Iterator[Batch]:
-        """Validated record batches in file order, decoded one ahead on a reader thread."""
-        yield from _prefetched(self._read())
+        """Validated record batches in file order, decoded one ahead on a reader thread.
+
+        A column of a few batches is read on this thread: nothing to overlap.
+        """
+        if self.num_values <= 2 * BATCH_VALUES:
+            yield from self._read()
+        else:
+            yield from _prefetched(self._read())
 
     def _read(self) -> Iterator[Batch]:
         import pyarrow as pa
