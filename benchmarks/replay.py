@@ -22,15 +22,16 @@ line is skipped with a message when the command is absent.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import OrderedDict
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +127,6 @@ def work_floor(path: str) -> dict[str, Any]:
 
 def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
     """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset)."""
-    import numpy as np
-
     from yaotu_trace.ingest import load_trace
     from yaotu_trace.replay.engine import replay
     from yaotu_trace.replay.prepare import prepare
@@ -158,8 +157,7 @@ def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
         out["curve_unlimited_hit_tokens"] = int(curve.unlimited_hit_tokens)
         stamps["curve"] = time.perf_counter()
     names = list(stamps)
-    out["stages_s"] = {b: round(stamps[b] - stamps[a], 3) for a, b in zip(names, names[1:])}
-    del np
+    out["stages_s"] = {b: round(stamps[b] - stamps[a], 3) for a, b in pairwise(names)}
     return out
 
 
@@ -278,10 +276,8 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
                               "returncode": proc.returncode}
     lines = [ln for ln in out.strip().splitlines() if ln.startswith("{")]
     if lines:
-        try:
+        with contextlib.suppress(json.JSONDecodeError):
             result.update(json.loads(lines[-1]))
-        except json.JSONDecodeError:
-            pass
     if proc.returncode != 0:
         result["stderr"] = err_text.strip().splitlines()[-1:]
     return result
@@ -330,9 +326,9 @@ def main() -> None:
                         help="generated prompt tokens (the issue's goals are for 1e9)")
     parser.add_argument("--token-granularity-tokens", type=float, default=None,
                         help="prefix replayed at one token per block (default: min(tokens, 1e8))")
-    parser.add_argument("--reference-tokens", type=float, default=2e7,
+    parser.add_argument("--reference-tokens", type=float, default=5e7,
                         help="prefix for the pure-Python reference at 16-token blocks")
-    parser.add_argument("--reference-b1-tokens", type=float, default=3e6,
+    parser.add_argument("--reference-b1-tokens", type=float, default=1e7,
                         help="prefix for the pure-Python reference at one token per block")
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of each short configuration (the median is shown)")

@@ -301,8 +301,8 @@ def build_block_chains(
             f"{total} blocks exceed the 2^31 ids this replay supports; use a larger --block-size"
         )
     # Both hash lanes of every block (16 B) live next to the chains until the ids are dense.
-    memory.require(chain_bytes(total) + 16 * total, f"chaining {total:,} blocks of {block} "
-                   "tokens", "use a larger --block-size")
+    memory.require(chain_bytes(total) + 16 * total,
+                   f"chaining {total:,} blocks of {block} token(s)", "use a larger --block-size")
     table_bits = max(10, int(np.ceil(np.log2(max(total, 1) * 2 + 1))))
     for attempt in range(_TRIES):
         keys = _keys(rules.seed, attempt)

@@ -1,10 +1,13 @@
 """The replay engine: per-request prefix hits of `BlockChains` under `ReplayRules` (spec §1–§4).
 
-Two paths give identical answers:
+These paths give identical answers:
 
-- Unlimited capacity, one global cache: no loop. Ids are numbered in first-appearance order,
-  so a block hits iff its first occurrence is in an earlier request; chained ids are
-  prefix-closed, so a request's hits are a leading run (the first miss still ends it).
+- Unlimited capacity, one global cache: one light pass (`_unlimited_hits`). Ids are numbered
+  in first-appearance order, so a block hits iff its first occurrence is in an earlier request;
+  chained ids are prefix-closed, so a request's hits are a leading run (the first miss still
+  ends it). `first_occurrence_hits` is the same test vectorised (used by the ideal pass).
+- One global LRU cache of finite capacity: `_lru_global`, the general loop's operations
+  specialised (int32 links, list ends in locals), about 20× faster.
 - Anything else (finite capacity, per-instance caches, routing): one sequential numba loop with
   O(1) work per block touch. LRU and FIFO keep one doubly linked list per cache over dense ids;
   LFU keeps one such list per (cache, frequency) with a minimum-frequency pointer, so the
@@ -36,6 +39,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import ConfigError, ResourceLimitError
+from yaotu_trace.replay import memory
 from yaotu_trace.replay.blocks import BlockChains
 from yaotu_trace.replay.rules import Eviction, ReplayRules, Route, Scope, TouchOrder
 
@@ -483,6 +487,13 @@ def replay(
             f"{k} instances × {chains.num_distinct} distinct blocks is too many cache entries "
             "for one replay; use fewer instances or a larger --block-size"
         )
+    if rules.capacity_blocks is not None or per_instance or outputs:
+        nodes = k * max(chains.num_distinct, 1)
+        per_node = 1 + (16 if rules.capacity_blocks is not None else 0) + (
+            8 if rules.eviction is Eviction.LFU else 0)
+        memory.require(nodes * per_node, f"a replay over {k} cache(s) of "
+                       f"{chains.num_distinct:,} distinct blocks",
+                       "use fewer instances or a larger --block-size")
     arr = (np.zeros(n, dtype=np.float64) if arrival_s is None
            else np.array(arrival_s, dtype=np.float64))
     fin = np.full(n, np.inf, dtype=np.float64)

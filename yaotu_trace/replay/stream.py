@@ -335,7 +335,7 @@ def build_block_chains_streaming(
             "--block-size"
         )
     # Worst case (every block distinct), so a run that starts also finishes.
-    memory.require(stream_chain_bytes(bound), f"chaining {bound:,} blocks of {block} tokens",
+    memory.require(stream_chain_bytes(bound), f"chaining {bound:,} blocks of {block} token(s)",
                    "use a larger --block-size")
     for attempt in range(_TRIES):
         keys = _keys(rules.seed, attempt)
