@@ -79,6 +79,8 @@ def test_streamed_chains_equal_in_memory_chains_over_many_batches(
         assert a.num_distinct == b.num_distinct
     eager, streamed = _both(path, capacity_blocks=25)
     assert streamed == eager
+    eager, streamed = _both(path, cache_outputs=True)  # no output ids: nothing to cache
+    assert streamed == eager
 
 
 def test_streamed_block_id_trace_equals_in_memory(tmp_path: Path) -> None:

@@ -315,10 +315,10 @@ def build_block_chains_streaming(
 ) -> BlockChains:
     """`build_block_chains` of a Parquet content column, read batch by batch (no outputs).
 
-    Gives the same `BlockChains` as the in-memory path on the same trace and rules.
+    Gives the same `BlockChains` as the in-memory path on the same trace and rules. Output
+    blocks are never streamed: `prepare` reads a trace whose outputs are to be cached fully, so
+    here `rules.cache_outputs` has nothing to add (as in memory without output ids).
     """
-    if rules.cache_outputs:
-        raise ValueError("the streaming path does not cache outputs; load the trace fully")
     source = prompts.source_block_size
     rules.check_source_block_size(source)
     prompt_len = np.asarray(prompts.prompt_len, dtype=np.int64)
