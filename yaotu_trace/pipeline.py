@@ -30,7 +30,7 @@ def input_summary(trace: Trace) -> InputSummary:
         requests=len(trace.requests),
         source_block_size=trace.source_block_size,
         content=trace.content_column,
-        columns=tuple(trace.requests.columns),
+        columns=trace.column_names,
         step_rows=None if trace.steps is None else len(trace.steps),
         notes=trace.notes,
     )

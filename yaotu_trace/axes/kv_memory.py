@@ -164,20 +164,16 @@ def _chains(inp: AxisInput, block: int) -> tuple[Any, int] | None:
     trace = inp.trace
     if trace is None or trace.content_column is None:
         return None
-    from yaotu_trace.replay.blocks import build_block_chains
+    from yaotu_trace.replay.prepare import prepare
     from yaotu_trace.replay.rules import rules_for
-    from yaotu_trace.schema import list_arrays
 
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     if source is not None and block % source:
         block = source
     try:
         rules = rules_for("none", block_size_tokens=block)
-        offsets, values = list_arrays(trace.requests[trace.content_column])
-        chains = build_block_chains(
-            offsets, values, trace.requests["prompt_len"].to_numpy(dtype=np.int64), source,
-            None, rules,
-        )
+        # Streams the prompts from a Parquet file left on disk (`Trace.lazy`): out of core.
+        chains = prepare(trace, stream=True).chains(rules, namespaces=False)
     except (YaotuError, ValueError):
         return None
     return chains, block

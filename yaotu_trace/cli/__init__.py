@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import time
 
 import typer
 import typer.main
@@ -41,11 +42,39 @@ def main(argv: list[str] | None = None) -> int:
     NOTE: the command runs with click's standalone mode off, so that this function is the one
     place where errors become exit codes (usage errors keep click's 2, Ctrl-C becomes 130).
     """
-    from yaotu_trace.cli.app import app
-
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
-    args = [a for a in args if a != "--debug"]
+    stats = "--stats" in args
+    args = [a for a in args if a not in ("--debug", "--stats")]
+    if stats:
+        started_s = time.perf_counter()
+        try:
+            return _run(args, debug)
+        finally:
+            sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
+    return _run(args, debug)
+
+
+def run_stats(elapsed_s: float) -> str:
+    """`--stats`: wall time and peak resident memory of this process and of its workers.
+
+    Peak RSS is `getrusage`'s ru_maxrss (KiB on Linux): the high-water mark of this process,
+    and separately of the largest worker process it waited for (`--jobs`, `--dask local`).
+    """
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    text = f"stats: {elapsed_s:.2f} s elapsed, peak RSS {own / 2**30:.2f} GiB"
+    if workers:
+        text += f" (largest worker process {workers / 2**30:.2f} GiB)"
+    return text
+
+
+def _run(args: list[str], debug: bool) -> int:
+    """Run one command line; every outcome becomes an exit code."""
+    from yaotu_trace.cli.app import app
+
     _register_commands(args)
     command = typer.main.get_command(app)
     try:

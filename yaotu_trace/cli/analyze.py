@@ -38,5 +38,5 @@ def analyze(
 
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
     """
-    loaded = load(trace, input_format, map, source_block_size, steps)
+    loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
     emit(analyze_trace(loaded), format, output)

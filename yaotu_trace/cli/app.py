@@ -77,6 +77,17 @@ OutputOpt = Annotated[
         dir_okay=False,
     ),
 ]
+JobsOpt = Annotated[
+    int,
+    typer.Option("--jobs", "-j", min=1, help="Run independent caches and passes in this many "
+                 "worker processes (results are identical to one process)."),
+]
+DaskOpt = Annotated[
+    str | None,
+    typer.Option("--dask", metavar="ADDRESS", help="Run them on a Dask cluster instead: "
+                 "tcp://scheduler:8786, or 'local' for a local cluster of 2 workers (needs "
+                 "pip install 'yaotu-trace[dask]')."),
+]
 
 
 def load(
@@ -90,8 +101,8 @@ def load(
 ) -> Trace:
     """Read and validate the trace named on the command line.
 
-    `lazy_content=True` (replay, sweep) leaves a Parquet trace's token columns on disk for the
-    replay to stream.
+    `lazy_content=True` (every command but simulate and compare) leaves a Parquet trace's token
+    columns on disk: the replays stream them record batch by record batch, out of core.
     """
     return load_trace(
         trace,
@@ -162,6 +173,9 @@ def _root(
     ] = False,
 ) -> None:
     """Workload analyzer for LLM-inference request traces.
+
+    Every command also takes --stats (elapsed time and peak memory on stderr after the run)
+    and --debug (show the traceback of an internal error).
 
     Exit codes: 0 report produced; 1 a check failed; 2 usage error; 3 input error (unreadable
     trace, schema problem, invalid option); 4 internal error; 130 interrupted.

@@ -190,7 +190,7 @@ def check(
                           "--baseline, or --fail-on (see docs/ci.md)")
     with progress("check", quiet) as update:
         update("reading the trace", 0.0)
-        loaded = load(trace, input_format, map, source_block_size, steps)
+        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
         build = diagnosis_builder(loaded, metrics=metrics, model=model,
                                   kv_capacity=kv_capacity, block_size=block_size, preset=preset,
                                   threshold=threshold)

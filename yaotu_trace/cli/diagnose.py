@@ -171,6 +171,6 @@ def diagnose(
         gpu_flops_per_s=None if gpu_spec is None else gpu_spec.bf16_flops * LEDGER_MFU,
     )
     engine_metrics = read_metrics(metrics) if metrics is not None else None
-    loaded = load(trace, input_format, map, source_block_size, steps)
+    loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
     emit(run(loaded, metrics=engine_metrics, settings=settings, thresholds=thresholds),
          format, output)

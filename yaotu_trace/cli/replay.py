@@ -10,7 +10,9 @@ from typing import Annotated
 import typer
 
 from yaotu_trace.cli.app import (
+    DaskOpt,
     FormatOpt,
+    JobsOpt,
     InputFormatOpt,
     MapOpt,
     OutputOpt,
@@ -154,6 +156,19 @@ def replay(
         typer.Option(help="Number of instances when requests are routed.", min=1),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the random route.")] = None,
+    capacity_per_tenant: Annotated[
+        bool,
+        typer.Option("--capacity-per-tenant", help="Each tenant gets its own cache of "
+                     "--capacity (per instance with --scope instance); needs tenant isolation."),
+    ] = False,
+    grid: Annotated[
+        list[str] | None,
+        typer.Option("--grid", metavar="AXIS=V1,V2,...", help="Replay every combination: "
+                     "block-size=16,64,256, tenant-isolation=on,off, capacity=1Mtok,unlimited "
+                     "(repeatable; one row each, one read of the trace per block size)."),
+    ] = None,
+    jobs: JobsOpt = 1,
+    dask: DaskOpt = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Per-request hits and losses to .parquet or .csv.",
@@ -175,8 +190,15 @@ def replay(
       trace replay chat.parquet --preset vllm --capacity 3.2Mtok --out hits.parquet
 
       trace replay chat.parquet --scope instance --route prefix-affinity --instances 8
+
+      trace replay big.parquet --scope instance --capacity 2Mtok --jobs 2
+
+      trace replay big.parquet --capacity 1Mtok --capacity-per-tenant --dask local
+
+      trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
+      --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
     """
-    from yaotu_trace.replay import effective_rules, replay_trace_with_requests
+    from yaotu_trace.replay import Parallelism, effective_rules, replay_trace_with_requests
 
     if route is not None and scope is None:
         scope = Scope.INSTANCE
@@ -195,7 +217,17 @@ def replay(
         "route": route,
         "instances": instances,
         "seed": seed,
+        "capacity_per_tenant": capacity_per_tenant or None,
     }
+    parallel = Parallelism(jobs=jobs, dask=dask)
+    if grid:
+        if out is not None:
+            raise ConfigError("--out writes one replay's requests; it cannot be combined with "
+                              "--grid")
+        report = _grid_report(loaded, preset, overrides, grid, capacity, model,
+                              kv_bytes_per_token, parallel, quiet)
+        emit(report, format, output)
+        return
     rules, preset_name, notes = effective_rules(loaded, preset, **overrides)
     blocks = _capacity_blocks(capacity, rules.block_size_tokens, model, kv_bytes_per_token)
     if blocks is not None:
@@ -203,7 +235,7 @@ def replay(
     with progress("replay", quiet) as update:
         update("replaying the prefix cache", 0.2)
         summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
-                                                       notes=notes)
+                                                       notes=notes, parallel=parallel)
     report = Report(
         command="replay",
         input=input_of(loaded),
@@ -213,3 +245,57 @@ def replay(
     if out is not None:
         write_requests(out, requests.to_columns())
     emit(report, format, output)
+
+
+def _grid_report(loaded: object, preset: Preset | None, overrides: dict[str, object],
+                 grid: list[str], capacity: str | None, model: str | None,
+                 kv_bytes_per_token: int | None, parallel: object, quiet: bool) -> Report:
+    """`--grid`: one row per (block size, tenant isolation, capacity)."""
+    from yaotu_trace.replay import effective_rules
+    from yaotu_trace.replay.grid import GridCapacity, parse_axis, parse_switch, replay_grid
+    from yaotu_trace.replay.partition import Parallelism, open_runner
+    from yaotu_trace.schema import Trace
+
+    assert isinstance(loaded, Trace) and isinstance(parallel, Parallelism)
+    axes: dict[str, list[str]] = {}
+    for text in grid:
+        name, values = parse_axis(text)
+        if name in axes:
+            raise ConfigError(f"--grid {name} is given twice; list every value once: "
+                              f"--grid {name}=A,B,C")
+        axes[name] = values
+    rules, preset_name, notes = effective_rules(loaded, preset, **overrides)
+    block_sizes = ([_positive_int(v) for v in axes["block-size"]] if "block-size" in axes
+                   else [rules.block_size_tokens])
+    isolations = ([parse_switch(v) for v in axes["tenant-isolation"]]
+                  if "tenant-isolation" in axes else [rules.tenant_isolation])
+    cap_labels = axes.get("capacity") or [capacity or "unlimited"]
+    capacities = [GridCapacity(label=label, blocks_by_block_size={
+        b: _capacity_blocks(label, b, model, kv_bytes_per_token) for b in block_sizes})
+        for label in cap_labels]
+    with progress("replay", quiet) as update, open_runner(parallel) as runner:
+        update("replaying the grid", 0.2)
+        section = replay_grid(loaded, rules, block_sizes=block_sizes, isolations=isolations,
+                              capacities=capacities, runner=runner)
+    if notes:
+        from dataclasses import replace
+
+        section = replace(section, notes=tuple(notes) + section.notes)
+    return Report(
+        command="replay",
+        input=input_of(loaded),
+        config={"preset": preset_name, "rules": rules.to_dict(),
+                "grid": {"block_size_tokens": block_sizes, "tenant_isolation": isolations,
+                         "capacity": cap_labels}},
+        sections={"replay_grid": section},
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"--grid block-size value {text!r}: a whole number of tokens >= 1")
+    return value

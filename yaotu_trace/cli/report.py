@@ -70,7 +70,7 @@ def report(
 
     with progress("report", quiet) as update:
         update("reading the trace", 0.0)
-        loaded = load(trace, input_format, map, source_block_size, steps)
+        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
         build = diagnosis_builder(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
                                   block_size=block_size, preset=preset, threshold=threshold)
         result = build_report(loaded, diagnose_report=build, progress=update)

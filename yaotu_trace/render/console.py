@@ -23,6 +23,7 @@ SectionRenderer = Callable[[Any], list[RenderableType]]
 SECTION_RENDERERS: dict[str, str] = {
     "profile": "yaotu_trace.render.console:profile_renderables",
     "prefix_reuse": "yaotu_trace.render.console_replay:prefix_reuse_renderables",
+    "replay_grid": "yaotu_trace.render.console_replay:replay_grid_renderables",
     "capacity_curve": "yaotu_trace.render.console_sweep:capacity_curve_renderables",
     "axes": "yaotu_trace.render.console_diagnose:axes_renderables",
     "principal": "yaotu_trace.render.console_diagnose:principal_renderables",

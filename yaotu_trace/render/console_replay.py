@@ -51,3 +51,15 @@ def prefix_reuse_renderables(section: Any) -> list[RenderableType]:
         out += [heading("Observed vs replayed"), kv_table(observed)]
     out += [Text(f"note: {note}", style="yellow") for note in s.get("notes", [])]
     return out
+
+
+def replay_grid_renderables(section: Any) -> list[RenderableType]:
+    """`--grid`: the table of rule sets, then notes."""
+    s = view.as_dict(section)
+    out: list[RenderableType] = [
+        heading(f"Replay grid ({len(s['rows'])} rule sets, {s['requests']:,} requests, "
+                f"{s['prompt_tokens']:,} prompt tokens)"),
+        _table(view.GRID_HEADER, view.grid_rows(s)),
+    ]
+    out += [Text(f"note: {note}", style="yellow") for note in s.get("notes", [])]
+    return out

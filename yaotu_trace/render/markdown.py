@@ -14,6 +14,7 @@ from yaotu_trace.report import Report, to_builtins
 SECTION_RENDERERS: dict[str, str] = {
     "profile": "yaotu_trace.render.markdown:profile_lines",
     "prefix_reuse": "yaotu_trace.render.markdown_replay:prefix_reuse_lines",
+    "replay_grid": "yaotu_trace.render.markdown_replay:replay_grid_lines",
     "capacity_curve": "yaotu_trace.render.markdown_sweep:capacity_curve_lines",
     "axes": "yaotu_trace.render.markdown_diagnose:axes_lines",
     "principal": "yaotu_trace.render.markdown_diagnose:principal_lines",

@@ -36,3 +36,12 @@ def prefix_reuse_lines(section: Any) -> list[str]:
         lines += table(["metric", "value"], [list(r) for r in observed])
     lines += [""] + [f"> note: {note}" for note in s.get("notes", [])]
     return lines
+
+
+def replay_grid_lines(section: Any) -> list[str]:
+    """`--grid`: the table of rule sets, then notes."""
+    s = view.as_dict(section)
+    lines = [f"### Replay grid ({len(s['rows'])} rule sets)", ""]
+    lines += table(view.GRID_HEADER, view.grid_rows(s))
+    lines += [f"> note: {note}" for note in s.get("notes", [])]
+    return lines

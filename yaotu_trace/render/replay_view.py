@@ -22,6 +22,7 @@ RULE_LABELS: dict[str, str] = {
     "scope": "scope",
     "route": "route",
     "instances": "instances",
+    "capacity_per_tenant": "capacity per tenant",
 }
 
 
@@ -135,3 +136,14 @@ def observed_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
                      f"{fmt.pct(o['off_grid_share'])} of observed hits are off the block grid; "
                      f"their common divisor is {o['observed_block_gcd_tokens']} tokens"))
     return rows
+
+
+GRID_HEADER = ["block size", "tenant isolation", "capacity", "hit ratio", "saved tokens",
+               "remaining tokens"]
+
+
+def grid_rows(s: dict[str, Any]) -> list[list[str]]:
+    """`trace replay --grid`: one row per rule set, in grid order."""
+    return [[str(r["block_size_tokens"]), _onoff(r["tenant_isolation"]), str(r["capacity"]),
+             fmt.pct(r["hit_ratio"]), fmt.count(r["saved_prefill_tokens"]),
+             fmt.count(r["remaining_prefill_tokens"])] for r in s["rows"]]

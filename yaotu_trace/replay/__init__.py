@@ -17,9 +17,17 @@ from yaotu_trace.replay.blocks import BlockChains, build_block_chains
 from yaotu_trace.replay.engine import ReplayResult, replay
 from yaotu_trace.replay.hot import HotPrefix, hot_prefixes
 from yaotu_trace.replay.observed import ObservedComparison, compare_observed
+from yaotu_trace.replay.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.replay.prepare import PreparedTrace, prepare
 from yaotu_trace.replay.rules import PRESETS, Preset, ReplayRules, rules_for
-from yaotu_trace.replay.waterfall import STEPS, Waterfall, WaterfallStep, compute_waterfall
+from yaotu_trace.replay.waterfall import (
+    STEPS,
+    Waterfall,
+    WaterfallStep,
+    cache_replays,
+    compute_waterfall,
+    partitions_of,
+)
 from yaotu_trace.schema import Trace
 
 __all__ = [
@@ -29,6 +37,7 @@ __all__ = [
     "HitLengthDistribution",
     "HotPrefix",
     "ObservedComparison",
+    "Parallelism",
     "Preset",
     "ReplayResult",
     "ReplayRules",
@@ -217,10 +226,12 @@ def replay_trace(
     waterfall: bool = True,
     top_prefixes: int = 10,
     notes: tuple[str, ...] = (),
+    parallel: Parallelism = SERIAL,
 ) -> ReplaySummary:
     """Replay `trace` under `rules` (default: `effective_rules(trace)`) and summarise it."""
     summary, _ = replay_trace_with_requests(trace, rules, preset=preset, waterfall=waterfall,
-                                            top_prefixes=top_prefixes, notes=notes)
+                                            top_prefixes=top_prefixes, notes=notes,
+                                            parallel=parallel)
     return summary
 
 
@@ -232,8 +243,13 @@ def replay_trace_with_requests(
     waterfall: bool = True,
     top_prefixes: int = 10,
     notes: tuple[str, ...] = (),
+    parallel: Parallelism = SERIAL,
 ) -> tuple[ReplaySummary, RequestTable]:
-    """`replay_trace` plus the per-request columns that `--out` writes."""
+    """`replay_trace` plus the per-request columns that `--out` writes.
+
+    `parallel` runs the independent caches (instances, per-tenant caches) of the scope and
+    capacity replays in worker processes or on a Dask cluster; the results are identical.
+    """
     if rules is None:
         rules, preset, chosen = effective_rules(trace)
         notes = notes + chosen
@@ -242,13 +258,16 @@ def replay_trace_with_requests(
     prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
 
     wf: Waterfall | None = None
-    if waterfall:
-        wf = compute_waterfall(prepared, rules)
-        result, chains = wf.achieved, wf.achieved_chains
-    else:
-        chains = prepared.chains(rules)
-        result = replay(chains, rules, prepared.instance_codes, arrival_s=prepared.arrival_s,
-                        finish_s=prepared.finish_s)
+    with open_runner(parallel) as runner:
+        pool = runner if parallel.parallel else None
+        if waterfall:
+            wf = compute_waterfall(prepared, rules, pool)
+            result, chains = wf.achieved, wf.achieved_chains
+        else:
+            chains = prepared.chains(rules)
+            result = cache_replays(prepared, chains, [rules], pool)[0]
+    if parallel.parallel:
+        notes = notes + (_parallel_note(prepared, rules, chains, parallel),)
     # After the chains: a streamed trace learns its list lengths on the first pass.
     all_notes = list(notes) + _rule_notes(trace, prepared, rules)
     prompt = prepared.prompt_tokens
@@ -303,6 +322,21 @@ def replay_trace_with_requests(
         notes=tuple(all_notes),
     )
     return summary, RequestTable(columns=columns)
+
+
+def _parallel_note(prepared: PreparedTrace, rules: ReplayRules, chains: BlockChains,
+                   parallel: Parallelism) -> str:
+    """Where the replay ran, and why it stayed in one process when it could not split."""
+    if rules.scope == "instance" and rules.route == "prefix-affinity":
+        why = "prefix-affinity routing follows the cache contents"
+    elif rules.scope == "global" and not (rules.capacity_per_tenant
+                                          and prepared.tenant_codes is not None):
+        why = ("one global cache is one sequential LRU" if rules.capacity_blocks is not None
+               else "one global unlimited cache needs no loop")
+    else:
+        return f"independent caches replayed in parallel on {parallel.describe()}"
+    return (f"{why}: it cannot be split, so the achieved replay ran in one process "
+            f"(other passes on {parallel.describe()})")
 
 
 def _rule_notes(trace: Trace, prepared: PreparedTrace, rules: ReplayRules) -> list[str]:

@@ -64,6 +64,9 @@ class ReplayRules:
     the trace's `instance` column (round-robin over `instances` when the trace has none).
     `affinity_threshold` is the share of the prompt the best instance must already hold for
     `prefix-affinity` to follow it (sgl-router's `cache_threshold`, 0.3 in its CLI).
+    `capacity_per_tenant` gives every tenant its own cache of `capacity_blocks` (per instance
+    with scope instance) instead of one cache the tenants compete for; it needs tenant
+    isolation, and its caches are independent, so the replay partitions (`partition.py`).
     """
 
     block_size_tokens: int = 16
@@ -79,6 +82,7 @@ class ReplayRules:
     instances: int = 1
     seed: int = 0
     affinity_threshold: float = 0.3
+    capacity_per_tenant: bool = False
 
     def __post_init__(self) -> None:
         for name, enum in (("touch_order", TouchOrder), ("eviction", Eviction), ("scope", Scope)):
@@ -104,6 +108,9 @@ class ReplayRules:
         if self.route is not None and self.scope is Scope.GLOBAL:
             raise ConfigError(f"--route {self.route} assigns requests to per-instance caches; "
                               "add --scope instance")
+        if self.capacity_per_tenant and not self.tenant_isolation:
+            raise ConfigError("--capacity-per-tenant gives each tenant its own cache, which "
+                              "only makes sense with --tenant-isolation; add it")
         if not 0.0 <= float(self.affinity_threshold) <= 1.0:
             raise ConfigError(f"affinity threshold {self.affinity_threshold} must be in [0, 1]")
 

@@ -26,6 +26,14 @@ import numpy as np
 from yaotu_trace.replay.blocks import BlockChains
 from yaotu_trace.replay.engine import ReplayResult, replay
 from yaotu_trace.replay.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
+from yaotu_trace.replay.partition import (
+    SERIAL_RUNNER,
+    Partitions,
+    ReplayJob,
+    Runner,
+    cache_partitions,
+    replay_many,
+)
 from yaotu_trace.replay.prepare import PreparedTrace
 from yaotu_trace.replay.rules import ReplayRules, Scope
 
@@ -105,8 +113,39 @@ def _ideal(prepared: PreparedTrace, rules: ReplayRules, flat: ReplayRules,
     return ideal_hit_tokens(prepared.offsets, prepared.values, base, hits, seed=rules.seed)
 
 
-def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules) -> Waterfall:
-    """Run the six replays of the waterfall; the last one is the achieved replay under `rules`."""
+def partitions_of(prepared: PreparedTrace, rules: ReplayRules, chains: BlockChains
+                  ) -> Partitions:
+    """The independent caches of a replay of `prepared` under `rules` (see `partition.py`)."""
+    return cache_partitions(rules, prepared.num_requests, instance_codes=prepared.instance_codes,
+                            tenant_codes=prepared.tenant_codes, arrival_s=prepared.arrival_s,
+                            finish_s=prepared.finish_s, chains=chains)
+
+
+def cache_replays(prepared: PreparedTrace, chains: BlockChains, rules_list: list[ReplayRules],
+                  runner: Runner | None) -> list[ReplayResult]:
+    """Replays of the same chains under several rules, partitioned where the caches split.
+
+    Without a runner the engine replays each in this process, except per-tenant caches,
+    which exist only as partitions; with one, every partition of every replay is one task.
+    """
+    times = {"arrival_s": prepared.arrival_s, "finish_s": prepared.finish_s}
+    if runner is None and not any(r.capacity_per_tenant for r in rules_list):
+        return [replay(chains, r, prepared.instance_codes, **times) for r in rules_list]
+    jobs = []
+    for r in rules_list:
+        parts = partitions_of(prepared, r, chains)
+        jobs.append(ReplayJob(chains=chains, rules=r, instance_codes=prepared.instance_codes,
+                              partitions=parts, **times))
+    return replay_many(jobs, runner or SERIAL_RUNNER)
+
+
+def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
+                      runner: Runner | None = None) -> Waterfall:
+    """Run the six replays of the waterfall; the last one is the achieved replay under `rules`.
+
+    With a `runner`, the scope and capacity replays go out together as independent
+    partitions (per instance, per tenant); the totals are identical to one process.
+    """
     flat = rules.with_(last_token_rule=False, capacity_blocks=None, scope=Scope.GLOBAL,
                        route=None)
     shared = prepared.chains(flat, namespaces=False)
@@ -122,11 +161,11 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules) -> Waterfall:
 
     scope_rules = ltr_rules.with_(scope=rules.scope, route=rules.route, instances=rules.instances)
     per_instance = rules.scope is Scope.INSTANCE
-    times = {"arrival_s": prepared.arrival_s, "finish_s": prepared.finish_s}
-    r_scope = (replay(ns_chains, scope_rules, prepared.instance_codes, **times) if per_instance
-               else r_ns)
-    r_cap = (replay(ns_chains, rules, prepared.instance_codes, **times)
-             if rules.capacity_blocks is not None else r_scope)
+    pending = ([scope_rules] if per_instance else []) + (
+        [rules] if rules.capacity_blocks is not None else [])
+    done = cache_replays(prepared, ns_chains, pending, runner)
+    r_scope = done.pop(0) if per_instance else r_ns
+    r_cap = done.pop(0) if rules.capacity_blocks is not None else r_scope
 
     per_request = [ideal, *(r.hit_tokens for r in (r_block, r_ltr, r_ns, r_scope, r_cap))]
     totals = [int(h.sum()) for h in per_request]

@@ -1,0 +1,188 @@
+"""Partitioned replay, --grid and the Dask runner give exactly the single-process results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.replay import Parallelism, effective_rules, replay_trace
+from yaotu_trace.replay.engine import replay
+from yaotu_trace.replay.grid import GridCapacity, replay_grid
+from yaotu_trace.replay.partition import (
+    SERIAL_RUNNER,
+    ReplayJob,
+    cache_partitions,
+    open_runner,
+    replay_many,
+    with_namespaces,
+)
+from yaotu_trace.replay.prepare import prepare
+from yaotu_trace.schema import RawTrace, Trace, normalize
+
+
+def shared_prefix_trace(n: int = 240, seed: int = 7, *, outputs: bool = False) -> Trace:
+    """Tenants sharing system prompts, sessions growing turn by turn, an instance column."""
+    rng = np.random.default_rng(seed)
+    systems = [list(rng.integers(0, 50, size=int(rng.integers(20, 70)))) for _ in range(4)]
+    sessions: dict[int, list[int]] = {}
+    prompts, tenants, instances, outs = [], [], [], []
+    for _ in range(n):
+        s = int(rng.integers(0, 30))
+        history = sessions.setdefault(s, list(systems[s % 4]))
+        history += list(rng.integers(0, 50, size=int(rng.integers(1, 40))))
+        prompts.append(list(history))
+        tenants.append(f"t{s % 5}")
+        instances.append(f"i{int(rng.integers(0, 3))}")
+        outs.append(list(rng.integers(0, 50, size=int(rng.integers(1, 20)))))
+    data: dict[str, object] = {
+        "arrival_s": np.arange(n, dtype=float),
+        "prompt_len": [len(p) for p in prompts],
+        "output_len": [len(o) for o in outs],
+        "prompt_tokens": prompts,
+        "tenant": tenants,
+        "instance": instances,
+        "finish_s": np.arange(n, dtype=float) + rng.uniform(0.5, 5.0, size=n),
+    }
+    if outputs:
+        data["output_tokens"] = outs
+    return normalize(RawTrace(requests=pd.DataFrame(data), format_name="test"), "test.parquet")
+
+
+def _without_notes(summary: object) -> dict[str, object]:
+    d = summary.to_dict()  # type: ignore[attr-defined]
+    d.pop("notes")
+    return d
+
+
+CASES = [
+    {"scope": "instance", "capacity_blocks": 12},
+    {"scope": "instance", "route": "round-robin", "instances": 4, "capacity_blocks": 9,
+     "eviction": "fifo"},
+    {"scope": "instance", "route": "random", "instances": 3, "capacity_blocks": 7,
+     "eviction": "lfu", "touch_order": "head-first"},
+    {"scope": "instance", "route": "least-loaded", "instances": 3, "capacity_blocks": 10},
+    {"scope": "instance", "route": "prefix-affinity", "instances": 3, "capacity_blocks": 10},
+    {"capacity_blocks": 6, "capacity_per_tenant": True},
+    {"scope": "instance", "capacity_blocks": 5, "capacity_per_tenant": True, "eviction": "lfu"},
+    {"capacity_blocks": 20},
+]
+
+
+@pytest.mark.parametrize("overrides", CASES)
+def test_partitioned_replay_equals_one_process(overrides: dict[str, object]) -> None:
+    # GIVEN a trace whose caches split (instances, tenants) or do not (global, affinity)
+    trace = shared_prefix_trace()
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, **overrides)
+    # WHEN it is replayed in one process and in two worker processes
+    one = replay_trace(trace, rules)
+    two = replay_trace(trace, rules, parallel=Parallelism(jobs=2))
+    # THEN every number (waterfall, per tenant, per instance, evictions) is the same
+    assert _without_notes(one) == _without_notes(two)
+    assert any("in parallel" in n or "cannot be split" in n for n in two.notes)
+
+
+@pytest.mark.parametrize("overrides", [c for c in CASES if not c.get("capacity_per_tenant")])
+def test_partitions_merge_to_the_engine_result(overrides: dict[str, object]) -> None:
+    trace = shared_prefix_trace(outputs=True)
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, cache_outputs=True,
+                                  **overrides)
+    p = prepare(trace, with_outputs=True)
+    chains = p.chains(rules)
+    direct = replay(chains, rules, p.instance_codes, arrival_s=p.arrival_s, finish_s=p.finish_s)
+    parts = cache_partitions(rules, p.num_requests, instance_codes=p.instance_codes,
+                             tenant_codes=p.tenant_codes, arrival_s=p.arrival_s,
+                             finish_s=p.finish_s, chains=chains)
+    merged = replay_many([ReplayJob(chains=chains, rules=rules, instance_codes=p.instance_codes,
+                                    arrival_s=p.arrival_s, finish_s=p.finish_s,
+                                    partitions=parts)], SERIAL_RUNNER)[0]
+    np.testing.assert_array_equal(direct.hit_tokens, merged.hit_tokens)
+    assert (direct.evicted_blocks, direct.inserted_blocks) == (merged.evicted_blocks,
+                                                              merged.inserted_blocks)
+    if direct.instance is not None:
+        np.testing.assert_array_equal(direct.instance, merged.instance)
+
+
+def test_per_tenant_capacity_is_each_tenant_replayed_alone() -> None:
+    trace = shared_prefix_trace()
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, capacity_blocks=6,
+                                  capacity_per_tenant=True)
+    summary = replay_trace(trace, rules, waterfall=False)
+    hits = 0
+    for tenant in sorted(set(trace.requests["tenant"])):
+        rows = trace.requests[trace.requests["tenant"] == tenant].reset_index(drop=True)
+        alone = normalize(RawTrace(requests=rows, format_name="test"), "t.parquet")
+        hits += replay_trace(alone, rules.with_(capacity_per_tenant=False),
+                             waterfall=False).saved_prefill_tokens
+    assert summary.saved_prefill_tokens == hits
+
+
+def test_per_tenant_capacity_needs_tenant_isolation() -> None:
+    with pytest.raises(ConfigError, match="tenant-isolation"):
+        effective_rules(shared_prefix_trace(), "none", capacity_per_tenant=True)
+
+
+def test_with_namespaces_equals_hashing_the_tenant_in() -> None:
+    trace = shared_prefix_trace(outputs=True)
+    p = prepare(trace, with_outputs=True)
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, cache_outputs=True)
+    derived = with_namespaces(p.chains(rules.with_(tenant_isolation=False)), p.tenant_codes)
+    hashed = p.chains(rules)
+    assert derived.num_distinct == hashed.num_distinct
+    np.testing.assert_array_equal(derived.ids, hashed.ids)
+    np.testing.assert_array_equal(derived.output_ids, hashed.output_ids)
+
+
+@pytest.mark.parametrize("eviction", ["lru", "fifo"])
+def test_grid_rows_equal_single_replays(eviction: str) -> None:
+    # GIVEN a grid of block sizes, isolation and capacities
+    trace = shared_prefix_trace()
+    base, _, _ = effective_rules(trace, "vllm", eviction=eviction)
+    caps = [GridCapacity(label=label, blocks_by_block_size={b: blocks for b in (4, 8)})
+            for label, blocks in (("5", 5), ("40", 40), ("unlimited", None))]
+    # WHEN it runs in one batch
+    grid = replay_grid(trace, base, block_sizes=[4, 8], isolations=[True, False],
+                       capacities=caps, runner=SERIAL_RUNNER)
+    # THEN each row is the replay under its own rules
+    assert len(grid.rows) == 12
+    for row in grid.rows:
+        rules = base.with_(block_size_tokens=row.block_size_tokens,
+                           tenant_isolation=row.tenant_isolation,
+                           capacity_blocks=row.capacity_blocks)
+        assert row.saved_prefill_tokens == replay_trace(
+            trace, rules, waterfall=False).saved_prefill_tokens, row
+
+
+def test_grid_with_instances_and_workers_equals_serial() -> None:
+    trace = shared_prefix_trace()
+    base, _, _ = effective_rules(trace, "vllm", scope="instance")
+    caps = [GridCapacity(label=str(c), blocks_by_block_size={4: c, 16: c}) for c in (3, 30)]
+    kwargs = {"block_sizes": [4, 16], "isolations": [True], "capacities": caps}
+    serial = replay_grid(trace, base, runner=SERIAL_RUNNER, **kwargs)
+    with open_runner(Parallelism(jobs=2)) as runner:
+        pooled = replay_grid(trace, base, runner=runner, **kwargs)
+    assert serial == pooled
+
+
+def test_dask_local_cluster_equals_one_process() -> None:
+    pytest.importorskip("dask.distributed", reason="the optional dask extra is not installed")
+    # GIVEN per-instance caches and per-tenant capacity
+    trace = shared_prefix_trace()
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, scope="instance",
+                                  capacity_blocks=8, capacity_per_tenant=True)
+    # WHEN the partitions run on a local cluster of 2 worker processes
+    one = replay_trace(trace, rules)
+    on_dask = replay_trace(trace, rules, parallel=Parallelism(dask="local"))
+    # THEN the report's numbers are identical
+    assert _without_notes(one) == _without_notes(on_dask)
+    assert any("Dask" in n for n in on_dask.notes)
+
+
+def test_dask_missing_extra_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)
+    with pytest.raises(ConfigError, match=r"yaotu-trace\[dask\]"), \
+            open_runner(Parallelism(dask="local")):
+        pass

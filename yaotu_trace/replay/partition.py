@@ -1,0 +1,362 @@
+"""Partitioned replay: independent caches replayed in parallel and merged bit-identically.
+
+A replay whose cache state splits into independent caches — one per serving instance (`scope
+instance` with the trace's instance column or a route that does not look at the cache), or one
+per tenant (`capacity_per_tenant`) — is a set of independent sequential replays. Each partition
+is the sub-sequence of its requests, in arrival order, with its block ids renumbered in
+first-appearance order; it replays as one global cache of the same capacity, and the
+per-request hits are scattered back to their rows. The merge is exact: the same integers as the
+single-process replay, whichever runner ran the partitions.
+
+One global cache (finite capacity, one LRU for all requests) and prefix-affinity routing (which
+follows the cache contents) are sequential: they cannot be split, and run in one process.
+
+Runners: in this process (`jobs=1`), a pool of worker processes (`jobs=N`, spawn-safe), or a
+Dask distributed cluster (`dask="tcp://scheduler:8786"`, or `"local"` for an in-process
+`LocalCluster` of two single-threaded worker processes). Dask is an optional extra
+(`pip install 'yaotu-trace[dask]'`); the workers must have yaotu-trace installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.replay.blocks import BlockChains
+from yaotu_trace.replay.engine import ReplayResult, replay, route_codes
+from yaotu_trace.replay.rules import ReplayRules, Route, Scope
+
+LOCAL_DASK = "local"
+LOCAL_DASK_WORKERS = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Parallelism:
+    """Where independent passes run: `jobs` local processes, or a Dask scheduler address."""
+
+    jobs: int = 1
+    dask: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise ConfigError(f"--jobs {self.jobs!r} must be a whole number >= 1")
+
+    @property
+    def parallel(self) -> bool:
+        """Whether passes leave this process at all."""
+        return self.dask is not None or self.jobs > 1
+
+    def describe(self) -> str:
+        """One phrase for notes: where the partitions ran."""
+        if self.dask == LOCAL_DASK:
+            return f"a local Dask cluster of {LOCAL_DASK_WORKERS} workers"
+        if self.dask is not None:
+            return f"the Dask cluster at {self.dask}"
+        return f"{self.jobs} worker processes" if self.jobs > 1 else "one process"
+
+
+SERIAL = Parallelism()
+
+
+class Runner(Protocol):
+    """Maps a picklable top-level function over items, results in item order."""
+
+    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+        """fn(*item) for each item, in order."""
+        ...
+
+
+class _Serial:
+    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+        return [fn(*item) for item in items]
+
+
+SERIAL_RUNNER: Runner = _Serial()
+
+
+class _Pool:
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self._pool = pool
+
+    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+        futures = [self._pool.submit(fn, *item) for item in items]
+        return [f.result() for f in futures]
+
+
+class _Dask:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+        # pure=False: equal inputs are still separate tasks (no result sharing by hash).
+        futures = [self._client.submit(fn, *item, pure=False) for item in items]
+        return list(self._client.gather(futures))
+
+
+@contextlib.contextmanager
+def open_runner(parallel: Parallelism) -> Iterator[Runner]:
+    """A runner for the run's lifetime; pools and clusters are shut down on exit."""
+    if parallel.dask is not None:
+        yield from _dask_runner(parallel.dask)
+        return
+    if parallel.jobs <= 1:
+        yield _Serial()
+        return
+    # NOTE: spawn, not fork: numba's threads and Arrow's pools do not survive a fork safely.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=parallel.jobs, mp_context=ctx) as pool:
+        yield _Pool(pool)
+
+
+def _dask_runner(address: str) -> Iterator[Runner]:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise ConfigError(
+            "--dask needs the optional Dask extra: pip install 'yaotu-trace[dask]'"
+        ) from exc
+    if address == LOCAL_DASK:
+        with LocalCluster(n_workers=LOCAL_DASK_WORKERS, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            yield _Dask(client)
+        return
+    try:
+        client = Client(address, timeout="20s")
+    except (OSError, TimeoutError) as exc:
+        raise ConfigError(f"--dask {address}: cannot reach the scheduler ({exc}); check the "
+                          "address (tcp://host:8786) or use --dask local") from exc
+    with client:
+        yield _Dask(client)
+
+
+# ---------------------------------------------------------------- partitions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Partitions:
+    """Cache partition per request, or why the replay cannot be split.
+
+    `codes[i]` is request i's cache (0..k-1); `instance[i]` its serving instance when the
+    scope is instance (what the report shows per instance), else None.
+    """
+
+    codes: np.ndarray | None
+    instance: np.ndarray | None
+    num_instances: int
+    reason: str | None = None
+
+
+def cache_partitions(rules: ReplayRules, num_requests: int, *,
+                     instance_codes: np.ndarray | None, tenant_codes: np.ndarray | None,
+                     arrival_s: np.ndarray | None = None, finish_s: np.ndarray | None = None,
+                     chains: BlockChains | None = None) -> Partitions:
+    """Independent caches of a replay under `rules`, or the reason there is only one."""
+    instance = None
+    k = 1
+    if rules.scope is Scope.INSTANCE:
+        if rules.route is Route.PREFIX_AFFINITY:
+            return Partitions(codes=None, instance=None, num_instances=rules.instances,
+                              reason="prefix-affinity routing follows the cache contents, so "
+                              "its instances are not independent")
+        if rules.route is None and instance_codes is not None:
+            instance = np.asarray(instance_codes, dtype=np.int64)
+            k = int(instance.max()) + 1 if instance.size else 1
+        elif rules.route is Route.LEAST_LOADED:
+            assert chains is not None
+            # Least-loaded looks at outstanding prompt tokens only, never at the cache: the
+            # routes of an unlimited replay are the routes at every capacity.
+            routed = replay(chains, rules.with_(capacity_blocks=None), None,
+                            arrival_s=arrival_s, finish_s=finish_s)
+            assert routed.instance is not None
+            instance, k = routed.instance, rules.instances
+        else:
+            instance, k = route_codes(rules, num_requests), rules.instances
+    tenant = tenant_codes if rules.capacity_per_tenant else None
+    if instance is None and tenant is None:
+        return Partitions(codes=None, instance=None, num_instances=1,
+                          reason="one global cache is one sequential LRU")
+    codes = instance
+    if tenant is not None:
+        t = np.asarray(tenant, dtype=np.int64)
+        codes = t if codes is None else codes * (int(t.max()) + 1 if t.size else 1) + t
+    assert codes is not None
+    return Partitions(codes=codes, instance=instance, num_instances=k)
+
+
+def _ranges(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """New offsets and the flat indices of `rows`' segments (in row order)."""
+    lengths = offsets[rows + 1] - offsets[rows]
+    new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    index = (np.repeat(offsets[rows] - new_offsets[:-1], lengths)
+             + np.arange(int(new_offsets[-1]), dtype=np.int64))
+    return new_offsets, index
+
+
+def _readonly(array: np.ndarray, dtype: Any) -> np.ndarray:
+    out = np.ascontiguousarray(array, dtype=dtype)
+    out.flags.writeable = False
+    return out
+
+
+def sub_chains(chains: BlockChains, rows: np.ndarray) -> BlockChains:
+    """The chains of `rows` (in order), ids renumbered densely in first-appearance order.
+
+    Dense first-appearance ids are what the engine's unlimited fast path relies on, and they
+    keep each worker's tables as small as its partition.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    offsets, index = _ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
+    out_offsets = out_ids = None
+    if chains.output_offsets is not None and chains.output_ids is not None:
+        out_offsets, out_index = _ranges(np.asarray(chains.output_offsets, dtype=np.int64), rows)
+        out_ids = chains.output_ids[out_index]
+    ids, out_ids, num = _renumber(offsets, chains.ids[index], out_offsets, out_ids)
+    return replace(
+        chains,
+        offsets=_readonly(offsets, np.int64),
+        ids=ids,
+        block_tokens=_readonly(chains.block_tokens[index], np.int32),
+        num_distinct=num,
+        max_hit_blocks=_readonly(chains.max_hit_blocks[rows], np.int64),
+        prompt_tokens=_readonly(chains.prompt_tokens[rows], np.int64),
+        output_offsets=None if out_offsets is None else _readonly(out_offsets, np.int64),
+        output_ids=out_ids,
+    )
+
+
+def with_namespaces(chains: BlockChains, codes: np.ndarray) -> BlockChains:
+    """The chains with a per-request namespace (e.g. tenant) added to every block's identity.
+
+    Two requests share block k under the new namespaces iff they shared it before and have the
+    same code: the pair (code, old id) is the identity, renumbered in first-appearance order —
+    the same ids hashing the namespace into the chain gives, without reading the prompts again.
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    n = chains.num_requests
+    offsets = np.asarray(chains.offsets, dtype=np.int64)
+    width = np.int64(max(chains.num_distinct, 1))
+    keys = codes[np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))] * width + chains.ids
+    out_keys = None
+    out_offsets = chains.output_offsets
+    if out_offsets is not None and chains.output_ids is not None:
+        o_req = np.repeat(np.arange(n, dtype=np.int64), np.diff(out_offsets))
+        out_keys = codes[o_req] * width + chains.output_ids
+    ids, out_ids, num = _renumber(offsets, keys, out_offsets, out_keys)
+    return replace(chains, ids=ids, num_distinct=num,
+                   output_ids=out_ids if out_keys is not None else chains.output_ids)
+
+
+def _renumber(offsets: np.ndarray, ids: np.ndarray, out_offsets: np.ndarray | None,
+              out_ids: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """Dense int32 ids in first-appearance order over replay order (prompt, then output)."""
+    if out_offsets is None or out_ids is None:
+        dense = _first_appearance_ids(ids)
+        return _readonly(dense, np.int32), None, int(dense.max()) + 1 if dense.size else 0
+    n = len(offsets) - 1
+    p_req = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    o_req = np.repeat(np.arange(n, dtype=np.int64), np.diff(out_offsets))
+    order = np.lexsort((np.r_[np.zeros(ids.size, np.int8), np.ones(out_ids.size, np.int8)],
+                        np.r_[p_req, o_req]))
+    joined = np.concatenate([np.asarray(ids, np.int64), np.asarray(out_ids, np.int64)])
+    dense = _first_appearance_ids(joined[order])
+    renumbered = np.empty_like(dense)
+    renumbered[order] = dense
+    num = int(dense.max()) + 1 if dense.size else 0
+    return (_readonly(renumbered[: ids.size], np.int32),
+            _readonly(renumbered[ids.size:], np.int32), num)
+
+
+def _first_appearance_ids(ids: np.ndarray) -> np.ndarray:
+    """Dense ids 0..d-1 numbered by first appearance in `ids`."""
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(uniq.size, dtype=np.int32)
+    rank[np.argsort(first, kind="stable")] = np.arange(uniq.size, dtype=np.int32)
+    return rank[inverse.reshape(-1)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayJob:
+    """One replay to run: chains, rules, the engine's extra inputs, and its partitions."""
+
+    chains: BlockChains
+    rules: ReplayRules
+    instance_codes: np.ndarray | None = None
+    arrival_s: np.ndarray | None = None
+    finish_s: np.ndarray | None = None
+    partitions: Partitions | None = None
+
+
+def _run_task(chains: BlockChains, rules: ReplayRules, instance_codes: np.ndarray | None,
+              arrival_s: np.ndarray | None, finish_s: np.ndarray | None) -> ReplayResult:
+    """A worker's task: one whole replay, or one partition replayed as one global cache."""
+    return replay(chains, rules, instance_codes, arrival_s=arrival_s, finish_s=finish_s)
+
+
+def partition_tasks(job: ReplayJob) -> tuple[list[tuple[Any, ...]], list[np.ndarray]]:
+    """The tasks of a partitioned job (one global cache each) and the rows each covers."""
+    assert job.partitions is not None and job.partitions.codes is not None
+    codes = job.partitions.codes
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    groups = np.split(order, bounds) if order.size else []
+    one_cache = job.rules.with_(scope=Scope.GLOBAL, route=None, instances=1,
+                                capacity_per_tenant=False)
+    tasks = [(sub_chains(job.chains, rows), one_cache, None, None, None) for rows in groups]
+    return tasks, groups
+
+
+def merge(chains: BlockChains, parts: Partitions, groups: Sequence[np.ndarray],
+          results: Sequence[ReplayResult]) -> ReplayResult:
+    """Scatter the partitions' per-request results back to their rows (exact)."""
+    n = chains.num_requests
+    hit_blocks = np.zeros(n, dtype=np.int64)
+    hit_tokens = np.zeros(n, dtype=np.int64)
+    for rows, result in zip(groups, results, strict=True):
+        hit_blocks[rows] = result.hit_blocks
+        hit_tokens[rows] = result.hit_tokens
+    return ReplayResult(
+        hit_blocks=hit_blocks,
+        hit_tokens=hit_tokens,
+        recompute_tokens=chains.prompt_tokens - hit_tokens,
+        instance=None if parts.instance is None else np.asarray(parts.instance, dtype=np.int64),
+        num_instances=parts.num_instances,
+        evicted_blocks=sum(r.evicted_blocks for r in results),
+        inserted_blocks=sum(r.inserted_blocks for r in results),
+    )
+
+
+def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]:
+    """Run several replays at once: every partition of every job goes out in one batch.
+
+    A job without partitions (or with a reason instead of codes) runs as one task.
+    """
+    tasks: list[tuple[Any, ...]] = []
+    plan: list[tuple[int, int, list[np.ndarray] | None]] = []
+    for job in jobs:
+        if job.partitions is None or job.partitions.codes is None:
+            plan.append((len(tasks), 1, None))
+            tasks.append((job.chains, job.rules, job.instance_codes, job.arrival_s,
+                          job.finish_s))
+            continue
+        sub, groups = partition_tasks(job)
+        plan.append((len(tasks), len(sub), groups))
+        tasks.extend(sub)
+    results = runner.map(_run_task, tasks)
+    out = []
+    for job, (start, count, groups) in zip(jobs, plan, strict=True):
+        if groups is None:
+            out.append(results[start])
+        else:
+            assert job.partitions is not None
+            out.append(merge(job.chains, job.partitions, groups, results[start:start + count]))
+    return out
