@@ -102,3 +102,55 @@ def test_renderers_show_the_headline(worked: Path, capsys, fmt: str) -> None:
     assert "hit ratio (token-weighted)" in out
     assert "25.0 %" in out
     assert "Loss waterfall" in out
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "multitenant.csv"
+
+
+def test_replay_grid_prints_one_row_per_combination(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["replay", str(SAMPLE), "--grid", "block-size=16,64", "--grid",
+                        "tenant-isolation=on,off", "--grid", "capacity=2000,unlimited",
+                        "--jobs", "2", "-f", "json"], capsys)
+    assert code == ExitCode.OK
+    doc = json.loads(out)
+    rows = doc["replay_grid"]["rows"]
+    assert len(rows) == 8
+    assert [(r["block_size_tokens"], r["tenant_isolation"], r["capacity"]) for r in rows][:3] == [
+        (16, True, "2000"), (16, True, "unlimited"), (16, False, "2000")]
+    # Each row is the single replay under its rules.
+    code, single, _ = run(["replay", str(SAMPLE), "--block-size", "64", "--no-tenant-isolation",
+                           "--capacity", "2000", "--no-waterfall", "-f", "json"], capsys)
+    assert json.loads(single)["prefix_reuse"]["saved_prefill_tokens"] == rows[6][
+        "saved_prefill_tokens"]
+    code, table, _ = run(["replay", str(SAMPLE), "--grid", "capacity=2000,unlimited"], capsys)
+    assert code == ExitCode.OK and "Replay grid (2 rule sets" in table
+
+
+@pytest.mark.parametrize("bad", ["size=16", "block-size=", "block-size=0,16",
+                                 "tenant-isolation=maybe"])
+def test_replay_grid_bad_axis_is_an_input_error(bad: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["replay", str(SAMPLE), "--grid", bad], capsys)
+    assert code == ExitCode.INPUT and out == "" and "--grid" in err
+
+
+def test_replay_global_cache_with_jobs_says_it_ran_in_one_process(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["replay", str(SAMPLE), "--capacity", "2000", "--jobs", "2",
+                        "-f", "json"], capsys)
+    assert code == ExitCode.OK
+    notes = json.loads(out)["prefix_reuse"]["notes"]
+    assert any("one global cache is one sequential LRU: it cannot be split" in n for n in notes)
+
+
+def test_replay_per_tenant_capacity_needs_isolation(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["replay", str(SAMPLE), "--capacity", "2000", "--capacity-per-tenant",
+                        "--no-tenant-isolation"], capsys)
+    assert code == ExitCode.INPUT and "--tenant-isolation" in err
+
+
+def test_stats_line_goes_to_stderr_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["replay", str(SAMPLE), "--stats", "-f", "json"], capsys)
+    assert code == ExitCode.OK
+    json.loads(out)
+    assert err.startswith("stats: ") and "peak RSS" in err

@@ -98,6 +98,15 @@ def test_json_of_timed_commands_validates(validator, capsys, timed, tmp_path: Pa
         _valid(validator, doc)
 
 
+def test_json_of_replay_grid_validates(validator, capsys) -> None:
+    doc = _json_of(["replay", str(SAMPLES / "multitenant.csv"), "--grid", "block-size=16,32",
+                    "--grid", "capacity=1000,unlimited"], capsys)
+    assert len(doc["replay_grid"]["rows"]) == 4
+    _valid(validator, doc)
+    del doc["replay_grid"]
+    assert list(validator.iter_errors(doc))  # type: ignore[attr-defined]
+
+
 def test_json_of_a_public_trace_validates(validator, capsys) -> None:
     trace = shared_trace("mooncake/conversation_trace.jsonl")
     for command in ("analyze", "diagnose"):

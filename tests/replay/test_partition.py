@@ -139,7 +139,7 @@ def test_grid_rows_equal_single_replays(eviction: str) -> None:
     # GIVEN a grid of block sizes, isolation and capacities
     trace = shared_prefix_trace()
     base, _, _ = effective_rules(trace, "vllm", eviction=eviction)
-    caps = [GridCapacity(label=label, blocks_by_block_size={b: blocks for b in (4, 8)})
+    caps = [GridCapacity(label=label, blocks_by_block_size=dict.fromkeys((4, 8), blocks))
             for label, blocks in (("5", 5), ("40", 40), ("unlimited", None))]
     # WHEN it runs in one batch
     grid = replay_grid(trace, base, block_sizes=[4, 8], isolations=[True, False],

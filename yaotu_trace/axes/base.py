@@ -114,7 +114,8 @@ class EngineSettings:
     `active_params` come from `--model` (catalog) or `--kv-bytes-per-token`.
     `block_size_given` says the block size was set explicitly (the prefix replay then uses it
     instead of its preset's). `gpu` and `gpu_flops_per_s` (dense bf16 peak × MFU, from `--gpu`)
-    turn the ledger's FLOPs into GPU-seconds.
+    turn the ledger's FLOPs into GPU-seconds. `replay_jobs`/`replay_dask` say where the prefix
+    replay runs its independent caches (`--jobs`, `--dask`); the numbers do not depend on it.
     """
 
     block_size_tokens: int = 16
@@ -129,6 +130,8 @@ class EngineSettings:
     replay_preset: str | None = None
     gpu: str | None = None
     gpu_flops_per_s: float | None = None
+    replay_jobs: int = 1
+    replay_dask: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

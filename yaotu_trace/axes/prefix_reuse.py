@@ -212,7 +212,7 @@ def analyze_prefix_reuse(inp: AxisInput, t: Thresholds) -> AxisResult:
 
 def _replay(inp: AxisInput) -> Any:
     """The replay under the engine's rules: capacity per instance and instances when known."""
-    from yaotu_trace.replay import effective_rules, replay_trace
+    from yaotu_trace.replay import Parallelism, effective_rules, replay_trace
 
     trace = inp.trace
     assert trace is not None
@@ -228,7 +228,8 @@ def _replay(inp: AxisInput) -> Any:
         changes["scope"] = "instance"
     if changes:
         rules = rules.with_(**changes)
-    return replay_trace(trace, rules, preset=preset, notes=notes, top_prefixes=5)
+    return replay_trace(trace, rules, preset=preset, notes=notes, top_prefixes=5,
+                        parallel=Parallelism(jobs=s.replay_jobs, dask=s.replay_dask))
 
 
 def _prefix_rules(mt: PrefixMetrics, t: Thresholds) -> list[RuleHit]:

@@ -8,8 +8,10 @@ from typing import Annotated
 import typer
 
 from yaotu_trace.cli.app import (
+    DaskOpt,
     FormatOpt,
     InputFormatOpt,
+    JobsOpt,
     MapOpt,
     OutputOpt,
     SourceBlockOpt,
@@ -96,6 +98,8 @@ def diagnose(
     link_gbps: LinkOpt = 100.0,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
+    jobs: JobsOpt = 1,
+    dask: DaskOpt = None,
     format: FormatOpt = OutputFormat.TABLE,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -169,6 +173,8 @@ def diagnose(
         replay_preset=preset,
         gpu=None if gpu_spec is None else gpu_spec.name,
         gpu_flops_per_s=None if gpu_spec is None else gpu_spec.bf16_flops * LEDGER_MFU,
+        replay_jobs=jobs,
+        replay_dask=dask,
     )
     engine_metrics = read_metrics(metrics) if metrics is not None else None
     loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)

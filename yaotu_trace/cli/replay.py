@@ -12,8 +12,8 @@ import typer
 from yaotu_trace.cli.app import (
     DaskOpt,
     FormatOpt,
-    JobsOpt,
     InputFormatOpt,
+    JobsOpt,
     MapOpt,
     OutputOpt,
     SourceBlockOpt,
@@ -167,6 +167,11 @@ def replay(
                      "block-size=16,64,256, tenant-isolation=on,off, capacity=1Mtok,unlimited "
                      "(repeatable; one row each, one read of the trace per block size)."),
     ] = None,
+    waterfall: Annotated[
+        bool,
+        typer.Option("--waterfall/--no-waterfall", help="Compute the loss waterfall (five more "
+                     "replays and the token-granular ideal); off replays only the rules given."),
+    ] = True,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
     out: Annotated[
@@ -235,7 +240,8 @@ def replay(
     with progress("replay", quiet) as update:
         update("replaying the prefix cache", 0.2)
         summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
-                                                       notes=notes, parallel=parallel)
+                                                       notes=notes, parallel=parallel,
+                                                       waterfall=waterfall)
     report = Report(
         command="replay",
         input=input_of(loaded),

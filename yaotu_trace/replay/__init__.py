@@ -26,7 +26,6 @@ from yaotu_trace.replay.waterfall import (
     WaterfallStep,
     cache_replays,
     compute_waterfall,
-    partitions_of,
 )
 from yaotu_trace.schema import Trace
 
@@ -267,7 +266,7 @@ def replay_trace_with_requests(
             chains = prepared.chains(rules)
             result = cache_replays(prepared, chains, [rules], pool)[0]
     if parallel.parallel:
-        notes = notes + (_parallel_note(prepared, rules, chains, parallel),)
+        notes = (*notes, _parallel_note(prepared, rules, parallel))
     # After the chains: a streamed trace learns its list lengths on the first pass.
     all_notes = list(notes) + _rule_notes(trace, prepared, rules)
     prompt = prepared.prompt_tokens
@@ -324,8 +323,7 @@ def replay_trace_with_requests(
     return summary, RequestTable(columns=columns)
 
 
-def _parallel_note(prepared: PreparedTrace, rules: ReplayRules, chains: BlockChains,
-                   parallel: Parallelism) -> str:
+def _parallel_note(prepared: PreparedTrace, rules: ReplayRules, parallel: Parallelism) -> str:
     """Where the replay ran, and why it stayed in one process when it could not split."""
     if rules.scope == "instance" and rules.route == "prefix-affinity":
         why = "prefix-affinity routing follows the cache contents"

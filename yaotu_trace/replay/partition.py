@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
@@ -275,13 +276,37 @@ def _renumber(offsets: np.ndarray, ids: np.ndarray, out_offsets: np.ndarray | No
 
 
 def _first_appearance_ids(ids: np.ndarray) -> np.ndarray:
-    """Dense ids 0..d-1 numbered by first appearance in `ids`."""
+    """Dense ids 0..d-1 numbered by first appearance in `ids` (int32).
+
+    One pass over a lookup table when the keys are small enough (chain ids, or tenant × chain
+    id pairs); a sort otherwise.
+    """
     if ids.size == 0:
         return np.zeros(0, dtype=np.int32)
-    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    keys = np.ascontiguousarray(ids, dtype=np.int64)
+    top = int(keys.max()) + 1
+    if int(keys.min()) >= 0 and top <= 4 * keys.size + (1 << 20):
+        return _relabel(keys, np.int64(top))
+    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     rank = np.empty(uniq.size, dtype=np.int32)
     rank[np.argsort(first, kind="stable")] = np.arange(uniq.size, dtype=np.int32)
     return rank[inverse.reshape(-1)]
+
+
+@nb.njit(cache=True)
+def _relabel(keys: np.ndarray, top: np.int64) -> np.ndarray:  # pragma: no cover - compiled
+    table = np.full(top, -1, dtype=np.int32)
+    out = np.empty(keys.size, dtype=np.int32)
+    nxt = 0
+    for i in range(keys.size):
+        k = keys[i]
+        v = table[k]
+        if v < 0:
+            v = nxt
+            table[k] = v
+            nxt += 1
+        out[i] = v
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,17 +327,17 @@ def _run_task(chains: BlockChains, rules: ReplayRules, instance_codes: np.ndarra
     return replay(chains, rules, instance_codes, arrival_s=arrival_s, finish_s=finish_s)
 
 
-def partition_tasks(job: ReplayJob) -> tuple[list[tuple[Any, ...]], list[np.ndarray]]:
-    """The tasks of a partitioned job (one global cache each) and the rows each covers."""
-    assert job.partitions is not None and job.partitions.codes is not None
-    codes = job.partitions.codes
+def split(chains: BlockChains, codes: np.ndarray) -> tuple[list[BlockChains], list[np.ndarray]]:
+    """The sub-chains of each partition code (ascending) and the rows each covers."""
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
     groups = np.split(order, bounds) if order.size else []
-    one_cache = job.rules.with_(scope=Scope.GLOBAL, route=None, instances=1,
-                                capacity_per_tenant=False)
-    tasks = [(sub_chains(job.chains, rows), one_cache, None, None, None) for rows in groups]
-    return tasks, groups
+    return [sub_chains(chains, rows) for rows in groups], groups
+
+
+def _one_cache(rules: ReplayRules) -> ReplayRules:
+    """A partition's rules: one global cache of the same capacity and policy."""
+    return rules.with_(scope=Scope.GLOBAL, route=None, instances=1, capacity_per_tenant=False)
 
 
 def merge(chains: BlockChains, parts: Partitions, groups: Sequence[np.ndarray],
@@ -342,15 +367,24 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
     """
     tasks: list[tuple[Any, ...]] = []
     plan: list[tuple[int, int, list[np.ndarray] | None]] = []
+    splits: list[tuple[BlockChains, np.ndarray, list[BlockChains], list[np.ndarray]]] = []
     for job in jobs:
         if job.partitions is None or job.partitions.codes is None:
             plan.append((len(tasks), 1, None))
             tasks.append((job.chains, job.rules, job.instance_codes, job.arrival_s,
                           job.finish_s))
             continue
-        sub, groups = partition_tasks(job)
-        plan.append((len(tasks), len(sub), groups))
-        tasks.extend(sub)
+        codes = job.partitions.codes
+        # The scope and capacity replays of a waterfall split the same chains the same way.
+        done = next((s for s in splits if s[0] is job.chains and np.array_equal(s[1], codes)),
+                    None)
+        if done is None:
+            done = (job.chains, codes, *split(job.chains, codes))
+            splits.append(done)
+        subs, groups = done[2], done[3]
+        plan.append((len(tasks), len(subs), groups))
+        one = _one_cache(job.rules)
+        tasks.extend((sub, one, None, None, None) for sub in subs)
     results = runner.map(_run_task, tasks)
     out = []
     for job, (start, count, groups) in zip(jobs, plan, strict=True):

@@ -33,6 +33,7 @@ from yaotu_trace.replay.partition import (
     Runner,
     cache_partitions,
     replay_many,
+    with_namespaces,
 )
 from yaotu_trace.replay.prepare import PreparedTrace
 from yaotu_trace.replay.rules import ReplayRules, Scope
@@ -155,8 +156,11 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
     shared_ltr = shared.with_hit_cap(True) if rules.last_token_rule else shared
     r_ltr = replay(shared_ltr, ltr_rules) if rules.last_token_rule else r_block
 
-    has_ns = prepared.namespace_codes(rules.tenant_isolation) is not None
-    ns_chains = prepared.chains(ltr_rules) if has_ns else shared_ltr
+    ns_codes = prepared.namespace_codes(rules.tenant_isolation)
+    has_ns = ns_codes is not None
+    # The namespaces join each block's identity from the shared chains: no second read of the
+    # prompts, and the same ids as hashing them in (`partition.with_namespaces`).
+    ns_chains = with_namespaces(shared_ltr, ns_codes) if has_ns else shared_ltr
     r_ns = replay(ns_chains, ltr_rules) if has_ns else r_ltr
 
     scope_rules = ltr_rules.with_(scope=rules.scope, route=rules.route, instances=rules.instances)
