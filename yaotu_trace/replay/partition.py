@@ -385,7 +385,8 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
         plan.append((len(tasks), len(subs), groups))
         one = _one_cache(job.rules)
         tasks.extend((sub, one, None, None, None) for sub in subs)
-    results = runner.map(_run_task, tasks)
+    # NOTE: one task alone gains nothing from a worker and would pay for shipping its chains.
+    results = [_run_task(*tasks[0])] if len(tasks) == 1 else runner.map(_run_task, tasks)
     out = []
     for job, (start, count, groups) in zip(jobs, plan, strict=True):
         if groups is None:
