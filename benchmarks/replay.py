@@ -490,6 +490,9 @@ def report(m: dict[str, Any], opts: argparse.Namespace, b1_tokens: float) -> Non
         print(f"{goal:{width}}  {measured:>34}  {status}")
     if "error" in limit:
         print(f"the refusal reads: {limit['error']}")
+    if tokens < 9.5e8:
+        print("note: below 1e9 tokens start-up (about 0.8 s per process) weighs on every ratio; "
+              "the goals are for --tokens 1e9")
     print(f"references run on prefixes of the same trace: {m['ref16']['tokens']:,} tokens at "
           f"B=16 and {m['ref1']['tokens']:,} at B=1; the compiled B=1 replay on "
           f"{m['single1']['tokens']:,} tokens ({b1_tokens:.2g} asked)")
