@@ -20,7 +20,9 @@ from yaotu_trace.schema import Trace
 app = typer.Typer(
     name="trace",
     help="Workload analyzer for LLM-inference request traces: profile a trace, replay its "
-    "prefix cache exactly, and find the bottleneck.",
+    "prefix cache exactly, and find the bottleneck. Every command also takes --stats "
+    "(elapsed time and peak memory on stderr after the run) and --debug (the traceback of an "
+    "internal error).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
