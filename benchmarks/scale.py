@@ -21,7 +21,7 @@ the cluster included); memory is the peak RSS the command reports with `--stats`
 its largest worker process). The table ends with the growth of time and memory per 10× tokens.
 
     python benchmarks/scale.py                   # 1e7 and 1e8 tokens: a few minutes
-    python benchmarks/scale.py --sizes 1e9       # the full size (about half an hour)
+    python benchmarks/scale.py --sizes 1e9       # the full size (about 10 minutes)
     python benchmarks/scale.py --sizes 1e7 --commands replay,waterfall --modes local,jobs,dask
 
 Modes: `local` (one process), `jobs` (`--jobs 2` worker processes), `dask` (`--dask local`).
