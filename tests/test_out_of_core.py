@@ -54,3 +54,19 @@ def test_stats_reports_time_and_peak_memory_on_stderr(capsys: pytest.CaptureFixt
     captured = capsys.readouterr()
     json.loads(captured.out)  # stdout is still only the report
     assert "s elapsed, peak RSS" in captured.err and "GiB" in captured.err
+
+
+@pytest.mark.parametrize("sample", ["chat.parquet", "diag-prefix-recompute.parquet"])
+def test_diagnose_with_worker_processes_equals_one_process(
+        sample: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["diagnose", str(SAMPLES / sample), "--kv-capacity", "2000", "-f", "json"]
+    one = _run(args, capsys)
+    two = _run([*args, "--jobs", "2"], capsys)
+    assert two["config"]["settings"].pop("replay_jobs") == 2
+    assert one["config"]["settings"].pop("replay_jobs") == 1
+    # The only other difference is the prefix-reuse axis's note on where its replay ran.
+    where = [n for axis in two["axes"] for n in axis.get("notes", []) if "process" in n]
+    assert len(where) == 1
+    for axis in two["axes"]:
+        axis["notes"] = [n for n in axis.get("notes", []) if n not in where]
+    assert one == two
