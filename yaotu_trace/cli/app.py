@@ -92,6 +92,39 @@ DaskOpt = Annotated[
 ]
 
 
+# Options of the diagnosis, shared by `trace diagnose`, `trace check` and `trace report`.
+MetricsOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics", help="Engine Prometheus export: range-query JSON or CSV "
+                 "(timestamp, metric, labels, value)."),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="Model name from the catalog (`trace models`): KV bytes "
+                 "per token and parameters for bytes and FLOPs in the ledger."),
+]
+KvCapacityOpt = Annotated[
+    str | None,
+    typer.Option("--kv-capacity", help="KV pool of one instance: blocks (20000), tokens "
+                 "(3.2Mtok) or bytes (40GiB, needs --model)."),
+]
+BlockSizeOpt = Annotated[
+    int | None,
+    typer.Option("--block-size", min=1, help="KV block size in tokens of the diagnosis [default: "
+                 "16; the prefix replay uses its preset's]."),
+]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option("--preset", help="Prefix-replay engine preset (vllm, sglang, lmcache, mooncake, "
+                 "none) [default: mooncake for Mooncake traces, else vllm]."),
+]
+ThresholdOpt = Annotated[
+    list[str] | None,
+    typer.Option("--threshold", "-t", metavar="NAME=VALUE",
+                 help="Override a diagnosis threshold (repeatable); see docs/rules.md."),
+]
+
+
 def load(
     trace: Path,
     input_format: TraceFormat | None = None,

@@ -11,12 +11,18 @@ import typer
 
 from yaotu_trace.check import FailOn
 from yaotu_trace.cli.app import (
+    BlockSizeOpt,
     FormatOpt,
     InputFormatOpt,
+    KvCapacityOpt,
     MapOpt,
+    MetricsOpt,
+    ModelOpt,
     OutputOpt,
+    PresetOpt,
     SourceBlockOpt,
     StepsOpt,
+    ThresholdOpt,
     TraceArg,
     app,
     emit,
@@ -52,35 +58,6 @@ MarkdownOpt = Annotated[
     Path | None,
     typer.Option("--markdown", help="Also write Markdown (CI step summary, PR comment).",
                  dir_okay=False),
-]
-MetricsOpt = Annotated[
-    Path | None,
-    typer.Option("--metrics", help="Engine Prometheus export for the diagnosis (as `trace "
-                 "diagnose --metrics`)."),
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="Model name from the catalog (`trace models`)."),
-]
-KvCapacityOpt = Annotated[
-    str | None,
-    typer.Option("--kv-capacity", help="KV pool of one instance: blocks (20000), tokens "
-                 "(3.2Mtok) or bytes (40GiB, needs --model)."),
-]
-BlockSizeOpt = Annotated[
-    int | None,
-    typer.Option("--block-size", min=1, help="KV block size in tokens for the diagnosis "
-                 "[default: 16]."),
-]
-PresetOpt = Annotated[
-    str | None,
-    typer.Option("--preset", help="Prefix-replay engine preset of the diagnosis (vllm, sglang, "
-                 "lmcache, mooncake, none)."),
-]
-ThresholdOpt = Annotated[
-    list[str] | None,
-    typer.Option("--threshold", "-t", metavar="NAME=VALUE",
-                 help="Override a diagnosis threshold (repeatable); see docs/rules.md."),
 ]
 
 

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from yaotu_trace.cli.app import (
+    BlockSizeOpt,
     DaskOpt,
     FormatOpt,
     InputFormatOpt,
     JobsOpt,
+    KvCapacityOpt,
     MapOpt,
+    MetricsOpt,
+    ModelOpt,
     OutputOpt,
+    PresetOpt,
     SourceBlockOpt,
     StepsOpt,
+    ThresholdOpt,
     TraceArg,
     app,
     emit,
@@ -27,29 +32,9 @@ from yaotu_trace.render import OutputFormat
 # Model FLOP utilisation assumed when the ledger turns FLOPs into GPU-seconds (cost-model §2.4).
 LEDGER_MFU = 0.5
 
-MetricsOpt = Annotated[
-    Path | None,
-    typer.Option("--metrics", help="Engine Prometheus export: range-query JSON or CSV "
-                 "(timestamp, metric, labels, value)."),
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="Model name from the catalog (`trace models`): KV bytes "
-                 "per token and parameters for bytes and FLOPs in the ledger."),
-]
 KvBytesOpt = Annotated[
     int | None,
     typer.Option("--kv-bytes-per-token", min=1, help="KV bytes per token (overrides --model's)."),
-]
-KvCapacityOpt = Annotated[
-    str | None,
-    typer.Option("--kv-capacity", help="KV pool of one instance: blocks (20000), tokens "
-                 "(3.2Mtok) or bytes (40GiB, needs --model)."),
-]
-BlockSizeOpt = Annotated[
-    int | None,
-    typer.Option("--block-size", min=1, help="KV block size in tokens [default: 16; the prefix "
-                 "replay uses its preset's]."),
 ]
 MaxSeqsOpt = Annotated[
     int | None,
@@ -70,16 +55,6 @@ LinkOpt = Annotated[
     float,
     typer.Option("--link-gbps", min=0.001, help="Network link per instance for KV transfer in "
                  "the disaggregation ledger (Gb/s)."),
-]
-PresetOpt = Annotated[
-    str | None,
-    typer.Option("--preset", help="Prefix-replay engine preset (vllm, sglang, lmcache, mooncake, "
-                 "none) [default: mooncake for Mooncake traces, else vllm]."),
-]
-ThresholdOpt = Annotated[
-    list[str] | None,
-    typer.Option("--threshold", "-t", metavar="NAME=VALUE",
-                 help="Override a diagnosis threshold (repeatable); see docs/rules.md."),
 ]
 
 

@@ -7,25 +7,23 @@ from typing import Annotated
 import typer
 
 from yaotu_trace.cli.app import (
+    BlockSizeOpt,
     InputFormatOpt,
+    KvCapacityOpt,
     MapOpt,
+    MetricsOpt,
+    ModelOpt,
     OutputOpt,
+    PresetOpt,
     SourceBlockOpt,
     StepsOpt,
+    ThresholdOpt,
     TraceArg,
     app,
     emit,
     load,
 )
-from yaotu_trace.cli.check import (
-    BlockSizeOpt,
-    KvCapacityOpt,
-    MetricsOpt,
-    ModelOpt,
-    PresetOpt,
-    ThresholdOpt,
-    diagnosis_builder,
-)
+from yaotu_trace.cli.check import diagnosis_builder
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.render import OutputFormat
 
