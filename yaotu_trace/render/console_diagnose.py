@@ -67,6 +67,7 @@ _UNIT_FORMAT = {
     "bytes": fmt.bytes_,
     "bytes/s": lambda v: MISSING if v is None else f"{fmt.bytes_(v)}/s",
     "ratio": fmt.pct,
+    "FLOP": fmt.flops,
 }
 MISSING = fmt.MISSING
 STATUS_STYLE = {"bottleneck": "bold red", "warning": "yellow", "ok": "green",

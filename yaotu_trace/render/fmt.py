@@ -68,3 +68,14 @@ def bytes_(value: float | None) -> str:
         if magnitude >= scale:
             return f"{value / scale:.1f} {unit}"
     return f"{value:.0f} B"
+
+
+def flops(value: float | None) -> str:
+    """Floating-point operations with an SI prefix: 1.34e15 → 1.34 PFLOP."""
+    if value is None:
+        return MISSING
+    magnitude = abs(value)
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if magnitude >= scale:
+            return f"{value / scale:.3g} {unit}FLOP"
+    return f"{value:.3g} FLOP"
