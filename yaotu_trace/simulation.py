@@ -225,21 +225,9 @@ def step_cost_for(model: ModelSpec, gpu: GpuSpec, *, tp: int, mfu: float, mbu: f
 
 def calibrate_from(path: Path, block_size: int) -> CalibrationFit:
     """Fit `a + b·prefill_tokens + c·Σcontext` on a real step log (Σcontext: KV in use)."""
-    from yaotu_trace.ingest import canonical
-    from yaotu_trace.schema import validate_steps
+    from yaotu_trace.ingest import read_steps
 
-    if not path.exists():
-        raise TraceReadError(f"{path}: no such step log; check the --calibrate path")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        frame = canonical.read_parquet(path).requests
-    elif suffix in (".jsonl", ".ndjson"):
-        frame = canonical.read_jsonl(path).requests
-    elif suffix == ".csv":
-        frame = canonical.read_csv_frame(path)
-    else:
-        raise TraceReadError(f"{path}: step logs are .parquet, .jsonl or .csv; got '{suffix}'")
-    steps = validate_steps(frame, str(path))
+    steps = read_steps(path, "--calibrate")
     if "prefill_tokens" not in steps.columns:
         raise ConfigError(f"{path}: --calibrate needs a 'prefill_tokens' column in the step log")
     duration = (steps["end_s"] - steps["start_s"]).to_numpy(dtype=np.float64)

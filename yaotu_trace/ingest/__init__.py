@@ -225,8 +225,15 @@ def load_full(trace: Trace) -> Trace:
 
 def _with_steps(trace: Trace, path: Path) -> Trace:
     """Attach a per-step engine log read from Parquet, JSONL or CSV."""
+    from dataclasses import replace
+
+    return replace(trace, steps=read_steps(path, "--steps"))
+
+
+def read_steps(path: Path, option: str) -> pd.DataFrame:
+    """A validated per-step engine log from Parquet, JSONL or CSV; `option` names the flag."""
     if not path.exists():
-        raise TraceReadError(f"{path}: no such step log; check the --steps path")
+        raise TraceReadError(f"{path}: no such step log; check the {option} path")
     suffix = path.suffix.lower()
     from yaotu_trace.ingest import canonical
 
@@ -238,6 +245,4 @@ def _with_steps(trace: Trace, path: Path) -> Trace:
         frame = canonical.read_csv_frame(path)
     else:
         raise TraceReadError(f"{path}: step logs are .parquet, .jsonl or .csv; got '{suffix}'")
-    from dataclasses import replace
-
-    return replace(trace, steps=validate_steps(frame, str(path)))
+    return validate_steps(frame, str(path))
