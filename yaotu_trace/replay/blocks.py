@@ -335,6 +335,24 @@ def build_block_chains(
     has_partial = np.flatnonzero(partial > 0)
     if has_partial.size:
         block_tokens[chain_offsets[has_partial + 1] - 1] = partial[has_partial]
+    return _assemble(rules, prompt_len, prompt_blocks, chain_offsets, ids, block_tokens, distinct,
+                     output_offsets=out_offsets, output_ids=out_ids)
+
+
+def _assemble(
+    rules: ReplayRules,
+    prompt_len: np.ndarray,
+    prompt_blocks: np.ndarray,
+    chain_offsets: np.ndarray,
+    ids: np.ndarray,
+    block_tokens: np.ndarray,
+    distinct: int,
+    *,
+    output_offsets: np.ndarray | None = None,
+    output_ids: np.ndarray | None = None,
+) -> BlockChains:
+    """The final `BlockChains`, so the in-memory and streaming paths apply the rules alike."""
+    block = int(rules.block_size_tokens)
     if rules.last_token_rule:
         max_hit = np.minimum(prompt_blocks, np.maximum(prompt_len - 1, 0) // block)
     else:
@@ -347,7 +365,7 @@ def build_block_chains(
         max_hit_blocks=max_hit.astype(np.int64),
         prompt_tokens=prompt_len,
         block_size_tokens=block,
-        output_offsets=out_offsets,
-        output_ids=out_ids,
+        output_offsets=output_offsets,
+        output_ids=output_ids,
         seed=int(rules.seed),
     )

@@ -33,6 +33,7 @@ from yaotu_trace.replay.blocks import (
     _MAX_IDS,
     _TRIES,
     BlockChains,
+    _assemble,
     _chain_hashes,
     _keys,
     frozen_input,
@@ -346,21 +347,7 @@ def build_block_chains_streaming(
     else:
         raise YaotuError(f"block hashing collided {_TRIES} times in a row ({bound} blocks); "
                          "this should not happen: report it with the trace")
-    chain_offsets = _offsets_of(counts)
-    if rules.last_token_rule:
-        max_hit = np.minimum(counts, np.maximum(prompt_len - 1, 0) // block)
-    else:
-        max_hit = counts.copy()
-    return BlockChains(
-        offsets=chain_offsets,
-        ids=ids,
-        block_tokens=block_tokens,
-        num_distinct=int(distinct),
-        max_hit_blocks=max_hit.astype(np.int64),
-        prompt_tokens=prompt_len,
-        block_size_tokens=block,
-        seed=int(rules.seed),
-    )
+    return _assemble(rules, prompt_len, counts, _offsets_of(counts), ids, block_tokens, distinct)
 
 
 def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, keys: np.ndarray,
