@@ -265,6 +265,48 @@ def _sessions(
                 return [out[i] for i in order]
 
 
+def _turns(
+    draw: _Draw,
+    *,
+    start_s: float,
+    tenant: int,
+    session: int,
+    prompt: np.ndarray,
+    count: int,
+    output: tuple[float, float, int, int],
+    stream_tok_per_s: float,
+    pause_mean_s: float,
+    follow_up: tuple[float, float, int, int],
+    max_context_tokens: int | None = None,
+) -> list[_Request]:
+    """One multi-turn session: each prompt is the previous prompt + its output + a new input.
+
+    `output` and `follow_up` are `_Draw.length` parameters (median, sigma, low, high). A turn
+    arrives once the previous output has streamed at `stream_tok_per_s`, after an exponential
+    pause; the session ends early once the prompt exceeds `max_context_tokens`.
+    """
+    at_s = start_s
+    out: list[_Request] = []
+    for _ in range(count):
+        output_len = draw.length(*output)
+        output_ids = draw.tokens(output_len)
+        out.append(
+            _Request(
+                arrival_s=at_s,
+                tenant=tenant,
+                session=session,
+                prompt=prompt,
+                output_len=output_len,
+                output=output_ids,
+            )
+        )
+        at_s += output_len / stream_tok_per_s + draw.exp_s(pause_mean_s)
+        prompt = _cat(prompt, output_ids, draw.tokens(draw.length(*follow_up)))
+        if max_context_tokens is not None and len(prompt) > max_context_tokens:
+            break
+    return out
+
+
 def _chat(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
     """Sessions of turns; turn k+1's prompt extends turn k's prompt and output."""
     mean_turns = 4.0
@@ -279,25 +321,10 @@ def _chat(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request
         prompt = _cat(
             systems[tenant][int(draw.rng.integers(2))], draw.tokens(draw.length(60, 0.9, 4, 2000))
         )
-        at_s = start_s
-        turns_out: list[_Request] = []
-        for _ in range(turns):
-            output_len = draw.length(130, 0.8, 1, 2000)
-            output = draw.tokens(output_len)
-            turns_out.append(
-                _Request(
-                    arrival_s=at_s,
-                    tenant=tenant,
-                    session=index,
-                    prompt=prompt,
-                    output_len=output_len,
-                    output=output,
-                )
-            )
-            # The next turn comes after the answer streams (~40 tok/s) and the user reads and types.
-            at_s += output_len / 40.0 + draw.exp_s(20.0)
-            prompt = _cat(prompt, output, draw.tokens(draw.length(60, 0.9, 4, 2000)))
-        return turns_out
+        # The next turn comes after the answer streams (~40 tok/s) and the user reads and types.
+        return _turns(draw, start_s=start_s, tenant=tenant, session=index, prompt=prompt,
+                      count=turns, output=(130, 0.8, 1, 2000), stream_tok_per_s=40.0,
+                      pause_mean_s=20.0, follow_up=(60, 0.9, 4, 2000))
 
     return _sessions(n, draw, mean_turns, rate_per_s, 600.0, session)
 
@@ -428,27 +455,12 @@ def _agentic(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Requ
         steps = min(int(draw.rng.geometric(1.0 / mean_steps)), 200)
         tenant = draw.pick(tenant_weights)
         prompt = _cat(tools[tenant], draw.tokens(draw.length(200, 1.0, 8, 4000)))
-        at_s = start_s
-        steps_out: list[_Request] = []
-        for _ in range(steps):
-            output_len = draw.length(150, 0.9, 1, 4000)
-            output = draw.tokens(output_len)
-            steps_out.append(
-                _Request(
-                    arrival_s=at_s,
-                    tenant=tenant,
-                    session=index,
-                    prompt=prompt,
-                    output_len=output_len,
-                    output=output,
-                )
-            )
-            # Decoding (~50 tok/s) plus the tool's own latency.
-            at_s += output_len / 50.0 + draw.exp_s(4.0)
-            prompt = _cat(prompt, output, draw.tokens(draw.length(400, 1.2, 1, 16000)))
-            if len(prompt) > max_context_tokens:
-                break  # the agent would compact or restart here
-        return steps_out
+        # Decoding (~50 tok/s) plus the tool's own latency; past the context limit the agent
+        # would compact or restart.
+        return _turns(draw, start_s=start_s, tenant=tenant, session=index, prompt=prompt,
+                      count=steps, output=(150, 0.9, 1, 4000), stream_tok_per_s=50.0,
+                      pause_mean_s=4.0, follow_up=(400, 1.2, 1, 16000),
+                      max_context_tokens=max_context_tokens)
 
     return _sessions(n, draw, mean_steps, rate_per_s, 600.0, session)
 
