@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from yaotu_trace._lists import append, heap_pop, heap_push, unlink
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.replay import memory
 from yaotu_trace.replay.blocks import BlockChains
@@ -138,68 +139,6 @@ def first_occurrence_hits(chains: BlockChains) -> np.ndarray:
 # ---------------------------------------------------------------- compiled core
 
 
-@nb.njit(cache=True, inline="always")
-def _unlink(x, lst, prev, nxt, head, tail):
-    p = prev[x]
-    q = nxt[x]
-    if p >= 0:
-        nxt[p] = q
-    else:
-        head[lst] = q
-    if q >= 0:
-        prev[q] = p
-    else:
-        tail[lst] = p
-
-
-@nb.njit(cache=True, inline="always")
-def _append(x, lst, prev, nxt, head, tail):
-    t = tail[lst]
-    prev[x] = t
-    nxt[x] = -1
-    if t >= 0:
-        nxt[t] = x
-    else:
-        head[lst] = x
-    tail[lst] = x
-
-
-@nb.njit(cache=True)
-def _heap_push(keys, vals, size, key, val):
-    j = size
-    keys[j] = key
-    vals[j] = val
-    while j > 0:
-        parent = (j - 1) // 2
-        if keys[parent] <= keys[j]:
-            break
-        keys[parent], keys[j] = keys[j], keys[parent]
-        vals[parent], vals[j] = vals[j], vals[parent]
-        j = parent
-    return size + 1
-
-
-@nb.njit(cache=True)
-def _heap_pop(keys, vals, size):
-    size -= 1
-    keys[0] = keys[size]
-    vals[0] = vals[size]
-    j = 0
-    while True:
-        left = 2 * j + 1
-        if left >= size:
-            break
-        child = left
-        if left + 1 < size and keys[left + 1] < keys[left]:
-            child = left + 1
-        if keys[j] <= keys[child]:
-            break
-        keys[child], keys[j] = keys[j], keys[child]
-        vals[child], vals[j] = vals[j], vals[child]
-        j = child
-    return size
-
-
 @nb.njit(cache=True)
 def _replay_loop(
     offsets, ids, block_tokens, max_hit, prompt_tokens, out_offsets, out_ids,
@@ -248,7 +187,7 @@ def _replay_loop(
             while heap_n > 0 and heap_t[0] <= arrival_s[i]:
                 j = heap_i[0]
                 load[instance[j]] -= prompt_tokens[j]
-                heap_n = _heap_pop(heap_t, heap_i, heap_n)
+                heap_n = heap_pop(heap_t, heap_i, heap_n)
             least = 0
             for x in range(1, k):
                 if load[x] < load[least]:
@@ -274,7 +213,7 @@ def _replay_loop(
                     c = best
             load[c] += prompt_tokens[i]
             if finish_s[i] < np.inf:
-                heap_n = _heap_push(heap_t, heap_i, heap_n, max(finish_s[i], arrival_s[i]), i)
+                heap_n = heap_push(heap_t, heap_i, heap_n, max(finish_s[i], arrival_s[i]), i)
         instance[i] = c
         base = c * d
         # ---- lookup: the leading run of cached blocks, capped
@@ -300,18 +239,18 @@ def _replay_loop(
                 continue
             if in_cache[x] != 0:
                 if policy == 0:
-                    _unlink(x, c, prev, nxt, head, tail)
-                    _append(x, c, prev, nxt, head, tail)
+                    unlink(x, c, prev, nxt, head, tail)
+                    append(x, c, prev, nxt, head, tail)
                 elif policy == 2:
                     f = freq[x]
                     lst = c * lists_per_cache + f
-                    _unlink(x, lst, prev, nxt, head, tail)
+                    unlink(x, lst, prev, nxt, head, tail)
                     if f + 1 < lists_per_cache:
                         if head[lst] < 0 and min_freq[c] == f:
                             min_freq[c] = f + 1
                         freq[x] = f + 1
                         lst += 1
-                    _append(x, lst, prev, nxt, head, tail)
+                    append(x, lst, prev, nxt, head, tail)
                 continue
             if size[c] >= capacity:
                 if policy == 2:
@@ -319,7 +258,7 @@ def _replay_loop(
                 else:
                     lst = c
                 victim = head[lst]
-                _unlink(victim, lst, prev, nxt, head, tail)
+                unlink(victim, lst, prev, nxt, head, tail)
                 in_cache[victim] = 0
                 size[c] -= 1
                 evicted += 1
@@ -329,9 +268,9 @@ def _replay_loop(
             if policy == 2:
                 freq[x] = 1
                 min_freq[c] = 1
-                _append(x, c * lists_per_cache + 1, prev, nxt, head, tail)
+                append(x, c * lists_per_cache + 1, prev, nxt, head, tail)
             else:
-                _append(x, c, prev, nxt, head, tail)
+                append(x, c, prev, nxt, head, tail)
     return hit_blocks, instance, evicted, inserted
 
 

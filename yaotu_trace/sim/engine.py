@@ -23,6 +23,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from yaotu_trace._lists import append, heap_pop, heap_push, prepend, unlink
+
 _INF = np.inf
 # Cost vector layout (see `cost_vector` in yaotu_trace.sim).
 (C_MODE, C_LIN, C_ATTN, C_DENSE, C_EXPERT, C_E, C_K, C_KVB, C_F, C_BW, C_OVER, C_A, C_B, C_C,
@@ -53,46 +55,6 @@ def step_time(cost, prefill_tokens, decode_tokens, attn_pairs, ctx_dec, prefix_s
 
 
 @nb.njit(cache=True)
-def _fq_remove(b, inst, prev, nxt, head, tail):
-    p = prev[b]
-    q = nxt[b]
-    if p >= 0:
-        nxt[p] = q
-    else:
-        head[inst] = q
-    if q >= 0:
-        prev[q] = p
-    else:
-        tail[inst] = p
-    prev[b] = -1
-    nxt[b] = -1
-
-
-@nb.njit(cache=True)
-def _fq_push_tail(b, inst, prev, nxt, head, tail):
-    t = tail[inst]
-    prev[b] = t
-    nxt[b] = -1
-    if t >= 0:
-        nxt[t] = b
-    else:
-        head[inst] = b
-    tail[inst] = b
-
-
-@nb.njit(cache=True)
-def _fq_push_head(b, inst, prev, nxt, head, tail):
-    h = head[inst]
-    nxt[b] = h
-    prev[b] = -1
-    if h >= 0:
-        prev[h] = b
-    else:
-        tail[inst] = b
-    head[inst] = b
-
-
-@nb.njit(cache=True)
 def _alloc(r, inst, tokens, bsz, blk_off, req_phys, nalloc, nfree, ref, bhash, ident_map,
            prev, nxt, head, tail):
     """Give request r blocks for `tokens` tokens; False (nothing taken) when too few are free."""
@@ -104,7 +66,7 @@ def _alloc(r, inst, tokens, bsz, blk_off, req_phys, nalloc, nfree, ref, bhash, i
     base = blk_off[r]
     for _ in range(need):
         b = head[inst]
-        _fq_remove(b, inst, prev, nxt, head, tail)
+        unlink(b, inst, prev, nxt, head, tail)
         h = bhash[b]
         if h >= 0:
             ident_map[inst, h] = -1
@@ -126,12 +88,28 @@ def _free_request(r, inst, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, p
         ref[b] -= 1
         if ref[b] == 0:
             if bhash[b] >= 0:
-                _fq_push_tail(b, inst, prev, nxt, head, tail)
+                append(b, inst, prev, nxt, head, tail)
             else:
-                _fq_push_head(b, inst, prev, nxt, head, tail)
+                prepend(b, inst, prev, nxt, head, tail)
             nfree[inst] += 1
     nalloc[r] = 0
     nreg[r] = 0
+
+
+@nb.njit(cache=True)
+def _preempt(r, inst, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt, head, tail,
+             computed, c_pre, npre, pend_pf, wq, whead, wlen):
+    """Free running r and queue it first again: it recomputes what it had (less any hits)."""
+    _free_request(r, inst, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt, head,
+                  tail)
+    pend_pf[inst] += computed[r]
+    c_pre[r] = computed[r]
+    computed[r] = 0
+    npre[r] += 1
+    cap_q = wq.shape[1]
+    whead[inst] = (whead[inst] - 1 + cap_q) % cap_q
+    wq[inst, whead[inst]] = r
+    wlen[inst] += 1
 
 
 @nb.njit(cache=True)
@@ -178,7 +156,7 @@ def _touch(r, inst, hit, blk_off, ident, ident_map, req_phys, nalloc, nreg, nfre
     for k in range(hit):
         b = ident_map[inst, ident[base + k]]
         if ref[b] == 0:
-            _fq_remove(b, inst, prev, nxt, head, tail)
+            unlink(b, inst, prev, nxt, head, tail)
             nfree[inst] -= 1
         ref[b] += 1
         req_phys[base + k] = b
@@ -338,26 +316,7 @@ def simulate_cluster(
             else:
                 now = hp_t[0]
                 r = hp_r[0]
-                # pop heap
-                hp_n -= 1
-                if hp_n > 0:
-                    lt = hp_t[hp_n]
-                    lr = hp_r[hp_n]
-                    j = 0
-                    while True:
-                        c = 2 * j + 1
-                        if c >= hp_n:
-                            break
-                        if c + 1 < hp_n and hp_t[c + 1] < hp_t[c]:
-                            c += 1
-                        if hp_t[c] < lt:
-                            hp_t[j] = hp_t[c]
-                            hp_r[j] = hp_r[c]
-                            j = c
-                        else:
-                            break
-                    hp_t[j] = lt
-                    hp_r[j] = lr
+                hp_n = heap_pop(hp_t, hp_r, hp_n)
                 lo = n_pf
                 hi = n_inst
                 is_remote = True
@@ -474,18 +433,7 @@ def simulate_cluster(
                                         pf_start[r] + link_alpha + nbytes / link_bw)
                         else:
                             ready = now + link_alpha + nbytes / link_bw
-                        # heap push
-                        j = hp_n
-                        hp_n += 1
-                        while j > 0:
-                            p = (j - 1) // 2
-                            if hp_t[p] <= ready:
-                                break
-                            hp_t[j] = hp_t[p]
-                            hp_r[j] = hp_r[p]
-                            j = p
-                        hp_t[j] = ready
-                        hp_r[j] = r
+                        hp_n = heap_push(hp_t, hp_r, hp_n, ready, r)
                 else:
                     ntok[r] += 1
             # compact the running list
@@ -527,16 +475,9 @@ def simulate_cluster(
                                  ref, bhash, ident_map, prev, nxt, head, tail):
                     v = run[i, nrun[i] - 1]
                     nrun[i] -= 1
-                    _free_request(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash,
-                                  prev, nxt, head, tail)
-                    pend_pf[i] += computed[v]
-                    c_pre[v] = computed[v]
-                    computed[v] = 0
-                    npre[v] += 1
+                    _preempt(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt,
+                             head, tail, computed, c_pre, npre, pend_pf, wq, whead, wlen)
                     remote[v] = False
-                    whead[i] = (whead[i] - 1 + cap_q) % cap_q
-                    wq[i, whead[i]] = v
-                    wlen[i] += 1
                     preempted_n += 1
                     if v == r:
                         stop = True
@@ -687,15 +628,8 @@ def simulate_cluster(
                 for k in range(worst, nrun[i] - 1):
                     run[i, k] = run[i, k + 1]
                 nrun[i] -= 1
-                _free_request(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash,
-                              prev, nxt, head, tail)
-                pend_pf[i] += computed[v]
-                c_pre[v] = computed[v]
-                computed[v] = 0
-                npre[v] += 1
-                whead[i] = (whead[i] - 1 + cap_q) % cap_q
-                wq[i, whead[i]] = v
-                wlen[i] += 1
+                _preempt(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt,
+                         head, tail, computed, c_pre, npre, pend_pf, wq, whead, wlen)
                 preempted_n += 1
                 ratio[i] = 0.7
             for k in range(nrun[i]):
