@@ -307,6 +307,29 @@ def _turns(
     return out
 
 
+def _open_loop(
+    draw: _Draw,
+    n: int,
+    rate_per_s: float,
+    tenant_weights: np.ndarray,
+    request: Callable[[int], tuple[np.ndarray, int]],
+) -> list[_Request]:
+    """`n` single-turn requests at Poisson arrivals; `request(tenant)` draws (prompt, output_len).
+
+    Each request's gap to the next is drawn after its own content, so the draws interleave.
+    """
+    out: list[_Request] = []
+    at_s = 0.0
+    for i in range(n):
+        tenant = draw.pick(tenant_weights)
+        prompt, output_len = request(tenant)
+        out.append(
+            _Request(arrival_s=at_s, tenant=tenant, session=i, prompt=prompt, output_len=output_len)
+        )
+        at_s += draw.exp_s(1.0 / rate_per_s)
+    return out
+
+
 def _chat(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
     """Sessions of turns; turn k+1's prompt extends turn k's prompt and output."""
     mean_turns = 4.0
@@ -338,26 +361,16 @@ def _multi_tenant(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[
         [draw.tokens(draw.length(800, 0.5, 128, 4000)) for _ in range(2)] for _ in range(tenants)
     ]
     tenant_weights = _zipf_weights(tenants, 0.6)
-    out: list[_Request] = []
-    at_s = 0.0
-    for i in range(n):
-        tenant = draw.pick(tenant_weights)
+
+    def request(tenant: int) -> tuple[np.ndarray, int]:
         if draw.chance(0.6):
             system = shared[draw.pick(_zipf_weights(len(shared)))]
         else:
             system = own[tenant][int(draw.rng.integers(2))]
         prompt = _cat(system, draw.tokens(draw.length(150, 0.9, 4, 4000)))
-        out.append(
-            _Request(
-                arrival_s=at_s,
-                tenant=tenant,
-                session=i,
-                prompt=prompt,
-                output_len=draw.length(150, 0.9, 1, 2000),
-            )
-        )
-        at_s += draw.exp_s(1.0 / rate_per_s)
-    return out
+        return prompt, draw.length(150, 0.9, 1, 2000)
+
+    return _open_loop(draw, n, rate_per_s, tenant_weights, request)
 
 
 def _rag(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
@@ -371,25 +384,15 @@ def _rag(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]
     popularity = _zipf_weights(docs_per_tenant, 1.1)
     popularity = popularity / popularity.sum()
     tenant_weights = _zipf_weights(tenants, 0.6)
-    out: list[_Request] = []
-    at_s = 0.0
-    for i in range(n):
-        tenant = draw.pick(tenant_weights)
+
+    def request(tenant: int) -> tuple[np.ndarray, int]:
         k = int(draw.rng.integers(3, 6))
         chosen = draw.rng.choice(docs_per_tenant, size=k, replace=False, p=popularity)
         parts = [systems[tenant], *(corpora[tenant][int(d)] for d in chosen)]
         prompt = _cat(*parts, draw.tokens(draw.length(60, 0.7, 4, 1000)))
-        out.append(
-            _Request(
-                arrival_s=at_s,
-                tenant=tenant,
-                session=i,
-                prompt=prompt,
-                output_len=draw.length(200, 0.7, 1, 2000),
-            )
-        )
-        at_s += draw.exp_s(1.0 / rate_per_s)
-    return out
+        return prompt, draw.length(200, 0.7, 1, 2000)
+
+    return _open_loop(draw, n, rate_per_s, tenant_weights, request)
 
 
 # Bursty arrivals: mean requests per burst, and how much faster than the mean rate a burst runs.
@@ -473,10 +476,8 @@ def _long_prefill(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[
     systems = [draw.tokens(draw.length(400, 0.5, 32, 2000)) for _ in range(tenants)]
     documents: list[list[np.ndarray]] = [[] for _ in range(tenants)]
     tenant_weights = _zipf_weights(tenants, 0.6)
-    out: list[_Request] = []
-    at_s = 0.0
-    for i in range(n):
-        tenant = draw.pick(tenant_weights)
+
+    def request(tenant: int) -> tuple[np.ndarray, int]:
         if draw.chance(0.25):
             seen = documents[tenant]
             if seen and draw.chance(0.5):
@@ -485,15 +486,11 @@ def _long_prefill(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[
                 document = draw.tokens(draw.length(16000, 0.9, 2000, 120_000))
                 seen.append(document)
             prompt = _cat(systems[tenant], document, draw.tokens(draw.length(50, 0.7, 4, 500)))
-            output_len = draw.length(120, 0.8, 1, 1000)
-        else:
-            prompt = _cat(systems[tenant], draw.tokens(draw.length(600, 0.9, 8, 8000)))
-            output_len = draw.length(500, 0.6, 16, 4000)
-        out.append(
-            _Request(arrival_s=at_s, tenant=tenant, session=i, prompt=prompt, output_len=output_len)
-        )
-        at_s += draw.exp_s(1.0 / rate_per_s)
-    return out
+            return prompt, draw.length(120, 0.8, 1, 1000)
+        prompt = _cat(systems[tenant], draw.tokens(draw.length(600, 0.9, 8, 8000)))
+        return prompt, draw.length(500, 0.6, 16, 4000)
+
+    return _open_loop(draw, n, rate_per_s, tenant_weights, request)
 
 
 def _poisson(draw: _Draw, n: int, rate_per_s: float) -> list[float]:
