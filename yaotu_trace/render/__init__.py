@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import assert_never
+from typing import Any, assert_never
 
 from yaotu_trace.report import Report
 
@@ -38,3 +40,23 @@ def render(report: Report, fmt: OutputFormat, *, width: int = 100, color: bool =
             return render_html(report)
         case _:
             assert_never(fmt)
+
+
+def find_renderer(
+    by_name: Mapping[str, str], by_type: Mapping[str, str], name: str, section: object,
+) -> Callable[[Any], Any] | None:
+    """The "module:function" named for the section's value type, else for its name, imported.
+
+    None when there is no entry or it does not import, so the caller shows its generic table and
+    a section is never invisible.
+    """
+    target = by_type.get(type(section).__name__) or by_name.get(name)
+    if target is None:
+        return None
+    module_name, func = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        return None
+    renderer: Callable[[Any], Any] | None = getattr(module, func, None)
+    return renderer

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import io
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -12,8 +11,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from yaotu_trace.profile import Distribution, Profile
-from yaotu_trace.render import fmt
+from yaotu_trace.profile import Profile
+from yaotu_trace.render import find_renderer, fmt
 from yaotu_trace.report import InputSummary, Report, to_builtins
 
 SectionRenderer = Callable[[Any], list[RenderableType]]
@@ -75,16 +74,9 @@ TYPE_RENDERERS: dict[str, str] = {
 
 
 def _section_renderer(name: str, section: object = None) -> SectionRenderer:
-    target = TYPE_RENDERERS.get(type(section).__name__) or SECTION_RENDERERS.get(name)
-    if target is not None:
-        module_name, func = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError:
-            module = None
-        if module is not None and hasattr(module, func):
-            renderer: SectionRenderer = getattr(module, func)
-            return renderer
+    renderer = find_renderer(SECTION_RENDERERS, TYPE_RENDERERS, name, section)
+    if renderer is not None:
+        return renderer
     return lambda section: [generic_table(name, to_builtins(section))]
 
 
@@ -142,11 +134,15 @@ def input_renderables(summary: InputSummary, command: str) -> list[RenderableTyp
     return out
 
 
-def _dist_row(label: str, dist: Distribution | None, show: Callable[[float | None], str]) -> list[str]:
-    if dist is None or dist.count == 0:
-        return [label, "–", "–", "–", "–", "–", "0"]
-    return [label, show(dist.mean), show(dist.p50), show(dist.p90), show(dist.p99), show(dist.max),
-            fmt.count(dist.count)]
+def grid_table(header: list[str], rows: list[list[str]]) -> Table:
+    """A table with a header: the first column a dim label, the others right-aligned values."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for k, name in enumerate(header):
+        table.add_column(name, justify="left" if k == 0 else "right",
+                         style="dim" if k == 0 else None, no_wrap=k == 0)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def distribution_table(rows: list[list[str]], title: str) -> Table:
@@ -177,8 +173,8 @@ def profile_renderables(profile: Profile) -> list[RenderableType]:
     lengths = profile.lengths
     length_table = distribution_table(
         [
-            _dist_row("prompt tokens", lengths.prompt_len, fmt.num),
-            _dist_row("output tokens", lengths.output_len, fmt.num),
+            fmt.distribution_row("prompt tokens", lengths.prompt_len, fmt.num),
+            fmt.distribution_row("output tokens", lengths.output_len, fmt.num),
         ],
         title=f"total: {fmt.count(lengths.prompt_tokens_total)} prompt tokens, "
         f"{fmt.count(lengths.output_tokens_total)} output tokens",
@@ -206,10 +202,10 @@ def profile_renderables(profile: Profile) -> list[RenderableType]:
             heading("Observed timing"),
             distribution_table(
                 [
-                    _dist_row("queue time", timing.queue_time_s, fmt.seconds),
-                    _dist_row("time to first token", timing.ttft_s, fmt.seconds),
-                    _dist_row("inter-token gap", timing.itl_s, fmt.seconds),
-                    _dist_row("end-to-end latency", timing.e2e_s, fmt.seconds),
+                    fmt.distribution_row("queue time", timing.queue_time_s, fmt.seconds),
+                    fmt.distribution_row("time to first token", timing.ttft_s, fmt.seconds),
+                    fmt.distribution_row("inter-token gap", timing.itl_s, fmt.seconds),
+                    fmt.distribution_row("end-to-end latency", timing.e2e_s, fmt.seconds),
                 ],
                 title="",
             ),

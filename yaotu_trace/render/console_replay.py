@@ -4,23 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich import box
 from rich.console import RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from yaotu_trace.render import replay_view as view
-from yaotu_trace.render.console import heading, kv_table
-
-
-def _table(header: list[str], rows: list[list[str]]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for k, name in enumerate(header):
-        table.add_column(name, justify="left" if k == 0 else "right",
-                         style="dim" if k == 0 else None, no_wrap=k == 0)
-    for row in rows:
-        table.add_row(*row)
-    return table
+from yaotu_trace.render.console import grid_table, heading, kv_table
 
 
 def prefix_reuse_renderables(section: Any) -> list[RenderableType]:
@@ -35,17 +23,18 @@ def prefix_reuse_renderables(section: Any) -> list[RenderableType]:
     wf = view.waterfall_rows(s)
     if wf:
         out += [heading("Loss waterfall (hit tokens)"),
-                _table(["step", "hit tokens", "lost", "of ideal"], wf)]
+                grid_table(["step", "hit tokens", "lost", "of ideal"], wf)]
     for key, title in (("per_tenant", "Per tenant"), ("per_instance", "Per instance")):
         if s.get(key):
-            out += [heading(title), _table([title.split()[1], "requests", "prompt tokens",
-                                            "hit tokens", "hit ratio"], view.group_rows(s[key]))]
+            out += [heading(title), grid_table([title.split()[1], "requests", "prompt tokens",
+                                                "hit tokens", "hit ratio"],
+                                               view.group_rows(s[key]))]
     out += [heading("Hit share of the prompt"),
-            _table(["share", "requests"], view.hit_length_rows(s))]
+            grid_table(["share", "requests"], view.hit_length_rows(s))]
     if s.get("hot_prefixes"):
         out += [heading("Hot prefixes (reuse lost, tokens)"),
-                _table(["prefix", "recomputed", "times", "why", "tenants", "example"],
-                       view.hot_rows(s))]
+                grid_table(["prefix", "recomputed", "times", "why", "tenants", "example"],
+                           view.hot_rows(s))]
     observed = view.observed_rows(s)
     if observed:
         out += [heading("Observed vs replayed"), kv_table(observed)]
@@ -59,7 +48,7 @@ def replay_grid_renderables(section: Any) -> list[RenderableType]:
     out: list[RenderableType] = [
         heading(f"Replay grid ({len(s['rows'])} rule sets, {s['requests']:,} requests, "
                 f"{s['prompt_tokens']:,} prompt tokens)"),
-        _table(view.GRID_HEADER, view.grid_rows(s)),
+        grid_table(view.GRID_HEADER, view.grid_rows(s)),
     ]
     out += [Text(f"note: {note}", style="yellow") for note in s.get("notes", [])]
     return out

@@ -13,13 +13,6 @@ from yaotu_trace.render import fmt
 from yaotu_trace.render.console import heading, kv_table
 
 
-def _capacity(point: Any, with_bytes: bool, unit: str = "") -> list[str]:
-    cells = [fmt.count(point.capacity_blocks) + unit, fmt.tokens(point.capacity_tokens)]
-    if with_bytes:
-        cells.append(fmt.bytes_(point.capacity_bytes))
-    return cells
-
-
 def capacity_curve_renderables(section: Any) -> list[RenderableType]:
     """The curve as a table, the knee and the 50/90/99 % capacities, then definitions."""
     with_bytes = section.kv_bytes_per_token is not None
@@ -51,22 +44,22 @@ def capacity_curve_renderables(section: Any) -> list[RenderableType]:
     table.add_column("of unlimited", justify="right")
     table.add_column("", style="dim")
     for p in section.points:
-        table.add_row(*_capacity(p, with_bytes), fmt.pct(p.hit_ratio),
+        table.add_row(*fmt.capacity_cells(p, with_bytes), fmt.pct(p.hit_ratio),
                       fmt.pct(p.share_of_unlimited), p.label)
     out.append(table)
 
     key_rows = []
     if section.knee is not None:
         k = section.knee
-        key_rows.append(("knee", f"{' · '.join(_capacity(k, with_bytes, ' blocks'))} → "
+        key_rows.append(("knee", f"{' · '.join(fmt.capacity_cells(k, with_bytes, ' blocks'))} → "
                                  f"{fmt.pct(k.hit_ratio)} ({fmt.pct(k.share_of_unlimited)} "
                                  "of unlimited)"))
     for p in section.shares:
-        shown = " · ".join(_capacity(p, with_bytes, " blocks"))
+        shown = " · ".join(fmt.capacity_cells(p, with_bytes, " blocks"))
         key_rows.append((f"{p.label} of unlimited reuse", f"{shown} → {fmt.pct(p.hit_ratio)}"))
     if section.full_reuse is not None:
         f = section.full_reuse
-        shown = " · ".join(_capacity(f, with_bytes, " blocks"))
+        shown = " · ".join(fmt.capacity_cells(f, with_bytes, " blocks"))
         key_rows.append(("all of unlimited reuse", shown))
     if key_rows:
         out += [heading("Capacity needed"), kv_table(key_rows)]

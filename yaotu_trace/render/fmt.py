@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from yaotu_trace.profile import Distribution
+
 MISSING = "–"
 
 
@@ -79,3 +85,21 @@ def flops(value: float | None) -> str:
         if magnitude >= scale:
             return f"{value / scale:.3g} {unit}FLOP"
     return f"{value:.3g} FLOP"
+
+
+def capacity_cells(point: Any, with_bytes: bool, unit: str = "") -> list[str]:
+    """A cache capacity as blocks (with `unit` appended), tokens and, when known, bytes."""
+    cells = [count(point.capacity_blocks) + unit, tokens(point.capacity_tokens)]
+    if with_bytes:
+        cells.append(bytes_(point.capacity_bytes))
+    return cells
+
+
+def distribution_row(
+    label: str, dist: Distribution | None, show: Callable[[float | None], str],
+) -> list[str]:
+    """Label, mean, P50, P90, P99, max (each through `show`) and count; dashes when empty."""
+    if dist is None or dist.count == 0:
+        return [label, MISSING, MISSING, MISSING, MISSING, MISSING, "0"]
+    return [label, show(dist.mean), show(dist.p50), show(dist.p90), show(dist.p99),
+            show(dist.max), count(dist.count)]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
-from yaotu_trace.profile import Distribution, Profile
-from yaotu_trace.render import fmt
+from yaotu_trace.profile import Profile
+from yaotu_trace.render import find_renderer, fmt
 from yaotu_trace.report import Report, to_builtins
 
 # Section name → "module:function" returning Markdown lines; others get a generic list.
@@ -49,16 +48,9 @@ TYPE_RENDERERS: dict[str, str] = {
 
 
 def _renderer(name: str, section: object = None) -> Callable[[Any], list[str]]:
-    target = TYPE_RENDERERS.get(type(section).__name__) or SECTION_RENDERERS.get(name)
-    if target is not None:
-        module_name, func = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError:
-            module = None
-        if module is not None and hasattr(module, func):
-            renderer: Callable[[Any], list[str]] = getattr(module, func)
-            return renderer
+    renderer = find_renderer(SECTION_RENDERERS, TYPE_RENDERERS, name, section)
+    if renderer is not None:
+        return renderer
     return lambda section: generic_lines(name, to_builtins(section))
 
 
@@ -86,13 +78,6 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def _dist(label: str, d: Distribution | None, show: Callable[[float | None], str]) -> list[str]:
-    if d is None or d.count == 0:
-        return [label, "–", "–", "–", "–", "–", "0"]
-    return [label, show(d.mean), show(d.p50), show(d.p90), show(d.p99), show(d.max),
-            fmt.count(d.count)]
-
-
 def profile_lines(profile: Profile) -> list[str]:
     """The workload profile as Markdown tables."""
     a = profile.arrivals
@@ -109,16 +94,16 @@ def profile_lines(profile: Profile) -> list[str]:
     )
     header = ["metric", "mean", "p50", "p90", "p99", "max", "n"]
     lines += ["", "### Lengths (tokens)", ""]
-    lines += table(header, [_dist("prompt", profile.lengths.prompt_len, fmt.num),
-                            _dist("output", profile.lengths.output_len, fmt.num)])
+    lines += table(header, [fmt.distribution_row("prompt", profile.lengths.prompt_len, fmt.num),
+                            fmt.distribution_row("output", profile.lengths.output_len, fmt.num)])
     t = profile.timing
     if t is not None:
         lines += ["", "### Observed timing", ""]
         lines += table(header, [
-            _dist("queue time", t.queue_time_s, fmt.seconds),
-            _dist("time to first token", t.ttft_s, fmt.seconds),
-            _dist("inter-token gap", t.itl_s, fmt.seconds),
-            _dist("end-to-end", t.e2e_s, fmt.seconds),
+            fmt.distribution_row("queue time", t.queue_time_s, fmt.seconds),
+            fmt.distribution_row("time to first token", t.ttft_s, fmt.seconds),
+            fmt.distribution_row("inter-token gap", t.itl_s, fmt.seconds),
+            fmt.distribution_row("end-to-end", t.e2e_s, fmt.seconds),
         ])
     return lines
 

@@ -8,13 +8,6 @@ from yaotu_trace.render import fmt
 from yaotu_trace.render.markdown import table
 
 
-def _capacity(point: Any, with_bytes: bool, unit: str = "") -> list[str]:
-    cells = [fmt.count(point.capacity_blocks) + unit, fmt.tokens(point.capacity_tokens)]
-    if with_bytes:
-        cells.append(fmt.bytes_(point.capacity_bytes))
-    return cells
-
-
 def capacity_curve_lines(section: Any) -> list[str]:
     """The curve table, the knee and the 50/90/99 % capacities."""
     with_bytes = section.kv_bytes_per_token is not None
@@ -30,15 +23,15 @@ def capacity_curve_lines(section: Any) -> list[str]:
     ]
     header = ["blocks", "tokens", *(["KV bytes"] if with_bytes else []), "hit ratio",
               "of unlimited", ""]
-    rows = [[*_capacity(p, with_bytes), fmt.pct(p.hit_ratio), fmt.pct(p.share_of_unlimited),
-             p.label] for p in section.points]
+    rows = [[*fmt.capacity_cells(p, with_bytes), fmt.pct(p.hit_ratio),
+             fmt.pct(p.share_of_unlimited), p.label] for p in section.points]
     lines += table(header, rows)
     lines += ["", "| capacity needed | blocks, tokens" + (", bytes" if with_bytes else "")
               + " | hit ratio |", "|---|---:|---:|"]
     key = ([section.knee] if section.knee is not None else []) + list(section.shares)
     for p in key:
         name = "knee" if p.label == "knee" else f"{p.label} of unlimited reuse"
-        lines.append(f"| {name} | {' · '.join(_capacity(p, with_bytes, ' blocks'))} | "
+        lines.append(f"| {name} | {' · '.join(fmt.capacity_cells(p, with_bytes, ' blocks'))} | "
                      f"{fmt.pct(p.hit_ratio)} |")
     if section.per_instance:
         lines += ["", "Per instance (blocks per cache):", ""]
