@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,6 +17,10 @@ from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.render import OutputFormat, render
 from yaotu_trace.report import InputSummary, Report
 from yaotu_trace.schema import Trace
+
+if TYPE_CHECKING:
+    from yaotu_trace.axes.base import EngineSettings
+    from yaotu_trace.diagnosis.thresholds import Thresholds
 
 app = typer.Typer(
     name="trace",
@@ -125,6 +130,74 @@ ThresholdOpt = Annotated[
 ]
 
 
+# Model FLOP utilisation assumed when the ledger turns FLOPs into GPU-seconds (cost-model §2.4).
+LEDGER_MFU = 0.5
+
+
+def diagnosis_settings(
+    *,
+    model: str | None,
+    kv_capacity: str | None,
+    block_size: int | None,
+    preset: str | None,
+    threshold: list[str] | None,
+    kv_bytes_per_token: int | None = None,
+    gpu: str | None = None,
+    **engine: Any,
+) -> tuple[EngineSettings, Thresholds]:
+    """Check the diagnosis options before any work and turn them into engine settings.
+
+    `engine` passes the remaining `EngineSettings` fields of `trace diagnose` through as given.
+    """
+    from yaotu_trace.axes.base import EngineSettings
+    from yaotu_trace.diagnosis.thresholds import parse_threshold_options
+
+    thresholds = parse_threshold_options(threshold or [])
+    if preset is not None:
+        from yaotu_trace.replay.rules import rules_for
+
+        rules_for(preset)  # an unknown preset is a one-line ConfigError before any work
+    spec = None
+    if model is not None:
+        from yaotu_trace.catalog import find_model
+
+        spec = find_model(model)
+    gpu_spec = None
+    if gpu is not None:
+        from yaotu_trace.hardware import find_gpu
+
+        gpu_spec = find_gpu(gpu)
+    kv_b = kv_bytes_per_token or (spec.kv_bytes_per_token if spec is not None else None)
+    block = block_size or 16
+    capacity_tokens = None
+    if kv_capacity is not None:
+        from yaotu_trace.units import parse_capacity
+
+        cap = parse_capacity(kv_capacity)
+        if not cap.unlimited:
+            if cap.unit == "blocks":
+                capacity_tokens = float(int(cap.amount) * block)
+            else:
+                tokens = cap.to_tokens(kv_b)
+                capacity_tokens = None if tokens is None else float(tokens)
+        if capacity_tokens is not None and capacity_tokens < block:
+            raise ConfigError(f"--kv-capacity {kv_capacity!r} holds less than one {block}-token "
+                              "block; give a larger capacity")
+    settings = EngineSettings(
+        block_size_tokens=block,
+        block_size_given=block_size is not None,
+        kv_capacity_tokens=capacity_tokens,
+        kv_bytes_per_token=kv_b,
+        active_params=None if spec is None else spec.active_nonembedding_params,
+        model=None if spec is None else spec.name,
+        replay_preset=preset,
+        gpu=None if gpu_spec is None else gpu_spec.name,
+        gpu_flops_per_s=None if gpu_spec is None else gpu_spec.bf16_flops * LEDGER_MFU,
+        **engine,
+    )
+    return settings, thresholds
+
+
 def load(
     trace: Path,
     input_format: TraceFormat | None = None,
@@ -178,10 +251,23 @@ def write_atomically(path: Path, text: str) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise ConfigError(f"{path}: folder '{parent}' does not exist; create it or pick another path")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
-    try:
+
+    def write(fd: int, tmp: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+
+    replace_atomically(path, parent, write)
+
+
+def replace_atomically(path: Path, parent: Path, write: Callable[[int, str], None]) -> None:
+    """Let `write` fill a temporary file in `parent`, then rename it over `path`.
+
+    `write` gets the file's open descriptor and its name. Readers never see a half-written file,
+    the result has the permissions `open()` would give, and a failed write leaves nothing behind.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
+    try:
+        write(fd, tmp)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)

@@ -25,6 +25,7 @@ from yaotu_trace.cli.app import (
     ThresholdOpt,
     TraceArg,
     app,
+    diagnosis_settings,
     emit,
     load,
     write_atomically,
@@ -72,46 +73,12 @@ def diagnosis_builder(
     threshold: list[str] | None,
 ) -> Callable[[], Any]:
     """Validate the diagnosis options now; return a builder of the `trace diagnose` report."""
-    from yaotu_trace.axes.base import EngineSettings
     from yaotu_trace.diagnosis.diagnose import diagnose
-    from yaotu_trace.diagnosis.thresholds import parse_threshold_options
     from yaotu_trace.ingest.metrics import read_metrics
 
-    thresholds = parse_threshold_options(threshold or [])
-    if preset is not None:
-        from yaotu_trace.replay.rules import rules_for
-
-        rules_for(preset)
-    spec = None
-    if model is not None:
-        from yaotu_trace.catalog import find_model
-
-        spec = find_model(model)
-    kv_b = None if spec is None else spec.kv_bytes_per_token
-    block = block_size or 16
-    capacity_tokens = None
-    if kv_capacity is not None:
-        from yaotu_trace.units import parse_capacity
-
-        cap = parse_capacity(kv_capacity)
-        if not cap.unlimited:
-            if cap.unit == "blocks":
-                capacity_tokens = float(int(cap.amount) * block)
-            else:
-                tokens = cap.to_tokens(kv_b)
-                capacity_tokens = None if tokens is None else float(tokens)
-        if capacity_tokens is not None and capacity_tokens < block:
-            raise ConfigError(f"--kv-capacity {kv_capacity!r} holds less than one {block}-token "
-                              "block; give a larger capacity")
-    settings = EngineSettings(
-        block_size_tokens=block,
-        block_size_given=block_size is not None,
-        kv_capacity_tokens=capacity_tokens,
-        kv_bytes_per_token=kv_b,
-        active_params=None if spec is None else spec.active_nonembedding_params,
-        model=None if spec is None else spec.name,
-        replay_preset=preset,
-    )
+    settings, thresholds = diagnosis_settings(model=model, kv_capacity=kv_capacity,
+                                              block_size=block_size, preset=preset,
+                                              threshold=threshold)
     engine_metrics = read_metrics(metrics) if metrics is not None else None
 
     def build() -> Any:

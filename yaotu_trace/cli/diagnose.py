@@ -23,14 +23,11 @@ from yaotu_trace.cli.app import (
     ThresholdOpt,
     TraceArg,
     app,
+    diagnosis_settings,
     emit,
     load,
 )
-from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
-
-# Model FLOP utilisation assumed when the ledger turns FLOPs into GPU-seconds (cost-model §2.4).
-LEDGER_MFU = 0.5
 
 KvBytesOpt = Annotated[
     int | None,
@@ -98,56 +95,20 @@ def diagnose(
       trace diagnose sim.parquet --steps steps.parquet --model Llama-3.1-8B --gpu H100
       --link-gbps 400
     """
-    from yaotu_trace.axes.base import EngineSettings
     from yaotu_trace.diagnosis.diagnose import diagnose as run
-    from yaotu_trace.diagnosis.thresholds import parse_threshold_options
     from yaotu_trace.ingest.metrics import read_metrics
 
-    thresholds = parse_threshold_options(threshold or [])
-    if preset is not None:
-        from yaotu_trace.replay.rules import rules_for
-
-        rules_for(preset)  # an unknown preset is a one-line ConfigError before any work
-    spec = None
-    if model is not None:
-        from yaotu_trace.catalog import find_model
-
-        spec = find_model(model)
-    gpu_spec = None
-    if gpu is not None:
-        from yaotu_trace.hardware import find_gpu
-
-        gpu_spec = find_gpu(gpu)
-    kv_b = kv_bytes_per_token or (spec.kv_bytes_per_token if spec is not None else None)
-    block = block_size or 16
-    capacity_tokens = None
-    if kv_capacity is not None:
-        from yaotu_trace.units import parse_capacity
-
-        cap = parse_capacity(kv_capacity)
-        if cap.unlimited:
-            capacity_tokens = None
-        elif cap.unit == "blocks":
-            capacity_tokens = float(int(cap.amount) * block)
-        else:
-            tokens = cap.to_tokens(kv_b)
-            capacity_tokens = None if tokens is None else float(tokens)
-        if capacity_tokens is not None and capacity_tokens < block:
-            raise ConfigError(f"--kv-capacity {kv_capacity!r} holds less than one {block}-token "
-                              "block; give a larger capacity")
-    settings = EngineSettings(
-        block_size_tokens=block,
-        block_size_given=block_size is not None,
-        kv_capacity_tokens=capacity_tokens,
+    settings, thresholds = diagnosis_settings(
+        model=model,
+        kv_capacity=kv_capacity,
+        block_size=block_size,
+        preset=preset,
+        threshold=threshold,
+        kv_bytes_per_token=kv_bytes_per_token,
+        gpu=gpu,
         max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens,
-        kv_bytes_per_token=kv_b,
-        active_params=None if spec is None else spec.active_nonembedding_params,
-        model=None if spec is None else spec.name,
         link_gbps=link_gbps,
-        replay_preset=preset,
-        gpu=None if gpu_spec is None else gpu_spec.name,
-        gpu_flops_per_s=None if gpu_spec is None else gpu_spec.bf16_flops * LEDGER_MFU,
         replay_jobs=jobs,
         replay_dask=dask,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +21,7 @@ from yaotu_trace.cli.app import (
     emit,
     input_of,
     load,
+    replace_atomically,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
@@ -64,9 +64,9 @@ def write_requests(path: Path, columns: dict[str, object]) -> None:
     if not parent.is_dir():
         raise ConfigError(f"--out {path}: folder '{parent}' does not exist; create it first")
     table = pa.table({name: pa.array(values) for name, values in columns.items()})
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
-    os.close(fd)
-    try:
+
+    def write(fd: int, tmp: str) -> None:
+        os.close(fd)
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
@@ -75,13 +75,8 @@ def write_requests(path: Path, columns: dict[str, object]) -> None:
             import pyarrow.csv as pcsv
 
             pcsv.write_csv(table, tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    replace_atomically(path, parent, write)
 
 
 @app.command()
