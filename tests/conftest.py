@@ -20,6 +20,29 @@ def shared_trace(relative: str) -> Path:
     return path
 
 
+def schema_error(path: Path) -> str:
+    """Load a malformed trace and return its error: a one-line schema error naming the file."""
+    from yaotu_trace.errors import TraceSchemaError, YaotuError
+    from yaotu_trace.ingest import load_trace
+
+    with pytest.raises(YaotuError) as info:
+        load_trace(path)
+    message = str(info.value)
+    assert isinstance(info.value, TraceSchemaError)
+    assert "\n" not in message
+    assert str(path) in message
+    return message
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run `trace` in this process: the exit code and what it wrote to stdout and stderr."""
+    from yaotu_trace.cli import main
+
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.fixture(autouse=True)
 def _plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rendered output never depends on the terminal running the tests."""

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import run_cli
 
-from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.ingest.canonical import write_trace
 
@@ -33,14 +33,8 @@ def small_trace(tmp_path: Path) -> Path:
     return path
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_analyze_json_stdout_is_only_the_report(small_trace: Path, capsys) -> None:
-    code, out, err = run(["analyze", str(small_trace), "--format", "json"], capsys)
+    code, out, err = run_cli(["analyze", str(small_trace), "--format", "json"], capsys)
     assert code == ExitCode.OK
     doc = json.loads(out)
     assert doc["schema_version"] == 1
@@ -52,7 +46,8 @@ def test_analyze_json_stdout_is_only_the_report(small_trace: Path, capsys) -> No
 
 def test_analyze_output_file_written_atomically(small_trace: Path, tmp_path: Path, capsys) -> None:
     target = tmp_path / "report.md"
-    code, out, _ = run(["analyze", str(small_trace), "-f", "markdown", "-o", str(target)], capsys)
+    code, out, _ = run_cli(["analyze", str(small_trace), "-f", "markdown", "-o", str(target)],
+                           capsys)
     assert code == ExitCode.OK
     assert out == ""
     assert target.read_text().startswith("## yaotu-trace analyze")
@@ -76,7 +71,7 @@ def test_input_errors_are_one_line_with_exit_3(
     path = tmp_path / name
     if content is not None:
         path.write_text(content)
-    code, out, err = run(["analyze", str(path)], capsys)
+    code, out, err = run_cli(["analyze", str(path)], capsys)
     assert code == ExitCode.INPUT
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("error: ")
@@ -85,7 +80,7 @@ def test_input_errors_are_one_line_with_exit_3(
 
 
 def test_usage_error_exits_2(capsys) -> None:
-    code, out, err = run(["analyze", "--no-such-option"], capsys)
+    code, out, err = run_cli(["analyze", "--no-such-option"], capsys)
     assert code == ExitCode.USAGE
     assert out == ""
     assert "No such option" in err
@@ -100,7 +95,7 @@ def test_unexpected_exception_is_internal_error_without_traceback(
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(analyze_module, "analyze_trace", boom)
-    code, out, err = run(["analyze", str(small_trace)], capsys)
+    code, out, err = run_cli(["analyze", str(small_trace)], capsys)
     assert code == ExitCode.INTERNAL
     assert "internal error: RuntimeError: kaboom" in err
     assert "Traceback" not in err

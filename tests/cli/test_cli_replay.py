@@ -8,9 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import shared_trace
+from conftest import run_cli, shared_trace
 
-from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.ingest.canonical import write_trace
 
@@ -32,14 +31,8 @@ def worked(tmp_path: Path) -> Path:
     return path
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_worked_example_json(worked: Path, capsys) -> None:
-    code, out, err = run(["replay", str(worked), "--preset", "none", "--block-size", "1",
+    code, out, err = run_cli(["replay", str(worked), "--preset", "none", "--block-size", "1",
                           "-f", "json"], capsys)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
@@ -52,7 +45,7 @@ def test_worked_example_json(worked: Path, capsys) -> None:
 
 
 def test_flags_override_the_preset(worked: Path, capsys) -> None:
-    code, out, _ = run(["replay", str(worked), "--preset", "vllm", "--block-size", "2",
+    code, out, _ = run_cli(["replay", str(worked), "--preset", "vllm", "--block-size", "2",
                         "--no-last-token-rule", "--no-tenant-isolation", "--touch-order",
                         "head-first", "--capacity", "8tok", "--eviction", "lfu", "--route",
                         "round-robin", "--instances", "2", "-f", "json"], capsys)
@@ -71,7 +64,7 @@ def test_flags_override_the_preset(worked: Path, capsys) -> None:
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
 def test_out_writes_per_request_columns(worked: Path, tmp_path: Path, capsys, suffix) -> None:
     target = tmp_path / f"hits{suffix}"
-    code, _, _ = run(["replay", str(worked), "--preset", "none", "--block-size", "2",
+    code, _, _ = run_cli(["replay", str(worked), "--preset", "none", "--block-size", "2",
                       "--out", str(target)], capsys)
     assert code == ExitCode.OK
     table = (pq.read_table(target).to_pandas() if suffix == ".parquet"
@@ -86,17 +79,17 @@ def test_out_writes_per_request_columns(worked: Path, tmp_path: Path, capsys, su
 
 def test_bad_out_suffix_and_bad_block_size_are_input_errors(worked: Path, tmp_path: Path,
                                                             capsys) -> None:
-    code, _, err = run(["replay", str(worked), "--out", str(tmp_path / "x.txt")], capsys)
+    code, _, err = run_cli(["replay", str(worked), "--out", str(tmp_path / "x.txt")], capsys)
     assert code == ExitCode.INPUT and err.startswith("error: ") and err.count("\n") == 1
     moon = shared_trace("mooncake/synthetic_trace.jsonl")
-    code, _, err = run(["replay", str(moon), "--block-size", "16"], capsys)
+    code, _, err = run_cli(["replay", str(moon), "--block-size", "16"], capsys)
     assert code == ExitCode.INPUT
     assert "cannot be split" in err
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
 def test_renderers_show_the_headline(worked: Path, capsys, fmt: str) -> None:
-    code, out, _ = run(["replay", str(worked), "--preset", "none", "--block-size", "1",
+    code, out, _ = run_cli(["replay", str(worked), "--preset", "none", "--block-size", "1",
                         "-f", fmt], capsys)
     assert code == ExitCode.OK
     assert "hit ratio (token-weighted)" in out
@@ -108,7 +101,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "multitenant.cs
 
 
 def test_replay_grid_prints_one_row_per_combination(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["replay", str(SAMPLE), "--grid", "block-size=16,64", "--grid",
+    code, out, _ = run_cli(["replay", str(SAMPLE), "--grid", "block-size=16,64", "--grid",
                         "tenant-isolation=on,off", "--grid", "capacity=2000,unlimited",
                         "--jobs", "2", "-f", "json"], capsys)
     assert code == ExitCode.OK
@@ -118,11 +111,11 @@ def test_replay_grid_prints_one_row_per_combination(capsys: pytest.CaptureFixtur
     assert [(r["block_size_tokens"], r["tenant_isolation"], r["capacity"]) for r in rows][:3] == [
         (16, True, "2000"), (16, True, "unlimited"), (16, False, "2000")]
     # Each row is the single replay under its rules.
-    code, single, _ = run(["replay", str(SAMPLE), "--block-size", "64", "--no-tenant-isolation",
+    code, single, _ = run_cli(["replay", str(SAMPLE), "--block-size", "64", "--no-tenant-isolation",
                            "--capacity", "2000", "--no-waterfall", "-f", "json"], capsys)
     assert json.loads(single)["prefix_reuse"]["saved_prefill_tokens"] == rows[6][
         "saved_prefill_tokens"]
-    code, table, _ = run(["replay", str(SAMPLE), "--grid", "capacity=2000,unlimited"], capsys)
+    code, table, _ = run_cli(["replay", str(SAMPLE), "--grid", "capacity=2000,unlimited"], capsys)
     assert code == ExitCode.OK and "Replay grid (2 rule sets" in table
 
 
@@ -130,13 +123,13 @@ def test_replay_grid_prints_one_row_per_combination(capsys: pytest.CaptureFixtur
                                  "tenant-isolation=maybe"])
 def test_replay_grid_bad_axis_is_an_input_error(bad: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["replay", str(SAMPLE), "--grid", bad], capsys)
+    code, out, err = run_cli(["replay", str(SAMPLE), "--grid", bad], capsys)
     assert code == ExitCode.INPUT and out == "" and "--grid" in err
 
 
 def test_replay_global_cache_with_jobs_says_it_ran_in_one_process(
         capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["replay", str(SAMPLE), "--capacity", "2000", "--jobs", "2",
+    code, out, _ = run_cli(["replay", str(SAMPLE), "--capacity", "2000", "--jobs", "2",
                         "-f", "json"], capsys)
     assert code == ExitCode.OK
     notes = json.loads(out)["prefix_reuse"]["notes"]
@@ -144,13 +137,13 @@ def test_replay_global_cache_with_jobs_says_it_ran_in_one_process(
 
 
 def test_replay_per_tenant_capacity_needs_isolation(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["replay", str(SAMPLE), "--capacity", "2000", "--capacity-per-tenant",
+    code, _, err = run_cli(["replay", str(SAMPLE), "--capacity", "2000", "--capacity-per-tenant",
                         "--no-tenant-isolation"], capsys)
     assert code == ExitCode.INPUT and "--tenant-isolation" in err
 
 
 def test_stats_line_goes_to_stderr_only(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["replay", str(SAMPLE), "--stats", "-f", "json"], capsys)
+    code, out, err = run_cli(["replay", str(SAMPLE), "--stats", "-f", "json"], capsys)
     assert code == ExitCode.OK
     json.loads(out)
     assert err.startswith("stats: ") and "peak RSS" in err

@@ -7,24 +7,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import shared_trace
+from conftest import run_cli, shared_trace
 
-from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.ingest.canonical import write_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_diagnose_mooncake_without_timing(capsys) -> None:
     path = shared_trace("mooncake/conversation_trace.jsonl")
-    code, out, err = run(["diagnose", str(path), "--format", "json"], capsys)
+    code, out, err = run_cli(["diagnose", str(path), "--format", "json"], capsys)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
     assert [a["name"] for a in doc["axes"]] == ["queueing", "kv_memory", "prefix_reuse",
@@ -79,7 +72,7 @@ def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path,
     base = ["diagnose", str(trace), "--steps", str(steps), "--metrics",
             str(DATA / "prom_vllm_small.json"), "--model", "Llama-3.1-8B", "--link-gbps", "400",
             "-t", "stall_factor=5"]
-    code, out, err = run([*base, "-f", "json"], capsys)
+    code, out, err = run_cli([*base, "-f", "json"], capsys)
     assert code == ExitCode.OK, err
     doc = json.loads(out)
     axes = {a["name"]: a for a in doc["axes"]}
@@ -96,12 +89,12 @@ def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path,
     assert doc["config"]["metrics"]["path"].endswith("prom_vllm_small.json")
     for f in doc["findings"]:
         assert {"id", "severity", "axis", "title", "message", "evidence"} <= set(f)
-    code, out, err = run([*base, "-f", "table"], capsys)
+    code, out, err = run_cli([*base, "-f", "table"], capsys)
     assert code == ExitCode.OK, err
     assert "Remedy ledger" in out and "pd_disaggregation" in out
     assert out.splitlines()[0].startswith("verdict: ")
     target = tmp_path / "diag.md"
-    code, out, err = run([*base, "-f", "markdown", "-o", str(target)], capsys)
+    code, out, err = run_cli([*base, "-f", "markdown", "-o", str(target)], capsys)
     assert code == ExitCode.OK and out == ""
     assert "### Findings" in target.read_text()
 
@@ -118,7 +111,7 @@ def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path,
 )
 def test_diagnose_errors_are_one_line_exit_3(full_trace, capsys, extra, expected) -> None:
     trace, _ = full_trace
-    code, out, err = run(["diagnose", str(trace), *extra], capsys)
+    code, out, err = run_cli(["diagnose", str(trace), *extra], capsys)
     assert code == ExitCode.INPUT
     assert out == ""
     assert err.startswith("error: ") and expected in err

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import schema_error
 
-from yaotu_trace.errors import TraceReadError, TraceSchemaError, YaotuError
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
@@ -89,12 +90,7 @@ def test_otel_snake_case_keys_are_read(tmp_path: Path) -> None:
 
 def test_otel_bad_start_time_is_a_one_line_error_naming_the_span() -> None:
     path = DATA / "otel_bad_start.json"
-    with pytest.raises(YaotuError) as info:
-        load_trace(path)
-    message = str(info.value)
-    assert isinstance(info.value, TraceSchemaError)
-    assert "\n" not in message
-    assert str(path) in message
+    message = schema_error(path)
     assert "resourceSpans[0].scopeSpans[0].spans[1]" in message
     assert "startTimeUnixNano" in message
 
