@@ -292,7 +292,7 @@ def normalize(raw: RawTrace, path: str) -> Trace:
         raise TraceSchemaError(
             f"{path}: missing required column{'s' if len(missing) > 1 else ''} "
             f"{', '.join(repr(c) for c in missing)} (have: {', '.join(map(str, df.columns[:12]))}); "
-            f"rename with --map {missing[0]}=<source column> or pass --format"
+            f"rename with --map {missing[0]}=<source column> or pass --input-format"
         )
 
     out: dict[str, pd.Series] = {}

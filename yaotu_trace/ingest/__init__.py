@@ -57,13 +57,13 @@ def detect_format(path: Path) -> TraceFormat:
         record = first_record(path)
         if record is None:
             raise TraceReadError(
-                f"{path}: line 1 is not a JSON object; check the file or pass --format"
+                f"{path}: line 1 is not a JSON object; check the file or pass --input-format"
             )
         found = sniff_keys(set(record))
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the keys of line 1 "
-                f"({', '.join(sorted(record)[:8])}); pass --format "
+                f"({', '.join(sorted(record)[:8])}); pass --input-format "
                 f"({', '.join(f.value for f in TraceFormat)}) or --map arrival_s=<key> ..."
             )
         return found
@@ -78,11 +78,11 @@ def detect_format(path: Path) -> TraceFormat:
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the CSV header "
-                f"({', '.join(map(str, header[:8]))}); pass --format or --map arrival_s=<column> ..."
+                f"({', '.join(map(str, header[:8]))}); pass --input-format or --map arrival_s=<column> ..."
             )
         return found
     raise TraceReadError(
-        f"{path}: unknown trace format '{suffix or '(no extension)'}'; pass --format, one of: "
+        f"{path}: unknown trace format '{suffix or '(no extension)'}'; pass --input-format, one of: "
         f"{', '.join(f.value for f in TraceFormat)}"
     )
 
@@ -107,7 +107,7 @@ def _sniff_json_document(path: Path) -> TraceFormat:
     if found is not None:
         return found
     raise TraceReadError(
-        f"{path}: cannot tell the trace format of this JSON document; pass --format, one of: "
+        f"{path}: cannot tell the trace format of this JSON document; pass --input-format, one of: "
         f"{', '.join(f.value for f in TraceFormat)}"
     )
 

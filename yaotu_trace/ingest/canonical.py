@@ -49,7 +49,7 @@ def read_parquet(path: Path, *, skip: tuple[str, ...] = ()) -> RawTrace:
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceReadError(
             f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:160]}); "
-            "check the file is complete or pass --format"
+            "check the file is complete or pass --input-format"
         ) from exc
     meta = table.schema.metadata or {}
     block = meta.get(SOURCE_BLOCK_SIZE_KEY)
@@ -118,7 +118,7 @@ def read_csv_frame(path: Path, **kwargs: object) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         raise TraceReadError(
             f"{path}: not a readable CSV ({str(exc).splitlines()[0][:160]}); "
-            "check the file or pass --format"
+            "check the file or pass --input-format"
         ) from exc
 
 

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 
 class TraceFormat(StrEnum):
-    """Input formats; `--format` takes these names."""
+    """Input formats; `--input-format` takes these names."""
 
     CANONICAL_PARQUET = "parquet"
     CANONICAL_JSONL = "jsonl"

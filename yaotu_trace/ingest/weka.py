@@ -140,7 +140,7 @@ def _load_document(file: Path) -> dict[str, Any]:
     if not isinstance(document, dict) or not isinstance(document.get("requests"), list):
         raise TraceReadError(
             f"{file}: not a WEKA conversation (expected an object with a 'requests' list); "
-            "pass --format for another format"
+            "pass --input-format for another format"
         )
     return document
 
