@@ -49,6 +49,45 @@ def test_streamed_report_equals_in_memory_report(
     assert streamed == in_memory
 
 
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A `trace simulate` output: timed (token_times_s per request) with its step log."""
+    out = tmp_path_factory.mktemp("sim")
+    trace, steps = out / "sim.parquet", out / "sim.steps.parquet"
+    assert main(["simulate", str(SAMPLES / "chat.parquet"), "--model", "Llama-3.1-8B",
+                 "--gpu", "H100-SXM", "--out", str(trace), "--steps-out", str(steps),
+                 "-f", "json"]) == ExitCode.OK
+    return trace, steps
+
+
+@pytest.mark.parametrize("command", COMMANDS[:3], ids=lambda c: c[0])
+@pytest.mark.parametrize("sample", ["diag-burst.parquet", "diag-kv-churn.parquet", "simulated"])
+@pytest.mark.parametrize("batch_rows", [65_536, 7])
+def test_streamed_token_times_equal_in_memory(
+    command: list[str], sample: str, batch_rows: int, simulated: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a timed canonical Parquet trace (token_times_s per request) and its step log
+    from yaotu_trace import token_times
+    from yaotu_trace.ingest import canonical, load_trace
+
+    path, steps = (simulated if sample == "simulated"
+                   else (SAMPLES / sample, SAMPLES / sample.replace(".parquet", ".steps.parquet")))
+    lazy = load_trace(path, lazy_content=True).lazy
+    assert lazy is not None and lazy.values_in("token_times_s") > 0
+    args = [command[0], str(path), *command[1:], "--steps", str(steps)]
+    if "--format" not in args:
+        args += ["--format", "json"]
+    # WHEN the token times stream in record batches (some as small as 7 rows) and when the
+    # whole column is read up front
+    monkeypatch.setattr(token_times, "BATCH_ROWS", batch_rows)
+    streamed = _run(args, capsys)
+    monkeypatch.setattr(canonical, "lazy_content", lambda path: None)
+    in_memory = _run(args, capsys)
+    # THEN the profile's gaps, the interference axis and the report's gap plot are identical
+    assert streamed == in_memory
+
+
 def test_stats_reports_time_and_peak_memory_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(SAMPLES / "chat.parquet"), "--stats", "-f", "json"]) == 0
     captured = capsys.readouterr()

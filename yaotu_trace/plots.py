@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from yaotu_trace.report import Report
-from yaotu_trace.schema import Trace, list_arrays
+from yaotu_trace.schema import Trace
+from yaotu_trace.token_times import token_gaps
 
 # Bars of a histogram: enough to show a shape, few enough to read each bar.
 HISTOGRAM_BINS = 30
@@ -168,21 +169,18 @@ def kv_series(trace: Trace, capacity_tokens: float | None) -> tuple[Series | Non
 
 def gap_window(trace: Trace, points: int = GAP_POINTS) -> tuple[GapWindow | None, str | None]:
     """The gaps of every request around the longest inter-token gap, and the prefill there."""
-    if not trace.has("token_times_s") or trace.is_lazy("token_times_s"):
+    if not trace.has("token_times_s"):
         return None, "needs token_times_s (per-token emission times) in the request table"
-    offsets, flat = list_arrays(trace.requests["token_times_s"])
-    flat = np.asarray(flat, dtype=np.float64)
-    if flat.size < 2:
+    # Streamed one record batch at a time when the column is left on disk (`Trace.lazy`).
+    tg = token_gaps(trace.requests, trace.lazy, with_times=True)
+    if int(tg.counts.sum()) < 2:
         return None, "fewer than two token times"
-    starts = np.asarray(offsets[:-1])
-    gaps = np.diff(flat)
-    valid = np.ones(gaps.size, dtype=bool)
-    valid[starts[starts > 0] - 1] = False  # a gap across two requests is not a gap
-    valid &= np.isfinite(gaps) & (gaps >= 0)
+    assert tg.end is not None
+    valid = np.isfinite(tg.gap)
     if not valid.any():
         return None, "no request has two token times"
-    t_tok = flat[1:][valid]
-    g = gaps[valid]
+    t_tok, g = (tg.end, tg.gap) if valid.all() else (tg.end[valid], tg.gap[valid])
+    del tg, valid
     worst = float(t_tok[int(np.argmax(g))])
     order = np.argsort(np.abs(t_tok - worst), kind="stable")[:points]
     sel = np.sort(order)

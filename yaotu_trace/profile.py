@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.report import Distribution
-from yaotu_trace.schema import Trace, list_arrays
+from yaotu_trace.schema import Trace
+from yaotu_trace.token_times import token_gaps
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,14 +159,9 @@ def timing_profile(trace: Trace) -> TimingProfile | None:
 
     itl = None
     if trace.has("token_times_s"):
-        offsets, times = list_arrays(df["token_times_s"])
-        gaps = np.diff(times)
-        # Drop the gaps that straddle two requests.
-        inside = np.ones(gaps.size, dtype=bool)
-        boundaries = offsets[1:-1] - 1
-        inside[boundaries[(boundaries >= 0) & (boundaries < gaps.size)]] = False
-        gaps = gaps[inside]
-        itl = Distribution.of(gaps[gaps >= 0])
+        # Streamed one record batch at a time when the column is left on disk; gaps that
+        # straddle two requests are never formed.
+        itl = Distribution.of(token_gaps(df, trace.lazy).gap)
 
     concurrency_mean = concurrency_max = None
     if trace.has("finish_s"):

@@ -42,7 +42,7 @@ from yaotu_trace.axes.base import (
 from yaotu_trace.diagnosis.rules import SEVERITY_OF
 from yaotu_trace.diagnosis.thresholds import Thresholds
 from yaotu_trace.report import Distribution
-from yaotu_trace.schema import list_arrays
+from yaotu_trace.token_times import has_token_times, token_gaps
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,7 +91,9 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     itl_mean = None if inp.metrics is None else inp.metrics.histogram_mean("itl_s")
     if itl_mean is not None:
         empty = replace(empty, metrics_itl_mean_s=itl_mean)
-    if not inp.has("token_times_s"):
+    # Token times left on disk belong to the trace's own rows only.
+    lazy = (inp.trace.lazy if inp.trace is not None and inp.trace.requests is req else None)
+    if not has_token_times(req, lazy):
         return AxisResult(
             axis=AxisName.PD_INTERFERENCE, status=Status.INSUFFICIENT_DATA, cause=None,
             score=None, score_basis="share of decode time lost to stalls during prefill",
@@ -103,18 +105,17 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
                         "processor) with the serving instance",),
         )
     sources = [Source.REQUESTS] + ([Source.METRICS] if itl_mean is not None else [])
-    offsets, times = list_arrays(req["token_times_s"])
-    counts = np.diff(offsets)
-    owner = np.repeat(np.arange(len(req)), counts)
-    gaps_all = np.diff(times)
-    same = owner[1:] == owner[:-1]
-    gap = gaps_all[same]
-    gap_start = times[:-1][same]
-    gap_end = times[1:][same]
-    gap_owner = owner[1:][same]
-    valid = np.isfinite(gap) & (gap >= 0)
-    gap, gap_start, gap_end, gap_owner = gap[valid], gap_start[valid], gap_end[valid], \
-        gap_owner[valid]
+    # Streamed one record batch at a time when the column is left on disk (`Trace.lazy`).
+    tg = token_gaps(req, lazy, with_times=True)
+    assert tg.start is not None and tg.end is not None and tg.owner is not None
+    counts, token_first = tg.counts, tg.first
+    valid = np.isfinite(tg.gap)
+    if valid.all():  # no copies when every gap is finite (the usual case)
+        gap, gap_start, gap_end, gap_owner = tg.gap, tg.start, tg.end, tg.owner
+    else:
+        gap, gap_start, gap_end, gap_owner = tg.gap[valid], tg.start[valid], tg.end[valid], \
+            tg.owner[valid]
+    del tg, valid
     instance = _instances(inp)
     if not (inp.has("instance") or inp.has("decode_instance")):
         notes.append("no instance column: all requests are taken as co-located on one instance")
@@ -168,10 +169,7 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         coin_source = "first tokens of co-located requests"
         first = (req["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
                  if inp.has("first_token_s") else np.full(len(req), np.nan))
-        starts_of = np.where(counts > 0, offsets[:-1], 0)
-        from_tokens = np.where(counts > 0, times[np.minimum(starts_of, max(times.size - 1, 0))],
-                               np.nan)
-        first = np.where(np.isfinite(first), first, from_tokens)
+        first = np.where(np.isfinite(first), first, token_first)
         for inst in np.unique(gap_inst[stall]):
             sel = stall & (gap_inst == inst)
             f = np.sort(first[(instance == inst) & np.isfinite(first)])

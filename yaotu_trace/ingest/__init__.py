@@ -151,9 +151,10 @@ def load_trace(
 ) -> Trace:
     """Read, map and validate a trace into the canonical `Trace` (never modifies the file).
 
-    `lazy_content=True` leaves the token and block-id columns of a canonical Parquet file on
-    disk (`Trace.lazy`) when its rows are in arrival order: the replay then streams them row
-    group by row group instead of holding every token in memory. Other inputs load as usual.
+    `lazy_content=True` leaves the token, block-id and token-time columns of a canonical
+    Parquet file on disk (`Trace.lazy`) when its rows are in arrival order: the replay and the
+    inter-token gaps (`yaotu_trace.token_times`) then stream them row group by row group
+    instead of holding every token in memory. Other inputs load as usual.
     """
     path = Path(path)
     if not path.exists():

@@ -31,8 +31,9 @@ def _list_mapper(dtype: pa.DataType) -> pd.ArrowDtype | None:
     return None
 
 
-# List columns `load_trace(..., lazy_content=True)` leaves on disk (the replay streams them).
-LAZY_COLUMNS = ("prompt_tokens", "prompt_block_ids", "output_tokens")
+# List columns `load_trace(..., lazy_content=True)` leaves on disk (the replay streams the
+# token columns, `token_times` the emission times).
+LAZY_COLUMNS = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
 
 
 def read_parquet(path: Path, *, skip: tuple[str, ...] = ()) -> RawTrace:
