@@ -24,6 +24,7 @@ from yaotu_trace.schema import LazyContent, list_arrays
 
 COLUMN = "token_times_s"
 BATCH_ROWS = 65_536
+BATCH_VALUES = 1 << 22  # about 4e6 token times (32 MB) per batch at most, but >= 1 row
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,10 @@ def _batches(requests: pd.DataFrame,
     import pyarrow.parquet as pq
 
     row = 0
-    for batch in pq.ParquetFile(lazy.path).iter_batches(columns=[COLUMN], batch_size=BATCH_ROWS):
+    file = pq.ParquetFile(lazy.path)
+    per_row = lazy.values_in(COLUMN) / max(file.metadata.num_rows, 1)
+    rows = max(1, min(BATCH_ROWS, int(BATCH_VALUES / max(per_row, 1.0))))
+    for batch in file.iter_batches(columns=[COLUMN], batch_size=rows):
         arr = batch.column(0)
         try:
             arr = arr.cast(pa.large_list(pa.float64()))
