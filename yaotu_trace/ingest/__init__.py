@@ -11,7 +11,14 @@ import pandas as pd
 from yaotu_trace.errors import ConfigError, TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, sniff_header, sniff_keys
 from yaotu_trace.ingest.jsonl import first_record
-from yaotu_trace.schema import CANONICAL_COLUMNS, RawTrace, Trace, normalize, validate_steps
+from yaotu_trace.schema import (
+    CANONICAL_COLUMNS,
+    STEP_COLUMNS,
+    RawTrace,
+    Trace,
+    normalize,
+    validate_steps,
+)
 
 Reader = Callable[[Path], RawTrace]
 
@@ -239,7 +246,8 @@ def read_steps(path: Path, option: str) -> pd.DataFrame:
     from yaotu_trace.ingest import canonical
 
     if suffix == ".parquet":
-        frame = canonical.read_parquet(path).requests
+        # Only the step columns are read: the others would be dropped by the validation.
+        frame = canonical.read_parquet(path, skip=_other_columns(path, STEP_COLUMNS)).requests
     elif suffix in (".jsonl", ".ndjson"):
         frame = canonical.read_jsonl(path).requests
     elif suffix == ".csv":
@@ -247,3 +255,15 @@ def read_steps(path: Path, option: str) -> pd.DataFrame:
     else:
         raise TraceReadError(f"{path}: step logs are .parquet, .jsonl or .csv; got '{suffix}'")
     return validate_steps(frame, str(path))
+
+
+def _other_columns(path: Path, keep: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns of a Parquet file not in `keep` (none when it cannot be opened)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.ParquetFile(path).schema_arrow.names
+    except (pa.ArrowInvalid, OSError):
+        return ()  # the reader reports why
+    return tuple(c for c in names if c not in keep)
