@@ -85,12 +85,13 @@ def detect_format(path: Path) -> TraceFormat:
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the CSV header "
-                f"({', '.join(map(str, header[:8]))}); pass --input-format or --map arrival_s=<column> ..."
+                f"({', '.join(map(str, header[:8]))}); "
+                "pass --input-format or --map arrival_s=<column> ..."
             )
         return found
     raise TraceReadError(
-        f"{path}: unknown trace format '{suffix or '(no extension)'}'; pass --input-format, one of: "
-        f"{', '.join(f.value for f in TraceFormat)}"
+        f"{path}: unknown trace format '{suffix or '(no extension)'}'; "
+        f"pass --input-format, one of: {', '.join(f.value for f in TraceFormat)}"
     )
 
 
