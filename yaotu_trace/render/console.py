@@ -173,8 +173,8 @@ def profile_renderables(profile: Profile) -> list[RenderableType]:
     lengths = profile.lengths
     length_table = distribution_table(
         [
-            fmt.distribution_row("prompt tokens", lengths.prompt_len, fmt.num),
-            fmt.distribution_row("output tokens", lengths.output_len, fmt.num),
+            fmt.distribution_row("prompt tokens", lengths.prompt_len, fmt.length),
+            fmt.distribution_row("output tokens", lengths.output_len, fmt.length),
         ],
         title=f"total: {fmt.count(lengths.prompt_tokens_total)} prompt tokens, "
         f"{fmt.count(lengths.output_tokens_total)} output tokens",

@@ -29,6 +29,15 @@ def num(value: float | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
+def length(value: float | None) -> str:
+    """A token length: whole values without decimals (13, not 13.00), others to one decimal."""
+    if value is None:
+        return MISSING
+    if float(value).is_integer() or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:,.1f}"
+
+
 def pct(ratio: float | None, digits: int = 1) -> str:
     """A 0–1 ratio as a percentage: 0.4012 → 40.1 %."""
     if ratio is None:

@@ -94,8 +94,8 @@ def profile_lines(profile: Profile) -> list[str]:
     )
     header = ["metric", "mean", "p50", "p90", "p99", "max", "n"]
     lines += ["", "### Lengths (tokens)", ""]
-    lines += table(header, [fmt.distribution_row("prompt", profile.lengths.prompt_len, fmt.num),
-                            fmt.distribution_row("output", profile.lengths.output_len, fmt.num)])
+    lines += table(header, [fmt.distribution_row("prompt", profile.lengths.prompt_len, fmt.length),
+                            fmt.distribution_row("output", profile.lengths.output_len, fmt.length)])
     t = profile.timing
     if t is not None:
         lines += ["", "### Observed timing", ""]
