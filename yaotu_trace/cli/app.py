@@ -97,6 +97,10 @@ DaskOpt = Annotated[
 ]
 
 
+KvBytesOpt = Annotated[
+    int | None,
+    typer.Option("--kv-bytes-per-token", min=1, help="KV bytes per token (overrides --model's)."),
+]
 # Options of the diagnosis, shared by `trace diagnose`, `trace check` and `trace report`.
 MetricsOpt = Annotated[
     Path | None,
@@ -250,7 +254,9 @@ def write_atomically(path: Path, text: str) -> None:
     """Write text through a temporary file in the same folder, then rename over the target."""
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise ConfigError(f"{path}: folder '{parent}' does not exist; create it or pick another path")
+        raise ConfigError(
+            f"{path}: folder '{parent}' does not exist; create it or pick another path"
+        )
 
     def write(fd: int, tmp: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

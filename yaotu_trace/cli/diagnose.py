@@ -12,6 +12,7 @@ from yaotu_trace.cli.app import (
     FormatOpt,
     InputFormatOpt,
     JobsOpt,
+    KvBytesOpt,
     KvCapacityOpt,
     MapOpt,
     MetricsOpt,
@@ -29,10 +30,6 @@ from yaotu_trace.cli.app import (
 )
 from yaotu_trace.render import OutputFormat
 
-KvBytesOpt = Annotated[
-    int | None,
-    typer.Option("--kv-bytes-per-token", min=1, help="KV bytes per token (overrides --model's)."),
-]
 MaxSeqsOpt = Annotated[
     int | None,
     typer.Option("--max-num-seqs", min=1, help="Engine cap on running requests (else the "

@@ -13,6 +13,7 @@ from yaotu_trace.cli.app import (
     FormatOpt,
     InputFormatOpt,
     JobsOpt,
+    KvBytesOpt,
     MapOpt,
     OutputOpt,
     SourceBlockOpt,
@@ -128,11 +129,7 @@ def replay(
         str | None,
         typer.Option(help="Model name, for capacities in bytes (KV bytes per token)."),
     ] = None,
-    kv_bytes_per_token: Annotated[
-        int | None,
-        typer.Option("--kv-bytes-per-token", help="KV bytes per token, instead of --model.",
-                     min=1),
-    ] = None,
+    kv_bytes_per_token: KvBytesOpt = None,
     eviction: Annotated[
         Eviction | None,
         typer.Option(help="Eviction policy of a full cache.", case_sensitive=False),

@@ -9,6 +9,7 @@ import typer
 from yaotu_trace.cli.app import (
     FormatOpt,
     InputFormatOpt,
+    KvBytesOpt,
     MapOpt,
     OutputOpt,
     SourceBlockOpt,
@@ -75,11 +76,7 @@ def sweep(
         str | None,
         typer.Option(help="Model of the catalog (`trace models`): gives capacities in bytes."),
     ] = None,
-    kv_bytes_per_token: Annotated[
-        int | None,
-        typer.Option("--kv-bytes-per-token", help="KV bytes per token (instead of --model).",
-                     min=1),
-    ] = None,
+    kv_bytes_per_token: KvBytesOpt = None,
     points: Annotated[
         int, typer.Option(help="Capacities shown, log-spaced (the knee and the 50/90/99 % "
                           "capacities are always added).", min=2)
