@@ -1,0 +1,198 @@
+"""Exact percentiles, mean and extremes of a sample too large to hold, read in batches.
+
+A sample that streams from disk (inter-token gaps, step durations) is summarised without ever
+holding it: `summarize` reads it more than once (`read()` starts a new pass) and finds each
+order statistic by radix selection on the bits of its values. Non-negative floats order as
+their bit patterns do (negatives with their bits flipped), so a histogram of the top 16 bits
+tells which bucket holds the k-th value; the next pass either collects that bucket, when it is
+small, or histograms its next 16 bits. Memory is one 65,536-bin histogram per pending rank plus
+the collected buckets (at most `COLLECT_VALUES` values each); the passes are 2 in practice and
+5 at most.
+
+The results equal numpy's on the whole sample held in memory: `np.percentile` with its
+default linear method (the same interpolation, computed from the same two order statistics)
+and `np.median`. The sum is taken over fixed blocks of `SUM_BLOCK` values in sample order and
+the block sums are added exactly (`math.fsum`), so it does not depend on how the sample was cut
+into batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+SUM_BLOCK = 1 << 16
+COLLECT_VALUES = 1 << 22  # a bucket this small is collected (32 MB) instead of split again
+_DIGIT_BITS = 16
+_SIGN = np.uint64(1 << 63)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Count, sum, extremes and the requested percentiles of the finite values of a sample."""
+
+    count: int
+    total: float
+    min: float | None
+    max: float | None
+    percentiles: dict[float, float]
+    median: float | None
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def _keys(values: np.ndarray) -> np.ndarray:
+    """uint64 keys that sort as the float64 values do."""
+    bits = values.view(np.uint64)
+    negative = (bits & _SIGN) != 0
+    return np.where(negative, ~bits, bits | _SIGN)
+
+
+def _value(key: int) -> float:
+    """The float64 a key stands for (inverse of `_keys`)."""
+    k = np.uint64(key)
+    bits = k & ~_SIGN if k & _SIGN else ~k
+    return float(np.array([bits], dtype=np.uint64).view(np.float64)[0])
+
+
+def _finite(batch: np.ndarray) -> np.ndarray:
+    values = np.asarray(batch, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    return values + 0.0  # -0.0 becomes 0.0: equal values must have one key
+
+
+class _BlockSum:
+    """Σ of a sample in fixed blocks of its order, whatever the batches it arrives in."""
+
+    def __init__(self) -> None:
+        self._sums: list[float] = []
+        self._carry = np.empty(0, dtype=np.float64)
+
+    def add(self, values: np.ndarray) -> None:
+        if self._carry.size:
+            values = np.concatenate([self._carry, values])
+        whole = values.size - values.size % SUM_BLOCK
+        if whole:
+            self._sums.extend(values[:whole].reshape(-1, SUM_BLOCK).sum(axis=1).tolist())
+        self._carry = values[whole:].copy()
+
+    def total(self) -> float:
+        sums = [*self._sums, float(self._carry.sum())]
+        try:
+            return math.fsum(sums)
+        except OverflowError:  # finite block sums whose exact total exceeds float64
+            return float(np.sum(sums))
+
+
+def _ranks_of(count: int, percentiles: Iterable[float],
+              median: bool) -> tuple[dict[float, tuple[int, int, float]], tuple[int, ...]]:
+    """The order statistics each percentile interpolates between (numpy's linear method)."""
+    spans: dict[float, tuple[int, int, float]] = {}
+    for q in percentiles:
+        virtual = float(np.true_divide(q, 100) * (count - 1))
+        below = math.floor(virtual)
+        spans[q] = (below, min(below + 1, count - 1), virtual - below)
+    middle: tuple[int, ...] = ()
+    if median:
+        middle = ((count - 1) // 2,) if count % 2 else (count // 2 - 1, count // 2)
+    return spans, middle
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's linear interpolation, exactly (it subtracts from b when t >= 0.5)."""
+    diff = np.float64(b) - np.float64(a)
+    if t >= 0.5:
+        return float(np.float64(b) - diff * (1 - np.float64(t)))
+    return float(np.float64(a) + diff * np.float64(t))
+
+
+def _locate(histogram: np.ndarray, within: int) -> tuple[int, int]:
+    """The bin holding the value of rank `within`, and that value's rank inside the bin."""
+    cumulative = np.cumsum(histogram)
+    digit = int(np.searchsorted(cumulative, within, side="right"))
+    return digit, within - (int(cumulative[digit - 1]) if digit else 0)
+
+
+def _select(read: Callable[[], Iterable[np.ndarray]], histogram: np.ndarray,
+            ranks: set[int]) -> dict[int, float]:
+    """The value of each 0-based rank, from the top-digit histogram of the first pass."""
+    # A bucket is (its known top bits, how many bits are known); each pending rank lies in one.
+    pending: dict[int, tuple[tuple[int, int], int]] = {}
+    size: dict[tuple[int, int], int] = {}
+    for r in ranks:
+        digit, within = _locate(histogram, r)
+        pending[r] = ((digit, _DIGIT_BITS), within)
+        size[(digit, _DIGIT_BITS)] = int(histogram[digit])
+    found: dict[int, float] = {}
+    while pending:
+        for r, ((prefix, known), _) in list(pending.items()):
+            if known == 64:  # every bit known: the bucket is one value
+                found[r] = _value(prefix)
+                del pending[r]
+        buckets = {bucket for bucket, _ in pending.values()}
+        if not buckets:
+            break
+        collect = {b for b in buckets if size[b] <= COLLECT_VALUES}
+        kept: dict[tuple[int, int], list[np.ndarray]] = {b: [] for b in collect}
+        hists = {b: np.zeros(1 << _DIGIT_BITS, dtype=np.int64) for b in buckets - collect}
+        for batch in read():
+            keys = _keys(_finite(batch))
+            for prefix, known in buckets:
+                inside = keys[(keys >> np.uint64(64 - known)) == np.uint64(prefix)]
+                if (prefix, known) in kept:
+                    kept[(prefix, known)].append(inside)
+                else:
+                    shift = np.uint64(64 - known - _DIGIT_BITS)
+                    digits = (inside >> shift) & np.uint64((1 << _DIGIT_BITS) - 1)
+                    hists[(prefix, known)] += np.bincount(digits.astype(np.int64),
+                                                          minlength=1 << _DIGIT_BITS)
+        sorted_keys = {b: np.sort(np.concatenate(parts)) for b, parts in kept.items()}
+        for r, ((prefix, known), within) in list(pending.items()):
+            if (prefix, known) in sorted_keys:
+                found[r] = _value(int(sorted_keys[(prefix, known)][within]))
+                del pending[r]
+                continue
+            hist = hists[(prefix, known)]
+            digit, inner = _locate(hist, within)
+            bucket = ((prefix << _DIGIT_BITS) | digit, known + _DIGIT_BITS)
+            pending[r] = (bucket, inner)
+            size[bucket] = int(hist[digit])
+    return found
+
+
+def summarize(read: Callable[[], Iterable[np.ndarray]], percentiles: Iterable[float] = (),
+              *, median: bool = False) -> Summary:
+    """Summarise the finite values of the batches `read()` yields, exactly.
+
+    `read` is called once per pass and must yield the same values in the same order each time.
+    """
+    qs = tuple(percentiles)
+    count = 0
+    low, high = math.inf, -math.inf
+    block_sum = _BlockSum()
+    histogram = np.zeros(1 << _DIGIT_BITS, dtype=np.int64)
+    for batch in read():
+        values = _finite(batch)
+        if not values.size:
+            continue
+        count += values.size
+        low, high = min(low, float(values.min())), max(high, float(values.max()))
+        block_sum.add(values)
+        top = (_keys(values) >> np.uint64(64 - _DIGIT_BITS)).astype(np.int64)
+        histogram += np.bincount(top, minlength=1 << _DIGIT_BITS)
+    if count == 0:
+        return Summary(count=0, total=0.0, min=None, max=None, percentiles={}, median=None)
+    spans, middle = _ranks_of(count, qs, median)
+    wanted = {r for lo, hi, _ in spans.values() for r in (lo, hi)} | set(middle)
+    value = _select(read, histogram, wanted)
+    out = {q: _lerp(value[lo], value[hi], t) for q, (lo, hi, t) in spans.items()}
+    mid = None
+    if middle:
+        mid = float(np.median(np.array([value[r] for r in middle], dtype=np.float64)))
+    return Summary(count=count, total=block_sum.total(), min=low, max=high, percentiles=out,
+                   median=mid)
