@@ -132,6 +132,10 @@ class Trace:
     steps: pd.DataFrame | None = field(default=None)
     # List columns left on disk (`load_trace(..., lazy_content=True)`); not in `requests`.
     lazy: LazyContent | None = None
+    # Values derived from the trace once and shared by the passes that need them (e.g. the
+    # inter-token gap summary, which reads the token times twice). Not copied by `replace`.
+    derived: dict[str, object] = field(default_factory=dict, init=False, compare=False,
+                                       repr=False)
 
     def has(self, column: str) -> bool:
         """Whether the trace carries `column` with at least one value."""
