@@ -15,7 +15,7 @@ import numpy as np
 
 from yaotu_trace.report import Report
 from yaotu_trace.schema import Trace
-from yaotu_trace.token_times import token_gaps
+from yaotu_trace.token_times import nearest_gaps, trace_gap_summary
 
 # Bars of a histogram: enough to show a shape, few enough to read each bar.
 HISTOGRAM_BINS = 30
@@ -171,20 +171,14 @@ def gap_window(trace: Trace, points: int = GAP_POINTS) -> tuple[GapWindow | None
     """The gaps of every request around the longest inter-token gap, and the prefill there."""
     if not trace.has("token_times_s"):
         return None, "needs token_times_s (per-token emission times) in the request table"
-    # Streamed one record batch at a time when the column is left on disk (`Trace.lazy`).
-    tg = token_gaps(trace.requests, trace.lazy, with_times=True)
-    if int(tg.counts.sum()) < 2:
+    # Passes over the column (streamed when left on disk): the gaps are never all held.
+    summary = trace_gap_summary(trace)
+    if int(summary.counts.sum()) < 2:
         return None, "fewer than two token times"
-    assert tg.end is not None
-    valid = np.isfinite(tg.gap)
-    if not valid.any():
+    near = nearest_gaps(trace.requests, trace.lazy, points)
+    if near is None or summary.summary.median is None:
         return None, "no request has two token times"
-    t_tok, g = (tg.end, tg.gap) if valid.all() else (tg.end[valid], tg.gap[valid])
-    del tg, valid
-    worst = float(t_tok[int(np.argmax(g))])
-    order = np.argsort(np.abs(t_tok - worst), kind="stable")[:points]
-    sel = np.sort(order)
-    t_sel, g_sel = t_tok[sel], g[sel]
+    t_sel, g_sel = near
     lo, hi = float(t_sel.min() - g_sel.max()), float(t_sel.max())
     spans: list[tuple[float, float, int]] = []
     source = "prefill steps in the step log"
@@ -204,7 +198,7 @@ def gap_window(trace: Trace, points: int = GAP_POINTS) -> tuple[GapWindow | None
     return GapWindow(
         start_s=lo, end_s=hi,
         token_t_s=tuple(float(x) for x in t_sel), gap_s=tuple(float(x) for x in g_sel),
-        median_gap_s=float(np.median(g)),
+        median_gap_s=summary.summary.median,
         prefill_spans_s=tuple(spans[:2000]),
         prefill_source=source,
     ), None

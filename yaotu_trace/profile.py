@@ -23,7 +23,7 @@ import pandas as pd
 
 from yaotu_trace.report import Distribution
 from yaotu_trace.schema import Trace
-from yaotu_trace.token_times import token_gaps
+from yaotu_trace.token_times import trace_gap_summary
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,9 +159,9 @@ def timing_profile(trace: Trace) -> TimingProfile | None:
 
     itl = None
     if trace.has("token_times_s"):
-        # Streamed one record batch at a time when the column is left on disk; gaps that
-        # straddle two requests are never formed.
-        itl = Distribution.of(token_gaps(df, trace.lazy).gap)
+        # Summarised in passes over the column (streamed when left on disk): the gaps are
+        # never all held, and gaps that straddle two requests are never formed.
+        itl = trace_gap_summary(trace).distribution
 
     concurrency_mean = concurrency_max = None
     if trace.has("finish_s"):

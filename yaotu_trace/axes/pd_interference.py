@@ -42,7 +42,13 @@ from yaotu_trace.axes.base import (
 from yaotu_trace.diagnosis.rules import SEVERITY_OF
 from yaotu_trace.diagnosis.thresholds import Thresholds
 from yaotu_trace.report import Distribution
-from yaotu_trace.token_times import has_token_times, token_gaps
+from yaotu_trace.token_times import (
+    GapSummary,
+    gap_summary,
+    has_token_times,
+    stalls,
+    trace_gap_summary,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +82,13 @@ def _instances(inp: AxisInput) -> np.ndarray:
     return np.full(len(req), "")
 
 
+def _gap_summary(inp: AxisInput) -> GapSummary:
+    """The gap summary, shared with the profile when the rows are the trace's own."""
+    if inp.trace is not None and inp.trace.requests is inp.requests:
+        return trace_gap_summary(inp.trace)
+    return gap_summary(inp.requests, None)
+
+
 def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     """Measure decode stalls and how many of them line up with other requests' prefill."""
     req = inp.requests
@@ -105,17 +118,10 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
                         "processor) with the serving instance",),
         )
     sources = [Source.REQUESTS] + ([Source.METRICS] if itl_mean is not None else [])
-    # Streamed one record batch at a time when the column is left on disk (`Trace.lazy`).
-    tg = token_gaps(req, lazy, with_times=True)
-    assert tg.start is not None and tg.end is not None and tg.owner is not None
-    counts, token_first = tg.counts, tg.first
-    valid = np.isfinite(tg.gap)
-    if valid.all():  # no copies when every gap is finite (the usual case)
-        gap, gap_start, gap_end, gap_owner = tg.gap, tg.start, tg.end, tg.owner
-    else:
-        gap, gap_start, gap_end, gap_owner = tg.gap[valid], tg.start[valid], tg.end[valid], \
-            tg.owner[valid]
-    del tg, valid
+    # Passes over the token times (streamed when left on disk): only the gaps' summary and the
+    # stalls are held, never every gap.
+    gs = _gap_summary(inp)
+    counts, token_first, n_gaps = gs.counts, gs.first, gs.summary.count
     instance = _instances(inp)
     if not (inp.has("instance") or inp.has("decode_instance")):
         notes.append("no instance column: all requests are taken as co-located on one instance")
@@ -130,9 +136,9 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         if (prefill == 0).any():
             median_step, step_source = float(np.median(dur[prefill == 0])), "decode-only steps"
         prefill_steps = steps[prefill > 0]
-    if median_step is None and gap.size:
-        median_step, step_source = float(np.median(gap)), "median inter-token gap"
-    if not gap.size or median_step is None:
+    if median_step is None and n_gaps:
+        median_step, step_source = gs.summary.median, "median inter-token gap"
+    if not n_gaps or median_step is None:
         return AxisResult(
             axis=AxisName.PD_INTERFERENCE, status=Status.INSUFFICIENT_DATA, cause=None,
             score=None, score_basis="share of decode time lost to stalls during prefill",
@@ -141,11 +147,11 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
             next_steps=("record every token's emission time, not only the first",),
         )
     threshold_s = k * median_step
-    stall = gap > threshold_s
+    st = stalls(req, lazy, threshold_s)
+    gap, gap_start, gap_end = st.gap, st.start, st.end
     coincide = np.zeros(gap.size, dtype=bool)
-    # Instances as codes (labels sorted): 4 B per gap instead of a string reference.
     labels, inst_code = np.unique(instance, return_inverse=True)
-    gap_inst = inst_code.astype(np.int32)[gap_owner]
+    gap_inst = inst_code[st.owner]
     if prefill_steps is not None and len(prefill_steps):
         coin_source = "prefill steps in the step log"
         # Steps are matched by instance only when both tables name instances.
@@ -159,9 +165,9 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
                 at = int(np.searchsorted(labels, inst))
                 if at == labels.size or labels[at] != inst:
                     continue  # no request ran on this instance
-                sel = stall & (gap_inst == at)
+                sel = gap_inst == at
             else:
-                sel = stall
+                sel = np.ones(gap.size, dtype=bool)
             if not sel.any():
                 continue
             starts = g["start_s"].to_numpy(dtype=np.float64)
@@ -178,23 +184,23 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         first = (req["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
                  if inp.has("first_token_s") else np.full(len(req), np.nan))
         first = np.where(np.isfinite(first), first, token_first)
-        for code in np.unique(gap_inst[stall]):
-            sel = stall & (gap_inst == code)
+        for code in np.unique(gap_inst):
+            sel = gap_inst == code
             f = np.sort(first[(inst_code == code) & np.isfinite(first)])
             inside = (np.searchsorted(f, gap_end[sel], side="right")
                       - np.searchsorted(f, gap_start[sel], side="right"))
             coincide[np.flatnonzero(sel)] = inside > 0
     lost = float((gap[coincide] - median_step).sum())
-    unexplained = float((gap[stall & ~coincide] - median_step).sum())
-    total = float(gap.sum())
-    n_stalls = int(stall.sum())
+    unexplained = float((gap[~coincide] - median_step).sum())
+    total = gs.summary.total
+    n_stalls = int(gap.size)
     with_prefill = int(coincide.sum())
     share = ratio(lost, total)
     metrics = InterferenceMetrics(
         requests_with_tokens=int((counts > 1).sum()),
-        gaps=int(gap.size),
-        tbt_s=Distribution.of(gap),
-        tbt_p25_s=float(np.percentile(gap, 25)),
+        gaps=n_gaps,
+        tbt_s=gs.distribution,
+        tbt_p25_s=gs.summary.percentiles[25],
         median_decode_step_s=median_step,
         median_step_source=step_source,
         stall_factor=k,
