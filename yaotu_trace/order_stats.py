@@ -66,8 +66,11 @@ def _finite(batch: np.ndarray) -> np.ndarray:
     return values + 0.0  # -0.0 becomes 0.0: equal values must have one key
 
 
-class _BlockSum:
-    """Σ of a sample in fixed blocks of its order, whatever the batches it arrives in."""
+class BlockSum:
+    """Σ of a sample in fixed blocks of its order, whatever the batches it arrives in.
+
+    Memory is one block (`SUM_BLOCK` float64, 512 KiB) plus one float per finished block.
+    """
 
     def __init__(self) -> None:
         self._sums: list[float] = []
@@ -87,6 +90,58 @@ class _BlockSum:
             return math.fsum(sums)
         except OverflowError:  # finite block sums whose exact total exceeds float64
             return float(np.sum(sums))
+
+
+_BlockSum = BlockSum
+
+
+class KeyedBlockSum:
+    """Σ per key (0 ≤ key < `keys`) of a sample, whatever the batches it arrives in.
+
+    Pairs are cut into fixed blocks of `SUM_BLOCK` in sample order, as by `BlockSum`; each
+    block's per-key sums (one `np.bincount`) are added to compensated (Neumaier) running totals
+    in block order. Memory is one block of pairs plus two floats per key, so it suits many keys
+    (time buckets of a plot, windows) where a `BlockSum` per key would hold a block each.
+    """
+
+    def __init__(self, keys: int) -> None:
+        self.keys = keys
+        self._sum = np.zeros(keys, dtype=np.float64)
+        self._comp = np.zeros(keys, dtype=np.float64)
+        self._carry_keys = np.empty(0, dtype=np.int64)
+        self._carry = np.empty(0, dtype=np.float64)
+
+    def add(self, keys: np.ndarray, values: np.ndarray) -> None:
+        keys = np.asarray(keys, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        if self._carry.size:
+            keys = np.concatenate([self._carry_keys, keys])
+            values = np.concatenate([self._carry, values])
+        whole = values.size - values.size % SUM_BLOCK
+        for lo in range(0, whole, SUM_BLOCK):
+            self._fold(np.bincount(keys[lo:lo + SUM_BLOCK], weights=values[lo:lo + SUM_BLOCK],
+                                   minlength=self.keys))
+        self._carry_keys, self._carry = keys[whole:].copy(), values[whole:].copy()
+
+    def _fold(self, block: np.ndarray) -> None:
+        self._sum, self._comp = _neumaier(self._sum, self._comp, block)
+
+    def totals(self) -> np.ndarray:
+        """The sum of each key (0.0 for keys never seen)."""
+        tail = np.bincount(self._carry_keys, weights=self._carry, minlength=self.keys)
+        total, comp = _neumaier(self._sum, self._comp, tail)
+        with np.errstate(invalid="ignore"):
+            out = total + comp
+        return np.where(np.isfinite(total), out, total)
+
+
+def _neumaier(total: np.ndarray, comp: np.ndarray,
+              add: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One step of Neumaier's compensated sum, elementwise: (new total, new compensation)."""
+    new = total + add
+    with np.errstate(invalid="ignore"):
+        lost = np.where(np.abs(total) >= np.abs(add), (total - new) + add, (add - new) + total)
+    return new, comp + lost
 
 
 def _ranks_of(count: int, percentiles: Iterable[float],
@@ -174,7 +229,7 @@ def summarize(read: Callable[[], Iterable[np.ndarray]], percentiles: Iterable[fl
     qs = tuple(percentiles)
     count = 0
     low, high = math.inf, -math.inf
-    block_sum = _BlockSum()
+    block_sum = BlockSum()
     histogram = np.zeros(1 << _DIGIT_BITS, dtype=np.int64)
     for batch in read():
         values = _finite(batch)

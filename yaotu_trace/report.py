@@ -11,9 +11,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from yaotu_trace.order_stats import Summary
 
 SCHEMA_VERSION = 1
 PERCENTILES = (50, 90, 99)
@@ -53,21 +56,40 @@ class Distribution:
 
     @classmethod
     def of(cls, values: np.ndarray) -> Distribution:
-        """Summarise finite values; an empty sample gives count 0 and no statistics."""
+        """Summarise finite values; an empty sample gives count 0 and no statistics.
+
+        Equal, number for number, to `from_summary` of the same sample read in batches: the
+        mean is `order_stats`' block sum over the count, not `np.mean`, so a sample held in
+        memory and one streamed from disk give the same report.
+        """
+        from yaotu_trace.order_stats import BlockSum
+
         data = np.asarray(values, dtype=np.float64)
-        data = data[np.isfinite(data)]
+        data = data[np.isfinite(data)] + 0.0  # -0.0 as 0.0, as order_stats sees it
         if data.size == 0:
             return cls(count=0, mean=None, p50=None, p90=None, p99=None, max=None, min=None)
         p50, p90, p99 = np.percentile(data, PERCENTILES)
+        total = BlockSum()
+        total.add(data)
         return cls(
             count=int(data.size),
-            mean=float(data.mean()),
+            mean=total.total() / data.size,
             p50=float(p50),
             p90=float(p90),
             p99=float(p99),
             max=float(data.max()),
             min=float(data.min()),
         )
+
+    @classmethod
+    def from_summary(cls, summary: Summary) -> Distribution:
+        """The distribution of a sample summarised by `order_stats.summarize` with (at least)
+        `PERCENTILES`: for a sample streamed in batches, never held whole."""
+        if summary.count == 0:
+            return cls(count=0, mean=None, p50=None, p90=None, p99=None, max=None, min=None)
+        p50, p90, p99 = (summary.percentiles[q] for q in PERCENTILES)
+        return cls(count=summary.count, mean=summary.mean, p50=p50, p90=p90, p99=p99,
+                   max=summary.max, min=summary.min)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
