@@ -3,11 +3,11 @@
 A sample that streams from disk (inter-token gaps, step durations) is summarised without ever
 holding it: `summarize` reads it more than once (`read()` starts a new pass) and finds each
 order statistic by radix selection on the bits of its values. Non-negative floats order as
-their bit patterns do (negatives with their bits flipped), so a histogram of the top 16 bits
-tells which bucket holds the k-th value; the next pass either collects that bucket, when it is
-small, or histograms its next 16 bits. Memory is one 65,536-bin histogram per pending rank plus
-the collected buckets (at most `COLLECT_VALUES` values each); the passes are 2 in practice and
-5 at most.
+their bit patterns do (negatives with their bits flipped), so a histogram of the top 20 bits
+(buckets of 1/256 of an octave) tells which bucket holds the k-th value; the next pass either
+collects that bucket, when it is small, or histograms its next 16 bits. Memory is the 8 MB
+first histogram, one 65,536-bin histogram per bucket being split and the collected buckets (at
+most `COLLECT_VALUES` values each); the passes are 2 in practice and 5 at most.
 
 The results equal numpy's on the whole sample held in memory: `np.percentile` with its
 default linear method (the same interpolation, computed from the same two order statistics)
@@ -26,7 +26,8 @@ import numpy as np
 
 SUM_BLOCK = 1 << 16
 COLLECT_VALUES = 1 << 22  # a bucket this small is collected (32 MB) instead of split again
-_DIGIT_BITS = 16
+_TOP_BITS = 20  # the first pass: 1,048,576 buckets (8 MB), 1/256 of an octave each
+_DIGIT_BITS = 16  # each further split
 _SIGN = np.uint64(1 << 63)
 
 
@@ -49,6 +50,8 @@ class Summary:
 def _keys(values: np.ndarray) -> np.ndarray:
     """uint64 keys that sort as the float64 values do."""
     bits = values.view(np.uint64)
+    if not values.size or values.min() >= 0:  # the usual case (gaps, durations): no flips
+        return bits | _SIGN
     negative = (bits & _SIGN) != 0
     return np.where(negative, ~bits, bits | _SIGN)
 
@@ -175,15 +178,16 @@ def _locate(histogram: np.ndarray, within: int) -> tuple[int, int]:
 
 def _select(read: Callable[[], Iterable[np.ndarray]], histogram: np.ndarray,
             ranks: set[int]) -> dict[int, float]:
-    """The value of each 0-based rank, from the top-digit histogram of the first pass."""
+    """The value of each 0-based rank, from the top-bits histogram of the first pass."""
     # A bucket is (its known top bits, how many bits are known); each pending rank lies in one.
     pending: dict[int, tuple[tuple[int, int], int]] = {}
     size: dict[tuple[int, int], int] = {}
     for r in ranks:
         digit, within = _locate(histogram, r)
-        pending[r] = ((digit, _DIGIT_BITS), within)
-        size[(digit, _DIGIT_BITS)] = int(histogram[digit])
+        pending[r] = ((digit, _TOP_BITS), within)
+        size[(digit, _TOP_BITS)] = int(histogram[digit])
     found: dict[int, float] = {}
+    top_shift = np.uint64(64 - _TOP_BITS)
     while pending:
         for r, ((prefix, known), _) in list(pending.items()):
             if known == 64:  # every bit known: the bucket is one value
@@ -194,18 +198,23 @@ def _select(read: Callable[[], Iterable[np.ndarray]], histogram: np.ndarray,
             break
         collect = {b for b in buckets if size[b] <= COLLECT_VALUES}
         kept: dict[tuple[int, int], list[np.ndarray]] = {b: [] for b in collect}
-        hists = {b: np.zeros(1 << _DIGIT_BITS, dtype=np.int64) for b in buckets - collect}
+        split = {b: min(_DIGIT_BITS, 64 - b[1]) for b in buckets - collect}
+        hists = {b: np.zeros(1 << bits, dtype=np.int64) for b, bits in split.items()}
+        # A table of the wanted top-bit buckets picks the few keys of interest in one look-up.
+        wanted = np.zeros(1 << _TOP_BITS, dtype=bool)
+        wanted[[p >> (k - _TOP_BITS) for p, k in buckets]] = True
         for batch in read():
             keys = _keys(_finite(batch))
+            near = keys[wanted[(keys >> top_shift).astype(np.int64)]]
             for prefix, known in buckets:
-                inside = keys[(keys >> np.uint64(64 - known)) == np.uint64(prefix)]
+                inside = near[(near >> np.uint64(64 - known)) == np.uint64(prefix)]
                 if (prefix, known) in kept:
                     kept[(prefix, known)].append(inside)
                 else:
-                    shift = np.uint64(64 - known - _DIGIT_BITS)
-                    digits = (inside >> shift) & np.uint64((1 << _DIGIT_BITS) - 1)
+                    bits = split[(prefix, known)]
+                    digits = (inside >> np.uint64(64 - known - bits)) & np.uint64((1 << bits) - 1)
                     hists[(prefix, known)] += np.bincount(digits.astype(np.int64),
-                                                          minlength=1 << _DIGIT_BITS)
+                                                          minlength=1 << bits)
         sorted_keys = {b: np.sort(np.concatenate(parts)) for b, parts in kept.items()}
         for r, ((prefix, known), within) in list(pending.items()):
             if (prefix, known) in sorted_keys:
@@ -214,7 +223,8 @@ def _select(read: Callable[[], Iterable[np.ndarray]], histogram: np.ndarray,
                 continue
             hist = hists[(prefix, known)]
             digit, inner = _locate(hist, within)
-            bucket = ((prefix << _DIGIT_BITS) | digit, known + _DIGIT_BITS)
+            bits = split[(prefix, known)]
+            bucket = ((prefix << bits) | digit, known + bits)
             pending[r] = (bucket, inner)
             size[bucket] = int(hist[digit])
     return found
@@ -230,7 +240,7 @@ def summarize(read: Callable[[], Iterable[np.ndarray]], percentiles: Iterable[fl
     count = 0
     low, high = math.inf, -math.inf
     block_sum = BlockSum()
-    histogram = np.zeros(1 << _DIGIT_BITS, dtype=np.int64)
+    histogram = np.zeros(1 << _TOP_BITS, dtype=np.int64)
     for batch in read():
         values = _finite(batch)
         if not values.size:
@@ -238,8 +248,8 @@ def summarize(read: Callable[[], Iterable[np.ndarray]], percentiles: Iterable[fl
         count += values.size
         low, high = min(low, float(values.min())), max(high, float(values.max()))
         block_sum.add(values)
-        top = (_keys(values) >> np.uint64(64 - _DIGIT_BITS)).astype(np.int64)
-        histogram += np.bincount(top, minlength=1 << _DIGIT_BITS)
+        top = (_keys(values) >> np.uint64(64 - _TOP_BITS)).astype(np.int64)
+        histogram += np.bincount(top, minlength=1 << _TOP_BITS)
     if count == 0:
         return Summary(count=0, total=0.0, min=None, max=None, percentiles={}, median=None)
     spans, middle = _ranks_of(count, qs, median)

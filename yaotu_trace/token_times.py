@@ -31,20 +31,38 @@ from yaotu_trace.schema import LazyContent, Trace, list_arrays
 
 COLUMN = "token_times_s"
 BATCH_ROWS = 65_536
-BATCH_VALUES = 1 << 22  # about 4e6 token times (32 MB) per batch at most, but >= 1 row
+BATCH_VALUES = 1 << 20  # about 1e6 token times (8 MB) per batch at most, but >= 1 row
 GAP_PERCENTILES = (25, 50, 90, 99)
 
 
 @dataclass(frozen=True, slots=True)
 class BatchGaps:
-    """The gaps of one record batch: value, token times on both sides, request row, and the
-    position of the first gap among all gaps (for stable order across batches)."""
+    """The gaps of one record batch, in order, and where they lie.
+
+    `keep` marks the differences of consecutive `times` that are gaps (same request, not NaN,
+    not negative); `first_index` is the position of the batch's first gap among all gaps.
+    Token times and request rows are looked up only for the gaps a consumer selects.
+    """
 
     gap: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    owner: np.ndarray
+    keep: np.ndarray
+    times: np.ndarray
+    offsets: np.ndarray
+    row: int
     first_index: int
+
+    def _after(self, sel: np.ndarray) -> np.ndarray:
+        """Index in `times` of the token ending each selected gap."""
+        return np.flatnonzero(self.keep)[sel] + 1
+
+    def times_around(self, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) token times of the selected gaps."""
+        after = self._after(sel)
+        return self.times[after - 1], self.times[after]
+
+    def owner(self, sel: np.ndarray) -> np.ndarray:
+        """The request row of each selected gap."""
+        return self.row + np.searchsorted(self.offsets, self._after(sel), side="right") - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +113,9 @@ def _lists(requests: pd.DataFrame,
     import pyarrow.parquet as pq
 
     row = 0
-    file = pq.ParquetFile(lazy.path)
+    # Without pre_buffer: with it the reader keeps every decoded batch of the pass allocated
+    # (0.9 GB for 1e8 token times, pyarrow 26), against one batch without.
+    file = pq.ParquetFile(lazy.path, pre_buffer=False)
     per_row = lazy.values_in(COLUMN) / max(file.metadata.num_rows, 1)
     rows = max(1, min(BATCH_ROWS, int(BATCH_VALUES / max(per_row, 1.0))))
     for batch in file.iter_batches(columns=[COLUMN], batch_size=rows):
@@ -116,34 +136,35 @@ def gap_batches(requests: pd.DataFrame, lazy: LazyContent | None) -> Iterator[Ba
     """One pass over the gaps, a record batch at a time."""
     index = 0
     for row, offsets, times in _lists(requests, lazy):
-        owner = np.repeat(np.arange(row, row + offsets.size - 1, dtype=np.int64),
-                          np.diff(offsets))
         diff = np.diff(times)
-        keep = owner[1:] == owner[:-1]
-        keep[keep] = diff[keep] >= 0
-        yield BatchGaps(gap=diff[keep], start=times[:-1][keep], end=times[1:][keep],
-                        owner=owner[1:][keep], first_index=index)
-        index += int(keep.sum())
-
-
-def _token_counts(requests: pd.DataFrame,
-                  lazy: LazyContent | None) -> tuple[np.ndarray, np.ndarray]:
-    """Token times per request and each request's first token time (NaN when none)."""
-    counts = np.zeros(len(requests), dtype=np.int64)
-    first = np.full(len(requests), np.nan)
-    for row, offsets, times in _lists(requests, lazy):
-        count = np.diff(offsets)
-        counts[row:row + count.size] = count
-        nonempty = np.flatnonzero(count > 0)
-        first[row + nonempty] = times[offsets[:-1][nonempty]]
-    return counts, first
+        keep = diff >= 0  # False for NaN
+        # The difference ending at each request's first token spans two requests.
+        across = offsets[1:-1] - 1
+        keep[across[(across >= 0) & (across < diff.size)]] = False
+        gap = diff[keep]
+        yield BatchGaps(gap=gap, keep=keep, times=times, offsets=offsets, row=row,
+                        first_index=index)
+        index += gap.size
 
 
 def gap_summary(requests: pd.DataFrame, lazy: LazyContent | None) -> GapSummary:
     """Count, sum, extremes, median and `GAP_PERCENTILES` of all finite gaps, exactly."""
-    counts, first = _token_counts(requests, lazy)
-    summary = summarize(lambda: (b.gap for b in gap_batches(requests, lazy)),
-                        GAP_PERCENTILES, median=True)
+    counts = np.zeros(len(requests), dtype=np.int64)
+    first = np.full(len(requests), np.nan)
+    passes = 0
+
+    def read() -> Iterator[np.ndarray]:
+        nonlocal passes
+        passes += 1
+        for b in gap_batches(requests, lazy):
+            if passes == 1:  # the first pass also takes each request's count and first time
+                count = np.diff(b.offsets)
+                counts[b.row:b.row + count.size] = count
+                nonempty = np.flatnonzero(count > 0)
+                first[b.row + nonempty] = b.times[b.offsets[:-1][nonempty]]
+            yield b.gap
+
+    summary = summarize(read, GAP_PERCENTILES, median=True)
     return GapSummary(summary=summary, counts=counts, first=first)
 
 
@@ -161,8 +182,8 @@ def stalls(requests: pd.DataFrame, lazy: LazyContent | None, threshold_s: float)
     """The finite gaps longer than `threshold_s`, in gap order."""
     parts: list[tuple[np.ndarray, ...]] = []
     for b in gap_batches(requests, lazy):
-        sel = np.isfinite(b.gap) & (b.gap > threshold_s)
-        parts.append((b.gap[sel], b.start[sel], b.end[sel], b.owner[sel]))
+        sel = np.flatnonzero(np.isfinite(b.gap) & (b.gap > threshold_s))
+        parts.append((b.gap[sel], *b.times_around(sel), b.owner(sel)))
     if not parts:
         empty = np.empty(0)
         return Stalls(gap=empty, start=empty, end=empty, owner=np.empty(0, dtype=np.int64))
@@ -180,16 +201,23 @@ def nearest_gaps(requests: pd.DataFrame, lazy: LazyContent | None,
         if finite.size:
             at = finite[int(np.argmax(b.gap[finite]))]
             if b.gap[at] > worst_gap:  # the first of equal longest gaps, as np.argmax
-                worst_gap, worst_end = float(b.gap[at]), float(b.end[at])
+                worst_gap = float(b.gap[at])
+                worst_end = float(b.times_around(np.array([at]))[1][0])
     if not np.isfinite(worst_gap):
         return None
     index = np.empty(0, dtype=np.int64)
     end = gap = distance = np.empty(0)
     for b in gap_batches(requests, lazy):
         finite = np.flatnonzero(np.isfinite(b.gap))
+        b_end = b.times_around(finite)[1]
+        b_distance = np.abs(b_end - worst_end)
+        if finite.size > points:  # only gaps as near as the batch's points-th can be chosen
+            cut = np.partition(b_distance, points - 1)[points - 1]
+            near = b_distance <= cut
+            finite, b_end, b_distance = finite[near], b_end[near], b_distance[near]
         index = np.concatenate([index, b.first_index + finite])
-        end, gap = np.concatenate([end, b.end[finite]]), np.concatenate([gap, b.gap[finite]])
-        distance = np.concatenate([distance, np.abs(b.end[finite] - worst_end)])
+        end, gap = np.concatenate([end, b_end]), np.concatenate([gap, b.gap[finite]])
+        distance = np.concatenate([distance, b_distance])
         if index.size > points:
             keep = np.sort(np.lexsort((index, distance))[:points])
             index, end, gap, distance = index[keep], end[keep], gap[keep], distance[keep]
