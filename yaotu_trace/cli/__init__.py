@@ -13,8 +13,8 @@ import typer.main
 from yaotu_trace.errors import ExitCode, YaotuError
 
 # One module per command; each registers itself on `app` when imported.
-COMMAND_MODULES = ("analyze", "replay", "sweep", "models", "generate", "diagnose", "simulate",
-                   "compare", "check", "report")
+COMMAND_MODULES = ("analyze", "replay", "sweep", "models", "generate", "convert", "diagnose",
+                   "simulate", "compare", "check", "report")
 
 
 def _register_commands(args: list[str] | None = None) -> None:
