@@ -63,3 +63,91 @@ def test_refuses_to_overwrite_its_input_or_guess_a_format(
     code, _, err = run_cli(["convert", str(source), "--out", str(tmp_path / "x.txt")], capsys)
     assert code == ExitCode.INPUT and "end the name with .parquet" in err
     assert not (tmp_path / "x.txt").exists()
+
+
+def _tables_equal(a: Path, b: Path) -> None:
+    import pyarrow.parquet as pq
+
+    left, right = pq.read_table(a), pq.read_table(b)
+    assert left.schema == right.schema and left.schema.metadata == right.schema.metadata
+    assert left.equals(right)
+
+
+@pytest.mark.parametrize(("source", "part_bytes"), [
+    ("bursty.jsonl", 20_000), ("multitenant.csv", 30_000), ("bursty.jsonl", 1)])
+def test_read_in_parts_gives_the_table_read_whole(
+        source: str, part_bytes: int, tmp_path: Path) -> None:
+    from yaotu_trace.convert import convert_trace
+
+    # GIVEN a sample trace converted whole (one part) and in parts of a few lines each
+    whole = convert_trace(SAMPLES / source, tmp_path / "whole.parquet", part_bytes=1 << 30)
+    parts = convert_trace(SAMPLES / source, tmp_path / "parts.parquet", part_bytes=part_bytes)
+    # THEN the parts were really separate, and the files hold the same table
+    assert whole.parts == 1 and parts.parts > 5
+    assert parts.requests == whole.requests == 60
+    _tables_equal(tmp_path / "whole.parquet", tmp_path / "parts.parquet")
+
+
+def test_mooncake_in_parts_numbers_generated_ids_across_parts(tmp_path: Path) -> None:
+    from yaotu_trace.convert import convert_trace
+
+    source = shared_trace("mooncake/conversation_trace.jsonl")
+    parts = convert_trace(source, tmp_path / "parts.parquet", part_bytes=200_000)
+    whole = convert_trace(source, tmp_path / "whole.parquet", part_bytes=1 << 40)
+    assert parts.parts > 10 and whole.parts == 1
+    _tables_equal(tmp_path / "whole.parquet", tmp_path / "parts.parquet")
+
+
+def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _row(i: int, arrival_s: float, request_id: str | None = None) -> dict[str, object]:
+    row: dict[str, object] = {"arrival_s": arrival_s, "prompt_len": 3, "output_len": 1,
+                              "prompt_tokens": [i, i + 1, i + 2]}
+    if request_id is not None:
+        row["request_id"] = request_id
+    return row
+
+
+def test_duplicates_across_parts_name_both_lines(tmp_path: Path) -> None:
+    from yaotu_trace.convert import convert_trace
+    from yaotu_trace.errors import TraceSchemaError
+
+    rows = [_row(i, float(i), f"id-{i}") for i in range(40)]
+    rows[33]["request_id"] = "id-2"
+    source = _jsonl(tmp_path / "dup.jsonl", rows)
+    with pytest.raises(TraceSchemaError) as info:
+        convert_trace(source, tmp_path / "out.parquet", part_bytes=300)
+    assert str(info.value) == (f"{source}: line 34, column 'request_id': duplicate id 'id-2' "
+                               "(also at line 3); request ids must be unique")
+    assert not (tmp_path / "out.parquet").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["dup.jsonl"]  # no parts left behind
+
+
+def test_a_bad_value_late_in_the_file_names_its_own_line(tmp_path: Path) -> None:
+    from yaotu_trace.convert import convert_trace
+    from yaotu_trace.errors import TraceSchemaError
+
+    rows = [_row(i, float(i)) for i in range(40)]
+    rows[36]["output_len"] = -4
+    source = _jsonl(tmp_path / "bad.jsonl", rows)
+    with pytest.raises(TraceSchemaError, match=r"bad.jsonl: line 37, column 'output_len': -4 is "
+                       "negative"):
+        convert_trace(source, tmp_path / "out.parquet", part_bytes=300)
+
+
+def test_arrivals_back_in_time_across_parts_are_sorted_by_reading_whole(tmp_path: Path) -> None:
+    from yaotu_trace.convert import convert_trace
+
+    rows = [_row(i, float(i)) for i in range(40)]
+    rows[35]["arrival_s"] = 0.5  # earlier than an earlier part
+    source = _jsonl(tmp_path / "late.jsonl", rows)
+    done = convert_trace(source, tmp_path / "out.parquet", part_bytes=300)
+    assert done.parts == 1 and "read whole to sort them" in done.notes[0]
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.column("arrival_s").to_pylist()[:3] == [0.0, 0.5, 1.0]
+    assert table.column("request_id").to_pylist()[:3] == ["r0", "r35", "r1"]

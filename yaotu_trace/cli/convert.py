@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg, app, load
-from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.canonical import write_trace
+from yaotu_trace.cli.app import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg, app
+from yaotu_trace.convert import convert_trace
+from yaotu_trace.errors import ConfigError, TraceReadError
+from yaotu_trace.ingest import parse_column_map
 
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
@@ -31,8 +32,10 @@ def convert(
     table: validated, sorted by arrival, with canonical column names.
 
     Canonical Parquet is the format the other commands stream: its token columns stay on disk
-    and are read in record batches, so a trace larger than memory gets its report. The input
-    is read whole once, here; it is never modified, and the output is written atomically.
+    and are read in record batches, so a trace larger than memory gets its report. Canonical
+    JSONL or CSV and Mooncake JSONL are converted to Parquet in parts of about 32 MB, so they
+    may be larger than memory too (if their arrivals are in order); other formats are read
+    whole. The input is never modified, and the output is written atomically.
 
     \b
     Examples:
@@ -55,9 +58,12 @@ def convert(
     if out.exists() and trace.exists() and out.resolve() == trace.resolve():
         raise ConfigError(f"--out {out}: is the input trace; inputs are never overwritten, "
                           "pick another name")
-    loaded = load(trace, input_format, map, source_block_size)
-    write_trace(loaded.requests, out, source_block_size=loaded.source_block_size)
-    for note in loaded.notes:
+    if not trace.exists():
+        raise TraceReadError(f"{trace}: no such file; check the path")
+    done = convert_trace(trace, out, fmt=input_format, column_map=parse_column_map(map or []),
+                         source_block_size=source_block_size)
+    for note in done.notes:
         sys.stderr.write(f"note: {note}\n")
-    sys.stderr.write(f"wrote {len(loaded.requests):,} requests ({loaded.format_name} → "
-                     f"canonical {out.suffix.lower().lstrip('.')}) to {out}\n")
+    how = f", read in {done.parts} parts" if done.parts > 1 else ""
+    sys.stderr.write(f"wrote {done.requests:,} requests ({done.format_name} → canonical "
+                     f"{out.suffix.lower().lstrip('.')}{how}) to {out}\n")

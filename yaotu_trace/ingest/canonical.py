@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,7 +91,11 @@ def lazy_content(path: Path) -> LazyContent | None:
 
 def read_jsonl(path: Path) -> RawTrace:
     """Read canonical JSONL: one request object per line, canonical keys."""
-    records, lines = read_json_lines(path)
+    return jsonl_part(*read_json_lines(path))
+
+
+def jsonl_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
+    """Canonical JSONL records (some lines of a file, or all) as a raw table."""
     df = pd.DataFrame.from_records(records)
     df[SOURCE_ROW] = lines
     block = df.pop("source_block_size").dropna().unique() if "source_block_size" in df else []
@@ -104,11 +109,17 @@ def read_jsonl(path: Path) -> RawTrace:
 
 def read_csv(path: Path) -> RawTrace:
     """Read a canonical CSV; list columns are JSON arrays in a cell (e.g. "[1, 2, 3]")."""
-    df = read_csv_frame(path)
+    return csv_part(read_csv_frame(path), path, first_line=2)
+
+
+def csv_part(df: pd.DataFrame, path: Path, *, first_line: int) -> RawTrace:
+    """Canonical CSV rows (some of a file, or all) as a raw table; `first_line` is the file
+    line of the first row (2 after the header)."""
     for column in LIST_COLUMNS:
         if column in df.columns:
-            df[column] = [_parse_list_cell(v, path, i + 2, column) for i, v in enumerate(df[column])]
-    df[SOURCE_ROW] = range(2, len(df) + 2)
+            df[column] = [_parse_list_cell(v, path, first_line + i, column)
+                          for i, v in enumerate(df[column])]
+    df[SOURCE_ROW] = range(first_line, len(df) + first_line)
     return RawTrace(requests=df, format_name="csv", row_label="line")
 
 
@@ -176,6 +187,45 @@ def write_trace(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def join_parquet_parts(parts: list[Path], path: Path, *,
+                       source_block_size: int | None = None) -> int:
+    """Write canonical Parquet parts, in order, as one file atomically; returns its rows.
+
+    Parts may lack columns that others have (a reader drops a column empty in its part): the
+    file has every column, in canonical order, null where a part had none. One part is held
+    at a time.
+    """
+    from yaotu_trace.schema import CANONICAL_COLUMNS
+
+    schemas = [pq.read_schema(part) for part in parts]
+    fields: dict[str, pa.Field] = {}
+    for schema in schemas:
+        for field in schema:
+            fields.setdefault(field.name, field.remove_metadata())
+    order = [c for c in CANONICAL_COLUMNS if c in fields]
+    schema = pa.schema([fields[c] for c in order])
+    if source_block_size is not None:
+        schema = schema.with_metadata({SOURCE_BLOCK_SIZE_KEY: str(source_block_size).encode()})
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for part in parts:
+                table = pq.read_table(part)
+                columns = [table.column(c).cast(fields[c].type) if c in table.column_names
+                           else pa.nulls(table.num_rows, fields[c].type) for c in order]
+                writer.write_table(pa.Table.from_arrays(columns, schema=schema),
+                                   row_group_size=1024)
+                rows += table.num_rows
+        _readable_like_a_new_file(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return rows
 
 
 def _readable_like_a_new_file(path: Path) -> None:

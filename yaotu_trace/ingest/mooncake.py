@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,11 @@ MOONCAKE_BLOCK_TOKENS = 512
 
 def read_mooncake(path: Path) -> RawTrace:
     """Map timestamp (ms) → arrival_s, input/output_length → lengths, hash_ids → block ids."""
-    records, lines = read_json_lines(path)
+    return mooncake_part(*read_json_lines(path))
+
+
+def mooncake_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
+    """The mapping of `read_mooncake` for some lines of the file (each line stands alone)."""
     df = pd.DataFrame.from_records(records)
     out = pd.DataFrame(
         {

@@ -1,0 +1,127 @@
+"""Converting a trace of any supported format into the canonical table.
+
+Canonical Parquet in arrival order is what every command streams out of core, so this is the
+one step a trace in another format needs before it outgrows memory. A JSONL or CSV file whose
+lines stand alone (canonical, Mooncake) is converted in parts of about 32 MB of text: each part
+is mapped and validated like a whole file (errors name the file's own lines) and written to a
+temporary Parquet part; request ids are checked for duplicates across parts, and the parts are
+joined into the output. The result is the same table as converting the file whole, which is
+what happens when the format's rows depend on each other, when the output is JSONL or CSV, or
+when arrivals go back in time across two parts (sorting them needs the whole file).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest.canonical import join_parquet_parts, write_trace
+from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.ingest.parts import PART_BYTES, PARTABLE, apply_options, read_parts
+from yaotu_trace.schema import SOURCE_ROW, normalize
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Converted:
+    """What was written: requests, the source format, how many parts it was read in."""
+
+    requests: int
+    format_name: str
+    parts: int
+    notes: tuple[str, ...]
+
+
+def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
+                  column_map: Mapping[str, str] | None = None,
+                  source_block_size: int | None = None,
+                  part_bytes: int | None = None) -> Converted:
+    """Write `path` as a canonical table at `out` (format by extension), atomically."""
+    fmt = fmt or detect_format(path)
+    notes: tuple[str, ...] = ()
+    if fmt in PARTABLE and out.suffix.lower() == ".parquet":
+        done = _convert_in_parts(path, out, fmt, column_map, source_block_size,
+                                 part_bytes or PART_BYTES)
+        if done is not None:
+            return done
+        notes = ("arrivals go back in time between parts of the file: it was read whole to "
+                 "sort them",)
+    trace = load_trace(path, fmt=fmt, column_map=column_map,
+                       source_block_size=source_block_size)
+    write_trace(trace.requests, out, source_block_size=trace.source_block_size)
+    return Converted(requests=len(trace.requests), format_name=trace.format_name, parts=1,
+                     notes=notes + trace.notes)
+
+
+def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
+                      column_map: Mapping[str, str] | None, source_block_size: int | None,
+                      part_bytes: int) -> Converted | None:
+    """The parts route; None when arrivals are not in order across parts."""
+    notes: list[str] = []
+    ids: list[pd.Series] = []
+    lines: list[np.ndarray] = []
+    files: list[Path] = []
+    rows = 0
+    latest = -np.inf
+    block: int | None = None
+    has_ids: bool | None = None
+    format_name = fmt.value
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as folder:
+        for k, raw in enumerate(read_parts(path, fmt, part_bytes=part_bytes)):
+            raw = apply_options(raw, path, column_map, source_block_size)
+            part = normalize(raw, str(path))
+            table = part.requests
+            arrival = table["arrival_s"].to_numpy(dtype=np.float64)
+            if arrival.min() < latest:
+                return None
+            latest = float(arrival.max())
+            named = "request_id" in raw.requests.columns
+            if has_ids is not None and named != has_ids:
+                at = int(raw.requests[SOURCE_ROW].iloc[0])
+                raise TraceSchemaError(
+                    f"{path}: line {at}, column 'request_id': "
+                    + ("value is missing" if has_ids else "ids start here but earlier lines "
+                       "have none") + "; give every request an id or drop the column")
+            has_ids = named
+            if named:
+                ids.append(raw.requests["request_id"].astype("string"))
+                lines.append(raw.requests[SOURCE_ROW].to_numpy(dtype=np.int64))
+            else:  # generated ids number the file's rows: r0, r1, ... across parts
+                number = table["request_id"].str.slice(1).astype(np.int64) + rows
+                table = table.assign(request_id=("r" + number.astype(str)).astype("string"))
+            if block is not None and part.source_block_size not in (None, block):
+                raise TraceSchemaError(
+                    f"{path}: line {int(raw.requests[SOURCE_ROW].iloc[0])}: source_block_size "
+                    f"{part.source_block_size} differs from {block} earlier in the file; one "
+                    "trace has one block size")
+            block = block if block is not None else part.source_block_size
+            first, last = raw.requests[SOURCE_ROW].iloc[[0, -1]].tolist()
+            notes += [f"lines {first}–{last}: {note}" for note in part.notes]
+            files.append(Path(folder) / f"{k:06d}.parquet")
+            write_trace(table, files[-1])
+            rows += len(table)
+            format_name = part.format_name
+        if ids:
+            _no_duplicates(path, pd.concat(ids, ignore_index=True), np.concatenate(lines))
+        join_parquet_parts(files, out, source_block_size=block)
+    return Converted(requests=rows, format_name=format_name, parts=len(files),
+                     notes=tuple(notes))
+
+
+def _no_duplicates(path: Path, ids: pd.Series, lines: np.ndarray) -> None:
+    """The duplicate check of a whole file, over the ids of every part (each part checked
+    its own already)."""
+    dup = ids.duplicated(keep=False).to_numpy()
+    if not dup.any():
+        return
+    first = int(np.flatnonzero(dup)[0])
+    again = int(np.flatnonzero(dup & (ids.to_numpy() == ids.iloc[first]))[1])
+    raise TraceSchemaError(
+        f"{path}: line {lines[again]}, column 'request_id': duplicate id {ids.iloc[first]!r} "
+        f"(also at line {lines[first]}); request ids must be unique")
