@@ -10,7 +10,8 @@ import pandas as pd
 from yaotu_trace.axes.base import AxisInput, EngineSettings
 from yaotu_trace.diagnosis.thresholds import Thresholds, make_thresholds
 from yaotu_trace.ingest.metrics import EngineMetrics
-from yaotu_trace.schema import RawTrace, Trace, normalize, validate_steps
+from yaotu_trace.schema import RawTrace, Trace, normalize
+from yaotu_trace.steplog import StepLog
 
 
 def make_trace(columns: dict[str, Sequence[Any]], *, steps: dict[str, Sequence[Any]] | None = None,
@@ -21,7 +22,7 @@ def make_trace(columns: dict[str, Sequence[Any]], *, steps: dict[str, Sequence[A
     if steps is not None:
         from dataclasses import replace
 
-        trace = replace(trace, steps=validate_steps(pd.DataFrame(steps), "steps"))
+        trace = replace(trace, steps=StepLog.from_frame(pd.DataFrame(steps), "steps"))
     return trace
 
 

@@ -31,7 +31,7 @@ def input_summary(trace: Trace) -> InputSummary:
         source_block_size=trace.source_block_size,
         content=trace.content_column,
         columns=trace.column_names,
-        step_rows=None if trace.steps is None else len(trace.steps),
+        step_rows=None if trace.steps is None else trace.steps.num_rows,
         notes=trace.notes,
     )
 

@@ -7,14 +7,16 @@ same numbers appear in `trace report --format json`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from yaotu_trace.order_stats import KeyedBlockSum
 from yaotu_trace.report import Report
 from yaotu_trace.schema import Trace
+from yaotu_trace.steplog import StepLog, column
 from yaotu_trace.token_times import nearest_gaps, trace_gap_summary
 
 # Bars of a histogram: enough to show a shape, few enough to read each bar.
@@ -23,6 +25,7 @@ HISTOGRAM_BINS = 30
 SERIES_POINTS = 400
 # Inter-token gaps drawn around the longest stall: enough tokens to see the decode rhythm.
 GAP_POINTS = 1500
+_MAX_SPANS = 2000  # prefill spans drawn in the gap window
 # Capacities of the hit-ratio curve in the report (log-spaced; knee and shares added).
 CURVE_POINTS = 40
 
@@ -132,16 +135,59 @@ def _downsample(t: np.ndarray, v: np.ndarray, points: int = SERIES_POINTS) -> tu
             tuple(float(x) for x in sums[keep] / counts[keep]))
 
 
+def _step_kv_usage(steps: StepLog) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """(end s, kv_blocks_used / kv_blocks_total) of the steps with both and a positive pool,
+    one pass over the log per call."""
+    def read() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for b in steps.batches(("kv_blocks_used", "kv_blocks_total")):
+            used, total = column(b, "kv_blocks_used"), column(b, "kv_blocks_total")
+            ok = np.isfinite(used) & np.isfinite(total) & (total > 0)
+            yield column(b, "end_s")[ok], used[ok] / total[ok]
+    return read
+
+
+def _downsample_passes(read: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+                       points: int = SERIES_POINTS) -> tuple[
+        tuple[float, ...], tuple[float, ...]] | None:
+    """`_downsample` of a series read in batches (None when it is empty): one pass keeps at
+    most `points` + 1 points and the time range, a second sums the buckets in fixed blocks
+    when there are more, so the series does not depend on the batches."""
+    t_kept: list[np.ndarray] = []
+    v_kept: list[np.ndarray] = []
+    count, lo, hi = 0, np.inf, -np.inf
+    for t, v in read():
+        if not t.size:
+            continue
+        if count <= points:
+            t_kept.append(t[:points + 1 - count])
+            v_kept.append(v[:points + 1 - count])
+        count += t.size
+        lo, hi = float(np.minimum(lo, t.min())), float(np.maximum(hi, t.max()))
+    if count == 0:
+        return None
+    if count <= points:
+        return _downsample(np.concatenate(t_kept), np.concatenate(v_kept), points)
+    edges = np.linspace(lo, hi, points + 1)
+    sums = KeyedBlockSum(points)
+    counts = np.zeros(points, dtype=np.int64)
+    for t, v in read():
+        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, points - 1)
+        sums.add(idx, v)
+        counts += np.bincount(idx, minlength=points)
+    keep = counts > 0
+    mids = (edges[:-1] + edges[1:]) / 2
+    return (tuple(float(x) for x in mids[keep]),
+            tuple(float(x) for x in sums.totals()[keep] / counts[keep]))
+
+
 def kv_series(trace: Trace, capacity_tokens: float | None) -> tuple[Series | None, str | None]:
     """KV usage from the step log, else KV demand from request timing; else why not."""
     steps = trace.steps
     if steps is not None and {"kv_blocks_used", "kv_blocks_total"} <= set(steps.columns):
-        used = steps["kv_blocks_used"].to_numpy(dtype=np.float64, na_value=np.nan)
-        total = steps["kv_blocks_total"].to_numpy(dtype=np.float64, na_value=np.nan)
-        t = steps["end_s"].to_numpy(dtype=np.float64)
-        ok = np.isfinite(used) & np.isfinite(total) & (total > 0)
-        if ok.any():
-            tt, vv = _downsample(t[ok], used[ok] / total[ok])
+        # Passes over the log's batches: the series is downsampled without holding it.
+        series = _downsample_passes(_step_kv_usage(steps))
+        if series is not None:
+            tt, vv = series
             return Series(label="KV usage", unit="share of the pool", source="step log",
                           t_s=tt, values=vv, capacity=1.0), None
     start = _column(trace, "scheduled_s")
@@ -167,6 +213,23 @@ def kv_series(trace: Trace, capacity_tokens: float | None) -> tuple[Series | Non
                   t_s=tt, values=vv, capacity=capacity_tokens), None
 
 
+def _prefill_spans(steps: StepLog, lo: float, hi: float,
+                   limit: int) -> list[tuple[float, float, int]]:
+    """(start s, end s, prefill tokens) of the first `limit` prefill steps overlapping
+    [lo, hi], in start order; the pass stops at the first batch starting after `hi`."""
+    spans: list[tuple[float, float, int]] = []
+    for b in steps.batches(("prefill_tokens",)):
+        s, e = column(b, "start_s"), column(b, "end_s")
+        if s.size and s[0] > hi:
+            break
+        p = column(b, "prefill_tokens", 0.0)
+        m = (p > 0) & (e >= lo) & (s <= hi)
+        spans += [(float(a), float(z), int(c)) for a, z, c in zip(s[m], e[m], p[m], strict=True)]
+        if len(spans) >= limit:
+            break
+    return spans[:limit]
+
+
 def gap_window(trace: Trace, points: int = GAP_POINTS) -> tuple[GapWindow | None, str | None]:
     """The gaps of every request around the longest inter-token gap, and the prefill there."""
     if not trace.has("token_times_s"):
@@ -184,11 +247,7 @@ def gap_window(trace: Trace, points: int = GAP_POINTS) -> tuple[GapWindow | None
     source = "prefill steps in the step log"
     steps = trace.steps
     if steps is not None and "prefill_tokens" in steps.columns:
-        s = steps["start_s"].to_numpy(dtype=np.float64)
-        e = steps["end_s"].to_numpy(dtype=np.float64)
-        p = steps["prefill_tokens"].fillna(0).to_numpy(dtype=np.float64)
-        m = (p > 0) & (e >= lo) & (s <= hi)
-        spans = [(float(a), float(b), int(c)) for a, b, c in zip(s[m], e[m], p[m], strict=True)]
+        spans = _prefill_spans(steps, lo, hi, _MAX_SPANS)
     else:
         first = _column(trace, "first_token_s")
         source = "other requests' first tokens (no step log)"
@@ -199,7 +258,7 @@ def gap_window(trace: Trace, points: int = GAP_POINTS) -> tuple[GapWindow | None
         start_s=lo, end_s=hi,
         token_t_s=tuple(float(x) for x in t_sel), gap_s=tuple(float(x) for x in g_sel),
         median_gap_s=summary.summary.median,
-        prefill_spans_s=tuple(spans[:2000]),
+        prefill_spans_s=tuple(spans[:_MAX_SPANS]),
         prefill_source=source,
     ), None
 

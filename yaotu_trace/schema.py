@@ -8,13 +8,16 @@ Everything downstream trusts a `Trace`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.errors import TraceSchemaError
+
+if TYPE_CHECKING:
+    from yaotu_trace.steplog import StepLog
 
 # Scalar columns and their canonical dtypes. Strings use pandas' string dtype.
 STRING_COLUMNS: Final = (
@@ -129,7 +132,9 @@ class Trace:
     source_block_size: int | None = None
     notes: tuple[str, ...] = ()
     rows_read: int = 0
-    steps: pd.DataFrame | None = field(default=None)
+    # The engine step log (`--steps`): in memory, or a Parquet file in start order read in
+    # record batches (`yaotu_trace.steplog`).
+    steps: StepLog | None = field(default=None)
     # List columns left on disk (`load_trace(..., lazy_content=True)`); not in `requests`.
     lazy: LazyContent | None = None
     # Values derived from the trace once and shared by the passes that need them (e.g. the
@@ -402,8 +407,35 @@ def _timing_notes(table: pd.DataFrame) -> list[str]:
     return notes
 
 
-def validate_steps(df: pd.DataFrame, path: str) -> pd.DataFrame:
-    """Validate an engine step log (one row per scheduler iteration)."""
+def _plain_number(raw: pd.Series, *, integer: bool) -> pd.Series | None:
+    """The column as `_coerce_numeric` returns it, when it is already a NumPy number column
+    that passes its checks (the usual case, and cheap: a streamed step log is validated batch
+    by batch); else None, and `_coerce_numeric` converts it or names the bad row."""
+    if not isinstance(raw.dtype, np.dtype) or raw.dtype.kind not in "iuf":
+        return None
+    values = raw.to_numpy(dtype=np.float64)
+    missing = np.isnan(values)
+    finite = ~missing
+    if not np.isfinite(values[finite]).all():
+        return None
+    if not integer:
+        return pd.Series(values, index=raw.index, name=raw.name)
+    whole = values[finite]
+    if not ((whole == np.round(whole)).all() and (whole >= 0).all()):
+        return None
+    ints = pd.arrays.IntegerArray(np.where(missing, 0.0, values).astype(np.int64), missing)
+    return pd.Series(ints, index=raw.index, name=raw.name)
+
+
+def validate_steps(df: pd.DataFrame, path: str, *, first_row: int | None = None) -> pd.DataFrame:
+    """Validate an engine step log (one row per scheduler iteration), sorted stably by start_s.
+
+    With `first_row` (0-based), `df` is one record batch, starting at that row, of a log already
+    in start order (`yaotu_trace.steplog`): it is validated the same way but not sorted, and
+    errors name the row of the whole file.
+    """
+    if first_row is not None and SOURCE_ROW not in df.columns:
+        df = df.assign(**{SOURCE_ROW: np.arange(first_row + 1, first_row + len(df) + 1)})
     missing = [c for c in STEP_REQUIRED if c not in df.columns]
     if missing:
         raise TraceSchemaError(
@@ -417,10 +449,14 @@ def validate_steps(df: pd.DataFrame, path: str) -> pd.DataFrame:
         if column == "instance":
             out[column] = df[column].astype("string")
         else:
-            out[column] = _coerce_numeric(df, column, path, "row",
-                                          integer=column not in ("start_s", "end_s"))
+            integer = column not in ("start_s", "end_s")
+            number = _plain_number(df[column], integer=integer)
+            out[column] = (number if number is not None
+                           else _coerce_numeric(df, column, path, "row", integer=integer))
     steps = pd.DataFrame(out)
     bad = np.flatnonzero((steps["end_s"] < steps["start_s"]).to_numpy())
     if bad.size:
         _fail(path, df, int(bad[0]), "row", "end_s", "step ends before it starts")
+    if first_row is not None:
+        return steps
     return steps.sort_values("start_s", kind="stable").reset_index(drop=True)

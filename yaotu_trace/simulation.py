@@ -224,10 +224,14 @@ def step_cost_for(model: ModelSpec, gpu: GpuSpec, *, tp: int, mfu: float, mbu: f
 
 
 def calibrate_from(path: Path, block_size: int) -> CalibrationFit:
-    """Fit `a + b·prefill_tokens + c·Σcontext` on a real step log (Σcontext: KV in use)."""
+    """Fit `a + b·prefill_tokens + c·Σcontext` on a real step log (Σcontext: KV in use).
+
+    The log is read whole, even a Parquet log in start order that other commands stream: the
+    least-squares fit takes every step at once.
+    """
     from yaotu_trace.ingest import read_steps
 
-    steps = read_steps(path, "--calibrate")
+    steps = read_steps(path, "--calibrate").frame()
     if "prefill_tokens" not in steps.columns:
         raise ConfigError(f"{path}: --calibrate needs a 'prefill_tokens' column in the step log")
     duration = (steps["end_s"] - steps["start_s"]).to_numpy(dtype=np.float64)

@@ -47,8 +47,9 @@ def test_cli_simulate_writes_timing_columns_and_step_log(tmp_path, capsys):
     assert (df["finish_s"] >= df["first_token_s"]).all()
     lengths = df["token_times_s"].map(len).to_numpy()
     np.testing.assert_array_equal(lengths, df["output_len"].to_numpy())
-    assert loaded.steps is not None and len(loaded.steps) > 0
-    assert (loaded.steps["kv_blocks_used"] <= loaded.steps["kv_blocks_total"]).all()
+    assert loaded.steps is not None and loaded.steps.num_rows > 0
+    steps = loaded.steps.frame()
+    assert (steps["kv_blocks_used"] <= steps["kv_blocks_total"]).all()
 
 
 def test_cli_simulate_scenario_file_and_flags_override(tmp_path, capsys):

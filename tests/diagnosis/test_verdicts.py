@@ -240,10 +240,10 @@ def test_little_law_sums_a_cluster_and_allows_for_waiting_sampled_after_admissio
 def make_trace_from(requests: pd.DataFrame, steps: pd.DataFrame) -> Any:
     from dataclasses import replace
 
-    from yaotu_trace.schema import validate_steps
+    from yaotu_trace.steplog import StepLog
 
     trace = normalize(RawTrace(requests=requests, format_name="canonical"), "sim")
-    return replace(trace, steps=validate_steps(steps, "steps"))
+    return replace(trace, steps=StepLog.from_frame(steps, "steps"))
 
 
 def test_little_law_two_instances_each_waiting_one_is_two_waiting() -> None:

@@ -394,7 +394,7 @@ def test_validation_step_log_attached_and_checked(tmp_path: Path) -> None:
     steps = tmp_path / "steps.csv"
     steps.write_text("start_s,end_s,num_running\n0.2,0.3,1\n0.0,0.1,1\n", encoding="utf-8")
     trace = load_trace(trace_path, steps_path=steps)
-    assert trace.steps is not None and trace.steps["start_s"].tolist() == [0.0, 0.2]
+    assert trace.steps is not None and trace.steps.frame()["start_s"].tolist() == [0.0, 0.2]
     steps.write_text("start_s,end_s\n0.0,0.1\n0.5,0.2\n", encoding="utf-8")
     with pytest.raises(TraceSchemaError, match=r"row 2, column 'end_s': step ends before it"):
         load_trace(trace_path, steps_path=steps)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from yaotu_trace.ingest.metrics import EngineMetrics
 from yaotu_trace.schema import Trace
+from yaotu_trace.steplog import StepLog
 
 
 class AxisName(StrEnum):
@@ -139,7 +140,7 @@ class AxisInput:
     """Everything an analyzer may read. Any of the three sources may be absent."""
 
     requests: pd.DataFrame
-    steps: pd.DataFrame | None = None
+    steps: StepLog | None = None
     metrics: EngineMetrics | None = None
     settings: EngineSettings = field(default_factory=EngineSettings)
     trace: Trace | None = None
@@ -150,11 +151,7 @@ class AxisInput:
 
     def step_has(self, column: str) -> bool:
         """Whether the step log has `column` with at least one value."""
-        return (
-            self.steps is not None
-            and column in self.steps.columns
-            and bool(self.steps[column].notna().any())
-        )
+        return self.steps is not None and self.steps.has(column)
 
     @classmethod
     def of(

@@ -35,6 +35,7 @@ Metrics (units in the names):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,8 @@ from yaotu_trace.axes.base import (
 from yaotu_trace.diagnosis.rules import SEVERITY_OF
 from yaotu_trace.diagnosis.thresholds import Thresholds
 from yaotu_trace.errors import YaotuError
+from yaotu_trace.order_stats import BlockSum, KeyedBlockSum, summarize
+from yaotu_trace.steplog import StepLog, column, kv_usage, kv_usage_summary
 
 _MAX_POINTS = 4000  # demand evaluation points (all finishes up to this many)
 _CHUNK = 256
@@ -120,20 +123,83 @@ def demand_tokens(
 
 
 def usage_timeline(
-    times: np.ndarray, usage: np.ndarray | None, buckets: int = 20
+    read: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], span: tuple[float, float],
+    mean: float, buckets: int = 20,
 ) -> tuple[tuple[float, float], ...]:
-    """Mean KV usage over up to `buckets` equal time buckets: (bucket start s, mean ratio)."""
-    if usage is None or usage.size == 0:
-        return ()
-    lo, hi = float(times.min()), float(times.max())
+    """Mean KV usage over up to `buckets` equal time buckets: (bucket start s, mean ratio).
+
+    `read()` passes over (times, usage) batches of a non-empty sample; `span` is its first and
+    last time and `mean` its mean usage. The bucket sums are taken in fixed blocks, so a step
+    log streamed from disk gives the same numbers as one in memory.
+    """
+    lo, hi = span
     if hi <= lo:
-        return ((lo, float(usage.mean())),)
+        return ((lo, mean),)
     width = (hi - lo) / buckets
-    idx = np.minimum(((times - lo) / width).astype(np.int64), buckets - 1)
-    sums = np.bincount(idx, weights=usage, minlength=buckets)
-    counts = np.bincount(idx, minlength=buckets)
-    return tuple((lo + b * width, float(sums[b] / counts[b]))
+    sums = KeyedBlockSum(buckets)
+    counts = np.zeros(buckets, dtype=np.int64)
+    for times, usage in read():
+        idx = np.minimum(((times - lo) / width).astype(np.int64), buckets - 1)
+        sums.add(idx, usage)
+        counts += np.bincount(idx, minlength=buckets)
+    means = sums.totals()
+    return tuple((lo + b * width, float(means[b] / counts[b]))
                  for b in range(buckets) if counts[b])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StepKv:
+    """What one pass over the step log gives the memory axis."""
+
+    preempted_total: int | None
+    max_blocks_total: float | None
+    usage_at_preemption: float | None
+    full_steps: int
+    usage_span: tuple[float, float] | None  # first and last start of a step with a usage
+
+
+def _step_kv(log: StepLog, full_usage: float) -> _StepKv:
+    """Preemptions, the largest pool, the usage at preemption and the time range of the usage
+    from one pass over the log."""
+    preempted = 0 if "num_preempted" in log.columns else None
+    largest = -np.inf
+    lo, hi = np.inf, -np.inf
+    at_pre, at_pre_steps, full = BlockSum(), 0, 0
+    for b in log.batches(("num_preempted", "kv_blocks_used", "kv_blocks_total")):
+        pre = (column(b, "num_preempted", 0.0) if "num_preempted" in b.columns
+               else np.zeros(len(b)))
+        if preempted is not None:
+            preempted += int(b["num_preempted"].fillna(0).sum())
+        if "kv_blocks_total" in b.columns:
+            largest = float(np.fmax(largest, np.fmax.reduce(column(b, "kv_blocks_total"),
+                                                            initial=-np.inf)))
+        if "kv_blocks_used" in b.columns and "kv_blocks_total" in b.columns:
+            usage = kv_usage(b)
+            ok = np.isfinite(usage)
+            hit = ok & (pre > 0)
+            at_pre.add(usage[hit])
+            at_pre_steps += int(hit.sum())
+            full += int((usage[ok] >= full_usage).sum())
+            if ok.any():
+                times = column(b, "start_s")[ok]
+                lo, hi = min(lo, float(times.min())), max(hi, float(times.max()))
+    return _StepKv(
+        preempted_total=preempted,
+        max_blocks_total=largest if np.isfinite(largest) else None,
+        usage_at_preemption=at_pre.total() / at_pre_steps if at_pre_steps else None,
+        full_steps=full,
+        usage_span=(lo, hi) if lo <= hi else None,
+    )
+
+
+def _step_usage(log: StepLog) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """(start s, usage) of the steps with a finite KV usage, one pass per call."""
+    def read() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for b in log.batches(("kv_blocks_used", "kv_blocks_total")):
+            usage = kv_usage(b)
+            ok = np.isfinite(usage)
+            yield column(b, "start_s")[ok], usage[ok]
+    return read
 
 
 def shared_fraction(inp: AxisInput, block: int) -> float | None:
@@ -196,6 +262,8 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
     preempted = pre_total = None
     recomputed = low = high = None
     per_request_estimate = float(np.mean(prompt + output / 2.0)) if prompt.size else 0.0
+    # One pass over the step log for preemptions, the pool size and the usage at preemption.
+    step_kv = None if inp.steps is None else _step_kv(inp.steps, t.kv_preempt_usage)
     if inp.has("num_preemptions"):
         counts = req["num_preemptions"].fillna(0).to_numpy(dtype=np.float64)
         preempted, pre_total = int((counts > 0).sum()), int(counts.sum())
@@ -204,8 +272,8 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         pre_source, basis = "requests", "Σ num_preemptions · (prompt_len + output_len / 2)"
         sources.append(Source.REQUESTS)
     elif inp.step_has("num_preempted"):
-        assert inp.steps is not None
-        pre_total = int(inp.steps["num_preempted"].fillna(0).sum())
+        assert step_kv is not None and step_kv.preempted_total is not None
+        pre_total = step_kv.preempted_total
         recomputed = pre_total * per_request_estimate
         pre_source, basis = "steps", "preemptions × mean (prompt_len + output_len / 2)"
         sources.append(Source.STEPS)
@@ -232,45 +300,45 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
     # KV usage over time, and at the moments of preemption.
     usage_source = None
     usage = at_pre = None
-    usage_times = np.zeros(0)
+    timeline: tuple[tuple[float, float], ...] = ()
+    usage_mean = usage_p95 = usage_max = full = None
     if inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total"):
-        assert inp.steps is not None
-        steps = inp.steps
-        used = steps["kv_blocks_used"].to_numpy(dtype=np.float64, na_value=np.nan)
-        total = steps["kv_blocks_total"].to_numpy(dtype=np.float64, na_value=np.nan)
-        all_usage = used / np.where(total > 0, total, np.nan)
-        ok = np.isfinite(all_usage)
-        usage = all_usage[ok]
-        usage_times = steps["start_s"].to_numpy(dtype=np.float64)[ok]
+        assert inp.steps is not None and step_kv is not None
+        # Passes over the log's batches: the usage of every step is never held.
+        usage = kv_usage_summary(inp.steps)
+        at_pre = step_kv.usage_at_preemption
+        if usage.count and step_kv.usage_span is not None and usage.mean is not None:
+            full = step_kv.full_steps / usage.count
+            timeline = usage_timeline(_step_usage(inp.steps), step_kv.usage_span, usage.mean)
         usage_source = "steps"
-        if "num_preempted" in steps.columns:
-            pre_steps = steps["num_preempted"].fillna(0).to_numpy(dtype=np.float64)[ok] > 0
-            if pre_steps.any():
-                at_pre = float(usage[pre_steps].mean())
         sources.append(Source.STEPS)
     elif m is not None and (g := m.gauge("kv_usage", how="max")) is not None:
-        usage = g["value"].to_numpy(dtype=np.float64)
-        usage_times = g["time_s"].to_numpy(dtype=np.float64)
+        samples = g["value"].to_numpy(dtype=np.float64)
+        times = g["time_s"].to_numpy(dtype=np.float64)
+        usage = summarize(lambda: [samples], (95,))
+        if usage.mean is not None and times.size:
+            timeline = usage_timeline(lambda: [(times, samples)],
+                                      (float(times.min()), float(times.max())), usage.mean)
         usage_source = "metrics"
         bumps = m.counter_steps("preemptions")
         if bumps is not None and len(bumps):
             idx = np.searchsorted(g["time_s"].to_numpy(), bumps["time_s"].to_numpy(), "right") - 1
             idx = np.clip(idx, 0, len(g) - 1)
-            at_pre = float(usage[idx].mean())
+            at_pre = float(samples[idx].mean())
+        if samples.size:
+            full = float((samples >= t.kv_preempt_usage).mean())
         sources.append(Source.METRICS)
-    usage_mean = usage_p95 = usage_max = full = None
-    if usage is not None and usage.size:
-        usage_mean, usage_max = float(usage.mean()), float(usage.max())
-        usage_p95 = float(np.percentile(usage, 95))
-        full = float((usage >= t.kv_preempt_usage).mean())
+    if usage is not None and usage.count:
+        usage_mean, usage_max = usage.mean, usage.max
+        usage_p95 = usage.percentiles[95]
 
     # Capacity and estimated demand.
     capacity = cap_source = None
     if s.kv_capacity_tokens is not None:
         capacity, cap_source = float(s.kv_capacity_tokens), "--kv-capacity"
     elif inp.step_has("kv_blocks_total"):
-        assert inp.steps is not None
-        capacity = float(inp.steps["kv_blocks_total"].max()) * block
+        assert step_kv is not None and step_kv.max_blocks_total is not None
+        capacity = step_kv.max_blocks_total * block
         cap_source = "step log kv_blocks_total × block size"
     elif m is not None and (g := m.gauge("max_total_tokens", how="max")) is not None:
         capacity, cap_source = float(g["value"].max()), "sglang:max_total_num_tokens"
@@ -335,7 +403,7 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         kv_usage_p95=usage_p95,
         kv_usage_max=usage_max,
         kv_usage_at_preemption=at_pre,
-        kv_usage_over_time=usage_timeline(usage_times, usage),
+        kv_usage_over_time=timeline,
         full_share=full,
         block_size_tokens=block,
         kv_capacity_tokens=capacity,

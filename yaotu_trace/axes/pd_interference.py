@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 
 from yaotu_trace.axes.base import (
     AxisInput,
@@ -41,7 +42,10 @@ from yaotu_trace.axes.base import (
 )
 from yaotu_trace.diagnosis.rules import SEVERITY_OF
 from yaotu_trace.diagnosis.thresholds import Thresholds
+from yaotu_trace.order_stats import summarize
 from yaotu_trace.report import Distribution
+from yaotu_trace.steplog import StepLog
+from yaotu_trace.steplog import column as step_column
 from yaotu_trace.token_times import (
     GapSummary,
     gap_summary,
@@ -126,16 +130,14 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     if not (inp.has("instance") or inp.has("decode_instance")):
         notes.append("no instance column: all requests are taken as co-located on one instance")
 
-    steps = inp.steps
+    steps = inp.steps if inp.step_has("prefill_tokens") else None
     median_step = step_source = None
-    prefill_steps = None
-    if steps is not None and inp.step_has("prefill_tokens"):
+    if steps is not None:
         sources.append(Source.STEPS)
-        prefill = steps["prefill_tokens"].fillna(0).to_numpy(dtype=np.float64)
-        dur = (steps["end_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
-        if (prefill == 0).any():
-            median_step, step_source = float(np.median(dur[prefill == 0])), "decode-only steps"
-        prefill_steps = steps[prefill > 0]
+        # Passes over the log's batches: exact, and never every duration at once.
+        decode_only = summarize(steps.reader(("prefill_tokens",), _decode_only_s), median=True)
+        if decode_only.count:
+            median_step, step_source = decode_only.median, "decode-only steps"
     if median_step is None and n_gaps:
         median_step, step_source = gs.summary.median, "median inter-token gap"
     if not n_gaps or median_step is None:
@@ -152,33 +154,14 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     coincide = np.zeros(gap.size, dtype=bool)
     labels, inst_code = np.unique(instance, return_inverse=True)
     gap_inst = inst_code[st.owner]
-    if prefill_steps is not None and len(prefill_steps):
+    # Steps are matched by instance only when both tables name instances.
+    by_instance = (bool(inp.has("instance") or inp.has("decode_instance"))
+                   and steps is not None and steps.has("instance"))
+    overlap = (None if steps is None
+               else _prefill_overlap(steps, gap_start, gap_end, gap_inst, labels, by_instance))
+    if overlap is not None:
         coin_source = "prefill steps in the step log"
-        # Steps are matched by instance only when both tables name instances.
-        has_inst = (bool(inp.has("instance") or inp.has("decode_instance"))
-                    and "instance" in prefill_steps.columns
-                    and bool(prefill_steps["instance"].notna().any()))
-        groups = (prefill_steps.groupby(prefill_steps["instance"].fillna("").astype(str))
-                  if has_inst else [("", prefill_steps)])
-        for inst, g in groups:
-            if has_inst:
-                at = int(np.searchsorted(labels, inst))
-                if at == labels.size or labels[at] != inst:
-                    continue  # no request ran on this instance
-                sel = gap_inst == at
-            else:
-                sel = np.ones(gap.size, dtype=bool)
-            if not sel.any():
-                continue
-            starts = g["start_s"].to_numpy(dtype=np.float64)
-            ends = g["end_s"].to_numpy(dtype=np.float64)
-            order = np.argsort(starts)
-            starts, ends = starts[order], np.maximum.accumulate(ends[order])
-            idx = np.searchsorted(starts, gap_end[sel], side="left") - 1
-            ok = idx >= 0
-            hit = np.zeros(idx.size, dtype=bool)
-            hit[ok] = ends[idx[ok]] > gap_start[sel][ok]
-            coincide[np.flatnonzero(sel)] = hit
+        coincide = overlap
     else:
         coin_source = "first tokens of co-located requests"
         first = (req["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -236,6 +219,93 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         sources=tuple(sources), metrics=metrics, hits=tuple(hits), missing=(),
         next_steps=tuple(next_steps), notes=tuple(notes),
     )
+
+
+def _decode_only_s(b: pd.DataFrame) -> np.ndarray:
+    """Durations of the batch's decode-only steps (prefill_tokens 0 or missing)."""
+    decode = step_column(b, "prefill_tokens", 0.0) == 0
+    return (step_column(b, "end_s") - step_column(b, "start_s"))[decode]
+
+
+class _Overlap:
+    """Which of a group's stalls overlap one of its prefill steps (step start < stall end and
+    step end > stall start), fed the steps batch by batch in start order.
+
+    A stall joins the active set once a step has ended after its start, and leaves it when it
+    is hit or when the steps start at or after its end (later ones start later still), so the
+    work per batch follows the stalls open at that time, not all stalls.
+    """
+
+    def __init__(self, rows: np.ndarray, gap_start: np.ndarray) -> None:
+        self.pending = rows[np.argsort(gap_start[rows], kind="stable")]
+        self.admitted = 0
+        self.active = np.empty(0, dtype=np.int64)
+        self.latest_end = -np.inf
+
+    def feed(self, start: np.ndarray, end: np.ndarray, gap_start: np.ndarray,
+             gap_end: np.ndarray, hit: np.ndarray, last_start: float) -> None:
+        self.latest_end = float(np.fmax(self.latest_end, np.fmax.reduce(end)))
+        upto = int(np.searchsorted(gap_start[self.pending], self.latest_end, side="left"))
+        if upto > self.admitted:
+            self.active = np.concatenate([self.active, self.pending[self.admitted:upto]])
+            self.admitted = upto
+        if not self.active.size:
+            return
+        idx = np.searchsorted(start, gap_end[self.active], side="left") - 1
+        ok = idx >= 0
+        ends = np.maximum.accumulate(end)
+        now = np.zeros(self.active.size, dtype=bool)
+        now[ok] = ends[idx[ok]] > gap_start[self.active[ok]]
+        hit[self.active[now]] = True
+        self.active = self.active[~now & (gap_end[self.active] > last_start)]
+
+
+def _prefill_overlap(log: StepLog, gap_start: np.ndarray, gap_end: np.ndarray,
+                     gap_inst: np.ndarray, labels: np.ndarray,
+                     by_instance: bool) -> np.ndarray | None:
+    """Per stall, whether a prefill step overlaps it on its instance (or on any instance when
+    not matched by instance), in one pass over the log; None when the log has no prefill step.
+
+    Both matchings are kept when instances may be matched: steps are matched by instance only
+    if some prefill step names one, which is known at the end of the pass.
+    """
+    n = gap_start.size
+    every = _Overlap(np.arange(n), gap_start)
+    hit_any = np.zeros(n, dtype=bool)
+    hit_own = np.zeros(n, dtype=bool)
+    own: dict[int, _Overlap] = {}
+    if by_instance:
+        order = np.argsort(gap_inst, kind="stable")
+        bounds = np.searchsorted(gap_inst[order], np.arange(labels.size + 1))
+        own = {code: _Overlap(order[bounds[code]:bounds[code + 1]], gap_start)
+               for code in range(labels.size) if bounds[code + 1] > bounds[code]}
+    prefill_steps = named = 0
+    for b in log.batches(("prefill_tokens", "instance")):
+        sel = step_column(b, "prefill_tokens", 0.0) > 0
+        if not sel.any():
+            continue
+        start, end = step_column(b, "start_s")[sel], step_column(b, "end_s")[sel]
+        last_start = float(step_column(b, "start_s")[-1])
+        prefill_steps += start.size
+        every.feed(start, end, gap_start, gap_end, hit_any, last_start)
+        if not by_instance:
+            continue
+        instance = b["instance"][sel]
+        named += int(instance.notna().sum())
+        local, uniques = pd.factorize(instance, use_na_sentinel=True)
+        names = np.array([*(str(u) for u in uniques), ""], dtype=object)  # missing: ""
+        at = np.searchsorted(labels, names)
+        found = (at < labels.size) & (labels[np.minimum(at, labels.size - 1)] == names)
+        code = np.where(found, at, -1)[local]  # -1: no request ran on this instance
+        grouped = np.argsort(code, kind="stable")
+        cuts = np.flatnonzero(np.diff(code[grouped])) + 1
+        for rows in np.split(grouped, cuts):
+            c = int(code[rows[0]])
+            if c in own:
+                own[c].feed(start[rows], end[rows], gap_start, gap_end, hit_own, last_start)
+    if not prefill_steps:
+        return None
+    return hit_own if by_instance and named else hit_any
 
 
 def _interference_rules(mt: InterferenceMetrics, t: Thresholds) -> list[RuleHit]:

@@ -20,10 +20,12 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   time order, with offered and achieved tokens/s and the queue at their start and end.
   excess_offered_tokens = Σ_w max(0, offered − service rate) · window_s (tokens): work beyond
   what the peak rate serves, which must queue, be shed or be served by added capacity.
-- From the step log, per instance then summed: wall_s = last end − first start; busy_s = Σ
-  (end_s − start_s); gpu_busy_fraction = busy_s / wall_s; idle gaps = next start − end;
-  idle_while_waiting_s = Σ gaps after a step whose num_waiting > 0 (else requests waiting at
-  the gap's start, from the request table); idle_while_waiting_fraction = that / wall_s.
+- From the step log (read in record batches, `yaotu_trace.steplog`: only each instance's last
+  step is carried from one batch to the next), per instance then summed: wall_s = last end −
+  first start; busy_s = Σ (end_s − start_s); gpu_busy_fraction = busy_s / wall_s; idle gaps =
+  next start − end; idle_while_waiting_s = Σ gaps after a step whose num_waiting > 0 (else
+  requests waiting at the gap's start, from the request table); idle_while_waiting_fraction =
+  that / wall_s.
 - tokens_per_step = prefill_tokens + decode_tokens (tokens); token_budget_tokens = the engine's
   max_num_batched_tokens when given, else the largest step seen (inferred). step_fill_p75 = P75
   tokens_per_step / budget (without a step log: the metrics' mean step size / the given
@@ -75,8 +77,10 @@ from yaotu_trace.axes.base import (
 )
 from yaotu_trace.diagnosis.rules import SEVERITY_OF
 from yaotu_trace.diagnosis.thresholds import Thresholds
+from yaotu_trace.order_stats import BlockSum, Summary, summarize
 from yaotu_trace.profile import arrival_profile
-from yaotu_trace.report import Distribution
+from yaotu_trace.report import PERCENTILES, Distribution
+from yaotu_trace.steplog import InstanceIds, StepLog, column, kv_usage_summary
 
 
 class Cause(StrEnum):
@@ -197,105 +201,277 @@ def spread_work(
     return np.diff(done)
 
 
+# Percentiles of per-step samples: the Distribution's and the P75 the rules compare.
+_STEP_PERCENTILES = (*PERCENTILES, 75)
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """The windows of offered against achieved load: `count` windows of `width_s` from `t0_s`."""
+
+    t0_s: float
+    width_s: float
+    count: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _StepStats:
     wall_s: float | None = None
     busy_fraction: float | None = None
     idle_waiting_s: float | None = None
     idle_waiting_fraction: float | None = None
-    tokens: np.ndarray | None = None
-    running: np.ndarray | None = None
-    kv_usage: np.ndarray | None = None
+    tokens: Summary | None = None
+    running: Summary | None = None
+    kv_usage_p75: float | None = None
     waiting_share: float | None = None
     waiting_mean: float | None = None
     waiting_span: tuple[float, float] | None = None
-    step_starts: dict[str, np.ndarray] | None = None
+    instances: tuple[str, ...] = ()
+    achieved_tokens: np.ndarray | None = None
+    preempted: bool = False
 
 
-def step_stats(inp: AxisInput) -> _StepStats:
-    """Busy and idle time, idle-while-waiting, batch shape and KV usage from the step log."""
-    steps = inp.steps
-    if steps is None or steps.empty:
+class _PerInstance:
+    """The state one pass carries per instance from one batch to the next: the first start,
+    the latest end and the last step seen (start, end, num_waiting)."""
+
+    def __init__(self) -> None:
+        self.seen = np.zeros(0, dtype=bool)
+        self.first_start = np.zeros(0)
+        self.max_end = np.zeros(0)
+        self.last_start = np.zeros(0)
+        self.last_end = np.zeros(0)
+        self.last_waiting = np.zeros(0)
+
+    def grow(self, n: int) -> None:
+        extra = n - self.seen.size
+        if extra > 0:
+            self.seen = np.append(self.seen, np.zeros(extra, dtype=bool))
+            self.first_start = np.append(self.first_start, np.full(extra, np.inf))
+            self.max_end = np.append(self.max_end, np.full(extra, -np.inf))
+            for name in ("last_start", "last_end", "last_waiting"):
+                setattr(self, name, np.append(getattr(self, name), np.zeros(extra)))
+
+
+def _previous(inst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each row of a batch, the row of the same instance just before it in the batch (-1
+    when that step lies in an earlier batch, or there is none); and, grouping the rows by
+    instance, the rows in group order, each group's first position and the last row of each."""
+    order = np.argsort(inst, kind="stable")
+    grouped = inst[order]
+    same = grouped[1:] == grouped[:-1]
+    prev = np.full(inst.size, -1, dtype=np.int64)
+    prev[order[1:]] = np.where(same, order[:-1], -1)
+    bounds = np.flatnonzero(np.concatenate([[True], ~same]))
+    lasts = order[np.concatenate([~same, [True]])]
+    return prev, order, bounds, lasts
+
+
+def _instances_with(log: StepLog, name: str, ids: InstanceIds) -> np.ndarray:
+    """Per instance id, whether any of its steps has a value of column `name` (one pass)."""
+    found = np.zeros(0, dtype=bool)
+    for b in log.batches(("instance", name)):
+        inst = ids.codes(b)
+        if found.size < len(ids):
+            found = np.append(found, np.zeros(len(ids) - found.size, dtype=bool))
+        found[inst[b[name].notna().to_numpy()]] = True
+    return np.append(found, np.zeros(len(ids) - found.size, dtype=bool))
+
+
+def _tokens(b: pd.DataFrame) -> np.ndarray:
+    tokens = np.zeros(len(b))
+    for name in ("prefill_tokens", "decode_tokens"):
+        if name in b.columns:
+            tokens += column(b, name, 0.0)
+    return tokens
+
+
+def step_stats(inp: AxisInput, windows: Windows | None = None) -> _StepStats:
+    """Busy and idle time, idle-while-waiting, batch shape, KV usage and the tokens served per
+    window, from the step log in passes over its record batches.
+
+    Rows come in start order, so each instance's steps do too: a pass carries only the last
+    step of each instance across batches, and sums in fixed blocks (`order_stats`), so the
+    numbers do not depend on how the log is cut into batches, or whether it is on disk.
+    """
+    log = inp.steps
+    if log is None or log.num_rows == 0:
         return _StepStats()
-    df = steps.copy()
-    if "instance" not in df.columns:
-        df["instance"] = "all"
-    df["instance"] = df["instance"].fillna("all")
     arrival = _times(inp.requests, "arrival_s")
     scheduled = _times(inp.requests, "scheduled_s")
-    wall = busy = idle_wait = 0.0
-    waiting_weighted = 0.0
-    waiting_known = True
-    starts_of: dict[str, np.ndarray] = {}
-    for name, g in df.groupby("instance", sort=True):
-        g = g.sort_values("start_s", kind="stable")
-        start = g["start_s"].to_numpy(dtype=np.float64)
-        end = g["end_s"].to_numpy(dtype=np.float64)
-        starts_of[str(name)] = start
-        wall += float(end.max() - start.min())
-        busy += float((end - start).sum())
-        gaps = np.clip(start[1:] - end[:-1], 0.0, None)
-        if "num_waiting" in g.columns and g["num_waiting"].notna().any():
-            waiting = g["num_waiting"].fillna(0).to_numpy(dtype=np.float64)
-            idle_wait += float(gaps[waiting[:-1] > 0].sum())
-            # Each step's count holds until the next step starts (or its own end, for the last).
-            until = np.append(start[1:], end[-1])
-            waiting_weighted += float((waiting * (until - start)).sum())
-        elif arrival is not None and scheduled is not None:
-            waiting = waiting_at(end[:-1], arrival, scheduled)
-            idle_wait += float(gaps[waiting > 0].sum())
-        else:
-            waiting_known = False
+    table = arrival is not None and scheduled is not None
+    if table:
+        assert arrival is not None and scheduled is not None
+        ok = np.isfinite(scheduled) & (scheduled >= arrival)
+        sorted_arrival, sorted_scheduled = np.sort(arrival[ok]), np.sort(scheduled[ok])
+    ids = InstanceIds()
+    has_waiting = inp.step_has("num_waiting")
+    # Instances whose steps report num_waiting use it; the others the request table.
+    reports = (_instances_with(log, "num_waiting", ids)
+               if has_waiting and log.has("instance") and not log.complete("num_waiting")
+               else None)
+    has_tokens = inp.step_has("prefill_tokens") or inp.step_has("decode_tokens")
+    state = _PerInstance()
+    busy, idle_wait, waiting_weighted = BlockSum(), BlockSum(), BlockSum()
+    waiting_steps = 0
+    lo, hi = np.inf, -np.inf
+    achieved = (np.zeros(windows.count) if windows is not None and has_tokens else None)
+    preempted = False
+    for b in log.batches(("instance", "num_waiting", "prefill_tokens", "decode_tokens",
+                          "num_preempted")):
+        start, end = column(b, "start_s"), column(b, "end_s")
+        inst = ids.codes(b)
+        state.grow(len(ids))
+        prev, order, bounds, lasts = _previous(inst)
+        inside = prev >= 0
+        p = np.where(inside, prev, 0)
+        has_prev = inside | state.seen[inst]
+        prev_start = np.where(inside, start[p], state.last_start[inst])
+        prev_end = np.where(inside, end[p], state.last_end[inst])
+        waiting = (column(b, "num_waiting", 0.0) if "num_waiting" in b.columns
+                   else np.zeros(len(b)))
+        prev_waiting = np.where(inside, waiting[p], state.last_waiting[inst])
+        reporting = np.full(len(b), has_waiting) if reports is None else reports[inst]
+        busy.add(end - start)
+        gap = np.clip(start - prev_end, 0.0, None)
+        from_log = has_prev & reporting
+        idle = from_log & (prev_waiting > 0)
+        from_table = has_prev & ~reporting
+        if table and from_table.any():
+            rows = np.flatnonzero(from_table)
+            t = prev_end[rows]
+            queued = (np.searchsorted(sorted_arrival, t, side="right")
+                      - np.searchsorted(sorted_scheduled, t, side="right"))
+            idle[rows[queued > 0]] = True
+        idle_wait.add(gap[idle])
+        # Each step's count holds until the next step of its instance starts.
+        waiting_weighted.add((prev_waiting * (start - prev_start))[from_log])
+        waiting_steps += int(np.count_nonzero(waiting > 0))
+
+        groups = inst[lasts]
+        state.first_start[groups] = np.minimum(state.first_start[groups],
+                                               np.minimum.reduceat(start[order], bounds))
+        state.max_end[groups] = np.maximum(state.max_end[groups],
+                                           np.maximum.reduceat(end[order], bounds))
+        state.seen[groups] = True
+        state.last_start[groups], state.last_end[groups] = start[lasts], end[lasts]
+        state.last_waiting[groups] = waiting[lasts]
+        lo, hi = np.fmin(lo, np.fmin.reduce(start)), np.fmax(hi, np.fmax.reduce(end))
+        if achieved is not None and windows is not None:
+            idx = np.floor((start - windows.t0_s) / windows.width_s).astype(np.int64)
+            keep = (idx >= 0) & (idx < windows.count)
+            # Token counts are whole numbers: these sums are exact in any order.
+            achieved += np.bincount(idx[keep], weights=_tokens(b)[keep],
+                                    minlength=windows.count)
+        if "num_preempted" in b.columns:
+            preempted = preempted or bool((column(b, "num_preempted", 0.0) > 0).any())
+
+    names = ids.names
+    reported = np.full(len(names), has_waiting) if reports is None else reports
+    wall = 0.0
+    tails = []
+    for i in sorted(range(len(names)), key=names.__getitem__):
+        wall += float(state.max_end[i] - state.first_start[i])
+        if reported[i]:  # the last step's count holds until its own end
+            tails.append(state.last_waiting[i] * (state.last_end[i] - state.last_start[i]))
+    waiting_weighted.add(np.asarray(tails, dtype=np.float64))
+    known = table or bool(reported.all())
+    idle_s = idle_wait.total()
     stats: dict[str, object] = {
         "wall_s": wall,
-        "busy_fraction": ratio(busy, wall),
-        "idle_waiting_s": idle_wait if waiting_known else None,
-        "idle_waiting_fraction": ratio(idle_wait, wall) if waiting_known else None,
+        "busy_fraction": ratio(busy.total(), wall),
+        "idle_waiting_s": idle_s if known else None,
+        "idle_waiting_fraction": ratio(idle_s, wall) if known else None,
+        "instances": tuple(names),
+        "achieved_tokens": achieved,
+        "preempted": preempted,
     }
-    if inp.step_has("prefill_tokens") or inp.step_has("decode_tokens"):
-        tokens = np.zeros(len(df))
-        for column in ("prefill_tokens", "decode_tokens"):
-            if column in df.columns:
-                tokens += df[column].fillna(0).to_numpy(dtype=np.float64)
-        stats["tokens"] = tokens
+    if has_tokens:
+        stats["tokens"] = summarize(
+            log.reader(("prefill_tokens", "decode_tokens"), _tokens), _STEP_PERCENTILES)
     if inp.step_has("num_running"):
-        stats["running"] = df["num_running"].dropna().to_numpy(dtype=np.float64)
+        stats["running"] = summarize(
+            log.reader(("num_running",), lambda b: column(b, "num_running")),
+            _STEP_PERCENTILES)
     if inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total"):
-        used = df["kv_blocks_used"].to_numpy(dtype=np.float64, na_value=np.nan)
-        total = df["kv_blocks_total"].to_numpy(dtype=np.float64, na_value=np.nan)
-        usage = used / np.where(total > 0, total, np.nan)
-        stats["kv_usage"] = usage[np.isfinite(usage)]
-    if inp.step_has("num_waiting"):
-        stats["waiting_share"] = float((df["num_waiting"].fillna(0) > 0).mean())
-        lo, hi = float(df["start_s"].min()), float(df["end_s"].max())
+        stats["kv_usage_p75"] = kv_usage_summary(log).percentiles.get(75)
+    if has_waiting:
+        stats["waiting_share"] = waiting_steps / log.num_rows
         # NOTE: a cluster's waiting count is the sum over its instances at each instant, so the
         # per-instance integrals are summed and divided by the cluster's span, not Σ walls.
-        stats["waiting_mean"] = ratio(waiting_weighted, hi - lo)
-        stats["waiting_span"] = (lo, hi)
-        stats["step_starts"] = starts_of
+        stats["waiting_mean"] = ratio(waiting_weighted.total(), float(hi - lo))
+        stats["waiting_span"] = (float(lo), float(hi))
     return _StepStats(**stats)  # type: ignore[arg-type]
+
+
+def _first_starts(log: StepLog, arrival: np.ndarray, rows: np.ndarray,
+                  own: np.ndarray | None) -> np.ndarray:
+    """The first step start at or after the arrival of each request in `rows` (inf if none),
+    among the steps of the instance `own` names for it (None: among every step), in one pass
+    over the log. Requests are in memory, each queue in arrival order; steps are streamed."""
+    first = np.full(arrival.size, np.inf)
+    codes, keys = np.full(rows.size, -1), []
+    if own is not None:
+        codes, uniques = pd.factorize(pd.Series(own, dtype=object), use_na_sentinel=True)
+        keys = [str(k) for k in uniques]
+    order = np.lexsort((arrival[rows], codes))
+    bounds = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
+    # Queue of each instance name (None: every step), and how many of it are placed.
+    queues = {key: rows[order[bounds[i]:bounds[i + 1]]]
+              for i, key in enumerate([None, *keys]) if bounds[i + 1] > bounds[i]}
+    done = dict.fromkeys(queues, 0)
+    ids = InstanceIds()
+
+    def place(key: str | None, starts: np.ndarray) -> None:
+        queue = queues[key][done[key]:]
+        # Arrivals up to the batch's last start get their first start >= arrival here: every
+        # start of an earlier batch came before them.
+        n = int(np.searchsorted(arrival[queue], starts[-1], side="right"))
+        first[queue[:n]] = starts[np.searchsorted(starts, arrival[queue[:n]], side="left")]
+        done[key] += n
+
+    for b in log.batches(("instance",) if keys else ()):
+        if all(done[k] == queues[k].size for k in queues):
+            break
+        if not len(b):
+            continue
+        start = column(b, "start_s")
+        if None in queues:
+            place(None, start)
+        if not keys:
+            continue
+        inst = ids.codes(b)
+        _, grouped, bounds_b, lasts = _previous(inst)
+        ends = np.append(bounds_b[1:], grouped.size)
+        for g, row in enumerate(lasts):
+            name = ids.names[inst[row]]
+            if name in queues and done[name] < queues[name].size:
+                place(name, start[grouped[bounds_b[g]:ends[g]]])
+    return first
 
 
 def _sampled_waiting_s(inp: AxisInput, st: _StepStats, arrival: np.ndarray,
                        scheduled: np.ndarray, inside: np.ndarray) -> float:
     """Σ waiting seconds a step log sampled after admission shows: from the first step start at
     or after each arrival (on the request's instance when both tables name instances)."""
-    starts = st.step_starts or {}
-    if not starts:
+    if not st.instances or inp.steps is None:
         return float("nan")
     names = None
-    if inp.has("instance") and set(starts) != {"all"}:
+    if inp.has("instance") and set(st.instances) != {"all"}:
         names = inp.requests["instance"].fillna("").astype(str).to_numpy()
-    every = np.sort(np.concatenate(list(starts.values())))
+    rows = np.flatnonzero(inside)
+    own = None
+    if names is not None:
+        # A request whose instance ran no step looks at every step.
+        own = np.where(np.isin(names[rows], np.array(st.instances, dtype=object)),
+                       names[rows], None)
+    first_start = _first_starts(inp.steps, arrival, rows, own)
     total = 0.0
     groups = ([(k, names == k) for k in np.unique(names[inside])] if names is not None
               else [(None, np.ones(arrival.size, dtype=bool))])
-    for key, sel in groups:
+    for _, sel in groups:
         sel = sel & inside
-        s = starts.get(str(key), every) if key is not None else every
-        idx = np.searchsorted(s, arrival[sel], side="left")
-        first_start = np.where(idx < s.size, s[np.minimum(idx, s.size - 1)], np.inf)
-        seen = np.clip(scheduled[sel] - first_start, 0.0, None)
+        seen = np.clip(scheduled[sel] - first_start[sel], 0.0, None)
         total += float(seen[np.isfinite(seen)].sum())
     return total
 
@@ -358,19 +534,16 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     overloaded = growing = None
     queue_in_overload = excess_tokens = None
     peak_windows: tuple[PeakWindow, ...] = ()
-    st = step_stats(inp)
-    if st.wall_s is not None:
-        sources.append(Source.STEPS)
     achieved = None
     t0 = float(arrival.min())
     t_end = float(np.nanmax(finish)) if finish is not None else float(arrival.max())
     n_windows = max(1, int(np.ceil((t_end - t0) / window + 1e-12)))
     edges = t0 + window * np.arange(n_windows + 1)
-    if st.tokens is not None and inp.steps is not None:
-        starts = inp.steps["start_s"].to_numpy(dtype=np.float64)
-        idx = np.floor((starts - t0) / window).astype(np.int64)
-        keep = (idx >= 0) & (idx < n_windows)
-        achieved = np.bincount(idx[keep], weights=st.tokens[keep], minlength=n_windows) / window
+    st = step_stats(inp, Windows(t0_s=t0, width_s=window, count=n_windows))
+    if st.wall_s is not None:
+        sources.append(Source.STEPS)
+    if st.achieved_tokens is not None:
+        achieved = st.achieved_tokens / window
     elif finish is not None:
         begin = scheduled if scheduled is not None else arrival
         achieved = spread_work(edges, begin, finish, work) / window
@@ -406,12 +579,13 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
 
     # Batch shape and caps.
     s = inp.settings
-    tokens_dist = Distribution.of(st.tokens) if st.tokens is not None else None
+    tokens = st.tokens
+    tokens_dist = Distribution.from_summary(tokens) if tokens is not None else None
     budget = budget_inferred = step_fill = None
-    if st.tokens is not None and st.tokens.size:
+    if tokens is not None and tokens.count:
         budget_inferred = s.max_batched_tokens is None
-        budget = float(s.max_batched_tokens or st.tokens.max())
-        step_fill = ratio(_p75(st.tokens), budget)
+        budget = float(s.max_batched_tokens or tokens.max)
+        step_fill = ratio(tokens.percentiles[75], budget)
     elif m is not None and s.max_batched_tokens and m.histogram_mean("iteration_tokens"):
         # Without a step log, the metrics' mean step size stands in for the P75.
         budget, budget_inferred = float(s.max_batched_tokens), False
@@ -420,24 +594,24 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     if running is None and m is not None:
         g = m.gauge("num_running")
         if g is not None:
-            running = g["value"].to_numpy(dtype=np.float64)
+            samples = g["value"].to_numpy(dtype=np.float64)
+            running = summarize(lambda: [samples], _STEP_PERCENTILES)
             sources.append(Source.METRICS)
-    running_dist = Distribution.of(running) if running is not None else None
+    running_dist = Distribution.from_summary(running) if running is not None else None
     seq_cap = seq_cap_inferred = running_fill = None
-    if running is not None and running.size:
+    if running is not None and running.count:
         seq_cap_inferred = s.max_num_seqs is None
-        seq_cap = float(s.max_num_seqs or running.max())
-        running_fill = ratio(_p75(running), seq_cap)
-    kv_usage = st.kv_usage
+        seq_cap = float(s.max_num_seqs or running.max)
+        running_fill = ratio(running.percentiles[75], seq_cap)
+    kv_p75 = st.kv_usage_p75
     waiting_share = st.waiting_share
     if m is not None:
-        if kv_usage is None and (g := m.gauge("kv_usage", how="max")) is not None:
-            kv_usage = g["value"].to_numpy(dtype=np.float64)
+        if kv_p75 is None and (g := m.gauge("kv_usage", how="max")) is not None:
+            kv_p75 = _p75(g["value"].to_numpy(dtype=np.float64))
             sources.append(Source.METRICS)
         if waiting_share is None and (g := m.gauge("num_waiting")) is not None:
             waiting_share = float((g["value"] > 0).mean())
             sources.append(Source.METRICS)
-    kv_p75 = _p75(kv_usage)
 
     # Little's law: mean waiting seen by the engine against λ·W̄q from the request table.
     expected = sampled = mismatch = None
@@ -456,8 +630,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
                 # table's queue_time_s does not hold: with preemptions only the low end binds.
                 preempting = ((inp.has("num_preemptions")
                                and bool((req["num_preemptions"].fillna(0) > 0).any()))
-                              or (inp.step_has("num_preempted") and inp.steps is not None
-                                  and bool((inp.steps["num_preempted"].fillna(0) > 0).any())))
+                              or (inp.step_has("num_preempted") and st.preempted))
                 if preempting:
                     high = np.inf
                 observed = st.waiting_mean

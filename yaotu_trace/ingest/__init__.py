@@ -17,8 +17,8 @@ from yaotu_trace.schema import (
     RawTrace,
     Trace,
     normalize,
-    validate_steps,
 )
+from yaotu_trace.steplog import StepLog, open_parquet
 
 Reader = Callable[[Path], RawTrace]
 
@@ -239,14 +239,22 @@ def _with_steps(trace: Trace, path: Path) -> Trace:
     return replace(trace, steps=read_steps(path, "--steps"))
 
 
-def read_steps(path: Path, option: str) -> pd.DataFrame:
-    """A validated per-step engine log from Parquet, JSONL or CSV; `option` names the flag."""
+def read_steps(path: Path, option: str) -> StepLog:
+    """A validated per-step engine log from Parquet, JSONL or CSV; `option` names the flag.
+
+    A Parquet log whose rows are in start order (start_s non-decreasing) stays on disk and is
+    read in record batches by each consumer (`yaotu_trace.steplog`); any other log is read
+    whole and sorted by start_s: write it as Parquet sorted by start_s to stream it.
+    """
     if not path.exists():
         raise TraceReadError(f"{path}: no such step log; check the {option} path")
     suffix = path.suffix.lower()
     from yaotu_trace.ingest import canonical
 
     if suffix == ".parquet":
+        streamed = open_parquet(path)
+        if streamed is not None:
+            return streamed
         # Only the step columns are read: the others would be dropped by the validation.
         frame = canonical.read_parquet(path, skip=_other_columns(path, STEP_COLUMNS)).requests
     elif suffix in (".jsonl", ".ndjson"):
@@ -255,7 +263,7 @@ def read_steps(path: Path, option: str) -> pd.DataFrame:
         frame = canonical.read_csv_frame(path)
     else:
         raise TraceReadError(f"{path}: step logs are .parquet, .jsonl or .csv; got '{suffix}'")
-    return validate_steps(frame, str(path))
+    return StepLog.from_frame(frame, str(path))
 
 
 def _other_columns(path: Path, keep: tuple[str, ...]) -> tuple[str, ...]:

@@ -1,0 +1,296 @@
+"""The engine step log (`--steps`): held in memory, or left on disk and read in record batches.
+
+A fleet-week step log has billions of rows (one per scheduler iteration). A Parquet step log
+whose rows are already in start order (start_s non-decreasing, none missing) stays on disk:
+every consumer reads it with `StepLog.batches`, one record batch of at most `BATCH_ROWS` rows
+and only the columns it asks for, and keeps only per-instance or fixed-size state. Other step
+logs (JSONL, CSV, Parquet out of start order) are read whole, validated and sorted stably by
+start_s, as they always were, and handed out in chunks of the same size.
+
+Both kinds yield the same rows in the same order with the same dtypes (`schema.validate_steps`
+checks each batch; errors name the file, the row of the whole file and the column), so a
+consumer whose result does not depend on where the batches are cut (per-instance carries,
+`order_stats` sums and percentiles, counts, extremes) reports the same numbers either way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.order_stats import Summary, summarize
+from yaotu_trace.schema import STEP_COLUMNS, STEP_REQUIRED, validate_steps
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+BATCH_ROWS = 1 << 18  # rows per record batch (10 columns: about 20 MB as a DataFrame)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StepLog:
+    """A validated step log: an in-memory frame, or a Parquet file in start order on disk.
+
+    `columns` are the step columns the log carries (in `STEP_COLUMNS` order); `has` says
+    whether one holds at least one value, `complete` whether one has a value in every row.
+    Rows come out of `batches` in start order.
+    """
+
+    path: str
+    columns: tuple[str, ...]
+    num_rows: int
+    present: frozenset[str]
+    filled: frozenset[str] = frozenset()
+    _frame: pd.DataFrame | None = field(default=None, repr=False)
+    # Samples summarised once and shared by the passes that need them (`summary`).
+    _summaries: dict[str, Summary] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame, path: str) -> StepLog:
+        """A step log held in memory, from a frame `validate_steps` returned."""
+        columns = tuple(c for c in STEP_COLUMNS if c in frame.columns)
+        present = frozenset(c for c in columns if bool(frame[c].notna().any()))
+        filled = frozenset(c for c in columns if bool(frame[c].notna().all()))
+        return cls(path=path, columns=columns, num_rows=len(frame), present=present,
+                   filled=filled, _frame=frame)
+
+    @classmethod
+    def from_frame(cls, raw: pd.DataFrame, path: str) -> StepLog:
+        """Validate a raw step table (as a reader returns it) and hold it in memory."""
+        return cls.of_frame(validate_steps(raw, path), path)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the rows stay on disk and are read batch by batch."""
+        return self._frame is None
+
+    def has(self, column: str) -> bool:
+        """Whether the log has `column` with at least one value."""
+        return column in self.present
+
+    def complete(self, column: str) -> bool:
+        """Whether `column` has a value in every row (False when unsure)."""
+        return column in self.filled
+
+    def summary(self, name: str, columns: Iterable[str],
+                values: Callable[[pd.DataFrame], np.ndarray],
+                percentiles: Iterable[float] = ()) -> Summary:
+        """`order_stats.summarize` of a per-step sample (`values` of each batch), computed
+        once per log and `name`: analyzers that share a sample (KV usage) share its passes,
+        so they must ask for the same percentiles."""
+        found = self._summaries.get(name)
+        if found is None:
+            found = self._summaries[name] = summarize(self.reader(columns, values),
+                                                      percentiles)
+        return found
+
+    def batches(self, columns: Iterable[str] = ()) -> Iterator[pd.DataFrame]:
+        """Validated batches of the log in start order: start_s, end_s and those of `columns`
+        the log carries (others are left out), at most `BATCH_ROWS` rows each."""
+        asked = set(columns) | set(STEP_REQUIRED)
+        wanted = [c for c in self.columns if c in asked]
+        if self._frame is not None:
+            for lo in range(0, self.num_rows, BATCH_ROWS):
+                yield self._frame.iloc[lo:lo + BATCH_ROWS][wanted]
+            return
+        import pyarrow.parquet as pq
+
+        row = 0
+        for batch in pq.ParquetFile(self.path).iter_batches(columns=wanted,
+                                                            batch_size=BATCH_ROWS):
+            yield validate_steps(batch.to_pandas(), self.path, first_row=row)
+            row += batch.num_rows
+
+    def reader(self, columns: Iterable[str],
+               values: Callable[[pd.DataFrame], np.ndarray]) -> Callable[[], Iterator[np.ndarray]]:
+        """A sample of one value per step for `order_stats.summarize`: each call of the result
+        is a new pass over the log, yielding `values` of each batch."""
+        wanted = tuple(columns)
+
+        def read() -> Iterator[np.ndarray]:
+            for batch in self.batches(wanted):
+                yield values(batch)
+
+        return read
+
+    def frame(self) -> pd.DataFrame:
+        """The whole log as one validated frame, in start order. Reads a streamed log into
+        memory: only for consumers that need every row at once (`--calibrate` fits a model)."""
+        if self._frame is not None:
+            return self._frame
+        from yaotu_trace.ingest import canonical
+
+        names = _names(Path(self.path)) or ()
+        skip = tuple(c for c in names if c not in STEP_COLUMNS)
+        raw = canonical.read_parquet(Path(self.path), skip=skip).requests
+        return validate_steps(raw, self.path)
+
+
+def column(batch: pd.DataFrame, name: str, fill: float = np.nan) -> np.ndarray:
+    """A column of a batch as float64, missing values as `fill`."""
+    return batch[name].to_numpy(dtype=np.float64, na_value=fill)
+
+
+def kv_usage(batch: pd.DataFrame) -> np.ndarray:
+    """kv_blocks_used / kv_blocks_total per step (NaN where either is missing or the pool
+    size is not positive)."""
+    total = column(batch, "kv_blocks_total")
+    return column(batch, "kv_blocks_used") / np.where(total > 0, total, np.nan)
+
+
+# Percentiles of the KV usage per step that the queueing (P75) and memory (P95) axes report.
+KV_USAGE_PERCENTILES = (75, 95)
+
+
+def kv_usage_summary(log: StepLog) -> Summary:
+    """The KV usage of every step with a finite one, summarised once for both axes."""
+    return log.summary("kv_usage", ("kv_blocks_used", "kv_blocks_total"), kv_usage,
+                       KV_USAGE_PERCENTILES)
+
+
+class InstanceIds:
+    """Dense ids for the instances of a step log, stable across batches and passes.
+
+    A step with no instance (or a log without the column) belongs to instance "all". Ids are
+    given in order of first appearance, so per-instance state lives in arrays indexed by id.
+    """
+
+    def __init__(self) -> None:
+        self._id: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def id_of(self, name: str) -> int:
+        """The id of instance `name` (a new one if not seen before)."""
+        found = self._id.get(name)
+        if found is None:
+            found = self._id[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def get(self, name: str) -> int | None:
+        """The id of instance `name`, or None if no step so far ran on it."""
+        return self._id.get(name)
+
+    def codes(self, batch: pd.DataFrame) -> np.ndarray:
+        """The instance id of each row of a batch (int64)."""
+        if "instance" not in batch.columns:
+            return np.full(len(batch), self.id_of("all"), dtype=np.int64)
+        local, names = pd.factorize(batch["instance"], use_na_sentinel=True)
+        ids = [self.id_of(str(n)) for n in names]
+        if (local < 0).any():
+            ids.append(self.id_of("all"))  # missing instances (code -1) take the last entry
+        return np.asarray(ids, dtype=np.int64)[local]
+
+
+def open_parquet(path: Path) -> StepLog | None:
+    """The Parquet step log at `path` left on disk, or None to read it whole.
+
+    It stays on disk when start_s is numeric, never missing or non-finite, and non-decreasing
+    in file order, which one pass over start_s alone checks batch by batch. Which columns hold
+    a value comes from the Parquet statistics (null counts, min/max), else from the same pass.
+    Anything unusual (unreadable, no rows, missing start_s or end_s) is left to the whole
+    read, which reports it.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        file = pq.ParquetFile(path)
+        schema = file.schema_arrow
+    except (pa.ArrowInvalid, OSError):
+        return None
+    meta = file.metadata
+    if meta.num_rows == 0 or any(c not in schema.names for c in STEP_REQUIRED):
+        return None
+    start_type = schema.field("start_s").type
+    if not (pa.types.is_integer(start_type) or pa.types.is_floating(start_type)):
+        return None
+    columns = tuple(c for c in STEP_COLUMNS if c in schema.names)
+    present, filled, unknown = _from_statistics(meta, schema, columns)
+    missing: set[str] = set()
+    last = -math.inf
+    read = list(dict.fromkeys(["start_s", *unknown]))
+    for batch in file.iter_batches(columns=read, batch_size=BATCH_ROWS):
+        start_col = batch.column(0)
+        if start_col.null_count:
+            return None
+        start = np.asarray(start_col.to_numpy(zero_copy_only=False), dtype=np.float64)
+        if start.size == 0:
+            continue
+        if (not np.isfinite(start).all() or start[0] < last
+                or bool((start[1:] < start[:-1]).any())):
+            return None
+        last = float(start[-1])
+        for name in unknown:
+            known = batch.column(read.index(name)).to_pandas().notna()
+            if bool(known.any()):
+                present.add(name)
+            if not bool(known.all()):
+                missing.add(name)
+    filled |= {c for c in unknown if c not in missing}
+    return StepLog(path=str(path), columns=columns, num_rows=int(meta.num_rows),
+                   present=frozenset(present), filled=frozenset(filled))
+
+
+def _from_statistics(meta: pq.FileMetaData, schema: pa.Schema,
+                     columns: tuple[str, ...]) -> tuple[set[str], set[str], list[str]]:
+    """Columns the statistics show hold a value, those with no missing value, and those the
+    statistics cannot decide.
+
+    A row group with fewer nulls than rows and a min/max holds a value (min/max skip NaN);
+    one with values but no min/max (all NaN, or statistics not written) is undecided. A column
+    is complete when no row group has a null and it cannot hold NaN (integers, strings).
+    """
+    import pyarrow as pa
+
+    present: set[str] = set()
+    filled: set[str] = set()
+    unknown: list[str] = []
+    leaf = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    for name in columns:
+        j = leaf.get(name)
+        state: bool | None = False if j is not None else None
+        nulls = 0
+        for i in range(meta.num_row_groups if j is not None else 0):
+            group = meta.row_group(i)
+            stats = group.column(j).statistics
+            if stats is None or not stats.has_null_count:
+                state = None
+                break
+            nulls += stats.null_count
+            if stats.null_count >= group.num_rows:
+                continue
+            if not stats.has_min_max:
+                state = None
+                break
+            state = True
+        if state is None:
+            unknown.append(name)
+            continue
+        if state:
+            present.add(name)
+        kind = schema.field(name).type
+        if nulls == 0 and (pa.types.is_integer(kind) or pa.types.is_string(kind)
+                           or pa.types.is_large_string(kind)):
+            filled.add(name)
+    return present, filled, unknown
+
+
+def _names(path: Path) -> tuple[str, ...] | None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return tuple(pq.ParquetFile(path).schema_arrow.names)
+    except (pa.ArrowInvalid, OSError):
+        return None
