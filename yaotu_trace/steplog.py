@@ -100,11 +100,8 @@ class StepLog:
             for lo in range(0, self.num_rows, BATCH_ROWS):
                 yield self._frame.iloc[lo:lo + BATCH_ROWS][wanted]
             return
-        import pyarrow.parquet as pq
-
         row = 0
-        for batch in pq.ParquetFile(self.path).iter_batches(columns=wanted,
-                                                            batch_size=BATCH_ROWS):
+        for batch in _open(Path(self.path)).iter_batches(columns=wanted, batch_size=BATCH_ROWS):
             yield validate_steps(batch.to_pandas(), self.path, first_row=row)
             row += batch.num_rows
 
@@ -202,10 +199,9 @@ def open_parquet(path: Path) -> StepLog | None:
     read, which reports it.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
-        file = pq.ParquetFile(path)
+        file = _open(path)
         schema = file.schema_arrow
     except (pa.ArrowInvalid, OSError):
         return None
@@ -284,6 +280,14 @@ def _from_statistics(meta: pq.FileMetaData, schema: pa.Schema,
                            or pa.types.is_large_string(kind)):
             filled.add(name)
     return present, filled, unknown
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    """The file for reading record batches. NOTE: without `pre_buffer=False`, Arrow keeps the
+    column chunks of every row group read so far: memory would grow with the file."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, pre_buffer=False)
 
 
 def _names(path: Path) -> tuple[str, ...] | None:
