@@ -137,7 +137,11 @@ class EngineSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AxisInput:
-    """Everything an analyzer may read. Any of the three sources may be absent."""
+    """Everything an analyzer may read. Any of the three sources may be absent.
+
+    The step log may be a Parquet file left on disk: analyzers read it in record batches
+    (`StepLog.batches`), never whole.
+    """
 
     requests: pd.DataFrame
     steps: StepLog | None = None
