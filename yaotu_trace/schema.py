@@ -223,7 +223,8 @@ def _coerce_numeric(
     num = num.astype("float64")
     if not np.isfinite(num.fillna(0.0).to_numpy()).all():
         pos = int(np.flatnonzero(~np.isfinite(num.fillna(0.0).to_numpy()))[0])
-        _fail(path, df, pos, row_label, column, f"{num.iloc[pos]} is not finite; give a finite number")
+        _fail(path, df, pos, row_label, column,
+              f"{num.iloc[pos]} is not finite; give a finite number")
     if not integer:
         return num
     values = num.to_numpy()
@@ -300,7 +301,8 @@ def normalize(raw: RawTrace, path: str) -> Trace:
     if missing:
         raise TraceSchemaError(
             f"{path}: missing required column{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(repr(c) for c in missing)} (have: {', '.join(map(str, df.columns[:12]))}); "
+            f"{', '.join(repr(c) for c in missing)} "
+            f"(have: {', '.join(map(str, df.columns[:12]))}); "
             f"rename with --map {missing[0]}=<source column> or pass --input-format"
         )
 
@@ -314,7 +316,8 @@ def normalize(raw: RawTrace, path: str) -> Trace:
     for column in ("arrival_s", "prompt_len", "output_len"):
         nulls = np.flatnonzero(out[column].isna().to_numpy())
         if nulls.size:
-            _fail(path, df, int(nulls[0]), label, column, "value is missing; every request needs one")
+            _fail(path, df, int(nulls[0]), label, column,
+                  "value is missing; every request needs one")
     for column in STRING_COLUMNS:
         if column in df.columns:
             out[column] = df[column].astype("string")
@@ -403,7 +406,8 @@ def _timing_notes(table: pd.DataFrame) -> list[str]:
         if column in table.columns:
             n = int((table[column] < before).sum())
             if n:
-                notes.append(f"{n} request(s) have '{column}' {what}; their derived times are skipped")
+                notes.append(f"{n} request(s) have '{column}' {what}; "
+                             "their derived times are skipped")
     return notes
 
 

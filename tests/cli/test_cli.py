@@ -60,9 +60,11 @@ def test_analyze_output_file_written_atomically(small_trace: Path, tmp_path: Pat
         (None, "missing.jsonl", "no such file"),
         ('{"arrival_s": 0, "prompt_len": 3, "output_len": 1}\n{"arrival_s": 1,', "corrupt.jsonl",
          "line 2: invalid JSON"),
-        ('{"arrival_s": 0, "prompt_len": 3}\n', "nocol.jsonl", "missing required column 'output_len'"),
+        ('{"arrival_s": 0, "prompt_len": 3}\n', "nocol.jsonl",
+         "missing required column 'output_len'"),
         ("a,b\n1,2\n", "weird.xyz", "unknown trace format '.xyz'"),
-        ('{"arrival_s": 0, "prompt_len": -3, "output_len": 1}\n', "neg.jsonl", "line 1, column 'prompt_len'"),
+        ('{"arrival_s": 0, "prompt_len": -3, "output_len": 1}\n', "neg.jsonl",
+         "line 1, column 'prompt_len'"),
     ],
 )
 def test_input_errors_are_one_line_with_exit_3(
@@ -95,7 +97,7 @@ def test_unexpected_exception_is_internal_error_without_traceback(
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(analyze_module, "analyze_trace", boom)
-    code, out, err = run_cli(["analyze", str(small_trace)], capsys)
+    code, _out, err = run_cli(["analyze", str(small_trace)], capsys)
     assert code == ExitCode.INTERNAL
     assert "internal error: RuntimeError: kaboom" in err
     assert "Traceback" not in err

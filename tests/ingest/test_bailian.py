@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def test_bailian_fixture_maps_ids_times_lengths_and_blocks() -> None:
     assert req["prompt_len"].tolist() == [40, 16, 70, 33, 48, 95]
     assert req["output_len"].tolist() == [12, 5, 9, 3, 7, 20]
     offsets, values = list_arrays(req["prompt_block_ids"])
-    blocks = [values[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    blocks = [values[a:b].tolist() for a, b in itertools.pairwise(offsets)]
     assert blocks[2] == [0, 1, 4, 5, 6]
     assert blocks[5] == [0, 1, 4, 5, 11, 12]
     assert "tenant" not in req.columns

@@ -73,7 +73,8 @@ def test_vllm_bench_without_start_times_places_requests_at_zero(tmp_path: Path) 
     assert req["arrival_s"].tolist() == [0.0, 0.0, 0.0]
     assert req["request_id"].tolist() == ["r0", "r1", "r3"]  # file order kept for the ties
     assert req["first_token_s"].tolist() == pytest.approx([0.05, 0.125, 0.5])
-    assert any("arrivals are unknown" in note and "request_rate 2.0" in note for note in trace.notes)
+    assert any("arrivals are unknown" in note and "request_rate 2.0" in note
+               for note in trace.notes)
 
 
 def test_vllm_bench_saved_latencies_set_finish(tmp_path: Path) -> None:

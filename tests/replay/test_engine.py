@@ -181,7 +181,7 @@ def test_route_least_loaded_with_finish_times() -> None:
 
 def test_route_prefix_affinity() -> None:
     shared = [1, 2, 3, 4, 5, 6]
-    prompts = [shared + [7], shared + [8], [9, 9], shared + [9], [4, 4]]
+    prompts = [[*shared, 7], [*shared, 8], [9, 9], [*shared, 9], [4, 4]]
     result = run(prompts, block_size_tokens=1, scope="instance", route="prefix-affinity",
                  instances=2)
     # r0 -> 0; r1 follows its prefix to 0; r2 -> 1 (no match: least loaded); r3 -> 0;

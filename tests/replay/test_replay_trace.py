@@ -24,10 +24,9 @@ def make_trace(prompts, *, tenants=None, instances=None, cached=None, finish=Non
         "output_len": [1] * len(prompts),
         ("prompt_block_ids" if block_ids_of else "prompt_tokens"): prompts,
     }
-    for name, values in (("tenant", tenants), ("instance", instances),
-                         ("cached_tokens", cached), ("finish_s", finish), ("model", model)):
-        if values is not None:
-            data[name] = values
+    data.update({name: values for name, values in (
+        ("tenant", tenants), ("instance", instances), ("cached_tokens", cached),
+        ("finish_s", finish), ("model", model)) if values is not None})
     raw = RawTrace(requests=pd.DataFrame(data), format_name="test",
                    source_block_size=block_ids_of)
     return normalize(raw, "test.jsonl")
@@ -126,7 +125,7 @@ def _lcp(a: list[int], b: list[int]) -> int:
 
 def test_hot_prefixes_name_the_reason_and_tenants() -> None:
     system = list(range(100, 108))  # an 8-token shared system prompt
-    prompts = [system + [i] for i in range(6)]
+    prompts = [[*system, i] for i in range(6)]
     tenants = ["a", "b", "c", "a", "b", "c"]
     summary = replay_trace(make_trace(prompts, tenants=tenants),
                            rules_for("vllm", block_size_tokens=4))
@@ -144,7 +143,7 @@ def test_hot_prefixes_name_the_reason_and_tenants() -> None:
 
 def test_hot_prefixes_from_eviction() -> None:
     shared = [7] * 8
-    prompts = [shared + [1], [5] * 8, shared + [2]]
+    prompts = [[*shared, 1], [5] * 8, [*shared, 2]]
     summary = replay_trace(make_trace(prompts),
                            rules_for("none", block_size_tokens=4, capacity_blocks=2))
     assert summary.hot_prefixes[0].by_reason_tokens == {"eviction": 8}

@@ -7,10 +7,9 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from conftest import shared_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import shared_trace
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.replay import sweep as sweep_module

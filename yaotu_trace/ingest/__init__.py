@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from yaotu_trace.errors import ConfigError, TraceReadError, TraceSchemaError
+from yaotu_trace.errors import ConfigError, TraceReadError
 from yaotu_trace.ingest.formats import TraceFormat, sniff_header, sniff_keys
 from yaotu_trace.ingest.jsonl import first_record
+from yaotu_trace.ingest.parts import apply_options
 from yaotu_trace.schema import (
     CANONICAL_COLUMNS,
     STEP_COLUMNS,
@@ -172,29 +173,7 @@ def load_trace(
         lazy = _load_lazy(path, source_block_size)
         if lazy is not None:
             return lazy if steps_path is None else _with_steps(lazy, Path(steps_path))
-    raw = get_reader(fmt)(path)
-    if column_map:
-        missing = [s for s in column_map if s not in raw.requests.columns]
-        if missing:
-            raise TraceSchemaError(
-                f"{path}: --map names column(s) {', '.join(map(repr, missing))} that the file "
-                f"lacks (have: {', '.join(map(str, raw.requests.columns[:12]))})"
-            )
-        raw = RawTrace(
-            requests=raw.requests.rename(columns=dict(column_map)),
-            format_name=raw.format_name,
-            source_block_size=raw.source_block_size,
-            row_label=raw.row_label,
-            notes=raw.notes,
-        )
-    if source_block_size is not None:
-        raw = RawTrace(
-            requests=raw.requests,
-            format_name=raw.format_name,
-            source_block_size=source_block_size,
-            row_label=raw.row_label,
-            notes=raw.notes,
-        )
+    raw = apply_options(get_reader(fmt)(path), path, column_map, source_block_size)
     trace = normalize(raw, str(path))
     if steps_path is not None:
         trace = _with_steps(trace, Path(steps_path))

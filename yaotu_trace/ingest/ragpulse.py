@@ -35,6 +35,7 @@ Arrival (`arrival_s`)
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -144,7 +145,7 @@ def _align_runs(
         return arrival, []
     positions = np.flatnonzero(finite)
     bounds = [0, *positions[starts].tolist(), len(arrival)]
-    runs = list(zip(bounds[:-1], bounds[1:], strict=True))
+    runs = list(itertools.pairwise(bounds))
     described = ", ".join(f"lines {lines[a]}-{lines[b - 1]}" for a, b in runs)
     if not stitch_runs:
         return arrival, [

@@ -79,7 +79,8 @@ def read_vllm_bench(path: Path) -> RawTrace:
         )
 
     starts = _starts(arrays, keep, path)
-    rows = [_request(arrays, int(i), float(start), path) for i, start in zip(keep, starts)]
+    rows = [_request(arrays, int(i), float(start), path)
+            for i, start in zip(keep, starts, strict=True)]
     out = pd.DataFrame.from_records(rows)
     if isinstance(doc.get("model_id"), str):
         out["model"] = doc["model_id"]

@@ -129,8 +129,7 @@ def input_renderables(summary: InputSummary, command: str) -> list[RenderableTyp
     if summary.step_rows is not None:
         rows.append(("engine steps", fmt.count(summary.step_rows)))
     out: list[RenderableType] = [Text(f"yaotu-trace {command}", style="bold"), kv_table(rows)]
-    for note in summary.notes:
-        out.append(Text(f"note: {note}", style="yellow"))
+    out.extend(Text(f"note: {note}", style="yellow") for note in summary.notes)
     return out
 
 
@@ -167,7 +166,8 @@ def profile_renderables(profile: Profile) -> list[RenderableType]:
             ("peak (1 min bin)", f"{fmt.count(a.peak_rpm)} req/min"),
             ("interarrival CV", f"{fmt.num(a.interarrival_cv)}  (Poisson = 1)"),
             ("per-second variance/mean", fmt.num(a.per_second_dispersion)),
-            ("median / longest gap", f"{fmt.seconds(a.median_gap_s)} / {fmt.seconds(a.longest_gap_s)}"),
+            ("median / longest gap",
+             f"{fmt.seconds(a.median_gap_s)} / {fmt.seconds(a.longest_gap_s)}"),
         ]
     )
     lengths = profile.lengths
@@ -213,7 +213,8 @@ def profile_renderables(profile: Profile) -> list[RenderableType]:
         rows = []
         if timing.concurrency_max is not None:
             rows.append(("requests in flight (mean / max)",
-                         f"{fmt.num(timing.concurrency_mean)} / {fmt.count(timing.concurrency_max)}"))
+                         f"{fmt.num(timing.concurrency_mean)} / "
+                         f"{fmt.count(timing.concurrency_max)}"))
         if timing.preempted_requests is not None:
             rows.append(("preempted requests",
                          f"{fmt.count(timing.preempted_requests)} "
@@ -246,8 +247,8 @@ def reuse_overview_renderables(overview: Any) -> list[RenderableType]:
     for label, point in points:
         if point is not None:
             rows.append((f"LRU capacity for {label}",
-                         f"{fmt.count(point.capacity_blocks)} blocks ({fmt.tokens(point.capacity_tokens)})"
-                         f" → {fmt.pct(point.hit_ratio)}"))
+                         f"{fmt.count(point.capacity_blocks)} blocks "
+                         f"({fmt.tokens(point.capacity_tokens)}) → {fmt.pct(point.hit_ratio)}"))
     out.append(kv_table(rows))
     out += [Text(f"note: {note}", style="yellow") for note in overview.notes]
     out.append(Text("details: trace replay (loss waterfall, hot prefixes), trace sweep (curve)",

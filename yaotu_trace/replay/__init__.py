@@ -8,6 +8,7 @@ ratio Σ hit_tokens / Σ prompt tokens; every other ratio is labelled as what it
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,7 +209,7 @@ def _hit_length(hit: np.ndarray, prompt: np.ndarray) -> HitLengthDistribution:
     q = np.quantile(hit, [0.5, 0.9, 0.99], method="lower")
     share = np.divide(hit, prompt, out=np.zeros(hit.size), where=prompt > 0)
     buckets = [(0.0, 0.0, int((share == 0).sum()))]
-    for lo, hi in zip(HIT_SHARE_BUCKETS[:-1], HIT_SHARE_BUCKETS[1:], strict=True):
+    for lo, hi in itertools.pairwise(HIT_SHARE_BUCKETS):
         buckets.append((lo, hi, int(((share > lo) & (share <= hi)).sum())))
     return HitLengthDistribution(
         zero_hit_requests=int((hit == 0).sum()), p50_hit_tokens=int(q[0]),

@@ -228,10 +228,7 @@ def _replay_loop(
         total = length + o_len
         for step in range(total):
             pos = step if head_first else total - 1 - step
-            if pos < length:
-                x = base + ids[start + pos]
-            else:
-                x = base + out_ids[o_start + pos - length]
+            x = base + (ids[start + pos] if pos < length else out_ids[o_start + pos - length])
             if unlimited:
                 if in_cache[x] == 0:
                     in_cache[x] = 1
@@ -253,10 +250,7 @@ def _replay_loop(
                     append(x, lst, prev, nxt, head, tail)
                 continue
             if size[c] >= capacity:
-                if policy == 2:
-                    lst = c * lists_per_cache + min_freq[c]
-                else:
-                    lst = c
+                lst = c * lists_per_cache + min_freq[c] if policy == 2 else c
                 victim = head[lst]
                 unlink(victim, lst, prev, nxt, head, tail)
                 in_cache[victim] = 0

@@ -221,10 +221,7 @@ def _stack_histograms(  # pragma: no cover - compiled
             total = nb + out_offsets[r + 1] - o_start
             for j in range(total):
                 k = j if head_first else total - 1 - j
-                if k < nb:
-                    b = ids[start + k]
-                else:
-                    b = out_ids[o_start + k - nb]
+                b = ids[start + k] if k < nb else out_ids[o_start + k - nb]
                 if now > time_slots:
                     # Before unmarking b: compaction keeps exactly the live marks.
                     now = _compact(bits, sup, owner, last, now)
