@@ -499,6 +499,8 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         "kv_blocks_total": np.full(result.num_steps, result.kv_blocks_total, dtype=np.int64),
         "num_preempted": result.step_num_preempted,
     })
+    # In start order across instances, so the log written with --steps-out streams.
+    steps = steps.sort_values("start_s", kind="stable").reset_index(drop=True)
     return df, steps[list(STEP_COLUMNS)]
 
 
