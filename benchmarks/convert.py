@@ -17,21 +17,16 @@ ratio, and the JSONL's size for scale.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-GIB = 2**30
-STATS = re.compile(r"stats: ([\d.]+) s elapsed, peak RSS ([\d.]+) GiB")
+from common import GIB, ratio, run_trace, whole_read
+
 # The baseline: the same CLI with parts large enough to hold any file.
-WHOLE = ("import sys; import yaotu_trace.convert as c; c.PART_BYTES = 1 << 50; "
-         "from yaotu_trace.cli import main; sys.exit(main(sys.argv[1:]))")
+WHOLE = whole_read("import yaotu_trace.convert as c; c.PART_BYTES = 1 << 50")
 
 
 def generate(path: Path, tokens: float, seed: int = 3) -> int:
@@ -58,15 +53,9 @@ def generate(path: Path, tokens: float, seed: int = 3) -> int:
 
 
 def run(mode: str, source: Path, out: Path) -> dict[str, Any]:
-    """One fresh `trace convert` process: wall seconds and the peak RSS it reports."""
-    head = ["-m", "yaotu_trace"] if mode == "parts" else ["-c", WHOLE]
-    cmd = [sys.executable, *head, "convert", str(source), "--out", str(out), "--stats"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    match = STATS.search(proc.stderr)
-    return {"wall_s": wall, "peak_gib": float(match.group(2)) if match else None,
-            "ok": proc.returncode == 0, "error": proc.stderr.strip()[-300:]}
+    """One fresh `trace convert` process, in parts or whole."""
+    return run_trace(["convert", str(source), "--out", str(out)],
+                     None if mode == "parts" else WHOLE)
 
 
 def main() -> None:
@@ -93,10 +82,9 @@ def main() -> None:
             p, w = got["parts"], got["whole"]
             same = (p["ok"] and w["ok"] and pq.read_table(folder / "parts.parquet").equals(
                 pq.read_table(folder / "whole.parquet")))
-            ratio = (f"{w['peak_gib'] / p['peak_gib']:.1f}×" if p["peak_gib"] and w["peak_gib"]
-                     else "–")
-            lines.append(f"| {tokens:,} | {source.stat().st_size / GIB:.2f} | {p['wall_s']:.1f} | "
-                         f"{p['peak_gib']} | {w['wall_s']:.1f} | {w['peak_gib']} | {ratio} | "
+            lines.append(f"| {tokens:,} | {source.stat().st_size / GIB:.2f} | "
+                         f"{p['wall_s']:.1f} | {p['peak_gib']} | {w['wall_s']:.1f} | "
+                         f"{w['peak_gib']} | {ratio(w, p, 'peak_gib')} | "
                          f"{'yes' if same else 'NO'} |")
             source.unlink()
     finally:

@@ -30,9 +30,7 @@ Modes: `local` (one process), `jobs` (`--jobs 2` worker processes), `dask` (`--d
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,9 +38,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve()
-ROOT = HERE.parents[1]
-GIB = 2**30
+from common import GIB, run_trace
 
 COMMANDS: dict[str, list[str]] = {
     "analyze": ["analyze"],
@@ -58,8 +54,6 @@ COMMANDS: dict[str, list[str]] = {
 # overview's capacity sweep of one global cache: it runs in one process.
 PARALLEL = ("replay", "waterfall", "grid", "diagnose")
 MODES = {"local": [], "jobs": ["--jobs", "2"], "dask": ["--dask", "local"]}
-STATS = re.compile(r"stats: ([\d.]+) s elapsed, peak RSS ([\d.]+) GiB"
-                   r"(?: \(largest worker process ([\d.]+) GiB\))?")
 
 
 def generate(path: Path, tokens: float, seed: int = 1) -> dict[str, int]:
@@ -142,19 +136,8 @@ def generate(path: Path, tokens: float, seed: int = 1) -> dict[str, int]:
 
 
 def run(args: list[str]) -> dict[str, Any]:
-    """One fresh `trace ... --stats` process: wall seconds and the peak RSS it reports."""
-    cmd = [sys.executable, "-m", "yaotu_trace", *args, "--stats", "--format", "json"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    match = STATS.search(proc.stderr)
-    out: dict[str, Any] = {"wall_s": wall, "returncode": proc.returncode,
-                           "peak_gib": float(match.group(2)) if match else None,
-                           "worker_gib": float(match.group(3)) if match and match.group(3)
-                           else None}
-    if proc.returncode != 0:
-        out["error"] = proc.stderr.strip().splitlines()[-2:]
-    return out
+    """One fresh `trace ... --stats --format json` process."""
+    return run_trace([*args, "--format", "json"])
 
 
 def main() -> None:

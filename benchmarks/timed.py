@@ -19,25 +19,20 @@ The two must print the same JSON (checked); the table gives both and their ratio
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-GIB = 2**30
+from common import GIB, cell, ratio, run_trace, whole_read
+
 TOKENS_PER_REQUEST = 400
 COMMANDS = {"analyze": ["analyze"], "diagnose": ["diagnose", "--model", "Llama-3.1-8B"],
             "report": ["report"]}
-STATS = re.compile(r"stats: ([\d.]+) s elapsed, peak RSS ([\d.]+) GiB")
 # The baseline: the same CLI with the lazy reading of list columns switched off.
-WHOLE = ("import sys; from yaotu_trace.ingest import canonical; "
-         "canonical.lazy_content = lambda path: None; from yaotu_trace.cli import main; "
-         "sys.exit(main(sys.argv[1:]))")
+WHOLE = whole_read("from yaotu_trace.ingest import canonical; "
+                   "canonical.lazy_content = lambda path: None")
 
 
 def generate(path: Path, output_tokens: float, seed: int = 2) -> int:
@@ -84,16 +79,8 @@ def generate(path: Path, output_tokens: float, seed: int = 2) -> int:
 
 
 def run(mode: str, args: list[str]) -> dict[str, Any]:
-    """One fresh process: wall seconds, peak RSS and the JSON it printed."""
-    head = ["-m", "yaotu_trace"] if mode == "streamed" else ["-c", WHOLE]
-    cmd = [sys.executable, *head, *args, "--stats", "--format", "json"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    match = STATS.search(proc.stderr)
-    return {"wall_s": wall, "peak_gib": float(match.group(2)) if match else None,
-            "ok": proc.returncode == 0, "out": proc.stdout,
-            "error": proc.stderr.strip().splitlines()[-1:] if proc.returncode else None}
+    """One fresh process, streamed or with the token times read whole."""
+    return run_trace([*args, "--format", "json"], None if mode == "streamed" else WHOLE)
 
 
 def main() -> None:
@@ -127,22 +114,14 @@ def main() -> None:
                 s, w = got.get("streamed"), got.get("whole")
                 same = ("yes" if s and w and s["ok"] and s["out"] == w["out"]
                         else "–" if not (s and w) else "NO")
-                ratio = (f"{w['peak_gib'] / s['peak_gib']:.1f}×" if s and w and s["peak_gib"]
-                         and w["peak_gib"] else "–")
                 lines.append(
-                    f"| {tokens:,} | {command} | {_cell(s, 'wall_s', 1)} | "
-                    f"{_cell(s, 'peak_gib', 2)} | {_cell(w, 'wall_s', 1)} | "
-                    f"{_cell(w, 'peak_gib', 2)} | {ratio} | {same} |")
+                    f"| {tokens:,} | {command} | {cell(s, 'wall_s', 1)} | "
+                    f"{cell(s, 'peak_gib', 2)} | {cell(w, 'wall_s', 1)} | "
+                    f"{cell(w, 'peak_gib', 2)} | {ratio(w, s, 'peak_gib')} | {same} |")
     finally:
         if opts.keep is None:
             shutil.rmtree(folder, ignore_errors=True)
     print("\n".join(lines))
-
-
-def _cell(result: dict[str, Any] | None, key: str, digits: int) -> str:
-    if result is None or result[key] is None:
-        return "–"
-    return f"{result[key]:.{digits}f}" + ("" if result["ok"] else " (failed)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""What the benchmarks share: running `trace` in a fresh process and reading its `--stats`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 2**30
+STATS = re.compile(r"stats: ([\d.]+) s elapsed, peak RSS ([\d.]+) GiB"
+                   r"(?: \(largest worker process ([\d.]+) GiB\))?")
+
+
+def whole_read(patch: str) -> list[str]:
+    """Interpreter arguments that run the CLI after `patch` (Python statements), for a
+    baseline that switches one streaming path off."""
+    return ["-c", f"import sys; {patch}; from yaotu_trace.cli import main; "
+                  "sys.exit(main(sys.argv[1:]))"]
+
+
+def run_trace(args: list[str], head: list[str] | None = None) -> dict[str, Any]:
+    """One fresh `trace ARGS --stats` process (`head` replaces `-m yaotu_trace`): wall
+    seconds, the peak RSS it reports (its own and its largest worker's) and its stdout."""
+    cmd = [sys.executable, *(head or ["-m", "yaotu_trace"]), *args, "--stats"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    match = STATS.search(proc.stderr)
+    return {"wall_s": wall, "returncode": proc.returncode, "ok": proc.returncode == 0,
+            "peak_gib": float(match.group(2)) if match else None,
+            "worker_gib": float(match.group(3)) if match and match.group(3) else None,
+            "out": proc.stdout,
+            "error": proc.stderr.strip().splitlines()[-2:] if proc.returncode else None}
+
+
+def cell(result: dict[str, Any] | None, key: str, digits: int) -> str:
+    """A table cell: the value, '–' when unknown, '(failed)' when the run failed."""
+    if result is None or result[key] is None:
+        return "–"
+    return f"{result[key]:.{digits}f}" + ("" if result["ok"] else " (failed)")
+
+
+def ratio(baseline: dict[str, Any] | None, ours: dict[str, Any] | None, key: str) -> str:
+    """baseline / ours as 'N.N×', or '–'."""
+    if not baseline or not ours or not baseline[key] or not ours[key]:
+        return "–"
+    return f"{baseline[key] / ours[key]:.1f}×"
