@@ -43,6 +43,19 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return code, out, err
 
 
+def run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    """Run `trace` in this process, expect exit 0, and parse the one JSON document it printed."""
+    import json
+
+    from yaotu_trace.cli import main
+    from yaotu_trace.errors import ExitCode
+
+    assert main(args) == ExitCode.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert isinstance(doc, dict)
+    return doc
+
+
 @pytest.fixture(autouse=True)
 def _plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rendered output never depends on the terminal running the tests."""

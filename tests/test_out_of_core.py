@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import run_json
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
@@ -17,13 +18,6 @@ COMMANDS = [
     ["report", "--format", "json"],
     ["replay", "--capacity", "2000"],
 ]
-
-
-def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    assert main(args) == ExitCode.OK
-    doc = json.loads(capsys.readouterr().out)
-    assert isinstance(doc, dict)
-    return doc
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
@@ -40,11 +34,11 @@ def test_streamed_report_equals_in_memory_report(
     if steps.exists() and command[0] in ("analyze", "diagnose", "report"):
         args += ["--steps", str(steps)]
     # WHEN the token columns stay on disk (the default) and when they are read up front
-    streamed = _run(args, capsys)
+    streamed = run_json(args, capsys)
     from yaotu_trace.ingest import canonical
 
     monkeypatch.setattr(canonical, "lazy_content", lambda path: None)
-    in_memory = _run(args, capsys)
+    in_memory = run_json(args, capsys)
     # THEN the documents are identical
     assert streamed == in_memory
 
@@ -81,9 +75,9 @@ def test_streamed_token_times_equal_in_memory(
     # WHEN the token times stream in record batches (some as small as 7 rows) and when the
     # whole column is read up front
     monkeypatch.setattr(token_times, "BATCH_ROWS", batch_rows)
-    streamed = _run(args, capsys)
+    streamed = run_json(args, capsys)
     monkeypatch.setattr(canonical, "lazy_content", lambda path: None)
-    in_memory = _run(args, capsys)
+    in_memory = run_json(args, capsys)
     # THEN the profile's gaps, the interference axis and the report's gap plot are identical
     assert streamed == in_memory
 
@@ -99,8 +93,8 @@ def test_stats_reports_time_and_peak_memory_on_stderr(capsys: pytest.CaptureFixt
 def test_diagnose_with_worker_processes_equals_one_process(
         sample: str, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["diagnose", str(SAMPLES / sample), "--kv-capacity", "2000", "-f", "json"]
-    one = _run(args, capsys)
-    two = _run([*args, "--jobs", "2"], capsys)
+    one = run_json(args, capsys)
+    two = run_json([*args, "--jobs", "2"], capsys)
     assert two["config"]["settings"].pop("replay_jobs") == 2
     assert one["config"]["settings"].pop("replay_jobs") == 1
     # The only other difference is the prefix-reuse axis's note on where its replay ran.

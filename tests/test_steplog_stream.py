@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_json
 
 from yaotu_trace import ingest, steplog
 from yaotu_trace.cli import main
@@ -23,13 +23,6 @@ COMMANDS = [
     ["diagnose", "--model", "Llama-3.1-8B"],
     ["report", "--format", "json"],
 ]
-
-
-def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    assert main(args) == ExitCode.OK
-    doc = json.loads(capsys.readouterr().out)
-    assert isinstance(doc, dict)
-    return doc
 
 
 def _args(command: list[str], trace: Path, steps: Path) -> list[str]:
@@ -86,11 +79,11 @@ def test_streamed_step_log_equals_whole(
     # WHEN the log streams in record batches (some of 7 rows) and when it is read whole
     if batch_rows is not None:
         monkeypatch.setattr(steplog, "BATCH_ROWS", batch_rows)
-    streamed = _run(args, capsys)
+    streamed = run_json(args, capsys)
     monkeypatch.setattr(steplog, "BATCH_ROWS", 1 << 18)
     monkeypatch.setattr(ingest, "open_parquet", lambda path: None)
     assert not ingest.read_steps(steps, "--steps").streamed
-    whole = _run(args, capsys)
+    whole = run_json(args, capsys)
     # THEN the documents are identical, number for number
     assert streamed == whole
 
@@ -112,7 +105,7 @@ def test_unsorted_parquet_step_log_is_read_whole_with_the_same_report(
     assert log.frame()["start_s"].is_monotonic_increasing
     trace = SAMPLES / "diag-burst.parquet"
     command = ["diagnose", "--model", "Llama-3.1-8B"]
-    assert _run(_args(command, trace, unsorted), capsys) == _run(
+    assert run_json(_args(command, trace, unsorted), capsys) == run_json(
         _args(command, trace, sorted_steps), capsys)
 
 
