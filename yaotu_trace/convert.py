@@ -43,7 +43,7 @@ def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
                   source_block_size: int | None = None,
                   part_bytes: int | None = None) -> Converted:
     """Write `path` as a canonical table at `out` (format by extension), atomically."""
-    fmt = fmt or detect_format(path)
+    fmt = fmt or detect_format(path, column_map)
     notes: tuple[str, ...] = ()
     if fmt in PARTABLE and out.suffix.lower() == ".parquet":
         done = _convert_in_parts(path, out, fmt, column_map, source_block_size,

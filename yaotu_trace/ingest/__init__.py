@@ -47,8 +47,10 @@ def get_reader(fmt: TraceFormat) -> Reader:
     return reader
 
 
-def detect_format(path: Path) -> TraceFormat:
-    """Choose a format from the extension and, for JSON and CSV, the fields of the first record."""
+def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> TraceFormat:
+    """Choose a format from the extension and, for JSON and CSV, the fields of the first record
+    (after the `--map` renames, so a mapped table is recognised as canonical)."""
+    renamed = dict(column_map or {})
     if path.is_dir():
         if (path / "0_trace.jsonl").is_file():
             return TraceFormat.RAGPULSE
@@ -67,7 +69,7 @@ def detect_format(path: Path) -> TraceFormat:
             raise TraceReadError(
                 f"{path}: line 1 is not a JSON object; check the file or pass --input-format"
             )
-        found = sniff_keys(set(record))
+        found = sniff_keys({renamed.get(k, k) for k in record})
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the keys of line 1 "
@@ -82,7 +84,7 @@ def detect_format(path: Path) -> TraceFormat:
             header = pd.read_csv(path, nrows=0).columns
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise TraceReadError(f"{path}: not a readable CSV ({exc}); check the file") from exc
-        found = sniff_header({str(c).strip() for c in header})
+        found = sniff_header({renamed.get(str(c).strip(), str(c).strip()) for c in header})
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the CSV header "
@@ -168,7 +170,7 @@ def load_trace(
     path = Path(path)
     if not path.exists():
         raise TraceReadError(f"{path}: no such file; check the path")
-    fmt = fmt or detect_format(path)
+    fmt = fmt or detect_format(path, column_map)
     if lazy_content and fmt is TraceFormat.CANONICAL_PARQUET and not column_map:
         lazy = _load_lazy(path, source_block_size)
         if lazy is not None:
