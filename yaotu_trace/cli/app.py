@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.files import replace_atomically
 from yaotu_trace.ingest import load_trace, parse_column_map
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.render import OutputFormat, render
@@ -258,29 +257,7 @@ def write_atomically(path: Path, text: str) -> None:
             f"{path}: folder '{parent}' does not exist; create it or pick another path"
         )
 
-    def write(fd: int, tmp: str) -> None:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-
-    replace_atomically(path, parent, write)
-
-
-def replace_atomically(path: Path, parent: Path, write: Callable[[int, str], None]) -> None:
-    """Let `write` fill a temporary file in `parent`, then rename it over `path`.
-
-    `write` gets the file's open descriptor and its name. Readers never see a half-written file,
-    the result has the permissions `open()` would give, and a failed write leaves nothing behind.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
-    try:
-        write(fd, tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _show_version(value: bool) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -22,10 +21,10 @@ from yaotu_trace.cli.app import (
     emit,
     input_of,
     load,
-    replace_atomically,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.files import replace_atomically
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.replay.rules import Eviction, Preset, Route, Scope, TouchOrder
 from yaotu_trace.report import Report
@@ -66,8 +65,7 @@ def write_requests(path: Path, columns: dict[str, object]) -> None:
         raise ConfigError(f"--out {path}: folder '{parent}' does not exist; create it first")
     table = pa.table({name: pa.array(values) for name, values in columns.items()})
 
-    def write(fd: int, tmp: str) -> None:
-        os.close(fd)
+    def write(tmp: Path) -> None:
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
@@ -77,7 +75,7 @@ def write_requests(path: Path, columns: dict[str, object]) -> None:
 
             pcsv.write_csv(table, tmp)
 
-    replace_atomically(path, parent, write)
+    replace_atomically(path, write)
 
 
 @app.command()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from yaotu_trace.errors import TraceReadError
+from yaotu_trace.files import replace_atomically
 from yaotu_trace.ingest.jsonl import read_json_lines
 from yaotu_trace.schema import (
     LIST_COLUMNS,
@@ -152,11 +151,11 @@ def write_trace(
 ) -> None:
     """Write a canonical table atomically, by extension: .parquet, .jsonl or .csv."""
     suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".jsonl", ".ndjson", ".csv"):
+        raise TraceReadError(f"{path}: cannot write '{suffix}' files; use .parquet, .jsonl or .csv")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+
+    def write(tmp: Path) -> None:
         if suffix == ".parquet":
             table = _to_arrow(requests)
             if source_block_size is not None:
@@ -164,10 +163,6 @@ def write_trace(
                 meta[SOURCE_BLOCK_SIZE_KEY] = str(source_block_size).encode()
                 table = table.replace_schema_metadata(meta)
             pq.write_table(table, tmp, row_group_size=1024, compression="zstd")
-        elif suffix in (".jsonl", ".ndjson"):
-            with tmp.open("w", encoding="utf-8") as fh:
-                for record in _records(requests, source_block_size):
-                    fh.write(json.dumps(record, separators=(",", ":")) + "\n")
         elif suffix == ".csv":
             frame = requests.copy()
             for column in LIST_COLUMNS:
@@ -180,13 +175,11 @@ def write_trace(
                     ]
             frame.to_csv(tmp, index=False)
         else:
-            raise TraceReadError(
-                f"{path}: cannot write '{suffix}' files; use .parquet, .jsonl or .csv"
-            )
-        _readable_like_a_new_file(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+            with tmp.open("w", encoding="utf-8") as fh:
+                for record in _records(requests, source_block_size):
+                    fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    replace_atomically(path, write)
 
 
 def join_parquet_parts(parts: list[Path], path: Path, *,
@@ -208,11 +201,10 @@ def join_parquet_parts(parts: list[Path], path: Path, *,
     schema = pa.schema([fields[c] for c in order])
     if source_block_size is not None:
         schema = schema.with_metadata({SOURCE_BLOCK_SIZE_KEY: str(source_block_size).encode()})
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     rows = 0
-    try:
+
+    def write(tmp: Path) -> None:
+        nonlocal rows
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             for part in parts:
                 table = pq.read_table(part)
@@ -221,18 +213,9 @@ def join_parquet_parts(parts: list[Path], path: Path, *,
                 writer.write_table(pa.Table.from_arrays(columns, schema=schema),
                                    row_group_size=1024)
                 rows += table.num_rows
-        _readable_like_a_new_file(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    replace_atomically(path, write)
     return rows
-
-
-def _readable_like_a_new_file(path: Path) -> None:
-    """mkstemp creates 0600; give the output the permissions `open()` would have (umask)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
 
 
 def _to_arrow(requests: pd.DataFrame) -> pa.Table:
