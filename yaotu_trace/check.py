@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, ConfigFileError
 from yaotu_trace.report_path import Resolved, close_paths, parse_path, require, resolve
 
 # Relative tolerance of a baseline comparison unless the config says otherwise: 5 % is about the
@@ -200,52 +200,52 @@ def _enum(cls: type[StrEnum], value: Any, where: str) -> Any:
         return cls(str(value).lower() if cls is not Op else str(value).strip())
     except ValueError:
         choices = ", ".join(repr(m.value) for m in cls)  # type: ignore[attr-defined]
-        raise ConfigError(f"{where}: {value!r} is not one of {choices}") from None
+        raise ConfigFileError(f"{where}: {value!r} is not one of {choices}") from None
 
 
 def _tol(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
             or value < 0:
-        raise ConfigError(f"{where}: tolerance must be a non-negative number, got {value!r}")
+        raise ConfigFileError(f"{where}: tolerance must be a non-negative number, got {value!r}")
     return float(value)
 
 
 def _known(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; allowed: "
+        raise ConfigFileError(f"{where}: unknown key {unknown[0]!r}; allowed: "
                           f"{', '.join(sorted(allowed))}")
 
 
 def parse_config(data: Mapping[str, Any], path: str = "check config") -> CheckConfig:
-    """Validate a check file's TOML table; every problem is a ConfigError naming where."""
+    """Validate a check file's TOML table; every problem is a ConfigFileError naming where."""
     _known(data, {"check", "baseline", "on_missing", "fail_on"}, path)
     on_missing = _enum(OnMissing, data.get("on_missing", "fail"), f"{path}: on_missing")
     fail_on = None if data.get("fail_on") is None else _enum(FailOn, data["fail_on"],
                                                               f"{path}: fail_on")
     raw_checks = data.get("check", [])
     if not isinstance(raw_checks, list):
-        raise ConfigError(f"{path}: 'check' must be an array of tables ([[check]])")
+        raise ConfigFileError(f"{path}: 'check' must be an array of tables ([[check]])")
     checks = []
     for i, entry in enumerate(raw_checks, start=1):
         where = f"{path}: check #{i}"
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: must be a table with path, op and value")
+            raise ConfigFileError(f"{where}: must be a table with path, op and value")
         _known(entry, {"path", "op", "value", "name", "on_missing"}, where)
         for key in ("path", "op", "value"):
             if key not in entry:
-                raise ConfigError(f"{where}: missing '{key}' (e.g. path = \"prefix_reuse."
+                raise ConfigFileError(f"{where}: missing '{key}' (e.g. path = \"prefix_reuse."
                                   "hit_ratio\", op = \">=\", value = 0.4)")
         parse_path(str(entry["path"]))
         op = _enum(Op, entry["op"], f"{where}: op")
         value = entry["value"]
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{where}: value must be finite")
+            raise ConfigFileError(f"{where}: value must be finite")
         if not isinstance(value, int | float | str | bool):
-            raise ConfigError(f"{where}: value must be a number, string or boolean")
+            raise ConfigFileError(f"{where}: value must be a number, string or boolean")
         if op not in (Op.EQ, Op.NE) and (isinstance(value, bool) or
                                           not isinstance(value, int | float)):
-            raise ConfigError(f"{where}: op {op} needs a number, got {value!r}")
+            raise ConfigFileError(f"{where}: op {op} needs a number, got {value!r}")
         checks.append(ThresholdCheck(
             path=str(entry["path"]), op=op,
             value=float(value) if isinstance(value, int) and not isinstance(value, bool)
@@ -262,13 +262,13 @@ def parse_config(data: Mapping[str, Any], path: str = "check config") -> CheckCo
 def _parse_baseline(table: Any, path: str) -> BaselineConfig:
     where = f"{path}: [baseline]"
     if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table")
+        raise ConfigFileError(f"{where} must be a table")
     _known(table, {"rel_tol", "abs_tol", "metric", "override", "on_missing"}, where)
     metrics = []
     for i, entry in enumerate(table.get("metric", []), start=1):
         w = f"{where} metric #{i}"
         if not isinstance(entry, dict) or "path" not in entry:
-            raise ConfigError(f"{w}: must be a table with a path")
+            raise ConfigFileError(f"{w}: must be a table with a path")
         _known(entry, {"path", "better", "rel_tol", "abs_tol", "name"}, w)
         parse_path(str(entry["path"]))
         metrics.append(BaselineMetric(
@@ -280,12 +280,12 @@ def _parse_baseline(table: Any, path: str) -> BaselineConfig:
         ))
     overrides = table.get("override", {})
     if not isinstance(overrides, dict):
-        raise ConfigError(f"{where}: 'override' must be a table of tables keyed by path")
+        raise ConfigFileError(f"{where}: 'override' must be a table of tables keyed by path")
     for key, entry in overrides.items():
         w = f"{where} override {key!r}"
         parse_path(key)
         if not isinstance(entry, dict):
-            raise ConfigError(f"{w}: must be a table (rel_tol, abs_tol, better)")
+            raise ConfigFileError(f"{w}: must be a table (rel_tol, abs_tol, better)")
         _known(entry, {"rel_tol", "abs_tol", "better"}, w)
         for tol in ("rel_tol", "abs_tol"):
             if tol in entry:
@@ -303,29 +303,29 @@ def _parse_baseline(table: Any, path: str) -> BaselineConfig:
 
 
 def load_config(path: Path) -> CheckConfig:
-    """Read a check file (TOML); unreadable or invalid files are ConfigErrors naming the file."""
+    """Read a check file (TOML); unreadable or invalid files are ConfigFileErrors naming the file."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read the check file ({err.strerror or err})") from None
+        raise ConfigFileError(f"{path}: cannot read the check file ({err.strerror or err})") from None
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+        raise ConfigFileError(f"{path}: not valid TOML ({err})") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+        raise ConfigFileError(f"{path}: not a UTF-8 text file") from None
     return parse_config(data, str(path))
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
-    """Read a JSON report written by the tool; anything else is a ConfigError naming the file."""
+    """Read a JSON report written by the tool; anything else is a ConfigFileError naming the file."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read the baseline ({err.strerror or err})") from None
+        raise ConfigFileError(f"{path}: cannot read the baseline ({err.strerror or err})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: the baseline is not a JSON report ({err}); write one with "
+        raise ConfigFileError(f"{path}: the baseline is not a JSON report ({err}); write one with "
                           "`trace diagnose --format json -o baseline.json`") from None
     if not isinstance(doc, dict) or "schema_version" not in doc or "command" not in doc:
-        raise ConfigError(f"{path}: not a yaotu-trace JSON report (no schema_version/command); "
+        raise ConfigFileError(f"{path}: not a yaotu-trace JSON report (no schema_version/command); "
                           "write one with `trace diagnose --format json -o baseline.json`")
     return doc
 

@@ -31,7 +31,21 @@ class TraceSchemaError(YaotuError):
 
 
 class ConfigError(YaotuError):
-    """An option or option combination cannot be honoured (e.g. block size vs source ids)."""
+    """An option's value or a combination of options cannot be honoured: a usage error.
+
+    Click's own "Invalid value for '--x'" is exit 2, so a value this tool refuses after parsing
+    (an unknown preset, `--capacity 1e30`, block size against the trace's source ids) is too.
+    """
+
+    exit_code = ExitCode.USAGE
+
+
+class ConfigFileError(YaotuError):
+    """A check, scenario or baseline file is unreadable, not TOML/JSON, or holds a bad value."""
+
+
+class OutputError(YaotuError):
+    """An output cannot be written: its folder is missing or read-only, or it names an input."""
 
 
 class ResourceLimitError(YaotuError):

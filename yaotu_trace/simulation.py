@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.catalog import ModelSpec, find_model
-from yaotu_trace.errors import ConfigError, TraceReadError
+from yaotu_trace.errors import ConfigError, ConfigFileError, TraceReadError
 from yaotu_trace.hardware import GpuSpec, find_gpu, find_moe
 from yaotu_trace.report import Distribution
 from yaotu_trace.schema import STEP_COLUMNS, Trace
@@ -96,14 +96,14 @@ def load_scenario(path: Path) -> Scenario:
     except FileNotFoundError as exc:
         raise TraceReadError(f"{path}: no such scenario file; check the --scenario path") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML ({str(exc).splitlines()[0]})") from exc
+        raise ConfigFileError(f"{path}: not valid TOML ({str(exc).splitlines()[0]})") from exc
     values: dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
         if name == "gpu_memory_util":
             name = "gpu_memory_utilization"
         if name not in _SCENARIO_KEYS:
-            raise ConfigError(f"{path}: unknown option {key!r}; options are "
+            raise ConfigFileError(f"{path}: unknown option {key!r}; options are "
                               f"{', '.join(sorted(k.replace('_', '-') for k in _SCENARIO_KEYS))}")
         if name == "pd" and isinstance(value, list):
             value = ":".join(str(v) for v in value)
@@ -115,7 +115,7 @@ def load_scenario(path: Path) -> Scenario:
     try:
         return Scenario(**values)
     except TypeError as exc:  # pragma: no cover - keys were checked above
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise ConfigFileError(f"{path}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
