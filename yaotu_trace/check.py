@@ -303,11 +303,12 @@ def _parse_baseline(table: Any, path: str) -> BaselineConfig:
 
 
 def load_config(path: Path) -> CheckConfig:
-    """Read a check file (TOML); unreadable or invalid files are ConfigFileErrors naming the file."""
+    """Read a check file (TOML); an unreadable or invalid file is a ConfigFileError naming it."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
-        raise ConfigFileError(f"{path}: cannot read the check file ({err.strerror or err})") from None
+        raise ConfigFileError(f"{path}: cannot read the check file ({err.strerror or err})"
+                              ) from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigFileError(f"{path}: not valid TOML ({err})") from None
     except UnicodeDecodeError:
@@ -316,7 +317,7 @@ def load_config(path: Path) -> CheckConfig:
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
-    """Read a JSON report written by the tool; anything else is a ConfigFileError naming the file."""
+    """Read a JSON report written by the tool; anything else is a ConfigFileError naming it."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
