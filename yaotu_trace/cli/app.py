@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.files import replace_atomically
+from yaotu_trace.files import STDOUT, all_or_nothing, check_outputs, defer, replace_atomically
 from yaotu_trace.ingest import load_trace, parse_column_map
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.render import OutputFormat, render
@@ -71,15 +73,18 @@ StepsOpt = Annotated[
     typer.Option("--steps", help="Per-step engine log (.parquet, .jsonl or .csv)."),
 ]
 FormatOpt = Annotated[
-    OutputFormat,
-    typer.Option("--format", "-f", help="Report format.", case_sensitive=False),
+    OutputFormat | None,
+    typer.Option("--format", "-f", help="Report format [default: from the extension of -o "
+                 "(.json, .md, .html, .txt), else table].", case_sensitive=False,
+                 show_default=False),
 ]
 OutputOpt = Annotated[
     Path | None,
     typer.Option(
         "--output",
         "-o",
-        help="Write the report to this file (atomically) instead of stdout.",
+        help="Write the report to this file instead of stdout ('-' is stdout; a FIFO or "
+        "/dev/fd/N is written directly, a file atomically).",
         dir_okay=False,
     ),
 ]
@@ -234,30 +239,98 @@ def input_of(trace: Trace) -> InputSummary:
     return replace(input_summary(trace), columns=trace.column_names)
 
 
-def emit(report: Report, fmt: OutputFormat, output: Path | None) -> None:
-    """Render the report and write it to stdout, or atomically to `output`."""
-    to_terminal = output is None and sys.stdout.isatty()
+# The report format an output's extension asks for, when --format is not given.
+REPORT_SUFFIXES = {
+    ".txt": OutputFormat.TABLE, ".text": OutputFormat.TABLE, ".log": OutputFormat.TABLE,
+    ".json": OutputFormat.JSON, ".md": OutputFormat.MARKDOWN,
+    ".markdown": OutputFormat.MARKDOWN, ".html": OutputFormat.HTML, ".htm": OutputFormat.HTML,
+}
+# Extensions of data files: a text report under such a name would be mistaken for data.
+DATA_SUFFIXES = (".parquet", ".pq", ".arrow", ".feather", ".csv", ".tsv", ".jsonl",
+                 ".ndjson", ".gz", ".zst", ".bz2", ".xz")
+
+
+def report_format(fmt: OutputFormat | None, output: Path | None,
+                  default: OutputFormat = OutputFormat.TABLE) -> OutputFormat:
+    """`--format` when given, else the one the extension of `-o` names, else `default`."""
+    suffix = "" if output is None or output == STDOUT else output.suffix.lower()
+    if suffix in DATA_SUFFIXES:
+        raise ConfigError(f"-o {output}: '{suffix}' names a data file, but the report is text; "
+                          "name it .txt, .json, .md or .html (per-request data: see --help)")
+    return fmt or REPORT_SUFFIXES.get(suffix, default)
+
+
+def emit(report: Report, fmt: OutputFormat | None, output: Path | None,
+         default: OutputFormat = OutputFormat.TABLE) -> None:
+    """Render the report and write it to stdout or `output` with the command's other outputs."""
+    chosen = report_format(fmt, output, default)
+    to_stdout = output is None or output == STDOUT
+    to_terminal = to_stdout and sys.stdout.isatty()
     width = 100
     if to_terminal:
         width = max(80, min(140, os.get_terminal_size().columns))
     color = to_terminal and "NO_COLOR" not in os.environ
-    text = render(report, fmt, width=width, color=color)
-    if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    text = render(report, chosen, width=width, color=color)
+    if to_stdout:
+        defer(lambda: _write_stdout(text))
     else:
+        assert output is not None
         write_atomically(output, text)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write text through a temporary file in the same folder, then rename over the target."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise ConfigError(
-            f"{path}: folder '{parent}' does not exist; create it or pick another path"
-        )
+def _write_stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write text as a whole file (see `files.replace_atomically`); '-' is stdout."""
+    if path == STDOUT:
+        defer(lambda: _write_stdout(text))
+        return
     replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+# Parameters of the command functions that name outputs, with their option; every other path
+# parameter is an input.
+OUTPUT_OPTIONS = {"output": "-o", "out": "--out", "steps_out": "--steps-out",
+                  "junit": "--junit", "markdown": "--markdown"}
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def command(**settings: Any) -> Callable[[Command], Command]:
+    """Register a `trace` command whose files are checked before any of its work.
+
+    Every output must be writable and none may name an input (by device and inode), whatever
+    the command; the outputs are then published together when the command succeeds, so an
+    error or Ctrl-C leaves none of them (see `yaotu_trace.files`).
+    """
+    def register(function: Command) -> Command:
+        @functools.wraps(function)
+        def checked(**params: Any) -> Any:
+            outputs, inputs = paths_of(params)
+            targets = check_outputs(outputs, inputs)
+            with all_or_nothing(targets.values()):
+                return function(**params)
+
+        app.command(**settings)(checked)
+        return function
+
+    return register
+
+
+def paths_of(params: dict[str, Any]) -> tuple[dict[str, Path | None], dict[str, Any]]:
+    """Split a command's path parameters into outputs and inputs, keyed by their option."""
+    outputs: dict[str, Path | None] = {}
+    inputs: dict[str, Any] = {}
+    for name, value in params.items():
+        if name in OUTPUT_OPTIONS:
+            outputs[OUTPUT_OPTIONS[name]] = value
+        elif isinstance(value, Path) or (isinstance(value, list | tuple) and value
+                                         and all(isinstance(v, Path) for v in value)):
+            inputs["TRACE" if name == "trace" else "--" + name.replace("_", "-")] = value
+    return outputs, inputs
 
 
 def _show_version(value: bool) -> None:

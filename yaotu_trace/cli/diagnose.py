@@ -23,12 +23,12 @@ from yaotu_trace.cli.app import (
     StepsOpt,
     ThresholdOpt,
     TraceArg,
-    app,
+    command,
     diagnosis_settings,
     emit,
     load,
 )
-from yaotu_trace.render import OutputFormat
+from yaotu_trace.cli.progress import QuietOpt, progress
 
 MaxSeqsOpt = Annotated[
     int | None,
@@ -52,7 +52,7 @@ LinkOpt = Annotated[
 ]
 
 
-@app.command()
+@command()
 def diagnose(
     trace: TraceArg,
     steps: StepsOpt = None,
@@ -69,11 +69,12 @@ def diagnose(
     threshold: ThresholdOpt = None,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Find the bottleneck: queueing, KV memory, prefix reuse or prefill/decode interference.
 
@@ -109,7 +110,10 @@ def diagnose(
         replay_jobs=jobs,
         replay_dask=dask,
     )
-    engine_metrics = read_metrics(metrics) if metrics is not None else None
-    loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
-    emit(run(loaded, metrics=engine_metrics, settings=settings, thresholds=thresholds),
-         format, output)
+    with progress("diagnose", quiet) as update:
+        update("reading the telemetry and the trace", 0.0)
+        engine_metrics = read_metrics(metrics) if metrics is not None else None
+        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
+        update("judging the axes", 0.3)
+        report = run(loaded, metrics=engine_metrics, settings=settings, thresholds=thresholds)
+    emit(report, format, output)

@@ -17,7 +17,7 @@ from yaotu_trace.cli.app import (
     OutputOpt,
     SourceBlockOpt,
     TraceArg,
-    app,
+    command,
     emit,
     input_of,
     load,
@@ -25,7 +25,6 @@ from yaotu_trace.cli.app import (
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import replace_atomically
-from yaotu_trace.render import OutputFormat
 from yaotu_trace.replay.rules import Eviction, Preset, Route, Scope, TouchOrder
 from yaotu_trace.report import Report
 
@@ -78,7 +77,7 @@ def write_requests(path: Path, columns: dict[str, object]) -> None:
     replace_atomically(path, write)
 
 
-@app.command()
+@command()
 def replay(
     trace: TraceArg,
     preset: Annotated[
@@ -169,7 +168,7 @@ def replay(
         typer.Option("--out", help="Per-request hits and losses to .parquet or .csv.",
                      dir_okay=False),
     ] = None,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,

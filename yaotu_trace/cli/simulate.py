@@ -14,14 +14,13 @@ from yaotu_trace.cli.app import (
     OutputOpt,
     SourceBlockOpt,
     TraceArg,
-    app,
+    command,
     emit,
     load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.hardware import load_gpus
-from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
 from yaotu_trace.sim.config import RoutePolicy, SchedulerKind
 from yaotu_trace.simulation import Scenario
@@ -102,7 +101,7 @@ def check_out(path: Path, option: str) -> None:
         raise ConfigError(f"{option} {path}: folder '{parent}' does not exist")
 
 
-@app.command()
+@command()
 def simulate(
     trace: TraceArg,
     out: Annotated[Path, typer.Option(
@@ -136,7 +135,7 @@ def simulate(
     overhead_ms: OverheadOpt = None,
     host_gap_ms: HostGapOpt = None,
     calibrate: CalibrateOpt = None,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,

@@ -14,18 +14,17 @@ from yaotu_trace.cli.app import (
     OutputOpt,
     SourceBlockOpt,
     TraceArg,
-    app,
+    command,
     emit,
     input_of,
     load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
 
 
-@app.command()
+@command()
 def sweep(
     trace: TraceArg,
     preset: Annotated[
@@ -81,7 +80,7 @@ def sweep(
         int, typer.Option(help="Capacities shown, log-spaced (the knee and the 50/90/99 % "
                           "capacities are always added).", min=2)
     ] = 12,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
