@@ -40,8 +40,7 @@ TraceArg = Annotated[
     typer.Argument(
         help="Trace file (.parquet, .jsonl, .csv, .json) or a folder of WEKA conversation files.",
         show_default=False,
-        metavar="TRACE",
-    ),
+        metavar="TRACE"),
 ]
 InputFormatOpt = Annotated[
     TraceFormat | None,
@@ -57,8 +56,7 @@ MapOpt = Annotated[
     typer.Option(
         "--map",
         help="Rename a source column to a canonical one: --map arrival_s=ts (repeatable).",
-        metavar="CANONICAL=SOURCE",
-    ),
+        metavar="CANONICAL=SOURCE"),
 ]
 SourceBlockOpt = Annotated[
     int | None,
@@ -84,9 +82,7 @@ OutputOpt = Annotated[
         "--output",
         "-o",
         help="Write the report to this file instead of stdout ('-' is stdout; a FIFO or "
-        "/dev/fd/N is written directly, a file atomically).",
-        dir_okay=False,
-    ),
+        "/dev/fd/N is written directly, a file atomically)."),
 ]
 JobsOpt = Annotated[
     int,

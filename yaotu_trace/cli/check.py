@@ -53,13 +53,11 @@ FailOnOpt = Annotated[
 ]
 JunitOpt = Annotated[
     Path | None,
-    typer.Option("--junit", help="Also write JUnit XML (one test case per check).",
-                 dir_okay=False),
+    typer.Option("--junit", help="Also write JUnit XML (one test case per check)."),
 ]
 MarkdownOpt = Annotated[
     Path | None,
-    typer.Option("--markdown", help="Also write Markdown (CI step summary, PR comment).",
-                 dir_okay=False),
+    typer.Option("--markdown", help="Also write Markdown (CI step summary, PR comment)."),
 ]
 
 

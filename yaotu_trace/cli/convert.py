@@ -23,7 +23,7 @@ def convert(
     out: Annotated[
         Path,
         typer.Option("--out", "-o", help="Output file; the extension picks the format: "
-                     ".parquet, .jsonl or .csv.", dir_okay=False, show_default=False),
+                     ".parquet, .jsonl or .csv.", show_default=False),
     ],
     input_format: InputFormatOpt = None,
     map: MapOpt = None,

@@ -38,7 +38,6 @@ def generate(
             "-o",
             help="Output file; the extension picks the format: .parquet, .jsonl or .csv. "
             "'-' writes JSONL to stdout.",
-            dir_okay=False,
             show_default=False,
         ),
     ],
@@ -63,7 +62,6 @@ def generate(
         typer.Option(
             "--steps-out",
             help="Step log of a diag-* scenario's simulated run (.parquet, .jsonl or .csv).",
-            dir_okay=False,
             show_default=False,
         ),
     ] = None,

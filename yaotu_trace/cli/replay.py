@@ -165,8 +165,7 @@ def replay(
     dask: DaskOpt = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Per-request hits and losses to .parquet or .csv.",
-                     dir_okay=False),
+        typer.Option("--out", help="Per-request hits and losses to .parquet or .csv."),
     ] = None,
     format: FormatOpt = None,
     output: OutputOpt = None,

@@ -105,15 +105,14 @@ def check_out(path: Path, option: str) -> None:
 def simulate(
     trace: TraceArg,
     out: Annotated[Path, typer.Option(
-        "--out", help="Canonical table with simulated timing (.parquet, .jsonl or .csv).",
-        dir_okay=False)],
+        "--out", help="Canonical table with simulated timing (.parquet, .jsonl or .csv).")],
     model: ModelOpt = None,
     gpu: GpuOpt = None,
     scenario: Annotated[Path | None, typer.Option(
         "--scenario", help="TOML file of these options; command-line options override it.",
         dir_okay=False)] = None,
     steps_out: Annotated[Path | None, typer.Option(
-        "--steps-out", help="Step log (.parquet, .jsonl or .csv).", dir_okay=False)] = None,
+        "--steps-out", help="Step log (.parquet, .jsonl or .csv).")] = None,
     kv_blocks: KvBlocksOpt = None,
     block_size: BlockSizeOpt = None,
     max_num_seqs: MaxSeqsOpt = None,
