@@ -350,6 +350,8 @@ def _root(
     Every command also takes --stats (elapsed time and peak memory on stderr after the run)
     and --debug (show the traceback of an internal error).
 
-    Exit codes: 0 report produced; 1 a check failed; 2 usage error; 3 input error (unreadable
-    trace, schema problem, invalid option); 4 internal error; 130 interrupted.
+    Exit codes: 0 report produced; 1 a check failed; 2 usage error (unknown option, or an
+    option value that cannot be honoured); 3 input error (a trace, telemetry, check or scenario
+    file that cannot be used, or an output that cannot be written or would replace an input);
+    4 internal error; 130 interrupted.
     """
