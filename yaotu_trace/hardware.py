@@ -81,3 +81,8 @@ def find_moe(model_name: str) -> MoeSpec | None:
         if entry["name"].lower() == model_name.lower():
             return MoeSpec(**entry)
     return None
+
+
+# Network link per GPU for KV transfer between prefill and decode when none is given: one 400G
+# NIC per GPU (cost-model §2.4, DGX-H100). Shared by `trace simulate` and the diagnosis ledger.
+DEFAULT_LINK_GBPS = 400.0

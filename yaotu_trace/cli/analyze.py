@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.options import (
     FormatOpt,
     InputFormatOpt,
     MapOpt,
@@ -10,9 +11,6 @@ from yaotu_trace.cli.app import (
     SourceBlockOpt,
     StepsOpt,
     TraceArg,
-    command,
-    emit,
-    load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.pipeline import analyze as analyze_trace

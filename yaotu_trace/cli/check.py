@@ -11,6 +11,14 @@ import typer
 
 from yaotu_trace.check import FailOn
 from yaotu_trace.cli.app import (
+    command,
+    diagnosis_settings,
+    emit,
+    load,
+    report_format,
+    write_atomically,
+)
+from yaotu_trace.cli.options import (
     BlockSizeOpt,
     FormatOpt,
     InputFormatOpt,
@@ -24,12 +32,6 @@ from yaotu_trace.cli.app import (
     StepsOpt,
     ThresholdOpt,
     TraceArg,
-    command,
-    diagnosis_settings,
-    emit,
-    load,
-    report_format,
-    write_atomically,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError, ExitCode

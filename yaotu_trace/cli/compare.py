@@ -7,19 +7,18 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.options import (
     FormatOpt,
+    GpuOpt,
     InputFormatOpt,
     MapOpt,
+    ModelOpt,
     OutputOpt,
     SourceBlockOpt,
     TraceArg,
-    command,
-    emit,
-    load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.cli.simulate import GpuOpt, ModelOpt
 from yaotu_trace.report import Report
 
 

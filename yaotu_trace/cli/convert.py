@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg, command
+from yaotu_trace.cli.app import command
+from yaotu_trace.cli.options import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.convert import convert_trace
 from yaotu_trace.errors import ConfigError, TraceReadError

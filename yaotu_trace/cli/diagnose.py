@@ -6,14 +6,17 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, diagnosis_settings, emit, load
+from yaotu_trace.cli.options import (
     BlockSizeOpt,
     DaskOpt,
     FormatOpt,
+    GpuOpt,
     InputFormatOpt,
     JobsOpt,
     KvBytesOpt,
     KvCapacityOpt,
+    LinkGbpsOpt,
     MapOpt,
     MetricsOpt,
     ModelOpt,
@@ -23,12 +26,9 @@ from yaotu_trace.cli.app import (
     StepsOpt,
     ThresholdOpt,
     TraceArg,
-    command,
-    diagnosis_settings,
-    emit,
-    load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.hardware import DEFAULT_LINK_GBPS
 
 MaxSeqsOpt = Annotated[
     int | None,
@@ -39,16 +39,6 @@ MaxTokensOpt = Annotated[
     int | None,
     typer.Option("--max-batched-tokens", min=1, help="Engine token budget per step (else the "
                  "largest step seen)."),
-]
-GpuOpt = Annotated[
-    str | None,
-    typer.Option("--gpu", help="GPU from the catalog (e.g. H100, A100-80GB): with --model, the "
-                 "ledger prices recomputed prefill in GPU-seconds (bf16 peak × MFU 0.5)."),
-]
-LinkOpt = Annotated[
-    float,
-    typer.Option("--link-gbps", min=0.001, help="Network link per instance for KV transfer in "
-                 "the disaggregation ledger (Gb/s)."),
 ]
 
 
@@ -64,7 +54,7 @@ def diagnose(
     max_num_seqs: MaxSeqsOpt = None,
     max_batched_tokens: MaxTokensOpt = None,
     gpu: GpuOpt = None,
-    link_gbps: LinkOpt = 100.0,
+    link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
     jobs: JobsOpt = 1,
@@ -106,7 +96,7 @@ def diagnose(
         gpu=gpu,
         max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens,
-        link_gbps=link_gbps,
+        link_gbps=DEFAULT_LINK_GBPS if link_gbps is None else link_gbps,
         replay_jobs=jobs,
         replay_dask=dask,
     )

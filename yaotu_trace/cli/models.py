@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from yaotu_trace.catalog import ModelSpec, load_catalog
-from yaotu_trace.cli.app import FormatOpt, OutputOpt, command, report_format, write_atomically
+from yaotu_trace.cli.app import command, report_format, write_atomically
+from yaotu_trace.cli.options import FormatOpt, OutputOpt
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import STDOUT

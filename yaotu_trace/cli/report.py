@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.check import diagnosis_builder
+from yaotu_trace.cli.options import (
     BlockSizeOpt,
     InputFormatOpt,
     KvCapacityOpt,
@@ -19,11 +21,7 @@ from yaotu_trace.cli.app import (
     StepsOpt,
     ThresholdOpt,
     TraceArg,
-    command,
-    emit,
-    load,
 )
-from yaotu_trace.cli.check import diagnosis_builder
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.render import OutputFormat
 
