@@ -180,8 +180,9 @@ def test_both_outputs_or_neither(work: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def _cli(args: list[str], cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "yaotu_trace", *args], cwd=cwd,
-                          capture_output=True, timeout=120, check=False, **kwargs)
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    return subprocess.run([sys.executable, "-m", "yaotu_trace", *args], cwd=cwd, timeout=120,
+                          check=False, **streams)  # type: ignore[call-overload]
 
 
 def test_dev_stdout_and_dev_fd_are_written_directly(work: Path) -> None:
@@ -207,3 +208,12 @@ def test_a_fifo_is_written_directly_and_stays_a_fifo(work: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(received[0])["command"] == "analyze"
     assert fifo.is_fifo()
+
+
+def test_a_full_disk_is_an_input_error_not_a_crash(work: Path) -> None:
+    with open("/dev/full", "wb") as full:  # noqa: PTH123
+        done = _cli(["analyze", T], work, stdout=full)
+    assert done.returncode == ExitCode.INPUT
+    assert done.stderr.decode().startswith("error: stdout: cannot write the report")
+    done = _cli(["analyze", T, "-o", "/dev/full"], work)
+    assert done.returncode == ExitCode.INPUT and b"No space left" in done.stderr

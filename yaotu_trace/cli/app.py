@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, OutputError
 from yaotu_trace.files import STDOUT, all_or_nothing, check_outputs, defer, replace_atomically
 from yaotu_trace.ingest import load_trace, parse_column_map
 from yaotu_trace.ingest.formats import TraceFormat
@@ -176,8 +176,14 @@ def emit(report: Report, fmt: OutputFormat | None, output: Path | None,
 
 
 def _write_stdout(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"stdout: cannot write the report ({exc.strerror or exc}); redirect "
+                          "it elsewhere or pass -o FILE") from exc
 
 
 def write_atomically(path: Path, text: str) -> None:
