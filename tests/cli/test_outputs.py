@@ -211,7 +211,7 @@ def test_a_fifo_is_written_directly_and_stays_a_fifo(work: Path) -> None:
 
 
 def test_a_full_disk_is_an_input_error_not_a_crash(work: Path) -> None:
-    with open("/dev/full", "wb") as full:  # noqa: PTH123
+    with open("/dev/full", "wb") as full:
         done = _cli(["analyze", T], work, stdout=full)
     assert done.returncode == ExitCode.INPUT
     assert done.stderr.decode().startswith("error: stdout: cannot write the report")
