@@ -46,6 +46,9 @@ _NUMBER: Final = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\
 _EXAMPLES: Final = "e.g. 20000 (blocks), 3.2Mtok, 500ktok, 40GiB, 512MiB or unlimited"
 MAX_COUNT: Final = 10**15  # blocks or tokens: a billion GPUs' worth of a million tokens each
 MAX_BYTES: Final = 2**60  # 1 EiB
+# The largest KV block: engines use 1 to 256 tokens (Mooncake's traces 512); the replay keeps
+# block offsets in 32-bit integers.
+MAX_BLOCK_TOKENS: Final = 2**20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,8 +68,7 @@ class Capacity:
         self, block_size_tokens: int, kv_bytes_per_token: int | None = None
     ) -> int | None:
         """Whole blocks of `block_size_tokens` that fit (floor); None when unlimited."""
-        if block_size_tokens < 1:
-            raise ConfigError(f"block size must be >= 1 token, got {block_size_tokens}")
+        check_block_size(block_size_tokens)
         if self.unit == "unlimited":
             return None
         if self.unit == "blocks":
@@ -146,4 +148,14 @@ def check_kv_bytes_per_token(value: object, option: str = "--kv-bytes-per-token"
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
         raise ConfigError(f"{option} {value!r} must be a whole number of bytes from 1 to "
                           f"{MAX_COUNT:.0e}; e.g. 131072 for Llama-3.1-8B in bf16")
+    return value
+
+
+def check_block_size(value: object, option: str = "--block-size") -> int:
+    """A KV block size in tokens, a whole number in [1, MAX_BLOCK_TOKENS]; anything else is a
+    `ConfigError` naming `option`."""
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 1 <= value <= MAX_BLOCK_TOKENS:
+        raise ConfigError(f"{option} {value!r} must be a whole number of tokens from 1 to "
+                          f"{MAX_BLOCK_TOKENS}; engines use 16 (vLLM) or 1 to 256")
     return value
