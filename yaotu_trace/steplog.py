@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.order_stats import Summary, summarize
-from yaotu_trace.schema import STEP_COLUMNS, STEP_REQUIRED, validate_steps
+from yaotu_trace.schema import SOURCE_ROW, STEP_COLUMNS, STEP_REQUIRED, validate_steps
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,7 +66,7 @@ class StepLog:
     @classmethod
     def from_frame(cls, raw: pd.DataFrame, path: str) -> StepLog:
         """Validate a raw step table (as a reader returns it) and hold it in memory."""
-        return cls.of_frame(validate_steps(raw, path), path)
+        return cls.of_frame(validated(raw, path), path)
 
     @property
     def streamed(self) -> bool:
@@ -179,10 +179,59 @@ class StepLog:
         names = _names(Path(self.path)) or ()
         skip = tuple(c for c in names if c not in STEP_COLUMNS)
         raw = canonical.read_parquet(Path(self.path), skip=skip).requests
-        whole = validate_steps(raw, self.path)
+        whole = validated(raw, self.path)
         if self.window is not None:
             whole = whole[_overlapping(whole, self.window)].reset_index(drop=True)
         return whole
+
+
+# Step counts are int64: a value at or beyond 2**63 would wrap around.
+_INT64_LIMIT = 2.0**63
+
+
+def validated(raw: pd.DataFrame, path: str, first_row: int | None = None) -> pd.DataFrame:
+    """`schema.validate_steps`, plus what a step log needs beyond it: counts within int64
+    (a larger value would wrap to a negative one) and a start and an end in every step.
+
+    Whole logs (`first_row` None) come back sorted stably by start_s; a batch stays in file
+    order. Errors name the file, the row of the whole file and the column.
+    """
+    from yaotu_trace.errors import TraceSchemaError, where
+
+    offset = 0 if first_row is None else first_row
+
+    def row_of(pos: int) -> str:
+        if SOURCE_ROW in raw.columns:
+            return f"row {int(raw[SOURCE_ROW].iloc[pos])}"
+        return f"row {offset + pos + 1}"
+
+    for name in STEP_COLUMNS:
+        if name in ("instance", "start_s", "end_s") or name not in raw.columns:
+            continue
+        values = pd.to_numeric(raw[name], errors="coerce")
+        number = np.asarray(values, dtype=np.float64)
+        huge = np.flatnonzero(np.isfinite(number) & (np.abs(number) >= _INT64_LIMIT))
+        if huge.size:
+            pos = int(huge[0])
+            raise TraceSchemaError(
+                f"{where(path, row_of(pos), name)}: {raw[name].iloc[pos]} is beyond the 64-bit "
+                "integer range; give a count below 9.2e18"
+            )
+    frame = validate_steps(raw, path, first_row=offset)
+    for name in STEP_REQUIRED:
+        missing = np.flatnonzero(frame[name].isna().to_numpy())
+        if missing.size:
+            pos = int(missing[0])
+            value = raw[name].iloc[pos]
+            shown = "missing" if np.ndim(value) == 0 and pd.isna(value) else f"{value!r}, "\
+                "not a number"
+            raise TraceSchemaError(
+                f"{where(path, row_of(pos), name)}: {shown}; every step needs its start_s and "
+                "end_s in seconds"
+            )
+    if first_row is not None:
+        return frame
+    return frame.sort_values("start_s", kind="stable").reset_index(drop=True)
 
 
 def _overlapping(frame: pd.DataFrame, window: tuple[float, float]) -> np.ndarray:
@@ -206,7 +255,7 @@ def _read_batch(batch: pa.RecordBatch, path: str, first_row: int) -> pd.DataFram
             f"{path}: rows {first_row + 1}–{first_row + batch.num_rows}: cannot convert "
             f"the step log ({exc}); write each step column as a number"
         ) from exc
-    return validate_steps(frame, path, first_row=first_row)
+    return validated(frame, path, first_row)
 
 
 def column(batch: pd.DataFrame, name: str, fill: float = np.nan) -> np.ndarray:
