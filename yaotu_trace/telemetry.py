@@ -7,7 +7,8 @@ Clocks (docs/diagnose.md, "Step logs and metrics from the same run"):
 - a metrics export's timestamps are Unix seconds. They are compared with `arrival_s` as they
   are when the trace's clock is Unix time too; when exactly one of the two reads below
   `UNIX_CLOCK_S` (a clock that starts near zero, as most published traces do), the two
-  cannot be placed on one clock: the export is taken as the trace's run, with a note.
+  cannot be placed on one clock: the export is taken as the trace's run, with a note. So is
+  an export of one instant (an instant query), which has no time range.
 
 The trace covers [first arrival, last of any timing column]; a step log [first start_s, last
 end_s]; an export [first sample, last sample]. Their overlap share is the time both ranges
@@ -198,8 +199,8 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
     if steps is not None:
         span_steps = steps.span()
         if span_steps is None:
-            raise TraceReadError(f"{steps.path}: the step log has no steps; pass the step log "
-                                 "of this trace's run")
+            raise TraceReadError(f"{steps.path}: the step log has no steps; pass a step log "
+                                 "with at least one row (start_s, end_s)")
         span = Span(*span_steps)
         share = overlap_share(span, whole)
         if share < MIN_OVERLAP_SHARE:
@@ -225,7 +226,12 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
             notes.append(instances)
     if metrics is not None:
         span = metrics_span(metrics)
-        if (span.lo >= UNIX_CLOCK_S) != (whole.lo >= UNIX_CLOCK_S):
+        if span.length_s <= 0:
+            notes.append(f"the metrics export {metrics.path} is one instant ({span.lo:.1f} s): "
+                         "it has no time range to match with the trace's, and its counters "
+                         "are totals since the engine started; export a range query covering "
+                         f"{whole.text()} to judge this trace only")
+        elif (span.lo >= UNIX_CLOCK_S) != (whole.lo >= UNIX_CLOCK_S):
             kind = "Unix" if span.lo >= UNIX_CLOCK_S else "relative"
             notes.append(f"the metrics export {metrics.path} is on {kind} time "
                          f"({span.text()}) and the trace's clock is not ({whole.text()}), so "
