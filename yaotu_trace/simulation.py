@@ -124,6 +124,11 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _bound(value: float) -> str:
+    """A range's end as people read it: 10,000,000 rather than 1e+07."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
 def _range_problem(name: str, value: float) -> str | None:
     """Why `value` is out of `name`'s range, or None when it is in it."""
     bounds = _RANGES.get(name)
@@ -131,7 +136,7 @@ def _range_problem(name: str, value: float) -> str | None:
         return None
     low, high, closed = bounds
     if not math.isfinite(value) or value > high or value < low or (value == low and not closed):
-        return (f"must be {'>=' if closed else '>'} {low:g} and <= {high:,g}"
+        return (f"must be {'>=' if closed else '>'} {low:g} and <= {_bound(high)}"
                 if high != 1 else f"must be in {'[' if closed else '('}{low:g}, 1]")
     return None
 
