@@ -90,6 +90,8 @@ class Fitted:
     metrics: EngineMetrics | None
     overlap: Trace | None = None
     overlap_axes: frozenset[str] = frozenset()
+    # The notes that say which axes are judged on the overlap, for those axes' panels too.
+    overlap_notes: tuple[str, ...] = ()
 
 
 def request_bounds(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -196,6 +198,7 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
     steps = trace.steps
     keep = np.ones(len(trace.requests), dtype=bool)
     axes: set[str] = set()
+    judged: list[str] = []
     if steps is not None:
         span_steps = steps.span()
         if span_steps is None:
@@ -215,12 +218,13 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
         if outside.any():
             keep &= ~outside
             axes |= {"queueing", "kv_memory", "pd_interference"}
-            notes.append(f"the step log covers {100 * span.share_of(whole):.0f} % of the trace's "
+            judged.append(f"the step log covers {100 * span.share_of(whole):.0f} % of the trace's "
                          "time range "
                          f"({whole.text()}); the queueing, kv_memory and pd_interference axes "
                          f"are judged on {max(span.lo, whole.lo):.1f}–"
                          f"{min(span.hi, whole.hi):.1f} s only ({int(outside.sum())} of "
                          f"{outside.size} requests outside it left out)")
+            notes.append(judged[-1])
         instances = _instance_note(trace, steps)
         if instances is not None:
             notes.append(instances)
@@ -256,15 +260,17 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
             if outside.any():
                 keep &= ~outside
                 axes |= {"queueing", "kv_memory", "prefix_reuse", "pd_interference"}
-                notes.append(f"the metrics export covers {100 * span.share_of(whole):.0f} % of "
+                judged.append(f"the metrics export covers {100 * span.share_of(whole):.0f} % of "
                              f"the trace's time range ({whole.text()}); the axes that read it "
                              "are judged "
                              f"on {max(span.lo, whole.lo):.1f}–{min(span.hi, whole.hi):.1f} s "
                              f"only ({int(outside.sum())} of {outside.size} requests outside "
                              "it left out)")
+                notes.append(judged[-1])
         model = _model_note(trace, metrics)
         if model is not None:
             notes.append(model)
     fitted = replace(trace, steps=steps, notes=trace.notes + tuple(notes))
     overlap = None if keep.all() else _kept(fitted, keep)
-    return Fitted(trace=fitted, metrics=metrics, overlap=overlap, overlap_axes=frozenset(axes))
+    return Fitted(trace=fitted, metrics=metrics, overlap=overlap, overlap_axes=frozenset(axes),
+                  overlap_notes=tuple(judged))

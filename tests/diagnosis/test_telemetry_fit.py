@@ -118,6 +118,9 @@ def test_half_a_step_log_is_judged_on_the_overlap_with_a_note() -> None:
     assert fitted.trace.notes[-1] in notes_of(doc)
     queueing = next(a for a in doc["axes"] if a["name"] == "queueing")
     assert queueing["metrics"]["queue_time_s"]["count"] == 6
+    # AND each panel judged on the overlap says so (the HTML report shows the panels' notes)
+    for axis in doc["axes"]:
+        assert (fitted.trace.notes[-1] in axis["notes"]) is (axis["name"] != "prefix_reuse")
 
 
 def test_steps_beyond_the_trace_are_left_out() -> None:

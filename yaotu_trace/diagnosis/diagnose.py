@@ -354,6 +354,9 @@ def diagnose(
     overlap = None if fitted.overlap is None else AxisInput.of(fitted.overlap, metrics, s)
     result = run_diagnosis(AxisInput.of(trace, metrics, s), t, overlap=overlap,
                            overlap_axes=fitted.overlap_axes)
+    for name in fitted.overlap_axes:  # each panel says it was judged on the overlap only
+        axis = result.axes[AxisName(name)]
+        result.axes[axis.axis] = replace(axis, notes=axis.notes + fitted.overlap_notes)
     summary = input_summary(trace)
     config: dict[str, Any] = {
         "settings": s,
