@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.pool
+import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -83,12 +84,11 @@ SERIAL_RUNNER: Runner = _Serial()
 
 
 class _Pool:
-    def __init__(self, pool: ProcessPoolExecutor) -> None:
+    def __init__(self, pool: multiprocessing.pool.Pool) -> None:
         self._pool = pool
 
     def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
-        futures = [self._pool.submit(fn, *item) for item in items]
-        return [f.result() for f in futures]
+        return self._pool.starmap(fn, items, chunksize=1)
 
 
 class _Dask:
@@ -110,10 +110,46 @@ def open_runner(parallel: Parallelism) -> Iterator[Runner]:
     if parallel.jobs <= 1:
         yield _Serial()
         return
+    yield from _pool_runner(parallel.jobs)
+
+
+def _pool_runner(jobs: int) -> Iterator[Runner]:
+    """`jobs` worker processes that leave Ctrl-C to this process, which terminates them.
+
+    A Ctrl-C at the terminal reaches the whole process group, and a worker that raised its own
+    KeyboardInterrupt would print a traceback. So the workers start with SIGINT blocked (the
+    mask survives spawn's fork and exec, which covers their start-up) and then ignore it; this
+    process gets the interrupt, and on any way out that is not success terminates the pool
+    (multiprocessing's Pool can, where concurrent.futures' pool only waits for running tasks).
+    """
     # NOTE: spawn, not fork: numba's threads and Arrow's pools do not survive a fork safely.
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=parallel.jobs, mp_context=ctx) as pool:
+    with _sigint_blocked():
+        pool = ctx.Pool(jobs, initializer=_ignore_sigint)
+    try:
         yield _Pool(pool)
+    except BaseException:
+        pool.terminate()
+        raise
+    else:
+        pool.close()
+    finally:
+        pool.join()
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back in this thread (and what it starts); one that came is delivered after."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: a Ctrl-C is the parent's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _dask_runner(address: str) -> Iterator[Runner]:
