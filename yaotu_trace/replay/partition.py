@@ -25,6 +25,7 @@ import multiprocessing.pool
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from multiprocessing import resource_tracker
 from typing import Any, Protocol
 
 import numba as nb
@@ -119,22 +120,24 @@ def _pool_runner(jobs: int) -> Iterator[Runner]:
     A Ctrl-C at the terminal reaches the whole process group, and a worker that raised its own
     KeyboardInterrupt would print a traceback. So the workers start with SIGINT blocked (the
     mask survives spawn's fork and exec, which covers their start-up) and then ignore it; this
-    process gets the interrupt, and on any way out that is not success terminates the pool
-    (multiprocessing's Pool can, where concurrent.futures' pool only waits for running tasks).
+    process gets the interrupt and terminates the pool (multiprocessing's Pool can, where
+    concurrent.futures' pool only waits for the tasks that are running).
     """
     # NOTE: spawn, not fork: numba's threads and Arrow's pools do not survive a fork safely.
     ctx = multiprocessing.get_context("spawn")
-    with _sigint_blocked():
-        pool = ctx.Pool(jobs, initializer=_ignore_sigint)
+    # Starting the resource tracker unblocks SIGINT in this thread: it is started first.
+    resource_tracker.ensure_running()
+    pool = None
     try:
+        # A Ctrl-C held back while the pool starts is raised as this block ends, inside the try.
+        with _sigint_blocked():
+            pool = ctx.Pool(jobs, initializer=_ignore_sigint)
         yield _Pool(pool)
-    except BaseException:
-        pool.terminate()
-        raise
-    else:
-        pool.close()
     finally:
-        pool.join()
+        if pool is not None:
+            # Every task has its result by now, or the run is being abandoned.
+            pool.terminate()
+            pool.join()
 
 
 @contextlib.contextmanager
