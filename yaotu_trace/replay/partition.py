@@ -20,6 +20,7 @@ Dask distributed cluster (`dask="tcp://scheduler:8786"`, or `"local"` for an in-
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import multiprocessing.pool
 import signal
@@ -163,9 +164,20 @@ def _dask_runner(address: str) -> Iterator[Runner]:
             "--dask needs the optional Dask extra: pip install 'yaotu-trace[dask]'"
         ) from exc
     if address == LOCAL_DASK:
-        with LocalCluster(n_workers=LOCAL_DASK_WORKERS, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
-            yield _Dask(client)
+        # As for the pool: the cluster's event loop thread, and the worker processes its
+        # nannies start, keep SIGINT blocked; an abandoned run closes the cluster quietly.
+        resource_tracker.ensure_running()
+        with contextlib.ExitStack() as stack:
+            try:
+                with _sigint_blocked():
+                    cluster = stack.enter_context(LocalCluster(
+                        n_workers=LOCAL_DASK_WORKERS, threads_per_worker=1, processes=True,
+                        dashboard_address=None))
+                    client = stack.enter_context(Client(cluster))
+                yield _Dask(client)
+            except BaseException:
+                logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+                raise
         return
     try:
         client = Client(address, timeout="20s")
