@@ -6,10 +6,11 @@ import importlib
 import importlib.util
 import sys
 import time
+import traceback
 
-import typer
-import typer.main
-
+# NOTE: typer (and with it click and rich) is imported inside `main`, not here: a Ctrl-C while
+# it loads is then handled like any other, exit 130 without a traceback.
+from yaotu_trace.cli import interrupts
 from yaotu_trace.errors import ExitCode, YaotuError
 
 # One module per command; each registers itself on `app` when imported.
@@ -41,18 +42,21 @@ def main(argv: list[str] | None = None) -> int:
 
     NOTE: the command runs with click's standalone mode off, so that this function is the one
     place where errors become exit codes (usage errors keep click's 2, Ctrl-C becomes 130).
+    `--debug` adds the traceback on stderr and keeps the exit code.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
     stats = "--stats" in args
     args = [a for a in args if a not in ("--debug", "--stats")]
-    if stats:
-        started_s = time.perf_counter()
+    with interrupts.handled():
         try:
-            return _run(args, debug)
-        finally:
-            sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
-    return _run(args, debug)
+            started_s = time.perf_counter()
+            code = _run(args, debug)
+            if stats:
+                sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
+        except KeyboardInterrupt:
+            code = int(ExitCode.INTERRUPTED)
+    return code
 
 
 def run_stats(elapsed_s: float) -> str:
@@ -73,37 +77,55 @@ def run_stats(elapsed_s: float) -> str:
 
 def _run(args: list[str], debug: bool) -> int:
     """Run one command line; every outcome becomes an exit code."""
-    from yaotu_trace.cli.app import app
-
-    _register_commands(args)
-    command = typer.main.get_command(app)
     try:
-        result = command.main(args=args, prog_name="trace", standalone_mode=False)
+        return _invoke(args)
     except YaotuError as err:
-        if debug:
-            raise
+        _show_traceback(debug)
         sys.stderr.write(f"error: {err}\n")
         return int(err.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        sys.stderr.write("interrupted\n")
+    except KeyboardInterrupt:
+        _show_traceback(debug)
         return int(ExitCode.INTERRUPTED)
-    except typer.Exit as exc:
-        return int(getattr(exc, "exit_code", 0))
     except BrokenPipeError:
         return int(ExitCode.OK)
     except Exception as exc:
+        _show_traceback(debug)
         if _is_click_error(exc):
             exc.show(file=sys.stderr)  # type: ignore[attr-defined]
             return int(getattr(exc, "exit_code", ExitCode.USAGE))
-        if debug:
-            raise
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         sys.stderr.write(
             f"internal error: {type(exc).__name__}: {first_line} "
             "(a bug; re-run with --debug and report it)\n"
         )
         return int(ExitCode.INTERNAL)
+
+
+def _invoke(args: list[str]) -> int:
+    """Import and run the command; click's own ways out become exit codes (Ctrl-C raises)."""
+    import typer
+    import typer.main
+
+    from yaotu_trace.cli.app import app
+
+    _register_commands(args)
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="trace", standalone_mode=False)
+    except typer.Exit as exc:
+        # typer turns a KeyboardInterrupt into Exit(130) (the interrupt is its cause).
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            raise exc.__cause__ from None
+        return int(getattr(exc, "exit_code", 0))
+    except typer.Abort as exc:
+        raise KeyboardInterrupt from exc
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
+
+
+def _show_traceback(debug: bool) -> None:
+    """`--debug`: the traceback of the exception being handled, on stderr."""
+    if debug:
+        traceback.print_exc(file=sys.stderr)
 
 
 def _is_click_error(exc: Exception) -> bool:
@@ -112,5 +134,12 @@ def _is_click_error(exc: Exception) -> bool:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point: the exit code of `main`, and a quiet interpreter shutdown."""
+    interrupts.install()
+    try:
+        code = main()
+        interrupts.ignore()
+    except KeyboardInterrupt:
+        code = int(ExitCode.INTERRUPTED)
+        interrupts.ignore()
+    sys.exit(code)

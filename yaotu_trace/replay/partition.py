@@ -20,10 +20,13 @@ Dask distributed cluster (`dask="tcp://scheduler:8786"`, or `"local"` for an in-
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
+import multiprocessing.pool
+import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from multiprocessing import resource_tracker
 from typing import Any, Protocol
 
 import numba as nb
@@ -83,12 +86,11 @@ SERIAL_RUNNER: Runner = _Serial()
 
 
 class _Pool:
-    def __init__(self, pool: ProcessPoolExecutor) -> None:
+    def __init__(self, pool: multiprocessing.pool.Pool) -> None:
         self._pool = pool
 
     def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
-        futures = [self._pool.submit(fn, *item) for item in items]
-        return [f.result() for f in futures]
+        return self._pool.starmap(fn, items, chunksize=1)
 
 
 class _Dask:
@@ -110,10 +112,48 @@ def open_runner(parallel: Parallelism) -> Iterator[Runner]:
     if parallel.jobs <= 1:
         yield _Serial()
         return
+    yield from _pool_runner(parallel.jobs)
+
+
+def _pool_runner(jobs: int) -> Iterator[Runner]:
+    """`jobs` worker processes that leave Ctrl-C to this process, which terminates them.
+
+    A Ctrl-C at the terminal reaches the whole process group, and a worker that raised its own
+    KeyboardInterrupt would print a traceback. So the workers start with SIGINT blocked (the
+    mask survives spawn's fork and exec, which covers their start-up) and then ignore it; this
+    process gets the interrupt and terminates the pool (multiprocessing's Pool can, where
+    concurrent.futures' pool only waits for the tasks that are running).
+    """
     # NOTE: spawn, not fork: numba's threads and Arrow's pools do not survive a fork safely.
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=parallel.jobs, mp_context=ctx) as pool:
+    # Starting the resource tracker unblocks SIGINT in this thread: it is started first.
+    resource_tracker.ensure_running()
+    pool = None
+    try:
+        # A Ctrl-C held back while the pool starts is raised as this block ends, inside the try.
+        with _sigint_blocked():
+            pool = ctx.Pool(jobs, initializer=_ignore_sigint)
         yield _Pool(pool)
+    finally:
+        if pool is not None:
+            # Every task has its result by now, or the run is being abandoned.
+            pool.terminate()
+            pool.join()
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back in this thread (and what it starts); one that came is delivered after."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: a Ctrl-C is the parent's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _dask_runner(address: str) -> Iterator[Runner]:
@@ -124,9 +164,20 @@ def _dask_runner(address: str) -> Iterator[Runner]:
             "--dask needs the optional Dask extra: pip install 'yaotu-trace[dask]'"
         ) from exc
     if address == LOCAL_DASK:
-        with LocalCluster(n_workers=LOCAL_DASK_WORKERS, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
-            yield _Dask(client)
+        # As for the pool: the cluster's event loop thread, and the worker processes its
+        # nannies start, keep SIGINT blocked; an abandoned run closes the cluster quietly.
+        resource_tracker.ensure_running()
+        with contextlib.ExitStack() as stack:
+            try:
+                with _sigint_blocked():
+                    cluster = stack.enter_context(LocalCluster(
+                        n_workers=LOCAL_DASK_WORKERS, threads_per_worker=1, processes=True,
+                        dashboard_address=None))
+                    client = stack.enter_context(Client(cluster))
+                yield _Dask(client)
+            except BaseException:
+                logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+                raise
         return
     try:
         client = Client(address, timeout="20s")
