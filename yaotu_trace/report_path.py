@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from yaotu_trace.errors import ConfigFileError
+from yaotu_trace.errors import ConfigError
 
 # Fields that name an element of a list of objects, in the order they are tried.
 IDENTITY_KEYS = ("name", "axis", "label", "id", "step", "remedy")
@@ -55,10 +55,10 @@ class Resolved:
 
 
 def parse_path(path: str) -> tuple[Selector, ...]:
-    """Split a path into selectors; a malformed path is a ConfigFileError naming it."""
+    """Split a path into selectors; a malformed path is a ConfigError naming it."""
     text = path.strip()
     if not text:
-        raise ConfigFileError("empty metric path; give a JSON path such as prefix_reuse.hit_ratio")
+        raise ConfigError("empty metric path; give a JSON path such as prefix_reuse.hit_ratio")
     selectors: list[Selector] = []
     pos = 0
     expect_key = True
@@ -88,7 +88,7 @@ def parse_path(path: str) -> tuple[Selector, ...]:
                 break
         pos = match.end()
     if pos != len(text) or expect_key or not selectors:
-        raise ConfigFileError(
+        raise ConfigError(
             f"metric path {path!r} is malformed; use dotted keys with optional [index] or "
             "[field=value] selectors, e.g. axes[name=kv_memory].status"
         )
@@ -227,11 +227,11 @@ def close_paths(doc: Any, path: str, n: int = 5) -> list[str]:
 
 
 def require(doc: Any, path: str, where: str = "the report") -> Resolved:
-    """`resolve`, but an unknown path is a one-line ConfigFileError listing close valid paths."""
+    """`resolve`, but an unknown path is a one-line ConfigError listing close valid paths."""
     result = resolve(doc, path)
     if not result.found:
         near = close_paths(doc, path)
         hint = f"; close valid paths: {', '.join(near)}" if near else (
             "; see docs/json.md for the paths each command reports")
-        raise ConfigFileError(f"unknown metric path {path!r} in {where}{hint}")
+        raise ConfigError(f"unknown metric path {path!r} in {where}{hint}")
     return result

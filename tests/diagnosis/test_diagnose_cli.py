@@ -111,7 +111,7 @@ def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path,
         (["--kv-capacity", "12 parsecs"], ExitCode.USAGE, "unknown unit in capacity"),
         (["--kv-capacity", "1e30"], ExitCode.USAGE, "capacity '1e30' is beyond 1e+15 blocks"),
         (["--kv-capacity", "1e20GiB"], ExitCode.USAGE, "is beyond 1.15e+18 bytes"),
-        (["--preset", "nonsense"], ExitCode.USAGE, "preset 'nonsense' is not one of"),
+        (["--preset", "nonsense"], ExitCode.USAGE, "'nonsense' is not one of"),
     ],
 )
 def test_diagnose_errors_are_one_line(full_trace, capsys, extra, code, expected) -> None:

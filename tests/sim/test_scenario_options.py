@@ -143,4 +143,5 @@ def test_cli_bad_option_value_is_a_usage_error(tmp_path: Path, option: str, valu
                             "H100", option, value, "--out", str(tmp_path / "o.parquet")],
                            capsys)
     assert code == ExitCode.USAGE, err
-    assert err.startswith(f"error: {option} ") and err.count("\n") == 1
+    # Click checks the ranges it knows (--link-gbps >= 0.001) itself, in its own words.
+    assert err.startswith("error: ") and option in err and err.count("\n") == 1
