@@ -168,7 +168,7 @@ def _typed(path: Path, key: str, name: str, value: Any) -> Any:
     kind = _KINDS[name]
     if name == "pd" and isinstance(value, list) and len(value) == 2 \
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return f"{value[0]}:{value[1]}"
+        value = f"{value[0]}:{value[1]}"
     ok = {
         "int": isinstance(value, int) and not isinstance(value, bool),
         "float": isinstance(value, int | float) and not isinstance(value, bool),
@@ -190,7 +190,24 @@ def _typed(path: Path, key: str, name: str, value: Any) -> Any:
         if problem is not None:
             raise ConfigFileError(f"{path}: key '{key}': {value!r} {problem} (the range of "
                                   f"{_option(name)})")
+    check = _NAMED.get(name)
+    if check is not None:
+        try:
+            check(value)
+        except ConfigError as exc:
+            raise ConfigFileError(f"{path}: key '{key}': {exc}") from exc
     return float(value) if kind == "float" else value
+
+
+# Options naming something, checked when a scenario file is read so the error names the file
+# (the parsers are defined further down, hence the lambdas).
+_NAMED: dict[str, Callable[[Any], Any]] = {
+    "model": find_model,
+    "gpu": find_gpu,
+    "pd": lambda v: _parse_pd(v),
+    "scheduler": lambda v: _choice(SchedulerKind, v, "scheduler"),
+    "route": lambda v: _choice(RoutePolicy, v, "route"),
+}
 
 
 def load_scenario(path: Path) -> Scenario:

@@ -40,6 +40,9 @@ UNIX_CLOCK_S = 1e9
 MIN_OVERLAP_SHARE = 0.10
 # Unknown step-log instances named in a note before the rest are only counted.
 NAMED_INSTANCES = 3
+# The axes that read a step log, and every axis (a metrics export may feed each).
+STEP_AXES = ("queueing", "kv_memory", "pd_interference")
+AXES_NAMES = ("queueing", "kv_memory", "prefix_reuse", "pd_interference")
 
 _TIME_COLUMNS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
 _MODEL_LABEL = re.compile(r"(?:^|,)model_name=([^,]*)")
@@ -190,87 +193,112 @@ def _kept(trace: Trace, keep: np.ndarray) -> Trace:
     return replace(trace, requests=requests.reset_index(drop=True), lazy=None)
 
 
-def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
-    """Refuse a step log or metrics export from another run, and restrict one that only
-    partly overlaps the trace (see the module docstring)."""
+@dataclass(slots=True)
+class _Fit:
+    """What fitting the telemetry collects: notes, requests kept, axes judged on them."""
+
+    keep: np.ndarray
+    notes: list[str]
+    axes: set[str]
+    judged: list[str]
+
+    def judge(self, trace: Trace, span: Span, path: str, label: str, axes: set[str],
+              which: str) -> None:
+        """Leave out the requests wholly outside `span` (of the `label` at `path`) from
+        `axes`, with a note; refuse when no request is left."""
+        outside = _outside(trace, span)
+        if not outside.any():
+            return
+        if outside.all():
+            raise TraceReadError(
+                f"{path}: {label} covers {span.text()} but no request of {trace.path} lies in "
+                f"it; they are from different runs (pass the {label} of this trace's run)")
+        whole = trace_span(trace)
+        self.keep &= ~outside
+        self.axes |= axes
+        self.judged.append(
+            f"the {label} covers {100 * span.share_of(whole):.0f} % of the trace's time range "
+            f"({whole.text()}); "
+            f"{which} judged on {max(span.lo, whole.lo):.1f}–{min(span.hi, whole.hi):.1f} s "
+            f"only ({int(outside.sum())} of {outside.size} requests outside it left out)")
+        self.notes.append(self.judged[-1])
+
+
+def _fit_steps(trace: Trace, steps: StepLog, fit: _Fit) -> StepLog:
+    """The step log within the trace's range; refused when from another run."""
     whole = trace_span(trace)
-    notes: list[str] = []
-    steps = trace.steps
-    keep = np.ones(len(trace.requests), dtype=bool)
-    axes: set[str] = set()
-    judged: list[str] = []
-    if steps is not None:
-        span_steps = steps.span()
-        if span_steps is None:
-            raise TraceReadError(f"{steps.path}: the step log has no steps; pass a step log "
-                                 "with at least one row (start_s, end_s)")
-        span = Span(*span_steps)
-        share = overlap_share(span, whole)
-        if share < MIN_OVERLAP_SHARE:
-            _refuse("step log", steps.path, span, trace, whole, share,
-                    "pass the step log of this trace's run")
-        if not whole.covers(span):
-            steps = steps.within(whole.lo, whole.hi)
-            notes.append(f"the step log {steps.path} covers {span.text()}, beyond the trace's "
+    found = steps.span()
+    if found is None:
+        raise TraceReadError(f"{steps.path}: the step log has no steps; pass a step log with "
+                             "at least one row (start_s, end_s)")
+    span = Span(*found)
+    share = overlap_share(span, whole)
+    if share < MIN_OVERLAP_SHARE:
+        _refuse("step log", steps.path, span, trace, whole, share,
+                "pass the step log of this trace's run")
+    if not whole.covers(span):
+        steps = steps.within(whole.lo, whole.hi)
+        fit.notes.append(f"the step log {steps.path} covers {span.text()}, beyond the trace's "
                          f"{whole.text()}: only its {steps.num_rows} step(s) within the "
                          "trace's range are used")
-        outside = _outside(trace, span)
-        if outside.any():
-            keep &= ~outside
-            axes |= {"queueing", "kv_memory", "pd_interference"}
-            judged.append(f"the step log covers {100 * span.share_of(whole):.0f} % of the trace's "
-                         "time range "
-                         f"({whole.text()}); the queueing, kv_memory and pd_interference axes "
-                         f"are judged on {max(span.lo, whole.lo):.1f}–"
-                         f"{min(span.hi, whole.hi):.1f} s only ({int(outside.sum())} of "
-                         f"{outside.size} requests outside it left out)")
-            notes.append(judged[-1])
-        instances = _instance_note(trace, steps)
-        if instances is not None:
-            notes.append(instances)
-    if metrics is not None:
-        span = metrics_span(metrics)
-        if span.length_s <= 0:
-            notes.append(f"the metrics export {metrics.path} is one instant ({span.lo:.1f} s): "
+    fit.judge(trace, span, steps.path, "step log", set(STEP_AXES),
+              "the queueing, kv_memory and pd_interference axes are")
+    instances = _instance_note(trace, steps)
+    if instances is not None:
+        fit.notes.append(instances)
+    return steps
+
+
+def _fit_metrics(trace: Trace, metrics: EngineMetrics, fit: _Fit) -> EngineMetrics:
+    """The export's samples within the trace's range (one scrape interval either side);
+    refused when from another run, noted when its clock cannot be matched."""
+    whole = trace_span(trace)
+    span = metrics_span(metrics)
+    if span.length_s <= 0:
+        fit.notes.append(f"the metrics export {metrics.path} is one instant ({span.lo:.1f} s): "
                          "it has no time range to match with the trace's, and its counters "
                          "are totals since the engine started; export a range query covering "
                          f"{whole.text()} to judge this trace only")
-        elif (span.lo >= UNIX_CLOCK_S) != (whole.lo >= UNIX_CLOCK_S):
-            kind = "Unix" if span.lo >= UNIX_CLOCK_S else "relative"
-            notes.append(f"the metrics export {metrics.path} is on {kind} time "
-                         f"({span.text()}) and the trace's clock is not ({whole.text()}), so "
-                         "they cannot be matched in time; the export is taken as this trace's "
-                         "run")
-        else:
-            share = overlap_share(span, whole)
-            if share < MIN_OVERLAP_SHARE:
-                _refuse("metrics export", metrics.path, span, trace, whole, share,
-                        "export the metrics of this trace's time range")
-            gap = _scrape_interval_s(metrics)
-            times = metrics.frame["time_s"].to_numpy(dtype=np.float64)
-            inside = (times >= whole.lo - gap) & (times <= whole.hi + gap)
-            if not inside.all():
-                frame = metrics.frame[inside].reset_index(drop=True)
-                metrics = replace(metrics, frame=frame)
-                notes.append(f"the metrics export {metrics.path} covers {span.text()}, beyond "
-                             f"the trace's {whole.text()}: only its samples within the trace's "
-                             f"range (and one scrape interval, {gap:.1f} s, either side) are "
-                             "used")
-            outside = _outside(trace, span)
-            if outside.any():
-                keep &= ~outside
-                axes |= {"queueing", "kv_memory", "prefix_reuse", "pd_interference"}
-                judged.append(f"the metrics export covers {100 * span.share_of(whole):.0f} % of "
-                             f"the trace's time range ({whole.text()}); the axes that read it "
-                             "are judged "
-                             f"on {max(span.lo, whole.lo):.1f}–{min(span.hi, whole.hi):.1f} s "
-                             f"only ({int(outside.sum())} of {outside.size} requests outside "
-                             "it left out)")
-                notes.append(judged[-1])
-        model = _model_note(trace, metrics)
-        if model is not None:
-            notes.append(model)
-    fitted = replace(trace, steps=steps, notes=trace.notes + tuple(notes))
-    overlap = None if keep.all() else _kept(fitted, keep)
-    return Fitted(trace=fitted, metrics=metrics, overlap=overlap, overlap_axes=frozenset(axes),
-                  overlap_notes=tuple(judged))
+        return metrics
+    if (span.lo >= UNIX_CLOCK_S) != (whole.lo >= UNIX_CLOCK_S):
+        kind = "Unix" if span.lo >= UNIX_CLOCK_S else "relative"
+        fit.notes.append(f"the metrics export {metrics.path} is on {kind} time ({span.text()}) "
+                         f"and the trace's clock is not ({whole.text()}), so they cannot be "
+                         "matched in time; the export is taken as this trace's run")
+        return metrics
+    share = overlap_share(span, whole)
+    if share < MIN_OVERLAP_SHARE:
+        _refuse("metrics export", metrics.path, span, trace, whole, share,
+                "export the metrics of this trace's time range")
+    gap = _scrape_interval_s(metrics)
+    times = metrics.frame["time_s"].to_numpy(dtype=np.float64)
+    inside = (times >= whole.lo - gap) & (times <= whole.hi + gap)
+    if not inside.any():
+        raise TraceReadError(f"{metrics.path}: metrics export covers {span.text()} but none of "
+                             f"its samples lies within {trace.path}'s {whole.text()}; they are "
+                             "from different runs (export the metrics of this trace's time "
+                             "range)")
+    if not inside.all():
+        metrics = replace(metrics, frame=metrics.frame[inside].reset_index(drop=True))
+        fit.notes.append(f"the metrics export {metrics.path} covers {span.text()}, beyond the "
+                         f"trace's {whole.text()}: only its samples within the trace's range "
+                         f"(and one scrape interval, {gap:.1f} s, either side) are used")
+    fit.judge(trace, span, metrics.path, "metrics export", set(AXES_NAMES),
+              "the axes that read it are")
+    model = _model_note(trace, metrics)
+    if model is not None:
+        fit.notes.append(model)
+    return metrics
+
+
+def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
+    """Refuse a step log or metrics export from another run, and restrict one that only
+    partly overlaps the trace (see the module docstring)."""
+    fit = _Fit(keep=np.ones(len(trace.requests), dtype=bool), notes=[], axes=set(), judged=[])
+    steps = None if trace.steps is None else _fit_steps(trace, trace.steps, fit)
+    if metrics is not None:
+        metrics = _fit_metrics(trace, metrics, fit)
+    fitted = replace(trace, steps=steps, notes=trace.notes + tuple(fit.notes))
+    overlap = None if fit.keep.all() else _kept(fitted, fit.keep)
+    return Fitted(trace=fitted, metrics=metrics, overlap=overlap,
+                  overlap_axes=frozenset(fit.axes), overlap_notes=tuple(fit.judged))

@@ -123,6 +123,17 @@ def test_half_a_step_log_is_judged_on_the_overlap_with_a_note() -> None:
         assert (fitted.trace.notes[-1] in axis["notes"]) is (axis["name"] != "prefix_reuse")
 
 
+def test_a_step_log_between_the_requests_is_refused() -> None:
+    # GIVEN requests that each take an instant at 0, 100, ..., 1000 s and a step log of
+    # 420–480 s: wholly inside the trace's range, yet no request ran while it was recorded
+    trace = make_trace(timed(served_s=0.0), steps=steps_over(420.0, 480.0))
+    with pytest.raises(TraceReadError) as info:
+        fit_telemetry(trace)
+    assert str(info.value) == ("steps: step log covers 420.0–480.0 s but no request of test "
+                               "lies in it; they are from different runs (pass the step log of "
+                               "this trace's run)")
+
+
 def test_steps_beyond_the_trace_are_left_out() -> None:
     # GIVEN a step log that runs on for 1000 s after the trace's last request
     trace = make_trace(timed(), steps=steps_over(0.0, 2001.0, k=41))

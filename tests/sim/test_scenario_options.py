@@ -110,6 +110,22 @@ def test_scenario_file_values_of_the_wrong_type_or_range(tmp_path: Path, text: s
     assert "\n" not in message
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ('scheduler = "foo"', "key 'scheduler': --scheduler 'foo': choose one of vllm, sglang"),
+    ('route = "random"', "key 'route': --route 'random': choose one of round-robin"),
+    ('pd = "1-2"', "key 'pd': --pd '1-2': give prefill:decode instance counts"),
+    ("pd = [0, 2]", "key 'pd': --pd 0:2: needs at least one prefill and one decode instance"),
+    ('model = "gpt-9"', "key 'model': unknown model 'gpt-9'"),
+    ('gpu = "Z9000"', "key 'gpu': unknown GPU 'Z9000'"),
+])
+def test_scenario_file_names_are_checked_when_read(tmp_path: Path, text: str,
+                                                   expected: str) -> None:
+    path = scenario_file(tmp_path, text)
+    with pytest.raises(ConfigFileError) as info:
+        load_scenario(path)
+    assert str(info.value).startswith(f"{path}: {expected}")
+
+
 def test_scenario_file_accepts_ints_for_numbers_and_a_pd_pair(tmp_path: Path) -> None:
     path = scenario_file(tmp_path, 'kv-blocks = 4000\nmfu = 1\npd = [1, 2]\nroute = "kv-aware"\n')
     scenario = load_scenario(path)
