@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from yaotu_trace.catalog import ModelSpec, find_model
 from yaotu_trace.errors import ConfigError, ConfigFileError, TraceReadError
-from yaotu_trace.hardware import GpuSpec, find_gpu, find_moe
+from yaotu_trace.hardware import DEFAULT_LINK_GBPS, GpuSpec, find_gpu, find_moe
 from yaotu_trace.report import Distribution
 from yaotu_trace.schema import STEP_COLUMNS, Trace
 from yaotu_trace.sim import (
@@ -44,7 +44,6 @@ DEFAULT_MBU = 0.7
 DEFAULT_OVERHEAD_MS = 2.0  # host-side scheduling + launch per step [proposed default]
 DEFAULT_ACTIVATION_GIB = 2.0  # per GPU: peak activations + CUDA graphs [proposed default]
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 (engines.md §1.6)
-DEFAULT_LINK_GBPS = 400.0  # one 400G NIC per GPU (cost-model §2.4, DGX-H100)
 DEFAULT_LINK_LATENCY_MS = 0.57  # Mooncake's fitted α (cost-model §3.3)
 TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
                   "num_preemptions", "cached_tokens", "instance", "prefill_instance",

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.hardware import DEFAULT_LINK_GBPS
 from yaotu_trace.ingest.metrics import EngineMetrics
 from yaotu_trace.schema import Trace
 from yaotu_trace.steplog import StepLog
@@ -128,7 +129,7 @@ class EngineSettings:
     kv_bytes_per_token: int | None = None
     active_params: int | None = None
     model: str | None = None
-    link_gbps: float = 100.0
+    link_gbps: float = DEFAULT_LINK_GBPS
     replay_preset: str | None = None
     gpu: str | None = None
     gpu_flops_per_s: float | None = None

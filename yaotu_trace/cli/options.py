@@ -15,6 +15,7 @@ from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.replay.rules import Preset, Route, Scope, TouchOrder
+from yaotu_trace.units import MAX_BLOCK_TOKENS, MAX_COUNT
 
 __all__ = ["QuietOpt"]
 
@@ -82,7 +83,8 @@ DaskOpt = Annotated[
 
 KvBytesOpt = Annotated[
     int | None,
-    typer.Option("--kv-bytes-per-token", min=1, help="KV bytes per token (overrides --model's)."),
+    typer.Option("--kv-bytes-per-token", min=1, max=MAX_COUNT,
+                 help="KV bytes per token (overrides --model's)."),
 ]
 # Options of the diagnosis, shared by `trace diagnose`, `trace check` and `trace report`.
 MetricsOpt = Annotated[
@@ -112,14 +114,16 @@ KvCapacityOpt = Annotated[
 ]
 BlockSizeOpt = Annotated[
     int | None,
-    typer.Option("--block-size", min=1, help="KV block size in tokens of the diagnosis [default: "
+    typer.Option("--block-size", min=1, max=MAX_BLOCK_TOKENS, help="KV block size in tokens of "
+                 "the diagnosis [default: "
                  "16; the prefix replay uses its preset's]."),
 ]
 
 # The prefix-cache rules, shared by `trace replay` and `trace sweep`: each overrides --preset.
 RuleBlockSizeOpt = Annotated[
     int | None,
-    typer.Option("--block-size", min=1, help="Tokens per cache block (a multiple of the trace's "
+    typer.Option("--block-size", min=1, max=MAX_BLOCK_TOKENS, help="Tokens per cache block (a "
+                 "multiple of the trace's "
                  "block-id size) [default: the preset's]."),
 ]
 LastTokenRuleOpt = Annotated[

@@ -251,10 +251,13 @@ def _grid_report(loaded: object, preset: str | None, overrides: dict[str, object
 
 
 def _positive_int(text: str) -> int:
+    from yaotu_trace.units import MAX_BLOCK_TOKENS
+
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise ConfigError(f"--grid block-size value {text!r}: a whole number of tokens >= 1")
+    if not 1 <= value <= MAX_BLOCK_TOKENS:
+        raise ConfigError(f"--grid block-size value {text!r}: a whole number of tokens from 1 "
+                          f"to {MAX_BLOCK_TOKENS}")
     return value
