@@ -35,6 +35,10 @@ FLOAT_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
 LIST_COLUMNS: Final = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
 REQUIRED_COLUMNS: Final = ("arrival_s", "prompt_len", "output_len")
 INT64_LIMIT: Final = 2.0**63  # whole numbers at or beyond this do not fit int64
+# Times are seconds from any origin; beyond 1e12 s (31,700 years) from it, a time is a unit
+# mistake (ms or ns given as s) and its sums would overflow.
+TIME_LIMIT_S: Final = 1e12
+TIME_FIX: Final = "times are seconds: convert ms, us or ns to s"
 CANONICAL_COLUMNS: Final = (
     "request_id",
     "arrival_s",
@@ -231,9 +235,14 @@ def _coerce_numeric(
         pos = int(np.flatnonzero(~np.isfinite(num.fillna(0.0).to_numpy()))[0])
         _fail(path, df, pos, row_label, column,
               f"{num.iloc[pos]} is not finite; give a finite number")
-    if not integer:
-        return num
     values = num.to_numpy()
+    if not integer:
+        far = np.flatnonzero(np.abs(values) > TIME_LIMIT_S)
+        if far.size:
+            pos = int(far[0])
+            _fail(path, df, pos, row_label, column,
+                  f"{values[pos]:g} s is beyond 1e12 s; {TIME_FIX}")
+        return num
     frac = np.flatnonzero(~np.isnan(values) & (values != np.round(values)))
     if frac.size:
         pos = int(frac[0])
@@ -254,7 +263,7 @@ def _coerce_numeric(
 
 def _shown(value: object) -> str:
     """A source value as an error message quotes it: its repr, cut to 40 characters."""
-    text = repr(value.item() if isinstance(value, np.generic) else value)
+    text = " ".join(repr(value.item() if isinstance(value, np.generic) else value).split())
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -263,22 +272,30 @@ def list_value_problem(values: pa.Array, column: str) -> tuple[int, str] | None:
 
     Ids (`prompt_tokens`, `prompt_block_ids`, `output_tokens`) are whole numbers within int64:
     1.0 is 1, but 1.5, a value beyond int64, true, "a", a nested list or a missing value is
-    refused rather than truncated or guessed. Token times are numbers (missing ones are
+    refused rather than truncated or guessed. Token times are finite numbers (missing ones are
     allowed: they form no gap). Negative token ids are checked by the callers.
     """
     kind = values.type
-    if pa.types.is_null(kind):
-        return (0, "a value inside the list is missing") if len(values) and (
-            column != "token_times_s") else None
-    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-        what = "a nested list" if pa.types.is_nested(kind) else repr(_first_valid(values))
-        want = "numbers of seconds" if column == "token_times_s" else "whole numbers"
-        return 0, f"{what} is not a number; list values must be {want}"
-    if column == "token_times_s":
+    times = column == "token_times_s"
+    if len(values) == 0 or (times and values.null_count == len(values)):
         return None
-    if values.null_count:
+    if values.null_count and not times:
         pos = int(np.flatnonzero(~np.asarray(values.is_valid()))[0])
         return pos, "a value inside the list is missing; ids cannot be missing"
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        pos = int(np.flatnonzero(np.asarray(values.is_valid()))[0])
+        what = "a nested list" if pa.types.is_nested(kind) else _shown(values[pos].as_py())
+        want = "numbers of seconds" if times else "whole numbers"
+        return pos, f"{what} is not a number; list values must be {want}"
+    if times:
+        numbers = values.to_numpy(zero_copy_only=False)
+        infinite = np.flatnonzero(np.isinf(numbers))
+        if infinite.size:
+            return int(infinite[0]), f"{numbers[infinite[0]]} is not finite; give a finite time"
+        far = np.flatnonzero(np.abs(numbers) > TIME_LIMIT_S)
+        if far.size:
+            return int(far[0]), f"{numbers[far[0]]:g} s is beyond 1e12 s; {TIME_FIX}"
+        return None
     if pa.types.is_signed_integer(kind):
         return None
     numbers = values.to_numpy(zero_copy_only=False)
@@ -294,12 +311,6 @@ def list_value_problem(values: pa.Array, column: str) -> tuple[int, str] | None:
     if beyond.size:
         return int(beyond[0]), f"{numbers[beyond[0]]:.17g} is beyond int64; ids must be below 2**63"
     return None
-
-
-def _first_valid(values: pa.Array) -> object:
-    valid = np.flatnonzero(np.asarray(values.is_valid()))
-    text = values[int(valid[0])].as_py() if valid.size else None
-    return str(text)[:40] if not isinstance(text, bool | int | float) else text
 
 
 def _arrow_list(df: pd.DataFrame, column: str, path: str, row_label: str) -> pd.Series:
@@ -329,7 +340,8 @@ def _arrow_list(df: pd.DataFrame, column: str, path: str, row_label: str) -> pd.
     if problem is not None:
         rows = pa.compute.list_parent_indices(arr).to_numpy()
         _fail(path, df, int(rows[problem[0]]), row_label, column, problem[1])
-    arr = arr.cast(pa.large_list(value_type))
+    # Checked above; times may round (2**53 + 1 s is no time anyway), ids never do.
+    arr = arr.cast(pa.large_list(value_type), safe=column != "token_times_s")
     ids = column not in ("token_times_s", "prompt_block_ids")
     if ids and len(flat) and pa.compute.min(flat).as_py() < 0:
         pos = _first_negative(pa.chunked_array([arr]))
@@ -525,9 +537,12 @@ def _plain_number(raw: pd.Series, *, integer: bool) -> pd.Series | None:
     if not np.isfinite(values[finite]).all():
         return None
     if not integer:
+        if (np.abs(values[finite]) > TIME_LIMIT_S).any():
+            return None
         return pd.Series(values, index=raw.index, name=raw.name)
     whole = values[finite]
-    if not ((whole == np.round(whole)).all() and (whole >= 0).all()):
+    if not ((whole == np.round(whole)).all() and (whole >= 0).all()
+            and (whole < INT64_LIMIT).all()):
         return None
     ints = pd.arrays.IntegerArray(np.where(missing, 0.0, values).astype(np.int64), missing)
     return pd.Series(ints, index=raw.index, name=raw.name)

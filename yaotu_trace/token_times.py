@@ -129,7 +129,7 @@ def _lists(requests: pd.DataFrame,
         if problem is not None:
             raise TraceSchemaError(f"{where}: {problem[1]}")
         try:
-            arr = arr.cast(pa.large_list(pa.float64()))
+            arr = arr.cast(pa.large_list(pa.float64()), safe=False)  # checked: numbers
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise TraceSchemaError(
                 f"{where}: expected a list of numbers ({str(exc).splitlines()[0][:120]})"

@@ -130,7 +130,8 @@ def _sniff_json_document(path: Path) -> TraceFormat:
 def _keys_of_first_line(head: str) -> list[str]:
     import json
 
-    line = head.lstrip("\ufeff").splitlines()[0] if head else ""
+    lines = head.lstrip("\ufeff").splitlines()
+    line = lines[0] if lines else ""
     try:
         record = json.loads(line)
     except JSON_ERRORS:

@@ -83,9 +83,10 @@ def lazy_content(path: Path) -> LazyContent | None:
     try:
         if is_compressed(path):
             return None
-        file = pq.ParquetFile(path)
-        meta, schema = file.metadata, file.schema_arrow
-    except (pa.ArrowException, OSError, TraceReadError):
+        with parquet_file.reading(path):
+            file = pq.ParquetFile(path)
+            meta, schema = file.metadata, file.schema_arrow
+    except TraceReadError:
         return None
     present = tuple(c for c in LAZY_COLUMNS if c in schema.names)
     if not present or "prompt_len" not in schema.names:
@@ -120,20 +121,37 @@ def _leaf_values(chunk: pq.ColumnChunkMetaData) -> int:
 
 def read_jsonl(path: Path) -> RawTrace:
     """Read canonical JSONL: one request object per line, canonical keys."""
-    return jsonl_part(*read_json_lines(path))
+    return jsonl_part(*read_json_lines(path), path)
 
 
-def jsonl_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
+def jsonl_part(records: list[dict[str, Any]], lines: list[int], path: Path) -> RawTrace:
     """Canonical JSONL records (some lines of a file, or all) as a raw table."""
     df = pd.DataFrame.from_records(records)
     df[SOURCE_ROW] = lines
-    block = df.pop("source_block_size").dropna().unique() if "source_block_size" in df else []
-    return RawTrace(
-        requests=df,
-        format_name="jsonl",
-        source_block_size=int(block[0]) if len(block) else None,
-        row_label="line",
-    )
+    block = None
+    if "source_block_size" in df:
+        block = _one_block_size(df.pop("source_block_size").tolist(), lines, path)
+    return RawTrace(requests=df, format_name="jsonl", source_block_size=block, row_label="line")
+
+
+def _one_block_size(values: list[object], lines: list[int], path: Path) -> int | None:
+    """The `source_block_size` of JSONL rows: one whole number >= 1 wherever it is given."""
+    found: tuple[int, int] | None = None
+    for value, line in zip(values, lines, strict=True):
+        if value is None or (isinstance(value, float) and value != value):
+            continue
+        whole = isinstance(value, int | float) and not isinstance(value, bool) and (
+            float(value).is_integer() and 1 <= value < 2**31)
+        if not whole:
+            raise TraceSchemaError(
+                f"{path}: line {line}, column 'source_block_size': {str(value)[:40]!r} is not "
+                "a whole number of tokens per id; fix it or pass --source-block-size")
+        if found is not None and int(value) != found[0]:  # type: ignore[call-overload]
+            raise TraceSchemaError(
+                f"{path}: line {line}, column 'source_block_size': {value} differs from "
+                f"{found[0]} on line {found[1]}; one trace has one block size")
+        found = found or (int(value), line)  # type: ignore[call-overload]
+    return None if found is None else found[0]
 
 
 def read_csv(path: Path) -> RawTrace:

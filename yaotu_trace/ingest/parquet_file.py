@@ -2,7 +2,8 @@
 
 A trace is read from Parquet in several places: whole by the reader, and batch by batch later
 in the run when its token columns are left on disk (`replay.stream`, `token_times`). Wherever
-pyarrow meets a damaged file it raises `OSError` or an `ArrowException`; `reading` turns those
+pyarrow meets a damaged file it raises `OSError` or an `ArrowException` (a `UnicodeDecodeError`
+for a damaged column name); `reading` turns those
 into one `TraceReadError` that names the file, the row group or rows and the column when known,
 and says what to do. Files written by this tool carry page checksums (`WRITE_OPTIONS`), which
 are verified on every read, so a flipped byte in their data pages is caught rather than read.
@@ -36,7 +37,7 @@ def reading(path: str | Path, place: str | None = None,
         yield
     except YaotuError:
         raise
-    except (OSError, pa.ArrowException, EOFError) as exc:
+    except (OSError, pa.ArrowException, EOFError, UnicodeDecodeError) as exc:
         raise _damaged(Path(path), exc, place, column) from exc
 
 

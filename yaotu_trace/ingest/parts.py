@@ -49,9 +49,9 @@ def read_parts(path: Path, fmt: TraceFormat, *,
     from yaotu_trace.ingest.jsonl import iter_json_lines
     from yaotu_trace.ingest.mooncake import mooncake_part
 
-    build = mooncake_part if fmt is TraceFormat.MOONCAKE else jsonl_part
     for records, lines in iter_json_lines(path, part_bytes=part_bytes):
-        yield build(records, lines)
+        yield (mooncake_part(records, lines) if fmt is TraceFormat.MOONCAKE
+               else jsonl_part(records, lines, path))
 
 
 def _csv_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:

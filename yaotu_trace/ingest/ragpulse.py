@@ -83,11 +83,10 @@ def read_ragpulse(path: Path, *, stitch_runs: bool = True) -> RawTrace:
         arrival.to_numpy(dtype=np.float64), sessions, lines, stitch_runs
     )
     notes.extend(run_notes)
-    arrival_col = pd.Series(arrival_s, dtype=object)
     # Keep non-numeric raw values so validation names the line and the bad value.
     bad = arrival.isna().to_numpy()
-    for pos in np.flatnonzero(bad):
-        arrival_col.iloc[pos] = timestamps[pos]
+    arrival_col = pd.Series([timestamps[pos] if bad[pos] else arrival_s[pos]
+                             for pos in range(len(timestamps))], dtype=object)
 
     out = pd.DataFrame(
         {
