@@ -121,6 +121,11 @@ def _sniff_json_document(path: Path) -> TraceFormat:
     found = sniff_keys(set(_keys_of_first_line(head)))
     if found is not None:
         return found
+    if head.lstrip("\ufeff \t\r\n").startswith("["):
+        raise TraceReadError(
+            f"{path}: a JSON array of records; write one request object per line as JSON Lines "
+            "(e.g. jq -c '.[]' in.json > out.jsonl), or pass --input-format"
+        )
     raise TraceReadError(
         f"{path}: cannot tell the trace format of this JSON document; pass --input-format, one of: "
         f"{', '.join(f.value for f in TraceFormat)}"

@@ -144,7 +144,7 @@ def _one_block_size(values: list[object], lines: list[int], path: Path) -> int |
             float(value).is_integer() and 1 <= value < 2**31)
         if not whole:
             raise TraceSchemaError(
-                f"{path}: line {line}, column 'source_block_size': {str(value)[:40]!r} is not "
+                f"{path}: line {line}, column 'source_block_size': {repr(value)[:40]} is not "
                 "a whole number of tokens per id; fix it or pass --source-block-size")
         if found is not None and int(value) != found[0]:  # type: ignore[call-overload]
             raise TraceSchemaError(

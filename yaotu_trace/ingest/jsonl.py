@@ -60,20 +60,26 @@ def parse_object(line: bytes, path: Path, number: int) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except JSON_ERRORS as exc:
+        if number == 1 and line.lstrip().startswith(b"["):
+            raise _array_error(path) from exc
         raise TraceReadError(
             f"{path}: line {number}: invalid JSON ({_reason(exc)}); fix or remove the line"
         ) from exc
     if not isinstance(record, dict):
         if isinstance(record, list) and number == 1:
-            raise TraceReadError(
-                f"{path}: line 1 is a JSON array, not one request object per line; write it as "
-                "JSON Lines (e.g. jq -c '.[]' in.json > out.jsonl)"
-            )
+            raise _array_error(path)
         raise TraceReadError(
             f"{path}: line {number}: expected a JSON object, got "
             f"{type(record).__name__}; each line must be one request object"
         )
     return record
+
+
+def _array_error(path: Path) -> TraceReadError:
+    return TraceReadError(
+        f"{path}: line 1 is a JSON array, not one request object per line; write it as JSON "
+        "Lines (e.g. jq -c '.[]' in.json > out.jsonl)"
+    )
 
 
 def first_record(path: Path) -> dict[str, Any] | None:
