@@ -134,3 +134,34 @@ def test_footer_overwritten_is_damaged(tmp_path: Path) -> None:
     with pytest.raises(TraceReadError) as exc:
         load_trace(path, lazy_content=True)
     assert "the Parquet file is damaged" in _one_line(exc)
+
+
+def test_public_trace_converted_then_damaged_is_caught_by_its_checksums(tmp_path: Path) -> None:
+    # GIVEN the Mooncake conversation trace converted to Parquet (block ids left on disk)
+    from tests.conftest import shared_trace
+    from yaotu_trace.convert import convert_trace
+
+    path = tmp_path / "mooncake.parquet"
+    convert_trace(shared_trace("mooncake/conversation_trace.jsonl"), path)
+    trace = load_trace(path, lazy_content=True)
+    assert trace.lazy is not None and "prompt_block_ids" in trace.lazy.columns
+    # WHEN one byte of a block-id page in the middle of the file flips
+    meta = pq.ParquetFile(path).metadata
+    group = meta.num_row_groups // 2
+    chunk = next(meta.row_group(group).column(j) for j in range(meta.num_columns)
+                 if meta.row_group(group).column(j).path_in_schema.startswith("prompt_block"))
+    data = bytearray(path.read_bytes())
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data[start + chunk.total_compressed_size // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    # THEN streaming the column is a read error naming that row group, not other ids
+    prompts = ParquetPrompts(path=str(path), column="prompt_block_ids",
+                             prompt_len=trace.requests["prompt_len"].to_numpy(np.int64),
+                             source_block_size=trace.source_block_size,
+                             num_values=trace.lazy.values_in("prompt_block_ids"))
+    with pytest.raises(TraceReadError) as exc:
+        for _ in prompts.batches():
+            pass
+    assert _one_line(exc).startswith(
+        f"{path}: row group {group + 1} of {meta.num_row_groups}, column 'prompt_block_ids': "
+        "the Parquet file is damaged (")
