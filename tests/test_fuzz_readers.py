@@ -34,6 +34,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from yaotu_trace.convert import convert_trace
 from yaotu_trace.errors import ExitCode, YaotuError
 from yaotu_trace.ingest import load_trace
 from yaotu_trace.ingest.canonical import write_trace
@@ -197,6 +198,22 @@ def test_mutated_valid_files(workdir: Path, seeds: dict[str, bytes], seed: str,
                              edits: list[tuple[float, str, bytes]],
                              fmt: TraceFormat | None) -> None:
     _check_loads(_write(workdir, _suffix_of(seed), _mutate(seeds[seed], edits)), fmt)
+
+
+@FUZZ
+@given(seed=st.sampled_from([".jsonl", ".csv", "mooncake.jsonl", ".jsonl.gz", ".csv.zst",
+                             ".jsonl.xz"]),
+       edits=st.lists(MUTATION, max_size=3), part_bytes=st.integers(16, 400))
+def test_mutated_files_convert_in_parts(workdir: Path, seeds: dict[str, bytes], seed: str,
+                                        edits: list[tuple[float, str, bytes]],
+                                        part_bytes: int) -> None:
+    # `trace convert` reads these formats in parts (decompressing as it goes): same contract.
+    source = _write(workdir, _suffix_of(seed), _mutate(seeds[seed], edits))
+    try:
+        convert_trace(source, workdir / f"out{next(_counter)}.parquet", part_bytes=part_bytes)
+    except YaotuError as exc:
+        assert exc.exit_code == ExitCode.INPUT and "\n" not in str(exc), str(exc)
+        assert str(exc).startswith(str(source)), str(exc)
 
 
 # --- structured fuzzing: any value where a value is expected -------------------------------
