@@ -365,7 +365,7 @@ def _first_bad_list(series: pd.Series, column: str) -> tuple[int, str]:
         if pa.types.is_null(arr.type):
             continue
         if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-            return pos, f"{str(value)[:40]!r} is not a list; write a list of {want}, e.g. [1, 2]"
+            return pos, f"{_shown(value)} is not a list; write a list of {want}, e.g. [1, 2]"
         problem = list_value_problem(arr.flatten(), column)
         if problem is not None:
             return pos, problem[1]

@@ -177,7 +177,7 @@ def test_token_times_must_be_numbers(tmp_path: Path) -> None:
 
 def test_a_list_column_holding_a_number_names_the_row(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "t.jsonl", [_row(prompt_tokens=[1, 2, 3]), _row(prompt_tokens=7)])
-    assert _error(path) == ("line 2, column 'prompt_tokens': '7' is not a list; write a list of "
+    assert _error(path) == ("line 2, column 'prompt_tokens': 7 is not a list; write a list of "
                             "integers, e.g. [1, 2]")
 
 

@@ -172,6 +172,9 @@ def load_trace(
 ) -> Trace:
     """Read, map and validate a trace into the canonical `Trace` (never modifies the file).
 
+    The file may be compressed (`yaotu_trace.ingest.compressed`); every problem with it is a
+    `TraceReadError` or `TraceSchemaError` (exit 3) naming the file.
+
     `lazy_content=True` leaves the token, block-id and token-time columns of a canonical
     Parquet file on disk (`Trace.lazy`) when its rows are in arrival order: the replay and the
     inter-token gaps (`yaotu_trace.token_times`) then stream them row group by row group
