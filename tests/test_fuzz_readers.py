@@ -77,12 +77,19 @@ def _canonical_table() -> pd.DataFrame:
     })
 
 
+class Seeds(dict[str, bytes]):
+    """The seed files by name; shown by their names only when an example fails."""
+
+    def __repr__(self) -> str:
+        return f"Seeds({', '.join(self)})"
+
+
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     """Valid traces of every format, by file suffix, as bytes (plain and compressed)."""
     folder = tmp_path_factory.mktemp("seeds")
     table = _canonical_table()
-    out: dict[str, bytes] = {}
+    out = Seeds()
     for suffix in (".jsonl", ".csv", ".parquet"):
         write_trace(table, folder / f"t{suffix}")
         out[suffix] = (folder / f"t{suffix}").read_bytes()

@@ -261,6 +261,12 @@ def _coerce_numeric(
     return num.astype("Int64")
 
 
+def names_of(columns: object, limit: int = 8) -> str:
+    """Column or key names for a one-line message: at most `limit`, whitespace folded."""
+    names = [" ".join(str(c).split())[:40] for c in list(columns)[:limit]]  # type: ignore[call-overload]
+    return ", ".join(names)
+
+
 def _shown(value: object) -> str:
     """A source value as an error message quotes it: its repr, cut to 40 characters."""
     text = " ".join(repr(value.item() if isinstance(value, np.generic) else value).split())
@@ -418,7 +424,7 @@ def normalize(raw: RawTrace, path: str) -> Trace:
         raise TraceSchemaError(
             f"{path}: missing required column{'s' if len(missing) > 1 else ''} "
             f"{', '.join(repr(c) for c in missing)} "
-            f"(have: {', '.join(map(str, df.columns[:12]))}); "
+            f"(have: {names_of([c for c in df.columns if not str(c).startswith('_source')], 12)}); "
             f"rename with --map {missing[0]}=<source column> or pass --input-format"
         )
 

@@ -22,6 +22,7 @@ from yaotu_trace.schema import (
     STEP_COLUMNS,
     RawTrace,
     Trace,
+    names_of,
     normalize,
 )
 from yaotu_trace.steplog import StepLog, open_parquet
@@ -81,7 +82,7 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the keys of line 1 "
-                f"({', '.join(sorted(record)[:8])}); pass --input-format "
+                f"({names_of(sorted(record))}); pass --input-format "
                 f"({', '.join(f.value for f in TraceFormat)}) or --map arrival_s=<key> ..."
             )
         return found
@@ -95,7 +96,7 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the CSV header "
-                f"({', '.join(map(str, header[:8]))}); "
+                f"({names_of(header)}); "
                 "pass --input-format or --map arrival_s=<column> ..."
             )
         return found

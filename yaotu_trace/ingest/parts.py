@@ -15,7 +15,7 @@ from pathlib import Path
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.compressed import open_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.schema import RawTrace
+from yaotu_trace.schema import RawTrace, names_of
 
 PARTABLE = (TraceFormat.CANONICAL_JSONL, TraceFormat.CANONICAL_CSV, TraceFormat.MOONCAKE)
 PART_BYTES = 32 << 20
@@ -31,7 +31,7 @@ def apply_options(raw: RawTrace, path: Path, column_map: Mapping[str, str] | Non
         if missing:
             raise TraceSchemaError(
                 f"{path}: --map names column(s) {', '.join(map(repr, missing))} that the file "
-                f"lacks (have: {', '.join(map(str, raw.requests.columns[:12]))})"
+                f"lacks (have: {names_of(raw.requests.columns, 12)})"
             )
         raw = replace(raw, requests=raw.requests.rename(columns=dict(column_map)))
     if source_block_size is not None:
