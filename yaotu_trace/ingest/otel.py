@@ -242,7 +242,7 @@ def _nanos(
         ) from None
     if not 0 <= nanos < 1 << 63:
         raise TraceSchemaError(
-            f"{path}: {where}, field '{keys[0]}' is {str(value)[:30]}, outside int64 "
+            f"{path}: {where}, field '{keys[0]}' is {str(value)[:30]!r}, outside int64 "
             "nanoseconds; give nanoseconds since the Unix epoch"
         )
     return nanos
