@@ -4,6 +4,7 @@ error naming the file, the line and the fix."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -46,6 +47,15 @@ def test_bom_and_crlf_read_like_plain_files(tmp_path: Path, name: str, text: str
                   _jsonl_text(ROWS) if name.endswith("jsonl") else CSV)
     got = load_trace(_text(tmp_path / name, text))
     pd.testing.assert_frame_equal(got.requests, load_trace(plain).requests)
+
+
+def test_tsv_is_tab_separated(tmp_path: Path) -> None:
+    for name in ("t.tsv", "t.tsv.gz"):
+        text = CSV.replace(",", "\t")
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+        pd.testing.assert_frame_equal(load_trace(path).requests,
+                                      load_trace(_text(tmp_path / "t.csv", CSV)).requests)
 
 
 def test_json_array_gets_the_json_lines_fix(tmp_path: Path) -> None:

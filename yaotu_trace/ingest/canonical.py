@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.files import replace_atomically
 from yaotu_trace.ingest import parquet_file
-from yaotu_trace.ingest.compressed import is_compressed, open_trace
+from yaotu_trace.ingest.compressed import format_suffix, is_compressed, open_trace
 from yaotu_trace.ingest.jsonl import read_json_lines
 from yaotu_trace.schema import (
     LIST_COLUMNS,
@@ -180,7 +180,9 @@ def read_csv_frame(path: Path, **kwargs: object) -> pd.DataFrame:
 
 def csv_frame(path: Path, handle: IO[bytes], **kwargs: object) -> Any:
     """pandas.read_csv of an open file (an iterator of frames with `chunksize`), with its
-    errors as one-line `TraceReadError`s naming `path`."""
+    errors as one-line `TraceReadError`s naming `path`; a `.tsv` file is tab-separated."""
+    if format_suffix(path) == ".tsv":
+        kwargs.setdefault("sep", "\t")
     try:
         return pd.read_csv(handle, **kwargs)  # type: ignore[call-overload]
     except CSV_ERRORS as exc:
