@@ -84,8 +84,8 @@ def test_non_utf8_inputs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "expected"), [
     ("t.jsonl", "no JSON records found; check the file is not empty"),
-    ("t.csv", "the CSV is empty; it needs a header and one row per request"),
-    ("t.parquet", "not a Parquet file (it does not start with Parquet's magic bytes)"),
+    ("t.csv", "the CSV is empty; it needs a header line and one line per row"),
+    ("t.parquet", "the file is empty (0 bytes)"),
     ("t.json", "cannot tell the trace format of this JSON document"),
 ])
 def test_empty_files(tmp_path: Path, name: str, expected: str) -> None:

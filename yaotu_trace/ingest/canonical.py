@@ -208,8 +208,8 @@ def csv_error(path: Path, exc: Exception, after_line: int | None = None) -> Trac
     if isinstance(exc, UnicodeDecodeError):
         return TraceReadError(f"{path}: not UTF-8 text ({reason}); save the CSV as UTF-8")
     if isinstance(exc, pd.errors.EmptyDataError):
-        return TraceReadError(f"{path}: the CSV is empty; it needs a header and one row per "
-                              "request")
+        return TraceReadError(f"{path}: the CSV is empty; it needs a header line and one line "
+                              "per row")
     at = f" after line {after_line}" if after_line else ""
     return TraceReadError(
         f"{path}: not a readable CSV{at} ({reason}); check the file or pass --input-format"
