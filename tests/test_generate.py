@@ -172,17 +172,17 @@ def test_generate_invalid_option_raises_config_error(option: str, value: float) 
         generate(GenerateOptions(scenario=Scenario.CHAT, **options))  # type: ignore[arg-type]
 
 
-def test_generate_cli_bad_extension_is_input_error(
+def test_generate_cli_bad_extension_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["generate", "chat", "--out", str(tmp_path / "t.txt")]) == ExitCode.INPUT
+    assert main(["generate", "chat", "--out", str(tmp_path / "t.txt")]) == ExitCode.USAGE
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith("error: --out") and ".parquet, .jsonl or .csv" in err
 
 
-def test_generate_cli_rate_zero_is_input_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["generate", "chat", "--rate", "0", "--out", "x.csv"]) == ExitCode.INPUT
+def test_generate_cli_rate_zero_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "chat", "--rate", "0", "--out", "x.csv"]) == ExitCode.USAGE
     assert "--rate" in capsys.readouterr().err
 
 
