@@ -102,7 +102,7 @@ def _run(args: list[str], debug: bool) -> int:
 
 
 def _invoke(args: list[str]) -> int:
-    """Import and run the command; click's own ways out become exit codes (Ctrl-C raises)."""
+    """Import and run the command: its exit code."""
     import typer
     import typer.main
 
@@ -110,13 +110,10 @@ def _invoke(args: list[str]) -> int:
 
     _register_commands(args)
     command = typer.main.get_command(app)
+    # Outside standalone mode typer returns an Exit's code (130 for a KeyboardInterrupt) and
+    # re-raises Abort (end of input at a prompt).
     try:
         result = command.main(args=args, prog_name="trace", standalone_mode=False)
-    except typer.Exit as exc:
-        # typer turns a KeyboardInterrupt into Exit(130) (the interrupt is its cause).
-        if isinstance(exc.__cause__, KeyboardInterrupt):
-            raise exc.__cause__ from None
-        return int(getattr(exc, "exit_code", 0))
     except typer.Abort as exc:
         raise KeyboardInterrupt from exc
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
