@@ -139,4 +139,9 @@ def run() -> None:
     except KeyboardInterrupt:
         code = int(ExitCode.INTERRUPTED)
         interrupts.ignore()
+    # NOTE: CPython remembers a KeyboardInterrupt that left code run by exec() or eval() of a
+    # string (dataclasses and numba make functions that way), even one caught later, and at exit
+    # kills the process with SIGINT instead of returning this code. Running such code once more
+    # clears that memory.
+    exec("")
     sys.exit(code)
