@@ -24,7 +24,7 @@ from yaotu_trace.errors import ExitCode
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "chat.parquet"
-DELAYS_S = (0.05, 0.6, 1.2)  # importing typer/pandas, reading the trace, the work itself
+DELAYS_S = (0.1, 0.6, 1.2)  # importing typer/pandas, reading the trace, the work itself
 ATTEMPTS_PER_DELAY = 4
 RUN_TIMEOUT_S = 60.0
 MODEL = ("--model", "Llama-3.1-8B", "--gpu", "H100")

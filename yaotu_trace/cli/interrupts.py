@@ -28,16 +28,19 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
-from typing import Any
+
+# Only `signal` and `sys` at import: `trace` installs this handler before it imports anything
+# heavier, so that a Ctrl-C during its start-up is handled too.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+    from typing import Any
+
+    TraceFunction = Callable[[FrameType, str, Any], Any]
 
 _UNSAFE_MODULES = frozenset({"tempfile", "yaotu_trace.files"})
 _NUMBA_CALLBACKS = "numba.core.serialize"
-
-TraceFunction = Callable[[FrameType, str, Any], Any]
 
 
 class _State:
@@ -106,30 +109,26 @@ def on_sigint(signum: int, frame: FrameType | None) -> None:
     _raise_at(resume)
 
 
-def install() -> None:
-    """Handle Ctrl-C as above from now on (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is threading.main_thread():
-        _state.fired = False
+def install() -> object:
+    """Handle Ctrl-C as above from now on; returns the handler that was there.
+
+    Only the main thread can set a handler: elsewhere this does nothing (and returns None).
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    try:
         signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:
+        return None
+    _state.fired = False
+    return previous
+
+
+def restore(previous: object) -> None:
+    """Put back the handler `install` replaced (when it replaced one)."""
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
 
 
 def ignore() -> None:
     """Ignore Ctrl-C from now on: the interpreter's shutdown has nothing left to stop."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-@contextmanager
-def handled() -> Iterator[None]:
-    """Handle Ctrl-C as above inside the block, then restore the handler that was there."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    install()
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-
+    restore(signal.SIG_IGN)
