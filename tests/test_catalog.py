@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from yaotu_trace.catalog import find_model, kv_bytes_per_token, load_catalog
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.hardware import find_gpu
 
 # The "KV B/token (bf16)" column of docs/reference/cost-model.md §1.2.
 DOC_KV_BYTES_PER_TOKEN = {
@@ -83,3 +86,21 @@ def test_models_command_lists_every_model_with_kv_bytes(capsys, fmt: str) -> Non
         for name, kv in DOC_KV_BYTES_PER_TOKEN.items():
             assert name in out
             assert f"{kv:,}" in out
+
+
+@pytest.mark.parametrize(("field", "value"), [("layers", 0), ("kv_heads", -8), ("head_dim", 0),
+                                              ("total_params", 0), ("kv_dtype_bytes", True)])
+def test_a_model_with_a_zero_or_negative_size_is_refused(field: str, value: object) -> None:
+    spec = find_model("Llama-3.1-8B")
+    with pytest.raises(ConfigError, match=rf"^model Llama-3\.1-8B: {field} .* must be a whole "
+                       "number >= 1; fix its entry in models.json"):
+        replace(spec, **{field: value})
+
+
+@pytest.mark.parametrize(("field", "value"), [("bf16_flops", 0.0), ("hbm_bytes_per_s", -1.0),
+                                              ("memory_bytes", float("inf"))])
+def test_a_gpu_with_no_compute_bandwidth_or_memory_is_refused(field: str, value: float) -> None:
+    gpu = find_gpu("H100")
+    with pytest.raises(ConfigError, match=rf"^GPU {gpu.name}: {field} .* must be a finite "
+                       "number > 0"):
+        replace(gpu, **{field: value})

@@ -10,7 +10,7 @@ from yaotu_trace.check import (
     parse_config,
     run_checks,
 )
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, ConfigFileError
 from yaotu_trace.report_path import parse_path, resolve
 
 
@@ -66,8 +66,11 @@ def test_threshold_pass_and_fail() -> None:
 
 
 def test_unknown_path_names_close_valid_paths() -> None:
-    cfg = parse_config({"check": [{"path": "queueing.queue_tim_s.p99", "op": "<", "value": 1}]})
-    with pytest.raises(ConfigError, match=r"unknown metric path .*queueing\.queue_time_s\.p99"):
+    """A path from the check file that the report lacks is a bad file (exit 3) naming it."""
+    cfg = parse_config({"check": [{"path": "queueing.queue_tim_s.p99", "op": "<", "value": 1}]},
+                       "checks.toml")
+    with pytest.raises(ConfigFileError,
+                       match=r"^checks\.toml: .*unknown metric path .*queueing\.queue_time_s\.p99"):
         run_checks(doc(), cfg)
 
 
@@ -97,7 +100,7 @@ def test_string_equality_on_status() -> None:
     {"surprise": 1},
 ])
 def test_invalid_config_is_config_error(table: dict) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigFileError):
         parse_config(table)
 
 

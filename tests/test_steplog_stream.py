@@ -109,11 +109,15 @@ def test_unsorted_parquet_step_log_is_read_whole_with_the_same_report(
         _args(command, trace, sorted_steps), capsys)
 
 
-def test_missing_start_is_read_whole(tmp_path: Path) -> None:
+def test_missing_start_is_read_whole_and_refused(tmp_path: Path) -> None:
+    """A step without a start is not streamed; the whole read names its row (file order)."""
     frame = pd.DataFrame({"start_s": [0.0, None, 2.0], "end_s": [0.5, 1.5, 2.5]})
     path = tmp_path / "steps.parquet"
     frame.to_parquet(path)
-    assert not ingest.read_steps(path, "--steps").streamed
+    assert steplog.open_parquet(path) is None
+    with pytest.raises(TraceSchemaError, match=r"steps\.parquet: row 2, column 'start_s': "
+                       "missing; every step needs"):
+        ingest.read_steps(path, "--steps")
 
 
 @pytest.mark.parametrize("batch_rows", [7, 1 << 18])

@@ -9,7 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.units import parse_capacity
+from yaotu_trace.units import (
+    MAX_BLOCK_TOKENS,
+    check_block_size,
+    check_kv_bytes_per_token,
+    parse_capacity,
+)
 
 
 @pytest.mark.parametrize(
@@ -102,3 +107,44 @@ def test_byte_capacity_floor_is_exact(gib: int, kv: int, block: int) -> None:
     blocks = parse_capacity(f"{gib}GiB").to_blocks(block, kv_bytes_per_token=kv)
     assert blocks == (gib * 2**30) // (kv * block)
     assert Fraction(blocks * kv * block) <= gib * 2**30
+
+
+@pytest.mark.parametrize(("text", "bound"), [
+    ("1e30", "beyond 1e+15 blocks"),
+    ("1e16", "beyond 1e+15 blocks"),
+    ("2e15tok", "beyond 1e+15 tokens"),
+    ("1e10TiB", "beyond 1.15e+18 bytes"),
+])
+def test_absurd_capacities_are_refused_with_the_bound(text: str, bound: str) -> None:
+    """A capacity no cache has is a usage error, not an int64 overflow further on."""
+    with pytest.raises(ConfigError) as info:
+        parse_capacity(text)
+    assert str(info.value) == (f"capacity '{text}' is {bound}; give a real cache size, or "
+                               "'unlimited' for no limit")
+
+
+def test_the_largest_capacity_converts_exactly() -> None:
+    assert parse_capacity("1e15").to_blocks(16) == 10**15
+    assert parse_capacity("1e15tok").to_blocks(16) == 10**15 // 16
+    assert parse_capacity(f"{2**60}B").to_tokens(1) == 2**60
+
+
+@pytest.mark.parametrize("text", ["nan", "-5", "-1GiB", "1e5e5", ""])
+def test_non_numbers_and_negative_capacities_are_refused(text: str) -> None:
+    with pytest.raises(ConfigError, match="capacity"):
+        parse_capacity(text)
+
+
+@pytest.mark.parametrize("value", [0, -1, 10**16, 1.5, True])
+def test_kv_bytes_per_token_must_be_a_positive_whole_number(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"^--kv-bytes-per-token .* must be a whole number"):
+        check_kv_bytes_per_token(value)
+    with pytest.raises(ConfigError):
+        parse_capacity("1GiB").to_tokens(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [0, -16, MAX_BLOCK_TOKENS + 1, 2**70])
+def test_block_sizes_beyond_any_engine_are_refused(value: int) -> None:
+    with pytest.raises(ConfigError, match=r"^--block-size .* must be a whole number of tokens"):
+        check_block_size(value)
+    assert check_block_size(MAX_BLOCK_TOKENS) == MAX_BLOCK_TOKENS

@@ -48,6 +48,20 @@ class ModelSpec:
     v_head_dim: int | None = None
     sliding_window_tokens: int | None = None
 
+    def __post_init__(self) -> None:
+        """A shape with a zero or negative size would price every token at nothing: refused."""
+        required = ("layers", "hidden_size", "query_heads", "kv_heads", "kv_dtype_bytes",
+                    "total_params", "active_nonembedding_params")
+        optional = ("head_dim", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
+                    "qk_nope_head_dim", "v_head_dim", "sliding_window_tokens")
+        for name in required + optional:
+            value = getattr(self, name)
+            if value is None and name in optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"model {self.name}: {name} {value!r} must be a whole number "
+                                  ">= 1; fix its entry in models.json")
+
     @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes per cached token at the catalog's KV dtype (see `kv_bytes_per_token`)."""

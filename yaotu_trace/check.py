@@ -210,6 +210,24 @@ def _tol(value: Any, where: str) -> float:
     return float(value)
 
 
+def _text(value: Any, key: str, where: str, example: str) -> str:
+    """A string value of the check file, else a ConfigFileError naming the key and the type."""
+    if not isinstance(value, str):
+        raise ConfigFileError(f"{where}: '{key}' is {value!r} ({type(value).__name__}), "
+                              f"expected text; e.g. {key} = \"{example}\"")
+    return value
+
+
+def _metric_path(value: Any, where: str) -> str:
+    """A metric path of the check file, checked for its syntax (a bad one names the file)."""
+    path = _text(value, "path", where, "prefix_reuse.hit_ratio")
+    try:
+        parse_path(path)
+    except ConfigError as exc:
+        raise ConfigFileError(f"{where}: {exc}") from exc
+    return path
+
+
 def _known(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
@@ -236,7 +254,7 @@ def parse_config(data: Mapping[str, Any], path: str = "check config") -> CheckCo
             if key not in entry:
                 raise ConfigFileError(f"{where}: missing '{key}' (e.g. path = \"prefix_reuse."
                                   "hit_ratio\", op = \">=\", value = 0.4)")
-        parse_path(str(entry["path"]))
+        path_text = _metric_path(entry["path"], where)
         op = _enum(Op, entry["op"], f"{where}: op")
         value = entry["value"]
         if isinstance(value, float) and not math.isfinite(value):
@@ -247,10 +265,11 @@ def parse_config(data: Mapping[str, Any], path: str = "check config") -> CheckCo
                                           not isinstance(value, int | float)):
             raise ConfigFileError(f"{where}: op {op} needs a number, got {value!r}")
         checks.append(ThresholdCheck(
-            path=str(entry["path"]), op=op,
+            path=path_text, op=op,
             value=float(value) if isinstance(value, int) and not isinstance(value, bool)
             else value,
-            name=entry.get("name"),
+            name=None if "name" not in entry else _text(entry["name"], "name", where,
+                                                         "hit ratio"),
             on_missing=None if "on_missing" not in entry else _enum(
                 OnMissing, entry["on_missing"], f"{where}: on_missing"),
         ))
@@ -265,25 +284,28 @@ def _parse_baseline(table: Any, path: str) -> BaselineConfig:
         raise ConfigFileError(f"{where} must be a table")
     _known(table, {"rel_tol", "abs_tol", "metric", "override", "on_missing"}, where)
     metrics = []
-    for i, entry in enumerate(table.get("metric", []), start=1):
+    entries = table.get("metric", [])
+    if not isinstance(entries, list):
+        raise ConfigFileError(f"{where}: 'metric' must be an array of tables "
+                              "([[baseline.metric]])")
+    for i, entry in enumerate(entries, start=1):
         w = f"{where} metric #{i}"
         if not isinstance(entry, dict) or "path" not in entry:
             raise ConfigFileError(f"{w}: must be a table with a path")
         _known(entry, {"path", "better", "rel_tol", "abs_tol", "name"}, w)
-        parse_path(str(entry["path"]))
         metrics.append(BaselineMetric(
-            path=str(entry["path"]),
+            path=_metric_path(entry["path"], w),
             better=_enum(Better, entry.get("better", "either"), f"{w}: better"),
             rel_tol=None if "rel_tol" not in entry else _tol(entry["rel_tol"], f"{w}: rel_tol"),
             abs_tol=None if "abs_tol" not in entry else _tol(entry["abs_tol"], f"{w}: abs_tol"),
-            name=entry.get("name"),
+            name=None if "name" not in entry else _text(entry["name"], "name", w, "hit ratio"),
         ))
     overrides = table.get("override", {})
     if not isinstance(overrides, dict):
         raise ConfigFileError(f"{where}: 'override' must be a table of tables keyed by path")
     for key, entry in overrides.items():
         w = f"{where} override {key!r}"
-        parse_path(key)
+        _metric_path(key, w)
         if not isinstance(entry, dict):
             raise ConfigFileError(f"{w}: must be a table (rel_tol, abs_tol, better)")
         _known(entry, {"rel_tol", "abs_tol", "better"}, w)
@@ -388,8 +410,13 @@ def _missing_message(res: Resolved) -> str:
     return "not available on this trace (null)"
 
 
-def _threshold(doc: Mapping[str, Any], check: ThresholdCheck, default: OnMissing) -> CheckResult:
-    res = require(doc, check.path)
+def _threshold(doc: Mapping[str, Any], check: ThresholdCheck, default: OnMissing,
+               config_path: str) -> CheckResult:
+    try:
+        res = require(doc, check.path, where="the report")
+    except ConfigError as exc:  # the path comes from the check file: a bad file, exit 3
+        raise ConfigFileError(f"{config_path}: check {check.label!r}: {exc}; fix its path") \
+            from exc
     base = {"name": check.label, "kind": CheckKind.THRESHOLD, "path": check.path,
             "resolved_path": res.resolved_path, "op": str(check.op), "threshold": check.value}
     if res.value is None:
@@ -551,7 +578,8 @@ def run_checks(
     fail_on: FailOn | None = None,
 ) -> CheckSection:
     """Evaluate every check on the merged report `doc`; unknown paths raise ConfigError."""
-    results = [_threshold(doc, c, config.on_missing) for c in config.checks]
+    source = config.path or "the check config"
+    results = [_threshold(doc, c, config.on_missing, source) for c in config.checks]
     if baseline is not None:
         base = baseline_values(baseline)
         command = str(baseline.get("command", "unknown"))

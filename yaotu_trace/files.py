@@ -1,21 +1,246 @@
-"""Writing output files so that a reader never sees half of one."""
+"""Writing outputs so that a reader never sees half of one and no input is ever replaced.
+
+Every output of every command is written through `replace_atomically`:
+
+- a regular file is filled as a temporary file in its own folder and renamed over it; a symlink
+  is followed, so the file it points to is updated and the link kept (as `>` would);
+- a stream (a FIFO, a terminal, `/dev/stdout`, `/dev/fd/N`, a process substitution) cannot be
+  renamed over: the output is filled in a temporary file and copied into the stream once whole;
+- `-` is standard output.
+
+Inside `all_or_nothing(targets)` the declared outputs (and standard output) are published only
+once the block has succeeded, so a command with two outputs writes both or neither, and an
+error or Ctrl-C leaves no output and no temporary file behind; scratch files written on the way
+are not held back. `check_outputs` runs before any work: every output is writable, no two outputs
+name the same file, and no output is one of the inputs (by device and inode, so `./x`, an
+absolute path, a hard link and a symlink are all recognised).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
+import stat
+import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+
+from yaotu_trace.errors import OutputError
+
+STDOUT = Path("-")
+
+
+class TargetKind(StrEnum):
+    """How an output is published."""
+
+    FILE = "file"
+    STREAM = "stream"
+    STDOUT = "stdout"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one output goes: `path` is the file to replace (symlinks resolved) or the stream."""
+
+    given: Path
+    kind: TargetKind
+    path: Path
+
+    def describe(self, flag: str) -> str:
+        return f"{flag} {self.given}" if flag else str(self.given)
+
+
+def resolve_target(path: Path, flag: str = "") -> Target:
+    """Classify an output path; a missing folder or a folder as the target is an OutputError."""
+    if str(path) == "-":
+        return Target(path, TargetKind.STDOUT, path)
+    where = f"{flag} {path}" if flag else str(path)
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OutputError(f"{where}: cannot be written ({exc.strerror or exc}); pick another "
+                          "path") from exc
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"{where}: is a folder; name a file in it")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return Target(path, TargetKind.STREAM, path)
+    real = Path(os.path.realpath(path))
+    if not real.parent.is_dir():
+        raise OutputError(f"{where}: folder '{real.parent}' does not exist; create it or pick "
+                          "another path")
+    return Target(path, TargetKind.FILE, real)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Device and inode of the file a path names (through symlinks); None when it is missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _identities(path: Path) -> set[tuple[int, int]]:
+    """The identities of a file, or of a folder and everything under it (a folder trace)."""
+    own = _identity(path)
+    if own is None:
+        return set()
+    found = {own}
+    if path.is_dir():
+        for root, _folders, names in os.walk(path):
+            for name in (*_folders, *names):
+                ident = _identity(Path(root) / name)
+                if ident is not None:
+                    found.add(ident)
+    return found
+
+
+InputPaths = Mapping[str, Path | Sequence[Path] | None]
+
+
+def check_outputs(outputs: Mapping[str, Path | None], inputs: InputPaths) -> dict[str, Target]:
+    """Refuse, before any work, outputs that cannot be written or would replace an input.
+
+    `outputs` and `inputs` map the option that named a path (`-o`, `--steps`, `TRACE`) to it.
+    A folder input also protects what it holds, and nothing may be written into it.
+    """
+    known: list[tuple[str, Path, set[tuple[int, int]], bool]] = []
+    for label, value in inputs.items():
+        paths = [] if value is None else [value] if isinstance(value, Path) else list(value)
+        known.extend((label, path, _identities(path), path.is_dir())
+                     for path in paths if str(path) != "-")
+    targets: dict[str, Target] = {}
+    seen: dict[object, str] = {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        target = resolve_target(path, flag)
+        ident = None if target.kind is TargetKind.STDOUT else _identity(path)
+        parent = _identity(target.path.parent) if target.kind is TargetKind.FILE else None
+        for label, in_path, ids, is_folder in known:
+            if ident is not None and ident in ids:
+                raise OutputError(f"{flag} {path}: is the input {label} {in_path}; inputs are "
+                                  "never overwritten, pick another output path")
+            if is_folder and parent is not None and parent in ids:
+                raise OutputError(f"{flag} {path}: is inside the trace folder {in_path}, which "
+                                  "would then read it as part of the trace; write it elsewhere")
+        key: object = ident or target.path
+        if key in seen:
+            raise OutputError(f"{flag} {path} and {seen[key]} name the same output; give each "
+                              "its own path")
+        seen[key] = f"{flag} {path}"
+        _probe_writable(target, flag)
+        targets[flag] = target
+    return targets
+
+
+def _probe_writable(target: Target, flag: str) -> None:
+    """Fail now, not after the work, when an output could not be written."""
+    where = target.describe(flag)
+    if target.kind is TargetKind.STREAM and not os.access(target.path, os.W_OK):
+        raise OutputError(f"{where}: is not writable; pick another path")
+    if target.kind is not TargetKind.FILE:
+        return
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{target.path.name}.", dir=target.path.parent)
+    except OSError as exc:
+        raise OutputError(f"{where}: cannot write in '{target.path.parent}' "
+                          f"({exc.strerror or exc}); pick another path") from exc
+    os.close(fd)
+    os.unlink(name)
+
+
+@dataclass
+class _Batch:
+    """Outputs written but not yet published: each a (publish, discard) pair."""
+
+    held: frozenset[Path]
+    pending: list[tuple[Callable[[], None], Callable[[], None]]] = field(default_factory=list)
+
+    def publish(self) -> None:
+        with _sigint_held():
+            try:
+                while self.pending:
+                    publish, _discard = self.pending.pop(0)
+                    publish()
+            finally:
+                self.discard()
+
+    def discard(self) -> None:
+        while self.pending:
+            _publish, discard = self.pending.pop()
+            discard()
+
+
+_batch: ContextVar[_Batch | None] = ContextVar("yaotu_trace_output_batch", default=None)
+
+
+@contextlib.contextmanager
+def all_or_nothing(targets: Iterable[Target] = ()) -> Iterator[None]:
+    """Publish the outputs written inside the block together, once it has succeeded.
+
+    Held back are standard output and the `targets` (from `check_outputs`); any other file
+    written in the block is a scratch file and is written at once.
+    """
+    batch = _Batch(held=frozenset({STDOUT, *(t.path for t in targets)}))
+    token = _batch.set(batch)
+    try:
+        yield
+    except BaseException:
+        batch.discard()
+        raise
+    else:
+        batch.publish()
+    finally:
+        _batch.reset(token)
+
+
+def defer(publish: Callable[[], None], discard: Callable[[], None] = lambda: None,
+          target: Path = STDOUT) -> None:
+    """Publish now, or when the enclosing `all_or_nothing()` block that holds `target` ends."""
+    batch = _batch.get()
+    if batch is None or target not in batch.held:
+        publish()
+    else:
+        batch.pending.append((publish, discard))
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold Ctrl-C while outputs are published, so it cannot fall between two of them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """Let `write` fill a temporary file next to `path`, then rename it over `path`.
+    """Let `write` fill a temporary file, then publish it at `path` (see the module docstring).
 
-    Readers never see a half-written file, the result has the permissions `open()` would give
-    (mkstemp creates 0600), and a failed write leaves nothing behind.
+    The result has the permissions `open()` would give (mkstemp creates 0600), and a failed or
+    interrupted write leaves nothing behind.
     """
-    parent = path.parent if str(path.parent) else Path(".")
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
+    target = resolve_target(path)
+    folder = target.path.parent if target.kind is TargetKind.FILE else None
+    prefix = f".{target.path.name}." if folder is not None else "yaotu-trace-output-"
+    try:
+        fd, name = tempfile.mkstemp(prefix=prefix, dir=folder)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot be written ({exc.strerror or exc}); pick another "
+                          "path") from exc
     os.close(fd)
     tmp = Path(name)
     try:
@@ -23,6 +248,28 @@ def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    defer(lambda: _publish(target, tmp), lambda: tmp.unlink(missing_ok=True), target.path)
+
+
+def _publish(target: Target, tmp: Path) -> None:
+    try:
+        if target.kind is TargetKind.FILE:
+            os.replace(tmp, target.path)
+        elif target.kind is TargetKind.STREAM:
+            with tmp.open("rb") as src, open(target.path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        else:
+            with tmp.open("rb") as src:
+                sys.stdout.flush()
+                shutil.copyfileobj(src, sys.stdout.buffer)
+                sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"{target.given}: cannot be written ({exc.strerror or exc}); pick "
+                          "another path") from exc
     finally:
         tmp.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -27,6 +28,15 @@ class GpuSpec:
     hbm_bytes_per_s: float
     memory_bytes: float
     status: str = ""
+
+    def __post_init__(self) -> None:
+        """A GPU with no compute, bandwidth or memory would divide by zero: refused."""
+        for name in ("bf16_flops", "hbm_bytes_per_s", "memory_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not 0 < value < math.inf:
+                raise ConfigError(f"GPU {self.name}: {name} {value!r} must be a finite number "
+                                  "> 0; fix its entry in gpus.json")
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -81,3 +91,8 @@ def find_moe(model_name: str) -> MoeSpec | None:
         if entry["name"].lower() == model_name.lower():
             return MoeSpec(**entry)
     return None
+
+
+# Network link per GPU for KV transfer between prefill and decode when none is given: one 400G
+# NIC per GPU (cost-model §2.4, DGX-H100). Shared by `trace simulate` and the diagnosis ledger.
+DEFAULT_LINK_GBPS = 400.0

@@ -37,7 +37,14 @@ def input_summary(trace: Trace) -> InputSummary:
 
 
 def analyze(trace: Trace) -> Report:
-    """`trace analyze`: the workload profile plus every registered section that applies."""
+    """`trace analyze`: the workload profile plus every registered section that applies.
+
+    A step log from another run is refused, and one partly outside the trace noted
+    (`telemetry.fit_telemetry`)."""
+    from yaotu_trace.telemetry import fit_telemetry
+
+    if trace.steps is not None:
+        trace = fit_telemetry(trace).trace
     sections: dict[str, Any] = {"profile": profile_trace(trace)}
     for name, build in ANALYZE_SECTIONS.items():
         section = build(trace)

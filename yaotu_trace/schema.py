@@ -34,6 +34,11 @@ INT_COLUMNS: Final = ("prompt_len", "output_len", "num_preemptions", "cached_tok
 FLOAT_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
 LIST_COLUMNS: Final = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
 REQUIRED_COLUMNS: Final = ("arrival_s", "prompt_len", "output_len")
+INT64_LIMIT: Final = 2.0**63  # whole numbers at or beyond this do not fit int64
+# Times are seconds from any origin; beyond 1e12 s (31,700 years) from it, a time is a unit
+# mistake (ms or ns given as s) and its sums would overflow.
+TIME_LIMIT_S: Final = 1e12
+TIME_FIX: Final = "times are seconds: convert ms, us or ns to s"
 CANONICAL_COLUMNS: Final = (
     "request_id",
     "arrival_s",
@@ -163,13 +168,18 @@ class Trace:
 
     @property
     def content_column(self) -> str | None:
-        """The column carrying prompt content: token ids, block ids, or none."""
+        """The column carrying prompt content: token ids, block ids, or none (a column that
+        holds no id, such as one missing in every row, carries none)."""
         names = set(self.requests.columns) | set(self.lazy.columns if self.lazy else ())
-        if "prompt_tokens" in names:
-            return "prompt_tokens"
-        if "prompt_block_ids" in names:
-            return "prompt_block_ids"
+        for column in ("prompt_tokens", "prompt_block_ids"):
+            if column in names and self.has(column):
+                return column
         return None
+
+
+def series_arrow(series: pd.Series) -> pa.ChunkedArray:
+    """The Arrow data of an Arrow-backed series."""
+    return pa.chunked_array(series.array._pa_array)
 
 
 def list_arrays(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -218,16 +228,21 @@ def _coerce_numeric(
     if bad.any():
         pos = int(np.flatnonzero(bad.to_numpy())[0])
         _fail(path, df, pos, row_label, column,
-              f"{raw.iloc[pos]!r} is not a number; give a number"
+              f"{_shown(raw.iloc[pos])} is not a number; give a number"
               + (" of tokens" if integer else " of seconds"))
     num = num.astype("float64")
     if not np.isfinite(num.fillna(0.0).to_numpy()).all():
         pos = int(np.flatnonzero(~np.isfinite(num.fillna(0.0).to_numpy()))[0])
         _fail(path, df, pos, row_label, column,
               f"{num.iloc[pos]} is not finite; give a finite number")
-    if not integer:
-        return num
     values = num.to_numpy()
+    if not integer:
+        far = np.flatnonzero(np.abs(values) > TIME_LIMIT_S)
+        if far.size:
+            pos = int(far[0])
+            _fail(path, df, pos, row_label, column,
+                  f"{values[pos]:g} s is beyond 1e12 s; {TIME_FIX}")
+        return num
     frac = np.flatnonzero(~np.isnan(values) & (values != np.round(values)))
     if frac.size:
         pos = int(frac[0])
@@ -237,42 +252,144 @@ def _coerce_numeric(
     if neg.size:
         pos = int(neg[0])
         _fail(path, df, pos, row_label, column,
-              f"{int(values[pos])} is negative; token counts must be >= 0")
+              f"{_shown(raw.iloc[pos])} is negative; token counts must be >= 0")
+    beyond = np.flatnonzero(~np.isnan(values) & (values >= INT64_LIMIT))
+    if beyond.size:
+        pos = int(beyond[0])
+        _fail(path, df, pos, row_label, column,
+              f"{_shown(raw.iloc[pos])} is beyond int64; token counts must be below 2**63")
     return num.astype("Int64")
 
 
+def names_of(columns: object, limit: int = 8) -> str:
+    """Column or key names for a one-line message: at most `limit`, whitespace folded."""
+    names = [" ".join(str(c).split())[:40] for c in list(columns)[:limit]]  # type: ignore[call-overload]
+    return ", ".join(names)
+
+
+def _shown(value: object) -> str:
+    """A source value as an error message quotes it: its repr, cut to 40 characters."""
+    text = " ".join(repr(value.item() if isinstance(value, np.generic) else value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def list_value_problem(values: pa.Array, column: str) -> tuple[int, str] | None:
+    """The first of a list column's flattened values that the schema refuses, and why.
+
+    Ids (`prompt_tokens`, `prompt_block_ids`, `output_tokens`) are whole numbers within int64:
+    1.0 is 1, but 1.5, a value beyond int64, true, "a", a nested list or a missing value is
+    refused rather than truncated or guessed. Token times are finite numbers (missing ones are
+    allowed: they form no gap). Negative token ids are checked by the callers.
+    """
+    kind = values.type
+    times = column == "token_times_s"
+    if len(values) == 0 or (times and values.null_count == len(values)):
+        return None
+    if values.null_count and not times:
+        pos = int(np.flatnonzero(~np.asarray(values.is_valid()))[0])
+        return pos, "a value inside the list is missing; ids cannot be missing"
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        pos = int(np.flatnonzero(np.asarray(values.is_valid()))[0])
+        what = "a nested list" if pa.types.is_nested(kind) else _shown(values[pos].as_py())
+        want = "numbers of seconds" if times else "whole numbers"
+        return pos, f"{what} is not a number; list values must be {want}"
+    if times:
+        numbers = values.to_numpy(zero_copy_only=False)
+        infinite = np.flatnonzero(np.isinf(numbers))
+        if infinite.size:
+            return int(infinite[0]), f"{numbers[infinite[0]]} is not finite; give a finite time"
+        far = np.flatnonzero(np.abs(numbers) > TIME_LIMIT_S)
+        if far.size:
+            return int(far[0]), f"{numbers[far[0]]:g} s is beyond 1e12 s; {TIME_FIX}"
+        return None
+    if pa.types.is_signed_integer(kind):
+        return None
+    numbers = values.to_numpy(zero_copy_only=False)
+    if pa.types.is_unsigned_integer(kind):
+        beyond = np.flatnonzero(numbers > np.iinfo(np.int64).max)
+        if beyond.size:
+            return int(beyond[0]), f"{numbers[beyond[0]]} is beyond int64; ids must be below 2**63"
+        return None
+    bad = np.flatnonzero(~np.isfinite(numbers) | (numbers != np.round(numbers)))
+    if bad.size:
+        return int(bad[0]), f"{numbers[bad[0]]} is not a whole number; ids are integers"
+    beyond = np.flatnonzero(np.abs(numbers) >= INT64_LIMIT)
+    if beyond.size:
+        return int(beyond[0]), f"{numbers[beyond[0]]:.17g} is beyond int64; ids must be below 2**63"
+    return None
+
+
 def _arrow_list(df: pd.DataFrame, column: str, path: str, row_label: str) -> pd.Series:
-    """Convert a list column to an Arrow-backed list series of the canonical value type."""
+    """Convert a list column to an Arrow-backed list series of the canonical value type.
+
+    Values are checked (`list_value_problem`) before the cast, which would otherwise truncate
+    1.5 to 1 without a word.
+    """
     value_type = LIST_VALUE_TYPES[column]
     series = df[column]
     try:
         if isinstance(series.dtype, pd.ArrowDtype):
-            arr = pa.chunked_array(series.array._pa_array).cast(pa.large_list(value_type))
+            arr = pa.chunked_array(series.array._pa_array).combine_chunks()
         else:
-            arr = pa.chunked_array(
-                [pa.array(series.tolist(), type=pa.large_list(value_type), from_pandas=True)]
-            )
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-        pos = _first_bad_list(series, value_type)
-        _fail(path, df, pos, row_label, column,
-              f"expected a list of {'numbers' if value_type == pa.float64() else 'integers'} "
-              f"({str(exc).splitlines()[0][:120]})")
+            arr = pa.array(series.tolist(), from_pandas=True)
+    except LIST_ERRORS as exc:
+        pos, why = _first_bad_list(series, column)
+        _fail(path, df, pos, row_label, column, why)
         raise AssertionError("unreachable") from exc
-    if column != "token_times_s":
-        flat = arr.combine_chunks().values
-        if len(flat) and pa.compute.min(flat).as_py() < 0 and column != "prompt_block_ids":
-            pos = _first_negative(arr)
-            _fail(path, df, pos, row_label, column, "token ids must be >= 0")
-    return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=df.index, name=column)
+    if pa.types.is_null(arr.type):  # every row missing: the column is as good as absent
+        arr = pa.nulls(len(arr), pa.large_list(value_type))
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        pos, why = _first_bad_list(series, column)
+        _fail(path, df, pos, row_label, column, why)
+    flat = arr.flatten()
+    problem = list_value_problem(flat, column)
+    if problem is not None:
+        rows = pa.compute.list_parent_indices(arr).to_numpy()
+        _fail(path, df, int(rows[problem[0]]), row_label, column, problem[1])
+    # Checked above; times may round (2**53 + 1 s is no time anyway), ids never do.
+    arr = arr.cast(pa.large_list(value_type), safe=column != "token_times_s")
+    ids = column not in ("token_times_s", "prompt_block_ids")
+    if ids and len(flat) and pa.compute.min(flat).as_py() < 0:
+        pos = _first_negative(pa.chunked_array([arr]))
+        _fail(path, df, pos, row_label, column, "token ids must be >= 0")
+    return pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array([arr])), index=df.index,
+                     name=column)
 
 
-def _first_bad_list(series: pd.Series, value_type: pa.DataType) -> int:
+# What pyarrow raises on a Python list it cannot convert (mixed types, ints beyond int64).
+LIST_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+
+
+def _first_bad_list(series: pd.Series, column: str) -> tuple[int, str]:
+    """The first row whose value is not a list the schema accepts, and why."""
+    want = "numbers" if column == "token_times_s" else "integers"
     for pos, value in enumerate(series.tolist()):
         try:
-            pa.array([value], type=pa.large_list(value_type), from_pandas=True)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
-            return pos
-    return 0
+            arr = pa.array([value], from_pandas=True)
+        except LIST_ERRORS as exc:
+            return pos, _why_not_a_list(value, column, exc)
+        if pa.types.is_null(arr.type):
+            continue
+        if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+            return pos, f"{_shown(value)} is not a list; write a list of {want}, e.g. [1, 2]"
+        problem = list_value_problem(arr.flatten(), column)
+        if problem is not None:
+            return pos, problem[1]
+    return 0, f"expected a list of {want} in every row"
+
+
+def _why_not_a_list(value: object, column: str, exc: Exception) -> str:
+    """Why pyarrow could not convert one row's list: its first value that is not a number."""
+    want = "numbers of seconds" if column == "token_times_s" else "whole numbers"
+    if isinstance(value, list | tuple):
+        for item in value:
+            if isinstance(item, list | tuple | dict):
+                return f"a nested list is not a number; list values must be {want}"
+            if isinstance(item, bool) or not isinstance(item, int | float | type(None)):
+                return f"{_shown(item)} is not a number; list values must be {want}"
+            if isinstance(item, int) and not -(2**63) <= item < 2**63:
+                return f"{item} is beyond int64; ids must be below 2**63"
+    return f"expected a list of {want} ({str(exc).splitlines()[0][:120]})"
 
 
 def _first_negative(arr: pa.ChunkedArray) -> int:
@@ -293,16 +410,21 @@ def normalize(raw: RawTrace, path: str) -> Trace:
     if rows_read == 0:
         raise TraceSchemaError(f"{path}: the trace has no requests; check the file is not empty")
 
-    if "prompt_len" not in df.columns:
-        content = next((c for c in ("prompt_tokens",) if c in df.columns), None)
-        if content is not None:
-            df["prompt_len"] = df[content].map(lambda v: None if v is None else len(v))
+    lists: dict[str, pd.Series] = {}
+    for column in LIST_COLUMNS:
+        if column in df.columns:
+            series = _arrow_list(df, column, path, label)
+            if series.notna().any():  # missing in every row: as if the column were absent
+                lists[column] = series
+    if "prompt_len" not in df.columns and "prompt_tokens" in lists:
+        lengths = pa.compute.list_value_length(series_arrow(lists["prompt_tokens"]))
+        df = df.assign(prompt_len=pd.array(lengths.to_pylist(), dtype="Int64"))
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise TraceSchemaError(
             f"{path}: missing required column{'s' if len(missing) > 1 else ''} "
             f"{', '.join(repr(c) for c in missing)} "
-            f"(have: {', '.join(map(str, df.columns[:12]))}); "
+            f"(have: {names_of([c for c in df.columns if not str(c).startswith('_source')], 12)}); "
             f"rename with --map {missing[0]}=<source column> or pass --input-format"
         )
 
@@ -321,9 +443,7 @@ def normalize(raw: RawTrace, path: str) -> Trace:
     for column in STRING_COLUMNS:
         if column in df.columns:
             out[column] = df[column].astype("string")
-    for column in LIST_COLUMNS:
-        if column in df.columns:
-            out[column] = _arrow_list(df, column, path, label)
+    out.update(lists)
 
     if "request_id" not in out:
         out["request_id"] = pd.Series([f"r{i}" for i in range(rows_read)], dtype="string")
@@ -423,9 +543,12 @@ def _plain_number(raw: pd.Series, *, integer: bool) -> pd.Series | None:
     if not np.isfinite(values[finite]).all():
         return None
     if not integer:
+        if (np.abs(values[finite]) > TIME_LIMIT_S).any():
+            return None
         return pd.Series(values, index=raw.index, name=raw.name)
     whole = values[finite]
-    if not ((whole == np.round(whole)).all() and (whole >= 0).all()):
+    if not ((whole == np.round(whole)).all() and (whole >= 0).all()
+            and (whole < INT64_LIMIT).all()):
         return None
     ints = pd.arrays.IntegerArray(np.where(missing, 0.0, values).astype(np.int64), missing)
     return pd.Series(ints, index=raw.index, name=raw.name)

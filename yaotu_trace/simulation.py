@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from yaotu_trace.catalog import ModelSpec, find_model
 from yaotu_trace.errors import ConfigError, ConfigFileError, TraceReadError
-from yaotu_trace.hardware import GpuSpec, find_gpu, find_moe
+from yaotu_trace.hardware import DEFAULT_LINK_GBPS, GpuSpec, find_gpu, find_moe
 from yaotu_trace.report import Distribution
 from yaotu_trace.schema import STEP_COLUMNS, Trace
 from yaotu_trace.sim import (
@@ -36,6 +36,7 @@ from yaotu_trace.sim import (
     fit_step_cost,
     simulate,
 )
+from yaotu_trace.units import MAX_BLOCK_TOKENS
 
 # Proposed defaults (cost-model §2.4 "Realistic efficiency factors" and §3.3).
 DEFAULT_MFU = 0.5
@@ -43,7 +44,6 @@ DEFAULT_MBU = 0.7
 DEFAULT_OVERHEAD_MS = 2.0  # host-side scheduling + launch per step [proposed default]
 DEFAULT_ACTIVATION_GIB = 2.0  # per GPU: peak activations + CUDA graphs [proposed default]
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 (engines.md §1.6)
-DEFAULT_LINK_GBPS = 400.0  # one 400G NIC per GPU (cost-model §2.4, DGX-H100)
 DEFAULT_LINK_LATENCY_MS = 0.57  # Mooncake's fitted α (cost-model §3.3)
 TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
                   "num_preemptions", "cached_tokens", "instance", "prefill_instance",
@@ -88,15 +88,142 @@ class Scenario:
 
 _SCENARIO_KEYS = {f.name for f in fields(Scenario)}
 
+# The largest KV pool per instance and cluster the simulator sizes its tables for: an H100 holds
+# ~40,000 16-token blocks of Llama-3.1-8B, so 1e7 is far beyond any GPU; the block tables of
+# every instance (three int64 arrays) stay under ~3 GiB.
+MAX_KV_BLOCKS = 10**7
+MAX_CLUSTER_BLOCKS = 2**27
+MAX_INSTANCES = 10**4
+MAX_COUNT = 2**31 - 1  # seats, token budgets, thresholds, block size: the engine's int range
+
+# Every numeric option: (lowest, highest, whether the lowest is allowed). Checked the same way
+# for the command line (`check_scenario`, exit 2) and a scenario file (`load_scenario`, exit 3).
+_RANGES: dict[str, tuple[float, float, bool]] = {
+    "kv_blocks": (2, MAX_KV_BLOCKS, True),
+    "block_size": (1, MAX_BLOCK_TOKENS, True),
+    "max_num_seqs": (1, MAX_COUNT, True),
+    "max_batched_tokens": (1, MAX_COUNT, True),
+    "long_prefill_token_threshold": (0, MAX_COUNT, True),
+    "instances": (1, MAX_INSTANCES, True),
+    "tp": (1, 1024, True),
+    "link_gbps": (0, 1e9, False),
+    "link_latency_ms": (0, 1e9, True),
+    "gpu_memory_utilization": (0, 1, False),
+    "mfu": (0, 1, False),
+    "mbu": (0, 1, False),
+    "overhead_ms": (0, 1e9, True),
+    "host_gap_ms": (0, 1e9, True),
+}
+_KINDS = {f.name: str(f.type).split(" |")[0] for f in fields(Scenario)}
+_KIND_WORDS = {"int": "a whole number", "float": "a number", "bool": "true or false",
+               "str": "text"}
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _bound(value: float) -> str:
+    """A range's end as people read it: 10,000,000 rather than 1e+07."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def _range_problem(name: str, value: float) -> str | None:
+    """Why `value` is out of `name`'s range, or None when it is in it."""
+    bounds = _RANGES.get(name)
+    if bounds is None:
+        return None
+    low, high, closed = bounds
+    if not math.isfinite(value) or value > high or value < low or (value == low and not closed):
+        return (f"must be {'>=' if closed else '>'} {low:g} and <= {_bound(high)}"
+                if high != 1 else f"must be in {'[' if closed else '('}{low:g}, 1]")
+    return None
+
+
+def _float(value: float) -> float:
+    """`value` as a float; an integer too large for one is infinite (and out of range)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def check_scenario(scenario: Scenario) -> Scenario:
+    """Check every option a scenario sets against its range; a `ConfigError` (a usage error)
+    names the option. The CLI's simulate and compare options go through here via `resolve`."""
+    for name in _RANGES:
+        value = getattr(scenario, name)
+        if value is None:
+            continue
+        problem = _range_problem(name, _float(value))
+        if problem is not None:
+            raise ConfigError(f"{_option(name)} {value!r} {problem}")
+    return scenario
+
+
+def _typed(path: Path, key: str, name: str, value: Any) -> Any:
+    """A scenario file's value of the type its option takes (an int is a fine float), else a
+    `ConfigFileError` naming the file, the key, the value and the expected type."""
+    kind = _KINDS[name]
+    if name == "pd" and isinstance(value, list) and len(value) == 2 \
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        value = f"{value[0]}:{value[1]}"
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }[kind]
+    if not ok:
+        got = {bool: "a boolean", str: "text", int: "a whole number", float: "a number",
+               list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
+        example = {"int": f"{key} = 4000", "float": f"{key} = 0.5",
+                   "bool": f"{key} = true", "str": f'{key} = "..."'}[kind]
+        hint = (" (write it without quotes)" if isinstance(value, str)
+                and kind in ("int", "float") else "")
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        raise ConfigFileError(f"{path}: key '{key}': {shown} is {got}, expected "
+                              f"{_KIND_WORDS[kind]}{hint}; e.g. {example}")
+    if kind in ("int", "float"):
+        problem = _range_problem(name, _float(value))
+        if problem is not None:
+            raise ConfigFileError(f"{path}: key '{key}': {value!r} {problem} (the range of "
+                                  f"{_option(name)})")
+    check = _NAMED.get(name)
+    if check is not None:
+        try:
+            check(value)
+        except ConfigError as exc:
+            raise ConfigFileError(f"{path}: key '{key}': {exc}") from exc
+    return float(value) if kind == "float" else value
+
+
+# Options naming something, checked when a scenario file is read so the error names the file
+# (the parsers are defined further down, hence the lambdas).
+_NAMED: dict[str, Callable[[Any], Any]] = {
+    "model": find_model,
+    "gpu": find_gpu,
+    "pd": lambda v: _parse_pd(v),
+    "scheduler": lambda v: _choice(SchedulerKind, v, "scheduler"),
+    "route": lambda v: _choice(RoutePolicy, v, "route"),
+}
+
 
 def load_scenario(path: Path) -> Scenario:
-    """Read a scenario TOML file: top-level keys are the CLI options (dashes or underscores)."""
+    """Read a scenario TOML file: top-level keys are the CLI options (dashes or underscores).
+
+    Each value must have its option's type and range; a problem is a `ConfigFileError` naming
+    the file and the key.
+    """
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise TraceReadError(f"{path}: no such scenario file; check the --scenario path") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigFileError(f"{path}: not valid TOML ({str(exc).splitlines()[0]})") from exc
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read the scenario file ({exc.strerror or exc}); "
+                              "check the --scenario path") from exc
     values: dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
@@ -105,17 +232,12 @@ def load_scenario(path: Path) -> Scenario:
         if name not in _SCENARIO_KEYS:
             raise ConfigFileError(f"{path}: unknown option {key!r}; options are "
                               f"{', '.join(sorted(k.replace('_', '-') for k in _SCENARIO_KEYS))}")
-        if name == "pd" and isinstance(value, list):
-            value = ":".join(str(v) for v in value)
-        if name == "calibrate" and value is not None:
-            value = str((path.parent / str(value)) if not Path(str(value)).is_absolute()
-                        else value)
+        value = _typed(path, key, name, value)
+        if name == "calibrate":
+            value = str((path.parent / value) if not Path(value).is_absolute() else value)
         values[name] = value
     values.setdefault("name", path.stem)
-    try:
-        return Scenario(**values)
-    except TypeError as exc:  # pragma: no cover - keys were checked above
-        raise ConfigFileError(f"{path}: {exc}") from exc
+    return Scenario(**values)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +251,11 @@ class ResolvedScenario:
     kv_bytes_per_token: int
     calibration: CalibrationFit | None
     derived: dict[str, Any] = field(default_factory=dict)
+
+
+def _given(value: Any, default: Any) -> Any:
+    """`value` when the scenario sets it (0 and False included), else `default`."""
+    return default if value is None else value
 
 
 def _parse_pd(text: str) -> tuple[int, int]:
@@ -249,7 +376,11 @@ def calibrate_from(path: Path, block_size: int) -> CalibrationFit:
 
 
 def resolve(scenario: Scenario) -> ResolvedScenario:
-    """Resolve a scenario's options into a `SimConfig` (defaults from the catalogs)."""
+    """Resolve a scenario's options into a `SimConfig` (defaults from the catalogs).
+
+    An option given as 0 is checked like any other value, never replaced by its default.
+    """
+    check_scenario(scenario)
     if scenario.model is None:
         raise ConfigError("no model given; pass --model (see `trace models`) or set it in the "
                           "scenario file")
@@ -257,22 +388,13 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
         raise ConfigError("no GPU given; pass --gpu, e.g. --gpu H100-SXM")
     model = find_model(scenario.model)
     gpu = find_gpu(scenario.gpu)
-    scheduler = _choice(SchedulerKind, scenario.scheduler or "vllm", "scheduler")
-    route = _choice(RoutePolicy, scenario.route or "round-robin", "route")
-    tp = scenario.tp or 1
-    if tp < 1:
-        raise ConfigError(f"--tp {tp} must be >= 1")
-    block_size = scenario.block_size or 16
-    if block_size < 1:
-        raise ConfigError(f"--block-size {block_size} must be >= 1")
+    scheduler = _choice(SchedulerKind, _given(scenario.scheduler, "vllm"), "scheduler")
+    route = _choice(RoutePolicy, _given(scenario.route, "round-robin"), "route")
+    tp = _given(scenario.tp, 1)
+    block_size = _given(scenario.block_size, 16)
     kv_b = model.kv_bytes_per_token
-    util = (scenario.gpu_memory_utilization if scenario.gpu_memory_utilization is not None
-            else DEFAULT_GPU_MEMORY_UTILIZATION)
-    if not 0 < util <= 1:
-        raise ConfigError(f"--gpu-memory-utilization {util} must be in (0, 1]")
-    host_gap_ms = scenario.host_gap_ms or 0.0
-    if host_gap_ms < 0:
-        raise ConfigError(f"--host-gap-ms {host_gap_ms} must be >= 0")
+    util = _given(scenario.gpu_memory_utilization, DEFAULT_GPU_MEMORY_UTILIZATION)
+    host_gap_ms = _given(scenario.host_gap_ms, 0.0)
     derived: dict[str, Any] = {}
     if scenario.kv_blocks is not None:
         kv_blocks = int(scenario.kv_blocks)
@@ -282,34 +404,30 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
         derived["kv_blocks"] = "from GPU memory"
     budget_default, seqs_default = batch_defaults(gpu, tp, scheduler)
     calibration = None
-    if scenario.calibrate:
+    if scenario.calibrate is not None:
         calibration = calibrate_from(Path(scenario.calibrate), block_size)
         cost = replace(calibration.step_cost(kv_b), host_gap_s=host_gap_ms / 1e3)
     else:
-        cost = step_cost_for(model, gpu, tp=tp, mfu=scenario.mfu or DEFAULT_MFU,
-                             mbu=scenario.mbu or DEFAULT_MBU,
-                             overhead_ms=(scenario.overhead_ms if scenario.overhead_ms is not None
-                                          else DEFAULT_OVERHEAD_MS),
+        cost = step_cost_for(model, gpu, tp=tp, mfu=_given(scenario.mfu, DEFAULT_MFU),
+                             mbu=_given(scenario.mbu, DEFAULT_MBU),
+                             overhead_ms=_given(scenario.overhead_ms, DEFAULT_OVERHEAD_MS),
                              kv_bytes_per_token=kv_b, host_gap_ms=host_gap_ms)
-    pd_shape = _parse_pd(scenario.pd) if scenario.pd else None
-    link_gbps = scenario.link_gbps if scenario.link_gbps is not None else DEFAULT_LINK_GBPS
-    if link_gbps <= 0:
-        raise ConfigError(f"--link-gbps {link_gbps} must be positive")
+    pd_shape = _parse_pd(scenario.pd) if scenario.pd is not None else None
+    link_gbps = _given(scenario.link_gbps, DEFAULT_LINK_GBPS)
     config = SimConfig(
         scheduler=scheduler,
         kv_blocks=kv_blocks,
         block_size_tokens=block_size,
-        max_num_seqs=scenario.max_num_seqs or seqs_default,
-        max_batched_tokens=scenario.max_batched_tokens or budget_default,
+        max_num_seqs=_given(scenario.max_num_seqs, seqs_default),
+        max_batched_tokens=_given(scenario.max_batched_tokens, budget_default),
         chunked_prefill=True if scenario.chunked_prefill is None else scenario.chunked_prefill,
-        long_prefill_token_threshold=scenario.long_prefill_token_threshold or 0,
+        long_prefill_token_threshold=_given(scenario.long_prefill_token_threshold, 0),
         prefix_caching=True if scenario.prefix_caching is None else scenario.prefix_caching,
-        instances=scenario.instances or 1,
+        instances=_given(scenario.instances, 1),
         route=route,
         pd=pd_shape,
         link_bytes_per_s=link_gbps * 1e9 / 8,
-        link_latency_s=(scenario.link_latency_ms if scenario.link_latency_ms is not None
-                        else DEFAULT_LINK_LATENCY_MS) / 1e3,
+        link_latency_s=_given(scenario.link_latency_ms, DEFAULT_LINK_LATENCY_MS) / 1e3,
         layerwise_overlap=True if scenario.layerwise_overlap is None
         else scenario.layerwise_overlap,
         layers=model.layers,
@@ -319,7 +437,12 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
     if pd_shape is not None and scenario.instances not in (None, 1, sum(pd_shape)):
         raise ConfigError(f"--instances {scenario.instances} conflicts with --pd {scenario.pd}; "
                           "under disaggregation the instances are P + D")
-    return ResolvedScenario(name=scenario.name or "scenario", model=model, gpu=gpu,
+    blocks = config.kv_blocks * config.total_instances
+    if blocks > MAX_CLUSTER_BLOCKS:
+        raise ConfigError(f"{config.total_instances} instance(s) × {config.kv_blocks} KV blocks "
+                          f"= {blocks} blocks is beyond the {MAX_CLUSTER_BLOCKS} the simulator "
+                          "holds; lower --kv-blocks or --instances")
+    return ResolvedScenario(name=_given(scenario.name, "scenario"), model=model, gpu=gpu,
                             config=config, kv_bytes_per_token=kv_b, calibration=calibration,
                             derived=derived)
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.order_stats import Summary, summarize
-from yaotu_trace.schema import STEP_COLUMNS, STEP_REQUIRED, validate_steps
+from yaotu_trace.schema import SOURCE_ROW, STEP_COLUMNS, STEP_REQUIRED, validate_steps
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,6 +48,8 @@ class StepLog:
     num_rows: int
     present: frozenset[str]
     filled: frozenset[str] = frozenset()
+    # (lo, hi) s: only steps that overlap it are read (`within`); None reads every step.
+    window: tuple[float, float] | None = None
     _frame: pd.DataFrame | None = field(default=None, repr=False)
     # Samples summarised once and shared by the passes that need them (`summary`).
     _summaries: dict[str, Summary] = field(default_factory=dict, repr=False)
@@ -64,7 +66,7 @@ class StepLog:
     @classmethod
     def from_frame(cls, raw: pd.DataFrame, path: str) -> StepLog:
         """Validate a raw step table (as a reader returns it) and hold it in memory."""
-        return cls.of_frame(validate_steps(raw, path), path)
+        return cls.of_frame(validated(raw, path), path)
 
     @property
     def streamed(self) -> bool:
@@ -102,8 +104,58 @@ class StepLog:
             return
         row = 0
         for batch in _open(Path(self.path)).iter_batches(columns=wanted, batch_size=BATCH_ROWS):
-            yield validate_steps(batch.to_pandas(), self.path, first_row=row)
+            frame = _read_batch(batch, self.path, row)
             row += batch.num_rows
+            if self.window is not None:
+                frame = frame[_overlapping(frame, self.window)]
+            yield frame
+
+    def span(self) -> tuple[float, float] | None:
+        """(first start_s, last end_s) of the log, or None when it has no step.
+
+        Cheap for a streamed log: its first row holds the first start (rows are in start
+        order) and the Parquet statistics the largest end_s; a pass over end_s alone when a
+        row group lacks them.
+        """
+        if self._frame is not None or self.window is not None:
+            lo, hi = math.inf, -math.inf
+            for batch in self.batches():
+                if len(batch):
+                    lo = min(lo, float(batch["start_s"].iloc[0]))
+                    hi = max(hi, float(batch["end_s"].max()))
+            return None if lo > hi else (lo, hi)
+        file = _open(Path(self.path))
+        first = next(file.iter_batches(columns=["start_s"], batch_size=1), None)
+        if first is None or first.num_rows == 0:
+            return None
+        lo = float(first.column(0)[0].as_py())
+        hi = _statistics_max(file.metadata, "end_s")
+        if hi is None:
+            hi = -math.inf
+            for batch in self.batches():
+                if len(batch):
+                    hi = max(hi, float(batch["end_s"].max()))
+        return lo, hi
+
+    def within(self, lo: float, hi: float) -> StepLog:
+        """The steps that overlap [lo, hi] s (end_s >= lo and start_s <= hi), in start order."""
+        if self._frame is not None:
+            kept = self._frame[_overlapping(self._frame, (lo, hi))].reset_index(drop=True)
+            return StepLog.of_frame(kept, self.path)
+        windowed = StepLog(path=self.path, columns=self.columns, num_rows=0,
+                           present=self.present, filled=self.filled, window=(lo, hi))
+        rows = sum(len(b) for b in windowed.batches())
+        return StepLog(path=self.path, columns=self.columns, num_rows=rows,
+                       present=self.present, filled=self.filled, window=(lo, hi))
+
+    def instances(self) -> frozenset[str]:
+        """The instance ids the log names (none when it has no instance column)."""
+        if "instance" not in self.columns:
+            return frozenset()
+        names: set[str] = set()
+        for batch in self.batches(("instance",)):
+            names.update(str(v) for v in batch["instance"].dropna().unique())
+        return frozenset(names)
 
     def reader(self, columns: Iterable[str],
                values: Callable[[pd.DataFrame], np.ndarray]) -> Callable[[], Iterator[np.ndarray]]:
@@ -127,7 +179,83 @@ class StepLog:
         names = _names(Path(self.path)) or ()
         skip = tuple(c for c in names if c not in STEP_COLUMNS)
         raw = canonical.read_parquet(Path(self.path), skip=skip).requests
-        return validate_steps(raw, self.path)
+        whole = validated(raw, self.path)
+        if self.window is not None:
+            whole = whole[_overlapping(whole, self.window)].reset_index(drop=True)
+        return whole
+
+
+# Step counts are int64: a value at or beyond 2**63 would wrap around.
+_INT64_LIMIT = 2.0**63
+
+
+def validated(raw: pd.DataFrame, path: str, first_row: int | None = None) -> pd.DataFrame:
+    """`schema.validate_steps`, plus what a step log needs beyond it: counts within int64
+    (a larger value would wrap to a negative one) and a start and an end in every step.
+
+    Whole logs (`first_row` None) come back sorted stably by start_s; a batch stays in file
+    order. Errors name the file, the row of the whole file and the column.
+    """
+    from yaotu_trace.errors import TraceSchemaError, where
+
+    offset = 0 if first_row is None else first_row
+
+    def row_of(pos: int) -> str:
+        if SOURCE_ROW in raw.columns:
+            return f"row {int(raw[SOURCE_ROW].iloc[pos])}"
+        return f"row {offset + pos + 1}"
+
+    for name in STEP_COLUMNS:
+        if name in ("instance", "start_s", "end_s") or name not in raw.columns:
+            continue
+        values = pd.to_numeric(raw[name], errors="coerce")
+        number = np.asarray(values, dtype=np.float64)
+        huge = np.flatnonzero(np.isfinite(number) & (np.abs(number) >= _INT64_LIMIT))
+        if huge.size:
+            pos = int(huge[0])
+            raise TraceSchemaError(
+                f"{where(path, row_of(pos), name)}: {raw[name].iloc[pos]} is beyond the 64-bit "
+                "integer range; give a count below 9.2e18"
+            )
+    frame = validate_steps(raw, path, first_row=offset)
+    for name in STEP_REQUIRED:
+        missing = np.flatnonzero(frame[name].isna().to_numpy())
+        if missing.size:
+            pos = int(missing[0])
+            value = raw[name].iloc[pos]
+            shown = "missing" if np.ndim(value) == 0 and pd.isna(value) else f"{value!r}, "\
+                "not a number"
+            raise TraceSchemaError(
+                f"{where(path, row_of(pos), name)}: {shown}; every step needs its start_s and "
+                "end_s in seconds"
+            )
+    if first_row is not None:
+        return frame
+    return frame.sort_values("start_s", kind="stable").reset_index(drop=True)
+
+
+def _overlapping(frame: pd.DataFrame, window: tuple[float, float]) -> np.ndarray:
+    """Rows of a step frame whose [start_s, end_s] overlaps `window`."""
+    lo, hi = window
+    start = frame["start_s"].to_numpy(dtype=np.float64)
+    end = frame["end_s"].to_numpy(dtype=np.float64)
+    return (end >= lo) & (start <= hi)
+
+
+def _read_batch(batch: pa.RecordBatch, path: str, first_row: int) -> pd.DataFrame:
+    """A record batch as a validated frame; a value Arrow cannot convert is a one-line error."""
+    import pyarrow as pa
+
+    from yaotu_trace.errors import TraceReadError
+
+    try:
+        frame = batch.to_pandas()
+    except (pa.ArrowException, ValueError, OverflowError) as exc:
+        raise TraceReadError(
+            f"{path}: rows {first_row + 1}–{first_row + batch.num_rows}: cannot convert "
+            f"the step log ({exc}); write each step column as a number"
+        ) from exc
+    return validated(frame, path, first_row)
 
 
 def column(batch: pd.DataFrame, name: str, fill: float = np.nan) -> np.ndarray:
@@ -280,6 +408,27 @@ def _from_statistics(meta: pq.FileMetaData, schema: pa.Schema,
                            or pa.types.is_large_string(kind)):
             filled.add(name)
     return present, filled, unknown
+
+
+def _statistics_max(meta: pq.FileMetaData, name: str) -> float | None:
+    """The largest value of a numeric column from the Parquet statistics, or None when a row
+    group with values lacks them."""
+    leaf = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    j = leaf.get(name)
+    if j is None:
+        return None
+    top = -math.inf
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        stats = group.column(j).statistics
+        if stats is None or not stats.has_null_count:
+            return None
+        if stats.null_count >= group.num_rows:
+            continue
+        if not stats.has_min_max or not isinstance(stats.max, int | float):
+            return None
+        top = max(top, float(stats.max))
+    return top if math.isfinite(top) else None
 
 
 def _open(path: Path) -> pq.ParquetFile:

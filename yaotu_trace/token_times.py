@@ -27,7 +27,7 @@ import pandas as pd
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.order_stats import Summary, summarize
 from yaotu_trace.report import Distribution
-from yaotu_trace.schema import LazyContent, Trace, list_arrays
+from yaotu_trace.schema import LazyContent, Trace, list_arrays, list_value_problem
 
 COLUMN = "token_times_s"
 BATCH_ROWS = 65_536
@@ -105,22 +105,34 @@ def _lists(requests: pd.DataFrame,
         yield 0, offsets, np.asarray(times, dtype=np.float64)
         return
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from yaotu_trace.ingest import parquet_file
 
     row = 0
     # Without pre_buffer: with it the reader keeps every decoded batch of the pass allocated
     # (0.9 GB for 1e8 token times, pyarrow 26), against one batch without.
-    file = pq.ParquetFile(lazy.path, pre_buffer=False)
+    file = parquet_file.open_file(lazy.path, pre_buffer=False)
     per_row = lazy.values_in(COLUMN) / max(file.metadata.num_rows, 1)
     rows = max(1, min(BATCH_ROWS, int(BATCH_VALUES / max(per_row, 1.0))))
-    for batch in file.iter_batches(columns=[COLUMN], batch_size=rows):
+    batches = file.iter_batches(columns=[COLUMN], batch_size=rows)
+    while True:
+        # A damaged page is reported with the rows it holds, however late it is met.
+        with parquet_file.reading(lazy.path, f"rows from {row + 1}", COLUMN):
+            batch = next(batches, None)
+        if batch is None:
+            return
         arr = batch.column(0)
+        where = f"{lazy.path}: rows {row + 1} to {row + len(arr)}, column '{COLUMN}'"
+        problem = (list_value_problem(arr.flatten(), COLUMN)
+                   if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) else
+                   (0, "not a list; write a list of numbers of seconds"))
+        if problem is not None:
+            raise TraceSchemaError(f"{where}: {problem[1]}")
         try:
-            arr = arr.cast(pa.large_list(pa.float64()))
+            arr = arr.cast(pa.large_list(pa.float64()), safe=False)  # checked: numbers
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise TraceSchemaError(
-                f"{lazy.path}: column '{COLUMN}' (rows {row + 1} to {row + len(arr)}): expected "
-                f"a list of numbers ({str(exc).splitlines()[0][:120]})"
+                f"{where}: expected a list of numbers ({str(exc).splitlines()[0][:120]})"
             ) from exc
         offsets, times = list_arrays(pd.Series(pd.arrays.ArrowExtensionArray(arr)))
         yield row, offsets, np.asarray(times, dtype=np.float64)

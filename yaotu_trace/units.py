@@ -8,6 +8,9 @@ Grammar (case-insensitive units, optional space between number and unit):
   decimal); converting them needs the KV bytes per token (`--model` or `--kv-bytes-per-token`);
 - `unlimited` (also `inf`, `none`): no capacity limit.
 
+A capacity above `MAX_COUNT` blocks or tokens (or `MAX_BYTES` bytes) is refused: no cache is
+that large, and the counts must stay exact in 64-bit integers.
+
 Arithmetic is exact (fractions), so `3.2M tok` at 16-token blocks is exactly 200,000 blocks and
 conversions floor: a cache never holds a block it has no room for.
 """
@@ -41,6 +44,11 @@ _BLOCK_WORDS: Final = ("", "blk", "blks", "block", "blocks")
 _UNLIMITED: Final = ("unlimited", "inf", "infinite", "none")
 _NUMBER: Final = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*([a-z]*)\s*$")
 _EXAMPLES: Final = "e.g. 20000 (blocks), 3.2Mtok, 500ktok, 40GiB, 512MiB or unlimited"
+MAX_COUNT: Final = 10**15  # blocks or tokens: a billion GPUs' worth of a million tokens each
+MAX_BYTES: Final = 2**60  # 1 EiB
+# The largest KV block: engines use 1 to 256 tokens (Mooncake's traces 512); the replay keeps
+# block offsets in 32-bit integers.
+MAX_BLOCK_TOKENS: Final = 2**20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,8 +68,7 @@ class Capacity:
         self, block_size_tokens: int, kv_bytes_per_token: int | None = None
     ) -> int | None:
         """Whole blocks of `block_size_tokens` that fit (floor); None when unlimited."""
-        if block_size_tokens < 1:
-            raise ConfigError(f"block size must be >= 1 token, got {block_size_tokens}")
+        check_block_size(block_size_tokens)
         if self.unit == "unlimited":
             return None
         if self.unit == "blocks":
@@ -85,8 +92,7 @@ class Capacity:
                     f"capacity {self.text!r} is in bytes; pass --model NAME or "
                     "--kv-bytes-per-token N so it can be converted to tokens"
                 )
-            if kv_bytes_per_token < 1:
-                raise ConfigError(f"--kv-bytes-per-token must be >= 1, got {kv_bytes_per_token}")
+            check_kv_bytes_per_token(kv_bytes_per_token)
             return self.amount / kv_bytes_per_token
         raise ConfigError(
             f"capacity {self.text!r} is in blocks; convert it with the block size (to_blocks)"
@@ -112,6 +118,10 @@ def parse_capacity(text: str) -> Capacity:
         raise ConfigError(f"capacity {raw!r} must be positive; use 'unlimited' for no limit")
     if unit == "blocks" and amount.denominator != 1:
         raise ConfigError(f"capacity {raw!r} is a fraction of a block; blocks are whole")
+    limit = MAX_BYTES if unit == "bytes" else MAX_COUNT
+    if amount > limit:
+        raise ConfigError(f"capacity {raw!r} is beyond {limit:.3g} {unit}; give a real cache "
+                          "size, or 'unlimited' for no limit")
     return Capacity(unit=unit, amount=amount, text=raw)
 
 
@@ -130,3 +140,22 @@ def _unit_and_amount(
                     kind: CapacityUnit = "tokens" if unit == "tokens" else "blocks"
                     return kind, number * _COUNT_MULTIPLIERS[prefix]
     raise ConfigError(f"unknown unit in capacity {raw!r}; {_EXAMPLES}")
+
+
+def check_kv_bytes_per_token(value: object, option: str = "--kv-bytes-per-token") -> int:
+    """A KV size per token as a whole number of bytes in [1, MAX_COUNT]; anything else is a
+    `ConfigError` naming `option` (the CLI's --kv-bytes-per-token, a catalog entry)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        raise ConfigError(f"{option} {value!r} must be a whole number of bytes from 1 to "
+                          f"{MAX_COUNT:.0e}; e.g. 131072 for Llama-3.1-8B in bf16")
+    return value
+
+
+def check_block_size(value: object, option: str = "--block-size") -> int:
+    """A KV block size in tokens, a whole number in [1, MAX_BLOCK_TOKENS]; anything else is a
+    `ConfigError` naming `option`."""
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 1 <= value <= MAX_BLOCK_TOKENS:
+        raise ConfigError(f"{option} {value!r} must be a whole number of tokens from 1 to "
+                          f"{MAX_BLOCK_TOKENS}; engines use 16 (vLLM) or 1 to 256")
+    return value

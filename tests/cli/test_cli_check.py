@@ -72,8 +72,8 @@ def test_check_bad_config_exits_3_with_one_line(tmp_path: Path, capsys, content:
     assert out == "" and needle in err and err.count("\n") == 1
 
 
-def test_check_nothing_to_check_is_an_input_error(capsys) -> None:
-    assert main(["check", str(SAMPLE)]) == ExitCode.INPUT
+def test_check_nothing_to_check_is_a_usage_error(capsys) -> None:
+    assert main(["check", str(SAMPLE)]) == ExitCode.USAGE
     assert "nothing to check" in capsys.readouterr().err
 
 

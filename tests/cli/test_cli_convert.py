@@ -58,10 +58,10 @@ def test_refuses_to_overwrite_its_input_or_guess_a_format(
     source = tmp_path / "trace.jsonl"
     source.write_bytes((SAMPLES / "bursty.jsonl").read_bytes())
     code, _, err = run_cli(["convert", str(source), "--out", str(source)], capsys)
-    assert code == ExitCode.INPUT and "is the input trace" in err
+    assert code == ExitCode.INPUT and "is the input TRACE" in err
     assert source.read_bytes() == (SAMPLES / "bursty.jsonl").read_bytes()
     code, _, err = run_cli(["convert", str(source), "--out", str(tmp_path / "x.txt")], capsys)
-    assert code == ExitCode.INPUT and "end the name with .parquet" in err
+    assert code == ExitCode.USAGE and "end the name with .parquet" in err
     assert not (tmp_path / "x.txt").exists()
 
 

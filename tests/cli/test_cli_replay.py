@@ -77,13 +77,13 @@ def test_out_writes_per_request_columns(worked: Path, tmp_path: Path, capsys, su
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_bad_out_suffix_and_bad_block_size_are_input_errors(worked: Path, tmp_path: Path,
+def test_bad_out_suffix_and_bad_block_size_are_usage_errors(worked: Path, tmp_path: Path,
                                                             capsys) -> None:
     code, _, err = run_cli(["replay", str(worked), "--out", str(tmp_path / "x.txt")], capsys)
-    assert code == ExitCode.INPUT and err.startswith("error: ") and err.count("\n") == 1
+    assert code == ExitCode.USAGE and err.startswith("error: ") and err.count("\n") == 1
     moon = shared_trace("mooncake/synthetic_trace.jsonl")
     code, _, err = run_cli(["replay", str(moon), "--block-size", "16"], capsys)
-    assert code == ExitCode.INPUT
+    assert code == ExitCode.USAGE
     assert "cannot be split" in err
 
 
@@ -121,10 +121,10 @@ def test_replay_grid_prints_one_row_per_combination(capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize("bad", ["size=16", "block-size=", "block-size=0,16",
                                  "tenant-isolation=maybe"])
-def test_replay_grid_bad_axis_is_an_input_error(bad: str,
+def test_replay_grid_bad_axis_is_a_usage_error(bad: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["replay", str(SAMPLE), "--grid", bad], capsys)
-    assert code == ExitCode.INPUT and out == "" and "--grid" in err
+    assert code == ExitCode.USAGE and out == "" and "--grid" in err
 
 
 def test_replay_global_cache_with_jobs_says_it_ran_in_one_process(
@@ -139,7 +139,7 @@ def test_replay_global_cache_with_jobs_says_it_ran_in_one_process(
 def test_replay_per_tenant_capacity_needs_isolation(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["replay", str(SAMPLE), "--capacity", "2000", "--capacity-per-tenant",
                         "--no-tenant-isolation"], capsys)
-    assert code == ExitCode.INPUT and "--tenant-isolation" in err
+    assert code == ExitCode.USAGE and "--tenant-isolation" in err
 
 
 def test_stats_line_goes_to_stderr_only(capsys: pytest.CaptureFixture[str]) -> None:

@@ -73,16 +73,16 @@ def test_cli_simulate_errors_are_one_line(tmp_path, capsys):
     trace = small_trace(tmp_path)
     code = main(["simulate", str(trace), "--model", "Llama-3.1-8B", "--gpu", "Z9000",
                  "--out", str(tmp_path / "x.parquet")])
-    assert code == ExitCode.INPUT
+    assert code == ExitCode.USAGE
     err = capsys.readouterr().err
     assert err.startswith("error: unknown GPU") and err.count("\n") == 1
     code = main(["simulate", str(trace), "--model", "Llama-3.1-405B", "--gpu", "H100",
                  "--out", str(tmp_path / "x.parquet")])
-    assert code == ExitCode.INPUT
+    assert code == ExitCode.USAGE
     assert "leaves no KV memory" in capsys.readouterr().err
     code = main(["simulate", str(trace), "--model", "Llama-3.1-8B", "--gpu", "H100",
                  "--out", str(tmp_path / "x.txt")])
-    assert code == ExitCode.INPUT
+    assert code == ExitCode.USAGE
 
 
 def test_cli_compare_shows_both_ledgers(tmp_path, capsys):

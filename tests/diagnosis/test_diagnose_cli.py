@@ -100,19 +100,25 @@ def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path,
 
 
 @pytest.mark.parametrize(
-    ("extra", "expected"),
+    ("extra", "code", "expected"),
     [
-        (["--threshold", "nope=1"], "unknown threshold 'nope'; valid names: window_s"),
-        (["--metrics", str(DATA / "prom_bad_value.csv")], "line 3, field 'value'"),
-        (["--model", "no-such-model"], "unknown model 'no-such-model'"),
-        (["--kv-capacity", "12 parsecs"], "unknown unit in capacity"),
-        (["--preset", "nonsense"], "preset 'nonsense' is not one of"),
+        (["--threshold", "nope=1"], ExitCode.USAGE, "unknown threshold 'nope'; valid names: "
+         "window_s"),
+        (["--threshold", "stall_factor=abc"], ExitCode.USAGE, "'abc' is not a number"),
+        (["--metrics", str(DATA / "prom_bad_value.csv")], ExitCode.INPUT,
+         "line 3, field 'value'"),
+        (["--model", "no-such-model"], ExitCode.USAGE, "unknown model 'no-such-model'"),
+        (["--kv-capacity", "12 parsecs"], ExitCode.USAGE, "unknown unit in capacity"),
+        (["--kv-capacity", "1e30"], ExitCode.USAGE, "capacity '1e30' is beyond 1e+15 blocks"),
+        (["--kv-capacity", "1e20GiB"], ExitCode.USAGE, "is beyond 1.15e+18 bytes"),
+        (["--preset", "nonsense"], ExitCode.USAGE, "'nonsense' is not one of"),
     ],
 )
-def test_diagnose_errors_are_one_line_exit_3(full_trace, capsys, extra, expected) -> None:
+def test_diagnose_errors_are_one_line(full_trace, capsys, extra, code, expected) -> None:
+    """A bad option value is a usage error (2), a bad file an input error (3): one line each."""
     trace, _ = full_trace
-    code, out, err = run_cli(["diagnose", str(trace), *extra], capsys)
-    assert code == ExitCode.INPUT
+    got, out, err = run_cli(["diagnose", str(trace), *extra], capsys)
+    assert got == code, err
     assert out == ""
     assert err.startswith("error: ") and expected in err
     assert err.count("\n") == 1

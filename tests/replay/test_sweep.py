@@ -430,20 +430,20 @@ def test_sweep_cli_table_and_markdown_show_capacities(tmp_path, capsys, fmt: str
     ("args", "needle"),
     [
         (["--model", "llama-9"], "unknown model"),
-        (["--touch-order", "sideways"], "touch order"),
+        (["--touch-order", "sideways"], "'sideways' is not one of"),
         (["--scope", "instance", "--route", "prefix-affinity", "--instances", "2"],
          "prefix-affinity"),
         (["--model", "qwen2.5-7b", "--kv-bytes-per-token", "5"], "only one"),
     ],
 )
-def test_sweep_cli_errors_are_one_line_exit_3(
+def test_sweep_cli_option_errors_are_one_line_exit_2(
     tmp_path, capsys, args: list[str], needle: str
 ) -> None:
     from yaotu_trace.cli import main
 
     code = main(["sweep", str(_write_trace(tmp_path, SHARED)), *args])
     out, err = capsys.readouterr()
-    assert code == 3
+    assert code == 2
     assert out == ""
     assert needle in err and err.count("\n") == 1
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.hardware import DEFAULT_LINK_GBPS
 from yaotu_trace.ingest.metrics import EngineMetrics
 from yaotu_trace.schema import Trace
 from yaotu_trace.steplog import StepLog
@@ -127,12 +129,38 @@ class EngineSettings:
     kv_bytes_per_token: int | None = None
     active_params: int | None = None
     model: str | None = None
-    link_gbps: float = 100.0
+    link_gbps: float = DEFAULT_LINK_GBPS
     replay_preset: str | None = None
     gpu: str | None = None
     gpu_flops_per_s: float | None = None
     replay_jobs: int = 1
     replay_dask: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse values no engine has (a usage error naming the option), so that an absurd
+        option is never an overflow deep in an analyzer."""
+        from yaotu_trace.units import MAX_COUNT, check_block_size, check_kv_bytes_per_token
+
+        check_block_size(self.block_size_tokens)
+        counts = (("--max-num-seqs", self.max_num_seqs, True),
+                  ("--max-batched-tokens", self.max_batched_tokens, True),
+                  ("--jobs", self.replay_jobs, False))
+        for option, value, optional in counts:
+            if optional and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) \
+                    or not 1 <= value <= MAX_COUNT:
+                raise ConfigError(f"{option} {value!r} must be a whole number from 1 to "
+                                  f"{MAX_COUNT:.0e}")
+        if self.kv_bytes_per_token is not None:
+            check_kv_bytes_per_token(self.kv_bytes_per_token)
+        positive = (("--kv-capacity", self.kv_capacity_tokens, "tokens"),
+                    ("--link-gbps", self.link_gbps, "Gb/s"),
+                    ("--gpu", self.gpu_flops_per_s, "FLOP/s"),
+                    ("--model", self.active_params, "parameters"))
+        for option, amount, unit in positive:
+            if amount is not None and not 0 < amount < math.inf:
+                raise ConfigError(f"{option}: {amount!r} {unit} must be a finite number > 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -94,8 +94,8 @@ def _run(args: list[str], debug: bool) -> int:
     except Exception as exc:
         _show_traceback(debug)
         if _is_click_error(exc):
-            exc.show(file=sys.stderr)  # type: ignore[attr-defined]
-            return int(getattr(exc, "exit_code", ExitCode.USAGE))
+            sys.stderr.write(_usage_line(exc) + "\n")
+            return int(ExitCode.USAGE)
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         sys.stderr.write(
             f"internal error: {type(exc).__name__}: {first_line} "
@@ -128,6 +128,16 @@ def _show_traceback(debug: bool) -> None:
         import traceback
 
         traceback.print_exc(file=sys.stderr)
+
+
+def _usage_line(exc: Exception) -> str:
+    """Click's usage error as one line, like every other error, with where to read more."""
+    text = exc.format_message()  # type: ignore[attr-defined]
+    message = "; ".join(line.strip() for line in text.splitlines() if line.strip())
+    message = message.replace("Value error, ", "")  # typer's validation prefix
+    context = getattr(exc, "ctx", None)
+    path = getattr(context, "command_path", None) or "trace"
+    return f"error: {message.rstrip('.')} (see '{path} --help')"
 
 
 def _is_click_error(exc: Exception) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.options import (
     FormatOpt,
     InputFormatOpt,
     MapOpt,
@@ -10,23 +11,21 @@ from yaotu_trace.cli.app import (
     SourceBlockOpt,
     StepsOpt,
     TraceArg,
-    app,
-    emit,
-    load,
 )
+from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.pipeline import analyze as analyze_trace
-from yaotu_trace.render import OutputFormat
 
 
-@app.command()
+@command()
 def analyze(
     trace: TraceArg,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
     steps: StepsOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Profile a trace: arrivals and burstiness, lengths, population, observed timing.
 
@@ -38,5 +37,9 @@ def analyze(
 
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
     """
-    loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
-    emit(analyze_trace(loaded), format, output)
+    with progress("analyze", quiet) as update:
+        update("reading the trace", 0.0)
+        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
+        update("profiling", 0.5)
+        report = analyze_trace(loaded)
+    emit(report, format, output)

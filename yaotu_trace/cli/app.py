@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from yaotu_trace.errors import ConfigError
-from yaotu_trace.files import replace_atomically
+from yaotu_trace.errors import ConfigError, OutputError
+from yaotu_trace.files import STDOUT, all_or_nothing, check_outputs, defer, replace_atomically
 from yaotu_trace.ingest import load_trace, parse_column_map
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.render import OutputFormat, render
@@ -32,106 +34,6 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-
-TraceArg = Annotated[
-    Path,
-    typer.Argument(
-        help="Trace file (.parquet, .jsonl, .csv, .json) or a folder of WEKA conversation files.",
-        show_default=False,
-        metavar="TRACE",
-    ),
-]
-InputFormatOpt = Annotated[
-    TraceFormat | None,
-    typer.Option(
-        "--input-format",
-        "-i",
-        help="Input format; detected from the extension and fields when omitted.",
-        case_sensitive=False,
-    ),
-]
-MapOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--map",
-        help="Rename a source column to a canonical one: --map arrival_s=ts (repeatable).",
-        metavar="CANONICAL=SOURCE",
-    ),
-]
-SourceBlockOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--source-block-size",
-        help="Tokens per id when the trace's prompts are block ids (overrides the format's).",
-        min=1,
-    ),
-]
-StepsOpt = Annotated[
-    Path | None,
-    typer.Option("--steps", help="Per-step engine log (.parquet, .jsonl or .csv)."),
-]
-FormatOpt = Annotated[
-    OutputFormat,
-    typer.Option("--format", "-f", help="Report format.", case_sensitive=False),
-]
-OutputOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--output",
-        "-o",
-        help="Write the report to this file (atomically) instead of stdout.",
-        dir_okay=False,
-    ),
-]
-JobsOpt = Annotated[
-    int,
-    typer.Option("--jobs", "-j", min=1, help="Run independent caches and passes in this many "
-                 "worker processes (results are identical to one process)."),
-]
-DaskOpt = Annotated[
-    str | None,
-    typer.Option("--dask", metavar="ADDRESS", help="Run them on a Dask cluster instead: "
-                 "tcp://scheduler:8786, or 'local' for a local cluster of 2 workers (needs "
-                 "pip install 'yaotu-trace[dask]')."),
-]
-
-
-KvBytesOpt = Annotated[
-    int | None,
-    typer.Option("--kv-bytes-per-token", min=1, help="KV bytes per token (overrides --model's)."),
-]
-# Options of the diagnosis, shared by `trace diagnose`, `trace check` and `trace report`.
-MetricsOpt = Annotated[
-    Path | None,
-    typer.Option("--metrics", help="Engine Prometheus export: range-query JSON or CSV "
-                 "(timestamp, metric, labels, value)."),
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="Model name from the catalog (`trace models`): KV bytes "
-                 "per token and parameters for bytes and FLOPs in the ledger."),
-]
-KvCapacityOpt = Annotated[
-    str | None,
-    typer.Option("--kv-capacity", help="KV pool of one instance: blocks (20000), tokens "
-                 "(3.2Mtok) or bytes (40GiB, needs --model)."),
-]
-BlockSizeOpt = Annotated[
-    int | None,
-    typer.Option("--block-size", min=1, help="KV block size in tokens of the diagnosis [default: "
-                 "16; the prefix replay uses its preset's]."),
-]
-PresetOpt = Annotated[
-    str | None,
-    typer.Option("--preset", help="Prefix-replay engine preset (vllm, sglang, lmcache, mooncake, "
-                 "none) [default: mooncake for Mooncake traces, else vllm]."),
-]
-ThresholdOpt = Annotated[
-    list[str] | None,
-    typer.Option("--threshold", "-t", metavar="NAME=VALUE",
-                 help="Override a diagnosis threshold (repeatable); see docs/rules.md."),
-]
-
 
 # Model FLOP utilisation assumed when the ledger turns FLOPs into GPU-seconds (cost-model §2.4).
 LEDGER_MFU = 0.5
@@ -234,30 +136,104 @@ def input_of(trace: Trace) -> InputSummary:
     return replace(input_summary(trace), columns=trace.column_names)
 
 
-def emit(report: Report, fmt: OutputFormat, output: Path | None) -> None:
-    """Render the report and write it to stdout, or atomically to `output`."""
-    to_terminal = output is None and sys.stdout.isatty()
+# The report format an output's extension asks for, when --format is not given.
+REPORT_SUFFIXES = {
+    ".txt": OutputFormat.TABLE, ".text": OutputFormat.TABLE, ".log": OutputFormat.TABLE,
+    ".json": OutputFormat.JSON, ".md": OutputFormat.MARKDOWN,
+    ".markdown": OutputFormat.MARKDOWN, ".html": OutputFormat.HTML, ".htm": OutputFormat.HTML,
+}
+# Extensions of data files: a text report under such a name would be mistaken for data.
+DATA_SUFFIXES = (".parquet", ".pq", ".arrow", ".feather", ".csv", ".tsv", ".jsonl",
+                 ".ndjson", ".gz", ".zst", ".bz2", ".xz")
+
+
+def report_format(fmt: OutputFormat | None, output: Path | None,
+                  default: OutputFormat = OutputFormat.TABLE) -> OutputFormat:
+    """`--format` when given, else the one the extension of `-o` names, else `default`."""
+    suffix = "" if output is None or output == STDOUT else output.suffix.lower()
+    if suffix in DATA_SUFFIXES:
+        raise ConfigError(f"-o {output}: '{suffix}' names a data file, but the report is text; "
+                          "name it .txt, .json, .md or .html (per-request data: see --help)")
+    return fmt or REPORT_SUFFIXES.get(suffix, default)
+
+
+def emit(report: Report, fmt: OutputFormat | None, output: Path | None,
+         default: OutputFormat = OutputFormat.TABLE) -> None:
+    """Render the report and write it to stdout or `output` with the command's other outputs."""
+    chosen = report_format(fmt, output, default)
+    to_stdout = output is None or output == STDOUT
+    to_terminal = to_stdout and sys.stdout.isatty()
     width = 100
     if to_terminal:
         width = max(80, min(140, os.get_terminal_size().columns))
     color = to_terminal and "NO_COLOR" not in os.environ
-    text = render(report, fmt, width=width, color=color)
-    if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    text = render(report, chosen, width=width, color=color)
+    if to_stdout:
+        defer(lambda: _write_stdout(text))
     else:
+        assert output is not None
         write_atomically(output, text)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write text through a temporary file in the same folder, then rename over the target."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise ConfigError(
-            f"{path}: folder '{parent}' does not exist; create it or pick another path"
-        )
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"stdout: cannot write the report ({exc.strerror or exc}); redirect "
+                          "it elsewhere or pass -o FILE") from exc
 
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write text as a whole file (see `files.replace_atomically`); '-' is stdout."""
+    if path == STDOUT:
+        defer(lambda: _write_stdout(text))
+        return
     replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+# Parameters of the command functions that name outputs, with their option; every other path
+# parameter is an input.
+OUTPUT_OPTIONS = {"output": "-o", "out": "--out", "steps_out": "--steps-out",
+                  "junit": "--junit", "markdown": "--markdown"}
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def command(**settings: Any) -> Callable[[Command], Command]:
+    """Register a `trace` command whose files are checked before any of its work.
+
+    Every output must be writable and none may name an input (by device and inode), whatever
+    the command; the outputs are then published together when the command succeeds, so an
+    error or Ctrl-C leaves none of them (see `yaotu_trace.files`).
+    """
+    def register(function: Command) -> Command:
+        @functools.wraps(function)
+        def checked(**params: Any) -> Any:
+            outputs, inputs = paths_of(params)
+            targets = check_outputs(outputs, inputs)
+            with all_or_nothing(targets.values()):
+                return function(**params)
+
+        app.command(**settings)(checked)
+        return function
+
+    return register
+
+
+def paths_of(params: dict[str, Any]) -> tuple[dict[str, Path | None], dict[str, Any]]:
+    """Split a command's path parameters into outputs and inputs, keyed by their option."""
+    outputs: dict[str, Path | None] = {}
+    inputs: dict[str, Any] = {}
+    for name, value in params.items():
+        if name in OUTPUT_OPTIONS:
+            outputs[OUTPUT_OPTIONS[name]] = value
+        elif isinstance(value, Path) or (isinstance(value, list | tuple) and value
+                                         and all(isinstance(v, Path) for v in value)):
+            inputs["TRACE" if name == "trace" else "--" + name.replace("_", "-")] = value
+    return outputs, inputs
 
 
 def _show_version(value: bool) -> None:
@@ -281,6 +257,8 @@ def _root(
     Every command also takes --stats (elapsed time and peak memory on stderr after the run)
     and --debug (show the traceback of an internal error).
 
-    Exit codes: 0 report produced; 1 a check failed; 2 usage error; 3 input error (unreadable
-    trace, schema problem, invalid option); 4 internal error; 130 interrupted.
+    Exit codes: 0 report produced; 1 a check failed; 2 usage error (unknown option, or an
+    option value that cannot be honoured); 3 input error (a trace, telemetry, check or scenario
+    file that cannot be used, or an output that cannot be written or would replace an input);
+    4 internal error; 130 interrupted.
     """

@@ -11,6 +11,14 @@ import typer
 
 from yaotu_trace.check import FailOn
 from yaotu_trace.cli.app import (
+    command,
+    diagnosis_settings,
+    emit,
+    load,
+    report_format,
+    write_atomically,
+)
+from yaotu_trace.cli.options import (
     BlockSizeOpt,
     FormatOpt,
     InputFormatOpt,
@@ -24,11 +32,6 @@ from yaotu_trace.cli.app import (
     StepsOpt,
     ThresholdOpt,
     TraceArg,
-    app,
-    diagnosis_settings,
-    emit,
-    load,
-    write_atomically,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError, ExitCode
@@ -52,13 +55,11 @@ FailOnOpt = Annotated[
 ]
 JunitOpt = Annotated[
     Path | None,
-    typer.Option("--junit", help="Also write JUnit XML (one test case per check).",
-                 dir_okay=False),
+    typer.Option("--junit", help="Also write JUnit XML (one test case per check)."),
 ]
 MarkdownOpt = Annotated[
     Path | None,
-    typer.Option("--markdown", help="Also write Markdown (CI step summary, PR comment).",
-                 dir_okay=False),
+    typer.Option("--markdown", help="Also write Markdown (CI step summary, PR comment)."),
 ]
 
 
@@ -87,7 +88,7 @@ def diagnosis_builder(
     return build
 
 
-@app.command()
+@command()
 def check(
     trace: TraceArg,
     config: ConfigOpt = None,
@@ -95,7 +96,7 @@ def check(
     fail_on: FailOnOpt = None,
     junit: JunitOpt = None,
     markdown: MarkdownOpt = None,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     steps: StepsOpt = None,
     metrics: MetricsOpt = None,
@@ -151,7 +152,7 @@ def check(
         write_atomically(markdown, render(report, OutputFormat.MARKDOWN))
     emit(report, format, output)
     section = report.sections["checks"]
-    if output is not None or format is not OutputFormat.TABLE:
+    if output is not None or report_format(format, output) is not OutputFormat.TABLE:
         # The table ends with this line; other outputs get it on stderr for the CI log.
         from yaotu_trace.render.console_check import summary_line
         from yaotu_trace.report import to_builtins

@@ -7,24 +7,22 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.options import (
     FormatOpt,
+    GpuOpt,
     InputFormatOpt,
     MapOpt,
+    ModelOpt,
     OutputOpt,
     SourceBlockOpt,
     TraceArg,
-    app,
-    emit,
-    load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.cli.simulate import GpuOpt, ModelOpt
-from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
 
 
-@app.command()
+@command()
 def compare(
     trace: TraceArg,
     scenario: Annotated[list[Path], typer.Option(
@@ -32,7 +30,7 @@ def compare(
         dir_okay=False)],
     model: ModelOpt = None,
     gpu: GpuOpt = None,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg, app
+from yaotu_trace.cli.app import command
+from yaotu_trace.cli.options import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg
+from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.convert import convert_trace
 from yaotu_trace.errors import ConfigError, TraceReadError
 from yaotu_trace.ingest import parse_column_map
@@ -16,17 +18,18 @@ from yaotu_trace.ingest import parse_column_map
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
 
-@app.command()
+@command()
 def convert(
     trace: TraceArg,
     out: Annotated[
         Path,
         typer.Option("--out", "-o", help="Output file; the extension picks the format: "
-                     ".parquet, .jsonl or .csv.", dir_okay=False, show_default=False),
+                     ".parquet, .jsonl or .csv.", show_default=False),
     ],
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a trace (Mooncake, Azure, BurstGPT, vLLM bench, OpenTelemetry, ...) as a canonical
     table: validated, sorted by arrival, with canonical column names.
@@ -51,13 +54,6 @@ def convert(
             f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
             "end the name with .parquet, .jsonl or .csv"
         )
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise ConfigError(f"{out}: folder '{parent}' does not exist; create it or pick another "
-                          "path")
-    if out.exists() and trace.exists() and out.resolve() == trace.resolve():
-        raise ConfigError(f"--out {out}: is the input trace; inputs are never overwritten, "
-                          "pick another name")
     if not trace.exists():
         raise TraceReadError(f"{trace}: no such file; check the path")
     done = convert_trace(trace, out, fmt=input_format, column_map=parse_column_map(map or []),
@@ -65,5 +61,6 @@ def convert(
     for note in done.notes:
         sys.stderr.write(f"note: {note}\n")
     how = f", read in {done.parts} parts" if done.parts > 1 else ""
-    sys.stderr.write(f"wrote {done.requests:,} requests ({done.format_name} → canonical "
-                     f"{out.suffix.lower().lstrip('.')}{how}) to {out}\n")
+    if not quiet:
+        sys.stderr.write(f"wrote {done.requests:,} requests ({done.format_name} → canonical "
+                         f"{out.suffix.lower().lstrip('.')}{how}) to {out}\n")

@@ -6,14 +6,17 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, diagnosis_settings, emit, load
+from yaotu_trace.cli.options import (
     BlockSizeOpt,
     DaskOpt,
     FormatOpt,
+    GpuOpt,
     InputFormatOpt,
     JobsOpt,
     KvBytesOpt,
     KvCapacityOpt,
+    LinkGbpsOpt,
     MapOpt,
     MetricsOpt,
     ModelOpt,
@@ -23,12 +26,9 @@ from yaotu_trace.cli.app import (
     StepsOpt,
     ThresholdOpt,
     TraceArg,
-    app,
-    diagnosis_settings,
-    emit,
-    load,
 )
-from yaotu_trace.render import OutputFormat
+from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.hardware import DEFAULT_LINK_GBPS
 
 MaxSeqsOpt = Annotated[
     int | None,
@@ -40,19 +40,9 @@ MaxTokensOpt = Annotated[
     typer.Option("--max-batched-tokens", min=1, help="Engine token budget per step (else the "
                  "largest step seen)."),
 ]
-GpuOpt = Annotated[
-    str | None,
-    typer.Option("--gpu", help="GPU from the catalog (e.g. H100, A100-80GB): with --model, the "
-                 "ledger prices recomputed prefill in GPU-seconds (bf16 peak × MFU 0.5)."),
-]
-LinkOpt = Annotated[
-    float,
-    typer.Option("--link-gbps", min=0.001, help="Network link per instance for KV transfer in "
-                 "the disaggregation ledger (Gb/s)."),
-]
 
 
-@app.command()
+@command()
 def diagnose(
     trace: TraceArg,
     steps: StepsOpt = None,
@@ -64,16 +54,17 @@ def diagnose(
     max_num_seqs: MaxSeqsOpt = None,
     max_batched_tokens: MaxTokensOpt = None,
     gpu: GpuOpt = None,
-    link_gbps: LinkOpt = 100.0,
+    link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Find the bottleneck: queueing, KV memory, prefix reuse or prefill/decode interference.
 
@@ -105,11 +96,14 @@ def diagnose(
         gpu=gpu,
         max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens,
-        link_gbps=link_gbps,
+        link_gbps=DEFAULT_LINK_GBPS if link_gbps is None else link_gbps,
         replay_jobs=jobs,
         replay_dask=dask,
     )
-    engine_metrics = read_metrics(metrics) if metrics is not None else None
-    loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
-    emit(run(loaded, metrics=engine_metrics, settings=settings, thresholds=thresholds),
-         format, output)
+    with progress("diagnose", quiet) as update:
+        update("reading the telemetry and the trace", 0.0)
+        engine_metrics = read_metrics(metrics) if metrics is not None else None
+        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
+        update("judging the axes", 0.3)
+        report = run(loaded, metrics=engine_metrics, settings=settings, thresholds=thresholds)
+    emit(report, format, output)

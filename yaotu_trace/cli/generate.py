@@ -9,17 +9,18 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import app
+from yaotu_trace.cli.app import command, write_atomically
+from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.files import STDOUT
 from yaotu_trace.generate import DEFAULT_MODEL, ENGINES, GenerateOptions, Scenario
 from yaotu_trace.generate import generate_with_steps as build
 from yaotu_trace.ingest.canonical import write_trace
 
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
-STDOUT = Path("-")
 
 
-@app.command()
+@command()
 def generate(
     scenario: Annotated[
         Scenario,
@@ -37,7 +38,6 @@ def generate(
             "-o",
             help="Output file; the extension picks the format: .parquet, .jsonl or .csv. "
             "'-' writes JSONL to stdout.",
-            dir_okay=False,
             show_default=False,
         ),
     ],
@@ -62,10 +62,10 @@ def generate(
         typer.Option(
             "--steps-out",
             help="Step log of a diag-* scenario's simulated run (.parquet, .jsonl or .csv).",
-            dir_okay=False,
             show_default=False,
         ),
     ] = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a synthetic trace: token-level prompts, lengths, arrivals, tenants and sessions.
 
@@ -128,17 +128,13 @@ def generate(
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "trace.jsonl"
             write_trace(table, path)
-            sys.stdout.write(path.read_text(encoding="utf-8"))
-            sys.stdout.flush()
+            write_atomically(STDOUT, path.read_text(encoding="utf-8"))
     else:
-        parent = out.parent if str(out.parent) else Path(".")
-        if not parent.is_dir():
-            raise ConfigError(
-                f"{out}: folder '{parent}' does not exist; create it or pick another path"
-            )
         write_trace(table, out)
     if steps_out is not None and steps is not None:
         write_trace(steps, steps_out)
+    if quiet:
+        return
     span_s = float(table["arrival_s"].iloc[-1])
     rate_per_s = (len(table) - 1) / span_s if span_s > 0 else float("nan")
     sys.stderr.write(

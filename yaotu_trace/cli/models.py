@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from typing import Any
 
 from rich import box
@@ -12,8 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from yaotu_trace.catalog import ModelSpec, load_catalog
-from yaotu_trace.cli.app import FormatOpt, OutputOpt, app, write_atomically
+from yaotu_trace.cli.app import command, report_format, write_atomically
+from yaotu_trace.cli.options import FormatOpt, OutputOpt
+from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.files import STDOUT
 from yaotu_trace.render import OutputFormat, fmt
 
 _CONTEXT_TOKENS = 32_768
@@ -90,8 +92,8 @@ def _text(fmt_choice: OutputFormat) -> str:
     return buffer.getvalue()
 
 
-@app.command()
-def models(format: FormatOpt = OutputFormat.TABLE, output: OutputOpt = None) -> None:
+@command()
+def models(format: FormatOpt = None, output: OutputOpt = None, quiet: QuietOpt = False) -> None:
     """List the model catalog with KV bytes per token (the names --model accepts).
 
     Examples:
@@ -100,8 +102,5 @@ def models(format: FormatOpt = OutputFormat.TABLE, output: OutputOpt = None) -> 
 
       trace models --format json
     """
-    text = _text(format)
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        write_atomically(output, text)
+    del quiet  # the catalog is printed at once: no progress to hide
+    write_atomically(output or STDOUT, _text(report_format(format, output)))

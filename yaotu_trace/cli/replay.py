@@ -7,26 +7,33 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, input_of, load
+from yaotu_trace.cli.options import (
+    CacheOutputsOpt,
+    CachePartialOpt,
     DaskOpt,
     FormatOpt,
     InputFormatOpt,
+    InstancesOpt,
     JobsOpt,
     KvBytesOpt,
+    LastTokenRuleOpt,
     MapOpt,
+    ModelOpt,
     OutputOpt,
+    PresetOpt,
+    RouteOpt,
+    RuleBlockSizeOpt,
+    ScopeOpt,
     SourceBlockOpt,
+    TenantIsolationOpt,
+    TouchOrderOpt,
     TraceArg,
-    app,
-    emit,
-    input_of,
-    load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import replace_atomically
-from yaotu_trace.render import OutputFormat
-from yaotu_trace.replay.rules import Eviction, Preset, Route, Scope, TouchOrder
+from yaotu_trace.replay.rules import Eviction, Scope
 from yaotu_trace.report import Report
 
 OUT_SUFFIXES = (".parquet", ".csv")
@@ -78,73 +85,30 @@ def write_requests(path: Path, columns: dict[str, object]) -> None:
     replace_atomically(path, write)
 
 
-@app.command()
+@command()
 def replay(
     trace: TraceArg,
-    preset: Annotated[
-        Preset | None,
-        typer.Option(help="Engine rules to start from (default: mooncake for Mooncake traces, "
-                     "else vllm); the flags below override them.", case_sensitive=False),
-    ] = None,
-    block_size: Annotated[
-        int | None,
-        typer.Option("--block-size", help="Tokens per cache block (a multiple of the trace's "
-                     "block-id size).", min=1),
-    ] = None,
-    last_token_rule: Annotated[
-        bool | None,
-        typer.Option("--last-token-rule/--no-last-token-rule",
-                     help="At least one prompt token is always computed.", show_default=False),
-    ] = None,
-    tenant_isolation: Annotated[
-        bool | None,
-        typer.Option("--tenant-isolation/--no-tenant-isolation",
-                     help="Tenants never share cache blocks (needs a tenant column).",
-                     show_default=False),
-    ] = None,
-    touch_order: Annotated[
-        TouchOrder | None,
-        typer.Option("--touch-order", help="Order a request touches its blocks after lookup.",
-                     case_sensitive=False),
-    ] = None,
-    cache_partial_blocks: Annotated[
-        bool | None,
-        typer.Option("--cache-partial-blocks/--no-cache-partial-blocks",
-                     help="Cache a prompt's trailing partial block (worth its length).",
-                     show_default=False),
-    ] = None,
-    cache_outputs: Annotated[
-        bool,
-        typer.Option("--cache-outputs", help="Also cache the full blocks of prompt + output "
-                     "(needs output token ids)."),
-    ] = False,
+    preset: PresetOpt = None,
+    block_size: RuleBlockSizeOpt = None,
+    last_token_rule: LastTokenRuleOpt = None,
+    tenant_isolation: TenantIsolationOpt = None,
+    touch_order: TouchOrderOpt = None,
+    cache_partial_blocks: CachePartialOpt = None,
+    cache_outputs: CacheOutputsOpt = None,
     capacity: Annotated[
         str | None,
         typer.Option(help="Cache capacity per cache: blocks (20000), tokens (3.2Mtok) or bytes "
                      "(40GiB, needs --model). Default: unlimited.", show_default=False),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(help="Model name, for capacities in bytes (KV bytes per token)."),
-    ] = None,
+    model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
     eviction: Annotated[
         Eviction | None,
         typer.Option(help="Eviction policy of a full cache.", case_sensitive=False),
     ] = None,
-    scope: Annotated[
-        Scope | None,
-        typer.Option(help="One global cache, or one cache per instance.", case_sensitive=False),
-    ] = None,
-    route: Annotated[
-        Route | None,
-        typer.Option(help="Assign requests to instances (scope instance; default: the trace's "
-                     "instance column, else round-robin).", case_sensitive=False),
-    ] = None,
-    instances: Annotated[
-        int | None,
-        typer.Option(help="Number of instances when requests are routed.", min=1),
-    ] = None,
+    scope: ScopeOpt = None,
+    route: RouteOpt = None,
+    instances: InstancesOpt = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the random route.")] = None,
     capacity_per_tenant: Annotated[
         bool,
@@ -166,10 +130,9 @@ def replay(
     dask: DaskOpt = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Per-request hits and losses to .parquet or .csv.",
-                     dir_okay=False),
+        typer.Option("--out", help="Per-request hits and losses to .parquet or .csv."),
     ] = None,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
@@ -206,7 +169,7 @@ def replay(
         "tenant_isolation": tenant_isolation,
         "touch_order": touch_order,
         "cache_partial_blocks": cache_partial_blocks,
-        "cache_outputs": cache_outputs or None,
+        "cache_outputs": cache_outputs,
         "eviction": eviction,
         "scope": scope,
         "route": route,
@@ -243,7 +206,7 @@ def replay(
     emit(report, format, output)
 
 
-def _grid_report(loaded: object, preset: Preset | None, overrides: dict[str, object],
+def _grid_report(loaded: object, preset: str | None, overrides: dict[str, object],
                  grid: list[str], capacity: str | None, model: str | None,
                  kv_bytes_per_token: int | None, parallel: object, quiet: bool) -> Report:
     """`--grid`: one row per (block size, tenant isolation, capacity)."""
@@ -288,10 +251,13 @@ def _grid_report(loaded: object, preset: Preset | None, overrides: dict[str, obj
 
 
 def _positive_int(text: str) -> int:
+    from yaotu_trace.units import MAX_BLOCK_TOKENS
+
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise ConfigError(f"--grid block-size value {text!r}: a whole number of tokens >= 1")
+    if not 1 <= value <= MAX_BLOCK_TOKENS:
+        raise ConfigError(f"--grid block-size value {text!r}: a whole number of tokens from 1 "
+                          f"to {MAX_BLOCK_TOKENS}")
     return value

@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.check import diagnosis_builder
+from yaotu_trace.cli.options import (
     BlockSizeOpt,
     InputFormatOpt,
     KvCapacityOpt,
@@ -19,26 +21,23 @@ from yaotu_trace.cli.app import (
     StepsOpt,
     ThresholdOpt,
     TraceArg,
-    app,
-    emit,
-    load,
 )
-from yaotu_trace.cli.check import diagnosis_builder
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.render import OutputFormat
 
 ReportFormatOpt = Annotated[
-    OutputFormat,
-    typer.Option("--format", "-f", help="Report format (html by default; json gives the same "
-                 "numbers).", case_sensitive=False),
+    OutputFormat | None,
+    typer.Option("--format", "-f", help="Report format [default: from the extension of -o, "
+                 "else html; json gives the same numbers].", case_sensitive=False,
+                 show_default=False),
 ]
 
 
-@app.command()
+@command()
 def report(
     trace: TraceArg,
     output: OutputOpt = None,
-    format: ReportFormatOpt = OutputFormat.HTML,
+    format: ReportFormatOpt = None,
     steps: StepsOpt = None,
     metrics: MetricsOpt = None,
     model: ModelOpt = None,
@@ -72,4 +71,4 @@ def report(
         build = diagnosis_builder(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
                                   block_size=block_size, preset=preset, threshold=threshold)
         result = build_report(loaded, diagnose_report=build, progress=update)
-    emit(result, format, output)
+    emit(result, format, output, default=OutputFormat.HTML)

@@ -7,30 +7,26 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.options import (
     FormatOpt,
+    GpuOpt,
     InputFormatOpt,
+    LinkGbpsOpt,
     MapOpt,
+    ModelOpt,
     OutputOpt,
     SourceBlockOpt,
     TraceArg,
-    app,
-    emit,
-    load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.hardware import load_gpus
-from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
 from yaotu_trace.sim.config import RoutePolicy, SchedulerKind
 from yaotu_trace.simulation import Scenario
 
 OUT_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
-ModelOpt = Annotated[str | None, typer.Option("--model", help="Model from `trace models`.")]
-GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", help=f"GPU: {', '.join(g.name for g in load_gpus())} (or an alias, e.g. H100).")]
 KvBlocksOpt = Annotated[int | None, typer.Option(
     "--kv-blocks", help="KV blocks per instance (vLLM num_gpu_blocks); default from GPU memory, "
     "model weights and --gpu-memory-utilization.", min=2)]
@@ -56,8 +52,6 @@ RouteOpt = Annotated[RoutePolicy | None, typer.Option(
     "kv-aware is Dynamo's cost [round-robin].", case_sensitive=False)]
 PdOpt = Annotated[str | None, typer.Option(
     "--pd", help="Disaggregate: P prefill and D decode instances, e.g. 1:3.", metavar="P:D")]
-LinkOpt = Annotated[float | None, typer.Option(
-    "--link-gbps", help="KV transfer bandwidth per request under --pd, Gb/s [400].")]
 LinkLatencyOpt = Annotated[float | None, typer.Option(
     "--link-latency-ms", help="Fixed KV transfer latency α, ms [0.57].")]
 OverlapOpt = Annotated[bool | None, typer.Option(
@@ -102,19 +96,18 @@ def check_out(path: Path, option: str) -> None:
         raise ConfigError(f"{option} {path}: folder '{parent}' does not exist")
 
 
-@app.command()
+@command()
 def simulate(
     trace: TraceArg,
     out: Annotated[Path, typer.Option(
-        "--out", help="Canonical table with simulated timing (.parquet, .jsonl or .csv).",
-        dir_okay=False)],
+        "--out", help="Canonical table with simulated timing (.parquet, .jsonl or .csv).")],
     model: ModelOpt = None,
     gpu: GpuOpt = None,
     scenario: Annotated[Path | None, typer.Option(
         "--scenario", help="TOML file of these options; command-line options override it.",
         dir_okay=False)] = None,
     steps_out: Annotated[Path | None, typer.Option(
-        "--steps-out", help="Step log (.parquet, .jsonl or .csv).", dir_okay=False)] = None,
+        "--steps-out", help="Step log (.parquet, .jsonl or .csv).")] = None,
     kv_blocks: KvBlocksOpt = None,
     block_size: BlockSizeOpt = None,
     max_num_seqs: MaxSeqsOpt = None,
@@ -125,7 +118,7 @@ def simulate(
     instances: InstancesOpt = None,
     route: RouteOpt = None,
     pd: PdOpt = None,
-    link_gbps: LinkOpt = None,
+    link_gbps: LinkGbpsOpt = None,
     link_latency_ms: LinkLatencyOpt = None,
     layerwise_overlap: OverlapOpt = None,
     scheduler: SchedulerOpt = None,
@@ -136,7 +129,7 @@ def simulate(
     overhead_ms: OverheadOpt = None,
     host_gap_ms: HostGapOpt = None,
     calibrate: CalibrateOpt = None,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,

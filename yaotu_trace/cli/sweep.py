@@ -6,82 +6,50 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
+from yaotu_trace.cli.app import command, emit, input_of, load
+from yaotu_trace.cli.options import (
+    CacheOutputsOpt,
+    CachePartialOpt,
     FormatOpt,
     InputFormatOpt,
+    InstancesOpt,
     KvBytesOpt,
+    LastTokenRuleOpt,
     MapOpt,
+    ModelOpt,
     OutputOpt,
+    PresetOpt,
+    RouteOpt,
+    RuleBlockSizeOpt,
+    ScopeOpt,
     SourceBlockOpt,
+    TouchOrderOpt,
     TraceArg,
-    app,
-    emit,
-    input_of,
-    load,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.render import OutputFormat
 from yaotu_trace.report import Report
 
 
-@app.command()
+@command()
 def sweep(
     trace: TraceArg,
-    preset: Annotated[
-        str | None,
-        typer.Option(help="Engine preset: vllm, sglang, lmcache, mooncake or none "
-                     "(default: mooncake for Mooncake traces, else vllm)."),
-    ] = None,
-    block_size: Annotated[
-        int | None, typer.Option("--block-size", help="Tokens per block (overrides the preset).",
-                                 min=1)
-    ] = None,
-    touch_order: Annotated[
-        str | None,
-        typer.Option("--touch-order", help="tail-first (block 1 most recent) or head-first "
-                     "(flat LRU, as Mooncake's figure)."),
-    ] = None,
-    last_token_rule: Annotated[
-        bool | None,
-        typer.Option("--last-token-rule/--no-last-token-rule",
-                     help="At least one prompt token is recomputed (overrides the preset)."),
-    ] = None,
-    cache_partial_blocks: Annotated[
-        bool | None,
-        typer.Option("--cache-partial-blocks/--no-cache-partial-blocks",
-                     help="Count a trailing partial source block as cacheable."),
-    ] = None,
-    cache_outputs: Annotated[
-        bool | None,
-        typer.Option("--cache-outputs/--no-cache-outputs",
-                     help="Also insert the full blocks of prompt + output token ids."),
-    ] = None,
-    scope: Annotated[
-        str | None,
-        typer.Option(help="global (one cache) or instance (one cache of each capacity per "
-                     "instance)."),
-    ] = None,
-    instances: Annotated[
-        int | None,
-        typer.Option(help="Instances for --scope instance when the trace has no instance "
-                     "column (round-robin unless --route says otherwise).", min=1),
-    ] = None,
-    route: Annotated[
-        str | None,
-        typer.Option(help="round-robin, random or least-loaded (prefix-affinity cannot be "
-                     "swept in one pass)."),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(help="Model of the catalog (`trace models`): gives capacities in bytes."),
-    ] = None,
+    preset: PresetOpt = None,
+    block_size: RuleBlockSizeOpt = None,
+    touch_order: TouchOrderOpt = None,
+    last_token_rule: LastTokenRuleOpt = None,
+    cache_partial_blocks: CachePartialOpt = None,
+    cache_outputs: CacheOutputsOpt = None,
+    scope: ScopeOpt = None,
+    instances: InstancesOpt = None,
+    route: RouteOpt = None,
+    model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
     points: Annotated[
         int, typer.Option(help="Capacities shown, log-spaced (the knee and the 50/90/99 % "
                           "capacities are always added).", min=2)
     ] = 12,
-    format: FormatOpt = OutputFormat.TABLE,
+    format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,

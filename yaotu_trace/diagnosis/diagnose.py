@@ -309,14 +309,25 @@ class Diagnosis:
     ledger: tuple[LedgerEntry, ...]
 
 
-def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None) -> Diagnosis:
-    """Run every axis analyzer, then the ledger, findings and verdict."""
+def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
+                  overlap: AxisInput | None = None,
+                  overlap_axes: frozenset[str] = frozenset()) -> Diagnosis:
+    """Run every axis analyzer, then the ledger, findings and verdict.
+
+    `overlap` is the input judged on the telemetry's time range only (`telemetry`): the axes
+    in `overlap_axes` and the ledger read it instead of `inp`.
+    """
     t = thresholds or make_thresholds()
+
+    def input_of(name: AxisName) -> AxisInput:
+        return overlap if overlap is not None and name in overlap_axes else inp
+
     # NOTE: degenerate traces (zero-length spans, denormal durations) may overflow a ratio;
     # such values become inf/NaN, which the report turns into null, instead of warnings.
     with np.errstate(all="ignore"):
-        axes: dict[AxisName, AxisResult] = {name: analyzer(name)(inp, t) for name in AXES}
-        ledger, extra = build_ledger(axes, inp, t)
+        axes: dict[AxisName, AxisResult] = {name: analyzer(name)(input_of(name), t)
+                                            for name in AXES}
+        ledger, extra = build_ledger(axes, inp if overlap is None else overlap, t)
     if extra:
         pd_axis = axes[AxisName.PD_INTERFERENCE]
         axes[AxisName.PD_INTERFERENCE] = replace(pd_axis, hits=pd_axis.hits + tuple(extra))
@@ -334,10 +345,18 @@ def diagnose(
 ) -> Report:
     """`trace diagnose`: the report with sections axes, verdict, ledger and findings."""
     from yaotu_trace.pipeline import input_summary
+    from yaotu_trace.telemetry import fit_telemetry
 
     t = thresholds or make_thresholds()
     s = settings or EngineSettings()
-    result = run_diagnosis(AxisInput.of(trace, metrics, s), t)
+    fitted = fit_telemetry(trace, metrics)
+    trace, metrics = fitted.trace, fitted.metrics
+    overlap = None if fitted.overlap is None else AxisInput.of(fitted.overlap, metrics, s)
+    result = run_diagnosis(AxisInput.of(trace, metrics, s), t, overlap=overlap,
+                           overlap_axes=fitted.overlap_axes)
+    for name in fitted.overlap_axes:  # each panel says it was judged on the overlap only
+        axis = result.axes[AxisName(name)]
+        result.axes[axis.axis] = replace(axis, notes=axis.notes + fitted.overlap_notes)
     summary = input_summary(trace)
     config: dict[str, Any] = {
         "settings": s,

@@ -7,6 +7,7 @@ default"); `--threshold name=value` overrides one, and reports print the values 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -150,8 +151,8 @@ def make_thresholds(overrides: Mapping[str, float] | None = None) -> Thresholds:
     for name, value in (overrides or {}).items():
         if name not in values:
             raise ConfigError(unknown_message(name))
-        if not float(value) >= 0:
-            raise ConfigError(f"threshold {name}={value} must be a number >= 0")
+        if not 0 <= float(value) < math.inf:
+            raise ConfigError(f"threshold {name}={value} must be a finite number >= 0")
         if name in _POSITIVE and not float(value) > 0:
             raise ConfigError(f"threshold {name}={value} must be greater than 0")
         values[name] = float(value)

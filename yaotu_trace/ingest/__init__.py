@@ -6,22 +6,29 @@ import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import pandas as pd
-
 from yaotu_trace.errors import ConfigError, TraceReadError
+from yaotu_trace.ingest.compressed import (
+    codec_of,
+    find_file,
+    format_suffix,
+    is_compressed,
+    open_trace,
+)
 from yaotu_trace.ingest.formats import TraceFormat, sniff_header, sniff_keys
-from yaotu_trace.ingest.jsonl import first_record
+from yaotu_trace.ingest.jsonl import JSON_ERRORS, first_record
 from yaotu_trace.ingest.parts import apply_options
 from yaotu_trace.schema import (
     CANONICAL_COLUMNS,
     STEP_COLUMNS,
     RawTrace,
     Trace,
+    names_of,
     normalize,
 )
 from yaotu_trace.steplog import StepLog, open_parquet
 
 Reader = Callable[[Path], RawTrace]
+RAGPULSE_TRACE = "0_trace.jsonl"
 
 # Format → "module:function". Imported lazily so a run pays only for the reader it uses.
 READERS: Mapping[TraceFormat, str] = {
@@ -48,47 +55,48 @@ def get_reader(fmt: TraceFormat) -> Reader:
 
 
 def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> TraceFormat:
-    """Choose a format from the extension and, for JSON and CSV, the fields of the first record
-    (after the `--map` renames, so a mapped table is recognised as canonical)."""
+    """Choose a format from the extension (inside any compression extension: `x.jsonl.gz` is
+    JSONL) and, for JSON and CSV, the fields of the first record (after the `--map` renames, so
+    a mapped table is recognised as canonical)."""
     renamed = dict(column_map or {})
     if path.is_dir():
-        if (path / "0_trace.jsonl").is_file():
+        if find_file(path, RAGPULSE_TRACE) is not None:
             return TraceFormat.RAGPULSE
-        if any(path.glob("*.json")):
+        from yaotu_trace.ingest.weka import conversation_files
+
+        if conversation_files(path):
             return TraceFormat.WEKA
         raise TraceReadError(
             f"{path}: a folder is read as a WEKA/Claude-Code trace (one JSON per conversation), "
             "but it holds no .json files; pass a trace file"
         )
-    suffix = path.suffix.lower()
+    codec_of(path)  # a file named .gz that is not gzip is refused before its format is guessed
+    suffix = format_suffix(path)
     if suffix == ".parquet":
         return TraceFormat.CANONICAL_PARQUET
     if suffix in (".jsonl", ".ndjson"):
         record = first_record(path)
         if record is None:
-            raise TraceReadError(
-                f"{path}: line 1 is not a JSON object; check the file or pass --input-format"
-            )
+            raise TraceReadError(f"{path}: no JSON records found; check the file is not empty")
         found = sniff_keys({renamed.get(k, k) for k in record})
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the keys of line 1 "
-                f"({', '.join(sorted(record)[:8])}); pass --input-format "
+                f"({names_of(sorted(record))}); pass --input-format "
                 f"({', '.join(f.value for f in TraceFormat)}) or --map arrival_s=<key> ..."
             )
         return found
     if suffix == ".json":
         return _sniff_json_document(path)
     if suffix in (".csv", ".tsv"):
-        try:
-            header = pd.read_csv(path, nrows=0).columns
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise TraceReadError(f"{path}: not a readable CSV ({exc}); check the file") from exc
+        from yaotu_trace.ingest.canonical import read_csv_frame
+
+        header = read_csv_frame(path, nrows=0).columns
         found = sniff_header({renamed.get(str(c).strip(), str(c).strip()) for c in header})
         if found is None:
             raise TraceReadError(
                 f"{path}: cannot tell the trace format from the CSV header "
-                f"({', '.join(map(str, header[:8]))}); "
+                f"({names_of(header)}); "
                 "pass --input-format or --map arrival_s=<column> ..."
             )
         return found
@@ -100,11 +108,8 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
 
 def _sniff_json_document(path: Path) -> TraceFormat:
     """A whole-file JSON document: vLLM bench results, an OTel export, or one WEKA conversation."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(65536).decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise TraceReadError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
+    with open_trace(path) as fh:
+        head = fh.read(65536).decode("utf-8", errors="replace")
     if '"resourceSpans"' in head or '"resource_spans"' in head:
         return TraceFormat.OTEL
     # A result saved without --save-detailed keeps only run-level keys such as request_throughput.
@@ -117,6 +122,11 @@ def _sniff_json_document(path: Path) -> TraceFormat:
     found = sniff_keys(set(_keys_of_first_line(head)))
     if found is not None:
         return found
+    if head.lstrip("\ufeff \t\r\n").startswith("["):
+        raise TraceReadError(
+            f"{path}: a JSON array of records; write one request object per line as JSON Lines "
+            "(e.g. jq -c '.[]' in.json > out.jsonl), or pass --input-format"
+        )
     raise TraceReadError(
         f"{path}: cannot tell the trace format of this JSON document; pass --input-format, one of: "
         f"{', '.join(f.value for f in TraceFormat)}"
@@ -126,10 +136,11 @@ def _sniff_json_document(path: Path) -> TraceFormat:
 def _keys_of_first_line(head: str) -> list[str]:
     import json
 
-    line = head.splitlines()[0] if head else ""
+    lines = head.lstrip("\ufeff").splitlines()
+    line = lines[0] if lines else ""
     try:
         record = json.loads(line)
-    except json.JSONDecodeError:
+    except JSON_ERRORS:
         return []
     return list(record) if isinstance(record, dict) else []
 
@@ -162,6 +173,9 @@ def load_trace(
 ) -> Trace:
     """Read, map and validate a trace into the canonical `Trace` (never modifies the file).
 
+    The file may be compressed (`yaotu_trace.ingest.compressed`); every problem with it is a
+    `TraceReadError` or `TraceSchemaError` (exit 3) naming the file.
+
     `lazy_content=True` leaves the token, block-id and token-time columns of a canonical
     Parquet file on disk (`Trace.lazy`) when its rows are in arrival order: the replay and the
     inter-token gaps (`yaotu_trace.token_times`) then stream them row group by row group
@@ -171,6 +185,9 @@ def load_trace(
     if not path.exists():
         raise TraceReadError(f"{path}: no such file; check the path")
     fmt = fmt or detect_format(path, column_map)
+    if path.is_dir() and fmt not in (TraceFormat.RAGPULSE, TraceFormat.WEKA):
+        raise TraceReadError(f"{path}: is a folder, and a {fmt.value} trace is one file; pass "
+                             "the file (only RAGPulse and WEKA traces are folders)")
     if lazy_content and fmt is TraceFormat.CANONICAL_PARQUET and not column_map:
         lazy = _load_lazy(path, source_block_size)
         if lazy is not None:
@@ -229,13 +246,15 @@ def read_steps(path: Path, option: str) -> StepLog:
     """
     if not path.exists():
         raise TraceReadError(f"{path}: no such step log; check the {option} path")
-    suffix = path.suffix.lower()
-    from yaotu_trace.ingest import canonical
+    suffix = format_suffix(path)
+    from yaotu_trace.ingest import canonical, parquet_file
 
     if suffix == ".parquet":
-        streamed = open_parquet(path)
-        if streamed is not None:
-            return streamed
+        if not is_compressed(path):
+            with parquet_file.reading(path):
+                streamed = open_parquet(path)
+            if streamed is not None:
+                return streamed
         # Only the step columns are read: the others would be dropped by the validation.
         frame = canonical.read_parquet(path, skip=_other_columns(path, STEP_COLUMNS)).requests
     elif suffix in (".jsonl", ".ndjson"):
@@ -249,11 +268,10 @@ def read_steps(path: Path, option: str) -> StepLog:
 
 def _other_columns(path: Path, keep: tuple[str, ...]) -> tuple[str, ...]:
     """The columns of a Parquet file not in `keep` (none when it cannot be opened)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from yaotu_trace.ingest import parquet_file
 
     try:
-        names = pq.ParquetFile(path).schema_arrow.names
-    except (pa.ArrowInvalid, OSError):
+        names = parquet_file.open_file(path).schema_arrow.names
+    except TraceReadError:
         return ()  # the reader reports why
     return tuple(c for c in names if c not in keep)

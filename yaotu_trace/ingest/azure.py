@@ -19,7 +19,7 @@ import pandas as pd
 
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.canonical import read_csv_frame
-from yaotu_trace.schema import SOURCE_ROW, RawTrace
+from yaotu_trace.schema import SOURCE_ROW, RawTrace, names_of
 
 TIMESTAMP: Final = "TIMESTAMP"
 PROMPT: Final = "ContextTokens"
@@ -38,7 +38,7 @@ def read_azure(path: Path) -> RawTrace:
     if missing:
         raise TraceSchemaError(
             f"{path}: missing column{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(repr(c) for c in missing)} (have: {', '.join(map(str, df.columns[:8]))}); "
+            f"{', '.join(repr(c) for c in missing)} (have: {names_of(df.columns)}); "
             f"an Azure LLM trace has the header {TIMESTAMP},{PROMPT},{OUTPUT}"
         )
     lines = np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.canonical import read_csv_frame
-from yaotu_trace.schema import SOURCE_ROW, RawTrace
+from yaotu_trace.schema import SOURCE_ROW, RawTrace, names_of
 
 TIMESTAMP: Final = "Timestamp"
 MODEL: Final = "Model"
@@ -53,7 +53,7 @@ def read_burstgpt(path: Path) -> RawTrace:
     if missing:
         raise TraceSchemaError(
             f"{path}: missing column{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(repr(c) for c in missing)} (have: {', '.join(map(str, df.columns[:8]))}); "
+            f"{', '.join(repr(c) for c in missing)} (have: {names_of(df.columns)}); "
             f"a BurstGPT file has {TIMESTAMP}, {MODEL}, {REQUEST_TOKENS}, {RESPONSE_TOKENS}, "
             f"{TOTAL_TOKENS}, {LOG_TYPE}"
         )

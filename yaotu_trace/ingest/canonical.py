@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from yaotu_trace.errors import TraceReadError
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.files import replace_atomically
+from yaotu_trace.ingest import parquet_file
+from yaotu_trace.ingest.compressed import is_compressed, open_trace
 from yaotu_trace.ingest.jsonl import read_json_lines
 from yaotu_trace.schema import (
     LIST_COLUMNS,
@@ -41,69 +44,114 @@ def read_parquet(path: Path, *, skip: tuple[str, ...] = ()) -> RawTrace:
 
     Columns named in `skip` are not read (see `lazy_content`).
     """
-    try:
-        columns = None
-        if skip:
-            names = pq.ParquetFile(path).schema_arrow.names
-            columns = [c for c in names if c not in skip]
-        table = pq.read_table(path, columns=columns)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceReadError(
-            f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:160]}); "
-            "check the file is complete or pass --input-format"
-        ) from exc
+    columns = None
+    if skip:
+        columns = [c for c in parquet_file.open_file(path).schema_arrow.names if c not in skip]
+    table = parquet_file.read_table(path, columns=columns)
     meta = table.schema.metadata or {}
     block = meta.get(SOURCE_BLOCK_SIZE_KEY)
     df = table.to_pandas(types_mapper=_list_mapper)
     return RawTrace(
         requests=df,
         format_name="parquet",
-        source_block_size=int(block) if block else None,
+        source_block_size=_block_size(path, block),
         row_label="row",
     )
+
+
+def _block_size(path: Path, raw: bytes | None) -> int | None:
+    """The `yaotu.source_block_size` metadata value, checked."""
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise TraceSchemaError(
+            f"{path}: metadata '{SOURCE_BLOCK_SIZE_KEY.decode()}' is {raw[:40]!r}, not a whole "
+            "number of tokens per id; fix it or pass --source-block-size"
+        ) from None
 
 
 def lazy_content(path: Path) -> LazyContent | None:
     """The list columns of a Parquet file that can stay on disk, with their value counts.
 
     None when the file has none of `LAZY_COLUMNS` or lacks `prompt_len` (which the replay needs
-    up front), or when it cannot be opened (the eager reader then reports why).
+    up front), when it is compressed (it is then read into memory), or when it cannot be opened
+    (the eager reader then reports why). A column's count excludes missing lists and values
+    when the file's statistics say how many there are; a column with none stays in memory.
     """
     try:
-        meta = pq.ParquetFile(path).metadata
-        names = pq.ParquetFile(path).schema_arrow.names
-    except (pa.ArrowInvalid, OSError):
+        if is_compressed(path):
+            return None
+        with parquet_file.reading(path):
+            file = pq.ParquetFile(path)
+            meta, schema = file.metadata, file.schema_arrow
+    except TraceReadError:
         return None
-    present = tuple(c for c in LAZY_COLUMNS if c in names)
-    if not present or "prompt_len" not in names:
+    present = tuple(c for c in LAZY_COLUMNS if c in schema.names)
+    if not present or "prompt_len" not in schema.names:
         return None
+    if not all(pa.types.is_list(t) or pa.types.is_large_list(t)
+               for t in (schema.field(c).type for c in present)):
+        return None  # the eager reader names the row that is not a list
     counts = []
     for column in present:
         leaves = [j for j in range(meta.num_columns)
                   if meta.schema.column(j).path.split(".")[0] == column]
         if len(leaves) != 1:
             return None
-        counts.append(sum(meta.row_group(i).column(leaves[0]).num_values
+        counts.append(sum(_leaf_values(meta.row_group(i).column(leaves[0]))
                           for i in range(meta.num_row_groups)))
-    return LazyContent(path=str(path), columns=present, num_values=tuple(counts))
+    # A column without a value is read (cheaply) and dropped like any column missing throughout.
+    kept = [(c, n) for c, n in zip(present, counts, strict=True) if n > 0]
+    if not kept:
+        return None
+    return LazyContent(path=str(path), columns=tuple(c for c, _ in kept),
+                       num_values=tuple(n for _, n in kept))
+
+
+def _leaf_values(chunk: pq.ColumnChunkMetaData) -> int:
+    """Values of one column chunk, less its null count when the statistics have one (for a
+    list column that counts missing and empty lists, which hold no value)."""
+    stats = chunk.statistics
+    if stats is not None and stats.has_null_count:
+        return max(0, chunk.num_values - stats.null_count)
+    return chunk.num_values
 
 
 def read_jsonl(path: Path) -> RawTrace:
     """Read canonical JSONL: one request object per line, canonical keys."""
-    return jsonl_part(*read_json_lines(path))
+    return jsonl_part(*read_json_lines(path), path)
 
 
-def jsonl_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
+def jsonl_part(records: list[dict[str, Any]], lines: list[int], path: Path) -> RawTrace:
     """Canonical JSONL records (some lines of a file, or all) as a raw table."""
     df = pd.DataFrame.from_records(records)
     df[SOURCE_ROW] = lines
-    block = df.pop("source_block_size").dropna().unique() if "source_block_size" in df else []
-    return RawTrace(
-        requests=df,
-        format_name="jsonl",
-        source_block_size=int(block[0]) if len(block) else None,
-        row_label="line",
-    )
+    block = None
+    if "source_block_size" in df:
+        block = _one_block_size(df.pop("source_block_size").tolist(), lines, path)
+    return RawTrace(requests=df, format_name="jsonl", source_block_size=block, row_label="line")
+
+
+def _one_block_size(values: list[object], lines: list[int], path: Path) -> int | None:
+    """The `source_block_size` of JSONL rows: one whole number >= 1 wherever it is given."""
+    found: tuple[int, int] | None = None
+    for value, line in zip(values, lines, strict=True):
+        if value is None or (isinstance(value, float) and value != value):
+            continue
+        whole = isinstance(value, int | float) and not isinstance(value, bool) and (
+            float(value).is_integer() and 1 <= value < 2**31)
+        if not whole:
+            raise TraceSchemaError(
+                f"{path}: line {line}, column 'source_block_size': {repr(value)[:40]} is not "
+                "a whole number of tokens per id; fix it or pass --source-block-size")
+        if found is not None and int(value) != found[0]:  # type: ignore[call-overload]
+            raise TraceSchemaError(
+                f"{path}: line {line}, column 'source_block_size': {value} differs from "
+                f"{found[0]} on line {found[1]}; one trace has one block size")
+        found = found or (int(value), line)  # type: ignore[call-overload]
+    return None if found is None else found[0]
 
 
 def read_csv(path: Path) -> RawTrace:
@@ -123,14 +171,47 @@ def csv_part(df: pd.DataFrame, path: Path, *, first_line: int) -> RawTrace:
 
 
 def read_csv_frame(path: Path, **kwargs: object) -> pd.DataFrame:
-    """pandas.read_csv with errors turned into one-line `TraceReadError`s."""
+    """pandas.read_csv of a (possibly compressed) file, errors as one-line `TraceReadError`s."""
+    with open_trace(path) as handle:
+        frame = csv_frame(path, handle, **kwargs)
+    assert isinstance(frame, pd.DataFrame)
+    return frame
+
+
+def csv_frame(path: Path, handle: IO[bytes], **kwargs: object) -> Any:
+    """pandas.read_csv of an open file (an iterator of frames with `chunksize`), with its
+    errors as one-line `TraceReadError`s naming `path`."""
     try:
-        return pd.read_csv(path, **kwargs)  # type: ignore[call-overload]
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
-        raise TraceReadError(
-            f"{path}: not a readable CSV ({str(exc).splitlines()[0][:160]}); "
-            "check the file or pass --input-format"
-        ) from exc
+        return pd.read_csv(handle, **kwargs)  # type: ignore[call-overload]
+    except CSV_ERRORS as exc:
+        raise csv_error(path, exc) from exc
+
+
+# What pandas raises on a malformed CSV (a C parser error, bad bytes, a value it cannot hold).
+CSV_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError,
+              OverflowError)
+_RAGGED = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+
+
+def csv_error(path: Path, exc: Exception, after_line: int | None = None) -> TraceReadError:
+    """The one-line error for a CSV pandas cannot parse, with the fix when it is known."""
+    reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+    ragged = _RAGGED.search(reason)
+    if ragged:
+        fields, line, saw = ragged.groups()  # pandas counts the file's own lines
+        return TraceReadError(
+            f"{path}: line {line}: {saw} fields where the header has "
+            f"{fields}; quote values that contain commas, or fix the row"
+        )
+    if isinstance(exc, UnicodeDecodeError):
+        return TraceReadError(f"{path}: not UTF-8 text ({reason}); save the CSV as UTF-8")
+    if isinstance(exc, pd.errors.EmptyDataError):
+        return TraceReadError(f"{path}: the CSV is empty; it needs a header and one row per "
+                              "request")
+    at = f" after line {after_line}" if after_line else ""
+    return TraceReadError(
+        f"{path}: not a readable CSV{at} ({reason}); check the file or pass --input-format"
+    )
 
 
 def _parse_list_cell(value: object, path: Path, line: int, column: str) -> object:
@@ -138,7 +219,7 @@ def _parse_list_cell(value: object, path: Path, line: int, column: str) -> objec
         return None
     try:
         parsed = json.loads(str(value))
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
         raise TraceReadError(
             f"{path}: line {line}, column '{column}': {str(value)[:40]!r} is not a JSON list; "
             'write lists as "[1, 2, 3]"'
@@ -162,7 +243,7 @@ def write_trace(
                 meta = dict(table.schema.metadata or {})
                 meta[SOURCE_BLOCK_SIZE_KEY] = str(source_block_size).encode()
                 table = table.replace_schema_metadata(meta)
-            pq.write_table(table, tmp, row_group_size=1024, compression="zstd")
+            pq.write_table(table, tmp, row_group_size=1024, **parquet_file.WRITE_OPTIONS)
         elif suffix == ".csv":
             frame = requests.copy()
             for column in LIST_COLUMNS:
@@ -205,7 +286,7 @@ def join_parquet_parts(parts: list[Path], path: Path, *,
 
     def write(tmp: Path) -> None:
         nonlocal rows
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        with pq.ParquetWriter(tmp, schema, **parquet_file.WRITE_OPTIONS) as writer:
             for part in parts:
                 table = pq.read_table(part)
                 columns = [table.column(c).cast(fields[c].type) if c in table.column_names

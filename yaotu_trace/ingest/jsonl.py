@@ -1,4 +1,4 @@
-"""Shared JSON Lines reading with line-numbered errors."""
+"""Shared JSON Lines reading with line-numbered errors (plain or compressed files)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from yaotu_trace.errors import TraceReadError
+from yaotu_trace.ingest.compressed import open_trace
 
 PART_BYTES = 32 << 20  # text per part when a file is read in parts (about 0.2 GB parsed)
+BOM = b"\xef\xbb\xbf"
+# What json.loads raises on a bad line: JSONDecodeError and UnicodeDecodeError are ValueErrors,
+# as is an integer of more than 4300 digits; deep nesting exhausts the recursion limit.
+JSON_ERRORS = (ValueError, RecursionError)
 
 
 def read_json_lines(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
@@ -32,23 +37,13 @@ def iter_json_lines(path: Path, *, part_bytes: int | None = PART_BYTES
     lines: list[int] = []
     size = 0
     try:
-        with path.open("rb") as fh:
+        with open_trace(path) as fh:
             for number, line in enumerate(fh, start=1):
+                if number == 1 and line.startswith(BOM):
+                    line = line[len(BOM):]
                 if not line.strip():
                     continue
-                try:
-                    record = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise TraceReadError(
-                        f"{path}: line {number}: invalid JSON ({_reason(exc)}); "
-                        "fix or remove the line"
-                    ) from exc
-                if not isinstance(record, dict):
-                    raise TraceReadError(
-                        f"{path}: line {number}: expected a JSON object, got "
-                        f"{type(record).__name__}; each line must be one request object"
-                    )
-                records.append(record)
+                records.append(parse_object(line, path, number))
                 lines.append(number)
                 size += len(line)
                 if part_bytes is not None and size >= part_bytes:
@@ -60,18 +55,46 @@ def iter_json_lines(path: Path, *, part_bytes: int | None = PART_BYTES
         yield records, lines
 
 
-def first_record(path: Path) -> dict[str, Any] | None:
-    """The first JSON object of a JSONL file, or None if the first line is not one."""
+def parse_object(line: bytes, path: Path, number: int) -> dict[str, Any]:
+    """One line of a JSONL file as a JSON object; anything else is an error naming the line."""
     try:
-        with path.open("rb") as fh:
-            for line in fh:
-                if line.strip():
-                    record = json.loads(line)
-                    return record if isinstance(record, dict) else None
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-        return None
+        record = json.loads(line)
+    except JSON_ERRORS as exc:
+        if number == 1 and line.lstrip().startswith(b"["):
+            raise _array_error(path) from exc
+        raise TraceReadError(
+            f"{path}: line {number}: invalid JSON ({_reason(exc)}); fix or remove the line"
+        ) from exc
+    if not isinstance(record, dict):
+        if isinstance(record, list) and number == 1:
+            raise _array_error(path)
+        raise TraceReadError(
+            f"{path}: line {number}: expected a JSON object, got "
+            f"{type(record).__name__}; each line must be one request object"
+        )
+    return record
+
+
+def _array_error(path: Path) -> TraceReadError:
+    return TraceReadError(
+        f"{path}: line 1 is a JSON array, not one request object per line; write it as JSON "
+        "Lines (e.g. jq -c '.[]' in.json > out.jsonl)"
+    )
+
+
+def first_record(path: Path) -> dict[str, Any] | None:
+    """The first JSON object of a JSONL file, or None when the file holds no line; a first
+    line that is not a JSON object is an error naming it."""
+    with open_trace(path) as fh:
+        for number, line in enumerate(fh, start=1):
+            if number == 1 and line.startswith(BOM):
+                line = line[len(BOM):]
+            if line.strip():
+                return parse_object(line, path, number)
     return None
 
 
-def _reason(exc: Exception) -> str:
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
     return str(exc).splitlines()[0][:120]

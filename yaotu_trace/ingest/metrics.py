@@ -180,6 +180,9 @@ def _increase(rows: pd.DataFrame) -> float:
 def read_metrics(path: str | Path) -> EngineMetrics:
     """Read a Prometheus range-query export (JSON or CSV) into `EngineMetrics`."""
     path = Path(path)
+    if path.is_dir():
+        raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
+                             "file (.json or .csv)")
     if not path.is_file():
         raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
     suffix = path.suffix.lower()
@@ -218,6 +221,15 @@ def _number(text: Any, path: Path, where: str, field: str, fix: str) -> float:
         ) from None
 
 
+def _time(ts: float, path: Path, where: str) -> float:
+    """A sample's timestamp, which must be a finite time: the export's clock is matched with
+    the trace's (`yaotu_trace.telemetry`)."""
+    if not math.isfinite(ts):
+        raise TraceReadError(f"{path}: {where}, field 'timestamp': {ts} is not a finite time; "
+                             "give Unix seconds, e.g. 1732931200.5")
+    return ts
+
+
 def _read_json(path: Path) -> list[tuple[float, str, str, float]]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -243,6 +255,12 @@ def _read_json(path: Path) -> list[tuple[float, str, str, float]]:
                 "; the query failed, fix it and export again"
             )
         data = item.get("data")
+        kind = data.get("resultType", "matrix") if isinstance(data, dict) else "matrix"
+        if kind not in ("matrix", "vector"):
+            raise TraceReadError(
+                f"{path}: {where}, field 'data.resultType': {kind!r} holds no time series; "
+                "export a Prometheus range query (resultType matrix)"
+            )
         result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(result, list):
             raise TraceReadError(
@@ -273,7 +291,8 @@ def _read_json(path: Path) -> list[tuple[float, str, str, float]]:
                     raise TraceReadError(
                         f"{path}: {pat}: expected a [timestamp, \"value\"] pair, got {pair!r}"
                     )
-                ts = _number(pair[0], path, pat, "timestamp", "give Unix seconds")
+                ts = _time(_number(pair[0], path, pat, "timestamp", "give Unix seconds"), path,
+                           pat)
                 value = _number(pair[1], path, pat, "value",
                                 "Prometheus writes numbers as strings such as \"0.5\"")
                 rows.append((ts, name, labels, value))
@@ -350,13 +369,19 @@ def _read_csv(path: Path) -> list[tuple[float, str, str, float]]:
                         f"{path}: line {number}, field 'metric': empty; give the metric name, "
                         "e.g. vllm:num_requests_waiting"
                     )
-                ts = _timestamp((record.get("timestamp") or "").strip(), path, number)
+                ts = _time(_timestamp((record.get("timestamp") or "").strip(), path, number),
+                           path, f"line {number}")
                 value = _number((record.get("value") or "").strip(), path, f"line {number}",
                                 "value", "give a number (NaN rows may be dropped)")
                 labels = _parse_labels(record.get("labels") or "", path, number)
-                if math.isfinite(ts):
-                    rows.append((ts, metric, labels, value))
+                rows.append((ts, metric, labels, value))
     except UnicodeDecodeError as exc:
         raise TraceReadError(f"{path}: not UTF-8 text ({exc.reason}); save the CSV as UTF-8") \
+            from exc
+    except csv.Error as exc:
+        raise TraceReadError(f"{path}: line {reader.line_num}: not CSV text ({exc}); export "
+                             "the metrics as timestamp, metric, labels, value") from exc
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read ({exc.strerror or exc}); check the file") \
             from exc
     return rows

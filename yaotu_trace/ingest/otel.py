@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.compressed import read_text
 from yaotu_trace.ingest.jsonl import read_json_lines
 from yaotu_trace.schema import SOURCE_WHERE, RawTrace
 
@@ -153,15 +154,15 @@ def _spans(path: Path) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
 
 def _documents(path: Path) -> list[tuple[str, Any]]:
     """One export document, a list of them, or JSON Lines; each with a location prefix."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceReadError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
-    except UnicodeDecodeError as exc:
-        raise TraceReadError(f"{path}: not UTF-8 text; pass an OTLP JSON export") from exc
+    text = read_text(path, "pass an OTLP JSON export saved as UTF-8")
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except RecursionError as exc:
+        raise TraceReadError(f"{path}: JSON nested too deeply; pass an OTLP JSON export") from exc
+    except ValueError as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            raise TraceReadError(f"{path}: invalid JSON ({str(exc)[:120]}); check the export "
+                                 "is complete") from exc
         if exc.msg != "Extra data":
             raise TraceReadError(
                 f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); "
@@ -231,14 +232,20 @@ def _nanos(
     if value is None and not required:
         return None
     try:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ValueError
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        nanos = int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
         what = "is missing" if value is None else f"is {str(value)[:30]!r}, not an integer"
         raise TraceSchemaError(
             f"{path}: {where}, field '{keys[0]}' {what}; give nanoseconds since the Unix epoch"
         ) from None
+    if not 0 <= nanos < 1 << 63:
+        raise TraceSchemaError(
+            f"{path}: {where}, field '{keys[0]}' is {str(value)[:30]!r}, outside int64 "
+            "nanoseconds; give nanoseconds since the Unix epoch"
+        )
+    return nanos
 
 
 def _seconds(value: object, key: str, where: str, path: Path) -> float:

@@ -2,8 +2,9 @@
 
 `trace convert` writes a large JSONL or CSV trace as canonical Parquet without holding it:
 each part (about 32 MB of text) is mapped and validated like a whole file, with the file's
-own line numbers. Formats whose rows depend on each other (Bailian's chat trees, Azure's clock,
-RAGPulse's joined files, WEKA's conversations, benchmark results, spans) are read whole.
+own line numbers; a compressed file is decompressed as its parts are read, never whole.
+Formats whose rows depend on each other (Bailian's chat trees, Azure's clock, RAGPulse's
+joined files, WEKA's conversations, benchmark results, spans) are read whole.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import pandas as pd
-
-from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.compressed import open_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.schema import RawTrace
+from yaotu_trace.schema import RawTrace, names_of
 
 PARTABLE = (TraceFormat.CANONICAL_JSONL, TraceFormat.CANONICAL_CSV, TraceFormat.MOONCAKE)
 PART_BYTES = 32 << 20
@@ -31,7 +31,7 @@ def apply_options(raw: RawTrace, path: Path, column_map: Mapping[str, str] | Non
         if missing:
             raise TraceSchemaError(
                 f"{path}: --map names column(s) {', '.join(map(repr, missing))} that the file "
-                f"lacks (have: {', '.join(map(str, raw.requests.columns[:12]))})"
+                f"lacks (have: {names_of(raw.requests.columns, 12)})"
             )
         raw = replace(raw, requests=raw.requests.rename(columns=dict(column_map)))
     if source_block_size is not None:
@@ -49,30 +49,28 @@ def read_parts(path: Path, fmt: TraceFormat, *,
     from yaotu_trace.ingest.jsonl import iter_json_lines
     from yaotu_trace.ingest.mooncake import mooncake_part
 
-    build = mooncake_part if fmt is TraceFormat.MOONCAKE else jsonl_part
     for records, lines in iter_json_lines(path, part_bytes=part_bytes):
-        yield build(records, lines)
+        yield (mooncake_part(records, lines) if fmt is TraceFormat.MOONCAKE
+               else jsonl_part(records, lines, path))
 
 
 def _csv_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
     """CSV rows in parts of about `part_bytes`, sized from the first rows' length."""
-    from yaotu_trace.ingest.canonical import csv_part, read_csv_frame
+    from yaotu_trace.ingest.canonical import CSV_ERRORS, csv_error, csv_frame, csv_part
 
-    with path.open("rb") as fh:
+    with open_trace(path) as fh:
         head = fh.read(1 << 20).splitlines()
     per_row = max(1, sum(len(line) + 1 for line in head[1:]) // max(1, len(head) - 1))
     rows = max(1, part_bytes // per_row)
     first_line = 2
-    frames = read_csv_frame(path, chunksize=rows)
-    while True:
-        try:
-            frame = next(frames)
-        except StopIteration:
-            return
-        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-            raise TraceReadError(
-                f"{path}: not a readable CSV after line {first_line - 1} "
-                f"({str(exc).splitlines()[0][:160]}); check the file or pass --input-format"
-            ) from exc
-        yield csv_part(frame, path, first_line=first_line)
-        first_line += len(frame)
+    with open_trace(path) as fh:
+        frames = csv_frame(path, fh, chunksize=rows)
+        while True:
+            try:
+                frame = next(frames)
+            except StopIteration:
+                return
+            except CSV_ERRORS as exc:
+                raise csv_error(path, exc, after_line=first_line - 1) from exc
+            yield csv_part(frame, path, first_line=first_line)
+            first_line += len(frame)

@@ -46,6 +46,7 @@ import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.compressed import find_file
 from yaotu_trace.ingest.jsonl import read_json_lines
 from yaotu_trace.schema import SOURCE_ROW, RawTrace
 
@@ -62,11 +63,12 @@ COMPONENTS: Final = (
 SESSION_EPOCH: Final = re.compile(r"^(\d{13})-[a-z0-9]{12}$")
 MIN_EPOCH_SESSIONS: Final = 10  # fewer standard ids than this in a run: no origin estimate
 ORIGIN_ROUNDING_S: Final = 60.0
+MAX_ID: Final = 1 << 62  # chunk ids and lengths: well inside int64, so sums cannot overflow
 
 
 def read_ragpulse(path: Path, *, stitch_runs: bool = True) -> RawTrace:
     """Read `0_trace.jsonl` (or the folder holding it) and the chunk tables beside it."""
-    trace_path = path / TRACE_FILE if path.is_dir() else path
+    trace_path = (find_file(path, TRACE_FILE) or path / TRACE_FILE) if path.is_dir() else path
     if not trace_path.exists():
         raise TraceReadError(
             f"{path}: no {TRACE_FILE} in this folder; pass the RAGPulse trace file or its folder"
@@ -81,11 +83,10 @@ def read_ragpulse(path: Path, *, stitch_runs: bool = True) -> RawTrace:
         arrival.to_numpy(dtype=np.float64), sessions, lines, stitch_runs
     )
     notes.extend(run_notes)
-    arrival_col = pd.Series(arrival_s, dtype=object)
     # Keep non-numeric raw values so validation names the line and the bad value.
     bad = arrival.isna().to_numpy()
-    for pos in np.flatnonzero(bad):
-        arrival_col.iloc[pos] = timestamps[pos]
+    arrival_col = pd.Series([timestamps[pos] if bad[pos] else arrival_s[pos]
+                             for pos in range(len(timestamps))], dtype=object)
 
     out = pd.DataFrame(
         {
@@ -107,7 +108,7 @@ def read_ragpulse(path: Path, *, stitch_runs: bool = True) -> RawTrace:
         )
 
     folder = trace_path.parent
-    tables = [folder / table for _, table, _ in COMPONENTS]
+    tables = [find_file(folder, table) or folder / table for _, table, _ in COMPONENTS]
     present = [t.exists() for t in tables]
     if not any(present):
         notes.append(
@@ -202,10 +203,11 @@ def _read_table(path: Path, id_key: str) -> tuple[np.ndarray, np.ndarray]:
     for i, (record, line) in enumerate(zip(records, lines, strict=True)):
         chunk_id, length = record.get(id_key), record.get("token_length")
         for key, value in ((id_key, chunk_id), ("token_length", length)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_ID:
                 raise TraceSchemaError(
-                    f"{path}: line {line}, column '{key}': {value!r} is not a whole number >= 0; "
-                    f"each line must be {{\"{id_key}\": int, \"token_length\": int}}"
+                    f"{path}: line {line}, column '{key}': {str(value)[:40]!r} is not a whole "
+                    f"number in 0 .. 2**62; each line must be "
+                    f"{{\"{id_key}\": int, \"token_length\": int}}"
                 )
         ids[i], lengths[i] = chunk_id, length
     return ids, lengths
@@ -225,16 +227,20 @@ def _expand_chunks(
         ids, lengths = _read_table(table, id_key)
         table_ids.append(ids)
         table_lengths.append(lengths)
+    # Chunk ids may be sparse: they are numbered densely in id order (`dense[id]`).
+    distinct = np.unique(np.concatenate(table_ids))
+    dense = dict(zip(distinct.tolist(), range(distinct.size), strict=True))
+    table_ids = [np.searchsorted(distinct, ids) for ids in table_ids]
     all_ids = np.concatenate(table_ids)
     all_lengths = np.concatenate(table_lengths)
-    size = int(all_ids.max()) + 1 if all_ids.size else 0
+    size = distinct.size
     length_of = np.full(size, -1, dtype=np.int64)
     owner = np.full(size, -1, dtype=np.int64)  # which component's table defines the id
     for k, ids in enumerate(table_ids):
         clash = ids[owner[ids] >= 0]
         if clash.size:
             raise TraceSchemaError(
-                f"{tables[k]}: chunk id {int(clash[0])} is also defined in "
+                f"{tables[k]}: chunk id {int(distinct[clash[0]])} is also defined in "
                 f"{tables[int(owner[clash[0]])].name}; chunk ids must be unique across tables"
             )
         owner[ids] = k
@@ -266,17 +272,19 @@ def _expand_chunks(
                     f"{trace_path}: line {line}, column 'hash_ids.{component}': expected a list "
                     "of integer chunk ids"
                 )
-            for chunk in chunk_ids:
-                if not 0 <= chunk < size or owner[chunk] != k:
+            for chunk_id in chunk_ids:
+                chunk = dense.get(chunk_id, -1)
+                if chunk < 0 or owner[chunk] != k:
                     raise TraceSchemaError(
                         f"{trace_path}: line {line}, column 'hash_ids.{component}': chunk id "
-                        f"{chunk} is not in {table}; check the tables belong to this trace"
+                        f"{str(chunk_id)[:40]} is not in {table}; check the tables belong "
+                        "to this trace"
                     )
                 seg_start.append(int(start_of[chunk]))
                 seg_length.append(int(length_of[chunk]))
                 total += int(length_of[chunk])
         n = lengths_by_row[i]
-        if not np.isfinite(n):
+        if not (np.isfinite(n) and 0 <= n < MAX_ID and n == int(n)):
             row_tokens[i] = total  # normalize reports the bad or missing input_length
             continue
         template = int(n) - total

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.compressed import read_text
 from yaotu_trace.schema import SOURCE_WHERE, RawTrace
 
 PER_REQUEST_KEYS: Final = (
@@ -94,12 +95,7 @@ def read_vllm_bench(path: Path) -> RawTrace:
 
 def _load_document(path: Path) -> Any:
     """Parse the whole file as one JSON document with line-numbered errors."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceReadError(f"{path}: cannot read ({exc.strerror}); check permissions") from exc
-    except UnicodeDecodeError as exc:
-        raise TraceReadError(f"{path}: not UTF-8 text; pass a vllm bench result JSON") from exc
+    text = read_text(path, "pass a vllm bench result JSON saved as UTF-8")
     decoder = json.JSONDecoder()
     start = len(text) - len(text.lstrip())
     try:
@@ -109,6 +105,10 @@ def _load_document(path: Path) -> Any:
             f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); "
             "check the file is complete"
         ) from exc
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:120]
+        raise TraceReadError(f"{path}: invalid JSON ({reason}); check the file is "
+                             "complete") from exc
     tail = text[end:]
     if tail.strip():
         next_doc = end + len(tail) - len(tail.lstrip())

@@ -4,8 +4,9 @@ A folder of `trace_NNNN.json` files is read as one trace; a single file is a one
 trace. Mapping and decisions:
 
 - `t` → `arrival_s`, `in` → `prompt_len`, `out` → `output_len`, `model` → `model`, the file stem
-  → `session_id`. `t + ttft` → `first_token_s` and `t + api_time` → `finish_s` where present:
-  they are the original API's observed times, kept so latency views can show them.
+  (without a compression extension) → `session_id`. `t + ttft` → `first_token_s` and
+  `t + api_time` → `finish_s` where present: they are the original API's observed times, kept
+  so latency views can show them.
 - `hash_ids` → `prompt_block_ids` with `source_block_size` = the files' `block_size` (64). The
   floor rule holds: there is no id for a trailing partial block, which the schema accepts.
 - Namespaces: with `hash_id_scope: "local"` (or no scope field, as in older traces) ids are
@@ -32,6 +33,7 @@ import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.compressed import format_suffix, plain_stem, read_text
 from yaotu_trace.schema import SOURCE_WHERE, RawTrace
 
 DEFAULT_BLOCK_TOKENS: Final = 64
@@ -40,7 +42,7 @@ NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number live
 
 def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
     """Read a folder of WEKA conversation files (or one file) as one canonical trace."""
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    files = sorted(conversation_files(path)) if path.is_dir() else [path]
     if not files:
         raise TraceReadError(f"{path}: no .json conversation files in this folder")
     frames: list[pd.DataFrame] = []
@@ -125,18 +127,22 @@ def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
     )
 
 
+def conversation_files(folder: Path) -> list[Path]:
+    """The conversation files of a folder: `*.json`, plain or compressed (`*.json.gz`, ...)."""
+    return [p for p in folder.iterdir() if p.is_file() and format_suffix(p) == ".json"]
+
+
 def _load_document(file: Path) -> dict[str, Any]:
     """Parse one conversation file and check it has a list of requests."""
+    text = read_text(file, "a WEKA trace file is one JSON object in UTF-8")
     try:
-        with file.open("rb") as fh:
-            document = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        reason = str(exc).splitlines()[0][:120]
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = ("nested too deeply" if isinstance(exc, RecursionError)
+                  else str(exc).splitlines()[0][:120])
         raise TraceReadError(
             f"{file}: invalid JSON ({reason}); a WEKA trace file is one JSON object"
         ) from exc
-    except OSError as exc:
-        raise TraceReadError(f"{file}: cannot read ({exc.strerror}); check permissions") from exc
     if not isinstance(document, dict) or not isinstance(document.get("requests"), list):
         raise TraceReadError(
             f"{file}: not a WEKA conversation (expected an object with a 'requests' list); "
@@ -172,9 +178,9 @@ def _conversation(
             subagents += 1
             continue
         t = request.get("t")
-        rows["request_id"].append(f"{file.stem}#{index}")
+        rows["request_id"].append(f"{plain_stem(file)}#{index}")
         rows["arrival_s"].append(t)
-        rows["session_id"].append(file.stem)
+        rows["session_id"].append(plain_stem(file))
         rows["model"].append(request.get("model"))
         rows["prompt_len"].append(request.get("in"))
         rows["output_len"].append(request.get("out"))

@@ -12,8 +12,9 @@ one batch of ids are ever held. A reader thread decodes the next batch while the
 hashed (pyarrow and the kernels release the GIL), so decoding and hashing overlap on two cores.
 
 The same batches serve the ideal pass of the waterfall (`ideal.ideal_hit_tokens_streaming`).
-Validation that `normalize` does for in-memory list columns happens here, per batch: list
-lengths against `prompt_len` and token ids >= 0.
+Validation that `normalize` does for in-memory list columns happens here, per batch: ids
+that are whole numbers within int64 (`schema.list_value_problem`), list lengths against
+`prompt_len` and token ids >= 0. A damaged page is a `TraceReadError` naming its row group.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from yaotu_trace.replay.blocks import (
     frozen_input,
 )
 from yaotu_trace.replay.rules import ReplayRules
+from yaotu_trace.schema import list_value_problem
 
 # Ids per record batch: large enough to amortise per-batch costs, small enough to stay a few
 # tens of MB (one batch is decoded while the previous one is hashed).
@@ -87,6 +89,10 @@ class ParquetPrompts:
 
         row0 = 0
         for arr in self._arrays():
+            problem = list_value_problem(arr.flatten(), self.column)
+            if problem is not None:  # 1.5 or 2**64 - 1 would be cast to another id silently
+                rows = pa.compute.list_parent_indices(arr).to_numpy()
+                self._fail(row0 + int(rows[problem[0]]), self.column, problem[1])
             valid = None
             if arr.null_count:
                 valid = np.asarray(arr.is_valid())
@@ -113,23 +119,26 @@ class ParquetPrompts:
         than `iter_batches`. Larger row groups are cut into record batches of that one group,
         with pre-buffering off: with it the reader keeps every decoded batch allocated.
         """
-        import pyarrow.parquet as pq
+        from yaotu_trace.ingest import parquet_file
 
-        pf = pq.ParquetFile(self.path, pre_buffer=False)
+        pf = parquet_file.open_file(self.path, pre_buffer=False)
         meta = pf.metadata
         leaf = next(j for j in range(meta.num_columns)
                     if meta.schema.column(j).path.split(".")[0] == self.column)
         for i in range(meta.num_row_groups):
             group = meta.row_group(i)
-            if group.column(leaf).num_values <= 4 * BATCH_VALUES:
-                table = pf.read_row_group(i, columns=[self.column], use_threads=False)
-                yield from table.column(0).chunks
-                continue
-            per_row = max(1.0, group.column(leaf).num_values / max(1, group.num_rows))
-            rows = int(max(16, min(65_536, BATCH_VALUES / per_row)))
-            for record in pf.iter_batches(batch_size=rows, row_groups=[i],
-                                          columns=[self.column], use_threads=False):
-                yield record.column(0)
+            # A damaged page is reported with its row group and column, however late it is met.
+            with parquet_file.reading(self.path, f"row group {i + 1} of {meta.num_row_groups}",
+                                      self.column):
+                if group.column(leaf).num_values <= 4 * BATCH_VALUES:
+                    table = pf.read_row_group(i, columns=[self.column], use_threads=False)
+                    yield from table.column(0).chunks
+                    continue
+                per_row = max(1.0, group.column(leaf).num_values / max(1, group.num_rows))
+                rows = int(max(16, min(65_536, BATCH_VALUES / per_row)))
+                for record in pf.iter_batches(batch_size=rows, row_groups=[i],
+                                              columns=[self.column], use_threads=False):
+                    yield record.column(0)
 
     def _validate(self, row0: int, lengths: np.ndarray, values: np.ndarray,
                   valid: np.ndarray | None) -> None:

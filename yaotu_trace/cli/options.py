@@ -1,0 +1,178 @@
+"""The command-line options shared by several commands, each defined once.
+
+An option that two commands take means the same in both: the same name, help, type and default
+(`tests/cli/test_one_cli.py` checks it). Options of one command only live with that command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from yaotu_trace.cli.progress import QuietOpt
+from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.render import OutputFormat
+from yaotu_trace.replay.rules import Preset, Route, Scope, TouchOrder
+from yaotu_trace.units import MAX_BLOCK_TOKENS, MAX_COUNT
+
+__all__ = ["QuietOpt"]
+
+TraceArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Trace file (.parquet, .jsonl, .csv, .json) or a folder of WEKA conversation files.",
+        show_default=False,
+        metavar="TRACE"),
+]
+InputFormatOpt = Annotated[
+    TraceFormat | None,
+    typer.Option(
+        "--input-format",
+        "-i",
+        help="Input format; detected from the extension and fields when omitted.",
+        case_sensitive=False,
+    ),
+]
+MapOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--map",
+        help="Rename a source column to a canonical one: --map arrival_s=ts (repeatable).",
+        metavar="CANONICAL=SOURCE"),
+]
+SourceBlockOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--source-block-size",
+        help="Tokens per id when the trace's prompts are block ids (overrides the format's).",
+        min=1,
+    ),
+]
+StepsOpt = Annotated[
+    Path | None,
+    typer.Option("--steps", help="Per-step engine log (.parquet, .jsonl or .csv)."),
+]
+FormatOpt = Annotated[
+    OutputFormat | None,
+    typer.Option("--format", "-f", help="Report format [default: from the extension of -o "
+                 "(.json, .md, .html, .txt), else table].", case_sensitive=False,
+                 show_default=False),
+]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write the report to this file instead of stdout ('-' is stdout; a FIFO or "
+        "/dev/fd/N is written directly, a file atomically)."),
+]
+JobsOpt = Annotated[
+    int,
+    typer.Option("--jobs", "-j", min=1, help="Run independent caches and passes in this many "
+                 "worker processes (results are identical to one process)."),
+]
+DaskOpt = Annotated[
+    str | None,
+    typer.Option("--dask", metavar="ADDRESS", help="Run them on a Dask cluster instead: "
+                 "tcp://scheduler:8786, or 'local' for a local cluster of 2 workers (needs "
+                 "pip install 'yaotu-trace[dask]')."),
+]
+
+
+KvBytesOpt = Annotated[
+    int | None,
+    typer.Option("--kv-bytes-per-token", min=1, max=MAX_COUNT,
+                 help="KV bytes per token (overrides --model's)."),
+]
+# Options of the diagnosis, shared by `trace diagnose`, `trace check` and `trace report`.
+MetricsOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics", help="Engine Prometheus export: range-query JSON or CSV "
+                 "(timestamp, metric, labels, value)."),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="Model from the catalog (`trace models`, case-insensitive, "
+                 "aliases accepted): its KV bytes per token, parameters and FLOPs."),
+]
+GpuOpt = Annotated[
+    str | None,
+    typer.Option("--gpu", help="GPU from the catalog (e.g. H100-SXM, A100-80GB, MI300X, or an "
+                 "alias such as H100): compute, memory and bandwidth."),
+]
+LinkGbpsOpt = Annotated[
+    float | None,
+    typer.Option("--link-gbps", min=0.001, help="Network link for KV transfer between prefill "
+                 "and decode instances, Gb/s [default: 400, one 400G NIC per GPU]."),
+]
+KvCapacityOpt = Annotated[
+    str | None,
+    typer.Option("--kv-capacity", help="KV pool of one instance: blocks (20000), tokens "
+                 "(3.2Mtok) or bytes (40GiB, needs --model)."),
+]
+BlockSizeOpt = Annotated[
+    int | None,
+    typer.Option("--block-size", min=1, max=MAX_BLOCK_TOKENS, help="KV block size in tokens of "
+                 "the diagnosis [default: "
+                 "16; the prefix replay uses its preset's]."),
+]
+
+# The prefix-cache rules, shared by `trace replay` and `trace sweep`: each overrides --preset.
+RuleBlockSizeOpt = Annotated[
+    int | None,
+    typer.Option("--block-size", min=1, max=MAX_BLOCK_TOKENS, help="Tokens per cache block (a "
+                 "multiple of the trace's "
+                 "block-id size) [default: the preset's]."),
+]
+LastTokenRuleOpt = Annotated[
+    bool | None,
+    typer.Option("--last-token-rule/--no-last-token-rule", show_default=False,
+                 help="At least one prompt token is always computed [default: the preset's]."),
+]
+TenantIsolationOpt = Annotated[
+    bool | None,
+    typer.Option("--tenant-isolation/--no-tenant-isolation", show_default=False,
+                 help="Tenants never share cache blocks (needs a tenant column)."),
+]
+TouchOrderOpt = Annotated[
+    TouchOrder | None,
+    typer.Option("--touch-order", case_sensitive=False, help="Order a request touches its "
+                 "blocks after lookup: tail-first (the last block most recent, as vLLM) or "
+                 "head-first (flat LRU, as Mooncake's figure)."),
+]
+CachePartialOpt = Annotated[
+    bool | None,
+    typer.Option("--cache-partial-blocks/--no-cache-partial-blocks", show_default=False,
+                 help="Cache a prompt's trailing partial block (worth its length)."),
+]
+CacheOutputsOpt = Annotated[
+    bool | None,
+    typer.Option("--cache-outputs/--no-cache-outputs", show_default=False,
+                 help="Also cache the full blocks of prompt + output (needs output token ids)."),
+]
+ScopeOpt = Annotated[
+    Scope | None,
+    typer.Option("--scope", case_sensitive=False,
+                 help="One global cache, or one cache per instance."),
+]
+RouteOpt = Annotated[
+    Route | None,
+    typer.Option("--route", case_sensitive=False, help="Assign requests to instances (implies "
+                 "--scope instance) [default: the trace's instance column, else round-robin]."),
+]
+InstancesOpt = Annotated[
+    int | None,
+    typer.Option("--instances", min=1, help="Number of instances when requests are routed."),
+]
+PresetOpt = Annotated[
+    Preset | None,
+    typer.Option("--preset", help="Prefix-replay engine rules [default: mooncake for Mooncake "
+                 "traces, else vllm]; the rule options override them.", case_sensitive=False),
+]
+ThresholdOpt = Annotated[
+    list[str] | None,
+    typer.Option("--threshold", "-t", metavar="NAME=VALUE",
+                 help="Override a diagnosis threshold (repeatable); see docs/rules.md."),
+]
