@@ -33,11 +33,7 @@ import sys
 # heavier, so that a Ctrl-C during its start-up is handled too.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from types import FrameType
-    from typing import Any
-
-    TraceFunction = Callable[[FrameType, str, Any], Any]
 
 _UNSAFE_MODULES = frozenset({"tempfile", "yaotu_trace.files"})
 _NUMBA_CALLBACKS = "numba.core.serialize"
@@ -82,7 +78,7 @@ def _raise_at(frame: FrameType) -> None:
     """Raise KeyboardInterrupt at `frame`'s next line (or return), then stop tracing."""
     previous = sys.gettrace()
 
-    def fire(traced: FrameType, event: str, arg: object) -> TraceFunction:
+    def fire(traced: FrameType, event: str, arg: object) -> None:
         sys.settrace(previous)
         traced.f_trace = None
         raise KeyboardInterrupt
