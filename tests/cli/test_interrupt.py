@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -54,30 +55,42 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-# (id, arguments with {in}/{out} for the input and output folders, outputs, signal the group)
-CASES = [
-    ("analyze", "analyze {in}/chat.parquet -o {out}/a.txt", ["a.txt"], True),
-    ("replay", "replay {in}/chat.parquet --capacity 1Mtok -o {out}/r.txt", ["r.txt"], True),
-    ("replay-jobs", "replay {in}/chat.parquet --scope instance --instances 4 --capacity 1Mtok "
-     "--jobs 2 -o {out}/r.txt", ["r.txt"], True),
-    ("replay-jobs-parent-only", "replay {in}/chat.parquet --scope instance --instances 4 "
-     "--capacity 1Mtok --jobs 2 -o {out}/r.txt", ["r.txt"], False),
-    ("replay-out", "replay {in}/chat.parquet --capacity 1Mtok --out {out}/hits.parquet "
-     "-o {out}/r.txt", ["hits.parquet", "r.txt"], True),
-    ("sweep", "sweep {in}/chat.parquet -o {out}/s.txt", ["s.txt"], True),
-    ("diagnose", "diagnose {in}/churn.parquet --steps {in}/churn.steps.parquet -o {out}/d.txt",
-     ["d.txt"], True),
-    ("simulate", "simulate {in}/chat.parquet " + " ".join(MODEL) + " --out {out}/sim.parquet "
-     "--steps-out {out}/steps.parquet -o {out}/sim.txt",
-     ["sim.parquet", "steps.parquet", "sim.txt"], True),
-    ("compare", "compare {in}/chat.parquet --scenario {in}/colocated.toml "
-     "--scenario {in}/small-steps.toml " + " ".join(MODEL) + " -o {out}/c.txt", ["c.txt"], True),
-    ("convert", "convert {in}/chat.jsonl --out {out}/conv.parquet", ["conv.parquet"], True),
-    ("report", "report {in}/chat.parquet -o {out}/report.html", ["report.html"], True),
-    ("check", "check {in}/chat.parquet --config {in}/checks.toml --junit {out}/j.xml "
-     "--markdown {out}/m.md -o {out}/check.txt", ["j.xml", "m.md", "check.txt"], True),
-    ("generate", "generate chat -n 3000 --out {out}/gen.parquet", ["gen.parquet"], True),
-]
+@dataclass(frozen=True)
+class Case:
+    """A command line ({in}/{out}: the input and output folders) and the outputs it writes."""
+
+    command: str
+    outputs: tuple[str, ...]
+    whole_group: bool = True  # SIGINT to the process group, as a terminal sends it
+    times: int = 1  # Ctrl-C pressed this many times, 20 ms apart
+
+
+SIMULATE = ("simulate {in}/chat.parquet " + " ".join(MODEL) + " --out {out}/sim.parquet "
+            "--steps-out {out}/steps.parquet -o {out}/sim.txt")
+REPLAY_JOBS = ("replay {in}/chat.parquet --scope instance --instances 4 --capacity 1Mtok "
+               "--jobs 2 -o {out}/r.txt")
+CASES = {
+    "analyze": Case("analyze {in}/chat.parquet -o {out}/a.txt", ("a.txt",)),
+    "replay": Case("replay {in}/chat.parquet --capacity 1Mtok -o {out}/r.txt", ("r.txt",)),
+    "replay-jobs": Case(REPLAY_JOBS, ("r.txt",)),
+    "replay-jobs-parent-only": Case(REPLAY_JOBS, ("r.txt",), whole_group=False),
+    "replay-out": Case("replay {in}/chat.parquet --capacity 1Mtok --out {out}/hits.parquet "
+                       "-o {out}/r.txt", ("hits.parquet", "r.txt")),
+    "sweep": Case("sweep {in}/chat.parquet -o {out}/s.txt", ("s.txt",)),
+    "diagnose": Case("diagnose {in}/churn.parquet --steps {in}/churn.steps.parquet "
+                     "-o {out}/d.txt", ("d.txt",)),
+    "simulate": Case(SIMULATE, ("sim.parquet", "steps.parquet", "sim.txt")),
+    # a second and a third Ctrl-C while the first one's cleanup runs
+    "simulate-three-times": Case(SIMULATE + " --stats", ("sim.parquet", "steps.parquet",
+                                                         "sim.txt"), times=3),
+    "compare": Case("compare {in}/chat.parquet --scenario {in}/colocated.toml --scenario "
+                    "{in}/small-steps.toml " + " ".join(MODEL) + " -o {out}/c.txt", ("c.txt",)),
+    "convert": Case("convert {in}/chat.jsonl --out {out}/conv.parquet", ("conv.parquet",)),
+    "report": Case("report {in}/chat.parquet -o {out}/report.html", ("report.html",)),
+    "check": Case("check {in}/chat.parquet --config {in}/checks.toml --junit {out}/j.xml "
+                  "--markdown {out}/m.md -o {out}/check.txt", ("j.xml", "m.md", "check.txt")),
+    "generate": Case("generate chat -n 3000 --out {out}/gen.parquet", ("gen.parquet",)),
+}
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -103,7 +116,7 @@ def _left_over(pgid: int, wait_s: float = 10.0) -> list[int]:
     return members
 
 
-def _interrupted_run(args: list[str], delay_s: float, whole_group: bool
+def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: int = 1
                      ) -> tuple[int, bytes, bytes, int] | None:
     """Run, SIGINT after `delay_s`: (exit code, stdout, stderr, group); None if it ended first."""
     proc = _trace(*args)
@@ -111,41 +124,44 @@ def _interrupted_run(args: list[str], delay_s: float, whole_group: bool
     if proc.poll() is not None:
         proc.communicate()
         return None
-    if whole_group:
-        os.killpg(proc.pid, signal.SIGINT)
-    else:
-        proc.send_signal(signal.SIGINT)
+    for _ in range(times):
+        if proc.poll() is not None:
+            break
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        time.sleep(0.02)
     out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     if proc.returncode == 0:
         return None
     return proc.returncode, out, err, proc.pid
 
 
-@pytest.mark.parametrize(("command", "outputs", "whole_group"),
-                         [pytest.param(c, o, g, id=i) for i, c, o, g in CASES])
-def test_ctrl_c_is_exit_130_silent_and_leaves_nothing(
-        inputs: Path, tmp_path: Path, command: str, outputs: list[str], whole_group: bool) -> None:
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_ctrl_c_is_exit_130_silent_and_leaves_nothing(inputs: Path, tmp_path: Path,
+                                                      case: Case) -> None:
     for delay_s in DELAYS_S:
         counted = False
         for attempt in range(ATTEMPTS_PER_DELAY):
             out_dir = tmp_path / f"{delay_s}-{attempt}"
             out_dir.mkdir()
-            args = command.format(**{"in": inputs, "out": out_dir}).split()
-            run = _interrupted_run(args, delay_s / 2**attempt, whole_group)
+            args = case.command.format(**{"in": inputs, "out": out_dir}).split()
+            run = _interrupted_run(args, delay_s / 2**attempt, case.whole_group, case.times)
             if run is None:
                 continue  # finished before the signal: try again, sooner
             code, out, err, pgid = run
-            where = f"{command} (SIGINT after {delay_s / 2**attempt:.3f} s)"
+            where = f"{case.command} (SIGINT after {delay_s / 2**attempt:.3f} s)"
             assert code == ExitCode.INTERRUPTED, f"{where}: exit {code}\n{err.decode()}"
             assert err == b"", f"{where}: stderr\n{err.decode()}"
             assert out == b"", f"{where}: stdout\n{out.decode()}"
             left = sorted(p.name for p in out_dir.iterdir())
             # Nothing, or (the signal came as the command was ending) every output, whole.
-            assert left in ([], sorted(outputs)), f"{where}: left {left}"
+            assert left in ([], sorted(case.outputs)), f"{where}: left {left}"
             assert _left_over(pgid) == [], f"{where}: processes left behind"
             counted = True
             break
-        assert counted, f"{command}: finished before every signal; make its input larger"
+        assert counted, f"{case.command}: finished before every signal; make its input larger"
 
 
 COMPILED_RESULTS = """

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started_s = time.perf_counter()
         code = _run(args, debug)
-        if stats:
+        if stats and code != ExitCode.INTERRUPTED:
             sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
     except KeyboardInterrupt:
         code = int(ExitCode.INTERRUPTED)
