@@ -31,10 +31,12 @@ RUN_TIMEOUT_S = 60.0
 MODEL = ("--model", "Llama-3.1-8B", "--gpu", "H100")
 
 
-def _trace(*args: str, cwd: Path = REPO) -> subprocess.Popen[bytes]:
+def _trace(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None
+           ) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "yaotu_trace", *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True,
+                            env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +65,8 @@ class Case:
     outputs: tuple[str, ...]
     whole_group: bool = True  # SIGINT to the process group, as a terminal sends it
     times: int = 1  # Ctrl-C pressed this many times, 20 ms apart
+    compiles: bool = False  # with an empty numba cache: the Ctrl-C comes while numba compiles
+    delays_s: tuple[float, ...] = DELAYS_S
 
 
 SIMULATE = ("simulate {in}/chat.parquet " + " ".join(MODEL) + " --out {out}/sim.parquet "
@@ -76,6 +80,8 @@ CASES = {
     "replay-jobs-parent-only": Case(REPLAY_JOBS, ("r.txt",), whole_group=False),
     "replay-out": Case("replay {in}/chat.parquet --capacity 1Mtok --out {out}/hits.parquet "
                        "-o {out}/r.txt", ("hits.parquet", "r.txt")),
+    "replay-compiling": Case("replay {in}/chat.parquet --capacity 1Mtok -o {out}/r.txt",
+                             ("r.txt",), compiles=True, delays_s=(2.0, 3.0, 4.5)),
     "sweep": Case("sweep {in}/chat.parquet -o {out}/s.txt", ("s.txt",)),
     "diagnose": Case("diagnose {in}/churn.parquet --steps {in}/churn.steps.parquet "
                      "-o {out}/d.txt", ("d.txt",)),
@@ -116,10 +122,10 @@ def _left_over(pgid: int, wait_s: float = 10.0) -> list[int]:
     return members
 
 
-def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: int = 1
-                     ) -> tuple[int, bytes, bytes, int] | None:
+def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: int = 1,
+                     env: dict[str, str] | None = None) -> tuple[int, bytes, bytes, int] | None:
     """Run, SIGINT after `delay_s`: (exit code, stdout, stderr, group); None if it ended first."""
-    proc = _trace(*args)
+    proc = _trace(*args, env=env)
     time.sleep(delay_s)
     if proc.poll() is not None:
         proc.communicate()
@@ -141,13 +147,15 @@ def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_ctrl_c_is_exit_130_silent_and_leaves_nothing(inputs: Path, tmp_path: Path,
                                                       case: Case) -> None:
-    for delay_s in DELAYS_S:
+    for delay_s in case.delays_s:
         counted = False
         for attempt in range(ATTEMPTS_PER_DELAY):
             out_dir = tmp_path / f"{delay_s}-{attempt}"
             out_dir.mkdir()
             args = case.command.format(**{"in": inputs, "out": out_dir}).split()
-            run = _interrupted_run(args, delay_s / 2**attempt, case.whole_group, case.times)
+            cache = tmp_path / f"numba-{out_dir.name}"
+            env = {"NUMBA_CACHE_DIR": str(cache)} if case.compiles else None
+            run = _interrupted_run(args, delay_s / 2**attempt, case.whole_group, case.times, env)
             if run is None:
                 continue  # finished before the signal: try again, sooner
             code, out, err, pgid = run

@@ -12,6 +12,9 @@ has the interrupt raised at the next line of the first frame up the stack that i
   caller then unpacks a tuple holding NULL and crashes (SIGSEGV, exit 139: `trace simulate` in
   about 1 of 4 tries), or receives a result with an exception set (SystemError, exit 4).
   Deferred, the interrupt is raised in the caller once the call has returned.
+- In llvmlite, while numba compiles: it calls back into Python through ctypes, which prints an
+  exception raised in a callback ("Exception ignored on calling ctypes callback") and drops it;
+  the compilation then fails as if it were a bug (exit 4).
 - In a finalizer (`__del__`), where an exception is printed as "Exception ignored" and lost.
 - In the temp-file steps of an atomic write (`tempfile`, `yaotu_trace.files` itself), between
   the temp file's creation and the `try` whose `finally` removes it.
@@ -36,7 +39,9 @@ if TYPE_CHECKING:
     from types import FrameType
 
 _UNSAFE_MODULES = frozenset({"tempfile", "yaotu_trace.files"})
-_NUMBA_CALLBACKS = "numba.core.serialize"
+# Packages whose frames may sit below C code that cannot take an exception: an interrupt in
+# them, or in anything they call, waits for their caller.
+_CALLBACK_PACKAGES = ("numba.core.serialize", "llvmlite")
 
 
 class _State:
@@ -50,6 +55,11 @@ def _module(frame: FrameType) -> str:
     return str(frame.f_globals.get("__name__", ""))
 
 
+def _in_callback_package(frame: FrameType) -> bool:
+    module = _module(frame)
+    return any(module == p or module.startswith(p + ".") for p in _CALLBACK_PACKAGES)
+
+
 def _unsafe_here(frame: FrameType) -> bool:
     return frame.f_code.co_name == "__del__" or _module(frame) in _UNSAFE_MODULES
 
@@ -57,15 +67,16 @@ def _unsafe_here(frame: FrameType) -> bool:
 def resume_frame(frame: FrameType | None) -> FrameType | None:
     """Where an interrupt that came in `frame` is raised: `frame` itself when that is safe.
 
-    Below numba's boxing callback the callback's caller (the callback may be in cloudpickle or
-    pickle, called from it); in a finalizer or a temp-file step the first frame outside.
+    Below numba's boxing callback or llvmlite the caller of the outermost of their frames (the
+    callback may be in cloudpickle or pickle, called from it); in a finalizer or a temp-file
+    step the first frame outside.
     """
     if frame is None:
         return None
     outermost: FrameType | None = None
     caller: FrameType | None = frame
     while caller is not None:
-        if _module(caller) == _NUMBA_CALLBACKS:
+        if _in_callback_package(caller):
             outermost = caller
         caller = caller.f_back
     resume = outermost.f_back if outermost is not None else frame
