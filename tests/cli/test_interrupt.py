@@ -78,6 +78,9 @@ CASES = {
     "replay": Case("replay {in}/chat.parquet --capacity 1Mtok -o {out}/r.txt", ("r.txt",)),
     "replay-jobs": Case(REPLAY_JOBS, ("r.txt",)),
     "replay-jobs-parent-only": Case(REPLAY_JOBS, ("r.txt",), whole_group=False),
+    "replay-dask-local": Case("replay {in}/chat.parquet --capacity 1Mtok --capacity-per-tenant "
+                              "--dask local -o {out}/r.txt", ("r.txt",),
+                              delays_s=(1.5, 2.5, 3.5)),
     "replay-out": Case("replay {in}/chat.parquet --capacity 1Mtok --out {out}/hits.parquet "
                        "-o {out}/r.txt", ("hits.parquet", "r.txt")),
     "replay-compiling": Case("replay {in}/chat.parquet --capacity 1Mtok -o {out}/r.txt",
@@ -147,6 +150,8 @@ def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_ctrl_c_is_exit_130_silent_and_leaves_nothing(inputs: Path, tmp_path: Path,
                                                       case: Case) -> None:
+    if "--dask" in case.command:
+        pytest.importorskip("dask.distributed", reason="the optional dask extra is not installed")
     for delay_s in case.delays_s:
         counted = False
         for attempt in range(ATTEMPTS_PER_DELAY):
