@@ -91,3 +91,22 @@ def test_azure_code_trace_is_extremely_bursty_and_conv_is_not() -> None:
     assert conv.arrivals.peak_rps == 16
     assert code.arrivals.peak_rpm == 632
     assert code.arrivals.longest_gap_s == pytest.approx(217, abs=1)
+
+
+def test_arrival_bins_equal_the_dense_count_and_need_no_dense_array() -> None:
+    """Peaks and dispersion from the occupied bins only equal those of a dense bincount."""
+    from yaotu_trace.profile import _dispersion, _occupied_bins
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        arrival = np.sort(rng.exponential(rng.uniform(0.01, 5), size=rng.integers(1, 2000))
+                          .cumsum())
+        rel = arrival - arrival[0]
+        dense = np.bincount(np.floor(rel).astype(np.int64))
+        counts, bins = _occupied_bins(rel, 1.0)
+        assert counts.max() == dense.max() and bins == dense.size
+        if dense.size > 1:
+            assert _dispersion(counts, bins) == pytest.approx(dense.var() / dense.mean(),
+                                                             rel=1e-12)
+    far = arrival_profile(np.array([0.0, 1e9]))  # a dense count would need 8 GB
+    assert far.peak_rps == 1 and far.span_s == 1e9

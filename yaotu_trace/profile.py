@@ -110,14 +110,39 @@ def profile_trace(trace: Trace) -> Profile:
     )
 
 
+def _occupied_bins(rel_s: np.ndarray, width_s: float) -> tuple[np.ndarray, int]:
+    """Arrivals in each non-empty bin of `width_s`, and how many bins the span has.
+
+    Only the occupied bins are held: a trace whose two requests are 1e9 s apart needs two
+    counts, not a billion.
+    """
+    if not rel_s.size:
+        return np.zeros(0, np.int64), 0
+    bins = np.floor(rel_s / width_s).astype(np.int64)  # sorted, as the arrivals are
+    starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
+    counts = np.diff(np.r_[starts, bins.size])
+    return counts.astype(np.int64), int(bins[-1]) + 1
+
+
+def _dispersion(counts: np.ndarray, bins: int) -> float | None:
+    """Variance over mean of the arrivals per bin, the empty bins included (1 for Poisson)."""
+    if bins <= 1:
+        return None
+    mean = float(counts.sum()) / bins
+    if mean <= 0:
+        return None
+    squares = float(np.sum((counts - mean) ** 2)) + (bins - counts.size) * mean * mean
+    return squares / bins / mean
+
+
 def arrival_profile(arrival_s: np.ndarray) -> ArrivalProfile:
     """Rates and burstiness of sorted arrival times (seconds)."""
     n = int(arrival_s.size)
     span_s = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
     gaps = np.diff(arrival_s)
     rel = arrival_s - arrival_s[0] if n else arrival_s
-    per_second = np.bincount(np.floor(rel).astype(np.int64)) if n else np.zeros(0, np.int64)
-    per_minute = np.bincount(np.floor(rel / 60.0).astype(np.int64)) if n else per_second
+    per_second, seconds = _occupied_bins(rel, 1.0)
+    per_minute, _ = _occupied_bins(rel, 60.0)
     mean_rate = n / span_s if span_s > 0 else None
     gap_mean = float(gaps.mean()) if gaps.size else 0.0
     return ArrivalProfile(
@@ -128,9 +153,7 @@ def arrival_profile(arrival_s: np.ndarray) -> ArrivalProfile:
         peak_rpm=int(per_minute.max()) if n else 0,
         peak_to_mean=float(per_second.max()) / mean_rate if mean_rate else None,
         interarrival_cv=float(gaps.std() / gap_mean) if gap_mean > 0 else None,
-        per_second_dispersion=float(per_second.var() / per_second.mean())
-        if per_second.size > 1 and per_second.mean() > 0
-        else None,
+        per_second_dispersion=_dispersion(per_second, seconds),
         median_gap_s=float(np.median(gaps)) if gaps.size else None,
         longest_gap_s=float(gaps.max()) if gaps.size else None,
     )

@@ -7,6 +7,7 @@ Everything downstream trusts a `Trace`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -99,6 +100,8 @@ class RawTrace:
     source_block_size: int | None = None
     row_label: str = "row"
     notes: tuple[str, ...] = ()
+    # Canonical column -> the source's own name, so that errors name the column the user has.
+    source_names: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -401,8 +404,29 @@ def _first_negative(arr: pa.ChunkedArray) -> int:
 def normalize(raw: RawTrace, path: str) -> Trace:
     """Validate a reader's table and return the canonical `Trace`.
 
-    Errors (exit code 3) name file, row and column; repairs and oddities become notes.
+    Errors (exit code 3) name file, row and column, in the source's own column names when the
+    reader renamed them (Mooncake's `input_length` rather than `prompt_len`); repairs and
+    oddities become notes.
     """
+    try:
+        return _normalize(raw, path)
+    except TraceSchemaError as err:
+        text = str(err)
+        renamed = _in_source_terms(text, raw.source_names)
+        if renamed == text:
+            raise
+        raise TraceSchemaError(renamed) from err
+
+
+def _in_source_terms(message: str, source_names: Mapping[str, str]) -> str:
+    """`column 'prompt_len'` of a message as `column 'input_length' (read as prompt_len)`."""
+    for canonical, source in source_names.items():
+        message = message.replace(f"column '{canonical}'",
+                                  f"column '{source}' (read as {canonical})")
+    return message
+
+
+def _normalize(raw: RawTrace, path: str) -> Trace:
     df = raw.requests.reset_index(drop=True)
     rows_read = len(df)
     notes = list(raw.notes)

@@ -102,8 +102,16 @@ class StepLog:
             for lo in range(0, self.num_rows, BATCH_ROWS):
                 yield self._frame.iloc[lo:lo + BATCH_ROWS][wanted]
             return
+        from yaotu_trace.ingest.parquet_file import reading
+
         row = 0
-        for batch in _open(Path(self.path)).iter_batches(columns=wanted, batch_size=BATCH_ROWS):
+        with reading(self.path):
+            batches = _open(Path(self.path)).iter_batches(columns=wanted, batch_size=BATCH_ROWS)
+        while True:
+            with reading(self.path, f"rows from {row + 1}"):
+                batch = next(batches, None)
+            if batch is None:
+                return
             frame = _read_batch(batch, self.path, row)
             row += batch.num_rows
             if self.window is not None:
@@ -124,8 +132,11 @@ class StepLog:
                     lo = min(lo, float(batch["start_s"].iloc[0]))
                     hi = max(hi, float(batch["end_s"].max()))
             return None if lo > hi else (lo, hi)
-        file = _open(Path(self.path))
-        first = next(file.iter_batches(columns=["start_s"], batch_size=1), None)
+        from yaotu_trace.ingest.parquet_file import reading
+
+        with reading(self.path):
+            file = _open(Path(self.path))
+            first = next(file.iter_batches(columns=["start_s"], batch_size=1), None)
         if first is None or first.num_rows == 0:
             return None
         lo = float(first.column(0)[0].as_py())
@@ -344,7 +355,14 @@ def open_parquet(path: Path) -> StepLog | None:
     missing: set[str] = set()
     last = -math.inf
     read = list(dict.fromkeys(["start_s", *unknown]))
-    for batch in file.iter_batches(columns=read, batch_size=BATCH_ROWS):
+    batches = file.iter_batches(columns=read, batch_size=BATCH_ROWS)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError):  # a damaged page: the whole read names it
+            return None
+        if batch is None:
+            break
         start_col = batch.column(0)
         if start_col.null_count:
             return None

@@ -66,8 +66,8 @@ TWO = {"start_s": [0.0, 1.0], "end_s": [0.5, 1.5]}
 
 # (case id, file name, how to write it, what the one-line error must contain)
 STEP_CASES = [
-    ("truncated-parquet", "s.parquet", _truncated, "not a readable Parquet file"),
-    ("empty-parquet", "s.parquet", _bytes(b""), "not a readable Parquet file"),
+    ("truncated-parquet", "s.parquet", _truncated, "cut short"),
+    ("empty-parquet", "s.parquet", _bytes(b""), "the file is empty"),
     ("no-rows", "s.parquet", _parquet(_steps().iloc[:0]), "the step log has no steps"),
     ("no-start-column", "s.parquet", _parquet(_steps().drop(columns=["start_s"])),
      "step log is missing column(s) 'start_s'"),
@@ -98,7 +98,7 @@ STEP_CASES = [
     ("huge-csv-count", "s.csv", _text("start_s,end_s,num_running\n0,1,1180591620717411303424\n"),
      "row 1, column 'num_running': 1180591620717411303424 is beyond the 64-bit integer"),
     ("header-only-csv", "s.csv", _text("start_s,end_s\n"), "the step log has no steps"),
-    ("empty-csv", "s.csv", _text(""), "not a readable CSV"),
+    ("empty-csv", "s.csv", _text(""), "the CSV is empty"),
     ("binary-csv", "s.csv", _bytes(bytes(range(256)) * 3), "s.csv"),
     ("empty-jsonl", "s.jsonl", _text(""), "no JSON records found"),
     ("broken-jsonl", "s.jsonl", _text('{"start_s": 0, "end_s": 1}\n{"start_s": \n'),

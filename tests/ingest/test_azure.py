@@ -81,7 +81,8 @@ def test_azure_non_numeric_length_names_the_line(tmp_path: Path) -> None:
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         "2023-11-16 18:17:03.1000000,10,2\n2023-11-16 18:17:04.1000000,ten,2\n"
     )
-    with pytest.raises(TraceSchemaError, match=r"azure.csv: line 3, column 'prompt_len'"):
+    with pytest.raises(TraceSchemaError,
+                       match=r"azure.csv: line 3, column 'ContextTokens' \(read as prompt_len\)"):
         load_trace(path)
 
 

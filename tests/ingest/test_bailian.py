@@ -70,7 +70,7 @@ def test_bailian_is_detected_and_not_taken_for_mooncake() -> None:
 def test_bailian_bad_block_count_is_a_one_line_error_naming_the_line() -> None:
     path = DATA / "bailian_bad_hash_ids.jsonl"
     message = schema_error(path)
-    assert "line 2, column 'prompt_block_ids'" in message
+    assert "line 2, column 'hash_ids' (read as prompt_block_ids)" in message
     assert "16 tokens per id" in message
 
 

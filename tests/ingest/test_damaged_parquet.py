@@ -111,7 +111,7 @@ def test_cli_exit_3_for_a_page_damaged_in_a_streamed_column(
 
 
 @pytest.mark.parametrize(("content", "expected"), [
-    (b"", "not a Parquet file (it does not start with Parquet's magic bytes)"),
+    (b"", "the file is empty (0 bytes)"),
     (b"arrival_s,prompt_len\n0,1\n", "not a Parquet file (it does not start with"),
     (b"PAR1" + bytes(100), "the Parquet file is cut short (its footer is missing)"),
 ])

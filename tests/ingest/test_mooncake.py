@@ -96,15 +96,16 @@ def test_mooncake_wrong_id_count_names_line(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.jsonl", [_row(0, 600, [0, 1]), _row(5, 600, [0, 1, 2])])
     with pytest.raises(
         TraceSchemaError,
-        match=r"line 2, column 'prompt_block_ids': 3 ids cannot cover prompt_len 600 at 512 "
-        r"tokens per id \(expected 1 or 2\)",
+        match=r"line 2, column 'hash_ids' \(read as prompt_block_ids\): 3 ids cannot cover "
+        r"prompt_len 600 at 512 tokens per id \(expected 1 or 2\)",
     ):
         load_trace(path)
 
 
 def test_mooncake_non_numeric_timestamp_names_line(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.jsonl", [_row(0, 512, [0]), _row("later", 512, [0])])
-    with pytest.raises(TraceSchemaError, match=r"line 2, column 'arrival_s': 'later'"):
+    with pytest.raises(TraceSchemaError,
+                       match=r"line 2, column 'timestamp' \(read as arrival_s\): 'later'"):
         load_trace(path)
 
 

@@ -4,6 +4,7 @@ error naming the file, the line and the fix."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -48,6 +49,15 @@ def test_bom_and_crlf_read_like_plain_files(tmp_path: Path, name: str, text: str
     pd.testing.assert_frame_equal(got.requests, load_trace(plain).requests)
 
 
+def test_tsv_is_tab_separated(tmp_path: Path) -> None:
+    for name in ("t.tsv", "t.tsv.gz"):
+        text = CSV.replace(",", "\t")
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+        pd.testing.assert_frame_equal(load_trace(path).requests,
+                                      load_trace(_text(tmp_path / "t.csv", CSV)).requests)
+
+
 def test_json_array_gets_the_json_lines_fix(tmp_path: Path) -> None:
     fix = "write it as JSON Lines (e.g. jq -c '.[]' in.json > out.jsonl)"
     assert _error(_text(tmp_path / "t.jsonl", json.dumps(ROWS, indent=1))) == (
@@ -74,8 +84,8 @@ def test_non_utf8_inputs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "expected"), [
     ("t.jsonl", "no JSON records found; check the file is not empty"),
-    ("t.csv", "the CSV is empty; it needs a header and one row per request"),
-    ("t.parquet", "not a Parquet file (it does not start with Parquet's magic bytes)"),
+    ("t.csv", "the CSV is empty; it needs a header line and one line per row"),
+    ("t.parquet", "the file is empty (0 bytes)"),
     ("t.json", "cannot tell the trace format of this JSON document"),
 ])
 def test_empty_files(tmp_path: Path, name: str, expected: str) -> None:

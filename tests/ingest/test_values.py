@@ -97,7 +97,8 @@ def test_mooncake_hash_id_beyond_int64(tmp_path: Path) -> None:
     rows = [{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]},
             {"timestamp": 5, "input_length": 600, "output_length": 1, "hash_ids": [1, BIG]}]
     path = _jsonl(tmp_path / "m.jsonl", rows)
-    assert _error(path).startswith(f"line 2, column 'prompt_block_ids': {BIG} is beyond int64")
+    assert _error(path).startswith(f"line 2, column 'hash_ids' (read as prompt_block_ids): {BIG} "
+                                   "is beyond int64")
 
 
 def test_otel_values_beyond_int64(tmp_path: Path) -> None:

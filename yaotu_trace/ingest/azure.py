@@ -60,7 +60,9 @@ def read_azure(path: Path) -> RawTrace:
             f"arrival_s is seconds since {stamps.iloc[start]} (the earliest {TIMESTAMP}; "
             "time zone not stated by the source)",
         )
-    return RawTrace(requests=out, format_name="azure", row_label="line", notes=notes)
+    return RawTrace(requests=out, format_name="azure", row_label="line", notes=notes,
+                    source_names={"arrival_s": TIMESTAMP, "prompt_len": PROMPT,
+                                  "output_len": OUTPUT})
 
 
 def _parse_timestamps_ns(stamps: pd.Series, path: Path, lines: np.ndarray) -> np.ndarray:

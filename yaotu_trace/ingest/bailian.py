@@ -77,6 +77,8 @@ def read_bailian(path: Path) -> RawTrace:
         source_block_size=BAILIAN_BLOCK_TOKENS,
         row_label="line",
         notes=tuple(notes),
+        source_names={"arrival_s": "timestamp", "prompt_len": "input_length",
+                      "output_len": "output_length", "prompt_block_ids": "hash_ids"},
     )
 
 

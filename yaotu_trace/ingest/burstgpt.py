@@ -99,6 +99,8 @@ def read_burstgpt(path: Path) -> RawTrace:
         format_name="burstgpt",
         row_label="line",
         notes=tuple(notes),
+        source_names={"arrival_s": TIMESTAMP, "prompt_len": REQUEST_TOKENS,
+                      "output_len": RESPONSE_TOKENS},
     )
 
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.files import replace_atomically
 from yaotu_trace.ingest import parquet_file
-from yaotu_trace.ingest.compressed import is_compressed, open_trace
+from yaotu_trace.ingest.compressed import format_suffix, is_compressed, open_trace
 from yaotu_trace.ingest.jsonl import read_json_lines
 from yaotu_trace.schema import (
     LIST_COLUMNS,
@@ -180,7 +180,9 @@ def read_csv_frame(path: Path, **kwargs: object) -> pd.DataFrame:
 
 def csv_frame(path: Path, handle: IO[bytes], **kwargs: object) -> Any:
     """pandas.read_csv of an open file (an iterator of frames with `chunksize`), with its
-    errors as one-line `TraceReadError`s naming `path`."""
+    errors as one-line `TraceReadError`s naming `path`; a `.tsv` file is tab-separated."""
+    if format_suffix(path) == ".tsv":
+        kwargs.setdefault("sep", "\t")
     try:
         return pd.read_csv(handle, **kwargs)  # type: ignore[call-overload]
     except CSV_ERRORS as exc:
@@ -206,8 +208,8 @@ def csv_error(path: Path, exc: Exception, after_line: int | None = None) -> Trac
     if isinstance(exc, UnicodeDecodeError):
         return TraceReadError(f"{path}: not UTF-8 text ({reason}); save the CSV as UTF-8")
     if isinstance(exc, pd.errors.EmptyDataError):
-        return TraceReadError(f"{path}: the CSV is empty; it needs a header and one row per "
-                              "request")
+        return TraceReadError(f"{path}: the CSV is empty; it needs a header line and one line "
+                              "per row")
     at = f" after line {after_line}" if after_line else ""
     return TraceReadError(
         f"{path}: not a readable CSV{at} ({reason}); check the file or pass --input-format"

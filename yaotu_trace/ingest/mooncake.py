@@ -47,4 +47,6 @@ def mooncake_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
         format_name="mooncake",
         source_block_size=MOONCAKE_BLOCK_TOKENS,
         row_label="line",
+        source_names={"arrival_s": "timestamp", "prompt_len": "input_length",
+                      "output_len": "output_length", "prompt_block_ids": "hash_ids"},
     )

@@ -47,6 +47,9 @@ def _damaged(path: Path, exc: BaseException, place: str | None,
 
     reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
     head, tail = _ends(path)
+    if head == b"" and place is None:
+        return TraceReadError(f"{path}: the file is empty (0 bytes); copy it again or "
+                              "re-export it")
     if head is not None and head != MAGIC and place is None:
         return TraceReadError(
             f"{path}: not a Parquet file (it does not start with Parquet's magic bytes); check "
