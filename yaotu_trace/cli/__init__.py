@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import sys
 import time
-import traceback
 
-# NOTE: typer (and with it click and rich) is imported inside `main`, not here: a Ctrl-C while
-# it loads is then handled like any other, exit 130 without a traceback.
+# NOTE: only the Ctrl-C handler and the exit codes are imported here (they need `signal` and
+# `enum`); everything else, typer (with click and rich) above all, is imported once `run` has
+# installed the handler, so that a Ctrl-C while they load is exit 130, without a traceback.
 from yaotu_trace.cli import interrupts
 from yaotu_trace.errors import ExitCode, YaotuError
 
@@ -25,6 +23,9 @@ def _register_commands(args: list[str] | None = None) -> None:
     the replay): a run of one command does not pay for the others' imports. Help and unknown
     names get every command.
     """
+    import importlib
+    import importlib.util
+
     wanted = next((a for a in args or [] if not a.startswith("-")), None)
     if wanted in COMMAND_MODULES and not any(a in ("--help", "-h") for a in args or []):
         module = f"yaotu_trace.cli.{wanted}"
@@ -48,14 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     stats = "--stats" in args
     args = [a for a in args if a not in ("--debug", "--stats")]
-    with interrupts.handled():
-        try:
-            started_s = time.perf_counter()
-            code = _run(args, debug)
-            if stats:
-                sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
-        except KeyboardInterrupt:
-            code = int(ExitCode.INTERRUPTED)
+    previous = interrupts.install()
+    try:
+        started_s = time.perf_counter()
+        code = _run(args, debug)
+        if stats and code != ExitCode.INTERRUPTED:
+            sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
+    except KeyboardInterrupt:
+        code = int(ExitCode.INTERRUPTED)
+    finally:
+        interrupts.restore(previous)
     return code
 
 
@@ -102,7 +105,7 @@ def _run(args: list[str], debug: bool) -> int:
 
 
 def _invoke(args: list[str]) -> int:
-    """Import and run the command; click's own ways out become exit codes (Ctrl-C raises)."""
+    """Import and run the command: its exit code."""
     import typer
     import typer.main
 
@@ -110,13 +113,10 @@ def _invoke(args: list[str]) -> int:
 
     _register_commands(args)
     command = typer.main.get_command(app)
+    # Outside standalone mode typer returns an Exit's code (130 for a KeyboardInterrupt) and
+    # re-raises Abort (end of input at a prompt).
     try:
         result = command.main(args=args, prog_name="trace", standalone_mode=False)
-    except typer.Exit as exc:
-        # typer turns a KeyboardInterrupt into Exit(130) (the interrupt is its cause).
-        if isinstance(exc.__cause__, KeyboardInterrupt):
-            raise exc.__cause__ from None
-        return int(getattr(exc, "exit_code", 0))
     except typer.Abort as exc:
         raise KeyboardInterrupt from exc
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
@@ -125,6 +125,8 @@ def _invoke(args: list[str]) -> int:
 def _show_traceback(debug: bool) -> None:
     """`--debug`: the traceback of the exception being handled, on stderr."""
     if debug:
+        import traceback
+
         traceback.print_exc(file=sys.stderr)
 
 
@@ -152,4 +154,9 @@ def run() -> None:
     except KeyboardInterrupt:
         code = int(ExitCode.INTERRUPTED)
         interrupts.ignore()
+    # NOTE: CPython remembers a KeyboardInterrupt that left code run by exec() or eval() of a
+    # string (dataclasses and numba make functions that way), even one caught later, and at exit
+    # kills the process with SIGINT instead of returning this code. Running such code once more
+    # clears that memory.
+    exec("")
     sys.exit(code)

@@ -1,21 +1,27 @@
 """Ctrl-C: exit 130, silently, wherever the process is when it comes.
 
 Python's C-level SIGINT handler only sets a flag; the Python handler runs later, at the next
-bytecode the main thread executes, and raises KeyboardInterrupt there. That is fine almost
-everywhere, and harmful in three places, where this handler posts the interrupt again a moment
-later instead, so that it lands in the first safe place:
+point where the main thread checks for pending calls, and raises KeyboardInterrupt there. That
+is fine almost everywhere, and harmful in three places. There this handler raises nothing, and
+has the interrupt raised at the next line of the first frame up the stack that is outside:
 
-- Anywhere inside numba. A compiled function's results are boxed by numba's C code, which calls
-  back into Python (`numba.core.serialize._numba_unpickle`) once per returned array. A SIGINT
-  that came during the compiled loop has its Python handler run at that callback's first
-  bytecode; KeyboardInterrupt there makes the callback return NULL, which numba's tuple boxing
-  stores without a check. The caller then unpacks a tuple holding NULL and crashes (SIGSEGV,
-  exit 139: `trace simulate` in about 1 of 4 tries), or receives a result with an exception set
-  (SystemError, exit 4). Numba's compiler and cache loader are Python too, and are not meant
-  to stop half-way either.
+- In numba's boxing of a compiled function's results. Numba's C code calls back into Python
+  (`numba.core.serialize._numba_unpickle`) once per returned array; a SIGINT that came during
+  the compiled loop has its handler run at that callback's first check. A KeyboardInterrupt
+  there makes the callback return NULL, which numba's tuple boxing stores without a check: the
+  caller then unpacks a tuple holding NULL and crashes (SIGSEGV, exit 139: `trace simulate` in
+  about 1 of 4 tries), or receives a result with an exception set (SystemError, exit 4).
+  Deferred, the interrupt is raised in the caller once the call has returned.
+- In llvmlite, while numba compiles: it calls back into Python through ctypes, which prints an
+  exception raised in a callback ("Exception ignored on calling ctypes callback") and drops it;
+  the compilation then fails as if it were a bug (exit 4).
 - In a finalizer (`__del__`), where an exception is printed as "Exception ignored" and lost.
 - In the temp-file steps of an atomic write (`tempfile`, `yaotu_trace.files` itself), between
   the temp file's creation and the `try` whose `finally` removes it.
+
+The deferred interrupt is raised by a trace function set on that frame (tracing is on only
+until it fires): posting the signal again instead would be handled at the next check, which in
+a loop of compiled calls is always the next boxing callback, so it would never get out.
 
 After the first interrupt every further Ctrl-C is ignored, so that the cleanup it unwinds
 (temp files removed by `finally`, worker processes terminated) runs to its end.
@@ -23,19 +29,23 @@ After the first interrupt every further Ctrl-C is ignored, so that the cleanup i
 
 from __future__ import annotations
 
-import _thread
 import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
+import sys
 
-RETRY_S = 0.01  # how soon an interrupt that landed in an unsafe place is posted again
+# Only `signal` and `sys` at import: `trace` installs this handler before it imports anything
+# heavier, so that a Ctrl-C during its start-up is handled too.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+
 _UNSAFE_MODULES = frozenset({"tempfile", "yaotu_trace.files"})
+# Packages whose frames may sit below C code that cannot take an exception: an interrupt in
+# them, or in anything they call, waits for their caller.
+_CALLBACK_PACKAGES = ("numba.core.serialize", "llvmlite")
 
 
 class _State:
-    fired = False  # the KeyboardInterrupt of this run has been raised
+    fired = False  # the KeyboardInterrupt of this run is raised, or due
 
 
 _state = _State()
@@ -45,62 +55,87 @@ def _module(frame: FrameType) -> str:
     return str(frame.f_globals.get("__name__", ""))
 
 
-def unsafe(frame: FrameType | None) -> bool:
-    """Whether raising KeyboardInterrupt in `frame` could crash or leak (see the module doc)."""
+def _in_callback_package(frame: FrameType) -> bool:
+    module = _module(frame)
+    return any(module == p or module.startswith(p + ".") for p in _CALLBACK_PACKAGES)
+
+
+def _unsafe_here(frame: FrameType) -> bool:
+    return frame.f_code.co_name == "__del__" or _module(frame) in _UNSAFE_MODULES
+
+
+def resume_frame(frame: FrameType | None) -> FrameType | None:
+    """Where an interrupt that came in `frame` is raised: `frame` itself when that is safe.
+
+    Below numba's boxing callback or llvmlite the caller of the outermost of their frames (the
+    callback may be in cloudpickle or pickle, called from it); in a finalizer or a temp-file
+    step the first frame outside.
+    """
     if frame is None:
-        return False
-    if frame.f_code.co_name == "__del__" or _module(frame) in _UNSAFE_MODULES:
-        return True
+        return None
+    outermost: FrameType | None = None
     caller: FrameType | None = frame
     while caller is not None:
-        if _module(caller).partition(".")[0] == "numba":
-            return True
+        if _in_callback_package(caller):
+            outermost = caller
         caller = caller.f_back
-    return False
+    resume = outermost.f_back if outermost is not None else frame
+    while resume is not None and _unsafe_here(resume):
+        resume = resume.f_back
+    return resume
 
 
-def _post_again(signum: int) -> None:
-    if signal.getsignal(signum) is on_sigint:
-        _thread.interrupt_main(signum)
+def _raise_at(frame: FrameType) -> None:
+    """Raise KeyboardInterrupt at `frame`'s next line (or return), then stop tracing."""
+    previous = sys.gettrace()
+
+    def fire(traced: FrameType, event: str, arg: object) -> None:
+        sys.settrace(previous)
+        traced.f_trace = None
+        raise KeyboardInterrupt
+
+    frame.f_trace = fire
+    # A frame's own trace function is called only while a global one is set.
+    sys.settrace(previous or _no_new_frames)
+
+
+def _no_new_frames(frame: FrameType, event: str, arg: object) -> None:
+    return None
 
 
 def on_sigint(signum: int, frame: FrameType | None) -> None:
     """The SIGINT handler: KeyboardInterrupt once, where it is safe to raise one."""
     if _state.fired:
         return
-    if unsafe(frame):
-        retry = threading.Timer(RETRY_S, _post_again, args=(signum,))
-        retry.daemon = True
-        retry.start()
+    resume = resume_frame(frame)
+    if resume is None:
         return
     _state.fired = True
-    raise KeyboardInterrupt
+    if resume is frame:
+        raise KeyboardInterrupt
+    _raise_at(resume)
 
 
-def install() -> None:
-    """Handle Ctrl-C as above from now on (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is threading.main_thread():
-        _state.fired = False
+def install() -> object:
+    """Handle Ctrl-C as above from now on; returns the handler that was there.
+
+    Only the main thread can set a handler: elsewhere this does nothing (and returns None).
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    try:
         signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:
+        return None
+    _state.fired = False
+    return previous
+
+
+def restore(previous: object) -> None:
+    """Put back the handler `install` replaced (when it replaced one)."""
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
 
 
 def ignore() -> None:
     """Ignore Ctrl-C from now on: the interpreter's shutdown has nothing left to stop."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-@contextmanager
-def handled() -> Iterator[None]:
-    """Handle Ctrl-C as above inside the block, then restore the handler that was there."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    install()
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-
+    restore(signal.SIG_IGN)

@@ -165,18 +165,20 @@ def _dask_runner(address: str) -> Iterator[Runner]:
         ) from exc
     if address == LOCAL_DASK:
         # As for the pool: the cluster's event loop thread, and the worker processes its
-        # nannies start, keep SIGINT blocked; an abandoned run closes the cluster quietly.
+        # nannies start, keep SIGINT blocked. The cluster is this run's own, so its logs stay
+        # quiet (an abandoned run's workers log the scheduler closing under them, and asyncio
+        # the gathers it left); a failed task still raises here.
         resource_tracker.ensure_running()
         with contextlib.ExitStack() as stack:
             try:
                 with _sigint_blocked():
                     cluster = stack.enter_context(LocalCluster(
                         n_workers=LOCAL_DASK_WORKERS, threads_per_worker=1, processes=True,
-                        dashboard_address=None))
+                        dashboard_address=None, silence_logs=logging.CRITICAL + 1))
                     client = stack.enter_context(Client(cluster))
                 yield _Dask(client)
             except BaseException:
-                logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+                logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
                 raise
         return
     try:

@@ -265,6 +265,8 @@ def simulate(requests: RequestArrays, config: SimConfig) -> SimResult:
     ], dtype=np.float64)
     tt_off = np.zeros(len(prompt) + 1, dtype=np.int64)
     np.cumsum(out_len, out=tt_off[1:])
+    # NOTE: a Ctrl-C during this call is raised once it has returned, not inside numba's boxing
+    # of its 21 result arrays, where it crashed the process (see yaotu_trace/cli/interrupts.py).
     out = simulate_cluster(prompt, out_len, arrival, blk_off, ident, np.int64(n_ident),
                            np.int64(max(shared, 1)), params, cost_vector(config.step_cost),
                            tt_off)
