@@ -346,3 +346,20 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         assert needle in err, f"{needle!r} not in {err!r}"
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     assert after == before, "a refused command left or changed a file"
+
+
+def matrix_markdown() -> str:
+    """The matrix as the table in docs/errors.md: case, command line, exit code, what it names."""
+    lines = ["| case | command | exit | the line names |", "|---|---|---:|---|"]
+    for case in CASES:
+        args = " ".join(a if " " not in a else repr(a) for a in case.args)
+        says = ", ".join(f"`{s}`" for s in case.says)
+        lines.append(f"| {case.id} | `trace {args}` | {int(case.code)} | {says} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_docs_list_the_matrix() -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text()
+    assert matrix_markdown() in docs, "regenerate the table in docs/errors.md: " \
+        "python -c 'import sys; sys.path[:0] = [\"tests\"]; import test_bad_input_matrix as m; " \
+        "print(m.matrix_markdown())'"

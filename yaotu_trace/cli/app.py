@@ -27,8 +27,8 @@ app = typer.Typer(
     name="trace",
     help="Workload analyzer for LLM-inference request traces: profile a trace, replay its "
     "prefix cache exactly, and find the bottleneck. Every command also takes --stats "
-    "(elapsed time and peak memory on stderr after the run) and --debug (the traceback of an "
-    "internal error).",
+    "(elapsed time and peak memory on stderr after the run) and --debug (the traceback of any "
+    "error on stderr; the exit code is kept).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -255,7 +255,7 @@ def _root(
     """Workload analyzer for LLM-inference request traces.
 
     Every command also takes --stats (elapsed time and peak memory on stderr after the run)
-    and --debug (show the traceback of an internal error).
+    and --debug (the traceback of any error on stderr; the exit code is kept).
 
     Exit codes: 0 report produced; 1 a check failed; 2 usage error (unknown option, or an
     option value that cannot be honoured); 3 input error (a trace, telemetry, check or scenario
