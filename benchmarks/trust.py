@@ -36,7 +36,7 @@ def _run(tree: Path, args: list[str], repeat: int) -> dict[str, object]:
     runs = [run_trace([*args, "--format", "json"], head) for _ in range(repeat)]
     ok = [r for r in runs if r["ok"]]
     if not ok:
-        return {"ok": False, "error": runs[-1]["error"]}
+        return {"ok": False, "code": runs[-1]["returncode"]}
     return {"ok": True, "wall_s": statistics.median(r["wall_s"] for r in ok),
             "peak_gib": max(r["peak_gib"] or 0.0 for r in ok), "report": _comparable(ok[0])}
 
@@ -70,8 +70,10 @@ def main() -> int:
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for name, command, now, base in rows:
         if not (now["ok"] and base["ok"]):
-            print(f"| {name} | {command} | {'ok' if now['ok'] else 'failed'} | | "
-                  f"{'ok' if base['ok'] else 'failed'} | | | |")
+            def outcome(run: dict[str, object]) -> str:
+                return "ok" if run["ok"] else f"exit {run['code']}"
+
+            print(f"| {name} | {command} | {outcome(now)} | | {outcome(base)} | | | |")
             continue
         ratio = float(now["wall_s"]) / float(base["wall_s"])  # type: ignore[arg-type]
         same = "yes" if now["report"] == base["report"] else "no"
