@@ -29,7 +29,7 @@ from common import GIB, cell, ratio, run_trace, whole_read
 INSTANCES = 8
 COMMANDS = {"diagnose": ["diagnose"], "report": ["report"]}
 # The baseline: the same CLI with the step log never left on disk.
-WHOLE = whole_read("import yaotu_trace.ingest as i; i.open_parquet = lambda path: None")
+WHOLE = whole_read("import yaotu_trace.ingest.load as i; i.open_parquet = lambda path: None")
 
 
 def generate(folder: Path, steps: float, seed: int = 0) -> tuple[Path, Path]:

@@ -14,6 +14,7 @@ from conftest import run_json
 from yaotu_trace import ingest, steplog
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode, TraceSchemaError
+from yaotu_trace.ingest import load as ingest_load
 from yaotu_trace.order_stats import BlockSum, KeyedBlockSum, summarize
 from yaotu_trace.report import PERCENTILES, Distribution, to_builtins
 
@@ -81,7 +82,7 @@ def test_streamed_step_log_equals_whole(
         monkeypatch.setattr(steplog, "BATCH_ROWS", batch_rows)
     streamed = run_json(args, capsys)
     monkeypatch.setattr(steplog, "BATCH_ROWS", 1 << 18)
-    monkeypatch.setattr(ingest, "open_parquet", lambda path: None)
+    monkeypatch.setattr(ingest_load, "open_parquet", lambda path: None)
     assert not ingest.read_steps(steps, "--steps").streamed
     whole = run_json(args, capsys)
     # THEN the documents are identical, number for number
@@ -135,7 +136,7 @@ def test_error_in_a_late_batch_names_the_row_of_the_file(
     assert ingest.read_steps(steps, "--steps").streamed
     assert main(args) == ExitCode.INPUT
     streamed = capsys.readouterr().err
-    monkeypatch.setattr(ingest, "open_parquet", lambda path: None)
+    monkeypatch.setattr(ingest_load, "open_parquet", lambda path: None)
     assert main(args) == ExitCode.INPUT
     whole = capsys.readouterr().err
     # THEN both say, on one line, the file, the row of the whole file and the column

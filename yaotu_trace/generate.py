@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Final, assert_never
 
 import numpy as np
@@ -23,8 +22,8 @@ import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.workloads import DEFAULT_MODEL, Scenario
 
-DEFAULT_MODEL: Final = "llama-3.1-8b"
 # Llama 3 has 128,256 ids; the top 256 are special tokens, which prompts here never contain.
 VOCAB_SIZE: Final = 128_000
 # NOTE: natural-language token frequencies are roughly Zipfian (exponent near 1). Drawing ids that
@@ -32,23 +31,6 @@ VOCAB_SIZE: Final = 128_000
 ZIPF_EXPONENT: Final = 1.0
 # Arrivals are rounded to the microsecond so that text formats are short and stable.
 ARRIVAL_DECIMALS: Final = 6
-
-
-class Scenario(StrEnum):
-    """Named synthetic workloads; `trace generate SCENARIO` takes these names."""
-
-    CHAT = "chat"
-    MULTI_TENANT = "multi-tenant"
-    RAG = "rag"
-    BURSTY = "bursty"
-    AGENTIC = "agentic"
-    LONG_PREFILL = "long-prefill"
-    DIAG_HEALTHY = "diag-healthy"
-    DIAG_BURST = "diag-burst"
-    DIAG_DISPATCH = "diag-dispatch"
-    DIAG_KV_CHURN = "diag-kv-churn"
-    DIAG_LONG_PREFILL = "diag-long-prefill"
-    DIAG_PREFIX_RECOMPUTE = "diag-prefix-recompute"
 
 
 # One line per scenario: what it models and the property the tests pin.

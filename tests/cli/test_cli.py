@@ -91,12 +91,12 @@ def test_usage_error_exits_2(capsys) -> None:
 def test_unexpected_exception_is_internal_error_without_traceback(
     small_trace: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import yaotu_trace.cli.analyze as analyze_module
+    import yaotu_trace.pipeline as pipeline
 
     def boom(_trace: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(analyze_module, "analyze_trace", boom)
+    monkeypatch.setattr(pipeline, "analyze", boom)
     code, _out, err = run_cli(["analyze", str(small_trace)], capsys)
     assert code == ExitCode.INTERNAL
     assert "internal error: RuntimeError: kaboom" in err

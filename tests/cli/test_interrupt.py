@@ -282,12 +282,12 @@ def test_debug_keeps_the_exit_code_of_a_bad_file(tmp_path: Path, capsys) -> None
 
 def test_debug_keeps_the_exit_code_of_an_internal_error(monkeypatch: pytest.MonkeyPatch,
                                                         capsys) -> None:
-    from yaotu_trace.cli import analyze
+    from yaotu_trace import pipeline
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(analyze, "analyze_trace", broken)
+    monkeypatch.setattr(pipeline, "analyze", broken)
     assert main(["analyze", str(SAMPLE)]) == ExitCode.INTERNAL
     assert "Traceback" not in capsys.readouterr().err
     assert main(["--debug", "analyze", str(SAMPLE)]) == ExitCode.INTERNAL
@@ -297,12 +297,12 @@ def test_debug_keeps_the_exit_code_of_an_internal_error(monkeypatch: pytest.Monk
 
 def test_debug_keeps_the_exit_code_of_an_interrupt(monkeypatch: pytest.MonkeyPatch,
                                                    capsys) -> None:
-    from yaotu_trace.cli import analyze
+    from yaotu_trace import pipeline
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(analyze, "analyze_trace", interrupted)
+    monkeypatch.setattr(pipeline, "analyze", interrupted)
     assert main(["analyze", str(SAMPLE)]) == ExitCode.INTERRUPTED
     assert capsys.readouterr() == ("", "")
     assert main(["--debug", "analyze", str(SAMPLE)]) == ExitCode.INTERRUPTED

@@ -281,7 +281,7 @@ def test_validation_round_robin_cluster_equals_independent_instances(seed, insta
                                                                      scheduler):
     # GIVEN round-robin routing, instance k serves requests k, k + N, k + 2N, …: the cluster
     # run must equal N separate one-instance runs on those subsets, token for token
-    from yaotu_trace.sim import _subset
+    from yaotu_trace.sim.run import _subset
 
     req = workload(80, seed=seed, rate=40.0, prompt=(1, 300), output=(0, 40))
     cluster = simulate(req, config(kv_blocks=kv_blocks, instances=instances,

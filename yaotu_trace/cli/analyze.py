@@ -13,7 +13,6 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.pipeline import analyze as analyze_trace
 
 
 @command()
@@ -37,6 +36,8 @@ def analyze(
 
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
     """
+    from yaotu_trace.pipeline import analyze as analyze_trace
+
     with progress("analyze", quiet) as update:
         update("reading the trace", 0.0)
         loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)

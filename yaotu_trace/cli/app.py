@@ -13,15 +13,16 @@ import typer
 
 from yaotu_trace.errors import ConfigError, OutputError
 from yaotu_trace.files import STDOUT, all_or_nothing, check_outputs, defer, replace_atomically
-from yaotu_trace.ingest import load_trace, parse_column_map
-from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.render import OutputFormat, render
-from yaotu_trace.report import InputSummary, Report
-from yaotu_trace.schema import Trace
 
+# NOTE: the analysis modules (pandas, pyarrow, numba) are imported where a command uses them,
+# so that `trace --help`, `trace models` and a usage error start at once.
 if TYPE_CHECKING:
     from yaotu_trace.axes.base import EngineSettings
     from yaotu_trace.diagnosis.thresholds import Thresholds
+    from yaotu_trace.ingest.formats import TraceFormat
+    from yaotu_trace.report import InputSummary, Report
+    from yaotu_trace.schema import Trace
 
 app = typer.Typer(
     name="trace",
@@ -117,6 +118,8 @@ def load(
     `lazy_content=True` (every command but simulate and compare) leaves a Parquet trace's token
     columns on disk: the replays stream them record batch by record batch, out of core.
     """
+    from yaotu_trace.ingest import load_trace, parse_column_map
+
     return load_trace(
         trace,
         fmt=input_format,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,7 +36,9 @@ from yaotu_trace.cli.options import (
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.render import OutputFormat
-from yaotu_trace.schema import Trace
+
+if TYPE_CHECKING:
+    from yaotu_trace.schema import Trace
 
 ConfigOpt = Annotated[
     Path | None,

@@ -19,7 +19,6 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.report import Report
 
 
 @command()
@@ -57,6 +56,8 @@ def compare(
         update("reading the trace", 0.0)
         loaded = load(trace, input_format, map, source_block_size)
         section = compare_scenarios(loaded, scenarios, progress=update)
+    from yaotu_trace.report import Report
+
     report = Report(
         command="compare",
         input=input_summary(loaded),

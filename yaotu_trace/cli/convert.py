@@ -11,9 +11,7 @@ import typer
 from yaotu_trace.cli.app import command
 from yaotu_trace.cli.options import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg
 from yaotu_trace.cli.progress import QuietOpt
-from yaotu_trace.convert import convert_trace
 from yaotu_trace.errors import ConfigError, TraceReadError
-from yaotu_trace.ingest import parse_column_map
 
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
@@ -49,6 +47,9 @@ def convert(
 
       trace convert spans.json --input-format otel --out requests.jsonl
     """
+    from yaotu_trace.convert import convert_trace
+    from yaotu_trace.ingest import parse_column_map
+
     if out.suffix.lower() not in WRITABLE_SUFFIXES:
         raise ConfigError(
             f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "

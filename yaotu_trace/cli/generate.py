@@ -13,9 +13,7 @@ from yaotu_trace.cli.app import command, write_atomically
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import STDOUT
-from yaotu_trace.generate import DEFAULT_MODEL, ENGINES, GenerateOptions, Scenario
-from yaotu_trace.generate import generate_with_steps as build
-from yaotu_trace.ingest.canonical import write_trace
+from yaotu_trace.workloads import DEFAULT_MODEL, Scenario
 
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
@@ -100,6 +98,10 @@ def generate(
 
       trace generate diag-kv-churn --out churn.parquet --steps-out churn.steps.parquet
     """
+    from yaotu_trace.generate import ENGINES, GenerateOptions
+    from yaotu_trace.generate import generate_with_steps as build
+    from yaotu_trace.ingest.canonical import write_trace
+
     if out != STDOUT and out.suffix.lower() not in WRITABLE_SUFFIXES:
         raise ConfigError(
             f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "

@@ -6,10 +6,6 @@ import io
 import json
 from typing import Any
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-
 from yaotu_trace.catalog import ModelSpec, load_catalog
 from yaotu_trace.cli.app import command, report_format, write_atomically
 from yaotu_trace.cli.options import FormatOpt, OutputOpt
@@ -81,6 +77,10 @@ def _text(fmt_choice: OutputFormat) -> str:
         lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(["### Model catalog", "", *lines, "", f"_{footer}_"]) + "\n"
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Model catalog",
                   title_justify="left", caption=footer, caption_justify="left")
     for i, column in enumerate(header):

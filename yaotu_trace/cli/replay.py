@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -34,7 +34,9 @@ from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import replace_atomically
 from yaotu_trace.replay.rules import Eviction, Scope
-from yaotu_trace.report import Report
+
+if TYPE_CHECKING:
+    from yaotu_trace.report import Report
 
 OUT_SUFFIXES = (".parquet", ".csv")
 
@@ -195,6 +197,8 @@ def replay(
         summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
                                                        notes=notes, parallel=parallel,
                                                        waterfall=waterfall)
+    from yaotu_trace.report import Report
+
     report = Report(
         command="replay",
         input=input_of(loaded),
@@ -240,6 +244,8 @@ def _grid_report(loaded: object, preset: str | None, overrides: dict[str, object
         from dataclasses import replace
 
         section = replace(section, notes=tuple(notes) + section.notes)
+    from yaotu_trace.report import Report
+
     return Report(
         command="replay",
         input=input_of(loaded),

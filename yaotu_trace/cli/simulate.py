@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,9 +21,10 @@ from yaotu_trace.cli.options import (
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.report import Report
 from yaotu_trace.sim.config import RoutePolicy, SchedulerKind
-from yaotu_trace.simulation import Scenario
+
+if TYPE_CHECKING:
+    from yaotu_trace.simulation import Scenario
 
 OUT_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
@@ -77,6 +78,8 @@ CalibrateOpt = Annotated[Path | None, typer.Option(
 
 def scenario_from_options(**options: object) -> Scenario:
     """The scenario the command-line options give (None: not given)."""
+    from yaotu_trace.simulation import Scenario
+
     values = {k: v for k, v in options.items() if v is not None}
     for key in ("route", "scheduler"):
         if key in values:
@@ -175,6 +178,8 @@ def simulate(
         write_trace(run.requests, out, source_block_size=loaded.source_block_size)
         if steps_out is not None:
             write_trace(run.steps, steps_out)
+    from yaotu_trace.report import Report
+
     report = Report(
         command="simulate",
         input=input_summary(loaded),

@@ -28,7 +28,6 @@ from yaotu_trace.cli.options import (
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.report import Report
 
 
 @command()
@@ -102,6 +101,8 @@ def sweep(
         update("sweeping every capacity", 0.2)
         section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
                                  model=model_name, kv_bytes_per_token=kv, notes=notes)
+    from yaotu_trace.report import Report
+
     report = Report(
         command="sweep",
         input=input_of(loaded),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
-from yaotu_trace.report import Report
+if TYPE_CHECKING:
+    from yaotu_trace.report import Report
 
 
 class OutputFormat(StrEnum):

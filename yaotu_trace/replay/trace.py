@@ -1,0 +1,358 @@
+"""Prefix replay: exact prefix-cache hits of a trace under explicit rules (replay-spec.md).
+
+`replay_trace(trace, rules)` is the public entry point: it prepares the arrays, runs the
+waterfall of replays (the last of which is the achieved replay under `rules`), and returns a
+`ReplaySummary` whose `to_dict()` is JSON-ready. The primary number is the token-weighted hit
+ratio Σ hit_tokens / Σ prompt tokens; every other ratio is labelled as what it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from yaotu_trace.replay.blocks import BlockChains, build_block_chains
+from yaotu_trace.replay.engine import ReplayResult, replay
+from yaotu_trace.replay.hot import HotPrefix, hot_prefixes
+from yaotu_trace.replay.observed import ObservedComparison, compare_observed
+from yaotu_trace.replay.partition import SERIAL, Parallelism, open_runner
+from yaotu_trace.replay.prepare import PreparedTrace, prepare
+from yaotu_trace.replay.rules import PRESETS, Preset, ReplayRules, rules_for
+from yaotu_trace.replay.waterfall import (
+    STEPS,
+    Waterfall,
+    WaterfallStep,
+    cache_replays,
+    compute_waterfall,
+)
+from yaotu_trace.schema import Trace
+
+__all__ = [
+    "PRESETS",
+    "BlockChains",
+    "GroupStats",
+    "HitLengthDistribution",
+    "HotPrefix",
+    "ObservedComparison",
+    "Parallelism",
+    "Preset",
+    "ReplayResult",
+    "ReplayRules",
+    "ReplaySummary",
+    "RequestTable",
+    "WaterfallStep",
+    "build_block_chains",
+    "effective_rules",
+    "replay",
+    "replay_trace",
+    "replay_trace_with_requests",
+    "rules_for",
+]
+
+HIT_SHARE_BUCKETS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupStats:
+    """Hits of one tenant or instance."""
+
+    label: str
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    hit_ratio: float  # token-weighted within the group
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready builtins."""
+        return {"label": self.label, "requests": self.requests,
+                "prompt_tokens": self.prompt_tokens, "hit_tokens": self.hit_tokens,
+                "hit_ratio": self.hit_ratio}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HitLengthDistribution:
+    """How long the hits are: quantiles of hit tokens and requests per hit-share bucket."""
+
+    zero_hit_requests: int
+    p50_hit_tokens: int
+    p90_hit_tokens: int
+    p99_hit_tokens: int
+    max_hit_tokens: int
+    # (lower, upper] shares of each request's prompt that hit; the first bucket is exactly 0.
+    share_buckets: tuple[tuple[float, float, int], ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready builtins."""
+        return {
+            "zero_hit_requests": self.zero_hit_requests,
+            "p50_hit_tokens": self.p50_hit_tokens,
+            "p90_hit_tokens": self.p90_hit_tokens,
+            "p99_hit_tokens": self.p99_hit_tokens,
+            "max_hit_tokens": self.max_hit_tokens,
+            "share_buckets": [{"lower": lo, "upper": hi, "requests": n}
+                              for lo, hi, n in self.share_buckets],
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestTable:
+    """Per-request columns for `--out`, in replay order (NumPy arrays; strings as objects)."""
+
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def to_columns(self) -> dict[str, np.ndarray]:
+        """Column name → array, in output order."""
+        return dict(self.columns)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplaySummary:
+    """Everything `trace replay` reports; `to_dict()` gives JSON-ready builtins only."""
+
+    rules: ReplayRules
+    preset: str | None
+    requests: int
+    prompt_tokens: int
+    saved_prefill_tokens: int  # Σ hit tokens
+    remaining_prefill_tokens: int  # Σ recompute tokens
+    hit_ratio: float  # token-weighted: Σ hit / Σ prompt
+    request_averaged_hit_ratio: float  # mean over requests of hit / prompt (labelled)
+    cacheable_block_hit_ratio: float  # hit blocks / cacheable blocks (labelled)
+    cacheable_blocks: int
+    distinct_blocks: int
+    evicted_blocks: int
+    per_tenant: tuple[GroupStats, ...]
+    per_instance: tuple[GroupStats, ...]
+    hit_length: HitLengthDistribution
+    ideal_hit_tokens: int | None  # the waterfall's ideal (None when it was not computed)
+    waterfall: tuple[WaterfallStep, ...]
+    hot_prefixes: tuple[HotPrefix, ...]
+    observed: ObservedComparison | None
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready builtins: no NumPy scalars, no NaN."""
+        return {
+            "hit_ratio": self.hit_ratio,
+            "hit_ratio_definition": "token-weighted: sum of hit tokens / sum of prompt tokens",
+            "saved_prefill_tokens": self.saved_prefill_tokens,
+            "remaining_prefill_tokens": self.remaining_prefill_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "requests": self.requests,
+            "other_ratios": {
+                "request_averaged_hit_ratio": self.request_averaged_hit_ratio,
+                "cacheable_block_hit_ratio": self.cacheable_block_hit_ratio,
+            },
+            "blocks": {"cacheable": self.cacheable_blocks, "distinct": self.distinct_blocks,
+                       "evicted": self.evicted_blocks},
+            "preset": self.preset,
+            "rules": self.rules.to_dict(),
+            "per_tenant": [g.to_dict() for g in self.per_tenant],
+            "per_instance": [g.to_dict() for g in self.per_instance],
+            "hit_length": self.hit_length.to_dict(),
+            "waterfall": None if self.ideal_hit_tokens is None else {
+                "ideal_hit_tokens": self.ideal_hit_tokens,
+                "achieved_hit_tokens": self.saved_prefill_tokens,
+                "steps": [s.to_dict() for s in self.waterfall],
+            },
+            "hot_prefixes": [h.to_dict() for h in self.hot_prefixes],
+            "observed_vs_replayed": None if self.observed is None else self.observed.to_dict(),
+            "notes": list(self.notes),
+        }
+
+
+def effective_rules(
+    trace: Trace, preset: Preset | str | None = None, **overrides: Any
+) -> tuple[ReplayRules, str, tuple[str, ...]]:
+    """The rules a run uses on `trace`: (rules, preset name, notes about the choice).
+
+    Without an explicit preset, Mooncake-format traces use the `mooncake` preset (the
+    publishers' own rules) and other traces `vllm`. Without an explicit block size, a preset
+    block size that would split the trace's block ids is rounded up to a multiple of them.
+    """
+    notes: list[str] = []
+    source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
+    name = str(preset) if preset else ("mooncake" if trace.format_name == "mooncake" else "vllm")
+    rules = rules_for(name, **overrides)
+    if (source and overrides.get("block_size_tokens") is None
+            and rules.block_size_tokens % source):
+        rounded = -(-rules.block_size_tokens // source) * source
+        notes.append(f"block size {rules.block_size_tokens} cannot split the trace's "
+                     f"{source}-token block ids; using {rounded}")
+        rules = rules.with_(block_size_tokens=rounded)
+    rules.check_source_block_size(source)
+    return rules, name, tuple(notes)
+
+
+def _groups(codes: np.ndarray | None, labels: tuple[str, ...], prompt: np.ndarray,
+            hit: np.ndarray) -> tuple[GroupStats, ...]:
+    if codes is None:
+        return ()
+    k = len(labels)
+    reqs = np.bincount(codes, minlength=k)
+    p = np.bincount(codes, weights=prompt, minlength=k)
+    h = np.bincount(codes, weights=hit, minlength=k)
+    return tuple(
+        GroupStats(label=labels[g], requests=int(reqs[g]), prompt_tokens=int(p[g]),
+                   hit_tokens=int(h[g]), hit_ratio=float(h[g] / p[g]) if p[g] else 0.0)
+        for g in range(k) if reqs[g]
+    )
+
+
+def _hit_length(hit: np.ndarray, prompt: np.ndarray) -> HitLengthDistribution:
+    if hit.size == 0:
+        return HitLengthDistribution(zero_hit_requests=0, p50_hit_tokens=0, p90_hit_tokens=0,
+                                     p99_hit_tokens=0, max_hit_tokens=0, share_buckets=())
+    q = np.quantile(hit, [0.5, 0.9, 0.99], method="lower")
+    share = np.divide(hit, prompt, out=np.zeros(hit.size), where=prompt > 0)
+    buckets = [(0.0, 0.0, int((share == 0).sum()))]
+    for lo, hi in itertools.pairwise(HIT_SHARE_BUCKETS):
+        buckets.append((lo, hi, int(((share > lo) & (share <= hi)).sum())))
+    return HitLengthDistribution(
+        zero_hit_requests=int((hit == 0).sum()), p50_hit_tokens=int(q[0]),
+        p90_hit_tokens=int(q[1]), p99_hit_tokens=int(q[2]), max_hit_tokens=int(hit.max()),
+        share_buckets=tuple(buckets),
+    )
+
+
+def replay_trace(
+    trace: Trace,
+    rules: ReplayRules | None = None,
+    *,
+    preset: str | None = None,
+    waterfall: bool = True,
+    top_prefixes: int = 10,
+    notes: tuple[str, ...] = (),
+    parallel: Parallelism = SERIAL,
+) -> ReplaySummary:
+    """Replay `trace` under `rules` (default: `effective_rules(trace)`) and summarise it."""
+    summary, _ = replay_trace_with_requests(trace, rules, preset=preset, waterfall=waterfall,
+                                            top_prefixes=top_prefixes, notes=notes,
+                                            parallel=parallel)
+    return summary
+
+
+def replay_trace_with_requests(
+    trace: Trace,
+    rules: ReplayRules | None = None,
+    *,
+    preset: str | None = None,
+    waterfall: bool = True,
+    top_prefixes: int = 10,
+    notes: tuple[str, ...] = (),
+    parallel: Parallelism = SERIAL,
+) -> tuple[ReplaySummary, RequestTable]:
+    """`replay_trace` plus the per-request columns that `--out` writes.
+
+    `parallel` runs the independent caches (instances, per-tenant caches) of the scope and
+    capacity replays in worker processes or on a Dask cluster; the results are identical.
+    """
+    if rules is None:
+        rules, preset, chosen = effective_rules(trace)
+        notes = notes + chosen
+    source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
+    rules.check_source_block_size(source)
+    prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
+
+    wf: Waterfall | None = None
+    with open_runner(parallel) as runner:
+        pool = runner if parallel.parallel else None
+        if waterfall:
+            wf = compute_waterfall(prepared, rules, pool)
+            result, chains = wf.achieved, wf.achieved_chains
+        else:
+            chains = prepared.chains(rules)
+            result = cache_replays(prepared, chains, [rules], pool)[0]
+    if parallel.parallel:
+        notes = (*notes, _parallel_note(prepared, rules, parallel))
+    # After the chains: a streamed trace learns its list lengths on the first pass.
+    all_notes = list(notes) + _rule_notes(trace, prepared, rules)
+    prompt = prepared.prompt_tokens
+    hit = result.hit_tokens
+    prompt_total = int(prompt.sum())
+    share = np.divide(hit, prompt, out=np.zeros(hit.size), where=prompt > 0)
+    cacheable = int(chains.num_blocks.sum())
+
+    per_instance: tuple[GroupStats, ...] = ()
+    if result.instance is not None:
+        labels = (prepared.instance_labels
+                  if rules.route is None and prepared.instance_codes is not None
+                  else tuple(f"instance-{k}" for k in range(result.num_instances)))
+        per_instance = _groups(result.instance, labels, prompt, hit)
+
+    columns: dict[str, np.ndarray] = {
+        "request_id": prepared.request_id,
+        "prompt_tokens": prompt,
+        "hit_tokens": hit,
+        "recompute_tokens": result.recompute_tokens,
+    }
+    hot: tuple[HotPrefix, ...] = ()
+    if wf is not None:
+        columns["ideal_hit_tokens"] = wf.ideal_per_request
+        for name, _ in STEPS:
+            columns[f"loss_{name}_tokens"] = wf.loss_per_request[name]
+        hot = hot_prefixes(wf, prepared.request_id, prepared.tenant_codes,
+                           prepared.tenant_labels, top=top_prefixes)
+    if result.instance is not None:
+        columns["instance"] = result.instance
+
+    summary = ReplaySummary(
+        rules=rules,
+        preset=preset,
+        requests=prepared.num_requests,
+        prompt_tokens=prompt_total,
+        saved_prefill_tokens=int(hit.sum()),
+        remaining_prefill_tokens=int(result.recompute_tokens.sum()),
+        hit_ratio=float(hit.sum() / prompt_total) if prompt_total else 0.0,
+        request_averaged_hit_ratio=float(share.mean()) if share.size else 0.0,
+        cacheable_block_hit_ratio=float(result.hit_blocks.sum() / cacheable) if cacheable else 0.0,
+        cacheable_blocks=cacheable,
+        distinct_blocks=chains.num_distinct,
+        evicted_blocks=result.evicted_blocks,
+        per_tenant=_groups(prepared.tenant_codes, prepared.tenant_labels, prompt, hit),
+        per_instance=per_instance,
+        hit_length=_hit_length(hit, prompt),
+        ideal_hit_tokens=None if wf is None else wf.ideal_hit_tokens,
+        waterfall=() if wf is None else wf.steps,
+        hot_prefixes=hot,
+        observed=compare_observed(prepared.cached_tokens, hit, prompt, rules.block_size_tokens),
+        notes=tuple(all_notes),
+    )
+    return summary, RequestTable(columns=columns)
+
+
+def _parallel_note(prepared: PreparedTrace, rules: ReplayRules, parallel: Parallelism) -> str:
+    """Where the replay ran, and why it stayed in one process when it could not split."""
+    if rules.scope == "instance" and rules.route == "prefix-affinity":
+        why = "prefix-affinity routing follows the cache contents"
+    elif rules.scope == "global" and not (rules.capacity_per_tenant
+                                          and prepared.tenant_codes is not None):
+        why = ("one global cache is one sequential LRU" if rules.capacity_blocks is not None
+               else "one global unlimited cache needs no loop")
+    else:
+        return f"independent caches replayed in parallel on {parallel.describe()}"
+    return (f"{why}: it cannot be split, so the achieved replay ran in one process "
+            f"(other passes on {parallel.describe()})")
+
+
+def _rule_notes(trace: Trace, prepared: PreparedTrace, rules: ReplayRules) -> list[str]:
+    """What the reader of the report needs to know about how the rules met this trace."""
+    notes = []
+    has_outputs = trace.has("output_tokens") and prepared.source_block_size is None
+    if not rules.cache_outputs:
+        notes.append("output blocks are not cached (--cache-outputs is off"
+                     + ("; the trace has output token ids" if has_outputs else "") + ")")
+    elif not has_outputs:
+        notes.append("--cache-outputs has no effect: the trace has no output token ids")
+    if rules.tenant_isolation and prepared.tenant_codes is None:
+        notes.append("tenant isolation is on but the trace has no tenant column: one namespace")
+    if rules.scope == "instance" and rules.route is None and prepared.instance_codes is None:
+        notes.append(f"scope instance without an instance column: round-robin over "
+                     f"{rules.instances} instance(s)")
+    missing = int(((np.diff(prepared.unit_offsets()) == 0) & (prepared.prompt_tokens > 0)).sum())
+    if missing > 0:
+        notes.append(f"{missing} request(s) have no prompt content and never hit")
+    return notes

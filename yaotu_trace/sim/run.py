@@ -1,0 +1,338 @@
+"""The simulator's entry points, `simulate` and `fit_step_cost` (see the `yaotu_trace.sim` docs).
+
+Pure (NumPy and numba only; no pandas, no I/O). `simulate` takes request arrays (arrival,
+prompt and output lengths, and optionally the prompt's block chain ids from
+`replay.blocks.build_block_chains`) and a `SimConfig`, and returns a `SimResult` whose
+per-request arrays are the canonical timing columns and whose step arrays are the step log.
+`fit_step_cost` is the `--calibrate` least-squares fit of `a + b·prefill_tokens + c·Σcontext`
+(coefficients kept non-negative).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from yaotu_trace.errors import ConfigError, ResourceLimitError
+from yaotu_trace.sim.config import (
+    ROUTE_CODES,
+    RoutePolicy,
+    SchedulerKind,
+    SimConfig,
+    StepCost,
+)
+
+_MAX_MAP_BYTES = 16 * 2**30  # identity → block maps, one int32 per identity and instance
+
+__all__ = [
+    "CalibrationFit",
+    "RequestArrays",
+    "RoutePolicy",
+    "SchedulerKind",
+    "SimConfig",
+    "SimResult",
+    "StepCost",
+    "cost_vector",
+    "fit_step_cost",
+    "simulate",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestArrays:
+    """The requests to simulate, in arrival order.
+
+    `chain_offsets`/`chain_ids` are per-request dense chain ids of cacheable prompt blocks of
+    `chain_block_tokens` tokens each (a multiple of the engine block size; each chain block
+    then stands for `chain_block_tokens / block_size` engine blocks). None: no prompt content,
+    so no request can hit another's blocks.
+    """
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    chain_offsets: np.ndarray | None = None
+    chain_ids: np.ndarray | None = None
+    chain_block_tokens: int | None = None
+    num_chain_ids: int = 0
+
+    @property
+    def num_requests(self) -> int:
+        """Number of requests."""
+        return len(self.arrival_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimResult:
+    """Per-request timing (NaN where a request never ran), the step log and work totals.
+
+    `instance`/`prefill_instance` index `instance_labels` (−1: never routed). Token times are
+    flat (`token_offsets`, n + 1 entries). `computed_tokens` counts every token put through a
+    forward pass (prefill, recompute and decode); `recomputed_tokens` the part of it that redid
+    work lost to preemption. `decode_stall_s` is Σ over mixed steps of (step time − the time of
+    the same step without its prefill tokens) × decode tokens: the decode-seconds lost to
+    prefill/decode interference (cost-model §3.1).
+    """
+
+    scheduled_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    token_offsets: np.ndarray
+    token_times_s: np.ndarray
+    num_preemptions: np.ndarray
+    cached_tokens: np.ndarray
+    computed_tokens: np.ndarray
+    recomputed_tokens: np.ndarray
+    instance: np.ndarray
+    prefill_instance: np.ndarray
+    instance_labels: tuple[str, ...]
+    step_instance: np.ndarray
+    step_start_s: np.ndarray
+    step_end_s: np.ndarray
+    step_prefill_tokens: np.ndarray
+    step_decode_tokens: np.ndarray
+    step_num_running: np.ndarray
+    step_num_waiting: np.ndarray
+    step_kv_blocks_used: np.ndarray
+    step_num_preempted: np.ndarray
+    kv_blocks_total: int
+    busy_s: np.ndarray
+    decode_stall_s: float
+    hbm_bytes: float
+    kv_transfer_bytes: float
+    prefix_reread_bytes: float
+    host_overhead_s: float
+    rejected_requests: int
+
+    @property
+    def num_steps(self) -> int:
+        """Steps simulated over all instances."""
+        return len(self.step_start_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationFit:
+    """Least-squares step-time fit `a + b·prefill_tokens + c·Σcontext` (seconds)."""
+
+    a_s: float
+    b_s_per_prefill_token: float
+    c_s_per_context_token: float
+    r_squared: float
+    rmse_s: float
+    steps: int
+    context_source: str
+
+    def step_cost(self, kv_bytes_per_token: float) -> StepCost:
+        """The fitted model as a `StepCost`."""
+        return StepCost.fixed(self.a_s, self.b_s_per_prefill_token, self.c_s_per_context_token,
+                              kv_bytes_per_token=kv_bytes_per_token)
+
+
+def fit_step_cost(prefill_tokens: np.ndarray, context_tokens: np.ndarray, step_s: np.ndarray,
+                  *, context_source: str = "context") -> CalibrationFit:
+    """Fit step time on a real step log by least squares; raises when the log cannot fit it."""
+    x1 = np.asarray(prefill_tokens, dtype=np.float64)
+    x2 = np.asarray(context_tokens, dtype=np.float64)
+    y = np.asarray(step_s, dtype=np.float64)
+    keep = np.isfinite(x1) & np.isfinite(x2) & np.isfinite(y) & (y > 0)
+    x1, x2, y = x1[keep], x2[keep], y[keep]
+    if y.size < 3:
+        raise ConfigError(f"--calibrate needs at least 3 steps with durations, got {y.size}")
+    design = np.column_stack([np.ones_like(x1), x1, x2])
+    # NOTE: coefficients are kept >= 0 (a step never gets faster with more work): the best
+    # least-squares fit over the subsets of terms whose coefficients come out non-negative.
+    best: np.ndarray | None = None
+    best_sse = np.inf
+    for mask in ((1, 1, 1), (1, 1, 0), (1, 0, 1), (0, 1, 1), (1, 0, 0), (0, 1, 0), (0, 0, 1)):
+        cols = [k for k in range(3) if mask[k]]
+        sol, *_ = np.linalg.lstsq(design[:, cols], y, rcond=None)
+        if (sol < 0).any():
+            continue
+        coef_try = np.zeros(3)
+        coef_try[cols] = sol
+        sse = float(((y - design @ coef_try) ** 2).sum())
+        if sse < best_sse:
+            best, best_sse = coef_try, sse
+    coef = best if best is not None else np.array([float(y.mean()), 0.0, 0.0])
+    pred = design @ coef
+    resid = y - pred
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return CalibrationFit(a_s=float(coef[0]), b_s_per_prefill_token=float(coef[1]),
+                          c_s_per_context_token=float(coef[2]), r_squared=r2,
+                          rmse_s=float(np.sqrt((resid**2).mean())), steps=int(y.size),
+                          context_source=context_source)
+
+
+def cost_vector(cost: StepCost) -> np.ndarray:
+    """The float64 vector the compiled loop reads (layout in `sim.engine`)."""
+    a, b, c = cost.calibrated if cost.calibrated is not None else (0.0, 0.0, 0.0)
+    return np.array([
+        1.0 if cost.calibrated is not None else 0.0, cost.linear_params,
+        cost.attention_flops_per_token_pair, cost.dense_weight_bytes, cost.expert_weight_bytes,
+        float(cost.experts), float(cost.experts_per_token), cost.kv_bytes_per_token,
+        cost.flops_per_s, cost.bytes_per_s, cost.overhead_s, a, b, c, cost.host_gap_s,
+    ], dtype=np.float64)
+
+
+def _segment_positions(counts: np.ndarray) -> np.ndarray:
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+
+
+def block_identities(requests: RequestArrays, output_tokens: np.ndarray, block_size: int,
+                     prefix_caching: bool) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(slot offsets, identity per engine block slot, number of identities, shared limit).
+
+    A request has `ceil((prompt + output) / B)` block slots. Slot j of a cacheable prompt
+    chain block c (of m = chain_block_tokens / B engine blocks) gets `id(c)·m + j mod m`, shared
+    by every request with the same chain; every other slot gets a private id.
+    """
+    prompt = requests.prompt_tokens.astype(np.int64)
+    slots = (prompt + output_tokens + block_size - 1) // block_size
+    offsets = np.zeros(len(prompt) + 1, dtype=np.int64)
+    np.cumsum(slots, out=offsets[1:])
+    total = int(offsets[-1])
+    has_chains = (prefix_caching and requests.chain_ids is not None
+                  and requests.chain_offsets is not None and requests.chain_block_tokens)
+    if not has_chains:
+        return offsets, np.arange(total, dtype=np.int64), total, 0
+    chain_tokens = int(requests.chain_block_tokens or block_size)
+    if chain_tokens % block_size:
+        raise ConfigError(f"block size {block_size} does not divide the trace's {chain_tokens}-"
+                          "token content blocks; pick a block size that does")
+    m = chain_tokens // block_size
+    shared = int(requests.num_chain_ids) * m
+    chain_counts = np.diff(requests.chain_offsets).astype(np.int64)
+    shared_slots = np.minimum(chain_counts * m, slots)
+    pos = _segment_positions(slots)
+    req = np.repeat(np.arange(len(prompt), dtype=np.int64), slots)
+    is_shared = pos < shared_slots[req]
+    ident = shared + np.arange(total, dtype=np.int64)
+    chain_index = requests.chain_offsets[req[is_shared]] + pos[is_shared] // m
+    ident[is_shared] = requests.chain_ids[chain_index].astype(np.int64) * m + pos[is_shared] % m
+    return offsets, ident, shared + total, shared
+
+
+def simulate(requests: RequestArrays, config: SimConfig) -> SimResult:
+    """Run `requests` through the modelled cluster under `config` (deterministic)."""
+    from yaotu_trace.sim.engine import simulate_cluster
+
+    n = requests.num_requests
+    bsz = config.block_size_tokens
+    usable = config.kv_blocks - 1
+    prompt_all = np.maximum(requests.prompt_tokens.astype(np.int64), 1)
+    out_all = np.maximum(requests.output_tokens.astype(np.int64), 1)
+    fits = (prompt_all + out_all + bsz - 1) // bsz <= usable
+    keep = np.flatnonzero(fits)
+    sub = requests
+    if keep.size < n:
+        sub = _subset(requests, keep)
+    prompt = np.ascontiguousarray(np.maximum(sub.prompt_tokens.astype(np.int64), 1))
+    out_len = np.ascontiguousarray(np.maximum(sub.output_tokens.astype(np.int64), 1))
+    arrival = np.ascontiguousarray(sub.arrival_s, dtype=np.float64)
+    if arrival.size and (np.diff(arrival) < 0).any():
+        raise ConfigError("requests must be in arrival order")
+    sub = RequestArrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=out_len,
+                        chain_offsets=sub.chain_offsets, chain_ids=sub.chain_ids,
+                        chain_block_tokens=sub.chain_block_tokens, num_chain_ids=sub.num_chain_ids)
+    blk_off, ident, n_ident, shared = block_identities(sub, out_len, bsz, config.prefix_caching)
+    n_inst = config.total_instances
+    map_bytes = n_inst * n_ident * 4
+    if map_bytes > _MAX_MAP_BYTES:
+        raise ResourceLimitError(
+            f"{n_inst} instances × {n_ident:,} block identities need {map_bytes / 2**30:.1f} GiB "
+            "of cache maps; use fewer instances or a larger --block-size")
+    if n_inst * usable >= 2**31:
+        raise ConfigError("the KV pools exceed 2^31 blocks; use fewer blocks or a larger "
+                          "--block-size")
+    n_pf = config.pd[0] if config.pd is not None else 0
+    budget = config.max_batched_tokens
+    if not config.chunked_prefill:
+        # NOTE: vLLM requires max_num_batched_tokens >= max_model_len without chunking.
+        longest = int((prompt + out_len).max()) if prompt.size else 0
+        budget = max(budget, longest + config.max_num_seqs)
+    watermark = int(config.watermark * usable)
+    params = np.array([
+        0.0 if config.scheduler is SchedulerKind.VLLM else 1.0, n_inst, n_pf, usable, bsz,
+        config.max_num_seqs, budget, float(config.chunked_prefill),
+        config.long_prefill_token_threshold, float(config.prefix_caching), watermark,
+        ROUTE_CODES[config.route], config.link_bytes_per_s, config.link_latency_s,
+        float(config.layerwise_overlap), config.layers, config.affinity_threshold,
+        config.balance_abs_threshold, config.balance_rel_threshold,
+    ], dtype=np.float64)
+    tt_off = np.zeros(len(prompt) + 1, dtype=np.int64)
+    np.cumsum(out_len, out=tt_off[1:])
+    # NOTE: a Ctrl-C during this call is raised once it has returned, not inside numba's boxing
+    # of its 21 result arrays, where it crashed the process (see yaotu_trace/cli/interrupts.py).
+    out = simulate_cluster(prompt, out_len, arrival, blk_off, ident, np.int64(n_ident),
+                           np.int64(max(shared, 1)), params, cost_vector(config.step_cost),
+                           tt_off)
+    (sched, first, finish, tt, npre, cached, comp, recomp, inst, pf_inst, s_inst, s_start,
+     s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy) = out
+    if config.pd is not None:
+        labels = tuple([f"p{k}" for k in range(config.pd[0])]
+                       + [f"d{k}" for k in range(config.pd[1])])
+    else:
+        labels = tuple(f"i{k}" for k in range(n_inst))
+    # token times: drop the unused slots of requests that asked for zero output tokens
+    want = np.maximum(requests.output_tokens.astype(np.int64), 0)
+    columns = _scatter(n, keep, {
+        "scheduled_s": (sched, np.nan), "first_token_s": (first, np.nan),
+        "finish_s": (finish, np.nan), "num_preemptions": (npre, 0), "cached_tokens": (cached, 0),
+        "computed_tokens": (comp, 0), "recomputed_tokens": (recomp, 0),
+        "instance": (inst, -1), "prefill_instance": (pf_inst, -1),
+    })
+    sub_want = want[keep]
+    full_off = tt_off
+    take = np.repeat(np.arange(len(out_len)), out_len)
+    pos = np.arange(len(tt)) - np.repeat(full_off[:-1], out_len)
+    tt_kept = tt[pos < sub_want[take]]
+    lengths = np.zeros(n, dtype=np.int64)
+    lengths[keep] = sub_want
+    token_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=token_offsets[1:])
+    return SimResult(
+        scheduled_s=columns["scheduled_s"], first_token_s=columns["first_token_s"],
+        finish_s=columns["finish_s"], token_offsets=token_offsets, token_times_s=tt_kept,
+        num_preemptions=columns["num_preemptions"], cached_tokens=columns["cached_tokens"],
+        computed_tokens=columns["computed_tokens"],
+        recomputed_tokens=columns["recomputed_tokens"], instance=columns["instance"],
+        prefill_instance=columns["prefill_instance"], instance_labels=labels,
+        step_instance=s_inst, step_start_s=s_start, step_end_s=s_end,
+        step_prefill_tokens=s_pf, step_decode_tokens=s_dec, step_num_running=s_run,
+        step_num_waiting=s_wait, step_kv_blocks_used=s_used, step_num_preempted=s_pre,
+        kv_blocks_total=usable, busy_s=busy, decode_stall_s=float(totals[0]),
+        hbm_bytes=float(totals[1]), kv_transfer_bytes=float(totals[2]),
+        prefix_reread_bytes=float(totals[3]), host_overhead_s=float(totals[4]),
+        rejected_requests=int(n - keep.size + totals[5]),
+    )
+
+
+def _scatter(n: int, keep: np.ndarray, columns: dict[str, tuple[np.ndarray, float]]
+             ) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for name, (values, fill) in columns.items():
+        full = np.full(n, fill, dtype=values.dtype)
+        full[keep] = values
+        out[name] = full
+    return out
+
+
+def _subset(requests: RequestArrays, keep: np.ndarray) -> RequestArrays:
+    """The requests at `keep` (chains re-sliced; chain ids keep their meaning)."""
+    offsets = ids = None
+    if requests.chain_offsets is not None and requests.chain_ids is not None:
+        counts = np.diff(requests.chain_offsets)[keep]
+        offsets = np.zeros(keep.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        starts = requests.chain_offsets[keep]
+        idx = np.repeat(starts, counts) + _segment_positions(counts)
+        ids = requests.chain_ids[idx]
+    return RequestArrays(
+        arrival_s=requests.arrival_s[keep], prompt_tokens=requests.prompt_tokens[keep],
+        output_tokens=requests.output_tokens[keep], chain_offsets=offsets, chain_ids=ids,
+        chain_block_tokens=requests.chain_block_tokens, num_chain_ids=requests.num_chain_ids,
+    )
