@@ -417,7 +417,7 @@ def _threshold(doc: Mapping[str, Any], check: ThresholdCheck, default: OnMissing
     except ConfigError as exc:  # the path comes from the check file: a bad file, exit 3
         raise ConfigFileError(f"{config_path}: check {check.label!r}: {exc}; fix its path") \
             from exc
-    base = {"name": check.label, "kind": CheckKind.THRESHOLD, "path": check.path,
+    base: dict[str, Any] = {"name": check.label, "kind": CheckKind.THRESHOLD, "path": check.path,
             "resolved_path": res.resolved_path, "op": str(check.op), "threshold": check.value}
     if res.value is None:
         policy = check.on_missing or default
@@ -483,7 +483,7 @@ def _baseline(doc: Mapping[str, Any], base: Callable[[str], Resolved], metric: B
     if not cur.found and not headline:
         cur = require(doc, metric.path)
     prev = _first_found([base(p) for p in (metric.path, *metric.alternates)])
-    common = {"name": name, "kind": CheckKind.BASELINE, "path": metric.path,
+    common: dict[str, Any] = {"name": name, "kind": CheckKind.BASELINE, "path": metric.path,
               "resolved_path": cur.resolved_path, "op": better.value}
     missing = None
     if not cur.found or cur.value is None:
@@ -535,7 +535,7 @@ def _axes(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     if isinstance(axes, dict):
         return [(str(k), v) for k, v in axes.items() if isinstance(v, dict)]
     if isinstance(axes, list):
-        out = []
+        out: list[tuple[str, Mapping[str, Any]]] = []
         for item in axes:
             if isinstance(item, dict):
                 name = item.get("name") or item.get("axis")
@@ -550,7 +550,7 @@ def _diagnosis(doc: Mapping[str, Any], fail_on: FailOn) -> list[CheckResult]:
     limit = STATUS_RANK[fail_on.value]
     for name, axis in _axes(doc):
         status = axis.get("status")
-        common = {"name": f"diagnosis: {name}", "kind": CheckKind.DIAGNOSIS,
+        common: dict[str, Any] = {"name": f"diagnosis: {name}", "kind": CheckKind.DIAGNOSIS,
                   "path": f"axes.{name}.status", "resolved_path": f"axes.{name}.status",
                   "op": "<", "threshold": fail_on.value, "value": status}
         if status not in STATUS_RANK:

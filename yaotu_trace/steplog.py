@@ -140,9 +140,9 @@ class StepLog:
         if first is None or first.num_rows == 0:
             return None
         lo = float(first.column(0)[0].as_py())
-        hi = _statistics_max(file.metadata, "end_s")
-        if hi is None:
-            hi = -math.inf
+        stats_hi = _statistics_max(file.metadata, "end_s")
+        hi = -math.inf if stats_hi is None else stats_hi
+        if stats_hi is None:
             for batch in self.batches():
                 if len(batch):
                     hi = max(hi, float(batch["end_s"].max()))

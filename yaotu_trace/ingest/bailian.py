@@ -43,7 +43,7 @@ def read_bailian(path: Path) -> RawTrace:
             "parent_chat_id, timestamp, input_length, output_length, type, turn, hash_ids"
         )
     chat_ids = [_chat_key(v) for v in df["chat_id"].tolist()]
-    parents = (
+    parents: list[int | str | None] = (
         [_chat_key(v) for v in df["parent_chat_id"].tolist()]
         if "parent_chat_id" in df.columns
         else [None] * len(df)

@@ -317,7 +317,9 @@ def _parse_labels(text: str, path: Path, line: int) -> str:
 
 
 def _split_labels(body: str) -> list[str]:
-    parts, current, quoted = [], [], False
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
     for ch in body:
         if ch == '"':
             quoted = not quoted

@@ -209,7 +209,7 @@ def _read_table(path: Path, id_key: str) -> tuple[np.ndarray, np.ndarray]:
                     f"number in 0 .. 2**62; each line must be "
                     f"{{\"{id_key}\": int, \"token_length\": int}}"
                 )
-        ids[i], lengths[i] = chunk_id, length
+        ids[i], lengths[i] = int(chunk_id), int(length)  # type: ignore[arg-type]  # checked above
     return ids, lengths
 
 
