@@ -199,7 +199,7 @@ def _enum(cls: type[StrEnum], value: Any, where: str) -> Any:
     try:
         return cls(str(value).lower() if cls is not Op else str(value).strip())
     except ValueError:
-        choices = ", ".join(repr(m.value) for m in cls)  # type: ignore[attr-defined]
+        choices = ", ".join(repr(m.value) for m in cls)
         raise ConfigFileError(f"{where}: {value!r} is not one of {choices}") from None
 
 

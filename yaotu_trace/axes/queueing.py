@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -460,11 +461,11 @@ def _sampled_waiting_s(inp: AxisInput, st: _StepStats, arrival: np.ndarray,
     if inp.has("instance") and set(st.instances) != {"all"}:
         names = inp.requests["instance"].fillna("").astype(str).to_numpy()
     rows = np.flatnonzero(inside)
-    own = None
+    own: np.ndarray | None = None
     if names is not None:
         # A request whose instance ran no step looks at every step.
-        own = np.where(np.isin(names[rows], np.array(st.instances, dtype=object)),
-                       names[rows], None)
+        known = np.isin(names[rows], np.array(st.instances, dtype=object))
+        own = cast(np.ndarray, np.where(known, names[rows], None))
     first_start = _first_starts(inp.steps, arrival, rows, own)
     total = 0.0
     groups = ([(k, names == k) for k in np.unique(names[inside])] if names is not None
@@ -584,7 +585,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     budget = budget_inferred = step_fill = None
     if tokens is not None and tokens.count:
         budget_inferred = s.max_batched_tokens is None
-        budget = float(s.max_batched_tokens or tokens.max)
+        budget = float(s.max_batched_tokens or tokens.max or 0)
         step_fill = ratio(tokens.percentiles[75], budget)
     elif m is not None and s.max_batched_tokens and m.histogram_mean("iteration_tokens"):
         # Without a step log, the metrics' mean step size stands in for the P75.
@@ -601,7 +602,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     seq_cap = seq_cap_inferred = running_fill = None
     if running is not None and running.count:
         seq_cap_inferred = s.max_num_seqs is None
-        seq_cap = float(s.max_num_seqs or running.max)
+        seq_cap = float(s.max_num_seqs or running.max or 0)
         running_fill = ratio(running.percentiles[75], seq_cap)
     kv_p75 = st.kv_usage_p75
     waiting_share = st.waiting_share
@@ -743,7 +744,7 @@ def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
         Cause.BATCH_SHAPE: "raise max_num_batched_tokens / max_num_seqs and check FCFS "
         "head-of-line blocking by long prompts",
     }
-    out = [advice[cause]] if cause else []
+    out = [advice[Cause(cause)]] if cause else []
     out += [f"add {m}" for m in missing]
     return tuple(out)
 

@@ -194,7 +194,10 @@ def write_atomically(path: Path, text: str) -> None:
     if path == STDOUT:
         defer(lambda: _write_stdout(text))
         return
-    replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
+    replace_atomically(path, write)
 
 
 # Parameters of the command functions that name outputs, with their option; every other path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -61,7 +62,7 @@ def _capacity_blocks(text: str | None, block_size_tokens: int, model: str | None
     return blocks
 
 
-def write_requests(path: Path, columns: dict[str, object]) -> None:
+def write_requests(path: Path, columns: Mapping[str, object]) -> None:
     """Write per-request columns as Parquet or CSV (by extension), atomically."""
     import pyarrow as pa
 
@@ -210,7 +211,7 @@ def replay(
     emit(report, format, output)
 
 
-def _grid_report(loaded: object, preset: str | None, overrides: dict[str, object],
+def _grid_report(loaded: object, preset: str | None, overrides: Mapping[str, object],
                  grid: list[str], capacity: str | None, model: str | None,
                  kv_bytes_per_token: int | None, parallel: object, quiet: bool) -> Report:
     """`--grid`: one row per (block size, tenant isolation, capacity)."""

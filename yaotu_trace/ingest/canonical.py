@@ -184,7 +184,7 @@ def csv_frame(path: Path, handle: IO[bytes], **kwargs: object) -> Any:
     if format_suffix(path) == ".tsv":
         kwargs.setdefault("sep", "\t")
     try:
-        return pd.read_csv(handle, **kwargs)  # type: ignore[call-overload]
+        return pd.read_csv(handle, **kwargs)
     except CSV_ERRORS as exc:
         raise csv_error(path, exc) from exc
 

@@ -234,7 +234,7 @@ def _nanos(
     try:
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ValueError
-        nanos = int(value)  # type: ignore[arg-type]
+        nanos = int(value)
     except (TypeError, ValueError, OverflowError):
         what = "is missing" if value is None else f"is {str(value)[:30]!r}, not an integer"
         raise TraceSchemaError(

@@ -263,7 +263,7 @@ def _expand_chunks(
                 f"lists ({', '.join(c for c, _, _ in COMPONENTS)}), got {type(hash_ids).__name__}"
             )
         total = 0
-        for k, (component, table, _) in enumerate(COMPONENTS):
+        for k, (component, _file, _) in enumerate(COMPONENTS):
             chunk_ids = hash_ids.get(component, [])
             if not isinstance(chunk_ids, list) or not all(
                 isinstance(c, int) and not isinstance(c, bool) for c in chunk_ids

@@ -61,6 +61,7 @@ AXIS_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
 }
 
+MISSING = fmt.MISSING
 _UNIT_FORMAT = {
     "tokens": fmt.tokens,
     "s": fmt.seconds,
@@ -69,7 +70,6 @@ _UNIT_FORMAT = {
     "ratio": fmt.pct,
     "FLOP": fmt.flops,
 }
-MISSING = fmt.MISSING
 STATUS_STYLE = {"bottleneck": "bold red", "warning": "yellow", "ok": "green",
                 "insufficient_data": "dim"}
 

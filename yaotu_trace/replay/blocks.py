@@ -213,7 +213,7 @@ def frozen_input(array: np.ndarray, dtype: type) -> np.ndarray:
     Arrow buffers arrive read-only and NumPy arrays writable; numba compiles one specialisation
     per flavour, so every input goes in read-only and one cached signature serves both.
     """
-    out = np.ascontiguousarray(array, dtype=dtype).view()
+    out: np.ndarray = np.ascontiguousarray(array, dtype=dtype).view()
     out.flags.writeable = False
     return out
 
@@ -285,6 +285,7 @@ def build_block_chains(
                     and output_values is not None and source_block_size is None)
     unit_offsets, unit_values, hashed_full = offsets, values, full
     if with_outputs:
+        assert output_offsets is not None and output_values is not None  # with_outputs
         out_off = frozen_input(output_offsets, np.int64)
         out_val = frozen_input(output_values, np.int64)
         unit_offsets, unit_values = (frozen_input(a, np.int64)

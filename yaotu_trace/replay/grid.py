@@ -152,7 +152,7 @@ def replay_grid(trace: Trace, base: ReplayRules, *, block_sizes: Sequence[int],
     for k, result in zip(job_rows, replay_many(jobs, runner), strict=True):
         hits[k] = int(result.hit_tokens.sum())
     prompt_total = int(prepared.prompt_tokens.sum())
-    rows = tuple(
+    grid_rows = tuple(
         GridRow(block_size_tokens=b, tenant_isolation=iso, capacity=cap.label,
                 capacity_blocks=cap.blocks_by_block_size[b],
                 hit_ratio=hits[k] / prompt_total if prompt_total else 0.0,
@@ -162,7 +162,7 @@ def replay_grid(trace: Trace, base: ReplayRules, *, block_sizes: Sequence[int],
     if base.scope is Scope.INSTANCE or base.capacity_per_tenant:
         notes.append("capacity is per cache (per instance, per tenant where set)")
     return ReplayGrid(requests=prepared.num_requests, prompt_tokens=prompt_total,
-                      base_rules=base, rows=rows, notes=tuple(notes))
+                      base_rules=base, rows=grid_rows, notes=tuple(notes))
 
 
 def _partitions(prepared: PreparedTrace, rules: ReplayRules, chains: BlockChains) -> Partitions:

@@ -97,11 +97,11 @@ def hot_prefixes(
         tenants: tuple[str, ...] = ()
         if tenant_codes is not None:
             tenants = tuple(tenant_labels[t] for t in np.unique(tenant_codes[r]))
-        b = int(blocks[rows[0]])
+        depth_blocks = int(blocks[rows[0]])
         first = int(r.min())
         out.append(HotPrefix(
-            prefix_tokens=int(cum[start[first] + b] - cum[start[first]]),
-            prefix_blocks=b,
+            prefix_tokens=int(cum[start[first] + depth_blocks] - cum[start[first]]),
+            prefix_blocks=depth_blocks,
             recomputed_tokens=int(total[g]),
             times=int(np.unique(r).size),
             by_reason_tokens=by_reason,

@@ -441,10 +441,11 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
     # NOTE: one task alone gains nothing from a worker and would pay for shipping its chains.
     results = [_run_task(*tasks[0])] if len(tasks) == 1 else runner.map(_run_task, tasks)
     out = []
-    for job, (start, count, groups) in zip(jobs, plan, strict=True):
-        if groups is None:
+    for job, (start, count, split_groups) in zip(jobs, plan, strict=True):
+        if split_groups is None:
             out.append(results[start])
         else:
             assert job.partitions is not None
-            out.append(merge(job.chains, job.partitions, groups, results[start:start + count]))
+            out.append(merge(job.chains, job.partitions, split_groups,
+                             results[start:start + count]))
     return out

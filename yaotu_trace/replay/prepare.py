@@ -76,6 +76,7 @@ class PreparedTrace:
         ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
         if self.stream is not None:
             return build_block_chains_streaming(self.stream, ns, rules)
+        assert self.offsets is not None and self.values is not None  # content read whole
         return build_block_chains(
             self.offsets, self.values, self.prompt_tokens, self.source_block_size, ns, rules,
             output_offsets=self.output_offsets, output_values=self.output_values,
@@ -127,10 +128,12 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
         model_codes, _ = _codes(key)
     else:
         model_codes = np.zeros(len(df), dtype=np.int64)
-    tenant_codes, tenant_labels = (None, ())
+    tenant_labels: tuple[str, ...] = ()
+    tenant_codes = None
     if trace.has("tenant"):
         tenant_codes, tenant_labels = _codes(df["tenant"])
-    instance_codes, instance_labels = (None, ())
+    instance_labels: tuple[str, ...] = ()
+    instance_codes = None
     if trace.has("instance"):
         instance_codes, instance_labels = _codes(df["instance"])
     finish = df["finish_s"].to_numpy(dtype=np.float64, na_value=np.nan) if trace.has(

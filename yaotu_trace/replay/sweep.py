@@ -563,6 +563,7 @@ def sweep(
         _, sub_tokens = _gather(offsets, chains.block_tokens, rows)
         out_offsets = out_ids = None
         if has_outputs:
+            assert chains.output_ids is not None  # has_outputs
             out_offsets, out_ids = _gather(np.asarray(chains.output_offsets, dtype=np.int64),
                                            chains.output_ids, rows)
         hist = stack_distance_histograms(

@@ -20,6 +20,7 @@ their totals still telescope.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -129,7 +130,7 @@ def cache_replays(prepared: PreparedTrace, chains: BlockChains, rules_list: list
     Without a runner the engine replays each in this process, except per-tenant caches,
     which exist only as partitions; with one, every partition of every replay is one task.
     """
-    times = {"arrival_s": prepared.arrival_s, "finish_s": prepared.finish_s}
+    times: dict[str, Any] = {"arrival_s": prepared.arrival_s, "finish_s": prepared.finish_s}
     if runner is None and not any(r.capacity_per_tenant for r in rules_list):
         return [replay(chains, r, prepared.instance_codes, **times) for r in rules_list]
     jobs = []
@@ -160,7 +161,7 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
     has_ns = ns_codes is not None
     # The namespaces join each block's identity from the shared chains: no second read of the
     # prompts, and the same ids as hashing them in (`partition.with_namespaces`).
-    ns_chains = with_namespaces(shared_ltr, ns_codes) if has_ns else shared_ltr
+    ns_chains = with_namespaces(shared_ltr, ns_codes) if ns_codes is not None else shared_ltr
     r_ns = replay(ns_chains, ltr_rules) if has_ns else r_ltr
 
     scope_rules = ltr_rules.with_(scope=rules.scope, route=rules.route, instances=rules.instances)

@@ -205,6 +205,7 @@ def block_identities(requests: RequestArrays, output_tokens: np.ndarray, block_s
                           "token content blocks; pick a block size that does")
     m = chain_tokens // block_size
     shared = int(requests.num_chain_ids) * m
+    assert requests.chain_offsets is not None and requests.chain_ids is not None  # has_chains
     chain_counts = np.diff(requests.chain_offsets).astype(np.int64)
     shared_slots = np.minimum(chain_counts * m, slots)
     pos = _segment_positions(slots)
