@@ -1,0 +1,28 @@
+"""An instant CLI: help, the catalog and usage errors load none of the analysis libraries.
+
+The time is measured in benchmarks/startup.py; this test keeps the cause from coming back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("numpy", "pandas", "pyarrow", "numba")
+PROBE = ("import contextlib, io, json, sys\n"
+         "from yaotu_trace.cli import main\n"
+         "quiet = io.StringIO()\n"
+         "with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):\n"
+         "    main(sys.argv[1:])\n"
+         f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["models"], ["replay", "--help"],
+                                  ["replay", "x", "--block-size", "0"], ["analyse", "x"]])
+def test_no_analysis_library_is_loaded(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
