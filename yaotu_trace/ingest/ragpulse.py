@@ -263,7 +263,7 @@ def _expand_chunks(
                 f"lists ({', '.join(c for c, _, _ in COMPONENTS)}), got {type(hash_ids).__name__}"
             )
         total = 0
-        for k, (component, _file, _) in enumerate(COMPONENTS):
+        for k, (component, table_name, _) in enumerate(COMPONENTS):
             chunk_ids = hash_ids.get(component, [])
             if not isinstance(chunk_ids, list) or not all(
                 isinstance(c, int) and not isinstance(c, bool) for c in chunk_ids
@@ -277,7 +277,7 @@ def _expand_chunks(
                 if chunk < 0 or owner[chunk] != k:
                     raise TraceSchemaError(
                         f"{trace_path}: line {line}, column 'hash_ids.{component}': chunk id "
-                        f"{str(chunk_id)[:40]} is not in {table}; check the tables belong "
+                        f"{str(chunk_id)[:40]} is not in {table_name}; check the tables belong "
                         "to this trace"
                     )
                 seg_start.append(int(start_of[chunk]))
