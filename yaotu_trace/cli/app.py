@@ -53,7 +53,8 @@ def diagnosis_settings(
 ) -> tuple[EngineSettings, Thresholds]:
     """Check the diagnosis options before any work and turn them into engine settings.
 
-    `engine` passes the remaining `EngineSettings` fields of `trace diagnose` through as given.
+    `engine` passes the remaining `EngineSettings` fields of `trace diagnose` through as given;
+    one left out (None) keeps the field's default (the link speed's is `DEFAULT_LINK_GBPS`).
     """
     from yaotu_trace.axes.base import EngineSettings
     from yaotu_trace.diagnosis.thresholds import parse_threshold_options
@@ -99,7 +100,7 @@ def diagnosis_settings(
         replay_preset=preset,
         gpu=None if gpu_spec is None else gpu_spec.name,
         gpu_flops_per_s=None if gpu_spec is None else gpu_spec.bf16_flops * LEDGER_MFU,
-        **engine,
+        **{name: value for name, value in engine.items() if value is not None},
     )
     return settings, thresholds
 

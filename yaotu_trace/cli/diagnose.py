@@ -28,7 +28,6 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.hardware import DEFAULT_LINK_GBPS
 
 MaxSeqsOpt = Annotated[
     int | None,
@@ -96,7 +95,7 @@ def diagnose(
         gpu=gpu,
         max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens,
-        link_gbps=DEFAULT_LINK_GBPS if link_gbps is None else link_gbps,
+        link_gbps=link_gbps,
         replay_jobs=jobs,
         replay_dask=dask,
     )

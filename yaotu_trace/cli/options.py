@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from yaotu_trace.cli.progress import QuietOpt
+from yaotu_trace.hardware import DEFAULT_LINK_GBPS
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.render import OutputFormat
 from yaotu_trace.replay.rules import Preset, Route, Scope, TouchOrder
@@ -105,7 +106,8 @@ GpuOpt = Annotated[
 LinkGbpsOpt = Annotated[
     float | None,
     typer.Option("--link-gbps", min=0.001, help="Network link for KV transfer between prefill "
-                 "and decode instances, Gb/s [default: 400, one 400G NIC per GPU]."),
+                 f"and decode instances, Gb/s [default: {DEFAULT_LINK_GBPS:g}, one 400G NIC "
+                 "per GPU]."),
 ]
 KvCapacityOpt = Annotated[
     str | None,

@@ -62,17 +62,21 @@ def _capacity_blocks(text: str | None, block_size_tokens: int, model: str | None
     return blocks
 
 
-def write_requests(path: Path, columns: Mapping[str, object]) -> None:
-    """Write per-request columns as Parquet or CSV (by extension), atomically."""
-    import pyarrow as pa
-
+def check_out(path: Path) -> str:
+    """The extension of `--out`, checked before any work (its folder and writability are
+    checked for every command by `cli.app.command`)."""
     suffix = path.suffix.lower()
     if suffix not in OUT_SUFFIXES:
         raise ConfigError(f"--out {path}: per-request output is .parquet or .csv, not "
                           f"'{suffix or '(no extension)'}'")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise ConfigError(f"--out {path}: folder '{parent}' does not exist; create it first")
+    return suffix
+
+
+def write_requests(path: Path, columns: Mapping[str, object]) -> None:
+    """Write per-request columns as Parquet or CSV (by extension), atomically."""
+    import pyarrow as pa
+
+    suffix = check_out(path)
     table = pa.table({name: pa.array(values) for name, values in columns.items()})
 
     def write(tmp: Path) -> None:
@@ -161,6 +165,8 @@ def replay(
     """
     from yaotu_trace.replay import Parallelism, effective_rules, replay_trace_with_requests
 
+    if out is not None and not grid:
+        check_out(out)
     if route is not None and scope is None:
         scope = Scope.INSTANCE
     with progress("replay", quiet) as update:

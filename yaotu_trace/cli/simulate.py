@@ -90,13 +90,11 @@ def scenario_from_options(**options: object) -> Scenario:
 
 
 def check_out(path: Path, option: str) -> None:
-    """Fail before simulating when an output path cannot be written."""
+    """Fail before simulating when an output's extension names no table format (its folder
+    and writability are checked for every command by `cli.app.command`)."""
     if path.suffix.lower() not in OUT_SUFFIXES:
         raise ConfigError(f"{option} {path}: write .parquet, .jsonl or .csv, not "
                           f"'{path.suffix or '(no extension)'}'")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise ConfigError(f"{option} {path}: folder '{parent}' does not exist")
 
 
 @command()
