@@ -26,7 +26,7 @@ from typing import Any
 from common import GIB, ratio, run_trace, whole_read
 
 # The baseline: the same CLI with parts large enough to hold any file.
-WHOLE = whole_read("import yaotu_trace.convert as c; c.PART_BYTES = 1 << 50")
+WHOLE = whole_read("import yaotu_trace.ingest.convert as c; c.PART_BYTES = 1 << 50")
 
 
 def generate(path: Path, tokens: float, seed: int = 3) -> int:

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from yaotu_trace.catalog import find_model, kv_bytes_per_token, load_catalog
+from yaotu_trace.catalog.gpus import find_gpu
+from yaotu_trace.catalog.models import find_model, kv_bytes_per_token, load_catalog
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.hardware import find_gpu
 
 # The "KV B/token (bf16)" column of docs/reference/cost-model.md §1.2.
 DOC_KV_BYTES_PER_TOKEN = {

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from yaotu_trace.check import (
+from yaotu_trace.errors import ConfigError, ConfigFileError
+from yaotu_trace.gate.check import (
     CheckStatus,
     FailOn,
     parse_config,
     run_checks,
 )
-from yaotu_trace.errors import ConfigError, ConfigFileError
-from yaotu_trace.report_path import parse_path, resolve
+from yaotu_trace.gate.report_path import parse_path, resolve
 
 
 def doc(queue_p99: float | None = 1.5, hit: float = 0.5, preempt: float = 0.0,
@@ -130,7 +130,7 @@ def test_baseline_tolerances_and_overrides() -> None:
 def test_baseline_written_by_check_answers_from_its_results() -> None:
     cfg = parse_config({"check": [{"path": "prefix_reuse.hit_ratio", "op": ">=", "value": 0}]})
     first = run_checks(doc(hit=0.5), cfg)
-    from yaotu_trace.report import to_builtins
+    from yaotu_trace.data.report import to_builtins
 
     base = {"schema_version": 1, "command": "check", "checks": to_builtins(first)}
     explicit = parse_config({"baseline": {"metric": [

@@ -34,13 +34,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from yaotu_trace.convert import convert_trace
+from yaotu_trace.data.canonical import write_trace
+from yaotu_trace.data.token_times import gap_summary
 from yaotu_trace.errors import ExitCode, YaotuError
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.canonical import write_trace
+from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.replay.stream import ParquetPrompts
-from yaotu_trace.token_times import gap_summary
 
 DATA = Path(__file__).resolve().parent / "data"
 REPO = Path(__file__).resolve().parents[1]

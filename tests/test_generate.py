@@ -13,10 +13,10 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from yaotu_trace.cli import main
+from yaotu_trace.data.schema import CANONICAL_COLUMNS, list_arrays
 from yaotu_trace.errors import ConfigError, ExitCode
-from yaotu_trace.generate import DEFAULTS, SCENARIOS, GenerateOptions, Scenario, generate
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.schema import CANONICAL_COLUMNS, list_arrays
+from yaotu_trace.sim.generate import DEFAULTS, SCENARIOS, GenerateOptions, Scenario, generate
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
@@ -119,7 +119,7 @@ def test_generate_output_loads_and_validates(scenario: Scenario, tmp_path: Path)
     # GIVEN a generated table written as Parquet
     table = small(scenario, requests=120)
     path = tmp_path / "t.parquet"
-    from yaotu_trace.ingest.canonical import write_trace
+    from yaotu_trace.data.canonical import write_trace
 
     write_trace(table, path)
     # WHEN it is read back through the normal input path

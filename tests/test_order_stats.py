@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from yaotu_trace import order_stats
-from yaotu_trace.order_stats import summarize
+from yaotu_trace.data import order_stats
+from yaotu_trace.data.order_stats import summarize
 
 QS = (0, 25, 50, 75, 90, 99, 100)
 

@@ -35,7 +35,7 @@ def test_streamed_report_equals_in_memory_report(
         args += ["--steps", str(steps)]
     # WHEN the token columns stay on disk (the default) and when they are read up front
     streamed = run_json(args, capsys)
-    from yaotu_trace.ingest import canonical
+    from yaotu_trace.data import canonical
 
     monkeypatch.setattr(canonical, "lazy_content", lambda path: None)
     in_memory = run_json(args, capsys)
@@ -62,8 +62,8 @@ def test_streamed_token_times_equal_in_memory(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # GIVEN a timed canonical Parquet trace (token_times_s per request) and its step log
-    from yaotu_trace import token_times
-    from yaotu_trace.ingest import canonical, load_trace
+    from yaotu_trace.data import canonical, token_times
+    from yaotu_trace.ingest import load_trace
 
     path, steps = (simulated if sample == "simulated"
                    else (SAMPLES / sample, SAMPLES / sample.replace(".parquet", ".steps.parquet")))

@@ -10,9 +10,9 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.cli import main
+from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.profile import arrival_profile, profile_trace
-from yaotu_trace.schema import RawTrace, normalize
+from yaotu_trace.profile.workload import arrival_profile, profile_trace
 
 
 def _trace(**columns: object):
@@ -95,7 +95,7 @@ def test_azure_code_trace_is_extremely_bursty_and_conv_is_not() -> None:
 
 def test_arrival_bins_equal_the_dense_count_and_need_no_dense_array() -> None:
     """Peaks and dispersion from the occupied bins only equal those of a dense bincount."""
-    from yaotu_trace.profile import _dispersion, _occupied_bins
+    from yaotu_trace.profile.workload import _dispersion, _occupied_bins
 
     rng = np.random.default_rng(1)
     for _ in range(100):

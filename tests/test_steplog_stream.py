@@ -11,12 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import run_json
 
-from yaotu_trace import ingest, steplog
+from yaotu_trace import ingest
 from yaotu_trace.cli import main
+from yaotu_trace.data import steplog
+from yaotu_trace.data.order_stats import BlockSum, KeyedBlockSum, summarize
+from yaotu_trace.data.report import PERCENTILES, Distribution, to_builtins
 from yaotu_trace.errors import ExitCode, TraceSchemaError
 from yaotu_trace.ingest import load as ingest_load
-from yaotu_trace.order_stats import BlockSum, KeyedBlockSum, summarize
-from yaotu_trace.report import PERCENTILES, Distribution, to_builtins
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 COMMANDS = [
@@ -252,7 +253,7 @@ def test_distribution_of_an_array_equals_its_streamed_summary() -> None:
 
 @pytest.mark.parametrize("size", [1, 7, 100, 5_000])
 def test_block_sums_do_not_depend_on_batches(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from yaotu_trace import order_stats
+    from yaotu_trace.data import order_stats
 
     monkeypatch.setattr(order_stats, "SUM_BLOCK", 64)
     rng = np.random.default_rng(11)

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from yaotu_trace import token_times
+from yaotu_trace.data import token_times
+from yaotu_trace.data.token_times import gap_summary, nearest_gaps, stalls
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.token_times import gap_summary, nearest_gaps, stalls
 
 
 def _timed_requests(seed: int, n: int) -> pd.DataFrame:

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from yaotu_trace.errors import ConfigError
-from yaotu_trace.units import (
+from yaotu_trace.catalog.units import (
     MAX_BLOCK_TOKENS,
     check_block_size,
     check_kv_bytes_per_token,
     parse_capacity,
 )
+from yaotu_trace.errors import ConfigError
 
 
 @pytest.mark.parametrize(

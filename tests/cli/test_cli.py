@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
+from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.ingest.canonical import write_trace
 
 
 @pytest.fixture()
@@ -91,7 +91,7 @@ def test_usage_error_exits_2(capsys) -> None:
 def test_unexpected_exception_is_internal_error_without_traceback(
     small_trace: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import yaotu_trace.pipeline as pipeline
+    import yaotu_trace.commands.analyze as pipeline
 
     def boom(_trace: object) -> None:
         raise RuntimeError("kaboom")

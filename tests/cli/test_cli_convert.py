@@ -77,7 +77,7 @@ def _tables_equal(a: Path, b: Path) -> None:
     ("bursty.jsonl", 20_000), ("multitenant.csv", 30_000), ("bursty.jsonl", 1)])
 def test_read_in_parts_gives_the_table_read_whole(
         source: str, part_bytes: int, tmp_path: Path) -> None:
-    from yaotu_trace.convert import convert_trace
+    from yaotu_trace.ingest.convert import convert_trace
 
     # GIVEN a sample trace converted whole (one part) and in parts of a few lines each
     whole = convert_trace(SAMPLES / source, tmp_path / "whole.parquet", part_bytes=1 << 30)
@@ -89,7 +89,7 @@ def test_read_in_parts_gives_the_table_read_whole(
 
 
 def test_mooncake_in_parts_numbers_generated_ids_across_parts(tmp_path: Path) -> None:
-    from yaotu_trace.convert import convert_trace
+    from yaotu_trace.ingest.convert import convert_trace
 
     source = shared_trace("mooncake/conversation_trace.jsonl")
     parts = convert_trace(source, tmp_path / "parts.parquet", part_bytes=200_000)
@@ -112,8 +112,8 @@ def _row(i: int, arrival_s: float, request_id: str | None = None) -> dict[str, o
 
 
 def test_duplicates_across_parts_name_both_lines(tmp_path: Path) -> None:
-    from yaotu_trace.convert import convert_trace
     from yaotu_trace.errors import TraceSchemaError
+    from yaotu_trace.ingest.convert import convert_trace
 
     rows = [_row(i, float(i), f"id-{i}") for i in range(40)]
     rows[33]["request_id"] = "id-2"
@@ -127,8 +127,8 @@ def test_duplicates_across_parts_name_both_lines(tmp_path: Path) -> None:
 
 
 def test_a_bad_value_late_in_the_file_names_its_own_line(tmp_path: Path) -> None:
-    from yaotu_trace.convert import convert_trace
     from yaotu_trace.errors import TraceSchemaError
+    from yaotu_trace.ingest.convert import convert_trace
 
     rows = [_row(i, float(i)) for i in range(40)]
     rows[36]["output_len"] = -4
@@ -139,7 +139,7 @@ def test_a_bad_value_late_in_the_file_names_its_own_line(tmp_path: Path) -> None
 
 
 def test_arrivals_back_in_time_across_parts_are_sorted_by_reading_whole(tmp_path: Path) -> None:
-    from yaotu_trace.convert import convert_trace
+    from yaotu_trace.ingest.convert import convert_trace
 
     rows = [_row(i, float(i)) for i in range(40)]
     rows[35]["arrival_s"] = 0.5  # earlier than an earlier part

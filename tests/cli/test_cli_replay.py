@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import run_cli, shared_trace
 
+from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.ingest.canonical import write_trace
 
 
 @pytest.fixture()

@@ -282,7 +282,7 @@ def test_debug_keeps_the_exit_code_of_a_bad_file(tmp_path: Path, capsys) -> None
 
 def test_debug_keeps_the_exit_code_of_an_internal_error(monkeypatch: pytest.MonkeyPatch,
                                                         capsys) -> None:
-    from yaotu_trace import pipeline
+    from yaotu_trace.commands import analyze as pipeline
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
@@ -297,7 +297,7 @@ def test_debug_keeps_the_exit_code_of_an_internal_error(monkeypatch: pytest.Monk
 
 def test_debug_keeps_the_exit_code_of_an_interrupt(monkeypatch: pytest.MonkeyPatch,
                                                    capsys) -> None:
-    from yaotu_trace import pipeline
+    from yaotu_trace.commands import analyze as pipeline
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt

@@ -132,7 +132,7 @@ def test_missing_and_folder_step_logs_are_exit_3(tmp_path: Path,
 def test_a_value_beyond_int64_in_a_late_batch_names_its_row(
         tmp_path: Path, batch_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a sorted step log, streamed, with a count of 2**70 at row 5000 of the file
-    from yaotu_trace import steplog
+    from yaotu_trace.data import steplog
 
     monkeypatch.setattr(steplog, "BATCH_ROWS", batch_rows)
     path = tmp_path / "steps.parquet"

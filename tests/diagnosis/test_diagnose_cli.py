@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from conftest import run_cli, shared_trace
 
+from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.ingest.canonical import write_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.diagnosis.diagnose import diagnose
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.telemetry import MIN_OVERLAP_SHARE, Span, overlap_share, trace_span
+from yaotu_trace.ingest.telemetry import MIN_OVERLAP_SHARE, Span, overlap_share, trace_span
 
 times = st.floats(min_value=0.0, max_value=50.0, allow_nan=False)
 

@@ -1,5 +1,5 @@
 """A step log or metrics export from another run is refused; one that partly overlaps the trace
-is judged on the overlap only, with a note (yaotu_trace.telemetry, docs/diagnose.md)."""
+is judged on the overlap only, with a note (yaotu_trace.ingest.telemetry, docs/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from conftest import run_cli, shared_trace
 from diag_factories import make_metrics, make_trace
 
 from yaotu_trace import ingest
+from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.diagnosis.diagnose import diagnose
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.steplog import StepLog
-from yaotu_trace.telemetry import (
+from yaotu_trace.ingest.telemetry import (
     MIN_OVERLAP_SHARE,
     UNIX_CLOCK_S,
     Span,

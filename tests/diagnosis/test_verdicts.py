@@ -18,12 +18,12 @@ from conftest import shared_trace
 from diag_factories import make_trace
 
 from yaotu_trace.cli import main
+from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.diagnosis.diagnose import diagnose
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.generate import GenerateOptions, Scenario, generate
-from yaotu_trace.schema import RawTrace, normalize
-from yaotu_trace.simulation import Scenario as SimScenario
-from yaotu_trace.simulation import run_scenario
+from yaotu_trace.sim.generate import GenerateOptions, Scenario, generate
+from yaotu_trace.sim.scenario import Scenario as SimScenario
+from yaotu_trace.sim.scenario import run_scenario
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 TIMING_AXES = ("queueing", "kv_memory", "pd_interference")
@@ -240,7 +240,7 @@ def test_little_law_sums_a_cluster_and_allows_for_waiting_sampled_after_admissio
 def make_trace_from(requests: pd.DataFrame, steps: pd.DataFrame) -> Any:
     from dataclasses import replace
 
-    from yaotu_trace.steplog import StepLog
+    from yaotu_trace.data.steplog import StepLog
 
     trace = normalize(RawTrace(requests=requests, format_name="canonical"), "sim")
     return replace(trace, steps=StepLog.from_frame(steps, "steps"))

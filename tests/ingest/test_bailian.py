@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import schema_error
 
+from yaotu_trace.data.schema import list_arrays
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
 from yaotu_trace.ingest.formats import TraceFormat, sniff_keys
-from yaotu_trace.schema import list_arrays
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

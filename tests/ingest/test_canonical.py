@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from yaotu_trace.data.canonical import write_trace
+from yaotu_trace.data.schema import LIST_COLUMNS, Trace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
-from yaotu_trace.ingest.canonical import write_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.schema import LIST_COLUMNS, Trace
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 EXTENSIONS = ("parquet", "jsonl", "csv")

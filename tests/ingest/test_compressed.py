@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import run_cli, shared_trace
-from yaotu_trace.convert import convert_trace
+from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest import detect_format, load_trace
-from yaotu_trace.ingest.canonical import write_trace
+from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_cli
+from yaotu_trace.data.canonical import write_trace
+from yaotu_trace.data.token_times import gap_summary
 from yaotu_trace.errors import ExitCode, TraceReadError
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.canonical import write_trace
 from yaotu_trace.replay.stream import ParquetPrompts
-from yaotu_trace.token_times import gap_summary
 
 FIX = "copy it again or re-export the trace"
 
@@ -139,7 +139,7 @@ def test_footer_overwritten_is_damaged(tmp_path: Path) -> None:
 def test_public_trace_converted_then_damaged_is_caught_by_its_checksums(tmp_path: Path) -> None:
     # GIVEN the Mooncake conversation trace converted to Parquet (block ids left on disk)
     from tests.conftest import shared_trace
-    from yaotu_trace.convert import convert_trace
+    from yaotu_trace.ingest.convert import convert_trace
 
     path = tmp_path / "mooncake.parquet"
     convert_trace(shared_trace("mooncake/conversation_trace.jsonl"), path)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
+from yaotu_trace.data.schema import list_arrays
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.schema import list_arrays
 
 # name → (rows, Σ input_length, Σ len(hash_ids), last timestamp s, sha256 prefix)
 PUBLIC = {

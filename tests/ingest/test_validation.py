@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from yaotu_trace.data.canonical import write_trace
+from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace, normalize
 from yaotu_trace.errors import ConfigError, TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import load_trace, parse_column_map
-from yaotu_trace.ingest.canonical import write_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.schema import SOURCE_WHERE, RawTrace, normalize
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:

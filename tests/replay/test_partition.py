@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.replay import Parallelism, effective_rules, replay_trace
 from yaotu_trace.replay.engine import replay
@@ -19,7 +20,6 @@ from yaotu_trace.replay.partition import (
     with_namespaces,
 )
 from yaotu_trace.replay.prepare import prepare
-from yaotu_trace.schema import RawTrace, Trace, normalize
 
 
 def shared_prefix_trace(n: int = 240, seed: int = 7, *, outputs: bool = False) -> Trace:

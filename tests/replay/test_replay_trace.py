@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.replay import effective_rules, replay_trace, replay_trace_with_requests, rules_for
-from yaotu_trace.schema import RawTrace, normalize
 
 
 def make_trace(prompts, *, tenants=None, instances=None, cached=None, finish=None,
@@ -76,7 +76,7 @@ def test_to_dict_is_json_ready() -> None:
                 walk(v)
 
     walk(summary.to_dict())
-    from yaotu_trace.report import to_builtins
+    from yaotu_trace.data.report import to_builtins
 
     json.dumps(to_builtins(summary), allow_nan=False)  # the dataclass itself is report-safe
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.canonical import write_trace
 from yaotu_trace.replay import effective_rules, memory, replay_trace_with_requests, stream
 from yaotu_trace.replay.prepare import prepare
 from yaotu_trace.replay.rules import rules_for

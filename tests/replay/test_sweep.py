@@ -313,12 +313,12 @@ def test_mooncake_fig9_synthetic_curve_is_reproduced() -> None:
     0.01 at the ceiling (0.651 vs 0.661) and is not what the figure plots.
     """
     path = shared_trace("mooncake/synthetic_trace.jsonl")
+    from yaotu_trace.catalog.units import parse_capacity
+    from yaotu_trace.data.schema import list_arrays
     from yaotu_trace.ingest import load_trace
     from yaotu_trace.replay.blocks import build_block_chains
     from yaotu_trace.replay.rules import rules_for
     from yaotu_trace.replay.sweep import sweep
-    from yaotu_trace.schema import list_arrays
-    from yaotu_trace.units import parse_capacity
 
     trace = load_trace(path)
     rules = rules_for("mooncake")
@@ -339,7 +339,7 @@ def test_mooncake_fig9_synthetic_curve_is_reproduced() -> None:
 def _write_trace(tmp_path, prompts: list[list[int]], **columns: list[object]):
     import pandas as pd
 
-    from yaotu_trace.ingest.canonical import write_trace
+    from yaotu_trace.data.canonical import write_trace
 
     path = tmp_path / "t.jsonl"
     frame = {
@@ -514,11 +514,11 @@ def test_mooncake_fig9_conversation_ceiling_is_pinned() -> None:
     cannot show). This pins the replay's own numbers so a change to them is noticed.
     """
     path = shared_trace("mooncake/conversation_trace.jsonl")
+    from yaotu_trace.data.schema import list_arrays
     from yaotu_trace.ingest import load_trace
     from yaotu_trace.replay.blocks import build_block_chains
     from yaotu_trace.replay.rules import rules_for
     from yaotu_trace.replay.sweep import sweep
-    from yaotu_trace.schema import list_arrays
 
     trace = load_trace(path)
     rules = rules_for("mooncake")

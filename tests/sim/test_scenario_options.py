@@ -10,7 +10,7 @@ import pytest
 from conftest import run_cli
 
 from yaotu_trace.errors import ConfigError, ConfigFileError, ExitCode
-from yaotu_trace.simulation import (
+from yaotu_trace.sim.scenario import (
     DEFAULT_MBU,
     DEFAULT_MFU,
     MAX_CLUSTER_BLOCKS,

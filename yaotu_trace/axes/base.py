@@ -15,11 +15,11 @@ from typing import Any
 
 import pandas as pd
 
+from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.hardware import DEFAULT_LINK_GBPS
 from yaotu_trace.ingest.metrics import EngineMetrics
-from yaotu_trace.schema import Trace
-from yaotu_trace.steplog import StepLog
 
 
 class AxisName(StrEnum):
@@ -139,7 +139,7 @@ class EngineSettings:
     def __post_init__(self) -> None:
         """Refuse values no engine has (a usage error naming the option), so that an absurd
         option is never an overflow deep in an analyzer."""
-        from yaotu_trace.units import MAX_COUNT, check_block_size, check_kv_bytes_per_token
+        from yaotu_trace.catalog.units import MAX_COUNT, check_block_size, check_kv_bytes_per_token
 
         check_block_size(self.block_size_tokens)
         counts = (("--max-num-seqs", self.max_num_seqs, True),

@@ -54,11 +54,11 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
+from yaotu_trace.data.order_stats import BlockSum, KeyedBlockSum, summarize
+from yaotu_trace.data.steplog import StepLog, column, kv_usage, kv_usage_summary
 from yaotu_trace.diagnosis.rules import SEVERITY_OF
 from yaotu_trace.diagnosis.thresholds import Thresholds
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.order_stats import BlockSum, KeyedBlockSum, summarize
-from yaotu_trace.steplog import StepLog, column, kv_usage, kv_usage_summary
 
 _MAX_POINTS = 4000  # demand evaluation points (all finishes up to this many)
 _CHUNK = 256

@@ -40,19 +40,19 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
-from yaotu_trace.diagnosis.rules import SEVERITY_OF
-from yaotu_trace.diagnosis.thresholds import Thresholds
-from yaotu_trace.order_stats import summarize
-from yaotu_trace.report import Distribution
-from yaotu_trace.steplog import StepLog
-from yaotu_trace.steplog import column as step_column
-from yaotu_trace.token_times import (
+from yaotu_trace.data.order_stats import summarize
+from yaotu_trace.data.report import Distribution
+from yaotu_trace.data.steplog import StepLog
+from yaotu_trace.data.steplog import column as step_column
+from yaotu_trace.data.token_times import (
     GapSummary,
     gap_summary,
     has_token_times,
     stalls,
     trace_gap_summary,
 )
+from yaotu_trace.diagnosis.rules import SEVERITY_OF
+from yaotu_trace.diagnosis.thresholds import Thresholds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

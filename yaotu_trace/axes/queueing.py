@@ -20,7 +20,7 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   time order, with offered and achieved tokens/s and the queue at their start and end.
   excess_offered_tokens = Σ_w max(0, offered − service rate) · window_s (tokens): work beyond
   what the peak rate serves, which must queue, be shed or be served by added capacity.
-- From the step log (read in record batches, `yaotu_trace.steplog`: only each instance's last
+- From the step log (read in record batches, `yaotu_trace.data.steplog`: only each instance's last
   step is carried from one batch to the next), per instance then summed: wall_s = last end −
   first start; busy_s = Σ (end_s − start_s); gpu_busy_fraction = busy_s / wall_s; idle gaps =
   next start − end; idle_while_waiting_s = Σ gaps after a step whose num_waiting > 0 (else
@@ -76,12 +76,12 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
+from yaotu_trace.data.order_stats import BlockSum, Summary, summarize
+from yaotu_trace.data.report import PERCENTILES, Distribution
+from yaotu_trace.data.steplog import InstanceIds, StepLog, column, kv_usage_summary
 from yaotu_trace.diagnosis.rules import SEVERITY_OF
 from yaotu_trace.diagnosis.thresholds import Thresholds
-from yaotu_trace.order_stats import BlockSum, Summary, summarize
-from yaotu_trace.profile import arrival_profile
-from yaotu_trace.report import PERCENTILES, Distribution
-from yaotu_trace.steplog import InstanceIds, StepLog, column, kv_usage_summary
+from yaotu_trace.profile.workload import arrival_profile
 
 
 class Cause(StrEnum):

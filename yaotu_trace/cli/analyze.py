@@ -36,7 +36,7 @@ def analyze(
 
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
     """
-    from yaotu_trace.pipeline import analyze as analyze_trace
+    from yaotu_trace.commands.analyze import analyze as analyze_trace
 
     with progress("analyze", quiet) as update:
         update("reading the trace", 0.0)

@@ -19,10 +19,10 @@ from yaotu_trace.render import OutputFormat, render
 # so that `trace --help`, `trace models` and a usage error start at once.
 if TYPE_CHECKING:
     from yaotu_trace.axes.base import EngineSettings
+    from yaotu_trace.data.report import InputSummary, Report
+    from yaotu_trace.data.schema import Trace
     from yaotu_trace.diagnosis.thresholds import Thresholds
     from yaotu_trace.ingest.formats import TraceFormat
-    from yaotu_trace.report import InputSummary, Report
-    from yaotu_trace.schema import Trace
 
 app = typer.Typer(
     name="trace",
@@ -66,19 +66,19 @@ def diagnosis_settings(
         rules_for(preset)  # an unknown preset is a one-line ConfigError before any work
     spec = None
     if model is not None:
-        from yaotu_trace.catalog import find_model
+        from yaotu_trace.catalog.models import find_model
 
         spec = find_model(model)
     gpu_spec = None
     if gpu is not None:
-        from yaotu_trace.hardware import find_gpu
+        from yaotu_trace.catalog.gpus import find_gpu
 
         gpu_spec = find_gpu(gpu)
     kv_b = kv_bytes_per_token or (spec.kv_bytes_per_token if spec is not None else None)
     block = block_size or 16
     capacity_tokens = None
     if kv_capacity is not None:
-        from yaotu_trace.units import parse_capacity
+        from yaotu_trace.catalog.units import parse_capacity
 
         cap = parse_capacity(kv_capacity)
         if not cap.unlimited:
@@ -135,7 +135,7 @@ def input_of(trace: Trace) -> InputSummary:
     """The report's input summary, listing columns left on disk too."""
     from dataclasses import replace
 
-    from yaotu_trace.pipeline import input_summary
+    from yaotu_trace.commands.analyze import input_summary
 
     return replace(input_summary(trace), columns=trace.column_names)
 

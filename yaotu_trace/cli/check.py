@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from yaotu_trace.check import FailOn
 from yaotu_trace.cli.app import (
     command,
     diagnosis_settings,
@@ -35,10 +34,11 @@ from yaotu_trace.cli.options import (
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError, ExitCode
+from yaotu_trace.gate.check import FailOn
 from yaotu_trace.render import OutputFormat
 
 if TYPE_CHECKING:
-    from yaotu_trace.schema import Trace
+    from yaotu_trace.data.schema import Trace
 
 ConfigOpt = Annotated[
     Path | None,
@@ -128,7 +128,7 @@ def check(
 
       trace check sim.parquet --steps steps.parquet --fail-on bottleneck
     """
-    from yaotu_trace.check import CheckConfig, check_trace, load_baseline, load_config
+    from yaotu_trace.gate.check import CheckConfig, check_trace, load_baseline, load_config
 
     cfg = load_config(config) if config is not None else CheckConfig()
     base = load_baseline(baseline) if baseline is not None else None
@@ -156,8 +156,8 @@ def check(
     section = report.sections["checks"]
     if output is not None or report_format(format, output) is not OutputFormat.TABLE:
         # The table ends with this line; other outputs get it on stderr for the CI log.
+        from yaotu_trace.data.report import to_builtins
         from yaotu_trace.render.console_check import summary_line
-        from yaotu_trace.report import to_builtins
 
         sys.stderr.write(f"trace check: {summary_line(to_builtins(section))}\n")
     failed = section.failed

@@ -46,9 +46,9 @@ def compare(
 
       trace compare conversation_trace.jsonl --scenario chunked.toml --scenario pd.toml
     """
-    from yaotu_trace.pipeline import input_summary
-    from yaotu_trace.simulation import Scenario, load_scenario
-    from yaotu_trace.simulation import compare as compare_scenarios
+    from yaotu_trace.commands.analyze import input_summary
+    from yaotu_trace.sim.scenario import Scenario, load_scenario
+    from yaotu_trace.sim.scenario import compare as compare_scenarios
 
     defaults = Scenario(model=model, gpu=gpu)
     scenarios = [defaults.merged(load_scenario(path)) for path in scenario]
@@ -56,7 +56,7 @@ def compare(
         update("reading the trace", 0.0)
         loaded = load(trace, input_format, map, source_block_size)
         section = compare_scenarios(loaded, scenarios, progress=update)
-    from yaotu_trace.report import Report
+    from yaotu_trace.data.report import Report
 
     report = Report(
         command="compare",

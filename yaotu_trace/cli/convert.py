@@ -47,8 +47,8 @@ def convert(
 
       trace convert spans.json --input-format otel --out requests.jsonl
     """
-    from yaotu_trace.convert import convert_trace
     from yaotu_trace.ingest import parse_column_map
+    from yaotu_trace.ingest.convert import convert_trace
 
     if out.suffix.lower() not in WRITABLE_SUFFIXES:
         raise ConfigError(

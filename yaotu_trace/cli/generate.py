@@ -13,7 +13,7 @@ from yaotu_trace.cli.app import command, write_atomically
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import STDOUT
-from yaotu_trace.workloads import DEFAULT_MODEL, Scenario
+from yaotu_trace.sim.workloads import DEFAULT_MODEL, Scenario
 
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
@@ -98,9 +98,9 @@ def generate(
 
       trace generate diag-kv-churn --out churn.parquet --steps-out churn.steps.parquet
     """
-    from yaotu_trace.generate import ENGINES, GenerateOptions
-    from yaotu_trace.generate import generate_with_steps as build
-    from yaotu_trace.ingest.canonical import write_trace
+    from yaotu_trace.data.canonical import write_trace
+    from yaotu_trace.sim.generate import ENGINES, GenerateOptions
+    from yaotu_trace.sim.generate import generate_with_steps as build
 
     if out != STDOUT and out.suffix.lower() not in WRITABLE_SUFFIXES:
         raise ConfigError(

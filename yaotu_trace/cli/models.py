@@ -6,7 +6,7 @@ import io
 import json
 from typing import Any
 
-from yaotu_trace.catalog import ModelSpec, load_catalog
+from yaotu_trace.catalog.models import ModelSpec, load_catalog
 from yaotu_trace.cli.app import command, report_format, write_atomically
 from yaotu_trace.cli.options import FormatOpt, OutputOpt
 from yaotu_trace.cli.progress import QuietOpt
@@ -52,7 +52,7 @@ def _text(fmt_choice: OutputFormat) -> str:
     specs = load_catalog()
     if fmt_choice is OutputFormat.JSON:
         from yaotu_trace import __version__
-        from yaotu_trace.report import SCHEMA_VERSION
+        from yaotu_trace.data.report import SCHEMA_VERSION
 
         # The envelope every JSON document of the tool opens with (docs/json.md).
         doc = {"schema_version": SCHEMA_VERSION,

@@ -37,7 +37,7 @@ from yaotu_trace.files import replace_atomically
 from yaotu_trace.replay.rules import Eviction, Scope
 
 if TYPE_CHECKING:
-    from yaotu_trace.report import Report
+    from yaotu_trace.data.report import Report
 
 OUT_SUFFIXES = (".parquet", ".csv")
 
@@ -47,12 +47,12 @@ def _capacity_blocks(text: str | None, block_size_tokens: int, model: str | None
     """`--capacity` in blocks, tokens or bytes, as whole blocks of the effective block size."""
     if text is None:
         return None
-    from yaotu_trace.units import parse_capacity
+    from yaotu_trace.catalog.units import parse_capacity
 
     capacity = parse_capacity(text)
     per_token = kv_bytes_per_token
     if capacity.unit == "bytes" and per_token is None and model is not None:
-        from yaotu_trace.catalog import find_model
+        from yaotu_trace.catalog.models import find_model
 
         per_token = find_model(model).kv_bytes_per_token
     blocks = capacity.to_blocks(block_size_tokens, per_token)
@@ -204,7 +204,7 @@ def replay(
         summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
                                                        notes=notes, parallel=parallel,
                                                        waterfall=waterfall)
-    from yaotu_trace.report import Report
+    from yaotu_trace.data.report import Report
 
     report = Report(
         command="replay",
@@ -221,10 +221,10 @@ def _grid_report(loaded: object, preset: str | None, overrides: Mapping[str, obj
                  grid: list[str], capacity: str | None, model: str | None,
                  kv_bytes_per_token: int | None, parallel: object, quiet: bool) -> Report:
     """`--grid`: one row per (block size, tenant isolation, capacity)."""
+    from yaotu_trace.data.schema import Trace
     from yaotu_trace.replay import effective_rules
     from yaotu_trace.replay.grid import GridCapacity, parse_axis, parse_switch, replay_grid
     from yaotu_trace.replay.partition import Parallelism, open_runner
-    from yaotu_trace.schema import Trace
 
     assert isinstance(loaded, Trace) and isinstance(parallel, Parallelism)
     axes: dict[str, list[str]] = {}
@@ -251,7 +251,7 @@ def _grid_report(loaded: object, preset: str | None, overrides: Mapping[str, obj
         from dataclasses import replace
 
         section = replace(section, notes=tuple(notes) + section.notes)
-    from yaotu_trace.report import Report
+    from yaotu_trace.data.report import Report
 
     return Report(
         command="replay",
@@ -264,7 +264,7 @@ def _grid_report(loaded: object, preset: str | None, overrides: Mapping[str, obj
 
 
 def _positive_int(text: str) -> int:
-    from yaotu_trace.units import MAX_BLOCK_TOKENS
+    from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 
     try:
         value = int(text)

@@ -63,7 +63,7 @@ def report(
 
       trace report sim.parquet --steps steps.parquet --kv-capacity 20000 -o report.html
     """
-    from yaotu_trace.plots import build_report
+    from yaotu_trace.commands.report import build_report
 
     with progress("report", quiet) as update:
         update("reading the trace", 0.0)

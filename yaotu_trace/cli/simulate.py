@@ -24,7 +24,7 @@ from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim.config import RoutePolicy, SchedulerKind
 
 if TYPE_CHECKING:
-    from yaotu_trace.simulation import Scenario
+    from yaotu_trace.sim.scenario import Scenario
 
 OUT_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
@@ -78,7 +78,7 @@ CalibrateOpt = Annotated[Path | None, typer.Option(
 
 def scenario_from_options(**options: object) -> Scenario:
     """The scenario the command-line options give (None: not given)."""
-    from yaotu_trace.simulation import Scenario
+    from yaotu_trace.sim.scenario import Scenario
 
     values = {k: v for k, v in options.items() if v is not None}
     for key in ("route", "scheduler"):
@@ -150,9 +150,9 @@ def simulate(
       trace simulate chat.parquet --model Qwen2.5-7B --gpu A100 --kv-blocks 4000
       --no-chunked-prefill --out sim.parquet
     """
-    from yaotu_trace.ingest.canonical import write_trace
-    from yaotu_trace.pipeline import input_summary
-    from yaotu_trace.simulation import load_scenario, run_scenario
+    from yaotu_trace.commands.analyze import input_summary
+    from yaotu_trace.data.canonical import write_trace
+    from yaotu_trace.sim.scenario import load_scenario, run_scenario
 
     check_out(out, "--out")
     if steps_out is not None:
@@ -176,7 +176,7 @@ def simulate(
         write_trace(run.requests, out, source_block_size=loaded.source_block_size)
         if steps_out is not None:
             write_trace(run.steps, steps_out)
-    from yaotu_trace.report import Report
+    from yaotu_trace.data.report import Report
 
     report = Report(
         command="simulate",

@@ -68,7 +68,7 @@ def sweep(
 
       trace sweep chat.parquet --scope instance --instances 8 --format json -o curve.json
     """
-    from yaotu_trace.catalog import find_model
+    from yaotu_trace.catalog.models import find_model
     from yaotu_trace.replay import effective_rules
     from yaotu_trace.replay.sweep_trace import sweep_trace
 
@@ -101,7 +101,7 @@ def sweep(
         update("sweeping every capacity", 0.2)
         section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
                                  model=model_name, kv_bytes_per_token=kv, notes=notes)
-    from yaotu_trace.report import Report
+    from yaotu_trace.data.report import Report
 
     report = Report(
         command="sweep",

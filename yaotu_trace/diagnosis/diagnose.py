@@ -32,12 +32,12 @@ from yaotu_trace.axes.base import (
     Source,
     Status,
 )
+from yaotu_trace.data.report import Report
+from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
 from yaotu_trace.diagnosis.rules import RULES
 from yaotu_trace.diagnosis.thresholds import Thresholds, make_thresholds
 from yaotu_trace.ingest.metrics import EngineMetrics
-from yaotu_trace.report import Report
-from yaotu_trace.schema import Trace
 
 AXIS_ORDER = tuple(AXES)
 FLOW_ORDER = (AxisName.KV_MEMORY, AxisName.QUEUEING, AxisName.PREFIX_REUSE,
@@ -344,8 +344,8 @@ def diagnose(
     thresholds: Thresholds | None = None,
 ) -> Report:
     """`trace diagnose`: the report with sections axes, verdict, ledger and findings."""
-    from yaotu_trace.pipeline import input_summary
-    from yaotu_trace.telemetry import fit_telemetry
+    from yaotu_trace.commands.analyze import input_summary
+    from yaotu_trace.ingest.telemetry import fit_telemetry
 
     t = thresholds or make_thresholds()
     s = settings or EngineSettings()

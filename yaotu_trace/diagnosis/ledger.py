@@ -499,7 +499,7 @@ def _disaggregation(
 
 def ledger_to_builtins(entries: tuple[LedgerEntry, ...]) -> list[dict[str, Any]]:
     """JSON-ready entries (used by tests and renderers that want plain dicts)."""
-    from yaotu_trace.report import to_builtins
+    from yaotu_trace.data.report import to_builtins
 
     out: list[dict[str, Any]] = to_builtins(list(entries))
     return out

@@ -25,9 +25,9 @@ from typing import Final
 
 import pandas as pd
 
+from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
 from yaotu_trace.errors import TraceSchemaError
-from yaotu_trace.ingest.jsonl import read_json_lines
-from yaotu_trace.schema import SOURCE_ROW, RawTrace
 
 BAILIAN_BLOCK_TOKENS: Final = 16
 ROOT_PARENT: Final = -1

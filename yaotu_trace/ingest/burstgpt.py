@@ -25,9 +25,9 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.canonical import read_csv_frame
+from yaotu_trace.data.schema import SOURCE_ROW, RawTrace, names_of
 from yaotu_trace.errors import TraceSchemaError
-from yaotu_trace.ingest.canonical import read_csv_frame
-from yaotu_trace.schema import SOURCE_ROW, RawTrace, names_of
 
 TIMESTAMP: Final = "Timestamp"
 MODEL: Final = "Model"

@@ -6,18 +6,15 @@ import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from yaotu_trace.errors import ConfigError, TraceReadError
-from yaotu_trace.ingest.compressed import (
+from yaotu_trace.data.compressed import (
     codec_of,
     find_file,
     format_suffix,
     is_compressed,
     open_trace,
 )
-from yaotu_trace.ingest.formats import TraceFormat, sniff_header, sniff_keys
-from yaotu_trace.ingest.jsonl import JSON_ERRORS, first_record
-from yaotu_trace.ingest.parts import apply_options
-from yaotu_trace.schema import (
+from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
+from yaotu_trace.data.schema import (
     CANONICAL_COLUMNS,
     STEP_COLUMNS,
     RawTrace,
@@ -25,31 +22,34 @@ from yaotu_trace.schema import (
     names_of,
     normalize,
 )
-from yaotu_trace.steplog import StepLog, open_parquet
+from yaotu_trace.data.steplog import StepLog, open_parquet
+from yaotu_trace.errors import ConfigError, TraceReadError
+from yaotu_trace.ingest.formats import TraceFormat, sniff_header, sniff_keys
+from yaotu_trace.ingest.parts import apply_options
 
 Reader = Callable[[Path], RawTrace]
 RAGPULSE_TRACE = "0_trace.jsonl"
 
-# Format → "module:function". Imported lazily so a run pays only for the reader it uses.
+# Format → "package.module:function". Imported lazily so a run pays only for the reader it uses.
 READERS: Mapping[TraceFormat, str] = {
-    TraceFormat.CANONICAL_PARQUET: "canonical:read_parquet",
-    TraceFormat.CANONICAL_JSONL: "canonical:read_jsonl",
-    TraceFormat.CANONICAL_CSV: "canonical:read_csv",
-    TraceFormat.MOONCAKE: "mooncake:read_mooncake",
-    TraceFormat.BAILIAN: "bailian:read_bailian",
-    TraceFormat.AZURE: "azure:read_azure",
-    TraceFormat.BURSTGPT: "burstgpt:read_burstgpt",
-    TraceFormat.RAGPULSE: "ragpulse:read_ragpulse",
-    TraceFormat.WEKA: "weka:read_weka",
-    TraceFormat.VLLM_BENCH: "vllm_bench:read_vllm_bench",
-    TraceFormat.OTEL: "otel:read_otel",
+    TraceFormat.CANONICAL_PARQUET: "yaotu_trace.data.canonical:read_parquet",
+    TraceFormat.CANONICAL_JSONL: "yaotu_trace.data.canonical:read_jsonl",
+    TraceFormat.CANONICAL_CSV: "yaotu_trace.data.canonical:read_csv",
+    TraceFormat.MOONCAKE: "yaotu_trace.ingest.mooncake:read_mooncake",
+    TraceFormat.BAILIAN: "yaotu_trace.ingest.bailian:read_bailian",
+    TraceFormat.AZURE: "yaotu_trace.ingest.azure:read_azure",
+    TraceFormat.BURSTGPT: "yaotu_trace.ingest.burstgpt:read_burstgpt",
+    TraceFormat.RAGPULSE: "yaotu_trace.ingest.ragpulse:read_ragpulse",
+    TraceFormat.WEKA: "yaotu_trace.ingest.weka:read_weka",
+    TraceFormat.VLLM_BENCH: "yaotu_trace.ingest.vllm_bench:read_vllm_bench",
+    TraceFormat.OTEL: "yaotu_trace.ingest.otel:read_otel",
 }
 
 
 def get_reader(fmt: TraceFormat) -> Reader:
     """The reader function for a format."""
     module_name, func = READERS[fmt].split(":")
-    module = importlib.import_module(f"yaotu_trace.ingest.{module_name}")
+    module = importlib.import_module(module_name)
     reader: Reader = getattr(module, func)
     return reader
 
@@ -89,7 +89,7 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
     if suffix == ".json":
         return _sniff_json_document(path)
     if suffix in (".csv", ".tsv"):
-        from yaotu_trace.ingest.canonical import read_csv_frame
+        from yaotu_trace.data.canonical import read_csv_frame
 
         header = read_csv_frame(path, nrows=0).columns
         found = sniff_header({renamed.get(str(c).strip(), str(c).strip()) for c in header})
@@ -173,12 +173,12 @@ def load_trace(
 ) -> Trace:
     """Read, map and validate a trace into the canonical `Trace` (never modifies the file).
 
-    The file may be compressed (`yaotu_trace.ingest.compressed`); every problem with it is a
+    The file may be compressed (`yaotu_trace.data.compressed`); every problem with it is a
     `TraceReadError` or `TraceSchemaError` (exit 3) naming the file.
 
     `lazy_content=True` leaves the token, block-id and token-time columns of a canonical
     Parquet file on disk (`Trace.lazy`) when its rows are in arrival order: the replay and the
-    inter-token gaps (`yaotu_trace.token_times`) then stream them row group by row group
+    inter-token gaps (`yaotu_trace.data.token_times`) then stream them row group by row group
     instead of holding every token in memory. Other inputs load as usual.
     """
     path = Path(path)
@@ -203,7 +203,7 @@ def _load_lazy(path: Path, source_block_size: int | None) -> Trace | None:
     """A canonical Parquet trace with its list columns left on disk, or None to load eagerly."""
     from dataclasses import replace
 
-    from yaotu_trace.ingest import canonical
+    from yaotu_trace.data import canonical
 
     lazy = canonical.lazy_content(path)
     if lazy is None:
@@ -241,13 +241,13 @@ def read_steps(path: Path, option: str) -> StepLog:
     """A validated per-step engine log from Parquet, JSONL or CSV; `option` names the flag.
 
     A Parquet log whose rows are in start order (start_s non-decreasing) stays on disk and is
-    read in record batches by each consumer (`yaotu_trace.steplog`); any other log is read
+    read in record batches by each consumer (`yaotu_trace.data.steplog`); any other log is read
     whole and sorted by start_s: write it as Parquet sorted by start_s to stream it.
     """
     if not path.exists():
         raise TraceReadError(f"{path}: no such step log; check the {option} path")
     suffix = format_suffix(path)
-    from yaotu_trace.ingest import canonical, parquet_file
+    from yaotu_trace.data import canonical, parquet_file
 
     if suffix == ".parquet":
         if not is_compressed(path):
@@ -268,7 +268,7 @@ def read_steps(path: Path, option: str) -> StepLog:
 
 def _other_columns(path: Path, keep: tuple[str, ...]) -> tuple[str, ...]:
     """The columns of a Parquet file not in `keep` (none when it cannot be opened)."""
-    from yaotu_trace.ingest import parquet_file
+    from yaotu_trace.data import parquet_file
 
     try:
         names = parquet_file.open_file(path).schema_arrow.names

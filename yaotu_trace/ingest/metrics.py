@@ -223,7 +223,7 @@ def _number(text: Any, path: Path, where: str, field: str, fix: str) -> float:
 
 def _time(ts: float, path: Path, where: str) -> float:
     """A sample's timestamp, which must be a finite time: the export's clock is matched with
-    the trace's (`yaotu_trace.telemetry`)."""
+    the trace's (`yaotu_trace.ingest.telemetry`)."""
     if not math.isfinite(ts):
         raise TraceReadError(f"{path}: {where}, field 'timestamp': {ts} is not a finite time; "
                              "give Unix seconds, e.g. 1732931200.5")

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from yaotu_trace.ingest.jsonl import read_json_lines
-from yaotu_trace.schema import SOURCE_ROW, RawTrace
+from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
 
 MOONCAKE_BLOCK_TOKENS = 512
 

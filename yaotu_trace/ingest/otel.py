@@ -34,10 +34,10 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.compressed import read_text
+from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest.compressed import read_text
-from yaotu_trace.ingest.jsonl import read_json_lines
-from yaotu_trace.schema import SOURCE_WHERE, RawTrace
 
 PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
 COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"

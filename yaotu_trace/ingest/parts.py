@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from yaotu_trace.data.compressed import open_trace
+from yaotu_trace.data.schema import RawTrace, names_of
 from yaotu_trace.errors import TraceSchemaError
-from yaotu_trace.ingest.compressed import open_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.schema import RawTrace, names_of
 
 PARTABLE = (TraceFormat.CANONICAL_JSONL, TraceFormat.CANONICAL_CSV, TraceFormat.MOONCAKE)
 PART_BYTES = 32 << 20
@@ -45,8 +45,8 @@ def read_parts(path: Path, fmt: TraceFormat, *,
     if fmt is TraceFormat.CANONICAL_CSV:
         yield from _csv_parts(path, part_bytes)
         return
-    from yaotu_trace.ingest.canonical import jsonl_part
-    from yaotu_trace.ingest.jsonl import iter_json_lines
+    from yaotu_trace.data.canonical import jsonl_part
+    from yaotu_trace.data.jsonl import iter_json_lines
     from yaotu_trace.ingest.mooncake import mooncake_part
 
     for records, lines in iter_json_lines(path, part_bytes=part_bytes):
@@ -56,7 +56,7 @@ def read_parts(path: Path, fmt: TraceFormat, *,
 
 def _csv_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
     """CSV rows in parts of about `part_bytes`, sized from the first rows' length."""
-    from yaotu_trace.ingest.canonical import CSV_ERRORS, csv_error, csv_frame, csv_part
+    from yaotu_trace.data.canonical import CSV_ERRORS, csv_error, csv_frame, csv_part
 
     with open_trace(path) as fh:
         head = fh.read(1 << 20).splitlines()

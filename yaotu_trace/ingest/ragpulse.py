@@ -45,10 +45,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from yaotu_trace.data.compressed import find_file
+from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest.compressed import find_file
-from yaotu_trace.ingest.jsonl import read_json_lines
-from yaotu_trace.schema import SOURCE_ROW, RawTrace
 
 TRACE_FILE: Final = "0_trace.jsonl"
 # Component key in a trace row → (table file, id key in that table), in prompt order.

@@ -29,9 +29,9 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.compressed import read_text
+from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest.compressed import read_text
-from yaotu_trace.schema import SOURCE_WHERE, RawTrace
 
 PER_REQUEST_KEYS: Final = (
     "input_lens",

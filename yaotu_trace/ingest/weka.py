@@ -32,9 +32,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from yaotu_trace.data.compressed import format_suffix, plain_stem, read_text
+from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest.compressed import format_suffix, plain_stem, read_text
-from yaotu_trace.schema import SOURCE_WHERE, RawTrace
 
 DEFAULT_BLOCK_TOKENS: Final = 64
 NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number lives above

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, assert_never
 
 if TYPE_CHECKING:
-    from yaotu_trace.report import Report
+    from yaotu_trace.data.report import Report
 
 
 class OutputFormat(StrEnum):

@@ -11,9 +11,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from yaotu_trace.profile import Profile
+from yaotu_trace.data.report import InputSummary, Report, to_builtins
+from yaotu_trace.profile.workload import Profile
 from yaotu_trace.render import find_renderer, fmt
-from yaotu_trace.report import InputSummary, Report, to_builtins
 
 SectionRenderer = Callable[[Any], list[RenderableType]]
 

@@ -9,9 +9,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from yaotu_trace.data.report import to_builtins
 from yaotu_trace.render.console import heading
 from yaotu_trace.render.fmt import MISSING
-from yaotu_trace.report import to_builtins
 
 MARK = {"passed": ("PASS", "green"), "failed": ("FAIL", "bold red"), "skipped": ("SKIP", "yellow")}
 

@@ -10,9 +10,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from yaotu_trace.data.report import to_builtins
 from yaotu_trace.render import fmt
 from yaotu_trace.render.console import heading, kv_table
-from yaotu_trace.report import to_builtins
 
 # Headline metrics shown per axis: (key, label, formatter name).
 AXIS_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {

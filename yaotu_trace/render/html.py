@@ -13,8 +13,8 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
+from yaotu_trace.data.report import Report
 from yaotu_trace.render import fmt, svg
-from yaotu_trace.report import Report
 
 STYLE = """
 :root { --fg: #1d2433; --muted: #5b6475; --line: #d8dde6; --bg: #ffffff; --card: #f7f8fa;

@@ -6,7 +6,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from yaotu_trace.report import Report
+from yaotu_trace.data.report import Report
 
 SCHEMA_RESOURCE = "report.schema.json"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from yaotu_trace.data.report import Report, to_builtins
 from yaotu_trace.render.console_check import expected, show_value
-from yaotu_trace.report import Report, to_builtins
 
 
 def render_junit(report: Report) -> str:

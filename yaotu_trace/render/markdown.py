@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from yaotu_trace.profile import Profile
+from yaotu_trace.data.report import Report, to_builtins
+from yaotu_trace.profile.workload import Profile
 from yaotu_trace.render import find_renderer, fmt
-from yaotu_trace.report import Report, to_builtins
 
 # Section name → "module:function" returning Markdown lines; others get a generic list.
 SECTION_RENDERERS: dict[str, str] = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from yaotu_trace.data.report import to_builtins
 from yaotu_trace.render.console_check import expected, show_value, summary_line
-from yaotu_trace.report import to_builtins
 
 ICON = {"passed": "✅ pass", "failed": "❌ fail", "skipped": "⚪ skip"}
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from yaotu_trace.data.report import to_builtins
 from yaotu_trace.render import fmt
 from yaotu_trace.render.console_diagnose import AXIS_METRICS, show
 from yaotu_trace.render.markdown import table
-from yaotu_trace.report import to_builtins
 
 
 def _cell(text: Any) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from yaotu_trace.data.report import to_builtins
 from yaotu_trace.render import fmt
-from yaotu_trace.report import to_builtins
 
 
 def as_dict(section: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.replay.blocks import BlockChains
 from yaotu_trace.replay.partition import (
@@ -34,7 +35,6 @@ from yaotu_trace.replay.partition import (
 from yaotu_trace.replay.prepare import PreparedTrace, prepare
 from yaotu_trace.replay.rules import Eviction, ReplayRules, Route, Scope
 from yaotu_trace.replay.sweep import sweep
-from yaotu_trace.schema import Trace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from yaotu_trace.data.schema import Trace
 from yaotu_trace.replay import effective_rules
 from yaotu_trace.replay.sweep_trace import CapacityPoint, sweep_trace
-from yaotu_trace.schema import Trace
 
 OVERVIEW_PRESET = "vllm"
 

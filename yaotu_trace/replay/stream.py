@@ -28,6 +28,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
+from yaotu_trace.data.schema import list_value_problem
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError, YaotuError
 from yaotu_trace.replay import memory
 from yaotu_trace.replay.blocks import (
@@ -40,7 +41,6 @@ from yaotu_trace.replay.blocks import (
     frozen_input,
 )
 from yaotu_trace.replay.rules import ReplayRules
-from yaotu_trace.schema import list_value_problem
 
 # Ids per record batch: large enough to amortise per-batch costs, small enough to stay a few
 # tens of MB (one batch is decoded while the previous one is hashed).
@@ -119,7 +119,7 @@ class ParquetPrompts:
         than `iter_batches`. Larger row groups are cut into record batches of that one group,
         with pre-buffering off: with it the reader keeps every decoded batch allocated.
         """
-        from yaotu_trace.ingest import parquet_file
+        from yaotu_trace.data import parquet_file
 
         pf = parquet_file.open_file(self.path, pre_buffer=False)
         meta = pf.metadata

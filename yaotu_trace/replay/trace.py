@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from yaotu_trace.data.schema import Trace
 from yaotu_trace.replay.blocks import BlockChains, build_block_chains
 from yaotu_trace.replay.engine import ReplayResult, replay
 from yaotu_trace.replay.hot import HotPrefix, hot_prefixes
@@ -28,7 +29,6 @@ from yaotu_trace.replay.waterfall import (
     cache_replays,
     compute_waterfall,
 )
-from yaotu_trace.schema import Trace
 
 __all__ = [
     "PRESETS",

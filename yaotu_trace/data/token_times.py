@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.order_stats import Summary, summarize
+from yaotu_trace.data.report import Distribution
+from yaotu_trace.data.schema import LazyContent, Trace, list_arrays, list_value_problem
 from yaotu_trace.errors import TraceSchemaError
-from yaotu_trace.order_stats import Summary, summarize
-from yaotu_trace.report import Distribution
-from yaotu_trace.schema import LazyContent, Trace, list_arrays, list_value_problem
 
 COLUMN = "token_times_s"
 BATCH_ROWS = 65_536
@@ -106,7 +106,7 @@ def _lists(requests: pd.DataFrame,
         return
     import pyarrow as pa
 
-    from yaotu_trace.ingest import parquet_file
+    from yaotu_trace.data import parquet_file
 
     row = 0
     # Without pre_buffer: with it the reader keeps every decoded batch of the pass allocated

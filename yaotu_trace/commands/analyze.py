@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from yaotu_trace.profile import profile_trace
-from yaotu_trace.report import InputSummary, Report
-from yaotu_trace.schema import Trace
+from yaotu_trace.data.report import InputSummary, Report
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.profile.workload import profile_trace
 
 # Extra sections of `trace analyze`, in report order: name → builder(trace) or None to skip.
 # Later analyses (prefix reuse, the four axes) register here.
@@ -40,8 +40,8 @@ def analyze(trace: Trace) -> Report:
     """`trace analyze`: the workload profile plus every registered section that applies.
 
     A step log from another run is refused, and one partly outside the trace noted
-    (`telemetry.fit_telemetry`)."""
-    from yaotu_trace.telemetry import fit_telemetry
+    (`ingest.telemetry.fit_telemetry`)."""
+    from yaotu_trace.ingest.telemetry import fit_telemetry
 
     if trace.steps is not None:
         trace = fit_telemetry(trace).trace

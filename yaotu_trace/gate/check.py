@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from yaotu_trace.errors import ConfigError, ConfigFileError
-from yaotu_trace.report_path import Resolved, close_paths, parse_path, require, resolve
+from yaotu_trace.gate.report_path import Resolved, close_paths, parse_path, require, resolve
 
 # Relative tolerance of a baseline comparison unless the config says otherwise: 5 % is about the
 # run-to-run spread of percentiles on traces of a few thousand requests.
@@ -619,8 +619,8 @@ def check_trace(
     `diagnose_report` builds the `trace diagnose` report with the caller's engine settings;
     it is called only when a check needs an axis, the verdict or the ledger.
     """
-    from yaotu_trace.pipeline import analyze, input_summary
-    from yaotu_trace.report import Report
+    from yaotu_trace.commands.analyze import analyze, input_summary
+    from yaotu_trace.data.report import Report
 
     doc: dict[str, Any] = analyze(trace).to_dict()
     paths = [c.path for c in config.checks] + [m.path for m in config.baseline.metrics]

@@ -68,7 +68,7 @@ def _damaged(path: Path, exc: BaseException, place: str | None,
 
 def _ends(path: Path) -> tuple[bytes | None, bytes | None]:
     """The first and last four bytes of a plain file (None when it cannot be read)."""
-    from yaotu_trace.ingest.compressed import codec_of
+    from yaotu_trace.data.compressed import codec_of
 
     try:
         if codec_of(path) is not None:
@@ -86,7 +86,7 @@ def _ends(path: Path) -> tuple[bytes | None, bytes | None]:
 
 def source(path: str | Path) -> Any:
     """What pyarrow should open: the path of a plain file, or a compressed one's bytes."""
-    from yaotu_trace.ingest.compressed import codec_of, read_bytes
+    from yaotu_trace.data.compressed import codec_of, read_bytes
 
     path = Path(path)
     if codec_of(path) is None:

@@ -1,6 +1,6 @@
 """The names of `trace generate`'s synthetic workloads, apart from their (heavy) generators.
 
-The command line needs the names before any work; the generators in `yaotu_trace.generate`
+The command line needs the names before any work; the generators in `yaotu_trace.sim.generate`
 need NumPy, pandas and pyarrow.
 """
 

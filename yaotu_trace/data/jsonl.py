@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from yaotu_trace.data.compressed import open_trace
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest.compressed import open_trace
 
 PART_BYTES = 32 << 20  # text per part when a file is read in parts (about 0.2 GB parsed)
 BOM = b"\xef\xbb\xbf"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from yaotu_trace.order_stats import Summary
+    from yaotu_trace.data.order_stats import Summary
 
 SCHEMA_VERSION = 1
 PERCENTILES = (50, 90, 99)
@@ -62,7 +62,7 @@ class Distribution:
         mean is `order_stats`' block sum over the count, not `np.mean`, so a sample held in
         memory and one streamed from disk give the same report.
         """
-        from yaotu_trace.order_stats import BlockSum
+        from yaotu_trace.data.order_stats import BlockSum
 
         data = np.asarray(values, dtype=np.float64)
         data = data[np.isfinite(data)] + 0.0  # -0.0 as 0.0, as order_stats sees it

@@ -1,7 +1,7 @@
 """Deterministic synthetic request traces: named scenarios of prefix reuse and arrival shape.
 
 `generate(options)` returns a canonical request table (token ids, lengths, arrivals, tenant,
-session, model); the caller writes it with `ingest.canonical.write_trace`. The same options and
+session, model); the caller writes it with `data.canonical.write_trace`. The same options and
 seed always give the same table: one `numpy.random.Generator(PCG64(seed))` drives every draw,
 in a fixed order, and nothing reads the clock.
 
@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.workloads import DEFAULT_MODEL, Scenario
+from yaotu_trace.sim.workloads import DEFAULT_MODEL, Scenario
 
 # Llama 3 has 128,256 ids; the top 256 are special tokens, which prompts here never contain.
 VOCAB_SIZE: Final = 128_000
@@ -609,9 +609,9 @@ def generate_with_steps(options: GenerateOptions) -> tuple[pd.DataFrame, pd.Data
     setup = ENGINES.get(options.scenario)
     if setup is None:
         return table, None
-    from yaotu_trace.schema import RawTrace, normalize
-    from yaotu_trace.simulation import Scenario as SimScenario
-    from yaotu_trace.simulation import run_scenario
+    from yaotu_trace.data.schema import RawTrace, normalize
+    from yaotu_trace.sim.scenario import Scenario as SimScenario
+    from yaotu_trace.sim.scenario import run_scenario
 
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "generated")
     run = run_scenario(trace, SimScenario(

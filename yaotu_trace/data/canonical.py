@@ -12,18 +12,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.files import replace_atomically
-from yaotu_trace.ingest import parquet_file
-from yaotu_trace.ingest.compressed import format_suffix, is_compressed, open_trace
-from yaotu_trace.ingest.jsonl import read_json_lines
-from yaotu_trace.schema import (
+from yaotu_trace.data import parquet_file
+from yaotu_trace.data.compressed import format_suffix, is_compressed, open_trace
+from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import (
     LIST_COLUMNS,
     LIST_VALUE_TYPES,
     SOURCE_ROW,
     LazyContent,
     RawTrace,
 )
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.files import replace_atomically
 
 SOURCE_BLOCK_SIZE_KEY = b"yaotu.source_block_size"
 
@@ -273,7 +273,7 @@ def join_parquet_parts(parts: list[Path], path: Path, *,
     file has every column, in canonical order, null where a part had none. One part is held
     at a time.
     """
-    from yaotu_trace.schema import CANONICAL_COLUMNS
+    from yaotu_trace.data.schema import CANONICAL_COLUMNS
 
     schemas = [pq.read_schema(part) for part in parts]
     fields: dict[str, pa.Field] = {}

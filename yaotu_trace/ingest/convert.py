@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.canonical import join_parquet_parts, write_trace
+from yaotu_trace.data.schema import SOURCE_ROW, normalize
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
-from yaotu_trace.ingest.canonical import join_parquet_parts, write_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.parts import PART_BYTES, PARTABLE, apply_options, read_parts
-from yaotu_trace.schema import SOURCE_ROW, normalize
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

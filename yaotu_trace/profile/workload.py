@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from yaotu_trace.report import Distribution
-from yaotu_trace.schema import Trace
-from yaotu_trace.token_times import trace_gap_summary
+from yaotu_trace.data.report import Distribution
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.token_times import trace_gap_summary
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

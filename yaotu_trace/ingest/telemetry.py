@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.metrics import EngineMetrics
-from yaotu_trace.schema import Trace
-from yaotu_trace.steplog import StepLog
 
 # A clock reading at or above this (2001-09-09 in Unix seconds) is Unix time; a trace does not
 # run for 31 years, so a clock that starts below it started near zero.

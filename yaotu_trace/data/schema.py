@@ -18,7 +18,7 @@ import pyarrow as pa
 from yaotu_trace.errors import TraceSchemaError
 
 if TYPE_CHECKING:
-    from yaotu_trace.steplog import StepLog
+    from yaotu_trace.data.steplog import StepLog
 
 # Scalar columns and their canonical dtypes. Strings use pandas' string dtype.
 STRING_COLUMNS: Final = (
@@ -141,7 +141,7 @@ class Trace:
     notes: tuple[str, ...] = ()
     rows_read: int = 0
     # The engine step log (`--steps`): in memory, or a Parquet file in start order read in
-    # record batches (`yaotu_trace.steplog`).
+    # record batches (`yaotu_trace.data.steplog`).
     steps: StepLog | None = field(default=None)
     # List columns left on disk (`load_trace(..., lazy_content=True)`); not in `requests`.
     lazy: LazyContent | None = None
@@ -582,7 +582,7 @@ def validate_steps(df: pd.DataFrame, path: str, *, first_row: int | None = None)
     """Validate an engine step log (one row per scheduler iteration), sorted stably by start_s.
 
     With `first_row` (0-based), `df` is one record batch, starting at that row, of a log already
-    in start order (`yaotu_trace.steplog`): it is validated the same way but not sorted, and
+    in start order (`yaotu_trace.data.steplog`): it is validated the same way but not sorted, and
     errors name the row of the whole file.
     """
     if first_row is not None and SOURCE_ROW not in df.columns:

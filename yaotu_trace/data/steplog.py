@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from yaotu_trace.order_stats import Summary, summarize
-from yaotu_trace.schema import SOURCE_ROW, STEP_COLUMNS, STEP_REQUIRED, validate_steps
+from yaotu_trace.data.order_stats import Summary, summarize
+from yaotu_trace.data.schema import SOURCE_ROW, STEP_COLUMNS, STEP_REQUIRED, validate_steps
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -102,7 +102,7 @@ class StepLog:
             for lo in range(0, self.num_rows, BATCH_ROWS):
                 yield self._frame.iloc[lo:lo + BATCH_ROWS][wanted]
             return
-        from yaotu_trace.ingest.parquet_file import reading
+        from yaotu_trace.data.parquet_file import reading
 
         row = 0
         with reading(self.path):
@@ -132,7 +132,7 @@ class StepLog:
                     lo = min(lo, float(batch["start_s"].iloc[0]))
                     hi = max(hi, float(batch["end_s"].max()))
             return None if lo > hi else (lo, hi)
-        from yaotu_trace.ingest.parquet_file import reading
+        from yaotu_trace.data.parquet_file import reading
 
         with reading(self.path):
             file = _open(Path(self.path))
@@ -185,7 +185,7 @@ class StepLog:
         memory: only for consumers that need every row at once (`--calibrate` fits a model)."""
         if self._frame is not None:
             return self._frame
-        from yaotu_trace.ingest import canonical
+        from yaotu_trace.data import canonical
 
         names = _names(Path(self.path)) or ()
         skip = tuple(c for c in names if c not in STEP_COLUMNS)

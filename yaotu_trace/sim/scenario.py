@@ -20,11 +20,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from yaotu_trace.catalog import ModelSpec, find_model
+from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS, GpuSpec, find_gpu, find_moe
+from yaotu_trace.catalog.models import ModelSpec, find_model
+from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
+from yaotu_trace.data.report import Distribution
+from yaotu_trace.data.schema import STEP_COLUMNS, Trace
 from yaotu_trace.errors import ConfigError, ConfigFileError, TraceReadError
-from yaotu_trace.hardware import DEFAULT_LINK_GBPS, GpuSpec, find_gpu, find_moe
-from yaotu_trace.report import Distribution
-from yaotu_trace.schema import STEP_COLUMNS, Trace
 from yaotu_trace.sim import (
     CalibrationFit,
     RequestArrays,
@@ -36,7 +37,6 @@ from yaotu_trace.sim import (
     fit_step_cost,
     simulate,
 )
-from yaotu_trace.units import MAX_BLOCK_TOKENS
 
 # Proposed defaults (cost-model §2.4 "Realistic efficiency factors" and §3.3).
 DEFAULT_MFU = 0.5
@@ -607,7 +607,7 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         # a request with one output token never leaves its prefill instance
         decoded = np.where(result.instance >= config.pd[0], result.instance, -1)
         df["decode_instance"] = _labels(decoded, result.instance_labels)
-    from yaotu_trace.schema import CANONICAL_COLUMNS
+    from yaotu_trace.data.schema import CANONICAL_COLUMNS
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]
     steps = pd.DataFrame({

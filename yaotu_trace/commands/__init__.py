@@ -1,0 +1,1 @@
+"""One module per `trace` command: options in, a finished `Report` out."""

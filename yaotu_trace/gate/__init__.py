@@ -1,0 +1,1 @@
+"""`trace check`'s rules: thresholds, baselines and the diagnosis gate over report metrics."""
