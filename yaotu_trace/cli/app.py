@@ -135,7 +135,7 @@ def input_of(trace: Trace) -> InputSummary:
     """The report's input summary, listing columns left on disk too."""
     from dataclasses import replace
 
-    from yaotu_trace.commands.analyze import input_summary
+    from yaotu_trace.data.report import input_summary
 
     return replace(input_summary(trace), columns=trace.column_names)
 

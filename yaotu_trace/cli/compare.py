@@ -46,7 +46,7 @@ def compare(
 
       trace compare conversation_trace.jsonl --scenario chunked.toml --scenario pd.toml
     """
-    from yaotu_trace.commands.analyze import input_summary
+    from yaotu_trace.data.report import input_summary
     from yaotu_trace.sim.scenario import Scenario, load_scenario
     from yaotu_trace.sim.scenario import compare as compare_scenarios
 

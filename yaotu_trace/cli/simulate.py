@@ -150,8 +150,8 @@ def simulate(
       trace simulate chat.parquet --model Qwen2.5-7B --gpu A100 --kv-blocks 4000
       --no-chunked-prefill --out sim.parquet
     """
-    from yaotu_trace.commands.analyze import input_summary
     from yaotu_trace.data.canonical import write_trace
+    from yaotu_trace.data.report import input_summary
     from yaotu_trace.sim.scenario import load_scenario, run_scenario
 
     check_out(out, "--out")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from yaotu_trace.data.report import InputSummary, Report
+from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.profile.workload import profile_trace
 
@@ -19,21 +19,6 @@ def _prefix_reuse(trace: Trace) -> Any:
 
 
 ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"prefix_reuse": _prefix_reuse}
-
-
-def input_summary(trace: Trace) -> InputSummary:
-    """What was read, for every report."""
-    return InputSummary(
-        path=trace.path,
-        format=trace.format_name,
-        rows_read=trace.rows_read,
-        requests=len(trace.requests),
-        source_block_size=trace.source_block_size,
-        content=trace.content_column,
-        columns=trace.column_names,
-        step_rows=None if trace.steps is None else trace.steps.num_rows,
-        notes=trace.notes,
-    )
 
 
 def analyze(trace: Trace) -> Report:

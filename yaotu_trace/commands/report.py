@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from yaotu_trace.commands.analyze import input_summary
-from yaotu_trace.data.report import Report
+from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.profile.figures import plot_data
 

@@ -17,6 +17,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from yaotu_trace.data.order_stats import Summary
+    from yaotu_trace.data.schema import Trace
 
 SCHEMA_VERSION = 1
 PERCENTILES = (50, 90, 99)
@@ -134,3 +135,18 @@ class Report:
         for name, section in self.sections.items():
             doc[name] = to_builtins(section)
         return doc
+
+
+def input_summary(trace: Trace) -> InputSummary:
+    """What was read, for every report."""
+    return InputSummary(
+        path=trace.path,
+        format=trace.format_name,
+        rows_read=trace.rows_read,
+        requests=len(trace.requests),
+        source_block_size=trace.source_block_size,
+        content=trace.content_column,
+        columns=trace.column_names,
+        step_rows=None if trace.steps is None else trace.steps.num_rows,
+        notes=trace.notes,
+    )

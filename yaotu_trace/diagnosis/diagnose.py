@@ -344,7 +344,7 @@ def diagnose(
     thresholds: Thresholds | None = None,
 ) -> Report:
     """`trace diagnose`: the report with sections axes, verdict, ledger and findings."""
-    from yaotu_trace.commands.analyze import input_summary
+    from yaotu_trace.data.report import input_summary
     from yaotu_trace.ingest.telemetry import fit_telemetry
 
     t = thresholds or make_thresholds()

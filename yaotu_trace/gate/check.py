@@ -619,8 +619,8 @@ def check_trace(
     `diagnose_report` builds the `trace diagnose` report with the caller's engine settings;
     it is called only when a check needs an axis, the verdict or the ledger.
     """
-    from yaotu_trace.commands.analyze import analyze, input_summary
-    from yaotu_trace.data.report import Report
+    from yaotu_trace.commands.analyze import analyze
+    from yaotu_trace.data.report import Report, input_summary
 
     doc: dict[str, Any] = analyze(trace).to_dict()
     paths = [c.path for c in config.checks] + [m.path for m in config.baseline.metrics]
