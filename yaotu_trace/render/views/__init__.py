@@ -2,7 +2,9 @@
 
 A view is a module of this package with a `view(section) -> list[Block]` function: the
 section's headings, tables and notes, computed once from the section and drawn by the console,
-Markdown and HTML renderers alike (`render/blocks.py` has the vocabulary).
+Markdown and HTML renderers alike (`render/blocks.py` has the vocabulary). The HTML page draws
+a few sections its own way (pictures, the verdict); it shows every other section with a view
+from its blocks, so a new section appears on the page without editing `html.py`.
 
 Adding an `analyze` section is its builder (in `commands/`) plus its view file here, named
 below by the section's key. An entry that does not import is a bug and raises; a section with
@@ -47,10 +49,13 @@ TYPE_VIEWS: dict[str, str] = {
 def find_view(name: str, section: object) -> ViewFunction | None:
     """The view registered for the section's value type, else for its key; None when neither
     has an entry. Raises ImportError or AttributeError when an entry does not resolve."""
-    target = TYPE_VIEWS.get(type(section).__name__) or SECTION_VIEWS.get(name)
-    if target is None:
-        return None
-    return load_view(target)
+    target = view_name(name, section)
+    return None if target is None else load_view(target)
+
+
+def view_name(name: str, section: object) -> str | None:
+    """The view module registered for the section (by value type, else by key), or None."""
+    return TYPE_VIEWS.get(type(section).__name__) or SECTION_VIEWS.get(name)
 
 
 def load_view(target: str) -> ViewFunction:
