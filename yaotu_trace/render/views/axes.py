@@ -129,7 +129,7 @@ def view(section: Any) -> View:
     """One panel per axis in the console; a status table, then per axis its tables, in
     Markdown."""
     axes = to_builtins(section)
-    out: list[Block] = [Panel(only=CONSOLE, **_panel(a)) for a in axes]
+    out: list[Block] = [_panel(a) for a in axes]
     out += [Heading(text="Axes", only=MARKDOWN), Grid(only=MARKDOWN, header=[
         "axis", "status", "cause", "score", "sources", "rules"], rows=[
         [a["name"], a["status"], a["cause"] or fmt.MISSING, fmt.pct(a["score"]),
@@ -168,8 +168,8 @@ def hot_rows(metrics: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _panel(a: dict[str, Any]) -> dict[str, Any]:
-    """The console panel of one axis: title, style and blocks."""
+def _panel(a: dict[str, Any]) -> Panel:
+    """The console panel of one axis: metrics, evidence, findings, missing, next, notes."""
     metrics = a.get("metrics") or {}
     parts: list[Block] = []
     rows = metric_rows(a)
@@ -198,7 +198,7 @@ def _panel(a: dict[str, Any]) -> dict[str, Any]:
     title = f"{a['name']}: {a['status']}" + (f" ({a['cause']})" if a["cause"] else "")
     if a["score"] is not None:
         title += f" — score {fmt.pct(a['score'])}"
-    return {"title": title, "style": STATUS_STYLE.get(a["status"], ""), "blocks": parts}
+    return Panel(title=title, style=STATUS_STYLE.get(a["status"], ""), blocks=parts, only=CONSOLE)
 
 
 def _markdown_axis(a: dict[str, Any]) -> list[Block]:
