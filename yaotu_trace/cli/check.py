@@ -157,7 +157,7 @@ def check(
     if output is not None or report_format(format, output) is not OutputFormat.TABLE:
         # The table ends with this line; other outputs get it on stderr for the CI log.
         from yaotu_trace.data.report import to_builtins
-        from yaotu_trace.render.console_check import summary_line
+        from yaotu_trace.render.views.checks import summary_line
 
         sys.stderr.write(f"trace check: {summary_line(to_builtins(section))}\n")
     failed = section.failed

@@ -1,7 +1,7 @@
-"""What the replay section shows, as rows of text shared by the console and Markdown renderers.
+"""The prefix replay section (`trace replay`): headline, rules, loss waterfall, breakdowns.
 
-Takes the replay section as `ReplaySummary.to_dict()` (or the summary itself) and returns
-labelled rows; every number is already in the section, this module only formats it.
+Takes the section as `ReplaySummary.to_dict()` (or the summary itself); every number is already
+in the section, this module only formats it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from yaotu_trace.render import fmt
+from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Notes, View
 
 RULE_LABELS: dict[str, str] = {
     "block_size_tokens": "block size",
@@ -31,7 +32,7 @@ def as_dict(section: Any) -> dict[str, Any]:
     return section if isinstance(section, dict) else section.to_dict()
 
 
-def _onoff(value: Any) -> str:
+def onoff(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return fmt.MISSING if value is None else str(value)
@@ -67,7 +68,7 @@ def rule_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         elif key in ("route", "instances") and rules.get("scope") != "instance":
             continue
         else:
-            text = _onoff(value)
+            text = onoff(value)
         rows.append((label, text))
     return rows
 
@@ -138,12 +139,32 @@ def observed_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-GRID_HEADER = ["block size", "tenant isolation", "capacity", "hit ratio", "saved tokens",
-               "remaining tokens"]
-
-
-def grid_rows(s: dict[str, Any]) -> list[list[str]]:
-    """`trace replay --grid`: one row per rule set, in grid order."""
-    return [[str(r["block_size_tokens"]), _onoff(r["tenant_isolation"]), str(r["capacity"]),
-             fmt.pct(r["hit_ratio"]), fmt.count(r["saved_prefill_tokens"]),
-             fmt.count(r["remaining_prefill_tokens"])] for r in s["rows"]]
+def view(section: Any) -> View:
+    """Headline, rules, waterfall, breakdowns, hot prefixes, observed vs replayed, notes."""
+    s = as_dict(section)
+    out: list[Block] = [
+        Heading(text="Prefix reuse (replay)"),
+        KeyValues(rows=headline_rows(s)),
+        Heading(text="Effective rules", level=4),
+        KeyValues(rows=rule_rows(s), header=("rule", "value")),
+    ]
+    wf = waterfall_rows(s)
+    if wf:
+        out += [Heading(text="Loss waterfall (hit tokens)", level=4),
+                Grid(header=["step", "hit tokens", "lost", "of ideal"], rows=wf)]
+    for key, title in (("per_tenant", "Per tenant"), ("per_instance", "Per instance")):
+        if s.get(key):
+            out += [Heading(text=title, level=4),
+                    Grid(header=[title.split()[1], "requests", "prompt tokens", "hit tokens",
+                                 "hit ratio"], rows=group_rows(s[key]))]
+    out += [Heading(text="Hit share of the prompt", level=4),
+            Grid(header=["share", "requests"], rows=hit_length_rows(s))]
+    if s.get("hot_prefixes"):
+        out += [Heading(text="Hot prefixes (reuse lost, tokens)", level=4),
+                Grid(header=["prefix", "recomputed", "times", "why", "tenants", "example"],
+                     rows=hot_rows(s))]
+    observed = observed_rows(s)
+    if observed:
+        out += [Heading(text="Observed vs replayed", level=4), KeyValues(rows=observed)]
+    out.append(Notes(notes=s.get("notes", [])))
+    return out

@@ -1,4 +1,4 @@
-"""Rows of text for the `simulation` and `comparison` sections, shared by every renderer."""
+"""`trace simulate`: the simulated deployment, its outcome, latency, work ledger and fit."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from yaotu_trace.data.report import to_builtins
 from yaotu_trace.render import fmt
+from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Notes, View
 
 
 def as_dict(section: Any) -> dict[str, Any]:
@@ -65,7 +66,7 @@ def latency_rows(s: dict[str, Any]) -> list[list[str]]:
             _dist("end-to-end latency", s["e2e_s"])]
 
 
-def _work_value(unit: str, value: float | None) -> str:
+def work_value(unit: str, value: float | None) -> str:
     if unit == "tokens":
         return fmt.tokens(value)
     if unit == "bytes":
@@ -94,7 +95,7 @@ WORK_LABELS = (
 def work_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """The work ledger of one run."""
     w = s["work"]
-    return [(label, _work_value(unit, w[key])) for key, label, unit in WORK_LABELS]
+    return [(label, work_value(unit, w[key])) for key, label, unit in WORK_LABELS]
 
 
 INSTANCE_HEADER = ["instance", "requests", "prefill tokens", "decode tokens", "busy",
@@ -124,49 +125,24 @@ def calibration_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def _p(d: dict[str, Any], key: str) -> str:
-    return fmt.seconds(d.get(key)) if d and d.get("count") else "–"
 
 
-def side_by_side(c: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): one column per scenario."""
-    runs = c["scenarios"]
-    header = ["metric", *(r["scenario"] for r in runs)]
-    rows: list[list[str]] = []
-
-    def add(label: str, values: list[str]) -> None:
-        rows.append([label, *values])
-
-    add("deployment", [f"{r['instances']} × {r['gpu']}" for r in runs])
-    add("chunked prefill", ["on" if r["chunked_prefill"] else "off" for r in runs])
-    for key in ("p50", "p90", "p99"):
-        add(f"TTFT {key}", [_p(r["ttft_s"], key) for r in runs])
-    for key in ("p50", "p90", "p99"):
-        add(f"inter-token {key}", [_p(r["itl_s"], key) for r in runs])
-    add("largest inter-token gap", [fmt.seconds(r["max_itl_s"]) for r in runs])
-    add("TPOT p50", [_p(r["tpot_s"], "p50") for r in runs])
-    add("throughput (req/s)", [fmt.num(r["throughput_rps"]) for r in runs])
-    add("output tok/s", [fmt.num(r["output_tokens_per_s"]) for r in runs])
-    add("preemptions", [fmt.count(r["preemptions"]) for r in runs])
-    add("prefix hit ratio", [fmt.pct(r["hit_ratio"]) for r in runs])
-    add("GPU-seconds busy", [fmt.seconds(r["work"]["gpu_busy_s"]) for r in runs])
-    add("GPU-seconds provisioned", [fmt.seconds(r["work"]["gpu_provisioned_s"]) for r in runs])
-    add("KV bytes over the link", [fmt.bytes_(r["work"]["kv_transfer_bytes"]) for r in runs])
-    add("HBM bytes moved", [fmt.bytes_(r["work"]["hbm_bytes"]) for r in runs])
-    return header, rows
-
-
-LEDGER_HEADER = ["work", "baseline", "this scenario", "change"]
-
-
-def ledger_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
-    """Rows of one ledger side (saved or added)."""
-    rows = []
-    for e in entries:
-        ratio = e.get("change_ratio")
-        change = _work_value(e["unit"], e["change"])
-        if ratio is not None:
-            change += f" ({'+' if ratio > 0 else ''}{100 * ratio:.1f} %)"
-        rows.append([e["metric"], _work_value(e["unit"], e["baseline"]),
-                     _work_value(e["unit"], e["value"]), change])
-    return rows
+def view(section: Any) -> View:
+    """Deployment, outcome, latency percentiles, work ledger, calibration, notes."""
+    s = as_dict(section)
+    out: list[Block] = [
+        Heading(text="Simulated deployment"),
+        KeyValues(rows=config_rows(s), header=("setting", "value")),
+        Heading(text="Outcome", level=4), KeyValues(rows=outcome_rows(s)),
+        Heading(text="Latency", level=4), Grid(header=LATENCY_HEADER, rows=latency_rows(s)),
+        Heading(text="Work", level=4), KeyValues(rows=work_rows(s), header=("work", "amount")),
+    ]
+    inst = instance_rows(s)
+    if inst:
+        out += [Heading(text="Per instance", level=4), Grid(header=INSTANCE_HEADER, rows=inst)]
+    cal = calibration_rows(s)
+    if cal:
+        out += [Heading(text="Step-time fit (--calibrate)", level=4),
+                KeyValues(rows=cal, header=("term", "value"))]
+    out.append(Notes(notes=s.get("notes", [])))
+    return out
