@@ -51,7 +51,7 @@ from yaotu_trace.axes.base import (
     fact,
     ratio,
 )
-from yaotu_trace.diagnosis.thresholds import Thresholds
+from yaotu_trace.axes.thresholds import Thresholds
 
 
 class Remedy(StrEnum):
