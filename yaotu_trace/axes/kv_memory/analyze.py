@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from yaotu_trace.axes.base import (
@@ -17,6 +19,7 @@ from yaotu_trace.axes.base import (
 from yaotu_trace.axes.kv_memory.metrics import (
     MAX_DEMAND_POINTS,
     KvMetrics,
+    StepKv,
     demand_tokens,
     read_step_kv,
     shared_fraction,
@@ -26,29 +29,34 @@ from yaotu_trace.axes.kv_memory.metrics import (
 from yaotu_trace.axes.kv_memory.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import evaluate
 from yaotu_trace.axes.thresholds import Thresholds
-from yaotu_trace.data.order_stats import summarize
+from yaotu_trace.data.order_stats import Summary, summarize
 from yaotu_trace.data.steplog import kv_usage_summary
 
 
-def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
-    """Measure preemption, KV usage and demand, and decide whether KV memory is the limit."""
-    req = inp.requests
-    s = inp.settings
-    block = int(s.block_size_tokens)
-    m = inp.metrics
-    sources: list[Source] = []
-    notes: list[str] = []
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Preemption:
+    """Preemptions and the work they redo (tokens), with where the count came from."""
+
+    source: str | None = None
+    basis: str | None = None
+    preempted: int | None = None
+    total: int | None = None
+    recomputed: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
+                 notes: list[str]) -> _Preemption:
+    """Preemptions from the request table, else the step log, else the metrics; recomputed
+    tokens estimated (see the package docstring) or exact from SGLang's counters."""
+    req, m = inp.requests, inp.metrics
     prompt = req["prompt_len"].to_numpy(dtype=np.float64)
     output = req["output_len"].to_numpy(dtype=np.float64)
-    total_work = float((prompt + output).sum())
-
-    # Preemptions and the work they redo.
     pre_source = basis = None
     preempted = pre_total = None
     recomputed = low = high = None
     per_request_estimate = float(np.mean(prompt + output / 2.0)) if prompt.size else 0.0
-    # One pass over the step log for preemptions, the pool size and the usage at preemption.
-    step_kv = None if inp.steps is None else read_step_kv(inp.steps, t.kv_preempt_usage)
     if inp.has("num_preemptions"):
         counts = req["num_preemptions"].fillna(0).to_numpy(dtype=np.float64)
         preempted, pre_total = int((counts > 0).sum()), int(counts.sum())
@@ -79,10 +87,28 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         recomputed = low = high = exact
         basis = "sglang retracted input + output tokens (exact)"
         sources.append(Source.METRICS)
-    share = ratio(preempted, len(req)) if preempted is not None else None
-    fraction = ratio(recomputed, total_work)
+    return _Preemption(source=pre_source, basis=basis, preempted=preempted, total=pre_total,
+                       recomputed=recomputed, low=low, high=high)
 
-    # KV usage over time, and at the moments of preemption.
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Usage:
+    """KV usage (ratio) over time, at preemption and its summary, with its source."""
+
+    source: str | None = None
+    summary: Summary | None = None
+    at_preemption: float | None = None
+    timeline: tuple[tuple[float, float], ...] = ()
+    mean: float | None = None
+    p95: float | None = None
+    max: float | None = None
+    full_share: float | None = None
+
+
+def _usage(inp: AxisInput, step_kv: StepKv | None, t: Thresholds,
+           sources: list[Source]) -> _Usage:
+    """KV usage from the step log's blocks, else the engine's usage gauge."""
+    m = inp.metrics
     usage_source = None
     usage = at_pre = None
     timeline: tuple[tuple[float, float], ...] = ()
@@ -117,7 +143,13 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         usage_mean, usage_max = usage.mean, usage.max
         usage_p95 = usage.percentiles[95]
 
-    # Capacity and estimated demand.
+    return _Usage(source=usage_source, summary=usage, at_preemption=at_pre, timeline=timeline,
+                  mean=usage_mean, p95=usage_p95, max=usage_max, full_share=full)
+
+
+def _capacity(inp: AxisInput, step_kv: StepKv | None) -> tuple[float | None, str | None]:
+    """The KV pool of one instance (tokens) and where it came from."""
+    s, m, block = inp.settings, inp.metrics, int(inp.settings.block_size_tokens)
     capacity = cap_source = None
     if s.kv_capacity_tokens is not None:
         capacity, cap_source = float(s.kv_capacity_tokens), "--kv-capacity"
@@ -127,6 +159,25 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         cap_source = "step log kv_blocks_total × block size"
     elif m is not None and (g := m.gauge("max_total_tokens", how="max")) is not None:
         capacity, cap_source = float(g["value"].max()), "sglang:max_total_num_tokens"
+    return capacity, cap_source
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Demand:
+    """Estimated KV demand (tokens) per instance against the capacity."""
+
+    peak: float | None = None
+    mean: float | None = None
+    over_share: float | None = None
+    extra: float | None = None
+    extra_bytes: float | None = None
+
+
+def _demand(inp: AxisInput, capacity: float | None, notes: list[str]) -> _Demand:
+    """Block-rounded KV demand over time from the request table (an upper bound)."""
+    req, s, block = inp.requests, inp.settings, int(inp.settings.block_size_tokens)
+    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
+    output = req["output_len"].to_numpy(dtype=np.float64)
     peak = mean_demand = over_share = extra = extra_bytes = None
     if inp.has("finish_s"):
         finish = req["finish_s"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -164,59 +215,32 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
                 extra = max(0.0, peak - capacity)
                 if s.kv_bytes_per_token is not None:
                     extra_bytes = extra * s.kv_bytes_per_token
-    n_safe = None
-    if capacity is not None and prompt.size:
-        n_safe = ratio(capacity, float(np.percentile(prompt + output, 95)))
+    return _Demand(peak=peak, mean=mean_demand, over_share=over_share, extra=extra,
+                   extra_bytes=extra_bytes)
 
-    lengths = prompt + output
-    rounded = np.ceil(lengths / block) * block
-    waste = ratio(float((rounded - lengths).sum()), float(rounded.sum()))
-    shared = shared_fraction(inp, block)
 
-    metrics = KvMetrics(
-        preemption_source=pre_source,
-        preempted_requests=preempted,
-        preemptions_total=pre_total,
-        preempted_request_share=share,
-        recomputed_tokens=recomputed,
-        recomputed_tokens_low=low,
-        recomputed_tokens_high=high,
-        recompute_basis=basis,
-        recompute_token_fraction=fraction,
-        kv_usage_source=usage_source,
-        kv_usage_mean=usage_mean,
-        kv_usage_p95=usage_p95,
-        kv_usage_max=usage_max,
-        kv_usage_at_preemption=at_pre,
-        kv_usage_over_time=timeline,
-        full_share=full,
-        block_size_tokens=block,
-        kv_capacity_tokens=capacity,
-        capacity_source=cap_source,
-        peak_demand_tokens=peak,
-        mean_demand_tokens=mean_demand,
-        demand_over_capacity_share=over_share,
-        extra_kv_tokens=extra,
-        extra_kv_bytes=extra_bytes,
-        n_safe_p95=n_safe,
-        block_waste_fraction=waste,
-        shared_block_fraction=shared,
-    )
-    if peak is not None and Source.REQUESTS not in sources:
+def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
+    """Measure preemption, KV usage and demand, and decide whether KV memory is the limit."""
+    req = inp.requests
+    sources: list[Source] = []
+    notes: list[str] = []
+    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
+    output = req["output_len"].to_numpy(dtype=np.float64)
+    # One pass over the step log for preemptions, the pool size and the usage at preemption.
+    step_kv = None if inp.steps is None else read_step_kv(inp.steps, t.kv_preempt_usage)
+    pre = _preemptions(inp, step_kv, sources, notes)
+    share = ratio(pre.preempted, len(req)) if pre.preempted is not None else None
+    fraction = ratio(pre.recomputed, float((prompt + output).sum()))
+    use = _usage(inp, step_kv, t, sources)
+    capacity, cap_source = _capacity(inp, step_kv)
+    dem = _demand(inp, capacity, notes)
+    metrics = _metrics(inp, pre, use, capacity, cap_source, dem, share=share,
+                       fraction=fraction)
+    if dem.peak is not None and Source.REQUESTS not in sources:
         sources.append(Source.REQUESTS)
-
-    decided = pre_total is not None or usage is not None or (peak is not None and capacity)
-    missing = []
-    if pre_total is None:
-        missing.append("num_preemptions (request table), num_preempted (step log) or "
-                       "vllm:num_preemptions_total / sglang:num_retracted_requests_total")
-    if usage is None:
-        missing.append("kv_blocks_used and kv_blocks_total (step log) or "
-                       "vllm:kv_cache_usage_perc / sglang:token_usage (metrics)")
-    if capacity is None or peak is None:
-        missing.append("--kv-capacity with scheduled_s, first_token_s and finish_s for the "
-                       "demand estimate")
-    if not decided:
+    missing = _missing(pre, use, capacity, dem)
+    if not (pre.total is not None or use.summary is not None
+            or (dem.peak is not None and capacity)):
         return AxisResult(
             axis=AxisName.KV_MEMORY, status=Status.INSUFFICIENT_DATA, cause=None, score=None,
             score_basis="share of all tokens recomputed after preemption",
@@ -232,7 +256,7 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
     cause = ("kv_capacity" if ids & {"K001", "K004"} else
              "spiky_demand" if "K005" in ids else
              "preemption" if ids & {"K002", "K003"} else None)
-    score = fraction if fraction is not None else (0.0 if pre_total == 0 else None)
+    score = fraction if fraction is not None else (0.0 if pre.total == 0 else None)
     next_steps = []
     if status is not Status.OK:
         next_steps.append("compare capacity options in the ledger (larger pool, FP8 KV, lower "
@@ -244,3 +268,63 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
         sources=tuple(dict.fromkeys(sources)), metrics=metrics, hits=tuple(hits),
         missing=tuple(missing), next_steps=tuple(next_steps), notes=tuple(notes),
     )
+
+
+def _metrics(inp: AxisInput, pre: _Preemption, use: _Usage, capacity: float | None,
+             cap_source: str | None, dem: _Demand, *, share: float | None,
+             fraction: float | None) -> KvMetrics:
+    """The axis' measurements from its phases, plus the safe concurrency and block waste."""
+    req = inp.requests
+    block = int(inp.settings.block_size_tokens)
+    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
+    output = req["output_len"].to_numpy(dtype=np.float64)
+    n_safe = None
+    if capacity is not None and prompt.size:
+        n_safe = ratio(capacity, float(np.percentile(prompt + output, 95)))
+    lengths = prompt + output
+    rounded = np.ceil(lengths / block) * block
+    waste = ratio(float((rounded - lengths).sum()), float(rounded.sum()))
+    return KvMetrics(
+        preemption_source=pre.source,
+        preempted_requests=pre.preempted,
+        preemptions_total=pre.total,
+        preempted_request_share=share,
+        recomputed_tokens=pre.recomputed,
+        recomputed_tokens_low=pre.low,
+        recomputed_tokens_high=pre.high,
+        recompute_basis=pre.basis,
+        recompute_token_fraction=fraction,
+        kv_usage_source=use.source,
+        kv_usage_mean=use.mean,
+        kv_usage_p95=use.p95,
+        kv_usage_max=use.max,
+        kv_usage_at_preemption=use.at_preemption,
+        kv_usage_over_time=use.timeline,
+        full_share=use.full_share,
+        block_size_tokens=block,
+        kv_capacity_tokens=capacity,
+        capacity_source=cap_source,
+        peak_demand_tokens=dem.peak,
+        mean_demand_tokens=dem.mean,
+        demand_over_capacity_share=dem.over_share,
+        extra_kv_tokens=dem.extra,
+        extra_kv_bytes=dem.extra_bytes,
+        n_safe_p95=n_safe,
+        block_waste_fraction=waste,
+        shared_block_fraction=shared_fraction(inp, block),
+    )
+
+
+def _missing(pre: _Preemption, use: _Usage, capacity: float | None, dem: _Demand) -> list[str]:
+    """The inputs that would decide (or sharpen) the axis."""
+    missing = []
+    if pre.total is None:
+        missing.append("num_preemptions (request table), num_preempted (step log) or "
+                       "vllm:num_preemptions_total / sglang:num_retracted_requests_total")
+    if use.summary is None:
+        missing.append("kv_blocks_used and kv_blocks_total (step log) or "
+                       "vllm:kv_cache_usage_perc / sglang:token_usage (metrics)")
+    if capacity is None or dem.peak is None:
+        missing.append("--kv-capacity with scheduled_s, first_token_s and finish_s for the "
+                       "demand estimate")
+    return missing

@@ -96,42 +96,45 @@ def _tokens(b: pd.DataFrame) -> np.ndarray:
     return tokens
 
 
-def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
-    """Busy and idle time, idle-while-waiting, batch shape, KV usage and the tokens served per
-    window, from the step log in passes over its record batches.
+class _StepPass:
+    """One pass over the step log's batches: busy time, idle gaps while requests wait, the
+    duration-weighted waiting count, the span and the tokens served per window.
 
-    Rows come in start order, so each instance's steps do too: a pass carries only the last
-    step of each instance across batches, and sums in fixed blocks (`order_stats`), so the
-    numbers do not depend on how the log is cut into batches, or whether it is on disk.
+    Rows come in start order, so each instance's steps do too: only the last step of each
+    instance is carried across batches (`_PerInstance`).
     """
-    log = inp.steps
-    if log is None or log.num_rows == 0:
-        return StepStats()
-    arrival = times_of(inp.requests, "arrival_s")
-    scheduled = times_of(inp.requests, "scheduled_s")
-    table = arrival is not None and scheduled is not None
-    if table:
-        assert arrival is not None and scheduled is not None
-        ok = np.isfinite(scheduled) & (scheduled >= arrival)
-        sorted_arrival, sorted_scheduled = np.sort(arrival[ok]), np.sort(scheduled[ok])
-    ids = InstanceIds()
-    has_waiting = inp.step_has("num_waiting")
-    # Instances whose steps report num_waiting use it; the others the request table.
-    reports = (_instances_with(log, "num_waiting", ids)
-               if has_waiting and log.has("instance") and not log.complete("num_waiting")
-               else None)
-    has_tokens = inp.step_has("prefill_tokens") or inp.step_has("decode_tokens")
-    state = _PerInstance()
-    busy, idle_wait, waiting_weighted = BlockSum(), BlockSum(), BlockSum()
-    waiting_steps = 0
-    lo, hi = np.inf, -np.inf
-    achieved = (np.zeros(windows.count) if windows is not None and has_tokens else None)
-    preempted = False
-    for b in log.batches(("instance", "num_waiting", "prefill_tokens", "decode_tokens",
-                          "num_preempted")):
+
+    def __init__(self, inp: AxisInput, log: StepLog, windows: Windows | None) -> None:
+        arrival = times_of(inp.requests, "arrival_s")
+        scheduled = times_of(inp.requests, "scheduled_s")
+        # Requests queued at a time t, from the request table, for instances without
+        # num_waiting: (sorted arrivals, sorted schedules), or None without the table.
+        self.queued_table: tuple[np.ndarray, np.ndarray] | None = None
+        if arrival is not None and scheduled is not None:
+            ok = np.isfinite(scheduled) & (scheduled >= arrival)
+            self.queued_table = (np.sort(arrival[ok]), np.sort(scheduled[ok]))
+        self.ids = InstanceIds()
+        self.has_waiting = inp.step_has("num_waiting")
+        # Instances whose steps report num_waiting use it; the others the request table.
+        self.reports = (_instances_with(log, "num_waiting", self.ids)
+                        if self.has_waiting and log.has("instance")
+                        and not log.complete("num_waiting") else None)
+        self.has_tokens = inp.step_has("prefill_tokens") or inp.step_has("decode_tokens")
+        self.windows = windows
+        self.state = _PerInstance()
+        self.busy, self.idle_wait, self.waiting_weighted = BlockSum(), BlockSum(), BlockSum()
+        self.waiting_steps = 0
+        self.lo, self.hi = np.inf, -np.inf
+        self.achieved = (np.zeros(windows.count) if windows is not None and self.has_tokens
+                         else None)
+        self.preempted = False
+
+    def feed(self, b: pd.DataFrame) -> None:
+        """Add one batch of steps."""
+        state = self.state
         start, end = column(b, "start_s"), column(b, "end_s")
-        inst = ids.codes(b)
-        state.grow(len(ids))
+        inst = self.ids.codes(b)
+        state.grow(len(self.ids))
         prev, order, bounds, lasts = _previous(inst)
         inside = prev >= 0
         p = np.where(inside, prev, 0)
@@ -141,22 +144,24 @@ def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
         waiting = (column(b, "num_waiting", 0.0) if "num_waiting" in b.columns
                    else np.zeros(len(b)))
         prev_waiting = np.where(inside, waiting[p], state.last_waiting[inst])
-        reporting = np.full(len(b), has_waiting) if reports is None else reports[inst]
-        busy.add(end - start)
+        reporting = (np.full(len(b), self.has_waiting) if self.reports is None
+                     else self.reports[inst])
+        self.busy.add(end - start)
         gap = np.clip(start - prev_end, 0.0, None)
         from_log = has_prev & reporting
         idle = from_log & (prev_waiting > 0)
         from_table = has_prev & ~reporting
-        if table and from_table.any():
+        if self.queued_table is not None and from_table.any():
+            sorted_arrival, sorted_scheduled = self.queued_table
             rows = np.flatnonzero(from_table)
             t = prev_end[rows]
             queued = (np.searchsorted(sorted_arrival, t, side="right")
                       - np.searchsorted(sorted_scheduled, t, side="right"))
             idle[rows[queued > 0]] = True
-        idle_wait.add(gap[idle])
+        self.idle_wait.add(gap[idle])
         # Each step's count holds until the next step of its instance starts.
-        waiting_weighted.add((prev_waiting * (start - prev_start))[from_log])
-        waiting_steps += int(np.count_nonzero(waiting > 0))
+        self.waiting_weighted.add((prev_waiting * (start - prev_start))[from_log])
+        self.waiting_steps += int(np.count_nonzero(waiting > 0))
 
         groups = inst[lasts]
         state.first_start[groups] = np.minimum(state.first_start[groups],
@@ -166,37 +171,64 @@ def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
         state.seen[groups] = True
         state.last_start[groups], state.last_end[groups] = start[lasts], end[lasts]
         state.last_waiting[groups] = waiting[lasts]
-        lo, hi = np.fmin(lo, np.fmin.reduce(start)), np.fmax(hi, np.fmax.reduce(end))
-        if achieved is not None and windows is not None:
-            idx = np.floor((start - windows.t0_s) / windows.width_s).astype(np.int64)
-            keep = (idx >= 0) & (idx < windows.count)
-            # Token counts are whole numbers: these sums are exact in any order.
-            achieved += np.bincount(idx[keep], weights=_tokens(b)[keep],
-                                    minlength=windows.count)
+        self.lo = np.fmin(self.lo, np.fmin.reduce(start))
+        self.hi = np.fmax(self.hi, np.fmax.reduce(end))
+        self._served(b, start)
         if "num_preempted" in b.columns:
-            preempted = preempted or bool((column(b, "num_preempted", 0.0) > 0).any())
+            self.preempted = self.preempted or bool((column(b, "num_preempted", 0.0) > 0).any())
 
-    names = ids.names
-    reported = np.full(len(names), has_waiting) if reports is None else reports
-    wall = 0.0
-    tails = []
-    for i in sorted(range(len(names)), key=names.__getitem__):
-        wall += float(state.max_end[i] - state.first_start[i])
-        if reported[i]:  # the last step's count holds until its own end
-            tails.append(state.last_waiting[i] * (state.last_end[i] - state.last_start[i]))
-    waiting_weighted.add(np.asarray(tails, dtype=np.float64))
-    known = table or bool(reported.all())
-    idle_s = idle_wait.total()
-    stats: dict[str, object] = {
-        "wall_s": wall,
-        "busy_fraction": ratio(busy.total(), wall),
-        "idle_waiting_s": idle_s if known else None,
-        "idle_waiting_fraction": ratio(idle_s, wall) if known else None,
-        "instances": tuple(names),
-        "achieved_tokens": achieved,
-        "preempted": preempted,
-    }
-    if has_tokens:
+    def _served(self, b: pd.DataFrame, start: np.ndarray) -> None:
+        """Tokens of the batch's steps into the window each starts in."""
+        windows = self.windows
+        if self.achieved is None or windows is None:
+            return
+        idx = np.floor((start - windows.t0_s) / windows.width_s).astype(np.int64)
+        keep = (idx >= 0) & (idx < windows.count)
+        # Token counts are whole numbers: these sums are exact in any order.
+        self.achieved += np.bincount(idx[keep], weights=_tokens(b)[keep],
+                                     minlength=windows.count)
+
+    def totals(self) -> dict[str, object]:
+        """Wall, busy and idle-while-waiting time per instance, summed, once every batch is in."""
+        state, names = self.state, self.ids.names
+        reported = (np.full(len(names), self.has_waiting) if self.reports is None
+                    else self.reports)
+        wall = 0.0
+        tails = []
+        for i in sorted(range(len(names)), key=names.__getitem__):
+            wall += float(state.max_end[i] - state.first_start[i])
+            if reported[i]:  # the last step's count holds until its own end
+                tails.append(state.last_waiting[i] * (state.last_end[i] - state.last_start[i]))
+        self.waiting_weighted.add(np.asarray(tails, dtype=np.float64))
+        known = self.queued_table is not None or bool(reported.all())
+        idle_s = self.idle_wait.total()
+        return {
+            "wall_s": wall,
+            "busy_fraction": ratio(self.busy.total(), wall),
+            "idle_waiting_s": idle_s if known else None,
+            "idle_waiting_fraction": ratio(idle_s, wall) if known else None,
+            "instances": tuple(names),
+            "achieved_tokens": self.achieved,
+            "preempted": self.preempted,
+        }
+
+
+def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
+    """Busy and idle time, idle-while-waiting, batch shape, KV usage and the tokens served per
+    window, from the step log in passes over its record batches.
+
+    Sums are taken in fixed blocks (`order_stats`), so the numbers do not depend on how the log
+    is cut into batches, or whether it is on disk.
+    """
+    log = inp.steps
+    if log is None or log.num_rows == 0:
+        return StepStats()
+    one = _StepPass(inp, log, windows)
+    for b in log.batches(("instance", "num_waiting", "prefill_tokens", "decode_tokens",
+                          "num_preempted")):
+        one.feed(b)
+    stats = one.totals()
+    if one.has_tokens:
         stats["tokens"] = summarize(
             log.reader(("prefill_tokens", "decode_tokens"), _tokens), STEP_PERCENTILES)
     if inp.step_has("num_running"):
@@ -205,11 +237,12 @@ def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
             STEP_PERCENTILES)
     if inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total"):
         stats["kv_usage_p75"] = kv_usage_summary(log).percentiles.get(75)
-    if has_waiting:
-        stats["waiting_share"] = waiting_steps / log.num_rows
+    if one.has_waiting:
+        lo, hi = one.lo, one.hi
+        stats["waiting_share"] = one.waiting_steps / log.num_rows
         # NOTE: a cluster's waiting count is the sum over its instances at each instant, so the
         # per-instance integrals are summed and divided by the cluster's span, not Σ walls.
-        stats["waiting_mean"] = ratio(waiting_weighted.total(), float(hi - lo))
+        stats["waiting_mean"] = ratio(one.waiting_weighted.total(), float(hi - lo))
         stats["waiting_span"] = (float(lo), float(hi))
     return StepStats(**stats)  # type: ignore[arg-type]
 

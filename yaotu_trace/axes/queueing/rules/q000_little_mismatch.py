@@ -1,4 +1,4 @@
-"""Q000 (cost-model A0): little's law mismatch: trace incomplete or clocks inconsistent."""
+"""Q000 (cost-model A0): Little's law mismatch: trace incomplete or clocks inconsistent."""
 
 from __future__ import annotations
 

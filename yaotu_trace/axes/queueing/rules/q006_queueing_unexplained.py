@@ -12,6 +12,7 @@ from yaotu_trace.axes.thresholds import Thresholds
 # The rules that name a cause of queueing.
 CAUSAL = frozenset({"Q001", "Q002", "Q003", "Q004", "Q005"})
 
+
 def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
     mt = f.metrics
     share = mt.queue_share_of_ttft
@@ -37,6 +38,6 @@ RULE: Rule[QueueingFacts] = Rule(
         "read or add the step log (--steps) and engine metrics (--metrics) to tell burst, "
         "dispatch, batch shape and KV admission apart"
     ),
-    reads=("queue_share_warn", "waiting_share", "queue_share_warn"),
+    reads=("queue_share_warn", "waiting_share"),
     check=_check,
 )
