@@ -32,11 +32,11 @@ from yaotu_trace.axes.base import (
     Source,
     Status,
 )
+from yaotu_trace.axes.rules import RULES
+from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.data.report import Report
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
-from yaotu_trace.diagnosis.rules import RULES
-from yaotu_trace.diagnosis.thresholds import Thresholds, make_thresholds
 from yaotu_trace.ingest.metrics import EngineMetrics
 
 AXIS_ORDER = tuple(AXES)
