@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from yaotu_trace.axes import AXES, AxisName, analyzer
-from yaotu_trace.diagnosis.rules import RULES, SEVERITY_OF
-from yaotu_trace.diagnosis.thresholds import THRESHOLDS, Thresholds, make_thresholds
+from yaotu_trace.axes.rules import RULES, SEVERITY_OF
+from yaotu_trace.axes.thresholds import THRESHOLDS, Thresholds, make_thresholds
 
 PACKAGE = Path(__file__).resolve().parents[1] / "yaotu_trace"
-# Methods and fields of `Thresholds` itself, as opposed to threshold names.
-THRESHOLDS_OWN = frozenset({"values", "get", "overridden"})
+# The methods of `Thresholds` itself, which are not thresholds.
+THRESHOLDS_OWN = frozenset(name for name in dir(Thresholds) if callable(getattr(Thresholds, name)))
 
 
 @pytest.mark.parametrize("axis", list(AxisName))
@@ -50,13 +50,17 @@ def test_every_threshold_default_is_valid() -> None:
 
 
 def _threshold_reads(path: Path) -> dict[str, int]:
-    """Attribute names read on a parameter annotated `Thresholds`, with the line of one read."""
+    """Attribute names read on a parameter or local annotated `Thresholds`, with the line of one
+    read."""
     reads: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         params = {a.arg for a in [*node.args.args, *node.args.kwonlyargs]
                   if a.annotation is not None and "Thresholds" in ast.unparse(a.annotation)}
+        params |= {sub.target.id for sub in ast.walk(node)
+                   if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name)
+                   and "Thresholds" in ast.unparse(sub.annotation)}
         for sub in ast.walk(node):
             if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
                     and sub.value.id in params and sub.attr not in THRESHOLDS_OWN):

@@ -19,9 +19,9 @@ from yaotu_trace.render import OutputFormat, render
 # so that `trace --help`, `trace models` and a usage error start at once.
 if TYPE_CHECKING:
     from yaotu_trace.axes.base import EngineSettings
+    from yaotu_trace.axes.thresholds import Thresholds
     from yaotu_trace.data.report import InputSummary, Report
     from yaotu_trace.data.schema import Trace
-    from yaotu_trace.diagnosis.thresholds import Thresholds
     from yaotu_trace.ingest.formats import TraceFormat
 
 app = typer.Typer(
@@ -57,7 +57,7 @@ def diagnosis_settings(
     one left out (None) keeps the field's default (the link speed's is `DEFAULT_LINK_GBPS`).
     """
     from yaotu_trace.axes.base import EngineSettings
-    from yaotu_trace.diagnosis.thresholds import parse_threshold_options
+    from yaotu_trace.axes.thresholds import parse_threshold_options
 
     thresholds = parse_threshold_options(threshold or [])
     if preset is not None:

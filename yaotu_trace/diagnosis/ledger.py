@@ -446,7 +446,7 @@ def _fix_cache_keys(c: LedgerInput) -> LedgerEntry | None:
 def _chunked_prefill(c: LedgerInput) -> LedgerEntry | None:
     """Chunked prefill for material interference (D001, D002)."""
     im, inp, kv_b, prompt = c.axis(AxisName.PD_INTERFERENCE).metrics, c.inp, c.kv_b, c.prompt
-    t = c.t
+    t: Thresholds = c.t
     pd_ids = c.ids(AxisName.PD_INTERFERENCE) & INTERFERENCE
     if not pd_ids:
         return None
@@ -480,7 +480,8 @@ def _chunked_prefill(c: LedgerInput) -> LedgerEntry | None:
 
 def _network(c: LedgerInput) -> Network:
     """The network check's numbers (see the module docstring)."""
-    inp, t, prompt, kv_b = c.inp, c.t, c.prompt, c.kv_b
+    t: Thresholds = c.t
+    inp, prompt, kv_b = c.inp, c.prompt, c.kv_b
     s = inp.settings
     link_bytes_s = s.link_gbps * 1e9 / 8.0
     b_eff = link_bytes_s * t.link_efficiency
@@ -518,7 +519,8 @@ def network_hit(c: LedgerInput) -> RuleHit | None:
     """The D003/D004 hit of the disaggregation network check, when interference is material."""
     if not c.ids(AxisName.PD_INTERFERENCE) & INTERFERENCE:
         return None
-    net, t, s, kv_b = c.network, c.t, c.inp.settings, c.kv_b
+    t: Thresholds = c.t
+    net, s, kv_b = c.network, c.inp.settings, c.kv_b
     link_bytes_s, peak_rate, xfer_share, passes = (net.link_bytes_s, net.peak_rate,
                                                    net.xfer_share, net.passes)
     evidence = (
@@ -536,7 +538,8 @@ def network_hit(c: LedgerInput) -> RuleHit | None:
 
 def _disaggregation_adds(c: LedgerInput) -> tuple[Quantity, ...]:
     """What P/D disaggregation adds: network bytes and rates, transfer time, routing, fallback."""
-    net, t, s, inp = c.network, c.t, c.inp.settings, c.inp
+    t: Thresholds = c.t
+    net, s, inp = c.network, c.inp.settings, c.inp
     per_request, xfer_share, ttft_mean, window = (net.per_request, net.xfer_share,
                                                   net.ttft_mean, net.window)
     network_bytes, mean_rate, transfer, b_eff, peak_rate = (
