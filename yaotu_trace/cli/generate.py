@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, write_atomically
+from yaotu_trace.cli.app import command
 from yaotu_trace.cli.progress import QuietOpt
-from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import STDOUT
 from yaotu_trace.sim.workloads import DEFAULT_MODEL, Scenario
 
-WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
+if TYPE_CHECKING:
+    from yaotu_trace.commands.generate import GeneratedTrace
 
 
 @command()
@@ -98,52 +97,20 @@ def generate(
 
       trace generate diag-kv-churn --out churn.parquet --steps-out churn.steps.parquet
     """
-    from yaotu_trace.data.canonical import write_trace
-    from yaotu_trace.sim.generate import ENGINES, GenerateOptions
-    from yaotu_trace.sim.generate import generate_with_steps as build
+    from yaotu_trace.commands.generate import generate as run
 
-    if out != STDOUT and out.suffix.lower() not in WRITABLE_SUFFIXES:
-        raise ConfigError(
-            f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
-            "end the name with .parquet, .jsonl or .csv (or pass '-' for JSONL on stdout)"
-        )
-    if steps_out is not None:
-        if scenario not in ENGINES:
-            raise ConfigError(
-                f"--steps-out: scenario {scenario.value} has no engine run; only the diag-* "
-                "scenarios are simulated"
-            )
-        if steps_out.suffix.lower() not in WRITABLE_SUFFIXES:
-            raise ConfigError(
-                f"--steps-out {steps_out}: end the name with .parquet, .jsonl or .csv"
-            )
-    options = GenerateOptions(
-        scenario=scenario,
-        seed=seed,
-        requests=requests,
-        rate_per_s=rate,
-        tenants=tenants,
-        model=model,
-    )
-    table, steps = build(options)
-    if out == STDOUT:
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "trace.jsonl"
-            write_trace(table, path)
-            write_atomically(STDOUT, path.read_text(encoding="utf-8"))
-    else:
-        write_trace(table, out)
-    if steps_out is not None and steps is not None:
-        write_trace(steps, steps_out)
-    if quiet:
-        return
-    span_s = float(table["arrival_s"].iloc[-1])
-    rate_per_s = (len(table) - 1) / span_s if span_s > 0 else float("nan")
-    sys.stderr.write(
-        f"generated {len(table)} {scenario.value} requests (seed {seed}): "
-        f"{table['tenant'].nunique()} tenants, {table['session_id'].nunique()} sessions, "
-        f"{int(table['prompt_len'].sum()):,} prompt tokens, {span_s:,.1f} s at "
-        f"{rate_per_s:.2f} req/s -> {'stdout' if out == STDOUT else out}"
-        + (f", step log -> {steps_out}" if steps_out is not None and steps is not None else "")
-        + "\n"
+    report = run(scenario, out=out, steps_out=steps_out, seed=seed, requests=requests,
+                 rate_per_s=rate, tenants=tenants, model=model)
+    if not quiet:
+        sys.stderr.write(summary_line(report.sections["generated"]) + "\n")
+
+
+def summary_line(done: GeneratedTrace) -> str:
+    """What was generated, for stderr: the population, the span and rate, where it went."""
+    return (
+        f"generated {done.requests} {done.scenario} requests (seed {done.seed}): "
+        f"{done.tenants} tenants, {done.sessions} sessions, "
+        f"{done.prompt_tokens:,} prompt tokens, {done.span_s:,.1f} s at "
+        f"{done.rate_per_s:.2f} req/s -> {'stdout' if done.out == str(STDOUT) else done.out}"
+        + (f", step log -> {done.steps_out}" if done.steps_out is not None else "")
     )
