@@ -17,51 +17,47 @@ if TYPE_CHECKING:
     from yaotu_trace.commands.generate import GeneratedTrace
 
 
+ScenarioArg = Annotated[
+    Scenario,
+    typer.Argument(help="Workload to generate (listed above).", metavar="SCENARIO",
+                   case_sensitive=False, show_default=False),
+]
+OutOpt = Annotated[
+    Path,
+    typer.Option("--out", "-o", help="Output file; the extension picks the format: .parquet, "
+                 ".jsonl or .csv. '-' writes JSONL to stdout.", show_default=False),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.", min=0)]
+RequestsOpt = Annotated[
+    int | None,
+    typer.Option("--requests", "-n", help="Number of requests [default: per scenario].", min=1),
+]
+RateOpt = Annotated[
+    float | None,
+    typer.Option("--rate", help="Mean arrival rate in requests/s [default: per scenario]."),
+]
+TenantsOpt = Annotated[
+    int | None,
+    typer.Option("--tenants", help="Number of tenants [default: per scenario].", min=1),
+]
+ModelColumnOpt = Annotated[str, typer.Option("--model", help="Value of the model column.")]
+StepsOutOpt = Annotated[
+    Path | None,
+    typer.Option("--steps-out", help="Step log of a diag-* scenario's simulated run (.parquet, "
+                 ".jsonl or .csv).", show_default=False),
+]
+
+
 @command()
 def generate(
-    scenario: Annotated[
-        Scenario,
-        typer.Argument(
-            help="Workload to generate (listed above).",
-            metavar="SCENARIO",
-            case_sensitive=False,
-            show_default=False,
-        ),
-    ],
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Output file; the extension picks the format: .parquet, .jsonl or .csv. "
-            "'-' writes JSONL to stdout.",
-            show_default=False,
-        ),
-    ],
-    seed: Annotated[int, typer.Option("--seed", help="Random seed.", min=0)] = 0,
-    requests: Annotated[
-        int | None,
-        typer.Option("--requests", "-n", help="Number of requests [default: per scenario].", min=1),
-    ] = None,
-    rate: Annotated[
-        float | None,
-        typer.Option("--rate", help="Mean arrival rate in requests/s [default: per scenario]."),
-    ] = None,
-    tenants: Annotated[
-        int | None,
-        typer.Option("--tenants", help="Number of tenants [default: per scenario].", min=1),
-    ] = None,
-    model: Annotated[str, typer.Option("--model", help="Value of the model column.")] = (
-        DEFAULT_MODEL
-    ),
-    steps_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--steps-out",
-            help="Step log of a diag-* scenario's simulated run (.parquet, .jsonl or .csv).",
-            show_default=False,
-        ),
-    ] = None,
+    scenario: ScenarioArg,
+    out: OutOpt,
+    seed: SeedOpt = 0,
+    requests: RequestsOpt = None,
+    rate: RateOpt = None,
+    tenants: TenantsOpt = None,
+    model: ModelColumnOpt = DEFAULT_MODEL,
+    steps_out: StepsOutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Write a synthetic trace: token-level prompts, lengths, arrivals, tenants and sessions.

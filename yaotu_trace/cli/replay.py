@@ -33,6 +33,37 @@ from yaotu_trace.cli.options import (
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.replay.rules import Eviction
 
+CapacityOpt = Annotated[
+    str | None,
+    typer.Option(help="Cache capacity per cache: blocks (20000), tokens (3.2Mtok) or bytes "
+                 "(40GiB, needs --model). Default: unlimited.", show_default=False),
+]
+EvictionOpt = Annotated[
+    Eviction | None,
+    typer.Option(help="Eviction policy of a full cache.", case_sensitive=False),
+]
+SeedOpt = Annotated[int | None, typer.Option(help="Seed of the random route.")]
+PerTenantOpt = Annotated[
+    bool,
+    typer.Option("--capacity-per-tenant", help="Each tenant gets its own cache of "
+                 "--capacity (per instance with --scope instance); needs tenant isolation."),
+]
+GridOpt = Annotated[
+    list[str] | None,
+    typer.Option("--grid", metavar="AXIS=V1,V2,...", help="Replay every combination: "
+                 "block-size=16,64,256, tenant-isolation=on,off, capacity=1Mtok,unlimited "
+                 "(repeatable; one row each, one read of the trace per block size)."),
+]
+WaterfallOpt = Annotated[
+    bool,
+    typer.Option("--waterfall/--no-waterfall", help="Compute the loss waterfall (five more "
+                 "replays and the token-granular ideal); off replays only the rules given."),
+]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Per-request hits and losses to .parquet or .csv."),
+]
+
 
 @command()
 def replay(
@@ -44,43 +75,20 @@ def replay(
     touch_order: TouchOrderOpt = None,
     cache_partial_blocks: CachePartialOpt = None,
     cache_outputs: CacheOutputsOpt = None,
-    capacity: Annotated[
-        str | None,
-        typer.Option(help="Cache capacity per cache: blocks (20000), tokens (3.2Mtok) or bytes "
-                     "(40GiB, needs --model). Default: unlimited.", show_default=False),
-    ] = None,
+    capacity: CapacityOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
-    eviction: Annotated[
-        Eviction | None,
-        typer.Option(help="Eviction policy of a full cache.", case_sensitive=False),
-    ] = None,
+    eviction: EvictionOpt = None,
     scope: ScopeOpt = None,
     route: RouteOpt = None,
     instances: InstancesOpt = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the random route.")] = None,
-    capacity_per_tenant: Annotated[
-        bool,
-        typer.Option("--capacity-per-tenant", help="Each tenant gets its own cache of "
-                     "--capacity (per instance with --scope instance); needs tenant isolation."),
-    ] = False,
-    grid: Annotated[
-        list[str] | None,
-        typer.Option("--grid", metavar="AXIS=V1,V2,...", help="Replay every combination: "
-                     "block-size=16,64,256, tenant-isolation=on,off, capacity=1Mtok,unlimited "
-                     "(repeatable; one row each, one read of the trace per block size)."),
-    ] = None,
-    waterfall: Annotated[
-        bool,
-        typer.Option("--waterfall/--no-waterfall", help="Compute the loss waterfall (five more "
-                     "replays and the token-granular ideal); off replays only the rules given."),
-    ] = True,
+    seed: SeedOpt = None,
+    capacity_per_tenant: PerTenantOpt = False,
+    grid: GridOpt = None,
+    waterfall: WaterfallOpt = True,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Per-request hits and losses to .parquet or .csv."),
-    ] = None,
+    out: OutOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
