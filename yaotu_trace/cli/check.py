@@ -26,7 +26,7 @@ from yaotu_trace.cli.options import (
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.gate.check import FailOn
+from yaotu_trace.gate.fail_on import FailOn
 from yaotu_trace.render import OutputFormat
 
 ConfigOpt = Annotated[

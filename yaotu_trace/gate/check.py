@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from yaotu_trace.errors import ConfigError, ConfigFileError
+from yaotu_trace.gate.fail_on import FailOn
 from yaotu_trace.gate.report_path import Resolved, close_paths, parse_path, require, resolve
 
 # Relative tolerance of a baseline comparison unless the config says otherwise: 5 % is about the
@@ -59,13 +60,6 @@ class Better(StrEnum):
     HIGHER = "higher"
     LOWER = "lower"
     EITHER = "either"  # any change beyond the tolerance fails
-
-
-class FailOn(StrEnum):
-    """Lowest axis status that fails the diagnosis gate."""
-
-    WARNING = "warning"
-    BOTTLENECK = "bottleneck"
 
 
 class CheckKind(StrEnum):
