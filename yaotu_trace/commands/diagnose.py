@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.commands.load import Progress, open_trace, tell
 from yaotu_trace.commands.settings import diagnosis_settings
 
 if TYPE_CHECKING:
+    from yaotu_trace.axes.base import EngineSettings
+    from yaotu_trace.axes.thresholds import Thresholds
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.report import Report
     from yaotu_trace.data.schema import Trace
+    from yaotu_trace.ingest.metrics import EngineMetrics
 
 
 def diagnose(
@@ -39,7 +42,6 @@ def diagnose(
     `trace diagnose --kv-capacity` takes it (20000, 3.2Mtok, 40GiB); `threshold` overrides
     as `NAME=VALUE` (docs/rules.md). Every option is checked before the trace is read.
     """
-    from yaotu_trace.diagnosis.diagnose import diagnose as run
     from yaotu_trace.ingest.metrics import read_metrics
 
     settings, thresholds = diagnosis_settings(
@@ -52,8 +54,8 @@ def diagnose(
     engine_metrics = read_metrics(Path(metrics)) if metrics is not None else None
     loaded = open_trace(trace, lazy_content=True)
     tell(progress, "judging the axes", 0.3)
-    # NOTE: the diagnosis core assembles this command's report itself (diagnosis.diagnose).
-    return run(loaded, metrics=engine_metrics, settings=settings, thresholds=thresholds)
+    return diagnose_trace(loaded, metrics=engine_metrics, settings=settings,
+                          thresholds=thresholds)
 
 
 def diagnosis_of(
@@ -67,7 +69,6 @@ def diagnosis_of(
     threshold: Sequence[str] = (),
 ) -> Callable[[], Report]:
     """Check the diagnosis options of `check` and `report` now; diagnose only when called."""
-    from yaotu_trace.diagnosis.diagnose import diagnose as run
     from yaotu_trace.ingest.metrics import read_metrics
 
     settings, thresholds = diagnosis_settings(model=model, kv_capacity=kv_capacity,
@@ -76,6 +77,47 @@ def diagnosis_of(
     engine_metrics = read_metrics(Path(metrics)) if metrics is not None else None
 
     def build() -> Report:
-        return run(trace, metrics=engine_metrics, settings=settings, thresholds=thresholds)
+        return diagnose_trace(trace, metrics=engine_metrics, settings=settings,
+                              thresholds=thresholds)
 
     return build
+
+
+def diagnose_trace(
+    trace: Trace,
+    *,
+    metrics: EngineMetrics | None = None,
+    settings: EngineSettings | None = None,
+    thresholds: Thresholds | None = None,
+) -> Report:
+    """The `diagnose` report of a read trace: sections principal, verdict, axes, ledger and
+    findings; its config names the settings, thresholds and metrics it was judged with."""
+    from yaotu_trace.axes import AXES
+    from yaotu_trace.axes.base import EngineSettings
+    from yaotu_trace.axes.thresholds import make_thresholds
+    from yaotu_trace.data.report import Report, input_summary
+    from yaotu_trace.diagnosis.diagnose import axis_report
+    from yaotu_trace.diagnosis.diagnose import diagnose_trace as judge
+
+    t = thresholds or make_thresholds()
+    s = settings or EngineSettings()
+    judged = judge(trace, metrics=metrics, settings=s, thresholds=t)
+    result, used = judged.diagnosis, judged.metrics
+    config: dict[str, Any] = {
+        "settings": s,
+        "thresholds": dict(t.values),
+        "thresholds_overridden": t.overridden(),
+        "metrics": None if used is None else {"path": used.path, "series": sorted(used.names)},
+    }
+    return Report(
+        command="diagnose",
+        input=input_summary(judged.trace),
+        config=config,
+        sections={
+            "principal": result.verdict.principal_axis,
+            "verdict": result.verdict,
+            "axes": [axis_report(result.axes[name], result.findings) for name in AXES],
+            "ledger": list(result.ledger),
+            "findings": list(result.findings),
+        },
+    )
