@@ -47,8 +47,8 @@ def compare(
       trace compare conversation_trace.jsonl --scenario chunked.toml --scenario pd.toml
     """
     from yaotu_trace.data.report import input_summary
+    from yaotu_trace.sim.compare import compare as compare_scenarios
     from yaotu_trace.sim.scenario import Scenario, load_scenario
-    from yaotu_trace.sim.scenario import compare as compare_scenarios
 
     defaults = Scenario(model=model, gpu=gpu)
     scenarios = [defaults.merged(load_scenario(path)) for path in scenario]

@@ -152,7 +152,8 @@ def simulate(
     """
     from yaotu_trace.data.canonical import write_trace
     from yaotu_trace.data.report import input_summary
-    from yaotu_trace.sim.scenario import load_scenario, run_scenario
+    from yaotu_trace.sim.scenario import load_scenario
+    from yaotu_trace.sim.summary import run_scenario
 
     check_out(out, "--out")
     if steps_out is not None:
