@@ -204,38 +204,21 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
     return df, steps[list(STEP_COLUMNS)]
 
 
-def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
-              notes: list[str]) -> SimulationSummary:
-    """Latency percentiles, throughput and the work ledger of one simulated run."""
-    cfg = resolved.config
-    df = trace.requests
-    arrival = df["arrival_s"].to_numpy(dtype=np.float64)
-    prompt = df["prompt_len"].to_numpy(dtype=np.int64)
-    output = df["output_len"].to_numpy(dtype=np.int64)
-    ran = np.isfinite(result.finish_s)
-    ttft = result.first_token_s - arrival
-    queue = result.scheduled_s - arrival
-    e2e = result.finish_s - arrival
-    multi = ran & (output > 1)
-    tpot = np.where(multi, (result.finish_s - result.first_token_s) / np.maximum(output - 1, 1),
-                    np.nan)
+def _inter_token_gaps(result: SimResult) -> np.ndarray:
+    """Gaps between consecutive tokens of one request (never across two requests)."""
     tt, off = result.token_times_s, result.token_offsets
     gaps = np.diff(tt)
     starts = off[1:-1] - 1
     keep = np.ones(len(gaps), dtype=bool)
     boundary = starts[(starts >= 0) & (starts < len(gaps))]
     keep[boundary] = False
-    itl = gaps[keep] if len(gaps) else np.array([], dtype=np.float64)
-    makespan = float(np.nanmax(result.finish_s) - arrival.min()) if ran.any() else None
-    tput = ran.sum() / makespan if makespan else None
-    out_tok = output[ran].sum() / makespan if makespan else None
-    usage = (result.step_kv_blocks_used / max(result.kv_blocks_total, 1)
-             if result.num_steps else np.array([]))
-    step_s = result.step_end_s - result.step_start_s
-    usage_mean = float((usage * step_s).sum() / step_s.sum()) if step_s.sum() > 0 else None
-    hit = float(result.cached_tokens[ran].sum() / prompt[ran].sum()) if prompt[ran].sum() else None
+    return gaps[keep] if len(gaps) else np.array([], dtype=np.float64)
+
+
+def _work_ledger(result: SimResult, cfg: SimConfig, ran: np.ndarray,
+                 makespan: float | None) -> WorkLedger:
     tp = cfg.tensor_parallel
-    work = WorkLedger(
+    return WorkLedger(
         prefill_tokens=int(result.step_prefill_tokens.sum()),
         recomputed_tokens=int(result.recomputed_tokens.sum()),
         decode_tokens=int(result.step_decode_tokens.sum()),
@@ -249,6 +232,9 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
         gpu_busy_s=float(result.busy_s.sum()) * tp,
         gpu_provisioned_s=(makespan or 0.0) * cfg.gpus,
     )
+
+
+def _run_notes(notes: list[str], result: SimResult, cfg: SimConfig) -> tuple[str, ...]:
     all_notes = list(notes)
     if result.rejected_requests:
         all_notes.append(f"{result.rejected_requests} request(s) need more KV blocks than one "
@@ -256,20 +242,34 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
     if cfg.pd is not None:
         all_notes.append("P/D: the prefill instance frees a request's KV when its first token is "
                          "out; the transfer occupies only the link (not the pool)")
+    return tuple(all_notes)
+
+
+def _instances_text(cfg: SimConfig) -> str:
     instances = (f"{cfg.pd[0]} prefill + {cfg.pd[1]} decode" if cfg.pd is not None
                  else str(cfg.instances))
-    if tp > 1:
-        instances += f" (TP{tp})"
+    if cfg.tensor_parallel > 1:
+        instances += f" (TP{cfg.tensor_parallel})"
+    return instances
+
+
+def _step_model_text(resolved: ResolvedScenario) -> str:
+    """The step-time model in words: the fitted line, or the roofline's GPU and efficiencies."""
     if resolved.calibration is not None:
         c = resolved.calibration
-        step_model = (f"fitted: {c.a_s * 1e3:.3g} ms + {c.b_s_per_prefill_token * 1e6:.3g} µs/"
-                      f"prefill token + {c.c_s_per_context_token * 1e9:.3g} ns/context token")
-    else:
-        sc = cfg.step_cost
-        mfu = sc.flops_per_s / (resolved.gpu.bf16_flops * tp)
-        mbu = sc.bytes_per_s / (resolved.gpu.hbm_bytes_per_s * tp)
-        step_model = (f"roofline: {resolved.gpu.name}, MFU {mfu:.2f}, MBU {mbu:.2f}, "
-                      f"+{sc.overhead_s * 1e3:.3g} ms/step")
+        return (f"fitted: {c.a_s * 1e3:.3g} ms + {c.b_s_per_prefill_token * 1e6:.3g} µs/"
+                f"prefill token + {c.c_s_per_context_token * 1e9:.3g} ns/context token")
+    cfg = resolved.config
+    tp = cfg.tensor_parallel
+    sc = cfg.step_cost
+    mfu = sc.flops_per_s / (resolved.gpu.bf16_flops * tp)
+    mbu = sc.bytes_per_s / (resolved.gpu.hbm_bytes_per_s * tp)
+    return (f"roofline: {resolved.gpu.name}, MFU {mfu:.2f}, MBU {mbu:.2f}, "
+            f"+{sc.overhead_s * 1e3:.3g} ms/step")
+
+
+def _per_instance(result: SimResult, makespan: float | None) -> tuple[InstanceLoad, ...]:
+    """How routing spread the work over the instances (empty for one instance)."""
     per_instance: list[InstanceLoad] = []
     if len(result.instance_labels) > 1:
         served = np.where(result.prefill_instance >= 0, result.prefill_instance, result.instance)
@@ -283,26 +283,52 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
                 busy_share=float(result.busy_s[k] / makespan) if makespan else None,
                 preemptions=int(result.step_num_preempted[here].sum()),
             ))
+    return tuple(per_instance)
+
+
+def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
+              notes: list[str]) -> SimulationSummary:
+    """Latency percentiles, throughput and the work ledger of one simulated run."""
+    cfg = resolved.config
+    df = trace.requests
+    arrival = df["arrival_s"].to_numpy(dtype=np.float64)
+    prompt = df["prompt_len"].to_numpy(dtype=np.int64)
+    output = df["output_len"].to_numpy(dtype=np.int64)
+    ran = np.isfinite(result.finish_s)
+    multi = ran & (output > 1)
+    tpot = np.where(multi, (result.finish_s - result.first_token_s) / np.maximum(output - 1, 1),
+                    np.nan)
+    itl = _inter_token_gaps(result)
+    makespan = float(np.nanmax(result.finish_s) - arrival.min()) if ran.any() else None
+    tput = ran.sum() / makespan if makespan else None
+    out_tok = output[ran].sum() / makespan if makespan else None
+    usage = (result.step_kv_blocks_used / max(result.kv_blocks_total, 1)
+             if result.num_steps else np.array([]))
+    step_s = result.step_end_s - result.step_start_s
+    usage_mean = float((usage * step_s).sum() / step_s.sum()) if step_s.sum() > 0 else None
+    hit = float(result.cached_tokens[ran].sum() / prompt[ran].sum()) if prompt[ran].sum() else None
     return SimulationSummary(
         scenario=resolved.name, model=resolved.model.name, gpu=resolved.gpu.name,
-        scheduler=str(cfg.scheduler), instances=instances,
+        scheduler=str(cfg.scheduler), instances=_instances_text(cfg),
         kv_blocks_per_instance=cfg.kv_blocks, kv_bytes_per_token=resolved.kv_bytes_per_token,
         block_size_tokens=cfg.block_size_tokens, max_num_seqs=cfg.max_num_seqs,
         max_batched_tokens=cfg.max_batched_tokens, chunked_prefill=cfg.chunked_prefill,
-        prefix_caching=cfg.prefix_caching, route=str(cfg.route), step_model=step_model,
+        prefix_caching=cfg.prefix_caching, route=str(cfg.route),
+        step_model=_step_model_text(resolved),
         requests=len(df), finished=int(ran.sum()), rejected=result.rejected_requests,
         makespan_s=makespan, throughput_rps=float(tput) if tput is not None else None,
         output_tokens_per_s=float(out_tok) if out_tok is not None else None,
-        ttft_s=Distribution.of(ttft[ran]), itl_s=Distribution.of(itl),
-        tpot_s=Distribution.of(tpot[multi]), queue_s=Distribution.of(queue[ran]),
-        e2e_s=Distribution.of(e2e[ran]),
+        ttft_s=Distribution.of((result.first_token_s - arrival)[ran]),
+        itl_s=Distribution.of(itl), tpot_s=Distribution.of(tpot[multi]),
+        queue_s=Distribution.of((result.scheduled_s - arrival)[ran]),
+        e2e_s=Distribution.of((result.finish_s - arrival)[ran]),
         max_itl_s=float(itl.max()) if itl.size else None,
         preemptions=int(result.num_preemptions.sum()),
         preempted_requests=int((result.num_preemptions > 0).sum()),
         hit_ratio=hit, kv_usage_mean=usage_mean,
         kv_usage_max=float(usage.max()) if usage.size else None,
-        work=work, per_instance=tuple(per_instance), calibration=resolved.calibration,
-        notes=tuple(all_notes),
+        work=_work_ledger(result, cfg, ran, makespan), per_instance=_per_instance(result, makespan),
+        calibration=resolved.calibration, notes=_run_notes(notes, result, cfg),
     )
 
 
