@@ -48,7 +48,6 @@ class Inputs(NamedTuple):
     shared_limit: int  # identities below it are shared prompt blocks
 
 
-
 @nb.njit(cache=True)
 def step_time(cost, prefill_tokens, decode_tokens, attn_pairs, ctx_dec, prefix_sum, ctx_all):
     """(seconds, HBM bytes) of one step; see `StepCost`."""
