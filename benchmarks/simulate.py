@@ -18,7 +18,8 @@ import numpy as np
 
 from yaotu_trace.ingest import load_trace
 from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate
-from yaotu_trace.sim.scenario import Scenario, request_arrays, resolve
+from yaotu_trace.sim.scenario import Scenario, resolve
+from yaotu_trace.sim.summary import request_arrays
 
 DEFAULT_TRACE = (Path(__file__).resolve().parents[2]
                  / "shared/traces/mooncake/conversation_trace.jsonl")

@@ -23,7 +23,7 @@ from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.sim.generate import GenerateOptions, Scenario, generate
 from yaotu_trace.sim.scenario import Scenario as SimScenario
-from yaotu_trace.sim.scenario import run_scenario
+from yaotu_trace.sim.summary import run_scenario
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 TIMING_AXES = ("queueing", "kv_memory", "pd_interference")

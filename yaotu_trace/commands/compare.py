@@ -23,8 +23,8 @@ def compare(
 ) -> Report:
     """`trace compare`: each scenario file (TOML) on the same requests, the first the baseline;
     `model` and `gpu` fill in scenarios that do not name them."""
+    from yaotu_trace.sim.compare import compare as compare_scenarios
     from yaotu_trace.sim.scenario import Scenario, load_scenario
-    from yaotu_trace.sim.scenario import compare as compare_scenarios
 
     defaults = Scenario(model=model, gpu=gpu)
     chosen = [defaults.merged(load_scenario(Path(path))) for path in scenarios]

@@ -33,7 +33,8 @@ def simulate(
     options override `--scenario`. Both tables are written through the atomic writers.
     """
     from yaotu_trace.data.canonical import write_trace
-    from yaotu_trace.sim.scenario import Scenario, load_scenario, run_scenario
+    from yaotu_trace.sim.scenario import Scenario, load_scenario
+    from yaotu_trace.sim.summary import run_scenario
 
     check_out(out, "--out")
     if steps_out is not None:

@@ -30,9 +30,9 @@ __all__ = [
     "SimResult",
     "StepCost",
     "block_identities",
-    "cost_vector",
     "fit_step_cost",
     "simulate",
+    "step_cost_params",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, "run", __all__)
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
         SimResult,
         StepCost,
         block_identities,
-        cost_vector,
         fit_step_cost,
         simulate,
+        step_cost_params,
     )

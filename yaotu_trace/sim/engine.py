@@ -15,10 +15,15 @@ chain id for cacheable prompt blocks, a private id (one per request block slot) 
 preempted request can hit its own surviving blocks on resume. Identities map to the physical
 block caching them (`ident_map`, one row per instance); the first copy wins.
 
+The configuration arrives typed: `EngineParams` and `StepCostParams` (`sim.engine_params`),
+NamedTuples of scalars read by field name; the requests arrive as `Inputs`.
+
 The code is written for numba (`cache=True`): flat arrays, int64 scalars, no Python objects.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numba as nb
 import numpy as np
@@ -26,9 +31,21 @@ import numpy as np
 from yaotu_trace._lists import append, heap_pop, heap_push, prepend, unlink
 
 _INF = np.inf
-# Cost vector layout (see `cost_vector` in yaotu_trace.sim).
-(C_MODE, C_LIN, C_ATTN, C_DENSE, C_EXPERT, C_E, C_K, C_KVB, C_F, C_BW, C_OVER, C_A, C_B, C_C,
- C_HOST) = range(15)
+# Route codes (`ROUTE_CODES` in sim.config).
+_ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
+
+
+class Inputs(NamedTuple):
+    """The requests, read-only: lengths, arrivals, block identities, token-time offsets."""
+
+    prompt: np.ndarray
+    out_len: np.ndarray
+    arrival: np.ndarray
+    blk_off: np.ndarray
+    ident: np.ndarray
+    tt_off: np.ndarray
+    num_identities: int
+    shared_limit: int  # identities below it are shared prompt blocks
 
 
 @nb.njit(cache=True)
@@ -37,20 +54,22 @@ def step_time(cost, prefill_tokens, decode_tokens, attn_pairs, ctx_dec, prefix_s
     tok = prefill_tokens + decode_tokens
     if tok == 0:
         return 0.0, 0.0
-    kvb = cost[C_KVB]
-    if cost[C_MODE] > 0.5:
-        t = cost[C_A] + cost[C_B] * prefill_tokens + cost[C_C] * ctx_all
+    kvb = cost.kv_bytes_per_token
+    if cost.calibrated:
+        t = (cost.a_s + cost.b_s_per_prefill_token * prefill_tokens
+             + cost.c_s_per_context_token * ctx_all)
         if t < 1e-9:
             t = 1e-9
         return t, kvb * (ctx_dec + prefix_sum + tok)
-    flops = 2.0 * cost[C_LIN] * tok + cost[C_ATTN] * (attn_pairs + ctx_dec)
-    weights = cost[C_DENSE]
-    if cost[C_EXPERT] > 0.0:
-        e = cost[C_E]
-        touched = 1.0 - (1.0 - cost[C_K] / e) ** tok
-        weights += cost[C_EXPERT] * touched
+    flops = 2.0 * cost.linear_params * tok + cost.attention_flops_per_token_pair * (
+        attn_pairs + ctx_dec)
+    weights = cost.dense_weight_bytes
+    if cost.expert_weight_bytes > 0.0:
+        e = cost.experts
+        touched = 1.0 - (1.0 - cost.experts_per_token / e) ** tok
+        weights += cost.expert_weight_bytes * touched
     nbytes = weights + kvb * (ctx_dec + prefix_sum + tok)
-    t = max(flops / cost[C_F], nbytes / cost[C_BW]) + cost[C_OVER]
+    t = max(flops / cost.flops_per_s, nbytes / cost.bytes_per_s) + cost.overhead_s
     return t, nbytes
 
 
@@ -164,6 +183,94 @@ def _touch(r, inst, hit, blk_off, ident, ident_map, req_phys, nalloc, nreg, nfre
     nreg[r] = hit
 
 
+# ---- routing: a request reaches a router (arrival, or its KV reaching the decode pool)
+
+
+@nb.njit(cache=True, inline="always")
+def _route_prefix_affinity(r, lo, hi, p, load, rtree, blk_off, ident, prompt, shared_limit):
+    """sgl-router cache_aware: imbalance → least load, else the best match over the router's
+    own tree if its match rate exceeds the threshold; the tree then learns r's blocks."""
+    mn = load[lo]
+    mx = load[lo]
+    least = lo
+    for i in range(lo + 1, hi):
+        if load[i] < mn:
+            mn = load[i]
+            least = i
+        if load[i] > mx:
+            mx = load[i]
+    target = least
+    if not (mx - mn > p.balance_abs_threshold and mx > p.balance_rel_threshold * mn):
+        base = blk_off[r]
+        nb_ = blk_off[r + 1] - base
+        best_m = -1
+        best_i = least
+        for i in range(lo, hi):
+            m = 0
+            while m < nb_ and ident[base + m] < shared_limit and rtree[i, ident[base + m]]:
+                m += 1
+            if m > best_m:
+                best_m = m
+                best_i = i
+        if prompt[r] > 0 and best_m * p.block_size_tokens / prompt[r] > p.affinity_threshold:
+            target = best_i
+    base = blk_off[r]
+    for m in range(blk_off[r + 1] - base):
+        idn = ident[base + m]
+        if idn < shared_limit:
+            rtree[target, idn] = True
+    return target
+
+
+@nb.njit(cache=True, inline="always")
+def _route_kv_aware(r, lo, hi, is_remote, p, ident_map, pend_pf, nfree, blk_off, ident, prompt):
+    """Dynamo: the least prefill blocks after overlap credit + active decode blocks."""
+    bsz = p.block_size_tokens
+    target = lo
+    best_l = _INF
+    base = blk_off[r]
+    cap = (prompt[r] - 1) // bsz
+    for i in range(lo, hi):
+        ov = 0
+        if p.prefix_caching and not is_remote:
+            while ov < cap and ident_map[i, ident[base + ov]] >= 0:
+                ov += 1
+        pf_blocks = (pend_pf[i] + prompt[r]) / bsz - ov
+        if pf_blocks < 0.0:
+            pf_blocks = 0.0
+        logit = pf_blocks + (p.usable_blocks - nfree[i])
+        if logit < best_l:
+            best_l = logit
+            target = i
+    return target
+
+
+@nb.njit(cache=True, inline="always")
+def _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map, pend_pf, nfree, blk_off,
+           ident, prompt, shared_limit):
+    """The instance in [lo, hi) that request r goes to under the route policy."""
+    span = hi - lo
+    if span <= 1:
+        return lo
+    if p.route == _ROUND_ROBIN:
+        target = lo + rr[stage] % span
+        rr[stage] += 1
+        return target
+    if p.route == _LEAST_LOADED:
+        target = lo
+        best = load[lo]
+        for i in range(lo + 1, hi):
+            if load[i] < best:
+                best = load[i]
+                target = i
+        return target
+    if p.route == _PREFIX_AFFINITY:
+        return _route_prefix_affinity(r, lo, hi, p, load, rtree, blk_off, ident, prompt,
+                                      shared_limit)
+    return _route_kv_aware(r, lo, hi, is_remote, p, ident_map, pend_pf, nfree, blk_off, ident,
+                           prompt)
+
+
 @nb.njit(cache=True)
 def _grow_f(a):
     out = np.empty(a.shape[0] * 2, dtype=a.dtype)
@@ -171,40 +278,38 @@ def _grow_f(a):
     return out
 
 
+# NOTE: the step phases (completing a step, scheduling, admission, SGLang's decode step, pricing)
+# stay inline here. Split into compiled helpers that share the state as NamedTuples of arrays,
+# the loop ran 1.3-1.8x slower on the Mooncake benchmark: numba counts a reference for every
+# array a call receives, and a step made a dozen such calls. Per-request work (routing) is split.
 @nb.njit(cache=True)
-def simulate_cluster(
-    prompt, out_len, arrival, blk_off, ident, n_ident, shared_limit,
-    params, cost, tt_off,
-):
-    """Run the whole trace; see the module docstring. Returns per-request and per-step arrays.
-
-    `params` (int64/float64 as float64): [scheduler (0 vLLM, 1 SGLang), instances, prefill
-    instances (0 = colocated), usable blocks, block size, max seqs, token budget, chunked,
-    long-prefill threshold, prefix caching, watermark blocks, route, link bytes/s, link α s,
-    layer-wise overlap, layers, affinity threshold, balance abs, balance rel].
-    """
+def simulate_cluster(inp, p, cost):
+    """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
+    and the run totals [decode stall s, HBM bytes, KV transfer bytes, prefix re-read bytes,
+    host overhead s, dropped requests]."""
+    prompt, out_len, arrival, blk_off, ident, tt_off = (inp.prompt, inp.out_len, inp.arrival,
+                                                        inp.blk_off, inp.ident, inp.tt_off)
+    n_ident = inp.num_identities
+    shared_limit = inp.shared_limit
     n = prompt.shape[0]
-    sched_kind = int(params[0])
-    n_inst = int(params[1])
-    n_pf = int(params[2])
-    usable = int(params[3])
-    bsz = int(params[4])
-    max_seqs = int(params[5])
-    budget0 = int(params[6])
-    chunked = params[7] > 0.5
-    lpt = int(params[8])
-    caching = params[9] > 0.5
-    watermark = int(params[10])
-    route = int(params[11])
-    link_bw = params[12]
-    link_alpha = params[13]
-    overlap = params[14] > 0.5
-    layers = params[15]
-    aff_thr = params[16]
-    bal_abs = params[17]
-    bal_rel = params[18]
+    sched_kind = 1 if p.sglang else 0
+    n_inst = p.instances
+    n_pf = p.prefill_instances
+    usable = p.usable_blocks
+    bsz = p.block_size_tokens
+    max_seqs = p.max_num_seqs
+    budget0 = p.token_budget
+    chunked = p.chunked_prefill
+    lpt = p.long_prefill_tokens
+    caching = p.prefix_caching
+    watermark = p.watermark_blocks
+    route = p.route
+    link_bw = p.link_bytes_per_s
+    link_alpha = p.link_latency_s
+    overlap = p.layerwise_overlap
+    layers = p.layers
     pd = n_pf > 0
-    kvb = cost[C_KVB]
+    kvb = cost.kv_bytes_per_token
 
     # --- per request state
     computed = np.zeros(n, np.int64)
@@ -246,7 +351,7 @@ def simulate_cluster(
         head[i] = lo
         tail[i] = lo + usable - 1
     ident_map = np.full((n_inst, n_ident), -1, np.int32)
-    use_router_tree = route == 2
+    use_router_tree = route == _PREFIX_AFFINITY
     rtree = np.zeros((n_inst if use_router_tree else 1, shared_limit if use_router_tree else 1),
                      np.bool_)
     run = np.zeros((n_inst, max_seqs), np.int64)
@@ -321,68 +426,8 @@ def simulate_cluster(
                 hi = n_inst
                 is_remote = True
                 stage = 1
-            target = lo
-            span = hi - lo
-            if span > 1:
-                if route == 0:
-                    target = lo + rr[stage] % span
-                    rr[stage] += 1
-                elif route == 1:
-                    best = load[lo]
-                    for i in range(lo + 1, hi):
-                        if load[i] < best:
-                            best = load[i]
-                            target = i
-                elif route == 2:
-                    # sgl-router cache_aware: imbalance → least load, else best match over
-                    # the router's own tree if its match rate exceeds the threshold
-                    mn = load[lo]
-                    mx = load[lo]
-                    least = lo
-                    for i in range(lo + 1, hi):
-                        if load[i] < mn:
-                            mn = load[i]
-                            least = i
-                        if load[i] > mx:
-                            mx = load[i]
-                    target = least
-                    if not (mx - mn > bal_abs and mx > bal_rel * mn):
-                        base = blk_off[r]
-                        nb_ = blk_off[r + 1] - base
-                        best_m = -1
-                        best_i = least
-                        for i in range(lo, hi):
-                            m = 0
-                            while m < nb_ and ident[base + m] < shared_limit and rtree[
-                                    i, ident[base + m]]:
-                                m += 1
-                            if m > best_m:
-                                best_m = m
-                                best_i = i
-                        if prompt[r] > 0 and best_m * bsz / prompt[r] > aff_thr:
-                            target = best_i
-                    base = blk_off[r]
-                    for m in range(blk_off[r + 1] - base):
-                        idn = ident[base + m]
-                        if idn < shared_limit:
-                            rtree[target, idn] = True
-                else:
-                    # Dynamo: prefill blocks after overlap credit + active decode blocks
-                    best_l = _INF
-                    base = blk_off[r]
-                    cap = (prompt[r] - 1) // bsz
-                    for i in range(lo, hi):
-                        ov = 0
-                        if caching and not is_remote:
-                            while ov < cap and ident_map[i, ident[base + ov]] >= 0:
-                                ov += 1
-                        pf_blocks = (pend_pf[i] + prompt[r]) / bsz - ov
-                        if pf_blocks < 0.0:
-                            pf_blocks = 0.0
-                        logit = pf_blocks + (usable - nfree[i])
-                        if logit < best_l:
-                            best_l = logit
-                            target = i
+            target = _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map, pend_pf,
+                            nfree, blk_off, ident, prompt, shared_limit)
             inst_of[r] = target
             if stage == 0:
                 pf_inst[r] = target
@@ -670,11 +715,11 @@ def simulate_cluster(
             stall_dec_s += (t_step - t_dec) * dec_tok
         hbm_bytes += nbytes
         prefix_reread += prefix_sum * kvb
-        overhead_total += (cost[C_OVER] if cost[C_MODE] < 0.5 else 0.0) + cost[C_HOST]
+        overhead_total += (cost.overhead_s if not cost.calibrated else 0.0) + cost.host_gap_s
         busy_s[i] += t_step
         end = now + t_step
         # non-overlapped host work: the GPU idles after the step until the host is done
-        inst_t[i] = end + cost[C_HOST]
+        inst_t[i] = end + cost.host_gap_s
         if n_steps == s_inst.shape[0]:
             s_inst = _grow_f(s_inst)
             s_start = _grow_f(s_start)

@@ -611,7 +611,7 @@ def generate_with_steps(options: GenerateOptions) -> tuple[pd.DataFrame, pd.Data
         return table, None
     from yaotu_trace.data.schema import RawTrace, normalize
     from yaotu_trace.sim.scenario import Scenario as SimScenario
-    from yaotu_trace.sim.scenario import run_scenario
+    from yaotu_trace.sim.summary import run_scenario
 
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "generated")
     run = run_scenario(trace, SimScenario(

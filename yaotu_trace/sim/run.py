@@ -4,21 +4,21 @@ they take and return."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from yaotu_trace.errors import ConfigError, ResourceLimitError
-from yaotu_trace.sim.config import (
-    ROUTE_CODES,
-    RoutePolicy,
-    SchedulerKind,
-    SimConfig,
-    StepCost,
-)
+from yaotu_trace.sim.config import ROUTE_CODES, RoutePolicy, SchedulerKind, SimConfig, StepCost
+from yaotu_trace.sim.engine_params import engine_params, step_cost_params
+
+if TYPE_CHECKING:
+    from yaotu_trace.sim.engine import Inputs
 
 _MAX_MAP_BYTES = 16 * 2**30  # identity → block maps, one int32 per identity and instance
 
 __all__ = [
+    "ROUTE_CODES",
     "CalibrationFit",
     "RequestArrays",
     "RoutePolicy",
@@ -26,9 +26,9 @@ __all__ = [
     "SimConfig",
     "SimResult",
     "StepCost",
-    "cost_vector",
     "fit_step_cost",
     "simulate",
+    "step_cost_params",
 ]
 
 
@@ -158,17 +158,6 @@ def fit_step_cost(prefill_tokens: np.ndarray, context_tokens: np.ndarray, step_s
                           context_source=context_source)
 
 
-def cost_vector(cost: StepCost) -> np.ndarray:
-    """The float64 vector the compiled loop reads (layout in `sim.engine`)."""
-    a, b, c = cost.calibrated if cost.calibrated is not None else (0.0, 0.0, 0.0)
-    return np.array([
-        1.0 if cost.calibrated is not None else 0.0, cost.linear_params,
-        cost.attention_flops_per_token_pair, cost.dense_weight_bytes, cost.expert_weight_bytes,
-        float(cost.experts), float(cost.experts_per_token), cost.kv_bytes_per_token,
-        cost.flops_per_s, cost.bytes_per_s, cost.overhead_s, a, b, c, cost.host_gap_s,
-    ], dtype=np.float64)
-
-
 def _segment_positions(counts: np.ndarray) -> np.ndarray:
     total = int(counts.sum())
     starts = np.cumsum(counts) - counts
@@ -214,91 +203,120 @@ def simulate(requests: RequestArrays, config: SimConfig) -> SimResult:
     """Run `requests` through the modelled cluster under `config` (deterministic)."""
     from yaotu_trace.sim.engine import simulate_cluster
 
-    n = requests.num_requests
+    keep, runnable = _runnable(requests, config)
+    inputs = _engine_inputs(runnable, config)
+    # NOTE: a Ctrl-C during this call is raised once it has returned, not inside numba's boxing
+    # of its 21 result arrays, where it crashed the process (see yaotu_trace/cli/interrupts.py).
+    out = simulate_cluster(inputs, engine_params(config, _token_budget(runnable, config)),
+                           step_cost_params(config.step_cost))
+    return _result(requests, keep, inputs.tt_off, runnable.output_tokens, out, config)
+
+
+def _runnable(requests: RequestArrays, config: SimConfig) -> tuple[np.ndarray, RequestArrays]:
+    """(indices kept, their requests): those whose whole sequence fits one instance's pool,
+    lengths at least 1 as contiguous int64, checked to be in arrival order."""
     bsz = config.block_size_tokens
-    usable = config.kv_blocks - 1
     prompt_all = np.maximum(requests.prompt_tokens.astype(np.int64), 1)
     out_all = np.maximum(requests.output_tokens.astype(np.int64), 1)
-    fits = (prompt_all + out_all + bsz - 1) // bsz <= usable
+    fits = (prompt_all + out_all + bsz - 1) // bsz <= config.kv_blocks - 1
     keep = np.flatnonzero(fits)
     sub = requests
-    if keep.size < n:
+    if keep.size < requests.num_requests:
         sub = _subset(requests, keep)
     prompt = np.ascontiguousarray(np.maximum(sub.prompt_tokens.astype(np.int64), 1))
     out_len = np.ascontiguousarray(np.maximum(sub.output_tokens.astype(np.int64), 1))
-    arrival = np.ascontiguousarray(sub.arrival_s, dtype=np.float64)
+    # a fresh (writable) copy: numba compiles a second loop for a read-only array
+    arrival = np.array(sub.arrival_s, dtype=np.float64, order="C")
     if arrival.size and (np.diff(arrival) < 0).any():
         raise ConfigError("requests must be in arrival order")
-    sub = RequestArrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=out_len,
-                        chain_offsets=sub.chain_offsets, chain_ids=sub.chain_ids,
-                        chain_block_tokens=sub.chain_block_tokens, num_chain_ids=sub.num_chain_ids)
-    blk_off, ident, n_ident, shared = block_identities(sub, out_len, bsz, config.prefix_caching)
+    return keep, RequestArrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=out_len,
+                               chain_offsets=sub.chain_offsets, chain_ids=sub.chain_ids,
+                               chain_block_tokens=sub.chain_block_tokens,
+                               num_chain_ids=sub.num_chain_ids)
+
+
+def _engine_inputs(runnable: RequestArrays, config: SimConfig) -> Inputs:
+    """The compiled loop's `Inputs`, once the cache maps and pools are known to fit."""
+    from yaotu_trace.sim.engine import Inputs
+
+    out_len = runnable.output_tokens
+    blk_off, ident, n_ident, shared = block_identities(runnable, out_len,
+                                                       config.block_size_tokens,
+                                                       config.prefix_caching)
     n_inst = config.total_instances
     map_bytes = n_inst * n_ident * 4
     if map_bytes > _MAX_MAP_BYTES:
         raise ResourceLimitError(
             f"{n_inst} instances × {n_ident:,} block identities need {map_bytes / 2**30:.1f} GiB "
             "of cache maps; use fewer instances or a larger --block-size")
-    if n_inst * usable >= 2**31:
+    if n_inst * (config.kv_blocks - 1) >= 2**31:
         raise ConfigError("the KV pools exceed 2^31 blocks; use fewer blocks or a larger "
                           "--block-size")
-    n_pf = config.pd[0] if config.pd is not None else 0
+    tt_off = np.zeros(len(out_len) + 1, dtype=np.int64)
+    np.cumsum(out_len, out=tt_off[1:])
+    return Inputs(prompt=runnable.prompt_tokens, out_len=out_len, arrival=runnable.arrival_s,
+                  blk_off=blk_off, ident=ident, tt_off=tt_off, num_identities=int(n_ident),
+                  shared_limit=int(max(shared, 1)))
+
+
+def _token_budget(runnable: RequestArrays, config: SimConfig) -> int:
+    """Tokens per step: `max_batched_tokens`, raised to fit the longest request unchunked."""
     budget = config.max_batched_tokens
     if not config.chunked_prefill:
         # NOTE: vLLM requires max_num_batched_tokens >= max_model_len without chunking.
+        prompt, out_len = runnable.prompt_tokens, runnable.output_tokens
         longest = int((prompt + out_len).max()) if prompt.size else 0
         budget = max(budget, longest + config.max_num_seqs)
-    watermark = int(config.watermark * usable)
-    params = np.array([
-        0.0 if config.scheduler is SchedulerKind.VLLM else 1.0, n_inst, n_pf, usable, bsz,
-        config.max_num_seqs, budget, float(config.chunked_prefill),
-        config.long_prefill_token_threshold, float(config.prefix_caching), watermark,
-        ROUTE_CODES[config.route], config.link_bytes_per_s, config.link_latency_s,
-        float(config.layerwise_overlap), config.layers, config.affinity_threshold,
-        config.balance_abs_threshold, config.balance_rel_threshold,
-    ], dtype=np.float64)
-    tt_off = np.zeros(len(prompt) + 1, dtype=np.int64)
-    np.cumsum(out_len, out=tt_off[1:])
-    # NOTE: a Ctrl-C during this call is raised once it has returned, not inside numba's boxing
-    # of its 21 result arrays, where it crashed the process (see yaotu_trace/cli/interrupts.py).
-    out = simulate_cluster(prompt, out_len, arrival, blk_off, ident, np.int64(n_ident),
-                           np.int64(max(shared, 1)), params, cost_vector(config.step_cost),
-                           tt_off)
+    return budget
+
+
+def _instance_labels(config: SimConfig) -> tuple[str, ...]:
+    if config.pd is not None:
+        return tuple([f"p{k}" for k in range(config.pd[0])]
+                     + [f"d{k}" for k in range(config.pd[1])])
+    return tuple(f"i{k}" for k in range(config.total_instances))
+
+
+def _token_times(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray,
+                 out_len: np.ndarray, tt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets over every request, token times): the unused slots of requests that asked for
+    zero output tokens dropped."""
+    n = requests.num_requests
+    sub_want = np.maximum(requests.output_tokens.astype(np.int64), 0)[keep]
+    take = np.repeat(np.arange(len(out_len)), out_len)
+    pos = np.arange(len(tt)) - np.repeat(tt_off[:-1], out_len)
+    tt_kept = tt[pos < sub_want[take]]
+    lengths = np.zeros(n, dtype=np.int64)
+    lengths[keep] = sub_want
+    token_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=token_offsets[1:])
+    return token_offsets, tt_kept
+
+
+def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_len: np.ndarray,
+            out: tuple[np.ndarray, ...], config: SimConfig) -> SimResult:
+    """The loop's arrays as a `SimResult` over every request (NaN or −1 where one never ran)."""
+    n = requests.num_requests
     (sched, first, finish, tt, npre, cached, comp, recomp, inst, pf_inst, s_inst, s_start,
      s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy) = out
-    if config.pd is not None:
-        labels = tuple([f"p{k}" for k in range(config.pd[0])]
-                       + [f"d{k}" for k in range(config.pd[1])])
-    else:
-        labels = tuple(f"i{k}" for k in range(n_inst))
-    # token times: drop the unused slots of requests that asked for zero output tokens
-    want = np.maximum(requests.output_tokens.astype(np.int64), 0)
     columns = _scatter(n, keep, {
         "scheduled_s": (sched, np.nan), "first_token_s": (first, np.nan),
         "finish_s": (finish, np.nan), "num_preemptions": (npre, 0), "cached_tokens": (cached, 0),
         "computed_tokens": (comp, 0), "recomputed_tokens": (recomp, 0),
         "instance": (inst, -1), "prefill_instance": (pf_inst, -1),
     })
-    sub_want = want[keep]
-    full_off = tt_off
-    take = np.repeat(np.arange(len(out_len)), out_len)
-    pos = np.arange(len(tt)) - np.repeat(full_off[:-1], out_len)
-    tt_kept = tt[pos < sub_want[take]]
-    lengths = np.zeros(n, dtype=np.int64)
-    lengths[keep] = sub_want
-    token_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=token_offsets[1:])
+    token_offsets, tt_kept = _token_times(requests, keep, tt_off, out_len, tt)
     return SimResult(
         scheduled_s=columns["scheduled_s"], first_token_s=columns["first_token_s"],
         finish_s=columns["finish_s"], token_offsets=token_offsets, token_times_s=tt_kept,
         num_preemptions=columns["num_preemptions"], cached_tokens=columns["cached_tokens"],
         computed_tokens=columns["computed_tokens"],
         recomputed_tokens=columns["recomputed_tokens"], instance=columns["instance"],
-        prefill_instance=columns["prefill_instance"], instance_labels=labels,
+        prefill_instance=columns["prefill_instance"], instance_labels=_instance_labels(config),
         step_instance=s_inst, step_start_s=s_start, step_end_s=s_end,
         step_prefill_tokens=s_pf, step_decode_tokens=s_dec, step_num_running=s_run,
         step_num_waiting=s_wait, step_kv_blocks_used=s_used, step_num_preempted=s_pre,
-        kv_blocks_total=usable, busy_s=busy, decode_stall_s=float(totals[0]),
+        kv_blocks_total=config.kv_blocks - 1, busy_s=busy, decode_stall_s=float(totals[0]),
         hbm_bytes=float(totals[1]), kv_transfer_bytes=float(totals[2]),
         prefix_reread_bytes=float(totals[3]), host_overhead_s=float(totals[4]),
         rejected_requests=int(n - keep.size + totals[5]),
