@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from yaotu_trace.data.canonical import write_trace
-from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace, normalize
+from yaotu_trace.data.schema import RawTrace, normalize
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import ConfigError, TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import load_trace, parse_column_map
 from yaotu_trace.ingest.formats import TraceFormat

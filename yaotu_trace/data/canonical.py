@@ -18,10 +18,10 @@ from yaotu_trace.data.jsonl import read_json_lines
 from yaotu_trace.data.schema import (
     LIST_COLUMNS,
     LIST_VALUE_TYPES,
-    SOURCE_ROW,
     LazyContent,
     RawTrace,
 )
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.files import replace_atomically
 

@@ -15,6 +15,16 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from yaotu_trace.data.values import (
+    INT64_LIMIT,
+    TIME_FIX,
+    TIME_LIMIT_S,
+    coerce_numeric,
+    fail_at,
+    locate,
+    names_of,
+    shown,
+)
 from yaotu_trace.errors import TraceSchemaError
 
 if TYPE_CHECKING:
@@ -35,11 +45,6 @@ INT_COLUMNS: Final = ("prompt_len", "output_len", "num_preemptions", "cached_tok
 FLOAT_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
 LIST_COLUMNS: Final = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
 REQUIRED_COLUMNS: Final = ("arrival_s", "prompt_len", "output_len")
-INT64_LIMIT: Final = 2.0**63  # whole numbers at or beyond this do not fit int64
-# Times are seconds from any origin; beyond 1e12 s (31,700 years) from it, a time is a unit
-# mistake (ms or ns given as s) and its sums would overflow.
-TIME_LIMIT_S: Final = 1e12
-TIME_FIX: Final = "times are seconds: convert ms, us or ns to s"
 CANONICAL_COLUMNS: Final = (
     "request_id",
     "arrival_s",
@@ -68,23 +73,6 @@ LIST_VALUE_TYPES: Final = {
     "output_tokens": pa.int64(),
     "token_times_s": pa.float64(),
 }
-# Columns a reader may add to locate rows in error messages; dropped by `normalize`.
-SOURCE_ROW: Final = "_source_row"  # 1-based line or row number in the source file
-SOURCE_WHERE: Final = "_source_where"  # free-form location, e.g. "trace_0001.json, request 3"
-
-STEP_COLUMNS: Final = (
-    "instance",
-    "start_s",
-    "end_s",
-    "prefill_tokens",
-    "decode_tokens",
-    "num_running",
-    "num_waiting",
-    "kv_blocks_used",
-    "kv_blocks_total",
-    "num_preempted",
-)
-STEP_REQUIRED: Final = ("start_s", "end_s")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,77 +193,6 @@ def list_arrays(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values
 
 
-def _locate(df: pd.DataFrame, pos: int, row_label: str) -> str:
-    """Name the source location of positional row `pos` for an error message."""
-    if SOURCE_WHERE in df.columns:
-        return str(df[SOURCE_WHERE].iloc[pos])
-    if SOURCE_ROW in df.columns:
-        return f"{row_label} {int(df[SOURCE_ROW].iloc[pos])}"
-    return f"{row_label} {pos + 1}"
-
-
-def _fail(path: str, df: pd.DataFrame, pos: int, row_label: str, column: str, msg: str) -> None:
-    raise TraceSchemaError(f"{path}: {_locate(df, pos, row_label)}, column '{column}': {msg}")
-
-
-def _coerce_numeric(
-    df: pd.DataFrame, column: str, path: str, row_label: str, *, integer: bool
-) -> pd.Series:
-    """Coerce a column to float64 or nullable int64, naming the first bad value."""
-    raw = df[column]
-    num = pd.to_numeric(raw, errors="coerce")
-    bad = num.isna() & raw.notna()
-    # Booleans are numbers to pandas but never valid lengths or times.
-    if raw.dtype == bool or (raw.dtype == object and raw.map(lambda v: isinstance(v, bool)).any()):
-        bad = bad | raw.map(lambda v: isinstance(v, bool | np.bool_))
-    if bad.any():
-        pos = int(np.flatnonzero(bad.to_numpy())[0])
-        _fail(path, df, pos, row_label, column,
-              f"{_shown(raw.iloc[pos])} is not a number; give a number"
-              + (" of tokens" if integer else " of seconds"))
-    num = num.astype("float64")
-    if not np.isfinite(num.fillna(0.0).to_numpy()).all():
-        pos = int(np.flatnonzero(~np.isfinite(num.fillna(0.0).to_numpy()))[0])
-        _fail(path, df, pos, row_label, column,
-              f"{num.iloc[pos]} is not finite; give a finite number")
-    values = num.to_numpy()
-    if not integer:
-        far = np.flatnonzero(np.abs(values) > TIME_LIMIT_S)
-        if far.size:
-            pos = int(far[0])
-            _fail(path, df, pos, row_label, column,
-                  f"{values[pos]:g} s is beyond 1e12 s; {TIME_FIX}")
-        return num
-    frac = np.flatnonzero(~np.isnan(values) & (values != np.round(values)))
-    if frac.size:
-        pos = int(frac[0])
-        _fail(path, df, pos, row_label, column,
-              f"{values[pos]} is not a whole number; token counts are integers")
-    neg = np.flatnonzero(~np.isnan(values) & (values < 0))
-    if neg.size:
-        pos = int(neg[0])
-        _fail(path, df, pos, row_label, column,
-              f"{_shown(raw.iloc[pos])} is negative; token counts must be >= 0")
-    beyond = np.flatnonzero(~np.isnan(values) & (values >= INT64_LIMIT))
-    if beyond.size:
-        pos = int(beyond[0])
-        _fail(path, df, pos, row_label, column,
-              f"{_shown(raw.iloc[pos])} is beyond int64; token counts must be below 2**63")
-    return num.astype("Int64")
-
-
-def names_of(columns: object, limit: int = 8) -> str:
-    """Column or key names for a one-line message: at most `limit`, whitespace folded."""
-    names = [" ".join(str(c).split())[:40] for c in list(columns)[:limit]]  # type: ignore[call-overload]
-    return ", ".join(names)
-
-
-def _shown(value: object) -> str:
-    """A source value as an error message quotes it: its repr, cut to 40 characters."""
-    text = " ".join(repr(value.item() if isinstance(value, np.generic) else value).split())
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def list_value_problem(values: pa.Array, column: str) -> tuple[int, str] | None:
     """The first of a list column's flattened values that the schema refuses, and why.
 
@@ -293,7 +210,7 @@ def list_value_problem(values: pa.Array, column: str) -> tuple[int, str] | None:
         return pos, "a value inside the list is missing; ids cannot be missing"
     if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         pos = int(np.flatnonzero(np.asarray(values.is_valid()))[0])
-        what = "a nested list" if pa.types.is_nested(kind) else _shown(values[pos].as_py())
+        what = "a nested list" if pa.types.is_nested(kind) else shown(values[pos].as_py())
         want = "numbers of seconds" if times else "whole numbers"
         return pos, f"{what} is not a number; list values must be {want}"
     if times:
@@ -337,24 +254,24 @@ def _arrow_list(df: pd.DataFrame, column: str, path: str, row_label: str) -> pd.
             arr = pa.array(series.tolist(), from_pandas=True)
     except LIST_ERRORS as exc:
         pos, why = _first_bad_list(series, column)
-        _fail(path, df, pos, row_label, column, why)
+        fail_at(path, df, pos, row_label, column, why)
         raise AssertionError("unreachable") from exc
     if pa.types.is_null(arr.type):  # every row missing: the column is as good as absent
         arr = pa.nulls(len(arr), pa.large_list(value_type))
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         pos, why = _first_bad_list(series, column)
-        _fail(path, df, pos, row_label, column, why)
+        fail_at(path, df, pos, row_label, column, why)
     flat = arr.flatten()
     problem = list_value_problem(flat, column)
     if problem is not None:
         rows = pa.compute.list_parent_indices(arr).to_numpy()
-        _fail(path, df, int(rows[problem[0]]), row_label, column, problem[1])
+        fail_at(path, df, int(rows[problem[0]]), row_label, column, problem[1])
     # Checked above; times may round (2**53 + 1 s is no time anyway), ids never do.
     arr = arr.cast(pa.large_list(value_type), safe=column != "token_times_s")
     ids = column not in ("token_times_s", "prompt_block_ids")
     if ids and len(flat) and pa.compute.min(flat).as_py() < 0:
         pos = _first_negative(pa.chunked_array([arr]))
-        _fail(path, df, pos, row_label, column, "token ids must be >= 0")
+        fail_at(path, df, pos, row_label, column, "token ids must be >= 0")
     return pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array([arr])), index=df.index,
                      name=column)
 
@@ -374,7 +291,7 @@ def _first_bad_list(series: pd.Series, column: str) -> tuple[int, str]:
         if pa.types.is_null(arr.type):
             continue
         if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-            return pos, f"{_shown(value)} is not a list; write a list of {want}, e.g. [1, 2]"
+            return pos, f"{shown(value)} is not a list; write a list of {want}, e.g. [1, 2]"
         problem = list_value_problem(arr.flatten(), column)
         if problem is not None:
             return pos, problem[1]
@@ -389,7 +306,7 @@ def _why_not_a_list(value: object, column: str, exc: Exception) -> str:
             if isinstance(item, list | tuple | dict):
                 return f"a nested list is not a number; list values must be {want}"
             if isinstance(item, bool) or not isinstance(item, int | float | type(None)):
-                return f"{_shown(item)} is not a number; list values must be {want}"
+                return f"{shown(item)} is not a number; list values must be {want}"
             if isinstance(item, int) and not -(2**63) <= item < 2**63:
                 return f"{item} is beyond int64; ids must be below 2**63"
     return f"expected a list of {want} ({str(exc).splitlines()[0][:120]})"
@@ -482,14 +399,14 @@ def _typed_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Seri
     out: dict[str, pd.Series] = {}
     for column in FLOAT_COLUMNS:
         if column in df.columns:
-            out[column] = _coerce_numeric(df, column, path, label, integer=False)
+            out[column] = coerce_numeric(df, column, path, label, integer=False)
     for column in INT_COLUMNS:
         if column in df.columns:
-            out[column] = _coerce_numeric(df, column, path, label, integer=True)
+            out[column] = coerce_numeric(df, column, path, label, integer=True)
     for column in ("arrival_s", "prompt_len", "output_len"):
         nulls = np.flatnonzero(out[column].isna().to_numpy())
         if nulls.size:
-            _fail(path, df, int(nulls[0]), label, column,
+            fail_at(path, df, int(nulls[0]), label, column,
                   "value is missing; every request needs one")
     for column in STRING_COLUMNS:
         if column in df.columns:
@@ -502,14 +419,14 @@ def _request_ids(ids: pd.Series | None, df: pd.DataFrame, path: str, label: str)
     if ids is None:
         return pd.Series([f"r{i}" for i in range(len(df))], dtype="string")
     if ids.isna().any():
-        _fail(path, df, int(np.flatnonzero(ids.isna().to_numpy())[0]), label, "request_id",
+        fail_at(path, df, int(np.flatnonzero(ids.isna().to_numpy())[0]), label, "request_id",
               "value is missing; give every request an id or drop the column")
     dup = ids.duplicated(keep=False).to_numpy()
     if dup.any():
         first = int(np.flatnonzero(dup)[0])
         again = int(np.flatnonzero(dup & (ids.to_numpy() == ids.iloc[first]))[1])
-        _fail(path, df, again, label, "request_id",
-              f"duplicate id {ids.iloc[first]!r} (also at {_locate(df, first, label)}); "
+        fail_at(path, df, again, label, "request_id",
+              f"duplicate id {ids.iloc[first]!r} (also at {locate(df, first, label)}); "
               "request ids must be unique")
     return ids
 
@@ -526,7 +443,7 @@ def _check_token_lengths(out: dict[str, pd.Series], df: pd.DataFrame, path: str,
     bad = np.flatnonzero(has & (lengths != prompt_len))
     if bad.size:
         pos = int(bad[0])
-        _fail(path, df, pos, label, "prompt_len",
+        fail_at(path, df, pos, label, "prompt_len",
               f"{prompt_len[pos]} disagrees with the {lengths[pos]} ids in 'prompt_tokens'; "
               "fix the length or the token list")
 
@@ -549,7 +466,7 @@ def _check_block_ids(out: dict[str, pd.Series], df: pd.DataFrame, path: str, lab
     bad = np.flatnonzero(has & ((lengths < low) | (lengths > high)))
     if bad.size:
         pos = int(bad[0])
-        _fail(path, df, pos, label, "prompt_block_ids",
+        fail_at(path, df, pos, label, "prompt_block_ids",
               f"{lengths[pos]} ids cannot cover prompt_len {prompt_len[pos]} at "
               f"{size} tokens per id (expected {low[pos]} or {high[pos]}); "
               "check --source-block-size")
@@ -589,61 +506,3 @@ def _timing_notes(table: pd.DataFrame) -> list[str]:
                 notes.append(f"{n} request(s) have '{column}' {what}; "
                              "their derived times are skipped")
     return notes
-
-
-def _plain_number(raw: pd.Series, *, integer: bool) -> pd.Series | None:
-    """The column as `_coerce_numeric` returns it, when it is already a NumPy number column
-    that passes its checks (the usual case, and cheap: a streamed step log is validated batch
-    by batch); else None, and `_coerce_numeric` converts it or names the bad row."""
-    if not isinstance(raw.dtype, np.dtype) or raw.dtype.kind not in "iuf":
-        return None
-    values = raw.to_numpy(dtype=np.float64)
-    missing = np.isnan(values)
-    finite = ~missing
-    if not np.isfinite(values[finite]).all():
-        return None
-    if not integer:
-        if (np.abs(values[finite]) > TIME_LIMIT_S).any():
-            return None
-        return pd.Series(values, index=raw.index, name=raw.name)
-    whole = values[finite]
-    if not ((whole == np.round(whole)).all() and (whole >= 0).all()
-            and (whole < INT64_LIMIT).all()):
-        return None
-    ints = pd.arrays.IntegerArray(np.where(missing, 0.0, values).astype(np.int64), missing)
-    return pd.Series(ints, index=raw.index, name=raw.name)
-
-
-def validate_steps(df: pd.DataFrame, path: str, *, first_row: int | None = None) -> pd.DataFrame:
-    """Validate an engine step log (one row per scheduler iteration), sorted stably by start_s.
-
-    With `first_row` (0-based), `df` is one record batch, starting at that row, of a log already
-    in start order (`yaotu_trace.data.steplog`): it is validated the same way but not sorted, and
-    errors name the row of the whole file.
-    """
-    if first_row is not None and SOURCE_ROW not in df.columns:
-        df = df.assign(**{SOURCE_ROW: np.arange(first_row + 1, first_row + len(df) + 1)})
-    missing = [c for c in STEP_REQUIRED if c not in df.columns]
-    if missing:
-        raise TraceSchemaError(
-            f"{path}: step log is missing column(s) {', '.join(map(repr, missing))}; "
-            f"a step log has {', '.join(STEP_COLUMNS)}"
-        )
-    out: dict[str, pd.Series] = {}
-    for column in STEP_COLUMNS:
-        if column not in df.columns:
-            continue
-        if column == "instance":
-            out[column] = df[column].astype("string")
-        else:
-            integer = column not in ("start_s", "end_s")
-            number = _plain_number(df[column], integer=integer)
-            out[column] = (number if number is not None
-                           else _coerce_numeric(df, column, path, "row", integer=integer))
-    steps = pd.DataFrame(out)
-    bad = np.flatnonzero((steps["end_s"] < steps["start_s"]).to_numpy())
-    if bad.size:
-        _fail(path, df, int(bad[0]), "row", "end_s", "step ends before it starts")
-    if first_row is not None:
-        return steps
-    return steps.sort_values("start_s", kind="stable").reset_index(drop=True)

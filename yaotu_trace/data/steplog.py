@@ -7,7 +7,7 @@ and only the columns it asks for, and keeps only per-instance or fixed-size stat
 logs (JSONL, CSV, Parquet out of start order) are read whole, validated and sorted stably by
 start_s, as they always were, and handed out in chunks of the same size.
 
-Both kinds yield the same rows in the same order with the same dtypes (`schema.validate_steps`
+Both kinds yield the same rows in the same order with the same dtypes (`validate_steps`
 checks each batch; errors name the file, the row of the whole file and the column), so a
 consumer whose result does not depend on where the batches are cut (per-instance carries,
 `order_stats` sums and percentiles, counts, extremes) reports the same numbers either way.
@@ -19,13 +19,29 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.order_stats import Summary, summarize
-from yaotu_trace.data.schema import SOURCE_ROW, STEP_COLUMNS, STEP_REQUIRED, validate_steps
+from yaotu_trace.data.values import SOURCE_ROW, coerce_numeric, fail_at, plain_number
+from yaotu_trace.errors import TraceSchemaError
+
+# The step log's columns (docs/schema.md, "Step log"); a log needs at least a start and an end.
+STEP_COLUMNS: Final = (
+    "instance",
+    "start_s",
+    "end_s",
+    "prefill_tokens",
+    "decode_tokens",
+    "num_running",
+    "num_waiting",
+    "kv_blocks_used",
+    "kv_blocks_total",
+    "num_preempted",
+)
+STEP_REQUIRED: Final = ("start_s", "end_s")
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -185,11 +201,11 @@ class StepLog:
         memory: only for consumers that need every row at once (`--calibrate` fits a model)."""
         if self._frame is not None:
             return self._frame
-        from yaotu_trace.data import canonical
+        from yaotu_trace.data import parquet_file
 
-        names = _names(Path(self.path)) or ()
-        skip = tuple(c for c in names if c not in STEP_COLUMNS)
-        raw = canonical.read_parquet(Path(self.path), skip=skip).requests
+        names = _names(Path(self.path))
+        columns = [c for c in names or () if c in STEP_COLUMNS] or None
+        raw = parquet_file.read_table(self.path, columns=columns).to_pandas()
         whole = validated(raw, self.path)
         if self.window is not None:
             whole = whole[_overlapping(whole, self.window)].reset_index(drop=True)
@@ -201,13 +217,13 @@ _INT64_LIMIT = 2.0**63
 
 
 def validated(raw: pd.DataFrame, path: str, first_row: int | None = None) -> pd.DataFrame:
-    """`schema.validate_steps`, plus what a step log needs beyond it: counts within int64
+    """`validate_steps`, plus what a step log needs beyond it: counts within int64
     (a larger value would wrap to a negative one) and a start and an end in every step.
 
     Whole logs (`first_row` None) come back sorted stably by start_s; a batch stays in file
     order. Errors name the file, the row of the whole file and the column.
     """
-    from yaotu_trace.errors import TraceSchemaError, where
+    from yaotu_trace.errors import where
 
     offset = 0 if first_row is None else first_row
 
@@ -465,3 +481,38 @@ def _names(path: Path) -> tuple[str, ...] | None:
         return tuple(pq.ParquetFile(path).schema_arrow.names)
     except (pa.ArrowInvalid, OSError):
         return None
+
+
+def validate_steps(df: pd.DataFrame, path: str, *, first_row: int | None = None) -> pd.DataFrame:
+    """Validate an engine step log (one row per scheduler iteration), sorted stably by start_s.
+
+    With `first_row` (0-based), `df` is one record batch, starting at that row, of a log already
+    in start order (`yaotu_trace.data.steplog`): it is validated the same way but not sorted, and
+    errors name the row of the whole file.
+    """
+    if first_row is not None and SOURCE_ROW not in df.columns:
+        df = df.assign(**{SOURCE_ROW: np.arange(first_row + 1, first_row + len(df) + 1)})
+    missing = [c for c in STEP_REQUIRED if c not in df.columns]
+    if missing:
+        raise TraceSchemaError(
+            f"{path}: step log is missing column(s) {', '.join(map(repr, missing))}; "
+            f"a step log has {', '.join(STEP_COLUMNS)}"
+        )
+    out: dict[str, pd.Series] = {}
+    for column in STEP_COLUMNS:
+        if column not in df.columns:
+            continue
+        if column == "instance":
+            out[column] = df[column].astype("string")
+        else:
+            integer = column not in ("start_s", "end_s")
+            number = plain_number(df[column], integer=integer)
+            out[column] = (number if number is not None
+                           else coerce_numeric(df, column, path, "row", integer=integer))
+    steps = pd.DataFrame(out)
+    bad = np.flatnonzero((steps["end_s"] < steps["start_s"]).to_numpy())
+    if bad.size:
+        fail_at(path, df, int(bad[0]), "row", "end_s", "step ends before it starts")
+    if first_row is not None:
+        return steps
+    return steps.sort_values("start_s", kind="stable").reset_index(drop=True)

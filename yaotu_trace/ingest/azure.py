@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.canonical import read_csv_frame
-from yaotu_trace.data.schema import SOURCE_ROW, RawTrace, names_of
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW, names_of
 from yaotu_trace.errors import TraceSchemaError
 
 TIMESTAMP: Final = "TIMESTAMP"

@@ -26,7 +26,8 @@ from typing import Final
 import pandas as pd
 
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
 
 BAILIAN_BLOCK_TOKENS: Final = 16

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.canonical import join_parquet_parts, write_trace
-from yaotu_trace.data.schema import SOURCE_ROW, normalize
+from yaotu_trace.data.schema import normalize
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
 from yaotu_trace.ingest.formats import TraceFormat

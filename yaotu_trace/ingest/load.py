@@ -16,13 +16,12 @@ from yaotu_trace.data.compressed import (
 from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
 from yaotu_trace.data.schema import (
     CANONICAL_COLUMNS,
-    STEP_COLUMNS,
     RawTrace,
     Trace,
-    names_of,
     normalize,
 )
-from yaotu_trace.data.steplog import StepLog, open_parquet
+from yaotu_trace.data.steplog import STEP_COLUMNS, StepLog, open_parquet
+from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import ConfigError, TraceReadError
 from yaotu_trace.ingest.formats import TraceFormat, sniff_header, sniff_keys
 from yaotu_trace.ingest.parts import apply_options

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 
 MOONCAKE_BLOCK_TOKENS = 512
 

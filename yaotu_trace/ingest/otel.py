@@ -36,7 +36,8 @@ import pandas as pd
 
 from yaotu_trace.data.compressed import read_text
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 
 PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"

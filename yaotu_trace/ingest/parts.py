@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from yaotu_trace.data.compressed import open_trace
-from yaotu_trace.data.schema import RawTrace, names_of
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat
 

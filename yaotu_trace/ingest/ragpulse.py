@@ -47,7 +47,8 @@ import pyarrow as pa
 
 from yaotu_trace.data.compressed import find_file
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 
 TRACE_FILE: Final = "0_trace.jsonl"

@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.compressed import read_text
-from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 
 PER_REQUEST_KEYS: Final = (

@@ -33,7 +33,8 @@ import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.data.compressed import format_suffix, plain_stem, read_text
-from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 
 DEFAULT_BLOCK_TOKENS: Final = 64

@@ -13,7 +13,8 @@ import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.data.report import Distribution
-from yaotu_trace.data.schema import STEP_COLUMNS, Trace
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.steplog import STEP_COLUMNS
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim.config import SimConfig
 from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate
