@@ -12,11 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.load import READERS
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.ingest import registry
+from yaotu_trace.ingest.detect import detect_format
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.render import console, markdown
 
 PACKAGE = Path(__file__).resolve().parents[1] / "yaotu_trace"
+DATA = Path(__file__).resolve().parent / "data"
+SAMPLES = PACKAGE.parent / "sample_traces"
+MOONCAKE_LINES = (
+    '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+    '{"timestamp": 250, "input_length": 100, "output_length": 3, "hash_ids": [1]}\n'
+)
 
 
 def _resolve(target: str, package: str = "") -> object:
@@ -45,7 +53,56 @@ def test_every_type_renderer_names_a_class_of_the_package() -> None:
         assert re.search(rf"^class {name}\b", source, re.M), name
 
 
-def test_every_trace_format_has_a_reader_that_imports() -> None:
-    assert set(READERS) == set(TraceFormat)
-    for target in READERS.values():
-        assert callable(_resolve(target, "")), target
+def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
+    """A small file of every registered format (a new format adds its sample here)."""
+    if fmt is TraceFormat.MOONCAKE:
+        path = tmp_path / "mooncake.jsonl"
+        path.write_text(MOONCAKE_LINES, encoding="utf-8")
+        return path
+    return {
+        TraceFormat.CANONICAL_PARQUET: SAMPLES / "chat.parquet",
+        TraceFormat.CANONICAL_JSONL: SAMPLES / "bursty.jsonl",
+        TraceFormat.CANONICAL_CSV: SAMPLES / "multitenant.csv",
+        TraceFormat.BAILIAN: DATA / "bailian_small.jsonl",
+        TraceFormat.AZURE: DATA / "azure_small.csv",
+        TraceFormat.BURSTGPT: DATA / "burstgpt_small.csv",
+        TraceFormat.RAGPULSE: DATA / "ragpulse_mini",
+        TraceFormat.WEKA: DATA / "weka_mini",
+        TraceFormat.VLLM_BENCH: DATA / "vllm_bench_small.json",
+        TraceFormat.OTEL: DATA / "otel_small.json",
+    }[fmt]
+
+
+def test_the_format_registry_and_the_input_format_choices_agree() -> None:
+    names = [spec.name for spec in registry.FORMATS]
+    assert len(names) == len(set(names)), "a format is registered twice"
+    assert set(names) == set(TraceFormat)
+    assert all(isinstance(spec.name, TraceFormat) for spec in registry.FORMATS)
+
+
+@pytest.mark.parametrize("spec", registry.FORMATS, ids=lambda s: s.name.value)
+def test_every_trace_format_resolves(spec: TraceFormatSpec) -> None:
+    assert callable(spec.reader)
+    assert spec.parts_reader is None or callable(spec.parts_reader)
+    assert spec.description and "\n" not in spec.description
+    assert spec.row_label in ("line", "row", "request", "span")
+    detected_by = (spec.extensions, spec.json_keys, spec.json_document, spec.csv_header,
+                   spec.folder)
+    assert any(detected_by), f"{spec.name}: no way to detect it"
+    assert all(e.startswith(".") and e == e.lower() for e in spec.extensions)
+
+
+@pytest.mark.parametrize("spec", registry.FORMATS, ids=lambda s: s.name.value)
+def test_every_trace_format_detects_and_reads_its_sample(spec: TraceFormatSpec,
+                                                         tmp_path: Path) -> None:
+    path = _sample(spec.name, tmp_path)
+    assert detect_format(path) is spec.name
+    raw = spec.reader(path)
+    assert isinstance(raw, RawTrace)
+    assert (raw.format_name, raw.row_label) == (spec.name.value, spec.row_label)
+    if spec.parts_reader is not None:
+        parts = list(spec.parts_reader(path, 50))
+        assert len(parts) > 1, "the sample should span several parts"
+        assert sum(len(p.requests) for p in parts) == len(raw.requests)
+        assert {(p.format_name, p.row_label) for p in parts} == {(raw.format_name,
+                                                                 raw.row_label)}

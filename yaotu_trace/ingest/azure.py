@@ -20,6 +20,7 @@ import pandas as pd
 from yaotu_trace.data.canonical import read_csv_frame
 from yaotu_trace.data.schema import SOURCE_ROW, RawTrace, names_of
 from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 TIMESTAMP: Final = "TIMESTAMP"
 PROMPT: Final = "ContextTokens"
@@ -83,3 +84,16 @@ def _parse_timestamps_ns(stamps: pd.Series, path: Path, lines: np.ndarray) -> np
             "write it as YYYY-MM-DD HH:MM:SS.fffffff (e.g. 2023-11-16 18:17:03.9799600)"
         )
     return np.asarray(parsed.dt.as_unit("ns").astype("int64").to_numpy(), dtype=np.int64)
+
+
+def _is_azure_header(columns: set[str]) -> bool:
+    return {TIMESTAMP, PROMPT, OUTPUT} <= columns
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.AZURE,
+    description="Azure LLM inference trace CSV (2023, 2024): wall-clock arrivals and two lengths",
+    reader=read_azure,
+    row_label="line",
+    csv_header=_is_azure_header,
+)

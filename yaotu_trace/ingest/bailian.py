@@ -28,6 +28,7 @@ import pandas as pd
 from yaotu_trace.data.jsonl import read_json_lines
 from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
 from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 BAILIAN_BLOCK_TOKENS: Final = 16
 ROOT_PARENT: Final = -1
@@ -142,3 +143,17 @@ def _session_roots(
             root_of[member] = root
     sessions = [None if c is None else str(root_of[c]) for c in chat_ids]
     return sessions, len(orphan_chats)
+
+
+def _is_bailian_record(keys: set[str]) -> bool:
+    # Bailian rows also carry Mooncake's four keys; the chat tree tells them apart.
+    return {"chat_id", "parent_chat_id"} <= keys
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.BAILIAN,
+    description="Alibaba Qwen/Bailian JSONL (ATC '25): chat trees and 16-token block ids",
+    reader=read_bailian,
+    row_label="line",
+    json_keys=_is_bailian_record,
+)

@@ -28,6 +28,7 @@ import pandas as pd
 from yaotu_trace.data.canonical import read_csv_frame
 from yaotu_trace.data.schema import SOURCE_ROW, RawTrace, names_of
 from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 TIMESTAMP: Final = "Timestamp"
 MODEL: Final = "Model"
@@ -119,3 +120,16 @@ def _total_mismatch_note(df: pd.DataFrame) -> list[str]:
         f"{n} row(s) have '{TOTAL_TOKENS}' != '{REQUEST_TOKENS}' + '{RESPONSE_TOKENS}'; "
         "the two length columns were used"
     ]
+
+
+def _is_burstgpt_header(columns: set[str]) -> bool:
+    return {REQUEST_TOKENS, RESPONSE_TOKENS} <= columns
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.BURSTGPT,
+    description="BurstGPT CSV (Azure OpenAI usage): relative arrivals, model, lengths, log type",
+    reader=read_burstgpt,
+    row_label="line",
+    csv_header=_is_burstgpt_header,
+)

@@ -38,6 +38,7 @@ from yaotu_trace.data.compressed import read_text
 from yaotu_trace.data.jsonl import read_json_lines
 from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
 COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
@@ -260,3 +261,21 @@ def _seconds(value: object, key: str, where: str, path: Path) -> float:
     if not np.isfinite(seconds):
         raise TraceSchemaError(f"{path}: {where}, attribute '{key}': {seconds} is not finite")
     return seconds
+
+
+def _is_otel_record(keys: set[str]) -> bool:
+    return any(key in keys for key in RESOURCE_SPANS)
+
+
+def _is_otel_document(head: str) -> bool:
+    return any(f'"{key}"' in head for key in RESOURCE_SPANS)
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.OTEL,
+    description="OpenTelemetry OTLP JSON export of vLLM or SGLang request spans",
+    reader=read_otel,
+    row_label="span",
+    json_keys=_is_otel_record,
+    json_document=_is_otel_document,
+)

@@ -49,6 +49,7 @@ from yaotu_trace.data.compressed import find_file
 from yaotu_trace.data.jsonl import read_json_lines
 from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 TRACE_FILE: Final = "0_trace.jsonl"
 # Component key in a trace row → (table file, id key in that table), in prompt order.
@@ -306,3 +307,23 @@ def _expand_chunks(
     offsets = np.concatenate(([0], np.cumsum(row_tokens)))
     array = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(values))
     return pd.Series(pd.arrays.ArrowExtensionArray(array), name="prompt_tokens"), max_template
+
+
+def _is_ragpulse_record(keys: set[str]) -> bool:
+    return {"timestamp", "input_length", "output_length"} <= keys and bool(
+        {"session_id", "hash_ids"} & keys or "query_id" in keys or "sys_prompt_id" in keys
+    )
+
+
+def _is_ragpulse_folder(folder: Path) -> bool:
+    return find_file(folder, TRACE_FILE) is not None
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.RAGPULSE,
+    description="RAGPulse: 0_trace.jsonl (or its folder) with its five chunk tables",
+    reader=read_ragpulse,
+    row_label="line",
+    json_keys=_is_ragpulse_record,
+    folder=_is_ragpulse_folder,
+)

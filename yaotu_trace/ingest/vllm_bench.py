@@ -32,6 +32,7 @@ import pandas as pd
 from yaotu_trace.data.compressed import read_text
 from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 PER_REQUEST_KEYS: Final = (
     "input_lens",
@@ -269,3 +270,20 @@ def _notes(
 def _short(value: object) -> str:
     text = " ".join(str(value).split())
     return text[:80] + ("..." if len(text) > 80 else "")
+
+
+# A result saved without --save-detailed keeps only run-level keys such as request_throughput.
+DOCUMENT_KEYS: Final = ("ttfts", "itls", "input_lens", "request_throughput")
+
+
+def _is_vllm_bench_document(head: str) -> bool:
+    return any(f'"{key}"' in head for key in DOCUMENT_KEYS)
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.VLLM_BENCH,
+    description="vLLM bench serve --save-result --save-detailed JSON: one run's requests",
+    reader=read_vllm_bench,
+    row_label="request",
+    json_document=_is_vllm_bench_document,
+)

@@ -35,6 +35,7 @@ import pyarrow as pa
 from yaotu_trace.data.compressed import format_suffix, plain_stem, read_text
 from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 DEFAULT_BLOCK_TOKENS: Final = 64
 NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number lives above
@@ -249,3 +250,21 @@ def _list_column(lists: list[np.ndarray]) -> pd.Series:
     values = np.concatenate(lists) if lists else np.empty(0, dtype=np.int64)
     array = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(values))
     return pd.Series(pd.arrays.ArrowExtensionArray(array), name="prompt_block_ids")
+
+
+def _is_weka_document(head: str) -> bool:
+    return '"requests"' in head and ('"hash_ids"' in head or '"input_tokens"' in head)
+
+
+def _is_weka_folder(folder: Path) -> bool:
+    return bool(conversation_files(folder))
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.WEKA,
+    description="WEKA / Claude Code agentic traces: a folder of one JSON per conversation",
+    reader=read_weka,
+    row_label="request",
+    json_document=_is_weka_document,
+    folder=_is_weka_folder,
+)
