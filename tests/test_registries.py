@@ -7,7 +7,10 @@ new section is never invisible; these tests keep that fallback for sections with
 from __future__ import annotations
 
 import importlib
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,14 @@ def test_every_trace_format_detects_and_reads_its_sample(spec: TraceFormatSpec,
         assert sum(len(p.requests) for p in parts) == len(raw.requests)
         assert {(p.format_name, p.row_label) for p in parts} == {(raw.format_name,
                                                                  raw.row_label)}
+
+
+def test_the_format_registry_loads_no_analysis_library() -> None:
+    # Descriptors are plain data and their readers import pandas, pyarrow and numpy when they
+    # run, so listing or detecting formats costs none of them.
+    probe = ("import json, sys; import yaotu_trace.ingest.registry, yaotu_trace.ingest.detect; "
+             "print(json.dumps([m for m in ('numpy', 'pandas', 'pyarrow', 'numba') "
+             "if m in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert json.loads(done.stdout) == []

@@ -29,16 +29,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.data.compressed import read_text
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import RawTrace
 
 PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
 COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
@@ -74,6 +73,11 @@ VALUE_KEYS: Final = (
 
 def read_otel(path: Path) -> RawTrace:
     """Collect one request per gen_ai request span from an OTLP JSON export."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
+
     rows: list[dict[str, Any]] = []
     starts_ns: list[int] = []
     ends_ns: list[int | None] = []
@@ -250,6 +254,8 @@ def _nanos(
 
 
 def _seconds(value: object, key: str, where: str, path: Path) -> float:
+    import numpy as np
+
     try:
         if isinstance(value, bool):
             raise ValueError

@@ -39,17 +39,18 @@ import itertools
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
-
-import numpy as np
-import pandas as pd
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.data.compressed import find_file
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
 
 TRACE_FILE: Final = "0_trace.jsonl"
 # Component key in a trace row → (table file, id key in that table), in prompt order.
@@ -69,6 +70,11 @@ MAX_ID: Final = 1 << 62  # chunk ids and lengths: well inside int64, so sums can
 
 def read_ragpulse(path: Path, *, stitch_runs: bool = True) -> RawTrace:
     """Read `0_trace.jsonl` (or the folder holding it) and the chunk tables beside it."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import SOURCE_ROW, RawTrace
+
     trace_path = (find_file(path, TRACE_FILE) or path / TRACE_FILE) if path.is_dir() else path
     if not trace_path.exists():
         raise TraceReadError(
@@ -140,6 +146,8 @@ def _align_runs(
     arrival: np.ndarray, sessions: Sequence[object], lines: Sequence[int], stitch_runs: bool
 ) -> tuple[np.ndarray, list[str]]:
     """Put every sorted run of timestamps on the first run's clock, using session-id epochs."""
+    import numpy as np
+
     finite = np.isfinite(arrival)
     values = arrival[finite]
     starts = np.flatnonzero(np.diff(values) < 0) + 1
@@ -186,6 +194,8 @@ def _align_runs(
 
 def _run_origin_s(arrival: np.ndarray, sessions: Sequence[object]) -> float | None:
     """Median of (session epoch − timestamp) over standard session ids: the run's start, epoch s."""
+    import numpy as np
+
     deltas = []
     for ts, session in zip(arrival, sessions, strict=True):
         match = SESSION_EPOCH.match(str(session)) if session is not None else None
@@ -198,6 +208,8 @@ def _run_origin_s(arrival: np.ndarray, sessions: Sequence[object]) -> float | No
 
 def _read_table(path: Path, id_key: str) -> tuple[np.ndarray, np.ndarray]:
     """One chunk table as (ids, token lengths), validated."""
+    import numpy as np
+
     records, lines = read_json_lines(path)
     ids = np.empty(len(records), dtype=np.int64)
     lengths = np.empty(len(records), dtype=np.int64)
@@ -222,6 +234,10 @@ def _expand_chunks(
     tables: list[Path],
 ) -> tuple[pd.Series, int]:
     """Build the `prompt_tokens` column: chunk pseudo-tokens, then shared template tokens."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
     table_ids: list[np.ndarray] = []
     table_lengths: list[np.ndarray] = []
     for (_, _, id_key), table in zip(COMPONENTS, tables, strict=True):

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Final
-
-import numpy as np
-import pandas as pd
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.data.compressed import format_suffix, plain_stem, read_text
-from yaotu_trace.data.schema import SOURCE_WHERE, RawTrace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
 
 DEFAULT_BLOCK_TOKENS: Final = 64
 NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number lives above
@@ -43,6 +44,11 @@ NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number live
 
 def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
     """Read a folder of WEKA conversation files (or one file) as one canonical trace."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+
     files = sorted(conversation_files(path)) if path.is_dir() else [path]
     if not files:
         raise TraceReadError(f"{path}: no .json conversation files in this folder")
@@ -156,6 +162,11 @@ def _conversation(
     file: Path, requests: list[Any], namespace: int
 ) -> tuple[pd.DataFrame, list[np.ndarray], int]:
     """One file's requests as canonical columns plus their namespaced block ids."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import SOURCE_WHERE
+
     rows: dict[str, list[Any]] = {
         "request_id": [],
         "arrival_s": [],
@@ -215,6 +226,8 @@ def _after(t: object, delay: object) -> float | None:
 
 def _block_ids(file: Path, index: int, hash_ids: object, namespace: int) -> np.ndarray:
     """Validate one request's ids and move them into the file's namespace."""
+    import numpy as np
+
     if not isinstance(hash_ids, list):
         raise TraceSchemaError(
             f"{file}: request {index}, column 'hash_ids': expected a list of block ids, got "
@@ -239,12 +252,18 @@ def _block_ids(file: Path, index: int, hash_ids: object, namespace: int) -> np.n
 
 
 def _goes_backwards(arrival: pd.Series) -> bool:
+    import numpy as np
+
     values = arrival.to_numpy(dtype=np.float64)
     return bool(np.any(np.diff(values) < 0))
 
 
 def _list_column(lists: list[np.ndarray]) -> pd.Series:
     """An Arrow-backed large_list<int64> column built from per-row arrays without Python ints."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
     lengths = np.fromiter((a.size for a in lists), dtype=np.int64, count=len(lists))
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     values = np.concatenate(lists) if lists else np.empty(0, dtype=np.int64)
