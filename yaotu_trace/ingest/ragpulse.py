@@ -38,6 +38,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -226,6 +227,17 @@ def _read_table(path: Path, id_key: str) -> tuple[np.ndarray, np.ndarray]:
     return ids, lengths
 
 
+@dataclass(frozen=True, slots=True)
+class _Chunks:
+    """The chunks of the five tables, numbered densely in id order (`dense[id]`)."""
+
+    dense: dict[int, int]  # chunk id → its number
+    owner: np.ndarray  # number → index in COMPONENTS of the table that defines the chunk
+    length_of: np.ndarray  # number → token_length
+    start_of: np.ndarray  # number → the chunk's first pseudo-token id
+    template_start: int  # the first template token id, after every chunk's tokens
+
+
 def _expand_chunks(
     trace_path: Path,
     records: list[dict[str, Any]],
@@ -236,7 +248,38 @@ def _expand_chunks(
     """Build the `prompt_tokens` column: chunk pseudo-tokens, then shared template tokens."""
     import numpy as np
     import pandas as pd
-    import pyarrow as pa
+
+    chunks = _index_chunks(tables)
+    seg_start: list[int] = []
+    seg_length: list[int] = []
+    lengths_by_row = pd.to_numeric(prompt_len, errors="coerce").to_numpy(dtype=np.float64)
+    row_tokens = np.zeros(len(records), dtype=np.int64)
+    max_template = 0
+    for i, (record, line) in enumerate(zip(records, lines, strict=True)):
+        starts, lengths = _row_chunks(trace_path, record, line, chunks)
+        seg_start += starts
+        seg_length += lengths
+        total = sum(lengths)
+        n = lengths_by_row[i]
+        if not (np.isfinite(n) and 0 <= n < MAX_ID and n == int(n)):
+            row_tokens[i] = total  # normalize reports the bad or missing input_length
+            continue
+        template = int(n) - total
+        if template < 0:
+            raise TraceSchemaError(
+                f"{trace_path}: line {line}, column 'prompt_len': input_length {int(n)} is less "
+                f"than the {total} tokens of its chunks; check the chunk tables or the row"
+            )
+        seg_start.append(chunks.template_start)
+        seg_length.append(template)
+        max_template = max(max_template, template)
+        row_tokens[i] = total + template
+    return _token_column(seg_start, seg_length, row_tokens), max_template
+
+
+def _index_chunks(tables: list[Path]) -> _Chunks:
+    """Read the five tables; chunk ids must be unique across them."""
+    import numpy as np
 
     table_ids: list[np.ndarray] = []
     table_lengths: list[np.ndarray] = []
@@ -244,7 +287,7 @@ def _expand_chunks(
         ids, lengths = _read_table(table, id_key)
         table_ids.append(ids)
         table_lengths.append(lengths)
-    # Chunk ids may be sparse: they are numbered densely in id order (`dense[id]`).
+    # Chunk ids may be sparse: they are numbered densely in id order.
     distinct = np.unique(np.concatenate(table_ids))
     dense = dict(zip(distinct.tolist(), range(distinct.size), strict=True))
     table_ids = [np.searchsorted(distinct, ids) for ids in table_ids]
@@ -252,7 +295,7 @@ def _expand_chunks(
     all_lengths = np.concatenate(table_lengths)
     size = distinct.size
     length_of = np.full(size, -1, dtype=np.int64)
-    owner = np.full(size, -1, dtype=np.int64)  # which component's table defines the id
+    owner = np.full(size, -1, dtype=np.int64)
     for k, ids in enumerate(table_ids):
         clash = ids[owner[ids] >= 0]
         if clash.size:
@@ -265,55 +308,49 @@ def _expand_chunks(
     order = np.argsort(all_ids, kind="stable")
     start_of = np.zeros(size, dtype=np.int64)
     start_of[all_ids[order]] = np.cumsum(all_lengths[order]) - all_lengths[order]
-    template_start = int(all_lengths.sum())
+    return _Chunks(dense=dense, owner=owner, length_of=length_of, start_of=start_of,
+                   template_start=int(all_lengths.sum()))
 
-    seg_start: list[int] = []
-    seg_length: list[int] = []
-    lengths_by_row = pd.to_numeric(prompt_len, errors="coerce").to_numpy(dtype=np.float64)
-    row_tokens = np.zeros(len(records), dtype=np.int64)
-    max_template = 0
-    for i, (record, line) in enumerate(zip(records, lines, strict=True)):
-        hash_ids = record.get("hash_ids")
-        if not isinstance(hash_ids, dict):
+
+def _row_chunks(trace_path: Path, record: dict[str, Any], line: int, chunks: _Chunks
+                ) -> tuple[list[int], list[int]]:
+    """The (first token, length) of each chunk of one request, in prompt order."""
+    hash_ids = record.get("hash_ids")
+    if not isinstance(hash_ids, dict):
+        raise TraceSchemaError(
+            f"{trace_path}: line {line}, column 'hash_ids': expected an object of chunk-id "
+            f"lists ({', '.join(c for c, _, _ in COMPONENTS)}), got {type(hash_ids).__name__}"
+        )
+    starts: list[int] = []
+    lengths: list[int] = []
+    for k, (component, table_name, _) in enumerate(COMPONENTS):
+        chunk_ids = hash_ids.get(component, [])
+        if not isinstance(chunk_ids, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in chunk_ids
+        ):
             raise TraceSchemaError(
-                f"{trace_path}: line {line}, column 'hash_ids': expected an object of chunk-id "
-                f"lists ({', '.join(c for c, _, _ in COMPONENTS)}), got {type(hash_ids).__name__}"
+                f"{trace_path}: line {line}, column 'hash_ids.{component}': expected a list "
+                "of integer chunk ids"
             )
-        total = 0
-        for k, (component, table_name, _) in enumerate(COMPONENTS):
-            chunk_ids = hash_ids.get(component, [])
-            if not isinstance(chunk_ids, list) or not all(
-                isinstance(c, int) and not isinstance(c, bool) for c in chunk_ids
-            ):
+        for chunk_id in chunk_ids:
+            chunk = chunks.dense.get(chunk_id, -1)
+            if chunk < 0 or chunks.owner[chunk] != k:
                 raise TraceSchemaError(
-                    f"{trace_path}: line {line}, column 'hash_ids.{component}': expected a list "
-                    "of integer chunk ids"
+                    f"{trace_path}: line {line}, column 'hash_ids.{component}': chunk id "
+                    f"{str(chunk_id)[:40]} is not in {table_name}; check the tables belong "
+                    "to this trace"
                 )
-            for chunk_id in chunk_ids:
-                chunk = dense.get(chunk_id, -1)
-                if chunk < 0 or owner[chunk] != k:
-                    raise TraceSchemaError(
-                        f"{trace_path}: line {line}, column 'hash_ids.{component}': chunk id "
-                        f"{str(chunk_id)[:40]} is not in {table_name}; check the tables belong "
-                        "to this trace"
-                    )
-                seg_start.append(int(start_of[chunk]))
-                seg_length.append(int(length_of[chunk]))
-                total += int(length_of[chunk])
-        n = lengths_by_row[i]
-        if not (np.isfinite(n) and 0 <= n < MAX_ID and n == int(n)):
-            row_tokens[i] = total  # normalize reports the bad or missing input_length
-            continue
-        template = int(n) - total
-        if template < 0:
-            raise TraceSchemaError(
-                f"{trace_path}: line {line}, column 'prompt_len': input_length {int(n)} is less "
-                f"than the {total} tokens of its chunks; check the chunk tables or the row"
-            )
-        seg_start.append(template_start)
-        seg_length.append(template)
-        max_template = max(max_template, template)
-        row_tokens[i] = total + template
+            starts.append(int(chunks.start_of[chunk]))
+            lengths.append(int(chunks.length_of[chunk]))
+    return starts, lengths
+
+
+def _token_column(seg_start: list[int], seg_length: list[int], row_tokens: np.ndarray
+                  ) -> pd.Series:
+    """Segments of consecutive token ids, concatenated per row into a large_list column."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
 
     starts = np.asarray(seg_start, dtype=np.int64)
     lengths = np.asarray(seg_length, dtype=np.int64)
@@ -322,7 +359,7 @@ def _expand_chunks(
     values = np.repeat(starts - seg_offset, lengths) + np.arange(n_tokens, dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(row_tokens)))
     array = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(values))
-    return pd.Series(pd.arrays.ArrowExtensionArray(array), name="prompt_tokens"), max_template
+    return pd.Series(pd.arrays.ArrowExtensionArray(array), name="prompt_tokens")
 
 
 def _is_ragpulse_record(keys: set[str]) -> bool:
