@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.ingest import registry
 from yaotu_trace.ingest.detect import detect_format
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
@@ -120,3 +120,28 @@ def test_the_format_registry_loads_no_analysis_library() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, timeout=60)
     assert json.loads(done.stdout) == []
+
+
+def test_the_formats_page_lists_the_registry() -> None:
+    # Regenerate the table with: python -c "from yaotu_trace.ingest.registry import
+    # formats_table; print(formats_table())"
+    page = (PACKAGE.parent / "docs" / "formats.md").read_text(encoding="utf-8")
+    assert registry.formats_table() in page
+
+
+def test_the_formats_page_example_reads_a_trace(tmp_path: Path) -> None:
+    page = (PACKAGE.parent / "docs" / "formats.md").read_text(encoding="utf-8")
+    example = re.search(r"```python\n(.*?)```", page, re.S)
+    assert example is not None
+    # The example names a TraceFormat member it asks the reader to add.
+    namespace: dict[str, object] = {}
+    exec(example.group(1).replace("TraceFormat.MYSERVE", "'myserve'"), namespace)
+    spec = namespace["FORMAT"]
+    assert isinstance(spec, TraceFormatSpec) and spec.json_keys is not None
+    assert spec.json_keys({"ts_ms", "in", "out"})
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"ts_ms": 1200, "in": 812, "out": 64}\n{"ts_ms": 1500, "in": 9, "out": 1}\n',
+                    encoding="utf-8")
+    trace = normalize(spec.reader(path), str(path))
+    assert trace.requests["arrival_s"].tolist() == [1.2, 1.5]
+    assert trace.requests["prompt_len"].tolist() == [812, 9]

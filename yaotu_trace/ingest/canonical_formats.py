@@ -87,14 +87,14 @@ def _is_canonical_header(columns: set[str]) -> bool:
 
 PARQUET = TraceFormatSpec(
     name=TraceFormat.CANONICAL_PARQUET,
-    description="the canonical table as Parquet, the one format read out of core",
+    description="the canonical table in Parquet, the one format read out of core",
     reader=read_parquet,
     row_label="row",
     extensions=(".parquet",),
 )
 JSONL = TraceFormatSpec(
     name=TraceFormat.CANONICAL_JSONL,
-    description="the canonical table as JSON Lines, one request object per line",
+    description="the canonical table in JSON Lines, one request object per line",
     reader=read_jsonl,
     row_label="line",
     parts_reader=jsonl_parts,
@@ -103,7 +103,7 @@ JSONL = TraceFormatSpec(
 )
 CSV = TraceFormatSpec(
     name=TraceFormat.CANONICAL_CSV,
-    description="the canonical table as CSV (or TSV); list cells are JSON arrays",
+    description="the canonical table in CSV (or TSV); list cells are JSON arrays",
     reader=read_csv,
     row_label="line",
     parts_reader=csv_parts,

@@ -374,7 +374,7 @@ def _is_ragpulse_folder(folder: Path) -> bool:
 
 FORMAT = TraceFormatSpec(
     name=TraceFormat.RAGPULSE,
-    description="RAGPulse: 0_trace.jsonl (or its folder) with its five chunk tables",
+    description="RAGPulse: `0_trace.jsonl` (or its folder) and its five chunk tables",
     reader=read_ragpulse,
     row_label="line",
     json_keys=_is_ragpulse_record,

@@ -44,3 +44,27 @@ BY_NAME: Mapping[TraceFormat, TraceFormatSpec] = {spec.name: spec for spec in FO
 def spec_of(fmt: TraceFormat) -> TraceFormatSpec:
     """The descriptor of a format."""
     return BY_NAME[fmt]
+
+
+def formats_table() -> str:
+    """The Markdown table of docs/formats.md: every format in detection order."""
+    rows = [
+        "| `--input-format` | format | detected by | read in parts |",
+        "|---|---|---|---|",
+    ]
+    rows += [f"| `{spec.name.value}` | {spec.description} | {_detected_by(spec)} | "
+             f"{'yes' if spec.parts_reader is not None else 'no'} |" for spec in FORMATS]
+    return "\n".join(rows) + "\n"
+
+
+def _detected_by(spec: TraceFormatSpec) -> str:
+    ways = [f"extension `{e}`" for e in spec.extensions]
+    if spec.json_keys is not None:
+        ways.append("JSON record keys")
+    if spec.json_document is not None:
+        ways.append("`.json` document")
+    if spec.csv_header is not None:
+        ways.append("CSV header")
+    if spec.folder is not None:
+        ways.append("folder")
+    return ", ".join(ways)

@@ -299,7 +299,7 @@ def _is_vllm_bench_document(head: str) -> bool:
 
 FORMAT = TraceFormatSpec(
     name=TraceFormat.VLLM_BENCH,
-    description="vLLM bench serve --save-result --save-detailed JSON: one run's requests",
+    description="`vllm bench serve --save-result --save-detailed` JSON: one run's requests",
     reader=read_vllm_bench,
     row_label="request",
     json_document=_is_vllm_bench_document,
