@@ -27,6 +27,7 @@ SGLang uses the same `gen_ai.latency.*` names as vLLM.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -254,8 +255,6 @@ def _nanos(
 
 
 def _seconds(value: object, key: str, where: str, path: Path) -> float:
-    import numpy as np
-
     try:
         if isinstance(value, bool):
             raise ValueError
@@ -264,7 +263,7 @@ def _seconds(value: object, key: str, where: str, path: Path) -> float:
         raise TraceSchemaError(
             f"{path}: {where}, attribute '{key}': {str(value)[:30]!r} is not a number of seconds"
         ) from None
-    if not np.isfinite(seconds):
+    if not math.isfinite(seconds):
         raise TraceSchemaError(f"{path}: {where}, attribute '{key}': {seconds} is not finite")
     return seconds
 

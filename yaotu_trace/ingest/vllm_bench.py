@@ -49,6 +49,8 @@ PER_REQUEST_KEYS: Final = (
     "request_ids",
 )
 DETAIL_HINT: Final = "re-run vllm bench serve with --save-result --save-detailed"
+# A result saved without --save-detailed keeps only run-level keys such as request_throughput.
+DOCUMENT_KEYS: Final = ("ttfts", "itls", "input_lens", "request_throughput")
 
 
 def read_vllm_bench(path: Path) -> RawTrace:
@@ -287,10 +289,6 @@ def _notes(
 def _short(value: object) -> str:
     text = " ".join(str(value).split())
     return text[:80] + ("..." if len(text) > 80 else "")
-
-
-# A result saved without --save-detailed keeps only run-level keys such as request_throughput.
-DOCUMENT_KEYS: Final = ("ttfts", "itls", "input_lens", "request_throughput")
 
 
 def _is_vllm_bench_document(head: str) -> bool:
