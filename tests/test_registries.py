@@ -77,13 +77,14 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
 
 
 def test_the_format_registry_and_the_input_format_choices_agree() -> None:
-    names = [spec.name for spec in registry.FORMATS]
+    assert len(registry.ENTRIES) == len({fmt for fmt, _ in registry.ENTRIES})
+    names = [spec.name for spec in registry.all_formats()]
     assert len(names) == len(set(names)), "a format is registered twice"
     assert set(names) == set(TraceFormat)
-    assert all(isinstance(spec.name, TraceFormat) for spec in registry.FORMATS)
+    assert all(isinstance(spec.name, TraceFormat) for spec in registry.all_formats())
 
 
-@pytest.mark.parametrize("spec", registry.FORMATS, ids=lambda s: s.name.value)
+@pytest.mark.parametrize("spec", registry.all_formats(), ids=lambda s: s.name.value)
 def test_every_trace_format_resolves(spec: TraceFormatSpec) -> None:
     assert callable(spec.reader)
     assert spec.parts_reader is None or callable(spec.parts_reader)
@@ -95,7 +96,7 @@ def test_every_trace_format_resolves(spec: TraceFormatSpec) -> None:
     assert all(e.startswith(".") and e == e.lower() for e in spec.extensions)
 
 
-@pytest.mark.parametrize("spec", registry.FORMATS, ids=lambda s: s.name.value)
+@pytest.mark.parametrize("spec", registry.all_formats(), ids=lambda s: s.name.value)
 def test_every_trace_format_detects_and_reads_its_sample(spec: TraceFormatSpec,
                                                          tmp_path: Path) -> None:
     path = _sample(spec.name, tmp_path)
@@ -114,12 +115,18 @@ def test_every_trace_format_detects_and_reads_its_sample(spec: TraceFormatSpec,
 def test_the_format_registry_loads_no_analysis_library() -> None:
     # Descriptors are plain data and their readers import pandas, pyarrow and numpy when they
     # run, so listing or detecting formats costs none of them.
-    probe = ("import json, sys; import yaotu_trace.ingest.registry, yaotu_trace.ingest.detect; "
-             "print(json.dumps([m for m in ('numpy', 'pandas', 'pyarrow', 'numba') "
-             "if m in sys.modules]))")
+    # A canonical Parquet trace, asked first, loads no other format's module.
+    probe = ("import json, sys; from pathlib import Path; "
+             "from yaotu_trace.ingest.detect import detect_format; "
+             f"detect_format(Path({str(SAMPLES / 'chat.parquet')!r})); "
+             "print(json.dumps(sorted(m for m in sys.modules if m in "
+             "('numpy', 'pandas', 'pyarrow', 'numba') or m.startswith('yaotu_trace.ingest.'))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, timeout=60)
-    assert json.loads(done.stdout) == []
+    assert json.loads(done.stdout) == ["yaotu_trace.ingest.canonical_formats",
+                                       "yaotu_trace.ingest.detect",
+                                       "yaotu_trace.ingest.formats",
+                                       "yaotu_trace.ingest.registry"]
 
 
 def test_the_formats_page_lists_the_registry() -> None:

@@ -14,7 +14,6 @@ from yaotu_trace._lazy import lazy_names
 # Every name the package offers, defined in (or re-exported by) `ingest.load`.
 __all__ = [
     "CANONICAL_COLUMNS",
-    "FORMATS",
     "JSON_ERRORS",
     "STEP_COLUMNS",
     "ConfigError",
@@ -25,6 +24,7 @@ __all__ = [
     "TraceFormat",
     "TraceFormatSpec",
     "TraceReadError",
+    "all_formats",
     "apply_options",
     "codec_of",
     "detect_format",
@@ -51,7 +51,6 @@ __getattr__, __dir__ = lazy_names(__name__, "load", __all__)
 if TYPE_CHECKING:
     from yaotu_trace.ingest.load import (
         CANONICAL_COLUMNS,
-        FORMATS,
         JSON_ERRORS,
         STEP_COLUMNS,
         ConfigError,
@@ -62,6 +61,7 @@ if TYPE_CHECKING:
         TraceFormat,
         TraceFormatSpec,
         TraceReadError,
+        all_formats,
         apply_options,
         codec_of,
         detect_format,

@@ -15,7 +15,7 @@ from yaotu_trace.data.compressed import codec_of, format_suffix, open_trace
 from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.registry import FORMATS
+from yaotu_trace.ingest.registry import formats
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 JSON_DOCUMENT_SUFFIX = ".json"
@@ -25,18 +25,18 @@ DOCUMENT_HEAD_BYTES = 65536  # of a .json document, enough for its top-level key
 
 def sniff_keys(keys: set[str]) -> TraceFormat | None:
     """Recognise a JSON record (one line of JSONL) by its keys."""
-    return next((s.name for s in FORMATS if s.json_keys is not None and s.json_keys(keys)), None)
+    return next((s.name for s in formats() if s.json_keys is not None and s.json_keys(keys)), None)
 
 
 def sniff_header(columns: set[str]) -> TraceFormat | None:
     """Recognise a CSV by its header."""
-    return next((s.name for s in FORMATS if s.csv_header is not None and s.csv_header(columns)),
+    return next((s.name for s in formats() if s.csv_header is not None and s.csv_header(columns)),
                 None)
 
 
 def sniff_document(head: str) -> TraceFormat | None:
     """Recognise a whole-file JSON document by its first characters."""
-    return next((s.name for s in FORMATS
+    return next((s.name for s in formats()
                  if s.json_document is not None and s.json_document(head)), None)
 
 
@@ -49,15 +49,15 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
         return _detect_folder(path)
     codec_of(path)  # a file named .gz that is not gzip is refused before its format is guessed
     suffix = format_suffix(path)
-    named = next((s.name for s in FORMATS if suffix in s.extensions), None)
-    if named is not None:
-        return named
     if suffix in JSON_LINES_SUFFIXES:
         return _detect_json_lines(path, renamed)
     if suffix == JSON_DOCUMENT_SUFFIX:
         return _detect_json_document(path)
     if suffix in CSV_SUFFIXES:
         return _detect_csv(path, renamed)
+    named = next((s.name for s in formats() if suffix in s.extensions), None)
+    if named is not None:
+        return named
     raise TraceReadError(
         f"{path}: unknown trace format '{suffix or '(no extension)'}'; "
         f"pass --input-format, one of: {_names()}"
@@ -69,7 +69,7 @@ def _names() -> str:
 
 
 def _detect_folder(path: Path) -> TraceFormat:
-    found = next((s.name for s in FORMATS if s.folder is not None and s.folder(path)), None)
+    found = next((s.name for s in formats() if s.folder is not None and s.folder(path)), None)
     if found is None:
         raise TraceReadError(
             f"{path}: a folder is read as a WEKA/Claude-Code trace (one JSON per conversation), "

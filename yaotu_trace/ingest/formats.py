@@ -42,11 +42,12 @@ PartsReader = Callable[[Path, int], Iterator["RawTrace"]]
 class TraceFormatSpec:
     """One format, as its module describes it: name, detection and readers.
 
-    Detection looks at a file only in the ways the tool knows (`ingest.detect`): its extension
-    (`extensions`: a file so named is this format, unseen), the keys of a JSON record (the first
-    line of a `.jsonl`/`.ndjson` file, or of a `.json` file no document test claimed), the
-    first 64 KiB of a `.json` document, a CSV header, or a folder. The first format in registry
-    order whose test accepts wins, so a test may assume the earlier formats said no.
+    Detection looks at a file only in the ways the tool knows (`ingest.detect`): the keys of a
+    JSON record (the first line of a `.jsonl`/`.ndjson` file, or of a `.json` file no document
+    test claimed), the first 64 KiB of a `.json` document, a CSV header, a folder, or, for any
+    other extension, the extension itself (`extensions`: a file so named is this format,
+    unseen). The first format in registry order whose test accepts wins, so a test may assume
+    the earlier formats said no.
     """
 
     name: TraceFormat

@@ -27,12 +27,11 @@ from yaotu_trace.errors import ConfigError, TraceReadError
 from yaotu_trace.ingest.detect import detect_format, sniff_header, sniff_keys
 from yaotu_trace.ingest.formats import Reader, TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.parts import apply_options
-from yaotu_trace.ingest.registry import FORMATS, spec_of
+from yaotu_trace.ingest.registry import all_formats, spec_of
 
 # The names `yaotu_trace.ingest` offers, defined here or re-exported from their modules.
 __all__ = [
     "CANONICAL_COLUMNS",
-    "FORMATS",
     "JSON_ERRORS",
     "STEP_COLUMNS",
     "ConfigError",
@@ -43,6 +42,7 @@ __all__ = [
     "TraceFormat",
     "TraceFormatSpec",
     "TraceReadError",
+    "all_formats",
     "apply_options",
     "codec_of",
     "detect_format",

@@ -16,9 +16,8 @@ from pathlib import Path
 from yaotu_trace.data.schema import RawTrace, names_of
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.registry import FORMATS, spec_of
+from yaotu_trace.ingest.registry import spec_of
 
-PARTABLE = tuple(spec.name for spec in FORMATS if spec.parts_reader is not None)
 PART_BYTES = 32 << 20
 
 
@@ -40,9 +39,14 @@ def apply_options(raw: RawTrace, path: Path, column_map: Mapping[str, str] | Non
     return raw
 
 
+def can_read_in_parts(fmt: TraceFormat) -> bool:
+    """Whether a format's records stand alone, so a file of it can be read in parts."""
+    return spec_of(fmt).parts_reader is not None
+
+
 def read_parts(path: Path, fmt: TraceFormat, *,
                part_bytes: int = PART_BYTES) -> Iterator[RawTrace]:
-    """The raw tables of consecutive parts of a file in a `PARTABLE` format."""
+    """The raw tables of consecutive parts of a file in a format that `can_read_in_parts`."""
     parts_reader = spec_of(fmt).parts_reader
     if parts_reader is None:
         raise ValueError(f"{fmt.value} traces are read whole, not in parts")
