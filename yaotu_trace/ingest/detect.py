@@ -1,8 +1,9 @@
-"""Which format a trace file is: its extension, then what it holds, asked of each registered
-format in registry order (`ingest.registry`).
+"""Which format a trace is: what a folder, a JSON or a CSV file holds, or else the file's
+extension, asked of each registered format in registry order (`ingest.registry`).
 
-The ways of looking inside a file are fixed here; each format says, in its descriptor, what it
-accepts: the keys of a JSON record, a JSON document's head, a CSV header, or a folder.
+The ways of looking at a trace are fixed here; each format says, in its descriptor, what it
+accepts: the keys of a JSON record, a JSON document's head, a CSV header, a folder, or an
+extension of its own.
 """
 
 from __future__ import annotations
