@@ -4,7 +4,11 @@
   the CLI's own cost on top of its two libraries;
 - `trace analyze sample_traces/chat.parquet` against reading that file into pandas.
 
-Each cell is the median wall time of fresh processes.
+Each cell is the median wall time of fresh processes; a command and its baseline run in
+turns, so that other work on the machine slows both alike. The processes may write their compiled
+bytecode (`__pycache__`), as an installed package has it, even when `PYTHONDONTWRITEBYTECODE`
+is set (a source checkout then compiles every module of the package in every process);
+`--as-is` keeps the environment as it is.
 
     python benchmarks/startup.py
     python benchmarks/startup.py --repeat 15
@@ -13,6 +17,7 @@ Each cell is the median wall time of fresh processes.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -35,24 +40,36 @@ CASES = [
 ]
 
 
-def _median_s(cmd: list[str], repeat: int) -> float:
-    times = []
+def _wall_s(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, capture_output=True, check=False, env=env)
+    return time.perf_counter() - t0
+
+
+def _medians_s(cmd: list[str], base: list[str], repeat: int,
+               env: dict[str, str]) -> tuple[float, float]:
+    """Median wall seconds of `cmd` and of `base`, run in turns."""
+    own, other = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, capture_output=True, check=False)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        own.append(_wall_s(cmd, env))
+        other.append(_wall_s(base, env))
+    return statistics.median(own), statistics.median(other)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9, help="processes per cell (median)")
+    parser.add_argument("--as-is", action="store_true",
+                        help="keep PYTHONDONTWRITEBYTECODE if it is set")
     args = parser.parse_args()
+    env = dict(os.environ)
+    if not args.as_is:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     print("| command | s | baseline | baseline s | ratio |")
     print("|---|---:|---|---:|---:|")
     for name, cmd, base, base_name in CASES:
-        _median_s(cmd, 1)  # warm the file cache and numba's
-        own, other = _median_s(cmd, args.repeat), _median_s(base, args.repeat)
+        _medians_s(cmd, base, 1, env)  # warm the file cache, the bytecode and numba's cache
+        own, other = _medians_s(cmd, base, args.repeat, env)
         print(f"| {name} | {own:.3f} | {base_name} | {other:.3f} | {own / other:.2f}× |")
     return 0
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: the public traces under ../shared/traces (tests skip when absent)."""
+"""Shared fixtures: the public traces under ../shared/traces (tests skip when absent), and the
+cases too long for the default run (marked `slow`; CI runs them after it with `-m slow`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,55 @@ import pytest
 SHARED_TRACES = Path(
     os.environ.get("YAOTU_SHARED_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces")
 )
+
+
+# Tests and parameter cases marked `slow` here because a decorator cannot reach them: one case of a
+# parametrized test (its cheaper cases stay in the default run), or a test in a module without
+# pytest imported. Each repeats, at a smaller batch or over more generated examples, what a case
+# of the default run already checks. A whole test that can carry `@pytest.mark.slow` does.
+SLOW = frozenset({
+    # Step logs streamed in 7-row batches or 1,000-row batches: the whole-log and the `analyze`
+    # cases of the same parametrization stay.
+    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[diag-dispatch-7-diagnose]",
+    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[diag-dispatch-7-report]",
+    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[small-simulated-7-diagnose]",
+    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[small-simulated-7-report]",
+    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[simulated-1000-diagnose]",
+    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[simulated-1000-report]",
+    "tests/test_steplog_stream.py::test_error_in_a_late_batch_names_the_row_of_the_file[7]",
+    "tests/test_steplog_stream.py::"
+    "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[3]",
+    "tests/test_steplog_stream.py::"
+    "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[7]",
+    # Ctrl-C under a local Dask cluster: the same check as the in-process replay cases.
+    "tests/cli/test_interrupt.py::test_ctrl_c_is_exit_130_silent_and_leaves_nothing"
+    "[replay-dask-local]",
+    # Invariants of the replay over generated traces; its agreement with the reference stays.
+    "tests/replay/test_properties.py::test_lru_hits_never_fall_as_capacity_grows",
+    "tests/replay/test_properties.py::test_isolation_never_adds_hits",
+    "tests/replay/test_properties.py::test_larger_block_never_adds_hits_at_unlimited_capacity",
+    "tests/replay/test_properties.py::test_same_input_same_result",
+    "tests/replay/test_properties.py::test_chain_ids_do_not_depend_on_the_seed",
+})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the SLOW cases before `-m` deselects; a stale entry (renamed test) is an error.
+
+    Staleness is judged only when whole files were collected: naming one case of a test on the
+    command line leaves its other cases uncollected, which is not staleness.
+    """
+    ids = {item.nodeid for item in items}
+    for item in items:
+        if item.nodeid in SLOW:
+            item.add_marker(pytest.mark.slow)
+    if any("::" in arg for arg in config.args):
+        return
+    functions = {i.split("[")[0] for i in ids}
+    stale = sorted(e for e in SLOW if e not in ids and e.split("[")[0] in functions)
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py SLOW names no collected test: {stale}")
 
 
 def shared_trace(relative: str) -> Path:

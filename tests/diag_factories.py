@@ -8,9 +8,9 @@ from typing import Any
 import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, EngineSettings
+from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
-from yaotu_trace.diagnosis.thresholds import Thresholds, make_thresholds
 from yaotu_trace.ingest.metrics import EngineMetrics
 
 

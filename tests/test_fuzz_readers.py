@@ -355,6 +355,7 @@ def _cli_cases(seeds: dict[str, bytes]) -> list[tuple[str, bytes]]:
     return cases
 
 
+@pytest.mark.slow
 def test_cli_on_damaged_files_exits_0_or_3_in_one_line(workdir: Path,
                                                        seeds: dict[str, bytes]) -> None:
     for suffix, data in _cli_cases(seeds):

@@ -202,6 +202,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("install", ["interrupts.install()", ""], ids=["handled", "python"])
 def test_ctrl_c_during_a_compiled_call_never_crashes(install: str) -> None:
     """The cause of the crash, shown directly: Python's own handler crashes; ours never does.

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from yaotu_trace.axes.base import EngineSettings
-from yaotu_trace.diagnosis.diagnose import diagnose
+from yaotu_trace.commands.diagnose import diagnose_trace as diagnose
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.telemetry import MIN_OVERLAP_SHARE, Span, overlap_share, trace_span
 

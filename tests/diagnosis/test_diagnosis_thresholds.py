@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from yaotu_trace.diagnosis.thresholds import THRESHOLDS, make_thresholds, parse_threshold_options
+from yaotu_trace.axes.thresholds import THRESHOLDS, make_thresholds, parse_threshold_options
 from yaotu_trace.errors import ConfigError
 
 

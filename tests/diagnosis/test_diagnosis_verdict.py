@@ -9,7 +9,8 @@ import pytest
 from diag_factories import burst_columns, make_input, make_trace, thresholds
 
 from yaotu_trace.axes.base import AxisName, AxisResult, EngineSettings, Status
-from yaotu_trace.diagnosis.diagnose import diagnose, run_diagnosis, verdict_of
+from yaotu_trace.commands.diagnose import diagnose_trace as diagnose
+from yaotu_trace.diagnosis.diagnose import run_diagnosis, verdict_of
 from yaotu_trace.render import OutputFormat, render
 
 

@@ -14,8 +14,8 @@ from conftest import run_cli, shared_trace
 from diag_factories import make_metrics, make_trace
 
 from yaotu_trace import ingest
+from yaotu_trace.commands.diagnose import diagnose_trace as diagnose
 from yaotu_trace.data.steplog import StepLog
-from yaotu_trace.diagnosis.diagnose import diagnose
 from yaotu_trace.errors import ExitCode, TraceReadError
 from yaotu_trace.ingest.telemetry import (
     MIN_OVERLAP_SHARE,

@@ -18,8 +18,8 @@ from conftest import shared_trace
 from diag_factories import make_trace
 
 from yaotu_trace.cli import main
+from yaotu_trace.commands.diagnose import diagnose_trace as diagnose
 from yaotu_trace.data.schema import RawTrace, normalize
-from yaotu_trace.diagnosis.diagnose import diagnose
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.sim.generate import GenerateOptions, Scenario, generate
 from yaotu_trace.sim.scenario import Scenario as SimScenario

@@ -24,18 +24,13 @@ def _register_commands(args: list[str] | None = None) -> None:
     names get every command.
     """
     import importlib
-    import importlib.util
 
     wanted = next((a for a in args or [] if not a.startswith("-")), None)
     if wanted in COMMAND_MODULES and not any(a in ("--help", "-h") for a in args or []):
-        module = f"yaotu_trace.cli.{wanted}"
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
-            return
+        importlib.import_module(f"yaotu_trace.cli.{wanted}")
+        return
     for name in COMMAND_MODULES:
-        module = f"yaotu_trace.cli.{name}"
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
+        importlib.import_module(f"yaotu_trace.cli.{name}")
 
 
 def main(argv: list[str] | None = None) -> int:

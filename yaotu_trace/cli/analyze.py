@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
     FormatOpt,
     InputFormatOpt,
@@ -36,11 +36,12 @@ def analyze(
 
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
     """
-    from yaotu_trace.commands.analyze import analyze as analyze_trace
+    from yaotu_trace.commands.analyze import analyze as run
+    from yaotu_trace.commands.load import open_trace
 
     with progress("analyze", quiet) as update:
-        update("reading the trace", 0.0)
-        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
+        loaded = open_trace(trace_input(trace, input_format, map, source_block_size, steps),
+                            lazy_content=True, progress=update)
         update("profiling", 0.5)
-        report = analyze_trace(loaded)
+        report = run(loaded)
     emit(report, format, output)

@@ -18,10 +18,8 @@ from yaotu_trace.render import OutputFormat, render
 # NOTE: the analysis modules (pandas, pyarrow, numba) are imported where a command uses them,
 # so that `trace --help`, `trace models` and a usage error start at once.
 if TYPE_CHECKING:
-    from yaotu_trace.axes.base import EngineSettings
-    from yaotu_trace.data.report import InputSummary, Report
-    from yaotu_trace.data.schema import Trace
-    from yaotu_trace.diagnosis.thresholds import Thresholds
+    from yaotu_trace.commands.load import TraceInput
+    from yaotu_trace.data.report import Report
     from yaotu_trace.ingest.formats import TraceFormat
 
 app = typer.Typer(
@@ -36,108 +34,14 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-# Model FLOP utilisation assumed when the ledger turns FLOPs into GPU-seconds (cost-model §2.4).
-LEDGER_MFU = 0.5
+def trace_input(trace: Path, input_format: TraceFormat | None = None,
+                column_map: list[str] | None = None, source_block_size: int | None = None,
+                steps: Path | None = None) -> TraceInput:
+    """The trace named on the command line and how to read it; the command reads it."""
+    from yaotu_trace.commands.load import TraceInput
 
-
-def diagnosis_settings(
-    *,
-    model: str | None,
-    kv_capacity: str | None,
-    block_size: int | None,
-    preset: str | None,
-    threshold: list[str] | None,
-    kv_bytes_per_token: int | None = None,
-    gpu: str | None = None,
-    **engine: Any,
-) -> tuple[EngineSettings, Thresholds]:
-    """Check the diagnosis options before any work and turn them into engine settings.
-
-    `engine` passes the remaining `EngineSettings` fields of `trace diagnose` through as given;
-    one left out (None) keeps the field's default (the link speed's is `DEFAULT_LINK_GBPS`).
-    """
-    from yaotu_trace.axes.base import EngineSettings
-    from yaotu_trace.diagnosis.thresholds import parse_threshold_options
-
-    thresholds = parse_threshold_options(threshold or [])
-    if preset is not None:
-        from yaotu_trace.replay.rules import rules_for
-
-        rules_for(preset)  # an unknown preset is a one-line ConfigError before any work
-    spec = None
-    if model is not None:
-        from yaotu_trace.catalog.models import find_model
-
-        spec = find_model(model)
-    gpu_spec = None
-    if gpu is not None:
-        from yaotu_trace.catalog.gpus import find_gpu
-
-        gpu_spec = find_gpu(gpu)
-    kv_b = kv_bytes_per_token or (spec.kv_bytes_per_token if spec is not None else None)
-    block = block_size or 16
-    capacity_tokens = None
-    if kv_capacity is not None:
-        from yaotu_trace.catalog.units import parse_capacity
-
-        cap = parse_capacity(kv_capacity)
-        if not cap.unlimited:
-            if cap.unit == "blocks":
-                capacity_tokens = float(int(cap.amount) * block)
-            else:
-                tokens = cap.to_tokens(kv_b)
-                capacity_tokens = None if tokens is None else float(tokens)
-        if capacity_tokens is not None and capacity_tokens < block:
-            raise ConfigError(f"--kv-capacity {kv_capacity!r} holds less than one {block}-token "
-                              "block; give a larger capacity")
-    settings = EngineSettings(
-        block_size_tokens=block,
-        block_size_given=block_size is not None,
-        kv_capacity_tokens=capacity_tokens,
-        kv_bytes_per_token=kv_b,
-        active_params=None if spec is None else spec.active_nonembedding_params,
-        model=None if spec is None else spec.name,
-        replay_preset=preset,
-        gpu=None if gpu_spec is None else gpu_spec.name,
-        gpu_flops_per_s=None if gpu_spec is None else gpu_spec.bf16_flops * LEDGER_MFU,
-        **{name: value for name, value in engine.items() if value is not None},
-    )
-    return settings, thresholds
-
-
-def load(
-    trace: Path,
-    input_format: TraceFormat | None = None,
-    column_map: list[str] | None = None,
-    source_block_size: int | None = None,
-    steps: Path | None = None,
-    *,
-    lazy_content: bool = False,
-) -> Trace:
-    """Read and validate the trace named on the command line.
-
-    `lazy_content=True` (every command but simulate and compare) leaves a Parquet trace's token
-    columns on disk: the replays stream them record batch by record batch, out of core.
-    """
-    from yaotu_trace.ingest import load_trace, parse_column_map
-
-    return load_trace(
-        trace,
-        fmt=input_format,
-        column_map=parse_column_map(column_map or []),
-        source_block_size=source_block_size,
-        steps_path=steps,
-        lazy_content=lazy_content,
-    )
-
-
-def input_of(trace: Trace) -> InputSummary:
-    """The report's input summary, listing columns left on disk too."""
-    from dataclasses import replace
-
-    from yaotu_trace.data.report import input_summary
-
-    return replace(input_summary(trace), columns=trace.column_names)
+    return TraceInput(path=trace, input_format=input_format, column_map=tuple(column_map or ()),
+                      source_block_size=source_block_size, steps=steps)
 
 
 # The report format an output's extension asks for, when --format is not given.
@@ -245,7 +149,7 @@ def paths_of(params: dict[str, Any]) -> tuple[dict[str, Path | None], dict[str, 
 
 def _show_version(value: bool) -> None:
     if value:
-        from yaotu_trace import __version__
+        from yaotu_trace._version import __version__
 
         sys.stdout.write(f"yaotu-trace {__version__}\n")
         raise typer.Exit()

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import (
-    command,
-    diagnosis_settings,
-    emit,
-    load,
-    report_format,
-    write_atomically,
-)
+from yaotu_trace.cli.app import command, emit, report_format, trace_input, write_atomically
 from yaotu_trace.cli.options import (
     BlockSizeOpt,
     FormatOpt,
@@ -33,12 +25,9 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.errors import ConfigError, ExitCode
-from yaotu_trace.gate.check import FailOn
+from yaotu_trace.errors import ExitCode
+from yaotu_trace.gate.fail_on import FailOn
 from yaotu_trace.render import OutputFormat
-
-if TYPE_CHECKING:
-    from yaotu_trace.data.schema import Trace
 
 ConfigOpt = Annotated[
     Path | None,
@@ -63,31 +52,6 @@ MarkdownOpt = Annotated[
     Path | None,
     typer.Option("--markdown", help="Also write Markdown (CI step summary, PR comment)."),
 ]
-
-
-def diagnosis_builder(
-    trace: Trace,
-    *,
-    metrics: Path | None,
-    model: str | None,
-    kv_capacity: str | None,
-    block_size: int | None,
-    preset: str | None,
-    threshold: list[str] | None,
-) -> Callable[[], Any]:
-    """Validate the diagnosis options now; return a builder of the `trace diagnose` report."""
-    from yaotu_trace.diagnosis.diagnose import diagnose
-    from yaotu_trace.ingest.metrics import read_metrics
-
-    settings, thresholds = diagnosis_settings(model=model, kv_capacity=kv_capacity,
-                                              block_size=block_size, preset=preset,
-                                              threshold=threshold)
-    engine_metrics = read_metrics(metrics) if metrics is not None else None
-
-    def build() -> Any:
-        return diagnose(trace, metrics=engine_metrics, settings=settings, thresholds=thresholds)
-
-    return build
 
 
 @command()
@@ -128,22 +92,13 @@ def check(
 
       trace check sim.parquet --steps steps.parquet --fail-on bottleneck
     """
-    from yaotu_trace.gate.check import CheckConfig, check_trace, load_baseline, load_config
+    from yaotu_trace.commands.check import check as run
 
-    cfg = load_config(config) if config is not None else CheckConfig()
-    base = load_baseline(baseline) if baseline is not None else None
-    if not cfg.checks and base is None and (fail_on or cfg.fail_on) is None:
-        raise ConfigError("nothing to check: give --config with [[check]] entries, "
-                          "--baseline, or --fail-on (see docs/ci.md)")
     with progress("check", quiet) as update:
-        update("reading the trace", 0.0)
-        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
-        build = diagnosis_builder(loaded, metrics=metrics, model=model,
-                                  kv_capacity=kv_capacity, block_size=block_size, preset=preset,
-                                  threshold=threshold)
-        update("analyzing", 0.3)
-        report = check_trace(loaded, cfg, base, baseline_path=None if baseline is None
-                             else str(baseline), fail_on=fail_on, diagnose_report=build)
+        report = run(trace_input(trace, input_format, map, source_block_size, steps),
+                     config=config, baseline=baseline, fail_on=fail_on, metrics=metrics,
+                     model=model, kv_capacity=kv_capacity, block_size_tokens=block_size,
+                     preset=preset, threshold=threshold or (), progress=update)
     if junit is not None:
         from yaotu_trace.render.junit import render_junit
 
@@ -157,7 +112,7 @@ def check(
     if output is not None or report_format(format, output) is not OutputFormat.TABLE:
         # The table ends with this line; other outputs get it on stderr for the CI log.
         from yaotu_trace.data.report import to_builtins
-        from yaotu_trace.render.console_check import summary_line
+        from yaotu_trace.render.views.checks import summary_line
 
         sys.stderr.write(f"trace check: {summary_line(to_builtins(section))}\n")
     failed = section.failed

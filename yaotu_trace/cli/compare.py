@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
     FormatOpt,
     GpuOpt,
@@ -46,22 +46,9 @@ def compare(
 
       trace compare conversation_trace.jsonl --scenario chunked.toml --scenario pd.toml
     """
-    from yaotu_trace.data.report import input_summary
-    from yaotu_trace.sim.scenario import Scenario, load_scenario
-    from yaotu_trace.sim.scenario import compare as compare_scenarios
+    from yaotu_trace.commands.compare import compare as run
 
-    defaults = Scenario(model=model, gpu=gpu)
-    scenarios = [defaults.merged(load_scenario(path)) for path in scenario]
     with progress("compare", quiet) as update:
-        update("reading the trace", 0.0)
-        loaded = load(trace, input_format, map, source_block_size)
-        section = compare_scenarios(loaded, scenarios, progress=update)
-    from yaotu_trace.data.report import Report
-
-    report = Report(
-        command="compare",
-        input=input_summary(loaded),
-        config={"scenarios": [str(p) for p in scenario], "baseline": section.scenarios[0].scenario},
-        sections={"comparison": section},
-    )
+        report = run(trace_input(trace, input_format, map, source_block_size), scenarios=scenario,
+                     model=model, gpu=gpu, progress=update)
     emit(report, format, output)

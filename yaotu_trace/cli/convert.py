@@ -11,9 +11,6 @@ import typer
 from yaotu_trace.cli.app import command
 from yaotu_trace.cli.options import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg
 from yaotu_trace.cli.progress import QuietOpt
-from yaotu_trace.errors import ConfigError, TraceReadError
-
-WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
 
 @command()
@@ -47,18 +44,11 @@ def convert(
 
       trace convert spans.json --input-format otel --out requests.jsonl
     """
-    from yaotu_trace.ingest import parse_column_map
-    from yaotu_trace.ingest.convert import convert_trace
+    from yaotu_trace.commands.convert import convert as run
 
-    if out.suffix.lower() not in WRITABLE_SUFFIXES:
-        raise ConfigError(
-            f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
-            "end the name with .parquet, .jsonl or .csv"
-        )
-    if not trace.exists():
-        raise TraceReadError(f"{trace}: no such file; check the path")
-    done = convert_trace(trace, out, fmt=input_format, column_map=parse_column_map(map or []),
-                         source_block_size=source_block_size)
+    report = run(trace, out=out, input_format=input_format, column_map=map or (),
+                 source_block_size=source_block_size)
+    done = report.sections["conversion"]
     for note in done.notes:
         sys.stderr.write(f"note: {note}\n")
     how = f", read in {done.parts} parts" if done.parts > 1 else ""

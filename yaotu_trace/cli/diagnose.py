@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, diagnosis_settings, emit, load
+from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
     BlockSizeOpt,
     DaskOpt,
@@ -82,27 +82,14 @@ def diagnose(
       trace diagnose sim.parquet --steps steps.parquet --model Llama-3.1-8B --gpu H100
       --link-gbps 400
     """
-    from yaotu_trace.diagnosis.diagnose import diagnose as run
-    from yaotu_trace.ingest.metrics import read_metrics
+    from yaotu_trace.commands.diagnose import diagnose as run
 
-    settings, thresholds = diagnosis_settings(
-        model=model,
-        kv_capacity=kv_capacity,
-        block_size=block_size,
-        preset=preset,
-        threshold=threshold,
-        kv_bytes_per_token=kv_bytes_per_token,
-        gpu=gpu,
-        max_num_seqs=max_num_seqs,
-        max_batched_tokens=max_batched_tokens,
-        link_gbps=link_gbps,
-        replay_jobs=jobs,
-        replay_dask=dask,
-    )
     with progress("diagnose", quiet) as update:
-        update("reading the telemetry and the trace", 0.0)
-        engine_metrics = read_metrics(metrics) if metrics is not None else None
-        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
-        update("judging the axes", 0.3)
-        report = run(loaded, metrics=engine_metrics, settings=settings, thresholds=thresholds)
+        report = run(
+            trace_input(trace, input_format, map, source_block_size, steps), metrics=metrics,
+            model=model, kv_bytes_per_token=kv_bytes_per_token, kv_capacity=kv_capacity,
+            block_size_tokens=block_size, max_num_seqs=max_num_seqs,
+            max_batched_tokens=max_batched_tokens, gpu=gpu, link_gbps=link_gbps, preset=preset,
+            threshold=threshold or (), jobs=jobs, dask=dask, progress=update,
+        )
     emit(report, format, output)

@@ -3,66 +3,61 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, write_atomically
+from yaotu_trace.cli.app import command
 from yaotu_trace.cli.progress import QuietOpt
-from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import STDOUT
 from yaotu_trace.sim.workloads import DEFAULT_MODEL, Scenario
 
-WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
+if TYPE_CHECKING:
+    from yaotu_trace.commands.generate import GeneratedTrace
+
+
+ScenarioArg = Annotated[
+    Scenario,
+    typer.Argument(help="Workload to generate (listed above).", metavar="SCENARIO",
+                   case_sensitive=False, show_default=False),
+]
+OutOpt = Annotated[
+    Path,
+    typer.Option("--out", "-o", help="Output file; the extension picks the format: .parquet, "
+                 ".jsonl or .csv. '-' writes JSONL to stdout.", show_default=False),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.", min=0)]
+RequestsOpt = Annotated[
+    int | None,
+    typer.Option("--requests", "-n", help="Number of requests [default: per scenario].", min=1),
+]
+RateOpt = Annotated[
+    float | None,
+    typer.Option("--rate", help="Mean arrival rate in requests/s [default: per scenario]."),
+]
+TenantsOpt = Annotated[
+    int | None,
+    typer.Option("--tenants", help="Number of tenants [default: per scenario].", min=1),
+]
+ModelColumnOpt = Annotated[str, typer.Option("--model", help="Value of the model column.")]
+StepsOutOpt = Annotated[
+    Path | None,
+    typer.Option("--steps-out", help="Step log of a diag-* scenario's simulated run (.parquet, "
+                 ".jsonl or .csv).", show_default=False),
+]
 
 
 @command()
 def generate(
-    scenario: Annotated[
-        Scenario,
-        typer.Argument(
-            help="Workload to generate (listed above).",
-            metavar="SCENARIO",
-            case_sensitive=False,
-            show_default=False,
-        ),
-    ],
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Output file; the extension picks the format: .parquet, .jsonl or .csv. "
-            "'-' writes JSONL to stdout.",
-            show_default=False,
-        ),
-    ],
-    seed: Annotated[int, typer.Option("--seed", help="Random seed.", min=0)] = 0,
-    requests: Annotated[
-        int | None,
-        typer.Option("--requests", "-n", help="Number of requests [default: per scenario].", min=1),
-    ] = None,
-    rate: Annotated[
-        float | None,
-        typer.Option("--rate", help="Mean arrival rate in requests/s [default: per scenario]."),
-    ] = None,
-    tenants: Annotated[
-        int | None,
-        typer.Option("--tenants", help="Number of tenants [default: per scenario].", min=1),
-    ] = None,
-    model: Annotated[str, typer.Option("--model", help="Value of the model column.")] = (
-        DEFAULT_MODEL
-    ),
-    steps_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--steps-out",
-            help="Step log of a diag-* scenario's simulated run (.parquet, .jsonl or .csv).",
-            show_default=False,
-        ),
-    ] = None,
+    scenario: ScenarioArg,
+    out: OutOpt,
+    seed: SeedOpt = 0,
+    requests: RequestsOpt = None,
+    rate: RateOpt = None,
+    tenants: TenantsOpt = None,
+    model: ModelColumnOpt = DEFAULT_MODEL,
+    steps_out: StepsOutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Write a synthetic trace: token-level prompts, lengths, arrivals, tenants and sessions.
@@ -98,52 +93,20 @@ def generate(
 
       trace generate diag-kv-churn --out churn.parquet --steps-out churn.steps.parquet
     """
-    from yaotu_trace.data.canonical import write_trace
-    from yaotu_trace.sim.generate import ENGINES, GenerateOptions
-    from yaotu_trace.sim.generate import generate_with_steps as build
+    from yaotu_trace.commands.generate import generate as run
 
-    if out != STDOUT and out.suffix.lower() not in WRITABLE_SUFFIXES:
-        raise ConfigError(
-            f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
-            "end the name with .parquet, .jsonl or .csv (or pass '-' for JSONL on stdout)"
-        )
-    if steps_out is not None:
-        if scenario not in ENGINES:
-            raise ConfigError(
-                f"--steps-out: scenario {scenario.value} has no engine run; only the diag-* "
-                "scenarios are simulated"
-            )
-        if steps_out.suffix.lower() not in WRITABLE_SUFFIXES:
-            raise ConfigError(
-                f"--steps-out {steps_out}: end the name with .parquet, .jsonl or .csv"
-            )
-    options = GenerateOptions(
-        scenario=scenario,
-        seed=seed,
-        requests=requests,
-        rate_per_s=rate,
-        tenants=tenants,
-        model=model,
-    )
-    table, steps = build(options)
-    if out == STDOUT:
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "trace.jsonl"
-            write_trace(table, path)
-            write_atomically(STDOUT, path.read_text(encoding="utf-8"))
-    else:
-        write_trace(table, out)
-    if steps_out is not None and steps is not None:
-        write_trace(steps, steps_out)
-    if quiet:
-        return
-    span_s = float(table["arrival_s"].iloc[-1])
-    rate_per_s = (len(table) - 1) / span_s if span_s > 0 else float("nan")
-    sys.stderr.write(
-        f"generated {len(table)} {scenario.value} requests (seed {seed}): "
-        f"{table['tenant'].nunique()} tenants, {table['session_id'].nunique()} sessions, "
-        f"{int(table['prompt_len'].sum()):,} prompt tokens, {span_s:,.1f} s at "
-        f"{rate_per_s:.2f} req/s -> {'stdout' if out == STDOUT else out}"
-        + (f", step log -> {steps_out}" if steps_out is not None and steps is not None else "")
-        + "\n"
+    report = run(scenario, out=out, steps_out=steps_out, seed=seed, requests=requests,
+                 rate_per_s=rate, tenants=tenants, model=model)
+    if not quiet:
+        sys.stderr.write(summary_line(report.sections["generated"]) + "\n")
+
+
+def summary_line(done: GeneratedTrace) -> str:
+    """What was generated, for stderr: the population, the span and rate, where it went."""
+    return (
+        f"generated {done.requests} {done.scenario} requests (seed {done.seed}): "
+        f"{done.tenants} tenants, {done.sessions} sessions, "
+        f"{done.prompt_tokens:,} prompt tokens, {done.span_s:,.1f} s at "
+        f"{done.rate_per_s:.2f} req/s -> {'stdout' if done.out == str(STDOUT) else done.out}"
+        + (f", step log -> {done.steps_out}" if done.steps_out is not None else "")
     )

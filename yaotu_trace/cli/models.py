@@ -4,38 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
 
-from yaotu_trace.catalog.models import ModelSpec, load_catalog
+from yaotu_trace.catalog.models import ModelSpec
 from yaotu_trace.cli.app import command, report_format, write_atomically
 from yaotu_trace.cli.options import FormatOpt, OutputOpt
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import STDOUT
 from yaotu_trace.render import OutputFormat, fmt
-
-_CONTEXT_TOKENS = 32_768
-
-
-def _row(spec: ModelSpec) -> dict[str, Any]:
-    """One catalog entry as JSON-ready builtins."""
-    kv = spec.kv_bytes_per_token
-    return {
-        "name": spec.name,
-        "aliases": list(spec.aliases),
-        "attention": spec.attention,
-        "layers": spec.layers,
-        "kv_heads": spec.kv_heads,
-        "head_dim": spec.head_dim,
-        "kv_lora_rank": spec.kv_lora_rank,
-        "qk_rope_head_dim": spec.qk_rope_head_dim,
-        "kv_dtype_bytes": spec.kv_dtype_bytes,
-        "kv_bytes_per_token": kv,
-        "kv_bytes_at_32k_tokens": kv * _CONTEXT_TOKENS,
-        "sliding_window_tokens": spec.sliding_window_tokens,
-        "total_params": spec.total_params,
-        "active_nonembedding_params": spec.active_nonembedding_params,
-    }
 
 
 def _shape(spec: ModelSpec) -> str:
@@ -49,15 +25,18 @@ def _params(total: int, active: int) -> str:
 
 
 def _text(fmt_choice: OutputFormat) -> str:
-    specs = load_catalog()
+    from yaotu_trace.commands.models import CONTEXT_TOKENS, models
+
+    catalog = models()
+    specs = catalog.models
     if fmt_choice is OutputFormat.JSON:
-        from yaotu_trace import __version__
+        from yaotu_trace._version import __version__
         from yaotu_trace.data.report import SCHEMA_VERSION
 
         # The envelope every JSON document of the tool opens with (docs/json.md).
         doc = {"schema_version": SCHEMA_VERSION,
                "tool": {"name": "yaotu-trace", "version": __version__}, "command": "models",
-               "models": [_row(s) for s in specs], "kv_dtype": "bf16 unless kv_dtype_bytes says"}
+               "models": catalog.rows(), "kv_dtype": "bf16 unless kv_dtype_bytes says"}
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
     if fmt_choice is OutputFormat.HTML:
         raise ConfigError("trace models has no html format; use table, json or markdown")
@@ -68,7 +47,7 @@ def _text(fmt_choice: OutputFormat) -> str:
         kv = s.kv_bytes_per_token
         note = f" (SWA {s.sliding_window_tokens // 1024}k)" if s.sliding_window_tokens else ""
         rows.append([s.name, s.attention.upper(), str(s.layers), _shape(s), fmt.count(kv) + note,
-                     fmt.bytes_(kv * _CONTEXT_TOKENS),
+                     fmt.bytes_(kv * CONTEXT_TOKENS),
                      _params(s.total_params, s.active_nonembedding_params)])
     footer = ("KV bytes per token: 2 · layers · KV heads · head dim · dtype bytes (MLA: "
               "(kv_lora_rank + rope dim) · layers · dtype bytes); bf16 KV. Pass --model NAME "

@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, emit, load
-from yaotu_trace.cli.check import diagnosis_builder
+from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
     BlockSizeOpt,
     InputFormatOpt,
@@ -63,12 +62,11 @@ def report(
 
       trace report sim.parquet --steps steps.parquet --kv-capacity 20000 -o report.html
     """
-    from yaotu_trace.commands.report import build_report
+    from yaotu_trace.commands.report import report as run
 
     with progress("report", quiet) as update:
-        update("reading the trace", 0.0)
-        loaded = load(trace, input_format, map, source_block_size, steps, lazy_content=True)
-        build = diagnosis_builder(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
-                                  block_size=block_size, preset=preset, threshold=threshold)
-        result = build_report(loaded, diagnose_report=build, progress=update)
+        result = run(trace_input(trace, input_format, map, source_block_size, steps),
+                     metrics=metrics, model=model, kv_capacity=kv_capacity,
+                     block_size_tokens=block_size, preset=preset, threshold=threshold or (),
+                     progress=update)
     emit(result, format, output, default=OutputFormat.HTML)

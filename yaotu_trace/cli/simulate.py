@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, emit, load
+from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
     FormatOpt,
     GpuOpt,
@@ -20,13 +20,10 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim.config import RoutePolicy, SchedulerKind
 
 if TYPE_CHECKING:
     from yaotu_trace.sim.scenario import Scenario
-
-OUT_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
 KvBlocksOpt = Annotated[int | None, typer.Option(
     "--kv-blocks", help="KV blocks per instance (vLLM num_gpu_blocks); default from GPU memory, "
@@ -89,14 +86,6 @@ def scenario_from_options(**options: object) -> Scenario:
     return Scenario(**values)  # type: ignore[arg-type]
 
 
-def check_out(path: Path, option: str) -> None:
-    """Fail before simulating when an output's extension names no table format (its folder
-    and writability are checked for every command by `cli.app.command`)."""
-    if path.suffix.lower() not in OUT_SUFFIXES:
-        raise ConfigError(f"{option} {path}: write .parquet, .jsonl or .csv, not "
-                          f"'{path.suffix or '(no extension)'}'")
-
-
 @command()
 def simulate(
     trace: TraceArg,
@@ -150,13 +139,8 @@ def simulate(
       trace simulate chat.parquet --model Qwen2.5-7B --gpu A100 --kv-blocks 4000
       --no-chunked-prefill --out sim.parquet
     """
-    from yaotu_trace.data.canonical import write_trace
-    from yaotu_trace.data.report import input_summary
-    from yaotu_trace.sim.scenario import load_scenario, run_scenario
+    from yaotu_trace.commands.simulate import simulate as run
 
-    check_out(out, "--out")
-    if steps_out is not None:
-        check_out(steps_out, "--steps-out")
     given = scenario_from_options(
         model=model, gpu=gpu, kv_blocks=kv_blocks, block_size=block_size,
         max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
@@ -166,22 +150,8 @@ def simulate(
         scheduler=scheduler, gpu_memory_utilization=gpu_memory_utilization, tp=tp, mfu=mfu,
         mbu=mbu, overhead_ms=overhead_ms, host_gap_ms=host_gap_ms, calibrate=calibrate,
     )
-    chosen = load_scenario(scenario).merged(given) if scenario is not None else given
     with progress("simulate", quiet) as update:
-        update("reading the trace", 0.0)
-        loaded = load(trace, input_format, map, source_block_size)
-        update("simulating", 0.3)
-        run = run_scenario(loaded, chosen)
-        update("writing the timed trace", 0.9)
-        write_trace(run.requests, out, source_block_size=loaded.source_block_size)
-        if steps_out is not None:
-            write_trace(run.steps, steps_out)
-    from yaotu_trace.data.report import Report
-
-    report = Report(
-        command="simulate",
-        input=input_summary(loaded),
-        config={"scenario": chosen, "engine": run.resolved.config.to_dict()},
-        sections={"simulation": run.summary},
-    )
+        report = run(trace_input(trace, input_format, map, source_block_size), out=out,
+                     scenario=given, scenario_file=scenario, steps_out=steps_out,
+                     progress=update)
     emit(report, format, output)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, emit, input_of, load
+from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
     CacheOutputsOpt,
     CachePartialOpt,
@@ -27,7 +27,6 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.errors import ConfigError
 
 
 @command()
@@ -68,46 +67,13 @@ def sweep(
 
       trace sweep chat.parquet --scope instance --instances 8 --format json -o curve.json
     """
-    from yaotu_trace.catalog.models import find_model
-    from yaotu_trace.replay import effective_rules
-    from yaotu_trace.replay.sweep_trace import sweep_trace
+    from yaotu_trace.commands.sweep import sweep as run
 
-    kv: int | None = kv_bytes_per_token
-    model_name: str | None = None
-    if model is not None:
-        spec = find_model(model)
-        model_name = spec.name
-        if kv is not None and kv != spec.kv_bytes_per_token:
-            raise ConfigError(
-                f"--model {spec.name} has {spec.kv_bytes_per_token} KV bytes per token but "
-                f"--kv-bytes-per-token says {kv}; pass only one of them"
-            )
-        kv = spec.kv_bytes_per_token
     with progress("sweep", quiet) as update:
-        update("reading the trace", 0.0)
-        loaded = load(trace, input_format, map, source_block_size, None, lazy_content=True)
-    rules, preset_name, notes = effective_rules(
-        loaded, preset,
-        block_size_tokens=block_size,
-        touch_order=touch_order,
-        last_token_rule=last_token_rule,
-        cache_partial_blocks=cache_partial_blocks,
-        cache_outputs=cache_outputs,
-        scope=scope,
-        instances=instances,
-        route=route,
-    )
-    with progress("sweep", quiet) as update:
-        update("sweeping every capacity", 0.2)
-        section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
-                                 model=model_name, kv_bytes_per_token=kv, notes=notes)
-    from yaotu_trace.data.report import Report
-
-    report = Report(
-        command="sweep",
-        input=input_of(loaded),
-        config={"preset": preset_name, "rules": section.rules, "model": model_name,
-                "kv_bytes_per_token": kv, "points": points},
-        sections={"capacity_curve": section},
-    )
+        report = run(trace_input(trace, input_format, map, source_block_size), preset=preset,
+                     block_size_tokens=block_size, touch_order=touch_order,
+                     last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
+                     cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
+                     model=model, kv_bytes_per_token=kv_bytes_per_token, points=points,
+                     progress=update)
     emit(report, format, output)

@@ -1,17 +1,23 @@
-"""Orchestration: trace in, `Report` out. No formatting and no terminal here."""
+"""`trace analyze`: the workload profile of a trace, and every section registered with it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from yaotu_trace.commands.load import Progress, TraceInput, open_trace, tell
 from yaotu_trace.data.report import Report, input_summary
-from yaotu_trace.data.schema import Trace
-from yaotu_trace.profile.workload import profile_trace
+
+if TYPE_CHECKING:
+    from yaotu_trace.commands.load import TraceSource
+    from yaotu_trace.data.schema import Trace
 
 # Extra sections of `trace analyze`, in report order: name → builder(trace) or None to skip.
-# Later analyses (prefix reuse, the four axes) register here.
-AnalyzeSection = Callable[[Trace], Any]
+# Later analyses register here.
+AnalyzeSection = Callable[["Trace"], Any]
+
+
 def _prefix_reuse(trace: Trace) -> Any:
     from yaotu_trace.replay.overview import reuse_overview
 
@@ -21,18 +27,22 @@ def _prefix_reuse(trace: Trace) -> Any:
 ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"prefix_reuse": _prefix_reuse}
 
 
-def analyze(trace: Trace) -> Report:
+def analyze(trace: TraceSource, *, progress: Progress | None = None) -> Report:
     """`trace analyze`: the workload profile plus every registered section that applies.
 
     A step log from another run is refused, and one partly outside the trace noted
     (`ingest.telemetry.fit_telemetry`)."""
     from yaotu_trace.ingest.telemetry import fit_telemetry
+    from yaotu_trace.profile.workload import profile_trace
 
-    if trace.steps is not None:
-        trace = fit_telemetry(trace).trace
-    sections: dict[str, Any] = {"profile": profile_trace(trace)}
+    loaded = open_trace(trace, lazy_content=True, progress=progress)
+    if isinstance(trace, TraceInput | str | Path):  # else read already (as the CLI does)
+        tell(progress, "profiling", 0.5)
+    if loaded.steps is not None:
+        loaded = fit_telemetry(loaded).trace
+    sections: dict[str, Any] = {"profile": profile_trace(loaded)}
     for name, build in ANALYZE_SECTIONS.items():
-        section = build(trace)
+        section = build(loaded)
         if section is not None:
             sections[name] = section
-    return Report(command="analyze", input=input_summary(trace), sections=sections)
+    return Report(command="analyze", input=input_summary(loaded), sections=sections)

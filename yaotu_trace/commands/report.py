@@ -2,17 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from yaotu_trace.commands.load import Progress, open_trace, tell
 from yaotu_trace.data.report import Report, input_summary
-from yaotu_trace.data.schema import Trace
-from yaotu_trace.profile.figures import plot_data
+
+if TYPE_CHECKING:
+    from yaotu_trace.commands.load import TraceSource
+    from yaotu_trace.data.schema import Trace
 
 # Capacities of the hit-ratio curve in the report (log-spaced; knee and shares added).
 CURVE_POINTS = 40
+# The diagnosis' sections the report shows.
+DIAGNOSIS_SECTIONS = ("principal", "verdict", "axes", "ledger", "findings")
 
-Progress = Callable[[str, float], None]
+
+def report(
+    trace: TraceSource,
+    *,
+    metrics: Path | None = None,
+    model: str | None = None,
+    kv_capacity: str | None = None,
+    block_size_tokens: int | None = None,
+    preset: str | None = None,
+    threshold: Sequence[str] = (),
+    progress: Progress | None = None,
+) -> Report:
+    """`trace report`: what the HTML report shows (its default format), with the diagnosis
+    under the diagnosis options (`trace diagnose`'s meaning)."""
+    from yaotu_trace.commands.diagnose import diagnosis_of
+
+    loaded = open_trace(trace, lazy_content=True, progress=progress)
+    diagnosis = diagnosis_of(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
+                             block_size_tokens=block_size_tokens, preset=preset,
+                             threshold=threshold)
+    return build_report(loaded, diagnose_report=diagnosis, progress=progress)
 
 
 def build_report(
@@ -22,57 +50,62 @@ def build_report(
     kv_capacity_tokens: float | None = None,
     progress: Progress | None = None,
 ) -> Report:
-    """`trace report`: profile, prefix replay, capacity curve, diagnosis and the plot data."""
+    """The report of a trace read: profile, diagnosis (when `diagnose_report` is given), prefix
+    replay, capacity curve and the plot data."""
+    from yaotu_trace.profile.figures import plot_data
     from yaotu_trace.profile.workload import profile_trace
     from yaotu_trace.replay import effective_rules, replay_trace_with_requests
     from yaotu_trace.replay.sweep_trace import sweep_trace
 
-    def step(name: str, share: float) -> None:
-        if progress is not None:
-            progress(name, share)
-
     sections: dict[str, Any] = {}
-    step("profile", 0.0)
+    tell(progress, "profile", 0.0)
     sections["profile"] = profile_trace(trace)
-    diag = None
+    diagnosis = None
     if diagnose_report is not None:
-        step("diagnosis", 0.1)
-        diag = diagnose_report().to_dict()
-        for key in ("principal", "verdict", "axes", "ledger", "findings"):
-            if key in diag:
-                sections[key] = diag[key]
+        tell(progress, "diagnosis", 0.1)
+        diagnosis = diagnose_report().sections
+        sections.update({k: diagnosis[k] for k in DIAGNOSIS_SECTIONS if k in diagnosis})
     hit_tokens = None
     config: dict[str, Any] = {}
     if trace.content_column is not None:
-        step("prefix replay", 0.4)
+        tell(progress, "prefix replay", 0.4)
         rules, preset, notes = effective_rules(trace)
         summary, table = replay_trace_with_requests(trace, rules, preset=preset, notes=notes)
         sections["prefix_reuse"] = summary.to_dict()
         hit_tokens = table.to_columns()["hit_tokens"]
         config = {"preset": preset, "rules": rules.to_dict()}
         if rules.eviction == "lru":
-            step("capacity sweep", 0.7)
+            tell(progress, "capacity sweep", 0.7)
             curve, _ = sweep_trace(trace, rules.with_(capacity_blocks=None), preset=preset or "",
                                    points=CURVE_POINTS, notes=notes)
             sections["capacity_curve"] = curve
     capacity = kv_capacity_tokens
-    if capacity is None and diag is not None:
-        capacity = _kv_capacity(diag)
-    step("plots", 0.9)
+    if capacity is None and diagnosis is not None:
+        capacity = kv_capacity_of(diagnosis.get("axes"))
+    tell(progress, "plots", 0.9)
     sections["plots"] = plot_data(trace, hit_tokens, capacity)
     config["kv_capacity_tokens"] = capacity
-    step("done", 1.0)
+    tell(progress, "done", 1.0)
     return Report(command="report", input=input_summary(trace), config=config,
                   sections=sections)
 
 
-def _kv_capacity(diag: dict[str, Any]) -> float | None:
-    """The KV pool the diagnosis found (step log, metrics or --kv-capacity), in tokens."""
-    axes = diag.get("axes")
-    items = axes if isinstance(axes, list) else [
-        {"name": k, **v} for k, v in (axes or {}).items() if isinstance(v, dict)]
-    for axis in items:
-        if axis.get("name") == "kv_memory":
-            value = (axis.get("metrics") or {}).get("kv_capacity_tokens")
-            return float(value) if isinstance(value, int | float) else None
+def kv_capacity_of(axes: Any) -> float | None:
+    """The KV pool the diagnosis found (step log, metrics or --kv-capacity), in tokens: the
+    `kv_memory` axis' `kv_capacity_tokens`, from its list or its mapping form."""
+    items = list(axes.items()) if isinstance(axes, Mapping) else [
+        (_field(axis, "name"), axis) for axis in axes or ()]
+    for name, axis in items:
+        if str(name) == "kv_memory":
+            value = _field(_field(axis, "metrics"), "kv_capacity_tokens")
+            if isinstance(value, numbers.Real) and math.isfinite(value):
+                return float(value)
+            return None
     return None
+
+
+def _field(value: Any, name: str) -> Any:
+    """A field of a section value, or a key of its mapping form."""
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)

@@ -123,7 +123,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document: schema_version, tool, command, input, config, sections."""
-        from yaotu_trace import __version__
+        from yaotu_trace._version import __version__
 
         doc: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,

@@ -427,22 +427,46 @@ def _in_source_terms(message: str, source_names: Mapping[str, str]) -> str:
 
 
 def _normalize(raw: RawTrace, path: str) -> Trace:
+    """Validate in phases, each failing on the first bad row it finds: lists, required
+    columns, types, ids, lengths; then sort by arrival."""
     df = raw.requests.reset_index(drop=True)
     rows_read = len(df)
-    notes = list(raw.notes)
     label = raw.row_label
     if rows_read == 0:
         raise TraceSchemaError(f"{path}: the trace has no requests; check the file is not empty")
+    lists = _list_columns(df, path, label)
+    if "prompt_len" not in df.columns and "prompt_tokens" in lists:
+        lengths = pa.compute.list_value_length(series_arrow(lists["prompt_tokens"]))
+        df = df.assign(prompt_len=pd.array(lengths.to_pylist(), dtype="Int64"))
+    _require_columns(df, path)
+    out = _typed_columns(df, path, label)
+    out.update(lists)
+    out["request_id"] = _request_ids(out.get("request_id"), df, path, label)
+    _check_token_lengths(out, df, path, label)
+    _check_block_ids(out, df, path, label, raw.source_block_size)
+    table, notes = _in_arrival_order(out, list(raw.notes))
+    return Trace(
+        requests=table,
+        path=path,
+        format_name=raw.format_name,
+        source_block_size=raw.source_block_size,
+        notes=tuple(notes),
+        rows_read=rows_read,
+    )
 
+
+def _list_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Series]:
+    """The token-list columns as Arrow lists; one missing in every row counts as absent."""
     lists: dict[str, pd.Series] = {}
     for column in LIST_COLUMNS:
         if column in df.columns:
             series = _arrow_list(df, column, path, label)
-            if series.notna().any():  # missing in every row: as if the column were absent
+            if series.notna().any():
                 lists[column] = series
-    if "prompt_len" not in df.columns and "prompt_tokens" in lists:
-        lengths = pa.compute.list_value_length(series_arrow(lists["prompt_tokens"]))
-        df = df.assign(prompt_len=pd.array(lengths.to_pylist(), dtype="Int64"))
+    return lists
+
+
+def _require_columns(df: pd.DataFrame, path: str) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise TraceSchemaError(
@@ -452,6 +476,9 @@ def _normalize(raw: RawTrace, path: str) -> Trace:
             f"rename with --map {missing[0]}=<source column> or pass --input-format"
         )
 
+
+def _typed_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Series]:
+    """Numbers and strings in their canonical dtypes; every request has its three numbers."""
     out: dict[str, pd.Series] = {}
     for column in FLOAT_COLUMNS:
         if column in df.columns:
@@ -467,55 +494,71 @@ def _normalize(raw: RawTrace, path: str) -> Trace:
     for column in STRING_COLUMNS:
         if column in df.columns:
             out[column] = df[column].astype("string")
-    out.update(lists)
+    return out
 
-    if "request_id" not in out:
-        out["request_id"] = pd.Series([f"r{i}" for i in range(rows_read)], dtype="string")
-    else:
-        ids = out["request_id"]
-        if ids.isna().any():
-            _fail(path, df, int(np.flatnonzero(ids.isna().to_numpy())[0]), label, "request_id",
-                  "value is missing; give every request an id or drop the column")
-        dup = ids.duplicated(keep=False).to_numpy()
-        if dup.any():
-            first = int(np.flatnonzero(dup)[0])
-            again = int(np.flatnonzero(dup & (ids.to_numpy() == ids.iloc[first]))[1])
-            _fail(path, df, again, label, "request_id",
-                  f"duplicate id {ids.iloc[first]!r} (also at {_locate(df, first, label)}); "
-                  "request ids must be unique")
 
+def _request_ids(ids: pd.Series | None, df: pd.DataFrame, path: str, label: str) -> pd.Series:
+    """The given ids, each present and unique, or `r0, r1, ...` when the trace has none."""
+    if ids is None:
+        return pd.Series([f"r{i}" for i in range(len(df))], dtype="string")
+    if ids.isna().any():
+        _fail(path, df, int(np.flatnonzero(ids.isna().to_numpy())[0]), label, "request_id",
+              "value is missing; give every request an id or drop the column")
+    dup = ids.duplicated(keep=False).to_numpy()
+    if dup.any():
+        first = int(np.flatnonzero(dup)[0])
+        again = int(np.flatnonzero(dup & (ids.to_numpy() == ids.iloc[first]))[1])
+        _fail(path, df, again, label, "request_id",
+              f"duplicate id {ids.iloc[first]!r} (also at {_locate(df, first, label)}); "
+              "request ids must be unique")
+    return ids
+
+
+def _check_token_lengths(out: dict[str, pd.Series], df: pd.DataFrame, path: str,
+                         label: str) -> None:
+    """`prompt_len` equals the number of ids in `prompt_tokens` wherever both are given."""
+    if "prompt_tokens" not in out:
+        return
     prompt_len = out["prompt_len"].to_numpy(dtype=np.int64)
-    if "prompt_tokens" in out:
-        offsets, _ = list_arrays(out["prompt_tokens"])
-        lengths = np.diff(offsets)
-        has = out["prompt_tokens"].notna().to_numpy()
-        bad = np.flatnonzero(has & (lengths != prompt_len))
-        if bad.size:
-            pos = int(bad[0])
-            _fail(path, df, pos, label, "prompt_len",
-                  f"{prompt_len[pos]} disagrees with the {lengths[pos]} ids in 'prompt_tokens'; "
-                  "fix the length or the token list")
-    if "prompt_block_ids" in out:
-        size = raw.source_block_size
-        if size is None or size < 1:
-            raise TraceSchemaError(
-                f"{path}: column 'prompt_block_ids' needs the trace's source block size; "
-                "pass --source-block-size N (tokens per id)"
-            )
-        offsets, _ = list_arrays(out["prompt_block_ids"])
-        lengths = np.diff(offsets)
-        has = out["prompt_block_ids"].notna().to_numpy()
-        low, high = prompt_len // size, -(-prompt_len // size)
-        bad = np.flatnonzero(has & ((lengths < low) | (lengths > high)))
-        if bad.size:
-            pos = int(bad[0])
-            _fail(path, df, pos, label, "prompt_block_ids",
-                  f"{lengths[pos]} ids cannot cover prompt_len {prompt_len[pos]} at "
-                  f"{size} tokens per id (expected {low[pos]} or {high[pos]}); "
-                  "check --source-block-size")
+    offsets, _ = list_arrays(out["prompt_tokens"])
+    lengths = np.diff(offsets)
+    has = out["prompt_tokens"].notna().to_numpy()
+    bad = np.flatnonzero(has & (lengths != prompt_len))
+    if bad.size:
+        pos = int(bad[0])
+        _fail(path, df, pos, label, "prompt_len",
+              f"{prompt_len[pos]} disagrees with the {lengths[pos]} ids in 'prompt_tokens'; "
+              "fix the length or the token list")
 
+
+def _check_block_ids(out: dict[str, pd.Series], df: pd.DataFrame, path: str, label: str,
+                     size: int | None) -> None:
+    """Block ids (one per `size` tokens) can cover `prompt_len`: floor or ceiling of it."""
+    if "prompt_block_ids" not in out:
+        return
+    if size is None or size < 1:
+        raise TraceSchemaError(
+            f"{path}: column 'prompt_block_ids' needs the trace's source block size; "
+            "pass --source-block-size N (tokens per id)"
+        )
+    prompt_len = out["prompt_len"].to_numpy(dtype=np.int64)
+    offsets, _ = list_arrays(out["prompt_block_ids"])
+    lengths = np.diff(offsets)
+    has = out["prompt_block_ids"].notna().to_numpy()
+    low, high = prompt_len // size, -(-prompt_len // size)
+    bad = np.flatnonzero(has & ((lengths < low) | (lengths > high)))
+    if bad.size:
+        pos = int(bad[0])
+        _fail(path, df, pos, label, "prompt_block_ids",
+              f"{lengths[pos]} ids cannot cover prompt_len {prompt_len[pos]} at "
+              f"{size} tokens per id (expected {low[pos]} or {high[pos]}); "
+              "check --source-block-size")
+
+
+def _in_arrival_order(out: dict[str, pd.Series], notes: list[str]
+                      ) -> tuple[pd.DataFrame, list[str]]:
+    """The canonical table sorted stably by arrival (noted when it was not), plus timing notes."""
     arrival = out["arrival_s"].to_numpy()
-    order = np.argsort(arrival, kind="stable")
     unsorted = int(np.count_nonzero(np.diff(arrival) < 0))
     if unsorted:
         notes.append(
@@ -525,16 +568,9 @@ def _normalize(raw: RawTrace, path: str) -> Trace:
     ordered = [c for c in CANONICAL_COLUMNS if c in out]
     table = pd.DataFrame({c: out[c] for c in ordered})
     if unsorted:
-        table = table.iloc[order].reset_index(drop=True)
+        table = table.iloc[np.argsort(arrival, kind="stable")].reset_index(drop=True)
     notes.extend(_timing_notes(table))
-    return Trace(
-        requests=table,
-        path=path,
-        format_name=raw.format_name,
-        source_block_size=raw.source_block_size,
-        notes=tuple(notes),
-        rows_read=rows_read,
-    )
+    return table, notes
 
 
 def _timing_notes(table: pd.DataFrame) -> list[str]:

@@ -1,5 +1,7 @@
-"""Diagnosis: thresholds, the rule catalog, findings, the verdict and the remedy ledger.
+"""Diagnosis: findings, the verdict and the remedy ledger, built on the axes.
 
-`yaotu_trace.diagnosis.diagnose.diagnose` runs the four axis analyzers and builds the report;
-this package's `__init__` imports nothing so the axis analyzers can use the catalog freely.
+`yaotu_trace.diagnosis.diagnose.diagnose_trace` runs the four axis analyzers
+(`yaotu_trace.axes`, where each rule's words, thresholds and check live), the ledger, the
+findings and the verdict; the `diagnose` command turns that into its report. This package's
+`__init__` imports nothing, so importing one of its modules stays cheap.
 """

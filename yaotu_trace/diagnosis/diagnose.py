@@ -1,5 +1,5 @@
-"""`trace diagnose`: run the four axes, turn rule hits into findings, pick the verdict, price
-the remedies. Pure: tables in, a `Report` out.
+"""The diagnosis: run the four axes, turn rule hits into findings, pick the verdict, price
+the remedies. Pure: tables in, a `Diagnosis` out (the command makes it a report).
 
 Verdict (documented in docs/axes.md): among axes whose status is `bottleneck`, the principal
 bottleneck is the one with the largest estimated cost (its score: share of latency or work
@@ -32,11 +32,10 @@ from yaotu_trace.axes.base import (
     Source,
     Status,
 )
-from yaotu_trace.data.report import Report
+from yaotu_trace.axes.rules import RULES
+from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
-from yaotu_trace.diagnosis.rules import RULES
-from yaotu_trace.diagnosis.thresholds import Thresholds, make_thresholds
 from yaotu_trace.ingest.metrics import EngineMetrics
 
 AXIS_ORDER = tuple(AXES)
@@ -336,15 +335,25 @@ def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
                      ledger=ledger)
 
 
-def diagnose(
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceDiagnosis:
+    """A diagnosis and what it judged: the trace and metrics after the telemetry was fitted to
+    the trace's clock (`ingest.telemetry.fit_telemetry`)."""
+
+    trace: Trace
+    metrics: EngineMetrics | None
+    diagnosis: Diagnosis
+
+
+def diagnose_trace(
     trace: Trace,
     *,
     metrics: EngineMetrics | None = None,
     settings: EngineSettings | None = None,
     thresholds: Thresholds | None = None,
-) -> Report:
-    """`trace diagnose`: the report with sections axes, verdict, ledger and findings."""
-    from yaotu_trace.data.report import input_summary
+) -> TraceDiagnosis:
+    """The four axes, ledger, findings and verdict of a trace, with its step log and metrics
+    judged on their overlap with the trace where they cover only part of it."""
     from yaotu_trace.ingest.telemetry import fit_telemetry
 
     t = thresholds or make_thresholds()
@@ -357,24 +366,4 @@ def diagnose(
     for name in fitted.overlap_axes:  # each panel says it was judged on the overlap only
         axis = result.axes[AxisName(name)]
         result.axes[axis.axis] = replace(axis, notes=axis.notes + fitted.overlap_notes)
-    summary = input_summary(trace)
-    config: dict[str, Any] = {
-        "settings": s,
-        "thresholds": dict(t.values),
-        "thresholds_overridden": t.overridden(),
-        "metrics": None if metrics is None else {
-            "path": metrics.path, "series": sorted(metrics.names),
-        },
-    }
-    return Report(
-        command="diagnose",
-        input=summary,
-        config=config,
-        sections={
-            "principal": result.verdict.principal_axis,
-            "verdict": result.verdict,
-            "axes": [axis_report(result.axes[name], result.findings) for name in AXES],
-            "ledger": list(result.ledger),
-            "findings": list(result.findings),
-        },
-    )
+    return TraceDiagnosis(trace=trace, metrics=metrics, diagnosis=result)

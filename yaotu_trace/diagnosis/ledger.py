@@ -35,9 +35,11 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from functools import cached_property
+from typing import Any, Final
 
 import numpy as np
 
@@ -51,7 +53,7 @@ from yaotu_trace.axes.base import (
     fact,
     ratio,
 )
-from yaotu_trace.diagnosis.thresholds import Thresholds
+from yaotu_trace.axes.thresholds import Thresholds
 
 
 class Remedy(StrEnum):
@@ -129,293 +131,358 @@ def _ids(result: AxisResult) -> set[str]:
     return set(result.rule_ids)
 
 
-def build_ledger(
-    axes: dict[AxisName, AxisResult], inp: AxisInput, t: Thresholds
-) -> tuple[tuple[LedgerEntry, ...], list[RuleHit]]:
-    """The ledger for the fired rules, plus the D3/D4 hits of the disaggregation network check."""
-    entries: list[LedgerEntry] = []
-    extra_hits: list[RuleHit] = []
-    q, kv = axes[AxisName.QUEUEING], axes[AxisName.KV_MEMORY]
-    pr, pd_ = axes[AxisName.PREFIX_REUSE], axes[AxisName.PD_INTERFERENCE]
-    kv_b = _kv_b(inp)
-    prompt = inp.requests["prompt_len"].to_numpy(dtype=np.float64)
-    work = prompt + inp.requests["output_len"].to_numpy(dtype=np.float64)
+# The KV rules a larger pool or a concurrency cap answers, and the interference rules that
+# make chunked prefill and disaggregation candidates.
+KV_PREEMPTION = frozenset({"K001", "K002", "K003", "K004", "K005"})
+INTERFERENCE = frozenset({"D001", "D002"})
 
-    # KV memory: larger pool or a concurrency cap.
-    kv_ids = _ids(kv) & {"K001", "K002", "K003", "K004", "K005"}
-    kv_admission = "Q005" in _ids(q)
-    prefix_capacity = "P004" in _ids(pr)
-    if kv_ids or kv_admission or prefix_capacity:
-        km, qm = kv.metrics, q.metrics
-        recomputed = getattr(km, "recomputed_tokens", None)
-        saves = [
-            Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
-                     basis=str(getattr(km, "recompute_basis", None) or "kv_memory axis")),
-            _flops(recomputed, inp),
-            _gpu_seconds(recomputed, inp),
-            Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
-                     unit="preemptions", basis="kv_memory axis"),
-        ]
-        if prefix_capacity:
-            pm = pr.metrics
-            lost = (None if pm.capacity_loss_share is None or pm.prompt_tokens is None
-                    else pm.capacity_loss_share * pm.prompt_tokens)
-            saves.append(Quantity(name="prefix_hits_lost_to_capacity", value=lost,
-                                  unit="tokens", basis="capacity step of the prefix waterfall "
-                                  "(C3); a CPU/SSD tier fetches them at tokens · kv_b bytes"))
-        if kv_admission:
-            saves.append(Quantity(name="kv_blocked_queue_seconds",
-                                  value=getattr(qm, "queue_seconds_total", None), unit="s",
-                                  basis="Σ queue_time_s while admission waits for KV (A5)"))
-        extra_tokens = getattr(km, "extra_kv_tokens", None)
-        block = int(inp.settings.block_size_tokens)
-        extra_blocks = None if extra_tokens is None else float(np.ceil(extra_tokens / block))
-        capacity = getattr(km, "kv_capacity_tokens", None)
-        peak = getattr(km, "peak_demand_tokens", None)
-        adds = [
-            Quantity(name="extra_kv_tokens", value=extra_tokens, unit="tokens",
-                     basis="peak demand − capacity per instance" if extra_tokens is not None
-                     else "pass --kv-capacity and a trace with scheduled_s/finish_s"),
-            Quantity(name="extra_kv_blocks", value=extra_blocks, unit="blocks",
-                     basis=f"ceil(extra_kv_tokens / {block}-token block)"),
-            Quantity(name="extra_kv_bytes",
-                     value=None if extra_blocks is None or kv_b is None
-                     else extra_blocks * block * kv_b,
-                     unit="bytes", basis=_missing_kv_basis(
-                         "(peak demand − capacity) in blocks × block bytes", inp)),
-            Quantity(name="fp8_kv_capacity_tokens",
-                     value=None if capacity is None else 2.0 * capacity, unit="tokens",
-                     basis=("FP8 KV holds twice the tokens in the same bytes; "
-                            + ("enough for the peak" if peak is not None and capacity is not None
-                               and 2.0 * capacity >= peak else "compare with the peak demand"))
-                     if capacity is not None else "pass --kv-capacity (or a step log with "
-                     "kv_blocks_total)"),
-        ]
-        entries.append(LedgerEntry(
-            remedy=Remedy.LARGER_KV_POOL, axis=AxisName.KV_MEMORY,
-            triggered_by=tuple(sorted(kv_ids | ({"Q005"} if kv_admission else set())
-                                      | ({"P004"} if prefix_capacity else set()))),
-            saves=tuple(saves), adds=tuple(adds),
-            caveats=("more TP adds two all-reduces per layer and replicates KV heads when "
-                     "TP > kv heads", "FP8 KV halves bytes per token at an accuracy risk",
-                     "a higher gpu_memory_utilization leaves less activation headroom",
-                     "CPU offload adds PCIe traffic of 2 · kv_bytes_per_token per swapped "
-                     "token"),
-        ))
-    if kv_ids:
-        km = kv.metrics
-        recomputed = getattr(km, "recomputed_tokens", None)
-        n_safe = getattr(km, "n_safe_p95", None)
-        entries.append(LedgerEntry(
-            remedy=Remedy.CONCURRENCY_CAP, axis=AxisName.KV_MEMORY,
-            triggered_by=tuple(sorted(kv_ids)),
-            saves=(Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
-                            unit="preemptions", basis="preemptions avoided if demand stays "
-                            "under capacity"),
-                   Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
-                            basis="kv_memory axis")),
-            adds=(Quantity(name="max_num_seqs_suggested", value=n_safe, unit="requests",
-                           basis="kv_capacity_tokens / P95(prompt_len + output_len)"
-                           if n_safe is not None else "pass --kv-capacity"),
-                  Quantity(name="queueing", value=None, unit="s",
-                           basis="fewer seats trade preemption for queue time (axis A)")),
-        ))
 
-    # Queueing remedies.
-    qm = q.metrics
-    if "Q003" in _ids(q):
-        entries.append(LedgerEntry(
-            remedy=Remedy.OVERLAP_SCHEDULING, axis=AxisName.QUEUEING, triggered_by=("Q003",),
-            saves=(Quantity(name="idle_while_waiting_s",
-                            value=getattr(qm, "idle_while_waiting_s", None), unit="s",
-                            basis="Σ idle gaps between steps while requests waited"),),
-            adds=(Quantity(name="scheduling_lookahead_steps", value=1.0, unit="steps",
-                           basis="the CPU prepares step k+1 while the GPU runs step k"),),
-            caveats=("async output processing and a separate API process add host threads "
-                     "and memory", "CUDA graphs add capture time and memory per batch size"),
-        ))
-    if "Q004" in _ids(q):
-        budget = getattr(qm, "token_budget_tokens", None)
-        tokens = getattr(qm, "tokens_per_step", None)
-        p50 = tokens.p50 if tokens is not None else None
-        entries.append(LedgerEntry(
-            remedy=Remedy.BATCH_BUDGET, axis=AxisName.QUEUEING, triggered_by=("Q004",),
-            saves=(Quantity(name="unused_step_budget_share",
-                            value=None if budget is None or p50 is None else 1 - p50 / budget,
-                            unit="ratio", basis="1 − median tokens_per_step / token budget"),),
-            adds=(Quantity(name="activation_memory", value=None, unit="bytes",
-                           basis="a larger max_num_batched_tokens raises peak activations and "
-                           "shrinks the KV pool"),
-                  Quantity(name="step_time", value=None, unit="s",
-                           basis="bigger steps lengthen every decode's inter-token gap")),
-        ))
-    burst = _ids(q) & {"Q001", "Q002"}
+@dataclass(frozen=True)
+class LedgerInput:
+    """What every remedy reads: the four axes, the input they were judged on, the thresholds,
+    and the per-request prompt and work (prompt + output) lengths in tokens."""
+
+    axes: dict[AxisName, AxisResult]
+    inp: AxisInput
+    t: Thresholds
+    prompt: np.ndarray
+    work: np.ndarray
+
+    @classmethod
+    def of(cls, axes: dict[AxisName, AxisResult], inp: AxisInput, t: Thresholds) -> LedgerInput:
+        """The ledger's input for one diagnosis."""
+        prompt = inp.requests["prompt_len"].to_numpy(dtype=np.float64)
+        work = prompt + inp.requests["output_len"].to_numpy(dtype=np.float64)
+        return cls(axes=axes, inp=inp, t=t, prompt=prompt, work=work)
+
+    def axis(self, name: AxisName) -> AxisResult:
+        """One axis' result."""
+        return self.axes[name]
+
+    def ids(self, name: AxisName) -> set[str]:
+        """The ids of the rules that fired on one axis."""
+        return _ids(self.axes[name])
+
+    @property
+    def kv_b(self) -> int | None:
+        """KV bytes per token (`--model` or `--kv-bytes-per-token`), None when unknown."""
+        return _kv_b(self.inp)
+
+    @cached_property
+    def network(self) -> Network:
+        """The P/D disaggregation network check's numbers, computed once."""
+        return _network(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Network:
+    """KV transfer of a P/D split on `--link-gbps`: bytes, per-request transfer seconds, the
+    peak KV rate, the transfer's share of TTFT and whether the network check passes (D003)."""
+
+    link_bytes_s: float
+    b_eff: float
+    network_bytes: float | None
+    per_request: np.ndarray | None
+    transfer: float | None
+    mean_rate: float | None
+    window: float
+    peak_rate: float | None
+    ttft_mean: float | None
+    xfer_share: float | None
+    passes: bool
+
+
+def _larger_kv_pool(c: LedgerInput) -> LedgerEntry | None:
+    """A larger KV pool (or FP8 KV): for preemption, queueing behind KV (Q005) or prefix hits
+    lost to capacity (P004)."""
+    kv, q, pr = c.axis(AxisName.KV_MEMORY), c.axis(AxisName.QUEUEING), c.axis(AxisName.PREFIX_REUSE)
+    inp, kv_b = c.inp, c.kv_b
+    kv_ids = c.ids(AxisName.KV_MEMORY) & KV_PREEMPTION
+    kv_admission = "Q005" in c.ids(AxisName.QUEUEING)
+    prefix_capacity = "P004" in c.ids(AxisName.PREFIX_REUSE)
+    if not (kv_ids or kv_admission or prefix_capacity):
+        return None
+    km, qm = kv.metrics, q.metrics
+    recomputed = getattr(km, "recomputed_tokens", None)
+    saves = [
+        Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
+                 basis=str(getattr(km, "recompute_basis", None) or "kv_memory axis")),
+        _flops(recomputed, inp),
+        _gpu_seconds(recomputed, inp),
+        Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
+                 unit="preemptions", basis="kv_memory axis"),
+    ]
+    if prefix_capacity:
+        pm = pr.metrics
+        lost = (None if pm.capacity_loss_share is None or pm.prompt_tokens is None
+                else pm.capacity_loss_share * pm.prompt_tokens)
+        saves.append(Quantity(name="prefix_hits_lost_to_capacity", value=lost,
+                              unit="tokens", basis="capacity step of the prefix waterfall "
+                              "(C3); a CPU/SSD tier fetches them at tokens · kv_b bytes"))
+    if kv_admission:
+        saves.append(Quantity(name="kv_blocked_queue_seconds",
+                              value=getattr(qm, "queue_seconds_total", None), unit="s",
+                              basis="Σ queue_time_s while admission waits for KV (A5)"))
+    extra_tokens = getattr(km, "extra_kv_tokens", None)
+    block = int(inp.settings.block_size_tokens)
+    extra_blocks = None if extra_tokens is None else float(np.ceil(extra_tokens / block))
+    capacity = getattr(km, "kv_capacity_tokens", None)
+    peak = getattr(km, "peak_demand_tokens", None)
+    adds = [
+        Quantity(name="extra_kv_tokens", value=extra_tokens, unit="tokens",
+                 basis="peak demand − capacity per instance" if extra_tokens is not None
+                 else "pass --kv-capacity and a trace with scheduled_s/finish_s"),
+        Quantity(name="extra_kv_blocks", value=extra_blocks, unit="blocks",
+                 basis=f"ceil(extra_kv_tokens / {block}-token block)"),
+        Quantity(name="extra_kv_bytes",
+                 value=None if extra_blocks is None or kv_b is None
+                 else extra_blocks * block * kv_b,
+                 unit="bytes", basis=_missing_kv_basis(
+                     "(peak demand − capacity) in blocks × block bytes", inp)),
+        Quantity(name="fp8_kv_capacity_tokens",
+                 value=None if capacity is None else 2.0 * capacity, unit="tokens",
+                 basis=("FP8 KV holds twice the tokens in the same bytes; "
+                        + ("enough for the peak" if peak is not None and capacity is not None
+                           and 2.0 * capacity >= peak else "compare with the peak demand"))
+                 if capacity is not None else "pass --kv-capacity (or a step log with "
+                 "kv_blocks_total)"),
+    ]
+    return LedgerEntry(
+        remedy=Remedy.LARGER_KV_POOL, axis=AxisName.KV_MEMORY,
+        triggered_by=tuple(sorted(kv_ids | ({"Q005"} if kv_admission else set())
+                                  | ({"P004"} if prefix_capacity else set()))),
+        saves=tuple(saves), adds=tuple(adds),
+        caveats=("more TP adds two all-reduces per layer and replicates KV heads when "
+                 "TP > kv heads", "FP8 KV halves bytes per token at an accuracy risk",
+                 "a higher gpu_memory_utilization leaves less activation headroom",
+                 "CPU offload adds PCIe traffic of 2 · kv_bytes_per_token per swapped "
+                 "token"),
+    )
+
+
+def _concurrency_cap(c: LedgerInput) -> LedgerEntry | None:
+    """A concurrency cap (max_num_seqs near n_safe_p95): the same preemptions, traded for
+    queueing."""
+    kv = c.axis(AxisName.KV_MEMORY)
+    kv_ids = c.ids(AxisName.KV_MEMORY) & KV_PREEMPTION
+    if not kv_ids:
+        return None
+    km = kv.metrics
+    recomputed = getattr(km, "recomputed_tokens", None)
+    n_safe = getattr(km, "n_safe_p95", None)
+    return LedgerEntry(
+        remedy=Remedy.CONCURRENCY_CAP, axis=AxisName.KV_MEMORY,
+        triggered_by=tuple(sorted(kv_ids)),
+        saves=(Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
+                        unit="preemptions", basis="preemptions avoided if demand stays "
+                        "under capacity"),
+               Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
+                        basis="kv_memory axis")),
+        adds=(Quantity(name="max_num_seqs_suggested", value=n_safe, unit="requests",
+                       basis="kv_capacity_tokens / P95(prompt_len + output_len)"
+                       if n_safe is not None else "pass --kv-capacity"),
+              Quantity(name="queueing", value=None, unit="s",
+                       basis="fewer seats trade preemption for queue time (axis A)")),
+    )
+
+
+def _overlap_scheduling(c: LedgerInput) -> LedgerEntry | None:
+    """Overlap (async) scheduling for a GPU idle while requests wait (Q003)."""
+    qm = c.axis(AxisName.QUEUEING).metrics
+    if "Q003" not in c.ids(AxisName.QUEUEING):
+        return None
+    return LedgerEntry(
+        remedy=Remedy.OVERLAP_SCHEDULING, axis=AxisName.QUEUEING, triggered_by=("Q003",),
+        saves=(Quantity(name="idle_while_waiting_s",
+                        value=getattr(qm, "idle_while_waiting_s", None), unit="s",
+                        basis="Σ idle gaps between steps while requests waited"),),
+        adds=(Quantity(name="scheduling_lookahead_steps", value=1.0, unit="steps",
+                       basis="the CPU prepares step k+1 while the GPU runs step k"),),
+        caveats=("async output processing and a separate API process add host threads "
+                 "and memory", "CUDA graphs add capture time and memory per batch size"),
+    )
+
+
+def _batch_budget(c: LedgerInput) -> LedgerEntry | None:
+    """A larger batch budget for steps limited by policy (Q004)."""
+    qm = c.axis(AxisName.QUEUEING).metrics
+    if "Q004" not in c.ids(AxisName.QUEUEING):
+        return None
+    budget = getattr(qm, "token_budget_tokens", None)
+    tokens = getattr(qm, "tokens_per_step", None)
+    p50 = tokens.p50 if tokens is not None else None
+    return LedgerEntry(
+        remedy=Remedy.BATCH_BUDGET, axis=AxisName.QUEUEING, triggered_by=("Q004",),
+        saves=(Quantity(name="unused_step_budget_share",
+                        value=None if budget is None or p50 is None else 1 - p50 / budget,
+                        unit="ratio", basis="1 − median tokens_per_step / token budget"),),
+        adds=(Quantity(name="activation_memory", value=None, unit="bytes",
+                       basis="a larger max_num_batched_tokens raises peak activations and "
+                       "shrinks the KV pool"),
+              Quantity(name="step_time", value=None, unit="s",
+                       basis="bigger steps lengthen every decode's inter-token gap")),
+    )
+
+
+def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
+    """Capacity or admission control for arrival bursts (Q001, Q002)."""
+    qm, work = c.axis(AxisName.QUEUEING).metrics, c.work
+    burst = c.ids(AxisName.QUEUEING) & {"Q001", "Q002"}
+    inp = c.inp
     instances = (int(inp.requests["instance"].nunique()) if inp.has("instance") else 1) or 1
-    if burst:
-        peak, mean = getattr(qm, "peak_rho", None), getattr(qm, "mean_rho", None)
-        entries.append(LedgerEntry(
-            remedy=Remedy.CAPACITY_ADMISSION, axis=AxisName.QUEUEING,
-            triggered_by=tuple(sorted(burst)),
-            saves=(Quantity(name="queue_seconds_in_overload",
-                            value=getattr(qm, "queue_seconds_in_overload", None), unit="s",
-                            basis="Σ queue_time_s of requests arriving in windows with rho ≥ "
-                            "overload_rho"),),
-            adds=(Quantity(name="extra_capacity_share",
-                           value=None if peak is None else max(0.0, peak - 1.0), unit="ratio",
-                           basis="peak_rho − 1: capacity to add to serve the peak window"),
-                  Quantity(name="replicas_for_peak",
-                           value=None if peak is None else float(np.ceil(max(peak, 1.0)
-                                                                         * instances)),
-                           unit="replicas",
-                           basis=f"ceil(peak_rho × {instances} instance(s) seen): replicas "
-                           "that serve the busiest window without a queue"),
-                  Quantity(name="idle_capacity_outside_bursts",
-                           value=None if mean is None or peak is None
-                           else max(0.0, 1.0 - mean / max(peak, 1.0)), unit="ratio",
-                           basis="1 − mean_rho / max(peak_rho, 1) when sized for the peak"),
-                  Quantity(name="rejected_or_deferred_requests",
-                           value=ratio(getattr(qm, "excess_offered_tokens", None),
-                                       float(np.mean(work)) if work.size else None),
-                           unit="requests",
-                           basis="excess_offered_tokens / mean (prompt_len + output_len): what "
-                           "admission control sheds or defers instead of queueing")),
-        ))
+    if not burst:
+        return None
+    peak, mean = getattr(qm, "peak_rho", None), getattr(qm, "mean_rho", None)
+    return LedgerEntry(
+        remedy=Remedy.CAPACITY_ADMISSION, axis=AxisName.QUEUEING,
+        triggered_by=tuple(sorted(burst)),
+        saves=(Quantity(name="queue_seconds_in_overload",
+                        value=getattr(qm, "queue_seconds_in_overload", None), unit="s",
+                        basis="Σ queue_time_s of requests arriving in windows with rho ≥ "
+                        "overload_rho"),),
+        adds=(Quantity(name="extra_capacity_share",
+                       value=None if peak is None else max(0.0, peak - 1.0), unit="ratio",
+                       basis="peak_rho − 1: capacity to add to serve the peak window"),
+              Quantity(name="replicas_for_peak",
+                       value=None if peak is None else float(np.ceil(max(peak, 1.0)
+                                                                     * instances)),
+                       unit="replicas",
+                       basis=f"ceil(peak_rho × {instances} instance(s) seen): replicas "
+                       "that serve the busiest window without a queue"),
+              Quantity(name="idle_capacity_outside_bursts",
+                       value=None if mean is None or peak is None
+                       else max(0.0, 1.0 - mean / max(peak, 1.0)), unit="ratio",
+                       basis="1 − mean_rho / max(peak_rho, 1) when sized for the peak"),
+              Quantity(name="rejected_or_deferred_requests",
+                       value=ratio(getattr(qm, "excess_offered_tokens", None),
+                                   float(np.mean(work)) if work.size else None),
+                       unit="requests",
+                       basis="excess_offered_tokens / mean (prompt_len + output_len): what "
+                       "admission control sheds or defers instead of queueing")),
+    )
 
-    # Prefix reuse remedies.
-    pm = pr.metrics
+
+def _cache_aware_routing(c: LedgerInput) -> LedgerEntry | None:
+    """Cache-aware routing for reuse lost to routing (P003)."""
+    pm, inp, kv_b, prompt = c.axis(AxisName.PREFIX_REUSE).metrics, c.inp, c.kv_b, c.prompt
     prompt_total = getattr(pm, "prompt_tokens", None)
     routing_share = getattr(pm, "routing_loss_share", None)
-    if "P003" in _ids(pr):
-        tokens = None if routing_share is None or prompt_total is None else \
-            routing_share * prompt_total
-        hot = getattr(pm, "hot_prefixes", ()) or ()
-        top_share = ratio(hot[0].get("times"), len(prompt)) if hot else None
-        entries.append(LedgerEntry(
-            remedy=Remedy.CACHE_AWARE_ROUTING, axis=AxisName.PREFIX_REUSE,
-            triggered_by=("P003",),
-            saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
-                            basis="reuse the waterfall loses to scope and routing"),
-                   _flops(tokens, inp), _gpu_seconds(tokens, inp)),
-            adds=(Quantity(name="hot_prefix_request_share", value=top_share, unit="ratio",
-                           basis="requests of the hottest lost prefix that would pile onto "
-                           "one replica"),
-                  Quantity(name="remote_fetch_bytes",
-                           value=None if tokens is None or kv_b is None else tokens * kv_b,
-                           unit="bytes",
-                           basis=_missing_kv_basis("tokens · kv_bytes_per_token if fetched "
-                                                   "from a global cache (Mooncake Eq. 2)", inp))),
-            caveats=("router state and CPU per request", "queueing at replicas owning hot "
-                     "prefixes"),
-        ))
+    if "P003" not in c.ids(AxisName.PREFIX_REUSE):
+        return None
+    tokens = None if routing_share is None or prompt_total is None else \
+        routing_share * prompt_total
+    hot = getattr(pm, "hot_prefixes", ()) or ()
+    top_share = ratio(hot[0].get("times"), len(prompt)) if hot else None
+    return LedgerEntry(
+        remedy=Remedy.CACHE_AWARE_ROUTING, axis=AxisName.PREFIX_REUSE,
+        triggered_by=("P003",),
+        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
+                        basis="reuse the waterfall loses to scope and routing"),
+               _flops(tokens, inp), _gpu_seconds(tokens, inp)),
+        adds=(Quantity(name="hot_prefix_request_share", value=top_share, unit="ratio",
+                       basis="requests of the hottest lost prefix that would pile onto "
+                       "one replica"),
+              Quantity(name="remote_fetch_bytes",
+                       value=None if tokens is None or kv_b is None else tokens * kv_b,
+                       unit="bytes",
+                       basis=_missing_kv_basis("tokens · kv_bytes_per_token if fetched "
+                                               "from a global cache (Mooncake Eq. 2)", inp))),
+        caveats=("router state and CPU per request", "queueing at replicas owning hot "
+                 "prefixes"),
+    )
+
+
+def _tenant_salt_review(c: LedgerInput) -> LedgerEntry | None:
+    """A review of tenant salts and namespaces for reuse lost to cache keys (P005)."""
+    pm, inp = c.axis(AxisName.PREFIX_REUSE).metrics, c.inp
+    prompt_total = getattr(pm, "prompt_tokens", None)
     key_share = getattr(pm, "key_loss_share", None)
-    if "P005" in _ids(pr):
-        tokens = None if key_share is None or prompt_total is None else key_share * prompt_total
-        entries.append(LedgerEntry(
-            remedy=Remedy.TENANT_SALT_REVIEW, axis=AxisName.PREFIX_REUSE,
-            triggered_by=("P005",),
-            saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
-                            basis="reuse lost to tenant isolation and model/adapter "
-                            "namespaces"), _flops(tokens, inp), _gpu_seconds(tokens, inp)),
-            adds=(Quantity(name="isolation_risk", value=None, unit="",
-                           basis="sharing across tenants exposes cache-timing side channels; "
-                           "share only public prefixes (system prompts, tools)"),),
-        ))
-
-    recompute_ids = _ids(pr) & {"P001", "P002"}
-    if recompute_ids and not _ids(pr) & {"P003", "P005"}:
-        tokens = getattr(pm, "recomputed_reusable_tokens", None)
-        from yaotu_trace.axes.kv_memory import shared_prefix_tokens
-
-        prefix_tokens = shared_prefix_tokens(inp, int(inp.settings.block_size_tokens))
-        entries.append(LedgerEntry(
-            remedy=Remedy.FIX_CACHE_KEYS, axis=AxisName.PREFIX_REUSE,
-            triggered_by=tuple(sorted(recompute_ids)),
-            saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
-                            basis=str(getattr(pm, "recomputed_basis", None)
-                                      or "prefix_reuse axis")),
-                   _flops(tokens, inp), _gpu_seconds(tokens, inp)),
-            adds=(Quantity(name="cached_prefix_tokens", value=prefix_tokens, unit="tokens",
-                           basis="distinct prompt blocks shared by more than one request × "
-                           "block size: KV that holds each shared prefix once"),
-                  Quantity(name="cached_prefix_bytes",
-                           value=None if prefix_tokens is None or kv_b is None
-                           else prefix_tokens * kv_b, unit="bytes",
-                           basis=_missing_kv_basis("cached_prefix_tokens · kv_bytes_per_token",
-                                                   inp))),
-            caveats=("turn prefix caching on and keep the bytes before the shared prefix "
-                     "identical: no per-request salt, timestamp or request id ahead of the "
-                     "system prompt",),
-        ))
-
-    # Interference: chunked prefill against disaggregation.
-    im = pd_.metrics
-    pd_ids = _ids(pd_) & {"D001", "D002"}
-    if pd_ids:
-        lost = getattr(im, "decode_seconds_lost", None)
-        tau = float(t.chunk_tokens)
-        long = prompt[prompt > tau]
-        extra_steps = float((np.ceil(long / tau) - 1).sum())
-        step_s = getattr(im, "median_decode_step_s", None)
-        reread = None if kv_b is None else float((kv_b * long**2 / (2 * tau)).sum())
-        entries.append(LedgerEntry(
-            remedy=Remedy.CHUNKED_PREFILL, axis=AxisName.PD_INTERFERENCE,
-            triggered_by=tuple(sorted(pd_ids)),
-            saves=(Quantity(name="decode_seconds_lost", value=lost, unit="s",
-                            basis="Σ (stall − median decode step) over stalls during prefill"),),
-            adds=(Quantity(name="extra_steps", value=extra_steps, unit="steps",
-                           basis=f"Σ_(p > τ) (ceil(p/τ) − 1), τ = {tau:g} tokens"),
-                  Quantity(name="extra_step_seconds_max",
-                           value=None if step_s is None else extra_steps * step_s, unit="s",
-                           basis="extra_steps · median decode step (upper bound of the fixed "
-                           "per-step cost)"),
-                  Quantity(name="prefix_kv_reread_bytes", value=reread, unit="bytes",
-                           basis=_missing_kv_basis("Σ_(p > τ) kv_bytes_per_token · p² / (2τ)",
-                                                   inp)),
-                  Quantity(name="prompts_with_higher_ttft", value=float(long.size),
-                           unit="requests", basis="prompts longer than τ share every chunk's "
-                           "step with decodes")),
-            caveats=("chunks below about 2 × the ridge point (≈300–600 tokens) lose prefill "
-                     "MFU",),
-        ))
-        entry, network = _disaggregation(inp, t, lost, prompt, pd_ids)
-        withheld = withheld_by(axes)
-        if withheld:
-            entry = replace(entry, recommended=False, withheld_because=withheld,
-                            caveats=(*entry.caveats, "withheld: " + "; ".join(withheld)))
-        entries.append(entry)
-        extra_hits.append(network)
-    return tuple(entries), extra_hits
+    if "P005" not in c.ids(AxisName.PREFIX_REUSE):
+        return None
+    tokens = None if key_share is None or prompt_total is None else key_share * prompt_total
+    return LedgerEntry(
+        remedy=Remedy.TENANT_SALT_REVIEW, axis=AxisName.PREFIX_REUSE,
+        triggered_by=("P005",),
+        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
+                        basis="reuse lost to tenant isolation and model/adapter "
+                        "namespaces"), _flops(tokens, inp), _gpu_seconds(tokens, inp)),
+        adds=(Quantity(name="isolation_risk", value=None, unit="",
+                       basis="sharing across tenants exposes cache-timing side channels; "
+                       "share only public prefixes (system prompts, tools)"),),
+    )
 
 
-def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
-    """Why P/D disaggregation must wait: preemption, dispatch or prefix recompute not yet ruled
-    out (cost-model §7: those come before the choice between chunking and splitting)."""
-    out: list[str] = []
-    kv, q, pr = axes[AxisName.KV_MEMORY], axes[AxisName.QUEUEING], axes[AxisName.PREFIX_REUSE]
-    if _ids(kv) & {"K001", "K002", "K003", "K004", "K005"}:
-        out.append("KV preemption (kv_memory) comes first: re-prefills after preemption stall "
-                   "decodes too")
-    if q.cause == "dispatch_overhead":
-        out.append("host dispatch gaps (queueing, Q003) come first: splitting does not remove "
-                   "them")
-    if _ids(pr) & {"P001", "P002"}:
-        out.append("a reusable prefix is prefilled again and again (prefix_reuse) — fix cache "
-                   "keys or routing first, which removes that prefill")
-    undecided = {AxisName.KV_MEMORY: "preemption", AxisName.QUEUEING: "host dispatch",
-                 AxisName.PREFIX_REUSE: "prefix recompute"}
-    for axis, what in undecided.items():
-        if axes[axis].status is Status.INSUFFICIENT_DATA:
-            out.append(f"{what} is not ruled out: {axis} lacks data ({axes[axis].missing[0]})"
-                       if axes[axis].missing else f"{what} is not ruled out: {axis} lacks data")
-    return tuple(out)
+def _fix_cache_keys(c: LedgerInput) -> LedgerEntry | None:
+    """Fix the cache keys: prefix recompute (P001, P002) with no routing or key loss to blame."""
+    pm, inp, kv_b = c.axis(AxisName.PREFIX_REUSE).metrics, c.inp, c.kv_b
+    recompute_ids = c.ids(AxisName.PREFIX_REUSE) & {"P001", "P002"}
+    if not (recompute_ids and not c.ids(AxisName.PREFIX_REUSE) & {"P003", "P005"}):
+        return None
+    tokens = getattr(pm, "recomputed_reusable_tokens", None)
+    from yaotu_trace.axes.kv_memory import shared_prefix_tokens
+
+    prefix_tokens = shared_prefix_tokens(inp, int(inp.settings.block_size_tokens))
+    return LedgerEntry(
+        remedy=Remedy.FIX_CACHE_KEYS, axis=AxisName.PREFIX_REUSE,
+        triggered_by=tuple(sorted(recompute_ids)),
+        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
+                        basis=str(getattr(pm, "recomputed_basis", None)
+                                  or "prefix_reuse axis")),
+               _flops(tokens, inp), _gpu_seconds(tokens, inp)),
+        adds=(Quantity(name="cached_prefix_tokens", value=prefix_tokens, unit="tokens",
+                       basis="distinct prompt blocks shared by more than one request × "
+                       "block size: KV that holds each shared prefix once"),
+              Quantity(name="cached_prefix_bytes",
+                       value=None if prefix_tokens is None or kv_b is None
+                       else prefix_tokens * kv_b, unit="bytes",
+                       basis=_missing_kv_basis("cached_prefix_tokens · kv_bytes_per_token",
+                                               inp))),
+        caveats=("turn prefix caching on and keep the bytes before the shared prefix "
+                 "identical: no per-request salt, timestamp or request id ahead of the "
+                 "system prompt",),
+    )
 
 
-def _disaggregation(
-    inp: AxisInput, t: Thresholds, lost: float | None, prompt: np.ndarray, pd_ids: set[str]
-) -> tuple[LedgerEntry, RuleHit]:
-    """The P/D disaggregation entry and the D3/D4 network-check hit."""
+def _chunked_prefill(c: LedgerInput) -> LedgerEntry | None:
+    """Chunked prefill for material interference (D001, D002)."""
+    im, inp, kv_b, prompt = c.axis(AxisName.PD_INTERFERENCE).metrics, c.inp, c.kv_b, c.prompt
+    t: Thresholds = c.t
+    pd_ids = c.ids(AxisName.PD_INTERFERENCE) & INTERFERENCE
+    if not pd_ids:
+        return None
+    lost = getattr(im, "decode_seconds_lost", None)
+    tau = float(t.chunk_tokens)
+    long = prompt[prompt > tau]
+    extra_steps = float((np.ceil(long / tau) - 1).sum())
+    step_s = getattr(im, "median_decode_step_s", None)
+    reread = None if kv_b is None else float((kv_b * long**2 / (2 * tau)).sum())
+    return LedgerEntry(
+        remedy=Remedy.CHUNKED_PREFILL, axis=AxisName.PD_INTERFERENCE,
+        triggered_by=tuple(sorted(pd_ids)),
+        saves=(Quantity(name="decode_seconds_lost", value=lost, unit="s",
+                        basis="Σ (stall − median decode step) over stalls during prefill"),),
+        adds=(Quantity(name="extra_steps", value=extra_steps, unit="steps",
+                       basis=f"Σ_(p > τ) (ceil(p/τ) − 1), τ = {tau:g} tokens"),
+              Quantity(name="extra_step_seconds_max",
+                       value=None if step_s is None else extra_steps * step_s, unit="s",
+                       basis="extra_steps · median decode step (upper bound of the fixed "
+                       "per-step cost)"),
+              Quantity(name="prefix_kv_reread_bytes", value=reread, unit="bytes",
+                       basis=_missing_kv_basis("Σ_(p > τ) kv_bytes_per_token · p² / (2τ)",
+                                               inp)),
+              Quantity(name="prompts_with_higher_ttft", value=float(long.size),
+                       unit="requests", basis="prompts longer than τ share every chunk's "
+                       "step with decodes")),
+        caveats=("chunks below about 2 × the ridge point (≈300–600 tokens) lose prefill "
+                 "MFU",),
+    )
+
+
+def _network(c: LedgerInput) -> Network:
+    """The network check's numbers (see the module docstring)."""
+    t: Thresholds = c.t
+    inp, prompt, kv_b = c.inp, c.prompt, c.kv_b
     s = inp.settings
-    kv_b = _kv_b(inp)
     link_bytes_s = s.link_gbps * 1e9 / 8.0
     b_eff = link_bytes_s * t.link_efficiency
     network_bytes = transfer = mean_rate = None
@@ -442,6 +509,20 @@ def _disaggregation(
     rate_ok = None if peak_rate is None else peak_rate <= t.network_share_max * link_bytes_s
     share_ok = None if xfer_share is None else xfer_share <= t.transfer_ttft_share
     passes = rate_ok is True and share_ok is not False
+    return Network(link_bytes_s=link_bytes_s, b_eff=b_eff, network_bytes=network_bytes,
+                   per_request=per_request, transfer=transfer, mean_rate=mean_rate,
+                   window=window, peak_rate=peak_rate, ttft_mean=ttft_mean,
+                   xfer_share=xfer_share, passes=passes)
+
+
+def network_hit(c: LedgerInput) -> RuleHit | None:
+    """The D003/D004 hit of the disaggregation network check, when interference is material."""
+    if not c.ids(AxisName.PD_INTERFERENCE) & INTERFERENCE:
+        return None
+    t: Thresholds = c.t
+    net, s, kv_b = c.network, c.inp.settings, c.kv_b
+    link_bytes_s, peak_rate, xfer_share, passes = (net.link_bytes_s, net.peak_rate,
+                                                   net.xfer_share, net.passes)
     evidence = (
         check("kv_bytes_per_s_peak", peak_rate, "<=", "network_share_max × link",
               t.network_share_max * link_bytes_s, "bytes/s"),
@@ -452,6 +533,17 @@ def _disaggregation(
     hit = RuleHit(rule_id="D003" if passes else "D004", evidence=evidence,
                   detail="" if kv_b is not None else "KV bytes per token unknown (--model): "
                   "the network check cannot pass")
+    return hit
+
+
+def _disaggregation_adds(c: LedgerInput) -> tuple[Quantity, ...]:
+    """What P/D disaggregation adds: network bytes and rates, transfer time, routing, fallback."""
+    t: Thresholds = c.t
+    net, s, inp = c.network, c.inp.settings, c.inp
+    per_request, xfer_share, ttft_mean, window = (net.per_request, net.xfer_share,
+                                                  net.ttft_mean, net.window)
+    network_bytes, mean_rate, transfer, b_eff, peak_rate = (
+        net.network_bytes, net.mean_rate, net.transfer, net.b_eff, net.peak_rate)
     adds = [
         Quantity(name="network_bytes", value=network_bytes, unit="bytes",
                  basis=_missing_kv_basis("Σ prompt_len · kv_bytes_per_token", inp)),
@@ -484,17 +576,80 @@ def _disaggregation(
         Quantity(name="weight_memory", value=None, unit="bytes",
                  basis="weights are held in both pools"),
     ]
+    return tuple(adds)
+
+
+def _pd_disaggregation(c: LedgerInput) -> LedgerEntry | None:
+    """P/D disaggregation for material interference, withheld while another axis comes first."""
+    pd_ids = c.ids(AxisName.PD_INTERFERENCE) & INTERFERENCE
+    if not pd_ids:
+        return None
+    lost = getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "decode_seconds_lost", None)
+    passes = c.network.passes
     entry = LedgerEntry(
         remedy=Remedy.PD_DISAGGREGATION, axis=AxisName.PD_INTERFERENCE,
         triggered_by=tuple(sorted(pd_ids)),
         saves=(Quantity(name="decode_seconds_lost", value=lost, unit="s",
                         basis="all interference (D1 metric)"),),
-        adds=tuple(adds),
+        adds=_disaggregation_adds(c),
         caveats=("disaggregation does not raise peak throughput (vLLM docs)",
                  "network check " + ("passes (D003)" if passes else "fails or is unknown "
                                      "(D004): prefer chunked prefill")),
     )
-    return entry, hit
+    withheld = withheld_by(c.axes)
+    if withheld:
+        entry = replace(entry, recommended=False, withheld_because=withheld,
+                        caveats=(*entry.caveats, "withheld: " + "; ".join(withheld)))
+    return entry
+
+
+# The remedies in ledger order: each prices one candidate change, or returns None when no
+# finding makes it one. A new remedy is a function above and a line here.
+REMEDIES: Final[tuple[Callable[[LedgerInput], LedgerEntry | None], ...]] = (
+    _larger_kv_pool,
+    _concurrency_cap,
+    _overlap_scheduling,
+    _batch_budget,
+    _capacity_admission,
+    _cache_aware_routing,
+    _tenant_salt_review,
+    _fix_cache_keys,
+    _chunked_prefill,
+    _pd_disaggregation,
+)
+
+
+def build_ledger(
+    axes: dict[AxisName, AxisResult], inp: AxisInput, t: Thresholds
+) -> tuple[tuple[LedgerEntry, ...], list[RuleHit]]:
+    """The ledger for the fired rules, plus the D3/D4 hits of the disaggregation network check."""
+    c = LedgerInput.of(axes, inp, t)
+    entries = tuple(entry for price in REMEDIES if (entry := price(c)) is not None)
+    hit = network_hit(c)
+    return entries, [] if hit is None else [hit]
+
+
+def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
+    """Why P/D disaggregation must wait: preemption, dispatch or prefix recompute not yet ruled
+    out (cost-model §7: those come before the choice between chunking and splitting)."""
+    out: list[str] = []
+    kv, q, pr = axes[AxisName.KV_MEMORY], axes[AxisName.QUEUEING], axes[AxisName.PREFIX_REUSE]
+    if _ids(kv) & {"K001", "K002", "K003", "K004", "K005"}:
+        out.append("KV preemption (kv_memory) comes first: re-prefills after preemption stall "
+                   "decodes too")
+    if q.cause == "dispatch_overhead":
+        out.append("host dispatch gaps (queueing, Q003) come first: splitting does not remove "
+                   "them")
+    if _ids(pr) & {"P001", "P002"}:
+        out.append("a reusable prefix is prefilled again and again (prefix_reuse) — fix cache "
+                   "keys or routing first, which removes that prefill")
+    undecided = {AxisName.KV_MEMORY: "preemption", AxisName.QUEUEING: "host dispatch",
+                 AxisName.PREFIX_REUSE: "prefix recompute"}
+    for axis, what in undecided.items():
+        if axes[axis].status is Status.INSUFFICIENT_DATA:
+            out.append(f"{what} is not ruled out: {axis} lacks data ({axes[axis].missing[0]})"
+                       if axes[axis].missing else f"{what} is not ruled out: {axis} lacks data")
+    return tuple(out)
 
 
 def ledger_to_builtins(entries: tuple[LedgerEntry, ...]) -> list[dict[str, Any]]:

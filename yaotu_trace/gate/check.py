@@ -1,8 +1,9 @@
 """`trace check`: thresholds, baseline comparison and a diagnosis gate over a report's metrics.
 
-The metrics are the JSON documents of `trace analyze` (and, when a check needs an axis or the
-diagnosis gate is on, `trace diagnose`) merged into one: a check names a metric by its JSON
-path (`report_path`), so the paths are the documented report paths. A baseline is any JSON
+The metrics are the reports of `trace analyze` (and, when a check needs an axis or the
+diagnosis gate is on, `trace diagnose`) merged into one (`report_view`): a check names a metric
+by its JSON path (`report_path`), walked over the section values, so the paths are the
+documented report paths. A baseline is any JSON
 report the tool wrote; its values are read by the same paths. See docs/ci.md.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from yaotu_trace.errors import ConfigError, ConfigFileError
+from yaotu_trace.gate.fail_on import FailOn
 from yaotu_trace.gate.report_path import Resolved, close_paths, parse_path, require, resolve
 
 # Relative tolerance of a baseline comparison unless the config says otherwise: 5 % is about the
@@ -58,13 +60,6 @@ class Better(StrEnum):
     HIGHER = "higher"
     LOWER = "lower"
     EITHER = "either"  # any change beyond the tolerance fails
-
-
-class FailOn(StrEnum):
-    """Lowest axis status that fails the diagnosis gate."""
-
-    WARNING = "warning"
-    BOTTLENECK = "bottleneck"
 
 
 class CheckKind(StrEnum):
@@ -531,7 +526,9 @@ def _first_found(results: list[Resolved]) -> Resolved:
 
 def _axes(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """(name, axis) pairs from the mapping form or the list form of `axes`."""
-    axes = doc.get("axes")
+    from yaotu_trace.data.report import to_builtins
+
+    axes = to_builtins(doc.get("axes"))
     if isinstance(axes, dict):
         return [(str(k), v) for k, v in axes.items() if isinstance(v, dict)]
     if isinstance(axes, list):
@@ -605,49 +602,37 @@ def run_checks(
     )
 
 
-def check_trace(
-    trace: Any,
-    config: CheckConfig,
-    baseline: Mapping[str, Any] | None = None,
-    *,
-    baseline_path: str | None = None,
-    fail_on: FailOn | None = None,
-    diagnose_report: Callable[[], Any] | None = None,
-) -> Any:
-    """`trace check`: analyze (and diagnose when needed) the trace, then evaluate the checks.
-
-    `diagnose_report` builds the `trace diagnose` report with the caller's engine settings;
-    it is called only when a check needs an axis, the verdict or the ledger.
-    """
-    from yaotu_trace.commands.analyze import analyze
-    from yaotu_trace.data.report import Report, input_summary
-
-    doc: dict[str, Any] = analyze(trace).to_dict()
+def wants_diagnosis(doc: Mapping[str, Any], config: CheckConfig, has_baseline: bool,
+                    fail_on: FailOn | None = None) -> bool:
+    """Whether the checks need the diagnosis on top of the analysis `doc`: a check reads an
+    axis, the verdict or the ledger, the gate is on, or a path is not in `doc`."""
     paths = [c.path for c in config.checks] + [m.path for m in config.baseline.metrics]
-    gate = fail_on or config.fail_on
-    diagnosed = False
-    if needs_diagnosis(config, baseline is not None) or gate is not None or any(
-            not resolve(doc, p).found for p in paths):
-        build = diagnose_report
-        if build is None:
-            from yaotu_trace.diagnosis.diagnose import diagnose
+    return (needs_diagnosis(config, has_baseline) or (fail_on or config.fail_on) is not None
+            or any(not resolve(doc, p).found for p in paths))
 
-            def build() -> Any:
-                return diagnose(trace)
-        extra = build().to_dict()
-        for key, value in extra.items():
-            if key not in doc:
-                doc[key] = value
-        diagnosed = True
-    section = run_checks(doc, config, baseline, baseline_path=baseline_path, fail_on=gate)
-    return Report(
-        command="check",
-        input=input_summary(trace),
-        config={"check_file": config.path, "baseline": baseline_path,
-                "baseline_command": None if baseline is None else baseline.get("command"),
-                "fail_on": gate, "on_missing": config.on_missing, "diagnosed": diagnosed},
-        sections={"checks": section},
-    )
+
+def report_view(report: Any, *, under: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The metrics of `report` by their JSON paths: the envelope of `Report.to_dict` and the
+    section values themselves, unconverted (`report_path.view` walks them).
+
+    With `under`, the keys `under` already has are kept: a diagnosis adds its axes, verdict,
+    ledger and findings to the analysis without replacing the analysis' input or config.
+    """
+    from yaotu_trace._version import __version__
+    from yaotu_trace.data.report import SCHEMA_VERSION
+
+    doc: dict[str, Any] = dict(under or {})
+    own: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "yaotu-trace", "version": __version__},
+        "command": report.command,
+        "input": report.input,
+        "config": report.config,
+        **report.sections,
+    }
+    for key, value in own.items():
+        doc.setdefault(key, value)
+    return doc
 
 
 __all__ = [
@@ -664,11 +649,12 @@ __all__ = [
     "OnMissing",
     "Op",
     "ThresholdCheck",
-    "check_trace",
     "close_paths",
     "load_baseline",
     "load_config",
     "needs_diagnosis",
     "parse_config",
+    "report_view",
     "run_checks",
+    "wants_diagnosis",
 ]

@@ -12,10 +12,12 @@ top-level key of that name holding the rest of the path.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from yaotu_trace.errors import ConfigError
@@ -95,7 +97,39 @@ def parse_path(path: str) -> tuple[Selector, ...]:
     return tuple(selectors)
 
 
+def _is_node(value: Any) -> bool:
+    """Whether a value has children in the JSON view (an object or an array)."""
+    return (dataclasses.is_dataclass(value) and not isinstance(value, type)) or (
+        isinstance(value, Mapping | list | tuple) and not isinstance(value, Enum))
+
+
+def _leaf(value: Any) -> Any:
+    """A value as the JSON view holds it: nodes as they are, scalars as builtins."""
+    if _is_node(value):
+        return value
+    from yaotu_trace.data.report import to_builtins
+
+    return to_builtins(value)
+
+
+def view(node: Any) -> Any:
+    """One level of `node` as JSON shows it (`data.report.to_builtins`), its children left as
+    they are: a path is walked over a report's section values without converting all of them.
+
+    A dataclass is an object of its fields, a mapping an object keyed by `str(key)`, a tuple an
+    array, an enum its value, a NumPy number a builtin and NaN null.
+    """
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return {f.name: _leaf(getattr(node, f.name)) for f in dataclasses.fields(node)}
+    if isinstance(node, Mapping):
+        return {str(k): _leaf(v) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return [_leaf(v) for v in node]
+    return _leaf(node)
+
+
 def _identity(item: Any) -> str | None:
+    item = view(item)
     if isinstance(item, dict):
         for key in IDENTITY_KEYS:
             value = item.get(key)
@@ -106,6 +140,7 @@ def _identity(item: Any) -> str | None:
 
 def _step(node: Any, sel: Selector) -> tuple[bool, Any]:
     """Apply one selector; (False, None) when it does not exist at this node."""
+    node = view(node)
     if sel.key is not None:
         if isinstance(node, dict):
             return (sel.key in node), node.get(sel.key)
@@ -120,7 +155,8 @@ def _step(node: Any, sel: Selector) -> tuple[bool, Any]:
         return False, None
     if isinstance(node, list):
         for item in node:
-            if isinstance(item, dict) and str(item.get(sel.field or "")) == sel.value:
+            shown = view(item)
+            if isinstance(shown, dict) and str(shown.get(sel.field or "")) == sel.value:
                 return True, item
     if isinstance(node, dict) and sel.value in node:
         # `axes[name=kv_memory]` on the mapping form of axes.
@@ -133,8 +169,9 @@ def _walk(doc: Any, selectors: tuple[Selector, ...]) -> Resolved:
     done: list[str] = []
     text = _join(selectors)
     for sel in selectors:
-        parent = node
+        parent = view(node)
         ok, node = _step(node, sel)
+        node = _leaf(node)
         done.append(str(sel))
         if not ok:
             if isinstance(parent, list) and sel.key is None:
@@ -146,7 +183,9 @@ def _walk(doc: Any, selectors: tuple[Selector, ...]) -> Resolved:
         if node is None and len(done) < len(selectors):
             return Resolved(path=text, found=True, value=None, resolved_path=text,
                             null_at=_join_text(done))
-    return Resolved(path=text, found=True, value=node, resolved_path=text,
+    from yaotu_trace.data.report import to_builtins
+
+    return Resolved(path=text, found=True, value=to_builtins(node), resolved_path=text,
                     null_at=text if node is None else None)
 
 
@@ -165,6 +204,7 @@ def candidates(doc: Any, selectors: tuple[Selector, ...]) -> Iterator[tuple[Sele
     """The literal path, then the axis shorthand forms when the first key names an axis."""
     yield selectors
     first = selectors[0]
+    doc = view(doc)
     if first.key is None or not isinstance(doc, dict) or "axes" not in doc:
         return
     found, _ = _step(doc.get("axes"), first)
@@ -193,6 +233,7 @@ def leaf_paths(doc: Any, prefix: str = "", limit: int = 5000) -> list[str]:
     def walk(node: Any, here: str) -> None:
         if len(out) >= limit:
             return
+        node = view(node)
         if here:
             out.append(here)
         if isinstance(node, dict):

@@ -1,11 +1,13 @@
-"""Renderers: a finished `Report` in, a string out. Numbers are formatted only here."""
+"""Renderers: a finished `Report` in, a string out. Numbers are formatted only here.
+
+`views/` says what each section shows (once, as blocks); `console`, `markdown` and `html` draw
+blocks; `fmt` turns numbers into text; `json_report` and `junit` write the machine formats.
+"""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, assert_never
 
 if TYPE_CHECKING:
     from yaotu_trace.data.report import Report
@@ -41,23 +43,3 @@ def render(report: Report, fmt: OutputFormat, *, width: int = 100, color: bool =
             return render_html(report)
         case _:
             assert_never(fmt)
-
-
-def find_renderer(
-    by_name: Mapping[str, str], by_type: Mapping[str, str], name: str, section: object,
-) -> Callable[[Any], Any] | None:
-    """The "module:function" named for the section's value type, else for its name, imported.
-
-    None when there is no entry or it does not import, so the caller shows its generic table and
-    a section is never invisible.
-    """
-    target = by_type.get(type(section).__name__) or by_name.get(name)
-    if target is None:
-        return None
-    module_name, func = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        return None
-    renderer: Callable[[Any], Any] | None = getattr(module, func, None)
-    return renderer

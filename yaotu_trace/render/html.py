@@ -15,6 +15,23 @@ from typing import Any
 
 from yaotu_trace.data.report import Report
 from yaotu_trace.render import fmt, svg
+from yaotu_trace.render.blocks import (
+    MARKDOWN,
+    Block,
+    Grid,
+    Heading,
+    KeyValues,
+    Line,
+    Notes,
+    Panel,
+    Styled,
+)
+from yaotu_trace.render.views import load_view, view_name
+
+# Views the page draws its own way, from the report's JSON: pictures, the verdict and its
+# tables. Every other section with a view is drawn from its blocks, after them.
+OWN_VIEWS = frozenset({"verdict", "axes", "principal", "ledger", "findings", "profile",
+                       "prefix_reuse", "capacity_curve"})
 
 STYLE = """
 :root { --fg: #1d2433; --muted: #5b6475; --line: #d8dde6; --bg: #ffffff; --card: #f7f8fa;
@@ -325,6 +342,52 @@ def _profile(doc: dict[str, Any]) -> str:
             + "</section>")
 
 
+def _view_sections(report: Report) -> list[str]:
+    """A `<section>` per section that has a view the page does not draw its own way."""
+    out = []
+    for name, section in report.sections.items():
+        target = None if section is None else view_name(name, section)
+        if target is not None and target not in OWN_VIEWS:
+            body = draw(load_view(target)(section))
+            if body:
+                out.append(f'<section id="{escape(name)}">{body}</section>')
+    return out
+
+
+def draw(blocks: list[Block]) -> str:
+    """HTML of the blocks; like the terminal, it takes the console's wording, not Markdown's."""
+    return "".join(_draw_block(b) for b in blocks if b.only != MARKDOWN)
+
+
+def _draw_block(block: Block) -> str:
+    match block:
+        case Heading():
+            tag = "h2" if block.level <= 3 else "h3"
+            return f"<{tag}>{escape(block.text)}</{tag}>"
+        case Line():
+            return f"<p>{escape(block.text.strip())}</p>" if block.text.strip() else ""
+        case KeyValues():
+            rows = [[escape(label), escape(value)] for label, value in block.rows]
+            return _titled(block.title, _table(list(block.header), rows, numeric={1}))
+        case Grid():
+            rows = [[escape(c.text if isinstance(c, Styled) else c) for c in row]
+                    for row in block.rows]
+            aligns = [c.align for c in block.columns] if block.columns else (
+                ["left"] + ["right"] * (len(block.header) - 1))
+            numeric = {k for k, a in enumerate(aligns) if a == "right"}
+            return _titled(block.title, _table(list(block.header), rows, numeric=numeric))
+        case Notes():
+            items = "".join(f"<li>{escape(n)}</li>" for n in block.notes)
+            return f'<ul class="notes">{items}</ul>' if items else ""
+        case Panel():
+            return f"<h3>{escape(block.title)}</h3>{draw(list(block.blocks))}"
+    raise TypeError(f"no HTML drawing for {type(block).__name__}")
+
+
+def _titled(title: str | None, table: str) -> str:
+    return (f"<h3>{escape(title)}</h3>" if title else "") + table
+
+
 def render_html(report: Report) -> str:
     """The whole page; sections a report lacks are left out or say why they are missing."""
     doc = report.to_dict()
@@ -358,6 +421,7 @@ def render_html(report: Report) -> str:
         _ledger(doc),
         _findings(doc),
         _profile(doc),
+        *_view_sections(report),
         f"<section id=\"notes\"><h2>Notes</h2><ul class=\"notes\">{notes}</ul></section>"
         if notes else "",
         "</main>",

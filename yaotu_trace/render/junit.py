@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from yaotu_trace.data.report import Report, to_builtins
-from yaotu_trace.render.console_check import expected, show_value
+from yaotu_trace.render.views.checks import expected, show_value
 
 
 def render_junit(report: Report) -> str:

@@ -1,29 +1,28 @@
-"""Markdown for pull-request comments and CI step summaries."""
+"""Markdown for pull-request comments and CI step summaries.
+
+Like the console renderer it knows no section: it draws the blocks of each section's view
+(`render/views/`), one blank line between blocks, and a generic table for a section with none.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from yaotu_trace.data.report import Report, to_builtins
-from yaotu_trace.profile.workload import Profile
-from yaotu_trace.render import find_renderer, fmt
-
-# Section name → "module:function" returning Markdown lines; others get a generic list.
-SECTION_RENDERERS: dict[str, str] = {
-    "profile": "yaotu_trace.render.markdown:profile_lines",
-    "prefix_reuse": "yaotu_trace.render.markdown_replay:prefix_reuse_lines",
-    "replay_grid": "yaotu_trace.render.markdown_replay:replay_grid_lines",
-    "capacity_curve": "yaotu_trace.render.markdown_sweep:capacity_curve_lines",
-    "axes": "yaotu_trace.render.markdown_diagnose:axes_lines",
-    "principal": "yaotu_trace.render.markdown_diagnose:principal_lines",
-    "verdict": "yaotu_trace.render.markdown_diagnose:verdict_lines",
-    "ledger": "yaotu_trace.render.markdown_diagnose:ledger_lines",
-    "findings": "yaotu_trace.render.markdown_diagnose:findings_lines",
-    "simulation": "yaotu_trace.render.markdown_simulate:simulation_lines",
-    "comparison": "yaotu_trace.render.markdown_simulate:comparison_lines",
-    "checks": "yaotu_trace.render.markdown_check:checks_lines",
-}
+from yaotu_trace.render import fmt
+from yaotu_trace.render.blocks import (
+    MARKDOWN,
+    Block,
+    Cell,
+    Grid,
+    Heading,
+    KeyValues,
+    Line,
+    Notes,
+    Styled,
+)
+from yaotu_trace.render.views import find_view
 
 
 def render_markdown(report: Report) -> str:
@@ -38,20 +37,59 @@ def render_markdown(report: Report) -> str:
     lines += [f"> note: {note}" for note in s.notes]
     for name, section in report.sections.items():
         if section is not None:
-            lines += ["", *_renderer(name, section)(section)]
+            lines += ["", *section_lines(name, section)]
     return "\n".join(lines).rstrip() + "\n"
 
 
-TYPE_RENDERERS: dict[str, str] = {
-    "ReuseOverview": "yaotu_trace.render.markdown:reuse_overview_lines",
-}
+def section_lines(name: str, section: object) -> list[str]:
+    """The section's view drawn, or the generic table when it has no view."""
+    view = find_view(name, section)
+    if view is None:
+        return generic_lines(name, to_builtins(section))
+    return draw(view(section))
 
 
-def _renderer(name: str, section: object = None) -> Callable[[Any], list[str]]:
-    renderer = find_renderer(SECTION_RENDERERS, TYPE_RENDERERS, name, section)
-    if renderer is not None:
-        return renderer
-    return lambda section: generic_lines(name, to_builtins(section))
+def draw(blocks: Iterable[Block]) -> list[str]:
+    """Markdown lines of the blocks meant for Markdown: a blank line before each but the first
+    and the tight ones."""
+    lines: list[str] = []
+    first = True
+    for block in blocks:
+        if block.only not in (None, MARKDOWN):
+            continue
+        if not first and not block.tight:
+            lines.append("")
+        lines += _draw_block(block)
+        first = False
+    return lines
+
+
+def _draw_block(block: Block) -> list[str]:
+    match block:
+        case Heading():
+            return ["#" * block.level + " " + (block.markdown or block.text)]
+        case Line():
+            if block.markdown is not None:
+                return [block.markdown]
+            return [escape(block.text) if block.escape else block.text]
+        case KeyValues():
+            return table(list(block.header), [list(row) for row in block.rows])
+        case Grid():
+            cells = [[_text(c, block.escape) for c in row] for row in block.rows]
+            return table(list(block.header), cells, block.markdown_align)
+        case Notes():
+            return [f"> note: {note}" for note in block.notes]
+    raise TypeError(f"no Markdown drawing for {type(block).__name__}")
+
+
+def escape(text: Any) -> str:
+    """A table cell or line that cannot break the table: `|` escaped, newlines joined."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _text(cell: Cell, escaped: bool) -> str:
+    text = cell.text if isinstance(cell, Styled) else cell
+    return escape(text) if escaped else text
 
 
 def generic_lines(name: str, data: Any) -> list[str]:
@@ -71,55 +109,12 @@ def generic_lines(name: str, data: Any) -> list[str]:
     return lines
 
 
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table; the first column left-aligned, the rest right-aligned."""
-    out = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+def table(header: Sequence[str], rows: Sequence[Sequence[str]],
+          align: str | None = None) -> list[str]:
+    """A Markdown table; by default the first column left-aligned, the rest right-aligned
+    (`align` gives "l" or "r" per column instead)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    rule = "|" + "".join("---|" if a == "l" else "---:|" for a in align)
+    out = ["| " + " | ".join(header) + " |", rule]
     out += ["| " + " | ".join(row) + " |" for row in rows]
     return out
-
-
-def profile_lines(profile: Profile) -> list[str]:
-    """The workload profile as Markdown tables."""
-    a = profile.arrivals
-    lines = ["### Arrivals", ""]
-    lines += table(
-        ["metric", "value"],
-        [
-            ["span", fmt.seconds(a.span_s)],
-            ["mean rate", f"{fmt.num(a.mean_rate_rps)} req/s"],
-            ["peak (1 s bin)", f"{fmt.count(a.peak_rps)} req/s ({fmt.num(a.peak_to_mean)}× mean)"],
-            ["peak (1 min bin)", f"{fmt.count(a.peak_rpm)} req/min"],
-            ["interarrival CV", fmt.num(a.interarrival_cv)],
-        ],
-    )
-    header = ["metric", "mean", "p50", "p90", "p99", "max", "n"]
-    lines += ["", "### Lengths (tokens)", ""]
-    lines += table(header, [fmt.distribution_row("prompt", profile.lengths.prompt_len, fmt.length),
-                            fmt.distribution_row("output", profile.lengths.output_len, fmt.length)])
-    t = profile.timing
-    if t is not None:
-        lines += ["", "### Observed timing", ""]
-        lines += table(header, [
-            fmt.distribution_row("queue time", t.queue_time_s, fmt.seconds),
-            fmt.distribution_row("time to first token", t.ttft_s, fmt.seconds),
-            fmt.distribution_row("inter-token gap", t.itl_s, fmt.seconds),
-            fmt.distribution_row("end-to-end", t.e2e_s, fmt.seconds),
-        ])
-    return lines
-
-
-def reuse_overview_lines(overview: Any) -> list[str]:
-    """`trace analyze`'s prefix-reuse overview as Markdown."""
-    lines = [f"### Prefix reuse (preset {overview.preset}, unlimited capacity)", ""]
-    if not overview.available:
-        return [*lines, f"Not available: {overview.reason}."]
-    rows = [
-        ["hit ratio (token-weighted)", fmt.pct(overview.hit_ratio)],
-        ["saved prefill tokens", fmt.count(overview.saved_prefill_tokens)],
-        ["remaining prefill tokens", fmt.count(overview.remaining_prefill_tokens)],
-    ]
-    points = [("knee", overview.knee)] + [(f"{p.label} of the reuse", p) for p in overview.shares]
-    rows += [[f"LRU capacity for {label}",
-              f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)})"]
-             for label, p in points if p is not None]
-    return lines + table(["metric", "value"], rows)

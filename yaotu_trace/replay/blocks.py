@@ -272,14 +272,8 @@ def build_block_chains(
     per_block = block // unit
     ns = (np.zeros(n, dtype=np.int64) if namespace_codes is None
           else np.ascontiguousarray(namespace_codes, dtype=np.int64))
-    units = np.diff(offsets)
-    covered = np.minimum(prompt_len, units * unit)
-    full_units = np.minimum(units, prompt_len // unit)
-    full = full_units // per_block
-    partial = np.zeros(n, dtype=np.int64)
-    if rules.cache_partial_blocks:
-        rest = covered - full * block
-        partial = np.where(units > full * per_block, rest, 0).astype(np.int64)
+    full, partial = _block_counts(offsets, prompt_len, unit, per_block, block,
+                                  rules.cache_partial_blocks)
 
     with_outputs = (rules.cache_outputs and output_offsets is not None
                     and output_values is not None and source_block_size is None)
@@ -296,38 +290,13 @@ def build_block_chains(
     hashed_blocks = hashed_full + (partial > 0)
     block_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(hashed_blocks, out=block_offsets[1:])
-    total = int(block_offsets[-1])
-    if total > _MAX_IDS:
-        raise ResourceLimitError(
-            f"{total} blocks exceed the 2^31 ids this replay supports; use a larger --block-size"
-        )
-    # Both hash lanes of every block (16 B) live next to the chains until the ids are dense.
-    memory.require(chain_bytes(total) + 16 * total,
-                   f"chaining {total:,} blocks of {block} token(s)", "use a larger --block-size")
-    table_bits = max(10, int(np.ceil(np.log2(max(total, 1) * 2 + 1))))
-    for attempt in range(_TRIES):
-        keys = _keys(rules.seed, attempt)
-        hash_a = np.empty(total, dtype=np.uint64)
-        hash_b = np.empty(total, dtype=np.uint64)
-        _chain_hashes(unit_offsets, unit_values, np.int64(per_block), hashed_full, partial, ns,
-                      block_offsets, keys, hash_a, hash_b)
-        all_ids, distinct, collisions = _dense_ids(hash_a, hash_b, np.int64(table_bits))
-        del hash_a, hash_b
-        if collisions == 0:
-            break
-    else:
-        raise YaotuError(f"block hashing collided {_TRIES} times in a row ({total} blocks); "
-                         "this should not happen: report it with the trace")
+    all_ids, distinct = _dense_block_ids(unit_offsets, unit_values, per_block, hashed_full,
+                                         partial, ns, block_offsets, rules.seed, block)
 
     prompt_blocks = full + (partial > 0) if not with_outputs else prompt_len // block
     out_ids = out_offsets = None
     if with_outputs:
-        position = _segment_positions(hashed_blocks)
-        is_prompt = position < np.repeat(prompt_blocks, hashed_blocks)
-        ids = np.ascontiguousarray(all_ids[is_prompt])
-        out_ids = np.ascontiguousarray(all_ids[~is_prompt])
-        out_offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(hashed_blocks - prompt_blocks, out=out_offsets[1:])
+        ids, out_ids, out_offsets = _split_outputs(all_ids, hashed_blocks, prompt_blocks)
     else:
         ids = all_ids
     chain_offsets = np.zeros(n + 1, dtype=np.int64)
@@ -338,6 +307,60 @@ def build_block_chains(
         block_tokens[chain_offsets[has_partial + 1] - 1] = partial[has_partial]
     return _assemble(rules, prompt_len, prompt_blocks, chain_offsets, ids, block_tokens, distinct,
                      output_offsets=out_offsets, output_ids=out_ids)
+
+
+def _block_counts(offsets: np.ndarray, prompt_len: np.ndarray, unit: int, per_block: int,
+                  block: int, cache_partial: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, its full blocks and the tokens of its trailing partial block (0 unless
+    partial blocks are cached), counting only the tokens the content covers."""
+    units = np.diff(offsets)
+    covered = np.minimum(prompt_len, units * unit)
+    full_units = np.minimum(units, prompt_len // unit)
+    full = full_units // per_block
+    partial = np.zeros(len(prompt_len), dtype=np.int64)
+    if cache_partial:
+        rest = covered - full * block
+        partial = np.where(units > full * per_block, rest, 0).astype(np.int64)
+    return full, partial
+
+
+def _dense_block_ids(unit_offsets: np.ndarray, unit_values: np.ndarray, per_block: int,
+                     hashed_full: np.ndarray, partial: np.ndarray, ns: np.ndarray,
+                     block_offsets: np.ndarray, seed: int, block: int) -> tuple[np.ndarray, int]:
+    """Every block's chained hash turned into a dense id, re-keyed on the (never yet seen)
+    event that two different chains collide on both 64-bit lanes."""
+    total = int(block_offsets[-1])
+    if total > _MAX_IDS:
+        raise ResourceLimitError(
+            f"{total} blocks exceed the 2^31 ids this replay supports; use a larger --block-size"
+        )
+    # Both hash lanes of every block (16 B) live next to the chains until the ids are dense.
+    memory.require(chain_bytes(total) + 16 * total,
+                   f"chaining {total:,} blocks of {block} token(s)", "use a larger --block-size")
+    table_bits = max(10, int(np.ceil(np.log2(max(total, 1) * 2 + 1))))
+    for attempt in range(_TRIES):
+        keys = _keys(seed, attempt)
+        hash_a = np.empty(total, dtype=np.uint64)
+        hash_b = np.empty(total, dtype=np.uint64)
+        _chain_hashes(unit_offsets, unit_values, np.int64(per_block), hashed_full, partial, ns,
+                      block_offsets, keys, hash_a, hash_b)
+        all_ids, distinct, collisions = _dense_ids(hash_a, hash_b, np.int64(table_bits))
+        del hash_a, hash_b
+        if collisions == 0:
+            return all_ids, distinct
+    raise YaotuError(f"block hashing collided {_TRIES} times in a row ({total} blocks); "
+                     "this should not happen: report it with the trace")
+
+
+def _split_outputs(all_ids: np.ndarray, hashed_blocks: np.ndarray, prompt_blocks: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The prompt's block ids, the output's, and the output's per-request offsets."""
+    position = _segment_positions(hashed_blocks)
+    is_prompt = position < np.repeat(prompt_blocks, hashed_blocks)
+    out_offsets = np.zeros(len(prompt_blocks) + 1, dtype=np.int64)
+    np.cumsum(hashed_blocks - prompt_blocks, out=out_offsets[1:])
+    return (np.ascontiguousarray(all_ids[is_prompt]), np.ascontiguousarray(all_ids[~is_prompt]),
+            out_offsets)
 
 
 def _assemble(

@@ -145,7 +145,11 @@ def _replay_loop(
     num_distinct, capacity, policy, head_first, num_instances, route_mode, static_codes,
     arrival_s, finish_s, affinity_threshold, max_lfu_count,
 ):
-    """Sequential replay; returns (hit_blocks, instance, evicted, inserted)."""
+    """Sequential replay; returns (hit_blocks, instance, evicted, inserted).
+
+    Per request: choose its cache (`_choose_cache`), count the leading run of cached blocks
+    (capped), then touch every block (`_touch`), last block first unless head-first.
+    """
     n = len(offsets) - 1
     k = num_instances
     d = num_distinct
@@ -155,16 +159,11 @@ def _replay_loop(
     lists_per_cache = 1
     if policy == 2:
         lists_per_cache = min(n + 2, max_lfu_count + 1)
-    if unlimited:
-        prev = np.empty(1, dtype=np.int64)
-        nxt = np.empty(1, dtype=np.int64)
-        head = np.full(1, -1, dtype=np.int64)
-        tail = np.full(1, -1, dtype=np.int64)
-    else:
-        prev = np.empty(nodes, dtype=np.int64)
-        nxt = np.empty(nodes, dtype=np.int64)
-        head = np.full(k * lists_per_cache, -1, dtype=np.int64)
-        tail = np.full(k * lists_per_cache, -1, dtype=np.int64)
+    lists = 1 if unlimited else nodes
+    prev = np.empty(lists, dtype=np.int64)
+    nxt = np.empty(lists, dtype=np.int64)
+    head = np.full(1 if unlimited else k * lists_per_cache, -1, dtype=np.int64)
+    tail = np.full(1 if unlimited else k * lists_per_cache, -1, dtype=np.int64)
     freq = np.zeros(nodes if policy == 2 else 1, dtype=np.int64)
     min_freq = np.zeros(k, dtype=np.int64)
     size = np.zeros(k, dtype=np.int64)
@@ -179,50 +178,20 @@ def _replay_loop(
     for i in range(n):
         start = offsets[i]
         length = offsets[i + 1] - start
-        # ---- choose the cache
         c = 0
         if route_mode == _STATIC:
             c = static_codes[i]
         else:
-            while heap_n > 0 and heap_t[0] <= arrival_s[i]:
-                j = heap_i[0]
-                load[instance[j]] -= prompt_tokens[j]
-                heap_n = heap_pop(heap_t, heap_i, heap_n)
-            least = 0
-            for x in range(1, k):
-                if load[x] < load[least]:
-                    least = x
-            c = least
-            if route_mode == _AFFINITY and prompt_tokens[i] > 0:
-                best = -1
-                best_run = 0
-                best_tokens = 0
-                for x in range(k):
-                    base = x * d
-                    run = 0
-                    run_tokens = 0
-                    while run < length and in_cache[base + ids[start + run]] != 0:
-                        run_tokens += block_tokens[start + run]
-                        run += 1
-                    if run > best_run or (run == best_run and best >= 0 and run > 0
-                                          and load[x] < load[best]):
-                        best = x
-                        best_run = run
-                        best_tokens = run_tokens
-                if best >= 0 and best_tokens > affinity_threshold * prompt_tokens[i]:
-                    c = best
-            load[c] += prompt_tokens[i]
-            if finish_s[i] < np.inf:
-                heap_n = heap_push(heap_t, heap_i, heap_n, max(finish_s[i], arrival_s[i]), i)
+            c, heap_n = _choose_cache(i, start, length, ids, block_tokens, prompt_tokens, d, k,
+                                      in_cache, load, instance, heap_t, heap_i, heap_n,
+                                      route_mode, arrival_s, finish_s, affinity_threshold)
         instance[i] = c
         base = c * d
-        # ---- lookup: the leading run of cached blocks, capped
         h = 0
         cap = max_hit[i]
         while h < cap and in_cache[base + ids[start + h]] != 0:
             h += 1
         hit_blocks[i] = h
-        # ---- touch every block: outputs and prompt, last block first unless head-first
         o_start = out_offsets[i]
         o_len = out_offsets[i + 1] - o_start
         total = length + o_len
@@ -234,38 +203,91 @@ def _replay_loop(
                     in_cache[x] = 1
                     inserted += 1
                 continue
-            if in_cache[x] != 0:
-                if policy == 0:
-                    unlink(x, c, prev, nxt, head, tail)
-                    append(x, c, prev, nxt, head, tail)
-                elif policy == 2:
-                    f = freq[x]
-                    lst = c * lists_per_cache + f
-                    unlink(x, lst, prev, nxt, head, tail)
-                    if f + 1 < lists_per_cache:
-                        if head[lst] < 0 and min_freq[c] == f:
-                            min_freq[c] = f + 1
-                        freq[x] = f + 1
-                        lst += 1
-                    append(x, lst, prev, nxt, head, tail)
-                continue
-            if size[c] >= capacity:
-                lst = c * lists_per_cache + min_freq[c] if policy == 2 else c
-                victim = head[lst]
-                unlink(victim, lst, prev, nxt, head, tail)
-                in_cache[victim] = 0
-                size[c] -= 1
-                evicted += 1
-            in_cache[x] = 1
-            size[c] += 1
-            inserted += 1
-            if policy == 2:
-                freq[x] = 1
-                min_freq[c] = 1
-                append(x, c * lists_per_cache + 1, prev, nxt, head, tail)
-            else:
-                append(x, c, prev, nxt, head, tail)
+            new, gone = _touch(x, c, capacity, policy, lists_per_cache, in_cache, prev, nxt,
+                               head, tail, freq, min_freq, size)
+            inserted += new
+            evicted += gone
     return hit_blocks, instance, evicted, inserted
+
+
+@nb.njit(cache=True)
+def _choose_cache(i, start, length, ids, block_tokens, prompt_tokens, d, k, in_cache, load,
+                  instance, heap_t, heap_i, heap_n, route_mode, arrival_s, finish_s,
+                  affinity_threshold):
+    """The instance of request `i`: the least loaded (prompt tokens in flight), or under
+    prefix affinity the one holding the longest cached run when it covers enough of the
+    prompt. Returns (instance, heap size) after retiring finished requests' load."""
+    while heap_n > 0 and heap_t[0] <= arrival_s[i]:
+        j = heap_i[0]
+        load[instance[j]] -= prompt_tokens[j]
+        heap_n = heap_pop(heap_t, heap_i, heap_n)
+    least = 0
+    for x in range(1, k):
+        if load[x] < load[least]:
+            least = x
+    c = least
+    if route_mode == _AFFINITY and prompt_tokens[i] > 0:
+        best = -1
+        best_run = 0
+        best_tokens = 0
+        for x in range(k):
+            base = x * d
+            run = 0
+            run_tokens = 0
+            while run < length and in_cache[base + ids[start + run]] != 0:
+                run_tokens += block_tokens[start + run]
+                run += 1
+            if run > best_run or (run == best_run and best >= 0 and run > 0
+                                  and load[x] < load[best]):
+                best = x
+                best_run = run
+                best_tokens = run_tokens
+        if best >= 0 and best_tokens > affinity_threshold * prompt_tokens[i]:
+            c = best
+    load[c] += prompt_tokens[i]
+    if finish_s[i] < np.inf:
+        heap_n = heap_push(heap_t, heap_i, heap_n, max(finish_s[i], arrival_s[i]), i)
+    return c, heap_n
+
+
+@nb.njit(cache=True)
+def _touch(x, c, capacity, policy, lists_per_cache, in_cache, prev, nxt, head, tail, freq,
+           min_freq, size):
+    """One block touched in cache `c` of a finite capacity: a hit refreshes it (LRU: to the
+    tail; LFU: one frequency list up; FIFO: stays), a miss inserts it after evicting the head
+    of the victim list when full. Returns (inserted, evicted), each 0 or 1."""
+    if in_cache[x] != 0:
+        if policy == 0:
+            unlink(x, c, prev, nxt, head, tail)
+            append(x, c, prev, nxt, head, tail)
+        elif policy == 2:
+            f = freq[x]
+            lst = c * lists_per_cache + f
+            unlink(x, lst, prev, nxt, head, tail)
+            if f + 1 < lists_per_cache:
+                if head[lst] < 0 and min_freq[c] == f:
+                    min_freq[c] = f + 1
+                freq[x] = f + 1
+                lst += 1
+            append(x, lst, prev, nxt, head, tail)
+        return 0, 0
+    evicted = 0
+    if size[c] >= capacity:
+        lst = c * lists_per_cache + min_freq[c] if policy == 2 else c
+        victim = head[lst]
+        unlink(victim, lst, prev, nxt, head, tail)
+        in_cache[victim] = 0
+        size[c] -= 1
+        evicted = 1
+    in_cache[x] = 1
+    size[c] += 1
+    if policy == 2:
+        freq[x] = 1
+        min_freq[c] = 1
+        append(x, c * lists_per_cache + 1, prev, nxt, head, tail)
+    else:
+        append(x, c, prev, nxt, head, tail)
+    return 1, evicted
 
 
 @nb.njit(cache=True, nogil=True)

@@ -167,6 +167,8 @@ def _stack_histograms(  # pragma: no cover - compiled
     time_slots: int,
     hist: Any,
 ) -> None:
+    """Per partition, a fresh cache: look up each request's prefix (`_lookup_prefix`), then
+    touch its blocks (`_touch_blocks`); `hist[d]` gathers what hits at capacity ≥ d."""
     # last[b]: time of b's live mark in the current partition, 0 when b is not cached there.
     n_super = (time_slots >> _SUPER_SHIFT) + 1
     bits = np.zeros(n_super * _WORDS_PER_SUPER, dtype=np.uint64)
@@ -189,51 +191,70 @@ def _stack_histograms(  # pragma: no cover - compiled
         live = 0
         for pos in range(segment_starts[seg], segment_starts[seg + 1]):
             r = order[pos]
-            start = offsets[r]
-            nb = offsets[r + 1] - start
-            # Lookup: running maximum of the stack distances along the prefix.
-            cap = max_hit_blocks[r]
-            if cap > nb:
-                cap = nb
-            running = 0
-            prev_t = 0
-            prefix = 0
-            for k in range(cap):
-                t = last[ids[start + k]]
-                if t == 0:
-                    break
-                # Blocks touched together by one request sit at adjacent times; the mark at
-                # the previous block's time is live, so the prefix count moves by exactly one.
-                if t == prev_t - 1:
-                    prefix -= 1
-                elif t == prev_t + 1 and prev_t > 0:
-                    prefix += 1
-                else:
-                    prefix = _count_upto(bits, sup, t)
-                prev_t = t
-                d = live - prefix + 1
-                if d > running:
-                    running = d
-                hist[running, 0] += block_tokens[start + k]
-                hist[running, 1] += 1
-            # Touch prompt then output blocks, the last one first unless head-first.
-            o_start = out_offsets[r]
-            total = nb + out_offsets[r + 1] - o_start
-            for j in range(total):
-                k = j if head_first else total - 1 - j
-                b = ids[start + k] if k < nb else out_ids[o_start + k - nb]
-                if now > time_slots:
-                    # Before unmarking b: compaction keeps exactly the live marks.
-                    now = _compact(bits, sup, owner, last, now)
-                t = last[b]
-                if t != 0:
-                    _mark(bits, sup, t, -1)
-                else:
-                    live += 1
-                _mark(bits, sup, now, 1)
-                owner[now] = b
-                last[b] = now
-                now += 1
+            _lookup_prefix(r, offsets, ids, block_tokens, max_hit_blocks, last, bits, sup, live,
+                           hist)
+            now, live = _touch_blocks(r, offsets, ids, out_offsets, out_ids, head_first,
+                                      time_slots, bits, sup, owner, last, now, live)
+
+
+@numba.njit(cache=True, nogil=True)
+def _lookup_prefix(r, offsets, ids, block_tokens, max_hit_blocks, last, bits, sup, live,
+                   hist):  # pragma: no cover - compiled
+    """Request `r`'s leading cached blocks: block k hits at every capacity ≥ the running
+    maximum of the stack distances of blocks 1..k."""
+    start = offsets[r]
+    nb = offsets[r + 1] - start
+    cap = max_hit_blocks[r]
+    if cap > nb:
+        cap = nb
+    running = 0
+    prev_t = 0
+    prefix = 0
+    for k in range(cap):
+        t = last[ids[start + k]]
+        if t == 0:
+            break
+        # Blocks touched together by one request sit at adjacent times; the mark at
+        # the previous block's time is live, so the prefix count moves by exactly one.
+        if t == prev_t - 1:
+            prefix -= 1
+        elif t == prev_t + 1 and prev_t > 0:
+            prefix += 1
+        else:
+            prefix = _count_upto(bits, sup, t)
+        prev_t = t
+        d = live - prefix + 1
+        if d > running:
+            running = d
+        hist[running, 0] += block_tokens[start + k]
+        hist[running, 1] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _touch_blocks(r, offsets, ids, out_offsets, out_ids, head_first, time_slots, bits, sup,
+                  owner, last, now, live):  # pragma: no cover - compiled
+    """Touch request `r`'s prompt then output blocks, the last one first unless head-first:
+    each moves its live mark to the current time. Returns (time, live marks)."""
+    start = offsets[r]
+    nb = offsets[r + 1] - start
+    o_start = out_offsets[r]
+    total = nb + out_offsets[r + 1] - o_start
+    for j in range(total):
+        k = j if head_first else total - 1 - j
+        b = ids[start + k] if k < nb else out_ids[o_start + k - nb]
+        if now > time_slots:
+            # Before unmarking b: compaction keeps exactly the live marks.
+            now = _compact(bits, sup, owner, last, now)
+        t = last[b]
+        if t != 0:
+            _mark(bits, sup, t, -1)
+        else:
+            live += 1
+        _mark(bits, sup, now, 1)
+        owner[now] = b
+        last[b] = now
+        now += 1
+    return now, live
 
 
 def _pinned(array: Any, dtype: Any) -> NDArray[Any]:
@@ -286,6 +307,29 @@ def stack_distance_histograms(
     order_name = str(touch_order)
     if order_name not in TOUCH_ORDERS:
         raise ConfigError(f"touch order {order_name!r} is not one of {', '.join(TOUCH_ORDERS)}")
+    offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids = _kernel_inputs(
+        offsets, ids, block_tokens, max_hit_blocks, output_offsets, output_ids, n_ids)
+    n_requests = offsets64.shape[0] - 1
+    order, segment_starts = _partition_order(partitions, n_requests)
+    # Time slots: twice the most live marks, so compaction runs at most once per n_ids touches.
+    total_touches = int(offsets64[-1] - offsets64[0]) + int(out_off[-1] - out_off[0])
+    time_slots = int(min(max(2 * n_ids, _MIN_TIME_SLOTS), max(total_touches, 1),
+                         _MAX_INT32_IDS))
+    # One row per distance: (hit tokens, hit blocks) share a cache line.
+    hist = np.zeros((n_ids + 2, 2), dtype=np.int64)
+    if n_requests and total_touches:
+        _stack_histograms(
+            offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids, order, segment_starts,
+            order_name == "head-first", time_slots, hist,
+        )
+    return DistanceHistograms(hit_tokens=np.ascontiguousarray(hist[:, 0]),
+                              hit_blocks=np.ascontiguousarray(hist[:, 1]))
+
+
+def _kernel_inputs(offsets: NDArray[Any], ids: NDArray[Any], block_tokens: NDArray[Any],
+                   max_hit_blocks: NDArray[Any], output_offsets: NDArray[Any] | None,
+                   output_ids: NDArray[Any] | None, n_ids: int | None) -> tuple[Any, ...]:
+    """The kernel's arrays in its dtypes, checked: it indexes without bounds checks."""
     offsets64 = _pinned(offsets, np.int64)
     n_requests = offsets64.shape[0] - 1
     ids32 = _pinned(ids, np.int32)
@@ -301,7 +345,6 @@ def stack_distance_histograms(
     if n_ids > _MAX_INT32_IDS:
         raise ConfigError(f"{n_ids} distinct blocks exceed the sweep's int32 ids; "
                           "use a larger --block-size")
-    # The kernel indexes by id without bounds checks: refuse ids outside 0..n_ids-1.
     for name, values in (("ids", ids32), ("output ids", out_ids)):
         if len(values) and (int(values.min()) < 0 or int(values.max()) >= n_ids):
             raise ValueError(f"{name} must lie in 0..{n_ids - 1} (dense chain ids)")
@@ -315,30 +358,22 @@ def stack_distance_histograms(
     if len(out_off) != n_requests + 1 or (n_requests and (
             out_off[0] < 0 or out_off[-1] > len(out_ids) or np.any(np.diff(out_off) < 0))):
         raise ValueError("output offsets must be n_requests + 1 indices into output ids")
+    return offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids
+
+
+def _partition_order(partitions: NDArray[Any] | None, n_requests: int
+                     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Requests grouped by partition (stable), and where each partition starts."""
     if partitions is not None and len(partitions) != n_requests:
         raise ValueError("partitions needs one code per request")
     if partitions is None:
-        order = np.arange(n_requests, dtype=np.int64)
-        segment_starts = np.array([0, n_requests], dtype=np.int64)
-    else:
-        codes = np.asarray(partitions)
-        order = _pinned(np.argsort(codes, kind="stable"), np.int64)
-        sorted_codes = codes[order]
-        cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
-        segment_starts = _pinned(np.concatenate(([0], cuts, [n_requests])), np.int64)
-    # Time slots: twice the most live marks, so compaction runs at most once per n_ids touches.
-    total_touches = int(offsets64[-1] - offsets64[0]) + int(out_off[-1] - out_off[0])
-    time_slots = int(min(max(2 * n_ids, _MIN_TIME_SLOTS), max(total_touches, 1),
-                         _MAX_INT32_IDS))
-    # One row per distance: (hit tokens, hit blocks) share a cache line.
-    hist = np.zeros((n_ids + 2, 2), dtype=np.int64)
-    if n_requests and total_touches:
-        _stack_histograms(
-            offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids, order, segment_starts,
-            order_name == "head-first", time_slots, hist,
-        )
-    return DistanceHistograms(hit_tokens=np.ascontiguousarray(hist[:, 0]),
-                              hit_blocks=np.ascontiguousarray(hist[:, 1]))
+        return (np.arange(n_requests, dtype=np.int64),
+                np.array([0, n_requests], dtype=np.int64))
+    codes = np.asarray(partitions)
+    order = _pinned(np.argsort(codes, kind="stable"), np.int64)
+    sorted_codes = codes[order]
+    cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
+    return order, _pinned(np.concatenate(([0], cuts, [n_requests])), np.int64)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

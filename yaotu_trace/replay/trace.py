@@ -256,50 +256,66 @@ def replay_trace_with_requests(
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     rules.check_source_block_size(source)
     prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
+    result, chains, wf = _cache_runs(prepared, rules, waterfall, parallel)
+    if parallel.parallel:
+        notes = (*notes, _parallel_note(prepared, rules, parallel))
+    # After the chains: a streamed trace learns its list lengths on the first pass.
+    all_notes = (*notes, *_rule_notes(trace, prepared, rules))
+    summary = _summary(prepared, rules, preset, result, chains, wf, top_prefixes, all_notes)
+    return summary, RequestTable(columns=_request_columns(prepared, result, wf))
 
-    wf: Waterfall | None = None
+
+def _cache_runs(prepared: PreparedTrace, rules: ReplayRules, waterfall: bool,
+                parallel: Parallelism) -> tuple[ReplayResult, BlockChains, Waterfall | None]:
+    """The achieved replay, inside the waterfall when it is asked for (which replays the same
+    chains under every rule step anyway)."""
     with open_runner(parallel) as runner:
         pool = runner if parallel.parallel else None
         if waterfall:
             wf = compute_waterfall(prepared, rules, pool)
-            result, chains = wf.achieved, wf.achieved_chains
-        else:
-            chains = prepared.chains(rules)
-            result = cache_replays(prepared, chains, [rules], pool)[0]
-    if parallel.parallel:
-        notes = (*notes, _parallel_note(prepared, rules, parallel))
-    # After the chains: a streamed trace learns its list lengths on the first pass.
-    all_notes = list(notes) + _rule_notes(trace, prepared, rules)
+            return wf.achieved, wf.achieved_chains, wf
+        chains = prepared.chains(rules)
+        return cache_replays(prepared, chains, [rules], pool)[0], chains, None
+
+
+def _request_columns(prepared: PreparedTrace, result: ReplayResult, wf: Waterfall | None
+                     ) -> dict[str, np.ndarray]:
+    """The per-request columns of `--out`: hits, recompute, and each rule's loss."""
+    columns: dict[str, np.ndarray] = {
+        "request_id": prepared.request_id,
+        "prompt_tokens": prepared.prompt_tokens,
+        "hit_tokens": result.hit_tokens,
+        "recompute_tokens": result.recompute_tokens,
+    }
+    if wf is not None:
+        columns["ideal_hit_tokens"] = wf.ideal_per_request
+        for name, _ in STEPS:
+            columns[f"loss_{name}_tokens"] = wf.loss_per_request[name]
+    if result.instance is not None:
+        columns["instance"] = result.instance
+    return columns
+
+
+def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
+             result: ReplayResult, chains: BlockChains, wf: Waterfall | None, top_prefixes: int,
+             notes: tuple[str, ...]) -> ReplaySummary:
+    """Totals, the three hit ratios, the per-group splits and the waterfall of one replay."""
     prompt = prepared.prompt_tokens
     hit = result.hit_tokens
     prompt_total = int(prompt.sum())
     share = np.divide(hit, prompt, out=np.zeros(hit.size), where=prompt > 0)
     cacheable = int(chains.num_blocks.sum())
-
     per_instance: tuple[GroupStats, ...] = ()
     if result.instance is not None:
         labels = (prepared.instance_labels
                   if rules.route is None and prepared.instance_codes is not None
                   else tuple(f"instance-{k}" for k in range(result.num_instances)))
         per_instance = _groups(result.instance, labels, prompt, hit)
-
-    columns: dict[str, np.ndarray] = {
-        "request_id": prepared.request_id,
-        "prompt_tokens": prompt,
-        "hit_tokens": hit,
-        "recompute_tokens": result.recompute_tokens,
-    }
     hot: tuple[HotPrefix, ...] = ()
     if wf is not None:
-        columns["ideal_hit_tokens"] = wf.ideal_per_request
-        for name, _ in STEPS:
-            columns[f"loss_{name}_tokens"] = wf.loss_per_request[name]
         hot = hot_prefixes(wf, prepared.request_id, prepared.tenant_codes,
                            prepared.tenant_labels, top=top_prefixes)
-    if result.instance is not None:
-        columns["instance"] = result.instance
-
-    summary = ReplaySummary(
+    return ReplaySummary(
         rules=rules,
         preset=preset,
         requests=prepared.num_requests,
@@ -319,9 +335,8 @@ def replay_trace_with_requests(
         waterfall=() if wf is None else wf.steps,
         hot_prefixes=hot,
         observed=compare_observed(prepared.cached_tokens, hit, prompt, rules.block_size_tokens),
-        notes=tuple(all_notes),
+        notes=notes,
     )
-    return summary, RequestTable(columns=columns)
 
 
 def _parallel_note(prepared: PreparedTrace, rules: ReplayRules, parallel: Parallelism) -> str:

@@ -1,0 +1,200 @@
+"""The kv_memory axis' measurements (see the package docstring for the definitions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from yaotu_trace.axes.base import (
+    AxisInput,
+)
+from yaotu_trace.data.order_stats import BlockSum, KeyedBlockSum
+from yaotu_trace.data.steplog import StepLog, column, kv_usage
+from yaotu_trace.errors import YaotuError
+
+MAX_DEMAND_POINTS = 4000  # demand evaluation points (all finishes up to this many)
+_CHUNK = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvMetrics:
+    """The KV-memory axis' measurements (None when their inputs are absent)."""
+
+    preemption_source: str | None
+    preempted_requests: int | None
+    preemptions_total: int | None
+    preempted_request_share: float | None
+    recomputed_tokens: float | None
+    recomputed_tokens_low: float | None
+    recomputed_tokens_high: float | None
+    recompute_basis: str | None
+    recompute_token_fraction: float | None
+    kv_usage_source: str | None
+    kv_usage_mean: float | None
+    kv_usage_p95: float | None
+    kv_usage_max: float | None
+    kv_usage_at_preemption: float | None
+    kv_usage_over_time: tuple[tuple[float, float], ...]
+    full_share: float | None
+    block_size_tokens: int
+    kv_capacity_tokens: float | None
+    capacity_source: str | None
+    peak_demand_tokens: float | None
+    mean_demand_tokens: float | None
+    demand_over_capacity_share: float | None
+    extra_kv_tokens: float | None
+    extra_kv_bytes: float | None
+    n_safe_p95: float | None
+    block_waste_fraction: float | None
+    shared_block_fraction: float | None
+
+
+def demand_tokens(
+    times: np.ndarray, begin: np.ndarray, first: np.ndarray, finish: np.ndarray,
+    prompt: np.ndarray, output: np.ndarray, block: int,
+) -> np.ndarray:
+    """Block-rounded KV tokens held at each time (see the module docstring)."""
+    out = np.zeros(times.size)
+    first = np.where(np.isfinite(first), first, begin)
+    decode = np.maximum(finish - first, 1e-12)
+    order = np.argsort(times)
+    for lo in range(0, times.size, _CHUNK):
+        idx = order[lo:lo + _CHUNK]
+        t = times[idx]
+        # Only requests alive somewhere in this chunk's time range can hold KV at its points,
+        # so the matrix is (points × concurrency), not (points × requests).
+        near = (begin <= t.max()) & (finish > t.min())
+        b, f, fi, d = begin[near], finish[near], first[near], decode[near]
+        p, o = prompt[near], output[near]
+        tt = t[:, None]
+        live = (b[None, :] <= tt) & (tt < f[None, :])
+        g = np.clip((tt - fi[None, :]) / d[None, :], 0.0, 1.0) * o[None, :]
+        tokens = np.ceil((p[None, :] + np.floor(g)) / block) * block
+        out[idx] = np.where(live, tokens, 0.0).sum(axis=1)
+    return out
+
+
+def usage_timeline(
+    read: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], span: tuple[float, float],
+    mean: float, buckets: int = 20,
+) -> tuple[tuple[float, float], ...]:
+    """Mean KV usage over up to `buckets` equal time buckets: (bucket start s, mean ratio).
+
+    `read()` passes over (times, usage) batches of a non-empty sample; `span` is its first and
+    last time and `mean` its mean usage. The bucket sums are taken in fixed blocks, so a step
+    log streamed from disk gives the same numbers as one in memory.
+    """
+    lo, hi = span
+    if hi <= lo:
+        return ((lo, mean),)
+    width = (hi - lo) / buckets
+    sums = KeyedBlockSum(buckets)
+    counts = np.zeros(buckets, dtype=np.int64)
+    for times, usage in read():
+        idx = np.minimum(((times - lo) / width).astype(np.int64), buckets - 1)
+        sums.add(idx, usage)
+        counts += np.bincount(idx, minlength=buckets)
+    means = sums.totals()
+    return tuple((lo + b * width, float(means[b] / counts[b]))
+                 for b in range(buckets) if counts[b])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepKv:
+    """What one pass over the step log gives the memory axis."""
+
+    preempted_total: int | None
+    max_blocks_total: float | None
+    usage_at_preemption: float | None
+    full_steps: int
+    usage_span: tuple[float, float] | None  # first and last start of a step with a usage
+
+
+def read_step_kv(log: StepLog, full_usage: float) -> StepKv:
+    """Preemptions, the largest pool, the usage at preemption and the time range of the usage
+    from one pass over the log."""
+    preempted = 0 if "num_preempted" in log.columns else None
+    largest = -np.inf
+    lo, hi = np.inf, -np.inf
+    at_pre, at_pre_steps, full = BlockSum(), 0, 0
+    for b in log.batches(("num_preempted", "kv_blocks_used", "kv_blocks_total")):
+        pre = (column(b, "num_preempted", 0.0) if "num_preempted" in b.columns
+               else np.zeros(len(b)))
+        if preempted is not None:
+            preempted += int(b["num_preempted"].fillna(0).sum())
+        if "kv_blocks_total" in b.columns:
+            largest = float(np.fmax(largest, np.fmax.reduce(column(b, "kv_blocks_total"),
+                                                            initial=-np.inf)))
+        if "kv_blocks_used" in b.columns and "kv_blocks_total" in b.columns:
+            usage = kv_usage(b)
+            ok = np.isfinite(usage)
+            hit = ok & (pre > 0)
+            at_pre.add(usage[hit])
+            at_pre_steps += int(hit.sum())
+            full += int((usage[ok] >= full_usage).sum())
+            if ok.any():
+                times = column(b, "start_s")[ok]
+                lo, hi = min(lo, float(times.min())), max(hi, float(times.max()))
+    return StepKv(
+        preempted_total=preempted,
+        max_blocks_total=largest if np.isfinite(largest) else None,
+        usage_at_preemption=at_pre.total() / at_pre_steps if at_pre_steps else None,
+        full_steps=full,
+        usage_span=(lo, hi) if lo <= hi else None,
+    )
+
+
+def step_usage(log: StepLog) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """(start s, usage) of the steps with a finite KV usage, one pass per call."""
+    def read() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for b in log.batches(("kv_blocks_used", "kv_blocks_total")):
+            usage = kv_usage(b)
+            ok = np.isfinite(usage)
+            yield column(b, "start_s")[ok], usage[ok]
+    return read
+
+
+def shared_fraction(inp: AxisInput, block: int) -> float | None:
+    """Share of full prompt blocks that repeat an earlier request's chained prefix block."""
+    found = _chains(inp, block)
+    if found is None:
+        return None
+    chains, _ = found
+    total = int(chains.ids.size)
+    return None if total == 0 else 1.0 - chains.num_distinct / total
+
+
+def shared_prefix_tokens(inp: AxisInput, block: int) -> float | None:
+    """Tokens of KV that hold every shared prefix once: distinct chained prompt blocks that
+    more than one request uses, × the block size."""
+    found = _chains(inp, block)
+    if found is None:
+        return None
+    chains, used_block = found
+    if chains.ids.size == 0:
+        return 0.0
+    counts = np.bincount(np.asarray(chains.ids, dtype=np.int64))
+    return float((counts >= 2).sum() * used_block)
+
+
+def _chains(inp: AxisInput, block: int) -> tuple[Any, int] | None:
+    """The prompts' chained block ids under plain rules (and the block size used), or None."""
+    trace = inp.trace
+    if trace is None or trace.content_column is None:
+        return None
+    from yaotu_trace.replay.prepare import prepare
+    from yaotu_trace.replay.rules import rules_for
+
+    source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
+    if source is not None and block % source:
+        block = source
+    try:
+        rules = rules_for("none", block_size_tokens=block)
+        # Streams the prompts from a Parquet file left on disk (`Trace.lazy`): out of core.
+        chains = prepare(trace, stream=True).chains(rules, namespaces=False)
+    except (YaotuError, ValueError):
+        return None
+    return chains, block

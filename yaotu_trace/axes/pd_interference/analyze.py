@@ -1,0 +1,196 @@
+"""The pd_interference axis' analyzer: measure, evaluate its rules, name the cause."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from yaotu_trace.axes.base import (
+    AxisInput,
+    AxisName,
+    AxisResult,
+    RuleHit,
+    Source,
+    Status,
+    finite,
+    ratio,
+    status_from,
+)
+from yaotu_trace.axes.pd_interference.metrics import (
+    InterferenceMetrics,
+    decode_only_s,
+    gap_summary_of,
+    instances_of,
+    prefill_overlap,
+)
+from yaotu_trace.axes.pd_interference.rules import RULES, SEVERITY_OF
+from yaotu_trace.axes.rule import evaluate
+from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.order_stats import summarize
+from yaotu_trace.data.steplog import StepLog
+from yaotu_trace.data.token_times import (
+    GapSummary,
+    Stalls,
+    has_token_times,
+    stalls,
+)
+
+_BASIS = "share of decode time lost to stalls during prefill"
+
+
+def _empty(t: Thresholds, itl_mean: float | None) -> InterferenceMetrics:
+    """The measurements when stalls cannot be measured (the metrics' mean ITL only)."""
+    empty = InterferenceMetrics(
+        requests_with_tokens=None, gaps=None, tbt_s=None, tbt_p25_s=None,
+        median_decode_step_s=None, median_step_source=None, stall_factor=float(t.stall_factor),
+        stall_threshold_s=None, stalls=None, stalls_with_prefill=None,
+        prefill_coincidence=None, coincidence_source=None, decode_seconds_total=None,
+        decode_seconds_lost=None, interference_share=None, stall_seconds_unexplained=None,
+    )
+    return empty if itl_mean is None else replace(empty, metrics_itl_mean_s=itl_mean)
+
+
+def _no_token_times(metrics: InterferenceMetrics, itl_mean: float | None) -> AxisResult:
+    """The axis without per-token times: undecided."""
+    return AxisResult(
+        axis=AxisName.PD_INTERFERENCE, status=Status.INSUFFICIENT_DATA, cause=None,
+        score=None, score_basis=_BASIS,
+        sources=(Source.METRICS,) if itl_mean is not None else (), metrics=metrics,
+        missing=("token_times_s (request table): per-token emission times",
+                 "instance (request table) or a step log with start_s, end_s, "
+                 "prefill_tokens to locate co-located prefill"),
+        next_steps=("record per-token timestamps (streaming client or engine output "
+                    "processor) with the serving instance",),
+    )
+
+
+def _one_token_each(metrics: InterferenceMetrics, sources: list[Source]) -> AxisResult:
+    """The axis when no request has two tokens: no gap to measure."""
+    return AxisResult(
+        axis=AxisName.PD_INTERFERENCE, status=Status.INSUFFICIENT_DATA, cause=None,
+        score=None, score_basis=_BASIS,
+        sources=tuple(sources), metrics=metrics,
+        missing=("token_times_s with at least two tokens per request",),
+        next_steps=("record every token's emission time, not only the first",),
+    )
+
+
+def _median_step(steps: StepLog | None, gs: GapSummary,
+                 sources: list[Source]) -> tuple[float | None, str | None]:
+    """The median decode step (s): of decode-only steps in the log, else the median gap."""
+    median_step = step_source = None
+    if steps is not None:
+        sources.append(Source.STEPS)
+        # Passes over the log's batches: exact, and never every duration at once.
+        decode_only = summarize(steps.reader(("prefill_tokens",), decode_only_s), median=True)
+        if decode_only.count:
+            median_step, step_source = decode_only.median, "decode-only steps"
+    if median_step is None and gs.summary.count:
+        median_step, step_source = gs.summary.median, "median inter-token gap"
+    return median_step, step_source
+
+
+def _coincidence(inp: AxisInput, st: Stalls, steps: StepLog | None,
+                 token_first: np.ndarray) -> tuple[np.ndarray, str]:
+    """Per stall, whether prefill ran on its instance during it, and how that was judged: a
+    prefill step overlapping it (step log), else another request's first token inside it."""
+    req = inp.requests
+    instance = instances_of(inp)
+    gap, gap_start, gap_end = st.gap, st.start, st.end
+    coincide = np.zeros(gap.size, dtype=bool)
+    labels, inst_code = np.unique(instance, return_inverse=True)
+    gap_inst = inst_code[st.owner]
+    # Steps are matched by instance only when both tables name instances.
+    by_instance = (bool(inp.has("instance") or inp.has("decode_instance"))
+                   and steps is not None and steps.has("instance"))
+    overlap = (None if steps is None
+               else prefill_overlap(steps, gap_start, gap_end, gap_inst, labels, by_instance))
+    if overlap is not None:
+        coin_source = "prefill steps in the step log"
+        coincide = overlap
+    else:
+        coin_source = "first tokens of co-located requests"
+        first = (req["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+                 if inp.has("first_token_s") else np.full(len(req), np.nan))
+        first = np.where(np.isfinite(first), first, token_first)
+        for code in np.unique(gap_inst):
+            sel = gap_inst == code
+            f = np.sort(first[(inst_code == code) & np.isfinite(first)])
+            inside = (np.searchsorted(f, gap_end[sel], side="right")
+                      - np.searchsorted(f, gap_start[sel], side="right"))
+            coincide[np.flatnonzero(sel)] = inside > 0
+    return coincide, coin_source
+
+
+def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
+    """Measure decode stalls and how many of them line up with other requests' prefill."""
+    req = inp.requests
+    notes: list[str] = []
+    k = float(t.stall_factor)
+    itl_mean = None if inp.metrics is None else inp.metrics.histogram_mean("itl_s")
+    # Token times left on disk belong to the trace's own rows only.
+    lazy = (inp.trace.lazy if inp.trace is not None and inp.trace.requests is req else None)
+    if not has_token_times(req, lazy):
+        return _no_token_times(_empty(t, itl_mean), itl_mean)
+    sources = [Source.REQUESTS] + ([Source.METRICS] if itl_mean is not None else [])
+    # Passes over the token times (streamed when left on disk): only the gaps' summary and the
+    # stalls are held, never every gap.
+    gs = gap_summary_of(inp)
+    if not (inp.has("instance") or inp.has("decode_instance")):
+        notes.append("no instance column: all requests are taken as co-located on one instance")
+    steps = inp.steps if inp.step_has("prefill_tokens") else None
+    median_step, step_source = _median_step(steps, gs, sources)
+    if not gs.summary.count or median_step is None:
+        return _one_token_each(_empty(t, itl_mean), sources)
+    threshold_s = k * median_step
+    st = stalls(req, lazy, threshold_s)
+    coincide, coin_source = _coincidence(inp, st, steps, gs.first)
+    gap = st.gap
+    lost = float((gap[coincide] - median_step).sum())
+    n_stalls, with_prefill = int(gap.size), int(coincide.sum())
+    share = ratio(lost, gs.summary.total)
+    metrics = InterferenceMetrics(
+        requests_with_tokens=int((gs.counts > 1).sum()),
+        gaps=gs.summary.count,
+        tbt_s=gs.distribution,
+        tbt_p25_s=gs.summary.percentiles[25],
+        median_decode_step_s=median_step,
+        median_step_source=step_source,
+        stall_factor=k,
+        stall_threshold_s=threshold_s,
+        stalls=n_stalls,
+        stalls_with_prefill=with_prefill,
+        prefill_coincidence=ratio(with_prefill, n_stalls),
+        coincidence_source=coin_source,
+        decode_seconds_total=gs.summary.total,
+        decode_seconds_lost=lost,
+        interference_share=share,
+        stall_seconds_unexplained=float((gap[~coincide] - median_step).sum()),
+        metrics_itl_mean_s=itl_mean,
+    )
+    if inp.has("prefill_instance") and inp.has("decode_instance"):
+        notes.append("the trace has separate prefill and decode instances (already "
+                     "disaggregated); stalls are matched on the decode instance")
+    return _result(metrics, evaluate(RULES, metrics, t), sources, notes)
+
+
+def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Source],
+            notes: list[str]) -> AxisResult:
+    """The decided axis: status, cause and what to do next."""
+    ids = {h.rule_id for h in hits}
+    cause = "prefill_interference" if ids & {"D001", "D002"} else None
+    next_steps: list[str] = []
+    if cause:
+        next_steps.append("compare chunked prefill and P/D disaggregation in the ledger; pass "
+                          "--model and --link-gbps for the transfer cost")
+    if "D006" in ids:
+        next_steps.append("line stalls up with preemptions and host-side gaps (step log)")
+    if Source.STEPS not in sources:
+        next_steps.append("add a step log with prefill_tokens per step to confirm co-location")
+    return AxisResult(
+        axis=AxisName.PD_INTERFERENCE, status=status_from(hits, SEVERITY_OF), cause=cause,
+        score=finite(metrics.interference_share), score_basis=_BASIS,
+        sources=tuple(sources), metrics=metrics, hits=tuple(hits), missing=(),
+        next_steps=tuple(next_steps), notes=tuple(notes),
+    )

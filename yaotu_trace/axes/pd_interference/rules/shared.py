@@ -1,0 +1,30 @@
+"""What several interference rules read: the stalls' coincidence with prefill and the stall
+numbers shown with them."""
+
+from __future__ import annotations
+
+from yaotu_trace.axes.base import Evidence, check, fact
+from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
+from yaotu_trace.axes.thresholds import Thresholds
+
+
+def coincidence(mt: InterferenceMetrics, t: Thresholds) -> Evidence:
+    """prefill_coincidence against its threshold."""
+    return check("prefill_coincidence", mt.prefill_coincidence, ">=", "prefill_coincidence",
+                 t.prefill_coincidence)
+
+
+def coincides(mt: InterferenceMetrics, t: Thresholds) -> bool:
+    """Whether the stalls line up with prefill (D001 and D002 need it)."""
+    coin = mt.prefill_coincidence
+    return (mt.interference_share is not None and coin is not None
+            and coin >= t.prefill_coincidence)
+
+
+def stall_evidence(mt: InterferenceMetrics) -> tuple[Evidence, ...]:
+    """The stall numbers every interference finding shows."""
+    return (
+        fact("decode_seconds_lost", mt.decode_seconds_lost, "s"),
+        fact("stalls", mt.stalls, "gaps"),
+        fact("stall_threshold_s", mt.stall_threshold_s, "s"),
+    )

@@ -1,0 +1,160 @@
+"""The prefix_reuse axis' analyzer: measure, evaluate its rules, name the cause."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yaotu_trace.axes.base import (
+    AxisInput,
+    AxisName,
+    AxisResult,
+    Source,
+    Status,
+    finite,
+    ratio,
+    status_from,
+)
+from yaotu_trace.axes.prefix_reuse.metrics import (
+    BASIS,
+    PrefixMetrics,
+    empty_metrics,
+    observed_hits,
+)
+from yaotu_trace.axes.prefix_reuse.rules import RULES, SEVERITY_OF
+from yaotu_trace.axes.rule import evaluate
+from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.errors import YaotuError
+
+
+def _undecided(sources: list[Source], observed: tuple[str | None, int | None, float | None],
+               missing: str, next_step: str, notes: tuple[str, ...] = ()) -> AxisResult:
+    """The axis when the prefixes cannot be replayed."""
+    obs_source, obs_tokens, obs_rate = observed
+    return AxisResult(
+        axis=AxisName.PREFIX_REUSE, status=Status.INSUFFICIENT_DATA, cause=None,
+        score=None, score_basis=BASIS, sources=tuple(sources),
+        metrics=empty_metrics(obs_source, obs_rate, obs_tokens),
+        missing=(missing,), notes=notes, next_steps=(next_step,),
+    )
+
+
+def analyze_prefix_reuse(inp: AxisInput, t: Thresholds) -> AxisResult:
+    """Replay the prompts' prefixes and compare achievable with observed reuse."""
+    observed = observed_hits(inp)
+    sources: list[Source] = []
+    if observed[0] == "cached_tokens":
+        sources.append(Source.REQUESTS)
+    elif observed[0] is not None:
+        sources.append(Source.METRICS)
+    trace = inp.trace
+    if trace is None or trace.content_column is None:
+        return _undecided(
+            sources, observed,
+            "prompt_tokens or prompt_block_ids (request table): prompt content for the prefix "
+            "replay",
+            "log prompt token ids (or block hashes) so achievable reuse can be replayed")
+    try:
+        summary = _replay(inp)
+    except YaotuError as err:
+        return _undecided(
+            sources, observed, "a prefix replay this trace supports",
+            "run `trace replay` on the trace to see why the replay is refused", (str(err),))
+    sources.insert(0, Source.REQUESTS)
+    metrics = _metrics(summary, observed)
+    hits = evaluate(RULES, metrics, t)
+    ids = {h.rule_id for h in hits}
+    cause = ("cache_keys" if "P005" in ids else "routing" if "P003" in ids
+             else "capacity" if "P004" in ids
+             else "prefix_recompute" if ids & {"P001", "P002"} else None)
+    missing: list[str] = []
+    next_steps: list[str] = []
+    if observed[2] is None:
+        missing.append("cached_tokens (request table) or vllm:prefix_cache_hits_total and "
+                       "vllm:prefix_cache_queries_total (metrics): observed hits")
+    if ids & {"P001", "P002"}:
+        next_steps.append("compare the hot prefixes' requests: salts, adapters and template "
+                          "bytes before the first block, and the instances they were routed to")
+    if "P003" in ids:
+        next_steps.append("replay with --route prefix-affinity to size the routing gain")
+    next_steps += [f"add {m}" for m in missing]
+    return AxisResult(
+        axis=AxisName.PREFIX_REUSE, status=status_from(hits, SEVERITY_OF), cause=cause,
+        score=finite(metrics.recomputed_share_of_prefill), score_basis=BASIS,
+        sources=tuple(dict.fromkeys(sources)), metrics=metrics,
+        hits=tuple(hits), missing=tuple(missing), next_steps=tuple(next_steps),
+        notes=tuple(summary.notes),
+    )
+
+
+def _metrics(summary: Any,
+             observed: tuple[str | None, int | None, float | None]) -> PrefixMetrics:
+    """Achievable against observed reuse, and the waterfall's losses, from the replay."""
+    obs_source, obs_tokens, obs_rate = observed
+    prompt = int(summary.prompt_tokens)
+    ideal = summary.ideal_hit_tokens
+    achievable = int(summary.saved_prefill_tokens)
+    steps = {s.step: s for s in summary.waterfall}
+
+    def loss(*names: str) -> float | None:
+        if not steps:
+            return None
+        return float(sum(steps[n].loss_tokens for n in names if n in steps))
+
+    key_loss, routing_loss, capacity_loss = (loss("tenant_isolation"), loss("routing"),
+                                             loss("capacity"))
+    achievable_rate = ratio(achievable, prompt)
+    gap = recomputed = basis = None
+    if obs_rate is not None and achievable_rate is not None:
+        gap = achievable_rate - obs_rate
+        observed_tok = obs_tokens if obs_tokens is not None else obs_rate * prompt
+        recomputed = max(0.0, achievable - float(observed_tok))
+        basis = "achievable − observed hit tokens"
+    elif steps:
+        recomputed = float((key_loss or 0.0) + (routing_loss or 0.0) + (capacity_loss or 0.0))
+        basis = "waterfall losses to cache keys, routing and capacity (no observed hits)"
+    instances = len(summary.per_instance) or (summary.rules.instances
+                                             if summary.rules.scope == "instance" else 1)
+    return PrefixMetrics(
+        preset=summary.preset,
+        rules=summary.rules.to_dict(),
+        prompt_tokens=prompt,
+        ideal_hit_tokens=ideal,
+        ideal_hit_rate=ratio(ideal, prompt),
+        achievable_hit_tokens=achievable,
+        achievable_hit_rate=achievable_rate,
+        observed_source=obs_source,
+        observed_hit_tokens=obs_tokens,
+        observed_hit_rate=obs_rate,
+        reuse_gap=gap,
+        recomputed_reusable_tokens=recomputed,
+        recomputed_basis=basis,
+        recomputed_share_of_prefill=ratio(recomputed, prompt),
+        instances=instances,
+        waterfall=tuple(s.to_dict() for s in summary.waterfall),
+        key_loss_share=ratio(key_loss, prompt),
+        routing_loss_share=ratio(routing_loss, prompt),
+        capacity_loss_share=ratio(capacity_loss, prompt),
+        hot_prefixes=tuple(h.to_dict() for h in summary.hot_prefixes[:5]),
+    )
+
+
+def _replay(inp: AxisInput) -> Any:
+    """The replay under the engine's rules: capacity per instance and instances when known."""
+    from yaotu_trace.replay import Parallelism, effective_rules, replay_trace
+
+    trace = inp.trace
+    assert trace is not None
+    s = inp.settings
+    overrides: dict[str, Any] = {}
+    if s.block_size_given:
+        overrides["block_size_tokens"] = int(s.block_size_tokens)
+    rules, preset, notes = effective_rules(trace, s.replay_preset, **overrides)
+    changes: dict[str, Any] = {}
+    if s.kv_capacity_tokens is not None:
+        changes["capacity_blocks"] = max(1, int(s.kv_capacity_tokens // rules.block_size_tokens))
+    if trace.has("instance") and trace.requests["instance"].nunique() > 1:
+        changes["scope"] = "instance"
+    if changes:
+        rules = rules.with_(**changes)
+    return replay_trace(trace, rules, preset=preset, notes=notes, top_prefixes=5,
+                        parallel=Parallelism(jobs=s.replay_jobs, dask=s.replay_dask))

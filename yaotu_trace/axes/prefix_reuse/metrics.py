@@ -1,0 +1,74 @@
+"""The prefix_reuse axis' measurements (see the package docstring for the definitions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from yaotu_trace.axes.base import (
+    AxisInput,
+    ratio,
+)
+
+BASIS = "share of prefill tokens recomputed although a prefix was reusable"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefixMetrics:
+    """The prefix-reuse axis' measurements (None when their inputs are absent)."""
+
+    preset: str | None
+    rules: dict[str, Any] | None
+    prompt_tokens: int | None
+    ideal_hit_tokens: int | None
+    ideal_hit_rate: float | None
+    achievable_hit_tokens: int | None
+    achievable_hit_rate: float | None
+    observed_source: str | None
+    observed_hit_tokens: int | None
+    observed_hit_rate: float | None
+    reuse_gap: float | None
+    recomputed_reusable_tokens: float | None
+    recomputed_basis: str | None
+    recomputed_share_of_prefill: float | None
+    instances: int | None
+    waterfall: tuple[dict[str, Any], ...]
+    key_loss_share: float | None
+    routing_loss_share: float | None
+    capacity_loss_share: float | None
+    hot_prefixes: tuple[dict[str, Any], ...]
+
+
+def empty_metrics(observed_source: str | None = None, observed_rate: float | None = None,
+           observed_tokens: int | None = None) -> PrefixMetrics:
+    return PrefixMetrics(
+        preset=None, rules=None, prompt_tokens=None, ideal_hit_tokens=None, ideal_hit_rate=None,
+        achievable_hit_tokens=None, achievable_hit_rate=None, observed_source=observed_source,
+        observed_hit_tokens=observed_tokens, observed_hit_rate=observed_rate, reuse_gap=None,
+        recomputed_reusable_tokens=None, recomputed_basis=None,
+        recomputed_share_of_prefill=None, instances=None, waterfall=(), key_loss_share=None,
+        routing_loss_share=None, capacity_loss_share=None, hot_prefixes=(),
+    )
+
+
+def observed_hits(inp: AxisInput) -> tuple[str | None, int | None, float | None]:
+    """(source, hit tokens or None, hit rate) of the engine's own prefix-cache hits."""
+    req = inp.requests
+    if inp.has("cached_tokens"):
+        hits = int(req["cached_tokens"].fillna(0).sum())
+        prompt = int(req["prompt_len"].sum())
+        return "cached_tokens", hits, ratio(hits, prompt)
+    m = inp.metrics
+    if m is not None:
+        if m.name_of("prefix_hits") is not None and m.name_of("prefix_queries") is not None:
+            rate = ratio(m.counter_increase("prefix_hits"), m.counter_increase("prefix_queries"))
+            if rate is not None:
+                return str(m.name_of("prefix_hits")), None, rate
+        if m.name_of("cached_tokens") is not None and m.name_of("prompt_tokens") is not None:
+            rate = ratio(m.counter_increase("cached_tokens"), m.counter_increase("prompt_tokens"))
+            if rate is not None:
+                return str(m.name_of("cached_tokens")), None, rate
+        g = m.gauge("cache_hit_rate", how="max")
+        if g is not None and len(g):
+            return "sglang:cache_hit_rate", None, float(g["value"].mean())
+    return None, None, None

@@ -1,0 +1,38 @@
+"""P001 (cost-model C1): prefix recompute is material."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.prefix_reuse.metrics import PrefixMetrics
+from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.thresholds import Thresholds
+
+
+def _check(mt: PrefixMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+    share = mt.recomputed_share_of_prefill
+    gap_ok = mt.reuse_gap is None or mt.reuse_gap > t.reuse_gap
+    if not (share is not None and share > t.recompute_waste and gap_ok):
+        return None
+    ev = [check("recomputed_share_of_prefill", share, ">", "recompute_waste", t.recompute_waste),
+          fact("recomputed_reusable_tokens", mt.recomputed_reusable_tokens, "tokens")]
+    if mt.reuse_gap is not None:
+        ev.insert(0, check("reuse_gap", mt.reuse_gap, ">", "reuse_gap", t.reuse_gap))
+        ev.append(fact("observed_hit_rate", mt.observed_hit_rate, "ratio"))
+    ev.append(fact("achievable_hit_rate", mt.achievable_hit_rate, "ratio"))
+    return ev
+
+
+RULE: Rule[PrefixMetrics] = Rule(
+    id="P001", axis=AxisName.PREFIX_REUSE, severity=Severity.WARNING, source="C1",
+    title="Prefix recompute is material",
+    trigger=(
+        "achievable − observed hit rate > reuse_gap and recomputed reusable tokens > "
+        "recompute_waste of prefill tokens (without cached_tokens: the latter alone)"
+    ),
+    evidence="achievable_hit_rate, observed_hit_rate, recomputed_share_of_prefill",
+    fix="check cache keys (salt, adapter, template drift) and routing; attribute the gap",
+    reads=("recompute_waste", "reuse_gap"),
+    check=_check,
+)

@@ -1,0 +1,311 @@
+"""The queueing axis' analyzer: measure, evaluate the rules Q000–Q006, name the cause."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from yaotu_trace.axes.base import (
+    AxisInput,
+    AxisName,
+    AxisResult,
+    Source,
+    Status,
+    finite,
+    ratio,
+    status_from,
+)
+from yaotu_trace.axes.queueing.metrics import (
+    Load,
+    QueueingMetrics,
+    RequestTiming,
+    Windows,
+    offered_load,
+    request_timing,
+    windows_of,
+)
+from yaotu_trace.axes.queueing.rules import RULES, SEVERITY_OF
+from yaotu_trace.axes.queueing.rules.shared import QueueingFacts, saturated
+from yaotu_trace.axes.queueing.steps import (
+    STEP_PERCENTILES,
+    StepStats,
+    sampled_waiting_s,
+    step_stats,
+)
+from yaotu_trace.axes.rule import evaluate
+from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.order_stats import summarize
+from yaotu_trace.data.report import Distribution
+from yaotu_trace.profile.workload import arrival_profile
+
+
+class Cause(StrEnum):
+    """Causes of queueing, in decision-flow priority (KV admission is looked at first)."""
+
+    KV_ADMISSION = "kv_admission"
+    DISPATCH_OVERHEAD = "dispatch_overhead"
+    ARRIVAL_BURST = "arrival_burst"
+    BATCH_SHAPE = "batch_shape"
+
+
+CAUSE_OF_RULE = {
+    "Q001": Cause.ARRIVAL_BURST,
+    "Q002": Cause.ARRIVAL_BURST,
+    "Q003": Cause.DISPATCH_OVERHEAD,
+    "Q004": Cause.BATCH_SHAPE,
+    "Q005": Cause.KV_ADMISSION,
+}
+CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
+               Cause.BATCH_SHAPE)
+
+
+
+def _p75(values: np.ndarray | None) -> float | None:
+    if values is None or values.size == 0:
+        return None
+    return float(np.percentile(values, 75))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Shape:
+    """Batch shape and caps: tokens per step against the budget, running against the seat cap,
+    KV usage and the waiting share (step log, else engine metrics)."""
+
+    tokens_per_step: Distribution | None
+    budget: float | None
+    budget_inferred: bool | None
+    step_fill: float | None
+    running: Distribution | None
+    seq_cap: float | None
+    seq_cap_inferred: bool | None
+    running_fill: float | None
+    kv_usage_p75: float | None
+    waiting_share: float | None
+
+
+def _batch_shape(inp: AxisInput, st: StepStats, sources: list[Source]) -> _Shape:
+    """Step fill and running fill against the engine's caps (given, else the largest seen)."""
+    s, m = inp.settings, inp.metrics
+    tokens = st.tokens
+    tokens_dist = Distribution.from_summary(tokens) if tokens is not None else None
+    budget = budget_inferred = step_fill = None
+    if tokens is not None and tokens.count:
+        budget_inferred = s.max_batched_tokens is None
+        budget = float(s.max_batched_tokens or tokens.max or 0)
+        step_fill = ratio(tokens.percentiles[75], budget)
+    elif m is not None and s.max_batched_tokens and m.histogram_mean("iteration_tokens"):
+        # Without a step log, the metrics' mean step size stands in for the P75.
+        budget, budget_inferred = float(s.max_batched_tokens), False
+        step_fill = ratio(m.histogram_mean("iteration_tokens"), budget)
+    running = st.running
+    if running is None and m is not None:
+        g = m.gauge("num_running")
+        if g is not None:
+            samples = g["value"].to_numpy(dtype=np.float64)
+            running = summarize(lambda: [samples], STEP_PERCENTILES)
+            sources.append(Source.METRICS)
+    running_dist = Distribution.from_summary(running) if running is not None else None
+    seq_cap = seq_cap_inferred = running_fill = None
+    if running is not None and running.count:
+        seq_cap_inferred = s.max_num_seqs is None
+        seq_cap = float(s.max_num_seqs or running.max or 0)
+        running_fill = ratio(running.percentiles[75], seq_cap)
+    kv_p75 = st.kv_usage_p75
+    waiting_share = st.waiting_share
+    if m is not None:
+        if kv_p75 is None and (g := m.gauge("kv_usage", how="max")) is not None:
+            kv_p75 = _p75(g["value"].to_numpy(dtype=np.float64))
+            sources.append(Source.METRICS)
+        if waiting_share is None and (g := m.gauge("num_waiting")) is not None:
+            waiting_share = float((g["value"] > 0).mean())
+            sources.append(Source.METRICS)
+    return _Shape(tokens_per_step=tokens_dist, budget=budget, budget_inferred=budget_inferred,
+                  step_fill=step_fill, running=running_dist, seq_cap=seq_cap,
+                  seq_cap_inferred=seq_cap_inferred, running_fill=running_fill,
+                  kv_usage_p75=kv_p75, waiting_share=waiting_share)
+
+
+def _littles_law(
+    inp: AxisInput, st: StepStats, timing: RequestTiming
+) -> tuple[float | None, float | None, float | None]:
+    """(little_expected_waiting, little_expected_sampled, little_mismatch): mean waiting seen by
+    the engine against λ·W̄q from the request table (see the package docstring)."""
+    queue, arrival, scheduled = timing.queue, timing.arrival, timing.scheduled
+    if queue is None or st.waiting_mean is None or st.waiting_span is None:
+        return None, None, None
+    lo, hi = st.waiting_span
+    inside = (arrival >= lo) & (arrival <= hi) & np.isfinite(queue)
+    span = hi - lo
+    if not (inside.any() and span > 0):
+        return None, None, None
+    expected = finite(float(queue[inside].sum()) / span)
+    assert scheduled is not None
+    sampled = finite(sampled_waiting_s(inp, st, arrival, scheduled, inside) / span)
+    if expected is None:
+        return expected, sampled, None
+    low = min(expected, sampled if sampled is not None else expected)
+    high = max(expected, sampled if sampled is not None else expected)
+    # NOTE: engines count preempted requests as waiting again, time the request
+    # table's queue_time_s does not hold: with preemptions only the low end binds.
+    preempting = ((inp.has("num_preemptions")
+                   and bool((inp.requests["num_preemptions"].fillna(0) > 0).any()))
+                  or (inp.step_has("num_preempted") and st.preempted))
+    if preempting:
+        high = np.inf
+    observed = st.waiting_mean
+    outside = max(0.0, low - observed, observed - high)
+    mismatch = 0.0 if outside == 0 else ratio(outside, max(observed, high))
+    return expected, sampled, mismatch
+
+
+def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
+    """Measure queueing and name its cause: burst, dispatch overhead, batch shape or KV."""
+    sources: list[Source] = []
+    timing = request_timing(inp, sources)
+    grid = windows_of(timing, float(t.window_s))
+    st = step_stats(inp, grid)
+    if st.wall_s is not None:
+        sources.append(Source.STEPS)
+    load = offered_load(timing, st.achieved_tokens, grid, t.overload_rho)
+    shape = _batch_shape(inp, st, sources)
+    metrics = _metrics(inp, timing, grid, load, st, shape)
+    if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
+        return _undecided(metrics)
+    notes: list[str] = []
+    facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None)
+    hits = evaluate(RULES, facts, t)
+    if "Q001" in {h.rule_id for h in hits} and saturated(facts, t) is None:
+        notes.append("arrival burst judged from the request table alone; add a step log to "
+                     "confirm the GPU was saturated")
+    causes = {CAUSE_OF_RULE[h.rule_id] for h in hits if h.rule_id in CAUSE_OF_RULE}
+    cause = next((c for c in CAUSE_ORDER if c in causes), None)
+    score, basis = _score(timing, st)
+    missing = _missing(timing, st)
+    return AxisResult(
+        axis=AxisName.QUEUEING,
+        status=status_from(hits, SEVERITY_OF),
+        cause=cause,
+        score=finite(score),
+        score_basis=basis,
+        sources=tuple(dict.fromkeys(sources)),
+        metrics=metrics,
+        hits=tuple(hits),
+        missing=tuple(missing),
+        next_steps=_next_steps(cause, missing),
+        notes=tuple(notes),
+    )
+
+
+def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, st: StepStats,
+             shape: _Shape) -> QueueingMetrics:
+    """The axis' measurements from its phases."""
+    prof = arrival_profile(timing.arrival)
+    expected, sampled, mismatch = _littles_law(inp, st, timing)
+    m = inp.metrics
+    return QueueingMetrics(
+        queue_time_s=Distribution.of(timing.queue) if timing.queue is not None else None,
+        ttft_s=Distribution.of(timing.ttft) if timing.ttft is not None else None,
+        queue_share_of_ttft=timing.share_ttft,
+        queue_share_of_latency=timing.share_latency,
+        queue_seconds_total=timing.queue_total,
+        interarrival_cv=prof.interarrival_cv,
+        peak_to_mean=prof.peak_to_mean,
+        window_s=grid.width_s,
+        windows=load.windows,
+        service_rate_tokens_per_s=load.service_rate_tokens_per_s,
+        peak_offered_tokens_per_s=load.peak_offered_tokens_per_s,
+        mean_rho=load.mean_rho,
+        peak_rho=load.peak_rho,
+        overloaded_windows=load.overloaded_windows,
+        overloaded_windows_queue_growing=load.overloaded_windows_queue_growing,
+        queue_seconds_in_overload=load.queue_seconds_in_overload,
+        excess_offered_tokens=load.excess_offered_tokens,
+        peak_windows=load.peak_windows,
+        wall_s=st.wall_s,
+        gpu_busy_fraction=st.busy_fraction,
+        idle_while_waiting_s=st.idle_waiting_s,
+        idle_while_waiting_fraction=st.idle_waiting_fraction,
+        tokens_per_step=shape.tokens_per_step,
+        metrics_tokens_per_step_mean=(None if m is None
+                                      else m.histogram_mean("iteration_tokens")),
+        token_budget_tokens=shape.budget,
+        token_budget_inferred=shape.budget_inferred,
+        step_fill_p75=shape.step_fill,
+        running=shape.running,
+        seq_cap=shape.seq_cap,
+        seq_cap_inferred=shape.seq_cap_inferred,
+        running_fill_p75=shape.running_fill,
+        kv_usage_p75=shape.kv_usage_p75,
+        waiting_share=shape.waiting_share,
+        waiting_mean=st.waiting_mean,
+        little_expected_waiting=expected,
+        little_mismatch=mismatch,
+        little_expected_sampled=sampled,
+    )
+
+
+def _undecided(metrics: QueueingMetrics) -> AxisResult:
+    """The axis when neither the request table, a step log nor the metrics can decide it."""
+    return AxisResult(
+        axis=AxisName.QUEUEING,
+        status=Status.INSUFFICIENT_DATA,
+        cause=None,
+        score=None,
+        score_basis="share of request latency spent queueing",
+        sources=(),
+        metrics=metrics,
+        missing=(
+            "scheduled_s and first_token_s (request table)",
+            "a step log with start_s, end_s, num_waiting (--steps)",
+            "vllm:num_requests_waiting or sglang:num_queue_reqs, or "
+            "vllm:request_queue_time_seconds (--metrics)",
+        ),
+        next_steps=(
+            "log per-request queued/scheduled/first-token times (vLLM request stats, OTel "
+            "gen_ai.latency.time_in_queue) or export the engine's Prometheus metrics",
+        ),
+    )
+
+
+def _score(timing: RequestTiming, st: StepStats) -> tuple[float | None, str]:
+    """The axis score (share of latency, else of TTFT, else of wall time idle while waiting)
+    and what it is."""
+    share_latency, share_ttft = timing.share_latency, timing.share_ttft
+    score = share_latency if share_latency is not None else share_ttft
+    if score is None:
+        score = st.idle_waiting_fraction
+    basis = ("share of request latency spent queueing" if share_latency is not None
+             else "share of TTFT spent queueing" if share_ttft is not None
+             else "share of wall time the GPU idled while requests waited")
+    return score, basis
+
+
+def _missing(timing: RequestTiming, st: StepStats) -> list[str]:
+    """The inputs that would sharpen a decided axis."""
+    missing: list[str] = []
+    if timing.scheduled is None:
+        missing.append("scheduled_s (request table)")
+    if st.wall_s is None:
+        missing.append("a step log (--steps) for GPU busy and idle-while-waiting time")
+    elif st.idle_waiting_s is None:
+        missing.append("num_waiting (step log) or scheduled_s for idle-while-waiting time")
+    return missing
+
+
+def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
+    advice = {
+        Cause.KV_ADMISSION: "read the kv_memory axis: admission waits for KV blocks",
+        Cause.DISPATCH_OVERHEAD: "profile the host side of a step (nsys): scheduling, input "
+        "preparation, detokenisation, HTTP; try async/overlap scheduling and CUDA graphs",
+        Cause.ARRIVAL_BURST: "size for the peak window, not the mean: replicas, admission "
+        "control or autoscaling on queue depth",
+        Cause.BATCH_SHAPE: "raise max_num_batched_tokens / max_num_seqs and check FCFS "
+        "head-of-line blocking by long prompts",
+    }
+    out = [advice[Cause(cause)]] if cause else []
+    out += [f"add {m}" for m in missing]
+    return tuple(out)
+
+

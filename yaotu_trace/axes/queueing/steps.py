@@ -1,0 +1,320 @@
+"""The queueing axis' pass over the step log: busy and idle time, idle-while-waiting, batch
+shape, KV usage, the waiting count and the tokens served per window.
+
+The log is read in record batches (`yaotu_trace.data.steplog`): only each instance's last step
+is carried from one batch to the next, and sums are taken in fixed blocks (`order_stats`), so
+the numbers do not depend on how the log is cut into batches, or whether it is on disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.axes.base import AxisInput, ratio
+from yaotu_trace.axes.queueing.metrics import Windows, times_of
+from yaotu_trace.data.order_stats import BlockSum, Summary, summarize
+from yaotu_trace.data.report import PERCENTILES
+from yaotu_trace.data.steplog import InstanceIds, StepLog, column, kv_usage_summary
+
+# Percentiles of per-step samples: the Distribution's and the P75 the rules compare.
+STEP_PERCENTILES = (*PERCENTILES, 75)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStats:
+    wall_s: float | None = None
+    busy_fraction: float | None = None
+    idle_waiting_s: float | None = None
+    idle_waiting_fraction: float | None = None
+    tokens: Summary | None = None
+    running: Summary | None = None
+    kv_usage_p75: float | None = None
+    waiting_share: float | None = None
+    waiting_mean: float | None = None
+    waiting_span: tuple[float, float] | None = None
+    instances: tuple[str, ...] = ()
+    achieved_tokens: np.ndarray | None = None
+    preempted: bool = False
+
+
+class _PerInstance:
+    """The state one pass carries per instance from one batch to the next: the first start,
+    the latest end and the last step seen (start, end, num_waiting)."""
+
+    def __init__(self) -> None:
+        self.seen = np.zeros(0, dtype=bool)
+        self.first_start = np.zeros(0)
+        self.max_end = np.zeros(0)
+        self.last_start = np.zeros(0)
+        self.last_end = np.zeros(0)
+        self.last_waiting = np.zeros(0)
+
+    def grow(self, n: int) -> None:
+        extra = n - self.seen.size
+        if extra > 0:
+            self.seen = np.append(self.seen, np.zeros(extra, dtype=bool))
+            self.first_start = np.append(self.first_start, np.full(extra, np.inf))
+            self.max_end = np.append(self.max_end, np.full(extra, -np.inf))
+            for name in ("last_start", "last_end", "last_waiting"):
+                setattr(self, name, np.append(getattr(self, name), np.zeros(extra)))
+
+
+def _previous(inst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each row of a batch, the row of the same instance just before it in the batch (-1
+    when that step lies in an earlier batch, or there is none); and, grouping the rows by
+    instance, the rows in group order, each group's first position and the last row of each."""
+    order = np.argsort(inst, kind="stable")
+    grouped = inst[order]
+    same = grouped[1:] == grouped[:-1]
+    prev = np.full(inst.size, -1, dtype=np.int64)
+    prev[order[1:]] = np.where(same, order[:-1], -1)
+    bounds = np.flatnonzero(np.concatenate([[True], ~same]))
+    lasts = order[np.concatenate([~same, [True]])]
+    return prev, order, bounds, lasts
+
+
+def _instances_with(log: StepLog, name: str, ids: InstanceIds) -> np.ndarray:
+    """Per instance id, whether any of its steps has a value of column `name` (one pass)."""
+    found = np.zeros(0, dtype=bool)
+    for b in log.batches(("instance", name)):
+        inst = ids.codes(b)
+        if found.size < len(ids):
+            found = np.append(found, np.zeros(len(ids) - found.size, dtype=bool))
+        found[inst[b[name].notna().to_numpy()]] = True
+    return np.append(found, np.zeros(len(ids) - found.size, dtype=bool))
+
+
+def _tokens(b: pd.DataFrame) -> np.ndarray:
+    tokens = np.zeros(len(b))
+    for name in ("prefill_tokens", "decode_tokens"):
+        if name in b.columns:
+            tokens += column(b, name, 0.0)
+    return tokens
+
+
+class _StepPass:
+    """One pass over the step log's batches: busy time, idle gaps while requests wait, the
+    duration-weighted waiting count, the span and the tokens served per window.
+
+    Rows come in start order, so each instance's steps do too: only the last step of each
+    instance is carried across batches (`_PerInstance`).
+    """
+
+    def __init__(self, inp: AxisInput, log: StepLog, windows: Windows | None) -> None:
+        arrival = times_of(inp.requests, "arrival_s")
+        scheduled = times_of(inp.requests, "scheduled_s")
+        # Requests queued at a time t, from the request table, for instances without
+        # num_waiting: (sorted arrivals, sorted schedules), or None without the table.
+        self.queued_table: tuple[np.ndarray, np.ndarray] | None = None
+        if arrival is not None and scheduled is not None:
+            ok = np.isfinite(scheduled) & (scheduled >= arrival)
+            self.queued_table = (np.sort(arrival[ok]), np.sort(scheduled[ok]))
+        self.ids = InstanceIds()
+        self.has_waiting = inp.step_has("num_waiting")
+        # Instances whose steps report num_waiting use it; the others the request table.
+        self.reports = (_instances_with(log, "num_waiting", self.ids)
+                        if self.has_waiting and log.has("instance")
+                        and not log.complete("num_waiting") else None)
+        self.has_tokens = inp.step_has("prefill_tokens") or inp.step_has("decode_tokens")
+        self.windows = windows
+        self.state = _PerInstance()
+        self.busy, self.idle_wait, self.waiting_weighted = BlockSum(), BlockSum(), BlockSum()
+        self.waiting_steps = 0
+        self.lo, self.hi = np.inf, -np.inf
+        self.achieved = (np.zeros(windows.count) if windows is not None and self.has_tokens
+                         else None)
+        self.preempted = False
+
+    def feed(self, b: pd.DataFrame) -> None:
+        """Add one batch of steps."""
+        state = self.state
+        start, end = column(b, "start_s"), column(b, "end_s")
+        inst = self.ids.codes(b)
+        state.grow(len(self.ids))
+        prev, order, bounds, lasts = _previous(inst)
+        inside = prev >= 0
+        p = np.where(inside, prev, 0)
+        has_prev = inside | state.seen[inst]
+        prev_start = np.where(inside, start[p], state.last_start[inst])
+        prev_end = np.where(inside, end[p], state.last_end[inst])
+        waiting = (column(b, "num_waiting", 0.0) if "num_waiting" in b.columns
+                   else np.zeros(len(b)))
+        prev_waiting = np.where(inside, waiting[p], state.last_waiting[inst])
+        reporting = (np.full(len(b), self.has_waiting) if self.reports is None
+                     else self.reports[inst])
+        self.busy.add(end - start)
+        gap = np.clip(start - prev_end, 0.0, None)
+        from_log = has_prev & reporting
+        idle = from_log & (prev_waiting > 0)
+        from_table = has_prev & ~reporting
+        if self.queued_table is not None and from_table.any():
+            sorted_arrival, sorted_scheduled = self.queued_table
+            rows = np.flatnonzero(from_table)
+            t = prev_end[rows]
+            queued = (np.searchsorted(sorted_arrival, t, side="right")
+                      - np.searchsorted(sorted_scheduled, t, side="right"))
+            idle[rows[queued > 0]] = True
+        self.idle_wait.add(gap[idle])
+        # Each step's count holds until the next step of its instance starts.
+        self.waiting_weighted.add((prev_waiting * (start - prev_start))[from_log])
+        self.waiting_steps += int(np.count_nonzero(waiting > 0))
+
+        groups = inst[lasts]
+        state.first_start[groups] = np.minimum(state.first_start[groups],
+                                               np.minimum.reduceat(start[order], bounds))
+        state.max_end[groups] = np.maximum(state.max_end[groups],
+                                           np.maximum.reduceat(end[order], bounds))
+        state.seen[groups] = True
+        state.last_start[groups], state.last_end[groups] = start[lasts], end[lasts]
+        state.last_waiting[groups] = waiting[lasts]
+        self.lo = np.fmin(self.lo, np.fmin.reduce(start))
+        self.hi = np.fmax(self.hi, np.fmax.reduce(end))
+        self._served(b, start)
+        if "num_preempted" in b.columns:
+            self.preempted = self.preempted or bool((column(b, "num_preempted", 0.0) > 0).any())
+
+    def _served(self, b: pd.DataFrame, start: np.ndarray) -> None:
+        """Tokens of the batch's steps into the window each starts in."""
+        windows = self.windows
+        if self.achieved is None or windows is None:
+            return
+        idx = np.floor((start - windows.t0_s) / windows.width_s).astype(np.int64)
+        keep = (idx >= 0) & (idx < windows.count)
+        # Token counts are whole numbers: these sums are exact in any order.
+        self.achieved += np.bincount(idx[keep], weights=_tokens(b)[keep],
+                                     minlength=windows.count)
+
+    def totals(self) -> dict[str, object]:
+        """Wall, busy and idle-while-waiting time per instance, summed, once every batch is in."""
+        state, names = self.state, self.ids.names
+        reported = (np.full(len(names), self.has_waiting) if self.reports is None
+                    else self.reports)
+        wall = 0.0
+        tails = []
+        for i in sorted(range(len(names)), key=names.__getitem__):
+            wall += float(state.max_end[i] - state.first_start[i])
+            if reported[i]:  # the last step's count holds until its own end
+                tails.append(state.last_waiting[i] * (state.last_end[i] - state.last_start[i]))
+        self.waiting_weighted.add(np.asarray(tails, dtype=np.float64))
+        known = self.queued_table is not None or bool(reported.all())
+        idle_s = self.idle_wait.total()
+        return {
+            "wall_s": wall,
+            "busy_fraction": ratio(self.busy.total(), wall),
+            "idle_waiting_s": idle_s if known else None,
+            "idle_waiting_fraction": ratio(idle_s, wall) if known else None,
+            "instances": tuple(names),
+            "achieved_tokens": self.achieved,
+            "preempted": self.preempted,
+        }
+
+
+def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
+    """Busy and idle time, idle-while-waiting, batch shape, KV usage and the tokens served per
+    window, from the step log in passes over its record batches.
+
+    Sums are taken in fixed blocks (`order_stats`), so the numbers do not depend on how the log
+    is cut into batches, or whether it is on disk.
+    """
+    log = inp.steps
+    if log is None or log.num_rows == 0:
+        return StepStats()
+    one = _StepPass(inp, log, windows)
+    for b in log.batches(("instance", "num_waiting", "prefill_tokens", "decode_tokens",
+                          "num_preempted")):
+        one.feed(b)
+    stats = one.totals()
+    if one.has_tokens:
+        stats["tokens"] = summarize(
+            log.reader(("prefill_tokens", "decode_tokens"), _tokens), STEP_PERCENTILES)
+    if inp.step_has("num_running"):
+        stats["running"] = summarize(
+            log.reader(("num_running",), lambda b: column(b, "num_running")),
+            STEP_PERCENTILES)
+    if inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total"):
+        stats["kv_usage_p75"] = kv_usage_summary(log).percentiles.get(75)
+    if one.has_waiting:
+        lo, hi = one.lo, one.hi
+        stats["waiting_share"] = one.waiting_steps / log.num_rows
+        # NOTE: a cluster's waiting count is the sum over its instances at each instant, so the
+        # per-instance integrals are summed and divided by the cluster's span, not Σ walls.
+        stats["waiting_mean"] = ratio(one.waiting_weighted.total(), float(hi - lo))
+        stats["waiting_span"] = (float(lo), float(hi))
+    return StepStats(**stats)  # type: ignore[arg-type]
+
+
+def _first_starts(log: StepLog, arrival: np.ndarray, rows: np.ndarray,
+                  own: np.ndarray | None) -> np.ndarray:
+    """The first step start at or after the arrival of each request in `rows` (inf if none),
+    among the steps of the instance `own` names for it (None: among every step), in one pass
+    over the log. Requests are in memory, each queue in arrival order; steps are streamed."""
+    first = np.full(arrival.size, np.inf)
+    codes, keys = np.full(rows.size, -1), []
+    if own is not None:
+        codes, uniques = pd.factorize(pd.Series(own, dtype=object), use_na_sentinel=True)
+        keys = [str(k) for k in uniques]
+    order = np.lexsort((arrival[rows], codes))
+    bounds = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
+    # Queue of each instance name (None: every step), and how many of it are placed.
+    queues = {key: rows[order[bounds[i]:bounds[i + 1]]]
+              for i, key in enumerate([None, *keys]) if bounds[i + 1] > bounds[i]}
+    done = dict.fromkeys(queues, 0)
+    ids = InstanceIds()
+
+    def place(key: str | None, starts: np.ndarray) -> None:
+        queue = queues[key][done[key]:]
+        # Arrivals up to the batch's last start get their first start >= arrival here: every
+        # start of an earlier batch came before them.
+        n = int(np.searchsorted(arrival[queue], starts[-1], side="right"))
+        first[queue[:n]] = starts[np.searchsorted(starts, arrival[queue[:n]], side="left")]
+        done[key] += n
+
+    for b in log.batches(("instance",) if keys else ()):
+        if all(done[k] == queues[k].size for k in queues):
+            break
+        if not len(b):
+            continue
+        start = column(b, "start_s")
+        if None in queues:
+            place(None, start)
+        if not keys:
+            continue
+        inst = ids.codes(b)
+        _, grouped, bounds_b, lasts = _previous(inst)
+        ends = np.append(bounds_b[1:], grouped.size)
+        for g, row in enumerate(lasts):
+            name = ids.names[inst[row]]
+            if name in queues and done[name] < queues[name].size:
+                place(name, start[grouped[bounds_b[g]:ends[g]]])
+    return first
+
+
+def sampled_waiting_s(inp: AxisInput, st: StepStats, arrival: np.ndarray,
+                       scheduled: np.ndarray, inside: np.ndarray) -> float:
+    """Σ waiting seconds a step log sampled after admission shows: from the first step start at
+    or after each arrival (on the request's instance when both tables name instances)."""
+    if not st.instances or inp.steps is None:
+        return float("nan")
+    names = None
+    if inp.has("instance") and set(st.instances) != {"all"}:
+        names = inp.requests["instance"].fillna("").astype(str).to_numpy()
+    rows = np.flatnonzero(inside)
+    own: np.ndarray | None = None
+    if names is not None:
+        # A request whose instance ran no step looks at every step.
+        known = np.isin(names[rows], np.array(st.instances, dtype=object))
+        own = cast(np.ndarray, np.where(known, names[rows], None))
+    first_start = _first_starts(inp.steps, arrival, rows, own)
+    total = 0.0
+    groups = ([(k, names == k) for k in np.unique(names[inside])] if names is not None
+              else [(None, np.ones(arrival.size, dtype=bool))])
+    for _, sel in groups:
+        sel = sel & inside
+        seen = np.clip(scheduled[sel] - first_start[sel], 0.0, None)
+        total += float(seen[np.isfinite(seen)].sum())
+    return total
+

@@ -1,0 +1,39 @@
+"""`trace compare`: several simulated deployments on one request chain, with remedy ledgers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from yaotu_trace.commands.load import Progress, open_trace
+from yaotu_trace.data.report import Report, input_summary
+
+if TYPE_CHECKING:
+    from yaotu_trace.commands.load import TraceSource
+
+
+def compare(
+    trace: TraceSource,
+    *,
+    scenarios: Sequence[Path],
+    model: str | None = None,
+    gpu: str | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """`trace compare`: each scenario file (TOML) on the same requests, the first the baseline;
+    `model` and `gpu` fill in scenarios that do not name them."""
+    from yaotu_trace.sim.scenario import Scenario, load_scenario
+    from yaotu_trace.sim.scenario import compare as compare_scenarios
+
+    defaults = Scenario(model=model, gpu=gpu)
+    chosen = [defaults.merged(load_scenario(Path(path))) for path in scenarios]
+    loaded = open_trace(trace, lazy_content=False, progress=progress, steps=False)
+    section = compare_scenarios(loaded, chosen, progress=progress)
+    return Report(
+        command="compare",
+        input=input_summary(loaded),
+        config={"scenarios": [str(p) for p in scenarios],
+                "baseline": section.scenarios[0].scenario},
+        sections={"comparison": section},
+    )

@@ -1,0 +1,51 @@
+"""`trace convert`: rewrite a trace of any supported format as a canonical table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from yaotu_trace.data.report import InputSummary, Report
+from yaotu_trace.errors import ConfigError, TraceReadError
+
+if TYPE_CHECKING:
+    from yaotu_trace.ingest.formats import TraceFormat
+
+# The tables `--out` is written as.
+WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
+
+
+def convert(
+    trace: str | Path,
+    *,
+    out: Path,
+    input_format: TraceFormat | None = None,
+    column_map: Sequence[str] = (),
+    source_block_size: int | None = None,
+) -> Report:
+    """`trace convert`: the trace at `trace` written to `out` as a canonical table (format by
+    extension), validated and sorted by arrival, atomically; the input is never modified.
+
+    The report's `conversion` section says how many requests were written, from which format
+    and in how many parts the input was read, with the notes of the conversion.
+    """
+    from yaotu_trace.ingest import parse_column_map
+    from yaotu_trace.ingest.convert import convert_trace
+
+    path = Path(trace)
+    if out.suffix.lower() not in WRITABLE_SUFFIXES:
+        raise ConfigError(
+            f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
+            "end the name with .parquet, .jsonl or .csv"
+        )
+    if not path.exists():
+        raise TraceReadError(f"{path}: no such file; check the path")
+    done = convert_trace(path, out, fmt=input_format,
+                         column_map=parse_column_map(list(column_map)),
+                         source_block_size=source_block_size)
+    summary = InputSummary(path=str(path), format=done.format_name, rows_read=done.requests,
+                           requests=done.requests, source_block_size=source_block_size,
+                           content=None, columns=(), notes=done.notes)
+    return Report(command="convert", input=summary, config={"out": str(out)},
+                  sections={"conversion": done})

@@ -1,0 +1,118 @@
+"""`trace generate`: write a deterministic synthetic trace of a named scenario."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from yaotu_trace.data.report import InputSummary, Report
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.files import STDOUT, replace_atomically
+from yaotu_trace.sim.workloads import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from yaotu_trace.sim.workloads import Scenario
+
+# The tables `--out` and `--steps-out` are written as ('-' for `--out`: JSONL on stdout).
+WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeneratedTrace:
+    """What was written: the requests' population, span and rate, and where they went."""
+
+    scenario: str
+    seed: int
+    requests: int
+    tenants: int
+    sessions: int
+    prompt_tokens: int
+    span_s: float
+    rate_per_s: float
+    out: str
+    steps_out: str | None
+
+
+def generate(
+    scenario: Scenario,
+    *,
+    out: Path,
+    steps_out: Path | None = None,
+    seed: int = 0,
+    requests: int | None = None,
+    rate_per_s: float | None = None,
+    tenants: int | None = None,
+    model: str = DEFAULT_MODEL,
+) -> Report:
+    """`trace generate`: the trace of `scenario` written to `out` (and, for a diag-* scenario,
+    its simulated step log to `steps_out`); the same options and seed give the same bytes.
+
+    None for `requests`, `rate_per_s` or `tenants` takes the scenario's default.
+    """
+    from yaotu_trace.sim.generate import GenerateOptions
+    from yaotu_trace.sim.generate import generate_with_steps as build
+
+    _check_outputs(scenario, out, steps_out)
+    options = GenerateOptions(scenario=scenario, seed=seed, requests=requests,
+                              rate_per_s=rate_per_s, tenants=tenants, model=model)
+    table, steps = build(options)
+    _write(table, out)
+    if steps_out is not None and steps is not None:
+        _write(steps, steps_out)
+    span_s = float(table["arrival_s"].iloc[-1])
+    section = GeneratedTrace(
+        scenario=scenario.value, seed=seed, requests=len(table),
+        tenants=int(table["tenant"].nunique()), sessions=int(table["session_id"].nunique()),
+        prompt_tokens=int(table["prompt_len"].sum()), span_s=span_s,
+        rate_per_s=(len(table) - 1) / span_s if span_s > 0 else float("nan"),
+        out=str(out), steps_out=None if steps is None or steps_out is None else str(steps_out),
+    )
+    summary = InputSummary(path=f"scenario {scenario.value}", format="synthetic",
+                           rows_read=len(table), requests=len(table), source_block_size=None,
+                           content="prompt_tokens" if "prompt_tokens" in table else None,
+                           columns=tuple(str(c) for c in table.columns))
+    return Report(command="generate", input=summary, config={"options": options},
+                  sections={"generated": section})
+
+
+def _check_outputs(scenario: Scenario, out: Path, steps_out: Path | None) -> None:
+    """Refuse, before any work, an output whose extension names no table format."""
+    from yaotu_trace.sim.generate import ENGINES
+
+    if out != STDOUT and out.suffix.lower() not in WRITABLE_SUFFIXES:
+        raise ConfigError(
+            f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
+            "end the name with .parquet, .jsonl or .csv (or pass '-' for JSONL on stdout)"
+        )
+    if steps_out is not None:
+        if scenario not in ENGINES:
+            raise ConfigError(
+                f"--steps-out: scenario {scenario.value} has no engine run; only the diag-* "
+                "scenarios are simulated"
+            )
+        if steps_out.suffix.lower() not in WRITABLE_SUFFIXES:
+            raise ConfigError(
+                f"--steps-out {steps_out}: end the name with .parquet, .jsonl or .csv"
+            )
+
+
+def _write(table: pd.DataFrame, out: Path) -> None:
+    """A canonical table at `out` (by extension; '-': JSONL on stdout), atomically."""
+    from yaotu_trace.data.canonical import write_trace
+
+    if out != STDOUT:
+        write_trace(table, out)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.jsonl"
+        write_trace(table, path)
+        text = path.read_text(encoding="utf-8")
+
+    def fill(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
+    replace_atomically(STDOUT, fill)

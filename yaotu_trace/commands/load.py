@@ -1,0 +1,83 @@
+"""Reading the trace a command works on: the one entry shared by every command.
+
+A command takes a trace already read (`Trace`), a path, or a `TraceInput` naming the path with
+the options of its reader; it reads the trace itself, after checking its own options, so that a
+bad option is refused before any work, whether it comes from the command line or from Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import Trace
+    from yaotu_trace.ingest.formats import TraceFormat
+
+# `progress(stage, share_done)`: told as a command moves on (the CLI draws a bar from it).
+Progress = Callable[[str, float], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceInput:
+    """A trace file and how to read it (the command line's TRACE, -i, --map, ... and --steps)."""
+
+    path: Path
+    input_format: TraceFormat | None = None
+    # `canonical=source` renames, as `--map` takes them: ("arrival_s=ts",).
+    column_map: Sequence[str] = ()
+    source_block_size: int | None = None
+    steps: Path | None = None
+
+
+if TYPE_CHECKING:
+    # What a command reads: a trace already read, or a file to read (by path or `TraceInput`).
+    TraceSource = Trace | TraceInput | str | Path
+
+
+def load_trace(
+    path: str | Path,
+    *,
+    input_format: TraceFormat | None = None,
+    column_map: Sequence[str] = (),
+    source_block_size: int | None = None,
+    steps: str | Path | None = None,
+    lazy_content: bool = False,
+) -> Trace:
+    """Read and validate a trace, as every command does (never modifies the file).
+
+    `lazy_content=True` leaves a canonical Parquet trace's token columns on disk: the replays
+    stream them record batch by record batch, out of core.
+    """
+    from yaotu_trace.ingest import load_trace as read
+    from yaotu_trace.ingest import parse_column_map
+
+    return read(
+        Path(path),
+        fmt=input_format,
+        column_map=parse_column_map(list(column_map)),
+        source_block_size=source_block_size,
+        steps_path=None if steps is None else Path(steps),
+        lazy_content=lazy_content,
+    )
+
+
+def open_trace(source: TraceSource, *, lazy_content: bool,
+               progress: Progress | None = None, steps: bool = True) -> Trace:
+    """The trace of `source`: as given when already read, else read now (`steps=False`: a
+    command that does not use a step log does not read one)."""
+    if not isinstance(source, TraceInput | str | Path):
+        return source
+    tell(progress, "reading the trace", 0.0)
+    given = source if isinstance(source, TraceInput) else TraceInput(path=Path(source))
+    return load_trace(given.path, input_format=given.input_format, column_map=given.column_map,
+                      source_block_size=given.source_block_size,
+                      steps=given.steps if steps else None, lazy_content=lazy_content)
+
+
+def tell(progress: Progress | None, stage: str, share: float) -> None:
+    """Report progress when someone listens."""
+    if progress is not None:
+        progress(stage, share)

@@ -1,0 +1,72 @@
+"""`trace sweep`: the LRU hit-ratio curve for every capacity at once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from yaotu_trace.commands.load import Progress, open_trace, tell
+from yaotu_trace.data.report import Report, input_summary
+from yaotu_trace.errors import ConfigError
+
+if TYPE_CHECKING:
+    from yaotu_trace.commands.load import TraceSource
+    from yaotu_trace.replay.rules import Route, Scope, TouchOrder
+
+# Capacities shown when not told otherwise (log-spaced; the knee and the shares are added).
+DEFAULT_POINTS = 12
+
+
+def sweep(
+    trace: TraceSource,
+    *,
+    preset: str | None = None,
+    block_size_tokens: int | None = None,
+    touch_order: TouchOrder | None = None,
+    last_token_rule: bool | None = None,
+    cache_partial_blocks: bool | None = None,
+    cache_outputs: bool | None = None,
+    scope: Scope | None = None,
+    instances: int | None = None,
+    route: Route | None = None,
+    model: str | None = None,
+    kv_bytes_per_token: int | None = None,
+    points: int = DEFAULT_POINTS,
+    progress: Progress | None = None,
+) -> Report:
+    """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
+    capacities; the rule options override the preset's, as on the command line."""
+    from yaotu_trace.replay import effective_rules
+    from yaotu_trace.replay.sweep_trace import sweep_trace
+
+    model_name, kv = _kv_bytes(model, kv_bytes_per_token)
+    loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
+    rules, preset_name, notes = effective_rules(
+        loaded, preset, block_size_tokens=block_size_tokens, touch_order=touch_order,
+        last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
+        cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
+    )
+    tell(progress, "sweeping every capacity", 0.2)
+    section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
+                             model=model_name, kv_bytes_per_token=kv, notes=notes)
+    return Report(
+        command="sweep",
+        input=input_summary(loaded),
+        config={"preset": preset_name, "rules": section.rules, "model": model_name,
+                "kv_bytes_per_token": kv, "points": points},
+        sections={"capacity_curve": section},
+    )
+
+
+def _kv_bytes(model: str | None, kv_bytes_per_token: int | None) -> tuple[str | None, int | None]:
+    """(catalog name, KV bytes per token) of `--model` and `--kv-bytes-per-token`, which agree."""
+    if model is None:
+        return None, kv_bytes_per_token
+    from yaotu_trace.catalog.models import find_model
+
+    spec = find_model(model)
+    if kv_bytes_per_token is not None and kv_bytes_per_token != spec.kv_bytes_per_token:
+        raise ConfigError(
+            f"--model {spec.name} has {spec.kv_bytes_per_token} KV bytes per token but "
+            f"--kv-bytes-per-token says {kv_bytes_per_token}; pass only one of them"
+        )
+    return spec.name, spec.kv_bytes_per_token

@@ -1,0 +1,65 @@
+"""The one registry of section views: which view draws a report section, for every renderer.
+
+A view is a module of this package with a `view(section) -> list[Block]` function: the
+section's headings, tables and notes, computed once from the section and drawn by the console,
+Markdown and HTML renderers alike (`render/blocks.py` has the vocabulary). The HTML page draws
+a few sections its own way (pictures, the verdict); it shows every other section with a view
+from its blocks, so a new section appears on the page without editing `html.py`.
+
+Adding an `analyze` section is its builder (in `commands/`) plus its view file here, named
+below by the section's key. An entry that does not import is a bug and raises; a section with
+no entry on purpose is shown as a generic key/value table, so it is never invisible.
+`tests/render/test_views.py` imports every entry and checks that every view file is listed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from yaotu_trace.render.blocks import View
+
+ViewFunction = Callable[[Any], View]
+
+# Section key → view module of this package.
+SECTION_VIEWS: dict[str, str] = {
+    "profile": "profile",
+    "prefix_reuse": "prefix_reuse",
+    "replay_grid": "replay_grid",
+    "capacity_curve": "capacity_curve",
+    "axes": "axes",
+    "principal": "principal",
+    "verdict": "verdict",
+    "ledger": "ledger",
+    "findings": "findings",
+    "simulation": "simulation",
+    "comparison": "comparison",
+    "checks": "checks",
+}
+
+# Section value type → view module, ahead of the key: the same key can carry different values
+# in different commands (`prefix_reuse` is the full replay in `trace replay`, an overview in
+# `trace analyze`).
+TYPE_VIEWS: dict[str, str] = {
+    "ReuseOverview": "reuse_overview",
+}
+
+
+def find_view(name: str, section: object) -> ViewFunction | None:
+    """The view registered for the section's value type, else for its key; None when neither
+    has an entry. Raises ImportError or AttributeError when an entry does not resolve."""
+    target = view_name(name, section)
+    return None if target is None else load_view(target)
+
+
+def view_name(name: str, section: object) -> str | None:
+    """The view module registered for the section (by value type, else by key), or None."""
+    return TYPE_VIEWS.get(type(section).__name__) or SECTION_VIEWS.get(name)
+
+
+def load_view(target: str) -> ViewFunction:
+    """The `view` function of the module `target` of this package."""
+    module = importlib.import_module(f"{__name__}.{target}")
+    view: ViewFunction = module.view
+    return view

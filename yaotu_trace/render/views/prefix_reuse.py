@@ -1,0 +1,170 @@
+"""The prefix replay section (`trace replay`): headline, rules, loss waterfall, breakdowns.
+
+Takes the section as `ReplaySummary.to_dict()` (or the summary itself); every number is already
+in the section, this module only formats it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yaotu_trace.render import fmt
+from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Notes, View
+
+RULE_LABELS: dict[str, str] = {
+    "block_size_tokens": "block size",
+    "last_token_rule": "last-token rule",
+    "tenant_isolation": "tenant isolation",
+    "touch_order": "touch order",
+    "cache_partial_blocks": "partial blocks cached",
+    "cache_outputs": "outputs cached",
+    "capacity_blocks": "capacity",
+    "eviction": "eviction",
+    "scope": "scope",
+    "route": "route",
+    "instances": "instances",
+    "capacity_per_tenant": "capacity per tenant",
+}
+
+
+def as_dict(section: Any) -> dict[str, Any]:
+    """The section as the JSON-ready dict (accepts the summary dataclass too)."""
+    return section if isinstance(section, dict) else section.to_dict()
+
+
+def onoff(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return fmt.MISSING if value is None else str(value)
+
+
+def headline_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The primary numbers: token-weighted hit ratio first."""
+    blocks = s["blocks"]
+    other = s["other_ratios"]
+    return [
+        ("hit ratio (token-weighted)", fmt.pct(s["hit_ratio"])),
+        ("saved prefill", f"{fmt.count(s['saved_prefill_tokens'])} tokens"),
+        ("remaining prefill", f"{fmt.count(s['remaining_prefill_tokens'])} tokens"),
+        ("prompt tokens", fmt.count(s["prompt_tokens"])),
+        ("hit ratio, request-averaged", fmt.pct(other["request_averaged_hit_ratio"])),
+        ("hit ratio, cacheable blocks", fmt.pct(other["cacheable_block_hit_ratio"])),
+        ("cacheable / distinct / evicted blocks",
+         f"{fmt.count(blocks['cacheable'])} / {fmt.count(blocks['distinct'])} / "
+         f"{fmt.count(blocks['evicted'])}"),
+    ]
+
+
+def rule_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The effective rules (preset plus overrides)."""
+    rules = s["rules"]
+    rows = [("preset", str(s.get("preset") or fmt.MISSING))]
+    for key, label in RULE_LABELS.items():
+        value = rules.get(key)
+        if key == "block_size_tokens":
+            text = f"{value} tokens"
+        elif key == "capacity_blocks":
+            text = "unlimited" if value is None else f"{fmt.count(value)} blocks"
+        elif key in ("route", "instances") and rules.get("scope") != "instance":
+            continue
+        else:
+            text = onoff(value)
+        rows.append((label, text))
+    return rows
+
+
+def waterfall_rows(s: dict[str, Any]) -> list[list[str]]:
+    """ideal → each rule's loss → achieved; tokens and share of the ideal."""
+    wf = s.get("waterfall")
+    if not wf:
+        return []
+    ideal = wf["ideal_hit_tokens"]
+    rows = [["ideal (longest common prefix)", fmt.count(ideal), "", "100.0 %"]]
+    for step in wf["steps"]:
+        loss = step["loss_tokens"]
+        lost = "0" if loss == 0 else ("−" if loss > 0 else "+") + fmt.count(abs(loss))
+        rows.append([step["label"], fmt.count(step["hit_tokens"]), lost,
+                     fmt.pct(step["hit_tokens"] / ideal) if ideal else fmt.MISSING])
+    rows.append(["achieved", fmt.count(wf["achieved_hit_tokens"]), "",
+                 fmt.pct(wf["achieved_hit_tokens"] / ideal) if ideal else fmt.MISSING])
+    return rows
+
+
+def group_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
+    """Per tenant or per instance."""
+    return [[g["label"], fmt.count(g["requests"]), fmt.count(g["prompt_tokens"]),
+             fmt.count(g["hit_tokens"]), fmt.pct(g["hit_ratio"])] for g in groups]
+
+
+def hit_length_rows(s: dict[str, Any]) -> list[list[str]]:
+    """Requests per share of the prompt that hit."""
+    rows = []
+    for b in s["hit_length"]["share_buckets"]:
+        label = "no hit" if b["upper"] == 0 else f"{b['lower']:.0%}–{b['upper']:.0%}"
+        rows.append([label, fmt.count(b["requests"])])
+    return rows
+
+
+def hot_rows(s: dict[str, Any]) -> list[list[str]]:
+    """The prefixes whose reuse is lost most."""
+    rows = []
+    for h in s["hot_prefixes"]:
+        why = ", ".join(f"{k} {fmt.count(v)}" for k, v in h["by_reason_tokens"].items())
+        tenants = ", ".join(h["tenants"][:4]) + (" …" if len(h["tenants"]) > 4 else "")
+        rows.append([fmt.count(h["prefix_tokens"]), fmt.count(h["recomputed_tokens"]),
+                     fmt.count(h["times"]), why, tenants or fmt.MISSING,
+                     h["example_request_id"]])
+    return rows
+
+
+def observed_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """Observed (engine-reported) vs replayed hits."""
+    o = s.get("observed_vs_replayed")
+    if not o:
+        return []
+    rows = [
+        ("requests with cached_tokens", fmt.count(o["requests"])),
+        ("observed hit ratio", fmt.pct(o["observed_hit_ratio"])),
+        ("replayed hit ratio", fmt.pct(o["replayed_hit_ratio"])),
+        ("exact per-request matches", fmt.pct(o["exact_match_share"])),
+        ("mean |observed − replayed|", f"{fmt.num(o['mean_abs_diff_tokens'])} tokens"),
+    ]
+    if o["warm_start"]:
+        rows.append(("warm start", f"yes: early requests hit {fmt.count(o['early_excess_tokens'])}"
+                     " more tokens than a cold replay"))
+    if o["block_size_mismatch"]:
+        rows.append(("block-size mismatch",
+                     f"{fmt.pct(o['off_grid_share'])} of observed hits are off the block grid; "
+                     f"their common divisor is {o['observed_block_gcd_tokens']} tokens"))
+    return rows
+
+
+def view(section: Any) -> View:
+    """Headline, rules, waterfall, breakdowns, hot prefixes, observed vs replayed, notes."""
+    s = as_dict(section)
+    out: list[Block] = [
+        Heading(text="Prefix reuse (replay)"),
+        KeyValues(rows=headline_rows(s)),
+        Heading(text="Effective rules", level=4),
+        KeyValues(rows=rule_rows(s), header=("rule", "value")),
+    ]
+    wf = waterfall_rows(s)
+    if wf:
+        out += [Heading(text="Loss waterfall (hit tokens)", level=4),
+                Grid(header=["step", "hit tokens", "lost", "of ideal"], rows=wf)]
+    for key, title in (("per_tenant", "Per tenant"), ("per_instance", "Per instance")):
+        if s.get(key):
+            out += [Heading(text=title, level=4),
+                    Grid(header=[title.split()[1], "requests", "prompt tokens", "hit tokens",
+                                 "hit ratio"], rows=group_rows(s[key]))]
+    out += [Heading(text="Hit share of the prompt", level=4),
+            Grid(header=["share", "requests"], rows=hit_length_rows(s))]
+    if s.get("hot_prefixes"):
+        out += [Heading(text="Hot prefixes (reuse lost, tokens)", level=4),
+                Grid(header=["prefix", "recomputed", "times", "why", "tenants", "example"],
+                     rows=hot_rows(s))]
+    observed = observed_rows(s)
+    if observed:
+        out += [Heading(text="Observed vs replayed", level=4), KeyValues(rows=observed)]
+    out.append(Notes(notes=s.get("notes", [])))
+    return out

@@ -1,0 +1,44 @@
+"""`trace analyze`'s prefix-reuse overview: reachable reuse and the KV capacity it needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yaotu_trace.render import fmt
+from yaotu_trace.render.blocks import CONSOLE, MARKDOWN, Heading, KeyValues, Line, Notes, View
+
+
+def view(overview: Any) -> View:
+    """Hit ratio, saved and remaining prefill, and the LRU capacities of the knee and shares."""
+    title = f"Prefix reuse  (preset {overview.preset}, unlimited capacity)"
+    head = Heading(text=title,
+                   markdown=f"Prefix reuse (preset {overview.preset}, unlimited capacity)")
+    if not overview.available:
+        return [head, Line(text=f"not available: {overview.reason}",
+                           markdown=f"Not available: {overview.reason}.")]
+    saved, remaining = overview.saved_prefill_tokens, overview.remaining_prefill_tokens
+    hit = ("hit ratio (token-weighted)", fmt.pct(overview.hit_ratio))
+    points = [("knee", overview.knee)] + [(f"{p.label} of the reuse", p) for p in overview.shares]
+    console = [
+        hit,
+        ("saved / remaining prefill", f"{fmt.count(saved)} / {fmt.count(remaining)} tokens"),
+        ("block size", f"{overview.block_size_tokens} tokens"),
+        ("cacheable / distinct blocks", f"{fmt.count(overview.cacheable_blocks)} / "
+                                        f"{fmt.count(overview.distinct_blocks)}"),
+    ]
+    console += [(f"LRU capacity for {label}",
+                 f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)}) → "
+                 f"{fmt.pct(p.hit_ratio)}") for label, p in points if p is not None]
+    markdown = [hit, ("saved prefill tokens", fmt.count(saved)),
+                ("remaining prefill tokens", fmt.count(remaining))]
+    markdown += [(f"LRU capacity for {label}",
+                  f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)})")
+                 for label, p in points if p is not None]
+    return [
+        head,
+        KeyValues(rows=console, only=CONSOLE),
+        KeyValues(rows=markdown, only=MARKDOWN),
+        Notes(notes=overview.notes, only=CONSOLE),
+        Line(text="details: trace replay (loss waterfall, hot prefixes), trace sweep (curve)",
+             style="dim", only=CONSOLE),
+    ]
