@@ -12,7 +12,8 @@ from conftest import schema_error
 from yaotu_trace.data.schema import list_arrays
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
-from yaotu_trace.ingest.formats import TraceFormat, sniff_keys
+from yaotu_trace.ingest.detect import sniff_keys
+from yaotu_trace.ingest.formats import TraceFormat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -1,4 +1,5 @@
-"""Reading traces: format detection, the reader registry and `load_trace`, the only input I/O.
+"""Reading traces: one module per format, each describing itself (`FORMAT`), registered in
+`ingest.registry`; `detect_format` and `load_trace`, the only input I/O.
 
 The package itself imports nothing heavy: its names are loaded from `ingest.load` on first
 use, so that `yaotu_trace.ingest.formats` (the choices of `--input-format`) costs no pandas.
@@ -14,8 +15,6 @@ from yaotu_trace._lazy import lazy_names
 __all__ = [
     "CANONICAL_COLUMNS",
     "JSON_ERRORS",
-    "RAGPULSE_TRACE",
-    "READERS",
     "STEP_COLUMNS",
     "ConfigError",
     "RawTrace",
@@ -23,7 +22,9 @@ __all__ = [
     "StepLog",
     "Trace",
     "TraceFormat",
+    "TraceFormatSpec",
     "TraceReadError",
+    "all_formats",
     "apply_options",
     "codec_of",
     "detect_format",
@@ -42,6 +43,7 @@ __all__ = [
     "read_steps",
     "sniff_header",
     "sniff_keys",
+    "spec_of",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, "load", __all__)
@@ -50,8 +52,6 @@ if TYPE_CHECKING:
     from yaotu_trace.ingest.load import (
         CANONICAL_COLUMNS,
         JSON_ERRORS,
-        RAGPULSE_TRACE,
-        READERS,
         STEP_COLUMNS,
         ConfigError,
         RawTrace,
@@ -59,7 +59,9 @@ if TYPE_CHECKING:
         StepLog,
         Trace,
         TraceFormat,
+        TraceFormatSpec,
         TraceReadError,
+        all_formats,
         apply_options,
         codec_of,
         detect_format,
@@ -78,4 +80,5 @@ if TYPE_CHECKING:
         read_steps,
         sniff_header,
         sniff_keys,
+        spec_of,
     )

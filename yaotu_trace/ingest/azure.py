@@ -12,15 +12,16 @@ neither UTC nor local time: the string is reported as written.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import numpy as np
-import pandas as pd
-
-from yaotu_trace.data.canonical import read_csv_frame
-from yaotu_trace.data.schema import RawTrace
-from yaotu_trace.data.values import SOURCE_ROW, names_of
 from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
 
 TIMESTAMP: Final = "TIMESTAMP"
 PROMPT: Final = "ContextTokens"
@@ -33,6 +34,13 @@ FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 def read_azure(path: Path) -> RawTrace:
     """Map TIMESTAMP → arrival_s (s since the earliest row); the token counts → lengths."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.canonical import read_csv_frame
+    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.values import SOURCE_ROW, names_of
+
     df = read_csv_frame(path, dtype={TIMESTAMP: "string"}, skipinitialspace=True)
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in (TIMESTAMP, PROMPT, OUTPUT) if c not in df.columns]
@@ -68,6 +76,9 @@ def read_azure(path: Path) -> RawTrace:
 
 def _parse_timestamps_ns(stamps: pd.Series, path: Path, lines: np.ndarray) -> np.ndarray:
     """Parse the wall-clock strings to int64 ns since the epoch, naming the first bad line."""
+    import numpy as np
+    import pandas as pd
+
     parsed = pd.to_datetime(stamps, format=TIMESTAMP_FORMAT, errors="coerce")
     retry = parsed.isna() & stamps.notna()
     if retry.any():
@@ -84,3 +95,16 @@ def _parse_timestamps_ns(stamps: pd.Series, path: Path, lines: np.ndarray) -> np
             "write it as YYYY-MM-DD HH:MM:SS.fffffff (e.g. 2023-11-16 18:17:03.9799600)"
         )
     return np.asarray(parsed.dt.as_unit("ns").astype("int64").to_numpy(), dtype=np.int64)
+
+
+def _is_azure_header(columns: set[str]) -> bool:
+    return {TIMESTAMP, PROMPT, OUTPUT} <= columns
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.AZURE,
+    description="Azure LLM inference trace CSV (2023, 2024): wall-clock arrivals and two lengths",
+    reader=read_azure,
+    row_label="line",
+    csv_header=_is_azure_header,
+)

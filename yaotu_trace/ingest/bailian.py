@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Final
-
-import pandas as pd
+from typing import TYPE_CHECKING, Final
 
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import RawTrace
-from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import RawTrace
 
 BAILIAN_BLOCK_TOKENS: Final = 16
 ROOT_PARENT: Final = -1
@@ -36,6 +36,11 @@ ROOT_PARENT: Final = -1
 
 def read_bailian(path: Path) -> RawTrace:
     """Read the JSONL, map fields and derive a session per chat tree."""
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.values import SOURCE_ROW
+
     records, lines = read_json_lines(path)
     df = pd.DataFrame.from_records(records)
     if "chat_id" not in df.columns:
@@ -143,3 +148,17 @@ def _session_roots(
             root_of[member] = root
     sessions = [None if c is None else str(root_of[c]) for c in chat_ids]
     return sessions, len(orphan_chats)
+
+
+def _is_bailian_record(keys: set[str]) -> bool:
+    # Bailian rows also carry Mooncake's four keys; the chat tree tells them apart.
+    return {"chat_id", "parent_chat_id"} <= keys
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.BAILIAN,
+    description="Alibaba Qwen/Bailian JSONL (ATC '25): chat trees and 16-token block ids",
+    reader=read_bailian,
+    row_label="line",
+    json_keys=_is_bailian_record,
+)

@@ -20,15 +20,15 @@ middle of the header. Mapping:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import numpy as np
-import pandas as pd
-
-from yaotu_trace.data.canonical import read_csv_frame
-from yaotu_trace.data.schema import RawTrace
-from yaotu_trace.data.values import SOURCE_ROW, names_of
 from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
 
 TIMESTAMP: Final = "Timestamp"
 MODEL: Final = "Model"
@@ -44,6 +44,13 @@ FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 def read_burstgpt(path: Path) -> RawTrace:
     """Map the BurstGPT columns by name and drop failed requests (Response tokens == 0)."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.canonical import read_csv_frame
+    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.values import SOURCE_ROW, names_of
+
     df = read_csv_frame(
         path,
         dtype={MODEL: "string", LOG_TYPE: "string", SESSION_ID: "string"},
@@ -107,6 +114,8 @@ def read_burstgpt(path: Path) -> RawTrace:
 
 def _total_mismatch_note(df: pd.DataFrame) -> list[str]:
     """`Total tokens` is redundant; a disagreement hints at a shifted or edited column."""
+    import pandas as pd
+
     if TOTAL_TOKENS not in df.columns:
         return []
     total = pd.to_numeric(df[TOTAL_TOKENS], errors="coerce")
@@ -120,3 +129,16 @@ def _total_mismatch_note(df: pd.DataFrame) -> list[str]:
         f"{n} row(s) have '{TOTAL_TOKENS}' != '{REQUEST_TOKENS}' + '{RESPONSE_TOKENS}'; "
         "the two length columns were used"
     ]
+
+
+def _is_burstgpt_header(columns: set[str]) -> bool:
+    return {REQUEST_TOKENS, RESPONSE_TOKENS} <= columns
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.BURSTGPT,
+    description="BurstGPT CSV (Azure OpenAI usage): relative arrivals, model, lengths, log type",
+    reader=read_burstgpt,
+    row_label="line",
+    csv_header=_is_burstgpt_header,
+)

@@ -26,7 +26,7 @@ from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.parts import PART_BYTES, PARTABLE, apply_options, read_parts
+from yaotu_trace.ingest.parts import PART_BYTES, apply_options, can_read_in_parts, read_parts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,7 +46,7 @@ def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
     """Write `path` as a canonical table at `out` (format by extension), atomically."""
     fmt = fmt or detect_format(path, column_map)
     notes: tuple[str, ...] = ()
-    if fmt in PARTABLE and out.suffix.lower() == ".parquet":
+    if can_read_in_parts(fmt) and out.suffix.lower() == ".parquet":
         done = _convert_in_parts(path, out, fmt, column_map, source_block_size,
                                  part_bytes or PART_BYTES)
         if done is not None:

@@ -1,8 +1,20 @@
-"""The trace formats the tool reads, and how a file's format is recognised."""
+"""The trace formats the tool reads, and the descriptor each format module gives of itself.
+
+Light on purpose: `--input-format` and `trace --help` import this module, so it holds names
+and plain data only (no pandas, pyarrow or numba). Each format module defines one
+`TraceFormatSpec` as `FORMAT`; `ingest.registry` lists them in detection order.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import RawTrace
 
 
 class TraceFormat(StrEnum):
@@ -21,33 +33,31 @@ class TraceFormat(StrEnum):
     OTEL = "otel"
 
 
-def sniff_keys(keys: set[str]) -> TraceFormat | None:
-    """Recognise a JSON record (one line of JSONL) by its keys."""
-    # Qwen/Bailian rows also carry Mooncake's four keys; the chat tree tells them apart.
-    if {"chat_id", "parent_chat_id"} <= keys:
-        return TraceFormat.BAILIAN
-    if "resourceSpans" in keys or "resource_spans" in keys:
-        return TraceFormat.OTEL
-    # RAGPulse rows also have these four keys; its session_id tells them apart.
-    if {"timestamp", "input_length", "output_length", "hash_ids"} <= keys and (
-        "session_id" not in keys
-    ):
-        return TraceFormat.MOONCAKE
-    if {"timestamp", "input_length", "output_length"} <= keys and (
-        {"session_id", "hash_ids"} & keys or "query_id" in keys or "sys_prompt_id" in keys
-    ):
-        return TraceFormat.RAGPULSE
-    if "arrival_s" in keys:
-        return TraceFormat.CANONICAL_JSONL
-    return None
+Reader = Callable[[Path], "RawTrace"]
+# (path, text per part in bytes) → the raw tables of consecutive parts of the file.
+PartsReader = Callable[[Path, int], Iterator["RawTrace"]]
 
 
-def sniff_header(columns: set[str]) -> TraceFormat | None:
-    """Recognise a CSV by its header."""
-    if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= columns:
-        return TraceFormat.AZURE
-    if {"Request tokens", "Response tokens"} <= columns:
-        return TraceFormat.BURSTGPT
-    if "arrival_s" in columns:
-        return TraceFormat.CANONICAL_CSV
-    return None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceFormatSpec:
+    """One format, as its module describes it: name, detection and readers.
+
+    Detection looks at a file only in the ways the tool knows (`ingest.detect`): the keys of a
+    JSON record (the first line of a `.jsonl`/`.ndjson` file, or of a `.json` file no document
+    test claimed), the first 64 KiB of a `.json` document, a CSV header, a folder, or, for any
+    other extension, the extension itself (`extensions`: a file so named is this format,
+    unseen). The first format in registry order whose test accepts wins, so a test may assume
+    the earlier formats said no.
+    """
+
+    name: TraceFormat
+    description: str  # one line, for docs/formats.md
+    reader: Reader
+    row_label: str  # what an error calls one source record: "line", "row", "request", "span"
+    # Set when the format's records stand alone, so `trace convert` can read a file in parts.
+    parts_reader: PartsReader | None = None
+    extensions: tuple[str, ...] = ()
+    json_keys: Callable[[set[str]], bool] | None = None
+    json_document: Callable[[str], bool] | None = None
+    csv_header: Callable[[set[str]], bool] | None = None
+    folder: Callable[[Path], bool] | None = None

@@ -1,9 +1,9 @@
-"""Reading traces: format detection, the reader registry and `load_trace`, the only input I/O."""
+"""Reading traces: `load_trace`, the only input I/O, with its format detected and its reader
+taken from the registry (`ingest.registry`)."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from yaotu_trace.data.compressed import (
@@ -23,125 +23,50 @@ from yaotu_trace.data.schema import (
 from yaotu_trace.data.steplog import STEP_COLUMNS, StepLog, open_parquet
 from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import ConfigError, TraceReadError
-from yaotu_trace.ingest.formats import TraceFormat, sniff_header, sniff_keys
+from yaotu_trace.ingest.detect import detect_format, sniff_header, sniff_keys
+from yaotu_trace.ingest.formats import Reader, TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.parts import apply_options
+from yaotu_trace.ingest.registry import all_formats, spec_of
 
-Reader = Callable[[Path], RawTrace]
-RAGPULSE_TRACE = "0_trace.jsonl"
-
-# Format → "package.module:function". Imported lazily so a run pays only for the reader it uses.
-READERS: Mapping[TraceFormat, str] = {
-    TraceFormat.CANONICAL_PARQUET: "yaotu_trace.data.canonical:read_parquet",
-    TraceFormat.CANONICAL_JSONL: "yaotu_trace.data.canonical:read_jsonl",
-    TraceFormat.CANONICAL_CSV: "yaotu_trace.data.canonical:read_csv",
-    TraceFormat.MOONCAKE: "yaotu_trace.ingest.mooncake:read_mooncake",
-    TraceFormat.BAILIAN: "yaotu_trace.ingest.bailian:read_bailian",
-    TraceFormat.AZURE: "yaotu_trace.ingest.azure:read_azure",
-    TraceFormat.BURSTGPT: "yaotu_trace.ingest.burstgpt:read_burstgpt",
-    TraceFormat.RAGPULSE: "yaotu_trace.ingest.ragpulse:read_ragpulse",
-    TraceFormat.WEKA: "yaotu_trace.ingest.weka:read_weka",
-    TraceFormat.VLLM_BENCH: "yaotu_trace.ingest.vllm_bench:read_vllm_bench",
-    TraceFormat.OTEL: "yaotu_trace.ingest.otel:read_otel",
-}
+# The names `yaotu_trace.ingest` offers, defined here or re-exported from their modules.
+__all__ = [
+    "CANONICAL_COLUMNS",
+    "JSON_ERRORS",
+    "STEP_COLUMNS",
+    "ConfigError",
+    "RawTrace",
+    "Reader",
+    "StepLog",
+    "Trace",
+    "TraceFormat",
+    "TraceFormatSpec",
+    "TraceReadError",
+    "all_formats",
+    "apply_options",
+    "codec_of",
+    "detect_format",
+    "find_file",
+    "first_record",
+    "format_suffix",
+    "get_reader",
+    "is_compressed",
+    "load_full",
+    "load_trace",
+    "names_of",
+    "normalize",
+    "open_parquet",
+    "open_trace",
+    "parse_column_map",
+    "read_steps",
+    "sniff_header",
+    "sniff_keys",
+    "spec_of",
+]
 
 
 def get_reader(fmt: TraceFormat) -> Reader:
     """The reader function for a format."""
-    module_name, func = READERS[fmt].split(":")
-    module = importlib.import_module(module_name)
-    reader: Reader = getattr(module, func)
-    return reader
-
-
-def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> TraceFormat:
-    """Choose a format from the extension (inside any compression extension: `x.jsonl.gz` is
-    JSONL) and, for JSON and CSV, the fields of the first record (after the `--map` renames, so
-    a mapped table is recognised as canonical)."""
-    renamed = dict(column_map or {})
-    if path.is_dir():
-        if find_file(path, RAGPULSE_TRACE) is not None:
-            return TraceFormat.RAGPULSE
-        from yaotu_trace.ingest.weka import conversation_files
-
-        if conversation_files(path):
-            return TraceFormat.WEKA
-        raise TraceReadError(
-            f"{path}: a folder is read as a WEKA/Claude-Code trace (one JSON per conversation), "
-            "but it holds no .json files; pass a trace file"
-        )
-    codec_of(path)  # a file named .gz that is not gzip is refused before its format is guessed
-    suffix = format_suffix(path)
-    if suffix == ".parquet":
-        return TraceFormat.CANONICAL_PARQUET
-    if suffix in (".jsonl", ".ndjson"):
-        record = first_record(path)
-        if record is None:
-            raise TraceReadError(f"{path}: no JSON records found; check the file is not empty")
-        found = sniff_keys({renamed.get(k, k) for k in record})
-        if found is None:
-            raise TraceReadError(
-                f"{path}: cannot tell the trace format from the keys of line 1 "
-                f"({names_of(sorted(record))}); pass --input-format "
-                f"({', '.join(f.value for f in TraceFormat)}) or --map arrival_s=<key> ..."
-            )
-        return found
-    if suffix == ".json":
-        return _sniff_json_document(path)
-    if suffix in (".csv", ".tsv"):
-        from yaotu_trace.data.canonical import read_csv_frame
-
-        header = read_csv_frame(path, nrows=0).columns
-        found = sniff_header({renamed.get(str(c).strip(), str(c).strip()) for c in header})
-        if found is None:
-            raise TraceReadError(
-                f"{path}: cannot tell the trace format from the CSV header "
-                f"({names_of(header)}); "
-                "pass --input-format or --map arrival_s=<column> ..."
-            )
-        return found
-    raise TraceReadError(
-        f"{path}: unknown trace format '{suffix or '(no extension)'}'; "
-        f"pass --input-format, one of: {', '.join(f.value for f in TraceFormat)}"
-    )
-
-
-def _sniff_json_document(path: Path) -> TraceFormat:
-    """A whole-file JSON document: vLLM bench results, an OTel export, or one WEKA conversation."""
-    with open_trace(path) as fh:
-        head = fh.read(65536).decode("utf-8", errors="replace")
-    if '"resourceSpans"' in head or '"resource_spans"' in head:
-        return TraceFormat.OTEL
-    # A result saved without --save-detailed keeps only run-level keys such as request_throughput.
-    if any(f'"{key}"' in head for key in ("ttfts", "itls", "input_lens", "request_throughput")):
-        return TraceFormat.VLLM_BENCH
-    if '"requests"' in head and ('"hash_ids"' in head or '"input_tokens"' in head):
-        return TraceFormat.WEKA
-    if head.lstrip().startswith("{") and "\n{" in head and '"arrival_s"' in head:
-        return TraceFormat.CANONICAL_JSONL
-    found = sniff_keys(set(_keys_of_first_line(head)))
-    if found is not None:
-        return found
-    if head.lstrip("\ufeff \t\r\n").startswith("["):
-        raise TraceReadError(
-            f"{path}: a JSON array of records; write one request object per line as JSON Lines "
-            "(e.g. jq -c '.[]' in.json > out.jsonl), or pass --input-format"
-        )
-    raise TraceReadError(
-        f"{path}: cannot tell the trace format of this JSON document; pass --input-format, one of: "
-        f"{', '.join(f.value for f in TraceFormat)}"
-    )
-
-
-def _keys_of_first_line(head: str) -> list[str]:
-    import json
-
-    lines = head.lstrip("\ufeff").splitlines()
-    line = lines[0] if lines else ""
-    try:
-        record = json.loads(line)
-    except JSON_ERRORS:
-        return []
-    return list(record) if isinstance(record, dict) else []
+    return spec_of(fmt).reader
 
 
 def parse_column_map(pairs: list[str]) -> dict[str, str]:
@@ -184,7 +109,7 @@ def load_trace(
     if not path.exists():
         raise TraceReadError(f"{path}: no such file; check the path")
     fmt = fmt or detect_format(path, column_map)
-    if path.is_dir() and fmt not in (TraceFormat.RAGPULSE, TraceFormat.WEKA):
+    if path.is_dir() and spec_of(fmt).folder is None:
         raise TraceReadError(f"{path}: is a folder, and a {fmt.value} trace is one file; pass "
                              "the file (only RAGPulse and WEKA traces are folders)")
     if lazy_content and fmt is TraceFormat.CANONICAL_PARQUET and not column_map:

@@ -5,15 +5,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+from yaotu_trace.data.jsonl import iter_json_lines, read_json_lines
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
-from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import RawTrace
-from yaotu_trace.data.values import SOURCE_ROW
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import RawTrace
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -25,6 +25,12 @@ def read_mooncake(path: Path) -> RawTrace:
 
 def mooncake_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
     """The mapping of `read_mooncake` for some lines of the file (each line stands alone)."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.values import SOURCE_ROW
+
     df = pd.DataFrame.from_records(records)
     out = pd.DataFrame(
         {
@@ -51,3 +57,26 @@ def mooncake_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
         source_names={"arrival_s": "timestamp", "prompt_len": "input_length",
                       "output_len": "output_length", "prompt_block_ids": "hash_ids"},
     )
+
+
+def read_mooncake_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
+    """`read_mooncake` in parts of about `part_bytes` of text, with the file's line numbers."""
+    for records, lines in iter_json_lines(path, part_bytes=part_bytes):
+        yield mooncake_part(records, lines)
+
+
+def _is_mooncake_record(keys: set[str]) -> bool:
+    # RAGPulse rows also have these four keys; its session_id tells them apart.
+    return {"timestamp", "input_length", "output_length", "hash_ids"} <= keys and (
+        "session_id" not in keys
+    )
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.MOONCAKE,
+    description="Mooncake (FAST'25) JSONL: ms timestamps and chained 512-token block ids",
+    reader=read_mooncake,
+    row_label="line",
+    parts_reader=read_mooncake_parts,
+    json_keys=_is_mooncake_record,
+)

@@ -27,18 +27,18 @@ SGLang uses the same `gen_ai.latency.*` names as vLLM.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.data.compressed import read_text
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import RawTrace
-from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import RawTrace
 
 PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
 COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
@@ -74,6 +74,12 @@ VALUE_KEYS: Final = (
 
 def read_otel(path: Path) -> RawTrace:
     """Collect one request per gen_ai request span from an OTLP JSON export."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.values import SOURCE_WHERE
+
     rows: list[dict[str, Any]] = []
     starts_ns: list[int] = []
     ends_ns: list[int | None] = []
@@ -258,6 +264,24 @@ def _seconds(value: object, key: str, where: str, path: Path) -> float:
         raise TraceSchemaError(
             f"{path}: {where}, attribute '{key}': {str(value)[:30]!r} is not a number of seconds"
         ) from None
-    if not np.isfinite(seconds):
+    if not math.isfinite(seconds):
         raise TraceSchemaError(f"{path}: {where}, attribute '{key}': {seconds} is not finite")
     return seconds
+
+
+def _is_otel_record(keys: set[str]) -> bool:
+    return any(key in keys for key in RESOURCE_SPANS)
+
+
+def _is_otel_document(head: str) -> bool:
+    return any(f'"{key}"' in head for key in RESOURCE_SPANS)
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.OTEL,
+    description="OpenTelemetry OTLP JSON export of vLLM or SGLang request spans",
+    reader=read_otel,
+    row_label="span",
+    json_keys=_is_otel_record,
+    json_document=_is_otel_document,
+)

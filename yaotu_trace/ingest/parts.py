@@ -3,8 +3,9 @@
 `trace convert` writes a large JSONL or CSV trace as canonical Parquet without holding it:
 each part (about 32 MB of text) is mapped and validated like a whole file, with the file's
 own line numbers; a compressed file is decompressed as its parts are read, never whole.
-Formats whose rows depend on each other (Bailian's chat trees, Azure's clock, RAGPulse's
-joined files, WEKA's conversations, benchmark results, spans) are read whole.
+A format can be read so when its descriptor has a `parts_reader` (canonical JSONL and CSV,
+Mooncake). Formats whose rows depend on each other (Bailian's chat trees, Azure's clock,
+RAGPulse's joined files, WEKA's conversations, benchmark results, spans) are read whole.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from yaotu_trace.data.compressed import open_trace
 from yaotu_trace.data.schema import RawTrace
 from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.ingest.registry import spec_of
 
-PARTABLE = (TraceFormat.CANONICAL_JSONL, TraceFormat.CANONICAL_CSV, TraceFormat.MOONCAKE)
 PART_BYTES = 32 << 20
 
 
@@ -40,38 +40,15 @@ def apply_options(raw: RawTrace, path: Path, column_map: Mapping[str, str] | Non
     return raw
 
 
+def can_read_in_parts(fmt: TraceFormat) -> bool:
+    """Whether a format's records stand alone, so a file of it can be read in parts."""
+    return spec_of(fmt).parts_reader is not None
+
+
 def read_parts(path: Path, fmt: TraceFormat, *,
                part_bytes: int = PART_BYTES) -> Iterator[RawTrace]:
-    """The raw tables of consecutive parts of a file in a `PARTABLE` format."""
-    if fmt is TraceFormat.CANONICAL_CSV:
-        yield from _csv_parts(path, part_bytes)
-        return
-    from yaotu_trace.data.canonical import jsonl_part
-    from yaotu_trace.data.jsonl import iter_json_lines
-    from yaotu_trace.ingest.mooncake import mooncake_part
-
-    for records, lines in iter_json_lines(path, part_bytes=part_bytes):
-        yield (mooncake_part(records, lines) if fmt is TraceFormat.MOONCAKE
-               else jsonl_part(records, lines, path))
-
-
-def _csv_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
-    """CSV rows in parts of about `part_bytes`, sized from the first rows' length."""
-    from yaotu_trace.data.canonical import CSV_ERRORS, csv_error, csv_frame, csv_part
-
-    with open_trace(path) as fh:
-        head = fh.read(1 << 20).splitlines()
-    per_row = max(1, sum(len(line) + 1 for line in head[1:]) // max(1, len(head) - 1))
-    rows = max(1, part_bytes // per_row)
-    first_line = 2
-    with open_trace(path) as fh:
-        frames = csv_frame(path, fh, chunksize=rows)
-        while True:
-            try:
-                frame = next(frames)
-            except StopIteration:
-                return
-            except CSV_ERRORS as exc:
-                raise csv_error(path, exc, after_line=first_line - 1) from exc
-            yield csv_part(frame, path, first_line=first_line)
-            first_line += len(frame)
+    """The raw tables of consecutive parts of a file in a format that `can_read_in_parts`."""
+    parts_reader = spec_of(fmt).parts_reader
+    if parts_reader is None:
+        raise ValueError(f"{fmt.value} traces are read whole, not in parts")
+    yield from parts_reader(path, part_bytes)

@@ -38,18 +38,20 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import numpy as np
-import pandas as pd
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.data.compressed import find_file
 from yaotu_trace.data.jsonl import read_json_lines
-from yaotu_trace.data.schema import RawTrace
-from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
 
 TRACE_FILE: Final = "0_trace.jsonl"
 # Component key in a trace row → (table file, id key in that table), in prompt order.
@@ -69,6 +71,12 @@ MAX_ID: Final = 1 << 62  # chunk ids and lengths: well inside int64, so sums can
 
 def read_ragpulse(path: Path, *, stitch_runs: bool = True) -> RawTrace:
     """Read `0_trace.jsonl` (or the folder holding it) and the chunk tables beside it."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.values import SOURCE_ROW
+
     trace_path = (find_file(path, TRACE_FILE) or path / TRACE_FILE) if path.is_dir() else path
     if not trace_path.exists():
         raise TraceReadError(
@@ -140,6 +148,8 @@ def _align_runs(
     arrival: np.ndarray, sessions: Sequence[object], lines: Sequence[int], stitch_runs: bool
 ) -> tuple[np.ndarray, list[str]]:
     """Put every sorted run of timestamps on the first run's clock, using session-id epochs."""
+    import numpy as np
+
     finite = np.isfinite(arrival)
     values = arrival[finite]
     starts = np.flatnonzero(np.diff(values) < 0) + 1
@@ -186,6 +196,8 @@ def _align_runs(
 
 def _run_origin_s(arrival: np.ndarray, sessions: Sequence[object]) -> float | None:
     """Median of (session epoch − timestamp) over standard session ids: the run's start, epoch s."""
+    import numpy as np
+
     deltas = []
     for ts, session in zip(arrival, sessions, strict=True):
         match = SESSION_EPOCH.match(str(session)) if session is not None else None
@@ -198,6 +210,8 @@ def _run_origin_s(arrival: np.ndarray, sessions: Sequence[object]) -> float | No
 
 def _read_table(path: Path, id_key: str) -> tuple[np.ndarray, np.ndarray]:
     """One chunk table as (ids, token lengths), validated."""
+    import numpy as np
+
     records, lines = read_json_lines(path)
     ids = np.empty(len(records), dtype=np.int64)
     lengths = np.empty(len(records), dtype=np.int64)
@@ -214,6 +228,17 @@ def _read_table(path: Path, id_key: str) -> tuple[np.ndarray, np.ndarray]:
     return ids, lengths
 
 
+@dataclass(frozen=True, slots=True)
+class _Chunks:
+    """The chunks of the five tables, numbered densely in id order (`dense[id]`)."""
+
+    dense: dict[int, int]  # chunk id → its number
+    owner: np.ndarray  # number → index in COMPONENTS of the table that defines the chunk
+    length_of: np.ndarray  # number → token_length
+    start_of: np.ndarray  # number → the chunk's first pseudo-token id
+    template_start: int  # the first template token id, after every chunk's tokens
+
+
 def _expand_chunks(
     trace_path: Path,
     records: list[dict[str, Any]],
@@ -222,13 +247,48 @@ def _expand_chunks(
     tables: list[Path],
 ) -> tuple[pd.Series, int]:
     """Build the `prompt_tokens` column: chunk pseudo-tokens, then shared template tokens."""
+    import numpy as np
+    import pandas as pd
+
+    chunks = _index_chunks(tables)
+    seg_start: list[int] = []
+    seg_length: list[int] = []
+    lengths_by_row = pd.to_numeric(prompt_len, errors="coerce").to_numpy(dtype=np.float64)
+    row_tokens = np.zeros(len(records), dtype=np.int64)
+    max_template = 0
+    for i, (record, line) in enumerate(zip(records, lines, strict=True)):
+        starts, lengths = _row_chunks(trace_path, record, line, chunks)
+        seg_start += starts
+        seg_length += lengths
+        total = sum(lengths)
+        n = lengths_by_row[i]
+        if not (np.isfinite(n) and 0 <= n < MAX_ID and n == int(n)):
+            row_tokens[i] = total  # normalize reports the bad or missing input_length
+            continue
+        template = int(n) - total
+        if template < 0:
+            raise TraceSchemaError(
+                f"{trace_path}: line {line}, column 'prompt_len': input_length {int(n)} is less "
+                f"than the {total} tokens of its chunks; check the chunk tables or the row"
+            )
+        seg_start.append(chunks.template_start)
+        seg_length.append(template)
+        max_template = max(max_template, template)
+        row_tokens[i] = total + template
+    return _token_column(seg_start, seg_length, row_tokens), max_template
+
+
+def _index_chunks(tables: list[Path]) -> _Chunks:
+    """Read the five tables; chunk ids must be unique across them."""
+    import numpy as np
+
     table_ids: list[np.ndarray] = []
     table_lengths: list[np.ndarray] = []
     for (_, _, id_key), table in zip(COMPONENTS, tables, strict=True):
         ids, lengths = _read_table(table, id_key)
         table_ids.append(ids)
         table_lengths.append(lengths)
-    # Chunk ids may be sparse: they are numbered densely in id order (`dense[id]`).
+    # Chunk ids may be sparse: they are numbered densely in id order.
     distinct = np.unique(np.concatenate(table_ids))
     dense = dict(zip(distinct.tolist(), range(distinct.size), strict=True))
     table_ids = [np.searchsorted(distinct, ids) for ids in table_ids]
@@ -236,7 +296,7 @@ def _expand_chunks(
     all_lengths = np.concatenate(table_lengths)
     size = distinct.size
     length_of = np.full(size, -1, dtype=np.int64)
-    owner = np.full(size, -1, dtype=np.int64)  # which component's table defines the id
+    owner = np.full(size, -1, dtype=np.int64)
     for k, ids in enumerate(table_ids):
         clash = ids[owner[ids] >= 0]
         if clash.size:
@@ -249,55 +309,49 @@ def _expand_chunks(
     order = np.argsort(all_ids, kind="stable")
     start_of = np.zeros(size, dtype=np.int64)
     start_of[all_ids[order]] = np.cumsum(all_lengths[order]) - all_lengths[order]
-    template_start = int(all_lengths.sum())
+    return _Chunks(dense=dense, owner=owner, length_of=length_of, start_of=start_of,
+                   template_start=int(all_lengths.sum()))
 
-    seg_start: list[int] = []
-    seg_length: list[int] = []
-    lengths_by_row = pd.to_numeric(prompt_len, errors="coerce").to_numpy(dtype=np.float64)
-    row_tokens = np.zeros(len(records), dtype=np.int64)
-    max_template = 0
-    for i, (record, line) in enumerate(zip(records, lines, strict=True)):
-        hash_ids = record.get("hash_ids")
-        if not isinstance(hash_ids, dict):
+
+def _row_chunks(trace_path: Path, record: dict[str, Any], line: int, chunks: _Chunks
+                ) -> tuple[list[int], list[int]]:
+    """The (first token, length) of each chunk of one request, in prompt order."""
+    hash_ids = record.get("hash_ids")
+    if not isinstance(hash_ids, dict):
+        raise TraceSchemaError(
+            f"{trace_path}: line {line}, column 'hash_ids': expected an object of chunk-id "
+            f"lists ({', '.join(c for c, _, _ in COMPONENTS)}), got {type(hash_ids).__name__}"
+        )
+    starts: list[int] = []
+    lengths: list[int] = []
+    for k, (component, table_name, _) in enumerate(COMPONENTS):
+        chunk_ids = hash_ids.get(component, [])
+        if not isinstance(chunk_ids, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in chunk_ids
+        ):
             raise TraceSchemaError(
-                f"{trace_path}: line {line}, column 'hash_ids': expected an object of chunk-id "
-                f"lists ({', '.join(c for c, _, _ in COMPONENTS)}), got {type(hash_ids).__name__}"
+                f"{trace_path}: line {line}, column 'hash_ids.{component}': expected a list "
+                "of integer chunk ids"
             )
-        total = 0
-        for k, (component, table_name, _) in enumerate(COMPONENTS):
-            chunk_ids = hash_ids.get(component, [])
-            if not isinstance(chunk_ids, list) or not all(
-                isinstance(c, int) and not isinstance(c, bool) for c in chunk_ids
-            ):
+        for chunk_id in chunk_ids:
+            chunk = chunks.dense.get(chunk_id, -1)
+            if chunk < 0 or chunks.owner[chunk] != k:
                 raise TraceSchemaError(
-                    f"{trace_path}: line {line}, column 'hash_ids.{component}': expected a list "
-                    "of integer chunk ids"
+                    f"{trace_path}: line {line}, column 'hash_ids.{component}': chunk id "
+                    f"{str(chunk_id)[:40]} is not in {table_name}; check the tables belong "
+                    "to this trace"
                 )
-            for chunk_id in chunk_ids:
-                chunk = dense.get(chunk_id, -1)
-                if chunk < 0 or owner[chunk] != k:
-                    raise TraceSchemaError(
-                        f"{trace_path}: line {line}, column 'hash_ids.{component}': chunk id "
-                        f"{str(chunk_id)[:40]} is not in {table_name}; check the tables belong "
-                        "to this trace"
-                    )
-                seg_start.append(int(start_of[chunk]))
-                seg_length.append(int(length_of[chunk]))
-                total += int(length_of[chunk])
-        n = lengths_by_row[i]
-        if not (np.isfinite(n) and 0 <= n < MAX_ID and n == int(n)):
-            row_tokens[i] = total  # normalize reports the bad or missing input_length
-            continue
-        template = int(n) - total
-        if template < 0:
-            raise TraceSchemaError(
-                f"{trace_path}: line {line}, column 'prompt_len': input_length {int(n)} is less "
-                f"than the {total} tokens of its chunks; check the chunk tables or the row"
-            )
-        seg_start.append(template_start)
-        seg_length.append(template)
-        max_template = max(max_template, template)
-        row_tokens[i] = total + template
+            starts.append(int(chunks.start_of[chunk]))
+            lengths.append(int(chunks.length_of[chunk]))
+    return starts, lengths
+
+
+def _token_column(seg_start: list[int], seg_length: list[int], row_tokens: np.ndarray
+                  ) -> pd.Series:
+    """Segments of consecutive token ids, concatenated per row into a large_list column."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
 
     starts = np.asarray(seg_start, dtype=np.int64)
     lengths = np.asarray(seg_length, dtype=np.int64)
@@ -306,4 +360,24 @@ def _expand_chunks(
     values = np.repeat(starts - seg_offset, lengths) + np.arange(n_tokens, dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(row_tokens)))
     array = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(values))
-    return pd.Series(pd.arrays.ArrowExtensionArray(array), name="prompt_tokens"), max_template
+    return pd.Series(pd.arrays.ArrowExtensionArray(array), name="prompt_tokens")
+
+
+def _is_ragpulse_record(keys: set[str]) -> bool:
+    return {"timestamp", "input_length", "output_length"} <= keys and bool(
+        {"session_id", "hash_ids"} & keys or "query_id" in keys or "sys_prompt_id" in keys
+    )
+
+
+def _is_ragpulse_folder(folder: Path) -> bool:
+    return find_file(folder, TRACE_FILE) is not None
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.RAGPULSE,
+    description="RAGPulse: `0_trace.jsonl` (or its folder) and its five chunk tables",
+    reader=read_ragpulse,
+    row_label="line",
+    json_keys=_is_ragpulse_record,
+    folder=_is_ragpulse_folder,
+)

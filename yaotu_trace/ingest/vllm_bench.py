@@ -24,15 +24,17 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Final
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.data.compressed import read_text
-from yaotu_trace.data.schema import RawTrace
-from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
 
 PER_REQUEST_KEYS: Final = (
     "input_lens",
@@ -47,10 +49,17 @@ PER_REQUEST_KEYS: Final = (
     "request_ids",
 )
 DETAIL_HINT: Final = "re-run vllm bench serve with --save-result --save-detailed"
+# A result saved without --save-detailed keeps only run-level keys such as request_throughput.
+DOCUMENT_KEYS: Final = ("ttfts", "itls", "input_lens", "request_throughput")
 
 
 def read_vllm_bench(path: Path) -> RawTrace:
     """Turn the per-request arrays of one benchmark run into canonical requests."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+
     doc = _load_document(path)
     if not isinstance(doc, dict):
         raise TraceReadError(
@@ -151,6 +160,8 @@ def _errors(doc: dict[str, Any], path: Path, n: int) -> tuple[list[Any] | None, 
 
 def _starts(arrays: dict[str, list[Any]], keep: np.ndarray, path: Path) -> np.ndarray:
     """Arrival times in s since the earliest kept start; zeros when the run saved none."""
+    import numpy as np
+
     if "start_times" not in arrays:
         return np.zeros(keep.size)
     values = np.array([_seconds(arrays, "start_times", int(i), path) for i in keep])
@@ -161,6 +172,10 @@ def _request(
     arrays: dict[str, list[Any]], i: int, arrival_s: float, path: Path
 ) -> dict[str, Any]:
     """One canonical row; lengths are left raw so validation names a bad value."""
+    import numpy as np
+
+    from yaotu_trace.data.values import SOURCE_WHERE
+
     output_len = arrays["output_lens"][i]
     row: dict[str, Any] = {
         "request_id": str(arrays["request_ids"][i]) if "request_ids" in arrays else f"r{i}",
@@ -197,6 +212,8 @@ def _seconds(arrays: dict[str, list[Any]], key: str, i: int, path: Path) -> floa
 
 
 def _gaps(arrays: dict[str, list[Any]], i: int, path: Path) -> np.ndarray:
+    import numpy as np
+
     if "itls" not in arrays:
         return np.zeros(0)
     gaps = arrays["itls"][i]
@@ -221,6 +238,8 @@ def _notes(
     errors: list[Any] | None,
     failed_elsewhere: int,
 ) -> list[str]:
+    import numpy as np
+
     notes: list[str] = []
     n_failed = int(failed.sum())
     if n_failed:
@@ -270,3 +289,16 @@ def _notes(
 def _short(value: object) -> str:
     text = " ".join(str(value).split())
     return text[:80] + ("..." if len(text) > 80 else "")
+
+
+def _is_vllm_bench_document(head: str) -> bool:
+    return any(f'"{key}"' in head for key in DOCUMENT_KEYS)
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.VLLM_BENCH,
+    description="`vllm bench serve --save-result --save-detailed` JSON: one run's requests",
+    reader=read_vllm_bench,
+    row_label="request",
+    json_document=_is_vllm_bench_document,
+)

@@ -25,34 +25,75 @@ trace. Mapping and decisions:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
-
-import numpy as np
-import pandas as pd
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.data.compressed import format_suffix, plain_stem, read_text
-from yaotu_trace.data.schema import RawTrace
-from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
 
 DEFAULT_BLOCK_TOKENS: Final = 64
 NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number lives above
 
 
+@dataclass(slots=True)
+class _Conversations:
+    """The requests of every conversation file, and what the notes and checks need to know."""
+
+    frames: list[pd.DataFrame] = field(default_factory=list)
+    block_ids: list[list[np.ndarray]] = field(default_factory=list)
+    block_sizes: dict[int, str] = field(default_factory=dict)  # size → first file with it
+    scopes: dict[str, int] = field(default_factory=dict)  # hash_id_scope → files
+    subagents: int = 0
+    backwards: list[str] = field(default_factory=list)  # files whose 't' goes back
+
+
 def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
     """Read a folder of WEKA conversation files (or one file) as one canonical trace."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+
     files = sorted(conversation_files(path)) if path.is_dir() else [path]
     if not files:
         raise TraceReadError(f"{path}: no .json conversation files in this folder")
-    frames: list[pd.DataFrame] = []
-    block_ids: list[list[np.ndarray]] = []
-    block_sizes: dict[int, str] = {}
-    notes: list[str] = []
-    scopes: dict[str, int] = {}
-    skipped_subagents = 0
-    backwards: list[str] = []
+    read = _read_conversations(files, stagger_s)
+    if len(read.block_sizes) > 1:
+        found = ", ".join(f"{size} ({name})" for size, name in read.block_sizes.items())
+        raise TraceSchemaError(
+            f"{path}: conversation files use different block sizes: {found}; one trace needs one "
+            "source block size, so read the groups separately"
+        )
+    source_block_size = next(iter(read.block_sizes), DEFAULT_BLOCK_TOKENS)
+
+    if not read.frames:
+        raise TraceSchemaError(f"{path}: the trace has no requests; check the files' 'requests'")
+    table = pd.concat(read.frames, ignore_index=True)
+    flat = [ids for per_file in read.block_ids for ids in per_file]
+    table["prompt_block_ids"] = _list_column(flat)
+    # Stable sort: ties (every conversation starts at 0) keep file order, then request order.
+    order = np.argsort(table["arrival_s"].to_numpy(dtype=np.float64), kind="stable")
+    table = table.iloc[order].reset_index(drop=True)
+    return RawTrace(
+        requests=table,
+        format_name="weka",
+        source_block_size=source_block_size,
+        row_label="request",
+        notes=tuple(_notes(read, len(files), stagger_s)),
+    )
+
+
+def _read_conversations(files: list[Path], stagger_s: float) -> _Conversations:
+    """Each file's requests, its ids namespaced by file number, its clock staggered."""
+    read = _Conversations()
     for number, file in enumerate(files):
         document = _load_document(file)
         size = document.get("block_size", DEFAULT_BLOCK_TOKENS)
@@ -60,41 +101,29 @@ def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
             raise TraceSchemaError(
                 f"{file}: 'block_size' is {size!r}; it must be a whole number of tokens per id"
             )
-        block_sizes.setdefault(size, file.name)
+        read.block_sizes.setdefault(size, file.name)
         scope = document.get("hash_id_scope", "local")
         if scope not in ("local", "global"):
             raise TraceSchemaError(
                 f"{file}: 'hash_id_scope' is {scope!r}; expected \"local\" or \"global\""
             )
-        scopes[scope] = scopes.get(scope, 0) + 1
+        read.scopes[scope] = read.scopes.get(scope, 0) + 1
         namespace = (number + 1) << NAMESPACE_SHIFT if scope == "local" else 0
         frame, ids, subagents = _conversation(file, document["requests"], namespace)
-        skipped_subagents += subagents
+        read.subagents += subagents
         if frame.empty:
             continue
         frame["arrival_s"] = frame["arrival_s"] + number * stagger_s
         if _goes_backwards(frame["arrival_s"]):
-            backwards.append(file.name)
-        frames.append(frame)
-        block_ids.append(ids)
-    if len(block_sizes) > 1:
-        found = ", ".join(f"{size} ({name})" for size, name in block_sizes.items())
-        raise TraceSchemaError(
-            f"{path}: conversation files use different block sizes: {found}; one trace needs one "
-            "source block size, so read the groups separately"
-        )
-    source_block_size = next(iter(block_sizes), DEFAULT_BLOCK_TOKENS)
+            read.backwards.append(file.name)
+        read.frames.append(frame)
+        read.block_ids.append(ids)
+    return read
 
-    if not frames:
-        raise TraceSchemaError(f"{path}: the trace has no requests; check the files' 'requests'")
-    table = pd.concat(frames, ignore_index=True)
-    flat = [ids for per_file in block_ids for ids in per_file]
-    table["prompt_block_ids"] = _list_column(flat)
-    # Stable sort: ties (every conversation starts at 0) keep file order, then request order.
-    order = np.argsort(table["arrival_s"].to_numpy(dtype=np.float64), kind="stable")
-    table = table.iloc[order].reset_index(drop=True)
 
-    n_conv = len(files)
+def _notes(read: _Conversations, n_conv: int, stagger_s: float) -> list[str]:
+    """What the reader decided: the clocks, the id namespaces, what it skipped."""
+    notes: list[str] = []
     if n_conv > 1:
         start = (
             f"all start at 0 s (replayed as concurrent: the burst of {n_conv} first requests at "
@@ -106,26 +135,21 @@ def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
             f"{n_conv} WEKA conversations, each timed from its own start; {start}; "
             "session_id is the file name"
         )
-    if scopes.get("local"):
+    if read.scopes.get("local"):
         notes.append(
-            f"block ids are local to each file in {scopes['local']} file(s) and were namespaced "
-            "per file ((file number + 1) << 40 | id), so no hit crosses conversations; the "
-            "tools + system prefix that production would share across conversations is not visible"
+            f"block ids are local to each file in {read.scopes['local']} file(s) and were "
+            "namespaced per file ((file number + 1) << 40 | id), so no hit crosses "
+            "conversations; the tools + system prefix that production would share across "
+            "conversations is not visible"
         )
-    if skipped_subagents:
-        notes.append(f"{skipped_subagents} sub-agent marker(s) were skipped; they carry no request")
-    if backwards:
+    if read.subagents:
+        notes.append(f"{read.subagents} sub-agent marker(s) were skipped; they carry no request")
+    if read.backwards:
         notes.append(
-            f"'t' goes backwards within {', '.join(backwards[:5])}; requests were sorted stably "
-            "by arrival"
+            f"'t' goes backwards within {', '.join(read.backwards[:5])}; requests were sorted "
+            "stably by arrival"
         )
-    return RawTrace(
-        requests=table,
-        format_name="weka",
-        source_block_size=source_block_size,
-        row_label="request",
-        notes=tuple(notes),
-    )
+    return notes
 
 
 def conversation_files(folder: Path) -> list[Path]:
@@ -156,6 +180,11 @@ def _conversation(
     file: Path, requests: list[Any], namespace: int
 ) -> tuple[pd.DataFrame, list[np.ndarray], int]:
     """One file's requests as canonical columns plus their namespaced block ids."""
+    import numpy as np
+    import pandas as pd
+
+    from yaotu_trace.data.values import SOURCE_WHERE
+
     rows: dict[str, list[Any]] = {
         "request_id": [],
         "arrival_s": [],
@@ -215,6 +244,8 @@ def _after(t: object, delay: object) -> float | None:
 
 def _block_ids(file: Path, index: int, hash_ids: object, namespace: int) -> np.ndarray:
     """Validate one request's ids and move them into the file's namespace."""
+    import numpy as np
+
     if not isinstance(hash_ids, list):
         raise TraceSchemaError(
             f"{file}: request {index}, column 'hash_ids': expected a list of block ids, got "
@@ -239,14 +270,38 @@ def _block_ids(file: Path, index: int, hash_ids: object, namespace: int) -> np.n
 
 
 def _goes_backwards(arrival: pd.Series) -> bool:
+    import numpy as np
+
     values = arrival.to_numpy(dtype=np.float64)
     return bool(np.any(np.diff(values) < 0))
 
 
 def _list_column(lists: list[np.ndarray]) -> pd.Series:
     """An Arrow-backed large_list<int64> column built from per-row arrays without Python ints."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
     lengths = np.fromiter((a.size for a in lists), dtype=np.int64, count=len(lists))
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     values = np.concatenate(lists) if lists else np.empty(0, dtype=np.int64)
     array = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(values))
     return pd.Series(pd.arrays.ArrowExtensionArray(array), name="prompt_block_ids")
+
+
+def _is_weka_document(head: str) -> bool:
+    return '"requests"' in head and ('"hash_ids"' in head or '"input_tokens"' in head)
+
+
+def _is_weka_folder(folder: Path) -> bool:
+    return bool(conversation_files(folder))
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.WEKA,
+    description="WEKA / Claude Code agentic traces: a folder of one JSON per conversation",
+    reader=read_weka,
+    row_label="request",
+    json_document=_is_weka_document,
+    folder=_is_weka_folder,
+)

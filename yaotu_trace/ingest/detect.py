@@ -1,0 +1,138 @@
+"""Which format a trace is: what a folder, a JSON or a CSV file holds, or else the file's
+extension, asked of each registered format in registry order (`ingest.registry`).
+
+The ways of looking at a trace are fixed here; each format says, in its descriptor, what it
+accepts: the keys of a JSON record, a JSON document's head, a CSV header, a folder, or an
+extension of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from yaotu_trace.data.compressed import codec_of, format_suffix, open_trace
+from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
+from yaotu_trace.errors import TraceReadError
+from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.ingest.registry import formats
+
+JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
+JSON_DOCUMENT_SUFFIX = ".json"
+CSV_SUFFIXES = (".csv", ".tsv")
+DOCUMENT_HEAD_BYTES = 65536  # of a .json document, enough for its top-level keys
+
+
+def sniff_keys(keys: set[str]) -> TraceFormat | None:
+    """Recognise a JSON record (one line of JSONL) by its keys."""
+    return next((s.name for s in formats() if s.json_keys is not None and s.json_keys(keys)), None)
+
+
+def sniff_header(columns: set[str]) -> TraceFormat | None:
+    """Recognise a CSV by its header."""
+    return next((s.name for s in formats() if s.csv_header is not None and s.csv_header(columns)),
+                None)
+
+
+def sniff_document(head: str) -> TraceFormat | None:
+    """Recognise a whole-file JSON document by its first characters."""
+    return next((s.name for s in formats()
+                 if s.json_document is not None and s.json_document(head)), None)
+
+
+def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> TraceFormat:
+    """Choose a format from the extension (inside any compression extension: `x.jsonl.gz` is
+    JSONL) and, for JSON and CSV, the fields of the first record (after the `--map` renames, so
+    a mapped table is recognised as canonical)."""
+    renamed = dict(column_map or {})
+    if path.is_dir():
+        return _detect_folder(path)
+    codec_of(path)  # a file named .gz that is not gzip is refused before its format is guessed
+    suffix = format_suffix(path)
+    if suffix in JSON_LINES_SUFFIXES:
+        return _detect_json_lines(path, renamed)
+    if suffix == JSON_DOCUMENT_SUFFIX:
+        return _detect_json_document(path)
+    if suffix in CSV_SUFFIXES:
+        return _detect_csv(path, renamed)
+    named = next((s.name for s in formats() if suffix in s.extensions), None)
+    if named is not None:
+        return named
+    raise TraceReadError(
+        f"{path}: unknown trace format '{suffix or '(no extension)'}'; "
+        f"pass --input-format, one of: {_names()}"
+    )
+
+
+def _names() -> str:
+    return ", ".join(f.value for f in TraceFormat)
+
+
+def _detect_folder(path: Path) -> TraceFormat:
+    found = next((s.name for s in formats() if s.folder is not None and s.folder(path)), None)
+    if found is None:
+        raise TraceReadError(
+            f"{path}: a folder is read as a WEKA/Claude-Code trace (one JSON per conversation), "
+            "but it holds no .json files; pass a trace file"
+        )
+    return found
+
+
+def _detect_json_lines(path: Path, renamed: Mapping[str, str]) -> TraceFormat:
+    from yaotu_trace.data.values import names_of
+
+    record = first_record(path)
+    if record is None:
+        raise TraceReadError(f"{path}: no JSON records found; check the file is not empty")
+    found = sniff_keys({renamed.get(k, k) for k in record})
+    if found is None:
+        raise TraceReadError(
+            f"{path}: cannot tell the trace format from the keys of line 1 "
+            f"({names_of(sorted(record))}); pass --input-format "
+            f"({_names()}) or --map arrival_s=<key> ..."
+        )
+    return found
+
+
+def _detect_json_document(path: Path) -> TraceFormat:
+    """A whole-file JSON document: vLLM bench results, an OTel export, or one WEKA conversation."""
+    with open_trace(path) as fh:
+        head = fh.read(DOCUMENT_HEAD_BYTES).decode("utf-8", errors="replace")
+    found = sniff_document(head) or sniff_keys(set(_keys_of_first_line(head)))
+    if found is not None:
+        return found
+    if head.lstrip("\ufeff \t\r\n").startswith("["):
+        raise TraceReadError(
+            f"{path}: a JSON array of records; write one request object per line as JSON Lines "
+            "(e.g. jq -c '.[]' in.json > out.jsonl), or pass --input-format"
+        )
+    raise TraceReadError(
+        f"{path}: cannot tell the trace format of this JSON document; pass --input-format, one of: "
+        f"{_names()}"
+    )
+
+
+def _keys_of_first_line(head: str) -> list[str]:
+    lines = head.lstrip("\ufeff").splitlines()
+    line = lines[0] if lines else ""
+    try:
+        record = json.loads(line)
+    except JSON_ERRORS:
+        return []
+    return list(record) if isinstance(record, dict) else []
+
+
+def _detect_csv(path: Path, renamed: Mapping[str, str]) -> TraceFormat:
+    from yaotu_trace.data.canonical import read_csv_frame
+    from yaotu_trace.data.values import names_of
+
+    header = read_csv_frame(path, nrows=0).columns
+    found = sniff_header({renamed.get(str(c).strip(), str(c).strip()) for c in header})
+    if found is None:
+        raise TraceReadError(
+            f"{path}: cannot tell the trace format from the CSV header "
+            f"({names_of(header)}); "
+            "pass --input-format or --map arrival_s=<column> ..."
+        )
+    return found
