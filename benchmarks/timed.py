@@ -31,7 +31,7 @@ TOKENS_PER_REQUEST = 400
 COMMANDS = {"analyze": ["analyze"], "diagnose": ["diagnose", "--model", "Llama-3.1-8B"],
             "report": ["report"]}
 # The baseline: the same CLI with the lazy reading of list columns switched off.
-WHOLE = whole_read("from yaotu_trace.ingest import canonical; "
+WHOLE = whole_read("from yaotu_trace.data import canonical; "
                    "canonical.lazy_content = lambda path: None")
 
 
