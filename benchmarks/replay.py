@@ -128,9 +128,9 @@ def work_floor(path: str) -> dict[str, Any]:
 def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
     """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset)."""
     from yaotu_trace.ingest import load_trace
-    from yaotu_trace.replay.engine import replay
-    from yaotu_trace.replay.prepare import prepare
-    from yaotu_trace.replay.rules import rules_for
+    from yaotu_trace.prefix.engine import replay
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.rules import rules_for
 
     stamps = {"start": time.perf_counter()}
     trace = load_trace(path, lazy_content=True)
@@ -150,7 +150,7 @@ def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
         out["hit_tokens_at_capacity"] = result.saved_prefill_tokens
         stamps["single"] = time.perf_counter()
     if mode in ("full", "curve"):
-        from yaotu_trace.replay.sweep import sweep
+        from yaotu_trace.prefix.sweep import sweep
 
         curve = sweep(chains, touch_order=rules.touch_order)
         out["curve_hit_tokens_at_capacity"] = int(curve.hit_tokens_at(capacity))
@@ -165,9 +165,9 @@ def work_ideal(path: str) -> dict[str, Any]:
     """The waterfall's token-granular ideal pass (vllm preset, one namespace, unlimited)."""
     from yaotu_trace.errors import ResourceLimitError
     from yaotu_trace.ingest import load_trace
-    from yaotu_trace.replay.prepare import prepare
-    from yaotu_trace.replay.rules import rules_for
-    from yaotu_trace.replay.waterfall import compute_waterfall
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.rules import rules_for
+    from yaotu_trace.prefix.waterfall import compute_waterfall
 
     trace = load_trace(path, lazy_content=True)
     prepared = prepare(trace, stream=True)

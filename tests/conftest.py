@@ -35,11 +35,11 @@ SLOW = frozenset({
     "tests/cli/test_interrupt.py::test_ctrl_c_is_exit_130_silent_and_leaves_nothing"
     "[replay-dask-local]",
     # Invariants of the replay over generated traces; its agreement with the reference stays.
-    "tests/replay/test_properties.py::test_lru_hits_never_fall_as_capacity_grows",
-    "tests/replay/test_properties.py::test_isolation_never_adds_hits",
-    "tests/replay/test_properties.py::test_larger_block_never_adds_hits_at_unlimited_capacity",
-    "tests/replay/test_properties.py::test_same_input_same_result",
-    "tests/replay/test_properties.py::test_chain_ids_do_not_depend_on_the_seed",
+    "tests/prefix/test_properties.py::test_lru_hits_never_fall_as_capacity_grows",
+    "tests/prefix/test_properties.py::test_isolation_never_adds_hits",
+    "tests/prefix/test_properties.py::test_larger_block_never_adds_hits_at_unlimited_capacity",
+    "tests/prefix/test_properties.py::test_same_input_same_result",
+    "tests/prefix/test_properties.py::test_chain_ids_do_not_depend_on_the_seed",
 })
 
 

@@ -4,8 +4,6 @@ Every `trace` command is also a function of this package, from options (keyword 
 with the command line's meaning) to the finished `Report` the command renders; see
 docs/python-api.md. They are loaded on first use, so that `import yaotu_trace` (the command
 line does it for `--help`) costs no pandas, pyarrow or numba.
-
-`replay_cache` is `trace replay` (the name `replay` is the replay package's).
 """
 
 from __future__ import annotations
@@ -14,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from yaotu_trace._version import __version__
 
-# Public name → the module of `yaotu_trace.commands` that defines it (under the same name).
+# Public name → the module of `yaotu_trace.commands` that defines it under that name.
 _API = {
     "analyze": "analyze",
-    "replay_cache": "replay",
+    "replay": "replay",
     "sweep": "sweep",
     "diagnose": "diagnose",
     "simulate": "simulate",
@@ -29,9 +27,6 @@ _API = {
     "load_trace": "load",
     "TraceInput": "load",
 }
-# The function's own name where it differs from the public one.
-_RENAMED = {"replay_cache": "replay"}
-
 __all__ = [
     "TraceInput",
     "__version__",
@@ -42,7 +37,7 @@ __all__ = [
     "diagnose",
     "generate",
     "load_trace",
-    "replay_cache",
+    "replay",
     "report",
     "simulate",
     "sweep",
@@ -55,8 +50,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'yaotu_trace' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"yaotu_trace.commands.{module}"),
-                    _RENAMED.get(name, name))
+    value = getattr(importlib.import_module(f"yaotu_trace.commands.{module}"), name)
     globals()[name] = value
     return value
 
@@ -73,7 +67,7 @@ if TYPE_CHECKING:
     from yaotu_trace.commands.diagnose import diagnose
     from yaotu_trace.commands.generate import generate
     from yaotu_trace.commands.load import TraceInput, load_trace
-    from yaotu_trace.commands.replay import replay as replay_cache
+    from yaotu_trace.commands.replay import replay
     from yaotu_trace.commands.report import report
     from yaotu_trace.commands.simulate import simulate
     from yaotu_trace.commands.sweep import sweep

@@ -1,6 +1,6 @@
 """Packages that load their names on first use, so that importing one part costs nothing else.
 
-`trace --help` and the option types (`ingest.formats`, `replay.rules`, `sim.config`,
+`trace --help` and the option types (`ingest.formats`, `prefix.rules`, `sim.config`,
 `sim.workloads`) import a package before its light module; with `lazy_names` in the
 package's `__init__`, that package does not pull in pandas, pyarrow or numba until one of its
 heavy names is used.

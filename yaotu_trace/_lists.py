@@ -1,6 +1,6 @@
 """Compiled doubly linked lists and a binary min-heap over flat arrays, shared by the kernels.
 
-The prefix replay (`replay.engine`) and the engine simulator (`sim.engine`) keep their caches
+The prefix replay (`prefix.engine`) and the engine simulator (`sim.engine`) keep their caches
 as doubly linked lists of dense ids and their pending events in a heap; both call these
 helpers from their numba loops (`cache=True`), so a fix to the list or heap logic lands in
 both. Lists are numbered: `head[lst]`/`tail[lst]` are the ends of list `lst` (-1 when empty),

@@ -15,8 +15,8 @@ from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS, MAX_COUNT
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.prefix.rules import Preset, Route, Scope, TouchOrder
 from yaotu_trace.render import OutputFormat
-from yaotu_trace.replay.rules import Preset, Route, Scope, TouchOrder
 
 __all__ = ["QuietOpt"]
 

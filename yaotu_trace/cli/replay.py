@@ -31,7 +31,7 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.replay.rules import Eviction
+from yaotu_trace.prefix.rules import Eviction
 
 CapacityOpt = Annotated[
     str | None,

@@ -19,7 +19,7 @@ AnalyzeSection = Callable[["Trace"], Any]
 
 
 def _prefix_reuse(trace: Trace) -> Any:
-    from yaotu_trace.replay.overview import reuse_overview
+    from yaotu_trace.prefix.overview import reuse_overview
 
     return reuse_overview(trace)
 

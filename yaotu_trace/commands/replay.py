@@ -11,13 +11,13 @@ from yaotu_trace.commands.load import Progress, open_trace, tell
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import replace_atomically
-from yaotu_trace.replay.rules import Scope
+from yaotu_trace.prefix.rules import Scope
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.schema import Trace
-    from yaotu_trace.replay.partition import Parallelism
-    from yaotu_trace.replay.rules import Eviction, Route, TouchOrder
+    from yaotu_trace.prefix.partition import Parallelism
+    from yaotu_trace.prefix.rules import Eviction, Route, TouchOrder
 
 # Per-request output (`--out`): the formats it is written in.
 OUT_SUFFIXES = (".parquet", ".csv")
@@ -56,7 +56,7 @@ def replay(
     unlimited`, `tenant-isolation=on,off`); `out` also writes the per-request hits and losses
     (.parquet or .csv), atomically. The other options override the preset's rules.
     """
-    from yaotu_trace.replay import Parallelism
+    from yaotu_trace.prefix import Parallelism
 
     if out is not None and not grid:
         check_out(out)
@@ -93,7 +93,7 @@ def _one_replay(loaded: Trace, preset: str | None, overrides: Mapping[str, Any],
                 parallel: Parallelism, waterfall: bool, out: Path | None,
                 progress: Progress | None) -> Report:
     """One replay under the effective rules (and `--out`'s per-request table)."""
-    from yaotu_trace.replay import effective_rules, replay_trace_with_requests
+    from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
 
     rules, preset_name, notes = effective_rules(loaded, preset, **overrides)
     blocks = capacity_blocks(capacity, rules.block_size_tokens, model, kv_bytes_per_token)
@@ -119,9 +119,9 @@ def _grid_report(loaded: Trace, preset: str | None, overrides: Mapping[str, Any]
                  kv_bytes_per_token: int | None, parallel: Parallelism,
                  progress: Progress | None) -> Report:
     """`--grid`: one row per (block size, tenant isolation, capacity)."""
-    from yaotu_trace.replay import effective_rules
-    from yaotu_trace.replay.grid import GridCapacity, parse_switch, replay_grid
-    from yaotu_trace.replay.partition import open_runner
+    from yaotu_trace.prefix import effective_rules
+    from yaotu_trace.prefix.grid import GridCapacity, parse_switch, replay_grid
+    from yaotu_trace.prefix.partition import open_runner
 
     axes = _grid_axes(grid)
     rules, preset_name, notes = effective_rules(loaded, preset, **overrides)
@@ -151,7 +151,7 @@ def _grid_report(loaded: Trace, preset: str | None, overrides: Mapping[str, Any]
 
 def _grid_axes(grid: list[str]) -> dict[str, list[str]]:
     """`--grid AXIS=V1,V2` options by axis; an axis given twice is refused."""
-    from yaotu_trace.replay.grid import parse_axis
+    from yaotu_trace.prefix.grid import parse_axis
 
     axes: dict[str, list[str]] = {}
     for text in grid:

@@ -52,10 +52,10 @@ def build_report(
 ) -> Report:
     """The report of a trace read: profile, diagnosis (when `diagnose_report` is given), prefix
     replay, capacity curve and the plot data."""
+    from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
+    from yaotu_trace.prefix.sweep_trace import sweep_trace
     from yaotu_trace.profile.figures import plot_data
     from yaotu_trace.profile.workload import profile_trace
-    from yaotu_trace.replay import effective_rules, replay_trace_with_requests
-    from yaotu_trace.replay.sweep_trace import sweep_trace
 
     sections: dict[str, Any] = {}
     tell(progress, "profile", 0.0)

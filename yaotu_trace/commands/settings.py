@@ -39,7 +39,7 @@ def diagnosis_settings(
 
     thresholds = parse_threshold_options(list(threshold or []))
     if preset is not None:
-        from yaotu_trace.replay.rules import rules_for
+        from yaotu_trace.prefix.rules import rules_for
 
         rules_for(preset)  # an unknown preset is a one-line ConfigError before any work
     spec = None

@@ -10,7 +10,7 @@ from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
-    from yaotu_trace.replay.rules import Route, Scope, TouchOrder
+    from yaotu_trace.prefix.rules import Route, Scope, TouchOrder
 
 # Capacities shown when not told otherwise (log-spaced; the knee and the shares are added).
 DEFAULT_POINTS = 12
@@ -35,8 +35,8 @@ def sweep(
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
     capacities; the rule options override the preset's, as on the command line."""
-    from yaotu_trace.replay import effective_rules
-    from yaotu_trace.replay.sweep_trace import sweep_trace
+    from yaotu_trace.prefix import effective_rules
+    from yaotu_trace.prefix.sweep_trace import sweep_trace
 
     model_name, kv = _kv_bytes(model, kv_bytes_per_token)
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)

@@ -1,7 +1,7 @@
 """A trace's Parquet file, opened and read with one translation of pyarrow's errors.
 
 A trace is read from Parquet in several places: whole by the reader, and batch by batch later
-in the run when its token columns are left on disk (`replay.stream`, `token_times`). Wherever
+in the run when its token columns are left on disk (`prefix.stream`, `token_times`). Wherever
 pyarrow meets a damaged file it raises `OSError` or an `ArrowException` (a `UnicodeDecodeError`
 for a damaged column name); `reading` turns those
 into one `TraceReadError` that names the file, the row group or rows and the column when known,

@@ -27,8 +27,8 @@ TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
 
 def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[str]]:
     """The simulator's requests, with chain ids when the trace carries prompt content."""
-    from yaotu_trace.replay.prepare import prepare
-    from yaotu_trace.replay.rules import rules_for
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.rules import rules_for
 
     df = trace.requests
     arrival = df["arrival_s"].to_numpy(dtype=np.float64)

@@ -185,8 +185,8 @@ def _chains(inp: AxisInput, block: int) -> tuple[Any, int] | None:
     trace = inp.trace
     if trace is None or trace.content_column is None:
         return None
-    from yaotu_trace.replay.prepare import prepare
-    from yaotu_trace.replay.rules import rules_for
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.rules import rules_for
 
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     if source is not None and block % source:

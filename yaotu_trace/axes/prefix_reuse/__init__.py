@@ -1,6 +1,6 @@
 """Prefix-reuse axis: prompt prefixes computed again and again, and where reuse is lost (§6).
 
-Built on the prefix replay (`yaotu_trace.replay.replay_trace`). Metrics (tokens unless noted):
+Built on the prefix replay (`yaotu_trace.prefix.replay_trace`). Metrics (tokens unless noted):
 
 - prompt_tokens = Σ prompt_len over replayed requests.
 - ideal_hit_tokens: the replay's ideal (longest prefix shared with any earlier request, one

@@ -140,7 +140,7 @@ def _metrics(summary: Any,
 
 def _replay(inp: AxisInput) -> Any:
     """The replay under the engine's rules: capacity per instance and instances when known."""
-    from yaotu_trace.replay import Parallelism, effective_rules, replay_trace
+    from yaotu_trace.prefix import Parallelism, effective_rules, replay_trace
 
     trace = inp.trace
     assert trace is not None

@@ -27,10 +27,10 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.replay import memory
-from yaotu_trace.replay.blocks import BlockChains, _keys, _mix, frozen_input
-from yaotu_trace.replay.engine import first_occurrence_flags
-from yaotu_trace.replay.stream import ParquetPrompts
+from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.blocks import BlockChains, _keys, _mix, frozen_input
+from yaotu_trace.prefix.engine import first_occurrence_flags
+from yaotu_trace.prefix.stream import ParquetPrompts
 
 _TRIES = 3
 

@@ -1,7 +1,7 @@
 """Prefix replay: exact prefix-cache hits of a trace under explicit rules (replay-spec.md).
 
-`replay_trace(trace, rules)` (in `replay.trace`) is the public entry point. The package itself
-imports nothing heavy: its names are loaded on first use, so that `yaotu_trace.replay.rules`
+`replay_trace(trace, rules)` (in `prefix.trace`) is the public entry point. The package itself
+imports nothing heavy: its names are loaded on first use, so that `yaotu_trace.prefix.rules`
 (the choices of `--preset`, `--scope`, ...) costs no numba.
 """
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from yaotu_trace._lazy import lazy_names
 
-# Every name the package offers, defined in (or re-exported by) `replay.trace`.
+# Every name the package offers, defined in (or re-exported by) `prefix.trace`.
 __all__ = [
     "HIT_SHARE_BUCKETS",
     "PRESETS",
@@ -49,7 +49,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_names(__name__, "trace", __all__)
 
 if TYPE_CHECKING:
-    from yaotu_trace.replay.trace import (
+    from yaotu_trace.prefix.trace import (
         HIT_SHARE_BUCKETS,
         PRESETS,
         SERIAL,

@@ -11,7 +11,7 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.replay import replay_trace_with_requests, rules_for
+from yaotu_trace.prefix import replay_trace_with_requests, rules_for
 
 kvcache_sim = pytest.importorskip("kvcache_sim")
 from kvcache_sim.plan import build_execution_plan  # noqa: E402

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from yaotu_trace.replay.blocks import BlockChains, build_block_chains
-from yaotu_trace.replay.engine import ReplayResult, replay
-from yaotu_trace.replay.rules import ReplayRules, rules_for
+from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
+from yaotu_trace.prefix.engine import ReplayResult, replay
+from yaotu_trace.prefix.rules import ReplayRules, rules_for
 
 
 def flatten(prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

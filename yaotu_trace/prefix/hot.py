@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yaotu_trace.replay.waterfall import Waterfall
+from yaotu_trace.prefix.waterfall import Waterfall
 
 REASONS: tuple[tuple[str, str], ...] = (
     ("tenant_isolation", "isolation"),

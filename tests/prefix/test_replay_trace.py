@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.replay import effective_rules, replay_trace, replay_trace_with_requests, rules_for
+from yaotu_trace.prefix import effective_rules, replay_trace, replay_trace_with_requests, rules_for
 
 
 def make_trace(prompts, *, tenants=None, instances=None, cached=None, finish=None,

@@ -30,8 +30,8 @@ import numpy as np
 
 from yaotu_trace.data.schema import list_value_problem
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError, YaotuError
-from yaotu_trace.replay import memory
-from yaotu_trace.replay.blocks import (
+from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.blocks import (
     _MAX_IDS,
     _TRIES,
     BlockChains,
@@ -40,7 +40,7 @@ from yaotu_trace.replay.blocks import (
     _keys,
     frozen_input,
 )
-from yaotu_trace.replay.rules import ReplayRules
+from yaotu_trace.prefix.rules import ReplayRules
 
 # Ids per record batch: large enough to amortise per-batch costs, small enough to stay a few
 # tens of MB (one batch is decoded while the previous one is hashed).

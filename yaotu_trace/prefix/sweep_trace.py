@@ -15,10 +15,10 @@ import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.replay.engine import replay, route_codes
-from yaotu_trace.replay.prepare import PreparedTrace, prepare
-from yaotu_trace.replay.rules import ReplayRules, Route, Scope
-from yaotu_trace.replay.sweep import DEFAULT_SHARES, CapacityCurve, sweep
+from yaotu_trace.prefix.engine import replay, route_codes
+from yaotu_trace.prefix.prepare import PreparedTrace, prepare
+from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
+from yaotu_trace.prefix.sweep import DEFAULT_SHARES, CapacityCurve, sweep
 
 KNEE_DEFINITION = (
     "Kneedle: with capacity scaled to [0, 1] up to the capacity that reaches the unlimited hits "

@@ -40,9 +40,9 @@ import numpy as np
 
 from yaotu_trace._lists import append, heap_pop, heap_push, unlink
 from yaotu_trace.errors import ConfigError, ResourceLimitError
-from yaotu_trace.replay import memory
-from yaotu_trace.replay.blocks import BlockChains
-from yaotu_trace.replay.rules import Eviction, ReplayRules, Route, Scope, TouchOrder
+from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.rules import Eviction, ReplayRules, Route, Scope, TouchOrder
 
 _POLICY = {Eviction.LRU: 0, Eviction.FIFO: 1, Eviction.LFU: 2}
 _STATIC, _LEAST_LOADED, _AFFINITY = 0, 1, 2

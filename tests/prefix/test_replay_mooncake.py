@@ -8,7 +8,7 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.replay import replay_trace, rules_for
+from yaotu_trace.prefix import replay_trace, rules_for
 
 # (file, total block references, distinct ids) from mooncake-traces.md §2.2
 FILES = [

@@ -16,9 +16,9 @@ import pandas as pd
 
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.replay.blocks import BlockChains, build_block_chains
-from yaotu_trace.replay.rules import ReplayRules
-from yaotu_trace.replay.stream import ParquetPrompts, build_block_chains_streaming
+from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
+from yaotu_trace.prefix.rules import ReplayRules
+from yaotu_trace.prefix.stream import ParquetPrompts, build_block_chains_streaming
 
 _MISSING = "\x00"
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from yaotu_trace.replay.blocks import BlockChains
-from yaotu_trace.replay.engine import ReplayResult, replay
-from yaotu_trace.replay.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
-from yaotu_trace.replay.partition import (
+from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.engine import ReplayResult, replay
+from yaotu_trace.prefix.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
+from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
     Partitions,
     ReplayJob,
@@ -36,8 +36,8 @@ from yaotu_trace.replay.partition import (
     replay_many,
     with_namespaces,
 )
-from yaotu_trace.replay.prepare import PreparedTrace
-from yaotu_trace.replay.rules import ReplayRules, Scope
+from yaotu_trace.prefix.prepare import PreparedTrace
+from yaotu_trace.prefix.rules import ReplayRules, Scope
 
 STEPS: tuple[tuple[str, str], ...] = (
     ("block_granularity", "block granularity"),

@@ -33,9 +33,9 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.replay.blocks import BlockChains
-from yaotu_trace.replay.engine import ReplayResult, replay, route_codes
-from yaotu_trace.replay.rules import ReplayRules, Route, Scope
+from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.engine import ReplayResult, replay, route_codes
+from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
 
 LOCAL_DASK = "local"
 LOCAL_DASK_WORKERS = 2

@@ -23,8 +23,8 @@ import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.replay.blocks import BlockChains
-from yaotu_trace.replay.partition import (
+from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.partition import (
     Partitions,
     ReplayJob,
     Runner,
@@ -32,9 +32,9 @@ from yaotu_trace.replay.partition import (
     replay_many,
     with_namespaces,
 )
-from yaotu_trace.replay.prepare import PreparedTrace, prepare
-from yaotu_trace.replay.rules import Eviction, ReplayRules, Route, Scope
-from yaotu_trace.replay.sweep import sweep
+from yaotu_trace.prefix.prepare import PreparedTrace, prepare
+from yaotu_trace.prefix.rules import Eviction, ReplayRules, Route, Scope
+from yaotu_trace.prefix.sweep import sweep
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

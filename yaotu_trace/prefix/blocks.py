@@ -33,8 +33,8 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import ResourceLimitError, YaotuError
-from yaotu_trace.replay import memory
-from yaotu_trace.replay.rules import ReplayRules
+from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.rules import ReplayRules
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

@@ -7,9 +7,9 @@ from helpers import chains_of, flatten
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from yaotu_trace.replay.engine import replay
-from yaotu_trace.replay.ideal import ideal_hit_tokens
-from yaotu_trace.replay.rules import rules_for
+from yaotu_trace.prefix.engine import replay
+from yaotu_trace.prefix.ideal import ideal_hit_tokens
+from yaotu_trace.prefix.rules import rules_for
 
 
 def brute_force(prompts: list[list[int]]) -> list[int]:

@@ -40,7 +40,7 @@ from yaotu_trace.errors import ConfigError
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from yaotu_trace.replay.blocks import BlockChains
+    from yaotu_trace.prefix.blocks import BlockChains
 
 TouchOrder = Literal["tail-first", "head-first"]
 TOUCH_ORDERS: Final = ("tail-first", "head-first")

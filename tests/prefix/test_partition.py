@@ -8,10 +8,10 @@ import pytest
 
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.replay import Parallelism, effective_rules, replay_trace
-from yaotu_trace.replay.engine import replay
-from yaotu_trace.replay.grid import GridCapacity, replay_grid
-from yaotu_trace.replay.partition import (
+from yaotu_trace.prefix import Parallelism, effective_rules, replay_trace
+from yaotu_trace.prefix.engine import replay
+from yaotu_trace.prefix.grid import GridCapacity, replay_grid
+from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
     ReplayJob,
     cache_partitions,
@@ -19,7 +19,7 @@ from yaotu_trace.replay.partition import (
     replay_many,
     with_namespaces,
 )
-from yaotu_trace.replay.prepare import prepare
+from yaotu_trace.prefix.prepare import prepare
 
 
 def shared_prefix_trace(n: int = 240, seed: int = 7, *, outputs: bool = False) -> Trace:

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import reference_replay
 
-from yaotu_trace.replay.engine import replay
-from yaotu_trace.replay.rules import rules_for
+from yaotu_trace.prefix.engine import replay
+from yaotu_trace.prefix.rules import rules_for
 
 # Small alphabets and short prompts make shared prefixes (and collisions of content) common.
 prompt = st.lists(st.integers(0, 2), min_size=0, max_size=10)

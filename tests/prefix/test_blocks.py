@@ -7,8 +7,8 @@ import pytest
 from helpers import chains_of
 
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.replay import blocks
-from yaotu_trace.replay.rules import rules_for
+from yaotu_trace.prefix import blocks
+from yaotu_trace.prefix.rules import rules_for
 
 
 def test_ids_are_dense_in_first_appearance_order_and_dtypes_are_pinned() -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.replay import effective_rules
-from yaotu_trace.replay.sweep_trace import CapacityPoint, sweep_trace
+from yaotu_trace.prefix import effective_rules
+from yaotu_trace.prefix.sweep_trace import CapacityPoint, sweep_trace
 
 OVERVIEW_PRESET = "vllm"
 

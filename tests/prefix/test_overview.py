@@ -12,8 +12,8 @@ from conftest import shared_trace
 from yaotu_trace.cli import main
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.replay import replay_trace, rules_for
-from yaotu_trace.replay.overview import reuse_overview
+from yaotu_trace.prefix import replay_trace, rules_for
+from yaotu_trace.prefix.overview import reuse_overview
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "chat.parquet"
 
