@@ -1,4 +1,5 @@
-"""An instant CLI: help, the catalog and usage errors load none of the analysis libraries.
+"""An instant CLI: help, the catalog and usage errors load none of the analysis libraries, and
+a trace without prompt content loads no compiled replay.
 
 The time is measured in benchmarks/startup.py; this test keeps the cause from coming back.
 """
@@ -26,3 +27,12 @@ def test_no_analysis_library_is_loaded(args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
                           check=True, timeout=60)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_trace_without_content_loads_no_compiled_replay(tmp_path) -> None:
+    """Lengths only (as the Azure traces): no prefix replay to run, so no numba to load."""
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0,10,5\n1.5,20,3\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", PROBE, "analyze", str(trace)],
+                          capture_output=True, text=True, check=True, timeout=120)
+    assert "numba" not in json.loads(done.stdout.strip().splitlines()[-1])

@@ -9,10 +9,11 @@ second replay. `trace replay` and `trace sweep` give the full detail.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from yaotu_trace.data.schema import Trace
-from yaotu_trace.prefix import effective_rules
-from yaotu_trace.prefix.sweep_trace import CapacityPoint, sweep_trace
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import Trace
+    from yaotu_trace.prefix.sweep_trace import CapacityPoint
 
 OVERVIEW_PRESET = "vllm"
 
@@ -48,6 +49,10 @@ def reuse_overview(trace: Trace) -> ReuseOverview:
             reason="the trace has no prompt content (prompt_tokens or prompt_block_ids), so "
             "shared prefixes cannot be seen; prefix reuse needs token or block ids",
         )
+    # Only a trace with content pays for the compiled replay (numba's import and start).
+    from yaotu_trace.prefix import effective_rules
+    from yaotu_trace.prefix.sweep_trace import sweep_trace
+
     rules, preset, notes = effective_rules(trace, OVERVIEW_PRESET)
     section, curve = sweep_trace(trace, rules, preset=preset, points=2, notes=notes)
     prompt_tokens = int(curve.prompt_tokens_total)
