@@ -385,10 +385,14 @@ def _schedule_running_sglang(i, p, run, nrun, ntok, computed, gen, comp_total, p
     return n_sched, pf_tok, attn_pairs, prefix_sum, ctx_all, budget
 
 
-# NOTE: the step phases (completing a step, scheduling, admission, SGLang's decode step, pricing)
-# stay inline here. Split into compiled helpers that share the state as NamedTuples of arrays,
-# the loop ran 1.3-1.8x slower on the Mooncake benchmark: numba counts a reference for every
-# array a call receives, and a step made a dozen such calls. Per-request work (routing) is split.
+# NOTE: scheduling an instance's running requests (vLLM, SGLang) is split into the helpers
+# above, over plain arrays and scalars: on the Mooncake benchmark CPU time stayed within noise of
+# the inline loop and every result array is bit-identical. Completing a step, admission, SGLang's
+# decode step, pricing and the step log stay inline. With the state shared as NamedTuples of
+# arrays the loop ran 1.3-1.8x slower; a step-completion helper over its 46 plain arguments ran
+# ~15% slower with 4 instances (more than 30 arguments reach numba as one *args tuple, which it
+# cannot inline); step completion, compaction and pricing as <=30-argument helpers, even
+# inlined, cost up to ~10% with 4 instances, so they were left inline.
 @nb.njit(cache=True)
 def simulate_cluster(inp, p, cost):
     """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
