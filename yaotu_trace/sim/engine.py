@@ -278,10 +278,121 @@ def _grow_f(a):
     return out
 
 
-# NOTE: the step phases (completing a step, scheduling, admission, SGLang's decode step, pricing)
-# stay inline here. Split into compiled helpers that share the state as NamedTuples of arrays,
-# the loop ran 1.3-1.8x slower on the Mooncake benchmark: numba counts a reference for every
-# array a call receives, and a step made a dozen such calls. Per-request work (routing) is split.
+# Phase helpers take at most 30 arguments: beyond that CPython passes them as one *args tuple,
+# which numba cannot inline and which costs a reference count per array on every call.
+@nb.njit(cache=True)
+def _schedule_running_vllm(i, in_system, p, run, nrun, ntok, computed, gen, comp_total, pend_pf,
+                           fl_req, remote, blk_off, ident, req_phys, nalloc, nreg, nfree, ref,
+                           bhash, ident_map, prev, nxt, head, tail, c_pre, npre, wq, whead, wlen):
+    """vLLM v1 schedules instance i's running requests first, in order, under the token budget;
+    one that finds no free block preempts the last running one (itself included). Returns
+    (scheduled, preempted, prefill tokens, decode tokens, attention pairs, decode context,
+    prefix sum, context sum, budget left)."""
+    bsz = p.block_size_tokens
+    lpt = p.long_prefill_tokens
+    caching = p.prefix_caching
+    budget = p.token_budget
+    n_sched = 0
+    preempted_n = 0
+    pf_tok = 0
+    dec_tok = 0
+    attn_pairs = 0.0
+    ctx_dec = 0.0
+    prefix_sum = 0.0
+    ctx_all = 0.0
+    idx = 0
+    stop = False
+    while idx < nrun[i] and budget > 0 and not stop:
+        r = run[i, idx]
+        nn = ntok[r] - computed[r]
+        if lpt > 0 and in_system > 1 and nn > lpt:
+            nn = lpt
+        if nn > budget:
+            nn = budget
+        while not _alloc(r, i, computed[r] + nn, bsz, blk_off, req_phys, nalloc, nfree,
+                         ref, bhash, ident_map, prev, nxt, head, tail):
+            v = run[i, nrun[i] - 1]
+            nrun[i] -= 1
+            _preempt(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt,
+                     head, tail, computed, c_pre, npre, pend_pf, wq, whead, wlen)
+            remote[v] = False
+            preempted_n += 1
+            if v == r:
+                stop = True
+                break
+        if stop:
+            break
+        if caching:
+            _register(r, i, computed[r] + nn, bsz, blk_off, ident, req_phys, nreg, nalloc,
+                      bhash, ident_map)
+        cb = computed[r]
+        if gen[r] >= 1 and cb == ntok[r] - 1 and nn == 1:
+            dec_tok += 1
+            ctx_dec += cb + 1
+        else:
+            pf_tok += nn
+            attn_pairs += nn * (cb + nn / 2.0)
+            prefix_sum += cb
+            pend_pf[i] -= nn
+        ctx_all += cb + nn
+        computed[r] = cb + nn
+        comp_total[r] += nn
+        budget -= nn
+        fl_req[i, n_sched] = r
+        n_sched += 1
+        idx += 1
+    return (n_sched, preempted_n, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all,
+            budget)
+
+
+@nb.njit(cache=True)
+def _schedule_running_sglang(i, p, run, nrun, ntok, computed, gen, comp_total, pend_pf, fl_req,
+                             blk_off, req_phys, nalloc, nfree, ref, bhash, ident_map, prev, nxt,
+                             head, tail):
+    """SGLang continues instance i's chunked prefills under the token budget (decodes wait for
+    a step without prefill work). Returns (scheduled, prefill tokens, attention pairs, prefix
+    sum, context sum, budget left)."""
+    bsz = p.block_size_tokens
+    budget = p.token_budget
+    n_sched = 0
+    pf_tok = 0
+    attn_pairs = 0.0
+    prefix_sum = 0.0
+    ctx_all = 0.0
+    for idx in range(nrun[i]):
+        if budget <= 0:
+            break
+        r = run[i, idx]
+        if gen[r] >= 1 and computed[r] == ntok[r] - 1:
+            continue
+        nn = ntok[r] - computed[r]
+        if nn > budget:
+            nn = budget
+        if not _alloc(r, i, computed[r] + nn, bsz, blk_off, req_phys, nalloc, nfree,
+                      ref, bhash, ident_map, prev, nxt, head, tail):
+            continue
+        cb = computed[r]
+        pf_tok += nn
+        attn_pairs += nn * (cb + nn / 2.0)
+        prefix_sum += cb
+        ctx_all += cb + nn
+        pend_pf[i] -= nn
+        computed[r] = cb + nn
+        comp_total[r] += nn
+        budget -= nn
+        fl_req[i, n_sched] = r
+        n_sched += 1
+    return n_sched, pf_tok, attn_pairs, prefix_sum, ctx_all, budget
+
+
+# NOTE: scheduling an instance's running requests (vLLM, SGLang) is split into the helpers
+# above, over plain arrays and scalars: on the Mooncake benchmark CPU time stayed within noise of
+# the inline loop and every result array is bit-identical. Completing a step, admission, SGLang's
+# decode step, pricing and the step log stay inline. With the state shared as NamedTuples of
+# arrays the loop ran 1.3-1.8x slower; a step-completion helper over its 46 plain arguments ran
+# ~15% slower with 4 instances (more than 30 arguments reach numba as one *args tuple, which it
+# cannot inline); step completion, compaction and pricing as <=30-argument helpers, even
+# inlined, cost up to ~10% with 4 instances, so they were left inline.
 @nb.njit(cache=True)
 def simulate_cluster(inp, p, cost):
     """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
@@ -298,7 +409,6 @@ def simulate_cluster(inp, p, cost):
     usable = p.usable_blocks
     bsz = p.block_size_tokens
     max_seqs = p.max_num_seqs
-    budget0 = p.token_budget
     chunked = p.chunked_prefill
     lpt = p.long_prefill_tokens
     caching = p.prefix_caching
@@ -495,84 +605,22 @@ def simulate_cluster(inp, p, cost):
             fl_n[i] = 0
 
         # schedule the next step
-        n_sched = 0
-        preempted_n = 0
-        pf_tok = 0
-        dec_tok = 0
-        attn_pairs = 0.0
-        ctx_dec = 0.0
-        prefix_sum = 0.0
-        ctx_all = 0.0
         in_system = nrun[i] + wlen[i]
-        budget = budget0
         if sched_kind == 0:
             # vLLM v1: running requests first, in order, then waiting FCFS
-            idx = 0
-            stop = False
-            while idx < nrun[i] and budget > 0 and not stop:
-                r = run[i, idx]
-                nn = ntok[r] - computed[r]
-                if lpt > 0 and in_system > 1 and nn > lpt:
-                    nn = lpt
-                if nn > budget:
-                    nn = budget
-                while not _alloc(r, i, computed[r] + nn, bsz, blk_off, req_phys, nalloc, nfree,
-                                 ref, bhash, ident_map, prev, nxt, head, tail):
-                    v = run[i, nrun[i] - 1]
-                    nrun[i] -= 1
-                    _preempt(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt,
-                             head, tail, computed, c_pre, npre, pend_pf, wq, whead, wlen)
-                    remote[v] = False
-                    preempted_n += 1
-                    if v == r:
-                        stop = True
-                        break
-                if stop:
-                    break
-                if caching:
-                    _register(r, i, computed[r] + nn, bsz, blk_off, ident, req_phys, nreg, nalloc,
-                              bhash, ident_map)
-                cb = computed[r]
-                if gen[r] >= 1 and cb == ntok[r] - 1 and nn == 1:
-                    dec_tok += 1
-                    ctx_dec += cb + 1
-                else:
-                    pf_tok += nn
-                    attn_pairs += nn * (cb + nn / 2.0)
-                    prefix_sum += cb
-                    pend_pf[i] -= nn
-                ctx_all += cb + nn
-                computed[r] = cb + nn
-                comp_total[r] += nn
-                budget -= nn
-                fl_req[i, n_sched] = r
-                n_sched += 1
-                idx += 1
+            (n_sched, preempted_n, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all,
+             budget) = _schedule_running_vllm(
+                i, in_system, p, run, nrun, ntok, computed, gen, comp_total, pend_pf, fl_req,
+                remote, blk_off, ident, req_phys, nalloc, nreg, nfree, ref, bhash, ident_map, prev,
+                nxt, head, tail, c_pre, npre, wq, whead, wlen)
         else:
             # SGLang: continue chunked prefills, then admit; decode only without prefill work
-            for idx in range(nrun[i]):
-                if budget <= 0:
-                    break
-                r = run[i, idx]
-                if gen[r] >= 1 and computed[r] == ntok[r] - 1:
-                    continue
-                nn = ntok[r] - computed[r]
-                if nn > budget:
-                    nn = budget
-                if not _alloc(r, i, computed[r] + nn, bsz, blk_off, req_phys, nalloc, nfree,
-                              ref, bhash, ident_map, prev, nxt, head, tail):
-                    continue
-                cb = computed[r]
-                pf_tok += nn
-                attn_pairs += nn * (cb + nn / 2.0)
-                prefix_sum += cb
-                ctx_all += cb + nn
-                pend_pf[i] -= nn
-                computed[r] = cb + nn
-                comp_total[r] += nn
-                budget -= nn
-                fl_req[i, n_sched] = r
-                n_sched += 1
+            n_sched, pf_tok, attn_pairs, prefix_sum, ctx_all, budget = _schedule_running_sglang(
+                i, p, run, nrun, ntok, computed, gen, comp_total, pend_pf, fl_req, blk_off,
+                req_phys, nalloc, nfree, ref, bhash, ident_map, prev, nxt, head, tail)
+            preempted_n = 0
+            dec_tok = 0
+            ctx_dec = 0.0
 
         # admit waiting requests (vLLM: only when nothing was preempted this step)
         if preempted_n == 0:
