@@ -63,6 +63,9 @@ class ReplayResult:
     num_instances: int
     evicted_blocks: int
     inserted_blocks: int
+    # Requests the engine-exact presets cannot admit (more blocks than the whole pool): vLLM's
+    # `allocate_slots` refuses them, so they are replayed as all-miss and insert nothing.
+    rejected_requests: int = 0
 
     @property
     def saved_prefill_tokens(self) -> int:

@@ -410,6 +410,7 @@ def merge(chains: BlockChains, parts: Partitions, groups: Sequence[np.ndarray],
         num_instances=parts.num_instances,
         evicted_blocks=sum(r.evicted_blocks for r in results),
         inserted_blocks=sum(r.inserted_blocks for r in results),
+        rejected_requests=sum(r.rejected_requests for r in results),
     )
 
 
