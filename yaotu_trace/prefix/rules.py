@@ -45,6 +45,19 @@ class Route(StrEnum):
     PREFIX_AFFINITY = "prefix-affinity"
 
 
+class Accounting(StrEnum):
+    """Whose bookkeeping a finite cache follows (spec §5, engine-exact accounting).
+
+    `clean` is the spec's model (one list of cached full blocks), the one the waterfall and the
+    one-pass curve explain. `vllm` and `sglang` reproduce their engine's pool request by request.
+    At unlimited capacity all three give the same hits.
+    """
+
+    CLEAN = "clean"
+    VLLM = "vllm"  # block pool: null block, partial blocks from the free queue, duplicate copies
+    SGLANG = "sglang"  # radix tree: whole-leaf eviction, a split node's remainder refreshed
+
+
 class Preset(StrEnum):
     """Engine presets of spec §5."""
 
@@ -83,9 +96,11 @@ class ReplayRules:
     seed: int = 0
     affinity_threshold: float = 0.3
     capacity_per_tenant: bool = False
+    accounting: Accounting = Accounting.CLEAN
 
     def __post_init__(self) -> None:
-        for name, enum in (("touch_order", TouchOrder), ("eviction", Eviction), ("scope", Scope)):
+        for name, enum in (("touch_order", TouchOrder), ("eviction", Eviction), ("scope", Scope),
+                           ("accounting", Accounting)):
             object.__setattr__(self, name, _choice(name, getattr(self, name), enum))
         if self.route is not None:
             object.__setattr__(self, "route", _choice("route", self.route, Route))
@@ -113,6 +128,23 @@ class ReplayRules:
                               "only makes sense with --tenant-isolation; add it")
         if not 0.0 <= float(self.affinity_threshold) <= 1.0:
             raise ConfigError(f"affinity threshold {self.affinity_threshold} must be in [0, 1]")
+        clash = self.exact_accounting_clash()
+        if clash:
+            raise ConfigError(f"{clash} is not how {self.accounting}'s cache works; add "
+                              "--accounting clean to replay it with the clean model")
+
+    def exact_accounting_clash(self, accounting: Accounting | None = None) -> str | None:
+        """The first rule `accounting` (default: the rules' own) cannot honour, or None."""
+        if (accounting or self.accounting) is Accounting.CLEAN:
+            return None
+        checks = (
+            (not self.last_token_rule, "--no-last-token-rule"),
+            (self.touch_order is not TouchOrder.TAIL_FIRST, f"--touch-order {self.touch_order}"),
+            (self.cache_partial_blocks, "--cache-partial-blocks"),
+            (self.cache_outputs, "--cache-outputs"),
+            (self.eviction is not Eviction.LRU, f"--eviction {self.eviction}"),
+        )
+        return next((flag for bad, flag in checks if bad), None)
 
     def check_source_block_size(self, source_block_size: int | None) -> None:
         """Block ids cannot be split: B must be a whole number of source blocks S (spec §2)."""
@@ -132,8 +164,9 @@ class ReplayRules:
         return self.capacity_blocks is None
 
     def with_(self, **changes: Any) -> ReplayRules:
-        """A copy with some rules changed (validated again)."""
-        return replace(self, **changes)
+        """A copy with some rules changed (validated again); a change the engine-exact
+        accounting cannot honour makes the copy clean (see `rules_for`)."""
+        return _changed(self, changes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready builtins: enums as their CLI spelling."""
@@ -160,9 +193,11 @@ def _choice(name: str, value: object, enum: type[StrEnum]) -> StrEnum:
 
 PRESETS: Final[dict[Preset, ReplayRules]] = {
     Preset.VLLM: ReplayRules(block_size_tokens=16, last_token_rule=True, tenant_isolation=True,
-                             touch_order=TouchOrder.TAIL_FIRST, cache_partial_blocks=False),
+                             touch_order=TouchOrder.TAIL_FIRST, cache_partial_blocks=False,
+                             accounting=Accounting.VLLM),
     Preset.SGLANG: ReplayRules(block_size_tokens=1, last_token_rule=True, tenant_isolation=True,
-                               touch_order=TouchOrder.TAIL_FIRST, cache_partial_blocks=False),
+                               touch_order=TouchOrder.TAIL_FIRST, cache_partial_blocks=False,
+                               accounting=Accounting.SGLANG),
     Preset.LMCACHE: ReplayRules(block_size_tokens=256, last_token_rule=True,
                                 tenant_isolation=True, touch_order=TouchOrder.TAIL_FIRST,
                                 cache_partial_blocks=False),
@@ -178,7 +213,9 @@ def rules_for(preset: Preset | str | None = None, **overrides: Any) -> ReplayRul
     """The rules of `preset` (default vllm) with explicit overrides; `None` overrides are ignored.
 
     Overrides use the field names of `ReplayRules`; passing `capacity_blocks=None` explicitly
-    is the same as not passing it (unlimited is the presets' default anyway).
+    is the same as not passing it (unlimited is the presets' default anyway). An override that
+    the preset's engine-exact accounting cannot honour (`--eviction fifo` under `vllm`, say)
+    turns it into the clean model, unless `accounting` is given too (then it is an error).
     """
     key = _choice("preset", preset or Preset.VLLM, Preset)
     base = PRESETS[Preset(key)]
@@ -187,5 +224,11 @@ def rules_for(preset: Preset | str | None = None, **overrides: Any) -> ReplayRul
     if unknown:
         raise ConfigError(f"unknown replay rule(s) {', '.join(unknown)}; "
                           f"known: {', '.join(sorted(known))}")
-    changes = {k: v for k, v in overrides.items() if v is not None}
+    return _changed(base, {k: v for k, v in overrides.items() if v is not None})
+
+
+def _changed(base: ReplayRules, changes: dict[str, Any]) -> ReplayRules:
+    if "accounting" not in changes and base.accounting is not Accounting.CLEAN:
+        trial = replace(base, **changes, accounting=Accounting.CLEAN)
+        return trial if trial.exact_accounting_clash(base.accounting) else replace(base, **changes)
     return replace(base, **changes)
