@@ -133,6 +133,8 @@ def test_every_model_names_its_source() -> None:
         assert spec.source, spec.name
         if spec.source_status == "peer table":
             assert "kvcache-simulator 0.1.3" in spec.source and "config.json" in spec.source
+        if spec.source_status == "config":
+            assert spec.source.startswith("HF config.json keys of "), spec.name
 
 
 def test_a_model_without_parameter_counts_cannot_be_simulated_but_sizes_its_kv() -> None:
@@ -303,3 +305,23 @@ def test_models_json_gives_bytes_per_token_at_every_dtype(capsys) -> None:
         "bf16": 131_072, "fp16": 131_072, "fp8": 65_536, "fp4": 36_864}
     assert rows["DeepSeek-V3"]["kv_bytes_per_token_by_dtype"]["fp4"] is None
     assert all(set(r["kv_bytes_per_token_by_dtype"]) == set(KV_DTYPES) for r in rows.values())
+
+
+def test_docs_models_page_names_the_models_of_each_source_status() -> None:
+    """docs/models.md's table of sources lists the catalog's models by `source_status`."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text("utf-8")
+    for status in ("cost-model", "config"):
+        row = re.search(rf"^\| `{status}` \| ([^|]*) \|", text, re.MULTILINE)
+        assert row is not None, status
+        listed = set()
+        for item in row.group(1).split(","):
+            head, _, tails = item.strip().partition("/")
+            listed.add(head)
+            stem = head.rsplit("-", 1)[0]
+            listed.update(f"{stem}-{tail}" for tail in tails.split("/") if tail)
+        wanted = {s.name for s in load_catalog() if s.source_status == status}
+        assert listed == wanted, status
+    peer = sum(s.source_status == "peer table" for s in load_catalog())
+    assert f"| `peer table` | the other {peer} |" in text
