@@ -325,3 +325,17 @@ def test_docs_models_page_names_the_models_of_each_source_status() -> None:
         assert listed == wanted, status
     peer = sum(s.source_status == "peer table" for s in load_catalog())
     assert f"| `peer table` | the other {peer} |" in text
+
+
+def test_a_scenario_file_takes_kv_dtype_and_names_the_file_on_a_bad_one(tmp_path: Path) -> None:
+    from yaotu_trace.errors import ConfigFileError
+    from yaotu_trace.sim.scenario import load_scenario, resolve
+
+    good = tmp_path / "fp8.toml"
+    good.write_text('model = "Llama-3.1-8B"\ngpu = "H100"\nkv-dtype = "fp8_e4m3"\n', "utf-8")
+    assert resolve(load_scenario(good)).kv_bytes_per_token == 65_536
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kv-dtype = "fp3"\n', "utf-8")
+    with pytest.raises(ConfigFileError) as info:
+        load_scenario(bad)
+    assert str(info.value).startswith(f"{bad}: key 'kv-dtype': --kv-dtype 'fp3': choose one of")
