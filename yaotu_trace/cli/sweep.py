@@ -14,6 +14,7 @@ from yaotu_trace.cli.options import (
     InputFormatOpt,
     InstancesOpt,
     KvBytesOpt,
+    KvDtypeOpt,
     LastTokenRuleOpt,
     MapOpt,
     ModelOpt,
@@ -43,6 +44,7 @@ def sweep(
     route: RouteOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     points: Annotated[
         int, typer.Option(help="Capacities shown, log-spaced (the knee and the 50/90/99 % "
                           "capacities are always added).", min=2)
@@ -74,6 +76,7 @@ def sweep(
                      block_size_tokens=block_size, touch_order=touch_order,
                      last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
                      cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
-                     model=model, kv_bytes_per_token=kv_bytes_per_token, points=points,
+                     model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
+                     points=points,
                      progress=update)
     emit(report, format, output)

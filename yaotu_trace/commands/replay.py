@@ -36,6 +36,7 @@ def replay(
     capacity: str | None = None,
     model: str | None = None,
     kv_bytes_per_token: int | None = None,
+    kv_dtype: str | None = None,
     eviction: Eviction | None = None,
     scope: Scope | None = None,
     route: Route | None = None,
@@ -62,6 +63,10 @@ def replay(
         check_out(out)
     if route is not None and scope is None:
         scope = Scope.INSTANCE
+    if kv_dtype is not None:  # --model's KV bytes per token at --kv-dtype
+        from yaotu_trace.catalog.models import model_kv_bytes_per_token
+
+        kv_bytes_per_token = model_kv_bytes_per_token(model, kv_dtype, kv_bytes_per_token)[1]
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
     overrides = {
         "block_size_tokens": block_size_tokens,
