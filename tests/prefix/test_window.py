@@ -193,3 +193,17 @@ def test_a_curve_without_a_window_carries_no_mark() -> None:
     section, _ = sweep_trace(make_trace(FOUR), rules_for("none", **B2), preset="none")
     assert section.window is None
     assert all(p.filled_before_window is None for p in section.points)
+
+
+def test_per_tenant_caches_must_each_have_filled() -> None:
+    """--capacity-per-tenant: a cache of 2 blocks per tenant. Tenants a, b, a, b: the warm-up
+    gives each tenant's cache its two blocks (filled); tenants a, a, b, b: b's cache is empty
+    when the window begins (0 distinct blocks, not filled)."""
+    rules = rules_for("vllm", block_size_tokens=2, last_token_rule=False, capacity_blocks=2,
+                      capacity_per_tenant=True)
+    for tenants, fill in ((["a", "b", "a", "b"], 2), (["a", "a", "b", "b"], 0)):
+        summary, _ = replay_trace_with_requests(make_trace(FOUR, tenants=tenants), rules,
+                                                warmup="2", waterfall=False)
+        w = summary.to_dict()["measurement_window"]
+        assert (w["distinct_blocks_before_window"], w["filled_before_window"]) == (fill,
+                                                                                  fill == 2)
