@@ -174,6 +174,13 @@ InstancesOpt = Annotated[
     int | None,
     typer.Option("--instances", min=1, help="Number of instances when requests are routed."),
 ]
+WarmupOpt = Annotated[
+    str | None,
+    typer.Option("--warmup", metavar="W", show_default=False,
+                 help="Count hits only after a warm-up window: a share of requests (0.5, "
+                 "50%), a number of requests (1000, 1000req) or trace time (600s, 10min); "
+                 "every request still warms the cache [default: none]."),
+]
 PresetOpt = Annotated[
     Preset | None,
     typer.Option("--preset", help="Prefix-replay engine rules [default: mooncake for Mooncake "

@@ -32,13 +32,17 @@ def sweep(
     kv_bytes_per_token: int | None = None,
     kv_dtype: str | None = None,
     points: int = DEFAULT_POINTS,
+    warmup: str | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
-    capacities; the rule options override the preset's, as on the command line."""
+    capacities; the rule options override the preset's, as on the command line. `warmup`
+    counts the curve after that window only and marks the capacities not yet filled by then."""
     from yaotu_trace.prefix import effective_rules
     from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix.window import parse_warmup
 
+    spec = None if warmup is None else parse_warmup(warmup)
     model_name, kv = _kv_bytes(model, kv_bytes_per_token, kv_dtype)
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
     rules, preset_name, notes = effective_rules(
@@ -48,12 +52,15 @@ def sweep(
     )
     tell(progress, "sweeping every capacity", 0.2)
     section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
-                             model=model_name, kv_bytes_per_token=kv, notes=notes)
+                             model=model_name, kv_bytes_per_token=kv, notes=notes, warmup=spec)
+    config = {"preset": preset_name, "rules": section.rules, "model": model_name,
+              "kv_bytes_per_token": kv, "points": points}
+    if spec is not None:
+        config["warmup"] = spec.text
     return Report(
         command="sweep",
         input=input_summary(loaded),
-        config={"preset": preset_name, "rules": section.rules, "model": model_name,
-                "kv_bytes_per_token": kv, "points": points},
+        config=config,
         sections={"capacity_curve": section},
     )
 
