@@ -8,6 +8,7 @@ from yaotu_trace.cli.options import (
     InputFormatOpt,
     MapOpt,
     OutputOpt,
+    PresetOpt,
     SourceBlockOpt,
     StepsOpt,
     TraceArg,
@@ -24,6 +25,7 @@ def analyze(
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
     steps: StepsOpt = None,
+    preset: PresetOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Profile a trace: arrivals and burstiness, lengths, population, observed timing.
@@ -34,6 +36,8 @@ def analyze(
 
       trace analyze conversation_trace.jsonl --format json -o profile.json
 
+      trace analyze chat.parquet --preset sglang
+
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
     """
     from yaotu_trace.commands.analyze import analyze as run
@@ -43,5 +47,5 @@ def analyze(
         loaded = open_trace(trace_input(trace, input_format, map, source_block_size, steps),
                             lazy_content=True, progress=update)
         update("profiling", 0.5)
-        report = run(loaded)
+        report = run(loaded, preset=preset)
     emit(report, format, output)

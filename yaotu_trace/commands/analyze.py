@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,25 +13,27 @@ if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.schema import Trace
 
-# Extra sections of `trace analyze`, in report order: name → builder(trace) or None to skip.
-# Later analyses register here.
-AnalyzeSection = Callable[["Trace"], Any]
+# Extra sections of `trace analyze`, in report order: name → builder(trace, options) or None to
+# skip; `options` are the command's keyword options (`preset`, ...). Later analyses register here.
+AnalyzeSection = Callable[["Trace", Mapping[str, Any]], Any]
 
 
-def _prefix_reuse(trace: Trace) -> Any:
+def _prefix_reuse(trace: Trace, options: Mapping[str, Any]) -> Any:
     from yaotu_trace.prefix.overview import reuse_overview
 
-    return reuse_overview(trace)
+    return reuse_overview(trace, preset=options.get("preset"))
 
 
 ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"prefix_reuse": _prefix_reuse}
 
 
-def analyze(trace: TraceSource, *, progress: Progress | None = None) -> Report:
+def analyze(trace: TraceSource, *, preset: str | None = None,
+            progress: Progress | None = None) -> Report:
     """`trace analyze`: the workload profile plus every registered section that applies.
 
-    A step log from another run is refused, and one partly outside the trace noted
-    (`ingest.telemetry.fit_telemetry`)."""
+    `preset` is the prefix replay's (default: the one `trace replay` picks for this trace, so
+    both give the same unlimited hits). A step log from another run is refused, and one partly
+    outside the trace noted (`ingest.telemetry.fit_telemetry`)."""
     from yaotu_trace.ingest.telemetry import fit_telemetry
     from yaotu_trace.profile.workload import profile_trace
 
@@ -41,8 +43,9 @@ def analyze(trace: TraceSource, *, progress: Progress | None = None) -> Report:
     if loaded.steps is not None:
         loaded = fit_telemetry(loaded).trace
     sections: dict[str, Any] = {"profile": profile_trace(loaded)}
+    options = {"preset": preset}
     for name, build in ANALYZE_SECTIONS.items():
-        section = build(loaded)
+        section = build(loaded, options)
         if section is not None:
             sections[name] = section
     return Report(command="analyze", input=input_summary(loaded), sections=sections)

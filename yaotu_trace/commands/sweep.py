@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.commands.load import Progress, open_trace, tell
+from yaotu_trace.commands.replay import capacity_blocks
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.errors import ConfigError
 
@@ -31,14 +33,23 @@ def sweep(
     model: str | None = None,
     kv_bytes_per_token: int | None = None,
     points: int = DEFAULT_POINTS,
+    capacities: Sequence[str] = (),
     progress: Progress | None = None,
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
-    capacities; the rule options override the preset's, as on the command line."""
+    capacities; the rule options override the preset's, as on the command line.
+
+    `capacities` (`["1GiB", "20000", "3.2Mtok"]`, as `--capacity` takes each) adds a table of
+    those capacities, in that order: the curve's hit ratio and a real replay's under the
+    preset's own accounting, which differ where that accounting is not the clean LRU."""
     from yaotu_trace.prefix import effective_rules
     from yaotu_trace.prefix.sweep_trace import sweep_trace
 
     model_name, kv = _kv_bytes(model, kv_bytes_per_token)
+    for text in capacities:
+        if not text.strip():
+            raise ConfigError("--capacities has an empty item; list capacities separated by "
+                              "commas: --capacities 1GiB,2GiB,20000")
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
     rules, preset_name, notes = effective_rules(
         loaded, preset, block_size_tokens=block_size_tokens, touch_order=touch_order,
@@ -46,14 +57,24 @@ def sweep(
         cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
     )
     tell(progress, "sweeping every capacity", 0.2)
-    section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
-                             model=model_name, kv_bytes_per_token=kv, notes=notes)
+    asked = [(text.strip(), capacity_blocks(text.strip(), rules.block_size_tokens, model_name,
+                                            kv)) for text in capacities]
+    section, curve = sweep_trace(loaded, rules, preset=preset_name, points=points,
+                                 model=model_name, kv_bytes_per_token=kv, notes=notes)
+    sections: dict[str, Any] = {"capacity_curve": section}
+    if asked:
+        from yaotu_trace.prefix.capacity_table import capacity_table
+
+        tell(progress, "replaying the listed capacities", 0.6)
+        sections["capacity_table"] = capacity_table(loaded, rules, curve, preset=preset_name,
+                                                    capacities=asked)
     return Report(
         command="sweep",
         input=input_summary(loaded),
         config={"preset": preset_name, "rules": section.rules, "model": model_name,
-                "kv_bytes_per_token": kv, "points": points},
-        sections={"capacity_curve": section},
+                "kv_bytes_per_token": kv, "points": points,
+                **({"capacities": [label for label, _ in asked]} if asked else {})},
+        sections=sections,
     )
 
 
