@@ -25,7 +25,8 @@ def view(section: Any) -> View:
         rows.append([r.label, *size, fmt.pct(r.curve_token_weighted_hit_ratio),
                      fmt.pct(r.replay_token_weighted_hit_ratio),
                      "0" if diff == 0 else f"{diff:+,} tok"])
-    columns = [Column(name=h, align="left" if h == "capacity" else "right") for h in header]
+    columns = [Column(name=h, align="left" if h == "capacity" else "right",
+                      no_wrap=h in (curve, replayed)) for h in header]
     definition = (f"hit ratio {section.hit_ratio_definition}, at each capacity per cache; the "
                   f"replay runs preset {section.preset}'s own accounting")
     return [Heading(text="Listed capacities (hit ratio, token-weighted)"),
