@@ -8,7 +8,7 @@ key and label, with the tool that uses it, so a reader comparing tools can match
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -95,14 +95,20 @@ def aiperf_request_averaged_blocks(leading_blocks: np.ndarray, prompt_tokens: np
     return float((np.asarray(leading_blocks)[some] / blocks[some]).mean())
 
 
-def leading_seen_blocks(chains: BlockChains, rules: ReplayRules) -> np.ndarray:
+def leading_seen_blocks(chains: BlockChains, rules: ReplayRules,
+                        replayed: np.ndarray | None = None) -> np.ndarray:
     """Leading blocks of each request that any earlier request had (AIPerf's numerator): one
-    unlimited cache of prompt blocks, no last-token rule, the rules' block identity and
-    namespaces."""
+    unlimited cache, no last-token rule, the rules' block identity, namespaces and (with
+    `--cache-outputs`) output blocks. `replayed` (the hit blocks of a replay under `rules`) is
+    that answer already when the rules are such a cache, and saves the pass."""
+    if (replayed is not None and rules.unlimited and rules.scope is Scope.GLOBAL
+            and not rules.last_token_rule):
+        return replayed
     unlimited = rules.with_(capacity_blocks=None, scope=Scope.GLOBAL, route=None,
                             last_token_rule=False, capacity_per_tenant=False)
-    prompt_only = replace(chains, output_offsets=None, output_ids=None).with_hit_cap(False)
-    hit: np.ndarray = replay(prompt_only, unlimited).hit_blocks
+    # Outputs stay in: the dense ids count them in first-appearance order, which the unlimited
+    # pass relies on.
+    hit: np.ndarray = replay(chains.with_hit_cap(False), unlimited).hit_blocks
     return hit
 
 

@@ -351,7 +351,8 @@ def _hit_rates(prompt: np.ndarray, result: ReplayResult, chains: BlockChains,
     return rates.hit_rates(
         hit_tokens=result.hit_tokens, hit_blocks=result.hit_blocks, prompt_tokens=prompt,
         cacheable=chains.num_blocks, block_size_tokens=rules.block_size_tokens,
-        leading_blocks=rates.leading_seen_blocks(chains, rules), capacity=capacity)
+        leading_blocks=rates.leading_seen_blocks(chains, rules, result.hit_blocks),
+        capacity=capacity)
 
 
 def _parallel_note(prepared: PreparedTrace, rules: ReplayRules, parallel: Parallelism) -> str:
