@@ -128,3 +128,18 @@ def test_sweep_without_capacities_has_no_table(capsys) -> None:
     doc = run_json(["sweep", str(MULTITENANT), "--points", "2", "-f", "json", "-q"], capsys)
     assert "capacity_table" not in doc and "capacities" not in doc["config"]
     assert json.dumps(doc)  # builtins only
+
+
+def test_check_reads_any_definition_from_the_analyze_overview(tmp_path: Path, capsys) -> None:
+    """`trace check` gates on a labelled rate by its JSON path without running the diagnosis."""
+    config = tmp_path / "checks.toml"
+    config.write_text('[[check]]\npath = "prefix_reuse.hit_rates.'
+                      'aiperf_request_averaged_blocks.value"\nop = ">="\nvalue = 0.5\n',
+                      encoding="utf-8")
+    doc = run_json(["check", str(CHAT), "--config", str(config), "-f", "json", "-q"], capsys)
+    analyzed = run_json(["analyze", str(CHAT), "-f", "json", "-q"], capsys)
+    expected = analyzed["prefix_reuse"]["hit_rates"]["aiperf_request_averaged_blocks"]["value"]
+    (result,) = doc["checks"]["results"]
+    assert result["status"] == "passed"
+    assert result["value"] == expected
+    assert "verdict" not in doc

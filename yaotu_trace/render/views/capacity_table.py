@@ -27,8 +27,9 @@ def view(section: Any) -> View:
                      "0" if diff == 0 else f"{diff:+,} tok"])
     columns = [Column(name=h, align="left" if h == "capacity" else "right",
                       no_wrap=h in (curve, replayed)) for h in header]
-    definition = (f"hit ratio {section.hit_ratio_definition}, at each capacity per cache; the "
-                  f"replay runs preset {section.preset}'s own accounting")
+    definition = (f"hit ratio = {section.hit_ratio_definition}, per cache at each capacity; "
+                  f"the curve is the one-pass {section.curve_model} model, the replay follows "
+                  f"preset {section.preset}'s accounting ({section.replay_model})")
     return [Heading(text="Listed capacities (hit ratio, token-weighted)"),
             Grid(header=header, rows=rows, columns=columns, markdown_align="l" + "r" * (
                 len(header) - 1)),
