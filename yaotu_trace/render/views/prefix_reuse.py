@@ -134,8 +134,8 @@ def observed_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     rows = [
         ("requests with cached_tokens", fmt.count(o["requests"])),
-        ("observed hit ratio", fmt.pct(o["observed_hit_ratio"])),
-        ("replayed hit ratio", fmt.pct(o["replayed_hit_ratio"])),
+        ("observed hit ratio (token-weighted)", fmt.pct(o["observed_hit_ratio"])),
+        ("replayed hit ratio (token-weighted)", fmt.pct(o["replayed_hit_ratio"])),
         ("exact per-request matches", fmt.pct(o["exact_match_share"])),
         ("mean |observed − replayed|", f"{fmt.num(o['mean_abs_diff_tokens'])} tokens"),
     ]
