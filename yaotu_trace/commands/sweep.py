@@ -39,13 +39,16 @@ def sweep(
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
     capacities; the rule options override the preset's, as on the command line.
 
-    `capacities` (`["1GiB", "20000", "3.2Mtok"]`, as `--capacity` takes each) adds a table of
+    `capacities` (`["1GiB", "20000", "3.2Mtok"]` or `"1GiB,20000"`, as `--capacity` takes each)
+    adds a table of
     those capacities, in that order: the curve's hit ratio and a real replay's under the
     preset's own accounting, which differ where that accounting is not the clean LRU."""
     from yaotu_trace.prefix import effective_rules
     from yaotu_trace.prefix.sweep_trace import sweep_trace
 
     model_name, kv = _kv_bytes(model, kv_bytes_per_token)
+    if isinstance(capacities, str):  # "1GiB,2GiB" from Python, as on the command line
+        capacities = capacities.split(",")
     for text in capacities:
         if not text.strip():
             raise ConfigError("--capacities has an empty item; list capacities separated by "
