@@ -40,9 +40,9 @@ def sweep(
     capacities; the rule options override the preset's, as on the command line.
 
     `capacities` (`["1GiB", "20000", "3.2Mtok"]` or `"1GiB,20000"`, as `--capacity` takes each)
-    adds a table of
-    those capacities, in that order: the curve's hit ratio and a real replay's under the
-    preset's own accounting, which differ where that accounting is not the clean LRU."""
+    adds a table of those capacities, in that order: the curve's hit ratio and a real replay's
+    under the preset's own accounting, which differ where that accounting is not the clean LRU.
+    """
     from yaotu_trace.prefix import effective_rules
     from yaotu_trace.prefix.sweep_trace import sweep_trace
 
