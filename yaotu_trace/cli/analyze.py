@@ -8,6 +8,7 @@ from yaotu_trace.cli.options import (
     InputFormatOpt,
     MapOpt,
     OutputOpt,
+    PresetOpt,
     SourceBlockOpt,
     StepsOpt,
     TraceArg,
@@ -26,6 +27,7 @@ def analyze(
     source_block_size: SourceBlockOpt = None,
     steps: StepsOpt = None,
     warmup: WarmupOpt = None,
+    preset: PresetOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Profile a trace: arrivals and burstiness, lengths, population, observed timing.
@@ -35,6 +37,8 @@ def analyze(
       trace analyze sample_traces/chat.parquet
 
       trace analyze conversation_trace.jsonl --format json -o profile.json
+
+      trace analyze chat.parquet --preset sglang
 
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
 
@@ -51,5 +55,5 @@ def analyze(
         loaded = open_trace(trace_input(trace, input_format, map, source_block_size, steps),
                             lazy_content=True, progress=update)
         update("profiling", 0.5)
-        report = run(loaded) if warmup is None else run(loaded, warmup=warmup)
+        report = run(loaded, preset=preset, warmup=warmup)
     emit(report, format, output)

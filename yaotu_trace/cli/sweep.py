@@ -51,6 +51,13 @@ def sweep(
                           "capacities are always added).", min=2)
     ] = 12,
     warmup: WarmupOpt = None,
+    capacities: Annotated[
+        str | None, typer.Option("--capacities", metavar="C1,C2,...", help="Also a table of "
+                                 "these capacities per cache, in this order: blocks (20000), "
+                                 "tokens (3.2Mtok) or bytes (40GiB, needs --model or "
+                                 "--kv-bytes-per-token), each with the curve's hit ratio and a "
+                                 "real replay's under the preset's accounting.")
+    ] = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -72,6 +79,8 @@ def sweep(
       trace sweep chat.parquet --scope instance --instances 8 --format json -o curve.json
 
       trace sweep conversation_trace.jsonl --touch-order tail-first --warmup 50%
+
+      trace sweep conversation_trace.jsonl --model deepseek-v3 --capacities 1GiB,8GiB,64GiB
     """
     from yaotu_trace.commands.sweep import sweep as run
 
@@ -81,5 +90,7 @@ def sweep(
                      last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
                      cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
                      model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
-                     points=points, warmup=warmup, progress=update)
+                     points=points, warmup=warmup,
+                     capacities=capacities.split(",") if capacities is not None else (),
+                     progress=update)
     emit(report, format, output)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.prefix import rates
 from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
 from yaotu_trace.prefix.engine import replay
 from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
@@ -142,6 +143,8 @@ class ReplaySummary:
     notes: tuple[str, ...]
     # `--warmup`: the totals above count only the requests after it (None: every request).
     window: MeasurementWindow | None = None
+    # Every hit-rate definition (prefix/rates.py), key → value, label, formula, capacity.
+    hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready builtins: no NumPy scalars, no NaN."""
@@ -156,6 +159,7 @@ class ReplaySummary:
                 "request_averaged_hit_ratio": self.request_averaged_hit_ratio,
                 "cacheable_block_hit_ratio": self.cacheable_block_hit_ratio,
             },
+            "hit_rates": self.hit_rates,
             "blocks": {"cacheable": self.cacheable_blocks, "distinct": self.distinct_blocks,
                        "evicted": self.evicted_blocks},
             "preset": self.preset,
@@ -361,7 +365,6 @@ def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
     prompt = prepared.prompt_tokens[m]
     hit = result.hit_tokens[m]
     prompt_total = int(prompt.sum())
-    share = np.divide(hit, prompt, out=np.zeros(hit.size), where=prompt > 0)
     cacheable = int(chains.num_blocks[m].sum())
     tenant_codes = None if prepared.tenant_codes is None else prepared.tenant_codes[m]
     per_instance: tuple[GroupStats, ...] = ()
@@ -381,10 +384,10 @@ def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
         prompt_tokens=prompt_total,
         saved_prefill_tokens=int(hit.sum()),
         remaining_prefill_tokens=int(result.recompute_tokens[m].sum()),
-        hit_ratio=float(hit.sum() / prompt_total) if prompt_total else 0.0,
-        request_averaged_hit_ratio=float(share.mean()) if share.size else 0.0,
-        cacheable_block_hit_ratio=(float(result.hit_blocks[m].sum() / cacheable) if cacheable
-                                   else 0.0),
+        hit_ratio=rates.token_weighted(hit, prompt),
+        request_averaged_hit_ratio=rates.request_averaged_tokens(hit, prompt),
+        cacheable_block_hit_ratio=rates.cacheable_blocks(result.hit_blocks[m],
+                                                         chains.num_blocks[m]),
         cacheable_blocks=cacheable,
         distinct_blocks=chains.num_distinct,
         evicted_blocks=result.evicted_blocks,
@@ -398,7 +401,22 @@ def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
                                   prepared.prompt_tokens, rules.block_size_tokens),
         notes=notes,
         window=window,
+        hit_rates=_hit_rates(prompt, result, chains, rules, m),
     )
+
+
+def _hit_rates(prompt: np.ndarray, result: ReplayResult, chains: BlockChains,
+               rules: ReplayRules, measured: slice) -> dict[str, dict[str, object]]:
+    """Every hit-rate definition of the achieved replay, and AIPerf's at unlimited capacity,
+    over the `measured` requests (`prompt` is already theirs)."""
+    capacity = ("unlimited" if rules.capacity_blocks is None
+                else f"{rules.capacity_blocks:,} blocks")
+    leading = rates.leading_seen_blocks(chains, rules, result.hit_blocks)
+    return rates.hit_rates(
+        hit_tokens=result.hit_tokens[measured], hit_blocks=result.hit_blocks[measured],
+        prompt_tokens=prompt, cacheable=chains.num_blocks[measured],
+        block_size_tokens=rules.block_size_tokens, leading_blocks=leading[measured],
+        capacity=capacity)
 
 
 def _parallel_note(prepared: PreparedTrace, rules: ReplayRules, parallel: Parallelism) -> str:

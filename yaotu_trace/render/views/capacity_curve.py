@@ -77,8 +77,8 @@ def _window_rows(section: Any) -> list[tuple[str, str]]:
 
 def _curve(section: Any) -> Grid:
     with_bytes = section.kv_bytes_per_token is not None
-    header = ["blocks", "tokens", *(["KV bytes"] if with_bytes else []), "hit ratio",
-              "of unlimited", ""]
+    header = ["blocks", "tokens", *(["KV bytes"] if with_bytes else []),
+              "hit ratio (token-weighted)", "of unlimited", ""]
     columns = [Column(name=name) for name in header[:-1]] + [Column(name="", align="left",
                                                                     dim=True)]
     rows = [[*fmt.capacity_cells(p, with_bytes), fmt.pct(p.hit_ratio),
@@ -118,7 +118,8 @@ def _needed(section: Any) -> list[Block]:
         out += [Heading(text="Capacity needed", only=CONSOLE),
                 KeyValues(rows=console, only=CONSOLE)]
     out.append(Grid(header=["capacity needed",
-                            "blocks, tokens" + (", bytes" if with_bytes else ""), "hit ratio"],
+                            "blocks, tokens" + (", bytes" if with_bytes else ""),
+                            "hit ratio (token-weighted)"],
                     rows=markdown, only=MARKDOWN))
     return out
 
