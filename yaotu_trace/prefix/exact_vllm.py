@@ -37,12 +37,13 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
 from yaotu_trace.prefix.engine import ReplayResult, tokens_of_leading_blocks
 
 _VIRGIN = np.int32(0)  # the sentinel node: blocks next_virgin..N-1, never handed out yet
+_MAX_NODES = 2**31 - 1  # physical ids and links are int32
 
 
 @nb.njit(cache=True, nogil=True)
@@ -207,7 +208,10 @@ def replay_vllm(chains: BlockChains, num_gpu_blocks: int) -> ReplayResult:
     total_blocks = np.maximum(-(-prompt // block), chains.num_blocks).astype(np.int64)
     reachable = int(total_blocks.sum())
     num_nodes = min(int(num_gpu_blocks) - 1, reachable) + 1
-    memory.require(num_nodes * 41 + max(chains.num_distinct, 1) * 16,
+    if num_nodes >= _MAX_NODES:
+        raise ResourceLimitError(f"{num_nodes:,} physical blocks exceed the 2^31 this replay "
+                                 "supports; use a larger --block-size")
+    memory.require(num_nodes * 21 + max(chains.num_distinct, 1) * 8,
                    f"vLLM's block pool over {num_nodes - 1:,} blocks",
                    "use a larger --block-size")
     hit, evicted, inserted, rejected = _vllm_pool(
