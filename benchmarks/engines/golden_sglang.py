@@ -1,8 +1,9 @@
 """Golden per-request hits from SGLang's real `RadixCache` and CPU token allocators.
 
 Run with a Python that has `sglang` (and torch) importable and yaotu_trace on the path, e.g.
+from the repository root
 
-    PYTHONPATH=/path/to/yaotu-trace /path/to/venv-sglang/bin/python benchmarks/engines/golden_sglang.py
+    PYTHONPATH=. /path/to/venv-sglang/bin/python benchmarks/engines/golden_sglang.py
 
 It installs nothing. It writes `tests/data/engines/sglang_<trace>.json` and prints, per
 configuration, the engine's Σ hits, the rejected requests, the tokens eviction was asked for
@@ -61,7 +62,7 @@ def _stub_torchvision() -> None:
     try:
         import torchvision  # noqa: F401
         return
-    except Exception:  # noqa: BLE001 - a broken CUDA build raises RuntimeError, not ImportError
+    except Exception:  # a CUDA build on a CPU torch raises RuntimeError, not ImportError
         sys.modules.pop("torchvision", None)
     import transformers.image_utils  # noqa: F401 - fixes its torchvision check to "absent"
 
@@ -123,9 +124,8 @@ class Config:
 def run_engine(tenants: list[str], prompts: list[list[int]], page_size: int,
                pool_tokens: int) -> Config:
     """Drive the real RadixCache and allocator over one trace (see PROTOCOL)."""
-    import torch
-
     import sglang.srt.mem_cache.radix_cache as radix_module
+    import torch
     from sglang.srt.mem_cache.allocation import (
         alloc_paged_token_slots_extend,
         alloc_token_slots,
@@ -240,9 +240,8 @@ def exact_replay(shape: TraceShape, page_size: int, pool_tokens: int) -> list[in
 
 def main() -> None:
     _stub_torchvision()
-    import torch
-
     import sglang
+    import torch
 
     runs = [(shape, 1) for shape in SHAPES] + [(SHAPES[0], 16)]
     by_trace: dict[str, dict[str, Any]] = {}
