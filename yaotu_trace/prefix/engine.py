@@ -33,8 +33,6 @@ pinned at the boundary: int64 offsets and per-request arrays, int32 block ids an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numba as nb
 import numpy as np
 
@@ -42,6 +40,7 @@ from yaotu_trace._lists import append, heap_pop, heap_push, unlink
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.result import ReplayResult, tokens_of_leading_blocks
 from yaotu_trace.prefix.rules import Eviction, ReplayRules, Route, Scope, TouchOrder
 
 _POLICY = {Eviction.LRU: 0, Eviction.FIFO: 1, Eviction.LFU: 2}
@@ -50,68 +49,6 @@ _MAX_NODES = 1 << 31  # per-instance node arrays: instances × distinct blocks
 # LFU counts saturate here (one list per count and cache); exact below it, i.e. for any block
 # touched by fewer requests. Beyond it, saturated blocks are ordered by recency among themselves.
 MAX_LFU_COUNT = 1 << 16
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplayResult:
-    """Per-request outcome of one replay (int64 arrays) and cache counters."""
-
-    hit_blocks: np.ndarray
-    hit_tokens: np.ndarray
-    recompute_tokens: np.ndarray
-    instance: np.ndarray | None  # int64 instance per request when scope is instance
-    num_instances: int
-    evicted_blocks: int
-    inserted_blocks: int
-    # Requests the engine-exact presets cannot admit (more blocks than the whole pool): vLLM's
-    # `allocate_slots` refuses them, so they are replayed as all-miss and insert nothing.
-    rejected_requests: int = 0
-
-    @property
-    def saved_prefill_tokens(self) -> int:
-        """Σ hit tokens."""
-        return int(self.hit_tokens.sum())
-
-    @property
-    def remaining_prefill_tokens(self) -> int:
-        """Σ recompute tokens."""
-        return int(self.recompute_tokens.sum())
-
-    @property
-    def hit_ratio(self) -> float:
-        """Token-weighted: Σ hit tokens / Σ prompt tokens (0 for an empty trace)."""
-        prompt = int(self.hit_tokens.sum() + self.recompute_tokens.sum())
-        return self.saved_prefill_tokens / prompt if prompt else 0.0
-
-
-def leading_run(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Length of the leading run of True per segment (the first False ends it), vectorised."""
-    counts = np.diff(offsets)
-    first_false = counts.copy()
-    nonempty = counts > 0
-    if flags.size:
-        local = np.arange(flags.size, dtype=np.int64) - np.repeat(offsets[:-1], counts)
-        val = np.where(flags, np.repeat(counts, counts), local)
-        first_false[nonempty] = np.minimum.reduceat(val, offsets[:-1][nonempty])
-    return first_false
-
-
-def tokens_of_leading_blocks(chains: BlockChains, hit_blocks: np.ndarray) -> np.ndarray:
-    """Σ block tokens of the first `hit_blocks` blocks of each request (int64).
-
-    Every block is worth B tokens except possibly a request's last (a cached partial block),
-    so this needs no pass over the blocks: B per hit block, corrected where the hit reaches a
-    last block of another size.
-    """
-    block = int(chains.block_size_tokens)
-    hit = np.asarray(hit_blocks, dtype=np.int64)
-    tokens = hit * block
-    ends = chains.offsets[1:]
-    full_hit = np.flatnonzero((hit > 0) & (hit == ends - chains.offsets[:-1]))
-    if full_hit.size:
-        last = chains.block_tokens[ends[full_hit] - 1].astype(np.int64)
-        tokens[full_hit] += last - block
-    return tokens
 
 
 def first_occurrence_flags(chains: BlockChains) -> np.ndarray:
@@ -295,7 +232,7 @@ def _touch(x, c, capacity, policy, lists_per_cache, in_cache, prev, nxt, head, t
 
 @nb.njit(cache=True, nogil=True)
 def _unlimited_hits(offsets, ids, max_hit, num_distinct):
-    """Unlimited global cache in one pass: `first_occurrence_hits` + `leading_run`, fused.
+    """Unlimited global cache in one pass: `first_occurrence_hits` and the leading run, fused.
 
     A block hits iff its id first appeared in an earlier request; ids are numbered in
     first-appearance order, so an id above the running maximum is new. One int32 per distinct

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.engine import ReplayResult, replay
+from yaotu_trace.prefix.engine import replay
 from yaotu_trace.prefix.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
@@ -37,6 +37,7 @@ from yaotu_trace.prefix.partition import (
     with_namespaces,
 )
 from yaotu_trace.prefix.prepare import PreparedTrace
+from yaotu_trace.prefix.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules, Scope
 
 STEPS: tuple[tuple[str, str], ...] = (
