@@ -51,7 +51,7 @@ from yaotu_trace._lists import heap_pop, heap_push
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.engine import ReplayResult, tokens_of_leading_blocks
+from yaotu_trace.prefix.result import ReplayResult, tokens_of_leading_blocks
 
 _ROOT = 0
 
