@@ -136,7 +136,7 @@ def run_engine(tenants: list[str], prompts: list[list[int]], page_size: int,
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
-    radix_module.time = CounterClock()  # type: ignore[assignment]
+    radix_module.time = CounterClock()
     if page_size == 1:
         allocator: Any = TokenToKVPoolAllocator(pool_tokens, dtype=torch.float16, device="cpu",
                                                 kvcache=None, need_sort=False)
@@ -155,7 +155,7 @@ def run_engine(tenants: list[str], prompts: list[list[int]], page_size: int,
         config.evicted_tokens += int(result.num_tokens_evicted)
         return result
 
-    tree.evict = counted_evict  # type: ignore[method-assign]
+    tree.evict = counted_evict
     pool_pages = pool_tokens // page_size
     for i, (tenant, prompt) in enumerate(zip(tenants, prompts, strict=True)):
         n = len(prompt)
@@ -266,10 +266,10 @@ def main() -> None:
             exact = exact_replay(shape, page_size, pool)
             engine = config.hit_tokens
             exact_cells = ("-", "-") if exact is None else (
-                sum(exact), sum(a != b for a, b in zip(exact, engine, strict=True)))
+                f"{sum(exact):,}", str(sum(a != b for a, b in zip(exact, engine, strict=True))))
             print(f"{shape.name:<9} {page_size:>3} {pool:>7} {sum(engine):>12,} "
                   f"{len(config.rejected):>4} {config.evict_asked_tokens:>12,} "
-                  f"{config.evicted_tokens:>9,} {exact_cells[0]!s:>11} {exact_cells[1]!s:>3} "
+                  f"{config.evicted_tokens:>9,} {exact_cells[0]:>11} {exact_cells[1]:>3} "
                   f"{sum(clean):>11,} "
                   f"{sum(a != b for a, b in zip(clean, engine, strict=True)):>4}")
     for name, doc in by_trace.items():
