@@ -343,3 +343,10 @@ def test_unlimited_equals_the_clean_replay(prepared, trace: str, page: int) -> N
     assert result.hit_tokens.tolist() == replay(chains, rules).hit_tokens.tolist()
     assert result.evicted_blocks == 0
     assert result.inserted_blocks == chains.num_distinct
+
+
+def test_partial_blocks_are_refused() -> None:
+    """SGLang inserts page-aligned keys only: chains that cache a partial block are an error."""
+    rules = rules_for("mooncake", block_size_tokens=2, cache_partial_blocks=True)
+    with pytest.raises(ConfigError, match="full pages only"):
+        replay_sglang(chains_of([[1, 2, 3]], rules), 10)

@@ -28,8 +28,8 @@ capacity_pages × P tokens (its padding slot 0 is outside that).
 
 Exact, against SGLang 0.5.23 driven on CPU (`benchmarks/engines/golden_sglang.py`, fixtures in
 `tests/data/engines/`): every request's hit, the rejected requests, the pages evicted. Stamps
-are a counter, one tick per `time.monotonic()` call in the same order as SGLang's, so the
-eviction order is the engine's and cannot tie (nodes stamped by one call lie on one path, and
+are a counter that advances wherever SGLang reads `time.monotonic()`, so they order as the
+engine's do, and evictable leaves never tie (nodes stamped by one call lie on one root path, and
 only the deepest of them can be a leaf). Not modelled: output tokens (never inserted here),
 concurrent requests (one at a time, as `replay` is), chunked prefill, priorities and the other
 eviction policies.
@@ -238,14 +238,17 @@ def replay_sglang(chains: BlockChains, capacity_pages: int) -> ReplayResult:
     ):
         raise ConfigError(f"capacity {capacity_pages!r} must be at least 1 page of SGLang's "
                           "token pool (omit --capacity for an unlimited cache)")
+    page = int(chains.block_size_tokens)
+    if chains.block_tokens.size and int(chains.block_tokens.min()) != page:
+        raise ConfigError("SGLang's radix tree caches full pages only; drop "
+                          "--cache-partial-blocks (or add --accounting clean)")
     n = chains.num_requests
-    memory.require(chains.num_distinct * 5 + (3 * n + 1) * 40 + (9 * n + 10) * 16,
+    memory.require(chains.num_distinct * 5 + (3 * n + 1) * 49 + (9 * n + 10) * 16,
                    f"an SGLang radix replay of {chains.num_distinct:,} distinct pages",
                    "use a larger --block-size")
     hit, rejected, evicted, inserted = _radix_replay(
         chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
-        np.int64(chains.num_distinct), np.int64(chains.block_size_tokens),
-        np.int64(capacity_pages))
+        np.int64(chains.num_distinct), np.int64(page), np.int64(capacity_pages))
     hit = hit.astype(np.int64, copy=False)
     hit_tokens = tokens_of_leading_blocks(chains, hit)
     return ReplayResult(
