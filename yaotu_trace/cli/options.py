@@ -87,6 +87,12 @@ KvBytesOpt = Annotated[
     typer.Option("--kv-bytes-per-token", min=1, max=MAX_COUNT,
                  help="KV bytes per token (overrides --model's)."),
 ]
+KvDtypeOpt = Annotated[
+    str | None,
+    typer.Option("--kv-dtype", metavar="DTYPE", help="KV cache data type of --model: bf16, "
+                 "fp16, fp8 (e4m3 or e5m2) or fp4 (NVFP4, with its scales) [default: the "
+                 "model's, bf16 for most]."),
+]
 # Options of the diagnosis, shared by `trace diagnose`, `trace check` and `trace report`.
 MetricsOpt = Annotated[
     Path | None,
@@ -167,6 +173,13 @@ RouteOpt = Annotated[
 InstancesOpt = Annotated[
     int | None,
     typer.Option("--instances", min=1, help="Number of instances when requests are routed."),
+]
+WarmupOpt = Annotated[
+    str | None,
+    typer.Option("--warmup", metavar="W", show_default=False,
+                 help="Count hits only after a warm-up window: a share of requests (0.5, "
+                 "50%), a number of requests (1000, 1000req) or trace time (600s, 10min); "
+                 "every request still warms the cache [default: none]."),
 ]
 PresetOpt = Annotated[
     Preset | None,

@@ -17,6 +17,7 @@ from yaotu_trace.cli.options import (
     InstancesOpt,
     JobsOpt,
     KvBytesOpt,
+    KvDtypeOpt,
     LastTokenRuleOpt,
     MapOpt,
     ModelOpt,
@@ -29,6 +30,7 @@ from yaotu_trace.cli.options import (
     TenantIsolationOpt,
     TouchOrderOpt,
     TraceArg,
+    WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.prefix.rules import Eviction
@@ -78,6 +80,7 @@ def replay(
     capacity: CapacityOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     eviction: EvictionOpt = None,
     scope: ScopeOpt = None,
     route: RouteOpt = None,
@@ -89,6 +92,7 @@ def replay(
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
     out: OutOpt = None,
+    warmup: WarmupOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -110,6 +114,9 @@ def replay(
 
       trace replay big.parquet --capacity 1Mtok --capacity-per-tenant --dask local
 
+      trace replay conversation_trace.jsonl --touch-order tail-first --capacity 1GiB
+      --model deepseek-v3 --warmup 50%
+
       trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
       --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
     """
@@ -122,8 +129,9 @@ def replay(
             tenant_isolation=tenant_isolation, touch_order=touch_order,
             cache_partial_blocks=cache_partial_blocks, cache_outputs=cache_outputs,
             capacity=capacity, model=model, kv_bytes_per_token=kv_bytes_per_token,
+            kv_dtype=kv_dtype,
             eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
             capacity_per_tenant=capacity_per_tenant, grid=grid or (), waterfall=waterfall,
-            jobs=jobs, dask=dask, out=out, progress=update,
+            jobs=jobs, dask=dask, out=out, warmup=warmup, progress=update,
         )
     emit(report, format, output)

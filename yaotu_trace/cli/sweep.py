@@ -14,6 +14,7 @@ from yaotu_trace.cli.options import (
     InputFormatOpt,
     InstancesOpt,
     KvBytesOpt,
+    KvDtypeOpt,
     LastTokenRuleOpt,
     MapOpt,
     ModelOpt,
@@ -25,6 +26,7 @@ from yaotu_trace.cli.options import (
     SourceBlockOpt,
     TouchOrderOpt,
     TraceArg,
+    WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 
@@ -43,10 +45,12 @@ def sweep(
     route: RouteOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     points: Annotated[
         int, typer.Option(help="Capacities shown, log-spaced (the knee and the 50/90/99 % "
                           "capacities are always added).", min=2)
     ] = 12,
+    warmup: WarmupOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -66,6 +70,8 @@ def sweep(
       trace sweep chat.parquet --preset vllm --model llama-3.1-70b --points 20
 
       trace sweep chat.parquet --scope instance --instances 8 --format json -o curve.json
+
+      trace sweep conversation_trace.jsonl --touch-order tail-first --warmup 50%
     """
     from yaotu_trace.commands.sweep import sweep as run
 
@@ -74,6 +80,6 @@ def sweep(
                      block_size_tokens=block_size, touch_order=touch_order,
                      last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
                      cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
-                     model=model, kv_bytes_per_token=kv_bytes_per_token, points=points,
-                     progress=update)
+                     model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
+                     points=points, warmup=warmup, progress=update)
     emit(report, format, output)

@@ -12,28 +12,34 @@ from yaotu_trace.data.report import Report, input_summary
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.schema import Trace
+    from yaotu_trace.prefix.window import WarmupSpec
 
-# Extra sections of `trace analyze`, in report order: name → builder(trace) or None to skip.
-# Later analyses register here.
-AnalyzeSection = Callable[["Trace"], Any]
+# Extra sections of `trace analyze`, in report order: name → builder(trace, warm-up window or
+# None) or None to skip. Later analyses register here.
+AnalyzeSection = Callable[["Trace", "WarmupSpec | None"], Any]
 
 
-def _prefix_reuse(trace: Trace) -> Any:
+def _prefix_reuse(trace: Trace, warmup: WarmupSpec | None) -> Any:
     from yaotu_trace.prefix.overview import reuse_overview
 
-    return reuse_overview(trace)
+    return reuse_overview(trace, warmup)
 
 
 ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"prefix_reuse": _prefix_reuse}
 
 
-def analyze(trace: TraceSource, *, progress: Progress | None = None) -> Report:
+def analyze(trace: TraceSource, *, warmup: str | None = None,
+            progress: Progress | None = None) -> Report:
     """`trace analyze`: the workload profile plus every registered section that applies.
 
     A step log from another run is refused, and one partly outside the trace noted
-    (`ingest.telemetry.fit_telemetry`)."""
+    (`ingest.telemetry.fit_telemetry`). `warmup` counts the prefix reuse after that window
+    only (`prefix/window.py`); the profile covers every request."""
     from yaotu_trace.ingest.telemetry import fit_telemetry
+    from yaotu_trace.prefix.window import parse_warmup
     from yaotu_trace.profile.workload import profile_trace
+
+    spec = None if warmup is None else parse_warmup(warmup)
 
     loaded = open_trace(trace, lazy_content=True, progress=progress)
     if isinstance(trace, TraceInput | str | Path):  # else read already (as the CLI does)
@@ -42,7 +48,9 @@ def analyze(trace: TraceSource, *, progress: Progress | None = None) -> Report:
         loaded = fit_telemetry(loaded).trace
     sections: dict[str, Any] = {"profile": profile_trace(loaded)}
     for name, build in ANALYZE_SECTIONS.items():
-        section = build(loaded)
+        section = build(loaded, spec)
         if section is not None:
             sections[name] = section
-    return Report(command="analyze", input=input_summary(loaded), sections=sections)
+    config = {} if spec is None else {"warmup": spec.text}
+    return Report(command="analyze", input=input_summary(loaded), config=config,
+                  sections=sections)

@@ -30,15 +30,20 @@ def sweep(
     route: Route | None = None,
     model: str | None = None,
     kv_bytes_per_token: int | None = None,
+    kv_dtype: str | None = None,
     points: int = DEFAULT_POINTS,
+    warmup: str | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
-    capacities; the rule options override the preset's, as on the command line."""
+    capacities; the rule options override the preset's, as on the command line. `warmup`
+    counts the curve after that window only and marks the capacities not yet filled by then."""
     from yaotu_trace.prefix import effective_rules
     from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix.window import parse_warmup
 
-    model_name, kv = _kv_bytes(model, kv_bytes_per_token)
+    spec = None if warmup is None else parse_warmup(warmup)
+    model_name, kv = _kv_bytes(model, kv_bytes_per_token, kv_dtype)
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
     rules, preset_name, notes = effective_rules(
         loaded, preset, block_size_tokens=block_size_tokens, touch_order=touch_order,
@@ -47,26 +52,31 @@ def sweep(
     )
     tell(progress, "sweeping every capacity", 0.2)
     section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
-                             model=model_name, kv_bytes_per_token=kv, notes=notes)
+                             model=model_name, kv_bytes_per_token=kv, notes=notes, warmup=spec)
+    config = {"preset": preset_name, "rules": section.rules, "model": model_name,
+              "kv_bytes_per_token": kv, "points": points}
+    if spec is not None:
+        config["warmup"] = spec.text
     return Report(
         command="sweep",
         input=input_summary(loaded),
-        config={"preset": preset_name, "rules": section.rules, "model": model_name,
-                "kv_bytes_per_token": kv, "points": points},
+        config=config,
         sections={"capacity_curve": section},
     )
 
 
-def _kv_bytes(model: str | None, kv_bytes_per_token: int | None) -> tuple[str | None, int | None]:
-    """(catalog name, KV bytes per token) of `--model` and `--kv-bytes-per-token`, which agree."""
-    if model is None:
+def _kv_bytes(model: str | None, kv_bytes_per_token: int | None,
+              kv_dtype: str | None = None) -> tuple[str | None, int | None]:
+    """(catalog name, KV bytes per token) of `--model` at `--kv-dtype` and
+    `--kv-bytes-per-token`, which agree."""
+    if model is None and kv_dtype is None:
         return None, kv_bytes_per_token
-    from yaotu_trace.catalog.models import find_model
+    from yaotu_trace.catalog.models import model_kv_bytes_per_token
 
-    spec = find_model(model)
-    if kv_bytes_per_token is not None and kv_bytes_per_token != spec.kv_bytes_per_token:
+    name, kv = model_kv_bytes_per_token(model, kv_dtype, kv_bytes_per_token)
+    if kv_bytes_per_token is not None and kv_bytes_per_token != kv:
         raise ConfigError(
-            f"--model {spec.name} has {spec.kv_bytes_per_token} KV bytes per token but "
+            f"--model {name} has {kv} KV bytes per token but "
             f"--kv-bytes-per-token says {kv_bytes_per_token}; pass only one of them"
         )
-    return spec.name, spec.kv_bytes_per_token
+    return name, kv

@@ -9,11 +9,12 @@ second replay. `trace replay` and `trace sweep` give the full detail.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import Trace
     from yaotu_trace.prefix.sweep_trace import CapacityPoint
+    from yaotu_trace.prefix.window import WarmupSpec
 
 OVERVIEW_PRESET = "vllm"
 
@@ -39,10 +40,12 @@ class ReuseOverview:
     shares: tuple[CapacityPoint, ...] = ()
     full_reuse: CapacityPoint | None = None
     notes: tuple[str, ...] = ()
+    window: dict[str, Any] | None = None  # `--warmup`: the numbers count the requests after it
 
 
-def reuse_overview(trace: Trace) -> ReuseOverview:
-    """Unlimited-capacity reuse under the vLLM preset, plus the knee and 50/90/99 % capacities."""
+def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None) -> ReuseOverview:
+    """Unlimited-capacity reuse under the vLLM preset, plus the knee and 50/90/99 % capacities
+    (over the requests after `warmup` when one is given)."""
     if trace.content_column is None:
         return ReuseOverview(
             available=False,
@@ -54,7 +57,8 @@ def reuse_overview(trace: Trace) -> ReuseOverview:
     from yaotu_trace.prefix.sweep_trace import sweep_trace
 
     rules, preset, notes = effective_rules(trace, OVERVIEW_PRESET)
-    section, curve = sweep_trace(trace, rules, preset=preset, points=2, notes=notes)
+    section, curve = sweep_trace(trace, rules, preset=preset, points=2, notes=notes,
+                                 warmup=warmup)
     prompt_tokens = int(curve.prompt_tokens_total)
     saved = int(curve.unlimited_hit_tokens)
     return ReuseOverview(
@@ -70,4 +74,5 @@ def reuse_overview(trace: Trace) -> ReuseOverview:
         shares=section.shares,
         full_reuse=section.full_reuse,
         notes=section.notes,
+        window=section.window,
     )

@@ -143,11 +143,14 @@ def cache_replays(prepared: PreparedTrace, chains: BlockChains, rules_list: list
 
 
 def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
-                      runner: Runner | None = None) -> Waterfall:
+                      runner: Runner | None = None, *,
+                      measured: np.ndarray | None = None) -> Waterfall:
     """Run the six replays of the waterfall; the last one is the achieved replay under `rules`.
 
     With a `runner`, the scope and capacity replays go out together as independent
     partitions (per instance, per tenant); the totals are identical to one process.
+    `measured` (a measurement window, `window.py`) sums the totals over those requests only;
+    every request is still replayed, and the per-request arrays keep them all.
     """
     flat = rules.with_(last_token_rule=False, capacity_blocks=None, scope=Scope.GLOBAL,
                        route=None)
@@ -174,7 +177,7 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
     r_cap = done.pop(0) if rules.capacity_blocks is not None else r_scope
 
     per_request = [ideal, *(r.hit_tokens for r in (r_block, r_ltr, r_ns, r_scope, r_cap))]
-    totals = [int(h.sum()) for h in per_request]
+    totals = [int(h.sum() if measured is None else h[measured].sum()) for h in per_request]
     ideal_total = totals[0]
     steps = []
     losses: dict[str, np.ndarray] = {}

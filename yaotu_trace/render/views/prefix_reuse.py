@@ -55,6 +55,24 @@ def headline_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def window_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """`--warmup`: which requests the totals count, and whether the cache had filled."""
+    w = s.get("measurement_window")
+    if not w:
+        return []
+    rows = [
+        ("warm-up (not counted)", f"{fmt.count(w['warmup_requests'])} requests, "
+                                  f"{fmt.num(w['warmup_seconds'])} s (--warmup {w['warmup']})"),
+        ("measured", f"last {fmt.count(w['measured_requests'])} of {fmt.count(w['requests'])} "
+                     "requests"),
+    ]
+    filled = w.get("filled_before_window")
+    if filled is not None:
+        rows.append(("cache filled before it", f"{'yes' if filled else 'no'} "
+                     f"({fmt.count(w['distinct_blocks_before_window'])} distinct blocks in)"))
+    return rows
+
+
 def rule_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """The effective rules (preset plus overrides)."""
     rules = s["rules"]
@@ -145,6 +163,11 @@ def view(section: Any) -> View:
     out: list[Block] = [
         Heading(text="Prefix reuse (replay)"),
         KeyValues(rows=headline_rows(s)),
+    ]
+    window = window_rows(s)
+    if window:
+        out += [Heading(text="Measurement window", level=4), KeyValues(rows=window)]
+    out += [
         Heading(text="Effective rules", level=4),
         KeyValues(rows=rule_rows(s), header=("rule", "value")),
     ]

@@ -31,6 +31,12 @@ def view(overview: Any) -> View:
                  f"{fmt.pct(p.hit_ratio)}") for label, p in points if p is not None]
     markdown = [hit, ("saved prefill tokens", fmt.count(saved)),
                 ("remaining prefill tokens", fmt.count(remaining))]
+    window = getattr(overview, "window", None)
+    if window:
+        measured = ("measured requests", f"last {fmt.count(window['measured_requests'])} of "
+                    f"{fmt.count(window['requests'])} (--warmup {window['warmup']})")
+        console.insert(1, measured)
+        markdown.insert(1, measured)
     markdown += [(f"LRU capacity for {label}",
                   f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)})")
                  for label, p in points if p is not None]
