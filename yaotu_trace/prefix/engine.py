@@ -15,6 +15,10 @@ These paths give identical answers:
   requests that touched the block while cached (reset on eviction) and saturate at
   `MAX_LFU_COUNT`.
 
+- Engine-exact accounting (`rules.accounting` vllm or sglang, a finite capacity): the
+  engine's own pool model, `exact.py` (vLLM's block pool, SGLang's radix tree), per instance
+  when the scope is instance; at unlimited capacity every accounting gives the paths above.
+
 Routing, when `scope=instance` and the trace does not say where a request ran:
 
 - `round-robin`: request i goes to instance i mod k; `random`: uniform, seeded by `rules.seed`.
@@ -40,8 +44,9 @@ from yaotu_trace._lists import append, heap_pop, heap_push, unlink
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.exact import replay_exact
 from yaotu_trace.prefix.result import ReplayResult, tokens_of_leading_blocks
-from yaotu_trace.prefix.rules import Eviction, ReplayRules, Route, Scope, TouchOrder
+from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope, TouchOrder
 
 _POLICY = {Eviction.LRU: 0, Eviction.FIFO: 1, Eviction.LFU: 2}
 _STATIC, _LEAST_LOADED, _AFFINITY = 0, 1, 2
@@ -377,6 +382,15 @@ def replay(
                 route_mode = _LEAST_LOADED
             else:
                 route_mode = _AFFINITY
+    if rules.accounting is not Accounting.CLEAN and rules.capacity_blocks is not None:
+        if route_mode == _LEAST_LOADED:
+            # Least-loaded looks at outstanding prompt tokens, never at the cache: its routes
+            # at unlimited capacity are its routes in the engine's pools.
+            routed = replay(chains, rules.with_(capacity_blocks=None), None,
+                            arrival_s=arrival_s, finish_s=finish_s)
+            assert routed.instance is not None
+            codes = routed.instance
+        return replay_exact(chains, rules, codes if per_instance else None, k)
     if k * max(chains.num_distinct, 1) >= _MAX_NODES:
         raise ResourceLimitError(
             f"{k} instances × {chains.num_distinct} distinct blocks is too many cache entries "
