@@ -15,7 +15,7 @@ from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS, MAX_COUNT
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.prefix.rules import Preset, Route, Scope, TouchOrder
+from yaotu_trace.prefix.rules import Accounting, Preset, Route, Scope, TouchOrder
 from yaotu_trace.render import OutputFormat
 
 __all__ = ["QuietOpt"]
@@ -180,6 +180,13 @@ WarmupOpt = Annotated[
                  help="Count hits only after a warm-up window: a share of requests (0.5, "
                  "50%), a number of requests (1000, 1000req) or trace time (600s, 10min); "
                  "every request still warms the cache [default: none]."),
+]
+AccountingOpt = Annotated[
+    Accounting | None,
+    typer.Option("--accounting", case_sensitive=False, help="Whose bookkeeping a finite cache "
+                 "follows: vllm (its block pool, --capacity = num_gpu_blocks), sglang (its radix "
+                 "tree, --capacity = token-pool pages) or clean (one LRU list of full blocks, "
+                 "the model the waterfall and the curve explain) [default: the preset's]."),
 ]
 PresetOpt = Annotated[
     Preset | None,

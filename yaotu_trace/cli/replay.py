@@ -9,6 +9,7 @@ import typer
 
 from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
+    AccountingOpt,
     CacheOutputsOpt,
     CachePartialOpt,
     DaskOpt,
@@ -87,6 +88,7 @@ def replay(
     instances: InstancesOpt = None,
     seed: SeedOpt = None,
     capacity_per_tenant: PerTenantOpt = False,
+    accounting: AccountingOpt = None,
     grid: GridOpt = None,
     waterfall: WaterfallOpt = True,
     jobs: JobsOpt = 1,
@@ -107,6 +109,8 @@ def replay(
       trace replay conversation_trace.jsonl
 
       trace replay chat.parquet --preset vllm --capacity 3.2Mtok --out hits.parquet
+
+      trace replay chat.parquet --preset sglang --capacity 200000 --accounting clean
 
       trace replay chat.parquet --scope instance --route prefix-affinity --instances 8
 
@@ -131,7 +135,8 @@ def replay(
             capacity=capacity, model=model, kv_bytes_per_token=kv_bytes_per_token,
             kv_dtype=kv_dtype,
             eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
-            capacity_per_tenant=capacity_per_tenant, grid=grid or (), waterfall=waterfall,
+            capacity_per_tenant=capacity_per_tenant, accounting=accounting, grid=grid or (),
+            waterfall=waterfall,
             jobs=jobs, dask=dask, out=out, warmup=warmup, progress=update,
         )
     emit(report, format, output)

@@ -8,6 +8,7 @@ import typer
 
 from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
+    AccountingOpt,
     CacheOutputsOpt,
     CachePartialOpt,
     FormatOpt,
@@ -51,6 +52,7 @@ def sweep(
                           "capacities are always added).", min=2)
     ] = 12,
     warmup: WarmupOpt = None,
+    accounting: AccountingOpt = None,
     capacities: Annotated[
         str | None, typer.Option("--capacities", metavar="C1,C2,...", help="Also a table of "
                                  "these capacities per cache, in this order: blocks (20000), "
@@ -90,7 +92,7 @@ def sweep(
                      last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
                      cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
                      model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
-                     points=points, warmup=warmup,
+                     points=points, warmup=warmup, accounting=accounting,
                      capacities=capacities.split(",") if capacities is not None else (),
                      progress=update)
     emit(report, format, output)

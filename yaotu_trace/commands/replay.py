@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.schema import Trace
     from yaotu_trace.prefix.partition import Parallelism
-    from yaotu_trace.prefix.rules import Eviction, Route, TouchOrder
+    from yaotu_trace.prefix.rules import Accounting, Eviction, Route, TouchOrder
     from yaotu_trace.prefix.window import WarmupSpec
 
 # Per-request output (`--out`): the formats it is written in.
@@ -44,6 +44,7 @@ def replay(
     instances: int | None = None,
     seed: int | None = None,
     capacity_per_tenant: bool = False,
+    accounting: Accounting | str | None = None,
     grid: Sequence[str] = (),
     waterfall: bool = True,
     jobs: int = 1,
@@ -58,8 +59,9 @@ def replay(
     unlimited); `grid` replays every combination (`block-size=16,64`, `capacity=1Mtok,
     unlimited`, `tenant-isolation=on,off`); `out` also writes the per-request hits and losses
     (.parquet or .csv), atomically. `warmup` counts the totals after that window only
-    (`prefix/window.py`; `out` then keeps every request and marks the measured ones). The
-    other options override the preset's rules.
+    (`prefix/window.py`; `out` then keeps every request and marks the measured ones).
+    `accounting` chooses whose bookkeeping a finite cache follows (the vllm and sglang presets
+    are engine-exact; `clean` is the spec's model). The other options override the preset's.
     """
     from yaotu_trace.prefix import Parallelism
     from yaotu_trace.prefix.window import parse_warmup
@@ -90,6 +92,7 @@ def replay(
         "instances": instances,
         "seed": seed,
         "capacity_per_tenant": capacity_per_tenant or None,
+        "accounting": accounting,
     }
     parallel = Parallelism(jobs=jobs, dask=dask)
     if grid:

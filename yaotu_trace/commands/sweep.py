@@ -36,6 +36,7 @@ def sweep(
     points: int = DEFAULT_POINTS,
     warmup: str | None = None,
     capacities: Sequence[str] = (),
+    accounting: str | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
@@ -44,7 +45,8 @@ def sweep(
 
     `capacities` (`["1GiB", "20000", "3.2Mtok"]` or `"1GiB,20000"`, as `--capacity` takes each)
     adds a table of those capacities, in that order: the curve's hit ratio and a real replay's
-    under the preset's own accounting, which differ where that accounting is not the clean LRU.
+    under the preset's own accounting (or `accounting`), which differ where that accounting is
+    not the clean LRU. The curve itself is always the clean model (a stack algorithm).
     """
     from yaotu_trace.prefix import effective_rules
     from yaotu_trace.prefix.sweep_trace import sweep_trace
@@ -63,6 +65,7 @@ def sweep(
         loaded, preset, block_size_tokens=block_size_tokens, touch_order=touch_order,
         last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
         cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
+        accounting=accounting,
     )
     tell(progress, "sweeping every capacity", 0.2)
     asked = [(text.strip(), capacity_blocks(text.strip(), rules.block_size_tokens, model_name,

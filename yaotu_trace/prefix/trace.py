@@ -145,6 +145,8 @@ class ReplaySummary:
     window: MeasurementWindow | None = None
     # Every hit-rate definition (prefix/rates.py), key → value, label, formula, capacity.
     hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
+    # Requests an engine-exact pool cannot admit at all (more blocks than the whole pool).
+    rejected_requests: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready builtins: no NumPy scalars, no NaN."""
@@ -162,6 +164,7 @@ class ReplaySummary:
             "hit_rates": self.hit_rates,
             "blocks": {"cacheable": self.cacheable_blocks, "distinct": self.distinct_blocks,
                        "evicted": self.evicted_blocks},
+            "rejected_requests": self.rejected_requests,
             "preset": self.preset,
             "rules": self.rules.to_dict(),
             "per_tenant": [g.to_dict() for g in self.per_tenant],
@@ -399,10 +402,20 @@ def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
         hot_prefixes=hot,
         observed=compare_observed(prepared.cached_tokens, result.hit_tokens,
                                   prepared.prompt_tokens, rules.block_size_tokens),
-        notes=notes,
+        notes=notes + _rejected_note(result, rules),
         window=window,
         hit_rates=_hit_rates(prompt, result, chains, rules, m),
+        rejected_requests=result.rejected_requests,
     )
+
+
+def _rejected_note(result: ReplayResult, rules: ReplayRules) -> tuple[str, ...]:
+    """Why some requests hit nothing at all under an engine-exact pool."""
+    if not result.rejected_requests:
+        return ()
+    return (f"{result.rejected_requests:,} request(s) need more blocks than the whole pool of "
+            f"{rules.capacity_blocks:,}: {rules.accounting} cannot admit them, so they count as "
+            "all-miss and insert nothing; a larger --capacity admits them",)
 
 
 def _hit_rates(prompt: np.ndarray, result: ReplayResult, chains: BlockChains,

@@ -26,6 +26,12 @@ RULE_LABELS: dict[str, str] = {
     "route": "route",
     "instances": "instances",
     "capacity_per_tenant": "capacity per tenant",
+    "accounting": "accounting",
+}
+ACCOUNTING_TEXT: dict[str, str] = {
+    "clean": "clean model (one LRU list of full blocks)",
+    "vllm": "vLLM's block pool (engine-exact)",
+    "sglang": "SGLang's radix tree (engine-exact)",
 }
 
 
@@ -95,6 +101,10 @@ def rule_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
             text = "unlimited" if value is None else f"{fmt.count(value)} blocks"
         elif key in ("route", "instances") and rules.get("scope") != "instance":
             continue
+        elif key == "accounting":
+            if rules.get("capacity_blocks") is None:  # every accounting agrees when unlimited
+                continue
+            text = ACCOUNTING_TEXT.get(str(value), str(value))
         else:
             text = onoff(value)
         rows.append((label, text))
