@@ -9,16 +9,18 @@ blocks, tokens and (when the KV bytes per token are known) bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.engine import replay, route_codes
+from yaotu_trace.prefix.curve import DEFAULT_SHARES, CapacityCurve
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
-from yaotu_trace.prefix.sweep import DEFAULT_SHARES, CapacityCurve, sweep
+
+if TYPE_CHECKING:
+    from yaotu_trace.prefix.chains import BlockChains
 
 KNEE_DEFINITION = (
     "Kneedle: with capacity scaled to [0, 1] up to the capacity that reaches the unlimited hits "
@@ -94,6 +96,8 @@ def partition_codes(prepared: PreparedTrace, rules: ReplayRules, chains: Any) ->
     """
     if rules.scope is not Scope.INSTANCE:
         return None
+    from yaotu_trace.prefix.engine import replay, route_codes
+
     if rules.route is None and prepared.instance_codes is not None:
         return prepared.instance_codes
     if rules.route is Route.PREFIX_AFFINITY:
@@ -119,6 +123,22 @@ def sweep_trace(
     notes: tuple[str, ...] = (),
 ) -> tuple[CapacityCurveSection, CapacityCurve]:
     """Sweep every LRU capacity of `trace` under `rules`; returns (section, exact curve)."""
+    from yaotu_trace.prefix.sweep import sweep
+
+    prepared = sweep_input(trace, rules)
+    chains = prepared.chains(rules)
+    codes = partition_codes(prepared, rules, chains)
+    n_caches = 0 if codes is None else int(np.unique(codes).size)
+    curve = sweep(chains, touch_order=rules.touch_order, instance_codes=codes,
+                  kv_bytes_per_token=kv_bytes_per_token,
+                  per_instance=0 < n_caches <= MAX_INSTANCE_CURVES)
+    section = curve_section(prepared, rules, chains, codes, curve, preset=preset, points=points,
+                            model=model, notes=notes)
+    return section, curve
+
+
+def sweep_input(trace: Trace, rules: ReplayRules) -> PreparedTrace:
+    """The prepared trace a sweep under `rules` runs on, after the checks a sweep needs."""
     if rules.eviction != "lru":
         raise ConfigError(
             f"the capacity sweep is exact for LRU only (stack distances); got --eviction "
@@ -126,13 +146,23 @@ def sweep_trace(
         )
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     rules.check_source_block_size(source)
-    prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
-    chains = prepared.chains(rules)
-    codes = partition_codes(prepared, rules, chains)
+    return prepare(trace, with_outputs=rules.cache_outputs, stream=True)
+
+
+def curve_section(
+    prepared: PreparedTrace,
+    rules: ReplayRules,
+    chains: BlockChains,
+    codes: np.ndarray | None,
+    curve: CapacityCurve,
+    *,
+    preset: str,
+    points: int,
+    model: str | None,
+    notes: tuple[str, ...],
+) -> CapacityCurveSection:
+    """The report section of a swept curve, with the notes on how it was taken."""
     n_caches = 0 if codes is None else int(np.unique(codes).size)
-    curve = sweep(chains, touch_order=rules.touch_order, instance_codes=codes,
-                  kv_bytes_per_token=kv_bytes_per_token,
-                  per_instance=0 < n_caches <= MAX_INSTANCE_CURVES)
     all_notes = list(notes)
     per_instance: tuple[InstanceCurve, ...] = ()
     if codes is not None:
@@ -150,14 +180,13 @@ def sweep_trace(
         all_notes.append("--cache-outputs has no effect: the trace has no output token ids")
     if curve.unlimited_hit_tokens == 0:
         all_notes.append("no block is ever reused under these rules: the curve is flat at 0")
-    if kv_bytes_per_token is None:
+    if curve.kv_bytes_per_token is None:
         all_notes.append("capacities in bytes need --model or --kv-bytes-per-token")
-    section = build_section(curve, rules=rules, preset=preset, points=points, model=model,
-                            requests=prepared.num_requests,
-                            cacheable_blocks=int(chains.num_blocks.sum()),
-                            distinct_blocks=chains.num_distinct, notes=tuple(all_notes),
-                            per_instance=per_instance)
-    return section, curve
+    return build_section(curve, rules=rules, preset=preset, points=points, model=model,
+                         requests=prepared.num_requests,
+                         cacheable_blocks=int(chains.num_blocks.sum()),
+                         distinct_blocks=chains.num_distinct, notes=tuple(all_notes),
+                         per_instance=per_instance)
 
 
 def _instance_rows(curve: CapacityCurve, codes: np.ndarray,
