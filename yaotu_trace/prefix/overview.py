@@ -49,12 +49,18 @@ def reuse_overview(trace: Trace) -> ReuseOverview:
             reason="the trace has no prompt content (prompt_tokens or prompt_block_ids), so "
             "shared prefixes cannot be seen; prefix reuse needs token or block ids",
         )
-    # Only a trace with content pays for the compiled replay (numba's import and start).
-    from yaotu_trace.prefix import effective_rules
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix import small
+    from yaotu_trace.prefix.rules import effective_rules
 
     rules, preset, notes = effective_rules(trace, OVERVIEW_PRESET)
-    section, curve = sweep_trace(trace, rules, preset=preset, points=2, notes=notes)
+    # A small trace is swept in numpy (the same numbers); only a larger one pays for numba's
+    # import and start.
+    swept = small.sweep_trace(trace, rules, preset=preset, points=2, notes=notes)
+    if swept is None:
+        from yaotu_trace.prefix.sweep_trace import sweep_trace
+
+        swept = sweep_trace(trace, rules, preset=preset, points=2, notes=notes)
+    section, curve = swept
     prompt_tokens = int(curve.prompt_tokens_total)
     saved = int(curve.unlimited_hit_tokens)
     return ReuseOverview(
