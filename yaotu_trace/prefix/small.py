@@ -19,9 +19,9 @@ are vector operations, giving the same numbers bit for bit:
   touched, and a block hits from the running maximum of the distances along the prefix on, as
   in the kernel.
 
-Used by the overview only, up to `MAX_UNITS` content ids (tokens or source block ids), where
-it is faster than numba's import and first call (measured in docs/performance.md); `trace
-replay`, `trace sweep` and larger traces keep the compiled passes.
+Used by the overview only, up to `MAX_UNITS` content ids (tokens or source block ids) and
+`MAX_BLOCKS` blocks, where it is faster than numba's import and first call (measured in
+docs/performance.md); `trace replay`, `trace sweep` and larger traces keep the compiled passes.
 """
 
 from __future__ import annotations
@@ -63,9 +63,11 @@ if TYPE_CHECKING:
     from yaotu_trace.prefix.prepare import PreparedTrace
     from yaotu_trace.prefix.sweep_trace import CapacityCurveSection
 
-# Content ids (tokens, or source block ids) up to which the overview runs here; see the module
-# docstring and docs/performance.md for the measurement behind it.
+# The largest sweep run here: content ids (tokens, or source block ids) hashed, and blocks
+# swept. Up to these the numpy passes take less time than numba's import and first call
+# (about 0.8 s); measured in docs/performance.md (Start-up).
 MAX_UNITS = 4_000_000
+MAX_BLOCKS = 1_000_000
 
 
 def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -245,6 +247,28 @@ def _count_prev_at_most(prev: NDArray[np.int64], before: NDArray[np.int64],
     return counts
 
 
+def _distances(prev: NDArray[np.int64], request: NDArray[np.int64], q: NDArray[np.int64],
+               last: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Stack distance 1 + #distinct blocks touched in (last, q] of each lookup.
+
+    Blocks one earlier request touched together sit at adjacent times: when a lookup's last
+    touch is the previous lookup's ∓ 1 (same request), one block more (fewer) lies between it
+    and q, so its distance is the previous one ± 1 (the kernel's shortcut too). Only the
+    other lookups (anchors) are counted in the tree.
+    """
+    same = np.zeros(len(last), dtype=bool)
+    same[1:] = request[1:] == request[:-1]
+    step = np.zeros(len(last), dtype=np.int64)
+    step[1:] = np.where(last[1:] == last[:-1] - 1, 1, np.where(last[1:] == last[:-1] + 1, -1, 0))
+    step[~same] = 0
+    anchor = ~same | (step == 0)
+    at = np.flatnonzero(anchor)
+    counted = 1 + _count_prev_at_most(prev, q[at], last[at]) - last[at]
+    walked = np.cumsum(step)
+    run = np.cumsum(anchor) - 1
+    return counted[run] + walked - walked[at][run]
+
+
 def stack_distance_histograms(
     *,
     offsets: NDArray[Any],
@@ -291,6 +315,8 @@ def stack_distance_histograms(
     cap = np.clip(cap64[order], 0, n_prompt)
     rows = _rows(offsets64, order, cap)
     request = np.repeat(np.arange(n_requests, dtype=np.int64), cap)
+    if not len(request):
+        return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
     key = part_of[request] * np.int64(n_ids) + ids32[rows]
     q = lookup_time[request]
     # Last touch of the key at a time ≤ q: search (key rank, time) among all touches.
@@ -311,7 +337,7 @@ def stack_distance_histograms(
     request, rows, q, last = request[leading], rows[leading], q[leading], last[leading]
     if not len(request):
         return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-    distance = 1 + _count_prev_at_most(prev, q, last) - last
+    distance = _distances(prev, request, q, last)
     # The running maximum along each request's prefix: offset each request above the last.
     lift = request * np.int64(n_ids + 2)
     running = np.maximum.accumulate(distance + lift) - lift
@@ -338,26 +364,30 @@ def sweep(chains: BlockChains, *, touch_order: TouchOrder | str = "tail-first",
         partitions=1, kv_bytes_per_token=kv_bytes_per_token, shares=shares)
 
 
-def content_units(trace: Trace, rules: ReplayRules) -> int:
-    """The content ids (tokens, or source block ids) a sweep of `trace` under `rules` reads,
-    from the lengths alone (the content itself may still be on disk)."""
+def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:
+    """(content ids, blocks at most) a sweep of `trace` under `rules` handles, from the
+    lengths alone: the content itself may still be on disk."""
     df = trace.requests
     tokens = int(df["prompt_len"].sum())
     if rules.cache_outputs and trace.has("output_tokens") and "output_len" in df:
         tokens += int(df["output_len"].fillna(0).sum())
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
-    return -(-tokens // (source or 1))
+    blocks = tokens // rules.block_size_tokens + (len(df) if rules.cache_partial_blocks else 0)
+    return -(-tokens // (source or 1)), blocks
 
 
 def sweep_trace(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 12,
                 notes: tuple[str, ...] = ()) -> tuple[CapacityCurveSection, CapacityCurve] | None:
     """`sweep_trace.sweep_trace` of a small trace with one global cache, in numpy; None when
-    the trace is larger than `MAX_UNITS` or the rules need the compiled path."""
+    the trace is larger than `MAX_UNITS` / `MAX_BLOCKS` or the rules need the compiled path."""
     from yaotu_trace.prefix.sweep_trace import curve_section, sweep_input
 
     if rules.scope is not Scope.GLOBAL or rules.eviction != "lru":
         return None
-    if trace.content_column is None or content_units(trace, rules) > MAX_UNITS:
+    if trace.content_column is None:
+        return None
+    units, blocks = sweep_size(trace, rules)
+    if units > MAX_UNITS or blocks > MAX_BLOCKS:
         return None
     prepared = sweep_input(trace, rules)
     chains = prepared_chains(prepared, rules)
