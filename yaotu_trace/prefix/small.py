@@ -14,10 +14,12 @@ are vector operations, giving the same numbers bit for bit:
   distance 1 + the distinct blocks touched in (p, q]. A touch i is the first in that range of
   its block iff its previous touch prev(i) ≤ p, so the count is #{i ≤ q : prev(i) ≤ p} − p: a
   dominance count, answered for all lookups at once by a merge-sort tree (per level, prev
-  sorted within aligned runs of 2^L touches, and one `searchsorted` per lookup and level).
-  O(n log² n) in vector operations. Per request the hit stops at the first block never
-  touched, and a block hits from the running maximum of the distances along the prefix on, as
-  in the kernel.
+  sorted within aligned runs of 2^L touches, and one `searchsorted` per lookup and level):
+  O(n log² n) in vector operations. A lookup whose last touch is next to the previous
+  lookup's (blocks an earlier request touched together) is that distance ± 1, as the kernel
+  also uses, so only the others are counted. Per request the hit stops at the first block
+  never touched, and a block hits from the running maximum of the distances along the prefix
+  on, as in the kernel.
 
 Used by the overview only, up to `MAX_UNITS` content ids (tokens or source block ids) and
 `MAX_BLOCKS` blocks, where it is faster than numba's import and first call (measured in
