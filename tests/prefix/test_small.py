@@ -193,7 +193,7 @@ def _both_sweeps(trace, preset: str) -> None:
 
 def _compiled_overview(trace, monkeypatch):
     with monkeypatch.context() as patch:
-        patch.setattr(small, "MAX_UNITS", -1)
+        patch.setattr(small, "MAX_WORK", -1)
         return reuse_overview(trace)
 
 
@@ -223,7 +223,9 @@ def test_large_traces_and_per_instance_caches_keep_the_compiled_path(monkeypatch
     assert small.sweep_trace(trace, rules, preset=name) is not None
     assert small.sweep_trace(trace, rules.with_(scope="instance", instances=2),
                              preset=name) is None
-    monkeypatch.setattr(small, "MAX_BLOCKS", 1000)
+    units, blocks = small.sweep_size(trace, rules)
+    assert (units, blocks) == (1_433_300, 1_433_300 // 16)
+    monkeypatch.setattr(small, "MAX_WORK", units + small.BLOCK_WORK * blocks - 1)
     assert small.sweep_trace(trace, rules, preset=name) is None
 
 

@@ -21,8 +21,8 @@ are vector operations, giving the same numbers bit for bit:
   never touched, and a block hits from the running maximum of the distances along the prefix
   on, as in the kernel.
 
-Used by the overview only, up to `MAX_UNITS` content ids (tokens or source block ids) and
-`MAX_BLOCKS` blocks, where it is faster than numba's import and first call (measured in
+Used by the overview only, up to `MAX_WORK` (content ids plus six per block: about 1.4e6
+tokens in 3e5 blocks), where it is faster than numba's import and first call (measured in
 docs/performance.md); `trace replay`, `trace sweep` and larger traces keep the compiled passes.
 """
 
@@ -65,11 +65,12 @@ if TYPE_CHECKING:
     from yaotu_trace.prefix.prepare import PreparedTrace
     from yaotu_trace.prefix.sweep_trace import CapacityCurveSection
 
-# The largest sweep run here: content ids (tokens, or source block ids) hashed, and blocks
-# swept. Up to these the numpy passes take less time than numba's import and first call
-# (about 0.8 s); measured in docs/performance.md (Start-up).
-MAX_UNITS = 4_000_000
-MAX_BLOCKS = 1_000_000
+# The largest sweep run here, in work: content ids (tokens, or source block ids) hashed plus
+# BLOCK_WORK per block swept (a block costs about six ids: its levels of the tree). Up to this
+# the numpy passes take less time than numba's import and first call (about 0.8 s), measured
+# in fresh processes in docs/performance.md (Start-up).
+MAX_WORK = 4_000_000
+BLOCK_WORK = 6
 
 
 def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -381,7 +382,7 @@ def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:
 def sweep_trace(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 12,
                 notes: tuple[str, ...] = ()) -> tuple[CapacityCurveSection, CapacityCurve] | None:
     """`sweep_trace.sweep_trace` of a small trace with one global cache, in numpy; None when
-    the trace is larger than `MAX_UNITS` / `MAX_BLOCKS` or the rules need the compiled path."""
+    the sweep is more than `MAX_WORK` or the rules need the compiled path."""
     from yaotu_trace.prefix.sweep_trace import curve_section, sweep_input
 
     if rules.scope is not Scope.GLOBAL or rules.eviction != "lru":
@@ -389,7 +390,7 @@ def sweep_trace(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 
     if trace.content_column is None:
         return None
     units, blocks = sweep_size(trace, rules)
-    if units > MAX_UNITS or blocks > MAX_BLOCKS:
+    if units + BLOCK_WORK * blocks > MAX_WORK:
         return None
     prepared = sweep_input(trace, rules)
     chains = prepared_chains(prepared, rules)
