@@ -227,8 +227,6 @@ def _prefetched(source: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
                 thread.join(timeout=0.05)
 
 
-
-
 class _IdTable:
     """Chain hashes → dense ids: an open-addressing table at most half full, and lanes by id.
 
