@@ -20,79 +20,40 @@ about 2.7 % at N = 1e9 (1e-5 at 1e6 — a trace of 1e9 blocks is ~1.6e10 tokens 
 An undetected collision needs lane B to collide on the same pair too: ≈ N²/2¹²⁹ ≈ 1.5e-21 at
 N = 1e9. The keys derive from `rules.seed`; a different seed defeats crafted inputs.
 
-Compiled with numba (`cache=True`): the cache directory must be writable; for read-only
-installs set `NUMBA_CACHE_DIR` to a writable folder. Dtypes are pinned at the boundary
-(int64 offsets and values, int32 ids) so one compiled signature serves every call.
+The layout around the hashing (`BlockChains`, block counts, retries, the output split) is in
+`chains`, shared with the numpy passes of `small`. Compiled with numba (`cache=True`): the
+cache directory must be writable; for read-only installs set `NUMBA_CACHE_DIR` to a writable
+folder. Dtypes are pinned at the boundary (int64 offsets and values, int32 ids) so one compiled
+signature serves every call.
 """
+
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from typing import Any
 
 import numba as nb
 import numpy as np
 
-from yaotu_trace.errors import ResourceLimitError, YaotuError
-from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.chains import (
+    _M1,
+    _M2,
+    _NS,
+    _PARTIAL,
+    _S27,
+    _S30,
+    _S31,
+    ChainKernels,
+    chain_layout,
+)
+from yaotu_trace.prefix.chains import _MAX_IDS as _MAX_IDS
+from yaotu_trace.prefix.chains import _TRIES as _TRIES
+from yaotu_trace.prefix.chains import BlockChains as BlockChains
+from yaotu_trace.prefix.chains import _assemble as _assemble
+from yaotu_trace.prefix.chains import _keys as _keys
+from yaotu_trace.prefix.chains import chain_bytes as chain_bytes
+from yaotu_trace.prefix.chains import frozen_input as frozen_input
 from yaotu_trace.prefix.rules import ReplayRules
-
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30 = np.uint64(30)
-_S27 = np.uint64(27)
-_S31 = np.uint64(31)
-_PARTIAL = np.uint64(0xD6E8FEB86659FD93)
-_NS = np.uint64(0xA0761D6478BD642F)
-_MAX_IDS = 2**31 - 1  # dense ids are int32
-_TRIES = 3
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BlockChains:
-    """Dense chain ids of every request's cacheable blocks, in prompt order.
-
-    Request `i`'s cacheable blocks are `ids[offsets[i]:offsets[i+1]]` (block 1 first), worth
-    `block_tokens[...]` tokens each (B, or the partial length of a cached trailing partial
-    block). Ids are numbered in first-appearance order over the requests in replay order (with
-    `--cache-outputs`: request i's prompt blocks, then its output blocks, then request i+1).
-    `max_hit_blocks[i]` caps the hit (the last-token rule `floor((n-1)/B)` when on, else the
-    number of cacheable blocks). `output_offsets`/`output_ids` are the full blocks of
-    prompt + output beyond the prompt's, inserted after the lookup, when outputs are cached.
-    """
-
-    offsets: np.ndarray  # int64, n_requests + 1
-    ids: np.ndarray  # int32
-    block_tokens: np.ndarray  # int32, same length as ids
-    num_distinct: int
-    max_hit_blocks: np.ndarray  # int64 per request
-    prompt_tokens: np.ndarray  # int64 per request
-    block_size_tokens: int
-    output_offsets: np.ndarray | None = None  # int64, n_requests + 1
-    output_ids: np.ndarray | None = None  # int32, full B-token blocks only
-    seed: int = 0
-
-    @property
-    def num_requests(self) -> int:
-        """Number of requests."""
-        return len(self.offsets) - 1
-
-    @property
-    def num_blocks(self) -> np.ndarray:
-        """Cacheable blocks per request (int64)."""
-        return np.diff(self.offsets)
-
-    def with_hit_cap(self, last_token_rule: bool) -> BlockChains:
-        """The same chains with the last-token rule switched on or off (ids do not change)."""
-        blocks = self.num_blocks
-        cap = blocks
-        if last_token_rule:
-            last = np.maximum(self.prompt_tokens - 1, 0)
-            cap = np.minimum(blocks, last // self.block_size_tokens)
-        return replace(self, max_hit_blocks=cap.astype(np.int64))
-
-    def request_of_block(self) -> np.ndarray:
-        """Request index of every entry of `ids` (int64)."""
-        return np.repeat(np.arange(self.num_requests, dtype=np.int64), self.num_blocks)
 
 
 @nb.njit(cache=True, inline="always")
@@ -207,37 +168,73 @@ def _interleave(off_a: np.ndarray, val_a: np.ndarray, off_b: np.ndarray, val_b: 
     return off, out
 
 
-def frozen_input(array: np.ndarray, dtype: type) -> np.ndarray:
-    """A contiguous read-only view (a copy only when the dtype or layout differs).
+@nb.njit(cache=True, nogil=True)
+def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
+    """`_dense_ids` over one batch (`stream`), with the table kept across batches.
 
-    Arrow buffers arrive read-only and NumPy arrays writable; numba compiles one specialisation
-    per flavour, so every input goes in read-only and one cached signature serves both.
+    `by_id` rows are the lanes [A, B] of each id; `table` (open addressing on lane A) holds
+    id + 1 per slot (0 = empty), 4 bytes, so it stays small: fresh memory costs its first touch
+    on these machines, and a lookup misses the caches anyway. Most blocks repeat an earlier
+    chain whose ids were numbered consecutively when it first appeared, so the id after the
+    previous block's (`last` + 1) is tried first, in `by_id` (sequential memory); only when its
+    lane A differs does the lookup probe the table. Either way lane B is then checked.
+    Returns (distinct, collisions, last id).
     """
-    out: np.ndarray = np.ascontiguousarray(array, dtype=dtype).view()
-    out.flags.writeable = False
-    return out
+    mask = np.int64(table.shape[0] - 1)
+    collisions = 0
+    for j in range(len(hash_a)):
+        h = hash_a[j]
+        guess = last + 1
+        if guess < distinct and by_id[guess, 0] == h:
+            d = guess
+        else:
+            slot = np.int64(h & np.uint64(mask))
+            while True:
+                e = table[slot]
+                if e == 0:
+                    table[slot] = distinct + 1
+                    by_id[distinct, 0] = h
+                    by_id[distinct, 1] = hash_b[j]
+                    d = distinct
+                    distinct += 1
+                    break
+                if by_id[e - 1, 0] == h:
+                    d = np.int64(e) - 1
+                    break
+                slot = (slot + 1) & mask
+        if by_id[d, 1] != hash_b[j]:
+            collisions += 1
+        ids[start + j] = d
+        last = d
+    return distinct, collisions, last
 
 
-def _keys(seed: int, attempt: int) -> np.ndarray:
-    """Per lane: offset K0 and odd multipliers K1 (value) and K2 (position), from the seed."""
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(seed) >> 32 & 0xFFFFFFFF, attempt,
-                                 0x59A0])
-    keys = rng.integers(0, 2**64, size=6, dtype=np.uint64, endpoint=False)
-    keys[[1, 2, 4, 5]] |= np.uint64(1)
-    return keys
+@nb.njit(cache=True, nogil=True)
+def _rehash(by_id, distinct, new):
+    """Fill a larger table with ids 0 .. distinct − 1 (ids unchanged)."""
+    mask = np.int64(new.shape[0] - 1)
+    for d in range(distinct):
+        slot = np.int64(by_id[d, 0] & np.uint64(mask))
+        while new[slot] != 0:
+            slot = (slot + 1) & mask
+        new[slot] = d + 1
 
 
-def chain_bytes(blocks: int) -> int:
-    """Memory the chains of `blocks` cacheable blocks hold: ids, tokens, lane B and the table."""
-    table = 1 << max(10, int(np.ceil(np.log2(max(blocks, 1) * 2 + 1))))
-    return int(blocks) * 16 + table * 12
+def _compiled_interleave(*args: Any) -> Any:
+    return _interleave(*args)
 
 
-def _segment_positions(counts: np.ndarray) -> np.ndarray:
-    """0-based position of every element within its segment, for segments of `counts`."""
-    total = int(counts.sum())
-    starts = np.cumsum(counts) - counts
-    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+def _compiled_hashes(*args: Any) -> None:
+    _chain_hashes(*args)
+
+
+def _compiled_ids(*args: Any) -> Any:
+    return _dense_ids(*args)
+
+
+# Looked up at call time, so a test can stand in for one kernel.
+COMPILED = ChainKernels(interleave=_compiled_interleave, chain_hashes=_compiled_hashes,
+                        dense_ids=_compiled_ids)
 
 
 def build_block_chains(
@@ -260,136 +257,6 @@ def build_block_chains(
     isolated. Output arrays, when given with `rules.cache_outputs`, add the full blocks of
     prompt + output as blocks to insert (token traces only).
     """
-    offsets = frozen_input(offsets, np.int64)
-    values = frozen_input(values, np.int64)
-    prompt_len = np.array(prompt_len, dtype=np.int64)
-    n = len(prompt_len)
-    if len(offsets) != n + 1:
-        raise ValueError(f"offsets has {len(offsets)} entries for {n} requests (want n + 1)")
-    rules.check_source_block_size(source_block_size)
-    block = int(rules.block_size_tokens)
-    unit = 1 if source_block_size is None else int(source_block_size)
-    per_block = block // unit
-    ns = (np.zeros(n, dtype=np.int64) if namespace_codes is None
-          else np.ascontiguousarray(namespace_codes, dtype=np.int64))
-    full, partial = _block_counts(offsets, prompt_len, unit, per_block, block,
-                                  rules.cache_partial_blocks)
-
-    with_outputs = (rules.cache_outputs and output_offsets is not None
-                    and output_values is not None and source_block_size is None)
-    unit_offsets, unit_values, hashed_full = offsets, values, full
-    if with_outputs:
-        assert output_offsets is not None and output_values is not None  # with_outputs
-        out_off = frozen_input(output_offsets, np.int64)
-        out_val = frozen_input(output_values, np.int64)
-        unit_offsets, unit_values = (frozen_input(a, np.int64)
-                                     for a in _interleave(offsets, values, out_off, out_val))
-        hashed_full = (prompt_len + np.diff(out_off)) // block
-        partial = np.zeros(n, dtype=np.int64)  # a partial prompt block is not a prefix of outputs
-
-    hashed_blocks = hashed_full + (partial > 0)
-    block_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(hashed_blocks, out=block_offsets[1:])
-    all_ids, distinct = _dense_block_ids(unit_offsets, unit_values, per_block, hashed_full,
-                                         partial, ns, block_offsets, rules.seed, block)
-
-    prompt_blocks = full + (partial > 0) if not with_outputs else prompt_len // block
-    out_ids = out_offsets = None
-    if with_outputs:
-        ids, out_ids, out_offsets = _split_outputs(all_ids, hashed_blocks, prompt_blocks)
-    else:
-        ids = all_ids
-    chain_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(prompt_blocks, out=chain_offsets[1:])
-    block_tokens = np.full(len(ids), block, dtype=np.int32)
-    has_partial = np.flatnonzero(partial > 0)
-    if has_partial.size:
-        block_tokens[chain_offsets[has_partial + 1] - 1] = partial[has_partial]
-    return _assemble(rules, prompt_len, prompt_blocks, chain_offsets, ids, block_tokens, distinct,
-                     output_offsets=out_offsets, output_ids=out_ids)
-
-
-def _block_counts(offsets: np.ndarray, prompt_len: np.ndarray, unit: int, per_block: int,
-                  block: int, cache_partial: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per request, its full blocks and the tokens of its trailing partial block (0 unless
-    partial blocks are cached), counting only the tokens the content covers."""
-    units = np.diff(offsets)
-    covered = np.minimum(prompt_len, units * unit)
-    full_units = np.minimum(units, prompt_len // unit)
-    full = full_units // per_block
-    partial = np.zeros(len(prompt_len), dtype=np.int64)
-    if cache_partial:
-        rest = covered - full * block
-        partial = np.where(units > full * per_block, rest, 0).astype(np.int64)
-    return full, partial
-
-
-def _dense_block_ids(unit_offsets: np.ndarray, unit_values: np.ndarray, per_block: int,
-                     hashed_full: np.ndarray, partial: np.ndarray, ns: np.ndarray,
-                     block_offsets: np.ndarray, seed: int, block: int) -> tuple[np.ndarray, int]:
-    """Every block's chained hash turned into a dense id, re-keyed on the (never yet seen)
-    event that two different chains collide on both 64-bit lanes."""
-    total = int(block_offsets[-1])
-    if total > _MAX_IDS:
-        raise ResourceLimitError(
-            f"{total} blocks exceed the 2^31 ids this replay supports; use a larger --block-size"
-        )
-    # Both hash lanes of every block (16 B) live next to the chains until the ids are dense.
-    memory.require(chain_bytes(total) + 16 * total,
-                   f"chaining {total:,} blocks of {block} token(s)", "use a larger --block-size")
-    table_bits = max(10, int(np.ceil(np.log2(max(total, 1) * 2 + 1))))
-    for attempt in range(_TRIES):
-        keys = _keys(seed, attempt)
-        hash_a = np.empty(total, dtype=np.uint64)
-        hash_b = np.empty(total, dtype=np.uint64)
-        _chain_hashes(unit_offsets, unit_values, np.int64(per_block), hashed_full, partial, ns,
-                      block_offsets, keys, hash_a, hash_b)
-        all_ids, distinct, collisions = _dense_ids(hash_a, hash_b, np.int64(table_bits))
-        del hash_a, hash_b
-        if collisions == 0:
-            return all_ids, distinct
-    raise YaotuError(f"block hashing collided {_TRIES} times in a row ({total} blocks); "
-                     "this should not happen: report it with the trace")
-
-
-def _split_outputs(all_ids: np.ndarray, hashed_blocks: np.ndarray, prompt_blocks: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The prompt's block ids, the output's, and the output's per-request offsets."""
-    position = _segment_positions(hashed_blocks)
-    is_prompt = position < np.repeat(prompt_blocks, hashed_blocks)
-    out_offsets = np.zeros(len(prompt_blocks) + 1, dtype=np.int64)
-    np.cumsum(hashed_blocks - prompt_blocks, out=out_offsets[1:])
-    return (np.ascontiguousarray(all_ids[is_prompt]), np.ascontiguousarray(all_ids[~is_prompt]),
-            out_offsets)
-
-
-def _assemble(
-    rules: ReplayRules,
-    prompt_len: np.ndarray,
-    prompt_blocks: np.ndarray,
-    chain_offsets: np.ndarray,
-    ids: np.ndarray,
-    block_tokens: np.ndarray,
-    distinct: int,
-    *,
-    output_offsets: np.ndarray | None = None,
-    output_ids: np.ndarray | None = None,
-) -> BlockChains:
-    """The final `BlockChains`, so the in-memory and streaming paths apply the rules alike."""
-    block = int(rules.block_size_tokens)
-    if rules.last_token_rule:
-        max_hit = np.minimum(prompt_blocks, np.maximum(prompt_len - 1, 0) // block)
-    else:
-        max_hit = prompt_blocks.copy()
-    return BlockChains(
-        offsets=chain_offsets,
-        ids=ids,
-        block_tokens=block_tokens,
-        num_distinct=int(distinct),
-        max_hit_blocks=max_hit.astype(np.int64),
-        prompt_tokens=prompt_len,
-        block_size_tokens=block,
-        output_offsets=output_offsets,
-        output_ids=output_ids,
-        seed=int(rules.seed),
-    )
+    return chain_layout(offsets, values, prompt_len, source_block_size, namespace_codes, rules,
+                        output_offsets=output_offsets, output_values=output_values,
+                        kernels=COMPILED)

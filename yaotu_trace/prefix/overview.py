@@ -56,15 +56,24 @@ def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
             reason="the trace has no prompt content (prompt_tokens or prompt_block_ids), so "
             "shared prefixes cannot be seen; prefix reuse needs token or block ids",
         )
-    # Only a trace with content pays for the compiled replay (numba's import and start).
-    from yaotu_trace.prefix import effective_rules, replay_trace
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix import small
+    from yaotu_trace.prefix.rules import effective_rules
 
     rules, name, notes = effective_rules(trace, preset)
-    section, curve = sweep_trace(trace, rules, preset=name, points=2, notes=notes,
-                                 warmup=warmup)
-    unlimited = replay_trace(trace, rules, preset=name, waterfall=False, top_prefixes=0,
-                             warmup=warmup)
+    # A small trace without a window is swept in numpy (the same numbers); only a larger one
+    # pays for numba's import and start.
+    swept = None if warmup is not None else small.overview(trace, rules, preset=name,
+                                                            points=2, notes=notes)
+    if swept is None:
+        from yaotu_trace.prefix.sweep_trace import sweep_trace
+        from yaotu_trace.prefix.trace import replay_trace
+
+        section, curve = sweep_trace(trace, rules, preset=name, points=2, notes=notes,
+                                     warmup=warmup)
+        hit_rates = replay_trace(trace, rules, preset=name, waterfall=False, top_prefixes=0,
+                                 warmup=warmup).hit_rates
+    else:
+        section, curve, hit_rates = swept
     prompt_tokens = int(curve.prompt_tokens_total)
     saved = int(curve.unlimited_hit_tokens)
     return ReuseOverview(
@@ -79,7 +88,7 @@ def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
         knee=section.knee,
         shares=section.shares,
         full_reuse=section.full_reuse,
-        hit_rates=unlimited.hit_rates,
+        hit_rates=hit_rates,
         notes=section.notes,
         window=section.window,
     )

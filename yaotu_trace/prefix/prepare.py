@@ -10,15 +10,18 @@ disk (`Trace.lazy`, canonical Parquet) is not read here: the chains stream from 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
 from yaotu_trace.prefix.rules import ReplayRules
-from yaotu_trace.prefix.stream import ParquetPrompts, build_block_chains_streaming
+from yaotu_trace.prefix.stream import ParquetPrompts
+
+if TYPE_CHECKING:
+    from yaotu_trace.prefix.chains import BlockChains
 
 _MISSING = "\x00"
 
@@ -73,6 +76,10 @@ class PreparedTrace:
 
     def chains(self, rules: ReplayRules, *, namespaces: bool = True) -> BlockChains:
         """Block chains under `rules`; `namespaces=False` puts every request in one namespace."""
+        # The compiled chain builders, imported on use: a small trace's overview needs none.
+        from yaotu_trace.prefix.blocks import build_block_chains
+        from yaotu_trace.prefix.stream import build_block_chains_streaming
+
         ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
         if self.stream is not None:
             return build_block_chains_streaming(self.stream, ns, rules)

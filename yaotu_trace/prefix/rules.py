@@ -2,16 +2,19 @@
 
 `ReplayRules` is validated on construction (a bad combination is a `ConfigError` with a
 one-line message); `PRESETS` holds the engine presets of spec §5 and `rules_for` applies
-explicit overrides on top of one.
+explicit overrides on top of one, and `effective_rules` the choice a run makes for a trace.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.errors import ConfigError
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import Trace
 
 
 class TouchOrder(StrEnum):
@@ -235,3 +238,26 @@ def _changed(base: ReplayRules, changes: dict[str, Any]) -> ReplayRules:
         trial = replace(base, **changes, accounting=Accounting.CLEAN)
         return trial if trial.exact_accounting_clash(base.accounting) else replace(base, **changes)
     return replace(base, **changes)
+
+
+def effective_rules(
+    trace: Trace, preset: Preset | str | None = None, **overrides: Any
+) -> tuple[ReplayRules, str, tuple[str, ...]]:
+    """The rules a run uses on `trace`: (rules, preset name, notes about the choice).
+
+    Without an explicit preset, Mooncake-format traces use the `mooncake` preset (the
+    publishers' own rules) and other traces `vllm`. Without an explicit block size, a preset
+    block size that would split the trace's block ids is rounded up to a multiple of them.
+    """
+    notes: list[str] = []
+    source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
+    name = str(preset) if preset else ("mooncake" if trace.format_name == "mooncake" else "vllm")
+    rules = rules_for(name, **overrides)
+    if (source and overrides.get("block_size_tokens") is None
+            and rules.block_size_tokens % source):
+        rounded = -(-rules.block_size_tokens // source) * source
+        notes.append(f"block size {rules.block_size_tokens} cannot split the trace's "
+                     f"{source}-token block ids; using {rounded}")
+        rules = rules.with_(block_size_tokens=rounded)
+    rules.check_source_block_size(source)
+    return rules, name, tuple(notes)

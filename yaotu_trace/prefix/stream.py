@@ -25,18 +25,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba as nb
 import numpy as np
 
 from yaotu_trace.data.schema import list_value_problem
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError, YaotuError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.blocks import (
+from yaotu_trace.prefix.chains import (
     _MAX_IDS,
     _TRIES,
     BlockChains,
     _assemble,
-    _chain_hashes,
     _keys,
     frozen_input,
 )
@@ -229,58 +227,6 @@ def _prefetched(source: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
                 thread.join(timeout=0.05)
 
 
-@nb.njit(cache=True, nogil=True)
-def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
-    """`blocks._dense_ids` over one batch, with the table kept across batches.
-
-    `by_id` rows are the lanes [A, B] of each id; `table` (open addressing on lane A) holds
-    id + 1 per slot (0 = empty), 4 bytes, so it stays small: fresh memory costs its first touch
-    on these machines, and a lookup misses the caches anyway. Most blocks repeat an earlier
-    chain whose ids were numbered consecutively when it first appeared, so the id after the
-    previous block's (`last` + 1) is tried first, in `by_id` (sequential memory); only when its
-    lane A differs does the lookup probe the table. Either way lane B is then checked.
-    Returns (distinct, collisions, last id).
-    """
-    mask = np.int64(table.shape[0] - 1)
-    collisions = 0
-    for j in range(len(hash_a)):
-        h = hash_a[j]
-        guess = last + 1
-        if guess < distinct and by_id[guess, 0] == h:
-            d = guess
-        else:
-            slot = np.int64(h & np.uint64(mask))
-            while True:
-                e = table[slot]
-                if e == 0:
-                    table[slot] = distinct + 1
-                    by_id[distinct, 0] = h
-                    by_id[distinct, 1] = hash_b[j]
-                    d = distinct
-                    distinct += 1
-                    break
-                if by_id[e - 1, 0] == h:
-                    d = np.int64(e) - 1
-                    break
-                slot = (slot + 1) & mask
-        if by_id[d, 1] != hash_b[j]:
-            collisions += 1
-        ids[start + j] = d
-        last = d
-    return distinct, collisions, last
-
-
-@nb.njit(cache=True, nogil=True)
-def _rehash(by_id, distinct, new):
-    """Fill a larger table with ids 0 .. distinct − 1 (ids unchanged)."""
-    mask = np.int64(new.shape[0] - 1)
-    for d in range(distinct):
-        slot = np.int64(by_id[d, 0] & np.uint64(mask))
-        while new[slot] != 0:
-            slot = (slot + 1) & mask
-        new[slot] = d + 1
-
-
 class _IdTable:
     """Chain hashes → dense ids: an open-addressing table at most half full, and lanes by id.
 
@@ -304,6 +250,8 @@ class _IdTable:
             by_id[:self.distinct] = self.by_id[:self.distinct]
             self.by_id = by_id
         if need * 2 > self.table.shape[0]:
+            from yaotu_trace.prefix.blocks import _rehash
+
             grown = np.zeros(_table_slots(need), dtype=np.int32)
             _rehash(self.by_id, np.int64(self.distinct), grown)
             self.table = grown
@@ -363,6 +311,9 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
                  block: int, per_block: int, bound: int
                  ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
     """One pass with one set of keys; None when lane B caught a lane-A collision."""
+    # The compiled kernels are imported here: reading prompts (`ParquetPrompts`) needs no numba.
+    from yaotu_trace.prefix.blocks import _chain_hashes, _dense_ids_into
+
     n = len(prompts.prompt_len)
     unit = block // per_block
     table = _IdTable(bound // 8)

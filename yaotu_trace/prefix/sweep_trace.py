@@ -9,16 +9,15 @@ blocks, tokens and (when the KV bytes per token are known) bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.engine import replay, route_codes
+from yaotu_trace.prefix.curve import DEFAULT_SHARES, CapacityCurve
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
-from yaotu_trace.prefix.sweep import DEFAULT_SHARES, CapacityCurve, sweep
 from yaotu_trace.prefix.window import (
     MeasurementWindow,
     WarmupSpec,
@@ -26,6 +25,9 @@ from yaotu_trace.prefix.window import (
     measured_only,
     measurement_window,
 )
+
+if TYPE_CHECKING:
+    from yaotu_trace.prefix.chains import BlockChains
 
 KNEE_DEFINITION = (
     "Kneedle: with capacity scaled to [0, 1] up to the capacity that reaches the unlimited hits "
@@ -107,6 +109,8 @@ def partition_codes(prepared: PreparedTrace, rules: ReplayRules, chains: Any) ->
     """
     if rules.scope is not Scope.INSTANCE:
         return None
+    from yaotu_trace.prefix.engine import replay, route_codes
+
     if rules.route is None and prepared.instance_codes is not None:
         return prepared.instance_codes
     if rules.route is Route.PREFIX_AFFINITY:
@@ -137,14 +141,9 @@ def sweep_trace(
     With `warmup` every request still touches the cache but only the requests after it are
     looked up into the curve (`window.py`), and each point says whether its cache had filled.
     """
-    if rules.eviction != "lru":
-        raise ConfigError(
-            f"the capacity sweep is exact for LRU only (stack distances); got --eviction "
-            f"{rules.eviction}; run `trace replay --capacity C` per capacity instead"
-        )
-    source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
-    rules.check_source_block_size(source)
-    prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
+    from yaotu_trace.prefix.sweep import sweep
+
+    prepared = sweep_input(trace, rules)
     chains = prepared.chains(rules)
     codes = partition_codes(prepared, rules, chains)
     n_caches = 0 if codes is None else int(np.unique(codes).size)
@@ -153,6 +152,39 @@ def sweep_trace(
     curve = sweep(swept, touch_order=rules.touch_order, instance_codes=codes,
                   kv_bytes_per_token=kv_bytes_per_token,
                   per_instance=0 < n_caches <= MAX_INSTANCE_CURVES)
+    section = curve_section(prepared, rules, chains, codes, curve, preset=preset, points=points,
+                            model=model, notes=notes, window=window)
+    return section, curve
+
+
+def sweep_input(trace: Trace, rules: ReplayRules) -> PreparedTrace:
+    """The prepared trace a sweep under `rules` runs on, after the checks a sweep needs."""
+    if rules.eviction != "lru":
+        raise ConfigError(
+            f"the capacity sweep is exact for LRU only (stack distances); got --eviction "
+            f"{rules.eviction}; run `trace replay --capacity C` per capacity instead"
+        )
+    source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
+    rules.check_source_block_size(source)
+    return prepare(trace, with_outputs=rules.cache_outputs, stream=True)
+
+
+def curve_section(
+    prepared: PreparedTrace,
+    rules: ReplayRules,
+    chains: BlockChains,
+    codes: np.ndarray | None,
+    curve: CapacityCurve,
+    *,
+    preset: str,
+    points: int,
+    model: str | None,
+    notes: tuple[str, ...],
+    window: MeasurementWindow | None = None,
+) -> CapacityCurveSection:
+    """The report section of a swept curve, with the notes on how it was taken (and, with a
+    measurement window, whether each cache filled before it)."""
+    n_caches = 0 if codes is None else int(np.unique(codes).size)
     all_notes = list(notes)
     if window is not None:
         distinct, caches = distinct_blocks_before(
@@ -179,15 +211,14 @@ def sweep_trace(
         all_notes.append("--cache-outputs has no effect: the trace has no output token ids")
     if curve.unlimited_hit_tokens == 0:
         all_notes.append("no block is ever reused under these rules: the curve is flat at 0")
-    if kv_bytes_per_token is None:
+    if curve.kv_bytes_per_token is None:
         all_notes.append("capacities in bytes need --model or --kv-bytes-per-token")
-    section = build_section(curve, rules=rules, preset=preset, points=points, model=model,
-                            requests=prepared.num_requests - (
-                                0 if window is None else window.warmup_requests),
-                            cacheable_blocks=int(swept_blocks(chains, window)),
-                            distinct_blocks=chains.num_distinct, notes=tuple(all_notes),
-                            per_instance=per_instance, window=window)
-    return section, curve
+    return build_section(curve, rules=rules, preset=preset, points=points, model=model,
+                         requests=prepared.num_requests - (
+                             0 if window is None else window.warmup_requests),
+                         cacheable_blocks=int(swept_blocks(chains, window)),
+                         distinct_blocks=chains.num_distinct, notes=tuple(all_notes),
+                         per_instance=per_instance, window=window)
 
 
 def _instance_rows(curve: CapacityCurve, codes: np.ndarray,

@@ -23,7 +23,7 @@ from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.result import ReplayResult
-from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, rules_for
+from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, effective_rules, rules_for
 from yaotu_trace.prefix.waterfall import (
     STEPS,
     Waterfall,
@@ -180,29 +180,6 @@ class ReplaySummary:
             "measurement_window": None if self.window is None else self.window.to_dict(),
             "notes": list(self.notes),
         }
-
-
-def effective_rules(
-    trace: Trace, preset: Preset | str | None = None, **overrides: Any
-) -> tuple[ReplayRules, str, tuple[str, ...]]:
-    """The rules a run uses on `trace`: (rules, preset name, notes about the choice).
-
-    Without an explicit preset, Mooncake-format traces use the `mooncake` preset (the
-    publishers' own rules) and other traces `vllm`. Without an explicit block size, a preset
-    block size that would split the trace's block ids is rounded up to a multiple of them.
-    """
-    notes: list[str] = []
-    source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
-    name = str(preset) if preset else ("mooncake" if trace.format_name == "mooncake" else "vllm")
-    rules = rules_for(name, **overrides)
-    if (source and overrides.get("block_size_tokens") is None
-            and rules.block_size_tokens % source):
-        rounded = -(-rules.block_size_tokens // source) * source
-        notes.append(f"block size {rules.block_size_tokens} cannot split the trace's "
-                     f"{source}-token block ids; using {rounded}")
-        rules = rules.with_(block_size_tokens=rounded)
-    rules.check_source_block_size(source)
-    return rules, name, tuple(notes)
 
 
 def _groups(codes: np.ndarray | None, labels: tuple[str, ...], prompt: np.ndarray,
