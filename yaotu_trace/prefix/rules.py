@@ -133,22 +133,26 @@ class ReplayRules:
             raise ConfigError(f"affinity threshold {self.affinity_threshold} must be in [0, 1]")
         clash = self.exact_accounting_clash()
         if clash:
-            raise ConfigError(f"{clash} is not how {self.accounting}'s cache works; add "
-                              "--accounting clean to replay it with the clean model")
+            raise ConfigError(f"--accounting {self.accounting} replays {self.accounting}'s own "
+                              f"pool, which does not allow {clash}; drop that rule (the "
+                              f"{self.accounting} preset has none of them), or use "
+                              "--accounting clean for the clean model")
 
     def exact_accounting_clash(self, accounting: Accounting | None = None) -> str | None:
         """The first rule `accounting` (default: the rules' own) cannot honour, or None."""
         if (accounting or self.accounting) is Accounting.CLEAN:
             return None
         checks = (
-            (not self.last_token_rule, "--no-last-token-rule"),
-            (self.touch_order is not TouchOrder.TAIL_FIRST, f"--touch-order {self.touch_order}"),
-            (self.cache_partial_blocks, "--cache-partial-blocks"),
-            (self.cache_outputs, "--cache-outputs"),
-            (self.eviction is not Eviction.LRU, f"--eviction {self.eviction}"),
+            (not self.last_token_rule, "turning the last-token rule off (--no-last-token-rule)"),
+            (self.touch_order is not TouchOrder.TAIL_FIRST,
+             f"a {self.touch_order} touch order (--touch-order)"),
+            (self.cache_partial_blocks, "caching partial blocks (--cache-partial-blocks)"),
+            (self.cache_outputs, "caching outputs (--cache-outputs)"),
+            (self.eviction is not Eviction.LRU, f"{self.eviction} eviction (--eviction)"),
             # sgl-router's cache-aware policy reads the caches, which the engine pools would
             # have to share with the router's model: routed on the clean caches only.
-            (self.route is Route.PREFIX_AFFINITY, "--route prefix-affinity"),
+            (self.route is Route.PREFIX_AFFINITY,
+             "prefix-affinity routing (--route prefix-affinity)"),
         )
         return next((flag for bad, flag in checks if bad), None)
 
