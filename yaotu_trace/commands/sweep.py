@@ -70,6 +70,11 @@ def sweep(
     tell(progress, "sweeping every capacity", 0.2)
     asked = [(text.strip(), capacity_blocks(text.strip(), rules.block_size_tokens, model_name,
                                             kv)) for text in capacities]
+    if rules.accounting != "clean":
+        notes = (*notes, f"the curve is the clean LRU model (a stack algorithm); "
+                 f"{rules.accounting}'s own pool is not one and differs at tight capacities "
+                 "(docs/replay.md, engine-exact accounting): --capacities C1,C2 adds its "
+                 "replay at those capacities")
     section, curve = sweep_trace(loaded, rules, preset=preset_name, points=points,
                                  model=model_name, kv_bytes_per_token=kv, notes=notes,
                                  warmup=spec)
