@@ -7,15 +7,21 @@ the best total of leading-run hits. MIN must equal it whenever every request fit
 
 from __future__ import annotations
 
+import json
 from functools import cache
 
 import numpy as np
+import pandas as pd
 import pytest
+from conftest import run_cli
 from helpers import chains_of, flatten, hits, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from yaotu_trace.data.canonical import write_trace
+from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix import replay_trace_with_requests
 from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
 from yaotu_trace.prefix.engine import replay
 from yaotu_trace.prefix.rules import rules_for
@@ -221,3 +227,86 @@ def test_per_instance_caches_are_independent_replays(prompts, capacity, k) -> No
     assert loaded.instance is not None
     static = replay(chains, rules, loaded.instance)
     assert loaded.hit_tokens.tolist() == static.hit_tokens.tolist()
+
+
+# ---------------------------------------------------------------- the waterfall's split
+
+
+def _trace(prompts, tenants=None):
+    data: dict[str, object] = {"arrival_s": [float(i) for i in range(len(prompts))],
+                               "prompt_len": [len(p) for p in prompts],
+                               "output_len": [1] * len(prompts), "prompt_tokens": prompts}
+    if tenants is not None:
+        data["tenant"] = tenants
+    return normalize(RawTrace(requests=pd.DataFrame(data), format_name="test"), "test.jsonl")
+
+
+def test_waterfall_splits_capacity_from_what_lru_costs() -> None:
+    """The 3-block cycle above (by hand): ideal 4 tokens (requests 4-7 each repeat one block),
+    unlimited 4; with optimal eviction 3 (capacity loses 1), LRU 0 (the policy loses 3)."""
+    rules = rules_for("none", block_size_tokens=1, capacity_blocks=3)
+    summary, table = replay_trace_with_requests(_trace([[1], [2], [3], [4]] * 2), rules)
+    steps = {s.step: s for s in summary.waterfall}
+    assert summary.ideal_hit_tokens == 4
+    assert (steps["capacity"].hit_tokens, steps["capacity"].loss_tokens) == (3, 1)
+    assert (steps["eviction_policy"].hit_tokens, steps["eviction_policy"].loss_tokens) == (0, 3)
+    assert steps["capacity"].label == "capacity (even with optimal eviction)"
+    assert steps["eviction_policy"].label == "eviction policy (LRU vs optimal)"
+    assert table.columns["loss_eviction_policy_tokens"].tolist() == [0] * 4 + [1, 1, 0, 1]
+    doc = summary.to_dict()["waterfall"]["steps"]
+    assert [s["step"] for s in doc][-2:] == ["capacity", "eviction_policy"]
+    # Optimal eviction itself loses nothing to its policy.
+    best, _ = replay_trace_with_requests(_trace([[1], [2], [3], [4]] * 2),
+                                         rules.with_(eviction="optimal"))
+    assert {s.step: s.loss_tokens for s in best.waterfall}["eviction_policy"] == 0
+    assert best.saved_prefill_tokens == 3
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_traces(max_requests=10, max_len=8), st.integers(1, 3), st.booleans(),
+       st.one_of(st.none(), st.integers(1, 6)),
+       st.sampled_from([None, "round-robin", "least-loaded", "prefix-affinity"]),
+       st.sampled_from(["lru", "fifo", "lfu"]))
+def test_waterfall_steps_still_sum_exactly(prompts, block, ltr, capacity, route,
+                                           policy) -> None:
+    """Ideal − Σ losses = achieved, in total and per request, with the capacity step split; the
+    policy step (same caches, same routes) loses >= 0 tokens in total."""
+    tenants = [("a", "b")[i % 2] for i in range(len(prompts))]
+    kw = {"scope": "instance", "route": route, "instances": 2} if route else {}
+    rules = rules_for("none", block_size_tokens=block, last_token_rule=ltr,
+                      tenant_isolation=True, capacity_blocks=capacity, eviction=policy, **kw)
+    summary, table = replay_trace_with_requests(_trace(prompts, tenants), rules)
+    assert sum(s.loss_tokens for s in summary.waterfall) == (summary.ideal_hit_tokens
+                                                             - summary.saved_prefill_tokens)
+    cols = table.columns
+    losses = sum(cols[c] for c in cols if c.startswith("loss_"))
+    assert (cols["ideal_hit_tokens"] - losses == cols["hit_tokens"]).all()
+    steps = {s.step: s.loss_tokens for s in summary.waterfall}
+    assert steps["eviction_policy"] >= 0
+    if capacity is None:
+        assert steps["capacity"] == steps["eviction_policy"] == 0
+
+
+def test_cli_replay_eviction_optimal(tmp_path, capsys) -> None:
+    """`trace replay --eviction optimal --capacity 3` on the 3-block cycle: 3 hit tokens, and
+    the console shows both capacity rows."""
+    path = tmp_path / "cycle.jsonl"
+    prompts = [[1], [2], [3], [4]] * 2
+    write_trace(pd.DataFrame({"request_id": [f"r{i}" for i in range(8)],
+                              "arrival_s": [float(i) for i in range(8)],
+                              "prompt_len": [1] * 8, "output_len": [1] * 8,
+                              "prompt_tokens": prompts}), path)
+    args = ["replay", str(path), "--preset", "none", "--block-size", "1", "--capacity", "3"]
+    code, out, err = run_cli([*args, "--eviction", "optimal", "-f", "json"], capsys)
+    assert code == 0, err
+    section = json.loads(out)["prefix_reuse"]
+    assert section["saved_prefill_tokens"] == 3
+    assert section["rules"]["eviction"] == "optimal"
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert "capacity (even with optimal eviction)" in out
+    assert "eviction policy (LRU vs optimal)" in out
+    code, _, err = run_cli([*args, "--eviction", "optimal", "--scope", "instance", "--route",
+                            "prefix-affinity"], capsys)
+    assert code != 0
+    assert "prefix-affinity routes by what the caches hold" in err

@@ -1,44 +1,48 @@
 """`--eviction optimal`: Belady's MIN over block touches, the upper bound of every eviction policy.
 
-When a touch must insert a block into a full cache, the victim is the cached block whose next use
-is farthest in the future (never used again: infinitely far). Offline, so it sees the whole
-trace; no engine can run it, but it says how much of a finite cache's loss an eviction policy
+When the cache is over its capacity, the block that leaves is the cached one whose next use is
+farthest in the future (never used again: infinitely far). Offline, so it sees the whole trace;
+no engine can run it, but it says how much of a finite cache's loss a better eviction policy
 could still win back.
 
-**The model it is optimal for.** Demand caching: a request looks up the leading run of its
-cached blocks (capped, spec §3), then every block it touches is cached when touched (a missing
-one is inserted, evicting some other block); the cache holds at most C blocks. Hits are counted
-at lookups only, so a *use* of a block is a later lookup that can hit it: a prompt block at a
-position below the request's hit cap. A touch that cannot hit (an output block under
-`--cache-outputs`, the last block the last-token rule recomputes) still inserts the block but
-protects nothing; the lookup of the later prompt that reads it back is its use. Next use is
-counted in requests (`next_use[x]` = the next request whose lookup can hit x), not in touches.
+**The model it is the optimum of.** Demand caching, as the other policies replay it: a request
+looks up the leading run of its cached blocks (capped, spec §3), then touches its blocks, each
+cached when touched (a missing one is inserted, evicting some other block when full); the
+cache holds at most C blocks. Hits count at lookups only, so a *use* of a block is a later
+lookup that can hit it: a prompt block below the request's hit cap. A touch that cannot hit (an
+output block under `--cache-outputs`, the last block the last-token rule recomputes) inserts the
+block but protects nothing; the later prompt that reads it back is its use. Next use is counted
+in requests (`_next_uses`: the next request whose lookup can hit the block), not in touches.
+Within one request no lookup sees the cache, so all that matters is the set the request leaves
+behind: any C of the cached and touched blocks that include the block touched last (it is cached
+when touched, and nothing comes after). MIN keeps the C with the nearest next uses, the last
+touched one included.
 
 **Chained ids.** A block's id is its whole prefix, so any request that uses block k uses blocks
-1..k-1 too: `next_use(parent) <= next_use(child)`. Ties go to the deeper block, so a victim
-never has a cached child and the cache stays prefix-closed: at every lookup the request's
-cached blocks are a leading run, and its hit blocks equal its cached usable blocks. Hence the
-hit *blocks* of this replay are the optimum of the model above, as MIN is for paging (where a
-miss that no lookup sees costs nothing); with every block worth B tokens (no cached partial
-blocks) so are the hit *tokens*. A cached partial block is worth fewer tokens than a full one
-and MIN ignores weights: there it is optimal in blocks, and on tokens a bound only in practice.
-`tests/prefix/test_optimal.py` checks both against an exhaustive search of every eviction choice
-on tiny traces, and that it hits at least as many tokens as LRU, FIFO and LFU on random ones.
+1..k-1 too: `next_use(parent) <= next_use(child)`. Ties go to the deeper block, so a parent never
+leaves before its cached child and the cache stays prefix-closed: at a lookup, the request's
+cached blocks are a leading run and its hit blocks are its cached usable blocks, the quantity
+MIN maximises. Touched last first (tail-first) the block that must stay is block 1, which keeps
+the cache closed; head-first it is the request's deepest block, which MIN evicts next when its
+parent did not stay (it cannot hit without it).
 
-**Within a request** the blocks not yet touched are pinned (next use: now), so none is evicted to
-be inserted again a moment later. An offline policy keeps the same sets whatever order a request
-admits its blocks in (every block of a request that fits is kept), so the touch order does not
-change the answer and the blocks are admitted last block first (a head touched first could be
-evicted by its own tail). A request of more blocks than the cache keeps its head.
+**Where it is exact.** When no request has more blocks than the cache, its hit blocks equal the
+optimum of the model (and so do its hit tokens when every block is B tokens, i.e. no cached
+partial blocks, which MIN does not weigh): `tests/prefix/test_optimal.py` checks this against an
+exhaustive search of every eviction choice, in both touch orders, with the last-token rule,
+partial blocks and outputs. A request longer than the cache forces what it leaves behind, and
+a cleverer schedule can then do slightly better (by letting a later touch that cannot hit bring
+a block back); there it is a close bound, which the tests check is never below LRU, FIFO or LFU
+on random traces at every capacity.
 
 **Caches.** One global cache, or one per instance when every request's instance is known before
 the replay (the trace's column, round-robin, random, least-loaded): each instance's requests
 are replayed through its own cache with its own future. Prefix-affinity routes by the cache
 contents, which depend on the policy, so `rules.py` refuses that combination.
 
-**Cost.** Next uses in one reverse pass over the touches (`_next_uses`), then O(log n) per touch:
-a max-heap keyed by (next use, depth) with lazy deletion (an entry is live while its key is the
-block's current key), compacted when it reaches twice the cache size.
+**Cost.** Next uses in one compiled reverse pass over the touches, then O(log n) per touch: a
+max-heap keyed by (next use, depth) with lazy deletion (an entry is live while its key is the
+block's current key), compacted when it reaches twice the cache size plus one request.
 """
 
 from __future__ import annotations
