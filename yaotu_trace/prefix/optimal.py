@@ -133,14 +133,53 @@ def _compact(heap_k, heap_v, size, in_cache, cur_key, mark):
 
 
 @nb.njit(cache=True)
-def _set_key(x, key, heap_k, heap_v, size, in_cache, cur_key, mark):
-    """Give cached block x a new key: one heap entry, compacting first when the heap is full."""
+def _compact_dead(dead_v, size, in_cache, cur_key, mark, dead_key):
+    """The never-used-again stack without evicted blocks and duplicates."""
+    kept = 0
+    for j in range(size):
+        x = dead_v[j]
+        if in_cache[x] != 0 and cur_key[x] == dead_key and mark[x] == 0:
+            mark[x] = 1
+            dead_v[kept] = x
+            kept += 1
+    for j in range(kept):
+        mark[dead_v[j]] = 0
+    return kept
+
+
+@nb.njit(cache=True)
+def _set_key(x, key, dead_key, heap_k, heap_v, heap_n, dead_v, dead_n, in_cache, cur_key, mark):
+    """Give cached block x a new key: a heap entry, or a place on the stack of blocks never
+    used again (they go first, in any order: no heap work for most blocks of a trace).
+    Returns the heap's and the stack's sizes."""
     if cur_key[x] == key:
-        return size
+        return heap_n, dead_n
     cur_key[x] = key
-    if size == len(heap_k):
-        size = _compact(heap_k, heap_v, size, in_cache, cur_key, mark)
-    return heap_push(heap_k, heap_v, size, key, x)
+    if key == dead_key:
+        if dead_n == len(dead_v):
+            dead_n = _compact_dead(dead_v, dead_n, in_cache, cur_key, mark, dead_key)
+        dead_v[dead_n] = x
+        return heap_n, dead_n + 1
+    if heap_n == len(heap_k):
+        heap_n = _compact(heap_k, heap_v, heap_n, in_cache, cur_key, mark)
+    return heap_push(heap_k, heap_v, heap_n, key, x), dead_n
+
+
+@nb.njit(cache=True)
+def _victim(dead_key, heap_k, heap_v, heap_n, dead_v, dead_n, in_cache, cur_key):
+    """The live block to evict: one never used again, else the heap's top.
+    Returns (victim, heap size, stack size)."""
+    while dead_n > 0:
+        dead_n -= 1
+        v = dead_v[dead_n]
+        if in_cache[v] != 0 and cur_key[v] == dead_key:
+            return v, heap_n, dead_n
+    while True:
+        v = heap_v[0]
+        live = in_cache[v] != 0 and heap_k[0] == cur_key[v]
+        heap_n = heap_pop(heap_k, heap_v, heap_n)
+        if live:
+            return v, heap_n, dead_n
 
 
 @nb.njit(cache=True, nogil=True)
@@ -160,8 +199,11 @@ def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, or
         heap_len = (min(nodes, capacity) + depth) * 2 + 16
     heap_k = np.empty(heap_len, dtype=np.int64)
     heap_v = np.empty(heap_len, dtype=np.int64)
+    dead_v = np.empty(heap_len, dtype=np.int64)
+    dead_key = _key(n, depth - 1, depth)  # every next use is at most n (none), every depth less
     size = 0
     heap_n = 0
+    dead_n = 0
     hit_blocks = np.zeros(n, dtype=np.int64)
     evicted = 0
     inserted = 0
@@ -172,6 +214,7 @@ def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, or
             cache = codes[i]
             size = 0
             heap_n = 0
+            dead_n = 0
         base = cache * d
         start = offsets[i]
         length = offsets[i + 1] - start
@@ -195,8 +238,9 @@ def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, or
                 inserted += 1
                 cur_key[x] = 1  # no key is positive: the next `_set_key` always pushes
             if bounded:
-                heap_n = _set_key(x, _key(use, pos, depth), heap_k, heap_v, heap_n, in_cache,
-                                  cur_key, mark)
+                key = dead_key if use == n else _key(use, pos, depth)
+                heap_n, dead_n = _set_key(x, key, dead_key, heap_k, heap_v, heap_n, dead_v, dead_n,
+                                          in_cache, cur_key, mark)
         if size <= capacity or total == 0:
             continue
         # The block touched last stays (it is cached when touched, and nothing comes after).
@@ -204,20 +248,19 @@ def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, or
         x_last = base + (ids[start + last] if last < length
                          else out_ids[o_start + last - length])
         final_key = cur_key[x_last]
-        heap_n = _set_key(x_last, _key(i, last, depth), heap_k, heap_v, heap_n, in_cache,
-                          cur_key, mark)
+        heap_n, dead_n = _set_key(x_last, _key(i, last, depth), dead_key, heap_k, heap_v, heap_n,
+                                  dead_v, dead_n, in_cache, cur_key, mark)
         while size > capacity:
-            v = heap_v[0]
-            live = in_cache[v] != 0 and heap_k[0] == cur_key[v]
-            heap_n = heap_pop(heap_k, heap_v, heap_n)
-            if live:
-                in_cache[v] = 0
-                size -= 1
-                evicted += 1
+            v, heap_n, dead_n = _victim(dead_key, heap_k, heap_v, heap_n, dead_v, dead_n,
+                                        in_cache, cur_key)
+            in_cache[v] = 0
+            size -= 1
+            evicted += 1
         if last > 0:  # head first: without its parent the block cannot hit, so it goes next
             p = last - 1
             parent = base + (ids[start + p] if p < length else out_ids[o_start + p - length])
             if in_cache[parent] == 0:
-                final_key = _key(n, depth - 1, depth)
-        heap_n = _set_key(x_last, final_key, heap_k, heap_v, heap_n, in_cache, cur_key, mark)
+                final_key = dead_key
+        heap_n, dead_n = _set_key(x_last, final_key, dead_key, heap_k, heap_v, heap_n, dead_v,
+                                  dead_n, in_cache, cur_key, mark)
     return hit_blocks, evicted, inserted
