@@ -31,7 +31,7 @@ def test_kv_bytes_per_token_matches_doc_table(name: str, expected: int) -> None:
 
 
 def test_catalog_covers_every_model_of_the_doc_table() -> None:
-    assert {m.name for m in load_catalog()} == set(DOC_KV_BYTES_PER_TOKEN)
+    assert {m.name for m in load_catalog()} >= set(DOC_KV_BYTES_PER_TOKEN)
 
 
 def test_mla_uses_latent_width_not_heads() -> None:
@@ -68,6 +68,9 @@ def test_unknown_model_error_is_one_line_with_close_names() -> None:
 
 def test_catalog_params_are_positive_and_active_at_most_total() -> None:
     for spec in load_catalog():
+        if spec.name not in DOC_KV_BYTES_PER_TOKEN and spec.total_params is None:
+            continue  # a model whose source gives only its KV shape has no parameter count
+        assert spec.total_params is not None and spec.active_nonembedding_params is not None
         assert 0 < spec.active_nonembedding_params <= spec.total_params
 
 
@@ -81,7 +84,7 @@ def test_models_command_lists_every_model_with_kv_bytes(capsys, fmt: str) -> Non
     out = capsys.readouterr().out
     if fmt == "json":
         rows = {m["name"]: m["kv_bytes_per_token"] for m in json.loads(out)["models"]}
-        assert rows == DOC_KV_BYTES_PER_TOKEN
+        assert {name: rows[name] for name in DOC_KV_BYTES_PER_TOKEN} == DOC_KV_BYTES_PER_TOKEN
     else:
         for name, kv in DOC_KV_BYTES_PER_TOKEN.items():
             assert name in out

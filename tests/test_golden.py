@@ -28,6 +28,8 @@ COMMANDS = {
     "replay": ["replay", "sample_traces/multitenant.csv", "--route", "round-robin",
                "--instances", "4", "--capacity", "20000"],
     "sweep": ["sweep", "sample_traces/chat.parquet", "--points", "6"],
+    "sweep-capacities": ["sweep", "sample_traces/multitenant.csv", "--points", "2",
+                         "--capacities", "300,20ktok,unlimited"],
     "diagnose": ["diagnose", *KV, "--model", "llama-3.1-8b", "--gpu", "H100"],
     "check": ["check", *KV, "--fail-on", "bottleneck"],
     "models": ["models"],

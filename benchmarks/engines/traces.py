@@ -64,7 +64,7 @@ def generate(shape: TraceShape) -> pd.DataFrame:
             prompt = _suffix(rng, shape)
         prompt = prompt[: shape.max_prompt_tokens]
         if len(prompt) < 2:
-            prompt = prompt + [1, 2]
+            prompt = [*prompt, 1, 2]
         rows.append({"request_id": f"{shape.name}-{i:04d}", "arrival_s": 0.25 * i,
                      "tenant": f"t{tenant}", "prompt_len": len(prompt),
                      "output_len": int(rng.integers(1, 64)),

@@ -93,7 +93,7 @@ def test_unexpected_exception_is_internal_error_without_traceback(
 ) -> None:
     import yaotu_trace.commands.analyze as pipeline
 
-    def boom(_trace: object) -> None:
+    def boom(_trace: object, **_options: object) -> None:
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(pipeline, "analyze", boom)

@@ -194,7 +194,10 @@ def test_equals_the_exhaustive_optimum_when_requests_fit(prompts, block, ltr, pa
 def test_hits_at_least_lru_fifo_lfu_at_every_capacity(prompts, block, ltr, partial, touch,
                                                       instances) -> None:
     """The bound, on random traces at every capacity from 1 block to beyond the working set,
-    one global cache or round-robin instances: optimal hit tokens >= LRU, FIFO and LFU."""
+    one global cache or round-robin instances: optimal hit tokens >= LRU, FIFO and LFU. With
+    cached partial blocks the bound is on hit blocks: MIN does not weigh a block by its tokens,
+    so it may keep a 1-token partial block over a 3-token full one (LFU kept the full one in a
+    case hypothesis found)."""
     kw: dict = {"scope": "instance", "route": "round-robin", "instances": instances} if (
         instances) else {}
     base = rules_for("none", block_size_tokens=block, last_token_rule=ltr,
@@ -202,9 +205,10 @@ def test_hits_at_least_lru_fifo_lfu_at_every_capacity(prompts, block, ltr, parti
     chains = chains_of(prompts, base)
     for capacity in range(1, 12):
         rules = base.with_(capacity_blocks=capacity)
-        best = int(replay(chains, rules.with_(eviction="optimal")).hit_tokens.sum())
+        field = "hit_blocks" if partial else "hit_tokens"
+        best = int(getattr(replay(chains, rules.with_(eviction="optimal")), field).sum())
         for policy in ("lru", "fifo", "lfu"):
-            assert best >= int(replay(chains, rules.with_(eviction=policy)).hit_tokens.sum())
+            assert best >= int(getattr(replay(chains, rules.with_(eviction=policy)), field).sum())
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -45,7 +45,7 @@ def test_overview_worked_example_token_level() -> None:
 
 def test_overview_equals_unlimited_replay_on_mooncake() -> None:
     trace = load_trace(shared_trace("mooncake/conversation_trace.jsonl"))
-    overview = reuse_overview(trace)
+    overview = reuse_overview(trace, preset="vllm")
     rules = rules_for("vllm", block_size_tokens=512)
     summary = replay_trace(trace, rules, waterfall=False)
     assert overview.saved_prefill_tokens == summary.saved_prefill_tokens

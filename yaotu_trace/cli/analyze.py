@@ -8,9 +8,11 @@ from yaotu_trace.cli.options import (
     InputFormatOpt,
     MapOpt,
     OutputOpt,
+    PresetOpt,
     SourceBlockOpt,
     StepsOpt,
     TraceArg,
+    WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 
@@ -24,6 +26,8 @@ def analyze(
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
     steps: StepsOpt = None,
+    warmup: WarmupOpt = None,
+    preset: PresetOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Profile a trace: arrivals and burstiness, lengths, population, observed timing.
@@ -34,14 +38,22 @@ def analyze(
 
       trace analyze conversation_trace.jsonl --format json -o profile.json
 
+      trace analyze chat.parquet --preset sglang
+
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
+
+      trace analyze conversation_trace.jsonl --warmup 50%
     """
     from yaotu_trace.commands.analyze import analyze as run
     from yaotu_trace.commands.load import open_trace
+    from yaotu_trace.prefix.window import parse_warmup
+
+    if warmup is not None:
+        parse_warmup(warmup)  # a bad window fails before the trace is read
 
     with progress("analyze", quiet) as update:
         loaded = open_trace(trace_input(trace, input_format, map, source_block_size, steps),
                             lazy_content=True, progress=update)
         update("profiling", 0.5)
-        report = run(loaded)
+        report = run(loaded, preset=preset, warmup=warmup)
     emit(report, format, output)

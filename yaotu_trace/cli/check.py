@@ -14,6 +14,7 @@ from yaotu_trace.cli.options import (
     FormatOpt,
     InputFormatOpt,
     KvCapacityOpt,
+    KvDtypeOpt,
     MapOpt,
     MetricsOpt,
     ModelOpt,
@@ -67,6 +68,7 @@ def check(
     steps: StepsOpt = None,
     metrics: MetricsOpt = None,
     model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     kv_capacity: KvCapacityOpt = None,
     block_size: BlockSizeOpt = None,
     preset: PresetOpt = None,
@@ -97,7 +99,8 @@ def check(
     with progress("check", quiet) as update:
         report = run(trace_input(trace, input_format, map, source_block_size, steps),
                      config=config, baseline=baseline, fail_on=fail_on, metrics=metrics,
-                     model=model, kv_capacity=kv_capacity, block_size_tokens=block_size,
+                     model=model, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
+                     block_size_tokens=block_size,
                      preset=preset, threshold=threshold or (), progress=update)
     if junit is not None:
         from yaotu_trace.render.junit import render_junit

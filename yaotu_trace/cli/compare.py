@@ -12,6 +12,7 @@ from yaotu_trace.cli.options import (
     FormatOpt,
     GpuOpt,
     InputFormatOpt,
+    KvDtypeOpt,
     MapOpt,
     ModelOpt,
     OutputOpt,
@@ -28,6 +29,7 @@ def compare(
         "--scenario", help="Scenario TOML file (repeat; the first one is the baseline).",
         dir_okay=False)],
     model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     gpu: GpuOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
@@ -50,5 +52,5 @@ def compare(
 
     with progress("compare", quiet) as update:
         report = run(trace_input(trace, input_format, map, source_block_size), scenarios=scenario,
-                     model=model, gpu=gpu, progress=update)
+                     model=model, gpu=gpu, kv_dtype=kv_dtype, progress=update)
     emit(report, format, output)

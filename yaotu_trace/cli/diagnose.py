@@ -16,6 +16,7 @@ from yaotu_trace.cli.options import (
     JobsOpt,
     KvBytesOpt,
     KvCapacityOpt,
+    KvDtypeOpt,
     LinkGbpsOpt,
     MapOpt,
     MetricsOpt,
@@ -48,6 +49,7 @@ def diagnose(
     metrics: MetricsOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     kv_capacity: KvCapacityOpt = None,
     block_size: BlockSizeOpt = None,
     max_num_seqs: MaxSeqsOpt = None,
@@ -87,7 +89,8 @@ def diagnose(
     with progress("diagnose", quiet) as update:
         report = run(
             trace_input(trace, input_format, map, source_block_size, steps), metrics=metrics,
-            model=model, kv_bytes_per_token=kv_bytes_per_token, kv_capacity=kv_capacity,
+            model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
+            kv_capacity=kv_capacity,
             block_size_tokens=block_size, max_num_seqs=max_num_seqs,
             max_batched_tokens=max_batched_tokens, gpu=gpu, link_gbps=link_gbps, preset=preset,
             threshold=threshold or (), jobs=jobs, dask=dask, progress=update,

@@ -15,7 +15,7 @@ from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS, MAX_COUNT
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.prefix.rules import Preset, Route, Scope, TouchOrder
+from yaotu_trace.prefix.rules import Accounting, Preset, Route, Scope, TouchOrder
 from yaotu_trace.render import OutputFormat
 
 __all__ = ["QuietOpt"]
@@ -86,6 +86,12 @@ KvBytesOpt = Annotated[
     int | None,
     typer.Option("--kv-bytes-per-token", min=1, max=MAX_COUNT,
                  help="KV bytes per token (overrides --model's)."),
+]
+KvDtypeOpt = Annotated[
+    str | None,
+    typer.Option("--kv-dtype", metavar="DTYPE", help="KV cache data type of --model: bf16, "
+                 "fp16, fp8 (e4m3 or e5m2) or fp4 (NVFP4, with its scales) [default: the "
+                 "model's, bf16 for most]."),
 ]
 # Options of the diagnosis, shared by `trace diagnose`, `trace check` and `trace report`.
 MetricsOpt = Annotated[
@@ -167,6 +173,20 @@ RouteOpt = Annotated[
 InstancesOpt = Annotated[
     int | None,
     typer.Option("--instances", min=1, help="Number of instances when requests are routed."),
+]
+WarmupOpt = Annotated[
+    str | None,
+    typer.Option("--warmup", metavar="W", show_default=False,
+                 help="Count hits only after a warm-up window: a share of requests (0.5, "
+                 "50%), a number of requests (1000, 1000req) or trace time (600s, 10min); "
+                 "every request still warms the cache [default: none]."),
+]
+AccountingOpt = Annotated[
+    Accounting | None,
+    typer.Option("--accounting", case_sensitive=False, help="Whose bookkeeping a finite cache "
+                 "follows: vllm (its block pool, --capacity = num_gpu_blocks), sglang (its radix "
+                 "tree, --capacity = token-pool pages) or clean (one LRU list of full blocks, "
+                 "the model the waterfall and the curve explain) [default: the preset's]."),
 ]
 PresetOpt = Annotated[
     Preset | None,

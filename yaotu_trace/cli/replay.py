@@ -9,6 +9,7 @@ import typer
 
 from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
+    AccountingOpt,
     CacheOutputsOpt,
     CachePartialOpt,
     DaskOpt,
@@ -17,6 +18,7 @@ from yaotu_trace.cli.options import (
     InstancesOpt,
     JobsOpt,
     KvBytesOpt,
+    KvDtypeOpt,
     LastTokenRuleOpt,
     MapOpt,
     ModelOpt,
@@ -29,6 +31,7 @@ from yaotu_trace.cli.options import (
     TenantIsolationOpt,
     TouchOrderOpt,
     TraceArg,
+    WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.prefix.rules import Eviction
@@ -80,17 +83,20 @@ def replay(
     capacity: CapacityOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     eviction: EvictionOpt = None,
     scope: ScopeOpt = None,
     route: RouteOpt = None,
     instances: InstancesOpt = None,
     seed: SeedOpt = None,
     capacity_per_tenant: PerTenantOpt = False,
+    accounting: AccountingOpt = None,
     grid: GridOpt = None,
     waterfall: WaterfallOpt = True,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
     out: OutOpt = None,
+    warmup: WarmupOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -106,11 +112,16 @@ def replay(
 
       trace replay chat.parquet --preset vllm --capacity 3.2Mtok --out hits.parquet
 
+      trace replay chat.parquet --preset sglang --capacity 200000 --accounting clean
+
       trace replay chat.parquet --scope instance --route prefix-affinity --instances 8
 
       trace replay big.parquet --scope instance --capacity 2Mtok --jobs 2
 
       trace replay big.parquet --capacity 1Mtok --capacity-per-tenant --dask local
+
+      trace replay conversation_trace.jsonl --touch-order tail-first --capacity 1GiB
+      --model deepseek-v3 --warmup 50%
 
       trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
       --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
@@ -124,8 +135,10 @@ def replay(
             tenant_isolation=tenant_isolation, touch_order=touch_order,
             cache_partial_blocks=cache_partial_blocks, cache_outputs=cache_outputs,
             capacity=capacity, model=model, kv_bytes_per_token=kv_bytes_per_token,
+            kv_dtype=kv_dtype,
             eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
-            capacity_per_tenant=capacity_per_tenant, grid=grid or (), waterfall=waterfall,
-            jobs=jobs, dask=dask, out=out, progress=update,
+            capacity_per_tenant=capacity_per_tenant, accounting=accounting, grid=grid or (),
+            waterfall=waterfall,
+            jobs=jobs, dask=dask, out=out, warmup=warmup, progress=update,
         )
     emit(report, format, output)

@@ -11,6 +11,7 @@ from yaotu_trace.cli.options import (
     BlockSizeOpt,
     InputFormatOpt,
     KvCapacityOpt,
+    KvDtypeOpt,
     MapOpt,
     MetricsOpt,
     ModelOpt,
@@ -40,6 +41,7 @@ def report(
     steps: StepsOpt = None,
     metrics: MetricsOpt = None,
     model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     kv_capacity: KvCapacityOpt = None,
     block_size: BlockSizeOpt = None,
     preset: PresetOpt = None,
@@ -66,7 +68,7 @@ def report(
 
     with progress("report", quiet) as update:
         result = run(trace_input(trace, input_format, map, source_block_size, steps),
-                     metrics=metrics, model=model, kv_capacity=kv_capacity,
+                     metrics=metrics, model=model, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
                      block_size_tokens=block_size, preset=preset, threshold=threshold or (),
                      progress=update)
     emit(result, format, output, default=OutputFormat.HTML)

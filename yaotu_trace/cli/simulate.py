@@ -12,6 +12,7 @@ from yaotu_trace.cli.options import (
     FormatOpt,
     GpuOpt,
     InputFormatOpt,
+    KvDtypeOpt,
     LinkGbpsOpt,
     MapOpt,
     ModelOpt,
@@ -92,6 +93,7 @@ def simulate(
     out: Annotated[Path, typer.Option(
         "--out", help="Canonical table with simulated timing (.parquet, .jsonl or .csv).")],
     model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     gpu: GpuOpt = None,
     scenario: Annotated[Path | None, typer.Option(
         "--scenario", help="TOML file of these options; command-line options override it.",
@@ -142,7 +144,7 @@ def simulate(
     from yaotu_trace.commands.simulate import simulate as run
 
     given = scenario_from_options(
-        model=model, gpu=gpu, kv_blocks=kv_blocks, block_size=block_size,
+        model=model, kv_dtype=kv_dtype, gpu=gpu, kv_blocks=kv_blocks, block_size=block_size,
         max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
         chunked_prefill=chunked_prefill, long_prefill_token_threshold=long_prefill_token_threshold,
         prefix_caching=prefix_caching, instances=instances, route=route, pd=pd,

@@ -8,12 +8,14 @@ import typer
 
 from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
+    AccountingOpt,
     CacheOutputsOpt,
     CachePartialOpt,
     FormatOpt,
     InputFormatOpt,
     InstancesOpt,
     KvBytesOpt,
+    KvDtypeOpt,
     LastTokenRuleOpt,
     MapOpt,
     ModelOpt,
@@ -25,6 +27,7 @@ from yaotu_trace.cli.options import (
     SourceBlockOpt,
     TouchOrderOpt,
     TraceArg,
+    WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 
@@ -43,10 +46,20 @@ def sweep(
     route: RouteOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     points: Annotated[
         int, typer.Option(help="Capacities shown, log-spaced (the knee and the 50/90/99 % "
                           "capacities are always added).", min=2)
     ] = 12,
+    warmup: WarmupOpt = None,
+    accounting: AccountingOpt = None,
+    capacities: Annotated[
+        str | None, typer.Option("--capacities", metavar="C1,C2,...", help="Also a table of "
+                                 "these capacities per cache, in this order: blocks (20000), "
+                                 "tokens (3.2Mtok) or bytes (40GiB, needs --model or "
+                                 "--kv-bytes-per-token), each with the curve's hit ratio and a "
+                                 "real replay's under the preset's accounting.")
+    ] = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -66,6 +79,10 @@ def sweep(
       trace sweep chat.parquet --preset vllm --model llama-3.1-70b --points 20
 
       trace sweep chat.parquet --scope instance --instances 8 --format json -o curve.json
+
+      trace sweep conversation_trace.jsonl --touch-order tail-first --warmup 50%
+
+      trace sweep conversation_trace.jsonl --model deepseek-v3 --capacities 1GiB,8GiB,64GiB
     """
     from yaotu_trace.commands.sweep import sweep as run
 
@@ -74,6 +91,8 @@ def sweep(
                      block_size_tokens=block_size, touch_order=touch_order,
                      last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
                      cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
-                     model=model, kv_bytes_per_token=kv_bytes_per_token, points=points,
+                     model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
+                     points=points, warmup=warmup, accounting=accounting,
+                     capacities=capacities.split(",") if capacities is not None else (),
                      progress=update)
     emit(report, format, output)

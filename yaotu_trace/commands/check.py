@@ -23,6 +23,7 @@ def check(
     fail_on: FailOn | None = None,
     metrics: Path | None = None,
     model: str | None = None,
+    kv_dtype: str | None = None,
     kv_capacity: str | None = None,
     block_size_tokens: int | None = None,
     preset: str | None = None,
@@ -55,7 +56,7 @@ def check(
     loaded = open_trace(trace, lazy_content=True, progress=progress)
     diagnosis = diagnosis_of(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
                              block_size_tokens=block_size_tokens, preset=preset,
-                             threshold=threshold)
+                             threshold=threshold, kv_dtype=kv_dtype)
     tell(progress, "analyzing", 0.3)
     doc: dict[str, Any] = report_view(analyze(loaded))
     gate = fail_on or cfg.fail_on

@@ -19,14 +19,15 @@ def compare(
     scenarios: Sequence[Path],
     model: str | None = None,
     gpu: str | None = None,
+    kv_dtype: str | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace compare`: each scenario file (TOML) on the same requests, the first the baseline;
-    `model` and `gpu` fill in scenarios that do not name them."""
+    `model`, `gpu` and `kv_dtype` fill in scenarios that do not name them."""
     from yaotu_trace.sim.compare import compare as compare_scenarios
     from yaotu_trace.sim.scenario import Scenario, load_scenario
 
-    defaults = Scenario(model=model, gpu=gpu)
+    defaults = Scenario(model=model, gpu=gpu, kv_dtype=kv_dtype)
     chosen = [defaults.merged(load_scenario(Path(path))) for path in scenarios]
     loaded = open_trace(trace, lazy_content=False, progress=progress, steps=False)
     section = compare_scenarios(loaded, chosen, progress=progress)

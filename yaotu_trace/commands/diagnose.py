@@ -24,6 +24,7 @@ def diagnose(
     metrics: str | Path | None = None,
     model: str | None = None,
     kv_bytes_per_token: int | None = None,
+    kv_dtype: str | None = None,
     kv_capacity: str | None = None,
     block_size_tokens: int | None = None,
     max_num_seqs: int | None = None,
@@ -46,7 +47,7 @@ def diagnose(
 
     settings, thresholds = diagnosis_settings(
         model=model, kv_capacity=kv_capacity, block_size=block_size_tokens, preset=preset,
-        threshold=threshold, kv_bytes_per_token=kv_bytes_per_token, gpu=gpu,
+        threshold=threshold, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, gpu=gpu,
         max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens, link_gbps=link_gbps,
         replay_jobs=jobs, replay_dask=dask,
     )
@@ -67,13 +68,14 @@ def diagnosis_of(
     block_size_tokens: int | None = None,
     preset: str | None = None,
     threshold: Sequence[str] = (),
+    kv_dtype: str | None = None,
 ) -> Callable[[], Report]:
     """Check the diagnosis options of `check` and `report` now; diagnose only when called."""
     from yaotu_trace.ingest.metrics import read_metrics
 
     settings, thresholds = diagnosis_settings(model=model, kv_capacity=kv_capacity,
                                               block_size=block_size_tokens, preset=preset,
-                                              threshold=threshold)
+                                              threshold=threshold, kv_dtype=kv_dtype)
     engine_metrics = read_metrics(Path(metrics)) if metrics is not None else None
 
     def build() -> Report:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from yaotu_trace.catalog.models import ModelSpec, load_catalog
+from yaotu_trace.catalog.models import ModelSpec, kv_bytes_by_dtype, load_catalog
 
 # The context length the catalog prices a request's KV cache at, tokens.
 CONTEXT_TOKENS = 32_768
@@ -44,9 +44,20 @@ def _row(spec: ModelSpec) -> dict[str, Any]:
         "kv_lora_rank": spec.kv_lora_rank,
         "qk_rope_head_dim": spec.qk_rope_head_dim,
         "kv_dtype_bytes": spec.kv_dtype_bytes,
+        "kv_dtype": spec.kv_dtype,
         "kv_bytes_per_token": kv,
+        "kv_bytes_per_token_by_dtype": kv_bytes_by_dtype(spec),
         "kv_bytes_at_32k_tokens": kv * CONTEXT_TOKENS,
         "sliding_window_tokens": spec.sliding_window_tokens,
+        **{name: getattr(spec, name) for name in _SHAPE_EXTRAS},
         "total_params": spec.total_params,
         "active_nonembedding_params": spec.active_nonembedding_params,
+        "source": spec.source,
+        "source_status": spec.source_status,
     }
+
+
+# Shape fields of hybrid models (None for a model every layer of which caches alike).
+_SHAPE_EXTRAS = ("v_head_dim", "kv_layers", "sliding_layers", "sliding_kv_heads",
+                 "sliding_head_dim", "sliding_v_head_dim", "indexer_layers", "indexer_head_dim",
+                 "indexer_dtype")

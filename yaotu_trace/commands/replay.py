@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.schema import Trace
     from yaotu_trace.prefix.partition import Parallelism
-    from yaotu_trace.prefix.rules import Eviction, Route, TouchOrder
+    from yaotu_trace.prefix.rules import Accounting, Eviction, Route, TouchOrder
+    from yaotu_trace.prefix.window import WarmupSpec
 
 # Per-request output (`--out`): the formats it is written in.
 OUT_SUFFIXES = (".parquet", ".csv")
@@ -36,17 +37,20 @@ def replay(
     capacity: str | None = None,
     model: str | None = None,
     kv_bytes_per_token: int | None = None,
+    kv_dtype: str | None = None,
     eviction: Eviction | None = None,
     scope: Scope | None = None,
     route: Route | None = None,
     instances: int | None = None,
     seed: int | None = None,
     capacity_per_tenant: bool = False,
+    accounting: Accounting | str | None = None,
     grid: Sequence[str] = (),
     waterfall: bool = True,
     jobs: int = 1,
     dask: str | None = None,
     out: Path | None = None,
+    warmup: str | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace replay`: token-weighted hit ratio, saved prefill and the loss waterfall.
@@ -54,14 +58,26 @@ def replay(
     `capacity` is per cache, as `--capacity` takes it (20000 blocks, 3.2Mtok, 40GiB; None:
     unlimited); `grid` replays every combination (`block-size=16,64`, `capacity=1Mtok,
     unlimited`, `tenant-isolation=on,off`); `out` also writes the per-request hits and losses
-    (.parquet or .csv), atomically. The other options override the preset's rules.
+    (.parquet or .csv), atomically. `warmup` counts the totals after that window only
+    (`prefix/window.py`; `out` then keeps every request and marks the measured ones).
+    `accounting` chooses whose bookkeeping a finite cache follows (the vllm and sglang presets
+    are engine-exact; `clean` is the spec's model). The other options override the preset's.
     """
     from yaotu_trace.prefix import Parallelism
+    from yaotu_trace.prefix.window import parse_warmup
 
+    spec = None if warmup is None else parse_warmup(warmup)
+    if spec is not None and grid:
+        raise ConfigError("--warmup measures one replay; it cannot be combined with --grid "
+                          "(run one replay per combination)")
     if out is not None and not grid:
         check_out(out)
     if route is not None and scope is None:
         scope = Scope.INSTANCE
+    if kv_dtype is not None:  # --model's KV bytes per token at --kv-dtype
+        from yaotu_trace.catalog.models import model_kv_bytes_per_token
+
+        kv_bytes_per_token = model_kv_bytes_per_token(model, kv_dtype, kv_bytes_per_token)[1]
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
     overrides = {
         "block_size_tokens": block_size_tokens,
@@ -76,6 +92,7 @@ def replay(
         "instances": instances,
         "seed": seed,
         "capacity_per_tenant": capacity_per_tenant or None,
+        "accounting": accounting,
     }
     parallel = Parallelism(jobs=jobs, dask=dask)
     if grid:
@@ -85,13 +102,13 @@ def replay(
         return _grid_report(loaded, preset, overrides, list(grid), capacity, model,
                             kv_bytes_per_token, parallel, progress)
     return _one_replay(loaded, preset, overrides, capacity, model, kv_bytes_per_token,
-                       parallel, waterfall, out, progress)
+                       parallel, waterfall, out, progress, spec)
 
 
 def _one_replay(loaded: Trace, preset: str | None, overrides: Mapping[str, Any],
                 capacity: str | None, model: str | None, kv_bytes_per_token: int | None,
                 parallel: Parallelism, waterfall: bool, out: Path | None,
-                progress: Progress | None) -> Report:
+                progress: Progress | None, warmup: WarmupSpec | None = None) -> Report:
     """One replay under the effective rules (and `--out`'s per-request table)."""
     from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
 
@@ -102,11 +119,15 @@ def _one_replay(loaded: Trace, preset: str | None, overrides: Mapping[str, Any],
     tell(progress, "replaying the prefix cache", 0.2)
     summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
                                                    notes=notes, parallel=parallel,
-                                                   waterfall=waterfall)
+                                                   waterfall=waterfall, warmup=warmup)
+    config: dict[str, Any] = {"preset": preset_name, "rules": rules.to_dict(),
+                              "capacity": capacity}
+    if warmup is not None:
+        config["warmup"] = warmup.text
     report = Report(
         command="replay",
         input=input_summary(loaded),
-        config={"preset": preset_name, "rules": rules.to_dict(), "capacity": capacity},
+        config=config,
         sections={"prefix_reuse": summary.to_dict()},
     )
     if out is not None:

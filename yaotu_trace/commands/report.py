@@ -26,6 +26,7 @@ def report(
     *,
     metrics: Path | None = None,
     model: str | None = None,
+    kv_dtype: str | None = None,
     kv_capacity: str | None = None,
     block_size_tokens: int | None = None,
     preset: str | None = None,
@@ -39,7 +40,7 @@ def report(
     loaded = open_trace(trace, lazy_content=True, progress=progress)
     diagnosis = diagnosis_of(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
                              block_size_tokens=block_size_tokens, preset=preset,
-                             threshold=threshold)
+                             threshold=threshold, kv_dtype=kv_dtype)
     return build_report(loaded, diagnose_report=diagnosis, progress=progress)
 
 

@@ -26,6 +26,7 @@ def diagnosis_settings(
     preset: str | None = None,
     threshold: Sequence[str] | None = None,
     kv_bytes_per_token: int | None = None,
+    kv_dtype: str | None = None,
     gpu: str | None = None,
     **engine: Any,
 ) -> tuple[EngineSettings, Thresholds]:
@@ -42,17 +43,18 @@ def diagnosis_settings(
         from yaotu_trace.prefix.rules import rules_for
 
         rules_for(preset)  # an unknown preset is a one-line ConfigError before any work
-    spec = None
-    if model is not None:
-        from yaotu_trace.catalog.models import find_model
+    spec, model_kv = None, None
+    if model is not None or kv_dtype is not None:
+        from yaotu_trace.catalog.models import find_model, model_kv_bytes_per_token
 
-        spec = find_model(model)
+        model_kv = model_kv_bytes_per_token(model, kv_dtype, kv_bytes_per_token)[1]
+        spec = None if model is None else find_model(model)
     gpu_spec = None
     if gpu is not None:
         from yaotu_trace.catalog.gpus import find_gpu
 
         gpu_spec = find_gpu(gpu)
-    kv_b = kv_bytes_per_token or (spec.kv_bytes_per_token if spec is not None else None)
+    kv_b = kv_bytes_per_token or model_kv
     block = block_size or DEFAULT_BLOCK_TOKENS
     settings = EngineSettings(
         block_size_tokens=block,

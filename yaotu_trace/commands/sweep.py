@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.commands.load import Progress, open_trace, tell
+from yaotu_trace.commands.replay import capacity_blocks
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.errors import ConfigError
 
@@ -30,43 +32,80 @@ def sweep(
     route: Route | None = None,
     model: str | None = None,
     kv_bytes_per_token: int | None = None,
+    kv_dtype: str | None = None,
     points: int = DEFAULT_POINTS,
+    warmup: str | None = None,
+    capacities: Sequence[str] = (),
+    accounting: str | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
-    capacities; the rule options override the preset's, as on the command line."""
+    capacities; the rule options override the preset's, as on the command line. `warmup`
+    counts the curve after that window only and marks the capacities not yet filled by then.
+
+    `capacities` (`["1GiB", "20000", "3.2Mtok"]` or `"1GiB,20000"`, as `--capacity` takes each)
+    adds a table of those capacities, in that order: the curve's hit ratio and a real replay's
+    under the preset's own accounting (or `accounting`), which differ where that accounting is
+    not the clean LRU. The curve itself is always the clean model (a stack algorithm).
+    """
     from yaotu_trace.prefix import effective_rules
     from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix.window import parse_warmup
 
-    model_name, kv = _kv_bytes(model, kv_bytes_per_token)
+    spec = None if warmup is None else parse_warmup(warmup)
+    model_name, kv = _kv_bytes(model, kv_bytes_per_token, kv_dtype)
+    if isinstance(capacities, str):  # "1GiB,2GiB" from Python, as on the command line
+        capacities = capacities.split(",")
+    for text in capacities:
+        if not text.strip():
+            raise ConfigError("--capacities has an empty item; list capacities separated by "
+                              "commas: --capacities 1GiB,2GiB,20000")
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
     rules, preset_name, notes = effective_rules(
         loaded, preset, block_size_tokens=block_size_tokens, touch_order=touch_order,
         last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
         cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
+        accounting=accounting,
     )
     tell(progress, "sweeping every capacity", 0.2)
-    section, _ = sweep_trace(loaded, rules, preset=preset_name, points=points,
-                             model=model_name, kv_bytes_per_token=kv, notes=notes)
+    asked = [(text.strip(), capacity_blocks(text.strip(), rules.block_size_tokens, model_name,
+                                            kv)) for text in capacities]
+    section, curve = sweep_trace(loaded, rules, preset=preset_name, points=points,
+                                 model=model_name, kv_bytes_per_token=kv, notes=notes,
+                                 warmup=spec)
+    sections: dict[str, Any] = {"capacity_curve": section}
+    if asked:
+        from yaotu_trace.prefix.capacity_table import capacity_table
+
+        tell(progress, "replaying the listed capacities", 0.6)
+        sections["capacity_table"] = capacity_table(loaded, rules, curve, preset=preset_name,
+                                                    capacities=asked, warmup=spec)
+    config: dict[str, Any] = {"preset": preset_name, "rules": section.rules, "model": model_name,
+                              "kv_bytes_per_token": kv, "points": points}
+    if asked:
+        config["capacities"] = [label for label, _ in asked]
+    if spec is not None:
+        config["warmup"] = spec.text
     return Report(
         command="sweep",
         input=input_summary(loaded),
-        config={"preset": preset_name, "rules": section.rules, "model": model_name,
-                "kv_bytes_per_token": kv, "points": points},
-        sections={"capacity_curve": section},
+        config=config,
+        sections=sections,
     )
 
 
-def _kv_bytes(model: str | None, kv_bytes_per_token: int | None) -> tuple[str | None, int | None]:
-    """(catalog name, KV bytes per token) of `--model` and `--kv-bytes-per-token`, which agree."""
-    if model is None:
+def _kv_bytes(model: str | None, kv_bytes_per_token: int | None,
+              kv_dtype: str | None = None) -> tuple[str | None, int | None]:
+    """(catalog name, KV bytes per token) of `--model` at `--kv-dtype` and
+    `--kv-bytes-per-token`, which agree."""
+    if model is None and kv_dtype is None:
         return None, kv_bytes_per_token
-    from yaotu_trace.catalog.models import find_model
+    from yaotu_trace.catalog.models import model_kv_bytes_per_token
 
-    spec = find_model(model)
-    if kv_bytes_per_token is not None and kv_bytes_per_token != spec.kv_bytes_per_token:
+    name, kv = model_kv_bytes_per_token(model, kv_dtype, kv_bytes_per_token)
+    if kv_bytes_per_token is not None and kv_bytes_per_token != kv:
         raise ConfigError(
-            f"--model {spec.name} has {spec.kv_bytes_per_token} KV bytes per token but "
+            f"--model {name} has {kv} KV bytes per token but "
             f"--kv-bytes-per-token says {kv_bytes_per_token}; pass only one of them"
         )
-    return spec.name, spec.kv_bytes_per_token
+    return name, kv

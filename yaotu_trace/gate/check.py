@@ -369,7 +369,7 @@ def _analyze_path(path: str) -> bool:
     return len(head) > 1 and str(head[1]) in {
         "available", "reason", "preset", "block_size_tokens", "hit_ratio",
         "saved_prefill_tokens", "remaining_prefill_tokens", "distinct_blocks",
-        "cacheable_blocks", "knee", "shares", "full_reuse", "notes"}
+        "cacheable_blocks", "knee", "shares", "full_reuse", "hit_rates", "notes"}
 
 
 def _compare(actual: Any, op: Op, target: Any) -> bool | None:

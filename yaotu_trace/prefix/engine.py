@@ -15,6 +15,10 @@ These paths give identical answers:
   requests that touched the block while cached (reset on eviction) and saturate at
   `MAX_LFU_COUNT`.
 
+- Engine-exact accounting (`rules.accounting` vllm or sglang, a finite capacity): the
+  engine's own pool model, `exact.py` (vLLM's block pool, SGLang's radix tree), per instance
+  when the scope is instance; at unlimited capacity every accounting gives the paths above.
+
 Routing, when `scope=instance` and the trace does not say where a request ran:
 
 - `round-robin`: request i goes to instance i mod k; `random`: uniform, seeded by `rules.seed`.
@@ -33,8 +37,6 @@ pinned at the boundary: int64 offsets and per-request arrays, int32 block ids an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numba as nb
 import numpy as np
 
@@ -42,8 +44,10 @@ from yaotu_trace._lists import append, heap_pop, heap_push, unlink
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.exact import replay_exact
 from yaotu_trace.prefix.optimal import optimal_replay
-from yaotu_trace.prefix.rules import Eviction, ReplayRules, Route, Scope, TouchOrder
+from yaotu_trace.prefix.result import ReplayResult, tokens_of_leading_blocks
+from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope, TouchOrder
 
 _POLICY = {Eviction.LRU: 0, Eviction.FIFO: 1, Eviction.LFU: 2}
 _STATIC, _LEAST_LOADED, _AFFINITY = 0, 1, 2
@@ -51,68 +55,6 @@ _MAX_NODES = 1 << 31  # per-instance node arrays: instances × distinct blocks
 # LFU counts saturate here (one list per count and cache); exact below it, i.e. for any block
 # touched by fewer requests. Beyond it, saturated blocks are ordered by recency among themselves.
 MAX_LFU_COUNT = 1 << 16
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplayResult:
-    """Per-request outcome of one replay (int64 arrays) and cache counters."""
-
-    hit_blocks: np.ndarray
-    hit_tokens: np.ndarray
-    recompute_tokens: np.ndarray
-    instance: np.ndarray | None  # int64 instance per request when scope is instance
-    num_instances: int
-    evicted_blocks: int
-    inserted_blocks: int
-    # Requests the engine-exact presets cannot admit (more blocks than the whole pool): vLLM's
-    # `allocate_slots` refuses them, so they are replayed as all-miss and insert nothing.
-    rejected_requests: int = 0
-
-    @property
-    def saved_prefill_tokens(self) -> int:
-        """Σ hit tokens."""
-        return int(self.hit_tokens.sum())
-
-    @property
-    def remaining_prefill_tokens(self) -> int:
-        """Σ recompute tokens."""
-        return int(self.recompute_tokens.sum())
-
-    @property
-    def hit_ratio(self) -> float:
-        """Token-weighted: Σ hit tokens / Σ prompt tokens (0 for an empty trace)."""
-        prompt = int(self.hit_tokens.sum() + self.recompute_tokens.sum())
-        return self.saved_prefill_tokens / prompt if prompt else 0.0
-
-
-def leading_run(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Length of the leading run of True per segment (the first False ends it), vectorised."""
-    counts = np.diff(offsets)
-    first_false = counts.copy()
-    nonempty = counts > 0
-    if flags.size:
-        local = np.arange(flags.size, dtype=np.int64) - np.repeat(offsets[:-1], counts)
-        val = np.where(flags, np.repeat(counts, counts), local)
-        first_false[nonempty] = np.minimum.reduceat(val, offsets[:-1][nonempty])
-    return first_false
-
-
-def tokens_of_leading_blocks(chains: BlockChains, hit_blocks: np.ndarray) -> np.ndarray:
-    """Σ block tokens of the first `hit_blocks` blocks of each request (int64).
-
-    Every block is worth B tokens except possibly a request's last (a cached partial block),
-    so this needs no pass over the blocks: B per hit block, corrected where the hit reaches a
-    last block of another size.
-    """
-    block = int(chains.block_size_tokens)
-    hit = np.asarray(hit_blocks, dtype=np.int64)
-    tokens = hit * block
-    ends = chains.offsets[1:]
-    full_hit = np.flatnonzero((hit > 0) & (hit == ends - chains.offsets[:-1]))
-    if full_hit.size:
-        last = chains.block_tokens[ends[full_hit] - 1].astype(np.int64)
-        tokens[full_hit] += last - block
-    return tokens
 
 
 def first_occurrence_flags(chains: BlockChains) -> np.ndarray:
@@ -296,7 +238,7 @@ def _touch(x, c, capacity, policy, lists_per_cache, in_cache, prev, nxt, head, t
 
 @nb.njit(cache=True, nogil=True)
 def _unlimited_hits(offsets, ids, max_hit, num_distinct):
-    """Unlimited global cache in one pass: `first_occurrence_hits` + `leading_run`, fused.
+    """Unlimited global cache in one pass: `first_occurrence_hits` and the leading run, fused.
 
     A block hits iff its id first appeared in an earlier request; ids are numbered in
     first-appearance order, so an id above the running maximum is new. One int32 per distinct
@@ -441,6 +383,15 @@ def replay(
                 route_mode = _LEAST_LOADED
             else:
                 route_mode = _AFFINITY
+    if rules.accounting is not Accounting.CLEAN and rules.capacity_blocks is not None:
+        if route_mode == _LEAST_LOADED:
+            # Least-loaded looks at outstanding prompt tokens, never at the cache: its routes
+            # at unlimited capacity are its routes in the engine's pools.
+            routed = replay(chains, rules.with_(capacity_blocks=None), None,
+                            arrival_s=arrival_s, finish_s=finish_s)
+            assert routed.instance is not None
+            codes = routed.instance
+        return replay_exact(chains, rules, codes if per_instance else None, k)
     if k * max(chains.num_distinct, 1) >= _MAX_NODES:
         raise ResourceLimitError(
             f"{k} instances × {chains.num_distinct} distinct blocks is too many cache entries "
@@ -464,9 +415,9 @@ def replay(
     capacity = -1 if rules.capacity_blocks is None else int(rules.capacity_blocks)
     if rules.eviction is Eviction.OPTIMAL:  # offline: every cache's requests known up front
         if route_mode == _LEAST_LOADED:  # its routes never look at the cache (partition.py)
-            routed = replay(chains, rules.with_(eviction=Eviction.LRU, capacity_blocks=None),
+            routes = replay(chains, rules.with_(eviction=Eviction.LRU, capacity_blocks=None),
                             arrival_s=arrival_s, finish_s=finish_s).instance
-            codes = codes if routed is None else routed
+            codes = codes if routes is None else routes
         hit, evicted, inserted = optimal_replay(chains, codes, k, capacity,
                                                 rules.touch_order is TouchOrder.HEAD_FIRST)
         return _result(chains, hit, codes if per_instance else None, k, evicted, inserted)

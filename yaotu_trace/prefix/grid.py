@@ -33,7 +33,7 @@ from yaotu_trace.prefix.partition import (
     with_namespaces,
 )
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
-from yaotu_trace.prefix.rules import Eviction, ReplayRules, Route, Scope
+from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope
 from yaotu_trace.prefix.sweep import sweep
 
 
@@ -96,8 +96,10 @@ def _sweep_task(chains: BlockChains, touch_order: str, codes: np.ndarray | None,
 
 
 def _sweepable(rules: ReplayRules, parts: Partitions) -> bool:
-    """Whether one stack-distance pass gives every capacity exactly (LRU, static caches)."""
-    return (rules.eviction is Eviction.LRU and rules.route is not Route.PREFIX_AFFINITY
+    """Whether one stack-distance pass gives every capacity exactly (the clean LRU model over
+    static caches; an engine-exact pool is not a stack algorithm, so it replays each capacity)."""
+    return (rules.eviction is Eviction.LRU and rules.accounting is Accounting.CLEAN
+            and rules.route is not Route.PREFIX_AFFINITY
             and (rules.scope is Scope.GLOBAL or parts.codes is not None))
 
 

@@ -27,13 +27,16 @@ the cache closed; head-first it is the request's deepest block, which MIN evicts
 parent did not stay (it cannot hit without it).
 
 **Where it is exact.** When no request has more blocks than the cache, its hit blocks equal the
-optimum of the model (and so do its hit tokens when every block is B tokens, i.e. no cached
-partial blocks, which MIN does not weigh): `tests/prefix/test_optimal.py` checks this against an
-exhaustive search of every eviction choice, in both touch orders, with the last-token rule,
-partial blocks and outputs. A request longer than the cache forces what it leaves behind, and
-a cleverer schedule can then do slightly better (by letting a later touch that cannot hit bring
-a block back); there it is a close bound, which the tests check is never below LRU, FIFO or LFU
-on random traces at every capacity.
+optimum of the model, and so do its hit tokens when every block is B tokens:
+`tests/prefix/test_optimal.py` checks this against an exhaustive search of every eviction
+choice, in both touch orders, with the last-token rule, partial blocks and outputs. A request
+longer than the cache forces what it leaves behind, and a cleverer schedule can then do slightly
+better (by letting a later touch that cannot hit bring a block back); there it is a close bound,
+which the tests check is never below LRU, FIFO or LFU on random traces at every capacity. A
+cached partial block (`--cache-partial-blocks`, the mooncake preset) is worth fewer tokens than
+a full one and MIN does not weigh blocks: there it is optimal in hit blocks, and another policy
+can hit more *tokens* (keeping a full block where MIN kept a shorter partial one); the
+waterfall's policy step is then a gain.
 
 **Caches.** One global cache, or one per instance when every request's instance is known before
 the replay (the trace's column, round-robin, random, least-loaded): each instance's requests

@@ -1,34 +1,36 @@
 """The prefix-reuse section of `trace analyze`: reachable reuse and the capacity it needs.
 
-One pass of the capacity sweep under the vLLM preset gives both the unlimited-capacity hits
-(the reuse the trace offers at all) and the capacities that reach 50 / 90 / 99 % of it, so the
-profile answers "how much prefill can caching save here, and with how much KV memory" without a
-second replay. `trace replay` and `trace sweep` give the full detail.
+One pass of the capacity sweep gives both the unlimited-capacity hits (the reuse the trace
+offers at all) and the capacities that reach 50 / 90 / 99 % of it, so the profile answers "how
+much prefill can caching save here, and with how much KV memory". The preset is resolved exactly
+as `trace replay` resolves it (`effective_rules`: mooncake for a Mooncake trace, else vllm), so
+analyze, replay, sweep and diagnose give one answer on one file. One unlimited replay adds every
+hit-rate definition (prefix/rates.py). `trace replay` and `trace sweep` give the full detail.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import Trace
     from yaotu_trace.prefix.sweep_trace import CapacityPoint
-
-OVERVIEW_PRESET = "vllm"
+    from yaotu_trace.prefix.window import WarmupSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReuseOverview:
     """Reachable prefix reuse at unlimited capacity and the key points of the LRU curve.
 
-    `hit_ratio` is token-weighted (Σ hit tokens / Σ prompt tokens). When the trace carries no
-    prompt content, `available` is False and `reason` says what is missing.
+    `hit_ratio` is token-weighted (Σ hit tokens / Σ prompt tokens); `hit_rates` has every
+    definition by key (prefix/rates.py). When the trace carries no prompt content, `available`
+    is False and `reason` says what is missing (and no preset is resolved).
     """
 
     available: bool
     reason: str | None = None
-    preset: str = OVERVIEW_PRESET
+    preset: str | None = None
     block_size_tokens: int | None = None
     hit_ratio: float | None = None
     saved_prefill_tokens: int | None = None
@@ -38,11 +40,16 @@ class ReuseOverview:
     knee: CapacityPoint | None = None
     shares: tuple[CapacityPoint, ...] = ()
     full_reuse: CapacityPoint | None = None
+    hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    window: dict[str, Any] | None = None  # `--warmup`: the numbers count the requests after it
 
 
-def reuse_overview(trace: Trace) -> ReuseOverview:
-    """Unlimited-capacity reuse under the vLLM preset, plus the knee and 50/90/99 % capacities."""
+def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
+                   preset: str | None = None) -> ReuseOverview:
+    """Unlimited-capacity reuse under `preset` (default: the one `trace replay` picks for this
+    trace), every hit-rate definition, and the knee and 50/90/99 % capacities (over the
+    requests after `warmup` when one is given)."""
     if trace.content_column is None:
         return ReuseOverview(
             available=False,
@@ -50,16 +57,19 @@ def reuse_overview(trace: Trace) -> ReuseOverview:
             "shared prefixes cannot be seen; prefix reuse needs token or block ids",
         )
     # Only a trace with content pays for the compiled replay (numba's import and start).
-    from yaotu_trace.prefix import effective_rules
+    from yaotu_trace.prefix import effective_rules, replay_trace
     from yaotu_trace.prefix.sweep_trace import sweep_trace
 
-    rules, preset, notes = effective_rules(trace, OVERVIEW_PRESET)
-    section, curve = sweep_trace(trace, rules, preset=preset, points=2, notes=notes)
+    rules, name, notes = effective_rules(trace, preset)
+    section, curve = sweep_trace(trace, rules, preset=name, points=2, notes=notes,
+                                 warmup=warmup)
+    unlimited = replay_trace(trace, rules, preset=name, waterfall=False, top_prefixes=0,
+                             warmup=warmup)
     prompt_tokens = int(curve.prompt_tokens_total)
     saved = int(curve.unlimited_hit_tokens)
     return ReuseOverview(
         available=True,
-        preset=preset,
+        preset=name,
         block_size_tokens=rules.block_size_tokens,
         hit_ratio=saved / prompt_tokens if prompt_tokens else 0.0,
         saved_prefill_tokens=saved,
@@ -69,5 +79,7 @@ def reuse_overview(trace: Trace) -> ReuseOverview:
         knee=section.knee,
         shares=section.shares,
         full_reuse=section.full_reuse,
+        hit_rates=unlimited.hit_rates,
         notes=section.notes,
+        window=section.window,
     )

@@ -34,7 +34,8 @@ import numpy as np
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.engine import ReplayResult, replay, route_codes
+from yaotu_trace.prefix.engine import replay, route_codes
+from yaotu_trace.prefix.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
 
 LOCAL_DASK = "local"

@@ -148,6 +148,9 @@ class ReplayRules:
             (self.cache_partial_blocks, "--cache-partial-blocks"),
             (self.cache_outputs, "--cache-outputs"),
             (self.eviction is not Eviction.LRU, f"--eviction {self.eviction}"),
+            # sgl-router's cache-aware policy reads the caches, which the engine pools would
+            # have to share with the router's model: routed on the clean caches only.
+            (self.route is Route.PREFIX_AFFINITY, "--route prefix-affinity"),
         )
         return next((flag for bad, flag in checks if bad), None)
 

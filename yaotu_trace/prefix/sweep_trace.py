@@ -19,6 +19,13 @@ from yaotu_trace.prefix.engine import replay, route_codes
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
 from yaotu_trace.prefix.sweep import DEFAULT_SHARES, CapacityCurve, sweep
+from yaotu_trace.prefix.window import (
+    MeasurementWindow,
+    WarmupSpec,
+    distinct_blocks_before,
+    measured_only,
+    measurement_window,
+)
 
 KNEE_DEFINITION = (
     "Kneedle: with capacity scaled to [0, 1] up to the capacity that reaches the unlimited hits "
@@ -42,6 +49,9 @@ class CapacityPoint:
     hit_ratio: float
     share_of_unlimited: float
     block_hit_ratio_over_full_blocks: float
+    # With `--warmup`: whether every cache of this capacity had filled when the window began
+    # (kvcache-simulator omits a budget that had not); None without a window.
+    filled_before_window: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,7 +79,7 @@ class CapacityCurveSection:
     kv_bytes_per_token: int | None
     metric: str
     knee_definition: str
-    requests: int
+    requests: int  # measured requests (after `--warmup`, if any)
     prompt_tokens: int
     full_blocks: int
     cacheable_blocks: int
@@ -83,6 +93,9 @@ class CapacityCurveSection:
     points: tuple[CapacityPoint, ...]
     per_instance: tuple[InstanceCurve, ...] = ()
     notes: tuple[str, ...] = ()
+    # `--warmup` (`MeasurementWindow.to_dict()`, without a capacity): the curve counts the
+    # requests after it; a point marked `filled_before_window: false` had not filled by then.
+    window: dict[str, Any] | None = None
 
 
 def partition_codes(prepared: PreparedTrace, rules: ReplayRules, chains: Any) -> np.ndarray | None:
@@ -117,8 +130,13 @@ def sweep_trace(
     model: str | None = None,
     kv_bytes_per_token: int | None = None,
     notes: tuple[str, ...] = (),
+    warmup: WarmupSpec | str | None = None,
 ) -> tuple[CapacityCurveSection, CapacityCurve]:
-    """Sweep every LRU capacity of `trace` under `rules`; returns (section, exact curve)."""
+    """Sweep every LRU capacity of `trace` under `rules`; returns (section, exact curve).
+
+    With `warmup` every request still touches the cache but only the requests after it are
+    looked up into the curve (`window.py`), and each point says whether its cache had filled.
+    """
     if rules.eviction != "lru":
         raise ConfigError(
             f"the capacity sweep is exact for LRU only (stack distances); got --eviction "
@@ -130,10 +148,21 @@ def sweep_trace(
     chains = prepared.chains(rules)
     codes = partition_codes(prepared, rules, chains)
     n_caches = 0 if codes is None else int(np.unique(codes).size)
-    curve = sweep(chains, touch_order=rules.touch_order, instance_codes=codes,
+    window = None if warmup is None else measurement_window(warmup, prepared.arrival_s)
+    swept = chains if window is None else measured_only(chains, window.warmup_requests)
+    curve = sweep(swept, touch_order=rules.touch_order, instance_codes=codes,
                   kv_bytes_per_token=kv_bytes_per_token,
                   per_instance=0 < n_caches <= MAX_INSTANCE_CURVES)
     all_notes = list(notes)
+    if window is not None:
+        distinct, caches = distinct_blocks_before(
+            chains.offsets, chains.ids, window.warmup_requests, codes, chains.output_offsets,
+            chains.output_ids)
+        window = window.with_fill(None, distinct, caches)
+        all_notes.append(window.describe())
+        all_notes.append(
+            f"a capacity above {distinct} blocks" + (" per cache" if caches > 1 else "")
+            + " never filled before the window (marked; kvcache-simulator omits such budgets)")
     per_instance: tuple[InstanceCurve, ...] = ()
     if codes is not None:
         all_notes.append(f"scope instance: {curve.partitions} caches, each of the capacity shown; "
@@ -153,10 +182,11 @@ def sweep_trace(
     if kv_bytes_per_token is None:
         all_notes.append("capacities in bytes need --model or --kv-bytes-per-token")
     section = build_section(curve, rules=rules, preset=preset, points=points, model=model,
-                            requests=prepared.num_requests,
-                            cacheable_blocks=int(chains.num_blocks.sum()),
+                            requests=prepared.num_requests - (
+                                0 if window is None else window.warmup_requests),
+                            cacheable_blocks=int(swept_blocks(chains, window)),
                             distinct_blocks=chains.num_distinct, notes=tuple(all_notes),
-                            per_instance=per_instance)
+                            per_instance=per_instance, window=window)
     return section, curve
 
 
@@ -193,8 +223,14 @@ def build_section(
     distinct_blocks: int,
     notes: tuple[str, ...] = (),
     per_instance: tuple[InstanceCurve, ...] = (),
+    window: MeasurementWindow | None = None,
 ) -> CapacityCurveSection:
-    """Sample the exact curve into report points (always including knee and share points)."""
+    """Sample the exact curve into report points (always including knee and share points).
+
+    `window` (with its fill count) marks each point filled before the window or not.
+    """
+    fill = None if window is None else window.distinct_blocks_before_window
+
     def point(capacity: int | None, label: str) -> CapacityPoint | None:
         if capacity is None:
             return None
@@ -212,6 +248,7 @@ def build_section(
             else 0.0,
             block_hit_ratio_over_full_blocks=float(
                 curve.block_hit_ratio_over_full_blocks_at(cap)),
+            filled_before_window=None if fill is None else cap <= fill,
         )
 
     labels: dict[int, list[str]] = {}
@@ -255,4 +292,19 @@ def build_section(
         points=sampled,
         per_instance=per_instance,
         notes=notes,
+        window=None if window is None else _window_dict(window),
     )
+
+
+def _window_dict(window: MeasurementWindow) -> dict[str, Any]:
+    """The window of a curve: the fill count holds for every capacity up to it."""
+    out = window.to_dict()
+    for key in ("capacity_blocks", "filled_before_window"):
+        out.pop(key)
+    return out
+
+
+def swept_blocks(chains: Any, window: MeasurementWindow | None) -> int:
+    """Cacheable blocks of the measured requests (all of them without a window)."""
+    start = 0 if window is None else window.warmup_requests
+    return int(chains.num_blocks[start:].sum())

@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.prefix import rates
 from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
-from yaotu_trace.prefix.engine import ReplayResult, replay
+from yaotu_trace.prefix.engine import replay
 from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
 from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
+from yaotu_trace.prefix.result import ReplayResult
 from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, rules_for
 from yaotu_trace.prefix.waterfall import (
     STEPS,
@@ -29,6 +31,12 @@ from yaotu_trace.prefix.waterfall import (
     cache_replays,
     compute_waterfall,
 )
+from yaotu_trace.prefix.window import (
+    MeasurementWindow,
+    WarmupSpec,
+    distinct_blocks_before,
+    measurement_window,
+)
 
 __all__ = [
     "PRESETS",
@@ -36,6 +44,7 @@ __all__ = [
     "GroupStats",
     "HitLengthDistribution",
     "HotPrefix",
+    "MeasurementWindow",
     "ObservedComparison",
     "Parallelism",
     "Preset",
@@ -132,6 +141,12 @@ class ReplaySummary:
     hot_prefixes: tuple[HotPrefix, ...]
     observed: ObservedComparison | None
     notes: tuple[str, ...]
+    # `--warmup`: the totals above count only the requests after it (None: every request).
+    window: MeasurementWindow | None = None
+    # Every hit-rate definition (prefix/rates.py), key → value, label, formula, capacity.
+    hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
+    # Requests an engine-exact pool cannot admit at all (more blocks than the whole pool).
+    rejected_requests: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready builtins: no NumPy scalars, no NaN."""
@@ -146,8 +161,10 @@ class ReplaySummary:
                 "request_averaged_hit_ratio": self.request_averaged_hit_ratio,
                 "cacheable_block_hit_ratio": self.cacheable_block_hit_ratio,
             },
+            "hit_rates": self.hit_rates,
             "blocks": {"cacheable": self.cacheable_blocks, "distinct": self.distinct_blocks,
                        "evicted": self.evicted_blocks},
+            "rejected_requests": self.rejected_requests,
             "preset": self.preset,
             "rules": self.rules.to_dict(),
             "per_tenant": [g.to_dict() for g in self.per_tenant],
@@ -160,6 +177,7 @@ class ReplaySummary:
             },
             "hot_prefixes": [h.to_dict() for h in self.hot_prefixes],
             "observed_vs_replayed": None if self.observed is None else self.observed.to_dict(),
+            "measurement_window": None if self.window is None else self.window.to_dict(),
             "notes": list(self.notes),
         }
 
@@ -227,11 +245,12 @@ def replay_trace(
     top_prefixes: int = 10,
     notes: tuple[str, ...] = (),
     parallel: Parallelism = SERIAL,
+    warmup: WarmupSpec | str | None = None,
 ) -> ReplaySummary:
     """Replay `trace` under `rules` (default: `effective_rules(trace)`) and summarise it."""
     summary, _ = replay_trace_with_requests(trace, rules, preset=preset, waterfall=waterfall,
                                             top_prefixes=top_prefixes, notes=notes,
-                                            parallel=parallel)
+                                            parallel=parallel, warmup=warmup)
     return summary
 
 
@@ -244,11 +263,14 @@ def replay_trace_with_requests(
     top_prefixes: int = 10,
     notes: tuple[str, ...] = (),
     parallel: Parallelism = SERIAL,
+    warmup: WarmupSpec | str | None = None,
 ) -> tuple[ReplaySummary, RequestTable]:
     """`replay_trace` plus the per-request columns that `--out` writes.
 
     `parallel` runs the independent caches (instances, per-tenant caches) of the scope and
     capacity replays in worker processes or on a Dask cluster; the results are identical.
+    `warmup` (`window.py`) replays every request but counts the totals after it only; the
+    per-request columns keep every request and gain `measured`.
     """
     if rules is None:
         rules, preset, chosen = effective_rules(trace)
@@ -256,23 +278,64 @@ def replay_trace_with_requests(
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     rules.check_source_block_size(source)
     prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
-    result, chains, wf = _cache_runs(prepared, rules, waterfall, parallel)
+    window = (None if warmup is None
+              else measurement_window(warmup, prepared.arrival_s))
+    measured = None if window is None else window.mask()
+    result, chains, wf = _cache_runs(prepared, rules, waterfall, parallel, measured)
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))
+    if window is not None:
+        window = _with_fill(window, prepared, rules, result, chains)
+        notes = (*notes, window.describe(), *_window_notes(window, rules))
     # After the chains: a streamed trace learns its list lengths on the first pass.
     all_notes = (*notes, *_rule_notes(trace, prepared, rules))
-    summary = _summary(prepared, rules, preset, result, chains, wf, top_prefixes, all_notes)
-    return summary, RequestTable(columns=_request_columns(prepared, result, wf))
+    summary = _summary(prepared, rules, preset, result, chains, wf, top_prefixes, all_notes,
+                       window)
+    columns = _request_columns(prepared, result, wf)
+    if measured is not None:
+        columns["measured"] = measured
+    return summary, RequestTable(columns=columns)
+
+
+def _with_fill(window: MeasurementWindow, prepared: PreparedTrace, rules: ReplayRules,
+               result: ReplayResult, chains: BlockChains) -> MeasurementWindow:
+    """The window with whether each finite cache had filled when it began (`window.py`)."""
+    if rules.capacity_blocks is None:
+        return window
+    codes = None
+    if result.instance is not None:
+        codes = np.asarray(result.instance, dtype=np.int64)
+    if rules.capacity_per_tenant and prepared.tenant_codes is not None:
+        tenants = np.asarray(prepared.tenant_codes, dtype=np.int64)
+        k = int(tenants.max()) + 1 if tenants.size else 1
+        codes = tenants if codes is None else codes * k + tenants
+    distinct, caches = distinct_blocks_before(
+        chains.offsets, chains.ids, window.warmup_requests, codes,
+        chains.output_offsets, chains.output_ids)
+    return window.with_fill(rules.capacity_blocks, distinct, caches)
+
+
+def _window_notes(window: MeasurementWindow, rules: ReplayRules) -> list[str]:
+    """What the fill mark means for these rules."""
+    notes = []
+    if window.caches > 1 and window.capacity_blocks is not None:
+        notes.append(f"{window.caches} caches of {window.capacity_blocks} blocks: the window "
+                     "counts as filled only when every one of them had filled")
+    if window.capacity_blocks is not None and str(rules.accounting) != "clean":
+        notes.append(f"the fill mark counts distinct full blocks; {rules.accounting}'s own "
+                     "pool also holds what its exact accounting adds, so it may fill earlier")
+    return notes
 
 
 def _cache_runs(prepared: PreparedTrace, rules: ReplayRules, waterfall: bool,
-                parallel: Parallelism) -> tuple[ReplayResult, BlockChains, Waterfall | None]:
+                parallel: Parallelism, measured: np.ndarray | None = None
+                ) -> tuple[ReplayResult, BlockChains, Waterfall | None]:
     """The achieved replay, inside the waterfall when it is asked for (which replays the same
     chains under every rule step anyway)."""
     with open_runner(parallel) as runner:
         pool = runner if parallel.parallel else None
         if waterfall:
-            wf = compute_waterfall(prepared, rules, pool)
+            wf = compute_waterfall(prepared, rules, pool, measured=measured)
             return wf.achieved, wf.achieved_chains, wf
         chains = prepared.chains(rules)
         return cache_replays(prepared, chains, [rules], pool)[0], chains, None
@@ -298,19 +361,21 @@ def _request_columns(prepared: PreparedTrace, result: ReplayResult, wf: Waterfal
 
 def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
              result: ReplayResult, chains: BlockChains, wf: Waterfall | None, top_prefixes: int,
-             notes: tuple[str, ...]) -> ReplaySummary:
-    """Totals, the three hit ratios, the per-group splits and the waterfall of one replay."""
-    prompt = prepared.prompt_tokens
-    hit = result.hit_tokens
+             notes: tuple[str, ...], window: MeasurementWindow | None = None) -> ReplaySummary:
+    """Totals, the three hit ratios, the per-group splits and the waterfall of one replay;
+    with a window the totals count its measured requests only."""
+    m = slice(None) if window is None else slice(window.warmup_requests, None)
+    prompt = prepared.prompt_tokens[m]
+    hit = result.hit_tokens[m]
     prompt_total = int(prompt.sum())
-    share = np.divide(hit, prompt, out=np.zeros(hit.size), where=prompt > 0)
-    cacheable = int(chains.num_blocks.sum())
+    cacheable = int(chains.num_blocks[m].sum())
+    tenant_codes = None if prepared.tenant_codes is None else prepared.tenant_codes[m]
     per_instance: tuple[GroupStats, ...] = ()
     if result.instance is not None:
         labels = (prepared.instance_labels
                   if rules.route is None and prepared.instance_codes is not None
                   else tuple(f"instance-{k}" for k in range(result.num_instances)))
-        per_instance = _groups(result.instance, labels, prompt, hit)
+        per_instance = _groups(result.instance[m], labels, prompt, hit)
     hot: tuple[HotPrefix, ...] = ()
     if wf is not None:
         hot = hot_prefixes(wf, prepared.request_id, prepared.tenant_codes,
@@ -318,25 +383,53 @@ def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
     return ReplaySummary(
         rules=rules,
         preset=preset,
-        requests=prepared.num_requests,
+        requests=int(hit.size),
         prompt_tokens=prompt_total,
         saved_prefill_tokens=int(hit.sum()),
-        remaining_prefill_tokens=int(result.recompute_tokens.sum()),
-        hit_ratio=float(hit.sum() / prompt_total) if prompt_total else 0.0,
-        request_averaged_hit_ratio=float(share.mean()) if share.size else 0.0,
-        cacheable_block_hit_ratio=float(result.hit_blocks.sum() / cacheable) if cacheable else 0.0,
+        remaining_prefill_tokens=int(result.recompute_tokens[m].sum()),
+        hit_ratio=rates.token_weighted(hit, prompt),
+        request_averaged_hit_ratio=rates.request_averaged_tokens(hit, prompt),
+        cacheable_block_hit_ratio=rates.cacheable_blocks(result.hit_blocks[m],
+                                                         chains.num_blocks[m]),
         cacheable_blocks=cacheable,
         distinct_blocks=chains.num_distinct,
         evicted_blocks=result.evicted_blocks,
-        per_tenant=_groups(prepared.tenant_codes, prepared.tenant_labels, prompt, hit),
+        per_tenant=_groups(tenant_codes, prepared.tenant_labels, prompt, hit),
         per_instance=per_instance,
         hit_length=_hit_length(hit, prompt),
         ideal_hit_tokens=None if wf is None else wf.ideal_hit_tokens,
         waterfall=() if wf is None else wf.steps,
         hot_prefixes=hot,
-        observed=compare_observed(prepared.cached_tokens, hit, prompt, rules.block_size_tokens),
-        notes=notes,
+        observed=compare_observed(prepared.cached_tokens, result.hit_tokens,
+                                  prepared.prompt_tokens, rules.block_size_tokens),
+        notes=notes + _rejected_note(result, rules),
+        window=window,
+        hit_rates=_hit_rates(prompt, result, chains, rules, m),
+        rejected_requests=result.rejected_requests,
     )
+
+
+def _rejected_note(result: ReplayResult, rules: ReplayRules) -> tuple[str, ...]:
+    """Why some requests hit nothing at all under an engine-exact pool."""
+    if not result.rejected_requests:
+        return ()
+    return (f"{result.rejected_requests:,} request(s) need more blocks than the whole pool of "
+            f"{rules.capacity_blocks:,}: {rules.accounting} cannot admit them, so they count as "
+            "all-miss and insert nothing; a larger --capacity admits them",)
+
+
+def _hit_rates(prompt: np.ndarray, result: ReplayResult, chains: BlockChains,
+               rules: ReplayRules, measured: slice) -> dict[str, dict[str, object]]:
+    """Every hit-rate definition of the achieved replay, and AIPerf's at unlimited capacity,
+    over the `measured` requests (`prompt` is already theirs)."""
+    capacity = ("unlimited" if rules.capacity_blocks is None
+                else f"{rules.capacity_blocks:,} blocks")
+    leading = rates.leading_seen_blocks(chains, rules, result.hit_blocks)
+    return rates.hit_rates(
+        hit_tokens=result.hit_tokens[measured], hit_blocks=result.hit_blocks[measured],
+        prompt_tokens=prompt, cacheable=chains.num_blocks[measured],
+        block_size_tokens=rules.block_size_tokens, leading_blocks=leading[measured],
+        capacity=capacity)
 
 
 def _parallel_note(prepared: PreparedTrace, rules: ReplayRules, parallel: Parallelism) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.engine import ReplayResult, replay
+from yaotu_trace.prefix.engine import replay
 from yaotu_trace.prefix.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
@@ -43,6 +43,7 @@ from yaotu_trace.prefix.partition import (
     with_namespaces,
 )
 from yaotu_trace.prefix.prepare import PreparedTrace
+from yaotu_trace.prefix.result import ReplayResult
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope
 
 STEPS: tuple[tuple[str, str], ...] = (
@@ -151,11 +152,14 @@ def cache_replays(prepared: PreparedTrace, chains: BlockChains, rules_list: list
 
 
 def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
-                      runner: Runner | None = None) -> Waterfall:
+                      runner: Runner | None = None, *,
+                      measured: np.ndarray | None = None) -> Waterfall:
     """Run the replays of the waterfall; the last one is the achieved replay under `rules`.
 
     With a `runner`, the scope and capacity replays go out together as independent
     partitions (per instance, per tenant); the totals are identical to one process.
+    `measured` (a measurement window, `window.py`) sums the totals over those requests only;
+    every request is still replayed, and the per-request arrays keep them all.
     """
     flat = rules.with_(last_token_rule=False, capacity_blocks=None, scope=Scope.GLOBAL,
                        route=None)
@@ -191,7 +195,7 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
 
     per_request = [ideal, *(r.hit_tokens for r in (r_block, r_ltr, r_ns, r_scope, r_best,
                                                    r_cap))]
-    totals = [int(h.sum()) for h in per_request]
+    totals = [int(h.sum() if measured is None else h[measured].sum()) for h in per_request]
     ideal_total = totals[0]
     steps = []
     losses: dict[str, np.ndarray] = {}

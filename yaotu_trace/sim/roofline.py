@@ -42,7 +42,8 @@ def kv_blocks_from_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, block_size
     With tensor parallelism each rank holds `ceil(n_kv/TP)/n_kv` of the KV (replicated heads
     when TP > n_kv; the MLA latent cache is replicated on every rank), cost-model §1.1.
     """
-    weights = 2.0 * model.total_params
+    total_params, _ = model.params("sizing the KV pool from GPU memory (or give --kv-blocks)")
+    weights = 2.0 * total_params
     budget = gpu.memory_bytes * utilization * tp - weights - DEFAULT_ACTIVATION_GIB * 2**30 * tp
     if model.attention == "mla":
         replication = float(tp)
@@ -65,24 +66,26 @@ def step_cost_for(model: ModelSpec, gpu: GpuSpec, *, tp: int, mfu: float, mbu: f
     """The roofline step cost of `model` on `tp` × `gpu` (cost-model §2.1–2.2)."""
     if not (0 < mfu <= 1 and 0 < mbu <= 1):
         raise ConfigError(f"--mfu {mfu} and --mbu {mbu} must be in (0, 1]")
+    total_params, active_params = model.params("the roofline step cost")
     moe = find_moe(model.name)
     if moe is not None:
         lm_head = moe.lm_head_params
         expert_bytes = 2.0 * moe.routed_expert_params
     else:
-        lm_head = (model.total_params - model.active_nonembedding_params) // 2
+        lm_head = (total_params - active_params) // 2
         expert_bytes = 0.0
     if model.attention == "mla":
         lora = model.kv_lora_rank or 0
         rope = model.qk_rope_head_dim or 0
         attn = model.layers * (2 * model.query_heads * (lora + rope) + 2 * model.query_heads * lora)
     else:
-        head_dim = model.head_dim or model.hidden_size // model.query_heads
+        assert model.head_dim is not None  # the catalog requires it of MHA/GQA models
+        head_dim = model.head_dim
         attn = 4 * model.layers * model.query_heads * head_dim
     return StepCost(
-        linear_params=float(model.active_nonembedding_params + lm_head),
+        linear_params=float(active_params + lm_head),
         attention_flops_per_token_pair=float(attn),
-        dense_weight_bytes=2.0 * model.total_params - expert_bytes,
+        dense_weight_bytes=2.0 * total_params - expert_bytes,
         expert_weight_bytes=expert_bytes,
         experts=moe.experts if moe else 0,
         experts_per_token=moe.experts_per_token if moe else 0,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS, GpuSpec, find_gpu
-from yaotu_trace.catalog.models import ModelSpec, find_model
+from yaotu_trace.catalog.models import ModelSpec, find_model, kv_bytes_per_token, parse_kv_dtype
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.errors import ConfigError, ConfigFileError, TraceReadError
 from yaotu_trace.sim.config import RoutePolicy, SchedulerKind, SimConfig
@@ -42,6 +42,7 @@ class Scenario:
 
     name: str | None = None
     model: str | None = None
+    kv_dtype: str | None = None
     gpu: str | None = None
     kv_blocks: int | None = None
     block_size: int | None = None
@@ -188,6 +189,7 @@ def _typed(path: Path, key: str, name: str, value: Any) -> Any:
 # (the parsers are defined further down, hence the lambdas).
 _NAMED: dict[str, Callable[[Any], Any]] = {
     "model": find_model,
+    "kv_dtype": parse_kv_dtype,
     "gpu": find_gpu,
     "pd": lambda v: _parse_pd(v),
     "scheduler": lambda v: _choice(SchedulerKind, v, "scheduler"),
@@ -280,7 +282,7 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
     route = _choice(RoutePolicy, _given(scenario.route, "round-robin"), "route")
     tp = _given(scenario.tp, 1)
     block_size = _given(scenario.block_size, 16)
-    kv_b = model.kv_bytes_per_token
+    kv_b = kv_bytes_per_token(model, kv_dtype=scenario.kv_dtype)
     util = _given(scenario.gpu_memory_utilization, DEFAULT_GPU_MEMORY_UTILIZATION)
     host_gap_ms = _given(scenario.host_gap_ms, 0.0)
     derived: dict[str, Any] = {}

@@ -28,6 +28,7 @@ SECTION_VIEWS: dict[str, str] = {
     "prefix_reuse": "prefix_reuse",
     "replay_grid": "replay_grid",
     "capacity_curve": "capacity_curve",
+    "capacity_table": "capacity_table",
     "axes": "axes",
     "principal": "principal",
     "verdict": "verdict",

@@ -46,6 +46,7 @@ def _summary(section: Any) -> list[Block]:
         ("cacheable / distinct blocks", f"{fmt.count(section.cacheable_blocks)} / "
                                         f"{fmt.count(section.distinct_blocks)}"),
         ("KV size", kv),
+        *_window_rows(section),
         ("unlimited capacity", f"{fmt.pct(section.unlimited_hit_ratio)} of prompt tokens hit "
                                f"({fmt.count(section.unlimited_hit_tokens)} tokens)"),
     ]
@@ -54,21 +55,43 @@ def _summary(section: Any) -> list[Block]:
         f"last-token rule {last_token}; {fmt.count(section.caches)} cache(s) "
         f"({rules['scope']}). Unlimited capacity: **{fmt.pct(section.unlimited_hit_ratio)}** "
         "of prompt tokens hit.")
+    for label, text in _window_rows(section):
+        markdown += f" {label.capitalize()}: {text}."
+
     return [Heading(text="Capacity curve (LRU, every capacity in one pass)",
                     markdown="Capacity curve (LRU)"),
             KeyValues(rows=console, only=CONSOLE),
             Line(text=markdown, only=MARKDOWN)]
 
 
+def _window_rows(section: Any) -> list[tuple[str, str]]:
+    w = getattr(section, "window", None)
+    if not w:
+        return []
+    return [("measured", f"last {fmt.count(w['measured_requests'])} of "
+                         f"{fmt.count(w['requests'])} requests (--warmup {w['warmup']}, "
+                         f"{fmt.num(w['warmup_seconds'])} s)"),
+            ("filled before the window", f"up to {fmt.count(w['distinct_blocks_before_window'])}"
+                                         " blocks per cache")]
+
+
 def _curve(section: Any) -> Grid:
     with_bytes = section.kv_bytes_per_token is not None
-    header = ["blocks", "tokens", *(["KV bytes"] if with_bytes else []), "hit ratio",
-              "of unlimited", ""]
+    header = ["blocks", "tokens", *(["KV bytes"] if with_bytes else []),
+              "hit ratio (token-weighted)", "of unlimited", ""]
     columns = [Column(name=name) for name in header[:-1]] + [Column(name="", align="left",
                                                                     dim=True)]
     rows = [[*fmt.capacity_cells(p, with_bytes), fmt.pct(p.hit_ratio),
-             fmt.pct(p.share_of_unlimited), p.label] for p in section.points]
+             fmt.pct(p.share_of_unlimited), _label(p)] for p in section.points]
     return Grid(header=header, rows=rows, columns=columns)
+
+
+def _label(point: Any) -> str:
+    """The point's label, and `never filled` when its cache had not filled before --warmup's
+    window ended (kvcache-simulator omits such a budget)."""
+    if point.filled_before_window is False:
+        return ", ".join(t for t in (point.label, "not filled before window") if t)
+    return str(point.label)
 
 
 def _needed(section: Any) -> list[Block]:
@@ -95,7 +118,8 @@ def _needed(section: Any) -> list[Block]:
         out += [Heading(text="Capacity needed", only=CONSOLE),
                 KeyValues(rows=console, only=CONSOLE)]
     out.append(Grid(header=["capacity needed",
-                            "blocks, tokens" + (", bytes" if with_bytes else ""), "hit ratio"],
+                            "blocks, tokens" + (", bytes" if with_bytes else ""),
+                            "hit ratio (token-weighted)"],
                     rows=markdown, only=MARKDOWN))
     return out
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from yaotu_trace.render import fmt
-from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Notes, View
+from yaotu_trace.render.blocks import Block, Column, Grid, Heading, KeyValues, Notes, View
+
+RATE_HEADER = ["definition", "hit rate", "capacity", "used by"]
 
 RULE_LABELS: dict[str, str] = {
     "block_size_tokens": "block size",
@@ -24,6 +26,12 @@ RULE_LABELS: dict[str, str] = {
     "route": "route",
     "instances": "instances",
     "capacity_per_tenant": "capacity per tenant",
+    "accounting": "accounting",
+}
+ACCOUNTING_TEXT: dict[str, str] = {
+    "clean": "clean model (one LRU list of full blocks)",
+    "vllm": "vLLM's block pool (engine-exact)",
+    "sglang": "SGLang's radix tree (engine-exact)",
 }
 
 
@@ -41,18 +49,44 @@ def onoff(value: Any) -> str:
 def headline_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """The primary numbers: token-weighted hit ratio first."""
     blocks = s["blocks"]
-    other = s["other_ratios"]
-    return [
+    rows = [
         ("hit ratio (token-weighted)", fmt.pct(s["hit_ratio"])),
         ("saved prefill", f"{fmt.count(s['saved_prefill_tokens'])} tokens"),
         ("remaining prefill", f"{fmt.count(s['remaining_prefill_tokens'])} tokens"),
         ("prompt tokens", fmt.count(s["prompt_tokens"])),
-        ("hit ratio, request-averaged", fmt.pct(other["request_averaged_hit_ratio"])),
-        ("hit ratio, cacheable blocks", fmt.pct(other["cacheable_block_hit_ratio"])),
         ("cacheable / distinct / evicted blocks",
          f"{fmt.count(blocks['cacheable'])} / {fmt.count(blocks['distinct'])} / "
          f"{fmt.count(blocks['evicted'])}"),
     ]
+    if not s.get("hit_rates"):  # a section without the table still labels its other ratios
+        other = s["other_ratios"]
+        rows[4:4] = [("hit ratio, request-averaged", fmt.pct(other["request_averaged_hit_ratio"])),
+                     ("hit ratio, cacheable blocks", fmt.pct(other["cacheable_block_hit_ratio"]))]
+    return rows
+
+
+def rate_rows(rates: dict[str, Any]) -> list[list[str]]:
+    """One row per hit-rate definition: its label, value, the cache it had, who uses it."""
+    return [[r["label"], fmt.pct(r["value"]), r["capacity"], r["used_by"]]
+            for r in rates.values()]
+
+
+def window_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """`--warmup`: which requests the totals count, and whether the cache had filled."""
+    w = s.get("measurement_window")
+    if not w:
+        return []
+    rows = [
+        ("warm-up (not counted)", f"{fmt.count(w['warmup_requests'])} requests, "
+                                  f"{fmt.num(w['warmup_seconds'])} s (--warmup {w['warmup']})"),
+        ("measured", f"last {fmt.count(w['measured_requests'])} of {fmt.count(w['requests'])} "
+                     "requests"),
+    ]
+    filled = w.get("filled_before_window")
+    if filled is not None:
+        rows.append(("cache filled before it", f"{'yes' if filled else 'no'} "
+                     f"({fmt.count(w['distinct_blocks_before_window'])} distinct blocks in)"))
+    return rows
 
 
 def rule_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
@@ -67,6 +101,10 @@ def rule_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
             text = "unlimited" if value is None else f"{fmt.count(value)} blocks"
         elif key in ("route", "instances") and rules.get("scope") != "instance":
             continue
+        elif key == "accounting":
+            if rules.get("capacity_blocks") is None:  # every accounting agrees when unlimited
+                continue
+            text = ACCOUNTING_TEXT.get(str(value), str(value))
         else:
             text = onoff(value)
         rows.append((label, text))
@@ -124,8 +162,8 @@ def observed_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     rows = [
         ("requests with cached_tokens", fmt.count(o["requests"])),
-        ("observed hit ratio", fmt.pct(o["observed_hit_ratio"])),
-        ("replayed hit ratio", fmt.pct(o["replayed_hit_ratio"])),
+        ("observed hit ratio (token-weighted)", fmt.pct(o["observed_hit_ratio"])),
+        ("replayed hit ratio (token-weighted)", fmt.pct(o["replayed_hit_ratio"])),
         ("exact per-request matches", fmt.pct(o["exact_match_share"])),
         ("mean |observed − replayed|", f"{fmt.num(o['mean_abs_diff_tokens'])} tokens"),
     ]
@@ -145,6 +183,16 @@ def view(section: Any) -> View:
     out: list[Block] = [
         Heading(text="Prefix reuse (replay)"),
         KeyValues(rows=headline_rows(s)),
+    ]
+    if s.get("hit_rates"):
+        out += [Heading(text="Hit rate by definition (docs/hit-rates.md)", level=4),
+                Grid(header=RATE_HEADER, rows=rate_rows(s["hit_rates"]), markdown_align="lrll",
+                     columns=[Column(name=n, align="right" if n == "hit rate" else "left")
+                              for n in RATE_HEADER])]
+    window = window_rows(s)
+    if window:
+        out += [Heading(text="Measurement window", level=4), KeyValues(rows=window)]
+    out += [
         Heading(text="Effective rules", level=4),
         KeyValues(rows=rule_rows(s), header=("rule", "value")),
     ]
@@ -156,7 +204,7 @@ def view(section: Any) -> View:
         if s.get(key):
             out += [Heading(text=title, level=4),
                     Grid(header=[title.split()[1], "requests", "prompt tokens", "hit tokens",
-                                 "hit ratio"], rows=group_rows(s[key]))]
+                                 "hit ratio (token-weighted)"], rows=group_rows(s[key]))]
     out += [Heading(text="Hit share of the prompt", level=4),
             Grid(header=["share", "requests"], rows=hit_length_rows(s))]
     if s.get("hot_prefixes"):

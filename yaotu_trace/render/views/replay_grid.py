@@ -8,8 +8,8 @@ from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import Grid, Heading, Notes, View
 from yaotu_trace.render.views.prefix_reuse import as_dict, onoff
 
-GRID_HEADER = ["block size", "tenant isolation", "capacity", "hit ratio", "saved tokens",
-               "remaining tokens"]
+GRID_HEADER = ["block size", "tenant isolation", "capacity", "hit ratio (token-weighted)",
+               "saved tokens", "remaining tokens"]
 
 
 def grid_rows(s: dict[str, Any]) -> list[list[str]]:

@@ -7,20 +7,27 @@ from typing import Any
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import CONSOLE, MARKDOWN, Heading, KeyValues, Line, Notes, View
 
+# The hit rates shown next to the primary one, by rates.py key: AIPerf's is the number users
+# of `aiperf analyze-trace` compare with.
+SHOWN_RATES = ("request_averaged_tokens", "full_blocks", "aiperf_request_averaged_blocks")
+
 
 def view(overview: Any) -> View:
     """Hit ratio, saved and remaining prefill, and the LRU capacities of the knee and shares."""
-    title = f"Prefix reuse  (preset {overview.preset}, unlimited capacity)"
-    head = Heading(text=title,
-                   markdown=f"Prefix reuse (preset {overview.preset}, unlimited capacity)")
+    preset = f"preset {overview.preset}, " if overview.preset else ""
+    head = Heading(text=f"Prefix reuse  ({preset}unlimited capacity)",
+                   markdown=f"Prefix reuse ({preset}unlimited capacity)")
     if not overview.available:
         return [head, Line(text=f"not available: {overview.reason}",
                            markdown=f"Not available: {overview.reason}.")]
     saved, remaining = overview.saved_prefill_tokens, overview.remaining_prefill_tokens
     hit = ("hit ratio (token-weighted)", fmt.pct(overview.hit_ratio))
+    others = [(f"hit ratio ({r['label']})", fmt.pct(r["value"]))
+              for key in SHOWN_RATES if (r := overview.hit_rates.get(key)) is not None]
     points = [("knee", overview.knee)] + [(f"{p.label} of the reuse", p) for p in overview.shares]
     console = [
         hit,
+        *others,
         ("saved / remaining prefill", f"{fmt.count(saved)} / {fmt.count(remaining)} tokens"),
         ("block size", f"{overview.block_size_tokens} tokens"),
         ("cacheable / distinct blocks", f"{fmt.count(overview.cacheable_blocks)} / "
@@ -29,8 +36,14 @@ def view(overview: Any) -> View:
     console += [(f"LRU capacity for {label}",
                  f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)}) → "
                  f"{fmt.pct(p.hit_ratio)}") for label, p in points if p is not None]
-    markdown = [hit, ("saved prefill tokens", fmt.count(saved)),
+    markdown = [hit, *others, ("saved prefill tokens", fmt.count(saved)),
                 ("remaining prefill tokens", fmt.count(remaining))]
+    window = getattr(overview, "window", None)
+    if window:
+        measured = ("measured requests", f"last {fmt.count(window['measured_requests'])} of "
+                    f"{fmt.count(window['requests'])} (--warmup {window['warmup']})")
+        console.insert(1, measured)
+        markdown.insert(1, measured)
     markdown += [(f"LRU capacity for {label}",
                   f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)})")
                  for label, p in points if p is not None]
