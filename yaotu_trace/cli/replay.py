@@ -43,7 +43,9 @@ CapacityOpt = Annotated[
 ]
 EvictionOpt = Annotated[
     Eviction | None,
-    typer.Option(help="Eviction policy of a full cache.", case_sensitive=False),
+    typer.Option(help="Eviction policy of a full cache. optimal is Belady's (the block used "
+                 "farthest in the future goes first): offline, the upper bound of every policy.",
+                 case_sensitive=False),
 ]
 SeedOpt = Annotated[int | None, typer.Option(help="Seed of the random route.")]
 PerTenantOpt = Annotated[

@@ -45,6 +45,7 @@ from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
 from yaotu_trace.prefix.exact import replay_exact
+from yaotu_trace.prefix.optimal import optimal_replay
 from yaotu_trace.prefix.result import ReplayResult, tokens_of_leading_blocks
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope, TouchOrder
 
@@ -412,6 +413,14 @@ def replay(
     out_offsets = (chains.output_offsets if outputs else np.zeros(n + 1, dtype=np.int64))
     out_ids = chains.output_ids if outputs else np.zeros(0, dtype=np.int32)
     capacity = -1 if rules.capacity_blocks is None else int(rules.capacity_blocks)
+    if rules.eviction is Eviction.OPTIMAL:  # offline: every cache's requests known up front
+        if route_mode == _LEAST_LOADED:  # its routes never look at the cache (partition.py)
+            routes = replay(chains, rules.with_(eviction=Eviction.LRU, capacity_blocks=None),
+                            arrival_s=arrival_s, finish_s=finish_s).instance
+            codes = codes if routes is None else routes
+        hit, evicted, inserted = optimal_replay(chains, codes, k, capacity,
+                                                rules.touch_order is TouchOrder.HEAD_FIRST)
+        return _result(chains, hit, codes if per_instance else None, k, evicted, inserted)
     if not per_instance and rules.eviction is Eviction.LRU and capacity >= 1:
         hit, evicted, inserted = _lru_global(
             chains.offsets, chains.ids, chains.max_hit_blocks, out_offsets, out_ids,

@@ -30,6 +30,7 @@ class Eviction(StrEnum):
     LRU = "lru"
     FIFO = "fifo"
     LFU = "lfu"  # ties broken by recency (least recently used of the least frequent)
+    OPTIMAL = "optimal"  # Belady: the farthest next use goes first (offline, an upper bound)
 
 
 class Scope(StrEnum):
@@ -129,6 +130,10 @@ class ReplayRules:
         if self.capacity_per_tenant and not self.tenant_isolation:
             raise ConfigError("--capacity-per-tenant gives each tenant its own cache, which "
                               "only makes sense with --tenant-isolation; add it")
+        if self.eviction is Eviction.OPTIMAL and self.route is Route.PREFIX_AFFINITY:
+            raise ConfigError("--eviction optimal needs every cache's future requests, but "
+                              "prefix-affinity routes by what the caches hold; use another "
+                              "--route (or the trace's instance column)")
         if not 0.0 <= float(self.affinity_threshold) <= 1.0:
             raise ConfigError(f"affinity threshold {self.affinity_threshold} must be in [0, 1]")
         clash = self.exact_accounting_clash()

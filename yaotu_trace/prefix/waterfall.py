@@ -9,17 +9,23 @@ Each step is one replay with one more rule than the step before, in this order:
 3. last-token rule;
 4. tenant isolation (namespaces: model/adapter, plus tenant when isolation is on);
 5. scope/routing: per-instance caches;
-6. capacity: finite caches with the eviction policy and touch order (= the achieved hits).
+6. capacity: the same finite caches with optimal eviction (Belady, `optimal.py`): what a cache
+   of that size loses whatever the policy;
+7. eviction policy: the rules' own policy and touch order instead (= the achieved hits), i.e.
+   what the policy itself costs against optimal. Under prefix affinity the optimal replay keeps
+   the achieved replay's routes (the routes follow the cache contents, and optimal needs them
+   fixed), so the two steps differ in the policy only.
 
 A step whose rule is off repeats the previous replay (zero loss). The drop between steps is
 integer tokens per request, so the steps sum exactly to ideal − achieved. Per-request losses may
-be negative for a step that reorders work (routing decisions can depend on cache contents);
-their totals still telescope.
+be negative for a step that reorders work (routing decisions can depend on cache contents;
+optimal eviction keeps what serves the trace best, not each request); their totals still
+telescope.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -38,14 +44,15 @@ from yaotu_trace.prefix.partition import (
 )
 from yaotu_trace.prefix.prepare import PreparedTrace
 from yaotu_trace.prefix.result import ReplayResult
-from yaotu_trace.prefix.rules import ReplayRules, Scope
+from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope
 
 STEPS: tuple[tuple[str, str], ...] = (
     ("block_granularity", "block granularity"),
     ("last_token_rule", "last-token rule"),
     ("tenant_isolation", "tenant isolation and model/adapter namespaces"),
     ("routing", "scope and routing"),
-    ("capacity", "capacity and eviction"),
+    ("capacity", "capacity (even with optimal eviction)"),
+    ("eviction_policy", "eviction policy (vs optimal)"),
 )
 
 
@@ -76,7 +83,9 @@ class Waterfall:
     loss_per_request: dict[str, np.ndarray]  # step -> int64 per request
     # Block-level inputs of the hot-prefix analysis (all at block size B):
     shared_chains: BlockChains  # one namespace: the identity of a shared prefix
-    hit_blocks: dict[str, np.ndarray]  # hit blocks after "last_token_rule" and each later step
+    # Hit blocks after "last_token_rule" and each later step; "capacity" holds the achieved
+    # hits (after both capacity steps: the hot prefixes charge them to eviction).
+    hit_blocks: dict[str, np.ndarray]
     achieved: ReplayResult
     achieved_chains: BlockChains
 
@@ -145,7 +154,7 @@ def cache_replays(prepared: PreparedTrace, chains: BlockChains, rules_list: list
 def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
                       runner: Runner | None = None, *,
                       measured: np.ndarray | None = None) -> Waterfall:
-    """Run the six replays of the waterfall; the last one is the achieved replay under `rules`.
+    """Run the replays of the waterfall; the last one is the achieved replay under `rules`.
 
     With a `runner`, the scope and capacity replays go out together as independent
     partitions (per instance, per tenant); the totals are identical to one process.
@@ -172,16 +181,27 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
     per_instance = rules.scope is Scope.INSTANCE
     pending = ([scope_rules] if per_instance else []) + (
         [rules] if rules.capacity_blocks is not None else [])
+    best_rules = _optimal_rules(rules)
+    if best_rules is not None and rules.route is not Route.PREFIX_AFFINITY:
+        pending.append(best_rules)
     done = cache_replays(prepared, ns_chains, pending, runner)
     r_scope = done.pop(0) if per_instance else r_ns
     r_cap = done.pop(0) if rules.capacity_blocks is not None else r_scope
+    r_best = r_cap
+    if best_rules is not None:
+        r_best = (done.pop(0) if rules.route is not Route.PREFIX_AFFINITY else
+                  cache_replays(replace(prepared, instance_codes=r_cap.instance), ns_chains,
+                                [best_rules], runner)[0])
 
-    per_request = [ideal, *(r.hit_tokens for r in (r_block, r_ltr, r_ns, r_scope, r_cap))]
+    per_request = [ideal, *(r.hit_tokens for r in (r_block, r_ltr, r_ns, r_scope, r_best,
+                                                   r_cap))]
     totals = [int(h.sum() if measured is None else h[measured].sum()) for h in per_request]
     ideal_total = totals[0]
     steps = []
     losses: dict[str, np.ndarray] = {}
     for k, (name, label) in enumerate(STEPS):
+        if name == "eviction_policy":
+            label = policy_label(rules)
         loss = totals[k] - totals[k + 1]
         steps.append(WaterfallStep(
             step=name, label=label, hit_tokens=totals[k + 1], loss_tokens=loss,
@@ -200,3 +220,21 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
         achieved=r_cap,
         achieved_chains=ns_chains,
     )
+
+
+def _optimal_rules(rules: ReplayRules) -> ReplayRules | None:
+    """The capacity replay's rules with optimal eviction, or None when that replay would repeat
+    the achieved one (unlimited, or optimal already)."""
+    if rules.capacity_blocks is None or rules.eviction is Eviction.OPTIMAL:
+        return None
+    affinity = rules.route is Route.PREFIX_AFFINITY  # replayed on the achieved routes instead
+    return rules.with_(eviction=Eviction.OPTIMAL, route=None if affinity else rules.route)
+
+
+def policy_label(rules: ReplayRules) -> str:
+    """The eviction-policy step's label: which policy (and, when an engine-exact preset keeps
+    the books of a finite cache, whose) is compared with optimal."""
+    policy = str(rules.eviction).upper() if rules.eviction is not Eviction.OPTIMAL else "optimal"
+    if rules.accounting is not Accounting.CLEAN and rules.capacity_blocks is not None:
+        policy = f"{rules.accounting}'s {policy}"
+    return f"eviction policy ({policy} vs optimal)"

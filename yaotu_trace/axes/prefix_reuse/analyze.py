@@ -101,7 +101,7 @@ def _metrics(summary: Any,
         return float(sum(steps[n].loss_tokens for n in names if n in steps))
 
     key_loss, routing_loss, capacity_loss = (loss("tenant_isolation"), loss("routing"),
-                                             loss("capacity"))
+                                             loss("capacity", "eviction_policy"))
     achievable_rate = ratio(achievable, prompt)
     gap = recomputed = basis = None
     if obs_rate is not None and achievable_rate is not None:

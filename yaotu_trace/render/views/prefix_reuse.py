@@ -29,7 +29,7 @@ RULE_LABELS: dict[str, str] = {
     "accounting": "accounting",
 }
 ACCOUNTING_TEXT: dict[str, str] = {
-    "clean": "clean model (one LRU list of full blocks)",
+    "clean": "clean model (cached full blocks, evicted by --eviction)",
     "vllm": "vLLM's block pool (engine-exact)",
     "sglang": "SGLang's radix tree (engine-exact)",
 }
