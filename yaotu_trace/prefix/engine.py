@@ -46,7 +46,7 @@ from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
 from yaotu_trace.prefix.exact import replay_exact
 from yaotu_trace.prefix.optimal import optimal_replay
-from yaotu_trace.prefix.result import ReplayResult, tokens_of_leading_blocks
+from yaotu_trace.prefix.result import ReplayResult, hits_result
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope, TouchOrder
 
 _POLICY = {Eviction.LRU: 0, Eviction.FIFO: 1, Eviction.LFU: 2}
@@ -441,14 +441,5 @@ def replay(
 
 def _result(chains: BlockChains, hit: np.ndarray, instance: np.ndarray | None, k: int,
             evicted: int, inserted: int) -> ReplayResult:
-    hit = hit.astype(np.int64, copy=False)
-    hit_tokens = tokens_of_leading_blocks(chains, hit)
-    return ReplayResult(
-        hit_blocks=hit,
-        hit_tokens=hit_tokens,
-        recompute_tokens=chains.prompt_tokens - hit_tokens,
-        instance=instance,
-        num_instances=k,
-        evicted_blocks=evicted,
-        inserted_blocks=inserted,
-    )
+    return hits_result(chains, hit, evicted_blocks=evicted, inserted_blocks=inserted,
+                       instance=instance, num_instances=k)

@@ -51,7 +51,7 @@ from yaotu_trace._lists import heap_pop, heap_push
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.result import ReplayResult, tokens_of_leading_blocks
+from yaotu_trace.prefix.result import ReplayResult, hits_result
 
 _ROOT = 0
 
@@ -249,15 +249,5 @@ def replay_sglang(chains: BlockChains, capacity_pages: int) -> ReplayResult:
     hit, rejected, evicted, inserted = _radix_replay(
         chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
         np.int64(chains.num_distinct), np.int64(page), np.int64(capacity_pages))
-    hit = hit.astype(np.int64, copy=False)
-    hit_tokens = tokens_of_leading_blocks(chains, hit)
-    return ReplayResult(
-        hit_blocks=hit,
-        hit_tokens=hit_tokens,
-        recompute_tokens=chains.prompt_tokens - hit_tokens,
-        instance=None,
-        num_instances=1,
-        evicted_blocks=int(evicted),
-        inserted_blocks=int(inserted),
-        rejected_requests=int(rejected.sum()),
-    )
+    return hits_result(chains, hit, evicted_blocks=evicted, inserted_blocks=inserted,
+                       rejected_requests=int(rejected.sum()))

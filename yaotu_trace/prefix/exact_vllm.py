@@ -40,7 +40,7 @@ import numpy as np
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.result import ReplayResult, tokens_of_leading_blocks
+from yaotu_trace.prefix.result import ReplayResult, hits_result
 
 _VIRGIN = np.int32(0)  # the sentinel node: blocks next_virgin..N-1, never handed out yet
 _MAX_NODES = 2**31 - 1  # physical ids and links are int32
@@ -219,15 +219,5 @@ def replay_vllm(chains: BlockChains, num_gpu_blocks: int) -> ReplayResult:
         np.int64(chains.num_distinct), np.int64(num_gpu_blocks), np.int64(num_nodes),
         np.int64(total_blocks.max() if total_blocks.size else 0),
     )
-    hit = hit.astype(np.int64, copy=False)
-    hit_tokens = tokens_of_leading_blocks(chains, hit)
-    return ReplayResult(
-        hit_blocks=hit,
-        hit_tokens=hit_tokens,
-        recompute_tokens=chains.prompt_tokens - hit_tokens,
-        instance=None,
-        num_instances=1,
-        evicted_blocks=int(evicted),
-        inserted_blocks=int(inserted),
-        rejected_requests=int(rejected),
-    )
+    return hits_result(chains, hit, evicted_blocks=evicted, inserted_blocks=inserted,
+                       rejected_requests=rejected)

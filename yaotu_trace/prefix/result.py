@@ -62,3 +62,16 @@ def tokens_of_leading_blocks(chains: BlockChains, hit_blocks: np.ndarray) -> np.
         last = chains.block_tokens[ends[full_hit] - 1].astype(np.int64)
         tokens[full_hit] += last - block
     return tokens
+
+
+def hits_result(chains: BlockChains, hit_blocks: np.ndarray, *, evicted_blocks: int,
+                inserted_blocks: int, rejected_requests: int = 0,
+                instance: np.ndarray | None = None, num_instances: int = 1) -> ReplayResult:
+    """The result of a replay that gives hit blocks per request: tokens follow from them."""
+    hit = np.asarray(hit_blocks).astype(np.int64, copy=False)
+    hit_tokens = tokens_of_leading_blocks(chains, hit)
+    return ReplayResult(hit_blocks=hit, hit_tokens=hit_tokens,
+                        recompute_tokens=chains.prompt_tokens - hit_tokens, instance=instance,
+                        num_instances=num_instances, evicted_blocks=int(evicted_blocks),
+                        inserted_blocks=int(inserted_blocks),
+                        rejected_requests=int(rejected_requests))
