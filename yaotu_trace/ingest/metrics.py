@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.errors import TraceReadError
+from yaotu_trace.ingest.serverlog import EXPECTED, is_server_log, read_server_log
 
 # Canonical quantity → engine metric names, first match wins (vLLM V1, older vLLM, SGLang).
 # Counters are listed with and without the `_total` that prometheus_client adds on export.
@@ -35,9 +36,9 @@ GAUGES: Final[Mapping[str, tuple[str, ...]]] = {
     "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
     "num_running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
-    "cache_hit_rate": ("sglang:cache_hit_rate",),
+    "cache_hit_rate": ("sglang:cache_hit_rate", "log:prefix_cache_hit_rate"),
     "retracted_now": ("sglang:num_retracted_reqs",),
-    "max_total_tokens": ("sglang:max_total_num_tokens",),
+    "max_total_tokens": ("sglang:max_total_num_tokens", "log:gpu_kv_cache_size_tokens"),
     "page_size": ("sglang:page_size",),
 }
 COUNTERS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -90,6 +91,8 @@ class EngineMetrics:
 
     frame: pd.DataFrame
     path: str
+    # What reading assumed (a server log's year and zone), for the report's notes.
+    notes: tuple[str, ...] = ()
 
     @property
     def names(self) -> frozenset[str]:
@@ -177,8 +180,9 @@ def _increase(rows: pd.DataFrame) -> float:
     return total
 
 
-def read_metrics(path: str | Path) -> EngineMetrics:
-    """Read a Prometheus range-query export (JSON or CSV) into `EngineMetrics`."""
+def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
+    """Read a Prometheus range-query export (JSON or CSV), or an engine server log (found by
+    its content; `year` dates its year-less times), into `EngineMetrics`."""
     path = Path(path)
     if path.is_dir():
         raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
@@ -186,14 +190,18 @@ def read_metrics(path: str | Path) -> EngineMetrics:
     if not path.is_file():
         raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
     suffix = path.suffix.lower()
-    if suffix == ".json":
+    notes: list[str] = []
+    if suffix == ".log" or (suffix not in (".json", ".csv", ".tsv") and is_server_log(path)):
+        rows, notes = read_server_log(path, year=year)
+    elif suffix == ".json":
         rows = _read_json(path)
     elif suffix in (".csv", ".tsv"):
         rows = _read_csv(path)
     else:
         raise TraceReadError(
             f"{path}: metrics are read from .json (Prometheus API export) or .csv "
-            f"(timestamp, metric, labels, value); got '{suffix or '(no extension)'}'"
+            f"(timestamp, metric, labels, value) or an engine server log ({EXPECTED}); got "
+            f"'{suffix or '(no extension)'}'"
         )
     frame = pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"])
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
@@ -203,7 +211,7 @@ def read_metrics(path: str | Path) -> EngineMetrics:
         raise TraceReadError(
             f"{path}: the metrics export holds no samples; export a range query with data"
         )
-    return EngineMetrics(frame=frame, path=str(path))
+    return EngineMetrics(frame=frame, path=str(path), notes=tuple(notes))
 
 
 def _labels_key(labels: Mapping[str, Any]) -> str:

@@ -297,6 +297,7 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
     fit = _Fit(keep=np.ones(len(trace.requests), dtype=bool), notes=[], axes=set(), judged=[])
     steps = None if trace.steps is None else _fit_steps(trace, trace.steps, fit)
     if metrics is not None:
+        fit.notes.extend(metrics.notes)
         metrics = _fit_metrics(trace, metrics, fit)
     fitted = replace(trace, steps=steps, notes=trace.notes + tuple(fit.notes))
     overlap = None if fit.keep.all() else _kept(fitted, fit.keep)

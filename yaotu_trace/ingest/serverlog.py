@@ -1,0 +1,292 @@
+"""Reading an engine's own server log (vLLM, SGLang) as `--metrics` telemetry.
+
+Most users who want a diagnosis have the engine's log, not a Prometheus export. The log's
+periodic lines carry the same gauges the `/metrics` endpoint exports, so each recognised line
+becomes samples under the engine's Prometheus name (engines.md §1.9, §2.7), and the axes read
+them through `EngineMetrics` like any export. Quantities with no Prometheus name are kept
+under a `log:` name (`log:prefix_cache_hit_rate`, `log:gpu_kv_cache_size_tokens`).
+
+Lines read (anywhere in the line, so Docker and process prefixes are fine):
+
+- vLLM: the periodic "Avg prompt throughput: …, Running: N reqs, Waiting|Pending: N reqs,
+  [Swapped: N reqs,] GPU KV cache usage: X%[, Prefix cache hit rate: Y%]" (V1 with
+  "Engine 000:", V0 without), start-up "GPU KV cache size: N tokens" and "Maximum
+  concurrency for N tokens per request: Xx", and the V0 preemption warning's
+  `total_num_cumulative_preemption=N`;
+- SGLang: "Prefill batch[.,] #new-seq: …, #new-token: …, #cached-token: …, token usage: …,
+  #running-req: …, #queue-req: …", "Decode batch[.,] #running-req: …, #token: …, token
+  usage: …, gen throughput (token/s): …, #queue-req: …" and the start-up
+  `max_total_num_tokens=… max_running_requests=…`.
+
+Per-batch SGLang `#new-token` and `#cached-token` are summed into the counters
+`sglang:prompt_tokens_total` (new + cached) and `sglang:cached_tokens_total`, from zero at the
+first batch. Start-up values hold for the whole process, so they are repeated at the first and
+last periodic sample (the telemetry is cut to the trace's time range later).
+
+Times: vLLM writes "INFO 05-14 10:32:07", without year or zone; SGLang "[2025-05-14 10:32:07]",
+without zone. The year is the caller's (the trace's), else one written in the file itself (a
+Docker timestamp, an SGLang line), else the file's modification year; a month that goes back
+starts the next year. All times are taken as UTC, and the notes say so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from yaotu_trace.errors import TraceReadError
+
+Row = tuple[float, str, str, float]
+
+# Bytes read to decide whether a file is a server log.
+SNIFF_BYTES: Final = 256 * 1024
+EXPECTED: Final = (
+    "a vLLM 'Avg prompt throughput: … Running: N reqs, Waiting: N reqs, GPU KV cache usage: "
+    "X%' line, 'GPU KV cache size: N tokens', 'total_num_cumulative_preemption=N', or an "
+    "SGLang 'Prefill batch, #new-seq: …' / 'Decode batch, #running-req: …' line or "
+    "'max_total_num_tokens=N'"
+)
+
+_VLLM_TIME = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) "
+                        r"(\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
+_SGLANG_TIME = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"
+                          r"((?: [A-Z]+\d+)*)\]")
+_FILE_YEAR = re.compile(r"\b((?:19|20)\d\d)-[01]\d-[0-3]\d[T ]\d\d:\d\d")
+_VLLM_STATS = re.compile(r"(?:Engine (\d+): )?(Avg prompt throughput: .*)")
+_SGLANG_BATCH = re.compile(r"\b(Prefill|Decode) batch[.,] (.*)")
+_KV_SIZE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_PREEMPTION = re.compile(r"total_num_cumulative_preemption=(\d+)")
+_SGLANG_POOL = re.compile(r"\bmax_total_num_tokens=(\d+)")
+_SGLANG_MAX_RUNNING = re.compile(r"\bmax_running_requests=(\d+)")
+_RANK = re.compile(r"([A-Z]+)(\d+)")
+_ANY = (_VLLM_STATS, _SGLANG_BATCH, _KV_SIZE, _CONCURRENCY, _PREEMPTION, _SGLANG_POOL,
+        _SGLANG_MAX_RUNNING)
+
+# Stats-line key → (metric name, scale); "%" values are read as fractions.
+_VLLM_KEYS: Final = {
+    "Avg prompt throughput": ("log:avg_prompt_throughput_tokens_per_s", 1.0),
+    "Avg generation throughput": ("log:avg_generation_throughput_tokens_per_s", 1.0),
+    "Running": ("vllm:num_requests_running", 1.0),
+    "Waiting": ("vllm:num_requests_waiting", 1.0),
+    "Pending": ("vllm:num_requests_waiting", 1.0),
+    "Swapped": ("vllm:num_requests_swapped", 1.0),
+    "GPU KV cache usage": ("vllm:kv_cache_usage_perc", 0.01),
+    "CPU KV cache usage": ("vllm:cpu_cache_usage_perc", 0.01),
+    "Prefix cache hit rate": ("log:prefix_cache_hit_rate", 0.01),
+}
+_SGLANG_KEYS: Final = {
+    "#running-req": ("sglang:num_running_reqs", 1.0),
+    "#queue-req": ("sglang:num_queue_reqs", 1.0),
+    "token usage": ("sglang:token_usage", 1.0),
+    "full token usage": ("sglang:token_usage", 1.0),
+    "#token": ("sglang:num_used_tokens", 1.0),
+    "gen throughput (token/s)": ("sglang:gen_throughput", 1.0),
+    "input throughput (token/s)": ("log:avg_prompt_throughput_tokens_per_s", 1.0),
+    "cache hit rate": ("sglang:cache_hit_rate", 0.01),
+    "#new-token": ("log:batch_new_tokens", 1.0),
+    "#cached-token": ("log:batch_cached_tokens", 1.0),
+}
+
+
+@dataclass(slots=True)
+class _Read:
+    """What reading the log collects."""
+
+    rows: list[Row] = field(default_factory=list)
+    config: list[Row] = field(default_factory=list)
+    bad: list[int] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    preemptions: list[Row] = field(default_factory=list)
+    prompt_total: float = 0.0
+    cached_total: float = 0.0
+    batch_times: list[float] = field(default_factory=list)
+    undated: bool = False  # a line with vLLM's time, which has no year
+
+    def seen(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            yield from enumerate(fh, start=1)
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read ({exc.strerror or exc}); check the file") \
+            from exc
+
+
+def is_server_log(path: Path) -> bool:
+    """Whether the file's first `SNIFF_BYTES` hold a line this reader knows."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(SNIFF_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(p.search(head) for p in _ANY)
+
+
+def _file_year(path: Path) -> tuple[int, str]:
+    """A year written in the file itself, else the file's modification year."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(SNIFF_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        head = ""
+    found = _FILE_YEAR.search(head)
+    if found:
+        return int(found.group(1)), "a date written in the log"
+    mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    return mtime.year, "the log file's modification time"
+
+
+def _stamp(year: int, month: int, day: int, hms: tuple[str, str, str],
+           fraction: str | None) -> float | None:
+    try:
+        moment = datetime(year, month, day, int(hms[0]), int(hms[1]), int(hms[2]), tzinfo=UTC)
+    except ValueError:
+        return None
+    extra = float(f"0.{fraction}") if fraction else 0.0
+    return moment.timestamp() + extra
+
+
+def _pairs(body: str, keys: dict[str, tuple[str, float]]) -> list[tuple[str, float]] | None:
+    """The known `key: value` parts of a stats line; None when a known key's value is not a
+    number (a cut or garbled line)."""
+    out: list[tuple[str, float]] = []
+    for part in body.split(","):
+        key, sep, value = part.strip().partition(": ")
+        if not sep or key not in keys:
+            continue
+        text = value.strip().split(" ")[0].rstrip("%.")
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        name, scale = keys[key]
+        out.append((name, number * scale))
+    return out
+
+
+def read_server_log(path: Path, *, year: int | None = None) -> tuple[list[Row], list[str]]:
+    """The log's samples as (time_s, metric, labels, value) rows, and the notes on them."""
+    if year is not None:
+        base_year, year_from = year, "the trace"
+    else:
+        base_year, year_from = _file_year(path)
+    read = _Read()
+    vllm_year, last_month = base_year, 0
+    for number, line in _lines(path):
+        if not any(p.search(line) for p in _ANY):
+            continue
+        time_s: float | None = None
+        labels = ""
+        sglang = _SGLANG_TIME.search(line)
+        vllm = _VLLM_TIME.search(line)
+        if sglang is not None and (vllm is None or sglang.start() < vllm.start()):
+            g = sglang.groups()
+            ranks = dict(_RANK.findall(g[7] or ""))
+            if any(ranks.get(k, "0") != "0" for k in ("TP", "PP", "EP", "CP")):
+                continue  # the same batch as rank 0 logs it
+            labels = f"dp={ranks['DP']}" if "DP" in ranks else ""
+            time_s = _stamp(int(g[0]), int(g[1]), int(g[2]), (g[3], g[4], g[5]), g[6])
+        elif vllm is not None:
+            g = vllm.groups()
+            month = int(g[0])
+            if last_month and month < last_month:
+                vllm_year += 1  # the log ran over a new year
+            last_month = month
+            read.undated = True
+            time_s = _stamp(vllm_year, month, int(g[1]), (g[2], g[3], g[4]), g[5])
+        if time_s is None:
+            read.bad.append(number)
+            continue
+        if not _read_line(line, time_s, labels, read):
+            read.bad.append(number)
+    return _finish(path, read, base_year, year_from)
+
+
+def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
+    """Add the line's samples; False when it is a stats line that cannot be read."""
+    if (m := _VLLM_STATS.search(line)) is not None:
+        pairs = _pairs(m.group(2), _VLLM_KEYS)
+        if not pairs:
+            return False
+        engine = f"engine={int(m.group(1))}" if m.group(1) else "engine=0"
+        read.rows.extend((time_s, name, engine, value) for name, value in pairs)
+        read.seen("vLLM stats")
+        return True
+    if (m := _SGLANG_BATCH.search(line)) is not None:
+        pairs = _pairs(m.group(2), _SGLANG_KEYS)
+        if not pairs:
+            return False
+        read.rows.extend((time_s, name, labels, value) for name, value in pairs)
+        if m.group(1) == "Prefill":
+            found = dict(pairs)
+            new = found.get("log:batch_new_tokens", 0.0)
+            cached = found.get("log:batch_cached_tokens", 0.0)
+            if not read.batch_times:
+                read.rows.append((time_s - 1e-3, "sglang:prompt_tokens_total", labels, 0.0))
+                read.rows.append((time_s - 1e-3, "sglang:cached_tokens_total", labels, 0.0))
+            read.batch_times.append(time_s)
+            read.prompt_total += new + cached
+            read.cached_total += cached
+            read.rows.append((time_s, "sglang:prompt_tokens_total", labels, read.prompt_total))
+            read.rows.append((time_s, "sglang:cached_tokens_total", labels, read.cached_total))
+        read.seen(f"SGLang {m.group(1).lower()} batch")
+        return True
+    found_any = False
+    if (m := _KV_SIZE.search(line)) is not None:
+        read.config.append((time_s, "log:gpu_kv_cache_size_tokens", "",
+                            float(m.group(1).replace(",", ""))))
+        found_any = True
+    if (m := _CONCURRENCY.search(line)) is not None:
+        read.config.append((time_s, "log:max_concurrency", "", float(m.group(2))))
+        found_any = True
+    if (m := _SGLANG_POOL.search(line)) is not None:
+        read.config.append((time_s, "sglang:max_total_num_tokens", labels, float(m.group(1))))
+        found_any = True
+    if (m := _SGLANG_MAX_RUNNING.search(line)) is not None:
+        read.config.append((time_s, "log:max_running_requests", labels, float(m.group(1))))
+        found_any = True
+    if found_any:
+        read.seen("start-up")
+    if (m := _PREEMPTION.search(line)) is not None:
+        read.preemptions.append((time_s, "vllm:num_preemptions_total", "", float(m.group(1))))
+        read.seen("preemption warning")
+        found_any = True
+    return found_any
+
+
+def _finish(path: Path, read: _Read, year: int, year_from: str) -> tuple[list[Row], list[str]]:
+    if not read.rows and not read.config and not read.preemptions:
+        skipped = f" ({len(read.bad)} such line(s) could not be read)" if read.bad else ""
+        raise TraceReadError(f"{path}: no engine log line recognised{skipped}; --metrics "
+                             f"takes a server log with {EXPECTED}")
+    rows = list(read.rows)
+    if read.preemptions:
+        # Each warning is one preemption: just before the first, the count was one less.
+        first = min(read.preemptions)
+        rows.append((first[0] - 1e-3, first[1], first[2], first[3] - 1.0))
+        rows.extend(read.preemptions)
+    periodic = sorted({r[0] for r in read.rows})
+    for time_s, name, labels, value in read.config:
+        rows.append((time_s, name, labels, value))
+        later = [t for t in (periodic[:1] + periodic[-1:]) if t > time_s] if periodic else []
+        rows.extend((t, name, labels, value) for t in sorted(set(later)))
+    counts = ", ".join(f"{n} {what} line(s)" for what, n in sorted(read.counts.items()))
+    year_note = f"; vLLM's times carry no year: {year} is taken from {year_from}"
+    notes = [f"the metrics file {path} is an engine server log ({counts}); its times carry no "
+             f"zone and are taken as UTC{year_note if read.undated else ''}"]
+    if read.batch_times:
+        notes.append(f"SGLang prefill batches' #new-token and #cached-token are summed into "
+                     f"prompt and cached token counters ({read.prompt_total:.0f} and "
+                     f"{read.cached_total:.0f} tokens over {len(read.batch_times)} batch(es))")
+    if read.bad:
+        notes.append(f"{len(read.bad)} engine log line(s) could not be read and were skipped "
+                     f"(first: line {read.bad[0]})")
+    return rows, notes
