@@ -93,6 +93,9 @@ class EngineMetrics:
     path: str
     # What reading assumed (a server log's year and zone), for the report's notes.
     notes: tuple[str, ...] = ()
+    # The year given to a server log's year-less times (None: none assumed), so that the
+    # trace's own year can replace it.
+    log_year: int | None = None
 
     @property
     def names(self) -> frozenset[str]:
@@ -191,8 +194,9 @@ def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
         raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
     suffix = path.suffix.lower()
     notes: list[str] = []
+    log_year = None
     if suffix == ".log" or (suffix not in (".json", ".csv", ".tsv") and is_server_log(path)):
-        rows, notes = read_server_log(path, year=year)
+        rows, notes, log_year = read_server_log(path, year=year)
     elif suffix == ".json":
         rows = _read_json(path)
     elif suffix in (".csv", ".tsv"):
@@ -211,7 +215,7 @@ def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
         raise TraceReadError(
             f"{path}: the metrics export holds no samples; export a range query with data"
         )
-    return EngineMetrics(frame=frame, path=str(path), notes=tuple(notes))
+    return EngineMetrics(frame=frame, path=str(path), notes=tuple(notes), log_year=log_year)
 
 
 def _labels_key(labels: Mapping[str, Any]) -> str:

@@ -21,7 +21,8 @@ Lines read (anywhere in the line, so Docker and process prefixes are fine):
 Per-batch SGLang `#new-token` and `#cached-token` are summed into the counters
 `sglang:prompt_tokens_total` (new + cached) and `sglang:cached_tokens_total`, from zero at the
 first batch. Start-up values hold for the whole process, so they are repeated at the first and
-last periodic sample (the telemetry is cut to the trace's time range later).
+last periodic sample (the telemetry is cut to the trace's time range later). Lines stamp
+whole seconds; of several in one second, the last stands for that second.
 
 Times: vLLM writes "INFO 05-14 10:32:07", without year or zone; SGLang "[2025-05-14 10:32:07]",
 without zone. The year is the caller's (the trace's), else one written in the file itself (a
@@ -172,8 +173,10 @@ def _pairs(body: str, keys: dict[str, tuple[str, float]]) -> list[tuple[str, flo
     return out
 
 
-def read_server_log(path: Path, *, year: int | None = None) -> tuple[list[Row], list[str]]:
-    """The log's samples as (time_s, metric, labels, value) rows, and the notes on them."""
+def read_server_log(path: Path, *, year: int | None = None
+                    ) -> tuple[list[Row], list[str], int | None]:
+    """The log's samples as (time_s, metric, labels, value) rows, the notes on them, and the
+    year given to its year-less times (None when it has none)."""
     if year is not None:
         base_year, year_from = year, "the trace"
     else:
@@ -262,7 +265,8 @@ def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
     return found_any
 
 
-def _finish(path: Path, read: _Read, year: int, year_from: str) -> tuple[list[Row], list[str]]:
+def _finish(path: Path, read: _Read, year: int, year_from: str
+            ) -> tuple[list[Row], list[str], int | None]:
     if not read.rows and not read.config and not read.preemptions:
         skipped = f" ({len(read.bad)} such line(s) could not be read)" if read.bad else ""
         raise TraceReadError(f"{path}: no engine log line recognised{skipped}; --metrics "
@@ -278,6 +282,10 @@ def _finish(path: Path, read: _Read, year: int, year_from: str) -> tuple[list[Ro
         rows.append((time_s, name, labels, value))
         later = [t for t in (periodic[:1] + periodic[-1:]) if t > time_s] if periodic else []
         rows.extend((t, name, labels, value) for t in sorted(set(later)))
+    # Logs stamp whole seconds: of several lines in one second, the last holds the state at
+    # its end (and a counter's total), as one scrape then would.
+    last = {(t, name, labels): value for t, name, labels, value in rows}
+    rows = [(t, name, labels, value) for (t, name, labels), value in last.items()]
     counts = ", ".join(f"{n} {what} line(s)" for what, n in sorted(read.counts.items()))
     year_note = f"; vLLM's times carry no year: {year} is taken from {year_from}"
     notes = [f"the metrics file {path} is an engine server log ({counts}); its times carry no "
@@ -289,4 +297,4 @@ def _finish(path: Path, read: _Read, year: int, year_from: str) -> tuple[list[Ro
     if read.bad:
         notes.append(f"{len(read.bad)} engine log line(s) could not be read and were skipped "
                      f"(first: line {read.bad[0]})")
-    return rows, notes
+    return rows, notes, (year if read.undated else None)
