@@ -1,8 +1,8 @@
 """Engine server logs (vLLM, SGLang) read as `--metrics` telemetry.
 
-The fixtures under tests/data/serverlogs/ are excerpts of logs posted in the engines' own
-GitHub issues and pull requests (sources in its README.md); every expected number below was
-read off those lines by hand.
+The fixtures under tests/data/serverlogs/ are excerpts of engine logs posted in GitHub issues
+and pull requests, mostly the engines' own (sources in its README.md); every expected number
+below was read off those lines by hand.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import run_cli
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "serverlogs"
 TRACE = Path(__file__).resolve().parents[1] / "data" / "engines" / "trace_mixed.parquet"
@@ -27,7 +27,7 @@ def _utc(text: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
-def _values(m, key: str, how: str = "sum") -> list[float]:  # type: ignore[no-untyped-def]
+def _values(m: EngineMetrics, key: str, how: str = "sum") -> list[float]:
     g = m.gauge(key, how=how)
     assert g is not None, key
     return [round(v, 6) for v in g["value"].tolist()]
