@@ -137,6 +137,22 @@ def test_sglang_startup_limits_issue_29575() -> None:
     assert running["value"].tolist() == [33.0]
 
 
+def test_sglang_retractions_are_preemptions(tmp_path: Path) -> None:
+    """Hand-written from the format string in sgl-project/sglang scheduler.py (quoted in pull
+    request #11123): "KV cache pool is full. Retract requests. #retracted_reqs: N, …"; 2 + 3
+    retractions are 5 preemptions."""
+    log = tmp_path / "sglang.log"
+    log.write_text(
+        "[2025-10-01 12:00:00 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+        "#aborted_retracted_reqs: 0, #new_token_ratio: 0.5833 -> 0.9583\n"
+        "[2025-10-01 12:00:09 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, "
+        "#new_token_ratio: 0.7000 -> 1.0000\n", encoding="utf-8")
+    m = read_metrics(log)
+    assert m.name_of("preemptions") == "sglang:num_retracted_requests_total"
+    assert m.counter_increase("preemptions") == 5.0
+    assert m.counter_steps("preemptions")["delta"].tolist() == [2.0, 3.0]
+
+
 def test_startup_values_hold_until_the_last_sample(tmp_path: Path) -> None:
     """A pool size logged at start-up is repeated at the first and last periodic sample, so
     cutting the telemetry to the trace's range keeps it."""
@@ -170,11 +186,18 @@ def test_year_rolls_over_and_engines_sum(tmp_path: Path) -> None:
         f"INFO 12-31 23:59:55 [loggers.py:1] Engine 000: {stats.format(3)}",
         f"INFO 12-31 23:59:55 [loggers.py:1] Engine 001: {stats.format(4)}",
         f"INFO 01-01 00:00:05 [loggers.py:1] Engine 000: {stats.format(5)}",
+        # vLLM 0.6 split the hit rate by device.
+        "INFO 01-01 00:00:15 metrics.py:1] Avg prompt throughput: 0.0 tokens/s, Avg generation "
+        "throughput: 1.0 tokens/s, Running: 6 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV "
+        "cache usage: 10.0%, CPU KV cache usage: 0.0%, Prefix cache hit rate: GPU: 25.00%, "
+        "CPU: 0.00%.",
     ]) + "\n", encoding="utf-8")
     m = read_metrics(log, year=2024)
     g = m.gauge("num_running")
-    assert g["value"].tolist() == [7.0, 5.0]
-    assert g["time_s"].tolist() == [_utc("2024-12-31T23:59:55"), _utc("2025-01-01T00:00:05")]
+    assert g["value"].tolist() == [7.0, 5.0, 6.0]
+    assert g["time_s"].tolist()[:2] == [_utc("2024-12-31T23:59:55"),
+                                        _utc("2025-01-01T00:00:05")]
+    assert _values(m, "cache_hit_rate", "max")[-1] == 0.25
     sg = tmp_path / "s.log"
     line = ("Prefill batch, #new-seq: 1, #new-token: 100, #cached-token: 20, token usage: 0.10, "
             "#running-req: 0, #queue-req: 0")

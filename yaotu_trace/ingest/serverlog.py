@@ -15,8 +15,9 @@ Lines read (anywhere in the line, so Docker and process prefixes are fine):
   `total_num_cumulative_preemption=N`;
 - SGLang: "Prefill batch[.,] #new-seq: …, #new-token: …, #cached-token: …, token usage: …,
   #running-req: …, #queue-req: …", "Decode batch[.,] #running-req: …, #token: …, token
-  usage: …, gen throughput (token/s): …, #queue-req: …" and the start-up
-  `max_total_num_tokens=… max_running_requests=…`.
+  usage: …, gen throughput (token/s): …, #queue-req: …", the start-up
+  `max_total_num_tokens=… max_running_requests=…`, and "Retract requests. #retracted_reqs: N"
+  (summed into `sglang:num_retracted_requests_total`, SGLang's preemption).
 
 Per-batch SGLang `#new-token` and `#cached-token` are summed into the counters
 `sglang:prompt_tokens_total` (new + cached) and `sglang:cached_tokens_total`, from zero at the
@@ -64,9 +65,10 @@ _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:
 _PREEMPTION = re.compile(r"total_num_cumulative_preemption=(\d+)")
 _SGLANG_POOL = re.compile(r"\bmax_total_num_tokens=(\d+)")
 _SGLANG_MAX_RUNNING = re.compile(r"\bmax_running_requests=(\d+)")
+_SGLANG_RETRACT = re.compile(r"Retract requests\. #retracted_reqs: (\d+)")
 _RANK = re.compile(r"([A-Z]+)(\d+)")
 _ANY = (_VLLM_STATS, _SGLANG_BATCH, _KV_SIZE, _CONCURRENCY, _PREEMPTION, _SGLANG_POOL,
-        _SGLANG_MAX_RUNNING)
+        _SGLANG_MAX_RUNNING, _SGLANG_RETRACT)
 
 # Stats-line key → (metric name, scale); "%" values are read as fractions.
 _VLLM_KEYS: Final = {
@@ -86,6 +88,7 @@ _SGLANG_KEYS: Final = {
     "token usage": ("sglang:token_usage", 1.0),
     "full token usage": ("sglang:token_usage", 1.0),
     "#token": ("sglang:num_used_tokens", 1.0),
+    "#full token": ("sglang:num_used_tokens", 1.0),
     "gen throughput (token/s)": ("sglang:gen_throughput", 1.0),
     "input throughput (token/s)": ("log:avg_prompt_throughput_tokens_per_s", 1.0),
     "cache hit rate": ("sglang:cache_hit_rate", 0.01),
@@ -106,6 +109,7 @@ class _Read:
     prompt_total: float = 0.0
     cached_total: float = 0.0
     batch_times: list[float] = field(default_factory=list)
+    retracted_total: float = 0.0
     undated: bool = False  # a line with vLLM's time, which has no year
 
     def seen(self, what: str) -> None:
@@ -163,7 +167,8 @@ def _pairs(body: str, keys: dict[str, tuple[str, float]]) -> list[tuple[str, flo
         key, sep, value = part.strip().partition(": ")
         if not sep or key not in keys:
             continue
-        text = value.strip().split(" ")[0].rstrip("%.")
+        value = value.strip().removeprefix("GPU: ")  # vLLM 0.6: "hit rate: GPU: X%, CPU: Y%"
+        text = value.split(" ")[0].rstrip("%.")
         try:
             number = float(text)
         except ValueError:
@@ -258,6 +263,15 @@ def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
         found_any = True
     if found_any:
         read.seen("start-up")
+    if (m := _SGLANG_RETRACT.search(line)) is not None:
+        if not read.retracted_total:
+            read.preemptions.append((time_s - 1e-3, "sglang:num_retracted_requests_total",
+                                     labels, 0.0))
+        read.retracted_total += float(m.group(1))
+        read.preemptions.append((time_s, "sglang:num_retracted_requests_total", labels,
+                                 read.retracted_total))
+        read.seen("SGLang retraction")
+        found_any = True
     if (m := _PREEMPTION.search(line)) is not None:
         read.preemptions.append((time_s, "vllm:num_preemptions_total", "", float(m.group(1))))
         read.seen("preemption warning")
@@ -272,11 +286,12 @@ def _finish(path: Path, read: _Read, year: int, year_from: str
         raise TraceReadError(f"{path}: no engine log line recognised{skipped}; --metrics "
                              f"takes a server log with {EXPECTED}")
     rows = list(read.rows)
-    if read.preemptions:
+    vllm_preempted = [r for r in read.preemptions if r[1] == "vllm:num_preemptions_total"]
+    if vllm_preempted:
         # Each warning is one preemption: just before the first, the count was one less.
-        first = min(read.preemptions)
+        first = min(vllm_preempted)
         rows.append((first[0] - 1e-3, first[1], first[2], first[3] - 1.0))
-        rows.extend(read.preemptions)
+    rows.extend(read.preemptions)
     periodic = sorted({r[0] for r in read.rows})
     for time_s, name, labels, value in read.config:
         rows.append((time_s, name, labels, value))
