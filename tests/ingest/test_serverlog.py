@@ -280,3 +280,15 @@ def test_diagnose_dates_the_log_by_the_trace(tmp_path: Path,
     notes = json.loads(out)["input"]["notes"]
     assert any("2025 is taken from the trace" in n for n in notes)
     assert not any("cannot be matched in time" in n for n in notes)
+
+
+def test_diagnose_reads_sglang_cached_tokens_as_observed_hit_rate(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """sgl-project/sglang#13023's prefill lines through `trace diagnose`: the prefix_reuse
+    axis observes 30 / 13229 cached prompt tokens."""
+    code, out, err = run_cli(["diagnose", str(TRACE), "--metrics",
+                              str(LOGS / "sglang_cached_pr13023.log"), "-f", "json"], capsys)
+    assert code == ExitCode.OK, err
+    reuse = {a["name"]: a for a in json.loads(out)["axes"]}["prefix_reuse"]["metrics"]
+    assert reuse["observed_source"] == "sglang:cached_tokens_total"
+    assert reuse["observed_hit_rate"] == pytest.approx(30 / 13229)
