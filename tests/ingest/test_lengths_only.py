@@ -73,6 +73,7 @@ def test_commands_that_need_arrivals_keep_a_one_line_error() -> None:
     assert "\n" not in message and str(ARXIV) in message
     assert "no arrival times" in message and "--map arrival_s=" in message
     assert "trace analyze" in message
+    assert "column 'arrived_at' (read as arrival_s)" in message  # Vidur's own column name
 
 
 @pytest.mark.parametrize("command", [["replay"], ["diagnose"]])

@@ -59,10 +59,10 @@ def read_vidur(path: Path) -> RawTrace:
             SOURCE_ROW: np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE),
         }
     )
-    names = {"prompt_len": PREFILL, "output_len": DECODE}
+    # arrival_s is named even when absent, so a command that needs it asks for `arrived_at`.
+    names = {"arrival_s": ARRIVED_AT, "prompt_len": PREFILL, "output_len": DECODE}
     if ARRIVED_AT in df.columns:
         out.insert(0, "arrival_s", df[ARRIVED_AT])
-        names["arrival_s"] = ARRIVED_AT
     return RawTrace(requests=out, format_name="vidur", row_label="line",
                     notes=tuple(_total_mismatch_note(df)), source_names=names)
 
