@@ -82,8 +82,17 @@ def looks_like_text(path: Path) -> bool:
             return True
         if line.startswith("#"):
             continue
-        return _SAMPLE.match(line) is not None
+        match = _SAMPLE.match(line)
+        return match is not None and _is_number(match.group(3))
     return False
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def is_scrape_folder(path: Path) -> bool:
