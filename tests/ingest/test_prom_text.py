@@ -191,3 +191,13 @@ def test_diagnose_sample_trace_with_a_scrape_series(capsys) -> None:
     assert kv["metrics"]["kv_usage_max"] == 0.99
     assert any("5 /metrics snapshots" in n for n in doc["input"]["notes"])
     assert doc["config"]["metrics"]["path"].endswith("vllm_scrapes.prom")
+
+
+def test_label_escapes(tmp_path: Path) -> None:
+    """The exposition format escapes `\\`, `"` and a newline in label values (Prometheus'
+    exposition_formats.md); the key keeps the unescaped text."""
+    path = tmp_path / "esc.prom"
+    path.write_text('# TYPE vllm:num_requests_waiting gauge\n'
+                    'vllm:num_requests_waiting{a="x\\"y\\\\z\\n",b="2"} 1\n', encoding="utf-8")
+    m = read_metrics(path)
+    assert m.frame["labels"].tolist() == ['a=x"y\\z\n,b=2']

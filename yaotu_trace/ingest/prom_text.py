@@ -47,6 +47,7 @@ _SAMPLE: Final = re.compile(
     rf'^({_NAME})\s*(\{{(?:[^"}}]|"(?:[^"\\]|\\.)*")*\}})?\s+(\S+)(?:\s+(-?\d+))?\s*$'
 )
 _LABEL: Final = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_ESCAPE: Final = re.compile(r"\\(.)")  # label values escape \\, \" and \n
 _ISO_NAME: Final = re.compile(
     r"(\d{4})-?(\d{2})-?(\d{2})[T_ ]?(\d{2})[-:]?(\d{2})[-:]?(\d{2})(?:[.,](\d+))?"
 )
@@ -156,7 +157,7 @@ def _labels(text: str | None, path: Path, number: int) -> str:
         if match is None:
             raise TraceReadError(f"{path}: line {number}: cannot read the labels {text!r}; "
                                  "write them as {k=\"v\",...}")
-        value = match.group(2).replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+        value = _ESCAPE.sub(lambda e: "\n" if e.group(1) == "n" else e.group(1), match.group(2))
         labels[match.group(1)] = value
         pos = match.end()
     return _labels_key(labels)
