@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.errors import TraceReadError
+from yaotu_trace.ingest import prom_text
 
 # Canonical quantity → engine metric names, first match wins (vLLM V1, older vLLM, SGLang).
 # Counters are listed with and without the `_total` that prometheus_client adds on export.
@@ -90,6 +91,8 @@ class EngineMetrics:
 
     frame: pd.DataFrame
     path: str
+    # What the reader knows about the samples' dating that the diagnosis should say.
+    notes: tuple[str, ...] = ()
 
     @property
     def names(self) -> frozenset[str]:
@@ -178,22 +181,28 @@ def _increase(rows: pd.DataFrame) -> float:
 
 
 def read_metrics(path: str | Path) -> EngineMetrics:
-    """Read a Prometheus range-query export (JSON or CSV) into `EngineMetrics`."""
+    """Read a Prometheus range-query export (JSON or CSV) or /metrics text (`prom_text`)."""
     path = Path(path)
-    if path.is_dir():
-        raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
-                             "file (.json or .csv)")
-    if not path.is_file():
-        raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
     suffix = path.suffix.lower()
-    if suffix == ".json":
+    notes: tuple[str, ...] = ()
+    if path.is_dir() and prom_text.is_scrape_folder(path):
+        rows, notes = prom_text.read_prom_folder(path)
+    elif path.is_file() and suffix in prom_text.SUFFIXES and prom_text.looks_like_text(path):
+        rows, notes = prom_text.read_prom_text(path)
+    elif path.is_dir():
+        raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
+                             "file (.json or .csv) or a folder of /metrics text snapshots")
+    elif not path.is_file():
+        raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
+    elif suffix == ".json":
         rows = _read_json(path)
     elif suffix in (".csv", ".tsv"):
         rows = _read_csv(path)
     else:
         raise TraceReadError(
-            f"{path}: metrics are read from .json (Prometheus API export) or .csv "
-            f"(timestamp, metric, labels, value); got '{suffix or '(no extension)'}'"
+            f"{path}: metrics are read from .json (Prometheus API export), .csv "
+            f"(timestamp, metric, labels, value) or /metrics text (.txt, .prom); "
+            f"got '{suffix or '(no extension)'}'"
         )
     frame = pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"])
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
@@ -203,7 +212,7 @@ def read_metrics(path: str | Path) -> EngineMetrics:
         raise TraceReadError(
             f"{path}: the metrics export holds no samples; export a range query with data"
         )
-    return EngineMetrics(frame=frame, path=str(path))
+    return EngineMetrics(frame=frame, path=str(path), notes=notes)
 
 
 def _labels_key(labels: Mapping[str, Any]) -> str:

@@ -254,6 +254,7 @@ def _fit_metrics(trace: Trace, metrics: EngineMetrics, fit: _Fit) -> EngineMetri
     refused when from another run, noted when its clock cannot be matched."""
     whole = trace_span(trace)
     span = metrics_span(metrics)
+    fit.notes.extend(metrics.notes)
     if span.length_s <= 0:
         fit.notes.append(f"the metrics export {metrics.path} is one instant ({span.lo:.1f} s): "
                          "it has no time range to match with the trace's, and its counters "
