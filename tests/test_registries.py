@@ -45,6 +45,8 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
         TraceFormat.WEKA: DATA / "weka_mini",
         TraceFormat.VLLM_BENCH: DATA / "vllm_bench_small.json",
         TraceFormat.OTEL: DATA / "otel_small.json",
+        TraceFormat.VIDUR: DATA / "sim_traces" / "vidur_splitwise_code.csv",
+        TraceFormat.SPLITWISE: DATA / "sim_traces" / "splitwise_test_trace.csv",
     }[fmt]
 
 

@@ -53,7 +53,7 @@ def analyze(
 
     with progress("analyze", quiet) as update:
         loaded = open_trace(trace_input(trace, input_format, map, source_block_size, steps),
-                            lazy_content=True, progress=update)
+                            lazy_content=True, progress=update, arrivals_optional=True)
         update("profiling", 0.5)
         report = run(loaded, preset=preset, warmup=warmup)
     emit(report, format, output)

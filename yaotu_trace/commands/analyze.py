@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.commands.load import Progress, TraceInput, open_trace, tell
 from yaotu_trace.data.report import Report, input_summary
+from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
@@ -42,10 +43,15 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
 
     spec = None if warmup is None else parse_warmup(warmup)
 
-    loaded = open_trace(trace, lazy_content=True, progress=progress)
+    loaded = open_trace(trace, lazy_content=True, progress=progress, arrivals_optional=True)
     if isinstance(trace, TraceInput | str | Path):  # else read already (as the CLI does)
         tell(progress, "profiling", 0.5)
     if loaded.steps is not None:
+        if not loaded.has_arrivals:
+            raise ConfigError(
+                f"{loaded.path}: a lengths-only table (no timestamp column) cannot be matched "
+                "to a step log, which is fitted by arrival time; drop --steps, or give the "
+                "trace a timestamp column (--map arrival_s=<source column>)")
         loaded = fit_telemetry(loaded).trace
     sections: dict[str, Any] = {"profile": profile_trace(loaded)}
     options: dict[str, Any] = {"preset": preset, "warmup": spec}

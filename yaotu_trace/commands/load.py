@@ -45,6 +45,7 @@ def load_trace(
     source_block_size: int | None = None,
     steps: str | Path | None = None,
     lazy_content: bool = False,
+    arrivals_optional: bool = False,
 ) -> Trace:
     """Read and validate a trace, as every command does (never modifies the file).
 
@@ -61,20 +62,24 @@ def load_trace(
         source_block_size=source_block_size,
         steps_path=None if steps is None else Path(steps),
         lazy_content=lazy_content,
+        arrivals_optional=arrivals_optional,
     )
 
 
 def open_trace(source: TraceSource, *, lazy_content: bool,
-               progress: Progress | None = None, steps: bool = True) -> Trace:
+               progress: Progress | None = None, steps: bool = True,
+               arrivals_optional: bool = False) -> Trace:
     """The trace of `source`: as given when already read, else read now (`steps=False`: a
-    command that does not use a step log does not read one)."""
+    command that does not use a step log does not read one; `arrivals_optional=True`: a
+    lengths-only table is accepted, for a command that needs no arrival times)."""
     if not isinstance(source, TraceInput | str | Path):
         return source
     tell(progress, "reading the trace", 0.0)
     given = source if isinstance(source, TraceInput) else TraceInput(path=Path(source))
     return load_trace(given.path, input_format=given.input_format, column_map=given.column_map,
                       source_block_size=given.source_block_size,
-                      steps=given.steps if steps else None, lazy_content=lazy_content)
+                      steps=given.steps if steps else None, lazy_content=lazy_content,
+                      arrivals_optional=arrivals_optional)
 
 
 def tell(progress: Progress | None, stage: str, share: float) -> None:

@@ -45,6 +45,11 @@ INT_COLUMNS: Final = ("prompt_len", "output_len", "num_preemptions", "cached_tok
 FLOAT_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
 LIST_COLUMNS: Final = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
 REQUIRED_COLUMNS: Final = ("arrival_s", "prompt_len", "output_len")
+LENGTHS_ONLY_NOTE: Final = (
+    "lengths-only table (no timestamp column): the profile gives lengths and population only; "
+    "the arrival and timing sections need a timestamp column (arrival_s, or --map "
+    "arrival_s=<source column>)"
+)
 CANONICAL_COLUMNS: Final = (
     "request_id",
     "arrival_s",
@@ -128,6 +133,9 @@ class Trace:
     source_block_size: int | None = None
     notes: tuple[str, ...] = ()
     rows_read: int = 0
+    # False for a lengths-only table (no timestamp column, read by `trace analyze` only): its
+    # `arrival_s` is 0 for every request, a placeholder no arrival or timing figure may use.
+    has_arrivals: bool = True
     # The engine step log (`--steps`): in memory, or a Parquet file in start order read in
     # record batches (`yaotu_trace.data.steplog`).
     steps: StepLog | None = field(default=None)
@@ -151,7 +159,7 @@ class Trace:
     @property
     def column_names(self) -> tuple[str, ...]:
         """Every canonical column of the trace, loaded or left on disk, in canonical order."""
-        names = list(self.requests.columns)
+        names = [c for c in self.requests.columns if self.has_arrivals or c != "arrival_s"]
         if self.lazy is not None:
             names += [c for c in self.lazy.columns if c not in names]
         rank = {c: i for i, c in enumerate(CANONICAL_COLUMNS)}
@@ -318,15 +326,16 @@ def _first_negative(arr: pa.ChunkedArray) -> int:
     return int(np.searchsorted(offsets, neg, side="right") - 1)
 
 
-def normalize(raw: RawTrace, path: str) -> Trace:
+def normalize(raw: RawTrace, path: str, *, arrivals_optional: bool = False) -> Trace:
     """Validate a reader's table and return the canonical `Trace`.
 
     Errors (exit code 3) name file, row and column, in the source's own column names when the
     reader renamed them (Mooncake's `input_length` rather than `prompt_len`); repairs and
-    oddities become notes.
+    oddities become notes. `arrivals_optional=True` accepts a table with lengths but no
+    `arrival_s` as lengths-only (`Trace.has_arrivals` False), for the length profile.
     """
     try:
-        return _normalize(raw, path)
+        return _normalize(raw, path, arrivals_optional)
     except TraceSchemaError as err:
         text = str(err)
         renamed = _in_source_terms(text, raw.source_names)
@@ -343,7 +352,7 @@ def _in_source_terms(message: str, source_names: Mapping[str, str]) -> str:
     return message
 
 
-def _normalize(raw: RawTrace, path: str) -> Trace:
+def _normalize(raw: RawTrace, path: str, arrivals_optional: bool = False) -> Trace:
     """Validate in phases, each failing on the first bad row it finds: lists, required
     columns, types, ids, lengths; then sort by arrival."""
     df = raw.requests.reset_index(drop=True)
@@ -355,13 +364,19 @@ def _normalize(raw: RawTrace, path: str) -> Trace:
     if "prompt_len" not in df.columns and "prompt_tokens" in lists:
         lengths = pa.compute.list_value_length(series_arrow(lists["prompt_tokens"]))
         df = df.assign(prompt_len=pd.array(lengths.to_pylist(), dtype="Int64"))
+    notes = list(raw.notes)
+    has_arrivals = "arrival_s" in df.columns
+    if not has_arrivals and arrivals_optional and {"prompt_len", "output_len"} <= set(df.columns):
+        # File order stands in for arrival order; nothing reads these zeros as times.
+        df = df.assign(arrival_s=0.0)
+        notes.append(LENGTHS_ONLY_NOTE)
     _require_columns(df, path)
     out = _typed_columns(df, path, label)
     out.update(lists)
     out["request_id"] = _request_ids(out.get("request_id"), df, path, label)
     _check_token_lengths(out, df, path, label)
     _check_block_ids(out, df, path, label, raw.source_block_size)
-    table, notes = _in_arrival_order(out, list(raw.notes))
+    table, notes = _in_arrival_order(out, notes)
     return Trace(
         requests=table,
         path=path,
@@ -369,6 +384,7 @@ def _normalize(raw: RawTrace, path: str) -> Trace:
         source_block_size=raw.source_block_size,
         notes=tuple(notes),
         rows_read=rows_read,
+        has_arrivals=has_arrivals,
     )
 
 
@@ -385,6 +401,13 @@ def _list_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Serie
 
 def _require_columns(df: pd.DataFrame, path: str) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing == ["arrival_s"]:
+        raise TraceSchemaError(
+            f"{path}: no arrival times (column 'arrival_s' missing; have: "
+            f"{names_of([c for c in df.columns if not str(c).startswith('_source')], 12)}); "
+            "this command needs them: rename the timestamp column with --map arrival_s=<source "
+            "column>, or run `trace analyze` for the length profile of a lengths-only table"
+        )
     if missing:
         raise TraceSchemaError(
             f"{path}: missing required column{'s' if len(missing) > 1 else ''} "

@@ -31,6 +31,8 @@ class TraceFormat(StrEnum):
     WEKA = "weka"
     VLLM_BENCH = "vllm-bench"
     OTEL = "otel"
+    VIDUR = "vidur"
+    SPLITWISE = "splitwise"
 
 
 Reader = Callable[[Path], "RawTrace"]

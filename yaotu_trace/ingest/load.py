@@ -94,6 +94,7 @@ def load_trace(
     source_block_size: int | None = None,
     steps_path: str | Path | None = None,
     lazy_content: bool = False,
+    arrivals_optional: bool = False,
 ) -> Trace:
     """Read, map and validate a trace into the canonical `Trace` (never modifies the file).
 
@@ -104,6 +105,9 @@ def load_trace(
     Parquet file on disk (`Trace.lazy`) when its rows are in arrival order: the replay and the
     inter-token gaps (`yaotu_trace.data.token_times`) then stream them row group by row group
     instead of holding every token in memory. Other inputs load as usual.
+
+    `arrivals_optional=True` reads a table with lengths but no timestamp column as lengths-only
+    (`Trace.has_arrivals` False); only the length profile may use such a trace.
     """
     path = Path(path)
     if not path.exists():
@@ -113,17 +117,18 @@ def load_trace(
         raise TraceReadError(f"{path}: is a folder, and a {fmt.value} trace is one file; pass "
                              "the file (only RAGPulse and WEKA traces are folders)")
     if lazy_content and fmt is TraceFormat.CANONICAL_PARQUET and not column_map:
-        lazy = _load_lazy(path, source_block_size)
+        lazy = _load_lazy(path, source_block_size, arrivals_optional)
         if lazy is not None:
             return lazy if steps_path is None else _with_steps(lazy, Path(steps_path))
     raw = apply_options(get_reader(fmt)(path), path, column_map, source_block_size)
-    trace = normalize(raw, str(path))
+    trace = normalize(raw, str(path), arrivals_optional=arrivals_optional)
     if steps_path is not None:
         trace = _with_steps(trace, Path(steps_path))
     return trace
 
 
-def _load_lazy(path: Path, source_block_size: int | None) -> Trace | None:
+def _load_lazy(path: Path, source_block_size: int | None,
+               arrivals_optional: bool = False) -> Trace | None:
     """A canonical Parquet trace with its list columns left on disk, or None to load eagerly."""
     from dataclasses import replace
 
@@ -137,7 +142,7 @@ def _load_lazy(path: Path, source_block_size: int | None) -> Trace | None:
         raw = replace(raw, source_block_size=source_block_size)
     if "prompt_block_ids" in lazy.columns and raw.source_block_size is None:
         return None  # the eager path explains what is missing
-    trace = normalize(raw, str(path))
+    trace = normalize(raw, str(path), arrivals_optional=arrivals_optional)
     if any(note.startswith("arrivals were out of order") for note in trace.notes):
         return None  # file row i must be request i for streaming
     return replace(trace, lazy=lazy)

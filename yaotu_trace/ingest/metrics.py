@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.errors import TraceReadError
+from yaotu_trace.ingest import prom_text
 from yaotu_trace.ingest.serverlog import EXPECTED, is_server_log, read_server_log
 
 # Canonical quantity → engine metric names, first match wins (vLLM V1, older vLLM, SGLang).
@@ -91,7 +92,7 @@ class EngineMetrics:
 
     frame: pd.DataFrame
     path: str
-    # What reading assumed (a server log's year and zone), for the report's notes.
+    # What the reader knows about the samples' dating that the diagnosis should say.
     notes: tuple[str, ...] = ()
     # The year given to a server log's year-less times (None: none assumed), so that the
     # trace's own year can replace it.
@@ -184,28 +185,34 @@ def _increase(rows: pd.DataFrame) -> float:
 
 
 def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
-    """Read a Prometheus range-query export (JSON or CSV), or an engine server log (found by
-    its content; `year` dates its year-less times), into `EngineMetrics`."""
+    """Read a Prometheus range-query export (JSON or CSV), /metrics text (`prom_text`) or an
+    engine server log (`serverlog`, found by its content; `year` dates its year-less times)."""
     path = Path(path)
-    if path.is_dir():
-        raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
-                             "file (.json or .csv)")
-    if not path.is_file():
-        raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
     suffix = path.suffix.lower()
-    notes: list[str] = []
+    notes: tuple[str, ...] = ()
     log_year = None
-    if suffix == ".log" or (suffix not in (".json", ".csv", ".tsv") and is_server_log(path)):
-        rows, notes, log_year = read_server_log(path, year=year)
+    if path.is_dir() and prom_text.is_scrape_folder(path):
+        rows, notes = prom_text.read_prom_folder(path)
+    elif path.is_file() and (suffix == ".log" or (
+            suffix not in (".json", ".csv", ".tsv") and is_server_log(path))):
+        rows, log_notes, log_year = read_server_log(path, year=year)
+        notes = tuple(log_notes)
+    elif path.is_file() and suffix in prom_text.SUFFIXES and prom_text.looks_like_text(path):
+        rows, notes = prom_text.read_prom_text(path)
+    elif path.is_dir():
+        raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
+                             "file (.json or .csv) or a folder of /metrics text snapshots")
+    elif not path.is_file():
+        raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
     elif suffix == ".json":
         rows = _read_json(path)
     elif suffix in (".csv", ".tsv"):
         rows = _read_csv(path)
     else:
         raise TraceReadError(
-            f"{path}: metrics are read from .json (Prometheus API export) or .csv "
-            f"(timestamp, metric, labels, value) or an engine server log ({EXPECTED}); got "
-            f"'{suffix or '(no extension)'}'"
+            f"{path}: metrics are read from .json (Prometheus API export), .csv "
+            f"(timestamp, metric, labels, value), /metrics text (.txt, .prom) or an engine "
+            f"server log ({EXPECTED}); got '{suffix or '(no extension)'}'"
         )
     frame = pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"])
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
@@ -215,7 +222,7 @@ def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
         raise TraceReadError(
             f"{path}: the metrics export holds no samples; export a range query with data"
         )
-    return EngineMetrics(frame=frame, path=str(path), notes=tuple(notes), log_year=log_year)
+    return EngineMetrics(frame=frame, path=str(path), notes=notes, log_year=log_year)
 
 
 def _labels_key(labels: Mapping[str, Any]) -> str:

@@ -1,17 +1,22 @@
-"""OpenTelemetry span exports (OTLP JSON) of vLLM or SGLang request spans.
+"""OpenTelemetry request spans (vLLM, SGLang, any GenAI-instrumented server) as a trace.
 
-Accepts one OTLP `ExportTraceServiceRequest` document (`resourceSpans` → `scopeSpans` →
-`spans`), a JSON list of them, or JSON Lines with one per line (the collector's file exporter).
-Both the proto3-JSON camelCase keys and snake_case keys are read. Attribute values are OTLP
-`AnyValue`s (`intValue` as a string or number, `doubleValue`, `stringValue`).
+Accepted layouts: an OTLP `ExportTraceServiceRequest` document (`resourceSpans` →
+`scopeSpans` → `spans`), a flat `{"spans": [...]}` list (what SGLang's tooling and many
+exporters write), a bare JSON array of spans or of OTLP documents, and JSON Lines of any of
+these (the collector's file exporter writes one OTLP document per line). Both the proto3-JSON
+camelCase keys and snake_case keys are read. Attribute values are OTLP `AnyValue`s (`intValue`
+as a string or number, `doubleValue`, `stringValue`) or plain values.
 
-Every span with `gen_ai.usage.prompt_tokens` is one request (vLLM's `llm_request` span, whose
-start time is the request's arrival). Mapping:
+Every span with an input-token count is one request; the others (tool calls, scheduler
+slices) are skipped and counted in the notes. The current GenAI semantic-convention names are
+read first and the older ones (vLLM's and SGLang's spans) after them. Mapping:
 
-- `startTimeUnixNano` → `arrival_s`, seconds since the earliest span start (a note gives it in
-  UTC); subtracting in integer ns keeps sub-microsecond precision;
-- `gen_ai.request.id` → `request_id` (the `spanId` when absent);
-- `gen_ai.usage.prompt_tokens` / `gen_ai.usage.completion_tokens` → `prompt_len` / `output_len`;
+- `startTimeUnixNano` → `arrival_s`, seconds since the earliest request span start (a note
+  gives it in UTC); subtracting in integer ns keeps sub-microsecond precision;
+- `gen_ai.request.id` (vLLM), else `gen_ai.response.id` (semconv), else the `spanId` →
+  `request_id`;
+- `gen_ai.usage.input_tokens` or `gen_ai.usage.prompt_tokens` → `prompt_len`;
+  `gen_ai.usage.output_tokens` or `gen_ai.usage.completion_tokens` → `output_len`;
 - `gen_ai.usage.cached_tokens` (SGLang only; vLLM's span has no cached-token attribute) →
   `cached_tokens`;
 - `arrival_s + gen_ai.latency.time_to_first_token` → `first_token_s`;
@@ -21,7 +26,9 @@ start time is the request's arrival). Mapping:
 - `gen_ai.response.model` (or `gen_ai.request.model`) → `model`; the resource attribute
   `service.instance.id` → `instance`.
 
-SGLang uses the same `gen_ai.latency.*` names as vLLM.
+SGLang uses the same `gen_ai.latency.*` names as vLLM. A span whose `status.code` is ERROR
+(2, or `STATUS_CODE_ERROR`) stays a request, since the canonical table has no status column;
+the notes count such spans.
 """
 
 from __future__ import annotations
@@ -40,10 +47,11 @@ from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import RawTrace
 
-PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
-COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
+# Current semantic-convention name first, then the older one vLLM and SGLang still emit.
+PROMPT_TOKENS: Final = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+COMPLETION_TOKENS: Final = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
 CACHED_TOKENS: Final = "gen_ai.usage.cached_tokens"
-REQUEST_ID: Final = "gen_ai.request.id"
+REQUEST_IDS: Final = ("gen_ai.request.id", "gen_ai.response.id")
 TTFT: Final = "gen_ai.latency.time_to_first_token"
 E2E: Final = "gen_ai.latency.e2e"
 QUEUE: Final = "gen_ai.latency.time_in_queue"
@@ -60,6 +68,9 @@ SCOPE_SPANS: Final = (
 START_NS: Final = ("startTimeUnixNano", "start_time_unix_nano")
 END_NS: Final = ("endTimeUnixNano", "end_time_unix_nano")
 SPAN_ID: Final = ("spanId", "span_id")
+FLAT_SPANS: Final = ("spans",)
+# OTLP StatusCode ERROR: 2 in proto3 JSON, its enum name in some exporters' JSON.
+ERROR_STATUS: Final = (2, "2", "STATUS_CODE_ERROR", "ERROR")
 VALUE_KEYS: Final = (
     "intValue",
     "int_value",
@@ -84,17 +95,23 @@ def read_otel(path: Path) -> RawTrace:
     starts_ns: list[int] = []
     ends_ns: list[int | None] = []
     skipped = 0
+    failed = 0
+    prompt_keys: list[str] = []
     for where, span, resource in _spans(path):
         attrs = _attributes(span.get("attributes"), where, path)
-        if PROMPT_TOKENS not in attrs:
+        prompt_key = next((k for k in PROMPT_TOKENS if k in attrs), None)
+        if prompt_key is None:
             skipped += 1
             continue
+        prompt_keys.append(prompt_key)
         starts_ns.append(_nanos(span, START_NS, where, path, required=True) or 0)
         ends_ns.append(_nanos(span, END_NS, where, path, required=False))
+        failed += _is_error(span)
+        request_id = next((attrs[k] for k in REQUEST_IDS if k in attrs), _first(span, SPAN_ID))
         row: dict[str, Any] = {
-            "request_id": attrs.get(REQUEST_ID, _first(span, SPAN_ID)),
-            "prompt_len": attrs[PROMPT_TOKENS],
-            "output_len": attrs.get(COMPLETION_TOKENS),
+            "request_id": request_id,
+            "prompt_len": attrs[prompt_key],
+            "output_len": next((attrs[k] for k in COMPLETION_TOKENS if k in attrs), None),
             SOURCE_WHERE: where,
         }
         if CACHED_TOKENS in attrs:
@@ -110,8 +127,9 @@ def read_otel(path: Path) -> RawTrace:
         rows.append(row)
     if not rows:
         raise TraceSchemaError(
-            f"{path}: none of the {skipped} span(s) carries '{PROMPT_TOKENS}'; export the "
-            "engine's request spans (for vLLM, serve with --otlp-traces-endpoint)"
+            f"{path}: none of the {skipped} span(s) carries '{PROMPT_TOKENS[0]}' or "
+            f"'{PROMPT_TOKENS[1]}'; export the engine's request spans (vLLM: serve with "
+            "--otlp-traces-endpoint; SGLang: --enable-trace)"
         )
     origin_ns = min(starts_ns)
     arrival_s = (np.asarray(starts_ns, dtype=np.int64) - origin_ns) / 1e9
@@ -130,7 +148,13 @@ def read_otel(path: Path) -> RawTrace:
         "(the earliest span start)"
     ]
     if skipped:
-        notes.append(f"{skipped} span(s) without '{PROMPT_TOKENS}' were skipped (not requests)")
+        # Named by the key this file's request spans use, so the note speaks its convention.
+        notes.append(f"{skipped} span(s) without '{prompt_keys[0]}' were skipped (not requests)")
+    if failed:
+        notes.append(
+            f"{failed} of {len(rows)} request span(s) ended with status ERROR; they are kept as "
+            "requests because the canonical table has no status column"
+        )
     return RawTrace(
         requests=out.dropna(axis=1, how="all"),
         format_name="otel",
@@ -140,23 +164,42 @@ def read_otel(path: Path) -> RawTrace:
 
 
 def _spans(path: Path) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """Yield (location, span, resource attributes) for every span in the export."""
+    """Yield (location, span, resource attributes) for every span in the file, whatever its
+    layout: OTLP documents, flat span lists, or bare spans."""
     for prefix, doc in _documents(path):
         if not isinstance(doc, dict):
             raise TraceReadError(
-                f"{path}: {prefix or 'the document'} is {type(doc).__name__}, expected an OTLP "
-                "object with resourceSpans"
+                f"{path}: {prefix.rstrip(', ') or 'the document'} is {type(doc).__name__}, "
+                "expected an OTLP object with resourceSpans, a {\"spans\": [...]} list or a span"
             )
-        for i, resource_spans in enumerate(_list(doc, RESOURCE_SPANS, prefix, path)):
-            here = f"{prefix}resourceSpans[{i}]"
-            resource = resource_spans.get("resource")
-            resource_attrs = _attributes(
-                resource.get("attributes") if isinstance(resource, dict) else None, here, path
-            )
-            for j, scope_spans in enumerate(_list(resource_spans, SCOPE_SPANS, here, path)):
-                scope_where = f"{here}.scopeSpans[{j}]"
-                for k, span in enumerate(_list(scope_spans, ("spans",), scope_where, path)):
-                    yield f"{scope_where}.spans[{k}]", span, resource_attrs
+        if _first(doc, RESOURCE_SPANS) is not None:
+            yield from _otlp_spans(doc, prefix, path)
+        elif _first(doc, FLAT_SPANS) is not None:
+            for k, span in enumerate(_list(doc, FLAT_SPANS, prefix.rstrip(", "), path)):
+                yield f"{prefix}spans[{k}]", span, {}
+        else:
+            yield prefix.rstrip(", ") or "the span", doc, {}
+
+
+def _otlp_spans(
+    doc: dict[str, Any], prefix: str, path: Path
+) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    for i, resource_spans in enumerate(_list(doc, RESOURCE_SPANS, prefix, path)):
+        here = f"{prefix}resourceSpans[{i}]"
+        resource = resource_spans.get("resource")
+        resource_attrs = _attributes(
+            resource.get("attributes") if isinstance(resource, dict) else None, here, path
+        )
+        for j, scope_spans in enumerate(_list(resource_spans, SCOPE_SPANS, here, path)):
+            scope_where = f"{here}.scopeSpans[{j}]"
+            for k, span in enumerate(_list(scope_spans, ("spans",), scope_where, path)):
+                yield f"{scope_where}.spans[{k}]", span, resource_attrs
+
+
+def _is_error(span: dict[str, Any]) -> bool:
+    """OTLP span status ERROR (`status.code`), in any of its JSON spellings."""
+    status = span.get("status")
+    return isinstance(status, dict) and status.get("code") in ERROR_STATUS
 
 
 def _documents(path: Path) -> list[tuple[str, Any]]:
@@ -178,7 +221,7 @@ def _documents(path: Path) -> list[tuple[str, Any]]:
         records, lines = read_json_lines(path)
         return [(f"line {line}, ", record) for record, line in zip(records, lines, strict=True)]
     if isinstance(doc, list):
-        return [(f"document {n}, ", d) for n, d in enumerate(doc)]
+        return [(f"[{n}], ", d) for n, d in enumerate(doc)]
     return [("", doc)]
 
 
@@ -270,16 +313,26 @@ def _seconds(value: object, key: str, where: str, path: Path) -> float:
 
 
 def _is_otel_record(keys: set[str]) -> bool:
-    return any(key in keys for key in RESOURCE_SPANS)
+    """A JSON Lines record: an OTLP document, a flat span list, or one span."""
+    if any(key in keys for key in RESOURCE_SPANS):
+        return True
+    is_span = any(k in keys for k in SPAN_ID) and any(k in keys for k in START_NS)
+    return is_span or keys == {"spans"}
 
 
 def _is_otel_document(head: str) -> bool:
-    return any(f'"{key}"' in head for key in RESOURCE_SPANS)
+    """A whole-file document: OTLP, or spans (flat or bare) that carry span ids and start
+    times, which no other format's records have."""
+    if any(f'"{key}"' in head for key in RESOURCE_SPANS):
+        return True
+    return any(f'"{k}"' in head for k in SPAN_ID) and any(f'"{k}"' in head for k in START_NS)
 
 
 FORMAT = TraceFormatSpec(
     name=TraceFormat.OTEL,
-    description="OpenTelemetry OTLP JSON export of vLLM or SGLang request spans",
+    description=(
+        "OpenTelemetry GenAI request spans (vLLM, SGLang): OTLP JSON, flat span lists, JSONL"
+    ),
     reader=read_otel,
     row_label="span",
     json_keys=_is_otel_record,

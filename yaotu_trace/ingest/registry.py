@@ -29,6 +29,8 @@ ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
     (TraceFormat.CANONICAL_JSONL, "canonical_formats:JSONL"),
     (TraceFormat.AZURE, "azure:FORMAT"),
     (TraceFormat.BURSTGPT, "burstgpt:FORMAT"),
+    (TraceFormat.VIDUR, "vidur:FORMAT"),
+    (TraceFormat.SPLITWISE, "splitwise:FORMAT"),
     (TraceFormat.CANONICAL_CSV, "canonical_formats:CSV"),
 )
 _WHERE = dict(ENTRIES)

@@ -255,6 +255,7 @@ def _fit_metrics(trace: Trace, metrics: EngineMetrics, fit: _Fit) -> EngineMetri
     refused when from another run, noted when its clock cannot be matched."""
     whole = trace_span(trace)
     span = metrics_span(metrics)
+    fit.notes.extend(metrics.notes)
     if span.length_s <= 0:
         fit.notes.append(f"the metrics export {metrics.path} is one instant ({span.lo:.1f} s): "
                          "it has no time range to match with the trace's, and its counters "
@@ -307,7 +308,6 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
     steps = None if trace.steps is None else _fit_steps(trace, trace.steps, fit)
     if metrics is not None:
         metrics = _dated_by_trace(trace, metrics)
-        fit.notes.extend(metrics.notes)
         metrics = _fit_metrics(trace, metrics, fit)
     fitted = replace(trace, steps=steps, notes=trace.notes + tuple(fit.notes))
     overlap = None if fit.keep.all() else _kept(fitted, fit.keep)

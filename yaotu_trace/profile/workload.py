@@ -12,6 +12,9 @@ Definitions (units in the names):
   e2e_s = finish_s − arrival_s. Requests with inconsistent timing are skipped per metric.
 - concurrency: requests in flight (arrival ≤ t < finish); mean by Little's law
   (Σ latency / span), max by an event sweep.
+
+A lengths-only table (`Trace.has_arrivals` False) has no arrivals and no timing: both
+sections are None, never computed from its placeholder arrival times.
 """
 
 from __future__ import annotations
@@ -81,9 +84,9 @@ class TimingProfile:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
-    """The workload profile section of `trace analyze`."""
+    """The workload profile section of `trace analyze` (arrivals None: lengths-only table)."""
 
-    arrivals: ArrivalProfile
+    arrivals: ArrivalProfile | None
     lengths: LengthProfile
     population: Population
     timing: TimingProfile | None
@@ -92,8 +95,10 @@ class Profile:
 def profile_trace(trace: Trace) -> Profile:
     """Compute the workload profile of a validated trace."""
     df = trace.requests
+    arrivals = (arrival_profile(df["arrival_s"].to_numpy(dtype=np.float64))
+                if trace.has_arrivals else None)
     return Profile(
-        arrivals=arrival_profile(df["arrival_s"].to_numpy(dtype=np.float64)),
+        arrivals=arrivals,
         lengths=LengthProfile(
             prompt_len=Distribution.of(df["prompt_len"].to_numpy(dtype=np.float64)),
             output_len=Distribution.of(df["output_len"].to_numpy(dtype=np.float64)),
@@ -106,7 +111,7 @@ def profile_trace(trace: Trace) -> Profile:
             instances=_distinct(df, "instance"),
             models=_distinct(df, "model"),
         ),
-        timing=timing_profile(trace),
+        timing=timing_profile(trace) if trace.has_arrivals else None,
     )
 
 

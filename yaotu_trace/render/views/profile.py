@@ -20,6 +20,9 @@ def view(profile: Profile) -> View:
 
 def _arrivals(profile: Profile) -> list[Block]:
     a = profile.arrivals
+    if a is None:
+        return [Heading(text="Arrivals"), KeyValues(rows=[
+            ("arrivals", "none in the trace: arrival and timing need a timestamp column")])]
     common = [
         ("span", fmt.seconds(a.span_s)),
         ("mean rate", f"{fmt.num(a.mean_rate_rps)} req/s"),
