@@ -211,8 +211,8 @@ def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
     else:
         raise TraceReadError(
             f"{path}: metrics are read from .json (Prometheus API export), .csv "
-            f"(timestamp, metric, labels, value), /metrics text (.txt, .prom) or an engine "
-            f"server log ({EXPECTED}); got '{suffix or '(no extension)'}'"
+            f"(timestamp, metric, labels, value), an engine server log ({EXPECTED}) or "
+            f"/metrics text (.txt, .prom); got '{suffix or '(no extension)'}'"
         )
     frame = pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"])
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
