@@ -292,3 +292,22 @@ def test_diagnose_reads_sglang_cached_tokens_as_observed_hit_rate(
     reuse = {a["name"]: a for a in json.loads(out)["axes"]}["prefix_reuse"]["metrics"]
     assert reuse["observed_source"] == "sglang:cached_tokens_total"
     assert reuse["observed_hit_rate"] == pytest.approx(30 / 13229)
+
+
+def test_a_log_without_a_year_reads_the_same_whatever_its_file_time(tmp_path: Path) -> None:
+    """No year in the trace or the log: the times are dated in one fixed year, never by the
+    file's modification time, so a copied log gives the same telemetry."""
+    import os
+    import shutil
+
+    frames = []
+    for year in (2011, 2024):
+        copy = tmp_path / f"copy-{year}.log"
+        shutil.copyfile(LOGS / "vllm_generated_mixed.log", copy)
+        when = datetime(year, 6, 1, tzinfo=UTC).timestamp()
+        os.utime(copy, (when, when))
+        metrics = read_metrics(copy)
+        assert metrics.log_year == 2004
+        assert any("so 2004" in note for note in metrics.notes)
+        frames.append(metrics.frame)
+    pd.testing.assert_frame_equal(frames[0], frames[1])

@@ -96,8 +96,9 @@ KvDtypeOpt = Annotated[
 # Options of the diagnosis, shared by `trace diagnose`, `trace check` and `trace report`.
 MetricsOpt = Annotated[
     Path | None,
-    typer.Option("--metrics", help="Engine Prometheus export: range-query JSON or CSV "
-                 "(timestamp, metric, labels, value)."),
+    typer.Option("--metrics", help="Engine telemetry: a Prometheus range-query export (JSON "
+                 "or CSV), /metrics text (one snapshot, a file or folder of scrapes), or a vLLM "
+                 "or SGLang server log (found by its content); see docs/formats.md."),
 ]
 ModelOpt = Annotated[
     str | None,

@@ -125,6 +125,11 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
             from exc
 
 
+# The year of a log whose lines carry none when neither the trace nor the file gives one: a
+# leap year (a line of 02-29 reads) on the Unix clock (telemetry.UNIX_CLOCK_S, 2001-09-09 on).
+NO_YEAR = 2004
+
+
 def is_server_log(path: Path) -> bool:
     """Whether the file's first `SNIFF_BYTES` hold a line this reader knows."""
     try:
@@ -136,7 +141,8 @@ def is_server_log(path: Path) -> bool:
 
 
 def _file_year(path: Path) -> tuple[int, str]:
-    """A year written in the file itself, else the file's modification year."""
+    """A year written in the file itself, else `NO_YEAR`: never the file's modification time,
+    which changes when the file is copied (the same log must give the same numbers)."""
     try:
         with path.open("rb") as fh:
             head = fh.read(SNIFF_BYTES).decode("utf-8", errors="replace")
@@ -145,8 +151,8 @@ def _file_year(path: Path) -> tuple[int, str]:
     found = _FILE_YEAR.search(head)
     if found:
         return int(found.group(1)), "a date written in the log"
-    mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
-    return mtime.year, "the log file's modification time"
+    return NO_YEAR, (f"no year in the trace or the log, so {NO_YEAR}: only the times between "
+                     "its lines are meaningful")
 
 
 def _stamp(year: int, month: int, day: int, hms: tuple[str, str, str],
