@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.csv_source import read_source_csv
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 if TYPE_CHECKING:
@@ -37,19 +38,12 @@ def read_azure(path: Path) -> RawTrace:
     import numpy as np
     import pandas as pd
 
-    from yaotu_trace.data.canonical import read_csv_frame
     from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW, names_of
+    from yaotu_trace.data.values import SOURCE_ROW
 
-    df = read_csv_frame(path, dtype={TIMESTAMP: "string"}, skipinitialspace=True)
-    df.columns = [str(c).strip() for c in df.columns]
-    missing = [c for c in (TIMESTAMP, PROMPT, OUTPUT) if c not in df.columns]
-    if missing:
-        raise TraceSchemaError(
-            f"{path}: missing column{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(repr(c) for c in missing)} (have: {names_of(df.columns)}); "
-            f"an Azure LLM trace has the header {TIMESTAMP},{PROMPT},{OUTPUT}"
-        )
+    df = read_source_csv(path, (TIMESTAMP, PROMPT, OUTPUT),
+                         f"an Azure LLM trace has the header {TIMESTAMP},{PROMPT},{OUTPUT}",
+                         dtype={TIMESTAMP: "string"})
     lines = np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE)
     stamps = df[TIMESTAMP].str.strip()
     arrival_ns = _parse_timestamps_ns(stamps, path, lines)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.csv_source import read_source_csv
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 if TYPE_CHECKING:
@@ -39,21 +39,13 @@ def read_splitwise(path: Path) -> RawTrace:
     import numpy as np
     import pandas as pd
 
-    from yaotu_trace.data.canonical import read_csv_frame
     from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW, names_of
+    from yaotu_trace.data.values import SOURCE_ROW
 
-    df = read_csv_frame(path, dtype={REQUEST_ID: "string", APPLICATION_ID: "string"},
-                        skipinitialspace=True)
-    df.columns = [str(c).strip() for c in df.columns]
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise TraceSchemaError(
-            f"{path}: missing column{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(repr(c) for c in missing)} (have: {names_of(df.columns)}); "
-            f"a splitwise-sim trace has {REQUEST_ID},request_type,{APPLICATION_ID},{ARRIVAL},"
-            f"batch_size,{PROMPT},{OUTPUT}"
-        )
+    df = read_source_csv(path, REQUIRED,
+                         f"a splitwise-sim trace has {REQUEST_ID},request_type,"
+                         f"{APPLICATION_ID},{ARRIVAL},batch_size,{PROMPT},{OUTPUT}",
+                         dtype={REQUEST_ID: "string", APPLICATION_ID: "string"})
     out = pd.DataFrame(
         {
             "arrival_s": df[ARRIVAL],
