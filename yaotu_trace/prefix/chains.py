@@ -120,6 +120,16 @@ def chain_bytes(blocks: int) -> int:
     return int(blocks) * 16 + table * 12
 
 
+def segment_ranges(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """New offsets and the flat indices of `rows`' segments (in row order)."""
+    lengths = offsets[rows + 1] - offsets[rows]
+    new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    index = (np.repeat(offsets[rows] - new_offsets[:-1], lengths)
+             + np.arange(int(new_offsets[-1]), dtype=np.int64))
+    return new_offsets, index
+
+
 def _segment_positions(counts: np.ndarray) -> np.ndarray:
     """0-based position of every element within its segment, for segments of `counts`."""
     total = int(counts.sum())

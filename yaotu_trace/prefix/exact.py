@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.chains import BlockChains, segment_ranges
 from yaotu_trace.prefix.exact_sglang import replay_sglang
 from yaotu_trace.prefix.exact_vllm import replay_vllm
 from yaotu_trace.prefix.result import ReplayResult
@@ -51,11 +51,7 @@ def replay_exact(chains: BlockChains, rules: ReplayRules, codes: np.ndarray | No
 def _rows_of(chains: BlockChains, rows: np.ndarray) -> BlockChains:
     """The requests `rows` of `chains`, in order, keeping their ids (a pool sees only its own
     requests; ids stay dense over the whole trace, which the kernels allow)."""
-    lengths = chains.offsets[rows + 1] - chains.offsets[rows]
-    offsets = np.zeros(rows.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    index = (np.repeat(chains.offsets[rows] - offsets[:-1], lengths)
-             + np.arange(int(offsets[-1]), dtype=np.int64))
+    offsets, index = segment_ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
     return BlockChains(offsets=offsets, ids=chains.ids[index],
                        block_tokens=chains.block_tokens[index],
                        num_distinct=chains.num_distinct,

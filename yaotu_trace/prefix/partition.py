@@ -34,6 +34,7 @@ import numpy as np
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.chains import segment_ranges
 from yaotu_trace.prefix.engine import replay, route_codes
 from yaotu_trace.prefix.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
@@ -245,16 +246,6 @@ def cache_partitions(rules: ReplayRules, num_requests: int, *,
     return Partitions(codes=codes, instance=instance, num_instances=k)
 
 
-def _ranges(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """New offsets and the flat indices of `rows`' segments (in row order)."""
-    lengths = offsets[rows + 1] - offsets[rows]
-    new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_offsets[1:])
-    index = (np.repeat(offsets[rows] - new_offsets[:-1], lengths)
-             + np.arange(int(new_offsets[-1]), dtype=np.int64))
-    return new_offsets, index
-
-
 def _readonly(array: np.ndarray, dtype: Any) -> np.ndarray:
     out = np.ascontiguousarray(array, dtype=dtype)
     out.flags.writeable = False
@@ -268,10 +259,11 @@ def sub_chains(chains: BlockChains, rows: np.ndarray) -> BlockChains:
     keep each worker's tables as small as its partition.
     """
     rows = np.asarray(rows, dtype=np.int64)
-    offsets, index = _ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
+    offsets, index = segment_ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
     out_offsets = out_ids = None
     if chains.output_offsets is not None and chains.output_ids is not None:
-        out_offsets, out_index = _ranges(np.asarray(chains.output_offsets, dtype=np.int64), rows)
+        out_offsets, out_index = segment_ranges(
+            np.asarray(chains.output_offsets, dtype=np.int64), rows)
         out_ids = chains.output_ids[out_index]
     ids, out_ids, num = _renumber(offsets, chains.ids[index], out_offsets, out_ids)
     return replace(
