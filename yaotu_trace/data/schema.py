@@ -40,9 +40,13 @@ STRING_COLUMNS: Final = (
     "instance",
     "prefill_instance",
     "decode_instance",
+    "error",
 )
+# A request's outcome; a missing value means the source did not say, read as "ok".
+STATUS_VALUES: Final = ("ok", "error", "aborted", "timeout", "rejected")
 INT_COLUMNS: Final = ("prompt_len", "output_len", "num_preemptions", "cached_tokens")
-FLOAT_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
+FLOAT_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s",
+                        "decode_start_s", "kv_transfer_s")
 LIST_COLUMNS: Final = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
 REQUIRED_COLUMNS: Final = ("arrival_s", "prompt_len", "output_len")
 LENGTHS_ONLY_NOTE: Final = (
@@ -71,6 +75,10 @@ CANONICAL_COLUMNS: Final = (
     "cached_tokens",
     "prefill_instance",
     "decode_instance",
+    "decode_start_s",
+    "kv_transfer_s",
+    "status",
+    "error",
 )
 LIST_VALUE_TYPES: Final = {
     "prompt_tokens": pa.int64(),
@@ -434,7 +442,20 @@ def _typed_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Seri
     for column in STRING_COLUMNS:
         if column in df.columns:
             out[column] = df[column].astype("string")
+    if "status" in df.columns:
+        out["status"] = _statuses(df, path, label)
     return out
+
+
+def _statuses(df: pd.DataFrame, path: str, label: str) -> pd.Series:
+    """`status` in lower case, each one of STATUS_VALUES or missing (the source did not say)."""
+    status = df["status"].astype("string").str.strip().str.lower()
+    bad = np.flatnonzero((status.notna() & ~status.isin(STATUS_VALUES)).to_numpy())
+    if bad.size:
+        fail_at(path, df, int(bad[0]), label, "status",
+                f"{shown(df['status'].iloc[int(bad[0])])} is not a request status; use one of "
+                f"{', '.join(STATUS_VALUES)} (or leave it empty)")
+    return status
 
 
 def _request_ids(ids: pd.Series | None, df: pd.DataFrame, path: str, label: str) -> pd.Series:
