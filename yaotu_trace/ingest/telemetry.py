@@ -298,7 +298,8 @@ def _dated_by_trace(trace: Trace, metrics: EngineMetrics) -> EngineMetrics:
     lo = trace_span(trace).lo
     if metrics.log_year is None or not lo >= UNIX_CLOCK_S:
         return metrics
-    return read_metrics(metrics.path, year=datetime.fromtimestamp(lo, tz=UTC).year)
+    return read_metrics(metrics.path, year=datetime.fromtimestamp(lo, tz=UTC).year,
+                        zone=metrics.log_zone)
 
 
 def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:

@@ -192,6 +192,8 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
 def windows_of(timing: RequestTiming, window_s: float) -> Windows:
     """Windows of `window_s` from the first arrival to the last finish (or arrival)."""
     arrival, finish = timing.arrival, timing.finish
+    if arrival.size == 0:  # telemetry alone: no request to place in time
+        return Windows(t0_s=0.0, width_s=window_s, count=1)
     t0 = float(arrival.min())
     t_end = float(np.nanmax(finish)) if finish is not None else float(arrival.max())
     n_windows = max(1, int(np.ceil((t_end - t0) / window_s + 1e-12)))
