@@ -25,6 +25,7 @@ def report(
     trace: TraceSource,
     *,
     metrics: Path | None = None,
+    log_tz: str | None = None,
     model: str | None = None,
     kv_dtype: str | None = None,
     kv_capacity: str | None = None,
@@ -40,7 +41,7 @@ def report(
     loaded = open_trace(trace, lazy_content=True, progress=progress)
     diagnosis = diagnosis_of(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
                              block_size_tokens=block_size_tokens, preset=preset,
-                             threshold=threshold, kv_dtype=kv_dtype)
+                             threshold=threshold, kv_dtype=kv_dtype, log_tz=log_tz)
     return build_report(loaded, diagnose_report=diagnosis, progress=progress)
 
 
