@@ -203,3 +203,20 @@ def test_cli_json_from_a_server_log_in_a_subprocess() -> None:
     assert statuses == {"queueing": "insufficient_data", "kv_memory": "bottleneck",
                         "prefix_reuse": "insufficient_data",
                         "pd_interference": "insufficient_data"}
+
+
+def test_the_docs_examples_give_the_verdicts_they_show(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/diagnose.md, "From telemetry alone": each command and the verdict printed under it."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "diagnose.md").read_text()
+    section = text.split("## From telemetry alone", 1)[1]
+    examples = re.findall(r"^trace (diagnose .+)\n    (verdict: .+)$", section, re.MULTILINE)
+    assert len(examples) == 3
+    root = Path(__file__).resolve().parents[2]
+    for command, verdict in examples:
+        args = [str(root / a) if a.startswith("tests/") else a for a in shlex.split(command)]
+        code, out, err = run_cli(args, capsys)
+        assert code == ExitCode.OK, err
+        assert out.splitlines()[0] == verdict

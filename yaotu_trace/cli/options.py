@@ -34,7 +34,7 @@ OptionalTraceArg = Annotated[
         help="Trace file (.parquet, .jsonl, .csv, .json) or a folder of WEKA conversation files; "
         "leave it out to judge --metrics (or --steps) alone.",
         show_default=False,
-        metavar="[TRACE]"),
+        metavar="TRACE"),
 ]
 InputFormatOpt = Annotated[
     TraceFormat | None,

@@ -295,7 +295,9 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
                   if not (r.axis is AxisName.PD_INTERFERENCE and len(names) > 1)]
     principal = candidates[0]
     why = (f"{principal.axis} is the bottleneck with the largest estimated cost"
-           f"{_basis(principal)}")
+           f"{_basis(principal)}" if principal.score is not None else
+           f"{principal.axis} is the bottleneck; its cost ({principal.score_basis}) is not "
+           "measured")
     symptom = None
     cause = _symptom_of(axes, principal.axis)
     if cause is not None:
