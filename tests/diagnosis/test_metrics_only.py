@@ -13,12 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
 from yaotu_trace.commands.diagnose import diagnose
 from yaotu_trace.errors import ConfigError, ExitCode
+from yaotu_trace.render.json_report import json_schema
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LOGS = DATA / "serverlogs"
@@ -85,6 +87,11 @@ def test_vllm_log_waiting_at_full_kv_is_kv_admission() -> None:
     assert ev["kv_usage_p75"] == pytest.approx(0.959)
     assert ev["waiting_share"] == 1.0
     assert doc["principal"] == "queueing"
+    # V1 stats lines carry no preemption count: KV memory at 98.4 % is undecided, not ok.
+    kv = _axes(doc)["kv_memory"]
+    assert kv["status"] == "insufficient_data"
+    assert kv["metrics"]["preemptions_total"] is None
+    assert any(n.startswith("no preemption count in the telemetry") for n in kv["notes"])
     remedies = {e["remedy"]: e for e in doc["ledger"]}
     saves = {q["name"]: q for q in remedies["larger_kv_pool"]["saves"]}
     assert saves["kv_blocked_queue_seconds"]["value"] is None
@@ -134,6 +141,28 @@ def test_prometheus_export_alone_gives_the_rules_it_gives_with_a_trace(tmp_path:
     for name, axis in _axes(with_trace).items():
         assert {f["id"] for f in axes[name]["findings"]} <= {f["id"] for f in axis["findings"]}
     assert with_trace["input"]["format"] != "telemetry only"
+
+
+def test_prometheus_scrapes_alone_spiky_kv_demand_and_kv_admission() -> None:
+    """tests/data/prom_text/vllm_scrapes.prom, five /metrics snapshots at 0, 30, 60, 90, 115 s:
+    preemptions 2 → 7 → 19, a restart, 2 → 5: 5 + 12 + 2 + 3 = 22; KV usage 5, 93, 99, 12, 2 %
+    (mean 42.2 % < kv_low_usage 70 %) and at the four counter bumps 93, 99, 12, 2 % (mean
+    51.5 %, below 95 %): not a full cache but spiky demand, K005. Waiting 0, 4, 9, 0, 0 (in
+    2 of 5 scrapes, 40 % ≥ 25 %) with P75 KV usage 93 % ≥ 90 %: Q005, a symptom of kv_memory."""
+    doc = _doc(DATA / "prom_text" / "vllm_scrapes.prom")
+    axes = _axes(doc)
+    kv = axes["kv_memory"]
+    assert kv["metrics"]["preemptions_total"] == 22
+    assert kv["metrics"]["kv_usage_mean"] == pytest.approx(0.422)
+    assert kv["metrics"]["kv_usage_at_preemption"] == pytest.approx(0.515)
+    assert (kv["status"], kv["cause"]) == ("warning", "spiky_demand")
+    assert [f["id"] for f in kv["findings"]] == ["K005"]
+    queueing = axes["queueing"]
+    assert [f["id"] for f in queueing["findings"]] == ["Q005"]
+    assert _evidence(queueing)["waiting_share"] == pytest.approx(0.4)
+    assert _evidence(queueing)["kv_usage_p75"] == pytest.approx(0.93)
+    assert doc["verdict"]["summary"] == ("verdict: kv_memory (spiky_demand); causes queueing "
+                                         "(telemetry only)")
 
 
 def test_input_says_telemetry_only() -> None:
@@ -199,7 +228,9 @@ def test_cli_json_from_a_server_log_in_a_subprocess() -> None:
          str(LOGS / "vllm_generated_mixed.log"), "--format", "json"],
         capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stderr
-    statuses = {a["name"]: a["status"] for a in json.loads(result.stdout)["axes"]}
+    doc = json.loads(result.stdout)
+    assert list(jsonschema.Draft202012Validator(json_schema()).iter_errors(doc)) == []
+    statuses = {a["name"]: a["status"] for a in doc["axes"]}
     assert statuses == {"queueing": "insufficient_data", "kv_memory": "bottleneck",
                         "prefix_reuse": "insufficient_data",
                         "pd_interference": "insufficient_data"}

@@ -98,6 +98,9 @@ def _telemetry_input(metrics: EngineMetrics | None, steps: str | Path | None) ->
              "the engine's own counters and gauges show, and each panel's `missing` names the "
              "request-trace columns that would decide or sharpen it",
              *(() if metrics is None else metrics.notes))
+    if len(paths) == 2:
+        notes += ("the step log and the metrics are judged as given: without a trace, their "
+                  "clocks are not matched with each other (give both of one run)",)
     return telemetry_trace(judged, steps=step_log, notes=notes)
 
 

@@ -296,8 +296,7 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
     principal = candidates[0]
     why = (f"{principal.axis} is the bottleneck with the largest estimated cost"
            f"{_basis(principal)}" if principal.score is not None else
-           f"{principal.axis} is the bottleneck; its cost ({principal.score_basis}) is not "
-           "measured")
+           f"{principal.axis} is the bottleneck; its cost is not measured")
     symptom = None
     cause = _symptom_of(axes, principal.axis)
     if cause is not None:
@@ -425,17 +424,23 @@ TRACE_WOULD_ADD: dict[AxisName, str] = {
 
 
 def _undecided_preemptions(axis: AxisResult) -> AxisResult:
-    """kv_memory called ok while preemptions were counted but could not be priced (their
-    recompute share needs request lengths): undecided, not ok."""
+    """kv_memory called ok without knowing the preemptions, or with preemptions that could not
+    be priced (their recompute share needs request lengths): undecided, not ok."""
     m = axis.metrics
-    preempted = getattr(m, "preemptions_total", None) or 0
-    if not (axis.status is Status.OK and preempted > 0
-            and getattr(m, "recompute_token_fraction", None) is None
-            and getattr(m, "preempted_request_share", None) is None):
+    preempted = getattr(m, "preemptions_total", None)
+    if axis.status is not Status.OK or preempted == 0:
         return axis
-    note = (f"{preempted} preemption(s) counted, none at a KV usage that makes them a capacity "
-            "bottleneck (K001); whether they matter depends on the work they recompute, which "
-            "needs the requests' lengths")
+    if preempted is None:
+        note = ("no preemption count in the telemetry: KV usage alone cannot show whether "
+                "requests were preempted (vLLM's /metrics exports vllm:num_preemptions_total, "
+                "which its stats lines leave out; SGLang logs each retraction)")
+    elif (getattr(m, "recompute_token_fraction", None) is None
+          and getattr(m, "preempted_request_share", None) is None):
+        note = (f"{preempted} preemption(s) counted, none at a KV usage that makes them a "
+                "capacity bottleneck (K001); whether they matter depends on the work they "
+                "recompute, which needs the requests' lengths")
+    else:
+        return axis
     return replace(axis, status=Status.INSUFFICIENT_DATA, notes=(*axis.notes, note))
 
 
