@@ -148,10 +148,13 @@ def diagnose_trace(
     from yaotu_trace.data.report import Report
     from yaotu_trace.diagnosis.diagnose import axis_report
     from yaotu_trace.diagnosis.diagnose import diagnose_trace as judge
+    from yaotu_trace.diagnosis.telemetry_alone import judge_telemetry
+    from yaotu_trace.ingest.telemetry_only import is_telemetry_only
 
     t = thresholds or make_thresholds()
     s = settings or EngineSettings()
-    judged = judge(trace, metrics=metrics, settings=s, thresholds=t)
+    judge_input = judge_telemetry if is_telemetry_only(trace) else judge
+    judged = judge_input(trace, metrics=metrics, settings=s, thresholds=t)
     result, used = judged.diagnosis, judged.metrics
     config: dict[str, Any] = {
         "settings": s,
