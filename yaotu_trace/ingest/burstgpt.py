@@ -84,7 +84,7 @@ def read_burstgpt(path: Path) -> RawTrace:
     n_failed = int(failed.sum())
     if n_failed:
         out["status"] = pd.Series(np.where(failed, "error", "ok"), dtype="string")
-        out["error"] = pd.Series(np.where(failed, FAILED_ERROR, None), dtype="string")
+        out["error"] = pd.Series(FAILED_ERROR, index=out.index, dtype="string").where(failed)
         notes.append(
             f"{n_failed} failed request(s) ('{RESPONSE_TOKENS}' == 0, "
             f"{100.0 * n_failed / len(df):.1f}% of rows) are kept with status 'error': counted "
