@@ -11,12 +11,14 @@ from yaotu_trace.axes.base import (
     AxisInput,
     AxisName,
     AxisResult,
+    RuleHit,
     Source,
     Status,
     finite,
     ratio,
     status_from,
 )
+from yaotu_trace.axes.failures import measure_failures
 from yaotu_trace.axes.queueing.metrics import (
     Load,
     QueueingMetrics,
@@ -27,6 +29,8 @@ from yaotu_trace.axes.queueing.metrics import (
     windows_of,
 )
 from yaotu_trace.axes.queueing.rules import RULES, SEVERITY_OF
+from yaotu_trace.axes.queueing.rules.q007_failures_under_load import RULE as Q007
+from yaotu_trace.axes.queueing.rules.q008_failures_on_one_instance import RULE as Q008
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts, saturated
 from yaotu_trace.axes.queueing.steps import (
     STEP_PERCENTILES,
@@ -57,6 +61,8 @@ CAUSE_OF_RULE = {
     "Q004": Cause.BATCH_SHAPE,
     "Q005": Cause.KV_ADMISSION,
 }
+# Rules that judge the failed requests, evaluated even when no queue time decides the axis.
+FAILURE_RULES = (Q007, Q008)
 CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
                Cause.BATCH_SHAPE)
 
@@ -171,10 +177,11 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     load = offered_load(timing, st.achieved_tokens, grid, t.overload_rho)
     shape = _batch_shape(inp, st, sources)
     metrics = _metrics(inp, timing, grid, load, st, shape)
+    facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None,
+                          failures=measure_failures(inp))
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
-        return _undecided(metrics)
+        return _undecided(metrics, evaluate(FAILURE_RULES, facts, t))
     notes: list[str] = []
-    facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None)
     hits = evaluate(RULES, facts, t)
     if "Q001" in {h.rule_id for h in hits} and saturated(facts, t) is None:
         notes.append("arrival burst judged from the request table alone; add a step log to "
@@ -205,7 +212,8 @@ def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, s
     expected, sampled, mismatch = _littles_law(inp, st, timing)
     m = inp.metrics
     return QueueingMetrics(
-        queue_time_s=Distribution.of(timing.queue) if timing.queue is not None else None,
+        queue_time_s=(Distribution.of(timing.queue[timing.timed]) if timing.queue is not None
+                      else None),
         ttft_s=Distribution.of(timing.ttft) if timing.ttft is not None else None,
         queue_share_of_ttft=timing.share_ttft,
         queue_share_of_latency=timing.share_latency,
@@ -246,11 +254,14 @@ def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, s
     )
 
 
-def _undecided(metrics: QueueingMetrics) -> AxisResult:
-    """The axis when neither the request table, a step log nor the metrics can decide it."""
+def _undecided(metrics: QueueingMetrics, failure_hits: list[RuleHit]) -> AxisResult:
+    """The axis when neither the request table, a step log nor the metrics can decide it; the
+    failure rules, which need no queue time, may still fire."""
     return AxisResult(
         axis=AxisName.QUEUEING,
-        status=Status.INSUFFICIENT_DATA,
+        status=status_from(failure_hits, SEVERITY_OF) if failure_hits
+        else Status.INSUFFICIENT_DATA,
+        hits=tuple(failure_hits),
         cause=None,
         score=None,
         score_basis="share of request latency spent queueing",
