@@ -158,3 +158,27 @@ def test_success_section_has_its_view_in_every_renderer(
     assert "### Success" in out and "| completed | 2 of 3 (66.7 %) |" in out
     assert "have unclosed span, auto closed" in out
     assert "### Observed timing (successful requests only: 2 of 3)" in out
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_success_json_validates_against_the_shipped_schema(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the test extra")
+    from yaotu_trace.render.json_report import json_schema
+
+    path = str(DATA / "otel" / "sglang_flat_spans.json")
+    assert main([command, path, "--format", "json"]) in (0, 1)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["success"]["success_rate"] == pytest.approx(2 / 3)
+    validator = jsonschema.Draft202012Validator(json_schema())
+    assert not list(validator.iter_errors(doc))
+    broken = {**doc, "success": {**doc["success"], "windows": "none"}}
+    assert list(validator.iter_errors(broken))  # the schema does pin the section
+
+
+def test_report_page_says_which_requests_its_lengths_describe(tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    assert main(["report", str(DATA / "otel" / "sglang_flat_spans.json"),
+                 "--output", str(out)]) in (0, 1)
+    page = out.read_text()
+    assert "<h2>Success</h2>" in page and "successful requests only: 2 of 3" in page

@@ -108,7 +108,7 @@ def profile_trace(trace: Trace) -> Profile:
     """Compute the workload profile of a validated trace."""
     df = trace.requests
     ok = successful_mask(df)
-    served = df if ok.all() else df.loc[ok]
+    served = _successful_rows(df, ok, ("prompt_len", "output_len"))
     arrivals = (arrival_profile(df["arrival_s"].to_numpy(dtype=np.float64))
                 if trace.has_arrivals else None)
     return Profile(
@@ -183,8 +183,9 @@ def arrival_profile(arrival_s: np.ndarray) -> ArrivalProfile:
 def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> TimingProfile | None:
     """Queue time, TTFT, inter-token gaps, latency, concurrency, preemptions and cached tokens
     of the `successful` requests (a mask; default every request), gaps of every request."""
-    df = trace.requests if successful is None or successful.all() else \
-        trace.requests.loc[successful]
+    columns = ("arrival_s", "prompt_len", "scheduled_s", "first_token_s", "finish_s",
+               "num_preemptions", "cached_tokens")
+    df = _successful_rows(trace.requests, successful, columns)
     timing_columns = (
         "scheduled_s",
         "first_token_s",
@@ -242,6 +243,14 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
         cached_tokens_total=cached_total,
         cached_token_share=cached_share,
     )
+
+
+def _successful_rows(df: pd.DataFrame, successful: np.ndarray | None,
+                     columns: tuple[str, ...]) -> pd.DataFrame:
+    """The scalar `columns` of the successful rows: never a copy of the token lists."""
+    if successful is None or successful.all():
+        return df
+    return df[[c for c in columns if c in df.columns]].loc[successful]
 
 
 def _max_in_flight(start_s: np.ndarray, end_s: np.ndarray) -> int:
