@@ -8,7 +8,7 @@ import pytest
 from diag_factories import evidence, make_input, thresholds
 
 from yaotu_trace.axes.base import Status
-from yaotu_trace.axes.failures import backlog_at_arrival, measure_failures
+from yaotu_trace.axes.failures import backlog_at_arrival, measure_failures, recent_arrivals
 from yaotu_trace.axes.queueing import analyze_queueing
 from yaotu_trace.diagnosis.diagnose import run_diagnosis
 
@@ -19,6 +19,13 @@ def test_backlog_at_arrival_hand_checked() -> None:
     leave = np.array([3.0, 2.0, 4.0, np.nan])
     # At 0: nobody else; at 1: A; at 2.5: A (B left at 2); at 3: C (A leaves at 3).
     assert backlog_at_arrival(arrival, leave).tolist() == [0, 1, 1, 1]
+
+
+def test_recent_arrivals_hand_checked() -> None:
+    # Others in (t − 5, t]: at 0 none; at 1: 0; at 5: 1 (0 is exactly 5 s back, out);
+    # at 5.5: 1 and 5; at 6: 5 and 5.5 (1 is exactly 5 s back).
+    arrival = np.array([0.0, 1.0, 5.0, 5.5, 6.0])
+    assert recent_arrivals(arrival, 5.0).tolist() == [0, 1, 1, 2, 2]
 
 
 def _burst_with_timeouts() -> dict[str, list[object]]:
@@ -49,7 +56,7 @@ def _burst_with_timeouts() -> dict[str, list[object]]:
 
 def test_ten_percent_failures_in_a_burst_fire_q007() -> None:
     inp = make_input(_burst_with_timeouts())
-    fm = measure_failures(inp)
+    fm = measure_failures(inp, 5.0)
     assert fm is not None and fm.under_load is not None
     assert (fm.failed, fm.failed_share) == (10, pytest.approx(0.1))
     load = fm.under_load
@@ -77,10 +84,26 @@ def test_the_same_failures_spread_over_quiet_times_do_not_fire_q007() -> None:
     columns["status"] = ["timeout" if i < 80 and i % 8 == 0 else "ok" for i in range(100)]
     columns["scheduled_s"] = [float(i) for i in range(80)] + [80.0 + k for k in range(20)]
     inp = make_input(columns)
-    fm = measure_failures(inp)
+    fm = measure_failures(inp, 5.0)
     assert fm is not None and fm.under_load is not None
     assert fm.failed == 10 and fm.under_load.failures_under_load == 0
     assert "Q007" not in analyze_queueing(inp, thresholds()).rule_ids
+
+
+def test_a_burst_of_failures_without_request_timing_fires_q007() -> None:
+    """Arrivals, lengths and status only (a BurstGPT file): the backlog is the arrivals of the
+    5 s before. Steady requests see at most 4; burst request k sees steady 76–79 and burst
+    0 … k − 1, 4 + k. Median 4, so the loaded arrivals are burst k = 1 … 19: all 10 failures."""
+    columns = {k: v for k, v in _burst_with_timeouts().items()
+               if k in ("arrival_s", "prompt_len", "output_len", "status")}
+    inp = make_input(columns)
+    fm = measure_failures(inp, 5.0)
+    assert fm is not None and fm.under_load is not None
+    assert fm.under_load.backlog_median == 4.0 and fm.under_load.loaded_arrivals == 19
+    assert fm.under_load.failures_under_load_share == 1.0
+    assert "arrived in the 5 s before" in fm.under_load.backlog_counts
+    result = analyze_queueing(inp, thresholds())
+    assert result.rule_ids == ("Q007",) and result.status is Status.WARNING
 
 
 def _two_instances(failing: list[int]) -> dict[str, list[object]]:

@@ -64,8 +64,9 @@ class FailureMetrics:
     by_instance: InstanceFailures | None
 
 
-def measure_failures(inp: AxisInput) -> FailureMetrics | None:
-    """The failure measurements, or None when the table has no status or no failure."""
+def measure_failures(inp: AxisInput, window_s: float) -> FailureMetrics | None:
+    """The failure measurements, or None when the table has no status or no failure;
+    `window_s` is the look-back of the arrival backlog when no request says when it left."""
     req = inp.requests
     if not has_status(req):
         return None
@@ -74,7 +75,7 @@ def measure_failures(inp: AxisInput) -> FailureMetrics | None:
     if not n_failed:
         return None
     return FailureMetrics(requests=n, failed=n_failed, failed_share=n_failed / n,
-                          under_load=_under_load(inp, failed),
+                          under_load=_under_load(inp, failed, window_s),
                           by_instance=_worst_instance(inp, failed))
 
 
@@ -86,6 +87,14 @@ def backlog_at_arrival(arrival_s: np.ndarray, leave_s: np.ndarray) -> np.ndarray
     left = np.searchsorted(np.sort(leave), arrival_s, side="right")
     itself = (leave > arrival_s).astype(np.int64)  # present at its own arrival
     return arrived - left - itself
+
+
+def recent_arrivals(arrival_s: np.ndarray, window_s: float) -> np.ndarray:
+    """Per request, the other requests that arrived in the `window_s` up to its arrival."""
+    ordered = np.sort(arrival_s)
+    upto = np.searchsorted(ordered, arrival_s, side="right")
+    since = np.searchsorted(ordered, arrival_s - window_s, side="right")
+    return upto - since - 1
 
 
 def _leave_s(inp: AxisInput) -> tuple[str, np.ndarray] | None:
@@ -106,12 +115,17 @@ def _leave_s(inp: AxisInput) -> tuple[str, np.ndarray] | None:
     return None
 
 
-def _under_load(inp: AxisInput, failed: np.ndarray) -> FailuresUnderLoad | None:
+def _under_load(inp: AxisInput, failed: np.ndarray, window_s: float) -> FailuresUnderLoad | None:
+    if inp.trace is not None and not inp.trace.has_arrivals:
+        return None
+    arrival = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
     found = _leave_s(inp)
     if found is None:
-        return None
-    counts, leave = found
-    backlog = backlog_at_arrival(inp.requests["arrival_s"].to_numpy(dtype=np.float64), leave)
+        counts = f"arrived in the {window_s:g} s before (no scheduled_s or finish_s)"
+        backlog = recent_arrivals(arrival, window_s)
+    else:
+        counts, leave = found
+        backlog = backlog_at_arrival(arrival, leave)
     median = float(np.median(backlog))
     loaded = backlog > median
     under = int((failed & loaded).sum())

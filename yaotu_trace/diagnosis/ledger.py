@@ -331,7 +331,7 @@ def _failed_under_load(c: LedgerInput) -> tuple[Quantity, ...]:
     """The requests that failed under load (Q007), as work capacity would have served."""
     if "Q007" not in c.ids(AxisName.QUEUEING):
         return ()
-    fm = measure_failures(c.inp)
+    fm = measure_failures(c.inp, float(c.t.window_s))
     load = None if fm is None else fm.under_load
     return (Quantity(name="failed_requests_under_load",
                      value=None if load is None else float(load.failures_under_load),

@@ -178,7 +178,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     shape = _batch_shape(inp, st, sources)
     metrics = _metrics(inp, timing, grid, load, st, shape)
     facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None,
-                          failures=measure_failures(inp))
+                          failures=measure_failures(inp, float(t.window_s)))
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
         return _undecided(metrics, evaluate(FAILURE_RULES, facts, t))
     notes: list[str] = []

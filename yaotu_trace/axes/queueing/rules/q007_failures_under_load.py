@@ -34,7 +34,8 @@ RULE: Rule[QueueingFacts] = Rule(
     trigger=(
         "failed_share ≥ failure_share, at least failure_min_requests failed, and "
         "failures_under_load_share ≥ failure_load_share: that share of the failed requests "
-        "arrived when more requests were queued (else in flight) than at the median arrival"
+        "arrived when more requests were queued (else in flight; without either time, more had "
+        "arrived in the window_s before) than at the median arrival"
     ),
     evidence="failed_share, failures_under_load_share, failure_lift_under_load, backlog_median",
     fix=(
