@@ -104,6 +104,9 @@ def test_a_burst_of_failures_without_request_timing_fires_q007() -> None:
     assert "arrived in the 5 s before" in fm.under_load.backlog_counts
     result = analyze_queueing(inp, thresholds())
     assert result.rule_ids == ("Q007",) and result.status is Status.WARNING
+    # No queue time to score it by: the axis is scored by the share of requests lost.
+    assert result.score == pytest.approx(0.1)
+    assert result.score_basis == "share of requests that failed"
 
 
 def _two_instances(failing: list[int]) -> dict[str, list[object]]:

@@ -19,12 +19,21 @@ Definitions (a request fails when its `status` is other than ok, `data/outcome.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from yaotu_trace.axes.base import AxisInput, ratio
+from yaotu_trace.axes.base import (
+    AxisInput,
+    AxisResult,
+    RuleHit,
+    Severity,
+    Source,
+    ratio,
+    status_from,
+)
 from yaotu_trace.data.outcome import has_status, successful_mask
 
 
@@ -159,3 +168,15 @@ def _worst_instance(inp: AxisInput, failed: np.ndarray) -> InstanceFailures | No
         worst_instance_failure_share=hits / n_failed,
         worst_instance_failure_lift=ratio(hits / size, n_failed / failed.size),
     )
+
+
+def with_failure_hits(undecided: AxisResult, hits: Sequence[RuleHit],
+                      failures: FailureMetrics | None,
+                      severity_of: Mapping[str, Severity]) -> AxisResult:
+    """An axis its other inputs cannot decide, with the failure rules that fired on it: their
+    status, scored by the failed share (the work lost); unchanged when none fired."""
+    if not hits or failures is None:
+        return undecided
+    return replace(undecided, status=status_from(hits, severity_of), hits=tuple(hits),
+                   score=failures.failed_share, score_basis="share of requests that failed",
+                   sources=(Source.REQUESTS,))

@@ -11,14 +11,13 @@ from yaotu_trace.axes.base import (
     AxisInput,
     AxisName,
     AxisResult,
-    RuleHit,
     Source,
     Status,
     finite,
     ratio,
     status_from,
 )
-from yaotu_trace.axes.failures import measure_failures
+from yaotu_trace.axes.failures import measure_failures, with_failure_hits
 from yaotu_trace.axes.queueing.metrics import (
     Load,
     QueueingMetrics,
@@ -29,8 +28,6 @@ from yaotu_trace.axes.queueing.metrics import (
     windows_of,
 )
 from yaotu_trace.axes.queueing.rules import RULES, SEVERITY_OF
-from yaotu_trace.axes.queueing.rules.q007_failures_under_load import RULE as Q007
-from yaotu_trace.axes.queueing.rules.q008_failures_on_one_instance import RULE as Q008
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts, saturated
 from yaotu_trace.axes.queueing.steps import (
     STEP_PERCENTILES,
@@ -62,7 +59,7 @@ CAUSE_OF_RULE = {
     "Q005": Cause.KV_ADMISSION,
 }
 # Rules that judge the failed requests, evaluated even when no queue time decides the axis.
-FAILURE_RULES = (Q007, Q008)
+FAILURE_RULES = tuple(r for r in RULES if r.id in ("Q007", "Q008"))
 CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
                Cause.BATCH_SHAPE)
 
@@ -180,7 +177,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None,
                           failures=measure_failures(inp, float(t.window_s)))
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
-        return _undecided(metrics, evaluate(FAILURE_RULES, facts, t))
+        return with_failure_hits(_undecided(metrics), evaluate(FAILURE_RULES, facts, t),
+                                 facts.failures, SEVERITY_OF)
     notes: list[str] = []
     hits = evaluate(RULES, facts, t)
     if "Q001" in {h.rule_id for h in hits} and saturated(facts, t) is None:
@@ -254,14 +252,11 @@ def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, s
     )
 
 
-def _undecided(metrics: QueueingMetrics, failure_hits: list[RuleHit]) -> AxisResult:
-    """The axis when neither the request table, a step log nor the metrics can decide it; the
-    failure rules, which need no queue time, may still fire."""
+def _undecided(metrics: QueueingMetrics) -> AxisResult:
+    """The axis when neither the request table, a step log nor the metrics can decide it."""
     return AxisResult(
         axis=AxisName.QUEUEING,
-        status=status_from(failure_hits, SEVERITY_OF) if failure_hits
-        else Status.INSUFFICIENT_DATA,
-        hits=tuple(failure_hits),
+        status=Status.INSUFFICIENT_DATA,
         cause=None,
         score=None,
         score_basis="share of request latency spent queueing",
