@@ -182,3 +182,23 @@ def test_report_page_says_which_requests_its_lengths_describe(tmp_path: Path) ->
                  "--output", str(out)]) in (0, 1)
     page = out.read_text()
     assert "<h2>Success</h2>" in page and "successful requests only: 2 of 3" in page
+
+
+def test_baseline_gate_fails_a_run_that_lost_requests(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The same ten requests, all answered (baseline) and then with r3 and r6 failed: the
+    success rate fell from 1.0 to 0.8, beyond the 5 % tolerance, so the gate fails."""
+    from yaotu_trace.data.canonical import write_trace
+
+    clean = pd.DataFrame({**TEN, "status": ["ok"] * 10, "error": [None] * 10})
+    write_trace(clean, tmp_path / "before.csv")
+    write_trace(pd.DataFrame(TEN), tmp_path / "after.csv")
+    assert main(["analyze", str(tmp_path / "before.csv"), "--format", "json",
+                 "--output", str(tmp_path / "before.json")]) == 0
+    capsys.readouterr()
+    code = main(["check", str(tmp_path / "after.csv"), "--baseline",
+                 str(tmp_path / "before.json"), "--format", "json"])
+    results = json.loads(capsys.readouterr().out)["checks"]["results"]
+    success = next(r for r in results if r["path"] == "success.success_rate")
+    assert code == 1 and success["status"] == "failed"
+    assert (success["value"], success["baseline"]) == (pytest.approx(0.8), 1.0)
