@@ -72,3 +72,13 @@ def test_otel_error_span_survives_conversion(tmp_path: Path, ext: str) -> None:
     req = load_trace(out).requests
     assert req["status"].tolist() == ["ok", "ok", "error"]
     assert req["error"].iloc[2] == "have unclosed span, auto closed"
+
+
+def test_an_empty_status_means_the_source_did_not_say(tmp_path: Path) -> None:
+    # JSONL keeps "" as a string (CSV reads an empty cell as missing already); both are unstated.
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_len": 1, "output_len": 1, "status": " "}\n'
+                    '{"arrival_s": 1, "prompt_len": 1, "output_len": 1, "status": "OK"}\n')
+    req = load_trace(path).requests
+    assert req["status"].isna().tolist() == [True, False]
+    assert successful_mask(req).tolist() == [True, True]
