@@ -106,6 +106,17 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
                   rationale="KV traffic above half the link leaves no room for bursts (D3)"),
         Threshold(name="transfer_ttft_share", default=0.10, unit="ratio",
                   rationale="a transfer adding >10 % to TTFT erodes what splitting gains (D3)"),
+        # Failed requests (queueing rules Q007–Q008, axes/failures.py).
+        Threshold(name="failure_share", default=0.01, unit="ratio",
+                  rationale="1 % of requests failing is a user-visible error rate (a 99 % SLO)"),
+        Threshold(name="failure_min_requests", default=5.0, unit="requests",
+                  rationale="fewer failures than 5 are anecdotes, not a pattern to place"),
+        Threshold(name="failure_load_share", default=0.8, unit="ratio",
+                  rationale="80 % of failures in the busier half of arrivals is load, not luck"),
+        Threshold(name="instance_failure_share", default=0.5, unit="ratio",
+                  rationale="one instance holding half of all failures is where to look first"),
+        Threshold(name="instance_failure_lift", default=2.0, unit="ratio",
+                  rationale="failing twice as often as the trace sets it apart from its peers"),
     )
 }
 

@@ -57,11 +57,14 @@ def build_report(
     from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
     from yaotu_trace.prefix.sweep_trace import sweep_trace
     from yaotu_trace.profile.figures import plot_data
+    from yaotu_trace.profile.success import success_profile
     from yaotu_trace.profile.workload import profile_trace
 
     sections: dict[str, Any] = {}
     tell(progress, "profile", 0.0)
     sections["profile"] = profile_trace(trace)
+    if (success := success_profile(trace)) is not None:
+        sections["success"] = success
     diagnosis = None
     if diagnose_report is not None:
         tell(progress, "diagnosis", 0.1)

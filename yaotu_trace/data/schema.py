@@ -449,7 +449,7 @@ def _typed_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Seri
 
 def _statuses(df: pd.DataFrame, path: str, label: str) -> pd.Series:
     """`status` in lower case, each one of STATUS_VALUES or missing (the source did not say)."""
-    status = df["status"].astype("string").str.strip().str.lower()
+    status = df["status"].astype("string").str.strip().str.lower().replace("", pd.NA)
     bad = np.flatnonzero((status.notna() & ~status.isin(STATUS_VALUES)).to_numpy())
     if bad.size:
         fail_at(path, df, int(bad[0]), label, "status",

@@ -27,9 +27,11 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
 - fix_cache_keys (prefix recomputed with no routing or tenant-key loss to blame: caching off
   or keys that never match) saves the recomputed reusable tokens; adds the KV that holds each
   shared prefix once (distinct shared prompt blocks · block · kv_bytes_per_token).
-- capacity_admission saves the queue seconds of requests that arrived in overloaded windows;
-  adds capacity (peak_rho − 1 of the service rate; ceil(peak_rho × instances) replicas) idle
-  outside bursts (1 − mean_rho).
+- capacity_admission saves the queue seconds of requests that arrived in overloaded windows
+  and, when requests failed under load (rule Q007), those failed requests (capacity serves
+  them; admission control at least fails them early and cheaply); adds capacity (peak_rho − 1
+  of the service rate; ceil(peak_rho × instances) replicas) idle outside bursts
+  (1 − mean_rho).
 - overlap_scheduling saves idle_while_waiting_s; batch_budget saves underfilled step capacity.
 """
 
@@ -53,6 +55,7 @@ from yaotu_trace.axes.base import (
     fact,
     ratio,
 )
+from yaotu_trace.axes.failures import measure_failures
 from yaotu_trace.axes.thresholds import Thresholds
 
 
@@ -324,10 +327,24 @@ def _batch_budget(c: LedgerInput) -> LedgerEntry | None:
     )
 
 
+def _failed_under_load(c: LedgerInput) -> tuple[Quantity, ...]:
+    """The requests that failed under load (Q007), as work capacity would have served."""
+    if "Q007" not in c.ids(AxisName.QUEUEING):
+        return ()
+    fm = measure_failures(c.inp, float(c.t.window_s))
+    load = None if fm is None else fm.under_load
+    return (Quantity(name="failed_requests_under_load",
+                     value=None if load is None else float(load.failures_under_load),
+                     unit="requests",
+                     basis="failed requests that arrived when the backlog was above its "
+                     "median (Q007, axes/failures.py)"),)
+
+
 def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
-    """Capacity or admission control for arrival bursts (Q001, Q002)."""
+    """Capacity or admission control for arrival bursts (Q001, Q002) and failures under load
+    (Q007)."""
     qm, work = c.axis(AxisName.QUEUEING).metrics, c.work
-    burst = c.ids(AxisName.QUEUEING) & {"Q001", "Q002"}
+    burst = c.ids(AxisName.QUEUEING) & {"Q001", "Q002", "Q007"}
     inp = c.inp
     instances = (int(inp.requests["instance"].nunique()) if inp.has("instance") else 1) or 1
     if not burst:
@@ -339,7 +356,7 @@ def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
         saves=(Quantity(name="queue_seconds_in_overload",
                         value=getattr(qm, "queue_seconds_in_overload", None), unit="s",
                         basis="Σ queue_time_s of requests arriving in windows with rho ≥ "
-                        "overload_rho"),),
+                        "overload_rho"), *_failed_under_load(c)),
         adds=(Quantity(name="extra_capacity_share",
                        value=None if peak is None else max(0.0, peak - 1.0), unit="ratio",
                        basis="peak_rho − 1: capacity to add to serve the peak window"),

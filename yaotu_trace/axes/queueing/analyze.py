@@ -17,6 +17,7 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
+from yaotu_trace.axes.failures import measure_failures, with_failure_hits
 from yaotu_trace.axes.queueing.metrics import (
     Load,
     QueueingMetrics,
@@ -57,6 +58,8 @@ CAUSE_OF_RULE = {
     "Q004": Cause.BATCH_SHAPE,
     "Q005": Cause.KV_ADMISSION,
 }
+# Rules that judge the failed requests, evaluated even when no queue time decides the axis.
+FAILURE_RULES = tuple(r for r in RULES if r.id in ("Q007", "Q008"))
 CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
                Cause.BATCH_SHAPE)
 
@@ -171,10 +174,12 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     load = offered_load(timing, st.achieved_tokens, grid, t.overload_rho)
     shape = _batch_shape(inp, st, sources)
     metrics = _metrics(inp, timing, grid, load, st, shape)
+    facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None,
+                          failures=measure_failures(inp, float(t.window_s)))
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
-        return _undecided(metrics)
+        return with_failure_hits(_undecided(metrics), evaluate(FAILURE_RULES, facts, t),
+                                 facts.failures, SEVERITY_OF)
     notes: list[str] = []
-    facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None)
     hits = evaluate(RULES, facts, t)
     if "Q001" in {h.rule_id for h in hits} and saturated(facts, t) is None:
         notes.append("arrival burst judged from the request table alone; add a step log to "
@@ -205,7 +210,8 @@ def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, s
     expected, sampled, mismatch = _littles_law(inp, st, timing)
     m = inp.metrics
     return QueueingMetrics(
-        queue_time_s=Distribution.of(timing.queue) if timing.queue is not None else None,
+        queue_time_s=(Distribution.of(timing.queue[timing.timed]) if timing.queue is not None
+                      else None),
         ttft_s=Distribution.of(timing.ttft) if timing.ttft is not None else None,
         queue_share_of_ttft=timing.share_ttft,
         queue_share_of_latency=timing.share_latency,
