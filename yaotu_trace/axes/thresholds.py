@@ -106,6 +106,15 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
                   rationale="KV traffic above half the link leaves no room for bursts (D3)"),
         Threshold(name="transfer_ttft_share", default=0.10, unit="ratio",
                   rationale="a transfer adding >10 % to TTFT erodes what splitting gains (D3)"),
+        # Disaggregated serving: the placement rules D007–D010.
+        Threshold(name="kv_transfer_dominant", default=0.5, unit="ratio",
+                  rationale="half of TTFT moving KV: the link, not prefill, sets TTFT (D008)"),
+        Threshold(name="pool_wait_share", default=0.2, unit="ratio",
+                  rationale="a fifth of TTFT queued for one pool is a pool short of instances"),
+        Threshold(name="pool_idle_busy", default=0.5, unit="ratio",
+                  rationale="a pool busy under half the time can give instances away (D009)"),
+        Threshold(name="transfer_failure_share", default=0.01, unit="ratio",
+                  rationale="1 % of requests failing or falling back re-prefills visibly (D010)"),
     )
 }
 

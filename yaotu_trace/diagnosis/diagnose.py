@@ -59,6 +59,12 @@ COST_LABEL = {
     AxisName.PREFIX_REUSE: "of prefill recomputed",
     AxisName.PD_INTERFERENCE: "of decode time lost to prefill stalls",
 }
+# A cause whose score is another share than its axis' (placement of a disaggregated run).
+CAUSE_COST_LABEL = {
+    "kv_transfer": "of TTFT spent moving KV",
+    "pd_ratio": "of TTFT queued for the short pool",
+    "transfer_failures": "of handed-off requests failed or fell back",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -290,7 +296,8 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
         why += "; pd_interference is also a bottleneck but comes after the others in the flow"
     why += f" — {FLOW_ADVICE[principal.axis]}"
     line = (f"verdict: {principal.axis}" + (f" ({principal.cause})" if principal.cause else "")
-            + f": {_pct(principal.score)} {COST_LABEL[principal.axis]}")
+            + f": {_pct(principal.score)} "
+            + CAUSE_COST_LABEL.get(principal.cause or "", COST_LABEL[principal.axis]))
     if caused:
         line += f"; causes {', '.join(caused)}"
     return Verdict(principal_axis=principal.axis, principal_cause=principal.cause, summary=line,

@@ -88,6 +88,8 @@ def show(value: Any, how: str) -> str:
     """Format one metric value by a formatter name or unit."""
     if value is None:
         return MISSING
+    if isinstance(value, str):
+        return value
     if how == "pct":
         return fmt.pct(value)
     if how == "count":
@@ -100,8 +102,6 @@ def show(value: Any, how: str) -> str:
         return fmt.tokens(value)
     if how == "seconds":
         return fmt.seconds(value)
-    if isinstance(value, str):
-        return value
     formatter = _UNIT_FORMAT.get(how)
     if formatter is not None:
         return formatter(value)
