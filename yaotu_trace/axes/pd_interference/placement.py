@@ -69,12 +69,18 @@ def _names(inp: AxisInput, column: str) -> np.ndarray:
     return req[column].fillna("").astype(str).to_numpy(dtype=object)
 
 
-def is_disaggregated(inp: AxisInput) -> bool:
-    """Whether some request prefilled on one instance and decoded on another."""
-    if not (inp.has("prefill_instance") and inp.has("decode_instance")):
-        return False
+def split_rows(inp: AxisInput) -> np.ndarray:
+    """Per request, whether it was handed off: prefilled and decoded on different instances."""
     pf, dec = _names(inp, "prefill_instance"), _names(inp, "decode_instance")
-    return bool(((pf != "") & (dec != "") & (pf != dec)).any())
+    return np.asarray((pf != "") & (dec != "") & (pf != dec), dtype=bool)
+
+
+def pools(inp: AxisInput) -> tuple[set[str], set[str]]:
+    """(prefill pool, decode pool): the instances handed-off requests prefilled and decoded on
+    (an instance in both is counted in the prefill pool only)."""
+    split = split_rows(inp)
+    prefill = set(_names(inp, "prefill_instance")[split])
+    return prefill, set(_names(inp, "decode_instance")[split]) - prefill
 
 
 def transfer_seconds(inp: AxisInput, t: Thresholds) -> tuple[np.ndarray, str]:
@@ -155,14 +161,13 @@ def _busy_from_steps(inp: AxisInput, prefill: set[str],
     return source, pools[0].share(), pools[1].share()
 
 
-def _pool_busy(inp: AxisInput, pf: np.ndarray, dec: np.ndarray
-               ) -> tuple[str | None, float | None, float | None]:
+def _pool_busy(inp: AxisInput) -> tuple[str | None, float | None, float | None]:
     """(source, prefill-pool busy share, decode-pool load): from the step log (see
     `_busy_from_steps`), else the union of the requests' prefill [scheduled_s, first_token_s)
     and decode [decode_start_s, finish_s) intervals over instances × the trace's span."""
-    prefill = {p for p in pf if p}
-    decode = {d for d in dec if d} - prefill
+    prefill, decode = pools(inp)
     n_p, n_d = len(prefill), len(decode)
+    pf, dec = _names(inp, "prefill_instance"), _names(inp, "decode_instance")
     from_steps = _busy_from_steps(inp, prefill, decode)
     if from_steps is not None:
         return from_steps
@@ -197,7 +202,7 @@ def _sum(values: np.ndarray) -> float:
 
 def placement_of(inp: AxisInput, t: Thresholds) -> PlacementMetrics | None:
     """The placement measures, or None when no request was disaggregated."""
-    if not is_disaggregated(inp):
+    if not split_rows(inp).any():
         return None
     pf, dec = _names(inp, "prefill_instance"), _names(inp, "decode_instance")
     split = (pf != "") & (dec != "") & (pf != dec)
@@ -211,15 +216,15 @@ def placement_of(inp: AxisInput, t: Thresholds) -> PlacementMetrics | None:
     ttft_total = float(ttft[ok].sum()) if ok.any() else None
     wait_p = np.clip(_floats(inp, "scheduled_s") - arrival, 0.0, None)
     wait_d = np.clip(dstart - first - _floats(inp, "kv_transfer_s"), 0.0, None)
-    busy_source, p_busy, d_busy = _pool_busy(inp, pf, dec)
-    prefill = {p for p in pf if p}
+    busy_source, p_busy, d_busy = _pool_busy(inp)
+    prefill, decode = pools(inp)
     return PlacementMetrics(
         disaggregated_requests=int(split.sum()),
         fallback_requests=fallback,
         transfer_failures=failures,
         failure_share=ratio(fallback + failures, int(split.sum()) + fallback + failures),
         prefill_instances=len(prefill),
-        decode_instances=len({d for d in dec if d} - prefill),
+        decode_instances=len(decode),
         transfer_source=source,
         kv_transfer_s=Distribution.of(xfer[split]),
         kv_transfer_seconds_total=_sum(xfer[split]),
@@ -235,11 +240,6 @@ def placement_of(inp: AxisInput, t: Thresholds) -> PlacementMetrics | None:
     )
 
 
-def split_rows(inp: AxisInput) -> np.ndarray:
-    """Per request, whether it prefilled and decoded on different instances."""
-    pf, dec = _names(inp, "prefill_instance"), _names(inp, "decode_instance")
-    return np.asarray((pf != "") & (dec != "") & (pf != dec), dtype=bool)
-
 
 def colocation_stall_inputs(inp: AxisInput) -> tuple[float, float] | None:
     """(prefill-pool step seconds, mean decodes per decode-pool step) from the step log: what
@@ -248,9 +248,8 @@ def colocation_stall_inputs(inp: AxisInput) -> tuple[float, float] | None:
     steps = inp.steps
     if steps is None or not (steps.has("instance") and steps.has("decode_tokens")):
         return None
-    pf, dec = _names(inp, "prefill_instance"), _names(inp, "decode_instance")
-    prefill = [p for p in set(pf) if p]
-    decode = [d for d in set(dec) if d and d not in prefill]
+    prefill_pool, decode_pool = pools(inp)
+    prefill, decode = sorted(prefill_pool), sorted(decode_pool)
     prefill_s = decode_s = decodes_s = 0.0
     for b in steps.batches(("instance", "decode_tokens")):
         who = b["instance"].fillna("").astype(str).to_numpy(dtype=object)
