@@ -50,6 +50,7 @@ def pool_steps() -> dict[str, list[Any]]:
         "decode_tokens": [0, 2, 0, 3, 0, 4, 0, 1],
         "kv_blocks_used": [5, 10, 5, 20, 5, 30, 5, 10],
         "kv_blocks_total": [100] * 8,
+        "num_running": [1, 2, 1, 3, 1, 4, 1, 1],
     }
 
 
@@ -118,6 +119,15 @@ def test_prefill_pool_queues_while_decode_pool_idles_is_pd_ratio() -> None:
     busy = analyze_pd_interference(inp, thresholds(pool_wait_share=0.1, pool_idle_busy=0.1,
                                                    transfer_ttft_share=0.5))
     assert "D009" not in busy.rule_ids
+
+
+def test_decode_pool_load_counts_seats_when_max_num_seqs_binds_first() -> None:
+    # d0 runs 2, 3, 4, 1 of 4 seats: max(KV usage, seats) = 0.5, 0.75, 1.0, 0.25, weighted by
+    # step time 0.2·0.5 + 0.6·0.75 + 0.7·1.0 + 0.4·0.25 = 1.35 over 3.2 s
+    inp = make_input(handed_off(), steps=pool_steps(), max_num_seqs=4)
+    pm = analyze_pd_interference(inp, thresholds()).metrics.placement
+    assert pm is not None and pm.busy_source == "step log (decode pool: KV usage and seats)"
+    assert pm.decode_busy_share == pytest.approx(1.35 / 3.2)
 
 
 def test_fallbacks_and_failed_transfers_are_counted() -> None:

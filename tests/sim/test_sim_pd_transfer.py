@@ -102,3 +102,17 @@ def test_prefill_heavy_load_on_one_prefill_and_three_decode_instances_is_pd_rati
     move = next(e for e in hit["evidence"] if e["name"] == "move_instances")
     assert move["value"] == "decode → prefill"
     assert axis["cause"] == "pd_ratio"
+
+
+def test_decode_heavy_load_on_three_prefill_and_one_decode_instance_is_pd_ratio() -> None:
+    # Short chat prompts at 20 req/s: three prefill instances idle while the one decode
+    # instance, capped at 16 running requests, makes the handed-off requests wait.
+    table = generate(GenerateOptions(scenario=Scenario.CHAT, seed=1, requests=200,
+                                     rate_per_s=20.0))
+    trace = normalize(RawTrace(requests=table, format_name="canonical"), "chat")
+    axis = placement_axis(run(trace, pd="3:1", max_num_seqs=16), 400.0)
+    pm = axis["metrics"]["placement"]
+    assert pm["decode_wait_share"] > 0.5 and pm["prefill_busy_share"] < 0.5
+    hit = next(f for f in axis["findings"] if f["id"] == "D009")
+    move = next(e for e in hit["evidence"] if e["name"] == "move_instances")
+    assert move["value"] == "prefill → decode"

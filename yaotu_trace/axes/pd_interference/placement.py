@@ -141,23 +141,28 @@ def _busy_from_steps(inp: AxisInput, prefill: set[str],
     """(source, prefill-pool busy share, decode-pool load) from the step log's instances.
 
     A decode instance runs a step whenever one request decodes, so its GPU time says little;
-    its load is the time-weighted KV usage (kv_blocks_used / kv_blocks_total) when the log has
-    it: a decode pool is full when its KV is.
+    its load is the time-weighted fill of what bounds its batch when the log has it: KV usage
+    (kv_blocks_used / kv_blocks_total), or num_running / max_num_seqs when `--max-num-seqs` is
+    given and fills up first.
     """
     steps = inp.steps
     if steps is None or not steps.has("instance"):
         return None
     kv = steps.has("kv_blocks_used") and steps.has("kv_blocks_total")
+    seats = inp.settings.max_num_seqs if steps.has("num_running") else None
     pools = _PoolLoad(prefill), _PoolLoad(decode)
-    for b in steps.batches(("instance", "kv_blocks_used", "kv_blocks_total")):
+    for b in steps.batches(("instance", "kv_blocks_used", "kv_blocks_total", "num_running")):
         start, end = step_column(b, "start_s"), step_column(b, "end_s")
         who = b["instance"].fillna("").astype(str).to_numpy(dtype=object)
-        usage = np.nan_to_num(kv_usage(b), nan=0.0) if kv else np.ones(start.size)
+        fill = np.nan_to_num(kv_usage(b), nan=0.0) if kv else np.zeros(start.size)
+        if seats:
+            fill = np.fmax(fill, step_column(b, "num_running", 0.0) / seats)
         pools[0].add(who, start, end, np.ones(start.size))
-        pools[1].add(who, start, end, usage)
+        pools[1].add(who, start, end, fill if kv or seats else np.ones(start.size))
     if not any(np.isfinite(p.first) for p in pools):
         return None
-    source = "step log (decode pool: KV usage)" if kv else "step log"
+    bounds = [name for name, on in (("KV usage", kv), ("seats", bool(seats))) if on]
+    source = f"step log (decode pool: {' and '.join(bounds)})" if bounds else "step log"
     return source, pools[0].share(), pools[1].share()
 
 
