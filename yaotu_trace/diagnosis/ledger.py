@@ -59,6 +59,11 @@ from yaotu_trace.axes.base import (
     fact,
     ratio,
 )
+from yaotu_trace.axes.pd_interference.placement import (
+    colocation_stall_inputs,
+    split_rows,
+    transfer_seconds,
+)
 from yaotu_trace.axes.thresholds import Thresholds
 
 
@@ -536,8 +541,6 @@ def _network(c: LedgerInput) -> Network:
 def _observed_transfer(c: LedgerInput) -> tuple[np.ndarray, str] | None:
     """The handed-off requests' measured transfer seconds and their column, when the trace
     records them (kv_transfer_s or decode_start_s); None otherwise."""
-    from yaotu_trace.axes.pd_interference.placement import split_rows, transfer_seconds
-
     if not (c.inp.has("kv_transfer_s") or c.inp.has("decode_start_s")):
         return None
     seconds, source = transfer_seconds(c.inp, c.t)
@@ -644,8 +647,6 @@ def _colocate_chunked(c: LedgerInput) -> LedgerEntry | None:
     """Back to co-located serving with chunked prefill, for a disaggregated deployment whose
     placement is at fault (D007–D010): no transfers and no second KV copy, but prefill shares
     steps with decodes again."""
-    from yaotu_trace.axes.pd_interference.placement import colocation_stall_inputs, split_rows
-
     pm = getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "placement", None)
     ids = c.ids(AxisName.PD_INTERFERENCE) & PLACEMENT
     if pm is None or not ids:

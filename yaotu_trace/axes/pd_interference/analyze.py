@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -38,11 +39,23 @@ from yaotu_trace.data.token_times import (
 )
 
 _BASIS = "share of decode time lost to stalls during prefill"
-# A disaggregated deployment's causes, in the order they are named, with the score each takes.
-_PLACEMENT_CAUSES = (
-    ("kv_transfer", {"D007", "D008"}, "transfer_ttft_share", "share of TTFT spent moving KV"),
-    ("pd_ratio", {"D009"}, "pool_wait_share", "share of TTFT queued for the short pool"),
-    ("transfer_failures", {"D010"}, "failure_share",
+
+
+def _queued_pool_share(pm: PlacementMetrics) -> float | None:
+    """The larger of the two pools' waits as a share of TTFT: the pool that is short."""
+    waits = [w for w in (pm.prefill_wait_share, pm.decode_wait_share) if w is not None]
+    return max(waits) if waits else None
+
+
+# A disaggregated deployment's causes, in the order they are named: the rules that make each,
+# its score and the score's words.
+_PLACEMENT_CAUSES: tuple[tuple[str, frozenset[str], Callable[[PlacementMetrics], float | None],
+                               str], ...] = (
+    ("kv_transfer", frozenset({"D007", "D008"}), lambda pm: pm.transfer_ttft_share,
+     "share of TTFT spent moving KV"),
+    ("pd_ratio", frozenset({"D009"}), _queued_pool_share,
+     "share of TTFT queued for the short pool"),
+    ("transfer_failures", frozenset({"D010"}), lambda pm: pm.failure_share,
      "share of handed-off requests whose transfer failed or fell back"),
 )
 
@@ -221,12 +234,12 @@ def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Sou
     ids = {h.rule_id for h in hits}
     cause = "prefill_interference" if ids & {"D001", "D002"} else None
     score, basis = finite(metrics.interference_share), _BASIS
+    pm = metrics.placement
     placed = next(((name, score_of, words) for name, rule_ids, score_of, words
                    in _PLACEMENT_CAUSES if ids & rule_ids), None)
     next_steps: list[str] = []
-    if placed is not None and metrics.placement is not None:
-        cause, basis = placed[0], placed[2]
-        score = _placement_score(metrics.placement, placed[1])
+    if placed is not None and pm is not None:
+        cause, score, basis = placed[0], finite(placed[1](pm)), placed[2]
         next_steps.append("weigh co-located serving with chunked prefill in the ledger against "
                           "fixing the placement")
     elif cause:
@@ -243,10 +256,3 @@ def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Sou
         next_steps=tuple(next_steps), notes=tuple(notes),
     )
 
-
-def _placement_score(pm: PlacementMetrics, name: str) -> float | None:
-    """The score of a placement cause: its share (the queued pool's, for pd_ratio)."""
-    if name == "pool_wait_share":
-        waits = [w for w in (pm.prefill_wait_share, pm.decode_wait_share) if w is not None]
-        return max(waits) if waits else None
-    return finite(getattr(pm, name))
