@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import pytest
 from diag_factories import evidence, make_input, make_trace, thresholds
 
-from yaotu_trace.axes.base import Status
+from yaotu_trace.axes.base import EngineSettings, Status
 from yaotu_trace.axes.pd_interference import analyze_pd_interference
 from yaotu_trace.commands.diagnose import diagnose_trace
 from yaotu_trace.data.schema import RawTrace, normalize
@@ -153,6 +154,12 @@ def test_fallbacks_and_failed_transfers_are_counted() -> None:
     assert pm.failure_share == pytest.approx(2 / 6)
     assert pm.prefill_instances == 1 and pm.decode_instances == 1
     assert result.rule_ids == ("D010",) and result.cause == "transfer_failures"
+    # A request that failed before its prefill ended (no first token, no transfer) is not a
+    # failed transfer.
+    columns["first_token_s"][5], columns["kv_transfer_s"][5] = None, None
+    pm = analyze_pd_interference(make_input(columns), thresholds()).metrics.placement
+    assert pm is not None and pm.transfer_failures == 0
+    assert pm.failure_share == pytest.approx(1 / 5)
 
 
 def test_the_handoff_gap_is_not_a_decode_stall() -> None:
@@ -174,8 +181,6 @@ def test_the_handoff_gap_is_not_a_decode_stall() -> None:
 
 def test_colocation_ledger_entry_prices_transfers_and_interference() -> None:
     trace = make_trace(handed_off(), steps=pool_steps())
-    from yaotu_trace.axes.base import EngineSettings
-
     doc = diagnose_trace(trace, settings=EngineSettings(kv_bytes_per_token=1000)).to_dict()
     entry = next(e for e in doc["ledger"] if e["remedy"] == "colocate_chunked_prefill")
     assert entry["triggered_by"] == ["D007"]
@@ -201,7 +206,31 @@ def test_schema_refuses_a_negative_transfer_and_notes_an_early_decode_start() ->
     assert any("'decode_start_s' decode start before arrival" in n for n in trace.notes)
 
 
-def _frame(columns: dict[str, list[Any]]) -> Any:
-    import pandas as pd
-
+def _frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
     return pd.DataFrame(columns)
+
+
+def test_a_fallback_prefill_on_the_decode_instance_stalls_its_decodes() -> None:
+    # A is handed off p0 → d0 (a 0.01 s transfer: 0.01 / 0.11 s of TTFT, under 10 %) and decodes
+    # every 20 ms with one 0.5 s gap;
+    # B falls back to prefilling 4,000 tokens on d0, its first token inside A's gap.
+    a_tokens = ([0.1] + [0.17 + 0.02 * i for i in range(10)]
+                + [0.85 + 0.02 * i for i in range(10)])
+    columns = {"arrival_s": [0.0, 0.3], "prompt_len": [100, 4000], "output_len": [21, 1],
+               "first_token_s": [0.1, 0.6], "token_times_s": [a_tokens, [0.6]],
+               "kv_transfer_s": [0.01, None], "decode_start_s": [0.11, 0.6],
+               "prefill_instance": ["p0", "d0"], "decode_instance": ["d0", "d0"]}
+    trace = make_trace(columns)
+    doc = diagnose_trace(trace, settings=EngineSettings(kv_bytes_per_token=1000)).to_dict()
+    axis = next(a for a in doc["axes"] if a["name"] == "pd_interference")
+    ids = {f["id"] for f in axis["findings"]}
+    # the 0.5 s gap coincides with B's prefill: 0.48 s lost; 1 fallback of 2 requests
+    assert {"D001", "D002", "D010"} <= ids
+    assert axis["metrics"]["decode_seconds_lost"] == pytest.approx(0.48)
+    assert axis["cause"] == "transfer_failures" and axis["score"] == pytest.approx(0.5)
+    # The disaggregation entry prices the transfer this deployment measured: A's 0.01 s.
+    entry = next(e for e in doc["ledger"] if e["remedy"] == "pd_disaggregation")
+    adds = {q["name"]: q for q in entry["adds"]}
+    assert adds["transfer_s_mean"]["value"] == pytest.approx(0.01)
+    assert "kv_transfer_s (observed)" in adds["transfer_s_mean"]["basis"]
+    assert any("already disaggregated" in c for c in entry["caveats"])

@@ -191,14 +191,16 @@ def _pool_busy(inp: AxisInput) -> tuple[str | None, float | None, float | None]:
 
 
 def _failures(inp: AxisInput, pf: np.ndarray, dec: np.ndarray) -> int:
-    """Requests that prefilled on a prefill instance, failed and never started decoding."""
+    """Requests that finished their prefill (a kv_transfer_s, or a prefill_instance and a first
+    token), failed and never started decoding: the transfer or the handoff failed."""
     if not inp.has("status"):
         return 0
     status = inp.requests["status"].fillna("ok").astype(str).to_numpy(dtype=object)
     never_decoded = (dec == "") if not inp.has("decode_start_s") else ~np.isfinite(
         _floats(inp, "decode_start_s"))
-    transferred = (pf != "") | np.isfinite(_floats(inp, "kv_transfer_s"))
-    return int((np.isin(status, _FAILED) & transferred & never_decoded).sum())
+    prefilled = (np.isfinite(_floats(inp, "kv_transfer_s"))
+                 | ((pf != "") & np.isfinite(_floats(inp, "first_token_s"))))
+    return int((np.isin(status, _FAILED) & prefilled & never_decoded).sum())
 
 
 def _sum(values: np.ndarray) -> float:
@@ -210,7 +212,7 @@ def placement_of(inp: AxisInput, t: Thresholds) -> PlacementMetrics | None:
     if not split_rows(inp).any():
         return None
     pf, dec = _names(inp, "prefill_instance"), _names(inp, "decode_instance")
-    split = (pf != "") & (dec != "") & (pf != dec)
+    split = split_rows(inp)
     fallback = int(((pf != "") & (pf == dec)).sum())
     failures = _failures(inp, pf, dec)
     arrival, first = _floats(inp, "arrival_s"), _floats(inp, "first_token_s")
@@ -243,7 +245,6 @@ def placement_of(inp: AxisInput, t: Thresholds) -> PlacementMetrics | None:
         prefill_busy_share=p_busy,
         decode_busy_share=d_busy,
     )
-
 
 
 def colocation_stall_inputs(inp: AxisInput) -> tuple[float, float] | None:
