@@ -3,15 +3,20 @@ placement findings `trace diagnose` draws from a disaggregated run."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from yaotu_trace.axes.base import EngineSettings
+from yaotu_trace.cli import main
 from yaotu_trace.commands.diagnose import diagnose_trace
+from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
+from yaotu_trace.errors import ExitCode
 from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate
 from yaotu_trace.sim.generate import GenerateOptions, Scenario, generate
 from yaotu_trace.sim.scenario import Scenario as SimScenario
@@ -116,3 +121,18 @@ def test_decode_heavy_load_on_three_prefill_and_one_decode_instance_is_pd_ratio(
     hit = next(f for f in axis["findings"] if f["id"] == "D009")
     move = next(e for e in hit["evidence"] if e["name"] == "move_instances")
     assert move["value"] == "prefill → decode"
+
+
+def test_the_step_log_of_both_pools_belongs_to_the_trace(
+    trace: Trace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The prefill instances are named in prefill_instance only: no "never names" note.
+    sim = run_scenario(trace, SimScenario(model="Llama-3.1-8B", gpu="H100", pd="1:1"))
+    write_trace(sim.requests, tmp_path / "sim.parquet")
+    write_trace(sim.steps, tmp_path / "steps.parquet")
+    code = main(["diagnose", str(tmp_path / "sim.parquet"), "--steps",
+                 str(tmp_path / "steps.parquet"), "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.OK, err
+    notes = json.loads(out)["input"]["notes"]
+    assert not any("never names" in n for n in notes)
