@@ -234,3 +234,12 @@ def test_a_fallback_prefill_on_the_decode_instance_stalls_its_decodes() -> None:
     assert adds["transfer_s_mean"]["value"] == pytest.approx(0.01)
     assert "kv_transfer_s (observed)" in adds["transfer_s_mean"]["basis"]
     assert any("already disaggregated" in c for c in entry["caveats"])
+
+
+def test_the_panel_shows_the_placement_rows() -> None:
+    from yaotu_trace.render.views.axes import metric_rows
+
+    doc = diagnose_trace(make_trace(handed_off())).to_dict()
+    rows = dict(metric_rows(next(a for a in doc["axes"] if a["name"] == "pd_interference")))
+    assert rows["handed-off requests"] == "4"
+    assert rows["KV transfer share of TTFT"] == "37.0 %"  # 1.0 / 2.7
