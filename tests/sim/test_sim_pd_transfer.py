@@ -63,9 +63,14 @@ def run(trace: Trace, **options: Any) -> Trace:
     return replace(out, steps=StepLog.from_frame(sim.steps, "steps"))
 
 
-def placement_axis(sim: Trace, link_gbps: float) -> dict[str, Any]:
+def diagnosed(sim: Trace, link_gbps: float) -> dict[str, Any]:
     settings = EngineSettings(kv_bytes_per_token=LLAMA_8B_KV_BYTES, link_gbps=link_gbps)
-    doc = diagnose_trace(sim, settings=settings).to_dict()
+    doc: dict[str, Any] = diagnose_trace(sim, settings=settings).to_dict()
+    return doc
+
+
+def placement_axis(sim: Trace, link_gbps: float) -> dict[str, Any]:
+    doc = diagnosed(sim, link_gbps)
     axis: dict[str, Any] = next(a for a in doc["axes"] if a["name"] == "pd_interference")
     return axis
 
@@ -90,9 +95,14 @@ def test_simulated_transfer_is_alpha_plus_bytes_over_the_link(trace: Trace) -> N
 
 
 def test_slow_link_is_a_kv_transfer_finding_and_a_fast_one_is_not(trace: Trace) -> None:
-    slow = placement_axis(run(trace, pd="1:1", link_gbps=1.0), 1.0)
+    doc = diagnosed(run(trace, pd="1:1", link_gbps=1.0), 1.0)
+    slow = next(a for a in doc["axes"] if a["name"] == "pd_interference")
     ids = {f["id"] for f in slow["findings"]}
     assert {"D007", "D008"} <= ids and slow["cause"] == "kv_transfer"
+    summary = doc["verdict"]["summary"]
+    assert summary.startswith("verdict: pd_interference (kv_transfer): ")
+    assert summary.endswith("of TTFT spent moving KV")
+    assert "the KV link sets TTFT" in doc["verdict"]["reason"]
     assert slow["metrics"]["placement"]["transfer_ttft_share"] > 0.5
     fast = placement_axis(run(trace, pd="1:1", link_gbps=400.0), 400.0)
     assert not {"D007", "D008"} & {f["id"] for f in fast["findings"]}
