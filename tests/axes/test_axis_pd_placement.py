@@ -72,6 +72,12 @@ def test_observed_transfer_share_of_ttft_is_a_kv_transfer_finding() -> None:
     assert result.status is Status.WARNING and result.cause == "kv_transfer"
     assert result.score == pytest.approx(1.0 / 2.7)
     assert evidence(result, "D007")["kv_transfer_p50_s"].value == pytest.approx(0.25)
+    # Without a step log the pools' loads are the union of the requests' intervals over the
+    # trace's 0–4 s: prefill [0.1, 0.5] + [1.0, 1.3] + [2.2, 2.6] + [3.0, 3.2] = 1.3 s; decode
+    # [0.8, 1.0] + [1.4, 2.0] + [2.9, 3.6] ∪ [3.6, 4.0] = 1.9 s
+    assert pm.busy_source == "request intervals (upper bound)"
+    assert pm.prefill_busy_share == pytest.approx(1.3 / 4.0)
+    assert pm.decode_busy_share == pytest.approx(1.9 / 4.0)
 
 
 def test_a_transfer_over_half_of_ttft_dominates() -> None:

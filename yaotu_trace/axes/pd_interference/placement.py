@@ -1,6 +1,6 @@
 """Placement measures of a disaggregated deployment: KV transfer, pool balance, fallbacks.
 
-A request is disaggregated when its `prefill_instance` and `decode_instance` are both named and
+A request is handed off when its `prefill_instance` and `decode_instance` are both named and
 differ; a fallback when both are named and equal (its prefill ran on the decode instance, as
 Mooncake, Dynamo and llm-d do when a transfer fails or the prefill pool is busy).
 
@@ -14,7 +14,7 @@ Per request (s): prefill_wait = scheduled_s − arrival_s (the prefill pool's qu
 transfer = kv_transfer_s, else decode_start_s − first_token_s (then it includes waiting for a
 decode slot), else α + p · kv_bytes_per_token / B_eff (`--link-gbps` × link_efficiency, α =
 transfer_latency_s); decode_wait = decode_start_s − first_token_s − kv_transfer_s (the decode
-pool's queue, clipped at 0). Shares are sums over the disaggregated requests divided by Σ ttft.
+pool's queue, clipped at 0). Shares are sums over the handed-off requests divided by Σ ttft.
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ def _interval_busy(start: np.ndarray, end: np.ndarray, who: np.ndarray) -> float
 
 
 class _PoolLoad:
-    """One pool's load from the step log: Σ step seconds (weighted by KV usage for the decode
-    pool when the log has it) over its instances × the span of its own steps."""
+    """One pool's load from the step log: Σ step seconds (weighted by how full the step's batch
+    was, for the decode pool) over its instances × the span of its own steps."""
 
     def __init__(self, names: set[str]) -> None:
         self.names = list(names)
