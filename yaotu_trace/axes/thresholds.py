@@ -117,6 +117,15 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
                   rationale="one instance holding half of all failures is where to look first"),
         Threshold(name="instance_failure_lift", default=2.0, unit="ratio",
                   rationale="failing twice as often as the trace sets it apart from its peers"),
+        # Disaggregated serving: the placement rules D007–D010.
+        Threshold(name="kv_transfer_dominant", default=0.5, unit="ratio",
+                  rationale="half of TTFT moving KV: the link, not prefill, sets TTFT (D008)"),
+        Threshold(name="pool_wait_share", default=0.2, unit="ratio",
+                  rationale="a fifth of TTFT queued for one pool is a pool short of instances"),
+        Threshold(name="pool_idle_busy", default=0.5, unit="ratio",
+                  rationale="a pool busy under half the time can give instances away (D009)"),
+        Threshold(name="transfer_failure_share", default=0.01, unit="ratio",
+                  rationale="1 % of requests failing or falling back re-prefills visibly (D010)"),
     )
 }
 

@@ -69,6 +69,20 @@ BASIS_LABEL = {
     "share of wall time the GPU idled while requests waited": "of wall time the GPU idled "
     "while requests waited",
 }
+# The placement causes of a disaggregated run: their score is another share than the axis'
+# (the verdict's words), their advice another than the flow's, and they are no decode stalls
+# that another axis could cause.
+CAUSE_COST_LABEL = {
+    "kv_transfer": "of TTFT spent moving KV",
+    "pd_ratio": "of TTFT queued for the short pool",
+    "transfer_failures": "of handed-off requests failed or fell back",
+}
+CAUSE_ADVICE = {
+    "kv_transfer": "the KV link sets TTFT: weigh a faster link against co-located chunked "
+    "prefill (ledger)",
+    "pd_ratio": "one pool queues while the other idles: move instances between the pools",
+    "transfer_failures": "transfers fail or fall back: fix the transfer path before tuning",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,6 +247,8 @@ def _symptom_of(
                 "re-queued and recomputed)"
         return None
     if symptom is AxisName.PD_INTERFERENCE:
+        if axes[AxisName.PD_INTERFERENCE].cause in CAUSE_ADVICE:
+            return None
         if churn and bad(AxisName.KV_MEMORY):
             return AxisName.KV_MEMORY, "the stalls coincide with re-prefills after preemption"
         if axes[AxisName.QUEUEING].cause == "dispatch_overhead":
@@ -316,11 +332,12 @@ def verdict_of(axes: dict[AxisName, AxisResult], *, has_requests: bool = True) -
     if (AxisName.PD_INTERFERENCE in names and principal.axis is not AxisName.PD_INTERFERENCE
             and AxisName.PD_INTERFERENCE not in caused):
         why += "; pd_interference is also a bottleneck but comes after the others in the flow"
-    why += f" — {FLOW_ADVICE[principal.axis]}"
+    why += f" — {CAUSE_ADVICE.get(principal.cause or '', FLOW_ADVICE[principal.axis])}"
     line = (f"verdict: {principal.axis}" + (f" ({principal.cause})" if principal.cause else "")
             + ("" if principal.score is None
                else f": {_pct(principal.score)} "
-               f"{BASIS_LABEL.get(principal.score_basis, COST_LABEL[principal.axis])}"))
+               + CAUSE_COST_LABEL.get(principal.cause or "", BASIS_LABEL.get(
+                   principal.score_basis, COST_LABEL[principal.axis]))))
     if caused:
         line += f"; causes {', '.join(caused)}"
     return Verdict(principal_axis=principal.axis, principal_cause=principal.cause, summary=line,

@@ -33,6 +33,12 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   of the service rate; ceil(peak_rho × instances) replicas) idle outside bursts
   (1 − mean_rho).
 - overlap_scheduling saves idle_while_waiting_s; batch_budget saves underfilled step capacity.
+- colocate_chunked_prefill (a disaggregated deployment with a placement finding, D007–D010)
+  saves the transfers (bytes Σ p · kv_bytes_per_token over handed-off requests, their seconds
+  and share of TTFT) and the second KV copy (the same bytes, held on both instances); adds
+  interference, at most Σ prefill-pool step seconds × mean decodes per decode-pool step, and
+  the chunked-prefill extra steps. The disaggregation entry and its network check use the
+  observed transfer (kv_transfer_s, or decode_start_s − first_token_s) when the trace has it.
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ from yaotu_trace.axes.base import (
     ratio,
 )
 from yaotu_trace.axes.failures import measure_failures
+from yaotu_trace.axes.pd_interference.placement import (
+    colocation_stall_inputs,
+    split_rows,
+    transfer_seconds,
+)
 from yaotu_trace.axes.thresholds import Thresholds
 
 
@@ -72,6 +83,7 @@ class Remedy(StrEnum):
     FIX_CACHE_KEYS = "fix_cache_keys"
     CHUNKED_PREFILL = "chunked_prefill"
     PD_DISAGGREGATION = "pd_disaggregation"
+    COLOCATE_CHUNKED = "colocate_chunked_prefill"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +150,8 @@ def _ids(result: AxisResult) -> set[str]:
 # make chunked prefill and disaggregation candidates.
 KV_PREEMPTION = frozenset({"K001", "K002", "K003", "K004", "K005"})
 INTERFERENCE = frozenset({"D001", "D002"})
+# The placement rules of a disaggregated deployment, which make co-location a candidate.
+PLACEMENT = frozenset({"D007", "D008", "D009", "D010"})
 
 
 @dataclass(frozen=True)
@@ -193,6 +207,7 @@ class Network:
     ttft_mean: float | None
     xfer_share: float | None
     passes: bool
+    observed: str | None = None
 
 
 def _larger_kv_pool(c: LedgerInput) -> LedgerEntry | None:
@@ -511,6 +526,9 @@ def _network(c: LedgerInput) -> Network:
         per_request = t.transfer_latency_s + prompt * kv_b / b_eff
         transfer = float(per_request.sum())
         mean_rate = ratio(network_bytes, span_s)
+    observed = _observed_transfer(c)
+    if observed is not None:
+        per_request, transfer = observed[0], float(observed[0].sum())
     # Prefill tokens per second in the busiest window of arrivals (or of prefill steps).
     window = float(t.window_s)
     arrival = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
@@ -519,7 +537,11 @@ def _network(c: LedgerInput) -> Network:
     peak_rate = None if kv_b is None else peak_prefill * kv_b
     ttft_mean = None
     if inp.has("first_token_s"):
-        ttft = inp.requests["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan) - arrival
+        first = inp.requests["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+        if inp.has("decode_start_s"):  # disaggregated: the client sees token 1 after the KV
+            first = np.fmax(first, inp.requests["decode_start_s"].to_numpy(
+                dtype=np.float64, na_value=np.nan))
+        ttft = first - arrival
         ttft = ttft[np.isfinite(ttft) & (ttft >= 0)]
         ttft_mean = float(ttft.mean()) if ttft.size else None
     xfer_share = None if per_request is None else ratio(float(per_request.mean()), ttft_mean)
@@ -529,7 +551,20 @@ def _network(c: LedgerInput) -> Network:
     return Network(link_bytes_s=link_bytes_s, b_eff=b_eff, network_bytes=network_bytes,
                    per_request=per_request, transfer=transfer, mean_rate=mean_rate,
                    window=window, peak_rate=peak_rate, ttft_mean=ttft_mean,
-                   xfer_share=xfer_share, passes=passes)
+                   xfer_share=xfer_share, passes=passes,
+                   observed=None if observed is None else observed[1])
+
+
+def _observed_transfer(c: LedgerInput) -> tuple[np.ndarray, str] | None:
+    """The handed-off requests' measured transfer seconds and their column, when the trace
+    records them (kv_transfer_s or decode_start_s); None otherwise."""
+    if not (c.inp.has("kv_transfer_s") or c.inp.has("decode_start_s")):
+        return None
+    seconds, source = transfer_seconds(c.inp, c.t)
+    sel = split_rows(c.inp) & np.isfinite(seconds)
+    if "observed" not in source or not sel.any():
+        return None
+    return seconds[sel], source
 
 
 def network_hit(c: LedgerInput) -> RuleHit | None:
@@ -569,12 +604,14 @@ def _disaggregation_adds(c: LedgerInput) -> tuple[Quantity, ...]:
                                          "trace's prefill rate", inp)),
         Quantity(name="transfer_s_mean",
                  value=None if per_request is None else float(per_request.mean()), unit="s",
-                 basis=_missing_kv_basis(f"mean per request on {s.link_gbps:g} Gb/s "
-                                         "(--link-gbps)", inp)),
+                 basis=f"mean per handed-off request, {net.observed}" if net.observed else
+                 _missing_kv_basis(f"mean per request on {s.link_gbps:g} Gb/s "
+                                   "(--link-gbps)", inp)),
         Quantity(name="transfer_seconds_total", value=transfer, unit="s",
-                 basis=_missing_kv_basis(f"Σ (α + p · kv_b / B_eff), α = "
-                                         f"{t.transfer_latency_s:g} s, B_eff = "
-                                         f"{b_eff / 1e9:.3g} GB/s", inp)),
+                 basis=f"Σ over handed-off requests, {net.observed}" if net.observed else
+                 _missing_kv_basis(f"Σ (α + p · kv_b / B_eff), α = "
+                                   f"{t.transfer_latency_s:g} s, B_eff = "
+                                   f"{b_eff / 1e9:.3g} GB/s", inp)),
         Quantity(name="transfer_s_p99",
                  value=None if per_request is None else float(np.percentile(per_request, 99)),
                  unit="s", basis="99th percentile of the per-request transfer time"),
@@ -613,11 +650,58 @@ def _pd_disaggregation(c: LedgerInput) -> LedgerEntry | None:
                  "network check " + ("passes (D003)" if passes else "fails or is unknown "
                                      "(D004): prefer chunked prefill")),
     )
+    if getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "placement", None) is not None:
+        entry = replace(entry, caveats=(*entry.caveats, "already disaggregated: the stalls come "
+                                        "from prefill on decode instances (fallbacks)"))
     withheld = withheld_by(c.axes)
     if withheld:
         entry = replace(entry, recommended=False, withheld_because=withheld,
                         caveats=(*entry.caveats, "withheld: " + "; ".join(withheld)))
     return entry
+
+
+def _colocate_chunked(c: LedgerInput) -> LedgerEntry | None:
+    """Back to co-located serving with chunked prefill, for a disaggregated deployment whose
+    placement is at fault (D007–D010): no transfers and no second KV copy, but prefill shares
+    steps with decodes again."""
+    pm = getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "placement", None)
+    ids = c.ids(AxisName.PD_INTERFERENCE) & PLACEMENT
+    if pm is None or not ids:
+        return None
+    inp, kv_b, t = c.inp, c.kv_b, c.t
+    handed_off = c.prompt[split_rows(inp)]
+    moved = None if kv_b is None else float(handed_off.sum() * kv_b)
+    tau = float(t.chunk_tokens)
+    long = c.prompt[c.prompt > tau]
+    extra_steps = float((np.ceil(long / tau) - 1).sum())
+    stall = colocation_stall_inputs(inp)
+    lost = None if stall is None else stall[0] * stall[1]
+    return LedgerEntry(
+        remedy=Remedy.COLOCATE_CHUNKED, axis=AxisName.PD_INTERFERENCE,
+        triggered_by=tuple(sorted(ids)),
+        saves=(Quantity(name="transfer_bytes", value=moved, unit="bytes",
+                        basis=_missing_kv_basis("Σ prompt_len · kv_bytes_per_token over "
+                                                "handed-off requests", inp)),
+               Quantity(name="transfer_seconds_total", value=pm.kv_transfer_seconds_total,
+                        unit="s", basis=pm.transfer_source),
+               Quantity(name="transfer_ttft_share", value=pm.transfer_ttft_share,
+                        unit="ratio", basis="Σ transfer / Σ TTFT of handed-off requests"),
+               Quantity(name="second_kv_copy_bytes", value=moved, unit="bytes",
+                        basis=_missing_kv_basis("each handed-off prompt's KV is written on "
+                                                "its prefill and its decode instance", inp))),
+        adds=(Quantity(name="decode_seconds_lost_max", value=lost, unit="s",
+                       basis="Σ prefill-pool step seconds × mean decodes per decode step: "
+                       "each prefill second beside the decodes stalls them (upper bound; "
+                       "chunks bound each stall to one step)" if stall is not None else
+                       "needs a step log with instance and decode_tokens per step"),
+              Quantity(name="extra_steps", value=extra_steps, unit="steps",
+                       basis=f"Σ_(p > τ) (ceil(p/τ) − 1), τ = {tau:g} tokens"),
+              Quantity(name="prompts_with_higher_ttft", value=float(long.size),
+                       unit="requests", basis="prompts longer than τ share every chunk's "
+                       "step with decodes")),
+        caveats=("one pool to size instead of two: the P:D ratio and its stranded capacity "
+                 "go away", "tail TBT rises with the chunk budget; pick τ from the TBT SLO"),
+    )
 
 
 # The remedies in ledger order: each prices one candidate change, or returns None when no
@@ -633,6 +717,7 @@ REMEDIES: Final[tuple[Callable[[LedgerInput], LedgerEntry | None], ...]] = (
     _fix_cache_keys,
     _chunked_prefill,
     _pd_disaggregation,
+    _colocate_chunked,
 )
 
 

@@ -148,6 +148,9 @@ def _instance_note(trace: Trace, steps: StepLog) -> str | None:
     named = set(trace.requests["instance"].dropna().astype(str))
     if not named:
         return None
+    for column in ("prefill_instance", "decode_instance"):  # disaggregated pools
+        if column in trace.requests.columns:
+            named |= set(trace.requests[column].dropna().astype(str))
     unknown = sorted(steps.instances() - named - {"all"})
     if not unknown:
         return None

@@ -65,7 +65,9 @@ class SimResult:
     forward pass (prefill, recompute and decode); `recomputed_tokens` the part of it that redid
     work lost to preemption. `decode_stall_s` is Σ over mixed steps of (step time − the time of
     the same step without its prefill tokens) × decode tokens: the decode-seconds lost to
-    prefill/decode interference (cost-model §3.1).
+    prefill/decode interference (cost-model §3.1). Under P/D, `kv_transfer_s` is the part of a
+    request's KV transfer not hidden behind its prefill (from its first token until the KV is on
+    the decode instance) and `decode_start_s` the start of its first step there (NaN otherwise).
     """
 
     scheduled_s: np.ndarray
@@ -80,6 +82,8 @@ class SimResult:
     instance: np.ndarray
     prefill_instance: np.ndarray
     instance_labels: tuple[str, ...]
+    kv_transfer_s: np.ndarray
+    decode_start_s: np.ndarray
     step_instance: np.ndarray
     step_start_s: np.ndarray
     step_end_s: np.ndarray
@@ -298,12 +302,13 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
     """The loop's arrays as a `SimResult` over every request (NaN or −1 where one never ran)."""
     n = requests.num_requests
     (sched, first, finish, tt, npre, cached, comp, recomp, inst, pf_inst, s_inst, s_start,
-     s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy) = out
+     s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy, xfer, dec_start) = out
     columns = _scatter(n, keep, {
         "scheduled_s": (sched, np.nan), "first_token_s": (first, np.nan),
         "finish_s": (finish, np.nan), "num_preemptions": (npre, 0), "cached_tokens": (cached, 0),
         "computed_tokens": (comp, 0), "recomputed_tokens": (recomp, 0),
         "instance": (inst, -1), "prefill_instance": (pf_inst, -1),
+        "kv_transfer_s": (xfer, np.nan), "decode_start_s": (dec_start, np.nan),
     })
     token_offsets, tt_kept = _token_times(requests, keep, tt_off, out_len, tt)
     return SimResult(
@@ -313,6 +318,7 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
         computed_tokens=columns["computed_tokens"],
         recomputed_tokens=columns["recomputed_tokens"], instance=columns["instance"],
         prefill_instance=columns["prefill_instance"], instance_labels=_instance_labels(config),
+        kv_transfer_s=columns["kv_transfer_s"], decode_start_s=columns["decode_start_s"],
         step_instance=s_inst, step_start_s=s_start, step_end_s=s_end,
         step_prefill_tokens=s_pf, step_decode_tokens=s_dec, step_num_running=s_run,
         step_num_waiting=s_wait, step_kv_blocks_used=s_used, step_num_preempted=s_pre,

@@ -22,7 +22,7 @@ from yaotu_trace.sim.scenario import ResolvedScenario, Scenario, resolve
 
 TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
                   "num_preemptions", "cached_tokens", "instance", "prefill_instance",
-                  "decode_instance")
+                  "decode_instance", "decode_start_s", "kv_transfer_s")
 
 
 def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[str]]:
@@ -185,6 +185,8 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         # a request with one output token never leaves its prefill instance
         decoded = np.where(result.instance >= config.pd[0], result.instance, -1)
         df["decode_instance"] = _labels(decoded, result.instance_labels)
+        df["decode_start_s"] = pd.Series(result.decode_start_s, dtype="float64")
+        df["kv_transfer_s"] = pd.Series(result.kv_transfer_s, dtype="float64")
     from yaotu_trace.data.schema import CANONICAL_COLUMNS
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]
