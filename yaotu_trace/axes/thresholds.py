@@ -106,6 +106,9 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
                   rationale="KV traffic above half the link leaves no room for bursts (D3)"),
         Threshold(name="transfer_ttft_share", default=0.10, unit="ratio",
                   rationale="a transfer adding >10 % to TTFT erodes what splitting gains (D3)"),
+        # Many instances (rule Q010).
+        Threshold(name="imbalance_vanish_share", default=0.5, unit="ratio",
+                  rationale="routing that would remove half the queue, not capacity, is the cause"),
     )
 }
 

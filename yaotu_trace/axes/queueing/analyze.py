@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -17,6 +17,7 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
+from yaotu_trace.axes.queueing.imbalance import measure_load_balance
 from yaotu_trace.axes.queueing.metrics import (
     Load,
     QueueingMetrics,
@@ -48,6 +49,7 @@ class Cause(StrEnum):
     DISPATCH_OVERHEAD = "dispatch_overhead"
     ARRIVAL_BURST = "arrival_burst"
     BATCH_SHAPE = "batch_shape"
+    LOAD_IMBALANCE = "load_imbalance"
 
 
 CAUSE_OF_RULE = {
@@ -56,9 +58,11 @@ CAUSE_OF_RULE = {
     "Q003": Cause.DISPATCH_OVERHEAD,
     "Q004": Cause.BATCH_SHAPE,
     "Q005": Cause.KV_ADMISSION,
+    "Q010": Cause.LOAD_IMBALANCE,
 }
-CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
-               Cause.BATCH_SHAPE)
+# NOTE: idle seats next to a queue come before a burst: the burst is the hot instance's share.
+CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.LOAD_IMBALANCE,
+               Cause.ARRIVAL_BURST, Cause.BATCH_SHAPE)
 
 
 
@@ -170,7 +174,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         sources.append(Source.STEPS)
     load = offered_load(timing, st.achieved_tokens, grid, t.overload_rho)
     shape = _batch_shape(inp, st, sources)
-    metrics = _metrics(inp, timing, grid, load, st, shape)
+    metrics = replace(_metrics(inp, timing, grid, load, st, shape),
+                      load_balance=measure_load_balance(inp, timing, grid))
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
         return _undecided(metrics)
     notes: list[str] = []
@@ -303,6 +308,8 @@ def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
         "control or autoscaling on queue depth",
         Cause.BATCH_SHAPE: "raise max_num_batched_tokens / max_num_seqs and check FCFS "
         "head-of-line blocking by long prompts",
+        Cause.LOAD_IMBALANCE: "route by load (least-loaded) or by cache and load (sgl-router "
+        "cache_aware, Dynamo kv-aware): one instance queues while another has free seats",
     }
     out = [advice[Cause(cause)]] if cause else []
     out += [f"add {m}" for m in missing]

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, Source, ratio
+from yaotu_trace.axes.queueing.instances import LoadBalance
 from yaotu_trace.data.report import Distribution
 
 # Peak windows shown in the report.
@@ -68,6 +69,7 @@ class QueueingMetrics:
     little_expected_waiting: float | None
     little_mismatch: float | None
     little_expected_sampled: float | None = None
+    load_balance: LoadBalance | None = None  # several instances (`imbalance.py`)
 
 
 def times_of(df: pd.DataFrame, column: str) -> np.ndarray | None:

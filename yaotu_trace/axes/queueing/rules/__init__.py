@@ -17,5 +17,6 @@ RULES: Final = load_rules(__name__, (
     "q004_batch_shape",
     "q005_kv_admission",
     "q006_queueing_unexplained",
+    "q010_load_imbalance",
 ))
 SEVERITY_OF: Final = severities(RULES)
