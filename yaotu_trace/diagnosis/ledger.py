@@ -715,6 +715,9 @@ def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
     if q.cause == "dispatch_overhead":
         out.append("host dispatch gaps (queueing, Q003) come first: splitting does not remove "
                    "them")
+    if q.cause == "load_imbalance":
+        out.append("load imbalance (queueing, Q010) comes first: one instance queues while "
+                   "another has free seats, which routing fixes")
     if _ids(pr) & {"P001", "P002"}:
         out.append("a reusable prefix is prefilled again and again (prefix_reuse) — fix cache "
                    "keys or routing first, which removes that prefill")

@@ -168,11 +168,20 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         interference_share=share,
         stall_seconds_unexplained=float((gap[~coincide] - median_step).sum()),
         metrics_itl_mean_s=itl_mean,
+        stall_share_by_instance=_stall_shares(instances_of(inp)[st.owner]),
     )
     if inp.has("prefill_instance") and inp.has("decode_instance"):
         notes.append("the trace has separate prefill and decode instances (already "
                      "disaggregated); stalls are matched on the decode instance")
     return _result(metrics, evaluate(RULES, metrics, t), sources, notes)
+
+
+def _stall_shares(instance: np.ndarray) -> dict[str, float] | None:
+    """Each instance's share of the stalls, when the stalls fall on more than one."""
+    names, counts = np.unique(instance[instance != ""], return_counts=True)
+    if names.size < 2:
+        return None
+    return {str(n): float(c / counts.sum()) for n, c in zip(names, counts, strict=True)}
 
 
 def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Source],

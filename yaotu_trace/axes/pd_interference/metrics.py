@@ -41,6 +41,8 @@ class InterferenceMetrics:
     interference_share: float | None
     stall_seconds_unexplained: float | None
     metrics_itl_mean_s: float | None = None
+    # Several instances: each one's share of the stalls (request table's instance column).
+    stall_share_by_instance: dict[str, float] | None = None
 
 
 def instances_of(inp: AxisInput) -> np.ndarray:

@@ -13,8 +13,8 @@ other sources add what they measure for instances of the same name. Per instance
   queue_share_of_ttft: its requests' Σ queue / Σ TTFT;
 - running_mean and seat_fill: time-weighted mean num_running of its steps (mean of its samples)
   over the seat cap (max_num_seqs when given, else the most running seen on any instance);
-- preemptions: num_preempted of its steps, else num_preemptions of its requests, else the rise
-  of its preemption counter.
+- preemptions and preemption_share: num_preempted of its steps, else num_preemptions of its
+  requests, else the rise of its preemption counter; and its share of the cluster's.
 
 Routing estimate: each instance is a work-conserving FCFS server of μ tokens/s, a request's
 wait being the unfinished work ahead of it / μ (Lindley's recursion, `fcfs_waits_s`). μ is the
@@ -195,7 +195,8 @@ def _rows(inp: AxisInput, timing: RequestTiming, grid: Windows
     rows = [_row(name, table.get(name, {}), steps.get(name, {}), metrics.get(name, {}),
                  total_work, cap) for name in names]
     queue_total = sum(r.queue_seconds for r in rows if r.queue_seconds is not None) or None
-    rows = [_with_share(r, queue_total) for r in rows]
+    preempted = sum(r.preemptions for r in rows if r.preemptions is not None) or None
+    rows = [_with_share(r, queue_total, preempted) for r in rows]
     tokens = step_tokens if any(n in step_tokens for n in names) else metric_tokens
     return source, rows, tokens, cap, not inp.settings.max_num_seqs
 
@@ -224,11 +225,13 @@ def _row(name: str, table: Mapping[str, float], steps: Mapping[str, float],
         seat_fill=ratio(running, cap) if running is not None else None, preemptions=preempt)
 
 
-def _with_share(row: InstanceQueue, total: float | None) -> InstanceQueue:
+def _with_share(row: InstanceQueue, queue_s: float | None,
+                preempted: float | None) -> InstanceQueue:
+    """The row with its shares of the cluster's queue seconds and preemptions."""
     from dataclasses import replace
 
-    share = ratio(row.queue_seconds, total) if row.queue_seconds is not None else None
-    return replace(row, queue_share=share)
+    return replace(row, queue_share=ratio(row.queue_seconds, queue_s),
+                   preemption_share=ratio(row.preemptions, preempted))
 
 
 def _service_rate(timing: RequestTiming, grid: Windows, names: tuple[str, ...],

@@ -19,6 +19,7 @@ class InstanceQueue:
     running_mean: float | None = None
     seat_fill: float | None = None
     preemptions: float | None = None
+    preemption_share: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
