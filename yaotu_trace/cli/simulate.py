@@ -104,6 +104,11 @@ def simulate(
         dir_okay=False)] = None,
     steps_out: Annotated[Path | None, typer.Option(
         "--steps-out", help="Step log (.parquet, .jsonl or .csv).")] = None,
+    metrics_out: Annotated[Path | None, typer.Option(
+        "--metrics-out", help="The engine's Prometheus export (vLLM metric names, one series "
+        "per instance) as the CSV --metrics reads.")] = None,
+    scrape_interval_s: Annotated[float | None, typer.Option(
+        "--scrape-interval-s", help="Seconds between scrapes of --metrics-out [1].")] = None,
     kv_blocks: KvBlocksOpt = None,
     block_size: BlockSizeOpt = None,
     max_num_seqs: MaxSeqsOpt = None,
@@ -161,5 +166,6 @@ def simulate(
     with progress("simulate", quiet) as update:
         report = run(trace_input(trace, input_format, map, source_block_size), out=out,
                      scenario=given, scenario_file=scenario, steps_out=steps_out,
+                     metrics_out=metrics_out, scrape_interval_s=scrape_interval_s,
                      progress=update)
     emit(report, format, output)
