@@ -11,8 +11,9 @@ other sources add what they measure for instances of the same name. Per instance
   steps or its `num_requests_waiting` series), and its share of the cluster's;
 - waiting_share: share of its steps (or metric samples) with num_waiting > 0;
   queue_share_of_ttft: its requests' Σ queue / Σ TTFT;
-- running_mean and seat_fill: time-weighted mean num_running of its steps (mean of its samples)
-  over the seat cap (max_num_seqs when given, else the most running seen on any instance);
+- running_mean and seat_fill: time-weighted mean num_running of its steps (else the mean of its
+  samples, else Σ finish_s − scheduled_s of its requests / the cluster's span) over the seat
+  cap (max_num_seqs when given, else the most running seen on any instance);
 - preemptions and preemption_share: num_preempted of its steps, else num_preemptions of its
   requests, else the rise of its preemption counter; and its share of the cluster's.
 
@@ -21,8 +22,8 @@ wait being the unfinished work ahead of it / μ (Lindley's recursion, `fcfs_wait
 highest tokens/s any instance served in a window (the instances are taken as identical). The
 queue is modelled three times on the trace's arrivals and work: as routed (each request on its
 instance; without per-request instances, every request split by the work shares), round-robin
-(even) and least-loaded (one pooled queue of n·μ, which a router sending each request to the
-instance with the least work ahead approaches). vanish_share = 1 − modelled / modelled as
+(even) and least-loaded (each request to the instance with the least work ahead,
+`least_work_waits_s`). vanish_share = 1 − modelled / modelled as
 routed, so the model's bias largely cancels; the seconds that vanish are that share of the
 measured queue seconds.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numba as nb
 import numpy as np
 import pandas as pd
 
@@ -54,6 +56,27 @@ def fcfs_waits_s(arrival_s: np.ndarray, work: np.ndarray, rate: float) -> np.nda
     return (x - np.minimum.accumulate(x)) / rate
 
 
+@nb.njit(cache=True)
+def least_work_waits_s(arrival_s: np.ndarray, work: np.ndarray, rate: float,
+                       instances: int) -> np.ndarray:
+    """Each arrival's wait when a router sends it to the instance with the least work ahead
+    (ties: the lowest index), `instances` FCFS servers of `rate` work/s, arrivals in order."""
+    ahead = np.zeros(instances)  # seconds of work ahead on each instance
+    waits = np.empty(arrival_s.size)
+    last = arrival_s[0] if arrival_s.size else 0.0
+    for j in range(arrival_s.size):
+        gone = arrival_s[j] - last
+        last = arrival_s[j]
+        best = 0
+        for k in range(instances):
+            ahead[k] = max(0.0, ahead[k] - gone)
+            if ahead[k] < ahead[best]:
+                best = k
+        waits[j] = ahead[best]
+        ahead[best] += work[j] / rate
+    return waits
+
+
 def instance_of_labels(labels: str) -> str | None:
     """The instance a metric sample belongs to: its instance/pod/engine label values."""
     pairs = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
@@ -73,12 +96,33 @@ def _table_rows(inp: AxisInput, timing: RequestTiming) -> dict[str, dict[str, fl
             both = np.isfinite(timing.queue) & np.isfinite(timing.ttft)
             frame["q_both"] = np.where(both, timing.queue, 0.0)
             frame["ttft_both"] = np.where(both, timing.ttft, 0.0)
+    if timing.scheduled is not None and timing.finish is not None:
+        served = timing.finish - timing.scheduled
+        frame["service"] = np.where(np.isfinite(served) & (served >= 0), served, 0.0)
     if inp.has("num_preemptions"):
         frame["preempt"] = inp.requests["num_preemptions"].to_numpy(dtype=np.float64,
                                                                      na_value=0.0)
-    sums = frame[frame["name"] != ""].groupby("name", sort=True).sum(min_count=1)
-    return {str(k): {c: float(v) for c, v in row.items() if pd.notna(v)}
-            for k, row in sums.iterrows()}
+    frame = frame[frame["name"] != ""]
+    sums = frame.groupby("name", sort=True).sum(min_count=1)
+    out = {str(k): {c: float(v) for c, v in row.items() if pd.notna(v)}
+           for k, row in sums.iterrows()}
+    if "service" in frame and timing.finish is not None and timing.scheduled is not None:
+        # Little's law: mean requests in service = Σ service time / the cluster's span.
+        span = float(np.nanmax(timing.finish) - timing.arrival.min())
+        for name, row in out.items():
+            sel = names == name
+            row["running_mean"] = ratio(row["service"], span) or 0.0
+            row["running_max"] = _most_at_once(timing.scheduled[sel], timing.finish[sel])
+    return out
+
+
+def _most_at_once(start_s: np.ndarray, end_s: np.ndarray) -> float:
+    """The most intervals [start, end) open at one instant."""
+    ok = np.isfinite(start_s) & np.isfinite(end_s) & (end_s >= start_s)
+    starts, ends = np.sort(start_s[ok]), np.sort(end_s[ok])
+    if not starts.size:
+        return 0.0
+    return float((np.arange(1, starts.size + 1) - np.searchsorted(ends, starts, "right")).max())
 
 
 def _step_rows(inp: AxisInput, grid: Windows) -> tuple[dict[str, dict[str, float]],
@@ -185,8 +229,7 @@ def _rows(inp: AxisInput, timing: RequestTiming, grid: Windows
     source, names = next(((s, tuple(rows)) for s, rows in
                           (("requests", table), ("steps", steps), ("metrics", metrics))
                           if len(rows) > 1), ("", ()))
-    seen = [r.get("running_max") for r in steps.values()] + \
-        [r.get("running_max") for r in metrics.values()]
+    seen = [r.get("running_max") for src in (steps, metrics, table) for r in src.values()]
     most = max((v for v in seen if v is not None and np.isfinite(v)), default=None)
     cap = (float(inp.settings.max_num_seqs) if inp.settings.max_num_seqs
            else most if most else None)
@@ -214,7 +257,8 @@ def _row(name: str, table: Mapping[str, float], steps: Mapping[str, float],
                      ratio(metrics.get("waiting_steps"), metrics.get("samples"))
                      if "waiting_steps" in metrics else None)
     running = (ratio(steps.get("running_integral"), steps.get("running_dur"))
-               if steps.get("running_dur") else metrics.get("running_mean"))
+               if steps.get("running_dur") else metrics.get("running_mean",
+                                                             table.get("running_mean")))
     preempt = steps.get("preempt", table.get("preempt", metrics.get("preempt")))
     return InstanceQueue(
         instance=name, requests=int(table["one"]) if "one" in table else None,
@@ -280,7 +324,9 @@ def _routing(timing: RequestTiming, names: tuple[str, ...], per_request: np.ndar
         return None, None, None, None
     routed = _modelled_queue_s(arrival, work, rate, codes, shares / max(shares.sum(), 1e-300))
     even = _modelled_queue_s(arrival, work, rate, np.arange(arrival.size) % n, shares)
-    least = float(fcfs_waits_s(arrival, work, n * rate).sum())
+    least = float(least_work_waits_s(np.ascontiguousarray(arrival, dtype=np.float64),
+                                     np.ascontiguousarray(work, dtype=np.float64),
+                                     float(rate), n).sum())
     if not routed > 0:
         return routed, None, None, routed_by
     return (routed, float(np.clip(1 - least / routed, 0, 1)),
@@ -318,7 +364,8 @@ def measure_load_balance(inp: AxisInput, timing: RequestTiming,
         routed_by=routed_by,
         basis=f"FCFS fluid queue per instance at μ = {rate or 0:.4g} tokens/s (the busiest "
         f"instance's peak window), routed as observed ({routed_by or 'unknown'}), round-robin, "
-        "and least-loaded (one pooled queue at n·μ); vanish share = 1 − modelled / as routed, "
+        "and least-loaded (to the instance with the least work ahead); vanish share = 1 − "
+        "modelled / as routed, "
         "times the measured queue seconds",
     )
 
