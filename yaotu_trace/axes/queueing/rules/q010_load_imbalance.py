@@ -48,8 +48,6 @@ def imbalance_evidence(f: QueueingFacts, t: Thresholds) -> list[Evidence] | None
               t.batch_underfilled),
         check("vanish_share_least_loaded", lb.vanish_share_least_loaded, ">=",
               "imbalance_vanish_share", t.imbalance_vanish_share),
-        fact("queued_instance", queued.instance),
-        fact("idle_instance", idle.instance),
         fact(f"queue_share[{queued.instance}]", queued.queue_share, "ratio"),
         fact(f"work_share[{queued.instance}]", queued.work_share, "ratio"),
         fact("queue_seconds_vanish_least_loaded", lb.queue_seconds_vanish_least_loaded, "s"),
