@@ -348,7 +348,7 @@ def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
     if not burst:
         return None
     peak, mean = getattr(qm, "peak_rho", None), getattr(qm, "mean_rho", None)
-    return LedgerEntry(
+    entry = LedgerEntry(
         remedy=Remedy.CAPACITY_ADMISSION, axis=AxisName.QUEUEING,
         triggered_by=tuple(sorted(burst)),
         saves=(Quantity(name="queue_seconds_in_overload",
@@ -375,6 +375,12 @@ def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
                        basis="excess_offered_tokens / mean (prompt_len + output_len): what "
                        "admission control sheds or defers instead of queueing")),
     )
+    if "Q010" in c.ids(AxisName.QUEUEING):
+        why = ("load imbalance (Q010) comes first: another instance has free seats, so route "
+               "by load before adding capacity")
+        entry = replace(entry, recommended=False, withheld_because=(why,),
+                        caveats=(*entry.caveats, f"withheld: {why}"))
+    return entry
 
 
 def _hits_lost(c: LedgerInput, hits: int | None, route: str) -> Quantity:

@@ -157,10 +157,11 @@ def _step_rows(inp: AxisInput, grid: Windows) -> tuple[dict[str, dict[str, float
         }))
         idx = np.floor((start - grid.t0_s) / grid.width_s).astype(np.int64)
         keep = (idx >= 0) & (idx < grid.count)
-        for name in np.unique(names):
-            here = keep & (names == name)
-            add = np.bincount(idx[here], weights=served[here], minlength=grid.count)
-            tokens[str(name)] = tokens.get(str(name), np.zeros(grid.count)) + add
+        codes, uniques = pd.factorize(names)
+        per = np.bincount(codes[keep] * grid.count + idx[keep], weights=served[keep],
+                          minlength=len(uniques) * grid.count).reshape(len(uniques), -1)
+        for k, name in enumerate(uniques):
+            tokens[str(name)] = tokens.get(str(name), np.zeros(grid.count)) + per[k]
     frame = pd.concat(parts, ignore_index=True)
     frame = frame[frame["name"] != ""]
     maxima = frame.groupby("name", sort=True)["running_max"].max()
@@ -179,7 +180,8 @@ def _labelled(inp: AxisInput, names: tuple[str, ...]) -> pd.DataFrame | None:
     if name is None:
         return None
     rows = m.frame[m.frame["metric"] == name].copy()
-    rows["inst"] = [instance_of_labels(str(lb)) for lb in rows["labels"]]
+    rows["inst"] = rows["labels"].map({lb: instance_of_labels(str(lb))
+                                       for lb in rows["labels"].unique()})
     rows = rows[rows["inst"].notna()]
     return rows.sort_values(["inst", "time_s"], kind="stable") if len(rows) else None
 
@@ -317,8 +319,8 @@ def _routing(timing: RequestTiming, names: tuple[str, ...], per_request: np.ndar
     shares = np.array([r.work_share or 0.0 for r in rows])
     routed_by = "work shares"
     if per_request is not None:
-        lookup = {name: k for k, name in enumerate(names)}
-        codes = np.array([lookup.get(str(x), -1) for x in per_request[order]])
+        codes = np.asarray(pd.Categorical(per_request[order], categories=list(names)).codes,
+                           dtype=np.int64)
         routed_by = "instance column"
     elif not shares.sum() > 0:
         return None, None, None, None
