@@ -13,7 +13,7 @@ from conftest import run_cli
 from yaotu_trace.data.canonical import read_parquet
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.errors import ConfigError, ConfigFileError, ExitCode
-from yaotu_trace.sim.run import weighted_assignment
+from yaotu_trace.sim.run import simulate, weighted_assignment
 from yaotu_trace.sim.scenario import Scenario, load_scenario, resolve
 from yaotu_trace.sim.summary import run_scenario
 
@@ -96,3 +96,16 @@ def test_cli_weighted_route_sends_the_shares(tmp_path: Path,
     assert code == ExitCode.OK, err
     counts = read_parquet(out).requests["instance"].value_counts()
     assert (counts["i0"], counts["i1"]) == (30, 10)
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sglang"])
+def test_weighted_route_keeps_the_engine_invariants(scheduler: str) -> None:
+    from test_sim_validation import check_invariants, config, workload
+
+    req = workload(60, seed=4, rate=30.0, prompt=(1, 300), output=(0, 60))
+    cfg = config(kv_blocks=120, max_num_seqs=6, scheduler=scheduler, instances=3,
+                 route="weighted", route_weights=(0.6, 0.3, 0.1))
+    r = simulate(req, cfg)
+    check_invariants(req, r, cfg)
+    assert (r.instance >= 0).all()  # every request fits a pool and is routed as dealt
+    np.testing.assert_array_equal(r.instance, weighted_assignment(60, (0.6, 0.3, 0.1)))
