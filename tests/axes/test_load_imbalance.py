@@ -106,6 +106,26 @@ def test_one_instance_has_no_load_balance() -> None:
     assert analyze_queueing(make_input(cols), thresholds()).metrics.load_balance is None
 
 
+def test_per_instance_step_log_gives_waiting_seats_and_preemptions() -> None:
+    # a: four 1-s steps waiting 3, 2, 1, 0 (∫ = 6 request-s, waiting in 3 of 4) with 4 running
+    # and one preemption; b: two 1-s steps, none waiting, 1 running. The cap is inferred (4):
+    # seat fill 1 and 0.25. Work shares from the steps' tokens: a 4 × 4 = 16, b 2 → 16/18.
+    steps = {"instance": ["a", "b", "a", "b", "a", "a"],
+             "start_s": [0.0, 0.0, 1.0, 2.0, 2.0, 3.0], "end_s": [1.0, 1.0, 2.0, 3.0, 3.0, 4.0],
+             "num_waiting": [3, 0, 2, 0, 1, 0], "num_running": [4, 1, 4, 1, 4, 4],
+             "prefill_tokens": [0] * 6, "decode_tokens": [4, 1, 4, 1, 4, 4],
+             "num_preempted": [0, 0, 1, 0, 0, 0]}
+    inp = make_input({"arrival_s": [0.0, 0.5], "prompt_len": [10, 10], "output_len": [5, 5]},
+                     steps=steps)
+    lb = analyze_queueing(inp, thresholds()).metrics.load_balance
+    assert lb.source == "steps" and lb.seat_cap == 4.0
+    a, b = lb.row("a"), lb.row("b")
+    assert (a.queue_seconds, a.waiting_share, a.seat_fill) == (6.0, 0.75, 1.0)
+    assert (b.queue_seconds, b.waiting_share, b.seat_fill) == (0.0, 0.0, 0.25)
+    assert (a.preemption_share, b.preemption_share) == (1.0, 0.0)
+    assert a.work_share == pytest.approx(16 / 18) and a.queue_share == 1.0
+
+
 def test_per_instance_metrics_alone_give_waiting_and_seats() -> None:
     # Two engines scraped at 0, 1, 2 s: engine 0 waits 4, 4, 4 (∫ = 8 request-s over the
     # two 1-s intervals) with 8 running; engine 1 waits 0 with 2 running (cap 8: fill 0.25).

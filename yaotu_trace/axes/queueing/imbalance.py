@@ -125,48 +125,56 @@ def _most_at_once(start_s: np.ndarray, end_s: np.ndarray) -> float:
     return float((np.arange(1, starts.size + 1) - np.searchsorted(ends, starts, "right")).max())
 
 
+def _step_batch(b: pd.DataFrame, grid: Windows) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """One batch of steps summed per instance, and the tokens each served per window."""
+    start, end = column(b, "start_s"), column(b, "end_s")
+    dur = np.clip(end - start, 0.0, None)
+    names = b["instance"].astype("string").fillna("").to_numpy(dtype=object)
+    nan = np.full(len(b), np.nan)
+    waiting = column(b, "num_waiting") if "num_waiting" in b else nan
+    running = column(b, "num_running") if "num_running" in b else nan
+    served = np.zeros(len(b))
+    for name in ("prefill_tokens", "decode_tokens"):
+        if name in b:
+            served += column(b, name, 0.0)
+    frame = pd.DataFrame({
+        "name": names, "steps": 1.0, "waiting_steps": (waiting > 0) * 1.0,
+        "waiting_known": np.isfinite(waiting) * 1.0,
+        # Each step's count is held for its own duration.
+        "waiting_integral": np.nan_to_num(waiting) * dur,
+        "running_integral": np.nan_to_num(running) * dur,
+        "running_dur": np.where(np.isfinite(running), dur, 0.0),
+        "preempt": column(b, "num_preempted", 0.0) if "num_preempted" in b else 0.0,
+        "tokens": served,
+    })
+    grouped = frame.groupby("name", sort=True).sum()
+    grouped["running_max"] = pd.Series(running, index=names).groupby(level=0).max()
+    idx = np.floor((start - grid.t0_s) / grid.width_s).astype(np.int64)
+    keep = (idx >= 0) & (idx < grid.count)
+    codes, uniques = pd.factorize(names)
+    per = np.bincount(codes[keep] * grid.count + idx[keep], weights=served[keep],
+                      minlength=len(uniques) * grid.count).reshape(len(uniques), -1)
+    return grouped, {str(name): per[k] for k, name in enumerate(uniques)}
+
+
 def _step_rows(inp: AxisInput, grid: Windows) -> tuple[dict[str, dict[str, float]],
                                                         dict[str, np.ndarray]]:
-    """Per-instance sums over the step log, and the tokens each served per window."""
+    """Per-instance sums over the step log, batch by batch, and the tokens each served per
+    window (only per-instance sums are held, never the log)."""
     log = inp.steps
     if log is None or not log.has("instance") or log.num_rows == 0:
         return {}, {}
     parts: list[pd.DataFrame] = []
     tokens: dict[str, np.ndarray] = {}
     for b in log.batches(_STEP_COLUMNS):
-        start, end = column(b, "start_s"), column(b, "end_s")
-        dur = np.clip(end - start, 0.0, None)
-        names = b["instance"].astype("string").fillna("").to_numpy(dtype=object)
-        waiting = column(b, "num_waiting", np.nan) if "num_waiting" in b else np.full(len(b),
-                                                                                        np.nan)
-        running = column(b, "num_running", np.nan) if "num_running" in b else np.full(len(b),
-                                                                                        np.nan)
-        served = np.zeros(len(b))
-        for name in ("prefill_tokens", "decode_tokens"):
-            if name in b:
-                served += column(b, name, 0.0)
-        parts.append(pd.DataFrame({
-            "name": names, "steps": 1.0, "dur": dur, "waiting_steps": (waiting > 0) * 1.0,
-            "waiting_known": np.isfinite(waiting) * 1.0,
-            "waiting_integral": np.nan_to_num(waiting) * dur,
-            "running_integral": np.nan_to_num(running) * dur,
-            "running_dur": np.where(np.isfinite(running), dur, 0.0),
-            "running_max": running,
-            "preempt": column(b, "num_preempted", 0.0) if "num_preempted" in b else 0.0,
-            "tokens": served,
-        }))
-        idx = np.floor((start - grid.t0_s) / grid.width_s).astype(np.int64)
-        keep = (idx >= 0) & (idx < grid.count)
-        codes, uniques = pd.factorize(names)
-        per = np.bincount(codes[keep] * grid.count + idx[keep], weights=served[keep],
-                          minlength=len(uniques) * grid.count).reshape(len(uniques), -1)
-        for k, name in enumerate(uniques):
-            tokens[str(name)] = tokens.get(str(name), np.zeros(grid.count)) + per[k]
-    frame = pd.concat(parts, ignore_index=True)
-    frame = frame[frame["name"] != ""]
-    maxima = frame.groupby("name", sort=True)["running_max"].max()
-    sums = frame.drop(columns="running_max").groupby("name", sort=True).sum()
-    sums["running_max"] = maxima
+        grouped, served = _step_batch(b, grid)
+        parts.append(grouped)
+        for name, add in served.items():
+            tokens[name] = tokens.get(name, np.zeros(grid.count)) + add
+    frame = pd.concat(parts)
+    frame = frame[frame.index != ""]
+    sums = frame.drop(columns="running_max").groupby(level=0, sort=True).sum()
+    sums["running_max"] = frame["running_max"].groupby(level=0).max()
     return ({str(k): {c: float(v) for c, v in row.items() if pd.notna(v)}
              for k, row in sums.iterrows()}, tokens)
 
