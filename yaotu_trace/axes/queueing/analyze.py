@@ -34,6 +34,7 @@ from yaotu_trace.axes.queueing.steps import (
     sampled_waiting_s,
     step_stats,
 )
+from yaotu_trace.axes.queueing.windows import WindowVerdicts, judge, queue_windows
 from yaotu_trace.axes.rule import evaluate
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.order_stats import summarize
@@ -48,6 +49,8 @@ class Cause(StrEnum):
     DISPATCH_OVERHEAD = "dispatch_overhead"
     ARRIVAL_BURST = "arrival_burst"
     BATCH_SHAPE = "batch_shape"
+    # Queueing too large to be ok that no rule explains (Q006): what to measure next says how.
+    UNIDENTIFIED = "unidentified"
 
 
 CAUSE_OF_RULE = {
@@ -56,9 +59,10 @@ CAUSE_OF_RULE = {
     "Q003": Cause.DISPATCH_OVERHEAD,
     "Q004": Cause.BATCH_SHAPE,
     "Q005": Cause.KV_ADMISSION,
+    "Q006": Cause.UNIDENTIFIED,
 }
 CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
-               Cause.BATCH_SHAPE)
+               Cause.BATCH_SHAPE, Cause.UNIDENTIFIED)
 
 
 
@@ -170,7 +174,10 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         sources.append(Source.STEPS)
     load = offered_load(timing, st.achieved_tokens, grid, t.overload_rho)
     shape = _batch_shape(inp, st, sources)
-    metrics = _metrics(inp, timing, grid, load, st, shape)
+    qw = queue_windows(inp, timing, grid, st, t)
+    judged = judge(inp, timing, grid, st, qw, load.service_rate_tokens_per_s, shape.budget,
+                   shape.seq_cap)
+    metrics = _metrics(inp, timing, grid, load, st, shape, judged)
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
         return _undecided(metrics)
     notes: list[str] = []
@@ -199,7 +206,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
 
 
 def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, st: StepStats,
-             shape: _Shape) -> QueueingMetrics:
+             shape: _Shape, judged: WindowVerdicts) -> QueueingMetrics:
     """The axis' measurements from its phases."""
     prof = arrival_profile(timing.arrival)
     expected, sampled, mismatch = _littles_law(inp, st, timing)
@@ -243,6 +250,21 @@ def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, s
         little_expected_waiting=expected,
         little_mismatch=mismatch,
         little_expected_sampled=sampled,
+        queue_source=None if judged.queue_source is None else str(judged.queue_source),
+        growing_windows=judged.growing_windows if judged.queue_source else None,
+        queued_windows=judged.queued_windows if judged.queue_source else None,
+        growth_requests=judged.growth_requests,
+        arrival_rate_growing_per_s=judged.arrival_rate_growing_per_s,
+        arrival_rate_other_per_s=judged.arrival_rate_other_per_s,
+        burst_ratio=judged.burst_ratio,
+        growth_rho=judged.growth_rho,
+        busy_queued=judged.busy_queued,
+        idle_waiting_queued=judged.idle_waiting_queued,
+        tokens_per_step_queued=judged.tokens_per_step_queued,
+        step_fill_queued=judged.step_fill_queued,
+        running_fill_queued=judged.running_fill_queued,
+        running_source=None if judged.running_source is None else str(judged.running_source),
+        kv_usage_queued=judged.kv_usage_queued,
     )
 
 
@@ -303,6 +325,9 @@ def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
         "control or autoscaling on queue depth",
         Cause.BATCH_SHAPE: "raise max_num_batched_tokens / max_num_seqs and check FCFS "
         "head-of-line blocking by long prompts",
+        Cause.UNIDENTIFIED: "the queue is too large to ignore but no cause was identified in "
+        "the windows where it grows: read the windows' measurements (growth_rho, burst_ratio, "
+        "running_fill_queued) and add the evidence below",
     }
     out = [advice[Cause(cause)]] if cause else []
     out += [f"add {m}" for m in missing]
