@@ -114,6 +114,21 @@ def _instances_with(log: StepLog, name: str, ids: InstanceIds) -> np.ndarray:
     return np.append(found, np.zeros(len(ids) - found.size, dtype=bool))
 
 
+# The unit of each per-window sum: 1 ns of time, 1e-9 of a usage ratio, whole counts.
+QUANTUM = {"busy_s": 1e-9, "idle_waiting_s": 1e-9, "kv_usage_sum": 1e-9, "steps": 1.0,
+           "running_sum": 1.0, "tokens_sum": 1.0}
+
+
+def _exact_bincount(rows: np.ndarray, values: np.ndarray, n: int,
+                    quantum: float) -> np.ndarray:
+    """Per-window sums of `values` in integer units of `quantum`: integer sums are exact,
+    so they do not depend on how the step log is cut into batches."""
+    units = np.round(np.nan_to_num(values) / quantum).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, rows, units)
+    return out
+
+
 def _tokens(b: pd.DataFrame) -> np.ndarray:
     tokens = np.zeros(len(b))
     for name in ("prefill_tokens", "decode_tokens"):
@@ -157,8 +172,8 @@ class _StepPass:
                          else None)
         self.preempted = False
         n = windows.count if windows is not None else 0
-        self.bin = {name: np.zeros(n) for name in ("busy_s", "idle_waiting_s", "steps",
-                                                   "running_sum", "tokens_sum", "kv_usage_sum")}
+        # Sums in integer units of `QUANTUM` (exact, so the same whatever the batches).
+        self.bin = {name: np.zeros(n, dtype=np.int64) for name in QUANTUM}
         # Σ num_waiting over instances, as a difference array over the grid's edges.
         self.waiting_diff = np.zeros(n + 2)
 
@@ -231,7 +246,7 @@ class _StepPass:
         end = column(b, "end_s")
 
         def add(name: str, values: np.ndarray) -> None:
-            self.bin[name] += np.bincount(rows, weights=values[keep], minlength=n)
+            self.bin[name] += _exact_bincount(rows, values[keep], n, QUANTUM[name])
 
         add("busy_s", end - start)
         # The batch is judged at the steps that leave requests waiting (all steps when the
@@ -248,8 +263,8 @@ class _StepPass:
             add("kv_usage_sum", np.nan_to_num(usage) * left)
         gap_idx, gap_keep = self._window_of(prev_end)
         gap_keep &= idle
-        self.bin["idle_waiting_s"] += np.bincount(gap_idx[gap_keep], weights=gap[gap_keep],
-                                                  minlength=n)
+        self.bin["idle_waiting_s"] += _exact_bincount(gap_idx[gap_keep], gap[gap_keep], n,
+                                                      QUANTUM["idle_waiting_s"])
 
     def _hold_waiting(self, lo: np.ndarray, hi: np.ndarray, waiting: np.ndarray) -> None:
         """Count `waiting` at each edge in [lo, hi): a step's num_waiting holds from its start
@@ -272,7 +287,7 @@ class _StepPass:
             lo, hi = state.first_start[i], state.max_end[i]
             covered += np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
         waiting = (np.cumsum(self.waiting_diff)[: edges.size] if self.has_waiting else None)
-        b = self.bin
+        b = {name: values * QUANTUM[name] for name, values in self.bin.items()}
         return WindowBins(
             covered_s=covered, busy_s=b["busy_s"],
             idle_waiting_s=b["idle_waiting_s"] if self.has_waiting else None,
