@@ -17,6 +17,7 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
+from yaotu_trace.axes.queueing.confidence import confirm_steps, evidence_note
 from yaotu_trace.axes.queueing.metrics import (
     Load,
     QueueingMetrics,
@@ -190,6 +191,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     cause = next((c for c in CAUSE_ORDER if c in causes), None)
     score, basis = _score(timing, st)
     missing = _missing(timing, st)
+    if (note := evidence_note(metrics, t)) is not None:
+        notes.append(note)
     return AxisResult(
         axis=AxisName.QUEUEING,
         status=status_from(hits, SEVERITY_OF),
@@ -200,7 +203,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         metrics=metrics,
         hits=tuple(hits),
         missing=tuple(missing),
-        next_steps=_next_steps(cause, missing),
+        next_steps=(*_next_steps(cause, missing),
+                    *confirm_steps(metrics, cause, facts.has_steps)),
         notes=tuple(notes),
     )
 
@@ -326,8 +330,9 @@ def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
         Cause.BATCH_SHAPE: "raise max_num_batched_tokens / max_num_seqs and check FCFS "
         "head-of-line blocking by long prompts",
         Cause.UNIDENTIFIED: "the queue is too large to ignore but no cause was identified in "
-        "the windows where it grows: read the windows' measurements (growth_rho, burst_ratio, "
-        "running_fill_queued) and add the evidence below",
+        "the windows where it is: read their measurements (growth_rho, burst_ratio, "
+        "running_fill_queued); a step log's GPU busy and idle gaps there tell a saturated "
+        "engine (arrival_burst, batch_shape) from host dispatch (dispatch_overhead)",
     }
     out = [advice[Cause(cause)]] if cause else []
     out += [f"add {m}" for m in missing]
