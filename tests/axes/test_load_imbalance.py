@@ -196,8 +196,6 @@ def test_85_15_router_from_request_table_and_step_log_is_load_imbalance(
     assert saved.value == pytest.approx(lb.queue_seconds_vanish_least_loaded)
     lost = next(q for q in remedies["route_by_load"].adds if q.name == "prefix_hits_lost")
     assert lost.value is not None  # replayed: the trace has prompt token ids
-    # The hot instance's burst (Q001) fires too; more replicas wait for the idle seats.
-    assert not remedies["capacity_admission"].recommended
 
 
 def test_85_15_router_from_per_instance_metrics_is_load_imbalance(

@@ -71,3 +71,38 @@ def test_route_hits_price_leaving_affinity_in_prefix_hits() -> None:
     assert hits is not None
     assert (hits.current, hits.least_loaded, hits.prefix_affinity) == (96, 64, 96)
     assert hits.affinity_instance is not None and list(hits.affinity_instance[:4]) == [0] * 4
+
+
+def test_more_replicas_wait_for_the_idle_seats() -> None:
+    # A burst (Q001) on the instance that queues while another idles (Q010): the capacity
+    # entry is priced but withheld; the two routing remedies carry the queue seconds.
+    from diag_factories import make_input, thresholds
+
+    from yaotu_trace.axes.base import RuleHit
+    from yaotu_trace.diagnosis.ledger import build_ledger
+
+    lb = SimpleNamespace(queued_instance="a", queue_seconds_vanish_least_loaded=8.0,
+                         queue_seconds_vanish_even=6.0, modelled_queue_seconds=None,
+                         service_rate_tokens_per_s=None, queue_seconds_total=10.0,
+                         instances=(), basis="model")
+    qm = SimpleNamespace(load_balance=lb, peak_rho=2.0, mean_rho=1.0,
+                         queue_seconds_in_overload=10.0, excess_offered_tokens=100.0)
+    axes = _axes(None)
+    axes[AxisName.QUEUEING] = AxisResult(
+        axis=AxisName.QUEUEING, status=Status.BOTTLENECK, cause="load_imbalance", score=0.3,
+        score_basis="s", sources=(), metrics=qm,
+        hits=(RuleHit(rule_id="Q001", evidence=()), RuleHit(rule_id="Q010", evidence=())))
+    axes[AxisName.PD_INTERFERENCE] = AxisResult(
+        axis=AxisName.PD_INTERFERENCE, status=Status.OK, cause=None, score=0.0,
+        score_basis="s", sources=(), metrics=None)
+    inp = make_input({"arrival_s": [0.0, 1.0], "prompt_len": [10, 10], "output_len": [5, 5],
+                      "instance": ["a", "b"]})
+    entries = {e.remedy: e for e in build_ledger(axes, inp, thresholds())[0]}
+    assert not entries["capacity_admission"].recommended
+    assert "Q010" in entries["capacity_admission"].withheld_because[0]
+    saves = {q.name: q.value for q in entries["route_by_load"].saves}
+    assert saves == {"queue_seconds_vanish": 8.0, "queue_seconds_vanish_even": 6.0}
+    # No prompt content: the hits a routing gives up cannot be replayed, and say why.
+    lost = entries["route_by_load"].adds[0]
+    assert lost.value is None and "prompt content" in lost.basis
+    assert entries["route_by_cache_and_load"].saves[0].value is None

@@ -529,7 +529,7 @@ def _diag_minute_burst(draw: _Draw, n: int, rate_per_s: float, tenants: int
     """Poisson arrivals at `rate_per_s` (about half the engine's rate) over the whole span,
     plus BURST_EXTRA_RATE × that rate for BURST_LENGTH_S from BURST_START_S: the minute runs
     at four times the base rate, about twice what the engine serves."""
-    burst_n = int(round(BURST_EXTRA_RATE * rate_per_s * BURST_LENGTH_S))
+    burst_n = round(BURST_EXTRA_RATE * rate_per_s * BURST_LENGTH_S)
     base_n = max(1, n - burst_n)
     base = _poisson(draw, base_n, rate_per_s)
     burst = [t for t in _poisson(draw, n - base_n, BURST_EXTRA_RATE * rate_per_s)
