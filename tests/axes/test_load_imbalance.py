@@ -106,6 +106,16 @@ def test_one_instance_has_no_load_balance() -> None:
     assert analyze_queueing(make_input(cols), thresholds()).metrics.load_balance is None
 
 
+def test_disaggregated_instances_are_not_compared() -> None:
+    # Prefill and decode instances do different work: an idle decode pool beside a busy
+    # prefill pool is not a routing problem.
+    cols = _two_instances()
+    cols["prefill_instance"] = ["p0"] * 5
+    cols["decode_instance"] = cols["instance"]
+    assert analyze_queueing(make_input(cols), thresholds(window_s=1.0)
+                            ).metrics.load_balance is None
+
+
 def test_per_instance_step_log_gives_waiting_seats_and_preemptions() -> None:
     # a: four 1-s steps waiting 3, 2, 1, 0 (∫ = 6 request-s, waiting in 3 of 4) with 4 running
     # and one preemption; b: two 1-s steps, none waiting, 1 running. The cap is inferred (4):

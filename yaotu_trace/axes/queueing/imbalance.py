@@ -17,15 +17,17 @@ other sources add what they measure for instances of the same name. Per instance
 - preemptions and preemption_share: num_preempted of its steps, else num_preemptions of its
   requests, else the rise of its preemption counter; and its share of the cluster's.
 
+Disaggregated traces (prefill_instance and decode_instance) are not judged here: their
+instances do different work.
+
 Routing estimate: each instance is a work-conserving FCFS server of μ tokens/s, a request's
 wait being the unfinished work ahead of it / μ (Lindley's recursion, `fcfs_waits_s`). μ is the
 highest tokens/s any instance served in a window (the instances are taken as identical). The
 queue is modelled three times on the trace's arrivals and work: as routed (each request on its
 instance; without per-request instances, every request split by the work shares), round-robin
 (even) and least-loaded (each request to the instance with the least work ahead,
-`least_work_waits_s`). vanish_share = 1 − modelled / modelled as
-routed, so the model's bias largely cancels; the seconds that vanish are that share of the
-measured queue seconds.
+`least_work_waits_s`). vanish_share = 1 − modelled / modelled as routed, so the model's bias
+largely cancels; the seconds that vanish are that share of the measured queue seconds.
 """
 
 from __future__ import annotations
@@ -289,16 +291,15 @@ def _with_share(row: InstanceQueue, queue_s: float | None,
 
 
 def _service_rate(timing: RequestTiming, grid: Windows, names: tuple[str, ...],
-                  per_request: np.ndarray | None, tokens: Mapping[str, np.ndarray]
-                  ) -> float | None:
+                  codes: np.ndarray | None, tokens: Mapping[str, np.ndarray]) -> float | None:
     """μ: the most tokens/s one instance served in a window (its steps or token counters,
     else its requests' work spread over their service time)."""
     peaks = [float(tokens[n].max()) / grid.width_s for n in names if n in tokens]
-    if not peaks and per_request is not None and timing.finish is not None:
+    if not peaks and codes is not None and timing.finish is not None:
         begin = timing.scheduled if timing.scheduled is not None else timing.arrival
         edges = grid.edges()
-        for name in names:
-            sel = per_request == name
+        for k in range(len(names)):
+            sel = codes == k
             done = spread_work(edges, begin[sel], timing.finish[sel], timing.work[sel])
             peaks.append(float(done.max()) / grid.width_s if done.size else 0.0)
     best = max(peaks, default=0.0)
@@ -314,29 +315,23 @@ def _modelled_queue_s(arrival: np.ndarray, work: np.ndarray, rate: float,
     return float(sum(s * fcfs_waits_s(arrival, work * s, rate).sum() for s in shares if s > 0))
 
 
-def _routing(timing: RequestTiming, names: tuple[str, ...], per_request: np.ndarray | None,
+def _routing(timing: RequestTiming, n: int, codes: np.ndarray | None,
              rows: list[InstanceQueue], rate: float | None
              ) -> tuple[float | None, float | None, float | None, str | None]:
     """(modelled queue s as routed, vanish share least-loaded, even, what the routing was)."""
-    if rate is None:
-        return None, None, None, None
-    order = np.argsort(timing.arrival, kind="stable")
-    arrival, work = timing.arrival[order], timing.work[order]
-    n = len(names)
-    codes = None
     shares = np.array([r.work_share or 0.0 for r in rows])
-    routed_by = "work shares"
-    if per_request is not None:
-        codes = np.asarray(pd.Categorical(per_request[order], categories=list(names)).codes,
-                           dtype=np.int64)
-        routed_by = "instance column"
-    elif not shares.sum() > 0:
+    if rate is None or (codes is None and not shares.sum() > 0):
         return None, None, None, None
-    routed = _modelled_queue_s(arrival, work, rate, codes, shares / max(shares.sum(), 1e-300))
+    # Every model sees the same requests: those on a named instance, in arrival order.
+    known = np.ones(timing.arrival.size, dtype=bool) if codes is None else codes >= 0
+    order = np.flatnonzero(known)[np.argsort(timing.arrival[known], kind="stable")]
+    arrival = np.ascontiguousarray(timing.arrival[order], dtype=np.float64)
+    work = np.ascontiguousarray(timing.work[order], dtype=np.float64)
+    routed = _modelled_queue_s(arrival, work, rate, None if codes is None else codes[order],
+                               shares / max(shares.sum(), 1e-300))
     even = _modelled_queue_s(arrival, work, rate, np.arange(arrival.size) % n, shares)
-    least = float(least_work_waits_s(np.ascontiguousarray(arrival, dtype=np.float64),
-                                     np.ascontiguousarray(work, dtype=np.float64),
-                                     float(rate), n).sum())
+    least = float(least_work_waits_s(arrival, work, float(rate), n).sum())
+    routed_by = "work shares" if codes is None else "instance column"
     if not routed > 0:
         return routed, None, None, routed_by
     return (routed, float(np.clip(1 - least / routed, 0, 1)),
@@ -346,14 +341,17 @@ def _routing(timing: RequestTiming, names: tuple[str, ...], per_request: np.ndar
 def measure_load_balance(inp: AxisInput, timing: RequestTiming,
                          grid: Windows) -> LoadBalance | None:
     """The per-instance queue and the routing estimate, or None for fewer than 2 instances."""
+    if inp.has("prefill_instance") and inp.has("decode_instance"):
+        return None  # disaggregated: prefill and decode instances do different work
     source, rows, tokens, cap, inferred = _rows(inp, timing, grid)
     if len(rows) < 2:
         return None
     names = tuple(r.instance for r in rows)
-    per_request = (inp.requests["instance"].astype("string").fillna("").to_numpy(dtype=object)
-                   if source == "requests" else None)
-    rate = _service_rate(timing, grid, names, per_request, tokens)
-    routed, least, even, routed_by = _routing(timing, names, per_request, rows, rate)
+    codes = (np.asarray(pd.Categorical(inp.requests["instance"].astype("string"),
+                                       categories=list(names)).codes, dtype=np.int64)
+             if source == "requests" else None)
+    rate = _service_rate(timing, grid, names, codes, tokens)
+    routed, least, even, routed_by = _routing(timing, len(names), codes, rows, rate)
     queued = max(rows, key=lambda r: (r.queue_seconds or 0.0, r.waiting_share or 0.0))
     others = [r for r in rows if r is not queued and r.seat_fill is not None]
     idle = min(others, key=lambda r: r.seat_fill or 0.0) if others else None
@@ -372,11 +370,10 @@ def measure_load_balance(inp: AxisInput, timing: RequestTiming,
         else least * total,
         queue_seconds_vanish_even=None if even is None or total is None else even * total,
         routed_by=routed_by,
-        basis=f"FCFS fluid queue per instance at μ = {rate or 0:.4g} tokens/s (the busiest "
+        basis=f"FCFS queue per instance at μ = {rate or 0:.4g} tokens/s (the busiest "
         f"instance's peak window), routed as observed ({routed_by or 'unknown'}), round-robin, "
         "and least-loaded (to the instance with the least work ahead); vanish share = 1 − "
-        "modelled / as routed, "
-        "times the measured queue seconds",
+        "modelled / as routed, times the measured queue seconds",
     )
 
 
