@@ -134,6 +134,8 @@ def test_per_instance_step_log_gives_waiting_seats_and_preemptions() -> None:
     assert (b.queue_seconds, b.waiting_share, b.seat_fill) == (0.0, 0.0, 0.25)
     assert (a.preemption_share, b.preemption_share) == (1.0, 0.0)
     assert a.work_share == pytest.approx(16 / 18) and a.queue_share == 1.0
+    # Busy: a steps 4 s, b 2 s of the cluster's 0–4 s.
+    assert (a.busy_share, b.busy_share) == (1.0, 0.5)
 
 
 def test_per_instance_metrics_alone_give_waiting_and_seats() -> None:

@@ -9,7 +9,8 @@ other sources add what they measure for instances of the same name. Per instance
   (request table; else its step-log tokens, else its prompt + generation token counters);
 - queue_seconds and queue_share: Σ queue_time_s of its requests (else ∫ num_waiting dt of its
   steps or its `num_requests_waiting` series), and its share of the cluster's;
-- waiting_share: share of its steps (or metric samples) with num_waiting > 0;
+- waiting_share: share of its steps (or metric samples) with num_waiting > 0; busy_share: its
+  steps' time over the cluster's span (step log);
   queue_share_of_ttft: its requests' Σ queue / Σ TTFT;
 - running_mean and seat_fill: time-weighted mean num_running of its steps (else the mean of its
   samples, else Σ finish_s − scheduled_s of its requests / the cluster's span) over the seat
@@ -140,7 +141,7 @@ def _step_batch(b: pd.DataFrame, grid: Windows) -> tuple[pd.DataFrame, dict[str,
         if name in b:
             served += column(b, name, 0.0)
     frame = pd.DataFrame({
-        "name": names, "steps": 1.0, "waiting_steps": (waiting > 0) * 1.0,
+        "name": names, "steps": 1.0, "busy_s": dur, "waiting_steps": (waiting > 0) * 1.0,
         "waiting_known": np.isfinite(waiting) * 1.0,
         # Each step's count is held for its own duration.
         "waiting_integral": np.nan_to_num(waiting) * dur,
@@ -168,15 +169,20 @@ def _step_rows(inp: AxisInput, grid: Windows) -> tuple[dict[str, dict[str, float
         return {}, {}
     parts: list[pd.DataFrame] = []
     tokens: dict[str, np.ndarray] = {}
+    lo, hi = np.inf, -np.inf
     for b in log.batches(_STEP_COLUMNS):
         grouped, served = _step_batch(b, grid)
         parts.append(grouped)
+        if len(b):
+            lo, hi = min(lo, float(b["start_s"].min())), max(hi, float(b["end_s"].max()))
         for name, add in served.items():
             tokens[name] = tokens.get(name, np.zeros(grid.count)) + add
     frame = pd.concat(parts)
     frame = frame[frame.index != ""]
     sums = frame.drop(columns="running_max").groupby(level=0, sort=True).sum()
     sums["running_max"] = frame["running_max"].groupby(level=0).max()
+    # Busy share: the instance's step time over the cluster's span (first start, last end).
+    sums["busy_share"] = sums["busy_s"] / (hi - lo) if hi > lo else np.nan
     return ({str(k): {c: float(v) for c, v in row.items() if pd.notna(v)}
              for k, row in sums.iterrows()}, tokens)
 
@@ -277,7 +283,7 @@ def _row(name: str, table: Mapping[str, float], steps: Mapping[str, float],
         work_share=ratio(work, total_work) if work is not None else None,
         queue_seconds=queue, queue_share_of_ttft=ratio(table.get("q_both"),
                                                        table.get("ttft_both")),
-        waiting_share=waiting_share, running_mean=running,
+        waiting_share=waiting_share, busy_share=steps.get("busy_share"), running_mean=running,
         seat_fill=ratio(running, cap) if running is not None else None, preemptions=preempt)
 
 

@@ -16,6 +16,7 @@ class InstanceQueue:
     queue_share: float | None = None
     queue_share_of_ttft: float | None = None
     waiting_share: float | None = None
+    busy_share: float | None = None
     running_mean: float | None = None
     seat_fill: float | None = None
     preemptions: float | None = None
