@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import run_json
 
 from yaotu_trace.data.canonical import read_parquet
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
-from yaotu_trace.errors import ConfigError, ConfigFileError, ExitCode
+from yaotu_trace.errors import ConfigError, ConfigFileError
 from yaotu_trace.sim.run import simulate, weighted_assignment
 from yaotu_trace.sim.scenario import Scenario, load_scenario, resolve
 from yaotu_trace.sim.summary import run_scenario
@@ -90,10 +90,10 @@ def test_cli_weighted_route_sends_the_shares(tmp_path: Path,
     pd.DataFrame({"arrival_s": 0.05 * np.arange(40), "prompt_len": [64] * 40,
                   "output_len": [8] * 40}).to_csv(src, index=False)
     out = tmp_path / "out.parquet"
-    code, _, err = run_cli(["simulate", str(src), "--model", "Llama-3.1-8B", "--gpu", "H100",
-                            "--kv-blocks", "2000", "--route", "weighted", "--route-weights",
-                            "0.75,0.25", "--out", str(out), "--quiet"], capsys)
-    assert code == ExitCode.OK, err
+    report = run_json(["simulate", str(src), "--model", "Llama-3.1-8B", "--gpu", "H100",
+                       "--kv-blocks", "2000", "--route", "weighted", "--route-weights",
+                       "0.75,0.25", "--out", str(out), "--quiet", "--format", "json"], capsys)
+    assert report["simulation"]["route"] == "weighted 0.75,0.25"  # type: ignore[index]
     counts = read_parquet(out).requests["instance"].value_counts()
     assert (counts["i0"], counts["i1"]) == (30, 10)
 

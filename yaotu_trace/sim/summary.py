@@ -282,6 +282,13 @@ def _instances_text(cfg: SimConfig) -> str:
     return instances
 
 
+def _route_text(cfg: SimConfig) -> str:
+    """The route, with its shares under `weighted`."""
+    if cfg.route_weights is None:
+        return str(cfg.route)
+    return f"{cfg.route} {','.join(f'{w:g}' for w in cfg.route_weights)}"
+
+
 def _step_model_text(resolved: ResolvedScenario) -> str:
     """The step-time model in words: the fitted line, or the roofline's GPU and efficiencies."""
     if resolved.calibration is not None:
@@ -342,7 +349,7 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
         kv_blocks_per_instance=cfg.kv_blocks, kv_bytes_per_token=resolved.kv_bytes_per_token,
         block_size_tokens=cfg.block_size_tokens, max_num_seqs=cfg.max_num_seqs,
         max_batched_tokens=cfg.max_batched_tokens, chunked_prefill=cfg.chunked_prefill,
-        prefix_caching=cfg.prefix_caching, route=str(cfg.route),
+        prefix_caching=cfg.prefix_caching, route=_route_text(cfg),
         step_model=_step_model_text(resolved),
         requests=len(df), finished=int(ran.sum()), rejected=result.rejected_requests,
         makespan_s=makespan, throughput_rps=float(tput) if tput is not None else None,
