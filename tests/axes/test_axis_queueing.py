@@ -30,7 +30,12 @@ def test_queueing_arrival_burst_above_service_rate_is_bottleneck() -> None:
     assert m.queue_share_of_ttft == pytest.approx(queue / (queue + 40 * 0.5))
     assert result.score == pytest.approx(queue / (queue + 40 * 1.0))
     ev = evidence(result, "Q001")
-    assert ev["peak_rho"].threshold == 1.0 and ev["peak_rho"].passed
+    # the queue grows in [20, 25) only: 440 offered against 110 tokens/s served, and 20
+    # arrivals there (4/s) against 20 in the four windows before it (1/s)
+    assert ev["growth_rho"].value == pytest.approx(4.0)
+    assert ev["growth_rho"].threshold == 1.0 and ev["growth_rho"].passed
+    assert ev["burst_ratio"].value == pytest.approx(4.0)
+    assert ev["growing_windows"].value == 1
     assert ev["queue_share_of_ttft"].threshold_name == "queue_share_of_ttft"
     assert "step log" in " ".join(result.notes)
 
@@ -83,8 +88,8 @@ def test_queueing_busy_gpu_small_batches_is_batch_shape() -> None:
     assert result.cause == "batch_shape"
     assert result.rule_ids == ("Q004",)
     ev = evidence(result, "Q004")
-    assert ev["tokens_per_step_p50"].value == 64.0
-    assert ev["running_fill_p75"].value == pytest.approx(4 / 64)
+    assert ev["tokens_per_step_queued"].value == 64.0
+    assert ev["running_fill_queued"].value == pytest.approx(4 / 64)
 
 
 def test_queueing_full_kv_with_empty_seats_is_kv_admission() -> None:
@@ -94,7 +99,7 @@ def test_queueing_full_kv_with_empty_seats_is_kv_admission() -> None:
     assert result.status is Status.BOTTLENECK
     assert result.cause == "kv_admission"
     assert "Q005" in result.rule_ids
-    assert evidence(result, "Q005")["kv_usage_p75"].value == pytest.approx(0.95)
+    assert evidence(result, "Q005")["kv_usage_queued"].value == pytest.approx(0.95)
 
 
 def test_queueing_insufficient_data_names_missing_columns() -> None:

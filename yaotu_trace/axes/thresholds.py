@@ -32,6 +32,15 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
         # Queueing and scheduling (cost-model §4, rules A0–A5).
         Threshold(name="window_s", default=5.0, unit="s",
                   rationale="5 s windows resolve bursts yet hold enough arrivals to rate (§4.2)"),
+        Threshold(name="growth_min_requests", default=3.0, unit="requests",
+                  rationale="a queue grows when it rises ≥3 requests in a window, above Poisson "
+                  "noise at a step boundary"),
+        Threshold(name="growth_min_share", default=0.1, unit="ratio",
+                  rationale="…and by ≥10 % of the window's arrivals (a tenth not admitted), at "
+                  "any request rate"),
+        Threshold(name="burst_rate_ratio", default=1.5, unit="ratio",
+                  rationale="arrivals in the growing windows ≥1.5 × the rest of the span is a "
+                  "burst, not a steady overload (A1)"),
         Threshold(name="little_mismatch", default=0.10, unit="ratio",
                   rationale="Little's law holds exactly; >10 % apart means lost rows or skew (A0)"),
         Threshold(name="queue_share_of_ttft", default=0.5, unit="ratio",
@@ -126,6 +135,9 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
                   rationale="a pool busy under half the time can give instances away (D009)"),
         Threshold(name="transfer_failure_share", default=0.01, unit="ratio",
                   rationale="1 % of requests failing or falling back re-prefills visibly (D010)"),
+        # Many instances (rule Q010).
+        Threshold(name="imbalance_vanish_share", default=0.5, unit="ratio",
+                  rationale="routing that would remove half the queue, not capacity, is the cause"),
     )
 }
 

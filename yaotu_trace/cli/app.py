@@ -108,6 +108,7 @@ def write_atomically(path: Path, text: str) -> None:
 # Parameters of the command functions that name outputs, with their option; every other path
 # parameter is an input.
 OUTPUT_OPTIONS = {"output": "-o", "out": "--out", "steps_out": "--steps-out",
+                  "metrics_out": "--metrics-out",
                   "junit": "--junit", "markdown": "--markdown"}
 
 Command = TypeVar("Command", bound=Callable[..., Any])

@@ -5,8 +5,9 @@ Verdict (documented in docs/axes.md): among axes whose status is `bottleneck`, t
 bottleneck is the one with the largest estimated cost (its score: share of latency or work
 lost), and the verdict follows the cause when one axis' symptom comes from another (cost-model
 §7): queueing fed by KV admission or preemption churn is kv_memory; decode stalls that line up
-with re-prefills after preemption are kv_memory, with host dispatch gaps queueing, and with a
-shared prefix prefilled again and again prefix_reuse. pd_interference is principal only when no
+with re-prefills after preemption are kv_memory, with host dispatch gaps queueing, on the
+instance that queues next to an idle one (load imbalance) queueing, and with a shared prefix
+prefilled again and again prefix_reuse. pd_interference is principal only when no
 other axis is a bottleneck — capacity, dispatch and cache keys come before the choice between
 chunked prefill and P/D disaggregation. `fix_order` lists the non-ok axes in decision-flow
 order: kv_memory, queueing, prefix_reuse, pd_interference. `summary` is the verdict in one line.
@@ -253,6 +254,9 @@ def _symptom_of(
             return AxisName.KV_MEMORY, "the stalls coincide with re-prefills after preemption"
         if axes[AxisName.QUEUEING].cause == "dispatch_overhead":
             return AxisName.QUEUEING, "the gaps are host dispatch time (Q003)"
+        if _stalls_on_queued_instance(axes):
+            return AxisName.QUEUEING, "the stalls fall mostly on the instance that queues while "\
+                "another has free seats (Q010): balance the routing first"
         if set(axes[AxisName.PREFIX_REUSE].rule_ids) & {"P001", "P002"}:
             return AxisName.PREFIX_REUSE, "the stalls are prefills of a shared prefix computed "\
                 "again and again"
@@ -262,6 +266,17 @@ def _symptom_of(
 def _basis(entry: RankEntry) -> str:
     """' (basis: score)' of a ranked axis, or nothing when its score is unknown."""
     return "" if entry.score is None else f" ({entry.score_basis}: {_fmt(entry.score)})"
+
+
+def _stalls_on_queued_instance(axes: dict[AxisName, AxisResult]) -> bool:
+    """Whether queueing is a load imbalance (Q010) and the instance that queues holds the
+    largest share of the decode stalls: idle seats next to a queue come before interference."""
+    q = axes[AxisName.QUEUEING]
+    lb = getattr(q.metrics, "load_balance", None)
+    shares = getattr(axes[AxisName.PD_INTERFERENCE].metrics, "stall_share_by_instance", None)
+    if q.cause != "load_imbalance" or lb is None or not shares:
+        return False
+    return max(shares, key=lambda k: (shares[k], k)) == lb.queued_instance
 
 
 def verdict_of(axes: dict[AxisName, AxisResult], *, has_requests: bool = True) -> Verdict:

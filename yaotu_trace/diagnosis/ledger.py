@@ -39,6 +39,9 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   interference, at most Σ prefill-pool step seconds × mean decodes per decode-pool step, and
   the chunked-prefill extra steps. The disaggregation entry and its network check use the
   observed transfer (kv_transfer_s, or decode_start_s − first_token_s) when the trace has it.
+- route_by_load and route_by_cache_and_load (load imbalance, Q010) save the
+  queue seconds that vanish under least-loaded and prefix-affinity routing; they add the prefix
+  hits lost against the current routing (prefix replay, one cache per instance).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -69,6 +72,9 @@ from yaotu_trace.axes.pd_interference.placement import (
 )
 from yaotu_trace.axes.thresholds import Thresholds
 
+if TYPE_CHECKING:
+    from yaotu_trace.diagnosis.route_cost import RouteHits
+
 
 class Remedy(StrEnum):
     """Candidate changes, in ledger order."""
@@ -78,6 +84,8 @@ class Remedy(StrEnum):
     OVERLAP_SCHEDULING = "overlap_scheduling"
     BATCH_BUDGET = "batch_budget"
     CAPACITY_ADMISSION = "capacity_admission"
+    ROUTE_BY_LOAD = "route_by_load"
+    ROUTE_BY_CACHE_AND_LOAD = "route_by_cache_and_load"
     CACHE_AWARE_ROUTING = "cache_aware_routing"
     TENANT_SALT_REVIEW = "tenant_salt_review"
     FIX_CACHE_KEYS = "fix_cache_keys"
@@ -184,6 +192,13 @@ class LedgerInput:
     def kv_b(self) -> int | None:
         """KV bytes per token (`--model` or `--kv-bytes-per-token`), None when unknown."""
         return _kv_b(self.inp)
+
+    @cached_property
+    def route_hits(self) -> RouteHits | None:
+        """Prefix hits under other routings (replayed once, only when Q010 fired)."""
+        from yaotu_trace.diagnosis.route_cost import route_hits
+
+        return route_hits(self.inp)
 
     @cached_property
     def network(self) -> Network:
@@ -365,7 +380,7 @@ def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
     if not burst:
         return None
     peak, mean = getattr(qm, "peak_rho", None), getattr(qm, "mean_rho", None)
-    return LedgerEntry(
+    entry = LedgerEntry(
         remedy=Remedy.CAPACITY_ADMISSION, axis=AxisName.QUEUEING,
         triggered_by=tuple(sorted(burst)),
         saves=(Quantity(name="queue_seconds_in_overload",
@@ -391,6 +406,70 @@ def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
                        unit="requests",
                        basis="excess_offered_tokens / mean (prompt_len + output_len): what "
                        "admission control sheds or defers instead of queueing")),
+    )
+    if "Q010" in c.ids(AxisName.QUEUEING):
+        why = ("load imbalance (Q010) comes first: another instance has free seats, so route "
+               "by load before adding capacity")
+        entry = replace(entry, recommended=False, withheld_because=(why,),
+                        caveats=(*entry.caveats, f"withheld: {why}"))
+    return entry
+
+
+def _hits_lost(c: LedgerInput, hits: int | None, route: str) -> Quantity:
+    """Prefix hit tokens a routing gives up against the current one (negative: it gains)."""
+    rh = c.route_hits
+    return Quantity(name="prefix_hits_lost", unit="tokens",
+                    value=None if rh is None or hits is None else float(rh.current - hits),
+                    basis=f"hit tokens as routed − under {route} ({rh.basis})" if rh is not None
+                    else "needs prompt content (token or block ids) and the instance column "
+                    "for the prefix replay")
+
+
+def _route_by_load(c: LedgerInput) -> LedgerEntry | None:
+    """Least-loaded routing for a queue on one instance next to free seats (Q010)."""
+    lb = getattr(c.axis(AxisName.QUEUEING).metrics, "load_balance", None)
+    if "Q010" not in c.ids(AxisName.QUEUEING) or lb is None:
+        return None
+    rh = c.route_hits
+    return LedgerEntry(
+        remedy=Remedy.ROUTE_BY_LOAD, axis=AxisName.QUEUEING, triggered_by=("Q010",),
+        saves=(Quantity(name="queue_seconds_vanish", value=lb.queue_seconds_vanish_least_loaded,
+                        unit="s", basis="least-loaded: " + lb.basis),
+               Quantity(name="queue_seconds_vanish_even", value=lb.queue_seconds_vanish_even,
+                        unit="s", basis="round-robin, the same model")),
+        adds=(_hits_lost(c, None if rh is None else rh.least_loaded, "least-loaded"),
+              _flops(None if rh is None else float(rh.current - rh.least_loaded), c.inp)),
+        caveats=("a load-only router scatters requests that share a prefix over the caches",),
+    )
+
+
+def _route_by_cache_and_load(c: LedgerInput) -> LedgerEntry | None:
+    """Prefix-affinity routing with a load check (sgl-router cache_aware, Dynamo kv-aware) for
+    the same imbalance (Q010): its queue priced on the replay's own routes."""
+    lb = getattr(c.axis(AxisName.QUEUEING).metrics, "load_balance", None)
+    if "Q010" not in c.ids(AxisName.QUEUEING) or lb is None:
+        return None
+    rh = c.route_hits
+    saved = None
+    if (rh is not None and rh.affinity_instance is not None and lb.modelled_queue_seconds
+            and lb.service_rate_tokens_per_s and lb.queue_seconds_total is not None):
+        from yaotu_trace.axes.queueing.imbalance import modelled_queue_s_for
+
+        arrival = c.inp.requests["arrival_s"].to_numpy(dtype=np.float64)
+        queue = modelled_queue_s_for(arrival, c.work, lb.service_rate_tokens_per_s,
+                                     rh.affinity_instance.astype(np.int64), len(lb.instances))
+        share = min(1.0, max(0.0, 1.0 - queue / lb.modelled_queue_seconds))
+        saved = share * lb.queue_seconds_total
+    return LedgerEntry(
+        remedy=Remedy.ROUTE_BY_CACHE_AND_LOAD, axis=AxisName.QUEUEING, triggered_by=("Q010",),
+        saves=(Quantity(name="queue_seconds_vanish", value=saved, unit="s",
+                        basis="the replay's prefix-affinity routes in the same FCFS model"
+                        if saved is not None else "needs the prefix replay's routes"),),
+        adds=(_hits_lost(c, None if rh is None else rh.prefix_affinity, "prefix-affinity"),
+              Quantity(name="router_state", value=None, unit="",
+                       basis="a prefix tree per instance in the router")),
+        caveats=("the replay's prefix-affinity has no load override: sgl-router's cache_aware "
+                 "sends to the least-loaded instance when max − min load > 64 and > 1.5×",),
     )
 
 
@@ -712,6 +791,8 @@ REMEDIES: Final[tuple[Callable[[LedgerInput], LedgerEntry | None], ...]] = (
     _overlap_scheduling,
     _batch_budget,
     _capacity_admission,
+    _route_by_load,
+    _route_by_cache_and_load,
     _cache_aware_routing,
     _tenant_salt_review,
     _fix_cache_keys,
@@ -742,6 +823,9 @@ def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
     if q.cause == "dispatch_overhead":
         out.append("host dispatch gaps (queueing, Q003) come first: splitting does not remove "
                    "them")
+    if q.cause == "load_imbalance":
+        out.append("load imbalance (queueing, Q010) comes first: one instance queues while "
+                   "another has free seats, which routing fixes")
     if _ids(pr) & {"P001", "P002"}:
         out.append("a reusable prefix is prefilled again and again (prefix_reuse) — fix cache "
                    "keys or routing first, which removes that prefill")

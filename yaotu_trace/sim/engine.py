@@ -46,6 +46,7 @@ class Inputs(NamedTuple):
     tt_off: np.ndarray
     num_identities: int
     shared_limit: int  # identities below it are shared prompt blocks
+    assigned: np.ndarray  # instance fixed in advance (`--route trace|weighted`), −1: the policy
 
 
 @nb.njit(cache=True)
@@ -401,6 +402,7 @@ def simulate_cluster(inp, p, cost):
     transfer's exposed seconds and decode start (NaN when colocated)."""
     prompt, out_len, arrival, blk_off, ident, tt_off = (inp.prompt, inp.out_len, inp.arrival,
                                                         inp.blk_off, inp.ident, inp.tt_off)
+    assigned = inp.assigned
     n_ident = inp.num_identities
     shared_limit = inp.shared_limit
     n = prompt.shape[0]
@@ -539,8 +541,11 @@ def simulate_cluster(inp, p, cost):
                 hi = n_inst
                 is_remote = True
                 stage = 1
-            target = _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map, pend_pf,
-                            nfree, blk_off, ident, prompt, shared_limit)
+            if stage == 0 and assigned[r] >= 0:
+                target = assigned[r]
+            else:
+                target = _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map,
+                                pend_pf, nfree, blk_off, ident, prompt, shared_limit)
             inst_of[r] = target
             if stage == 0:
                 pf_inst[r] = target

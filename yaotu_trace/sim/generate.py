@@ -83,6 +83,10 @@ SCENARIOS: Final[Mapping[Scenario, str]] = {
         "diagnosis fixture, simulated: every request starts with one long system prompt but "
         "the engine's cache keys never match, so it is prefilled again and again"
     ),
+    Scenario.DIAG_MINUTE_BURST: (
+        "diagnosis fixture, simulated: Poisson load at about half of what the engine serves, "
+        "plus one minute at twice it; the queue grows only in that minute"
+    ),
 }
 
 
@@ -108,6 +112,7 @@ DEFAULTS: Final[Mapping[Scenario, ScenarioDefaults]] = {
     Scenario.DIAG_KV_CHURN: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=2),
     Scenario.DIAG_LONG_PREFILL: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=2),
     Scenario.DIAG_PREFIX_RECOMPUTE: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=1),
+    Scenario.DIAG_MINUTE_BURST: ScenarioDefaults(requests=2200, rate_per_s=2.8, tenants=2),
 }
 
 
@@ -133,6 +138,7 @@ ENGINES: Final[Mapping[Scenario, EngineSetup]] = {
     Scenario.DIAG_KV_CHURN: EngineSetup(kv_blocks=320),
     Scenario.DIAG_LONG_PREFILL: EngineSetup(chunked_prefill=False),
     Scenario.DIAG_PREFIX_RECOMPUTE: EngineSetup(prefix_caching=False, chunked_prefill=False),
+    Scenario.DIAG_MINUTE_BURST: EngineSetup(max_num_seqs=16),
 }
 
 
@@ -512,6 +518,27 @@ def _diag_burst(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_R
     return _single_turn(draw, arrivals, tenants, 300, 200, system)
 
 
+# The minute-burst fixture: the burst's start and length (s), and its rate over the base rate.
+BURST_START_S: Final = 120.0
+BURST_LENGTH_S: Final = 60.0
+BURST_EXTRA_RATE: Final = 3.0
+
+
+def _diag_minute_burst(draw: _Draw, n: int, rate_per_s: float, tenants: int
+                       ) -> list[_Request]:
+    """Poisson arrivals at `rate_per_s` (about half the engine's rate) over the whole span,
+    plus BURST_EXTRA_RATE × that rate for BURST_LENGTH_S from BURST_START_S: the minute runs
+    at four times the base rate, about twice what the engine serves."""
+    burst_n = round(BURST_EXTRA_RATE * rate_per_s * BURST_LENGTH_S)
+    base_n = max(1, n - burst_n)
+    base = _poisson(draw, base_n, rate_per_s)
+    burst = [t for t in _poisson(draw, n - base_n, BURST_EXTRA_RATE * rate_per_s)
+             if t < BURST_LENGTH_S]
+    arrivals = sorted(base + [BURST_START_S + t for t in burst])
+    system = [draw.tokens(200) for _ in range(tenants)]
+    return _single_turn(draw, arrivals, tenants, 300, 200, system)
+
+
 def _diag_dispatch(draw: _Draw, n: int, rate_per_s: float, tenants: int) -> list[_Request]:
     """Poisson arrivals of short chat requests (the engine's host gap makes the problem)."""
     system = [draw.tokens(200) for _ in range(tenants)]
@@ -572,6 +599,8 @@ def _builder(scenario: Scenario) -> Builder:
             return _diag_long_prefill
         case Scenario.DIAG_PREFIX_RECOMPUTE:
             return _diag_prefix_recompute
+        case Scenario.DIAG_MINUTE_BURST:
+            return _diag_minute_burst
         case _:
             assert_never(scenario)
 

@@ -27,3 +27,4 @@ class Scenario(StrEnum):
     DIAG_KV_CHURN = "diag-kv-churn"
     DIAG_LONG_PREFILL = "diag-long-prefill"
     DIAG_PREFIX_RECOMPUTE = "diag-prefix-recompute"
+    DIAG_MINUTE_BURST = "diag-minute-burst"

@@ -192,6 +192,7 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         stall_seconds_unexplained=float((gap[~coincide] - median_step).sum()),
         metrics_itl_mean_s=itl_mean,
         placement=placement,
+        stall_share_by_instance=_stall_shares(instances_of(inp)[st.owner]),
     )
     if placement is not None:
         notes.append("the trace has separate prefill and decode instances (already "
@@ -226,6 +227,12 @@ def _placed(result: AxisResult, placement: PlacementMetrics | None,
     decided = _result(metrics, hits, list(result.sources) or [Source.REQUESTS], [])
     return replace(decided, missing=result.missing,
                    next_steps=(*decided.next_steps, *result.next_steps))
+def _stall_shares(instance: np.ndarray) -> dict[str, float] | None:
+    """Each instance's share of the stalls, when the stalls fall on more than one."""
+    names, counts = np.unique(instance[instance != ""], return_counts=True)
+    if names.size < 2:
+        return None
+    return {str(n): float(c / counts.sum()) for n, c in zip(names, counts, strict=True)}
 
 
 def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Source],

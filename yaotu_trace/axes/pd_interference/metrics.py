@@ -43,6 +43,8 @@ class InterferenceMetrics:
     stall_seconds_unexplained: float | None
     metrics_itl_mean_s: float | None = None
     placement: PlacementMetrics | None = None
+    # Several instances: each one's share of the stalls (request table's instance column).
+    stall_share_by_instance: dict[str, float] | None = None
 
 
 def instances_of(inp: AxisInput) -> np.ndarray:

@@ -1,8 +1,8 @@
-"""The queueing axis' analyzer: measure, evaluate the rules Q000–Q006, name the cause."""
+"""The queueing axis' analyzer: measure, evaluate the rules Q000–Q006 and Q010, name the cause."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -18,6 +18,8 @@ from yaotu_trace.axes.base import (
     status_from,
 )
 from yaotu_trace.axes.failures import measure_failures, with_failure_hits
+from yaotu_trace.axes.queueing.confidence import confirm_steps, evidence_note
+from yaotu_trace.axes.queueing.imbalance import measure_load_balance
 from yaotu_trace.axes.queueing.metrics import (
     Load,
     QueueingMetrics,
@@ -35,6 +37,7 @@ from yaotu_trace.axes.queueing.steps import (
     sampled_waiting_s,
     step_stats,
 )
+from yaotu_trace.axes.queueing.windows import WindowVerdicts, judge, queue_windows
 from yaotu_trace.axes.rule import evaluate
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.order_stats import summarize
@@ -49,6 +52,9 @@ class Cause(StrEnum):
     DISPATCH_OVERHEAD = "dispatch_overhead"
     ARRIVAL_BURST = "arrival_burst"
     BATCH_SHAPE = "batch_shape"
+    LOAD_IMBALANCE = "load_imbalance"
+    # Queueing too large to be ok that no rule explains (Q006): what to measure next says how.
+    UNIDENTIFIED = "unidentified"
 
 
 CAUSE_OF_RULE = {
@@ -57,11 +63,14 @@ CAUSE_OF_RULE = {
     "Q003": Cause.DISPATCH_OVERHEAD,
     "Q004": Cause.BATCH_SHAPE,
     "Q005": Cause.KV_ADMISSION,
+    "Q006": Cause.UNIDENTIFIED,
+    "Q010": Cause.LOAD_IMBALANCE,
 }
 # Rules that judge the failed requests, evaluated even when no queue time decides the axis.
 FAILURE_RULES = tuple(r for r in RULES if r.id in ("Q007", "Q008"))
-CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
-               Cause.BATCH_SHAPE)
+# NOTE: idle seats next to a queue come before a burst: the burst is the hot instance's share.
+CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.LOAD_IMBALANCE,
+               Cause.ARRIVAL_BURST, Cause.BATCH_SHAPE, Cause.UNIDENTIFIED)
 
 
 
@@ -173,7 +182,11 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         sources.append(Source.STEPS)
     load = offered_load(timing, st.achieved_tokens, grid, t.overload_rho)
     shape = _batch_shape(inp, st, sources)
-    metrics = _metrics(inp, timing, grid, load, st, shape)
+    qw = queue_windows(inp, timing, grid, st, t)
+    judged = judge(inp, timing, grid, st, qw, load.service_rate_tokens_per_s, shape.budget,
+                   shape.seq_cap)
+    metrics = replace(_metrics(inp, timing, grid, load, st, shape, judged),
+                      load_balance=measure_load_balance(inp, timing, grid))
     facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None,
                           failures=measure_failures(inp, float(t.window_s)))
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
@@ -188,6 +201,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     cause = next((c for c in CAUSE_ORDER if c in causes), None)
     score, basis = _score(timing, st)
     missing = _missing(timing, st)
+    if (note := evidence_note(metrics, t)) is not None:
+        notes.append(note)
     return AxisResult(
         axis=AxisName.QUEUEING,
         status=status_from(hits, SEVERITY_OF),
@@ -198,13 +213,14 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         metrics=metrics,
         hits=tuple(hits),
         missing=tuple(missing),
-        next_steps=_next_steps(cause, missing),
+        next_steps=(*_next_steps(cause, missing),
+                    *confirm_steps(metrics, cause, facts.has_steps)),
         notes=tuple(notes),
     )
 
 
 def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, st: StepStats,
-             shape: _Shape) -> QueueingMetrics:
+             shape: _Shape, judged: WindowVerdicts) -> QueueingMetrics:
     """The axis' measurements from its phases."""
     prof = arrival_profile(timing.arrival)
     expected, sampled, mismatch = _littles_law(inp, st, timing)
@@ -249,6 +265,21 @@ def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, s
         little_expected_waiting=expected,
         little_mismatch=mismatch,
         little_expected_sampled=sampled,
+        queue_source=None if judged.queue_source is None else str(judged.queue_source),
+        growing_windows=judged.growing_windows if judged.queue_source else None,
+        queued_windows=judged.queued_windows if judged.queue_source else None,
+        growth_requests=judged.growth_requests,
+        arrival_rate_growing_per_s=judged.arrival_rate_growing_per_s,
+        arrival_rate_other_per_s=judged.arrival_rate_other_per_s,
+        burst_ratio=judged.burst_ratio,
+        growth_rho=judged.growth_rho,
+        busy_queued=judged.busy_queued,
+        idle_waiting_queued=judged.idle_waiting_queued,
+        tokens_per_step_queued=judged.tokens_per_step_queued,
+        step_fill_queued=judged.step_fill_queued,
+        running_fill_queued=judged.running_fill_queued,
+        running_source=None if judged.running_source is None else str(judged.running_source),
+        kv_usage_queued=judged.kv_usage_queued,
     )
 
 
@@ -309,6 +340,12 @@ def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
         "control or autoscaling on queue depth",
         Cause.BATCH_SHAPE: "raise max_num_batched_tokens / max_num_seqs and check FCFS "
         "head-of-line blocking by long prompts",
+        Cause.LOAD_IMBALANCE: "route by load (least-loaded) or by cache and load (sgl-router "
+        "cache_aware, Dynamo kv-aware): one instance queues while another has free seats",
+        Cause.UNIDENTIFIED: "the queue is too large to ignore but no cause was identified in "
+        "the windows where it is: read their measurements (growth_rho, burst_ratio, "
+        "running_fill_queued); a step log's GPU busy and idle gaps there tell a saturated "
+        "engine (arrival_burst, batch_shape) from host dispatch (dispatch_overhead)",
     }
     out = [advice[Cause(cause)]] if cause else []
     out += [f"add {m}" for m in missing]

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, Source, ratio
+from yaotu_trace.axes.queueing.instances import LoadBalance
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.report import Distribution
 
@@ -69,6 +70,23 @@ class QueueingMetrics:
     little_expected_waiting: float | None
     little_mismatch: float | None
     little_expected_sampled: float | None = None
+    # The causes judged in the windows where the queue is (`windows.WindowVerdicts`).
+    queue_source: str | None = None
+    growing_windows: int | None = None
+    queued_windows: int | None = None
+    growth_requests: float | None = None
+    arrival_rate_growing_per_s: float | None = None
+    arrival_rate_other_per_s: float | None = None
+    burst_ratio: float | None = None
+    growth_rho: float | None = None
+    busy_queued: float | None = None
+    idle_waiting_queued: float | None = None
+    tokens_per_step_queued: float | None = None
+    step_fill_queued: float | None = None
+    running_fill_queued: float | None = None
+    running_source: str | None = None
+    kv_usage_queued: float | None = None
+    load_balance: LoadBalance | None = None  # several instances (`imbalance.py`)
 
 
 def times_of(df: pd.DataFrame, column: str) -> np.ndarray | None:

@@ -39,6 +39,32 @@ class StepStats:
     instances: tuple[str, ...] = ()
     achieved_tokens: np.ndarray | None = None
     preempted: bool = False
+    # Per window of the load grid (None without one): `WindowBins`.
+    bins: WindowBins | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowBins:
+    """The step log per window of the load grid, summed over instances, for judging causes
+    in the windows where the queue grows (`windows`).
+
+    A step counts in the window its start lies in, an idle gap in the window it starts in;
+    `steps` and the running, token and KV sums hold only the steps that leave requests
+    waiting (num_waiting > 0; every step when the log has no num_waiting); `covered_s` is the
+    time each window lies inside an instance's [first start, last end] (summed over
+    instances), the denominator of busy and idle shares. `waiting_at_edges` is
+    Σ over instances of the num_waiting of the instance's last step started at or before each
+    edge (None without num_waiting).
+    """
+
+    covered_s: np.ndarray
+    busy_s: np.ndarray
+    idle_waiting_s: np.ndarray | None
+    steps: np.ndarray
+    running_sum: np.ndarray | None
+    tokens_sum: np.ndarray | None
+    kv_usage_sum: np.ndarray | None
+    waiting_at_edges: np.ndarray | None
 
 
 class _PerInstance:
@@ -88,6 +114,21 @@ def _instances_with(log: StepLog, name: str, ids: InstanceIds) -> np.ndarray:
     return np.append(found, np.zeros(len(ids) - found.size, dtype=bool))
 
 
+# The unit of each per-window sum: 1 ns of time, 1e-9 of a usage ratio, whole counts.
+QUANTUM = {"busy_s": 1e-9, "idle_waiting_s": 1e-9, "kv_usage_sum": 1e-9, "steps": 1.0,
+           "running_sum": 1.0, "tokens_sum": 1.0}
+
+
+def _exact_bincount(rows: np.ndarray, values: np.ndarray, n: int,
+                    quantum: float) -> np.ndarray:
+    """Per-window sums of `values` in integer units of `quantum`: integer sums are exact,
+    so they do not depend on how the step log is cut into batches."""
+    units = np.round(np.nan_to_num(values) / quantum).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, rows, units)
+    return out
+
+
 def _tokens(b: pd.DataFrame) -> np.ndarray:
     tokens = np.zeros(len(b))
     for name in ("prefill_tokens", "decode_tokens"):
@@ -120,6 +161,8 @@ class _StepPass:
                         if self.has_waiting and log.has("instance")
                         and not log.complete("num_waiting") else None)
         self.has_tokens = inp.step_has("prefill_tokens") or inp.step_has("decode_tokens")
+        self.has_running = inp.step_has("num_running")
+        self.has_kv = inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total")
         self.windows = windows
         self.state = _PerInstance()
         self.busy, self.idle_wait, self.waiting_weighted = BlockSum(), BlockSum(), BlockSum()
@@ -128,6 +171,11 @@ class _StepPass:
         self.achieved = (np.zeros(windows.count) if windows is not None and self.has_tokens
                          else None)
         self.preempted = False
+        n = windows.count if windows is not None else 0
+        # Sums in integer units of `QUANTUM` (exact, so the same whatever the batches).
+        self.bin = {name: np.zeros(n, dtype=np.int64) for name in QUANTUM}
+        # Σ num_waiting over instances, as a difference array over the grid's edges.
+        self.waiting_diff = np.zeros(n + 2)
 
     def feed(self, b: pd.DataFrame) -> None:
         """Add one batch of steps."""
@@ -159,6 +207,9 @@ class _StepPass:
                       - np.searchsorted(sorted_scheduled, t, side="right"))
             idle[rows[queued > 0]] = True
         self.idle_wait.add(gap[idle])
+        self._bin(b, start, prev_end, gap, idle & has_prev)
+        if self.windows is not None:
+            self._hold_waiting(prev_start[from_log], start[from_log], prev_waiting[from_log])
         # Each step's count holds until the next step of its instance starts.
         self.waiting_weighted.add((prev_waiting * (start - prev_start))[from_log])
         self.waiting_steps += int(np.count_nonzero(waiting > 0))
@@ -176,6 +227,74 @@ class _StepPass:
         self._served(b, start)
         if "num_preempted" in b.columns:
             self.preempted = self.preempted or bool((column(b, "num_preempted", 0.0) > 0).any())
+
+    def _window_of(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(window index, inside the grid) of each time."""
+        assert self.windows is not None
+        w = self.windows
+        idx = np.floor((t - w.t0_s) / w.width_s).astype(np.int64)
+        return idx, (idx >= 0) & (idx < w.count)
+
+    def _bin(self, b: pd.DataFrame, start: np.ndarray, prev_end: np.ndarray, gap: np.ndarray,
+             idle: np.ndarray) -> None:
+        """The batch's steps and idle gaps into the windows they start in."""
+        if self.windows is None:
+            return
+        n = self.windows.count
+        idx, keep = self._window_of(start)
+        rows = idx[keep]
+        end = column(b, "end_s")
+
+        def add(name: str, values: np.ndarray) -> None:
+            self.bin[name] += _exact_bincount(rows, values[keep], n, QUANTUM[name])
+
+        add("busy_s", end - start)
+        # The batch is judged at the steps that leave requests waiting (all steps when the
+        # log does not count them): what the engine ran while it could not admit more.
+        left = (column(b, "num_waiting", 0.0) > 0 if "num_waiting" in b.columns
+                else np.ones(len(b), dtype=bool)).astype(np.float64)
+        add("steps", left)
+        if "num_running" in b.columns:
+            add("running_sum", column(b, "num_running", 0.0) * left)
+        add("tokens_sum", _tokens(b) * left)
+        if "kv_blocks_used" in b.columns and "kv_blocks_total" in b.columns:
+            total = column(b, "kv_blocks_total", np.nan)
+            usage = np.where(total > 0, column(b, "kv_blocks_used", 0.0) / total, 0.0)
+            add("kv_usage_sum", np.nan_to_num(usage) * left)
+        gap_idx, gap_keep = self._window_of(prev_end)
+        gap_keep &= idle
+        self.bin["idle_waiting_s"] += _exact_bincount(gap_idx[gap_keep], gap[gap_keep], n,
+                                                      QUANTUM["idle_waiting_s"])
+
+    def _hold_waiting(self, lo: np.ndarray, hi: np.ndarray, waiting: np.ndarray) -> None:
+        """Count `waiting` at each edge in [lo, hi): a step's num_waiting holds from its start
+        until the next step of its instance starts."""
+        edges = cast(Windows, self.windows).edges()
+        first = np.searchsorted(edges, lo, side="left")
+        last = np.searchsorted(edges, hi, side="left")
+        np.add.at(self.waiting_diff, first, waiting)
+        np.add.at(self.waiting_diff, last, -waiting)
+
+    def bins(self) -> WindowBins | None:
+        """The per-window sums, once every batch is in (after `totals`)."""
+        w = self.windows
+        if w is None:
+            return None
+        edges = w.edges()
+        state = self.state
+        covered = np.zeros(w.count)
+        for i in range(len(self.ids.names)):
+            lo, hi = state.first_start[i], state.max_end[i]
+            covered += np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
+        waiting = (np.cumsum(self.waiting_diff)[: edges.size] if self.has_waiting else None)
+        b = {name: values * QUANTUM[name] for name, values in self.bin.items()}
+        return WindowBins(
+            covered_s=covered, busy_s=b["busy_s"],
+            idle_waiting_s=b["idle_waiting_s"] if self.has_waiting else None,
+            steps=b["steps"], running_sum=b["running_sum"] if self.has_running else None,
+            tokens_sum=b["tokens_sum"] if self.has_tokens else None,
+            kv_usage_sum=b["kv_usage_sum"] if self.has_kv else None,
+            waiting_at_edges=waiting)
 
     def _served(self, b: pd.DataFrame, start: np.ndarray) -> None:
         """Tokens of the batch's steps into the window each starts in."""
@@ -199,6 +318,9 @@ class _StepPass:
             wall += float(state.max_end[i] - state.first_start[i])
             if reported[i]:  # the last step's count holds until its own end
                 tails.append(state.last_waiting[i] * (state.last_end[i] - state.last_start[i]))
+                if self.windows is not None:  # and, as a gauge, until the log ends
+                    self._hold_waiting(state.last_start[i:i + 1], np.array([np.inf]),
+                                       state.last_waiting[i:i + 1])
         self.waiting_weighted.add(np.asarray(tails, dtype=np.float64))
         known = self.queued_table is not None or bool(reported.all())
         idle_s = self.idle_wait.total()
@@ -225,9 +347,10 @@ def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
         return StepStats()
     one = _StepPass(inp, log, windows)
     for b in log.batches(("instance", "num_waiting", "prefill_tokens", "decode_tokens",
-                          "num_preempted")):
+                          "num_preempted", "num_running", "kv_blocks_used", "kv_blocks_total")):
         one.feed(b)
     stats = one.totals()
+    stats["bins"] = one.bins()
     if one.has_tokens:
         stats["tokens"] = summarize(
             log.reader(("prefill_tokens", "decode_tokens"), _tokens), STEP_PERCENTILES)

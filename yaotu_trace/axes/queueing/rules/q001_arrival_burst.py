@@ -1,11 +1,17 @@
-"""Q001 (cost-model A1): arrival burst above capacity."""
+"""Q001 (cost-model A1): arrival burst above capacity, judged in the windows where the queue
+grows."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
-from yaotu_trace.axes.queueing.rules.shared import QueueingFacts, at_limit, saturated
+from yaotu_trace.axes.queueing.rules.shared import (
+    QueueingFacts,
+    at_limit,
+    saturated,
+    saturation_evidence,
+)
 from yaotu_trace.axes.rule import Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
@@ -15,43 +21,44 @@ def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[E
     share = mt.queue_share_of_ttft
     limits = at_limit(mt, t)
     batch_limited = any(e.passed for e in limits) if limits else None
-    busy = saturated(f, t)
     if not (share is not None and share >= t.queue_share_of_ttft
-            and mt.peak_rho is not None and mt.peak_rho >= t.overload_rho
-            and (mt.overloaded_windows_queue_growing or 0) > 0
-            and busy is not False and batch_limited is not False):
+            and (mt.growing_windows or 0) > 0
+            and mt.growth_rho is not None and mt.growth_rho >= t.overload_rho
+            and mt.burst_ratio is not None and mt.burst_ratio >= t.burst_rate_ratio
+            and saturated(f, t) is not False and batch_limited is not False):
         return None
-    ev = [
+    return [
         check("queue_share_of_ttft", share, ">=", "queue_share_of_ttft", t.queue_share_of_ttft),
-        check("peak_rho", mt.peak_rho, ">=", "overload_rho", t.overload_rho),
-        fact("overloaded_windows_queue_growing", mt.overloaded_windows_queue_growing, "windows"),
+        check("growth_rho", mt.growth_rho, ">=", "overload_rho", t.overload_rho),
+        check("burst_ratio", mt.burst_ratio, ">=", "burst_rate_ratio", t.burst_rate_ratio),
+        fact("growing_windows", mt.growing_windows, "windows"),
+        fact("growth_requests", mt.growth_requests, "requests"),
+        fact("arrival_rate_growing_per_s", mt.arrival_rate_growing_per_s, "requests/s"),
+        fact("arrival_rate_other_per_s", mt.arrival_rate_other_per_s, "requests/s"),
         fact("service_rate_tokens_per_s", mt.service_rate_tokens_per_s, "tokens/s"),
-        fact("peak_offered_tokens_per_s", mt.peak_offered_tokens_per_s, "tokens/s"),
+        *saturation_evidence(f, t),
+        *[e for e in limits if e.passed],
     ]
-    if busy is not None:
-        ev.append(check("gpu_busy_fraction", mt.gpu_busy_fraction, ">=", "gpu_busy_saturated",
-                        t.gpu_busy_saturated))
-        ev.append(check("idle_while_waiting_fraction", mt.idle_while_waiting_fraction, "<",
-                        "idle_waiting_saturated", t.idle_waiting_saturated))
-    ev += [e for e in limits if e.passed]
-    return ev
 
 
 RULE: Rule[QueueingFacts] = Rule(
     id="Q001", axis=AxisName.QUEUEING, severity=Severity.BOTTLENECK, source="A1",
     title="Arrival burst above capacity",
     trigger=(
-        "queue_share_of_ttft ≥ queue_share_of_ttft and peak_rho ≥ overload_rho in a window "
-        "where the queue grows, and (with a step log) gpu_busy_fraction ≥ gpu_busy_saturated, "
-        "idle_while_waiting_fraction < idle_waiting_saturated and a batch limit reached (P75 "
-        "fill ≥ batch_at_limit)"
+        "queue_share_of_ttft ≥ queue_share_of_ttft, and in the windows where the queue grows "
+        "(growth_min_requests, growth_min_share): offered work ≥ overload_rho × the service "
+        "rate, arrivals ≥ burst_rate_ratio × the rate in the other windows, a batch limit "
+        "reached (fill ≥ batch_at_limit) and, with a step log, the GPU busy ≥ "
+        "gpu_busy_saturated with idle-while-waiting < idle_waiting_saturated"
     ),
-    evidence="queue_share_of_ttft, peak_rho, service and offered tokens/s, busy fraction",
+    evidence="queue_share_of_ttft, growth_rho, burst_ratio, the windows' arrival rates, "
+    "busy and fill in the queued windows",
     fix=(
         "capacity (replicas, faster hardware), admission control or early rejection, burst "
         "smoothing; chunking or disaggregation will not fix it"
     ),
-    reads=("queue_share_of_ttft", "overload_rho", "batch_at_limit",
-           "gpu_busy_saturated", "idle_waiting_saturated"),
+    reads=("queue_share_of_ttft", "overload_rho", "burst_rate_ratio", "batch_at_limit",
+           "gpu_busy_saturated", "idle_waiting_saturated", "growth_min_requests",
+           "growth_min_share"),
     check=_check,
 )

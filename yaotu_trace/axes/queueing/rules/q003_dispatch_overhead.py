@@ -12,13 +12,16 @@ from yaotu_trace.axes.thresholds import Thresholds
 
 def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
     mt = f.metrics
-    if not (mt.idle_while_waiting_fraction is not None
-            and mt.idle_while_waiting_fraction >= t.idle_waiting_dispatch):
+    # In the windows where requests wait when the step log says which; else the whole log.
+    name, idle = "idle_waiting_queued", mt.idle_waiting_queued
+    if idle is None:
+        name, idle = "idle_while_waiting_fraction", mt.idle_while_waiting_fraction
+    if not (idle is not None and idle >= t.idle_waiting_dispatch):
         return None
     return (
-        check("idle_while_waiting_fraction", mt.idle_while_waiting_fraction, ">=",
-              "idle_waiting_dispatch", t.idle_waiting_dispatch),
+        check(name, idle, ">=", "idle_waiting_dispatch", t.idle_waiting_dispatch),
         fact("idle_while_waiting_s", mt.idle_while_waiting_s, "s"),
+        fact("busy_queued", mt.busy_queued, "ratio"),
         fact("gpu_busy_fraction", mt.gpu_busy_fraction, "ratio"),
     )
 
@@ -26,8 +29,12 @@ def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[E
 RULE: Rule[QueueingFacts] = Rule(
     id="Q003", axis=AxisName.QUEUEING, severity=Severity.BOTTLENECK, source="A3",
     title="GPU idle while requests wait: CPU dispatch overhead",
-    trigger="idle_while_waiting_fraction ≥ idle_waiting_dispatch",
-    evidence="idle_while_waiting_fraction, idle_while_waiting_s, gpu_busy_fraction",
+    trigger=(
+        "idle-while-waiting ≥ idle_waiting_dispatch of the time the step log covers in the "
+        "windows where requests wait (the whole log when it does not say which)"
+    ),
+    evidence="idle_waiting_queued (or idle_while_waiting_fraction), idle_while_waiting_s, "
+    "busy_queued, gpu_busy_fraction",
     fix="overlap/async scheduling, multi-step scheduling, a separate API process, CUDA graphs",
     reads=("idle_waiting_dispatch",),
     check=_check,

@@ -12,16 +12,17 @@ from yaotu_trace.axes.thresholds import Thresholds
 
 def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
     mt = f.metrics
-    if not (persistent_queue(f, t) and mt.kv_usage_p75 is not None
-            and mt.kv_usage_p75 >= t.kv_admission_usage
-            and (mt.running_fill_p75 is None or mt.seq_cap_inferred
-                 or mt.running_fill_p75 < t.batch_underfilled)):
+    kv, running = mt.kv_usage_queued, mt.running_fill_queued
+    # The seat check binds only when max_num_seqs is known: an inferred cap is the most seen.
+    cap_known = mt.seq_cap_inferred is False
+    if not (persistent_queue(f, t) and kv is not None and kv >= t.kv_admission_usage
+            and (running is None or not cap_known or running < t.batch_underfilled)):
         return None
-    ev = [check("kv_usage_p75", mt.kv_usage_p75, ">=", "kv_admission_usage",
-                t.kv_admission_usage)]
-    if mt.running_fill_p75 is not None and not mt.seq_cap_inferred:
-        ev.append(check("running_fill_p75", mt.running_fill_p75, "<", "batch_underfilled",
+    ev = [check("kv_usage_queued", kv, ">=", "kv_admission_usage", t.kv_admission_usage)]
+    if running is not None and cap_known:
+        ev.append(check("running_fill_queued", running, "<", "batch_underfilled",
                         t.batch_underfilled))
+    ev.append(fact("queued_windows", mt.queued_windows, "windows"))
     if mt.waiting_share is not None:
         ev.append(fact("waiting_share", mt.waiting_share, "ratio"))
     return ev
@@ -31,10 +32,10 @@ RULE: Rule[QueueingFacts] = Rule(
     id="Q005", axis=AxisName.QUEUEING, severity=Severity.BOTTLENECK, source="A5",
     title="Admission blocked by KV memory",
     trigger=(
-        "a standing queue, kv_usage_p75 ≥ kv_admission_usage and running_fill_p75 < "
-        "batch_underfilled (when max_num_seqs is known)"
+        "in the windows where requests wait: KV usage ≥ kv_admission_usage and running < "
+        "batch_underfilled × max_num_seqs (when it is known)"
     ),
-    evidence="kv_usage_p75, running_fill_p75, waiting_share",
+    evidence="kv_usage_queued, running_fill_queued, queued_windows, waiting_share",
     fix="see the kv_memory axis: capacity budget, block organisation and concurrency",
     reads=("kv_admission_usage", "batch_underfilled", "waiting_share", "queue_share_warn"),
     check=_check,

@@ -5,24 +5,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
-from yaotu_trace.axes.queueing.rules.shared import QueueingFacts, persistent_queue
+from yaotu_trace.axes.queueing.rules.q010_load_imbalance import READS as IMBALANCE_READS
+from yaotu_trace.axes.queueing.rules.q010_load_imbalance import imbalance_evidence
+from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
 from yaotu_trace.axes.rule import Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
-# The rules that name a cause of queueing.
-CAUSAL = frozenset({"Q001", "Q002", "Q003", "Q004", "Q005"})
+# The rules that name a cause of queueing (Q010, evaluated after this one, is asked directly).
+CAUSAL = frozenset({"Q001", "Q002", "Q003", "Q004", "Q005", "Q010"})
 
 
 def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
     mt = f.metrics
-    share = mt.queue_share_of_ttft
+    # NOTE: not gated on how many steps have requests waiting: a one-minute burst in a long
+    # quiet trace queues most of the latency in a small share of the steps.
+    name, share = "queue_share_of_latency", mt.queue_share_of_latency
+    if share is None:
+        name, share = "queue_share_of_ttft", mt.queue_share_of_ttft
     if not (share is not None and share >= t.queue_share_warn and not CAUSAL & fired
-            and (persistent_queue(f, t) or not f.has_steps)):
+            and imbalance_evidence(f, t) is None):
         return None
     return (
-        check("queue_share_of_ttft", share, ">=", "queue_share_warn", t.queue_share_warn),
-        fact("peak_rho", mt.peak_rho, "ratio"),
-        fact("gpu_busy_fraction", mt.gpu_busy_fraction, "ratio"),
+        check(name, share, ">=", "queue_share_warn", t.queue_share_warn),
+        fact("growing_windows", mt.growing_windows, "windows"),
+        fact("growth_rho", mt.growth_rho, "ratio"),
+        fact("burst_ratio", mt.burst_ratio, "ratio"),
+        fact("running_fill_queued", mt.running_fill_queued, "ratio"),
     )
 
 
@@ -30,14 +38,14 @@ RULE: Rule[QueueingFacts] = Rule(
     id="Q006", axis=AxisName.QUEUEING, severity=Severity.WARNING,
     title="Queueing without an identified cause",
     trigger=(
-        "queue_share_of_ttft ≥ queue_share_warn and no rule Q001–Q005 fired (with a step log, "
-        "also waiting_share ≥ waiting_share: the engine itself leaves requests waiting)"
+        "queue_share_of_latency (else of TTFT) ≥ queue_share_warn and no rule Q001–Q005 or "
+        "Q010 fired: cause unidentified"
     ),
-    evidence="queue_share_of_ttft, peak_rho, gpu_busy_fraction",
+    evidence="the queue share, growing windows, growth_rho, burst_ratio, running fill",
     fix=(
-        "read or add the step log (--steps) and engine metrics (--metrics) to tell burst, "
-        "dispatch, batch shape and KV admission apart"
+        "add what the axis' next steps name: a step log (--steps) for GPU busy and idle time "
+        "in the queued windows, engine metrics (--metrics) for KV usage and running"
     ),
-    reads=("queue_share_warn", "waiting_share"),
+    reads=tuple(dict.fromkeys(("queue_share_warn", *IMBALANCE_READS))),
     check=_check,
 )

@@ -1,0 +1,279 @@
+"""The windows where the queue grows, and each cause of queueing judged inside them.
+
+Whole-trace averages hide a burst: a minute at twice the engine's rate in ten quiet minutes
+leaves GPU busy, batch fill and the share of steps with requests waiting low, while in that
+minute the batch sits at its cap and the queue climbs by hundreds. So the queueing causes are
+tested in the windows of the load grid (`window_s`) where the queue is.
+
+The queue length at each window edge comes from one of three sources, the first present:
+
+1. the step log: Σ over instances of the num_waiting of each instance's last step started at
+   or before the edge (`steps.WindowBins.waiting_at_edges`);
+2. the metrics: the waiting gauge (vllm:num_requests_waiting, summed over instances) at the
+   last scrape at or before the edge;
+3. the request table: requests arrived and not yet scheduled (`waiting_at`), with
+   first_token_s standing in for a missing scheduled_s.
+
+`growth_windows` turns that count into the two window sets, the same way for every source:
+
+- growing: the queue rises by at least `growth_min_requests` and by at least
+  `growth_min_share` of the window's arrivals (more arrive than are admitted);
+- queued: growing, or requests wait at both of the window's edges (a standing queue).
+
+In them (`judge`): the arrival burst (arrival rate in the growing windows against the rate in
+the other windows of the arrival span, `burst_ratio`, and offered work against the service
+rate, `growth_rho`), saturation (GPU busy and idle-while-waiting, step log only), batch shape
+(tokens per step and running against their caps) and KV admission (KV usage), in the queued
+windows, at the moments requests wait there (the steps that leave some waiting, the scrapes
+that see some, the instants some are queued in the request table): what the engine ran while
+it could not admit more. Running comes from the step log, else the metrics' running gauge,
+else the request table's own concurrency (scheduled ≤ t < finish), per instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from yaotu_trace.axes.base import AxisInput, Source, ratio
+from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, times_of, waiting_at
+from yaotu_trace.axes.queueing.steps import StepStats, WindowBins
+from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.ingest.metrics import EngineMetrics
+
+# Points per window at which the request table's concurrency is sampled.
+CONCURRENCY_SAMPLES = 10
+
+
+def growth_windows(waiting_at_edges: np.ndarray, arrivals: np.ndarray, min_requests: float,
+                   min_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """(growing, queued) per window, from the queue length at the window edges and the
+    arrivals per window (see the module docstring)."""
+    start, end = waiting_at_edges[:-1], waiting_at_edges[1:]
+    rise = end - start
+    growing = (rise >= min_requests) & (rise >= min_share * arrivals)
+    queued = growing | ((start > 0) & (end > 0))
+    return growing, queued
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueWindows:
+    """The queue length at the grid's edges, where it came from, and the window sets."""
+
+    waiting_at_edges: np.ndarray
+    source: Source
+    growing: np.ndarray
+    queued: np.ndarray
+
+
+def queue_windows(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
+                  t: Thresholds) -> QueueWindows | None:
+    """The growing and queued windows from the first source that counts the queue."""
+    edges = grid.edges()
+    waiting, source = None, None
+    if st.bins is not None and st.bins.waiting_at_edges is not None:
+        waiting, source = st.bins.waiting_at_edges, Source.STEPS
+    elif inp.metrics is not None and (w := _gauge_at(inp.metrics, "num_waiting", edges)):
+        waiting, source = w[0], Source.METRICS
+    else:
+        begin = timing.scheduled
+        if begin is None:
+            begin = times_of(inp.requests, "first_token_s")
+        if begin is not None:
+            waiting = waiting_at(edges, timing.arrival, begin).astype(np.float64)
+            source = Source.REQUESTS
+    if waiting is None or source is None:
+        return None
+    arrivals = _arrivals(timing.arrival, grid)
+    growing, queued = growth_windows(waiting, arrivals, float(t.growth_min_requests),
+                                     float(t.growth_min_share))
+    return QueueWindows(waiting_at_edges=waiting, source=source, growing=growing,
+                        queued=queued)
+
+
+def _arrivals(arrival: np.ndarray, grid: Windows) -> np.ndarray:
+    idx = np.clip(np.floor((arrival - grid.t0_s) / grid.width_s).astype(np.int64), 0,
+                  grid.count - 1)
+    return np.bincount(idx, minlength=grid.count).astype(np.float64)
+
+
+def _gauge_at(metrics: EngineMetrics, key: str, edges: np.ndarray
+              ) -> tuple[np.ndarray, int] | None:
+    """(the gauge summed over instances at its last scrape at or before each edge, the number
+    of instances it sums), or None when not exported; 0 before the first scrape."""
+    g = metrics.gauge(key)
+    name = metrics.name_of(key)
+    if g is None or g.empty or name is None:
+        return None
+    times = g["time_s"].to_numpy(dtype=np.float64)
+    values = g["value"].to_numpy(dtype=np.float64)
+    k = np.searchsorted(times, edges, side="right") - 1
+    at = np.where(k >= 0, values[np.clip(k, 0, None)], 0.0)
+    instances = int(metrics.frame.loc[metrics.frame["metric"] == name, "labels"].nunique())
+    return at, max(instances, 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowVerdicts:
+    """The causes' measurements inside the queue's windows (None where not measurable)."""
+
+    queue_source: Source | None = None
+    growing_windows: int = 0
+    queued_windows: int = 0
+    growth_requests: float | None = None
+    arrival_rate_growing_per_s: float | None = None
+    arrival_rate_other_per_s: float | None = None
+    burst_ratio: float | None = None
+    growth_rho: float | None = None
+    busy_queued: float | None = None
+    idle_waiting_queued: float | None = None
+    tokens_per_step_queued: float | None = None
+    step_fill_queued: float | None = None
+    running_fill_queued: float | None = None
+    running_source: Source | None = None
+    kv_usage_queued: float | None = None
+
+
+def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
+          qw: QueueWindows | None, service_rate: float | None, budget: float | None,
+          seq_cap: float | None) -> WindowVerdicts:
+    """Each cause's measurement in the growing or queued windows (module docstring)."""
+    if qw is None:
+        return WindowVerdicts()
+    grow, queued = qw.growing, qw.queued
+    rise = np.diff(qw.waiting_at_edges)
+    burst = _burst(timing, grid, grow, service_rate)
+    bins = st.bins
+    steps = _step_shape(bins, queued, budget, seq_cap) if bins is not None else {}
+    running, running_source = steps.get("running_fill_queued"), None
+    if running is not None:
+        running_source = Source.STEPS
+    elif (got := _running_elsewhere(inp, timing, grid, queued)) is not None:
+        running, running_source = got
+    kv = steps.get("kv_usage_queued")
+    if kv is None and inp.metrics is not None and queued.any():
+        kv = _gauge_mean_in(inp.metrics, "kv_usage", grid, queued, how="max")
+    return WindowVerdicts(
+        queue_source=qw.source, growing_windows=int(grow.sum()),
+        queued_windows=int(queued.sum()),
+        growth_requests=float(rise[grow].sum()) if grow.any() else 0.0,
+        **burst, busy_queued=steps.get("busy_queued"),
+        idle_waiting_queued=steps.get("idle_waiting_queued"),
+        tokens_per_step_queued=steps.get("tokens_per_step_queued"),
+        step_fill_queued=steps.get("step_fill_queued"),
+        running_fill_queued=running, running_source=running_source, kv_usage_queued=kv,
+    )
+
+
+def _burst(timing: RequestTiming, grid: Windows, grow: np.ndarray,
+           service_rate: float | None) -> dict[str, float | None]:
+    """Arrival rate in the growing windows against the other windows of the arrival span,
+    and offered work there against the service rate."""
+    if not grow.any():
+        return {}
+    arrivals = _arrivals(timing.arrival, grid)
+    last = int(np.clip(np.floor((timing.arrival.max() - grid.t0_s) / grid.width_s), 0,
+                       grid.count - 1))
+    span = np.zeros(grid.count, dtype=bool)
+    span[: last + 1] = True
+    other = span & ~grow
+    rate_grow = float(arrivals[grow].sum() / (grow.sum() * grid.width_s))
+    rate_other = (float(arrivals[other].sum() / (other.sum() * grid.width_s))
+                  if other.any() else None)
+    burst_ratio = (None if rate_other is None
+                   else float("inf") if rate_other == 0 else rate_grow / rate_other)
+    rho = None
+    if service_rate:
+        idx = np.clip(np.floor((timing.arrival - grid.t0_s) / grid.width_s).astype(np.int64),
+                      0, grid.count - 1)
+        offered = np.bincount(idx, weights=timing.work, minlength=grid.count)
+        rho = float(offered[grow].sum() / (grow.sum() * grid.width_s)) / service_rate
+    return {"arrival_rate_growing_per_s": rate_grow, "arrival_rate_other_per_s": rate_other,
+            "burst_ratio": burst_ratio, "growth_rho": rho}
+
+
+def _step_shape(bins: WindowBins, queued: np.ndarray, budget: float | None,
+                seq_cap: float | None) -> dict[str, float | None]:
+    """Busy, idle-while-waiting, tokens per step, running and KV usage in the queued windows,
+    from the step log's per-window sums."""
+    if not queued.any():
+        return {}
+    covered = float(bins.covered_s[queued].sum())
+    steps = float(bins.steps[queued].sum())
+    out: dict[str, float | None] = {
+        "busy_queued": ratio(float(bins.busy_s[queued].sum()), covered),
+        "idle_waiting_queued": (ratio(float(bins.idle_waiting_s[queued].sum()), covered)
+                                if bins.idle_waiting_s is not None else None),
+    }
+    if bins.tokens_sum is not None and steps:
+        tokens = float(bins.tokens_sum[queued].sum()) / steps
+        out["tokens_per_step_queued"] = tokens
+        out["step_fill_queued"] = ratio(tokens, budget)
+    if bins.running_sum is not None and steps:
+        out["running_fill_queued"] = ratio(float(bins.running_sum[queued].sum()) / steps,
+                                           seq_cap)
+    if bins.kv_usage_sum is not None and steps:
+        out["kv_usage_queued"] = float(bins.kv_usage_sum[queued].sum()) / steps
+    return out
+
+
+def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows, mask: np.ndarray,
+                   how: str = "sum") -> float | None:
+    """Mean of a gauge's scrapes that fall in the masked windows and see requests waiting
+    (every scrape there when the waiting gauge is not exported)."""
+    g = metrics.gauge(key, how=how)
+    if g is None or g.empty:
+        return None
+    times = g["time_s"].to_numpy(dtype=np.float64)
+    idx = np.floor((times - grid.t0_s) / grid.width_s).astype(np.int64)
+    inside = (idx >= 0) & (idx < grid.count)
+    inside[inside] = mask[idx[inside]]
+    waiting = metrics.gauge("num_waiting")
+    if waiting is not None and not waiting.empty:
+        at = waiting.set_index("time_s")["value"].reindex(times).to_numpy(dtype=np.float64)
+        inside &= np.nan_to_num(at) > 0
+    if not inside.any():
+        return None
+    return float(g["value"].to_numpy(dtype=np.float64)[inside].mean())
+
+
+def _running_elsewhere(inp: AxisInput, timing: RequestTiming, grid: Windows,
+                       queued: np.ndarray) -> tuple[float | None, Source] | None:
+    """Running per instance in the queued windows against the seat cap (max_num_seqs, else
+    the most seen): the metrics' running gauge, else the request table's concurrency; None
+    when neither is there."""
+    if not queued.any():
+        return None
+    given = inp.settings.max_num_seqs
+    seq_cap = float(given) if given else None
+    m = inp.metrics
+    if m is not None and (name := m.name_of("num_running")) is not None:
+        mean = _gauge_mean_in(m, "num_running", grid, queued)
+        instances = max(1, int(m.frame.loc[m.frame["metric"] == name, "labels"].nunique()))
+        cap = seq_cap
+        if cap is None:
+            per_label = m.frame.loc[m.frame["metric"] == name, "value"]
+            cap = float(per_label.max()) if len(per_label) else None
+        if mean is not None:
+            return ratio(mean / instances, cap), Source.METRICS
+    if timing.scheduled is None or timing.finish is None:
+        return None
+    instances = 1
+    if inp.has("instance"):
+        instances = max(1, int(inp.requests["instance"].nunique()))
+    edges = grid.edges()
+    points = (edges[:-1, None] + grid.width_s * (np.arange(CONCURRENCY_SAMPLES) + 0.5)[None, :]
+              / CONCURRENCY_SAMPLES)
+    ok = np.isfinite(timing.scheduled) & np.isfinite(timing.finish)
+    begin, end = np.sort(timing.scheduled[ok]), np.sort(timing.finish[ok])
+    running = (np.searchsorted(begin, points, side="right")
+               - np.searchsorted(end, points, side="right")) / instances
+    cap = seq_cap if seq_cap is not None else float(running.max()) or None
+    # At the instants requests wait, as the step log's steps that leave some waiting.
+    arrived = timing.scheduled if timing.scheduled is not None else timing.arrival
+    waiting = waiting_at(points.ravel(), timing.arrival, arrived).reshape(points.shape) > 0
+    seen = queued[:, None] & waiting
+    if not seen.any():
+        return None
+    return ratio(float(running[seen].mean()), cap), Source.REQUESTS
