@@ -48,8 +48,19 @@ def test_vllm_bench_token_times_are_ttft_plus_cumulative_itls() -> None:
     times = column.tolist()
     assert list(times[0]) == pytest.approx([0.05, 0.07, 0.10])
     assert list(times[1]) == pytest.approx([0.625, 0.635, 0.645, 0.665])
-    # r3 streamed 3 chunks for 5 tokens: per-token times are unknown.
-    assert column.isna().tolist() == [False, False, True]
+    # r3 streamed 3 chunks for 5 tokens: one time per chunk, 2.25 + 0.5, then +0.02, +0.02.
+    assert list(times[2]) == pytest.approx([2.75, 2.77, 2.79])
+
+
+def test_vllm_bench_chunked_gaps_are_the_itl_vllm_reports() -> None:
+    # The gaps are the file's itls of the kept requests: [0.02, 0.03], [0.01, 0.01, 0.02],
+    # [0.02, 0.02]; their mean is 0.13 / 7 s, as vllm bench computes mean_itl_ms.
+    from yaotu_trace.profile.workload import timing_profile
+
+    timing = timing_profile(load_trace(SMALL))
+    assert timing is not None and timing.itl_s is not None
+    assert timing.itl_s.count == 7
+    assert timing.itl_s.mean == pytest.approx(0.13 / 7)
 
 
 def test_vllm_bench_failed_requests_are_skipped_and_counted() -> None:
@@ -59,7 +70,8 @@ def test_vllm_bench_failed_requests_are_skipped_and_counted() -> None:
         and "Bad Request: prompt too long" in note
         for note in notes
     )
-    assert any(note.startswith("1 request(s) streamed a chunk count") for note in notes)
+    assert any(note.startswith("1 of 3 request(s) streamed a chunk count other than output_len")
+               and "one time per chunk" in note for note in notes)
 
 
 def test_vllm_bench_is_detected_as_a_json_document() -> None:

@@ -7,8 +7,12 @@ client's `time.perf_counter()` when the request was sent). Mapping, for request 
 
 - `arrival_s` = `start_times[i]` minus the earliest start time;
 - `first_token_s` = `arrival_s + ttfts[i]`;
-- `token_times_s` = `first_token_s` followed by the running sum of `itls[i]`, kept only when it
-  has exactly `output_lens[i]` entries (a chunk can carry several tokens; then it is left out);
+- `token_times_s` = `first_token_s` followed by the running sum of `itls[i]`: one time per
+  streamed chunk. Usually a chunk is one token; when a request streamed a chunk count other
+  than `output_lens[i]` (a chunk carried several tokens), the list keeps the chunk times as
+  they are, so its gaps are the inter-chunk gaps vLLM itself reports as ITL, and a note counts
+  those requests. Spreading a chunk's tokens at one time would add zero gaps that were never
+  measured, and spreading them across the gap would invent times;
 - `finish_s` = `arrival_s + latencies[i]` (or `e2els[i]`) when saved, else
   `first_token_s + sum(itls[i])`, which is how the client measures latency for streamed output;
 - `model` = the run's `model_id`; `request_id` = `r<i>`, the index in the arrays.
@@ -191,8 +195,7 @@ def _request(
         first_s = arrival_s + ttft_s
         row["first_token_s"] = first_s
         times_s = first_s + np.concatenate(([0.0], np.cumsum(gaps_s)))
-        if isinstance(output_len, int) and len(times_s) == output_len:
-            row["token_times_s"] = times_s.tolist()
+        row["token_times_s"] = times_s.tolist()
         row["finish_s"] = float(times_s[-1])
     for key in ("latencies", "e2els"):
         if key in arrays and arrays[key][i] is not None:
@@ -271,19 +274,26 @@ def _notes(
         notes.append(
             f"{missing} request(s) have no TTFT (0 in 'ttfts': the endpoint did not stream)"
         )
-    if "first_token_s" in out.columns:
-        has_ttft = out["first_token_s"].notna()
-        no_times = (
-            int(has_ttft.sum())
-            if "token_times_s" not in out.columns
-            else int((has_ttft & out["token_times_s"].isna()).sum())
+    chunked = _chunked_requests(out)
+    if chunked:
+        notes.append(
+            f"{chunked} of {len(out)} request(s) streamed a chunk count other than output_len "
+            "(several tokens per chunk): their token_times_s hold one time per chunk, so their "
+            "inter-token gaps are inter-chunk gaps, as vllm bench reports ITL"
         )
-        if no_times:
-            notes.append(
-                f"{no_times} request(s) streamed a chunk count different from output_len (several "
-                "tokens per chunk); their token_times_s are left out"
-            )
     return notes
+
+
+def _chunked_requests(out: pd.DataFrame) -> int:
+    """Requests whose token_times_s is not one entry per output token (chunks of several)."""
+    if "token_times_s" not in out.columns:
+        return 0
+    times = out["token_times_s"]
+    lengths = out["output_len"]
+    return sum(
+        1 for t, n in zip(times, lengths, strict=True)
+        if isinstance(t, list) and isinstance(n, int) and len(t) != n
+    )
 
 
 def _short(value: object) -> str:
