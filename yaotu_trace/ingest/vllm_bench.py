@@ -20,7 +20,9 @@ client's `time.perf_counter()` when the request was sent). Mapping, for request 
 Without `start_times` the arrival pattern is unknown. Every request is then placed at
 `arrival_s = 0` in file order: exact for the default `--request-rate inf` without
 `--max-concurrency`, and latencies (TTFT, end-to-end) stay exact either way. A note says so.
-Failed requests (a non-empty `errors[i]`, or `successes[i]` false) are skipped and counted.
+A failed request (a non-empty `errors[i]`, or `successes[i]` false) stays a row with `status`
+"error" and `error` = `errors[i]`, its lengths as saved and no timings (the client records 0 for
+a failed request's TTFT and latency, which are not measurements); the others have status "ok".
 """
 
 from __future__ import annotations
@@ -85,17 +87,13 @@ def read_vllm_bench(path: Path) -> RawTrace:
         failed |= np.array([bool(e) for e in errors], dtype=bool)
     if "successes" in arrays:
         failed |= np.array([s is False for s in arrays["successes"]], dtype=bool)
-    keep = np.flatnonzero(~failed)
-    if keep.size == 0:
-        raise TraceSchemaError(
-            f"{path}: all {n} requests of the run failed"
-            + (f" (first error: {_short(errors[0])})" if errors else "")
-            + "; there is nothing to analyze"
-        )
 
-    starts = _starts(arrays, keep, path)
-    rows = [_request(arrays, int(i), float(start), path)
-            for i, start in zip(keep, starts, strict=True)]
+    starts = _starts(arrays, n, path)
+    rows = [
+        _failed_request(arrays, i, float(starts[i]), errors) if failed[i]
+        else _request(arrays, i, float(starts[i]), path)
+        for i in range(n)
+    ]
     out = pd.DataFrame.from_records(rows)
     if isinstance(doc.get("model_id"), str):
         out["model"] = doc["model_id"]
@@ -162,14 +160,33 @@ def _errors(doc: dict[str, Any], path: Path, n: int) -> tuple[list[Any] | None, 
     return None, sum(1 for e in errors if e)
 
 
-def _starts(arrays: dict[str, list[Any]], keep: np.ndarray, path: Path) -> np.ndarray:
-    """Arrival times in s since the earliest kept start; zeros when the run saved none."""
+def _starts(arrays: dict[str, list[Any]], n: int, path: Path) -> np.ndarray:
+    """Arrival times in s since the earliest start; zeros when the run saved none."""
     import numpy as np
 
-    if "start_times" not in arrays:
-        return np.zeros(keep.size)
-    values = np.array([_seconds(arrays, "start_times", int(i), path) for i in keep])
+    if "start_times" not in arrays or n == 0:
+        return np.zeros(n)
+    values = np.array([_seconds(arrays, "start_times", i, path) for i in range(n)])
     return values - values.min()
+
+
+def _failed_request(
+    arrays: dict[str, list[Any]], i: int, arrival_s: float, errors: list[Any] | None
+) -> dict[str, Any]:
+    """A failed request's row: its lengths and outcome; the client timed nothing for it."""
+    from yaotu_trace.data.values import SOURCE_WHERE
+
+    row: dict[str, Any] = {
+        "request_id": str(arrays["request_ids"][i]) if "request_ids" in arrays else f"r{i}",
+        "arrival_s": arrival_s,
+        "prompt_len": arrays["input_lens"][i],
+        "output_len": arrays["output_lens"][i],
+        "status": "error",
+        SOURCE_WHERE: f"request {i}",
+    }
+    if errors is not None and errors[i]:
+        row["error"] = str(errors[i])
+    return row
 
 
 def _request(
@@ -186,6 +203,7 @@ def _request(
         "arrival_s": arrival_s,
         "prompt_len": arrays["input_lens"][i],
         "output_len": output_len,
+        "status": "ok",
         SOURCE_WHERE: f"request {i}",
     }
     gaps_s = _gaps(arrays, i, path)
@@ -248,7 +266,8 @@ def _notes(
     if n_failed:
         first = _short(errors[int(np.flatnonzero(failed)[0])]) if errors else "unsuccessful"
         notes.append(
-            f"{n_failed} of {n} requests failed and were skipped (first error: {first})"
+            f"{n_failed} of {n} requests failed; they are kept as rows with status 'error' and "
+            f"no timings (first error: {first})"
         )
     if failed_elsewhere:
         notes.append(
@@ -267,19 +286,19 @@ def _notes(
             f"arrival_s 0 in file order (the run used request_rate {rate}, max_concurrency "
             f"{concurrency}); latencies are exact, arrival patterns are not"
         )
-    if "first_token_s" not in out.columns or out["first_token_s"].isna().any():
-        missing = len(out) if "first_token_s" not in out.columns else int(
-            out["first_token_s"].isna().sum()
-        )
+    ok = out[out["status"] == "ok"]
+    timed = ok["first_token_s"].notna().sum() if "first_token_s" in ok.columns else 0
+    untimed = len(ok) - int(timed)
+    if untimed:
         notes.append(
-            f"{missing} request(s) have no TTFT (0 in 'ttfts': the endpoint did not stream)"
+            f"{untimed} request(s) have no TTFT (0 in 'ttfts': the endpoint did not stream)"
         )
     chunked = _chunked_requests(out)
     if chunked:
         notes.append(
-            f"{chunked} of {len(out)} request(s) streamed a chunk count other than output_len "
-            "(several tokens per chunk): their token_times_s hold one time per chunk, so their "
-            "inter-token gaps are inter-chunk gaps, as vllm bench reports ITL"
+            f"{chunked} of {len(ok)} successful request(s) streamed a chunk count other than "
+            "output_len (several tokens per chunk): their token_times_s hold one time per "
+            "chunk, so their inter-token gaps are inter-chunk gaps, as vllm bench reports ITL"
         )
     return notes
 
