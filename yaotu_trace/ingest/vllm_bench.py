@@ -17,6 +17,10 @@ client's `time.perf_counter()` when the request was sent). Mapping, for request 
   `first_token_s + sum(itls[i])`, which is how the client measures latency for streamed output;
 - `model` = the run's `model_id`; `request_id` = `r<i>`, the index in the arrays.
 
+A result saved without `--save-detailed` (run-level keys only: `request_throughput`,
+`mean_ttft_ms`, `p99_itl_ms`, ...) is a summary (`ingest.bench_summary`): `trace analyze` shows
+it, and the reader refuses it with the flag to add.
+
 Without `start_times` the arrival pattern is unknown. Every request is then placed at
 `arrival_s = 0` in file order: exact for the default `--request-rate inf` without
 `--max-concurrency`, and latencies (TTFT, end-to-end) stay exact either way. A note says so.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,6 +46,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.ingest.bench_summary import BenchSummary
 
 PER_REQUEST_KEYS: Final = (
     "input_lens",
@@ -75,8 +81,9 @@ def read_vllm_bench(path: Path) -> RawTrace:
     missing = [k for k in ("input_lens", "output_lens") if k not in doc]
     if missing:
         raise TraceSchemaError(
-            f"{path}: the result has no per-request arrays ({', '.join(map(repr, missing))} "
-            f"missing); {DETAIL_HINT}"
+            f"{path}: a summary without per-request arrays ({', '.join(map(repr, missing))} "
+            f"missing): `trace analyze` shows what it holds; this command needs the arrays, "
+            f"{DETAIL_HINT}"
         )
     n = len(_array(doc, "input_lens", path, None))
     arrays = {k: _array(doc, k, path, n) for k in PER_REQUEST_KEYS if k in doc and k != "errors"}
@@ -320,6 +327,62 @@ def _short(value: object) -> str:
     return text[:80] + ("..." if len(text) > 80 else "")
 
 
+# Run-level keys of vllm/benchmarks/serve.py's result, key -> (label, unit).
+RUN_KEYS: Final = {
+    "model_id": ("model", ""),
+    "backend": ("backend", ""),
+    "endpoint_type": ("endpoint type", ""),
+    "label": ("label", ""),
+    "date": ("date", ""),
+    "num_prompts": ("prompts", "requests"),
+    "request_rate": ("request rate", "req/s"),
+    "burstiness": ("burstiness", ""),
+    "max_concurrency": ("max concurrency", "requests"),
+}
+TOTAL_KEYS: Final = {
+    "completed": ("completed", "requests"),
+    "failed": ("failed", "requests"),
+    "duration": ("duration", "s"),
+    "total_input_tokens": ("input tokens", "tokens"),
+    "total_output_tokens": ("output tokens", "tokens"),
+    "request_throughput": ("request throughput", "req/s"),
+    "request_goodput": ("request goodput", "req/s"),
+    "output_throughput": ("output token throughput", "tokens/s"),
+    "total_token_throughput": ("total token throughput", "tokens/s"),
+    "max_output_tokens_per_s": ("peak output token throughput", "tokens/s"),
+    "max_concurrent_requests": ("peak concurrent requests", "requests"),
+}
+LATENCY_NAMES: Final = {
+    "ttft": ("TTFT", "time to first token"),
+    "tpot": ("TPOT", "time per output token, first excluded"),
+    "itl": ("ITL", "inter-token latency, between streamed chunks"),
+    "e2el": ("E2EL", "end-to-end latency"),
+}
+LATENCY_KEY: Final = re.compile(
+    r"(?P<stat>mean|median|std|p\d+(?:\.\d+)?)_(?P<metric>[a-z0-9]+)_ms"
+)
+
+
+def read_vllm_bench_summary(path: Path) -> BenchSummary | None:
+    """The run-level numbers of a result saved without --save-detailed, else None."""
+    from yaotu_trace.ingest import bench_summary as bs
+
+    doc = _load_document(path)
+    if not isinstance(doc, dict) or "input_lens" in doc or "output_lens" in doc:
+        return None
+    latencies = bs.latencies(doc, LATENCY_KEY, LATENCY_NAMES, "ms")
+    taken = {*RUN_KEYS, *TOTAL_KEYS,
+             *(k for k in doc if (m := LATENCY_KEY.fullmatch(k)) and m["metric"] in LATENCY_NAMES)}
+    return bs.BenchSummary(
+        tool="vllm bench serve",
+        format_name=TraceFormat.VLLM_BENCH.value,
+        run=bs.values(doc, RUN_KEYS, numbers_only=False),
+        totals=bs.values(doc, TOTAL_KEYS) + bs.other_numbers(doc, taken),
+        latencies=latencies,
+        fix=DETAIL_HINT,
+    )
+
+
 def _is_vllm_bench_document(head: str) -> bool:
     return any(f'"{key}"' in head for key in DOCUMENT_KEYS)
 
@@ -330,4 +393,5 @@ FORMAT = TraceFormatSpec(
     reader=read_vllm_bench,
     row_label="request",
     json_document=_is_vllm_bench_document,
+    summary=read_vllm_bench_summary,
 )

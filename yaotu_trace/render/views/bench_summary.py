@@ -1,0 +1,40 @@
+"""`trace analyze` of a summary-only benchmark result: its run-level numbers, with units, and
+the sections that need per-request data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yaotu_trace.render import fmt
+from yaotu_trace.render.blocks import Grid, Heading, KeyValues, Line, Notes, View
+
+
+def view(summary: Any) -> View:
+    """The run's settings, totals and latency statistics as the tool saved them."""
+    blocks: View = [Heading(text=f"Benchmark summary  ({summary.tool}, run-level numbers only)",
+                            markdown=f"Benchmark summary ({summary.tool}, run-level numbers only)")]
+    if summary.run:
+        blocks.append(KeyValues(rows=[(v.label, _shown(v)) for v in summary.run],
+                                header=("setting", "value")))
+    if summary.totals:
+        blocks.append(KeyValues(rows=[(v.label, _shown(v)) for v in summary.totals]))
+    if summary.latencies:
+        stats = list(dict.fromkeys(s for lat in summary.latencies for s in lat.stats))
+        blocks.append(Grid(
+            header=["latency", "unit", *stats],
+            rows=[[f"{lat.metric} ({lat.name})", lat.unit,
+                   *(fmt.as_given(lat.stats.get(s)) for s in stats)] for lat in summary.latencies],
+        ))
+    blocks.append(Notes(notes=summary.notes))
+    blocks.append(Line(
+        text="not available without per-request data: " + "; ".join(summary.unavailable)
+             + f" ({summary.fix})",
+        style="dim",
+    ))
+    return blocks
+
+
+def _shown(value: Any) -> str:
+    """A number in the tool's unit as the file holds it, or a setting as saved."""
+    text = value.value if isinstance(value.value, str) else fmt.as_given(value.value)
+    return f"{text} {value.unit}".rstrip()
