@@ -192,6 +192,10 @@ CASES = [
     Case("vllm-bench-summary-replayed", ["replay", "vllm_bench_no_detail.json"], INPUT,
          ("vllm_bench_no_detail.json", "--save-detailed"),
          {"vllm_bench_no_detail.json": DATA / "vllm_bench_no_detail.json"}),
+    Case("aiperf-unknown-unit", ["analyze", "profile_export.jsonl"], INPUT,
+         ("profile_export.jsonl", "line 1", "request_latency"),
+         {"profile_export.jsonl": (DATA / "aiperf" / "profile_export.jsonl").read_bytes().replace(
+             b'"unit": "ms"}, "output_token_count"', b'"unit": "min"}, "output_token_count"')}),
     Case("wrong-input-format", ["analyze", "t.jsonl", "--input-format", "azure"], INPUT,
          ("t.jsonl",), TRACE),
     Case("map-to-a-missing-column", ["analyze", "t.jsonl", "--map", "arrival_s=nope"], INPUT,

@@ -34,6 +34,7 @@ class TraceFormat(StrEnum):
     OTEL = "otel"
     VIDUR = "vidur"
     SPLITWISE = "splitwise"
+    AIPERF = "aiperf"
 
 
 Reader = Callable[[Path], "RawTrace"]

@@ -1,0 +1,120 @@
+"""AIPerf `profile_export.jsonl` reader: AIPerf's documented records, units, failures."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest.formats import TraceFormat
+
+EXPORT = Path(__file__).resolve().parents[1] / "data" / "aiperf" / "profile_export.jsonl"
+GAPS_MS = [4.898437, 5.316006, 4.801489, 5.674918, 4.811467, 5.097998, 5.504797, 5.533548]
+
+
+def _records() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in EXPORT.read_text().splitlines()]
+
+
+def _write(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_aiperf_is_detected_by_its_record_keys() -> None:
+    assert detect_format(EXPORT) is TraceFormat.AIPERF
+
+
+def test_aiperf_documented_records_map_to_requests() -> None:
+    trace = load_trace(EXPORT)
+    req = trace.requests
+    assert trace.format_name == "aiperf"
+    assert req["request_id"].tolist() == ["7609a2e7-aa53-4ab1-98f4-f35ecafefd25",
+                                          "c35e4b1b-6775-4750-b875-94cd68e5ec15"]
+    # request_start_ns 1759879161119147826 - 1759813207532900363 = 65,953,586,247,463 ns.
+    assert req["arrival_s"].tolist() == pytest.approx([0.0, 65953.586247463])
+    assert req["prompt_len"].tolist() == [550, 550]  # input_sequence_length, error_isl
+    assert req["output_len"].tolist() == [9, 0]
+    assert req["session_id"].iloc[0] == "32ee4f33-cfca-4cfc-988f-79b45408b909"
+    # 255.886568 ms to the first token, 297.525228 ms to the end.
+    assert req["first_token_s"].iloc[0] == pytest.approx(0.255886568)
+    assert req["finish_s"].iloc[0] == pytest.approx(0.297525228)
+
+
+def test_aiperf_token_times_are_ttft_plus_cumulative_chunk_gaps() -> None:
+    times = list(load_trace(EXPORT).requests["token_times_s"].iloc[0])
+    assert len(times) == 9  # 1 + 8 gaps, output_sequence_length 9
+    assert times[0] == pytest.approx(0.255886568)
+    assert times[1] == pytest.approx(0.255886568 + 0.004898437)
+    # The last chunk lands on request_latency: 255.886568 + 41.63866 = 297.525228 ms.
+    assert times[-1] == pytest.approx(0.297525228)
+    assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx(
+        [g / 1000 for g in GAPS_MS])
+
+
+def test_aiperf_cancelled_request_is_kept_as_aborted() -> None:
+    trace = load_trace(EXPORT)
+    req = trace.requests
+    assert req["status"].tolist() == ["ok", "aborted"]
+    assert req["error"].iloc[1] == (
+        "RequestCancellationError (499): Request was cancelled after 0.000 seconds")
+    assert pd.isna(req["first_token_s"].iloc[1]) and pd.isna(req["finish_s"].iloc[1])
+    assert any(note.startswith("1 of 2 requests failed (1 cancelled by AIPerf)")
+               for note in trace.notes)
+
+
+def test_aiperf_server_error_is_status_error(tmp_path: Path) -> None:
+    ok, failed = _records()
+    failed["metadata"]["was_cancelled"] = False
+    failed["error"] = {"code": 500, "type": "HTTPError", "message": "Internal Server Error"}
+    req = load_trace(_write(tmp_path, [ok, failed])).requests
+    assert req["status"].tolist() == ["ok", "error"]
+    assert req["error"].iloc[1] == "HTTPError (500): Internal Server Error"
+
+
+def test_aiperf_units_are_read_from_each_metric(tmp_path: Path) -> None:
+    ok, _ = _records()
+    ok["metrics"]["time_to_first_token"] = {"value": 255886568, "unit": "ns"}
+    ok["metrics"]["request_latency"] = {"value": 0.297525228, "unit": "sec"}
+    req = load_trace(_write(tmp_path, [ok])).requests
+    assert req["first_token_s"].iloc[0] == pytest.approx(0.255886568)
+    assert req["finish_s"].iloc[0] == pytest.approx(0.297525228)
+
+
+def test_aiperf_chunked_stream_is_noted(tmp_path: Path) -> None:
+    ok, _ = _records()
+    ok["metrics"]["output_sequence_length"] = {"value": 20, "unit": "tokens"}
+    trace = load_trace(_write(tmp_path, [ok]))
+    assert len(trace.requests["token_times_s"].iloc[0]) == 9  # chunk times kept as measured
+    assert any(note.startswith("1 request(s) streamed a chunk count other than output_len")
+               for note in trace.notes)
+
+
+def test_aiperf_unknown_unit_names_line_and_metric(tmp_path: Path) -> None:
+    ok, failed = _records()
+    ok["metrics"]["request_latency"] = {"value": 297.5, "unit": "minutes"}
+    with pytest.raises(TraceSchemaError, match=r"line 2, metric 'request_latency': unit "
+                                               r"'minutes' is not a time unit") as info:
+        load_trace(_write(tmp_path, [failed, ok]))
+    assert "\n" not in str(info.value)
+
+
+def test_aiperf_missing_start_names_the_field(tmp_path: Path) -> None:
+    ok, failed = _records()
+    del failed["metadata"]["request_start_ns"]
+    with pytest.raises(TraceSchemaError, match=r"line 2, field 'metadata.request_start_ns'"):
+        load_trace(_write(tmp_path, [ok, failed]))
+
+
+def test_aiperf_missing_input_length_is_a_validation_error(tmp_path: Path) -> None:
+    ok, _ = _records()
+    del ok["metrics"]["input_sequence_length"]
+    with pytest.raises(TraceSchemaError, match=r"line 1.*prompt_len.*missing"):
+        load_trace(_write(tmp_path, [ok]))

@@ -1,0 +1,209 @@
+"""AIPerf's per-request export, `profile_export.jsonl`: one record per request sent.
+
+Each line is AIPerf's `MetricRecordInfo` (ai-dynamo/aiperf `aiperf/common/models/
+record_models.py`): `metadata` (`x_request_id`, `x_correlation_id`, `request_start_ns` and
+`request_end_ns` as wall-clock ns, `was_cancelled`, ...), `metrics` (tag -> `{"value", "unit"}`,
+in display units such as ms) and `error` (`code`, `type`, `message`, or null). Mapping:
+
+- `arrival_s` = `request_start_ns` less the earliest start in the file, in s;
+- `first_token_s` = `arrival_s + time_to_first_token`;
+- `token_times_s` = `first_token_s` followed by the running sum of `inter_chunk_latency`: one
+  time per streamed chunk, as AIPerf measures it (a chunk may carry several tokens; a note
+  counts the requests whose chunk count differs from `output_sequence_length`);
+- `finish_s` = `arrival_s + request_latency`, else `request_end_ns`;
+- `prompt_len` = `input_sequence_length` (`error_isl` for a failed request); `output_len` =
+  `output_sequence_length` (else `output_token_count`), 0 for a failed request, which has none;
+- `request_id` = `x_request_id` (else `session_num`); `session_id` = `x_correlation_id`;
+- `status` = "ok", "aborted" when AIPerf cancelled the request (`was_cancelled`), else "error"
+  when `error` is set; `error` = "type (code): message".
+
+A metric's unit is read from the record (`ns`, `us`, `ms`, `sec`); another time unit is an
+error naming the line. AIPerf's run summary, `profile_export_aiperf.json`, is not this file.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+
+SECONDS_PER_UNIT: Final = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "sec": 1.0, "s": 1.0}
+EXPORT_HINT: Final = "pass AIPerf's profile_export.jsonl as written"
+
+
+def read_aiperf(path: Path) -> RawTrace:
+    """Turn AIPerf's per-request records into canonical requests, failed ones included."""
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+
+    records, lines = read_json_lines(path)
+    starts_ns = [_start_ns(r, path, line) for r, line in zip(records, lines, strict=True)]
+    origin_ns = min(starts_ns)
+    rows = [_request(r, path, line, (start - origin_ns) * 1e-9)
+            for r, line, start in zip(records, lines, starts_ns, strict=True)]
+    out = pd.DataFrame.from_records(rows)
+    return RawTrace(requests=out, format_name="aiperf", row_label="line",
+                    notes=tuple(_notes(out)))
+
+
+def _request(record: dict[str, Any], path: Path, line: int, arrival_s: float) -> dict[str, Any]:
+    """One canonical row; lengths are left raw so validation names a bad value."""
+    import numpy as np
+
+    from yaotu_trace.data.values import SOURCE_ROW
+
+    meta, metrics = record["metadata"], _metrics(record, path, line)
+    error = record.get("error")
+    row: dict[str, Any] = {
+        "request_id": str(meta.get("x_request_id") or meta.get("session_num")),
+        "arrival_s": arrival_s,
+        SOURCE_ROW: line,
+    }
+    if meta.get("x_correlation_id"):
+        row["session_id"] = str(meta["x_correlation_id"])
+    if error or meta.get("was_cancelled"):
+        row["prompt_len"] = _value(metrics, "error_isl", "input_sequence_length")
+        row["output_len"] = 0
+        row["status"] = "aborted" if meta.get("was_cancelled") else "error"
+        if isinstance(error, dict):
+            row["error"] = _error_text(error)
+        return row
+    row["prompt_len"] = _value(metrics, "input_sequence_length")
+    row["output_len"] = _value(metrics, "output_sequence_length", "output_token_count")
+    row["status"] = "ok"
+    ttft_s = _seconds(metrics, "time_to_first_token", path, line)
+    if ttft_s is not None:
+        row["first_token_s"] = arrival_s + ttft_s
+        gaps_s = _gaps(metrics, path, line)
+        row["token_times_s"] = (row["first_token_s"] +
+                                np.concatenate(([0.0], np.cumsum(gaps_s)))).tolist()
+    latency_s = _seconds(metrics, "request_latency", path, line)
+    if latency_s is not None:
+        row["finish_s"] = arrival_s + latency_s
+    elif isinstance(meta.get("request_end_ns"), int) and meta["request_end_ns"] is not True:
+        row["finish_s"] = arrival_s + (meta["request_end_ns"] - meta["request_start_ns"]) * 1e-9
+    return row
+
+
+def _start_ns(record: dict[str, Any], path: Path, line: int) -> int:
+    meta = record.get("metadata")
+    start = meta.get("request_start_ns") if isinstance(meta, dict) else None
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise TraceSchemaError(
+            f"{path}: line {line}, field 'metadata.request_start_ns': "
+            f"{str(start)[:40]!r} is not a whole number of ns; {EXPORT_HINT}"
+        )
+    return start
+
+
+def _metrics(record: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
+    metrics = record.get("metrics")
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, dict):
+        raise TraceSchemaError(
+            f"{path}: line {line}, field 'metrics': expected an object of "
+            f"{{\"value\", \"unit\"}} per metric, got {type(metrics).__name__}; {EXPORT_HINT}"
+        )
+    return metrics
+
+
+def _value(metrics: dict[str, Any], *tags: str) -> Any:
+    """The raw value of the first tag present (None when none is), for validation to judge."""
+    for tag in tags:
+        entry = metrics.get(tag)
+        if isinstance(entry, dict) and "value" in entry:
+            return entry["value"]
+    return None
+
+
+def _seconds(metrics: dict[str, Any], tag: str, path: Path, line: int) -> float | None:
+    """A time metric in s, or None when the record has none."""
+    entry = metrics.get(tag)
+    if entry is None:
+        return None
+    value = entry.get("value") if isinstance(entry, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TraceSchemaError(
+            f"{path}: line {line}, metric '{tag}': {str(value)[:40]!r} is not a number; "
+            f"{EXPORT_HINT}"
+        )
+    return float(value) * _unit_seconds(entry, tag, path, line)
+
+
+def _gaps(metrics: dict[str, Any], path: Path, line: int) -> list[float]:
+    entry = metrics.get("inter_chunk_latency")
+    if entry is None:
+        return []
+    gaps = entry.get("value") if isinstance(entry, dict) else None
+    if not isinstance(gaps, list) or not all(
+        isinstance(g, int | float) and not isinstance(g, bool) and math.isfinite(g) for g in gaps
+    ):
+        raise TraceSchemaError(
+            f"{path}: line {line}, metric 'inter_chunk_latency': expected a list of times "
+            f"between streamed chunks, got {str(gaps)[:40]!r}; {EXPORT_HINT}"
+        )
+    scale = _unit_seconds(entry, "inter_chunk_latency", path, line)
+    return [float(g) * scale for g in gaps]
+
+
+def _unit_seconds(entry: dict[str, Any], tag: str, path: Path, line: int) -> float:
+    unit = entry.get("unit")
+    if not isinstance(unit, str) or unit not in SECONDS_PER_UNIT:
+        raise TraceSchemaError(
+            f"{path}: line {line}, metric '{tag}': unit {str(unit)[:20]!r} is not a time unit "
+            f"({', '.join(SECONDS_PER_UNIT)}); {EXPORT_HINT}"
+        )
+    return SECONDS_PER_UNIT[unit]
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    kind = error.get("type") or "error"
+    code = f" ({error['code']})" if error.get("code") is not None else ""
+    return f"{kind}{code}: {error.get('message', '')}".rstrip(": ")
+
+
+def _notes(out: pd.DataFrame) -> list[str]:
+    notes = ["arrival_s is seconds since the first request was sent (AIPerf wall clock)"]
+    failed = out["status"] != "ok"
+    if failed.any():
+        aborted = int((out["status"] == "aborted").sum())
+        notes.append(
+            f"{int(failed.sum())} of {len(out)} requests failed ({aborted} cancelled by AIPerf); "
+            "they are kept as rows with their status and error, with no timings"
+        )
+    if "token_times_s" in out.columns:
+        chunked = sum(
+            1 for times, n in zip(out["token_times_s"], out["output_len"], strict=True)
+            if isinstance(times, list) and isinstance(n, int) and len(times) != n
+        )
+        if chunked:
+            notes.append(
+                f"{chunked} request(s) streamed a chunk count other than output_len: their "
+                "token_times_s hold one time per chunk, so their inter-token gaps are AIPerf's "
+                "inter-chunk latencies"
+            )
+    return notes
+
+
+def _is_aiperf_record(keys: set[str]) -> bool:
+    return {"metadata", "metrics"} <= keys and keys <= {"metadata", "metrics", "error"}
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.AIPERF,
+    description="AIPerf `profile_export.jsonl`: one record per request, with its metrics",
+    reader=read_aiperf,
+    row_label="line",
+    json_keys=_is_aiperf_record,
+)
