@@ -118,3 +118,20 @@ def test_aiperf_missing_input_length_is_a_validation_error(tmp_path: Path) -> No
     del ok["metrics"]["input_sequence_length"]
     with pytest.raises(TraceSchemaError, match=r"line 1.*prompt_len.*missing"):
         load_trace(_write(tmp_path, [ok]))
+
+
+def test_aiperf_warmup_records_are_left_out(tmp_path: Path) -> None:
+    ok, failed = _records()
+    failed["metadata"]["benchmark_phase"] = "warmup"
+    trace = load_trace(_write(tmp_path, [failed, ok]))
+    assert trace.requests["status"].tolist() == ["ok"]
+    assert trace.requests["arrival_s"].tolist() == [0.0]  # the clock starts at the kept one
+    assert trace.notes[0].startswith("1 warmup request(s) are left out")
+
+
+def test_aiperf_newer_record_keys_are_still_detected(tmp_path: Path) -> None:
+    # aiperf 0.13 adds trace_data and spec_decode_acceptance to each record.
+    ok, _ = _records()
+    ok["trace_data"] = None
+    ok["spec_decode_acceptance"] = None
+    assert detect_format(_write(tmp_path, [ok])) is TraceFormat.AIPERF

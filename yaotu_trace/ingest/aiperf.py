@@ -14,6 +14,7 @@ in display units such as ms) and `error` (`code`, `type`, `message`, or null). M
 - `prompt_len` = `input_sequence_length` (`error_isl` for a failed request); `output_len` =
   `output_sequence_length` (else `output_token_count`), 0 for a failed request, which has none;
 - `request_id` = `x_request_id` (else `session_num`); `session_id` = `x_correlation_id`;
+- records of the `warmup` phase are left out, as AIPerf's own statistics leave them out;
 - `status` = "ok", "aborted" when AIPerf cancelled the request (`was_cancelled`), else "error"
   when `error` is set; `error` = "type (code): message".
 
@@ -47,13 +48,25 @@ def read_aiperf(path: Path) -> RawTrace:
     from yaotu_trace.data.schema import RawTrace
 
     records, lines = read_json_lines(path)
+    # A file of warmup records only is read as it is.
+    kept = [i for i, r in enumerate(records) if _phase(r) != "warmup"] or range(len(records))
+    warmup = len(records) - len(kept)
+    records, lines = [records[i] for i in kept], [lines[i] for i in kept]
     starts_ns = [_start_ns(r, path, line) for r, line in zip(records, lines, strict=True)]
     origin_ns = min(starts_ns)
     rows = [_request(r, path, line, (start - origin_ns) * 1e-9)
             for r, line, start in zip(records, lines, starts_ns, strict=True)]
     out = pd.DataFrame.from_records(rows)
-    return RawTrace(requests=out, format_name="aiperf", row_label="line",
-                    notes=tuple(_notes(out)))
+    notes = _notes(out)
+    if warmup:
+        notes.insert(0, f"{warmup} warmup request(s) are left out, as AIPerf leaves them "
+                        "out of its statistics (benchmark_phase 'warmup')")
+    return RawTrace(requests=out, format_name="aiperf", row_label="line", notes=tuple(notes))
+
+
+def _phase(record: dict[str, Any]) -> object:
+    meta = record.get("metadata")
+    return meta.get("benchmark_phase") if isinstance(meta, dict) else None
 
 
 def _request(record: dict[str, Any], path: Path, line: int, arrival_s: float) -> dict[str, Any]:
@@ -197,7 +210,8 @@ def _notes(out: pd.DataFrame) -> list[str]:
 
 
 def _is_aiperf_record(keys: set[str]) -> bool:
-    return {"metadata", "metrics"} <= keys and keys <= {"metadata", "metrics", "error"}
+    # Newer releases add `trace_data` and `spec_decode_acceptance` beside these.
+    return {"metadata", "metrics"} <= keys and "arrival_s" not in keys
 
 
 FORMAT = TraceFormatSpec(
