@@ -196,6 +196,9 @@ CASES = [
          ("profile_export.jsonl", "line 1", "request_latency"),
          {"profile_export.jsonl": (DATA / "aiperf" / "profile_export.jsonl").read_bytes().replace(
              b'"unit": "ms"}, "output_token_count"', b'"unit": "min"}, "output_token_count"')}),
+    Case("guidellm-benchmarks-not-a-list", ["analyze", "benchmarks.json"], INPUT,
+         ("benchmarks.json", "'benchmarks'"),
+         {"benchmarks.json": b'{"metadata": {"guidellm_version": "0.8.1"}, "benchmarks": 3}'}),
     Case("wrong-input-format", ["analyze", "t.jsonl", "--input-format", "azure"], INPUT,
          ("t.jsonl",), TRACE),
     Case("map-to-a-missing-column", ["analyze", "t.jsonl", "--map", "arrival_s=nope"], INPUT,

@@ -48,6 +48,7 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
         TraceFormat.VIDUR: DATA / "sim_traces" / "vidur_splitwise_code.csv",
         TraceFormat.SPLITWISE: DATA / "sim_traces" / "splitwise_test_trace.csv",
         TraceFormat.AIPERF: DATA / "aiperf" / "profile_export.jsonl",
+        TraceFormat.GUIDELLM: DATA / "guidellm" / "benchmarks_mock_server.json",
     }[fmt]
 
 

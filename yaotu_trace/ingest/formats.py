@@ -35,6 +35,7 @@ class TraceFormat(StrEnum):
     VIDUR = "vidur"
     SPLITWISE = "splitwise"
     AIPERF = "aiperf"
+    GUIDELLM = "guidellm"
 
 
 Reader = Callable[[Path], "RawTrace"]

@@ -21,6 +21,7 @@ from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
     (TraceFormat.CANONICAL_PARQUET, "canonical_formats:PARQUET"),
     (TraceFormat.BAILIAN, "bailian:FORMAT"),
+    (TraceFormat.GUIDELLM, "guidellm:FORMAT"),
     (TraceFormat.OTEL, "otel:FORMAT"),
     (TraceFormat.AIPERF, "aiperf:FORMAT"),
     (TraceFormat.MOONCAKE, "mooncake:FORMAT"),
