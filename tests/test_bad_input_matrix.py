@@ -199,6 +199,10 @@ CASES = [
     Case("guidellm-benchmarks-not-a-list", ["analyze", "benchmarks.json"], INPUT,
          ("benchmarks.json", "'benchmarks'"),
          {"benchmarks.json": b'{"metadata": {"guidellm_version": "0.8.1"}, "benchmarks": 3}'}),
+    Case("inference-perf-summary-replayed", ["replay", "stage_0_lifecycle_metrics.json"], INPUT,
+         ("stage_0_lifecycle_metrics.json", "per_request_lifecycle_metrics.json"),
+         {"stage_0_lifecycle_metrics.json": DATA / "inference_perf" /
+          "stage_0_lifecycle_metrics.json"}),
     Case("wrong-input-format", ["analyze", "t.jsonl", "--input-format", "azure"], INPUT,
          ("t.jsonl",), TRACE),
     Case("map-to-a-missing-column", ["analyze", "t.jsonl", "--map", "arrival_s=nope"], INPUT,

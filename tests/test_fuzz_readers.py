@@ -103,6 +103,8 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     out["ragpulse.jsonl"] = (DATA / "ragpulse_mini" / "0_trace.jsonl").read_bytes()
     out["aiperf.jsonl"] = (DATA / "aiperf" / "profile_export.jsonl").read_bytes()
     out["guidellm.json"] = (DATA / "guidellm" / "benchmarks_mock_server.json").read_bytes()
+    for name in ("per_request_lifecycle_metrics.json", "prefix_sharing_example.json"):
+        out[f"inference_perf_{name}"] = (DATA / "inference_perf" / name).read_bytes()
     for ext, compress in COMPRESS.items():
         out[f".jsonl{ext}"] = compress(out[".jsonl"])
         out[f".csv{ext}"] = compress(out[".csv"])
@@ -267,7 +269,9 @@ def _replace_somewhere(doc: object, data: st.DataObject) -> object:
 @FUZZ
 @given(seed=st.sampled_from(["bailian_small.jsonl", "otel_small.json", "otel_small.jsonl",
                              "vllm_bench_small.json", "weka.json", "ragpulse.jsonl",
-                             "mooncake.jsonl", "aiperf.jsonl", "guidellm.json"]),
+                             "mooncake.jsonl", "aiperf.jsonl", "guidellm.json",
+                             "inference_perf_per_request_lifecycle_metrics.json",
+                             "inference_perf_prefix_sharing_example.json"]),
        edits=st.integers(1, 3), data=st.data())
 def test_mutated_json_documents(workdir: Path, seeds: dict[str, bytes], seed: str, edits: int,
                                 data: st.DataObject) -> None:

@@ -84,6 +84,17 @@ def latencies(
     )
 
 
+def distribution(metric: str, name: str, unit: str, stats: object) -> BenchLatency | None:
+    """A metric's statistics given as one object (`{"mean": ..., "p99": ..., "max": ...}`), or
+    None when there are none; entries that are not finite numbers are left out."""
+    if not isinstance(stats, Mapping):
+        return None
+    found = {str(k): float(v) for k, v in stats.items() if is_number(v)}
+    if not found:
+        return None
+    return BenchLatency(metric=metric, name=name, unit=unit, stats=_ordered(found))
+
+
 def values(
     doc: Mapping[str, Any], known: Mapping[str, tuple[str, str]], *, numbers_only: bool = True,
 ) -> tuple[BenchValue, ...]:

@@ -36,6 +36,7 @@ class TraceFormat(StrEnum):
     SPLITWISE = "splitwise"
     AIPERF = "aiperf"
     GUIDELLM = "guidellm"
+    INFERENCE_PERF = "inference-perf"
 
 
 Reader = Callable[[Path], "RawTrace"]

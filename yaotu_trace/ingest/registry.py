@@ -22,6 +22,7 @@ ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
     (TraceFormat.CANONICAL_PARQUET, "canonical_formats:PARQUET"),
     (TraceFormat.BAILIAN, "bailian:FORMAT"),
     (TraceFormat.GUIDELLM, "guidellm:FORMAT"),
+    (TraceFormat.INFERENCE_PERF, "inference_perf:FORMAT"),
     (TraceFormat.OTEL, "otel:FORMAT"),
     (TraceFormat.AIPERF, "aiperf:FORMAT"),
     (TraceFormat.MOONCAKE, "mooncake:FORMAT"),

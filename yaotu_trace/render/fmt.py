@@ -29,13 +29,13 @@ def num(value: float | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
-def as_given(value: float | None) -> str:
-    """A number as its source wrote it, up to 6 significant digits: 619.85, 1,369, 0.0125."""
+def as_given(value: float | None, digits: int = 6) -> str:
+    """A number as its source wrote it, up to `digits` significant digits: 619.85, 1,369."""
     if value is None:
         return MISSING
     if float(value).is_integer():
         return f"{round(value):,}"
-    return f"{value:,.6g}"
+    return f"{value:,.{digits}g}"
 
 
 def length(value: float | None) -> str:

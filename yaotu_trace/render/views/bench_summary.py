@@ -8,6 +8,10 @@ from typing import Any
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import Grid, Heading, KeyValues, Line, Notes, View
 
+# With more statistics than fit a line (inference-perf saves 15), these are shown.
+MAX_STATS = 7
+SHOWN_STATS = ("mean", "std", "min", "median", "p50", "p90", "p99", "max")
+
 
 def view(summary: Any) -> View:
     """The run's settings, totals and latency statistics as the tool saved them."""
@@ -19,12 +23,17 @@ def view(summary: Any) -> View:
     if summary.totals:
         blocks.append(KeyValues(rows=[(v.label, _shown(v)) for v in summary.totals]))
     if summary.latencies:
-        stats = list(dict.fromkeys(s for lat in summary.latencies for s in lat.stats))
+        held = list(dict.fromkeys(s for lat in summary.latencies for s in lat.stats))
+        stats = [s for s in SHOWN_STATS if s in held] if len(held) > MAX_STATS else held
         blocks.append(Grid(
-            header=["latency", "unit", *stats],
-            rows=[[f"{lat.metric} ({lat.name})", lat.unit,
-                   *(fmt.as_given(lat.stats.get(s)) for s in stats)] for lat in summary.latencies],
+            header=["distribution", "unit", *stats],
+            rows=[[lat.metric, lat.unit, *(fmt.as_given(lat.stats.get(s), 4) for s in stats)]
+                  for lat in summary.latencies],
         ))
+        if len(stats) < len(held):
+            blocks.append(Line(text=f"{len(held)} statistics per distribution in the file, "
+                                    f"{len(stats)} shown; all of them: --format json",
+                               style="dim"))
     blocks.append(Notes(notes=summary.notes))
     blocks.append(Line(
         text="not available without per-request data: " + "; ".join(summary.unavailable)
