@@ -135,3 +135,52 @@ def test_aiperf_newer_record_keys_are_still_detected(tmp_path: Path) -> None:
     ok["trace_data"] = None
     ok["spec_decode_acceptance"] = None
     assert detect_format(_write(tmp_path, [ok])) is TraceFormat.AIPERF
+
+
+MOCK_RUN = EXPORT.parent / "profile_export_mock_server.jsonl"
+MOCK_SUMMARY = EXPORT.parent / "profile_export_aiperf.json"
+
+
+def test_aiperf_013_run_reads_its_profiling_records() -> None:
+    trace = load_trace(MOCK_RUN)
+    req = trace.requests
+    assert len(req) == 8  # 10 records less 2 warmup
+    assert trace.notes[0].startswith("2 warmup request(s) are left out")
+    assert req["status"].tolist().count("error") == 1
+    failed = req[req["status"] == "error"].iloc[0]
+    assert failed["error"].startswith("Internal Server Error (500): {\"error\"")
+    ok = req[req["status"] == "ok"]
+    # The server's usage: 5 completion tokens, as many as the 5 chunks streamed.
+    assert set(ok["output_len"]) == {5}
+    assert {len(t) for t in ok["token_times_s"]} == {5}
+    assert not any("chunk count" in note for note in trace.notes)
+
+
+def test_aiperf_013_run_gives_aiperf_own_statistics() -> None:
+    # AIPerf's summary of the same run: TTFT avg 39.53180471428571 ms, inter_chunk_latency avg
+    # 6.736474178571428 ms over 28 gaps (7 requests x 4), request_latency avg 66.47770142857142.
+    from yaotu_trace.profile.workload import timing_profile
+
+    timing = timing_profile(load_trace(MOCK_RUN))
+    assert timing is not None and timing.ttft_s is not None and timing.itl_s is not None
+    assert timing.ttft_s.mean == pytest.approx(0.03953180471428571)
+    assert timing.itl_s.count == 28
+    assert timing.itl_s.mean == pytest.approx(0.006736474178571428)
+    assert timing.e2e_s is not None and timing.e2e_s.mean == pytest.approx(0.06647770142857142)
+
+
+def test_aiperf_summary_is_shown_and_refused() -> None:
+    from yaotu_trace.ingest.summary import read_summary
+
+    assert detect_format(MOCK_SUMMARY) is TraceFormat.AIPERF
+    summary = read_summary(MOCK_SUMMARY)
+    assert summary is not None and summary.tool == "AIPerf"
+    totals = {v.key: (v.value, v.unit) for v in summary.totals}
+    assert totals["request_throughput"] == (21.13710109266402, "requests/sec")
+    assert totals["error_request_count"] == (1.0, "requests")
+    ttft = next(d for d in summary.latencies if d.metric == "TTFT")
+    assert (ttft.unit, ttft.stats["mean"], ttft.stats["p50"]) == ("ms", 39.53180471428571,
+                                                                  39.081042)
+    assert "count" not in ttft.stats and "sum" not in ttft.stats
+    with pytest.raises(TraceSchemaError, match=r"AIPerf's run summary.*profile_export.jsonl"):
+        load_trace(MOCK_SUMMARY)

@@ -11,19 +11,26 @@ in display units such as ms) and `error` (`code`, `type`, `message`, or null). M
   time per streamed chunk, as AIPerf measures it (a chunk may carry several tokens; a note
   counts the requests whose chunk count differs from `output_sequence_length`);
 - `finish_s` = `arrival_s + request_latency`, else `request_end_ns`;
-- `prompt_len` = `input_sequence_length` (`error_isl` for a failed request); `output_len` =
-  `output_sequence_length` (else `output_token_count`), 0 for a failed request, which has none;
+- `prompt_len` = the server's `usage_prompt_tokens` when AIPerf saved it (newer releases),
+  else `input_sequence_length`, AIPerf's own count (`error_isl` for a failed request);
+  `output_len` = `usage_completion_tokens`, else `output_sequence_length` (else
+  `output_token_count`), 0 for a failed request, which has none. The server's counts come
+  first because they are what the engine prefilled and decoded (they include the chat
+  template, which a client tokenizer does not see);
 - `request_id` = `x_request_id` (else `session_num`); `session_id` = `x_correlation_id`;
 - records of the `warmup` phase are left out, as AIPerf's own statistics leave them out;
 - `status` = "ok", "aborted" when AIPerf cancelled the request (`was_cancelled`), else "error"
   when `error` is set; `error` = "type (code): message".
 
 A metric's unit is read from the record (`ns`, `us`, `ms`, `sec`); another time unit is an
-error naming the line. AIPerf's run summary, `profile_export_aiperf.json`, is not this file.
+error naming the line. AIPerf's run summary, `profile_export_aiperf.json` (each metric's
+`unit`, `avg`, percentiles, ...), has no requests: `trace analyze` shows it as a summary
+(`ingest.bench_summary`) and the reader refuses it, naming `profile_export.jsonl`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -36,9 +43,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.ingest.bench_summary import BenchSummary
 
 SECONDS_PER_UNIT: Final = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "sec": 1.0, "s": 1.0}
 EXPORT_HINT: Final = "pass AIPerf's profile_export.jsonl as written"
+SUMMARY_HINT: Final = "pass the profile_export.jsonl of the same artifacts folder"
 
 
 def read_aiperf(path: Path) -> RawTrace:
@@ -47,6 +56,11 @@ def read_aiperf(path: Path) -> RawTrace:
 
     from yaotu_trace.data.schema import RawTrace
 
+    if _summary_document(path) is not None:
+        raise TraceSchemaError(
+            f"{path}: AIPerf's run summary (aggregates, no per-request records): `trace analyze` "
+            f"shows what it holds; this command needs the requests, {SUMMARY_HINT}"
+        )
     records, lines = read_json_lines(path)
     # A file of warmup records only is read as it is.
     kept = [i for i, r in enumerate(records) if _phase(r) != "warmup"] or range(len(records))
@@ -91,8 +105,10 @@ def _request(record: dict[str, Any], path: Path, line: int, arrival_s: float) ->
         if isinstance(error, dict):
             row["error"] = _error_text(error)
         return row
-    row["prompt_len"] = _value(metrics, "input_sequence_length")
-    row["output_len"] = _value(metrics, "output_sequence_length", "output_token_count")
+    # The server's counts when it sent `usage`: what the engine prefilled and decoded.
+    row["prompt_len"] = _value(metrics, "usage_prompt_tokens", "input_sequence_length")
+    row["output_len"] = _value(metrics, "usage_completion_tokens", "output_sequence_length",
+                               "output_token_count")
     row["status"] = "ok"
     ttft_s = _seconds(metrics, "time_to_first_token", path, line)
     if ttft_s is not None:
@@ -209,6 +225,72 @@ def _notes(out: pd.DataFrame) -> list[str]:
     return notes
 
 
+# The run summary's metrics shown first, tag -> (short name, long name); the others follow.
+SUMMARY_DISTRIBUTIONS: Final = {
+    "time_to_first_token": ("TTFT", "time to first token"),
+    "time_to_second_token": ("TTST", "time to second token"),
+    "inter_token_latency": ("ITL", "inter-token latency, (latency - TTFT) / (tokens - 1)"),
+    "inter_chunk_latency": ("ICL", "inter-chunk latency"),
+    "request_latency": ("E2EL", "end-to-end request latency"),
+    "input_sequence_length": ("ISL", "input sequence length"),
+    "output_sequence_length": ("OSL", "output sequence length"),
+    "usage_prompt_tokens": ("server ISL", "prompt tokens the server reported"),
+    "usage_completion_tokens": ("server OSL", "completion tokens the server reported"),
+}
+
+
+def read_aiperf_summary(path: Path) -> BenchSummary | None:
+    """AIPerf's `profile_export_aiperf.json`: every scalar metric and the main distributions
+    with the units AIPerf gives; None for any other file."""
+    from yaotu_trace.ingest import bench_summary as bs
+
+    doc = _summary_document(path)
+    if doc is None:
+        return None
+    metrics = {k: v for k, v in doc.items()
+               if isinstance(v, dict) and isinstance(v.get("unit"), str)}
+    scalars = {k: v for k, v in metrics.items() if set(v) <= {"unit", "avg"} and "avg" in v}
+    totals = tuple(bs.BenchValue(key=k, label=k.replace("_", " "), value=float(v["avg"]),
+                                 unit=v["unit"]) for k, v in scalars.items()
+                   if bs.is_number(v["avg"]))
+    spread = {k: v for k, v in metrics.items() if k not in scalars}
+    dists = [bs.distribution(short, long, spread[k]["unit"], _renamed(spread[k]))
+             for k, (short, long) in SUMMARY_DISTRIBUTIONS.items() if k in spread]
+    others = [k for k in spread if k not in SUMMARY_DISTRIBUTIONS]
+    run = bs.values(doc, {"aiperf_version": ("AIPerf version", ""),
+                          "start_time": ("start", ""), "end_time": ("end", "")},
+                    numbers_only=False)
+    notes = (f"{len(others)} more metrics with statistics are in the file: "
+             + ", ".join(others[:12]) + (", ..." if len(others) > 12 else ""),) if others else ()
+    return bs.BenchSummary(tool="AIPerf", format_name=TraceFormat.AIPERF.value, run=run,
+                           totals=totals, latencies=tuple(d for d in dists if d is not None),
+                           fix=SUMMARY_HINT, notes=notes)
+
+
+def _renamed(stats: dict[str, Any]) -> dict[str, Any]:
+    """AIPerf's statistics under this tool's names: `avg` is the mean, `p50` the median;
+    `count` and `sum` are not statistics of the values' spread."""
+    names = {"avg": "mean"}
+    return {names.get(k, k): v for k, v in stats.items() if k not in ("unit", "count", "sum")}
+
+
+def _summary_document(path: Path) -> dict[str, Any] | None:
+    """The run summary as one JSON object, or None when the file is not one."""
+    from yaotu_trace.data.compressed import format_suffix, read_text
+
+    if format_suffix(path) != ".json":
+        return None
+    try:
+        doc = json.loads(read_text(path, "pass AIPerf's profile_export_aiperf.json as written"))
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) and "aiperf_version" in doc else None
+
+
+def _is_aiperf_summary(head: str) -> bool:
+    return '"aiperf_version"' in head and '"schema_version"' in head
+
+
 def _is_aiperf_record(keys: set[str]) -> bool:
     # Newer releases add `trace_data` and `spec_decode_acceptance` beside these.
     return {"metadata", "metrics"} <= keys and "arrival_s" not in keys
@@ -220,4 +302,6 @@ FORMAT = TraceFormatSpec(
     reader=read_aiperf,
     row_label="line",
     json_keys=_is_aiperf_record,
+    json_document=_is_aiperf_summary,
+    summary=read_aiperf_summary,
 )

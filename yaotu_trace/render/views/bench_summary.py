@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from yaotu_trace.render import fmt
-from yaotu_trace.render.blocks import Grid, Heading, KeyValues, Line, Notes, View
+from yaotu_trace.render.blocks import Grid, Heading, KeyValues, Line, View
 
 # With more statistics than fit a line (inference-perf saves 15), these are shown.
 MAX_STATS = 7
@@ -14,7 +14,8 @@ SHOWN_STATS = ("mean", "std", "min", "median", "p50", "p90", "p99", "max")
 
 
 def view(summary: Any) -> View:
-    """The run's settings, totals and latency statistics as the tool saved them."""
+    """The run's settings, totals and latency statistics as the tool saved them (its notes are
+    the input's, shown with it)."""
     blocks: View = [Heading(text=f"Benchmark summary  ({summary.tool}, run-level numbers only)",
                             markdown=f"Benchmark summary ({summary.tool}, run-level numbers only)")]
     if summary.run:
@@ -34,7 +35,6 @@ def view(summary: Any) -> View:
             blocks.append(Line(text=f"{len(held)} statistics per distribution in the file, "
                                     f"{len(stats)} shown; all of them: --format json",
                                style="dim"))
-    blocks.append(Notes(notes=summary.notes))
     blocks.append(Line(
         text="not available without per-request data: " + "; ".join(summary.unavailable)
              + f" ({summary.fix})",
