@@ -184,3 +184,9 @@ def test_aiperf_summary_is_shown_and_refused() -> None:
     assert "count" not in ttft.stats and "sum" not in ttft.stats
     with pytest.raises(TraceSchemaError, match=r"AIPerf's run summary.*profile_export.jsonl"):
         load_trace(MOCK_SUMMARY)
+
+
+def test_aiperf_input_format_names_it(tmp_path: Path) -> None:
+    renamed = tmp_path / "export.txt"
+    renamed.write_bytes(EXPORT.read_bytes())
+    assert len(load_trace(renamed, fmt=TraceFormat.AIPERF).requests) == 2

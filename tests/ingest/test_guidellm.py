@@ -138,3 +138,24 @@ def test_guidellm_requests_not_lists_is_an_error(tmp_path: Path) -> None:
     doc["benchmarks"][0]["requests"]["errored"] = {"a": 1}
     with pytest.raises(TraceSchemaError, match=r"benchmark 0, field 'requests.errored'"):
         load_trace(_write(tmp_path, doc))
+
+
+def test_guidellm_timing_matches_guidellm_own_metrics() -> None:
+    # guidellm's metrics of benchmark 0 (successful requests, left out of the excerpt; see the
+    # README): time_to_first_token_ms mean 43.5496171315511, request_latency mean
+    # 0.08639192581176758 s. Benchmark 1 has no successful request.
+    from yaotu_trace.profile.workload import timing_profile
+
+    timing = timing_profile(load_trace(REPORT))
+    assert timing is not None and timing.ttft_s is not None and timing.e2e_s is not None
+    assert timing.ttft_s.count == 3
+    assert timing.ttft_s.mean == pytest.approx(0.0435496171315511)
+    assert timing.e2e_s.mean == pytest.approx(0.08639192581176758)
+
+
+@pytest.mark.parametrize("path", [REPORT, V03], ids=["0.8", "0.3"])
+def test_guidellm_input_format_names_it(path: Path, tmp_path: Path) -> None:
+    renamed = tmp_path / "report.txt"
+    renamed.write_bytes(path.read_bytes())
+    trace = load_trace(renamed, fmt=TraceFormat.GUIDELLM)
+    assert trace.format_name == "guidellm"

@@ -160,3 +160,10 @@ def test_stage_report_failure_labels_are_noted(tmp_path: Path) -> None:
     assert summary.notes == ("failures by label: 504 - Gateway Timeout: 2; 400 - Invalid JSON: 1",)
     failed = next(d for d in summary.latencies if d.metric == "failed E2EL")
     assert failed.stats == {"mean": 9.948665728999458}
+
+
+@pytest.mark.parametrize("path", [PER_REQUEST, WORKLOAD], ids=lambda p: p.stem)
+def test_inference_perf_input_format_names_it(path: Path, tmp_path: Path) -> None:
+    renamed = tmp_path / "report.txt"
+    renamed.write_bytes(path.read_bytes())
+    assert load_trace(renamed, fmt=TraceFormat.INFERENCE_PERF).format_name == "inference-perf"
