@@ -16,7 +16,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
+
+from yaotu_trace.data.compressed import open_trace
 
 # What `trace analyze` shows of a trace and a summary cannot: each needs one row per request.
 UNAVAILABLE: Final = (
@@ -61,6 +64,13 @@ class BenchSummary:
     unavailable: tuple[str, ...] = UNAVAILABLE
     fix: str  # how to get the per-request data
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def document_head(path: Path, size: int = 65536) -> str:
+    """The first characters of a JSON document, so that a summary reader can pass over a large
+    per-request file without parsing it."""
+    with open_trace(path) as fh:
+        return fh.read(size).decode("utf-8", errors="replace")
 
 
 def latencies(

@@ -269,6 +269,8 @@ def read_inference_perf_summary(path: Path) -> BenchSummary | None:
     """The aggregates of a lifecycle summary or stage report, else None."""
     from yaotu_trace.ingest import bench_summary as bs
 
+    if not _is_summary_head(bs.document_head(path)):
+        return None  # a per-request report or a workload trace, left unparsed here
     doc = _load(path)
     if not isinstance(doc, dict) or not _is_summary(doc):
         return None
@@ -331,12 +333,16 @@ def _seconds(value: object, where: str, path: Path) -> float:
     )
 
 
-def _is_inference_perf_document(head: str) -> bool:
-    if PER_REQUEST_HEAD.match(head) or ISO_SPAN_HEAD.search(head):
-        return True
+def _is_summary_head(head: str) -> bool:
+    head = head.lstrip("\ufeff")
     return bool(re.match(r'\s*\{\s*"load_summary"\s*:', head)) or (
         re.match(r'\s*\{\s*"successes"\s*:', head) is not None and '"failures"' in head
     )
+
+
+def _is_inference_perf_document(head: str) -> bool:
+    return bool(PER_REQUEST_HEAD.match(head) or ISO_SPAN_HEAD.search(head)
+                or _is_summary_head(head))
 
 
 FORMAT = TraceFormatSpec(

@@ -12,7 +12,8 @@ client's `time.perf_counter()` when the request was sent). Mapping, for request 
   than `output_lens[i]` (a chunk carried several tokens), the list keeps the chunk times as
   they are, so its gaps are the inter-chunk gaps vLLM itself reports as ITL, and a note counts
   those requests. Spreading a chunk's tokens at one time would add zero gaps that were never
-  measured, and spreading them across the gap would invent times;
+  measured (vLLM's `docs/benchmarking/cli.md`: ITL "does not add zero-duration gaps for tokens
+  in the same output"), and spreading them across the gap would invent times;
 - `finish_s` = `arrival_s + latencies[i]` (or `e2els[i]`) when saved, else
   `first_token_s + sum(itls[i])`, which is how the client measures latency for streamed output;
 - `model` = the run's `model_id`; `request_id` = `r<i>`, the index in the arrays.
@@ -367,6 +368,8 @@ def read_vllm_bench_summary(path: Path) -> BenchSummary | None:
     """The run-level numbers of a result saved without --save-detailed, else None."""
     from yaotu_trace.ingest import bench_summary as bs
 
+    if '"input_lens"' in bs.document_head(path):
+        return None  # per-request arrays: a trace, left unparsed here
     doc = _load_document(path)
     if not isinstance(doc, dict) or "input_lens" in doc or "output_lens" in doc:
         return None
