@@ -40,6 +40,7 @@ from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from yaotu_trace.data.schema import RawTrace
@@ -170,20 +171,22 @@ def _seconds(metrics: dict[str, Any], tag: str, path: Path, line: int) -> float 
     return float(value) * _unit_seconds(entry, tag, path, line)
 
 
-def _gaps(metrics: dict[str, Any], path: Path, line: int) -> list[float]:
+def _gaps(metrics: dict[str, Any], path: Path, line: int) -> np.ndarray:
+    import numpy as np
+
     entry = metrics.get("inter_chunk_latency")
     if entry is None:
-        return []
-    gaps = entry.get("value") if isinstance(entry, dict) else None
-    if not isinstance(gaps, list) or not all(
-        isinstance(g, int | float) and not isinstance(g, bool) and math.isfinite(g) for g in gaps
-    ):
+        return np.zeros(0)
+    from yaotu_trace.ingest.bench_summary import finite_numbers
+
+    gaps = finite_numbers(entry.get("value") if isinstance(entry, dict) else None)
+    if gaps is None:
         raise TraceSchemaError(
             f"{path}: line {line}, metric 'inter_chunk_latency': expected a list of times "
-            f"between streamed chunks, got {str(gaps)[:40]!r}; {EXPORT_HINT}"
+            f"between streamed chunks, got {str(entry)[:40]!r}; {EXPORT_HINT}"
         )
     scale = _unit_seconds(entry, "inter_chunk_latency", path, line)
-    return [float(g) * scale for g in gaps]
+    return gaps * scale
 
 
 def _unit_seconds(entry: dict[str, Any], tag: str, path: Path, line: int) -> float:

@@ -243,20 +243,20 @@ def _seconds(arrays: dict[str, list[Any]], key: str, i: int, path: Path) -> floa
 def _gaps(arrays: dict[str, list[Any]], i: int, path: Path) -> np.ndarray:
     import numpy as np
 
+    from yaotu_trace.ingest.bench_summary import finite_numbers
+
     if "itls" not in arrays:
         return np.zeros(0)
     gaps = arrays["itls"][i]
     if gaps is None:
         return np.zeros(0)
-    ok = isinstance(gaps, list) and all(
-        isinstance(g, int | float) and not isinstance(g, bool) and math.isfinite(g) for g in gaps
-    )
-    if not ok:
+    seconds = finite_numbers(gaps)
+    if seconds is None:
         raise TraceSchemaError(
             f"{path}: request {i}, key 'itls': expected a list of seconds between streamed "
             f"chunks, got {str(gaps)[:40]!r}; the result file looks damaged"
         )
-    return np.asarray(gaps, dtype=np.float64)
+    return seconds
 
 
 def _notes(
