@@ -101,6 +101,10 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         out[name] = (DATA / name).read_bytes()
     out["weka.json"] = (DATA / "weka_mini" / "trace_0022.json").read_bytes()
     out["ragpulse.jsonl"] = (DATA / "ragpulse_mini" / "0_trace.jsonl").read_bytes()
+    out["aiperf.jsonl"] = (DATA / "aiperf" / "profile_export.jsonl").read_bytes()
+    out["guidellm.json"] = (DATA / "guidellm" / "benchmarks_mock_server.json").read_bytes()
+    for name in ("per_request_lifecycle_metrics.json", "prefix_sharing_example.json"):
+        out[f"inference_perf_{name}"] = (DATA / "inference_perf" / name).read_bytes()
     for ext, compress in COMPRESS.items():
         out[f".jsonl{ext}"] = compress(out[".jsonl"])
         out[f".csv{ext}"] = compress(out[".csv"])
@@ -165,8 +169,8 @@ def test_random_bytes(workdir: Path, data: bytes, suffix: str, fmt: TraceFormat 
 @given(seed=st.sampled_from([
     ".jsonl", ".csv", ".parquet", "mooncake.jsonl", "bailian_small.jsonl", "azure_small.csv",
     "burstgpt_v3_small.csv", "otel_small.json", "otel_small.jsonl", "vllm_bench_small.json",
-    "weka.json", "ragpulse.jsonl", ".jsonl.gz", ".csv.zst", ".jsonl.bz2", ".csv.xz",
-    ".parquet.zst"]),
+    "weka.json", "ragpulse.jsonl", "aiperf.jsonl", "guidellm.json", ".jsonl.gz", ".csv.zst",
+    ".jsonl.bz2", ".csv.xz", ".parquet.zst"]),
     cut=st.floats(0.0, 1.0), fmt=st.sampled_from(FORMATS))
 def test_truncated_valid_files(workdir: Path, seeds: dict[str, bytes], seed: str, cut: float,
                                fmt: TraceFormat | None) -> None:
@@ -198,8 +202,8 @@ def _mutate(data: bytes, edits: list[tuple[float, str, bytes]]) -> bytes:
 @given(seed=st.sampled_from([
     ".jsonl", ".csv", ".parquet", "mooncake.jsonl", "bailian_small.jsonl", "azure_small.csv",
     "burstgpt_v3_small.csv", "otel_small.json", "otel_small.jsonl", "vllm_bench_small.json",
-    "weka.json", "ragpulse.jsonl", ".jsonl.gz", ".csv.bz2", ".jsonl.xz", ".csv.zst",
-    ".parquet.zst"]),
+    "weka.json", "ragpulse.jsonl", "aiperf.jsonl", "guidellm.json", ".jsonl.gz", ".csv.bz2",
+    ".jsonl.xz", ".csv.zst", ".parquet.zst"]),
     edits=st.lists(MUTATION, min_size=1, max_size=4), fmt=st.sampled_from(FORMATS))
 def test_mutated_valid_files(workdir: Path, seeds: dict[str, bytes], seed: str,
                              edits: list[tuple[float, str, bytes]],
@@ -265,7 +269,9 @@ def _replace_somewhere(doc: object, data: st.DataObject) -> object:
 @FUZZ
 @given(seed=st.sampled_from(["bailian_small.jsonl", "otel_small.json", "otel_small.jsonl",
                              "vllm_bench_small.json", "weka.json", "ragpulse.jsonl",
-                             "mooncake.jsonl"]),
+                             "mooncake.jsonl", "aiperf.jsonl", "guidellm.json",
+                             "inference_perf_per_request_lifecycle_metrics.json",
+                             "inference_perf_prefix_sharing_example.json"]),
        edits=st.integers(1, 3), data=st.data())
 def test_mutated_json_documents(workdir: Path, seeds: dict[str, bytes], seed: str, edits: int,
                                 data: st.DataObject) -> None:

@@ -47,6 +47,9 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
         TraceFormat.OTEL: DATA / "otel_small.json",
         TraceFormat.VIDUR: DATA / "sim_traces" / "vidur_splitwise_code.csv",
         TraceFormat.SPLITWISE: DATA / "sim_traces" / "splitwise_test_trace.csv",
+        TraceFormat.AIPERF: DATA / "aiperf" / "profile_export.jsonl",
+        TraceFormat.GUIDELLM: DATA / "guidellm" / "benchmarks_mock_server.json",
+        TraceFormat.INFERENCE_PERF: DATA / "inference_perf" / "per_request_lifecycle_metrics.json",
     }[fmt]
 
 

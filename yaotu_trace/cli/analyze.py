@@ -45,6 +45,7 @@ def analyze(
       trace analyze conversation_trace.jsonl --warmup 50%
     """
     from yaotu_trace.commands.analyze import analyze as run
+    from yaotu_trace.commands.analyze import bench_summary_report
     from yaotu_trace.commands.load import open_trace
     from yaotu_trace.prefix.window import parse_warmup
 
@@ -52,8 +53,11 @@ def analyze(
         parse_warmup(warmup)  # a bad window fails before the trace is read
 
     with progress("analyze", quiet) as update:
-        loaded = open_trace(trace_input(trace, input_format, map, source_block_size, steps),
-                            lazy_content=True, progress=update, arrivals_optional=True)
-        update("profiling", 0.5)
-        report = run(loaded, preset=preset, warmup=warmup)
+        source = trace_input(trace, input_format, map, source_block_size, steps)
+        report = bench_summary_report(source)  # a benchmark result with run-level numbers only
+        if report is None:
+            loaded = open_trace(source, lazy_content=True, progress=update,
+                                arrivals_optional=True)
+            update("profiling", 0.5)
+            report = run(loaded, preset=preset, warmup=warmup)
     emit(report, format, output)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.commands.load import Progress, TraceInput, open_trace, tell
-from yaotu_trace.data.report import Report, input_summary
+from yaotu_trace.data.report import InputSummary, Report, input_summary
 from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     from yaotu_trace.profile.workload import profile_trace
 
     spec = None if warmup is None else parse_warmup(warmup)
+    summary = bench_summary_report(trace)
+    if summary is not None:
+        return summary
 
     loaded = open_trace(trace, lazy_content=True, progress=progress, arrivals_optional=True)
     if isinstance(trace, TraceInput | str | Path):  # else read already (as the CLI does)
@@ -69,3 +72,29 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     config = {} if spec is None else {"warmup": spec.text}
     return Report(command="analyze", input=input_summary(loaded), config=config,
                   sections=sections)
+
+
+def bench_summary_report(source: TraceSource) -> Report | None:
+    """The report of a benchmark result that holds run-level numbers only, else None.
+
+    Such a file has no requests to profile: the report shows what it holds, with units, and
+    names the sections that need per-request data (`ingest.bench_summary`)."""
+    from yaotu_trace.ingest.summary import read_summary
+
+    if not isinstance(source, TraceInput | str | Path):
+        return None
+    given = source if isinstance(source, TraceInput) else TraceInput(path=Path(source))
+    summary = read_summary(given.path, given.input_format)
+    if summary is None:
+        return None
+    if given.steps is not None:
+        raise ConfigError(
+            f"{given.path}: a benchmark summary has no requests to match a step log to; drop "
+            f"--steps, or {summary.fix}")
+    return Report(
+        command="analyze",
+        input=InputSummary(path=str(given.path), format=f"{summary.format_name} (summary)",
+                           rows_read=0, requests=0, source_block_size=None, content=None,
+                           columns=(), notes=summary.notes),
+        sections={"bench_summary": summary},
+    )

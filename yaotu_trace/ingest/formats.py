@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.ingest.bench_summary import BenchSummary
 
 
 class TraceFormat(StrEnum):
@@ -33,11 +34,16 @@ class TraceFormat(StrEnum):
     OTEL = "otel"
     VIDUR = "vidur"
     SPLITWISE = "splitwise"
+    AIPERF = "aiperf"
+    GUIDELLM = "guidellm"
+    INFERENCE_PERF = "inference-perf"
 
 
 Reader = Callable[[Path], "RawTrace"]
 # (path, text per part in bytes) → the raw tables of consecutive parts of the file.
 PartsReader = Callable[[Path, int], Iterator["RawTrace"]]
+# path → the run-level summary of a benchmark result without per-request data, else None.
+SummaryReader = Callable[[Path], "BenchSummary | None"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,3 +69,5 @@ class TraceFormatSpec:
     json_document: Callable[[str], bool] | None = None
     csv_header: Callable[[set[str]], bool] | None = None
     folder: Callable[[Path], bool] | None = None
+    # Set by benchmark formats whose files may hold aggregates only (`ingest.bench_summary`).
+    summary: SummaryReader | None = None

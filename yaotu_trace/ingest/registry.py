@@ -21,7 +21,10 @@ from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
     (TraceFormat.CANONICAL_PARQUET, "canonical_formats:PARQUET"),
     (TraceFormat.BAILIAN, "bailian:FORMAT"),
+    (TraceFormat.GUIDELLM, "guidellm:FORMAT"),
+    (TraceFormat.INFERENCE_PERF, "inference_perf:FORMAT"),
     (TraceFormat.OTEL, "otel:FORMAT"),
+    (TraceFormat.AIPERF, "aiperf:FORMAT"),
     (TraceFormat.MOONCAKE, "mooncake:FORMAT"),
     (TraceFormat.RAGPULSE, "ragpulse:FORMAT"),
     (TraceFormat.VLLM_BENCH, "vllm_bench:FORMAT"),

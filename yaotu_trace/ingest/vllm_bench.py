@@ -7,22 +7,34 @@ client's `time.perf_counter()` when the request was sent). Mapping, for request 
 
 - `arrival_s` = `start_times[i]` minus the earliest start time;
 - `first_token_s` = `arrival_s + ttfts[i]`;
-- `token_times_s` = `first_token_s` followed by the running sum of `itls[i]`, kept only when it
-  has exactly `output_lens[i]` entries (a chunk can carry several tokens; then it is left out);
+- `token_times_s` = `first_token_s` followed by the running sum of `itls[i]`: one time per
+  streamed chunk. Usually a chunk is one token; when a request streamed a chunk count other
+  than `output_lens[i]` (a chunk carried several tokens), the list keeps the chunk times as
+  they are, so its gaps are the inter-chunk gaps vLLM itself reports as ITL, and a note counts
+  those requests. Spreading a chunk's tokens at one time would add zero gaps that were never
+  measured (vLLM's `docs/benchmarking/cli.md`: ITL "does not add zero-duration gaps for tokens
+  in the same output"), and spreading them across the gap would invent times;
 - `finish_s` = `arrival_s + latencies[i]` (or `e2els[i]`) when saved, else
   `first_token_s + sum(itls[i])`, which is how the client measures latency for streamed output;
 - `model` = the run's `model_id`; `request_id` = `r<i>`, the index in the arrays.
 
+A result saved without `--save-detailed` (run-level keys only: `request_throughput`,
+`mean_ttft_ms`, `p99_itl_ms`, ...) is a summary (`ingest.bench_summary`): `trace analyze` shows
+it, and the reader refuses it with the flag to add.
+
 Without `start_times` the arrival pattern is unknown. Every request is then placed at
 `arrival_s = 0` in file order: exact for the default `--request-rate inf` without
 `--max-concurrency`, and latencies (TTFT, end-to-end) stay exact either way. A note says so.
-Failed requests (a non-empty `errors[i]`, or `successes[i]` false) are skipped and counted.
+A failed request (a non-empty `errors[i]`, or `successes[i]` false) stays a row with `status`
+"error" and `error` = `errors[i]`, its lengths as saved and no timings (the client records 0 for
+a failed request's TTFT and latency, which are not measurements); the others have status "ok".
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,6 +47,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.ingest.bench_summary import BenchSummary
 
 PER_REQUEST_KEYS: Final = (
     "input_lens",
@@ -69,8 +82,9 @@ def read_vllm_bench(path: Path) -> RawTrace:
     missing = [k for k in ("input_lens", "output_lens") if k not in doc]
     if missing:
         raise TraceSchemaError(
-            f"{path}: the result has no per-request arrays ({', '.join(map(repr, missing))} "
-            f"missing); {DETAIL_HINT}"
+            f"{path}: a summary without per-request arrays ({', '.join(map(repr, missing))} "
+            f"missing): `trace analyze` shows what it holds; this command needs the arrays, "
+            f"{DETAIL_HINT}"
         )
     n = len(_array(doc, "input_lens", path, None))
     arrays = {k: _array(doc, k, path, n) for k in PER_REQUEST_KEYS if k in doc and k != "errors"}
@@ -81,17 +95,13 @@ def read_vllm_bench(path: Path) -> RawTrace:
         failed |= np.array([bool(e) for e in errors], dtype=bool)
     if "successes" in arrays:
         failed |= np.array([s is False for s in arrays["successes"]], dtype=bool)
-    keep = np.flatnonzero(~failed)
-    if keep.size == 0:
-        raise TraceSchemaError(
-            f"{path}: all {n} requests of the run failed"
-            + (f" (first error: {_short(errors[0])})" if errors else "")
-            + "; there is nothing to analyze"
-        )
 
-    starts = _starts(arrays, keep, path)
-    rows = [_request(arrays, int(i), float(start), path)
-            for i, start in zip(keep, starts, strict=True)]
+    starts = _starts(arrays, n, path)
+    rows = [
+        _failed_request(arrays, i, float(starts[i]), errors) if failed[i]
+        else _request(arrays, i, float(starts[i]), path)
+        for i in range(n)
+    ]
     out = pd.DataFrame.from_records(rows)
     if isinstance(doc.get("model_id"), str):
         out["model"] = doc["model_id"]
@@ -158,14 +168,33 @@ def _errors(doc: dict[str, Any], path: Path, n: int) -> tuple[list[Any] | None, 
     return None, sum(1 for e in errors if e)
 
 
-def _starts(arrays: dict[str, list[Any]], keep: np.ndarray, path: Path) -> np.ndarray:
-    """Arrival times in s since the earliest kept start; zeros when the run saved none."""
+def _starts(arrays: dict[str, list[Any]], n: int, path: Path) -> np.ndarray:
+    """Arrival times in s since the earliest start; zeros when the run saved none."""
     import numpy as np
 
-    if "start_times" not in arrays:
-        return np.zeros(keep.size)
-    values = np.array([_seconds(arrays, "start_times", int(i), path) for i in keep])
+    if "start_times" not in arrays or n == 0:
+        return np.zeros(n)
+    values = np.array([_seconds(arrays, "start_times", i, path) for i in range(n)])
     return values - values.min()
+
+
+def _failed_request(
+    arrays: dict[str, list[Any]], i: int, arrival_s: float, errors: list[Any] | None
+) -> dict[str, Any]:
+    """A failed request's row: its lengths and outcome; the client timed nothing for it."""
+    from yaotu_trace.data.values import SOURCE_WHERE
+
+    row: dict[str, Any] = {
+        "request_id": str(arrays["request_ids"][i]) if "request_ids" in arrays else f"r{i}",
+        "arrival_s": arrival_s,
+        "prompt_len": arrays["input_lens"][i],
+        "output_len": arrays["output_lens"][i],
+        "status": "error",
+        SOURCE_WHERE: f"request {i}",
+    }
+    if errors is not None and errors[i]:
+        row["error"] = str(errors[i])
+    return row
 
 
 def _request(
@@ -182,6 +211,7 @@ def _request(
         "arrival_s": arrival_s,
         "prompt_len": arrays["input_lens"][i],
         "output_len": output_len,
+        "status": "ok",
         SOURCE_WHERE: f"request {i}",
     }
     gaps_s = _gaps(arrays, i, path)
@@ -191,8 +221,7 @@ def _request(
         first_s = arrival_s + ttft_s
         row["first_token_s"] = first_s
         times_s = first_s + np.concatenate(([0.0], np.cumsum(gaps_s)))
-        if isinstance(output_len, int) and len(times_s) == output_len:
-            row["token_times_s"] = times_s.tolist()
+        row["token_times_s"] = times_s.tolist()
         row["finish_s"] = float(times_s[-1])
     for key in ("latencies", "e2els"):
         if key in arrays and arrays[key][i] is not None:
@@ -214,20 +243,20 @@ def _seconds(arrays: dict[str, list[Any]], key: str, i: int, path: Path) -> floa
 def _gaps(arrays: dict[str, list[Any]], i: int, path: Path) -> np.ndarray:
     import numpy as np
 
+    from yaotu_trace.ingest.bench_summary import finite_numbers
+
     if "itls" not in arrays:
         return np.zeros(0)
     gaps = arrays["itls"][i]
     if gaps is None:
         return np.zeros(0)
-    ok = isinstance(gaps, list) and all(
-        isinstance(g, int | float) and not isinstance(g, bool) and math.isfinite(g) for g in gaps
-    )
-    if not ok:
+    seconds = finite_numbers(gaps)
+    if seconds is None:
         raise TraceSchemaError(
             f"{path}: request {i}, key 'itls': expected a list of seconds between streamed "
             f"chunks, got {str(gaps)[:40]!r}; the result file looks damaged"
         )
-    return np.asarray(gaps, dtype=np.float64)
+    return seconds
 
 
 def _notes(
@@ -245,7 +274,8 @@ def _notes(
     if n_failed:
         first = _short(errors[int(np.flatnonzero(failed)[0])]) if errors else "unsuccessful"
         notes.append(
-            f"{n_failed} of {n} requests failed and were skipped (first error: {first})"
+            f"{n_failed} of {n} requests failed; they are kept as rows with status 'error' and "
+            f"no timings (first error: {first})"
         )
     if failed_elsewhere:
         notes.append(
@@ -264,31 +294,96 @@ def _notes(
             f"arrival_s 0 in file order (the run used request_rate {rate}, max_concurrency "
             f"{concurrency}); latencies are exact, arrival patterns are not"
         )
-    if "first_token_s" not in out.columns or out["first_token_s"].isna().any():
-        missing = len(out) if "first_token_s" not in out.columns else int(
-            out["first_token_s"].isna().sum()
-        )
+    ok = out[out["status"] == "ok"]
+    timed = ok["first_token_s"].notna().sum() if "first_token_s" in ok.columns else 0
+    untimed = len(ok) - int(timed)
+    if untimed:
         notes.append(
-            f"{missing} request(s) have no TTFT (0 in 'ttfts': the endpoint did not stream)"
+            f"{untimed} request(s) have no TTFT (0 in 'ttfts': the endpoint did not stream)"
         )
-    if "first_token_s" in out.columns:
-        has_ttft = out["first_token_s"].notna()
-        no_times = (
-            int(has_ttft.sum())
-            if "token_times_s" not in out.columns
-            else int((has_ttft & out["token_times_s"].isna()).sum())
+    chunked = _chunked_requests(out)
+    if chunked:
+        notes.append(
+            f"{chunked} of {len(ok)} successful request(s) streamed a chunk count other than "
+            "output_len (several tokens per chunk): their token_times_s hold one time per "
+            "chunk, so their inter-token gaps are inter-chunk gaps, as vllm bench reports ITL"
         )
-        if no_times:
-            notes.append(
-                f"{no_times} request(s) streamed a chunk count different from output_len (several "
-                "tokens per chunk); their token_times_s are left out"
-            )
     return notes
+
+
+def _chunked_requests(out: pd.DataFrame) -> int:
+    """Requests whose token_times_s is not one entry per output token (chunks of several)."""
+    if "token_times_s" not in out.columns:
+        return 0
+    times = out["token_times_s"]
+    lengths = out["output_len"]
+    return sum(
+        1 for t, n in zip(times, lengths, strict=True)
+        if isinstance(t, list) and isinstance(n, int) and len(t) != n
+    )
 
 
 def _short(value: object) -> str:
     text = " ".join(str(value).split())
     return text[:80] + ("..." if len(text) > 80 else "")
+
+
+# Run-level keys of vllm/benchmarks/serve.py's result, key -> (label, unit).
+RUN_KEYS: Final = {
+    "model_id": ("model", ""),
+    "backend": ("backend", ""),
+    "endpoint_type": ("endpoint type", ""),
+    "label": ("label", ""),
+    "date": ("date", ""),
+    "num_prompts": ("prompts", "requests"),
+    "request_rate": ("request rate", "req/s"),
+    "burstiness": ("burstiness", ""),
+    "max_concurrency": ("max concurrency", "requests"),
+}
+TOTAL_KEYS: Final = {
+    "completed": ("completed", "requests"),
+    "failed": ("failed", "requests"),
+    "duration": ("duration", "s"),
+    "total_input_tokens": ("input tokens", "tokens"),
+    "total_output_tokens": ("output tokens", "tokens"),
+    "request_throughput": ("request throughput", "req/s"),
+    "request_goodput": ("request goodput", "req/s"),
+    "output_throughput": ("output token throughput", "tokens/s"),
+    "total_token_throughput": ("total token throughput", "tokens/s"),
+    "max_output_tokens_per_s": ("peak output token throughput", "tokens/s"),
+    "max_concurrent_requests": ("peak concurrent requests", "requests"),
+}
+LATENCY_NAMES: Final = {
+    "ttft": ("TTFT", "time to first token"),
+    "tpot": ("TPOT", "time per output token, first excluded"),
+    "itl": ("ITL", "inter-token latency, between streamed chunks"),
+    "e2el": ("E2EL", "end-to-end latency"),
+}
+LATENCY_KEY: Final = re.compile(
+    r"(?P<stat>mean|median|std|p\d+(?:\.\d+)?)_(?P<metric>[a-z0-9]+)_ms"
+)
+
+
+def read_vllm_bench_summary(path: Path) -> BenchSummary | None:
+    """The run-level numbers of a result saved without --save-detailed, else None."""
+    from yaotu_trace.ingest import bench_summary as bs
+
+    if '"input_lens"' in bs.document_head(path):
+        return None  # per-request arrays: a trace, left unparsed here
+    doc = _load_document(path)
+    if not isinstance(doc, dict) or "input_lens" in doc or "output_lens" in doc:
+        return None
+    latencies = bs.latencies(doc, LATENCY_KEY, LATENCY_NAMES, "ms")
+    taken = {*RUN_KEYS, *TOTAL_KEYS,
+             *(k for k in doc if (m := LATENCY_KEY.fullmatch(k)) and m["metric"] in LATENCY_NAMES)}
+    return bs.BenchSummary(
+        tool="vllm bench serve",
+        format_name=TraceFormat.VLLM_BENCH.value,
+        run=bs.values(doc, RUN_KEYS, numbers_only=False),
+        totals=bs.values(doc, TOTAL_KEYS) + bs.other_numbers(doc, taken),
+        latencies=latencies,
+        fix=DETAIL_HINT,
+    )
 
 
 def _is_vllm_bench_document(head: str) -> bool:
@@ -301,4 +396,5 @@ FORMAT = TraceFormatSpec(
     reader=read_vllm_bench,
     row_label="request",
     json_document=_is_vllm_bench_document,
+    summary=read_vllm_bench_summary,
 )

@@ -165,6 +165,8 @@ def input_renderables(summary: InputSummary, command: str) -> list[RenderableTyp
         "prompt_block_ids": f"block ids ({summary.source_block_size} tokens each)",
         None: "lengths only" if summary.requests else "none",
     }[summary.content]
+    if not summary.columns:  # a benchmark summary: no request rows at all
+        content = "none (run-level summary)"
     rows = [
         ("file", summary.path),
         ("format", summary.format),

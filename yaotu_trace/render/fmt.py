@@ -29,6 +29,15 @@ def num(value: float | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
+def as_given(value: float | None, digits: int = 6) -> str:
+    """A number as its source wrote it, up to `digits` significant digits: 619.85, 1,369."""
+    if value is None:
+        return MISSING
+    if float(value).is_integer():
+        return f"{round(value):,}"
+    return f"{value:,.{digits}g}"
+
+
 def length(value: float | None) -> str:
     """A token length: whole values without decimals (13, not 13.00), others to one decimal."""
     if value is None:

@@ -38,6 +38,7 @@ SECTION_VIEWS: dict[str, str] = {
     "simulation": "simulation",
     "comparison": "comparison",
     "checks": "checks",
+    "bench_summary": "bench_summary",
 }
 
 # Section value type → view module, ahead of the key: the same key can carry different values
