@@ -201,9 +201,10 @@ def _step_shape(bins: WindowBins, queued: np.ndarray, budget: float | None,
         return {}
     covered = float(bins.covered_s[queued].sum())
     steps = float(bins.steps[queued].sum())
+    # A step that starts in a window may end after it: shares are capped at 1.
     out: dict[str, float | None] = {
-        "busy_queued": ratio(float(bins.busy_s[queued].sum()), covered),
-        "idle_waiting_queued": (ratio(float(bins.idle_waiting_s[queued].sum()), covered)
+        "busy_queued": _share(float(bins.busy_s[queued].sum()), covered),
+        "idle_waiting_queued": (_share(float(bins.idle_waiting_s[queued].sum()), covered)
                                 if bins.idle_waiting_s is not None else None),
     }
     if bins.tokens_sum is not None and steps:
@@ -216,6 +217,11 @@ def _step_shape(bins: WindowBins, queued: np.ndarray, budget: float | None,
     if bins.kv_usage_sum is not None and steps:
         out["kv_usage_queued"] = float(bins.kv_usage_sum[queued].sum()) / steps
     return out
+
+
+def _share(part: float, whole: float) -> float | None:
+    value = ratio(part, whole)
+    return None if value is None else min(value, 1.0)
 
 
 def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows, mask: np.ndarray,
