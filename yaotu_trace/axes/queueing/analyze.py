@@ -177,7 +177,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     shape = _batch_shape(inp, st, sources)
     qw = queue_windows(inp, timing, grid, st, t)
     judged = judge(inp, timing, grid, st, qw, load.service_rate_tokens_per_s, shape.budget,
-                   shape.seq_cap)
+                   shape.seq_cap, t)
     metrics = _metrics(inp, timing, grid, load, st, shape, judged)
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
         return _undecided(metrics)

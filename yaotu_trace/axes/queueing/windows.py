@@ -26,8 +26,11 @@ rate, `growth_rho`), saturation (GPU busy and idle-while-waiting, step log only)
 (tokens per step and running against their caps) and KV admission (KV usage), in the queued
 windows, at the moments requests wait there (the steps that leave some waiting, the scrapes
 that see some, the instants some are queued in the request table): what the engine ran while
-it could not admit more. Running comes from the step log, else the metrics' running gauge,
-else the request table's own concurrency (scheduled ≤ t < finish), per instance.
+it could not admit more. With a step log each instance is judged in the windows where its own
+queue is (its num_waiting through `growth_windows`; the cluster's sums when instances ×
+windows exceeds `steps.MAX_CELLS`). Running comes from the step log, else the metrics'
+running gauge, else the request table's own concurrency (scheduled ≤ t < finish), per
+instance.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def queue_windows(inp: AxisInput, timing: RequestTiming, grid: Windows, st: Step
     edges = grid.edges()
     waiting, source = None, None
     if st.bins is not None and st.bins.waiting_at_edges is not None:
-        waiting, source = st.bins.waiting_at_edges, Source.STEPS
+        waiting, source = st.bins.waiting_at_edges.sum(axis=0), Source.STEPS
     elif inp.metrics is not None and (w := _gauge_at(inp.metrics, "num_waiting", edges)):
         waiting, source = w[0], Source.METRICS
     else:
@@ -137,7 +140,7 @@ class WindowVerdicts:
 
 def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
           qw: QueueWindows | None, service_rate: float | None, budget: float | None,
-          seq_cap: float | None) -> WindowVerdicts:
+          seq_cap: float | None, t: Thresholds) -> WindowVerdicts:
     """Each cause's measurement in the growing or queued windows (module docstring)."""
     if qw is None:
         return WindowVerdicts()
@@ -145,7 +148,10 @@ def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
     rise = np.diff(qw.waiting_at_edges)
     burst = _burst(timing, grid, grow, service_rate)
     bins = st.bins
-    steps = _step_shape(bins, queued, budget, seq_cap) if bins is not None else {}
+    steps: dict[str, float | None] = {}
+    if bins is not None:
+        rows = _queued_rows(inp, timing, grid, bins, queued, t)
+        steps = _step_shape(bins, rows, budget, seq_cap)
     running, running_source = steps.get("running_fill_queued"), None
     if running is not None:
         running_source = Source.STEPS
@@ -193,10 +199,30 @@ def _burst(timing: RequestTiming, grid: Windows, grow: np.ndarray,
             "burst_ratio": burst_ratio, "growth_rho": rho}
 
 
+def _queued_rows(inp: AxisInput, timing: RequestTiming, grid: Windows, bins: WindowBins,
+                 queued: np.ndarray, t: Thresholds) -> np.ndarray:
+    """The queued windows of each row of the step log's sums (rows × windows): each instance
+    judged where its own queue is (`growth_windows` on its num_waiting, with the arrivals the
+    request table routes to it), else the cluster's queued windows for every row."""
+    rows = len(bins.instances)
+    if bins.waiting_at_edges is None or bins.instances == ("all",):
+        return np.broadcast_to(queued, (rows, grid.count))
+    arrivals = np.zeros((rows, grid.count))
+    if inp.has("instance"):
+        names = inp.requests["instance"].astype(object).to_numpy()
+        for r, name in enumerate(bins.instances):
+            arrivals[r] = _arrivals(timing.arrival[names == name], grid)
+    out = np.zeros((rows, grid.count), dtype=bool)
+    for r in range(rows):
+        _, out[r] = growth_windows(bins.waiting_at_edges[r], arrivals[r],
+                                   float(t.growth_min_requests), float(t.growth_min_share))
+    return out
+
+
 def _step_shape(bins: WindowBins, queued: np.ndarray, budget: float | None,
                 seq_cap: float | None) -> dict[str, float | None]:
-    """Busy, idle-while-waiting, tokens per step, running and KV usage in the queued windows,
-    from the step log's per-window sums."""
+    """Busy, idle-while-waiting, tokens per step, running and KV usage where each instance's
+    queue is (`queued`: rows × windows), from the step log's per-window sums."""
     if not queued.any():
         return {}
     covered = float(bins.covered_s[queued].sum())
