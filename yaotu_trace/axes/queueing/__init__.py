@@ -35,9 +35,14 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   running_fill_p75 = running_p75 / seq_cap (ratio).
 - kv_usage_p75: P75 of kv_blocks_used / kv_blocks_total (steps) or vllm:kv_cache_usage_perc /
   sglang:token_usage (metrics) (ratio).
-- standing queue (rules Q004–Q006): with a step log, waiting_share ≥ the `waiting_share`
-  threshold (requests left waiting after a step's admissions); without one, queue_share_of_ttft
-  ≥ queue_share_warn or waiting_share ≥ its threshold.
+- The causes (rules Q001, Q003–Q005) are judged in the windows where the queue is
+  (`yaotu_trace.axes.queueing.windows`): growing windows (the queue rises by
+  growth_min_requests and growth_min_share of the window's arrivals) and queued ones (growing,
+  or requests waiting at both edges), the queue counted by the step log, else the metrics,
+  else the request table, through one function (`growth_windows`). A queue to explain (Q004,
+  Q005): some window is queued; without any count of the queue, queue_share_of_ttft ≥
+  queue_share_warn or waiting_share ≥ its threshold. Q006 (cause `unidentified`): the queue's
+  share of latency (else of TTFT) ≥ queue_share_warn and no cause found.
 - waiting_share: share of steps (or metric samples) with num_waiting > 0 (ratio);
   waiting_mean: duration-weighted mean of num_waiting over the step log (requests).
 - Little's law (rule A0). Observed: waiting_mean = Σ over instances of ∫ num_waiting dt / the
