@@ -128,12 +128,10 @@ def test_minute_burst_is_an_arrival_burst_from_every_source(
     assert m["growth_requests"] == pytest.approx(263, abs=2)
     assert m["burst_ratio"] == pytest.approx(4.39, abs=0.01)
     assert m["running_fill_queued"] >= 0.99
-    # offered work there is twice what the step log serves at its peak; the request table
-    # spreads each request's tokens evenly over its service, which overstates the peak rate
-    if source in ("steps", "both"):
-        assert m["growth_rho"] == pytest.approx(2.0, abs=0.05)
-    else:
-        assert 1.3 <= m["growth_rho"] < 2.0
+    # offered work there (prompt tokens the cache does not supply, plus output) is 1.4–1.5 ×
+    # the busiest window's service rate, from the step log's tokens or the request table's
+    # work spread over each request's service
+    assert 1.3 <= m["growth_rho"] <= 1.6
     expected_source = {"requests": "requests", "metrics": "metrics"}.get(source, "steps")
     assert m["queue_source"] == expected_source
 

@@ -167,8 +167,13 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
     scheduled = times_of(req, "scheduled_s")
     first = times_of(req, "first_token_s")
     finish = times_of(req, "finish_s")
-    work = (req["prompt_len"].to_numpy(dtype=np.float64)
-            + req["output_len"].to_numpy(dtype=np.float64))
+    # Work is what the engine computes, as a step log counts it: prompt tokens the prefix
+    # cache did not supply, plus output tokens.
+    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
+    cached = times_of(req, "cached_tokens")
+    if cached is not None:
+        prompt = prompt - np.clip(np.nan_to_num(cached), 0.0, prompt)
+    work = prompt + req["output_len"].to_numpy(dtype=np.float64)
 
     queue = ttft = None
     share_ttft = share_latency = queue_total = None
