@@ -123,3 +123,22 @@ def test_too_many_instance_windows_fall_back_to_the_cluster_sums(monkeypatch):
     m = analyze_queueing(make_input(requests, steps=steps), thresholds(window_s=1.0)).metrics
     # the cluster in [0, 2): i0 busy 2.0 s and i1 0.2 s of the 2.0 + 2.0 s they cover
     assert m.busy_queued == pytest.approx(2.2 / 4.0)
+
+
+def test_a_large_queue_share_is_never_ok_whatever_the_step_log_shows():
+    # Each of ten requests waits 0.3 s of its 1.5 s latency (a share of 0.2), while the step
+    # log never reports anybody waiting: the old gate (a quarter of the steps with requests
+    # waiting) left the axis ok; now it is a warning with the cause unidentified.
+    arrival = [float(i) for i in range(10)]
+    requests = {"arrival_s": arrival, "scheduled_s": [a + 0.3 for a in arrival],
+                "first_token_s": [a + 1.0 for a in arrival],
+                "finish_s": [a + 1.5 for a in arrival],
+                "prompt_len": [10] * 10, "output_len": [5] * 10}
+    steps = {"start_s": [a + 0.3 for a in arrival], "end_s": [a + 1.5 for a in arrival],
+             "num_waiting": [0] * 10, "num_running": [1] * 10}
+    result = analyze_queueing(make_input(requests, steps=steps), thresholds())
+    assert result.metrics.queued_windows == 0
+    assert result.metrics.queue_share_of_latency == pytest.approx(0.2)
+    assert (result.status, result.cause, result.rule_ids) == ("warning", "unidentified",
+                                                              ("Q006",))
+    assert any("KV usage" in step for step in result.next_steps)
