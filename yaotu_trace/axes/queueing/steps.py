@@ -70,7 +70,7 @@ class WindowBins:
 
 
 # Instance × window cells kept per instance; beyond it the sums are the cluster's (one row).
-MAX_CELLS = 1 << 22
+MAX_CELLS = 1 << 20
 
 
 class _PerInstance:
