@@ -84,15 +84,21 @@ def test_sglang_flat_span_list_maps_root_spans_to_requests() -> None:
     assert req["model"].unique().tolist() == ["Qwen/Qwen3-8B"]
 
 
-def test_error_status_spans_are_counted_in_the_notes() -> None:
-    """SGLang closes an aborted request's spans with status ERROR (code 2); the canonical
-    table has no status column, so the request stays and the notes count it."""
-    notes = load_trace(SGLANG).notes
+def test_error_status_spans_are_failed_requests_with_their_message() -> None:
+    """SGLang closes an aborted request's spans with status ERROR (code 2) and the message
+    "have unclosed span, auto closed": that request stays, with status error and the message;
+    the notes count it."""
+    trace = load_trace(SGLANG)
+    notes = trace.notes
     assert "7 span(s) without 'gen_ai.usage.prompt_tokens' were skipped (not requests)" in notes
     assert (
-        "1 of 3 request span(s) ended with status ERROR; they are kept as requests because "
-        "the canonical table has no status column"
+        "1 of 3 request span(s) ended with status ERROR; they are kept with status 'error': "
+        "counted in the success rate, left out of latency figures"
     ) in notes
+    req = trace.requests
+    assert req["status"].tolist() == ["ok", "ok", "error"]
+    assert req["error"].isna().tolist() == [True, True, False]
+    assert req["error"].iloc[2] == "have unclosed span, auto closed"
 
 
 @pytest.mark.parametrize("code", [2, "2", "STATUS_CODE_ERROR"])
@@ -102,8 +108,11 @@ def test_every_json_spelling_of_the_error_status_counts(tmp_path: Path, code: ob
     spans[2]["status"] = {"code": 1}  # OK
     path = tmp_path / "spans.json"
     path.write_text(json.dumps({"spans": spans}))
-    notes = load_trace(path).notes
-    assert any(note.startswith("1 of 2 request span(s) ended with status ERROR") for note in notes)
+    trace = load_trace(path)
+    assert any(note.startswith("1 of 2 request span(s) ended with status ERROR")
+               for note in trace.notes)
+    assert trace.requests["status"].tolist() == ["error", "ok"]
+    assert "error" not in trace.requests.columns  # no status.message, so no error text
 
 
 def test_json_lines_of_flat_span_lists(tmp_path: Path) -> None:

@@ -16,6 +16,10 @@ from yaotu_trace.sim import (
     fit_step_cost,
     simulate,
 )
+from yaotu_trace.sim.config import FIXED_ROUTES
+
+# Routes chosen at arrival; the fixed ones (trace, weighted) are in test_sim_fixed_routes.py.
+ARRIVAL_ROUTES = [r for r in RoutePolicy if r not in FIXED_ROUTES]
 
 
 def workload(n, *, seed=0, rate=5.0, prompt=(16, 400), output=(1, 40), prefixes=6,
@@ -112,7 +116,7 @@ def test_validation_small_pool_preempts_and_recomputes():
     caching=st.booleans(),
     scheduler=st.sampled_from(list(SchedulerKind)),
     instances=st.integers(1, 3),
-    route=st.sampled_from(list(RoutePolicy)),
+    route=st.sampled_from(ARRIVAL_ROUTES),
     pd=st.sampled_from([None, (1, 1), (1, 2)]),
 )
 def test_validation_invariants_hold_for_any_configuration(seed, kv_blocks, max_num_seqs, budget,
@@ -218,7 +222,7 @@ def test_validation_cache_aware_routing_beats_round_robin_on_hits():
                         chain_ids=np.array([x for c in chains for x in c], dtype=np.int32),
                         chain_block_tokens=block, num_chain_ids=nid)
     hits = {}
-    for route in RoutePolicy:
+    for route in ARRIVAL_ROUTES:
         r = simulate(req, config(kv_blocks=30, instances=2, route=route, max_num_seqs=4))
         hits[route] = r.cached_tokens.sum()
     assert hits[RoutePolicy.PREFIX_AFFINITY] > hits[RoutePolicy.ROUND_ROBIN]

@@ -115,6 +115,29 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
                   rationale="KV traffic above half the link leaves no room for bursts (D3)"),
         Threshold(name="transfer_ttft_share", default=0.10, unit="ratio",
                   rationale="a transfer adding >10 % to TTFT erodes what splitting gains (D3)"),
+        # Failed requests (queueing rules Q007–Q008, axes/failures.py).
+        Threshold(name="failure_share", default=0.01, unit="ratio",
+                  rationale="1 % of requests failing is a user-visible error rate (a 99 % SLO)"),
+        Threshold(name="failure_min_requests", default=5.0, unit="requests",
+                  rationale="fewer failures than 5 are anecdotes, not a pattern to place"),
+        Threshold(name="failure_load_share", default=0.8, unit="ratio",
+                  rationale="80 % of failures in the busier half of arrivals is load, not luck"),
+        Threshold(name="instance_failure_share", default=0.5, unit="ratio",
+                  rationale="one instance holding half of all failures is where to look first"),
+        Threshold(name="instance_failure_lift", default=2.0, unit="ratio",
+                  rationale="failing twice as often as the trace sets it apart from its peers"),
+        # Disaggregated serving: the placement rules D007–D010.
+        Threshold(name="kv_transfer_dominant", default=0.5, unit="ratio",
+                  rationale="half of TTFT moving KV: the link, not prefill, sets TTFT (D008)"),
+        Threshold(name="pool_wait_share", default=0.2, unit="ratio",
+                  rationale="a fifth of TTFT queued for one pool is a pool short of instances"),
+        Threshold(name="pool_idle_busy", default=0.5, unit="ratio",
+                  rationale="a pool busy under half the time can give instances away (D009)"),
+        Threshold(name="transfer_failure_share", default=0.01, unit="ratio",
+                  rationale="1 % of requests failing or falling back re-prefills visibly (D010)"),
+        # Many instances (rule Q010).
+        Threshold(name="imbalance_vanish_share", default=0.5, unit="ratio",
+                  rationale="routing that would remove half the queue, not capacity, is the cause"),
     )
 }
 

@@ -15,6 +15,7 @@ from yaotu_trace.cli.options import (
     InputFormatOpt,
     KvCapacityOpt,
     KvDtypeOpt,
+    LogTzOpt,
     MapOpt,
     MetricsOpt,
     ModelOpt,
@@ -67,6 +68,7 @@ def check(
     output: OutputOpt = None,
     steps: StepsOpt = None,
     metrics: MetricsOpt = None,
+    log_tz: LogTzOpt = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
     kv_capacity: KvCapacityOpt = None,
@@ -99,6 +101,7 @@ def check(
     with progress("check", quiet) as update:
         report = run(trace_input(trace, input_format, map, source_block_size, steps),
                      config=config, baseline=baseline, fail_on=fail_on, metrics=metrics,
+                     log_tz=log_tz,
                      model=model, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
                      block_size_tokens=block_size,
                      preset=preset, threshold=threshold or (), progress=update)

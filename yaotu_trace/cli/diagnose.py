@@ -18,17 +18,19 @@ from yaotu_trace.cli.options import (
     KvCapacityOpt,
     KvDtypeOpt,
     LinkGbpsOpt,
+    LogTzOpt,
     MapOpt,
     MetricsOpt,
     ModelOpt,
+    OptionalTraceArg,
     OutputOpt,
     PresetOpt,
     SourceBlockOpt,
     StepsOpt,
     ThresholdOpt,
-    TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.errors import ConfigError
 
 MaxSeqsOpt = Annotated[
     int | None,
@@ -44,9 +46,10 @@ MaxTokensOpt = Annotated[
 
 @command()
 def diagnose(
-    trace: TraceArg,
+    trace: OptionalTraceArg = None,
     steps: StepsOpt = None,
     metrics: MetricsOpt = None,
+    log_tz: LogTzOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
     kv_dtype: KvDtypeOpt = None,
@@ -71,9 +74,15 @@ def diagnose(
 
     Each axis reports ok, warning, bottleneck or insufficient_data (naming the missing
     columns) with its evidence and rule ids; the verdict names the principal bottleneck and
-    the ledger prices each candidate remedy in tokens, seconds and bytes.
+    the ledger prices each candidate remedy in tokens, seconds and bytes. Without a TRACE,
+    the engine's telemetry alone is judged (a server log, a Prometheus export or scrape, a
+    step log): the axes it can decide, the rest insufficient_data with what would decide them.
 
     Examples:
+
+      trace diagnose --metrics server.log
+
+      trace diagnose --metrics server.log --log-tz Asia/Shanghai --format json
 
       trace diagnose requests.parquet --steps steps.csv --metrics prom.json --model Llama-3.1-8B
 
@@ -86,9 +95,14 @@ def diagnose(
     """
     from yaotu_trace.commands.diagnose import diagnose as run
 
+    if trace is None and (input_format is not None or map or source_block_size is not None):
+        raise ConfigError("--input-format, --map and --source-block-size say how to read a "
+                          "TRACE; give the trace, or drop them to judge --metrics alone")
+    source = None if trace is None else trace_input(trace, input_format, map,
+                                                    source_block_size, steps)
     with progress("diagnose", quiet) as update:
         report = run(
-            trace_input(trace, input_format, map, source_block_size, steps), metrics=metrics,
+            source, metrics=metrics, steps=steps if trace is None else None, log_tz=log_tz,
             model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
             kv_capacity=kv_capacity,
             block_size_tokens=block_size, max_num_seqs=max_num_seqs,

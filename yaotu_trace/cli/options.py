@@ -27,6 +27,15 @@ TraceArg = Annotated[
         show_default=False,
         metavar="TRACE"),
 ]
+# `trace diagnose` only: without a trace it judges the telemetry (--metrics, --steps) alone.
+OptionalTraceArg = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Trace file (.parquet, .jsonl, .csv, .json) or a folder of WEKA conversation files; "
+        "leave it out to judge --metrics (or --steps) alone.",
+        show_default=False,
+        metavar="TRACE"),
+]
 InputFormatOpt = Annotated[
     TraceFormat | None,
     typer.Option(
@@ -102,6 +111,25 @@ MetricsOpt = Annotated[
     typer.Option("--metrics", help="Engine telemetry: a Prometheus range-query export (JSON "
                  "or CSV), /metrics text (one snapshot, a file or folder of scrapes), or a vLLM "
                  "or SGLang server log (found by its content); see docs/formats.md."),
+]
+def _log_zone(value: str | None) -> str | None:
+    """Refuse a zone `--log-tz` cannot name before anything is read (a usage error)."""
+    from yaotu_trace.errors import ConfigError
+    from yaotu_trace.ingest.serverlog import log_zone
+
+    if value is not None:
+        try:
+            log_zone(value)
+        except ConfigError as err:
+            raise typer.BadParameter(str(err).removeprefix("--log-tz ")) from None
+    return value
+
+
+LogTzOpt = Annotated[
+    str | None,
+    typer.Option("--log-tz", metavar="ZONE", callback=_log_zone,
+                 help="Zone of a server log's times, which carry none: an IANA name "
+                 "(Asia/Shanghai) or a UTC offset (+08:00) [default: UTC]."),
 ]
 ModelOpt = Annotated[
     str | None,

@@ -12,6 +12,7 @@ from yaotu_trace.cli.options import (
     InputFormatOpt,
     KvCapacityOpt,
     KvDtypeOpt,
+    LogTzOpt,
     MapOpt,
     MetricsOpt,
     ModelOpt,
@@ -40,6 +41,7 @@ def report(
     format: ReportFormatOpt = None,
     steps: StepsOpt = None,
     metrics: MetricsOpt = None,
+    log_tz: LogTzOpt = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
     kv_capacity: KvCapacityOpt = None,
@@ -68,7 +70,8 @@ def report(
 
     with progress("report", quiet) as update:
         result = run(trace_input(trace, input_format, map, source_block_size, steps),
-                     metrics=metrics, model=model, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
+                     metrics=metrics, log_tz=log_tz, model=model, kv_dtype=kv_dtype,
+                     kv_capacity=kv_capacity,
                      block_size_tokens=block_size, preset=preset, threshold=threshold or (),
                      progress=update)
     emit(result, format, output, default=OutputFormat.HTML)

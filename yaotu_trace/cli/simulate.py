@@ -49,7 +49,11 @@ InstancesOpt = Annotated[int | None, typer.Option(
     "--instances", help="Colocated instances [1].", min=1)]
 RouteOpt = Annotated[RoutePolicy | None, typer.Option(
     "--route", help="Routing over instances: prefix-affinity is sgl-router's cache_aware, "
-    "kv-aware is Dynamo's cost [round-robin].", case_sensitive=False)]
+    "kv-aware is Dynamo's cost, trace keeps the trace's instance column, weighted sends fixed "
+    "shares (--route-weights) [round-robin].", case_sensitive=False)]
+RouteWeightsOpt = Annotated[str | None, typer.Option(
+    "--route-weights", help="Shares of the requests per instance for --route weighted, e.g. "
+    "0.85,0.15 (one per instance; normalised).", metavar="W1,W2,...")]
 PdOpt = Annotated[str | None, typer.Option(
     "--pd", help="Disaggregate: P prefill and D decode instances, e.g. 1:3.", metavar="P:D")]
 LinkLatencyOpt = Annotated[float | None, typer.Option(
@@ -113,6 +117,7 @@ def simulate(
     prefix_caching: PrefixOpt = None,
     instances: InstancesOpt = None,
     route: RouteOpt = None,
+    route_weights: RouteWeightsOpt = None,
     pd: PdOpt = None,
     link_gbps: LinkGbpsOpt = None,
     link_latency_ms: LinkLatencyOpt = None,
@@ -151,7 +156,8 @@ def simulate(
         model=model, kv_dtype=kv_dtype, gpu=gpu, kv_blocks=kv_blocks, block_size=block_size,
         max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
         chunked_prefill=chunked_prefill, long_prefill_token_threshold=long_prefill_token_threshold,
-        prefix_caching=prefix_caching, instances=instances, route=route, pd=pd,
+        prefix_caching=prefix_caching, instances=instances, route=route,
+        route_weights=route_weights, pd=pd,
         link_gbps=link_gbps, link_latency_ms=link_latency_ms, layerwise_overlap=layerwise_overlap,
         scheduler=scheduler, gpu_memory_utilization=gpu_memory_utilization, tp=tp, mfu=mfu,
         mbu=mbu, overhead_ms=overhead_ms, host_gap_ms=host_gap_ms, calibrate=calibrate,

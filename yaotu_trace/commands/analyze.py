@@ -26,7 +26,14 @@ def _prefix_reuse(trace: Trace, options: Mapping[str, Any]) -> Any:
     return reuse_overview(trace, options.get("warmup"), preset=options.get("preset"))
 
 
-ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"prefix_reuse": _prefix_reuse}
+def _success(trace: Trace, options: Mapping[str, Any]) -> Any:
+    from yaotu_trace.profile.success import success_profile
+
+    return success_profile(trace)
+
+
+ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"success": _success,
+                                               "prefix_reuse": _prefix_reuse}
 
 
 def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None = None,

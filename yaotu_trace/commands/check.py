@@ -22,6 +22,7 @@ def check(
     baseline: Path | None = None,
     fail_on: FailOn | None = None,
     metrics: Path | None = None,
+    log_tz: str | None = None,
     model: str | None = None,
     kv_dtype: str | None = None,
     kv_capacity: str | None = None,
@@ -56,7 +57,7 @@ def check(
     loaded = open_trace(trace, lazy_content=True, progress=progress)
     diagnosis = diagnosis_of(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
                              block_size_tokens=block_size_tokens, preset=preset,
-                             threshold=threshold, kv_dtype=kv_dtype)
+                             threshold=threshold, kv_dtype=kv_dtype, log_tz=log_tz)
     tell(progress, "analyzing", 0.3)
     doc: dict[str, Any] = report_view(analyze(loaded))
     gate = fail_on or cfg.fail_on

@@ -25,6 +25,7 @@ def report(
     trace: TraceSource,
     *,
     metrics: Path | None = None,
+    log_tz: str | None = None,
     model: str | None = None,
     kv_dtype: str | None = None,
     kv_capacity: str | None = None,
@@ -40,7 +41,7 @@ def report(
     loaded = open_trace(trace, lazy_content=True, progress=progress)
     diagnosis = diagnosis_of(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
                              block_size_tokens=block_size_tokens, preset=preset,
-                             threshold=threshold, kv_dtype=kv_dtype)
+                             threshold=threshold, kv_dtype=kv_dtype, log_tz=log_tz)
     return build_report(loaded, diagnose_report=diagnosis, progress=progress)
 
 
@@ -56,11 +57,14 @@ def build_report(
     from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
     from yaotu_trace.prefix.sweep_trace import sweep_trace
     from yaotu_trace.profile.figures import plot_data
+    from yaotu_trace.profile.success import success_profile
     from yaotu_trace.profile.workload import profile_trace
 
     sections: dict[str, Any] = {}
     tell(progress, "profile", 0.0)
     sections["profile"] = profile_trace(trace)
+    if (success := success_profile(trace)) is not None:
+        sections["success"] = success
     diagnosis = None
     if diagnose_report is not None:
         tell(progress, "diagnosis", 0.1)

@@ -50,7 +50,7 @@ def read_parquet(path: Path, *, skip: tuple[str, ...] = ()) -> RawTrace:
     table = parquet_file.read_table(path, columns=columns)
     meta = table.schema.metadata or {}
     block = meta.get(SOURCE_BLOCK_SIZE_KEY)
-    df = table.to_pandas(types_mapper=_list_mapper)
+    df = parquet_file.to_frame(table, types_mapper=_list_mapper)
     return RawTrace(
         requests=df,
         format_name="parquet",

@@ -123,3 +123,18 @@ def _locate(path: str | Path, file: Any, columns: list[str] | None) -> None:
             with reading(path, f"row group {group + 1} of {file.metadata.num_row_groups}",
                          column):
                 file.read_row_group(group, columns=[column])
+
+
+def to_frame(table: Any, **options: Any) -> Any:
+    """`table.to_pandas(**options)`, also for a file pandas itself cannot read back.
+
+    pandas records each column's dtype in the file's metadata; for an Arrow-backed list column
+    it writes `large_list<element: int64>[pyarrow]`, a name it then refuses to parse. The
+    metadata only restores dtypes and the index, so such a table is converted without it.
+    """
+    try:
+        return table.to_pandas(**options)
+    except TypeError as err:
+        if "not understood" not in str(err):
+            raise
+        return table.to_pandas(ignore_metadata=True, **options)

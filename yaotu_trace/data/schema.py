@@ -442,6 +442,12 @@ def _typed_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Seri
     for column in STRING_COLUMNS:
         if column in df.columns:
             out[column] = df[column].astype("string")
+    if "kv_transfer_s" in out:
+        negative = np.flatnonzero((out["kv_transfer_s"] < 0).to_numpy())
+        if negative.size:
+            fail_at(path, df, int(negative[0]), label, "kv_transfer_s",
+                    f"{out['kv_transfer_s'].iloc[int(negative[0])]:g} s is negative; a transfer "
+                    "takes >= 0 seconds")
     if "status" in df.columns:
         out["status"] = _statuses(df, path, label)
     return out
@@ -449,7 +455,7 @@ def _typed_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Seri
 
 def _statuses(df: pd.DataFrame, path: str, label: str) -> pd.Series:
     """`status` in lower case, each one of STATUS_VALUES or missing (the source did not say)."""
-    status = df["status"].astype("string").str.strip().str.lower()
+    status = df["status"].astype("string").str.strip().str.lower().replace("", pd.NA)
     bad = np.flatnonzero((status.notna() & ~status.isin(STATUS_VALUES)).to_numpy())
     if bad.size:
         fail_at(path, df, int(bad[0]), label, "status",
@@ -542,6 +548,7 @@ def _timing_notes(table: pd.DataFrame) -> list[str]:
         ("scheduled_s", arrival, "scheduled before arrival"),
         ("first_token_s", arrival, "first token before arrival"),
         ("finish_s", table.get("first_token_s", arrival), "finished before first token"),
+        ("decode_start_s", arrival, "decode start before arrival"),
     )
     for column, before, what in checks:
         if column in table.columns:

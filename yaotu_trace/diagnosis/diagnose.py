@@ -5,11 +5,16 @@ Verdict (documented in docs/axes.md): among axes whose status is `bottleneck`, t
 bottleneck is the one with the largest estimated cost (its score: share of latency or work
 lost), and the verdict follows the cause when one axis' symptom comes from another (cost-model
 §7): queueing fed by KV admission or preemption churn is kv_memory; decode stalls that line up
-with re-prefills after preemption are kv_memory, with host dispatch gaps queueing, and with a
-shared prefix prefilled again and again prefix_reuse. pd_interference is principal only when no
+with re-prefills after preemption are kv_memory, with host dispatch gaps queueing, on the
+instance that queues next to an idle one (load imbalance) queueing, and with a shared prefix
+prefilled again and again prefix_reuse. pd_interference is principal only when no
 other axis is a bottleneck — capacity, dispatch and cache keys come before the choice between
 chunked prefill and P/D disaggregation. `fix_order` lists the non-ok axes in decision-flow
 order: kv_memory, queueing, prefix_reuse, pd_interference. `summary` is the verdict in one line.
+
+Without a request trace (`ingest.telemetry_only`), the same rules judge the telemetry; an axis
+whose verdict needs requests is `insufficient_data`, and every panel, the verdict and the
+ledger say what a request trace would add (`diagnosis.telemetry_alone`).
 """
 
 from __future__ import annotations
@@ -58,6 +63,26 @@ COST_LABEL = {
     AxisName.KV_MEMORY: "of all tokens recomputed",
     AxisName.PREFIX_REUSE: "of prefill recomputed",
     AxisName.PD_INTERFERENCE: "of decode time lost to prefill stalls",
+}
+# The words of a score measured on another basis than the axis' first one.
+BASIS_LABEL = {
+    "share of TTFT spent queueing": "of TTFT spent queued",
+    "share of wall time the GPU idled while requests waited": "of wall time the GPU idled "
+    "while requests waited",
+}
+# The placement causes of a disaggregated run: their score is another share than the axis'
+# (the verdict's words), their advice another than the flow's, and they are no decode stalls
+# that another axis could cause.
+CAUSE_COST_LABEL = {
+    "kv_transfer": "of TTFT spent moving KV",
+    "pd_ratio": "of TTFT queued for the short pool",
+    "transfer_failures": "of handed-off requests failed or fell back",
+}
+CAUSE_ADVICE = {
+    "kv_transfer": "the KV link sets TTFT: weigh a faster link against co-located chunked "
+    "prefill (ledger)",
+    "pd_ratio": "one pool queues while the other idles: move instances between the pools",
+    "transfer_failures": "transfers fail or fall back: fix the transfer path before tuning",
 }
 
 
@@ -133,17 +158,28 @@ HEADLINE: dict[AxisName, tuple[tuple[str, str], ...]] = {
 }
 
 
+# Shown when none of HEADLINE is measured, as with telemetry alone.
+TELEMETRY_HEADLINE: dict[AxisName, tuple[tuple[str, str], ...]] = {
+    AxisName.QUEUEING: (("waiting_share", "ratio"), ("waiting_mean", "requests"),
+                        ("running_fill_p75", "ratio"), ("kv_usage_p75", "ratio")),
+    AxisName.KV_MEMORY: (("kv_usage_max", "ratio"), ("kv_capacity_tokens", "tokens")),
+    AxisName.PREFIX_REUSE: (),
+    AxisName.PD_INTERFERENCE: (("metrics_itl_mean_s", "s"),),
+}
+
+
 def axis_report(result: AxisResult, findings: tuple[Finding, ...]) -> AxisReport:
     """The axis with its own findings and its evidence: the numbers of the rules that fired
-    (first occurrence of each name), else its headline measurements."""
+    (first occurrence of each name), else its headline measurements (of an undecided axis
+    too: what was measured, such as an observed hit rate without prompt content)."""
     own = tuple(f for f in findings if f.axis is result.axis)
     seen: dict[str, Evidence] = {}
     for hit in result.hits:
         for e in hit.evidence:
             if e.value is not None:
                 seen.setdefault(e.name, e)
-    if not seen and result.status is not Status.INSUFFICIENT_DATA:
-        for key, unit in HEADLINE[result.axis]:
+    for headline in (HEADLINE, TELEMETRY_HEADLINE):
+        for key, unit in headline[result.axis] if not seen else ():
             value = getattr(result.metrics, key, None)
             if value is not None:
                 seen[key] = Evidence(name=key, value=value, unit=unit)
@@ -212,18 +248,40 @@ def _symptom_of(
                 "re-queued and recomputed)"
         return None
     if symptom is AxisName.PD_INTERFERENCE:
+        if axes[AxisName.PD_INTERFERENCE].cause in CAUSE_ADVICE:
+            return None
         if churn and bad(AxisName.KV_MEMORY):
             return AxisName.KV_MEMORY, "the stalls coincide with re-prefills after preemption"
         if axes[AxisName.QUEUEING].cause == "dispatch_overhead":
             return AxisName.QUEUEING, "the gaps are host dispatch time (Q003)"
+        if _stalls_on_queued_instance(axes):
+            return AxisName.QUEUEING, "the stalls fall mostly on the instance that queues while "\
+                "another has free seats (Q010): balance the routing first"
         if set(axes[AxisName.PREFIX_REUSE].rule_ids) & {"P001", "P002"}:
             return AxisName.PREFIX_REUSE, "the stalls are prefills of a shared prefix computed "\
                 "again and again"
     return None
 
 
-def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
-    """Rank the axes and pick the principal bottleneck (see the module docstring)."""
+def _basis(entry: RankEntry) -> str:
+    """' (basis: score)' of a ranked axis, or nothing when its score is unknown."""
+    return "" if entry.score is None else f" ({entry.score_basis}: {_fmt(entry.score)})"
+
+
+def _stalls_on_queued_instance(axes: dict[AxisName, AxisResult]) -> bool:
+    """Whether queueing is a load imbalance (Q010) and the instance that queues holds the
+    largest share of the decode stalls: idle seats next to a queue come before interference."""
+    q = axes[AxisName.QUEUEING]
+    lb = getattr(q.metrics, "load_balance", None)
+    shares = getattr(axes[AxisName.PD_INTERFERENCE].metrics, "stall_share_by_instance", None)
+    if q.cause != "load_imbalance" or lb is None or not shares:
+        return False
+    return max(shares, key=lambda k: (shares[k], k)) == lb.queued_instance
+
+
+def verdict_of(axes: dict[AxisName, AxisResult], *, has_requests: bool = True) -> Verdict:
+    """Rank the axes and pick the principal bottleneck (see the module docstring);
+    `has_requests=False` (telemetry alone) leaves out what the trace lacks: there is none."""
     ranking = tuple(sorted(
         (RankEntry(axis=a.axis, status=a.status, score=a.score, score_basis=a.score_basis,
                    cause=a.cause) for a in axes.values()),
@@ -239,8 +297,8 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
         warnings = [r for r in ranking if r.status is Status.WARNING]
         undecided = [a for a in AXIS_ORDER if a in insufficient]
         if warnings:
-            reason = (f"no axis is a bottleneck; the largest concern is {warnings[0].axis} "
-                      f"({warnings[0].score_basis}: {_fmt(warnings[0].score)})")
+            reason = (f"no axis is a bottleneck; the largest concern is {warnings[0].axis}"
+                      f"{_basis(warnings[0])}")
             line = f"verdict: no principal bottleneck; largest concern {warnings[0].axis}"
         elif len(insufficient) == len(axes):
             reason = "no axis could be decided: every axis lacks the data it needs"
@@ -250,12 +308,12 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
             line = "verdict: no principal bottleneck"
         if undecided:
             reason += f"; undecided: {', '.join(undecided)}"
-        timing = [a for a in undecided if a is not AxisName.PREFIX_REUSE]
+        timing = [a for a in undecided if a is not AxisName.PREFIX_REUSE and has_requests]
         if timing:
             reason += (f" — {', '.join(timing)} need engine timing this trace lacks (each "
                        "panel's `missing` names the columns; `trace simulate` can model an "
                        "engine to supply them)")
-        if AxisName.PREFIX_REUSE in undecided:
+        if AxisName.PREFIX_REUSE in undecided and has_requests:
             reason += "; prefix_reuse needs prompt content (token or block ids)"
         if undecided and line != "verdict: undecided — no axis has the data it needs":
             decided = [f"{a} {axes[a].status}" for a in AXIS_ORDER if a not in insufficient]
@@ -267,8 +325,9 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
     candidates = [r for r in bottlenecks
                   if not (r.axis is AxisName.PD_INTERFERENCE and len(names) > 1)]
     principal = candidates[0]
-    why = (f"{principal.axis} is the bottleneck with the largest estimated cost "
-           f"({principal.score_basis}: {_fmt(principal.score)})")
+    why = (f"{principal.axis} is the bottleneck with the largest estimated cost"
+           f"{_basis(principal)}" if principal.score is not None else
+           f"{principal.axis} is the bottleneck; its cost is not measured")
     symptom = None
     cause = _symptom_of(axes, principal.axis)
     if cause is not None:
@@ -288,9 +347,12 @@ def verdict_of(axes: dict[AxisName, AxisResult]) -> Verdict:
     if (AxisName.PD_INTERFERENCE in names and principal.axis is not AxisName.PD_INTERFERENCE
             and AxisName.PD_INTERFERENCE not in caused):
         why += "; pd_interference is also a bottleneck but comes after the others in the flow"
-    why += f" — {FLOW_ADVICE[principal.axis]}"
+    why += f" — {CAUSE_ADVICE.get(principal.cause or '', FLOW_ADVICE[principal.axis])}"
     line = (f"verdict: {principal.axis}" + (f" ({principal.cause})" if principal.cause else "")
-            + f": {_pct(principal.score)} {COST_LABEL[principal.axis]}")
+            + ("" if principal.score is None
+               else f": {_pct(principal.score)} "
+               + CAUSE_COST_LABEL.get(principal.cause or "", BASIS_LABEL.get(
+                   principal.score_basis, COST_LABEL[principal.axis]))))
     if caused:
         line += f"; causes {', '.join(caused)}"
     return Verdict(principal_axis=principal.axis, principal_cause=principal.cause, summary=line,

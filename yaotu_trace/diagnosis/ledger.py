@@ -27,10 +27,21 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
 - fix_cache_keys (prefix recomputed with no routing or tenant-key loss to blame: caching off
   or keys that never match) saves the recomputed reusable tokens; adds the KV that holds each
   shared prefix once (distinct shared prompt blocks · block · kv_bytes_per_token).
-- capacity_admission saves the queue seconds of requests that arrived in overloaded windows;
-  adds capacity (peak_rho − 1 of the service rate; ceil(peak_rho × instances) replicas) idle
-  outside bursts (1 − mean_rho).
+- capacity_admission saves the queue seconds of requests that arrived in overloaded windows
+  and, when requests failed under load (rule Q007), those failed requests (capacity serves
+  them; admission control at least fails them early and cheaply); adds capacity (peak_rho − 1
+  of the service rate; ceil(peak_rho × instances) replicas) idle outside bursts
+  (1 − mean_rho).
 - overlap_scheduling saves idle_while_waiting_s; batch_budget saves underfilled step capacity.
+- colocate_chunked_prefill (a disaggregated deployment with a placement finding, D007–D010)
+  saves the transfers (bytes Σ p · kv_bytes_per_token over handed-off requests, their seconds
+  and share of TTFT) and the second KV copy (the same bytes, held on both instances); adds
+  interference, at most Σ prefill-pool step seconds × mean decodes per decode-pool step, and
+  the chunked-prefill extra steps. The disaggregation entry and its network check use the
+  observed transfer (kv_transfer_s, or decode_start_s − first_token_s) when the trace has it.
+- route_by_load and route_by_cache_and_load (load imbalance, Q010) save the
+  queue seconds that vanish under least-loaded and prefix-affinity routing; they add the prefix
+  hits lost against the current routing (prefix replay, one cache per instance).
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -53,7 +64,16 @@ from yaotu_trace.axes.base import (
     fact,
     ratio,
 )
+from yaotu_trace.axes.failures import measure_failures
+from yaotu_trace.axes.pd_interference.placement import (
+    colocation_stall_inputs,
+    split_rows,
+    transfer_seconds,
+)
 from yaotu_trace.axes.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from yaotu_trace.diagnosis.route_cost import RouteHits
 
 
 class Remedy(StrEnum):
@@ -64,11 +84,14 @@ class Remedy(StrEnum):
     OVERLAP_SCHEDULING = "overlap_scheduling"
     BATCH_BUDGET = "batch_budget"
     CAPACITY_ADMISSION = "capacity_admission"
+    ROUTE_BY_LOAD = "route_by_load"
+    ROUTE_BY_CACHE_AND_LOAD = "route_by_cache_and_load"
     CACHE_AWARE_ROUTING = "cache_aware_routing"
     TENANT_SALT_REVIEW = "tenant_salt_review"
     FIX_CACHE_KEYS = "fix_cache_keys"
     CHUNKED_PREFILL = "chunked_prefill"
     PD_DISAGGREGATION = "pd_disaggregation"
+    COLOCATE_CHUNKED = "colocate_chunked_prefill"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +158,8 @@ def _ids(result: AxisResult) -> set[str]:
 # make chunked prefill and disaggregation candidates.
 KV_PREEMPTION = frozenset({"K001", "K002", "K003", "K004", "K005"})
 INTERFERENCE = frozenset({"D001", "D002"})
+# The placement rules of a disaggregated deployment, which make co-location a candidate.
+PLACEMENT = frozenset({"D007", "D008", "D009", "D010"})
 
 
 @dataclass(frozen=True)
@@ -169,6 +194,13 @@ class LedgerInput:
         return _kv_b(self.inp)
 
     @cached_property
+    def route_hits(self) -> RouteHits | None:
+        """Prefix hits under other routings (replayed once, only when Q010 fired)."""
+        from yaotu_trace.diagnosis.route_cost import route_hits
+
+        return route_hits(self.inp)
+
+    @cached_property
     def network(self) -> Network:
         """The P/D disaggregation network check's numbers, computed once."""
         return _network(self)
@@ -190,6 +222,7 @@ class Network:
     ttft_mean: float | None
     xfer_share: float | None
     passes: bool
+    observed: str | None = None
 
 
 def _larger_kv_pool(c: LedgerInput) -> LedgerEntry | None:
@@ -324,22 +357,36 @@ def _batch_budget(c: LedgerInput) -> LedgerEntry | None:
     )
 
 
+def _failed_under_load(c: LedgerInput) -> tuple[Quantity, ...]:
+    """The requests that failed under load (Q007), as work capacity would have served."""
+    if "Q007" not in c.ids(AxisName.QUEUEING):
+        return ()
+    fm = measure_failures(c.inp, float(c.t.window_s))
+    load = None if fm is None else fm.under_load
+    return (Quantity(name="failed_requests_under_load",
+                     value=None if load is None else float(load.failures_under_load),
+                     unit="requests",
+                     basis="failed requests that arrived when the backlog was above its "
+                     "median (Q007, axes/failures.py)"),)
+
+
 def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
-    """Capacity or admission control for arrival bursts (Q001, Q002)."""
+    """Capacity or admission control for arrival bursts (Q001, Q002) and failures under load
+    (Q007)."""
     qm, work = c.axis(AxisName.QUEUEING).metrics, c.work
-    burst = c.ids(AxisName.QUEUEING) & {"Q001", "Q002"}
+    burst = c.ids(AxisName.QUEUEING) & {"Q001", "Q002", "Q007"}
     inp = c.inp
     instances = (int(inp.requests["instance"].nunique()) if inp.has("instance") else 1) or 1
     if not burst:
         return None
     peak, mean = getattr(qm, "peak_rho", None), getattr(qm, "mean_rho", None)
-    return LedgerEntry(
+    entry = LedgerEntry(
         remedy=Remedy.CAPACITY_ADMISSION, axis=AxisName.QUEUEING,
         triggered_by=tuple(sorted(burst)),
         saves=(Quantity(name="queue_seconds_in_overload",
                         value=getattr(qm, "queue_seconds_in_overload", None), unit="s",
                         basis="Σ queue_time_s of requests arriving in windows with rho ≥ "
-                        "overload_rho"),),
+                        "overload_rho"), *_failed_under_load(c)),
         adds=(Quantity(name="extra_capacity_share",
                        value=None if peak is None else max(0.0, peak - 1.0), unit="ratio",
                        basis="peak_rho − 1: capacity to add to serve the peak window"),
@@ -359,6 +406,70 @@ def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
                        unit="requests",
                        basis="excess_offered_tokens / mean (prompt_len + output_len): what "
                        "admission control sheds or defers instead of queueing")),
+    )
+    if "Q010" in c.ids(AxisName.QUEUEING):
+        why = ("load imbalance (Q010) comes first: another instance has free seats, so route "
+               "by load before adding capacity")
+        entry = replace(entry, recommended=False, withheld_because=(why,),
+                        caveats=(*entry.caveats, f"withheld: {why}"))
+    return entry
+
+
+def _hits_lost(c: LedgerInput, hits: int | None, route: str) -> Quantity:
+    """Prefix hit tokens a routing gives up against the current one (negative: it gains)."""
+    rh = c.route_hits
+    return Quantity(name="prefix_hits_lost", unit="tokens",
+                    value=None if rh is None or hits is None else float(rh.current - hits),
+                    basis=f"hit tokens as routed − under {route} ({rh.basis})" if rh is not None
+                    else "needs prompt content (token or block ids) and the instance column "
+                    "for the prefix replay")
+
+
+def _route_by_load(c: LedgerInput) -> LedgerEntry | None:
+    """Least-loaded routing for a queue on one instance next to free seats (Q010)."""
+    lb = getattr(c.axis(AxisName.QUEUEING).metrics, "load_balance", None)
+    if "Q010" not in c.ids(AxisName.QUEUEING) or lb is None:
+        return None
+    rh = c.route_hits
+    return LedgerEntry(
+        remedy=Remedy.ROUTE_BY_LOAD, axis=AxisName.QUEUEING, triggered_by=("Q010",),
+        saves=(Quantity(name="queue_seconds_vanish", value=lb.queue_seconds_vanish_least_loaded,
+                        unit="s", basis="least-loaded: " + lb.basis),
+               Quantity(name="queue_seconds_vanish_even", value=lb.queue_seconds_vanish_even,
+                        unit="s", basis="round-robin, the same model")),
+        adds=(_hits_lost(c, None if rh is None else rh.least_loaded, "least-loaded"),
+              _flops(None if rh is None else float(rh.current - rh.least_loaded), c.inp)),
+        caveats=("a load-only router scatters requests that share a prefix over the caches",),
+    )
+
+
+def _route_by_cache_and_load(c: LedgerInput) -> LedgerEntry | None:
+    """Prefix-affinity routing with a load check (sgl-router cache_aware, Dynamo kv-aware) for
+    the same imbalance (Q010): its queue priced on the replay's own routes."""
+    lb = getattr(c.axis(AxisName.QUEUEING).metrics, "load_balance", None)
+    if "Q010" not in c.ids(AxisName.QUEUEING) or lb is None:
+        return None
+    rh = c.route_hits
+    saved = None
+    if (rh is not None and rh.affinity_instance is not None and lb.modelled_queue_seconds
+            and lb.service_rate_tokens_per_s and lb.queue_seconds_total is not None):
+        from yaotu_trace.axes.queueing.imbalance import modelled_queue_s_for
+
+        arrival = c.inp.requests["arrival_s"].to_numpy(dtype=np.float64)
+        queue = modelled_queue_s_for(arrival, c.work, lb.service_rate_tokens_per_s,
+                                     rh.affinity_instance.astype(np.int64), len(lb.instances))
+        share = min(1.0, max(0.0, 1.0 - queue / lb.modelled_queue_seconds))
+        saved = share * lb.queue_seconds_total
+    return LedgerEntry(
+        remedy=Remedy.ROUTE_BY_CACHE_AND_LOAD, axis=AxisName.QUEUEING, triggered_by=("Q010",),
+        saves=(Quantity(name="queue_seconds_vanish", value=saved, unit="s",
+                        basis="the replay's prefix-affinity routes in the same FCFS model"
+                        if saved is not None else "needs the prefix replay's routes"),),
+        adds=(_hits_lost(c, None if rh is None else rh.prefix_affinity, "prefix-affinity"),
+              Quantity(name="router_state", value=None, unit="",
+                       basis="a prefix tree per instance in the router")),
+        caveats=("the replay's prefix-affinity has no load override: sgl-router's cache_aware "
+                 "sends to the least-loaded instance when max − min load > 64 and > 1.5×",),
     )
 
 
@@ -494,6 +605,9 @@ def _network(c: LedgerInput) -> Network:
         per_request = t.transfer_latency_s + prompt * kv_b / b_eff
         transfer = float(per_request.sum())
         mean_rate = ratio(network_bytes, span_s)
+    observed = _observed_transfer(c)
+    if observed is not None:
+        per_request, transfer = observed[0], float(observed[0].sum())
     # Prefill tokens per second in the busiest window of arrivals (or of prefill steps).
     window = float(t.window_s)
     arrival = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
@@ -502,7 +616,11 @@ def _network(c: LedgerInput) -> Network:
     peak_rate = None if kv_b is None else peak_prefill * kv_b
     ttft_mean = None
     if inp.has("first_token_s"):
-        ttft = inp.requests["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan) - arrival
+        first = inp.requests["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+        if inp.has("decode_start_s"):  # disaggregated: the client sees token 1 after the KV
+            first = np.fmax(first, inp.requests["decode_start_s"].to_numpy(
+                dtype=np.float64, na_value=np.nan))
+        ttft = first - arrival
         ttft = ttft[np.isfinite(ttft) & (ttft >= 0)]
         ttft_mean = float(ttft.mean()) if ttft.size else None
     xfer_share = None if per_request is None else ratio(float(per_request.mean()), ttft_mean)
@@ -512,7 +630,20 @@ def _network(c: LedgerInput) -> Network:
     return Network(link_bytes_s=link_bytes_s, b_eff=b_eff, network_bytes=network_bytes,
                    per_request=per_request, transfer=transfer, mean_rate=mean_rate,
                    window=window, peak_rate=peak_rate, ttft_mean=ttft_mean,
-                   xfer_share=xfer_share, passes=passes)
+                   xfer_share=xfer_share, passes=passes,
+                   observed=None if observed is None else observed[1])
+
+
+def _observed_transfer(c: LedgerInput) -> tuple[np.ndarray, str] | None:
+    """The handed-off requests' measured transfer seconds and their column, when the trace
+    records them (kv_transfer_s or decode_start_s); None otherwise."""
+    if not (c.inp.has("kv_transfer_s") or c.inp.has("decode_start_s")):
+        return None
+    seconds, source = transfer_seconds(c.inp, c.t)
+    sel = split_rows(c.inp) & np.isfinite(seconds)
+    if "observed" not in source or not sel.any():
+        return None
+    return seconds[sel], source
 
 
 def network_hit(c: LedgerInput) -> RuleHit | None:
@@ -552,12 +683,14 @@ def _disaggregation_adds(c: LedgerInput) -> tuple[Quantity, ...]:
                                          "trace's prefill rate", inp)),
         Quantity(name="transfer_s_mean",
                  value=None if per_request is None else float(per_request.mean()), unit="s",
-                 basis=_missing_kv_basis(f"mean per request on {s.link_gbps:g} Gb/s "
-                                         "(--link-gbps)", inp)),
+                 basis=f"mean per handed-off request, {net.observed}" if net.observed else
+                 _missing_kv_basis(f"mean per request on {s.link_gbps:g} Gb/s "
+                                   "(--link-gbps)", inp)),
         Quantity(name="transfer_seconds_total", value=transfer, unit="s",
-                 basis=_missing_kv_basis(f"Σ (α + p · kv_b / B_eff), α = "
-                                         f"{t.transfer_latency_s:g} s, B_eff = "
-                                         f"{b_eff / 1e9:.3g} GB/s", inp)),
+                 basis=f"Σ over handed-off requests, {net.observed}" if net.observed else
+                 _missing_kv_basis(f"Σ (α + p · kv_b / B_eff), α = "
+                                   f"{t.transfer_latency_s:g} s, B_eff = "
+                                   f"{b_eff / 1e9:.3g} GB/s", inp)),
         Quantity(name="transfer_s_p99",
                  value=None if per_request is None else float(np.percentile(per_request, 99)),
                  unit="s", basis="99th percentile of the per-request transfer time"),
@@ -596,11 +729,58 @@ def _pd_disaggregation(c: LedgerInput) -> LedgerEntry | None:
                  "network check " + ("passes (D003)" if passes else "fails or is unknown "
                                      "(D004): prefer chunked prefill")),
     )
+    if getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "placement", None) is not None:
+        entry = replace(entry, caveats=(*entry.caveats, "already disaggregated: the stalls come "
+                                        "from prefill on decode instances (fallbacks)"))
     withheld = withheld_by(c.axes)
     if withheld:
         entry = replace(entry, recommended=False, withheld_because=withheld,
                         caveats=(*entry.caveats, "withheld: " + "; ".join(withheld)))
     return entry
+
+
+def _colocate_chunked(c: LedgerInput) -> LedgerEntry | None:
+    """Back to co-located serving with chunked prefill, for a disaggregated deployment whose
+    placement is at fault (D007–D010): no transfers and no second KV copy, but prefill shares
+    steps with decodes again."""
+    pm = getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "placement", None)
+    ids = c.ids(AxisName.PD_INTERFERENCE) & PLACEMENT
+    if pm is None or not ids:
+        return None
+    inp, kv_b, t = c.inp, c.kv_b, c.t
+    handed_off = c.prompt[split_rows(inp)]
+    moved = None if kv_b is None else float(handed_off.sum() * kv_b)
+    tau = float(t.chunk_tokens)
+    long = c.prompt[c.prompt > tau]
+    extra_steps = float((np.ceil(long / tau) - 1).sum())
+    stall = colocation_stall_inputs(inp)
+    lost = None if stall is None else stall[0] * stall[1]
+    return LedgerEntry(
+        remedy=Remedy.COLOCATE_CHUNKED, axis=AxisName.PD_INTERFERENCE,
+        triggered_by=tuple(sorted(ids)),
+        saves=(Quantity(name="transfer_bytes", value=moved, unit="bytes",
+                        basis=_missing_kv_basis("Σ prompt_len · kv_bytes_per_token over "
+                                                "handed-off requests", inp)),
+               Quantity(name="transfer_seconds_total", value=pm.kv_transfer_seconds_total,
+                        unit="s", basis=pm.transfer_source),
+               Quantity(name="transfer_ttft_share", value=pm.transfer_ttft_share,
+                        unit="ratio", basis="Σ transfer / Σ TTFT of handed-off requests"),
+               Quantity(name="second_kv_copy_bytes", value=moved, unit="bytes",
+                        basis=_missing_kv_basis("each handed-off prompt's KV is written on "
+                                                "its prefill and its decode instance", inp))),
+        adds=(Quantity(name="decode_seconds_lost_max", value=lost, unit="s",
+                       basis="Σ prefill-pool step seconds × mean decodes per decode step: "
+                       "each prefill second beside the decodes stalls them (upper bound; "
+                       "chunks bound each stall to one step)" if stall is not None else
+                       "needs a step log with instance and decode_tokens per step"),
+              Quantity(name="extra_steps", value=extra_steps, unit="steps",
+                       basis=f"Σ_(p > τ) (ceil(p/τ) − 1), τ = {tau:g} tokens"),
+              Quantity(name="prompts_with_higher_ttft", value=float(long.size),
+                       unit="requests", basis="prompts longer than τ share every chunk's "
+                       "step with decodes")),
+        caveats=("one pool to size instead of two: the P:D ratio and its stranded capacity "
+                 "go away", "tail TBT rises with the chunk budget; pick τ from the TBT SLO"),
+    )
 
 
 # The remedies in ledger order: each prices one candidate change, or returns None when no
@@ -611,11 +791,14 @@ REMEDIES: Final[tuple[Callable[[LedgerInput], LedgerEntry | None], ...]] = (
     _overlap_scheduling,
     _batch_budget,
     _capacity_admission,
+    _route_by_load,
+    _route_by_cache_and_load,
     _cache_aware_routing,
     _tenant_salt_review,
     _fix_cache_keys,
     _chunked_prefill,
     _pd_disaggregation,
+    _colocate_chunked,
 )
 
 
@@ -640,6 +823,9 @@ def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
     if q.cause == "dispatch_overhead":
         out.append("host dispatch gaps (queueing, Q003) come first: splitting does not remove "
                    "them")
+    if q.cause == "load_imbalance":
+        out.append("load imbalance (queueing, Q010) comes first: one instance queues while "
+                   "another has free seats, which routing fixes")
     if _ids(pr) & {"P001", "P002"}:
         out.append("a reusable prefix is prefilled again and again (prefix_reuse) — fix cache "
                    "keys or routing first, which removes that prefill")

@@ -133,9 +133,12 @@ class CheckConfig:
     path: str | None = None
 
 
-# The headline metrics a baseline is compared on when the config names none: reuse, queueing,
-# first-token and inter-token latency, preemption. Metrics the trace cannot measure are skipped.
+# The headline metrics a baseline is compared on when the config names none: success rate,
+# reuse, queueing, first-token and inter-token latency, preemption. Metrics the trace cannot
+# measure are skipped. The success rate comes first: latencies of the successful requests
+# alone would let a run that lost requests pass as a faster one.
 HEADLINE_METRICS: tuple[BaselineMetric, ...] = (
+    BaselineMetric(path="success.success_rate", better=Better.HIGHER),
     BaselineMetric(path="prefix_reuse.hit_ratio", better=Better.HIGHER,
                    alternates=("prefix_reuse.achievable_hit_rate",)),
     BaselineMetric(path="queueing.queue_time_s.p50", better=Better.LOWER),

@@ -13,8 +13,10 @@ middle of the header. Mapping:
 - `Elapsed time` (release 3, s from submission to the full response, not TTFT) →
   `finish_s = arrival_s + Elapsed time`.
 
-`Response tokens == 0` marks a failed request. Those rows are dropped, as the publisher's
-`without_fails` files do, so they do not pollute length statistics; a note counts them.
+`Response tokens == 0` marks a failed request. Those rows stay, with `status` `error` and an
+`error` text saying why, so that the profile counts them in the success rate and leaves them out
+of every latency and length figure (`data/outcome.py`); a note counts them. Dropping them, as
+the publisher's `without_fails` files do, would make a run that lost requests look faster.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.csv_source import read_source_csv
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
@@ -41,10 +42,12 @@ SESSION_ID: Final = "Session ID"
 ELAPSED: Final = "Elapsed time"
 REQUIRED: Final = (TIMESTAMP, REQUEST_TOKENS, RESPONSE_TOKENS)
 FIRST_DATA_LINE: Final = 2  # line 1 is the header
+FAILED_ERROR: Final = f"no response ('{RESPONSE_TOKENS}' 0: BurstGPT's mark of a failed request)"
 
 
 def read_burstgpt(path: Path) -> RawTrace:
-    """Map the BurstGPT columns by name and drop failed requests (Response tokens == 0)."""
+    """Map the BurstGPT columns by name; failed requests (Response tokens == 0) get status
+    `error`."""
     import numpy as np
     import pandas as pd
 
@@ -79,21 +82,17 @@ def read_burstgpt(path: Path) -> RawTrace:
     response = pd.to_numeric(df[RESPONSE_TOKENS], errors="coerce")
     failed = (response == 0).to_numpy()
     n_failed = int(failed.sum())
-    if n_failed and n_failed == len(df):
-        raise TraceSchemaError(
-            f"{path}: all {n_failed} rows have '{RESPONSE_TOKENS}' 0, which BurstGPT uses for "
-            "failed requests; there is nothing to analyze"
-        )
     if n_failed:
+        out["status"] = pd.Series(np.where(failed, "error", "ok"), dtype="string")
+        out["error"] = pd.Series(FAILED_ERROR, index=out.index, dtype="string").where(failed)
         notes.append(
             f"{n_failed} failed request(s) ('{RESPONSE_TOKENS}' == 0, "
-            f"{100.0 * n_failed / len(df):.1f}% of rows) were dropped, as in BurstGPT's "
-            "without_fails files"
+            f"{100.0 * n_failed / len(df):.1f}% of rows) are kept with status 'error': counted "
+            "in the success rate, left out of latency and length figures"
         )
-        out = out.loc[~failed]
-    notes.extend(_total_mismatch_note(df.loc[~failed]))
+    notes.extend(_total_mismatch_note(df))
     return RawTrace(
-        requests=out.reset_index(drop=True),
+        requests=out,
         format_name="burstgpt",
         row_label="line",
         notes=tuple(notes),

@@ -21,6 +21,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Final
 
@@ -97,6 +98,9 @@ class EngineMetrics:
     # The year given to a server log's year-less times (None: none assumed), so that the
     # trace's own year can replace it.
     log_year: int | None = None
+    # The zone a server log's zone-less times were read in (`--log-tz`; None: UTC), kept so
+    # that reading it again with the trace's year keeps it.
+    log_zone: tzinfo | None = None
 
     @property
     def names(self) -> frozenset[str]:
@@ -184,9 +188,11 @@ def _increase(rows: pd.DataFrame) -> float:
     return total
 
 
-def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
+def read_metrics(path: str | Path, *, year: int | None = None,
+                 zone: tzinfo | None = None) -> EngineMetrics:
     """Read a Prometheus range-query export (JSON or CSV), /metrics text (`prom_text`) or an
-    engine server log (`serverlog`, found by its content; `year` dates its year-less times)."""
+    engine server log (`serverlog`, found by its content; `year` dates its year-less times,
+    `zone` is the zone of its zone-less ones, UTC when None: `serverlog.log_zone`)."""
     path = Path(path)
     suffix = path.suffix.lower()
     notes: tuple[str, ...] = ()
@@ -195,7 +201,7 @@ def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
         rows, notes = prom_text.read_prom_folder(path)
     elif path.is_file() and (suffix == ".log" or (
             suffix not in (".json", ".csv", ".tsv") and is_server_log(path))):
-        rows, log_notes, log_year = read_server_log(path, year=year)
+        rows, log_notes, log_year = read_server_log(path, year=year, zone=zone)
         notes = tuple(log_notes)
     elif path.is_file() and suffix in prom_text.SUFFIXES and prom_text.looks_like_text(path):
         rows, notes = prom_text.read_prom_text(path)
@@ -222,7 +228,8 @@ def read_metrics(path: str | Path, *, year: int | None = None) -> EngineMetrics:
         raise TraceReadError(
             f"{path}: the metrics export holds no samples; export a range query with data"
         )
-    return EngineMetrics(frame=frame, path=str(path), notes=notes, log_year=log_year)
+    return EngineMetrics(frame=frame, path=str(path), notes=notes, log_year=log_year,
+                         log_zone=zone)
 
 
 def _labels_key(labels: Mapping[str, Any]) -> str:

@@ -27,8 +27,9 @@ read first and the older ones (vLLM's and SGLang's spans) after them. Mapping:
   `service.instance.id` → `instance`.
 
 SGLang uses the same `gen_ai.latency.*` names as vLLM. A span whose `status.code` is ERROR
-(2, or `STATUS_CODE_ERROR`) stays a request, since the canonical table has no status column;
-the notes count such spans.
+(2, or `STATUS_CODE_ERROR`) stays a request with `status` `error` and its `status.message` as
+`error` (SGLang closes an aborted request's spans that way); the others get `ok` when the file
+has an error span and no status column otherwise. The notes count the error spans.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def read_otel(path: Path) -> RawTrace:
         prompt_keys.append(prompt_key)
         starts_ns.append(_nanos(span, START_NS, where, path, required=True) or 0)
         ends_ns.append(_nanos(span, END_NS, where, path, required=False))
-        failed += _is_error(span)
+        error = _error_message(span)
+        failed += error is not None
         request_id = next((attrs[k] for k in REQUEST_IDS if k in attrs), _first(span, SPAN_ID))
         row: dict[str, Any] = {
             "request_id": request_id,
@@ -114,6 +116,8 @@ def read_otel(path: Path) -> RawTrace:
             "output_len": next((attrs[k] for k in COMPLETION_TOKENS if k in attrs), None),
             SOURCE_WHERE: where,
         }
+        if error is not None:
+            row["status"], row["error"] = "error", error or None
         if CACHED_TOKENS in attrs:
             row["cached_tokens"] = attrs[CACHED_TOKENS]
         model = next((attrs[k] for k in MODELS if k in attrs), None)
@@ -151,9 +155,10 @@ def read_otel(path: Path) -> RawTrace:
         # Named by the key this file's request spans use, so the note speaks its convention.
         notes.append(f"{skipped} span(s) without '{prompt_keys[0]}' were skipped (not requests)")
     if failed:
+        out["status"] = out["status"].fillna("ok")
         notes.append(
-            f"{failed} of {len(rows)} request span(s) ended with status ERROR; they are kept as "
-            "requests because the canonical table has no status column"
+            f"{failed} of {len(rows)} request span(s) ended with status ERROR; they are kept "
+            "with status 'error': counted in the success rate, left out of latency figures"
         )
     return RawTrace(
         requests=out.dropna(axis=1, how="all"),
@@ -196,10 +201,14 @@ def _otlp_spans(
                 yield f"{scope_where}.spans[{k}]", span, resource_attrs
 
 
-def _is_error(span: dict[str, Any]) -> bool:
-    """OTLP span status ERROR (`status.code`), in any of its JSON spellings."""
+def _error_message(span: dict[str, Any]) -> str | None:
+    """The span's `status.message` when its status is ERROR (`status.code` in any of its JSON
+    spellings; "" when it gives no message), else None."""
     status = span.get("status")
-    return isinstance(status, dict) and status.get("code") in ERROR_STATUS
+    if not (isinstance(status, dict) and status.get("code") in ERROR_STATUS):
+        return None
+    message = status.get("message")
+    return message.strip() if isinstance(message, str) else ""
 
 
 def _documents(path: Path) -> list[tuple[str, Any]]:

@@ -27,8 +27,10 @@ whole seconds; of several in one second, the last stands for that second.
 
 Times: vLLM writes "INFO 05-14 10:32:07", without year or zone; SGLang "[2025-05-14 10:32:07]",
 without zone. The year is the caller's (the trace's), else one written in the file itself (a
-Docker timestamp, an SGLang line), else the file's modification year; a month that goes back
-starts the next year. All times are taken as UTC, and the notes say so.
+Docker timestamp, an SGLang line), else a fixed leap year (`NO_YEAR`); a month that goes back
+starts the next year. The times are read in the caller's zone (`--log-tz`: an IANA name or a
+UTC offset, `log_zone`), UTC by default, and the notes say which zone and where the year came
+from.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from yaotu_trace.errors import TraceReadError
+from yaotu_trace.errors import ConfigError, TraceReadError
 
 Row = tuple[float, str, str, float]
 
@@ -67,6 +70,7 @@ _SGLANG_POOL = re.compile(r"\bmax_total_num_tokens=(\d+)")
 _SGLANG_MAX_RUNNING = re.compile(r"\bmax_running_requests=(\d+)")
 _SGLANG_RETRACT = re.compile(r"Retract requests\. #retracted_reqs: (\d+)")
 _RANK = re.compile(r"([A-Z]+)(\d+)")
+_OFFSET = re.compile(r"(?:UTC|GMT)?([+-])(\d\d):?(\d\d)")
 _ANY = (_VLLM_STATS, _SGLANG_BATCH, _KV_SIZE, _CONCURRENCY, _PREEMPTION, _SGLANG_POOL,
         _SGLANG_MAX_RUNNING, _SGLANG_RETRACT)
 
@@ -141,8 +145,9 @@ def is_server_log(path: Path) -> bool:
 
 
 def _file_year(path: Path) -> tuple[int, str]:
-    """A year written in the file itself, else `NO_YEAR`: never the file's modification time,
-    which changes when the file is copied (the same log must give the same numbers)."""
+    """A year written in the file itself and where it came from, else `NO_YEAR` and "": never
+    the file's modification time, which changes when the file is copied (the same log must
+    give the same numbers)."""
     try:
         with path.open("rb") as fh:
             head = fh.read(SNIFF_BYTES).decode("utf-8", errors="replace")
@@ -151,14 +156,39 @@ def _file_year(path: Path) -> tuple[int, str]:
     found = _FILE_YEAR.search(head)
     if found:
         return int(found.group(1)), "a date written in the log"
-    return NO_YEAR, (f"no year in the trace or the log, so {NO_YEAR}: only the times between "
-                     "its lines are meaningful")
+    return NO_YEAR, ""
+
+
+def log_zone(text: str) -> tzinfo:
+    """The zone of `--log-tz`: an IANA name (Asia/Shanghai, UTC) or a fixed offset from UTC
+    (+08:00, -0530, UTC+08:00); a `ConfigError` naming the accepted forms otherwise."""
+    value = text.strip()
+    if (m := _OFFSET.fullmatch(value)) is not None:
+        sign = 1 if m.group(1) == "+" else -1
+        hours, minutes = int(m.group(2)), int(m.group(3))
+        if hours < 24 and minutes < 60:
+            offset = timedelta(hours=hours, minutes=minutes)
+            return UTC if not offset else timezone(sign * offset, value)
+    elif value and not value.startswith(("/", ".")) and ".." not in value:
+        try:
+            return ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    raise ConfigError(f"--log-tz {text!r} is not a time zone; give an IANA name such as "
+                      "Asia/Shanghai or Europe/Berlin, or an offset from UTC such as +08:00")
+
+
+def zone_name(zone: tzinfo) -> str:
+    """How the notes name a zone: its IANA key, the offset as given, or UTC."""
+    if zone is UTC:
+        return "UTC"
+    return str(getattr(zone, "key", None) or zone.tzname(None) or zone)
 
 
 def _stamp(year: int, month: int, day: int, hms: tuple[str, str, str],
-           fraction: str | None) -> float | None:
+           fraction: str | None, zone: tzinfo = UTC) -> float | None:
     try:
-        moment = datetime(year, month, day, int(hms[0]), int(hms[1]), int(hms[2]), tzinfo=UTC)
+        moment = datetime(year, month, day, int(hms[0]), int(hms[1]), int(hms[2]), tzinfo=zone)
     except ValueError:
         return None
     extra = float(f"0.{fraction}") if fraction else 0.0
@@ -184,10 +214,12 @@ def _pairs(body: str, keys: dict[str, tuple[str, float]]) -> list[tuple[str, flo
     return out
 
 
-def read_server_log(path: Path, *, year: int | None = None
+def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None = None
                     ) -> tuple[list[Row], list[str], int | None]:
     """The log's samples as (time_s, metric, labels, value) rows, the notes on them, and the
-    year given to its year-less times (None when it has none)."""
+    year given to its year-less times (None when it has none); `zone` is the zone its
+    zone-less times are read in (`log_zone`; None: UTC)."""
+    zone = UTC if zone is None else zone
     if year is not None:
         base_year, year_from = year, "the trace"
     else:
@@ -207,7 +239,7 @@ def read_server_log(path: Path, *, year: int | None = None
             if any(ranks.get(k, "0") != "0" for k in ("TP", "PP", "EP", "CP")):
                 continue  # the same batch as rank 0 logs it
             labels = f"dp={ranks['DP']}" if "DP" in ranks else ""
-            time_s = _stamp(int(g[0]), int(g[1]), int(g[2]), (g[3], g[4], g[5]), g[6])
+            time_s = _stamp(int(g[0]), int(g[1]), int(g[2]), (g[3], g[4], g[5]), g[6], zone)
         elif vllm is not None:
             g = vllm.groups()
             month = int(g[0])
@@ -215,13 +247,13 @@ def read_server_log(path: Path, *, year: int | None = None
                 vllm_year += 1  # the log ran over a new year
             last_month = month
             read.undated = True
-            time_s = _stamp(vllm_year, month, int(g[1]), (g[2], g[3], g[4]), g[5])
+            time_s = _stamp(vllm_year, month, int(g[1]), (g[2], g[3], g[4]), g[5], zone)
         if time_s is None:
             read.bad.append(number)
             continue
         if not _read_line(line, time_s, labels, read):
             read.bad.append(number)
-    return _finish(path, read, base_year, year_from)
+    return _finish(path, read, base_year, year_from, zone)
 
 
 def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
@@ -285,7 +317,7 @@ def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
     return found_any
 
 
-def _finish(path: Path, read: _Read, year: int, year_from: str
+def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
             ) -> tuple[list[Row], list[str], int | None]:
     if not read.rows and not read.config and not read.preemptions:
         skipped = f" ({len(read.bad)} such line(s) could not be read)" if read.bad else ""
@@ -308,9 +340,13 @@ def _finish(path: Path, read: _Read, year: int, year_from: str
     last = {(t, name, labels): value for t, name, labels, value in rows}
     rows = [(t, name, labels, value) for (t, name, labels), value in last.items()]
     counts = ", ".join(f"{n} {what} line(s)" for what, n in sorted(read.counts.items()))
-    year_note = f"; vLLM's times carry no year: {year} is taken from {year_from}"
+    year_note = (f"; vLLM's times carry no year: {year} is taken from {year_from}" if year_from
+                 else f"; vLLM's times carry no year, and neither a trace nor the log gives one, "
+                 f"so {year}: only the times between its lines are meaningful")
+    how = ("read in UTC (pass --log-tz for another zone)" if zone is UTC
+           else f"read in {zone_name(zone)} (--log-tz)")
     notes = [f"the metrics file {path} is an engine server log ({counts}); its times carry no "
-             f"zone and are taken as UTC{year_note if read.undated else ''}"]
+             f"zone and are {how}{year_note if read.undated else ''}"]
     if read.batch_times:
         notes.append(f"SGLang prefill batches' #new-token and #cached-token are summed into "
                      f"prompt and cached token counters ({read.prompt_total:.0f} and "

@@ -148,6 +148,9 @@ def _instance_note(trace: Trace, steps: StepLog) -> str | None:
     named = set(trace.requests["instance"].dropna().astype(str))
     if not named:
         return None
+    for column in ("prefill_instance", "decode_instance"):  # disaggregated pools
+        if column in trace.requests.columns:
+            named |= set(trace.requests[column].dropna().astype(str))
     unknown = sorted(steps.instances() - named - {"all"})
     if not unknown:
         return None
@@ -298,7 +301,8 @@ def _dated_by_trace(trace: Trace, metrics: EngineMetrics) -> EngineMetrics:
     lo = trace_span(trace).lo
     if metrics.log_year is None or not lo >= UNIX_CLOCK_S:
         return metrics
-    return read_metrics(metrics.path, year=datetime.fromtimestamp(lo, tz=UTC).year)
+    return read_metrics(metrics.path, year=datetime.fromtimestamp(lo, tz=UTC).year,
+                        zone=metrics.log_zone)
 
 
 def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from yaotu_trace.data.order_stats import KeyedBlockSum
+from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import StepLog, column
 from yaotu_trace.data.token_times import nearest_gaps, trace_gap_summary
@@ -268,15 +269,16 @@ def plot_data(trace: Trace, hit_tokens: np.ndarray | None,
     else:
         unavailable["hit_length"] = "the trace carries no prompt content (token or block ids)"
     arrival = trace.requests["arrival_s"].to_numpy(dtype=np.float64)
+    ok = successful_mask(trace.requests)  # latencies of successful requests only
     queue = ttft = None
     scheduled = _column(trace, "scheduled_s")
     if scheduled is not None:
-        queue = histogram(scheduled - arrival, "queue time", "s")
+        queue = histogram((scheduled - arrival)[ok], "queue time", "s")
     if queue is None:
         unavailable["queue_time"] = "needs scheduled_s (first scheduled) per request"
     first = _column(trace, "first_token_s")
     if first is not None:
-        ttft = histogram(first - arrival, "time to first token", "s")
+        ttft = histogram((first - arrival)[ok], "time to first token", "s")
     if ttft is None:
         unavailable["ttft"] = "needs first_token_s per request"
     kv, why = kv_series(trace, kv_capacity_tokens)

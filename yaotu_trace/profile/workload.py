@@ -15,6 +15,12 @@ Definitions (units in the names):
 
 A lengths-only table (`Trace.has_arrivals` False) has no arrivals and no timing: both
 sections are None, never computed from its placeholder arrival times.
+
+Failed requests (`status` other than ok, `data/outcome.py`) are offered load: they count in the
+arrivals and the population. Lengths and timing are over the successful requests only
+(`successful_requests` of `requests`; None when the trace has no status), so a run that lost its
+slowest requests does not look faster. The inter-token gaps are the exception: they are every
+streamed token's, the engine's decode rhythm, which a request failing later does not change.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.outcome import has_status, successful_mask
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.token_times import trace_gap_summary
@@ -84,8 +91,13 @@ class TimingProfile:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
-    """The workload profile section of `trace analyze` (arrivals None: lengths-only table)."""
+    """The workload profile section of `trace analyze` (arrivals None: lengths-only table).
 
+    `successful_requests` (None when the trace has no status) of `requests` are the ones the
+    lengths and timing describe."""
+
+    requests: int
+    successful_requests: int | None
     arrivals: ArrivalProfile | None
     lengths: LengthProfile
     population: Population
@@ -95,15 +107,19 @@ class Profile:
 def profile_trace(trace: Trace) -> Profile:
     """Compute the workload profile of a validated trace."""
     df = trace.requests
+    ok = successful_mask(df)
+    served = _successful_rows(df, ok, ("prompt_len", "output_len"))
     arrivals = (arrival_profile(df["arrival_s"].to_numpy(dtype=np.float64))
                 if trace.has_arrivals else None)
     return Profile(
+        requests=len(df),
+        successful_requests=int(ok.sum()) if has_status(df) else None,
         arrivals=arrivals,
         lengths=LengthProfile(
-            prompt_len=Distribution.of(df["prompt_len"].to_numpy(dtype=np.float64)),
-            output_len=Distribution.of(df["output_len"].to_numpy(dtype=np.float64)),
-            prompt_tokens_total=int(df["prompt_len"].sum()),
-            output_tokens_total=int(df["output_len"].sum()),
+            prompt_len=Distribution.of(served["prompt_len"].to_numpy(dtype=np.float64)),
+            output_len=Distribution.of(served["output_len"].to_numpy(dtype=np.float64)),
+            prompt_tokens_total=int(served["prompt_len"].sum()),
+            output_tokens_total=int(served["output_len"].sum()),
         ),
         population=Population(
             tenants=_distinct(df, "tenant"),
@@ -111,7 +127,7 @@ def profile_trace(trace: Trace) -> Profile:
             instances=_distinct(df, "instance"),
             models=_distinct(df, "model"),
         ),
-        timing=timing_profile(trace) if trace.has_arrivals else None,
+        timing=timing_profile(trace, ok) if trace.has_arrivals else None,
     )
 
 
@@ -164,9 +180,12 @@ def arrival_profile(arrival_s: np.ndarray) -> ArrivalProfile:
     )
 
 
-def timing_profile(trace: Trace) -> TimingProfile | None:
-    """Queue time, TTFT, inter-token gaps, latency, concurrency, preemptions and cached tokens."""
-    df = trace.requests
+def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> TimingProfile | None:
+    """Queue time, TTFT, inter-token gaps, latency, concurrency, preemptions and cached tokens
+    of the `successful` requests (a mask; default every request), gaps of every request."""
+    columns = ("arrival_s", "prompt_len", "scheduled_s", "first_token_s", "finish_s",
+               "num_preemptions", "cached_tokens")
+    df = _successful_rows(trace.requests, successful, columns)
     timing_columns = (
         "scheduled_s",
         "first_token_s",
@@ -203,7 +222,7 @@ def timing_profile(trace: Trace) -> TimingProfile | None:
     if trace.has("num_preemptions"):
         counts = df["num_preemptions"].fillna(0).to_numpy(dtype=np.int64)
         preempted, total = int((counts > 0).sum()), int(counts.sum())
-        share = preempted / len(df)
+        share = preempted / len(df) if len(df) else None
 
     cached_total = cached_share = None
     if trace.has("cached_tokens"):
@@ -224,6 +243,14 @@ def timing_profile(trace: Trace) -> TimingProfile | None:
         cached_tokens_total=cached_total,
         cached_token_share=cached_share,
     )
+
+
+def _successful_rows(df: pd.DataFrame, successful: np.ndarray | None,
+                     columns: tuple[str, ...]) -> pd.DataFrame:
+    """The scalar `columns` of the successful rows: never a copy of the token lists."""
+    if successful is None or successful.all():
+        return df
+    return df[[c for c in columns if c in df.columns]].loc[successful]
 
 
 def _max_in_flight(start_s: np.ndarray, end_s: np.ndarray) -> int:

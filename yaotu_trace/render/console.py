@@ -163,7 +163,7 @@ def input_renderables(summary: InputSummary, command: str) -> list[RenderableTyp
     content = {
         "prompt_tokens": "token ids",
         "prompt_block_ids": f"block ids ({summary.source_block_size} tokens each)",
-        None: "lengths only",
+        None: "lengths only" if summary.requests else "none",
     }[summary.content]
     rows = [
         ("file", summary.path),

@@ -337,6 +337,9 @@ def _profile(doc: dict[str, Any]) -> str:
         ["tenants / sessions", f"{_num(pop.get('tenants'), fmt.count)} / "
                                f"{_num(pop.get('sessions'), fmt.count)}"],
     ]
+    if p.get("successful_requests") is not None:  # lengths and pictures leave failures out
+        rows.append(["lengths and latencies", f"successful requests only: "
+                     f"{fmt.count(p['successful_requests'])} of {fmt.count(p.get('requests'))}"])
     return ("<section id=\"profile\"><h2>Workload</h2>"
             + _table(["", "value"], [[escape(k), escape(v)] for k, v in rows], numeric={1})
             + "</section>")

@@ -6,6 +6,7 @@ model and a GPU into a `StepCost` and a pool size, and the engine only sees numb
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -27,13 +28,22 @@ class RoutePolicy(StrEnum):
     LEAST_LOADED = "least-loaded"  # fewest in-flight requests
     PREFIX_AFFINITY = "prefix-affinity"  # sgl-router cache_aware (engines.md §3)
     KV_AWARE = "kv-aware"  # Dynamo's cost: prefill blocks after overlap + decode blocks (§6)
+    TRACE = "trace"  # as the trace's `instance` column says
+    WEIGHTED = "weighted"  # fixed shares (`route_weights`), interleaved deterministically
 
+
+# Routes decided before the run: each request's instance is fixed in advance (`assigned_instances`).
+FIXED_ROUTES = frozenset({RoutePolicy.TRACE, RoutePolicy.WEIGHTED})
 
 ROUTE_CODES: dict[RoutePolicy, int] = {
     RoutePolicy.ROUND_ROBIN: 0,
     RoutePolicy.LEAST_LOADED: 1,
     RoutePolicy.PREFIX_AFFINITY: 2,
     RoutePolicy.KV_AWARE: 3,
+    # NOTE: fixed routes never reach the loop's router (`Inputs.assigned` is set for every
+    # request); the code only fills the field.
+    RoutePolicy.TRACE: 0,
+    RoutePolicy.WEIGHTED: 0,
 }
 
 
@@ -114,6 +124,7 @@ class SimConfig:
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
     tensor_parallel: int = 1
+    route_weights: tuple[float, ...] | None = None
     step_cost: StepCost
 
     def __post_init__(self) -> None:
@@ -141,6 +152,27 @@ class SimConfig:
                                   "instance")
             if self.link_bytes_per_s <= 0:
                 raise ConfigError("the KV link bandwidth must be positive")
+        self._check_fixed_route()
+
+    def _check_fixed_route(self) -> None:
+        """A fixed route's shape: colocated instances, and one positive weight per instance."""
+        if self.route in FIXED_ROUTES and self.pd is not None:
+            raise ConfigError(f"--route {self.route} assigns requests to colocated instances; "
+                              "drop --pd or pick another --route")
+        weights = self.route_weights
+        if weights is not None and not all(math.isfinite(w) and w > 0 for w in weights):
+            raise ConfigError(f"--route-weights {','.join(f'{w:g}' for w in weights)}: every "
+                              "share must be a positive number")
+        if self.route is RoutePolicy.WEIGHTED:
+            if weights is None:
+                raise ConfigError("--route weighted needs --route-weights, e.g. 0.85,0.15 (one "
+                                  "share per instance)")
+            if len(weights) != self.instances:
+                raise ConfigError(f"--route-weights gives {len(weights)} shares for "
+                                  f"{self.instances} instance(s); give one per instance")
+        elif weights is not None:
+            raise ConfigError("--route-weights applies to --route weighted only; add it or "
+                              "drop the weights")
 
     @property
     def total_instances(self) -> int:
@@ -158,4 +190,6 @@ class SimConfig:
         out["scheduler"] = str(self.scheduler)
         out["route"] = str(self.route)
         out["pd"] = None if self.pd is None else f"{self.pd[0]}:{self.pd[1]}"
+        out["route_weights"] = (None if self.route_weights is None
+                                else list(self.route_weights))
         return out

@@ -46,6 +46,7 @@ class Inputs(NamedTuple):
     tt_off: np.ndarray
     num_identities: int
     shared_limit: int  # identities below it are shared prompt blocks
+    assigned: np.ndarray  # instance fixed in advance (`--route trace|weighted`), −1: the policy
 
 
 @nb.njit(cache=True)
@@ -397,9 +398,11 @@ def _schedule_running_sglang(i, p, run, nrun, ntok, computed, gen, comp_total, p
 def simulate_cluster(inp, p, cost):
     """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
     and the run totals [decode stall s, HBM bytes, KV transfer bytes, prefix re-read bytes,
-    host overhead s, dropped requests]."""
+    host overhead s, dropped requests], busy seconds per instance, and per request the P/D KV
+    transfer's exposed seconds and decode start (NaN when colocated)."""
     prompt, out_len, arrival, blk_off, ident, tt_off = (inp.prompt, inp.out_len, inp.arrival,
                                                         inp.blk_off, inp.ident, inp.tt_off)
+    assigned = inp.assigned
     n_ident = inp.num_identities
     shared_limit = inp.shared_limit
     n = prompt.shape[0]
@@ -442,6 +445,8 @@ def simulate_cluster(inp, p, cost):
     leaving = np.zeros(n, np.bool_)
     started = np.zeros(n, np.bool_)
     pf_start = np.full(n, np.nan)
+    xfer_s = np.full(n, np.nan)  # P/D: KV transfer not hidden behind the prefill
+    dec_start = np.full(n, np.nan)  # P/D: start of the first step on the decode instance
     tt = np.full(tt_off[n], np.nan)
 
     # --- per instance state
@@ -536,8 +541,11 @@ def simulate_cluster(inp, p, cost):
                 hi = n_inst
                 is_remote = True
                 stage = 1
-            target = _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map, pend_pf,
-                            nfree, blk_off, ident, prompt, shared_limit)
+            if stage == 0 and assigned[r] >= 0:
+                target = assigned[r]
+            else:
+                target = _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map,
+                                pend_pf, nfree, blk_off, ident, prompt, shared_limit)
             inst_of[r] = target
             if stage == 0:
                 pf_inst[r] = target
@@ -588,6 +596,7 @@ def simulate_cluster(inp, p, cost):
                                         pf_start[r] + link_alpha + nbytes / link_bw)
                         else:
                             ready = now + link_alpha + nbytes / link_bw
+                        xfer_s[r] = ready - now
                         hp_n = heap_push(hp_t, hp_r, hp_n, ready, r)
                 else:
                     ntok[r] += 1
@@ -683,6 +692,7 @@ def simulate_cluster(inp, p, cost):
                     pf_start[r] = now
                 if remote[r]:
                     remote[r] = False
+                    dec_start[r] = now
                     dec_tok += 1
                     ctx_dec += ntok[r]
                 else:
@@ -794,5 +804,5 @@ def simulate_cluster(inp, p, cost):
         s_inst[:n_steps], s_start[:n_steps], s_end[:n_steps], s_pf[:n_steps], s_dec[:n_steps],
         s_run[:n_steps], s_wait[:n_steps], s_used[:n_steps], s_pre[:n_steps],
         np.array([stall_dec_s, hbm_bytes, xfer_bytes, prefix_reread, overhead_total, dropped]),
-        busy_s,
+        busy_s, xfer_s, dec_start,
     )

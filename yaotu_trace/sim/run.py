@@ -39,7 +39,8 @@ class RequestArrays:
     `chain_offsets`/`chain_ids` are per-request dense chain ids of cacheable prompt blocks of
     `chain_block_tokens` tokens each (a multiple of the engine block size; each chain block
     then stands for `chain_block_tokens / block_size` engine blocks). None: no prompt content,
-    so no request can hit another's blocks.
+    so no request can hit another's blocks. `instance_codes` index `instance_names`: where the
+    trace says each request ran (−1: it does not say), read by `--route trace`.
     """
 
     arrival_s: np.ndarray
@@ -49,6 +50,8 @@ class RequestArrays:
     chain_ids: np.ndarray | None = None
     chain_block_tokens: int | None = None
     num_chain_ids: int = 0
+    instance_codes: np.ndarray | None = None
+    instance_names: tuple[str, ...] = ()
 
     @property
     def num_requests(self) -> int:
@@ -65,7 +68,9 @@ class SimResult:
     forward pass (prefill, recompute and decode); `recomputed_tokens` the part of it that redid
     work lost to preemption. `decode_stall_s` is Σ over mixed steps of (step time − the time of
     the same step without its prefill tokens) × decode tokens: the decode-seconds lost to
-    prefill/decode interference (cost-model §3.1).
+    prefill/decode interference (cost-model §3.1). Under P/D, `kv_transfer_s` is the part of a
+    request's KV transfer not hidden behind its prefill (from its first token until the KV is on
+    the decode instance) and `decode_start_s` the start of its first step there (NaN otherwise).
     """
 
     scheduled_s: np.ndarray
@@ -80,6 +85,8 @@ class SimResult:
     instance: np.ndarray
     prefill_instance: np.ndarray
     instance_labels: tuple[str, ...]
+    kv_transfer_s: np.ndarray
+    decode_start_s: np.ndarray
     step_instance: np.ndarray
     step_start_s: np.ndarray
     step_end_s: np.ndarray
@@ -232,7 +239,9 @@ def _runnable(requests: RequestArrays, config: SimConfig) -> tuple[np.ndarray, R
     return keep, RequestArrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=out_len,
                                chain_offsets=sub.chain_offsets, chain_ids=sub.chain_ids,
                                chain_block_tokens=sub.chain_block_tokens,
-                               num_chain_ids=sub.num_chain_ids)
+                               num_chain_ids=sub.num_chain_ids,
+                               instance_codes=sub.instance_codes,
+                               instance_names=sub.instance_names)
 
 
 def _engine_inputs(runnable: RequestArrays, config: SimConfig) -> Inputs:
@@ -256,7 +265,38 @@ def _engine_inputs(runnable: RequestArrays, config: SimConfig) -> Inputs:
     np.cumsum(out_len, out=tt_off[1:])
     return Inputs(prompt=runnable.prompt_tokens, out_len=out_len, arrival=runnable.arrival_s,
                   blk_off=blk_off, ident=ident, tt_off=tt_off, num_identities=int(n_ident),
-                  shared_limit=int(max(shared, 1)))
+                  shared_limit=int(max(shared, 1)),
+                  assigned=assigned_instances(runnable, config))
+
+
+def weighted_assignment(count: int, weights: tuple[float, ...]) -> np.ndarray:
+    """The instance of each of `count` requests under fixed shares, interleaved: instance k's
+    m-th request sits at (m + ½) / w_k on a common line (Sainte-Laguë's order), so after any
+    prefix of the requests each instance holds its share to within one request. Deterministic;
+    ties go to the lower instance."""
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+    slots = [np.arange(int(np.ceil(count * wk)) + 1) for wk in w]
+    keys = np.concatenate([(m + 0.5) / wk for m, wk in zip(slots, w, strict=True)])
+    owner = np.concatenate([np.full(m.size, k, dtype=np.int64) for k, m in enumerate(slots)])
+    order = np.lexsort((owner, keys))
+    return np.ascontiguousarray(owner[order][:count])
+
+
+def assigned_instances(requests: RequestArrays, config: SimConfig) -> np.ndarray:
+    """Each request's instance fixed before the run (`--route trace|weighted`), else −1."""
+    n = requests.num_requests
+    if config.route is RoutePolicy.WEIGHTED:
+        assert config.route_weights is not None  # SimConfig checks it
+        return weighted_assignment(n, config.route_weights)
+    if config.route is RoutePolicy.TRACE:
+        codes = requests.instance_codes
+        if codes is None or (codes < 0).any():
+            row = 0 if codes is None else int(np.flatnonzero(codes < 0)[0])
+            raise ConfigError(f"--route trace: column 'instance', row {row}: no instance given; "
+                              "fill the trace's instance column or pick another --route")
+        return np.ascontiguousarray(codes.astype(np.int64))
+    return np.full(n, -1, dtype=np.int64)
 
 
 def _token_budget(runnable: RequestArrays, config: SimConfig) -> int:
@@ -270,7 +310,9 @@ def _token_budget(runnable: RequestArrays, config: SimConfig) -> int:
     return budget
 
 
-def _instance_labels(config: SimConfig) -> tuple[str, ...]:
+def _instance_labels(config: SimConfig, requests: RequestArrays) -> tuple[str, ...]:
+    if config.route is RoutePolicy.TRACE:
+        return requests.instance_names
     if config.pd is not None:
         return tuple([f"p{k}" for k in range(config.pd[0])]
                      + [f"d{k}" for k in range(config.pd[1])])
@@ -298,12 +340,13 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
     """The loop's arrays as a `SimResult` over every request (NaN or −1 where one never ran)."""
     n = requests.num_requests
     (sched, first, finish, tt, npre, cached, comp, recomp, inst, pf_inst, s_inst, s_start,
-     s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy) = out
+     s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy, xfer, dec_start) = out
     columns = _scatter(n, keep, {
         "scheduled_s": (sched, np.nan), "first_token_s": (first, np.nan),
         "finish_s": (finish, np.nan), "num_preemptions": (npre, 0), "cached_tokens": (cached, 0),
         "computed_tokens": (comp, 0), "recomputed_tokens": (recomp, 0),
         "instance": (inst, -1), "prefill_instance": (pf_inst, -1),
+        "kv_transfer_s": (xfer, np.nan), "decode_start_s": (dec_start, np.nan),
     })
     token_offsets, tt_kept = _token_times(requests, keep, tt_off, out_len, tt)
     return SimResult(
@@ -312,7 +355,9 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
         num_preemptions=columns["num_preemptions"], cached_tokens=columns["cached_tokens"],
         computed_tokens=columns["computed_tokens"],
         recomputed_tokens=columns["recomputed_tokens"], instance=columns["instance"],
-        prefill_instance=columns["prefill_instance"], instance_labels=_instance_labels(config),
+        prefill_instance=columns["prefill_instance"],
+        instance_labels=_instance_labels(config, requests),
+        kv_transfer_s=columns["kv_transfer_s"], decode_start_s=columns["decode_start_s"],
         step_instance=s_inst, step_start_s=s_start, step_end_s=s_end,
         step_prefill_tokens=s_pf, step_decode_tokens=s_dec, step_num_running=s_run,
         step_num_waiting=s_wait, step_kv_blocks_used=s_used, step_num_preempted=s_pre,
@@ -343,8 +388,10 @@ def _subset(requests: RequestArrays, keep: np.ndarray) -> RequestArrays:
         starts = requests.chain_offsets[keep]
         idx = np.repeat(starts, counts) + _segment_positions(counts)
         ids = requests.chain_ids[idx]
+    codes = None if requests.instance_codes is None else requests.instance_codes[keep]
     return RequestArrays(
         arrival_s=requests.arrival_s[keep], prompt_tokens=requests.prompt_tokens[keep],
         output_tokens=requests.output_tokens[keep], chain_offsets=offsets, chain_ids=ids,
         chain_block_tokens=requests.chain_block_tokens, num_chain_ids=requests.num_chain_ids,
+        instance_codes=codes, instance_names=requests.instance_names,
     )

@@ -53,6 +53,7 @@ class Scenario:
     prefix_caching: bool | None = None
     instances: int | None = None
     route: str | None = None
+    route_weights: str | None = None
     pd: str | None = None
     link_gbps: float | None = None
     link_latency_ms: float | None = None
@@ -155,6 +156,9 @@ def _typed(path: Path, key: str, name: str, value: Any) -> Any:
     if name == "pd" and isinstance(value, list) and len(value) == 2 \
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         value = f"{value[0]}:{value[1]}"
+    if name == "route_weights" and isinstance(value, list) \
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        value = ",".join(f"{v:g}" for v in value)
     ok = {
         "int": isinstance(value, int) and not isinstance(value, bool),
         "float": isinstance(value, int | float) and not isinstance(value, bool),
@@ -194,6 +198,7 @@ _NAMED: dict[str, Callable[[Any], Any]] = {
     "pd": lambda v: _parse_pd(v),
     "scheduler": lambda v: _choice(SchedulerKind, v, "scheduler"),
     "route": lambda v: _choice(RoutePolicy, v, "route"),
+    "route_weights": lambda v: parse_route_weights(v),
 }
 
 
@@ -257,6 +262,18 @@ def _parse_pd(text: str) -> tuple[int, int]:
     return p, d
 
 
+def parse_route_weights(text: str) -> tuple[float, ...]:
+    """`--route-weights 0.85,0.15`: one positive share per instance (normalised when routing)."""
+    try:
+        weights = tuple(float(x) for x in str(text).split(","))
+    except ValueError as exc:
+        raise ConfigError(f"--route-weights {text!r}: give one share per instance, separated "
+                          "by commas, e.g. --route-weights 0.85,0.15") from exc
+    if not all(math.isfinite(w) and w > 0 for w in weights):
+        raise ConfigError(f"--route-weights {text}: every share must be a positive number")
+    return weights
+
+
 def _choice(enum: type[SchedulerKind] | type[RoutePolicy], value: str, option: str) -> Any:
     try:
         return enum(str(value).lower())
@@ -303,6 +320,12 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
                              overhead_ms=_given(scenario.overhead_ms, DEFAULT_OVERHEAD_MS),
                              kv_bytes_per_token=kv_b, host_gap_ms=host_gap_ms)
     pd_shape = _parse_pd(scenario.pd) if scenario.pd is not None else None
+    weights = (parse_route_weights(scenario.route_weights)
+               if scenario.route_weights is not None else None)
+    # NOTE: weighted routing has as many instances as shares unless --instances says otherwise
+    # (then SimConfig refuses the mismatch); `--route trace` takes them from the trace.
+    instances = _given(scenario.instances, len(weights) if weights is not None
+                       and route is RoutePolicy.WEIGHTED else 1)
     link_gbps = _given(scenario.link_gbps, DEFAULT_LINK_GBPS)
     config = SimConfig(
         scheduler=scheduler,
@@ -313,8 +336,9 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
         chunked_prefill=True if scenario.chunked_prefill is None else scenario.chunked_prefill,
         long_prefill_token_threshold=_given(scenario.long_prefill_token_threshold, 0),
         prefix_caching=True if scenario.prefix_caching is None else scenario.prefix_caching,
-        instances=_given(scenario.instances, 1),
+        instances=instances,
         route=route,
+        route_weights=weights,
         pd=pd_shape,
         link_bytes_per_s=link_gbps * 1e9 / 8,
         link_latency_s=_given(scenario.link_latency_ms, DEFAULT_LINK_LATENCY_MS) / 1e3,

@@ -16,13 +16,13 @@ from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import STEP_COLUMNS
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.sim.config import SimConfig
+from yaotu_trace.sim.config import RoutePolicy, SimConfig
 from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate
 from yaotu_trace.sim.scenario import ResolvedScenario, Scenario, resolve
 
 TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
                   "num_preemptions", "cached_tokens", "instance", "prefill_instance",
-                  "decode_instance")
+                  "decode_instance", "decode_start_s", "kv_transfer_s")
 
 
 def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[str]]:
@@ -34,6 +34,7 @@ def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[s
     arrival = df["arrival_s"].to_numpy(dtype=np.float64)
     prompt = df["prompt_len"].to_numpy(dtype=np.int64)
     output = df["output_len"].to_numpy(dtype=np.int64)
+    codes, names = _trace_instances(trace)
     notes: list[str] = []
     if trace.has("model") and df["model"].nunique() > 1:
         notes.append(f"the trace names {df['model'].nunique()} models; all requests run on the "
@@ -43,7 +44,8 @@ def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[s
         notes.append("the trace carries no prompt content (token or block ids): no request can "
                      "hit another's prefix, so the prefix cache gives no hits; the hit ratio "
                      "reflects the missing content, not the engine")
-        return RequestArrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output), notes
+        return RequestArrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
+                             instance_codes=codes, instance_names=names), notes
     prepared = prepare(trace)
     source = prepared.source_block_size
     chain_block = block_size
@@ -65,8 +67,34 @@ def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[s
     return RequestArrays(
         arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
         chain_offsets=chains.offsets, chain_ids=chains.ids, chain_block_tokens=chain_block,
-        num_chain_ids=chains.num_distinct,
+        num_chain_ids=chains.num_distinct, instance_codes=codes, instance_names=names,
     ), notes
+
+
+def _trace_instances(trace: Trace) -> tuple[np.ndarray | None, tuple[str, ...]]:
+    """(code per request, instance names in sorted order) of the trace's `instance` column
+    (code −1 where it is empty), or (None, ()) without one: what `--route trace` follows."""
+    if not trace.has("instance"):
+        return None, ()
+    codes, names = pd.factorize(trace.requests["instance"].astype("string"), sort=True)
+    return codes.astype(np.int64), tuple(str(n) for n in names)
+
+
+def _fit_trace_route(resolved: ResolvedScenario, requests: RequestArrays,
+                     scenario: Scenario) -> ResolvedScenario:
+    """Under `--route trace` the cluster has the trace's instances (its `instance` column)."""
+    from dataclasses import replace
+
+    names = requests.instance_names
+    if resolved.config.route is not RoutePolicy.TRACE:
+        return resolved
+    if not names:
+        raise ConfigError("--route trace follows the trace's instance column, which this trace "
+                          "lacks; add it or pick another --route")
+    if scenario.instances is not None and scenario.instances != len(names):
+        raise ConfigError(f"--instances {scenario.instances} conflicts with --route trace: the "
+                          f"trace names {len(names)} instance(s); drop --instances")
+    return replace(resolved, config=replace(resolved.config, instances=len(names)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +213,8 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         # a request with one output token never leaves its prefill instance
         decoded = np.where(result.instance >= config.pd[0], result.instance, -1)
         df["decode_instance"] = _labels(decoded, result.instance_labels)
+        df["decode_start_s"] = pd.Series(result.decode_start_s, dtype="float64")
+        df["kv_transfer_s"] = pd.Series(result.kv_transfer_s, dtype="float64")
     from yaotu_trace.data.schema import CANONICAL_COLUMNS
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]
@@ -254,6 +284,13 @@ def _instances_text(cfg: SimConfig) -> str:
     return instances
 
 
+def _route_text(cfg: SimConfig) -> str:
+    """The route, with its shares under `weighted`."""
+    if cfg.route_weights is None:
+        return str(cfg.route)
+    return f"{cfg.route} {','.join(f'{w:g}' for w in cfg.route_weights)}"
+
+
 def _step_model_text(resolved: ResolvedScenario) -> str:
     """The step-time model in words: the fitted line, or the roofline's GPU and efficiencies."""
     if resolved.calibration is not None:
@@ -314,7 +351,7 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
         kv_blocks_per_instance=cfg.kv_blocks, kv_bytes_per_token=resolved.kv_bytes_per_token,
         block_size_tokens=cfg.block_size_tokens, max_num_seqs=cfg.max_num_seqs,
         max_batched_tokens=cfg.max_batched_tokens, chunked_prefill=cfg.chunked_prefill,
-        prefix_caching=cfg.prefix_caching, route=str(cfg.route),
+        prefix_caching=cfg.prefix_caching, route=_route_text(cfg),
         step_model=_step_model_text(resolved),
         requests=len(df), finished=int(ran.sum()), rejected=result.rejected_requests,
         makespan_s=makespan, throughput_rps=float(tput) if tput is not None else None,
@@ -337,6 +374,7 @@ def run_scenario(trace: Trace, scenario: Scenario) -> SimRun:
     """Resolve, simulate and tabulate one scenario on `trace`."""
     resolved = resolve(scenario)
     requests, notes = request_arrays(trace, resolved.config.block_size_tokens)
+    resolved = _fit_trace_route(resolved, requests, scenario)
     result = simulate(requests, resolved.config)
     table, steps = output_tables(trace, result, resolved.config)
     summary = summarize(trace, resolved, result, notes)

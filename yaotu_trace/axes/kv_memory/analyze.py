@@ -56,7 +56,8 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
     pre_source = basis = None
     preempted = pre_total = None
     recomputed = low = high = None
-    per_request_estimate = float(np.mean(prompt + output / 2.0)) if prompt.size else 0.0
+    # NOTE: telemetry alone (no request) has no lengths to price a preemption with: None.
+    per_request_estimate = float(np.mean(prompt + output / 2.0)) if prompt.size else None
     if inp.has("num_preemptions"):
         counts = req["num_preemptions"].fillna(0).to_numpy(dtype=np.float64)
         preempted, pre_total = int((counts > 0).sum()), int(counts.sum())
@@ -67,12 +68,12 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
     elif inp.step_has("num_preempted"):
         assert step_kv is not None and step_kv.preempted_total is not None
         pre_total = step_kv.preempted_total
-        recomputed = pre_total * per_request_estimate
+        recomputed = None if per_request_estimate is None else pre_total * per_request_estimate
         pre_source, basis = "steps", "preemptions × mean (prompt_len + output_len / 2)"
         sources.append(Source.STEPS)
     elif m is not None and m.name_of("preemptions") is not None:
         pre_total = round(m.counter_increase("preemptions") or 0.0)
-        recomputed = pre_total * per_request_estimate
+        recomputed = None if per_request_estimate is None else pre_total * per_request_estimate
         pre_source, basis = "metrics", "preemptions × mean (prompt_len + output_len / 2)"
         sources.append(Source.METRICS)
     if pre_source in ("requests", "steps") and m is not None and m.name_of("preemptions"):

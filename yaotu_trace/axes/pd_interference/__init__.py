@@ -18,6 +18,9 @@ Metrics (units in the names):
 - tbt_s: distribution of the gaps; tbt_p25_s their 25th percentile.
 - metrics_itl_mean_s: mean of vllm:inter_token_latency_seconds (or SGLang's) over the export (s);
   context only — a mean cannot show stalls or their coincidence with prefill.
+- placement: when some request prefilled on one instance and decoded on another, the KV
+  transfer, the two pools' waits and loads, fallbacks and failed transfers (`placement`
+  module); each handed-off request's first gap (its transfer) is then not a stall.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +25,7 @@ from yaotu_trace.axes.pd_interference.metrics import (
     instances_of,
     prefill_overlap,
 )
+from yaotu_trace.axes.pd_interference.placement import PlacementMetrics, placement_of, split_rows
 from yaotu_trace.axes.pd_interference.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import evaluate
 from yaotu_trace.axes.thresholds import Thresholds
@@ -39,6 +41,25 @@ from yaotu_trace.data.token_times import (
 _BASIS = "share of decode time lost to stalls during prefill"
 
 
+def _queued_pool_share(pm: PlacementMetrics) -> float | None:
+    """The larger of the two pools' waits as a share of TTFT: the pool that is short."""
+    waits = [w for w in (pm.prefill_wait_share, pm.decode_wait_share) if w is not None]
+    return max(waits) if waits else None
+
+
+# A disaggregated deployment's causes, in the order they are named: the rules that make each,
+# its score and the score's words.
+_PLACEMENT_CAUSES: tuple[tuple[str, frozenset[str], Callable[[PlacementMetrics], float | None],
+                               str], ...] = (
+    ("kv_transfer", frozenset({"D007", "D008"}), lambda pm: pm.transfer_ttft_share,
+     "share of TTFT spent moving KV"),
+    ("pd_ratio", frozenset({"D009"}), _queued_pool_share,
+     "share of TTFT queued for the short pool"),
+    ("transfer_failures", frozenset({"D010"}), lambda pm: pm.failure_share,
+     "share of handed-off requests whose transfer failed or fell back"),
+)
+
+
 def _empty(t: Thresholds, itl_mean: float | None) -> InterferenceMetrics:
     """The measurements when stalls cannot be measured (the metrics' mean ITL only)."""
     empty = InterferenceMetrics(
@@ -52,7 +73,7 @@ def _empty(t: Thresholds, itl_mean: float | None) -> InterferenceMetrics:
 
 
 def _no_token_times(metrics: InterferenceMetrics, itl_mean: float | None) -> AxisResult:
-    """The axis without per-token times: undecided."""
+    """The axis without per-token times: undecided (placement decided when disaggregated)."""
     return AxisResult(
         axis=AxisName.PD_INTERFERENCE, status=Status.INSUFFICIENT_DATA, cause=None,
         score=None, score_basis=_BASIS,
@@ -131,8 +152,9 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     itl_mean = None if inp.metrics is None else inp.metrics.histogram_mean("itl_s")
     # Token times left on disk belong to the trace's own rows only.
     lazy = (inp.trace.lazy if inp.trace is not None and inp.trace.requests is req else None)
+    placement = placement_of(inp, t)
     if not has_token_times(req, lazy):
-        return _no_token_times(_empty(t, itl_mean), itl_mean)
+        return _placed(_no_token_times(_empty(t, itl_mean), itl_mean), placement, t)
     sources = [Source.REQUESTS] + ([Source.METRICS] if itl_mean is not None else [])
     # Passes over the token times (streamed when left on disk): only the gaps' summary and the
     # stalls are held, never every gap.
@@ -142,14 +164,15 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     steps = inp.steps if inp.step_has("prefill_tokens") else None
     median_step, step_source = _median_step(steps, gs, sources)
     if not gs.summary.count or median_step is None:
-        return _one_token_each(_empty(t, itl_mean), sources)
+        return _placed(_one_token_each(_empty(t, itl_mean), sources), placement, t)
     threshold_s = k * median_step
-    st = stalls(req, lazy, threshold_s)
+    st, handoff_s = _without_handoffs(stalls(req, lazy, threshold_s), inp, gs.first, placement)
     coincide, coin_source = _coincidence(inp, st, steps, gs.first)
     gap = st.gap
     lost = float((gap[coincide] - median_step).sum())
     n_stalls, with_prefill = int(gap.size), int(coincide.sum())
-    share = ratio(lost, gs.summary.total)
+    decode_total = gs.summary.total - handoff_s
+    share = ratio(lost, decode_total)
     metrics = InterferenceMetrics(
         requests_with_tokens=int((gs.counts > 1).sum()),
         gaps=gs.summary.count,
@@ -163,16 +186,53 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
         stalls_with_prefill=with_prefill,
         prefill_coincidence=ratio(with_prefill, n_stalls),
         coincidence_source=coin_source,
-        decode_seconds_total=gs.summary.total,
+        decode_seconds_total=decode_total,
         decode_seconds_lost=lost,
         interference_share=share,
         stall_seconds_unexplained=float((gap[~coincide] - median_step).sum()),
         metrics_itl_mean_s=itl_mean,
+        placement=placement,
+        stall_share_by_instance=_stall_shares(instances_of(inp)[st.owner]),
     )
-    if inp.has("prefill_instance") and inp.has("decode_instance"):
+    if placement is not None:
         notes.append("the trace has separate prefill and decode instances (already "
-                     "disaggregated); stalls are matched on the decode instance")
+                     "disaggregated); stalls are matched on the decode instance, and the gap "
+                     "from a request's first token to its first decode step (KV transfer and "
+                     "the decode queue) is not a stall")
     return _result(metrics, evaluate(RULES, metrics, t), sources, notes)
+
+
+def _without_handoffs(st: Stalls, inp: AxisInput, token_first: np.ndarray,
+                      placement: PlacementMetrics | None) -> tuple[Stalls, float]:
+    """The stalls minus each handed-off request's first gap (the transfer, not a stall), and
+    the seconds removed."""
+    if placement is None or not st.gap.size:
+        return st, 0.0
+    handoff = split_rows(inp)[st.owner] & (st.start == token_first[st.owner])
+    keep = ~handoff
+    kept = Stalls(gap=st.gap[keep], start=st.start[keep], end=st.end[keep],
+                  owner=st.owner[keep])
+    return kept, float(st.gap[handoff].sum())
+
+
+def _placed(result: AxisResult, placement: PlacementMetrics | None,
+            t: Thresholds) -> AxisResult:
+    """An undecided interference result, decided on placement when the run is disaggregated."""
+    if placement is None:
+        return result
+    metrics = replace(result.metrics, placement=placement)
+    hits = evaluate(RULES, metrics, t)
+    if not hits:
+        return replace(result, metrics=metrics)
+    decided = _result(metrics, hits, list(result.sources) or [Source.REQUESTS], [])
+    return replace(decided, missing=result.missing,
+                   next_steps=(*decided.next_steps, *result.next_steps))
+def _stall_shares(instance: np.ndarray) -> dict[str, float] | None:
+    """Each instance's share of the stalls, when the stalls fall on more than one."""
+    names, counts = np.unique(instance[instance != ""], return_counts=True)
+    if names.size < 2:
+        return None
+    return {str(n): float(c / counts.sum()) for n, c in zip(names, counts, strict=True)}
 
 
 def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Source],
@@ -180,8 +240,16 @@ def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Sou
     """The decided axis: status, cause and what to do next."""
     ids = {h.rule_id for h in hits}
     cause = "prefill_interference" if ids & {"D001", "D002"} else None
+    score, basis = finite(metrics.interference_share), _BASIS
+    pm = metrics.placement
+    placed = next(((name, score_of, words) for name, rule_ids, score_of, words
+                   in _PLACEMENT_CAUSES if ids & rule_ids), None)
     next_steps: list[str] = []
-    if cause:
+    if placed is not None and pm is not None:
+        cause, score, basis = placed[0], finite(placed[1](pm)), placed[2]
+        next_steps.append("weigh co-located serving with chunked prefill in the ledger against "
+                          "fixing the placement")
+    elif cause:
         next_steps.append("compare chunked prefill and P/D disaggregation in the ledger; pass "
                           "--model and --link-gbps for the transfer cost")
     if "D006" in ids:
@@ -190,7 +258,8 @@ def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Sou
         next_steps.append("add a step log with prefill_tokens per step to confirm co-location")
     return AxisResult(
         axis=AxisName.PD_INTERFERENCE, status=status_from(hits, SEVERITY_OF), cause=cause,
-        score=finite(metrics.interference_share), score_basis=_BASIS,
+        score=score, score_basis=basis,
         sources=tuple(sources), metrics=metrics, hits=tuple(hits), missing=(),
         next_steps=tuple(next_steps), notes=tuple(notes),
     )
+

@@ -10,6 +10,7 @@ import pandas as pd
 from yaotu_trace.axes.base import (
     AxisInput,
 )
+from yaotu_trace.axes.pd_interference.placement import PlacementMetrics
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.data.steplog import column as step_column
@@ -41,6 +42,9 @@ class InterferenceMetrics:
     interference_share: float | None
     stall_seconds_unexplained: float | None
     metrics_itl_mean_s: float | None = None
+    placement: PlacementMetrics | None = None
+    # Several instances: each one's share of the stalls (request table's instance column).
+    stall_share_by_instance: dict[str, float] | None = None
 
 
 def instances_of(inp: AxisInput) -> np.ndarray:

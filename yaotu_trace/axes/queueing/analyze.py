@@ -1,8 +1,8 @@
-"""The queueing axis' analyzer: measure, evaluate the rules Q000–Q006, name the cause."""
+"""The queueing axis' analyzer: measure, evaluate the rules Q000–Q006 and Q010, name the cause."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -17,7 +17,9 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
+from yaotu_trace.axes.failures import measure_failures, with_failure_hits
 from yaotu_trace.axes.queueing.confidence import confirm_steps, evidence_note
+from yaotu_trace.axes.queueing.imbalance import measure_load_balance
 from yaotu_trace.axes.queueing.metrics import (
     Load,
     QueueingMetrics,
@@ -50,6 +52,7 @@ class Cause(StrEnum):
     DISPATCH_OVERHEAD = "dispatch_overhead"
     ARRIVAL_BURST = "arrival_burst"
     BATCH_SHAPE = "batch_shape"
+    LOAD_IMBALANCE = "load_imbalance"
     # Queueing too large to be ok that no rule explains (Q006): what to measure next says how.
     UNIDENTIFIED = "unidentified"
 
@@ -61,9 +64,13 @@ CAUSE_OF_RULE = {
     "Q004": Cause.BATCH_SHAPE,
     "Q005": Cause.KV_ADMISSION,
     "Q006": Cause.UNIDENTIFIED,
+    "Q010": Cause.LOAD_IMBALANCE,
 }
-CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.ARRIVAL_BURST,
-               Cause.BATCH_SHAPE, Cause.UNIDENTIFIED)
+# Rules that judge the failed requests, evaluated even when no queue time decides the axis.
+FAILURE_RULES = tuple(r for r in RULES if r.id in ("Q007", "Q008"))
+# NOTE: idle seats next to a queue come before a burst: the burst is the hot instance's share.
+CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.LOAD_IMBALANCE,
+               Cause.ARRIVAL_BURST, Cause.BATCH_SHAPE, Cause.UNIDENTIFIED)
 
 
 
@@ -169,7 +176,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     """Measure queueing and name its cause: burst, dispatch overhead, batch shape or KV."""
     sources: list[Source] = []
     timing = request_timing(inp, sources)
-    grid = windows_of(timing, float(t.window_s))
+    grid = windows_of(timing, float(t.window_s), _telemetry_span(inp))
     st = step_stats(inp, grid)
     if st.wall_s is not None:
         sources.append(Source.STEPS)
@@ -178,11 +185,14 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     qw = queue_windows(inp, timing, grid, st, t)
     judged = judge(inp, timing, grid, st, qw, load.service_rate_tokens_per_s, shape.budget,
                    shape.seq_cap, t)
-    metrics = _metrics(inp, timing, grid, load, st, shape, judged)
+    metrics = replace(_metrics(inp, timing, grid, load, st, shape, judged),
+                      load_balance=measure_load_balance(inp, timing, grid))
+    facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None,
+                          failures=measure_failures(inp, float(t.window_s)))
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
-        return _undecided(metrics)
+        return with_failure_hits(_undecided(metrics), evaluate(FAILURE_RULES, facts, t),
+                                 facts.failures, SEVERITY_OF)
     notes: list[str] = []
-    facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None)
     hits = evaluate(RULES, facts, t)
     if "Q001" in {h.rule_id for h in hits} and saturated(facts, t) is None:
         notes.append("arrival burst judged from the request table alone; add a step log to "
@@ -209,6 +219,18 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     )
 
 
+def _telemetry_span(inp: AxisInput) -> tuple[float, float] | None:
+    """The step log's range, else the metrics', for a diagnosis without requests."""
+    if len(inp.requests):
+        return None
+    if inp.steps is not None and (span := inp.steps.span()) is not None:
+        return span
+    if inp.metrics is not None and len(inp.metrics.frame):
+        times = inp.metrics.frame["time_s"]
+        return float(times.min()), float(times.max())
+    return None
+
+
 def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, st: StepStats,
              shape: _Shape, judged: WindowVerdicts) -> QueueingMetrics:
     """The axis' measurements from its phases."""
@@ -216,7 +238,8 @@ def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, s
     expected, sampled, mismatch = _littles_law(inp, st, timing)
     m = inp.metrics
     return QueueingMetrics(
-        queue_time_s=Distribution.of(timing.queue) if timing.queue is not None else None,
+        queue_time_s=(Distribution.of(timing.queue[timing.timed]) if timing.queue is not None
+                      else None),
         ttft_s=Distribution.of(timing.ttft) if timing.ttft is not None else None,
         queue_share_of_ttft=timing.share_ttft,
         queue_share_of_latency=timing.share_latency,
@@ -329,6 +352,8 @@ def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
         "control or autoscaling on queue depth",
         Cause.BATCH_SHAPE: "raise max_num_batched_tokens / max_num_seqs and check FCFS "
         "head-of-line blocking by long prompts",
+        Cause.LOAD_IMBALANCE: "route by load (least-loaded) or by cache and load (sgl-router "
+        "cache_aware, Dynamo kv-aware): one instance queues while another has free seats",
         Cause.UNIDENTIFIED: "the queue is too large to ignore but no cause was identified in "
         "the windows where it is: read their measurements (growth_rho, burst_ratio, "
         "running_fill_queued); a step log's GPU busy and idle gaps there tell a saturated "

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, Source, ratio
+from yaotu_trace.axes.queueing.instances import LoadBalance
+from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.report import Distribution
 
 # Peak windows shown in the report.
@@ -84,6 +86,7 @@ class QueueingMetrics:
     running_fill_queued: float | None = None
     running_source: str | None = None
     kv_usage_queued: float | None = None
+    load_balance: LoadBalance | None = None  # several instances (`imbalance.py`)
 
 
 def times_of(df: pd.DataFrame, column: str) -> np.ndarray | None:
@@ -147,7 +150,12 @@ class Windows:
 class RequestTiming:
     """Per-request times from the request table (s, None when the column is absent): queue
     and TTFT are NaN where a request's timing is inconsistent; the shares may come from the
-    engine metrics when the table lacks them."""
+    engine metrics when the table lacks them.
+
+    `timed` marks the successful requests (`data/outcome.py`): TTFT, the shares and the queue
+    time distribution are theirs only, so failures never pass for fast requests. `queue` keeps
+    every request's wait, since a request that failed after waiting did occupy the queue
+    (Little's law, the queue seconds a remedy saves)."""
 
     arrival: np.ndarray
     scheduled: np.ndarray | None
@@ -158,6 +166,7 @@ class RequestTiming:
     share_ttft: float | None
     share_latency: float | None
     queue_total: float | None
+    timed: np.ndarray
 
 
 def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
@@ -177,19 +186,20 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
 
     queue = ttft = None
     share_ttft = share_latency = queue_total = None
+    timed = successful_mask(req)  # a failed request is counted, never timed
     if scheduled is not None:
         q = scheduled - arrival
         queue = np.where(q >= 0, q, np.nan)
         queue_total = float(np.nansum(queue))
     if first is not None:
         f = first - arrival
-        ttft = np.where(f >= 0, f, np.nan)
+        ttft = np.where((f >= 0) & timed, f, np.nan)
     if queue is not None and ttft is not None:
-        both = np.isfinite(queue) & np.isfinite(ttft)
+        both = np.isfinite(queue) & np.isfinite(ttft)  # ttft is NaN where not timed
         share_ttft = ratio(float(queue[both].sum()), float(ttft[both].sum()))
     if queue is not None and finish is not None:
         e2e = finish - arrival
-        both = np.isfinite(queue) & np.isfinite(e2e) & (e2e >= 0)
+        both = np.isfinite(queue) & np.isfinite(e2e) & (e2e >= 0) & timed
         share_latency = ratio(float(queue[both].sum()), float(e2e[both].sum()))
     if queue is not None or ttft is not None:
         sources.append(Source.REQUESTS)
@@ -207,14 +217,21 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
             sources.append(Source.METRICS)
     return RequestTiming(arrival=arrival, scheduled=scheduled, finish=finish, work=work,
                          queue=queue, ttft=ttft, share_ttft=share_ttft,
-                         share_latency=share_latency, queue_total=queue_total)
+                         share_latency=share_latency, queue_total=queue_total, timed=timed)
 
 
-def windows_of(timing: RequestTiming, window_s: float) -> Windows:
-    """Windows of `window_s` from the first arrival to the last finish (or arrival)."""
+def windows_of(timing: RequestTiming, window_s: float,
+               telemetry_span: tuple[float, float] | None = None) -> Windows:
+    """Windows of `window_s` from the first arrival to the last finish (or arrival); without a
+    request (telemetry alone), over `telemetry_span`, the step log's or the metrics' range."""
     arrival, finish = timing.arrival, timing.finish
-    t0 = float(arrival.min())
-    t_end = float(np.nanmax(finish)) if finish is not None else float(arrival.max())
+    if arrival.size == 0:  # telemetry alone: no request to place in time
+        if telemetry_span is None:
+            return Windows(t0_s=0.0, width_s=window_s, count=1)
+        t0, t_end = telemetry_span
+    else:
+        t0 = float(arrival.min())
+        t_end = float(np.nanmax(finish)) if finish is not None else float(arrival.max())
     n_windows = max(1, int(np.ceil((t_end - t0) / window_s + 1e-12)))
     return Windows(t0_s=t0, width_s=window_s, count=n_windows)
 

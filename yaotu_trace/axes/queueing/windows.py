@@ -25,12 +25,12 @@ the other windows of the arrival span, `burst_ratio`, and offered work against t
 rate, `growth_rho`), saturation (GPU busy and idle-while-waiting, step log only), batch shape
 (tokens per step and running against their caps) and KV admission (KV usage), in the queued
 windows, at the moments requests wait there (the steps that leave some waiting, the scrapes
-that see some, the instants some are queued in the request table): what the engine ran while
-it could not admit more. With a step log each instance is judged in the windows where its own
-queue is (its num_waiting through `growth_windows`; the cluster's sums when instances ×
-windows exceeds `steps.MAX_CELLS`). Running comes from the step log, else the metrics'
-running gauge, else the request table's own concurrency (scheduled ≤ t < finish), per
-instance.
+that see some on their instance, the instants some are queued in the request table): what
+the engine ran while it could not admit more. With a step log each instance is judged in the
+windows where its own queue is (its num_waiting through `growth_windows`; the cluster's sums
+when instances × windows exceeds `steps.MAX_CELLS`). Running comes from the step log, else
+the metrics' running gauge, else the request table's own concurrency (scheduled ≤ t <
+finish), per instance.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
         running, running_source = got
     kv = steps.get("kv_usage_queued")
     if kv is None and inp.metrics is not None and queued.any():
-        kv = _gauge_mean_in(inp.metrics, "kv_usage", grid, queued, how="max")
+        kv = _gauge_mean_in(inp.metrics, "kv_usage", grid, queued)
     return WindowVerdicts(
         queue_source=qw.source, growing_windows=int(grow.sum()),
         queued_windows=int(queued.sum()),
@@ -175,8 +175,8 @@ def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
 def _burst(timing: RequestTiming, grid: Windows, grow: np.ndarray,
            service_rate: float | None) -> dict[str, float | None]:
     """Arrival rate in the growing windows against the other windows of the arrival span,
-    and offered work there against the service rate."""
-    if not grow.any():
+    and offered work there against the service rate (none without requests)."""
+    if not grow.any() or timing.arrival.size == 0:
         return {}
     arrivals = _arrivals(timing.arrival, grid)
     last = int(np.clip(np.floor((timing.arrival.max() - grid.t0_s) / grid.width_s), 0,
@@ -250,24 +250,34 @@ def _share(part: float, whole: float) -> float | None:
     return None if value is None else min(value, 1.0)
 
 
-def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows, mask: np.ndarray,
-                   how: str = "sum") -> float | None:
-    """Mean of a gauge's scrapes that fall in the masked windows and see requests waiting
-    (every scrape there when the waiting gauge is not exported)."""
-    g = metrics.gauge(key, how=how)
-    if g is None or g.empty:
+def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows,
+                   mask: np.ndarray) -> float | None:
+    """Mean of a gauge's per-instance scrapes that fall in the masked windows while requests
+    wait: that instance's waiting gauge when the two share labels, else the cluster's (every
+    scrape there when the waiting gauge is not exported)."""
+    name = metrics.name_of(key)
+    if name is None:
         return None
-    times = g["time_s"].to_numpy(dtype=np.float64)
+    frame = metrics.frame
+    rows = frame.loc[frame["metric"] == name, ["time_s", "labels", "value"]]
+    if rows.empty:
+        return None
+    times = rows["time_s"].to_numpy(dtype=np.float64)
     idx = np.floor((times - grid.t0_s) / grid.width_s).astype(np.int64)
     inside = (idx >= 0) & (idx < grid.count)
     inside[inside] = mask[idx[inside]]
-    waiting = metrics.gauge("num_waiting")
-    if waiting is not None and not waiting.empty:
-        at = waiting.set_index("time_s")["value"].reindex(times).to_numpy(dtype=np.float64)
+    waiting_name = metrics.name_of("num_waiting")
+    if waiting_name is not None:
+        waiting = frame.loc[frame["metric"] == waiting_name, ["time_s", "labels", "value"]]
+        own = rows.merge(waiting, on=["time_s", "labels"], how="left", suffixes=("", "_w"))
+        at = own["value_w"].to_numpy(dtype=np.float64)
+        if np.isnan(at).all():  # no shared labels: the cluster's queue at that scrape
+            total = waiting.groupby("time_s")["value"].sum()
+            at = total.reindex(times).to_numpy(dtype=np.float64)
         inside &= np.nan_to_num(at) > 0
     if not inside.any():
         return None
-    return float(g["value"].to_numpy(dtype=np.float64)[inside].mean())
+    return float(rows["value"].to_numpy(dtype=np.float64)[inside].mean())
 
 
 def _running_elsewhere(inp: AxisInput, timing: RequestTiming, grid: Windows,
@@ -282,13 +292,12 @@ def _running_elsewhere(inp: AxisInput, timing: RequestTiming, grid: Windows,
     m = inp.metrics
     if m is not None and (name := m.name_of("num_running")) is not None:
         mean = _gauge_mean_in(m, "num_running", grid, queued)
-        instances = max(1, int(m.frame.loc[m.frame["metric"] == name, "labels"].nunique()))
         cap = seq_cap
         if cap is None:
             per_label = m.frame.loc[m.frame["metric"] == name, "value"]
             cap = float(per_label.max()) if len(per_label) else None
         if mean is not None:
-            return ratio(mean / instances, cap), Source.METRICS
+            return ratio(mean, cap), Source.METRICS
     if timing.scheduled is None or timing.finish is None:
         return None
     instances = 1

@@ -25,6 +25,7 @@ ViewFunction = Callable[[Any], View]
 # Section key → view module of this package.
 SECTION_VIEWS: dict[str, str] = {
     "profile": "profile",
+    "success": "success",
     "prefix_reuse": "prefix_reuse",
     "replay_grid": "replay_grid",
     "capacity_curve": "capacity_curve",

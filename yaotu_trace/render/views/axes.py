@@ -70,6 +70,16 @@ AXIS_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("interference_share", "share of decode time", "pct"),
     ),
 }
+# The pd_interference panel's placement rows, for a disaggregated deployment.
+PLACEMENT_METRICS = (
+    ("disaggregated_requests", "handed-off requests", "count"),
+    ("transfer_ttft_share", "KV transfer share of TTFT", "pct"),
+    ("prefill_wait_share", "prefill-pool wait share of TTFT", "pct"),
+    ("decode_wait_share", "decode-pool wait share of TTFT", "pct"),
+    ("prefill_busy_share", "prefill pool busy", "pct"),
+    ("decode_busy_share", "decode pool load", "pct"),
+    ("failure_share", "failed or fallen back", "pct"),
+)
 
 MISSING = fmt.MISSING
 _UNIT_FORMAT = {
@@ -88,6 +98,8 @@ def show(value: Any, how: str) -> str:
     """Format one metric value by a formatter name or unit."""
     if value is None:
         return MISSING
+    if isinstance(value, str):
+        return value
     if how == "pct":
         return fmt.pct(value)
     if how == "count":
@@ -100,8 +112,6 @@ def show(value: Any, how: str) -> str:
         return fmt.tokens(value)
     if how == "seconds":
         return fmt.seconds(value)
-    if isinstance(value, str):
-        return value
     formatter = _UNIT_FORMAT.get(how)
     if formatter is not None:
         return formatter(value)
@@ -143,9 +153,13 @@ def view(section: Any) -> View:
 def metric_rows(a: dict[str, Any]) -> list[tuple[str, str]]:
     """The axis' headline metrics that were measured, labelled and formatted."""
     metrics = a.get("metrics") or {}
-    return [(label, show(metrics.get(key), how))
+    rows = [(label, show(metrics.get(key), how))
             for key, label, how in AXIS_METRICS.get(a["name"], ())
             if metrics.get(key) is not None]
+    placement = metrics.get("placement") or {}
+    rows += [(label, show(placement.get(key), how)) for key, label, how in PLACEMENT_METRICS
+             if placement.get(key) is not None]
+    return rows
 
 
 def window_rows(metrics: dict[str, Any]) -> list[list[str]]:

@@ -45,12 +45,26 @@ def _arrivals(profile: Profile) -> list[Block]:
             KeyValues(rows=markdown, only=MARKDOWN)]
 
 
+def basis(profile: Profile) -> str:
+    """Which requests lengths and timing describe ("" without a status column)."""
+    if profile.successful_requests is None:
+        return ""
+    return (f"successful requests only: {fmt.count(profile.successful_requests)} of "
+            f"{fmt.count(profile.requests)}")
+
+
+def _titled(title: str, aside: str, sep: str = "  ") -> str:
+    return f"{title}{sep}({aside})" if aside else title
+
+
 def _lengths(profile: Profile) -> list[Block]:
     lengths = profile.lengths
     total = (f"total: {fmt.count(lengths.prompt_tokens_total)} prompt tokens, "
              f"{fmt.count(lengths.output_tokens_total)} output tokens")
     return [
-        Heading(text="Lengths", markdown="Lengths (tokens)"),
+        Heading(text=_titled("Lengths", basis(profile)),
+                markdown=_titled("Lengths", "; ".join(filter(None, ("tokens", basis(profile)))),
+                                 sep=" ")),
         Grid(header=DISTRIBUTION_HEADER, title=total, only=CONSOLE, rows=[
             fmt.distribution_row("prompt tokens", lengths.prompt_len, fmt.length),
             fmt.distribution_row("output tokens", lengths.output_len, fmt.length)]),
@@ -80,10 +94,12 @@ def _timing(profile: Profile) -> list[Block]:
     rows = [
         fmt.distribution_row("queue time", t.queue_time_s, fmt.seconds),
         fmt.distribution_row("time to first token", t.ttft_s, fmt.seconds),
-        fmt.distribution_row("inter-token gap", t.itl_s, fmt.seconds),
+        fmt.distribution_row("inter-token gap" + (" (every request's)" if basis(profile)
+                                                  and t.itl_s else ""), t.itl_s, fmt.seconds),
     ]
     out: list[Block] = [
-        Heading(text="Observed timing"),
+        Heading(text=_titled("Observed timing", basis(profile)),
+                markdown=_titled("Observed timing", basis(profile), sep=" ")),
         Grid(header=DISTRIBUTION_HEADER, title="", only=CONSOLE, rows=[
             *rows, fmt.distribution_row("end-to-end latency", t.e2e_s, fmt.seconds)]),
         Grid(header=DISTRIBUTION_HEADER, only=MARKDOWN, rows=[

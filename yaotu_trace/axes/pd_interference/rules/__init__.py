@@ -1,4 +1,5 @@
-"""The pd_interference rules, one file each, in id order (the order they are evaluated and listed).
+"""The pd_interference rules, one file each, in id order (the order they are evaluated and
+listed): D001–D006 judge interference, D007–D010 the placement of a disaggregated deployment.
 
 A new rule is a new file here holding a `RULE` (see `yaotu_trace.axes.rule`) and one line below.
 """
@@ -16,5 +17,9 @@ RULES: Final = load_rules(__name__, (
     "d004_prefer_chunked_prefill",
     "d005_interference_minor",
     "d006_stalls_unexplained",
+    "d007_kv_transfer",
+    "d008_kv_transfer_dominates",
+    "d009_pd_ratio",
+    "d010_transfer_failures",
 ))
 SEVERITY_OF: Final = severities(RULES)

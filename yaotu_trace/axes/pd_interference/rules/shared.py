@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from yaotu_trace.axes.base import Evidence, check, fact
 from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
+from yaotu_trace.axes.pd_interference.placement import PlacementMetrics
 from yaotu_trace.axes.thresholds import Thresholds
 
 
@@ -27,4 +28,14 @@ def stall_evidence(mt: InterferenceMetrics) -> tuple[Evidence, ...]:
         fact("decode_seconds_lost", mt.decode_seconds_lost, "s"),
         fact("stalls", mt.stalls, "gaps"),
         fact("stall_threshold_s", mt.stall_threshold_s, "s"),
+    )
+
+
+def transfer_evidence(pm: PlacementMetrics) -> tuple[Evidence, ...]:
+    """The transfer numbers every KV-transfer finding shows."""
+    return (
+        fact("kv_transfer_p50_s", pm.kv_transfer_s.p50, "s"),
+        fact("kv_transfer_p90_s", pm.kv_transfer_s.p90, "s"),
+        fact("kv_transfer_seconds_total", pm.kv_transfer_seconds_total, "s"),
+        fact("transfer_source", pm.transfer_source),
     )

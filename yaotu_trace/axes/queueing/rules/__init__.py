@@ -17,5 +17,8 @@ RULES: Final = load_rules(__name__, (
     "q004_batch_shape",
     "q005_kv_admission",
     "q006_queueing_unexplained",
+    "q007_failures_under_load",
+    "q008_failures_on_one_instance",
+    "q010_load_imbalance",
 ))
 SEVERITY_OF: Final = severities(RULES)

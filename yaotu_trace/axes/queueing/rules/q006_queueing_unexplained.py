@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.queueing.rules.q010_load_imbalance import READS as IMBALANCE_READS
+from yaotu_trace.axes.queueing.rules.q010_load_imbalance import imbalance_evidence
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
 from yaotu_trace.axes.rule import Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
-# The rules that name a cause of queueing.
-CAUSAL = frozenset({"Q001", "Q002", "Q003", "Q004", "Q005"})
+# The rules that name a cause of queueing (Q010, evaluated after this one, is asked directly).
+CAUSAL = frozenset({"Q001", "Q002", "Q003", "Q004", "Q005", "Q010"})
 
 
 def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
@@ -20,7 +22,8 @@ def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[E
     name, share = "queue_share_of_latency", mt.queue_share_of_latency
     if share is None:
         name, share = "queue_share_of_ttft", mt.queue_share_of_ttft
-    if not (share is not None and share >= t.queue_share_warn and not CAUSAL & fired):
+    if not (share is not None and share >= t.queue_share_warn and not CAUSAL & fired
+            and imbalance_evidence(f, t) is None):
         return None
     return (
         check(name, share, ">=", "queue_share_warn", t.queue_share_warn),
@@ -35,14 +38,14 @@ RULE: Rule[QueueingFacts] = Rule(
     id="Q006", axis=AxisName.QUEUEING, severity=Severity.WARNING,
     title="Queueing without an identified cause",
     trigger=(
-        "queue_share_of_latency (else of TTFT) ≥ queue_share_warn and no rule Q001–Q005 fired: "
-        "cause unidentified"
+        "queue_share_of_latency (else of TTFT) ≥ queue_share_warn and no rule Q001–Q005 or "
+        "Q010 fired: cause unidentified"
     ),
     evidence="the queue share, growing windows, growth_rho, burst_ratio, running fill",
     fix=(
         "add what the axis' next steps name: a step log (--steps) for GPU busy and idle time "
         "in the queued windows, engine metrics (--metrics) for KV usage and running"
     ),
-    reads=("queue_share_warn",),
+    reads=tuple(dict.fromkeys(("queue_share_warn", *IMBALANCE_READS))),
     check=_check,
 )

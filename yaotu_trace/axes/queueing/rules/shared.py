@@ -6,17 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from yaotu_trace.axes.base import Evidence, check
+from yaotu_trace.axes.failures import FailureMetrics
 from yaotu_trace.axes.queueing.metrics import QueueingMetrics
 from yaotu_trace.axes.thresholds import Thresholds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueingFacts:
-    """The queueing metrics, and whether a step log was read (it changes what a standing queue
-    and a saturated GPU mean)."""
+    """The queueing metrics, whether a step log was read (it changes what a standing queue
+    and a saturated GPU mean), and the failed requests (None: no status or no failure)."""
 
     metrics: QueueingMetrics
     has_steps: bool
+    failures: FailureMetrics | None = None
 
 
 def persistent_queue(f: QueueingFacts, t: Thresholds) -> bool:

@@ -1,0 +1,36 @@
+"""D008: the KV transfer dominates TTFT in a disaggregated deployment."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from yaotu_trace.axes.base import AxisName, Evidence, Severity, check
+from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
+from yaotu_trace.axes.pd_interference.rules.shared import transfer_evidence
+from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.thresholds import Thresholds
+
+
+def _check(
+    mt: InterferenceMetrics, t: Thresholds, fired: frozenset[str]
+) -> Sequence[Evidence] | None:
+    pm = mt.placement
+    share = None if pm is None else pm.transfer_ttft_share
+    if pm is None or share is None or share < t.kv_transfer_dominant:
+        return None
+    return (check("transfer_ttft_share", share, ">=", "kv_transfer_dominant",
+                  t.kv_transfer_dominant), *transfer_evidence(pm))
+
+
+RULE: Rule[InterferenceMetrics] = Rule(
+    id="D008", axis=AxisName.PD_INTERFERENCE, severity=Severity.BOTTLENECK, source="D4",
+    title="KV transfer dominates TTFT",
+    trigger="disaggregated, and Σ KV transfer / Σ TTFT ≥ kv_transfer_dominant",
+    evidence="transfer_ttft_share, kv_transfer_p50_s, kv_transfer_p90_s",
+    fix=(
+        "the link sets TTFT: co-locate with chunked prefill unless RDMA of ≥ 100 Gb/s per node "
+        "is available (cost-model §3.4)"
+    ),
+    reads=("kv_transfer_dominant",),
+    check=_check,
+)

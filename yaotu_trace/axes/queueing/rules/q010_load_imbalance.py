@@ -1,0 +1,83 @@
+"""Q010: load imbalance: requests wait on one instance while another has free seats."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.queueing.instances import InstanceQueue
+from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
+from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.thresholds import Thresholds
+
+READS = ("waiting_share", "queue_share_warn", "batch_underfilled", "imbalance_vanish_share")
+
+
+def standing_queue(row: InstanceQueue, t: Thresholds) -> Evidence | None:
+    """Whether one instance keeps requests waiting: its steps or samples with a queue (else its
+    requests' queue share of TTFT), as evidence; None when neither is measured."""
+    name = row.instance
+    if row.waiting_share is not None:
+        return check(f"waiting_share[{name}]", row.waiting_share, ">=", "waiting_share",
+                     t.waiting_share)
+    if row.queue_share_of_ttft is not None:
+        return check(f"queue_share_of_ttft[{name}]", row.queue_share_of_ttft, ">=",
+                     "queue_share_warn", t.queue_share_warn)
+    return None
+
+
+def imbalance_evidence(f: QueueingFacts, t: Thresholds) -> list[Evidence] | None:
+    """The evidence of a queue on one instance next to free seats on another, when routing
+    would remove at least imbalance_vanish_share of it; None otherwise."""
+    lb = f.metrics.load_balance
+    if lb is None or lb.vanish_share_least_loaded is None:
+        return None
+    queued, idle = lb.row(lb.queued_instance), lb.row(lb.idle_instance)
+    if queued is None or idle is None or idle.seat_fill is None:
+        return None
+    hot, cold = standing_queue(queued, t), standing_queue(idle, t)
+    if not (hot is not None and hot.passed and (cold is None or not cold.passed)
+            and idle.seat_fill < t.batch_underfilled
+            and lb.vanish_share_least_loaded >= t.imbalance_vanish_share):
+        return None
+    ev = [hot]
+    if cold is not None:
+        ev.append(fact(cold.name, cold.value, "ratio"))
+    ev += [
+        check(f"seat_fill[{idle.instance}]", idle.seat_fill, "<", "batch_underfilled",
+              t.batch_underfilled),
+        check("vanish_share_least_loaded", lb.vanish_share_least_loaded, ">=",
+              "imbalance_vanish_share", t.imbalance_vanish_share),
+        fact(f"queue_share[{queued.instance}]", queued.queue_share, "ratio"),
+        fact(f"work_share[{queued.instance}]", queued.work_share, "ratio"),
+        fact("queue_seconds_vanish_least_loaded", lb.queue_seconds_vanish_least_loaded, "s"),
+        fact("vanish_share_even", lb.vanish_share_even, "ratio"),
+    ]
+    return ev
+
+
+def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+    return imbalance_evidence(f, t)
+
+
+RULE: Rule[QueueingFacts] = Rule(
+    id="Q010", axis=AxisName.QUEUEING, severity=Severity.BOTTLENECK,
+    title="Load imbalance: requests wait on one instance while another has free seats",
+    trigger=(
+        "with several instances, the one with the most queue seconds has a standing queue "
+        "(its waiting_share ≥ waiting_share, else its queue share of TTFT ≥ queue_share_warn), "
+        "another has none and fills < batch_underfilled of its seats, and a least-loaded router "
+        "would remove ≥ imbalance_vanish_share of the modelled queue (FCFS fluid queue per "
+        "instance at the busiest instance's peak rate)"
+    ),
+    evidence=(
+        "the queued instance's waiting share, the idle one's seat fill, the share and seconds "
+        "of queue that least-loaded and even routing remove"
+    ),
+    fix=(
+        "route by load (least-loaded, or sgl-router cache_aware's balance override) or by "
+        "cache and load (Dynamo kv-aware); the ledger prices the prefix hits affinity gives up"
+    ),
+    reads=READS,
+    check=_check,
+)

@@ -1,0 +1,167 @@
+"""The success section of `trace analyze`: how many requests completed, overall, by status, by
+tenant and instance, over time, and the commonest error texts.
+
+Definitions: a request is successful when its `status` is missing or `ok`
+(`data.outcome.successful_mask`); success_rate = successful / requests. Windows are
+`window_s` wide from the first arrival and hold the requests that arrived in them; the width is
+the smallest of `WINDOW_CHOICES_S` that cuts the arrival span into at most `MAX_WINDOWS`.
+Built only when the trace has a `status` column with at least one value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.outcome import has_status, successful_mask
+from yaotu_trace.data.schema import STATUS_VALUES, Trace
+
+# Window widths a reader can say aloud, from a second to a day.
+WINDOW_CHOICES_S: Final = (1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 21600.0,
+                           86400.0)
+MAX_WINDOWS: Final = 48
+# Groups (tenants, instances) listed: the ones with the most failed requests.
+MAX_GROUPS: Final = 20
+# Error texts listed, by how many requests share them.
+MAX_ERRORS: Final = 5
+UNSTATED: Final = "unstated"  # the status key of requests whose source said nothing
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuccessCount:
+    """Requests and successful requests of one group or window."""
+
+    name: str
+    requests: int
+    successful: int
+    success_rate: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuccessWindow:
+    """The requests that arrived in [start_s, start_s + window_s)."""
+
+    start_s: float
+    requests: int
+    successful: int
+    success_rate: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorText:
+    """One error text and how many requests carry it."""
+
+    error: str
+    requests: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuccessProfile:
+    """Completed against total requests, and where the failures are.
+
+    `by_status` counts every status value (with `unstated` for a missing one, read as ok);
+    `by_tenant` and `by_instance` list at most `MAX_GROUPS` groups, most failures first, out
+    of `tenants` / `instances` (None when the column is absent); `windows` is None for a
+    lengths-only table (no arrival times).
+    """
+
+    requests: int
+    successful: int
+    failed: int
+    success_rate: float
+    by_status: dict[str, int]
+    tenants: int | None
+    by_tenant: tuple[SuccessCount, ...]
+    instances: int | None
+    by_instance: tuple[SuccessCount, ...]
+    window_s: float | None
+    windows: tuple[SuccessWindow, ...] | None
+    error_texts: int
+    errors: tuple[ErrorText, ...]
+
+
+def success_profile(trace: Trace) -> SuccessProfile | None:
+    """The success section, or None when the trace says nothing of its requests' outcome."""
+    df = trace.requests
+    if not has_status(df):
+        return None
+    ok = successful_mask(df)
+    n, n_ok = len(df), int(ok.sum())
+    status = df["status"].fillna(UNSTATED)
+    counts = status.value_counts()
+    by_status = {s: int(counts.get(s, 0)) for s in (UNSTATED, *STATUS_VALUES)}
+    tenants, by_tenant = _groups(df, "tenant", ok)
+    instances, by_instance = _groups(df, "instance", ok)
+    window_s = windows = None
+    if trace.has_arrivals:
+        window_s, windows = _windows(df["arrival_s"].to_numpy(dtype=np.float64), ok)
+    texts, errors = _error_texts(df, ok)
+    return SuccessProfile(
+        requests=n, successful=n_ok, failed=n - n_ok, success_rate=n_ok / n,
+        by_status=by_status, tenants=tenants, by_tenant=by_tenant, instances=instances,
+        by_instance=by_instance, window_s=window_s, windows=windows, error_texts=texts,
+        errors=errors,
+    )
+
+
+def _rate(successful: int, requests: int) -> float | None:
+    return successful / requests if requests else None
+
+
+def _groups(df: pd.DataFrame, column: str,
+            ok: np.ndarray) -> tuple[int | None, tuple[SuccessCount, ...]]:
+    """(distinct groups, the `MAX_GROUPS` with the most failures: most first, then by name)."""
+    if column not in df.columns or not df[column].notna().any():
+        return None, ()
+    frame = pd.DataFrame({"name": df[column].astype("string"), "ok": ok}).dropna()
+    grouped = frame.groupby("name", sort=True)["ok"].agg(["size", "sum"])
+    grouped["failed"] = grouped["size"] - grouped["sum"]
+    ranked = grouped.sort_values("failed", ascending=False, kind="stable").head(MAX_GROUPS)
+    rows = tuple(
+        SuccessCount(name=str(name), requests=int(r["size"]), successful=int(r["sum"]),
+                     success_rate=_rate(int(r["sum"]), int(r["size"])))
+        for name, r in ranked.iterrows()
+    )
+    return len(grouped), rows
+
+
+def window_width_s(span_s: float, choices: Sequence[float] = WINDOW_CHOICES_S,
+                   most: int = MAX_WINDOWS) -> float:
+    """The smallest width of `choices` that cuts `span_s` into at most `most` windows."""
+    return next((w for w in choices if np.floor(span_s / w) + 1 <= most), choices[-1])
+
+
+def _windows(arrival_s: np.ndarray,
+             ok: np.ndarray) -> tuple[float, tuple[SuccessWindow, ...]]:
+    """Success per window of arrivals, every window of the span (empty ones included)."""
+    t0 = float(arrival_s.min())
+    width = window_width_s(float(arrival_s.max()) - t0)
+    index = np.floor((arrival_s - t0) / width).astype(np.int64)
+    count = int(index.max()) + 1
+    requests = np.bincount(index, minlength=count)
+    successful = np.bincount(index, weights=ok.astype(np.float64), minlength=count)
+    return width, tuple(
+        SuccessWindow(start_s=t0 + k * width, requests=int(requests[k]),
+                      successful=int(successful[k]),
+                      success_rate=_rate(int(successful[k]), int(requests[k])))
+        for k in range(count)
+    )
+
+
+def _error_texts(df: pd.DataFrame, ok: np.ndarray) -> tuple[int, tuple[ErrorText, ...]]:
+    """(distinct error texts of failed requests, the `MAX_ERRORS` commonest: most first, then
+    in order of first appearance)."""
+    if "error" not in df.columns:
+        return 0, ()
+    texts = df["error"].astype("string").str.strip()[~ok]
+    texts = texts[texts.notna() & (texts != "")]
+    if texts.empty:
+        return 0, ()
+    counts = texts.value_counts(sort=False)  # in order of first appearance
+    ranked = counts.sort_values(ascending=False, kind="stable").head(MAX_ERRORS)
+    return len(counts), tuple(ErrorText(error=str(text), requests=int(k))
+                              for text, k in ranked.items())
