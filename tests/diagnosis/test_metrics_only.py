@@ -77,14 +77,15 @@ def test_vllm_log_standing_queue_at_the_running_cap_is_not_ok() -> None:
 
 def test_vllm_log_waiting_at_full_kv_is_kv_admission() -> None:
     """vllm_v1_issue43295.log: Waiting 43, 42, 33, 23, 23 beside Running 18–21 and KV usage
-    95.9, 95.5, 87.7, 95.9, 98.4 %: waiting in every line, P75 KV usage 95.9 % ≥
-    kv_admission_usage 90 %: Q005, admission blocked by KV memory, the principal axis."""
+    95.9, 95.5, 87.7, 95.9, 98.4 %: requests wait across every 5 s window of the log, at KV
+    usage (95.9 + 95.5 + 87.7 + 95.9 + 98.4) / 5 = 94.68 % ≥ kv_admission_usage 90 %: Q005,
+    admission blocked by KV memory, the principal axis."""
     doc = _doc(LOGS / "vllm_v1_issue43295.log")
     queueing = _axes(doc)["queueing"]
     assert queueing["status"] == "bottleneck" and queueing["cause"] == "kv_admission"
     assert [f["id"] for f in queueing["findings"]] == ["Q005"]
     ev = _evidence(queueing)
-    assert ev["kv_usage_p75"] == pytest.approx(0.959)
+    assert ev["kv_usage_queued"] == pytest.approx(0.9468)
     assert ev["waiting_share"] == 1.0
     assert doc["principal"] == "queueing"
     # V1 stats lines carry no preemption count: KV memory at 98.4 % is undecided, not ok.
@@ -121,9 +122,10 @@ def test_one_preemption_without_kv_usage_is_undecided() -> None:
 
 def test_prometheus_export_alone_gives_the_rules_it_gives_with_a_trace(tmp_path: Path) -> None:
     """prom_vllm_small.json: preemptions 10 → 12 → 1 (a reset) = 3, at KV usage 97 % and 99 %
-    (mean 98 % ≥ 95 %: K001); waiting 1, 4, 5 (two engines summed) in every scrape with P75 KV
-    usage 98 % (Q005); prefix hits (1200 − 200) / (5000 − 1000) queries = 25 %. The rules that
-    fire from the telemetry alone fire with a request table on the same clock too."""
+    (mean 98 % ≥ 95 %: K001); waiting 1, 4, 5 (two engines summed) in every scrape, and engine
+    0, the one exporting KV usage, waits at its 97 % and 99 % scrapes (mean 98 %: Q005);
+    prefix hits (1200 − 200) / (5000 − 1000) queries = 25 %. The rules that fire from the
+    telemetry alone fire with a request table on the same clock too."""
     alone = _doc(DATA / "prom_vllm_small.json")
     axes = _axes(alone)
     assert axes["kv_memory"]["metrics"]["preemptions_total"] == 3
@@ -147,8 +149,9 @@ def test_prometheus_scrapes_alone_spiky_kv_demand_and_kv_admission() -> None:
     """tests/data/prom_text/vllm_scrapes.prom, five /metrics snapshots at 0, 30, 60, 90, 115 s:
     preemptions 2 → 7 → 19, a restart, 2 → 5: 5 + 12 + 2 + 3 = 22; KV usage 5, 93, 99, 12, 2 %
     (mean 42.2 % < kv_low_usage 70 %) and at the four counter bumps 93, 99, 12, 2 % (mean
-    51.5 %, below 95 %): not a full cache but spiky demand, K005. Waiting 0, 4, 9, 0, 0 (in
-    2 of 5 scrapes, 40 % ≥ 25 %) with P75 KV usage 93 % ≥ 90 %: Q005, a symptom of kv_memory."""
+    51.5 %, below 95 %): not a full cache but spiky demand, K005. Waiting 0, 4, 9, 0, 0:
+    requests wait from the scrape at 30 s to the one at 90 s, at KV usage (93 + 99) / 2 = 96 %
+    ≥ 90 % in the scrapes that see them: Q005, a symptom of kv_memory."""
     doc = _doc(DATA / "prom_text" / "vllm_scrapes.prom")
     axes = _axes(doc)
     kv = axes["kv_memory"]
@@ -160,7 +163,7 @@ def test_prometheus_scrapes_alone_spiky_kv_demand_and_kv_admission() -> None:
     queueing = axes["queueing"]
     assert [f["id"] for f in queueing["findings"]] == ["Q005"]
     assert _evidence(queueing)["waiting_share"] == pytest.approx(0.4)
-    assert _evidence(queueing)["kv_usage_p75"] == pytest.approx(0.93)
+    assert _evidence(queueing)["kv_usage_queued"] == pytest.approx(0.96)
     assert doc["verdict"]["summary"] == ("verdict: kv_memory (spiky_demand); causes queueing "
                                          "(telemetry only)")
 

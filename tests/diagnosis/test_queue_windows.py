@@ -88,3 +88,57 @@ def test_step_log_measures_busy_idle_and_batch_in_the_queued_windows():
     # 0.3, 0.6, …, 1.8 (6), 1 at the other 13: (600 + 13) / 19
     assert steps["num_waiting"][:20].count(0) == 1
     assert m.tokens_per_step_queued == pytest.approx(613 / 19)
+
+
+def two_instances() -> tuple[dict[str, list], dict[str, list]]:
+    """The tiny burst on instance i0, and an idle instance i1: one request and two 0.1 s
+    steps, at 0.0 and 1.9 s, never anybody waiting."""
+    requests, steps = tiny_burst()
+    requests = {k: [*v, v[0]] for k, v in requests.items()}
+    requests["instance"][-1] = "i1"
+    requests["finish_s"][-1] = 0.1
+    steps = {k: [*v, v[0], v[0]] for k, v in steps.items()}
+    steps["instance"][-2:] = ["i1", "i1"]
+    steps["start_s"][-2:] = [0.0, 1.9]
+    steps["end_s"][-2:] = [0.1, 2.0]
+    steps["num_waiting"][-2:] = [0, 0]
+    order = np.argsort(steps["start_s"], kind="stable")
+    return requests, {k: [v[i] for i in order] for k, v in steps.items()}
+
+
+def test_each_instance_is_judged_where_its_own_queue_is():
+    requests, steps = two_instances()
+    m = analyze_queueing(make_input(requests, steps=steps), thresholds(window_s=1.0)).metrics
+    # i0 queues in [0, 2) and is busy throughout; i1 never queues, so its idle time there
+    # does not count: 2.0 s busy of i0's 2.0 s
+    assert (m.growing_windows, m.queued_windows) == (1, 2)
+    assert m.busy_queued == pytest.approx(1.0)
+
+
+def test_too_many_instance_windows_fall_back_to_the_cluster_sums(monkeypatch):
+    from yaotu_trace.axes.queueing import steps as step_pass
+
+    monkeypatch.setattr(step_pass, "MAX_CELLS", 1)
+    requests, steps = two_instances()
+    m = analyze_queueing(make_input(requests, steps=steps), thresholds(window_s=1.0)).metrics
+    # the cluster in [0, 2): i0 busy 2.0 s and i1 0.2 s of the 2.0 + 2.0 s they cover
+    assert m.busy_queued == pytest.approx(2.2 / 4.0)
+
+
+def test_a_large_queue_share_is_never_ok_whatever_the_step_log_shows():
+    # Each of ten requests waits 0.3 s of its 1.5 s latency (a share of 0.2), while the step
+    # log never reports anybody waiting: the old gate (a quarter of the steps with requests
+    # waiting) left the axis ok; now it is a warning with the cause unidentified.
+    arrival = [float(i) for i in range(10)]
+    requests = {"arrival_s": arrival, "scheduled_s": [a + 0.3 for a in arrival],
+                "first_token_s": [a + 1.0 for a in arrival],
+                "finish_s": [a + 1.5 for a in arrival],
+                "prompt_len": [10] * 10, "output_len": [5] * 10}
+    steps = {"start_s": [a + 0.3 for a in arrival], "end_s": [a + 1.5 for a in arrival],
+             "num_waiting": [0] * 10, "num_running": [1] * 10}
+    result = analyze_queueing(make_input(requests, steps=steps), thresholds())
+    assert result.metrics.queued_windows == 0
+    assert result.metrics.queue_share_of_latency == pytest.approx(0.2)
+    assert (result.status, result.cause, result.rule_ids) == ("warning", "unidentified",
+                                                              ("Q006",))
+    assert any("KV usage" in step for step in result.next_steps)

@@ -138,3 +138,19 @@ def test_metrics_out_must_be_csv(tmp_path, capsys):
                  "--out", str(tmp_path / "s.parquet"), "--metrics-out", str(tmp_path / "m.json")])
     assert code == ExitCode.USAGE
     assert "--metrics-out" in capsys.readouterr().err
+
+
+def test_generate_metrics_out_exports_the_diag_run(tmp_path, capsys):
+    out, metrics = tmp_path / "h.parquet", tmp_path / "h.csv"
+    code = main(["generate", "diag-healthy", "--seed", "1", "--requests", "30", "--out",
+                 str(out), "--metrics-out", str(metrics), "-q"])
+    assert code == ExitCode.OK
+    m = read_metrics(metrics)
+    df = load_trace(out).requests
+    assert m.histogram_count("e2e_s") == len(df)
+    assert m.counter_increase("prompt_tokens") == df["prompt_len"].sum()
+    # only a simulated scenario has an engine to export
+    code = main(["generate", "chat", "--out", str(tmp_path / "c.parquet"), "--metrics-out",
+                 str(tmp_path / "c.csv"), "-q"])
+    assert code == ExitCode.USAGE
+    assert "no engine run" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from yaotu_trace.cli.app import command
+from yaotu_trace.cli.options import MetricsOutOpt
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.files import STDOUT
 from yaotu_trace.sim.workloads import DEFAULT_MODEL, Scenario
@@ -58,6 +59,7 @@ def generate(
     tenants: TenantsOpt = None,
     model: ModelColumnOpt = DEFAULT_MODEL,
     steps_out: StepsOutOpt = None,
+    metrics_out: MetricsOutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Write a synthetic trace: token-level prompts, lengths, arrivals, tenants and sessions.
@@ -82,6 +84,8 @@ def generate(
       diag-kv-churn          a KV pool too small: preemption churn (kv_memory)
       diag-long-prefill      long prompts without chunking stall decodes (pd_interference)
       diag-prefix-recompute  one system prompt prefilled again and again (prefix_reuse)
+      diag-minute-burst      one minute at twice the engine's rate in ten quiet ones:
+                             queueing, arrival_burst
 
     Examples:
 
@@ -95,8 +99,8 @@ def generate(
     """
     from yaotu_trace.commands.generate import generate as run
 
-    report = run(scenario, out=out, steps_out=steps_out, seed=seed, requests=requests,
-                 rate_per_s=rate, tenants=tenants, model=model)
+    report = run(scenario, out=out, steps_out=steps_out, metrics_out=metrics_out, seed=seed,
+                 requests=requests, rate_per_s=rate, tenants=tenants, model=model)
     if not quiet:
         sys.stderr.write(summary_line(report.sections["generated"]) + "\n")
 

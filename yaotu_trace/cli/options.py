@@ -60,6 +60,9 @@ SourceBlockOpt = Annotated[
         min=1,
     ),
 ]
+MetricsOutOpt = Annotated[Path | None, typer.Option(
+    "--metrics-out", help="The simulated engine's Prometheus export (vLLM metric names, one "
+    "series per instance) as the CSV --metrics reads.", show_default=False)]
 StepsOpt = Annotated[
     Path | None,
     typer.Option("--steps", help="Per-step engine log (.parquet, .jsonl or .csv)."),

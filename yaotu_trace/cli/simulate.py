@@ -15,6 +15,7 @@ from yaotu_trace.cli.options import (
     KvDtypeOpt,
     LinkGbpsOpt,
     MapOpt,
+    MetricsOutOpt,
     ModelOpt,
     OutputOpt,
     SourceBlockOpt,
@@ -104,9 +105,7 @@ def simulate(
         dir_okay=False)] = None,
     steps_out: Annotated[Path | None, typer.Option(
         "--steps-out", help="Step log (.parquet, .jsonl or .csv).")] = None,
-    metrics_out: Annotated[Path | None, typer.Option(
-        "--metrics-out", help="The engine's Prometheus export (vLLM metric names, one series "
-        "per instance) as the CSV --metrics reads.")] = None,
+    metrics_out: MetricsOutOpt = None,
     scrape_interval_s: Annotated[float | None, typer.Option(
         "--scrape-interval-s", help="Seconds between scrapes of --metrics-out [1].")] = None,
     kv_blocks: KvBlocksOpt = None,

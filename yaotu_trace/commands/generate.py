@@ -42,6 +42,7 @@ def generate(
     *,
     out: Path,
     steps_out: Path | None = None,
+    metrics_out: Path | None = None,
     seed: int = 0,
     requests: int | None = None,
     rate_per_s: float | None = None,
@@ -49,7 +50,8 @@ def generate(
     model: str = DEFAULT_MODEL,
 ) -> Report:
     """`trace generate`: the trace of `scenario` written to `out` (and, for a diag-* scenario,
-    its simulated step log to `steps_out`); the same options and seed give the same bytes.
+    its simulated step log to `steps_out` and its Prometheus export to `metrics_out`); the same
+    options and seed give the same bytes.
 
     None for `requests`, `rate_per_s` or `tenants` takes the scenario's default.
     """
@@ -57,12 +59,17 @@ def generate(
     from yaotu_trace.sim.generate import generate_with_steps as build
 
     _check_outputs(scenario, out, steps_out)
+    _check_metrics_out(scenario, metrics_out)
     options = GenerateOptions(scenario=scenario, seed=seed, requests=requests,
                               rate_per_s=rate_per_s, tenants=tenants, model=model)
     table, steps = build(options)
     _write(table, out)
     if steps_out is not None and steps is not None:
         _write(steps, steps_out)
+    if metrics_out is not None and steps is not None:
+        from yaotu_trace.commands.simulate import write_metrics_csv
+
+        write_metrics_csv(table, steps, metrics_out)
     span_s = float(table["arrival_s"].iloc[-1])
     section = GeneratedTrace(
         scenario=scenario.value, seed=seed, requests=len(table),
@@ -98,6 +105,20 @@ def _check_outputs(scenario: Scenario, out: Path, steps_out: Path | None) -> Non
             raise ConfigError(
                 f"--steps-out {steps_out}: end the name with .parquet, .jsonl or .csv"
             )
+
+
+def _check_metrics_out(scenario: Scenario, metrics_out: Path | None) -> None:
+    """`--metrics-out` needs a simulated run and writes CSV."""
+    from yaotu_trace.sim.generate import ENGINES
+
+    if metrics_out is None:
+        return
+    if scenario not in ENGINES:
+        raise ConfigError(f"--metrics-out: scenario {scenario.value} has no engine run; only "
+                          "the diag-* scenarios are simulated")
+    if metrics_out.suffix.lower() != ".csv":
+        raise ConfigError(f"--metrics-out {metrics_out}: end the name with .csv (timestamp, "
+                          "metric, labels, value)")
 
 
 def _write(table: pd.DataFrame, out: Path) -> None:

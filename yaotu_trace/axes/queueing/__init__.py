@@ -9,10 +9,12 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   from metrics, mean queue time / mean(vllm:e2e_request_latency_seconds).
 - interarrival_cv = std / mean of gaps between arrivals (1 = Poisson); peak_to_mean = busiest
   1 s bin / mean rate.
-- Windows of `window_s` seconds from the first arrival. offered_tokens_per_s[w] = Σ (prompt_len
-  + output_len) of requests arriving in w / window_s. achieved_tokens_per_s[w] = tokens served
-  in w / window_s: from the step log Σ (prefill_tokens + decode_tokens) of steps starting in w,
-  else each request's prompt_len + output_len spread evenly over [scheduled_s, finish_s].
+- Windows of `window_s` seconds from the first arrival. A request's work = prompt_len −
+  cached_tokens (0 when absent) + output_len: what the engine computes, as a step log counts
+  it. offered_tokens_per_s[w] = Σ work of requests arriving in w / window_s.
+  achieved_tokens_per_s[w] = tokens served in w / window_s: from the step log Σ
+  (prefill_tokens + decode_tokens) of steps starting in w, else each request's work spread
+  evenly over [scheduled_s, finish_s].
   service_rate_tokens_per_s = max_w achieved (the peak sustained rate). rho[w] = offered /
   service rate; mean_rho = Σ offered / (windows · service rate); overloaded windows have rho ≥
   `overload_rho`; queue_grows = waiting(end of w) > waiting(start of w), with waiting(t) =
@@ -35,9 +37,14 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   running_fill_p75 = running_p75 / seq_cap (ratio).
 - kv_usage_p75: P75 of kv_blocks_used / kv_blocks_total (steps) or vllm:kv_cache_usage_perc /
   sglang:token_usage (metrics) (ratio).
-- standing queue (rules Q004–Q006): with a step log, waiting_share ≥ the `waiting_share`
-  threshold (requests left waiting after a step's admissions); without one, queue_share_of_ttft
-  ≥ queue_share_warn or waiting_share ≥ its threshold.
+- The causes (rules Q001, Q003–Q005) are judged in the windows where the queue is
+  (`yaotu_trace.axes.queueing.windows`): growing windows (the queue rises by
+  growth_min_requests and growth_min_share of the window's arrivals) and queued ones (growing,
+  or requests waiting at both edges), the queue counted by the step log, else the metrics,
+  else the request table, through one function (`growth_windows`). A queue to explain (Q004,
+  Q005): some window is queued; without any count of the queue, queue_share_of_ttft ≥
+  queue_share_warn or waiting_share ≥ its threshold. Q006 (cause `unidentified`): the queue's
+  share of latency (else of TTFT) ≥ queue_share_warn and no cause found.
 - waiting_share: share of steps (or metric samples) with num_waiting > 0 (ratio);
   waiting_mean: duration-weighted mean of num_waiting over the step log (requests).
 - Little's law (rule A0). Observed: waiting_mean = Σ over instances of ∫ num_waiting dt / the

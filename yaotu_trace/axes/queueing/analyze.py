@@ -176,7 +176,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     """Measure queueing and name its cause: burst, dispatch overhead, batch shape or KV."""
     sources: list[Source] = []
     timing = request_timing(inp, sources)
-    grid = windows_of(timing, float(t.window_s))
+    grid = windows_of(timing, float(t.window_s), _telemetry_span(inp))
     st = step_stats(inp, grid)
     if st.wall_s is not None:
         sources.append(Source.STEPS)
@@ -184,7 +184,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     shape = _batch_shape(inp, st, sources)
     qw = queue_windows(inp, timing, grid, st, t)
     judged = judge(inp, timing, grid, st, qw, load.service_rate_tokens_per_s, shape.budget,
-                   shape.seq_cap)
+                   shape.seq_cap, t)
     metrics = replace(_metrics(inp, timing, grid, load, st, shape, judged),
                       load_balance=measure_load_balance(inp, timing, grid))
     facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None,
@@ -217,6 +217,18 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
                     *confirm_steps(metrics, cause, facts.has_steps)),
         notes=tuple(notes),
     )
+
+
+def _telemetry_span(inp: AxisInput) -> tuple[float, float] | None:
+    """The step log's range, else the metrics', for a diagnosis without requests."""
+    if len(inp.requests):
+        return None
+    if inp.steps is not None and (span := inp.steps.span()) is not None:
+        return span
+    if inp.metrics is not None and len(inp.metrics.frame):
+        times = inp.metrics.frame["time_s"]
+        return float(times.min()), float(times.max())
+    return None
 
 
 def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, st: StepStats,

@@ -176,8 +176,13 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
     scheduled = times_of(req, "scheduled_s")
     first = times_of(req, "first_token_s")
     finish = times_of(req, "finish_s")
-    work = (req["prompt_len"].to_numpy(dtype=np.float64)
-            + req["output_len"].to_numpy(dtype=np.float64))
+    # Work is what the engine computes, as a step log counts it: prompt tokens the prefix
+    # cache did not supply, plus output tokens.
+    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
+    cached = times_of(req, "cached_tokens")
+    if cached is not None:
+        prompt = prompt - np.clip(np.nan_to_num(cached), 0.0, prompt)
+    work = prompt + req["output_len"].to_numpy(dtype=np.float64)
 
     queue = ttft = None
     share_ttft = share_latency = queue_total = None
@@ -215,13 +220,18 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
                          share_latency=share_latency, queue_total=queue_total, timed=timed)
 
 
-def windows_of(timing: RequestTiming, window_s: float) -> Windows:
-    """Windows of `window_s` from the first arrival to the last finish (or arrival)."""
+def windows_of(timing: RequestTiming, window_s: float,
+               telemetry_span: tuple[float, float] | None = None) -> Windows:
+    """Windows of `window_s` from the first arrival to the last finish (or arrival); without a
+    request (telemetry alone), over `telemetry_span`, the step log's or the metrics' range."""
     arrival, finish = timing.arrival, timing.finish
     if arrival.size == 0:  # telemetry alone: no request to place in time
-        return Windows(t0_s=0.0, width_s=window_s, count=1)
-    t0 = float(arrival.min())
-    t_end = float(np.nanmax(finish)) if finish is not None else float(arrival.max())
+        if telemetry_span is None:
+            return Windows(t0_s=0.0, width_s=window_s, count=1)
+        t0, t_end = telemetry_span
+    else:
+        t0 = float(arrival.min())
+        t_end = float(np.nanmax(finish)) if finish is not None else float(arrival.max())
     n_windows = max(1, int(np.ceil((t_end - t0) / window_s + 1e-12)))
     return Windows(t0_s=t0, width_s=window_s, count=n_windows)
 

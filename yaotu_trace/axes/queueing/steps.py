@@ -45,18 +45,20 @@ class StepStats:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WindowBins:
-    """The step log per window of the load grid, summed over instances, for judging causes
-    in the windows where the queue grows (`windows`).
+    """The step log per instance and window of the load grid, for judging causes where each
+    instance's queue is (`windows`): arrays of shape (rows, windows), one row per instance
+    named in `instances`, or one row summed over the cluster (`instances` == ("all",)) when
+    instances × windows exceeds `MAX_CELLS`.
 
     A step counts in the window its start lies in, an idle gap in the window it starts in;
     `steps` and the running, token and KV sums hold only the steps that leave requests
     waiting (num_waiting > 0; every step when the log has no num_waiting); `covered_s` is the
-    time each window lies inside an instance's [first start, last end] (summed over
-    instances), the denominator of busy and idle shares. `waiting_at_edges` is
-    Σ over instances of the num_waiting of the instance's last step started at or before each
-    edge (None without num_waiting).
+    time each window lies inside the instance's [first start, last end], the denominator of
+    busy and idle shares. `waiting_at_edges` (rows, windows + 1) is the num_waiting of the
+    instance's last step started at or before each edge (None without num_waiting).
     """
 
+    instances: tuple[str, ...]
     covered_s: np.ndarray
     busy_s: np.ndarray
     idle_waiting_s: np.ndarray | None
@@ -65,6 +67,10 @@ class WindowBins:
     tokens_sum: np.ndarray | None
     kv_usage_sum: np.ndarray | None
     waiting_at_edges: np.ndarray | None
+
+
+# Instance × window cells kept per instance; beyond it the sums are the cluster's (one row).
+MAX_CELLS = 1 << 20
 
 
 class _PerInstance:
@@ -119,14 +125,15 @@ QUANTUM = {"busy_s": 1e-9, "idle_waiting_s": 1e-9, "kv_usage_sum": 1e-9, "steps"
            "running_sum": 1.0, "tokens_sum": 1.0}
 
 
-def _exact_bincount(rows: np.ndarray, values: np.ndarray, n: int,
+def _exact_bincount(cells: np.ndarray, values: np.ndarray, shape: tuple[int, int],
                     quantum: float) -> np.ndarray:
-    """Per-window sums of `values` in integer units of `quantum`: integer sums are exact,
-    so they do not depend on how the step log is cut into batches."""
-    units = np.round(np.nan_to_num(values) / quantum).astype(np.int64)
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, rows, units)
-    return out
+    """Sums of `values` per flat (row, window) cell, in integer units of `quantum`: integer
+    sums are exact, so they do not depend on how the step log is cut into batches."""
+    units = np.round(np.nan_to_num(values) / quantum)
+    # NOTE: whole numbers sum exactly in float64 below 2^53 (104 days in ns per window and
+    # batch), so bincount's float sums are the integer sums.
+    out = np.bincount(cells, weights=units, minlength=shape[0] * shape[1])
+    return out.astype(np.int64).reshape(shape)
 
 
 def _tokens(b: pd.DataFrame) -> np.ndarray:
@@ -171,11 +178,12 @@ class _StepPass:
         self.achieved = (np.zeros(windows.count) if windows is not None and self.has_tokens
                          else None)
         self.preempted = False
-        n = windows.count if windows is not None else 0
-        # Sums in integer units of `QUANTUM` (exact, so the same whatever the batches).
-        self.bin = {name: np.zeros(n, dtype=np.int64) for name in QUANTUM}
-        # Σ num_waiting over instances, as a difference array over the grid's edges.
-        self.waiting_diff = np.zeros(n + 2)
+        self.n = windows.count if windows is not None else 0
+        # Per instance (rows) and window: sums in integer units of `QUANTUM` (exact, so the
+        # same whatever the batches) and num_waiting as a difference array over the edges.
+        self.per_instance = True
+        self.bin = {name: np.zeros((0, self.n), dtype=np.int64) for name in QUANTUM}
+        self.waiting_diff = np.zeros((0, self.n + 2))
 
     def feed(self, b: pd.DataFrame) -> None:
         """Add one batch of steps."""
@@ -207,9 +215,11 @@ class _StepPass:
                       - np.searchsorted(sorted_scheduled, t, side="right"))
             idle[rows[queued > 0]] = True
         self.idle_wait.add(gap[idle])
-        self._bin(b, start, prev_end, gap, idle & has_prev)
         if self.windows is not None:
-            self._hold_waiting(prev_start[from_log], start[from_log], prev_waiting[from_log])
+            row = self._rows(inst)
+            self._bin(b, row, start, prev_end, gap, idle & has_prev)
+            self._hold_waiting(row[from_log], prev_start[from_log], start[from_log],
+                               prev_waiting[from_log])
         # Each step's count holds until the next step of its instance starts.
         self.waiting_weighted.add((prev_waiting * (start - prev_start))[from_log])
         self.waiting_steps += int(np.count_nonzero(waiting > 0))
@@ -235,18 +245,32 @@ class _StepPass:
         idx = np.floor((t - w.t0_s) / w.width_s).astype(np.int64)
         return idx, (idx >= 0) & (idx < w.count)
 
-    def _bin(self, b: pd.DataFrame, start: np.ndarray, prev_end: np.ndarray, gap: np.ndarray,
-             idle: np.ndarray) -> None:
-        """The batch's steps and idle gaps into the windows they start in."""
-        if self.windows is None:
-            return
-        n = self.windows.count
+    def _rows(self, inst: np.ndarray) -> np.ndarray:
+        """Each step's row: its instance, until instances × windows exceeds MAX_CELLS; then
+        every row is summed into one, the cluster's."""
+        if self.per_instance and len(self.ids) * (self.n + 2) > MAX_CELLS:
+            self.per_instance = False
+            self.bin = {k: v.sum(axis=0, keepdims=True) for k, v in self.bin.items()}
+            self.waiting_diff = self.waiting_diff.sum(axis=0, keepdims=True)
+        rows = len(self.ids) if self.per_instance else 1
+        extra = rows - self.waiting_diff.shape[0]
+        if extra > 0:
+            self.bin = {k: np.vstack([v, np.zeros((extra, self.n), dtype=np.int64)])
+                        for k, v in self.bin.items()}
+            self.waiting_diff = np.vstack([self.waiting_diff, np.zeros((extra, self.n + 2))])
+        return inst if self.per_instance else np.zeros_like(inst)
+
+    def _bin(self, b: pd.DataFrame, row: np.ndarray, start: np.ndarray, prev_end: np.ndarray,
+             gap: np.ndarray, idle: np.ndarray) -> None:
+        """The batch's steps and idle gaps into the windows they start in, per row."""
+        n = self.n
+        shape = self.waiting_diff.shape[0], n
         idx, keep = self._window_of(start)
-        rows = idx[keep]
+        cells = row[keep] * n + idx[keep]
         end = column(b, "end_s")
 
         def add(name: str, values: np.ndarray) -> None:
-            self.bin[name] += _exact_bincount(rows, values[keep], n, QUANTUM[name])
+            self.bin[name] += _exact_bincount(cells, values[keep], shape, QUANTUM[name])
 
         add("busy_s", end - start)
         # The batch is judged at the steps that leave requests waiting (all steps when the
@@ -263,17 +287,23 @@ class _StepPass:
             add("kv_usage_sum", np.nan_to_num(usage) * left)
         gap_idx, gap_keep = self._window_of(prev_end)
         gap_keep &= idle
-        self.bin["idle_waiting_s"] += _exact_bincount(gap_idx[gap_keep], gap[gap_keep], n,
-                                                      QUANTUM["idle_waiting_s"])
+        self.bin["idle_waiting_s"] += _exact_bincount(
+            row[gap_keep] * n + gap_idx[gap_keep], gap[gap_keep], shape,
+            QUANTUM["idle_waiting_s"])
 
-    def _hold_waiting(self, lo: np.ndarray, hi: np.ndarray, waiting: np.ndarray) -> None:
-        """Count `waiting` at each edge in [lo, hi): a step's num_waiting holds from its start
-        until the next step of its instance starts."""
+    def _hold_waiting(self, row: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                      waiting: np.ndarray) -> None:
+        """Count `waiting` at each edge in [lo, hi) of its row: a step's num_waiting holds from
+        its start until the next step of its instance starts."""
         edges = cast(Windows, self.windows).edges()
-        first = np.searchsorted(edges, lo, side="left")
-        last = np.searchsorted(edges, hi, side="left")
-        np.add.at(self.waiting_diff, first, waiting)
-        np.add.at(self.waiting_diff, last, -waiting)
+        width = self.n + 2
+        first = row * width + np.searchsorted(edges, lo, side="left")
+        last = row * width + np.searchsorted(edges, hi, side="left")
+        size = self.waiting_diff.size
+        # num_waiting counts are whole numbers: these float sums are exact in any order.
+        diff = (np.bincount(first, weights=waiting, minlength=size)
+                - np.bincount(last, weights=waiting, minlength=size))
+        self.waiting_diff += diff.reshape(self.waiting_diff.shape)
 
     def bins(self) -> WindowBins | None:
         """The per-window sums, once every batch is in (after `totals`)."""
@@ -281,14 +311,20 @@ class _StepPass:
         if w is None:
             return None
         edges = w.edges()
-        state = self.state
-        covered = np.zeros(w.count)
-        for i in range(len(self.ids.names)):
+        state, names = self.state, self.ids.names
+        self._rows(np.zeros(0, dtype=np.int64))
+        covered = np.zeros((len(names), w.count))
+        for i in range(len(names)):
             lo, hi = state.first_start[i], state.max_end[i]
-            covered += np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
-        waiting = (np.cumsum(self.waiting_diff)[: edges.size] if self.has_waiting else None)
+            covered[i] = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0,
+                                 None)
+        if not self.per_instance:
+            covered = covered.sum(axis=0, keepdims=True)
+        waiting = (np.cumsum(self.waiting_diff, axis=1)[:, : edges.size] if self.has_waiting
+                   else None)
         b = {name: values * QUANTUM[name] for name, values in self.bin.items()}
         return WindowBins(
+            instances=tuple(names) if self.per_instance else ("all",),
             covered_s=covered, busy_s=b["busy_s"],
             idle_waiting_s=b["idle_waiting_s"] if self.has_waiting else None,
             steps=b["steps"], running_sum=b["running_sum"] if self.has_running else None,
@@ -319,7 +355,8 @@ class _StepPass:
             if reported[i]:  # the last step's count holds until its own end
                 tails.append(state.last_waiting[i] * (state.last_end[i] - state.last_start[i]))
                 if self.windows is not None:  # and, as a gauge, until the log ends
-                    self._hold_waiting(state.last_start[i:i + 1], np.array([np.inf]),
+                    row = self._rows(np.array([i], dtype=np.int64))
+                    self._hold_waiting(row, state.last_start[i:i + 1], np.array([np.inf]),
                                        state.last_waiting[i:i + 1])
         self.waiting_weighted.add(np.asarray(tails, dtype=np.float64))
         known = self.queued_table is not None or bool(reported.all())

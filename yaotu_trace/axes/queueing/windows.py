@@ -25,9 +25,12 @@ the other windows of the arrival span, `burst_ratio`, and offered work against t
 rate, `growth_rho`), saturation (GPU busy and idle-while-waiting, step log only), batch shape
 (tokens per step and running against their caps) and KV admission (KV usage), in the queued
 windows, at the moments requests wait there (the steps that leave some waiting, the scrapes
-that see some, the instants some are queued in the request table): what the engine ran while
-it could not admit more. Running comes from the step log, else the metrics' running gauge,
-else the request table's own concurrency (scheduled ≤ t < finish), per instance.
+that see some on their instance, the instants some are queued in the request table): what
+the engine ran while it could not admit more. With a step log each instance is judged in the
+windows where its own queue is (its num_waiting through `growth_windows`; the cluster's sums
+when instances × windows exceeds `steps.MAX_CELLS`). Running comes from the step log, else
+the metrics' running gauge, else the request table's own concurrency (scheduled ≤ t <
+finish), per instance.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def queue_windows(inp: AxisInput, timing: RequestTiming, grid: Windows, st: Step
     edges = grid.edges()
     waiting, source = None, None
     if st.bins is not None and st.bins.waiting_at_edges is not None:
-        waiting, source = st.bins.waiting_at_edges, Source.STEPS
+        waiting, source = st.bins.waiting_at_edges.sum(axis=0), Source.STEPS
     elif inp.metrics is not None and (w := _gauge_at(inp.metrics, "num_waiting", edges)):
         waiting, source = w[0], Source.METRICS
     else:
@@ -137,7 +140,7 @@ class WindowVerdicts:
 
 def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
           qw: QueueWindows | None, service_rate: float | None, budget: float | None,
-          seq_cap: float | None) -> WindowVerdicts:
+          seq_cap: float | None, t: Thresholds) -> WindowVerdicts:
     """Each cause's measurement in the growing or queued windows (module docstring)."""
     if qw is None:
         return WindowVerdicts()
@@ -145,7 +148,10 @@ def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
     rise = np.diff(qw.waiting_at_edges)
     burst = _burst(timing, grid, grow, service_rate)
     bins = st.bins
-    steps = _step_shape(bins, queued, budget, seq_cap) if bins is not None else {}
+    steps: dict[str, float | None] = {}
+    if bins is not None:
+        rows = _queued_rows(inp, timing, grid, bins, queued, t)
+        steps = _step_shape(bins, rows, budget, seq_cap)
     running, running_source = steps.get("running_fill_queued"), None
     if running is not None:
         running_source = Source.STEPS
@@ -153,7 +159,7 @@ def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
         running, running_source = got
     kv = steps.get("kv_usage_queued")
     if kv is None and inp.metrics is not None and queued.any():
-        kv = _gauge_mean_in(inp.metrics, "kv_usage", grid, queued, how="max")
+        kv = _gauge_mean_in(inp.metrics, "kv_usage", grid, queued)
     return WindowVerdicts(
         queue_source=qw.source, growing_windows=int(grow.sum()),
         queued_windows=int(queued.sum()),
@@ -169,8 +175,8 @@ def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
 def _burst(timing: RequestTiming, grid: Windows, grow: np.ndarray,
            service_rate: float | None) -> dict[str, float | None]:
     """Arrival rate in the growing windows against the other windows of the arrival span,
-    and offered work there against the service rate."""
-    if not grow.any():
+    and offered work there against the service rate (none without requests)."""
+    if not grow.any() or timing.arrival.size == 0:
         return {}
     arrivals = _arrivals(timing.arrival, grid)
     last = int(np.clip(np.floor((timing.arrival.max() - grid.t0_s) / grid.width_s), 0,
@@ -193,17 +199,38 @@ def _burst(timing: RequestTiming, grid: Windows, grow: np.ndarray,
             "burst_ratio": burst_ratio, "growth_rho": rho}
 
 
+def _queued_rows(inp: AxisInput, timing: RequestTiming, grid: Windows, bins: WindowBins,
+                 queued: np.ndarray, t: Thresholds) -> np.ndarray:
+    """The queued windows of each row of the step log's sums (rows × windows): each instance
+    judged where its own queue is (`growth_windows` on its num_waiting, with the arrivals the
+    request table routes to it), else the cluster's queued windows for every row."""
+    rows = len(bins.instances)
+    if bins.waiting_at_edges is None or bins.instances == ("all",):
+        return np.broadcast_to(queued, (rows, grid.count))
+    arrivals = np.zeros((rows, grid.count))
+    if inp.has("instance"):
+        names = inp.requests["instance"].astype(object).to_numpy()
+        for r, name in enumerate(bins.instances):
+            arrivals[r] = _arrivals(timing.arrival[names == name], grid)
+    out = np.zeros((rows, grid.count), dtype=bool)
+    for r in range(rows):
+        _, out[r] = growth_windows(bins.waiting_at_edges[r], arrivals[r],
+                                   float(t.growth_min_requests), float(t.growth_min_share))
+    return out
+
+
 def _step_shape(bins: WindowBins, queued: np.ndarray, budget: float | None,
                 seq_cap: float | None) -> dict[str, float | None]:
-    """Busy, idle-while-waiting, tokens per step, running and KV usage in the queued windows,
-    from the step log's per-window sums."""
+    """Busy, idle-while-waiting, tokens per step, running and KV usage where each instance's
+    queue is (`queued`: rows × windows), from the step log's per-window sums."""
     if not queued.any():
         return {}
     covered = float(bins.covered_s[queued].sum())
     steps = float(bins.steps[queued].sum())
+    # A step that starts in a window may end after it: shares are capped at 1.
     out: dict[str, float | None] = {
-        "busy_queued": ratio(float(bins.busy_s[queued].sum()), covered),
-        "idle_waiting_queued": (ratio(float(bins.idle_waiting_s[queued].sum()), covered)
+        "busy_queued": _share(float(bins.busy_s[queued].sum()), covered),
+        "idle_waiting_queued": (_share(float(bins.idle_waiting_s[queued].sum()), covered)
                                 if bins.idle_waiting_s is not None else None),
     }
     if bins.tokens_sum is not None and steps:
@@ -218,24 +245,39 @@ def _step_shape(bins: WindowBins, queued: np.ndarray, budget: float | None,
     return out
 
 
-def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows, mask: np.ndarray,
-                   how: str = "sum") -> float | None:
-    """Mean of a gauge's scrapes that fall in the masked windows and see requests waiting
-    (every scrape there when the waiting gauge is not exported)."""
-    g = metrics.gauge(key, how=how)
-    if g is None or g.empty:
+def _share(part: float, whole: float) -> float | None:
+    value = ratio(part, whole)
+    return None if value is None else min(value, 1.0)
+
+
+def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows,
+                   mask: np.ndarray) -> float | None:
+    """Mean of a gauge's per-instance scrapes that fall in the masked windows while requests
+    wait: that instance's waiting gauge when the two share labels, else the cluster's (every
+    scrape there when the waiting gauge is not exported)."""
+    name = metrics.name_of(key)
+    if name is None:
         return None
-    times = g["time_s"].to_numpy(dtype=np.float64)
+    frame = metrics.frame
+    rows = frame.loc[frame["metric"] == name, ["time_s", "labels", "value"]]
+    if rows.empty:
+        return None
+    times = rows["time_s"].to_numpy(dtype=np.float64)
     idx = np.floor((times - grid.t0_s) / grid.width_s).astype(np.int64)
     inside = (idx >= 0) & (idx < grid.count)
     inside[inside] = mask[idx[inside]]
-    waiting = metrics.gauge("num_waiting")
-    if waiting is not None and not waiting.empty:
-        at = waiting.set_index("time_s")["value"].reindex(times).to_numpy(dtype=np.float64)
+    waiting_name = metrics.name_of("num_waiting")
+    if waiting_name is not None:
+        waiting = frame.loc[frame["metric"] == waiting_name, ["time_s", "labels", "value"]]
+        own = rows.merge(waiting, on=["time_s", "labels"], how="left", suffixes=("", "_w"))
+        at = own["value_w"].to_numpy(dtype=np.float64)
+        if np.isnan(at).all():  # no shared labels: the cluster's queue at that scrape
+            total = waiting.groupby("time_s")["value"].sum()
+            at = total.reindex(times).to_numpy(dtype=np.float64)
         inside &= np.nan_to_num(at) > 0
     if not inside.any():
         return None
-    return float(g["value"].to_numpy(dtype=np.float64)[inside].mean())
+    return float(rows["value"].to_numpy(dtype=np.float64)[inside].mean())
 
 
 def _running_elsewhere(inp: AxisInput, timing: RequestTiming, grid: Windows,
@@ -250,13 +292,12 @@ def _running_elsewhere(inp: AxisInput, timing: RequestTiming, grid: Windows,
     m = inp.metrics
     if m is not None and (name := m.name_of("num_running")) is not None:
         mean = _gauge_mean_in(m, "num_running", grid, queued)
-        instances = max(1, int(m.frame.loc[m.frame["metric"] == name, "labels"].nunique()))
         cap = seq_cap
         if cap is None:
             per_label = m.frame.loc[m.frame["metric"] == name, "value"]
             cap = float(per_label.max()) if len(per_label) else None
         if mean is not None:
-            return ratio(mean / instances, cap), Source.METRICS
+            return ratio(mean, cap), Source.METRICS
     if timing.scheduled is None or timing.finish is None:
         return None
     instances = 1

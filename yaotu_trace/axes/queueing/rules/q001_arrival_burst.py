@@ -21,7 +21,11 @@ def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[E
     share = mt.queue_share_of_ttft
     limits = at_limit(mt, t)
     batch_limited = any(e.passed for e in limits) if limits else None
+    # NOTE: a queue that is a small share of latency is no bottleneck even when it is most of
+    # TTFT (a disaggregated run's TTFT is its prefill alone).
+    latency = mt.queue_share_of_latency
     if not (share is not None and share >= t.queue_share_of_ttft
+            and (latency is None or latency >= t.queue_share_warn)
             and (mt.growing_windows or 0) > 0
             and mt.growth_rho is not None and mt.growth_rho >= t.overload_rho
             and mt.burst_ratio is not None and mt.burst_ratio >= t.burst_rate_ratio
@@ -29,6 +33,8 @@ def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[E
         return None
     return [
         check("queue_share_of_ttft", share, ">=", "queue_share_of_ttft", t.queue_share_of_ttft),
+        *([] if latency is None else [check("queue_share_of_latency", latency, ">=",
+                                            "queue_share_warn", t.queue_share_warn)]),
         check("growth_rho", mt.growth_rho, ">=", "overload_rho", t.overload_rho),
         check("burst_ratio", mt.burst_ratio, ">=", "burst_rate_ratio", t.burst_rate_ratio),
         fact("growing_windows", mt.growing_windows, "windows"),
@@ -45,7 +51,8 @@ RULE: Rule[QueueingFacts] = Rule(
     id="Q001", axis=AxisName.QUEUEING, severity=Severity.BOTTLENECK, source="A1",
     title="Arrival burst above capacity",
     trigger=(
-        "queue_share_of_ttft ≥ queue_share_of_ttft, and in the windows where the queue grows "
+        "queue_share_of_ttft ≥ queue_share_of_ttft and (when known) queue_share_of_latency ≥ "
+        "queue_share_warn, and in the windows where the queue grows "
         "(growth_min_requests, growth_min_share): offered work ≥ overload_rho × the service "
         "rate, arrivals ≥ burst_rate_ratio × the rate in the other windows, a batch limit "
         "reached (fill ≥ batch_at_limit) and, with a step log, the GPU busy ≥ "
@@ -57,7 +64,8 @@ RULE: Rule[QueueingFacts] = Rule(
         "capacity (replicas, faster hardware), admission control or early rejection, burst "
         "smoothing; chunking or disaggregation will not fix it"
     ),
-    reads=("queue_share_of_ttft", "overload_rho", "burst_rate_ratio", "batch_at_limit",
+    reads=("queue_share_of_ttft", "queue_share_warn", "overload_rho", "burst_rate_ratio",
+           "batch_at_limit",
            "gpu_busy_saturated", "idle_waiting_saturated", "growth_min_requests",
            "growth_min_share"),
     check=_check,
