@@ -23,7 +23,12 @@ from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.files import all_or_nothing
 from yaotu_trace.ingest import load_trace
 from yaotu_trace.ingest.metrics import read_metrics
-from yaotu_trace.sim.generate import GenerateOptions, Scenario, generate_with_steps
+from yaotu_trace.sim.generate import (
+    ENGINE_BLOCK_SIZE_TOKENS,
+    GenerateOptions,
+    Scenario,
+    generate_with_steps,
+)
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 SOURCES = ("requests", "steps", "metrics", "both")
@@ -56,7 +61,8 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
                 write_trace(log, steps)
         metrics = folder / f"{name}.metrics.csv"
         with all_or_nothing():
-            write_metrics_csv(pd.read_parquet(table), pd.read_parquet(steps), metrics)
+            write_metrics_csv(pd.read_parquet(table), pd.read_parquet(steps), metrics,
+                              block_size_tokens=ENGINE_BLOCK_SIZE_TOKENS)
         out[name] = (table, steps, metrics)
     return out
 
@@ -81,9 +87,10 @@ def cases() -> list[Any]:
     for name in EXPECTED:
         for source in SOURCES:
             marks = []
-            if name == "diag-kv-churn" and source in ("requests", "metrics"):
-                # NOTE: kv_memory names kv_capacity (K004) only with the pool size, which the
-                # request table and vLLM's metrics lack; it says preemption there instead.
+            if name == "diag-kv-churn" and source == "requests":
+                # NOTE: kv_memory names kv_capacity (K004) only with the pool size, which a
+                # request table lacks (the step log's kv_blocks_total and vLLM's
+                # cache_config_info give it); it says preemption there instead.
                 marks.append(pytest.mark.xfail(strict=True, reason="kv_memory: cause needs "
                                                "kv_blocks_total"))
             out.append(pytest.param(name, source, marks=marks, id=f"{name}-{source}"))

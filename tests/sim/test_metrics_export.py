@@ -60,8 +60,10 @@ def test_gauges_read_the_last_step_ended_before_the_scrape():
     # (1.7); t=3: s3 (2.2)
     assert series(frame, "vllm:num_requests_running") == [0, 1, 2, 1]
     assert series(frame, "vllm:num_requests_waiting") == [0, 1, 0, 0]
-    # kv_blocks_used / (kv_blocks_total − 1) = used / 10
-    assert series(frame, "vllm:kv_cache_usage_perc") == pytest.approx([0, 0.7, 1.0, 0.4])
+    # kv_blocks_used / kv_blocks_total = used / 11 (the usable blocks: vLLM's get_usage()
+    # divides by num_gpu_blocks - 1, and the step log counts the pool without the null block)
+    assert series(frame, "vllm:kv_cache_usage_perc") == pytest.approx([0, 7 / 11, 10 / 11,
+                                                                        4 / 11])
 
 
 def test_counters_sum_the_events_before_the_scrape():

@@ -68,8 +68,10 @@ def generate(
         _write(steps, steps_out)
     if metrics_out is not None and steps is not None:
         from yaotu_trace.commands.simulate import write_metrics_csv
+        from yaotu_trace.sim.generate import ENGINE_BLOCK_SIZE_TOKENS
 
-        write_metrics_csv(table, steps, metrics_out)
+        write_metrics_csv(table, steps, metrics_out,
+                          block_size_tokens=ENGINE_BLOCK_SIZE_TOKENS)
     span_s = float(table["arrival_s"].iloc[-1])
     section = GeneratedTrace(
         scenario=scenario.value, seed=seed, requests=len(table),

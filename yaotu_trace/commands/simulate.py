@@ -62,7 +62,8 @@ def simulate(
     if steps_out is not None:
         write_trace(run.steps, steps_out)
     if metrics_out is not None:
-        write_metrics_csv(run.requests, run.steps, metrics_out, scrape_interval_s)
+        write_metrics_csv(run.requests, run.steps, metrics_out, scrape_interval_s,
+                          block_size_tokens=run.resolved.config.block_size_tokens)
     return Report(
         command="simulate",
         input=input_summary(loaded),
@@ -79,11 +80,13 @@ def check_out(path: Path, option: str) -> None:
 
 
 def write_metrics_csv(requests: pd.DataFrame, steps: pd.DataFrame, path: Path,
-                      scrape_interval_s: float | None = None) -> None:
-    """The run's Prometheus export (`sim.metrics_export`) as CSV, written atomically."""
+                      scrape_interval_s: float | None = None, *,
+                      block_size_tokens: int | None = None) -> None:
+    """The run's Prometheus export (`sim.metrics_export`) as CSV, written atomically; with
+    the engine's block size it carries the pool size as vLLM does (`cache_config_info`)."""
     from yaotu_trace.files import replace_atomically
     from yaotu_trace.sim.metrics_export import SCRAPE_INTERVAL_S, metrics_export
 
     table = metrics_export(requests, steps, scrape_interval_s=scrape_interval_s
-                           or SCRAPE_INTERVAL_S)
+                           or SCRAPE_INTERVAL_S, block_size_tokens=block_size_tokens)
     replace_atomically(path, lambda tmp: table.to_csv(tmp, index=False, float_format="%.17g"))

@@ -32,6 +32,11 @@ from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest import prom_text
 from yaotu_trace.ingest.serverlog import EXPECTED, is_server_log, read_server_log
 
+# vLLM exports its KV pool as labels of an info gauge (`vllm:cache_config_info{block_size="16",
+# num_gpu_blocks="N",...} 1`); the reader turns it into this series, in tokens.
+CACHE_CONFIG_INFO: Final = "vllm:cache_config_info"
+POOL_FROM_CACHE_CONFIG: Final = "vllm:cache_config_info (KV pool tokens)"
+
 # Canonical quantity → engine metric names, first match wins (vLLM V1, older vLLM, SGLang).
 # Counters are listed with and without the `_total` that prometheus_client adds on export.
 GAUGES: Final[Mapping[str, tuple[str, ...]]] = {
@@ -40,7 +45,8 @@ GAUGES: Final[Mapping[str, tuple[str, ...]]] = {
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
     "cache_hit_rate": ("sglang:cache_hit_rate", "log:prefix_cache_hit_rate"),
     "retracted_now": ("sglang:num_retracted_reqs",),
-    "max_total_tokens": ("sglang:max_total_num_tokens", "log:gpu_kv_cache_size_tokens"),
+    "max_total_tokens": ("sglang:max_total_num_tokens", "log:gpu_kv_cache_size_tokens",
+                         POOL_FROM_CACHE_CONFIG),
     "page_size": ("sglang:page_size",),
 }
 COUNTERS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -224,12 +230,52 @@ def read_metrics(path: str | Path, *, year: int | None = None,
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
                           "labels": object})
     frame = frame[np.isfinite(frame["value"].to_numpy())].reset_index(drop=True)
+    frame = _with_pool_from_cache_config(frame)
     if frame.empty:
         raise TraceReadError(
             f"{path}: the metrics export holds no samples; export a range query with data"
         )
     return EngineMetrics(frame=frame, path=str(path), notes=notes, log_year=log_year,
                          log_zone=zone)
+
+
+def _with_pool_from_cache_config(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` plus the KV pool in tokens that each `vllm:cache_config_info` sample names.
+
+    Newer vLLM puts the engine's own count in a `kv_cache_size_tokens` label; older releases
+    give `num_gpu_blocks` and `block_size`, whose usable pool is (num_gpu_blocks − 1) ×
+    block_size, since block 0 is vLLM's null block (as a step log's kv_blocks_total counts it).
+    """
+    info = frame[frame["metric"] == CACHE_CONFIG_INFO]
+    if info.empty:
+        return frame
+    labels = info["labels"].astype(str)
+
+    def number(key: str) -> pd.Series:
+        found = labels.str.extract(rf"(?:^|,){key}=(\d+)(?:,|$)")[0]
+        return pd.to_numeric(found, errors="coerce")
+
+    blocks, size, stated = number("num_gpu_blocks"), number("block_size"), number(
+        "kv_cache_size_tokens")
+    tokens = stated.where(stated > 0, (blocks - 1) * size)
+    known = (tokens > 0).to_numpy()
+    if not known.any():
+        return frame
+    pool = pd.DataFrame({"time_s": info["time_s"].to_numpy()[known],
+                         "metric": POOL_FROM_CACHE_CONFIG,
+                         "labels": _engine_labels(labels[known]),
+                         "value": tokens.to_numpy(dtype=np.float64)[known]})
+    return pd.concat([frame, pool], ignore_index=True)
+
+
+def _engine_labels(labels: pd.Series) -> list[str]:
+    """The engine-identifying labels of an info sample (instance, pod, engine), as a key."""
+    keep = ("instance", "pod", "engine")
+    out = []
+    for text in labels:
+        parts = dict(p.split("=", 1) for p in text.split(",") if "=" in p)
+        out.append(_labels_key({k: parts[k] for k in keep if k in parts}))
+    return out
 
 
 def _labels_key(labels: Mapping[str, Any]) -> str:

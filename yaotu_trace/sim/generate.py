@@ -130,6 +130,7 @@ class EngineSetup:
 
 ENGINE_MODEL: Final = "Llama-3.1-8B"
 ENGINE_GPU: Final = "H100-SXM"
+ENGINE_BLOCK_SIZE_TOKENS: Final = 16
 # NOTE: each setup produces exactly one problem on its scenario's requests (docs/diagnose.md).
 ENGINES: Final[Mapping[Scenario, EngineSetup]] = {
     Scenario.DIAG_HEALTHY: EngineSetup(max_num_seqs=64),
@@ -645,7 +646,8 @@ def generate_with_steps(options: GenerateOptions) -> tuple[pd.DataFrame, pd.Data
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "generated")
     run = run_scenario(trace, SimScenario(
         name=options.scenario.value, model=ENGINE_MODEL, gpu=ENGINE_GPU,
-        kv_blocks=setup.kv_blocks, max_num_seqs=setup.max_num_seqs,
+        block_size=ENGINE_BLOCK_SIZE_TOKENS, kv_blocks=setup.kv_blocks,
+        max_num_seqs=setup.max_num_seqs,
         chunked_prefill=setup.chunked_prefill, prefix_caching=setup.prefix_caching,
         host_gap_ms=setup.host_gap_ms,
     ))

@@ -16,7 +16,8 @@ request without one ran on the step log's only instance, else "0").
 What a scrape at time t reads, per instance (engines.md §1.9):
 
 - gauges `vllm:num_requests_running`, `vllm:num_requests_waiting`,
-  `vllm:kv_cache_usage_perc` = kv_blocks_used / (kv_blocks_total − 1): the last step whose
+  `vllm:kv_cache_usage_perc` = kv_blocks_used / kv_blocks_total (the usable blocks, vLLM's
+  num_gpu_blocks − 1, which is what its `get_usage()` divides by): the last step whose
   end_s < t (vLLM publishes a step's scheduler stats once its output is processed; they stay
   as they were while the engine idles); 0 before the first step ends;
 - counters (Σ over events before t): `vllm:num_preemptions_total` (num_preempted of
@@ -28,7 +29,11 @@ What a scrape at time t reads, per instance (engines.md §1.9):
   `vllm:request_queue_time_seconds` (scheduled_s − arrival_s) and
   `vllm:e2e_request_latency_seconds` (finish_s − arrival_s) observed at finish_s,
   `vllm:time_to_first_token_seconds` (first_token_s − arrival_s) at first_token_s, and
-  `vllm:iteration_tokens_total` (prefill_tokens + decode_tokens of each step) at its end_s.
+  `vllm:iteration_tokens_total` (prefill_tokens + decode_tokens of each step) at its end_s;
+- the info gauge `vllm:cache_config_info{block_size, num_gpu_blocks}` = 1 at every scrape, when
+  the block size is given and the step log has kv_blocks_total (the usable blocks, so
+  num_gpu_blocks is its largest value per instance plus vLLM's null block): the KV pool,
+  which vLLM exports once at start-up.
 """
 
 from __future__ import annotations
@@ -84,12 +89,16 @@ def scrape_times(requests: pd.DataFrame, steps: pd.DataFrame | None,
 
 
 def metrics_export(requests: pd.DataFrame, steps: pd.DataFrame | None = None, *,
-                   scrape_interval_s: float = SCRAPE_INTERVAL_S) -> pd.DataFrame:
+                   scrape_interval_s: float = SCRAPE_INTERVAL_S,
+                   block_size_tokens: int | None = None) -> pd.DataFrame:
     """The run's Prometheus export as rows (timestamp, metric, labels, value), sorted by
-    metric, labels and timestamp."""
+    metric, labels and timestamp; `block_size_tokens` adds the pool's `cache_config_info`."""
     at = scrape_times(requests, steps, scrape_interval_s)
+    series = list(_all_series(requests, steps, at))
+    if block_size_tokens is not None and steps is not None and len(steps):
+        series += list(_cache_config(steps, at, block_size_tokens))
     frames = [_series(at, name, instance, extra, values)
-              for name, instance, extra, values in _all_series(requests, steps, at)]
+              for name, instance, extra, values in series]
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
             EXPORT_COLUMNS, ("float64", object, object, "float64"), strict=True)})
@@ -114,6 +123,21 @@ def _all_series(requests: pd.DataFrame, steps: pd.DataFrame | None, at: np.ndarr
         # Requests without an instance ran on the step log's only instance, when it has one.
         default = named.pop() if len(named) == 1 else NO_INSTANCE
     yield from _request_series(requests, at, default)
+
+
+def _cache_config(steps: pd.DataFrame, at: np.ndarray, block_size_tokens: int
+                  ) -> Iterator[tuple[str, str, str, np.ndarray]]:
+    """vLLM's info gauge of the cache config: the pool of each instance, as labels."""
+    total = _column(steps, "kv_blocks_total")
+    if total is None:
+        return
+    inst = _instances(steps)
+    for name in sorted(set(inst)):
+        blocks = total[inst == name]
+        if np.isfinite(blocks).any():
+            extra = (f',block_size="{int(block_size_tokens)}",'
+                     f'num_gpu_blocks="{int(np.nanmax(blocks)) + 1}"')
+            yield "vllm:cache_config_info", name, extra, np.ones(at.size)
 
 
 def _column(df: pd.DataFrame, name: str) -> np.ndarray | None:
@@ -157,7 +181,7 @@ def _step_series(steps: pd.DataFrame, at: np.ndarray
             gauges[name] = values
     used, total = _column(steps, "kv_blocks_used"), _column(steps, "kv_blocks_total")
     if used is not None and total is not None:
-        gauges["vllm:kv_cache_usage_perc"] = used / np.maximum(total - 1, 1)
+        gauges["vllm:kv_cache_usage_perc"] = used / np.maximum(total, 1)
     preempted = _column(steps, "num_preempted")
     token_columns = [v for c in ("prefill_tokens", "decode_tokens")
                      if (v := _column(steps, c)) is not None]

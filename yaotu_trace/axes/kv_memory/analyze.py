@@ -159,7 +159,7 @@ def _capacity(inp: AxisInput, step_kv: StepKv | None) -> tuple[float | None, str
         capacity = step_kv.max_blocks_total * block
         cap_source = "step log kv_blocks_total × block size"
     elif m is not None and (g := m.gauge("max_total_tokens", how="max")) is not None:
-        capacity, cap_source = float(g["value"].max()), "sglang:max_total_num_tokens"
+        capacity, cap_source = float(g["value"].max()), m.name_of("max_total_tokens")
     return capacity, cap_source
 
 
