@@ -106,3 +106,27 @@ def test_the_lengths_only_report_validates_against_the_shipped_schema(
     doc = _analyze_json([str(ARXIV)], capsys)
     errors = list(jsonschema.Draft202012Validator(json_schema()).iter_errors(doc))
     assert not errors, errors[0].message
+
+
+@pytest.mark.parametrize(("name", "body"), [
+    ("t.csv", "request_id,prompt_len,output_len\nr0,100,20\nr1,200,30\nr2,600,10\n"),
+    ("t.jsonl", '{"prompt_len": 100, "output_len": 20}\n{"prompt_len": 200, "output_len": 30}\n'
+                '{"prompt_len": 600, "output_len": 10}\n'),
+])
+def test_a_canonical_table_without_arrivals_is_lengths_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, body: str) -> None:
+    # Our own column names, no timestamp: detected as canonical without --input-format.
+    # Prompts 100, 200, 600: total 900, mean 300, median 200; outputs total 60, median 20.
+    path = tmp_path / name
+    path.write_text(body)
+    doc = _analyze_json([str(path)], capsys)
+    assert doc["input"]["format"] in ("csv", "jsonl") and doc["input"]["requests"] == 3
+    lengths = doc["profile"]["lengths"]
+    assert lengths["prompt_tokens_total"] == 900
+    assert lengths["prompt_len"]["mean"] == 300 and lengths["prompt_len"]["p50"] == 200
+    assert lengths["output_tokens_total"] == 60 and lengths["output_len"]["p50"] == 20
+    assert any("lengths-only" in n for n in doc["input"]["notes"])
+    assert doc["profile"]["arrivals"] is None
+    capsys.readouterr()
+    assert main(["diagnose", str(path)]) == ExitCode.INPUT
+    assert "no arrival times" in capsys.readouterr().err

@@ -72,8 +72,13 @@ def csv_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
             first_line += len(frame)
 
 
+# A table with the two lengths but no timestamp is canonical too: lengths-only, which
+# `trace analyze` profiles and every command that needs arrivals refuses by name.
+LENGTHS: frozenset[str] = frozenset({"prompt_len", "output_len"})
+
+
 def _is_canonical_record(keys: set[str]) -> bool:
-    return "arrival_s" in keys
+    return "arrival_s" in keys or LENGTHS <= keys
 
 
 def _is_canonical_jsonl_document(head: str) -> bool:
@@ -82,7 +87,7 @@ def _is_canonical_jsonl_document(head: str) -> bool:
 
 
 def _is_canonical_header(columns: set[str]) -> bool:
-    return "arrival_s" in columns
+    return "arrival_s" in columns or LENGTHS <= columns
 
 
 PARQUET = TraceFormatSpec(
