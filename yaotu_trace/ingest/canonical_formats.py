@@ -78,7 +78,7 @@ LENGTHS: frozenset[str] = frozenset({"prompt_len", "output_len"})
 
 
 def _is_canonical_record(keys: set[str]) -> bool:
-    return "arrival_s" in keys or LENGTHS <= keys
+    return "arrival_s" in keys or keys >= LENGTHS
 
 
 def _is_canonical_jsonl_document(head: str) -> bool:
@@ -87,7 +87,7 @@ def _is_canonical_jsonl_document(head: str) -> bool:
 
 
 def _is_canonical_header(columns: set[str]) -> bool:
-    return "arrival_s" in columns or LENGTHS <= columns
+    return "arrival_s" in columns or columns >= LENGTHS
 
 
 PARQUET = TraceFormatSpec(
