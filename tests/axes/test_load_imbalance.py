@@ -258,3 +258,24 @@ def test_per_instance_stall_and_preemption_shares() -> None:
     lb = analyze_queueing(make_input(cols), thresholds()).metrics.load_balance
     assert (lb.row("a").preemptions, lb.row("a").preemption_share) == (4.0, 1.0)
     assert (lb.row("b").preemptions, lb.row("b").preemption_share) == (0.0, 0.0)
+
+
+def test_per_instance_metrics_without_a_trace_name_the_imbalance(
+        weighted: SimRun, balanced: SimRun, tmp_path: Path) -> None:
+    # Telemetry alone (`trace diagnose --metrics FILE`): no arrivals, so routing cannot be
+    # modelled, and the standing queue on i0 next to i1's free seats decides by itself; the
+    # balanced run, whose two instances queue alike, is no imbalance.
+    from yaotu_trace.commands.diagnose import diagnose
+
+    for run, expected in ((weighted, "load_imbalance"), (balanced, None)):
+        path = tmp_path / f"{expected}.csv"
+        metrics_export(run.requests, run.steps).to_csv(path, index=False)
+        doc = diagnose(None, metrics=path).to_dict()
+        queueing = next(a for a in doc["axes"] if a["name"] == "queueing")
+        if expected is None:
+            assert queueing["cause"] != "load_imbalance"
+            continue
+        assert doc["verdict"]["principal_cause"] == expected
+        q010 = next(f for f in queueing["findings"] if f["id"] == "Q010")
+        vanish = next(e for e in q010["evidence"] if e["name"] == "vanish_share_least_loaded")
+        assert vanish["value"] is None and vanish["passed"] is None

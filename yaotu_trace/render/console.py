@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from yaotu_trace.data.report import InputSummary, Report, to_builtins
+from yaotu_trace.ingest.telemetry_only import TELEMETRY_ONLY
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
     CONSOLE,
@@ -165,8 +166,9 @@ def input_renderables(summary: InputSummary, command: str) -> list[RenderableTyp
         "prompt_block_ids": f"block ids ({summary.source_block_size} tokens each)",
         None: "lengths only" if summary.requests else "none",
     }[summary.content]
-    if not summary.columns:  # a benchmark summary: no request rows at all
-        content = "none (run-level summary)"
+    if not summary.columns:  # telemetry alone, or a benchmark summary: no request rows at all
+        content = ("none (telemetry only)" if summary.format == TELEMETRY_ONLY
+                   else "none (run-level summary)")
     rows = [
         ("file", summary.path),
         ("format", summary.format),

@@ -47,7 +47,10 @@ def confirm_steps(mt: QueueingMetrics, cause: str | None, has_steps: bool) -> li
     if mt.kv_usage_queued is None:
         out.append("add KV usage (step log kv_blocks_used and kv_blocks_total, or "
                    "vllm:kv_cache_usage_perc) to test kv_admission")
-    if mt.growing_windows and mt.burst_ratio is None:
+    if mt.growing_windows and mt.burst_ratio is None and mt.interarrival_cv is None:
+        out.append("arrival times are unknown (no request trace): a request table's arrival_s "
+                   "tells a burst from a steady overload")
+    elif mt.growing_windows and mt.burst_ratio is None:
         out.append("the queue grows in every window of the arrival span: a steady overload, "
                    "not a burst; compare the service rate with the mean load")
     return out

@@ -28,9 +28,11 @@ def standing_queue(row: InstanceQueue, t: Thresholds) -> Evidence | None:
 
 def imbalance_evidence(f: QueueingFacts, t: Thresholds) -> list[Evidence] | None:
     """The evidence of a queue on one instance next to free seats on another, when routing
-    would remove at least imbalance_vanish_share of it; None otherwise."""
+    would remove at least imbalance_vanish_share of it; None otherwise. Without arrival times
+    (telemetry alone) routing cannot be modelled, and the contrast of the two decides."""
     lb = f.metrics.load_balance
-    if lb is None or lb.vanish_share_least_loaded is None:
+    vanish = None if lb is None else lb.vanish_share_least_loaded
+    if lb is None or (vanish is None and f.metrics.interarrival_cv is not None):
         return None
     queued, idle = lb.row(lb.queued_instance), lb.row(lb.idle_instance)
     if queued is None or idle is None or idle.seat_fill is None:
@@ -38,7 +40,7 @@ def imbalance_evidence(f: QueueingFacts, t: Thresholds) -> list[Evidence] | None
     hot, cold = standing_queue(queued, t), standing_queue(idle, t)
     if not (hot is not None and hot.passed and (cold is None or not cold.passed)
             and idle.seat_fill < t.batch_underfilled
-            and lb.vanish_share_least_loaded >= t.imbalance_vanish_share):
+            and (vanish is None or vanish >= t.imbalance_vanish_share)):
         return None
     ev = [hot]
     if cold is not None:
@@ -46,8 +48,8 @@ def imbalance_evidence(f: QueueingFacts, t: Thresholds) -> list[Evidence] | None
     ev += [
         check(f"seat_fill[{idle.instance}]", idle.seat_fill, "<", "batch_underfilled",
               t.batch_underfilled),
-        check("vanish_share_least_loaded", lb.vanish_share_least_loaded, ">=",
-              "imbalance_vanish_share", t.imbalance_vanish_share),
+        check("vanish_share_least_loaded", vanish, ">=", "imbalance_vanish_share",
+              t.imbalance_vanish_share),
         fact(f"queue_share[{queued.instance}]", queued.queue_share, "ratio"),
         fact(f"work_share[{queued.instance}]", queued.work_share, "ratio"),
         fact("queue_seconds_vanish_least_loaded", lb.queue_seconds_vanish_least_loaded, "s"),
@@ -68,7 +70,8 @@ RULE: Rule[QueueingFacts] = Rule(
         "(its waiting_share ≥ waiting_share, else its queue share of TTFT ≥ queue_share_warn), "
         "another has none and fills < batch_underfilled of its seats, and a least-loaded router "
         "would remove ≥ imbalance_vanish_share of the modelled queue (FCFS fluid queue per "
-        "instance at the busiest instance's peak rate)"
+        "instance at the busiest instance's peak rate); without arrival times (telemetry "
+        "alone) the queue cannot be modelled and the standing queue next to free seats decides"
     ),
     evidence=(
         "the queued instance's waiting share, the idle one's seat fill, the share and seconds "
