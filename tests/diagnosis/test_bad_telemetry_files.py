@@ -183,7 +183,8 @@ METRIC_CASES = [
     ("short-row-csv", "m.csv", "timestamp,metric,value\n1,x\n", "line 2, field 'value'"),
     ("bad-labels-csv", "m.csv", "timestamp,metric,labels,value\n1,x,{=b},1\n",
      "line 2, field 'labels'"),
-    ("wrong-extension", "m.txt", "x", "metrics are read from .json"),
+    ("wrong-extension", "m.yaml", "x", "metrics are read from .json"),
+    ("not-text-exposition", "m.prom", "\x00\x01 garbage", "is neither /metrics text"),
 ]
 
 

@@ -74,10 +74,14 @@ def test_metrics_missing_name_and_unknown_extension(tmp_path: Path) -> None:
                     '[{"metric":{"job":"x"},"values":[[1,"2"]]}]}}')
     with pytest.raises(TraceReadError, match=r"result\[0\], field 'metric.__name__'"):
         read_metrics(path)
-    other = tmp_path / "m.txt"
+    other = tmp_path / "m.yaml"
     other.write_text("x")
     with pytest.raises(TraceReadError, match=r"metrics are read from \.json"):
         read_metrics(other)
+    text = tmp_path / "m.txt"
+    text.write_text("x")
+    with pytest.raises(TraceReadError, match=r"m.txt: is neither /metrics text"):
+        read_metrics(text)
     with pytest.raises(TraceReadError, match="no such metrics file"):
         read_metrics(tmp_path / "absent.json")
 

@@ -167,11 +167,13 @@ def test_folder_of_undated_snapshots_is_refused(tmp_path: Path) -> None:
         read_metrics(tmp_path)
 
 
-def test_text_that_is_not_exposition_keeps_the_old_error(tmp_path: Path) -> None:
-    """A .txt that is not /metrics text is refused with the accepted shapes."""
+def test_text_that_is_not_exposition_says_what_it_is_not(tmp_path: Path) -> None:
+    """A .txt that is neither /metrics text nor a server log is refused naming both shapes
+    and how to save a scrape (not with "got '.txt'", an extension the reader takes)."""
     path = tmp_path / "notes.txt"
     path.write_text("hello world\n", encoding="utf-8")
-    with pytest.raises(TraceReadError, match=r"/metrics text \(\.txt, \.prom\); got '\.txt'"):
+    with pytest.raises(TraceReadError, match=r"notes.txt: is neither /metrics text .* nor an "
+                       r"engine server log .*curl -s http://HOST:PORT/metrics > m.prom"):
         read_metrics(path)
 
 

@@ -211,6 +211,12 @@ def read_metrics(path: str | Path, *, year: int | None = None,
         notes = tuple(log_notes)
     elif path.is_file() and suffix in prom_text.SUFFIXES and prom_text.looks_like_text(path):
         rows, notes = prom_text.read_prom_text(path)
+    elif path.is_file() and suffix in prom_text.SUFFIXES and suffix:
+        raise TraceReadError(
+            f"{path}: is neither /metrics text (no '# HELP', '# TYPE' or 'name{{labels}} "
+            f"value' line at its start) nor an engine server log ({EXPECTED}); save the "
+            "engine's /metrics response as it is (curl -s http://HOST:PORT/metrics > m.prom)"
+        )
     elif path.is_dir():
         raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
                              "file (.json or .csv) or a folder of /metrics text snapshots")
