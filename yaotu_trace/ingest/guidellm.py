@@ -24,14 +24,13 @@ benchmark whose request lists are a sample (`sample_size`) of what it ran.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from yaotu_trace.data.compressed import read_text
-from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.json_document import read_json_document
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,16 +69,7 @@ def read_guidellm(path: Path) -> RawTrace:
 
 
 def _load(path: Path) -> Any:
-    text = read_text(path, REPORT_HINT)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceReadError(
-            f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); check "
-            "the file is complete"
-        ) from exc
-    except (ValueError, RecursionError) as exc:
-        raise TraceReadError(f"{path}: invalid JSON; check the file is complete") from exc
+    return read_json_document(path, REPORT_HINT)
 
 
 def _benchmarks(doc: Any, path: Path) -> list[dict[str, Any]]:

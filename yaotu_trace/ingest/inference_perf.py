@@ -28,16 +28,15 @@ Three JSON documents, told apart by their shape:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from yaotu_trace.data.compressed import read_text
-from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.json_document import read_json_document
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,16 +76,7 @@ def read_inference_perf(path: Path) -> RawTrace:
 
 
 def _load(path: Path) -> Any:
-    text = read_text(path, "pass an inference-perf report saved as UTF-8 JSON")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceReadError(
-            f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); check "
-            "the file is complete"
-        ) from exc
-    except (ValueError, RecursionError) as exc:
-        raise TraceReadError(f"{path}: invalid JSON; check the file is complete") from exc
+    return read_json_document(path, "pass an inference-perf report saved as UTF-8 JSON")
 
 
 # --- per_request_lifecycle_metrics.json -------------------------------------------------------
