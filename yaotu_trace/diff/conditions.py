@@ -64,7 +64,8 @@ def io_condition(before: Trace, after: Trace, matched: MatchedRequests,
                  matched_only: bool) -> Condition:
     """Prompt and output lengths drawn alike: KS on every request and on the matched ones."""
     b, a = before.requests, after.requests
-    rows_b, rows_a = np.asarray(matched.before_rows), np.asarray(matched.after_rows)
+    rows_b = np.asarray(matched.before_rows, dtype=np.int64)
+    rows_a = np.asarray(matched.after_rows, dtype=np.int64)
     side_b: dict[str, object] = {}
     side_a: dict[str, object] = {}
     tests: dict[str, float | None] = {}

@@ -3,8 +3,8 @@ conditions. Pure and deterministic: tables in, a `RunDiff` out (the bootstrap us
 
 Order of the work: match the requests; check the conditions (a comparison is fair only when
 none differs); diagnose each run on the judged requests (the matched ones, or every request
-when every request matched and the comparison is fair); compare each axis' key measures
-against run-to-run noise; price the change in the ledger.
+when every request matched and the comparison is fair, or when none did); compare each axis'
+key measures against run-to-run noise; price the change in the ledger.
 """
 
 from __future__ import annotations
@@ -87,8 +87,10 @@ def diff_traces(
         success_condition(before, after, matched, matched_only),
     )
     comparable = not any(c.status == "differs" for c in conditions)
-    everything = (comparable and not matched_only
-                  and matched.before_share == 1.0 and matched.after_share == 1.0)
+    # Every request when all matched and the comparison is fair; when none matched, each run
+    # is judged on its own requests (the request chain already says the runs are unrelated).
+    everything = matched.count == 0 or (comparable and not matched_only
+                                        and matched.before_share == matched.after_share == 1.0)
     rows_b, rows_a = _judged_rows(before, after, matched, everything)
     diagnosis_b = _diagnose(before, rows_b, before_metrics, s, t)
     diagnosis_a = _diagnose(after, rows_a, after_metrics, s, t)

@@ -15,10 +15,22 @@ from yaotu_trace.diff.result import (
     MatchSummary,
 )
 from yaotu_trace.render import fmt
-from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Line, Notes, View
+from yaotu_trace.render.blocks import (
+    Block,
+    Cell,
+    Column,
+    Grid,
+    Heading,
+    KeyValues,
+    Line,
+    Notes,
+    Styled,
+    View,
+)
 
 CHANGE_STYLE = {"improved": "green", "regressed": "red", "unchanged": "", "unknown": "dim"}
 STATUS_STYLE = {"same": "green", "differs": "red", "unknown": "dim"}
+
 
 
 def view(section: Any) -> View:
@@ -45,10 +57,18 @@ def _comparable(comparable: bool) -> View:
 
 
 def _conditions(conditions: Sequence[Condition]) -> View:
-    rows = [[c.name, c.status, _side(c.before), _side(c.after), c.detail] for c in conditions]
+    rows: list[list[Cell]] = [[c.name, Styled(c.status, STATUS_STYLE[c.status]),
+                               _side(c.before), _side(c.after)] for c in conditions]
     return [Heading(text="Conditions"),
-            Grid(header=["condition", "status", "before", "after", "how"], rows=rows,
-                 escape=True)]
+            _left_grid(["condition", "status", "before", "after"], rows),
+            Notes(notes=[f"{c.name}: {c.detail}" for c in conditions])]
+
+
+def _left_grid(header: list[str], rows: list[list[Cell]]) -> Grid:
+    """A grid of words: every column left-aligned, in the console and in Markdown."""
+    return Grid(header=header, rows=rows, escape=True, markdown_align="l" * len(header),
+                columns=[Column(name=name, align="left", no_wrap=k == 0)
+                         for k, name in enumerate(header)])
 
 
 def _side(value: object) -> str:
@@ -88,16 +108,20 @@ def _matched(m: MatchSummary) -> View:
 def _axes(axes: Sequence[AxisChange]) -> View:
     out: list[Block] = [
         Heading(text="Axes, before → after"),
-        Grid(header=["axis", "before", "after", "change", "why"], escape=True,
-             rows=[[a.name, _state(a.before), _state(a.after), a.change, a.reason]
-                   for a in axes]),
+        _left_grid(["axis", "before", "after", "change"],
+                   [[a.name, _state(a.before), _state(a.after),
+                     Styled(a.change, CHANGE_STYLE[a.change])] for a in axes]),
+        Notes(notes=[f"{a.name} {a.change}: {a.reason}" for a in axes]),
     ]
-    rows = [[a.name, m.name, _value(m.before, m.unit), _value(m.after, m.unit),
-             "±" + _value(m.noise, m.unit) if m.noise is not None else fmt.MISSING, m.change]
+    rows: list[list[Cell]] = [[a.name, m.name, _value(m.before, m.unit), _value(m.after, m.unit),
+             "±" + _value(m.noise, m.unit) if m.noise is not None else fmt.MISSING,
+             Styled(m.change, CHANGE_STYLE[m.change])]
             for a in axes for m in a.measures]
     if rows:
-        out.append(Grid(header=["axis", "measure", "before", "after", "noise (95 %)", "change"],
-                        rows=rows, title="key measures (noise: bootstrap over requests)"))
+        title = "key measures (noise: 95 % bootstrap half-width over requests)"
+        out.append(Line(text=title, style="bold", markdown=f"**{title}**"))
+        out.append(Grid(header=["axis", "measure", "before", "after", "noise", "change"],
+                        rows=rows))
     return out
 
 
@@ -118,13 +142,14 @@ def _value(value: float | None, unit: str) -> str:
 def _ledger(ledger: ChangeLedger) -> View:
     out: list[Block] = [Heading(text="Ledger of the change (before − after)")]
     for title, items in (("work saved", ledger.saved), ("work added", ledger.added)):
-        if items:
-            out.append(Grid(header=["quantity", "amount", "how"], title=title, escape=True,
-                            rows=[[i.name, _amount(i), i.basis] for i in items]))
-        else:
+        if not items:
             out.append(Line(text=f"{title}: none measured"))
+            continue
+        out.append(Line(text=title, style="bold", markdown=f"**{title}**"))
+        out.append(Grid(header=["quantity", "amount"], rows=[[i.name, _amount(i)] for i in items]))
+        out.append(Notes(notes=[f"{i.name}: {i.basis}" for i in items]))
     if ledger.unmeasured:
-        out.append(Notes(notes=list(ledger.unmeasured)))
+        out.append(Notes(notes=[f"not measured — {u}" for u in ledger.unmeasured]))
     return out
 
 
