@@ -84,7 +84,7 @@ def _side(value: object) -> str:
     if isinstance(value, int):
         return fmt.count(value)
     if isinstance(value, float):
-        return fmt.num(value)
+        return fmt.as_given(value, 4) if abs(value) < 1000 else fmt.count(value)
     return str(value)
 
 
