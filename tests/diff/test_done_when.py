@@ -153,3 +153,12 @@ def test_the_walkthrough_of_docs_diff_md(tmp_path: Path) -> None:
     saved = {i.name: i.value for i in result.ledger.saved}
     assert saved["recomputed_prefill_tokens"] == pytest.approx(171390.5)
     assert {i.name for i in result.ledger.added} >= {"decode_seconds_lost_to_stalls"}
+
+
+def test_with_no_request_in_common_the_fairness_steps_do_not_offer_a_subset() -> None:
+    healthy = load_trace(SAMPLES / "diag-healthy.parquet")
+    long_prefill = load_trace(SAMPLES / "diag-long-prefill.parquet")
+    result = diff_traces(healthy, long_prefill)
+    assert result.matched.count == 0 and result.matched.basis == "none"
+    assert [s.split(":")[0] for s in result.fairness] == ["request_chain", "io_distribution"]
+    assert not any("--matched-only" in step for step in result.fairness)

@@ -115,7 +115,10 @@ def fairness_of(conditions: tuple[Condition, ...], matched: MatchedRequests
                 ) -> tuple[str, ...]:
     """What would make the comparison fair: one step per condition that differs (with no
     request in common, no subset of them can be compared)."""
-    steps = {**FAIRNESS, "request_chain": UNRELATED} if matched.count < 2 else FAIRNESS
+    steps = FAIRNESS
+    if matched.count < 2:
+        steps = {**FAIRNESS, "request_chain": UNRELATED,
+                 "io_distribution": FAIRNESS["io_distribution"].split(", or ")[0]}
     return tuple(f"{c.name}: {steps[c.name]}" for c in conditions if c.status == "differs")
 
 
