@@ -112,6 +112,30 @@ MetricsOpt = Annotated[
                  "or CSV), /metrics text (one snapshot, a file or folder of scrapes), or a vLLM "
                  "or SGLang server log (found by its content); see docs/formats.md."),
 ]
+# Two runs compared (`trace diff`, `trace check --before`): each run's step log and telemetry.
+StepsBeforeOpt = Annotated[
+    Path | None,
+    typer.Option("--steps-before", help="Per-step engine log of the BEFORE run."),
+]
+StepsAfterOpt = Annotated[
+    Path | None,
+    typer.Option("--steps-after", help="Per-step engine log of the AFTER run."),
+]
+MetricsBeforeOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics-before", help="Engine telemetry of the BEFORE run (as --metrics)."),
+]
+MetricsAfterOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics-after", help="Engine telemetry of the AFTER run (as --metrics)."),
+]
+MatchedOnlyOpt = Annotated[
+    bool,
+    typer.Option("--matched-only", help="Judge every condition and axis on the requests both "
+                 "runs served only (the request chain is then the matched subset)."),
+]
+
+
 def _log_zone(value: str | None) -> str | None:
     """Refuse a zone `--log-tz` cannot name before anything is read (a usage error)."""
     from yaotu_trace.errors import ConfigError
