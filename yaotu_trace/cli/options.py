@@ -112,6 +112,31 @@ MetricsOpt = Annotated[
                  "or CSV), /metrics text (one snapshot, a file or folder of scrapes), or a vLLM "
                  "or SGLang server log (found by its content); see docs/formats.md."),
 ]
+# The run before a change, for `trace check` and `trace report` (`trace diff` takes it as its
+# first argument): the same deployment's telemetry options, of that run.
+BeforeOpt = Annotated[
+    Path | None,
+    typer.Option("--before", help="The trace of the run before the change, to judge this one "
+                 "against on the same requests (docs/diff.md); --input-format and --map apply "
+                 "to both.", dir_okay=True, show_default=False),
+]
+StepsBeforeOpt = Annotated[
+    Path | None,
+    typer.Option("--steps-before", help="Per-step engine log of the run before (.parquet, "
+                 ".jsonl or .csv)."),
+]
+MetricsBeforeOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics-before", help="Engine telemetry of the run before, in any form "
+                 "--metrics takes."),
+]
+MatchedOnlyOpt = Annotated[
+    bool,
+    typer.Option("--matched-only", help="Judge the two runs on the requests both served only "
+                 "(matched by id, else by prompt and arrival)."),
+]
+
+
 def _log_zone(value: str | None) -> str | None:
     """Refuse a zone `--log-tz` cannot name before anything is read (a usage error)."""
     from yaotu_trace.errors import ConfigError
