@@ -10,6 +10,7 @@ from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
     BeforeOpt,
     BlockSizeOpt,
+    GpuOpt,
     InputFormatOpt,
     KvCapacityOpt,
     KvDtypeOpt,
@@ -50,6 +51,7 @@ def report(
     steps_before: StepsBeforeOpt = None,
     metrics_before: MetricsBeforeOpt = None,
     matched_only: MatchedOnlyOpt = False,
+    gpu: GpuOpt = None,
     log_tz: LogTzOpt = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
@@ -90,6 +92,7 @@ def report(
                                                           source_block_size, steps_before)
         result = run(trace_input(trace, input_format, map, source_block_size, steps),
                      before=earlier, metrics_before=metrics_before, matched_only=matched_only,
+                     gpu=gpu,
                      metrics=metrics, log_tz=log_tz, model=model, kv_dtype=kv_dtype,
                      kv_capacity=kv_capacity,
                      block_size_tokens=block_size, preset=preset, threshold=threshold or (),

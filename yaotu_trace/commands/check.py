@@ -28,6 +28,7 @@ def check(
     before: TraceSource | None = None,
     metrics_before: Path | None = None,
     matched_only: bool = False,
+    gpu: str | None = None,
     metrics: Path | None = None,
     log_tz: str | None = None,
     model: str | None = None,
@@ -45,8 +46,9 @@ def check(
     `fail_on` is `--fail-on`'s text (`bottleneck`, `regressed,not-comparable`, a `FailOn`); it
     replaces the check file's. With `before`, each condition of the comparison and each axis
     change is a check; a condition that differs fails under `not-comparable`, a regressed axis
-    under `regressed`, both by default. The trace is analyzed, and diagnosed with the diagnosis
-    options only when a check needs an axis, the verdict or the ledger.
+    under `regressed`, both by default; `gpu` states the hardware of both runs. The trace is
+    analyzed, and diagnosed with the diagnosis options only when a check needs an axis, the
+    verdict or the ledger.
 
     The report's `checks.failed` says whether the gate fails (`trace check` exits 1).
     """
@@ -87,7 +89,8 @@ def check(
 
         tell(progress, "comparing with the run before", 0.6)
         run_diff = diff_against(earlier, loaded, metrics_before=metrics_before,
-                                metrics=metrics, matched_only=matched_only, **options)
+                                metrics=metrics, matched_only=matched_only, gpu=gpu,
+                                **options)
         changes = change_results(run_diff, gates.diff)
     baseline_path = None if baseline is None else str(baseline)
     before_path = None if earlier is None else earlier.path
@@ -128,6 +131,7 @@ def diff_against(
     metrics_before: Path | None = None,
     metrics: Path | None = None,
     matched_only: bool = False,
+    gpu: str | None = None,
     log_tz: str | None = None,
     model: str | None = None,
     kv_dtype: str | None = None,
@@ -136,8 +140,8 @@ def diff_against(
     preset: str | None = None,
     threshold: Sequence[str] = (),
 ) -> RunDiff:
-    """The diff of two read runs under the diagnosis options (both runs are judged alike),
-    with each run's telemetry read from its file."""
+    """The diff of two read runs under the diagnosis options (both runs are judged alike;
+    `gpu` states the hardware of both), with each run's telemetry read from its file."""
     from yaotu_trace.commands.diagnose import log_zone_of
     from yaotu_trace.commands.settings import diagnosis_settings
     from yaotu_trace.diff import diff_traces
@@ -146,7 +150,7 @@ def diff_against(
     zone = log_zone_of(log_tz)
     settings, thresholds = diagnosis_settings(model=model, kv_capacity=kv_capacity,
                                               block_size=block_size_tokens, preset=preset,
-                                              threshold=threshold, kv_dtype=kv_dtype)
+                                              threshold=threshold, kv_dtype=kv_dtype, gpu=gpu)
     return diff_traces(
         before, after,
         before_metrics=None if metrics_before is None else read_metrics(metrics_before,

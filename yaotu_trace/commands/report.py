@@ -30,6 +30,7 @@ def report(
     before: TraceSource | None = None,
     metrics_before: Path | None = None,
     matched_only: bool = False,
+    gpu: str | None = None,
     metrics: Path | None = None,
     log_tz: str | None = None,
     model: str | None = None,
@@ -45,7 +46,8 @@ def report(
 
     With `before` (the trace of the run before a change, `metrics_before` its telemetry), the
     report is of both runs, judged under the same options, and of the diff between them
-    (`two_run_report`); `matched_only` judges the diff on the requests both served.
+    (`two_run_report`); `matched_only` judges the diff on the requests both served, `gpu`
+    states the hardware of both runs.
     """
     from yaotu_trace.commands.check import diff_against
     from yaotu_trace.commands.diagnose import diagnosis_of
@@ -66,7 +68,7 @@ def report(
     before_report = build_report(earlier, diagnose_report=diagnosis_before)
     tell(progress, "comparing the runs", 1.0)
     run_diff = diff_against(earlier, loaded, metrics_before=metrics_before, metrics=metrics,
-                            matched_only=matched_only, **options)
+                            matched_only=matched_only, gpu=gpu, **options)
     return two_run_report(before_report, after_report, run_diff)
 
 

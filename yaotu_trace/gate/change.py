@@ -64,7 +64,7 @@ def _axis(axis: AxisChange, gated: bool) -> CheckResult:
     moved = [m for m in axis.measures if m.change in ("improved", "regressed")]
     if moved:
         message += "; " + ", ".join(_measure(m) for m in moved[:MEASURES_SHOWN])
-    if axis.reason:
+    elif axis.reason:  # why nothing moved, or why it could not be judged
         message += f"; {axis.reason}"
     match axis.change:
         case "regressed":

@@ -92,6 +92,7 @@ ul.notes { color: var(--muted); font-size: 13px; }
 .status.unknown { color: var(--na); }
 .pair { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 18px;
   margin-top: 14px; }
+.pair > .side { min-width: 0; overflow-x: auto; }
 .pair > .side > section { margin-top: 0; }
 .pair > .side h2 { font-size: 16px; }
 """
@@ -453,7 +454,9 @@ def _two_runs(report: Report, doc: dict[str, Any], before: Mapping[str, Any]) ->
         f"<header><h1>{escape(title)}</h1><p>before and after a change · yaotu-trace "
         f"{escape(str(doc['tool']['version']))}</p></header><main>",
         diff_sections(doc["diff"]),
-        f'<section id="runs"><h2>The two runs side by side</h2>{pairs}</section>',
+        '<section id="runs"><h2>The two runs side by side</h2><p class="note">Each run as '
+        "trace report shows it alone, on all its requests; each picture keeps its own run's "
+        f"scale.</p>{pairs}</section>",
         "</main>",
     ]
     return _page(title, body)

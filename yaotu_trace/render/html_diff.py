@@ -70,9 +70,13 @@ def _axis_changes(diff: Mapping[str, Any]) -> str:
     rows = []
     for a in axes:
         before, after = a.get("before") or {}, a.get("after") or {}
-        measures = "<br>".join(_measure(m) for m in a.get("measures") or []
-                               if isinstance(m, Mapping))
-        reason = f"<br><small>{escape(str(a['reason']))}</small>" if a.get("reason") else ""
+        shown = [m for m in a.get("measures") or [] if isinstance(m, Mapping)]
+        measures = "<br>".join(_measure(m) for m in shown)
+        moved = any(m.get("change") in ("improved", "regressed") for m in shown)
+        # The reason says why nothing moved (or why it could not be judged); when measures
+        # moved, it repeats them.
+        reason = (f"<br><small>{escape(str(a['reason']))}</small>"
+                  if a.get("reason") and not moved else "")
         rows.append([escape(str(a.get("name"))), _state(before), _state(after),
                      status(str(a.get("change"))) + reason, measures or fmt.MISSING])
     noise = diff.get("noise_basis")
@@ -139,7 +143,12 @@ def evidence(value: Any) -> str:
 
 
 def _flat(value: Any) -> str:
-    """An evidence value one level down: nested containers are summarised by their size."""
+    """An evidence value one level down: a mapping of numbers as `(p50 1,133, p99 4,096)`,
+    deeper containers by their size."""
+    if isinstance(value, Mapping) and all(not isinstance(v, Mapping | list | tuple)
+                                          for v in value.values()):
+        return "(" + ", ".join(f"{k} {evidence(v)}" for k, v in
+                               list(value.items())[:EVIDENCE_ITEMS]) + ")"
     if isinstance(value, Mapping | list | tuple):
         return f"[{len(value)} items]"
     return evidence(value)
