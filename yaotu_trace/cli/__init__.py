@@ -13,7 +13,7 @@ from yaotu_trace.errors import ExitCode, YaotuError
 
 # One module per command; each registers itself on `app` when imported.
 COMMAND_MODULES = ("analyze", "replay", "sweep", "models", "generate", "convert", "diagnose",
-                   "simulate", "compare", "check", "report")
+                   "simulate", "compare", "diff", "check", "report")
 
 
 def _register_commands(args: list[str] | None = None) -> None:

@@ -120,20 +120,27 @@ BeforeOpt = Annotated[
                  "against on the same requests (docs/diff.md); --input-format and --map apply "
                  "to both.", dir_okay=True, show_default=False),
 ]
+# Two runs compared (`trace diff`, `trace check --before`): each run's step log and telemetry.
 StepsBeforeOpt = Annotated[
     Path | None,
-    typer.Option("--steps-before", help="Per-step engine log of the run before (.parquet, "
-                 ".jsonl or .csv)."),
+    typer.Option("--steps-before", help="Per-step engine log of the BEFORE run."),
+]
+StepsAfterOpt = Annotated[
+    Path | None,
+    typer.Option("--steps-after", help="Per-step engine log of the AFTER run."),
 ]
 MetricsBeforeOpt = Annotated[
     Path | None,
-    typer.Option("--metrics-before", help="Engine telemetry of the run before, in any form "
-                 "--metrics takes."),
+    typer.Option("--metrics-before", help="Engine telemetry of the BEFORE run (as --metrics)."),
+]
+MetricsAfterOpt = Annotated[
+    Path | None,
+    typer.Option("--metrics-after", help="Engine telemetry of the AFTER run (as --metrics)."),
 ]
 MatchedOnlyOpt = Annotated[
     bool,
-    typer.Option("--matched-only", help="Judge the two runs on the requests both served only "
-                 "(matched by id, else by prompt and arrival)."),
+    typer.Option("--matched-only", help="Judge every condition and axis on the requests both "
+                 "runs served only (the request chain is then the matched subset)."),
 ]
 
 

@@ -109,6 +109,19 @@ class InputSummary:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InputPair:
+    """What a command comparing two runs read (`trace diff`): each run's input summary."""
+
+    before: InputSummary
+    after: InputSummary
+
+    @property
+    def path(self) -> str:
+        """Both files, before first, for a title."""
+        return f"{self.before.path} → {self.after.path}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """One command's result: the input summary plus named sections in display order.
 
@@ -117,7 +130,7 @@ class Report:
     """
 
     command: str
-    input: InputSummary
+    input: InputSummary | InputPair
     config: Mapping[str, Any] = field(default_factory=dict)
     sections: Mapping[str, Any] = field(default_factory=dict)
 

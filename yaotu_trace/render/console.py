@@ -16,7 +16,7 @@ from rich.panel import Panel as RichPanel
 from rich.table import Table
 from rich.text import Text
 
-from yaotu_trace.data.report import InputSummary, Report, to_builtins
+from yaotu_trace.data.report import InputPair, InputSummary, Report, to_builtins
 from yaotu_trace.ingest.telemetry_only import TELEMETRY_ONLY
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
@@ -159,8 +159,13 @@ def generic_table(name: str, data: Any, prefix: str = "") -> RenderableType:
     return Group(heading(name.replace("_", " ").title()), kv_table(rows))
 
 
-def input_renderables(summary: InputSummary, command: str) -> list[RenderableType]:
-    """What was read, and any data-quality notes."""
+def input_renderables(summary: InputSummary | InputPair, command: str
+                      ) -> list[RenderableType]:
+    """What was read, and any data-quality notes (of two runs, each under its name)."""
+    if isinstance(summary, InputPair):
+        return [Text(f"yaotu-trace {command}", style="bold"),
+                Text("before", style="bold"), *input_renderables(summary.before, command)[1:],
+                Text("after", style="bold"), *input_renderables(summary.after, command)[1:]]
     content = {
         "prompt_tokens": "token ids",
         "prompt_block_ids": f"block ids ({summary.source_block_size} tokens each)",

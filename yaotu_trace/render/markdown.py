@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from yaotu_trace.data.report import Report, to_builtins
+from yaotu_trace.data.report import InputPair, Report, to_builtins
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
     MARKDOWN,
@@ -27,14 +27,12 @@ from yaotu_trace.render.views import find_view
 
 def render_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown."""
-    s = report.input
-    lines = [
-        f"## yaotu-trace {report.command}: `{s.path}`",
-        "",
-        f"{fmt.count(s.requests)} requests, format `{s.format}`.",
-        "",
-    ]
-    lines += [f"> note: {note}" for note in s.notes]
+    lines = [f"## yaotu-trace {report.command}: `{report.input.path}`", ""]
+    sides = ([("before ", report.input.before), ("after ", report.input.after)]
+             if isinstance(report.input, InputPair) else [("", report.input)])
+    for side, s in sides:
+        lines += [f"{side}{fmt.count(s.requests)} requests, format `{s.format}`.", ""]
+        lines += [f"> note: {side}{note}" for note in s.notes]
     for name, section in report.sections.items():
         if section is not None:
             lines += ["", *section_lines(name, section)]

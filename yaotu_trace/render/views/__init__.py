@@ -39,13 +39,20 @@ SECTION_VIEWS: dict[str, str] = {
     "comparison": "comparison",
     "checks": "checks",
     "bench_summary": "bench_summary",
+    "comparable": "diff",
+    "conditions": "diff",
+    "fairness": "diff",
 }
 
 # Section value type → view module, ahead of the key: the same key can carry different values
 # in different commands (`prefix_reuse` is the full replay in `trace replay`, an overview in
-# `trace analyze`).
+# `trace analyze`). A list section is looked up by the type of its items (`trace diff`'s
+# `axes` are AxisChange values, `trace diagnose`'s AxisReport ones).
 TYPE_VIEWS: dict[str, str] = {
     "ReuseOverview": "reuse_overview",
+    "AxisChange": "diff",
+    "ChangeLedger": "diff",
+    "MatchSummary": "diff",
 }
 
 
@@ -57,8 +64,12 @@ def find_view(name: str, section: object) -> ViewFunction | None:
 
 
 def view_name(name: str, section: object) -> str | None:
-    """The view module registered for the section (by value type, else by key), or None."""
-    return TYPE_VIEWS.get(type(section).__name__) or SECTION_VIEWS.get(name)
+    """The view module registered for the section (by value type, or its items' type for a
+    list, else by key), or None."""
+    kind = type(section).__name__
+    if isinstance(section, list | tuple) and section:
+        kind = type(section[0]).__name__
+    return TYPE_VIEWS.get(kind) or SECTION_VIEWS.get(name)
 
 
 def load_view(target: str) -> ViewFunction:

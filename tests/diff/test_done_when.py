@@ -1,0 +1,119 @@
+"""The four cases `trace diff` exists for, on the requests of sample_traces/diag-kv-churn.parquet
+served by `trace simulate` with a small and then a large KV pool (docs/diff.md walks through the
+same pair on a public trace)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from yaotu_trace.cli import main
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.diff import RunDiff, diff_traces
+from yaotu_trace.errors import ExitCode
+from yaotu_trace.ingest import load_trace
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+# 320 blocks of 16 tokens: the pool diag-kv-churn was generated with; the default pool of
+# Llama-3.1-8B on one H100 holds ~420k tokens.
+SMALL_POOL_BLOCKS = 320
+
+
+def _simulate(root: Path, name: str, *extra: str) -> Trace:
+    out, steps = root / f"{name}.parquet", root / f"{name}.steps.parquet"
+    assert main(["simulate", str(SAMPLES / "diag-kv-churn.parquet"), "--model", "Llama-3.1-8B",
+                 "--gpu", "H100", "--out", str(out), "--steps-out", str(steps),
+                 "-o", str(root / f"{name}.txt"), *extra]) == ExitCode.OK
+    return load_trace(out, steps_path=steps)
+
+
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, Trace]:
+    """The same 200 requests served with a 320-block pool, then with the default pool."""
+    root = tmp_path_factory.mktemp("pools")
+    small = _simulate(root, "small", "--kv-blocks", str(SMALL_POOL_BLOCKS))
+    large = _simulate(root, "large")
+    return small, large
+
+
+def _differing(result: RunDiff) -> set[str]:
+    return {c.name for c in result.conditions if c.status == "differs"}
+
+
+def test_small_then_large_kv_pool_is_comparable_and_saves_recompute(pools) -> None:
+    small, large = pools
+    assert small.requests["num_preemptions"].sum() > 0  # the small pool does preempt
+    assert large.requests["num_preemptions"].sum() == 0
+    result = diff_traces(small, large)
+    assert result.comparable, [(c.name, c.detail) for c in result.conditions]
+    assert result.fairness == ()
+    assert result.matched.basis == "request_id" and result.matched.count == 200
+    axes = {a.name: a for a in result.axes}
+    assert axes["kv_memory"].change == "improved"
+    recompute = {m.name: m for m in axes["kv_memory"].measures}["recompute_token_share"]
+    assert recompute.after == 0.0 and recompute.before > recompute.noise > 0
+    saved = {i.name: i for i in result.ledger.saved}
+    assert saved["recomputed_prefill_tokens"].value > 0
+    # Recomputed tokens are priced as the diagnosis prices them: Σ preemptions ·
+    # (prompt_len + output_len / 2) over the small pool's requests, all gone with the large one.
+    req = small.requests
+    expected = float((req["num_preemptions"] * (req["prompt_len"] + req["output_len"] / 2)).sum())
+    assert saved["recomputed_prefill_tokens"].value == pytest.approx(expected)
+
+
+def test_a_run_against_itself_is_comparable_and_unchanged(pools) -> None:
+    small, _ = pools
+    result = diff_traces(small, small)
+    assert result.comparable and result.judged_on == "all requests"
+    assert [a.change for a in result.axes] == ["unchanged"] * 4
+    assert all(m.change == "unchanged" for a in result.axes for m in a.measures)
+    assert result.ledger.saved == () and result.ledger.added == ()
+
+
+def test_ten_percent_failed_after_is_not_comparable_on_success_rate(pools) -> None:
+    small, large = pools
+    req = large.requests.copy()
+    failed = np.arange(len(req)) % 10 == 0  # 20 of 200
+    req["status"] = np.where(failed, "error", "ok")
+    req["status"] = req["status"].astype("string")
+    for column in ("first_token_s", "finish_s"):
+        req.loc[failed, column] = np.nan
+    broken = replace(large, requests=req)
+    result = diff_traces(small, broken)
+    assert not result.comparable
+    assert _differing(result) == {"success_rate"}
+    success = next(c for c in result.conditions if c.name == "success_rate")
+    assert success.before["rate"] == 1.0 and success.after["rate"] == pytest.approx(0.9)
+    assert any(f.startswith("success_rate:") for f in result.fairness)
+    added = {i.name: i.value for i in result.ledger.added}
+    assert added["failed_requests"] == 20
+
+
+def test_two_unrelated_traces_are_not_comparable() -> None:
+    healthy = load_trace(SAMPLES / "diag-healthy.parquet")
+    long_prefill = load_trace(SAMPLES / "diag-long-prefill.parquet")
+    result = diff_traces(healthy, long_prefill)
+    assert not result.comparable
+    assert _differing(result) & {"request_chain", "io_distribution"}
+    chain = next(c for c in result.conditions if c.name == "request_chain")
+    assert chain.status == "differs"
+
+
+def test_matched_only_compares_the_shared_requests(pools) -> None:
+    # The after run lost its last 50 requests: the chain differs, unless the comparison is
+    # restricted to the 150 both runs served.
+    small, large = pools
+    shorter = replace(large, requests=large.requests.iloc[:150].reset_index(drop=True))
+    plain = diff_traces(small, shorter)
+    assert "request_chain" in _differing(plain)
+    matched = diff_traces(small, shorter, matched_only=True)
+    assert "request_chain" not in _differing(matched)
+    assert matched.matched.count == 150 and matched.judged_on == "matched requests"
+
+
+def test_the_bootstrap_is_deterministic(pools) -> None:
+    small, large = pools
+    assert diff_traces(small, large, seed=3) == diff_traces(small, large, seed=3)
