@@ -102,12 +102,16 @@ def _diff(success: str = "same", chain: str = "same", kv: str = "improved") -> R
                    ledger=ChangeLedger(saved=(), added=()), matched=matched, fairness=fairness)
 
 
+def _changes(diff: RunDiff, gates: frozenset[DiffGate]) -> list:
+    return change_results(diff.conditions, diff.axes, diff.fairness, gates)
+
+
 def _statuses(diff: RunDiff, gates: frozenset[DiffGate]) -> dict[str, str]:
-    return {r.name: str(r.status) for r in change_results(diff, gates)}
+    return {r.name: str(r.status) for r in _changes(diff, gates)}
 
 
 def test_a_fair_improvement_passes_with_the_unknowns_warned_and_skipped() -> None:
-    results = change_results(_diff(), BOTH)
+    results = _changes(_diff(), BOTH)
     statuses = {r.name: str(r.status) for r in results}
     # 4 same conditions + 2 axes (unchanged, improved) pass; hardware unknown warns; the axis
     # without data is skipped, as the diagnosis gate skips it.
@@ -129,7 +133,7 @@ def test_a_fair_improvement_passes_with_the_unknowns_warned_and_skipped() -> Non
 
 def test_a_differing_condition_fails_only_under_not_comparable() -> None:
     diff = _diff(success="differs")
-    gated = change_results(diff, BOTH)
+    gated = _changes(diff, BOTH)
     success = next(r for r in gated if r.name == "condition: success_rate")
     assert success.status is CheckStatus.FAILED
     assert success.kind is CheckKind.CONDITION
@@ -150,7 +154,7 @@ def test_a_regressed_axis_fails_only_under_regressed() -> None:
 def test_run_checks_tallies_the_change_results_after_the_other_checks() -> None:
     # GIVEN one threshold that passes and a diff whose chain and success rate differ
     cfg = parse_config({"check": [{"path": "prefix_reuse.hit_ratio", "op": ">=", "value": 0.4}]})
-    changes = change_results(_diff(success="differs", chain="differs"), BOTH)
+    changes = _changes(_diff(success="differs", chain="differs"), BOTH)
     # WHEN
     section = run_checks({"prefix_reuse": {"hit_ratio": 0.5}}, cfg, changes=changes,
                          before_path="before.parquet", fail_on_diff=BOTH)
@@ -164,7 +168,7 @@ def test_run_checks_tallies_the_change_results_after_the_other_checks() -> None:
 
 
 def test_junit_shows_a_warned_check_as_a_passing_case_with_the_warning_first() -> None:
-    section = run_checks({}, parse_config({}), changes=change_results(_diff(), BOTH),
+    section = run_checks({}, parse_config({}), changes=_changes(_diff(), BOTH),
                          before_path="before.parquet", fail_on_diff=BOTH)
     summary = InputSummary(path="after.parquet", format="parquet", rows_read=300,
                            requests=300, source_block_size=None, content=None, columns=())

@@ -13,8 +13,6 @@ from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
-    from yaotu_trace.data.schema import Trace
-    from yaotu_trace.diff import RunDiff
     from yaotu_trace.gate.check import CheckConfig
     from yaotu_trace.gate.fail_on import Gates
 
@@ -72,12 +70,13 @@ def check(
     if not cfg.checks and base is None and gates.level is None and before is None:
         raise ConfigError("nothing to check: give --config with [[check]] entries, "
                           "--baseline, --fail-on or --before (see docs/ci.md)")
-    loaded = open_trace(trace, lazy_content=True, progress=progress)
+    # The diff judges subsets of the requests, so it needs the token columns in memory.
+    loaded = open_trace(trace, lazy_content=before is None, progress=progress)
     options: dict[str, Any] = {"model": model, "kv_capacity": kv_capacity,
                                "block_size_tokens": block_size_tokens, "preset": preset,
                                "threshold": threshold, "kv_dtype": kv_dtype, "log_tz": log_tz}
     diagnosis = diagnosis_of(loaded, metrics=metrics, **options)
-    earlier = None if before is None else open_trace(before, lazy_content=True)
+    earlier = None if before is None else open_trace(before, lazy_content=False)
     tell(progress, "analyzing", 0.3)
     doc: dict[str, Any] = report_view(analyze(loaded))
     diagnosed = wants_diagnosis(doc, cfg, base is not None, gates.level)
@@ -85,13 +84,14 @@ def check(
         doc = report_view(diagnosis(), under=doc)
     changes = []
     if earlier is not None:
+        from yaotu_trace.commands.diff import diff
         from yaotu_trace.gate.change import change_results
 
         tell(progress, "comparing with the run before", 0.6)
-        run_diff = diff_against(earlier, loaded, metrics_before=metrics_before,
-                                metrics=metrics, matched_only=matched_only, gpu=gpu,
-                                **options)
-        changes = change_results(run_diff, gates.diff)
+        judged = diff(earlier, loaded, metrics_before=metrics_before, metrics_after=metrics,
+                      matched_only=matched_only, gpu=gpu, **options).sections
+        changes = change_results(judged["conditions"], judged["axes"], judged["fairness"],
+                                 gates.diff)
     baseline_path = None if baseline is None else str(baseline)
     before_path = None if earlier is None else earlier.path
     section = run_checks(doc, cfg, base, baseline_path=baseline_path, fail_on=gates.level,
@@ -122,38 +122,3 @@ def _gates(fail_on: str | None, cfg: CheckConfig, has_before: bool) -> Gates:
     if has_before and not gates.diff:
         return Gates(level=gates.level, diff=DEFAULT_DIFF_GATES)
     return gates
-
-
-def diff_against(
-    before: Trace,
-    after: Trace,
-    *,
-    metrics_before: Path | None = None,
-    metrics: Path | None = None,
-    matched_only: bool = False,
-    gpu: str | None = None,
-    log_tz: str | None = None,
-    model: str | None = None,
-    kv_dtype: str | None = None,
-    kv_capacity: str | None = None,
-    block_size_tokens: int | None = None,
-    preset: str | None = None,
-    threshold: Sequence[str] = (),
-) -> RunDiff:
-    """The diff of two read runs under the diagnosis options (both runs are judged alike;
-    `gpu` states the hardware of both), with each run's telemetry read from its file."""
-    from yaotu_trace.commands.diagnose import log_zone_of
-    from yaotu_trace.commands.settings import diagnosis_settings
-    from yaotu_trace.diff import diff_traces
-    from yaotu_trace.ingest.metrics import read_metrics
-
-    zone = log_zone_of(log_tz)
-    settings, thresholds = diagnosis_settings(model=model, kv_capacity=kv_capacity,
-                                              block_size=block_size_tokens, preset=preset,
-                                              threshold=threshold, kv_dtype=kv_dtype, gpu=gpu)
-    return diff_traces(
-        before, after,
-        before_metrics=None if metrics_before is None else read_metrics(metrics_before,
-                                                                        zone=zone),
-        after_metrics=None if metrics is None else read_metrics(metrics, zone=zone),
-        settings=settings, thresholds=thresholds, matched_only=matched_only)

@@ -16,7 +16,6 @@ from yaotu_trace.errors import ConfigError
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.schema import Trace
-    from yaotu_trace.diff import RunDiff
 
 # Capacities of the hit-ratio curve in the report (log-spaced; knee and shares added).
 CURVE_POINTS = 40
@@ -49,8 +48,8 @@ def report(
     (`two_run_report`); `matched_only` judges the diff on the requests both served, `gpu`
     states the hardware of both runs.
     """
-    from yaotu_trace.commands.check import diff_against
     from yaotu_trace.commands.diagnose import diagnosis_of
+    from yaotu_trace.commands.diff import diff
 
     if before is None and metrics_before is not None:
         raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
@@ -58,36 +57,31 @@ def report(
     options: dict[str, Any] = {"model": model, "kv_capacity": kv_capacity,
                                "block_size_tokens": block_size_tokens, "preset": preset,
                                "threshold": threshold, "kv_dtype": kv_dtype, "log_tz": log_tz}
-    loaded = open_trace(trace, lazy_content=True, progress=progress)
+    # The diff judges subsets of the requests, so it needs the token columns in memory.
+    loaded = open_trace(trace, lazy_content=before is None, progress=progress)
     diagnosis = diagnosis_of(loaded, metrics=metrics, **options)
     if before is None:
         return build_report(loaded, diagnose_report=diagnosis, progress=progress)
-    earlier = open_trace(before, lazy_content=True)
+    earlier = open_trace(before, lazy_content=False)
     diagnosis_before = diagnosis_of(earlier, metrics=metrics_before, **options)
     after_report = build_report(loaded, diagnose_report=diagnosis, progress=progress)
     before_report = build_report(earlier, diagnose_report=diagnosis_before)
     tell(progress, "comparing the runs", 1.0)
-    run_diff = diff_against(earlier, loaded, metrics_before=metrics_before, metrics=metrics,
-                            matched_only=matched_only, gpu=gpu, **options)
-    return two_run_report(before_report, after_report, run_diff)
+    judged = diff(earlier, loaded, metrics_before=metrics_before, metrics_after=metrics,
+                  matched_only=matched_only, gpu=gpu, **options)
+    return two_run_report(before_report, after_report, judged)
 
 
-def two_run_report(before: Report, after: Report, run_diff: RunDiff) -> Report:
+def two_run_report(before: Report, after: Report, diff: Report) -> Report:
     """The report of the run after, its sections where a one-run report has them, plus
-    `before` (the run before's input, config and sections) and `diff` (the diff of the two,
-    as `trace diff` reports it, without the row pairs of the match)."""
-    from yaotu_trace.diff import MatchSummary
-
-    diff = {"comparable": run_diff.comparable, "conditions": run_diff.conditions,
-            "axes": run_diff.axes, "ledger": run_diff.ledger,
-            "matched": MatchSummary.of(run_diff.matched, run_diff.judged_on),
-            "fairness": run_diff.fairness, "noise_basis": run_diff.noise_basis}
+    `before` (the run before's input, config and sections) and `diff` (the sections of
+    `trace diff`'s report, and the run-to-run noise they were judged against)."""
     return Report(command="report", input=after.input,
                   config={**after.config, "before": before.input.path},
                   sections={**after.sections,
                             "before": {"input": before.input, "config": before.config,
                                        **before.sections},
-                            "diff": diff})
+                            "diff": {**diff.sections, "noise": diff.config.get("noise")}})
 
 
 def build_report(

@@ -10,9 +10,9 @@ be judged is skipped, as the diagnosis gate skips an axis without data.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-from yaotu_trace.diff.result import AxisChange, Condition, MeasureChange, RunDiff
+from yaotu_trace.diff.result import AxisChange, Condition, MeasureChange
 from yaotu_trace.gate.check import CheckKind, CheckResult, CheckStatus
 from yaotu_trace.gate.fail_on import DiffGate
 
@@ -21,18 +21,20 @@ from yaotu_trace.gate.fail_on import DiffGate
 MEASURES_SHOWN = 3
 
 
-def change_results(diff: RunDiff, gates: Collection[DiffGate]) -> list[CheckResult]:
-    """One result per condition, then one per axis, in the diff's order."""
-    return ([_condition(c, DiffGate.NOT_COMPARABLE in gates, _advice(diff, c.name))
-             for c in diff.conditions]
-            + [_axis(a, DiffGate.REGRESSED in gates) for a in diff.axes])
+def change_results(conditions: Sequence[Condition], axes: Sequence[AxisChange],
+                   fairness: Sequence[str], gates: Collection[DiffGate]) -> list[CheckResult]:
+    """One result per condition, then one per axis, in the diff's order (`RunDiff`'s fields,
+    or the sections of `trace diff`'s report)."""
+    return ([_condition(c, DiffGate.NOT_COMPARABLE in gates, _advice(fairness, c.name))
+             for c in conditions]
+            + [_axis(a, DiffGate.REGRESSED in gates) for a in axes])
 
 
-def _advice(diff: RunDiff, name: str) -> str:
+def _advice(fairness: Sequence[str], name: str) -> str:
     """What would make the comparison fair on this condition (`fairness` names each step by
     the condition it fixes: `success_rate: fix the failures first ...`)."""
     prefix = f"{name}: "
-    return "; ".join(step.removeprefix(prefix) for step in diff.fairness
+    return "; ".join(step.removeprefix(prefix) for step in fairness
                      if step.startswith(prefix))
 
 

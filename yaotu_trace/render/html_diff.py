@@ -79,7 +79,7 @@ def _axis_changes(diff: Mapping[str, Any]) -> str:
                   if a.get("reason") and not moved else "")
         rows.append([escape(str(a.get("name"))), _state(before), _state(after),
                      status(str(a.get("change"))) + reason, measures or fmt.MISSING])
-    noise = diff.get("noise_basis")
+    noise = (diff.get("noise") or {}).get("basis")
     note = f'<p class="note">Run-to-run noise: {escape(str(noise))}</p>' if noise else ""
     return ('<section id="axis-changes"><h2>What changed on each axis</h2>'
             + table(["axis", "before", "after", "change", "key measures"], rows)
