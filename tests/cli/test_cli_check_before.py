@@ -157,3 +157,18 @@ def test_check_and_report_json_with_a_run_before_follow_the_schema(runs, capsys)
     assert report["diff"]["matched"]["matched"] == 1000
     assert "before_rows" not in report["diff"]["matched"]
     assert [c["name"] for c in report["diff"]["conditions"]] == list(CONDITIONS)
+
+
+def test_report_with_a_run_before_in_markdown_draws_the_diff_and_the_run_before(
+        runs, capsys) -> None:
+    (a, a_steps), (b, b_steps) = runs["roomy"], runs["starved"]
+    capsys.readouterr()
+    assert main(["report", a, "--steps", a_steps, "--before", b, "--steps-before", b_steps,
+                 "-f", "markdown"]) == ExitCode.OK
+    text = capsys.readouterr().out
+    # The run after's sections first, then the run before by its verdict, then the diff
+    assert text.index("### Verdict") < text.index(f"### The run before: `{b}`") \
+        < text.index("### Change since the run before")
+    assert "**verdict: kv_memory (kv_capacity)" in text
+    assert "| kv_memory | bottleneck (kv_capacity), " in text
+    assert "| metric | value |\n|---|---:|\n| input.path |" not in text  # no generic dump
