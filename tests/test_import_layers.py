@@ -55,3 +55,14 @@ def test_no_import_circle() -> None:
     graph = grimp.build_graph("yaotu_trace", cache_dir=None)
     imports = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
     assert _cycles(imports) == []
+
+
+def test_diff_sits_between_the_gate_and_the_diagnosis() -> None:
+    # `trace diff` judges two runs with the diagnosis; `trace check --before` gates on it.
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    contracts = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["importlinter"]
+    layers = next(c for c in contracts["contracts"] if c["type"] == "layers")["layers"]
+    assert layers.index("gate") + 1 == layers.index("diff") == layers.index("diagnosis") - 1

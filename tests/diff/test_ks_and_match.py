@@ -113,16 +113,28 @@ def _measure(change: str) -> MeasureChange:
                          noise=0.1, basis="")
 
 
-def test_axis_change_measures_first_then_status() -> None:
+def test_axis_change_by_measures_then_by_status() -> None:
     ok, bad = _axis(Status.OK), _axis(Status.BOTTLENECK)
     # A measure beyond noise decides, whatever the statuses say.
     assert axis_change(AxisName.KV_MEMORY, ok, bad, (_measure("improved"),)).change == "improved"
-    # Every measure within noise: the status decides.
-    assert axis_change(AxisName.KV_MEMORY, bad, ok, (_measure("unchanged"),)).change == "improved"
-    assert axis_change(AxisName.KV_MEMORY, ok, ok, (_measure("unchanged"),)).change == "unchanged"
+    # Every measure within noise: unchanged, even when the status crossed a threshold.
+    flipped = axis_change(AxisName.KV_MEMORY, bad, ok, (_measure("unchanged"),))
+    assert flipped.change == "unchanged" and "bottleneck → ok" in flipped.reason
+    # No measure on both runs: the status decides.
+    assert axis_change(AxisName.KV_MEMORY, bad, ok, ()).change == "improved"
+    assert axis_change(AxisName.KV_MEMORY, ok, ok, ()).change == "unchanged"
     # As many up as down: the headline (first) measure decides.
     mixed = (_measure("regressed"), _measure("improved"))
     assert axis_change(AxisName.KV_MEMORY, ok, ok, mixed).change == "regressed"
     # Nothing known on an undecided run.
     undecided = _axis(Status.INSUFFICIENT_DATA)
     assert axis_change(AxisName.KV_MEMORY, undecided, ok, ()).change == "unknown"
+
+
+def test_importing_the_package_loads_nothing_heavy() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, yaotu_trace.diff as d; assert 'pandas' not in sys.modules; "
+            "assert callable(d.diff_traces)")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -114,17 +114,19 @@ OUTPUT_OPTIONS = {"output": "-o", "out": "--out", "steps_out": "--steps-out",
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
-def command(**settings: Any) -> Callable[[Command], Command]:
+def command(arguments: dict[str, str] | None = None,
+            **settings: Any) -> Callable[[Command], Command]:
     """Register a `trace` command whose files are checked before any of its work.
 
     Every output must be writable and none may name an input (by device and inode), whatever
     the command; the outputs are then published together when the command succeeds, so an
-    error or Ctrl-C leaves none of them (see `yaotu_trace.files`).
+    error or Ctrl-C leaves none of them (see `yaotu_trace.files`). `arguments` names the
+    positional inputs other than TRACE in the messages (`{"before": "BEFORE"}`).
     """
     def register(function: Command) -> Command:
         @functools.wraps(function)
         def checked(**params: Any) -> Any:
-            outputs, inputs = paths_of(params)
+            outputs, inputs = paths_of(params, arguments or {})
             targets = check_outputs(outputs, inputs)
             with all_or_nothing(targets.values()):
                 return function(**params)
@@ -135,8 +137,11 @@ def command(**settings: Any) -> Callable[[Command], Command]:
     return register
 
 
-def paths_of(params: dict[str, Any]) -> tuple[dict[str, Path | None], dict[str, Any]]:
-    """Split a command's path parameters into outputs and inputs, keyed by their option."""
+def paths_of(params: dict[str, Any], arguments: dict[str, str] | None = None
+             ) -> tuple[dict[str, Path | None], dict[str, Any]]:
+    """Split a command's path parameters into outputs and inputs, keyed by their option (or
+    argument: TRACE, and those `arguments` names)."""
+    names = {"trace": "TRACE", **(arguments or {})}
     outputs: dict[str, Path | None] = {}
     inputs: dict[str, Any] = {}
     for name, value in params.items():
@@ -144,7 +149,7 @@ def paths_of(params: dict[str, Any]) -> tuple[dict[str, Path | None], dict[str, 
             outputs[OUTPUT_OPTIONS[name]] = value
         elif isinstance(value, Path) or (isinstance(value, list | tuple) and value
                                          and all(isinstance(v, Path) for v in value)):
-            inputs["TRACE" if name == "trace" else "--" + name.replace("_", "-")] = value
+            inputs[names.get(name) or "--" + name.replace("_", "-")] = value
     return outputs, inputs
 
 

@@ -45,7 +45,7 @@ OutOpt = Annotated[
 ]
 
 
-@command()
+@command(arguments={"before": "BEFORE", "after": "AFTER"})
 def diff(
     before: BeforeArg,
     after: AfterArg,

@@ -2,10 +2,10 @@
 
 The key measures decide, each judged against run-to-run noise: an axis improved when more of
 its measures improved than regressed (a tie goes to its headline measure, the share of work
-the axis scores, else it is `unknown`: the change trades one cost for another). When no
-measure moved beyond noise, a change of the diagnosis' status (bottleneck → warning → ok)
-decides; with neither, the axis is `unchanged`. An axis with no measure on both runs and no
-status on one is `unknown`.
+the axis scores, else it is `unknown`: the change trades one cost for another), and it is
+`unchanged` when every measure stays within noise, even if its status crossed a threshold.
+Only an axis with no measure on both runs is judged by its status (bottleneck → warning → ok);
+one undecided on a run as well is `unknown`.
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ def _judge(before: AxisResult, after: AxisResult,
         return "unknown", (f"{len(better)} key measure(s) improved and {len(worse)} regressed: "
                            "the change trades one cost for another")
     rank_b, rank_a = STATUS_RANK.get(before.status), STATUS_RANK.get(after.status)
-    if rank_b is not None and rank_a is not None and rank_b != rank_a:
-        change = "improved" if rank_a > rank_b else "regressed"
-        return change, f"status {before.status} → {after.status}, key measures within noise"
-    if known:
-        return "unchanged", "every key measure within noise"
+    flipped = rank_b is not None and rank_a is not None and rank_b != rank_a
+    if known:  # a status that flips on a change within noise is a threshold crossed by chance
+        return "unchanged", "every key measure within noise" + (
+            f" (status {before.status} → {after.status})" if flipped else "")
+    if flipped:
+        change = "improved" if (rank_a or 0) > (rank_b or 0) else "regressed"
+        return change, f"status {before.status} → {after.status}; no key measure on both runs"
     if rank_b is None or rank_a is None:
         return "unknown", "undecided on a run and no key measure on both"
     return "unchanged", f"status {after.status} on both runs; no key measure on both"

@@ -48,7 +48,9 @@ def chain_condition(matched: MatchedRequests, matched_only: bool) -> Condition:
     shares_kept = min(matched.before_share, matched.after_share) >= CHAIN_SHARE
     if matched.count < 2:
         return Condition(name="request_chain", status="differs", before=sides["before"],
-                         after=sides["after"], detail=f"{how}: the runs share no request chain")
+                         after=sides["after"],
+                         detail=f"{matched.count} request(s) in both runs (by id, prompt "
+                         "content or lengths): the runs share no request chain")
     if order_kept and span_kept and (shares_kept or matched_only):
         scope = " (--matched-only: the matched requests are compared)" if not shares_kept else ""
         return Condition(name="request_chain", status="same", before=sides["before"],
@@ -163,8 +165,8 @@ def success_condition(before: Trace, after: Trace, matched: MatchedRequests,
     side = {"completed": int(done_b.sum()), "total": n_b, "rate": rate_b}
     other = {"completed": int(done_a.sum()), "total": n_a, "rate": rate_a}
     detail = (f"completed = status ok (or unset) with a finish time where the run records "
-              f"them; differs beyond {SUCCESS_MIN_POINTS:.0%} and the 95 % two-proportion "
-              f"interval (± {half:.2%}): {rate_b:.2%} before, {rate_a:.2%} after")
+              f"them; differs beyond {_pct(SUCCESS_MIN_POINTS, 0)} and the 95 % two-proportion "
+              f"interval (± {_pct(half)}): {_pct(rate_b)} before, {_pct(rate_a)} after")
     return Condition(name="success_rate", status="differs" if differs else "same", before=side,
                      after=other, detail=detail)
 
@@ -183,4 +185,8 @@ def _num(value: float | None) -> str:
 
 
 def _share(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1%}"
+    return "–" if value is None else _pct(value, 1)
+
+
+def _pct(ratio: float, digits: int = 2) -> str:
+    return f"{100 * ratio:.{digits}f} %"

@@ -118,9 +118,14 @@ def change_ledger(before: RunWork, after: RunWork, settings: EngineSettings) -> 
             unmeasured.append(f"{q.name}: not measurable on the {side} run ({q.basis})")
             continue
         delta = value_b - value_a
-        basis = f"{q.basis}; before {value_b:,.6g}, after {value_a:,.6g}"
+        basis = f"{q.basis}; before {_number(value_b)}, after {_number(value_a)}"
         if delta > 0:
             saved.append(LedgerItem(name=q.name, value=delta, unit=q.unit, basis=basis))
         elif delta < 0:
             added.append(LedgerItem(name=q.name, value=-delta, unit=q.unit, basis=basis))
     return ChangeLedger(saved=tuple(saved), added=tuple(added), unmeasured=tuple(unmeasured))
+
+
+def _number(value: float) -> str:
+    """A measured amount in a basis sentence: whole above a thousand, else 4 digits."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"

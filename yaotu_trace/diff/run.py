@@ -62,6 +62,9 @@ FAIRNESS = {
     "latency of the requests a run dropped is not measured",
 }
 
+UNRELATED = ("the runs share no request: serve the same trace (the same prompts at the same "
+             "arrival times) on both sides")
+
 
 def diff_traces(
     before: Trace,
@@ -102,14 +105,17 @@ def diff_traces(
     ledger = change_ledger(_work(before, columns_b, rows_b, diagnosis_b),
                            _work(after, columns_a, rows_a, diagnosis_a), s)
     return RunDiff(comparable=comparable, conditions=conditions, axes=axes, ledger=ledger,
-                   matched=matched, fairness=fairness_of(conditions),
+                   matched=matched, fairness=fairness_of(conditions, matched),
                    judged_on="all requests" if everything else "matched requests",
                    noise_basis=NOISE_BASIS)
 
 
-def fairness_of(conditions: tuple[Condition, ...]) -> tuple[str, ...]:
-    """What would make the comparison fair: one step per condition that differs."""
-    return tuple(f"{c.name}: {FAIRNESS[c.name]}" for c in conditions if c.status == "differs")
+def fairness_of(conditions: tuple[Condition, ...], matched: MatchedRequests
+                ) -> tuple[str, ...]:
+    """What would make the comparison fair: one step per condition that differs (with no
+    request in common, no subset of them can be compared)."""
+    steps = {**FAIRNESS, "request_chain": UNRELATED} if matched.count < 2 else FAIRNESS
+    return tuple(f"{c.name}: {steps[c.name]}" for c in conditions if c.status == "differs")
 
 
 def _judged_rows(before: Trace, after: Trace, matched: MatchedRequests,

@@ -81,8 +81,10 @@ def _side(value: object) -> str:
         return ", ".join(_side(v) for v in value)
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, int):
+        return fmt.count(value)
     if isinstance(value, float):
-        return fmt.as_given(value, 4)
+        return fmt.as_given(value, 4) if abs(value) < 1000 else fmt.count(value)
     return str(value)
 
 
