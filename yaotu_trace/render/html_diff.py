@@ -88,8 +88,8 @@ def _axis_changes(diff: Mapping[str, Any]) -> str:
 
 def _state(state: Mapping[str, Any]) -> str:
     """`bottleneck` in its colour, the cause and the score below."""
-    cause = escape(str(state.get("cause") or fmt.MISSING))
-    return (f"{status(str(state.get('status')))}<br><small>{cause} · score "
+    cause = f"{escape(str(state['cause']))} · " if state.get("cause") else ""
+    return (f"{status(str(state.get('status')))}<br><small>{cause}score "
             f"{num(state.get('score'), fmt.pct)}</small>")
 
 
