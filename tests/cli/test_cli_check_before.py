@@ -172,3 +172,20 @@ def test_report_with_a_run_before_in_markdown_draws_the_diff_and_the_run_before(
     assert "**verdict: kv_memory (kv_capacity)" in text
     assert "| kv_memory | bottleneck (kv_capacity), " in text
     assert "| metric | value |\n|---|---:|\n| input.path |" not in text  # no generic dump
+
+
+def test_two_unrelated_traces_fail_on_the_request_chain_however_much_improved(capsys) -> None:
+    # GIVEN two sample traces that share no request (a healthy engine and a starved one,
+    # different prompts and lengths)
+    samples = SAMPLE.parent
+    capsys.readouterr()
+    # WHEN the healthy one is checked against the starved one
+    code = main(["check", str(samples / "diag-healthy.parquet"), "--before",
+                 str(samples / "diag-kv-churn.parquet"), "-f", "json"])
+    results = _results(capsys.readouterr().out)
+    # THEN the KV axis "improved", but the comparison is not fair and the gate fails on it
+    assert code == ExitCode.FINDINGS
+    assert results["change: kv_memory"]["value"] == "improved"
+    failed = sorted(n for n, r in results.items() if r["status"] == "failed")
+    assert failed == ["condition: io_distribution", "condition: request_chain"]
+    assert "share no request chain" in results["condition: request_chain"]["message"]
