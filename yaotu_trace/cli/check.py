@@ -34,7 +34,6 @@ from yaotu_trace.cli.options import (
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError, ExitCode
-from yaotu_trace.gate.fail_on import CHOICES
 from yaotu_trace.render import OutputFormat
 
 ConfigOpt = Annotated[
@@ -63,7 +62,8 @@ def _fail_on(value: str | None) -> str | None:
 
 FailOnOpt = Annotated[
     str | None,
-    typer.Option("--fail-on", metavar="|".join(CHOICES), callback=_fail_on,
+    typer.Option("--fail-on", metavar="[warning|bottleneck][,regressed][,not-comparable]",
+                 callback=_fail_on,
                  help="Comma-separated: fail when a diagnosis axis is at or above warning or "
                  "bottleneck; with --before, when an axis regressed or a condition of the "
                  "comparison differs (not-comparable) [default with --before: "
@@ -117,7 +117,7 @@ def check(
     share) are compared with default tolerances. With --before, each condition of a fair
     comparison (same requests, lengths, model, hardware, cache warmth, success rate) and each
     axis' change is a check. Exit 0 when every check passes, 1 when one fails, 3 for an
-    unreadable trace, check file or baseline, or an unknown metric path.
+    unreadable trace (or BEFORE), check file or baseline, or an unknown metric path.
 
     Examples:
 
