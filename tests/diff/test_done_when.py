@@ -117,3 +117,39 @@ def test_matched_only_compares_the_shared_requests(pools) -> None:
 def test_the_bootstrap_is_deterministic(pools) -> None:
     small, large = pools
     assert diff_traces(small, large, seed=3) == diff_traces(small, large, seed=3)
+
+
+@pytest.mark.slow
+def test_the_walkthrough_of_docs_diff_md(tmp_path: Path) -> None:
+    # docs/diff.md: the first 400 Mooncake conversation requests of at most 16,000 tokens, served
+    # with a 1,200-block and then the default KV pool; the numbers the page quotes.
+    import json
+
+    from tests.conftest import shared_trace
+
+    source = shared_trace("mooncake/conversation_trace.jsonl")
+    kept = []
+    with source.open(encoding="utf-8") as lines:
+        for line in lines:
+            row = json.loads(line)
+            if row["input_length"] + row["output_length"] <= 16000:
+                kept.append(line)
+            if len(kept) == 400:
+                break
+    sample = tmp_path / "short.jsonl"
+    sample.write_text("".join(kept), encoding="utf-8")
+    runs = []
+    for name, extra in (("small", ["--kv-blocks", "1200"]), ("large", [])):
+        out, steps = tmp_path / f"{name}.parquet", tmp_path / f"{name}.steps.parquet"
+        assert main(["simulate", str(sample), "--model", "Llama-3.1-8B", "--gpu", "H100",
+                     "--out", str(out), "--steps-out", str(steps), "-o",
+                     str(tmp_path / f"{name}.txt"), *extra]) == ExitCode.OK
+        runs.append(load_trace(out, steps_path=steps))
+    result = diff_traces(*runs)
+    assert result.comparable
+    changes = {a.name: a.change for a in result.axes}
+    assert changes == {"queueing": "improved", "kv_memory": "improved",
+                       "prefix_reuse": "unchanged", "pd_interference": "regressed"}
+    saved = {i.name: i.value for i in result.ledger.saved}
+    assert saved["recomputed_prefill_tokens"] == pytest.approx(171390.5)
+    assert {i.name for i in result.ledger.added} >= {"decode_seconds_lost_to_stalls"}

@@ -138,3 +138,15 @@ def test_importing_the_package_loads_nothing_heavy() -> None:
     code = ("import sys, yaotu_trace.diff as d; assert 'pandas' not in sys.modules; "
             "assert callable(d.diff_traces)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_numbered_ids_shifted_by_a_dropped_request_fall_back_to_content() -> None:
+    # The after run lost request "b": a reader numbering rows r0, r1, r2 pairs r1 with "c" and
+    # r2 with "d", whose prompt lengths differ; the prompts pair the three that remain.
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10], [9, 9, 9, 9]]
+    before = _trace(_requests(["r0", "r1", "r2", "r3"], prompts, [0.0, 1.0, 2.0, 3.0]))
+    after = _trace(_requests(["r0", "r1", "r2"], [prompts[0], *prompts[2:]], [0.0, 2.0, 3.0]))
+    m = match_requests(before, after)
+    assert m.basis == "content and arrival"
+    assert m.before_rows == (0, 2, 3) and m.after_rows == (0, 1, 2)
+    assert m.before_share == pytest.approx(0.75) and m.after_share == 1.0

@@ -1,8 +1,8 @@
 """Which requests of the after run are those of the before run: the request chain.
 
-By `request_id` when both runs carry ids and most of them are shared (a pair whose prompt
-length differs is not the same request, so two tables numbered r0, r1, ... are not matched
-on their numbering alone); else by prompt content (a hash of the token or block ids) and
+By `request_id` when both runs carry ids and most requests pair up by them (a pair whose
+prompt length differs is not the same request, so two tables numbered r0, r1, ... are not
+matched on their numbering alone); else by prompt content (a hash of the token or block ids) and
 arrival order: the k-th request of a given prompt in one run is the k-th of that prompt in the
 other. Without content, prompt and output lengths stand in for it (a weaker match, named so).
 """
@@ -29,20 +29,20 @@ GAP_ABS_S = 0.001
 def match_requests(before: Trace, after: Trace) -> MatchedRequests:
     """The matched request pairs of two runs and how well their arrivals agree."""
     b, a = before.requests, after.requests
-    pairs: tuple[np.ndarray, np.ndarray] | None = None
-    basis: MatchBasis = "none"
     if _ids_shared(b, a):
-        pairs, basis = _by_id(b, a), "request_id"
-    elif before.content_column is not None and before.content_column == after.content_column:
-        keys_b, keys_a = content_keys(before), content_keys(after)
-        pairs, basis = _by_key(keys_b, keys_a), "content and arrival"
+        rows_b, rows_a = _by_id(b, a)
+        if rows_b.size >= ID_SHARE * min(len(b), len(a)):
+            return _matched(b, a, rows_b, rows_a, "request_id")
+    # Ids that do not pair most requests (the `r0, r1, ...` a reader numbers rows with, shifted
+    # by one dropped request) say nothing: the prompts do.
+    basis: MatchBasis
+    if before.content_column is not None and before.content_column == after.content_column:
+        rows_b, rows_a = _by_key(content_keys(before), content_keys(after))
+        basis = "content and arrival"
     else:
-        pairs = _by_key(_length_keys(b), _length_keys(a))
+        rows_b, rows_a = _by_key(_length_keys(b), _length_keys(a))
         basis = "lengths and arrival"
-    rows_b, rows_a = pairs
-    if rows_b.size == 0:
-        basis = "none"
-    return _matched(b, a, rows_b, rows_a, basis)
+    return _matched(b, a, rows_b, rows_a, basis if rows_b.size else "none")
 
 
 def _ids_shared(b: pd.DataFrame, a: pd.DataFrame) -> bool:

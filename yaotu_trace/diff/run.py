@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from yaotu_trace.axes import AXES
-from yaotu_trace.axes.base import EngineSettings
+from yaotu_trace.axes.base import AxisName, EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.diagnose import Diagnosis, diagnose_trace
@@ -43,6 +43,7 @@ from yaotu_trace.diff.result import (
     RunDiff,
 )
 from yaotu_trace.diff.warmth import warmth_condition
+from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.metrics import EngineMetrics
 
 __all__ = ["AxisChange", "AxisState", "ChangeLedger", "Condition", "LedgerItem", "MatchSummary",
@@ -130,6 +131,9 @@ def subset(trace: Trace, rows: np.ndarray) -> Trace:
     """The trace with only `rows` (positions in arrival order), its step log kept."""
     if rows.size == len(trace.requests) and np.array_equal(rows, np.arange(rows.size)):
         return trace
+    if trace.lazy is not None:
+        raise ConfigError(f"{trace.path}: the matched requests are judged apart, which needs "
+                          "the prompt content in memory; read the trace without lazy_content")
     kept = np.sort(rows)
     return replace(trace, requests=trace.requests.iloc[kept].reset_index(drop=True))
 
@@ -156,8 +160,8 @@ def _axis_changes(before: Trace, after: Trace, diagnosis_b: Diagnosis, diagnosis
 
 def _work(trace: Trace, columns: dict[str, np.ndarray], rows: np.ndarray,
           diagnosis: Diagnosis) -> RunWork:
-    from yaotu_trace.axes.base import AxisName
-
+    """What the ledger measures on one run: its judged rows, diagnosis, steps, failures, pool
+    and the prompt tokens it moved between instances (P/D)."""
     kv = diagnosis.axes[AxisName.KV_MEMORY].metrics
     req = trace.requests
     transfer = None
