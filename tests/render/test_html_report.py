@@ -40,6 +40,32 @@ def full_report(timed_trace: tuple[Path, Path], tmp_path_factory: pytest.TempPat
     return out
 
 
+@pytest.fixture(scope="module")
+def starved_run(timed_trace: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The same 300 requests with a KV pool of 400 blocks instead of 1,500."""
+    req, _ = timed_trace
+    root = req.parent
+    starved, steps = root / "starved.parquet", root / "starved.steps.parquet"
+    assert main(["simulate", str(root / "chat.parquet"), "--model", "Llama-3.1-8B", "--gpu",
+                 "H100", "--kv-blocks", "400", "--out", str(starved), "--steps-out", str(steps),
+                 "-f", "json", "-o", str(root / "starved.json")]) == ExitCode.OK
+    return starved, steps
+
+
+@pytest.fixture(scope="module")
+def two_run_report(timed_trace: tuple[Path, Path], starved_run: tuple[Path, Path],
+                   tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`trace report` of the starved run against the roomy one before it."""
+    (req, steps), (starved, starved_steps) = timed_trace, starved_run
+    out = tmp_path_factory.mktemp("diff-page") / "diff.html"
+    assert main(["report", str(starved), "--steps", str(starved_steps), "--before", str(req),
+                 "--steps-before", str(steps), "--gpu", "H100", "-o", str(out)]) == ExitCode.OK
+    return out
+
+
+PAGES = {"full_report": len(PLOTS), "two_run_report": 2 * len(PLOTS)}
+
+
 def test_report_html_draws_every_plot_inline(full_report: Path) -> None:
     page = full_report.read_text(encoding="utf-8")
     for name in PLOTS:
@@ -50,8 +76,9 @@ def test_report_html_draws_every_plot_inline(full_report: Path) -> None:
     assert "Per tenant" in page and "Ledger" in page and "Verdict" in page
 
 
-def test_report_html_fetches_nothing(full_report: Path) -> None:
-    page = full_report.read_text(encoding="utf-8")
+@pytest.mark.parametrize("which", sorted(PAGES))
+def test_report_html_fetches_nothing(which: str, request: pytest.FixtureRequest) -> None:
+    page = request.getfixturevalue(which).read_text(encoding="utf-8")
     assert not re.search(r"<script[^>]+src=|<link[^>]+stylesheet|@import|url\(", page)
     # The SVG namespace is an identifier, not a fetch; no other address appears.
     addresses = set(re.findall(r"https?://[^\s\"'<>)]+", page))
@@ -83,7 +110,10 @@ def _browser() -> str | None:
     return next((path for name in BROWSERS if (path := shutil.which(name))), None)
 
 
-def test_report_opens_offline_in_headless_chromium(full_report: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", sorted(PAGES))
+def test_report_opens_offline_in_headless_chromium(which: str, request: pytest.FixtureRequest,
+                                                    tmp_path: Path) -> None:
+    page: Path = request.getfixturevalue(which)
     browser = _browser()
     if browser is None:
         pytest.skip("headless Chromium not installed (Debian package 'chromium'; .ci/run "
@@ -93,14 +123,48 @@ def test_report_opens_offline_in_headless_chromium(full_report: Path, tmp_path: 
            "--no-first-run", "--disable-background-networking", "--disable-component-update",
            "--disable-sync", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
            "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0",
-           "--virtual-time-budget=5000", "--dump-dom", full_report.as_uri()]
+           "--virtual-time-budget=5000", "--dump-dom", page.as_uri()]
     # WHEN the page is opened
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HOME": str(tmp_path)}, check=False)
     # THEN its script ran, found marks in every plot, and logged nothing to the console
     assert done.returncode == 0, done.stderr[-2000:]
     assert 'data-plots-drawn="ok"' in done.stdout, done.stdout[-2000:]
-    assert f'data-plots-total="{len(PLOTS)}"' in done.stdout
+    assert f'data-plots-total="{PAGES[which]}"' in done.stdout
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
     assert console == []
     assert "net::ERR" not in done.stderr
+
+
+def test_two_run_page_puts_the_diff_on_top_and_the_runs_side_by_side(
+        two_run_report: Path, timed_trace: tuple[Path, Path],
+        starved_run: tuple[Path, Path]) -> None:
+    page = two_run_report.read_text(encoding="utf-8")
+    # The diff first: the conditions, the axis changes, the ledger of the change
+    order = [page.index(f'<section id="{s}">') for s in
+             ("comparison", "axis-changes", "change-ledger", "runs")]
+    assert order == sorted(order)
+    comparison = re.search(r'<section id="comparison">.*?</section>', page, re.S).group(0)
+    assert "<strong>Comparable</strong>" in comparison
+    for condition in ("request_chain", "io_distribution", "model", "hardware", "cache_warmth",
+                      "success_rate"):
+        assert f"<td>{condition}</td>" in comparison
+    # 1,500 → 400 blocks: the KV axis regressed, and the change adds recomputed prefill
+    changes = re.search(r'<section id="axis-changes">.*?</section>', page, re.S).group(0)
+    kv_row = re.search(r"<tr><td>kv_memory</td>.*?</tr>", changes, re.S).group(0)
+    assert '<span class="status regressed">regressed</span>' in kv_row
+    ledger = re.search(r'<section id="change-ledger">.*?</section>', page, re.S).group(0)
+    added = ledger[ledger.index("<h3>Added</h3>"):]
+    assert "recomputed_prefill_tokens" in added
+    # Below: each run's header, verdict and workload, before on the left of after
+    (req, _), (starved, _) = timed_trace, starved_run
+    assert f"<h2>Before: {req}</h2>" in page and f"<h2>After: {starved}</h2>" in page
+    for section in ("verdict", "profile", "ledger"):
+        assert page.index(f'id="before-{section}"') < page.index(f'id="after-{section}"')
+    # Every plot twice, each with marks
+    for name in PLOTS:
+        drawn = re.findall(rf'<svg class="plot" data-plot="{name}".*?</svg>', page, re.S)
+        assert len(drawn) == 2, name
+        assert all('class="mark' in svg for svg in drawn), name
+    ids = re.findall(r'\sid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))

@@ -1,4 +1,5 @@
-"""`trace check`: a CI gate on a trace's metrics: thresholds, a baseline, the diagnosis."""
+"""`trace check`: a CI gate on a trace's metrics: thresholds, a baseline, the diagnosis, and the
+change against a run before."""
 
 from __future__ import annotations
 
@@ -10,25 +11,29 @@ import typer
 
 from yaotu_trace.cli.app import command, emit, report_format, trace_input, write_atomically
 from yaotu_trace.cli.options import (
+    BeforeOpt,
     BlockSizeOpt,
     FormatOpt,
+    GpuOpt,
     InputFormatOpt,
     KvCapacityOpt,
     KvDtypeOpt,
     LogTzOpt,
     MapOpt,
+    MatchedOnlyOpt,
+    MetricsBeforeOpt,
     MetricsOpt,
     ModelOpt,
     OutputOpt,
     PresetOpt,
     SourceBlockOpt,
+    StepsBeforeOpt,
     StepsOpt,
     ThresholdOpt,
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.errors import ExitCode
-from yaotu_trace.gate.fail_on import FailOn
+from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.render import OutputFormat
 
 ConfigOpt = Annotated[
@@ -41,10 +46,28 @@ BaselineOpt = Annotated[
     typer.Option("--baseline", "-b", help="A JSON report the tool wrote earlier (e.g. `trace "
                  "diagnose -f json`); regressions beyond the tolerances fail.", dir_okay=False),
 ]
+
+
+def _fail_on(value: str | None) -> str | None:
+    """Refuse a `--fail-on` word before anything is read (a usage error)."""
+    from yaotu_trace.gate.fail_on import parse_fail_on
+
+    if value is not None:
+        try:
+            parse_fail_on(value)
+        except ConfigError as err:
+            raise typer.BadParameter(str(err).removeprefix("--fail-on: ")) from None
+    return value
+
+
 FailOnOpt = Annotated[
-    FailOn | None,
-    typer.Option("--fail-on", help="Fail when a diagnosis axis is at or above this status.",
-                 case_sensitive=False),
+    str | None,
+    typer.Option("--fail-on", metavar="[warning|bottleneck][,regressed][,not-comparable]",
+                 callback=_fail_on,
+                 help="Comma-separated: fail when a diagnosis axis is at or above warning or "
+                 "bottleneck; with --before, when an axis regressed or a condition of the "
+                 "comparison differs (not-comparable) [default with --before: "
+                 "regressed,not-comparable]."),
 ]
 JunitOpt = Annotated[
     Path | None,
@@ -62,6 +85,11 @@ def check(
     config: ConfigOpt = None,
     baseline: BaselineOpt = None,
     fail_on: FailOnOpt = None,
+    before: BeforeOpt = None,
+    steps_before: StepsBeforeOpt = None,
+    metrics_before: MetricsBeforeOpt = None,
+    matched_only: MatchedOnlyOpt = False,
+    gpu: GpuOpt = None,
     junit: JunitOpt = None,
     markdown: MarkdownOpt = None,
     format: FormatOpt = None,
@@ -80,13 +108,16 @@ def check(
     source_block_size: SourceBlockOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
-    """Gate CI on a trace: thresholds on any reported metric, a baseline, the diagnosis.
+    """Gate CI on a trace: thresholds on any reported metric, a baseline, the diagnosis, the
+    change since a run before.
 
     A check names a metric by its JSON path in the reports (docs/json.md), e.g.
     prefix_reuse.hit_ratio >= 0.4 or queueing.queue_time_s.p99 <= 2. With --baseline alone,
     the headline metrics (hit ratio, queue-time, TTFT and inter-token percentiles, preempted
-    share) are compared with default tolerances. Exit 0 when every check passes, 1 when one
-    fails, 3 for an unreadable trace, check file or baseline, or an unknown metric path.
+    share) are compared with default tolerances. With --before, each condition of a fair
+    comparison (same requests, lengths, model, hardware, cache warmth, success rate) and each
+    axis' change is a check. Exit 0 when every check passes, 1 when one fails, 3 for an
+    unreadable trace (or BEFORE), check file or baseline, or an unknown metric path.
 
     Examples:
 
@@ -95,13 +126,21 @@ def check(
       trace check prod.jsonl --baseline last-week.json --markdown "$GITHUB_STEP_SUMMARY"
 
       trace check sim.parquet --steps steps.parquet --fail-on bottleneck
+
+      trace check after.parquet --before before.parquet --fail-on regressed,not-comparable
     """
     from yaotu_trace.commands.check import check as run
 
+    if before is None and steps_before is not None:
+        raise ConfigError("--steps-before is the step log of the run before: give --before "
+                          "BEFORE too")
     with progress("check", quiet) as update:
+        earlier = None if before is None else trace_input(before, input_format, map,
+                                                          source_block_size, steps_before)
         report = run(trace_input(trace, input_format, map, source_block_size, steps),
-                     config=config, baseline=baseline, fail_on=fail_on, metrics=metrics,
-                     log_tz=log_tz,
+                     config=config, baseline=baseline, fail_on=fail_on, before=earlier,
+                     metrics_before=metrics_before, matched_only=matched_only, gpu=gpu,
+                     metrics=metrics, log_tz=log_tz,
                      model=model, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
                      block_size_tokens=block_size,
                      preset=preset, threshold=threshold or (), progress=update)

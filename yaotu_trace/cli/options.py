@@ -112,6 +112,14 @@ MetricsOpt = Annotated[
                  "or CSV), /metrics text (one snapshot, a file or folder of scrapes), or a vLLM "
                  "or SGLang server log (found by its content); see docs/formats.md."),
 ]
+# The run before a change, for `trace check` and `trace report` (`trace diff` takes it as its
+# first argument): the same deployment's telemetry options, of that run.
+BeforeOpt = Annotated[
+    Path | None,
+    typer.Option("--before", help="The trace of the run before the change, to judge this one "
+                 "against on the same requests (docs/diff.md); --input-format and --map apply "
+                 "to both.", dir_okay=True, show_default=False),
+]
 # Two runs compared (`trace diff`, `trace check --before`): each run's step log and telemetry.
 StepsBeforeOpt = Annotated[
     Path | None,

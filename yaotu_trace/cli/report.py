@@ -8,22 +8,28 @@ import typer
 
 from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
+    BeforeOpt,
     BlockSizeOpt,
+    GpuOpt,
     InputFormatOpt,
     KvCapacityOpt,
     KvDtypeOpt,
     LogTzOpt,
     MapOpt,
+    MatchedOnlyOpt,
+    MetricsBeforeOpt,
     MetricsOpt,
     ModelOpt,
     OutputOpt,
     PresetOpt,
     SourceBlockOpt,
+    StepsBeforeOpt,
     StepsOpt,
     ThresholdOpt,
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 
 ReportFormatOpt = Annotated[
@@ -41,6 +47,11 @@ def report(
     format: ReportFormatOpt = None,
     steps: StepsOpt = None,
     metrics: MetricsOpt = None,
+    before: BeforeOpt = None,
+    steps_before: StepsBeforeOpt = None,
+    metrics_before: MetricsBeforeOpt = None,
+    matched_only: MatchedOnlyOpt = False,
+    gpu: GpuOpt = None,
     log_tz: LogTzOpt = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
@@ -60,16 +71,28 @@ def report(
     distributions, KV usage (step log) or demand over time, and inter-token gaps with prefill
     overlaid. A picture the trace cannot support says which columns it needs.
 
+    With --before, the page is of a change: whether the comparison is fair, what changed on
+    each axis and the work saved and added on top, then the two runs' pictures side by side.
+
     Examples:
 
       trace report prod.jsonl -o report.html
 
       trace report sim.parquet --steps steps.parquet --kv-capacity 20000 -o report.html
+
+      trace report after.parquet --before before.parquet -o diff.html
     """
     from yaotu_trace.commands.report import report as run
 
+    if before is None and steps_before is not None:
+        raise ConfigError("--steps-before is the step log of the run before: give --before "
+                          "BEFORE too")
     with progress("report", quiet) as update:
+        earlier = None if before is None else trace_input(before, input_format, map,
+                                                          source_block_size, steps_before)
         result = run(trace_input(trace, input_format, map, source_block_size, steps),
+                     before=earlier, metrics_before=metrics_before, matched_only=matched_only,
+                     gpu=gpu,
                      metrics=metrics, log_tz=log_tz, model=model, kv_dtype=kv_dtype,
                      kv_capacity=kv_capacity,
                      block_size_tokens=block_size, preset=preset, threshold=threshold or (),

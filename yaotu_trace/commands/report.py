@@ -1,4 +1,5 @@
-"""`trace report`: profile, prefix replay, capacity curve, diagnosis and the plot data."""
+"""`trace report`: profile, prefix replay, capacity curve, diagnosis and the plot data; with a
+run before, both runs' and the diff between them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.commands.load import Progress, open_trace, tell
 from yaotu_trace.data.report import Report, input_summary
+from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
@@ -24,6 +26,10 @@ DIAGNOSIS_SECTIONS = ("principal", "verdict", "axes", "ledger", "findings")
 def report(
     trace: TraceSource,
     *,
+    before: TraceSource | None = None,
+    metrics_before: Path | None = None,
+    matched_only: bool = False,
+    gpu: str | None = None,
     metrics: Path | None = None,
     log_tz: str | None = None,
     model: str | None = None,
@@ -35,14 +41,47 @@ def report(
     progress: Progress | None = None,
 ) -> Report:
     """`trace report`: what the HTML report shows (its default format), with the diagnosis
-    under the diagnosis options (`trace diagnose`'s meaning)."""
-    from yaotu_trace.commands.diagnose import diagnosis_of
+    under the diagnosis options (`trace diagnose`'s meaning).
 
-    loaded = open_trace(trace, lazy_content=True, progress=progress)
-    diagnosis = diagnosis_of(loaded, metrics=metrics, model=model, kv_capacity=kv_capacity,
-                             block_size_tokens=block_size_tokens, preset=preset,
-                             threshold=threshold, kv_dtype=kv_dtype, log_tz=log_tz)
-    return build_report(loaded, diagnose_report=diagnosis, progress=progress)
+    With `before` (the trace of the run before a change, `metrics_before` its telemetry), the
+    report is of both runs, judged under the same options, and of the diff between them
+    (`two_run_report`); `matched_only` judges the diff on the requests both served, `gpu`
+    states the hardware of both runs.
+    """
+    from yaotu_trace.commands.diagnose import diagnosis_of
+    from yaotu_trace.commands.diff import diff
+
+    if before is None and metrics_before is not None:
+        raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
+                          "BEFORE too")
+    options: dict[str, Any] = {"model": model, "kv_capacity": kv_capacity,
+                               "block_size_tokens": block_size_tokens, "preset": preset,
+                               "threshold": threshold, "kv_dtype": kv_dtype, "log_tz": log_tz}
+    # The diff judges subsets of the requests, so it needs the token columns in memory.
+    loaded = open_trace(trace, lazy_content=before is None, progress=progress)
+    diagnosis = diagnosis_of(loaded, metrics=metrics, **options)
+    if before is None:
+        return build_report(loaded, diagnose_report=diagnosis, progress=progress)
+    earlier = open_trace(before, lazy_content=False)
+    diagnosis_before = diagnosis_of(earlier, metrics=metrics_before, **options)
+    after_report = build_report(loaded, diagnose_report=diagnosis, progress=progress)
+    before_report = build_report(earlier, diagnose_report=diagnosis_before)
+    tell(progress, "comparing the runs", 1.0)
+    judged = diff(earlier, loaded, metrics_before=metrics_before, metrics_after=metrics,
+                  matched_only=matched_only, gpu=gpu, **options)
+    return two_run_report(before_report, after_report, judged)
+
+
+def two_run_report(before: Report, after: Report, diff: Report) -> Report:
+    """The report of the run after, its sections where a one-run report has them, plus
+    `before` (the run before's input, config and sections) and `diff` (the sections of
+    `trace diff`'s report, and the run-to-run noise they were judged against)."""
+    return Report(command="report", input=after.input,
+                  config={**after.config, "before": before.input.path},
+                  sections={**after.sections,
+                            "before": {"input": before.input, "config": before.config,
+                                       **before.sections},
+                            "diff": {**diff.sections, "noise": diff.config.get("noise")}})
 
 
 def build_report(

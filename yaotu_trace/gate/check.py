@@ -1,4 +1,5 @@
-"""`trace check`: thresholds, baseline comparison and a diagnosis gate over a report's metrics.
+"""`trace check`: thresholds, baseline comparison, a diagnosis gate over a report's metrics and
+the change gate against a run before (`gate/change.py`).
 
 The metrics are the reports of `trace analyze` (and, when a check needs an axis or the
 diagnosis gate is on, `trace diagnose`) merged into one (`report_view`): a check names a metric
@@ -12,14 +13,14 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from yaotu_trace.errors import ConfigError, ConfigFileError
-from yaotu_trace.gate.fail_on import FailOn
+from yaotu_trace.gate.fail_on import DiffGate, FailOn, parse_fail_on
 from yaotu_trace.gate.report_path import Resolved, close_paths, parse_path, require, resolve
 
 # Relative tolerance of a baseline comparison unless the config says otherwise: 5 % is about the
@@ -68,6 +69,8 @@ class CheckKind(StrEnum):
     THRESHOLD = "threshold"
     BASELINE = "baseline"
     DIAGNOSIS = "diagnosis"
+    CONDITION = "condition"  # a condition of the comparison with --before
+    CHANGE = "change"  # an axis' change since --before
 
 
 class CheckStatus(StrEnum):
@@ -76,6 +79,7 @@ class CheckStatus(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
+    WARNED = "warned"  # worth a look, but not gated: passes
 
 
 STATUS_RANK = {"ok": 0, "warning": 1, "bottleneck": 2}
@@ -130,6 +134,7 @@ class CheckConfig:
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     on_missing: OnMissing = OnMissing.FAIL
     fail_on: FailOn | None = None
+    fail_on_diff: frozenset[DiffGate] = frozenset()
     path: str | None = None
 
 
@@ -170,15 +175,19 @@ class CheckResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckSection:
-    """Every check in config order (thresholds, baseline, diagnosis) and the tally."""
+    """Every check in config order (thresholds, baseline, diagnosis, then the conditions and
+    axis changes against --before) and the tally; a warned check passes."""
 
     status: CheckStatus
     passed: int
     failed: int
     skipped: int
+    warned: int = 0
     config_path: str | None
     baseline_path: str | None
+    before_path: str | None = None
     fail_on: FailOn | None
+    fail_on_diff: tuple[DiffGate, ...] = ()
     results: tuple[CheckResult, ...]
 
 
@@ -237,8 +246,7 @@ def parse_config(data: Mapping[str, Any], path: str = "check config") -> CheckCo
     """Validate a check file's TOML table; every problem is a ConfigFileError naming where."""
     _known(data, {"check", "baseline", "on_missing", "fail_on"}, path)
     on_missing = _enum(OnMissing, data.get("on_missing", "fail"), f"{path}: on_missing")
-    fail_on = None if data.get("fail_on") is None else _enum(FailOn, data["fail_on"],
-                                                              f"{path}: fail_on")
+    fail_on, fail_on_diff = _fail_on(data.get("fail_on"), path)
     raw_checks = data.get("check", [])
     if not isinstance(raw_checks, list):
         raise ConfigFileError(f"{path}: 'check' must be an array of tables ([[check]])")
@@ -273,7 +281,23 @@ def parse_config(data: Mapping[str, Any], path: str = "check config") -> CheckCo
         ))
     return CheckConfig(checks=tuple(checks), baseline=_parse_baseline(data.get("baseline", {}),
                                                                        path),
-                       on_missing=on_missing, fail_on=fail_on, path=path)
+                       on_missing=on_missing, fail_on=fail_on, fail_on_diff=fail_on_diff,
+                       path=path)
+
+
+def _fail_on(value: Any, path: str) -> tuple[FailOn | None, frozenset[DiffGate]]:
+    """`fail_on = "bottleneck"`, `"regressed,not-comparable"` or a list of such words."""
+    if value is None:
+        return None, frozenset()
+    if not isinstance(value, str) and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ConfigFileError(f"{path}: fail_on is {value!r}, expected text or a list of text; "
+                              'e.g. fail_on = ["regressed", "not-comparable"]')
+    try:
+        gates = parse_fail_on(value, where=f"{path}: fail_on")
+    except ConfigError as exc:
+        raise ConfigFileError(str(exc)) from None
+    return gates.level, gates.diff
 
 
 def _parse_baseline(table: Any, path: str) -> BaselineConfig:
@@ -576,8 +600,12 @@ def run_checks(
     *,
     baseline_path: str | None = None,
     fail_on: FailOn | None = None,
+    changes: Sequence[CheckResult] = (),
+    before_path: str | None = None,
+    fail_on_diff: frozenset[DiffGate] = frozenset(),
 ) -> CheckSection:
-    """Evaluate every check on the merged report `doc`; unknown paths raise ConfigError."""
+    """Evaluate every check on the merged report `doc`, then append `changes` (the results of
+    `gate.change.change_results` against `before_path`); unknown paths raise ConfigError."""
     source = config.path or "the check config"
     results = [_threshold(doc, c, config.on_missing, source) for c in config.checks]
     if baseline is not None:
@@ -592,15 +620,19 @@ def run_checks(
         if not _axes(doc):
             raise ConfigError("--fail-on needs the diagnosis axes, but the report has none")
         results.extend(_diagnosis(doc, gate))
+    results.extend(changes)
     counts = {s: sum(r.status is s for r in results) for s in CheckStatus}
     return CheckSection(
         status=CheckStatus.FAILED if counts[CheckStatus.FAILED] else CheckStatus.PASSED,
         passed=counts[CheckStatus.PASSED],
         failed=counts[CheckStatus.FAILED],
         skipped=counts[CheckStatus.SKIPPED],
+        warned=counts[CheckStatus.WARNED],
         config_path=config.path,
         baseline_path=baseline_path,
+        before_path=before_path,
         fail_on=gate,
+        fail_on_diff=tuple(sorted(fail_on_diff)) if before_path is not None else (),
         results=tuple(results),
     )
 
@@ -648,6 +680,7 @@ __all__ = [
     "CheckResult",
     "CheckSection",
     "CheckStatus",
+    "DiffGate",
     "FailOn",
     "OnMissing",
     "Op",

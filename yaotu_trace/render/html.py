@@ -9,8 +9,9 @@ browser test reads back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from html import escape
+from itertools import zip_longest
 from typing import Any
 
 from yaotu_trace.data.report import Report
@@ -26,12 +27,16 @@ from yaotu_trace.render.blocks import (
     Panel,
     Styled,
 )
+from yaotu_trace.render.html_diff import diff_sections
+from yaotu_trace.render.html_parts import figure, num, quantity, table, unavailable
 from yaotu_trace.render.views import load_view, view_name
 
 # Views the page draws its own way, from the report's JSON: pictures, the verdict and its
 # tables. Every other section with a view is drawn from its blocks, after them.
 OWN_VIEWS = frozenset({"verdict", "axes", "principal", "ledger", "findings", "profile",
                        "prefix_reuse", "capacity_curve"})
+# Sections of a two-run report that are not the run after's own: the run before and the diff.
+TWO_RUN_KEYS = frozenset({"before", "diff"})
 
 STYLE = """
 :root { --fg: #1d2433; --muted: #5b6475; --line: #d8dde6; --bg: #ffffff; --card: #f7f8fa;
@@ -82,6 +87,14 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .verdict.undecided { border-color: var(--na); background: var(--card); }
 .verdict strong { font-size: 16px; }
 ul.notes { color: var(--muted); font-size: 13px; }
+.status.same, .status.improved, .status.unchanged { color: var(--ok); }
+.status.differs, .status.regressed { color: var(--bad); }
+.status.unknown { color: var(--na); }
+.pair { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 18px;
+  margin-top: 14px; }
+.pair > .side { min-width: 0; overflow-x: auto; }
+.pair > .side > section { margin-top: 0; }
+.pair > .side h2 { font-size: 16px; }
 """
 
 # Marks the page once every plot has drawn marks; reports missing ones in the console.
@@ -99,30 +112,9 @@ SCRIPT = """
 """
 
 
-def _num(value: Any, how: Callable[[Any], str] = fmt.num) -> str:
-    return fmt.MISSING if value is None else how(value)
-
-
-def _table(header: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
-    numeric = numeric or set()
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = []
-    for row in rows:
-        cells = "".join(
-            f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
-            for i, c in enumerate(row))
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _figure(caption: str, body: str, note: str | None = None) -> str:
-    extra = f'<p class="note">{escape(note)}</p>' if note else ""
-    return f"<figure><figcaption>{escape(caption)}</figcaption>{body}{extra}</figure>"
-
-
-def _unavailable(caption: str, why: str) -> str:
-    return _figure(caption, f'<div class="unavailable">Not available on this trace: '
-                   f"{escape(why)}.</div>")
+def _anchor(name: str, side: str) -> str:
+    """A section's id: `verdict`, or `before-verdict` for one run of a two-run page."""
+    return f"{side}-{name}" if side else name
 
 
 def _axes_list(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -132,12 +124,12 @@ def _axes_list(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [a for a in axes or [] if isinstance(a, dict)]
 
 
-def _verdict(doc: dict[str, Any]) -> str:
+def _verdict(doc: dict[str, Any], side: str = "") -> str:
     verdict = doc.get("verdict")
     axes = _axes_list(doc)
     if not isinstance(verdict, dict) and not axes:
         return ""
-    parts = ["<section id=\"verdict\"><h2>Verdict</h2>"]
+    parts = [f"<section id=\"{_anchor('verdict', side)}\"><h2>Verdict</h2>"]
     if isinstance(verdict, dict):
         calm = "" if verdict.get("principal_axis") else (
             " undecided" if verdict.get("insufficient_data") else " calm")
@@ -158,10 +150,10 @@ def _verdict(doc: dict[str, Any]) -> str:
             rows.append([escape(str(a.get("name"))),
                          f'<span class="status {escape(status)}">{escape(status)}</span>',
                          escape(str(a.get("cause") or fmt.MISSING)),
-                         _num(a.get("score"), fmt.pct),
+                         num(a.get("score"), fmt.pct),
                          escape(str(a.get("score_basis") or "")), escape(rules),
                          escape(missing)])
-        parts.append(_table(["axis", "status", "cause", "score", "score basis", "rules",
+        parts.append(table(["axis", "status", "cause", "score", "score basis", "rules",
                              "missing data"], rows, numeric={3}))
     parts.append("</section>")
     return "".join(parts)
@@ -170,7 +162,7 @@ def _verdict(doc: dict[str, Any]) -> str:
 def _capacity_curve(doc: dict[str, Any]) -> str:
     curve = doc.get("capacity_curve")
     if not isinstance(curve, dict) or not curve.get("points"):
-        return _unavailable("Hit ratio vs prefix-cache capacity",
+        return unavailable("Hit ratio vs prefix-cache capacity",
                             "needs prompt content (token or block ids) for the capacity sweep")
     pts = sorted(curve["points"], key=lambda p: p["capacity_tokens"])
     xs = [float(p["capacity_tokens"]) for p in pts]
@@ -195,7 +187,7 @@ def _capacity_curve(doc: dict[str, Any]) -> str:
             "of the reachable reuse.")
     if not vlines:
         note += " No KV capacity known: pass --kv-capacity or a step log to mark it."
-    return _figure("Hit ratio vs prefix-cache capacity", chart, note)
+    return figure("Hit ratio vs prefix-cache capacity", chart, note)
 
 
 def _waterfall(doc: dict[str, Any]) -> str:
@@ -204,13 +196,13 @@ def _waterfall(doc: dict[str, Any]) -> str:
     steps = wf.get("steps") if isinstance(wf, dict) else None
     ideal = wf.get("ideal_hit_tokens") if isinstance(wf, dict) else None
     if not steps or ideal is None:
-        return _unavailable("Where the reuse is lost", "needs prompt content for the replay")
+        return unavailable("Where the reuse is lost", "needs prompt content for the replay")
     losses = [(str(s.get("label") or s.get("step")), float(s.get("loss_tokens") or 0))
               for s in steps]
     chart = svg.waterfall_chart("waterfall", "Loss waterfall",
                                 ("ideal reuse", float(ideal)), losses,
                                 y_label="prefix-hit tokens")
-    return _figure("Where the reuse is lost", chart,
+    return figure("Where the reuse is lost", chart,
                    "From the ideal prefix reuse down to what the engine rules achieve; red bars "
                    "are the tokens each rule loses.")
 
@@ -220,7 +212,7 @@ def _hist(plots: dict[str, Any], key: str, caption: str, x_label: str,
     h = plots.get(key) if isinstance(plots, dict) else None
     if not isinstance(h, dict):
         why = (plots or {}).get("unavailable", {}).get(key, "not computed by this command")
-        return _unavailable(caption, why)
+        return unavailable(caption, why)
     x_fmt = svg.seconds if seconds else svg.short
     show = fmt.seconds if seconds else fmt.tokens
     vlines = [(h[p], f"{p} {show(h[p])}") for p in ("p50", "p99") if h.get(p) is not None]
@@ -230,7 +222,7 @@ def _hist(plots: dict[str, Any], key: str, caption: str, x_label: str,
            f"p99 {show(h['p99'])}."
     if h.get("overflow"):
         note += f" {h['overflow']:,} above {show(h['edges'][-1])} not drawn."
-    return _figure(caption, chart, note)
+    return figure(caption, chart, note)
 
 
 def _kv(plots: dict[str, Any]) -> str:
@@ -238,7 +230,7 @@ def _kv(plots: dict[str, Any]) -> str:
     s = plots.get("kv_over_time") if isinstance(plots, dict) else None
     if not isinstance(s, dict):
         why = (plots or {}).get("unavailable", {}).get("kv_over_time", "not computed")
-        return _unavailable(caption, why)
+        return unavailable(caption, why)
     ratio = s["unit"] == "share of the pool"
     cap = s.get("capacity")
     hlines = [(float(cap), "KV capacity")] if isinstance(cap, int | float) and cap > 0 else []
@@ -246,7 +238,7 @@ def _kv(plots: dict[str, Any]) -> str:
                            x_label="trace time (s)", y_label=s["unit"],
                            y_fmt=svg.percent if ratio else svg.short, y_min=0.0,
                            y_max=1.0 if ratio else None, hlines=hlines)
-    return _figure(f"{s['label']} over time", chart, f"Source: {s['source']}.")
+    return figure(f"{s['label']} over time", chart, f"Source: {s['source']}.")
 
 
 def _gaps(plots: dict[str, Any]) -> str:
@@ -254,59 +246,41 @@ def _gaps(plots: dict[str, Any]) -> str:
     g = plots.get("gaps") if isinstance(plots, dict) else None
     if not isinstance(g, dict):
         why = (plots or {}).get("unavailable", {}).get("gaps", "not computed")
-        return _unavailable(caption, why)
+        return unavailable(caption, why)
     chart = svg.gap_chart("gaps", caption, g["token_t_s"], g["gap_s"], g["prefill_spans_s"],
                           median_s=g.get("median_gap_s"))
-    return _figure(caption, chart,
+    return figure(caption, chart,
                    f"The {len(g['gap_s']):,} token gaps nearest the longest stall; shaded: "
                    f"{g['prefill_source']}.")
 
 
-def _tenants(doc: dict[str, Any]) -> str:
+def _tenants(doc: dict[str, Any], side: str = "") -> str:
     reuse = doc.get("prefix_reuse")
     tenants = reuse.get("per_tenant") if isinstance(reuse, dict) else None
     if not tenants:
         return ""
     rows = [[escape(str(t["label"])), fmt.count(t["requests"]), fmt.tokens(t["prompt_tokens"]),
              fmt.tokens(t["hit_tokens"]), fmt.pct(t["hit_ratio"])] for t in tenants]
-    return ("<section id=\"tenants\"><h2>Per tenant</h2>"
-            + _table(["tenant", "requests", "prompt tokens", "hit tokens", "hit ratio"], rows,
+    return (f"<section id=\"{_anchor('tenants', side)}\"><h2>Per tenant</h2>"
+            + table(["tenant", "requests", "prompt tokens", "hit tokens", "hit ratio"], rows,
                      numeric={1, 2, 3, 4}) + "</section>")
 
 
-def _quantity(q: dict[str, Any]) -> str:
-    value = q.get("value")
-    unit = q.get("unit")
-    if value is None:
-        shown = fmt.MISSING
-    elif unit == "ratio":
-        shown = fmt.pct(value)
-    elif unit == "s":
-        shown = fmt.seconds(value)
-    elif unit == "bytes":
-        shown = fmt.bytes_(value)
-    elif unit == "tokens":
-        shown = fmt.tokens(value)
-    else:
-        shown = f"{fmt.num(value)} {unit or ''}".strip()
-    return (f"{escape(str(q.get('name')))}: <b>{escape(shown)}</b>"
-            f"<br><small>{escape(str(q.get('basis') or ''))}</small>")
-
-
-def _ledger(doc: dict[str, Any]) -> str:
+def _ledger(doc: dict[str, Any], side: str = "") -> str:
     ledger = doc.get("ledger")
     if not isinstance(ledger, list) or not ledger:
         return ""
     rows = [[escape(str(e.get("remedy"))), escape(str(e.get("axis"))),
              escape(", ".join(e.get("triggered_by") or [])),
-             "<br>".join(_quantity(q) for q in e.get("saves") or []) or fmt.MISSING,
-             "<br>".join(_quantity(q) for q in e.get("adds") or []) or fmt.MISSING]
+             "<br>".join(quantity(q) for q in e.get("saves") or []) or fmt.MISSING,
+             "<br>".join(quantity(q) for q in e.get("adds") or []) or fmt.MISSING]
             for e in ledger]
-    return ("<section id=\"ledger\"><h2>Ledger: what each remedy saves and adds</h2>"
-            + _table(["remedy", "axis", "rules", "saves", "adds"], rows) + "</section>")
+    return (f"<section id=\"{_anchor('ledger', side)}\">"
+            "<h2>Ledger: what each remedy saves and adds</h2>"
+            + table(["remedy", "axis", "rules", "saves", "adds"], rows) + "</section>")
 
 
-def _findings(doc: dict[str, Any]) -> str:
+def _findings(doc: dict[str, Any], side: str = "") -> str:
     findings = doc.get("findings")
     if not isinstance(findings, list) or not findings:
         return ""
@@ -315,45 +289,45 @@ def _findings(doc: dict[str, Any]) -> str:
              f"{escape(str(f.get('severity')))}</span>",
              escape(str(f.get("axis"))), escape(str(f.get("message") or f.get("title")))]
             for f in findings]
-    return ("<section id=\"findings\"><h2>Findings</h2>"
-            + _table(["rule", "severity", "axis", "message"], rows) + "</section>")
+    return (f"<section id=\"{_anchor('findings', side)}\"><h2>Findings</h2>"
+            + table(["rule", "severity", "axis", "message"], rows) + "</section>")
 
 
-def _profile(doc: dict[str, Any]) -> str:
+def _profile(doc: dict[str, Any], side: str = "") -> str:
     p = doc.get("profile")
     if not isinstance(p, dict):
         return ""
     a, lengths, pop = p.get("arrivals") or {}, p.get("lengths") or {}, p.get("population") or {}
     rows = [
         ["requests", fmt.count(a.get("requests"))],
-        ["span", _num(a.get("span_s"), fmt.seconds)],
-        ["mean rate", f"{_num(a.get('mean_rate_rps'))} req/s"],
-        ["peak-to-mean (1 s bins)", _num(a.get("peak_to_mean"))],
-        ["interarrival CV", _num(a.get("interarrival_cv"))],
+        ["span", num(a.get("span_s"), fmt.seconds)],
+        ["mean rate", f"{num(a.get('mean_rate_rps'))} req/s"],
+        ["peak-to-mean (1 s bins)", num(a.get("peak_to_mean"))],
+        ["interarrival CV", num(a.get("interarrival_cv"))],
         ["prompt tokens p50 / p99", " / ".join(
-            _num((lengths.get("prompt_len") or {}).get(k), fmt.count) for k in ("p50", "p99"))],
+            num((lengths.get("prompt_len") or {}).get(k), fmt.count) for k in ("p50", "p99"))],
         ["output tokens p50 / p99", " / ".join(
-            _num((lengths.get("output_len") or {}).get(k), fmt.count) for k in ("p50", "p99"))],
-        ["tenants / sessions", f"{_num(pop.get('tenants'), fmt.count)} / "
-                               f"{_num(pop.get('sessions'), fmt.count)}"],
+            num((lengths.get("output_len") or {}).get(k), fmt.count) for k in ("p50", "p99"))],
+        ["tenants / sessions", f"{num(pop.get('tenants'), fmt.count)} / "
+                               f"{num(pop.get('sessions'), fmt.count)}"],
     ]
     if p.get("successful_requests") is not None:  # lengths and pictures leave failures out
         rows.append(["lengths and latencies", f"successful requests only: "
                      f"{fmt.count(p['successful_requests'])} of {fmt.count(p.get('requests'))}"])
-    return ("<section id=\"profile\"><h2>Workload</h2>"
-            + _table(["", "value"], [[escape(k), escape(v)] for k, v in rows], numeric={1})
+    return (f"<section id=\"{_anchor('profile', side)}\"><h2>Workload</h2>"
+            + table(["", "value"], [[escape(k), escape(v)] for k, v in rows], numeric={1})
             + "</section>")
 
 
-def _view_sections(report: Report) -> list[str]:
+def _view_sections(sections: Mapping[str, Any], side: str = "") -> list[str]:
     """A `<section>` per section that has a view the page does not draw its own way."""
     out = []
-    for name, section in report.sections.items():
+    for name, section in sections.items():
         target = None if section is None else view_name(name, section)
         if target is not None and target not in OWN_VIEWS:
             body = draw(load_view(target)(section))
             if body:
-                out.append(f'<section id="{escape(name)}">{body}</section>')
+                out.append(f'<section id="{escape(_anchor(name, side))}">{body}</section>')
     return out
 
 
@@ -371,14 +345,14 @@ def _draw_block(block: Block) -> str:
             return f"<p>{escape(block.text.strip())}</p>" if block.text.strip() else ""
         case KeyValues():
             rows = [[escape(label), escape(value)] for label, value in block.rows]
-            return _titled(block.title, _table(list(block.header), rows, numeric={1}))
+            return _titled(block.title, table(list(block.header), rows, numeric={1}))
         case Grid():
             rows = [[escape(c.text if isinstance(c, Styled) else c) for c in row]
                     for row in block.rows]
             aligns = [c.align for c in block.columns] if block.columns else (
                 ["left"] + ["right"] * (len(block.header) - 1))
             numeric = {k for k, a in enumerate(aligns) if a == "right"}
-            return _titled(block.title, _table(list(block.header), rows, numeric=numeric))
+            return _titled(block.title, table(list(block.header), rows, numeric=numeric))
         case Notes():
             items = "".join(f"<li>{escape(n)}</li>" for n in block.notes)
             return f'<ul class="notes">{items}</ul>' if items else ""
@@ -387,16 +361,13 @@ def _draw_block(block: Block) -> str:
     raise TypeError(f"no HTML drawing for {type(block).__name__}")
 
 
-def _titled(title: str | None, table: str) -> str:
-    return (f"<h3>{escape(title)}</h3>" if title else "") + table
+def _titled(title: str | None, body: str) -> str:
+    return (f"<h3>{escape(title)}</h3>" if title else "") + body
 
 
-def render_html(report: Report) -> str:
-    """The whole page; sections a report lacks are left out or say why they are missing."""
-    doc = report.to_dict()
-    inp = doc["input"]
+def _figures(doc: dict[str, Any]) -> list[str]:
+    """The pictures of one run, in page order; those the trace cannot support say why."""
     plots = doc.get("plots") if isinstance(doc.get("plots"), dict) else {}
-    title = f"yaotu-trace {report.command}: {inp['path']}"
     figures: list[str] = []
     if "capacity_curve" in doc or "plots" in doc:
         figures.append(_capacity_curve(doc))
@@ -412,11 +383,35 @@ def render_html(report: Report) -> str:
             _kv(plots),
             _gaps(plots),
         ]
+    return figures
+
+
+def _notes(inp: dict[str, Any], side: str = "") -> str:
     notes = "".join(f"<li>{escape(str(n))}</li>" for n in inp.get("notes") or [])
+    return (f"<section id=\"{_anchor('notes', side)}\"><h2>Notes</h2><ul class=\"notes\">"
+            f"{notes}</ul></section>") if notes else ""
+
+
+def _input_line(inp: dict[str, Any]) -> str:
+    return f"{fmt.count(inp['requests'])} requests · format {escape(str(inp['format']))}"
+
+
+def render_html(report: Report) -> str:
+    """The whole page; sections a report lacks are left out or say why they are missing.
+
+    A report with a run before (`trace report AFTER --before BEFORE`) is drawn as the diff
+    on top and the two runs side by side below.
+    """
+    doc = report.to_dict()
+    before = report.sections.get("before")
+    if isinstance(before, Mapping) and isinstance(doc.get("diff"), dict):
+        return _two_runs(report, doc, before)
+    inp = doc["input"]
+    title = f"yaotu-trace {report.command}: {inp['path']}"
+    figures = _figures(doc)
     body = [
-        f"<header><h1>{escape(title)}</h1><p>{fmt.count(inp['requests'])} requests · format "
-        f"{escape(str(inp['format']))} · yaotu-trace {escape(str(doc['tool']['version']))}"
-        "</p></header><main>",
+        f"<header><h1>{escape(title)}</h1><p>{_input_line(inp)}"
+        f" · yaotu-trace {escape(str(doc['tool']['version']))}</p></header><main>",
         _verdict(doc),
         (f"<section id=\"plots\"><h2>Pictures</h2><div class=\"grid\">{''.join(figures)}"
          "</div></section>") if figures else "",
@@ -424,11 +419,50 @@ def render_html(report: Report) -> str:
         _ledger(doc),
         _findings(doc),
         _profile(doc),
-        *_view_sections(report),
-        f"<section id=\"notes\"><h2>Notes</h2><ul class=\"notes\">{notes}</ul></section>"
-        if notes else "",
+        *_view_sections(report.sections),
+        _notes(inp),
         "</main>",
     ]
+    return _page(title, body)
+
+
+def _two_runs(report: Report, doc: dict[str, Any], before: Mapping[str, Any]) -> str:
+    """The diff (conditions, axis changes, the ledger of the change), then each picture and
+    table of the run before next to the same one of the run after."""
+    from yaotu_trace.data.report import to_builtins
+
+    before_doc: dict[str, Any] = to_builtins(before)
+    after_sections = {k: v for k, v in report.sections.items() if k not in TWO_RUN_KEYS}
+    sides = (("before", before_doc, before), ("after", doc, after_sections))
+    title = (f"yaotu-trace {report.command}: {before_doc['input']['path']} → "
+             f"{doc['input']['path']}")
+    rows = [[f"<h2>{side.title()}: {escape(str(d['input']['path']))}</h2>"
+             f"<p>{_input_line(d['input'])}</p>" for side, d, _ in sides]]
+    rows += [[_verdict(d, side) for side, d, _ in sides]]
+    rows += [list(pair) for pair in zip_longest(*(_figures(d) for _, d, _ in sides),
+                                                  fillvalue="")]
+    rows += [[build(d, side) for side, d, _ in sides]
+             for build in (_profile, _tenants, _ledger, _findings)]
+    rows += [list(pair) for pair in zip_longest(
+        *(_view_sections(s, side) for side, _, s in sides), fillvalue="")]
+    rows += [[_notes(d["input"], side) for side, d, _ in sides]]
+    pairs = "".join('<div class="pair">' + "".join(
+        f'<div class="side {side}">{cell}</div>' for (side, _, _), cell in zip(sides, row,
+                                                                             strict=True))
+        + "</div>" for row in rows if any(row))
+    body = [
+        f"<header><h1>{escape(title)}</h1><p>before and after a change · yaotu-trace "
+        f"{escape(str(doc['tool']['version']))}</p></header><main>",
+        diff_sections(doc["diff"]),
+        '<section id="runs"><h2>The two runs side by side</h2><p class="note">Each run as '
+        "trace report shows it alone, on all its requests; each picture keeps its own run's "
+        f"scale.</p>{pairs}</section>",
+        "</main>",
+    ]
+    return _page(title, body)
+
+
+def _page(title: str, body: list[str]) -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -10,7 +10,8 @@ from yaotu_trace.render.views.checks import expected, show_value
 
 
 def render_junit(report: Report) -> str:
-    """A `<testsuites>` document; failures carry the check's message, skips their reason."""
+    """A `<testsuites>` document; failures carry the check's message, skips their reason, and a
+    warned check passes with its warning first in its output."""
     section = report.sections.get("checks")
     data: dict[str, Any] = to_builtins(section) if section is not None else {
         "results": [], "passed": 0, "failed": 0, "skipped": 0}
@@ -21,6 +22,7 @@ def render_junit(report: Report) -> str:
     suite = ET.SubElement(root, "testsuite", {**attrs, "name": f"trace check {report.input.path}"})
     props = ET.SubElement(suite, "properties")
     for key, value in (("trace", report.input.path), ("baseline", data.get("baseline_path")),
+                       ("before", data.get("before_path")),
                        ("check_file", data.get("config_path"))):
         if value:
             ET.SubElement(props, "property", {"name": key, "value": str(value)})
@@ -35,6 +37,9 @@ def render_junit(report: Report) -> str:
             failure.text = detail
         elif r["status"] == "skipped":
             ET.SubElement(case, "skipped", {"message": r["message"]})
+        elif r["status"] == "warned":
+            # JUnit has no warning: the case passes and says so where dashboards show output.
+            ET.SubElement(case, "system-out").text = f"warning: {r['message']}\n{detail}"
         else:
             ET.SubElement(case, "system-out").text = detail
     ET.indent(root)

@@ -42,6 +42,9 @@ SECTION_VIEWS: dict[str, str] = {
     "comparable": "diff",
     "conditions": "diff",
     "fairness": "diff",
+    # `trace report --before`: the diff of the two runs, and the run before.
+    "diff": "two_runs",
+    "before": "two_runs",
 }
 
 # Section value type → view module, ahead of the key: the same key can carry different values

@@ -22,8 +22,9 @@ from yaotu_trace.render.blocks import (
 )
 from yaotu_trace.render.fmt import MISSING
 
-MARK = {"passed": ("PASS", "green"), "failed": ("FAIL", "bold red"), "skipped": ("SKIP", "yellow")}
-ICON = {"passed": "✅ pass", "failed": "❌ fail", "skipped": "⚪ skip"}
+MARK = {"passed": ("PASS", "green"), "failed": ("FAIL", "bold red"), "skipped": ("SKIP", "yellow"),
+        "warned": ("WARN", "yellow")}
+ICON = {"passed": "✅ pass", "failed": "❌ fail", "skipped": "⚪ skip", "warned": "⚠️ warn"}
 HEADER = ["", "check", "value", "expected", "detail"]
 COLUMNS = [
     Column(name="", align="left", no_wrap=True),
@@ -61,8 +62,9 @@ def expected(result: dict[str, Any]) -> str:
 def summary_line(section: dict[str, Any]) -> str:
     """`3 passed, 1 failed, 0 skipped`: the one line CI logs show."""
     word = "FAILED" if section["status"] == "failed" else "PASSED"
+    warned = f", {section['warned']} warned" if section.get("warned") else ""
     return (f"{word}: {section['passed']} passed, {section['failed']} failed, "
-            f"{section['skipped']} skipped")
+            f"{section['skipped']} skipped{warned}")
 
 
 def view(section: Any) -> View:
@@ -74,6 +76,9 @@ def view(section: Any) -> View:
     if data.get("baseline_path"):
         out.append(Line(text=f"baseline: {data['baseline_path']}", style="dim",
                         markdown=f"Baseline: `{data['baseline_path']}`"))
+    if data.get("before_path"):
+        out.append(Line(text=f"before: {data['before_path']}", style="dim",
+                        markdown=f"Before: `{data['before_path']}`"))
     if results:
         # Styled, not markup: paths such as axes[name=kv_memory] must show as written.
         cells = [[show_value(r["value"]), expected(r), r["message"]] for r in results]

@@ -1,0 +1,69 @@
+"""Small HTML pieces shared by the report pages: tables, figures and quantities.
+
+Each returns a string of markup; text is escaped here or by the caller, as each says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from html import escape
+from typing import Any
+
+from yaotu_trace.render import fmt
+
+
+def num(value: Any, how: Callable[[Any], str] = fmt.num) -> str:
+    """`how(value)`, or the missing mark for None."""
+    return fmt.MISSING if value is None else how(value)
+
+
+def table(header: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    """A table of cells already escaped; the columns in `numeric` right-aligned."""
+    numeric = numeric or set()
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+            for i, c in enumerate(row))
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def figure(caption: str, body: str, note: str | None = None) -> str:
+    """A captioned figure around `body` (markup), with an optional note below."""
+    extra = f'<p class="note">{escape(note)}</p>' if note else ""
+    return f"<figure><figcaption>{escape(caption)}</figcaption>{body}{extra}</figure>"
+
+
+def unavailable(caption: str, why: str) -> str:
+    """The figure a trace cannot support, saying what it needs."""
+    return figure(caption, f'<div class="unavailable">Not available on this trace: '
+                  f"{escape(why)}.</div>")
+
+
+def status(word: str) -> str:
+    """A status word in its colour (ok, warning, bottleneck, same, differs, improved, ...)."""
+    return f'<span class="status {escape(word)}">{escape(word)}</span>'
+
+
+def amount(value: Any, unit: str | None) -> str:
+    """A value in its unit: ratios as percentages, seconds, bytes and tokens shortened."""
+    if value is None:
+        return fmt.MISSING
+    match unit:
+        case "ratio":
+            return fmt.pct(value)
+        case "s":
+            return fmt.seconds(value)
+        case "bytes":
+            return fmt.bytes_(value)
+        case "tokens":
+            return fmt.tokens(value)
+    return f"{fmt.num(value)} {unit or ''}".strip()
+
+
+def quantity(q: dict[str, Any]) -> str:
+    """`name: value` in bold with its basis below, for a ledger cell."""
+    return (f"{escape(str(q.get('name')))}: <b>{escape(amount(q.get('value'), q.get('unit')))}"
+            f"</b><br><small>{escape(str(q.get('basis') or ''))}</small>")
