@@ -186,6 +186,10 @@ def _arrow_list(offsets: np.ndarray, values: np.ndarray, valid: np.ndarray) -> p
     return pd.Series(pd.arrays.ArrowExtensionArray(arr))
 
 
+REJECTED_ERROR = ("the simulated engine rejected it: its prompt and output need more KV blocks "
+                  "than one instance's pool holds (--kv-blocks)")
+
+
 def _labels(codes: np.ndarray, labels: tuple[str, ...]) -> pd.Series:
     names = np.array((*labels, ""), dtype=object)
     out = pd.Series(names[codes], dtype="string")
@@ -215,6 +219,11 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         df["decode_instance"] = _labels(decoded, result.instance_labels)
         df["decode_start_s"] = pd.Series(result.decode_start_s, dtype="float64")
         df["kv_transfer_s"] = pd.Series(result.kv_transfer_s, dtype="float64")
+    if not ran.all():
+        # Only a request too large for one instance's empty pool never runs (vLLM refuses it
+        # too); a table whose every request ran keeps its columns as they were.
+        df["status"] = pd.Series(np.where(ran, "ok", "rejected"), dtype="string")
+        df["error"] = pd.Series(np.where(ran, None, REJECTED_ERROR), dtype="string")
     from yaotu_trace.data.schema import CANONICAL_COLUMNS
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]

@@ -209,7 +209,7 @@ def _queued_rows(inp: AxisInput, timing: RequestTiming, grid: Windows, bins: Win
         return np.broadcast_to(queued, (rows, grid.count))
     arrivals = np.zeros((rows, grid.count))
     if inp.has("instance"):
-        names = inp.requests["instance"].astype(object).to_numpy()
+        names = inp.requests["instance"].astype("string").fillna("").to_numpy(dtype=object)
         for r, name in enumerate(bins.instances):
             arrivals[r] = _arrivals(timing.arrival[names == name], grid)
     out = np.zeros((rows, grid.count), dtype=bool)
