@@ -223,7 +223,7 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         # Only a request too large for one instance's empty pool never runs (vLLM refuses it
         # too); a table whose every request ran keeps its columns as they were.
         df["status"] = pd.Series(np.where(ran, "ok", "rejected"), dtype="string")
-        df["error"] = pd.Series(np.where(ran, None, REJECTED_ERROR), dtype="string")
+        df["error"] = pd.Series(REJECTED_ERROR, index=df.index, dtype="string").mask(ran)
     from yaotu_trace.data.schema import CANONICAL_COLUMNS
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]
