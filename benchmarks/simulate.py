@@ -6,6 +6,9 @@ loading and the block chains are timed separately) for a few deployments.
 
     python benchmarks/simulate.py
     python benchmarks/simulate.py --trace /path/to/trace.jsonl --model Qwen2.5-7B --gpu A100
+
+`benchmarks/simulate_vs.py` times the loop against the one at a git revision, for a change to
+`sim/engine.py` that must not slow it or change its results.
 """
 
 from __future__ import annotations

@@ -389,11 +389,25 @@ def _schedule_running_sglang(i, p, run, nrun, ntok, computed, gen, comp_total, p
 # NOTE: scheduling an instance's running requests (vLLM, SGLang) is split into the helpers
 # above, over plain arrays and scalars: on the Mooncake benchmark CPU time stayed within noise of
 # the inline loop and every result array is bit-identical. Completing a step, admission, SGLang's
-# decode step, pricing and the step log stay inline. With the state shared as NamedTuples of
-# arrays the loop ran 1.3-1.8x slower; a step-completion helper over its 46 plain arguments ran
-# ~15% slower with 4 instances (more than 30 arguments reach numba as one *args tuple, which it
-# cannot inline); step completion, compaction and pricing as <=30-argument helpers, even
-# inlined, cost up to ~10% with 4 instances, so they were left inline.
+# decode step, pricing and the step log stay inline, because every other split measured so far
+# was slower (`benchmarks/simulate_vs.py`: CPU seconds, median of 3-5 alternating runs against
+# the inline loop, bit-identical in every case; run-to-run noise on a 2-core machine is ±3%):
+# - the state as NamedTuples of arrays passed by value to every phase: 1.3-1.8x;
+# - step completion over its 46 plain arguments: ~15% with 4 instances (more than 30 arguments
+#   reach numba as one *args tuple, which it cannot inline); step completion, compaction and
+#   pricing as <=30-argument helpers, even inlined: up to ~10% with 4 instances;
+# - step completion alone over tuples of the state arrays, `inline="always"`: +10-12% with 4
+#   instances; the same not inlined: +13-14%;
+# - step completion alone over one `numba.experimental.structref` of its 28 state arrays (one
+#   pointer passed, fields read once per call): +16% (4 instances, kv-aware), +12% (4, SGLang),
+#   +4% (1 instance), first-call compile +16%;
+# - step completion over state tuples with everything it calls inlined too (`_register`,
+#   `_free_request`, the heap push), so that numba can prune the reference counts of the arrays
+#   it unpacks: +6% (4 instances, kv-aware), +4% (4 instances SGLang; P/D 2:2), ±1% (1 instance),
+#   compile +10%; adding admission the same way (with `_alloc`, `_lookup`, `_touch` inlined):
+#   +6% and +20% with 4 instances, compile +13%.
+# The slowdown is largest with 4 instances; the likeliest cause, not yet confirmed, is the
+# reference counting of every state array a phase reads, on each of its calls.
 @nb.njit(cache=True)
 def simulate_cluster(inp, p, cost):
     """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
