@@ -44,7 +44,46 @@ def sniff_document(head: str) -> TraceFormat | None:
 def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> TraceFormat:
     """Choose a format from the extension (inside any compression extension: `x.jsonl.gz` is
     JSONL) and, for JSON and CSV, the fields of the first record (after the `--map` renames, so
-    a mapped table is recognised as canonical)."""
+    a mapped table is recognised as canonical). Engine telemetry given as a trace (a server
+    log, a `/metrics` scrape, a Prometheus export) is refused with where it belongs."""
+    try:
+        return _detect(path, column_map)
+    except TraceReadError as err:
+        what = _telemetry_kind(path)
+        if what is None:
+            raise
+        raise TraceReadError(
+            f"{path}: is {what}, engine telemetry rather than a request trace; give it as "
+            f"--metrics {path} (with the trace, or alone: trace diagnose --metrics "
+            f"{path})"
+        ) from err
+
+
+def _telemetry_kind(path: Path) -> str | None:
+    """What kind of engine telemetry `path` is, when it is one `--metrics` reads."""
+    from yaotu_trace.ingest import prom_text
+    from yaotu_trace.ingest.serverlog import is_server_log
+
+    if not path.is_file():
+        return None
+    if is_server_log(path):
+        return "an engine server log"
+    if prom_text.looks_like_text(path):
+        return "a /metrics scrape"
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    if '"resultType"' in head:
+        return "a Prometheus query export"
+    first = head.lstrip("\ufeff").split("\n", 1)[0].replace(" ", "").lower()
+    if first.startswith("timestamp,metric,") or first == "timestamp,metric,labels,value":
+        return "a Prometheus export"
+    return None
+
+
+def _detect(path: Path, column_map: Mapping[str, str] | None) -> TraceFormat:
     renamed = dict(column_map or {})
     if path.is_dir():
         return _detect_folder(path)

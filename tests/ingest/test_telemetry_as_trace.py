@@ -1,0 +1,46 @@
+"""Engine telemetry given where a request trace belongs (`trace diagnose server.log`, the
+first thing many users type) is refused with the option that takes it, not with a list of
+trace formats. The files are the real excerpts of tests/data (sources in their READMEs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from yaotu_trace.cli import main
+from yaotu_trace.errors import ExitCode, TraceReadError
+from yaotu_trace.ingest.detect import detect_format
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("serverlogs/vllm_generated_mixed.log", "an engine server log"),
+    ("serverlogs/sglang_cached_pr13023.log", "an engine server log"),
+    ("prom_text/vllm_docs_snapshot.txt", "a /metrics scrape"),
+    ("prom_text/vllm_scrapes.prom", "a /metrics scrape"),
+    ("prom_vllm_small.json", "a Prometheus query export"),
+    ("prom_sglang_small.csv", "a Prometheus export"),
+])
+def test_telemetry_as_a_trace_names_the_option_that_takes_it(name: str, kind: str) -> None:
+    path = DATA / name
+    with pytest.raises(TraceReadError) as err:
+        detect_format(path)
+    assert str(err.value) == (
+        f"{path}: is {kind}, engine telemetry rather than a request trace; give it as "
+        f"--metrics {path} (with the trace, or alone: trace diagnose --metrics {path})")
+
+
+def test_the_cli_says_it_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    path = DATA / "serverlogs" / "vllm_generated_mixed.log"
+    assert main(["diagnose", str(path)]) == ExitCode.INPUT
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and f"--metrics {path}" in err[0]
+
+
+def test_an_unknown_file_keeps_the_format_list(tmp_path: Path) -> None:
+    path = tmp_path / "notes.log"
+    path.write_text("nothing an engine writes\n")
+    with pytest.raises(TraceReadError, match=r"unknown trace format '\.log'; pass --input-format"):
+        detect_format(path)
