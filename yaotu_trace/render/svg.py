@@ -317,13 +317,14 @@ def waterfall_chart(
     """From the ideal down to what is achieved: one floating bar per loss, totals solid.
 
     When the losses are small next to the total, the y axis starts above zero (said on the
-    chart) so that each loss stays visible.
+    chart) so that each loss stays visible. With no loss at all the axis starts at zero and
+    the chart says so: a zoomed axis of empty bars would look like a broken chart.
     """
     labels = [start[0], *(lbl for lbl, _ in losses), "achieved"]
     total_loss = sum(max(v, 0.0) for _, v in losses)
     achieved = start[1] - total_loss
     floor = 0.0
-    if start[1] > 0 and total_loss < 0.3 * start[1]:
+    if start[1] > 0 and 0 < total_loss < 0.3 * start[1]:
         floor = max(0.0, achieved - max(total_loss, start[1] * 0.002) * 0.8)
     top = start[1] + (start[1] - floor) * 0.1 or 1.0
     frame = Frame(0, len(labels), floor, top, height=HEIGHT + 14)
@@ -334,6 +335,8 @@ def waterfall_chart(
         digits = max(0, -math.floor(math.log10(step)) + math.floor(math.log10(top)) + 1)
         y_fmt = _precise(digits)
     note = f"(axis starts at {y_fmt(floor)})" if floor > 0 else ""
+    if losses and total_loss == 0:
+        note = "no step loses any of it"
     out += _axes(frame, [], ticks, short, y_fmt, "", y_label)
     if note:
         out.append(f'<text class="tick" x="{_r(frame.right)}" y="{_r(frame.top + 4)}" '
