@@ -72,7 +72,7 @@ def test_report_html_draws_every_plot_inline(full_report: Path) -> None:
         match = re.search(rf'<svg class="plot" data-plot="{name}".*?</svg>', page, re.S)
         assert match, f"plot {name} missing"
         assert 'class="mark' in match.group(0), f"plot {name} has no marks"
-    assert "Not available on this trace" not in page
+    assert "Not available" not in page and "not-drawn" not in page
     assert "Per tenant" in page and "Ledger" in page and "Verdict" in page
 
 
@@ -89,7 +89,11 @@ def test_report_missing_columns_say_why(tmp_path: Path, capsys) -> None:
     out = tmp_path / "r.html"
     assert main(["report", str(SAMPLE / "multitenant.csv"), "-o", str(out)]) == ExitCode.OK
     page = out.read_text(encoding="utf-8")
-    assert "Not available on this trace: needs first_token_s" in page
+    # Nothing empty: the panels the trace cannot fill are one line naming what each needs.
+    assert "Not available" not in page and 'class="unavailable"' not in page
+    line = re.search(r'<p class="note not-drawn">Not drawn: ([^<]*)</p>', page)
+    assert line is not None
+    assert "time to first token (needs first_token_s per request)" in line.group(1)
     assert capsys.readouterr().out == ""
 
 

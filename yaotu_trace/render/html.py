@@ -28,7 +28,15 @@ from yaotu_trace.render.blocks import (
     Styled,
 )
 from yaotu_trace.render.html_diff import diff_sections
-from yaotu_trace.render.html_parts import figure, num, quantity, table, unavailable
+from yaotu_trace.render.html_parts import (
+    NotDrawn,
+    figure,
+    not_drawn_line,
+    num,
+    quantity,
+    table,
+    unavailable,
+)
 from yaotu_trace.render.views import load_view, view_name
 
 # Views the page draws its own way, from the report's JSON: pictures, the verdict and its
@@ -409,12 +417,13 @@ def render_html(report: Report) -> str:
     inp = doc["input"]
     title = f"yaotu-trace {report.command}: {inp['path']}"
     figures = _figures(doc)
+    drawn = [f for f in figures if not isinstance(f, NotDrawn)]
     body = [
         f"<header><h1>{escape(title)}</h1><p>{_input_line(inp)}"
         f" · yaotu-trace {escape(str(doc['tool']['version']))}</p></header><main>",
         _verdict(doc),
-        (f"<section id=\"plots\"><h2>Pictures</h2><div class=\"grid\">{''.join(figures)}"
-         "</div></section>") if figures else "",
+        (f"<section id=\"plots\"><h2>Pictures</h2><div class=\"grid\">{''.join(drawn)}"
+         f"</div>{not_drawn_line(figures)}</section>") if figures else "",
         _tenants(doc),
         _ledger(doc),
         _findings(doc),

@@ -36,10 +36,29 @@ def figure(caption: str, body: str, note: str | None = None) -> str:
     return f"<figure><figcaption>{escape(caption)}</figcaption>{body}{extra}</figure>"
 
 
+class NotDrawn(str):
+    """A figure the trace cannot support: its markup says what it needs, and `caption` and
+    `why` let a page gather such figures into one line instead of drawing empty panels."""
+
+    caption: str
+    why: str
+
+
 def unavailable(caption: str, why: str) -> str:
     """The figure a trace cannot support, saying what it needs."""
-    return figure(caption, f'<div class="unavailable">Not available on this trace: '
-                  f"{escape(why)}.</div>")
+    out = NotDrawn(figure(caption, f'<div class="unavailable">Not drawn on this trace: '
+                          f"{escape(why)}.</div>"))
+    out.caption, out.why = caption, why
+    return out
+
+
+def not_drawn_line(figures: list[str]) -> str:
+    """One short note naming the figures left out and what each needs ('' when none is)."""
+    missing = [f for f in figures if isinstance(f, NotDrawn)]
+    if not missing:
+        return ""
+    items = "; ".join(f"{escape(f.caption.lower())} ({escape(f.why)})" for f in missing)
+    return f'<p class="note not-drawn">Not drawn: {items}.</p>'
 
 
 def status(word: str) -> str:
