@@ -156,3 +156,12 @@ def test_generate_metrics_out_exports_the_diag_run(tmp_path, capsys):
                  str(tmp_path / "c.csv"), "-q"])
     assert code == ExitCode.USAGE
     assert "no engine run" in capsys.readouterr().err
+
+
+def test_a_mistyped_scrape_interval_is_refused_not_allocated():
+    # events span 0.0 .. 2.2 s: at 1e-9 s that is 2.2e9 scrapes, far above MAX_SCRAPES
+    from yaotu_trace.errors import ConfigError
+
+    requests, steps = tiny_run()
+    with pytest.raises(ConfigError, match=r"--scrape-interval-s 1e-09: the run spans 2\.2 s"):
+        scrape_times(requests, steps, 1e-9)

@@ -45,6 +45,8 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.errors import ConfigError
+
 # A scrape every second: five samples per default queueing window (`window_s` = 5 s).
 SCRAPE_INTERVAL_S: Final = 1.0
 # vLLM's bucket sets (vllm/v1/metrics/loggers.py, engines.md §1.9).
@@ -55,6 +57,8 @@ TTFT_BUCKETS_S: Final = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 
 ITERATION_BUCKETS: Final = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 EXPORT_COLUMNS: Final = ("timestamp", "metric", "labels", "value")
 NO_INSTANCE: Final = "0"
+# Scrapes per series: a day at one a second is 86,400; more is a mistyped interval, not a run.
+MAX_SCRAPES: Final = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +88,13 @@ def scrape_times(requests: pd.DataFrame, steps: pd.DataFrame | None,
         return np.zeros(0)
     lo, hi = float(every.min()), float(every.max())
     # The last scrape comes after the last event: a scrape sees only what happened before it.
-    count = int(np.floor((hi - lo) / scrape_interval_s)) + 2
+    scrapes = np.floor((hi - lo) / scrape_interval_s) + 2
+    if not scrapes <= MAX_SCRAPES:
+        raise ConfigError(
+            f"--scrape-interval-s {scrape_interval_s:g}: the run spans {hi - lo:.6g} s, which "
+            f"is {scrapes:.3g} scrapes; at most {MAX_SCRAPES:,} are written: give at least "
+            f"{(hi - lo) / (MAX_SCRAPES - 2):.3g} s")
+    count = int(scrapes)
     return lo + scrape_interval_s * np.arange(count)
 
 
