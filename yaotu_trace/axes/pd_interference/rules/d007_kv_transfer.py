@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check
+from yaotu_trace.axes.base import AxisName, Evidence, Severity
 from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
-from yaotu_trace.axes.pd_interference.rules.shared import transfer_evidence
+from yaotu_trace.axes.pd_interference.rules.shared import transfer_share_at_least
 from yaotu_trace.axes.rule import Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
@@ -14,12 +14,7 @@ from yaotu_trace.axes.thresholds import Thresholds
 def _check(
     mt: InterferenceMetrics, t: Thresholds, fired: frozenset[str]
 ) -> Sequence[Evidence] | None:
-    pm = mt.placement
-    share = None if pm is None else pm.transfer_ttft_share
-    if pm is None or share is None or share < t.transfer_ttft_share:
-        return None
-    return (check("transfer_ttft_share", share, ">=", "transfer_ttft_share",
-                  t.transfer_ttft_share), *transfer_evidence(pm))
+    return transfer_share_at_least(mt, "transfer_ttft_share", t.transfer_ttft_share)
 
 
 RULE: Rule[InterferenceMetrics] = Rule(

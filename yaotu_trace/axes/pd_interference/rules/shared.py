@@ -31,6 +31,18 @@ def stall_evidence(mt: InterferenceMetrics) -> tuple[Evidence, ...]:
     )
 
 
+def transfer_share_at_least(mt: InterferenceMetrics, threshold_name: str, threshold: float
+                            ) -> tuple[Evidence, ...] | None:
+    """The evidence of a KV transfer that takes ≥ `threshold` of TTFT (D007 at the material
+    share, D008 at the dominant one), None below it or when the run is not disaggregated."""
+    pm = mt.placement
+    share = None if pm is None else pm.transfer_ttft_share
+    if pm is None or share is None or share < threshold:
+        return None
+    return (check("transfer_ttft_share", share, ">=", threshold_name, threshold),
+            *transfer_evidence(pm))
+
+
 def transfer_evidence(pm: PlacementMetrics) -> tuple[Evidence, ...]:
     """The transfer numbers every KV-transfer finding shows."""
     return (
