@@ -114,6 +114,7 @@ def report(
                      metrics=metrics, log_tz=log_tz, model=model, kv_dtype=kv_dtype,
                      kv_capacity=kv_capacity,
                      block_size_tokens=block_size, preset=preset, threshold=threshold or (),
-                     simulate=simulate, scenario=scenario_from_options(**engine),
+                     simulate=simulate,
+                     scenario=scenario_from_options(**engine) if simulate else None,
                      scenario_file=scenario, progress=update)
     emit(result, format, output, default=OutputFormat.HTML)
