@@ -70,7 +70,6 @@ def test_simulate_refusals_name_the_option(args: list[str], says: str, tmp_path:
     assert not out.exists()
 
 
-@pytest.mark.slow
 def test_mooncake_conversation_simulated_report_fills_the_timing_panels(capsys) -> None:
     trace = shared_trace("mooncake/conversation_trace.jsonl")
     doc = json.loads(_report([str(trace), *ENGINE, "-f", "json"], capsys))
