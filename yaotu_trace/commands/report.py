@@ -57,8 +57,9 @@ def report(
     options of `scenario` over those of `scenario_file` (TOML); the report is of the simulated
     requests and step log, held in memory, and its `config.modelled` states the engine.
     """
-    from yaotu_trace.commands.diagnose import diagnosis_of
+    from yaotu_trace.commands.diagnose import diagnosis_of, log_zone_of
     from yaotu_trace.commands.diff import diff
+    from yaotu_trace.commands.settings import diagnosis_settings
 
     if before is None and metrics_before is not None:
         raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
@@ -69,7 +70,10 @@ def report(
     if simulate:
         check_simulate(model=model, scenario=scenario, scenario_file=scenario_file,
                        before=before, metrics=metrics, steps=_steps_of(trace))
-        diagnosis_of(_NO_TRACE, **options)  # the diagnosis options, checked before the run
+        # The diagnosis options are checked before the run, as without --simulate.
+        log_zone_of(log_tz)
+        diagnosis_settings(model=model, kv_capacity=kv_capacity, block_size=block_size_tokens,
+                           preset=preset, threshold=threshold, kv_dtype=kv_dtype)
         loaded, modelled = simulated_trace(trace, model=model, gpu=gpu, kv_dtype=kv_dtype,
                                            block_size_tokens=block_size_tokens,
                                            scenario=scenario, scenario_file=scenario_file,
@@ -101,9 +105,6 @@ def report(
 MODELLED_BASIS = ("timing modelled by the engine model from arrivals and lengths; not observed")
 # The columns of observed engine timing `--simulate` would replace.
 OBSERVED_TIMING = ("scheduled_s", "first_token_s", "finish_s", "token_times_s")
-# A stand-in trace for checking the diagnosis options before the simulated one exists (the
-# check never reads it).
-_NO_TRACE: Any = None
 
 
 def _steps_of(trace: TraceSource) -> Path | None:
