@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -29,6 +30,7 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.cli.simulate import InstancesOpt, KvBlocksOpt, MaxSeqsOpt, scenario_from_options
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 
@@ -59,6 +61,16 @@ def report(
     block_size: BlockSizeOpt = None,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
+    simulate: Annotated[bool, typer.Option(
+        "--simulate", help="Model the engine's timing first (trace simulate, in memory) for a "
+        "trace of arrivals and lengths only; needs --model and --gpu or --scenario. Every "
+        "timing panel is marked modelled.")] = False,
+    scenario: Annotated[Path | None, typer.Option(
+        "--scenario", help="With --simulate: TOML file of trace simulate's engine options; "
+        "command-line options override it.", dir_okay=False)] = None,
+    kv_blocks: KvBlocksOpt = None,
+    max_num_seqs: MaxSeqsOpt = None,
+    instances: InstancesOpt = None,
     quiet: QuietOpt = False,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
@@ -81,12 +93,18 @@ def report(
       trace report sim.parquet --steps steps.parquet --kv-capacity 20000 -o report.html
 
       trace report after.parquet --before before.parquet -o diff.html
+
+      trace report conversation_trace.jsonl --simulate --model Llama-3.1-8B --gpu H100 -o r.html
     """
     from yaotu_trace.commands.report import report as run
 
     if before is None and steps_before is not None:
         raise ConfigError("--steps-before is the step log of the run before: give --before "
                           "BEFORE too")
+    engine = {"kv_blocks": kv_blocks, "max_num_seqs": max_num_seqs, "instances": instances}
+    if not simulate and any(v is not None for v in engine.values()):
+        given = next(k for k, v in engine.items() if v is not None).replace("_", "-")
+        raise ConfigError(f"--{given} is an option of the modelled engine: give --simulate too")
     with progress("report", quiet) as update:
         earlier = None if before is None else trace_input(before, input_format, map,
                                                           source_block_size, steps_before)
@@ -96,5 +114,7 @@ def report(
                      metrics=metrics, log_tz=log_tz, model=model, kv_dtype=kv_dtype,
                      kv_capacity=kv_capacity,
                      block_size_tokens=block_size, preset=preset, threshold=threshold or (),
-                     progress=update)
+                     simulate=simulate,
+                     scenario=scenario_from_options(**engine) if simulate else None,
+                     scenario_file=scenario, progress=update)
     emit(result, format, output, default=OutputFormat.HTML)

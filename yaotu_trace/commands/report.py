@@ -16,6 +16,7 @@ from yaotu_trace.errors import ConfigError
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.schema import Trace
+    from yaotu_trace.sim.scenario import Scenario
 
 # Capacities of the hit-ratio curve in the report (log-spaced; knee and shares added).
 CURVE_POINTS = 40
@@ -38,6 +39,9 @@ def report(
     block_size_tokens: int | None = None,
     preset: str | None = None,
     threshold: Sequence[str] = (),
+    simulate: bool = False,
+    scenario: Scenario | None = None,
+    scenario_file: Path | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace report`: what the HTML report shows (its default format), with the diagnosis
@@ -47,9 +51,15 @@ def report(
     report is of both runs, judged under the same options, and of the diff between them
     (`two_run_report`); `matched_only` judges the diff on the requests both served, `gpu`
     states the hardware of both runs.
+
+    With `simulate`, a trace of arrivals and lengths is first run through the modelled engine
+    (`trace simulate`'s core, `sim.summary.run_scenario`) on `model` and `gpu`, the engine
+    options of `scenario` over those of `scenario_file` (TOML); the report is of the simulated
+    requests and step log, held in memory, and its `config.modelled` states the engine.
     """
-    from yaotu_trace.commands.diagnose import diagnosis_of
+    from yaotu_trace.commands.diagnose import diagnosis_of, log_zone_of
     from yaotu_trace.commands.diff import diff
+    from yaotu_trace.commands.settings import diagnosis_settings
 
     if before is None and metrics_before is not None:
         raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
@@ -57,6 +67,25 @@ def report(
     options: dict[str, Any] = {"model": model, "kv_capacity": kv_capacity,
                                "block_size_tokens": block_size_tokens, "preset": preset,
                                "threshold": threshold, "kv_dtype": kv_dtype, "log_tz": log_tz}
+    if simulate:
+        check_simulate(model=model, scenario=scenario, scenario_file=scenario_file,
+                       before=before, metrics=metrics, steps=_steps_of(trace))
+        # The diagnosis options are checked before the run, as without --simulate.
+        log_zone_of(log_tz)
+        diagnosis_settings(model=model, kv_capacity=kv_capacity, block_size=block_size_tokens,
+                           preset=preset, threshold=threshold, kv_dtype=kv_dtype)
+        loaded, modelled = simulated_trace(trace, model=model, gpu=gpu, kv_dtype=kv_dtype,
+                                           block_size_tokens=block_size_tokens,
+                                           scenario=scenario, scenario_file=scenario_file,
+                                           progress=progress)
+        options["model"] = model or modelled["model"]
+        simulated = build_report(loaded, diagnose_report=diagnosis_of(loaded, **options),
+                                 progress=progress)
+        return Report(command="report", input=simulated.input,
+                      config={**simulated.config, "modelled": modelled},
+                      sections=simulated.sections)
+    if scenario is not None or scenario_file is not None:
+        raise ConfigError("--scenario and the engine options model a run: give --simulate too")
     # The diff judges subsets of the requests, so it needs the token columns in memory.
     loaded = open_trace(trace, lazy_content=before is None, progress=progress)
     diagnosis = diagnosis_of(loaded, metrics=metrics, **options)
@@ -70,6 +99,81 @@ def report(
     judged = diff(earlier, loaded, metrics_before=metrics_before, metrics_after=metrics,
                   matched_only=matched_only, gpu=gpu, **options)
     return two_run_report(before_report, after_report, judged)
+
+
+# What `config.modelled` says of the timing of a simulated report.
+MODELLED_BASIS = ("timing modelled by the engine model from arrivals and lengths; not observed")
+# The columns of observed engine timing `--simulate` would replace.
+OBSERVED_TIMING = ("scheduled_s", "first_token_s", "finish_s", "token_times_s")
+
+
+def _steps_of(trace: TraceSource) -> Path | None:
+    """The step log named with the trace (`--steps`), if any."""
+    from yaotu_trace.commands.load import TraceInput
+
+    return trace.steps if isinstance(trace, TraceInput) else None
+
+
+def check_simulate(*, model: str | None, scenario: Scenario | None, scenario_file: Path | None,
+                   before: TraceSource | None, metrics: Path | None,
+                   steps: Path | None) -> None:
+    """Refuse, before any work, a `--simulate` the engine model cannot run or that would mix
+    modelled timing with observed telemetry."""
+    if before is not None:
+        raise ConfigError("--simulate models one run; --before compares two observed ones: "
+                          "simulate each with trace simulate, then trace report AFTER --before "
+                          "BEFORE")
+    if metrics is not None or steps is not None:
+        option = "--metrics" if metrics is not None else "--steps"
+        raise ConfigError(f"{option} is observed telemetry of a run, --simulate models the run: "
+                          f"drop {option} or --simulate")
+    if model is None and scenario_file is None and (scenario is None or scenario.model is None):
+        raise ConfigError("--simulate needs the engine to model: give --model and --gpu (e.g. "
+                          "--model Llama-3.1-8B --gpu H100) or --scenario FILE")
+
+
+def simulated_trace(
+    trace: TraceSource,
+    *,
+    model: str | None,
+    gpu: str | None,
+    kv_dtype: str | None,
+    block_size_tokens: int | None,
+    scenario: Scenario | None,
+    scenario_file: Path | None,
+    progress: Progress | None = None,
+) -> tuple[Trace, dict[str, Any]]:
+    """The trace with the modelled engine's timing and step log (in memory), and what
+    `config.modelled` states: model, GPU, the resolved engine settings, the basis."""
+    from dataclasses import replace
+
+    from yaotu_trace.data.schema import RawTrace, normalize
+    from yaotu_trace.data.steplog import StepLog
+    from yaotu_trace.sim.scenario import Scenario, load_scenario
+    from yaotu_trace.sim.summary import run_scenario
+
+    stated: dict[str, Any] = {"model": model, "gpu": gpu, "kv_dtype": kv_dtype,
+                              "block_size": block_size_tokens}
+    given = replace(scenario or Scenario(), **{k: v for k, v in stated.items() if v is not None})
+    chosen = load_scenario(scenario_file).merged(given) if scenario_file is not None else given
+    loaded = open_trace(trace, lazy_content=False, progress=progress, steps=False)
+    observed = [c for c in OBSERVED_TIMING if loaded.has(c)]
+    if observed:
+        raise ConfigError(
+            f"--simulate would replace the trace's observed timing ({', '.join(observed)}): "
+            f"report the observed run without --simulate, or model it in two steps: trace "
+            f"simulate TRACE --out sim.parquet --steps-out steps.parquet, then trace report "
+            f"sim.parquet --steps steps.parquet --before {loaded.path}")
+    tell(progress, "simulating", 0.2)
+    run = run_scenario(loaded, chosen)
+    timed = normalize(RawTrace(requests=run.requests, format_name=loaded.format_name,
+                               source_block_size=loaded.source_block_size,
+                               notes=(*loaded.notes, *run.summary.notes)), loaded.path)
+    timed = replace(timed, rows_read=loaded.rows_read,
+                    steps=StepLog.of_frame(run.steps, "simulated step log"))
+    modelled = {"model": run.resolved.model.name, "gpu": run.resolved.gpu.name,
+                "engine": run.resolved.config.to_dict(), "basis": MODELLED_BASIS}
+    return timed, modelled
 
 
 def two_run_report(before: Report, after: Report, diff: Report) -> Report:

@@ -94,6 +94,9 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .verdict.calm { border-color: var(--ok); background: #f3faf3; }
 .verdict.undecided { border-color: var(--na); background: var(--card); }
 .verdict strong { font-size: 16px; }
+.modelled { border-left: 5px solid var(--warn); background: #fff8ec; padding: 6px 14px;
+  border-radius: 4px; }
+.modelled p { margin: 4px 0; } p.modelled-note { color: var(--warn); }
 ul.notes { color: var(--muted); font-size: 13px; }
 .status.same, .status.improved, .status.unchanged { color: var(--ok); }
 .status.differs, .status.regressed { color: var(--bad); }
@@ -143,7 +146,8 @@ def _verdict(doc: dict[str, Any], side: str = "") -> str:
             " undecided" if verdict.get("insufficient_data") else " calm")
         summary = verdict.get("summary") or verdict.get("principal_axis") or "no bottleneck"
         parts.append(f'<div class="verdict{calm}"><strong>{escape(str(summary))}</strong>'
-                     f"<p>{escape(str(verdict.get('reason') or ''))}</p>")
+                     f"<p>{escape(str(verdict.get('reason') or ''))}</p>"
+                     f"{_modelled_verdict(doc)}")
         if verdict.get("fix_order"):
             parts.append("<p>Fix order: " + " → ".join(escape(str(a))
                                                        for a in verdict["fix_order"]) + "</p>")
@@ -216,7 +220,8 @@ def _waterfall(doc: dict[str, Any]) -> str:
 
 
 def _hist(plots: dict[str, Any], key: str, caption: str, x_label: str,
-          seconds: bool) -> str:
+          seconds: bool, modelled: bool = False) -> str:
+    caption = _modelled_caption(caption, modelled)
     h = plots.get(key) if isinstance(plots, dict) else None
     if not isinstance(h, dict):
         why = (plots or {}).get("unavailable", {}).get(key, "not computed by this command")
@@ -233,8 +238,8 @@ def _hist(plots: dict[str, Any], key: str, caption: str, x_label: str,
     return figure(caption, chart, note)
 
 
-def _kv(plots: dict[str, Any]) -> str:
-    caption = "KV usage over time"
+def _kv(plots: dict[str, Any], modelled: bool = False) -> str:
+    caption = _modelled_caption("KV usage over time", modelled)
     s = plots.get("kv_over_time") if isinstance(plots, dict) else None
     if not isinstance(s, dict):
         why = (plots or {}).get("unavailable", {}).get("kv_over_time", "not computed")
@@ -246,11 +251,12 @@ def _kv(plots: dict[str, Any]) -> str:
                            x_label="trace time (s)", y_label=s["unit"],
                            y_fmt=svg.percent if ratio else svg.short, y_min=0.0,
                            y_max=1.0 if ratio else None, hlines=hlines)
-    return figure(f"{s['label']} over time", chart, f"Source: {s['source']}.")
+    return figure(_modelled_caption(f"{s['label']} over time", modelled), chart,
+                  f"Source: {s['source']}.")
 
 
-def _gaps(plots: dict[str, Any]) -> str:
-    caption = "Inter-token gaps with prefill overlaid"
+def _gaps(plots: dict[str, Any], modelled: bool = False) -> str:
+    caption = _modelled_caption("Inter-token gaps with prefill overlaid", modelled)
     g = plots.get("gaps") if isinstance(plots, dict) else None
     if not isinstance(g, dict):
         why = (plots or {}).get("unavailable", {}).get("gaps", "not computed")
@@ -260,6 +266,47 @@ def _gaps(plots: dict[str, Any]) -> str:
     return figure(caption, chart,
                    f"The {len(g['gap_s']):,} token gaps nearest the longest stall; shaded: "
                    f"{g['prefill_source']}.")
+
+
+def _modelled(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The engine a report's timing was modelled on (`trace report --simulate`), else None."""
+    modelled = (doc.get("config") or {}).get("modelled")
+    return modelled if isinstance(modelled, dict) else None
+
+
+def _modelled_caption(caption: str, modelled: bool) -> str:
+    """A timing panel's caption, marked when its timing is modelled rather than observed."""
+    return f"{caption} (modelled)" if modelled else caption
+
+
+def _modelled_verdict(doc: dict[str, Any]) -> str:
+    """The verdict's word that it judges modelled timing ('' for observed timing)."""
+    if _modelled(doc) is None:
+        return ""
+    return ('<p class="modelled-note">Timing modelled, not observed: the queueing, KV and '
+            "interference axes judge the engine model's run of these arrivals and lengths.</p>")
+
+
+def _modelled_banner(doc: dict[str, Any]) -> str:
+    """The banner under the header of a report whose timing is modelled: the engine stated."""
+    modelled = _modelled(doc)
+    if modelled is None:
+        return ""
+    engine = modelled.get("engine") or {}
+    pd_split = engine.get("pd")
+    instances = (f"{pd_split[0]} prefill + {pd_split[1]} decode" if pd_split
+                 else str(engine.get("instances")))
+    settings = [("model", modelled.get("model")), ("GPU", modelled.get("gpu")),
+                ("max_num_seqs", engine.get("max_num_seqs")),
+                ("KV blocks", num(engine.get("kv_blocks"), fmt.count)),
+                ("block size", f"{engine.get('block_size_tokens')} tokens"),
+                ("max batched tokens", num(engine.get("max_batched_tokens"), fmt.count)),
+                ("chunked prefill", "on" if engine.get("chunked_prefill") else "off"),
+                ("prefix caching", "on" if engine.get("prefix_caching") else "off"),
+                ("instances", instances)]
+    items = " · ".join(f"{escape(k)} {escape(str(v))}" for k, v in settings)
+    return (f'<section id="modelled" class="modelled"><p><strong>Modelled timing.</strong> '
+            f"{escape(str(modelled.get('basis') or ''))}. Engine: {items}.</p></section>")
 
 
 def _tenants(doc: dict[str, Any], side: str = "") -> str:
@@ -376,6 +423,7 @@ def _titled(title: str | None, body: str) -> str:
 def _figures(doc: dict[str, Any]) -> list[str]:
     """The pictures of one run, in page order; those the trace cannot support say why."""
     plots = doc.get("plots") if isinstance(doc.get("plots"), dict) else {}
+    modelled = _modelled(doc) is not None
     figures: list[str] = []
     if "capacity_curve" in doc or "plots" in doc:
         figures.append(_capacity_curve(doc))
@@ -386,10 +434,12 @@ def _figures(doc: dict[str, Any]) -> list[str]:
         figures += [
             _hist(plots, "hit_length", "Prefix-cache hit length per request",
                   "hit tokens per request", seconds=False),
-            _hist(plots, "queue_time", "Queue time", "queue time", seconds=True),
-            _hist(plots, "ttft", "Time to first token", "time to first token", seconds=True),
-            _kv(plots),
-            _gaps(plots),
+            _hist(plots, "queue_time", "Queue time", "queue time", seconds=True,
+                  modelled=modelled),
+            _hist(plots, "ttft", "Time to first token", "time to first token", seconds=True,
+                  modelled=modelled),
+            _kv(plots, modelled),
+            _gaps(plots, modelled),
         ]
     return figures
 
@@ -421,6 +471,7 @@ def render_html(report: Report) -> str:
     body = [
         f"<header><h1>{escape(title)}</h1><p>{_input_line(inp)}"
         f" · yaotu-trace {escape(str(doc['tool']['version']))}</p></header><main>",
+        _modelled_banner(doc),
         _verdict(doc),
         (f"<section id=\"plots\"><h2>Pictures</h2><div class=\"grid\">{''.join(drawn)}"
          f"</div>{not_drawn_line(figures)}</section>") if figures else "",
