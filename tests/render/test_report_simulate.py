@@ -59,6 +59,7 @@ def test_simulated_report_json_states_the_engine_and_is_deterministic(capsys) ->
     (["bursty.jsonl", *ENGINE, "--steps", "diag-burst.steps.parquet"], "--steps is observed"),
     (["bursty.jsonl", *ENGINE, "--before", "bursty.jsonl"], "--before compares"),
     (["bursty.jsonl", "--kv-blocks", "100"], "give --simulate too"),
+    (["bursty.jsonl", *ENGINE, "--kv-blocks", "5"], "no request fits the modelled KV pool of 5"),
 ])
 def test_simulate_refusals_name_the_option(args: list[str], says: str, tmp_path: Path,
                                            capsys) -> None:

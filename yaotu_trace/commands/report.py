@@ -166,6 +166,12 @@ def simulated_trace(
             f"sim.parquet --steps steps.parquet --before {loaded.path}")
     tell(progress, "simulating", 0.2)
     run = run_scenario(loaded, chosen)
+    if len(run.steps) == 0:  # every request was too large for the pool, so none ran
+        engine = run.resolved.config
+        raise ConfigError(
+            f"--simulate: no request fits the modelled KV pool of {engine.kv_blocks:,} blocks "
+            f"of {engine.block_size_tokens} tokens; give a larger --kv-blocks, or leave it out "
+            "to size the pool from the GPU's memory")
     timed = normalize(RawTrace(requests=run.requests, format_name=loaded.format_name,
                                source_block_size=loaded.source_block_size,
                                notes=(*loaded.notes, *run.summary.notes)), loaded.path)
