@@ -158,3 +158,12 @@ def test_interarrival_note_names_cv_ks_and_zero_gaps() -> None:
     fig = interarrival_figure(WF)
     assert "CV 1.20" in fig and "KS distance 0.40" in fig and "25.0 % of the gaps are zero" in fig
     assert 'data-plot="interarrival"' in fig
+
+
+def test_a_busiest_window_as_long_as_the_trace_is_not_shaded() -> None:
+    # GIVEN a 4 s trace whose "busiest 60 s window" is the whole of it
+    whole = {"start_s": 0.0, "end_s": 60.0, "requests": 8, "rate_rps": 0.13}
+    fig = arrivals_figure({**WF, "arrivals": {**WF["arrivals"], "busiest": [whole]}})
+    # THEN no amber band covers the plot, and the note says why
+    assert 'class="mark band busy"' not in fig
+    assert "no busiest 60.00 s window (the trace spans 4.00 s)" in fig

@@ -80,6 +80,8 @@ def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
     span = a["t_s"][-1] - t0 + a["bin_s"]
     scale, unit = time_unit(span)
     xs = [(t - t0) / scale for t in a["t_s"]]
+    # A window as long as half the trace marks nothing: the whole plot would be shaded.
+    busiest = [w for w in a["busiest"] if w["end_s"] - w["start_s"] < span / 2]
     largest = sorted(a["bursts"], key=lambda b: -b["requests"])[:LABELLED_BURSTS]
     bands = [svg.Band((b["start_s"] - t0) / scale, (b["end_s"] - t0) / scale,
                       f"burst {svg.short(b['rate_rps'])}/s" if b in largest else "",
@@ -90,17 +92,19 @@ def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
                        f"busiest {svg.short(w['rate_rps'])}/s", "busy",
                        f"busiest window: {w['requests']:,} requests, "
                        f"{fmt.num(w['rate_rps'])} req/s")
-              for w in a["busiest"]]
+              for w in busiest]
     chart = svg.line_chart(
         "arrivals", caption, [("requests/s", xs, a["requests_per_s"])],
         x_label=f"time since the first arrival ({unit})", y_label="requests per second",
         y_min=0.0, hlines=[(a["mean_rate_rps"], f"mean {fmt.num(a['mean_rate_rps'])}/s")],
         bands=bands, x_range=_scaled(bounds, scale), y_range=_y(bounds))
     window = fmt.seconds(max(60.0, a["bin_s"]))
+    windows = (f"the {len(busiest)} busiest {window} windows (amber)" if busiest else
+               f"no busiest {window} window (the trace spans {fmt.seconds(span)})")
     note = (f"Bins of {fmt.seconds(a['bin_s'])}; peak {fmt.num(a['peak_rate_rps'])} req/s, "
-            f"mean {fmt.num(a['mean_rate_rps'])} req/s. Shaded: the {len(a['busiest'])} busiest "
-            f"{window} windows (amber) and {len(a['bursts'])} bursts (red: bins above both "
-            "twice the mean and the Poisson band).")
+            f"mean {fmt.num(a['mean_rate_rps'])} req/s. Shaded: {windows} and "
+            f"{len(a['bursts'])} bursts (red: bins above both twice the mean and the Poisson "
+            "band).")
     return figure(f"{caption} ({fmt.seconds(a['bin_s'])} bins)", chart, note)
 
 
@@ -226,7 +230,8 @@ def session_depth_figure(wf: Section, bounds: Bounds | None = None) -> str:
     chart = svg.bar_chart("session_depth", caption, depths,
                           [float(v) for v in s["sessions_by_depth"]], value_label="sessions",
                           category_label="turns per session", value_range=_y(bounds))
-    return figure(caption, chart, f"{s['sessions']:,} sessions.")
+    one_turn = " Every session has one turn." if list(s["depths"]) == [1] else ""
+    return figure(caption, chart, f"{s['sessions']:,} sessions.{one_turn}")
 
 
 def think_time_figure(wf: Section, bounds: Bounds | None = None) -> str:
