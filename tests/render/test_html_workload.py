@@ -167,3 +167,20 @@ def test_a_busiest_window_as_long_as_the_trace_is_not_shaded() -> None:
     # THEN no amber band covers the plot, and the note says why
     assert 'class="mark band busy"' not in fig
     assert "no busiest 60.00 s window (the trace spans 4.00 s)" in fig
+
+
+def test_a_hit_length_histogram_without_a_hit_says_so_in_words() -> None:
+    from yaotu_trace.render.html import _hist
+
+    # GIVEN a replay where no request hit: every value 0, in the first bin of 0-1 tokens
+    plots = {"hit_length": {"label": "hit", "unit": "tokens", "edges": [0.0, 1 / 30, 2 / 30],
+                            "counts": [12, 0], "overflow": 0, "total": 12, "p50": 0.0,
+                            "p90": 0.0, "p99": 0.0}, "unavailable": {}}
+    fig = _hist(plots, "hit_length", "Prefix-cache hit length per request", "hit tokens",
+                seconds=False)
+    # THEN the figure says it instead of drawing one bar at zero
+    assert '<svg class="plot"' not in fig
+    assert "No request reused a prefix: all 12 requests hit 0 tokens." in fig
+    # and one hit is drawn
+    plots["hit_length"] = {**plots["hit_length"], "edges": [0.0, 5.0, 10.0], "counts": [11, 1]}
+    assert 'data-plot="hit_length"' in _hist(plots, "hit_length", "c", "x", seconds=False)
