@@ -208,6 +208,7 @@ def build_report(
     from yaotu_trace.profile.figures import plot_data
     from yaotu_trace.profile.success import success_profile
     from yaotu_trace.profile.workload import profile_trace
+    from yaotu_trace.profile.workload_figures import workload_figures
 
     sections: dict[str, Any] = {}
     tell(progress, "profile", 0.0)
@@ -238,6 +239,7 @@ def build_report(
         capacity = kv_capacity_of(diagnosis.get("axes"))
     tell(progress, "plots", 0.9)
     sections["plots"] = plot_data(trace, hit_tokens, capacity)
+    sections["workload_figures"] = workload_figures(trace, hit_tokens)
     config["kv_capacity_tokens"] = capacity
     tell(progress, "done", 1.0)
     return Report(command="report", input=input_summary(trace), config=config,

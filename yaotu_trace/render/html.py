@@ -37,6 +37,7 @@ from yaotu_trace.render.html_parts import (
     table,
     unavailable,
 )
+from yaotu_trace.render.html_workload import said, workload_figures
 from yaotu_trace.render.views import load_view, view_name
 
 # Views the page draws its own way, from the report's JSON: pictures, the verdict and its
@@ -81,6 +82,13 @@ svg.plot .prefill { fill: #edae49; fill-opacity: 0.28; }
 svg.plot .marker line { stroke: #c62828; stroke-dasharray: 5 4; stroke-width: 1.5; }
 svg.plot .marker text { fill: #c62828; font-weight: 600; }
 svg.plot .legend text { fill: var(--fg); }
+svg.plot .band.busy { fill: #edae49; fill-opacity: 0.3; }
+svg.plot .band.burst { fill: #d1495b; fill-opacity: 0.22; }
+svg.plot text.band-label { font-size: 11px; font-weight: 700; paint-order: stroke;
+  stroke: #fff; stroke-width: 3px; }
+svg.plot text.band-label.busy { fill: #8a5a00; }
+svg.plot text.band-label.burst { fill: #a3293a; }
+figure p.note.said { font-size: 14px; padding: 24px 8px; }
 table { border-collapse: collapse; margin: 6px 0; font-size: 14px; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left;
   vertical-align: top; }
@@ -219,13 +227,24 @@ def _waterfall(doc: dict[str, Any]) -> str:
                    "are the tokens each rule loses.")
 
 
+# Plots that request timing fills: `trace report --simulate` can model it.
+TIMING_PLOTS = frozenset({"queue_time", "ttft", "kv_over_time", "gaps"})
+
+
+def _missing_plot(plots: dict[str, Any], key: str, caption: str) -> str:
+    why = (plots or {}).get("unavailable", {}).get(key, "not computed by this command")
+    return unavailable(caption, why, timing=key in TIMING_PLOTS)
+
+
 def _hist(plots: dict[str, Any], key: str, caption: str, x_label: str,
           seconds: bool, modelled: bool = False) -> str:
     caption = _modelled_caption(caption, modelled)
     h = plots.get(key) if isinstance(plots, dict) else None
     if not isinstance(h, dict):
-        why = (plots or {}).get("unavailable", {}).get(key, "not computed by this command")
-        return unavailable(caption, why)
+        return _missing_plot(plots, key, caption)
+    if key == "hit_length" and _all_zero(h):
+        return said(caption, f"No request reused a prefix: all {h['total']:,} requests hit "
+                             "0 tokens.")
     x_fmt = svg.seconds if seconds else svg.short
     show = fmt.seconds if seconds else fmt.tokens
     vlines = [(h[p], f"{p} {show(h[p])}") for p in ("p50", "p99") if h.get(p) is not None]
@@ -238,12 +257,18 @@ def _hist(plots: dict[str, Any], key: str, caption: str, x_label: str,
     return figure(caption, chart, note)
 
 
+def _all_zero(h: dict[str, Any]) -> bool:
+    """A histogram whose every value is 0: all in the first bin, which ends below one."""
+    counts, edges = h.get("counts") or [], h.get("edges") or [0.0, 0.0]
+    return (bool(h.get("total")) and not h.get("overflow") and counts[:1] == [h["total"]]
+            and float(edges[1]) <= 1.0)
+
+
 def _kv(plots: dict[str, Any], modelled: bool = False) -> str:
     caption = _modelled_caption("KV usage over time", modelled)
     s = plots.get("kv_over_time") if isinstance(plots, dict) else None
     if not isinstance(s, dict):
-        why = (plots or {}).get("unavailable", {}).get("kv_over_time", "not computed")
-        return unavailable(caption, why)
+        return _missing_plot(plots, "kv_over_time", caption)
     ratio = s["unit"] == "share of the pool"
     cap = s.get("capacity")
     hlines = [(float(cap), "KV capacity")] if isinstance(cap, int | float) and cap > 0 else []
@@ -259,8 +284,7 @@ def _gaps(plots: dict[str, Any], modelled: bool = False) -> str:
     caption = _modelled_caption("Inter-token gaps with prefill overlaid", modelled)
     g = plots.get("gaps") if isinstance(plots, dict) else None
     if not isinstance(g, dict):
-        why = (plots or {}).get("unavailable", {}).get("gaps", "not computed")
-        return unavailable(caption, why)
+        return _missing_plot(plots, "gaps", caption)
     chart = svg.gap_chart("gaps", caption, g["token_t_s"], g["gap_s"], g["prefill_spans_s"],
                           median_s=g.get("median_gap_s"))
     return figure(caption, chart,
@@ -444,6 +468,19 @@ def _figures(doc: dict[str, Any]) -> list[str]:
     return figures
 
 
+def _pictures(workload: list[str], others: list[str]) -> str:
+    """The workload group, then the cache and timing pictures; those not drawn in one line."""
+    groups = [(title, [f for f in figures if not isinstance(f, NotDrawn)])
+              for title, figures in (("Workload", workload),
+                                     ("Prefix cache and timing", others))]
+    if not workload and not others:
+        return ""
+    drawn = "".join(f"<h3>{title}</h3><div class=\"grid\">{''.join(figures)}</div>"
+                    for title, figures in groups if figures)
+    return (f"<section id=\"plots\"><h2>Pictures</h2>{drawn}"
+            f"{not_drawn_line(workload + others)}</section>")
+
+
 def _notes(inp: dict[str, Any], side: str = "") -> str:
     notes = "".join(f"<li>{escape(str(n))}</li>" for n in inp.get("notes") or [])
     return (f"<section id=\"{_anchor('notes', side)}\"><h2>Notes</h2><ul class=\"notes\">"
@@ -466,15 +503,12 @@ def render_html(report: Report) -> str:
         return _two_runs(report, doc, before)
     inp = doc["input"]
     title = f"yaotu-trace {report.command}: {inp['path']}"
-    figures = _figures(doc)
-    drawn = [f for f in figures if not isinstance(f, NotDrawn)]
     body = [
         f"<header><h1>{escape(title)}</h1><p>{_input_line(inp)}"
         f" · yaotu-trace {escape(str(doc['tool']['version']))}</p></header><main>",
         _modelled_banner(doc),
         _verdict(doc),
-        (f"<section id=\"plots\"><h2>Pictures</h2><div class=\"grid\">{''.join(drawn)}"
-         f"</div>{not_drawn_line(figures)}</section>") if figures else "",
+        _pictures(workload_figures(doc), _figures(doc)),
         _tenants(doc),
         _ledger(doc),
         _findings(doc),

@@ -42,23 +42,33 @@ class NotDrawn(str):
 
     caption: str
     why: str
+    timing: bool
 
 
-def unavailable(caption: str, why: str) -> str:
-    """The figure a trace cannot support, saying what it needs."""
+# How a trace without request timing gets its timing pictures: modelled times.
+SIMULATE_HINT = "trace report --simulate --model M --gpu G"
+
+
+def unavailable(caption: str, why: str, *, timing: bool = False) -> str:
+    """The figure a trace cannot support, saying what it needs; `timing` when modelled request
+    times (`SIMULATE_HINT`) would fill it."""
     out = NotDrawn(figure(caption, f'<div class="unavailable">Not drawn on this trace: '
                           f"{escape(why)}.</div>"))
-    out.caption, out.why = caption, why
+    out.caption, out.why, out.timing = caption, why, timing
     return out
 
 
 def not_drawn_line(figures: list[str]) -> str:
-    """One short note naming the figures left out and what each needs ('' when none is)."""
+    """One short note naming the figures left out and what each needs ('' when none is), and
+    how the timing ones can be filled."""
     missing = [f for f in figures if isinstance(f, NotDrawn)]
     if not missing:
         return ""
     items = "; ".join(f"{escape(f.caption.lower())} ({escape(f.why)})" for f in missing)
-    return f'<p class="note not-drawn">Not drawn: {items}.</p>'
+    timing = [f.caption.lower() for f in missing if f.timing]
+    hint = (f" The timing panels ({escape(', '.join(timing))}) can be filled with modelled "
+            f"times: <code>{escape(SIMULATE_HINT)}</code>." if timing else "")
+    return f'<p class="note not-drawn">Not drawn: {items}.{hint}</p>'
 
 
 def status(word: str) -> str:

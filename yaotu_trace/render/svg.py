@@ -23,6 +23,21 @@ PALETTE = ("#2f6db5", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d6a9f")
 Formatter = Callable[[float], str]
 
 
+Range = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """A shaded stretch of the x axis [start, end) with a label above it; `css` picks its
+    colour (`busy`, `burst`)."""
+
+    start: float
+    end: float
+    label: str
+    css: str = ""
+    tip: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """Plot area and the data → pixel maps of one chart."""
@@ -91,10 +106,19 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
-    """Powers of ten within [lo, hi]."""
+    """Powers of ten within [lo, hi]; with 1, 2 and 5 × 10^k when that gives under three, and
+    every other power when there are more than eight, so a log axis always reads."""
     if lo <= 0 or hi <= lo:
         return [lo]
-    return [10.0**k for k in range(math.ceil(math.log10(lo)), math.floor(math.log10(hi)) + 1)]
+    first, last = math.floor(math.log10(lo)), math.floor(math.log10(hi))
+    powers = [10.0**k for k in range(first, last + 1) if lo <= 10.0**k <= hi]
+    if len(powers) < 3:
+        ticks = [m * 10.0**k for k in range(first, last + 1) for m in (1, 2, 5)
+                 if lo <= m * 10.0**k <= hi]
+        return ticks if len(ticks) >= 2 else nice_ticks(lo, hi, 3)
+    while len(powers) > 8:
+        powers = powers[::2]
+    return powers
 
 
 def short(value: float) -> str:
@@ -174,10 +198,115 @@ def _vline(frame: Frame, x_value: float, label: str, css: str = "marker",
             f'text-anchor="{anchor}">{escape(label)}</text></g>']
 
 
-def _legend(frame: Frame, names: Sequence[str]) -> list[str]:
+def _bands(frame: Frame, bands: Sequence[Band]) -> list[str]:
+    """Shaded x stretches, at least 2 px wide; labels in two rows, a label left out when it
+    would overlap one already placed (its tooltip still names it)."""
+    out: list[str] = []
+    placed: list[list[tuple[float, float]]] = [[], []]
+    for band in bands:
+        xa = max(frame.x(band.start), frame.left)
+        xb = min(frame.x(band.end), frame.right)
+        if xb < frame.left or xa > frame.right:
+            continue
+        width = max(xb - xa, 2.0)
+        tip = band.tip or band.label
+        out.append(f'<rect class="mark band {escape(band.css)}" x="{_r(xa)}" y="{_r(frame.top)}" '
+                   f'width="{_r(width)}" height="{_r(frame.bottom - frame.top)}">'
+                   f"<title>{escape(tip)}</title></rect>")
+        if not band.label:
+            continue
+        half = 3.2 * len(band.label)
+        cx = min(max(xa + width / 2, frame.left + half), frame.right - half)
+        span = (cx - half - 4, cx + half + 4)
+        for row, taken in enumerate(placed):
+            if all(span[1] <= a or span[0] >= b for a, b in taken):
+                taken.append(span)
+                out.append(f'<text class="band-label {escape(band.css)}" x="{_r(cx)}" '
+                           f'y="{_r(frame.top + 11 + 13 * row)}" text-anchor="middle">'
+                           f"{escape(band.label)}</text>")
+                break
+    return out
+
+
+def bar_chart(
+    name: str,
+    title: str,
+    labels: Sequence[str],
+    values: Sequence[float],
+    *,
+    value_label: str,
+    value_fmt: Formatter = short,
+    horizontal: bool = False,
+    category_label: str = "",
+    value_range: Range | None = None,
+) -> str:
+    """One bar per category, its value written at its end. Horizontal bars suit long names
+    (tenants); vertical ones short numeric categories (session depth). `value_range` forces
+    the value axis."""
+    n = max(len(labels), 1)
+    top = max(max(values, default=0.0), 0.0) or 1.0
+    v0, v1 = value_range or (0.0, top * 1.1)
+    out: list[str]
+    if horizontal:
+        longest = max((len(lb) for lb in labels), default=4)
+        left = min(max(6.5 * longest + 14, MARGIN_LEFT), 240)
+        row = 22
+        height = int(MARGIN_TOP + row * n + MARGIN_BOTTOM)
+        frame = Frame(v0, v1, 0.0, float(n), height=height)
+        out = _open(name, title, frame)
+        plot_left = left
+        span = frame.right - plot_left
+        def xv(v: float) -> float:
+            return plot_left + (v - v0) / ((v1 - v0) or 1.0) * span
+        out.append('<g class="axes">')
+        for t in nice_ticks(v0, v1):
+            out.append(f'<line class="grid" x1="{_r(xv(t))}" x2="{_r(xv(t))}" '
+                       f'y1="{_r(frame.top)}" y2="{_r(frame.bottom)}"/>')
+            out.append(f'<text class="tick" x="{_r(xv(t))}" y="{_r(frame.bottom + 17)}" '
+                       f'text-anchor="middle">{escape(value_fmt(t))}</text>')
+        out.append(f'<line class="axis" x1="{_r(plot_left)}" x2="{_r(plot_left)}" '
+                   f'y1="{_r(frame.top)}" y2="{_r(frame.bottom)}"/>')
+        out.append(f'<text class="label" x="{_r((plot_left + frame.right) / 2)}" '
+                   f'y="{_r(frame.height - 8)}" text-anchor="middle">{escape(value_label)}'
+                   "</text></g>")
+        for i, (label, value) in enumerate(zip(labels, values, strict=True)):
+            y = frame.top + i * row + 3
+            w = max(xv(value) - plot_left, 1.0)
+            out.append(f'<text class="tick" x="{_r(plot_left - 6)}" y="{_r(y + 12)}" '
+                       f'text-anchor="end">{escape(label)}</text>')
+            out.append(f'<rect class="mark bar" x="{_r(plot_left)}" y="{_r(y)}" '
+                       f'width="{_r(w)}" height="{row - 6}"><title>{escape(label)}: '
+                       f"{escape(value_fmt(value))}</title></rect>")
+            out.append(f'<text class="value" x="{_r(plot_left + w + 4)}" y="{_r(y + 12)}">'
+                       f"{escape(value_fmt(value))}</text>")
+    else:
+        frame = Frame(0.0, float(n), v0, v1)
+        out = _open(name, title, frame)
+        slot = (frame.right - frame.left) / n
+        every = max(1, math.ceil(n * 24 / (frame.right - frame.left)))
+        out += _axes(frame, [], nice_ticks(v0, v1), short, value_fmt, category_label,
+                     value_label)
+        for i, (label, value) in enumerate(zip(labels, values, strict=True)):
+            x = frame.left + i * slot + slot * 0.12
+            y = frame.y(max(value, v0))
+            out.append(f'<rect class="mark bar" x="{_r(x)}" y="{_r(y)}" '
+                       f'width="{_r(slot * 0.76)}" height="{_r(max(frame.bottom - y, 0.5))}">'
+                       f"<title>{escape(label)}: {escape(value_fmt(value))}</title></rect>")
+            if i % every == 0:
+                out.append(f'<text class="tick" x="{_r(x + slot * 0.38)}" '
+                           f'y="{_r(frame.bottom + 15)}" text-anchor="middle">{escape(label)}'
+                           "</text>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _legend(frame: Frame, names: Sequence[str], at: str = "top") -> list[str]:
+    """Colour keys at the plot's top right, or its bottom right (`at="bottom"`: where a CDF,
+    risen by then, leaves room)."""
     out = []
+    first = frame.top + 8 if at == "top" else frame.bottom - 8 - 16 * len(names)
     for i, name in enumerate(names):
-        y = frame.top + 8 + 16 * i
+        y = first + 8 + 16 * i if at != "top" else first + 16 * i
         x = frame.right - 170
         color = PALETTE[i % len(PALETTE)]
         out.append(f'<g class="legend"><rect x="{_r(x)}" y="{_r(y - 8)}" width="12" height="10" '
@@ -201,16 +330,21 @@ def line_chart(
     vlines: Sequence[tuple[float, str]] = (),
     hlines: Sequence[tuple[float, str]] = (),
     points: Sequence[tuple[float, float, str]] = (),
-    step: bool = False,
+    step: bool | Sequence[bool] = False,
+    bands: Sequence[Band] = (),
+    x_range: Range | None = None,
+    y_range: Range | None = None,
+    legend_at: str = "top",
 ) -> str:
-    """One or more lines over a shared x axis, with labelled vertical and horizontal markers."""
+    """One or more lines over a shared x axis, with labelled vertical and horizontal markers
+    and shaded x bands; `x_range`/`y_range` force the axes (two charts on shared axes)."""
     xs = [x for _, sx, _ in series for x in sx if math.isfinite(x) and (not log_x or x > 0)]
     ys = [y for _, _, sy in series for y in sy if math.isfinite(y)]
     xs += [v for v, _ in vlines if math.isfinite(v) and (not log_x or v > 0)]
     ys += [v for v, _ in hlines if math.isfinite(v)]
     if not xs or not ys:
         xs, ys = [0.0, 1.0], [0.0, 1.0]
-    x0, x1 = min(xs), max(xs)
+    x0, x1 = x_range or (min(xs), max(xs))
     if x1 <= x0:
         x1 = x0 * 10 if log_x else x0 + 1
     lo = min(ys) if y_min is None else y_min
@@ -218,10 +352,13 @@ def line_chart(
     if hi <= lo:
         hi = lo + 1
     hi += (hi - lo) * 0.05 if y_max is None else 0
+    if y_range is not None:
+        lo, hi = y_range
     frame = Frame(x0, x1, lo, hi, log_x=log_x)
     x_ticks = log_ticks(x0, x1) if log_x else nice_ticks(x0, x1)
     out = _open(name, title, frame)
     out += _axes(frame, x_ticks, nice_ticks(lo, hi), x_fmt, y_fmt, x_label, y_label)
+    out += _bands(frame, bands)
     for value, label in hlines:
         y = frame.y(value)
         out.append(f'<g class="marker"><line x1="{_r(frame.left)}" x2="{_r(frame.right)}" '
@@ -232,9 +369,10 @@ def line_chart(
                if math.isfinite(x) and math.isfinite(y) and (not log_x or x > 0)]
         if not pts:
             continue
+        stepped = step if isinstance(step, bool) else step[i]
         d = f"M{_r(pts[0][0])},{_r(pts[0][1])}"
         for qx, qy in pts[1:]:
-            d += f"H{_r(qx)}V{_r(qy)}" if step else f"L{_r(qx)},{_r(qy)}"
+            d += f"H{_r(qx)}V{_r(qy)}" if stepped else f"L{_r(qx)},{_r(qy)}"
         color = PALETTE[i % len(PALETTE)]
         out.append(f'<path class="mark line" d="{d}" stroke="{color}"><title>{escape(label)}'
                    "</title></path>")
@@ -245,7 +383,7 @@ def line_chart(
             out.append(f'<circle class="mark point" cx="{_r(frame.x(x))}" cy="{_r(frame.y(y))}" '
                        f'r="4"><title>{escape(label)}</title></circle>')
     if len(series) > 1:
-        out += _legend(frame, [s[0] for s in series])
+        out += _legend(frame, [s[0] for s in series], legend_at)
     out.append("</svg>")
     return "\n".join(out)
 
@@ -260,21 +398,31 @@ def histogram_chart(
     y_label: str = "requests",
     x_fmt: Formatter = short,
     vlines: Sequence[tuple[float, str]] = (),
+    log_x: bool = False,
+    x_range: Range | None = None,
+    y_range: Range | None = None,
 ) -> str:
-    """Bars of a histogram; each bar's tooltip gives its range and count."""
-    hi = max(max(counts, default=0), 1)
-    frame = Frame(float(edges[0]), float(edges[-1]), 0.0, hi * 1.05)
+    """Bars of a histogram (log-spaced bins on a log x axis when `log_x`); each bar's tooltip
+    gives its range and count. `x_range`/`y_range` force the axes."""
+    hi = max(max(counts, default=0), 1) * 1.05
+    x0, x1 = x_range or (float(edges[0]), float(edges[-1]))
+    if log_x and x0 <= 0:
+        x0 = min((e for e in edges if e > 0), default=1.0)
+    if x1 <= x0:
+        x1 = x0 * 10 if log_x else x0 + 1
+    y0, y1 = y_range or (0.0, hi)
+    frame = Frame(x0, x1, y0, y1, log_x=log_x)
     out = _open(name, title, frame)
-    out += _axes(frame, nice_ticks(frame.x0, frame.x1), nice_ticks(0, hi * 1.05), x_fmt, short,
-                 x_label, y_label)
+    x_ticks = log_ticks(x0, x1) if log_x else nice_ticks(x0, x1)
+    out += _axes(frame, x_ticks, nice_ticks(y0, y1), x_fmt, short, x_label, y_label)
     for lo_e, hi_e, c in zip(edges, edges[1:], counts, strict=False):
         x, w = frame.x(lo_e), max(frame.x(hi_e) - frame.x(lo_e) - 1, 0.5)
         y = frame.y(c)
         out.append(f'<rect class="mark bar" x="{_r(x)}" y="{_r(y)}" width="{_r(w)}" '
                    f'height="{_r(frame.bottom - y)}"><title>{escape(x_fmt(lo_e))}–'
                    f"{escape(x_fmt(hi_e))}: {c:,}</title></rect>")
-    for value, label in vlines:
-        out += _vline(frame, value, label)
+    for i, (value, label) in enumerate(vlines):  # staggered: close lines keep both labels
+        out += _vline(frame, value, label, label_dy=12 + 13 * i)
     out.append("</svg>")
     return "\n".join(out)
 

@@ -1,0 +1,283 @@
+"""The report page's workload pictures, drawn from the `workload_figures` section's JSON.
+
+Every trace has some of these (arrivals and lengths at least), so a trace with no timing still
+gets a drawn page. Each builder is a function of (that section as builtins, `Bounds`): with
+bounds None a chart takes its axes from its own data; given bounds, it draws on those axes, so
+a page of two runs can put the same picture of both on shared axes. A picture the trace cannot
+support is a `NotDrawn` (gathered into the page's one "Not drawn" line); one with nothing to
+show says so in words (`said`) instead of drawing an empty chart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from yaotu_trace.render import fmt, svg
+from yaotu_trace.render.html_parts import figure, unavailable
+
+Section = dict[str, Any]
+# Bursts labelled with their rate on the arrivals chart (the most requests first); every burst
+# is shaded and names its rate in its tooltip.
+LABELLED_BURSTS = 3
+# Points of the Poisson CDF drawn next to the interarrival CDF.
+POISSON_POINTS = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """Axis ranges to force on a chart (None: from its own data)."""
+
+    x: svg.Range | None = None
+    y: svg.Range | None = None
+
+
+# Time units of a time axis, by the span they suit (the largest that the span reaches twice).
+_TIME_UNITS = ((2 * 86400.0, 86400.0, "days"), (2 * 3600.0, 3600.0, "h"),
+               (120.0, 60.0, "min"), (0.0, 1.0, "s"))
+
+
+def time_unit(span_s: float) -> tuple[float, str]:
+    """(seconds per unit, unit name) for a time axis spanning `span_s`."""
+    return next((scale, name) for least, scale, name in _TIME_UNITS if span_s >= least)
+
+
+def said(caption: str, words: str) -> str:
+    """A figure whose data leaves nothing to draw, saying so in place of the chart."""
+    return (f'<figure class="said"><figcaption>{escape(caption)}</figcaption>'
+            f'<p class="note said">{escape(words)}</p></figure>')
+
+
+def _missing(wf: Section, key: str, caption: str) -> str:
+    why = (wf.get("unavailable") or {}).get(key, "not computed")
+    return unavailable(caption, str(why))
+
+
+def _scaled(bounds: Bounds | None, scale: float) -> svg.Range | None:
+    if bounds is None or bounds.x is None:
+        return None
+    return bounds.x[0] / scale, bounds.x[1] / scale
+
+
+def _y(bounds: Bounds | None) -> svg.Range | None:
+    return None if bounds is None else bounds.y
+
+
+def _x(bounds: Bounds | None) -> svg.Range | None:
+    return None if bounds is None else bounds.x
+
+
+def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
+    """Requests per second over time, the busiest windows and the bursts shaded."""
+    caption = "Requests per second over time"
+    a = wf.get("arrivals")
+    if not isinstance(a, dict):
+        return _missing(wf, "arrivals", caption)
+    t0 = a["t_s"][0]
+    span = a["t_s"][-1] - t0 + a["bin_s"]
+    scale, unit = time_unit(span)
+    xs = [(t - t0) / scale for t in a["t_s"]]
+    # A window as long as half the trace marks nothing: the whole plot would be shaded.
+    busiest = [w for w in a["busiest"] if w["end_s"] - w["start_s"] < span / 2]
+    largest = sorted(a["bursts"], key=lambda b: -b["requests"])[:LABELLED_BURSTS]
+    bands = [svg.Band((b["start_s"] - t0) / scale, (b["end_s"] - t0) / scale,
+                      f"burst {svg.short(b['rate_rps'])}/s" if b in largest else "",
+                      "burst",
+                      f"burst: {b['requests']:,} requests at {fmt.num(b['rate_rps'])} req/s")
+             for b in a["bursts"]]
+    bands += [svg.Band((w["start_s"] - t0) / scale, (w["end_s"] - t0) / scale,
+                       f"busiest {svg.short(w['rate_rps'])}/s", "busy",
+                       f"busiest window: {w['requests']:,} requests, "
+                       f"{fmt.num(w['rate_rps'])} req/s")
+              for w in busiest]
+    chart = svg.line_chart(
+        "arrivals", caption, [("requests/s", xs, a["requests_per_s"])],
+        x_label=f"time since the first arrival ({unit})", y_label="requests per second",
+        y_min=0.0, hlines=[(a["mean_rate_rps"], f"mean {fmt.num(a['mean_rate_rps'])}/s")],
+        bands=bands, x_range=_scaled(bounds, scale), y_range=_y(bounds))
+    window = fmt.seconds(max(60.0, a["bin_s"]))
+    windows = (f"the {len(busiest)} busiest {window} windows (amber)" if busiest else
+               f"no busiest {window} window (the trace spans {fmt.seconds(span)})")
+    note = (f"Bins of {fmt.seconds(a['bin_s'])}; peak {fmt.num(a['peak_rate_rps'])} req/s, "
+            f"mean {fmt.num(a['mean_rate_rps'])} req/s. Shaded: {windows} and "
+            f"{len(a['bursts'])} bursts (red: bins above both twice the mean and the Poisson "
+            "band).")
+    return figure(f"{caption} ({fmt.seconds(a['bin_s'])} bins)", chart, note)
+
+
+def tokens_figure(wf: Section, bounds: Bounds | None = None) -> str:
+    """Prompt and output tokens per second over time."""
+    caption = "Tokens per second over time"
+    a = wf.get("arrivals")
+    if not isinstance(a, dict):
+        return _missing(wf, "arrivals", caption)
+    t0 = a["t_s"][0]
+    scale, unit = time_unit(a["t_s"][-1] - t0 + a["bin_s"])
+    xs = [(t - t0) / scale for t in a["t_s"]]
+    chart = svg.line_chart(
+        "tokens", caption, [("prompt tokens/s", xs, a["prompt_tokens_per_s"]),
+                            ("output tokens/s", xs, a["output_tokens_per_s"])],
+        x_label=f"time since the first arrival ({unit})", y_label="tokens per second",
+        y_min=0.0, x_range=_scaled(bounds, scale), y_range=_y(bounds))
+    mean = [sum(v) / len(v) for v in (a["prompt_tokens_per_s"], a["output_tokens_per_s"])]
+    return figure(f"{caption} ({fmt.seconds(a['bin_s'])} bins)", chart,
+                  "Tokens of the requests arriving in each bin, per second of the bin; mean "
+                  f"{fmt.num(mean[0])} prompt and {fmt.num(mean[1])} output tokens/s.")
+
+
+def interarrival_figure(wf: Section, bounds: Bounds | None = None) -> str:
+    """The interarrival CDF against Poisson at the same mean, on a log x axis."""
+    caption = "Interarrival times against Poisson"
+    c = wf.get("interarrival")
+    if not isinstance(c, dict):
+        return _missing(wf, "interarrival", caption)
+    # The axis spans Poisson's own range too (from mean/100 to 10 × mean), so a trace whose
+    # gaps sit in a narrow band (batched arrivals) is drawn against the curve it departs from;
+    # Poisson's CDF there is its definition, 1 − exp(−gap / mean gap).
+    mean = c["mean_gap_s"]
+    lo = min(c["gap_s"][0], mean / 100) if mean > 0 else c["gap_s"][0]
+    hi = max(c["gap_s"][-1] * 1.5, 10 * mean)
+    xs = [c["gap_s"][0] * 0.999 if lo >= c["gap_s"][0] else lo, *c["gap_s"], hi]
+    trace_share = [c["zero_gap_share"], *c["share"], 1.0]
+    grid = [lo * (hi / lo) ** (k / POISSON_POINTS) for k in range(POISSON_POINTS + 1)]
+    poisson = [1.0 - math.exp(-x / mean) if mean > 0 else 1.0 for x in grid]
+    chart = svg.line_chart(
+        "interarrival", caption, [("trace", xs, trace_share),
+                                  ("Poisson, same mean", grid, poisson)],
+        x_label="gap between arrivals (log scale)", y_label="share of gaps ≤ x",
+        log_x=True, x_fmt=svg.seconds, y_fmt=svg.percent, y_min=0.0, y_max=1.0,
+        step=(True, False), x_range=_x(bounds), y_range=_y(bounds), legend_at="bottom")
+    cv = "n/a" if c.get("cv") is None else fmt.num(c["cv"])
+    note = (f"Mean gap {fmt.seconds(c['mean_gap_s'])}; CV {cv} (Poisson = 1); KS distance "
+            f"{fmt.num(c['ks_distance'])}; {fmt.pct(c['zero_gap_share'])} of the gaps are zero "
+            "(simultaneous arrivals, the trace's line starting above 0).")
+    return figure(caption, chart, note)
+
+
+def length_figure(wf: Section, key: str, bounds: Bounds | None = None) -> str:
+    """The histogram of one length (log bins when `log_x`), p50 and p99 marked."""
+    name = "Prompt" if key == "prompt_len" else "Output"
+    caption = f"{name} length per request"
+    d = wf.get(key)
+    if not isinstance(d, dict):
+        return _missing(wf, key, caption)
+    return _distribution_chart(d, key, caption, "tokens per request", fmt.tokens, bounds,
+                               f"{d['total']:,} successful requests")
+
+
+def _distribution_chart(d: Section, name: str, caption: str, x_label: str,
+                        show: Callable[[Any], str], bounds: Bounds | None, what: str,
+                        x_fmt: svg.Formatter = svg.short) -> str:
+    vlines = [(d[p], f"{p} {show(d[p])}") for p in ("p50", "p99")
+              if d.get(p) is not None and (not d["log_x"] or d[p] > 0)]
+    chart = svg.histogram_chart(
+        name, caption, d["edges"], d["counts"],
+        x_label=x_label + (" (log scale)" if d["log_x"] else ""), x_fmt=x_fmt,
+        vlines=vlines, log_x=d["log_x"], x_range=_x(bounds), y_range=_y(bounds),
+        y_label="count")
+    note = (f"{what}; p50 {show(d['p50'])}, p90 {show(d['p90'])}, p99 {show(d['p99'])}."
+            + (" Log-spaced bins: the values span decades." if d["log_x"] else ""))
+    return figure(caption, chart, note)
+
+
+def lengths_cdf_figure(wf: Section, bounds: Bounds | None = None) -> str:
+    """The CDFs of prompt and output lengths on one chart (log x when they span decades)."""
+    caption = "Prompt and output length CDFs"
+    dists = [(label, wf.get(key)) for label, key in (("prompt", "prompt_len"),
+                                                      ("output", "output_len"))]
+    present = [(label, d) for label, d in dists if isinstance(d, dict)]
+    if not present:
+        return _missing(wf, "prompt_len", caption)
+    log_x = any(d["log_x"] for _, d in present)
+    chart = svg.line_chart(
+        "length_cdf", caption, [(f"{label} tokens", d["cdf_tokens"], d["cdf_share"])
+                                for label, d in present],
+        x_label="tokens per request" + (" (log scale)" if log_x else ""),
+        y_label="share of requests ≤ x", log_x=log_x, y_fmt=svg.percent, y_min=0.0,
+        y_max=1.0, step=True, x_range=_x(bounds), y_range=_y(bounds), legend_at="bottom")
+    note = "; ".join(f"{label} p50 {fmt.tokens(d['p50'])}, p99 {fmt.tokens(d['p99'])}"
+                     for label, d in present) + "."
+    if log_x:
+        note += " Zero-length requests are left off the log axis."
+    return figure(caption, chart, note)
+
+
+def tenants_figure(wf: Section, bounds: Bounds | None = None) -> str:
+    """Each tenant's share of the requests."""
+    caption = "Requests per tenant"
+    tenants = wf.get("tenants")
+    if not tenants:
+        return _missing(wf, "tenants", caption)
+    chart = svg.bar_chart(
+        "tenants", caption, [str(t["label"]) for t in tenants],
+        [float(t["request_share"]) for t in tenants], value_label="share of the requests",
+        value_fmt=svg.percent, horizontal=True, value_range=_x(bounds))
+    return figure(caption, chart, f"{len(tenants)} bars, the most requests first.")
+
+
+def session_depth_figure(wf: Section, bounds: Bounds | None = None) -> str:
+    """Sessions by their number of turns."""
+    caption = "Sessions by depth"
+    s = wf.get("sessions")
+    if not isinstance(s, dict):
+        return _missing(wf, "sessions", caption)
+    depths = [str(d) for d in s["depths"]]
+    if len(depths) >= 30:
+        depths[-1] += "+"
+    chart = svg.bar_chart("session_depth", caption, depths,
+                          [float(v) for v in s["sessions_by_depth"]], value_label="sessions",
+                          category_label="turns per session", value_range=_y(bounds))
+    one_turn = " Every session has one turn." if list(s["depths"]) == [1] else ""
+    return figure(caption, chart, f"{s['sessions']:,} sessions.{one_turn}")
+
+
+def think_time_figure(wf: Section, bounds: Bounds | None = None) -> str:
+    """The distribution of the think time between consecutive turns of a session."""
+    caption = "Think time between turns"
+    s = wf.get("sessions")
+    if not isinstance(s, dict):
+        return _missing(wf, "sessions", caption)
+    d = s.get("think_time")
+    if not isinstance(d, dict):
+        return said(caption, "No session has two turns: there is no think time to draw.")
+    return _distribution_chart(
+        d, "think_time", caption, "think time", fmt.seconds, bounds,
+        f"{d['total']:,} gaps, each measured from {s['think_time_from']} to the next turn's "
+        "arrival", x_fmt=svg.seconds)
+
+
+def reuse_figure(wf: Section, bounds: Bounds | None = None) -> str:
+    """The prefix-hit ratio per bin of arrivals, the overall ratio as a line."""
+    caption = "Prefix-hit ratio over time"
+    r = wf.get("reuse_over_time")
+    if not isinstance(r, dict):
+        return _missing(wf, "reuse_over_time", caption)
+    t0 = r["t_s"][0]
+    scale, unit = time_unit(r["t_s"][-1] - t0 + r["bin_s"])
+    xs = [(t - t0) / scale for t in r["t_s"]]
+    overall = r["overall_hit_ratio"]
+    chart = svg.line_chart(
+        "reuse_over_time", caption, [("hit ratio", xs, r["hit_ratio"])],
+        x_label=f"time since the first arrival ({unit})", y_label="token hit ratio",
+        y_fmt=svg.percent, y_min=0.0, y_max=1.0, step=True,
+        hlines=[(overall, f"overall {fmt.pct(overall)}")], x_range=_scaled(bounds, scale),
+        y_range=_y(bounds))
+    return figure(f"{caption} ({fmt.seconds(r['bin_s'])} bins)", chart,
+                  f"Prefix-hit tokens over prompt tokens of the requests arriving in each "
+                  f"{fmt.seconds(r['bin_s'])}, under the replay's preset; overall "
+                  f"{fmt.pct(overall)}.")
+
+
+def workload_figures(doc: dict[str, Any]) -> list[str]:
+    """The workload pictures of one run in page order; [] when the report has none."""
+    wf = doc.get("workload_figures")
+    if not isinstance(wf, dict):
+        return []
+    figures = [arrivals_figure(wf), tokens_figure(wf), interarrival_figure(wf),
+               length_figure(wf, "prompt_len"), length_figure(wf, "output_len"),
+               lengths_cdf_figure(wf), tenants_figure(wf), session_depth_figure(wf),
+               think_time_figure(wf), reuse_figure(wf)]
+    return figures
