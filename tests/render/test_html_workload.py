@@ -184,3 +184,10 @@ def test_a_hit_length_histogram_without_a_hit_says_so_in_words() -> None:
     # and one hit is drawn
     plots["hit_length"] = {**plots["hit_length"], "edges": [0.0, 5.0, 10.0], "counts": [11, 1]}
     assert 'data-plot="hit_length"' in _hist(plots, "hit_length", "c", "x", seconds=False)
+
+
+def test_axis_seconds_read_as_minutes_and_hours_past_ten_minutes() -> None:
+    from yaotu_trace.render.svg import seconds
+
+    assert [seconds(v) for v in (0.0, 0.0123, 1.5, 120.0, 2000.0, 6000.0, 40000.0)] == [
+        "0", "12.3 ms", "1.5 s", "120 s", "33.3 min", "100 min", "11.1 h"]

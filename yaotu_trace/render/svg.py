@@ -146,7 +146,11 @@ def seconds(value: float) -> str:
         return "0"
     if mag < 1:
         return f"{value * 1e3:.3g} ms"
-    return f"{value:.3g} s"
+    if mag < 600:
+        return f"{value:.3g} s"
+    if mag < 36000:  # ticks of 2e+03 s read as minutes
+        return f"{value / 60:.3g} min"
+    return f"{value / 3600:.3g} h"
 
 
 def _open(name: str, title: str, frame: Frame) -> list[str]:
