@@ -14,14 +14,18 @@ from yaotu_trace.cli.app import OUTPUT_OPTIONS, app
 # Options whose meaning is the command's own: an engine's settings in `simulate` versus the
 # caps observed by `diagnose`, each command's data output, and `generate`'s model column.
 OWN = {
-    ("--block-size", "simulate"), ("--instances", "simulate"), ("--route", "simulate"),
-    ("--max-num-seqs", "simulate"), ("--max-batched-tokens", "simulate"),
+    ("--block-size", "simulate"), ("--route", "simulate"), ("--max-batched-tokens", "simulate"),
     ("--model", "generate"), ("--seed", "generate"), ("--scenario", "compare"),
     ("--format", "report"), ("--out", "replay"), ("--out", "simulate"), ("--out", "convert"),
     ("--out", "generate"), ("--steps-out", "simulate"), ("--steps-out", "generate"),
 }
-# `--block-size` of the diagnosis (KV blocks) and of the prefix-cache rules (cache blocks).
-FAMILIES = {"--block-size": ({"diagnose", "check", "report"}, {"replay", "sweep"})}
+# `--block-size` of the diagnosis (KV blocks) and of the prefix-cache rules (cache blocks);
+# the engine's `--instances` and `--max-num-seqs` (`simulate`, `report --simulate`) and the
+# observed ones of the other commands.
+OBSERVED = {"analyze", "diagnose", "check", "compare", "diff", "replay", "sweep"}
+FAMILIES = {"--block-size": ({"diagnose", "check", "report"}, {"replay", "sweep"}),
+            "--instances": ({"simulate", "report"}, OBSERVED),
+            "--max-num-seqs": ({"simulate", "report"}, OBSERVED)}
 DATA_WRITERS = {"convert", "generate"}
 
 

@@ -262,3 +262,9 @@ ThresholdOpt = Annotated[
     typer.Option("--threshold", "-t", metavar="NAME=VALUE",
                  help="Override a diagnosis threshold (repeatable); see docs/rules.md."),
 ]
+
+ScenarioOpt = Annotated[
+    Path | None,
+    typer.Option("--scenario", help="TOML file of the engine options (those of trace "
+                 "simulate); command-line options override it.", dir_okay=False),
+]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,6 +22,7 @@ from yaotu_trace.cli.options import (
     ModelOpt,
     OutputOpt,
     PresetOpt,
+    ScenarioOpt,
     SourceBlockOpt,
     StepsBeforeOpt,
     StepsOpt,
@@ -65,9 +65,7 @@ def report(
         "--simulate", help="Model the engine's timing first (trace simulate, in memory) for a "
         "trace of arrivals and lengths only; needs --model and --gpu or --scenario. Every "
         "timing panel is marked modelled.")] = False,
-    scenario: Annotated[Path | None, typer.Option(
-        "--scenario", help="With --simulate: TOML file of trace simulate's engine options; "
-        "command-line options override it.", dir_okay=False)] = None,
+    scenario: ScenarioOpt = None,
     kv_blocks: KvBlocksOpt = None,
     max_num_seqs: MaxSeqsOpt = None,
     instances: InstancesOpt = None,

@@ -18,6 +18,7 @@ from yaotu_trace.cli.options import (
     MetricsOutOpt,
     ModelOpt,
     OutputOpt,
+    ScenarioOpt,
     SourceBlockOpt,
     TraceArg,
 )
@@ -100,9 +101,7 @@ def simulate(
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
     gpu: GpuOpt = None,
-    scenario: Annotated[Path | None, typer.Option(
-        "--scenario", help="TOML file of these options; command-line options override it.",
-        dir_okay=False)] = None,
+    scenario: ScenarioOpt = None,
     steps_out: Annotated[Path | None, typer.Option(
         "--steps-out", help="Step log (.parquet, .jsonl or .csv).")] = None,
     metrics_out: MetricsOutOpt = None,
