@@ -13,6 +13,7 @@ JSON and Markdown outputs never carry them.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -41,6 +42,13 @@ class TerminalCharts:
     output_len: LengthDistribution | None = None
     capacity: ReuseOverview | None = None
     kv: Series | None = None
+
+
+def wrap(line: str, width: int) -> list[str]:
+    """A line of words wrapped to `width`, continuations indented two more than it."""
+    lead = line[:len(line) - len(line.lstrip())]
+    return textwrap.wrap(line.strip(), width, initial_indent=lead,
+                         subsequent_indent=lead + "  ", break_on_hyphens=False) or [""]
 
 
 def levels(values: Sequence[float], top: float | None = None) -> list[int]:
@@ -87,29 +95,70 @@ def time_means(t_s: Sequence[float], values: Sequence[float], columns: int
     return [s / c if c else None for s, c in zip(sums, counts, strict=True)], lo, width_s
 
 
-def marks(width: int, points: Sequence[tuple[int, str]], *, unicode: bool = True) -> str:
-    """A line with '▲' (or '^') at each column followed by its label; a label that would
-    run into the one before it moves right, and the line is cut at `width`."""
+def marks(width: int, points: Sequence[tuple[int, str]], *,
+          unicode: bool = True) -> list[str]:
+    """'▲' (or '^') at each column with its label after it, else before it; a label with no
+    room beside its arrow goes on a second line, starting under its arrow."""
     arrow = "▲" if unicode else "^"
-    line: list[str] = []
-    for col, label in sorted(points):
-        start = max(col, len(line) + (1 if line else 0))
-        line += [" "] * (start - len(line))
-        line += list(arrow + label)
-    return "".join(line)[:width].rstrip()
+    pts = sorted((col, label) for col, label in points if col < width)
+    line = [" "] * width
+    for col, _ in pts:
+        line[col] = arrow
+    used = -1  # the last column written
+    below: list[tuple[int, str]] = []
+    for i, (col, label) in enumerate(pts):
+        limit = pts[i + 1][0] - 2 if i + 1 < len(pts) else width - 1
+        if col + len(label) <= limit:
+            line[col + 1:col + 1 + len(label)] = label
+            used = col + len(label)
+        elif col - len(label) - 1 > used:
+            line[col - len(label):col] = label
+            used = col
+        else:
+            used = col
+            below.append((col, label))
+    out = ["".join(line).rstrip()]
+    if below:
+        second: list[str] = []
+        for col, label in below:
+            start = max(col, len(second) + (1 if second else 0))
+            second += [" "] * (start - len(second)) + list(label)
+        out.append("".join(second)[:width].rstrip())
+    return out
 
 
-def span_marker(width: int, first: int, last: int, label: str, *,
-                unicode: bool = True) -> list[str]:
-    """Columns first..last underlined ('▔' or '^') with the label after them, else before
-    them, else on a line of its own."""
-    bar = ("▔" if unicode else "^") * (last - first + 1)
-    after = " " * first + bar + " " + label
-    if len(after) <= width:
-        return [after]
-    if len(label) + 1 <= first:
-        return [" " * (first - len(label) - 1) + label + " " + bar]
-    return [(" " * first + bar)[:width], label[:width]]
+def window_columns(start_s: float, end_s: float, first_s: float, column_s: float,
+                   columns: int) -> tuple[int, int]:
+    """The first and last column a window [start, end) overlaps."""
+    a = max(0, min(columns - 1, int((start_s - first_s) / column_s)))
+    b = max(a, min(columns - 1, math.ceil((end_s - first_s) / column_s) - 1))
+    return a, b
+
+
+def ranked_spans(width: int, spans: Sequence[tuple[int, int]], *, unicode: bool = True) -> str:
+    """A line underlining each span of columns ('▔' or '^'), its rank (1 = the first span)
+    in its first column."""
+    line = [" "] * width
+    for rank, (first, last) in enumerate(spans, start=1):
+        for k in range(first, min(last, width - 1) + 1):
+            line[k] = "▔" if unicode else "^"
+        if first < width:
+            line[first] = str(rank)
+    return "".join(line).rstrip()
+
+
+def wrap_items(head: str, items: Sequence[str], width: int) -> list[str]:
+    """`head` and the items joined by ', ' in lines of at most `width` (continuations
+    indented under the first item)."""
+    lines, line = [], head
+    for k, item in enumerate(items):
+        piece = item if k == 0 else ", " + item
+        if k and len(line) + len(piece) > width:
+            lines.append(line + ",")
+            line = " " * len(head) + item
+        else:
+            line += piece
+    return [*lines, line]
 
 
 def duration(seconds: float) -> str:
@@ -119,25 +168,30 @@ def duration(seconds: float) -> str:
 
 
 def arrivals_chart(series: ArrivalSeries, width: int, *, unicode: bool = True) -> list[str]:
-    """Requests per second over the trace, the busiest window underlined, peak and mean."""
+    """Requests per second over the trace, the busiest windows underlined by rank (the
+    tallest column can sit in the second: a narrower column than the window sees a sharper
+    peak), the peak column and the mean."""
     room = max(10, width - len(INDENT))
     rates, k = group_means(series.requests_per_s, room)
     column_s = k * series.bin_s
     first_s = series.t_s[0]
     span_s = len(series.requests_per_s) * series.bin_s
     peak = max(rates)
-    lines = [f"Arrivals over time (requests/s; one column = {duration(column_s)}, "
-             f"{duration(span_s)} in all)",
+    lines = [*wrap(f"Arrivals over time (requests/s; one column = {duration(column_s)}, "
+                   f"{duration(span_s)} in all)", width),
              INDENT + sparkline(rates, unicode=unicode)]
     if series.busiest:
-        top = max(series.busiest, key=lambda w: (w.requests, -w.start_s))
-        a = max(0, min(len(rates) - 1, int((top.start_s - first_s) / column_s)))
-        b = max(a, min(len(rates) - 1, math.ceil((top.end_s - first_s) / column_s) - 1))
-        label = (f"busiest {duration(top.end_s - top.start_s)}: "
-                 f"{fmt.num(top.rate_rps)} req/s from {duration(top.start_s - first_s)}")
-        lines += [INDENT + line for line in span_marker(room, a, b, label, unicode=unicode)]
-    lines.append(f"{INDENT}peak {fmt.num(peak)} req/s (per {duration(column_s)} column), "
-                 f"mean {fmt.num(series.mean_rate_rps)} req/s")
+        ranked = sorted(series.busiest, key=lambda w: (-w.requests, w.start_s))
+        spans = [window_columns(w.start_s, w.end_s, first_s, column_s, len(rates))
+                 for w in ranked]
+        lines.append(INDENT + ranked_spans(room, spans, unicode=unicode))
+        window_s = ranked[0].end_s - ranked[0].start_s
+        items = [f"{rank} {fmt.num(w.rate_rps)} req/s from {duration(w.start_s - first_s)}"
+                 for rank, w in enumerate(ranked, start=1)]
+        lines += [INDENT + line
+                  for line in wrap_items(f"busiest {duration(window_s)}: ", items, room)]
+    lines += wrap(f"{INDENT}peak {fmt.num(peak)} req/s (per {duration(column_s)} column), "
+                  f"mean {fmt.num(series.mean_rate_rps)} req/s", width)
     return [line[:width] for line in lines]
 
 
@@ -168,11 +222,11 @@ def length_chart(dist: LengthDistribution, width: int, *, unicode: bool = True) 
     lo, hi = fmt.length(dist.edges[0]), fmt.length(dist.edges[-1])
     points = [(_bin_of(edges, dist.p50) * per_bin, f"p50 {fmt.length(dist.p50)}"),
               (_bin_of(edges, dist.p99) * per_bin, f"p99 {fmt.length(dist.p99)}")]
-    lines = [f"{dist.label.capitalize()} ({fmt.count(dist.total)} requests; {scale} bins "
-             f"{lo} to {hi})",
+    lines = [*wrap(f"{dist.label.capitalize()} ({fmt.count(dist.total)} requests; {scale} "
+                   f"bins {lo} to {hi})", width),
              INDENT + line,
-             INDENT + marks(room, points, unicode=unicode)]
-    return [text[:width] for text in lines]
+             *(INDENT + text for text in marks(room, points, unicode=unicode))]
+    return [line[:width] for line in lines]
 
 
 def capacity_chart(overview: ReuseOverview, width: int, *, unicode: bool = True) -> list[str]:
@@ -195,8 +249,8 @@ def capacity_chart(overview: ReuseOverview, width: int, *, unicode: bool = True)
     ratio_w = len("100.0 %")
     bar_w = max(5, width - len(INDENT) - name_w - cap_w - ratio_w - 3)
     full, empty = ("█", "░") if unicode else ("#", ".")
-    lines = [f"Prefix hit ratio vs LRU capacity (preset {overview.preset}; bar: share of "
-             "prompt tokens hit)"]
+    lines = wrap(f"Prefix hit ratio vs LRU capacity (preset {overview.preset}; bar: share of "
+                 "prompt tokens hit)", width)
     for name, cap, ratio in rows:
         filled = round(bar_w * max(0.0, min(1.0, ratio)))
         bar = full * filled + empty * (bar_w - filled)
@@ -220,15 +274,15 @@ def kv_chart(series: Series, width: int, *, unicode: bool = True) -> list[str]:
     capacity = ("" if series.capacity is None
                 else f", full height = capacity {value(series.capacity)}"
                 if top == series.capacity else "")
-    lines = [f"{series.label} over time ({series.source}; one column = "
-             f"{duration(column_s)}{capacity})",
+    lines = [*wrap(f"{series.label} over time ({series.source}; one column = "
+                   f"{duration(column_s)}{capacity})", width),
              INDENT + sparkline(drawn, top=top, unicode=unicode)]
     peak_at = series.t_s[list(series.values).index(peak)] - lo
     mean = sum(series.values) / len(series.values)
-    lines.append(f"{INDENT}peak {value(peak)} at {duration(peak_at)} from the start, "
-                 f"mean {value(mean)}"
-                 + ("" if series.capacity is None or as_share
-                    else f", capacity {value(series.capacity)}"))
+    lines += wrap(f"{INDENT}peak {value(peak)} at {duration(peak_at)} from the start, "
+                  f"mean {value(mean)}"
+                  + ("" if series.capacity is None or as_share
+                     else f", capacity {value(series.capacity)}"), width)
     return [line[:width] for line in lines]
 
 
