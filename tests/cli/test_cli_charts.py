@@ -121,3 +121,11 @@ def test_azure_code_arrivals_peak_inside_a_marked_busiest_window(capsys) -> None
     first = spans.index("1")
     assert max(heights[first:first + 2]) == sorted(heights)[-2]
     assert "1 12.05 req/s from 9.5 min" in lines[at + 3]
+
+
+def test_the_diagnose_docs_show_the_charts_as_drawn(capsys) -> None:
+    """docs/diagnose.md: the charts of diag-kv-churn, as `trace diagnose --charts` draws them."""
+    text = (ROOT / "docs" / "diagnose.md").read_text(encoding="utf-8")
+    shown = text.split("On `diag-kv-churn` (`COLUMNS=100`):\n\n```\n", 1)[1].split("```", 1)[0]
+    out = _table(["diagnose", *KV, "--charts"], capsys)
+    assert shown in out

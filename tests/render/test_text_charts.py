@@ -171,3 +171,12 @@ def test_every_line_fits_and_ascii_has_no_block_character(width: int) -> None:
     assert all(ord(ch) < 128 for line in lines for ch in line)
     assert "" in lines  # a blank line between charts
     assert chart_lines(TerminalCharts(), width) == []
+
+
+def test_a_busiest_window_below_the_mean_rate_is_not_marked() -> None:
+    rates = [1.0] * 10 + [9.0] + [1.0] * 9
+    windows = (Window(start_s=10.0, end_s=11.0, requests=9, rate_rps=9.0),
+               Window(start_s=19.0, end_s=20.0, requests=1, rate_rps=1.0))  # mean is 1.4
+    lines = arrivals_chart(_arrivals(rates, windows), 80)
+    assert lines[2] == "  " + " " * 10 + "1"
+    assert lines[3] == "  busiest 1 s: 1 9.00 req/s from 10 s"

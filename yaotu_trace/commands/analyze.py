@@ -87,7 +87,6 @@ def terminal_charts(trace: Trace, *, reuse: Any = None, lengths: bool = True, kv
     import numpy as np
 
     from yaotu_trace.data.outcome import successful_mask
-    from yaotu_trace.profile.figures import kv_series
     from yaotu_trace.profile.workload_figures import arrival_series, length_distribution
     from yaotu_trace.render.text_charts import TerminalCharts
 
@@ -104,7 +103,11 @@ def terminal_charts(trace: Trace, *, reuse: Any = None, lengths: bool = True, kv
             prompt = length_distribution(prompt_len[ok], "prompt tokens")
             output = length_distribution(output_len[ok], "output tokens")
     capacity = reuse if getattr(reuse, "available", False) else None
-    series = kv_series(trace, kv_capacity_tokens)[0] if kv else None
+    series = None
+    if kv:  # diagnose only: analyze does not pay for the module
+        from yaotu_trace.profile.figures import kv_series
+
+        series = kv_series(trace, kv_capacity_tokens)[0]
     return TerminalCharts(arrivals=arrivals, prompt_len=prompt, output_len=output,
                           capacity=capacity, kv=series)
 

@@ -180,8 +180,11 @@ def arrivals_chart(series: ArrivalSeries, width: int, *, unicode: bool = True) -
     lines = [*wrap(f"Arrivals over time (requests/s; one column = {duration(column_s)}, "
                    f"{duration(span_s)} in all)", width),
              INDENT + sparkline(rates, unicode=unicode)]
-    if series.busiest:
-        ranked = sorted(series.busiest, key=lambda w: (-w.requests, w.start_s))
+    # A "busiest" window no busier than the mean (the last stretch of a short trace) is not
+    # marked.
+    busy = [w for w in series.busiest if w.rate_rps > series.mean_rate_rps]
+    if busy:
+        ranked = sorted(busy, key=lambda w: (-w.requests, w.start_s))
         spans = [window_columns(w.start_s, w.end_s, first_s, column_s, len(rates))
                  for w in ranked]
         lines.append(INDENT + ranked_spans(room, spans, unicode=unicode))
