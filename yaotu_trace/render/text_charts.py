@@ -225,7 +225,8 @@ def length_chart(dist: LengthDistribution, width: int, *, unicode: bool = True) 
     lo, hi = fmt.length(dist.edges[0]), fmt.length(dist.edges[-1])
     points = [(_bin_of(edges, dist.p50) * per_bin, f"p50 {fmt.length(dist.p50)}"),
               (_bin_of(edges, dist.p99) * per_bin, f"p99 {fmt.length(dist.p99)}")]
-    lines = [*wrap(f"{dist.label.capitalize()} ({fmt.count(dist.total)} requests; {scale} "
+    noun = "request" if dist.total == 1 else "requests"
+    lines = [*wrap(f"{dist.label.capitalize()} ({fmt.count(dist.total)} {noun}; {scale} "
                    f"bins {lo} to {hi})", width),
              INDENT + line,
              *(INDENT + text for text in marks(room, points, unicode=unicode))]
