@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from yaotu_trace.cli.app import command, emit, trace_input
+from yaotu_trace.cli.app import ChartsOpt, charts_wanted, command, emit, trace_input
 from yaotu_trace.cli.options import (
     FormatOpt,
     InputFormatOpt,
@@ -29,6 +29,7 @@ def analyze(
     warmup: WarmupOpt = None,
     preset: PresetOpt = None,
     quiet: QuietOpt = False,
+    charts: ChartsOpt = None,
 ) -> None:
     """Profile a trace: arrivals and burstiness, lengths, population, observed timing.
 
@@ -43,6 +44,14 @@ def analyze(
       trace analyze logs.csv --map arrival_s=ts --map prompt_len=input_tokens
 
       trace analyze conversation_trace.jsonl --warmup 50%
+
+      trace analyze chat.parquet --no-charts
+
+    In a terminal the table output opens with text charts: arrivals over time (the busiest
+    minute underlined), the prompt and output length histograms (p50 and p99 marked) and, for a
+    trace with prompt content, the hit ratio at the capacities of the prefix-reuse section.
+    --charts draws them into a file or pipe too, --no-charts leaves them out; --quiet only
+    hides the progress bar.
     """
     from yaotu_trace.commands.analyze import analyze as run
     from yaotu_trace.commands.analyze import bench_summary_report
@@ -51,6 +60,7 @@ def analyze(
 
     if warmup is not None:
         parse_warmup(warmup)  # a bad window fails before the trace is read
+    pictures = charts_wanted(charts, format, output)
 
     with progress("analyze", quiet) as update:
         source = trace_input(trace, input_format, map, source_block_size, steps)
@@ -59,5 +69,5 @@ def analyze(
             loaded = open_trace(source, lazy_content=True, progress=update,
                                 arrivals_optional=True)
             update("profiling", 0.5)
-            report = run(loaded, preset=preset, warmup=warmup)
+            report = run(loaded, preset=preset, warmup=warmup, charts=pictures)
     emit(report, format, output)

@@ -65,6 +65,36 @@ def report_format(fmt: OutputFormat | None, output: Path | None,
     return fmt or REPORT_SUFFIXES.get(suffix, default)
 
 
+ChartsOpt = Annotated[
+    bool | None,
+    typer.Option("--charts/--no-charts", help="Text charts in the table output (arrivals over "
+                 "time, lengths, KV, the capacity curve): on by default when the report goes to "
+                 "a terminal, off otherwise; never in JSON or Markdown. Example: trace analyze "
+                 "chat.parquet --charts | less -R"),
+]
+
+
+def charts_wanted(charts: bool | None, fmt: OutputFormat | None, output: Path | None,
+                  default: OutputFormat = OutputFormat.TABLE) -> bool:
+    """Whether the command computes the table output's charts: `--charts/--no-charts` when
+    given, else only when the table goes to a terminal; never for another format, whose
+    output does not carry them (so no time is spent on them)."""
+    if report_format(fmt, output, default) is not OutputFormat.TABLE:
+        return False
+    if charts is not None:
+        return charts
+    return (output is None or output == STDOUT) and sys.stdout.isatty()
+
+
+def _encodes_blocks(stream: Any) -> bool:
+    """Whether the stream's encoding can write the charts' block characters (else ASCII)."""
+    try:
+        "▁█▔▲░".encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
 def emit(report: Report, fmt: OutputFormat | None, output: Path | None,
          default: OutputFormat = OutputFormat.TABLE) -> None:
     """Render the report and write it to stdout or `output` with the command's other outputs."""
@@ -75,7 +105,8 @@ def emit(report: Report, fmt: OutputFormat | None, output: Path | None,
     if to_terminal:
         width = max(80, min(140, os.get_terminal_size().columns))
     color = to_terminal and "NO_COLOR" not in os.environ
-    text = render(report, chosen, width=width, color=color)
+    unicode = _encodes_blocks(sys.stdout) if to_stdout else True  # files are UTF-8
+    text = render(report, chosen, width=width, color=color, unicode=unicode)
     if to_stdout:
         defer(lambda: _write_stdout(text))
     else:

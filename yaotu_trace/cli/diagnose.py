@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, emit, trace_input
+from yaotu_trace.cli.app import ChartsOpt, charts_wanted, command, emit, trace_input
 from yaotu_trace.cli.options import (
     BlockSizeOpt,
     DaskOpt,
@@ -69,6 +69,7 @@ def diagnose(
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
     quiet: QuietOpt = False,
+    charts: ChartsOpt = None,
 ) -> None:
     """Find the bottleneck: queueing, KV memory, prefix reuse or prefill/decode interference.
 
@@ -92,6 +93,13 @@ def diagnose(
 
       trace diagnose sim.parquet --steps steps.parquet --model Llama-3.1-8B --gpu H100
       --link-gbps 400
+
+      trace diagnose requests.parquet --steps steps.csv --no-charts
+
+    In a terminal the table output shows text charts after the input: KV usage over time
+    (step log; else the KV demand of running requests from their timing) and arrivals over
+    time. --charts draws them into a file or pipe too, --no-charts leaves them out; --quiet
+    only hides the progress bar.
     """
     from yaotu_trace.commands.diagnose import diagnose as run
 
@@ -100,6 +108,7 @@ def diagnose(
                           "TRACE; give the trace, or drop them to judge --metrics alone")
     source = None if trace is None else trace_input(trace, input_format, map,
                                                     source_block_size, steps)
+    pictures = charts_wanted(charts, format, output)
     with progress("diagnose", quiet) as update:
         report = run(
             source, metrics=metrics, steps=steps if trace is None else None, log_tz=log_tz,
@@ -107,6 +116,6 @@ def diagnose(
             kv_capacity=kv_capacity,
             block_size_tokens=block_size, max_num_seqs=max_num_seqs,
             max_batched_tokens=max_batched_tokens, gpu=gpu, link_gbps=link_gbps, preset=preset,
-            threshold=threshold or (), jobs=jobs, dask=dask, progress=update,
+            threshold=threshold or (), jobs=jobs, dask=dask, progress=update, charts=pictures,
         )
     emit(report, format, output)

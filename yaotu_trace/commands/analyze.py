@@ -37,13 +37,15 @@ ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"success": _success,
 
 
 def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None = None,
-            progress: Progress | None = None) -> Report:
+            progress: Progress | None = None, charts: bool = False) -> Report:
     """`trace analyze`: the workload profile plus every registered section that applies.
 
     `preset` is the prefix replay's (default: the one `trace replay` picks for this trace, so
     both give the same unlimited hits). `warmup` counts the prefix reuse after that window
     only (`prefix/window.py`); the profile covers every request. A step log from another run is
-    refused, and one partly outside the trace noted (`ingest.telemetry.fit_telemetry`)."""
+    refused, and one partly outside the trace noted (`ingest.telemetry.fit_telemetry`).
+    `charts` adds the console's pictures (`Report.charts`: arrivals, lengths, the capacity
+    points); the sections, and so the JSON, are the same either way."""
     from yaotu_trace.ingest.telemetry import fit_telemetry
     from yaotu_trace.prefix.window import parse_warmup
     from yaotu_trace.profile.workload import profile_trace
@@ -70,8 +72,44 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
         if section is not None:
             sections[name] = section
     config = {} if spec is None else {"warmup": spec.text}
+    pictures = (terminal_charts(loaded, reuse=sections.get("prefix_reuse")) if charts
+                else None)
     return Report(command="analyze", input=input_summary(loaded), config=config,
-                  sections=sections)
+                  sections=sections, charts=pictures)
+
+
+def terminal_charts(trace: Trace, *, reuse: Any = None, lengths: bool = True, kv: bool = False,
+                    kv_capacity_tokens: float | None = None) -> Any:
+    """The console's pictures of a read trace (`render/text_charts.TerminalCharts`): arrivals
+    over time and, with `lengths`, the prompt and output lengths of the successful requests
+    (as `profile.workload_figures` computes them); the capacity points of the prefix-reuse
+    section `reuse` when it has them; with `kv` the KV series (`profile.figures.kv_series`)."""
+    import numpy as np
+
+    from yaotu_trace.data.outcome import successful_mask
+    from yaotu_trace.profile.workload_figures import arrival_series, length_distribution
+    from yaotu_trace.render.text_charts import TerminalCharts
+
+    df = trace.requests
+    arrivals = prompt = output = None
+    if len(df):
+        prompt_len = df["prompt_len"].to_numpy(dtype=np.float64)
+        output_len = df["output_len"].to_numpy(dtype=np.float64)
+        if trace.has_arrivals:
+            arrivals = arrival_series(df["arrival_s"].to_numpy(dtype=np.float64), prompt_len,
+                                      output_len)
+        if lengths:
+            ok = successful_mask(df)
+            prompt = length_distribution(prompt_len[ok], "prompt tokens")
+            output = length_distribution(output_len[ok], "output tokens")
+    capacity = reuse if getattr(reuse, "available", False) else None
+    series = None
+    if kv:  # diagnose only: analyze does not pay for the module
+        from yaotu_trace.profile.figures import kv_series
+
+        series = kv_series(trace, kv_capacity_tokens)[0]
+    return TerminalCharts(arrivals=arrivals, prompt_len=prompt, output_len=output,
+                          capacity=capacity, kv=series)
 
 
 def bench_summary_report(source: TraceSource) -> Report | None:

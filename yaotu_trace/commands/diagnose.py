@@ -40,6 +40,7 @@ def diagnose(
     jobs: int = 1,
     dask: str | None = None,
     progress: Progress | None = None,
+    charts: bool = False,
 ) -> Report:
     """`trace diagnose`: the axes, the verdict, the ledger and the findings of a trace.
 
@@ -48,7 +49,8 @@ def diagnose(
     of one instance as `trace diagnose --kv-capacity` takes it (20000, 3.2Mtok, 40GiB);
     `threshold` overrides as `NAME=VALUE` (docs/rules.md). Every option is checked before the
     trace is read. Without a trace (`trace=None`), the telemetry alone is judged: `metrics`,
-    `steps` (a step log) or both.
+    `steps` (a step log) or both. `charts` adds the console's pictures (`Report.charts`: KV
+    over time, arrivals); the sections, and so the JSON, are the same either way.
     """
     from yaotu_trace.ingest.metrics import read_metrics
 
@@ -74,7 +76,7 @@ def diagnose(
         loaded = open_trace(trace, lazy_content=True)
     tell(progress, "judging the axes", 0.3)
     return diagnose_trace(loaded, metrics=engine_metrics, settings=settings,
-                          thresholds=thresholds)
+                          thresholds=thresholds, charts=charts)
 
 
 def log_zone_of(log_tz: str | None) -> tzinfo | None:
@@ -139,9 +141,12 @@ def diagnose_trace(
     metrics: EngineMetrics | None = None,
     settings: EngineSettings | None = None,
     thresholds: Thresholds | None = None,
+    charts: bool = False,
 ) -> Report:
     """The `diagnose` report of a read trace: sections principal, verdict, axes, ledger and
-    findings; its config names the settings, thresholds and metrics it was judged with."""
+    findings; its config names the settings, thresholds and metrics it was judged with. With
+    `charts`, the console's pictures of the trace judged: KV usage from the step log (else KV
+    demand from request timing, against the KV capacity when known) and the arrivals."""
     from yaotu_trace.axes import AXES
     from yaotu_trace.axes.base import EngineSettings
     from yaotu_trace.axes.thresholds import make_thresholds
@@ -162,9 +167,16 @@ def diagnose_trace(
         "thresholds_overridden": t.overridden(),
         "metrics": None if used is None else {"path": used.path, "series": sorted(used.names)},
     }
+    pictures = None
+    if charts:
+        from yaotu_trace.commands.analyze import terminal_charts
+
+        pictures = terminal_charts(judged.trace, lengths=False, kv=True,
+                                   kv_capacity_tokens=s.kv_capacity_tokens)
     return Report(
         command="diagnose",
         input=_input_of(judged.trace),
+        charts=pictures,
         config=config,
         sections={
             "principal": result.verdict.principal_axis,

@@ -133,6 +133,10 @@ class Report:
     input: InputSummary | InputPair
     config: Mapping[str, Any] = field(default_factory=dict)
     sections: Mapping[str, Any] = field(default_factory=dict)
+    # Pictures for the console (`render/text_charts.py:TerminalCharts`), filled only when a
+    # command is asked for them (`charts=True`); never in `to_dict`, so the JSON, the Markdown
+    # and a report's equality do not depend on them.
+    charts: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document: schema_version, tool, command, input, config, sections."""

@@ -22,13 +22,15 @@ class OutputFormat(StrEnum):
     HTML = "html"
 
 
-def render(report: Report, fmt: OutputFormat, *, width: int = 100, color: bool = False) -> str:
-    """Render a report in the chosen format; width and colour are decided by the caller."""
+def render(report: Report, fmt: OutputFormat, *, width: int = 100, color: bool = False,
+           unicode: bool = True) -> str:
+    """Render a report in the chosen format; width, colour and whether the output can encode
+    the charts' block characters (`unicode`) are decided by the caller."""
     match fmt:
         case OutputFormat.TABLE:
             from yaotu_trace.render.console import render_console
 
-            return render_console(report, width=width, color=color)
+            return render_console(report, width=width, color=color, unicode=unicode)
         case OutputFormat.JSON:
             from yaotu_trace.render.json_report import render_json
 

@@ -32,14 +32,17 @@ from yaotu_trace.render.blocks import (
     Panel,
     Styled,
 )
+from yaotu_trace.render.text_charts import TerminalCharts, chart_lines
 from yaotu_trace.render.views import find_view
 
 # Sections shown before the input summary.
 LEAD_SECTIONS: tuple[str, ...] = ("verdict",)
 
 
-def render_console(report: Report, *, width: int = 100, color: bool = False) -> str:
-    """Render every section of the report as rich tables into a string."""
+def render_console(report: Report, *, width: int = 100, color: bool = False,
+                   unicode: bool = True) -> str:
+    """Render every section of the report as rich tables into a string; the report's charts,
+    when it has them, after the input summary (ASCII ones unless `unicode`)."""
     buffer = io.StringIO()
     console = Console(
         file=buffer,
@@ -57,12 +60,26 @@ def render_console(report: Report, *, width: int = 100, color: bool = False) -> 
                 console.print(renderable)
     for renderable in input_renderables(report.input, report.command):
         console.print(renderable)
+    if report.charts is not None:
+        for renderable in chart_renderables(report.charts, width, unicode=unicode):
+            console.print(renderable)
     for name, section in report.sections.items():
         if section is None or name in LEAD_SECTIONS:
             continue
         for renderable in section_renderables(name, section):
             console.print(renderable)
     return buffer.getvalue()
+
+
+def chart_renderables(charts: TerminalCharts, width: int, *, unicode: bool = True
+                      ) -> list[RenderableType]:
+    """The charts under a heading, each line as drawn (never wrapped nor read as markup)."""
+    lines = chart_lines(charts, width, unicode=unicode)
+    if not lines:
+        return []
+    return [heading("Pictures"),
+            *(Text(line, style="bold" if line and not line.startswith(" ") else "",
+                   no_wrap=True, overflow="crop") for line in lines), Text("")]
 
 
 def section_renderables(name: str, section: object) -> list[RenderableType]:
