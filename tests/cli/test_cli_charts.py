@@ -36,14 +36,14 @@ def test_analyze_charts_show_arrivals_lengths_and_the_capacity_points(capsys) ->
     assert "▲p50 1,198" in out and "▲p99 4,277" in out  # the Lengths table's p50 / p99
     assert "50% of reuse  1,321 blocks" in out
     # The charts come before the sections, which are all still there.
-    assert out.index("Pictures") < out.index("\nArrivals\n") < out.index("Prefix reuse")
+    assert out.index("\nCharts\n") < out.index("\nArrivals\n") < out.index("Prefix reuse")
     assert all(len(line) <= 100 for line in out.splitlines())
 
 
 def test_no_charts_and_a_pipe_show_none(capsys) -> None:
     plain = _table(["analyze", CHAT], capsys)  # stdout is not a terminal here
     assert _table(["analyze", CHAT, "--no-charts"], capsys) == plain
-    assert "Pictures" not in plain and "▁" not in plain
+    assert "\nCharts\n" not in plain and "▁" not in plain
 
 
 def test_a_terminal_gets_the_charts_at_its_width(capsys, monkeypatch) -> None:
@@ -52,14 +52,14 @@ def test_a_terminal_gets_the_charts_at_its_width(capsys, monkeypatch) -> None:
     monkeypatch.setattr(os, "get_terminal_size", lambda *a: os.terminal_size((140, 40)))
     monkeypatch.setenv("NO_COLOR", "1")
     out = _table(["analyze", CHAT], capsys)
-    assert "Pictures" in out and "Arrivals over time" in out
+    assert "\nCharts\n" in out and "Arrivals over time" in out
 
     def spark(text: str) -> str:
         lines = text.splitlines()
         return lines[lines.index(next(x for x in lines if x.startswith("Arrivals over"))) + 1]
 
     assert len(spark(narrow)) <= 100 < len(spark(out)) <= 140  # fewer bins per column
-    assert "Pictures" not in _table(["analyze", CHAT, "--no-charts"], capsys)
+    assert "\nCharts\n" not in _table(["analyze", CHAT, "--no-charts"], capsys)
 
 
 def test_json_and_markdown_carry_no_chart(capsys) -> None:
@@ -67,7 +67,7 @@ def test_json_and_markdown_carry_no_chart(capsys) -> None:
     assert _table(["analyze", CHAT, "--format", "json", "--charts"], capsys) == doc
     markdown = _table(["analyze", CHAT, "--format", "markdown"], capsys)
     assert _table(["analyze", CHAT, "--format", "markdown", "--charts"], capsys) == markdown
-    assert "▁" not in markdown and "Pictures" not in markdown
+    assert "▁" not in markdown and "\nCharts\n" not in markdown
     json.loads(doc)
     diagnosed = _table(["diagnose", *KV, "--format", "json"], capsys)
     assert _table(["diagnose", *KV, "--format", "json", "--charts"], capsys) == diagnosed
@@ -88,7 +88,7 @@ def test_diagnose_charts_show_kv_usage_and_arrivals(capsys) -> None:
     assert "KV usage over time (step log" in out and "full height = capacity 100.0 %" in out
     assert "Arrivals over time" in out
     assert "Prompt tokens (" not in out  # diagnose draws KV and arrivals only
-    assert "Pictures" not in _table(["diagnose", *KV], capsys)
+    assert "\nCharts\n" not in _table(["diagnose", *KV], capsys)
 
 
 def test_ascii_when_stdout_cannot_encode_blocks(capsys, monkeypatch) -> None:
@@ -98,7 +98,7 @@ def test_ascii_when_stdout_cannot_encode_blocks(capsys, monkeypatch) -> None:
     assert _encodes_blocks(io.TextIOWrapper(io.BytesIO(), encoding="utf-8"))
     monkeypatch.setattr("yaotu_trace.cli.app._encodes_blocks", lambda stream: False)
     out = _table(["analyze", CHAT, "--charts"], capsys)
-    pictures = out[out.index("Pictures"):out.index("\nArrivals\n")]
+    pictures = out[out.index("\nCharts\n"):out.index("\nArrivals\n")]
     assert "Arrivals over time" in pictures and "^p50" in pictures
     assert all(ord(ch) < 128 for ch in pictures)
 

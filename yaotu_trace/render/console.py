@@ -77,7 +77,7 @@ def chart_renderables(charts: TerminalCharts, width: int, *, unicode: bool = Tru
     lines = chart_lines(charts, width, unicode=unicode)
     if not lines:
         return []
-    return [heading("Pictures"),
+    return [heading("Charts"),
             *(Text(line, style="bold" if line and not line.startswith(" ") else "",
                    no_wrap=True, overflow="crop") for line in lines), Text("")]
 
