@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import Any, NamedTuple
 
 from yaotu_trace.render import fmt, svg
 from yaotu_trace.render.html_parts import figure, unavailable
@@ -43,6 +43,25 @@ _TIME_UNITS = ((2 * 86400.0, 86400.0, "days"), (2 * 3600.0, 3600.0, "h"),
 def time_unit(span_s: float) -> tuple[float, str]:
     """(seconds per unit, unit name) for a time axis spanning `span_s`."""
     return next((scale, name) for least, scale, name in _TIME_UNITS if span_s >= least)
+
+
+class TimeAxis(NamedTuple):
+    """The x axis of a binned series: its first bin start and span (s), the unit and its
+    seconds, and each bin start in that unit from the first."""
+
+    t0_s: float
+    span_s: float
+    scale_s: float
+    unit: str
+    xs: list[float]
+
+
+def time_axis(series: Section) -> TimeAxis:
+    """The time axis of a series with `t_s` and `bin_s`, in the unit its span reads best in."""
+    t0 = series["t_s"][0]
+    span = series["t_s"][-1] - t0 + series["bin_s"]
+    scale, unit = time_unit(span)
+    return TimeAxis(t0, span, scale, unit, [(t - t0) / scale for t in series["t_s"]])
 
 
 def said(caption: str, words: str) -> str:
@@ -76,10 +95,7 @@ def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
     a = wf.get("arrivals")
     if not isinstance(a, dict):
         return _missing(wf, "arrivals", caption)
-    t0 = a["t_s"][0]
-    span = a["t_s"][-1] - t0 + a["bin_s"]
-    scale, unit = time_unit(span)
-    xs = [(t - t0) / scale for t in a["t_s"]]
+    t0, span, scale, unit, xs = time_axis(a)
     # A window as long as half the trace marks nothing: the whole plot would be shaded.
     busiest = [w for w in a["busiest"] if w["end_s"] - w["start_s"] < span / 2]
     largest = sorted(a["bursts"], key=lambda b: -b["requests"])[:LABELLED_BURSTS]
@@ -114,9 +130,7 @@ def tokens_figure(wf: Section, bounds: Bounds | None = None) -> str:
     a = wf.get("arrivals")
     if not isinstance(a, dict):
         return _missing(wf, "arrivals", caption)
-    t0 = a["t_s"][0]
-    scale, unit = time_unit(a["t_s"][-1] - t0 + a["bin_s"])
-    xs = [(t - t0) / scale for t in a["t_s"]]
+    _, _, scale, unit, xs = time_axis(a)
     chart = svg.line_chart(
         "tokens", caption, [("prompt tokens/s", xs, a["prompt_tokens_per_s"]),
                             ("output tokens/s", xs, a["output_tokens_per_s"])],
@@ -255,9 +269,7 @@ def reuse_figure(wf: Section, bounds: Bounds | None = None) -> str:
     r = wf.get("reuse_over_time")
     if not isinstance(r, dict):
         return _missing(wf, "reuse_over_time", caption)
-    t0 = r["t_s"][0]
-    scale, unit = time_unit(r["t_s"][-1] - t0 + r["bin_s"])
-    xs = [(t - t0) / scale for t in r["t_s"]]
+    _, _, scale, unit, xs = time_axis(r)
     overall = r["overall_hit_ratio"]
     chart = svg.line_chart(
         "reuse_over_time", caption, [("hit ratio", xs, r["hit_ratio"])],
