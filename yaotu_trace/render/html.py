@@ -15,7 +15,7 @@ from itertools import zip_longest
 from typing import Any
 
 from yaotu_trace.data.report import Report
-from yaotu_trace.render import fmt, svg
+from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
     MARKDOWN,
     Block,
@@ -29,15 +29,15 @@ from yaotu_trace.render.blocks import (
 )
 from yaotu_trace.render.html_diff import diff_sections
 from yaotu_trace.render.html_parts import (
+    TWO_RUN_SIMULATE_HINT,
     NotDrawn,
-    figure,
     not_drawn_line,
     num,
     quantity,
     table,
-    unavailable,
 )
-from yaotu_trace.render.html_workload import said, workload_figures
+from yaotu_trace.render.html_timing import modelled, timing_figures, timing_pairs
+from yaotu_trace.render.html_workload import said, workload_figures, workload_pairs
 from yaotu_trace.render.views import load_view, view_name
 
 # Views the page draws its own way, from the report's JSON: pictures, the verdict and its
@@ -179,133 +179,9 @@ def _verdict(doc: dict[str, Any], side: str = "") -> str:
     return "".join(parts)
 
 
-def _capacity_curve(doc: dict[str, Any]) -> str:
-    curve = doc.get("capacity_curve")
-    if not isinstance(curve, dict) or not curve.get("points"):
-        return unavailable("Hit ratio vs prefix-cache capacity",
-                            "needs prompt content (token or block ids) for the capacity sweep")
-    pts = sorted(curve["points"], key=lambda p: p["capacity_tokens"])
-    xs = [float(p["capacity_tokens"]) for p in pts]
-    ys = [float(p["hit_ratio"]) for p in pts]
-    vlines: list[tuple[float, str]] = []
-    capacity = (doc.get("config") or {}).get("kv_capacity_tokens")
-    if isinstance(capacity, int | float) and capacity > 0:
-        vlines.append((float(capacity), f"configured KV capacity {fmt.tokens(capacity)}"))
-    marks = [(float(p["capacity_tokens"]), float(p["hit_ratio"]),
-              f"{p['label']}: {fmt.tokens(p['capacity_tokens'])} → {fmt.pct(p['hit_ratio'])}")
-             for p in [curve.get("knee"), *(curve.get("shares") or [])]
-             if isinstance(p, dict) and p.get("capacity_tokens")]
-    unlimited = curve.get("unlimited_hit_ratio")
-    hlines = [(float(unlimited), f"unlimited {fmt.pct(unlimited)}")] if unlimited else []
-    chart = svg.line_chart("capacity_curve", "Hit ratio vs LRU capacity", [("hit ratio", xs, ys)],
-                           x_label="prefix-cache capacity (tokens, log scale)",
-                           y_label="token hit ratio", log_x=True, y_fmt=svg.percent, y_min=0.0,
-                           vlines=vlines, hlines=hlines, points=marks, step=True)
-    knee = curve.get("knee") or {}
-    note = (f"Preset {curve.get('preset')}; knee at {fmt.tokens(knee.get('capacity_tokens'))} "
-            f"({fmt.pct(knee.get('hit_ratio'))}). Dots: knee and the capacities for 50/90/99 % "
-            "of the reachable reuse.")
-    if not vlines:
-        note += " No KV capacity known: pass --kv-capacity or a step log to mark it."
-    return figure("Hit ratio vs prefix-cache capacity", chart, note)
-
-
-def _waterfall(doc: dict[str, Any]) -> str:
-    reuse = doc.get("prefix_reuse")
-    wf = reuse.get("waterfall") if isinstance(reuse, dict) else None
-    steps = wf.get("steps") if isinstance(wf, dict) else None
-    ideal = wf.get("ideal_hit_tokens") if isinstance(wf, dict) else None
-    if not steps or ideal is None:
-        return unavailable("Where the reuse is lost", "needs prompt content for the replay")
-    losses = [(str(s.get("label") or s.get("step")), float(s.get("loss_tokens") or 0))
-              for s in steps]
-    chart = svg.waterfall_chart("waterfall", "Loss waterfall",
-                                ("ideal reuse", float(ideal)), losses,
-                                y_label="prefix-hit tokens")
-    return figure("Where the reuse is lost", chart,
-                   "From the ideal prefix reuse down to what the engine rules achieve; red bars "
-                   "are the tokens each rule loses.")
-
-
-# Plots that request timing fills: `trace report --simulate` can model it.
-TIMING_PLOTS = frozenset({"queue_time", "ttft", "kv_over_time", "gaps"})
-
-
-def _missing_plot(plots: dict[str, Any], key: str, caption: str) -> str:
-    why = (plots or {}).get("unavailable", {}).get(key, "not computed by this command")
-    return unavailable(caption, why, timing=key in TIMING_PLOTS)
-
-
-def _hist(plots: dict[str, Any], key: str, caption: str, x_label: str,
-          seconds: bool, modelled: bool = False) -> str:
-    caption = _modelled_caption(caption, modelled)
-    h = plots.get(key) if isinstance(plots, dict) else None
-    if not isinstance(h, dict):
-        return _missing_plot(plots, key, caption)
-    if key == "hit_length" and _all_zero(h):
-        return said(caption, f"No request reused a prefix: all {h['total']:,} requests hit "
-                             "0 tokens.")
-    x_fmt = svg.seconds if seconds else svg.short
-    show = fmt.seconds if seconds else fmt.tokens
-    vlines = [(h[p], f"{p} {show(h[p])}") for p in ("p50", "p99") if h.get(p) is not None]
-    chart = svg.histogram_chart(key, caption, h["edges"], h["counts"], x_label=x_label,
-                                x_fmt=x_fmt, vlines=vlines)
-    note = f"{h['total']:,} requests; p50 {show(h['p50'])}, p90 {show(h['p90'])}, " \
-           f"p99 {show(h['p99'])}."
-    if h.get("overflow"):
-        note += f" {h['overflow']:,} above {show(h['edges'][-1])} not drawn."
-    return figure(caption, chart, note)
-
-
-def _all_zero(h: dict[str, Any]) -> bool:
-    """A histogram whose every value is 0: all in the first bin, which ends below one."""
-    counts, edges = h.get("counts") or [], h.get("edges") or [0.0, 0.0]
-    return (bool(h.get("total")) and not h.get("overflow") and counts[:1] == [h["total"]]
-            and float(edges[1]) <= 1.0)
-
-
-def _kv(plots: dict[str, Any], modelled: bool = False) -> str:
-    caption = _modelled_caption("KV usage over time", modelled)
-    s = plots.get("kv_over_time") if isinstance(plots, dict) else None
-    if not isinstance(s, dict):
-        return _missing_plot(plots, "kv_over_time", caption)
-    ratio = s["unit"] == "share of the pool"
-    cap = s.get("capacity")
-    hlines = [(float(cap), "KV capacity")] if isinstance(cap, int | float) and cap > 0 else []
-    chart = svg.line_chart("kv_over_time", s["label"], [(s["label"], s["t_s"], s["values"])],
-                           x_label="trace time (s)", y_label=s["unit"],
-                           y_fmt=svg.percent if ratio else svg.short, y_min=0.0,
-                           y_max=1.0 if ratio else None, hlines=hlines)
-    return figure(_modelled_caption(f"{s['label']} over time", modelled), chart,
-                  f"Source: {s['source']}.")
-
-
-def _gaps(plots: dict[str, Any], modelled: bool = False) -> str:
-    caption = _modelled_caption("Inter-token gaps with prefill overlaid", modelled)
-    g = plots.get("gaps") if isinstance(plots, dict) else None
-    if not isinstance(g, dict):
-        return _missing_plot(plots, "gaps", caption)
-    chart = svg.gap_chart("gaps", caption, g["token_t_s"], g["gap_s"], g["prefill_spans_s"],
-                          median_s=g.get("median_gap_s"))
-    return figure(caption, chart,
-                   f"The {len(g['gap_s']):,} token gaps nearest the longest stall; shaded: "
-                   f"{g['prefill_source']}.")
-
-
-def _modelled(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The engine a report's timing was modelled on (`trace report --simulate`), else None."""
-    modelled = (doc.get("config") or {}).get("modelled")
-    return modelled if isinstance(modelled, dict) else None
-
-
-def _modelled_caption(caption: str, modelled: bool) -> str:
-    """A timing panel's caption, marked when its timing is modelled rather than observed."""
-    return f"{caption} (modelled)" if modelled else caption
-
-
 def _modelled_verdict(doc: dict[str, Any]) -> str:
     """The verdict's word that it judges modelled timing ('' for observed timing)."""
-    if _modelled(doc) is None:
+    if modelled(doc) is None:
         return ""
     return ('<p class="modelled-note">Timing modelled, not observed: the queueing, KV and '
             "interference axes judge the engine model's run of these arrivals and lengths.</p>")
@@ -313,14 +189,14 @@ def _modelled_verdict(doc: dict[str, Any]) -> str:
 
 def _modelled_banner(doc: dict[str, Any]) -> str:
     """The banner under the header of a report whose timing is modelled: the engine stated."""
-    modelled = _modelled(doc)
-    if modelled is None:
+    run = modelled(doc)
+    if run is None:
         return ""
-    engine = modelled.get("engine") or {}
+    engine = run.get("engine") or {}
     pd_split = engine.get("pd")
     instances = (f"{pd_split[0]} prefill + {pd_split[1]} decode" if pd_split
                  else str(engine.get("instances")))
-    settings = [("model", modelled.get("model")), ("GPU", modelled.get("gpu")),
+    settings = [("model", run.get("model")), ("GPU", run.get("gpu")),
                 ("max_num_seqs", engine.get("max_num_seqs")),
                 ("KV blocks", num(engine.get("kv_blocks"), fmt.count)),
                 ("block size", f"{engine.get('block_size_tokens')} tokens"),
@@ -330,7 +206,7 @@ def _modelled_banner(doc: dict[str, Any]) -> str:
                 ("instances", instances)]
     items = " · ".join(f"{escape(k)} {escape(str(v))}" for k, v in settings)
     return (f'<section id="modelled" class="modelled"><p><strong>Modelled timing.</strong> '
-            f"{escape(str(modelled.get('basis') or ''))}. Engine: {items}.</p></section>")
+            f"{escape(str(run.get('basis') or ''))}. Engine: {items}.</p></section>")
 
 
 def _tenants(doc: dict[str, Any], side: str = "") -> str:
@@ -444,30 +320,6 @@ def _titled(title: str | None, body: str) -> str:
     return (f"<h3>{escape(title)}</h3>" if title else "") + body
 
 
-def _figures(doc: dict[str, Any]) -> list[str]:
-    """The pictures of one run, in page order; those the trace cannot support say why."""
-    plots = doc.get("plots") if isinstance(doc.get("plots"), dict) else {}
-    modelled = _modelled(doc) is not None
-    figures: list[str] = []
-    if "capacity_curve" in doc or "plots" in doc:
-        figures.append(_capacity_curve(doc))
-    reuse = doc.get("prefix_reuse")
-    if plots or (isinstance(reuse, dict) and "waterfall" in reuse):
-        figures.append(_waterfall(doc))
-    if plots:
-        figures += [
-            _hist(plots, "hit_length", "Prefix-cache hit length per request",
-                  "hit tokens per request", seconds=False),
-            _hist(plots, "queue_time", "Queue time", "queue time", seconds=True,
-                  modelled=modelled),
-            _hist(plots, "ttft", "Time to first token", "time to first token", seconds=True,
-                  modelled=modelled),
-            _kv(plots, modelled),
-            _gaps(plots, modelled),
-        ]
-    return figures
-
-
 def _pictures(workload: list[str], others: list[str]) -> str:
     """The workload group, then the cache and timing pictures; those not drawn in one line."""
     groups = [(title, [f for f in figures if not isinstance(f, NotDrawn)])
@@ -508,7 +360,7 @@ def render_html(report: Report) -> str:
         f" · yaotu-trace {escape(str(doc['tool']['version']))}</p></header><main>",
         _modelled_banner(doc),
         _verdict(doc),
-        _pictures(workload_figures(doc), _figures(doc)),
+        _pictures(workload_figures(doc), timing_figures(doc)),
         _tenants(doc),
         _ledger(doc),
         _findings(doc),
@@ -522,7 +374,8 @@ def render_html(report: Report) -> str:
 
 def _two_runs(report: Report, doc: dict[str, Any], before: Mapping[str, Any]) -> str:
     """The diff (conditions, axis changes, the ledger of the change), then each picture and
-    table of the run before next to the same one of the run after."""
+    table of the run before next to the same one of the run after, each pair of pictures on
+    shared axes."""
     from yaotu_trace.data.report import to_builtins
 
     before_doc: dict[str, Any] = to_builtins(before)
@@ -530,30 +383,59 @@ def _two_runs(report: Report, doc: dict[str, Any], before: Mapping[str, Any]) ->
     sides = (("before", before_doc, before), ("after", doc, after_sections))
     title = (f"yaotu-trace {report.command}: {before_doc['input']['path']} → "
              f"{doc['input']['path']}")
-    rows = [[f"<h2>{side.title()}: {escape(str(d['input']['path']))}</h2>"
-             f"<p>{_input_line(d['input'])}</p>" for side, d, _ in sides]]
-    rows += [[_verdict(d, side) for side, d, _ in sides]]
-    rows += [list(pair) for pair in zip_longest(*(_figures(d) for _, d, _ in sides),
-                                                  fillvalue="")]
-    rows += [[build(d, side) for side, d, _ in sides]
-             for build in (_profile, _tenants, _ledger, _findings)]
+    head = [[f"<h2>{side.title()}: {escape(str(d['input']['path']))}</h2>"
+             f"<p>{_input_line(d['input'])}</p>" for side, d, _ in sides],
+            [_verdict(d, side) for side, d, _ in sides]]
+    rows = [[build(d, side) for side, d, _ in sides]
+            for build in (_profile, _tenants, _ledger, _findings)]
     rows += [list(pair) for pair in zip_longest(
         *(_view_sections(s, side) for side, _, s in sides), fillvalue="")]
     rows += [[_notes(d["input"], side) for side, d, _ in sides]]
-    pairs = "".join('<div class="pair">' + "".join(
-        f'<div class="side {side}">{cell}</div>' for (side, _, _), cell in zip(sides, row,
-                                                                             strict=True))
-        + "</div>" for row in rows if any(row))
+    sides_css = [side for side, _, _ in sides]
     body = [
         f"<header><h1>{escape(title)}</h1><p>before and after a change · yaotu-trace "
         f"{escape(str(doc['tool']['version']))}</p></header><main>",
         diff_sections(doc["diff"]),
         '<section id="runs"><h2>The two runs side by side</h2><p class="note">Each run as '
-        "trace report shows it alone, on all its requests; each picture keeps its own run's "
-        f"scale.</p>{pairs}</section>",
+        "trace report shows it alone, on all its requests; each pair of pictures shares its "
+        "axes, so the same height is the same value on both sides (a time axis of the trace "
+        "clock, and a log length axis next to a linear one, stay each run's own).</p>"
+        + _pair_rows(head, sides_css)
+        + _paired_pictures(before_doc, doc, sides_css)
+        + _pair_rows(rows, sides_css) + "</section>",
         "</main>",
     ]
     return _page(title, body)
+
+
+def _pair_rows(rows: list[list[str]], sides: list[str]) -> str:
+    """Each row as its cells side by side; rows empty on both sides left out."""
+    return "".join('<div class="pair">' + "".join(
+        f'<div class="side {side}">{cell}</div>' for side, cell in zip(sides, row, strict=True))
+        + "</div>" for row in rows if any(row))
+
+
+def _paired_pictures(before: dict[str, Any], after: dict[str, Any], sides: list[str]) -> str:
+    """The workload group, then the cache and timing pictures, each pair on shared axes. A
+    pair neither run can draw goes to its run's "Not drawn" line; one only one run can draw
+    says, on the other side, why that run cannot."""
+    groups = (("Workload", workload_pairs(before, after)),
+              ("Prefix cache and timing", timing_pairs(before, after)))
+    out: list[str] = []
+    missing: tuple[list[str], list[str]] = ([], [])
+    for title, pairs in groups:
+        rows = []
+        for pair in pairs:
+            if all(isinstance(f, NotDrawn) for f in pair):
+                for side_missing, f in zip(missing, pair, strict=True):
+                    side_missing.append(f)
+                continue
+            rows.append([said(f.caption, f"Not drawn for this run: {f.why}.")
+                         if isinstance(f, NotDrawn) else f for f in pair])
+        if rows:
+            out.append(f"<h3>{title}</h3>" + _pair_rows(rows, sides))
+    lines = [not_drawn_line(m, fill=TWO_RUN_SIMULATE_HINT) for m in missing]
+    return "".join(out) + _pair_rows([lines], sides)
 
 
 def _page(title: str, body: list[str]) -> str:

@@ -58,16 +58,21 @@ def unavailable(caption: str, why: str, *, timing: bool = False) -> str:
     return out
 
 
-def not_drawn_line(figures: list[str]) -> str:
+# The same for a page of two observed runs (`--simulate` models one run): simulate each.
+TWO_RUN_SIMULATE_HINT = ("trace simulate TRACE --model M --gpu G --out run.parquet "
+                         "--steps-out run.steps.parquet for each run, then compare those")
+
+
+def not_drawn_line(figures: list[str], fill: str = SIMULATE_HINT) -> str:
     """One short note naming the figures left out and what each needs ('' when none is), and
-    how the timing ones can be filled."""
+    how the timing ones can be filled (`fill`)."""
     missing = [f for f in figures if isinstance(f, NotDrawn)]
     if not missing:
         return ""
     items = "; ".join(f"{escape(f.caption.lower())} ({escape(f.why)})" for f in missing)
     timing = [f.caption.lower() for f in missing if f.timing]
     hint = (f" The timing panels ({escape(', '.join(timing))}) can be filled with modelled "
-            f"times: <code>{escape(SIMULATE_HINT)}</code>." if timing else "")
+            f"times: <code>{escape(fill)}</code>." if timing else "")
     return f'<p class="note not-drawn">Not drawn: {items}.{hint}</p>'
 
 

@@ -2,8 +2,10 @@
 
 Every trace has some of these (arrivals and lengths at least), so a trace with no timing still
 gets a drawn page. Each builder is a function of (that section as builtins, `Bounds`): with
-bounds None a chart takes its axes from its own data; given bounds, it draws on those axes, so
-a page of two runs can put the same picture of both on shared axes. A picture the trace cannot
+bounds None a chart takes its axes from its own data; given bounds, it draws on those axes.
+Each has an extent function next to it (the axes its own data needs), and `PICTURES` pairs
+them, so a page of two runs puts the same picture of both on shared axes
+(`render.shared_axes`). A picture the trace cannot
 support is a `NotDrawn` (gathered into the page's one "Not drawn" line); one with nothing to
 show says so in words (`said`) instead of drawing an empty chart.
 """
@@ -12,12 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from html import escape
 from typing import Any, NamedTuple
 
 from yaotu_trace.render import fmt, svg
 from yaotu_trace.render.html_parts import figure, unavailable
+from yaotu_trace.render.shared_axes import Bounds, Picture, drawn_pair, headroom
 
 Section = dict[str, Any]
 # Bursts labelled with their rate on the arrivals chart (the most requests first); every burst
@@ -25,14 +27,6 @@ Section = dict[str, Any]
 LABELLED_BURSTS = 3
 # Points of the Poisson CDF drawn next to the interarrival CDF.
 POISSON_POINTS = 80
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """Axis ranges to force on a chart (None: from its own data)."""
-
-    x: svg.Range | None = None
-    y: svg.Range | None = None
 
 
 # Time units of a time axis, by the span they suit (the largest that the span reaches twice).
@@ -56,12 +50,18 @@ class TimeAxis(NamedTuple):
     xs: list[float]
 
 
-def time_axis(series: Section) -> TimeAxis:
-    """The time axis of a series with `t_s` and `bin_s`, in the unit its span reads best in."""
+def time_axis(series: Section, bounds: Bounds | None = None) -> TimeAxis:
+    """The time axis of a series with `t_s` and `bin_s`, in the unit its span reads best in
+    (the shared span's, when `bounds` give one: both runs' axes then read in one unit)."""
     t0 = series["t_s"][0]
-    span = series["t_s"][-1] - t0 + series["bin_s"]
-    scale, unit = time_unit(span)
+    span = _span_s(series)
+    shared = span if bounds is None or bounds.x is None else bounds.x[1] - bounds.x[0]
+    scale, unit = time_unit(shared)
     return TimeAxis(t0, span, scale, unit, [(t - t0) / scale for t in series["t_s"]])
+
+
+def _span_s(series: Section) -> float:
+    return float(series["t_s"][-1] - series["t_s"][0] + series["bin_s"])
 
 
 def said(caption: str, words: str) -> str:
@@ -95,7 +95,7 @@ def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
     a = wf.get("arrivals")
     if not isinstance(a, dict):
         return _missing(wf, "arrivals", caption)
-    t0, span, scale, unit, xs = time_axis(a)
+    t0, span, scale, unit, xs = time_axis(a, bounds)
     # A window as long as half the trace marks nothing: the whole plot would be shaded.
     busiest = [w for w in a["busiest"] if w["end_s"] - w["start_s"] < span / 2]
     largest = sorted(a["bursts"], key=lambda b: -b["requests"])[:LABELLED_BURSTS]
@@ -124,13 +124,21 @@ def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
     return figure(f"{caption} ({fmt.seconds(a['bin_s'])} bins)", chart, note)
 
 
+def _arrivals_extent(wf: Section) -> Bounds | None:
+    a = wf.get("arrivals")
+    if not isinstance(a, dict):
+        return None
+    top = max([*a["requests_per_s"], a["mean_rate_rps"]])
+    return Bounds(x=(0.0, _span_s(a)), y=(0.0, headroom(top)))
+
+
 def tokens_figure(wf: Section, bounds: Bounds | None = None) -> str:
     """Prompt and output tokens per second over time."""
     caption = "Tokens per second over time"
     a = wf.get("arrivals")
     if not isinstance(a, dict):
         return _missing(wf, "arrivals", caption)
-    _, _, scale, unit, xs = time_axis(a)
+    _, _, scale, unit, xs = time_axis(a, bounds)
     chart = svg.line_chart(
         "tokens", caption, [("prompt tokens/s", xs, a["prompt_tokens_per_s"]),
                             ("output tokens/s", xs, a["output_tokens_per_s"])],
@@ -140,6 +148,35 @@ def tokens_figure(wf: Section, bounds: Bounds | None = None) -> str:
     return figure(f"{caption} ({fmt.seconds(a['bin_s'])} bins)", chart,
                   "Tokens of the requests arriving in each bin, per second of the bin; mean "
                   f"{fmt.num(mean[0])} prompt and {fmt.num(mean[1])} output tokens/s.")
+
+
+def _tokens_extent(wf: Section) -> Bounds | None:
+    a = wf.get("arrivals")
+    if not isinstance(a, dict):
+        return None
+    top = max([*a["prompt_tokens_per_s"], *a["output_tokens_per_s"]])
+    return Bounds(x=(0.0, _span_s(a)), y=(0.0, headroom(top)))
+
+
+def _interarrival_range(c: Section) -> svg.Range:
+    """The gaps' own range widened to Poisson's (mean/100 to 10 × mean)."""
+    mean = c["mean_gap_s"]
+    lo = min(c["gap_s"][0], mean / 100) if mean > 0 else c["gap_s"][0]
+    return lo, max(c["gap_s"][-1] * 1.5, 10 * mean)
+
+
+def _interarrival_extent(wf: Section) -> Bounds | None:
+    c = wf.get("interarrival")
+    if not isinstance(c, dict):
+        return None
+    lo, hi = _interarrival_range(c)
+    return Bounds(x=(_first_x(c, lo), hi), log_x=True)
+
+
+def _first_x(c: Section, lo: float) -> float:
+    """Where the trace's line starts: just left of its shortest gap when that is the axis's
+    start, so its first step is drawn."""
+    return c["gap_s"][0] * 0.999 if lo >= c["gap_s"][0] else lo
 
 
 def interarrival_figure(wf: Section, bounds: Bounds | None = None) -> str:
@@ -152,9 +189,8 @@ def interarrival_figure(wf: Section, bounds: Bounds | None = None) -> str:
     # gaps sit in a narrow band (batched arrivals) is drawn against the curve it departs from;
     # Poisson's CDF there is its definition, 1 − exp(−gap / mean gap).
     mean = c["mean_gap_s"]
-    lo = min(c["gap_s"][0], mean / 100) if mean > 0 else c["gap_s"][0]
-    hi = max(c["gap_s"][-1] * 1.5, 10 * mean)
-    xs = [c["gap_s"][0] * 0.999 if lo >= c["gap_s"][0] else lo, *c["gap_s"], hi]
+    lo, hi = _interarrival_range(c) if bounds is None or bounds.x is None else bounds.x
+    xs = [_first_x(c, lo), *c["gap_s"], hi]
     trace_share = [c["zero_gap_share"], *c["share"], 1.0]
     grid = [lo * (hi / lo) ** (k / POISSON_POINTS) for k in range(POISSON_POINTS + 1)]
     poisson = [1.0 - math.exp(-x / mean) if mean > 0 else 1.0 for x in grid]
@@ -163,7 +199,7 @@ def interarrival_figure(wf: Section, bounds: Bounds | None = None) -> str:
                                   ("Poisson, same mean", grid, poisson)],
         x_label="gap between arrivals (log scale)", y_label="share of gaps ≤ x",
         log_x=True, x_fmt=svg.seconds, y_fmt=svg.percent, y_min=0.0, y_max=1.0,
-        step=(True, False), x_range=_x(bounds), y_range=_y(bounds), legend_at="bottom")
+        step=(True, False), x_range=_x(bounds), legend_at="bottom")
     cv = "n/a" if c.get("cv") is None else fmt.num(c["cv"])
     note = (f"Mean gap {fmt.seconds(c['mean_gap_s'])}; CV {cv} (Poisson = 1); KS distance "
             f"{fmt.num(c['ks_distance'])}; {fmt.pct(c['zero_gap_share'])} of the gaps are zero "
@@ -180,6 +216,24 @@ def length_figure(wf: Section, key: str, bounds: Bounds | None = None) -> str:
         return _missing(wf, key, caption)
     return _distribution_chart(d, key, caption, "tokens per request", fmt.tokens, bounds,
                                f"{d['total']:,} successful requests")
+
+
+def _length_extent(key: str) -> Callable[[Section], Bounds | None]:
+    def extent(wf: Section) -> Bounds | None:
+        d = wf.get(key)
+        return _distribution_extent(d) if isinstance(d, dict) else None
+    return extent
+
+
+def _distribution_extent(d: Section) -> Bounds:
+    """A histogram's own axes: its edges (the first above 0 on a log axis) and its tallest
+    bar, as `svg.histogram_chart` takes them."""
+    edges = d["edges"]
+    x0 = float(edges[0])
+    if d["log_x"] and x0 <= 0:
+        x0 = min((e for e in edges if e > 0), default=1.0)
+    tallest = max(max(d["counts"], default=0), 1)
+    return Bounds(x=(x0, float(edges[-1])), y=(0.0, tallest * 1.05), log_x=d["log_x"])
 
 
 def _distribution_chart(d: Section, name: str, caption: str, x_label: str,
@@ -219,6 +273,15 @@ def lengths_cdf_figure(wf: Section, bounds: Bounds | None = None) -> str:
     return figure(caption, chart, note)
 
 
+def _lengths_cdf_extent(wf: Section) -> Bounds | None:
+    present = [d for d in (wf.get("prompt_len"), wf.get("output_len")) if isinstance(d, dict)]
+    if not present:
+        return None
+    log_x = any(d["log_x"] for d in present)
+    xs = [x for d in present for x in d["cdf_tokens"] if not log_x or x > 0]
+    return Bounds(x=(min(xs), max(xs)), log_x=log_x) if xs else None
+
+
 def tenants_figure(wf: Section, bounds: Bounds | None = None) -> str:
     """Each tenant's share of the requests."""
     caption = "Requests per tenant"
@@ -230,6 +293,13 @@ def tenants_figure(wf: Section, bounds: Bounds | None = None) -> str:
         [float(t["request_share"]) for t in tenants], value_label="share of the requests",
         value_fmt=svg.percent, horizontal=True, value_range=_x(bounds))
     return figure(caption, chart, f"{len(tenants)} bars, the most requests first.")
+
+
+def _tenants_extent(wf: Section) -> Bounds | None:
+    tenants = wf.get("tenants")
+    if not tenants:
+        return None
+    return Bounds(x=(0.0, headroom(max(float(t["request_share"]) for t in tenants), 0.1)))
 
 
 def session_depth_figure(wf: Section, bounds: Bounds | None = None) -> str:
@@ -248,6 +318,13 @@ def session_depth_figure(wf: Section, bounds: Bounds | None = None) -> str:
     return figure(caption, chart, f"{s['sessions']:,} sessions.{one_turn}")
 
 
+def _session_depth_extent(wf: Section) -> Bounds | None:
+    s = wf.get("sessions")
+    if not isinstance(s, dict) or not s["sessions_by_depth"]:
+        return None
+    return Bounds(y=(0.0, headroom(max(float(v) for v in s["sessions_by_depth"]), 0.1)))
+
+
 def think_time_figure(wf: Section, bounds: Bounds | None = None) -> str:
     """The distribution of the think time between consecutive turns of a session."""
     caption = "Think time between turns"
@@ -263,13 +340,19 @@ def think_time_figure(wf: Section, bounds: Bounds | None = None) -> str:
         "arrival", x_fmt=svg.seconds)
 
 
+def _think_time_extent(wf: Section) -> Bounds | None:
+    s = wf.get("sessions")
+    d = s.get("think_time") if isinstance(s, dict) else None
+    return _distribution_extent(d) if isinstance(d, dict) else None
+
+
 def reuse_figure(wf: Section, bounds: Bounds | None = None) -> str:
     """The prefix-hit ratio per bin of arrivals, the overall ratio as a line."""
     caption = "Prefix-hit ratio over time"
     r = wf.get("reuse_over_time")
     if not isinstance(r, dict):
         return _missing(wf, "reuse_over_time", caption)
-    _, _, scale, unit, xs = time_axis(r)
+    _, _, scale, unit, xs = time_axis(r, bounds)
     overall = r["overall_hit_ratio"]
     chart = svg.line_chart(
         "reuse_over_time", caption, [("hit ratio", xs, r["hit_ratio"])],
@@ -283,13 +366,45 @@ def reuse_figure(wf: Section, bounds: Bounds | None = None) -> str:
                   f"{fmt.pct(overall)}.")
 
 
+def _reuse_extent(wf: Section) -> Bounds | None:
+    r = wf.get("reuse_over_time")
+    return Bounds(x=(0.0, _span_s(r))) if isinstance(r, dict) else None
+
+
+def _length(key: str) -> Callable[[Section, Bounds | None], str]:
+    def draw(wf: Section, bounds: Bounds | None) -> str:
+        return length_figure(wf, key, bounds)
+    return draw
+
+
+# The workload pictures in page order, each with the axes its own data needs.
+PICTURES = (
+    Picture(arrivals_figure, _arrivals_extent),
+    Picture(tokens_figure, _tokens_extent),
+    Picture(interarrival_figure, _interarrival_extent),
+    Picture(_length("prompt_len"), _length_extent("prompt_len")),
+    Picture(_length("output_len"), _length_extent("output_len")),
+    Picture(lengths_cdf_figure, _lengths_cdf_extent),
+    Picture(tenants_figure, _tenants_extent),
+    Picture(session_depth_figure, _session_depth_extent),
+    Picture(think_time_figure, _think_time_extent),
+    Picture(reuse_figure, _reuse_extent),
+)
+
+
 def workload_figures(doc: dict[str, Any]) -> list[str]:
     """The workload pictures of one run in page order; [] when the report has none."""
     wf = doc.get("workload_figures")
     if not isinstance(wf, dict):
         return []
-    figures = [arrivals_figure(wf), tokens_figure(wf), interarrival_figure(wf),
-               length_figure(wf, "prompt_len"), length_figure(wf, "output_len"),
-               lengths_cdf_figure(wf), tenants_figure(wf), session_depth_figure(wf),
-               think_time_figure(wf), reuse_figure(wf)]
-    return figures
+    return [picture.draw(wf, None) for picture in PICTURES]
+
+
+def workload_pairs(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str]]:
+    """The workload pictures of two runs, each pair on the axes that hold both; [] when
+    neither report has them."""
+    sections = [doc.get("workload_figures") for doc in (before, after)]
+    if not any(isinstance(wf, dict) for wf in sections):
+        return []
+    before_wf, after_wf = (wf if isinstance(wf, dict) else {} for wf in sections)
+    return [drawn_pair(picture, before_wf, after_wf) for picture in PICTURES]

@@ -420,7 +420,8 @@ def histogram_chart(
     x_ticks = log_ticks(x0, x1) if log_x else nice_ticks(x0, x1)
     out += _axes(frame, x_ticks, nice_ticks(y0, y1), x_fmt, short, x_label, y_label)
     for lo_e, hi_e, c in zip(edges, edges[1:], counts, strict=False):
-        x, w = frame.x(lo_e), max(frame.x(hi_e) - frame.x(lo_e) - 1, 0.5)
+        # at least 2 px: a bin narrow on a shared axis (one value in a run) stays visible
+        x, w = frame.x(lo_e), max(frame.x(hi_e) - frame.x(lo_e) - 1, 2.0)
         y = frame.y(c)
         out.append(f'<rect class="mark bar" x="{_r(x)}" y="{_r(y)}" width="{_r(w)}" '
                    f'height="{_r(frame.bottom - y)}"><title>{escape(x_fmt(lo_e))}–'
@@ -457,6 +458,16 @@ def _precise(digits: int) -> Formatter:
     return show
 
 
+def waterfall_range(start_tokens: float, total_loss: float) -> Range:
+    """The y axis a waterfall takes on its own: from 0, or from just under what is achieved
+    when the losses are small next to the total (so that each stays visible)."""
+    floor = 0.0
+    if start_tokens > 0 and 0 < total_loss < 0.3 * start_tokens:
+        floor = max(0.0, start_tokens - total_loss
+                    - max(total_loss, start_tokens * 0.002) * 0.8)
+    return floor, start_tokens + (start_tokens - floor) * 0.1 or 1.0
+
+
 def waterfall_chart(
     name: str,
     title: str,
@@ -465,20 +476,18 @@ def waterfall_chart(
     *,
     y_label: str = "tokens",
     y_fmt: Formatter = short,
+    y_range: Range | None = None,
 ) -> str:
     """From the ideal down to what is achieved: one floating bar per loss, totals solid.
 
     When the losses are small next to the total, the y axis starts above zero (said on the
     chart) so that each loss stays visible. With no loss at all the axis starts at zero and
     the chart says so: a zoomed axis of empty bars would look like a broken chart.
+    `y_range` forces the axis (two runs' waterfalls on one scale).
     """
     labels = [start[0], *(lbl for lbl, _ in losses), "achieved"]
     total_loss = sum(max(v, 0.0) for _, v in losses)
-    achieved = start[1] - total_loss
-    floor = 0.0
-    if start[1] > 0 and 0 < total_loss < 0.3 * start[1]:
-        floor = max(0.0, achieved - max(total_loss, start[1] * 0.002) * 0.8)
-    top = start[1] + (start[1] - floor) * 0.1 or 1.0
+    floor, top = y_range or waterfall_range(start[1], total_loss)
     frame = Frame(0, len(labels), floor, top, height=HEIGHT + 14)
     out = _open(name, title, frame)
     ticks = nice_ticks(floor, top)
@@ -528,15 +537,17 @@ def gap_chart(
     spans: Sequence[tuple[float, float, int]],
     *,
     median_s: float | None = None,
+    y_max: float | None = None,
 ) -> str:
-    """Inter-token gaps over time (dots) with prefill work shaded behind them."""
+    """Inter-token gaps over time (dots) with prefill work shaded behind them; `y_max` forces
+    the gap axis (two runs' gaps on one scale, each over its own stretch of time)."""
     if not token_t_s:
         token_t_s, gap_s = [0.0], [0.0]
     x0 = min(min(token_t_s), min((s for s, _, _ in spans), default=token_t_s[0]))
     x1 = max(max(token_t_s), max((e for _, e, _ in spans), default=token_t_s[0]))
     if x1 <= x0:
         x1 = x0 + 1
-    hi = max(gap_s) * 1.08 or 1.0
+    hi = y_max or max(gap_s) * 1.08 or 1.0
     frame = Frame(x0, x1, 0.0, hi)
     out = _open(name, title, frame)
     origin = x0
