@@ -113,6 +113,29 @@ def test_lengths_spanning_decades_get_log_bins() -> None:
     assert narrow.cdf_tokens == (100.0, 120.0, 150.0, 200.0)
     assert narrow.cdf_share == (0.25, 0.5, 0.75, 1.0)
     assert length_distribution(np.array([]), "x") is None
+    assert narrow.overflow == 0  # a longest value near p99.5 keeps the full range
+
+
+def test_a_long_tail_beyond_p995_is_left_off_linear_bins_and_counted() -> None:
+    # GIVEN 199 lengths of 10 and one of 1,000: p0.5 = 10, p99.5 = 10 + 0.005 × 990 = 14.95
+    d = length_distribution(np.array([10.0] * 199 + [1000.0]), "output tokens", bins=4)
+    # THEN linear bins (0.17 decades) end at p99.5, not at 1,000 (more than twice beyond it)
+    assert d is not None and not d.log_x
+    assert d.edges[-1] == pytest.approx(14.95)
+    assert d.counts == (0, 0, 199, 0) and d.overflow == 1
+    assert d.cdf_tokens[-1] == 1000.0 and d.total == 200  # the CDF keeps every value
+
+
+def test_azure_code_output_lengths_end_their_bins_at_p995() -> None:
+    # The Azure 2023 code trace: outputs p50 13, p99.5 359.4, longest 1,899 (NumPy's
+    # percentiles of its GeneratedTokens column)
+    trace = load_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
+    d = workload_figures(trace).output_len
+    assert d is not None and not d.log_x
+    out = trace.requests["output_len"].to_numpy()
+    assert d.edges[-1] == pytest.approx(float(np.percentile(out, 99.5)))
+    assert d.overflow == int((out > d.edges[-1]).sum()) == 45
+    assert sum(d.counts) + d.overflow == d.total == 8819
 
 
 def test_tenants_most_requests_first_and_the_rest_summed() -> None:

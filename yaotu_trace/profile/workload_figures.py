@@ -18,7 +18,8 @@ Definitions (units in the names):
   gap has CDF 1 − exp(−gap / mean); `ks_distance` is the largest gap between the two CDFs
   over every gap, zero gaps included.
 - Length histograms use log-spaced bins when the lengths span at least `LOG_SPAN_DECADES`
-  decades (p99.5 / p0.5), linear bins otherwise.
+  decades (p99.5 / p0.5), linear bins otherwise; linear bins stop at p99.5 when the longest
+  value lies more than `LINEAR_TAIL_STRETCH` times beyond it (the rest is `overflow`).
 - Reuse over time bins arrivals by the minute (wider on long traces, narrower on traces
   shorter than `REUSE_MIN_BINS` minutes); its ratio is the bin's hit tokens over its prompt
   tokens.
@@ -54,6 +55,9 @@ MAX_BURSTS = 20
 CDF_POINTS = 200
 HISTOGRAM_BINS = 30
 LOG_SPAN_DECADES = 2.0
+# Linear length bins stop at the 99.5th percentile when the largest value lies more than this
+# many times beyond it; the values above are counted as `overflow` (the CDF keeps them all).
+LINEAR_TAIL_STRETCH = 2.0
 # Tenants drawn by name; the rest are summed as "other".
 TOP_TENANTS = 12
 # Session depths drawn one bar each; deeper sessions are summed in the last bar.
@@ -116,6 +120,7 @@ class LengthDistribution:
     p50: float
     p90: float
     p99: float
+    overflow: int = 0  # values above the last edge, left off the histogram (not the CDF)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -347,7 +352,10 @@ def length_distribution(values: np.ndarray, label: str,
         counts, _ = np.histogram(np.clip(data, lo, None), bins=edges)
     else:
         lo, hi = min(0.0, float(data.min())), float(data.max())
-        counts, edges = np.histogram(data, bins=bins, range=(lo, hi if hi > lo else lo + 1.0))
+        if hi > LINEAR_TAIL_STRETCH * hi_q > lo:
+            hi = hi_q  # a few long values would squeeze the bulk into the first bins
+        counts, edges = np.histogram(data[data <= hi], bins=bins,
+                                     range=(lo, hi if hi > lo else lo + 1.0))
     x, share = _quantile_points(data)
     p50, p90, p99 = (float(v) for v in np.percentile(data, [50, 90, 99]))
     return LengthDistribution(
@@ -355,6 +363,7 @@ def length_distribution(values: np.ndarray, label: str,
         counts=tuple(int(c) for c in counts), log_x=bool(log_x),
         cdf_tokens=tuple(float(v) for v in x), cdf_share=tuple(float(v) for v in share),
         total=int(data.size), p50=p50, p90=p90, p99=p99,
+        overflow=int((data > edges[-1]).sum()),
     )
 
 

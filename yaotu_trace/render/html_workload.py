@@ -248,6 +248,8 @@ def _distribution_chart(d: Section, name: str, caption: str, x_label: str,
         y_label="count")
     note = (f"{what}; p50 {show(d['p50'])}, p90 {show(d['p90'])}, p99 {show(d['p99'])}."
             + (" Log-spaced bins: the values span decades." if d["log_x"] else ""))
+    if d.get("overflow"):
+        note += f" {d['overflow']:,} above {show(d['edges'][-1])} not drawn (in the CDF)."
     return figure(caption, chart, note)
 
 

@@ -226,8 +226,9 @@ def length_chart(dist: LengthDistribution, width: int, *, unicode: bool = True) 
     points = [(_bin_of(edges, dist.p50) * per_bin, f"p50 {fmt.length(dist.p50)}"),
               (_bin_of(edges, dist.p99) * per_bin, f"p99 {fmt.length(dist.p99)}")]
     noun = "request" if dist.total == 1 else "requests"
+    tail = f", {fmt.count(dist.overflow)} above" if dist.overflow else ""
     lines = [*wrap(f"{dist.label.capitalize()} ({fmt.count(dist.total)} {noun}; {scale} "
-                   f"bins {lo} to {hi})", width),
+                   f"bins {lo} to {hi}{tail})", width),
              INDENT + line,
              *(INDENT + text for text in marks(room, points, unicode=unicode))]
     return [line[:width] for line in lines]
