@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import shared_trace
 from tests.render.test_html_workload import check_every_figure
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
@@ -96,3 +97,23 @@ def test_a_picture_only_one_run_can_draw_says_why_on_the_other_side(
     check_every_figure(burst_after_chat, runs=2)
     # The hint for the timing panels is the one that works with two runs
     assert "trace report --simulate" not in burst_after_chat.split('id="runs"')[1]
+
+
+def test_azure_code_against_conv_draws_every_pair_on_shared_axes(tmp_path: Path) -> None:
+    # The Azure 2023 traces: code (8,819 requests, CV 13) before, conversation (19,366) after
+    code = shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv")
+    conv = shared_trace("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
+    out = tmp_path / "azure.html"
+    assert main(["report", str(conv), "--before", str(code), "-o", str(out)]) == ExitCode.OK
+    page = out.read_text(encoding="utf-8")
+    drawn = check_every_figure(page, runs=2)
+    plots = _pairs(page)
+    for name in ("arrivals", "tokens", "interarrival", "prompt_len", "output_len",
+                 "length_cdf"):
+        assert drawn.count(name) == 2, name
+        before, after = plots[name]
+        assert _ticks(before) == _ticks(after), name
+    # The code trace's peak (32.7 req/s in 10 s bins) sets both arrival axes: the
+    # conversation trace, alone up to 9.8 req/s, is drawn on an axis to 30
+    assert "peak 32.70 req/s" in page and "peak 9.80 req/s" in page
+    assert "30" in _ticks(plots["arrivals"][1])
