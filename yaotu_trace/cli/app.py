@@ -44,6 +44,18 @@ def trace_input(trace: Path, input_format: TraceFormat | None = None,
                       source_block_size=source_block_size, steps=steps)
 
 
+def before_input(before: Path | None, steps_before: Path | None,
+                 input_format: TraceFormat | None = None, column_map: list[str] | None = None,
+                 source_block_size: int | None = None) -> TraceInput | None:
+    """The run before a change (`--before`, read as TRACE is, with its `--steps-before`), for
+    `trace check` and `trace report`; its step log alone is refused before anything is read."""
+    if before is None and steps_before is not None:
+        raise ConfigError("--steps-before is the step log of the run before: give --before "
+                          "BEFORE too")
+    return None if before is None else trace_input(before, input_format, column_map,
+                                                   source_block_size, steps_before)
+
+
 # The report format an output's extension asks for, when --format is not given.
 REPORT_SUFFIXES = {
     ".txt": OutputFormat.TABLE, ".text": OutputFormat.TABLE, ".log": OutputFormat.TABLE,

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, emit, report_format, trace_input, write_atomically
+from yaotu_trace.cli.app import (
+    before_input,
+    command,
+    emit,
+    report_format,
+    trace_input,
+    write_atomically,
+)
 from yaotu_trace.cli.options import (
     BeforeOpt,
     BlockSizeOpt,
@@ -35,6 +42,10 @@ from yaotu_trace.cli.options import (
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.render import OutputFormat
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.report import Report
+    from yaotu_trace.gate.check import CheckSection
 
 ConfigOpt = Annotated[
     Path | None,
@@ -131,12 +142,8 @@ def check(
     """
     from yaotu_trace.commands.check import check as run
 
-    if before is None and steps_before is not None:
-        raise ConfigError("--steps-before is the step log of the run before: give --before "
-                          "BEFORE too")
+    earlier = before_input(before, steps_before, input_format, map, source_block_size)
     with progress("check", quiet) as update:
-        earlier = None if before is None else trace_input(before, input_format, map,
-                                                          source_block_size, steps_before)
         report = run(trace_input(trace, input_format, map, source_block_size, steps),
                      config=config, baseline=baseline, fail_on=fail_on, before=earlier,
                      metrics_before=metrics_before, matched_only=matched_only, gpu=gpu,
@@ -144,6 +151,18 @@ def check(
                      model=model, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
                      block_size_tokens=block_size,
                      preset=preset, threshold=threshold or (), progress=update)
+    _write_ci_files(report, junit, markdown)
+    emit(report, format, output)
+    section = report.sections["checks"]
+    if output is not None or report_format(format, output) is not OutputFormat.TABLE:
+        # The table ends with this line; other outputs get it on stderr for the CI log.
+        _summary_to_stderr(section)
+    failed = section.failed
+    return int(ExitCode.FINDINGS if failed else ExitCode.OK)
+
+
+def _write_ci_files(report: Report, junit: Path | None, markdown: Path | None) -> None:
+    """The `--junit` and `--markdown` files a CI job shows besides the report."""
     if junit is not None:
         from yaotu_trace.render.junit import render_junit
 
@@ -152,13 +171,11 @@ def check(
         from yaotu_trace.render import render
 
         write_atomically(markdown, render(report, OutputFormat.MARKDOWN))
-    emit(report, format, output)
-    section = report.sections["checks"]
-    if output is not None or report_format(format, output) is not OutputFormat.TABLE:
-        # The table ends with this line; other outputs get it on stderr for the CI log.
-        from yaotu_trace.data.report import to_builtins
-        from yaotu_trace.render.views.checks import summary_line
 
-        sys.stderr.write(f"trace check: {summary_line(to_builtins(section))}\n")
-    failed = section.failed
-    return int(ExitCode.FINDINGS if failed else ExitCode.OK)
+
+def _summary_to_stderr(section: CheckSection) -> None:
+    """The table's last line (`PASSED: 3 passed, ...`), for the CI log."""
+    from yaotu_trace.data.report import to_builtins
+    from yaotu_trace.render.views.checks import summary_line
+
+    sys.stderr.write(f"trace check: {summary_line(to_builtins(section))}\n")

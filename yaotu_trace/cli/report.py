@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from yaotu_trace.cli.app import command, emit, trace_input
+from yaotu_trace.cli.app import before_input, command, emit, trace_input
 from yaotu_trace.cli.options import (
     BeforeOpt,
     BlockSizeOpt,
@@ -96,16 +96,12 @@ def report(
     """
     from yaotu_trace.commands.report import report as run
 
-    if before is None and steps_before is not None:
-        raise ConfigError("--steps-before is the step log of the run before: give --before "
-                          "BEFORE too")
+    earlier = before_input(before, steps_before, input_format, map, source_block_size)
     engine = {"kv_blocks": kv_blocks, "max_num_seqs": max_num_seqs, "instances": instances}
     if not simulate and any(v is not None for v in engine.values()):
         given = next(k for k, v in engine.items() if v is not None).replace("_", "-")
         raise ConfigError(f"--{given} is an option of the modelled engine: give --simulate too")
     with progress("report", quiet) as update:
-        earlier = None if before is None else trace_input(before, input_format, map,
-                                                          source_block_size, steps_before)
         result = run(trace_input(trace, input_format, map, source_block_size, steps),
                      before=earlier, metrics_before=metrics_before, matched_only=matched_only,
                      gpu=gpu,

@@ -3,7 +3,8 @@ change against a run before."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +14,9 @@ from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
-    from yaotu_trace.gate.check import CheckConfig
-    from yaotu_trace.gate.fail_on import Gates
+    from yaotu_trace.data.schema import Trace
+    from yaotu_trace.gate.check import CheckConfig, CheckResult
+    from yaotu_trace.gate.fail_on import DiffGate, Gates
 
 
 def check(
@@ -50,26 +52,9 @@ def check(
 
     The report's `checks.failed` says whether the gate fails (`trace check` exits 1).
     """
-    from yaotu_trace.commands.analyze import analyze
     from yaotu_trace.commands.diagnose import diagnosis_of
-    from yaotu_trace.gate.check import (
-        CheckConfig,
-        load_baseline,
-        load_config,
-        report_view,
-        run_checks,
-        wants_diagnosis,
-    )
 
-    cfg = load_config(config) if isinstance(config, Path) else config or CheckConfig()
-    gates = _gates(fail_on, cfg, before is not None)
-    if before is None and metrics_before is not None:
-        raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
-                          "BEFORE too")
-    base = load_baseline(baseline) if baseline is not None else None
-    if not cfg.checks and base is None and gates.level is None and before is None:
-        raise ConfigError("nothing to check: give --config with [[check]] entries, "
-                          "--baseline, --fail-on or --before (see docs/ci.md)")
+    asked = _asked(config, baseline, fail_on, metrics_before, has_before=before is not None)
     # The diff judges subsets of the requests, so it needs the token columns in memory.
     loaded = open_trace(trace, lazy_content=before is None, progress=progress)
     options: dict[str, Any] = {"model": model, "kv_capacity": kv_capacity,
@@ -77,33 +62,87 @@ def check(
                                "threshold": threshold, "kv_dtype": kv_dtype, "log_tz": log_tz}
     diagnosis = diagnosis_of(loaded, metrics=metrics, **options)
     earlier = None if before is None else open_trace(before, lazy_content=False)
+    doc, diagnosed = _metrics_of(loaded, diagnosis, asked, progress)
+    changes = [] if earlier is None else _changes(
+        earlier, loaded, asked.gates.diff, progress, metrics_before=metrics_before,
+        metrics_after=metrics, matched_only=matched_only, gpu=gpu, **options)
+    before_path = None if earlier is None else earlier.path
+    return _report(loaded, doc, asked, changes, before_path=before_path,
+                   matched_only=matched_only, diagnosed=diagnosed)
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What the gate judges besides the trace: the check file, the gates and the baseline."""
+
+    config: CheckConfig
+    gates: Gates
+    baseline: dict[str, Any] | None
+    baseline_path: str | None
+
+
+def _asked(config: Path | CheckConfig | None, baseline: Path | None, fail_on: str | None,
+           metrics_before: Path | None, *, has_before: bool) -> _Asked:
+    """Read the check file and the baseline and parse the gates, before the trace is read;
+    refuse a run that checks nothing or names a run before without `--before`."""
+    from yaotu_trace.gate.check import CheckConfig, load_baseline, load_config
+
+    cfg = load_config(config) if isinstance(config, Path) else config or CheckConfig()
+    gates = _gates(fail_on, cfg, has_before)
+    if not has_before and metrics_before is not None:
+        raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
+                          "BEFORE too")
+    base = load_baseline(baseline) if baseline is not None else None
+    if not cfg.checks and base is None and gates.level is None and not has_before:
+        raise ConfigError("nothing to check: give --config with [[check]] entries, "
+                          "--baseline, --fail-on or --before (see docs/ci.md)")
+    return _Asked(cfg, gates, base, None if baseline is None else str(baseline))
+
+
+def _metrics_of(loaded: Trace, diagnosis: Callable[[], Report], asked: _Asked,
+                progress: Progress | None) -> tuple[dict[str, Any], bool]:
+    """The analysis' metrics by JSON path, with the diagnosis' on top when a check needs them;
+    and whether it was diagnosed."""
+    from yaotu_trace.commands.analyze import analyze
+    from yaotu_trace.gate.check import report_view, wants_diagnosis
+
     tell(progress, "analyzing", 0.3)
     doc: dict[str, Any] = report_view(analyze(loaded))
-    diagnosed = wants_diagnosis(doc, cfg, base is not None, gates.level)
+    diagnosed = wants_diagnosis(doc, asked.config, asked.baseline is not None, asked.gates.level)
     if diagnosed:
         doc = report_view(diagnosis(), under=doc)
-    changes = []
-    if earlier is not None:
-        from yaotu_trace.commands.diff import diff
-        from yaotu_trace.gate.change import change_results
+    return doc, diagnosed
 
-        tell(progress, "comparing with the run before", 0.6)
-        judged = diff(earlier, loaded, metrics_before=metrics_before, metrics_after=metrics,
-                      matched_only=matched_only, gpu=gpu, **options).sections
-        changes = change_results(judged["conditions"], judged["axes"], judged["fairness"],
-                                 gates.diff)
-    baseline_path = None if baseline is None else str(baseline)
-    before_path = None if earlier is None else earlier.path
-    section = run_checks(doc, cfg, base, baseline_path=baseline_path, fail_on=gates.level,
-                         changes=changes, before_path=before_path, fail_on_diff=gates.diff)
+
+def _changes(earlier: Trace, loaded: Trace, gates: frozenset[DiffGate],
+             progress: Progress | None, **diff_options: Any) -> list[CheckResult]:
+    """One check per condition of the comparison with the run before and per axis change."""
+    from yaotu_trace.commands.diff import diff
+    from yaotu_trace.gate.change import change_results
+
+    tell(progress, "comparing with the run before", 0.6)
+    judged = diff(earlier, loaded, **diff_options).sections
+    return change_results(judged["conditions"], judged["axes"], judged["fairness"], gates)
+
+
+def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[CheckResult], *,
+            before_path: str | None, matched_only: bool, diagnosed: bool) -> Report:
+    """Run the checks on `doc`, then the change checks; the report says what was judged."""
+    from yaotu_trace.gate.check import run_checks
+
+    gates = asked.gates
+    section = run_checks(doc, asked.config, asked.baseline, baseline_path=asked.baseline_path,
+                         fail_on=gates.level, changes=changes, before_path=before_path,
+                         fail_on_diff=gates.diff)
+    base = asked.baseline
     return Report(
         command="check",
         input=input_summary(loaded),
-        config={"check_file": cfg.path, "baseline": baseline_path,
+        config={"check_file": asked.config.path, "baseline": asked.baseline_path,
                 "baseline_command": None if base is None else base.get("command"),
                 "before": before_path, "fail_on": gates.level,
                 "fail_on_diff": section.fail_on_diff, "matched_only": matched_only,
-                "on_missing": cfg.on_missing, "diagnosed": diagnosed},
+                "on_missing": asked.config.on_missing, "diagnosed": diagnosed},
         sections={"checks": section},
     )
 

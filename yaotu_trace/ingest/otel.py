@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -46,6 +47,8 @@ from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from yaotu_trace.data.schema import RawTrace
 
 # Current semantic-convention name first, then the older one vLLM and SGLang still emit.
@@ -86,10 +89,40 @@ VALUE_KEYS: Final = (
 
 def read_otel(path: Path) -> RawTrace:
     """Collect one request per gen_ai request span from an OTLP JSON export."""
-    import numpy as np
-    import pandas as pd
-
     from yaotu_trace.data.schema import RawTrace
+
+    found = _request_spans(path)
+    if not found.rows:
+        raise TraceSchemaError(
+            f"{path}: none of the {found.skipped} span(s) carries '{PROMPT_TOKENS[0]}' or "
+            f"'{PROMPT_TOKENS[1]}'; export the engine's request spans (vLLM: serve with "
+            "--otlp-traces-endpoint; SGLang: --enable-trace)"
+        )
+    out = _requests_frame(found)
+    return RawTrace(
+        requests=out.dropna(axis=1, how="all"),
+        format_name="otel",
+        row_label="span",
+        notes=_notes(found),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _RequestSpans:
+    """The request spans of a file as rows (latencies still relative to arrival), their start
+    and end times, and what the notes count."""
+
+    rows: list[dict[str, Any]]
+    starts_ns: list[int]
+    ends_ns: list[int | None]
+    # The prompt-token key of each request span: the notes speak the file's convention.
+    prompt_keys: list[str]
+    skipped: int
+    failed: int
+
+
+def _request_spans(path: Path) -> _RequestSpans:
+    """One row per span with an input-token count; the other spans are only counted."""
     from yaotu_trace.data.values import SOURCE_WHERE
 
     rows: list[dict[str, Any]] = []
@@ -129,43 +162,54 @@ def read_otel(path: Path) -> RawTrace:
             if key in attrs:
                 row[column] = _seconds(attrs[key], key, where, path)
         rows.append(row)
-    if not rows:
-        raise TraceSchemaError(
-            f"{path}: none of the {skipped} span(s) carries '{PROMPT_TOKENS[0]}' or "
-            f"'{PROMPT_TOKENS[1]}'; export the engine's request spans (vLLM: serve with "
-            "--otlp-traces-endpoint; SGLang: --enable-trace)"
-        )
-    origin_ns = min(starts_ns)
-    arrival_s = (np.asarray(starts_ns, dtype=np.int64) - origin_ns) / 1e9
-    out = pd.DataFrame.from_records(rows)
+    return _RequestSpans(rows, starts_ns, ends_ns, prompt_keys, skipped, failed)
+
+
+def _requests_frame(found: _RequestSpans) -> pd.DataFrame:
+    """The rows on one clock: `arrival_s` from the earliest span start, latencies made
+    absolute, the span's end where e2e is absent, and `ok` for spans without an error when
+    the file has one."""
+    import numpy as np
+    import pandas as pd
+
+    origin_ns = min(found.starts_ns)
+    arrival_s = (np.asarray(found.starts_ns, dtype=np.int64) - origin_ns) / 1e9
+    out = pd.DataFrame.from_records(found.rows)
     out.insert(1, "arrival_s", arrival_s)
     # Latency attributes are durations from arrival; make them absolute on the arrival clock.
     for column in ("first_token_s", "finish_s", "scheduled_s"):
         if column in out.columns:
             out[column] = out[column] + out["arrival_s"]
     end_s = pd.Series(
-        [np.nan if e is None else (e - origin_ns) / 1e9 for e in ends_ns], dtype="float64"
+        [np.nan if e is None else (e - origin_ns) / 1e9 for e in found.ends_ns], dtype="float64"
     )
     out["finish_s"] = out["finish_s"].fillna(end_s) if "finish_s" in out.columns else end_s
+    if found.failed:
+        out["status"] = out["status"].fillna("ok")
+    return out
+
+
+def _notes(found: _RequestSpans) -> tuple[str, ...]:
+    """The clock's origin in UTC, and the spans skipped and ended in error."""
+    import pandas as pd
+
+    origin_ns = min(found.starts_ns)
     notes = [
         f"arrival_s is seconds since {pd.Timestamp(origin_ns, unit='ns', tz='UTC').isoformat()} "
         "(the earliest span start)"
     ]
-    if skipped:
+    if found.skipped:
         # Named by the key this file's request spans use, so the note speaks its convention.
-        notes.append(f"{skipped} span(s) without '{prompt_keys[0]}' were skipped (not requests)")
-    if failed:
-        out["status"] = out["status"].fillna("ok")
         notes.append(
-            f"{failed} of {len(rows)} request span(s) ended with status ERROR; they are kept "
-            "with status 'error': counted in the success rate, left out of latency figures"
+            f"{found.skipped} span(s) without '{found.prompt_keys[0]}' were skipped (not requests)"
         )
-    return RawTrace(
-        requests=out.dropna(axis=1, how="all"),
-        format_name="otel",
-        row_label="span",
-        notes=tuple(notes),
-    )
+    if found.failed:
+        notes.append(
+            f"{found.failed} of {len(found.rows)} request span(s) ended with status ERROR; they "
+            "are kept with status 'error': counted in the success rate, left out of latency "
+            "figures"
+        )
+    return tuple(notes)
 
 
 def _spans(path: Path) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
