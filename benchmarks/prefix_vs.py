@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="kernels whose name contains this")
     args = parser.parse_args()
 
-    print(f"{'kernel':<9}{'trace':<26}{'capacity':<22}{'base s':>9}{'new s':>9}"
+    print(f"{'kernel':<9}{'trace':<26}{'capacity':<22}{'base ms':>9}{'new ms':>9}"
           f"{'new/base':>10}  identical")
     with tempfile.TemporaryDirectory() as folder:
         for kernel, (path, name, preset) in KERNELS.items():
@@ -149,8 +149,8 @@ def main() -> None:
                         same = same and identical(a, b)
                     m_old = statistics.median(old.seconds)
                     m_new = statistics.median(new.seconds)
-                    print(f"{kernel:<9}{trace_path.name[:25]:<26}{label:<22}{m_old:>9.3f}"
-                          f"{m_new:>9.3f}{m_new / m_old:>10.3f}  {same}", flush=True)
+                    print(f"{kernel:<9}{trace_path.name[:25]:<26}{label:<22}{m_old * 1e3:>9.2f}"
+                          f"{m_new * 1e3:>9.2f}{m_new / m_old:>10.3f}  {same}", flush=True)
 
 
 if __name__ == "__main__":
