@@ -25,11 +25,12 @@ freed before the next, no preemption, no speculative decoding, prompts only), ch
 request against vLLM itself in `tests/prefix/test_exact_vllm.py`. `evicted_blocks` counts
 hashes removed from the map, `inserted_blocks` hash insertions (copies included).
 
-One compiled loop, O(1) per block operation: the free queue is a doubly linked list over
-physical block ids, each chain id a linked list of its copies in insertion order. Physical ids
-are handed out in vLLM's order (1, 2, ...), so only the ones a trace can reach are stored: the
-never-used tail of the pool is one sentinel node (id 0, the null block's, which is never
-queued) standing for the range that has not been handed out yet.
+One compiled loop over the requests with a helper per phase, O(1) per block operation: the
+free queue is a doubly linked list over physical block ids, each chain id a linked list of its
+copies in insertion order. Physical ids are handed out in vLLM's order (1, 2, ...), so only the
+ones a trace can reach are stored: the never-used tail of the pool is one sentinel node (id 0,
+the null block's, which is never queued) standing for the range that has not been handed out
+yet.
 """
 
 from __future__ import annotations
