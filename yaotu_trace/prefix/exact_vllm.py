@@ -86,8 +86,8 @@ def _take_hits(owned, h, in_free, fprev, fnext, fhead, ftail, num_free):
 @nb.njit(cache=True)
 def _allocate(ids, start, full, h, total, owned, in_free, fprev, fnext, block_hash, cprev,
               cnext, chead, ctail, fhead, ftail, next_virgin, num_free, num_gpu_blocks):
-    """Blocks h..total-1 of the request (`full` of them full) popped from the free queue's
-    head, a popped hashed block losing its hash; each new full block gets its chain's hash.
+    """Blocks h..total-1 of the request popped from the free queue's head, a popped hashed
+    block losing its hash; each new full block (below `full`) gets its chain's hash.
     Returns (queue ends, next virgin id, free count, evicted, inserted).
 
     The block operations stay written out: as helpers inlined into this one the replay ran
