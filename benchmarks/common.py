@@ -1,12 +1,15 @@
-"""What the benchmarks share: running `trace` in a fresh process and reading its `--stats`."""
+"""What the benchmarks share: running `trace` in a fresh process and reading its `--stats`;
+loading a module as it was at a git revision, to time it against the working tree's."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,3 +52,25 @@ def ratio(baseline: dict[str, Any] | None, ours: dict[str, Any] | None, key: str
     if not baseline or not ours or not baseline[key] or not ours[key]:
         return "–"
     return f"{baseline[key] / ours[key]:.1f}×"
+
+
+def source_at(revision: str, path: str) -> str:
+    """The text of `path` (relative to the repository) as it was at git `revision`."""
+    return subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:{path}"], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def module_from(source: str, path: Path) -> ModuleType:
+    """`source` written to `path` and imported as a module of its own (numba caches it apart),
+    so that two versions of one module can run side by side."""
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def module_at(revision: str, path: str, folder: Path, stem: str) -> ModuleType:
+    """The module at `path` as it was at `revision`, imported from `folder/stem.py`."""
+    return module_from(source_at(revision, path), folder / f"{stem}.py")

@@ -13,7 +13,6 @@ process with an empty numba cache, is the compile time.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+from common import module_at, module_from  # type: ignore[import-not-found]
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.ingest import load_trace
@@ -48,19 +48,7 @@ CASES = (
 
 def baseline_engine(revision: str, folder: Path) -> ModuleType:
     """The engine module as it was at `revision`, imported under its own name."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:{ENGINE}"],
-                            check=True, capture_output=True, text=True).stdout
-    return engine_from(source, folder / "engine_baseline.py")
-
-
-def engine_from(source: str, path: Path) -> ModuleType:
-    """`source` written to `path` and imported as a module of its own (numba caches it apart)."""
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_at(revision, ENGINE, folder, "engine_baseline")
 
 
 def current_engine() -> ModuleType:
@@ -113,7 +101,7 @@ def compile_only(which: str, revision: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         # both from a copy of their source, so that they compile on equal terms
         module = baseline_engine(revision, Path(folder)) if which == "baseline" else (
-            engine_from((ROOT / ENGINE).read_text(), Path(folder) / "engine_current.py"))
+            module_from((ROOT / ENGINE).read_text(), Path(folder) / "engine_current.py"))
         tiny = RequestArrays(arrival_s=np.zeros(2), prompt_tokens=np.array([8, 8]),
                              output_tokens=np.array([2, 2]))
         config = SimConfig(kv_blocks=10, step_cost=StepCost.fixed(1.0))

@@ -366,23 +366,7 @@ def replay(
         inserted = chains.num_distinct
         return _result(chains, hit, None, 1, 0, inserted)
 
-    route_mode = _STATIC
-    codes = np.zeros(n, dtype=np.int64)
-    k = 1
-    if per_instance:
-        if rules.route is None and instance_codes is not None:
-            codes = np.array(instance_codes, dtype=np.int64)  # a writable copy: one signature
-            if codes.size and codes.min() < 0:
-                raise ConfigError("instance codes must be >= 0")
-            k = int(codes.max()) + 1 if codes.size else 1
-        else:
-            k = rules.instances
-            if rules.route in (None, Route.ROUND_ROBIN, Route.RANDOM):
-                codes = route_codes(rules, n)
-            elif rules.route is Route.LEAST_LOADED:
-                route_mode = _LEAST_LOADED
-            else:
-                route_mode = _AFFINITY
+    route_mode, codes, k = _routes(rules, n, instance_codes if per_instance else None)
     if rules.accounting is not Accounting.CLEAN and rules.capacity_blocks is not None:
         if route_mode == _LEAST_LOADED:
             # Least-loaded looks at outstanding prompt tokens, never at the cache: its routes
@@ -392,26 +376,7 @@ def replay(
             assert routed.instance is not None
             codes = routed.instance
         return replay_exact(chains, rules, codes if per_instance else None, k)
-    if k * max(chains.num_distinct, 1) >= _MAX_NODES:
-        raise ResourceLimitError(
-            f"{k} instances × {chains.num_distinct} distinct blocks is too many cache entries "
-            "for one replay; use fewer instances or a larger --block-size"
-        )
-    if rules.capacity_blocks is not None or per_instance or outputs:
-        nodes = k * max(chains.num_distinct, 1)
-        per_node = 1 + (16 if rules.capacity_blocks is not None else 0) + (
-            8 if rules.eviction is Eviction.LFU else 0)
-        memory.require(nodes * per_node, f"a replay over {k} cache(s) of "
-                       f"{chains.num_distinct:,} distinct blocks",
-                       "use fewer instances or a larger --block-size")
-    arr = (np.zeros(n, dtype=np.float64) if arrival_s is None
-           else np.array(arrival_s, dtype=np.float64))
-    fin = np.full(n, np.inf, dtype=np.float64)
-    if finish_s is not None:
-        fin = np.array(finish_s, dtype=np.float64)
-        fin[np.isnan(fin)] = np.inf
-    out_offsets = (chains.output_offsets if outputs else np.zeros(n + 1, dtype=np.int64))
-    out_ids = chains.output_ids if outputs else np.zeros(0, dtype=np.int32)
+    _require_cache_entries(chains, rules, k, per_instance or outputs)
     capacity = -1 if rules.capacity_blocks is None else int(rules.capacity_blocks)
     if rules.eviction is Eviction.OPTIMAL:  # offline: every cache's requests known up front
         if route_mode == _LEAST_LOADED:  # its routes never look at the cache (partition.py)
@@ -421,6 +386,8 @@ def replay(
         hit, evicted, inserted = optimal_replay(chains, codes, k, capacity,
                                                 rules.touch_order is TouchOrder.HEAD_FIRST)
         return _result(chains, hit, codes if per_instance else None, k, evicted, inserted)
+    out_offsets = (chains.output_offsets if outputs else np.zeros(n + 1, dtype=np.int64))
+    out_ids = chains.output_ids if outputs else np.zeros(0, dtype=np.int32)
     if not per_instance and rules.eviction is Eviction.LRU and capacity >= 1:
         hit, evicted, inserted = _lru_global(
             chains.offsets, chains.ids, chains.max_hit_blocks, out_offsets, out_ids,
@@ -428,6 +395,7 @@ def replay(
             rules.touch_order is TouchOrder.HEAD_FIRST,
         )
         return _result(chains, hit, None, 1, int(evicted), int(inserted))
+    arr, fin = _arrival_finish(n, arrival_s, finish_s)
     hit, instance, evicted, inserted = _replay_loop(
         chains.offsets, chains.ids, chains.block_tokens, chains.max_hit_blocks,
         chains.prompt_tokens, out_offsets, out_ids, np.int64(chains.num_distinct),
@@ -437,6 +405,59 @@ def replay(
     )
     return _result(chains, hit, instance if per_instance else None, k, int(evicted),
                    int(inserted))
+
+
+def _routes(rules: ReplayRules, n: int,
+            instance_codes: np.ndarray | None) -> tuple[int, np.ndarray, int]:
+    """(route mode, static cache per request, number of caches) before the replay.
+
+    `instance_codes` is the trace's column under scope instance (None otherwise); without a
+    route it decides. Least-loaded and prefix-affinity leave the codes at 0: the loop routes.
+    """
+    codes = np.zeros(n, dtype=np.int64)
+    if rules.scope is not Scope.INSTANCE:
+        return _STATIC, codes, 1
+    if rules.route is None and instance_codes is not None:
+        codes = np.array(instance_codes, dtype=np.int64)  # a writable copy: one signature
+        if codes.size and codes.min() < 0:
+            raise ConfigError("instance codes must be >= 0")
+        return _STATIC, codes, int(codes.max()) + 1 if codes.size else 1
+    if rules.route in (None, Route.ROUND_ROBIN, Route.RANDOM):
+        return _STATIC, route_codes(rules, n), rules.instances
+    if rules.route is Route.LEAST_LOADED:
+        return _LEAST_LOADED, codes, rules.instances
+    return _AFFINITY, codes, rules.instances
+
+
+def _require_cache_entries(chains: BlockChains, rules: ReplayRules, k: int,
+                           per_block_arrays: bool) -> None:
+    """Refuse a replay whose per-cache node arrays (k caches × distinct blocks) exceed the
+    int32-indexed limit or the memory at hand (checked only when the loop allocates them)."""
+    if k * max(chains.num_distinct, 1) >= _MAX_NODES:
+        raise ResourceLimitError(
+            f"{k} instances × {chains.num_distinct} distinct blocks is too many cache entries "
+            "for one replay; use fewer instances or a larger --block-size"
+        )
+    if rules.capacity_blocks is not None or per_block_arrays:
+        nodes = k * max(chains.num_distinct, 1)
+        per_node = 1 + (16 if rules.capacity_blocks is not None else 0) + (
+            8 if rules.eviction is Eviction.LFU else 0)
+        memory.require(nodes * per_node, f"a replay over {k} cache(s) of "
+                       f"{chains.num_distinct:,} distinct blocks",
+                       "use fewer instances or a larger --block-size")
+
+
+def _arrival_finish(n: int, arrival_s: np.ndarray | None,
+                    finish_s: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The loop's float64 arrival and finish times: arrivals 0 and finishes never (inf) when
+    not given, a NaN finish read as never."""
+    arr = (np.zeros(n, dtype=np.float64) if arrival_s is None
+           else np.array(arrival_s, dtype=np.float64))
+    fin = np.full(n, np.inf, dtype=np.float64)
+    if finish_s is not None:
+        fin = np.array(finish_s, dtype=np.float64)
+        fin[np.isnan(fin)] = np.inf
+    return arr, fin
 
 
 def _result(chains: BlockChains, hit: np.ndarray, instance: np.ndarray | None, k: int,

@@ -97,11 +97,11 @@ def _push_if_leaf(node, children, lock, last_access, heap_key, heap_val, heap_n)
     return heap_n
 
 
-@nb.njit(cache=True, nogil=True)
-def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_tokens,
-                  capacity):
-    """Returns (hit pages, rejected flags, evicted pages, inserted pages)."""
-    n = len(offsets) - 1
+@nb.njit(cache=True)
+def _empty_tree(n, num_distinct):
+    """The tree's arrays for `n` requests: per node (first depth, source slice start, length,
+    parent, child count, lock count, stamp, alive), per page id (node, in tree), and the
+    eviction heap's keys and values. Only the root (node 0, locked for good) exists."""
     max_nodes = 3 * n + 1  # per request at most: a split in the lookup, one in the insert, a leaf
     first_depth = np.zeros(max_nodes, dtype=np.int64)
     src = np.zeros(max_nodes, dtype=np.int64)
@@ -113,12 +113,92 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
     alive = np.zeros(max_nodes, dtype=np.uint8)
     lock[_ROOT] = 1  # the root is locked for good (`reset`)
     alive[_ROOT] = 1
-    num_nodes = 1
     node_of = np.zeros(max(num_distinct, 1), dtype=np.int32)
     in_tree = np.zeros(max(num_distinct, 1), dtype=np.uint8)
     heap_size = 2 * max_nodes + 3 * n + 8  # pushes: 3 per request + 1 per evicted parent
     heap_key = np.empty(heap_size, dtype=np.int64)
     heap_val = np.empty(heap_size, dtype=np.int64)
+    return (first_depth, src, length, parent, children, lock, last_access, alive, node_of,
+            in_tree, heap_key, heap_val)
+
+
+@nb.njit(cache=True)
+def _cached_run(ids, start, h, end, in_tree):
+    """Where the run of the request's pages in the tree from page `h` on ends (at most `end`)."""
+    while h < end and in_tree[ids[start + h]] != 0:
+        h += 1
+    return h
+
+
+@nb.njit(cache=True)
+def _stamp_prefix(ids, start, m, clock, node_of, first_depth, src, length, parent, children,
+                  lock, last_access, alive, num_nodes):
+    """The node where the request's first `m` cached pages end (the root for m = 0), stamped
+    `clock` with its ancestors and split when they end mid-node. Returns (node, the split-off
+    remainder or the root, node count, clock)."""
+    if m == 0:
+        return _ROOT, _ROOT, num_nodes, clock
+    node = node_of[ids[start + m - 1]]
+    _stamp_path(node, clock, parent, last_access)
+    k = m - first_depth[node]
+    if k >= length[node]:
+        return node, _ROOT, num_nodes, clock
+    new, num_nodes, clock = _split(node, k, ids, node_of, first_depth, src, length, parent,
+                                   children, lock, last_access, alive, num_nodes, clock)
+    return new, node, num_nodes, clock
+
+
+@nb.njit(cache=True)
+def _lock_path(node, delta, parent, lock):
+    """`inc_lock_ref` (delta 1) or `dec_lock_ref` (-1) on `node` and its ancestors."""
+    while node != _ROOT:
+        lock[node] += delta
+        node = parent[node]
+
+
+@nb.njit(cache=True)
+def _drop_leaf(v, ids, src, length, parent, children, alive, in_tree):
+    """Leaf `v` leaves the tree with its pages. Returns (pages freed, its parent)."""
+    for p in range(src[v], src[v] + length[v]):
+        in_tree[ids[p]] = 0
+    alive[v] = 0
+    up = parent[v]
+    children[up] -= 1
+    return length[v], up
+
+
+@nb.njit(cache=True)
+def _add_leaf(leaf, end, start, m, full, clock, ids, node_of, in_tree, first_depth, src,
+              length, parent, children, lock, last_access, alive):
+    """Pages m..full-1 of the request hang below `end` as the new leaf `leaf`, stamped
+    `clock`."""
+    first_depth[leaf] = m
+    src[leaf] = start + m
+    length[leaf] = full - m
+    parent[leaf] = end
+    children[leaf] = 0
+    lock[leaf] = 0
+    last_access[leaf] = clock
+    alive[leaf] = 1
+    children[end] += 1
+    for p in range(start + m, start + full):
+        in_tree[ids[p]] = 1
+        node_of[ids[p]] = leaf
+
+
+# NOTE: the eviction loop and the heap pushes stay in the kernel; the helpers above never
+# touch the heap. A helper that pushes or pops it keeps the reference counts of the arrays it
+# is passed (an increment and a decrement each, per call): the match, the eviction and the
+# insert as helpers took about 3x the CPU time of the single loop on the Mooncake conversation
+# trace, plain or inline="always" (`benchmarks/prefix_vs.py --only sglang`).
+@nb.njit(cache=True, nogil=True)
+def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_tokens,
+                  capacity):
+    """Returns (hit pages, rejected flags, evicted pages, inserted pages)."""
+    n = len(offsets) - 1
+    (first_depth, src, length, parent, children, lock, last_access, alive, node_of, in_tree,
+     heap_key, heap_val) = _empty_tree(n, num_distinct)
+    num_nodes = 1
     heap_n = 0
     clock = 0
     tree_pages = 0
@@ -136,31 +216,20 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
             continue
         # match_prefix on the first max_hit pages: stamp the path, split a partial node.
         cap = max_hit[i]
-        h = 0
-        while h < cap and in_tree[ids[start + h]] != 0:
-            h += 1
+        h = _cached_run(ids, start, 0, cap, in_tree)
         matched = _ROOT
         if cap > 0:
             clock += 1
-            if h > 0:
-                matched = node_of[ids[start + h - 1]]
-                _stamp_path(matched, clock, parent, last_access)
-                k = h - first_depth[matched]
-                if k < length[matched]:
-                    rest = matched
-                    matched, num_nodes, clock = _split(
-                        rest, k, ids, node_of, first_depth, src, length, parent, children,
-                        lock, last_access, alive, num_nodes, clock)
-                    heap_n = _push_if_leaf(rest, children, lock, last_access, heap_key,
-                                           heap_val, heap_n)
+            matched, rest, num_nodes, clock = _stamp_prefix(
+                ids, start, h, clock, node_of, first_depth, src, length, parent, children,
+                lock, last_access, alive, num_nodes)
+            if rest != _ROOT:
+                heap_n = _push_if_leaf(rest, children, lock, last_access, heap_key,
+                                       heap_val, heap_n)
         hit_pages[i] = h
-        x = matched
-        while x != _ROOT:
-            lock[x] += 1
-            x = parent[x]
+        _lock_path(matched, 1, parent, lock)
         # Allocation: evict whole leaves, oldest stamp first, until the shortfall is freed.
-        need = pages - h
-        target = need + extra_page - (capacity - tree_pages)
+        target = pages - h + extra_page - (capacity - tree_pages)
         freed = 0
         while freed < target and heap_n > 0:
             stamp = heap_key[0]
@@ -169,60 +238,35 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
             if (alive[v] == 0 or lock[v] != 0 or children[v] != 0
                     or last_access[v] != stamp):
                 continue
-            for p in range(src[v], src[v] + length[v]):
-                in_tree[ids[p]] = 0
-            tree_pages -= length[v]
-            freed += length[v]
-            alive[v] = 0
-            up = parent[v]
-            children[up] -= 1
+            gone, up = _drop_leaf(v, ids, src, length, parent, children, alive, in_tree)
+            freed += gone
             heap_n = _push_if_leaf(up, children, lock, last_access, heap_key, heap_val,
                                    heap_n)
+        tree_pages -= freed
         evicted += freed
         # insert the page-aligned prompt: stamp the cached path, split where it ends mid-node.
-        m = h
-        while m < full and in_tree[ids[start + m]] != 0:
-            m += 1
         end = _ROOT
         if full > 0:
+            m = _cached_run(ids, start, h, full, in_tree)
             clock += 1
-            if m > 0:
-                end = node_of[ids[start + m - 1]]
-                _stamp_path(end, clock, parent, last_access)
-                k = m - first_depth[end]
-                if k < length[end]:
-                    rest = end
-                    end, num_nodes, clock = _split(
-                        rest, k, ids, node_of, first_depth, src, length, parent, children,
-                        lock, last_access, alive, num_nodes, clock)
-                    heap_n = _push_if_leaf(rest, children, lock, last_access, heap_key,
-                                           heap_val, heap_n)
+            end, rest, num_nodes, clock = _stamp_prefix(
+                ids, start, m, clock, node_of, first_depth, src, length, parent, children,
+                lock, last_access, alive, num_nodes)
+            if rest != _ROOT:
+                heap_n = _push_if_leaf(rest, children, lock, last_access, heap_key,
+                                       heap_val, heap_n)
             if m < full:
-                leaf = num_nodes
-                num_nodes += 1
                 clock += 1
-                first_depth[leaf] = m
-                src[leaf] = start + m
-                length[leaf] = full - m
-                parent[leaf] = end
-                children[leaf] = 0
-                lock[leaf] = 0
-                last_access[leaf] = clock
-                alive[leaf] = 1
-                children[end] += 1
-                for p in range(start + m, start + full):
-                    in_tree[ids[p]] = 1
-                    node_of[ids[p]] = leaf
+                _add_leaf(num_nodes, end, start, m, full, clock, ids, node_of, in_tree,
+                          first_depth, src, length, parent, children, lock, last_access, alive)
+                end = num_nodes
+                num_nodes += 1
                 tree_pages += full - m
                 inserted += full - m
-                end = leaf
             # checkpoint: match the inserted key again (stamps the whole path once more).
             clock += 1
             _stamp_path(end, clock, parent, last_access)
-        x = matched
-        while x != _ROOT:
-            lock[x] -= 1
-            x = parent[x]
+        _lock_path(matched, -1, parent, lock)
         heap_n = _push_if_leaf(end, children, lock, last_access, heap_key, heap_val, heap_n)
     return hit_pages, rejected, evicted, inserted
 

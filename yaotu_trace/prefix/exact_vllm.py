@@ -25,11 +25,12 @@ freed before the next, no preemption, no speculative decoding, prompts only), ch
 request against vLLM itself in `tests/prefix/test_exact_vllm.py`. `evicted_blocks` counts
 hashes removed from the map, `inserted_blocks` hash insertions (copies included).
 
-One compiled loop, O(1) per block operation: the free queue is a doubly linked list over
-physical block ids, each chain id a linked list of its copies in insertion order. Physical ids
-are handed out in vLLM's order (1, 2, ...), so only the ones a trace can reach are stored: the
-never-used tail of the pool is one sentinel node (id 0, the null block's, which is never
-queued) standing for the range that has not been handed out yet.
+One compiled loop over the requests with a helper per phase, O(1) per block operation: the
+free queue is a doubly linked list over physical block ids, each chain id a linked list of its
+copies in insertion order. Physical ids are handed out in vLLM's order (1, 2, ...), so only the
+ones a trace can reach are stored: the never-used tail of the pool is one sentinel node (id 0,
+the null block's, which is never queued) standing for the range that has not been handed out
+yet.
 """
 
 from __future__ import annotations
@@ -46,6 +47,136 @@ _VIRGIN = np.int32(0)  # the sentinel node: blocks next_virgin..N-1, never hande
 _MAX_NODES = 2**31 - 1  # physical ids and links are int32
 
 
+@nb.njit(cache=True)
+def _lookup(ids, start, cap, chead, in_free, owned):
+    """`get_computed_blocks`: the leading run of chain ids with a cached copy, at most `cap`,
+    their first copies written to `owned`. Returns (hit blocks, how many of them are free)."""
+    h = 0
+    queued_hits = 0
+    while h < cap and chead[ids[start + h]] >= 0:
+        p = chead[ids[start + h]]
+        owned[h] = p
+        queued_hits += np.int64(in_free[p])
+        h += 1
+    return h, queued_hits
+
+
+@nb.njit(cache=True)
+def _take_hits(owned, h, in_free, fprev, fnext, fhead, ftail, num_free):
+    """Touch: the hit blocks that sit in the free queue leave it, before any pop.
+    Returns the queue's ends and the free count."""
+    for k in range(h):
+        p = owned[k]
+        if in_free[p] != 0:
+            a = fprev[p]
+            b = fnext[p]
+            if a >= 0:
+                fnext[a] = b
+            else:
+                fhead = b
+            if b >= 0:
+                fprev[b] = a
+            else:
+                ftail = a
+            in_free[p] = 0
+            num_free -= 1
+    return fhead, ftail, num_free
+
+
+@nb.njit(cache=True)
+def _allocate(ids, start, full, h, total, owned, in_free, fprev, fnext, block_hash, cprev,
+              cnext, chead, ctail, fhead, ftail, next_virgin, num_free, num_gpu_blocks):
+    """Blocks h..total-1 of the request popped from the free queue's head, a popped hashed
+    block losing its hash; each new full block (below `full`) gets its chain's hash.
+    Returns (queue ends, next virgin id, free count, evicted, inserted).
+
+    The block operations stay written out: as helpers inlined into this one the replay ran
+    about 5x slower (`benchmarks/prefix_vs.py --only vllm`)."""
+    evicted = 0
+    inserted = 0
+    for k in range(h, total):  # pop from the head; a popped hashed block is evicted
+        p = fhead
+        if p == _VIRGIN:
+            p = next_virgin
+            next_virgin += 1
+            if next_virgin == num_gpu_blocks:  # the range is used up: drop the sentinel
+                b = fnext[_VIRGIN]
+                fhead = b
+                if b >= 0:
+                    fprev[b] = -1
+                else:
+                    ftail = np.int32(-1)
+        else:
+            b = fnext[p]
+            fhead = b
+            if b >= 0:
+                fprev[b] = -1
+            else:
+                ftail = np.int32(-1)
+            in_free[p] = 0
+            c = block_hash[p]
+            if c >= 0:
+                a = cprev[p]
+                b = cnext[p]
+                if a >= 0:
+                    cnext[a] = b
+                else:
+                    chead[c] = b
+                if b >= 0:
+                    cprev[b] = a
+                else:
+                    ctail[c] = a
+                block_hash[p] = -1
+                evicted += 1
+        num_free -= 1
+        owned[k] = p
+        if k < full:  # a new full block is cached, a second copy or not
+            c = ids[start + k]
+            block_hash[p] = c
+            t = ctail[c]
+            cprev[p] = t
+            cnext[p] = -1
+            if t >= 0:
+                cnext[t] = p
+            else:
+                chead[c] = p
+            ctail[c] = p
+            inserted += 1
+    return fhead, ftail, next_virgin, num_free, evicted, inserted
+
+
+@nb.njit(cache=True)
+def _free(owned, total, block_hash, in_free, fprev, fnext, fhead, ftail, num_free):
+    """`free`, in reverse block order: the hashless blocks, as a group in that order, go to the
+    head (prepending them one by one from the front does that), the hashed to the tail.
+    Returns the queue's ends and the free count."""
+    for k in range(total):
+        p = owned[k]
+        if block_hash[p] < 0:
+            fprev[p] = -1
+            fnext[p] = fhead
+            if fhead >= 0:
+                fprev[fhead] = p
+            else:
+                ftail = p
+            fhead = p
+            in_free[p] = 1
+            num_free += 1
+    for k in range(total - 1, -1, -1):
+        p = owned[k]
+        if block_hash[p] >= 0:
+            fprev[p] = ftail
+            fnext[p] = -1
+            if ftail >= 0:
+                fnext[ftail] = p
+            else:
+                fhead = p
+            ftail = p
+            in_free[p] = 1
+            num_free += 1
+    return fhead, ftail, num_free
+
+
 @nb.njit(cache=True, nogil=True)
 def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks, num_nodes,
                max_blocks):
@@ -55,8 +186,10 @@ def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks
     `total_blocks[i]` = ceil(n/B) blocks request i allocates (its full blocks are
     `ids[offsets[i]:offsets[i+1]]`, a partial one after them when there are more);
     `num_nodes` physical ids are enough for the trace (ids 1..num_nodes-1 can be handed out).
-    The list operations are written out, with int32 links and the free queue's ends in
-    locals: the shared list helpers over arrays of list ends run about 10x slower here.
+    Per request: look up, admit or reject, take the hit blocks out of the free queue,
+    allocate, free. The list operations are written out, with int32 links and the free
+    queue's ends passed as scalars: the shared list helpers over arrays of list ends run about
+    10x slower here.
     """
     n = len(offsets) - 1
     # Free queue over physical ids; the sentinel _VIRGIN stands for the unused range.
@@ -88,107 +221,21 @@ def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks
         total = total_blocks[i]
         if total == 0:
             continue
-        h = 0
-        cap = max_hit[i]
-        queued_hits = 0
-        while h < cap and chead[ids[start + h]] >= 0:
-            p = chead[ids[start + h]]
-            owned[h] = p
-            queued_hits += np.int64(in_free[p])
-            h += 1
+        h, queued_hits = _lookup(ids, start, max_hit[i], chead, in_free, owned)
         if total - h + queued_hits > num_free:
             rejected += 1
             continue
         hit_blocks[i] = h
-        for k in range(h):  # touch: a hit block leaves the free queue before any pop
-            p = owned[k]
-            if in_free[p] != 0:
-                a = fprev[p]
-                b = fnext[p]
-                if a >= 0:
-                    fnext[a] = b
-                else:
-                    fhead = b
-                if b >= 0:
-                    fprev[b] = a
-                else:
-                    ftail = a
-                in_free[p] = 0
-                num_free -= 1
-        for k in range(h, total):  # pop from the head; a popped hashed block is evicted
-            p = fhead
-            if p == _VIRGIN:
-                p = next_virgin
-                next_virgin += 1
-                if next_virgin == num_gpu_blocks:  # the range is used up: drop the sentinel
-                    b = fnext[_VIRGIN]
-                    fhead = b
-                    if b >= 0:
-                        fprev[b] = -1
-                    else:
-                        ftail = np.int32(-1)
-            else:
-                b = fnext[p]
-                fhead = b
-                if b >= 0:
-                    fprev[b] = -1
-                else:
-                    ftail = np.int32(-1)
-                in_free[p] = 0
-                c = block_hash[p]
-                if c >= 0:
-                    a = cprev[p]
-                    b = cnext[p]
-                    if a >= 0:
-                        cnext[a] = b
-                    else:
-                        chead[c] = b
-                    if b >= 0:
-                        cprev[b] = a
-                    else:
-                        ctail[c] = a
-                    block_hash[p] = -1
-                    evicted += 1
-            num_free -= 1
-            owned[k] = p
-            if k < full:  # a new full block is cached, a second copy or not
-                c = ids[start + k]
-                block_hash[p] = c
-                t = ctail[c]
-                cprev[p] = t
-                cnext[p] = -1
-                if t >= 0:
-                    cnext[t] = p
-                else:
-                    chead[c] = p
-                ctail[c] = p
-                inserted += 1
-        # Free in reverse order: the hashless blocks, as a group in that order, go to the
-        # head (prepending them one by one from the front does that), the hashed to the tail.
-        for k in range(total):
-            p = owned[k]
-            if block_hash[p] < 0:
-                fprev[p] = -1
-                fnext[p] = fhead
-                if fhead >= 0:
-                    fprev[fhead] = p
-                else:
-                    ftail = p
-                fhead = p
-                in_free[p] = 1
-                num_free += 1
-        for k in range(total - 1, -1, -1):
-            p = owned[k]
-            if block_hash[p] >= 0:
-                fprev[p] = ftail
-                fnext[p] = -1
-                if ftail >= 0:
-                    fnext[ftail] = p
-                else:
-                    fhead = p
-                ftail = p
-                in_free[p] = 1
-                num_free += 1
+        fhead, ftail, num_free = _take_hits(owned, h, in_free, fprev, fnext, fhead, ftail,
+                                            num_free)
+        fhead, ftail, next_virgin, num_free, gone, new = _allocate(
+            ids, start, full, h, total, owned, in_free, fprev, fnext,
+            block_hash, cprev, cnext, chead, ctail, fhead, ftail, next_virgin, num_free,
+            num_gpu_blocks)
+        evicted += gone
+        inserted += new
+        fhead, ftail, num_free = _free(owned, total, block_hash, in_free, fprev, fnext, fhead,
+                                       ftail, num_free)
     return hit_blocks, evicted, inserted, rejected
 
 

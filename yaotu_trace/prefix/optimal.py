@@ -185,6 +185,30 @@ def _victim(dead_key, heap_k, heap_v, heap_n, dead_v, dead_n, in_cache, cur_key)
             return v, heap_n, dead_n
 
 
+@nb.njit(cache=True, inline="always")
+def _evict_to(capacity, size, i, last, x_last, parent, depth, dead_key, heap_k, heap_v, heap_n,
+              dead_v, dead_n, in_cache, cur_key, mark):
+    """Evict down to `capacity` blocks, `x_last` (touched last, at position `last` of request
+    i) excepted; afterwards it keeps its key unless `parent` (the block before it, -1 for
+    none) is gone: without it it cannot hit, so it goes next. Returns (size, evicted, heap
+    size, stack size)."""
+    final_key = cur_key[x_last]
+    heap_n, dead_n = _set_key(x_last, _key(i, last, depth), dead_key, heap_k, heap_v, heap_n,
+                              dead_v, dead_n, in_cache, cur_key, mark)
+    evicted = 0
+    while size > capacity:
+        v, heap_n, dead_n = _victim(dead_key, heap_k, heap_v, heap_n, dead_v, dead_n,
+                                    in_cache, cur_key)
+        in_cache[v] = 0
+        size -= 1
+        evicted += 1
+    if parent >= 0 and in_cache[parent] == 0:
+        final_key = dead_key
+    heap_n, dead_n = _set_key(x_last, final_key, dead_key, heap_k, heap_v, heap_n, dead_v,
+                              dead_n, in_cache, cur_key, mark)
+    return size, evicted, heap_n, dead_n
+
+
 @nb.njit(cache=True, nogil=True)
 def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, order, d, nodes,
             capacity, depth, head_first):
@@ -250,20 +274,12 @@ def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, or
         last = total - 1 if head_first else 0
         x_last = base + (ids[start + last] if last < length
                          else out_ids[o_start + last - length])
-        final_key = cur_key[x_last]
-        heap_n, dead_n = _set_key(x_last, _key(i, last, depth), dead_key, heap_k, heap_v, heap_n,
-                                  dead_v, dead_n, in_cache, cur_key, mark)
-        while size > capacity:
-            v, heap_n, dead_n = _victim(dead_key, heap_k, heap_v, heap_n, dead_v, dead_n,
-                                        in_cache, cur_key)
-            in_cache[v] = 0
-            size -= 1
-            evicted += 1
-        if last > 0:  # head first: without its parent the block cannot hit, so it goes next
+        parent = -1
+        if last > 0:  # head first: the block before it, which it cannot hit without
             p = last - 1
             parent = base + (ids[start + p] if p < length else out_ids[o_start + p - length])
-            if in_cache[parent] == 0:
-                final_key = dead_key
-        heap_n, dead_n = _set_key(x_last, final_key, dead_key, heap_k, heap_v, heap_n, dead_v,
-                                  dead_n, in_cache, cur_key, mark)
+        size, gone, heap_n, dead_n = _evict_to(
+            capacity, size, i, last, x_last, parent, depth, dead_key, heap_k, heap_v, heap_n,
+            dead_v, dead_n, in_cache, cur_key, mark)
+        evicted += gone
     return hit_blocks, evicted, inserted

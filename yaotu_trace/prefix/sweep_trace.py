@@ -261,43 +261,15 @@ def build_section(
     `window` (with its fill count) marks each point filled before the window or not.
     """
     fill = None if window is None else window.distinct_blocks_before_window
-
-    def point(capacity: int | None, label: str) -> CapacityPoint | None:
-        if capacity is None:
-            return None
-        cap = int(capacity)
-        hit = int(curve.hit_tokens_at(cap))
-        size_bytes = curve.to_bytes(cap)
-        return CapacityPoint(
-            label=label,
-            capacity_blocks=cap,
-            capacity_tokens=int(curve.to_tokens(cap)),
-            capacity_bytes=None if size_bytes is None else int(size_bytes),
-            hit_tokens=hit,
-            hit_ratio=hit / curve.prompt_tokens_total if curve.prompt_tokens_total else 0.0,
-            share_of_unlimited=hit / curve.unlimited_hit_tokens if curve.unlimited_hit_tokens
-            else 0.0,
-            block_hit_ratio_over_full_blocks=float(
-                curve.block_hit_ratio_over_full_blocks_at(cap)),
-            filled_before_window=None if fill is None else cap <= fill,
-        )
-
-    labels: dict[int, list[str]] = {}
-    if curve.knee_capacity_blocks is not None:
-        labels.setdefault(curve.knee_capacity_blocks, []).append("knee")
-    for share in DEFAULT_SHARES:
-        cap = curve.share_capacities_blocks.get(share)
-        if cap is not None:
-            labels.setdefault(cap, []).append(f"{share:.0%} of unlimited")
-    if curve.unlimited_hit_tokens:
-        labels.setdefault(curve.full_reuse_capacity_blocks, []).append("full reuse")
+    labels = _capacity_labels(curve)
     sampled = tuple(
         p for c in curve.sample_capacities(points).tolist()
-        if (p := point(c, ", ".join(labels.get(int(c), [])))) is not None
+        if (p := _point(curve, c, ", ".join(labels.get(int(c), [])), fill)) is not None
     )
     shares = tuple(
         p for s in DEFAULT_SHARES
-        if (p := point(curve.share_capacities_blocks.get(s), f"{s:.0%}")) is not None
+        if (p := _point(curve, curve.share_capacities_blocks.get(s), f"{s:.0%}", fill))
+        is not None
     )
     rule_dict = rules.to_dict()
     rule_dict.pop("capacity_blocks", None)
@@ -316,15 +288,53 @@ def build_section(
         caches=curve.partitions,
         unlimited_hit_tokens=curve.unlimited_hit_tokens,
         unlimited_hit_ratio=curve.unlimited_hit_ratio,
-        full_reuse=point(curve.full_reuse_capacity_blocks, "full reuse")
+        full_reuse=_point(curve, curve.full_reuse_capacity_blocks, "full reuse", fill)
         if curve.unlimited_hit_tokens else None,
-        knee=point(curve.knee_capacity_blocks, "knee"),
+        knee=_point(curve, curve.knee_capacity_blocks, "knee", fill),
         shares=shares,
         points=sampled,
         per_instance=per_instance,
         notes=notes,
         window=None if window is None else _window_dict(window),
     )
+
+
+def _point(curve: CapacityCurve, capacity: int | None, label: str,
+           fill: int | None) -> CapacityPoint | None:
+    """The curve at `capacity` blocks (None: no point); `fill` is the distinct blocks seen
+    before the measurement window (None without one): a capacity up to it had filled."""
+    if capacity is None:
+        return None
+    cap = int(capacity)
+    hit = int(curve.hit_tokens_at(cap))
+    size_bytes = curve.to_bytes(cap)
+    return CapacityPoint(
+        label=label,
+        capacity_blocks=cap,
+        capacity_tokens=int(curve.to_tokens(cap)),
+        capacity_bytes=None if size_bytes is None else int(size_bytes),
+        hit_tokens=hit,
+        hit_ratio=hit / curve.prompt_tokens_total if curve.prompt_tokens_total else 0.0,
+        share_of_unlimited=hit / curve.unlimited_hit_tokens if curve.unlimited_hit_tokens
+        else 0.0,
+        block_hit_ratio_over_full_blocks=float(curve.block_hit_ratio_over_full_blocks_at(cap)),
+        filled_before_window=None if fill is None else cap <= fill,
+    )
+
+
+def _capacity_labels(curve: CapacityCurve) -> dict[int, list[str]]:
+    """The names a sampled capacity carries in the table: knee, share of unlimited, full
+    reuse (several when they coincide)."""
+    labels: dict[int, list[str]] = {}
+    if curve.knee_capacity_blocks is not None:
+        labels.setdefault(curve.knee_capacity_blocks, []).append("knee")
+    for share in DEFAULT_SHARES:
+        cap = curve.share_capacities_blocks.get(share)
+        if cap is not None:
+            labels.setdefault(cap, []).append(f"{share:.0%} of unlimited")
+    if curve.unlimited_hit_tokens:
+        labels.setdefault(curve.full_reuse_capacity_blocks, []).append("full reuse")
+    return labels
 
 
 def _window_dict(window: MeasurementWindow) -> dict[str, Any]:
