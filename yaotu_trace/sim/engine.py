@@ -812,6 +812,30 @@ def _initial_state(inp, p):
     return req_i, req_f, inst_i, inst_f, pool
 
 
+# NOTE: the loop runs in phases (`_queue`, `_complete_step`, `_schedule_running_*`,
+# `_admit_waiting`, `_decode_step_sglang`, `_price_and_log`, `_go_idle`) over the state
+# matrices. `python benchmarks/simulate_vs.py --repeats 7` against the inline loop over some
+# thirty separate arrays that came before (CPU seconds, median of 7 alternating runs; every
+# result array bit-identical; noise on the shared 2-core machine is about ±3 %):
+#   deployment               inline s   phases s   phases/inline
+#   1 instance                 1.868      0.634       0.34
+#   4 instances, kv-aware      2.223      1.082       0.49
+#   P/D 2:2                    2.974      1.160       0.39
+#   1 instance, sglang         1.835      0.647       0.35
+#   4 instances, sglang        2.176      1.138       0.52
+# First-call compile (fresh process, empty cache, median of 3): 12.8 s inline, 20.5 s phases.
+# Why: numba increfs and decrefs every array argument of every call (two atomic operations),
+# and an inlined call inside a loop does so on every iteration. Under callgrind (4 instances,
+# kv-aware, NUMBA_CPU_NAME=haswell) the inline loop ran 6.04e9 instructions, 24 % of them in
+# the reference counting, about 1.6e8 increments (`_alloc`'s 11 arrays on 4.1e6 calls,
+# `_free_request`'s inlined list steps on every freed block); the phases run 3.96e9, with
+# about 4.3e7 increments. Slower, measured the same way against the inline loop:
+# - these matrices with the loop and the helpers still on one-row views of them (as many
+#   array arguments as before): the same instruction count, +8-10 % with 4 instances; step
+#   completion as a phase over the matrices on top of that: +15-21 % on every deployment;
+# - before the matrices: the state as NamedTuples of arrays: 1.3-1.8x; step completion over
+#   its 46 plain arguments: ~15 % (4 instances); over one `structref` of its 28 arrays: +16 %;
+#   over state tuples with everything it calls inlined: +6 %, compile +10 %.
 @nb.njit(cache=True)
 def simulate_cluster(inp, p, cost):
     """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
