@@ -834,8 +834,9 @@ def _initial_state(inp, p):
 #   array arguments as before): the same instruction count, +8-10 % with 4 instances; step
 #   completion as a phase over the matrices on top of that: +15-21 % on every deployment;
 # - before the matrices: the state as NamedTuples of arrays: 1.3-1.8x; step completion over
-#   its 46 plain arguments: ~15 % (4 instances); over one `structref` of its 28 arrays: +16 %;
-#   over state tuples with everything it calls inlined: +6 %, compile +10 %.
+#   its 46 plain arguments (beyond 30, numba gets them as one *args tuple): ~15 % (4
+#   instances); over one `structref` of its 28 arrays: +16 %; over state tuples with everything
+#   it calls inlined: +6 %, compile +10 %.
 @nb.njit(cache=True)
 def simulate_cluster(inp, p, cost):
     """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
