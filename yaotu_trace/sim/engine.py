@@ -19,6 +19,11 @@ The configuration arrives typed: `EngineParams` and `StepCostParams` (`sim.engin
 NamedTuples of scalars read by field name; the requests arrive as `Inputs`.
 
 The code is written for numba (`cache=True`): flat arrays, int64 scalars, no Python objects.
+The state sits in a few matrices with one row per field (the tables below), so that the loop's
+phases and the pool helpers each take a handful of arrays: numba counts a reference to every
+array argument on every call, an atomic increment and decrement each, and with the state as
+some thirty separate arrays those counts were a quarter of the loop's instructions (see the
+NOTE above `simulate_cluster`).
 """
 
 from __future__ import annotations
@@ -28,11 +33,68 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from yaotu_trace._lists import append, heap_pop, heap_push, prepend, unlink
+from yaotu_trace._lists import heap_pop, heap_push
 
 _INF = np.inf
 # Route codes (`ROUTE_CODES` in sim.config).
 _ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
+
+# The loop's state: C-contiguous matrices, one row per field (each field as contiguous as an
+# array of its own), indexed by these constants (numba folds them).
+# req_i[field, r], per request, int64 (flags 0/1; the first five are copies of the inputs):
+(_PROMPT,  # prompt tokens
+ _OUT_LEN,  # output tokens
+ _BLK_OFF, _BLK_END,  # its block slots in `ident` and `req_phys`: [blk_off, blk_end)
+ _TT_OFF,  # its first token's slot in the token times
+ _COMPUTED,  # tokens whose KV is computed (or scheduled in the step in flight)
+ _NTOK,  # tokens whose KV it needs: prompt + generated
+ _GEN,  # tokens generated
+ _NALLOC,  # KV blocks held
+ _NREG,  # of them, published to the prefix cache
+ _INST_OF,  # instance serving it (-1: not routed yet)
+ _PF_INST,  # instance of its prefill
+ _NPRE,  # preemptions
+ _CACHED,  # prompt tokens hit in the cache at its first admission
+ _COMP_TOTAL,  # tokens computed over the run, recomputation included
+ _RECOMP,  # tokens recomputed after preemptions, beyond cache hits
+ _C_PRE,  # tokens it had computed when last preempted
+ _REMOTE,  # 1: queued on a decode instance, its KV coming from a prefill instance
+ _LEAVING,  # 1: leaves its instance with the step just completed
+ _STARTED,  # 1: admitted at least once
+ _REQ_I_FIELDS) = range(21)
+# req_f[field, r], per request, float64 seconds (NaN: not yet, or colocated):
+(_SCHED_S,  # first admission
+ _FIRST_S,  # first token
+ _FINISH_S,  # last token
+ _PF_START,  # P/D: start of its first step on the prefill instance
+ _XFER_S,  # P/D: KV transfer not hidden behind the prefill
+ _DEC_START,  # P/D: start of its first step on the decode instance
+ _REQ_F_FIELDS) = range(7)
+# inst_i[field, i], per instance, int64:
+(_HEAD, _TAIL,  # ends of the free block queue
+ _NFREE,  # free blocks
+ _NRUN,  # running requests: run[i, :nrun]
+ _WHEAD, _WLEN,  # waiting requests, a ring: wq[i, whead], ... (wlen of them)
+ _FL_N,  # requests in the step in flight: fl_req[i, :fl_n]
+ _LOAD,  # requests routed to it and not yet gone
+ _INST_I_FIELDS) = range(9)
+# inst_f[field, i], per instance, float64:
+(_INST_T,  # its next step boundary (inf: idle)
+ _PEND_PF,  # prefill tokens queued, not yet scheduled
+ _BUSY_S,  # seconds of steps run
+ _RATIO,  # SGLang: new-token ratio of the decode reservation
+ _INST_F_FIELDS) = range(5)
+# pool[field, b], per physical KV block (instance i's are [i * usable, (i + 1) * usable)):
+(_REF,  # references
+ _BHASH,  # the identity it caches (-1: none)
+ _PREV, _NXT,  # links of the free queue
+ _POOL_FIELDS) = range(5)
+# totals[field], the run totals (returned in this order):
+(_STALL_DEC_S, _HBM_BYTES, _XFER_BYTES, _PREFIX_REREAD, _OVERHEAD_S, _DROPPED,
+ _TOTALS_FIELDS) = range(7)
+# log_i[field, step] (int64) and log_f[field, step] (float64), the step log:
+(_S_INST, _S_PF, _S_DEC, _S_RUN, _S_WAIT, _S_USED, _S_PRE, _LOG_I_FIELDS) = range(8)
+(_S_START, _S_END, _LOG_F_FIELDS) = range(3)
 
 
 class Inputs(NamedTuple):
@@ -74,136 +136,171 @@ def step_time(cost, prefill_tokens, decode_tokens, attn_pairs, ctx_dec, prefix_s
     return t, nbytes
 
 
+
+
+# ---- the KV pool. The free-queue operations (`_lists`) are written out over `pool` and
+# `inst_i` here: a call, even an inlined one, counts a reference per array for every block.
+
+
 @nb.njit(cache=True)
-def _alloc(r, inst, tokens, bsz, blk_off, req_phys, nalloc, nfree, ref, bhash, ident_map,
-           prev, nxt, head, tail):
+def _alloc(r, inst, tokens, bsz, req_i, inst_i, pool, req_phys, ident_map):
     """Give request r blocks for `tokens` tokens; False (nothing taken) when too few are free."""
-    need = (tokens + bsz - 1) // bsz - nalloc[r]
+    need = (tokens + bsz - 1) // bsz - req_i[_NALLOC, r]
     if need <= 0:
         return True
-    if need > nfree[inst]:
+    if need > inst_i[_NFREE, inst]:
         return False
-    base = blk_off[r]
+    base = req_i[_BLK_OFF, r]
     for _ in range(need):
-        b = head[inst]
-        unlink(b, inst, prev, nxt, head, tail)
-        h = bhash[b]
+        b = inst_i[_HEAD, inst]
+        p = pool[_PREV, b]  # unlink b from the free queue
+        q = pool[_NXT, b]
+        if p >= 0:
+            pool[_NXT, p] = q
+        else:
+            inst_i[_HEAD, inst] = q
+        if q >= 0:
+            pool[_PREV, q] = p
+        else:
+            inst_i[_TAIL, inst] = p
+        h = pool[_BHASH, b]
         if h >= 0:
             ident_map[inst, h] = -1
-            bhash[b] = -1
-        ref[b] = 1
-        req_phys[base + nalloc[r]] = b
-        nalloc[r] += 1
-    nfree[inst] -= need
+            pool[_BHASH, b] = -1
+        pool[_REF, b] = 1
+        req_phys[base + req_i[_NALLOC, r]] = b
+        req_i[_NALLOC, r] += 1
+    inst_i[_NFREE, inst] -= need
     return True
 
 
 @nb.njit(cache=True)
-def _free_request(r, inst, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt, head,
-                  tail):
+def _free_request(r, inst, req_i, inst_i, pool, req_phys):
     """Release r's blocks tail first: cached ones to the LRU tail, hashless ones to the head."""
-    base = blk_off[r]
-    for k in range(nalloc[r] - 1, -1, -1):
+    base = req_i[_BLK_OFF, r]
+    for k in range(req_i[_NALLOC, r] - 1, -1, -1):
         b = req_phys[base + k]
-        ref[b] -= 1
-        if ref[b] == 0:
-            if bhash[b] >= 0:
-                append(b, inst, prev, nxt, head, tail)
-            else:
-                prepend(b, inst, prev, nxt, head, tail)
-            nfree[inst] += 1
-    nalloc[r] = 0
-    nreg[r] = 0
+        pool[_REF, b] -= 1
+        if pool[_REF, b] == 0:
+            if pool[_BHASH, b] >= 0:  # append
+                t = inst_i[_TAIL, inst]
+                pool[_PREV, b] = t
+                pool[_NXT, b] = -1
+                if t >= 0:
+                    pool[_NXT, t] = b
+                else:
+                    inst_i[_HEAD, inst] = b
+                inst_i[_TAIL, inst] = b
+            else:  # prepend
+                h = inst_i[_HEAD, inst]
+                pool[_NXT, b] = h
+                pool[_PREV, b] = -1
+                if h >= 0:
+                    pool[_PREV, h] = b
+                else:
+                    inst_i[_TAIL, inst] = b
+                inst_i[_HEAD, inst] = b
+            inst_i[_NFREE, inst] += 1
+    req_i[_NALLOC, r] = 0
+    req_i[_NREG, r] = 0
 
 
 @nb.njit(cache=True)
-def _preempt(r, inst, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt, head, tail,
-             computed, c_pre, npre, pend_pf, wq, whead, wlen):
+def _preempt(r, inst, req_i, inst_i, inst_f, pool, req_phys, wq):
     """Free running r and queue it first again: it recomputes what it had (less any hits)."""
-    _free_request(r, inst, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt, head,
-                  tail)
-    pend_pf[inst] += computed[r]
-    c_pre[r] = computed[r]
-    computed[r] = 0
-    npre[r] += 1
+    _free_request(r, inst, req_i, inst_i, pool, req_phys)
+    inst_f[_PEND_PF, inst] += req_i[_COMPUTED, r]
+    req_i[_C_PRE, r] = req_i[_COMPUTED, r]
+    req_i[_COMPUTED, r] = 0
+    req_i[_NPRE, r] += 1
     cap_q = wq.shape[1]
-    whead[inst] = (whead[inst] - 1 + cap_q) % cap_q
-    wq[inst, whead[inst]] = r
-    wlen[inst] += 1
+    inst_i[_WHEAD, inst] = (inst_i[_WHEAD, inst] - 1 + cap_q) % cap_q
+    wq[inst, inst_i[_WHEAD, inst]] = r
+    inst_i[_WLEN, inst] += 1
 
 
 @nb.njit(cache=True)
-def _register(r, inst, tokens, bsz, blk_off, ident, req_phys, nreg, nalloc, bhash, ident_map):
+def _register(r, inst, tokens, bsz, req_i, pool, ident, req_phys, ident_map):
     """Publish r's full blocks up to `tokens` as cache entries (the first copy of an id wins)."""
     full = tokens // bsz
-    if full > nalloc[r]:
-        full = nalloc[r]
-    base = blk_off[r]
-    for k in range(nreg[r], full):
+    if full > req_i[_NALLOC, r]:
+        full = req_i[_NALLOC, r]
+    base = req_i[_BLK_OFF, r]
+    for k in range(req_i[_NREG, r], full):
         idn = ident[base + k]
         b = req_phys[base + k]
-        if ident_map[inst, idn] < 0 and bhash[b] < 0:
+        if ident_map[inst, idn] < 0 and pool[_BHASH, b] < 0:
             ident_map[inst, idn] = b
-            bhash[b] = idn
-    if full > nreg[r]:
-        nreg[r] = full
+            pool[_BHASH, b] = idn
+    if full > req_i[_NREG, r]:
+        req_i[_NREG, r] = full
 
 
 @nb.njit(cache=True)
-def _lookup(r, inst, num_tokens, bsz, blk_off, ident, ident_map, ref):
+def _lookup(r, inst, num_tokens, bsz, req_i, pool, ident, ident_map):
     """(hit blocks, hit blocks now free) of r's longest cached prefix, last-token rule applied."""
     cap = (num_tokens - 1) // bsz
-    avail = blk_off[r + 1] - blk_off[r]
+    base = req_i[_BLK_OFF, r]
+    avail = req_i[_BLK_END, r] - base
     if cap > avail:
         cap = avail
-    base = blk_off[r]
     h = 0
     evictable = 0
     while h < cap:
         b = ident_map[inst, ident[base + h]]
         if b < 0:
             break
-        if ref[b] == 0:
+        if pool[_REF, b] == 0:
             evictable += 1
         h += 1
     return h, evictable
 
 
 @nb.njit(cache=True)
-def _touch(r, inst, hit, blk_off, ident, ident_map, req_phys, nalloc, nreg, nfree, ref, prev, nxt,
-           head, tail):
-    base = blk_off[r]
+def _touch(r, inst, hit, req_i, inst_i, pool, ident, req_phys, ident_map):
+    """Take r's `hit` cached prefix blocks (out of the free queue when nobody holds them)."""
+    base = req_i[_BLK_OFF, r]
     for k in range(hit):
         b = ident_map[inst, ident[base + k]]
-        if ref[b] == 0:
-            unlink(b, inst, prev, nxt, head, tail)
-            nfree[inst] -= 1
-        ref[b] += 1
+        if pool[_REF, b] == 0:
+            p = pool[_PREV, b]  # unlink b from the free queue
+            q = pool[_NXT, b]
+            if p >= 0:
+                pool[_NXT, p] = q
+            else:
+                inst_i[_HEAD, inst] = q
+            if q >= 0:
+                pool[_PREV, q] = p
+            else:
+                inst_i[_TAIL, inst] = p
+            inst_i[_NFREE, inst] -= 1
+        pool[_REF, b] += 1
         req_phys[base + k] = b
-    nalloc[r] = hit
-    nreg[r] = hit
+    req_i[_NALLOC, r] = hit
+    req_i[_NREG, r] = hit
 
 
 # ---- routing: a request reaches a router (arrival, or its KV reaching the decode pool)
 
 
 @nb.njit(cache=True, inline="always")
-def _route_prefix_affinity(r, lo, hi, p, load, rtree, blk_off, ident, prompt, shared_limit):
+def _route_prefix_affinity(r, lo, hi, p, shared_limit, req_i, inst_i, rtree, ident):
     """sgl-router cache_aware: imbalance → least load, else the best match over the router's
     own tree if its match rate exceeds the threshold; the tree then learns r's blocks."""
-    mn = load[lo]
-    mx = load[lo]
+    mn = inst_i[_LOAD, lo]
+    mx = inst_i[_LOAD, lo]
     least = lo
     for i in range(lo + 1, hi):
-        if load[i] < mn:
-            mn = load[i]
+        if inst_i[_LOAD, i] < mn:
+            mn = inst_i[_LOAD, i]
             least = i
-        if load[i] > mx:
-            mx = load[i]
+        if inst_i[_LOAD, i] > mx:
+            mx = inst_i[_LOAD, i]
     target = least
+    base = req_i[_BLK_OFF, r]
+    nb_ = req_i[_BLK_END, r] - base
+    prompt = req_i[_PROMPT, r]
     if not (mx - mn > p.balance_abs_threshold and mx > p.balance_rel_threshold * mn):
-        base = blk_off[r]
-        nb_ = blk_off[r + 1] - base
         best_m = -1
         best_i = least
         for i in range(lo, hi):
@@ -213,10 +310,9 @@ def _route_prefix_affinity(r, lo, hi, p, load, rtree, blk_off, ident, prompt, sh
             if m > best_m:
                 best_m = m
                 best_i = i
-        if prompt[r] > 0 and best_m * p.block_size_tokens / prompt[r] > p.affinity_threshold:
+        if prompt > 0 and best_m * p.block_size_tokens / prompt > p.affinity_threshold:
             target = best_i
-    base = blk_off[r]
-    for m in range(blk_off[r + 1] - base):
+    for m in range(nb_):
         idn = ident[base + m]
         if idn < shared_limit:
             rtree[target, idn] = True
@@ -224,31 +320,32 @@ def _route_prefix_affinity(r, lo, hi, p, load, rtree, blk_off, ident, prompt, sh
 
 
 @nb.njit(cache=True, inline="always")
-def _route_kv_aware(r, lo, hi, is_remote, p, ident_map, pend_pf, nfree, blk_off, ident, prompt):
+def _route_kv_aware(r, lo, hi, is_remote, p, req_i, inst_i, inst_f, ident, ident_map):
     """Dynamo: the least prefill blocks after overlap credit + active decode blocks."""
     bsz = p.block_size_tokens
     target = lo
     best_l = _INF
-    base = blk_off[r]
-    cap = (prompt[r] - 1) // bsz
+    base = req_i[_BLK_OFF, r]
+    prompt = req_i[_PROMPT, r]
+    cap = (prompt - 1) // bsz
     for i in range(lo, hi):
         ov = 0
         if p.prefix_caching and not is_remote:
             while ov < cap and ident_map[i, ident[base + ov]] >= 0:
                 ov += 1
-        pf_blocks = (pend_pf[i] + prompt[r]) / bsz - ov
+        pf_blocks = (inst_f[_PEND_PF, i] + prompt) / bsz - ov
         if pf_blocks < 0.0:
             pf_blocks = 0.0
-        logit = pf_blocks + (p.usable_blocks - nfree[i])
+        logit = pf_blocks + (p.usable_blocks - inst_i[_NFREE, i])
         if logit < best_l:
             best_l = logit
             target = i
     return target
 
 
-@nb.njit(cache=True, inline="always")
-def _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map, pend_pf, nfree, blk_off,
-           ident, prompt, shared_limit):
+@nb.njit(cache=True)
+def _route(r, lo, hi, stage, is_remote, p, shared_limit, rr, req_i, inst_i, inst_f, rtree,
+           ident, ident_map):
     """The instance in [lo, hi) that request r goes to under the route policy."""
     span = hi - lo
     if span <= 1:
@@ -259,39 +356,118 @@ def _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map, pend_pf, 
         return target
     if p.route == _LEAST_LOADED:
         target = lo
-        best = load[lo]
+        best = inst_i[_LOAD, lo]
         for i in range(lo + 1, hi):
-            if load[i] < best:
-                best = load[i]
+            if inst_i[_LOAD, i] < best:
+                best = inst_i[_LOAD, i]
                 target = i
         return target
     if p.route == _PREFIX_AFFINITY:
-        return _route_prefix_affinity(r, lo, hi, p, load, rtree, blk_off, ident, prompt,
-                                      shared_limit)
-    return _route_kv_aware(r, lo, hi, is_remote, p, ident_map, pend_pf, nfree, blk_off, ident,
-                           prompt)
+        return _route_prefix_affinity(r, lo, hi, p, shared_limit, req_i, inst_i, rtree, ident)
+    return _route_kv_aware(r, lo, hi, is_remote, p, req_i, inst_i, inst_f, ident, ident_map)
 
 
 @nb.njit(cache=True)
-def _grow_f(a):
-    out = np.empty(a.shape[0] * 2, dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return out
+def _queue(r, stage, now, inp, p, rr, req_i, inst_i, inst_f, rtree, ident_map, wq):
+    """Route request r (stage 0: arrival; 1: its KV reaching the decode pool) and queue it."""
+    if stage == 0:
+        lo, hi = 0, (p.prefill_instances if p.prefill_instances > 0 else p.instances)
+    else:
+        lo, hi = p.prefill_instances, p.instances
+    is_remote = stage == 1
+    if stage == 0 and inp.assigned[r] >= 0:
+        target = inp.assigned[r]
+    else:
+        target = _route(r, lo, hi, stage, is_remote, p, inp.shared_limit, rr, req_i, inst_i,
+                        inst_f, rtree, inp.ident, ident_map)
+    req_i[_INST_OF, r] = target
+    if stage == 0:
+        req_i[_PF_INST, r] = target
+    req_i[_REMOTE, r] = is_remote
+    q = (inst_i[_WHEAD, target] + inst_i[_WLEN, target]) % wq.shape[1]
+    wq[target, q] = r
+    inst_i[_WLEN, target] += 1
+    inst_i[_LOAD, target] += 1
+    if not is_remote:
+        inst_f[_PEND_PF, target] += req_i[_NTOK, r] - req_i[_COMPUTED, r]
+    if inst_f[_INST_T, target] == _INF:
+        inst_f[_INST_T, target] = now
 
 
-# Phase helpers take at most 30 arguments: beyond that CPython passes them as one *args tuple,
-# which numba cannot inline and which costs a reference count per array on every call.
+# ---- an instance's step boundary: complete the step in flight, schedule the next one
+
+
 @nb.njit(cache=True)
-def _schedule_running_vllm(i, in_system, p, run, nrun, ntok, computed, gen, comp_total, pend_pf,
-                           fl_req, remote, blk_off, ident, req_phys, nalloc, nreg, nfree, ref,
-                           bhash, ident_map, prev, nxt, head, tail, c_pre, npre, wq, whead, wlen):
+def _complete_step(i, now, p, kvb, req_i, req_f, inst_i, pool, req_phys, ident, ident_map,
+                   fl_req, run, tt, hp_t, hp_r, hp_n, totals):
+    """Instance i's step in flight ends at `now`: each request whose sequence is computed gets
+    a token; finished ones and P/D prefills leave the instance, a prefill's KV pushed onto the
+    handoff heap (`hp_t`, `hp_r`: ready s, request) for the decode pool. Returns the heap's
+    new size."""
+    bsz = p.block_size_tokens
+    n_pf = p.prefill_instances
+    pd = n_pf > 0
+    for k in range(inst_i[_FL_N, i]):
+        r = fl_req[i, k]
+        if p.sglang and p.prefix_caching:
+            _register(r, i, req_i[_COMPUTED, r], bsz, req_i, pool, ident, req_phys, ident_map)
+        if req_i[_COMPUTED, r] < req_i[_NTOK, r]:
+            continue
+        # the step produced a token for r
+        req_i[_GEN, r] += 1
+        gen = req_i[_GEN, r]
+        tt[req_i[_TT_OFF, r] + gen - 1] = now
+        if gen == 1:
+            req_f[_FIRST_S, r] = now
+        prefilled = pd and req_i[_INST_OF, r] < n_pf
+        if gen < req_i[_OUT_LEN, r] and not prefilled:
+            req_i[_NTOK, r] += 1
+            continue
+        _free_request(r, i, req_i, inst_i, pool, req_phys)
+        inst_i[_LOAD, i] -= 1
+        req_i[_LEAVING, r] = 1
+        if gen >= req_i[_OUT_LEN, r]:
+            req_f[_FINISH_S, r] = now
+            if prefilled:
+                totals[_XFER_BYTES] += req_i[_PROMPT, r] * kvb
+            continue
+        req_i[_NTOK, r] += 1
+        # P/D: ship the prompt's KV to a decode instance
+        nbytes = req_i[_PROMPT, r] * kvb
+        totals[_XFER_BYTES] += nbytes
+        alpha = p.link_latency_s
+        bw = p.link_bytes_per_s
+        if p.layerwise_overlap:
+            ready = max(now + alpha + nbytes / (p.layers * bw),
+                        req_f[_PF_START, r] + alpha + nbytes / bw)
+        else:
+            ready = now + alpha + nbytes / bw
+        req_f[_XFER_S, r] = ready - now
+        hp_n = heap_push(hp_t, hp_r, hp_n, ready, r)
+    # compact the running list
+    m = 0
+    for k in range(inst_i[_NRUN, i]):
+        r = run[i, k]
+        if not req_i[_LEAVING, r]:
+            run[i, m] = r
+            m += 1
+        else:
+            req_i[_LEAVING, r] = 0
+            req_i[_COMPUTED, r] = 0
+    inst_i[_NRUN, i] = m
+    inst_i[_FL_N, i] = 0
+    return hp_n
+
+
+@nb.njit(cache=True)
+def _schedule_running_vllm(i, in_system, p, req_i, inst_i, inst_f, pool, req_phys, ident,
+                           ident_map, run, fl_req, wq):
     """vLLM v1 schedules instance i's running requests first, in order, under the token budget;
     one that finds no free block preempts the last running one (itself included). Returns
     (scheduled, preempted, prefill tokens, decode tokens, attention pairs, decode context,
     prefix sum, context sum, budget left)."""
     bsz = p.block_size_tokens
     lpt = p.long_prefill_tokens
-    caching = p.prefix_caching
     budget = p.token_budget
     n_sched = 0
     preempted_n = 0
@@ -303,41 +479,38 @@ def _schedule_running_vllm(i, in_system, p, run, nrun, ntok, computed, gen, comp
     ctx_all = 0.0
     idx = 0
     stop = False
-    while idx < nrun[i] and budget > 0 and not stop:
+    while idx < inst_i[_NRUN, i] and budget > 0 and not stop:
         r = run[i, idx]
-        nn = ntok[r] - computed[r]
+        cb = req_i[_COMPUTED, r]
+        nn = req_i[_NTOK, r] - cb
         if lpt > 0 and in_system > 1 and nn > lpt:
             nn = lpt
         if nn > budget:
             nn = budget
-        while not _alloc(r, i, computed[r] + nn, bsz, blk_off, req_phys, nalloc, nfree,
-                         ref, bhash, ident_map, prev, nxt, head, tail):
-            v = run[i, nrun[i] - 1]
-            nrun[i] -= 1
-            _preempt(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt,
-                     head, tail, computed, c_pre, npre, pend_pf, wq, whead, wlen)
-            remote[v] = False
+        while not _alloc(r, i, cb + nn, bsz, req_i, inst_i, pool, req_phys, ident_map):
+            v = run[i, inst_i[_NRUN, i] - 1]
+            inst_i[_NRUN, i] -= 1
+            _preempt(v, i, req_i, inst_i, inst_f, pool, req_phys, wq)
+            req_i[_REMOTE, v] = 0
             preempted_n += 1
             if v == r:
                 stop = True
                 break
         if stop:
             break
-        if caching:
-            _register(r, i, computed[r] + nn, bsz, blk_off, ident, req_phys, nreg, nalloc,
-                      bhash, ident_map)
-        cb = computed[r]
-        if gen[r] >= 1 and cb == ntok[r] - 1 and nn == 1:
+        if p.prefix_caching:
+            _register(r, i, cb + nn, bsz, req_i, pool, ident, req_phys, ident_map)
+        if req_i[_GEN, r] >= 1 and cb == req_i[_NTOK, r] - 1 and nn == 1:
             dec_tok += 1
             ctx_dec += cb + 1
         else:
             pf_tok += nn
             attn_pairs += nn * (cb + nn / 2.0)
             prefix_sum += cb
-            pend_pf[i] -= nn
+            inst_f[_PEND_PF, i] -= nn
         ctx_all += cb + nn
-        computed[r] = cb + nn
-        comp_total[r] += nn
+        req_i[_COMPUTED, r] = cb + nn
+        req_i[_COMP_TOTAL, r] += nn
         budget -= nn
         fl_req[i, n_sched] = r
         n_sched += 1
@@ -347,9 +520,8 @@ def _schedule_running_vllm(i, in_system, p, run, nrun, ntok, computed, gen, comp
 
 
 @nb.njit(cache=True)
-def _schedule_running_sglang(i, p, run, nrun, ntok, computed, gen, comp_total, pend_pf, fl_req,
-                             blk_off, req_phys, nalloc, nfree, ref, bhash, ident_map, prev, nxt,
-                             head, tail):
+def _schedule_running_sglang(i, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run,
+                             fl_req):
     """SGLang continues instance i's chunked prefills under the token budget (decodes wait for
     a step without prefill work). Returns (scheduled, prefill tokens, attention pairs, prefix
     sum, context sum, budget left)."""
@@ -360,463 +532,404 @@ def _schedule_running_sglang(i, p, run, nrun, ntok, computed, gen, comp_total, p
     attn_pairs = 0.0
     prefix_sum = 0.0
     ctx_all = 0.0
-    for idx in range(nrun[i]):
+    for idx in range(inst_i[_NRUN, i]):
         if budget <= 0:
             break
         r = run[i, idx]
-        if gen[r] >= 1 and computed[r] == ntok[r] - 1:
+        cb = req_i[_COMPUTED, r]
+        if req_i[_GEN, r] >= 1 and cb == req_i[_NTOK, r] - 1:
             continue
-        nn = ntok[r] - computed[r]
+        nn = req_i[_NTOK, r] - cb
         if nn > budget:
             nn = budget
-        if not _alloc(r, i, computed[r] + nn, bsz, blk_off, req_phys, nalloc, nfree,
-                      ref, bhash, ident_map, prev, nxt, head, tail):
+        if not _alloc(r, i, cb + nn, bsz, req_i, inst_i, pool, req_phys, ident_map):
             continue
-        cb = computed[r]
         pf_tok += nn
         attn_pairs += nn * (cb + nn / 2.0)
         prefix_sum += cb
         ctx_all += cb + nn
-        pend_pf[i] -= nn
-        computed[r] = cb + nn
-        comp_total[r] += nn
+        inst_f[_PEND_PF, i] -= nn
+        req_i[_COMPUTED, r] = cb + nn
+        req_i[_COMP_TOTAL, r] += nn
         budget -= nn
         fl_req[i, n_sched] = r
         n_sched += 1
     return n_sched, pf_tok, attn_pairs, prefix_sum, ctx_all, budget
 
 
-# NOTE: scheduling an instance's running requests (vLLM, SGLang) is split into the helpers
-# above, over plain arrays and scalars: on the Mooncake benchmark CPU time stayed within noise of
-# the inline loop and every result array is bit-identical. Completing a step, admission, SGLang's
-# decode step, pricing and the step log stay inline, because every other split measured so far
-# was slower (`benchmarks/simulate_vs.py`: CPU seconds, median of 3-5 alternating runs against
-# the inline loop, bit-identical in every case; run-to-run noise on a 2-core machine is ±3%):
-# - the state as NamedTuples of arrays passed by value to every phase: 1.3-1.8x;
-# - step completion over its 46 plain arguments: ~15% with 4 instances (more than 30 arguments
-#   reach numba as one *args tuple, which it cannot inline); step completion, compaction and
-#   pricing as <=30-argument helpers, even inlined: up to ~10% with 4 instances;
-# - step completion alone over tuples of the state arrays, `inline="always"`: +10-12% with 4
-#   instances; the same not inlined: +13-14%;
-# - step completion alone over one `numba.experimental.structref` of its 28 state arrays (one
-#   pointer passed, fields read once per call): +16% (4 instances, kv-aware), +12% (4, SGLang),
-#   +4% (1 instance), first-call compile +16%;
-# - step completion over state tuples with everything it calls inlined too (`_register`,
-#   `_free_request`, the heap push), so that numba can prune the reference counts of the arrays
-#   it unpacks: +6% (4 instances, kv-aware), +4% (4 instances SGLang; P/D 2:2), ±1% (1 instance),
-#   compile +10%; adding admission the same way (with `_alloc`, `_lookup`, `_touch` inlined):
-#   +6% and +20% with 4 instances, compile +13%.
-# The slowdown is largest with 4 instances; the likeliest cause, not yet confirmed, is the
-# reference counting of every state array a phase reads, on each of its calls.
+@nb.njit(cache=True)
+def _admission(r, i, in_system, budget, p, req_i, inst_i, inst_f, pool, ident, ident_map, run):
+    """(cached prefix blocks, their tokens, tokens to compute now) of waiting request r on
+    instance i, or cached blocks −1 when it does not fit (head-of-line blocking)."""
+    bsz = p.block_size_tokens
+    ntok = req_i[_NTOK, r]
+    hit = 0
+    evict = 0
+    if req_i[_REMOTE, r]:
+        hit_tok = ntok - 1
+    else:
+        if p.prefix_caching:
+            hit, evict = _lookup(r, i, ntok, bsz, req_i, pool, ident, ident_map)
+        hit_tok = hit * bsz
+    nn = ntok - hit_tok
+    if not p.chunked_prefill and nn > budget:
+        return -1, 0, 0
+    if p.chunked_prefill:
+        if p.long_prefill_tokens > 0 and in_system > 1 and nn > p.long_prefill_tokens:
+            nn = p.long_prefill_tokens
+        if nn > budget:
+            nn = budget
+    nrun = inst_i[_NRUN, i]
+    need = (ntok + bsz - 1) // bsz - hit + evict
+    free_ok = inst_i[_NFREE, i] - (p.watermark_blocks if nrun > 0 else 0)
+    if p.sglang and nrun > 0:
+        ratio = inst_f[_RATIO, i]
+        reserve = 0.0
+        for k in range(nrun):
+            v = run[i, k]
+            left = req_i[_OUT_LEN, v] - req_i[_GEN, v]
+            reserve += min(left, 4096) * ratio
+        reserve += min(req_i[_OUT_LEN, r] - req_i[_GEN, r], 4096) * ratio
+        need += int((reserve + bsz - 1) // bsz)
+    if need > free_ok:
+        return -1, 0, 0
+    return hit, hit_tok, nn
+
+
+@nb.njit(cache=True)
+def _admit_waiting(i, now, in_system, budget, work, p, req_i, req_f, inst_i, inst_f, pool,
+                   req_phys, ident, ident_map, run, fl_req, wq):
+    """Admit instance i's waiting requests in order while the budget, the sequence limit and the
+    pool allow; `work` is the step's (scheduled, prefill tokens, decode tokens, attention pairs,
+    decode context, prefix sum, context sum) so far, returned updated."""
+    n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all = work
+    bsz = p.block_size_tokens
+    cap_q = wq.shape[1]
+    while inst_i[_WLEN, i] > 0 and budget > 0 and inst_i[_NRUN, i] < p.max_num_seqs:
+        r = wq[i, inst_i[_WHEAD, i]]
+        hit, hit_tok, nn = _admission(r, i, in_system, budget, p, req_i, inst_i, inst_f, pool,
+                                      ident, ident_map, run)
+        if hit < 0:
+            break
+        if hit > 0:
+            _touch(r, i, hit, req_i, inst_i, pool, ident, req_phys, ident_map)
+        # SGLang reserves the whole sequence at admission (its chunk budget does)
+        _alloc(r, i, req_i[_NTOK, r] if p.sglang else hit_tok + nn, bsz, req_i, inst_i, pool,
+               req_phys, ident_map)
+        remote = req_i[_REMOTE, r]
+        if p.prefix_caching and (not p.sglang or remote):
+            _register(r, i, hit_tok + nn, bsz, req_i, pool, ident, req_phys, ident_map)
+        inst_i[_WHEAD, i] = (inst_i[_WHEAD, i] + 1) % cap_q
+        inst_i[_WLEN, i] -= 1
+        run[i, inst_i[_NRUN, i]] = r
+        inst_i[_NRUN, i] += 1
+        if not remote:
+            if not req_i[_STARTED, r]:
+                req_i[_STARTED, r] = 1
+                req_f[_SCHED_S, r] = now
+                req_i[_CACHED, r] = hit_tok
+            else:
+                over = req_i[_C_PRE, r] - hit_tok
+                if over > 0:
+                    req_i[_RECOMP, r] += over
+            inst_f[_PEND_PF, i] -= hit_tok
+        if (p.prefill_instances > 0 and req_i[_INST_OF, r] < p.prefill_instances
+                and req_f[_PF_START, r] != req_f[_PF_START, r]):
+            req_f[_PF_START, r] = now
+        if remote:
+            req_i[_REMOTE, r] = 0
+            req_f[_DEC_START, r] = now
+            dec_tok += 1
+            ctx_dec += req_i[_NTOK, r]
+        else:
+            pf_tok += nn
+            attn_pairs += nn * (hit_tok + nn / 2.0)
+            prefix_sum += hit_tok
+            inst_f[_PEND_PF, i] -= nn
+        ctx_all += hit_tok + nn
+        req_i[_COMPUTED, r] = hit_tok + nn
+        req_i[_COMP_TOTAL, r] += nn
+        budget -= nn
+        fl_req[i, n_sched] = r
+        n_sched += 1
+    return n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all
+
+
+@nb.njit(cache=True)
+def _retract_sglang(i, p, req_i, inst_i, inst_f, pool, req_phys, run, wq):
+    """Before SGLang's decode step: while the decoding requests' next tokens need more blocks
+    than are free, retract the one with the fewest generated tokens (then the longest prompt),
+    as long as another one decodes. Returns how many were retracted."""
+    bsz = p.block_size_tokens
+    retracted = 0
+    while True:
+        need = 0
+        decoding = 0
+        worst = -1
+        for k in range(inst_i[_NRUN, i]):
+            r = run[i, k]
+            if req_i[_COMPUTED, r] == req_i[_NTOK, r] - 1:
+                need += (req_i[_COMPUTED, r] + 1 + bsz - 1) // bsz - req_i[_NALLOC, r]
+                decoding += 1
+                if worst < 0:
+                    worst = k
+                else:
+                    b = run[i, worst]
+                    if req_i[_GEN, r] < req_i[_GEN, b] or (
+                            req_i[_GEN, r] == req_i[_GEN, b]
+                            and req_i[_PROMPT, r] > req_i[_PROMPT, b]):
+                        worst = k
+        if need <= inst_i[_NFREE, i] or decoding <= 1:
+            return retracted
+        v = run[i, worst]
+        for k in range(worst, inst_i[_NRUN, i] - 1):
+            run[i, k] = run[i, k + 1]
+        inst_i[_NRUN, i] -= 1
+        _preempt(v, i, req_i, inst_i, inst_f, pool, req_phys, wq)
+        retracted += 1
+        inst_f[_RATIO, i] = 0.7
+
+
+@nb.njit(cache=True)
+def _decode_step_sglang(i, work, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run,
+                        fl_req, wq):
+    """SGLang's decode step (no prefill work; KV arriving from a prefill instance only adds
+    decodes): every decoding request advances one token, after retraction on OOM. `work` is the
+    step's (scheduled, preempted, decode tokens, decode context, context sum), returned
+    updated."""
+    n_sched, preempted_n, dec_tok, ctx_dec, ctx_all = work
+    preempted_n += _retract_sglang(i, p, req_i, inst_i, inst_f, pool, req_phys, run, wq)
+    for k in range(inst_i[_NRUN, i]):
+        r = run[i, k]
+        cb = req_i[_COMPUTED, r]
+        if cb != req_i[_NTOK, r] - 1:
+            continue
+        if not _alloc(r, i, cb + 1, p.block_size_tokens, req_i, inst_i, pool, req_phys,
+                      ident_map):
+            continue
+        dec_tok += 1
+        ctx_dec += cb + 1
+        ctx_all += cb + 1
+        req_i[_COMPUTED, r] = cb + 1
+        req_i[_COMP_TOTAL, r] += 1
+        fl_req[i, n_sched] = r
+        n_sched += 1
+    ratio_min = 0.7 * 0.14
+    inst_f[_RATIO, i] = max(ratio_min, inst_f[_RATIO, i] - (0.7 - ratio_min) / 600.0)
+    return n_sched, preempted_n, dec_tok, ctx_dec, ctx_all
+
+
+@nb.njit(cache=True)
+def _grow(a):
+    """`a` with twice the columns, the first half copied."""
+    out = np.empty((a.shape[0], a.shape[1] * 2), dtype=a.dtype)
+    out[:, : a.shape[1]] = a
+    return out
+
+
+@nb.njit(cache=True)
+def _price_and_log(i, now, n_steps, preempted_n, work, usable, cost, inst_i, inst_f, totals,
+                   log_i, log_f):
+    """Price instance i's new step (`work`: scheduled, prefill tokens, decode tokens, attention
+    pairs, decode context, prefix sum, context sum), add it to the totals, set the instance's
+    next boundary and log it as step `n_steps`. Returns the step log, grown if it was full."""
+    n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all = work
+    inst_i[_FL_N, i] = n_sched
+    t_step, nbytes = step_time(cost, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all)
+    if pf_tok > 0 and dec_tok > 0:
+        t_dec, _ = step_time(cost, 0, dec_tok, 0.0, ctx_dec, 0.0, ctx_dec)
+        totals[_STALL_DEC_S] += (t_step - t_dec) * dec_tok
+    totals[_HBM_BYTES] += nbytes
+    totals[_PREFIX_REREAD] += prefix_sum * cost.kv_bytes_per_token
+    totals[_OVERHEAD_S] += (cost.overhead_s if not cost.calibrated else 0.0) + cost.host_gap_s
+    inst_f[_BUSY_S, i] += t_step
+    end = now + t_step
+    # non-overlapped host work: the GPU idles after the step until the host is done
+    inst_f[_INST_T, i] = end + cost.host_gap_s
+    if n_steps == log_i.shape[1]:
+        log_i = _grow(log_i)
+        log_f = _grow(log_f)
+    log_i[_S_INST, n_steps] = i
+    log_f[_S_START, n_steps] = now
+    log_f[_S_END, n_steps] = end
+    log_i[_S_PF, n_steps] = pf_tok
+    log_i[_S_DEC, n_steps] = dec_tok
+    log_i[_S_RUN, n_steps] = inst_i[_NRUN, i]
+    log_i[_S_WAIT, n_steps] = inst_i[_WLEN, i]
+    log_i[_S_USED, n_steps] = usable - inst_i[_NFREE, i]
+    log_i[_S_PRE, n_steps] = preempted_n
+    return log_i, log_f
+
+
+@nb.njit(cache=True)
+def _go_idle(i, now, preempted_n, inst_i, inst_f, totals, cap_q):
+    """Instance i scheduled nothing: it idles until an arrival, unless requests wait; a head
+    that cannot be admitted even with nothing running (an empty pool) is dropped."""
+    inst_f[_INST_T, i] = _INF
+    if inst_i[_WLEN, i] > 0:
+        if inst_i[_NRUN, i] == 0 and preempted_n == 0:
+            inst_i[_WHEAD, i] = (inst_i[_WHEAD, i] + 1) % cap_q
+            inst_i[_WLEN, i] -= 1
+            inst_i[_LOAD, i] -= 1
+            totals[_DROPPED] += 1.0
+        inst_f[_INST_T, i] = now
+
+
+# ---- the loop
+
+
+@nb.njit(cache=True)
+def _initial_state(inp, p):
+    """(req_i, req_f, inst_i, inst_f, pool) at the start: every block free, in order."""
+    n = inp.prompt.shape[0]
+    req_i = np.zeros((_REQ_I_FIELDS, n), np.int64)
+    req_i[_PROMPT] = inp.prompt
+    req_i[_OUT_LEN] = inp.out_len
+    req_i[_BLK_OFF] = inp.blk_off[:n]
+    req_i[_BLK_END] = inp.blk_off[1:]
+    req_i[_TT_OFF] = inp.tt_off[:n]
+    req_i[_NTOK] = inp.prompt
+    req_i[_INST_OF] = -1
+    req_i[_PF_INST] = -1
+    req_f = np.full((_REQ_F_FIELDS, n), np.nan)
+    n_inst = p.instances
+    usable = p.usable_blocks
+    inst_i = np.zeros((_INST_I_FIELDS, n_inst), np.int64)
+    inst_i[_NFREE] = usable
+    inst_f = np.zeros((_INST_F_FIELDS, n_inst))
+    inst_f[_INST_T] = _INF
+    inst_f[_RATIO] = 0.7
+    pool = np.empty((_POOL_FIELDS, n_inst * usable), np.int64)
+    pool[_REF] = 0
+    pool[_BHASH] = -1
+    for i in range(n_inst):
+        lo = i * usable
+        for b in range(lo, lo + usable):
+            pool[_PREV, b] = b - 1 if b > lo else -1
+            pool[_NXT, b] = b + 1 if b < lo + usable - 1 else -1
+        inst_i[_HEAD, i] = lo
+        inst_i[_TAIL, i] = lo + usable - 1
+    return req_i, req_f, inst_i, inst_f, pool
+
+
+# NOTE: the loop runs in phases (`_queue`, `_complete_step`, `_schedule_running_*`,
+# `_admit_waiting`, `_decode_step_sglang`, `_price_and_log`, `_go_idle`) over the state
+# matrices. `python benchmarks/simulate_vs.py --repeats 7` against the inline loop over some
+# thirty separate arrays that came before (CPU seconds, median of 7 alternating runs; every
+# result array bit-identical; noise on the shared 2-core machine is about ±3 %):
+#   deployment               inline s   phases s   phases/inline
+#   1 instance                 1.868      0.634       0.34
+#   4 instances, kv-aware      2.223      1.082       0.49
+#   P/D 2:2                    2.974      1.160       0.39
+#   1 instance, sglang         1.835      0.647       0.35
+#   4 instances, sglang        2.176      1.138       0.52
+# First-call compile (fresh process, empty cache, median of 3): 12.8 s inline, 20.5 s phases.
+# Why: numba increfs and decrefs every array argument of every call (two atomic operations),
+# and an inlined call inside a loop does so on every iteration. Under callgrind (4 instances,
+# kv-aware, NUMBA_CPU_NAME=haswell) the inline loop ran 6.04e9 instructions, 24 % of them in
+# the reference counting, about 1.6e8 increments (`_alloc`'s 11 arrays on 4.1e6 calls,
+# `_free_request`'s inlined list steps on every freed block); the phases run 3.96e9, with
+# about 4.3e7 increments. Slower, measured the same way against the inline loop:
+# - these matrices with the loop and the helpers still on one-row views of them (as many
+#   array arguments as before): the same instruction count, +8-10 % with 4 instances; step
+#   completion as a phase over the matrices on top of that: +15-21 % on every deployment;
+# - before the matrices: the state as NamedTuples of arrays: 1.3-1.8x; step completion over
+#   its 46 plain arguments (beyond 30, numba gets them as one *args tuple): ~15 % (4
+#   instances); over one `structref` of its 28 arrays: +16 %; over state tuples with everything
+#   it calls inlined: +6 %, compile +10 %.
 @nb.njit(cache=True)
 def simulate_cluster(inp, p, cost):
     """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
     and the run totals [decode stall s, HBM bytes, KV transfer bytes, prefix re-read bytes,
     host overhead s, dropped requests], busy seconds per instance, and per request the P/D KV
     transfer's exposed seconds and decode start (NaN when colocated)."""
-    prompt, out_len, arrival, blk_off, ident, tt_off = (inp.prompt, inp.out_len, inp.arrival,
-                                                        inp.blk_off, inp.ident, inp.tt_off)
-    assigned = inp.assigned
-    n_ident = inp.num_identities
-    shared_limit = inp.shared_limit
-    n = prompt.shape[0]
-    sched_kind = 1 if p.sglang else 0
+    n = inp.prompt.shape[0]
     n_inst = p.instances
-    n_pf = p.prefill_instances
-    usable = p.usable_blocks
-    bsz = p.block_size_tokens
     max_seqs = p.max_num_seqs
-    chunked = p.chunked_prefill
-    lpt = p.long_prefill_tokens
-    caching = p.prefix_caching
-    watermark = p.watermark_blocks
-    route = p.route
-    link_bw = p.link_bytes_per_s
-    link_alpha = p.link_latency_s
-    overlap = p.layerwise_overlap
-    layers = p.layers
-    pd = n_pf > 0
-    kvb = cost.kv_bytes_per_token
-
-    # --- per request state
-    computed = np.zeros(n, np.int64)
-    ntok = prompt.copy()
-    gen = np.zeros(n, np.int64)
-    nalloc = np.zeros(n, np.int64)
-    nreg = np.zeros(n, np.int64)
-    req_phys = np.full(blk_off[n], -1, np.int64)
-    inst_of = np.full(n, -1, np.int64)
-    pf_inst = np.full(n, -1, np.int64)
-    sched_s = np.full(n, np.nan)
-    first_s = np.full(n, np.nan)
-    finish_s = np.full(n, np.nan)
-    npre = np.zeros(n, np.int64)
-    cached = np.zeros(n, np.int64)
-    comp_total = np.zeros(n, np.int64)
-    recomp = np.zeros(n, np.int64)
-    c_pre = np.zeros(n, np.int64)
-    remote = np.zeros(n, np.bool_)
-    leaving = np.zeros(n, np.bool_)
-    started = np.zeros(n, np.bool_)
-    pf_start = np.full(n, np.nan)
-    xfer_s = np.full(n, np.nan)  # P/D: KV transfer not hidden behind the prefill
-    dec_start = np.full(n, np.nan)  # P/D: start of the first step on the decode instance
-    tt = np.full(tt_off[n], np.nan)
-
-    # --- per instance state
-    total_blocks = n_inst * usable
-    ref = np.zeros(total_blocks, np.int64)
-    bhash = np.full(total_blocks, -1, np.int64)
-    prev = np.empty(total_blocks, np.int64)
-    nxt = np.empty(total_blocks, np.int64)
-    head = np.empty(n_inst, np.int64)
-    tail = np.empty(n_inst, np.int64)
-    nfree = np.full(n_inst, usable, np.int64)
-    for i in range(n_inst):
-        lo = i * usable
-        for b in range(lo, lo + usable):
-            prev[b] = b - 1 if b > lo else -1
-            nxt[b] = b + 1 if b < lo + usable - 1 else -1
-        head[i] = lo
-        tail[i] = lo + usable - 1
-    ident_map = np.full((n_inst, n_ident), -1, np.int32)
-    use_router_tree = route == _PREFIX_AFFINITY
-    rtree = np.zeros((n_inst if use_router_tree else 1, shared_limit if use_router_tree else 1),
-                     np.bool_)
+    req_i, req_f, inst_i, inst_f, pool = _initial_state(inp, p)
+    ident = inp.ident
+    req_phys = np.full(inp.blk_off[n], -1, np.int64)  # physical block of each block slot
+    tt = np.full(inp.tt_off[n], np.nan)  # token times
+    ident_map = np.full((n_inst, inp.num_identities), -1, np.int32)
+    tree = p.route == _PREFIX_AFFINITY  # the router's own prefix tree (sgl-router)
+    rtree = np.zeros((n_inst if tree else 1, inp.shared_limit if tree else 1), np.bool_)
+    rr = np.zeros(2, np.int64)  # round-robin counters of the two routers
     run = np.zeros((n_inst, max_seqs), np.int64)
-    nrun = np.zeros(n_inst, np.int64)
-    cap_q = n + 1
-    wq = np.zeros((n_inst, cap_q), np.int64)
-    whead = np.zeros(n_inst, np.int64)
-    wlen = np.zeros(n_inst, np.int64)
     fl_req = np.zeros((n_inst, max_seqs), np.int64)
-    fl_n = np.zeros(n_inst, np.int64)
-    inst_t = np.full(n_inst, _INF)
-    load = np.zeros(n_inst, np.int64)
-    pend_pf = np.zeros(n_inst, np.float64)
-    busy_s = np.zeros(n_inst)
-    ratio = np.full(n_inst, 0.7)
-    rr = np.zeros(2, np.int64)
-    ratio_min = 0.7 * 0.14
-    ratio_step = (0.7 - ratio_min) / 600.0
-
-    # P/D handoff heap
-    hp_t = np.empty(n + 1)
+    wq = np.zeros((n_inst, n + 1), np.int64)
+    hp_t = np.empty(n + 1)  # P/D handoffs: a heap of (KV ready s, request)
     hp_r = np.empty(n + 1, np.int64)
     hp_n = 0
-
-    # step log
-    cap_s = 1024
-    s_inst = np.empty(cap_s, np.int64)
-    s_start = np.empty(cap_s)
-    s_end = np.empty(cap_s)
-    s_pf = np.empty(cap_s, np.int64)
-    s_dec = np.empty(cap_s, np.int64)
-    s_run = np.empty(cap_s, np.int64)
-    s_wait = np.empty(cap_s, np.int64)
-    s_used = np.empty(cap_s, np.int64)
-    s_pre = np.empty(cap_s, np.int64)
+    totals = np.zeros(_TOTALS_FIELDS)
+    log_i = np.empty((_LOG_I_FIELDS, 1024), np.int64)
+    log_f = np.empty((_LOG_F_FIELDS, 1024))
     n_steps = 0
-
-    stall_dec_s = 0.0
-    hbm_bytes = 0.0
-    xfer_bytes = 0.0
-    prefix_reread = 0.0
-    overhead_total = 0.0
-
-    dropped = 0
     next_arr = 0
     while True:
-        t_a = arrival[next_arr] if next_arr < n else _INF
+        t_a = inp.arrival[next_arr] if next_arr < n else _INF
         t_h = hp_t[0] if hp_n > 0 else _INF
-        ii = 0
-        t_i = _INF
-        for i in range(n_inst):
-            if inst_t[i] < t_i:
-                t_i = inst_t[i]
-                ii = i
-        if t_a == _INF and t_h == _INF and t_i == _INF:
+        i = 0
+        now = _INF
+        for k in range(n_inst):
+            if inst_f[_INST_T, k] < now:
+                now = inst_f[_INST_T, k]
+                i = k
+        if t_a == _INF and t_h == _INF and now == _INF:
             break
-        if (t_a <= t_h and t_a <= t_i) or t_h <= t_i:
-            # ---- a request reaches a router: route it and queue it
-            if t_a <= t_h and t_a <= t_i:
-                r = next_arr
+        if (t_a <= t_h and t_a <= now) or t_h <= now:
+            # a request reaches a router: route it and queue it
+            if t_a <= t_h and t_a <= now:
+                _queue(next_arr, 0, t_a, inp, p, rr, req_i, inst_i, inst_f, rtree, ident_map, wq)
                 next_arr += 1
-                lo = 0
-                hi = n_pf if pd else n_inst
-                now = t_a
-                is_remote = False
-                stage = 0
             else:
-                now = hp_t[0]
                 r = hp_r[0]
+                t_h = hp_t[0]
                 hp_n = heap_pop(hp_t, hp_r, hp_n)
-                lo = n_pf
-                hi = n_inst
-                is_remote = True
-                stage = 1
-            if stage == 0 and assigned[r] >= 0:
-                target = assigned[r]
-            else:
-                target = _route(r, lo, hi, stage, is_remote, p, rr, load, rtree, ident_map,
-                                pend_pf, nfree, blk_off, ident, prompt, shared_limit)
-            inst_of[r] = target
-            if stage == 0:
-                pf_inst[r] = target
-            remote[r] = is_remote
-            q = (whead[target] + wlen[target]) % cap_q
-            wq[target, q] = r
-            wlen[target] += 1
-            load[target] += 1
-            if not is_remote:
-                pend_pf[target] += ntok[r] - computed[r]
-            if inst_t[target] == _INF:
-                inst_t[target] = now
+                _queue(r, 1, t_h, inp, p, rr, req_i, inst_i, inst_f, rtree, ident_map, wq)
             continue
-
-        # ---- instance ii reaches a step boundary at t_i
-        i = ii
-        now = t_i
-        # complete the step in flight
-        if fl_n[i] > 0:
-            for k in range(fl_n[i]):
-                r = fl_req[i, k]
-                if sched_kind == 1 and caching:
-                    _register(r, i, computed[r], bsz, blk_off, ident, req_phys, nreg, nalloc,
-                              bhash, ident_map)
-                if computed[r] < ntok[r]:
-                    continue
-                # the step produced a token for r
-                gen[r] += 1
-                tt[tt_off[r] + gen[r] - 1] = now
-                if gen[r] == 1:
-                    first_s[r] = now
-                if gen[r] >= out_len[r] or (pd and inst_of[r] < n_pf):
-                    _free_request(r, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash,
-                                  prev, nxt, head, tail)
-                    load[i] -= 1
-                    leaving[r] = True
-                    if gen[r] >= out_len[r]:
-                        finish_s[r] = now
-                        if pd and inst_of[r] < n_pf:
-                            xfer_bytes += prompt[r] * kvb
-                    else:
-                        ntok[r] += 1
-                        # P/D: ship the prompt's KV to a decode instance
-                        nbytes = prompt[r] * kvb
-                        xfer_bytes += nbytes
-                        if overlap:
-                            ready = max(now + link_alpha + nbytes / (layers * link_bw),
-                                        pf_start[r] + link_alpha + nbytes / link_bw)
-                        else:
-                            ready = now + link_alpha + nbytes / link_bw
-                        xfer_s[r] = ready - now
-                        hp_n = heap_push(hp_t, hp_r, hp_n, ready, r)
-                else:
-                    ntok[r] += 1
-            # compact the running list
-            m = 0
-            for k in range(nrun[i]):
-                r = run[i, k]
-                if not leaving[r]:
-                    run[i, m] = r
-                    m += 1
-                else:
-                    leaving[r] = False
-                    computed[r] = 0
-            nrun[i] = m
-            fl_n[i] = 0
-
-        # schedule the next step
-        in_system = nrun[i] + wlen[i]
-        if sched_kind == 0:
-            # vLLM v1: running requests first, in order, then waiting FCFS
+        # instance i reaches a step boundary: complete the step in flight, schedule the next
+        if inst_i[_FL_N, i] > 0:
+            hp_n = _complete_step(i, now, p, cost.kv_bytes_per_token, req_i, req_f, inst_i, pool,
+                                  req_phys, ident, ident_map, fl_req, run, tt, hp_t, hp_r, hp_n,
+                                  totals)
+        in_system = inst_i[_NRUN, i] + inst_i[_WLEN, i]
+        if not p.sglang:  # vLLM v1: running requests first, in order, then waiting FCFS
             (n_sched, preempted_n, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all,
-             budget) = _schedule_running_vllm(
-                i, in_system, p, run, nrun, ntok, computed, gen, comp_total, pend_pf, fl_req,
-                remote, blk_off, ident, req_phys, nalloc, nreg, nfree, ref, bhash, ident_map, prev,
-                nxt, head, tail, c_pre, npre, wq, whead, wlen)
-        else:
-            # SGLang: continue chunked prefills, then admit; decode only without prefill work
+             budget) = _schedule_running_vllm(i, in_system, p, req_i, inst_i, inst_f, pool,
+                                              req_phys, ident, ident_map, run, fl_req, wq)
+        else:  # SGLang: continue chunked prefills, then admit; decode only without prefill
             n_sched, pf_tok, attn_pairs, prefix_sum, ctx_all, budget = _schedule_running_sglang(
-                i, p, run, nrun, ntok, computed, gen, comp_total, pend_pf, fl_req, blk_off,
-                req_phys, nalloc, nfree, ref, bhash, ident_map, prev, nxt, head, tail)
-            preempted_n = 0
-            dec_tok = 0
-            ctx_dec = 0.0
-
-        # admit waiting requests (vLLM: only when nothing was preempted this step)
-        if preempted_n == 0:
-            while wlen[i] > 0 and budget > 0 and nrun[i] < max_seqs:
-                r = wq[i, whead[i]]
-                if remote[r]:
-                    hit = 0
-                    evict = 0
-                    hit_tok = ntok[r] - 1
-                else:
-                    hit = 0
-                    evict = 0
-                    if caching:
-                        hit, evict = _lookup(r, i, ntok[r], bsz, blk_off, ident, ident_map, ref)
-                    hit_tok = hit * bsz
-                nn = ntok[r] - hit_tok
-                if not chunked and nn > budget:
-                    break
-                if chunked:
-                    if lpt > 0 and in_system > 1 and nn > lpt:
-                        nn = lpt
-                    if nn > budget:
-                        nn = budget
-                need = (ntok[r] + bsz - 1) // bsz - hit + evict
-                free_ok = nfree[i] - (watermark if nrun[i] > 0 else 0)
-                if sched_kind == 1 and nrun[i] > 0:
-                    reserve = 0.0
-                    for k in range(nrun[i]):
-                        v = run[i, k]
-                        left = out_len[v] - gen[v]
-                        reserve += min(left, 4096) * ratio[i]
-                    reserve += min(out_len[r] - gen[r], 4096) * ratio[i]
-                    need += int((reserve + bsz - 1) // bsz)
-                if need > free_ok:
-                    break  # head-of-line blocking
-                if hit > 0:
-                    _touch(r, i, hit, blk_off, ident, ident_map, req_phys, nalloc, nreg, nfree,
-                           ref, prev, nxt, head, tail)
-                # SGLang reserves the whole sequence at admission (its chunk budget does)
-                _alloc(r, i, hit_tok + nn if sched_kind == 0 else ntok[r], bsz, blk_off,
-                       req_phys, nalloc, nfree, ref, bhash, ident_map, prev, nxt, head, tail)
-                if caching and (sched_kind == 0 or remote[r]):
-                    _register(r, i, hit_tok + nn, bsz, blk_off, ident, req_phys, nreg, nalloc,
-                              bhash, ident_map)
-                whead[i] = (whead[i] + 1) % cap_q
-                wlen[i] -= 1
-                run[i, nrun[i]] = r
-                nrun[i] += 1
-                if not remote[r]:
-                    if not started[r]:
-                        started[r] = True
-                        sched_s[r] = now
-                        cached[r] = hit_tok
-                    else:
-                        over = c_pre[r] - hit_tok
-                        if over > 0:
-                            recomp[r] += over
-                    pend_pf[i] -= hit_tok
-                if pd and inst_of[r] < n_pf and pf_start[r] != pf_start[r]:
-                    pf_start[r] = now
-                if remote[r]:
-                    remote[r] = False
-                    dec_start[r] = now
-                    dec_tok += 1
-                    ctx_dec += ntok[r]
-                else:
-                    pf_tok += nn
-                    attn_pairs += nn * (hit_tok + nn / 2.0)
-                    prefix_sum += hit_tok
-                    pend_pf[i] -= nn
-                ctx_all += hit_tok + nn
-                computed[r] = hit_tok + nn
-                comp_total[r] += nn
-                budget -= nn
-                fl_req[i, n_sched] = r
-                n_sched += 1
-
-        if sched_kind == 1 and pf_tok == 0 and nrun[i] > 0:
-            # SGLang decode step (no prefill work; KV arriving from a prefill instance only adds
-            # decodes): every decoding request advances one token; retract on OOM
-            while True:
-                need = 0
-                decoding = 0
-                worst = -1
-                for k in range(nrun[i]):
-                    r = run[i, k]
-                    if computed[r] == ntok[r] - 1:
-                        need += (computed[r] + 1 + bsz - 1) // bsz - nalloc[r]
-                        decoding += 1
-                        if worst < 0:
-                            worst = k
-                        else:
-                            b = run[i, worst]
-                            if gen[r] < gen[b] or (gen[r] == gen[b] and prompt[r] > prompt[b]):
-                                worst = k
-                if need <= nfree[i] or decoding <= 1:
-                    break
-                v = run[i, worst]
-                for k in range(worst, nrun[i] - 1):
-                    run[i, k] = run[i, k + 1]
-                nrun[i] -= 1
-                _preempt(v, i, blk_off, req_phys, nalloc, nreg, nfree, ref, bhash, prev, nxt,
-                         head, tail, computed, c_pre, npre, pend_pf, wq, whead, wlen)
-                preempted_n += 1
-                ratio[i] = 0.7
-            for k in range(nrun[i]):
-                r = run[i, k]
-                if computed[r] != ntok[r] - 1:
-                    continue
-                if not _alloc(r, i, computed[r] + 1, bsz, blk_off, req_phys, nalloc, nfree, ref,
-                              bhash, ident_map, prev, nxt, head, tail):
-                    continue
-                cb = computed[r]
-                dec_tok += 1
-                ctx_dec += cb + 1
-                ctx_all += cb + 1
-                computed[r] = cb + 1
-                comp_total[r] += 1
-                fl_req[i, n_sched] = r
-                n_sched += 1
-            ratio[i] = max(ratio_min, ratio[i] - ratio_step)
-
+                i, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run, fl_req)
+            preempted_n, dec_tok, ctx_dec = 0, 0, 0.0
+        if preempted_n == 0:  # vLLM admits only when nothing was preempted this step
+            n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all = _admit_waiting(
+                i, now, in_system, budget,
+                (n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all), p, req_i,
+                req_f, inst_i, inst_f, pool, req_phys, ident, ident_map, run, fl_req, wq)
+        if p.sglang and pf_tok == 0 and inst_i[_NRUN, i] > 0:
+            n_sched, preempted_n, dec_tok, ctx_dec, ctx_all = _decode_step_sglang(
+                i, (n_sched, preempted_n, dec_tok, ctx_dec, ctx_all), p, req_i, inst_i, inst_f,
+                pool, req_phys, ident_map, run, fl_req, wq)
         if n_sched == 0:
-            inst_t[i] = _INF
-            if wlen[i] > 0:
-                if nrun[i] == 0 and preempted_n == 0:
-                    # nothing runs and the head cannot be admitted into an empty pool: drop it
-                    r = wq[i, whead[i]]
-                    whead[i] = (whead[i] + 1) % cap_q
-                    wlen[i] -= 1
-                    load[i] -= 1
-                    dropped += 1
-                inst_t[i] = now
+            _go_idle(i, now, preempted_n, inst_i, inst_f, totals, wq.shape[1])
             continue
-        fl_n[i] = n_sched
-        t_step, nbytes = step_time(cost, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum,
-                                   ctx_all)
-        if pf_tok > 0 and dec_tok > 0:
-            t_dec, _ = step_time(cost, 0, dec_tok, 0.0, ctx_dec, 0.0,
-                                 ctx_dec)
-            stall_dec_s += (t_step - t_dec) * dec_tok
-        hbm_bytes += nbytes
-        prefix_reread += prefix_sum * kvb
-        overhead_total += (cost.overhead_s if not cost.calibrated else 0.0) + cost.host_gap_s
-        busy_s[i] += t_step
-        end = now + t_step
-        # non-overlapped host work: the GPU idles after the step until the host is done
-        inst_t[i] = end + cost.host_gap_s
-        if n_steps == s_inst.shape[0]:
-            s_inst = _grow_f(s_inst)
-            s_start = _grow_f(s_start)
-            s_end = _grow_f(s_end)
-            s_pf = _grow_f(s_pf)
-            s_dec = _grow_f(s_dec)
-            s_run = _grow_f(s_run)
-            s_wait = _grow_f(s_wait)
-            s_used = _grow_f(s_used)
-            s_pre = _grow_f(s_pre)
-        s_inst[n_steps] = i
-        s_start[n_steps] = now
-        s_end[n_steps] = end
-        s_pf[n_steps] = pf_tok
-        s_dec[n_steps] = dec_tok
-        s_run[n_steps] = nrun[i]
-        s_wait[n_steps] = wlen[i]
-        s_used[n_steps] = usable - nfree[i]
-        s_pre[n_steps] = preempted_n
+        log_i, log_f = _price_and_log(
+            i, now, n_steps, preempted_n,
+            (n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all),
+            p.usable_blocks, cost, inst_i, inst_f, totals, log_i, log_f)
         n_steps += 1
+    return _results(req_i, req_f, inst_f, tt, totals, log_i[:, :n_steps], log_f[:, :n_steps])
 
+
+@nb.njit(cache=True)
+def _results(req_i, req_f, inst_f, tt, totals, log_i, log_f):
+    """`simulate_cluster`'s results, each field its own array."""
     return (
-        sched_s, first_s, finish_s, tt, npre, cached, comp_total, recomp, inst_of, pf_inst,
-        s_inst[:n_steps], s_start[:n_steps], s_end[:n_steps], s_pf[:n_steps], s_dec[:n_steps],
-        s_run[:n_steps], s_wait[:n_steps], s_used[:n_steps], s_pre[:n_steps],
-        np.array([stall_dec_s, hbm_bytes, xfer_bytes, prefix_reread, overhead_total, dropped]),
-        busy_s, xfer_s, dec_start,
+        req_f[_SCHED_S].copy(), req_f[_FIRST_S].copy(), req_f[_FINISH_S].copy(), tt,
+        req_i[_NPRE].copy(), req_i[_CACHED].copy(), req_i[_COMP_TOTAL].copy(),
+        req_i[_RECOMP].copy(), req_i[_INST_OF].copy(), req_i[_PF_INST].copy(),
+        log_i[_S_INST].copy(), log_f[_S_START].copy(), log_f[_S_END].copy(),
+        log_i[_S_PF].copy(), log_i[_S_DEC].copy(), log_i[_S_RUN].copy(), log_i[_S_WAIT].copy(),
+        log_i[_S_USED].copy(), log_i[_S_PRE].copy(), totals.copy(), inst_f[_BUSY_S].copy(),
+        req_f[_XFER_S].copy(), req_f[_DEC_START].copy(),
     )
