@@ -149,6 +149,7 @@ def simulated_trace(
 
     from yaotu_trace.data.schema import RawTrace, normalize
     from yaotu_trace.data.steplog import StepLog
+    from yaotu_trace.sim.run import simulate_stage
     from yaotu_trace.sim.scenario import Scenario, load_scenario
     from yaotu_trace.sim.summary import run_scenario
 
@@ -164,7 +165,7 @@ def simulated_trace(
             f"report the observed run without --simulate, or model it in two steps: trace "
             f"simulate TRACE --out sim.parquet --steps-out steps.parquet, then trace report "
             f"sim.parquet --steps steps.parquet --before {loaded.path}")
-    tell(progress, "simulating", 0.2)
+    tell(progress, simulate_stage(), 0.2)
     run = run_scenario(loaded, chosen)
     if len(run.steps) == 0:  # every request was too large for the pool, so none ran
         engine = run.resolved.config

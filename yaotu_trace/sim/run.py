@@ -206,6 +206,25 @@ def block_identities(requests: RequestArrays, output_tokens: np.ndarray, block_s
     return offsets, ident, shared + total, shared
 
 
+# The progress line of a run whose engine loop is not yet compiled on disk (a fresh install).
+COMPILING_STAGE = "compiling the engine first (once, about 20 s)"
+
+
+def simulate_stage() -> str:
+    """What a progress line should say of the run about to start: a fresh install compiles the
+    engine loop first (about 20 s, once; numba caches it on disk), and a bar standing still
+    that long with no word looks hung."""
+    import pickle
+
+    from yaotu_trace.sim.engine import simulate_cluster
+
+    try:  # numba's cache index: empty until the loop is compiled for this source and version
+        cached = bool(simulate_cluster._cache._cache_file._load_index())
+    except (AttributeError, OSError, EOFError, ValueError, pickle.UnpicklingError):
+        return "simulating"  # another numba's internals: say nothing of compiling
+    return "simulating" if cached else COMPILING_STAGE
+
+
 def simulate(requests: RequestArrays, config: SimConfig) -> SimResult:
     """Run `requests` through the modelled cluster under `config` (deterministic)."""
     from yaotu_trace.sim.engine import simulate_cluster
