@@ -219,7 +219,7 @@ def simulate_stage() -> str:
     from yaotu_trace.sim.engine import simulate_cluster
 
     try:  # numba's cache index: empty until the loop is compiled for this source and version
-        cached = bool(simulate_cluster._cache._cache_file._load_index())
+        cached = bool(simulate_cluster._cache._cache_file._load_index())  # type: ignore[attr-defined]
     except (AttributeError, OSError, EOFError, ValueError, pickle.UnpicklingError):
         return "simulating"  # another numba's internals: say nothing of compiling
     return "simulating" if cached else COMPILING_STAGE
