@@ -133,7 +133,8 @@ def test_azure_code_page_draws_its_workload_in_headless_chromium(tmp_path: Path)
     assert main(["report", str(trace), "-o", str(out)]) == ExitCode.OK
     page = out.read_text(encoding="utf-8")
     # THEN the page draws its arrivals over time, interarrival CDF and length charts
-    for name in ("arrivals", "tokens", "interarrival", "prompt_len", "output_len", "length_cdf"):
+    for name in ("arrivals", "prompt_tokens", "output_tokens", "interarrival", "prompt_len",
+                 "output_len", "length_cdf"):
         match = re.search(rf'<svg class="plot" data-plot="{name}".*?</svg>', page, re.S)
         assert match and 'class="mark' in match.group(0), name
     # and the browser finds marks in every one of them

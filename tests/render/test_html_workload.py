@@ -69,7 +69,8 @@ def test_every_sample_page_draws_or_names_each_figure(sample: str, tmp_path: Pat
 def test_every_public_trace_page_draws_or_names_each_figure(name: str, tmp_path: Path) -> None:
     page = _page_of(shared_trace(PUBLIC[name]), tmp_path / "r.html")
     drawn = check_every_figure(page)
-    assert {"arrivals", "tokens", "interarrival", "prompt_len", "output_len"} <= set(drawn)
+    assert {"arrivals", "prompt_tokens", "output_tokens", "interarrival", "prompt_len",
+            "output_len"} <= set(drawn)
     line = re.search(r'<p class="note not-drawn">Not drawn: (.*?)</p>', page).group(1)
     # None of these traces has request timing: the timing panels say how to model it.
     assert "time to first token (needs first_token_s per request)" in line

@@ -15,8 +15,9 @@ from yaotu_trace.render.shared_axes import Bounds
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 # Pictures whose every tick is an axis value (bar charts also tick their categories).
-VALUE_AXES = ("arrivals", "tokens", "interarrival", "prompt_len", "output_len", "length_cdf",
-              "reuse_over_time", "capacity_curve", "hit_length", "queue_time", "ttft")
+VALUE_AXES = ("arrivals", "prompt_tokens", "output_tokens", "interarrival", "prompt_len",
+              "output_len", "length_cdf", "reuse_over_time", "capacity_curve", "hit_length",
+              "queue_time", "ttft")
 
 
 def test_union_holds_both_ranges_and_keeps_an_axis_only_one_side_has() -> None:
@@ -77,15 +78,16 @@ def _alone(trace: str, tmp_path: Path) -> dict[str, list[str]]:
 def test_each_pair_of_pictures_shares_its_axes(burst_after_chat: str, tmp_path: Path) -> None:
     plots = _pairs(burst_after_chat)
     shared = [name for name in VALUE_AXES if len(plots.get(name, [])) == 2]
-    assert {"arrivals", "tokens", "interarrival", "prompt_len", "output_len",
-            "reuse_over_time", "capacity_curve", "hit_length"} <= set(shared)
+    assert {"arrivals", "prompt_tokens", "output_tokens", "interarrival", "prompt_len",
+            "output_len", "reuse_over_time", "capacity_curve", "hit_length"} <= set(shared)
     for name in shared:
         before, after = plots[name]
         assert _ticks(before) == _ticks(after), name
     # Each run alone ticks its own axes (3.3 min of chat; 46 s with a burst of 100 req/s)
     chat, burst = _alone("chat", tmp_path), _alone("diag-burst", tmp_path)
     differ = [name for name in shared if _ticks(chat[name][0]) != _ticks(burst[name][0])]
-    assert {"arrivals", "tokens", "prompt_len", "output_len", "hit_length"} <= set(differ)
+    assert {"arrivals", "prompt_tokens", "output_tokens", "prompt_len", "output_len",
+            "hit_length"} <= set(differ)
 
 
 def test_a_picture_only_one_run_can_draw_says_why_on_the_other_side(
@@ -108,8 +110,8 @@ def test_azure_code_against_conv_draws_every_pair_on_shared_axes(tmp_path: Path)
     page = out.read_text(encoding="utf-8")
     drawn = check_every_figure(page, runs=2)
     plots = _pairs(page)
-    for name in ("arrivals", "tokens", "interarrival", "prompt_len", "output_len",
-                 "length_cdf"):
+    for name in ("arrivals", "prompt_tokens", "output_tokens", "interarrival", "prompt_len",
+                 "output_len", "length_cdf"):
         assert drawn.count(name) == 2, name
         before, after = plots[name]
         assert _ticks(before) == _ticks(after), name

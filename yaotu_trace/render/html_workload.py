@@ -132,30 +132,50 @@ def _arrivals_extent(wf: Section) -> Bounds | None:
     return Bounds(x=(0.0, _span_s(a)), y=(0.0, headroom(top)))
 
 
-def tokens_figure(wf: Section, bounds: Bounds | None = None) -> str:
-    """Prompt and output tokens per second over time."""
-    caption = "Tokens per second over time"
+# The two token series of the arrivals, drawn apart: output tokens are often a fiftieth of the
+# prompt tokens (Azure code: 71 against 5,250 per second) and would lie flat on a shared axis.
+_TOKEN_SERIES = {
+    "prompt": ("prompt_tokens_per_s", "Prompt tokens of the requests arriving in each bin, per "
+               "second of the bin (the prefill work they bring)"),
+    "output": ("output_tokens_per_s", "Output tokens of the requests arriving in each bin, per "
+               "second of the bin (the decode work they bring, generated later)"),
+}
+
+
+def tokens_figure(wf: Section, kind: str, bounds: Bounds | None = None) -> str:
+    """Prompt (`kind` "prompt") or output tokens per second of the arrivals over time."""
+    key, what = _TOKEN_SERIES[kind]
+    caption = f"{kind.title()} tokens per second over time"
     a = wf.get("arrivals")
     if not isinstance(a, dict):
         return _missing(wf, "arrivals", caption)
     _, _, scale, unit, xs = time_axis(a, bounds)
+    values = a[key]
+    mean = sum(values) / len(values)
     chart = svg.line_chart(
-        "tokens", caption, [("prompt tokens/s", xs, a["prompt_tokens_per_s"]),
-                            ("output tokens/s", xs, a["output_tokens_per_s"])],
+        f"{kind}_tokens", caption, [(f"{kind} tokens/s", xs, values)],
         x_label=f"time since the first arrival ({unit})", y_label="tokens per second",
-        y_min=0.0, x_range=_scaled(bounds, scale), y_range=_y(bounds))
-    mean = [sum(v) / len(v) for v in (a["prompt_tokens_per_s"], a["output_tokens_per_s"])]
+        y_min=0.0, hlines=[(mean, f"mean {fmt.num(mean)}/s")], x_range=_scaled(bounds, scale),
+        y_range=_y(bounds))
     return figure(f"{caption} ({fmt.seconds(a['bin_s'])} bins)", chart,
-                  "Tokens of the requests arriving in each bin, per second of the bin; mean "
-                  f"{fmt.num(mean[0])} prompt and {fmt.num(mean[1])} output tokens/s.")
+                  f"{what}; mean {fmt.num(mean)}, peak {fmt.num(max(values))} tokens/s.")
 
 
-def _tokens_extent(wf: Section) -> Bounds | None:
-    a = wf.get("arrivals")
-    if not isinstance(a, dict):
-        return None
-    top = max([*a["prompt_tokens_per_s"], *a["output_tokens_per_s"]])
-    return Bounds(x=(0.0, _span_s(a)), y=(0.0, headroom(top)))
+def _tokens_extent(kind: str) -> Callable[[Section], Bounds | None]:
+    key = _TOKEN_SERIES[kind][0]
+
+    def extent(wf: Section) -> Bounds | None:
+        a = wf.get("arrivals")
+        if not isinstance(a, dict):
+            return None
+        return Bounds(x=(0.0, _span_s(a)), y=(0.0, headroom(max(a[key]))))
+    return extent
+
+
+def _tokens(kind: str) -> Callable[[Section, Bounds | None], str]:
+    def draw(wf: Section, bounds: Bounds | None) -> str:
+        return tokens_figure(wf, kind, bounds)
+    return draw
 
 
 def _interarrival_range(c: Section) -> svg.Range:
@@ -382,7 +402,8 @@ def _length(key: str) -> Callable[[Section, Bounds | None], str]:
 # The workload pictures in page order, each with the axes its own data needs.
 PICTURES = (
     Picture(arrivals_figure, _arrivals_extent),
-    Picture(tokens_figure, _tokens_extent),
+    Picture(_tokens("prompt"), _tokens_extent("prompt")),
+    Picture(_tokens("output"), _tokens_extent("output")),
     Picture(interarrival_figure, _interarrival_extent),
     Picture(_length("prompt_len"), _length_extent("prompt_len")),
     Picture(_length("output_len"), _length_extent("output_len")),
