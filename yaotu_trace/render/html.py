@@ -80,7 +80,8 @@ svg.plot .bar.total { fill: #2f6db5; }
 svg.plot .dots circle { fill: #2f6db5; fill-opacity: 0.55; }
 svg.plot .prefill { fill: #edae49; fill-opacity: 0.28; }
 svg.plot .marker line { stroke: #c62828; stroke-dasharray: 5 4; stroke-width: 1.5; }
-svg.plot .marker text { fill: #c62828; font-weight: 600; }
+svg.plot .marker text { fill: #c62828; font-weight: 600; paint-order: stroke; stroke: #fff;
+  stroke-width: 3px; }
 svg.plot .legend text { fill: var(--fg); }
 svg.plot .band.busy { fill: #edae49; fill-opacity: 0.3; }
 svg.plot .band.burst { fill: #d1495b; fill-opacity: 0.22; }

@@ -363,11 +363,10 @@ def line_chart(
     out = _open(name, title, frame)
     out += _axes(frame, x_ticks, nice_ticks(lo, hi), x_fmt, y_fmt, x_label, y_label)
     out += _bands(frame, bands)
-    for value, label in hlines:
+    for value, _ in hlines:
         y = frame.y(value)
         out.append(f'<g class="marker"><line x1="{_r(frame.left)}" x2="{_r(frame.right)}" '
-                   f'y1="{_r(y)}" y2="{_r(y)}"/><text x="{_r(frame.left + 4)}" '
-                   f'y="{_r(y - 4)}">{escape(label)}</text></g>')
+                   f'y1="{_r(y)}" y2="{_r(y)}"/></g>')
     for i, (label, sx, sy) in enumerate(series):
         pts = [(frame.x(x), frame.y(y)) for x, y in zip(sx, sy, strict=True)
                if math.isfinite(x) and math.isfinite(y) and (not log_x or x > 0)]
@@ -380,6 +379,9 @@ def line_chart(
         color = PALETTE[i % len(PALETTE)]
         out.append(f'<path class="mark line" d="{d}" stroke="{color}"><title>{escape(label)}'
                    "</title></path>")
+    for value, label in hlines:  # over the lines, haloed, so that a busy series cannot hide them
+        out.append(f'<g class="marker"><text x="{_r(frame.left + 4)}" '
+                   f'y="{_r(frame.y(value) - 4)}">{escape(label)}</text></g>')
     for value, label in vlines:
         out += _vline(frame, value, label, label_dy=30)
     for x, y, label in points:
