@@ -60,19 +60,19 @@ def unavailable(caption: str, why: str, *, timing: bool = False) -> str:
 
 # The same for a page of two observed runs (`--simulate` models one run): simulate each.
 TWO_RUN_SIMULATE_HINT = ("trace simulate TRACE --model M --gpu G --out run.parquet "
-                         "--steps-out run.steps.parquet for each run, then compare those")
+                         "--steps-out run.steps.parquet", " for each run, then compare the two")
 
 
-def not_drawn_line(figures: list[str], fill: str = SIMULATE_HINT) -> str:
+def not_drawn_line(figures: list[str], fill: tuple[str, str] = (SIMULATE_HINT, "")) -> str:
     """One short note naming the figures left out and what each needs ('' when none is), and
-    how the timing ones can be filled (`fill`)."""
+    how the timing ones can be filled (`fill`: the command, then words after it)."""
     missing = [f for f in figures if isinstance(f, NotDrawn)]
     if not missing:
         return ""
     items = "; ".join(f"{escape(f.caption.lower())} ({escape(f.why)})" for f in missing)
     timing = [f.caption.lower() for f in missing if f.timing]
     hint = (f" The timing panels ({escape(', '.join(timing))}) can be filled with modelled "
-            f"times: <code>{escape(fill)}</code>." if timing else "")
+            f"times: <code>{escape(fill[0])}</code>{escape(fill[1])}." if timing else "")
     return f'<p class="note not-drawn">Not drawn: {items}.{hint}</p>'
 
 
