@@ -44,3 +44,18 @@ def test_an_unknown_file_keeps_the_format_list(tmp_path: Path) -> None:
     path.write_text("nothing an engine writes\n")
     with pytest.raises(TraceReadError, match=r"unknown trace format '\.log'; pass --input-format"):
         detect_format(path)
+
+
+@pytest.mark.parametrize("where", ["trace", "before"])
+def test_a_step_log_as_the_trace_names_steps(where: str, tmp_path: Path, capsys) -> None:
+    # GIVEN the diag-burst sample's step log, where a request trace belongs
+    samples = Path(__file__).resolve().parents[2] / "sample_traces"
+    steps = samples / "diag-burst.steps.parquet"
+    args = ([str(steps)] if where == "trace"
+            else [str(samples / "chat.parquet"), "--before", str(steps)])
+    # THEN the command refuses it in one line, naming the option that takes it
+    assert main(["report", *args, "-o", str(tmp_path / "r.html")]) == ExitCode.INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"{steps}: is a step log" in err and f"--steps {steps}" in err
+    assert not (tmp_path / "r.html").exists()

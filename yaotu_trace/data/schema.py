@@ -407,8 +407,21 @@ def _list_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Serie
     return lists
 
 
+# Columns that make a table a step log (docs/schema.md, "Step log") when it has no request
+# lengths: the engine's steps, given where the request trace belongs.
+_STEP_LOG_SIGNS: Final = ("start_s", "end_s")
+_STEP_LOG_WORK: Final = ("prefill_tokens", "decode_tokens")
+
+
 def _require_columns(df: pd.DataFrame, path: str) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if (missing and "prompt_len" in missing and all(c in df.columns for c in _STEP_LOG_SIGNS)
+            and any(c in df.columns for c in _STEP_LOG_WORK)):
+        raise TraceSchemaError(
+            f"{path}: is a step log (one row per engine step: start_s, end_s, prefill_tokens, "
+            "decode_tokens), not a request trace; give the request trace as TRACE and this "
+            f"file as --steps {path} (--steps-before for the run before)"
+        )
     if missing == ["arrival_s"]:
         raise TraceSchemaError(
             f"{path}: no arrival times (column 'arrival_s' missing; have: "
