@@ -15,7 +15,15 @@ from typing import Any
 from yaotu_trace.render import fmt, svg
 from yaotu_trace.render.html_parts import figure, unavailable
 from yaotu_trace.render.html_workload import said
-from yaotu_trace.render.shared_axes import Bounds, Picture, drawn_pair, headroom
+from yaotu_trace.render.shared_axes import (
+    Bounds,
+    Picture,
+    drawn_pair,
+    headroom,
+    histogram_bounds,
+    x_of,
+    y_of,
+)
 
 Doc = dict[str, Any]
 # Plots that request timing fills: `trace report --simulate` can model it.
@@ -36,14 +44,6 @@ def _modelled_caption(caption: str, is_modelled: bool) -> str:
 def _plots(doc: Doc) -> dict[str, Any]:
     plots = doc.get("plots")
     return plots if isinstance(plots, dict) else {}
-
-
-def _x(bounds: Bounds | None) -> svg.Range | None:
-    return None if bounds is None else bounds.x
-
-
-def _y(bounds: Bounds | None) -> svg.Range | None:
-    return None if bounds is None else bounds.y
 
 
 def _curve_points(doc: Doc) -> list[dict[str, Any]] | None:
@@ -81,7 +81,7 @@ def capacity_curve(doc: Doc, bounds: Bounds | None = None) -> str:
                            x_label="prefix-cache capacity (tokens, log scale)",
                            y_label="token hit ratio", log_x=True, y_fmt=svg.percent, y_min=0.0,
                            vlines=vlines, hlines=hlines, points=marks, step=True,
-                           x_range=_x(bounds), y_range=_y(bounds))
+                           x_range=x_of(bounds), y_range=y_of(bounds))
     knee = curve.get("knee") or {}
     note = (f"Preset {curve.get('preset')}; knee at {fmt.tokens(knee.get('capacity_tokens'))} "
             f"({fmt.pct(knee.get('hit_ratio'))}). Dots: knee and the capacities for 50/90/99 % "
@@ -123,7 +123,7 @@ def waterfall(doc: Doc, bounds: Bounds | None = None) -> str:
         return unavailable("Where the reuse is lost", "needs prompt content for the replay")
     ideal, losses = parts
     chart = svg.waterfall_chart("waterfall", "Loss waterfall", ("ideal reuse", ideal), losses,
-                                y_label="prefix-hit tokens", y_range=_y(bounds))
+                                y_label="prefix-hit tokens", y_range=y_of(bounds))
     return figure("Where the reuse is lost", chart,
                   "From the ideal prefix reuse down to what the engine rules achieve; red bars "
                   "are the tokens each rule loses.")
@@ -157,8 +157,8 @@ def histogram(plots: dict[str, Any], key: str, caption: str, x_label: str, secon
     show = fmt.seconds if seconds else fmt.tokens
     vlines = [(h[p], f"{p} {show(h[p])}") for p in ("p50", "p99") if h.get(p) is not None]
     chart = svg.histogram_chart(key, caption, h["edges"], h["counts"], x_label=x_label,
-                                x_fmt=x_fmt, vlines=vlines, x_range=_x(bounds),
-                                y_range=_y(bounds))
+                                x_fmt=x_fmt, vlines=vlines, x_range=x_of(bounds),
+                                y_range=y_of(bounds))
     note = f"{h['total']:,} requests; p50 {show(h['p50'])}, p90 {show(h['p90'])}, " \
            f"p99 {show(h['p99'])}."
     if h.get("overflow"):
@@ -178,9 +178,7 @@ def _histogram_extent(key: str) -> Callable[[Doc], Bounds | None]:
         h = _plots(doc).get(key)
         if not isinstance(h, dict) or (key == "hit_length" and _all_zero(h)):
             return None
-        tallest = max(max(h["counts"], default=0), 1)
-        return Bounds(x=(float(h["edges"][0]), float(h["edges"][-1])),
-                      y=(0.0, tallest * 1.05))
+        return histogram_bounds(h["edges"], h["counts"])
     return extent
 
 
@@ -204,7 +202,7 @@ def kv_over_time(doc: Doc, bounds: Bounds | None = None) -> str:
     chart = svg.line_chart("kv_over_time", s["label"], [(s["label"], s["t_s"], s["values"])],
                            x_label="trace time (s)", y_label=s["unit"],
                            y_fmt=svg.percent if ratio else svg.short, y_min=0.0,
-                           y_max=1.0 if ratio else None, hlines=hlines, y_range=_y(bounds))
+                           y_max=1.0 if ratio else None, hlines=hlines, y_range=y_of(bounds))
     return figure(_modelled_caption(f"{s['label']} over time", modelled(doc) is not None),
                   chart, f"Source: {s['source']}.")
 

@@ -19,7 +19,15 @@ from typing import Any, NamedTuple
 
 from yaotu_trace.render import fmt, svg
 from yaotu_trace.render.html_parts import figure, unavailable
-from yaotu_trace.render.shared_axes import Bounds, Picture, drawn_pair, headroom
+from yaotu_trace.render.shared_axes import (
+    Bounds,
+    Picture,
+    drawn_pair,
+    headroom,
+    histogram_bounds,
+    x_of,
+    y_of,
+)
 
 Section = dict[str, Any]
 # Bursts labelled with their rate on the arrivals chart (the most requests first); every burst
@@ -81,14 +89,6 @@ def _scaled(bounds: Bounds | None, scale: float) -> svg.Range | None:
     return bounds.x[0] / scale, bounds.x[1] / scale
 
 
-def _y(bounds: Bounds | None) -> svg.Range | None:
-    return None if bounds is None else bounds.y
-
-
-def _x(bounds: Bounds | None) -> svg.Range | None:
-    return None if bounds is None else bounds.x
-
-
 def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
     """Requests per second over time, the busiest windows and the bursts shaded."""
     caption = "Requests per second over time"
@@ -113,7 +113,7 @@ def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
         "arrivals", caption, [("requests/s", xs, a["requests_per_s"])],
         x_label=f"time since the first arrival ({unit})", y_label="requests per second",
         y_min=0.0, hlines=[(a["mean_rate_rps"], f"mean {fmt.num(a['mean_rate_rps'])}/s")],
-        bands=bands, x_range=_scaled(bounds, scale), y_range=_y(bounds))
+        bands=bands, x_range=_scaled(bounds, scale), y_range=y_of(bounds))
     window = fmt.seconds(max(60.0, a["bin_s"]))
     windows = (f"the {len(busiest)} busiest {window} windows (amber)" if busiest else
                f"no busiest {window} window (the trace spans {fmt.seconds(span)})")
@@ -156,7 +156,7 @@ def tokens_figure(wf: Section, kind: str, bounds: Bounds | None = None) -> str:
         f"{kind}_tokens", caption, [(f"{kind} tokens/s", xs, values)],
         x_label=f"time since the first arrival ({unit})", y_label="tokens per second",
         y_min=0.0, hlines=[(mean, f"mean {fmt.num(mean)}/s")], x_range=_scaled(bounds, scale),
-        y_range=_y(bounds))
+        y_range=y_of(bounds))
     return figure(f"{caption} ({fmt.seconds(a['bin_s'])} bins)", chart,
                   f"{what}; mean {fmt.num(mean)}, peak {fmt.num(max(values))} tokens/s.")
 
@@ -219,7 +219,7 @@ def interarrival_figure(wf: Section, bounds: Bounds | None = None) -> str:
                                   ("Poisson, same mean", grid, poisson)],
         x_label="gap between arrivals (log scale)", y_label="share of gaps ≤ x",
         log_x=True, x_fmt=svg.seconds, y_fmt=svg.percent, y_min=0.0, y_max=1.0,
-        step=(True, False), x_range=_x(bounds), legend_at="bottom")
+        step=(True, False), x_range=x_of(bounds), legend_at="bottom")
     cv = "n/a" if c.get("cv") is None else fmt.num(c["cv"])
     note = (f"Mean gap {fmt.seconds(c['mean_gap_s'])}; CV {cv} (Poisson = 1); KS distance "
             f"{fmt.num(c['ks_distance'])}; {fmt.pct(c['zero_gap_share'])} of the gaps are zero "
@@ -246,14 +246,7 @@ def _length_extent(key: str) -> Callable[[Section], Bounds | None]:
 
 
 def _distribution_extent(d: Section) -> Bounds:
-    """A histogram's own axes: its edges (the first above 0 on a log axis) and its tallest
-    bar, as `svg.histogram_chart` takes them."""
-    edges = d["edges"]
-    x0 = float(edges[0])
-    if d["log_x"] and x0 <= 0:
-        x0 = min((e for e in edges if e > 0), default=1.0)
-    tallest = max(max(d["counts"], default=0), 1)
-    return Bounds(x=(x0, float(edges[-1])), y=(0.0, tallest * 1.05), log_x=d["log_x"])
+    return histogram_bounds(d["edges"], d["counts"], d["log_x"])
 
 
 def _distribution_chart(d: Section, name: str, caption: str, x_label: str,
@@ -264,7 +257,7 @@ def _distribution_chart(d: Section, name: str, caption: str, x_label: str,
     chart = svg.histogram_chart(
         name, caption, d["edges"], d["counts"],
         x_label=x_label + (" (log scale)" if d["log_x"] else ""), x_fmt=x_fmt,
-        vlines=vlines, log_x=d["log_x"], x_range=_x(bounds), y_range=_y(bounds),
+        vlines=vlines, log_x=d["log_x"], x_range=x_of(bounds), y_range=y_of(bounds),
         y_label="count")
     note = (f"{what}; p50 {show(d['p50'])}, p90 {show(d['p90'])}, p99 {show(d['p99'])}."
             + (" Log-spaced bins: the values span decades." if d["log_x"] else ""))
@@ -287,7 +280,7 @@ def lengths_cdf_figure(wf: Section, bounds: Bounds | None = None) -> str:
                                 for label, d in present],
         x_label="tokens per request" + (" (log scale)" if log_x else ""),
         y_label="share of requests ≤ x", log_x=log_x, y_fmt=svg.percent, y_min=0.0,
-        y_max=1.0, step=True, x_range=_x(bounds), y_range=_y(bounds), legend_at="bottom")
+        y_max=1.0, step=True, x_range=x_of(bounds), y_range=y_of(bounds), legend_at="bottom")
     note = "; ".join(f"{label} p50 {fmt.tokens(d['p50'])}, p99 {fmt.tokens(d['p99'])}"
                      for label, d in present) + "."
     if log_x:
@@ -313,7 +306,7 @@ def tenants_figure(wf: Section, bounds: Bounds | None = None) -> str:
     chart = svg.bar_chart(
         "tenants", caption, [str(t["label"]) for t in tenants],
         [float(t["request_share"]) for t in tenants], value_label="share of the requests",
-        value_fmt=svg.percent, horizontal=True, value_range=_x(bounds))
+        value_fmt=svg.percent, horizontal=True, value_range=x_of(bounds))
     return figure(caption, chart, f"{len(tenants)} bars, the most requests first.")
 
 
@@ -335,7 +328,7 @@ def session_depth_figure(wf: Section, bounds: Bounds | None = None) -> str:
         depths[-1] += "+"
     chart = svg.bar_chart("session_depth", caption, depths,
                           [float(v) for v in s["sessions_by_depth"]], value_label="sessions",
-                          category_label="turns per session", value_range=_y(bounds))
+                          category_label="turns per session", value_range=y_of(bounds))
     one_turn = " Every session has one turn." if list(s["depths"]) == [1] else ""
     return figure(caption, chart, f"{s['sessions']:,} sessions.{one_turn}")
 
@@ -381,7 +374,7 @@ def reuse_figure(wf: Section, bounds: Bounds | None = None) -> str:
         x_label=f"time since the first arrival ({unit})", y_label="token hit ratio",
         y_fmt=svg.percent, y_min=0.0, y_max=1.0, step=True,
         hlines=[(overall, f"overall {fmt.pct(overall)}")], x_range=_scaled(bounds, scale),
-        y_range=_y(bounds))
+        y_range=y_of(bounds))
     return figure(f"{caption} ({fmt.seconds(r['bin_s'])} bins)", chart,
                   f"Prefix-hit tokens over prompt tokens of the requests arriving in each "
                   f"{fmt.seconds(r['bin_s'])}, under the replay's preset; overall "

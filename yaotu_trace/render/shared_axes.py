@@ -53,6 +53,22 @@ def _overlap(a: svg.Range, b: svg.Range) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
+def x_of(bounds: Bounds | None) -> svg.Range | None:
+    """The x range to force, if any."""
+    return None if bounds is None else bounds.x
+
+
+def y_of(bounds: Bounds | None) -> svg.Range | None:
+    """The y range to force, if any."""
+    return None if bounds is None else bounds.y
+
+
+def histogram_bounds(edges: list[float], counts: list[int], log_x: bool = False) -> Bounds:
+    """A histogram's own axes as bounds, as `svg.histogram_chart` takes them alone."""
+    x, y = svg.histogram_axes(edges, counts, log_x)
+    return Bounds(x=x, y=y, log_x=log_x)
+
+
 def headroom(top: float, share: float = 0.05) -> float:
     """A value axis's top over `top`, as a chart leaves it (1 when nothing is above 0)."""
     return top * (1 + share) if top > 0 else 1.0

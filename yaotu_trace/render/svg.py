@@ -394,6 +394,16 @@ def line_chart(
     return "\n".join(out)
 
 
+def histogram_axes(edges: Sequence[float], counts: Sequence[int],
+                   log_x: bool = False) -> tuple[Range, Range]:
+    """The axes a histogram takes on its own: its edges (from the first above 0 on a log axis)
+    and its tallest bar with 5 % headroom."""
+    x0 = float(edges[0])
+    if log_x and x0 <= 0:
+        x0 = min((e for e in edges if e > 0), default=1.0)
+    return (x0, float(edges[-1])), (0.0, max(max(counts, default=0), 1) * 1.05)
+
+
 def histogram_chart(
     name: str,
     title: str,
@@ -410,13 +420,13 @@ def histogram_chart(
 ) -> str:
     """Bars of a histogram (log-spaced bins on a log x axis when `log_x`); each bar's tooltip
     gives its range and count. `x_range`/`y_range` force the axes."""
-    hi = max(max(counts, default=0), 1) * 1.05
-    x0, x1 = x_range or (float(edges[0]), float(edges[-1]))
+    own_x, own_y = histogram_axes(edges, counts, log_x)
+    x0, x1 = x_range or own_x
     if log_x and x0 <= 0:
-        x0 = min((e for e in edges if e > 0), default=1.0)
+        x0 = own_x[0]
     if x1 <= x0:
         x1 = x0 * 10 if log_x else x0 + 1
-    y0, y1 = y_range or (0.0, hi)
+    y0, y1 = y_range or own_y
     frame = Frame(x0, x1, y0, y1, log_x=log_x)
     out = _open(name, title, frame)
     x_ticks = log_ticks(x0, x1) if log_x else nice_ticks(x0, x1)
