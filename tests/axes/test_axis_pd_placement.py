@@ -28,7 +28,7 @@ def handed_off() -> dict[str, list[Any]]:
     return {
         "arrival_s": [0.0, 1.0, 2.0, 3.0],
         "prompt_len": [100, 200, 300, 400],
-        "output_len": [5, 5, 5, 5],
+        "output_len": [3, 3, 3, 3],
         "scheduled_s": [0.1, 1.0, 2.2, 3.0],
         "first_token_s": [0.5, 1.3, 2.6, 3.2],
         "kv_transfer_s": [0.2, 0.1, 0.3, 0.4],

@@ -45,7 +45,7 @@ def steps_over(lo: float, hi: float, k: int = 21, **extra: list[object]) -> dict
     """`k` one-second steps spread evenly from `lo` to `hi` (the last ends at `hi`)."""
     start = list(np.linspace(lo, hi - 1.0, k))
     return {"start_s": start, "end_s": [s + 1.0 for s in start], "num_running": [1] * k,
-            "num_waiting": [0] * k, "prefill_tokens": [100] * k, "decode_tokens": [1] * k,
+            "num_waiting": [0] * k, "prefill_tokens": [100] * k, "decode_tokens": [10] * k,
             **extra}
 
 
@@ -277,7 +277,8 @@ def test_azure_code_trace_refuses_a_step_log_a_day_later(tmp_path: Path) -> None
     day = pd.DataFrame(steps_over(86_400.0, 86_400.0 + 3436.0, k=100))
     with pytest.raises(TraceReadError, match=r"0\.0–3435\.9 s; they are from different runs"):
         fit_telemetry(replace(trace, steps=StepLog.from_frame(day, "day.csv")))
-    half = pd.DataFrame(steps_over(1718.0, 3436.0, k=100))
+    # the second half's steps decode the outputs of the requests arriving then (93,864 tokens)
+    half = pd.DataFrame(steps_over(1718.0, 3436.0, k=100, decode_tokens=[1000] * 100))
     fitted = fit_telemetry(replace(trace, steps=StepLog.from_frame(half, "half.csv")))
     assert fitted.overlap is not None
     kept = len(fitted.overlap.requests)

@@ -30,19 +30,24 @@ def test_sglang_docs_snapshot_gauges_and_counters() -> None:
     """SGLang's own docs/references/production_metrics.md example (values copied by hand from
     it): the gauges at one instant, the counters as totals, and a note that no time is known."""
     m = read_metrics(DATA / "sglang_docs_snapshot.prom")
-    assert m.gauge("num_running")["value"].tolist() == [162.0]
-    assert m.gauge("num_waiting")["value"].tolist() == [2826.0]
-    assert m.gauge("kv_usage", how="max")["value"].tolist() == [0.28]
-    assert m.gauge("cache_hit_rate")["value"].tolist() == [0.007507552643049313]
+    # One instant's gauges are named with their values and not judged (a queue or a KV usage
+    # needs them over time).
+    assert m.gauge("num_running") is None and m.gauge("cache_hit_rate") is None
+    assert "(num_waiting 2826, num_running 162, kv_usage 0.28) are shown here and not judged" \
+        in m.notes[-1]
     assert _value(m, "sglang:prompt_tokens_total", SGL) == 8.128902e06
     assert _value(m, "sglang:generation_tokens_total", SGL) == 7.557572e06
     assert _value(m, "sglang:time_to_first_token_seconds_bucket", "le=+Inf," + SGL) == 11008.0
     assert _value(m, "sglang:func_latency_seconds_count", "name=generate_request") == 14007.0
-    assert len(m.frame) == 17  # every sample line of the excerpt
+    assert len(m.frame) == 17 - 4  # every sample line of the excerpt but the 4 gauges
     assert set(m.frame["time_s"]) == {0.0}
-    # One instant: no increase can be computed, and the notes say the counters are totals.
-    assert m.counter_increase("prompt_tokens") == 0.0
-    assert len(m.notes) == 1 and "counters are totals since the engine started" in m.notes[0]
+    # One instant: the counters are read as totals since the engine started, and the notes say
+    # so (and name the series no quantity reads).
+    assert m.instant
+    assert m.counter_increase("prompt_tokens") == 8.128902e06
+    assert m.histogram_mean("ttft_s") is not None
+    assert "counters are totals since the engine started" in m.notes[0]
+    assert "sglang:func_latency_seconds_count" in m.notes[1]
 
 
 def test_vllm_docs_snapshot_detected_by_content_in_a_txt() -> None:
@@ -199,7 +204,7 @@ def test_label_escapes(tmp_path: Path) -> None:
     """The exposition format escapes `\\`, `"` and a newline in label values (Prometheus'
     exposition_formats.md); the key keeps the unescaped text."""
     path = tmp_path / "esc.prom"
-    path.write_text('# TYPE vllm:num_requests_waiting gauge\n'
-                    'vllm:num_requests_waiting{a="x\\"y\\\\z\\n",b="2"} 1\n', encoding="utf-8")
+    path.write_text('# TYPE vllm:num_preemptions counter\n'
+                    'vllm:num_preemptions_total{a="x\\"y\\\\z\\n",b="2"} 1\n', encoding="utf-8")
     m = read_metrics(path)
     assert m.frame["labels"].tolist() == ['a=x"y\\z\n,b=2']

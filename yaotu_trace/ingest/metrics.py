@@ -20,7 +20,7 @@ import csv
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Final
@@ -30,72 +30,31 @@ import pandas as pd
 
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest import prom_text
+from yaotu_trace.ingest.metric_names import (
+    CACHE_CONFIG_INFO,
+    COUNTERS,
+    GAUGES,
+    HISTOGRAMS,
+    LABELLED,
+    POOL_FROM_CACHE_CONFIG,
+    prometheus_names,
+    unused_names,
+)
 from yaotu_trace.ingest.serverlog import EXPECTED, is_server_log, read_server_log
 
-# vLLM exports its KV pool as labels of an info gauge (`vllm:cache_config_info{block_size="16",
-# num_gpu_blocks="N",...} 1`); the reader turns it into this series, in tokens.
-CACHE_CONFIG_INFO: Final = "vllm:cache_config_info"
-POOL_FROM_CACHE_CONFIG: Final = "vllm:cache_config_info (KV pool tokens)"
-
-# Canonical quantity → engine metric names, first match wins (vLLM V1, older vLLM, SGLang).
-# Counters are listed with and without the `_total` that prometheus_client adds on export.
-GAUGES: Final[Mapping[str, tuple[str, ...]]] = {
-    "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
-    "num_running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
-    "cache_hit_rate": ("sglang:cache_hit_rate", "log:prefix_cache_hit_rate"),
-    "retracted_now": ("sglang:num_retracted_reqs",),
-    "max_total_tokens": ("sglang:max_total_num_tokens", "log:gpu_kv_cache_size_tokens",
-                         POOL_FROM_CACHE_CONFIG),
-    "page_size": ("sglang:page_size",),
-}
-COUNTERS: Final[Mapping[str, tuple[str, ...]]] = {
-    "preemptions": (
-        "vllm:num_preemptions_total",
-        "vllm:num_preemptions",
-        "sglang:num_retracted_requests_total",
-    ),
-    "prefix_queries": (
-        "vllm:prefix_cache_queries_total",
-        "vllm:prefix_cache_queries",
-        "vllm:gpu_prefix_cache_queries_total",
-        "vllm:gpu_prefix_cache_queries",
-    ),
-    "prefix_hits": (
-        "vllm:prefix_cache_hits_total",
-        "vllm:prefix_cache_hits",
-        "vllm:gpu_prefix_cache_hits_total",
-        "vllm:gpu_prefix_cache_hits",
-    ),
-    "prompt_tokens": ("vllm:prompt_tokens_total", "vllm:prompt_tokens",
-                      "sglang:prompt_tokens_total"),
-    "generation_tokens": ("vllm:generation_tokens_total", "vllm:generation_tokens",
-                          "sglang:generation_tokens_total"),
-    "cached_tokens": ("vllm:prompt_tokens_cached_total", "vllm:prompt_tokens_cached",
-                      "sglang:cached_tokens_total"),
-    "retracted_input_tokens": ("sglang:num_retracted_input_tokens_total",),
-    "retracted_output_tokens": ("sglang:num_retracted_output_tokens_total",),
-}
-HISTOGRAMS: Final[Mapping[str, tuple[str, ...]]] = {
-    "iteration_tokens": ("vllm:iteration_tokens_total",),
-    "queue_time_s": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
-    "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
-    "itl_s": (
-        "vllm:inter_token_latency_seconds",
-        "vllm:time_per_output_token_seconds",
-        "sglang:inter_token_latency_seconds",
-    ),
-    "prefill_time_s": ("vllm:request_prefill_time_seconds",),
-    "decode_time_s": ("vllm:request_decode_time_seconds",),
-    "e2e_s": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
-    "prefill_kv_computed_tokens": ("vllm:request_prefill_kv_computed_tokens",),
-}
 CSV_COLUMNS: Final = ("timestamp", "metric", "labels", "value")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineMetrics:
-    """Prometheus samples in long form: `frame` has time_s, metric, labels, value (float)."""
+    """Prometheus samples in long form: `frame` has time_s, metric, labels, value (float).
+
+    Counters are read as Prometheus' `increase()` reads them, reset-aware, with two rules
+    for what a range does not show: an export of one instant (a single saved `/metrics` body,
+    an instant query) holds each counter's total since its series began, and a counter series
+    that first appears after the export's first sample began then, from zero (SGLang creates
+    its retraction counter at the first retraction).
+    """
 
     frame: pd.DataFrame
     path: str
@@ -107,11 +66,26 @@ class EngineMetrics:
     # The zone a server log's zone-less times were read in (`--log-tz`; None: UTC), kept so
     # that reading it again with the trace's year keeps it.
     log_zone: tzinfo | None = None
+    # Whether a counter series that appears after the export's first sample began then, from
+    # zero (a Prometheus series is created when first counted). A server log places its own
+    # counters' starting values, so it says False.
+    new_series_from_zero: bool = True
 
     @property
     def names(self) -> frozenset[str]:
         """Every metric name present."""
         return frozenset(self.frame["metric"].unique().tolist())
+
+    @property
+    def instant(self) -> bool:
+        """Whether every sample is of one instant: counters are then totals since start."""
+        times = self.frame["time_s"]
+        return bool(len(times)) and float(times.min()) == float(times.max())
+
+    def engines(self, key: str) -> int:
+        """How many label sets (engines, instances) export `key`'s series."""
+        name = self.name_of(key)
+        return 0 if name is None else int(self._series(name)["labels"].nunique())
 
     def _first(self, candidates: tuple[str, ...], suffix: str = "") -> str | None:
         names = self.names
@@ -130,37 +104,59 @@ class EngineMetrics:
     def _series(self, name: str) -> pd.DataFrame:
         return self.frame[self.frame["metric"] == name]
 
-    def gauge(self, key: str, how: str = "sum") -> pd.DataFrame | None:
-        """A gauge over time, combined across label sets (engines) per timestamp.
+    def label_values(self, key: str) -> tuple[str, ...]:
+        """The values of `key`'s splitting label (`LABELLED`) that the export carries."""
+        name = self.name_of(key)
+        if name is None or key not in LABELLED:
+            return ()
+        label = LABELLED[key]
+        found = {_label_values(text).get(label) for text in self._series(name)["labels"]}
+        return tuple(sorted(v for v in found if v))
 
-        `how` is "sum" for counts (requests waiting in all engines) or "max" for ratios (the
-        fullest engine's KV usage). Returns columns time_s, value sorted by time.
-        """
+    def _labelled(self, key: str, value: str | None) -> pd.DataFrame | None:
         name = self.name_of(key)
         if name is None:
             return None
         rows = self._series(name)
+        if value is None:
+            return rows
+        label = LABELLED[key]
+        keep = rows["labels"].astype(str).map(lambda t: _label_values(t).get(label) == value)
+        return rows[keep.to_numpy(dtype=bool)]
+
+    def gauge(self, key: str, how: str = "sum", value: str | None = None) -> pd.DataFrame | None:
+        """A gauge over time, combined across label sets (engines) per timestamp.
+
+        `how` is "sum" for counts (requests waiting in all engines) or "max" for ratios (the
+        fullest engine's KV usage); `value` keeps one value of `key`'s splitting label.
+        Returns columns time_s, value sorted by time.
+        """
+        rows = self._labelled(key, value)
+        if rows is None:
+            return None
         grouped = rows.groupby("time_s", sort=True)["value"]
         out = grouped.max() if how == "max" else grouped.sum()
         return out.reset_index()
 
-    def counter_increase(self, key: str) -> float | None:
-        """Total increase of a counter over the export, reset-aware, summed over label sets."""
-        name = self.name_of(key)
-        return None if name is None else _increase(self._series(name))
+    def _origin_s(self) -> float:
+        """Before this, a series that appears later did not exist (inf: never assume so)."""
+        return float(self.frame["time_s"].min()) if self.new_series_from_zero else np.inf
+
+    def counter_increase(self, key: str, value: str | None = None) -> float | None:
+        """Total increase of a counter over the export (see the class docstring), summed over
+        label sets; `value` keeps one value of `key`'s splitting label."""
+        rows = self._labelled(key, value)
+        if rows is None:
+            return None
+        return _increase(rows, self._origin_s(), self.instant)
 
     def counter_steps(self, key: str) -> pd.DataFrame | None:
         """Times at which a counter went up and by how much (columns time_s, delta)."""
         name = self.name_of(key)
         if name is None:
             return None
-        parts = []
-        for _, rows in self._series(name).groupby("labels", sort=False):
-            rows = rows.sort_values("time_s")
-            values = rows["value"].to_numpy()
-            delta = np.diff(values)
-            delta = np.where(delta < 0, values[1:], delta)  # a reset starts again from zero
-            parts.append(pd.DataFrame({"time_s": rows["time_s"].to_numpy()[1:], "delta": delta}))
+        parts = [_deltas(rows, self._origin_s(), self.instant)
+                 for _, rows in self._series(name).groupby("labels", sort=False)]
         if not parts:
             return None
         out = pd.concat(parts, ignore_index=True)
@@ -171,8 +167,8 @@ class EngineMetrics:
         name = self.name_of(key)
         if name is None or name + "_sum" not in self.names:
             return None
-        count = _increase(self._series(name + "_count"))
-        total = _increase(self._series(name + "_sum"))
+        count = _increase(self._series(name + "_count"), self._origin_s(), self.instant)
+        total = _increase(self._series(name + "_sum"), self._origin_s(), self.instant)
         if not count:
             return None
         return total / count
@@ -180,18 +176,55 @@ class EngineMetrics:
     def histogram_count(self, key: str) -> float | None:
         """Observations added to a histogram over the export (Δ`_count`)."""
         name = self.name_of(key)
-        return None if name is None else _increase(self._series(name + "_count"))
+        if name is None:
+            return None
+        return _increase(self._series(name + "_count"), self._origin_s(), self.instant)
+
+    def histogram_sum(self, key: str) -> float | None:
+        """The observations' total added over the export (Δ`_sum`)."""
+        name = self.name_of(key)
+        if name is None or name + "_sum" not in self.names:
+            return None
+        return _increase(self._series(name + "_sum"), self._origin_s(), self.instant)
+
+    def bucket_increase(self, key: str, le: float) -> float | None:
+        """Observations at or below `le` added over the export (the `_bucket{le}` series)."""
+        name = self.name_of(key)
+        if name is None or name + "_bucket" not in self.names:
+            return None
+        rows = self._series(name + "_bucket")
+        bound = rows["labels"].astype(str).map(lambda t: _le(_label_values(t).get("le")))
+        rows = rows[(bound == le).to_numpy(dtype=bool)]
+        return None if rows.empty else _increase(rows, self._origin_s(), self.instant)
 
 
-def _increase(rows: pd.DataFrame) -> float:
-    total = 0.0
-    for _, series in rows.groupby("labels", sort=False):
-        values = series.sort_values("time_s")["value"].to_numpy()
-        if values.size < 2:
-            continue
-        delta = np.diff(values)
-        total += float(np.where(delta < 0, values[1:], delta).sum())
-    return total
+def _le(text: str | None) -> float:
+    try:
+        return float(text) if text is not None else np.nan
+    except ValueError:
+        return np.nan
+
+
+def _label_values(text: str) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in text.split(",") if "=" in p)
+
+
+def _deltas(series: pd.DataFrame, origin_s: float, instant: bool) -> pd.DataFrame:
+    """One label set's increases (time_s, delta): a drop is a restart from zero, and the
+    first sample counts from zero when the export is one instant or the series began after
+    the export's first sample."""
+    series = series.sort_values("time_s")
+    times = series["time_s"].to_numpy(dtype=np.float64)
+    values = series["value"].to_numpy(dtype=np.float64)
+    delta = np.diff(values)
+    delta = np.where(delta < 0, values[1:], delta)
+    first = values[0] if (instant or times[0] > origin_s) else 0.0
+    return pd.DataFrame({"time_s": times, "delta": np.concatenate(([first], delta))})
+
+
+def _increase(rows: pd.DataFrame, origin_s: float, instant: bool) -> float:
+    return float(sum(_deltas(series, origin_s, instant)["delta"].sum()
+                     for _, series in rows.groupby("labels", sort=False)))
 
 
 def read_metrics(path: str | Path, *, year: int | None = None,
@@ -203,14 +236,18 @@ def read_metrics(path: str | Path, *, year: int | None = None,
     suffix = path.suffix.lower()
     notes: tuple[str, ...] = ()
     log_year = None
+    kind = "export"  # a range or instant query's export; else "log" or "text"
     if path.is_dir() and prom_text.is_scrape_folder(path):
         rows, notes = prom_text.read_prom_folder(path)
+        kind = "text"
     elif path.is_file() and (suffix == ".log" or (
             suffix not in (".json", ".csv", ".tsv") and is_server_log(path))):
         rows, log_notes, log_year = read_server_log(path, year=year, zone=zone)
         notes = tuple(log_notes)
+        kind = "log"
     elif path.is_file() and suffix in prom_text.SUFFIXES and prom_text.looks_like_text(path):
         rows, notes = prom_text.read_prom_text(path)
+        kind = "text"
     elif path.is_file() and suffix in prom_text.SUFFIXES and suffix:
         raise TraceReadError(
             f"{path}: is neither /metrics text (no '# HELP', '# TYPE' or 'name{{labels}} "
@@ -236,13 +273,91 @@ def read_metrics(path: str | Path, *, year: int | None = None,
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
                           "labels": object})
     frame = frame[np.isfinite(frame["value"].to_numpy())].reset_index(drop=True)
-    frame = _with_pool_from_cache_config(frame)
     if frame.empty:
         raise TraceReadError(
             f"{path}: the metrics export holds no samples; export a range query with data"
         )
-    return EngineMetrics(frame=frame, path=str(path), notes=notes, log_year=log_year,
-                         log_zone=zone)
+    if kind != "log":
+        frame, named = _engine_names(frame, path)
+        notes = (*notes, *named)
+    frame = _with_pool_from_cache_config(frame)
+    metrics = EngineMetrics(frame=frame, path=str(path), notes=notes, log_year=log_year,
+                            log_zone=zone, new_series_from_zero=kind != "log")
+    if metrics.instant and kind == "export":  # a text snapshot's own notes say so
+        metrics = replace(metrics, notes=(*metrics.notes, _totals_note(metrics)))
+    return _without_instant_gauges(metrics) if metrics.instant else metrics
+
+
+# Gauges that hold for the whole process (the pool's size), judged even from one instant.
+_CONFIG_GAUGES: Final = ("max_total_tokens", "page_size")
+
+
+def _without_instant_gauges(metrics: EngineMetrics) -> EngineMetrics:
+    """An export of one instant without its changing gauges: a queue, a KV usage at
+    preemption or an imbalance between engines needs them over time, so they are named in a
+    note with their values and not judged."""
+    kept = {n for key in _CONFIG_GAUGES for n in GAUGES[key]}
+    changing = {n for key, names in GAUGES.items() if key not in _CONFIG_GAUGES for n in names}
+    frame = metrics.frame
+    drop = frame["metric"].isin(changing - kept).to_numpy(dtype=bool)
+    if not drop.any():
+        return metrics
+    shown = []
+    for key in ("num_waiting", "num_running", "kv_usage"):
+        g = metrics.gauge(key, how="max" if key == "kv_usage" else "sum")
+        if g is not None and len(g):
+            shown.append(f"{key} {float(g['value'].iloc[-1]):g}")
+    values = f" ({', '.join(shown)})" if shown else ""
+    note = (f"the metrics export {metrics.path} is one instant: its gauges{values} are shown "
+            "here and not judged, since a queue, a KV usage at preemption or an imbalance "
+            "between engines needs them over time (export a range query, or save /metrics "
+            "scrapes over the run)")
+    return replace(metrics, frame=frame[~drop].reset_index(drop=True),
+                   notes=(*metrics.notes, note))
+
+
+# Unused series named in a note before the rest are only counted.
+NAMED_UNUSED = 5
+
+
+def _engine_names(frame: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """Series under the engines' own names, with notes on renamed and unused ones; a file
+    none of whose series this tool reads is refused rather than judged on nothing."""
+    renames = prometheus_names(frame["metric"].unique())
+    notes: list[str] = []
+    if renames:
+        frame = frame.assign(metric=frame["metric"].map(lambda n: renames.get(n, n)))
+        example = min(renames)
+        notes.append(f"{len(renames)} series named as Prometheus 2.x stores them are read "
+                     f"under the engine's names, e.g. {example} as {renames[example]}")
+    names = frame["metric"].unique()
+    unused = unused_names(names)
+    if len(unused) == len(names):
+        shown = ", ".join(unused[:NAMED_UNUSED])
+        raise TraceReadError(
+            f"{path}: none of its {len(unused)} series is one this tool reads (e.g. {shown}); "
+            "--metrics reads vLLM (vllm:…) and SGLang (sglang:…) engine series: export "
+            "those (docs/inputs.md lists them)")
+    if unused:
+        per_series = frame[frame["metric"].isin(unused)].groupby("metric")["labels"].nunique()
+        shown = ", ".join(unused[:NAMED_UNUSED])
+        more = f" and {len(unused) - NAMED_UNUSED} more" if len(unused) > NAMED_UNUSED else ""
+        notes.append(f"{int(per_series.sum())} series of {len(unused)} name(s) are not used: "
+                     f"{shown}{more}")
+    return frame, tuple(notes)
+
+
+def _totals_note(metrics: EngineMetrics) -> str:
+    """What a one-instant export's counters cover: since each series' `_created` time where
+    the file has one (vLLM), else since the engine's process started (SGLang's multiprocess
+    collector writes none)."""
+    created = sorted(n for n in metrics.names if n.endswith("_created"))
+    since = ("since each series' _created time" if created else
+             "since the engine started (the file has no _created samples to date them)")
+    engines = metrics.engines("preemptions") or metrics.engines("num_running")
+    over = f", summed over {engines} engines" if engines > 1 else ""
+    return (f"the metrics export {metrics.path} is one instant: its counters are read as "
+            f"totals {since}{over}, not as increases over a range")
 
 
 def _with_pool_from_cache_config(frame: pd.DataFrame) -> pd.DataFrame:

@@ -35,8 +35,9 @@ from.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
@@ -63,16 +64,17 @@ _SGLANG_TIME = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](
 _FILE_YEAR = re.compile(r"\b((?:19|20)\d\d)-[01]\d-[0-3]\d[T ]\d\d:\d\d")
 _VLLM_STATS = re.compile(r"(?:Engine (\d+): )?(Avg prompt throughput: .*)")
 _SGLANG_BATCH = re.compile(r"\b(Prefill|Decode) batch[.,] (.*)")
-_KV_SIZE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_KV_SIZE = re.compile(r"\b[A-Z]+ KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _PREEMPTION = re.compile(r"total_num_cumulative_preemption=(\d+)")
 _SGLANG_POOL = re.compile(r"\bmax_total_num_tokens=(\d+)")
 _SGLANG_MAX_RUNNING = re.compile(r"\bmax_running_requests=(\d+)")
 _SGLANG_RETRACT = re.compile(r"Retract requests\. #retracted_reqs: (\d+)")
+_KV_TRANSFER = re.compile(r"KV Transfer metrics: (.*)")
 _RANK = re.compile(r"([A-Z]+)(\d+)")
 _OFFSET = re.compile(r"(?:UTC|GMT)?([+-])(\d\d):?(\d\d)")
 _ANY = (_VLLM_STATS, _SGLANG_BATCH, _KV_SIZE, _CONCURRENCY, _PREEMPTION, _SGLANG_POOL,
-        _SGLANG_MAX_RUNNING, _SGLANG_RETRACT)
+        _SGLANG_MAX_RUNNING, _SGLANG_RETRACT, _KV_TRANSFER)
 
 # Stats-line key → (metric name, scale); "%" values are read as fractions.
 _VLLM_KEYS: Final = {
@@ -82,9 +84,17 @@ _VLLM_KEYS: Final = {
     "Waiting": ("vllm:num_requests_waiting", 1.0),
     "Pending": ("vllm:num_requests_waiting", 1.0),
     "Swapped": ("vllm:num_requests_swapped", 1.0),
-    "GPU KV cache usage": ("vllm:kv_cache_usage_perc", 0.01),
-    "CPU KV cache usage": ("vllm:cpu_cache_usage_perc", 0.01),
     "Prefix cache hit rate": ("log:prefix_cache_hit_rate", 0.01),
+    "External prefix cache hit rate": ("log:external_prefix_cache_hit_rate", 0.01),
+}
+# vLLM names the KV pool after its device ("GPU", "CPU", "XPU", "TPU" KV cache usage); V0 wrote
+# "GPU KV cache usage" and "CPU KV cache usage" together, the second its swap space.
+_DEVICE_KV = re.compile(r"^([A-Z]+) KV cache usage$")
+# The KV connector's interval line (`KVConnectorLogging`): count, mean time and size.
+_KV_TRANSFER_KEYS: Final = {
+    "Num successful transfers": "log:kv_transfers_total",
+    "Avg xfer time (ms)": "log:kv_transfer_ms_total",
+    "Avg MB per transfer": "log:kv_transfer_mb_total",
 }
 _SGLANG_KEYS: Final = {
     "#running-req": ("sglang:num_running_reqs", 1.0),
@@ -115,6 +125,14 @@ class _Read:
     batch_times: list[float] = field(default_factory=list)
     retracted_total: float = 0.0
     undated: bool = False  # a line with vLLM's time, which has no year
+    json_lines: int = 0  # lines written by a JSON log formatter
+    json_untimed: int = 0  # of those, lines whose record has no time field
+    # vLLM V1 per-interval parts, emitted at the end: (time_s, engine, waiting, deferred,
+    # preemptions), None where the line leaves a part out.
+    intervals: list[tuple[float, str, float, float | None, float | None]] = field(
+        default_factory=list)
+    devices: set[str] = field(default_factory=set)
+    transfers: dict[str, float] = field(default_factory=dict)
 
     def seen(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -195,23 +213,116 @@ def _stamp(year: int, month: int, day: int, hms: tuple[str, str, str],
     return moment.timestamp() + extra
 
 
-def _pairs(body: str, keys: dict[str, tuple[str, float]]) -> list[tuple[str, float]] | None:
-    """The known `key: value` parts of a stats line; None when a known key's value is not a
-    number (a cut or garbled line)."""
-    out: list[tuple[str, float]] = []
+def _number_parts(body: str, known: Callable[[str], bool]) -> dict[str, float] | None:
+    """The `key: number` parts of a stats line ("%" and units dropped); None when a `known`
+    key's value is not a number (a cut or garbled line)."""
+    out: dict[str, float] = {}
     for part in body.split(","):
         key, sep, value = part.strip().partition(": ")
-        if not sep or key not in keys:
+        if not sep or not known(key.strip()):
             continue
         value = value.strip().removeprefix("GPU: ")  # vLLM 0.6: "hit rate: GPU: X%, CPU: Y%"
         text = value.split(" ")[0].rstrip("%.")
         try:
-            number = float(text)
+            out[key.strip()] = float(text)
         except ValueError:
             return None
-        name, scale = keys[key]
-        out.append((name, number * scale))
     return out
+
+
+def _vllm_key(key: str) -> bool:
+    return key in _VLLM_KEYS or key in ("Deferred", "Preemptions") or bool(_DEVICE_KV.match(key))
+
+
+def _pairs(body: str, keys: dict[str, tuple[str, float]]) -> list[tuple[str, float]] | None:
+    """The known `key: value` parts of a stats line; None when a value is not a number."""
+    parts = _number_parts(body, keys.__contains__)
+    if parts is None:
+        return None
+    return [(keys[k][0], v * keys[k][1]) for k, v in parts.items()]
+
+
+def _vllm_stats(body: str, time_s: float, engine: str, read: _Read) -> bool:
+    """A vLLM stats line's gauges, now; its per-interval parts (Deferred, Preemptions) are
+    kept for `_finish`, which knows whether the log writes them at all."""
+    parts = _number_parts(body, _vllm_key)
+    if parts is None:
+        return False
+    rows = [(keys[0], v * keys[1]) for k, v in parts.items() if (keys := _VLLM_KEYS.get(k))]
+    devices = {m.group(1): v for k, v in parts.items() if (m := _DEVICE_KV.match(k))}
+    if "GPU" in devices and "CPU" in devices:  # V0: the CPU gauge is the swap space
+        rows += [("vllm:kv_cache_usage_perc", devices["GPU"] / 100),
+                 ("vllm:cpu_cache_usage_perc", devices["CPU"] / 100)]
+    elif len(devices) == 1:
+        (device, usage), = devices.items()
+        read.devices.add(device)
+        rows.append(("vllm:kv_cache_usage_perc", usage / 100))
+    if not rows:
+        return False
+    read.rows.extend((time_s, name, engine, value) for name, value in rows)
+    if "Waiting" in parts:
+        read.intervals.append((time_s, engine, parts["Waiting"], parts.get("Deferred"),
+                               parts.get("Preemptions")))
+    read.seen("vLLM stats")
+    return True
+
+
+def _kv_transfer(body: str, time_s: float, read: _Read) -> bool:
+    """`KV Transfer metrics: Num successful transfers=N, Avg xfer time (ms)=X, …`: summed
+    into counters of transfers, their milliseconds and their MB."""
+    found: dict[str, float] = {}
+    for part in body.split(", "):
+        key, sep, value = part.partition("=")
+        if sep and key.strip() in _KV_TRANSFER_KEYS:
+            try:
+                found[key.strip()] = float(value)
+            except ValueError:
+                return False
+    count = found.get("Num successful transfers")
+    if count is None:
+        return False
+    if not read.transfers:
+        for name in _KV_TRANSFER_KEYS.values():
+            read.preemptions.append((time_s - 1e-3, name, "", 0.0))
+    for key, name in _KV_TRANSFER_KEYS.items():
+        add = count if key == "Num successful transfers" else count * found.get(key, 0.0)
+        read.transfers[name] = read.transfers.get(name, 0.0) + add
+        read.preemptions.append((time_s, name, "", read.transfers[name]))
+    read.seen("KV transfer")
+    return True
+
+
+# The fields a JSON log formatter writes the message and the time under (python-json-logger
+# and the logging-config examples vLLM documents).
+_JSON_MESSAGE: Final = ("message", "msg")
+_JSON_TIME: Final = ("asctime", "timestamp", "time", "@timestamp")
+
+
+def _json_record(line: str, zone: tzinfo) -> tuple[str, float | None] | None:
+    """(message, time_s or None) of a line a JSON log formatter wrote; None when the line is
+    not such a record. `asctime` ("2026-12-03 10:15:00,123") is read in `zone`; an ISO time
+    with an offset keeps its own."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    message = next((record[k] for k in _JSON_MESSAGE if isinstance(record.get(k), str)), None)
+    if message is None:
+        return None
+    raw = next((record[k] for k in _JSON_TIME if record.get(k) not in (None, "")), None)
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return message, float(raw) if raw < 1e11 else float(raw) / 1e3
+    try:
+        moment = datetime.fromisoformat(str(raw).replace(",", ".")) if raw is not None else None
+    except ValueError:
+        moment = None
+    if moment is None:
+        return message, None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return message, moment.timestamp()
 
 
 def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None = None
@@ -231,6 +342,15 @@ def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None 
             continue
         time_s: float | None = None
         labels = ""
+        if line.lstrip().startswith("{") and (record := _json_record(line, zone)) is not None:
+            line, time_s = record
+            read.json_lines += 1
+            if time_s is None:
+                read.json_untimed += 1
+                read.bad.append(number)
+            elif not _read_line(line, time_s, labels, read):
+                read.bad.append(number)
+            continue
         sglang = _SGLANG_TIME.search(line)
         vllm = _VLLM_TIME.search(line)
         if sglang is not None and (vllm is None or sglang.start() < vllm.start()):
@@ -259,13 +379,10 @@ def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None 
 def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
     """Add the line's samples; False when it is a stats line that cannot be read."""
     if (m := _VLLM_STATS.search(line)) is not None:
-        pairs = _pairs(m.group(2), _VLLM_KEYS)
-        if not pairs:
-            return False
         engine = f"engine={int(m.group(1))}" if m.group(1) else "engine=0"
-        read.rows.extend((time_s, name, engine, value) for name, value in pairs)
-        read.seen("vLLM stats")
-        return True
+        return _vllm_stats(m.group(2), time_s, engine, read)
+    if (m := _KV_TRANSFER.search(line)) is not None:
+        return _kv_transfer(m.group(1), time_s, read)
     if (m := _SGLANG_BATCH.search(line)) is not None:
         pairs = _pairs(m.group(2), _SGLANG_KEYS)
         if not pairs:
@@ -317,13 +434,56 @@ def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
     return found_any
 
 
+def _interval_rows(read: _Read) -> list[Row]:
+    """vLLM V1's per-interval parts as series, where the log writes them at all: Preemptions
+    (the interval's count, left out when 0) summed into `vllm:num_preemptions_total` from 0
+    before the first stats line; Deferred (left out when 0) and the rest of Waiting, which
+    counts both, as `vllm:num_requests_waiting_by_reason`."""
+    rows: list[Row] = []
+    preempts = any(p is not None for *_, p in read.intervals)
+    deferred = any(d is not None for *_, d, _ in read.intervals)
+    totals: dict[str, float] = {}
+    for time_s, engine, waiting, defer, preempted in read.intervals:
+        if preempts:
+            if engine not in totals:
+                rows.append((time_s - 1e-3, "vllm:num_preemptions_total", engine, 0.0))
+            totals[engine] = totals.get(engine, 0.0) + (preempted or 0.0)
+            rows.append((time_s, "vllm:num_preemptions_total", engine, totals[engine]))
+        if deferred:
+            later = defer or 0.0
+            name = "vllm:num_requests_waiting_by_reason"
+            rows.append((time_s, name, f"{engine},reason=deferred", later))
+            rows.append((time_s, name, f"{engine},reason=capacity", max(waiting - later, 0.0)))
+    return rows
+
+
+def _interval_notes(read: _Read) -> list[str]:
+    notes = []
+    if any(p is not None for *_, p in read.intervals):
+        total = sum(p or 0.0 for *_, p in read.intervals)
+        notes.append(f"vLLM's per-interval 'Preemptions: N' parts are summed into "
+                     f"vllm:num_preemptions_total ({total:.0f} over {len(read.intervals)} stats "
+                     "line(s); a line without the part had none)")
+    if any(d is not None for *_, d, _ in read.intervals):
+        notes.append("vLLM's 'Waiting' counts the deferred requests too (waiting on remote KV "
+                     "or a grammar, not on capacity): 'Deferred: N' is read apart, as "
+                     "vllm:num_requests_waiting_by_reason")
+    return notes
+
+
 def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
             ) -> tuple[list[Row], list[str], int | None]:
+    if read.json_untimed and not read.rows:
+        raise TraceReadError(
+            f"{path}: {read.json_untimed} JSON log record(s) hold engine stats but no time "
+            f"field ({', '.join(_JSON_TIME)}); add the time to the formatter's format, e.g. "
+            "\"format\": \"%(asctime)s %(message)s\" in vLLM's --logging-config")
     if not read.rows and not read.config and not read.preemptions:
         skipped = f" ({len(read.bad)} such line(s) could not be read)" if read.bad else ""
         raise TraceReadError(f"{path}: no engine log line recognised{skipped}; --metrics "
                              f"takes a server log with {EXPECTED}")
     rows = list(read.rows)
+    rows.extend(_interval_rows(read))
     vllm_preempted = [r for r in read.preemptions if r[1] == "vllm:num_preemptions_total"]
     if vllm_preempted:
         # Each warning is one preemption: just before the first, the count was one less.
@@ -347,6 +507,11 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
            else f"read in {zone_name(zone)} (--log-tz)")
     notes = [f"the metrics file {path} is an engine server log ({counts}); its times carry no "
              f"zone and are {how}{year_note if read.undated else ''}"]
+    if read.devices - {"GPU"}:
+        devices = ", ".join(sorted(read.devices))
+        notes.append(f"vLLM names its KV pool after its device: the '{devices} KV cache usage' "
+                     "of its stats lines is read as the KV pool's usage")
+    notes.extend(_interval_notes(read))
     if read.batch_times:
         notes.append(f"SGLang prefill batches' #new-token and #cached-token are summed into "
                      f"prompt and cached token counters ({read.prompt_total:.0f} and "

@@ -33,6 +33,7 @@ from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
+from yaotu_trace.ingest.step_work import check_step_work
 
 # A clock reading at or above this (2001-09-09 in Unix seconds) is Unix time; a trace does not
 # run for 31 years, so a clock that starts below it started near zero.
@@ -245,6 +246,7 @@ def _fit_steps(trace: Trace, steps: StepLog, fit: _Fit) -> StepLog:
         fit.notes.append(f"the step log {steps.path} covers {span.text()}, beyond the trace's "
                          f"{whole.text()}: only its {steps.num_rows} step(s) within the "
                          "trace's range are used")
+    check_step_work(trace, steps)
     fit.judge(trace, span, steps.path, "step log", set(STEP_AXES),
               "the queueing, kv_memory and pd_interference axes are")
     instances = _instance_note(trace, steps)

@@ -31,6 +31,7 @@ from yaotu_trace.axes.rule import evaluate
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.order_stats import Summary, summarize
 from yaotu_trace.data.steplog import kv_usage_summary
+from yaotu_trace.ingest.engine_facts import request_preemptions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +45,7 @@ class _Preemption:
     recomputed: float | None = None
     low: float | None = None
     high: float | None = None
+    per_request: float | None = None  # of the finished requests (vLLM's histogram)
 
 
 def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
@@ -76,6 +78,18 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
         recomputed = None if per_request_estimate is None else pre_total * per_request_estimate
         pre_source, basis = "metrics", "preemptions × mean (prompt_len + output_len / 2)"
         sources.append(Source.METRICS)
+    per_request = None if m is None else request_preemptions(m)
+    if per_request is not None and pre_source in (None, "metrics"):
+        # vLLM's per-request histogram: the finished requests' preemptions, and how many
+        # were preempted at all (its le="0" bucket)
+        if pre_source is None:
+            pre_total = round(per_request.preemptions)
+            recomputed = (None if per_request_estimate is None
+                          else pre_total * per_request_estimate)
+            pre_source, basis = "metrics", "preemptions × mean (prompt_len + output_len / 2)"
+            sources.append(Source.METRICS)
+        if per_request.preempted_requests is not None:
+            preempted = round(per_request.preempted_requests)
     if pre_source in ("requests", "steps") and m is not None and m.name_of("preemptions"):
         engine_count = round(m.counter_increase("preemptions") or 0.0)
         if engine_count != pre_total:
@@ -89,7 +103,8 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
         basis = "sglang retracted input + output tokens (exact)"
         sources.append(Source.METRICS)
     return _Preemption(source=pre_source, basis=basis, preempted=preempted, total=pre_total,
-                       recomputed=recomputed, low=low, high=high)
+                       recomputed=recomputed, low=low, high=high,
+                       per_request=None if per_request is None else per_request.per_request)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,6 +304,7 @@ def _metrics(inp: AxisInput, pre: _Preemption, use: _Usage, capacity: float | No
         preemption_source=pre.source,
         preempted_requests=pre.preempted,
         preemptions_total=pre.total,
+        preemptions_per_request=pre.per_request,
         preempted_request_share=share,
         recomputed_tokens=pre.recomputed,
         recomputed_tokens_low=pre.low,

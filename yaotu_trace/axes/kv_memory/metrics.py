@@ -50,6 +50,8 @@ class KvMetrics:
     n_safe_p95: float | None
     block_waste_fraction: float | None
     shared_block_fraction: float | None
+    # Mean preemptions of the requests that finished (vLLM's request_num_preemptions).
+    preemptions_per_request: float | None = None
 
 
 def demand_tokens(

@@ -37,6 +37,7 @@ from yaotu_trace.data.token_times import (
     has_token_times,
     stalls,
 )
+from yaotu_trace.ingest.engine_facts import cache_sources, kv_transfers
 
 _BASIS = "share of decode time lost to stalls during prefill"
 
@@ -145,7 +146,34 @@ def _coincidence(inp: AxisInput, st: Stalls, steps: StepLog | None,
 
 
 def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
-    """Measure decode stalls and how many of them line up with other requests' prefill."""
+    """Measure decode stalls and how many of them line up with other requests' prefill; add
+    the KV the engines say they moved between instances (`engine_facts`)."""
+    result = _analyze(inp, t)
+    m = inp.metrics
+    moved = None if m is None else kv_transfers(m)
+    found = None if m is None else cache_sources(m)
+    external = None if found is None or "external_kv_transfer" not in found.tokens else (
+        found.share("external_kv_transfer"))
+    if moved is None and external is None:
+        return result
+    metrics = replace(
+        result.metrics, external_kv_token_share=external,
+        engine_kv_transfers=None if moved is None else moved.transfers,
+        engine_kv_transfer_mean_ms=None if moved is None else moved.mean_ms,
+        engine_kv_transfer_mean_mb=None if moved is None else moved.mean_mb)
+    notes = list(result.notes)
+    if moved is not None and moved.transfers is not None:
+        mean = "" if moved.mean_ms is None else f", {moved.mean_ms:.1f} ms each on average"
+        size = "" if moved.mean_mb is None else f", {moved.mean_mb:.2f} MB each"
+        notes.append(f"the engines moved KV {moved.transfers:,.0f} time(s){mean}{size} "
+                     f"({moved.source})")
+    if external:
+        notes.append(f"{100 * external:.1f} % of prompt tokens arrived by KV transfer "
+                     "(external_kv_transfer) instead of being computed")
+    return replace(result, metrics=metrics, notes=tuple(notes))
+
+
+def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
     req = inp.requests
     notes: list[str] = []
     k = float(t.stall_factor)

@@ -45,6 +45,13 @@ class InterferenceMetrics:
     placement: PlacementMetrics | None = None
     # Several instances: each one's share of the stalls (request table's instance column).
     stall_share_by_instance: dict[str, float] | None = None
+    # KV the engines moved between instances, as their telemetry counts it: the KV
+    # connector's transfers (count, mean ms, mean MB) and the share of prompt tokens that
+    # arrived by transfer instead of being computed (vLLM's prompt_tokens_by_source).
+    engine_kv_transfers: float | None = None
+    engine_kv_transfer_mean_ms: float | None = None
+    engine_kv_transfer_mean_mb: float | None = None
+    external_kv_token_share: float | None = None
 
 
 def instances_of(inp: AxisInput) -> np.ndarray:

@@ -8,10 +8,12 @@ Built on the prefix replay (`yaotu_trace.prefix.replay_trace`). Metrics (tokens 
 - achievable_hit_tokens: hits of the replay under the engine's rules (preset, block size, and
   when given the KV capacity per instance and the trace's instances); achievable_hit_rate =
   achievable / prompt_tokens (ratio) — H_inf of cost-model §6 when no capacity is given.
-- observed_hit_tokens: Σ cached_tokens (request table); else the increase of
-  vllm:prefix_cache_hits over vllm:prefix_cache_queries (metrics, a rate only), else cached over
-  prompt tokens (vllm:prompt_tokens_cached / sglang:cached_tokens_total over *_prompt_tokens),
-  else the mean of sglang:cache_hit_rate. observed_hit_rate = observed / prompt_tokens (ratio).
+- observed_hit_tokens: Σ cached_tokens (request table); else (metrics, a rate only) the prompt
+  tokens not computed locally of those counted by source (vLLM prompt_tokens_by_source, SGLang
+  cached tokens by cache source), else the increase of vllm:prefix_cache_hits over
+  vllm:prefix_cache_queries, else cached over prompt tokens (vllm:prompt_tokens_cached /
+  sglang:cached_tokens_total over *_prompt_tokens), else the gauge (a vLLM log's last rate per
+  engine, SGLang's mean). observed_hit_rate = observed / prompt_tokens (ratio).
 - reuse_gap = achievable_hit_rate − observed_hit_rate (ratio points).
 - recomputed_reusable_tokens = achievable − observed hit tokens when observed hits are known;
   otherwise the reuse the waterfall loses to cache keys, routing and capacity (the actionable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from yaotu_trace.axes.base import (
@@ -24,6 +25,7 @@ from yaotu_trace.axes.prefix_reuse.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import evaluate
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.errors import YaotuError
+from yaotu_trace.ingest.engine_facts import cache_sources, external_hit_rate
 
 
 def _undecided(sources: list[Source], observed: tuple[str | None, int | None, float | None],
@@ -39,7 +41,25 @@ def _undecided(sources: list[Source], observed: tuple[str | None, int | None, fl
 
 
 def analyze_prefix_reuse(inp: AxisInput, t: Thresholds) -> AxisResult:
-    """Replay the prompts' prefixes and compare achievable with observed reuse."""
+    """Replay the prompts' prefixes and compare achievable with observed reuse; say where the
+    engine's own hits came from when its telemetry splits them (`engine_facts`)."""
+    result = _analyze(inp, t)
+    m = inp.metrics
+    found = None if m is None else cache_sources(m)
+    external = None if m is None else external_hit_rate(m)
+    if found is None and external is None:
+        return result
+    shares = None if found is None or found.total <= 0 else {
+        name: tokens / found.total for name, tokens in sorted(found.tokens.items())}
+    metrics = replace(result.metrics, observed_hit_sources=shares, external_hit_rate=external)
+    notes = result.notes
+    if found is not None and shares is not None:
+        split = ", ".join(f"{name} {100 * share:.1f} %" for name, share in shares.items())
+        notes = (*notes, f"the engine's prompt tokens by source ({found.source}): {split}")
+    return replace(result, metrics=metrics, notes=notes)
+
+
+def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
     observed = observed_hits(inp)
     sources: list[Source] = []
     if observed[0] == "cached_tokens":

@@ -9,6 +9,7 @@ from yaotu_trace.axes.base import (
     AxisInput,
     ratio,
 )
+from yaotu_trace.ingest.engine_facts import cache_sources, gauge_hit_rate, hit_share
 
 BASIS = "share of prefill tokens recomputed although a prefix was reusable"
 
@@ -37,6 +38,11 @@ class PrefixMetrics:
     routing_loss_share: float | None
     capacity_loss_share: float | None
     hot_prefixes: tuple[dict[str, Any], ...]
+    # The engine's prompt tokens by where they came from (share of each source), and its
+    # KV-connector prefix cache's hit rate: vLLM prompt_tokens_by_source, SGLang
+    # cached_tokens_total{cache_source}, vLLM external_prefix_cache_hits / queries.
+    observed_hit_sources: dict[str, float] | None = None
+    external_hit_rate: float | None = None
 
 
 def empty_metrics(observed_source: str | None = None, observed_rate: float | None = None,
@@ -59,16 +65,18 @@ def observed_hits(inp: AxisInput) -> tuple[str | None, int | None, float | None]
         prompt = int(req["prompt_len"].sum())
         return "cached_tokens", hits, ratio(hits, prompt)
     m = inp.metrics
-    if m is not None:
-        if m.name_of("prefix_hits") is not None and m.name_of("prefix_queries") is not None:
-            rate = ratio(m.counter_increase("prefix_hits"), m.counter_increase("prefix_queries"))
-            if rate is not None:
-                return str(m.name_of("prefix_hits")), None, rate
-        if m.name_of("cached_tokens") is not None and m.name_of("prompt_tokens") is not None:
-            rate = ratio(m.counter_increase("cached_tokens"), m.counter_increase("prompt_tokens"))
-            if rate is not None:
-                return str(m.name_of("cached_tokens")), None, rate
-        g = m.gauge("cache_hit_rate", how="max")
-        if g is not None and len(g):
-            return "sglang:cache_hit_rate", None, float(g["value"].mean())
-    return None, None, None
+    if m is None:
+        return None, None, None
+    found = cache_sources(m)
+    if found is not None and (rate := hit_share(found)) is not None:
+        return found.source, None, rate
+    if m.name_of("prefix_hits") is not None and m.name_of("prefix_queries") is not None:
+        rate = ratio(m.counter_increase("prefix_hits"), m.counter_increase("prefix_queries"))
+        if rate is not None:
+            return str(m.name_of("prefix_hits")), None, rate
+    if m.name_of("cached_tokens") is not None and m.name_of("prompt_tokens") is not None:
+        rate = ratio(m.counter_increase("cached_tokens"), m.counter_increase("prompt_tokens"))
+        if rate is not None:
+            return str(m.name_of("cached_tokens")), None, rate
+    rate = gauge_hit_rate(m)
+    return (None, None, None) if rate is None else (str(m.name_of("cache_hit_rate")), None, rate)

@@ -42,6 +42,7 @@ from yaotu_trace.axes.rule import evaluate
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.order_stats import summarize
 from yaotu_trace.data.report import Distribution
+from yaotu_trace.ingest.engine_facts import waiting_reasons
 from yaotu_trace.profile.workload import arrival_profile
 
 
@@ -185,8 +186,10 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     qw = queue_windows(inp, timing, grid, st, t)
     judged = judge(inp, timing, grid, st, qw, load.service_rate_tokens_per_s, shape.budget,
                    shape.seq_cap, t)
+    reasons = None if inp.metrics is None else waiting_reasons(inp.metrics)
     metrics = replace(_metrics(inp, timing, grid, load, st, shape, judged),
-                      load_balance=measure_load_balance(inp, timing, grid))
+                      load_balance=measure_load_balance(inp, timing, grid),
+                      waiting_deferred_share=None if reasons is None else reasons.deferred_share)
     facts = QueueingFacts(metrics=metrics, has_steps=st.wall_s is not None,
                           failures=measure_failures(inp, float(t.window_s)))
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
@@ -203,6 +206,10 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     missing = _missing(timing, st)
     if (note := evidence_note(metrics, t)) is not None:
         notes.append(note)
+    if reasons is not None and (share := reasons.deferred_share) is not None and share >= 0.5:
+        notes.append(f"{100 * share:.0f} % of the requests waiting are deferred ({reasons.source}"
+                     "): they wait on remote KV or a grammar, not on capacity; read the "
+                     "placement evidence (KV transfers) before adding capacity")
     return AxisResult(
         axis=AxisName.QUEUEING,
         status=status_from(hits, SEVERITY_OF),

@@ -87,6 +87,9 @@ class QueueingMetrics:
     running_source: str | None = None
     kv_usage_queued: float | None = None
     load_balance: LoadBalance | None = None  # several instances (`imbalance.py`)
+    # Of the requests the engine counts waiting, the share deferred (waiting on remote KV or a
+    # grammar, not on capacity): vLLM's num_requests_waiting_by_reason / "Deferred: N".
+    waiting_deferred_share: float | None = None
 
 
 def times_of(df: pd.DataFrame, column: str) -> np.ndarray | None:
