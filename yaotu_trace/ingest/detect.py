@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from yaotu_trace.data.compressed import codec_of, format_suffix, open_trace
 from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.registry import formats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 JSON_DOCUMENT_SUFFIX = ".json"
@@ -98,10 +102,26 @@ def _detect(path: Path, column_map: Mapping[str, str] | None) -> TraceFormat:
     named = next((s.name for s in formats() if suffix in s.extensions), None)
     if named is not None:
         return named
+    found = _json_by_content(path)
+    if found is not None:
+        return found
     raise TraceReadError(
         f"{path}: unknown trace format '{suffix or '(no extension)'}'; "
         f"pass --input-format, one of: {_names()}"
     )
+
+
+def _json_by_content(path: Path) -> TraceFormat | None:
+    """A JSON document under another extension (`.txt`, `.log`, none), known by its keys: the
+    OpenTelemetry SDK's ConsoleSpanExporter output is usually saved so."""
+    try:
+        with open_trace(path) as fh:
+            head = fh.read(DOCUMENT_HEAD_BYTES).decode("utf-8", errors="replace")
+    except (OSError, TraceReadError):
+        return None
+    if not head.lstrip("\ufeff \t\r\n").startswith(("{", "[")):
+        return None
+    return sniff_document(head)
 
 
 def _names() -> str:
@@ -152,6 +172,21 @@ def _detect_json_document(path: Path) -> TraceFormat:
     )
 
 
+def _summary_csv(header: pd.Index) -> str | None:
+    """What a benchmark tool's summary CSV is and which of its files holds the requests: the
+    summary has statistics, not requests, so no column mapping can make it a trace."""
+    names = [str(c).strip() for c in header]
+    if names[:4] == ["Metric", "avg", "min", "max"]:
+        return ("AIPerf's summary table (profile_export_aiperf.csv: one row per metric, not per "
+                "request); give the per-request profile_export.jsonl of the same artifacts "
+                "folder, or profile_export_aiperf.json for the summary (trace analyze)")
+    if names[:2] == ["Run Info", "Run Info.1"] or names[:1] == ["Run Info"]:
+        return ("guidellm's summary table (benchmarks.csv: one row per benchmark, not per "
+                "request); give the benchmarks.json of the same run, which holds every request "
+                "(guidellm benchmark --output-path benchmarks.json)")
+    return None
+
+
 def _keys_of_first_line(head: str) -> list[str]:
     lines = head.lstrip("\ufeff").splitlines()
     line = lines[0] if lines else ""
@@ -168,6 +203,8 @@ def _detect_csv(path: Path, renamed: Mapping[str, str]) -> TraceFormat:
 
     header = read_csv_frame(path, nrows=0).columns
     found = sniff_header({renamed.get(str(c).strip(), str(c).strip()) for c in header})
+    if found is None and (summary := _summary_csv(header)) is not None:
+        raise TraceReadError(f"{path}: is {summary}")
     if found is None:
         raise TraceReadError(
             f"{path}: cannot tell the trace format from the CSV header "

@@ -3,12 +3,16 @@
 Accepted layouts: an OTLP `ExportTraceServiceRequest` document (`resourceSpans` →
 `scopeSpans` → `spans`), a flat `{"spans": [...]}` list (what SGLang's tooling and many
 exporters write), a bare JSON array of spans or of OTLP documents, and JSON Lines of any of
-these (the collector's file exporter writes one OTLP document per line). Both the proto3-JSON
-camelCase keys and snake_case keys are read. Attribute values are OTLP `AnyValue`s (`intValue`
+these (the collector's file exporter writes one OTLP document per line), and the SDK's
+ConsoleSpanExporter output (indented span objects one after another, ISO start and end times,
+ids under `context`), whatever the file's extension. Both the proto3-JSON camelCase keys and
+snake_case keys are read. Attribute values are OTLP `AnyValue`s (`intValue`
 as a string or number, `doubleValue`, `stringValue`) or plain values.
 
-Every span with an input-token count is one request; the others (tool calls, scheduler
-slices) are skipped and counted in the notes. The current GenAI semantic-convention names are
+Every span with an input-token count is one request, and so is a failed GenAI call span
+(status ERROR, an operation or model named) without one: the openai-v2 instrumentation records
+no usage on a failed call. The others (tool calls, scheduler slices) are skipped and counted
+in the notes. The current GenAI semantic-convention names are
 read first and the older ones (vLLM's and SGLang's spans) after them. Mapping:
 
 - `startTimeUnixNano` → `arrival_s`, seconds since the earliest request span start (a note
@@ -17,9 +21,10 @@ read first and the older ones (vLLM's and SGLang's spans) after them. Mapping:
   `request_id`;
 - `gen_ai.usage.input_tokens` or `gen_ai.usage.prompt_tokens` → `prompt_len`;
   `gen_ai.usage.output_tokens` or `gen_ai.usage.completion_tokens` → `output_len`;
-- `gen_ai.usage.cached_tokens` (SGLang only; vLLM's span has no cached-token attribute) →
-  `cached_tokens`;
-- `arrival_s + gen_ai.latency.time_to_first_token` → `first_token_s`;
+- `gen_ai.usage.cache_read.input_tokens` (semconv; older `gen_ai.usage.cache_read_input_tokens`),
+  else SGLang's `gen_ai.usage.cached_tokens` → `cached_tokens` (vLLM's span has none);
+- `arrival_s + gen_ai.latency.time_to_first_token`, else `+ gen_ai.response.time_to_first_chunk`
+  (the client's first chunk) → `first_token_s`;
 - `arrival_s + gen_ai.latency.e2e` → `finish_s` (the span's end time when e2e is absent);
 - `arrival_s + gen_ai.latency.time_in_queue` → `scheduled_s`. vLLM measures the queue from the
   engine-core enqueue, a little after the frontend arrival, so this slightly underestimates;
@@ -27,9 +32,11 @@ read first and the older ones (vLLM's and SGLang's spans) after them. Mapping:
   `service.instance.id` → `instance`.
 
 SGLang uses the same `gen_ai.latency.*` names as vLLM. A span whose `status.code` is ERROR
-(2, or `STATUS_CODE_ERROR`) stays a request with `status` `error` and its `status.message` as
-`error` (SGLang closes an aborted request's spans that way); the others get `ok` when the file
-has an error span and no status column otherwise. The notes count the error spans.
+(2, or `STATUS_CODE_ERROR`) stays a request with `status` `error` and its `status.message`
+(else its `error.type`) as `error` (SGLang closes an aborted request's spans that way); a token
+count it lacks is 0 (nothing counted reached the client), which the notes say. The others get
+`ok` when the file has an error span and no status column otherwise. The notes count the error
+spans.
 """
 
 from __future__ import annotations
@@ -54,9 +61,12 @@ if TYPE_CHECKING:
 # Current semantic-convention name first, then the older one vLLM and SGLang still emit.
 PROMPT_TOKENS: Final = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
 COMPLETION_TOKENS: Final = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
-CACHED_TOKENS: Final = "gen_ai.usage.cached_tokens"
+# Cached input tokens: the current semantic-convention name, its older spelling, SGLang's.
+CACHED_TOKENS: Final = ("gen_ai.usage.cache_read.input_tokens",
+                        "gen_ai.usage.cache_read_input_tokens", "gen_ai.usage.cached_tokens")
 REQUEST_IDS: Final = ("gen_ai.request.id", "gen_ai.response.id")
-TTFT: Final = "gen_ai.latency.time_to_first_token"
+# Time to the first token (vLLM, SGLang), else to the first chunk the client saw (semconv).
+TTFTS: Final = ("gen_ai.latency.time_to_first_token", "gen_ai.response.time_to_first_chunk")
 E2E: Final = "gen_ai.latency.e2e"
 QUEUE: Final = "gen_ai.latency.time_in_queue"
 MODELS: Final = ("gen_ai.response.model", "gen_ai.request.model")
@@ -71,10 +81,17 @@ SCOPE_SPANS: Final = (
 )
 START_NS: Final = ("startTimeUnixNano", "start_time_unix_nano")
 END_NS: Final = ("endTimeUnixNano", "end_time_unix_nano")
+# The SDK's ConsoleSpanExporter writes ISO times and the ids under `context`.
+START_ISO: Final = "start_time"
+END_ISO: Final = "end_time"
 SPAN_ID: Final = ("spanId", "span_id")
+# A GenAI call span (operation or model named): a request even when it failed before any
+# token count was recorded (the openai-v2 instrumentation's failed calls).
+GENAI_CALL: Final = ("gen_ai.operation.name", "gen_ai.request.model")
+ERROR_TYPE: Final = "error.type"
 FLAT_SPANS: Final = ("spans",)
 # OTLP StatusCode ERROR: 2 in proto3 JSON, its enum name in some exporters' JSON.
-ERROR_STATUS: Final = (2, "2", "STATUS_CODE_ERROR", "ERROR")
+ERROR_STATUS: Final = (2, "2", "STATUS_CODE_ERROR", "ERROR", "StatusCode.ERROR")
 VALUE_KEYS: Final = (
     "intValue",
     "int_value",
@@ -119,6 +136,9 @@ class _RequestSpans:
     prompt_keys: list[str]
     skipped: int
     failed: int
+    # Failed spans without an input / output token count (kept with 0).
+    uncounted_prompt: int = 0
+    uncounted_output: int = 0
 
 
 def _request_spans(path: Path) -> _RequestSpans:
@@ -128,41 +148,53 @@ def _request_spans(path: Path) -> _RequestSpans:
     rows: list[dict[str, Any]] = []
     starts_ns: list[int] = []
     ends_ns: list[int | None] = []
-    skipped = 0
-    failed = 0
+    skipped = failed = uncounted_prompt = uncounted_output = 0
     prompt_keys: list[str] = []
     for where, span, resource in _spans(path):
         attrs = _attributes(span.get("attributes"), where, path)
         prompt_key = next((k for k in PROMPT_TOKENS if k in attrs), None)
-        if prompt_key is None:
+        error = _error_message(span, attrs)
+        if prompt_key is None and not (error is not None
+                                       and any(k in attrs for k in GENAI_CALL)):
             skipped += 1
             continue
-        prompt_keys.append(prompt_key)
-        starts_ns.append(_nanos(span, START_NS, where, path, required=True) or 0)
-        ends_ns.append(_nanos(span, END_NS, where, path, required=False))
-        error = _error_message(span)
+        prompt_keys.append(prompt_key or PROMPT_TOKENS[0])
+        starts_ns.append(_start_ns(span, where, path))
+        ends_ns.append(_end_ns(span, where, path))
         failed += error is not None
-        request_id = next((attrs[k] for k in REQUEST_IDS if k in attrs), _first(span, SPAN_ID))
+        request_id = next((attrs[k] for k in REQUEST_IDS if k in attrs), _span_id(span))
+        output = next((attrs[k] for k in COMPLETION_TOKENS if k in attrs), None)
         row: dict[str, Any] = {
             "request_id": request_id,
-            "prompt_len": attrs[prompt_key],
-            "output_len": next((attrs[k] for k in COMPLETION_TOKENS if k in attrs), None),
+            "prompt_len": attrs[prompt_key] if prompt_key is not None else None,
+            "output_len": output,
             SOURCE_WHERE: where,
         }
         if error is not None:
             row["status"], row["error"] = "error", error or None
-        if CACHED_TOKENS in attrs:
-            row["cached_tokens"] = attrs[CACHED_TOKENS]
+            # A failed call delivered no token the span counted; what it sent is unknown
+            # when the span carries no usage (the notes count both).
+            uncounted_output += output is None
+            uncounted_prompt += prompt_key is None
+            if output is None:
+                row["output_len"] = 0
+            if prompt_key is None:
+                row["prompt_len"] = 0
+        cached = next((k for k in CACHED_TOKENS if k in attrs), None)
+        if cached is not None:
+            row["cached_tokens"] = attrs[cached]
         model = next((attrs[k] for k in MODELS if k in attrs), None)
         if model is not None:
             row["model"] = model
         if INSTANCE in resource:
             row["instance"] = resource[INSTANCE]
-        for column, key in (("first_token_s", TTFT), ("finish_s", E2E), ("scheduled_s", QUEUE)):
-            if key in attrs:
+        ttft = next((k for k in TTFTS if k in attrs), None)
+        for column, key in (("first_token_s", ttft), ("finish_s", E2E), ("scheduled_s", QUEUE)):
+            if key is not None and key in attrs:
                 row[column] = _seconds(attrs[key], key, where, path)
         rows.append(row)
-    return _RequestSpans(rows, starts_ns, ends_ns, prompt_keys, skipped, failed)
+    return _RequestSpans(rows, starts_ns, ends_ns, prompt_keys, skipped, failed,
+                         uncounted_prompt, uncounted_output)
 
 
 def _requests_frame(found: _RequestSpans) -> pd.DataFrame:
@@ -209,6 +241,12 @@ def _notes(found: _RequestSpans) -> tuple[str, ...]:
             "are kept with status 'error': counted in the success rate, left out of latency "
             "figures"
         )
+    if found.uncounted_output or found.uncounted_prompt:
+        notes.append(
+            f"of the failed spans, {found.uncounted_output} carry no output-token count and "
+            f"{found.uncounted_prompt} no input-token count: kept with 0 for each count they "
+            "lack (nothing counted reached the client; what they sent is unknown)"
+        )
     return tuple(notes)
 
 
@@ -227,7 +265,10 @@ def _spans(path: Path) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
             for k, span in enumerate(_list(doc, FLAT_SPANS, prefix.rstrip(", "), path)):
                 yield f"{prefix}spans[{k}]", span, {}
         else:
-            yield prefix.rstrip(", ") or "the span", doc, {}
+            resource = doc.get("resource")
+            attrs = resource.get("attributes") if isinstance(resource, dict) else None
+            yield (prefix.rstrip(", ") or "the span", doc,
+                   _attributes(attrs, prefix.rstrip(", ") or "the span", path))
 
 
 def _otlp_spans(
@@ -245,14 +286,54 @@ def _otlp_spans(
                 yield f"{scope_where}.spans[{k}]", span, resource_attrs
 
 
-def _error_message(span: dict[str, Any]) -> str | None:
-    """The span's `status.message` when its status is ERROR (`status.code` in any of its JSON
-    spellings; "" when it gives no message), else None."""
+def _error_message(span: dict[str, Any], attrs: dict[str, Any]) -> str | None:
+    """The span's status message when its status is ERROR (`status.code` in any of its JSON
+    spellings, or the console exporter's `status_code`), with its `error.type` when the
+    message is empty; None when the span did not fail."""
     status = span.get("status")
-    if not (isinstance(status, dict) and status.get("code") in ERROR_STATUS):
+    if not isinstance(status, dict):
         return None
-    message = status.get("message")
-    return message.strip() if isinstance(message, str) else ""
+    code = status.get("code", status.get("status_code"))
+    if code not in ERROR_STATUS:
+        return None
+    message = status.get("message", status.get("description"))
+    text = message.strip() if isinstance(message, str) else ""
+    kind = attrs.get(ERROR_TYPE)
+    return text or (str(kind) if kind is not None else "")
+
+
+def _span_id(span: dict[str, Any]) -> Any:
+    context = span.get("context")
+    inner = _first(context, SPAN_ID) if isinstance(context, dict) else None
+    return _first(span, SPAN_ID) if inner is None else inner
+
+
+def _start_ns(span: dict[str, Any], where: str, path: Path) -> int:
+    if START_ISO in span and not any(k in span for k in START_NS):
+        return _iso_ns(span[START_ISO], START_ISO, where, path)
+    return _nanos(span, START_NS, where, path, required=True) or 0
+
+
+def _end_ns(span: dict[str, Any], where: str, path: Path) -> int | None:
+    if span.get(END_ISO) is not None and not any(k in span for k in END_NS):
+        return _iso_ns(span[END_ISO], END_ISO, where, path)
+    return _nanos(span, END_NS, where, path, required=False)
+
+
+def _iso_ns(value: object, key: str, where: str, path: Path) -> int:
+    """An ISO 8601 time ("2025-10-09T08:53:31.500000Z") as Unix nanoseconds."""
+    import pandas as pd
+
+    try:
+        stamp = pd.Timestamp(str(value))
+    except (ValueError, TypeError):
+        stamp = None
+    if stamp is None or stamp is pd.NaT:
+        raise TraceSchemaError(f"{path}: {where}, field '{key}' is {str(value)[:40]!r}, not an "
+                               "ISO 8601 time; give e.g. 2025-10-09T08:53:31.500000Z")
+    if stamp.tzinfo is None:
+        stamp = stamp.tz_localize("UTC")
+    return int(stamp.value)
 
 
 def _documents(path: Path) -> list[tuple[str, Any]]:
@@ -271,11 +352,37 @@ def _documents(path: Path) -> list[tuple[str, Any]]:
                 f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); "
                 "check the export is complete"
             ) from exc
-        records, lines = read_json_lines(path)
+        try:
+            records, lines = read_json_lines(path)
+        except TraceReadError as lines_error:
+            try:  # not one value per line: values one after another (the console exporter)
+                return _concatenated(text, path)
+            except TraceReadError:
+                raise lines_error from None
         return [(f"line {line}, ", record) for record, line in zip(records, lines, strict=True)]
     if isinstance(doc, list):
         return [(f"[{n}], ", d) for n, d in enumerate(doc)]
     return [("", doc)]
+
+
+def _concatenated(text: str, path: Path) -> list[tuple[str, Any]]:
+    """JSON values one after another, each over several lines (the SDK's ConsoleSpanExporter
+    prints every span as an indented object), each located by the line it starts on."""
+    decoder = json.JSONDecoder()
+    out: list[tuple[str, Any]] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n\ufeff":
+            pos += 1
+        if pos >= len(text):
+            return out
+        line = text.count("\n", 0, pos) + 1
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise TraceReadError(f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON "
+                                 f"({exc.msg}); check the export is complete") from exc
+        out.append((f"line {line}, ", value))
 
 
 def _list(obj: dict[str, Any], keys: tuple[str, ...], where: str, path: Path) -> list[Any]:
@@ -370,7 +477,8 @@ def _is_otel_record(keys: set[str]) -> bool:
     if any(key in keys for key in RESOURCE_SPANS):
         return True
     is_span = any(k in keys for k in SPAN_ID) and any(k in keys for k in START_NS)
-    return is_span or keys == {"spans"}
+    console = {"context", START_ISO, "attributes"} <= keys
+    return is_span or console or keys == {"spans"}
 
 
 def _is_otel_document(head: str) -> bool:
@@ -378,6 +486,8 @@ def _is_otel_document(head: str) -> bool:
     times, which no other format's records have."""
     if any(f'"{key}"' in head for key in RESOURCE_SPANS):
         return True
+    if all(f'"{k}"' in head for k in ("context", "span_id", START_ISO)):
+        return True  # the SDK's ConsoleSpanExporter
     return any(f'"{k}"' in head for k in SPAN_ID) and any(f'"{k}"' in head for k in START_NS)
 
 
