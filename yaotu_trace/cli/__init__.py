@@ -88,6 +88,8 @@ def _run(args: list[str], debug: bool) -> int:
         return int(ExitCode.OK)
     except Exception as exc:
         _show_traceback(debug)
+        if _interrupted(exc):
+            return int(ExitCode.INTERRUPTED)
         if _is_click_error(exc):
             sys.stderr.write(_usage_line(exc) + "\n")
             return int(ExitCode.USAGE)
@@ -97,6 +99,19 @@ def _run(args: list[str], debug: bool) -> int:
             "(a bug; re-run with --debug and report it)\n"
         )
         return int(ExitCode.INTERNAL)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether Ctrl-C is what failed: Python wraps a KeyboardInterrupt raised while a class is
+    being made (`__set_name__`, during an import) in a RuntimeError, with it as the cause."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _invoke(args: list[str]) -> int:

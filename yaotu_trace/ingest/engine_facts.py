@@ -8,8 +8,8 @@ by a label, or keep per request, into the few numbers an axis needs (engines.md 
 - preemptions per finished request: vLLM's `request_num_preemptions` histogram, for kv_memory;
 - where prompt tokens came from: vLLM's `prompt_tokens_by_source{source=local_compute|
   local_cache_hit|external_kv_transfer}`, SGLang's `cached_tokens_total{cache_source=device|
-  host|storage_*}` beside its computed prefill (`realtime_tokens_total{mode=prefill_compute}`),
-  and vLLM's external (connector) prefix cache queries and hits, for prefix_reuse;
+  host|storage_*}` within its prompt tokens, and vLLM's external (connector) prefix cache
+  queries and hits, for prefix_reuse;
 - KV moved between instances: the KV connector's `KV Transfer metrics` log line, SGLang's
   `kvcache_transfer_latency` histogram, for placement.
 
@@ -98,20 +98,20 @@ CACHE_HIT_SOURCES = ("local_cache_hit", "external_kv_transfer")
 
 
 def cache_sources(m: EngineMetrics) -> CacheSources | None:
-    """vLLM's prompt tokens by source; else SGLang's cached tokens by cache source beside its
-    computed prefill tokens (`local_compute`)."""
+    """vLLM's prompt tokens by source; else SGLang's cached tokens by cache source, with the
+    rest of its prompt tokens as computed (`local_compute`): both count finished requests,
+    so they share a basis (its `realtime_tokens` count batches, recomputed work included)."""
     values = m.label_values("prompt_tokens_by_source")
     if values:
         tokens = {v: m.counter_increase("prompt_tokens_by_source", v) or 0.0 for v in values}
         return CacheSources(tokens=tokens, source=str(m.name_of("prompt_tokens_by_source")))
     cached = m.label_values("cached_tokens")
-    computed = m.counter_increase("realtime_tokens", "prefill_compute") if (
-        "prefill_compute" in m.label_values("realtime_tokens")) else None
-    if not cached or computed is None:
+    prompt = m.counter_increase("prompt_tokens")
+    if not cached or prompt is None:
         return None
     tokens = {f"cache_{v}": m.counter_increase("cached_tokens", v) or 0.0 for v in cached}
-    tokens[LOCAL_COMPUTE] = computed
-    return CacheSources(tokens=tokens, source=str(m.name_of("cached_tokens")))
+    tokens[LOCAL_COMPUTE] = max(0.0, prompt - sum(tokens.values()))
+    return CacheSources(tokens=tokens, source=f"{m.name_of('cached_tokens')} by cache_source")
 
 
 def hit_share(sources: CacheSources) -> float | None:

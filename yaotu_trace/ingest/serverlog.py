@@ -133,6 +133,12 @@ class _Read:
         default_factory=list)
     devices: set[str] = field(default_factory=set)
     transfers: dict[str, float] = field(default_factory=dict)
+    # Parts of the lines read that no series takes: key → (lines, sum of its values).
+    unread: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def skip(self, key: str, value: float = 0.0) -> None:
+        lines, total = self.unread.get(key, (0, 0.0))
+        self.unread[key] = (lines + 1, total + value)
 
     def seen(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -248,6 +254,10 @@ def _vllm_stats(body: str, time_s: float, engine: str, read: _Read) -> bool:
     parts = _number_parts(body, _vllm_key)
     if parts is None:
         return False
+    for part in body.split(","):
+        key, sep, _ = part.strip().partition(": ")
+        if sep and not _vllm_key(key.strip()):
+            read.skip(f"stats line '{key.strip()}'")
     rows = [(keys[0], v * keys[1]) for k, v in parts.items() if (keys := _VLLM_KEYS.get(k))]
     devices = {m.group(1): v for k, v in parts.items() if (m := _DEVICE_KV.match(k))}
     if "GPU" in devices and "CPU" in devices:  # V0: the CPU gauge is the swap space
@@ -271,13 +281,20 @@ def _kv_transfer(body: str, time_s: float, read: _Read) -> bool:
     """`KV Transfer metrics: Num successful transfers=N, Avg xfer time (ms)=X, …`: summed
     into counters of transfers, their milliseconds and their MB."""
     found: dict[str, float] = {}
+    other: dict[str, float] = {}
     for part in body.split(", "):
         key, sep, value = part.partition("=")
-        if sep and key.strip() in _KV_TRANSFER_KEYS:
-            try:
-                found[key.strip()] = float(value)
-            except ValueError:
+        if not sep:
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            if key.strip() in _KV_TRANSFER_KEYS:
                 return False
+            continue
+        (found if key.strip() in _KV_TRANSFER_KEYS else other)[key.strip()] = number
+    for key, number in other.items():
+        read.skip(f"KV Transfer '{key}'", number)
     count = found.get("Num successful transfers")
     if count is None:
         return False
@@ -512,6 +529,11 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
         notes.append(f"vLLM names its KV pool after its device: the '{devices} KV cache usage' "
                      "of its stats lines is read as the KV pool's usage")
     notes.extend(_interval_notes(read))
+    if read.unread:
+        shown = "; ".join(
+            f"{key} ({lines} line(s){', Σ ' + format(total, 'g') if 'Num ' in key else ''})"
+            for key, (lines, total) in sorted(read.unread.items()))
+        notes.append(f"parts of the lines read that no axis uses yet: {shown}")
     if read.batch_times:
         notes.append(f"SGLang prefill batches' #new-token and #cached-token are summed into "
                      f"prompt and cached token counters ({read.prompt_total:.0f} and "

@@ -248,6 +248,10 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
     share = ratio(pre.preempted, len(req)) if pre.preempted is not None else None
     fraction = ratio(pre.recomputed, float((prompt + output).sum()))
     use = _usage(inp, step_kv, t, sources)
+    if use.source == "metrics" and inp.metrics is not None and (
+            engines := inp.metrics.engines("kv_usage")) > 1:
+        notes.append(f"the KV usage is the fullest of the {engines} engines at each sample "
+                     f"({inp.metrics.name_of('kv_usage')}), not their mean")
     capacity, cap_source = _capacity(inp, step_kv)
     dem = _demand(inp, capacity, notes)
     metrics = _metrics(inp, pre, use, capacity, cap_source, dem, share=share,

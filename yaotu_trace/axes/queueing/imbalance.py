@@ -376,10 +376,12 @@ def measure_load_balance(inp: AxisInput, timing: RequestTiming,
         else least * total,
         queue_seconds_vanish_even=None if even is None or total is None else even * total,
         routed_by=routed_by,
-        basis=f"FCFS queue per instance at μ = {rate or 0:.4g} tokens/s (the busiest "
-        f"instance's peak window), routed as observed ({routed_by or 'unknown'}), round-robin, "
-        "and least-loaded (to the instance with the least work ahead); vanish share = 1 − "
-        "modelled / as routed, times the measured queue seconds",
+        basis=(f"FCFS queue per instance at μ = {rate:.4g} tokens/s (the busiest "
+               f"instance's peak window), routed as observed ({routed_by or 'unknown'}), "
+               "round-robin, and least-loaded (to the instance with the least work ahead); "
+               "vanish share = 1 − modelled / as routed, times the measured queue seconds")
+        if rate else ("no modelled queue: the service rate μ is unknown (no request's work "
+                      "lies in a window with timing), so the routings are not priced"),
     )
 
 
