@@ -8,10 +8,11 @@ by a label, or keep per request, into the few numbers an axis needs (engines.md 
 - preemptions per finished request: vLLM's `request_num_preemptions` histogram, for kv_memory;
 - where prompt tokens came from: vLLM's `prompt_tokens_by_source{source=local_compute|
   local_cache_hit|external_kv_transfer}`, SGLang's `cached_tokens_total{cache_source=device|
-  host|storage_*}` within its prompt tokens, and vLLM's external (connector) prefix cache
+  host|storage}` within its prompt tokens, and vLLM's external (connector) prefix cache
   queries and hits, for prefix_reuse;
 - KV moved between instances: the KV connector's `KV Transfer metrics` log line, SGLang's
-  `kvcache_transfer_latency` histogram, for placement.
+  `kv_transfer_latency_ms` and `kv_transfer_total_mb` histograms (a disaggregated prefill
+  server's), for placement.
 
 Each function returns None when the export lacks the series, never a zero it did not read.
 """
@@ -19,8 +20,6 @@ Each function returns None when the export lacks the series, never a zero it did
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
 
 from yaotu_trace.ingest.metrics import EngineMetrics
 
@@ -168,9 +167,9 @@ def kv_transfers(m: EngineMetrics) -> KvTransfers | None:
             mean_ms=None if not count or ms is None else ms / count,
             mean_mb=None if not count or mb is None else mb / count,
             source="vLLM's 'KV Transfer metrics' log lines")
-    latency = m.histogram_mean("kv_transfer_latency_s")
-    if latency is not None:
-        return KvTransfers(transfers=m.histogram_count("kv_transfer_latency_s"),
-                           mean_ms=float(np.float64(latency) * 1e3), mean_mb=None,
-                           source=str(m.name_of("kv_transfer_latency_s")))
+    latency_ms = m.histogram_mean("kv_transfer_latency_ms")
+    if latency_ms is not None:
+        return KvTransfers(transfers=m.histogram_count("kv_transfer_latency_ms"),
+                           mean_ms=latency_ms, mean_mb=m.histogram_mean("kv_transfer_size_mb"),
+                           source=str(m.name_of("kv_transfer_latency_ms")))
     return None

@@ -33,6 +33,8 @@ GAUGES: Final[Mapping[str, tuple[str, ...]]] = {
     "max_total_tokens": ("sglang:max_total_num_tokens", "log:gpu_kv_cache_size_tokens",
                          POOL_FROM_CACHE_CONFIG),
     "page_size": ("sglang:page_size",),
+    # The engine's cap on running requests (SGLang's start-up max_running_requests).
+    "max_running": ("log:max_running_requests",),
     # Waiting requests by why they wait: `capacity` (no KV or batch room) or `deferred`
     # (waiting on something else: remote KV, a grammar); the log's "Deferred: N reqs".
     "num_waiting_by_reason": ("vllm:num_requests_waiting_by_reason",),
@@ -93,13 +95,15 @@ HISTOGRAMS: Final[Mapping[str, tuple[str, ...]]] = {
     "prefill_kv_computed_tokens": ("vllm:request_prefill_kv_computed_tokens",),
     # Preemptions of each finished request: its mean is preemptions per request.
     "request_preemptions": ("vllm:request_num_preemptions",),
-    "kv_transfer_latency_s": ("sglang:kvcache_transfer_latency",),
+    # SGLang's disaggregated prefill server, in milliseconds and MB per transfer.
+    "kv_transfer_latency_ms": ("sglang:kv_transfer_latency_ms",),
+    "kv_transfer_size_mb": ("sglang:kv_transfer_total_mb",),
 }
 # The label that splits a quantity, and the values it takes (engines.md §1.9, §2.7).
 LABELLED: Final[Mapping[str, str]] = {
     "num_waiting_by_reason": "reason",  # capacity | deferred
     "prompt_tokens_by_source": "source",  # local_compute | local_cache_hit | external_kv_transfer
-    "cached_tokens": "cache_source",  # SGLang: device | host | storage_*
+    "cached_tokens": "cache_source",  # SGLang: device | host | storage (| total)
     "realtime_tokens": "mode",  # SGLang: prefill_compute | prefill_cache | decode
 }
 

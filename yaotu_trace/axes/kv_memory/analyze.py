@@ -149,9 +149,12 @@ def _usage(inp: AxisInput, step_kv: StepKv | None, t: Thresholds,
         usage_source = "metrics"
         bumps = m.counter_steps("preemptions")
         if bumps is not None and len(bumps):
-            idx = np.searchsorted(g["time_s"].to_numpy(), bumps["time_s"].to_numpy(), "right") - 1
-            idx = np.clip(idx, 0, len(g) - 1)
-            at_pre = float(samples[idx].mean())
+            # The counter rose between the sample before it and the one that shows it, and a
+            # preemption frees memory: the fuller of those two samples is the usage it met.
+            at = np.searchsorted(g["time_s"].to_numpy(), bumps["time_s"].to_numpy(), "right") - 1
+            at = np.clip(at, 0, len(g) - 1)
+            before = np.clip(at - 1, 0, len(g) - 1)
+            at_pre = float(np.maximum(samples[at], samples[before]).mean())
         if samples.size:
             full = float((samples >= t.kv_preempt_usage).mean())
         sources.append(Source.METRICS)

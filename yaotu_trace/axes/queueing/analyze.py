@@ -122,8 +122,11 @@ def _batch_shape(inp: AxisInput, st: StepStats, sources: list[Source]) -> _Shape
     running_dist = Distribution.from_summary(running) if running is not None else None
     seq_cap = seq_cap_inferred = running_fill = None
     if running is not None and running.count:
-        seq_cap_inferred = s.max_num_seqs is None
-        seq_cap = float(s.max_num_seqs or running.max or 0)
+        logged = None if m is None else m.gauge("max_running")  # the engine's own cap
+        cap = s.max_num_seqs or (float(logged["value"].max()) if logged is not None
+                                 and len(logged) else None)
+        seq_cap_inferred = cap is None
+        seq_cap = float(cap or running.max or 0)
         running_fill = ratio(running.percentiles[75], seq_cap)
     kv_p75 = st.kv_usage_p75
     waiting_share = st.waiting_share
