@@ -89,7 +89,9 @@ def _undecided_queue(axis: AxisResult, t: Thresholds) -> AxisResult:
     if not (axis.status is Status.OK and share is not None and share >= t.waiting_share):
         return axis
     fill = getattr(m, "running_fill_p75", None)
-    at_cap = "" if fill is None else f", P75 running at {100 * fill:.0f} % of the largest seen"
+    cap = ("the largest seen" if getattr(m, "seq_cap_inferred", True) is not False
+           else "the running cap")
+    at_cap = "" if fill is None else f", P75 running at {100 * fill:.0f} % of {cap}"
     note = (f"requests waited in {100 * share:.0f} % of the telemetry's samples{at_cap}: a "
             "standing queue, whose cost (its share of TTFT) needs the requests' queue times")
     return replace(axis, status=Status.INSUFFICIENT_DATA, notes=(*axis.notes, note))
