@@ -110,7 +110,7 @@ def cache_sources(m: EngineMetrics) -> CacheSources | None:
         return None
     tokens = {f"cache_{v}": m.counter_increase("cached_tokens", v) or 0.0 for v in cached}
     tokens[LOCAL_COMPUTE] = max(0.0, prompt - sum(tokens.values()))
-    return CacheSources(tokens=tokens, source=f"{m.name_of('cached_tokens')} by cache_source")
+    return CacheSources(tokens=tokens, source=str(m.name_of("cached_tokens")))
 
 
 def hit_share(sources: CacheSources) -> float | None:

@@ -285,11 +285,33 @@ def read_metrics(path: str | Path, *, year: int | None = None,
                             log_zone=zone, new_series_from_zero=kind != "log")
     if metrics.instant and kind == "export":  # a text snapshot's own notes say so
         metrics = replace(metrics, notes=(*metrics.notes, _totals_note(metrics)))
-    return _without_instant_gauges(metrics) if metrics.instant else metrics
+    if metrics.instant:
+        return _without_instant_gauges(metrics)
+    late = _born_late(metrics) if kind != "log" else []
+    if late:
+        names = sorted({name for name, _ in late})
+        shown = ", ".join(names[:NAMED_UNUSED])
+        more = f" and {len(names) - NAMED_UNUSED} more" if len(names) > NAMED_UNUSED else ""
+        metrics = replace(metrics, notes=(*metrics.notes, (
+            f"{len(late)} counter series first appear after the export's first sample and are "
+            f"counted from zero, as created then (engines create some on first use): "
+            f"{shown}{more}")))
+    return metrics
+
+
+def _born_late(metrics: EngineMetrics) -> list[tuple[str, str]]:
+    """The counter series (name, labels) whose first sample comes after the export's first."""
+    counters = {n for names in COUNTERS.values() for n in names}
+    frame = metrics.frame[metrics.frame["metric"].isin(counters)]
+    if frame.empty:
+        return []
+    first = frame.groupby(["metric", "labels"], sort=True)["time_s"].min()
+    origin = float(metrics.frame["time_s"].min())
+    return [(str(name), str(labels)) for (name, labels), t in first.items() if t > origin]
 
 
 # Gauges that hold for the whole process (the pool's size), judged even from one instant.
-_CONFIG_GAUGES: Final = ("max_total_tokens", "page_size")
+_CONFIG_GAUGES: Final = ("max_total_tokens", "page_size", "max_running")
 
 
 def _without_instant_gauges(metrics: EngineMetrics) -> EngineMetrics:
