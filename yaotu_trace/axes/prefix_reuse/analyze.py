@@ -56,6 +56,10 @@ def analyze_prefix_reuse(inp: AxisInput, t: Thresholds) -> AxisResult:
     if found is not None and shares is not None:
         split = ", ".join(f"{name} {100 * share:.1f} %" for name, share in shares.items())
         notes = (*notes, f"the engine's prompt tokens by source ({found.source}): {split}")
+    elif external is not None:
+        notes = (*notes, f"the KV connector's external prefix cache hit {100 * external:.1f} % "
+                 "of its queries, beside the engine's own cache (the observed hit rate is the "
+                 "engine's own; prompt_tokens_by_source in /metrics gives both on one basis)")
     return replace(result, metrics=metrics, notes=notes)
 
 
