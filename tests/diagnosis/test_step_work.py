@@ -31,6 +31,17 @@ def test_another_runs_step_log_is_refused_with_both_totals(
     assert "need at least 100,033" in err and "they are from different runs" in err
 
 
+def test_a_timed_trace_is_checked_on_its_own_range() -> None:
+    """diag-healthy's requests all finish by 61.2 s; the kv-churn log runs to 112.6 s, and its
+    later steps (other requests') must not pay for the ones that are missing before."""
+    from yaotu_trace.ingest import load_trace
+
+    trace = load_trace(SAMPLES / "diag-healthy.parquet",
+                       steps_path=SAMPLES / "diag-kv-churn.steps.parquet")
+    with pytest.raises(TraceReadError, match=r"computes 52,797 prefill tokens in 0\.0–61\.2 s"):
+        fit_telemetry(trace)
+
+
 @pytest.mark.parametrize("name", RUNS)
 def test_each_sample_accepts_its_own_step_log(name: str) -> None:
     """The simulator's own logs conserve work exactly (decode = Σ (output − 1) − preemptions,

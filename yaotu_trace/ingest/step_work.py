@@ -14,7 +14,11 @@ otherwise at least all but those still waiting or running at the log's last step
 instance (`num_waiting` + `num_running`), and the bound takes the smallest of them. A log below
 either bound by more than `SLACK` cannot be this trace's run and is refused (exit 3) with both
 totals. More tokens than the trace needs are not refused: requests that arrived before the log
-began, aborted work and speculative decoding all add steps.
+began, aborted work and speculative decoding all add steps. So the check is one-sided: it
+refuses a log that cannot be the run, not every log that is not.
+
+The range: a trace with timing is checked on the steps within its own range (all its work lies
+there); one without, on the whole log (the steps after its last arrival still decode it).
 """
 
 from __future__ import annotations

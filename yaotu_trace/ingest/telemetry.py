@@ -241,13 +241,17 @@ def _fit_steps(trace: Trace, steps: StepLog, fit: _Fit) -> StepLog:
     if share < MIN_OVERLAP_SHARE:
         _refuse("step log", steps.path, span, trace, whole, share,
                 "pass the step log of this trace's run")
-    # The whole log: steps after the last arrival still decode the trace's requests.
-    check_step_work(trace, steps)
+    timed = "finish_s" in trace.requests.columns and bool(
+        trace.requests["finish_s"].notna().any())
+    if not timed:  # the whole log: steps after the last arrival still decode its requests
+        check_step_work(trace, steps)
     if not whole.covers(span):
         steps = steps.within(whole.lo, whole.hi)
         fit.notes.append(f"the step log {steps.path} covers {span.text()}, beyond the trace's "
                          f"{whole.text()}: only its {steps.num_rows} step(s) within the "
                          "trace's range are used")
+    if timed:  # every request's work lies within the trace's range, up to its last finish
+        check_step_work(trace, steps)
     fit.judge(trace, span, steps.path, "step log", set(STEP_AXES),
               "the queueing, kv_memory and pd_interference axes are")
     instances = _instance_note(trace, steps)
