@@ -133,6 +133,7 @@ class _Read:
         default_factory=list)
     devices: set[str] = field(default_factory=set)
     transfers: dict[str, float] = field(default_factory=dict)
+    transfer_rows: list[Row] = field(default_factory=list)  # their running totals
     # Parts of the lines read that no series takes: key → (lines, sum of its values).
     unread: dict[str, tuple[int, float]] = field(default_factory=dict)
 
@@ -300,11 +301,11 @@ def _kv_transfer(body: str, time_s: float, read: _Read) -> bool:
         return False
     if not read.transfers:
         for name in _KV_TRANSFER_KEYS.values():
-            read.preemptions.append((time_s - 1e-3, name, "", 0.0))
+            read.transfer_rows.append((time_s - 1e-3, name, "", 0.0))
     for key, name in _KV_TRANSFER_KEYS.items():
         add = count if key == "Num successful transfers" else count * found.get(key, 0.0)
         read.transfers[name] = read.transfers.get(name, 0.0) + add
-        read.preemptions.append((time_s, name, "", read.transfers[name]))
+        read.transfer_rows.append((time_s, name, "", read.transfers[name]))
     read.seen("KV transfer")
     return True
 
@@ -495,7 +496,7 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
             f"{path}: {read.json_untimed} JSON log record(s) hold engine stats but no time "
             f"field ({', '.join(_JSON_TIME)}); add the time to the formatter's format, e.g. "
             "\"format\": \"%(asctime)s %(message)s\" in vLLM's --logging-config")
-    if not read.rows and not read.config and not read.preemptions:
+    if not read.rows and not read.config and not read.preemptions and not read.transfer_rows:
         skipped = f" ({len(read.bad)} such line(s) could not be read)" if read.bad else ""
         raise TraceReadError(f"{path}: no engine log line recognised{skipped}; --metrics "
                              f"takes a server log with {EXPECTED}")
@@ -507,6 +508,7 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
         first = min(vllm_preempted)
         rows.append((first[0] - 1e-3, first[1], first[2], first[3] - 1.0))
     rows.extend(read.preemptions)
+    rows.extend(read.transfer_rows)
     periodic = sorted({r[0] for r in read.rows})
     for time_s, name, labels, value in read.config:
         rows.append((time_s, name, labels, value))
