@@ -306,6 +306,10 @@ CASES = [
          ("r.parquet", ".json"), TRACE),
     Case("steps-out-needs-diag", ["generate", "chat", "--out", "c.jsonl", "--steps-out",
                                   "s.parquet"], USAGE, ("--steps-out", "diag-"), {}),
+    Case("generate-requests-absurd", ["generate", "chat", "-n", "1000000000000", "--out",
+                                      "c.jsonl"], USAGE, ("--requests 1000000000000",), {}),
+    Case("generate-requests-beyond-int64", ["generate", "chat", "-n", str(2**70), "--out",
+                                            "c.jsonl"], USAGE, ("--requests", "64-bit"), {}),
     Case("unknown-command", ["analyse", "t.jsonl"], USAGE, ("analyse",), TRACE),
     Case("unknown-option", ["analyze", "t.jsonl", "--colour"], USAGE, ("--colour",), TRACE),
     # -- outputs -----------------------------------------------------------------------------
