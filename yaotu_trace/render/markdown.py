@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from yaotu_trace._visible import visible
 from yaotu_trace.data.report import InputPair, Report, to_builtins
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
@@ -37,7 +38,8 @@ def render_markdown(report: Report) -> str:
     for name, section in report.sections.items():
         if section is not None:
             lines += ["", *section_lines(name, section)]
-    return "\n".join(lines).rstrip() + "\n"
+    # Control characters from the input are escaped: the Markdown is often read in a terminal.
+    return visible("\n".join(lines).rstrip() + "\n")
 
 
 def section_lines(name: str, section: object) -> list[str]:
