@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import CHILD_TIMEOUT_S
 
 HEAVY = ("numpy", "pandas", "pyarrow", "numba")
 PROBE = ("import contextlib, io, json, sys\n"
@@ -25,7 +26,7 @@ PROBE = ("import contextlib, io, json, sys\n"
                                   ["replay", "x", "--block-size", "0"], ["analyse", "x"]])
 def test_no_analysis_library_is_loaded(args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
-                          check=True, timeout=60)
+                          check=True, timeout=CHILD_TIMEOUT_S)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
@@ -34,5 +35,6 @@ def test_a_trace_without_content_loads_no_compiled_replay(tmp_path) -> None:
     trace = tmp_path / "lengths.csv"
     trace.write_text("arrival_s,prompt_len,output_len\n0,10,5\n1.5,20,3\n", encoding="utf-8")
     done = subprocess.run([sys.executable, "-c", PROBE, "analyze", str(trace)],
-                          capture_output=True, text=True, check=True, timeout=120)
+                          capture_output=True, text=True, check=True, timeout=CHILD_TIMEOUT_S)
     assert "numba" not in json.loads(done.stdout.strip().splitlines()[-1])
+
