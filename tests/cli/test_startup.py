@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import CHILD_TIMEOUT_S
@@ -38,3 +39,12 @@ def test_a_trace_without_content_loads_no_compiled_replay(tmp_path) -> None:
                           capture_output=True, text=True, check=True, timeout=CHILD_TIMEOUT_S)
     assert "numba" not in json.loads(done.stdout.strip().splitlines()[-1])
 
+
+def test_the_ctrl_c_handler_comes_before_typing() -> None:
+    """`trace` installs its handler once `yaotu_trace.cli` is imported; `typing` and `re` (most
+    of that time, before) are left for later, so a Ctrl-C at start-up is exit 130, silent."""
+    probe = ("import sys\nbefore = set(sys.modules)\nimport yaotu_trace.cli\n"
+             "print(sorted({'typing', 're'} & (set(sys.modules) - before)))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=CHILD_TIMEOUT_S, cwd=Path(__file__).parents[2])
+    assert done.stdout.strip() == "[]"
