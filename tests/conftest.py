@@ -7,10 +7,19 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 SHARED_TRACES = Path(
     os.environ.get("YAOTU_SHARED_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces")
 )
+
+# NOTE: no clock limit a busy machine can break (a laptop at load 8 on 2 cores runs everything
+# several times slower). A child process gets CHILD_TIMEOUT_S, only as a backstop for a hung
+# one: subprocess.run kills and reaps it when it passes. Generated examples get no deadline
+# (Hypothesis' default is 200 ms each): a slow example is not a wrong one.
+CHILD_TIMEOUT_S = 900
+settings.register_profile("yaotu", deadline=None)
+settings.load_profile("yaotu")
 
 
 # Tests and parameter cases marked `slow` here because a decorator cannot reach them: one case of a

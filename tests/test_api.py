@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import CHILD_TIMEOUT_S
 
 import yaotu_trace
 from yaotu_trace.cli import main
@@ -44,7 +45,7 @@ def test_import_is_light_and_names_are_documented() -> None:
              "print(sorted(m for m in ('pandas', 'pyarrow', 'numba', 'numpy') "
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True, cwd=ROOT, timeout=60)
+                          check=True, cwd=ROOT, timeout=CHILD_TIMEOUT_S)
     assert done.stdout.strip() == "[]"
     doc = (ROOT / "docs" / "python-api.md").read_text(encoding="utf-8")
     for name in yaotu_trace.__all__:

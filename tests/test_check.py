@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from yaotu_trace.errors import ConfigError, ConfigFileError
 from yaotu_trace.gate.check import (
     CheckStatus,
     FailOn,
+    load_baseline,
     parse_config,
     run_checks,
 )
@@ -136,6 +140,25 @@ def test_baseline_written_by_check_answers_from_its_results() -> None:
     explicit = parse_config({"baseline": {"metric": [
         {"path": "prefix_reuse.hit_ratio", "better": "higher"}]}})
     assert run_checks(doc(hit=0.2), explicit, baseline=base).failed == 1
+
+
+@pytest.mark.parametrize(("version", "shown"), [(999, "999"), (0, "0"), ("1", '"1"'),
+                                               (True, "true"), (None, "null")])
+def test_baseline_of_a_version_this_tool_does_not_read_is_refused(
+    version: object, shown: str, tmp_path: Path
+) -> None:
+    # A bumped schema_version changes what a path means: comparing across it would be a guess.
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({**doc(), "schema_version": version}), encoding="utf-8")
+    with pytest.raises(ConfigFileError, match=rf"^{path}: schema_version {shown} is not one this "
+                                              r"tool reads \(it reads 1\); write the baseline"):
+        load_baseline(path)
+
+
+def test_baseline_of_this_version_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(doc()), encoding="utf-8")
+    assert load_baseline(path)["schema_version"] == 1
 
 
 def test_fail_on_gate_per_axis() -> None:

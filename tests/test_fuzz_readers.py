@@ -23,7 +23,6 @@ import os
 import random
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import CHILD_TIMEOUT_S
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -47,7 +47,6 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("YAOTU_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=not os.environ.get("YAOTU_FUZZ_RANDOM"),
                 database=None,
-                deadline=timedelta(seconds=10),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 FORMATS = (None, *TraceFormat)
 _counter = itertools.count()
@@ -368,7 +367,7 @@ def test_cli_on_damaged_files_exits_0_or_3_in_one_line(workdir: Path,
         path = _write(workdir, suffix, data)
         done = subprocess.run(
             [sys.executable, "-m", "yaotu_trace", "analyze", str(path), "--format", "json"],
-            capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+            capture_output=True, text=True, cwd=REPO, timeout=CHILD_TIMEOUT_S, check=False)
         assert done.returncode in (ExitCode.OK, ExitCode.INPUT), (path, done.stderr)
         assert "Traceback" not in done.stderr, done.stderr
         if done.returncode == ExitCode.INPUT:

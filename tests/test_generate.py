@@ -172,6 +172,65 @@ def test_generate_invalid_option_raises_config_error(option: str, value: float) 
         generate(GenerateOptions(scenario=Scenario.CHAT, **options))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("count", ["1000000000000", str(2**63), "99999999999999999999999"])
+def test_generate_absurd_request_count_is_refused_up_front(
+    count: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a count no machine holds (1e12) or beyond int64 (which used to loop without end)
+    out = tmp_path / "t.parquet"
+    # WHEN generating it
+    code = main(["generate", "chat", "-n", count, "--out", str(out)])
+    # THEN a usage error names the option and the value, and nothing is written
+    stdout, err = capsys.readouterr()
+    assert code == ExitCode.USAGE
+    assert stdout == ""
+    assert err.startswith(f"error: --requests {count}: ") and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_generate_request_count_against_memory_names_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from yaotu_trace.sim import generate as gen
+
+    monkeypatch.setattr("yaotu_trace.prefix.memory.available_bytes", lambda: 10**9)
+    fits = (10**9 - 4 * gen.BYTES_PER_TENANT) // gen.BYTES_PER_REQUEST[Scenario.CHAT]
+    with pytest.raises(ConfigError) as info:
+        GenerateOptions(scenario=Scenario.CHAT, requests=fits + 1).resolved()
+    message = str(info.value)
+    assert message.startswith(f"--requests {fits + 1}: a chat trace is built in memory, about "
+                              "72.0 kB a request")
+    assert "and 1.0 GB is available" in message
+    assert message.endswith(f"give at most {fits:,} requests")
+    assert GenerateOptions(scenario=Scenario.CHAT, requests=fits).resolved().requests == fits
+
+
+def test_generate_tenant_count_against_memory_names_the_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from yaotu_trace.sim import generate as gen
+
+    monkeypatch.setattr("yaotu_trace.prefix.memory.available_bytes", lambda: 10**9)
+    with pytest.raises(ConfigError, match=r"^--tenants 1000000000: .* give at most "
+                                          rf"{10**9 // gen.BYTES_PER_TENANT:,} tenants$"):
+        GenerateOptions(scenario=Scenario.RAG, requests=10, tenants=10**9).resolved()
+
+
+def test_generate_hard_cap_where_memory_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    from yaotu_trace.sim import generate as gen
+
+    monkeypatch.setattr("yaotu_trace.prefix.memory.available_bytes", lambda: None)
+    with pytest.raises(ConfigError, match=rf"at most {gen.MAX_REQUESTS:,} requests a trace"):
+        GenerateOptions(scenario=Scenario.CHAT, requests=gen.MAX_REQUESTS + 1).resolved()
+    assert GenerateOptions(scenario=Scenario.CHAT, requests=gen.MAX_REQUESTS).resolved()
+
+
+def test_generate_memory_estimate_covers_every_scenario() -> None:
+    from yaotu_trace.sim import generate as gen
+
+    assert set(gen.BYTES_PER_REQUEST) == set(Scenario)
+
+
 def test_generate_cli_bad_extension_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_TIMEOUT_S
 
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.ingest import registry
@@ -99,7 +100,7 @@ def test_the_format_registry_loads_no_analysis_library() -> None:
              "print(json.dumps(sorted(m for m in sys.modules if m in "
              "('numpy', 'pandas', 'pyarrow', 'numba') or m.startswith('yaotu_trace.ingest.'))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True, timeout=60)
+                          check=True, timeout=CHILD_TIMEOUT_S)
     assert json.loads(done.stdout) == ["yaotu_trace.ingest.canonical_formats",
                                        "yaotu_trace.ingest.detect",
                                        "yaotu_trace.ingest.formats",

@@ -8,9 +8,14 @@ line does it for `--help`) costs no pandas, pyarrow or numba.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from yaotu_trace._version import __version__
+
+# NOTE: no `typing` at run time. `trace` imports this package before it can install its Ctrl-C
+# handler (yaotu_trace.cli), and `typing` (with `re`) was most of that time: a Ctrl-C in it is
+# Python's traceback instead of a silent exit 130.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Public name → the module of `yaotu_trace.commands` that defines it under that name.
 _API = {

@@ -65,6 +65,58 @@ def test_refuses_to_overwrite_its_input_or_guess_a_format(
     assert not (tmp_path / "x.txt").exists()
 
 
+def _mooncake(path: Path, n: int = 40) -> Path:
+    """A small Mooncake trace: 512 tokens per hash id, a shared first block, some repeats."""
+    rows = [{"timestamp": 100 * i, "input_length": 512 * (2 + i % 3) - 7, "output_length": 9,
+             "hash_ids": [0, *(range(1 + 10 * (i % 4), 3 + 10 * (i % 4) + i % 3))][:2 + i % 3]}
+            for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_block_id_trace_carries_its_block_size_in_every_output_format(
+        suffix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a Mooncake trace (block ids of 512 tokens)
+    source = _mooncake(tmp_path / "m.jsonl")
+    out = tmp_path / f"canonical{suffix}"
+    # WHEN it is converted
+    assert run_cli(["convert", str(source), "--out", str(out)], capsys)[0] == ExitCode.OK
+    # THEN the output reads back without --source-block-size, with the same numbers
+    from yaotu_trace.ingest import load_trace
+
+    assert load_trace(out).source_block_size == 512
+    args = ["--preset", "mooncake"]
+    assert _json(["replay", str(out), *args], capsys) == \
+        _json(["replay", str(source), *args], capsys)
+
+
+def test_block_size_column_of_a_csv_is_read_and_checked(tmp_path: Path) -> None:
+    from yaotu_trace.errors import TraceSchemaError
+    from yaotu_trace.ingest import load_trace
+
+    head = "request_id,arrival_s,prompt_len,output_len,prompt_block_ids,source_block_size\n"
+    good = tmp_path / "good.csv"
+    good.write_text(head + 'a,0,20,1,"[1, 2]",16\nb,1,20,1,"[1, 3]",16\n')
+    assert load_trace(good).source_block_size == 16
+    bad = tmp_path / "bad.csv"
+    bad.write_text(head + 'a,0,20,1,"[1, 2]",16\nb,1,20,1,"[1, 3]",64\n')
+    with pytest.raises(TraceSchemaError, match=r"bad\.csv: line 3, column 'source_block_size': "
+                                               r"64 differs from 16 on line 2"):
+        load_trace(bad)
+
+
+def test_block_size_column_survives_a_csv_read_in_parts(tmp_path: Path) -> None:
+    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest.convert import convert_trace
+
+    csv = tmp_path / "m.csv"
+    convert_trace(_mooncake(tmp_path / "m.jsonl", n=400), csv)
+    parts = convert_trace(csv, tmp_path / "parts.parquet", part_bytes=2_000)
+    assert parts.parts > 5
+    assert load_trace(tmp_path / "parts.parquet").source_block_size == 512
+
+
 def _tables_equal(a: Path, b: Path) -> None:
     import pyarrow.parquet as pq
 

@@ -2,12 +2,17 @@
 
 The Ctrl-C cases run `python -m yaotu_trace ...` in a session of its own, as a shell runs a job,
 and send SIGINT to its process group (as a terminal does) or to the command alone, at a few
-delays: while Python imports its libraries, while it reads the trace, while it works. A try in
-which the command finished before the signal does not count; it is tried again sooner.
+points: while Python imports its libraries, while it reads the trace, while it works. A point
+is the CPU time the command's processes have used, not the time on the clock, so that a busy
+machine (a laptop at load 8 on 2 cores) moves no signal into an earlier phase, before the
+command's own handler is installed. A try in which the command finished before the signal does
+not count; it is tried again sooner. A clock limit is only a backstop for a hung command, and
+generous; every process of a run is killed and reaped however the test ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,21 +24,26 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
+from conftest import CHILD_TIMEOUT_S
 
 from yaotu_trace.cli import interrupts, main
 from yaotu_trace.errors import ExitCode
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "chat.parquet"
-DELAYS_S = (0.1, 0.6, 1.2)  # importing typer/pandas, reading the trace, the work itself
+# CPU seconds of the command before the signal: importing typer/pandas, reading the trace, the
+# work itself. `trace` installs its handler after about 0.04 s of CPU (tests/cli/test_startup.py).
+DELAYS_S = (0.1, 0.6, 1.2)
 ATTEMPTS_PER_DELAY = 4
-RUN_TIMEOUT_S = 60.0
+# A backstop for a command that hangs, far above any run's time on a loaded machine: past it the
+# command's processes are killed and reaped, and the test fails.
+HUNG_S = CHILD_TIMEOUT_S
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 MODEL = ("--model", "Llama-3.1-8B", "--gpu", "H100")
 
 
-def _trace(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None
-           ) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "yaotu_trace", *args], cwd=cwd,
+def _trace(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "yaotu_trace", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True,
                             env=None if env is None else {**os.environ, **env})
@@ -41,15 +51,17 @@ def _trace(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Small generated traces (a few seconds of work per command) and the files around them."""
+    """Small generated traces (a few seconds of work per command) and the files around them.
+
+    Made in this process: no child to wait for, so no clock limit that a busy machine breaks.
+    """
     folder = tmp_path_factory.mktemp("inputs")
     for args in (("generate", "chat", "-n", "3000", "--out", "chat.parquet"),
                  ("generate", "diag-kv-churn", "--out", "churn.parquet",
                   "--steps-out", "churn.steps.parquet"),
                  ("convert", "chat.parquet", "--out", "chat.jsonl")):
-        proc = _trace(*args, cwd=folder)
-        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-        assert proc.returncode == 0, err.decode()
+        paths = [str(folder / a) if a.endswith((".parquet", ".jsonl")) else a for a in args]
+        assert main([*paths, "--quiet"]) == ExitCode.OK
     (folder / "colocated.toml").write_text("instances = 2\n")
     (folder / "small-steps.toml").write_text("max-batched-tokens = 512\n")
     (folder / "checks.toml").write_text(
@@ -102,9 +114,11 @@ CASES = {
 }
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live processes of a process group (from /proc; zombies are already gone for good)."""
-    members = []
+def _group_stats(pgid: int) -> list[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after the name) of each process of a process group,
+    zombies included: field 0 is the state, 11 and 12 user and system CPU ticks, 13 and 14
+    those of the children it reaped."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -112,37 +126,81 @@ def _group_members(pgid: int) -> list[int]:
             stat = (Path("/proc") / entry / "stat").read_text()
         except OSError:
             continue
-        state, _ppid, group = stat.rsplit(")", 1)[1].split()[:3]
-        if int(group) == pgid and state != "Z":
-            members.append(int(entry))
-    return members
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid:
+            found.append((int(entry), fields))
+    return found
 
 
-def _left_over(pgid: int, wait_s: float = 10.0) -> list[int]:
+def _group_members(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies are already gone for good)."""
+    return [pid for pid, fields in _group_stats(pgid) if fields[0] != "Z"]
+
+
+def _group_cpu_s(pgid: int) -> float:
+    """CPU seconds a process group has used: its processes, and the children its leader reaped."""
+    ticks = 0
+    for pid, fields in _group_stats(pgid):
+        ticks += int(fields[11]) + int(fields[12])
+        if pid == pgid:
+            ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLOCK_TICKS_PER_S
+
+
+def _left_over(pgid: int, wait_s: float = HUNG_S) -> list[int]:
+    """The group's processes still alive once they have had `wait_s` to exit (at once if none)."""
     deadline = time.monotonic() + wait_s
     while (members := _group_members(pgid)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return members
 
 
+def _kill_group(pgid: int) -> None:
+    """SIGKILL whatever is left of a group (its leader is reaped by the caller)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _ran_for(proc: subprocess.Popen[bytes], cpu_s: float) -> bool:
+    """Wait until the command's processes have used `cpu_s` of CPU; False if it ended first."""
+    started = time.monotonic()
+    while proc.poll() is None:
+        if _group_cpu_s(proc.pid) >= cpu_s:
+            return True
+        if time.monotonic() - started > HUNG_S:
+            raise AssertionError(f"{proc.args}: used under {cpu_s} s of CPU in {HUNG_S:.0f} s")
+        time.sleep(0.01)
+    return False
+
+
 def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: int = 1,
                      env: dict[str, str] | None = None) -> tuple[int, bytes, bytes, int] | None:
-    """Run, SIGINT after `delay_s`: (exit code, stdout, stderr, group); None if it ended first."""
+    """Run, SIGINT after `delay_s` of CPU: (exit code, stdout, stderr, group); None if it ended
+    first. However it ends, the command and every process of its group are reaped or killed."""
     proc = _trace(*args, env=env)
-    time.sleep(delay_s)
-    if proc.poll() is not None:
-        proc.communicate()
-        return None
-    for _ in range(times):
-        if proc.poll() is not None:
-            break
-        if whole_group:
-            os.killpg(proc.pid, signal.SIGINT)
-        else:
-            proc.send_signal(signal.SIGINT)
-        time.sleep(0.02)
-    out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    try:
+        if not _ran_for(proc, delay_s):
+            proc.communicate()
+            return None
+        for _ in range(times):
+            if proc.poll() is not None:
+                break
+            if whole_group:
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        try:
+            out, err = proc.communicate(timeout=HUNG_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{proc.args}: still running {HUNG_S:.0f} s after Ctrl-C"
+                                 ) from None
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc.pid)
+            proc.communicate()
     if proc.returncode == 0:
+        _kill_group(proc.pid)
         return None
     return proc.returncode, out, err, proc.pid
 
@@ -164,14 +222,17 @@ def test_ctrl_c_is_exit_130_silent_and_leaves_nothing(inputs: Path, tmp_path: Pa
             if run is None:
                 continue  # finished before the signal: try again, sooner
             code, out, err, pgid = run
-            where = f"{case.command} (SIGINT after {delay_s / 2**attempt:.3f} s)"
-            assert code == ExitCode.INTERRUPTED, f"{where}: exit {code}\n{err.decode()}"
-            assert err == b"", f"{where}: stderr\n{err.decode()}"
-            assert out == b"", f"{where}: stdout\n{out.decode()}"
-            left = sorted(p.name for p in out_dir.iterdir())
-            # Nothing, or (the signal came as the command was ending) every output, whole.
-            assert left in ([], sorted(case.outputs)), f"{where}: left {left}"
-            assert _left_over(pgid) == [], f"{where}: processes left behind"
+            where = f"{case.command} (SIGINT after {delay_s / 2**attempt:.3f} s of CPU)"
+            try:
+                assert code == ExitCode.INTERRUPTED, f"{where}: exit {code}\n{err.decode()}"
+                assert err == b"", f"{where}: stderr\n{err.decode()}"
+                assert out == b"", f"{where}: stdout\n{out.decode()}"
+                left = sorted(p.name for p in out_dir.iterdir())
+                # Nothing, or (the signal came as the command was ending) every output, whole.
+                assert left in ([], sorted(case.outputs)), f"{where}: left {left}"
+                assert _left_over(pgid) == [], f"{where}: processes left behind"
+            finally:
+                _kill_group(pgid)
             counted = True
             break
         assert counted, f"{case.command}: finished before every signal; make its input larger"
@@ -218,7 +279,12 @@ def test_ctrl_c_during_a_compiled_call_never_crashes(install: str) -> None:
         assert proc.stdout.readline() == b"ready\n"
         time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        try:
+            _, err = proc.communicate(timeout=HUNG_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
         if install:
             assert (proc.returncode, err) == (ExitCode.INTERRUPTED, b""), err.decode()
         else:

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_TIMEOUT_S
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
@@ -181,8 +182,9 @@ def test_both_outputs_or_neither(work: Path, monkeypatch: pytest.MonkeyPatch,
 
 def _cli(args: list[str], cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
-    return subprocess.run([sys.executable, "-m", "yaotu_trace", *args], cwd=cwd, timeout=120,
-                          check=False, **streams)  # type: ignore[call-overload]
+    return subprocess.run([sys.executable, "-m", "yaotu_trace", *args], cwd=cwd,
+                          timeout=CHILD_TIMEOUT_S, check=False,
+                          **streams)  # type: ignore[call-overload]
 
 
 def test_dev_stdout_and_dev_fd_are_written_directly(work: Path) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from conftest import CHILD_TIMEOUT_S
 
 HEAVY = ("numpy", "pandas", "pyarrow", "numba")
 PROBE = ("import contextlib, io, json, sys\n"
@@ -25,7 +27,7 @@ PROBE = ("import contextlib, io, json, sys\n"
                                   ["replay", "x", "--block-size", "0"], ["analyse", "x"]])
 def test_no_analysis_library_is_loaded(args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
-                          check=True, timeout=60)
+                          check=True, timeout=CHILD_TIMEOUT_S)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
@@ -34,5 +36,15 @@ def test_a_trace_without_content_loads_no_compiled_replay(tmp_path) -> None:
     trace = tmp_path / "lengths.csv"
     trace.write_text("arrival_s,prompt_len,output_len\n0,10,5\n1.5,20,3\n", encoding="utf-8")
     done = subprocess.run([sys.executable, "-c", PROBE, "analyze", str(trace)],
-                          capture_output=True, text=True, check=True, timeout=120)
+                          capture_output=True, text=True, check=True, timeout=CHILD_TIMEOUT_S)
     assert "numba" not in json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_ctrl_c_handler_comes_before_typing() -> None:
+    """`trace` installs its handler once `yaotu_trace.cli` is imported; `typing` and `re` (most
+    of that time, before) are left for later, so a Ctrl-C at start-up is exit 130, silent."""
+    probe = ("import sys\nbefore = set(sys.modules)\nimport yaotu_trace.cli\n"
+             "print(sorted({'typing', 're'} & (set(sys.modules) - before)))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=CHILD_TIMEOUT_S, cwd=Path(__file__).parents[2])
+    assert done.stdout.strip() == "[]"

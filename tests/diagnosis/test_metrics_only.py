@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import pandas as pd
 import pytest
+from conftest import CHILD_TIMEOUT_S
 
 from tests.conftest import run_cli
 from yaotu_trace.commands.diagnose import diagnose
@@ -231,7 +232,7 @@ def test_cli_json_from_a_server_log_in_a_subprocess() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "yaotu_trace", "diagnose", "--metrics",
          str(LOGS / "vllm_generated_mixed.log"), "--format", "json"],
-        capture_output=True, text=True, check=False, timeout=120)
+        capture_output=True, text=True, check=False, timeout=CHILD_TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert list(jsonschema.Draft202012Validator(json_schema()).iter_errors(doc)) == []

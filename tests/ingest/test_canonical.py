@@ -106,7 +106,7 @@ def _written(path: Path, table: pd.DataFrame, **kwargs: object) -> Path:
     return path
 
 
-@pytest.mark.parametrize("ext", ["parquet", "jsonl"])
+@pytest.mark.parametrize("ext", ["parquet", "jsonl", "csv"])
 def test_canonical_block_ids_keep_source_block_size(tmp_path: Path, ext: str) -> None:
     path = _written(tmp_path / f"t.{ext}", _block_table(), source_block_size=512)
     trace = load_trace(path)
@@ -114,8 +114,10 @@ def test_canonical_block_ids_keep_source_block_size(tmp_path: Path, ext: str) ->
     assert _plain(trace)["prompt_block_ids"] == [[0, 1], [0]]
 
 
-def test_canonical_csv_block_ids_need_the_block_size(tmp_path: Path) -> None:
+def test_canonical_csv_block_ids_without_the_column_need_the_block_size(tmp_path: Path) -> None:
     path = _written(tmp_path / "t.csv", _block_table(), source_block_size=512)
+    frame = pd.read_csv(path).drop(columns=["source_block_size"])
+    frame.to_csv(path, index=False)
     with pytest.raises(TraceSchemaError, match=r"--source-block-size N"):
         load_trace(path)
     assert load_trace(path, source_block_size=512).source_block_size == 512

@@ -252,3 +252,29 @@ def test_weka_single_built_file_is_detected(tmp_path: Path) -> None:
     trace = load_trace(path)
     assert trace.requests["session_id"].tolist() == ["trace_0009"]
     assert not any("WEKA conversations" in n for n in trace.notes)
+
+
+def test_weka_folder_copied_from_a_mac_skips_hidden_files_with_a_note(tmp_path: Path) -> None:
+    # GIVEN a folder with a Mac's AppleDouble companions (binary, named *.json) and .DS_Store
+    _file(tmp_path, "trace_0001", [_request(0, 128, [1, 2])])
+    _file(tmp_path, "trace_0002", [_request(0, 64, [1])])
+    for name in ("._trace_0001.json", "._trace_0002.json", ".DS_Store"):
+        (tmp_path / name).write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        \xff")
+    # WHEN it is read
+    assert detect_format(tmp_path) is TraceFormat.WEKA
+    trace = load_trace(tmp_path)
+    # THEN the conversations are read, the hidden files skipped and counted
+    assert sorted(trace.requests["session_id"]) == ["trace_0001", "trace_0002"]
+    assert any(n.startswith("3 hidden file(s) of the folder were skipped") for n in trace.notes)
+
+
+def test_weka_folder_without_hidden_files_has_no_skip_note(tmp_path: Path) -> None:
+    _file(tmp_path, "a", [_request(0, 64, [1])])
+    assert not any("hidden" in n for n in load_trace(tmp_path).notes)
+
+
+def test_weka_folder_of_hidden_files_only_says_they_were_skipped(tmp_path: Path) -> None:
+    (tmp_path / "._a.json").write_bytes(b"\x00\x05\x16\x07")
+    with pytest.raises(TraceReadError, match=r"holds no \.json files \(besides 1 hidden "
+                                             r"file\(s\), which are skipped\)"):
+        load_trace(tmp_path)

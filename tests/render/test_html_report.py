@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_TIMEOUT_S
 
 from tests.conftest import shared_trace
 from yaotu_trace.cli import main
@@ -155,7 +156,7 @@ def _open_in_chromium(page: Path, tmp_path: Path) -> subprocess.CompletedProcess
            "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0",
            "--virtual-time-budget=5000", "--dump-dom", page.as_uri()]
     # WHEN the page is opened
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
                           env={**os.environ, "HOME": str(tmp_path)}, check=False)
     # THEN its script ran, found marks in every plot, and logged nothing to the console
     assert done.returncode == 0, done.stderr[-2000:]

@@ -8,6 +8,7 @@ import time
 # NOTE: only the Ctrl-C handler and the exit codes are imported here (they need `signal` and
 # `enum`); everything else, typer (with click and rich) above all, is imported once `run` has
 # installed the handler, so that a Ctrl-C while they load is exit 130, without a traceback.
+from yaotu_trace._visible import visible
 from yaotu_trace.cli import interrupts
 from yaotu_trace.errors import ExitCode, YaotuError
 
@@ -79,7 +80,7 @@ def _run(args: list[str], debug: bool) -> int:
         return _invoke(args)
     except YaotuError as err:
         _show_traceback(debug)
-        sys.stderr.write(f"error: {err}\n")
+        sys.stderr.write(f"error: {visible(str(err), one_line=True)}\n")
         return int(err.exit_code)
     except KeyboardInterrupt:
         _show_traceback(debug)
@@ -93,7 +94,7 @@ def _run(args: list[str], debug: bool) -> int:
         if _is_click_error(exc):
             sys.stderr.write(_usage_line(exc) + "\n")
             return int(ExitCode.USAGE)
-        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        first_line = visible(str(exc).splitlines()[0]) if str(exc) else ""
         sys.stderr.write(
             f"internal error: {type(exc).__name__}: {first_line} "
             "(a bug; re-run with --debug and report it)\n"
@@ -147,7 +148,7 @@ def _usage_line(exc: Exception) -> str:
     message = message.replace("Value error, ", "")  # typer's validation prefix
     context = getattr(exc, "ctx", None)
     path = getattr(context, "command_path", None) or "trace"
-    return f"error: {message.rstrip('.')} (see '{path} --help')"
+    return f"error: {visible(message.rstrip('.'), one_line=True)} (see '{path} --help')"
 
 
 def _is_click_error(exc: Exception) -> bool:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from yaotu_trace._visible import visible
 from yaotu_trace.cli.app import command
 from yaotu_trace.cli.options import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg
 from yaotu_trace.cli.progress import QuietOpt
@@ -50,8 +51,9 @@ def convert(
                  source_block_size=source_block_size)
     done = report.sections["conversion"]
     for note in done.notes:
-        sys.stderr.write(f"note: {note}\n")
+        sys.stderr.write(f"note: {visible(note, one_line=True)}\n")
     how = f", read in {done.parts} parts" if done.parts > 1 else ""
     if not quiet:
-        sys.stderr.write(f"wrote {done.requests:,} requests ({done.format_name} → canonical "
-                         f"{out.suffix.lower().lstrip('.')}{how}) to {out}\n")
+        sys.stderr.write(visible(f"wrote {done.requests:,} requests ({done.format_name} → "
+                                 f"canonical {out.suffix.lower().lstrip('.')}{how}) to {out}",
+                                 one_line=True) + "\n")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from yaotu_trace._visible import visible
 from yaotu_trace.cli.app import command
 from yaotu_trace.cli.options import MetricsOutOpt
 from yaotu_trace.cli.progress import QuietOpt
@@ -102,7 +103,8 @@ def generate(
     report = run(scenario, out=out, steps_out=steps_out, metrics_out=metrics_out, seed=seed,
                  requests=requests, rate_per_s=rate, tenants=tenants, model=model)
     if not quiet:
-        sys.stderr.write(summary_line(report.sections["generated"]) + "\n")
+        sys.stderr.write(visible(summary_line(report.sections["generated"]), one_line=True)
+                         + "\n")
 
 
 def summary_line(done: GeneratedTrace) -> str:

@@ -86,8 +86,9 @@ def _text(fmt_choice: OutputFormat) -> str:
               "(case-insensitive, aliases and Hugging Face ids accepted) with --kv-dtype, or "
               "--kv-bytes-per-token N. Sources: docs/models.md.")
     if fmt_choice is OutputFormat.MARKDOWN:
-        lines = ["| " + " | ".join(header) + " |", "|---|---|---|" + "---:|" * (len(header) - 3)]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        from yaotu_trace.render.markdown import table as markdown_table
+
+        lines = markdown_table(header, rows, "lll" + "r" * (len(header) - 3))
         return "\n".join(["### Model catalog", "", *lines, "", f"_{footer}_"]) + "\n"
     from rich import box
     from rich.console import Console

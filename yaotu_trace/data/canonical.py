@@ -167,7 +167,11 @@ def csv_part(df: pd.DataFrame, path: Path, *, first_line: int) -> RawTrace:
             df[column] = [_parse_list_cell(v, path, first_line + i, column)
                           for i, v in enumerate(df[column])]
     df[SOURCE_ROW] = range(first_line, len(df) + first_line)
-    return RawTrace(requests=df, format_name="csv", row_label="line")
+    block = None
+    if "source_block_size" in df:
+        block = _one_block_size(df.pop("source_block_size").tolist(),
+                                df[SOURCE_ROW].tolist(), path)
+    return RawTrace(requests=df, format_name="csv", source_block_size=block, row_label="line")
 
 
 def read_csv_frame(path: Path, **kwargs: object) -> pd.DataFrame:
@@ -256,6 +260,10 @@ def write_trace(
                         None if v is None or v is pd.NA else json.dumps(np.asarray(v).tolist())
                         for v in frame[column].tolist()
                     ]
+            if source_block_size is not None:
+                # NOTE: CSV has no file metadata; a column (as in JSONL) carries the block size,
+                # so the file reads back without a --source-block-size guess.
+                frame["source_block_size"] = source_block_size
             frame.to_csv(tmp, index=False)
         else:
             with tmp.open("w", encoding="utf-8") as fh:

@@ -372,6 +372,17 @@ def load_baseline(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or "schema_version" not in doc or "command" not in doc:
         raise ConfigFileError(f"{path}: not a yaotu-trace JSON report (no schema_version/command); "
                           "write one with `trace diagnose --format json -o baseline.json`")
+    from yaotu_trace.data.report import SCHEMA_VERSION
+
+    version = doc["schema_version"]
+    # NOTE: a version bump means a change of meaning or shape (docs/json.md), so the same path
+    # in another version need not be the same metric: comparing it would gate on a guess.
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
+        raise ConfigFileError(
+            f"{path}: schema_version {json.dumps(version)} is not one this tool reads (it reads "
+            f"{SCHEMA_VERSION}); write the baseline again with this version: `trace diagnose "
+            "--format json -o baseline.json`"
+        )
     return doc
 
 

@@ -131,9 +131,11 @@ def _names() -> str:
 def _detect_folder(path: Path) -> TraceFormat:
     found = next((s.name for s in formats() if s.folder is not None and s.folder(path)), None)
     if found is None:
+        hidden = sum(1 for p in path.iterdir() if p.is_file() and p.name.startswith("."))
+        skipped = f" (besides {hidden} hidden file(s), which are skipped)" if hidden else ""
         raise TraceReadError(
             f"{path}: a folder is read as a WEKA/Claude-Code trace (one JSON per conversation), "
-            "but it holds no .json files; pass a trace file"
+            f"but it holds no .json files{skipped}; pass a trace file"
         )
     return found
 

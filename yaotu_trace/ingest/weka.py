@@ -20,6 +20,8 @@ trace. Mapping and decisions:
   ordered by arrival, ties in file order then request order, and a note states the choice.
 - Entries of type `"subagent"` (nested sub-agent markers) carry no request of their own here and
   are skipped with a note.
+- Hidden files (names starting with '.') are not conversations: a folder copied from a Mac holds
+  `._trace_0001.json` AppleDouble metadata and `.DS_Store`. They are skipped, counted in a note.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class _Conversations:
     scopes: dict[str, int] = field(default_factory=dict)  # hash_id_scope → files
     subagents: int = 0
     backwards: list[str] = field(default_factory=list)  # files whose 't' goes back
+    hidden: int = 0  # hidden files of the folder, skipped
 
 
 def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
@@ -66,6 +69,7 @@ def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
     if not files:
         raise TraceReadError(f"{path}: no .json conversation files in this folder")
     read = _read_conversations(files, stagger_s)
+    read.hidden = len(hidden_files(path)) if path.is_dir() else 0
     if len(read.block_sizes) > 1:
         found = ", ".join(f"{size} ({name})" for size, name in read.block_sizes.items())
         raise TraceSchemaError(
@@ -144,6 +148,9 @@ def _notes(read: _Conversations, n_conv: int, stagger_s: float) -> list[str]:
         )
     if read.subagents:
         notes.append(f"{read.subagents} sub-agent marker(s) were skipped; they carry no request")
+    if read.hidden:
+        notes.append(f"{read.hidden} hidden file(s) of the folder were skipped (names starting "
+                     "with '.', such as a Mac's ._* and .DS_Store)")
     if read.backwards:
         notes.append(
             f"'t' goes backwards within {', '.join(read.backwards[:5])}; requests were sorted "
@@ -153,8 +160,16 @@ def _notes(read: _Conversations, n_conv: int, stagger_s: float) -> list[str]:
 
 
 def conversation_files(folder: Path) -> list[Path]:
-    """The conversation files of a folder: `*.json`, plain or compressed (`*.json.gz`, ...)."""
-    return [p for p in folder.iterdir() if p.is_file() and format_suffix(p) == ".json"]
+    """The conversation files of a folder: `*.json`, plain or compressed (`*.json.gz`, ...),
+    hidden files left out."""
+    return [p for p in folder.iterdir()
+            if p.is_file() and not p.name.startswith(".") and format_suffix(p) == ".json"]
+
+
+def hidden_files(folder: Path) -> list[Path]:
+    """The hidden files of a folder (a Mac's `._*` AppleDouble files, `.DS_Store`), which a
+    copy carries along and which are never conversations."""
+    return [p for p in folder.iterdir() if p.is_file() and p.name.startswith(".")]
 
 
 def _load_document(file: Path) -> dict[str, Any]:

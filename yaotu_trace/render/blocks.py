@@ -81,14 +81,13 @@ class KeyValues(Block):
 class Grid(Block):
     """A table with a header. Without `columns` the console dims the first (label) column and
     right-aligns the others; Markdown left-aligns the first and right-aligns the rest unless
-    `markdown_align` ("l"/"r" per column) says otherwise; `escape` protects `|` in cells."""
+    `markdown_align` ("l"/"r" per column) says otherwise, and escapes `|` in every cell."""
 
     header: Sequence[str]
     rows: Sequence[Sequence[Cell]]
     title: str | None = None
     columns: Sequence[Column] | None = None
     markdown_align: str | None = None
-    escape: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

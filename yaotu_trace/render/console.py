@@ -2,6 +2,8 @@
 
 This module knows no section: it draws the blocks a section's view returns (`render/views/`)
 and, for a section with no view, a generic key/value table so that it is never invisible.
+Every string is drawn as text (`_text`): never read as rich markup, its control characters
+escaped, because file names, tenants and models come from the input.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rich.panel import Panel as RichPanel
 from rich.table import Table
 from rich.text import Text
 
+from yaotu_trace._visible import visible
 from yaotu_trace.data.report import InputPair, InputSummary, Report, to_builtins
 from yaotu_trace.ingest.telemetry_only import TELEMETRY_ONLY
 from yaotu_trace.render import fmt
@@ -68,7 +71,14 @@ def render_console(report: Report, *, width: int = 100, color: bool = False,
             continue
         for renderable in section_renderables(name, section):
             console.print(renderable)
-    return buffer.getvalue()
+    # Without colour rich writes no control character of its own: any left came from the
+    # input past `_text`, and is escaped too.
+    return buffer.getvalue() if color else visible(buffer.getvalue())
+
+
+def _text(text: str, style: str = "", **kwargs: Any) -> Text:
+    """`text` as rich text: no markup read in it, its control characters escaped."""
+    return Text(visible(text), style=style, **kwargs)
 
 
 def chart_renderables(charts: TerminalCharts, width: int, *, unicode: bool = True
@@ -78,8 +88,8 @@ def chart_renderables(charts: TerminalCharts, width: int, *, unicode: bool = Tru
     if not lines:
         return []
     return [heading("Charts"),
-            *(Text(line, style="bold" if line and not line.startswith(" ") else "",
-                   no_wrap=True, overflow="crop") for line in lines), Text("")]
+            *(_text(line, style="bold" if line and not line.startswith(" ") else "",
+                    no_wrap=True, overflow="crop") for line in lines), Text("")]
 
 
 def section_renderables(name: str, section: object) -> list[RenderableType]:
@@ -104,34 +114,33 @@ def _draw_block(block: Block) -> list[RenderableType]:
         case Heading():
             return [heading(block.text)]
         case Line():
-            return [Text(block.text, style=block.style)]
+            return [_text(block.text, style=block.style)]
         case KeyValues():
             return [kv_table(block.rows, title=block.title)]
         case Grid():
             return [_grid(block)]
         case Notes():
-            return [Text(f"note: {note}", style="yellow") for note in block.notes]
+            return [_text(f"note: {note}", style="yellow") for note in block.notes]
         case Panel():
             parts = draw(block.blocks)
-            body: RenderableType = Group(*parts) if parts else Text(block.empty, style="dim")
-            return [RichPanel(body, title=Text(block.title, style=block.style),
+            body: RenderableType = Group(*parts) if parts else _text(block.empty, style="dim")
+            return [RichPanel(body, title=_text(block.title, style=block.style),
                               title_align="left", box=box.ROUNDED)]
     raise TypeError(f"no console drawing for {type(block).__name__}")
 
 
-def _cell(cell: Cell) -> str | Text:
-    # A plain string may carry rich markup; a Styled cell is shown exactly as written.
-    return Text(cell.text, style=cell.style) if isinstance(cell, Styled) else cell
+def _cell(cell: Cell) -> Text:
+    return _text(cell.text, style=cell.style) if isinstance(cell, Styled) else _text(cell)
 
 
 def _grid(block: Grid) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=block.title,
-                  title_justify="left")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
+                  title=None if block.title is None else _text(block.title))
     columns = block.columns or _label_columns(block.header)
     for column in columns:
-        table.add_column(column.name, justify=column.align, style="dim" if column.dim else None,
-                         no_wrap=column.no_wrap, overflow=column.overflow or "ellipsis",
-                         ratio=column.ratio)
+        table.add_column(_text(column.name), justify=column.align,
+                         style="dim" if column.dim else None, no_wrap=column.no_wrap,
+                         overflow=column.overflow or "ellipsis", ratio=column.ratio)
     for row in block.rows:
         table.add_row(*(_cell(c) for c in row))
     return table
@@ -145,17 +154,17 @@ def _label_columns(header: Sequence[str]) -> list[Column]:
 
 def heading(text: str) -> Text:
     """A section heading, bold, with a blank line before it."""
-    return Text("\n" + text, style="bold")
+    return _text("\n" + text, style="bold")
 
 
 def kv_table(rows: Iterable[tuple[str, str]], title: str | None = None) -> Table:
     """A two-column table of labelled values."""
-    table = Table(box=box.SIMPLE_HEAD, show_header=False, title=title, title_justify="left",
-                  pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, show_header=False, title_justify="left", pad_edge=False,
+                  title=None if title is None else _text(title))
     table.add_column("what", style="dim", no_wrap=True)
     table.add_column("value", justify="right")
     for label, value in rows:
-        table.add_row(label, value)
+        table.add_row(_text(label), _text(value))
     return table
 
 
@@ -200,5 +209,5 @@ def input_renderables(summary: InputSummary | InputPair, command: str
     if summary.step_rows is not None:
         rows.append(("engine steps", fmt.count(summary.step_rows)))
     out: list[RenderableType] = [Text(f"yaotu-trace {command}", style="bold"), kv_table(rows)]
-    out.extend(Text(f"note: {note}", style="yellow") for note in summary.notes)
+    out.extend(_text(f"note: {note}", style="yellow") for note in summary.notes)
     return out

@@ -2,6 +2,8 @@
 
 Like the console renderer it knows no section: it draws the blocks of each section's view
 (`render/views/`), one blank line between blocks, and a generic table for a section with none.
+Every table cell is escaped (`|`, newlines): a tenant, model or file name from the input can
+hold either, and would break the table.
 """
 
 from __future__ import annotations
@@ -9,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from yaotu_trace._visible import visible
 from yaotu_trace.data.report import InputPair, Report, to_builtins
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
     MARKDOWN,
     Block,
-    Cell,
     Grid,
     Heading,
     KeyValues,
@@ -36,7 +38,8 @@ def render_markdown(report: Report) -> str:
     for name, section in report.sections.items():
         if section is not None:
             lines += ["", *section_lines(name, section)]
-    return "\n".join(lines).rstrip() + "\n"
+    # Control characters from the input are escaped: the Markdown is often read in a terminal.
+    return visible("\n".join(lines).rstrip() + "\n")
 
 
 def section_lines(name: str, section: object) -> list[str]:
@@ -73,7 +76,7 @@ def _draw_block(block: Block) -> list[str]:
         case KeyValues():
             return table(list(block.header), [list(row) for row in block.rows])
         case Grid():
-            cells = [[_text(c, block.escape) for c in row] for row in block.rows]
+            cells = [[c.text if isinstance(c, Styled) else c for c in row] for row in block.rows]
             return table(list(block.header), cells, block.markdown_align)
         case Notes():
             return [f"> note: {note}" for note in block.notes]
@@ -85,34 +88,29 @@ def escape(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _text(cell: Cell, escaped: bool) -> str:
-    text = cell.text if isinstance(cell, Styled) else cell
-    return escape(text) if escaped else text
-
-
 def generic_lines(name: str, data: Any) -> list[str]:
     """Fallback: a two-column table of flattened keys."""
-    lines = [f"### {name.replace('_', ' ').title()}", "", "| metric | value |", "|---|---:|"]
+    rows: list[list[str]] = []
 
     def walk(value: Any, path: str) -> None:
         if isinstance(value, dict):
             for key, inner in value.items():
                 walk(inner, f"{path}.{key}" if path else str(key))
         elif isinstance(value, list) and len(value) > 12:
-            lines.append(f"| {path} | [{len(value)} items] |")
+            rows.append([path, f"[{len(value)} items]"])
         else:
-            lines.append(f"| {path} | {'–' if value is None else value} |")
+            rows.append([path, "–" if value is None else str(value)])
 
     walk(data, "")
-    return lines
+    return [f"### {name.replace('_', ' ').title()}", "", *table(["metric", "value"], rows)]
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]],
           align: str | None = None) -> list[str]:
-    """A Markdown table; by default the first column left-aligned, the rest right-aligned
-    (`align` gives "l" or "r" per column instead)."""
+    """A Markdown table, every cell escaped; by default the first column left-aligned, the rest
+    right-aligned (`align` gives "l" or "r" per column instead)."""
     align = align or "l" + "r" * (len(header) - 1)
     rule = "|" + "".join("---|" if a == "l" else "---:|" for a in align)
-    out = ["| " + " | ".join(header) + " |", rule]
-    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out = ["| " + " | ".join(escape(h) for h in header) + " |", rule]
+    out += ["| " + " | ".join(escape(c) for c in row) + " |" for row in rows]
     return out

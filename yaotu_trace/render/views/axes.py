@@ -231,7 +231,7 @@ def _markdown_axis(a: dict[str, Any]) -> list[Block]:
     hot = hot_rows(metrics)
     if hot:
         out += [Line(text="Hot prefixes (reuse lost the most):", only=MARKDOWN),
-                Grid(header=HOT_HEADER, rows=hot, only=MARKDOWN, escape=True)]
+                Grid(header=HOT_HEADER, rows=hot, only=MARKDOWN)]
     extra = ([f"- missing: {m}" for m in a.get("missing", ())]
              + [f"- next: {n}" for n in a.get("next_steps", ())]
              + [f"- note: {n}" for n in a.get("notes", ())])

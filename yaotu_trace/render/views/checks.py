@@ -85,7 +85,7 @@ def view(section: Any) -> View:
         out.append(Grid(header=HEADER, columns=COLUMNS, only=CONSOLE, rows=[
             [Styled(*MARK[r["status"]]), Styled(r["name"]), *map(Styled, c)]
             for r, c in zip(results, cells, strict=True)]))
-        out.append(Grid(header=HEADER, markdown_align="llrll", escape=True, only=MARKDOWN,
+        out.append(Grid(header=HEADER, markdown_align="llrll", only=MARKDOWN,
                         rows=[[ICON[r["status"]], r["name"], *c]
                               for r, c in zip(results, cells, strict=True)]))
     else:

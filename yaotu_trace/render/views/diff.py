@@ -66,7 +66,7 @@ def _conditions(conditions: Sequence[Condition]) -> View:
 
 def _left_grid(header: list[str], rows: list[list[Cell]]) -> Grid:
     """A grid of words: every column left-aligned, in the console and in Markdown."""
-    return Grid(header=header, rows=rows, escape=True, markdown_align="l" * len(header),
+    return Grid(header=header, rows=rows, markdown_align="l" * len(header),
                 columns=[Column(name=name, align="left", no_wrap=k == 0)
                          for k, name in enumerate(header)])
 

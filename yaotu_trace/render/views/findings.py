@@ -18,7 +18,7 @@ def view(section: Any) -> View:
     head = Heading(text="Findings", only=MARKDOWN)
     if not findings:
         return [head, Line(text="No rule fired.", only=MARKDOWN)]
-    return [head, Grid(only=MARKDOWN, escape=True,
+    return [head, Grid(only=MARKDOWN,
                        header=["id", "severity", "axis", "finding", "fix"],
                        rows=[[f["id"], f["severity"], f["axis"], f["message"], f["fix"]]
                              for f in findings])]

@@ -37,7 +37,7 @@ def view(section: Any) -> View:
                               f"from {', '.join(e['triggered_by'])})", only=CONSOLE))
         out += [Line(text=f"  caveat: {c}", style="dim", only=CONSOLE)
                 for c in e.get("caveats", ())]
-    out.append(Grid(only=MARKDOWN, escape=True, header=["remedy", "", "work", "estimate", "basis"],
+    out.append(Grid(only=MARKDOWN, header=["remedy", "", "work", "estimate", "basis"],
                     rows=[[e["remedy"], kind, q["name"], estimate(q), q["basis"]]
         for e in entries for kind in ("saves", "adds") for q in e[kind]]))
     return out

@@ -29,7 +29,7 @@ def view(success: SuccessProfile) -> View:
     out += _windows(s)
     if s.errors:
         out.append(Grid(
-            header=["error", "requests"], escape=True,
+            header=["error", "requests"],
             title=f"commonest error texts ({s.error_texts} distinct)",
             rows=[[e.error, fmt.count(e.requests)] for e in s.errors]))
     return out
@@ -40,7 +40,7 @@ def _groups(label: str, rows: tuple[SuccessCount, ...], total: int | None) -> li
     failing = [r for r in rows if r.successful < r.requests]
     if total is None or not failing:
         return []
-    return [Grid(header=[label, *GROUP_HEADER], escape=True,
+    return [Grid(header=[label, *GROUP_HEADER],
                  title=f"by {label} ({len(failing)} of {total} with failures)",
                  rows=[[r.name, fmt.count(r.requests), fmt.count(r.successful),
                         fmt.pct(r.success_rate)] for r in failing])]
