@@ -93,6 +93,10 @@ def _run(args: list[str], debug: bool) -> int:
         if _is_click_error(exc):
             sys.stderr.write(_usage_line(exc) + "\n")
             return int(ExitCode.USAGE)
+        no_room = _no_room(exc)
+        if no_room is not None:
+            sys.stderr.write(f"error: {no_room}\n")
+            return int(no_room.exit_code)
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         sys.stderr.write(
             f"internal error: {type(exc).__name__}: {first_line} "
@@ -112,6 +116,22 @@ def _interrupted(exc: BaseException) -> bool:
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return False
+
+
+def _no_room(exc: BaseException) -> YaotuError | None:
+    """A full disk or file-size limit met by a file that is not an output (numba's compile
+    cache, a scratch folder): the user's situation, not a bug; its error, or None."""
+    from yaotu_trace.files import NO_ROOM_ERRNOS, write_error
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, OSError) and cause.errno in NO_ROOM_ERRNOS:
+            where = cause.filename or "a working file of the run (a cache or scratch file)"
+            return write_error(str(where), cause)
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _invoke(args: list[str]) -> int:

@@ -11,8 +11,15 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from yaotu_trace.errors import ConfigError, OutputError
-from yaotu_trace.files import STDOUT, all_or_nothing, check_outputs, defer, replace_atomically
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.files import (
+    STDOUT,
+    all_or_nothing,
+    check_outputs,
+    defer,
+    replace_atomically,
+    write_error,
+)
 from yaotu_trace.render import OutputFormat, render
 
 # NOTE: the analysis modules (pandas, pyarrow, numba) are imported where a command uses them,
@@ -133,8 +140,7 @@ def _write_stdout(text: str) -> None:
     except BrokenPipeError:
         raise
     except OSError as exc:
-        raise OutputError(f"stdout: cannot write the report ({exc.strerror or exc}); redirect "
-                          "it elsewhere or pass -o FILE") from exc
+        raise write_error("stdout", exc, needed_bytes=len(text.encode("utf-8"))) from exc
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -142,10 +148,12 @@ def write_atomically(path: Path, text: str) -> None:
     if path == STDOUT:
         defer(lambda: _write_stdout(text))
         return
-    def write(tmp: Path) -> None:
-        tmp.write_text(text, encoding="utf-8")
+    data = text.encode("utf-8")
 
-    replace_atomically(path, write)
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(data)
+
+    replace_atomically(path, write, size_bytes=len(data))
 
 
 # Parameters of the command functions that name outputs, with their option; every other path
@@ -220,5 +228,6 @@ def _root(
     Exit codes: 0 report produced; 1 a check failed; 2 usage error (unknown option, or an
     option value that cannot be honoured); 3 input error (a trace, telemetry, check or scenario
     file that cannot be used, or an output that cannot be written or would replace an input);
-    4 internal error; 130 interrupted.
+    4 internal error; 5 an output failed while being written (a full disk, the file-size
+    limit); 130 interrupted.
     """

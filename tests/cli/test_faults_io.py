@@ -1,0 +1,183 @@
+"""Faults of the machine around a run: a full disk or file-size limit.
+
+Each case runs `python -m yaotu_trace ...` as a real process (bounded by a timeout, and killed
+with its process group when it outlives it) and checks the exit code, the one line on stderr
+and that nothing is left beside the outputs. Where the machine cannot make a fault (no
+`unshare`, no /dev/full) the case is skipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from yaotu_trace.cli import main
+from yaotu_trace.errors import ExitCode, WriteError
+from yaotu_trace.files import replace_atomically
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_traces"
+TIMEOUT_S = 120.0
+LIMIT_BYTES = 10 * 1024  # `ulimit -f 10`
+
+
+def _start(args: list[str], cwd: Path = REPO, *, env: dict[str, str] | None = None,
+           **kwargs: object) -> subprocess.Popen[bytes]:
+    streams: dict[str, object] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    return subprocess.Popen([sys.executable, "-m", "yaotu_trace", *args], cwd=cwd,
+                            start_new_session=True,
+                            env=None if env is None else {**os.environ, **env},
+                            **{**streams, **kwargs})  # type: ignore[call-overload]
+
+
+def _finish(proc: subprocess.Popen[bytes], timeout_s: float = TIMEOUT_S
+            ) -> tuple[int, bytes, bytes]:
+    """Wait for the process; one that outlives the timeout is killed with its group, reaped,
+    and fails the test."""
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{proc.args}: still running after {timeout_s:.0f} s; killed")
+    return proc.returncode, out or b"", err or b""
+
+
+def _trace(args: list[str], cwd: Path = REPO, **kwargs: object) -> tuple[int, bytes, bytes]:
+    return _finish(_start(args, cwd, **kwargs))
+
+
+def _file_size_limit() -> None:
+    """preexec_fn: `ulimit -f 10`, with SIGXFSZ ignored so that write() fails with EFBIG."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT_BYTES, LIMIT_BYTES))
+
+
+# ---------------------------------------------------------------- a full disk, a size limit
+
+# (command line; {in}: the samples, {out}: the output folder), the output the line names, and
+# whether it compiles numba functions (whose cache is a file too: filled by a run before)
+LIMITED = {
+    "convert-parquet": ("convert {in}/chat.parquet --out {out}/c.parquet", "c.parquet", False),
+    "convert-parquet-in-parts": ("convert {in}/bursty.jsonl --out {out}/c.parquet", "c.parquet",
+                                 False),
+    "convert-csv": ("convert {in}/chat.parquet --out {out}/c.csv", "c.csv", False),
+    "report": ("report {in}/chat.parquet -o {out}/r.html", "r.html", True),
+    "replay-two-outputs": ("replay {in}/chat.parquet --out {out}/hits.parquet -o {out}/r.txt",
+                           "hits.parquet", True),
+}
+
+
+@pytest.mark.parametrize(("command", "named", "compiles"), LIMITED.values(), ids=LIMITED.keys())
+def test_file_size_limit_is_exit_5_naming_the_output_and_leaves_nothing(
+        tmp_path: Path, command: str, named: str, compiles: bool) -> None:
+    # GIVEN numba's compile cache filled (by a run without the limit)
+    if compiles:
+        code, _, err = _trace(command.format(**{"in": SAMPLES, "out": tmp_path}).split())
+        assert code == 0, err.decode()
+    limited = tmp_path / "limited"
+    limited.mkdir()
+    # WHEN the command runs under `ulimit -f 10`
+    args = command.format(**{"in": SAMPLES, "out": limited}).split()
+    code, out, err = _trace(args, preexec_fn=_file_size_limit)
+    # THEN one line names the output and the limit, and no output or temporary file is left
+    line = err.decode()
+    assert code == ExitCode.IO, line
+    assert line.startswith(f"error: {limited / named}: file too large: it needs "), line
+    assert f"file-size limit (ulimit -f) is {LIMIT_BYTES:,} bytes" in line, line
+    assert line.count("\n") == 1 and "internal error" not in line, line
+    assert out == b""
+    assert sorted(p.name for p in limited.iterdir()) == []
+
+
+def test_dev_full_as_stdout_or_output_is_exit_5_with_the_bytes_needed() -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this machine")
+    with open("/dev/full", "wb") as full:
+        code, _, err = _trace(["analyze", str(SAMPLES / "diag-burst.parquet")], stdout=full)
+    assert code == ExitCode.IO, err.decode()
+    assert err.decode().startswith("error: stdout: no space left on the disk: it needs ")
+    code, _, err = _trace(["analyze", str(SAMPLES / "diag-burst.parquet"), "-f", "json", "-o",
+                           "/dev/full"])
+    assert code == ExitCode.IO, err.decode()
+    assert err.decode().startswith("error: /dev/full: no space left on the disk: it needs ")
+
+
+TINY_FS = """
+tiny=$1
+shift
+mount -t tmpfs -o size=16k tmpfs "$tiny" || exit 99
+"$@"
+echo "exit $?"
+ls -A "$tiny"
+"""
+
+
+def test_a_full_filesystem_is_exit_5_naming_the_output_and_leaves_nothing(
+        tmp_path: Path) -> None:
+    """On a 16 KiB filesystem mounted in a user namespace (`unshare -rm`, no root needed)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare: cannot mount a small filesystem")
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    script = tmp_path / "run.sh"
+    script.write_text(TINY_FS)
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs tmpfs {tiny}"],
+                           capture_output=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a filesystem in a user namespace: {probe.stderr.decode()}")
+    for command, named, _compiles in (LIMITED["report"], LIMITED["replay-two-outputs"],
+                                      LIMITED["convert-parquet-in-parts"]):
+        args = command.format(**{"in": SAMPLES, "out": tiny}).split()
+        proc = subprocess.Popen(["unshare", "-rm", "sh", str(script), str(tiny),
+                                 sys.executable, "-m", "yaotu_trace", *args], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        _, out, err = _finish(proc)
+        status, _, left = out.decode().partition("\n")
+        line = err.decode()
+        assert status == f"exit {ExitCode.IO}", (command, status, line)
+        assert line.startswith(f"error: {tiny / named}: no space left on the disk"), line
+        assert f"'{tiny}' has " in line and line.count("\n") == 1, line
+        assert left.split() == [], (command, left)
+
+
+def test_a_write_that_runs_out_of_room_leaves_no_temporary_file(tmp_path: Path) -> None:
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(b"12345")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(WriteError) as raised:
+        replace_atomically(tmp_path / "out.parquet", write)
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path / 'out.parquet'}: no space left on the disk: it "
+                              "needs more than the 5 bytes written; ")
+    assert f"'{tmp_path}' has " in message
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(WriteError, match="it needs 9 bytes"):
+        replace_atomically(tmp_path / "r.txt", write, size_bytes=9)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_outside_the_outputs_is_exit_5_not_a_bug(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """numba's compile cache, a scratch folder: the user's situation all the same."""
+    from yaotu_trace.commands import analyze as pipeline
+
+    def no_room(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+
+    monkeypatch.setattr(pipeline, "analyze", no_room)
+    assert main(["analyze", str(SAMPLES / "chat.parquet")]) == ExitCode.IO
+    err = capsys.readouterr().err
+    assert err.startswith("error: a working file of the run (a cache or scratch file): file "
+                          "too large"), err
+    assert "internal error" not in err
