@@ -14,7 +14,10 @@ class ExitCode(IntEnum):
     INPUT = 3
     INTERNAL = 4
     IO = 5
+    # 128 + the signal, as a shell reports a command the signal stopped
+    HANGUP = 129
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 class YaotuError(Exception):

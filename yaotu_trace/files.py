@@ -42,6 +42,8 @@ from yaotu_trace.errors import OutputError, WriteError
 STDOUT = Path("-")
 # What a write fails with when the machine has no room for it: exit 5 wherever it happens.
 NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# The signals `trace` turns into a clean exit (cli/interrupts.py): held while outputs publish.
+CLEANUP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 class TargetKind(StrEnum):
@@ -176,7 +178,7 @@ class _Batch:
     pending: list[tuple[Callable[[], None], Callable[[], None]]] = field(default_factory=list)
 
     def publish(self) -> None:
-        with _sigint_held():
+        with _signals_held():
             try:
                 while self.pending:
                     publish, _discard = self.pending.pop(0)
@@ -224,16 +226,17 @@ def defer(publish: Callable[[], None], discard: Callable[[], None] = lambda: Non
 
 
 @contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Hold Ctrl-C while outputs are published, so it cannot fall between two of them."""
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C (and SIGTERM, SIGHUP) while outputs are published, so that it cannot fall
+    between two of them."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_BLOCK, CLEANUP_SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, CLEANUP_SIGNALS)
 
 
 def replace_atomically(path: Path, write: Callable[[Path], None], *,

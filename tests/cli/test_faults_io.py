@@ -1,4 +1,4 @@
-"""Faults of the machine around a run: a full disk or file-size limit.
+"""Faults of the machine around a run: a full disk or file-size limit, SIGTERM and SIGHUP.
 
 Each case runs `python -m yaotu_trace ...` as a real process (bounded by a timeout, and killed
 with its process group when it outlives it) and checks the exit code, the one line on stderr
@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from yaotu_trace.files import replace_atomically
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 TIMEOUT_S = 120.0
+MODEL = ("--model", "Llama-3.1-8B", "--gpu", "H100")
 LIMIT_BYTES = 10 * 1024  # `ulimit -f 10`
 
 
@@ -59,6 +61,17 @@ def _file_size_limit() -> None:
     """preexec_fn: `ulimit -f 10`, with SIGXFSZ ignored so that write() fails with EFBIG."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT_BYTES, LIMIT_BYTES))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated trace (a few seconds of work per command) as Parquet and JSONL."""
+    folder = tmp_path_factory.mktemp("inputs")
+    for args in (["generate", "chat", "-n", "3000", "--out", "chat.parquet"],
+                 ["convert", "chat.parquet", "--out", "chat.jsonl"]):
+        code, _, err = _trace(args, folder)
+        assert code == 0, err.decode()
+    return folder
 
 
 # ---------------------------------------------------------------- a full disk, a size limit
@@ -181,3 +194,105 @@ def test_a_full_disk_outside_the_outputs_is_exit_5_not_a_bug(
     assert err.startswith("error: a working file of the run (a cache or scratch file): file "
                           "too large"), err
     assert "internal error" not in err
+
+
+# ---------------------------------------------------------------- SIGTERM and SIGHUP
+
+SIGNALLED = {
+    "convert-parquet": ("convert {in}/chat.jsonl --out {out}/c.parquet", ("c.parquet",)),
+    "convert-csv": ("convert {in}/chat.jsonl --out {out}/c.csv", ("c.csv",)),
+    "generate": ("generate chat -n 3000 --out {out}/g.parquet", ("g.parquet",)),
+    "simulate": ("simulate {in}/chat.parquet " + " ".join(MODEL) + " --out {out}/s.parquet "
+                 "--steps-out {out}/steps.parquet -o {out}/s.txt",
+                 ("s.parquet", "s.txt", "steps.parquet")),
+}
+SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP}
+
+
+def _signal_when_writing(args: list[str], out_dir: Path, signum: int,
+                         delay_s: float | None) -> tuple[int, bytes, bytes] | None:
+    """Run; signal the process after `delay_s`, or (None) as soon as a temporary file appears
+    in `out_dir`: its (exit, stdout, stderr), or None when it finished first."""
+    proc = _start(args)
+    deadline = time.monotonic() + (TIMEOUT_S if delay_s is None else delay_s)
+    while proc.poll() is None and time.monotonic() < deadline:
+        if delay_s is None and any(p.name.startswith(".") for p in out_dir.iterdir()):
+            break
+        time.sleep(0.005)
+    if proc.poll() is not None:
+        _finish(proc)
+        return None
+    proc.send_signal(signum)
+    run = _finish(proc)
+    return None if run[0] == 0 else run  # the signal came once it had finished
+
+
+@pytest.mark.parametrize("name", SIGNALS.keys())
+@pytest.mark.parametrize(("command", "outputs"), SIGNALLED.values(), ids=SIGNALLED.keys())
+def test_sigterm_and_sighup_exit_128_plus_the_signal_and_leave_nothing(
+        inputs: Path, tmp_path: Path, command: str, outputs: tuple[str, ...],
+        name: str) -> None:
+    """The signal comes while a temporary file is being written (else, after a delay)."""
+    signum = SIGNALS[name]
+    for attempt, delay_s in enumerate((None, None, 0.8, 0.4)):
+        out_dir = tmp_path / str(attempt)
+        out_dir.mkdir()
+        args = command.format(**{"in": inputs, "out": out_dir}).split()
+        run = _signal_when_writing(args, out_dir, signum, delay_s)
+        if run is None:
+            continue  # finished before the signal: again
+        code, out, err = run
+        assert code == 128 + signum, f"{command}: exit {code}\n{err.decode()}"
+        assert (out, err) == (b"", b""), err.decode()
+        left = sorted(p.name for p in out_dir.iterdir())
+        # Nothing, or (the signal came as the command was ending) every output, whole.
+        assert left in ([], sorted(outputs)), f"{command}: left {left}"
+        return
+    pytest.fail(f"{command}: finished before every {name}; make its input larger")
+
+
+def _group_alive(pgid: int, wait_s: float = 10.0) -> list[int]:
+    """Live (not zombie) processes of a process group, once `wait_s` has let them end."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        members = []
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = (Path("/proc") / entry / "stat").read_text()
+            except OSError:
+                continue
+            state, _ppid, group = stat.rsplit(")", 1)[1].split()[:3]
+            if int(group) == pgid and state != "Z":
+                members.append(int(entry))
+        if not members or time.monotonic() > deadline:
+            return members
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("name", SIGNALS.keys())
+def test_a_signal_to_the_whole_group_stops_the_workers_quietly(inputs: Path, tmp_path: Path,
+                                                              name: str) -> None:
+    """`--jobs 2`: the workers and multiprocessing's resource tracker get the signal too (a
+    closed terminal's SIGHUP, `kill -TERM -PGID`); none of them prints or is left."""
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("no /proc to list the process group")
+    signum = SIGNALS[name]
+    args = ["replay", str(inputs / "chat.parquet"), "--scope", "instance", "--instances", "4",
+            "--capacity", "1Mtok", "--jobs", "2", "-o", str(tmp_path / "r.txt")]
+    for delay_s in (2.0, 1.0, 0.5):
+        proc = _start(args)
+        time.sleep(delay_s)
+        if proc.poll() is not None:
+            _finish(proc)
+            continue
+        os.killpg(proc.pid, signum)
+        code, out, err = _finish(proc)
+        if code == 0:
+            (tmp_path / "r.txt").unlink()
+            continue  # the signal came once it had finished
+        assert code == 128 + signum, err.decode()
+        assert (out, err) == (b"", b""), err.decode()
+        assert list(tmp_path.iterdir()) == []
+        assert _group_alive(proc.pid) == [], "processes left behind"
+        return
+    pytest.fail("the replay finished before every signal; make its input larger")

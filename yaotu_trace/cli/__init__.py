@@ -33,12 +33,16 @@ def _register_commands(args: list[str] | None = None) -> None:
         importlib.import_module(f"yaotu_trace.cli.{name}")
 
 
+# Exit codes of a run a signal ended: no --stats line after them.
+SIGNAL_CODES = frozenset({ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.TERMINATED})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run `trace`; map every outcome to a documented exit code (never a traceback).
 
     NOTE: the command runs with click's standalone mode off, so that this function is the one
-    place where errors become exit codes (usage errors keep click's 2, Ctrl-C becomes 130).
-    `--debug` adds the traceback on stderr and keeps the exit code.
+    place where errors become exit codes (usage errors keep click's 2, Ctrl-C becomes 130,
+    SIGTERM 143, SIGHUP 129). `--debug` adds the traceback on stderr and keeps the exit code.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
@@ -48,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started_s = time.perf_counter()
         code = _run(args, debug)
-        if stats and code != ExitCode.INTERRUPTED:
+        if stats and code not in SIGNAL_CODES:
             sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
     except KeyboardInterrupt:
-        code = int(ExitCode.INTERRUPTED)
+        code = interrupts.exit_code()
     finally:
         interrupts.restore(previous)
     return code
@@ -83,13 +87,13 @@ def _run(args: list[str], debug: bool) -> int:
         return int(err.exit_code)
     except KeyboardInterrupt:
         _show_traceback(debug)
-        return int(ExitCode.INTERRUPTED)
+        return interrupts.exit_code()
     except BrokenPipeError:
         return int(ExitCode.OK)
     except Exception as exc:
         _show_traceback(debug)
         if _interrupted(exc):
-            return int(ExitCode.INTERRUPTED)
+            return interrupts.exit_code()
         if _is_click_error(exc):
             sys.stderr.write(_usage_line(exc) + "\n")
             return int(ExitCode.USAGE)
@@ -143,12 +147,14 @@ def _invoke(args: list[str]) -> int:
 
     _register_commands(args)
     command = typer.main.get_command(app)
-    # Outside standalone mode typer returns an Exit's code (130 for a KeyboardInterrupt) and
-    # re-raises Abort (end of input at a prompt).
+    # Outside standalone mode typer returns an Exit's code (130 for a KeyboardInterrupt, which
+    # SIGTERM and SIGHUP raise too) and re-raises Abort (end of input at a prompt).
     try:
         result = command.main(args=args, prog_name="trace", standalone_mode=False)
     except typer.Abort as exc:
         raise KeyboardInterrupt from exc
+    if result == ExitCode.INTERRUPTED:
+        return interrupts.exit_code()
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
 
 
@@ -182,7 +188,7 @@ def run() -> None:
         code = main()
         interrupts.ignore()
     except KeyboardInterrupt:
-        code = int(ExitCode.INTERRUPTED)
+        code = interrupts.exit_code()
         interrupts.ignore()
     # NOTE: CPython remembers a KeyboardInterrupt that left code run by exec() or eval() of a
     # string (dataclasses and numba make functions that way), even one caught later, and at exit

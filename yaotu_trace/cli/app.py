@@ -229,5 +229,5 @@ def _root(
     option value that cannot be honoured); 3 input error (a trace, telemetry, check or scenario
     file that cannot be used, or an output that cannot be written or would replace an input);
     4 internal error; 5 an output failed while being written (a full disk, the file-size
-    limit); 130 interrupted.
+    limit); 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
     """
