@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     # 128 + the signal, as a shell reports a command the signal stopped
     HANGUP = 129
     INTERRUPTED = 130
+    BROKEN_PIPE = 141
     TERMINATED = 143
 
 

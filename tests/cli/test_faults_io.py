@@ -1,4 +1,5 @@
-"""Faults of the machine around a run: a full disk or file-size limit, SIGTERM and SIGHUP.
+"""Faults of the machine around a run: a full disk or file-size limit, SIGTERM and SIGHUP,
+closed or odd streams.
 
 Each case runs `python -m yaotu_trace ...` as a real process (bounded by a timeout, and killed
 with its process group when it outlives it) and checks the exit code, the one line on stderr
@@ -296,3 +297,66 @@ def test_a_signal_to_the_whole_group_stops_the_workers_quietly(inputs: Path, tmp
         assert _group_alive(proc.pid) == [], "processes left behind"
         return
     pytest.fail("the replay finished before every signal; make its input larger")
+
+
+# ---------------------------------------------------------------- streams
+
+
+def _close_stdout() -> None:
+    os.close(1)
+
+
+def test_a_closed_stdout_is_one_line_and_exit_5(tmp_path: Path) -> None:
+    trace = str(SAMPLES / "diag-burst.parquet")
+    code, _, err = _trace(["analyze", trace], preexec_fn=_close_stdout)
+    assert code == ExitCode.IO, err.decode()
+    assert err.decode() == ("error: stdout: is closed, so the report has nowhere to go; "
+                            "redirect it (> report.txt) or pass -o FILE\n")
+    # a command whose outputs are files does not need stdout
+    code, _, err = _trace(["analyze", trace, "-o", str(tmp_path / "a.txt")],
+                          preexec_fn=_close_stdout)
+    assert code == 0, err.decode()
+    assert (tmp_path / "a.txt").read_text().startswith("yaotu-trace analyze")
+
+
+@pytest.mark.parametrize("args", [
+    ["analyze", "{in}/diag-burst.parquet", "-f", "json"],
+    ["check", "{in}/diag-burst.parquet", "--config", "{tmp}/failing.toml"],  # 1 if read whole
+    ["--help"],
+], ids=["analyze", "check", "help"])
+def test_a_reader_that_closes_the_pipe_is_exit_141_and_quiet(tmp_path: Path,
+                                                             args: list[str]) -> None:
+    (tmp_path / "failing.toml").write_text(
+        '[[check]]\npath = "prefix_reuse.hit_ratio"\nop = ">="\nvalue = 2.0\n')
+    proc = _start([a.format(**{"in": SAMPLES, "tmp": tmp_path}) for a in args])
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader leaves before the report is written (`| true`)
+    code, _, err = _finish(proc)
+    assert (code, err) == (ExitCode.BROKEN_PIPE, b""), err.decode()
+
+
+def test_an_ascii_stdout_gets_ascii_stand_ins_not_a_crash(tmp_path: Path) -> None:
+    named = tmp_path / "tést.parquet"
+    named.write_bytes((SAMPLES / "chat.parquet").read_bytes())
+    ascii_env = {"PYTHONIOENCODING": "ascii"}
+    code, out, err = _trace(["analyze", str(named), "--charts"], env=ascii_env)
+    assert code == 0, err.decode()
+    text = out.decode("ascii")  # every byte is ASCII
+    assert "t\\xe9st.parquet" in text and "x mean)" in text, text[:2000]
+    code, out, err = _trace(["analyze", str(tmp_path / "nope-é.jsonl")], env=ascii_env)
+    assert code == ExitCode.INPUT
+    assert err.decode("ascii").startswith(f"error: {tmp_path}/nope-\\xe9.jsonl: no such file")
+
+
+def _stand_in(text: str) -> str:
+    """What an ASCII stream writes for `text`."""
+    from yaotu_trace.cli import streams
+
+    return text.encode("ascii", streams.FALLBACK).decode("ascii")
+
+
+def test_ascii_stand_ins_for_the_reports_symbols() -> None:
+    assert _stand_in("8.23× mean") == "8.23x mean"
+    assert _stand_in("─┼│ 5 → 6 ≥ 2 −1") == "-+| 5 -> 6 >= 2 -1"
+    assert _stand_in("résumé.jsonl") == "r\\xe9sum\\xe9.jsonl"
+

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 import time
 
-# NOTE: only the Ctrl-C handler and the exit codes are imported here (they need `signal` and
-# `enum`); everything else, typer (with click and rich) above all, is imported once `run` has
-# installed the handler, so that a Ctrl-C while they load is exit 130, without a traceback.
-from yaotu_trace.cli import interrupts
+# NOTE: only the Ctrl-C handler, the standard streams' set-up and the exit codes are imported
+# here (they need `signal`, `io` and `enum`); everything else, typer (with click and rich) above
+# all, is imported once `run` has installed the handler, so that a Ctrl-C while they load is
+# exit 130, without a traceback.
+from yaotu_trace.cli import interrupts, streams
 from yaotu_trace.errors import ExitCode, YaotuError
 
 # One module per command; each registers itself on `app` when imported.
@@ -33,8 +34,9 @@ def _register_commands(args: list[str] | None = None) -> None:
         importlib.import_module(f"yaotu_trace.cli.{name}")
 
 
-# Exit codes of a run a signal ended: no --stats line after them.
-SIGNAL_CODES = frozenset({ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.TERMINATED})
+# Exit codes of a run a signal (or a closed pipe) ended: no --stats line after them.
+SIGNAL_CODES = frozenset({ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE,
+                          ExitCode.TERMINATED})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
     NOTE: the command runs with click's standalone mode off, so that this function is the one
     place where errors become exit codes (usage errors keep click's 2, Ctrl-C becomes 130,
-    SIGTERM 143, SIGHUP 129). `--debug` adds the traceback on stderr and keeps the exit code.
+    SIGTERM 143, SIGHUP 129, a reader that closed stdout 141). `--debug` adds the traceback on
+    stderr and keeps the exit code.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
@@ -56,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
     except KeyboardInterrupt:
         code = interrupts.exit_code()
+    except BrokenPipeError:  # stderr's reader left too: nothing more can be said
+        code = int(ExitCode.BROKEN_PIPE)
     finally:
         interrupts.restore(previous)
     return code
@@ -89,7 +94,10 @@ def _run(args: list[str], debug: bool) -> int:
         _show_traceback(debug)
         return interrupts.exit_code()
     except BrokenPipeError:
-        return int(ExitCode.OK)
+        # The reader of stdout left (`| head -1`): quiet, and 141 as SIGPIPE would end the
+        # run, so that `set -o pipefail` sees a report that was not read whole.
+        _show_traceback(debug)
+        return int(ExitCode.BROKEN_PIPE)
     except Exception as exc:
         _show_traceback(debug)
         if _interrupted(exc):
@@ -148,11 +156,16 @@ def _invoke(args: list[str]) -> int:
     _register_commands(args)
     command = typer.main.get_command(app)
     # Outside standalone mode typer returns an Exit's code (130 for a KeyboardInterrupt, which
-    # SIGTERM and SIGHUP raise too) and re-raises Abort (end of input at a prompt).
+    # SIGTERM and SIGHUP raise too) and re-raises Abort (end of input at a prompt); a broken pipe
+    # it turns into exit 1 (a failed check's code), so its cause is raised again here.
     try:
         result = command.main(args=args, prog_name="trace", standalone_mode=False)
     except typer.Abort as exc:
         raise KeyboardInterrupt from exc
+    except SystemExit as exc:
+        if isinstance(exc.__context__, BrokenPipeError):
+            raise exc.__context__ from None
+        raise
     if result == ExitCode.INTERRUPTED:
         return interrupts.exit_code()
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
@@ -185,11 +198,14 @@ def run() -> None:
     """Console-script entry point: the exit code of `main`, and a quiet interpreter shutdown."""
     interrupts.install()
     try:
+        streams.prepare()
         code = main()
         interrupts.ignore()
     except KeyboardInterrupt:
         code = interrupts.exit_code()
         interrupts.ignore()
+    if code == ExitCode.BROKEN_PIPE:
+        streams.discard_output()
     # NOTE: CPython remembers a KeyboardInterrupt that left code run by exec() or eval() of a
     # string (dataclasses and numba make functions that way), even one caught later, and at exit
     # kills the process with SIGINT instead of returning this code. Running such code once more

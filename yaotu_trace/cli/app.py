@@ -228,6 +228,6 @@ def _root(
     Exit codes: 0 report produced; 1 a check failed; 2 usage error (unknown option, or an
     option value that cannot be honoured); 3 input error (a trace, telemetry, check or scenario
     file that cannot be used, or an output that cannot be written or would replace an input);
-    4 internal error; 5 an output failed while being written (a full disk, the file-size
-    limit); 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
+    4 internal error; 5 an output failed while being written (a full disk, the file-size limit,
+    a closed stdout); 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; 141 the reader of stdout left.
     """
