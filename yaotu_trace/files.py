@@ -13,7 +13,8 @@ once the block has succeeded, so a command with two outputs writes both or neith
 error or Ctrl-C leaves no output and no temporary file behind; scratch files written on the way
 are not held back. `check_outputs` runs before any work: every output is writable, no two outputs
 name the same file, and no output is one of the inputs (by device and inode, so `./x`, an
-absolute path, a hard link and a symlink are all recognised).
+absolute path, a hard link and a symlink are all recognised); `check_inputs` refuses an input
+that can be read only once (a named pipe) where it is read more than once.
 
 A write that the machine refuses (a full disk or quota, the file-size limit, a failing device, a
 closed stdout) is a `WriteError` (exit 5) naming the output and the bytes it needed
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from yaotu_trace.errors import OutputError, WriteError
+from yaotu_trace.errors import OutputError, TraceReadError, WriteError
 
 STDOUT = Path("-")
 # What a write fails with when the machine has no room for it: exit 5 wherever it happens.
@@ -150,6 +151,33 @@ def check_outputs(outputs: Mapping[str, Path | None], inputs: InputPaths) -> dic
         _probe_writable(target, flag)
         targets[flag] = target
     return targets
+
+
+def check_inputs(inputs: InputPaths, read_once: Iterable[str] = ()) -> None:
+    """Refuse, before any work, an input that is not a file or folder (a named pipe, a process
+    substitution, a device): a trace is read more than once (its format is sniffed from its
+    first bytes, then it is read; Parquet is read by seeking), which such a stream cannot give.
+    The options in `read_once` are read whole in one go, and may be streams.
+    """
+    allowed = set(read_once)
+    for label, value in inputs.items():
+        paths = [] if value is None else [value] if isinstance(value, Path) else list(value)
+        for path in paths:
+            if label in allowed or str(path) == "-":
+                continue
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                continue  # missing: the reader names it
+            if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                continue
+            if stat.S_ISFIFO(mode):
+                raise TraceReadError(f"{path}: is a named pipe (or a process substitution), "
+                                     f"which can be read only once, and {label} is read more "
+                                     "than once; save it to a file first and give that file")
+            kind = "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise TraceReadError(f"{path}: is {kind}, not a file, and {label} is read as a file "
+                                 "(more than once); save it to a file first and give that file")
 
 
 def _probe_writable(target: Target, flag: str) -> None:

@@ -1,5 +1,5 @@
 """Faults of the machine around a run: a full disk or file-size limit, SIGTERM and SIGHUP,
-closed or odd streams.
+closed or odd streams, a trace given as a named pipe.
 
 Each case runs `python -m yaotu_trace ...` as a real process (bounded by a timeout, and killed
 with its process group when it outlives it) and checks the exit code, the one line on stderr
@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -333,6 +334,43 @@ def test_a_reader_that_closes_the_pipe_is_exit_141_and_quiet(tmp_path: Path,
     proc.stdout.close()  # the reader leaves before the report is written (`| true`)
     code, _, err = _finish(proc)
     assert (code, err) == (ExitCode.BROKEN_PIPE, b""), err.decode()
+
+
+def test_a_trace_given_as_a_named_pipe_is_refused_in_one_line(tmp_path: Path) -> None:
+    for name in ("p.parquet", "p.jsonl"):
+        fifo = tmp_path / name
+        os.mkfifo(fifo)
+        code, _, err = _trace(["analyze", str(fifo)])
+        assert code == ExitCode.INPUT, err.decode()
+        assert err.decode() == (
+            f"error: {fifo}: is a named pipe (or a process substitution), which can be read "
+            "only once, and TRACE is read more than once; save it to a file first and give "
+            "that file\n")
+    code, _, err = _trace(["diagnose", str(SAMPLES / "diag-burst.parquet"), "--steps",
+                           str(tmp_path / "p.parquet")])
+    assert code == ExitCode.INPUT and "and --steps is read more than once" in err.decode()
+
+
+def _feed(fifo: Path, text: str) -> threading.Thread:
+    def write() -> None:
+        with fifo.open("w") as fh:
+            fh.write(text)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return writer
+
+
+def test_a_check_file_may_be_a_named_pipe(tmp_path: Path) -> None:
+    """`--config <(...)`: read once, whole, so a stream is fine."""
+    fifo = tmp_path / "checks.toml"
+    os.mkfifo(fifo)
+    writer = _feed(fifo, '[[check]]\npath = "prefix_reuse.hit_ratio"\nop = ">="\nvalue = 0\n')
+    code, out, err = _trace(["check", str(SAMPLES / "diag-burst.parquet"), "--config",
+                             str(fifo)])
+    writer.join(timeout=10)
+    assert code == 0, err.decode()
+    assert b"1 passed" in out
 
 
 def test_an_ascii_stdout_gets_ascii_stand_ins_not_a_crash(tmp_path: Path) -> None:

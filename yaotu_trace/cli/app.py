@@ -15,6 +15,7 @@ from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import (
     STDOUT,
     all_or_nothing,
+    check_inputs,
     check_outputs,
     defer,
     replace_atomically,
@@ -162,6 +163,10 @@ OUTPUT_OPTIONS = {"output": "-o", "out": "--out", "steps_out": "--steps-out",
                   "metrics_out": "--metrics-out",
                   "junit": "--junit", "markdown": "--markdown"}
 
+# Inputs read whole in one go, which may be a named pipe or a process substitution
+# (`--config <(...)`); every other input is read more than once and must be a file.
+READ_ONCE_INPUTS = ("--config", "--baseline")
+
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
@@ -169,8 +174,9 @@ def command(arguments: dict[str, str] | None = None,
             **settings: Any) -> Callable[[Command], Command]:
     """Register a `trace` command whose files are checked before any of its work.
 
-    Every output must be writable and none may name an input (by device and inode), whatever
-    the command; the outputs are then published together when the command succeeds, so an
+    Every input must be a file or folder (a named pipe only where it is read once), every output
+    must be writable and none may name an input (by device and inode), whatever the command;
+    the outputs are then published together when the command succeeds, so an
     error or Ctrl-C leaves none of them (see `yaotu_trace.files`). `arguments` names the
     positional inputs other than TRACE in the messages (`{"before": "BEFORE"}`).
     """
@@ -178,6 +184,7 @@ def command(arguments: dict[str, str] | None = None,
         @functools.wraps(function)
         def checked(**params: Any) -> Any:
             outputs, inputs = paths_of(params, arguments or {})
+            check_inputs(inputs, READ_ONCE_INPUTS)
             targets = check_outputs(outputs, inputs)
             with all_or_nothing(targets.values()):
                 return function(**params)
