@@ -13,7 +13,12 @@ class ExitCode(IntEnum):
     USAGE = 2
     INPUT = 3
     INTERNAL = 4
+    IO = 5
+    # 128 + the signal, as a shell reports a command the signal stopped
+    HANGUP = 129
     INTERRUPTED = 130
+    BROKEN_PIPE = 141
+    TERMINATED = 143
 
 
 class YaotuError(Exception):
@@ -46,6 +51,17 @@ class ConfigFileError(YaotuError):
 
 class OutputError(YaotuError):
     """An output cannot be written: its folder is missing or read-only, or it names an input."""
+
+
+class WriteError(OutputError):
+    """Writing an output failed on the way, and the machine is the cause: the disk or quota is
+    full, the file-size limit is reached, the device failed, or stdout is closed.
+
+    Exit 5 rather than 3: the same command succeeds once the machine has room, so a script (or
+    CI) can tell it from a file or path that has to be fixed.
+    """
+
+    exit_code = ExitCode.IO
 
 
 class ResourceLimitError(YaotuError):

@@ -13,12 +13,18 @@ once the block has succeeded, so a command with two outputs writes both or neith
 error or Ctrl-C leaves no output and no temporary file behind; scratch files written on the way
 are not held back. `check_outputs` runs before any work: every output is writable, no two outputs
 name the same file, and no output is one of the inputs (by device and inode, so `./x`, an
-absolute path, a hard link and a symlink are all recognised).
+absolute path, a hard link and a symlink are all recognised); `check_inputs` refuses an input
+that can be read only once (a named pipe) where it is read more than once.
+
+A write that the machine refuses (a full disk or quota, the file-size limit, a failing device, a
+closed stdout) is a `WriteError` (exit 5) naming the output and the bytes it needed
+(`write_error`); the temporary file is removed first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -32,9 +38,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from yaotu_trace.errors import OutputError
+from yaotu_trace.errors import OutputError, TraceReadError, WriteError
 
 STDOUT = Path("-")
+# What a write fails with when the machine has no room for it: exit 5 wherever it happens.
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# The signals `trace` turns into a clean exit (cli/interrupts.py): held while outputs publish.
+CLEANUP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 class TargetKind(StrEnum):
@@ -143,6 +153,33 @@ def check_outputs(outputs: Mapping[str, Path | None], inputs: InputPaths) -> dic
     return targets
 
 
+def check_inputs(inputs: InputPaths, read_once: Iterable[str] = ()) -> None:
+    """Refuse, before any work, an input that is not a file or folder (a named pipe, a process
+    substitution, a device): a trace is read more than once (its format is sniffed from its
+    first bytes, then it is read; Parquet is read by seeking), which such a stream cannot give.
+    The options in `read_once` are read whole in one go, and may be streams.
+    """
+    allowed = set(read_once)
+    for label, value in inputs.items():
+        paths = [] if value is None else [value] if isinstance(value, Path) else list(value)
+        for path in paths:
+            if label in allowed or str(path) == "-":
+                continue
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                continue  # missing: the reader names it
+            if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                continue
+            if stat.S_ISFIFO(mode):
+                raise TraceReadError(f"{path}: is a named pipe (or a process substitution), "
+                                     f"which can be read only once, and {label} is read more "
+                                     "than once; save it to a file first and give that file")
+            kind = "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise TraceReadError(f"{path}: is {kind}, not a file, and {label} is read as a file "
+                                 "(more than once); save it to a file first and give that file")
+
+
 def _probe_writable(target: Target, flag: str) -> None:
     """Fail now, not after the work, when an output could not be written."""
     where = target.describe(flag)
@@ -153,6 +190,8 @@ def _probe_writable(target: Target, flag: str) -> None:
     try:
         fd, name = tempfile.mkstemp(prefix=f".{target.path.name}.", dir=target.path.parent)
     except OSError as exc:
+        if exc.errno in NO_ROOM_ERRNOS:
+            raise write_error(where, exc, folder=target.path.parent) from exc
         raise OutputError(f"{where}: cannot write in '{target.path.parent}' "
                           f"({exc.strerror or exc}); pick another path") from exc
     os.close(fd)
@@ -167,7 +206,7 @@ class _Batch:
     pending: list[tuple[Callable[[], None], Callable[[], None]]] = field(default_factory=list)
 
     def publish(self) -> None:
-        with _sigint_held():
+        with _signals_held():
             try:
                 while self.pending:
                     publish, _discard = self.pending.pop(0)
@@ -215,23 +254,26 @@ def defer(publish: Callable[[], None], discard: Callable[[], None] = lambda: Non
 
 
 @contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Hold Ctrl-C while outputs are published, so it cannot fall between two of them."""
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C (and SIGTERM, SIGHUP) while outputs are published, so that it cannot fall
+    between two of them."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_BLOCK, CLEANUP_SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, CLEANUP_SIGNALS)
 
 
-def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
+def replace_atomically(path: Path, write: Callable[[Path], None], *,
+                       size_bytes: int | None = None) -> None:
     """Let `write` fill a temporary file, then publish it at `path` (see the module docstring).
 
     The result has the permissions `open()` would give (mkstemp creates 0600), and a failed or
-    interrupted write leaves nothing behind.
+    interrupted write leaves nothing behind. `size_bytes`, when the caller knows it, is what a
+    full disk's error says the output needs.
     """
     target = resolve_target(path)
     folder = target.path.parent if target.kind is TargetKind.FILE else None
@@ -239,6 +281,8 @@ def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
     try:
         fd, name = tempfile.mkstemp(prefix=prefix, dir=folder)
     except OSError as exc:
+        if exc.errno in NO_ROOM_ERRNOS:
+            raise _spool_error(target, exc, folder, size_bytes, None) from exc
         raise OutputError(f"{path}: cannot be written ({exc.strerror or exc}); pick another "
                           "path") from exc
     os.close(fd)
@@ -248,10 +292,38 @@ def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
+    except OSError as exc:
+        written = _size_of(tmp)
+        tmp.unlink(missing_ok=True)
+        if exc.errno in NO_ROOM_ERRNOS:
+            raise _spool_error(target, exc, folder, size_bytes, written) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     defer(lambda: _publish(target, tmp), lambda: tmp.unlink(missing_ok=True), target.path)
+
+
+def _size_of(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _name(target: Target) -> str:
+    return "stdout" if target.kind is TargetKind.STDOUT else str(target.given)
+
+
+def _spool_error(target: Target, exc: OSError, folder: Path | None, needed_bytes: int | None,
+                 written_bytes: int | None) -> OutputError:
+    """A write error of the temporary file that holds an output until it is whole."""
+    if folder is not None:
+        return write_error(_name(target), exc, folder=folder, needed_bytes=needed_bytes,
+                           written_bytes=written_bytes)
+    spool = Path(tempfile.gettempdir())
+    return write_error(f"{_name(target)} (held in '{spool}' until whole; TMPDIR moves it)", exc,
+                       folder=spool, needed_bytes=needed_bytes, written_bytes=written_bytes)
 
 
 def _publish(target: Target, tmp: Path) -> None:
@@ -269,7 +341,68 @@ def _publish(target: Target, tmp: Path) -> None:
     except BrokenPipeError:
         raise
     except OSError as exc:
-        raise OutputError(f"{target.given}: cannot be written ({exc.strerror or exc}); pick "
-                          "another path") from exc
+        raise write_error(_name(target), exc, needed_bytes=_size_of(tmp)) from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_error(where: str, exc: OSError, *, folder: Path | None = None,
+                needed_bytes: int | None = None, written_bytes: int | None = None
+                ) -> OutputError:
+    """The one line for an output that could not be written: a `WriteError` (exit 5) when the
+    machine refused it (no room, a failing device, a closed stream), else an `OutputError`.
+
+    `needed_bytes` is the whole output's size when known, `written_bytes` how much of it was
+    written when the write failed; `folder` is where its free space is read.
+    """
+    needs = _needs(needed_bytes, written_bytes)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "no space left on the disk" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+        free = _free_bytes(folder)
+        room = "" if free is None else f"; '{folder}' has {free:,} bytes free"
+        return WriteError(f"{where}: {what}{': ' + needs if needs else ''}{room}; free some "
+                          "space, or write it to another disk")
+    if exc.errno == errno.EFBIG:
+        limit = _file_size_limit()
+        if limit is not None:
+            if needed_bytes is None:
+                needs = f"it needs more than {limit:,} bytes"
+            return WriteError(f"{where}: file too large: {needs}, and the file-size limit (ulimit "
+                              f"-f) is {limit:,} bytes; raise it (ulimit -f unlimited) and run "
+                              "again")
+        return WriteError(f"{where}: file too large for its filesystem"
+                          f"{': ' + needs if needs else ''}; write it to another disk")
+    if exc.errno == errno.EBADF:
+        return WriteError(f"{where}: is closed, so the report has nowhere to go; redirect it "
+                          "(> report.txt) or pass -o FILE")
+    if exc.errno == errno.EIO:
+        return WriteError(f"{where}: the device failed while it was written (Input/output "
+                          "error); check the disk and run again, or pick another path")
+    return OutputError(f"{where}: cannot be written ({exc.strerror or exc}); pick another path")
+
+
+def _needs(needed_bytes: int | None, written_bytes: int | None) -> str:
+    if needed_bytes is not None:
+        return f"it needs {needed_bytes:,} bytes"
+    if written_bytes:
+        return f"it needs more than the {written_bytes:,} bytes written"
+    return ""
+
+
+def _free_bytes(folder: Path | None) -> int | None:
+    """Bytes free to this user in `folder`'s filesystem (None when it cannot be read)."""
+    if folder is None:
+        return None
+    try:
+        vfs = os.statvfs(folder)
+    except OSError:
+        return None
+    return vfs.f_bavail * vfs.f_frsize
+
+
+def _file_size_limit() -> int | None:
+    """This process's file-size limit in bytes (`ulimit -f`), or None when there is none."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft

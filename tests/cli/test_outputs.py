@@ -212,10 +212,10 @@ def test_a_fifo_is_written_directly_and_stays_a_fifo(work: Path) -> None:
     assert fifo.is_fifo()
 
 
-def test_a_full_disk_is_an_input_error_not_a_crash(work: Path) -> None:
+def test_a_full_disk_is_a_write_error_not_a_crash(work: Path) -> None:
     with open("/dev/full", "wb") as full:
         done = _cli(["analyze", T], work, stdout=full)
-    assert done.returncode == ExitCode.INPUT
-    assert done.stderr.decode().startswith("error: stdout: cannot write the report")
+    assert done.returncode == ExitCode.IO
+    assert done.stderr.decode().startswith("error: stdout: no space left on the disk: it needs ")
     done = _cli(["analyze", T, "-o", "/dev/full"], work)
-    assert done.returncode == ExitCode.INPUT and b"No space left" in done.stderr
+    assert done.returncode == ExitCode.IO and b"/dev/full: no space left" in done.stderr

@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 import time
 
-# NOTE: only the Ctrl-C handler and the exit codes are imported here (they need `signal` and
-# `enum`); everything else, typer (with click and rich) above all, is imported once `run` has
-# installed the handler, so that a Ctrl-C while they load is exit 130, without a traceback.
+# NOTE: only the Ctrl-C handler, the standard streams' set-up and the exit codes are imported
+# here (they need `signal`, `io` and `enum`); everything else, typer (with click and rich) above
+# all, is imported once `run` has installed the handler, so that a Ctrl-C while they load is
+# exit 130, without a traceback.
 from yaotu_trace._visible import visible
-from yaotu_trace.cli import interrupts
+from yaotu_trace.cli import interrupts, streams
 from yaotu_trace.errors import ExitCode, YaotuError
 
 # One module per command; each registers itself on `app` when imported.
@@ -34,12 +35,18 @@ def _register_commands(args: list[str] | None = None) -> None:
         importlib.import_module(f"yaotu_trace.cli.{name}")
 
 
+# Exit codes of a run a signal (or a closed pipe) ended: no --stats line after them.
+SIGNAL_CODES = frozenset({ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE,
+                          ExitCode.TERMINATED})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run `trace`; map every outcome to a documented exit code (never a traceback).
 
     NOTE: the command runs with click's standalone mode off, so that this function is the one
-    place where errors become exit codes (usage errors keep click's 2, Ctrl-C becomes 130).
-    `--debug` adds the traceback on stderr and keeps the exit code.
+    place where errors become exit codes (usage errors keep click's 2, Ctrl-C becomes 130,
+    SIGTERM 143, SIGHUP 129, a reader that closed stdout 141). `--debug` adds the traceback on
+    stderr and keeps the exit code.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
@@ -49,10 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started_s = time.perf_counter()
         code = _run(args, debug)
-        if stats and code != ExitCode.INTERRUPTED:
+        if stats and code not in SIGNAL_CODES:
             sys.stderr.write(run_stats(time.perf_counter() - started_s) + "\n")
     except KeyboardInterrupt:
-        code = int(ExitCode.INTERRUPTED)
+        code = interrupts.exit_code()
+    except BrokenPipeError:  # stderr's reader left too: nothing more can be said
+        code = int(ExitCode.BROKEN_PIPE)
     finally:
         interrupts.restore(previous)
     return code
@@ -84,16 +93,23 @@ def _run(args: list[str], debug: bool) -> int:
         return int(err.exit_code)
     except KeyboardInterrupt:
         _show_traceback(debug)
-        return int(ExitCode.INTERRUPTED)
+        return interrupts.exit_code()
     except BrokenPipeError:
-        return int(ExitCode.OK)
+        # The reader of stdout left (`| head -1`): quiet, and 141 as SIGPIPE would end the
+        # run, so that `set -o pipefail` sees a report that was not read whole.
+        _show_traceback(debug)
+        return int(ExitCode.BROKEN_PIPE)
     except Exception as exc:
         _show_traceback(debug)
         if _interrupted(exc):
-            return int(ExitCode.INTERRUPTED)
+            return interrupts.exit_code()
         if _is_click_error(exc):
             sys.stderr.write(_usage_line(exc) + "\n")
             return int(ExitCode.USAGE)
+        no_room = _no_room(exc)
+        if no_room is not None:
+            sys.stderr.write(f"error: {visible(str(no_room), one_line=True)}\n")
+            return int(no_room.exit_code)
         first_line = visible(str(exc).splitlines()[0]) if str(exc) else ""
         sys.stderr.write(
             f"internal error: {type(exc).__name__}: {first_line} "
@@ -115,6 +131,22 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+def _no_room(exc: BaseException) -> YaotuError | None:
+    """A full disk or file-size limit met by a file that is not an output (numba's compile
+    cache, a scratch folder): the user's situation, not a bug; its error, or None."""
+    from yaotu_trace.files import NO_ROOM_ERRNOS, write_error
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, OSError) and cause.errno in NO_ROOM_ERRNOS:
+            where = cause.filename or "a working file of the run (a cache or scratch file)"
+            return write_error(str(where), cause)
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _invoke(args: list[str]) -> int:
     """Import and run the command: its exit code."""
     import typer
@@ -124,12 +156,19 @@ def _invoke(args: list[str]) -> int:
 
     _register_commands(args)
     command = typer.main.get_command(app)
-    # Outside standalone mode typer returns an Exit's code (130 for a KeyboardInterrupt) and
-    # re-raises Abort (end of input at a prompt).
+    # Outside standalone mode typer returns an Exit's code (130 for a KeyboardInterrupt, which
+    # SIGTERM and SIGHUP raise too) and re-raises Abort (end of input at a prompt); a broken pipe
+    # it turns into exit 1 (a failed check's code), so its cause is raised again here.
     try:
         result = command.main(args=args, prog_name="trace", standalone_mode=False)
     except typer.Abort as exc:
         raise KeyboardInterrupt from exc
+    except SystemExit as exc:
+        if isinstance(exc.__context__, BrokenPipeError):
+            raise exc.__context__ from None
+        raise
+    if result == ExitCode.INTERRUPTED:
+        return interrupts.exit_code()
     return int(result) if isinstance(result, int) else int(ExitCode.OK)
 
 
@@ -160,11 +199,14 @@ def run() -> None:
     """Console-script entry point: the exit code of `main`, and a quiet interpreter shutdown."""
     interrupts.install()
     try:
+        streams.prepare()
         code = main()
         interrupts.ignore()
     except KeyboardInterrupt:
-        code = int(ExitCode.INTERRUPTED)
+        code = interrupts.exit_code()
         interrupts.ignore()
+    if code == ExitCode.BROKEN_PIPE:
+        streams.discard_output()
     # NOTE: CPython remembers a KeyboardInterrupt that left code run by exec() or eval() of a
     # string (dataclasses and numba make functions that way), even one caught later, and at exit
     # kills the process with SIGINT instead of returning this code. Running such code once more

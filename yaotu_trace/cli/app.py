@@ -11,8 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from yaotu_trace.errors import ConfigError, OutputError
-from yaotu_trace.files import STDOUT, all_or_nothing, check_outputs, defer, replace_atomically
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.files import (
+    STDOUT,
+    all_or_nothing,
+    check_inputs,
+    check_outputs,
+    defer,
+    replace_atomically,
+    write_error,
+)
 from yaotu_trace.render import OutputFormat, render
 
 # NOTE: the analysis modules (pandas, pyarrow, numba) are imported where a command uses them,
@@ -133,8 +141,7 @@ def _write_stdout(text: str) -> None:
     except BrokenPipeError:
         raise
     except OSError as exc:
-        raise OutputError(f"stdout: cannot write the report ({exc.strerror or exc}); redirect "
-                          "it elsewhere or pass -o FILE") from exc
+        raise write_error("stdout", exc, needed_bytes=len(text.encode("utf-8"))) from exc
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -142,10 +149,12 @@ def write_atomically(path: Path, text: str) -> None:
     if path == STDOUT:
         defer(lambda: _write_stdout(text))
         return
-    def write(tmp: Path) -> None:
-        tmp.write_text(text, encoding="utf-8")
+    data = text.encode("utf-8")
 
-    replace_atomically(path, write)
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(data)
+
+    replace_atomically(path, write, size_bytes=len(data))
 
 
 # Parameters of the command functions that name outputs, with their option; every other path
@@ -154,6 +163,10 @@ OUTPUT_OPTIONS = {"output": "-o", "out": "--out", "steps_out": "--steps-out",
                   "metrics_out": "--metrics-out",
                   "junit": "--junit", "markdown": "--markdown"}
 
+# Inputs read whole in one go, which may be a named pipe or a process substitution
+# (`--config <(...)`); every other input is read more than once and must be a file.
+READ_ONCE_INPUTS = ("--config", "--baseline")
+
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
@@ -161,8 +174,9 @@ def command(arguments: dict[str, str] | None = None,
             **settings: Any) -> Callable[[Command], Command]:
     """Register a `trace` command whose files are checked before any of its work.
 
-    Every output must be writable and none may name an input (by device and inode), whatever
-    the command; the outputs are then published together when the command succeeds, so an
+    Every input must be a file or folder (a named pipe only where it is read once), every output
+    must be writable and none may name an input (by device and inode), whatever the command;
+    the outputs are then published together when the command succeeds, so an
     error or Ctrl-C leaves none of them (see `yaotu_trace.files`). `arguments` names the
     positional inputs other than TRACE in the messages (`{"before": "BEFORE"}`).
     """
@@ -170,6 +184,7 @@ def command(arguments: dict[str, str] | None = None,
         @functools.wraps(function)
         def checked(**params: Any) -> Any:
             outputs, inputs = paths_of(params, arguments or {})
+            check_inputs(inputs, READ_ONCE_INPUTS)
             targets = check_outputs(outputs, inputs)
             with all_or_nothing(targets.values()):
                 return function(**params)
@@ -220,5 +235,6 @@ def _root(
     Exit codes: 0 report produced; 1 a check failed; 2 usage error (unknown option, or an
     option value that cannot be honoured); 3 input error (a trace, telemetry, check or scenario
     file that cannot be used, or an output that cannot be written or would replace an input);
-    4 internal error; 130 interrupted.
+    4 internal error; 5 an output failed while being written (a full disk, the file-size limit,
+    a closed stdout); 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; 141 the reader of stdout left.
     """

@@ -1,4 +1,9 @@
-"""Ctrl-C: exit 130, silently, wherever the process is when it comes.
+"""Ctrl-C, SIGTERM and SIGHUP: exit 128 + the signal, silently, wherever the process is.
+
+SIGTERM (`kill`, a CI runner cancelling a job, `timeout`) and SIGHUP (the terminal closed) get
+Ctrl-C's treatment: each is raised as a KeyboardInterrupt, so the same cleanup runs (temporary
+files removed, worker processes stopped), and the exit code says which signal it was (130,
+143, 129) as a shell would. What follows is said of SIGINT and holds for all three.
 
 Python's C-level SIGINT handler only sets a flag; the Python handler runs later, at the next
 point where the main thread checks for pending calls, and raises KeyboardInterrupt there. That
@@ -23,14 +28,18 @@ The deferred interrupt is raised by a trace function set on that frame (tracing 
 until it fires): posting the signal again instead would be handled at the next check, which in
 a loop of compiled calls is always the next boxing callback, so it would never get out.
 
-After the first interrupt every further Ctrl-C is ignored, so that the cleanup it unwinds
-(temp files removed by `finally`, worker processes terminated) runs to its end.
+After the first interrupt every further Ctrl-C (or SIGTERM, SIGHUP) is ignored, so that the
+cleanup it unwinds (temp files removed by `finally`, worker processes terminated) runs to its
+end.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+
+# The signals handled so; each exits 128 + its number.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 # Only `signal` and `sys` at import: `trace` installs this handler before it imports anything
 # heavier, so that a Ctrl-C during its start-up is handled too.
@@ -46,6 +55,7 @@ _CALLBACK_PACKAGES = ("numba.core.serialize", "llvmlite")
 
 class _State:
     fired = False  # the KeyboardInterrupt of this run is raised, or due
+    signum = int(signal.SIGINT)  # the signal that fired it
 
 
 _state = _State()
@@ -103,39 +113,53 @@ def _no_new_frames(frame: FrameType, event: str, arg: object) -> None:
     return None
 
 
-def on_sigint(signum: int, frame: FrameType | None) -> None:
-    """The SIGINT handler: KeyboardInterrupt once, where it is safe to raise one."""
+def on_signal(signum: int, frame: FrameType | None) -> None:
+    """The handler of SIGINT, SIGTERM and SIGHUP: KeyboardInterrupt once, where it is safe to
+    raise one."""
     if _state.fired:
         return
     resume = resume_frame(frame)
     if resume is None:
         return
     _state.fired = True
+    _state.signum = signum
     if resume is frame:
         raise KeyboardInterrupt
     _raise_at(resume)
 
 
 def install() -> object:
-    """Handle Ctrl-C as above from now on; returns the handler that was there.
+    """Handle Ctrl-C, SIGTERM and SIGHUP as above from now on; returns the handlers that were
+    there.
 
     Only the main thread can set a handler: elsewhere this does nothing (and returns None).
     """
-    previous = signal.getsignal(signal.SIGINT)
+    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
     try:
-        signal.signal(signal.SIGINT, on_sigint)
+        for signum in SIGNALS:
+            signal.signal(signum, on_signal)
     except ValueError:
         return None
     _state.fired = False
+    _state.signum = int(signal.SIGINT)
     return previous
 
 
+def exit_code() -> int:
+    """The exit code of an interrupted run: 128 + the signal that stopped it (130 for a
+    KeyboardInterrupt that no signal raised)."""
+    return 128 + (_state.signum if _state.fired else int(signal.SIGINT))
+
+
 def restore(previous: object) -> None:
-    """Put back the handler `install` replaced (when it replaced one)."""
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
+    """Put back the handlers `install` replaced (when it replaced them)."""
+    if isinstance(previous, dict):
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 def ignore() -> None:
-    """Ignore Ctrl-C from now on: the interpreter's shutdown has nothing left to stop."""
-    restore(signal.SIG_IGN)
+    """Ignore the three signals from now on: the interpreter's shutdown has nothing left to
+    stop."""
+    restore(dict.fromkeys(SIGNALS, signal.SIG_IGN))

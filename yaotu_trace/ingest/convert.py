@@ -23,7 +23,8 @@ import pandas as pd
 from yaotu_trace.data.canonical import join_parquet_parts, write_trace
 from yaotu_trace.data.schema import normalize
 from yaotu_trace.data.values import SOURCE_ROW
-from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.errors import TraceSchemaError, WriteError
+from yaotu_trace.files import write_error
 from yaotu_trace.ingest import detect_format, load_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.parts import PART_BYTES, apply_options, can_read_in_parts, read_parts
@@ -105,7 +106,7 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
             first, last = raw.requests[SOURCE_ROW].iloc[[0, -1]].tolist()
             notes += [f"lines {first}–{last}: {note}" for note in part.notes]
             files.append(Path(folder) / f"{k:06d}.parquet")
-            write_trace(table, files[-1])
+            _write_part(table, files, out)
             rows += len(table)
             format_name = part.format_name
         if ids:
@@ -113,6 +114,19 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
         join_parquet_parts(files, out, source_block_size=block)
     return Converted(requests=rows, format_name=format_name, parts=len(files),
                      notes=tuple(notes))
+
+
+def _write_part(table: pd.DataFrame, files: list[Path], out: Path) -> None:
+    """Write the last of `files`; a full disk is named as the output's, whose folder they share
+    (the parts are scratch files the user never named)."""
+    try:
+        write_trace(table, files[-1])
+    except WriteError as err:
+        if not isinstance(err.__cause__, OSError):
+            raise
+        written_bytes = sum(f.stat().st_size for f in files[:-1])
+        raise write_error(str(out), err.__cause__, folder=out.parent,
+                          written_bytes=written_bytes) from err.__cause__
 
 
 def _no_duplicates(path: Path, ids: pd.Series, lines: np.ndarray) -> None:

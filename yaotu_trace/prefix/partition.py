@@ -120,21 +120,27 @@ def open_runner(parallel: Parallelism) -> Iterator[Runner]:
 def _pool_runner(jobs: int) -> Iterator[Runner]:
     """`jobs` worker processes that leave Ctrl-C to this process, which terminates them.
 
-    A Ctrl-C at the terminal reaches the whole process group, and a worker that raised its own
-    KeyboardInterrupt would print a traceback. So the workers start with SIGINT blocked (the
-    mask survives spawn's fork and exec, which covers their start-up) and then ignore it; this
-    process gets the interrupt and terminates the pool (multiprocessing's Pool can, where
-    concurrent.futures' pool only waits for the tasks that are running).
+    A Ctrl-C at the terminal (and a SIGHUP when it closes) reaches the whole process group, and
+    a worker that raised its own KeyboardInterrupt would print a traceback. So the workers start
+    with SIGINT, SIGHUP and SIGTERM blocked (the mask survives spawn's fork and exec, which
+    covers their start-up), then ignore the first two and take SIGTERM again (the pool's
+    terminate sends it); this process gets the signal and terminates the pool
+    (multiprocessing's Pool can, where concurrent.futures' pool only waits for the tasks that
+    are running).
     """
     # NOTE: spawn, not fork: numba's threads and Arrow's pools do not survive a fork safely.
     ctx = multiprocessing.get_context("spawn")
-    # Starting the resource tracker unblocks SIGINT in this thread: it is started first.
-    resource_tracker.ensure_running()
+    # Starting the resource tracker unblocks SIGINT in this thread: it is started first. It
+    # ignores SIGINT and SIGTERM itself, and SIGHUP from its birth here (a disposition that
+    # survives exec): killed by the group's SIGHUP, it would be restarted and print tracebacks.
+    # Blocked meanwhile, a SIGHUP for this process waits instead of being ignored.
+    with _blocked((signal.SIGHUP,)), _ignoring(signal.SIGHUP):
+        resource_tracker.ensure_running()
     pool = None
     try:
-        # A Ctrl-C held back while the pool starts is raised as this block ends, inside the try.
-        with _sigint_blocked():
-            pool = ctx.Pool(jobs, initializer=_ignore_sigint)
+        # A signal held back while the pool starts is raised as this block ends, inside the try.
+        with _blocked(_WORKER_SIGNALS):
+            pool = ctx.Pool(jobs, initializer=_leave_signals_to_parent)
         yield _Pool(pool)
     finally:
         if pool is not None:
@@ -143,19 +149,47 @@ def _pool_runner(jobs: int) -> Iterator[Runner]:
             pool.join()
 
 
+# Held back while workers start; the first two are the terminal's, sent to the whole group.
+_WORKER_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+
+
 @contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT held back in this thread (and what it starts); one that came is delivered after."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def _blocked(signals: Sequence[signal.Signals]) -> Iterator[None]:
+    """`signals` held back in this thread (and what it starts); one that came is delivered
+    after."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(signals))
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: a Ctrl-C is the parent's to handle."""
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back in this thread (and what it starts); one that came is delivered after."""
+    with _blocked((signal.SIGINT,)):
+        yield
+
+
+@contextlib.contextmanager
+def _ignoring(signum: signal.Signals) -> Iterator[None]:
+    """`signum` ignored by what this thread starts meanwhile (a process keeps the disposition)."""
+    try:
+        old = signal.signal(signum, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to set
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signum, old)
+
+
+def _leave_signals_to_parent() -> None:
+    """Worker initializer: Ctrl-C and SIGHUP are the parent's to handle; SIGTERM ends it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _dask_runner(address: str) -> Iterator[Runner]:
