@@ -187,15 +187,17 @@ def _probe_writable(target: Target, flag: str) -> None:
         raise OutputError(f"{where}: is not writable; pick another path")
     if target.kind is not TargetKind.FILE:
         return
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.path.name}.", dir=target.path.parent)
-    except OSError as exc:
-        if exc.errno in NO_ROOM_ERRNOS:
-            raise write_error(where, exc, folder=target.path.parent) from exc
-        raise OutputError(f"{where}: cannot write in '{target.path.parent}' "
-                          f"({exc.strerror or exc}); pick another path") from exc
-    os.close(fd)
-    os.unlink(name)
+    # Held: a signal between making the probe and removing it would leave it behind.
+    with signals_held():
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{target.path.name}.", dir=target.path.parent)
+        except OSError as exc:
+            if exc.errno in NO_ROOM_ERRNOS:
+                raise write_error(where, exc, folder=target.path.parent) from exc
+            raise OutputError(f"{where}: cannot write in '{target.path.parent}' "
+                              f"({exc.strerror or exc}); pick another path") from exc
+        os.close(fd)
+        os.unlink(name)
 
 
 @dataclass
@@ -206,7 +208,7 @@ class _Batch:
     pending: list[tuple[Callable[[], None], Callable[[], None]]] = field(default_factory=list)
 
     def publish(self) -> None:
-        with _signals_held():
+        with signals_held():
             try:
                 while self.pending:
                     publish, _discard = self.pending.pop(0)
@@ -254,7 +256,7 @@ def defer(publish: Callable[[], None], discard: Callable[[], None] = lambda: Non
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
+def signals_held() -> Iterator[None]:
     """Hold Ctrl-C (and SIGTERM, SIGHUP) while outputs are published, so that it cannot fall
     between two of them."""
     if threading.current_thread() is not threading.main_thread():
@@ -278,6 +280,35 @@ def replace_atomically(path: Path, write: Callable[[Path], None], *,
     target = resolve_target(path)
     folder = target.path.parent if target.kind is TargetKind.FILE else None
     prefix = f".{target.path.name}." if folder is not None else "yaotu-trace-output-"
+    tmp: Path | None = None
+    try:
+        # Held: a signal between making the file and naming it here would leave it behind.
+        with signals_held():
+            tmp = _temporary(target, path, prefix, folder, size_bytes)
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        made = tmp
+        # Inside the `try`: a signal before the output is handed over still removes it.
+        defer(lambda: _publish(target, made), lambda: made.unlink(missing_ok=True),
+              target.path)
+    except OSError as exc:
+        written = None if tmp is None else _size_of(tmp)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if exc.errno in NO_ROOM_ERRNOS and tmp is not None:
+            raise _spool_error(target, exc, folder, size_bytes, written) from exc
+        raise
+    except BaseException:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _temporary(target: Target, path: Path, prefix: str, folder: Path | None,
+               size_bytes: int | None) -> Path:
+    """A new empty file beside the output (or in the temporary folder for a stream)."""
     try:
         fd, name = tempfile.mkstemp(prefix=prefix, dir=folder)
     except OSError as exc:
@@ -286,22 +317,7 @@ def replace_atomically(path: Path, write: Callable[[Path], None], *,
         raise OutputError(f"{path}: cannot be written ({exc.strerror or exc}); pick another "
                           "path") from exc
     os.close(fd)
-    tmp = Path(name)
-    try:
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-    except OSError as exc:
-        written = _size_of(tmp)
-        tmp.unlink(missing_ok=True)
-        if exc.errno in NO_ROOM_ERRNOS:
-            raise _spool_error(target, exc, folder, size_bytes, written) from exc
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    defer(lambda: _publish(target, tmp), lambda: tmp.unlink(missing_ok=True), target.path)
+    return Path(name)
 
 
 def _size_of(path: Path) -> int | None:

@@ -24,7 +24,7 @@ from yaotu_trace.data.canonical import join_parquet_parts, write_trace
 from yaotu_trace.data.schema import normalize
 from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError, WriteError
-from yaotu_trace.files import write_error
+from yaotu_trace.files import signals_held, write_error
 from yaotu_trace.ingest import detect_format, load_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.parts import PART_BYTES, apply_options, can_read_in_parts, read_parts
@@ -74,7 +74,11 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
     block: int | None = None
     has_ids: bool | None = None
     format_name = fmt.value
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as folder:
+    # Made with signals held: one between making the folder and the object that removes it
+    # would leave it behind.
+    with signals_held():
+        scratch = tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent)
+    with scratch as folder:
         for k, raw in enumerate(read_parts(path, fmt, part_bytes=part_bytes)):
             raw = apply_options(raw, path, column_map, source_block_size)
             part = normalize(raw, str(path))
