@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from diag_factories import make_input, thresholds
 
 from yaotu_trace.axes.queueing import analyze_queueing
@@ -23,6 +24,7 @@ from yaotu_trace.axes.queueing.metrics import (
     request_timing,
     windows_of,
 )
+from yaotu_trace.data.values import clock_gap
 from yaotu_trace.diagnosis.ledger import _busiest_window_sum
 from yaotu_trace.errors import ExitCode
 
@@ -120,3 +122,96 @@ def test_the_busiest_window_is_summed_over_the_windows_that_hold_a_time():
     assert _busiest_window_sum(times, np.array([1.0, 2.0, 4.0, 8.0]), 5.0) == 8.0
     assert _busiest_window_sum(times[:3], np.array([1.0, 2.0, 4.0]), 5.0) == 4.0
     assert _busiest_window_sum(np.zeros(0), np.zeros(0), 5.0) == 0.0
+
+
+# -- one trace, one clock -------------------------------------------------------------------
+
+
+def test_clock_gap_names_the_first_value_on_the_smaller_side():
+    arrival = np.array([5.0, 1.7e9, 0.0, 1.0])
+    finish = np.array([6.0, 1.7e9 + 2, np.nan, 3.0])
+    gap = clock_gap({"arrival_s": arrival, "finish_s": finish})
+    assert gap is not None
+    assert (gap.column, gap.pos, gap.after, gap.beyond) == ("arrival_s", 1, True, 2)
+    assert gap.rest_s == 8.0  # 0–6 s on one side of the gap, 2 s on the other
+    assert "one clock" in gap.message() and "54 years" in gap.message()
+
+
+def test_clock_gap_before_the_others_and_ties_go_to_the_later_side():
+    early = clock_gap({"arrival_s": np.array([1.7e9, 1.7e9 + 1, 0.0])})
+    assert early is not None and (early.pos, early.after) == (2, False)
+    tie = clock_gap({"arrival_s": np.array([0.0, 1.0, 1.7e9, 1.7e9 + 1])})
+    assert tie is not None and (tie.pos, tie.after) == (2, True)
+
+
+@pytest.mark.parametrize("times", [
+    [0.0, 3600.0],  # two requests an hour apart
+    [0.0, 1.0, 1e7],  # 116 days: under a year
+    # two captures 1.5 years apart, each half a year long: a gap 3× their spans
+    [0.0, 15_768_000.0, 63_072_000.0, 78_840_000.0],
+], ids=["hour", "116-days", "two-captures"])
+def test_clock_gap_accepts_long_silences_one_clock_can_have(times: list[float]):
+    assert clock_gap({"arrival_s": np.array(times)}) is None
+
+
+def test_clock_gap_refuses_two_requests_decades_apart():
+    assert clock_gap({"arrival_s": np.array([0.0, 1.7e9])}) is not None
+
+
+@pytest.mark.parametrize("far_s", [1.7e9, 9e11], ids=["epoch", "9e11"])
+def test_an_epoch_arrival_among_relative_ones_is_refused(far_s: float, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]):
+    # GIVEN 59 arrivals at 0–58 s and one in epoch seconds (or at 9e11 s)
+    path = write_jsonl(tmp_path / "t.jsonl", far_rows(far_s, timed=False))
+    # WHEN the trace is profiled
+    code, out, err = run_cli(["analyze", str(path)], capsys)
+    # THEN one line names the file, the line, the column and the fix
+    assert code == ExitCode.INPUT and out == ""
+    line = err.strip()
+    assert "\n" not in line and line.startswith("error: ")
+    for words in (str(path), "line 60", "column 'arrival_s'", "one clock", "drop the row"):
+        assert words in line
+
+
+@pytest.mark.parametrize("command", ["diagnose", "report"])
+def test_the_epoch_arrival_is_refused_before_any_window_is_made(command: str, tmp_path: Path):
+    # Before: 5.3 GiB for 60 requests. Under a 2 GiB cap, a regression is exit 4, not a hang.
+    write_jsonl(tmp_path / "t.jsonl", far_rows(1.7e9, timed=False))
+    done = run_capped([command, "t.jsonl", "-o", "r.html" if command == "report" else "r.txt"],
+                      tmp_path)
+    assert done.returncode == ExitCode.INPUT, done.stderr
+    assert "line 60, column 'arrival_s'" in done.stderr
+
+
+def test_a_finish_on_another_clock_is_named_by_its_column(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]):
+    rows = far_rows(60.0)
+    rows[4]["finish_s"] = 1.7e9
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    code, _, err = run_cli(["analyze", str(path)], capsys)
+    assert code == ExitCode.INPUT
+    assert "line 5, column 'finish_s'" in err
+
+
+@pytest.mark.parametrize("part_bytes", [None, 200], ids=["whole", "in-parts"])
+def test_convert_refuses_the_clock_over_every_part(part_bytes: int | None, tmp_path: Path):
+    from yaotu_trace.errors import TraceSchemaError
+    from yaotu_trace.ingest.convert import convert_trace
+
+    path = write_jsonl(tmp_path / "t.jsonl", far_rows(1.7e9, timed=False))
+    with pytest.raises(TraceSchemaError, match="line 60, column 'arrival_s'"):
+        convert_trace(path, tmp_path / "o.parquet", part_bytes=part_bytes)
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_convert_in_parts_keeps_a_file_whose_parts_alone_would_look_like_two_clocks(
+        tmp_path: Path):
+    # Two captures 1.5 years apart, each half a year long: one part holding the last hours of
+    # the first and the first of the second has a gap 1000× its other times; the file has not.
+    from yaotu_trace.ingest.convert import convert_trace
+
+    times = [*range(0, 15_768_001, 100_000), *range(63_072_000, 78_840_001, 100_000)]
+    path = write_jsonl(tmp_path / "t.jsonl", [{"arrival_s": float(t), "prompt_len": 1,
+                                               "output_len": 1} for t in times])
+    done = convert_trace(path, tmp_path / "o.parquet", part_bytes=150)
+    assert done.parts > 1 and done.requests == len(times)
