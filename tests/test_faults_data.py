@@ -215,3 +215,150 @@ def test_convert_in_parts_keeps_a_file_whose_parts_alone_would_look_like_two_clo
                                                "output_len": 1} for t in times])
     done = convert_trace(path, tmp_path / "o.parquet", part_bytes=150)
     assert done.parts > 1 and done.requests == len(times)
+
+
+# -- a column named twice -------------------------------------------------------------------
+
+
+def _parquet(path: Path, names: list[str]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = {"arrival_s": [0.0, 1.0], "prompt_len": [3, 4], "output_len": [1, 1],
+              "note": ["a", "b"]}
+    pq.write_table(pa.table([pa.array(values[n]) for n in names], names=names), path)
+    return path
+
+
+def _refused(args: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    code, out, err = run_cli(args, capsys)
+    line = err.strip()
+    assert code == ExitCode.INPUT and out == "", err
+    assert "\n" not in line and line.startswith("error: ")
+    for w in words:
+        assert w in line, line
+    return line
+
+
+@pytest.mark.parametrize("names", [
+    ["arrival_s", "prompt_len", "output_len", "prompt_len"],  # read: once a TypeError
+    ["arrival_s", "prompt_len", "output_len", "note", "note"],  # not read: once accepted
+], ids=["read-column", "other-column"])
+def test_a_parquet_column_named_twice_is_refused(names: list[str], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]):
+    path = _parquet(tmp_path / "t.parquet", names)
+    twice = names[-1]
+    first = names.index(twice) + 1
+    _refused(["analyze", str(path)], capsys, str(path), f"column '{twice}' appears twice",
+             f"(columns {first} and {len(names)})", "rename or drop one of them")
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.csv.gz", "t.tsv"])
+def test_a_csv_header_naming_a_column_twice_is_refused(name: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]):
+    # pandas would read the first prompt_len and call the second prompt_len.1
+    sep = "\t" if name.endswith(".tsv") else ","
+    text = "\n".join(sep.join(r) for r in (("arrival_s", "prompt_len", "output_len",
+                                             "prompt_len"), ("0", "3", "1", "5"),
+                                            ("1", "4", "1", "6"))) + "\n"
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        import gzip
+
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text, encoding="utf-8")
+    line = _refused(["analyze", str(path)], capsys, str(path), "column 'prompt_len' appears twice",
+                    "(columns 2 and 4)")
+    assert "prompt_len.1" not in line
+
+
+def test_a_csv_column_really_named_like_a_renamed_one_is_kept(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_len,output_len,note,note.1\n0,3,1,a,b\n", encoding="utf-8")
+    code, _, err = run_cli(["analyze", str(path)], capsys)
+    assert code == ExitCode.OK, err
+
+
+def test_convert_in_parts_refuses_the_csv_header(tmp_path: Path):
+    from yaotu_trace.errors import TraceSchemaError
+    from yaotu_trace.ingest.convert import convert_trace
+
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_len,output_len,output_len\n"
+                    + "".join(f"{i},3,1,2\n" for i in range(50)), encoding="utf-8")
+    with pytest.raises(TraceSchemaError, match="column 'output_len' appears twice"):
+        convert_trace(path, tmp_path / "o.parquet", part_bytes=40)
+
+
+def test_a_name_three_times_is_listed_with_every_position():
+    from yaotu_trace.data.values import check_unique_names
+    from yaotu_trace.errors import TraceSchemaError
+
+    with pytest.raises(TraceSchemaError, match=r"'x' appears 3 times \(columns 1, 3 and 4\).*"
+                                               "all but one"):
+        check_unique_names("t.csv", ["x", "y", "x", "x"])
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "csv"])
+def test_a_step_log_column_named_twice_is_refused(suffix: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    trace = write_jsonl(tmp_path / "t.jsonl", far_rows(4.0, n=4))
+    names = ["start_s", "end_s", "num_waiting", "decode_tokens", "num_waiting"]
+    columns = [[0.0, 1.0], [1.0, 2.0], [0, 1], [1, 1], [2, 3]]
+    steps = tmp_path / f"s.{suffix}"
+    if suffix == "parquet":
+        pq.write_table(pa.table([pa.array(c) for c in columns], names=names), steps)
+    else:
+        rows = zip(*columns, strict=True)
+        steps.write_text(",".join(names) + "\n" + "".join(",".join(map(str, r)) + "\n"
+                                                          for r in rows), encoding="utf-8")
+    _refused(["diagnose", str(trace), "--steps", str(steps)], capsys, str(steps),
+             "column 'num_waiting' appears twice", "(columns 3 and 5)")
+
+
+def test_a_metrics_csv_column_named_twice_is_refused(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]):
+    trace = write_jsonl(tmp_path / "t.jsonl", far_rows(4.0, n=4))
+    metrics = tmp_path / "m.csv"
+    metrics.write_text("timestamp,metric,labels,value,value\n"
+                       + "".join(f"{t},vllm:num_requests_waiting,,1,2\n" for t in range(5)),
+                       encoding="utf-8")
+    _refused(["diagnose", str(trace), "--metrics", str(metrics)], capsys, str(metrics),
+             "column 'value' appears twice")
+
+
+@pytest.mark.parametrize("line", [
+    '{"arrival_s": 1, "prompt_len": 4, "output_len": 1, "prompt_len": 9}',
+    '{"arrival_s" : 1, "prompt_len" :4, "output_len": 1, "prompt_len"\t: 9}',
+], ids=["compact", "blanks-before-colons"])
+def test_a_jsonl_key_twice_in_one_object_is_refused(line: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]):
+    # json keeps the last value (9), other readers the first (4): neither is a safe guess
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_len": 3, "output_len": 1}\n' + line + "\n",
+                    encoding="utf-8")
+    _refused(["analyze", str(path)], capsys, str(path), "line 2, column 'prompt_len'",
+             "more than once", "keep one")
+
+
+def test_a_mooncake_key_twice_is_named_as_the_source_writes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]}\n'
+                    '{"timestamp": 5, "input_length": 4, "output_length": 1, "hash_ids": [1], '
+                    '"timestamp": 9}\n', encoding="utf-8")
+    _refused(["analyze", str(path)], capsys, str(path), "line 2, column 'timestamp'")
+
+
+def test_keys_repeated_inside_a_nested_object_or_a_string_are_not_columns(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_len": 3, "output_len": 1, '
+                    '"meta": {"a": 1, "a": 2}, "tenant": "x\\": y\\":"}\n', encoding="utf-8")
+    code, _, err = run_cli(["analyze", str(path)], capsys)
+    assert code == ExitCode.OK, err

@@ -7,7 +7,7 @@ counts it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -144,6 +144,24 @@ def clock_gap(times: Mapping[str, np.ndarray]) -> ClockGap | None:
     return ClockGap(column=name, pos=pos, value_s=float(columns[name][pos]), after=after,
                     gap_s=gap, rest_s=rest,
                     beyond=values.size - k - 1 if after else k + 1)
+
+
+def check_unique_names(path: object, names: Sequence[object]) -> None:
+    """Refuse a table that names a column twice: which of the two holds the data would be a
+    guess (pandas renames a CSV's second `x` to `x.1`, pyarrow cannot convert the pair)."""
+    seen: dict[str, list[int]] = {}
+    for i, name in enumerate(names, start=1):
+        seen.setdefault(str(name), []).append(i)
+    twice = next(((n, at) for n, at in seen.items() if len(at) > 1), None)
+    if twice is None:
+        return
+    name, at = twice
+    where = ", ".join(map(str, at[:-1])) + f" and {at[-1]}"
+    times, which = ("twice", "one of them") if len(at) == 2 else (f"{len(at)} times",
+                                                                 "all but one")
+    raise TraceSchemaError(
+        f"{path}: column {name!r} appears {times} (columns {where}); which one holds the data "
+        f"would be a guess: rename or drop {which} and write the file again")
 
 
 def names_of(columns: object, limit: int = 8) -> str:

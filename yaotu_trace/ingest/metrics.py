@@ -28,6 +28,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.values import check_unique_names
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest import prom_text
 from yaotu_trace.ingest.metric_names import (
@@ -549,6 +550,7 @@ def _read_csv(path: Path) -> list[tuple[float, str, str, float]]:
         with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh, delimiter=delimiter)
             header = [h.strip() for h in (reader.fieldnames or [])]
+            check_unique_names(path, header)
             missing = [c for c in CSV_COLUMNS if c not in header and c != "labels"]
             if missing:
                 raise TraceReadError(
