@@ -27,6 +27,7 @@ from yaotu_trace.axes.queueing.metrics import (
 from yaotu_trace.data.values import clock_gap
 from yaotu_trace.diagnosis.ledger import _busiest_window_sum
 from yaotu_trace.errors import ExitCode
+from yaotu_trace.profile.success import MAX_WINDOWS, window_width_s
 
 MEMORY_CAP_BYTES = 2 * 2**30
 
@@ -113,6 +114,23 @@ def test_a_long_span_runs_in_bounded_memory(command: str, rows: list[dict[str, o
     assert done.returncode == ExitCode.OK, done.stderr
     if command == "diagnose":
         assert "load windows are" in (tmp_path / out).read_text(encoding="utf-8")
+
+
+def test_success_windows_of_a_long_span_are_whole_days_and_at_most_48():
+    width = window_width_s(9e11)
+    assert width % 86_400.0 == 0 and np.floor(9e11 / width) + 1 <= MAX_WINDOWS
+    assert window_width_s(40 * 86_400.0) == 86_400.0  # within the choices: unchanged
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_the_success_section_of_a_long_span_runs_in_bounded_memory(command: str,
+                                                                  tmp_path: Path):
+    # Before: one success window a day over 9e11 s, 1e7 of them: 3.2 GiB and 3 minutes.
+    rows = [{**r, "status": "error" if i % 3 == 0 else "ok"}
+            for i, r in enumerate(spread_rows(9e11))]
+    write_jsonl(tmp_path / "t.jsonl", rows)
+    done = run_capped([command, "t.jsonl", "-o", "r.html"], tmp_path)
+    assert done.returncode == ExitCode.OK, done.stderr
 
 
 def test_the_busiest_window_is_summed_over_the_windows_that_hold_a_time():
