@@ -248,7 +248,8 @@ def _grid_notes(grid: Windows, window_s: float, events: int, requests: bool
     return (f"load windows are {grid.width_s:g} s wide, not window_s {window_s:g} s: windows "
             f"of {window_s:g} s over this span would number more than {grid_limit(events):,}, "
             f"the most a grid holds for {events:,} {what} (the larger of "
-            f"{MIN_GRID_WINDOWS:,} and {WINDOWS_PER_EVENT} per {per}); check the trace's clock",)
+            f"{MIN_GRID_WINDOWS:,} and {WINDOWS_PER_EVENT} per {per}); look for a time on "
+            "another clock",)
 
 
 def _telemetry_span(inp: AxisInput) -> tuple[float, float] | None:
