@@ -164,3 +164,15 @@ def test_diagnose_reads_the_sources_into_the_axes(capsys: pytest.CaptureFixture[
         KV["prompt_tokens_by_source"]["external_kv_transfer"] / total)
     assert axes["pd_interference"]["metrics"]["external_kv_token_share"] == pytest.approx(
         KV["prompt_tokens_by_source"]["external_kv_transfer"] / total)
+
+
+def test_one_instant_of_gauges_only_is_refused(tmp_path: Path) -> None:
+    """A gauge at one instant shows nothing over time, and with no counter beside it nothing
+    is left to judge: refused, not judged "undecided" on an empty export."""
+    path = tmp_path / "one.csv"
+    path.write_text("timestamp,metric,labels,value\n"
+                    "1732931200,vllm:num_requests_waiting,,3\n"
+                    "1732931200,vllm:kv_cache_usage_perc,,0.5\n", encoding="utf-8")
+    with pytest.raises(TraceReadError, match=r"one instant of gauges only \(num_waiting 3, "
+                                             r"kv_usage 0.5\)"):
+        read_metrics(path)

@@ -21,7 +21,7 @@ from yaotu_trace.data.schema import (
     LazyContent,
     RawTrace,
 )
-from yaotu_trace.data.values import SOURCE_ROW
+from yaotu_trace.data.values import SOURCE_ROW, check_unique_names
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.files import replace_atomically
 
@@ -174,23 +174,44 @@ def csv_part(df: pd.DataFrame, path: Path, *, first_line: int) -> RawTrace:
     return RawTrace(requests=df, format_name="csv", source_block_size=block, row_label="line")
 
 
-def read_csv_frame(path: Path, **kwargs: object) -> pd.DataFrame:
-    """pandas.read_csv of a (possibly compressed) file, errors as one-line `TraceReadError`s."""
+def read_csv_frame(path: Path, *, names_once: bool = True, **kwargs: object) -> pd.DataFrame:
+    """pandas.read_csv of a (possibly compressed) file, errors as one-line `TraceReadError`s
+    (`names_once` as in `csv_frame`)."""
     with open_trace(path) as handle:
-        frame = csv_frame(path, handle, **kwargs)
+        frame = csv_frame(path, handle, names_once=names_once, **kwargs)
     assert isinstance(frame, pd.DataFrame)
     return frame
 
 
-def csv_frame(path: Path, handle: IO[bytes], **kwargs: object) -> Any:
+def csv_frame(path: Path, handle: IO[bytes], *, names_once: bool = True,
+              **kwargs: object) -> Any:
     """pandas.read_csv of an open file (an iterator of frames with `chunksize`), with its
-    errors as one-line `TraceReadError`s naming `path`; a `.tsv` file is tab-separated."""
+    errors as one-line `TraceReadError`s naming `path`; a `.tsv` file is tab-separated. With
+    `names_once`, a header that names a column twice is refused (`check_unique_names`):
+    pandas would rename the second `x` to `x.1` and read the first. Format detection reads
+    headers without it (a benchmark's summary CSV repeats its group names)."""
     if format_suffix(path) == ".tsv":
         kwargs.setdefault("sep", "\t")
     try:
-        return pd.read_csv(handle, **kwargs)
+        frames = pd.read_csv(handle, **kwargs)
     except CSV_ERRORS as exc:
         raise csv_error(path, exc) from exc
+    if names_once:
+        check_unique_names(path, _header(path, kwargs))
+    return frames
+
+
+def _header(path: Path, kwargs: dict[str, object]) -> list[str]:
+    """The CSV's header as written, before pandas renames repeated names (read again: the
+    file has already parsed once, so this cannot fail but on a file changed meanwhile)."""
+    split = {k: v for k, v in kwargs.items() if k in ("sep", "skipinitialspace")}
+    try:
+        with open_trace(path) as handle:
+            row = pd.read_csv(handle, header=None, nrows=1, dtype=str, keep_default_na=False,
+                              **split)
+    except CSV_ERRORS:
+        return []
+    return [str(v) for v in row.iloc[0].tolist()] if len(row) else []
 
 
 # What pandas raises on a malformed CSV (a C parser error, bad bytes, a value it cannot hold).

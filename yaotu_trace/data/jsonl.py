@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,38 @@ def parse_object(line: bytes, path: Path, number: int) -> dict[str, Any]:
             f"{path}: line {number}: expected a JSON object, got "
             f"{type(record).__name__}; each line must be one request object"
         )
+    # Every key ends in `"`, maybe blanks, then `:`, so a line with no more of those than the
+    # object has keys repeats none (the common case, counted at C speed; the regex only when a
+    # blank follows a quote); else it is parsed again to see.
+    ends = (len(_KEY_END.findall(line)) if _BLANK_AFTER_QUOTE.search(line)
+            else line.count(b'":'))
+    if ends > len(record):
+        _no_repeated_key(line, path, number)
     return record
+
+
+_KEY_END = re.compile(rb'"\s*:')
+_BLANK_AFTER_QUOTE = re.compile(rb'"\s')
+
+
+def _no_repeated_key(line: bytes, path: Path, number: int) -> None:
+    """Refuse a line whose object names a key twice (json keeps the last value, other readers
+    the first); keys of nested objects are the source's business."""
+    seen: list[list[tuple[str, Any]]] = []
+
+    def keep(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen.append(pairs)
+        return dict(pairs)
+
+    json.loads(line, object_pairs_hook=keep)
+    keys = [k for k, _ in seen[-1]]  # the outermost object closes last
+    twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if twice is not None:
+        raise TraceReadError(
+            f"{path}: line {number}, column {twice!r}: the key appears more than once in the "
+            "object, and which value is meant would be a guess (Python's json keeps the last, "
+            "other readers the first); keep one"
+        )
 
 
 def _array_error(path: Path) -> TraceReadError:

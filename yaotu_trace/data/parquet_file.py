@@ -97,11 +97,16 @@ def source(path: str | Path) -> Any:
 
 
 def open_file(path: str | Path, **options: Any) -> Any:
-    """A `pyarrow.parquet.ParquetFile` with page checksums verified; damage is an error."""
+    """A `pyarrow.parquet.ParquetFile` with page checksums verified; damage is an error, and
+    so is a column name that appears twice."""
     import pyarrow.parquet as pq
 
+    from yaotu_trace.data.values import check_unique_names
+
     with reading(path):
-        return pq.ParquetFile(source(path), page_checksum_verification=True, **options)
+        file = pq.ParquetFile(source(path), page_checksum_verification=True, **options)
+    check_unique_names(path, file.schema_arrow.names)
+    return file
 
 
 def read_table(path: str | Path, columns: list[str] | None = None) -> Any:

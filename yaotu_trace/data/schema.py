@@ -7,7 +7,7 @@ Everything downstream trusts a `Trace`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -19,6 +19,7 @@ from yaotu_trace.data.values import (
     INT64_LIMIT,
     TIME_FIX,
     TIME_LIMIT_S,
+    clock_gap,
     coerce_numeric,
     fail_at,
     locate,
@@ -48,6 +49,9 @@ INT_COLUMNS: Final = ("prompt_len", "output_len", "num_preemptions", "cached_tok
 FLOAT_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s",
                         "decode_start_s", "kv_transfer_s")
 LIST_COLUMNS: Final = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
+# The columns that are times on the trace's clock (kv_transfer_s is a duration).
+CLOCK_COLUMNS: Final = ("arrival_s", "scheduled_s", "first_token_s", "finish_s",
+                        "decode_start_s")
 REQUIRED_COLUMNS: Final = ("arrival_s", "prompt_len", "output_len")
 LENGTHS_ONLY_NOTE: Final = (
     "lengths-only table (no timestamp column): the profile gives lengths and population only; "
@@ -334,16 +338,19 @@ def _first_negative(arr: pa.ChunkedArray) -> int:
     return int(np.searchsorted(offsets, neg, side="right") - 1)
 
 
-def normalize(raw: RawTrace, path: str, *, arrivals_optional: bool = False) -> Trace:
+def normalize(raw: RawTrace, path: str, *, arrivals_optional: bool = False,
+              whole: bool = True) -> Trace:
     """Validate a reader's table and return the canonical `Trace`.
 
     Errors (exit code 3) name file, row and column, in the source's own column names when the
     reader renamed them (Mooncake's `input_length` rather than `prompt_len`); repairs and
     oddities become notes. `arrivals_optional=True` accepts a table with lengths but no
     `arrival_s` as lengths-only (`Trace.has_arrivals` False), for the length profile.
+    `whole=False` validates one part of a file: the one-clock rule (`check_one_clock`), which
+    needs every row, is then the caller's.
     """
     try:
-        return _normalize(raw, path, arrivals_optional)
+        return _normalize(raw, path, arrivals_optional, whole)
     except TraceSchemaError as err:
         text = str(err)
         renamed = _in_source_terms(text, raw.source_names)
@@ -360,7 +367,8 @@ def _in_source_terms(message: str, source_names: Mapping[str, str]) -> str:
     return message
 
 
-def _normalize(raw: RawTrace, path: str, arrivals_optional: bool = False) -> Trace:
+def _normalize(raw: RawTrace, path: str, arrivals_optional: bool = False,
+               whole: bool = True) -> Trace:
     """Validate in phases, each failing on the first bad row it finds: lists, required
     columns, types, ids, lengths; then sort by arrival."""
     df = raw.requests.reset_index(drop=True)
@@ -380,6 +388,10 @@ def _normalize(raw: RawTrace, path: str, arrivals_optional: bool = False) -> Tra
         notes.append(LENGTHS_ONLY_NOTE)
     _require_columns(df, path)
     out = _typed_columns(df, path, label)
+    if whole and has_arrivals:
+        check_one_clock({c: out[c].to_numpy(dtype=np.float64, na_value=np.nan)
+                         for c in CLOCK_COLUMNS if c in out},
+                        path, lambda pos: locate(df, pos, label))
     out.update(lists)
     out["request_id"] = _request_ids(out.get("request_id"), df, path, label)
     _check_token_lengths(out, df, path, label)
@@ -394,6 +406,16 @@ def _normalize(raw: RawTrace, path: str, arrivals_optional: bool = False) -> Tra
         rows_read=rows_read,
         has_arrivals=has_arrivals,
     )
+
+
+def check_one_clock(times: Mapping[str, np.ndarray], path: str,
+                    where: Callable[[int], str]) -> None:
+    """Refuse a trace whose times cannot be one clock (`values.clock_gap`), naming the first
+    value past the gap; `where(pos)` names row `pos` as the source counts it."""
+    gap = clock_gap(times)
+    if gap is not None:
+        raise TraceSchemaError(f"{path}: {where(gap.pos)}, column '{gap.column}': "
+                               f"{gap.message()}")
 
 
 def _list_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Series]:

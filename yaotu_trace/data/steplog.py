@@ -25,7 +25,13 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.order_stats import Summary, summarize
-from yaotu_trace.data.values import SOURCE_ROW, coerce_numeric, fail_at, plain_number
+from yaotu_trace.data.values import (
+    SOURCE_ROW,
+    check_unique_names,
+    coerce_numeric,
+    fail_at,
+    plain_number,
+)
 from yaotu_trace.errors import TraceSchemaError
 
 # The step log's columns (docs/schema.md, "Step log"); a log needs at least a start and an end.
@@ -360,6 +366,7 @@ def open_parquet(path: Path) -> StepLog | None:
         schema = file.schema_arrow
     except (pa.ArrowInvalid, OSError):
         return None
+    check_unique_names(path, schema.names)
     meta = file.metadata
     if meta.num_rows == 0 or any(c not in schema.names for c in STEP_REQUIRED):
         return None

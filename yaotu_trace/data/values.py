@@ -7,6 +7,8 @@ counts it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -19,6 +21,12 @@ from yaotu_trace.errors import TraceSchemaError
 TIME_LIMIT_S: Final = 1e12
 TIME_FIX: Final = "times are seconds: convert ms, us or ns to s"
 INT64_LIMIT: Final = 2.0**63  # whole numbers at or beyond this do not fit int64
+# One trace has one clock. Its times, sorted, are refused when one gap between them is at least
+# a year and more than CLOCK_GAP_RATIO × the span of every other time: the longest public
+# traces span months (BurstGPT 121 days), so such a gap is a second clock (epoch seconds among
+# seconds from the start, µs among s) that would make every rate and window meaningless.
+CLOCK_GAP_MIN_S: Final = 365 * 86400.0
+CLOCK_GAP_RATIO: Final = 1000.0
 
 # Columns a reader may add to locate rows in error messages; dropped by `normalize`.
 SOURCE_ROW: Final = "_source_row"  # 1-based line or row number in the source file
@@ -82,6 +90,78 @@ def coerce_numeric(
         fail_at(path, df, pos, row_label, column,
               f"{shown(raw.iloc[pos])} is beyond int64; token counts must be below 2**63")
     return num.astype("Int64")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClockGap:
+    """A gap between a trace's times that one clock cannot have (`CLOCK_GAP_MIN_S`): the first
+    value past it in position order (`column`, `pos`, `value_s`), which side of the gap it lies
+    on, the gap, the span of the other times and how many values lie on its side."""
+
+    column: str
+    pos: int
+    value_s: float
+    after: bool
+    gap_s: float
+    rest_s: float
+    beyond: int
+
+    def message(self) -> str:
+        """The words after the file, row and column of an error."""
+        more = (f" (with {self.beyond - 1:,} more value{'s' if self.beyond > 2 else ''} "
+                "there)" if self.beyond > 1 else "")
+        return (f"{self.value_s:g} s lies {self.gap_s:.3g} s ({self.gap_s / 31_536_000:,.0f} "
+                f"years) {'after' if self.after else 'before'} the trace's other times{more}, "
+                f"which span {self.rest_s:.3g} s together: one trace has one clock; convert it "
+                "to the clock of the others (seconds from the start, or epoch seconds) or drop "
+                "the row")
+
+
+def clock_gap(times: Mapping[str, np.ndarray]) -> ClockGap | None:
+    """The gap that cannot be one clock among the finite values of `times` (columns of one
+    table, position-aligned), or None. The side beyond the gap is the one with fewer values
+    (the later one on a tie)."""
+    columns = {name: np.asarray(v, dtype=np.float64) for name, v in times.items()}
+    values = np.concatenate([v[np.isfinite(v)] for v in columns.values()] or [np.zeros(0)])
+    if values.size < 2:
+        return None
+    values.sort()
+    gaps = np.diff(values)
+    k = int(np.argmax(gaps))
+    gap = float(gaps[k])
+    rest = float(values[-1] - values[0]) - gap
+    if gap < CLOCK_GAP_MIN_S or gap <= CLOCK_GAP_RATIO * rest:
+        return None
+    after = values.size - k - 1 <= k + 1
+    cut = float(values[k + 1]) if after else float(values[k])
+    first: tuple[int, str] | None = None
+    for name, v in columns.items():
+        beyond = np.flatnonzero(v >= cut) if after else np.flatnonzero(v <= cut)
+        if beyond.size and (first is None or int(beyond[0]) < first[0]):
+            first = int(beyond[0]), name
+    assert first is not None
+    pos, name = first
+    return ClockGap(column=name, pos=pos, value_s=float(columns[name][pos]), after=after,
+                    gap_s=gap, rest_s=rest,
+                    beyond=values.size - k - 1 if after else k + 1)
+
+
+def check_unique_names(path: object, names: Sequence[object]) -> None:
+    """Refuse a table that names a column twice: which of the two holds the data would be a
+    guess (pandas renames a CSV's second `x` to `x.1`, pyarrow cannot convert the pair)."""
+    seen: dict[str, list[int]] = {}
+    for i, name in enumerate(names, start=1):
+        seen.setdefault(str(name), []).append(i)
+    twice = next(((n, at) for n, at in seen.items() if len(at) > 1), None)
+    if twice is None:
+        return
+    name, at = twice
+    where = ", ".join(map(str, at[:-1])) + f" and {at[-1]}"
+    times, which = ("twice", "one of them") if len(at) == 2 else (f"{len(at)} times",
+                                                                 "all but one")
+    raise TraceSchemaError(
+        f"{path}: column {name!r} appears {times} (columns {where}); which one holds the data "
+        f"would be a guess: rename or drop {which} and write the file again")
 
 
 def names_of(columns: object, limit: int = 8) -> str:

@@ -589,6 +589,17 @@ def _chunked_prefill(c: LedgerInput) -> LedgerEntry | None:
     )
 
 
+def _busiest_window_sum(times_s: np.ndarray, values: np.ndarray, window_s: float) -> float:
+    """The largest Σ values over the windows of `window_s` from the first time (0 without
+    any): only the windows that hold a time are counted, so memory follows the rows, not
+    the span of the clock."""
+    if not times_s.size:
+        return 0.0
+    idx = np.floor((times_s - times_s.min()) / window_s).astype(np.int64)
+    _, window = np.unique(idx, return_inverse=True)
+    return float(np.bincount(window, weights=values).max())
+
+
 def _network(c: LedgerInput) -> Network:
     """The network check's numbers (see the module docstring)."""
     t: Thresholds = c.t
@@ -611,8 +622,7 @@ def _network(c: LedgerInput) -> Network:
     # Prefill tokens per second in the busiest window of arrivals (or of prefill steps).
     window = float(t.window_s)
     arrival = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
-    idx = np.floor((arrival - arrival.min()) / window).astype(np.int64)
-    peak_prefill = float(np.bincount(idx, weights=prompt).max() / window) if prompt.size else 0.0
+    peak_prefill = _busiest_window_sum(arrival, prompt, window) / window
     peak_rate = None if kv_b is None else peak_prefill * kv_b
     ttft_mean = None
     if inp.has("first_token_s"):

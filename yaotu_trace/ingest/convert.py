@@ -4,10 +4,11 @@ Canonical Parquet in arrival order is what every command streams out of core, so
 one step a trace in another format needs before it outgrows memory. A JSONL or CSV file whose
 lines stand alone (canonical, Mooncake) is converted in parts of about 32 MB of text: each part
 is mapped and validated like a whole file (errors name the file's own lines) and written to a
-temporary Parquet part; request ids are checked for duplicates across parts, and the parts are
-joined into the output. The result is the same table as converting the file whole, which is
-what happens when the format's rows depend on each other, when the output is JSONL or CSV, or
-when arrivals go back in time across two parts (sorting them needs the whole file).
+temporary Parquet part; request ids are checked for duplicates, and the times for one clock
+(`schema.check_one_clock`), over every part, and the parts are joined into the output. The
+result is the same table as converting the file whole, which is what happens when the format's
+rows depend on each other, when the output is JSONL or CSV, or when arrivals go back in time
+across two parts (sorting them needs the whole file).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.canonical import join_parquet_parts, write_trace
-from yaotu_trace.data.schema import normalize
+from yaotu_trace.data.schema import CLOCK_COLUMNS, check_one_clock, normalize
 from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError, WriteError
 from yaotu_trace.files import signals_held, write_error
@@ -74,6 +75,10 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
     block: int | None = None
     has_ids: bool | None = None
     format_name = fmt.value
+    # Every part's times and lines, for the one-clock rule over the whole file.
+    times: dict[str, list[np.ndarray]] = {c: [] for c in CLOCK_COLUMNS}
+    rows_at: list[np.ndarray] = []
+    label = "line"
     # Made with signals held: one between making the folder and the object that removes it
     # would leave it behind.
     with signals_held():
@@ -81,7 +86,7 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
     with scratch as folder:
         for k, raw in enumerate(read_parts(path, fmt, part_bytes=part_bytes)):
             raw = apply_options(raw, path, column_map, source_block_size)
-            part = normalize(raw, str(path))
+            part = normalize(raw, str(path), whole=False)
             table = part.requests
             arrival = table["arrival_s"].to_numpy(dtype=np.float64)
             if arrival.min() < latest:
@@ -107,6 +112,10 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
                     f"{part.source_block_size} differs from {block} earlier in the file; one "
                     "trace has one block size")
             block = block if block is not None else part.source_block_size
+            label = raw.row_label
+            rows_at.append(raw.requests[SOURCE_ROW].to_numpy(dtype=np.int64))
+            for column, parts in times.items():
+                parts.append(_seconds(raw.requests, column))
             first, last = raw.requests[SOURCE_ROW].iloc[[0, -1]].tolist()
             notes += [f"lines {first}–{last}: {note}" for note in part.notes]
             files.append(Path(folder) / f"{k:06d}.parquet")
@@ -115,6 +124,9 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
             format_name = part.format_name
         if ids:
             _no_duplicates(path, pd.concat(ids, ignore_index=True), np.concatenate(lines))
+        source_rows = np.concatenate(rows_at)
+        check_one_clock({c: np.concatenate(v) for c, v in times.items()}, str(path),
+                        lambda pos: f"{label} {source_rows[pos]}")
         join_parquet_parts(files, out, source_block_size=block)
     return Converted(requests=rows, format_name=format_name, parts=len(files),
                      notes=tuple(notes))
@@ -131,6 +143,14 @@ def _write_part(table: pd.DataFrame, files: list[Path], out: Path) -> None:
         written_bytes = sum(f.stat().st_size for f in files[:-1])
         raise write_error(str(out), err.__cause__, folder=out.parent,
                           written_bytes=written_bytes) from err.__cause__
+
+
+def _seconds(requests: pd.DataFrame, column: str) -> np.ndarray:
+    """A time column of a part as validated (NaN where missing, or everywhere when absent)."""
+    if column not in requests.columns:
+        return np.full(len(requests), np.nan)
+    return pd.to_numeric(requests[column], errors="coerce").to_numpy(dtype=np.float64,
+                                                                     na_value=np.nan)
 
 
 def _no_duplicates(path: Path, ids: pd.Series, lines: np.ndarray) -> None:

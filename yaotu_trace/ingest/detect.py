@@ -203,7 +203,7 @@ def _detect_csv(path: Path, renamed: Mapping[str, str]) -> TraceFormat:
     from yaotu_trace.data.canonical import read_csv_frame
     from yaotu_trace.data.values import names_of
 
-    header = read_csv_frame(path, nrows=0).columns
+    header = read_csv_frame(path, nrows=0, names_once=False).columns
     found = sniff_header({renamed.get(str(c).strip(), str(c).strip()) for c in header})
     if found is None and (summary := _summary_csv(header)) is not None:
         raise TraceReadError(f"{path}: is {summary}")

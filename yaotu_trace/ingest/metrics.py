@@ -28,6 +28,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.values import check_unique_names
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest import prom_text
 from yaotu_trace.ingest.metric_names import (
@@ -330,6 +331,11 @@ def _without_instant_gauges(metrics: EngineMetrics) -> EngineMetrics:
         if g is not None and len(g):
             shown.append(f"{key} {float(g['value'].iloc[-1]):g}")
     values = f" ({', '.join(shown)})" if shown else ""
+    if drop.all():
+        raise TraceReadError(
+            f"{metrics.path}: is one instant of gauges only{values}: a gauge at one instant "
+            "shows no queue, KV usage or imbalance over time and the file has no counter to "
+            "total; export a range query, or save /metrics scrapes over the run")
     note = (f"the metrics export {metrics.path} is one instant: its gauges{values} are shown "
             "here and not judged, since a queue, a KV usage at preemption or an imbalance "
             "between engines needs them over time (export a range query, or save /metrics "
@@ -571,6 +577,7 @@ def _read_csv(path: Path) -> list[tuple[float, str, str, float]]:
         with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh, delimiter=delimiter)
             header = [h.strip() for h in (reader.fieldnames or [])]
+            check_unique_names(path, header)
             missing = [c for c in CSV_COLUMNS if c not in header and c != "labels"]
             if missing:
                 raise TraceReadError(

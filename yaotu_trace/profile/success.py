@@ -4,12 +4,14 @@ tenant and instance, over time, and the commonest error texts.
 Definitions: a request is successful when its `status` is missing or `ok`
 (`data.outcome.successful_mask`); success_rate = successful / requests. Windows are
 `window_s` wide from the first arrival and hold the requests that arrived in them; the width is
-the smallest of `WINDOW_CHOICES_S` that cuts the arrival span into at most `MAX_WINDOWS`.
+the smallest of `WINDOW_CHOICES_S` that cuts the arrival span into at most `MAX_WINDOWS` (a whole
+number of days when even days would be more).
 Built only when the trace has a `status` column with at least one value.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -131,8 +133,12 @@ def _groups(df: pd.DataFrame, column: str,
 
 def window_width_s(span_s: float, choices: Sequence[float] = WINDOW_CHOICES_S,
                    most: int = MAX_WINDOWS) -> float:
-    """The smallest width of `choices` that cuts `span_s` into at most `most` windows."""
-    return next((w for w in choices if np.floor(span_s / w) + 1 <= most), choices[-1])
+    """The smallest width of `choices` that cuts `span_s` into at most `most` windows; beyond
+    the largest, whole multiples of it, so that the count never follows the clock's span."""
+    fit = next((w for w in choices if np.floor(span_s / w) + 1 <= most), None)
+    if fit is not None:
+        return fit
+    return choices[-1] * math.ceil(span_s / ((most - 1) * choices[-1]))
 
 
 def _windows(arrival_s: np.ndarray,

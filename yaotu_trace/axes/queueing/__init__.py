@@ -9,12 +9,13 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   from metrics, mean queue time / mean(vllm:e2e_request_latency_seconds).
 - interarrival_cv = std / mean of gaps between arrivals (1 = Poisson); peak_to_mean = busiest
   1 s bin / mean rate.
-- Windows of `window_s` seconds from the first arrival. A request's work = prompt_len −
-  cached_tokens (0 when absent) + output_len: what the engine computes, as a step log counts
-  it. offered_tokens_per_s[w] = Σ work of requests arriving in w / window_s.
-  achieved_tokens_per_s[w] = tokens served in w / window_s: from the step log Σ
-  (prefill_tokens + decode_tokens) of steps starting in w, else each request's work spread
-  evenly over [scheduled_s, finish_s].
+- Windows of `window_s` seconds from the first arrival (a whole multiple of it when the span
+  would need more than `metrics.grid_limit` windows: memory follows the data, not the
+  clock). A request's work = prompt_len − cached_tokens (0 when absent) + output_len: what
+  the engine computes, as a step log counts it. offered_tokens_per_s[w] = Σ work of
+  requests arriving in w / window_s. achieved_tokens_per_s[w] = tokens served in w /
+  window_s: from the step log Σ (prefill_tokens + decode_tokens) of steps starting in w,
+  else each request's work spread evenly over [scheduled_s, finish_s].
   service_rate_tokens_per_s = max_w achieved (the peak sustained rate). rho[w] = offered /
   service rate; mean_rho = Σ offered / (windows · service rate); overloaded windows have rho ≥
   `overload_rho`; queue_grows = waiting(end of w) > waiting(start of w), with waiting(t) =

@@ -21,10 +21,13 @@ from yaotu_trace.axes.failures import measure_failures, with_failure_hits
 from yaotu_trace.axes.queueing.confidence import confirm_steps, evidence_note
 from yaotu_trace.axes.queueing.imbalance import measure_load_balance
 from yaotu_trace.axes.queueing.metrics import (
+    MIN_GRID_WINDOWS,
+    WINDOWS_PER_EVENT,
     Load,
     QueueingMetrics,
     RequestTiming,
     Windows,
+    grid_limit,
     offered_load,
     request_timing,
     windows_of,
@@ -180,7 +183,9 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     """Measure queueing and name its cause: burst, dispatch overhead, batch shape or KV."""
     sources: list[Source] = []
     timing = request_timing(inp, sources)
-    grid = windows_of(timing, float(t.window_s), _telemetry_span(inp))
+    events = _events(inp)
+    grid = windows_of(timing, float(t.window_s), _telemetry_span(inp), events)
+    grid_notes = _grid_notes(grid, float(t.window_s), events, bool(len(inp.requests)))
     st = step_stats(inp, grid)
     if st.wall_s is not None:
         sources.append(Source.STEPS)
@@ -198,7 +203,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
         return with_failure_hits(_undecided(metrics), evaluate(FAILURE_RULES, facts, t),
                                  facts.failures, SEVERITY_OF)
-    notes: list[str] = []
+    notes: list[str] = list(grid_notes)
     hits = evaluate(RULES, facts, t)
     if "Q001" in {h.rule_id for h in hits} and saturated(facts, t) is None:
         notes.append("arrival burst judged from the request table alone; add a step log to "
@@ -227,6 +232,27 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
                     *confirm_steps(metrics, cause, facts.has_steps)),
         notes=tuple(notes),
     )
+
+
+def _events(inp: AxisInput) -> int:
+    """What the load grid is sized by: the requests, else the steps and scrapes."""
+    if len(inp.requests):
+        return len(inp.requests)
+    steps = inp.steps.num_rows if inp.steps is not None else 0
+    return steps + (len(inp.metrics.frame) if inp.metrics is not None else 0)
+
+
+def _grid_notes(grid: Windows, window_s: float, events: int, requests: bool
+                ) -> tuple[str, ...]:
+    """A note when the span needed wider windows than `window_s` (`grid_limit`)."""
+    if grid.width_s == window_s:
+        return ()
+    what, per = ("requests", "request") if requests else ("steps and scrapes", "step or scrape")
+    return (f"load windows are {grid.width_s:g} s wide, not window_s {window_s:g} s: windows "
+            f"of {window_s:g} s over this span would number more than {grid_limit(events):,}, "
+            f"the most a grid holds for {events:,} {what} (the larger of "
+            f"{MIN_GRID_WINDOWS:,} and {WINDOWS_PER_EVENT} per {per}); look for a time on "
+            "another clock",)
 
 
 def _telemetry_span(inp: AxisInput) -> tuple[float, float] | None:

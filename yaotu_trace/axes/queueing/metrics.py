@@ -3,7 +3,9 @@ docstring for the definitions)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import pandas as pd
@@ -15,6 +17,12 @@ from yaotu_trace.data.report import Distribution
 
 # Peak windows shown in the report.
 TOP_WINDOWS = 5
+# The load grid follows the data, not the clock: it holds at most MIN_GRID_WINDOWS windows
+# (91 h of 5 s), or WINDOWS_PER_EVENT per request (per step or scrape without requests) when
+# that is more; a longer span widens the windows to a whole multiple of `window_s`. Memory is
+# then at most a few arrays of that many numbers, whatever the span of the clock.
+MIN_GRID_WINDOWS: Final = 1 << 16
+WINDOWS_PER_EVENT: Final = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,7 +145,8 @@ def spread_work(
 
 @dataclass(frozen=True, slots=True)
 class Windows:
-    """The windows of offered against achieved load: `count` windows of `width_s` from `t0_s`."""
+    """The windows of offered against achieved load: `count` windows of `width_s` from `t0_s`
+    (wider than the `window_s` asked for when the span needs more than `grid_limit`)."""
 
     t0_s: float
     width_s: float
@@ -223,10 +232,18 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
                          share_latency=share_latency, queue_total=queue_total, timed=timed)
 
 
+def grid_limit(events: int) -> int:
+    """The most windows a load grid holds for `events` requests (steps or scrapes)."""
+    return max(MIN_GRID_WINDOWS, WINDOWS_PER_EVENT * events)
+
+
 def windows_of(timing: RequestTiming, window_s: float,
-               telemetry_span: tuple[float, float] | None = None) -> Windows:
+               telemetry_span: tuple[float, float] | None = None,
+               telemetry_events: int = 0) -> Windows:
     """Windows of `window_s` from the first arrival to the last finish (or arrival); without a
-    request (telemetry alone), over `telemetry_span`, the step log's or the metrics' range."""
+    request (telemetry alone), over `telemetry_span`, the step log's or the metrics' range
+    (`telemetry_events` rows). Beyond `grid_limit` windows, each is a whole number of
+    `window_s` wide, so that the count stays within it."""
     arrival, finish = timing.arrival, timing.finish
     if arrival.size == 0:  # telemetry alone: no request to place in time
         if telemetry_span is None:
@@ -235,8 +252,13 @@ def windows_of(timing: RequestTiming, window_s: float,
     else:
         t0 = float(arrival.min())
         t_end = float(np.nanmax(finish)) if finish is not None else float(arrival.max())
-    n_windows = max(1, int(np.ceil((t_end - t0) / window_s + 1e-12)))
-    return Windows(t0_s=t0, width_s=window_s, count=n_windows)
+    span_s = max(t_end - t0, 0.0)
+    limit = grid_limit(arrival.size or telemetry_events)
+    width_s = window_s
+    if span_s / window_s > limit:
+        width_s = window_s * math.ceil(span_s / (limit * window_s))
+    n_windows = max(1, math.ceil(span_s / width_s + 1e-12))
+    return Windows(t0_s=t0, width_s=width_s, count=n_windows)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
