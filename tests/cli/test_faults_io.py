@@ -398,3 +398,24 @@ def test_ascii_stand_ins_for_the_reports_symbols() -> None:
     assert _stand_in("─┼│ 5 → 6 ≥ 2 −1") == "-+| 5 -> 6 >= 2 -1"
     assert _stand_in("résumé.jsonl") == "r\\xe9sum\\xe9.jsonl"
 
+
+
+def test_a_non_blocking_stdout_gets_the_whole_report(tmp_path: Path) -> None:
+    """A pipe made non-blocking by its parent (Node.js, asyncio): once the pipe is full a write
+    fails with EAGAIN, and the report was cut at 64 KiB with exit 0. It must arrive whole."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    flags = fcntl.fcntl(write_end, fcntl.F_GETFL)
+    fcntl.fcntl(write_end, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    proc = _start(["report", str(SAMPLES / "chat.parquet"), "-o", "-"], stdout=write_end)
+    os.close(write_end)
+    time.sleep(2.0)  # the report fills the pipe while nobody reads it
+    chunks = []
+    with os.fdopen(read_end, "rb") as pipe:
+        while chunk := pipe.read(65536):
+            chunks.append(chunk)
+    code, _, err = _finish(proc)
+    page = b"".join(chunks)
+    assert code == 0, err.decode()
+    assert len(page) > 65536 and page.rstrip().endswith(b"</html>")

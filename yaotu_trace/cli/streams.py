@@ -11,6 +11,9 @@ a reader that leaves early.
 - A reader that closes the pipe early (`trace analyze t.parquet | head -1`) ends the run with
   exit 141, as SIGPIPE ends other tools (`discard_output` keeps the interpreter's last flush
   quiet).
+- A non-blocking stdout or stderr (a pipe a Node.js or asyncio parent made): Python's writes
+  fail with EAGAIN once the pipe is full, and what did not fit is lost while the run ends 0 (a
+  report cut at 64 KiB). Such a stream is made blocking: the report waits for its reader.
 """
 
 from __future__ import annotations
@@ -97,6 +100,12 @@ def prepare() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
+    for fd in (1, 2):
+        try:
+            if not os.get_blocking(fd):
+                os.set_blocking(fd, True)
+        except OSError:
+            pass  # not a descriptor whose mode can change: written as it is
     if sys.stdout is None:
         sys.stdout = _Closed()
     if sys.stderr is None:
