@@ -101,7 +101,9 @@ def _run(args: list[str], debug: bool) -> int:
         return int(ExitCode.BROKEN_PIPE)
     except Exception as exc:
         _show_traceback(debug)
-        if _interrupted(exc):
+        # After a signal whatever fails is its consequence (C code may turn the interrupt
+        # into another error): the run was stopped, not broken.
+        if _interrupted(exc) or interrupts.fired():
             return interrupts.exit_code()
         if _is_click_error(exc):
             sys.stderr.write(_usage_line(exc) + "\n")

@@ -20,6 +20,9 @@ has the interrupt raised at the next line of the first frame up the stack that i
 - In llvmlite, while numba compiles: it calls back into Python through ctypes, which prints an
   exception raised in a callback ("Exception ignored on calling ctypes callback") and drops it;
   the compilation then fails as if it were a bug (exit 4).
+- In an import: a C extension's initialisation (numba's `_devicearray`) turns an exception in
+  the Python code it runs into an ImportError, after printing its traceback. Deferred, the
+  interrupt is raised in the code that asked for the import, once it is done.
 - In a finalizer (`__del__`), where an exception is printed as "Exception ignored" and lost.
 - In the temp-file steps of an atomic write (`tempfile`, `yaotu_trace.files` itself), between
   the temp file's creation and the `try` whose `finally` removes it.
@@ -49,8 +52,11 @@ if TYPE_CHECKING:
 
 _UNSAFE_MODULES = frozenset({"tempfile", "yaotu_trace.files"})
 # Packages whose frames may sit below C code that cannot take an exception: an interrupt in
-# them, or in anything they call, waits for their caller.
-_CALLBACK_PACKAGES = ("numba.core.serialize", "llvmlite")
+# them, or in anything they call, waits for their caller. The import machinery's frames count:
+# the module being imported may be a C extension's.
+_CALLBACK_PACKAGES = ("numba.core.serialize", "llvmlite", "_frozen_importlib",
+                      "_frozen_importlib_external", "importlib._bootstrap",
+                      "importlib._bootstrap_external")
 
 
 class _State:
@@ -143,6 +149,11 @@ def install() -> object:
     _state.fired = False
     _state.signum = int(signal.SIGINT)
     return previous
+
+
+def fired() -> bool:
+    """Whether a signal has stopped this run (its interrupt raised, or due)."""
+    return _state.fired
 
 
 def exit_code() -> int:
