@@ -8,6 +8,7 @@ refused with the file that holds the requests, not with a column mapping that ca
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,3 +45,14 @@ def test_summary_csvs_point_to_the_per_request_file(name: str, points_to: str) -
     with pytest.raises(TraceReadError, match=f"summary table.*give the.*{points_to}") as info:
         load_trace(DATA / name)
     assert "--input-format" not in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("aiperf/profile_export.jsonl", "is a request trace (aiperf), not engine telemetry"),
+    ("guidellm/benchmarks.csv", "guidellm's summary table"),
+])
+def test_given_as_metrics_they_are_sent_where_they_belong(name: str, says: str) -> None:
+    from yaotu_trace.ingest.metrics import read_metrics
+
+    with pytest.raises(TraceReadError, match=re.escape(says)):
+        read_metrics(DATA / name)

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.values import check_unique_names
-from yaotu_trace.errors import TraceReadError
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import prom_text
 from yaotu_trace.ingest.metric_names import (
     CACHE_CONFIG_INFO,
@@ -260,16 +260,11 @@ def read_metrics(path: str | Path, *, year: int | None = None,
                              "file (.json or .csv) or a folder of /metrics text snapshots")
     elif not path.is_file():
         raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
-    elif suffix == ".json":
-        rows = _read_json(path)
-    elif suffix in (".csv", ".tsv"):
-        rows = _read_csv(path)
     else:
-        raise TraceReadError(
-            f"{path}: metrics are read from .json (Prometheus API export), .csv "
-            f"(timestamp, metric, labels, value), an engine server log ({EXPECTED}) or "
-            f"/metrics text (.txt, .prom); got '{suffix or '(no extension)'}'"
-        )
+        try:
+            rows = _read_export(path, suffix)
+        except (TraceReadError, TraceSchemaError) as err:
+            raise _as_trace(path) or err from None
     frame = pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"])
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
                           "labels": object})
@@ -386,6 +381,32 @@ def _totals_note(metrics: EngineMetrics) -> str:
     over = f", summed over {engines} engines" if engines > 1 else ""
     return (f"the metrics export {metrics.path} is one instant: its counters are read as "
             f"totals {since}{over}, not as increases over a range")
+
+
+def _read_export(path: Path, suffix: str) -> list[tuple[float, str, str, float]]:
+    if suffix == ".json":
+        return _read_json(path)
+    if suffix in (".csv", ".tsv"):
+        return _read_csv(path)
+    raise TraceReadError(
+        f"{path}: metrics are read from .json (Prometheus API export), .csv "
+        f"(timestamp, metric, labels, value), an engine server log ({EXPECTED}) or "
+        f"/metrics text (.txt, .prom); got '{suffix or '(no extension)'}'"
+    )
+
+
+def _as_trace(path: Path) -> TraceReadError | None:
+    """The error for a request trace (or a benchmark summary) given as --metrics: where it
+    belongs, rather than which metrics field it lacks."""
+    from yaotu_trace.ingest.detect import detect_format
+
+    try:
+        fmt = detect_format(path)
+    except TraceReadError as err:
+        return err if "summary table" in str(err) else None
+    return TraceReadError(
+        f"{path}: is a request trace ({fmt.value}), not engine telemetry; give it as the "
+        f"trace (trace diagnose {path}), and the engine's log or /metrics export as --metrics")
 
 
 def _with_pool_from_cache_config(frame: pd.DataFrame) -> pd.DataFrame:
