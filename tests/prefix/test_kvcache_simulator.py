@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
-from yaotu_trace.commands.replay import capacity_blocks
 from yaotu_trace.commands.replay import replay as replay_command
 from yaotu_trace.ingest import load_trace
 from yaotu_trace.prefix import rules_for
+from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks
 from yaotu_trace.prefix.sweep_trace import sweep_trace
 
 kvcache_sim = pytest.importorskip("kvcache_sim")
@@ -71,8 +71,9 @@ def _compare(name: str) -> list[tuple[str, int, int]]:
         if ours_lru != lru["hitTokens"]:
             misses.append((budget, lru["hitTokens"], ours_lru))
         fifo = point["results"]["fifo"]
-        report = replay_command(path, capacity=budget, model=MODEL, eviction="fifo",
-                                warmup="50%", waterfall=False)
+        report = replay_command(path, ReplayOptions(capacity=budget, model=MODEL,
+                                                    eviction="fifo", warmup="50%"),
+                                waterfall=False)
         ours_fifo = report.sections["prefix_reuse"]
         assert ours_fifo["saved_prefill_tokens"] == fifo["hitTokens"], budget
         assert ours_fifo["prompt_tokens"] == fifo["totalTokens"], budget

@@ -71,14 +71,15 @@ def diff_traces(
     before: Trace,
     after: Trace,
     *,
-    before_metrics: EngineMetrics | None = None,
-    after_metrics: EngineMetrics | None = None,
+    metrics: tuple[EngineMetrics | None, EngineMetrics | None] = (None, None),
     settings: EngineSettings | None = None,
     thresholds: Thresholds | None = None,
     matched_only: bool = False,
     seed: int = 0,
 ) -> RunDiff:
-    """Whether the two runs compare fairly, what changed per axis, and the work saved/added."""
+    """Whether the two runs compare fairly, what changed per axis, and the work saved/added;
+    `metrics` is each run's engine telemetry (before, after), None where not given."""
+    before_metrics, after_metrics = metrics
     s = settings or EngineSettings()
     t = thresholds or make_thresholds()
     matched = match_requests(before, after)
