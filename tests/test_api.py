@@ -3,6 +3,7 @@ document the command line writes with the same options."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import subprocess
@@ -138,3 +139,13 @@ def test_convert_and_generate_write_the_cli_files(tmp_path: Path,
     assert done.sections["conversion"].requests == 40
     assert (tmp_path / "api.parquet").read_bytes() == (tmp_path / "cli.parquet").read_bytes()
     capsys.readouterr()
+
+
+def test_diff_is_the_command_even_once_its_core_is_loaded() -> None:
+    """`yaotu_trace.diff` is also the package of the diff's core, which `check` and `report`
+    load: importing it leaves the API's name to the command."""
+    importlib.import_module("yaotu_trace.diff.run")
+    from yaotu_trace import diff
+    from yaotu_trace.commands.diff import diff as command
+
+    assert diff is command and yaotu_trace.diff is command

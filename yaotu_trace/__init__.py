@@ -8,6 +8,8 @@ renders; see docs/python-api.md. They are loaded on first use, so that `import y
 
 from __future__ import annotations
 
+import sys
+
 from yaotu_trace._version import __version__
 
 # NOTE: no `typing` at run time. `trace` imports this package before it can install its Ctrl-C
@@ -62,6 +64,24 @@ __all__ = [
     "simulate",
     "sweep",
 ]
+
+
+class _Package(type(sys)):  # type: ignore[misc]
+    """The package as a module whose `diff` is the command's function.
+
+    NOTE: importing the subpackage `yaotu_trace.diff` (the diff's core, which `trace check`
+    and `trace report` load too) would bind its name here to that subpackage, so that
+    `from yaotu_trace import diff` gave the package rather than the command. The binding is
+    skipped: the core is imported by its modules' names (`from yaotu_trace.diff import ...`).
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "diff" and isinstance(value, type(sys)):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ from yaotu_trace.commands.load import Progress, RunBefore, TraceSource, open_tra
 from yaotu_trace.commands.settings import DiagnosisSetup, setup_diagnosis
 from yaotu_trace.commands.shared.analysis import analysis_report
 from yaotu_trace.commands.shared.change import change_report
-from yaotu_trace.commands.shared.diagnosis import diagnose_trace
+from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
@@ -61,11 +61,7 @@ def check(
     setup = setup_diagnosis(options)
     metrics = setup.telemetry(options.metrics)
     earlier = None if before is None else open_trace(before.trace, lazy_content=False)
-
-    def diagnosis() -> Report:
-        return diagnose_trace(loaded, metrics=metrics, settings=setup.settings,
-                              thresholds=setup.thresholds)
-
+    diagnosis = deferred_diagnosis(loaded, setup, metrics)
     doc, diagnosed = _metrics_of(loaded, diagnosis, asked, progress)
     changes: list[CheckResult] = []
     if before is not None and earlier is not None:

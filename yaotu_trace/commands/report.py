@@ -18,15 +18,14 @@ from yaotu_trace.commands.load import (
     open_trace,
     tell,
 )
-from yaotu_trace.commands.settings import DiagnosisSetup, setup_diagnosis
+from yaotu_trace.commands.settings import setup_diagnosis
 from yaotu_trace.commands.shared.change import change_report
-from yaotu_trace.commands.shared.diagnosis import diagnose_trace
+from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.metrics import EngineMetrics
 from yaotu_trace.prefix.rules import effective_rules
 from yaotu_trace.prefix.sweep_trace import sweep_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
@@ -72,12 +71,12 @@ def report(
     loaded = open_trace(trace, lazy_content=before is None, progress=progress)
     setup = setup_diagnosis(options)
     metrics = setup.telemetry(options.metrics)
-    diagnosis = _diagnosis_of(loaded, setup, metrics)
+    diagnosis = deferred_diagnosis(loaded, setup, metrics)
     if before is None:
         return build_report(loaded, diagnose_report=diagnosis, progress=progress)
     earlier = open_trace(before.trace, lazy_content=False)
     metrics_before = setup.telemetry(before.metrics)
-    diagnosis_before = _diagnosis_of(earlier, setup, metrics_before)
+    diagnosis_before = deferred_diagnosis(earlier, setup, metrics_before)
     after_report = build_report(loaded, diagnose_report=diagnosis, progress=progress)
     before_report = build_report(earlier, diagnose_report=diagnosis_before)
     tell(progress, "comparing the runs", 1.0)
@@ -86,23 +85,13 @@ def report(
     return two_run_report(before_report, after_report, judged)
 
 
-def _diagnosis_of(trace: Trace, setup: DiagnosisSetup,
-                  metrics: EngineMetrics | None) -> Callable[[], Report]:
-    """The diagnosis of `trace` under options checked already, run when called."""
-    def build() -> Report:
-        return diagnose_trace(trace, metrics=metrics, settings=setup.settings,
-                              thresholds=setup.thresholds)
-
-    return build
-
-
 def _simulated_report(trace: TraceSource, options: DiagnosisOptions, engine: EngineOptions,
                       progress: Progress | None) -> Report:
     """`--simulate`: the report of the modelled run, `config.modelled` stating the engine."""
     setup_diagnosis(options)  # checked before the run, as without --simulate
     loaded, modelled = simulated_trace(trace, options, engine, progress)
     judged = setup_diagnosis(replace(options, model=options.model or modelled["model"]))
-    simulated = build_report(loaded, diagnose_report=_diagnosis_of(loaded, judged, None),
+    simulated = build_report(loaded, diagnose_report=deferred_diagnosis(loaded, judged, None),
                              progress=progress)
     return Report(command="report", input=simulated.input,
                   config={**simulated.config, "modelled": modelled},

@@ -3,12 +3,14 @@ and `trace report` judge under the same options."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from yaotu_trace.axes import AXES
 from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.commands.settings import DiagnosisSetup
 from yaotu_trace.commands.shared.analysis import terminal_charts
 from yaotu_trace.data.report import InputSummary, Report, input_summary
 from yaotu_trace.data.schema import Trace
@@ -60,6 +62,17 @@ def diagnose_trace(
             "findings": list(result.findings),
         },
     )
+
+
+def deferred_diagnosis(trace: Trace, setup: DiagnosisSetup,
+                       metrics: EngineMetrics | None) -> Callable[[], Report]:
+    """The diagnosis of `trace` under options checked already (`setup`) and its telemetry
+    read, run when called: `check` and `report` diagnose only when they need to."""
+    def build() -> Report:
+        return diagnose_trace(trace, metrics=metrics, settings=setup.settings,
+                              thresholds=setup.thresholds)
+
+    return build
 
 
 def _input_of(trace: Trace) -> InputSummary:
