@@ -1,14 +1,11 @@
 """The workload analysis of a read trace (`trace analyze`, and `trace check` under its
-checks) and the console's pictures of a trace (`analyze`, `diagnose`)."""
+checks)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
@@ -17,11 +14,6 @@ from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.window import WarmupSpec
 from yaotu_trace.profile.success import success_profile
 from yaotu_trace.profile.workload import profile_trace
-from yaotu_trace.profile.workload_figures import arrival_series, length_distribution
-from yaotu_trace.render.text_charts import TerminalCharts
-
-if TYPE_CHECKING:
-    from yaotu_trace.profile.figures import Series
 
 # Extra sections of `trace analyze`, in report order: name → builder(trace, options) or None to
 # skip; `options` are the command's keyword options (`preset`, `warmup` as a parsed window, ...).
@@ -60,30 +52,12 @@ def analysis_report(loaded: Trace, *, preset: str | None = None,
         if section is not None:
             sections[name] = section
     config = {} if warmup is None else {"warmup": warmup.text}
-    pictures = (terminal_charts(loaded, reuse=sections.get("prefix_reuse")) if charts
-                else None)
+    pictures = None
+    if charts:
+        # NOTE: the console's charts are drawn for a terminal (or --charts) only; a report
+        # without them does not pay for their modules (about 0.1 s of imports).
+        from yaotu_trace.commands.shared.charts import terminal_charts
+
+        pictures = terminal_charts(loaded, reuse=sections.get("prefix_reuse"))
     return Report(command="analyze", input=input_summary(loaded), config=config,
                   sections=sections, charts=pictures)
-
-
-def terminal_charts(trace: Trace, *, reuse: Any = None, lengths: bool = True,
-                    kv: Series | None = None) -> TerminalCharts:
-    """The console's pictures of a read trace (`render/text_charts.TerminalCharts`): arrivals
-    over time and, with `lengths`, the prompt and output lengths of the successful requests
-    (as `profile.workload_figures` computes them); the capacity points of the prefix-reuse
-    section `reuse` when it has them; the KV series `kv` (`profile.figures.kv_series`)."""
-    df = trace.requests
-    arrivals = prompt = output = None
-    if len(df):
-        prompt_len = df["prompt_len"].to_numpy(dtype=np.float64)
-        output_len = df["output_len"].to_numpy(dtype=np.float64)
-        if trace.has_arrivals:
-            arrivals = arrival_series(df["arrival_s"].to_numpy(dtype=np.float64), prompt_len,
-                                      output_len)
-        if lengths:
-            ok = successful_mask(df)
-            prompt = length_distribution(prompt_len[ok], "prompt tokens")
-            output = length_distribution(output_len[ok], "output tokens")
-    capacity = reuse if getattr(reuse, "available", False) else None
-    return TerminalCharts(arrivals=arrivals, prompt_len=prompt, output_len=output,
-                          capacity=capacity, kv=kv)

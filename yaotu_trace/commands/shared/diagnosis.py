@@ -11,7 +11,7 @@ from yaotu_trace.axes import AXES
 from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.commands.settings import DiagnosisSetup
-from yaotu_trace.commands.shared.analysis import terminal_charts
+from yaotu_trace.commands.shared.charts import terminal_charts
 from yaotu_trace.data.report import InputSummary, Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.diagnose import axis_report
