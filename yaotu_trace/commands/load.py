@@ -1,4 +1,5 @@
-"""Reading the trace a command works on: the one entry shared by every command.
+"""Reading the trace a command works on (and naming the run before a change): the one entry
+shared by every command.
 
 A command takes a trace already read (`Trace`), a path, or a `TraceInput` naming the path with
 the options of its reader; it reads the trace itself, after checking its own options, so that a
