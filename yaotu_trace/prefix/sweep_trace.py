@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from yaotu_trace.data.prefix_reuse import CapacityPoint
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.curve import DEFAULT_SHARES, CapacityCurve
@@ -37,23 +38,6 @@ KNEE_DEFINITION = (
 METRIC = "hit ratio = Σ hit tokens / Σ prompt tokens (token-weighted), at capacity C per cache"
 # Per-instance curves cost one pass each; beyond this many instances only the total is shown.
 MAX_INSTANCE_CURVES = 64
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CapacityPoint:
-    """The curve at one capacity; `capacity_bytes` is None without KV bytes per token."""
-
-    label: str
-    capacity_blocks: int
-    capacity_tokens: int
-    capacity_bytes: int | None
-    hit_tokens: int
-    hit_ratio: float
-    share_of_unlimited: float
-    block_hit_ratio_over_full_blocks: float
-    # With `--warmup`: whether every cache of this capacity had filled when the window began
-    # (kvcache-simulator omits a budget that had not); None without a window.
-    filled_before_window: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

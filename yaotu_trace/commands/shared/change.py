@@ -7,8 +7,8 @@ from typing import Any
 
 from yaotu_trace.commands.settings import DiagnosisSetup
 from yaotu_trace.data.report import InputPair, Report, input_summary
+from yaotu_trace.data.run_diff import MatchSummary, RunDiff
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diff.result import MatchSummary, RunDiff
 from yaotu_trace.diff.run import diff_traces
 from yaotu_trace.ingest.metrics import EngineMetrics
 
