@@ -128,7 +128,7 @@ def work_floor(path: str) -> dict[str, Any]:
 def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
     """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset)."""
     from yaotu_trace.ingest import load_trace
-    from yaotu_trace.prefix.engine import replay
+    from yaotu_trace.prefix.kernels.engine import replay
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
@@ -150,7 +150,7 @@ def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
         out["hit_tokens_at_capacity"] = result.saved_prefill_tokens
         stamps["single"] = time.perf_counter()
     if mode in ("full", "curve"):
-        from yaotu_trace.prefix.sweep import sweep
+        from yaotu_trace.prefix.kernels.sweep import sweep
 
         curve = sweep(chains, touch_order=rules.touch_order)
         out["curve_hit_tokens_at_capacity"] = int(curve.hit_tokens_at(capacity))

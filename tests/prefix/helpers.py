@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
-from yaotu_trace.prefix.engine import replay
-from yaotu_trace.prefix.result import ReplayResult
+from yaotu_trace.prefix.kernels.blocks import BlockChains, build_block_chains
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules, rules_for
 
 

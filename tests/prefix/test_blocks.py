@@ -7,7 +7,7 @@ import pytest
 from helpers import chains_of
 
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.prefix import blocks
+from yaotu_trace.prefix.kernels import blocks
 from yaotu_trace.prefix.rules import rules_for
 
 

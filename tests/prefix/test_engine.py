@@ -7,7 +7,7 @@ import pytest
 from helpers import chains_of, hits, run
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.engine import replay
+from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.rules import rules_for
 
 WORKED = [[1, 2, 3, 4], [1, 2, 3, 8], [9, 2, 3, 4]]
@@ -207,7 +207,7 @@ def test_cache_outputs_inserts_prompt_plus_output_blocks() -> None:
     values = np.array([1, 2, 1, 2, 3, 4])
     out_off = np.array([0, 2, 2])
     out_val = np.array([3, 4])
-    from yaotu_trace.prefix.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
 
     chains = build_block_chains(offsets, values, np.array([2, 4]), None, None, rules,
                                 output_offsets=out_off, output_values=out_val)

@@ -22,8 +22,8 @@ from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import replay_trace_with_requests
-from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
-from yaotu_trace.prefix.engine import replay
+from yaotu_trace.prefix.kernels.blocks import BlockChains, build_block_chains
+from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.rules import rules_for
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

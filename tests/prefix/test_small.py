@@ -17,10 +17,11 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix import blocks, small
+from yaotu_trace.prefix import small
+from yaotu_trace.prefix.kernels import blocks
+from yaotu_trace.prefix.kernels.sweep import stack_distance_histograms, sweep
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.rules import effective_rules, rules_for
-from yaotu_trace.prefix.sweep import stack_distance_histograms, sweep
 from yaotu_trace.prefix.sweep_trace import sweep_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix import sweep as sweep_module
-from yaotu_trace.prefix.sweep import (
+from yaotu_trace.prefix.kernels import sweep as sweep_module
+from yaotu_trace.prefix.kernels.sweep import (
     CapacityCurve,
     curve_from_histograms,
     stack_distance_histograms,
@@ -224,7 +224,7 @@ def test_time_axis_compaction_keeps_distances_exact() -> None:
 
 def test_knee_and_share_capacities() -> None:
     # GIVEN a hand-made step curve: hits 60 at 1 block, 90 at 10, 100 at 100
-    from yaotu_trace.prefix.sweep import DistanceHistograms
+    from yaotu_trace.prefix.kernels.sweep import DistanceHistograms
 
     tok = np.zeros(102, dtype=np.int64)
     tok[1], tok[10], tok[100] = 60, 30, 10
@@ -258,7 +258,7 @@ def test_bad_touch_order_is_a_config_error() -> None:
 # ---------------------------------------------------------------- against the block chains
 
 def _chains(prompts: list[list[int]], preset: str, **overrides: object):
-    from yaotu_trace.prefix.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
     from yaotu_trace.prefix.rules import rules_for
 
     rules = rules_for(preset, **overrides)
@@ -280,8 +280,8 @@ def test_curve_equals_engine_replays(
     prompts: list[list[int]], preset: str, block: int, instances: int
 ) -> None:
     # GIVEN the replay engine's chains and rules (instance caches when instances > 1)
-    engine = pytest.importorskip("yaotu_trace.prefix.engine")
-    from yaotu_trace.prefix.sweep import sweep
+    engine = pytest.importorskip("yaotu_trace.prefix.kernels.engine")
+    from yaotu_trace.prefix.kernels.sweep import sweep
 
     chains, rules = _chains(prompts, preset, block_size_tokens=block)
     codes = np.arange(len(prompts), dtype=np.int64) % instances if instances > 1 else None
@@ -318,9 +318,9 @@ def test_mooncake_fig9_synthetic_curve_is_reproduced() -> None:
     from yaotu_trace.catalog.units import parse_capacity
     from yaotu_trace.data.schema import list_arrays
     from yaotu_trace.ingest import load_trace
-    from yaotu_trace.prefix.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.sweep import sweep
     from yaotu_trace.prefix.rules import rules_for
-    from yaotu_trace.prefix.sweep import sweep
 
     trace = load_trace(path)
     rules = rules_for("mooncake")
@@ -469,7 +469,7 @@ def test_sweep_cli_mooncake_defaults_to_the_mooncake_preset(capsys) -> None:
 def test_per_instance_curves_sum_to_the_partitioned_curve(
     prompts: list[list[int]], instances: int, head_first: bool, seed: int
 ) -> None:
-    from yaotu_trace.prefix.sweep import sweep
+    from yaotu_trace.prefix.kernels.sweep import sweep
 
     chains, rules = _chains(prompts, "none", block_size_tokens=2,
                             touch_order="head-first" if head_first else "tail-first")
@@ -518,9 +518,9 @@ def test_mooncake_fig9_conversation_ceiling_is_pinned() -> None:
     path = shared_trace("mooncake/conversation_trace.jsonl")
     from yaotu_trace.data.schema import list_arrays
     from yaotu_trace.ingest import load_trace
-    from yaotu_trace.prefix.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.sweep import sweep
     from yaotu_trace.prefix.rules import rules_for
-    from yaotu_trace.prefix.sweep import sweep
 
     trace = load_trace(path)
     rules = rules_for("mooncake")

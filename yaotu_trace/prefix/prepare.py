@@ -21,7 +21,7 @@ from yaotu_trace.prefix.rules import ReplayRules
 from yaotu_trace.prefix.stream import ParquetPrompts
 
 if TYPE_CHECKING:
-    from yaotu_trace.prefix.chains import BlockChains
+    from yaotu_trace.prefix.kernels.chains import BlockChains
 
 _MISSING = "\x00"
 
@@ -77,7 +77,7 @@ class PreparedTrace:
     def chains(self, rules: ReplayRules, *, namespaces: bool = True) -> BlockChains:
         """Block chains under `rules`; `namespaces=False` puts every request in one namespace."""
         # The compiled chain builders, imported on use: a small trace's overview needs none.
-        from yaotu_trace.prefix.blocks import build_block_chains
+        from yaotu_trace.prefix.kernels.blocks import build_block_chains
         from yaotu_trace.prefix.stream import build_block_chains_streaming
 
         ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None

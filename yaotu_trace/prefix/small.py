@@ -34,7 +34,7 @@ import numpy as np
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import rates
-from yaotu_trace.prefix.chains import (
+from yaotu_trace.prefix.kernels.chains import (
     _M1,
     _M2,
     _NS,
@@ -47,7 +47,7 @@ from yaotu_trace.prefix.chains import (
     _segment_positions,
     chain_layout,
 )
-from yaotu_trace.prefix.curve import (
+from yaotu_trace.prefix.kernels.curve import (
     DEFAULT_SHARES,
     TOUCH_ORDERS,
     CapacityCurve,
@@ -57,7 +57,7 @@ from yaotu_trace.prefix.curve import (
     _partition_order,
     curve_from_histograms,
 )
-from yaotu_trace.prefix.result import tokens_of_leading_blocks
+from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
 from yaotu_trace.prefix.rules import ReplayRules, Scope
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ import numpy as np
 from yaotu_trace.data.schema import list_value_problem
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError, YaotuError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.chains import (
+from yaotu_trace.prefix.kernels.chains import (
     _MAX_IDS,
     _TRIES,
     BlockChains,
@@ -250,7 +250,7 @@ class _IdTable:
             by_id[:self.distinct] = self.by_id[:self.distinct]
             self.by_id = by_id
         if need * 2 > self.table.shape[0]:
-            from yaotu_trace.prefix.blocks import _rehash
+            from yaotu_trace.prefix.kernels.blocks import _rehash
 
             grown = np.zeros(_table_slots(need), dtype=np.int32)
             _rehash(self.by_id, np.int64(self.distinct), grown)
@@ -312,7 +312,7 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
                  ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
     """One pass with one set of keys; None when lane B caught a lane-A collision."""
     # The compiled kernels are imported here: reading prompts (`ParquetPrompts`) needs no numba.
-    from yaotu_trace.prefix.blocks import _chain_hashes, _dense_ids_into
+    from yaotu_trace.prefix.kernels.blocks import _chain_hashes, _dense_ids_into
 
     n = len(prompts.prompt_len)
     unit = block // per_block

@@ -15,7 +15,7 @@ import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.curve import DEFAULT_SHARES, CapacityCurve
+from yaotu_trace.prefix.kernels.curve import DEFAULT_SHARES, CapacityCurve
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
 from yaotu_trace.prefix.window import (
@@ -27,7 +27,7 @@ from yaotu_trace.prefix.window import (
 )
 
 if TYPE_CHECKING:
-    from yaotu_trace.prefix.chains import BlockChains
+    from yaotu_trace.prefix.kernels.chains import BlockChains
 
 KNEE_DEFINITION = (
     "Kneedle: with capacity scaled to [0, 1] up to the capacity that reaches the unlimited hits "
@@ -109,7 +109,7 @@ def partition_codes(prepared: PreparedTrace, rules: ReplayRules, chains: Any) ->
     """
     if rules.scope is not Scope.INSTANCE:
         return None
-    from yaotu_trace.prefix.engine import replay, route_codes
+    from yaotu_trace.prefix.kernels.engine import replay, route_codes
 
     if rules.route is None and prepared.instance_codes is not None:
         return prepared.instance_codes
@@ -141,7 +141,7 @@ def sweep_trace(
     With `warmup` every request still touches the cache but only the requests after it are
     looked up into the curve (`window.py`), and each point says whether its cache had filled.
     """
-    from yaotu_trace.prefix.sweep import sweep
+    from yaotu_trace.prefix.kernels.sweep import sweep
 
     prepared = sweep_input(trace, rules)
     chains = prepared.chains(rules)

@@ -16,13 +16,13 @@ import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
-from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
-from yaotu_trace.prefix.engine import replay
 from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
+from yaotu_trace.prefix.kernels.blocks import BlockChains, build_block_chains
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
-from yaotu_trace.prefix.result import ReplayResult
 from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, effective_rules, rules_for
 from yaotu_trace.prefix.waterfall import (
     STEPS,

@@ -35,19 +35,19 @@ import numba
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.curve import _MAX_INT32_IDS as _MAX_INT32_IDS
-from yaotu_trace.prefix.curve import DEFAULT_SHARES as DEFAULT_SHARES
-from yaotu_trace.prefix.curve import TOUCH_ORDERS as TOUCH_ORDERS
-from yaotu_trace.prefix.curve import CapacityCurve as CapacityCurve
-from yaotu_trace.prefix.curve import DistanceHistograms as DistanceHistograms
-from yaotu_trace.prefix.curve import TouchOrder as TouchOrder
-from yaotu_trace.prefix.curve import _kernel_inputs, _partition_order
-from yaotu_trace.prefix.curve import curve_from_histograms as curve_from_histograms
+from yaotu_trace.prefix.kernels.curve import _MAX_INT32_IDS as _MAX_INT32_IDS
+from yaotu_trace.prefix.kernels.curve import DEFAULT_SHARES as DEFAULT_SHARES
+from yaotu_trace.prefix.kernels.curve import TOUCH_ORDERS as TOUCH_ORDERS
+from yaotu_trace.prefix.kernels.curve import CapacityCurve as CapacityCurve
+from yaotu_trace.prefix.kernels.curve import DistanceHistograms as DistanceHistograms
+from yaotu_trace.prefix.kernels.curve import TouchOrder as TouchOrder
+from yaotu_trace.prefix.kernels.curve import _kernel_inputs, _partition_order
+from yaotu_trace.prefix.kernels.curve import curve_from_histograms as curve_from_histograms
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from yaotu_trace.prefix.blocks import BlockChains
+    from yaotu_trace.prefix.kernels.blocks import BlockChains
 
 # Smallest time axis (touches between compactions); tests lower it to force compaction.
 _MIN_TIME_SLOTS = 1024

@@ -35,7 +35,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from yaotu_trace.prefix.chains import (
+from yaotu_trace.prefix.kernels.chains import (
     _M1,
     _M2,
     _NS,
@@ -46,13 +46,13 @@ from yaotu_trace.prefix.chains import (
     ChainKernels,
     chain_layout,
 )
-from yaotu_trace.prefix.chains import _MAX_IDS as _MAX_IDS
-from yaotu_trace.prefix.chains import _TRIES as _TRIES
-from yaotu_trace.prefix.chains import BlockChains as BlockChains
-from yaotu_trace.prefix.chains import _assemble as _assemble
-from yaotu_trace.prefix.chains import _keys as _keys
-from yaotu_trace.prefix.chains import chain_bytes as chain_bytes
-from yaotu_trace.prefix.chains import frozen_input as frozen_input
+from yaotu_trace.prefix.kernels.chains import _MAX_IDS as _MAX_IDS
+from yaotu_trace.prefix.kernels.chains import _TRIES as _TRIES
+from yaotu_trace.prefix.kernels.chains import BlockChains as BlockChains
+from yaotu_trace.prefix.kernels.chains import _assemble as _assemble
+from yaotu_trace.prefix.kernels.chains import _keys as _keys
+from yaotu_trace.prefix.kernels.chains import chain_bytes as chain_bytes
+from yaotu_trace.prefix.kernels.chains import frozen_input as frozen_input
 from yaotu_trace.prefix.rules import ReplayRules
 
 

@@ -28,8 +28,8 @@ import numpy as np
 
 from yaotu_trace.errors import YaotuError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.blocks import BlockChains, _keys, _mix, frozen_input
-from yaotu_trace.prefix.engine import first_occurrence_flags
+from yaotu_trace.prefix.kernels.blocks import BlockChains, _keys, _mix, frozen_input
+from yaotu_trace.prefix.kernels.engine import first_occurrence_flags
 from yaotu_trace.prefix.stream import ParquetPrompts
 
 _TRIES = 3
