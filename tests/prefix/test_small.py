@@ -17,8 +17,8 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix import small
 from yaotu_trace.prefix.kernels import blocks
+from yaotu_trace.prefix.kernels import numpy_passes as small
 from yaotu_trace.prefix.kernels.sweep import stack_distance_histograms, sweep
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.rules import effective_rules, rules_for
