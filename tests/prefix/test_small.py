@@ -1,4 +1,5 @@
-"""The numpy overview path (`prefix.small`) gives the compiled path's numbers bit for bit.
+"""The numpy overview path (`prefix.small` on `kernels.numpy_passes`) gives the compiled
+path's numbers bit for bit.
 
 The reference is the compiled path itself (`blocks.build_block_chains`, `sweep.sweep`,
 `sweep_trace.sweep_trace`), whose own tests compare it with brute-force LRU replays and the
@@ -17,8 +18,8 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix.kernels import blocks
-from yaotu_trace.prefix.kernels import numpy_passes as small
+from yaotu_trace.prefix import small
+from yaotu_trace.prefix.kernels import blocks, numpy_passes
 from yaotu_trace.prefix.kernels.sweep import stack_distance_histograms, sweep
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.rules import effective_rules, rules_for
@@ -87,10 +88,11 @@ def test_chain_ids_equal_the_compiled_ones(seed: int, monkeypatch) -> None:
         return record
 
     monkeypatch.setattr(blocks, "_dense_ids", recording("compiled", blocks._dense_ids))
-    monkeypatch.setattr(small, "NUMPY_KERNELS", dataclasses.replace(
-        small.NUMPY_KERNELS, dense_ids=recording("numpy", small.NUMPY_KERNELS.dense_ids)))
+    numpy_kernels = numpy_passes.NUMPY_KERNELS
+    monkeypatch.setattr(numpy_passes, "NUMPY_KERNELS", dataclasses.replace(
+        numpy_kernels, dense_ids=recording("numpy", numpy_kernels.dense_ids)))
     compiled = blocks.build_block_chains(offsets, values, prompt_len, source, ns, rules, **kw)
-    numpy_ = small.build_block_chains(offsets, values, prompt_len, source, ns, rules, **kw)
+    numpy_ = numpy_passes.build_block_chains(offsets, values, prompt_len, source, ns, rules, **kw)
     # THEN both hash every block alike, and every array is the same, ids included
     assert len(lanes["numpy"]) == len(lanes["compiled"]) == 2
     for mine, theirs in zip(lanes["numpy"], lanes["compiled"], strict=True):
@@ -102,25 +104,25 @@ def test_dense_ids_detect_a_lane_a_collision() -> None:
     # The hand-made case of test_blocks: the last entry is a different chain on lane B.
     hash_a = np.array([7, 7, 9, 7], dtype=np.uint64)
     hash_b = np.array([1, 1, 2, 3], dtype=np.uint64)
-    ids, distinct, collisions = small._dense_ids(hash_a, hash_b, np.int64(4))
+    ids, distinct, collisions = numpy_passes._dense_ids(hash_a, hash_b, np.int64(4))
     assert ids.tolist() == [0, 0, 1, 0]
     assert (distinct, collisions) == (2, 1)
 
 
 def test_a_detected_collision_reruns_with_new_keys(monkeypatch) -> None:
     calls = []
-    real = small.NUMPY_KERNELS.dense_ids
+    real = numpy_passes.NUMPY_KERNELS.dense_ids
 
     def first_collides(hash_a, hash_b, bits):
         ids, distinct, collisions = real(hash_a, hash_b, bits)
         calls.append(1)
         return ids, distinct, (1 if len(calls) == 1 else collisions)
 
-    monkeypatch.setattr(small, "NUMPY_KERNELS",
-                        dataclasses.replace(small.NUMPY_KERNELS, dense_ids=first_collides))
+    monkeypatch.setattr(numpy_passes, "NUMPY_KERNELS",
+                        dataclasses.replace(numpy_passes.NUMPY_KERNELS, dense_ids=first_collides))
     offsets, values = _flat([[1, 2], [1, 2]])
-    chains = small.build_block_chains(offsets, values, np.diff(offsets), None, None,
-                                      rules_for("none", block_size_tokens=1))
+    chains = numpy_passes.build_block_chains(offsets, values, np.diff(offsets), None, None,
+                                             rules_for("none", block_size_tokens=1))
     assert len(calls) == 2
     assert chains.ids.tolist() == [0, 1, 0, 1]
 
@@ -155,7 +157,7 @@ def test_histograms_equal_the_compiled_ones(seed: int) -> None:
                 "touch_order": order, "partitions": parts, "n_ids": pool, **kw}
         # WHEN both passes measure the stack distances
         compiled = stack_distance_histograms(**args)
-        numpy_ = small.stack_distance_histograms(**args)
+        numpy_ = numpy_passes.stack_distance_histograms(**args)
         # THEN the histograms are identical
         assert np.array_equal(numpy_.hit_tokens, compiled.hit_tokens), order
         assert np.array_equal(numpy_.hit_blocks, compiled.hit_blocks), order
@@ -166,8 +168,8 @@ def test_worked_example_of_the_spec(block: int, expected: int) -> None:
     # replay-spec §7: B = 1 hits [0, 3, 0]; B = 2 hits [0, 2, 0]; unlimited, one namespace.
     offsets, values = _flat([[1, 2, 3, 4], [1, 2, 3, 8], [9, 2, 3, 4]])
     rules = rules_for("none", block_size_tokens=block)
-    chains = small.build_block_chains(offsets, values, np.diff(offsets), None, None, rules)
-    curve = small.sweep(chains, touch_order="tail-first")
+    chains = numpy_passes.build_block_chains(offsets, values, np.diff(offsets), None, None, rules)
+    curve = numpy_passes.sweep(chains, touch_order="tail-first")
     assert curve.unlimited_hit_tokens == expected
     _assert_same_curve(curve, sweep(blocks.build_block_chains(
         offsets, values, np.diff(offsets), None, None, rules), touch_order="tail-first"))

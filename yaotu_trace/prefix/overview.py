@@ -56,7 +56,7 @@ def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
             reason="the trace has no prompt content (prompt_tokens or prompt_block_ids), so "
             "shared prefixes cannot be seen; prefix reuse needs token or block ids",
         )
-    from yaotu_trace.prefix.kernels import numpy_passes as small
+    from yaotu_trace.prefix import small
     from yaotu_trace.prefix.rules import effective_rules
 
     rules, name, notes = effective_rules(trace, preset)
