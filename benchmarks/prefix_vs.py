@@ -30,7 +30,7 @@ from common import ROOT, module_at  # type: ignore[import-not-found]
 
 from yaotu_trace.ingest import load_trace
 from yaotu_trace.prefix import effective_rules
-from yaotu_trace.prefix.kernels.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.prepare import prepare
 
 TRACES = ROOT.parent / "shared" / "traces"

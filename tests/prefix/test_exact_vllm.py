@@ -22,7 +22,7 @@ from reference import reference_chains
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix.kernels.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm
 from yaotu_trace.prefix.prepare import prepare

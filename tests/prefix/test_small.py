@@ -20,6 +20,8 @@ from conftest import shared_trace
 from yaotu_trace.ingest import load_trace
 from yaotu_trace.prefix import small
 from yaotu_trace.prefix.kernels import blocks, numpy_passes
+from yaotu_trace.prefix.kernels.chains import PromptContent
+from yaotu_trace.prefix.kernels.curve import SweepBlocks
 from yaotu_trace.prefix.kernels.sweep import stack_distance_histograms, sweep
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.rules import effective_rules, rules_for
@@ -91,8 +93,10 @@ def test_chain_ids_equal_the_compiled_ones(seed: int, monkeypatch) -> None:
     numpy_kernels = numpy_passes.NUMPY_KERNELS
     monkeypatch.setattr(numpy_passes, "NUMPY_KERNELS", dataclasses.replace(
         numpy_kernels, dense_ids=recording("numpy", numpy_kernels.dense_ids)))
-    compiled = blocks.build_block_chains(offsets, values, prompt_len, source, ns, rules, **kw)
-    numpy_ = numpy_passes.build_block_chains(offsets, values, prompt_len, source, ns, rules, **kw)
+    content = PromptContent(offsets=offsets, values=values, prompt_len=prompt_len,
+                            source_block_size=source, **kw)
+    compiled = blocks.build_block_chains(content, ns, rules)
+    numpy_ = numpy_passes.build_block_chains(content, ns, rules)
     # THEN both hash every block alike, and every array is the same, ids included
     assert len(lanes["numpy"]) == len(lanes["compiled"]) == 2
     for mine, theirs in zip(lanes["numpy"], lanes["compiled"], strict=True):
@@ -121,8 +125,8 @@ def test_a_detected_collision_reruns_with_new_keys(monkeypatch) -> None:
     monkeypatch.setattr(numpy_passes, "NUMPY_KERNELS",
                         dataclasses.replace(numpy_passes.NUMPY_KERNELS, dense_ids=first_collides))
     offsets, values = _flat([[1, 2], [1, 2]])
-    chains = numpy_passes.build_block_chains(offsets, values, np.diff(offsets), None, None,
-                                             rules_for("none", block_size_tokens=1))
+    content = PromptContent(offsets=offsets, values=values, prompt_len=np.diff(offsets))
+    chains = numpy_passes.build_block_chains(content, None, rules_for("none", block_size_tokens=1))
     assert len(calls) == 2
     assert chains.ids.tolist() == [0, 1, 0, 1]
 
@@ -153,11 +157,12 @@ def test_histograms_equal_the_compiled_ones(seed: int) -> None:
               "output_ids": rng.integers(0, pool, int(out_offsets[-1]))}
     parts = rng.integers(0, 3, n) if seed % 4 == 2 else None
     for order in ("tail-first", "head-first"):
-        args = {"offsets": offsets, "ids": ids, "block_tokens": tokens, "max_hit_blocks": cap,
-                "touch_order": order, "partitions": parts, "n_ids": pool, **kw}
+        blocks_ = SweepBlocks(offsets=offsets, ids=ids, block_tokens=tokens, max_hit_blocks=cap,
+                              n_ids=pool, **kw)
         # WHEN both passes measure the stack distances
-        compiled = stack_distance_histograms(**args)
-        numpy_ = numpy_passes.stack_distance_histograms(**args)
+        compiled = stack_distance_histograms(blocks_, touch_order=order, partitions=parts)
+        numpy_ = numpy_passes.stack_distance_histograms(blocks_, touch_order=order,
+                                                        partitions=parts)
         # THEN the histograms are identical
         assert np.array_equal(numpy_.hit_tokens, compiled.hit_tokens), order
         assert np.array_equal(numpy_.hit_blocks, compiled.hit_blocks), order
@@ -168,11 +173,12 @@ def test_worked_example_of_the_spec(block: int, expected: int) -> None:
     # replay-spec §7: B = 1 hits [0, 3, 0]; B = 2 hits [0, 2, 0]; unlimited, one namespace.
     offsets, values = _flat([[1, 2, 3, 4], [1, 2, 3, 8], [9, 2, 3, 4]])
     rules = rules_for("none", block_size_tokens=block)
-    chains = numpy_passes.build_block_chains(offsets, values, np.diff(offsets), None, None, rules)
+    content = PromptContent(offsets=offsets, values=values, prompt_len=np.diff(offsets))
+    chains = numpy_passes.build_block_chains(content, None, rules)
     curve = numpy_passes.sweep(chains, touch_order="tail-first")
     assert curve.unlimited_hit_tokens == expected
-    _assert_same_curve(curve, sweep(blocks.build_block_chains(
-        offsets, values, np.diff(offsets), None, None, rules), touch_order="tail-first"))
+    _assert_same_curve(curve, sweep(blocks.build_block_chains(content, None, rules),
+                                    touch_order="tail-first"))
 
 
 def _assert_same_curve(curve, ref_curve) -> None:

@@ -12,7 +12,8 @@ import pytest
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix import effective_rules, memory, replay_trace_with_requests, stream
+from yaotu_trace.prefix import effective_rules, memory, replay_trace_with_requests
+from yaotu_trace.prefix.kernels import stream
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.prefix.sweep_trace import sweep_trace

@@ -23,7 +23,7 @@ import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.kernels.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.sweep import sweep
 from yaotu_trace.prefix.partition import (
     Partitions,

@@ -33,8 +33,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.kernels.blocks import BlockChains
-from yaotu_trace.prefix.kernels.chains import segment_ranges
+from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
 from yaotu_trace.prefix.kernels.engine import replay, route_codes
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope

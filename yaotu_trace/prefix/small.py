@@ -16,7 +16,7 @@ import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
-from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
 from yaotu_trace.prefix.kernels.curve import CapacityCurve
 from yaotu_trace.prefix.kernels.numpy_passes import build_block_chains, sweep, unlimited_hit_blocks
 from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
@@ -37,11 +37,7 @@ def prepared_chains(prepared: PreparedTrace, rules: ReplayRules) -> BlockChains:
     (validated batch by batch as when streamed) and, as streamed, without outputs."""
     ns = prepared.namespace_codes(rules.tenant_isolation)
     if prepared.stream is None:
-        assert prepared.offsets is not None and prepared.values is not None  # read whole
-        return build_block_chains(
-            prepared.offsets, prepared.values, prepared.prompt_tokens,
-            prepared.source_block_size, ns, rules,
-            output_offsets=prepared.output_offsets, output_values=prepared.output_values)
+        return build_block_chains(prepared.content(), ns, rules)
     batches = list(prepared.stream.batches())
     lengths = [np.diff(b.offsets) for b in batches]
     offsets = np.zeros(prepared.num_requests + 1, dtype=np.int64)
@@ -50,8 +46,9 @@ def prepared_chains(prepared: PreparedTrace, rules: ReplayRules) -> BlockChains:
     values = (np.concatenate([np.asarray(b.values, dtype=np.int64) for b in batches])
               if batches else np.zeros(0, dtype=np.int64))
     prepared.stream.unit_offsets = offsets
-    return build_block_chains(offsets, values, prepared.stream.prompt_len,
-                              prepared.stream.source_block_size, ns, rules)
+    content = PromptContent(offsets=offsets, values=values, prompt_len=prepared.stream.prompt_len,
+                            source_block_size=prepared.stream.source_block_size)
+    return build_block_chains(content, ns, rules)
 
 
 def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:

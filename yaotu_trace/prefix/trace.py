@@ -17,7 +17,8 @@ import numpy as np
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
 from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
-from yaotu_trace.prefix.kernels.blocks import BlockChains, build_block_chains
+from yaotu_trace.prefix.kernels.blocks import build_block_chains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.observed import ObservedComparison, compare_observed

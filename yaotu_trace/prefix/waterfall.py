@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from yaotu_trace.prefix.kernels.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.kernels.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
 from yaotu_trace.prefix.kernels.result import ReplayResult

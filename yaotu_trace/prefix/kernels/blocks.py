@@ -21,10 +21,16 @@ An undetected collision needs lane B to collide on the same pair too: ≈ N²/2�
 N = 1e9. The keys derive from `rules.seed`; a different seed defeats crafted inputs.
 
 The layout around the hashing (`BlockChains`, block counts, retries, the output split) is in
-`chains`, shared with the numpy passes of `small`. Compiled with numba (`cache=True`): the
+`chains`, shared with the numpy passes (`numpy_passes`). Compiled with numba (`cache=True`): the
 cache directory must be writable; for read-only installs set `NUMBA_CACHE_DIR` to a writable
 folder. Dtypes are pinned at the boundary (int64 offsets and values, int32 ids) so one compiled
 signature serves every call.
+
+Streamed chains (`build_block_chains_streaming`): a Parquet content column (`stream.py`) is
+hashed batch by batch by the same kernel (requests in parallel), and numbered by a table that
+persists across batches and is sized once from the prompt lengths. Ids, lane-B checks and
+collision retries are those of the in-memory path, so the chains are identical; only
+block-level arrays (~40 bytes per block) and one batch of ids are ever held.
 """
 
 
@@ -35,32 +41,37 @@ from typing import Any
 import numba as nb
 import numpy as np
 
+from yaotu_trace.errors import ResourceLimitError, YaotuError
+from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.chains import (
-    _M1,
-    _M2,
-    _NS,
-    _PARTIAL,
-    _S27,
-    _S30,
-    _S31,
+    HASH_TRIES,
+    MAX_IDS,
+    MIX_MUL_1,
+    MIX_MUL_2,
+    MIX_SHIFT_1,
+    MIX_SHIFT_2,
+    MIX_SHIFT_3,
+    NAMESPACE_SALT,
+    PARTIAL_SALT,
+    BlockChains,
+    BlockLayout,
     ChainKernels,
+    PromptContent,
     chain_layout,
+    hash_keys,
+    hit_cap,
+    offsets_of,
 )
-from yaotu_trace.prefix.kernels.chains import _MAX_IDS as _MAX_IDS
-from yaotu_trace.prefix.kernels.chains import _TRIES as _TRIES
-from yaotu_trace.prefix.kernels.chains import BlockChains as BlockChains
-from yaotu_trace.prefix.kernels.chains import _assemble as _assemble
-from yaotu_trace.prefix.kernels.chains import _keys as _keys
-from yaotu_trace.prefix.kernels.chains import chain_bytes as chain_bytes
-from yaotu_trace.prefix.kernels.chains import frozen_input as frozen_input
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 from yaotu_trace.prefix.rules import ReplayRules
 
 
 @nb.njit(cache=True, inline="always")
-def _mix(z: np.uint64) -> np.uint64:
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
+def mix(z: np.uint64) -> np.uint64:
+    """splitmix64's finalizer (the hash's mixing step, also the ideal pass's)."""
+    z = (z ^ (z >> MIX_SHIFT_1)) * MIX_MUL_1
+    z = (z ^ (z >> MIX_SHIFT_2)) * MIX_MUL_2
+    return z ^ (z >> MIX_SHIFT_3)
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
@@ -85,9 +96,9 @@ def _chain_hashes(
         units = unit_offsets[i + 1] - base
         a0, a1, a2 = keys[0], keys[1], keys[2]
         b0, b1, b2 = keys[3], keys[4], keys[5]
-        ns = np.uint64(ns_codes[i]) * _NS
-        sum_a = _mix(ns ^ a0)
-        sum_b = _mix(ns ^ b0)
+        ns = np.uint64(ns_codes[i]) * NAMESPACE_SALT
+        sum_a = mix(ns ^ a0)
+        sum_b = mix(ns ^ b0)
         out = block_offsets[i]
         upb = units_per_block
         for k in range(full_blocks[i]):
@@ -97,22 +108,22 @@ def _chain_hashes(
             for t in range(upb):
                 v = np.uint64(values[base + first + t])
                 u = np.uint64(first + t)
-                part_a += _mix(v * a1 + (a0 + u * a2))
-                part_b += _mix(v * b1 + (b0 + u * b2))
+                part_a += mix(v * a1 + (a0 + u * a2))
+                part_b += mix(v * b1 + (b0 + u * b2))
             sum_a += part_a
             sum_b += part_b
-            out_a[out + k] = _mix(sum_a + a0)
-            out_b[out + k] = _mix(sum_b + b0)
+            out_a[out + k] = mix(sum_a + a0)
+            out_b[out + k] = mix(sum_b + b0)
         if partial_weight[i] > 0:
             for t in range(full_blocks[i] * upb, units):
                 v = np.uint64(values[base + t])
                 u = np.uint64(t)
-                sum_a += _mix(v * a1 + (a0 + u * a2))
-                sum_b += _mix(v * b1 + (b0 + u * b2))
-            w = np.uint64(partial_weight[i]) ^ _PARTIAL
+                sum_a += mix(v * a1 + (a0 + u * a2))
+                sum_b += mix(v * b1 + (b0 + u * b2))
+            w = np.uint64(partial_weight[i]) ^ PARTIAL_SALT
             k = full_blocks[i]
-            out_a[out + k] = _mix(sum_a + _mix(w ^ a0) + a0)
-            out_b[out + k] = _mix(sum_b + _mix(w ^ b0) + b0)
+            out_a[out + k] = mix(sum_a + mix(w ^ a0) + a0)
+            out_b[out + k] = mix(sum_b + mix(w ^ b0) + b0)
 
 
 @nb.njit(cache=True)
@@ -170,7 +181,7 @@ def _interleave(off_a: np.ndarray, val_a: np.ndarray, off_b: np.ndarray, val_b: 
 
 @nb.njit(cache=True, nogil=True)
 def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
-    """`_dense_ids` over one batch (`stream`), with the table kept across batches.
+    """`_dense_ids` over one batch of a streamed build, with the table kept across batches.
 
     `by_id` rows are the lanes [A, B] of each id; `table` (open addressing on lane A) holds
     id + 1 per slot (0 = empty), 4 bytes, so it stays small: fresh memory costs its first touch
@@ -224,8 +235,11 @@ def _compiled_interleave(*args: Any) -> Any:
     return _interleave(*args)
 
 
-def _compiled_hashes(*args: Any) -> None:
-    _chain_hashes(*args)
+def _compiled_hashes(layout: BlockLayout, keys: np.ndarray, out_a: np.ndarray,
+                     out_b: np.ndarray) -> None:
+    _chain_hashes(layout.unit_offsets, layout.values, np.int64(layout.units_per_block),
+                  layout.full_blocks, layout.partial_tokens, layout.namespaces,
+                  layout.block_offsets, keys, out_a, out_b)
 
 
 def _compiled_ids(*args: Any) -> Any:
@@ -237,26 +251,150 @@ COMPILED = ChainKernels(interleave=_compiled_interleave, chain_hashes=_compiled_
                         dense_ids=_compiled_ids)
 
 
-def build_block_chains(
-    offsets: np.ndarray,
-    values: np.ndarray,
-    prompt_len: np.ndarray,
-    source_block_size: int | None,
-    namespace_codes: np.ndarray | None,
-    rules: ReplayRules,
-    *,
-    output_offsets: np.ndarray | None = None,
-    output_values: np.ndarray | None = None,
-) -> BlockChains:
+def build_block_chains(content: PromptContent, namespace_codes: np.ndarray | None,
+                       rules: ReplayRules) -> BlockChains:
     """Chain every request's prompt into dense block ids under `rules` (spec §2).
 
-    `offsets`/`values` are the flattened prompt content: token ids (`source_block_size=None`)
-    or source block ids of `S = source_block_size` tokens each (the last id may cover a
-    partial block; ids are re-chained, so they need not be prefix hashes already).
     `namespace_codes` (int, per request) separate caches: model/adapter, plus tenant when
-    isolated. Output arrays, when given with `rules.cache_outputs`, add the full blocks of
+    isolated. Output content, when given with `rules.cache_outputs`, adds the full blocks of
     prompt + output as blocks to insert (token traces only).
     """
-    return chain_layout(offsets, values, prompt_len, source_block_size, namespace_codes, rules,
-                        output_offsets=output_offsets, output_values=output_values,
-                        kernels=COMPILED)
+    return chain_layout(content, namespace_codes, rules, COMPILED)
+
+
+# ---------------------------------------------------------------- streamed chains
+
+
+class _IdTable:
+    """Chain hashes → dense ids: an open-addressing table at most half full, and lanes by id.
+
+    Sized up front from an estimate of the distinct blocks (a fraction of the upper bound the
+    prompt lengths give) and doubled when a batch could overfill it, so memory follows the
+    distinct blocks of the trace (16 bytes each plus at most 16 of table) rather than its total
+    blocks. Ids do not depend on the sizes.
+    """
+
+    def __init__(self, expected: int) -> None:
+        self.table = np.zeros(_table_slots(expected), dtype=np.int32)
+        self.by_id = np.zeros((max(expected, 1 << 12), 2), dtype=np.uint64)
+        self.distinct = 0
+        self.last = -1
+
+    def reserve(self, more: int) -> None:
+        """Room for `more` new ids."""
+        need = self.distinct + more
+        if need > self.by_id.shape[0]:
+            by_id = np.zeros((max(need, 2 * self.by_id.shape[0]), 2), dtype=np.uint64)
+            by_id[:self.distinct] = self.by_id[:self.distinct]
+            self.by_id = by_id
+        if need * 2 > self.table.shape[0]:
+            grown = np.zeros(_table_slots(need), dtype=np.int32)
+            _rehash(self.by_id, np.int64(self.distinct), grown)
+            self.table = grown
+
+
+def _table_slots(entries: int) -> int:
+    return 1 << max(12, int(np.ceil(np.log2(max(entries, 1) * 2 + 1))))
+
+
+def stream_chain_bytes(blocks: int) -> int:
+    """Worst-case memory of streamed chains: ids and tokens per block, the table at its largest."""
+    return 24 * int(blocks) + 4 * _table_slots(int(blocks))
+
+
+def build_block_chains_streaming(
+    prompts: ParquetPrompts,
+    namespace_codes: np.ndarray | None,
+    rules: ReplayRules,
+) -> BlockChains:
+    """`build_block_chains` of a Parquet content column, read batch by batch (no outputs).
+
+    Gives the same `BlockChains` as the in-memory path on the same trace and rules. Output
+    blocks are never streamed: `prepare` reads a trace whose outputs are to be cached fully, so
+    here `rules.cache_outputs` has nothing to add (as in memory without output ids).
+    """
+    source = prompts.source_block_size
+    rules.check_source_block_size(source)
+    prompt_len = np.asarray(prompts.prompt_len, dtype=np.int64)
+    n = len(prompt_len)
+    block = int(rules.block_size_tokens)
+    unit = 1 if source is None else int(source)
+    per_block = block // unit
+    ns = (np.zeros(n, dtype=np.int64) if namespace_codes is None
+          else np.ascontiguousarray(namespace_codes, dtype=np.int64))
+    bound = int((prompt_len // block).sum()) + (n if rules.cache_partial_blocks else 0)
+    if bound > MAX_IDS:
+        raise ResourceLimitError(
+            f"up to {bound} blocks exceed the 2^31 ids this replay supports; use a larger "
+            "--block-size"
+        )
+    # Worst case (every block distinct), so a run that starts also finishes.
+    memory.require(stream_chain_bytes(bound), f"chaining {bound:,} blocks of {block} token(s)",
+                   "use a larger --block-size")
+    for attempt in range(HASH_TRIES):
+        keys = hash_keys(rules.seed, attempt)
+        built = _stream_once(prompts, ns, rules, keys, block, per_block, bound)
+        if built is not None:
+            ids, block_tokens, distinct, counts = built
+            break
+    else:
+        raise YaotuError(f"block hashing collided {HASH_TRIES} times in a row ({bound} blocks); "
+                         "this should not happen: report it with the trace")
+    return BlockChains(
+        offsets=offsets_of(counts), ids=ids, block_tokens=block_tokens, num_distinct=int(distinct),
+        max_hit_blocks=hit_cap(counts, prompt_len, block, rules.last_token_rule),
+        prompt_tokens=prompt_len, block_size_tokens=block, seed=int(rules.seed))
+
+
+def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, keys: np.ndarray,
+                 block: int, per_block: int, bound: int
+                 ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
+    """One pass with one set of keys; None when lane B caught a lane-A collision."""
+    n = len(prompts.prompt_len)
+    unit = block // per_block
+    table = _IdTable(bound // 8)
+    ids = np.empty(bound, dtype=np.int32)
+    block_tokens = np.full(bound, block, dtype=np.int32)
+    counts = np.zeros(n, dtype=np.int64)
+    units_all = np.zeros(n, dtype=np.int64)
+    filled = 0
+    collisions = 0
+    lanes = (np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64))
+    for batch in prompts.batches():
+        rows = slice(batch.row0, batch.row0 + len(batch.offsets) - 1)
+        plen = prompts.prompt_len[rows]
+        units = np.diff(batch.offsets)
+        units_all[rows] = units
+        full = np.minimum(units, plen // unit) // per_block
+        partial = np.zeros(len(units), dtype=np.int64)
+        if rules.cache_partial_blocks:
+            rest = np.minimum(plen, units * unit) - full * block
+            partial = np.where(units > full * per_block, rest, 0).astype(np.int64)
+        hashed = full + (partial > 0)
+        local = offsets_of(hashed)
+        total = int(local[-1])
+        if total > len(lanes[0]):  # reused: fresh memory costs its first touch
+            lanes = (np.empty(2 * total, dtype=np.uint64), np.empty(2 * total, dtype=np.uint64))
+        hash_a, hash_b = lanes[0][:total], lanes[1][:total]
+        _chain_hashes(batch.offsets, batch.values, np.int64(per_block), full, partial,
+                      ns[rows], local, keys, hash_a, hash_b)
+        table.reserve(total)
+        distinct, found, last = _dense_ids_into(hash_a, hash_b, table.table, table.by_id, ids,
+                                                np.int64(filled), np.int64(table.distinct),
+                                                np.int64(table.last))
+        table.distinct, table.last = int(distinct), int(last)
+        collisions += int(found)
+        has_partial = np.flatnonzero(partial > 0)
+        if has_partial.size:
+            block_tokens[filled + local[has_partial + 1] - 1] = partial[has_partial]
+        counts[rows] = hashed
+        filled += total
+    prompts.unit_offsets = offsets_of(units_all)
+    if collisions:
+        return None
+    distinct = table.distinct
+    del table
+    if filled < bound:
+        ids = ids[:filled].copy()
+        block_tokens = block_tokens[:filled].copy()
+    return ids, block_tokens, distinct, counts

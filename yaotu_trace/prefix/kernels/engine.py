@@ -43,7 +43,7 @@ import numpy as np
 from yaotu_trace._lists import append, heap_pop, heap_push, unlink
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.kernels.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.exact import replay_exact
 from yaotu_trace.prefix.kernels.optimal import optimal_replay
 from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result

@@ -40,7 +40,7 @@ import numpy as np
 
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.kernels.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
 
 _VIRGIN = np.int32(0)  # the sentinel node: blocks next_virgin..N-1, never handed out yet

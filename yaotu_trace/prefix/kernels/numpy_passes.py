@@ -30,29 +30,33 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import (
-    _M1,
-    _M2,
-    _NS,
-    _PARTIAL,
-    _S27,
-    _S30,
-    _S31,
+    MIX_MUL_1,
+    MIX_MUL_2,
+    MIX_SHIFT_1,
+    MIX_SHIFT_2,
+    MIX_SHIFT_3,
+    NAMESPACE_SALT,
+    PARTIAL_SALT,
     BlockChains,
+    BlockLayout,
     ChainKernels,
-    _segment_positions,
+    PromptContent,
     chain_layout,
+    offsets_of,
+    segment_positions,
 )
 from yaotu_trace.prefix.kernels.curve import (
     DEFAULT_SHARES,
-    TOUCH_ORDERS,
     CapacityCurve,
+    CurveTerms,
     DistanceHistograms,
+    KernelBlocks,
+    SweepBlocks,
     TouchOrder,
-    _kernel_inputs,
-    _partition_order,
+    checked_touch_order,
     curve_from_histograms,
+    partition_order,
 )
 from yaotu_trace.prefix.rules import ReplayRules
 
@@ -62,11 +66,11 @@ if TYPE_CHECKING:
 
 def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
     """splitmix64's finalizer, in place on a uint64 array (wraps mod 2^64 like the kernel)."""
-    z ^= z >> _S30
-    z *= _M1
-    z ^= z >> _S27
-    z *= _M2
-    z ^= z >> _S31
+    z ^= z >> MIX_SHIFT_1
+    z *= MIX_MUL_1
+    z ^= z >> MIX_SHIFT_2
+    z *= MIX_MUL_2
+    z ^= z >> MIX_SHIFT_3
     return z
 
 
@@ -77,35 +81,36 @@ def _interleave(off_a: NDArray[Any], val_a: NDArray[Any], off_b: NDArray[Any],
     off = np.zeros(len(len_a) + 1, dtype=np.int64)
     np.cumsum(len_a + len_b, out=off[1:])
     out = np.empty(int(off[-1]), dtype=np.int64)
-    pos_a, pos_b = _segment_positions(len_a), _segment_positions(len_b)
+    pos_a, pos_b = segment_positions(len_a), segment_positions(len_b)
     out[np.repeat(off[:-1], len_a) + pos_a] = val_a[np.repeat(off_a[:-1], len_a) + pos_a]
     out[np.repeat(off[:-1] + len_a, len_b) + pos_b] = val_b[np.repeat(off_b[:-1], len_b) + pos_b]
     return off, out
 
 
-def _chain_hashes(unit_offsets: NDArray[Any], values: NDArray[Any], units_per_block: Any,
-                  full_blocks: NDArray[Any], partial_weight: NDArray[Any],
-                  ns_codes: NDArray[Any], block_offsets: NDArray[Any], keys: NDArray[np.uint64],
-                  out_a: NDArray[np.uint64], out_b: NDArray[np.uint64]) -> None:
+def _chain_hashes(layout: BlockLayout, keys: NDArray[np.uint64], out_a: NDArray[np.uint64],
+                  out_b: NDArray[np.uint64]) -> None:
     """`blocks._chain_hashes` in numpy: both lanes of every full and partial block."""
-    unit_offsets = np.asarray(unit_offsets, dtype=np.int64)
+    unit_offsets = np.asarray(layout.unit_offsets, dtype=np.int64)
     units = np.diff(unit_offsets)
-    v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
-    u = _segment_positions(units).view(np.uint64)
-    upb = int(units_per_block)
-    n = len(full_blocks)
-    full = np.asarray(full_blocks, dtype=np.int64)
+    v = np.ascontiguousarray(layout.values, dtype=np.int64).view(np.uint64)
+    u = segment_positions(units).view(np.uint64)
+    upb = int(layout.units_per_block)
+    n = len(layout.full_blocks)
+    full = np.asarray(layout.full_blocks, dtype=np.int64)
+    block_offsets = layout.block_offsets
+    partial_weight = layout.partial_tokens
     starts = unit_offsets[:-1]
     # Full block k of request i ends at unit starts[i] + (k + 1)·upb; a partial block at the
     # request's last unit.
     req = np.repeat(np.arange(n, dtype=np.int64), full)
-    k = _segment_positions(full)
+    k = segment_positions(full)
     full_end = starts[req] + (k + 1) * upb
     full_out = np.asarray(block_offsets, dtype=np.int64)[req] + k
     with_partial = np.flatnonzero(np.asarray(partial_weight) > 0)
-    weight = np.asarray(partial_weight, dtype=np.int64)[with_partial].view(np.uint64) ^ _PARTIAL
+    weight = (np.asarray(partial_weight, dtype=np.int64)[with_partial].view(np.uint64)
+              ^ PARTIAL_SALT)
     partial_out = np.asarray(block_offsets, dtype=np.int64)[with_partial] + full[with_partial]
-    ns = np.ascontiguousarray(ns_codes, dtype=np.int64).view(np.uint64) * _NS
+    ns = np.ascontiguousarray(layout.namespaces, dtype=np.int64).view(np.uint64) * NAMESPACE_SALT
     for lane, out in ((0, out_a), (1, out_b)):
         k0, k1, k2 = keys[3 * lane], keys[3 * lane + 1], keys[3 * lane + 2]
         terms = u * k2
@@ -139,53 +144,36 @@ NUMPY_KERNELS = ChainKernels(interleave=_interleave, chain_hashes=_chain_hashes,
                              dense_ids=_dense_ids)
 
 
-def build_block_chains(
-    offsets: np.ndarray,
-    values: np.ndarray,
-    prompt_len: np.ndarray,
-    source_block_size: int | None,
-    namespace_codes: np.ndarray | None,
-    rules: ReplayRules,
-    *,
-    output_offsets: np.ndarray | None = None,
-    output_values: np.ndarray | None = None,
-) -> BlockChains:
+def build_block_chains(content: PromptContent, namespace_codes: np.ndarray | None,
+                       rules: ReplayRules) -> BlockChains:
     """`blocks.build_block_chains` with the numpy passes: the same `BlockChains`."""
-    return chain_layout(offsets, values, prompt_len, source_block_size, namespace_codes, rules,
-                        output_offsets=output_offsets, output_values=output_values,
-                        kernels=NUMPY_KERNELS)
+    return chain_layout(content, namespace_codes, rules, NUMPY_KERNELS)
 
 
-def _touch_sequence(offsets: NDArray[np.int64], ids: NDArray[Any], out_off: NDArray[np.int64],
-                    out_ids: NDArray[Any], order: NDArray[np.int64],
-                    part_of: NDArray[np.int64], n_ids: int, head_first: bool
-                    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def _touch_sequence(blocks: KernelBlocks, order: NDArray[np.int64], part_of: NDArray[np.int64],
+                    head_first: bool) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Every touch in time order (requests in `order`, each its prompt then output blocks,
     reversed unless head-first) as a partition-qualified block key, and the touches before
     each request (its lookup time q)."""
+    offsets, out_off = blocks.offsets, blocks.output_offsets
+    ids, out_ids = blocks.ids.astype(np.int64), blocks.output_ids.astype(np.int64)
     n_prompt = np.diff(offsets)[order]
     n_out = np.diff(out_off)[order]
     ordered_off, ordered = _interleave(
-        _offsets_of(n_prompt), ids[_rows(offsets, order, n_prompt)],
-        _offsets_of(n_out), out_ids[_rows(out_off, order, n_out)])
+        offsets_of(n_prompt), ids[_rows(offsets, order, n_prompt)],
+        offsets_of(n_out), out_ids[_rows(out_off, order, n_out)])
     total = n_prompt + n_out
     if not head_first:  # the last block is touched first
-        pos = _segment_positions(total)
+        pos = segment_positions(total)
         ordered = ordered[np.repeat(ordered_off[:-1] + total - 1, total) - pos]
-    keys = np.repeat(part_of, total) * np.int64(n_ids) + ordered
+    keys = np.repeat(part_of, total) * np.int64(blocks.n_ids) + ordered
     return keys, ordered_off[:-1]
-
-
-def _offsets_of(counts: NDArray[np.int64]) -> NDArray[np.int64]:
-    out = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=out[1:])
-    return out
 
 
 def _rows(offsets: NDArray[np.int64], order: NDArray[np.int64],
           lengths: NDArray[np.int64]) -> NDArray[np.int64]:
     """Indices of the segments `order` of a flat (offsets, values) array, concatenated."""
-    return np.repeat(offsets[:-1][order], lengths) + _segment_positions(lengths)
+    return np.repeat(offsets[:-1][order], lengths) + segment_positions(lengths)
 
 
 def _count_prev_at_most(prev: NDArray[np.int64], before: NDArray[np.int64],
@@ -238,25 +226,18 @@ def _distances(prev: NDArray[np.int64], request: NDArray[np.int64], q: NDArray[n
 
 
 def stack_distance_histograms(
+    blocks: SweepBlocks,
     *,
-    offsets: NDArray[Any],
-    ids: NDArray[Any],
-    block_tokens: NDArray[Any],
-    max_hit_blocks: NDArray[Any],
-    touch_order: TouchOrder = "tail-first",
+    touch_order: TouchOrder | str = "tail-first",
     partitions: NDArray[Any] | None = None,
-    n_ids: int | None = None,
-    output_offsets: NDArray[Any] | None = None,
-    output_ids: NDArray[Any] | None = None,
 ) -> DistanceHistograms:
     """`sweep.stack_distance_histograms` in numpy (same arguments, same histograms)."""
-    order_name = str(touch_order)
-    if order_name not in TOUCH_ORDERS:
-        raise ConfigError(f"touch order {order_name!r} is not one of {', '.join(TOUCH_ORDERS)}")
-    offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids = _kernel_inputs(
-        offsets, ids, block_tokens, max_hit_blocks, output_offsets, output_ids, n_ids)
-    n_requests = offsets64.shape[0] - 1
-    order, segment_starts = _partition_order(partitions, n_requests)
+    order_name = checked_touch_order(touch_order)
+    k = blocks.checked()
+    offsets64, ids32, tokens32, cap64, n_ids = (k.offsets, k.ids, k.block_tokens,
+                                                k.max_hit_blocks, k.n_ids)
+    n_requests = k.num_requests
+    order, segment_starts = partition_order(partitions, n_requests)
     hit_tokens = np.zeros(n_ids + 2, dtype=np.int64)
     hit_blocks = np.zeros(n_ids + 2, dtype=np.int64)
     if n_requests == 0:
@@ -265,9 +246,7 @@ def stack_distance_histograms(
     # are keyed apart from other partitions', so a range of its touches holds only its blocks.
     part_of = np.repeat(np.arange(len(segment_starts) - 1, dtype=np.int64),
                         np.diff(segment_starts))
-    touches, lookup_time = _touch_sequence(offsets64, ids32.astype(np.int64), out_off,
-                                           out_ids.astype(np.int64), order, part_of, n_ids,
-                                           order_name == "head-first")
+    touches, lookup_time = _touch_sequence(k, order, part_of, order_name == "head-first")
     n = len(touches)
     if n == 0:
         return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
@@ -299,7 +278,7 @@ def stack_distance_histograms(
     last = np.where(found, hit % stride, 0)
     # A request's hit ends at its first block not cached (never touched in its partition).
     misses = np.cumsum(~found)
-    seg_start = _offsets_of(cap)[:-1]
+    seg_start = offsets_of(cap)[:-1]
     before_seg = np.where(seg_start > 0, misses[np.maximum(seg_start - 1, 0)], 0)
     leading = (misses - np.repeat(before_seg, cap)) == 0
     request, rows, q, last = request[leading], rows[leading], q[leading], last[leading]
@@ -318,18 +297,11 @@ def sweep(chains: BlockChains, *, touch_order: TouchOrder | str = "tail-first",
           kv_bytes_per_token: int | None = None,
           shares: tuple[float, ...] = DEFAULT_SHARES) -> CapacityCurve:
     """`sweep.sweep` of one global cache, with the numpy histograms: the same curve."""
-    order = str(touch_order)
-    block = int(chains.block_size_tokens)
-    prompt = np.asarray(chains.prompt_tokens, dtype=np.int64)
-    hist = stack_distance_histograms(
-        offsets=chains.offsets, ids=chains.ids, block_tokens=chains.block_tokens,
-        max_hit_blocks=chains.max_hit_blocks, touch_order=order,  # type: ignore[arg-type]
-        n_ids=chains.num_distinct, output_offsets=chains.output_offsets,
-        output_ids=chains.output_ids)
-    return curve_from_histograms(
-        hist, block_size_tokens=block, touch_order=order,  # type: ignore[arg-type]
-        prompt_tokens_total=int(prompt.sum()), full_blocks_total=int((prompt // block).sum()),
-        partitions=1, kv_bytes_per_token=kv_bytes_per_token, shares=shares)
+    order = checked_touch_order(touch_order)
+    terms = CurveTerms(block_size_tokens=int(chains.block_size_tokens), touch_order=order,
+                       kv_bytes_per_token=kv_bytes_per_token, shares=shares)
+    hist = stack_distance_histograms(SweepBlocks.of(chains), touch_order=order)
+    return curve_from_histograms(hist, terms, chains.prompt_tokens)
 
 
 def unlimited_hit_blocks(chains: BlockChains, *, capped: bool) -> NDArray[np.int64]:
@@ -345,7 +317,7 @@ def unlimited_hit_blocks(chains: BlockChains, *, capped: bool) -> NDArray[np.int
     first_request = np.full(max(chains.num_distinct, 1), n, dtype=np.int64)
     np.minimum.at(first_request, ids, request)
     miss = first_request[ids] >= request
-    position = _segment_positions(counts)
+    position = segment_positions(counts)
     run = counts.copy()
     misses = np.flatnonzero(miss)
     if misses.size:  # the first miss of each request (its smallest position)
