@@ -25,7 +25,7 @@ from yaotu_trace.prefix.kernels.curve import SweepBlocks
 from yaotu_trace.prefix.kernels.sweep import stack_distance_histograms, sweep
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.rules import effective_rules, rules_for
-from yaotu_trace.prefix.sweep_trace import sweep_trace
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted(p for p in (ROOT / "sample_traces").iterdir()
@@ -192,10 +192,11 @@ def _assert_same_curve(curve, ref_curve) -> None:
 
 def _both_sweeps(trace, preset: str) -> None:
     rules, name, notes = effective_rules(trace, preset)
-    swept = small.sweep_trace(trace, rules, preset=name, points=2, notes=notes)
+    spec = CurveSectionSpec(preset=name, points=2, notes=notes)
+    swept = small.sweep_trace(trace, rules, spec)
     assert swept is not None
     section, curve = swept
-    ref_section, ref_curve = sweep_trace(trace, rules, preset=name, points=2, notes=notes)
+    ref_section, ref_curve = sweep_trace(trace, rules, spec)
     assert section == ref_section
     _assert_same_curve(curve, ref_curve)
 
@@ -229,13 +230,13 @@ def test_overview_equals_the_compiled_one_on_mooncake(name: str, monkeypatch) ->
 def test_large_traces_and_per_instance_caches_keep_the_compiled_path(monkeypatch) -> None:
     trace = load_trace(ROOT / "sample_traces" / "chat.parquet", lazy_content=True)
     rules, name, _ = effective_rules(trace, "vllm")
-    assert small.sweep_trace(trace, rules, preset=name) is not None
-    assert small.sweep_trace(trace, rules.with_(scope="instance", instances=2),
-                             preset=name) is None
+    spec = CurveSectionSpec(preset=name)
+    assert small.sweep_trace(trace, rules, spec) is not None
+    assert small.sweep_trace(trace, rules.with_(scope="instance", instances=2), spec) is None
     units, blocks = small.sweep_size(trace, rules)
     assert (units, blocks) == (1_433_300, 1_433_300 // 16)
     monkeypatch.setattr(small, "MAX_WORK", units + small.BLOCK_WORK * blocks - 1)
-    assert small.sweep_trace(trace, rules, preset=name) is None
+    assert small.sweep_trace(trace, rules, spec) is None
 
 
 def test_analyze_of_the_chat_sample_does_not_import_numba() -> None:

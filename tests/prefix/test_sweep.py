@@ -361,12 +361,12 @@ def test_sweep_trace_per_instance_equals_engine_replays(tmp_path, route: str | N
     # GIVEN a trace with an instance column (used when no route is given)
     from yaotu_trace.ingest import load_trace
     from yaotu_trace.prefix import replay_trace, rules_for
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
     trace = load_trace(_write_trace(tmp_path, SHARED, instance=["a", "b", "a", "b", "a", "a"]))
     rules = rules_for("none", block_size_tokens=2, scope="instance", route=route, instances=2)
     # WHEN swept, THEN each capacity equals the replay of the whole trace at that capacity
-    section, curve = sweep_trace(trace, rules, preset="none", points=4)
+    section, curve = sweep_trace(trace, rules, CurveSectionSpec(preset="none", points=4))
     assert section.caches == 2
     for capacity in range(1, 12):
         replayed = replay_trace(trace, rules.with_(capacity_blocks=capacity), preset="none",
@@ -377,14 +377,14 @@ def test_sweep_trace_per_instance_equals_engine_replays(tmp_path, route: str | N
 def test_sweep_trace_refuses_prefix_affinity_and_lfu(tmp_path) -> None:
     from yaotu_trace.ingest import load_trace
     from yaotu_trace.prefix import rules_for
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
     trace = load_trace(_write_trace(tmp_path, SHARED))
     affinity = rules_for("none", scope="instance", route="prefix-affinity", instances=2)
     with pytest.raises(ConfigError, match="prefix-affinity"):
-        sweep_trace(trace, affinity, preset="none")
+        sweep_trace(trace, affinity, CurveSectionSpec(preset="none"))
     with pytest.raises(ConfigError, match="LRU"):
-        sweep_trace(trace, rules_for("none", eviction="lfu"), preset="none")
+        sweep_trace(trace, rules_for("none", eviction="lfu"), CurveSectionSpec(preset="none"))
 
 
 def test_sweep_cli_json_has_curve_knee_and_shares(tmp_path, capsys) -> None:

@@ -49,7 +49,7 @@ def sweep(
     not the clean LRU. The curve itself is always the clean model (a stack algorithm).
     """
     from yaotu_trace.prefix import effective_rules
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
     from yaotu_trace.prefix.window import parse_warmup
 
     spec = None if warmup is None else parse_warmup(warmup)
@@ -75,9 +75,9 @@ def sweep(
                  f"{rules.accounting}'s own pool is not one and differs at tight capacities "
                  "(docs/replay.md, engine-exact accounting): --capacities C1,C2 adds its "
                  "replay at those capacities")
-    section, curve = sweep_trace(loaded, rules, preset=preset_name, points=points,
-                                 model=model_name, kv_bytes_per_token=kv, notes=notes,
-                                 warmup=spec)
+    write_up = CurveSectionSpec(preset=preset_name, points=points, model=model_name,
+                                kv_bytes_per_token=kv, notes=notes)
+    section, curve = sweep_trace(loaded, rules, write_up, warmup=spec)
     sections: dict[str, Any] = {"capacity_curve": section}
     if asked:
         from yaotu_trace.prefix.capacity_table import capacity_table

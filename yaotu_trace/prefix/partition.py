@@ -193,6 +193,7 @@ def _leave_signals_to_parent() -> None:
 
 def _dask_runner(address: str) -> Iterator[Runner]:
     try:
+        # NOTE: Dask is an optional extra, heavy to import; only `--dask` needs it.
         from dask.distributed import Client, LocalCluster
     except ImportError as exc:
         raise ConfigError(

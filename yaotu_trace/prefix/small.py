@@ -22,7 +22,12 @@ from yaotu_trace.prefix.kernels.numpy_passes import build_block_chains, sweep, u
 from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
 from yaotu_trace.prefix.prepare import PreparedTrace
 from yaotu_trace.prefix.rules import ReplayRules, Scope
-from yaotu_trace.prefix.sweep_trace import CapacityCurveSection, curve_section, sweep_input
+from yaotu_trace.prefix.sweep_trace import (
+    CapacityCurveSection,
+    CurveSectionSpec,
+    curve_section,
+    sweep_input,
+)
 
 # The largest sweep run here, in work: content ids (tokens, or source block ids) hashed plus
 # BLOCK_WORK per block swept (a block costs about six ids: its levels of the tree). Up to this
@@ -63,20 +68,19 @@ def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:
     return -(-tokens // (source or 1)), blocks
 
 
-def sweep_trace(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 12,
-                notes: tuple[str, ...] = ()) -> tuple[CapacityCurveSection, CapacityCurve] | None:
+def sweep_trace(trace: Trace, rules: ReplayRules, spec: CurveSectionSpec
+                ) -> tuple[CapacityCurveSection, CapacityCurve] | None:
     """`sweep_trace.sweep_trace` of a small trace with one global cache, in numpy; None when
     the sweep is more than `MAX_WORK` or the rules need the compiled path."""
-    swept = _swept(trace, rules, preset=preset, points=points, notes=notes)
+    swept = _swept(trace, rules, spec)
     return None if swept is None else swept[:2]
 
 
-def overview(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 12,
-             notes: tuple[str, ...] = ()
+def overview(trace: Trace, rules: ReplayRules, spec: CurveSectionSpec
              ) -> tuple[CapacityCurveSection, CapacityCurve, dict[str, dict[str, object]]] | None:
     """`sweep_trace` plus every hit-rate definition at unlimited capacity (what
     `replay_trace(...).hit_rates` gives), in numpy; None as `sweep_trace`."""
-    swept = _swept(trace, rules, preset=preset, points=points, notes=notes)
+    swept = _swept(trace, rules, spec)
     if swept is None:
         return None
     section, curve, chains = swept
@@ -89,8 +93,7 @@ def overview(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 12,
     return section, curve, table
 
 
-def _swept(trace: Trace, rules: ReplayRules, *, preset: str, points: int,
-           notes: tuple[str, ...]
+def _swept(trace: Trace, rules: ReplayRules, spec: CurveSectionSpec
            ) -> tuple[CapacityCurveSection, CapacityCurve, BlockChains] | None:
     if rules.scope is not Scope.GLOBAL or rules.eviction != "lru" or rules.cache_outputs:
         return None
@@ -101,7 +104,7 @@ def _swept(trace: Trace, rules: ReplayRules, *, preset: str, points: int,
         return None
     prepared = sweep_input(trace, rules)
     chains = prepared_chains(prepared, rules)
-    curve = sweep(chains, touch_order=rules.touch_order)
-    section = curve_section(prepared, rules, chains, None, curve, preset=preset, points=points,
-                            model=None, notes=notes)
+    curve = sweep(chains, touch_order=rules.touch_order,
+                  kv_bytes_per_token=spec.kv_bytes_per_token)
+    section = curve_section(prepared, rules, chains, None, curve, spec)
     return section, curve, chains
