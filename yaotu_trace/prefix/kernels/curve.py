@@ -9,19 +9,19 @@ come from one piece of code whichever pass ran. Nothing here imports numba.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.rules import TouchOrder
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from yaotu_trace.prefix.kernels.chains import BlockChains
 
-TouchOrder = Literal["tail-first", "head-first"]
-TOUCH_ORDERS: Final = ("tail-first", "head-first")
+TOUCH_ORDERS: Final = tuple(order.value for order in TouchOrder)
 DEFAULT_SHARES: Final = (0.5, 0.9, 0.99)
 MAX_INT32_IDS: Final = 2**31 - 1  # the passes number blocks and times in int32
 
@@ -130,11 +130,11 @@ class SweepBlocks:
 
 
 def checked_touch_order(touch_order: str) -> TouchOrder:
-    """`touch_order` as one of `TOUCH_ORDERS`, or a ConfigError naming them."""
+    """`touch_order` as a `TouchOrder`, or a ConfigError naming them."""
     order_name = str(touch_order)
     if order_name not in TOUCH_ORDERS:
         raise ConfigError(f"touch order {order_name!r} is not one of {', '.join(TOUCH_ORDERS)}")
-    return order_name  # type: ignore[return-value]
+    return TouchOrder(order_name)
 
 
 def partition_order(partitions: NDArray[Any] | None, n_requests: int

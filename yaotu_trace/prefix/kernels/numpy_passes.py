@@ -53,12 +53,11 @@ from yaotu_trace.prefix.kernels.curve import (
     DistanceHistograms,
     KernelBlocks,
     SweepBlocks,
-    TouchOrder,
     checked_touch_order,
     curve_from_histograms,
     partition_order,
 )
-from yaotu_trace.prefix.rules import ReplayRules
+from yaotu_trace.prefix.rules import ReplayRules, TouchOrder
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

@@ -42,11 +42,11 @@ from yaotu_trace.prefix.kernels.curve import (
     CurveTerms,
     DistanceHistograms,
     SweepBlocks,
-    TouchOrder,
     checked_touch_order,
     curve_from_histograms,
     partition_order,
 )
+from yaotu_trace.prefix.rules import TouchOrder
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
