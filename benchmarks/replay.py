@@ -126,7 +126,8 @@ def work_floor(path: str) -> dict[str, Any]:
 
 
 def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
-    """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset)."""
+    """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset,
+    clean accounting)."""
     from yaotu_trace.ingest import load_trace
     from yaotu_trace.prefix.kernels.engine import replay
     from yaotu_trace.prefix.prepare import prepare
@@ -134,7 +135,9 @@ def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
 
     stamps = {"start": time.perf_counter()}
     trace = load_trace(path, lazy_content=True)
-    rules = rules_for("vllm", block_size_tokens=block)
+    # The clean model, as the pure-Python reference and the curve: the preset's engine-exact
+    # pool (its accounting) is not a stack algorithm, so neither could be compared with it.
+    rules = rules_for("vllm", block_size_tokens=block, accounting="clean")
     prepared = prepare(trace, stream=True)
     chains = prepared.chains(rules)  # includes the lane-B collision check
     stamps["chains"] = time.perf_counter()
