@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from yaotu_trace.axes.base import AxisName, AxisResult, Status
+from yaotu_trace.data.run_diff import MeasureChange
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.diff.axis_change import axis_change
 from yaotu_trace.diff.ks import kolmogorov_q, ks_statistic, ks_test
 from yaotu_trace.diff.match import match_requests, rank_correlation
-from yaotu_trace.diff.result import MeasureChange
 
 
 def test_ks_statistic_of_5_against_5_by_hand() -> None:

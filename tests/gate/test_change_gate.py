@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from yaotu_trace.data.report import InputSummary, Report
-from yaotu_trace.diff import (
+from yaotu_trace.data.run_diff import (
     AxisChange,
     AxisState,
     ChangeLedger,

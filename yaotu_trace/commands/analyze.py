@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.commands.load import Progress, TraceInput, open_trace, tell
+from yaotu_trace.data.charts import TerminalCharts
 from yaotu_trace.data.report import InputSummary, Report, input_summary
 from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
+    from yaotu_trace.data.prefix_reuse import ReuseOverview
     from yaotu_trace.data.schema import Trace
 
 # Extra sections of `trace analyze`, in report order: name → builder(trace, options) or None to
@@ -78,9 +80,9 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
                   sections=sections, charts=pictures)
 
 
-def terminal_charts(trace: Trace, *, reuse: Any = None, lengths: bool = True, kv: bool = False,
-                    kv_capacity_tokens: float | None = None) -> Any:
-    """The console's pictures of a read trace (`render/text_charts.TerminalCharts`): arrivals
+def terminal_charts(trace: Trace, *, reuse: ReuseOverview | None = None, lengths: bool = True,
+                    kv: bool = False, kv_capacity_tokens: float | None = None) -> TerminalCharts:
+    """The console's pictures of a read trace (`data/charts.TerminalCharts`): arrivals
     over time and, with `lengths`, the prompt and output lengths of the successful requests
     (as `profile.workload_figures` computes them); the capacity points of the prefix-reuse
     section `reuse` when it has them; with `kv` the KV series (`profile.figures.kv_series`)."""
@@ -88,7 +90,6 @@ def terminal_charts(trace: Trace, *, reuse: Any = None, lengths: bool = True, kv
 
     from yaotu_trace.data.outcome import successful_mask
     from yaotu_trace.profile.workload_figures import arrival_series, length_distribution
-    from yaotu_trace.render.text_charts import TerminalCharts
 
     df = trace.requests
     arrivals = prompt = output = None
@@ -102,7 +103,7 @@ def terminal_charts(trace: Trace, *, reuse: Any = None, lengths: bool = True, kv
             ok = successful_mask(df)
             prompt = length_distribution(prompt_len[ok], "prompt tokens")
             output = length_distribution(output_len[ok], "output tokens")
-    capacity = reuse if getattr(reuse, "available", False) else None
+    capacity = reuse if reuse is not None and reuse.available else None
     series = None
     if kv:  # diagnose only: analyze does not pay for the module
         from yaotu_trace.profile.figures import kv_series

@@ -14,8 +14,8 @@ from yaotu_trace.errors import ConfigError
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.report import Report
+    from yaotu_trace.data.run_diff import RunDiff
     from yaotu_trace.data.schema import Trace
-    from yaotu_trace.diff.result import RunDiff
     from yaotu_trace.ingest.metrics import EngineMetrics
 
 # The seed of the bootstrap: the same two runs give the same report.
@@ -91,7 +91,7 @@ def diff_report(result: RunDiff, before: Trace, after: Trace,
                 config: dict[str, Any] | None = None) -> Report:
     """The `diff` report of a run diff (docs/json.md, "trace diff")."""
     from yaotu_trace.data.report import InputPair, Report, input_summary
-    from yaotu_trace.diff.result import MatchSummary
+    from yaotu_trace.data.run_diff import MatchSummary
 
     return Report(
         command="diff",

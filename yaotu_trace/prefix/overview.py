@@ -10,43 +10,16 @@ hit-rate definition (prefix/rates.py). `trace replay` and `trace sweep` give the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from yaotu_trace.data.prefix_reuse import ReuseOverview
 from yaotu_trace.prefix import small
 from yaotu_trace.prefix.rules import effective_rules
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import Trace
-    from yaotu_trace.prefix.sweep_trace import CapacityPoint
     from yaotu_trace.prefix.window import WarmupSpec
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReuseOverview:
-    """Reachable prefix reuse at unlimited capacity and the key points of the LRU curve.
-
-    `hit_ratio` is token-weighted (Σ hit tokens / Σ prompt tokens); `hit_rates` has every
-    definition by key (prefix/rates.py). When the trace carries no prompt content, `available`
-    is False and `reason` says what is missing (and no preset is resolved).
-    """
-
-    available: bool
-    reason: str | None = None
-    preset: str | None = None
-    block_size_tokens: int | None = None
-    hit_ratio: float | None = None
-    saved_prefill_tokens: int | None = None
-    remaining_prefill_tokens: int | None = None
-    distinct_blocks: int | None = None
-    cacheable_blocks: int | None = None
-    knee: CapacityPoint | None = None
-    shares: tuple[CapacityPoint, ...] = ()
-    full_reuse: CapacityPoint | None = None
-    hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    window: dict[str, Any] | None = None  # `--warmup`: the numbers count the requests after it
 
 
 def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from yaotu_trace.data.prefix_reuse import CapacityPoint
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.curve import DEFAULT_SHARES, CapacityCurve
@@ -51,23 +52,6 @@ class CurveSectionSpec:
     model: str | None = None
     kv_bytes_per_token: int | None = None
     notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CapacityPoint:
-    """The curve at one capacity; `capacity_bytes` is None without KV bytes per token."""
-
-    label: str
-    capacity_blocks: int
-    capacity_tokens: int
-    capacity_bytes: int | None
-    hit_tokens: int
-    hit_ratio: float
-    share_of_unlimited: float
-    block_hit_ratio_over_full_blocks: float
-    # With `--warmup`: whether every cache of this capacity had filled when the window began
-    # (kvcache-simulator omits a budget that had not); None without a window.
-    filled_before_window: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
