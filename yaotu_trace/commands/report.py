@@ -27,7 +27,7 @@ from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.rules import effective_rules
-from yaotu_trace.prefix.sweep_trace import sweep_trace
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.profile.figures import plot_data
 from yaotu_trace.profile.success import success_profile
@@ -205,8 +205,8 @@ def build_report(
         config = {"preset": preset, "rules": rules.to_dict()}
         if rules.eviction == "lru":
             tell(progress, "capacity sweep", 0.7)
-            curve, _ = sweep_trace(trace, rules.with_(capacity_blocks=None), preset=preset or "",
-                                   points=CURVE_POINTS, notes=notes)
+            write_up = CurveSectionSpec(preset=preset or "", points=CURVE_POINTS, notes=notes)
+            curve, _ = sweep_trace(trace, rules.with_(capacity_blocks=None), write_up)
             sections["capacity_curve"] = curve
     capacity = kv_capacity_tokens
     if capacity is None and diagnosis is not None:

@@ -11,7 +11,7 @@ from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.capacity_table import capacity_table
 from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks
-from yaotu_trace.prefix.sweep_trace import sweep_trace
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.window import parse_warmup
 
 # Capacities shown when not told otherwise (log-spaced; the knee and the shares are added).
@@ -64,9 +64,9 @@ def sweep(
                  f"{rules.accounting}'s own pool is not one and differs at tight capacities "
                  "(docs/replay.md, engine-exact accounting): --capacities C1,C2 adds its "
                  "replay at those capacities")
-    section, curve = sweep_trace(loaded, rules, preset=preset_name, points=points,
-                                 model=model_name, kv_bytes_per_token=kv, notes=notes,
-                                 warmup=spec)
+    write_up = CurveSectionSpec(preset=preset_name, points=points, model=model_name,
+                                kv_bytes_per_token=kv, notes=notes)
+    section, curve = sweep_trace(loaded, rules, write_up, warmup=spec)
     sections: dict[str, Any] = {"capacity_curve": section}
     if asked:
         tell(progress, "replaying the listed capacities", 0.6)

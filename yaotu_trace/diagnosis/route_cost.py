@@ -58,8 +58,7 @@ def route_hits(inp: AxisInput) -> RouteHits | None:
         table = None
         for route in (None, "least-loaded", "prefix-affinity"):
             summary, table = replay_trace_with_requests(
-                trace, rules.with_(route=route), preset=preset, notes=notes, waterfall=False,
-                top_prefixes=0)
+                trace, rules.with_(route=route), preset=preset, notes=notes, waterfall=False)
             hits[route] = int(summary.saved_prefill_tokens)
     except YaotuError:
         return None

@@ -180,5 +180,5 @@ def _replay(inp: AxisInput) -> Any:
         changes["scope"] = "instance"
     if changes:
         rules = rules.with_(**changes)
-    return replay_trace(trace, rules, preset=preset, notes=notes, top_prefixes=5,
+    return replay_trace(trace, rules, preset=preset, notes=notes,
                         parallel=Parallelism(jobs=s.replay_jobs, dask=s.replay_dask))
