@@ -61,6 +61,9 @@ class Mark(StrEnum):
     # Judges the failed requests: evaluated even when nothing else decides the axis, and what
     # it finds is a failure count the ledger can price.
     FAILURES = "failures"
+    # Weighs a remedy against what the axis' other rules found (the P/D network check):
+    # evaluated after them, so its hit and its numbers follow theirs.
+    WEIGHS_REMEDY = "weighs_remedy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +112,11 @@ class Rule(Generic[F]):
 
 
 def evaluate(rules: Sequence[Rule[F]], facts: F, t: Thresholds) -> list[RuleHit]:
-    """The hits of `rules` on one axis' facts, in the rules' (id) order."""
+    """The hits of `rules` on one axis' facts, in the rules' (id) order, those that weigh a
+    remedy last."""
     hits: list[RuleHit] = []
     found: set[Cause] = set()
-    for rule in rules:
+    for rule in sorted(rules, key=lambda r: Mark.WEIGHS_REMEDY in r.marks):
         out = rule.check(facts, t.only(rule.reads), frozenset(found))
         if out is None:
             continue

@@ -1,13 +1,14 @@
 """D004 (cost-model D4): prefer chunked prefill: disaggregation fails the network check.
 
-Judged once interference is material (D001, D002), on the network check D003 passes.
+Judged once interference is material (D001, D002), after the axis' other rules, on the network
+check D003 passes.
 """
 
 from __future__ import annotations
 
 from yaotu_trace.axes.base import AxisName, Cause, Severity
 from yaotu_trace.axes.pd_interference.rules.shared import InterferenceFacts, network_evidence
-from yaotu_trace.axes.rule import Fired, Rule
+from yaotu_trace.axes.rule import Fired, Mark, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
@@ -23,7 +24,7 @@ RULE: Rule[InterferenceFacts] = Rule(
     trigger="D001 or D002, and the network check of D003 fails",
     evidence="kv_bytes_per_s_peak, link bytes/s, transfer_ttft_share",
     fix="chunked prefill; disaggregation would add TTFT on this link",
-    cause=None, remedies=(),
+    cause=None, remedies=(), marks=frozenset({Mark.WEIGHS_REMEDY}),
     reads=("network_share_max", "transfer_ttft_share"),
     check=_check,
 )
