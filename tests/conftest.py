@@ -1,5 +1,6 @@
-"""Shared fixtures: the public traces under ../shared/traces (tests skip when absent), and the
-cases too long for the default run (marked `slow`; CI runs them after it with `-m slow`)."""
+"""Shared fixtures: the input files under tests/fixtures, the public traces under ../shared/traces
+(tests skip when absent), and the cases too long for the default run (marked `slow`; CI runs
+them after it with `-m slow`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+# The small inputs the tests read, hand-written or recorded from the real tools (each folder's
+# README says where from); the test folders themselves mirror the package.
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED_TRACES = Path(
     os.environ.get("YAOTU_SHARED_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces")
 )
