@@ -30,20 +30,19 @@ settings.load_profile("yaotu")
 # parametrized test (its cheaper cases stay in the default run), or a test in a module without
 # pytest imported. Each repeats, at a smaller batch or over more generated examples, what a case
 # of the default run already checks. A whole test that can carry `@pytest.mark.slow` does.
+_STEPLOG = "tests/data/test_steplog_stream.py::"
 SLOW = frozenset({
     # Step logs streamed in 7-row batches or 1,000-row batches: the whole-log and the `analyze`
     # cases of the same parametrization stay.
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[diag-dispatch-7-diagnose]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[diag-dispatch-7-report]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[small-simulated-7-diagnose]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[small-simulated-7-report]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[simulated-1000-diagnose]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[simulated-1000-report]",
-    "tests/test_steplog_stream.py::test_error_in_a_late_batch_names_the_row_of_the_file[7]",
-    "tests/test_steplog_stream.py::"
-    "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[3]",
-    "tests/test_steplog_stream.py::"
-    "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[7]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[diag-dispatch-7-diagnose]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[diag-dispatch-7-report]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[small-simulated-7-diagnose]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[small-simulated-7-report]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[simulated-1000-diagnose]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[simulated-1000-report]",
+    _STEPLOG + "test_error_in_a_late_batch_names_the_row_of_the_file[7]",
+    _STEPLOG + "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[3]",
+    _STEPLOG + "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[7]",
     # Ctrl-C under a local Dask cluster: the same check as the in-process replay cases.
     "tests/cli/test_interrupt.py::test_ctrl_c_is_exit_130_silent_and_leaves_nothing"
     "[replay-dask-local]",

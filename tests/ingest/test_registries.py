@@ -20,7 +20,7 @@ from yaotu_trace.ingest import registry
 from yaotu_trace.ingest.detect import detect_format
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
-PACKAGE = Path(__file__).resolve().parents[1] / "yaotu_trace"
+PACKAGE = Path(__file__).resolve().parents[2] / "yaotu_trace"
 SAMPLES = PACKAGE.parent / "sample_traces"
 MOONCAKE_LINES = (
     '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
