@@ -43,9 +43,6 @@ SLOW = frozenset({
     _STEPLOG + "test_error_in_a_late_batch_names_the_row_of_the_file[7]",
     _STEPLOG + "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[3]",
     _STEPLOG + "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[7]",
-    # Ctrl-C under a local Dask cluster: the same check as the in-process replay cases.
-    "tests/cli/test_interrupt.py::test_ctrl_c_is_exit_130_silent_and_leaves_nothing"
-    "[replay-dask-local]",
     # Invariants of the replay over generated traces; its agreement with the reference stays.
     "tests/prefix/test_properties.py::test_lru_hits_never_fall_as_capacity_grows",
     "tests/prefix/test_properties.py::test_isolation_never_adds_hits",
