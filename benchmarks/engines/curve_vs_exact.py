@@ -9,7 +9,7 @@ accounting and once with `--accounting clean` (which is what the curve gives at 
 checked here too), and prints the difference in hit ratio points.
 
     python benchmarks/engines/curve_vs_exact.py
-    python benchmarks/engines/curve_vs_exact.py --traces tests/data/engines/trace_mixed.parquet
+    python benchmarks/engines/curve_vs_exact.py --traces tests/fixtures/engines/trace_mixed.parquet
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace  # noqa
 
 SHARED = ROOT.parent / "shared" / "traces"
 DEFAULT_TRACES = [
-    ROOT / "tests" / "data" / "engines" / "trace_mixed.parquet",
-    ROOT / "tests" / "data" / "engines" / "trace_sessions.parquet",
+    ROOT / "tests" / "fixtures" / "engines" / "trace_mixed.parquet",
+    ROOT / "tests" / "fixtures" / "engines" / "trace_sessions.parquet",
     ROOT / "sample_traces" / "chat.parquet",
     SHARED / "mooncake" / "conversation_trace.jsonl",
     SHARED / "mooncake" / "synthetic_trace.jsonl",

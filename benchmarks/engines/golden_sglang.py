@@ -5,7 +5,7 @@ from the repository root
 
     PYTHONPATH=. /path/to/venv-sglang/bin/python benchmarks/engines/golden_sglang.py
 
-It installs nothing. It writes `tests/data/engines/sglang_<trace>.json` and prints, per
+It installs nothing. It writes `tests/fixtures/engines/sglang_<trace>.json` and prints, per
 configuration, the engine's Σ hits, the rejected requests, the tokens eviction was asked for
 against the tokens it freed, and yaotu_trace's clean-model replay next to them. The tests replay
 the same traces against these files without SGLang (`tests/prefix/test_exact_sglang.py`).

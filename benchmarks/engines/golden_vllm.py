@@ -7,7 +7,7 @@ replays the traces of `traces.py` through it, one request at a time in file orde
 `get_computed_blocks`, then `allocate_slots` for the whole prompt (`None` means the request is
 rejected: recorded, hit 0), then `free`. The tenant is the request's `cache_salt`.
 
-Writes `tests/data/engines/vllm_<trace>.json` (per configuration: the hit tokens of every
+Writes `tests/fixtures/engines/vllm_<trace>.json` (per configuration: the hit tokens of every
 request and the rejected rows) and prints a table beside the clean model
 (`accounting="clean"`) and the engine-exact replay (`prefix.kernels.exact_vllm`), so the difference
 the clean model makes is measured. Installs nothing: run it with an environment that has

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from tests.conftest import run_cli
 from yaotu_trace.commands.diagnose import diagnose
@@ -21,7 +22,7 @@ from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
 from yaotu_trace.ingest.serverlog import log_zone
 
-LOGS = Path(__file__).resolve().parents[1] / "data" / "serverlogs"
+LOGS = FIXTURES / "serverlogs"
 ISSUE_43295 = LOGS / "vllm_v1_issue43295.log"  # first line INFO 05-19 10:13:11
 SGLANG_29853 = LOGS / "sglang_pr29853.log"  # first line [2026-07-01 15:20:26 TP0]
 

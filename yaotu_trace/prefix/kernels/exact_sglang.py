@@ -27,7 +27,7 @@ to the pool, the path is matched again (`RadixCache.checkpoint`) and unlocked. T
 capacity_pages × P tokens (its padding slot 0 is outside that).
 
 Exact, against SGLang 0.5.23 driven on CPU (`benchmarks/engines/golden_sglang.py`, fixtures in
-`tests/data/engines/`): every request's hit, the rejected requests, the pages evicted. Stamps
+`tests/fixtures/engines/`): every request's hit, the rejected requests, the pages evicted. Stamps
 are a counter that advances wherever SGLang reads `time.monotonic()`, so they order as the
 engine's do, and evictable leaves never tie (nodes stamped by one call lie on one root path, and
 only the deepest of them can be a leaf). Not modelled: output tokens (never inserted here),

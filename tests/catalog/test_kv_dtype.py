@@ -23,7 +23,7 @@ from yaotu_trace.catalog.models import (
 )
 from yaotu_trace.errors import ConfigError
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 @pytest.mark.parametrize(("model", "dtype", "expected"), [
@@ -313,7 +313,7 @@ def test_docs_models_page_names_the_models_of_each_source_status() -> None:
     """docs/models.md's table of sources lists the catalog's models by `source_status`."""
     import re
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text("utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text("utf-8")
     for status in ("cost-model", "config"):
         row = re.search(rf"^\| `{status}` \| ([^|]*) \|", text, re.MULTILINE)
         assert row is not None, status

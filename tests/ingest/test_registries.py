@@ -13,15 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CHILD_TIMEOUT_S
+from conftest import CHILD_TIMEOUT_S, FIXTURES
 
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.ingest import registry
 from yaotu_trace.ingest.detect import detect_format
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
-PACKAGE = Path(__file__).resolve().parents[1] / "yaotu_trace"
-DATA = Path(__file__).resolve().parent / "data"
+PACKAGE = Path(__file__).resolve().parents[2] / "yaotu_trace"
 SAMPLES = PACKAGE.parent / "sample_traces"
 MOONCAKE_LINES = (
     '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
@@ -39,18 +38,19 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
         TraceFormat.CANONICAL_PARQUET: SAMPLES / "chat.parquet",
         TraceFormat.CANONICAL_JSONL: SAMPLES / "bursty.jsonl",
         TraceFormat.CANONICAL_CSV: SAMPLES / "multitenant.csv",
-        TraceFormat.BAILIAN: DATA / "bailian_small.jsonl",
-        TraceFormat.AZURE: DATA / "azure_small.csv",
-        TraceFormat.BURSTGPT: DATA / "burstgpt_small.csv",
-        TraceFormat.RAGPULSE: DATA / "ragpulse_mini",
-        TraceFormat.WEKA: DATA / "weka_mini",
-        TraceFormat.VLLM_BENCH: DATA / "vllm_bench_small.json",
-        TraceFormat.OTEL: DATA / "otel_small.json",
-        TraceFormat.VIDUR: DATA / "sim_traces" / "vidur_splitwise_code.csv",
-        TraceFormat.SPLITWISE: DATA / "sim_traces" / "splitwise_test_trace.csv",
-        TraceFormat.AIPERF: DATA / "aiperf" / "profile_export.jsonl",
-        TraceFormat.GUIDELLM: DATA / "guidellm" / "benchmarks_mock_server.json",
-        TraceFormat.INFERENCE_PERF: DATA / "inference_perf" / "per_request_lifecycle_metrics.json",
+        TraceFormat.BAILIAN: FIXTURES / "bailian_small.jsonl",
+        TraceFormat.AZURE: FIXTURES / "azure_small.csv",
+        TraceFormat.BURSTGPT: FIXTURES / "burstgpt_small.csv",
+        TraceFormat.RAGPULSE: FIXTURES / "ragpulse_mini",
+        TraceFormat.WEKA: FIXTURES / "weka_mini",
+        TraceFormat.VLLM_BENCH: FIXTURES / "vllm_bench_small.json",
+        TraceFormat.OTEL: FIXTURES / "otel_small.json",
+        TraceFormat.VIDUR: FIXTURES / "sim_traces" / "vidur_splitwise_code.csv",
+        TraceFormat.SPLITWISE: FIXTURES / "sim_traces" / "splitwise_test_trace.csv",
+        TraceFormat.AIPERF: FIXTURES / "aiperf" / "profile_export.jsonl",
+        TraceFormat.GUIDELLM: FIXTURES / "guidellm" / "benchmarks_mock_server.json",
+        TraceFormat.INFERENCE_PERF:
+            FIXTURES / "inference_perf" / "per_request_lifecycle_metrics.json",
     }[fmt]
 
 

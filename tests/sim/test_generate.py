@@ -18,7 +18,7 @@ from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.ingest import load_trace
 from yaotu_trace.sim.generate import DEFAULTS, SCENARIOS, GenerateOptions, Scenario, generate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 BLOCK_TOKENS = 16
 

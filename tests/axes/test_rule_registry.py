@@ -23,7 +23,7 @@ from yaotu_trace.axes.rules import RULES, SEVERITY_OF, undeclared
 from yaotu_trace.axes.thresholds import THRESHOLDS, Thresholds, make_thresholds
 from yaotu_trace.diagnosis.ledger import REMEDIES
 
-PACKAGE = Path(__file__).resolve().parents[1] / "yaotu_trace"
+PACKAGE = Path(__file__).resolve().parents[2] / "yaotu_trace"
 # The methods of `Thresholds` itself, which are not thresholds.
 THRESHOLDS_OWN = frozenset(name for name in dir(Thresholds) if callable(getattr(Thresholds, name)))
 

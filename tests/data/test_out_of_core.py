@@ -11,7 +11,7 @@ from conftest import run_json
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 COMMANDS = [
     ["analyze"],
     ["diagnose", "--model", "Llama-3.1-8B"],

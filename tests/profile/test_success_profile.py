@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.commands.analyze import analyze
@@ -17,8 +18,6 @@ from yaotu_trace.profile.figures import plot_data
 from yaotu_trace.profile.success import success_profile, window_width_s
 from yaotu_trace.profile.workload import profile_trace
 from yaotu_trace.render import views
-
-DATA = Path(__file__).resolve().parent / "data"
 
 # Ten requests 1 s apart. r3 failed with an error, r6 timed out; r8 says nothing (read as ok).
 # Successful end-to-end latencies (finish − arrival): 1, 2, 3, 5, 6, 8, 9, 10 s.
@@ -135,7 +134,7 @@ def test_window_width_is_the_smallest_that_gives_at_most_48_windows() -> None:
 def test_burstgpt_failed_row_is_in_the_success_rate(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     # burstgpt_small.csv: 5 rows, 1 with 'Response tokens' 0 → 4 of 5 completed.
-    assert main(["analyze", str(DATA / "burstgpt_small.csv"), "--format", "json"]) == 0
+    assert main(["analyze", str(FIXTURES / "burstgpt_small.csv"), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["success"]["successful"] == 4 and doc["success"]["requests"] == 5
     assert doc["success"]["by_status"]["error"] == 1
@@ -147,12 +146,12 @@ def test_burstgpt_failed_row_is_in_the_success_rate(tmp_path: Path,
 
 def test_success_section_has_its_view_in_every_renderer(
         capsys: pytest.CaptureFixture[str]) -> None:
-    trace = load_trace(DATA / "otel" / "sglang_flat_spans.json")
+    trace = load_trace(FIXTURES / "otel" / "sglang_flat_spans.json")
     sections = analyze(trace).sections
     assert views.view_name("success", sections["success"]) == "success"
     for name, section in sections.items():
         assert views.find_view(name, section) is not None, name
-    path = str(DATA / "otel" / "sglang_flat_spans.json")
+    path = str(FIXTURES / "otel" / "sglang_flat_spans.json")
     assert main(["analyze", path, "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "### Success" in out and "| completed | 2 of 3 (66.7 %) |" in out
@@ -166,7 +165,7 @@ def test_success_json_validates_against_the_shipped_schema(
     jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the test extra")
     from yaotu_trace.render.json_report import json_schema
 
-    path = str(DATA / "otel" / "sglang_flat_spans.json")
+    path = str(FIXTURES / "otel" / "sglang_flat_spans.json")
     assert main([command, path, "--format", "json"]) in (0, 1)
     doc = json.loads(capsys.readouterr().out)
     assert doc["success"]["success_rate"] == pytest.approx(2 / 3)
@@ -178,7 +177,7 @@ def test_success_json_validates_against_the_shipped_schema(
 
 def test_report_page_says_which_requests_its_lengths_describe(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
-    assert main(["report", str(DATA / "otel" / "sglang_flat_spans.json"),
+    assert main(["report", str(FIXTURES / "otel" / "sglang_flat_spans.json"),
                  "--output", str(out)]) in (0, 1)
     page = out.read_text()
     assert "<h2>Success</h2>" in page and "successful requests only: 2 of 3" in page

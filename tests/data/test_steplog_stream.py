@@ -19,7 +19,7 @@ from yaotu_trace.data.report import PERCENTILES, Distribution, to_builtins
 from yaotu_trace.errors import ExitCode, TraceSchemaError
 from yaotu_trace.ingest import load as ingest_load
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 COMMANDS = [
     ["analyze"],
     ["diagnose", "--model", "Llama-3.1-8B"],
