@@ -60,14 +60,28 @@ def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[s
             notes.append(f"prompt content is {source}-token block ids: an engine block is "
                          f"shared only inside a shared {source}-token block (block ids hide the "
                          "tokens); a trailing partial id is never a hit")
-    rules = rules_for("vllm", block_size_tokens=chain_block)
+    # NOTE: both engines cache generated tokens too (vLLM hashes every full block of prompt +
+    # output; SGLang inserts the finished sequence into its tree), so when the trace gives the
+    # output token ids a later prompt that repeats an answer hits its blocks. Block ids hide
+    # the answer's tokens: they name the prompt's blocks only.
+    outputs = source is None and trace.has("output_tokens")
+    if outputs:
+        prepared = prepare(trace, with_outputs=True)
+    rules = rules_for("vllm", block_size_tokens=chain_block, cache_outputs=outputs)
     chains = prepared.chains(rules)
-    notes.append("output token ids are unknown: generated blocks are private to their request "
-                 "(hit only by the request itself when it resumes after a preemption)")
+    if outputs:
+        notes.append("generated blocks are cached under the trace's output token ids, so a "
+                     "later prompt that repeats an answer hits them")
+    else:
+        notes.append("output token ids are unknown: generated blocks are private to their "
+                     "request (hit only by the request itself when it resumes after a "
+                     "preemption), so reuse of an answer shows only through later prompts' "
+                     "own content")
     return RequestArrays(
         arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
         chain_offsets=chains.offsets, chain_ids=chains.ids, chain_block_tokens=chain_block,
-        num_chain_ids=chains.num_distinct, instance_codes=codes, instance_names=names,
+        num_chain_ids=chains.num_distinct, output_offsets=chains.output_offsets,
+        output_ids=chains.output_ids, instance_codes=codes, instance_names=names,
     ), notes
 
 
