@@ -11,7 +11,8 @@ from this project: `vllm_steps.py` writes the input and reads the output. Input 
      "requests": [{"arrival_s": 0.0, "prompt_len": 900, "output_len": 120,
                    "block_ids": [...]}]}
 
-`block_ids` holds one identity per KV block of the request's prompt + output: the token at
+Several runs go in one call as `{"cases": [...]}` (the output then holds as many). `block_ids`
+holds one identity per KV block of the request's prompt + output: the token at
 position t is `block_ids[t // B] * B + t % B`. Two requests share a block's tokens exactly when
 they share its identity, and identities are prefix chains, so vLLM's chained block hashes
 agree with the identities the simulator gives its blocks. The fake model samples, for a request
@@ -272,10 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         raise SystemExit("usage: drive_vllm_scheduler.py IN.json OUT.json")
     spec = json.loads(Path(args[0]).read_text())
+    results = []
     with tempfile.TemporaryDirectory() as model_dir:
-        driver = Driver(spec, Path(model_dir))
-        driver.run()
-    Path(args[1]).write_text(json.dumps(driver.result(), separators=(",", ":")))
+        for case in spec["cases"] if "cases" in spec else [spec]:
+            driver = Driver(case, Path(model_dir))
+            driver.run()
+            results.append(driver.result())
+    out = {"cases": results} if "cases" in spec else results[0]
+    Path(args[1]).write_text(json.dumps(out, separators=(",", ":")))
     return 0
 
 

@@ -136,14 +136,19 @@ def driver_input(runnable: RequestArrays, config: SimConfig, offsets: np.ndarray
 
 def run_driver(spec: dict[str, Any], python: str) -> dict[str, Any]:
     """vLLM's run of `spec`, from the driver in its own environment."""
+    return run_driver_many([spec], python)[0]
+
+
+def run_driver_many(specs: list[dict[str, Any]], python: str) -> list[dict[str, Any]]:
+    """vLLM's runs of `specs`, in one driver process (vLLM is imported once)."""
     with tempfile.TemporaryDirectory() as folder:
         src, dst = Path(folder) / "in.json", Path(folder) / "out.json"
-        src.write_text(json.dumps(spec))
+        src.write_text(json.dumps({"cases": specs}))
         done = subprocess.run([python, str(DRIVER), str(src), str(dst)], capture_output=True,
                               text=True, cwd=folder)
         if done.returncode != 0:
             raise SystemExit(f"the vLLM driver failed:\n{done.stderr[-3000:]}")
-        return json.loads(dst.read_text())
+        return list(json.loads(dst.read_text())["cases"])
 
 
 def real_side(real: dict[str, Any]) -> dict[str, Any]:
@@ -338,8 +343,10 @@ def golden(args: argparse.Namespace) -> int:
             dump_fixture(document, path)
         for mode in ("sync", "async"):
             verdict = compare_fixture(document, mode)
-            print(f"{name:<14}{mode:<7}{len(document['runs'][mode]['steps']):>6} steps  "
-                  f"{verdict or 'identical'}")
+            run = document["runs"][mode]
+            print(f"{name:<14}{mode:<7}{len(document['requests']['arrival_s']):>4} req"
+                  f"{len(run['steps']):>6} steps{sum(run['preemptions']):>5} preempted"
+                  f"{sum(run['hit_tokens']):>8} hit tokens  {verdict or 'identical'}")
             status |= verdict is not None
         print(f"{'':<14}{path.relative_to(ROOT)}: {path.stat().st_size / 1e3:.0f} kB"
               if path.exists() else "")
@@ -441,12 +448,10 @@ def accuracy(args: argparse.Namespace) -> int:
 
 
 def sweep(args: argparse.Namespace) -> int:
-    """Random configurations on small traces; print the ones that part and a summary."""
+    """Random configurations on small traces; print each one's verdict and a summary."""
     rng = np.random.default_rng(args.seed)
     shapes = ("chat", "multi-tenant", "rag", "bursty", "agentic", "long-prefill")
-    identical = 0
-    rows = []
-    t0 = time.perf_counter()
+    cases = []
     for k in range(args.configs):
         shape = shapes[k % len(shapes)]
         n = int(rng.integers(12, 40)) if shape not in ("agentic", "long-prefill") else int(
@@ -455,25 +460,30 @@ def sweep(args: argparse.Namespace) -> int:
                              rate_per_s=float(rng.choice([2.0, 8.0, 30.0])))
         trace = workload.trace()
         seqs = int(rng.choice([2, 4, 16, 256]))
-        chunked = bool(rng.random() < 0.75)
         longest_block = int(((trace.requests["prompt_len"] + trace.requests["output_len"])
                              // BLOCK).max()) + 2
         engine = Engine(
             kv_blocks=int(longest_block * rng.choice([1.0, 1.5, 3.0, 8.0]) + 1),
             max_num_seqs=seqs,
             max_batched_tokens=max(seqs, int(rng.choice([256, 512, 2048, 8192]))),
-            chunked_prefill=chunked,
+            chunked_prefill=bool(rng.random() < 0.75),
             long_prefill_token_threshold=int(rng.choice([0, 0, 128, 600])),
             prefix_caching=bool(rng.random() < 0.85),
             async_scheduling=bool(rng.random() < 0.5))
         runnable, config, offsets, ident = prepared(trace, engine)
-        real = real_side(run_driver(driver_input(runnable, config, offsets, ident, STEP),
-                                    args.vllm_python))
+        cases.append((shape, engine, runnable, config,
+                      driver_input(runnable, config, offsets, ident, STEP)))
+    t0 = time.perf_counter()
+    reals = run_driver_many([c[-1] for c in cases], args.vllm_python)
+    t_vllm = time.perf_counter() - t0
+    identical = 0
+    t0 = time.perf_counter()
+    for k, ((shape, engine, runnable, config, _), raw) in enumerate(zip(cases, reals,
+                                                                        strict=True)):
+        real = real_side(raw)
         sim = sim_side(simulate(runnable, config))
         verdict = first_difference(sim, real)
         identical += verdict is None
-        rows.append((k, shape, runnable.num_requests, engine, len(real["start"]),
-                     int(real["preemptions"].sum()), int(real["hit_tokens"].sum()), verdict))
         print(f"{k:>3} {shape:<13}{runnable.num_requests:>4} req {engine.kv_blocks:>6} blk "
               f"{engine.max_num_seqs:>4} seq {engine.max_batched_tokens:>5} tok "
               f"{'chunk' if engine.chunked_prefill else 'whole':<6}"
@@ -483,7 +493,7 @@ def sweep(args: argparse.Namespace) -> int:
               f"{len(real['start']):>6} steps {int(real['preemptions'].sum()):>4} pre "
               f"{int(real['hit_tokens'].sum()):>7} hit  {verdict or 'identical'}", flush=True)
     print(f"{identical} of {args.configs} configurations identical in every step and request "
-          f"({time.perf_counter() - t0:.0f} s)")
+          f"(vLLM {t_vllm:.0f} s, simulator {time.perf_counter() - t0:.1f} s)")
     return 0 if identical == args.configs else 1
 
 
