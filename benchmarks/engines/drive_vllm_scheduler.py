@@ -199,6 +199,8 @@ class Driver:
         from vllm.v1.outputs import ModelRunnerOutput
 
         self.now = max(self.now, batch.ready_s)
+        if batch.row is None:
+            return  # an empty batch: nothing ran, nothing comes out
         ids = list(batch.output.num_scheduled_tokens)
         before = {rid: len(self.requests[int(rid)].output_token_ids) for rid in ids}
         sampled = [[batch.sampled[rid]] if batch.sampled.get(rid) is not None else []
@@ -219,6 +221,8 @@ class Driver:
         self.now = max(self.now, ahead)
 
     def run(self) -> None:
+        """`EngineCore`'s busy loop: take arrivals, schedule while fewer than `depth` batches
+        are in flight (`step_with_batch_queue`), else wait for the oldest and process it."""
         sched = self.scheduler
         queue: deque[Batch] = deque()
         while True:
@@ -233,16 +237,19 @@ class Driver:
                 batch = self.schedule()
                 executed = batch.output.total_num_scheduled_tokens > 0
                 queue.appendleft(batch)
+                if (not executed and not batch.output.preempted_req_ids
+                        and all(b.row is None for b in queue)):
+                    # vLLM would call schedule() again and again with the same result until
+                    # a request arrives: the empty batches change nothing, so skip to it
+                    queue.clear()
+                    if sched.has_unfinished_requests():
+                        self.stuck()
+                    continue
                 if len(queue) < self.depth and (executed or sched.has_requests()):
-                    if executed or any(b.row is not None for b in queue):
-                        continue
+                    continue
             elif not queue:
                 continue
-            batch = queue.pop()
-            self.complete(batch)
-            if (batch.row is None and all(b.row is None for b in queue)
-                    and sched.has_unfinished_requests()):
-                self.stuck()
+            self.complete(queue.pop())
 
     def result(self) -> dict[str, Any]:
         import torch
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(Path(args[0]).read_text())
     results = []
     with tempfile.TemporaryDirectory() as model_dir:
-        for case in spec["cases"] if "cases" in spec else [spec]:
+        for case in spec.get("cases", [spec]):
             driver = Driver(case, Path(model_dir))
             driver.run()
             results.append(driver.result())

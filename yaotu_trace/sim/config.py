@@ -21,6 +21,31 @@ class SchedulerKind(StrEnum):
     SGLANG = "sglang"  # prefill batches replace decode steps, retract fewest-output first (§2.5)
 
 
+class EngineVersion(StrEnum):
+    """An engine release the simulator follows (`--engine`): its scheduler family and the
+    defaults that release ships with."""
+
+    VLLM_0_33 = "vllm-0.33"  # async scheduling on; without chunking the budget is max_model_len
+    SGLANG_0_5 = "sglang-0.5"  # synchronous (the overlap scheduler is not modelled)
+
+    @property
+    def scheduler(self) -> SchedulerKind:
+        """The scheduling rules of this release."""
+        return SchedulerKind.SGLANG if self is EngineVersion.SGLANG_0_5 else SchedulerKind.VLLM
+
+    @property
+    def label(self) -> str:
+        """How a report names it."""
+        return {"vllm-0.33": "vLLM 0.33", "sglang-0.5": "SGLang 0.5"}[self.value]
+
+
+# The release each scheduler family stands for when `--engine` is not given.
+DEFAULT_ENGINES: dict[SchedulerKind, EngineVersion] = {
+    SchedulerKind.VLLM: EngineVersion.VLLM_0_33,
+    SchedulerKind.SGLANG: EngineVersion.SGLANG_0_5,
+}
+
+
 class RoutePolicy(StrEnum):
     """How a cluster assigns a request to an instance at its arrival."""
 

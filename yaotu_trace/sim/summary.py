@@ -299,6 +299,12 @@ def _run_notes(notes: list[str], result: SimResult, cfg: SimConfig) -> tuple[str
     return tuple(all_notes)
 
 
+def _scheduler_text(resolved: ResolvedScenario) -> str:
+    """The engine release and how it schedules, e.g. 'vLLM 0.33, async scheduling'."""
+    mode = "async scheduling" if resolved.config.async_scheduling else "synchronous"
+    return f"{resolved.engine.label}, {mode}"
+
+
 def _instances_text(cfg: SimConfig) -> str:
     instances = (f"{cfg.pd[0]} prefill + {cfg.pd[1]} decode" if cfg.pd is not None
                  else str(cfg.instances))
@@ -370,7 +376,7 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
     hit = float(result.cached_tokens[ran].sum() / prompt[ran].sum()) if prompt[ran].sum() else None
     return SimulationSummary(
         scenario=resolved.name, model=resolved.model.name, gpu=resolved.gpu.name,
-        scheduler=str(cfg.scheduler), instances=_instances_text(cfg),
+        scheduler=_scheduler_text(resolved), instances=_instances_text(cfg),
         kv_blocks_per_instance=cfg.kv_blocks, kv_bytes_per_token=resolved.kv_bytes_per_token,
         block_size_tokens=cfg.block_size_tokens, max_num_seqs=cfg.max_num_seqs,
         max_batched_tokens=cfg.max_batched_tokens, chunked_prefill=cfg.chunked_prefill,
