@@ -89,11 +89,19 @@ class Workload_:
     seed: int = 0
     rate_per_s: float | None = None
     tenants: int | None = None
+    max_output_tokens: int | None = None  # answers cut short (a later turn keeps the whole)
+    time_scale: float = 1.0  # arrivals compressed (< 1) so that the requests overlap
 
     def trace(self) -> Trace:
         table = generate(GenerateOptions(scenario=Workload(self.scenario), seed=self.seed,
                                          requests=self.requests, rate_per_s=self.rate_per_s,
                                          tenants=self.tenants))
+        if self.max_output_tokens is not None:
+            cut = self.max_output_tokens
+            table["output_len"] = table["output_len"].clip(upper=cut)
+            if "output_tokens" in table:
+                table["output_tokens"] = [list(t)[:cut] for t in table["output_tokens"]]
+        table["arrival_s"] = (table["arrival_s"] * self.time_scale).round(6)
         return normalize(RawTrace(requests=table, format_name="canonical"), "generated")
 
 
@@ -233,48 +241,57 @@ def metrics(side: dict[str, Any], arrival: np.ndarray) -> dict[str, float]:
 # ---- the golden fixtures
 
 GOLDEN: tuple[tuple[str, Workload_, Engine], ...] = (
-    ("chat", Workload_("chat", 40, seed=3, rate_per_s=20.0), Engine(kv_blocks=400)),
-    ("multi_tenant", Workload_("multi-tenant", 40, seed=5, rate_per_s=40.0, tenants=4),
-     Engine(kv_blocks=500, max_batched_tokens=2048)),
-    ("rag", Workload_("rag", 40, seed=7, rate_per_s=30.0), Engine(kv_blocks=450)),
+    ("chat", Workload_("chat", 24, seed=3, rate_per_s=0.2, max_output_tokens=120,
+                       time_scale=0.05),
+     Engine(kv_blocks=300)),
+    ("multi_tenant", Workload_("multi-tenant", 24, seed=5, rate_per_s=60.0, tenants=4,
+                               max_output_tokens=100),
+     Engine(kv_blocks=300, max_batched_tokens=2048)),
+    ("rag", Workload_("rag", 20, seed=7, rate_per_s=60.0, max_output_tokens=100),
+     Engine(kv_blocks=500)),
     ("bursty", Workload_("bursty", 50, seed=11, rate_per_s=20.0), Engine(kv_blocks=700)),
-    ("agentic", Workload_("agentic", 14, seed=13, rate_per_s=8.0),
+    ("agentic", Workload_("agentic", 11, seed=3, rate_per_s=0.1, time_scale=0.1),
      Engine(kv_blocks=2500, max_batched_tokens=4096)),
-    ("long_prefill", Workload_("long-prefill", 24, seed=17, rate_per_s=20.0),
-     Engine(kv_blocks=3000, max_batched_tokens=4096, long_prefill_token_threshold=1024)),
+    ("long_prefill", Workload_("long-prefill", 12, seed=17, rate_per_s=20.0,
+                               max_output_tokens=150),
+     Engine(kv_blocks=2200, max_batched_tokens=4096, long_prefill_token_threshold=1024)),
 )
 
 
-def fixture_document(name: str, workload: Workload_, engine: Engine, python: str
+def fixture_document(name: str, workload: Workload_, engine: Engine,
+                     reals: dict[str, dict[str, Any]], requests: dict[str, Any]
                      ) -> dict[str, Any]:
-    """Both modes of one golden case, with the inputs the simulator needs to replay it."""
-    trace = workload.trace()
+    """Both modes of one golden case (vLLM's runs `reals`), with the requests the simulator
+    replays."""
     runs: dict[str, Any] = {}
-    head: dict[str, Any] = {}
-    requests: dict[str, Any] = {}
-    for mode, flag in (("sync", False), ("async", True)):
-        case = replace(engine, async_scheduling=flag)
-        runnable, config, offsets, ident = prepared(trace, case)
-        real = run_driver(driver_input(runnable, config, offsets, ident, STEP), python)
-        head = {k: real[k] for k in ("engine", "engine_version", "torch_version")}
-        requests = compact_requests(runnable)
-        ends = [row[2] for row in real["steps"]]
+    for mode, real in reals.items():
+        ends = np.array([row[2] for row in real["steps"]])
         runs[mode] = {
             "scheduler": real["scheduler"], "batch_queue": real["batch_queue"],
-            "steps": [row[:9] for row in real["steps"]],
-            "first_scheduled_s": [r["first_scheduled_s"] for r in real["requests"]],
+            "steps": [[_ns(row[1]), _ns(row[2]), *row[3:9]] for row in real["steps"]],
+            "first_scheduled_ns": [_ns(r["first_scheduled_s"]) for r in real["requests"]],
             "hit_tokens": [r["hit_tokens"] for r in real["requests"]],
             "preemptions": [r["preemptions"] for r in real["requests"]],
+            # the step whose end each token came out at (its time is that step's end)
             "token_steps": [np.searchsorted(ends, r["token_times_s"]).tolist()
                             for r in real["requests"]],
         }
+    head = {k: reals["sync"][k] for k in ("engine", "engine_version", "torch_version")}
     return {**head, "case": name,
             "command": "python benchmarks/engines/vllm_steps.py golden --write",
             "workload": workload.__dict__, "engine_limits": engine.__dict__,
-            "block_size": BLOCK, "step_time": STEP,
-            "step_columns": ["decided_s", "start_s", "end_s", "tokens", "requests", "preempted",
-                             "kv_blocks_used", "running", "waiting"],
+            "block_size": BLOCK, "step_time": STEP, "step_columns": STEP_COLUMNS,
             "requests": requests, "runs": runs}
+
+
+# A fixture's step rows: GPU start and end in integer nanoseconds, then the counts after
+# scheduling (tokens, requests and preemptions of the step, KV blocks in use, running, waiting).
+STEP_COLUMNS = ["start_ns", "end_ns", "tokens", "requests", "preempted", "kv_blocks_used",
+                "running", "waiting"]
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)
 
 
 def compact_requests(runnable: RequestArrays) -> dict[str, Any]:
@@ -333,11 +350,20 @@ def _nested(value: dict[str, Any], pad: str) -> list[str]:
 def golden(args: argparse.Namespace) -> int:
     """Write (--write) or check the golden fixtures; print what matches."""
     FIXTURES.mkdir(parents=True, exist_ok=True)
+    cases = [c for c in GOLDEN if not args.only or args.only in c[0]]
+    specs, stored = [], []
+    for _, workload, engine in cases:
+        trace = workload.trace()
+        for flag in (False, True):
+            runnable, config, offsets, ident = prepared(trace,
+                                                        replace(engine, async_scheduling=flag))
+            specs.append(driver_input(runnable, config, offsets, ident, STEP))
+        stored.append(compact_requests(runnable))
+    reals = run_driver_many(specs, args.vllm_python)
     status = 0
-    for name, workload, engine in GOLDEN:
-        if args.only and args.only not in name:
-            continue
-        document = fixture_document(name, workload, engine, args.vllm_python)
+    for k, (name, workload, engine) in enumerate(cases):
+        document = fixture_document(name, workload, engine,
+                                    {"sync": reals[2 * k], "async": reals[2 * k + 1]}, stored[k])
         path = FIXTURES / f"{name}.json"
         if args.write:
             dump_fixture(document, path)
@@ -348,8 +374,8 @@ def golden(args: argparse.Namespace) -> int:
                   f"{len(run['steps']):>6} steps{sum(run['preemptions']):>5} preempted"
                   f"{sum(run['hit_tokens']):>8} hit tokens  {verdict or 'identical'}")
             status |= verdict is not None
-        print(f"{'':<14}{path.relative_to(ROOT)}: {path.stat().st_size / 1e3:.0f} kB"
-              if path.exists() else "")
+        if path.exists():
+            print(f"{'':<14}{path.relative_to(ROOT)}: {path.stat().st_size / 1e3:.0f} kB")
     return status
 
 
@@ -359,19 +385,22 @@ def compare_fixture(document: dict[str, Any], mode: str) -> str | None:
     requests = fixture_requests(document["requests"])
     engine = Engine(**{**document["engine_limits"], "async_scheduling": mode == "async"})
     result = simulate(requests, engine.sim_config(document["step_time"]))
-    steps = np.array(run["steps"], dtype=np.float64).reshape(-1, 9)
-    ends = steps[:, 2]
-    real = {
-        "start": steps[:, 1], "end": ends, "tokens": steps[:, 3].astype(np.int64),
-        "requests": steps[:, 4].astype(np.int64), "preempted": steps[:, 5].astype(np.int64),
-        "kv_used": steps[:, 6].astype(np.int64), "running": steps[:, 7].astype(np.int64),
-        "waiting": steps[:, 8].astype(np.int64),
-        "scheduled_s": np.array(run["first_scheduled_s"], dtype=np.float64),
+    return first_difference(sim_side(result), fixture_run(run), tol_s=2e-9)
+
+
+def fixture_run(run: dict[str, Any]) -> dict[str, Any]:
+    """A fixture's stored vLLM run in the shape `first_difference` compares."""
+    steps = np.array(run["steps"], dtype=np.int64).reshape(-1, len(STEP_COLUMNS))
+    ends = steps[:, 1] / 1e9
+    return {
+        "start": steps[:, 0] / 1e9, "end": ends, "tokens": steps[:, 2],
+        "requests": steps[:, 3], "preempted": steps[:, 4], "kv_used": steps[:, 5],
+        "running": steps[:, 6], "waiting": steps[:, 7],
+        "scheduled_s": np.array(run["first_scheduled_ns"], dtype=np.float64) / 1e9,
         "hit_tokens": np.array(run["hit_tokens"], dtype=np.int64),
         "preemptions": np.array(run["preemptions"], dtype=np.int64),
         "token_times": [ends[np.asarray(s, dtype=np.int64)] for s in run["token_steps"]],
     }
-    return first_difference(sim_side(result), real)
 
 
 def fixture_requests(stored: dict[str, Any]) -> RequestArrays:
