@@ -75,8 +75,7 @@ def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[s
     else:
         notes.append("output token ids are unknown: generated blocks are private to their "
                      "request (hit only by the request itself when it resumes after a "
-                     "preemption), so reuse of an answer shows only through later prompts' "
-                     "own content")
+                     "preemption)")
     return RequestArrays(
         arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
         chain_offsets=chains.offsets, chain_ids=chains.ids, chain_block_tokens=chain_block,
