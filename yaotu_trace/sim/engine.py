@@ -478,7 +478,7 @@ def _complete_batch(i, slot, now, p, kvb, req_i, req_f, inst_i, pool, req_phys, 
             req_i[_STALE, r] -= fl[_FL_TOK, row, k]
         if req_i[_DONE, r]:
             continue
-        if p.sglang and p.prefix_caching:
+        if p.sglang and p.prefix_caching and req_i[_COMPUTED, r] // bsz > req_i[_NREG, r]:
             _register(r, i, req_i[_COMPUTED, r], bsz, dup, req_i, pool, ident, req_phys,
                       ident_map)
         if code < 0:
@@ -497,7 +497,8 @@ def _complete_batch(i, slot, now, p, kvb, req_i, req_f, inst_i, pool, req_phys, 
                 tokens = req_i[_COMPUTED, r] - req_i[_INFL, r]
                 if tokens > req_i[_NTOK, r]:
                     tokens = req_i[_NTOK, r]
-                _register(r, i, tokens, bsz, dup, req_i, pool, ident, req_phys, ident_map)
+                if tokens // bsz > req_i[_NREG, r]:  # a block filled (the call costs)
+                    _register(r, i, tokens, bsz, dup, req_i, pool, ident, req_phys, ident_map)
         prefilled = pd and req_i[_INST_OF, r] < n_pf
         if gen < req_i[_OUT_LEN, r] and not prefilled:
             continue
@@ -592,7 +593,7 @@ def _schedule_running_vllm(i, row, in_system, p, req_i, inst_i, inst_f, pool, re
                 break
         if stop:
             break
-        if p.prefix_caching:
+        if p.prefix_caching and min(cb + nn, ntok) // bsz > req_i[_NREG, r]:
             _register(r, i, min(cb + nn, ntok), bsz, True, req_i, pool, ident, req_phys,
                       ident_map)
         if nn == 1 and cb >= ntok - 1 and req_i[_GEN, r] + ph >= 1:
