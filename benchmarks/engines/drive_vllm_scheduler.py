@@ -19,6 +19,9 @@ agree with the identities the simulator gives its blocks. The fake model samples
 whose prefill is complete in a step, the token at the position after its computed tokens, so
 a later prompt that repeats an answer hits the answer's cached blocks as it would on a GPU.
 
+With `"count_duplicates": true` in the config the output also counts the steps after which some
+block hash is cached in two or more physical blocks (vLLM never deduplicates them).
+
 The engine loop is vLLM's `EngineCore.step` (synchronous) or `step_with_batch_queue` (async,
 `max_concurrent_batches` batches in flight), run on a virtual clock: a step's GPU time is
 `a_s + per_token_s · scheduled tokens + per_context_token_s · Σ(computed + new tokens)` over
@@ -144,6 +147,9 @@ class Driver:
         self.first_sched_s: list[float | None] = [None] * n
         self.hit_tokens: list[int | None] = [None] * n
         self.token_times: list[list[float]] = [[] for _ in range(n)]
+        # with "count_duplicates": steps after which some block hash has two or more copies
+        self.count_duplicates = bool(self.config.get("count_duplicates", False))
+        self.steps_with_copies = 0
 
     def add_arrivals(self) -> None:
         while (self.next_arrival < len(self.arrivals)
@@ -192,6 +198,10 @@ class Driver:
         batch.row = [self.now, start, end, tokens, len(pairs), len(output.preempted_req_ids),
                      self.usable - free, running, waiting, pairs]
         self.steps.append(batch.row)
+        if self.count_duplicates:
+            cached = sched.kv_cache_manager.block_pool.cached_block_hash_to_block._cache
+            self.steps_with_copies += any(isinstance(v, dict) and len(v) > 1
+                                          for v in cached.values())
         return batch
 
     def complete(self, batch: Batch) -> None:
@@ -260,6 +270,7 @@ class Driver:
             "torch_version": torch.__version__,
             "scheduler": type(self.scheduler).__name__,
             "batch_queue": self.depth,
+            "steps_with_duplicate_copies": self.steps_with_copies,
             "step_columns": ["decided_s", "start_s", "end_s", "tokens", "requests", "preempted",
                              "kv_blocks_used", "running", "waiting", "scheduled"],
             "steps": self.steps,

@@ -14,9 +14,12 @@ the same step time (`a + per_token·tokens + per_context·Σcontext`), and compa
     sweep     random configurations (pool, seats, budget, chunking, threshold, caching,
               sync/async) on small traces, every step compared
 
-    python benchmarks/engines/vllm_steps.py golden --vllm-python /tmp/venv-vllm/bin/python
-    python benchmarks/engines/vllm_steps.py accuracy --vllm-python /tmp/venv-vllm/bin/python
-    python benchmarks/engines/vllm_steps.py sweep --configs 80 --vllm-python ...
+    python benchmarks/engines/vllm_steps.py golden [--write]
+    python benchmarks/engines/vllm_steps.py accuracy
+    python benchmarks/engines/vllm_steps.py sweep --configs 80
+
+(`--vllm-python PATH` or `VLLM_PYTHON` names the environment with vLLM, by default the one
+README.md makes, /work/venv-vllm.)
 
 The driver runs in its own process (vLLM is never imported here), so the project's
 environment needs no vLLM. The step time is shared on purpose: the comparison measures the
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -49,7 +53,7 @@ from yaotu_trace.sim.workloads import Scenario as Workload  # noqa: E402
 
 DRIVER = Path(__file__).resolve().parent / "drive_vllm_scheduler.py"
 FIXTURES = ROOT / "tests" / "data" / "sim_vllm"
-DEFAULT_PYTHON = "/tmp/venv-vllm/bin/python"
+DEFAULT_PYTHON = os.environ.get("VLLM_PYTHON", "/work/venv-vllm/bin/python")  # README.md
 BLOCK = 16
 # The shared step time: 5 ms fixed, 30 µs a token, 50 ns a context token (an 8B model on an
 # H100 within a factor of two; the scheduler comparison does not depend on the values).
@@ -157,6 +161,21 @@ def run_driver_many(specs: list[dict[str, Any]], python: str) -> list[dict[str, 
         if done.returncode != 0:
             raise SystemExit(f"the vLLM driver failed:\n{done.stderr[-3000:]}")
         return list(json.loads(dst.read_text())["cases"])
+
+
+def simulate_first_copy_wins(runnable: RequestArrays, config: SimConfig) -> SimResult:
+    """`simulate` with one cached copy per block identity (a block computed a second time at
+    once stays private): what the simulator did before it kept vLLM's copies."""
+    from yaotu_trace.sim.engine import simulate_cluster
+    from yaotu_trace.sim.engine_params import engine_params, step_cost_params
+    from yaotu_trace.sim.run import _engine_inputs, _result
+
+    keep, runnable = _runnable(runnable, config)
+    inputs = _engine_inputs(runnable, config)
+    params = engine_params(config, _token_budget(runnable, config))._replace(
+        duplicate_copies=False)
+    out = simulate_cluster(inputs, params, step_cost_params(config.step_cost))
+    return _result(runnable, keep, inputs.tt_off, runnable.output_tokens, out, config)
 
 
 def real_side(real: dict[str, Any]) -> dict[str, Any]:
@@ -445,7 +464,8 @@ COLUMNS = ("ttft_p50", "ttft_p90", "ttft_p99", "e2e_p50", "e2e_p99", "makespan")
 
 def accuracy(args: argparse.Namespace) -> int:
     """Print the accuracy table: the simulator's error against vLLM at its defaults (async
-    scheduling), and whether the synchronous runs are identical step by step."""
+    scheduling), before this engine model (synchronous, answers and second copies private)
+    and now, and whether the runs are identical step by step (async and synchronous)."""
     cases = [c for c in ACCURACY if not args.only or args.only in c[0]]
     runs = []
     for _, workload, blocks in cases:
@@ -457,34 +477,51 @@ def accuracy(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     reals = run_driver_many([r[-1] for r in runs], args.vllm_python)
     t_vllm = time.perf_counter() - t0
-    print(f"{'workload':<21}{'req':>5}{'blocks':>8}{'steps':>7}"
-          + "".join(f"{c:>10}" for c in COLUMNS)
-          + f"{'preempted':>11}{'hit tokens':>12}  async / sync step by step")
+    names = {"ttft_p50": "TTFT p50", "ttft_p90": "TTFT p90", "ttft_p99": "TTFT p99",
+             "e2e_p50": "E2E p50", "e2e_p99": "E2E p99", "makespan": "makespan"}
+    print("| workload | requests | KV blocks | steps | "
+          + " | ".join(names[c] for c in COLUMNS)
+          + " | preemptions | hit tokens | step by step |")
+    print("|---|" + "---:|" * (3 + len(COLUMNS) + 2) + "---|")
     t_sim = 0.0
     for k, (label, _, blocks) in enumerate(cases):
-        verdicts = []
-        for j in (0, 1):
-            runnable, config, _ = runs[2 * k + j]
-            real = real_side(reals[2 * k + j])
-            t1 = time.perf_counter()
-            sim = sim_side(simulate(runnable, config))
-            t_sim += time.perf_counter() - t1
-            if j == 0:
-                a, b = metrics(sim, runnable.arrival_s), metrics(real, runnable.arrival_s)
-                errors = [100 * (a[c] / b[c] - 1) for c in COLUMNS]
-                pre = f"{int(a['preemptions'])}/{int(b['preemptions'])}"
-                hits = f"{100 * (a['hit_tokens'] / max(b['hit_tokens'], 1) - 1):+.2f}%"
-                n_steps = len(real["start"])
-            verdicts.append(first_difference(sim, real))
-        same = " / ".join("identical" if v is None else "differ" for v in verdicts)
-        print(f"{label:<21}{runnable.num_requests:>5}{blocks:>8,}{n_steps:>7,}"
-              + "".join(f"{v:>+9.2f}%" for v in errors) + f"{pre:>11}{hits:>12}  {same}")
-        for mode, verdict in zip(("async", "sync"), verdicts, strict=True):
-            if verdict is not None:
-                print(f"{'':<21}{mode}: {verdict}")
-    print(f"(errors: simulator / vLLM − 1; preempted: simulator/vLLM; vLLM {t_vllm:.0f} s, "
-          f"simulator {t_sim:.1f} s)")
+        runnable, config, _ = runs[2 * k]
+        real = real_side(reals[2 * k])
+        t1 = time.perf_counter()
+        now = sim_side(simulate(runnable, config))
+        t_sim += time.perf_counter() - t1
+        stripped = replace(runnable, output_ids=None, output_offsets=None)
+        before = sim_side(simulate_first_copy_wins(stripped, replace(config,
+                                                                     async_scheduling=False)))
+        b, a, o = (metrics(x, runnable.arrival_s) for x in (real, now, before))
+        sync_runnable, sync_config, _ = runs[2 * k + 1]
+        same = [first_difference(now, real),
+                first_difference(sim_side(simulate(sync_runnable, sync_config)),
+                                 real_side(reals[2 * k + 1]))]
+        cells = [f"{_value(c, b[c])} ({_err(a[c], b[c])}; was {_err(o[c], b[c])})"
+                 for c in COLUMNS]
+        pre = (f"{int(b['preemptions'])} ({int(a['preemptions'])}; was "
+               f"{int(o['preemptions'])})")
+        hits = (f"{b['hit_tokens'] / 1e3:,.1f}k ({_err(a['hit_tokens'], b['hit_tokens'])}; "
+                f"was {_err(o['hit_tokens'], b['hit_tokens'])})")
+        verdict = " / ".join("identical" if v is None else "differ" for v in same)
+        print(f"| {label} | {runnable.num_requests} | {blocks:,} | {len(real['start']):,} | "
+              + " | ".join(cells) + f" | {pre} | {hits} | {verdict} |")
+        for mode, v in zip(("async", "sync"), same, strict=True):
+            if v is not None:
+                print(f"    {mode}: {v}")
+    print(f"\nvLLM's value, then (the simulator's error now; before). vLLM {t_vllm:.0f} s, "
+          f"simulator {t_sim:.1f} s.")
     return 0
+
+
+def _value(column: str, seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _err(ours: float, theirs: float) -> str:
+    value = 100 * (ours / theirs - 1) if theirs else 0.0
+    return "0 %" if abs(value) < 0.005 else f"{value:+.1f} %"
 
 
 # ---- random configurations
@@ -514,12 +551,13 @@ def sweep(args: argparse.Namespace) -> int:
             prefix_caching=bool(rng.random() < 0.85),
             async_scheduling=bool(rng.random() < 0.5))
         runnable, config, offsets, ident = prepared(trace, engine)
-        cases.append((shape, engine, runnable, config,
-                      driver_input(runnable, config, offsets, ident, STEP)))
+        spec = driver_input(runnable, config, offsets, ident, STEP)
+        spec["config"]["count_duplicates"] = True
+        cases.append((shape, engine, runnable, config, spec))
     t0 = time.perf_counter()
     reals = run_driver_many([c[-1] for c in cases], args.vllm_python)
     t_vllm = time.perf_counter() - t0
-    identical = 0
+    identical = with_copies = parted = 0
     t0 = time.perf_counter()
     for k, ((shape, engine, runnable, config, _), raw) in enumerate(zip(cases, reals,
                                                                         strict=True)):
@@ -527,6 +565,11 @@ def sweep(args: argparse.Namespace) -> int:
         sim = sim_side(simulate(runnable, config))
         verdict = first_difference(sim, real)
         identical += verdict is None
+        copies = raw["steps_with_duplicate_copies"]
+        if copies:
+            with_copies += 1
+            single = sim_side(simulate_first_copy_wins(runnable, config))
+            parted += first_difference(single, real) is not None
         print(f"{k:>3} {shape:<13}{runnable.num_requests:>4} req {engine.kv_blocks:>6} blk "
               f"{engine.max_num_seqs:>4} seq {engine.max_batched_tokens:>5} tok "
               f"{'chunk' if engine.chunked_prefill else 'whole':<6}"
@@ -534,9 +577,12 @@ def sweep(args: argparse.Namespace) -> int:
               f"{'cache' if engine.prefix_caching else 'nocache':<8}"
               f"{'async' if engine.async_scheduling else 'sync':<6}"
               f"{len(real['start']):>6} steps {int(real['preemptions'].sum()):>4} pre "
-              f"{int(real['hit_tokens'].sum()):>7} hit  {verdict or 'identical'}", flush=True)
+              f"{int(real['hit_tokens'].sum()):>7} hit {copies:>5} dup  "
+              f"{verdict or 'identical'}", flush=True)
     print(f"{identical} of {args.configs} configurations identical in every step and request "
-          f"(vLLM {t_vllm:.0f} s, simulator {time.perf_counter() - t0:.1f} s)")
+          f"(vLLM {t_vllm:.0f} s, simulator {time.perf_counter() - t0:.1f} s); {with_copies} "
+          f"held duplicate cached copies (dup: steps with some), {parted} of them differ from "
+          "vLLM when one copy wins")
     return 0 if identical == args.configs else 1
 
 

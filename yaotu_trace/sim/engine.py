@@ -466,7 +466,7 @@ def _complete_batch(i, slot, now, p, kvb, req_i, req_f, inst_i, pool, req_phys, 
     bsz = p.block_size_tokens
     n_pf = p.prefill_instances
     pd = n_pf > 0
-    dup = not p.sglang
+    dup = p.duplicate_copies
     row = i * 2 + slot
     left = 0
     for k in range(inst_i[_BN0 + slot, i]):
@@ -594,8 +594,8 @@ def _schedule_running_vllm(i, row, in_system, p, req_i, inst_i, inst_f, pool, re
         if stop:
             break
         if p.prefix_caching and min(cb + nn, ntok) // bsz > req_i[_NREG, r]:
-            _register(r, i, min(cb + nn, ntok), bsz, True, req_i, pool, ident, req_phys,
-                      ident_map)
+            _register(r, i, min(cb + nn, ntok), bsz, p.duplicate_copies, req_i, pool, ident,
+                      req_phys, ident_map)
         if nn == 1 and cb >= ntok - 1 and req_i[_GEN, r] + ph >= 1:
             dec_tok += 1
             ctx_dec += cb + 1
@@ -728,8 +728,8 @@ def _admit_waiting(i, row, now, in_system, budget, work, p, req_i, req_f, inst_i
                req_phys, ident_map)
         remote = req_i[_REMOTE, r]
         if p.prefix_caching and (not p.sglang or remote):
-            _register(r, i, hit_tok + nn, bsz, not p.sglang, req_i, pool, ident, req_phys,
-                      ident_map)
+            _register(r, i, hit_tok + nn, bsz, p.duplicate_copies, req_i, pool, ident,
+                      req_phys, ident_map)
         for j in range(skipped, 0, -1):  # the passed-over requests keep their places
             wq[i, (head + j) % cap_q] = wq[i, (head + j - 1) % cap_q]
         inst_i[_WHEAD, i] = (head + 1) % cap_q

@@ -27,6 +27,7 @@ class EngineParams(NamedTuple):
     prefix_caching: bool
     watermark_blocks: int
     batch_queue: int  # batches in flight: 2 under async scheduling, else 1
+    duplicate_copies: bool  # vLLM: a block computed twice at once stays cached twice
     route: int  # a `ROUTE_CODES` value
     link_bytes_per_s: float
     link_latency_s: float
@@ -77,6 +78,7 @@ def engine_params(config: SimConfig, token_budget: int) -> EngineParams:
         prefix_caching=bool(config.prefix_caching),
         watermark_blocks=int(config.watermark * config.kv_blocks),  # vLLM: of num_gpu_blocks
         batch_queue=2 if config.async_scheduling else 1,
+        duplicate_copies=config.scheduler is not SchedulerKind.SGLANG,
         route=ROUTE_CODES[config.route],
         link_bytes_per_s=float(config.link_bytes_per_s),
         link_latency_s=float(config.link_latency_s),
