@@ -49,7 +49,7 @@ from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, block_identities
 from yaotu_trace.sim.generate import GenerateOptions, generate  # noqa: E402
 from yaotu_trace.sim.run import SimResult, _runnable, _token_budget  # noqa: E402
 from yaotu_trace.sim.summary import request_arrays  # noqa: E402
-from yaotu_trace.sim.workloads import Scenario as Workload  # noqa: E402
+from yaotu_trace.sim.workloads import Scenario as WorkloadName  # noqa: E402
 
 DRIVER = Path(__file__).resolve().parent / "drive_vllm_scheduler.py"
 FIXTURES = ROOT / "tests" / "data" / "sim_vllm"
@@ -85,7 +85,7 @@ class Engine:
 
 
 @dataclass(frozen=True)
-class Workload_:
+class Workload:
     """A generated trace: `trace generate SCENARIO --requests N --seed S --rate R`."""
 
     scenario: str
@@ -97,7 +97,7 @@ class Workload_:
     time_scale: float = 1.0  # arrivals compressed (< 1) so that the requests overlap
 
     def trace(self) -> Trace:
-        table = generate(GenerateOptions(scenario=Workload(self.scenario), seed=self.seed,
+        table = generate(GenerateOptions(scenario=WorkloadName(self.scenario), seed=self.seed,
                                          requests=self.requests, rate_per_s=self.rate_per_s,
                                          tenants=self.tenants))
         if self.max_output_tokens is not None:
@@ -259,25 +259,25 @@ def metrics(side: dict[str, Any], arrival: np.ndarray) -> dict[str, float]:
 
 # ---- the golden fixtures
 
-GOLDEN: tuple[tuple[str, Workload_, Engine], ...] = (
-    ("chat", Workload_("chat", 24, seed=3, rate_per_s=0.2, max_output_tokens=120,
+GOLDEN: tuple[tuple[str, Workload, Engine], ...] = (
+    ("chat", Workload("chat", 24, seed=3, rate_per_s=0.2, max_output_tokens=120,
                        time_scale=0.05),
      Engine(kv_blocks=300)),
-    ("multi_tenant", Workload_("multi-tenant", 24, seed=5, rate_per_s=60.0, tenants=4,
+    ("multi_tenant", Workload("multi-tenant", 24, seed=5, rate_per_s=60.0, tenants=4,
                                max_output_tokens=100),
      Engine(kv_blocks=300, max_batched_tokens=2048)),
-    ("rag", Workload_("rag", 20, seed=7, rate_per_s=60.0, max_output_tokens=100),
+    ("rag", Workload("rag", 20, seed=7, rate_per_s=60.0, max_output_tokens=100),
      Engine(kv_blocks=500)),
-    ("bursty", Workload_("bursty", 50, seed=11, rate_per_s=20.0), Engine(kv_blocks=700)),
-    ("agentic", Workload_("agentic", 11, seed=3, rate_per_s=0.1, time_scale=0.1),
+    ("bursty", Workload("bursty", 50, seed=11, rate_per_s=20.0), Engine(kv_blocks=700)),
+    ("agentic", Workload("agentic", 11, seed=3, rate_per_s=0.1, time_scale=0.1),
      Engine(kv_blocks=2500, max_batched_tokens=4096)),
-    ("long_prefill", Workload_("long-prefill", 12, seed=17, rate_per_s=20.0,
+    ("long_prefill", Workload("long-prefill", 12, seed=17, rate_per_s=20.0,
                                max_output_tokens=150),
      Engine(kv_blocks=2200, max_batched_tokens=4096, long_prefill_token_threshold=1024)),
 )
 
 
-def fixture_document(name: str, workload: Workload_, engine: Engine,
+def fixture_document(name: str, workload: Workload, engine: Engine,
                      reals: dict[str, dict[str, Any]], requests: dict[str, Any]
                      ) -> dict[str, Any]:
     """Both modes of one golden case (vLLM's runs `reals`), with the requests the simulator
@@ -445,19 +445,19 @@ def fixture_requests(stored: dict[str, Any]) -> RequestArrays:
 
 # ---- the accuracy table at vLLM 0.33's defaults
 
-ACCURACY: tuple[tuple[str, Workload_, int], ...] = (
+ACCURACY: tuple[tuple[str, Workload, int], ...] = (
     # (label, trace, KV blocks): each pool makes its workload preempt now and then (an H100
     # holds ~26,000 blocks of Llama-3.1-8B, where these small traces never preempt; the last
     # rows add a roomy pool and two tight ones)
-    ("chat", Workload_("chat", 300, seed=1, rate_per_s=6.0), 1000),
-    ("multi-tenant", Workload_("multi-tenant", 300, seed=2, rate_per_s=8.0), 2500),
-    ("RAG", Workload_("rag", 300, seed=3, rate_per_s=6.0), 2500),
-    ("bursty", Workload_("bursty", 300, seed=4, rate_per_s=5.0), 400),
-    ("agentic", Workload_("agentic", 120, seed=5, rate_per_s=2.0), 8000),
-    ("long prefill", Workload_("long-prefill", 120, seed=6, rate_per_s=2.0), 1500),
-    ("chat, roomy", Workload_("chat", 300, seed=1, rate_per_s=6.0), 26000),
-    ("multi-tenant, tight", Workload_("multi-tenant", 300, seed=2, rate_per_s=8.0), 600),
-    ("RAG, tight", Workload_("rag", 300, seed=3, rate_per_s=6.0), 1000),
+    ("chat", Workload("chat", 300, seed=1, rate_per_s=6.0), 1000),
+    ("multi-tenant", Workload("multi-tenant", 300, seed=2, rate_per_s=8.0), 2500),
+    ("RAG", Workload("rag", 300, seed=3, rate_per_s=6.0), 2500),
+    ("bursty", Workload("bursty", 300, seed=4, rate_per_s=5.0), 400),
+    ("agentic", Workload("agentic", 120, seed=5, rate_per_s=2.0), 8000),
+    ("long prefill", Workload("long-prefill", 120, seed=6, rate_per_s=2.0), 1500),
+    ("chat, roomy", Workload("chat", 300, seed=1, rate_per_s=6.0), 26000),
+    ("multi-tenant, tight", Workload("multi-tenant", 300, seed=2, rate_per_s=8.0), 600),
+    ("RAG, tight", Workload("rag", 300, seed=3, rate_per_s=6.0), 1000),
 )
 COLUMNS = ("ttft_p50", "ttft_p90", "ttft_p99", "e2e_p50", "e2e_p99", "makespan")
 
@@ -536,7 +536,7 @@ def sweep(args: argparse.Namespace) -> int:
         shape = shapes[k % len(shapes)]
         n = int(rng.integers(12, 40)) if shape not in ("agentic", "long-prefill") else int(
             rng.integers(6, 16))
-        workload = Workload_(shape, n, seed=int(rng.integers(0, 10_000)),
+        workload = Workload(shape, n, seed=int(rng.integers(0, 10_000)),
                              rate_per_s=float(rng.choice([2.0, 8.0, 30.0])))
         trace = workload.trace()
         seqs = int(rng.choice([2, 4, 16, 256]))

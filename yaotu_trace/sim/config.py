@@ -180,7 +180,7 @@ class SimConfig:
         if self.async_scheduling and self.scheduler is SchedulerKind.SGLANG:
             raise ConfigError("--async-scheduling is vLLM's; the SGLang rules run synchronously "
                               "(its overlap scheduler is not modelled): drop it or use "
-                              "--scheduler vllm")
+                              "--engine vllm-0.33")
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError(f"watermark {self.watermark} must be in [0, 1)")
         if self.pd is not None:
