@@ -15,6 +15,7 @@ from yaotu_trace.gate.check import (
     parse_config,
     run_checks,
 )
+from yaotu_trace.gate.fail_on import Gates
 from yaotu_trace.gate.report_path import parse_path, resolve
 
 
@@ -162,9 +163,9 @@ def test_baseline_of_this_version_is_read(tmp_path: Path) -> None:
 
 
 def test_fail_on_gate_per_axis() -> None:
-    section = run_checks(doc(), parse_config({}), fail_on=FailOn.WARNING)
+    section = run_checks(doc(), parse_config({}), gates=Gates(level=FailOn.WARNING))
     status = {r.name: r.status for r in section.results}
     assert status == {"diagnosis: queueing": CheckStatus.FAILED,
                       "diagnosis: kv_memory": CheckStatus.PASSED,
                       "diagnosis: pd_interference": CheckStatus.SKIPPED}
-    assert run_checks(doc(), parse_config({}), fail_on=FailOn.BOTTLENECK).failed == 0
+    assert run_checks(doc(), parse_config({}), gates=Gates(level=FailOn.BOTTLENECK)).failed == 0

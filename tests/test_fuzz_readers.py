@@ -40,7 +40,7 @@ from yaotu_trace.errors import ExitCode, YaotuError
 from yaotu_trace.ingest import load_trace
 from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.prefix.stream import ParquetPrompts
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 
 DATA = Path(__file__).resolve().parent / "data"
 REPO = Path(__file__).resolve().parents[1]

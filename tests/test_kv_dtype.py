@@ -241,10 +241,12 @@ def test_sweep_reports_the_kv_bytes_of_the_dtype(capsys) -> None:
 
 
 def test_diagnosis_and_simulation_take_the_kv_dtype() -> None:
-    from yaotu_trace.commands.settings import diagnosis_settings
+    from yaotu_trace.commands.settings import engine_settings
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
     from yaotu_trace.sim.scenario import Scenario, resolve
 
-    settings, _ = diagnosis_settings(model="Llama-3.1-8B", kv_dtype="fp8", kv_capacity="1GiB")
+    settings, _ = engine_settings(DiagnosisOptions(model="Llama-3.1-8B", kv_dtype="fp8",
+                                                   kv_capacity="1GiB"))
     assert settings.kv_bytes_per_token == 65_536
     assert settings.kv_capacity_tokens == 2**30 / 65_536
     bf16 = resolve(Scenario(model="Llama-3.1-8B", gpu="H100"))

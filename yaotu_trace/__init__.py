@@ -1,12 +1,14 @@
 """yaotu-trace: workload analyzer for LLM-inference request traces.
 
-Every `trace` command is also a function of this package, from options (keyword arguments
-with the command line's meaning) to the finished `Report` the command renders; see
-docs/python-api.md. They are loaded on first use, so that `import yaotu_trace` (the command
-line does it for `--help`) costs no pandas, pyarrow or numba.
+Every `trace` command is also a function of this package, from options (frozen option values
+and keyword arguments with the command line's meaning) to the finished `Report` the command
+renders; see docs/python-api.md. They are loaded on first use, so that `import yaotu_trace`
+(the command line does it for `--help`) costs no pandas, pyarrow or numba.
 """
 
 from __future__ import annotations
+
+import sys
 
 from yaotu_trace._version import __version__
 
@@ -17,22 +19,36 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# Public name → the module of `yaotu_trace.commands` that defines it under that name.
+# Public name → the module that defines it under that name: each command's function (in
+# `yaotu_trace.commands`) and the option values the commands take.
 _API = {
-    "analyze": "analyze",
-    "replay": "replay",
-    "sweep": "sweep",
-    "diagnose": "diagnose",
-    "simulate": "simulate",
-    "compare": "compare",
-    "check": "check",
-    "report": "report",
-    "convert": "convert",
-    "generate": "generate",
-    "load_trace": "load",
-    "TraceInput": "load",
+    "analyze": "yaotu_trace.commands.analyze",
+    "replay": "yaotu_trace.commands.replay",
+    "sweep": "yaotu_trace.commands.sweep",
+    "diagnose": "yaotu_trace.commands.diagnose",
+    "simulate": "yaotu_trace.commands.simulate",
+    "compare": "yaotu_trace.commands.compare",
+    "diff": "yaotu_trace.commands.diff",
+    "check": "yaotu_trace.commands.check",
+    "report": "yaotu_trace.commands.report",
+    "convert": "yaotu_trace.commands.convert",
+    "generate": "yaotu_trace.commands.generate",
+    "load_trace": "yaotu_trace.commands.load",
+    "TraceInput": "yaotu_trace.commands.load",
+    "RunBefore": "yaotu_trace.commands.load",
+    "DiagnosisOptions": "yaotu_trace.diagnosis.options",
+    "ReplayOptions": "yaotu_trace.prefix.options",
+    "Parallelism": "yaotu_trace.prefix.partition",
+    "EngineOptions": "yaotu_trace.sim.options",
+    "GenerateOptions": "yaotu_trace.sim.generate",
 }
 __all__ = [
+    "DiagnosisOptions",
+    "EngineOptions",
+    "GenerateOptions",
+    "Parallelism",
+    "ReplayOptions",
+    "RunBefore",
     "TraceInput",
     "__version__",
     "analyze",
@@ -40,6 +56,7 @@ __all__ = [
     "compare",
     "convert",
     "diagnose",
+    "diff",
     "generate",
     "load_trace",
     "replay",
@@ -49,13 +66,31 @@ __all__ = [
 ]
 
 
+class _Package(type(sys)):  # type: ignore[misc]
+    """The package as a module whose `diff` is the command's function.
+
+    NOTE: importing the subpackage `yaotu_trace.diff` (the diff's core, which `trace check`
+    and `trace report` load too) would bind its name here to that subpackage, so that
+    `from yaotu_trace import diff` gave the package rather than the command. The binding is
+    skipped: the core is imported by its modules' names (`from yaotu_trace.diff import ...`).
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "diff" and isinstance(value, type(sys)):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def __getattr__(name: str) -> Any:
     module = _API.get(name)
     if module is None:
         raise AttributeError(f"module 'yaotu_trace' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"yaotu_trace.commands.{module}"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
@@ -70,9 +105,15 @@ if TYPE_CHECKING:
     from yaotu_trace.commands.compare import compare
     from yaotu_trace.commands.convert import convert
     from yaotu_trace.commands.diagnose import diagnose
+    from yaotu_trace.commands.diff import diff
     from yaotu_trace.commands.generate import generate
-    from yaotu_trace.commands.load import TraceInput, load_trace
+    from yaotu_trace.commands.load import RunBefore, TraceInput, load_trace
     from yaotu_trace.commands.replay import replay
     from yaotu_trace.commands.report import report
     from yaotu_trace.commands.simulate import simulate
     from yaotu_trace.commands.sweep import sweep
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+    from yaotu_trace.prefix.options import ReplayOptions
+    from yaotu_trace.prefix.partition import Parallelism
+    from yaotu_trace.sim.generate import GenerateOptions
+    from yaotu_trace.sim.options import EngineOptions

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from yaotu_trace.ingest.load import load_trace  # noqa: E402
 from yaotu_trace.prefix import effective_rules, replay_trace  # noqa: E402
-from yaotu_trace.prefix.sweep_trace import sweep_trace  # noqa: E402
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "traces"
 DEFAULT_TRACES = [
@@ -46,7 +46,7 @@ def rows_for(path: Path, preset: str) -> list[tuple[str, ...]]:
     clean, _, notes = effective_rules(trace, preset, block_size_tokens=block,
                                       accounting="clean")
     exact, _, _ = effective_rules(trace, preset, block_size_tokens=block)
-    _, curve = sweep_trace(trace, clean, preset=preset, points=2, notes=notes)
+    _, curve = sweep_trace(trace, clean, CurveSectionSpec(preset=preset, points=2, notes=notes))
     full = int(curve.full_reuse_capacity_blocks)
     out = []
     for share in SHARES:

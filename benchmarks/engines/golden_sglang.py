@@ -213,7 +213,7 @@ def pools_for(prompts: list[list[int]], page_size: int) -> list[int]:
 def clean_replay(shape: TraceShape, page_size: int, pool_tokens: int) -> list[int]:
     """yaotu_trace's clean model (`--accounting clean`) at the same page size and pool."""
     from yaotu_trace.ingest import load_trace
-    from yaotu_trace.prefix.engine import replay
+    from yaotu_trace.prefix.kernels.engine import replay
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
@@ -226,7 +226,7 @@ def clean_replay(shape: TraceShape, page_size: int, pool_tokens: int) -> list[in
 def exact_replay(shape: TraceShape, page_size: int, pool_tokens: int) -> list[int] | None:
     """yaotu_trace's SGLang-exact replay, when this checkout has it."""
     try:
-        from yaotu_trace.prefix.exact_sglang import replay_sglang
+        from yaotu_trace.prefix.kernels.exact_sglang import replay_sglang
     except ImportError:
         return None
     from yaotu_trace.ingest import load_trace

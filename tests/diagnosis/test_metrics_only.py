@@ -20,6 +20,7 @@ from conftest import CHILD_TIMEOUT_S
 
 from tests.conftest import run_cli
 from yaotu_trace.commands.diagnose import diagnose
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.render.json_report import json_schema
 
@@ -30,7 +31,7 @@ SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 def _doc(path: Path) -> dict[str, Any]:
     """The JSON document of `trace diagnose --metrics PATH`, no trace."""
-    doc: dict[str, Any] = diagnose(None, metrics=path).to_dict()
+    doc: dict[str, Any] = diagnose(None, DiagnosisOptions(metrics=path)).to_dict()
     return doc
 
 
@@ -140,7 +141,7 @@ def test_prometheus_export_alone_gives_the_rules_it_gives_with_a_trace(tmp_path:
     pd.DataFrame({"request_id": ["a", "b", "c", "d"],
                   "arrival_s": [t0, t0 + 10, t0 + 20, t0 + 30],
                   "prompt_len": [100] * 4, "output_len": [10] * 4}).to_parquet(trace)
-    with_trace = diagnose(trace, metrics=DATA / "prom_vllm_small.json").to_dict()
+    with_trace = diagnose(trace, DiagnosisOptions(metrics=DATA / "prom_vllm_small.json")).to_dict()
     for name, axis in _axes(with_trace).items():
         assert {f["id"] for f in axes[name]["findings"]} <= {f["id"] for f in axis["findings"]}
     assert with_trace["input"]["format"] != "telemetry only"

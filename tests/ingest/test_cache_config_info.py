@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from yaotu_trace.commands.diagnose import diagnose
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.ingest.metrics import POOL_FROM_CACHE_CONFIG, read_metrics
 from yaotu_trace.sim.metrics_export import metrics_export
 
@@ -15,7 +16,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def kv_axis(metrics_path: Path) -> dict:
-    doc = diagnose(None, metrics=metrics_path).to_dict()
+    doc = diagnose(None, DiagnosisOptions(metrics=metrics_path)).to_dict()
     return next(a for a in doc["axes"] if a["name"] == "kv_memory")
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import run_cli
 from yaotu_trace.commands.diagnose import diagnose
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
 from yaotu_trace.ingest.serverlog import log_zone
@@ -84,7 +85,7 @@ def test_a_bad_zone_is_a_usage_error(text: str) -> None:
 
 def test_a_bad_zone_is_refused_before_reading(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
-        diagnose(None, metrics=tmp_path / "absent.log", log_tz="Nowhere/Town")
+        diagnose(None, DiagnosisOptions(metrics=tmp_path / "absent.log", log_tz="Nowhere/Town"))
 
 
 def test_cli_refuses_a_bad_zone_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,8 +17,8 @@ from helpers import chains_of
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix.engine import replay
-from yaotu_trace.prefix.exact_sglang import replay_sglang
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.exact_sglang import replay_sglang
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 

@@ -1,4 +1,4 @@
-"""The engine-exact vLLM replay (`prefix.exact_vllm.replay_vllm`) against vLLM itself.
+"""The engine-exact vLLM replay (`prefix.kernels.exact_vllm.replay_vllm`) against vLLM itself.
 
 Three kinds of check: a plain-Python model of vLLM 0.33.0's block pool, written from
 `vllm/v1/core/block_pool.py`, `kv_cache_utils.py` (`FreeKVCacheBlockQueue`) and
@@ -22,9 +22,9 @@ from reference import reference_chains
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.engine import replay
-from yaotu_trace.prefix.exact_vllm import replay_vllm
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.outcome import successful_mask
+from yaotu_trace.data.run_diff import Condition, ConditionStatus, MatchedRequests
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diff.ks import ks_test
-from yaotu_trace.diff.result import Condition, ConditionStatus, MatchedRequests
 from yaotu_trace.ingest.metrics import EngineMetrics
 
 # The request chain is the same when this share of each run's requests matched, the matched

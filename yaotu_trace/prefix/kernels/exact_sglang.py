@@ -50,8 +50,8 @@ import numpy as np
 from yaotu_trace._lists import heap_pop, heap_push
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.result import ReplayResult, hits_result
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
 
 _ROOT = 0
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from yaotu_trace.prefix.chains import BlockChains, segment_ranges
-from yaotu_trace.prefix.exact_sglang import replay_sglang
-from yaotu_trace.prefix.exact_vllm import replay_vllm
-from yaotu_trace.prefix.result import ReplayResult
+from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
+from yaotu_trace.prefix.kernels.exact_sglang import replay_sglang
+from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm
+from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import Accounting, ReplayRules
 
 

@@ -28,11 +28,10 @@ import numpy as np
 
 from yaotu_trace.errors import YaotuError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.blocks import BlockChains, _keys, _mix, frozen_input
-from yaotu_trace.prefix.engine import first_occurrence_flags
-from yaotu_trace.prefix.stream import ParquetPrompts
-
-_TRIES = 3
+from yaotu_trace.prefix.kernels.blocks import mix
+from yaotu_trace.prefix.kernels.chains import HASH_TRIES, BlockChains, frozen_input, hash_keys
+from yaotu_trace.prefix.kernels.engine import first_occurrence_flags
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 
 
 @nb.njit(cache=True, inline="always")
@@ -73,13 +72,13 @@ def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, new_bl
         start = h * block
         limit = min(block - 1, length - start)
         parent = np.uint64(0) if h == 0 else np.uint64(chain_ids[cb + h - 1] + 1)
-        ha = _mix(parent * a1 + a0)
-        hb = _mix(parent * b1 + b0)
+        ha = mix(parent * a1 + a0)
+        hb = mix(parent * b1 + b0)
         e = 0
         for t in range(limit):
             v = np.uint64(values[base + start + t])
-            ha = _mix(ha + v * a1 + a2)
-            hb = _mix(hb + v * b1 + b2)
+            ha = mix(ha + v * a1 + a2)
+            hb = mix(hb + v * b1 + b2)
             slot = _probe(table, mask, _nonzero(ha))
             if table[2 * slot] == 0:
                 break
@@ -100,13 +99,13 @@ def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, new_bl
             if not probed[code]:
                 continue
             parent = np.uint64(code)
-            ha = _mix(parent * a1 + a0)
-            hb = _mix(parent * b1 + b0)
+            ha = mix(parent * a1 + a0)
+            hb = mix(parent * b1 + b0)
             seg = base + k * block
             for t in range(count):
                 v = np.uint64(values[seg + t])
-                ha = _mix(ha + v * a1 + a2)
-                hb = _mix(hb + v * b1 + b2)
+                ha = mix(ha + v * a1 + a2)
+                hb = mix(hb + v * b1 + b2)
                 key = _nonzero(ha)
                 slot = _probe(table, mask, key)
                 if table[2 * slot] == 0:
@@ -180,8 +179,8 @@ def _ideal(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
     probed, new, bits = _plan(unit_offsets, chains, hit_blocks)
     memory.require(table_bytes(bits), "the ideal pass's prefix table")
     n = chains.num_requests
-    for attempt in range(_TRIES):
-        keys = _keys(seed, 100 + attempt)
+    for attempt in range(HASH_TRIES):
+        keys = hash_keys(seed, 100 + attempt)
         table = np.zeros(2 << bits, dtype=np.uint64)
         extra = np.zeros(n, dtype=np.int64)
         collisions = 0
@@ -192,5 +191,5 @@ def _ideal(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
         del table
         if collisions == 0:
             return base + extra
-    raise YaotuError(f"prefix hashing collided {_TRIES} times in a row; this should not happen: "
-                     "report it with the trace")
+    raise YaotuError(f"prefix hashing collided {HASH_TRIES} times in a row; this should not "
+                     "happen: report it with the trace")

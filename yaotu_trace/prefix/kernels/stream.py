@@ -1,15 +1,13 @@
-"""Streaming replay input: block chains straight from a Parquet token column, row group by group.
+"""Streaming replay input: a Parquet token column read row group by row group.
 
 A trace of 1e9 tokens is 4–8 GB of token ids but only ~6e7 blocks at B = 16. `ParquetPrompts`
 reads the content column (`prompt_tokens` or `prompt_block_ids`) one row group at a time (cut
 into record batches when a group is large), keeps Arrow's own integer width
-(int32 tokens stay int32), and hands each batch to the same compiled kernels as
-`build_block_chains`: the chained two-lane hash of every block (`blocks._chain_hashes`, requests
-in parallel), then dense ids from an open-addressing table that persists across batches and is
-sized once from the prompt lengths. Ids, lane-B checks and collision retries are those of the
-in-memory path, so the chains are identical; only block-level arrays (~40 bytes per block) and
-one batch of ids are ever held. A reader thread decodes the next batch while the current one is
-hashed (pyarrow and the kernels release the GIL), so decoding and hashing overlap on two cores.
+(int32 tokens stay int32), and hands out validated batches: `blocks.build_block_chains_streaming`
+hashes each into the chains as it comes, so only block-level arrays and one batch of ids are
+ever held. A reader thread decodes the next batch while the current one is hashed (pyarrow and
+the kernels release the GIL), so decoding and hashing overlap on two cores. Nothing here
+imports numba: a small trace's overview reads its batches with the numpy passes.
 
 The same batches serve the ideal pass of the waterfall (`ideal.ideal_hit_tokens_streaming`).
 Validation that `normalize` does for in-memory list columns happens here, per batch: ids
@@ -26,26 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
+from yaotu_trace.data import parquet_file
 from yaotu_trace.data.schema import list_value_problem
-from yaotu_trace.errors import ResourceLimitError, TraceSchemaError, YaotuError
-from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.chains import (
-    _MAX_IDS,
-    _TRIES,
-    BlockChains,
-    _assemble,
-    _keys,
-    frozen_input,
-)
-from yaotu_trace.prefix.rules import ReplayRules
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.prefix.kernels.chains import frozen_input, offsets_of
 
 # Ids per record batch: large enough to amortise per-batch costs, small enough to stay a few
 # tens of MB (one batch is decoded while the previous one is hashed).
 BATCH_VALUES = 4_000_000
-# Bytes per cacheable block the chains and a replay hold: ids and block tokens (8), lane B per
-# distinct id (≤ 8), the id table (2 slots × 12 B), per-request arrays amortised.
-CHAIN_BYTES_PER_BLOCK = 44
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +71,6 @@ class ParquetPrompts:
             yield from _prefetched(self._read())
 
     def _read(self) -> Iterator[Batch]:
-        import pyarrow as pa
-
         row0 = 0
         for arr in self._arrays():
             problem = list_value_problem(arr.flatten(), self.column)
@@ -117,8 +103,6 @@ class ParquetPrompts:
         than `iter_batches`. Larger row groups are cut into record batches of that one group,
         with pre-buffering off: with it the reader keeps every decoded batch allocated.
         """
-        from yaotu_trace.data import parquet_file
-
         pf = parquet_file.open_file(self.path, pre_buffer=False)
         meta = pf.metadata
         leaf = next(j for j in range(meta.num_columns)
@@ -175,14 +159,8 @@ class ParquetPrompts:
             lengths = np.zeros(len(self.prompt_len), dtype=np.int64)
             for batch in self.batches():
                 lengths[batch.row0:batch.row0 + len(batch.offsets) - 1] = np.diff(batch.offsets)
-            self.unit_offsets = _offsets_of(lengths)
+            self.unit_offsets = offsets_of(lengths)
         return self.unit_offsets
-
-
-def _offsets_of(counts: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=out[1:])
-    return out
 
 
 _DONE = object()
@@ -225,140 +203,3 @@ def _prefetched(source: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
                 box.get_nowait()
             except queue.Empty:
                 thread.join(timeout=0.05)
-
-
-class _IdTable:
-    """Chain hashes → dense ids: an open-addressing table at most half full, and lanes by id.
-
-    Sized up front from an estimate of the distinct blocks (a fraction of the upper bound the
-    prompt lengths give) and doubled when a batch could overfill it, so memory follows the
-    distinct blocks of the trace (16 bytes each plus at most 16 of table) rather than its total
-    blocks. Ids do not depend on the sizes.
-    """
-
-    def __init__(self, expected: int) -> None:
-        self.table = np.zeros(_table_slots(expected), dtype=np.int32)
-        self.by_id = np.zeros((max(expected, 1 << 12), 2), dtype=np.uint64)
-        self.distinct = 0
-        self.last = -1
-
-    def reserve(self, more: int) -> None:
-        """Room for `more` new ids."""
-        need = self.distinct + more
-        if need > self.by_id.shape[0]:
-            by_id = np.zeros((max(need, 2 * self.by_id.shape[0]), 2), dtype=np.uint64)
-            by_id[:self.distinct] = self.by_id[:self.distinct]
-            self.by_id = by_id
-        if need * 2 > self.table.shape[0]:
-            from yaotu_trace.prefix.blocks import _rehash
-
-            grown = np.zeros(_table_slots(need), dtype=np.int32)
-            _rehash(self.by_id, np.int64(self.distinct), grown)
-            self.table = grown
-
-
-def _table_slots(entries: int) -> int:
-    return 1 << max(12, int(np.ceil(np.log2(max(entries, 1) * 2 + 1))))
-
-
-def stream_chain_bytes(blocks: int) -> int:
-    """Worst-case memory of streamed chains: ids and tokens per block, the table at its largest."""
-    return 24 * int(blocks) + 4 * _table_slots(int(blocks))
-
-
-def build_block_chains_streaming(
-    prompts: ParquetPrompts,
-    namespace_codes: np.ndarray | None,
-    rules: ReplayRules,
-) -> BlockChains:
-    """`build_block_chains` of a Parquet content column, read batch by batch (no outputs).
-
-    Gives the same `BlockChains` as the in-memory path on the same trace and rules. Output
-    blocks are never streamed: `prepare` reads a trace whose outputs are to be cached fully, so
-    here `rules.cache_outputs` has nothing to add (as in memory without output ids).
-    """
-    source = prompts.source_block_size
-    rules.check_source_block_size(source)
-    prompt_len = np.asarray(prompts.prompt_len, dtype=np.int64)
-    n = len(prompt_len)
-    block = int(rules.block_size_tokens)
-    unit = 1 if source is None else int(source)
-    per_block = block // unit
-    ns = (np.zeros(n, dtype=np.int64) if namespace_codes is None
-          else np.ascontiguousarray(namespace_codes, dtype=np.int64))
-    bound = int((prompt_len // block).sum()) + (n if rules.cache_partial_blocks else 0)
-    if bound > _MAX_IDS:
-        raise ResourceLimitError(
-            f"up to {bound} blocks exceed the 2^31 ids this replay supports; use a larger "
-            "--block-size"
-        )
-    # Worst case (every block distinct), so a run that starts also finishes.
-    memory.require(stream_chain_bytes(bound), f"chaining {bound:,} blocks of {block} token(s)",
-                   "use a larger --block-size")
-    for attempt in range(_TRIES):
-        keys = _keys(rules.seed, attempt)
-        built = _stream_once(prompts, ns, rules, keys, block, per_block, bound)
-        if built is not None:
-            ids, block_tokens, distinct, counts = built
-            break
-    else:
-        raise YaotuError(f"block hashing collided {_TRIES} times in a row ({bound} blocks); "
-                         "this should not happen: report it with the trace")
-    return _assemble(rules, prompt_len, counts, _offsets_of(counts), ids, block_tokens, distinct)
-
-
-def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, keys: np.ndarray,
-                 block: int, per_block: int, bound: int
-                 ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
-    """One pass with one set of keys; None when lane B caught a lane-A collision."""
-    # The compiled kernels are imported here: reading prompts (`ParquetPrompts`) needs no numba.
-    from yaotu_trace.prefix.blocks import _chain_hashes, _dense_ids_into
-
-    n = len(prompts.prompt_len)
-    unit = block // per_block
-    table = _IdTable(bound // 8)
-    ids = np.empty(bound, dtype=np.int32)
-    block_tokens = np.full(bound, block, dtype=np.int32)
-    counts = np.zeros(n, dtype=np.int64)
-    units_all = np.zeros(n, dtype=np.int64)
-    filled = 0
-    collisions = 0
-    lanes = (np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64))
-    for batch in prompts.batches():
-        rows = slice(batch.row0, batch.row0 + len(batch.offsets) - 1)
-        plen = prompts.prompt_len[rows]
-        units = np.diff(batch.offsets)
-        units_all[rows] = units
-        full = np.minimum(units, plen // unit) // per_block
-        partial = np.zeros(len(units), dtype=np.int64)
-        if rules.cache_partial_blocks:
-            rest = np.minimum(plen, units * unit) - full * block
-            partial = np.where(units > full * per_block, rest, 0).astype(np.int64)
-        hashed = full + (partial > 0)
-        local = _offsets_of(hashed)
-        total = int(local[-1])
-        if total > len(lanes[0]):  # reused: fresh memory costs its first touch
-            lanes = (np.empty(2 * total, dtype=np.uint64), np.empty(2 * total, dtype=np.uint64))
-        hash_a, hash_b = lanes[0][:total], lanes[1][:total]
-        _chain_hashes(batch.offsets, batch.values, np.int64(per_block), full, partial,
-                      ns[rows], local, keys, hash_a, hash_b)
-        table.reserve(total)
-        distinct, found, last = _dense_ids_into(hash_a, hash_b, table.table, table.by_id, ids,
-                                                np.int64(filled), np.int64(table.distinct),
-                                                np.int64(table.last))
-        table.distinct, table.last = int(distinct), int(last)
-        collisions += int(found)
-        has_partial = np.flatnonzero(partial > 0)
-        if has_partial.size:
-            block_tokens[filled + local[has_partial + 1] - 1] = partial[has_partial]
-        counts[rows] = hashed
-        filled += total
-    prompts.unit_offsets = _offsets_of(units_all)
-    if collisions:
-        return None
-    distinct = table.distinct
-    del table
-    if filled < bound:
-        ids = ids[:filled].copy()
-        block_tokens = block_tokens[:filled].copy()
-    return ids, block_tokens, distinct, counts

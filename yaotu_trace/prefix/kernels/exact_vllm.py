@@ -40,8 +40,8 @@ import numpy as np
 
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.result import ReplayResult, hits_result
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
 
 _VIRGIN = np.int32(0)  # the sentinel node: blocks next_virgin..N-1, never handed out yet
 _MAX_NODES = 2**31 - 1  # physical ids and links are int32

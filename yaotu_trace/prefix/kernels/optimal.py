@@ -55,7 +55,7 @@ import numpy as np
 
 from yaotu_trace._lists import heap_pop, heap_push
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 
 
 def optimal_replay(chains: BlockChains, codes: np.ndarray, num_caches: int, capacity: int,

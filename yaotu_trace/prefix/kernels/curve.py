@@ -1,26 +1,29 @@
 """The LRU capacity curve from stack-distance histograms, and the checked inputs of a pass.
 
-`sweep` measures the histograms with its compiled kernels, `small` with numpy for a small
-trace; both hand them to `curve_from_histograms`, so the curve, its knee and its share
-capacities come from one piece of code whichever pass ran. Nothing here imports numba.
+`sweep` measures the histograms with its compiled kernels, `numpy_passes` with numpy for a
+small trace; both read their blocks as `SweepBlocks` and hand the histograms to
+`curve_from_histograms`, so the inputs' checks, the curve, its knee and its share capacities
+come from one piece of code whichever pass ran. Nothing here imports numba.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.rules import TouchOrder
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-TouchOrder = Literal["tail-first", "head-first"]
-TOUCH_ORDERS: Final = ("tail-first", "head-first")
+    from yaotu_trace.prefix.kernels.chains import BlockChains
+
+TOUCH_ORDERS: Final = tuple(order.value for order in TouchOrder)
 DEFAULT_SHARES: Final = (0.5, 0.9, 0.99)
-_MAX_INT32_IDS: Final = 2**31 - 1
+MAX_INT32_IDS: Final = 2**31 - 1  # the passes number blocks and times in int32
 
 
 def _pinned(array: Any, dtype: Any) -> NDArray[Any]:
@@ -43,43 +46,99 @@ class DistanceHistograms:
     hit_blocks: NDArray[np.int64]
 
 
-def _kernel_inputs(offsets: NDArray[Any], ids: NDArray[Any], block_tokens: NDArray[Any],
-                   max_hit_blocks: NDArray[Any], output_offsets: NDArray[Any] | None,
-                   output_ids: NDArray[Any] | None, n_ids: int | None) -> tuple[Any, ...]:
-    """The kernel's arrays in its dtypes, checked: it indexes without bounds checks."""
-    offsets64 = _pinned(offsets, np.int64)
-    n_requests = offsets64.shape[0] - 1
-    ids32 = _pinned(ids, np.int32)
-    if output_offsets is None or output_ids is None:
-        out_off = np.zeros(n_requests + 1, dtype=np.int64)
-        out_ids = np.zeros(0, dtype=np.int32)
-    else:
-        out_off = _pinned(output_offsets, np.int64)
-        out_ids = _pinned(output_ids, np.int32)
-    if n_ids is None:
-        n_ids = max(int(ids32.max()) + 1 if len(ids32) else 0,
-                    int(out_ids.max()) + 1 if len(out_ids) else 0)
-    if n_ids > _MAX_INT32_IDS:
-        raise ConfigError(f"{n_ids} distinct blocks exceed the sweep's int32 ids; "
-                          "use a larger --block-size")
-    for name, values in (("ids", ids32), ("output ids", out_ids)):
-        if len(values) and (int(values.min()) < 0 or int(values.max()) >= n_ids):
-            raise ValueError(f"{name} must lie in 0..{n_ids - 1} (dense chain ids)")
-    tokens32 = _pinned(block_tokens, np.int32)
-    cap64 = _pinned(max_hit_blocks, np.int64)
-    if (n_requests < 0 or offsets64[0] < 0 or offsets64[-1] > len(ids32)
-            or np.any(np.diff(offsets64) < 0)):
-        raise ValueError("offsets must be non-decreasing indices into ids")
-    if len(tokens32) != len(ids32) or len(cap64) != n_requests:
-        raise ValueError("block_tokens must match ids, and max_hit_blocks the requests")
-    if len(out_off) != n_requests + 1 or (n_requests and (
-            out_off[0] < 0 or out_off[-1] > len(out_ids) or np.any(np.diff(out_off) < 0))):
-        raise ValueError("output offsets must be n_requests + 1 indices into output ids")
-    return offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelBlocks:
+    """`SweepBlocks` pinned to the passes' dtypes (int64 offsets and caps, int32 ids and
+    tokens) and checked, outputs always present (empty without them), `n_ids` known."""
+
+    offsets: NDArray[np.int64]
+    ids: NDArray[np.int32]
+    block_tokens: NDArray[np.int32]
+    max_hit_blocks: NDArray[np.int64]
+    n_ids: int
+    output_offsets: NDArray[np.int64]
+    output_ids: NDArray[np.int32]
+
+    @property
+    def num_requests(self) -> int:
+        """Number of requests."""
+        return int(self.offsets.shape[0]) - 1
 
 
-def _partition_order(partitions: NDArray[Any] | None, n_requests: int
-                     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepBlocks:
+    """The blocks a stack-distance pass reads: each request's lookup blocks, and the output
+    blocks it touches after them but never looks up.
+
+    Request r's blocks are `ids[offsets[r]:offsets[r + 1]]`, block 1 first: dense chain ids
+    (0..n_ids-1; equal ids are the same cached block), each worth `block_tokens` tokens (B, or
+    a cached partial block's length); `max_hit_blocks[r]` caps its hit (the last-token rule).
+    `n_ids` counts the distinct ids, outputs included (None: the largest id + 1).
+    `output_offsets`/`output_ids` are the blocks it inserts after its prompt's
+    (`--cache-outputs`).
+    """
+
+    offsets: NDArray[Any]
+    ids: NDArray[Any]
+    block_tokens: NDArray[Any]
+    max_hit_blocks: NDArray[Any]
+    n_ids: int | None = None
+    output_offsets: NDArray[Any] | None = None
+    output_ids: NDArray[Any] | None = None
+
+    @classmethod
+    def of(cls, chains: BlockChains) -> SweepBlocks:
+        """The blocks of `chains`."""
+        return cls(offsets=chains.offsets, ids=chains.ids, block_tokens=chains.block_tokens,
+                   max_hit_blocks=chains.max_hit_blocks, n_ids=chains.num_distinct,
+                   output_offsets=chains.output_offsets, output_ids=chains.output_ids)
+
+    def checked(self) -> KernelBlocks:
+        """The arrays in the passes' dtypes, checked: the kernels index without bounds checks."""
+        offsets64 = _pinned(self.offsets, np.int64)
+        n_requests = offsets64.shape[0] - 1
+        ids32 = _pinned(self.ids, np.int32)
+        if self.output_offsets is None or self.output_ids is None:
+            out_off = np.zeros(n_requests + 1, dtype=np.int64)
+            out_ids = np.zeros(0, dtype=np.int32)
+        else:
+            out_off = _pinned(self.output_offsets, np.int64)
+            out_ids = _pinned(self.output_ids, np.int32)
+        n_ids = self.n_ids
+        if n_ids is None:
+            n_ids = max(int(ids32.max()) + 1 if len(ids32) else 0,
+                        int(out_ids.max()) + 1 if len(out_ids) else 0)
+        if n_ids > MAX_INT32_IDS:
+            raise ConfigError(f"{n_ids} distinct blocks exceed the sweep's int32 ids; "
+                              "use a larger --block-size")
+        for name, values in (("ids", ids32), ("output ids", out_ids)):
+            if len(values) and (int(values.min()) < 0 or int(values.max()) >= n_ids):
+                raise ValueError(f"{name} must lie in 0..{n_ids - 1} (dense chain ids)")
+        tokens32 = _pinned(self.block_tokens, np.int32)
+        cap64 = _pinned(self.max_hit_blocks, np.int64)
+        if (n_requests < 0 or offsets64[0] < 0 or offsets64[-1] > len(ids32)
+                or np.any(np.diff(offsets64) < 0)):
+            raise ValueError("offsets must be non-decreasing indices into ids")
+        if len(tokens32) != len(ids32) or len(cap64) != n_requests:
+            raise ValueError("block_tokens must match ids, and max_hit_blocks the requests")
+        if len(out_off) != n_requests + 1 or (n_requests and (
+                out_off[0] < 0 or out_off[-1] > len(out_ids) or np.any(np.diff(out_off) < 0))):
+            raise ValueError("output offsets must be n_requests + 1 indices into output ids")
+        return KernelBlocks(offsets=offsets64, ids=ids32, block_tokens=tokens32,
+                            max_hit_blocks=cap64, n_ids=int(n_ids), output_offsets=out_off,
+                            output_ids=out_ids)
+
+
+def checked_touch_order(touch_order: str) -> TouchOrder:
+    """`touch_order` as a `TouchOrder`, or a ConfigError naming them."""
+    order_name = str(touch_order)
+    if order_name not in TOUCH_ORDERS:
+        raise ConfigError(f"touch order {order_name!r} is not one of {', '.join(TOUCH_ORDERS)}")
+    return TouchOrder(order_name)
+
+
+def partition_order(partitions: NDArray[Any] | None, n_requests: int
+                    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Requests grouped by partition (stable), and where each partition starts."""
     if partitions is not None and len(partitions) != n_requests:
         raise ValueError("partitions needs one code per request")
@@ -197,20 +256,31 @@ class CapacityCurve:
         return np.asarray(out, dtype=np.int64)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurveTerms:
+    """What every curve of one sweep shares: the block size, the touch order, the KV bytes per
+    token (capacities in bytes; None: not known) and the shares of the unlimited hits whose
+    capacities it reports."""
+
+    block_size_tokens: int
+    touch_order: TouchOrder
+    kv_bytes_per_token: int | None = None
+    shares: tuple[float, ...] = DEFAULT_SHARES
+
+
 def curve_from_histograms(
     histograms: DistanceHistograms,
+    terms: CurveTerms,
+    prompt_tokens: NDArray[Any],
     *,
-    block_size_tokens: int,
-    touch_order: TouchOrder,
-    prompt_tokens_total: int,
-    full_blocks_total: int,
     partitions: int = 1,
-    kv_bytes_per_token: int | None = None,
-    shares: tuple[float, ...] = DEFAULT_SHARES,
     instance_codes: tuple[int, ...] = (),
     instance_curves: tuple[CapacityCurve, ...] = (),
 ) -> CapacityCurve:
-    """Turn the distance histograms into the exact step curve, its knee and share capacities."""
+    """Turn the distance histograms of requests with `prompt_tokens` into the exact step
+    curve, its knee and share capacities."""
+    prompt = np.asarray(prompt_tokens, dtype=np.int64)
+    block_size_tokens = terms.block_size_tokens
     tok = histograms.hit_tokens
     blk = histograms.hit_blocks
     steps = np.flatnonzero((tok != 0) | (blk != 0)).astype(np.int64)
@@ -218,11 +288,11 @@ def curve_from_histograms(
     cum_blk = np.cumsum(blk)[steps] if len(steps) else np.zeros(0, dtype=np.int64)
     curve = CapacityCurve(
         block_size_tokens=block_size_tokens,
-        touch_order=touch_order,
-        kv_bytes_per_token=kv_bytes_per_token,
+        touch_order=terms.touch_order,
+        kv_bytes_per_token=terms.kv_bytes_per_token,
         partitions=partitions,
-        prompt_tokens_total=int(prompt_tokens_total),
-        full_blocks_total=int(full_blocks_total),
+        prompt_tokens_total=int(prompt.sum()),
+        full_blocks_total=int((prompt // block_size_tokens).sum()),
         unlimited_hit_tokens=int(tok.sum()),
         unlimited_hit_blocks=int(blk.sum()),
         step_capacities_blocks=steps,
@@ -232,7 +302,7 @@ def curve_from_histograms(
         instance_curves=instance_curves,
     )
     knee = _knee(steps, cum_tok)
-    share_caps = {s: curve.capacity_for_share(s) for s in shares}
+    share_caps = {s: curve.capacity_for_share(s) for s in terms.shares}
     object.__setattr__(curve, "knee_capacity_blocks", knee)
     object.__setattr__(curve, "share_capacities_blocks", share_caps)
     return curve

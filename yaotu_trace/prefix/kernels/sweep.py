@@ -34,20 +34,24 @@ from typing import TYPE_CHECKING, Any, Final
 import numba
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.curve import _MAX_INT32_IDS as _MAX_INT32_IDS
-from yaotu_trace.prefix.curve import DEFAULT_SHARES as DEFAULT_SHARES
-from yaotu_trace.prefix.curve import TOUCH_ORDERS as TOUCH_ORDERS
-from yaotu_trace.prefix.curve import CapacityCurve as CapacityCurve
-from yaotu_trace.prefix.curve import DistanceHistograms as DistanceHistograms
-from yaotu_trace.prefix.curve import TouchOrder as TouchOrder
-from yaotu_trace.prefix.curve import _kernel_inputs, _partition_order
-from yaotu_trace.prefix.curve import curve_from_histograms as curve_from_histograms
+from yaotu_trace.prefix.kernels.chains import segment_ranges
+from yaotu_trace.prefix.kernels.curve import (
+    DEFAULT_SHARES,
+    MAX_INT32_IDS,
+    CapacityCurve,
+    CurveTerms,
+    DistanceHistograms,
+    SweepBlocks,
+    checked_touch_order,
+    curve_from_histograms,
+    partition_order,
+)
+from yaotu_trace.prefix.rules import TouchOrder
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from yaotu_trace.prefix.blocks import BlockChains
+    from yaotu_trace.prefix.kernels.chains import BlockChains
 
 # Smallest time axis (touches between compactions); tests lower it to force compaction.
 _MIN_TIME_SLOTS = 1024
@@ -262,65 +266,50 @@ def _touch_blocks(r, offsets, ids, out_offsets, out_ids, head_first, time_slots,
 
 
 def stack_distance_histograms(
+    blocks: SweepBlocks,
     *,
-    offsets: NDArray[Any],
-    ids: NDArray[Any],
-    block_tokens: NDArray[Any],
-    max_hit_blocks: NDArray[Any],
-    touch_order: TouchOrder = "tail-first",
+    touch_order: TouchOrder | str = "tail-first",
     partitions: NDArray[Any] | None = None,
-    n_ids: int | None = None,
-    output_offsets: NDArray[Any] | None = None,
-    output_ids: NDArray[Any] | None = None,
 ) -> DistanceHistograms:
-    """One LRU pass over block chains: the histograms behind every capacity's hits.
+    """One LRU pass over `blocks`: the histograms behind every capacity's hits.
 
-    Args:
-        offsets: int, n_requests + 1; request `r`'s cacheable blocks are
-            `ids[offsets[r]:offsets[r + 1]]`, block 1 first.
-        ids: dense chain ids (0..n_ids-1); equal ids are the same cached block.
-        block_tokens: tokens of each entry of `ids` (B, or a cached partial block's length).
-        max_hit_blocks: per request, the most leading blocks that may hit (last-token rule).
-        touch_order: "tail-first" (block 1 most recent) or "head-first" (flat LRU).
-        partitions: optional partition code per request (scope instance); each partition is
-            its own cache and the returned histograms are summed over partitions.
-        n_ids: number of distinct ids, outputs included (default: the largest id + 1).
-        output_offsets, output_ids: blocks a request inserts after its prompt blocks
-            (`--cache-outputs`); touched with them, never looked up.
+    `touch_order` is "tail-first" (block 1 most recent) or "head-first" (flat LRU).
+    `partitions` (optional, a code per request; scope instance) makes each partition its own
+    cache; the returned histograms are summed over partitions.
     """
-    order_name = str(touch_order)
-    if order_name not in TOUCH_ORDERS:
-        raise ConfigError(f"touch order {order_name!r} is not one of {', '.join(TOUCH_ORDERS)}")
-    offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids = _kernel_inputs(
-        offsets, ids, block_tokens, max_hit_blocks, output_offsets, output_ids, n_ids)
-    n_requests = offsets64.shape[0] - 1
-    order, segment_starts = _partition_order(partitions, n_requests)
+    order_name = checked_touch_order(touch_order)
+    k = blocks.checked()
+    n_requests = k.num_requests
+    order, segment_starts = partition_order(partitions, n_requests)
     # Time slots: twice the most live marks, so compaction runs at most once per n_ids touches.
-    total_touches = int(offsets64[-1] - offsets64[0]) + int(out_off[-1] - out_off[0])
-    time_slots = int(min(max(2 * n_ids, _MIN_TIME_SLOTS), max(total_touches, 1),
-                         _MAX_INT32_IDS))
+    total_touches = (int(k.offsets[-1] - k.offsets[0])
+                     + int(k.output_offsets[-1] - k.output_offsets[0]))
+    time_slots = int(min(max(2 * k.n_ids, _MIN_TIME_SLOTS), max(total_touches, 1),
+                         MAX_INT32_IDS))
     # One row per distance: (hit tokens, hit blocks) share a cache line.
-    hist = np.zeros((n_ids + 2, 2), dtype=np.int64)
+    hist = np.zeros((k.n_ids + 2, 2), dtype=np.int64)
     if n_requests and total_touches:
         _stack_histograms(
-            offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids, order, segment_starts,
-            order_name == "head-first", time_slots, hist,
+            k.offsets, k.ids, k.block_tokens, k.max_hit_blocks, k.output_offsets, k.output_ids,
+            k.n_ids, order, segment_starts, order_name == "head-first", time_slots, hist,
         )
     return DistanceHistograms(hit_tokens=np.ascontiguousarray(hist[:, 0]),
                               hit_blocks=np.ascontiguousarray(hist[:, 1]))
 
 
 
-def _gather(offsets: NDArray[np.int64], values: NDArray[Any], rows: NDArray[np.int64]
-            ) -> tuple[NDArray[np.int64], NDArray[Any]]:
-    """The segments `rows` of a flat (offsets, values) array, as a new flat array."""
-    lengths = np.diff(offsets)[rows]
-    new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_offsets[1:])
-    total = int(new_offsets[-1])
-    index = (np.repeat(offsets[rows] - new_offsets[:-1], lengths)
-             + np.arange(total, dtype=np.int64))
-    return new_offsets, values[index]
+def _instance_blocks(chains: BlockChains, rows: NDArray[np.int64]) -> SweepBlocks:
+    """The blocks of the requests `rows` (in order), ids unchanged."""
+    offsets, index = segment_ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
+    out_offsets = out_ids = None
+    if chains.output_offsets is not None and chains.output_ids is not None:
+        out_offsets, out_index = segment_ranges(
+            np.asarray(chains.output_offsets, dtype=np.int64), rows)
+        out_ids = chains.output_ids[out_index]
+    return SweepBlocks(offsets=offsets, ids=chains.ids[index],
+                       block_tokens=chains.block_tokens[index],
+                       max_hit_blocks=np.asarray(chains.max_hit_blocks)[rows],
+                       n_ids=chains.num_distinct, output_offsets=out_offsets, output_ids=out_ids)
 
 
 def sweep(
@@ -339,59 +328,28 @@ def sweep(
     on the cache contents (prefix-affinity) cannot be swept in one pass; give static codes.
     `per_instance=True` also returns each instance's own curve (one pass per instance).
     """
-    order = str(touch_order)
-    block = int(chains.block_size_tokens)
+    order = checked_touch_order(touch_order)
+    terms = CurveTerms(block_size_tokens=int(chains.block_size_tokens), touch_order=order,
+                       kv_bytes_per_token=kv_bytes_per_token, shares=shares)
     prompt_tokens = np.asarray(chains.prompt_tokens, dtype=np.int64)
-
-    def curve_of(hist: DistanceHistograms, prompt: NDArray[np.int64], parts: int,
-                 **extra: Any) -> CapacityCurve:
-        return curve_from_histograms(
-            hist, block_size_tokens=block, touch_order=order,  # type: ignore[arg-type]
-            prompt_tokens_total=int(prompt.sum()), full_blocks_total=int((prompt // block).sum()),
-            partitions=parts, kv_bytes_per_token=kv_bytes_per_token, shares=shares, **extra,
-        )
-
     if not per_instance or instance_codes is None:
-        hist = stack_distance_histograms(
-            offsets=chains.offsets,
-            ids=chains.ids,
-            block_tokens=chains.block_tokens,
-            max_hit_blocks=chains.max_hit_blocks,
-            touch_order=order,  # type: ignore[arg-type]
-            partitions=instance_codes,
-            n_ids=chains.num_distinct,
-            output_offsets=chains.output_offsets,
-            output_ids=chains.output_ids,
-        )
+        hist = stack_distance_histograms(SweepBlocks.of(chains), touch_order=order,
+                                         partitions=instance_codes)
         parts = 1 if instance_codes is None else int(np.unique(instance_codes).size)
-        return curve_of(hist, prompt_tokens, parts)
+        return curve_from_histograms(hist, terms, prompt_tokens, partitions=parts)
 
     codes = np.asarray(instance_codes)
-    offsets = np.asarray(chains.offsets, dtype=np.int64)
-    has_outputs = chains.output_offsets is not None and chains.output_ids is not None
     total_tok = np.zeros(chains.num_distinct + 2, dtype=np.int64)
     total_blk = np.zeros(chains.num_distinct + 2, dtype=np.int64)
     curves: list[CapacityCurve] = []
     uniques = np.unique(codes)
     for code in uniques:
         rows = np.flatnonzero(codes == code).astype(np.int64)
-        sub_offsets, sub_ids = _gather(offsets, chains.ids, rows)
-        _, sub_tokens = _gather(offsets, chains.block_tokens, rows)
-        out_offsets = out_ids = None
-        if has_outputs:
-            assert chains.output_ids is not None  # has_outputs
-            out_offsets, out_ids = _gather(np.asarray(chains.output_offsets, dtype=np.int64),
-                                           chains.output_ids, rows)
-        hist = stack_distance_histograms(
-            offsets=sub_offsets, ids=sub_ids, block_tokens=sub_tokens,
-            max_hit_blocks=np.asarray(chains.max_hit_blocks)[rows],
-            touch_order=order,  # type: ignore[arg-type]
-            n_ids=chains.num_distinct, output_offsets=out_offsets, output_ids=out_ids,
-        )
+        hist = stack_distance_histograms(_instance_blocks(chains, rows), touch_order=order)
         total_tok += hist.hit_tokens
         total_blk += hist.hit_blocks
-        curves.append(curve_of(hist, prompt_tokens[rows], 1))
-    return curve_of(DistanceHistograms(hit_tokens=total_tok, hit_blocks=total_blk),
-                    prompt_tokens, len(uniques),
-                    instance_codes=tuple(int(c) for c in uniques),
-                    instance_curves=tuple(curves))
+        curves.append(curve_from_histograms(hist, terms, prompt_tokens[rows]))
+    return curve_from_histograms(DistanceHistograms(hit_tokens=total_tok, hit_blocks=total_blk),
+                                 terms, prompt_tokens, partitions=len(uniques),
+                                 instance_codes=tuple(int(c) for c in uniques),
+                                 instance_curves=tuple(curves))

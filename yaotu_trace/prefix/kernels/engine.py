@@ -43,10 +43,10 @@ import numpy as np
 from yaotu_trace._lists import append, heap_pop, heap_push, unlink
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.exact import replay_exact
-from yaotu_trace.prefix.optimal import optimal_replay
-from yaotu_trace.prefix.result import ReplayResult, hits_result
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.exact import replay_exact
+from yaotu_trace.prefix.kernels.optimal import optimal_replay
+from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope, TouchOrder
 
 _POLICY = {Eviction.LRU: 0, Eviction.FIFO: 1, Eviction.LFU: 2}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yaotu_trace.prefix.chains import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
