@@ -1,8 +1,9 @@
 """A plain-Python reference of the vLLM-preset scheduler on one instance, for cross-checks.
 
 Written from engines.md §1.3–1.8 with Python lists and dicts, independent of the compiled
-loop: free queue as a list (head = index 0), cache as a dict, requests as objects.
-Step time is linear: `a + b·prefill_tokens + c·Σcontext`.
+loop: free queue as a list (head = index 0), cache as a dict of identity → the physical blocks
+caching it, oldest first (vLLM keeps every copy; a lookup takes the oldest), requests as
+objects. Synchronous scheduling. Step time is linear: `a + b·prefill_tokens + c·Σcontext`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def reference(requests, *, kv_blocks, block, max_seqs, budget, chunked, threshol
     free = list(range(usable))
     ref = [0] * usable
     bhash = [-1] * usable
-    cache: dict[int, int] = {}
+    cache: dict[int, list[int]] = {}
     running: list[Req] = []
     waiting: list[Req] = []
     if not chunked:
@@ -63,7 +64,10 @@ def reference(requests, *, kv_blocks, block, max_seqs, budget, chunked, threshol
         for _ in range(need):
             blk = free.pop(0)
             if bhash[blk] >= 0:
-                del cache[bhash[blk]]
+                copies = cache[bhash[blk]]
+                copies.remove(blk)
+                if not copies:
+                    del cache[bhash[blk]]
                 bhash[blk] = -1
             ref[blk] = 1
             r.blocks.append(blk)
@@ -73,8 +77,8 @@ def reference(requests, *, kv_blocks, block, max_seqs, budget, chunked, threshol
         full = min(tokens // block, len(r.blocks))
         for k in range(r.nreg, full):
             blk = r.blocks[k]
-            if caching and r.idents[k] not in cache and bhash[blk] < 0:
-                cache[r.idents[k]] = blk
+            if caching and bhash[blk] < 0:
+                cache.setdefault(r.idents[k], []).append(blk)
                 bhash[blk] = r.idents[k]
         r.nreg = max(r.nreg, full)
 
@@ -134,17 +138,16 @@ def reference(requests, *, kv_blocks, block, max_seqs, budget, chunked, threshol
                     hit += 1
             hit_tok = hit * block
             n = r.ntok - hit_tok
+            if threshold and in_system > 1:
+                n = min(n, threshold)
             if not chunked and n > left:
                 break
-            if chunked:
-                if threshold and in_system > 1:
-                    n = min(n, threshold)
-                n = min(n, left)
-            evictable = sum(1 for k in range(hit) if ref[cache[r.idents[k]]] == 0)
+            n = min(n, left)
+            evictable = sum(1 for k in range(hit) if ref[cache[r.idents[k]][0]] == 0)
             if -(-r.ntok // block) - hit + evictable > len(free):
                 break
             for k in range(hit):
-                blk = cache[r.idents[k]]
+                blk = cache[r.idents[k]][0]
                 if ref[blk] == 0:
                     free.remove(blk)
                 ref[blk] += 1

@@ -92,15 +92,15 @@ def scenario_file(tmp_path: Path, text: str) -> Path:
      "--instances)"),
     ("mfu = 0", "key 'mfu': 0 must be in (0, 1] (the range of --mfu)"),
     ("kv-blocks = 99999999999999999999", "key 'kv-blocks': 99999999999999999999 must be >= 2"),
-    ("[engine]\nmfu = 0.5", "key 'engine': {'mfu': 0.5} is a table, expected"),
+    ("[serving]\nmfu = 0.5", "key 'serving': {'mfu': 0.5} is a table, expected"),
     ('pd = ["a", "b"]', "key 'pd': ['a', 'b'] is a list, expected text"),
 ])
 def test_scenario_file_values_of_the_wrong_type_or_range(tmp_path: Path, text: str,
                                                          expected: str) -> None:
     path = scenario_file(tmp_path, text)
-    if text.startswith("[engine]"):
+    if text.startswith("[serving]"):
         # an unknown table is an unknown option, named as such
-        with pytest.raises(ConfigFileError, match="unknown option 'engine'"):
+        with pytest.raises(ConfigFileError, match="unknown option 'serving'"):
             load_scenario(path)
         return
     with pytest.raises(ConfigFileError) as info:

@@ -106,7 +106,7 @@ def test_validation_small_pool_preempts_and_recomputes():
     assert big.num_preemptions.sum() == 0
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     kv_blocks=st.integers(30, 300),
@@ -118,14 +118,16 @@ def test_validation_small_pool_preempts_and_recomputes():
     instances=st.integers(1, 3),
     route=st.sampled_from(ARRIVAL_ROUTES),
     pd=st.sampled_from([None, (1, 1), (1, 2)]),
+    async_scheduling=st.booleans(),
 )
 def test_validation_invariants_hold_for_any_configuration(seed, kv_blocks, max_num_seqs, budget,
                                                           chunked, caching, scheduler, instances,
-                                                          route, pd):
+                                                          route, pd, async_scheduling):
     req = workload(60, seed=seed, rate=30.0, prompt=(1, 300), output=(0, 60))
     cfg = config(kv_blocks=kv_blocks, max_num_seqs=max_num_seqs, max_batched_tokens=budget,
                  chunked_prefill=chunked, prefix_caching=caching, scheduler=scheduler,
-                 instances=instances, route=route, pd=pd)
+                 instances=instances, route=route, pd=pd,
+                 async_scheduling=async_scheduling and scheduler is SchedulerKind.VLLM)
     r = simulate(req, cfg)
     check_invariants(req, r, cfg)
     again = simulate(req, cfg)
@@ -280,20 +282,24 @@ def test_validation_matches_the_python_reference_exactly(seed, kv_blocks, max_nu
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), instances=st.integers(2, 4), kv_blocks=st.integers(40, 200),
-       scheduler=st.sampled_from(list(SchedulerKind)))
+       engine=st.sampled_from([(SchedulerKind.VLLM, False), (SchedulerKind.VLLM, True),
+                               (SchedulerKind.SGLANG, False)]))
 def test_validation_round_robin_cluster_equals_independent_instances(seed, instances, kv_blocks,
-                                                                     scheduler):
+                                                                     engine):
     # GIVEN round-robin routing, instance k serves requests k, k + N, k + 2N, …: the cluster
     # run must equal N separate one-instance runs on those subsets, token for token
     from yaotu_trace.sim.run import _subset
 
+    scheduler, async_scheduling = engine
     req = workload(80, seed=seed, rate=40.0, prompt=(1, 300), output=(0, 40))
     cluster = simulate(req, config(kv_blocks=kv_blocks, instances=instances,
-                                   scheduler=scheduler, max_num_seqs=6, max_batched_tokens=128))
+                                   scheduler=scheduler, max_num_seqs=6, max_batched_tokens=128,
+                                   async_scheduling=async_scheduling))
     for k in range(instances):
         keep = np.arange(k, len(req.arrival_s), instances)
         alone = simulate(_subset(req, keep), config(kv_blocks=kv_blocks, scheduler=scheduler,
-                                                    max_num_seqs=6, max_batched_tokens=128))
+                                                    max_num_seqs=6, max_batched_tokens=128,
+                                                    async_scheduling=async_scheduling))
         np.testing.assert_array_equal(cluster.finish_s[keep], alone.finish_s)
         np.testing.assert_array_equal(cluster.num_preemptions[keep], alone.num_preemptions)
         np.testing.assert_array_equal(cluster.cached_tokens[keep], alone.cached_tokens)

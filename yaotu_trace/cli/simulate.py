@@ -23,7 +23,7 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.sim.config import RoutePolicy, SchedulerKind
+from yaotu_trace.sim.config import EngineVersion, RoutePolicy, SchedulerKind
 
 if TYPE_CHECKING:
     from yaotu_trace.sim.scenario import Scenario
@@ -64,6 +64,16 @@ OverlapOpt = Annotated[bool | None, typer.Option(
     help="Stream KV layer by layer during prefill [on].", show_default=False)]
 SchedulerOpt = Annotated[SchedulerKind | None, typer.Option(
     "--scheduler", help="Engine scheduling rules [vllm].", case_sensitive=False)]
+EngineOpt = Annotated[EngineVersion | None, typer.Option(
+    "--engine", help="Engine release to follow: its scheduler and the defaults it ships with "
+    "(vllm-0.33: async scheduling on) [vllm-0.33, or sglang-0.5 with --scheduler sglang].",
+    case_sensitive=False)]
+AsyncOpt = Annotated[bool | None, typer.Option(
+    "--async-scheduling/--no-async-scheduling", help="vLLM's async scheduling: the next batch "
+    "is decided while the GPU runs the current one [on for vllm-0.33].", show_default=False)]
+MaxModelLenOpt = Annotated[int | None, typer.Option(
+    "--max-model-len", help="The model's context limit; vLLM's step budget without chunked "
+    "prefill [131072].", min=1)]
 UtilOpt = Annotated[float | None, typer.Option(
     "--gpu-memory-utilization", help="Share of GPU memory the engine takes [0.92].")]
 TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel GPUs per instance [1].",
@@ -85,7 +95,7 @@ def scenario_from_options(**options: object) -> Scenario:
     from yaotu_trace.sim.scenario import Scenario
 
     values = {k: v for k, v in options.items() if v is not None}
-    for key in ("route", "scheduler"):
+    for key in ("route", "scheduler", "engine"):
         if key in values:
             values[key] = str(values[key])
     if "calibrate" in values:
@@ -122,6 +132,9 @@ def simulate(
     link_latency_ms: LinkLatencyOpt = None,
     layerwise_overlap: OverlapOpt = None,
     scheduler: SchedulerOpt = None,
+    engine: EngineOpt = None,
+    async_scheduling: AsyncOpt = None,
+    max_model_len: MaxModelLenOpt = None,
     gpu_memory_utilization: UtilOpt = None,
     tp: TpOpt = None,
     mfu: MfuOpt = None,
@@ -159,7 +172,8 @@ def simulate(
         prefix_caching=prefix_caching, instances=instances, route=route,
         route_weights=route_weights, pd=pd,
         link_gbps=link_gbps, link_latency_ms=link_latency_ms, layerwise_overlap=layerwise_overlap,
-        scheduler=scheduler, gpu_memory_utilization=gpu_memory_utilization, tp=tp, mfu=mfu,
+        scheduler=scheduler, engine=engine, async_scheduling=async_scheduling,
+        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, tp=tp, mfu=mfu,
         mbu=mbu, overhead_ms=overhead_ms, host_gap_ms=host_gap_ms, calibrate=calibrate,
     )
     with progress("simulate", quiet) as update:

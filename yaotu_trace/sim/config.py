@@ -21,6 +21,31 @@ class SchedulerKind(StrEnum):
     SGLANG = "sglang"  # prefill batches replace decode steps, retract fewest-output first (§2.5)
 
 
+class EngineVersion(StrEnum):
+    """An engine release the simulator follows (`--engine`): its scheduler family and the
+    defaults that release ships with."""
+
+    VLLM_0_33 = "vllm-0.33"  # async scheduling on; without chunking the budget is max_model_len
+    SGLANG_0_5 = "sglang-0.5"  # synchronous (the overlap scheduler is not modelled)
+
+    @property
+    def scheduler(self) -> SchedulerKind:
+        """The scheduling rules of this release."""
+        return SchedulerKind.SGLANG if self is EngineVersion.SGLANG_0_5 else SchedulerKind.VLLM
+
+    @property
+    def label(self) -> str:
+        """How a report names it."""
+        return {"vllm-0.33": "vLLM 0.33", "sglang-0.5": "SGLang 0.5"}[self.value]
+
+
+# The release each scheduler family stands for when `--engine` is not given.
+DEFAULT_ENGINES: dict[SchedulerKind, EngineVersion] = {
+    SchedulerKind.VLLM: EngineVersion.VLLM_0_33,
+    SchedulerKind.SGLANG: EngineVersion.SGLANG_0_5,
+}
+
+
 class RoutePolicy(StrEnum):
     """How a cluster assigns a request to an instance at its arrival."""
 
@@ -59,7 +84,9 @@ class StepCost:
     `host_gap_s` is host work that does not overlap the GPU (scheduling, input preparation,
     detokenization without async output): it idles the GPU between two steps of an instance, so
     it appears in the step log as a gap `start_{k+1} − end_k` while requests wait, unlike
-    `overhead_s`, which is counted inside the step.
+    `overhead_s`, which is counted inside the step. `per_token_s` adds a cost per scheduled token
+    (prefill and decode alike) to the fitted line: the shared step time of the comparison with
+    the real scheduler (`benchmarks/engines/vllm_steps.py`).
     """
 
     linear_params: float
@@ -74,6 +101,7 @@ class StepCost:
     overhead_s: float = 0.003
     host_gap_s: float = 0.0
     calibrated: tuple[float, float, float] | None = None
+    per_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.flops_per_s <= 0 or self.bytes_per_s <= 0:
@@ -85,12 +113,14 @@ class StepCost:
 
     @classmethod
     def fixed(cls, a_s: float, b_s_per_token: float = 0.0, c_s_per_context: float = 0.0,
-              *, kv_bytes_per_token: float = 0.0, host_gap_s: float = 0.0) -> StepCost:
-        """A linear step time `a + b·prefill_tokens + c·Σcontext` (tests, calibration)."""
+              *, kv_bytes_per_token: float = 0.0, host_gap_s: float = 0.0,
+              per_token_s: float = 0.0) -> StepCost:
+        """A linear step time `a + b·prefill_tokens + c·Σcontext + d·tokens` (tests,
+        calibration, the comparison with the real scheduler)."""
         return cls(linear_params=0.0, attention_flops_per_token_pair=0.0, dense_weight_bytes=0.0,
                    kv_bytes_per_token=kv_bytes_per_token, flops_per_s=1.0, bytes_per_s=1.0,
                    overhead_s=0.0, host_gap_s=host_gap_s,
-                   calibrated=(a_s, b_s_per_token, c_s_per_context))
+                   calibrated=(a_s, b_s_per_token, c_s_per_context), per_token_s=per_token_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +132,9 @@ class SimConfig:
     `pd` is `(prefill instances, decode instances)` or None for colocated instances;
     `link_bytes_per_s` and `link_latency_s` price the KV transfer (α + bytes / bandwidth),
     optionally overlapped layer by layer with the prefill (`layerwise_overlap`, `layers`).
+    `async_scheduling` is vLLM's async scheduler (two batches in flight, the next one decided
+    while the GPU runs the current one); off here, on in the `vllm-0.33` engine preset
+    (`sim.scenario`). SGLang's rules run synchronously.
     """
 
     scheduler: SchedulerKind = SchedulerKind.VLLM
@@ -125,6 +158,7 @@ class SimConfig:
     balance_rel_threshold: float = 1.5
     tensor_parallel: int = 1
     route_weights: tuple[float, ...] | None = None
+    async_scheduling: bool = False
     step_cost: StepCost
 
     def __post_init__(self) -> None:
@@ -143,6 +177,10 @@ class SimConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"{name.replace('_', '-')} {value!r} must be a whole number "
                                   f">= {low}")
+        if self.async_scheduling and self.scheduler is SchedulerKind.SGLANG:
+            raise ConfigError("--async-scheduling is vLLM's; the SGLang rules run synchronously "
+                              "(its overlap scheduler is not modelled): drop it or use "
+                              "--engine vllm-0.33")
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError(f"watermark {self.watermark} must be in [0, 1)")
         if self.pd is not None:

@@ -2,18 +2,29 @@
 
 One call simulates a whole cluster in global time order. Three kinds of events interleave:
 an arrival (routed at once to an instance's waiting queue), a KV handoff arriving at a decode
-instance (P/D), and an instance's step boundary (the step that ends is completed, then the next
-one is scheduled). A step is scheduled at its start and completed at its end, so routing
-decisions taken meanwhile see the engine as a real router would (tokens of a step in flight
-are not out yet).
+instance (P/D), and an instance's engine turn. An engine turn is vLLM's `EngineCore` loop on a
+virtual clock: it completes the oldest batch in flight (its tokens come out), then schedules
+new batches until `batch_queue` batches are in flight (vLLM's `max_concurrent_batches`: 2 under
+async scheduling, the scheduler deciding batch k + 2 while the GPU runs batch k + 1; 1 when
+synchronous), then waits for the oldest. A batch starts on the GPU when the one before it ends,
+so routing decisions taken meanwhile see the engine as a real router would (tokens of a batch
+in flight are not out yet).
+
+Under async scheduling a request holds output placeholders for the tokens its batches in flight
+will sample, is scheduled on them before they are known, and is not scheduled past its output
+length; a request preempted with a batch in flight still gets that batch's token, and is not
+readmitted before (vLLM's stale output, `Scheduler._preempt_request`).
 
 KV pool (engines.md §1.4–1.5): per instance `usable` blocks with reference counts. Free blocks
 sit in one doubly linked free queue; allocation pops the head and evicts the block's cache
 entry only then; a request's blocks are freed tail first, hashed blocks appended to the tail
 (LRU), hashless blocks prepended to the head. A block's identity (`ident`) is a dense id: the
-chain id for cacheable prompt blocks, a private id (one per request block slot) otherwise, so a
-preempted request can hit its own surviving blocks on resume. Identities map to the physical
-block caching them (`ident_map`, one row per instance); the first copy wins.
+chain id for cacheable blocks (prompt blocks, and output blocks when the trace gives output
+tokens), a private id (one per request block slot) otherwise, so a preempted request can hit its
+own surviving blocks on resume. Identities map to the physical blocks caching them (`ident_map`
+holds the first, `pool[_DUP]` links the others): two requests that compute the same block at
+once keep both copies cached, as vLLM does; a lookup takes the oldest copy still cached. Under
+the SGLang preset the first copy wins and the second stays private.
 
 The configuration arrives typed: `EngineParams` and `StepCostParams` (`sim.engine_params`),
 NamedTuples of scalars read by field name; the requests arrive as `Inputs`.
@@ -46,9 +57,9 @@ _ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
  _OUT_LEN,  # output tokens
  _BLK_OFF, _BLK_END,  # its block slots in `ident` and `req_phys`: [blk_off, blk_end)
  _TT_OFF,  # its first token's slot in the token times
- _COMPUTED,  # tokens whose KV is computed (or scheduled in the step in flight)
- _NTOK,  # tokens whose KV it needs: prompt + generated
- _GEN,  # tokens generated
+ _COMPUTED,  # tokens whose KV is computed (or scheduled in a batch in flight)
+ _NTOK,  # tokens known: prompt + tokens sampled so far
+ _GEN,  # tokens sampled (come out) so far
  _NALLOC,  # KV blocks held
  _NREG,  # of them, published to the prefix cache
  _INST_OF,  # instance serving it (-1: not routed yet)
@@ -59,9 +70,13 @@ _ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
  _RECOMP,  # tokens recomputed after preemptions, beyond cache hits
  _C_PRE,  # tokens it had computed when last preempted
  _REMOTE,  # 1: queued on a decode instance, its KV coming from a prefill instance
- _LEAVING,  # 1: leaves its instance with the step just completed
+ _LEAVING,  # 1: leaves its instance with the batch just completed
  _STARTED,  # 1: admitted at least once
- _REQ_I_FIELDS) = range(21)
+ _PH,  # output placeholders: tokens its batches in flight will sample (async scheduling)
+ _INFL,  # tokens of it scheduled in batches in flight
+ _STALE,  # tokens in flight from before its last preemption (it waits for them)
+ _DONE,  # 1: finished
+ _REQ_I_FIELDS) = range(25)
 # req_f[field, r], per request, float64 seconds (NaN: not yet, or colocated):
 (_SCHED_S,  # first admission
  _FIRST_S,  # first token
@@ -75,26 +90,34 @@ _ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
  _NFREE,  # free blocks
  _NRUN,  # running requests: run[i, :nrun]
  _WHEAD, _WLEN,  # waiting requests, a ring: wq[i, whead], ... (wlen of them)
- _FL_N,  # requests in the step in flight: fl_req[i, :fl_n]
+ _QHEAD, _QLEN,  # batches in flight: slots i·2 + (qhead + k) % 2 for k < qlen, oldest first
+ _BN0, _BN1,  # requests in the batch of slot 0 / 1
+ _FINPEND,  # 1: a request finished since the last schedule (vLLM's has_requests)
  _LOAD,  # requests routed to it and not yet gone
- _INST_I_FIELDS) = range(9)
+ _INST_I_FIELDS) = range(13)
 # inst_f[field, i], per instance, float64:
-(_INST_T,  # its next step boundary (inf: idle)
+(_INST_T,  # its next engine turn (inf: idle until a request reaches it)
  _PEND_PF,  # prefill tokens queued, not yet scheduled
  _BUSY_S,  # seconds of steps run
  _RATIO,  # SGLang: new-token ratio of the decode reservation
- _INST_F_FIELDS) = range(5)
+ _GPU_FREE,  # when its GPU finishes the batches launched so far
+ _READY0, _READY1,  # when the batch of slot 0 / 1 has its tokens out
+ _INST_F_FIELDS) = range(8)
 # pool[field, b], per physical KV block (instance i's are [i * usable, (i + 1) * usable)):
 (_REF,  # references
  _BHASH,  # the identity it caches (-1: none)
  _PREV, _NXT,  # links of the free queue
- _POOL_FIELDS) = range(5)
+ _DUP,  # the next younger copy of the same identity (-1: none)
+ _POOL_FIELDS) = range(6)
 # totals[field], the run totals (returned in this order):
 (_STALL_DEC_S, _HBM_BYTES, _XFER_BYTES, _PREFIX_REREAD, _OVERHEAD_S, _DROPPED,
  _TOTALS_FIELDS) = range(7)
 # log_i[field, step] (int64) and log_f[field, step] (float64), the step log:
-(_S_INST, _S_PF, _S_DEC, _S_RUN, _S_WAIT, _S_USED, _S_PRE, _LOG_I_FIELDS) = range(8)
+(_S_INST, _S_PF, _S_DEC, _S_RUN, _S_WAIT, _S_USED, _S_PRE, _S_SCHED, _LOG_I_FIELDS) = range(9)
 (_S_START, _S_END, _LOG_F_FIELDS) = range(3)
+# fl[plane, slot, k], the batches in flight: plane 0 holds request r (r when the batch samples a
+# token for it, -r - 1 when it computes a prefill chunk only), plane 1 its scheduled tokens.
+_FL_REQ, _FL_TOK = range(2)
 
 
 class Inputs(NamedTuple):
@@ -107,7 +130,7 @@ class Inputs(NamedTuple):
     ident: np.ndarray
     tt_off: np.ndarray
     num_identities: int
-    shared_limit: int  # identities below it are shared prompt blocks
+    shared_limit: int  # identities below it are shared (cacheable content) blocks
     assigned: np.ndarray  # instance fixed in advance (`--route trace|weighted`), −1: the policy
 
 
@@ -120,7 +143,7 @@ def step_time(cost, prefill_tokens, decode_tokens, attn_pairs, ctx_dec, prefix_s
     kvb = cost.kv_bytes_per_token
     if cost.calibrated:
         t = (cost.a_s + cost.b_s_per_prefill_token * prefill_tokens
-             + cost.c_s_per_context_token * ctx_all)
+             + cost.c_s_per_context_token * ctx_all + cost.d_s_per_token * tok)
         if t < 1e-9:
             t = 1e-9
         return t, kvb * (ctx_dec + prefix_sum + tok)
@@ -136,15 +159,15 @@ def step_time(cost, prefill_tokens, decode_tokens, attn_pairs, ctx_dec, prefix_s
     return t, nbytes
 
 
-
-
 # ---- the KV pool. The free-queue operations (`_lists`) are written out over `pool` and
 # `inst_i` here: a call, even an inlined one, counts a reference per array for every block.
 
 
 @nb.njit(cache=True)
 def _alloc(r, inst, tokens, bsz, req_i, inst_i, pool, req_phys, ident_map):
-    """Give request r blocks for `tokens` tokens; False (nothing taken) when too few are free."""
+    """Give request r blocks for `tokens` tokens; False (nothing taken) when too few are free.
+    A block taken from the free queue loses its cache entry (lazy eviction); another copy of
+    the same identity stays cached."""
     need = (tokens + bsz - 1) // bsz - req_i[_NALLOC, r]
     if need <= 0:
         return True
@@ -164,8 +187,15 @@ def _alloc(r, inst, tokens, bsz, req_i, inst_i, pool, req_phys, ident_map):
         else:
             inst_i[_TAIL, inst] = p
         h = pool[_BHASH, b]
-        if h >= 0:
-            ident_map[inst, h] = -1
+        if h >= 0:  # evict b's entry: unlink it from its identity's copies
+            c = ident_map[inst, h]
+            if c == b:
+                ident_map[inst, h] = pool[_DUP, b]
+            else:
+                while pool[_DUP, c] != b:
+                    c = pool[_DUP, c]
+                pool[_DUP, c] = pool[_DUP, b]
+            pool[_DUP, b] = -1
             pool[_BHASH, b] = -1
         pool[_REF, b] = 1
         req_phys[base + req_i[_NALLOC, r]] = b
@@ -207,12 +237,15 @@ def _free_request(r, inst, req_i, inst_i, pool, req_phys):
 
 @nb.njit(cache=True)
 def _preempt(r, inst, req_i, inst_i, inst_f, pool, req_phys, wq):
-    """Free running r and queue it first again: it recomputes what it had (less any hits)."""
+    """Free running r and queue it first again: it recomputes what it had (less any hits).
+    Its tokens in flight still come out; until they have, it is not readmitted."""
     _free_request(r, inst, req_i, inst_i, pool, req_phys)
     inst_f[_PEND_PF, inst] += req_i[_COMPUTED, r]
     req_i[_C_PRE, r] = req_i[_COMPUTED, r]
     req_i[_COMPUTED, r] = 0
     req_i[_NPRE, r] += 1
+    req_i[_STALE, r] = req_i[_INFL, r]
+    req_i[_PH, r] = 0
     cap_q = wq.shape[1]
     inst_i[_WHEAD, inst] = (inst_i[_WHEAD, inst] - 1 + cap_q) % cap_q
     wq[inst, inst_i[_WHEAD, inst]] = r
@@ -220,8 +253,10 @@ def _preempt(r, inst, req_i, inst_i, inst_f, pool, req_phys, wq):
 
 
 @nb.njit(cache=True)
-def _register(r, inst, tokens, bsz, req_i, pool, ident, req_phys, ident_map):
-    """Publish r's full blocks up to `tokens` as cache entries (the first copy of an id wins)."""
+def _register(r, inst, tokens, bsz, dup, req_i, pool, ident, req_phys, ident_map):
+    """Publish r's full blocks up to `tokens` as cache entries. With `dup` (vLLM) a block whose
+    identity is already cached becomes a further copy of it; without (SGLang) the first copy
+    wins and the block stays private."""
     full = tokens // bsz
     if full > req_i[_NALLOC, r]:
         full = req_i[_NALLOC, r]
@@ -229,8 +264,16 @@ def _register(r, inst, tokens, bsz, req_i, pool, ident, req_phys, ident_map):
     for k in range(req_i[_NREG, r], full):
         idn = ident[base + k]
         b = req_phys[base + k]
-        if ident_map[inst, idn] < 0 and pool[_BHASH, b] < 0:
+        if pool[_BHASH, b] >= 0:
+            continue
+        c = ident_map[inst, idn]
+        if c < 0:
             ident_map[inst, idn] = b
+            pool[_BHASH, b] = idn
+        elif dup:
+            while pool[_DUP, c] >= 0:
+                c = pool[_DUP, c]
+            pool[_DUP, c] = b
             pool[_BHASH, b] = idn
     if full > req_i[_NREG, r]:
         req_i[_NREG, r] = full
@@ -298,8 +341,9 @@ def _route_prefix_affinity(r, lo, hi, p, shared_limit, req_i, inst_i, rtree, ide
             mx = inst_i[_LOAD, i]
     target = least
     base = req_i[_BLK_OFF, r]
-    nb_ = req_i[_BLK_END, r] - base
     prompt = req_i[_PROMPT, r]
+    # the router holds prompts only (sgl-router inserts the request text, not the answer)
+    nb_ = min(req_i[_BLK_END, r] - base, prompt // p.block_size_tokens)
     if not (mx - mn > p.balance_abs_threshold and mx > p.balance_rel_threshold * mn):
         best_m = -1
         best_i = least
@@ -394,44 +438,85 @@ def _queue(r, stage, now, inp, p, rr, req_i, inst_i, inst_f, rtree, ident_map, w
         inst_f[_INST_T, target] = now
 
 
-# ---- an instance's step boundary: complete the step in flight, schedule the next one
+# ---- an engine turn: complete the oldest batch in flight, schedule the next ones
 
 
 @nb.njit(cache=True)
-def _complete_step(i, now, p, kvb, req_i, req_f, inst_i, pool, req_phys, ident, ident_map,
-                   fl_req, run, tt, hp_t, hp_r, hp_n, totals):
-    """Instance i's step in flight ends at `now`: each request whose sequence is computed gets
-    a token; finished ones and P/D prefills leave the instance, a prefill's KV pushed onto the
-    handoff heap (`hp_t`, `hp_r`: ready s, request) for the decode pool. Returns the heap's
-    new size."""
+def _unqueue_waiting(r, i, inst_i, wq):
+    """Take r out of instance i's waiting ring, keeping the others' order."""
+    cap_q = wq.shape[1]
+    head = inst_i[_WHEAD, i]
+    n = inst_i[_WLEN, i]
+    k = 0
+    while k < n and wq[i, (head + k) % cap_q] != r:
+        k += 1
+    for j in range(k, n - 1):
+        wq[i, (head + j) % cap_q] = wq[i, (head + j + 1) % cap_q]
+    inst_i[_WLEN, i] -= 1
+
+
+@nb.njit(cache=True)
+def _complete_batch(i, slot, now, p, kvb, req_i, req_f, inst_i, pool, req_phys, ident, ident_map,
+                    fl, run, wq, tt, hp_t, hp_r, hp_n, totals):
+    """Instance i's batch in `slot` has its tokens out at `now` (vLLM's update_from_output):
+    each request it samples for gets a token; finished ones and P/D prefills leave the instance,
+    a prefill's KV pushed onto the handoff heap (`hp_t`, `hp_r`: ready s, request) for the
+    decode pool. Under async scheduling a running request's blocks are cached up to the tokens
+    whose batches have completed. Returns the heap's new size."""
     bsz = p.block_size_tokens
     n_pf = p.prefill_instances
     pd = n_pf > 0
-    for k in range(inst_i[_FL_N, i]):
-        r = fl_req[i, k]
-        if p.sglang and p.prefix_caching:
-            _register(r, i, req_i[_COMPUTED, r], bsz, req_i, pool, ident, req_phys, ident_map)
-        if req_i[_COMPUTED, r] < req_i[_NTOK, r]:
+    dup = p.duplicate_copies
+    row = i * 2 + slot
+    left = 0
+    for k in range(inst_i[_BN0 + slot, i]):
+        code = fl[_FL_REQ, row, k]
+        r = code if code >= 0 else -code - 1
+        req_i[_INFL, r] -= fl[_FL_TOK, row, k]
+        stale = req_i[_STALE, r] > 0
+        if stale:
+            req_i[_STALE, r] -= fl[_FL_TOK, row, k]
+        if req_i[_DONE, r]:
             continue
-        # the step produced a token for r
+        if p.sglang and p.prefix_caching and req_i[_COMPUTED, r] // bsz > req_i[_NREG, r]:
+            _register(r, i, req_i[_COMPUTED, r], bsz, dup, req_i, pool, ident, req_phys,
+                      ident_map)
+        if code < 0:
+            continue
+        # the batch sampled a token for r
         req_i[_GEN, r] += 1
+        req_i[_NTOK, r] += 1
         gen = req_i[_GEN, r]
         tt[req_i[_TT_OFF, r] + gen - 1] = now
         if gen == 1:
             req_f[_FIRST_S, r] = now
+        had_ph = req_i[_PH, r] > 0
+        if had_ph and not stale:
+            req_i[_PH, r] -= 1
+            if p.prefix_caching:
+                tokens = req_i[_COMPUTED, r] - req_i[_INFL, r]
+                if tokens > req_i[_NTOK, r]:
+                    tokens = req_i[_NTOK, r]
+                if tokens // bsz > req_i[_NREG, r]:  # a block filled (the call costs)
+                    _register(r, i, tokens, bsz, dup, req_i, pool, ident, req_phys, ident_map)
         prefilled = pd and req_i[_INST_OF, r] < n_pf
         if gen < req_i[_OUT_LEN, r] and not prefilled:
-            req_i[_NTOK, r] += 1
             continue
-        _free_request(r, i, req_i, inst_i, pool, req_phys)
+        # r leaves the instance: finished, or its prefill done on a P instance
+        if stale:
+            _unqueue_waiting(r, i, inst_i, wq)
+        else:
+            _free_request(r, i, req_i, inst_i, pool, req_phys)
+            req_i[_LEAVING, r] = 1
+            left += 1
         inst_i[_LOAD, i] -= 1
-        req_i[_LEAVING, r] = 1
+        inst_i[_FINPEND, i] = 1
         if gen >= req_i[_OUT_LEN, r]:
+            req_i[_DONE, r] = 1
             req_f[_FINISH_S, r] = now
             if prefilled:
                 totals[_XFER_BYTES] += req_i[_PROMPT, r] * kvb
             continue
-        req_i[_NTOK, r] += 1
         # P/D: ship the prompt's KV to a decode instance
         nbytes = req_i[_PROMPT, r] * kvb
         totals[_XFER_BYTES] += nbytes
@@ -444,31 +529,33 @@ def _complete_step(i, now, p, kvb, req_i, req_f, inst_i, pool, req_phys, ident, 
             ready = now + alpha + nbytes / bw
         req_f[_XFER_S, r] = ready - now
         hp_n = heap_push(hp_t, hp_r, hp_n, ready, r)
-    # compact the running list
-    m = 0
-    for k in range(inst_i[_NRUN, i]):
-        r = run[i, k]
-        if not req_i[_LEAVING, r]:
-            run[i, m] = r
-            m += 1
-        else:
-            req_i[_LEAVING, r] = 0
-            req_i[_COMPUTED, r] = 0
-    inst_i[_NRUN, i] = m
-    inst_i[_FL_N, i] = 0
+    if left > 0:  # compact the running list
+        m = 0
+        for k in range(inst_i[_NRUN, i]):
+            r = run[i, k]
+            if not req_i[_LEAVING, r]:
+                run[i, m] = r
+                m += 1
+            else:
+                req_i[_LEAVING, r] = 0
+                req_i[_COMPUTED, r] = 0
+                req_i[_PH, r] = 0
+        inst_i[_NRUN, i] = m
     return hp_n
 
 
 @nb.njit(cache=True)
-def _schedule_running_vllm(i, in_system, p, req_i, inst_i, inst_f, pool, req_phys, ident,
-                           ident_map, run, fl_req, wq):
+def _schedule_running_vllm(i, row, in_system, p, req_i, inst_i, inst_f, pool, req_phys, ident,
+                           ident_map, run, fl, wq):
     """vLLM v1 schedules instance i's running requests first, in order, under the token budget;
-    one that finds no free block preempts the last running one (itself included). Returns
-    (scheduled, preempted, prefill tokens, decode tokens, attention pairs, decode context,
-    prefix sum, context sum, budget left)."""
+    one that finds no free block preempts the last running one (itself included). Under async
+    scheduling a request is scheduled on its placeholders, but not past its output length.
+    Returns (scheduled, preempted, prefill tokens, decode tokens, attention pairs, decode
+    context, prefix sum, context sum, budget left)."""
     bsz = p.block_size_tokens
     lpt = p.long_prefill_tokens
     budget = p.token_budget
+    n_pf = p.prefill_instances
     n_sched = 0
     preempted_n = 0
     pf_tok = 0
@@ -482,7 +569,15 @@ def _schedule_running_vllm(i, in_system, p, req_i, inst_i, inst_f, pool, req_phy
     while idx < inst_i[_NRUN, i] and budget > 0 and not stop:
         r = run[i, idx]
         cb = req_i[_COMPUTED, r]
-        nn = req_i[_NTOK, r] - cb
+        ph = req_i[_PH, r]
+        if ph > 0:
+            # its batches in flight already reach its last token (a P instance stops at one)
+            wanted = 1 if (n_pf > 0 and req_i[_INST_OF, r] < n_pf) else req_i[_OUT_LEN, r]
+            if cb + 2 - ph >= req_i[_PROMPT, r] + wanted:
+                idx += 1
+                continue
+        ntok = req_i[_NTOK, r]
+        nn = ntok + ph - cb
         if lpt > 0 and in_system > 1 and nn > lpt:
             nn = lpt
         if nn > budget:
@@ -498,9 +593,10 @@ def _schedule_running_vllm(i, in_system, p, req_i, inst_i, inst_f, pool, req_phy
                 break
         if stop:
             break
-        if p.prefix_caching:
-            _register(r, i, cb + nn, bsz, req_i, pool, ident, req_phys, ident_map)
-        if req_i[_GEN, r] >= 1 and cb == req_i[_NTOK, r] - 1 and nn == 1:
+        if p.prefix_caching and min(cb + nn, ntok) // bsz > req_i[_NREG, r]:
+            _register(r, i, min(cb + nn, ntok), bsz, p.duplicate_copies, req_i, pool, ident,
+                      req_phys, ident_map)
+        if nn == 1 and cb >= ntok - 1 and req_i[_GEN, r] + ph >= 1:
             dec_tok += 1
             ctx_dec += cb + 1
         else:
@@ -511,8 +607,13 @@ def _schedule_running_vllm(i, in_system, p, req_i, inst_i, inst_f, pool, req_phy
         ctx_all += cb + nn
         req_i[_COMPUTED, r] = cb + nn
         req_i[_COMP_TOTAL, r] += nn
+        req_i[_INFL, r] += nn
+        samples = cb + nn >= ntok + ph
+        if samples and p.batch_queue > 1:
+            req_i[_PH, r] += 1
+        fl[_FL_REQ, row, n_sched] = r if samples else -r - 1
+        fl[_FL_TOK, row, n_sched] = nn
         budget -= nn
-        fl_req[i, n_sched] = r
         n_sched += 1
         idx += 1
     return (n_sched, preempted_n, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all,
@@ -520,8 +621,8 @@ def _schedule_running_vllm(i, in_system, p, req_i, inst_i, inst_f, pool, req_phy
 
 
 @nb.njit(cache=True)
-def _schedule_running_sglang(i, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run,
-                             fl_req):
+def _schedule_running_sglang(i, row, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run,
+                             fl):
     """SGLang continues instance i's chunked prefills under the token budget (decodes wait for
     a step without prefill work). Returns (scheduled, prefill tokens, attention pairs, prefix
     sum, context sum, budget left)."""
@@ -551,8 +652,10 @@ def _schedule_running_sglang(i, p, req_i, inst_i, inst_f, pool, req_phys, ident_
         inst_f[_PEND_PF, i] -= nn
         req_i[_COMPUTED, r] = cb + nn
         req_i[_COMP_TOTAL, r] += nn
+        req_i[_INFL, r] += nn
+        fl[_FL_REQ, row, n_sched] = r if cb + nn >= req_i[_NTOK, r] else -r - 1
+        fl[_FL_TOK, row, n_sched] = nn
         budget -= nn
-        fl_req[i, n_sched] = r
         n_sched += 1
     return n_sched, pf_tok, attn_pairs, prefix_sum, ctx_all, budget
 
@@ -572,13 +675,13 @@ def _admission(r, i, in_system, budget, p, req_i, inst_i, inst_f, pool, ident, i
             hit, evict = _lookup(r, i, ntok, bsz, req_i, pool, ident, ident_map)
         hit_tok = hit * bsz
     nn = ntok - hit_tok
+    capped = p.chunked_prefill or not p.sglang  # vLLM caps a prompt before the chunking check
+    if capped and p.long_prefill_tokens > 0 and in_system > 1 and nn > p.long_prefill_tokens:
+        nn = p.long_prefill_tokens
     if not p.chunked_prefill and nn > budget:
         return -1, 0, 0
-    if p.chunked_prefill:
-        if p.long_prefill_tokens > 0 and in_system > 1 and nn > p.long_prefill_tokens:
-            nn = p.long_prefill_tokens
-        if nn > budget:
-            nn = budget
+    if nn > budget:
+        nn = budget
     nrun = inst_i[_NRUN, i]
     need = (ntok + bsz - 1) // bsz - hit + evict
     free_ok = inst_i[_NFREE, i] - (p.watermark_blocks if nrun > 0 else 0)
@@ -597,16 +700,23 @@ def _admission(r, i, in_system, budget, p, req_i, inst_i, inst_f, pool, ident, i
 
 
 @nb.njit(cache=True)
-def _admit_waiting(i, now, in_system, budget, work, p, req_i, req_f, inst_i, inst_f, pool,
-                   req_phys, ident, ident_map, run, fl_req, wq):
+def _admit_waiting(i, row, now, in_system, budget, work, p, req_i, req_f, inst_i, inst_f, pool,
+                   req_phys, ident, ident_map, run, fl, wq):
     """Admit instance i's waiting requests in order while the budget, the sequence limit and the
-    pool allow; `work` is the step's (scheduled, prefill tokens, decode tokens, attention pairs,
-    decode context, prefix sum, context sum) so far, returned updated."""
+    pool allow; a request whose tokens are still in flight from before its preemption is
+    passed over (it keeps its place). `work` is the step's (scheduled, prefill tokens, decode
+    tokens, attention pairs, decode context, prefix sum, context sum) so far, returned
+    updated."""
     n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all = work
     bsz = p.block_size_tokens
     cap_q = wq.shape[1]
-    while inst_i[_WLEN, i] > 0 and budget > 0 and inst_i[_NRUN, i] < p.max_num_seqs:
-        r = wq[i, inst_i[_WHEAD, i]]
+    skipped = 0
+    while skipped < inst_i[_WLEN, i] and budget > 0 and inst_i[_NRUN, i] < p.max_num_seqs:
+        head = inst_i[_WHEAD, i]
+        r = wq[i, (head + skipped) % cap_q]
+        if req_i[_STALE, r] > 0:
+            skipped += 1
+            continue
         hit, hit_tok, nn = _admission(r, i, in_system, budget, p, req_i, inst_i, inst_f, pool,
                                       ident, ident_map, run)
         if hit < 0:
@@ -618,8 +728,11 @@ def _admit_waiting(i, now, in_system, budget, work, p, req_i, req_f, inst_i, ins
                req_phys, ident_map)
         remote = req_i[_REMOTE, r]
         if p.prefix_caching and (not p.sglang or remote):
-            _register(r, i, hit_tok + nn, bsz, req_i, pool, ident, req_phys, ident_map)
-        inst_i[_WHEAD, i] = (inst_i[_WHEAD, i] + 1) % cap_q
+            _register(r, i, hit_tok + nn, bsz, p.duplicate_copies, req_i, pool, ident,
+                      req_phys, ident_map)
+        for j in range(skipped, 0, -1):  # the passed-over requests keep their places
+            wq[i, (head + j) % cap_q] = wq[i, (head + j - 1) % cap_q]
+        inst_i[_WHEAD, i] = (head + 1) % cap_q
         inst_i[_WLEN, i] -= 1
         run[i, inst_i[_NRUN, i]] = r
         inst_i[_NRUN, i] += 1
@@ -649,8 +762,13 @@ def _admit_waiting(i, now, in_system, budget, work, p, req_i, req_f, inst_i, ins
         ctx_all += hit_tok + nn
         req_i[_COMPUTED, r] = hit_tok + nn
         req_i[_COMP_TOTAL, r] += nn
+        req_i[_INFL, r] += nn
+        samples = hit_tok + nn >= req_i[_NTOK, r]
+        if samples and p.batch_queue > 1:
+            req_i[_PH, r] = 1
+        fl[_FL_REQ, row, n_sched] = r if samples else -r - 1
+        fl[_FL_TOK, row, n_sched] = nn
         budget -= nn
-        fl_req[i, n_sched] = r
         n_sched += 1
     return n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all
 
@@ -691,8 +809,8 @@ def _retract_sglang(i, p, req_i, inst_i, inst_f, pool, req_phys, run, wq):
 
 
 @nb.njit(cache=True)
-def _decode_step_sglang(i, work, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run,
-                        fl_req, wq):
+def _decode_step_sglang(i, row, work, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run,
+                        fl, wq):
     """SGLang's decode step (no prefill work; KV arriving from a prefill instance only adds
     decodes): every decoding request advances one token, after retraction on OOM. `work` is the
     step's (scheduled, preempted, decode tokens, decode context, context sum), returned
@@ -712,7 +830,9 @@ def _decode_step_sglang(i, work, p, req_i, inst_i, inst_f, pool, req_phys, ident
         ctx_all += cb + 1
         req_i[_COMPUTED, r] = cb + 1
         req_i[_COMP_TOTAL, r] += 1
-        fl_req[i, n_sched] = r
+        req_i[_INFL, r] += 1
+        fl[_FL_REQ, row, n_sched] = r
+        fl[_FL_TOK, row, n_sched] = 1
         n_sched += 1
     ratio_min = 0.7 * 0.14
     inst_f[_RATIO, i] = max(ratio_min, inst_f[_RATIO, i] - (0.7 - ratio_min) / 600.0)
@@ -728,13 +848,15 @@ def _grow(a):
 
 
 @nb.njit(cache=True)
-def _price_and_log(i, now, n_steps, preempted_n, work, usable, cost, inst_i, inst_f, totals,
-                   log_i, log_f):
-    """Price instance i's new step (`work`: scheduled, prefill tokens, decode tokens, attention
-    pairs, decode context, prefix sum, context sum), add it to the totals, set the instance's
-    next boundary and log it as step `n_steps`. Returns the step log, grown if it was full."""
+def _price_and_log(i, slot, now, n_steps, preempted_n, work, usable, cost, inst_i, inst_f,
+                   totals, log_i, log_f):
+    """Price instance i's new batch in `slot`, decided at `now` (`work`: scheduled, prefill
+    tokens, decode tokens, attention pairs, decode context, prefix sum, context sum): it starts
+    when the GPU is free, and its tokens are out after it ends and the host has spent its gap.
+    Adds it to the totals and logs it as step `n_steps`. Returns the step log, grown if it was
+    full."""
     n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all = work
-    inst_i[_FL_N, i] = n_sched
+    inst_i[_BN0 + slot, i] = n_sched
     t_step, nbytes = step_time(cost, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all)
     if pf_tok > 0 and dec_tok > 0:
         t_dec, _ = step_time(cost, 0, dec_tok, 0.0, ctx_dec, 0.0, ctx_dec)
@@ -743,14 +865,16 @@ def _price_and_log(i, now, n_steps, preempted_n, work, usable, cost, inst_i, ins
     totals[_PREFIX_REREAD] += prefix_sum * cost.kv_bytes_per_token
     totals[_OVERHEAD_S] += (cost.overhead_s if not cost.calibrated else 0.0) + cost.host_gap_s
     inst_f[_BUSY_S, i] += t_step
-    end = now + t_step
-    # non-overlapped host work: the GPU idles after the step until the host is done
-    inst_f[_INST_T, i] = end + cost.host_gap_s
+    start = max(now, inst_f[_GPU_FREE, i])
+    end = start + t_step
+    inst_f[_GPU_FREE, i] = end
+    # non-overlapped host work: the tokens are out (and a synchronous engine goes on) after it
+    inst_f[_READY0 + slot, i] = end + cost.host_gap_s
     if n_steps == log_i.shape[1]:
         log_i = _grow(log_i)
         log_f = _grow(log_f)
     log_i[_S_INST, n_steps] = i
-    log_f[_S_START, n_steps] = now
+    log_f[_S_START, n_steps] = start
     log_f[_S_END, n_steps] = end
     log_i[_S_PF, n_steps] = pf_tok
     log_i[_S_DEC, n_steps] = dec_tok
@@ -758,21 +882,37 @@ def _price_and_log(i, now, n_steps, preempted_n, work, usable, cost, inst_i, ins
     log_i[_S_WAIT, n_steps] = inst_i[_WLEN, i]
     log_i[_S_USED, n_steps] = usable - inst_i[_NFREE, i]
     log_i[_S_PRE, n_steps] = preempted_n
+    log_i[_S_SCHED, n_steps] = n_sched
     return log_i, log_f
 
 
 @nb.njit(cache=True)
-def _go_idle(i, now, preempted_n, inst_i, inst_f, totals, cap_q):
-    """Instance i scheduled nothing: it idles until an arrival, unless requests wait; a head
-    that cannot be admitted even with nothing running (an empty pool) is dropped."""
-    inst_f[_INST_T, i] = _INF
-    if inst_i[_WLEN, i] > 0:
-        if inst_i[_NRUN, i] == 0 and preempted_n == 0:
-            inst_i[_WHEAD, i] = (inst_i[_WHEAD, i] + 1) % cap_q
-            inst_i[_WLEN, i] -= 1
-            inst_i[_LOAD, i] -= 1
-            totals[_DROPPED] += 1.0
-        inst_f[_INST_T, i] = now
+def _schedule(i, slot, now, p, req_i, req_f, inst_i, inst_f, pool, req_phys, ident, ident_map,
+              run, fl, wq):
+    """One scheduler call of instance i at `now` into batch `slot`. Returns (scheduled,
+    preempted, prefill tokens, decode tokens, attention pairs, decode context, prefix sum,
+    context sum)."""
+    row = i * 2 + slot
+    in_system = inst_i[_NRUN, i] + inst_i[_WLEN, i]
+    inst_i[_FINPEND, i] = 0
+    if not p.sglang:  # vLLM v1: running requests first, in order, then waiting FCFS
+        (n_sched, preempted_n, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all,
+         budget) = _schedule_running_vllm(i, row, in_system, p, req_i, inst_i, inst_f, pool,
+                                          req_phys, ident, ident_map, run, fl, wq)
+    else:  # SGLang: continue chunked prefills, then admit; decode only without prefill
+        n_sched, pf_tok, attn_pairs, prefix_sum, ctx_all, budget = _schedule_running_sglang(
+            i, row, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run, fl)
+        preempted_n, dec_tok, ctx_dec = 0, 0, 0.0
+    if preempted_n == 0:  # vLLM admits only when nothing was preempted this step
+        n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all = _admit_waiting(
+            i, row, now, in_system, budget,
+            (n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all), p, req_i,
+            req_f, inst_i, inst_f, pool, req_phys, ident, ident_map, run, fl, wq)
+    if p.sglang and pf_tok == 0 and inst_i[_NRUN, i] > 0:
+        n_sched, preempted_n, dec_tok, ctx_dec, ctx_all = _decode_step_sglang(
+            i, row, (n_sched, preempted_n, dec_tok, ctx_dec, ctx_all), p, req_i, inst_i, inst_f,
+            pool, req_phys, ident_map, run, fl, wq)
+    return n_sched, preempted_n, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all
 
 
 # ---- the loop
@@ -802,6 +942,7 @@ def _initial_state(inp, p):
     pool = np.empty((_POOL_FIELDS, n_inst * usable), np.int64)
     pool[_REF] = 0
     pool[_BHASH] = -1
+    pool[_DUP] = -1
     for i in range(n_inst):
         lo = i * usable
         for b in range(lo, lo + usable):
@@ -812,10 +953,10 @@ def _initial_state(inp, p):
     return req_i, req_f, inst_i, inst_f, pool
 
 
-# NOTE: the loop runs in phases (`_queue`, `_complete_step`, `_schedule_running_*`,
-# `_admit_waiting`, `_decode_step_sglang`, `_price_and_log`, `_go_idle`) over the state
-# matrices. `python benchmarks/simulate_vs.py --repeats 7` against the inline loop over some
-# thirty separate arrays that came before (CPU seconds, median of 7 alternating runs; every
+# NOTE: the loop runs in phases (`_queue`, `_complete_batch`, `_schedule` with its
+# `_schedule_running_*`, `_admit_waiting` and `_decode_step_sglang`, `_price_and_log`) over the
+# state matrices. `python benchmarks/simulate_vs.py --repeats 7` against the inline loop over
+# some thirty separate arrays that came before (CPU seconds, median of 7 alternating runs; every
 # result array bit-identical; noise on the shared 2-core machine is about ±3 %):
 #   deployment               inline s   phases s   phases/inline
 #   1 instance                 1.868      0.634       0.34
@@ -837,6 +978,15 @@ def _initial_state(inp, p):
 #   its 46 plain arguments (beyond 30, numba gets them as one *args tuple): ~15 % (4
 #   instances); over one `structref` of its 28 arrays: +16 %; over state tuples with everything
 #   it calls inlined: +6 %, compile +10 %.
+# The engine turn (batches in flight, placeholders, stale tokens, duplicate copies) against the
+# one-batch loop before it, measured the same way (median of 7, the machine otherwise idle; the
+# new loop runs async scheduling where vLLM does): 1 instance 0.855 → 0.880 s (+3 %); 4
+# instances, kv-aware 1.358 → 1.743 s (+28 %); P/D 2:2 1.530 → 2.143 s (+40 %); 1 instance,
+# sglang 0.730 → 0.730 s; 4 instances, sglang 1.177 → 1.289 s (+10 %). The extra is per step
+# (more fields per request), where many small instances make many steps; async itself costs
+# 6–12 % over the same loop run synchronously (separate runs, median of 5: P/D 2:2 1.554 →
+# 1.737 s, 4 instances kv-aware 1.278 → 1.355 s). Inlining `_schedule` changed nothing
+# measurable.
 @nb.njit(cache=True)
 def simulate_cluster(inp, p, cost):
     """Run the whole trace; see the module docstring. Returns per-request and per-step arrays
@@ -846,6 +996,7 @@ def simulate_cluster(inp, p, cost):
     n = inp.prompt.shape[0]
     n_inst = p.instances
     max_seqs = p.max_num_seqs
+    depth = p.batch_queue
     req_i, req_f, inst_i, inst_f, pool = _initial_state(inp, p)
     ident = inp.ident
     req_phys = np.full(inp.blk_off[n], -1, np.int64)  # physical block of each block slot
@@ -855,7 +1006,7 @@ def simulate_cluster(inp, p, cost):
     rtree = np.zeros((n_inst if tree else 1, inp.shared_limit if tree else 1), np.bool_)
     rr = np.zeros(2, np.int64)  # round-robin counters of the two routers
     run = np.zeros((n_inst, max_seqs), np.int64)
-    fl_req = np.zeros((n_inst, max_seqs), np.int64)
+    fl = np.zeros((2, n_inst * 2, min(max_seqs, n) + 1), np.int64)
     wq = np.zeros((n_inst, n + 1), np.int64)
     hp_t = np.empty(n + 1)  # P/D handoffs: a heap of (KV ready s, request)
     hp_r = np.empty(n + 1, np.int64)
@@ -887,37 +1038,65 @@ def simulate_cluster(inp, p, cost):
                 hp_n = heap_pop(hp_t, hp_r, hp_n)
                 _queue(r, 1, t_h, inp, p, rr, req_i, inst_i, inst_f, rtree, ident_map, wq)
             continue
-        # instance i reaches a step boundary: complete the step in flight, schedule the next
-        if inst_i[_FL_N, i] > 0:
-            hp_n = _complete_step(i, now, p, cost.kv_bytes_per_token, req_i, req_f, inst_i, pool,
-                                  req_phys, ident, ident_map, fl_req, run, tt, hp_t, hp_r, hp_n,
-                                  totals)
-        in_system = inst_i[_NRUN, i] + inst_i[_WLEN, i]
-        if not p.sglang:  # vLLM v1: running requests first, in order, then waiting FCFS
-            (n_sched, preempted_n, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all,
-             budget) = _schedule_running_vllm(i, in_system, p, req_i, inst_i, inst_f, pool,
-                                              req_phys, ident, ident_map, run, fl_req, wq)
-        else:  # SGLang: continue chunked prefills, then admit; decode only without prefill
-            n_sched, pf_tok, attn_pairs, prefix_sum, ctx_all, budget = _schedule_running_sglang(
-                i, p, req_i, inst_i, inst_f, pool, req_phys, ident_map, run, fl_req)
-            preempted_n, dec_tok, ctx_dec = 0, 0, 0.0
-        if preempted_n == 0:  # vLLM admits only when nothing was preempted this step
-            n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all = _admit_waiting(
-                i, now, in_system, budget,
-                (n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all), p, req_i,
-                req_f, inst_i, inst_f, pool, req_phys, ident, ident_map, run, fl_req, wq)
-        if p.sglang and pf_tok == 0 and inst_i[_NRUN, i] > 0:
-            n_sched, preempted_n, dec_tok, ctx_dec, ctx_all = _decode_step_sglang(
-                i, (n_sched, preempted_n, dec_tok, ctx_dec, ctx_all), p, req_i, inst_i, inst_f,
-                pool, req_phys, ident_map, run, fl_req, wq)
-        if n_sched == 0:
-            _go_idle(i, now, preempted_n, inst_i, inst_f, totals, wq.shape[1])
-            continue
-        log_i, log_f = _price_and_log(
-            i, now, n_steps, preempted_n,
-            (n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all),
-            p.usable_blocks, cost, inst_i, inst_f, totals, log_i, log_f)
-        n_steps += 1
+        # instance i's engine turn: complete its oldest batch (ready now), schedule, wait
+        if inst_i[_QLEN, i] > 0:
+            slot = inst_i[_QHEAD, i]
+            hp_n = _complete_batch(i, slot, now, p, cost.kv_bytes_per_token, req_i, req_f,
+                                   inst_i, pool, req_phys, ident, ident_map, fl, run, wq, tt,
+                                   hp_t, hp_r, hp_n, totals)
+            inst_i[_QHEAD, i] = 1 - slot
+            inst_i[_QLEN, i] -= 1
+        while True:
+            has_req = inst_i[_NRUN, i] + inst_i[_WLEN, i] > 0 or inst_i[_FINPEND, i] > 0
+            if not has_req and inst_i[_QLEN, i] == 0:
+                inst_f[_INST_T, i] = _INF
+                break
+            if has_req:
+                slot = (inst_i[_QHEAD, i] + inst_i[_QLEN, i]) % 2
+                work = _schedule(i, slot, now, p, req_i, req_f, inst_i, inst_f, pool, req_phys,
+                                 ident, ident_map, run, fl, wq)
+                n_sched, preempted_n = work[0], work[1]
+                inst_i[_QLEN, i] += 1
+                if n_sched > 0:
+                    log_i, log_f = _price_and_log(i, slot, now, n_steps, preempted_n,
+                                                  (n_sched, work[2], work[3], work[4], work[5],
+                                                   work[6], work[7]),
+                                                  p.usable_blocks, cost, inst_i, inst_f,
+                                                  totals, log_i, log_f)
+                    n_steps += 1
+                else:
+                    inst_i[_BN0 + slot, i] = 0
+                    inst_f[_READY0 + slot, i] = now
+                    busy = inst_i[_QLEN, i] == 2 and inst_i[_BN0 + inst_i[_QHEAD, i], i] > 0
+                    if preempted_n == 0 and not busy:
+                        # nothing can run until a request arrives (an empty batch in flight
+                        # changes nothing either): drop a head that cannot be admitted even
+                        # into an empty instance, else wait
+                        inst_i[_QLEN, i] = 0
+                        if inst_i[_NRUN, i] == 0 and inst_i[_WLEN, i] > 0:
+                            inst_i[_WHEAD, i] = (inst_i[_WHEAD, i] + 1) % wq.shape[1]
+                            inst_i[_WLEN, i] -= 1
+                            inst_i[_LOAD, i] -= 1
+                            totals[_DROPPED] += 1.0
+                            continue
+                        inst_f[_INST_T, i] = _INF
+                        break
+                if inst_i[_QLEN, i] < depth and (
+                        n_sched > 0 or inst_i[_NRUN, i] + inst_i[_WLEN, i] > 0
+                        or inst_i[_FINPEND, i] > 0):
+                    continue
+            # wait for the oldest batch
+            slot = inst_i[_QHEAD, i]
+            ready = inst_f[_READY0 + slot, i]
+            if ready > now:
+                inst_f[_INST_T, i] = ready
+                break
+            if inst_i[_BN0 + slot, i] > 0:
+                hp_n = _complete_batch(i, slot, now, p, cost.kv_bytes_per_token, req_i,
+                                       req_f, inst_i, pool, req_phys, ident, ident_map, fl,
+                                       run, wq, tt, hp_t, hp_r, hp_n, totals)
+            inst_i[_QHEAD, i] = 1 - slot
+            inst_i[_QLEN, i] -= 1
     return _results(req_i, req_f, inst_f, tt, totals, log_i[:, :n_steps], log_f[:, :n_steps])
 
 
@@ -931,5 +1110,5 @@ def _results(req_i, req_f, inst_f, tt, totals, log_i, log_f):
         log_i[_S_INST].copy(), log_f[_S_START].copy(), log_f[_S_END].copy(),
         log_i[_S_PF].copy(), log_i[_S_DEC].copy(), log_i[_S_RUN].copy(), log_i[_S_WAIT].copy(),
         log_i[_S_USED].copy(), log_i[_S_PRE].copy(), totals.copy(), inst_f[_BUSY_S].copy(),
-        req_f[_XFER_S].copy(), req_f[_DEC_START].copy(),
+        req_f[_XFER_S].copy(), req_f[_DEC_START].copy(), log_i[_S_SCHED].copy(),
     )

@@ -26,6 +26,8 @@ class EngineParams(NamedTuple):
     long_prefill_tokens: int  # 0: no per-request cap
     prefix_caching: bool
     watermark_blocks: int
+    batch_queue: int  # batches in flight: 2 under async scheduling, else 1
+    duplicate_copies: bool  # vLLM: a block computed twice at once stays cached twice
     route: int  # a `ROUTE_CODES` value
     link_bytes_per_s: float
     link_latency_s: float
@@ -54,6 +56,7 @@ class StepCostParams(NamedTuple):
     a_s: float
     b_s_per_prefill_token: float
     c_s_per_context_token: float
+    d_s_per_token: float
     host_gap_s: float
 
 
@@ -73,7 +76,9 @@ def engine_params(config: SimConfig, token_budget: int) -> EngineParams:
         chunked_prefill=bool(config.chunked_prefill),
         long_prefill_tokens=int(config.long_prefill_token_threshold),
         prefix_caching=bool(config.prefix_caching),
-        watermark_blocks=int(config.watermark * usable),
+        watermark_blocks=int(config.watermark * config.kv_blocks),  # vLLM: of num_gpu_blocks
+        batch_queue=2 if config.async_scheduling else 1,
+        duplicate_copies=config.scheduler is not SchedulerKind.SGLANG,
         route=ROUTE_CODES[config.route],
         link_bytes_per_s=float(config.link_bytes_per_s),
         link_latency_s=float(config.link_latency_s),
@@ -103,5 +108,6 @@ def step_cost_params(cost: StepCost) -> StepCostParams:
         a_s=float(a),
         b_s_per_prefill_token=float(b),
         c_s_per_context_token=float(c),
+        d_s_per_token=float(cost.per_token_s),
         host_gap_s=float(cost.host_gap_s),
     )

@@ -39,8 +39,12 @@ class RequestArrays:
     `chain_offsets`/`chain_ids` are per-request dense chain ids of cacheable prompt blocks of
     `chain_block_tokens` tokens each (a multiple of the engine block size; each chain block
     then stands for `chain_block_tokens / block_size` engine blocks). None: no prompt content,
-    so no request can hit another's blocks. `instance_codes` index `instance_names`: where the
-    trace says each request ran (−1: it does not say), read by `--route trace`.
+    so no request can hit another's blocks. `output_offsets`/`output_ids` continue each chain
+    over the request's output tokens when the trace gives them (token ids, `chain_block_tokens`
+    the engine block size): the ids of the full blocks of prompt + output after the prompt's
+    full blocks, in the same id space, so a later prompt that repeats an answer hits its
+    blocks. `instance_codes` index `instance_names`: where the trace says each request ran
+    (−1: it does not say), read by `--route trace`.
     """
 
     arrival_s: np.ndarray
@@ -50,6 +54,8 @@ class RequestArrays:
     chain_ids: np.ndarray | None = None
     chain_block_tokens: int | None = None
     num_chain_ids: int = 0
+    output_offsets: np.ndarray | None = None
+    output_ids: np.ndarray | None = None
     instance_codes: np.ndarray | None = None
     instance_names: tuple[str, ...] = ()
 
@@ -96,6 +102,7 @@ class SimResult:
     step_num_waiting: np.ndarray
     step_kv_blocks_used: np.ndarray
     step_num_preempted: np.ndarray
+    step_num_scheduled: np.ndarray
     kv_blocks_total: int
     busy_s: np.ndarray
     decode_stall_s: float
@@ -177,7 +184,8 @@ def block_identities(requests: RequestArrays, output_tokens: np.ndarray, block_s
 
     A request has `ceil((prompt + output) / B)` block slots. Slot j of a cacheable prompt
     chain block c (of m = chain_block_tokens / B engine blocks) gets `id(c)·m + j mod m`, shared
-    by every request with the same chain; every other slot gets a private id.
+    by every request with the same chain; the slots after the prompt's full blocks take the
+    output chain ids when the trace gives output tokens; every other slot gets a private id.
     """
     prompt = requests.prompt_tokens.astype(np.int64)
     slots = (prompt + output_tokens + block_size - 1) // block_size
@@ -203,6 +211,13 @@ def block_identities(requests: RequestArrays, output_tokens: np.ndarray, block_s
     ident = shared + np.arange(total, dtype=np.int64)
     chain_index = requests.chain_offsets[req[is_shared]] + pos[is_shared] // m
     ident[is_shared] = requests.chain_ids[chain_index].astype(np.int64) * m + pos[is_shared] % m
+    if (requests.output_ids is not None and requests.output_offsets is not None
+            and m == 1):
+        out_counts = np.diff(requests.output_offsets).astype(np.int64)
+        after = pos - shared_slots[req]  # slot index past the prompt's chain blocks
+        is_out = (after >= 0) & (after < out_counts[req])
+        ident[is_out] = requests.output_ids[requests.output_offsets[req[is_out]]
+                                            + after[is_out]].astype(np.int64)
     return offsets, ident, shared + total, shared
 
 
@@ -259,6 +274,7 @@ def _runnable(requests: RequestArrays, config: SimConfig) -> tuple[np.ndarray, R
                                chain_offsets=sub.chain_offsets, chain_ids=sub.chain_ids,
                                chain_block_tokens=sub.chain_block_tokens,
                                num_chain_ids=sub.num_chain_ids,
+                               output_offsets=sub.output_offsets, output_ids=sub.output_ids,
                                instance_codes=sub.instance_codes,
                                instance_names=sub.instance_names)
 
@@ -359,7 +375,8 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
     """The loop's arrays as a `SimResult` over every request (NaN or −1 where one never ran)."""
     n = requests.num_requests
     (sched, first, finish, tt, npre, cached, comp, recomp, inst, pf_inst, s_inst, s_start,
-     s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy, xfer, dec_start) = out
+     s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy, xfer, dec_start,
+     s_sched) = out
     columns = _scatter(n, keep, {
         "scheduled_s": (sched, np.nan), "first_token_s": (first, np.nan),
         "finish_s": (finish, np.nan), "num_preemptions": (npre, 0), "cached_tokens": (cached, 0),
@@ -380,6 +397,7 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
         step_instance=s_inst, step_start_s=s_start, step_end_s=s_end,
         step_prefill_tokens=s_pf, step_decode_tokens=s_dec, step_num_running=s_run,
         step_num_waiting=s_wait, step_kv_blocks_used=s_used, step_num_preempted=s_pre,
+        step_num_scheduled=s_sched,
         kv_blocks_total=config.kv_blocks - 1, busy_s=busy, decode_stall_s=float(totals[0]),
         hbm_bytes=float(totals[1]), kv_transfer_bytes=float(totals[2]),
         prefix_reread_bytes=float(totals[3]), host_overhead_s=float(totals[4]),
@@ -399,18 +417,25 @@ def _scatter(n: int, keep: np.ndarray, columns: dict[str, tuple[np.ndarray, floa
 
 def _subset(requests: RequestArrays, keep: np.ndarray) -> RequestArrays:
     """The requests at `keep` (chains re-sliced; chain ids keep their meaning)."""
-    offsets = ids = None
-    if requests.chain_offsets is not None and requests.chain_ids is not None:
-        counts = np.diff(requests.chain_offsets)[keep]
-        offsets = np.zeros(keep.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        starts = requests.chain_offsets[keep]
-        idx = np.repeat(starts, counts) + _segment_positions(counts)
-        ids = requests.chain_ids[idx]
+    offsets, ids = _slice_lists(requests.chain_offsets, requests.chain_ids, keep)
+    out_offsets, out_ids = _slice_lists(requests.output_offsets, requests.output_ids, keep)
     codes = None if requests.instance_codes is None else requests.instance_codes[keep]
     return RequestArrays(
         arrival_s=requests.arrival_s[keep], prompt_tokens=requests.prompt_tokens[keep],
         output_tokens=requests.output_tokens[keep], chain_offsets=offsets, chain_ids=ids,
         chain_block_tokens=requests.chain_block_tokens, num_chain_ids=requests.num_chain_ids,
+        output_offsets=out_offsets, output_ids=out_ids,
         instance_codes=codes, instance_names=requests.instance_names,
     )
+
+
+def _slice_lists(offsets: np.ndarray | None, values: np.ndarray | None, keep: np.ndarray
+                 ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The lists at `keep` of a flattened list column (offsets, values)."""
+    if offsets is None or values is None:
+        return None, None
+    counts = np.diff(offsets)[keep]
+    out = np.zeros(keep.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    idx = np.repeat(offsets[keep], counts) + _segment_positions(counts)
+    return out, values[idx]

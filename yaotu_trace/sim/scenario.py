@@ -19,7 +19,13 @@ from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS, GpuSpec, find_gpu
 from yaotu_trace.catalog.models import ModelSpec, find_model, kv_bytes_per_token, parse_kv_dtype
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.errors import ConfigError, ConfigFileError, TraceReadError
-from yaotu_trace.sim.config import RoutePolicy, SchedulerKind, SimConfig
+from yaotu_trace.sim.config import (
+    DEFAULT_ENGINES,
+    EngineVersion,
+    RoutePolicy,
+    SchedulerKind,
+    SimConfig,
+)
 from yaotu_trace.sim.roofline import (
     batch_defaults,
     calibrate_from,
@@ -34,6 +40,10 @@ DEFAULT_MBU = 0.7
 DEFAULT_OVERHEAD_MS = 2.0  # host-side scheduling + launch per step [proposed default]
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 (engines.md §1.6)
 DEFAULT_LINK_LATENCY_MS = 0.57  # Mooncake's fitted α (cost-model §3.3)
+# vLLM takes max_model_len from the model's config; the catalog does not record it, so the
+# default is Llama 3.1's context (131,072 tokens). It sets the step budget of a vLLM engine run
+# without chunked prefill (`EngineArgs`: max_num_batched_tokens = max(max_model_len, default)).
+DEFAULT_MAX_MODEL_LEN = 131_072
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +69,9 @@ class Scenario:
     link_latency_ms: float | None = None
     layerwise_overlap: bool | None = None
     scheduler: str | None = None
+    engine: str | None = None
+    async_scheduling: bool | None = None
+    max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
     tp: int | None = None
     mfu: float | None = None
@@ -91,6 +104,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "block_size": (1, MAX_BLOCK_TOKENS, True),
     "max_num_seqs": (1, MAX_COUNT, True),
     "max_batched_tokens": (1, MAX_COUNT, True),
+    "max_model_len": (1, MAX_COUNT, True),
     "long_prefill_token_threshold": (0, MAX_COUNT, True),
     "instances": (1, MAX_INSTANCES, True),
     "tp": (1, 1024, True),
@@ -197,6 +211,7 @@ _NAMED: dict[str, Callable[[Any], Any]] = {
     "gpu": find_gpu,
     "pd": lambda v: _parse_pd(v),
     "scheduler": lambda v: _choice(SchedulerKind, v, "scheduler"),
+    "engine": lambda v: _choice(EngineVersion, v, "engine"),
     "route": lambda v: _choice(RoutePolicy, v, "route"),
     "route_weights": lambda v: parse_route_weights(v),
 }
@@ -244,6 +259,7 @@ class ResolvedScenario:
     kv_bytes_per_token: int
     calibration: CalibrationFit | None
     derived: dict[str, Any] = field(default_factory=dict)
+    engine: EngineVersion = EngineVersion.VLLM_0_33
 
 
 def _given(value: Any, default: Any) -> Any:
@@ -274,7 +290,8 @@ def parse_route_weights(text: str) -> tuple[float, ...]:
     return weights
 
 
-def _choice(enum: type[SchedulerKind] | type[RoutePolicy], value: str, option: str) -> Any:
+def _choice(enum: type[SchedulerKind] | type[RoutePolicy] | type[EngineVersion], value: str,
+            option: str) -> Any:
     try:
         return enum(str(value).lower())
     except ValueError as exc:
@@ -295,7 +312,8 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
         raise ConfigError("no GPU given; pass --gpu, e.g. --gpu H100-SXM")
     model = find_model(scenario.model)
     gpu = find_gpu(scenario.gpu)
-    scheduler = _choice(SchedulerKind, _given(scenario.scheduler, "vllm"), "scheduler")
+    engine = _engine(scenario)
+    scheduler = engine.scheduler
     route = _choice(RoutePolicy, _given(scenario.route, "round-robin"), "route")
     tp = _given(scenario.tp, 1)
     block_size = _given(scenario.block_size, 16)
@@ -310,6 +328,11 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
                                           utilization=util, kv_bytes_per_token=kv_b)
         derived["kv_blocks"] = "from GPU memory"
     budget_default, seqs_default = batch_defaults(gpu, tp, scheduler)
+    chunked = True if scenario.chunked_prefill is None else scenario.chunked_prefill
+    if engine is EngineVersion.VLLM_0_33 and not chunked:
+        # vLLM's EngineArgs: without chunked prefill the budget is at least max_model_len
+        budget_default = max(budget_default,
+                             _given(scenario.max_model_len, DEFAULT_MAX_MODEL_LEN))
     calibration = None
     if scenario.calibrate is not None:
         calibration = calibrate_from(Path(scenario.calibrate), block_size)
@@ -333,7 +356,7 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
         block_size_tokens=block_size,
         max_num_seqs=_given(scenario.max_num_seqs, seqs_default),
         max_batched_tokens=_given(scenario.max_batched_tokens, budget_default),
-        chunked_prefill=True if scenario.chunked_prefill is None else scenario.chunked_prefill,
+        chunked_prefill=chunked,
         long_prefill_token_threshold=_given(scenario.long_prefill_token_threshold, 0),
         prefix_caching=True if scenario.prefix_caching is None else scenario.prefix_caching,
         instances=instances,
@@ -346,6 +369,7 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
         else scenario.layerwise_overlap,
         layers=model.layers,
         tensor_parallel=tp,
+        async_scheduling=_given(scenario.async_scheduling, engine is EngineVersion.VLLM_0_33),
         step_cost=cost,
     )
     if pd_shape is not None and scenario.instances not in (None, 1, sum(pd_shape)):
@@ -358,4 +382,18 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
                           "holds; lower --kv-blocks or --instances")
     return ResolvedScenario(name=_given(scenario.name, "scenario"), model=model, gpu=gpu,
                             config=config, kv_bytes_per_token=kv_b, calibration=calibration,
-                            derived=derived)
+                            derived=derived, engine=engine)
+
+
+def _engine(scenario: Scenario) -> EngineVersion:
+    """The engine release a scenario names (`--engine`), or the one its `--scheduler` family
+    stands for (vLLM 0.33 by default); the two must agree when both are given."""
+    family = (_choice(SchedulerKind, scenario.scheduler, "scheduler")
+              if scenario.scheduler is not None else None)
+    if scenario.engine is None:
+        return DEFAULT_ENGINES[family or SchedulerKind.VLLM]
+    engine: EngineVersion = _choice(EngineVersion, scenario.engine, "engine")
+    if family is not None and engine.scheduler is not family:
+        raise ConfigError(f"--engine {engine} runs {engine.scheduler}'s scheduler, not "
+                          f"--scheduler {family}; give one of the two")
+    return engine

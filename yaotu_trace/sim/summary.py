@@ -60,14 +60,27 @@ def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[s
             notes.append(f"prompt content is {source}-token block ids: an engine block is "
                          f"shared only inside a shared {source}-token block (block ids hide the "
                          "tokens); a trailing partial id is never a hit")
-    rules = rules_for("vllm", block_size_tokens=chain_block)
+    # NOTE: both engines cache generated tokens too (vLLM hashes every full block of prompt +
+    # output; SGLang inserts the finished sequence into its tree), so when the trace gives the
+    # output token ids a later prompt that repeats an answer hits its blocks. Block ids hide
+    # the answer's tokens: they name the prompt's blocks only.
+    outputs = source is None and trace.has("output_tokens")
+    if outputs:
+        prepared = prepare(trace, with_outputs=True)
+    rules = rules_for("vllm", block_size_tokens=chain_block, cache_outputs=outputs)
     chains = prepared.chains(rules)
-    notes.append("output token ids are unknown: generated blocks are private to their request "
-                 "(hit only by the request itself when it resumes after a preemption)")
+    if outputs:
+        notes.append("generated blocks are cached under the trace's output token ids, so a "
+                     "later prompt that repeats an answer hits them")
+    else:
+        notes.append("output token ids are unknown: generated blocks are private to their "
+                     "request (hit only by the request itself when it resumes after a "
+                     "preemption)")
     return RequestArrays(
         arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
         chain_offsets=chains.offsets, chain_ids=chains.ids, chain_block_tokens=chain_block,
-        num_chain_ids=chains.num_distinct, instance_codes=codes, instance_names=names,
+        num_chain_ids=chains.num_distinct, output_offsets=chains.output_offsets,
+        output_ids=chains.output_ids, instance_codes=codes, instance_names=names,
     ), notes
 
 
@@ -285,6 +298,12 @@ def _run_notes(notes: list[str], result: SimResult, cfg: SimConfig) -> tuple[str
     return tuple(all_notes)
 
 
+def _scheduler_text(resolved: ResolvedScenario) -> str:
+    """The engine release and how it schedules, e.g. 'vLLM 0.33, async scheduling'."""
+    mode = "async scheduling" if resolved.config.async_scheduling else "synchronous"
+    return f"{resolved.engine.label}, {mode}"
+
+
 def _instances_text(cfg: SimConfig) -> str:
     instances = (f"{cfg.pd[0]} prefill + {cfg.pd[1]} decode" if cfg.pd is not None
                  else str(cfg.instances))
@@ -356,7 +375,7 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
     hit = float(result.cached_tokens[ran].sum() / prompt[ran].sum()) if prompt[ran].sum() else None
     return SimulationSummary(
         scenario=resolved.name, model=resolved.model.name, gpu=resolved.gpu.name,
-        scheduler=str(cfg.scheduler), instances=_instances_text(cfg),
+        scheduler=_scheduler_text(resolved), instances=_instances_text(cfg),
         kv_blocks_per_instance=cfg.kv_blocks, kv_bytes_per_token=resolved.kv_bytes_per_token,
         block_size_tokens=cfg.block_size_tokens, max_num_seqs=cfg.max_num_seqs,
         max_batched_tokens=cfg.max_batched_tokens, chunked_prefill=cfg.chunked_prefill,
