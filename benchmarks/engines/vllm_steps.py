@@ -7,7 +7,7 @@ hands them to `drive_vllm_scheduler.py` in an environment with vLLM (its `Schedu
 its prefix cache sees what the simulator's sees), runs `sim.simulate` with the same limits and
 the same step time (`a + per_token·tokens + per_context·Σcontext`), and compares:
 
-    golden    the small fixtures of tests/data/sim_vllm/ (six workload shapes, synchronous and
+    golden    the small fixtures of tests/fixtures/sim_vllm/ (six workload shapes, synchronous and
               async), written with --write; without it, checked against the stored ones
     accuracy  the accuracy table of docs/simulate.md: six workloads and two more at vLLM 0.33's
               default settings, TTFT/E2E percentiles, makespan, preemptions and hit tokens
@@ -52,7 +52,7 @@ from yaotu_trace.sim.summary import request_arrays  # noqa: E402
 from yaotu_trace.sim.workloads import Scenario as WorkloadName  # noqa: E402
 
 DRIVER = Path(__file__).resolve().parent / "drive_vllm_scheduler.py"
-FIXTURES = ROOT / "tests" / "data" / "sim_vllm"
+FIXTURES = ROOT / "tests" / "fixtures" / "sim_vllm"
 DEFAULT_PYTHON = os.environ.get("VLLM_PYTHON", "/work/venv-vllm/bin/python")  # README.md
 BLOCK = 16
 # The shared step time: 5 ms fixed, 30 µs a token, 50 ns a context token (an 8B model on an

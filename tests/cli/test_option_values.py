@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 CHURN = str(SAMPLES / "diag-kv-churn.parquet")
 CHURN_STEPS = str(SAMPLES / "diag-kv-churn.steps.parquet")
-METRICS = str(ROOT / "tests" / "data" / "prom_vllm_small.json")
+METRICS = str(ROOT / "tests" / "fixtures" / "prom_vllm_small.json")
 # The command-line name of the fields whose option is spelled otherwise.
 PARAMETER = {"block_size_tokens": "block_size", "thresholds": "threshold"}
 DIAGNOSIS_PARAMETERS = {PARAMETER.get(f.name, f.name) for f in fields(DiagnosisOptions)}

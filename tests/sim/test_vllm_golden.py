@@ -1,4 +1,4 @@
-"""The simulator against vLLM 0.33's own scheduler, step by step (tests/data/sim_vllm/).
+"""The simulator against vLLM 0.33's own scheduler, step by step (tests/fixtures/sim_vllm/).
 
 Each fixture holds a small trace's requests (arrivals, lengths, block identities), the limits
 and step time both sides ran with, and vLLM's runs of them, synchronous (`Scheduler`) and
@@ -19,7 +19,7 @@ import pytest
 
 from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate
 
-FIXTURES = Path(__file__).resolve().parents[1] / "data" / "sim_vllm"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sim_vllm"
 CASES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 TOLERANCE_S = 2e-9  # the fixture stores times in whole nanoseconds
 
