@@ -9,9 +9,9 @@ import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 
 def make_trace(columns: dict[str, Sequence[Any]], *, steps: dict[str, Sequence[Any]] | None = None,

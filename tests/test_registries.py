@@ -101,10 +101,11 @@ def test_the_format_registry_loads_no_analysis_library() -> None:
              "('numpy', 'pandas', 'pyarrow', 'numba') or m.startswith('yaotu_trace.ingest.'))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, timeout=CHILD_TIMEOUT_S)
-    assert json.loads(done.stdout) == ["yaotu_trace.ingest.canonical_formats",
-                                       "yaotu_trace.ingest.detect",
+    assert json.loads(done.stdout) == ["yaotu_trace.ingest.detect",
                                        "yaotu_trace.ingest.formats",
-                                       "yaotu_trace.ingest.registry"]
+                                       "yaotu_trace.ingest.registry",
+                                       "yaotu_trace.ingest.traces",
+                                       "yaotu_trace.ingest.traces.canonical_formats"]
 
 
 def test_the_formats_page_lists_the_registry() -> None:

@@ -20,7 +20,7 @@ from yaotu_trace.axes.queueing.imbalance import (
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.diagnosis.diagnose import diagnose_trace
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.sim.generate import GenerateOptions, generate
 from yaotu_trace.sim.metrics_export import metrics_export
 from yaotu_trace.sim.scenario import Scenario as SimScenario

@@ -22,7 +22,7 @@ from yaotu_trace.commands.simulate import write_metrics_csv
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.files import all_or_nothing
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.sim.generate import (
     ENGINE_BLOCK_SIZE_TOKENS,
     GenerateOptions,

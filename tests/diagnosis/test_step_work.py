@@ -1,5 +1,5 @@
 """A step log that computed fewer tokens than the trace's requests need of it is from another
-run (yaotu_trace.ingest.step_work): refused, naming both files and both totals."""
+run (yaotu_trace.data.step_work): refused, naming both files and both totals."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from conftest import run_cli
 from diag_factories import make_trace
 
+from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.telemetry import fit_telemetry
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 RUNS = ("diag-kv-churn", "diag-burst", "diag-healthy", "diag-dispatch", "diag-long-prefill",

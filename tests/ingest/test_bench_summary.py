@@ -11,9 +11,9 @@ import pytest
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode, TraceSchemaError
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.bench_summary import UNAVAILABLE
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.summary import read_summary
+from yaotu_trace.ingest.telemetry.bench_summary import UNAVAILABLE
 from yaotu_trace.render.json_report import json_schema
 
 DATA = Path(__file__).resolve().parents[1] / "data"

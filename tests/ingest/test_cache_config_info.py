@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from yaotu_trace.commands.diagnose import diagnose
-from yaotu_trace.ingest.metrics import POOL_FROM_CACHE_CONFIG, read_metrics
+from yaotu_trace.data.metric_names import POOL_FROM_CACHE_CONFIG
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.sim.metrics_export import metrics_export
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

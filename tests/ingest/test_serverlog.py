@@ -16,8 +16,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "serverlogs"
 TRACE = Path(__file__).resolve().parents[1] / "data" / "engines" / "trace_mixed.parquet"

@@ -52,7 +52,7 @@ def test_summary_csvs_point_to_the_per_request_file(name: str, points_to: str) -
     ("guidellm/benchmarks.csv", "guidellm's summary table"),
 ])
 def test_given_as_metrics_they_are_sent_where_they_belong(name: str, says: str) -> None:
-    from yaotu_trace.ingest.metrics import read_metrics
+    from yaotu_trace.ingest.load import read_metrics
 
     with pytest.raises(TraceReadError, match=re.escape(says)):
         read_metrics(DATA / name)

@@ -14,7 +14,7 @@ from yaotu_trace.data.schema import list_arrays, normalize
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, load_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.weka import read_weka
+from yaotu_trace.ingest.traces.weka import read_weka
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MINI = DATA / "weka_mini"

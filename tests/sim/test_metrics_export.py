@@ -14,7 +14,7 @@ from yaotu_trace.cli import main
 from yaotu_trace.commands.simulate import write_metrics_csv
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.sim.metrics_export import metrics_export, scrape_times
 
 

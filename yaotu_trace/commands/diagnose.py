@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from yaotu_trace.axes.base import EngineSettings
     from yaotu_trace.axes.thresholds import Thresholds
     from yaotu_trace.commands.load import TraceSource
+    from yaotu_trace.data.engine_metrics import EngineMetrics
     from yaotu_trace.data.report import InputSummary, Report
     from yaotu_trace.data.schema import Trace
-    from yaotu_trace.ingest.metrics import EngineMetrics
 
 
 def diagnose(
@@ -52,7 +52,7 @@ def diagnose(
     `steps` (a step log) or both. `charts` adds the console's pictures (`Report.charts`: KV
     over time, arrivals); the sections, and so the JSON, are the same either way.
     """
-    from yaotu_trace.ingest.metrics import read_metrics
+    from yaotu_trace.ingest.load import read_metrics
 
     zone = log_zone_of(log_tz)
     if trace is None and metrics is None and steps is None:
@@ -81,7 +81,7 @@ def diagnose(
 
 def log_zone_of(log_tz: str | None) -> tzinfo | None:
     """The zone `--log-tz` names (None: UTC), refused before anything is read."""
-    from yaotu_trace.ingest.serverlog import log_zone
+    from yaotu_trace.ingest.telemetry.serverlog import log_zone
 
     return None if log_tz is None else log_zone(log_tz)
 
@@ -89,8 +89,8 @@ def log_zone_of(log_tz: str | None) -> tzinfo | None:
 def _telemetry_input(metrics: EngineMetrics | None, steps: str | Path | None) -> Trace:
     """The stand-in for a trace when only telemetry is given: no request, the step log
     attached, the telemetry's notes first."""
+    from yaotu_trace.data.telemetry_only import telemetry_trace
     from yaotu_trace.ingest.load import read_steps
-    from yaotu_trace.ingest.telemetry_only import telemetry_trace
 
     step_log = None if steps is None else read_steps(Path(steps), "--steps")
     paths = [p for p in (None if metrics is None else metrics.path,
@@ -119,7 +119,7 @@ def diagnosis_of(
     log_tz: str | None = None,
 ) -> Callable[[], Report]:
     """Check the diagnosis options of `check` and `report` now; diagnose only when called."""
-    from yaotu_trace.ingest.metrics import read_metrics
+    from yaotu_trace.ingest.load import read_metrics
 
     zone = log_zone_of(log_tz)
     settings, thresholds = diagnosis_settings(model=model, kv_capacity=kv_capacity,
@@ -151,14 +151,17 @@ def diagnose_trace(
     from yaotu_trace.axes.base import EngineSettings
     from yaotu_trace.axes.thresholds import make_thresholds
     from yaotu_trace.data.report import Report
+    from yaotu_trace.data.telemetry_only import is_telemetry_only
     from yaotu_trace.diagnosis.diagnose import axis_report
     from yaotu_trace.diagnosis.diagnose import diagnose_trace as judge
     from yaotu_trace.diagnosis.telemetry_alone import judge_telemetry
-    from yaotu_trace.ingest.telemetry_only import is_telemetry_only
+    from yaotu_trace.ingest.load import dated_by_trace
 
     t = thresholds or make_thresholds()
     s = settings or EngineSettings()
     judge_input = judge_telemetry if is_telemetry_only(trace) else judge
+    if metrics is not None and judge_input is judge:
+        metrics = dated_by_trace(trace, metrics)
     judged = judge_input(trace, metrics=metrics, settings=s, thresholds=t)
     result, used = judged.diagnosis, judged.metrics
     config: dict[str, Any] = {
@@ -194,7 +197,7 @@ def _input_of(trace: Trace) -> InputSummary:
     from dataclasses import replace
 
     from yaotu_trace.data.report import input_summary
-    from yaotu_trace.ingest.telemetry_only import is_telemetry_only
+    from yaotu_trace.data.telemetry_only import is_telemetry_only
 
     summary = input_summary(trace)
     return replace(summary, columns=()) if is_telemetry_only(trace) else summary

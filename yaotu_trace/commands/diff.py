@@ -13,10 +13,10 @@ from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
+    from yaotu_trace.data.engine_metrics import EngineMetrics
     from yaotu_trace.data.report import Report
     from yaotu_trace.data.schema import Trace
     from yaotu_trace.diff.result import RunDiff
-    from yaotu_trace.ingest.metrics import EngineMetrics
 
 # The seed of the bootstrap: the same two runs give the same report.
 SEED = 0
@@ -62,10 +62,10 @@ def diff(
         threshold=threshold, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, gpu=gpu)
     tell(progress, "reading the before run", 0.0)
     trace_b = _read(before, steps_before, "BEFORE")
-    telemetry_b = _metrics(metrics_before, zone)
+    telemetry_b = _metrics(metrics_before, zone, trace_b)
     tell(progress, "reading the after run", 0.2)
     trace_a = _read(after, steps_after, "AFTER")
-    telemetry_a = _metrics(metrics_after, zone)
+    telemetry_a = _metrics(metrics_after, zone, trace_a)
     tell(progress, "matching the requests and judging the axes", 0.4)
     result = diff_traces(trace_b, trace_a, before_metrics=telemetry_b,
                          after_metrics=telemetry_a, settings=settings, thresholds=thresholds,
@@ -121,9 +121,10 @@ def _read(source: TraceSource, steps: str | Path | None, side: str) -> Trace:
     return open_trace(source, lazy_content=False)
 
 
-def _metrics(path: str | Path | None, zone: Any) -> EngineMetrics | None:
+def _metrics(path: str | Path | None, zone: Any, trace: Trace) -> EngineMetrics | None:
+    """One run's metrics, a year-less server log dated by its trace."""
     if path is None:
         return None
-    from yaotu_trace.ingest.metrics import read_metrics
+    from yaotu_trace.ingest.load import dated_by_trace, read_metrics
 
-    return read_metrics(Path(path), zone=zone)
+    return dated_by_trace(trace, read_metrics(Path(path), zone=zone))

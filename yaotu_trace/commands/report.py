@@ -149,6 +149,7 @@ def simulated_trace(
 
     from yaotu_trace.data.schema import RawTrace, normalize
     from yaotu_trace.data.steplog import StepLog
+    from yaotu_trace.ingest.load import read_step_logs
     from yaotu_trace.sim.run import simulate_stage
     from yaotu_trace.sim.scenario import Scenario, load_scenario
     from yaotu_trace.sim.summary import run_scenario
@@ -166,7 +167,7 @@ def simulated_trace(
             f"simulate TRACE --out sim.parquet --steps-out steps.parquet, then trace report "
             f"sim.parquet --steps steps.parquet --before {loaded.path}")
     tell(progress, simulate_stage(), 0.2)
-    run = run_scenario(loaded, chosen)
+    run = run_scenario(loaded, chosen, read_step_logs([chosen.calibrate], "--calibrate"))
     if len(run.steps) == 0:  # every request was too large for the pool, so none ran
         engine = run.resolved.config
         raise ConfigError(

@@ -39,6 +39,7 @@ def simulate(
     reads. Every output is written through the atomic writers.
     """
     from yaotu_trace.data.canonical import write_trace
+    from yaotu_trace.ingest.load import read_step_logs
     from yaotu_trace.sim.run import simulate_stage
     from yaotu_trace.sim.scenario import Scenario, load_scenario
     from yaotu_trace.sim.summary import run_scenario
@@ -57,7 +58,7 @@ def simulate(
     chosen = load_scenario(scenario_file).merged(given) if scenario_file is not None else given
     loaded = open_trace(trace, lazy_content=False, progress=progress, steps=False)
     tell(progress, simulate_stage(), 0.3)
-    run = run_scenario(loaded, chosen)
+    run = run_scenario(loaded, chosen, read_step_logs([chosen.calibrate], "--calibrate"))
     tell(progress, "writing the timed trace", 0.9)
     write_trace(run.requests, out, source_block_size=loaded.source_block_size)
     if steps_out is not None:

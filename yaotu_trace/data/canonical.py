@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,6 +21,8 @@ from yaotu_trace.data.schema import (
     LIST_VALUE_TYPES,
     LazyContent,
     RawTrace,
+    Trace,
+    normalize,
 )
 from yaotu_trace.data.values import SOURCE_ROW, check_unique_names
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
@@ -108,6 +111,18 @@ def lazy_content(path: Path) -> LazyContent | None:
         return None
     return LazyContent(path=str(path), columns=tuple(c for c, _ in kept),
                        num_values=tuple(n for _, n in kept))
+
+
+def load_full(trace: Trace) -> Trace:
+    """The same trace with the list columns it left on disk (`lazy_content`) read into memory,
+    validated as when it was read."""
+    if trace.lazy is None:
+        return trace
+    path = Path(trace.path)
+    raw = read_parquet(path)
+    if trace.source_block_size is not None:
+        raw = replace(raw, source_block_size=trace.source_block_size)
+    return replace(normalize(raw, str(path)), steps=trace.steps)
 
 
 def _leaf_values(chunk: pq.ColumnChunkMetaData) -> int:

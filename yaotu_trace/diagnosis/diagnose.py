@@ -12,7 +12,7 @@ other axis is a bottleneck — capacity, dispatch and cache keys come before the
 chunked prefill and P/D disaggregation. `fix_order` lists the non-ok axes in decision-flow
 order: kv_memory, queueing, prefix_reuse, pd_interference. `summary` is the verdict in one line.
 
-Without a request trace (`ingest.telemetry_only`), the same rules judge the telemetry; an axis
+Without a request trace (`data.telemetry_only`), the same rules judge the telemetry; an axis
 whose verdict needs requests is `insufficient_data`, and every panel, the verdict and the
 ledger say what a request trace would add (`diagnosis.telemetry_alone`).
 """
@@ -39,9 +39,9 @@ from yaotu_trace.axes.base import (
 )
 from yaotu_trace.axes.rules import RULES
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 AXIS_ORDER = tuple(AXES)
 FLOW_ORDER = (AxisName.KV_MEMORY, AxisName.QUEUEING, AxisName.PREFIX_REUSE,
@@ -400,7 +400,7 @@ def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceDiagnosis:
     """A diagnosis and what it judged: the trace and metrics after the telemetry was fitted to
-    the trace's clock (`ingest.telemetry.fit_telemetry`)."""
+    the trace's clock (`data.telemetry_fit.fit_telemetry`)."""
 
     trace: Trace
     metrics: EngineMetrics | None
@@ -416,7 +416,7 @@ def diagnose_trace(
 ) -> TraceDiagnosis:
     """The four axes, ledger, findings and verdict of a trace, with its step log and metrics
     judged on their overlap with the trace where they cover only part of it."""
-    from yaotu_trace.ingest.telemetry import fit_telemetry
+    from yaotu_trace.data.telemetry_fit import fit_telemetry
 
     t = thresholds or make_thresholds()
     s = settings or EngineSettings()

@@ -13,11 +13,11 @@ import re
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diff.ks import ks_test
 from yaotu_trace.diff.result import Condition, ConditionStatus, MatchedRequests
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 # The request chain is the same when this share of each run's requests matched, the matched
 # arrivals keep their order (rank correlation) and their span within SPAN_TOL.

@@ -16,6 +16,7 @@ import numpy as np
 from yaotu_trace.axes import AXES
 from yaotu_trace.axes.base import AxisName, EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.diagnose import Diagnosis, diagnose_trace
 from yaotu_trace.diff.axis_change import axis_change
@@ -44,7 +45,6 @@ from yaotu_trace.diff.result import (
 )
 from yaotu_trace.diff.warmth import warmth_condition
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 __all__ = ["AxisChange", "AxisState", "ChangeLedger", "Condition", "LedgerItem", "MatchSummary",
            "MatchedRequests", "MeasureChange", "RunDiff", "diff_traces"]

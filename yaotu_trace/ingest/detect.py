@@ -65,8 +65,8 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
 
 def _telemetry_kind(path: Path) -> str | None:
     """What kind of engine telemetry `path` is, when it is one `--metrics` reads."""
-    from yaotu_trace.ingest import prom_text
-    from yaotu_trace.ingest.serverlog import is_server_log
+    from yaotu_trace.ingest.telemetry import prom_text
+    from yaotu_trace.ingest.telemetry.serverlog import is_server_log
 
     if not path.is_file():
         return None

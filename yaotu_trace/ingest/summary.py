@@ -9,7 +9,7 @@ from yaotu_trace.data.compressed import format_suffix
 from yaotu_trace.ingest.formats import TraceFormat
 
 if TYPE_CHECKING:
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+    from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
 
 
 def read_summary(path: Path, fmt: TraceFormat | None = None) -> BenchSummary | None:

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from yaotu_trace._visible import visible
 from yaotu_trace.data.report import InputPair, InputSummary, Report, to_builtins
-from yaotu_trace.ingest.telemetry_only import TELEMETRY_ONLY
+from yaotu_trace.data.telemetry_only import TELEMETRY_ONLY
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
     CONSOLE,

@@ -4,13 +4,17 @@ the work it added relative to the first scenario (cost-model §8).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim.scenario import Scenario
 from yaotu_trace.sim.summary import SimulationSummary, run_scenario
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.steplog import StepLog
 
 LEDGER_METRICS: tuple[tuple[str, str, str], ...] = (
     # (field of WorkLedger, label, unit) — lower is less work
@@ -75,10 +79,12 @@ def ledger(baseline: SimulationSummary, other: SimulationSummary) -> RemedyLedge
 
 
 def compare(trace: Trace, scenarios: list[Scenario],
-            progress: Callable[[str, float], None] | None = None) -> ComparisonSection:
+            progress: Callable[[str, float], None] | None = None,
+            step_logs: Mapping[str, StepLog] | None = None) -> ComparisonSection:
     """Run every scenario on the same request chain; the first one is the baseline.
 
-    `progress(stage, share_done)` is told before each scenario runs (the CLI draws a bar).
+    `progress(stage, share_done)` is told before each scenario runs (the CLI draws a bar);
+    `step_logs` holds the step logs the scenarios' `calibrate` name, by path.
     """
     if len(scenarios) < 2:
         raise ConfigError("compare needs at least two scenarios (--scenario a.toml "
@@ -90,7 +96,7 @@ def compare(trace: Trace, scenarios: list[Scenario],
     for k, s in enumerate(scenarios):
         if progress is not None:
             progress(f"scenario {s.name}", k / len(scenarios))
-        runs.append(run_scenario(trace, s).summary)
+        runs.append(run_scenario(trace, s, step_logs).summary)
     summaries = tuple(runs)
     ledgers = tuple(ledger(summaries[0], s) for s in summaries[1:])
     return ComparisonSection(scenarios=summaries, ledgers=ledgers)

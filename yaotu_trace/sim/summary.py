@@ -6,6 +6,7 @@ The simulator's modules that touch pandas and pyarrow (`sim.compare` builds on t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,7 @@ import pyarrow as pa
 
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.data.steplog import STEP_COLUMNS
+from yaotu_trace.data.steplog import STEP_COLUMNS, StepLog
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim.config import RoutePolicy, SimConfig
 from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate
@@ -379,9 +380,11 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
     )
 
 
-def run_scenario(trace: Trace, scenario: Scenario) -> SimRun:
-    """Resolve, simulate and tabulate one scenario on `trace`."""
-    resolved = resolve(scenario)
+def run_scenario(trace: Trace, scenario: Scenario,
+                 step_logs: Mapping[str, StepLog] | None = None) -> SimRun:
+    """Resolve, simulate and tabulate one scenario on `trace` (`step_logs`: the step log its
+    `calibrate` names, by path)."""
+    resolved = resolve(scenario, step_logs)
     requests, notes = request_arrays(trace, resolved.config.block_size_tokens)
     resolved = _fit_trace_route(resolved, requests, scenario)
     result = simulate(requests, resolved.config)

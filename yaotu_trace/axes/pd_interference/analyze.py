@@ -29,6 +29,7 @@ from yaotu_trace.axes.pd_interference.placement import PlacementMetrics, placeme
 from yaotu_trace.axes.pd_interference.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import evaluate
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import cache_sources, kv_transfers
 from yaotu_trace.data.order_stats import summarize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.data.token_times import (
@@ -37,7 +38,6 @@ from yaotu_trace.data.token_times import (
     has_token_times,
     stalls,
 )
-from yaotu_trace.ingest.engine_facts import cache_sources, kv_transfers
 
 _BASIS = "share of decode time lost to stalls during prefill"
 

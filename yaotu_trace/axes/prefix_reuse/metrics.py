@@ -9,7 +9,7 @@ from yaotu_trace.axes.base import (
     AxisInput,
     ratio,
 )
-from yaotu_trace.ingest.engine_facts import cache_sources, gauge_hit_rate, hit_share
+from yaotu_trace.data.engine_facts import cache_sources, gauge_hit_rate, hit_share
 
 BASIS = "share of prefill tokens recomputed although a prefix was reusable"
 

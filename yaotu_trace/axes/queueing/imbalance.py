@@ -205,7 +205,7 @@ def _labelled(inp: AxisInput, names: tuple[str, ...]) -> pd.DataFrame | None:
 def _metric_rows(inp: AxisInput, grid: Windows) -> tuple[dict[str, dict[str, float]],
                                                           dict[str, np.ndarray]]:
     """Per-instance waiting, running, preemptions and tokens per window from labelled series."""
-    from yaotu_trace.ingest.metrics import COUNTERS, GAUGES
+    from yaotu_trace.data.metric_names import COUNTERS, GAUGES
 
     out: dict[str, dict[str, float]] = {}
     waiting = _labelled(inp, GAUGES["num_waiting"])

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-from yaotu_trace.ingest.json_document import read_json_document
+from yaotu_trace.ingest.traces.json_document import read_json_document
 
 if TYPE_CHECKING:
     import pandas as pd

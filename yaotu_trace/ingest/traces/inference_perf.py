@@ -23,7 +23,7 @@ Three JSON documents, told apart by their shape:
   `input_tokens`/`output_tokens`), `session_id` = `exgentic.session.id` or the trace id, `model`
   = `gen_ai.request.model`, status "error" when `status.code` is 2 (OTel's ERROR).
 - `summary_lifecycle_metrics.json` and `stage_N_lifecycle_metrics.json`: aggregates only, read
-  as a summary (`ingest.bench_summary`) by `trace analyze`.
+  as a summary (`ingest.telemetry.bench_summary`) by `trace analyze`.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-from yaotu_trace.ingest.json_document import read_json_document
+from yaotu_trace.ingest.traces.json_document import read_json_document
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+    from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
 
 PER_REQUEST_HINT: Final = ("enable report.request_lifecycle.per_request in the inference-perf "
                            "config and pass per_request_lifecycle_metrics.json")
@@ -257,7 +257,7 @@ LATENCY_NAMES: Final = {
 
 def read_inference_perf_summary(path: Path) -> BenchSummary | None:
     """The aggregates of a lifecycle summary or stage report, else None."""
-    from yaotu_trace.ingest import bench_summary as bs
+    from yaotu_trace.ingest.telemetry import bench_summary as bs
 
     if not _is_summary_head(bs.document_head(path)):
         return None  # a per-request report or a workload trace, left unparsed here

@@ -19,8 +19,8 @@ client's `time.perf_counter()` when the request was sent). Mapping, for request 
 - `model` = the run's `model_id`; `request_id` = `r<i>`, the index in the arrays.
 
 A result saved without `--save-detailed` (run-level keys only: `request_throughput`,
-`mean_ttft_ms`, `p99_itl_ms`, ...) is a summary (`ingest.bench_summary`): `trace analyze` shows
-it, and the reader refuses it with the flag to add.
+`mean_ttft_ms`, `p99_itl_ms`, ...) is a summary (`ingest.telemetry.bench_summary`): `trace
+analyze` shows it, and the reader refuses it with the flag to add.
 
 Without `start_times` the arrival pattern is unknown. Every request is then placed at
 `arrival_s = 0` in file order: exact for the default `--request-rate inf` without
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+    from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
 
 PER_REQUEST_KEYS: Final = (
     "input_lens",
@@ -243,7 +243,7 @@ def _seconds(arrays: dict[str, list[Any]], key: str, i: int, path: Path) -> floa
 def _gaps(arrays: dict[str, list[Any]], i: int, path: Path) -> np.ndarray:
     import numpy as np
 
-    from yaotu_trace.ingest.bench_summary import finite_numbers
+    from yaotu_trace.ingest.telemetry.bench_summary import finite_numbers
 
     if "itls" not in arrays:
         return np.zeros(0)
@@ -366,7 +366,7 @@ LATENCY_KEY: Final = re.compile(
 
 def read_vllm_bench_summary(path: Path) -> BenchSummary | None:
     """The run-level numbers of a result saved without --save-detailed, else None."""
-    from yaotu_trace.ingest import bench_summary as bs
+    from yaotu_trace.ingest.telemetry import bench_summary as bs
 
     if '"input_lens"' in bs.document_head(path):
         return None  # per-request arrays: a trace, left unparsed here

@@ -19,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from yaotu_trace.ingest.csv_source import read_source_csv
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.traces.csv_source import read_source_csv
 
 if TYPE_CHECKING:
     import pandas as pd

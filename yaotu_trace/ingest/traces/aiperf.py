@@ -25,7 +25,7 @@ in display units such as ms) and `error` (`code`, `type`, `message`, or null). M
 A metric's unit is read from the record (`ns`, `us`, `ms`, `sec`); another time unit is an
 error naming the line. AIPerf's run summary, `profile_export_aiperf.json` (each metric's
 `unit`, `avg`, percentiles, ...), has no requests: `trace analyze` shows it as a summary
-(`ingest.bench_summary`) and the reader refuses it, naming `profile_export.jsonl`.
+(`ingest.telemetry.bench_summary`) and the reader refuses it, naming `profile_export.jsonl`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+    from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
 
 SECONDS_PER_UNIT: Final = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "sec": 1.0, "s": 1.0}
 EXPORT_HINT: Final = "pass AIPerf's profile_export.jsonl as written"
@@ -177,7 +177,7 @@ def _gaps(metrics: dict[str, Any], path: Path, line: int) -> np.ndarray:
     entry = metrics.get("inter_chunk_latency")
     if entry is None:
         return np.zeros(0)
-    from yaotu_trace.ingest.bench_summary import finite_numbers
+    from yaotu_trace.ingest.telemetry.bench_summary import finite_numbers
 
     gaps = finite_numbers(entry.get("value") if isinstance(entry, dict) else None)
     if gaps is None:
@@ -245,7 +245,7 @@ SUMMARY_DISTRIBUTIONS: Final = {
 def read_aiperf_summary(path: Path) -> BenchSummary | None:
     """AIPerf's `profile_export_aiperf.json`: every scalar metric and the main distributions
     with the units AIPerf gives; None for any other file."""
-    from yaotu_trace.ingest import bench_summary as bs
+    from yaotu_trace.ingest.telemetry import bench_summary as bs
 
     doc = _summary_document(path)
     if doc is None:
