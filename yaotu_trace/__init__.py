@@ -8,63 +8,32 @@ line does it for `--help`) costs no pandas, pyarrow or numba.
 
 from __future__ import annotations
 
+from yaotu_trace._lazy import lazy_names
 from yaotu_trace._version import __version__
 
 # NOTE: no `typing` at run time. `trace` imports this package before it can install its Ctrl-C
 # handler (yaotu_trace.cli), and `typing` (with `re`) was most of that time: a Ctrl-C in it is
 # Python's traceback instead of a silent exit 130.
 TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
-# Public name → the module of `yaotu_trace.commands` that defines it under that name.
-_API = {
-    "analyze": "analyze",
-    "replay": "replay",
-    "sweep": "sweep",
-    "diagnose": "diagnose",
-    "simulate": "simulate",
-    "compare": "compare",
-    "check": "check",
-    "report": "report",
-    "convert": "convert",
-    "generate": "generate",
-    "load_trace": "load",
-    "TraceInput": "load",
-}
-__all__ = [
-    "TraceInput",
-    "__version__",
-    "analyze",
-    "check",
-    "compare",
-    "convert",
-    "diagnose",
-    "generate",
-    "load_trace",
-    "replay",
-    "report",
-    "simulate",
-    "sweep",
-]
+# Every function of the API → the module of `yaotu_trace.commands` that defines it.
+__getattr__, __dir__, _api = lazy_names(__name__, {
+    "TraceInput": "commands.load",
+    "analyze": "commands.analyze",
+    "check": "commands.check",
+    "compare": "commands.compare",
+    "convert": "commands.convert",
+    "diagnose": "commands.diagnose",
+    "generate": "commands.generate",
+    "load_trace": "commands.load",
+    "replay": "commands.replay",
+    "report": "commands.report",
+    "simulate": "commands.simulate",
+    "sweep": "commands.sweep",
+})
+__all__ = ["__version__", *_api]
 
-
-def __getattr__(name: str) -> Any:
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(f"module 'yaotu_trace' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"yaotu_trace.commands.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
-
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the same names, for mypy
     from yaotu_trace.commands.analyze import analyze
     from yaotu_trace.commands.check import check
     from yaotu_trace.commands.compare import compare

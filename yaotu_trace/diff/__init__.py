@@ -13,24 +13,22 @@ from typing import TYPE_CHECKING
 
 from yaotu_trace._lazy import lazy_names
 
-# Every name the package offers, defined in (or re-exported by) `diff.run`.
-__all__ = [
-    "AxisChange",
-    "AxisState",
-    "ChangeLedger",
-    "Condition",
-    "LedgerItem",
-    "MatchSummary",
-    "MatchedRequests",
-    "MeasureChange",
-    "RunDiff",
-    "diff_traces",
-]
+# Every name the package offers → the module that defines it.
+__getattr__, __dir__, __all__ = lazy_names(__name__, {
+    "AxisChange": "result",
+    "AxisState": "result",
+    "ChangeLedger": "result",
+    "Condition": "result",
+    "LedgerItem": "result",
+    "MatchSummary": "result",
+    "MatchedRequests": "result",
+    "MeasureChange": "result",
+    "RunDiff": "result",
+    "diff_traces": "run",
+})
 
-__getattr__, __dir__ = lazy_names(__name__, "run", __all__)
-
-if TYPE_CHECKING:
-    from yaotu_trace.diff.run import (
+if TYPE_CHECKING:  # the same names, for mypy
+    from yaotu_trace.diff.result import (
         AxisChange,
         AxisState,
         ChangeLedger,
@@ -40,5 +38,5 @@ if TYPE_CHECKING:
         MatchSummary,
         MeasureChange,
         RunDiff,
-        diff_traces,
     )
+    from yaotu_trace.diff.run import diff_traces

@@ -34,20 +34,12 @@ from yaotu_trace.diff.measures import MEASURES, available, request_columns
 from yaotu_trace.diff.noise import NOISE_BASIS, Resamples, measure_change
 from yaotu_trace.diff.result import (
     AxisChange,
-    AxisState,
-    ChangeLedger,
     Condition,
-    LedgerItem,
     MatchedRequests,
-    MatchSummary,
-    MeasureChange,
     RunDiff,
 )
 from yaotu_trace.diff.warmth import warmth_condition
 from yaotu_trace.errors import ConfigError
-
-__all__ = ["AxisChange", "AxisState", "ChangeLedger", "Condition", "LedgerItem", "MatchSummary",
-           "MatchedRequests", "MeasureChange", "RunDiff", "diff_traces"]
 
 # What would make the comparison fair, per condition that differs.
 FAIRNESS = {

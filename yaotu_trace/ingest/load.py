@@ -10,65 +10,25 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 from yaotu_trace.data.compressed import (
-    codec_of,
-    find_file,
     format_suffix,
     is_compressed,
-    open_trace,
 )
 from yaotu_trace.data.engine_metrics import EngineMetrics
-from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
 from yaotu_trace.data.schema import (
     CANONICAL_COLUMNS,
-    RawTrace,
     Trace,
     normalize,
 )
 from yaotu_trace.data.steplog import STEP_COLUMNS, StepLog, open_parquet
 from yaotu_trace.data.telemetry_fit import UNIX_CLOCK_S, trace_span
-from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import ConfigError, TraceReadError, TraceSchemaError
-from yaotu_trace.ingest.detect import detect_format, sniff_header, sniff_keys
-from yaotu_trace.ingest.formats import Reader, TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.detect import detect_format
+from yaotu_trace.ingest.formats import Reader, TraceFormat
 from yaotu_trace.ingest.parts import apply_options
-from yaotu_trace.ingest.registry import all_formats, spec_of
+from yaotu_trace.ingest.registry import spec_of
 from yaotu_trace.ingest.telemetry import prom_text
 from yaotu_trace.ingest.telemetry.metrics import engine_metrics, read_export
 from yaotu_trace.ingest.telemetry.serverlog import EXPECTED, is_server_log, read_server_log
-
-# The names `yaotu_trace.ingest` offers, defined here or re-exported from their modules.
-__all__ = [
-    "CANONICAL_COLUMNS",
-    "JSON_ERRORS",
-    "STEP_COLUMNS",
-    "ConfigError",
-    "RawTrace",
-    "Reader",
-    "StepLog",
-    "Trace",
-    "TraceFormat",
-    "TraceFormatSpec",
-    "TraceReadError",
-    "all_formats",
-    "apply_options",
-    "codec_of",
-    "detect_format",
-    "find_file",
-    "first_record",
-    "format_suffix",
-    "get_reader",
-    "is_compressed",
-    "load_trace",
-    "names_of",
-    "normalize",
-    "open_parquet",
-    "open_trace",
-    "parse_column_map",
-    "read_steps",
-    "sniff_header",
-    "sniff_keys",
-    "spec_of",
-]
 
 
 def get_reader(fmt: TraceFormat) -> Reader:

@@ -9,27 +9,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from yaotu_trace.errors import ConfigError, ResourceLimitError
-from yaotu_trace.sim.config import ROUTE_CODES, RoutePolicy, SchedulerKind, SimConfig, StepCost
+from yaotu_trace.sim.config import RoutePolicy, SimConfig, StepCost
 from yaotu_trace.sim.engine_params import engine_params, step_cost_params
 
 if TYPE_CHECKING:
     from yaotu_trace.sim.engine import Inputs
 
 _MAX_MAP_BYTES = 16 * 2**30  # identity → block maps, one int32 per identity and instance
-
-__all__ = [
-    "ROUTE_CODES",
-    "CalibrationFit",
-    "RequestArrays",
-    "RoutePolicy",
-    "SchedulerKind",
-    "SimConfig",
-    "SimResult",
-    "StepCost",
-    "fit_step_cost",
-    "simulate",
-    "step_cost_params",
-]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
