@@ -127,13 +127,13 @@ def work_floor(path: str) -> dict[str, Any]:
 
 def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
     """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset)."""
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.engine import replay
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
     stamps = {"start": time.perf_counter()}
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     rules = rules_for("vllm", block_size_tokens=block)
     prepared = prepare(trace, stream=True)
     chains = prepared.chains(rules)  # includes the lane-B collision check
@@ -164,12 +164,12 @@ def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
 def work_ideal(path: str) -> dict[str, Any]:
     """The waterfall's token-granular ideal pass (vllm preset, one namespace, unlimited)."""
     from yaotu_trace.errors import ResourceLimitError
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
     from yaotu_trace.prefix.waterfall import compute_waterfall
 
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     prepared = prepare(trace, stream=True)
     try:
         wf = compute_waterfall(prepared, rules_for("vllm"))

@@ -34,9 +34,9 @@ def test_another_runs_step_log_is_refused_with_both_totals(
 def test_a_timed_trace_is_checked_on_its_own_range() -> None:
     """diag-healthy's requests all finish by 61.2 s; the kv-churn log runs to 112.6 s, and its
     later steps (other requests') must not pay for the ones that are missing before."""
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
-    trace = load_trace(SAMPLES / "diag-healthy.parquet",
+    trace = read_trace(SAMPLES / "diag-healthy.parquet",
                        steps_path=SAMPLES / "diag-kv-churn.steps.parquet")
     with pytest.raises(TraceReadError, match=r"computes 52,797 prefill tokens in 0\.0–61\.2 s"):
         fit_telemetry(trace)
@@ -46,9 +46,9 @@ def test_a_timed_trace_is_checked_on_its_own_range() -> None:
 def test_each_sample_accepts_its_own_step_log(name: str) -> None:
     """The simulator's own logs conserve work exactly (decode = Σ (output − 1) − preemptions,
     prefill = Σ (prompt − cached) + recompute)."""
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
-    trace = load_trace(SAMPLES / f"{name}.parquet",
+    trace = read_trace(SAMPLES / f"{name}.parquet",
                        steps_path=SAMPLES / f"{name}.steps.parquet")
     assert fit_telemetry(trace).trace.steps is not None
 

@@ -274,7 +274,7 @@ def test_step_log_instances_the_trace_never_names_are_a_note() -> None:
 
 def test_azure_code_trace_refuses_a_step_log_a_day_later(tmp_path: Path) -> None:
     """Azure LLM inference trace 2023 (code): arrivals over 0–3435.9 s after normalisation."""
-    trace = ingest.load_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
+    trace = ingest.read_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
     day = pd.DataFrame(steps_over(86_400.0, 86_400.0 + 3436.0, k=100))
     with pytest.raises(TraceReadError, match=r"0\.0–3435\.9 s; they are from different runs"):
         fit_telemetry(replace(trace, steps=StepLog.from_frame(day, "day.csv")))

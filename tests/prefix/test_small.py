@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import blocks, small
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.rules import effective_rules, rules_for
@@ -201,7 +201,7 @@ def _compiled_overview(trace, monkeypatch):
 @pytest.mark.parametrize("lazy", [True, False])
 def test_overview_equals_the_compiled_one_on_the_samples(path: Path, lazy: bool,
                                                          monkeypatch) -> None:
-    trace = load_trace(path, lazy_content=lazy)
+    trace = read_trace(path, lazy_content=lazy)
     if trace.content_column is None:
         pytest.skip("no prompt content")
     assert reuse_overview(trace) == _compiled_overview(trace, monkeypatch)
@@ -211,14 +211,14 @@ def test_overview_equals_the_compiled_one_on_the_samples(path: Path, lazy: bool,
 
 @pytest.mark.parametrize("name", MOONCAKE)
 def test_overview_equals_the_compiled_one_on_mooncake(name: str, monkeypatch) -> None:
-    trace = load_trace(shared_trace(name))
+    trace = read_trace(shared_trace(name))
     assert reuse_overview(trace) == _compiled_overview(trace, monkeypatch)
     for preset in ("vllm", "mooncake", "sglang"):
         _both_sweeps(trace, preset)
 
 
 def test_large_traces_and_per_instance_caches_keep_the_compiled_path(monkeypatch) -> None:
-    trace = load_trace(ROOT / "sample_traces" / "chat.parquet", lazy_content=True)
+    trace = read_trace(ROOT / "sample_traces" / "chat.parquet", lazy_content=True)
     rules, name, _ = effective_rules(trace, "vllm")
     assert small.sweep_trace(trace, rules, preset=name) is not None
     assert small.sweep_trace(trace, rules.with_(scope="instance", instances=2),

@@ -13,7 +13,7 @@ from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.load import read_step_logs
-from yaotu_trace.sim.scenario import Scenario, resolve
+from yaotu_trace.sim.scenario import Scenario, resolve_scenario
 from yaotu_trace.sim.summary import run_scenario
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
@@ -35,7 +35,7 @@ def _log(a_s: float, b_s: float, c_s: float) -> StepLog:
 def test_the_fit_is_made_on_the_log_handed_in() -> None:
     # The path names no file: the log the command read is the one used.
     scenario = BASE.merged(Scenario(calibrate="not/read.parquet"))
-    resolved = resolve(scenario, {"not/read.parquet": _log(0.004, 2e-5, 1e-7)})
+    resolved = resolve_scenario(scenario, {"not/read.parquet": _log(0.004, 2e-5, 1e-7)})
     assert resolved.calibration is not None
     fit = resolved.calibration
     assert (fit.a_s, fit.b_s_per_prefill_token, fit.c_s_per_context_token) == pytest.approx(
@@ -45,7 +45,7 @@ def test_the_fit_is_made_on_the_log_handed_in() -> None:
 
 def test_the_simulator_asks_for_the_log_rather_than_reading_it() -> None:
     with pytest.raises(ValueError, match=r"--calibrate not/read\.parquet: pass the step log"):
-        resolve(BASE.merged(Scenario(calibrate="not/read.parquet")))
+        resolve_scenario(BASE.merged(Scenario(calibrate="not/read.parquet")))
 
 
 def test_a_run_uses_the_fitted_step_time() -> None:

@@ -25,7 +25,7 @@ def compare(
     """`trace compare`: each scenario file (TOML) on the same requests, the first the baseline;
     `model`, `gpu` and `kv_dtype` fill in scenarios that do not name them."""
     from yaotu_trace.ingest.load import read_step_logs
-    from yaotu_trace.sim.compare import compare as compare_scenarios
+    from yaotu_trace.sim.compare import compare_scenarios
     from yaotu_trace.sim.scenario import Scenario, load_scenario
 
     defaults = Scenario(model=model, gpu=gpu, kv_dtype=kv_dtype)

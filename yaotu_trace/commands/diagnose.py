@@ -152,15 +152,14 @@ def diagnose_trace(
     from yaotu_trace.axes.thresholds import make_thresholds
     from yaotu_trace.data.report import Report
     from yaotu_trace.data.telemetry_only import is_telemetry_only
-    from yaotu_trace.diagnosis.diagnose import axis_report
-    from yaotu_trace.diagnosis.diagnose import diagnose_trace as judge
+    from yaotu_trace.diagnosis.diagnose import axis_report, judge_trace
     from yaotu_trace.diagnosis.telemetry_alone import judge_telemetry
     from yaotu_trace.ingest.load import dated_by_trace
 
     t = thresholds or make_thresholds()
     s = settings or EngineSettings()
-    judge_input = judge_telemetry if is_telemetry_only(trace) else judge
-    if metrics is not None and judge_input is judge:
+    judge_input = judge_telemetry if is_telemetry_only(trace) else judge_trace
+    if metrics is not None and judge_input is judge_trace:
         metrics = dated_by_trace(trace, metrics)
     judged = judge_input(trace, metrics=metrics, settings=s, thresholds=t)
     result, used = judged.diagnosis, judged.metrics

@@ -15,7 +15,7 @@ from yaotu_trace.sim.workloads import DEFAULT_MODEL
 if TYPE_CHECKING:
     import pandas as pd
 
-    from yaotu_trace.sim.workloads import Scenario
+    from yaotu_trace.sim.workloads import WorkloadKind
 
 # The tables `--out` and `--steps-out` are written as ('-' for `--out`: JSONL on stdout).
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
@@ -38,7 +38,7 @@ class GeneratedTrace:
 
 
 def generate(
-    scenario: Scenario,
+    scenario: WorkloadKind,
     *,
     out: Path,
     steps_out: Path | None = None,
@@ -88,7 +88,7 @@ def generate(
                   sections={"generated": section})
 
 
-def _check_outputs(scenario: Scenario, out: Path, steps_out: Path | None) -> None:
+def _check_outputs(scenario: WorkloadKind, out: Path, steps_out: Path | None) -> None:
     """Refuse, before any work, an output whose extension names no table format."""
     from yaotu_trace.sim.generate import ENGINES
 
@@ -109,7 +109,7 @@ def _check_outputs(scenario: Scenario, out: Path, steps_out: Path | None) -> Non
             )
 
 
-def _check_metrics_out(scenario: Scenario, metrics_out: Path | None) -> None:
+def _check_metrics_out(scenario: WorkloadKind, metrics_out: Path | None) -> None:
     """`--metrics-out` needs a simulated run and writes CSV."""
     from yaotu_trace.sim.generate import ENGINES
 

@@ -52,8 +52,8 @@ def load_trace(
     `lazy_content=True` leaves a canonical Parquet trace's token columns on disk: the replays
     stream them record batch by record batch, out of core.
     """
-    from yaotu_trace.ingest import load_trace as read
     from yaotu_trace.ingest import parse_column_map
+    from yaotu_trace.ingest import read_trace as read
 
     return read(
         Path(path),

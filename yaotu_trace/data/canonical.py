@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from yaotu_trace.data import parquet_file
-from yaotu_trace.data.compressed import format_suffix, is_compressed, open_trace
+from yaotu_trace.data.compressed import format_suffix, is_compressed, open_compressed
 from yaotu_trace.data.jsonl import read_json_lines
 from yaotu_trace.data.schema import (
     LIST_COLUMNS,
@@ -37,7 +37,7 @@ def _list_mapper(dtype: pa.DataType) -> pd.ArrowDtype | None:
     return None
 
 
-# List columns `load_trace(..., lazy_content=True)` leaves on disk (the replay streams the
+# List columns `read_trace(..., lazy_content=True)` leaves on disk (the replay streams the
 # token columns, `token_times` the emission times).
 LAZY_COLUMNS = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
 
@@ -192,7 +192,7 @@ def csv_part(df: pd.DataFrame, path: Path, *, first_line: int) -> RawTrace:
 def read_csv_frame(path: Path, *, names_once: bool = True, **kwargs: object) -> pd.DataFrame:
     """pandas.read_csv of a (possibly compressed) file, errors as one-line `TraceReadError`s
     (`names_once` as in `csv_frame`)."""
-    with open_trace(path) as handle:
+    with open_compressed(path) as handle:
         frame = csv_frame(path, handle, names_once=names_once, **kwargs)
     assert isinstance(frame, pd.DataFrame)
     return frame
@@ -221,7 +221,7 @@ def _header(path: Path, kwargs: dict[str, object]) -> list[str]:
     file has already parsed once, so this cannot fail but on a file changed meanwhile)."""
     split = {k: v for k, v in kwargs.items() if k in ("sep", "skipinitialspace")}
     try:
-        with open_trace(path) as handle:
+        with open_compressed(path) as handle:
             row = pd.read_csv(handle, header=None, nrows=1, dtype=str, keep_default_na=False,
                               **split)
     except CSV_ERRORS:

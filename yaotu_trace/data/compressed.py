@@ -188,7 +188,7 @@ class _Decompressed(io.RawIOBase):
         super().close()
 
 
-def open_trace(path: Path) -> IO[bytes]:
+def open_compressed(path: Path) -> IO[bytes]:
     """The file's bytes, decompressed when it is compressed; close it when done.
 
     Errors opening it or decompressing any part of it are `TraceReadError`s naming the file.
@@ -206,7 +206,7 @@ def open_trace(path: Path) -> IO[bytes]:
 
 def read_bytes(path: Path) -> bytes:
     """All of the file's (decompressed) bytes."""
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         try:
             return fh.read()
         except OSError as exc:

@@ -407,7 +407,7 @@ class TraceDiagnosis:
     diagnosis: Diagnosis
 
 
-def diagnose_trace(
+def judge_trace(
     trace: Trace,
     *,
     metrics: EngineMetrics | None = None,

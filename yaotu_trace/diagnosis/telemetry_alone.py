@@ -29,7 +29,7 @@ def judge_telemetry(
     settings: EngineSettings | None = None,
     thresholds: Thresholds | None = None,
 ) -> TraceDiagnosis:
-    """`diagnose.diagnose_trace` for `telemetry_trace`'s stand-in: no trace clock to fit the
+    """`diagnose.judge_trace` for `telemetry_trace`'s stand-in: no trace clock to fit the
     telemetry to, so it is judged as read."""
     t = thresholds or make_thresholds()
     inp = AxisInput.of(trace, metrics, settings or EngineSettings())

@@ -18,7 +18,7 @@ from yaotu_trace.axes.base import AxisName, EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diagnosis.diagnose import Diagnosis, diagnose_trace
+from yaotu_trace.diagnosis.diagnose import Diagnosis, judge_trace
 from yaotu_trace.diff.axis_change import axis_change
 from yaotu_trace.diff.conditions import (
     chain_condition,
@@ -136,7 +136,7 @@ def subset(trace: Trace, rows: np.ndarray) -> Trace:
 def _diagnose(trace: Trace, rows: np.ndarray, metrics: EngineMetrics | None,
               settings: EngineSettings, thresholds: Thresholds) -> Diagnosis:
     judged = subset(trace, rows)
-    return diagnose_trace(judged, metrics=metrics, settings=settings,
+    return judge_trace(judged, metrics=metrics, settings=settings,
                           thresholds=thresholds).diagnosis
 
 

@@ -16,13 +16,13 @@ from yaotu_trace._lazy import lazy_names
 __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "TraceFormat": "formats",
     "detect_format": "detect",
-    "load_trace": "load",
     "parse_column_map": "load",
     "read_metrics": "load",
     "read_steps": "load",
+    "read_trace": "load",
 })
 
 if TYPE_CHECKING:  # the same names, for mypy
     from yaotu_trace.ingest.detect import detect_format
     from yaotu_trace.ingest.formats import TraceFormat
-    from yaotu_trace.ingest.load import load_trace, parse_column_map, read_metrics, read_steps
+    from yaotu_trace.ingest.load import parse_column_map, read_metrics, read_steps, read_trace

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from yaotu_trace.data.compressed import codec_of, format_suffix, open_trace
+from yaotu_trace.data.compressed import codec_of, format_suffix, open_compressed
 from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.formats import TraceFormat
@@ -115,7 +115,7 @@ def _json_by_content(path: Path) -> TraceFormat | None:
     """A JSON document under another extension (`.txt`, `.log`, none), known by its keys: the
     OpenTelemetry SDK's ConsoleSpanExporter output is usually saved so."""
     try:
-        with open_trace(path) as fh:
+        with open_compressed(path) as fh:
             head = fh.read(DOCUMENT_HEAD_BYTES).decode("utf-8", errors="replace")
     except (OSError, TraceReadError):
         return None
@@ -158,7 +158,7 @@ def _detect_json_lines(path: Path, renamed: Mapping[str, str]) -> TraceFormat:
 
 def _detect_json_document(path: Path) -> TraceFormat:
     """A whole-file JSON document: vLLM bench results, an OTel export, or one WEKA conversation."""
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         head = fh.read(DOCUMENT_HEAD_BYTES).decode("utf-8", errors="replace")
     found = sniff_document(head) or sniff_keys(set(_keys_of_first_line(head)))
     if found is not None:

@@ -1,4 +1,4 @@
-"""Reading what a command is given, the only input I/O: a trace (`load_trace`, its format
+"""Reading what a command is given, the only input I/O: a trace (`read_trace`, its format
 detected and its reader taken from the registry, `ingest.registry`), a step log (`read_steps`)
 and an engine's metrics (`read_metrics`). Each refuses a file of the other kind with the option
 that takes it."""
@@ -53,7 +53,7 @@ def parse_column_map(pairs: list[str]) -> dict[str, str]:
     return mapping
 
 
-def load_trace(
+def read_trace(
     path: str | Path,
     *,
     fmt: TraceFormat | None = None,

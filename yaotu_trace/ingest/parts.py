@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from yaotu_trace.data.jsonl import PART_BYTES
 from yaotu_trace.data.schema import RawTrace
 from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.registry import spec_of
-
-PART_BYTES = 32 << 20
 
 
 def apply_options(raw: RawTrace, path: Path, column_map: Mapping[str, str] | None,

@@ -1,7 +1,7 @@
 """Step-level serving-engine simulator: requests in, engine timing and a step log out.
 
-Pure (NumPy and numba only; no pandas, no I/O). `simulate` takes request arrays (arrival,
-prompt and output lengths, and optionally the prompt's block chain ids from
+Pure (NumPy and numba only; no pandas, no I/O). `simulate_requests` takes request arrays
+(arrival, prompt and output lengths, and optionally the prompt's block chain ids from
 `prefix.blocks.build_block_chains`) and a `SimConfig`, and returns a `SimResult` whose
 per-request arrays are the canonical timing columns and whose step arrays are the step log.
 `fit_step_cost` is the `--calibrate` least-squares fit of `a + b·prefill_tokens + c·Σcontext`
@@ -29,7 +29,7 @@ __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "StepCost": "config",
     "block_identities": "run",
     "fit_step_cost": "run",
-    "simulate": "run",
+    "simulate_requests": "run",
     "step_cost_params": "engine_params",
 })
 
@@ -42,5 +42,5 @@ if TYPE_CHECKING:  # the same names, for mypy
         SimResult,
         block_identities,
         fit_step_cost,
-        simulate,
+        simulate_requests,
     )

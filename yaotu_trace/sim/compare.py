@@ -32,7 +32,7 @@ LEDGER_METRICS: tuple[tuple[str, str, str], ...] = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LedgerEntry:
+class ScenarioChange:
     """One quantity a remedy changed, relative to the baseline scenario."""
 
     metric: str
@@ -49,8 +49,8 @@ class RemedyLedger:
 
     scenario: str
     baseline: str
-    saved: tuple[LedgerEntry, ...]
-    added: tuple[LedgerEntry, ...]
+    saved: tuple[ScenarioChange, ...]
+    added: tuple[ScenarioChange, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,22 +63,22 @@ class ComparisonSection:
 
 def ledger(baseline: SimulationSummary, other: SimulationSummary) -> RemedyLedger:
     """Split the work quantities that changed into saved (lower) and added (higher)."""
-    saved: list[LedgerEntry] = []
-    added: list[LedgerEntry] = []
+    saved: list[ScenarioChange] = []
+    added: list[ScenarioChange] = []
     for name, label, unit in LEDGER_METRICS:
         base = float(getattr(baseline.work, name))
         value = float(getattr(other.work, name))
         change = value - base
         if change == 0 or (base and abs(change) / abs(base) < 1e-9):
             continue
-        entry = LedgerEntry(metric=label, unit=unit, baseline=base, value=value, change=change,
+        entry = ScenarioChange(metric=label, unit=unit, baseline=base, value=value, change=change,
                             change_ratio=change / base if base else None)
         (saved if change < 0 else added).append(entry)
     return RemedyLedger(scenario=other.scenario, baseline=baseline.scenario,
                         saved=tuple(saved), added=tuple(added))
 
 
-def compare(trace: Trace, scenarios: list[Scenario],
+def compare_scenarios(trace: Trace, scenarios: list[Scenario],
             progress: Callable[[str, float], None] | None = None,
             step_logs: Mapping[str, StepLog] | None = None) -> ComparisonSection:
     """Run every scenario on the same request chain; the first one is the baseline.

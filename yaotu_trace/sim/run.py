@@ -1,5 +1,5 @@
-"""The simulator's entry points, `simulate` and `fit_step_cost`; `yaotu_trace.sim` says what
-they take and return."""
+"""The simulator's entry points, `simulate_requests` and `fit_step_cost`; `yaotu_trace.sim` says
+what they take and return."""
 
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def simulate_stage() -> str:
     return "simulating" if cached else COMPILING_STAGE
 
 
-def simulate(requests: RequestArrays, config: SimConfig) -> SimResult:
+def simulate_requests(requests: RequestArrays, config: SimConfig) -> SimResult:
     """Run `requests` through the modelled cluster under `config` (deterministic)."""
     from yaotu_trace.sim.engine import simulate_cluster
 

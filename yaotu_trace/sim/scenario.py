@@ -85,16 +85,16 @@ _SCENARIO_KEYS = {f.name for f in fields(Scenario)}
 MAX_KV_BLOCKS = 10**7
 MAX_CLUSTER_BLOCKS = 2**27
 MAX_INSTANCES = 10**4
-MAX_COUNT = 2**31 - 1  # seats, token budgets, thresholds, block size: the engine's int range
+MAX_ENGINE_INT = 2**31 - 1  # seats, token budgets, thresholds, block size: the engine's int range
 
 # Every numeric option: (lowest, highest, whether the lowest is allowed). Checked the same way
 # for the command line (`check_scenario`, exit 2) and a scenario file (`load_scenario`, exit 3).
 _RANGES: dict[str, tuple[float, float, bool]] = {
     "kv_blocks": (2, MAX_KV_BLOCKS, True),
     "block_size": (1, MAX_BLOCK_TOKENS, True),
-    "max_num_seqs": (1, MAX_COUNT, True),
-    "max_batched_tokens": (1, MAX_COUNT, True),
-    "long_prefill_token_threshold": (0, MAX_COUNT, True),
+    "max_num_seqs": (1, MAX_ENGINE_INT, True),
+    "max_batched_tokens": (1, MAX_ENGINE_INT, True),
+    "long_prefill_token_threshold": (0, MAX_ENGINE_INT, True),
     "instances": (1, MAX_INSTANCES, True),
     "tp": (1, 1024, True),
     "link_gbps": (0, 1e9, False),
@@ -141,7 +141,8 @@ def _float(value: float) -> float:
 
 def check_scenario(scenario: Scenario) -> Scenario:
     """Check every option a scenario sets against its range; a `ConfigError` (a usage error)
-    names the option. The CLI's simulate and compare options go through here via `resolve`."""
+    names the option. The CLI's simulate and compare options go through here via
+    `resolve_scenario`."""
     for name in _RANGES:
         value = getattr(scenario, name)
         if value is None:
@@ -285,7 +286,7 @@ def _choice(enum: type[SchedulerKind] | type[RoutePolicy], value: str, option: s
                           f"{', '.join(e.value for e in enum)}") from exc
 
 
-def resolve(scenario: Scenario, step_logs: Mapping[str, StepLog] | None = None
+def resolve_scenario(scenario: Scenario, step_logs: Mapping[str, StepLog] | None = None
             ) -> ResolvedScenario:
     """Resolve a scenario's options into a `SimConfig` (defaults from the catalogs).
 

@@ -18,8 +18,8 @@ from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import STEP_COLUMNS, StepLog
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim.config import RoutePolicy, SimConfig
-from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate
-from yaotu_trace.sim.scenario import ResolvedScenario, Scenario, resolve
+from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate_requests
+from yaotu_trace.sim.scenario import ResolvedScenario, Scenario, resolve_scenario
 
 TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
                   "num_preemptions", "cached_tokens", "instance", "prefill_instance",
@@ -334,7 +334,7 @@ def _per_instance(result: SimResult, makespan: float | None) -> tuple[InstanceLo
     return tuple(per_instance)
 
 
-def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
+def summarize_run(trace: Trace, resolved: ResolvedScenario, result: SimResult,
               notes: list[str]) -> SimulationSummary:
     """Latency percentiles, throughput and the work ledger of one simulated run."""
     cfg = resolved.config
@@ -384,10 +384,10 @@ def run_scenario(trace: Trace, scenario: Scenario,
                  step_logs: Mapping[str, StepLog] | None = None) -> SimRun:
     """Resolve, simulate and tabulate one scenario on `trace` (`step_logs`: the step log its
     `calibrate` names, by path)."""
-    resolved = resolve(scenario, step_logs)
+    resolved = resolve_scenario(scenario, step_logs)
     requests, notes = request_arrays(trace, resolved.config.block_size_tokens)
     resolved = _fit_trace_route(resolved, requests, scenario)
-    result = simulate(requests, resolved.config)
+    result = simulate_requests(requests, resolved.config)
     table, steps = output_tables(trace, result, resolved.config)
-    summary = summarize(trace, resolved, result, notes)
+    summary = summarize_run(trace, resolved, result, notes)
     return SimRun(resolved=resolved, result=result, requests=table, steps=steps, summary=summary)

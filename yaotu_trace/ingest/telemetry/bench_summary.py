@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from yaotu_trace.data.compressed import open_trace
+from yaotu_trace.data.compressed import open_compressed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,7 +72,7 @@ class BenchSummary:
 def document_head(path: Path, size: int = 65536) -> str:
     """The first characters of a JSON document, so that a summary reader can pass over a large
     per-request file without parsing it."""
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         return fh.read(size).decode("utf-8", errors="replace")
 
 

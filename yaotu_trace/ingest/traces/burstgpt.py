@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from yaotu_trace.data.schema import RawTrace
 
-TIMESTAMP: Final = "Timestamp"
+_TIMESTAMP: Final = "Timestamp"
 MODEL: Final = "Model"
 REQUEST_TOKENS: Final = "Request tokens"
 RESPONSE_TOKENS: Final = "Response tokens"
@@ -40,8 +40,8 @@ TOTAL_TOKENS: Final = "Total tokens"
 LOG_TYPE: Final = "Log Type"
 SESSION_ID: Final = "Session ID"
 ELAPSED: Final = "Elapsed time"
-REQUIRED: Final = (TIMESTAMP, REQUEST_TOKENS, RESPONSE_TOKENS)
-FIRST_DATA_LINE: Final = 2  # line 1 is the header
+_REQUIRED: Final = (_TIMESTAMP, REQUEST_TOKENS, RESPONSE_TOKENS)
+_FIRST_DATA_LINE: Final = 2  # line 1 is the header
 FAILED_ERROR: Final = f"no response ('{RESPONSE_TOKENS}' 0: BurstGPT's mark of a failed request)"
 
 
@@ -54,16 +54,16 @@ def read_burstgpt(path: Path) -> RawTrace:
     from yaotu_trace.data.schema import RawTrace
     from yaotu_trace.data.values import SOURCE_ROW
 
-    df = read_source_csv(path, REQUIRED,
-                         f"a BurstGPT file has {TIMESTAMP}, {MODEL}, {REQUEST_TOKENS}, "
+    df = read_source_csv(path, _REQUIRED,
+                         f"a BurstGPT file has {_TIMESTAMP}, {MODEL}, {REQUEST_TOKENS}, "
                          f"{RESPONSE_TOKENS}, {TOTAL_TOKENS}, {LOG_TYPE}",
                          dtype={MODEL: "string", LOG_TYPE: "string", SESSION_ID: "string"})
     out = pd.DataFrame(
         {
-            "arrival_s": df[TIMESTAMP],
+            "arrival_s": df[_TIMESTAMP],
             "prompt_len": df[REQUEST_TOKENS],
             "output_len": df[RESPONSE_TOKENS],
-            SOURCE_ROW: np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE),
+            SOURCE_ROW: np.arange(_FIRST_DATA_LINE, len(df) + _FIRST_DATA_LINE),
         }
     )
     if MODEL in df.columns:
@@ -75,7 +75,7 @@ def read_burstgpt(path: Path) -> RawTrace:
     if ELAPSED in df.columns:
         # Non-numbers stay visible to validation, which names the line.
         elapsed_s = pd.to_numeric(df[ELAPSED], errors="coerce")
-        arrival_s = pd.to_numeric(df[TIMESTAMP], errors="coerce")
+        arrival_s = pd.to_numeric(df[_TIMESTAMP], errors="coerce")
         out["finish_s"] = (arrival_s + elapsed_s).where(elapsed_s.notna(), df[ELAPSED])
 
     notes: list[str] = []
@@ -96,7 +96,7 @@ def read_burstgpt(path: Path) -> RawTrace:
         format_name="burstgpt",
         row_label="line",
         notes=tuple(notes),
-        source_names={"arrival_s": TIMESTAMP, "prompt_len": REQUEST_TOKENS,
+        source_names={"arrival_s": _TIMESTAMP, "prompt_len": REQUEST_TOKENS,
                       "output_len": RESPONSE_TOKENS},
     )
 

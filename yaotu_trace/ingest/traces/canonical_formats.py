@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from yaotu_trace.data.compressed import open_trace
+from yaotu_trace.data.compressed import open_compressed
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 if TYPE_CHECKING:
@@ -54,12 +54,12 @@ def csv_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
     """CSV rows in parts of about `part_bytes`, sized from the first rows' length."""
     from yaotu_trace.data.canonical import CSV_ERRORS, csv_error, csv_frame, csv_part
 
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         head = fh.read(CSV_HEAD_BYTES).splitlines()
     per_row = max(1, sum(len(line) + 1 for line in head[1:]) // max(1, len(head) - 1))
     rows = max(1, part_bytes // per_row)
     first_line = 2
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         frames = csv_frame(path, fh, chunksize=rows)
         while True:
             try:

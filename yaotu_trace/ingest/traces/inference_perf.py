@@ -246,7 +246,7 @@ def _iso_seconds(value: object, i: int, field: str, path: Path) -> float:
 
 # --- lifecycle summaries ---------------------------------------------------------------------
 
-LATENCY_NAMES: Final = {
+_LATENCY_NAMES: Final = {
     "time_to_first_token": ("TTFT", "time to first token"),
     "time_per_output_token": ("TPOT", "time per output token"),
     "normalized_time_per_output_token": ("NTPOT", "request latency per output token"),
@@ -282,7 +282,7 @@ def read_inference_perf_summary(path: Path) -> BenchSummary | None:
     })
     latency = _object(ok.get("latency"))
     dists = [bs.distribution(name, long, "s", latency.get(key))
-             for key, (name, long) in LATENCY_NAMES.items()]
+             for key, (name, long) in _LATENCY_NAMES.items()]
     dists += [bs.distribution("prompt tokens", "prompt length", "tokens", ok.get("prompt_len")),
               bs.distribution("output tokens", "output length", "tokens", ok.get("output_len")),
               bs.distribution("schedule delay", "send time less scheduled time", "s",

@@ -68,7 +68,7 @@ REQUEST_IDS: Final = ("gen_ai.request.id", "gen_ai.response.id")
 # Time to the first token (vLLM, SGLang), else to the first chunk the client saw (semconv).
 TTFTS: Final = ("gen_ai.latency.time_to_first_token", "gen_ai.response.time_to_first_chunk")
 E2E: Final = "gen_ai.latency.e2e"
-QUEUE: Final = "gen_ai.latency.time_in_queue"
+_QUEUE: Final = "gen_ai.latency.time_in_queue"
 MODELS: Final = ("gen_ai.response.model", "gen_ai.request.model")
 INSTANCE: Final = "service.instance.id"
 # (camelCase, snake_case) spellings of the OTLP JSON keys.
@@ -189,7 +189,7 @@ def _request_spans(path: Path) -> _RequestSpans:
         if INSTANCE in resource:
             row["instance"] = resource[INSTANCE]
         ttft = next((k for k in TTFTS if k in attrs), None)
-        for column, key in (("first_token_s", ttft), ("finish_s", E2E), ("scheduled_s", QUEUE)):
+        for column, key in (("first_token_s", ttft), ("finish_s", E2E), ("scheduled_s", _QUEUE)):
             if key is not None and key in attrs:
                 row[column] = _seconds(attrs[key], key, where, path)
         rows.append(row)

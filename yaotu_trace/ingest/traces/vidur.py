@@ -31,7 +31,7 @@ ARRIVED_AT: Final = "arrived_at"
 PREFILL: Final = "num_prefill_tokens"
 DECODE: Final = "num_decode_tokens"
 TOTAL: Final = "num_total_tokens"
-FIRST_DATA_LINE: Final = 2  # line 1 is the header
+_FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 
 def read_vidur(path: Path) -> RawTrace:
@@ -48,7 +48,7 @@ def read_vidur(path: Path) -> RawTrace:
         {
             "prompt_len": df[PREFILL],
             "output_len": df[DECODE],
-            SOURCE_ROW: np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE),
+            SOURCE_ROW: np.arange(_FIRST_DATA_LINE, len(df) + _FIRST_DATA_LINE),
         }
     )
     # arrival_s is named even when absent, so a command that needs it asks for `arrived_at`.

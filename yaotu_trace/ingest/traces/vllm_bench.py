@@ -353,7 +353,7 @@ TOTAL_KEYS: Final = {
     "max_output_tokens_per_s": ("peak output token throughput", "tokens/s"),
     "max_concurrent_requests": ("peak concurrent requests", "requests"),
 }
-LATENCY_NAMES: Final = {
+_LATENCY_NAMES: Final = {
     "ttft": ("TTFT", "time to first token"),
     "tpot": ("TPOT", "time per output token, first excluded"),
     "itl": ("ITL", "inter-token latency, between streamed chunks"),
@@ -373,9 +373,9 @@ def read_vllm_bench_summary(path: Path) -> BenchSummary | None:
     doc = _load_document(path)
     if not isinstance(doc, dict) or "input_lens" in doc or "output_lens" in doc:
         return None
-    latencies = bs.latencies(doc, LATENCY_KEY, LATENCY_NAMES, "ms")
+    latencies = bs.latencies(doc, LATENCY_KEY, _LATENCY_NAMES, "ms")
     taken = {*RUN_KEYS, *TOTAL_KEYS,
-             *(k for k in doc if (m := LATENCY_KEY.fullmatch(k)) and m["metric"] in LATENCY_NAMES)}
+             *(k for k in doc if (m := LATENCY_KEY.fullmatch(k)) and m["metric"] in _LATENCY_NAMES)}
     return bs.BenchSummary(
         tool="vllm bench serve",
         format_name=TraceFormat.VLLM_BENCH.value,

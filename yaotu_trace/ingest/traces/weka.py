@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from yaotu_trace.data.schema import RawTrace
 
-DEFAULT_BLOCK_TOKENS: Final = 64
+WEKA_BLOCK_TOKENS: Final = 64
 NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number lives above
 
 
@@ -76,7 +76,7 @@ def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
             f"{path}: conversation files use different block sizes: {found}; one trace needs one "
             "source block size, so read the groups separately"
         )
-    source_block_size = next(iter(read.block_sizes), DEFAULT_BLOCK_TOKENS)
+    source_block_size = next(iter(read.block_sizes), WEKA_BLOCK_TOKENS)
 
     if not read.frames:
         raise TraceSchemaError(f"{path}: the trace has no requests; check the files' 'requests'")
@@ -100,7 +100,7 @@ def _read_conversations(files: list[Path], stagger_s: float) -> _Conversations:
     read = _Conversations()
     for number, file in enumerate(files):
         document = _load_document(file)
-        size = document.get("block_size", DEFAULT_BLOCK_TOKENS)
+        size = document.get("block_size", WEKA_BLOCK_TOKENS)
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise TraceSchemaError(
                 f"{file}: 'block_size' is {size!r}; it must be a whole number of tokens per id"
