@@ -17,6 +17,7 @@ from yaotu_trace.data import parquet_file
 from yaotu_trace.data.compressed import format_suffix, is_compressed, open_compressed
 from yaotu_trace.data.jsonl import read_json_lines
 from yaotu_trace.data.schema import (
+    CANONICAL_COLUMNS,
     LIST_COLUMNS,
     LIST_VALUE_TYPES,
     LazyContent,
@@ -317,8 +318,6 @@ def join_parquet_parts(parts: list[Path], path: Path, *,
     file has every column, in canonical order, null where a part had none. One part is held
     at a time.
     """
-    from yaotu_trace.data.schema import CANONICAL_COLUMNS
-
     schemas = [pq.read_schema(part) for part in parts]
     fields: dict[str, pa.Field] = {}
     for schema in schemas:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import pyarrow as pa
+
 from yaotu_trace.errors import TraceReadError
 
 BLOCK_BYTES = 1 << 20  # decompressed bytes per read
@@ -35,8 +37,6 @@ def _open_gzip(path: Path) -> Any:
 
 
 def _open_zstd(path: Path) -> Any:
-    import pyarrow as pa
-
     return pa.input_stream(str(path), compression="zstd")
 
 
@@ -78,8 +78,6 @@ _DAMAGE: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError, zlib.
 
 
 def _damage_errors() -> tuple[type[BaseException], ...]:
-    import pyarrow as pa
-
     return (*_DAMAGE, pa.ArrowException)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
@@ -186,8 +187,6 @@ def _kept(trace: Trace, keep: np.ndarray) -> Trace:
     row i is request i), since a filtered table no longer lines up with the file."""
     requests = trace.requests[keep]
     if trace.lazy is not None:
-        import pyarrow.parquet as pq
-
         rows = np.flatnonzero(keep)
         table = pq.read_table(trace.lazy.path, columns=list(trace.lazy.columns)).take(rows)
         requests = requests.assign(**{

@@ -6,9 +6,11 @@ that takes it."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
+from yaotu_trace.data import canonical, parquet_file
 from yaotu_trace.data.compressed import (
     format_suffix,
     is_compressed,
@@ -97,10 +99,6 @@ def read_trace(
 def _load_lazy(path: Path, source_block_size: int | None,
                arrivals_optional: bool = False) -> Trace | None:
     """A canonical Parquet trace with its list columns left on disk, or None to load eagerly."""
-    from dataclasses import replace
-
-    from yaotu_trace.data import canonical
-
     lazy = canonical.lazy_content(path)
     if lazy is None:
         return None
@@ -117,8 +115,6 @@ def _load_lazy(path: Path, source_block_size: int | None,
 
 def _with_steps(trace: Trace, path: Path) -> Trace:
     """Attach a per-step engine log read from Parquet, JSONL or CSV."""
-    from dataclasses import replace
-
     return replace(trace, steps=read_steps(path, "--steps"))
 
 
@@ -132,7 +128,6 @@ def read_steps(path: Path, option: str) -> StepLog:
     if not path.exists():
         raise TraceReadError(f"{path}: no such step log; check the {option} path")
     suffix = format_suffix(path)
-    from yaotu_trace.data import canonical, parquet_file
 
     if suffix == ".parquet":
         if not is_compressed(path):
@@ -159,8 +154,6 @@ def read_step_logs(paths: Iterable[str | None], option: str) -> dict[str, StepLo
 
 def _other_columns(path: Path, keep: tuple[str, ...]) -> tuple[str, ...]:
     """The columns of a Parquet file not in `keep` (none when it cannot be opened)."""
-    from yaotu_trace.data import parquet_file
-
     try:
         names = parquet_file.open_file(path).schema_arrow.names
     except TraceReadError:

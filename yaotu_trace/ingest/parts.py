@@ -11,6 +11,7 @@ RAGPulse's joined files, WEKA's conversations, benchmark results, spans) are rea
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from yaotu_trace.data.jsonl import PART_BYTES
@@ -24,8 +25,6 @@ from yaotu_trace.ingest.registry import spec_of
 def apply_options(raw: RawTrace, path: Path, column_map: Mapping[str, str] | None,
                   source_block_size: int | None) -> RawTrace:
     """`--map` renames and `--source-block-size`, applied to what a reader returned."""
-    from dataclasses import replace
-
     if column_map:
         missing = [s for s in column_map if s not in raw.requests.columns]
         if missing:

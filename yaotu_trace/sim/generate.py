@@ -21,7 +21,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.memory import available_bytes
+from yaotu_trace.sim.scenario import Scenario as SimScenario
+from yaotu_trace.sim.summary import run_scenario
 from yaotu_trace.sim.workloads import DEFAULT_MODEL, WorkloadKind
 
 # Llama 3 has 128,256 ids; the top 256 are special tokens, which prompts here never contain.
@@ -201,8 +205,6 @@ class GenerateOptions:
 def _check_size(scenario: WorkloadKind, requests: int, tenants: int) -> None:
     """Refuse, before any draw, a count the machine cannot hold: otherwise the generator would
     grow until the kernel kills it (or, past 2**63, loop without end)."""
-    from yaotu_trace.prefix.memory import available_bytes
-
     if requests >= 2**63:
         raise ConfigError(f"--requests {requests}: beyond the 64-bit range of a count; a trace "
                           f"holds at most {MAX_REQUESTS:,} requests")
@@ -710,9 +712,6 @@ def generate_with_steps(options: GenerateOptions) -> tuple[pd.DataFrame, pd.Data
     setup = ENGINES.get(options.scenario)
     if setup is None:
         return table, None
-    from yaotu_trace.data.schema import RawTrace, normalize
-    from yaotu_trace.sim.scenario import Scenario as SimScenario
-    from yaotu_trace.sim.summary import run_scenario
 
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "generated")
     run = run_scenario(trace, SimScenario(

@@ -3,6 +3,7 @@ what they take and return."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -200,8 +201,8 @@ def simulate_stage() -> str:
     """What a progress line should say of the run about to start: a fresh install compiles the
     engine loop first (about 20 s, once; numba caches it on disk), and a bar standing still
     that long with no word looks hung."""
-    import pickle
-
+    # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
+    # fitting a step time imports this module without it.
     from yaotu_trace.sim.engine import simulate_cluster
 
     try:  # numba's cache index: empty until the loop is compiled for this source and version
@@ -213,6 +214,8 @@ def simulate_stage() -> str:
 
 def simulate_requests(requests: RequestArrays, config: SimConfig) -> SimResult:
     """Run `requests` through the modelled cluster under `config` (deterministic)."""
+    # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
+    # fitting a step time imports this module without it.
     from yaotu_trace.sim.engine import simulate_cluster
 
     keep, runnable = _runnable(requests, config)
@@ -251,6 +254,8 @@ def _runnable(requests: RequestArrays, config: SimConfig) -> tuple[np.ndarray, R
 
 def _engine_inputs(runnable: RequestArrays, config: SimConfig) -> Inputs:
     """The compiled loop's `Inputs`, once the cache maps and pools are known to fit."""
+    # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
+    # fitting a step time imports this module without it.
     from yaotu_trace.sim.engine import Inputs
 
     out_len = runnable.output_tokens

@@ -7,16 +7,18 @@ The simulator's modules that touch pandas and pyarrow (`sim.compare` builds on t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.data.report import Distribution
-from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.schema import CANONICAL_COLUMNS, Trace
 from yaotu_trace.data.steplog import STEP_COLUMNS, StepLog
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.prepare import prepare
+from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.sim.config import RoutePolicy, SimConfig
 from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate_requests
 from yaotu_trace.sim.scenario import ResolvedScenario, Scenario, resolve_scenario
@@ -28,9 +30,6 @@ TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
 
 def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[str]]:
     """The simulator's requests, with chain ids when the trace carries prompt content."""
-    from yaotu_trace.prefix.prepare import prepare
-    from yaotu_trace.prefix.rules import rules_for
-
     df = trace.requests
     arrival = df["arrival_s"].to_numpy(dtype=np.float64)
     prompt = df["prompt_len"].to_numpy(dtype=np.int64)
@@ -84,8 +83,6 @@ def _trace_instances(trace: Trace) -> tuple[np.ndarray | None, tuple[str, ...]]:
 def _fit_trace_route(resolved: ResolvedScenario, requests: RequestArrays,
                      scenario: Scenario) -> ResolvedScenario:
     """Under `--route trace` the cluster has the trace's instances (its `instance` column)."""
-    from dataclasses import replace
-
     names = requests.instance_names
     if resolved.config.route is not RoutePolicy.TRACE:
         return resolved
@@ -225,7 +222,6 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         # too); a table whose every request ran keeps its columns as they were.
         df["status"] = pd.Series(np.where(ran, "ok", "rejected"), dtype="string")
         df["error"] = pd.Series(REJECTED_ERROR, index=df.index, dtype="string").mask(ran)
-    from yaotu_trace.data.schema import CANONICAL_COLUMNS
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]
     steps = pd.DataFrame({

@@ -12,17 +12,16 @@ neither UTC nor local time: the string is reported as written.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.traces.csv_source import read_source_csv
-
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
 
 _TIMESTAMP: Final = "TIMESTAMP"
 _PROMPT: Final = "ContextTokens"
@@ -35,12 +34,6 @@ _FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 def read_azure(path: Path) -> RawTrace:
     """Map TIMESTAMP → arrival_s (s since the earliest row); the token counts → lengths."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
     df = read_source_csv(path, (_TIMESTAMP, _PROMPT, _OUTPUT),
                          f"an Azure LLM trace has the header {_TIMESTAMP},{_PROMPT},{_OUTPUT}",
                          dtype={_TIMESTAMP: "string"})
@@ -70,9 +63,6 @@ def read_azure(path: Path) -> RawTrace:
 
 def _parse_timestamps_ns(stamps: pd.Series, path: Path, lines: np.ndarray) -> np.ndarray:
     """Parse the wall-clock strings to int64 ns since the epoch, naming the first bad line."""
-    import numpy as np
-    import pandas as pd
-
     parsed = pd.to_datetime(stamps, format=TIMESTAMP_FORMAT, errors="coerce")
     retry = parsed.isna() & stamps.notna()
     if retry.any():

@@ -22,15 +22,15 @@ the publisher's `without_fails` files do, would make a run that lost requests lo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.traces.csv_source import read_source_csv
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
 
 _TIMESTAMP: Final = "Timestamp"
 MODEL: Final = "Model"
@@ -48,12 +48,6 @@ FAILED_ERROR: Final = f"no response ('{RESPONSE_TOKENS}' 0: BurstGPT's mark of a
 def read_burstgpt(path: Path) -> RawTrace:
     """Map the BurstGPT columns by name; failed requests (Response tokens == 0) get status
     `error`."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
     df = read_source_csv(path, _REQUIRED,
                          f"a BurstGPT file has {_TIMESTAMP}, {MODEL}, {REQUEST_TOKENS}, "
                          f"{RESPONSE_TOKENS}, {TOTAL_TOKENS}, {LOG_TYPE}",
@@ -103,8 +97,6 @@ def read_burstgpt(path: Path) -> RawTrace:
 
 def _total_mismatch_note(df: pd.DataFrame) -> list[str]:
     """`Total tokens` is redundant; a disagreement hints at a shifted or edited column."""
-    import pandas as pd
-
     if TOTAL_TOKENS not in df.columns:
         return []
     total = pd.to_numeric(df[TOTAL_TOKENS], errors="coerce")

@@ -17,13 +17,15 @@ inference, the only type it runs), `application_id` (the endpoint the request ta
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.traces.csv_source import read_source_csv
-
-if TYPE_CHECKING:
-    from yaotu_trace.data.schema import RawTrace
 
 REQUEST_ID: Final = "request_id"
 APPLICATION_ID: Final = "application_id"
@@ -36,12 +38,6 @@ _FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 def read_splitwise(path: Path) -> RawTrace:
     """Map arrival_timestamp (s) → arrival_s, prompt_size/token_size → the lengths."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
     df = read_source_csv(path, _REQUIRED,
                          f"a splitwise-sim trace has {REQUEST_ID},request_type,"
                          f"{APPLICATION_ID},{ARRIVAL},batch_size,{_PROMPT},{_OUTPUT}",

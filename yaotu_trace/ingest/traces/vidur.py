@@ -17,15 +17,15 @@ kept here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.traces.csv_source import read_source_csv
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
 
 ARRIVED_AT: Final = "arrived_at"
 PREFILL: Final = "num_prefill_tokens"
@@ -36,12 +36,6 @@ _FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 def read_vidur(path: Path) -> RawTrace:
     """Map arrived_at (s) → arrival_s and the prefill/decode token counts → the lengths."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
     df = read_source_csv(path, (PREFILL, DECODE),
                          f"a Vidur trace has {ARRIVED_AT},{PREFILL},{DECODE}")
     out = pd.DataFrame(
@@ -61,8 +55,6 @@ def read_vidur(path: Path) -> RawTrace:
 
 def _total_mismatch_note(df: pd.DataFrame) -> list[str]:
     """`num_total_tokens` is redundant; a disagreement hints at a shifted or edited column."""
-    import pandas as pd
-
     if TOTAL not in df.columns:
         return []
     total = pd.to_numeric(df[TOTAL], errors="coerce")

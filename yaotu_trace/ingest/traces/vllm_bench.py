@@ -36,18 +36,18 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
 
 from yaotu_trace.data.compressed import read_text
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
+from yaotu_trace.ingest.telemetry import bench_summary as bs
+from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary, finite_numbers
 
 PER_REQUEST_KEYS: Final = (
     "input_lens",
@@ -68,11 +68,6 @@ DOCUMENT_KEYS: Final = ("ttfts", "itls", "input_lens", "request_throughput")
 
 def read_vllm_bench(path: Path) -> RawTrace:
     """Turn the per-request arrays of one benchmark run into canonical requests."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
     doc = _load_document(path)
     if not isinstance(doc, dict):
         raise TraceReadError(
@@ -170,8 +165,6 @@ def _errors(doc: dict[str, Any], path: Path, n: int) -> tuple[list[Any] | None, 
 
 def _starts(arrays: dict[str, list[Any]], n: int, path: Path) -> np.ndarray:
     """Arrival times in s since the earliest start; zeros when the run saved none."""
-    import numpy as np
-
     if "start_times" not in arrays or n == 0:
         return np.zeros(n)
     values = np.array([_seconds(arrays, "start_times", i, path) for i in range(n)])
@@ -182,8 +175,6 @@ def _failed_request(
     arrays: dict[str, list[Any]], i: int, arrival_s: float, errors: list[Any] | None
 ) -> dict[str, Any]:
     """A failed request's row: its lengths and outcome; the client timed nothing for it."""
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     row: dict[str, Any] = {
         "request_id": str(arrays["request_ids"][i]) if "request_ids" in arrays else f"r{i}",
         "arrival_s": arrival_s,
@@ -201,10 +192,6 @@ def _request(
     arrays: dict[str, list[Any]], i: int, arrival_s: float, path: Path
 ) -> dict[str, Any]:
     """One canonical row; lengths are left raw so validation names a bad value."""
-    import numpy as np
-
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     output_len = arrays["output_lens"][i]
     row: dict[str, Any] = {
         "request_id": str(arrays["request_ids"][i]) if "request_ids" in arrays else f"r{i}",
@@ -241,10 +228,6 @@ def _seconds(arrays: dict[str, list[Any]], key: str, i: int, path: Path) -> floa
 
 
 def _gaps(arrays: dict[str, list[Any]], i: int, path: Path) -> np.ndarray:
-    import numpy as np
-
-    from yaotu_trace.ingest.telemetry.bench_summary import finite_numbers
-
     if "itls" not in arrays:
         return np.zeros(0)
     gaps = arrays["itls"][i]
@@ -267,8 +250,6 @@ def _notes(
     errors: list[Any] | None,
     failed_elsewhere: int,
 ) -> list[str]:
-    import numpy as np
-
     notes: list[str] = []
     n_failed = int(failed.sum())
     if n_failed:
@@ -366,8 +347,6 @@ LATENCY_KEY: Final = re.compile(
 
 def read_vllm_bench_summary(path: Path) -> BenchSummary | None:
     """The run-level numbers of a result saved without --save-detailed, else None."""
-    from yaotu_trace.ingest.telemetry import bench_summary as bs
-
     if '"input_lens"' in bs.document_head(path):
         return None  # per-request arrays: a trace, left unparsed here
     doc = _load_document(path)
