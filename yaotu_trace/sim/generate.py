@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.memory import available_bytes
-from yaotu_trace.sim.scenario import Scenario as SimScenario
+from yaotu_trace.prefix import memory
+from yaotu_trace.sim.scenario import Scenario
 from yaotu_trace.sim.summary import run_scenario
 from yaotu_trace.sim.workloads import DEFAULT_MODEL, WorkloadKind
 
@@ -213,7 +213,7 @@ def _check_size(scenario: WorkloadKind, requests: int, tenants: int) -> None:
     per_request = BYTES_PER_REQUEST[scenario]
     for_tenants = tenants * BYTES_PER_TENANT
     needed = requests * per_request + for_tenants
-    available = available_bytes()
+    available = memory.available_bytes()
     if available is not None and needed > available:
         if for_tenants >= available:
             option = f"--tenants {tenants}"
@@ -714,7 +714,7 @@ def generate_with_steps(options: GenerateOptions) -> tuple[pd.DataFrame, pd.Data
         return table, None
 
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "generated")
-    run = run_scenario(trace, SimScenario(
+    run = run_scenario(trace, Scenario(
         name=options.scenario.value, model=ENGINE_MODEL, gpu=ENGINE_GPU,
         block_size=ENGINE_BLOCK_SIZE_TOKENS, kv_blocks=setup.kv_blocks,
         max_num_seqs=setup.max_num_seqs,
