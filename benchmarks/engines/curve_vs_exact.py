@@ -9,7 +9,7 @@ accounting and once with `--accounting clean` (which is what the curve gives at 
 checked here too), and prints the difference in hit ratio points.
 
     python benchmarks/engines/curve_vs_exact.py
-    python benchmarks/engines/curve_vs_exact.py --traces tests/data/engines/trace_mixed.parquet
+    python benchmarks/engines/curve_vs_exact.py --traces tests/fixtures/engines/trace_mixed.parquet
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT))
 
 from yaotu_trace.ingest.load import read_trace  # noqa: E402
 from yaotu_trace.prefix import effective_rules, replay_trace  # noqa: E402
-from yaotu_trace.prefix.sweep_trace import sweep_trace  # noqa: E402
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "traces"
 DEFAULT_TRACES = [
-    ROOT / "tests" / "data" / "engines" / "trace_mixed.parquet",
-    ROOT / "tests" / "data" / "engines" / "trace_sessions.parquet",
+    ROOT / "tests" / "fixtures" / "engines" / "trace_mixed.parquet",
+    ROOT / "tests" / "fixtures" / "engines" / "trace_sessions.parquet",
     ROOT / "sample_traces" / "chat.parquet",
     SHARED / "mooncake" / "conversation_trace.jsonl",
     SHARED / "mooncake" / "synthetic_trace.jsonl",
@@ -46,7 +46,7 @@ def rows_for(path: Path, preset: str) -> list[tuple[str, ...]]:
     clean, _, notes = effective_rules(trace, preset, block_size_tokens=block,
                                       accounting="clean")
     exact, _, _ = effective_rules(trace, preset, block_size_tokens=block)
-    _, curve = sweep_trace(trace, clean, preset=preset, points=2, notes=notes)
+    _, curve = sweep_trace(trace, clean, CurveSectionSpec(preset=preset, points=2, notes=notes))
     full = int(curve.full_reuse_capacity_blocks)
     out = []
     for share in SHARES:

@@ -266,11 +266,12 @@ def test_per_instance_metrics_without_a_trace_name_the_imbalance(
     # modelled, and the standing queue on i0 next to i1's free seats decides by itself; the
     # balanced run, whose two instances queue alike, is no imbalance.
     from yaotu_trace.commands.diagnose import diagnose
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
 
     for run, expected in ((weighted, "load_imbalance"), (balanced, None)):
         path = tmp_path / f"{expected}.csv"
         metrics_export(run.requests, run.steps).to_csv(path, index=False)
-        doc = diagnose(None, metrics=path).to_dict()
+        doc = diagnose(None, DiagnosisOptions(metrics=path)).to_dict()
         queueing = next(a for a in doc["axes"] if a["name"] == "queueing")
         if expected is None:
             assert queueing["cause"] != "load_imbalance"

@@ -207,7 +207,7 @@ def test_analyze_refuses_a_step_log_from_another_run(tmp_path: Path,
 
 # -- metrics exports ----------------------------------------------------------------------------
 
-T0 = 1_732_931_200.0  # the clock of tests/data/prom_vllm_small.json
+T0 = 1_732_931_200.0  # the clock of tests/fixtures/prom_vllm_small.json
 
 
 def waiting(lo: float, hi: float, every_s: float = 15.0, *, model: str = "m") -> list[tuple]:

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from yaotu_trace.cli import main
+from yaotu_trace.data.run_diff import RunDiff
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diff import RunDiff, diff_traces
+from yaotu_trace.diff import diff_traces
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.ingest import read_trace
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-EXPORT = Path(__file__).resolve().parents[1] / "data" / "aiperf" / "profile_export.jsonl"
+EXPORT = FIXTURES / "aiperf" / "profile_export.jsonl"
 GAPS_MS = [4.898437, 5.316006, 4.801489, 5.674918, 4.811467, 5.097998, 5.504797, 5.533548]
 
 

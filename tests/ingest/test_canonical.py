@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.schema import LIST_COLUMNS, Trace
@@ -14,7 +15,6 @@ from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 EXTENSIONS = ("parquet", "jsonl", "csv")
 
 
@@ -125,7 +125,7 @@ def test_canonical_csv_block_ids_without_the_column_need_the_block_size(tmp_path
 
 def test_canonical_weka_fixture_survives_parquet(tmp_path: Path) -> None:
     # GIVEN a trace read from another format, written as canonical Parquet
-    weka = read_trace(DATA / "weka_mini")
+    weka = read_trace(FIXTURES / "weka_mini")
     path = _written(tmp_path / "w.parquet", weka.requests, source_block_size=64)
     # THEN the canonical file reads back to the same table and block size
     again = read_trace(path)

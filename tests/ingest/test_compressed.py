@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
+from conftest import FIXTURES
 
 from tests.conftest import run_cli, shared_trace
 from yaotu_trace.data.canonical import write_trace
@@ -21,7 +22,6 @@ from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
@@ -63,13 +63,13 @@ def _canonical(folder: Path, suffix: str) -> Path:
 # Plain fixtures of every file format, with the format they are detected as.
 FILES = {
     "mooncake": (lambda d: _mooncake(d), TraceFormat.MOONCAKE),
-    "bailian": (lambda d: DATA / "bailian_small.jsonl", TraceFormat.BAILIAN),
-    "azure": (lambda d: DATA / "azure_small.csv", TraceFormat.AZURE),
-    "burstgpt": (lambda d: DATA / "burstgpt_small.csv", TraceFormat.BURSTGPT),
-    "vllm-bench": (lambda d: DATA / "vllm_bench_small.json", TraceFormat.VLLM_BENCH),
-    "otel": (lambda d: DATA / "otel_small.json", TraceFormat.OTEL),
-    "otel-jsonl": (lambda d: DATA / "otel_small.jsonl", TraceFormat.OTEL),
-    "weka-file": (lambda d: DATA / "weka_mini" / "trace_0001.json", TraceFormat.WEKA),
+    "bailian": (lambda d: FIXTURES / "bailian_small.jsonl", TraceFormat.BAILIAN),
+    "azure": (lambda d: FIXTURES / "azure_small.csv", TraceFormat.AZURE),
+    "burstgpt": (lambda d: FIXTURES / "burstgpt_small.csv", TraceFormat.BURSTGPT),
+    "vllm-bench": (lambda d: FIXTURES / "vllm_bench_small.json", TraceFormat.VLLM_BENCH),
+    "otel": (lambda d: FIXTURES / "otel_small.json", TraceFormat.OTEL),
+    "otel-jsonl": (lambda d: FIXTURES / "otel_small.jsonl", TraceFormat.OTEL),
+    "weka-file": (lambda d: FIXTURES / "weka_mini" / "trace_0001.json", TraceFormat.WEKA),
     "jsonl": (lambda d: _canonical(d, ".jsonl"), TraceFormat.CANONICAL_JSONL),
     "csv": (lambda d: _canonical(d, ".csv"), TraceFormat.CANONICAL_CSV),
     "parquet": (lambda d: _canonical(d, ".parquet"), TraceFormat.CANONICAL_PARQUET),
@@ -128,16 +128,16 @@ def test_compressed_folders_weka_and_ragpulse(tmp_path: Path) -> None:
     # GIVEN the WEKA and RAGPulse folders with every file compressed (mixed codecs)
     weka = tmp_path / "weka"
     weka.mkdir()
-    for k, file in enumerate(sorted((DATA / "weka_mini").glob("*.json"))):
+    for k, file in enumerate(sorted((FIXTURES / "weka_mini").glob("*.json"))):
         _compressed(file, weka, [".gz", ".zst"][k % 2])
     rag = tmp_path / "rag"
     rag.mkdir()
-    for k, file in enumerate(sorted((DATA / "ragpulse_mini").glob("*.jsonl"))):
+    for k, file in enumerate(sorted((FIXTURES / "ragpulse_mini").glob("*.jsonl"))):
         _compressed(file, rag, list(COMPRESS)[k % 4])
     # THEN they are detected and read as the plain folders are
     assert detect_format(weka) is TraceFormat.WEKA
     assert detect_format(rag) is TraceFormat.RAGPULSE
-    for packed, plain in ((weka, DATA / "weka_mini"), (rag, DATA / "ragpulse_mini")):
+    for packed, plain in ((weka, FIXTURES / "weka_mini"), (rag, FIXTURES / "ragpulse_mini")):
         expected = read_trace(plain)
         got = read_trace(packed)
         pd.testing.assert_frame_equal(got.requests, expected.requests)

@@ -16,7 +16,7 @@ from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.token_times import gap_summary
 from yaotu_trace.errors import ExitCode, TraceReadError
 from yaotu_trace.ingest import read_trace
-from yaotu_trace.prefix.stream import ParquetPrompts
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 
 FIX = "copy it again or re-export the trace"
 

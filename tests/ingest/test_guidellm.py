@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "guidellm"
+DATA = FIXTURES / "guidellm"
 REPORT = DATA / "benchmarks_mock_server.json"
 V03 = DATA / "benchmarks_stripped_v03.json"
 # request_start_time of the report's first request (benchmark 0, successful 0).

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode, TraceSchemaError
@@ -15,7 +16,7 @@ from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.summary import read_summary
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "inference_perf"
+DATA = FIXTURES / "inference_perf"
 PER_REQUEST = DATA / "per_request_lifecycle_metrics.json"
 STAGE = DATA / "stage_0_lifecycle_metrics.json"
 WORKLOAD = DATA / "prefix_sharing_example.json"

@@ -8,12 +8,13 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-OTEL = Path(__file__).resolve().parents[1] / "data" / "otel"
+OTEL = FIXTURES / "otel"
 SEMCONV = OTEL / "semconv_tool_calls.json"
 SGLANG = OTEL / "sglang_flat_spans.json"
 
@@ -66,7 +67,7 @@ def test_json_lines_of_single_spans_are_detected_and_read(tmp_path: Path) -> Non
 
 
 def test_sglang_flat_span_list_maps_root_spans_to_requests() -> None:
-    """Hand-checked against the table in tests/data/otel/README.md (SGLang's span tree from
+    """Hand-checked against the table in tests/fixtures/otel/README.md (SGLang's span tree from
     python/sglang/srt/observability/trace.py): 3 request root spans among 10 spans."""
     assert detect_format(SGLANG) is TraceFormat.OTEL
     trace = read_trace(SGLANG)

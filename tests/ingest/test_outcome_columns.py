@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.outcome import failed_count, has_status, successful_mask
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.convert import convert_trace
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 EXTENSIONS = ("parquet", "jsonl", "csv")
 
 
@@ -59,7 +59,7 @@ def test_status_and_error_round_trip_through_every_canonical_format(tmp_path: Pa
 def test_burstgpt_failures_survive_conversion(tmp_path: Path, ext: str) -> None:
     # burstgpt_small.csv: 5 rows, the one at t=45 s failed (Response tokens 0).
     out = tmp_path / f"b.{ext}"
-    convert_trace(DATA / "burstgpt_small.csv", out)
+    convert_trace(FIXTURES / "burstgpt_small.csv", out)
     req = read_trace(out).requests
     assert req["status"].tolist() == ["ok", "error", "ok", "ok", "ok"]
     assert req["error"].notna().tolist() == [False, True, False, False, False]
@@ -68,7 +68,7 @@ def test_burstgpt_failures_survive_conversion(tmp_path: Path, ext: str) -> None:
 @pytest.mark.parametrize("ext", EXTENSIONS)
 def test_otel_error_span_survives_conversion(tmp_path: Path, ext: str) -> None:
     out = tmp_path / f"o.{ext}"
-    convert_trace(DATA / "otel" / "sglang_flat_spans.json", out)
+    convert_trace(FIXTURES / "otel" / "sglang_flat_spans.json", out)
     req = read_trace(out).requests
     assert req["status"].tolist() == ["ok", "ok", "error"]
     assert req["error"].iloc[2] == "have unclosed span, auto closed"

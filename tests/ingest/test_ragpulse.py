@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_trace
+from conftest import FIXTURES, shared_trace
 
 from yaotu_trace.data.schema import list_arrays, normalize
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
@@ -16,7 +16,6 @@ from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.traces.ragpulse import read_ragpulse
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 WEEK_S = 604_800
 TABLES = {
     "1_sys_prompt.jsonl": "sys_prompt_id",
@@ -307,7 +306,7 @@ def test_ragpulse_rows_are_not_mistaken_for_mooncake(tmp_path: Path) -> None:
 
 
 def test_ragpulse_fixture_folder_reads() -> None:
-    trace = read_trace(DATA / "ragpulse_mini")
+    trace = read_trace(FIXTURES / "ragpulse_mini")
     assert trace.format_name == "ragpulse"
     assert len(trace.requests) == 4
     offsets, _ = list_arrays(trace.requests["prompt_tokens"])

@@ -1,5 +1,5 @@
 """AIPerf 0.13.0 and guidellm 0.8.1 outputs from one real run each against a local server
-(tests/data/telemetry/bench; README.md gives the commands): 20 requests, 64 prompt and 32
+(tests/fixtures/telemetry/bench; README.md gives the commands): 20 requests, 64 prompt and 32
 output tokens each, the 10th and 20th answered with HTTP 500.
 
 The per-request exports come out with the tools' own summary numbers; their summary CSVs are
@@ -9,15 +9,15 @@ refused with the file that holds the requests, not with a column mapping that ca
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest import read_trace
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry" / "bench"
+DATA = FIXTURES / "telemetry" / "bench"
 
 
 @pytest.mark.parametrize(("name", "ttft_mean_ms"), [

@@ -1,5 +1,5 @@
 """OpenTelemetry spans the SDK and the openai-v2 instrumentation wrote, read with the numbers
-they were fed (tests/data/telemetry/otel; README.md names the code, expected.json the numbers).
+they were fed (tests/fixtures/telemetry/otel; README.md names the code, expected.json the numbers).
 
 The SDK files hold 40 GenAI spans with current semantic-convention names (cache_read input
 tokens, time_to_first_chunk), one failed without output tokens; the openai-v2 files hold 12
@@ -10,14 +10,14 @@ requests that failed: kept, counted in the success rate, never dropped.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.ingest import read_trace
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry" / "otel"
+DATA = FIXTURES / "telemetry" / "otel"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))
 SDK, V2 = EXPECTED["sdk_genai_spans"], EXPECTED["openai_v2_spans"]
 

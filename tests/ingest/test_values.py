@@ -19,8 +19,8 @@ import pytest
 from tests.conftest import run_cli
 from yaotu_trace.errors import ExitCode, TraceSchemaError
 from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 from yaotu_trace.prefix.prepare import prepare
-from yaotu_trace.prefix.stream import ParquetPrompts
 
 BIG = 2**70
 

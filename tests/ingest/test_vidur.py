@@ -1,19 +1,19 @@
 """Vidur reader: the real `splitwise_code.csv` excerpt of microsoft/vidur, detected by header.
 
 Source: microsoft/vidur `data/processed_traces/splitwise_code.csv` at 7d47513 (first 8 rows,
-tests/data/sim_traces/README.md); the numbers below are read off that file by hand.
+tests/fixtures/sim_traces/README.md); the numbers below are read off that file by hand.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import schema_error
+from conftest import FIXTURES, schema_error
 
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "sim_traces"
+DATA = FIXTURES / "sim_traces"
 
 
 def test_vidur_trace_maps_arrivals_and_lengths() -> None:

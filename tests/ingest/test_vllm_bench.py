@@ -8,14 +8,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from conftest import schema_error
+from conftest import FIXTURES, schema_error
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-SMALL = DATA / "vllm_bench_small.json"
+SMALL = FIXTURES / "vllm_bench_small.json"
 
 
 def _variant(tmp_path: Path, **changes: Any) -> Path:
@@ -96,7 +95,7 @@ def test_vllm_bench_unsuccessful_without_error_text(tmp_path: Path) -> None:
 
 def test_vllm_bench_is_detected_as_a_json_document() -> None:
     assert detect_format(SMALL) is TraceFormat.VLLM_BENCH
-    assert detect_format(DATA / "vllm_bench_no_detail.json") is TraceFormat.VLLM_BENCH
+    assert detect_format(FIXTURES / "vllm_bench_no_detail.json") is TraceFormat.VLLM_BENCH
 
 
 def test_vllm_bench_without_start_times_places_requests_at_zero(tmp_path: Path) -> None:
@@ -116,7 +115,7 @@ def test_vllm_bench_saved_latencies_set_finish(tmp_path: Path) -> None:
 
 
 def test_vllm_bench_without_detail_asks_for_save_detailed() -> None:
-    path = DATA / "vllm_bench_no_detail.json"
+    path = FIXTURES / "vllm_bench_no_detail.json"
     message = schema_error(path)
     assert "--save-detailed" in message
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_trace
+from conftest import FIXTURES, shared_trace
 
 from yaotu_trace.data.schema import list_arrays, normalize
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
@@ -16,8 +16,7 @@ from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.traces.weka import read_weka
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-MINI = DATA / "weka_mini"
+MINI = FIXTURES / "weka_mini"
 
 
 def _request(t: float, n_in: int, ids: list[int], **extra: object) -> dict:

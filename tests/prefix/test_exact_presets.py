@@ -1,6 +1,6 @@
 """`--preset vllm|sglang --capacity N` equals the real engines per request (issue: engine-exact).
 
-The fixtures under `tests/data/engines/` were written by `benchmarks/engines/golden_vllm.py`
+The fixtures under `tests/fixtures/engines/` were written by `benchmarks/engines/golden_vllm.py`
 (vLLM 0.33.0's `KVCacheManager`) and `golden_sglang.py` (SGLang 0.5.23's `RadixCache` with its
 CPU token allocators). The kernels are checked against them in `test_exact_vllm.py` and
 `test_exact_sglang.py`; this module checks the path a user takes: the preset's rules resolved as
@@ -13,16 +13,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
 from yaotu_trace.prefix.rules import Accounting, rules_for
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "engines"
+DATA = FIXTURES / "engines"
 
 
 @cache

@@ -12,10 +12,11 @@ import pytest
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError
 from yaotu_trace.ingest import read_trace
-from yaotu_trace.prefix import effective_rules, memory, replay_trace_with_requests, stream
+from yaotu_trace.prefix import effective_rules, memory, replay_trace_with_requests
+from yaotu_trace.prefix.kernels import stream
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
-from yaotu_trace.prefix.sweep_trace import sweep_trace
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
 CHAT = Path(__file__).resolve().parents[2] / "sample_traces" / "chat.parquet"
 
@@ -46,7 +47,7 @@ def _both(path: Path, preset: str | None = None, **overrides: object) -> list[st
         assert (trace.lazy is not None) is lazy
         rules, name, notes = effective_rules(trace, preset, **overrides)
         summary, requests = replay_trace_with_requests(trace, rules, preset=name, notes=notes)
-        section, _ = sweep_trace(trace, rules, preset=name, notes=notes)
+        section, _ = sweep_trace(trace, rules, CurveSectionSpec(preset=name, notes=notes))
         columns = {k: np.asarray(v).tolist() for k, v in requests.to_columns().items()}
         out.append(json.dumps([summary.to_dict(), columns, repr(section)], default=str))
     return out

@@ -190,6 +190,16 @@ BlockSizeOpt = Annotated[
                  "the diagnosis [default: "
                  "16; the prefix replay uses its preset's]."),
 ]
+MaxNumSeqsOpt = Annotated[
+    int | None,
+    typer.Option("--max-num-seqs", min=1, help="Engine cap on running requests (else the "
+                 "largest batch seen)."),
+]
+MaxBatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-batched-tokens", min=1, help="Engine token budget per step (else the "
+                 "largest step seen)."),
+]
 
 # The prefix-cache rules, shared by `trace replay` and `trace sweep`: each overrides --preset.
 RuleBlockSizeOpt = Annotated[

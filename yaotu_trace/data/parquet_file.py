@@ -1,9 +1,9 @@
 """A trace's Parquet file, opened and read with one translation of pyarrow's errors.
 
 A trace is read from Parquet in several places: whole by the reader, and batch by batch later
-in the run when its token columns are left on disk (`prefix.stream`, `token_times`). Wherever
-pyarrow meets a damaged file it raises `OSError` or an `ArrowException` (a `UnicodeDecodeError`
-for a damaged column name); `reading` turns those
+in the run when its token columns are left on disk (`prefix.kernels.stream`, `token_times`).
+Wherever pyarrow meets a damaged file it raises `OSError` or an `ArrowException` (a
+`UnicodeDecodeError` for a damaged column name); `reading` turns those
 into one `TraceReadError` that names the file, the row group or rows and the column when known,
 and says what to do. Files written by this tool carry page checksums (`WRITE_OPTIONS`), which
 are verified on every read, so a flipped byte in their data pages is caught rather than read.

@@ -11,11 +11,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from yaotu_trace._version import __version__
+from yaotu_trace.data.charts import TerminalCharts
 from yaotu_trace.data.order_stats import BlockSum
 
 if TYPE_CHECKING:
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 PERCENTILES = (50, 90, 99)
+# The format named in the report's `input` when no request trace was given (a diagnosis from
+# telemetry alone, `ingest/telemetry_only.py`).
+TELEMETRY_ONLY: Final = "telemetry only"
 
 
 def to_builtins(value: Any) -> Any:
@@ -134,10 +138,10 @@ class Report:
     input: InputSummary | InputPair
     config: Mapping[str, Any] = field(default_factory=dict)
     sections: Mapping[str, Any] = field(default_factory=dict)
-    # Pictures for the console (`render/text_charts.py:TerminalCharts`), filled only when a
-    # command is asked for them (`charts=True`); never in `to_dict`, so the JSON, the Markdown
-    # and a report's equality do not depend on them.
-    charts: Any = field(default=None, compare=False, repr=False)
+    # Pictures for the console (`data/charts.py`, drawn by `render/text_charts.py`), filled only
+    # when a command is asked for them (`charts=True`); never in `to_dict`, so the JSON, the
+    # Markdown and a report's equality do not depend on them.
+    charts: TerminalCharts | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document: schema_version, tool, command, input, config, sections."""

@@ -8,17 +8,15 @@ every rule that needs requests finds none and the telemetry's rules decide.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from yaotu_trace.data.report import TELEMETRY_ONLY
 from yaotu_trace.data.schema import Trace
 
 if TYPE_CHECKING:
     from yaotu_trace.data.steplog import StepLog
-
-# The format named in the report's `input` when no request trace was given.
-TELEMETRY_ONLY: Final = "telemetry only"
 
 
 def telemetry_trace(path: str, *, steps: StepLog | None = None,

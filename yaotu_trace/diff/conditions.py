@@ -15,10 +15,10 @@ import pandas as pd
 
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.outcome import successful_mask
+from yaotu_trace.data.run_diff import Condition, ConditionStatus, MatchedRequests
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diff.ks import ks_test
 from yaotu_trace.diff.noise import Z95
-from yaotu_trace.diff.result import Condition, ConditionStatus, MatchedRequests
 
 # The request chain is the same when this share of each run's requests matched, the matched
 # arrivals keep their order (rank correlation) and their span within SPAN_TOL.

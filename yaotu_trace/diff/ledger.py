@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from yaotu_trace.axes.base import AxisName, EngineSettings
+from yaotu_trace.data.run_diff import ChangeLedger, LedgerItem
 from yaotu_trace.diagnosis.diagnose import Diagnosis
 from yaotu_trace.diff.measures import Columns
-from yaotu_trace.diff.result import ChangeLedger, LedgerItem
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from yaotu_trace.errors import ConfigError, ConfigFileError
-from yaotu_trace.gate.fail_on import DiffGate, FailOn, parse_fail_on
+from yaotu_trace.gate.fail_on import DiffGate, FailOn, Gates, parse_fail_on
 from yaotu_trace.gate.report_path import Resolved, close_paths, parse_path, require, resolve
 
 # Relative tolerance of a baseline comparison unless the config says otherwise: 5 % is about the
@@ -610,13 +610,14 @@ def run_checks(
     baseline: Mapping[str, Any] | None = None,
     *,
     baseline_path: str | None = None,
-    fail_on: FailOn | None = None,
+    gates: Gates | None = None,
     changes: Sequence[CheckResult] = (),
     before_path: str | None = None,
-    fail_on_diff: frozenset[DiffGate] = frozenset(),
 ) -> CheckSection:
     """Evaluate every check on the merged report `doc`, then append `changes` (the results of
-    `gate.change.change_results` against `before_path`); unknown paths raise ConfigError."""
+    `gate.change.change_results` against `before_path`); unknown paths raise ConfigError.
+    `gates` is `--fail-on` (its level replaces the check file's; its change gates are the
+    ones `changes` were judged under)."""
     source = config.path or "the check config"
     results = [_threshold(doc, c, config.on_missing, source) for c in config.checks]
     if baseline is not None:
@@ -626,7 +627,8 @@ def run_checks(
         results.extend(_baseline(doc, base, metric, config.baseline, config.on_missing,
                                  headline, command)
                        for metric in config.baseline.metrics or HEADLINE_METRICS)
-    gate = fail_on or config.fail_on
+    gates = gates or Gates()
+    gate = gates.level or config.fail_on
     if gate is not None:
         if not _axes(doc):
             raise ConfigError("--fail-on needs the diagnosis axes, but the report has none")
@@ -643,7 +645,7 @@ def run_checks(
         baseline_path=baseline_path,
         before_path=before_path,
         fail_on=gate,
-        fail_on_diff=tuple(sorted(fail_on_diff)) if before_path is not None else (),
+        fail_on_diff=tuple(sorted(gates.diff)) if before_path is not None else (),
         results=tuple(results),
     )
 

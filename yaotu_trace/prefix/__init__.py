@@ -17,7 +17,7 @@ __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "PRESETS": "rules",
     "SERIAL": "partition",
     "STEPS": "waterfall",
-    "BlockChains": "chains",
+    "BlockChains": "kernels.chains",
     "GroupStats": "trace",
     "HitLengthDistribution": "trace",
     "HotPrefix": "hot",
@@ -25,34 +25,35 @@ __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "Parallelism": "partition",
     "PreparedTrace": "prepare",
     "Preset": "rules",
-    "ReplayResult": "result",
+    "ReplayResult": "kernels.result",
     "ReplayRules": "rules",
     "ReplaySummary": "trace",
     "RequestTable": "trace",
     "Waterfall": "waterfall",
     "WaterfallStep": "waterfall",
-    "build_block_chains": "blocks",
+    "build_block_chains": "kernels.blocks",
     "cache_replays": "waterfall",
     "compare_observed": "observed",
     "compute_waterfall": "waterfall",
     "effective_rules": "rules",
     "hot_prefixes": "hot",
     "open_runner": "partition",
-    "replay": "engine",
+    "prepare": "prepare",
+    "replay": "kernels.engine",
     "replay_trace": "trace",
     "replay_trace_with_requests": "trace",
     "rules_for": "rules",
 })
 
 if TYPE_CHECKING:  # the same names, for mypy
-    from yaotu_trace.prefix.blocks import build_block_chains
-    from yaotu_trace.prefix.chains import BlockChains
-    from yaotu_trace.prefix.engine import replay
     from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.chains import BlockChains
+    from yaotu_trace.prefix.kernels.engine import replay
+    from yaotu_trace.prefix.kernels.result import ReplayResult
     from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
     from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
-    from yaotu_trace.prefix.prepare import PreparedTrace
-    from yaotu_trace.prefix.result import ReplayResult
+    from yaotu_trace.prefix.prepare import PreparedTrace, prepare
     from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, effective_rules, rules_for
     from yaotu_trace.prefix.trace import (
         HIT_SHARE_BUCKETS,

@@ -2,7 +2,7 @@
 
 Pure (NumPy and numba only; no pandas, no I/O). `simulate_requests` takes request arrays
 (arrival, prompt and output lengths, and optionally the prompt's block chain ids from
-`prefix.blocks.build_block_chains`) and a `SimConfig`, and returns a `SimResult` whose
+`prefix.kernels.blocks.build_block_chains`) and a `SimConfig`, and returns a `SimResult` whose
 per-request arrays are the canonical timing columns and whose step arrays are the step log.
 `fit_step_cost` is the `--calibrate` least-squares fit of `a + b·prefill_tokens + c·Σcontext`
 (coefficients kept non-negative).
