@@ -38,7 +38,6 @@ __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "effective_rules": "rules",
     "hot_prefixes": "hot",
     "open_runner": "partition",
-    "prepare": "prepare",
     "replay": "kernels.engine",
     "replay_trace": "trace",
     "replay_trace_with_requests": "trace",
@@ -53,7 +52,7 @@ if TYPE_CHECKING:  # the same names, for mypy
     from yaotu_trace.prefix.kernels.result import ReplayResult
     from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
     from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
-    from yaotu_trace.prefix.prepare import PreparedTrace, prepare
+    from yaotu_trace.prefix.prepare import PreparedTrace
     from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, effective_rules, rules_for
     from yaotu_trace.prefix.trace import (
         HIT_SHARE_BUCKETS,
