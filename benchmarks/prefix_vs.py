@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from common import ROOT, module_from, source_at  # type: ignore[import-not-found]
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import effective_rules
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.prepare import prepare
@@ -82,7 +82,7 @@ def timed(module: ModuleType, kernel: str) -> Timed:
 def prepared(path: Path, preset: str) -> tuple[BlockChains, bool]:
     """The block chains of the trace at `path` under `preset`, and whether it touches head
     first."""
-    trace = load_trace(path)
+    trace = read_trace(path)
     rules, _, _ = effective_rules(trace, preset)
     return prepare(trace).chains(rules), rules.touch_order == "head-first"
 

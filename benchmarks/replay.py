@@ -128,13 +128,13 @@ def work_floor(path: str) -> dict[str, Any]:
 def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
     """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset,
     clean accounting)."""
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.kernels.engine import replay
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
     stamps = {"start": time.perf_counter()}
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     # The clean model, as the pure-Python reference and the curve: the preset's engine-exact
     # pool (its accounting) is not a stack algorithm, so neither could be compared with it.
     rules = rules_for("vllm", block_size_tokens=block, accounting="clean")
@@ -167,12 +167,12 @@ def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
 def work_ideal(path: str) -> dict[str, Any]:
     """The waterfall's token-granular ideal pass (vllm preset, one namespace, unlimited)."""
     from yaotu_trace.errors import ResourceLimitError
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
     from yaotu_trace.prefix.waterfall import compute_waterfall
 
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     prepared = prepare(trace, stream=True)
     try:
         wf = compute_waterfall(prepared, rules_for("vllm"))

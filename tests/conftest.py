@@ -82,10 +82,10 @@ def shared_trace(relative: str) -> Path:
 def schema_error(path: Path) -> str:
     """Load a malformed trace and return its error: a one-line schema error naming the file."""
     from yaotu_trace.errors import TraceSchemaError, YaotuError
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
     with pytest.raises(YaotuError) as info:
-        load_trace(path)
+        read_trace(path)
     message = str(info.value)
     assert isinstance(info.value, TraceSchemaError)
     assert "\n" not in message

@@ -14,9 +14,9 @@ from yaotu_trace.axes.pd_interference import InterferenceMetrics
 from yaotu_trace.axes.prefix_reuse import PrefixMetrics
 from yaotu_trace.axes.queueing import QueueingMetrics
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 M = TypeVar("M")
 # Each axis' metrics type.

@@ -20,7 +20,7 @@ from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.gate.check import FailOn
 from yaotu_trace.sim.scenario import Scenario
-from yaotu_trace.sim.workloads import Scenario as Workload
+from yaotu_trace.sim.workloads import WorkloadKind
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces"
@@ -106,8 +106,8 @@ def test_api_report_is_the_cli_document(name: str, capsys: pytest.CaptureFixture
 def test_simulate_and_compare_are_the_cli_documents(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     small = tmp_path / "small.parquet"
-    yaotu_trace.generate(yaotu_trace.GenerateOptions(scenario=Workload.CHAT, requests=60, seed=3),
-                         out=small)
+    yaotu_trace.generate(
+        yaotu_trace.GenerateOptions(scenario=WorkloadKind.CHAT, requests=60, seed=3), out=small)
     options = ["--model", "Llama-3.1-8B", "--gpu", "H100", "--instances", "2"]
     cli = _cli_json(["simulate", str(small), "--out", str(tmp_path / "cli.parquet"),
                      "--steps-out", str(tmp_path / "cli.steps.parquet"), *options], capsys)
@@ -129,7 +129,7 @@ def test_convert_and_generate_write_the_cli_files(tmp_path: Path,
     assert main(["generate", "bursty", "-n", "40", "--seed", "2", "--quiet",
                  "--out", str(tmp_path / "cli.jsonl")]) == ExitCode.OK
     made = yaotu_trace.generate(
-        yaotu_trace.GenerateOptions(scenario=Workload.BURSTY, requests=40, seed=2),
+        yaotu_trace.GenerateOptions(scenario=WorkloadKind.BURSTY, requests=40, seed=2),
         out=tmp_path / "api.jsonl")
     assert made.sections["generated"].requests == 40
     assert (tmp_path / "api.jsonl").read_bytes() == (tmp_path / "cli.jsonl").read_bytes()

@@ -2,7 +2,7 @@
 
 Random bytes, truncated files, byte-level mutations of valid files in every format (plain and
 compressed), and structured mutations (a JSON, CSV or Parquet value replaced by any other) go
-through `load_trace`, the entry the CLI calls, with format detection and with each
+through `read_trace`, the entry the CLI calls, with format detection and with each
 `--input-format`. The outcome must be a trace, or a `YaotuError` of exit code 3 whose message
 is one line naming the file: never another exception, never a hang. When the trace keeps its
 token columns on disk they are streamed too, as the replay and the gap summaries do.
@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.token_times import gap_summary
 from yaotu_trace.errors import ExitCode, YaotuError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.prefix.kernels.stream import ParquetPrompts
@@ -123,7 +123,7 @@ def _suffix_of(name: str) -> str:
 def _check_loads(path: Path, fmt: TraceFormat | None) -> None:
     """Load (and stream what stays on disk); only success or an exit-3 error is allowed."""
     try:
-        trace = load_trace(path, fmt=fmt, lazy_content=True)
+        trace = read_trace(path, fmt=fmt, lazy_content=True)
         if trace.lazy is not None:
             lazy = trace.lazy
             for column in ("prompt_tokens", "prompt_block_ids"):

@@ -10,60 +10,38 @@ from __future__ import annotations
 
 import sys
 
+from yaotu_trace._lazy import lazy_names
 from yaotu_trace._version import __version__
 
 # NOTE: no `typing` at run time. `trace` imports this package before it can install its Ctrl-C
 # handler (yaotu_trace.cli), and `typing` (with `re`) was most of that time: a Ctrl-C in it is
 # Python's traceback instead of a silent exit 130.
 TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
-# Public name → the module that defines it under that name: each command's function (in
-# `yaotu_trace.commands`) and the option values the commands take.
-_API = {
-    "analyze": "yaotu_trace.commands.analyze",
-    "replay": "yaotu_trace.commands.replay",
-    "sweep": "yaotu_trace.commands.sweep",
-    "diagnose": "yaotu_trace.commands.diagnose",
-    "simulate": "yaotu_trace.commands.simulate",
-    "compare": "yaotu_trace.commands.compare",
-    "diff": "yaotu_trace.commands.diff",
-    "check": "yaotu_trace.commands.check",
-    "report": "yaotu_trace.commands.report",
-    "convert": "yaotu_trace.commands.convert",
-    "generate": "yaotu_trace.commands.generate",
-    "load_trace": "yaotu_trace.commands.load",
-    "TraceInput": "yaotu_trace.commands.load",
-    "RunBefore": "yaotu_trace.commands.load",
-    "DiagnosisOptions": "yaotu_trace.diagnosis.options",
-    "ReplayOptions": "yaotu_trace.prefix.options",
-    "Parallelism": "yaotu_trace.prefix.partition",
-    "EngineOptions": "yaotu_trace.sim.options",
-    "GenerateOptions": "yaotu_trace.sim.generate",
-}
-__all__ = [
-    "DiagnosisOptions",
-    "EngineOptions",
-    "GenerateOptions",
-    "Parallelism",
-    "ReplayOptions",
-    "RunBefore",
-    "TraceInput",
-    "__version__",
-    "analyze",
-    "check",
-    "compare",
-    "convert",
-    "diagnose",
-    "diff",
-    "generate",
-    "load_trace",
-    "replay",
-    "report",
-    "simulate",
-    "sweep",
-]
+# Every public name → the module that defines it under that name: each command's function
+# (in `yaotu_trace.commands`) and the option values the commands take.
+__getattr__, __dir__, _api = lazy_names(__name__, {
+    "DiagnosisOptions": "diagnosis.options",
+    "EngineOptions": "sim.options",
+    "GenerateOptions": "sim.generate",
+    "Parallelism": "prefix.partition",
+    "ReplayOptions": "prefix.options",
+    "RunBefore": "commands.load",
+    "TraceInput": "commands.load",
+    "analyze": "commands.analyze",
+    "check": "commands.check",
+    "compare": "commands.compare",
+    "convert": "commands.convert",
+    "diagnose": "commands.diagnose",
+    "diff": "commands.diff",
+    "generate": "commands.generate",
+    "load_trace": "commands.load",
+    "replay": "commands.replay",
+    "report": "commands.report",
+    "simulate": "commands.simulate",
+    "sweep": "commands.sweep",
+})
+__all__ = ["__version__", *_api]
 
 
 class _Package(type(sys)):  # type: ignore[misc]
@@ -83,23 +61,7 @@ class _Package(type(sys)):  # type: ignore[misc]
 
 sys.modules[__name__].__class__ = _Package
 
-
-def __getattr__(name: str) -> Any:
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(f"module 'yaotu_trace' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
-
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the same names, for mypy
     from yaotu_trace.commands.analyze import analyze
     from yaotu_trace.commands.check import check
     from yaotu_trace.commands.compare import compare

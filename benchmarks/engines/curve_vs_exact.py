@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from yaotu_trace.ingest.load import load_trace  # noqa: E402
+from yaotu_trace.ingest.load import read_trace  # noqa: E402
 from yaotu_trace.prefix import effective_rules, replay_trace  # noqa: E402
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace  # noqa: E402
 
@@ -41,7 +41,7 @@ SHARES = (0.02, 0.05, 0.1, 0.2, 0.4, 0.7)  # of the blocks an unlimited cache en
 
 def rows_for(path: Path, preset: str) -> list[tuple[str, ...]]:
     """One row per capacity: curve, clean replay, exact replay, difference, seconds."""
-    trace = load_trace(path)
+    trace = read_trace(path)
     block = 512 if "mooncake" in path.parts else None
     clean, _, notes = effective_rules(trace, preset, block_size_tokens=block,
                                       accounting="clean")

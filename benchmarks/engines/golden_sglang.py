@@ -212,14 +212,14 @@ def pools_for(prompts: list[list[int]], page_size: int) -> list[int]:
 
 def clean_replay(shape: TraceShape, page_size: int, pool_tokens: int) -> list[int]:
     """yaotu_trace's clean model (`--accounting clean`) at the same page size and pool."""
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.kernels.engine import replay
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
     rules = rules_for("sglang", block_size_tokens=page_size,
                       capacity_blocks=pool_tokens // page_size, accounting="clean")
-    chains = prepare(load_trace(trace_path(shape))).chains(rules)
+    chains = prepare(read_trace(trace_path(shape))).chains(rules)
     return [int(x) for x in replay(chains, rules).hit_tokens]
 
 
@@ -229,12 +229,12 @@ def exact_replay(shape: TraceShape, page_size: int, pool_tokens: int) -> list[in
         from yaotu_trace.prefix.kernels.exact_sglang import replay_sglang
     except ImportError:
         return None
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
     rules = rules_for("sglang", block_size_tokens=page_size, accounting="clean")
-    chains = prepare(load_trace(trace_path(shape))).chains(rules)
+    chains = prepare(read_trace(trace_path(shape))).chains(rules)
     return [int(x) for x in replay_sglang(chains, pool_tokens // page_size).hit_tokens]
 
 

@@ -111,11 +111,11 @@ def configs_for(prompts: list[list[int]], block_size: int) -> list[Config]:
 
 
 def _chains(path: Path, block_size: int):  # type: ignore[no-untyped-def]
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
-    prepared = prepare(load_trace(path))
+    prepared = prepare(read_trace(path))
     return prepared.chains(rules_for("vllm", block_size_tokens=block_size))
 
 

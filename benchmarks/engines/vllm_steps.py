@@ -4,8 +4,8 @@ Builds the requests the simulator runs (`sim.summary.request_arrays`: arrivals, 
 the identity of every KV block, output blocks included when the trace gives output tokens),
 hands them to `drive_vllm_scheduler.py` in an environment with vLLM (its `Scheduler` or
 `AsyncScheduler` on CPU with a fake model; token ids derived from the block identities, so
-its prefix cache sees what the simulator's sees), runs `sim.simulate` with the same limits and
-the same step time (`a + per_token·tokens + per_context·Σcontext`), and compares:
+its prefix cache sees what the simulator's sees), runs `sim.simulate_requests` with the same
+limits and the same step time (`a + per_token·tokens + per_context·Σcontext`), and compares:
 
     golden    the small fixtures of tests/fixtures/sim_vllm/ (six workload shapes, synchronous and
               async), written with --write; without it, checked against the stored ones
@@ -45,11 +45,17 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from yaotu_trace.data.schema import RawTrace, Trace, normalize  # noqa: E402
-from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, block_identities, simulate  # noqa: E402
+from yaotu_trace.sim import (  # noqa: E402
+    RequestArrays,
+    SimConfig,
+    StepCost,
+    block_identities,
+    simulate_requests,
+)
 from yaotu_trace.sim.generate import GenerateOptions, generate  # noqa: E402
 from yaotu_trace.sim.run import SimResult, _runnable, _token_budget  # noqa: E402
 from yaotu_trace.sim.summary import request_arrays  # noqa: E402
-from yaotu_trace.sim.workloads import Scenario as WorkloadName  # noqa: E402
+from yaotu_trace.sim.workloads import WorkloadKind as WorkloadName  # noqa: E402
 
 DRIVER = Path(__file__).resolve().parent / "drive_vllm_scheduler.py"
 FIXTURES = ROOT / "tests" / "fixtures" / "sim_vllm"
@@ -164,8 +170,8 @@ def run_driver_many(specs: list[dict[str, Any]], python: str) -> list[dict[str, 
 
 
 def simulate_first_copy_wins(runnable: RequestArrays, config: SimConfig) -> SimResult:
-    """`simulate` with one cached copy per block identity (a block computed a second time at
-    once stays private): what the simulator did before it kept vLLM's copies."""
+    """`simulate_requests` with one cached copy per block identity (a block computed a second
+    time at once stays private): what the simulator did before it kept vLLM's copies."""
     from yaotu_trace.sim.engine import simulate_cluster
     from yaotu_trace.sim.engine_params import engine_params, step_cost_params
     from yaotu_trace.sim.run import _engine_inputs, _result
@@ -403,7 +409,7 @@ def compare_fixture(document: dict[str, Any], mode: str) -> str | None:
     run = document["runs"][mode]
     requests = fixture_requests(document["requests"])
     engine = Engine(**{**document["engine_limits"], "async_scheduling": mode == "async"})
-    result = simulate(requests, engine.sim_config(document["step_time"]))
+    result = simulate_requests(requests, engine.sim_config(document["step_time"]))
     return first_difference(sim_side(result), fixture_run(run), tol_s=2e-9)
 
 
@@ -488,7 +494,7 @@ def accuracy(args: argparse.Namespace) -> int:
         runnable, config, _ = runs[2 * k]
         real = real_side(reals[2 * k])
         t1 = time.perf_counter()
-        now = sim_side(simulate(runnable, config))
+        now = sim_side(simulate_requests(runnable, config))
         t_sim += time.perf_counter() - t1
         stripped = replace(runnable, output_ids=None, output_offsets=None)
         before = sim_side(simulate_first_copy_wins(stripped, replace(config,
@@ -496,7 +502,7 @@ def accuracy(args: argparse.Namespace) -> int:
         b, a, o = (metrics(x, runnable.arrival_s) for x in (real, now, before))
         sync_runnable, sync_config, _ = runs[2 * k + 1]
         same = [first_difference(now, real),
-                first_difference(sim_side(simulate(sync_runnable, sync_config)),
+                first_difference(sim_side(simulate_requests(sync_runnable, sync_config)),
                                  real_side(reals[2 * k + 1]))]
         cells = [f"{_value(c, b[c])} ({_err(a[c], b[c])}; was {_err(o[c], b[c])})"
                  for c in COLUMNS]
@@ -562,7 +568,7 @@ def sweep(args: argparse.Namespace) -> int:
     for k, ((shape, engine, runnable, config, _), raw) in enumerate(zip(cases, reals,
                                                                         strict=True)):
         real = real_side(raw)
-        sim = sim_side(simulate(runnable, config))
+        sim = sim_side(simulate_requests(runnable, config))
         verdict = first_difference(sim, real)
         identical += verdict is None
         copies = raw["steps_with_duplicate_copies"]

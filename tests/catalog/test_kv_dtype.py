@@ -138,12 +138,12 @@ def test_every_model_names_its_source() -> None:
 
 
 def test_a_model_without_parameter_counts_cannot_be_simulated_but_sizes_its_kv() -> None:
-    from yaotu_trace.sim.scenario import Scenario, resolve
+    from yaotu_trace.sim.scenario import Scenario, resolve_scenario
 
     spec = find_model("Qwen3-8B")
     assert spec.total_params is None and spec.kv_bytes_per_token == 147_456
     with pytest.raises(ConfigError, match="no parameter count") as info:
-        resolve(Scenario(model="Qwen3-8B", gpu="H100"))
+        resolve_scenario(Scenario(model="Qwen3-8B", gpu="H100"))
     assert "\n" not in str(info.value)
 
 
@@ -243,14 +243,14 @@ def test_sweep_reports_the_kv_bytes_of_the_dtype(capsys) -> None:
 def test_diagnosis_and_simulation_take_the_kv_dtype() -> None:
     from yaotu_trace.commands.settings import engine_settings
     from yaotu_trace.diagnosis.options import DiagnosisOptions
-    from yaotu_trace.sim.scenario import Scenario, resolve
+    from yaotu_trace.sim.scenario import Scenario, resolve_scenario
 
     settings, _ = engine_settings(DiagnosisOptions(model="Llama-3.1-8B", kv_dtype="fp8",
                                                    kv_capacity="1GiB"))
     assert settings.kv_bytes_per_token == 65_536
     assert settings.kv_capacity_tokens == 2**30 / 65_536
-    bf16 = resolve(Scenario(model="Llama-3.1-8B", gpu="H100"))
-    fp8 = resolve(Scenario(model="Llama-3.1-8B", gpu="H100", kv_dtype="fp8"))
+    bf16 = resolve_scenario(Scenario(model="Llama-3.1-8B", gpu="H100"))
+    fp8 = resolve_scenario(Scenario(model="Llama-3.1-8B", gpu="H100", kv_dtype="fp8"))
     assert (bf16.kv_bytes_per_token, fp8.kv_bytes_per_token) == (131_072, 65_536)
     assert fp8.config.kv_blocks in (2 * bf16.config.kv_blocks, 2 * bf16.config.kv_blocks + 1)
 
@@ -331,11 +331,11 @@ def test_docs_models_page_names_the_models_of_each_source_status() -> None:
 
 def test_a_scenario_file_takes_kv_dtype_and_names_the_file_on_a_bad_one(tmp_path: Path) -> None:
     from yaotu_trace.errors import ConfigFileError
-    from yaotu_trace.sim.scenario import load_scenario, resolve
+    from yaotu_trace.sim.scenario import load_scenario, resolve_scenario
 
     good = tmp_path / "fp8.toml"
     good.write_text('model = "Llama-3.1-8B"\ngpu = "H100"\nkv-dtype = "fp8_e4m3"\n', "utf-8")
-    assert resolve(load_scenario(good)).kv_bytes_per_token == 65_536
+    assert resolve_scenario(load_scenario(good)).kv_bytes_per_token == 65_536
     bad = tmp_path / "bad.toml"
     bad.write_text('kv-dtype = "fp3"\n', "utf-8")
     with pytest.raises(ConfigFileError) as info:

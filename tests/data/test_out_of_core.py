@@ -63,11 +63,11 @@ def test_streamed_token_times_equal_in_memory(
 ) -> None:
     # GIVEN a timed canonical Parquet trace (token_times_s per request) and its step log
     from yaotu_trace.data import canonical, token_times
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
     path, steps = (simulated if sample == "simulated"
                    else (SAMPLES / sample, SAMPLES / sample.replace(".parquet", ".steps.parquet")))
-    lazy = load_trace(path, lazy_content=True).lazy
+    lazy = read_trace(path, lazy_content=True).lazy
     assert lazy is not None and lazy.values_in("token_times_s") > 0
     args = [command[0], str(path), *command[1:], "--steps", str(steps)]
     if "--format" not in args:

@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from yaotu_trace.ingest.load import load_trace
+from yaotu_trace.ingest.load import read_trace
 
 
 def _arrow_backed(df: pd.DataFrame, path: Path) -> Path:
@@ -32,8 +32,8 @@ def test_a_trace_with_arrow_list_columns_reads(tmp_path: Path) -> None:
     path = _arrow_backed(df, tmp_path / "t.parquet")
     assert b"large_list" in pq.read_schema(path).metadata[b"pandas"]
     for lazy in (False, True):
-        trace = load_trace(path, lazy_content=lazy)
+        trace = read_trace(path, lazy_content=lazy)
         assert trace.requests["arrival_s"].tolist() == [0.0, 1.5]
         assert trace.requests["prompt_len"].tolist() == [3, 2]
-    eager = load_trace(path)
+    eager = read_trace(path)
     assert [list(t) for t in eager.requests["prompt_tokens"]] == [[1, 2, 3], [1, 2]]

@@ -10,7 +10,7 @@ import pytest
 
 from yaotu_trace.data import token_times
 from yaotu_trace.data.token_times import gap_summary, nearest_gaps, stalls
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
 
 def _timed_requests(seed: int, n: int) -> pd.DataFrame:
@@ -73,7 +73,7 @@ def test_streamed_passes_equal_the_whole_column(tmp_path, monkeypatch, batch_row
                                                 type=pa.list_(pa.float64()))})
     path = tmp_path / "timed.parquet"
     pq.write_table(table, path, row_group_size=50)
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     assert trace.lazy is not None and "token_times_s" in trace.lazy.columns
     monkeypatch.setattr(token_times, "BATCH_ROWS", batch_rows)
     # WHEN the passes stream the column in batches

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from yaotu_trace import ingest
 from yaotu_trace.errors import ExitCode, TraceReadError, YaotuError
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 TRACE = SAMPLES / "diag-burst.parquet"

@@ -11,7 +11,7 @@ from conftest import FIXTURES, schema_error
 
 from yaotu_trace.data.schema import list_arrays
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.detect import sniff_keys
 from yaotu_trace.ingest.formats import TraceFormat
 
@@ -30,7 +30,7 @@ def _line(**fields: object) -> str:
 
 
 def test_bailian_fixture_maps_ids_times_lengths_and_blocks() -> None:
-    trace = load_trace(FIXTURES / "bailian_small.jsonl")
+    trace = read_trace(FIXTURES / "bailian_small.jsonl")
     req = trace.requests
     assert trace.format_name == "bailian"
     assert trace.source_block_size == 16
@@ -47,7 +47,7 @@ def test_bailian_fixture_maps_ids_times_lengths_and_blocks() -> None:
 
 
 def test_bailian_sessions_follow_the_parent_chain_to_its_root() -> None:
-    trace = load_trace(FIXTURES / "bailian_small.jsonl")
+    trace = read_trace(FIXTURES / "bailian_small.jsonl")
     sessions = dict(zip(trace.requests["request_id"], trace.requests["session_id"], strict=True))
     # 5 → 2 → 0; 4 → 3, whose parent 77 is outside the file; 1 is a root of its own.
     assert sessions == {"0": "0", "1": "1", "2": "0", "3": "3", "4": "3", "5": "0"}
@@ -55,7 +55,7 @@ def test_bailian_sessions_follow_the_parent_chain_to_its_root() -> None:
 
 
 def test_bailian_types_become_a_note_not_tenants() -> None:
-    trace = load_trace(FIXTURES / "bailian_small.jsonl")
+    trace = read_trace(FIXTURES / "bailian_small.jsonl")
     assert any(note.endswith("text 3, file 2, search 1") for note in trace.notes)
 
 
@@ -80,7 +80,7 @@ def test_bailian_parent_cycle_is_an_error(tmp_path: Path) -> None:
         + _line(chat_id=3, parent_chat_id=1)
     )
     with pytest.raises(TraceSchemaError, match=r"line 1, column 'parent_chat_id'.*loops") as info:
-        load_trace(path)
+        read_trace(path)
     assert "\n" not in str(info.value)
 
 
@@ -88,11 +88,11 @@ def test_bailian_duplicate_chat_id_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "q.jsonl"
     path.write_text(_line(chat_id=7, parent_chat_id=-1) + _line(chat_id=7, parent_chat_id=-1))
     with pytest.raises(TraceSchemaError, match=r"line 2, column 'request_id': duplicate id '7'"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_bailian_invalid_json_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "q.jsonl"
     path.write_text(_line(chat_id=1, parent_chat_id=-1) + '{"chat_id": 2, "parent_chat_id": \n')
     with pytest.raises(TraceReadError, match=r"q.jsonl: line 2: invalid JSON"):
-        load_trace(path, fmt=TraceFormat.BAILIAN)
+        read_trace(path, fmt=TraceFormat.BAILIAN)

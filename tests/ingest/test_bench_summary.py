@@ -11,10 +11,10 @@ from conftest import FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode, TraceSchemaError
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.bench_summary import UNAVAILABLE
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.summary import read_summary
+from yaotu_trace.ingest.telemetry.bench_summary import UNAVAILABLE
 from yaotu_trace.render.json_report import json_schema
 
 DOCS_RUN = FIXTURES / "vllm_bench" / "docs_summary.json"
@@ -71,7 +71,7 @@ def test_vllm_detailed_result_is_not_a_summary() -> None:
 
 def test_summary_refused_by_the_trace_reader_in_one_line() -> None:
     with pytest.raises(TraceSchemaError) as info:
-        load_trace(DOCS_RUN)
+        read_trace(DOCS_RUN)
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"{DOCS_RUN}: a summary without per-request arrays")

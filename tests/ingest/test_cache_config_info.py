@@ -9,8 +9,9 @@ import pandas as pd
 from conftest import FIXTURES
 
 from yaotu_trace.commands.diagnose import diagnose
+from yaotu_trace.data.metric_names import POOL_FROM_CACHE_CONFIG
 from yaotu_trace.diagnosis.options import DiagnosisOptions
-from yaotu_trace.ingest.metrics import POOL_FROM_CACHE_CONFIG, read_metrics
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.sim.metrics_export import metrics_export
 
 

@@ -18,7 +18,7 @@ from conftest import FIXTURES
 from tests.conftest import run_cli, shared_trace
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
@@ -94,13 +94,13 @@ def test_compressed_file_reads_like_the_plain_file(tmp_path: Path, name: str, ex
     packed = _compressed(plain, tmp_path, ext)
     # THEN the format is told from the inner extension and the tables are the same
     assert detect_format(packed) is fmt
-    expected = load_trace(plain)
-    got = load_trace(packed)
+    expected = read_trace(plain)
+    got = read_trace(packed)
     pd.testing.assert_frame_equal(got.requests, expected.requests)
     assert got.notes == expected.notes
     assert got.source_block_size == expected.source_block_size
     # AND --input-format names the format of a compressed file as of a plain one
-    pd.testing.assert_frame_equal(load_trace(packed, fmt=fmt).requests, expected.requests)
+    pd.testing.assert_frame_equal(read_trace(packed, fmt=fmt).requests, expected.requests)
 
 
 @pytest.mark.parametrize("ext", COMPRESS)
@@ -110,14 +110,14 @@ def test_compressed_content_is_found_when_the_name_does_not_say(tmp_path: Path,
     plain = _canonical(tmp_path, ".jsonl")
     liar = tmp_path / "liar.jsonl"
     liar.write_bytes(COMPRESS[ext](plain.read_bytes()))
-    pd.testing.assert_frame_equal(load_trace(liar).requests, load_trace(plain).requests)
+    pd.testing.assert_frame_equal(read_trace(liar).requests, read_trace(plain).requests)
 
 
 def test_compressed_name_without_compressed_content_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl.gz"
     shutil.copy(_canonical(tmp_path, ".jsonl"), path)
     with pytest.raises(TraceReadError) as exc:
-        load_trace(path)
+        read_trace(path)
     assert str(exc.value) == (
         f"{path}: named .gz but not gzip data (its first bytes are not gzip's); the file is "
         "damaged or misnamed: copy it again, or rename it without .gz"
@@ -138,8 +138,8 @@ def test_compressed_folders_weka_and_ragpulse(tmp_path: Path) -> None:
     assert detect_format(weka) is TraceFormat.WEKA
     assert detect_format(rag) is TraceFormat.RAGPULSE
     for packed, plain in ((weka, FIXTURES / "weka_mini"), (rag, FIXTURES / "ragpulse_mini")):
-        expected = load_trace(plain)
-        got = load_trace(packed)
+        expected = read_trace(plain)
+        got = read_trace(packed)
         pd.testing.assert_frame_equal(got.requests, expected.requests)
         assert got.notes == expected.notes
 
@@ -163,7 +163,7 @@ def test_damaged_compressed_file_names_the_file_and_codec(tmp_path: Path, ext: s
     path.write_bytes(bytes(data))
     # THEN loading fails with one line naming the file and the codec
     with pytest.raises(TraceReadError) as exc:
-        load_trace(path)
+        read_trace(path)
     message = str(exc.value)
     assert "\n" not in message
     assert message.startswith(f"{path}: damaged {CODEC_NAMES[ext]} file (")
@@ -187,7 +187,7 @@ def test_convert_reads_compressed_text_in_parts(tmp_path: Path, ext: str, suffix
     done = convert_trace(packed, parts, part_bytes=2048)
     # THEN it was read in several parts and gives the table of the plain file
     assert done.parts > 1
-    pd.testing.assert_frame_equal(load_trace(parts).requests, load_trace(whole).requests)
+    pd.testing.assert_frame_equal(read_trace(parts).requests, read_trace(whole).requests)
 
 
 def test_cli_analyzes_a_gzipped_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,7 +213,7 @@ def test_cli_analyzes_a_gzipped_jsonl(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_public_trace_compressed_reads_the_same(tmp_path: Path, relative: str, ext: str) -> None:
     plain = shared_trace(relative)
     packed = _compressed(plain, tmp_path, ext)
-    expected = load_trace(plain)
-    got = load_trace(packed)
+    expected = read_trace(plain)
+    got = read_trace(packed)
     pd.testing.assert_frame_equal(got.requests, expected.requests)
     assert got.notes == expected.notes

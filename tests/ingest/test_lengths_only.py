@@ -17,7 +17,7 @@ from conftest import FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ConfigError, ExitCode, TraceSchemaError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 ARXIV = FIXTURES / "sim_traces" / "vidur_arxiv_lengths.csv"
@@ -69,7 +69,7 @@ def test_a_canonical_lengths_only_csv_named_with_input_format(
 
 def test_commands_that_need_arrivals_keep_a_one_line_error() -> None:
     with pytest.raises(TraceSchemaError) as info:
-        load_trace(ARXIV)
+        read_trace(ARXIV)
     message = str(info.value)
     assert "\n" not in message and str(ARXIV) in message
     assert "no arrival times" in message and "--map arrival_s=" in message
@@ -94,7 +94,7 @@ def test_a_step_log_cannot_be_fitted_to_a_lengths_only_table() -> None:
 
 
 def test_a_timed_trace_keeps_its_arrivals() -> None:
-    trace = load_trace(FIXTURES / "sim_traces" / "vidur_splitwise_code.csv",
+    trace = read_trace(FIXTURES / "sim_traces" / "vidur_splitwise_code.csv",
                        arrivals_optional=True)
     assert trace.has_arrivals and "arrival_s" in trace.column_names
 

@@ -17,10 +17,11 @@ from conftest import FIXTURES
 
 from tests.conftest import run_cli
 from yaotu_trace.commands.diagnose import diagnose
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
-from yaotu_trace.ingest.serverlog import log_zone
+from yaotu_trace.ingest.load import read_metrics
+from yaotu_trace.ingest.telemetry.serverlog import log_zone
 
 LOGS = FIXTURES / "serverlogs"
 ISSUE_43295 = LOGS / "vllm_v1_issue43295.log"  # first line INFO 05-19 10:13:11

@@ -8,7 +8,7 @@ import pytest
 from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
 
 def test_metrics_prometheus_json_range_query() -> None:

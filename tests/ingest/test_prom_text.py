@@ -12,8 +12,8 @@ import pytest
 from conftest import FIXTURES, run_cli
 
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.metrics import read_metrics
-from yaotu_trace.ingest.prom_text import time_in_name
+from yaotu_trace.ingest.load import read_metrics
+from yaotu_trace.ingest.telemetry.prom_text import time_in_name
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = FIXTURES / "prom_text"

@@ -17,8 +17,9 @@ import pytest
 from conftest import FIXTURES
 
 from tests.conftest import run_cli
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
 LOGS = FIXTURES / "serverlogs"
 TRACE = FIXTURES / "engines" / "trace_mixed.parquet"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import FIXTURES, schema_error
 
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
 DATA = FIXTURES / "sim_traces"
@@ -19,7 +19,7 @@ HEADER = ("request_id,request_type,application_id,arrival_timestamp,batch_size,p
 
 
 def test_splitwise_trace_maps_ids_arrivals_tenant_and_lengths() -> None:
-    trace = load_trace(DATA / "splitwise_test_trace.csv")
+    trace = read_trace(DATA / "splitwise_test_trace.csv")
     req = trace.requests
     assert trace.format_name == "splitwise"
     assert req["request_id"].tolist() == ["0", "1", "2"]

@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
 DATA = FIXTURES / "telemetry" / "bench"
 
@@ -27,7 +27,7 @@ DATA = FIXTURES / "telemetry" / "bench"
     ("guidellm/benchmarks.json", 43.9129),
 ])
 def test_per_request_exports_match_the_tools_summaries(name: str, ttft_mean_ms: float) -> None:
-    req = load_trace(DATA / name).requests
+    req = read_trace(DATA / name).requests
     assert len(req) == 20
     status = req["status"].astype(str)
     assert (status == "ok").sum() == 18 and (status == "error").sum() == 2
@@ -43,7 +43,7 @@ def test_per_request_exports_match_the_tools_summaries(name: str, ttft_mean_ms: 
 ])
 def test_summary_csvs_point_to_the_per_request_file(name: str, points_to: str) -> None:
     with pytest.raises(TraceReadError, match=f"summary table.*give the.*{points_to}") as info:
-        load_trace(DATA / name)
+        read_trace(DATA / name)
     assert "--input-format" not in str(info.value)
 
 
@@ -52,7 +52,7 @@ def test_summary_csvs_point_to_the_per_request_file(name: str, points_to: str) -
     ("guidellm/benchmarks.csv", "guidellm's summary table"),
 ])
 def test_given_as_metrics_they_are_sent_where_they_belong(name: str, says: str) -> None:
-    from yaotu_trace.ingest.metrics import read_metrics
+    from yaotu_trace.ingest.load import read_metrics
 
     with pytest.raises(TraceReadError, match=re.escape(says)):
         read_metrics(DATA / name)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
 DATA = FIXTURES / "telemetry" / "otel"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))
@@ -27,7 +27,7 @@ SDK, V2 = EXPECTED["sdk_genai_spans"], EXPECTED["openai_v2_spans"]
 def test_sdk_spans_every_encoding(name: str) -> None:
     """OTLP JSON (file exporter, one document or one per line), protobuf JSON, and the
     ConsoleSpanExporter's pretty-printed objects saved as .txt: the same 40 requests."""
-    req = load_trace(DATA / name).requests
+    req = read_trace(DATA / name).requests
     assert len(req) == SDK["requests"]
     status = req["status"].astype(str)
     assert (status == "ok").sum() == SDK["ok"] and (status == "error").sum() == SDK["failed"]
@@ -49,7 +49,7 @@ def test_sdk_spans_every_encoding(name: str) -> None:
 def test_openai_v2_failed_calls_are_kept(name: str) -> None:
     """The instrumentation's failed calls carry error.type and no usage: 2 of 12 failed, not
     12 of 12 succeeded."""
-    trace = load_trace(DATA / name)
+    trace = read_trace(DATA / name)
     req = trace.requests
     assert len(req) == V2["requests"]
     status = req["status"].astype(str)

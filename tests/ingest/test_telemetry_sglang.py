@@ -13,8 +13,8 @@ import json
 import pytest
 from conftest import FIXTURES
 
-from yaotu_trace.ingest import engine_facts
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.data import engine_facts
+from yaotu_trace.ingest.load import read_metrics
 
 DATA = FIXTURES / "telemetry" / "sglang"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))

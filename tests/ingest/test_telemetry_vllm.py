@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, run_json
 
+from yaotu_trace.data import engine_facts
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest import engine_facts
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
 DATA = FIXTURES / "telemetry" / "vllm"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))

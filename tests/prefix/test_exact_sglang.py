@@ -16,7 +16,7 @@ from conftest import FIXTURES
 from helpers import chains_of
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.kernels.exact_sglang import replay_sglang
 from yaotu_trace.prefix.prepare import prepare
@@ -284,7 +284,7 @@ def prepared():
 
     def get(name: str):
         if name not in cache:
-            cache[name] = prepare(load_trace(ENGINES / name))
+            cache[name] = prepare(read_trace(ENGINES / name))
         return cache[name]
     return get
 

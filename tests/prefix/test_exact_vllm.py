@@ -21,7 +21,7 @@ from helpers import chains_of
 from reference import reference_chains
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm
@@ -181,7 +181,7 @@ def test_a_pool_below_one_block_is_a_config_error() -> None:
 
 @lru_cache(maxsize=8)
 def _trace_chains(name: str, block: int) -> BlockChains:
-    prepared = prepare(load_trace(DATA / name))
+    prepared = prepare(read_trace(DATA / name))
     return prepared.chains(rules_for("vllm", block_size_tokens=block))
 
 

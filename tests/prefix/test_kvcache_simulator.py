@@ -26,7 +26,7 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.commands.replay import replay as replay_command
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import rules_for
 from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
@@ -52,7 +52,7 @@ def _compare(name: str) -> list[tuple[str, int, int]]:
     result, their_trace = _theirs(path)
     meta = result["metadata"]
     assert meta["bytesPerToken"] == 70272 and meta["warmupFraction"] == 0.5
-    trace = load_trace(path)
+    trace = read_trace(path)
     lru_rules = rules_for("mooncake", touch_order="tail-first")
     section, curve = sweep_trace(trace, lru_rules, CurveSectionSpec(preset="mooncake"),
                                  warmup="50%")

@@ -11,7 +11,7 @@ import pytest
 from conftest import FIXTURES, shared_trace
 
 from yaotu_trace.data.schema import RawTrace, normalize
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import rates, replay_trace, rules_for
 
 AIPERF = json.loads((FIXTURES / "aiperf_analyze_trace.json").read_text(encoding="utf-8"))
@@ -62,7 +62,7 @@ def test_tiny_mooncake_trace_equals_aiperf() -> None:
     mean 1/3. The partial block (488 tokens) is cached and worth its length: token-weighted
     (1000 + 512) / 3836; full blocks 3 / (1 + 1 + 3 + 0)."""
     path = FIXTURES / "aiperf_tiny_mooncake.jsonl"
-    summary = replay_trace(load_trace(path))
+    summary = replay_trace(read_trace(path))
     values = {k: v["value"] for k, v in summary.hit_rates.items()}
     expected = AIPERF["traces"]["tests/fixtures/aiperf_tiny_mooncake.jsonl"]["cache_hit_rate"]
     assert values["aiperf_request_averaged_blocks"] == pytest.approx(1 / 3)
@@ -79,7 +79,7 @@ def test_aiperf_definition_equals_aiperf_on_mooncake(name: str) -> None:
     and so do the distinct blocks (its `unique_prefixes`)."""
     relative = f"mooncake/{name}_trace.jsonl"
     theirs = AIPERF["traces"][relative]
-    summary = replay_trace(load_trace(shared_trace(relative)), waterfall=False)
+    summary = replay_trace(read_trace(shared_trace(relative)), waterfall=False)
     assert summary.preset == "mooncake"
     assert summary.requests == theirs["total_requests"]
     assert summary.distinct_blocks == theirs["unique_prefixes"]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import small
 from yaotu_trace.prefix.kernels import blocks, numpy_passes
 from yaotu_trace.prefix.kernels.chains import PromptContent
@@ -211,7 +211,7 @@ def _compiled_overview(trace, monkeypatch):
 @pytest.mark.parametrize("lazy", [True, False])
 def test_overview_equals_the_compiled_one_on_the_samples(path: Path, lazy: bool,
                                                          monkeypatch) -> None:
-    trace = load_trace(path, lazy_content=lazy)
+    trace = read_trace(path, lazy_content=lazy)
     if trace.content_column is None:
         pytest.skip("no prompt content")
     assert reuse_overview(trace) == _compiled_overview(trace, monkeypatch)
@@ -221,14 +221,14 @@ def test_overview_equals_the_compiled_one_on_the_samples(path: Path, lazy: bool,
 
 @pytest.mark.parametrize("name", MOONCAKE)
 def test_overview_equals_the_compiled_one_on_mooncake(name: str, monkeypatch) -> None:
-    trace = load_trace(shared_trace(name))
+    trace = read_trace(shared_trace(name))
     assert reuse_overview(trace) == _compiled_overview(trace, monkeypatch)
     for preset in ("vllm", "mooncake", "sglang"):
         _both_sweeps(trace, preset)
 
 
 def test_large_traces_and_per_instance_caches_keep_the_compiled_path(monkeypatch) -> None:
-    trace = load_trace(ROOT / "sample_traces" / "chat.parquet", lazy_content=True)
+    trace = read_trace(ROOT / "sample_traces" / "chat.parquet", lazy_content=True)
     rules, name, _ = effective_rules(trace, "vllm")
     spec = CurveSectionSpec(preset=name)
     assert small.sweep_trace(trace, rules, spec) is not None

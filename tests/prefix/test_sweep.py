@@ -310,13 +310,13 @@ def test_mooncake_fig9_synthetic_curve_is_reproduced() -> None:
     path = shared_trace("mooncake/synthetic_trace.jsonl")
     from yaotu_trace.catalog.units import parse_capacity
     from yaotu_trace.data.schema import list_arrays
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.kernels.blocks import build_block_chains
     from yaotu_trace.prefix.kernels.chains import PromptContent
     from yaotu_trace.prefix.kernels.sweep import sweep
     from yaotu_trace.prefix.rules import rules_for
 
-    trace = load_trace(path)
+    trace = read_trace(path)
     rules = rules_for("mooncake")
     offsets, values = list_arrays(trace.requests["prompt_block_ids"])
     prompt_len = trace.requests["prompt_len"].to_numpy(dtype=np.int64)
@@ -359,11 +359,11 @@ SHARED = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 1], [7, 7, 7, 7,
 @pytest.mark.parametrize("route", [None, "round-robin", "random", "least-loaded"])
 def test_sweep_trace_per_instance_equals_engine_replays(tmp_path, route: str | None) -> None:
     # GIVEN a trace with an instance column (used when no route is given)
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix import replay_trace, rules_for
     from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
-    trace = load_trace(_write_trace(tmp_path, SHARED, instance=["a", "b", "a", "b", "a", "a"]))
+    trace = read_trace(_write_trace(tmp_path, SHARED, instance=["a", "b", "a", "b", "a", "a"]))
     rules = rules_for("none", block_size_tokens=2, scope="instance", route=route, instances=2)
     # WHEN swept, THEN each capacity equals the replay of the whole trace at that capacity
     section, curve = sweep_trace(trace, rules, CurveSectionSpec(preset="none", points=4))
@@ -375,11 +375,11 @@ def test_sweep_trace_per_instance_equals_engine_replays(tmp_path, route: str | N
 
 
 def test_sweep_trace_refuses_prefix_affinity_and_lfu(tmp_path) -> None:
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix import rules_for
     from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
-    trace = load_trace(_write_trace(tmp_path, SHARED))
+    trace = read_trace(_write_trace(tmp_path, SHARED))
     affinity = rules_for("none", scope="instance", route="prefix-affinity", instances=2)
     with pytest.raises(ConfigError, match="prefix-affinity"):
         sweep_trace(trace, affinity, CurveSectionSpec(preset="none"))
@@ -514,13 +514,13 @@ def test_mooncake_fig9_conversation_ceiling_is_pinned() -> None:
     """
     path = shared_trace("mooncake/conversation_trace.jsonl")
     from yaotu_trace.data.schema import list_arrays
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.kernels.blocks import build_block_chains
     from yaotu_trace.prefix.kernels.chains import PromptContent
     from yaotu_trace.prefix.kernels.sweep import sweep
     from yaotu_trace.prefix.rules import rules_for
 
-    trace = load_trace(path)
+    trace = read_trace(path)
     rules = rules_for("mooncake")
     offsets, values = list_arrays(trace.requests["prompt_block_ids"])
     prompt_len = trace.requests["prompt_len"].to_numpy(dtype=np.int64)

@@ -11,7 +11,7 @@ from conftest import shared_trace
 
 from yaotu_trace.cli import main
 from yaotu_trace.data.schema import RawTrace, normalize
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.profile.workload import arrival_profile, profile_trace
 
 
@@ -82,8 +82,8 @@ def test_mooncake_conversation_profile_matches_published_counts(capsys) -> None:
 
 
 def test_azure_code_trace_is_extremely_bursty_and_conv_is_not() -> None:
-    code = profile_trace(load_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv")))
-    conv = profile_trace(load_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")))
+    code = profile_trace(read_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv")))
+    conv = profile_trace(read_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")))
     # trace-formats.md §2.3: CV 13.2 vs 1.09; 67 vs 16 requests in the busiest second.
     assert code.arrivals.interarrival_cv == pytest.approx(13.2, abs=0.05)
     assert conv.arrivals.interarrival_cv == pytest.approx(1.09, abs=0.01)

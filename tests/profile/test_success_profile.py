@@ -13,7 +13,7 @@ from conftest import FIXTURES
 from yaotu_trace.cli import main
 from yaotu_trace.commands.analyze import analyze
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.profile.figures import plot_data
 from yaotu_trace.profile.success import success_profile, window_width_s
 from yaotu_trace.profile.workload import profile_trace
@@ -146,7 +146,7 @@ def test_burstgpt_failed_row_is_in_the_success_rate(tmp_path: Path,
 
 def test_success_section_has_its_view_in_every_renderer(
         capsys: pytest.CaptureFixture[str]) -> None:
-    trace = load_trace(FIXTURES / "otel" / "sglang_flat_spans.json")
+    trace = read_trace(FIXTURES / "otel" / "sglang_flat_spans.json")
     sections = analyze(trace).sections
     assert views.view_name("success", sections["success"]) == "success"
     for name, section in sections.items():

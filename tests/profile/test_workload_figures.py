@@ -10,7 +10,7 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.data.schema import RawTrace, normalize
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.profile.workload_figures import (
     arrival_series,
     bin_width_s,
@@ -129,7 +129,7 @@ def test_a_long_tail_beyond_p995_is_left_off_linear_bins_and_counted() -> None:
 def test_azure_code_output_lengths_end_their_bins_at_p995() -> None:
     # The Azure 2023 code trace: outputs p50 13, p99.5 359.4, longest 1,899 (NumPy's
     # percentiles of its GeneratedTokens column)
-    trace = load_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
+    trace = read_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
     d = workload_figures(trace).output_len
     assert d is not None and not d.log_x
     out = trace.requests["output_len"].to_numpy()
@@ -183,7 +183,7 @@ def test_reuse_over_time_is_hit_tokens_over_prompt_tokens_per_bin() -> None:
 def test_a_lengths_only_table_says_why_it_has_no_arrival_pictures(tmp_path) -> None:
     path = tmp_path / "lengths.csv"
     path.write_text("prompt_len,output_len\n10,5\n2000,7\n")
-    figures = workload_figures(load_trace(path, arrivals_optional=True))
+    figures = workload_figures(read_trace(path, arrivals_optional=True))
     assert figures.arrivals is None and figures.interarrival is None
     assert "lengths-only" in figures.unavailable["arrivals"]
     assert figures.prompt_len is not None and figures.prompt_len.total == 2
@@ -199,7 +199,7 @@ def test_failed_requests_are_left_out_of_the_lengths_only() -> None:
 
 
 def test_azure_code_trace_bursts_are_found_and_its_gaps_are_far_from_poisson() -> None:
-    trace = load_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
+    trace = read_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
     figures = workload_figures(trace)
     arrivals, gaps = figures.arrivals, figures.interarrival
     assert arrivals is not None and gaps is not None
@@ -215,7 +215,7 @@ def test_azure_code_trace_bursts_are_found_and_its_gaps_are_far_from_poisson() -
 def test_mooncake_conversation_reuse_over_time_matches_the_replay() -> None:
     from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
 
-    trace = load_trace(shared_trace("mooncake/conversation_trace.jsonl"), lazy_content=False)
+    trace = read_trace(shared_trace("mooncake/conversation_trace.jsonl"), lazy_content=False)
     rules, preset, notes = effective_rules(trace)
     summary, table = replay_trace_with_requests(trace, rules, preset=preset, notes=notes)
     figures = workload_figures(trace, table.to_columns()["hit_tokens"])

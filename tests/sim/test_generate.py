@@ -15,16 +15,18 @@ from numpy.lib.stride_tricks import sliding_window_view
 from yaotu_trace.cli import main
 from yaotu_trace.data.schema import CANONICAL_COLUMNS, list_arrays
 from yaotu_trace.errors import ConfigError, ExitCode
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.sim.generate import DEFAULTS, SCENARIOS, GenerateOptions, Scenario, generate
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.sim.generate import DEFAULTS, SCENARIOS, GenerateOptions, generate_requests
+from yaotu_trace.sim.workloads import WorkloadKind
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 BLOCK_TOKENS = 16
 
 
-def small(scenario: Scenario, *, seed: int = 0, requests: int = 200, **kw: object) -> pd.DataFrame:
-    return generate(GenerateOptions(scenario=scenario, seed=seed, requests=requests, **kw))
+def small(scenario: WorkloadKind, *, seed: int = 0, requests: int = 200,
+          **kw: object) -> pd.DataFrame:
+    return generate_requests(GenerateOptions(scenario=scenario, seed=seed, requests=requests, **kw))
 
 
 def token_lists(df: pd.DataFrame, column: str = "prompt_tokens") -> list[np.ndarray]:
@@ -73,26 +75,26 @@ def anywhere_reuse_ratio(df: pd.DataFrame) -> float:
 
 
 def test_scenarios_every_member_described_and_has_defaults() -> None:
-    assert set(SCENARIOS) == set(Scenario) == set(DEFAULTS)
-    assert all(SCENARIOS[s] and "\n" not in SCENARIOS[s] for s in Scenario)
+    assert set(SCENARIOS) == set(WorkloadKind) == set(DEFAULTS)
+    assert all(SCENARIOS[s] and "\n" not in SCENARIOS[s] for s in WorkloadKind)
 
 
 def test_generate_help_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["generate", "--help"]) == ExitCode.OK
     out = capsys.readouterr().out
-    assert all(re.search(rf"^\s+{re.escape(s.value)}\s", out, re.MULTILINE) for s in Scenario)
+    assert all(re.search(rf"^\s+{re.escape(s.value)}\s", out, re.MULTILINE) for s in WorkloadKind)
 
 
 # --- determinism --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", list(Scenario))
-def test_generate_same_seed_same_table(scenario: Scenario) -> None:
+@pytest.mark.parametrize("scenario", list(WorkloadKind))
+def test_generate_same_seed_same_table(scenario: WorkloadKind) -> None:
     pd.testing.assert_frame_equal(small(scenario, seed=7), small(scenario, seed=7))
 
 
-@pytest.mark.parametrize("scenario", list(Scenario))
-def test_generate_other_seed_other_table(scenario: Scenario) -> None:
+@pytest.mark.parametrize("scenario", list(WorkloadKind))
+def test_generate_other_seed_other_table(scenario: WorkloadKind) -> None:
     first, second = small(scenario, seed=1), small(scenario, seed=2)
     assert not first["arrival_s"].equals(second["arrival_s"])
     assert first["prompt_tokens"].iloc[-1] != second["prompt_tokens"].iloc[-1]
@@ -114,8 +116,8 @@ def test_generate_cli_file_byte_identical_when_run_twice(
 # --- schema -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", list(Scenario))
-def test_generate_output_loads_and_validates(scenario: Scenario, tmp_path: Path) -> None:
+@pytest.mark.parametrize("scenario", list(WorkloadKind))
+def test_generate_output_loads_and_validates(scenario: WorkloadKind, tmp_path: Path) -> None:
     # GIVEN a generated table written as Parquet
     table = small(scenario, requests=120)
     path = tmp_path / "t.parquet"
@@ -123,7 +125,7 @@ def test_generate_output_loads_and_validates(scenario: Scenario, tmp_path: Path)
 
     write_trace(table, path)
     # WHEN it is read back through the normal input path
-    trace = load_trace(path)
+    trace = read_trace(path)
     # THEN it validates without notes and keeps every row, in arrival order
     requests = trace.requests
     assert len(requests) == 120
@@ -147,19 +149,19 @@ def test_generate_text_formats_load_to_the_parquet_table(
 ) -> None:
     for name in ("t.parquet", f"t{suffix}"):
         main(["generate", "multi-tenant", "-n", "40", "--out", str(tmp_path / name)])
-    from_parquet = load_trace(tmp_path / "t.parquet").requests
-    from_text = load_trace(tmp_path / f"t{suffix}").requests
+    from_parquet = read_trace(tmp_path / "t.parquet").requests
+    from_text = read_trace(tmp_path / f"t{suffix}").requests
     pd.testing.assert_frame_equal(from_parquet, from_text, check_dtype=False)
 
 
 @pytest.mark.parametrize("requests", [1, 7, 333])
-@pytest.mark.parametrize("scenario", list(Scenario))
-def test_generate_request_count_exact(scenario: Scenario, requests: int) -> None:
+@pytest.mark.parametrize("scenario", list(WorkloadKind))
+def test_generate_request_count_exact(scenario: WorkloadKind, requests: int) -> None:
     assert len(small(scenario, requests=requests)) == requests
 
 
 def test_generate_tenants_option_sets_the_tenant_count() -> None:
-    table = small(Scenario.MULTI_TENANT, requests=600, tenants=6)
+    table = small(WorkloadKind.MULTI_TENANT, requests=600, tenants=6)
     assert table["tenant"].nunique() == 6
 
 
@@ -169,7 +171,7 @@ def test_generate_tenants_option_sets_the_tenant_count() -> None:
 def test_generate_invalid_option_raises_config_error(option: str, value: float) -> None:
     options = {"requests": 10, option: value}
     with pytest.raises(ConfigError):
-        generate(GenerateOptions(scenario=Scenario.CHAT, **options))  # type: ignore[arg-type]
+        generate_requests(GenerateOptions(scenario=WorkloadKind.CHAT, **options))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("count", ["1000000000000", str(2**63), "99999999999999999999999"])
@@ -194,15 +196,15 @@ def test_generate_request_count_against_memory_names_the_limit(
     from yaotu_trace.sim import generate as gen
 
     monkeypatch.setattr("yaotu_trace.prefix.memory.available_bytes", lambda: 10**9)
-    fits = (10**9 - 4 * gen.BYTES_PER_TENANT) // gen.BYTES_PER_REQUEST[Scenario.CHAT]
+    fits = (10**9 - 4 * gen.BYTES_PER_TENANT) // gen.BYTES_PER_REQUEST[WorkloadKind.CHAT]
     with pytest.raises(ConfigError) as info:
-        GenerateOptions(scenario=Scenario.CHAT, requests=fits + 1).resolved()
+        GenerateOptions(scenario=WorkloadKind.CHAT, requests=fits + 1).resolved()
     message = str(info.value)
     assert message.startswith(f"--requests {fits + 1}: a chat trace is built in memory, about "
                               "72.0 kB a request")
     assert "and 1.0 GB is available" in message
     assert message.endswith(f"give at most {fits:,} requests")
-    assert GenerateOptions(scenario=Scenario.CHAT, requests=fits).resolved().requests == fits
+    assert GenerateOptions(scenario=WorkloadKind.CHAT, requests=fits).resolved().requests == fits
 
 
 def test_generate_tenant_count_against_memory_names_the_option(
@@ -213,7 +215,7 @@ def test_generate_tenant_count_against_memory_names_the_option(
     monkeypatch.setattr("yaotu_trace.prefix.memory.available_bytes", lambda: 10**9)
     with pytest.raises(ConfigError, match=r"^--tenants 1000000000: .* give at most "
                                           rf"{10**9 // gen.BYTES_PER_TENANT:,} tenants$"):
-        GenerateOptions(scenario=Scenario.RAG, requests=10, tenants=10**9).resolved()
+        GenerateOptions(scenario=WorkloadKind.RAG, requests=10, tenants=10**9).resolved()
 
 
 def test_generate_hard_cap_where_memory_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,14 +223,14 @@ def test_generate_hard_cap_where_memory_is_unknown(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr("yaotu_trace.prefix.memory.available_bytes", lambda: None)
     with pytest.raises(ConfigError, match=rf"at most {gen.MAX_REQUESTS:,} requests a trace"):
-        GenerateOptions(scenario=Scenario.CHAT, requests=gen.MAX_REQUESTS + 1).resolved()
-    assert GenerateOptions(scenario=Scenario.CHAT, requests=gen.MAX_REQUESTS).resolved()
+        GenerateOptions(scenario=WorkloadKind.CHAT, requests=gen.MAX_REQUESTS + 1).resolved()
+    assert GenerateOptions(scenario=WorkloadKind.CHAT, requests=gen.MAX_REQUESTS).resolved()
 
 
 def test_generate_memory_estimate_covers_every_scenario() -> None:
     from yaotu_trace.sim import generate as gen
 
-    assert set(gen.BYTES_PER_REQUEST) == set(Scenario)
+    assert set(gen.BYTES_PER_REQUEST) == set(WorkloadKind)
 
 
 def test_generate_cli_bad_extension_is_a_usage_error(
@@ -256,8 +258,8 @@ def test_generate_cli_dash_writes_jsonl_to_stdout(capsys: pytest.CaptureFixture[
 # --- scenario properties ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", [Scenario.CHAT, Scenario.AGENTIC])
-def test_generate_session_turn_extends_previous_prompt_and_output(scenario: Scenario) -> None:
+@pytest.mark.parametrize("scenario", [WorkloadKind.CHAT, WorkloadKind.AGENTIC])
+def test_generate_session_turn_extends_previous_prompt_and_output(scenario: WorkloadKind) -> None:
     table = small(scenario, requests=300)
     prompts, outputs = token_lists(table), token_lists(table, "output_tokens")
     checked = 0
@@ -272,7 +274,7 @@ def test_generate_session_turn_extends_previous_prompt_and_output(scenario: Scen
 
 
 def test_generate_chat_system_prompts_are_per_tenant() -> None:
-    table = small(Scenario.CHAT, requests=500)
+    table = small(WorkloadKind.CHAT, requests=500)
     heads = pd.Series([p[:64].tobytes() for p in token_lists(table)])
     tenants_per_head = table["tenant"].groupby(heads.values).nunique()
     assert (tenants_per_head == 1).all()
@@ -282,7 +284,7 @@ def test_generate_chat_system_prompts_are_per_tenant() -> None:
 
 def test_generate_multi_tenant_shares_system_prompts_across_tenants() -> None:
     # GIVEN a multi-tenant trace
-    table = small(Scenario.MULTI_TENANT, requests=500)
+    table = small(WorkloadKind.MULTI_TENANT, requests=500)
     heads = pd.Series([p[:128].tobytes() for p in token_lists(table)])
     tenants_per_head = table["tenant"].groupby(heads.values).nunique()
     # THEN some system prompts are used by several tenants and some by one tenant only
@@ -295,15 +297,16 @@ def test_generate_multi_tenant_shares_system_prompts_across_tenants() -> None:
 
 
 def test_generate_rag_reuse_is_mostly_not_a_prefix() -> None:
-    table = small(Scenario.RAG, requests=300)
+    table = small(WorkloadKind.RAG, requests=300)
     prefix = prefix_hit_ratio(table, by_tenant=True)
     anywhere = anywhere_reuse_ratio(table)
     assert anywhere > 0.8
     assert anywhere > 2 * prefix
 
 
-@pytest.mark.parametrize("scenario", [Scenario.CHAT, Scenario.MULTI_TENANT, Scenario.BURSTY])
-def test_generate_prefix_scenarios_reuse_is_a_prefix(scenario: Scenario) -> None:
+@pytest.mark.parametrize("scenario", [WorkloadKind.CHAT, WorkloadKind.MULTI_TENANT,
+                                      WorkloadKind.BURSTY])
+def test_generate_prefix_scenarios_reuse_is_a_prefix(scenario: WorkloadKind) -> None:
     table = small(scenario, requests=300)
     prefix = prefix_hit_ratio(table, by_tenant=False)
     assert prefix > 0.5
@@ -312,20 +315,21 @@ def test_generate_prefix_scenarios_reuse_is_a_prefix(scenario: Scenario) -> None
 
 @pytest.mark.parametrize("seed", range(5))
 def test_generate_bursty_interarrival_cv_above_two(seed: int) -> None:
-    table = generate(GenerateOptions(scenario=Scenario.BURSTY, seed=seed))
+    table = generate_requests(GenerateOptions(scenario=WorkloadKind.BURSTY, seed=seed))
     assert 3.0 < interarrival_cv(table) < 12.0
 
 
 def test_generate_bursty_rate_is_exact() -> None:
-    table = small(Scenario.BURSTY, requests=500, rate_per_s=2.0)
+    table = small(WorkloadKind.BURSTY, requests=500, rate_per_s=2.0)
     assert table["arrival_s"].iloc[-1] == pytest.approx(499 / 2.0, abs=1e-5)
 
 
 @pytest.mark.parametrize(
-    "scenario", [Scenario.CHAT, Scenario.MULTI_TENANT, Scenario.RAG, Scenario.LONG_PREFILL]
+    "scenario",
+    [WorkloadKind.CHAT, WorkloadKind.MULTI_TENANT, WorkloadKind.RAG, WorkloadKind.LONG_PREFILL],
 )
 def test_generate_poisson_scenarios_cv_near_one_and_rate_near_requested(
-    scenario: Scenario,
+    scenario: WorkloadKind,
 ) -> None:
     table = small(scenario, requests=2000, rate_per_s=4.0)
     assert 0.85 < interarrival_cv(table) < 1.15
@@ -333,21 +337,21 @@ def test_generate_poisson_scenarios_cv_near_one_and_rate_near_requested(
 
 
 def test_generate_bursty_lengths_look_like_code_completion() -> None:
-    table = small(Scenario.BURSTY, requests=1000)
+    table = small(WorkloadKind.BURSTY, requests=1000)
     assert 1000 < table["prompt_len"].median() < 2500
     assert table["prompt_len"].max() <= 7437
     assert table["output_len"].median() < 30
 
 
 def test_generate_agentic_contexts_grow_long() -> None:
-    table = small(Scenario.AGENTIC, requests=300)
+    table = small(WorkloadKind.AGENTIC, requests=300)
     assert table["prompt_len"].median() > 10_000
     assert table["prompt_len"].max() > 30_000
     assert table.groupby("session_id")["prompt_len"].is_monotonic_increasing.all()
 
 
 def test_generate_long_prefill_mixes_long_prompts_and_long_decodes() -> None:
-    table = small(Scenario.LONG_PREFILL, requests=500)
+    table = small(WorkloadKind.LONG_PREFILL, requests=500)
     long_prompt = table["prompt_len"] > 4000
     assert 0.1 < long_prompt.mean() < 0.4
     assert table.loc[long_prompt, "prompt_len"].max() > 30_000
@@ -400,5 +404,5 @@ def test_sample_traces_regenerate_identically(
             pd.testing.assert_frame_equal(pd.read_parquet(fresh[path]),
                                           pd.read_parquet(REPO / path))
         else:
-            pd.testing.assert_frame_equal(load_trace(fresh[path]).requests,
-                                          load_trace(REPO / path).requests)
+            pd.testing.assert_frame_equal(read_trace(fresh[path]).requests,
+                                          read_trace(REPO / path).requests)

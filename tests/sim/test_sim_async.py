@@ -11,7 +11,7 @@ import pytest
 
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate
+from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate_requests
 from yaotu_trace.sim.config import EngineVersion, SchedulerKind
 from yaotu_trace.sim.scenario import DEFAULT_MAX_MODEL_LEN, Scenario, resolve
 from yaotu_trace.sim.summary import request_arrays
@@ -39,7 +39,7 @@ def tokens_of(result, i):  # type: ignore[no-untyped-def]
 def test_async_the_next_batch_is_decided_while_one_runs_so_a_late_arrival_waits_a_step() -> None:
     # GIVEN two batches in flight: at 0 the engine decides B1 (r0's prefill, 0-20 ms) and B2
     # (r0's first decode on a placeholder, 20-30 ms); r1 arrives at 5 ms, during B1
-    r = simulate(two_requests(), config(async_scheduling=True))
+    r = simulate_requests(two_requests(), config(async_scheduling=True))
     # THEN r1 is admitted when B1's tokens are out (20 ms) into B3, which runs after B2
     # (30-46 ms: r0's decode + r1's 6-token prefill); B4 (46-56 ms) is r1's decode. r0 is not
     # scheduled past its 3 tokens (at 30 ms its batches in flight already reach them).
@@ -55,7 +55,7 @@ def test_async_the_next_batch_is_decided_while_one_runs_so_a_late_arrival_waits_
 
 def test_async_off_is_the_synchronous_schedule() -> None:
     # GIVEN the same requests, one batch at a time: r1's prefill joins r0's first decode
-    r = simulate(two_requests(), config(async_scheduling=False))
+    r = simulate_requests(two_requests(), config(async_scheduling=False))
     np.testing.assert_allclose(r.step_start_s, [0.0, 0.02, 0.036])
     np.testing.assert_allclose(tokens_of(r, 1), [0.036, 0.046])
 
@@ -63,8 +63,8 @@ def test_async_off_is_the_synchronous_schedule() -> None:
 def test_async_a_lone_request_runs_as_it_does_synchronously() -> None:
     one = RequestArrays(arrival_s=np.array([0.0]), prompt_tokens=np.array([10]),
                         output_tokens=np.array([4]))
-    sync = simulate(one, config())
-    both = simulate(one, config(async_scheduling=True))
+    sync = simulate_requests(one, config())
+    both = simulate_requests(one, config(async_scheduling=True))
     np.testing.assert_allclose(tokens_of(both, 0), tokens_of(sync, 0))
     assert both.num_steps == sync.num_steps == 4
 
@@ -139,8 +139,8 @@ def test_answer_blocks_are_hit_by_the_next_turn_when_the_trace_gives_output_toke
     with_ids, notes = request_arrays(conversation(True), 16)
     without, _ = request_arrays(conversation(False), 16)
     # WHEN both run (turn 1 is long done when turn 2 arrives)
-    hit = simulate(with_ids, cfg).cached_tokens
-    blind = simulate(without, cfg).cached_tokens
+    hit = simulate_requests(with_ids, cfg).cached_tokens
+    blind = simulate_requests(without, cfg).cached_tokens
     # THEN with the answer's token ids turn 2 hits every block turn 1 computed: 37 + 45 − 1
     # tokens (the last answer token is never computed) are 5 full blocks of 16; without them
     # only the prompt's 2 full blocks

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate
+from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate_requests
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sim_vllm"
 CASES = sorted(p.stem for p in FIXTURES.glob("*.json"))
@@ -70,7 +70,7 @@ def test_vllm_golden_every_step_and_request_matches(case: str, mode: str) -> Non
     steps = np.array(run["steps"], dtype=np.int64)
     start_s, end_s = steps[:, 0] / 1e9, steps[:, 1] / 1e9
     # WHEN the simulator runs them with the same limits and step time
-    result = simulate(requests_of(fixture["requests"]), config_of(fixture, mode))
+    result = simulate_requests(requests_of(fixture["requests"]), config_of(fixture, mode))
     # THEN every step agrees ...
     assert result.num_steps == len(steps)
     np.testing.assert_allclose(result.step_start_s, start_s, rtol=0, atol=TOLERANCE_S)

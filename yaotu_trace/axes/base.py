@@ -18,10 +18,10 @@ import pandas as pd
 
 from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS
 from yaotu_trace.catalog.units import MAX_COUNT, check_block_size, check_kv_bytes_per_token
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 
 class AxisName(StrEnum):

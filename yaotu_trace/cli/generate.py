@@ -13,14 +13,14 @@ from yaotu_trace.cli.app import command
 from yaotu_trace.cli.options import MetricsOutOpt
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.files import STDOUT
-from yaotu_trace.sim.workloads import DEFAULT_MODEL, Scenario
+from yaotu_trace.sim.workloads import DEFAULT_MODEL, WorkloadKind
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.generate import GeneratedTrace
 
 
 ScenarioArg = Annotated[
-    Scenario,
+    WorkloadKind,
     typer.Argument(help="Workload to generate (listed above).", metavar="SCENARIO",
                    case_sensitive=False, show_default=False),
 ]

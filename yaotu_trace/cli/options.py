@@ -147,7 +147,7 @@ MatchedOnlyOpt = Annotated[
 def _log_zone(value: str | None) -> str | None:
     """Refuse a zone `--log-tz` cannot name before anything is read (a usage error)."""
     from yaotu_trace.errors import ConfigError
-    from yaotu_trace.ingest.serverlog import log_zone
+    from yaotu_trace.ingest.telemetry.serverlog import log_zone
 
     if value is not None:
         try:

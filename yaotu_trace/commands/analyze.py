@@ -20,7 +20,7 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     `preset` is the prefix replay's (default: the one `trace replay` picks for this trace, so
     both give the same unlimited hits). `warmup` counts the prefix reuse after that window
     only (`prefix/window.py`); the profile covers every request. A step log from another run is
-    refused, and one partly outside the trace noted (`ingest.telemetry.fit_telemetry`).
+    refused, and one partly outside the trace noted (`data.telemetry_fit.fit_telemetry`).
     `charts` adds the console's pictures (`Report.charts`: arrivals, lengths, the capacity
     points); the sections, and so the JSON, are the same either way."""
     spec = None if warmup is None else parse_warmup(warmup)
@@ -37,7 +37,7 @@ def bench_summary_report(source: TraceSource) -> Report | None:
     """The report of a benchmark result that holds run-level numbers only, else None.
 
     Such a file has no requests to profile: the report shows what it holds, with units, and
-    names the sections that need per-request data (`ingest.bench_summary`)."""
+    names the sections that need per-request data (`ingest.telemetry.bench_summary`)."""
     if not isinstance(source, TraceInput | str | Path):
         return None
     given = source if isinstance(source, TraceInput) else TraceInput(path=Path(source))

@@ -13,6 +13,7 @@ from yaotu_trace.commands.settings import DiagnosisSetup, setup_diagnosis
 from yaotu_trace.commands.shared.analysis import analysis_report
 from yaotu_trace.commands.shared.change import change_report
 from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
@@ -28,7 +29,6 @@ from yaotu_trace.gate.check import (
     wants_diagnosis,
 )
 from yaotu_trace.gate.fail_on import DEFAULT_DIFF_GATES, DiffGate, Gates, parse_fail_on
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 
 def check(

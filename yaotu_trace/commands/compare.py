@@ -7,7 +7,8 @@ from pathlib import Path
 
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace
 from yaotu_trace.data.report import Report, input_summary
-from yaotu_trace.sim.compare import compare as compare_scenarios
+from yaotu_trace.ingest.load import read_step_logs
+from yaotu_trace.sim.compare import compare_scenarios
 from yaotu_trace.sim.scenario import Scenario, load_scenario
 
 
@@ -25,7 +26,9 @@ def compare(
     defaults = Scenario(model=model, gpu=gpu, kv_dtype=kv_dtype)
     chosen = [defaults.merged(load_scenario(Path(path))) for path in scenarios]
     loaded = open_trace(trace, lazy_content=False, progress=progress, steps=False)
-    section = compare_scenarios(loaded, chosen, progress=progress)
+    section = compare_scenarios(loaded, chosen, progress=progress,
+                                step_logs=read_step_logs([s.calibrate for s in chosen],
+                                                         "--calibrate"))
     return Report(
         command="compare",
         input=input_summary(loaded),

@@ -7,13 +7,13 @@ from pathlib import Path
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.settings import setup_diagnosis
 from yaotu_trace.commands.shared.diagnosis import diagnose_trace
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.telemetry_only import telemetry_trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest import read_steps
-from yaotu_trace.ingest.metrics import EngineMetrics
-from yaotu_trace.ingest.telemetry_only import telemetry_trace
+from yaotu_trace.ingest.load import read_steps
 
 
 def diagnose(

@@ -19,7 +19,7 @@ from yaotu_trace.sim.generate import (
     GenerateOptions,
     generate_with_steps,
 )
-from yaotu_trace.sim.workloads import Scenario
+from yaotu_trace.sim.workloads import WorkloadKind
 
 # The tables `--out` and `--steps-out` are written as ('-' for `--out`: JSONL on stdout).
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
@@ -42,19 +42,19 @@ class GeneratedTrace:
 
 
 def generate(
-    options: GenerateOptions | Scenario,
+    options: GenerateOptions | WorkloadKind,
     *,
     out: Path,
     steps_out: Path | None = None,
     metrics_out: Path | None = None,
 ) -> Report:
     """`trace generate`: the trace `options` describe (`sim.generate.GenerateOptions`: the
-    scenario, the seed and the counts, None taking the scenario's default; a bare `Scenario`
+    scenario, the seed and the counts, None taking the scenario's default; a bare `WorkloadKind`
     takes every default) written to `out` (and, for a diag-* scenario, its simulated step log
     to `steps_out` and its Prometheus export to `metrics_out`); the same options and seed give
     the same bytes.
     """
-    if isinstance(options, Scenario):
+    if isinstance(options, WorkloadKind):
         options = GenerateOptions(scenario=options)
     scenario, seed = options.scenario, options.seed
     _check_outputs(scenario, out, steps_out)
@@ -82,7 +82,7 @@ def generate(
                   sections={"generated": section})
 
 
-def _check_outputs(scenario: Scenario, out: Path, steps_out: Path | None) -> None:
+def _check_outputs(scenario: WorkloadKind, out: Path, steps_out: Path | None) -> None:
     """Refuse, before any work, an output whose extension names no table format."""
     if out != STDOUT and out.suffix.lower() not in WRITABLE_SUFFIXES:
         raise ConfigError(
@@ -101,7 +101,7 @@ def _check_outputs(scenario: Scenario, out: Path, steps_out: Path | None) -> Non
             )
 
 
-def _check_metrics_out(scenario: Scenario, metrics_out: Path | None) -> None:
+def _check_metrics_out(scenario: WorkloadKind, metrics_out: Path | None) -> None:
     """`--metrics-out` needs a simulated run and writes CSV."""
     if metrics_out is None:
         return

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.ingest import load_trace as read
 from yaotu_trace.ingest import parse_column_map
+from yaotu_trace.ingest import read_trace as read
 from yaotu_trace.ingest.formats import TraceFormat
 
 # `progress(stage, share_done)`: told as a command moves on (the CLI draws a bar from it).

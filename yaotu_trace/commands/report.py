@@ -26,6 +26,7 @@ from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.ingest.load import read_step_logs
 from yaotu_trace.prefix.rules import effective_rules
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
@@ -146,7 +147,7 @@ def simulated_trace(trace: TraceSource, options: DiagnosisOptions, engine: Engin
             f"simulate TRACE --out sim.parquet --steps-out steps.parquet, then trace report "
             f"sim.parquet --steps steps.parquet --before {loaded.path}")
     tell(progress, simulate_stage(), 0.2)
-    run = run_scenario(loaded, chosen)
+    run = run_scenario(loaded, chosen, read_step_logs([chosen.calibrate], "--calibrate"))
     if len(run.steps) == 0:  # every request was too large for the pool, so none ran
         pool = run.resolved.config
         raise ConfigError(

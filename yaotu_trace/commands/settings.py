@@ -13,10 +13,11 @@ from yaotu_trace.axes.thresholds import Thresholds, parse_threshold_options
 from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS, find_gpu
 from yaotu_trace.catalog.models import find_model, model_kv_bytes_per_token
 from yaotu_trace.catalog.units import parse_capacity
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
-from yaotu_trace.ingest.serverlog import log_zone
+from yaotu_trace.ingest.load import read_metrics
+from yaotu_trace.ingest.telemetry.serverlog import log_zone
 from yaotu_trace.prefix.rules import rules_for
 
 # Model FLOP utilisation assumed when the ledger turns FLOPs into GPU-seconds (cost-model §2.4).

@@ -9,6 +9,7 @@ from yaotu_trace.commands.shared.outputs import write_metrics_csv
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.ingest.load import read_step_logs
 from yaotu_trace.sim.options import EngineOptions
 from yaotu_trace.sim.run import simulate_stage
 from yaotu_trace.sim.scenario import Scenario
@@ -51,7 +52,7 @@ def simulate(
     chosen = given.resolved()
     loaded = open_trace(trace, lazy_content=False, progress=progress, steps=False)
     tell(progress, simulate_stage(), 0.3)
-    run = run_scenario(loaded, chosen)
+    run = run_scenario(loaded, chosen, read_step_logs([chosen.calibrate], "--calibrate"))
     tell(progress, "writing the timed trace", 0.9)
     write_trace(run.requests, out, source_block_size=loaded.source_block_size)
     if steps_out is not None:

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from yaotu_trace._version import __version__
 from yaotu_trace.data.charts import TerminalCharts
+from yaotu_trace.data.order_stats import BlockSum
 
 if TYPE_CHECKING:
     from yaotu_trace.data.order_stats import Summary
@@ -68,8 +70,6 @@ class Distribution:
         mean is `order_stats`' block sum over the count, not `np.mean`, so a sample held in
         memory and one streamed from disk give the same report.
         """
-        from yaotu_trace.data.order_stats import BlockSum
-
         data = np.asarray(values, dtype=np.float64)
         data = data[np.isfinite(data)] + 0.0  # -0.0 as 0.0, as order_stats sees it
         if data.size == 0:
@@ -145,8 +145,6 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document: schema_version, tool, command, input, config, sections."""
-        from yaotu_trace._version import __version__
-
         doc: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "yaotu-trace", "version": __version__},

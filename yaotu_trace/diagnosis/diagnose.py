@@ -16,7 +16,7 @@ The verdict is built in three steps that never read each other's words: rank the
 (`rank`), attribute the principal bottleneck and the symptoms it causes (`attribute`, from the
 axes' statuses and the causes their rules declare), then word the summary and the reason.
 
-Without a request trace (`ingest.telemetry_only`), the same rules judge the telemetry; an axis
+Without a request trace (`data.telemetry_only`), the same rules judge the telemetry; an axis
 whose verdict needs requests is `insufficient_data`, and every panel, the verdict and the
 ledger say what a request trace would add (`diagnosis.telemetry_alone`).
 """
@@ -49,10 +49,10 @@ from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
 from yaotu_trace.axes.queueing.metrics import QueueingMetrics
 from yaotu_trace.axes.rules import causes_found, rule_of, rules_naming
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
-from yaotu_trace.ingest.metrics import EngineMetrics
-from yaotu_trace.ingest.telemetry import fit_telemetry
 
 AXIS_ORDER = tuple(AXES)
 FLOW_ORDER = (AxisName.KV_MEMORY, AxisName.QUEUEING, AxisName.PREFIX_REUSE,
@@ -504,14 +504,14 @@ def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceDiagnosis:
     """A diagnosis and what it judged: the trace and metrics after the telemetry was fitted to
-    the trace's clock (`ingest.telemetry.fit_telemetry`)."""
+    the trace's clock (`data.telemetry_fit.fit_telemetry`)."""
 
     trace: Trace
     metrics: EngineMetrics | None
     diagnosis: Diagnosis
 
 
-def diagnose_trace(
+def judge_trace(
     trace: Trace,
     *,
     metrics: EngineMetrics | None = None,

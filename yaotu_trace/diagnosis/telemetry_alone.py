@@ -1,6 +1,6 @@
 """The diagnosis from telemetry alone (`trace diagnose --metrics FILE` without a TRACE).
 
-The rules run as with a trace, on a request table with no row (`ingest.telemetry_only`); then
+The rules run as with a trace, on a request table with no row (`data.telemetry_only`); then
 the result says what it could not judge. An axis the rules leave `ok` only because the
 requests were missing is `insufficient_data`: kv_memory without a preemption count, or with
 preemptions it cannot price (their recompute share needs request lengths); queueing with a
@@ -25,10 +25,10 @@ from yaotu_trace.axes.base import (
 from yaotu_trace.axes.kv_memory.metrics import KvMetrics
 from yaotu_trace.axes.queueing.metrics import QueueingMetrics
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.diagnose import Diagnosis, TraceDiagnosis, run_diagnosis, verdict_of
 from yaotu_trace.diagnosis.ledger import LedgerEntry, Quantity
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 
 def judge_telemetry(
@@ -38,7 +38,7 @@ def judge_telemetry(
     settings: EngineSettings | None = None,
     thresholds: Thresholds | None = None,
 ) -> TraceDiagnosis:
-    """`diagnose.diagnose_trace` for `telemetry_trace`'s stand-in: no trace clock to fit the
+    """`diagnose.judge_trace` for `telemetry_trace`'s stand-in: no trace clock to fit the
     telemetry to, so it is judged as read."""
     t = thresholds or make_thresholds()
     inp = AxisInput.of(trace, metrics, settings or EngineSettings())

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from yaotu_trace._lazy import lazy_names
 
-# The name the package offers, defined in `diff.run`.
-__all__ = ["diff_traces"]
+# Every name the package offers → the module that defines it.
+__getattr__, __dir__, __all__ = lazy_names(__name__, {
+    "diff_traces": "run",
+})
 
-__getattr__, __dir__ = lazy_names(__name__, "run", __all__)
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the same names, for mypy
     from yaotu_trace.diff.run import diff_traces

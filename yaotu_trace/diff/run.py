@@ -16,9 +16,10 @@ import numpy as np
 from yaotu_trace.axes import AXES
 from yaotu_trace.axes.base import AxisName, EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.run_diff import AxisChange, Condition, MatchedRequests, RunDiff
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diagnosis.diagnose import Diagnosis, diagnose_trace
+from yaotu_trace.diagnosis.diagnose import Diagnosis, judge_trace
 from yaotu_trace.diff.axis_change import axis_change
 from yaotu_trace.diff.conditions import (
     chain_condition,
@@ -34,7 +35,6 @@ from yaotu_trace.diff.measures import MEASURES, available, request_columns
 from yaotu_trace.diff.noise import NOISE_BASIS, Resamples, measure_change
 from yaotu_trace.diff.warmth import warmth_condition
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 # What would make the comparison fair, per condition that differs.
 FAIRNESS = {
@@ -132,7 +132,7 @@ def subset(trace: Trace, rows: np.ndarray) -> Trace:
 def _diagnose(trace: Trace, rows: np.ndarray, metrics: EngineMetrics | None,
               settings: EngineSettings, thresholds: Thresholds) -> Diagnosis:
     judged = subset(trace, rows)
-    return diagnose_trace(judged, metrics=metrics, settings=settings,
+    return judge_trace(judged, metrics=metrics, settings=settings,
                           thresholds=thresholds).diagnosis
 
 

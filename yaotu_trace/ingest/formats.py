@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+    from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
 
 
 class TraceFormat(StrEnum):
@@ -69,5 +69,6 @@ class TraceFormatSpec:
     json_document: Callable[[str], bool] | None = None
     csv_header: Callable[[set[str]], bool] | None = None
     folder: Callable[[Path], bool] | None = None
-    # Set by benchmark formats whose files may hold aggregates only (`ingest.bench_summary`).
+    # Set by benchmark formats whose files may hold aggregates only
+    # (`ingest.telemetry.bench_summary`).
     summary: SummaryReader | None = None

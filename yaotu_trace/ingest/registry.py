@@ -1,8 +1,8 @@
 """Every trace format the tool reads, in detection order: the one place a format is registered.
 
-An entry names a format and where its descriptor is (`module:NAME` under `yaotu_trace.ingest`);
-the module is imported when detection reaches it or its format is read, so a canonical Parquet
-trace, asked first, loads no other format's module.
+An entry names a format and where its descriptor is (`module:NAME` under
+`yaotu_trace.ingest.traces`); the module is imported when detection reaches it or its format is
+read, so a canonical Parquet trace, asked first, loads no other format's module.
 
 The order matters where two formats' records look alike: Bailian rows also carry Mooncake's
 keys, and RAGPulse rows too, so Bailian is asked before Mooncake, and Mooncake (which wants no
@@ -42,7 +42,7 @@ _WHERE = dict(ENTRIES)
 def spec_of(fmt: TraceFormat) -> TraceFormatSpec:
     """The descriptor of a format (its module imported on first use)."""
     module, _, name = _WHERE[fmt].partition(":")
-    spec = getattr(importlib.import_module(f"yaotu_trace.ingest.{module}"), name)
+    spec = getattr(importlib.import_module(f"yaotu_trace.ingest.traces.{module}"), name)
     if not isinstance(spec, TraceFormatSpec) or spec.name is not fmt:
         raise TypeError(f"registry entry {fmt.value!r}: {_WHERE[fmt]} is not its descriptor")
     return spec

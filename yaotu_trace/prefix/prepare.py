@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.canonical import load_full
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
@@ -115,8 +116,6 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
         )
     needs_outputs = with_outputs and trace.is_lazy("output_tokens") and trace.has("output_tokens")
     if trace.lazy is not None and (not stream or needs_outputs):
-        from yaotu_trace.ingest import load_full
-
         trace = load_full(trace)
     df = trace.requests
     prompt_tokens = df["prompt_len"].to_numpy(dtype=np.int64)

@@ -17,14 +17,12 @@ import numpy as np
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
 from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
-from yaotu_trace.prefix.kernels.blocks import build_block_chains
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
-from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, effective_rules, rules_for
+from yaotu_trace.prefix.rules import ReplayRules, effective_rules
 from yaotu_trace.prefix.waterfall import (
     STEPS,
     Waterfall,
@@ -38,29 +36,6 @@ from yaotu_trace.prefix.window import (
     distinct_blocks_before,
     measurement_window,
 )
-
-__all__ = [
-    "PRESETS",
-    "BlockChains",
-    "GroupStats",
-    "HitLengthDistribution",
-    "HotPrefix",
-    "MeasurementWindow",
-    "ObservedComparison",
-    "Parallelism",
-    "Preset",
-    "ReplayResult",
-    "ReplayRules",
-    "ReplaySummary",
-    "RequestTable",
-    "WaterfallStep",
-    "build_block_chains",
-    "effective_rules",
-    "replay",
-    "replay_trace",
-    "replay_trace_with_requests",
-    "rules_for",
-]
 
 HIT_SHARE_BUCKETS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 TOP_PREFIXES = 10  # hot prefixes a summary lists (the waterfall's; none without it)

@@ -29,9 +29,9 @@ from yaotu_trace.axes.kv_memory.metrics import (
 from yaotu_trace.axes.kv_memory.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import request_preemptions
 from yaotu_trace.data.order_stats import Summary, summarize
 from yaotu_trace.data.steplog import kv_usage_summary
-from yaotu_trace.ingest.engine_facts import request_preemptions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

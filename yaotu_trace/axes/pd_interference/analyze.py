@@ -35,6 +35,7 @@ from yaotu_trace.axes.pd_interference.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.pd_interference.rules.shared import InterferenceFacts
 from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import cache_sources, kv_transfers
 from yaotu_trace.data.order_stats import summarize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.data.token_times import (
@@ -43,7 +44,6 @@ from yaotu_trace.data.token_times import (
     has_token_times,
     stalls,
 )
-from yaotu_trace.ingest.engine_facts import cache_sources, kv_transfers
 
 _BASIS = "share of decode time lost to stalls during prefill"
 

@@ -25,8 +25,8 @@ from yaotu_trace.axes.prefix_reuse.metrics import (
 from yaotu_trace.axes.prefix_reuse.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import cache_sources, external_hit_rate
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.ingest.engine_facts import cache_sources, external_hit_rate
 
 
 def _undecided(sources: list[Source], observed: tuple[str | None, int | None, float | None],

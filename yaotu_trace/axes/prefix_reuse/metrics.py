@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from yaotu_trace.axes.base import AxisInput, Evidence, fact, measured, ratio
-from yaotu_trace.ingest.engine_facts import cache_sources, gauge_hit_rate, hit_share
+from yaotu_trace.data.engine_facts import cache_sources, gauge_hit_rate, hit_share
 
 BASIS = "share of prefill tokens recomputed although a prefix was reusable"
 

@@ -43,9 +43,9 @@ from yaotu_trace.axes.queueing.steps import (
 from yaotu_trace.axes.queueing.windows import Limits, WindowVerdicts, judge, queue_windows
 from yaotu_trace.axes.rule import Mark, cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import waiting_reasons
 from yaotu_trace.data.order_stats import summarize
 from yaotu_trace.data.report import Distribution
-from yaotu_trace.ingest.engine_facts import waiting_reasons
 from yaotu_trace.profile.workload import arrival_profile
 
 # Rules that judge the failed requests, evaluated even when no queue time decides the axis.

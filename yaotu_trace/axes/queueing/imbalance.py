@@ -43,8 +43,8 @@ import pandas as pd
 from yaotu_trace.axes.base import AxisInput, ratio
 from yaotu_trace.axes.queueing.instances import InstanceQueue, LoadBalance
 from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, spread_work
+from yaotu_trace.data.metric_names import COUNTERS, GAUGES
 from yaotu_trace.data.steplog import column
-from yaotu_trace.ingest.metrics import COUNTERS, GAUGES
 
 # The metric labels that name an instance, in the order their values are joined.
 INSTANCE_LABELS = ("instance", "pod", "engine")

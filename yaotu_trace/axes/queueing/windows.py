@@ -43,7 +43,7 @@ from yaotu_trace.axes.base import AxisInput, Source, ratio
 from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, times_of, waiting_at
 from yaotu_trace.axes.queueing.steps import StepStats, WindowBins
 from yaotu_trace.axes.thresholds import Thresholds
-from yaotu_trace.ingest.metrics import EngineMetrics
+from yaotu_trace.data.engine_metrics import EngineMetrics
 
 # Points per window at which the request table's concurrency is sampled.
 CONCURRENCY_SAMPLES = 10

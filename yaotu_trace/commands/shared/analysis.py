@@ -8,8 +8,8 @@ from typing import Any
 
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.telemetry import fit_telemetry
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.window import WarmupSpec
 from yaotu_trace.profile.success import success_profile
@@ -37,7 +37,7 @@ def analysis_report(loaded: Trace, *, preset: str | None = None,
                     warmup: WarmupSpec | None = None, charts: bool = False) -> Report:
     """The `analyze` report of a read trace: the workload profile and every registered
     section that applies; a step log from another run is refused, and one partly outside the
-    trace noted (`ingest.telemetry.fit_telemetry`). `charts` adds the console's pictures."""
+    trace noted (`data.telemetry_fit.fit_telemetry`). `charts` adds the console's pictures."""
     if loaded.steps is not None:
         if not loaded.has_arrivals:
             raise ConfigError(

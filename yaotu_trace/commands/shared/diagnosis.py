@@ -12,13 +12,13 @@ from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.commands.settings import DiagnosisSetup
 from yaotu_trace.commands.shared.charts import terminal_charts
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import InputSummary, Report, input_summary
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diagnosis.diagnose import axis_report
-from yaotu_trace.diagnosis.diagnose import diagnose_trace as judge
+from yaotu_trace.data.telemetry_only import is_telemetry_only
+from yaotu_trace.diagnosis.diagnose import axis_report, judge_trace
 from yaotu_trace.diagnosis.telemetry_alone import judge_telemetry
-from yaotu_trace.ingest.metrics import EngineMetrics
-from yaotu_trace.ingest.telemetry_only import is_telemetry_only
+from yaotu_trace.ingest.load import dated_by_trace
 from yaotu_trace.profile.figures import kv_series
 
 
@@ -36,7 +36,9 @@ def diagnose_trace(
     demand from request timing, against the KV capacity when known) and the arrivals."""
     t = thresholds or make_thresholds()
     s = settings or EngineSettings()
-    judge_input = judge_telemetry if is_telemetry_only(trace) else judge
+    judge_input = judge_telemetry if is_telemetry_only(trace) else judge_trace
+    if metrics is not None and judge_input is judge_trace:
+        metrics = dated_by_trace(trace, metrics)
     judged = judge_input(trace, metrics=metrics, settings=s, thresholds=t)
     result, used = judged.diagnosis, judged.metrics
     config: dict[str, Any] = {

@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.step_work import check_step_work
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
-from yaotu_trace.ingest.step_work import check_step_work
 
 # A clock reading at or above this (2001-09-09 in Unix seconds) is Unix time; a trace does not
 # run for 31 years, so a clock that starts below it started near zero.
@@ -187,8 +187,6 @@ def _kept(trace: Trace, keep: np.ndarray) -> Trace:
     row i is request i), since a filtered table no longer lines up with the file."""
     requests = trace.requests[keep]
     if trace.lazy is not None:
-        import pyarrow.parquet as pq
-
         rows = np.flatnonzero(keep)
         table = pq.read_table(trace.lazy.path, columns=list(trace.lazy.columns)).take(rows)
         requests = requests.assign(**{
@@ -303,22 +301,13 @@ def _fit_metrics(trace: Trace, metrics: EngineMetrics, fit: _Fit) -> EngineMetri
     return metrics
 
 
-def _dated_by_trace(trace: Trace, metrics: EngineMetrics) -> EngineMetrics:
-    """A server log whose times lack a year, read again with the year of a Unix-clock trace."""
-    lo = trace_span(trace).lo
-    if metrics.log_year is None or not lo >= UNIX_CLOCK_S:
-        return metrics
-    return read_metrics(metrics.path, year=datetime.fromtimestamp(lo, tz=UTC).year,
-                        zone=metrics.log_zone)
-
-
 def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
     """Refuse a step log or metrics export from another run, and restrict one that only
-    partly overlaps the trace (see the module docstring)."""
+    partly overlaps the trace (see the module docstring). A server log whose times lack a year
+    is dated by the trace before (`ingest.load.dated_by_trace`)."""
     fit = _Fit(keep=np.ones(len(trace.requests), dtype=bool), notes=[], axes=set(), judged=[])
     steps = None if trace.steps is None else _fit_steps(trace, trace.steps, fit)
     if metrics is not None:
-        metrics = _dated_by_trace(trace, metrics)
         metrics = _fit_metrics(trace, metrics, fit)
     fitted = replace(trace, steps=steps, notes=trace.notes + tuple(fit.notes))
     overlap = None if fit.keep.all() else _kept(fitted, fit.keep)

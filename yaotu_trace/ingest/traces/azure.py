@@ -12,67 +12,57 @@ neither UTC nor local time: the string is reported as written.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
-from yaotu_trace.ingest.csv_source import read_source_csv
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.traces.csv_source import read_source_csv
 
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
-TIMESTAMP: Final = "TIMESTAMP"
-PROMPT: Final = "ContextTokens"
-OUTPUT: Final = "GeneratedTokens"
+_TIMESTAMP: Final = "TIMESTAMP"
+_PROMPT: Final = "ContextTokens"
+_OUTPUT: Final = "GeneratedTokens"
 # Python's strptime rejects 7 fractional digits; pandas' parser keeps them to the nanosecond.
 TIMESTAMP_FORMAT: Final = "%Y-%m-%d %H:%M:%S.%f"
 WHOLE_SECOND_FORMAT: Final = "%Y-%m-%d %H:%M:%S"
-FIRST_DATA_LINE: Final = 2  # line 1 is the header
+_FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 
 def read_azure(path: Path) -> RawTrace:
     """Map TIMESTAMP → arrival_s (s since the earliest row); the token counts → lengths."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
-    df = read_source_csv(path, (TIMESTAMP, PROMPT, OUTPUT),
-                         f"an Azure LLM trace has the header {TIMESTAMP},{PROMPT},{OUTPUT}",
-                         dtype={TIMESTAMP: "string"})
-    lines = np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE)
-    stamps = df[TIMESTAMP].str.strip()
+    df = read_source_csv(path, (_TIMESTAMP, _PROMPT, _OUTPUT),
+                         f"an Azure LLM trace has the header {_TIMESTAMP},{_PROMPT},{_OUTPUT}",
+                         dtype={_TIMESTAMP: "string"})
+    lines = np.arange(_FIRST_DATA_LINE, len(df) + _FIRST_DATA_LINE)
+    stamps = df[_TIMESTAMP].str.strip()
     arrival_ns = _parse_timestamps_ns(stamps, path, lines)
     start = int(np.argmin(arrival_ns)) if len(arrival_ns) else 0
     out = pd.DataFrame(
         {
             # Subtract in int64 ns first: float seconds since 1970 would lose the 100 ns digits.
             "arrival_s": (arrival_ns - arrival_ns[start]) / 1e9 if len(arrival_ns) else [],
-            "prompt_len": df[PROMPT],
-            "output_len": df[OUTPUT],
+            "prompt_len": df[_PROMPT],
+            "output_len": df[_OUTPUT],
             SOURCE_ROW: lines,
         }
     )
     notes: tuple[str, ...] = ()
     if len(df):
         notes = (
-            f"arrival_s is seconds since {stamps.iloc[start]} (the earliest {TIMESTAMP}; "
+            f"arrival_s is seconds since {stamps.iloc[start]} (the earliest {_TIMESTAMP}; "
             "time zone not stated by the source)",
         )
     return RawTrace(requests=out, format_name="azure", row_label="line", notes=notes,
-                    source_names={"arrival_s": TIMESTAMP, "prompt_len": PROMPT,
-                                  "output_len": OUTPUT})
+                    source_names={"arrival_s": _TIMESTAMP, "prompt_len": _PROMPT,
+                                  "output_len": _OUTPUT})
 
 
 def _parse_timestamps_ns(stamps: pd.Series, path: Path, lines: np.ndarray) -> np.ndarray:
     """Parse the wall-clock strings to int64 ns since the epoch, naming the first bad line."""
-    import numpy as np
-    import pandas as pd
-
     parsed = pd.to_datetime(stamps, format=TIMESTAMP_FORMAT, errors="coerce")
     retry = parsed.isna() & stamps.notna()
     if retry.any():
@@ -85,14 +75,14 @@ def _parse_timestamps_ns(stamps: pd.Series, path: Path, lines: np.ndarray) -> np
         value = stamps.iloc[pos]
         what = "value is missing" if pd.isna(value) else f"{str(value)[:40]!r} is not a timestamp"
         raise TraceSchemaError(
-            f"{path}: line {int(lines[pos])}, column '{TIMESTAMP}': {what}; "
+            f"{path}: line {int(lines[pos])}, column '{_TIMESTAMP}': {what}; "
             "write it as YYYY-MM-DD HH:MM:SS.fffffff (e.g. 2023-11-16 18:17:03.9799600)"
         )
     return np.asarray(parsed.dt.as_unit("ns").astype("int64").to_numpy(), dtype=np.int64)
 
 
 def _is_azure_header(columns: set[str]) -> bool:
-    return {TIMESTAMP, PROMPT, OUTPUT} <= columns
+    return {_TIMESTAMP, _PROMPT, _OUTPUT} <= columns
 
 
 FORMAT = TraceFormatSpec(

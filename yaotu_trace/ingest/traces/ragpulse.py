@@ -40,18 +40,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from yaotu_trace.data.compressed import find_file
 from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
 
 TRACE_FILE: Final = "0_trace.jsonl"
 # Component key in a trace row → (table file, id key in that table), in prompt order.
@@ -71,12 +71,6 @@ MAX_ID: Final = 1 << 62  # chunk ids and lengths: well inside int64, so sums can
 
 def read_ragpulse(path: Path, *, stitch_runs: bool = True) -> RawTrace:
     """Read `0_trace.jsonl` (or the folder holding it) and the chunk tables beside it."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
     trace_path = (find_file(path, TRACE_FILE) or path / TRACE_FILE) if path.is_dir() else path
     if not trace_path.exists():
         raise TraceReadError(
@@ -148,8 +142,6 @@ def _align_runs(
     arrival: np.ndarray, sessions: Sequence[object], lines: Sequence[int], stitch_runs: bool
 ) -> tuple[np.ndarray, list[str]]:
     """Put every sorted run of timestamps on the first run's clock, using session-id epochs."""
-    import numpy as np
-
     finite = np.isfinite(arrival)
     values = arrival[finite]
     starts = np.flatnonzero(np.diff(values) < 0) + 1
@@ -196,8 +188,6 @@ def _align_runs(
 
 def _run_origin_s(arrival: np.ndarray, sessions: Sequence[object]) -> float | None:
     """Median of (session epoch − timestamp) over standard session ids: the run's start, epoch s."""
-    import numpy as np
-
     deltas = []
     for ts, session in zip(arrival, sessions, strict=True):
         match = SESSION_EPOCH.match(str(session)) if session is not None else None
@@ -210,8 +200,6 @@ def _run_origin_s(arrival: np.ndarray, sessions: Sequence[object]) -> float | No
 
 def _read_table(path: Path, id_key: str) -> tuple[np.ndarray, np.ndarray]:
     """One chunk table as (ids, token lengths), validated."""
-    import numpy as np
-
     records, lines = read_json_lines(path)
     ids = np.empty(len(records), dtype=np.int64)
     lengths = np.empty(len(records), dtype=np.int64)
@@ -247,9 +235,6 @@ def _expand_chunks(
     tables: list[Path],
 ) -> tuple[pd.Series, int]:
     """Build the `prompt_tokens` column: chunk pseudo-tokens, then shared template tokens."""
-    import numpy as np
-    import pandas as pd
-
     chunks = _index_chunks(tables)
     seg_start: list[int] = []
     seg_length: list[int] = []
@@ -280,8 +265,6 @@ def _expand_chunks(
 
 def _index_chunks(tables: list[Path]) -> _Chunks:
     """Read the five tables; chunk ids must be unique across them."""
-    import numpy as np
-
     table_ids: list[np.ndarray] = []
     table_lengths: list[np.ndarray] = []
     for (_, _, id_key), table in zip(COMPONENTS, tables, strict=True):
@@ -349,10 +332,6 @@ def _row_chunks(trace_path: Path, record: dict[str, Any], line: int, chunks: _Ch
 def _token_column(seg_start: list[int], seg_length: list[int], row_tokens: np.ndarray
                   ) -> pd.Series:
     """Segments of consecutive token ids, concatenated per row into a large_list column."""
-    import numpy as np
-    import pandas as pd
-    import pyarrow as pa
-
     starts = np.asarray(seg_start, dtype=np.int64)
     lengths = np.asarray(seg_length, dtype=np.int64)
     n_tokens = int(lengths.sum())

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from yaotu_trace.data.jsonl import iter_json_lines, read_json_lines
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    from yaotu_trace.data.schema import RawTrace
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -25,12 +27,6 @@ def read_mooncake(path: Path) -> RawTrace:
 
 def mooncake_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
     """The mapping of `read_mooncake` for some lines of the file (each line stands alone)."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
     df = pd.DataFrame.from_records(records)
     out = pd.DataFrame(
         {

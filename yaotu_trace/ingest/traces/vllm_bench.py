@@ -19,8 +19,8 @@ client's `time.perf_counter()` when the request was sent). Mapping, for request 
 - `model` = the run's `model_id`; `request_id` = `r<i>`, the index in the arrays.
 
 A result saved without `--save-detailed` (run-level keys only: `request_throughput`,
-`mean_ttft_ms`, `p99_itl_ms`, ...) is a summary (`ingest.bench_summary`): `trace analyze` shows
-it, and the reader refuses it with the flag to add.
+`mean_ttft_ms`, `p99_itl_ms`, ...) is a summary (`ingest.telemetry.bench_summary`): `trace
+analyze` shows it, and the reader refuses it with the flag to add.
 
 Without `start_times` the arrival pattern is unknown. Every request is then placed at
 `arrival_s = 0` in file order: exact for the default `--request-rate inf` without
@@ -36,18 +36,18 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
 
 from yaotu_trace.data.compressed import read_text
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+from yaotu_trace.ingest.telemetry import bench_summary as bs
+from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary, finite_numbers
 
 PER_REQUEST_KEYS: Final = (
     "input_lens",
@@ -68,11 +68,6 @@ DOCUMENT_KEYS: Final = ("ttfts", "itls", "input_lens", "request_throughput")
 
 def read_vllm_bench(path: Path) -> RawTrace:
     """Turn the per-request arrays of one benchmark run into canonical requests."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
     doc = _load_document(path)
     if not isinstance(doc, dict):
         raise TraceReadError(
@@ -170,8 +165,6 @@ def _errors(doc: dict[str, Any], path: Path, n: int) -> tuple[list[Any] | None, 
 
 def _starts(arrays: dict[str, list[Any]], n: int, path: Path) -> np.ndarray:
     """Arrival times in s since the earliest start; zeros when the run saved none."""
-    import numpy as np
-
     if "start_times" not in arrays or n == 0:
         return np.zeros(n)
     values = np.array([_seconds(arrays, "start_times", i, path) for i in range(n)])
@@ -182,8 +175,6 @@ def _failed_request(
     arrays: dict[str, list[Any]], i: int, arrival_s: float, errors: list[Any] | None
 ) -> dict[str, Any]:
     """A failed request's row: its lengths and outcome; the client timed nothing for it."""
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     row: dict[str, Any] = {
         "request_id": str(arrays["request_ids"][i]) if "request_ids" in arrays else f"r{i}",
         "arrival_s": arrival_s,
@@ -201,10 +192,6 @@ def _request(
     arrays: dict[str, list[Any]], i: int, arrival_s: float, path: Path
 ) -> dict[str, Any]:
     """One canonical row; lengths are left raw so validation names a bad value."""
-    import numpy as np
-
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     output_len = arrays["output_lens"][i]
     row: dict[str, Any] = {
         "request_id": str(arrays["request_ids"][i]) if "request_ids" in arrays else f"r{i}",
@@ -241,10 +228,6 @@ def _seconds(arrays: dict[str, list[Any]], key: str, i: int, path: Path) -> floa
 
 
 def _gaps(arrays: dict[str, list[Any]], i: int, path: Path) -> np.ndarray:
-    import numpy as np
-
-    from yaotu_trace.ingest.bench_summary import finite_numbers
-
     if "itls" not in arrays:
         return np.zeros(0)
     gaps = arrays["itls"][i]
@@ -267,8 +250,6 @@ def _notes(
     errors: list[Any] | None,
     failed_elsewhere: int,
 ) -> list[str]:
-    import numpy as np
-
     notes: list[str] = []
     n_failed = int(failed.sum())
     if n_failed:
@@ -353,7 +334,7 @@ TOTAL_KEYS: Final = {
     "max_output_tokens_per_s": ("peak output token throughput", "tokens/s"),
     "max_concurrent_requests": ("peak concurrent requests", "requests"),
 }
-LATENCY_NAMES: Final = {
+_LATENCY_NAMES: Final = {
     "ttft": ("TTFT", "time to first token"),
     "tpot": ("TPOT", "time per output token, first excluded"),
     "itl": ("ITL", "inter-token latency, between streamed chunks"),
@@ -366,16 +347,14 @@ LATENCY_KEY: Final = re.compile(
 
 def read_vllm_bench_summary(path: Path) -> BenchSummary | None:
     """The run-level numbers of a result saved without --save-detailed, else None."""
-    from yaotu_trace.ingest import bench_summary as bs
-
     if '"input_lens"' in bs.document_head(path):
         return None  # per-request arrays: a trace, left unparsed here
     doc = _load_document(path)
     if not isinstance(doc, dict) or "input_lens" in doc or "output_lens" in doc:
         return None
-    latencies = bs.latencies(doc, LATENCY_KEY, LATENCY_NAMES, "ms")
+    latencies = bs.latencies(doc, LATENCY_KEY, _LATENCY_NAMES, "ms")
     taken = {*RUN_KEYS, *TOTAL_KEYS,
-             *(k for k in doc if (m := LATENCY_KEY.fullmatch(k)) and m["metric"] in LATENCY_NAMES)}
+             *(k for k in doc if (m := LATENCY_KEY.fullmatch(k)) and m["metric"] in _LATENCY_NAMES)}
     return bs.BenchSummary(
         tool="vllm bench serve",
         format_name=TraceFormat.VLLM_BENCH.value,

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pandas as pd
+
+from yaotu_trace.data.canonical import read_csv_frame
+from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import TraceSchemaError
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def read_source_csv(path: Path, required: Sequence[str], layout: str, *,
                     dtype: dict[str, Any] | None = None) -> pd.DataFrame:
     """The CSV at `path` with its header names stripped; `layout` ends the error when a
     `required` column is missing ("a Vidur trace has arrived_at,...")."""
-    from yaotu_trace.data.canonical import read_csv_frame
-    from yaotu_trace.data.values import names_of
-
     df = read_csv_frame(path, dtype=dtype, skipinitialspace=True)
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in required if c not in df.columns]

@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-from yaotu_trace.ingest.json_document import read_json_document
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.ingest.traces.json_document import read_json_document
 
 STATUS_OF: Final = {"successful": "ok", "errored": "error", "incomplete": "aborted"}
 REPORT_HINT: Final = "pass the benchmarks.json that guidellm wrote (--output kind=json)"
@@ -43,10 +42,6 @@ REPORT_HINT: Final = "pass the benchmarks.json that guidellm wrote (--output kin
 
 def read_guidellm(path: Path) -> RawTrace:
     """Every request of every benchmark of the report, on one clock."""
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
     benchmarks = _benchmarks(_load(path), path)
     found = [(b, group, i, r) for b, bench in enumerate(benchmarks)
              for group, i, r in _requests(bench, b, path)]
@@ -118,8 +113,6 @@ def _start(request: dict[str, Any], where: str, path: Path) -> float:
 def _request(request: dict[str, Any], b: int, group: str, i: int,
              arrival_s: float) -> dict[str, Any]:
     """One canonical row; lengths are left raw so validation names a bad value."""
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     info = _object(request.get("info"))
     status = STATUS_OF[group]
     row: dict[str, Any] = {
@@ -151,8 +144,6 @@ def _request(request: dict[str, Any], b: int, group: str, i: int,
 
 
 def _notes(benchmarks: list[dict[str, Any]], out: pd.DataFrame) -> list[str]:
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     bench_of = out[SOURCE_WHERE].str.extract(r"^benchmark (\d+),")[0].astype(int)
     notes = [
         f"the report holds {len(benchmarks)} benchmark(s), read as one trace on guidellm's clock "

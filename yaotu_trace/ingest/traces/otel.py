@@ -46,17 +46,17 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
 
 from yaotu_trace.data.compressed import read_text
 from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
 
 # Current semantic-convention name first, then the older one vLLM and SGLang still emit.
 PROMPT_TOKENS: Final = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
@@ -68,7 +68,7 @@ REQUEST_IDS: Final = ("gen_ai.request.id", "gen_ai.response.id")
 # Time to the first token (vLLM, SGLang), else to the first chunk the client saw (semconv).
 TTFTS: Final = ("gen_ai.latency.time_to_first_token", "gen_ai.response.time_to_first_chunk")
 E2E: Final = "gen_ai.latency.e2e"
-QUEUE: Final = "gen_ai.latency.time_in_queue"
+_QUEUE: Final = "gen_ai.latency.time_in_queue"
 MODELS: Final = ("gen_ai.response.model", "gen_ai.request.model")
 INSTANCE: Final = "service.instance.id"
 # (camelCase, snake_case) spellings of the OTLP JSON keys.
@@ -106,8 +106,6 @@ VALUE_KEYS: Final = (
 
 def read_otel(path: Path) -> RawTrace:
     """Collect one request per gen_ai request span from an OTLP JSON export."""
-    from yaotu_trace.data.schema import RawTrace
-
     found = _request_spans(path)
     if not found.rows:
         raise TraceSchemaError(
@@ -143,8 +141,6 @@ class _RequestSpans:
 
 def _request_spans(path: Path) -> _RequestSpans:
     """One row per span with an input-token count; the other spans are only counted."""
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     rows: list[dict[str, Any]] = []
     starts_ns: list[int] = []
     ends_ns: list[int | None] = []
@@ -189,7 +185,7 @@ def _request_spans(path: Path) -> _RequestSpans:
         if INSTANCE in resource:
             row["instance"] = resource[INSTANCE]
         ttft = next((k for k in TTFTS if k in attrs), None)
-        for column, key in (("first_token_s", ttft), ("finish_s", E2E), ("scheduled_s", QUEUE)):
+        for column, key in (("first_token_s", ttft), ("finish_s", E2E), ("scheduled_s", _QUEUE)):
             if key is not None and key in attrs:
                 row[column] = _seconds(attrs[key], key, where, path)
         rows.append(row)
@@ -201,9 +197,6 @@ def _requests_frame(found: _RequestSpans) -> pd.DataFrame:
     """The rows on one clock: `arrival_s` from the earliest span start, latencies made
     absolute, the span's end where e2e is absent, and `ok` for spans without an error when
     the file has one."""
-    import numpy as np
-    import pandas as pd
-
     origin_ns = min(found.starts_ns)
     arrival_s = (np.asarray(found.starts_ns, dtype=np.int64) - origin_ns) / 1e9
     out = pd.DataFrame.from_records(found.rows)
@@ -223,8 +216,6 @@ def _requests_frame(found: _RequestSpans) -> pd.DataFrame:
 
 def _notes(found: _RequestSpans) -> tuple[str, ...]:
     """The clock's origin in UTC, and the spans skipped and ended in error."""
-    import pandas as pd
-
     origin_ns = min(found.starts_ns)
     notes = [
         f"arrival_s is seconds since {pd.Timestamp(origin_ns, unit='ns', tz='UTC').isoformat()} "
@@ -322,8 +313,6 @@ def _end_ns(span: dict[str, Any], where: str, path: Path) -> int | None:
 
 def _iso_ns(value: object, key: str, where: str, path: Path) -> int:
     """An ISO 8601 time ("2025-10-09T08:53:31.500000Z") as Unix nanoseconds."""
-    import pandas as pd
-
     try:
         stamp = pd.Timestamp(str(value))
     except (ValueError, TypeError):

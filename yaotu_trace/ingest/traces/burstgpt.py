@@ -22,17 +22,17 @@ the publisher's `without_fails` files do, would make a run that lost requests lo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from yaotu_trace.ingest.csv_source import read_source_csv
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.traces.csv_source import read_source_csv
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
-TIMESTAMP: Final = "Timestamp"
+_TIMESTAMP: Final = "Timestamp"
 MODEL: Final = "Model"
 REQUEST_TOKENS: Final = "Request tokens"
 RESPONSE_TOKENS: Final = "Response tokens"
@@ -40,30 +40,24 @@ TOTAL_TOKENS: Final = "Total tokens"
 LOG_TYPE: Final = "Log Type"
 SESSION_ID: Final = "Session ID"
 ELAPSED: Final = "Elapsed time"
-REQUIRED: Final = (TIMESTAMP, REQUEST_TOKENS, RESPONSE_TOKENS)
-FIRST_DATA_LINE: Final = 2  # line 1 is the header
+_REQUIRED: Final = (_TIMESTAMP, REQUEST_TOKENS, RESPONSE_TOKENS)
+_FIRST_DATA_LINE: Final = 2  # line 1 is the header
 FAILED_ERROR: Final = f"no response ('{RESPONSE_TOKENS}' 0: BurstGPT's mark of a failed request)"
 
 
 def read_burstgpt(path: Path) -> RawTrace:
     """Map the BurstGPT columns by name; failed requests (Response tokens == 0) get status
     `error`."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
-    df = read_source_csv(path, REQUIRED,
-                         f"a BurstGPT file has {TIMESTAMP}, {MODEL}, {REQUEST_TOKENS}, "
+    df = read_source_csv(path, _REQUIRED,
+                         f"a BurstGPT file has {_TIMESTAMP}, {MODEL}, {REQUEST_TOKENS}, "
                          f"{RESPONSE_TOKENS}, {TOTAL_TOKENS}, {LOG_TYPE}",
                          dtype={MODEL: "string", LOG_TYPE: "string", SESSION_ID: "string"})
     out = pd.DataFrame(
         {
-            "arrival_s": df[TIMESTAMP],
+            "arrival_s": df[_TIMESTAMP],
             "prompt_len": df[REQUEST_TOKENS],
             "output_len": df[RESPONSE_TOKENS],
-            SOURCE_ROW: np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE),
+            SOURCE_ROW: np.arange(_FIRST_DATA_LINE, len(df) + _FIRST_DATA_LINE),
         }
     )
     if MODEL in df.columns:
@@ -75,7 +69,7 @@ def read_burstgpt(path: Path) -> RawTrace:
     if ELAPSED in df.columns:
         # Non-numbers stay visible to validation, which names the line.
         elapsed_s = pd.to_numeric(df[ELAPSED], errors="coerce")
-        arrival_s = pd.to_numeric(df[TIMESTAMP], errors="coerce")
+        arrival_s = pd.to_numeric(df[_TIMESTAMP], errors="coerce")
         out["finish_s"] = (arrival_s + elapsed_s).where(elapsed_s.notna(), df[ELAPSED])
 
     notes: list[str] = []
@@ -96,15 +90,13 @@ def read_burstgpt(path: Path) -> RawTrace:
         format_name="burstgpt",
         row_label="line",
         notes=tuple(notes),
-        source_names={"arrival_s": TIMESTAMP, "prompt_len": REQUEST_TOKENS,
+        source_names={"arrival_s": _TIMESTAMP, "prompt_len": REQUEST_TOKENS,
                       "output_len": RESPONSE_TOKENS},
     )
 
 
 def _total_mismatch_note(df: pd.DataFrame) -> list[str]:
     """`Total tokens` is redundant; a disagreement hints at a shifted or edited column."""
-    import pandas as pd
-
     if TOTAL_TOKENS not in df.columns:
         return []
     total = pd.to_numeric(df[TOTAL_TOKENS], errors="coerce")

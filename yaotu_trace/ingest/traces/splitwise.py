@@ -17,41 +17,37 @@ inference, the only type it runs), `application_id` (the endpoint the request ta
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from yaotu_trace.ingest.csv_source import read_source_csv
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.ingest.traces.csv_source import read_source_csv
 
 REQUEST_ID: Final = "request_id"
 APPLICATION_ID: Final = "application_id"
 ARRIVAL: Final = "arrival_timestamp"
-PROMPT: Final = "prompt_size"
-OUTPUT: Final = "token_size"
-REQUIRED: Final = (ARRIVAL, PROMPT, OUTPUT)
-FIRST_DATA_LINE: Final = 2  # line 1 is the header
+_PROMPT: Final = "prompt_size"
+_OUTPUT: Final = "token_size"
+_REQUIRED: Final = (ARRIVAL, _PROMPT, _OUTPUT)
+_FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 
 def read_splitwise(path: Path) -> RawTrace:
     """Map arrival_timestamp (s) → arrival_s, prompt_size/token_size → the lengths."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
-    df = read_source_csv(path, REQUIRED,
+    df = read_source_csv(path, _REQUIRED,
                          f"a splitwise-sim trace has {REQUEST_ID},request_type,"
-                         f"{APPLICATION_ID},{ARRIVAL},batch_size,{PROMPT},{OUTPUT}",
+                         f"{APPLICATION_ID},{ARRIVAL},batch_size,{_PROMPT},{_OUTPUT}",
                          dtype={REQUEST_ID: "string", APPLICATION_ID: "string"})
     out = pd.DataFrame(
         {
             "arrival_s": df[ARRIVAL],
-            "prompt_len": df[PROMPT],
-            "output_len": df[OUTPUT],
-            SOURCE_ROW: np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE),
+            "prompt_len": df[_PROMPT],
+            "output_len": df[_OUTPUT],
+            SOURCE_ROW: np.arange(_FIRST_DATA_LINE, len(df) + _FIRST_DATA_LINE),
         }
     )
     if REQUEST_ID in df.columns:
@@ -59,12 +55,12 @@ def read_splitwise(path: Path) -> RawTrace:
     if APPLICATION_ID in df.columns:
         out["tenant"] = df[APPLICATION_ID].str.strip()
     return RawTrace(requests=out, format_name="splitwise", row_label="line",
-                    source_names={"arrival_s": ARRIVAL, "prompt_len": PROMPT,
-                                  "output_len": OUTPUT, "request_id": REQUEST_ID})
+                    source_names={"arrival_s": ARRIVAL, "prompt_len": _PROMPT,
+                                  "output_len": _OUTPUT, "request_id": REQUEST_ID})
 
 
 def _is_splitwise_header(columns: set[str]) -> bool:
-    return set(REQUIRED) <= columns
+    return set(_REQUIRED) <= columns
 
 
 FORMAT = TraceFormatSpec(

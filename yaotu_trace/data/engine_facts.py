@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from yaotu_trace.ingest.metrics import EngineMetrics
+from yaotu_trace.data.engine_metrics import EngineMetrics
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,65 +1,38 @@
 """The canonical table in Parquet, JSONL and CSV, described as trace formats.
 
 The readers themselves live with the writer in `yaotu_trace.data.canonical` (the table's
-codecs are data, not ingest); the descriptors here point at them, importing that module only
-when a file is read.
+codecs are data, not ingest); the descriptors here point at them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from yaotu_trace.data.compressed import open_trace
+from yaotu_trace.data import canonical
+from yaotu_trace.data.canonical import CSV_ERRORS, csv_error, csv_frame, csv_part, jsonl_part
+from yaotu_trace.data.compressed import open_compressed
+from yaotu_trace.data.jsonl import iter_json_lines
+from yaotu_trace.data.schema import RawTrace
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    from yaotu_trace.data.schema import RawTrace
 
 CSV_HEAD_BYTES = 1 << 20  # text read to estimate a CSV row's length before reading in parts
 
 
-def read_parquet(path: Path) -> RawTrace:
-    """A canonical Parquet table (`data.canonical.read_parquet`)."""
-    from yaotu_trace.data import canonical
-
-    return canonical.read_parquet(path)
-
-
-def read_jsonl(path: Path) -> RawTrace:
-    """Canonical JSON Lines (`data.canonical.read_jsonl`)."""
-    from yaotu_trace.data import canonical
-
-    return canonical.read_jsonl(path)
-
-
-def read_csv(path: Path) -> RawTrace:
-    """A canonical CSV (`data.canonical.read_csv`)."""
-    from yaotu_trace.data import canonical
-
-    return canonical.read_csv(path)
-
-
 def jsonl_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
     """Canonical JSONL in parts of about `part_bytes` of text, with the file's line numbers."""
-    from yaotu_trace.data.canonical import jsonl_part
-    from yaotu_trace.data.jsonl import iter_json_lines
-
     for records, lines in iter_json_lines(path, part_bytes=part_bytes):
         yield jsonl_part(records, lines, path)
 
 
 def csv_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
     """CSV rows in parts of about `part_bytes`, sized from the first rows' length."""
-    from yaotu_trace.data.canonical import CSV_ERRORS, csv_error, csv_frame, csv_part
-
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         head = fh.read(CSV_HEAD_BYTES).splitlines()
     per_row = max(1, sum(len(line) + 1 for line in head[1:]) // max(1, len(head) - 1))
     rows = max(1, part_bytes // per_row)
     first_line = 2
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         frames = csv_frame(path, fh, chunksize=rows)
         while True:
             try:
@@ -93,14 +66,14 @@ def _is_canonical_header(columns: set[str]) -> bool:
 PARQUET = TraceFormatSpec(
     name=TraceFormat.CANONICAL_PARQUET,
     description="the canonical table in Parquet, the one format read out of core",
-    reader=read_parquet,
+    reader=canonical.read_parquet,
     row_label="row",
     extensions=(".parquet",),
 )
 JSONL = TraceFormatSpec(
     name=TraceFormat.CANONICAL_JSONL,
     description="the canonical table in JSON Lines, one request object per line",
-    reader=read_jsonl,
+    reader=canonical.read_jsonl,
     row_label="line",
     parts_reader=jsonl_parts,
     json_keys=_is_canonical_record,
@@ -109,7 +82,7 @@ JSONL = TraceFormatSpec(
 CSV = TraceFormatSpec(
     name=TraceFormat.CANONICAL_CSV,
     description="the canonical table in CSV (or TSV); list cells are JSON arrays",
-    reader=read_csv,
+    reader=canonical.read_csv,
     row_label="line",
     parts_reader=csv_parts,
     csv_header=_is_canonical_header,

@@ -17,12 +17,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from yaotu_trace.data.compressed import open_trace
+import numpy as np
 
-if TYPE_CHECKING:
-    import numpy as np
+from yaotu_trace.data.compressed import open_compressed
 
 # What `trace analyze` shows of a trace and a summary cannot: each needs one row per request.
 UNAVAILABLE: Final = (
@@ -72,7 +71,7 @@ class BenchSummary:
 def document_head(path: Path, size: int = 65536) -> str:
     """The first characters of a JSON document, so that a summary reader can pass over a large
     per-request file without parsing it."""
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         return fh.read(size).decode("utf-8", errors="replace")
 
 
@@ -133,8 +132,6 @@ def finite_numbers(values: object) -> np.ndarray | None:
     """A JSON list of finite numbers as a float64 array, or None for anything else (a true, a
     string, a NaN inside). Types are checked once per list, in C, not once per value in Python:
     a benchmark file holds one gap per streamed chunk, millions in all."""
-    import numpy as np
-
     if not isinstance(values, list) or not set(map(type, values)) <= {int, float}:
         return None
     array = np.asarray(values, dtype=np.float64)

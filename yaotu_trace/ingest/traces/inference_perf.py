@@ -23,26 +23,26 @@ Three JSON documents, told apart by their shape:
   `input_tokens`/`output_tokens`), `session_id` = `exgentic.session.id` or the trace id, `model`
   = `gen_ai.request.model`, status "error" when `status.code` is 2 (OTel's ERROR).
 - `summary_lifecycle_metrics.json` and `stage_N_lifecycle_metrics.json`: aggregates only, read
-  as a summary (`ingest.bench_summary`) by `trace analyze`.
+  as a summary (`ingest.telemetry.bench_summary`) by `trace analyze`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-from yaotu_trace.ingest.json_document import read_json_document
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+from yaotu_trace.ingest.telemetry import bench_summary as bs
+from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
+from yaotu_trace.ingest.traces.json_document import read_json_document
 
 PER_REQUEST_HINT: Final = ("enable report.request_lifecycle.per_request in the inference-perf "
                            "config and pass per_request_lifecycle_metrics.json")
@@ -83,10 +83,6 @@ def _load(path: Path) -> Any:
 
 
 def _per_request(records: list[Any], path: Path) -> RawTrace:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
     if not records:
         raise TraceSchemaError(f"{path}: the report lists no requests; {PER_REQUEST_HINT}")
     starts = [_seconds(r.get("start_time") if isinstance(r, dict) else None,
@@ -101,8 +97,6 @@ def _per_request(records: list[Any], path: Path) -> RawTrace:
 
 def _lifecycle_row(record: dict[str, Any], i: int, path: Path, arrival_s: float,
                    origin: float) -> dict[str, Any]:
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     info = _object(record.get("info"))
     response = _object(info.get("response_metrics"))
     text = _object(_object(info.get("request_metrics")).get("text"))
@@ -169,10 +163,6 @@ def _lifecycle_notes(out: pd.DataFrame) -> list[str]:
 
 
 def _workload_trace(spans: list[Any], path: Path) -> RawTrace:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
     calls = [(i, s) for i, s in enumerate(spans) if isinstance(s, dict) and _is_llm_span(s)]
     if not calls:
         raise TraceSchemaError(
@@ -193,8 +183,6 @@ def _workload_trace(spans: list[Any], path: Path) -> RawTrace:
 
 def _span_row(span: dict[str, Any], i: int, path: Path, arrival_s: float,
               origin: float) -> dict[str, Any]:
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     attrs = _object(span.get("attributes"))
     name = f"span {i} ({str(span.get('span_id', '?'))[:40]})"
     prompt = _first(attrs, "gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")
@@ -232,8 +220,6 @@ def _is_llm_span(span: dict[str, Any]) -> bool:
 
 def _iso_seconds(value: object, i: int, field: str, path: Path) -> float:
     """An ISO-8601 time as epoch s (a time without a zone is read as UTC)."""
-    from datetime import UTC
-
     try:
         when = datetime.fromisoformat(str(value))
     except ValueError as exc:
@@ -246,7 +232,7 @@ def _iso_seconds(value: object, i: int, field: str, path: Path) -> float:
 
 # --- lifecycle summaries ---------------------------------------------------------------------
 
-LATENCY_NAMES: Final = {
+_LATENCY_NAMES: Final = {
     "time_to_first_token": ("TTFT", "time to first token"),
     "time_per_output_token": ("TPOT", "time per output token"),
     "normalized_time_per_output_token": ("NTPOT", "request latency per output token"),
@@ -257,8 +243,6 @@ LATENCY_NAMES: Final = {
 
 def read_inference_perf_summary(path: Path) -> BenchSummary | None:
     """The aggregates of a lifecycle summary or stage report, else None."""
-    from yaotu_trace.ingest import bench_summary as bs
-
     if not _is_summary_head(bs.document_head(path)):
         return None  # a per-request report or a workload trace, left unparsed here
     doc = _load(path)
@@ -282,7 +266,7 @@ def read_inference_perf_summary(path: Path) -> BenchSummary | None:
     })
     latency = _object(ok.get("latency"))
     dists = [bs.distribution(name, long, "s", latency.get(key))
-             for key, (name, long) in LATENCY_NAMES.items()]
+             for key, (name, long) in _LATENCY_NAMES.items()]
     dists += [bs.distribution("prompt tokens", "prompt length", "tokens", ok.get("prompt_len")),
               bs.distribution("output tokens", "output length", "tokens", ok.get("output_len")),
               bs.distribution("schedule delay", "send time less scheduled time", "s",

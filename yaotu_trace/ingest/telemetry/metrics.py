@@ -12,6 +12,8 @@ Two export shapes are accepted:
 The result is `EngineMetrics`: rows of (time_s, metric, labels, value), NaN samples dropped,
 plus lookups that map the vLLM and SGLang names of engines.md §1.9 and §2.7 to one canonical
 key per quantity. Errors are one line: file, line or element, field, and how to fix it.
+`ingest.load.read_metrics` picks the reader of a file (this export's, `prom_text`'s or
+`serverlog`'s) and `engine_metrics` turns what it read into `EngineMetrics`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import csv
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Final
@@ -28,243 +30,28 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
-from yaotu_trace.data.values import check_unique_names
-from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import prom_text
-from yaotu_trace.ingest.metric_names import (
+from yaotu_trace.data.engine_metrics import EngineMetrics
+from yaotu_trace.data.metric_names import (
     CACHE_CONFIG_INFO,
     COUNTERS,
     GAUGES,
-    HISTOGRAMS,
-    LABELLED,
     POOL_FROM_CACHE_CONFIG,
     prometheus_names,
     unused_names,
 )
-from yaotu_trace.ingest.serverlog import EXPECTED, is_server_log, read_server_log
+from yaotu_trace.data.values import check_unique_names
+from yaotu_trace.errors import TraceReadError
+from yaotu_trace.ingest.telemetry.serverlog import EXPECTED
 
 CSV_COLUMNS: Final = ("timestamp", "metric", "labels", "value")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EngineMetrics:
-    """Prometheus samples in long form: `frame` has time_s, metric, labels, value (float).
-
-    Counters are read as Prometheus' `increase()` reads them, reset-aware, with two rules
-    for what a range does not show: an export of one instant (a single saved `/metrics` body,
-    an instant query) holds each counter's total since its series began, and a counter series
-    that first appears after the export's first sample began then, from zero (SGLang creates
-    its retraction counter at the first retraction).
-    """
-
-    frame: pd.DataFrame
-    path: str
-    # What the reader knows about the samples' dating that the diagnosis should say.
-    notes: tuple[str, ...] = ()
-    # The year given to a server log's year-less times (None: none assumed), so that the
-    # trace's own year can replace it.
-    log_year: int | None = None
-    # The zone a server log's zone-less times were read in (`--log-tz`; None: UTC), kept so
-    # that reading it again with the trace's year keeps it.
-    log_zone: tzinfo | None = None
-    # Whether a counter series that appears after the export's first sample began then, from
-    # zero (a Prometheus series is created when first counted). A server log places its own
-    # counters' starting values, so it says False.
-    new_series_from_zero: bool = True
-
-    @property
-    def names(self) -> frozenset[str]:
-        """Every metric name present."""
-        return frozenset(self.frame["metric"].unique().tolist())
-
-    @property
-    def instant(self) -> bool:
-        """Whether every sample is of one instant: counters are then totals since start."""
-        times = self.frame["time_s"]
-        return bool(len(times)) and float(times.min()) == float(times.max())
-
-    def engines(self, key: str) -> int:
-        """How many label sets (engines, instances) export `key`'s series."""
-        name = self.name_of(key)
-        return 0 if name is None else int(self._series(name)["labels"].nunique())
-
-    def _first(self, candidates: tuple[str, ...], suffix: str = "") -> str | None:
-        names = self.names
-        return next((c for c in candidates if c + suffix in names), None)
-
-    def name_of(self, key: str) -> str | None:
-        """The engine's metric name serving canonical `key`, or None when not exported."""
-        if key in GAUGES:
-            return self._first(GAUGES[key])
-        if key in COUNTERS:
-            return self._first(COUNTERS[key])
-        if key in HISTOGRAMS:
-            return self._first(HISTOGRAMS[key], "_count")
-        raise KeyError(key)
-
-    def _series(self, name: str) -> pd.DataFrame:
-        return self.frame[self.frame["metric"] == name]
-
-    def label_values(self, key: str) -> tuple[str, ...]:
-        """The values of `key`'s splitting label (`LABELLED`) that the export carries."""
-        name = self.name_of(key)
-        if name is None or key not in LABELLED:
-            return ()
-        label = LABELLED[key]
-        found = {_label_values(text).get(label) for text in self._series(name)["labels"]}
-        return tuple(sorted(v for v in found if v))
-
-    def _labelled(self, key: str, value: str | None) -> pd.DataFrame | None:
-        name = self.name_of(key)
-        if name is None:
-            return None
-        rows = self._series(name)
-        if value is None:
-            return rows
-        label = LABELLED[key]
-        keep = rows["labels"].astype(str).map(lambda t: _label_values(t).get(label) == value)
-        return rows[keep.to_numpy(dtype=bool)]
-
-    def gauge(self, key: str, how: str = "sum", value: str | None = None) -> pd.DataFrame | None:
-        """A gauge over time, combined across label sets (engines) per timestamp.
-
-        `how` is "sum" for counts (requests waiting in all engines) or "max" for ratios (the
-        fullest engine's KV usage); `value` keeps one value of `key`'s splitting label.
-        Returns columns time_s, value sorted by time.
-        """
-        rows = self._labelled(key, value)
-        if rows is None:
-            return None
-        grouped = rows.groupby("time_s", sort=True)["value"]
-        out = grouped.max() if how == "max" else grouped.sum()
-        return out.reset_index()
-
-    def _origin_s(self) -> float:
-        """Before this, a series that appears later did not exist (inf: never assume so)."""
-        return float(self.frame["time_s"].min()) if self.new_series_from_zero else np.inf
-
-    def counter_increase(self, key: str, value: str | None = None) -> float | None:
-        """Total increase of a counter over the export (see the class docstring), summed over
-        label sets; `value` keeps one value of `key`'s splitting label."""
-        rows = self._labelled(key, value)
-        if rows is None:
-            return None
-        return _increase(rows, self._origin_s(), self.instant)
-
-    def counter_steps(self, key: str) -> pd.DataFrame | None:
-        """Times at which a counter went up and by how much (columns time_s, delta)."""
-        name = self.name_of(key)
-        if name is None:
-            return None
-        parts = [_deltas(rows, self._origin_s(), self.instant)
-                 for _, rows in self._series(name).groupby("labels", sort=False)]
-        if not parts:
-            return None
-        out = pd.concat(parts, ignore_index=True)
-        return out[out["delta"] > 0].sort_values("time_s").reset_index(drop=True)
-
-    def histogram_mean(self, key: str) -> float | None:
-        """Mean observation of a histogram over the export: Δ`_sum` / Δ`_count`."""
-        name = self.name_of(key)
-        if name is None or name + "_sum" not in self.names:
-            return None
-        count = _increase(self._series(name + "_count"), self._origin_s(), self.instant)
-        total = _increase(self._series(name + "_sum"), self._origin_s(), self.instant)
-        if not count:
-            return None
-        return total / count
-
-    def histogram_count(self, key: str) -> float | None:
-        """Observations added to a histogram over the export (Δ`_count`)."""
-        name = self.name_of(key)
-        if name is None:
-            return None
-        return _increase(self._series(name + "_count"), self._origin_s(), self.instant)
-
-    def histogram_sum(self, key: str) -> float | None:
-        """The observations' total added over the export (Δ`_sum`)."""
-        name = self.name_of(key)
-        if name is None or name + "_sum" not in self.names:
-            return None
-        return _increase(self._series(name + "_sum"), self._origin_s(), self.instant)
-
-    def bucket_increase(self, key: str, le: float) -> float | None:
-        """Observations at or below `le` added over the export (the `_bucket{le}` series)."""
-        name = self.name_of(key)
-        if name is None or name + "_bucket" not in self.names:
-            return None
-        rows = self._series(name + "_bucket")
-        bound = rows["labels"].astype(str).map(lambda t: _le(_label_values(t).get("le")))
-        rows = rows[(bound == le).to_numpy(dtype=bool)]
-        return None if rows.empty else _increase(rows, self._origin_s(), self.instant)
-
-
-def _le(text: str | None) -> float:
-    try:
-        return float(text) if text is not None else np.nan
-    except ValueError:
-        return np.nan
-
-
-def _label_values(text: str) -> dict[str, str]:
-    return dict(p.split("=", 1) for p in text.split(",") if "=" in p)
-
-
-def _deltas(series: pd.DataFrame, origin_s: float, instant: bool) -> pd.DataFrame:
-    """One label set's increases (time_s, delta): a drop is a restart from zero, and the
-    first sample counts from zero when the export is one instant or the series began after
-    the export's first sample."""
-    series = series.sort_values("time_s")
-    times = series["time_s"].to_numpy(dtype=np.float64)
-    values = series["value"].to_numpy(dtype=np.float64)
-    delta = np.diff(values)
-    delta = np.where(delta < 0, values[1:], delta)
-    first = values[0] if (instant or times[0] > origin_s) else 0.0
-    return pd.DataFrame({"time_s": times, "delta": np.concatenate(([first], delta))})
-
-
-def _increase(rows: pd.DataFrame, origin_s: float, instant: bool) -> float:
-    return float(sum(_deltas(series, origin_s, instant)["delta"].sum()
-                     for _, series in rows.groupby("labels", sort=False)))
-
-
-def read_metrics(path: str | Path, *, year: int | None = None,
-                 zone: tzinfo | None = None) -> EngineMetrics:
-    """Read a Prometheus range-query export (JSON or CSV), /metrics text (`prom_text`) or an
-    engine server log (`serverlog`, found by its content; `year` dates its year-less times,
-    `zone` is the zone of its zone-less ones, UTC when None: `serverlog.log_zone`)."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    notes: tuple[str, ...] = ()
-    log_year = None
-    kind = "export"  # a range or instant query's export; else "log" or "text"
-    if path.is_dir() and prom_text.is_scrape_folder(path):
-        rows, notes = prom_text.read_prom_folder(path)
-        kind = "text"
-    elif path.is_file() and (suffix == ".log" or (
-            suffix not in (".json", ".csv", ".tsv") and is_server_log(path))):
-        rows, log_notes, log_year = read_server_log(path, year=year, zone=zone)
-        notes = tuple(log_notes)
-        kind = "log"
-    elif path.is_file() and suffix in prom_text.SUFFIXES and prom_text.looks_like_text(path):
-        rows, notes = prom_text.read_prom_text(path)
-        kind = "text"
-    elif path.is_file() and suffix in prom_text.SUFFIXES and suffix:
-        raise TraceReadError(
-            f"{path}: is neither /metrics text (no '# HELP', '# TYPE' or 'name{{labels}} "
-            f"value' line at its start) nor an engine server log ({EXPECTED}); save the "
-            "engine's /metrics response as it is (curl -s http://HOST:PORT/metrics > m.prom)"
-        )
-    elif path.is_dir():
-        raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
-                             "file (.json or .csv) or a folder of /metrics text snapshots")
-    elif not path.is_file():
-        raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
-    else:
-        try:
-            rows = _read_export(path, suffix)
-        except (TraceReadError, TraceSchemaError) as err:
-            raise _as_trace(path) or err from None
+def engine_metrics(rows: list[tuple[float, str, str, float]], path: Path, *,
+                   kind: str, notes: tuple[str, ...] = (), log_year: int | None = None,
+                   zone: tzinfo | None = None) -> EngineMetrics:
+    """The samples one reader found (`kind`: "export", "text" or "log") as `EngineMetrics`:
+    NaN samples dropped, series under the engines' own names, notes on what a one-instant
+    export or a series that starts late can and cannot show."""
     frame = pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"])
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
                           "labels": object})
@@ -383,7 +170,7 @@ def _totals_note(metrics: EngineMetrics) -> str:
             f"totals {since}{over}, not as increases over a range")
 
 
-def _read_export(path: Path, suffix: str) -> list[tuple[float, str, str, float]]:
+def read_export(path: Path, suffix: str) -> list[tuple[float, str, str, float]]:
     if suffix == ".json":
         return _read_json(path)
     if suffix in (".csv", ".tsv"):
@@ -393,20 +180,6 @@ def _read_export(path: Path, suffix: str) -> list[tuple[float, str, str, float]]
         f"(timestamp, metric, labels, value), an engine server log ({EXPECTED}) or "
         f"/metrics text (.txt, .prom); got '{suffix or '(no extension)'}'"
     )
-
-
-def _as_trace(path: Path) -> TraceReadError | None:
-    """The error for a request trace (or a benchmark summary) given as --metrics: where it
-    belongs, rather than which metrics field it lacks."""
-    from yaotu_trace.ingest.detect import detect_format
-
-    try:
-        fmt = detect_format(path)
-    except TraceReadError as err:
-        return err if "summary table" in str(err) else None
-    return TraceReadError(
-        f"{path}: is a request trace ({fmt.value}), not engine telemetry; give it as the "
-        f"trace (trace diagnose {path}), and the engine's log or /metrics export as --metrics")
 
 
 def _with_pool_from_cache_config(frame: pd.DataFrame) -> pd.DataFrame:
@@ -465,7 +238,7 @@ def _number(text: Any, path: Path, where: str, field: str, fix: str) -> float:
 
 def _time(ts: float, path: Path, where: str) -> float:
     """A sample's timestamp, which must be a finite time: the export's clock is matched with
-    the trace's (`yaotu_trace.ingest.telemetry`)."""
+    the trace's (`yaotu_trace.data.telemetry_fit`)."""
     if not math.isfinite(ts):
         raise TraceReadError(f"{path}: {where}, field 'timestamp': {ts} is not a finite time; "
                              "give Unix seconds, e.g. 1732931200.5")

@@ -29,19 +29,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from yaotu_trace.data.compressed import format_suffix, plain_stem, read_text
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_WHERE
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
-DEFAULT_BLOCK_TOKENS: Final = 64
+WEKA_BLOCK_TOKENS: Final = 64
 NAMESPACE_SHIFT: Final = 40  # local ids must stay below 2**40; file number lives above
 
 
@@ -60,11 +60,6 @@ class _Conversations:
 
 def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
     """Read a folder of WEKA conversation files (or one file) as one canonical trace."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
     files = sorted(conversation_files(path)) if path.is_dir() else [path]
     if not files:
         raise TraceReadError(f"{path}: no .json conversation files in this folder")
@@ -76,7 +71,7 @@ def read_weka(path: Path, *, stagger_s: float = 0.0) -> RawTrace:
             f"{path}: conversation files use different block sizes: {found}; one trace needs one "
             "source block size, so read the groups separately"
         )
-    source_block_size = next(iter(read.block_sizes), DEFAULT_BLOCK_TOKENS)
+    source_block_size = next(iter(read.block_sizes), WEKA_BLOCK_TOKENS)
 
     if not read.frames:
         raise TraceSchemaError(f"{path}: the trace has no requests; check the files' 'requests'")
@@ -100,7 +95,7 @@ def _read_conversations(files: list[Path], stagger_s: float) -> _Conversations:
     read = _Conversations()
     for number, file in enumerate(files):
         document = _load_document(file)
-        size = document.get("block_size", DEFAULT_BLOCK_TOKENS)
+        size = document.get("block_size", WEKA_BLOCK_TOKENS)
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise TraceSchemaError(
                 f"{file}: 'block_size' is {size!r}; it must be a whole number of tokens per id"
@@ -195,11 +190,6 @@ def _conversation(
     file: Path, requests: list[Any], namespace: int
 ) -> tuple[pd.DataFrame, list[np.ndarray], int]:
     """One file's requests as canonical columns plus their namespaced block ids."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.values import SOURCE_WHERE
-
     rows: dict[str, list[Any]] = {
         "request_id": [],
         "arrival_s": [],
@@ -259,8 +249,6 @@ def _after(t: object, delay: object) -> float | None:
 
 def _block_ids(file: Path, index: int, hash_ids: object, namespace: int) -> np.ndarray:
     """Validate one request's ids and move them into the file's namespace."""
-    import numpy as np
-
     if not isinstance(hash_ids, list):
         raise TraceSchemaError(
             f"{file}: request {index}, column 'hash_ids': expected a list of block ids, got "
@@ -285,18 +273,12 @@ def _block_ids(file: Path, index: int, hash_ids: object, namespace: int) -> np.n
 
 
 def _goes_backwards(arrival: pd.Series) -> bool:
-    import numpy as np
-
     values = arrival.to_numpy(dtype=np.float64)
     return bool(np.any(np.diff(values) < 0))
 
 
 def _list_column(lists: list[np.ndarray]) -> pd.Series:
     """An Arrow-backed large_list<int64> column built from per-row arrays without Python ints."""
-    import numpy as np
-    import pandas as pd
-    import pyarrow as pa
-
     lengths = np.fromiter((a.size for a in lists), dtype=np.int64, count=len(lists))
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     values = np.concatenate(lists) if lists else np.empty(0, dtype=np.int64)

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
+
+import pandas as pd
 
 from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    from yaotu_trace.data.schema import RawTrace
 
 BAILIAN_BLOCK_TOKENS: Final = 16
 ROOT_PARENT: Final = -1
@@ -36,11 +37,6 @@ ROOT_PARENT: Final = -1
 
 def read_bailian(path: Path) -> RawTrace:
     """Read the JSONL, map fields and derive a session per chat tree."""
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
     records, lines = read_json_lines(path)
     df = pd.DataFrame.from_records(records)
     if "chat_id" not in df.columns:

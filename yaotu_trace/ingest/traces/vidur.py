@@ -17,38 +17,32 @@ kept here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from yaotu_trace.ingest.csv_source import read_source_csv
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.ingest.traces.csv_source import read_source_csv
 
 ARRIVED_AT: Final = "arrived_at"
 PREFILL: Final = "num_prefill_tokens"
 DECODE: Final = "num_decode_tokens"
 TOTAL: Final = "num_total_tokens"
-FIRST_DATA_LINE: Final = 2  # line 1 is the header
+_FIRST_DATA_LINE: Final = 2  # line 1 is the header
 
 
 def read_vidur(path: Path) -> RawTrace:
     """Map arrived_at (s) → arrival_s and the prefill/decode token counts → the lengths."""
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.data.values import SOURCE_ROW
-
     df = read_source_csv(path, (PREFILL, DECODE),
                          f"a Vidur trace has {ARRIVED_AT},{PREFILL},{DECODE}")
     out = pd.DataFrame(
         {
             "prompt_len": df[PREFILL],
             "output_len": df[DECODE],
-            SOURCE_ROW: np.arange(FIRST_DATA_LINE, len(df) + FIRST_DATA_LINE),
+            SOURCE_ROW: np.arange(_FIRST_DATA_LINE, len(df) + _FIRST_DATA_LINE),
         }
     )
     # arrival_s is named even when absent, so a command that needs it asks for `arrived_at`.
@@ -61,8 +55,6 @@ def read_vidur(path: Path) -> RawTrace:
 
 def _total_mismatch_note(df: pd.DataFrame) -> list[str]:
     """`num_total_tokens` is redundant; a disagreement hints at a shifted or edited column."""
-    import pandas as pd
-
     if TOTAL not in df.columns:
         return []
     total = pd.to_numeric(df[TOTAL], errors="coerce")

@@ -25,7 +25,7 @@ in display units such as ms) and `error` (`code`, `type`, `message`, or null). M
 A metric's unit is read from the record (`ns`, `us`, `ms`, `sec`); another time unit is an
 error naming the line. AIPerf's run summary, `profile_export_aiperf.json` (each metric's
 `unit`, `avg`, percentiles, ...), has no requests: `trace analyze` shows it as a summary
-(`ingest.bench_summary`) and the reader refuses it, naming `profile_export.jsonl`.
+(`ingest.telemetry.bench_summary`) and the reader refuses it, naming `profile_export.jsonl`.
 """
 
 from __future__ import annotations
@@ -33,18 +33,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+import numpy as np
+import pandas as pd
+
+from yaotu_trace.data.compressed import format_suffix, read_text
 from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.schema import RawTrace
+from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
-
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+from yaotu_trace.ingest.telemetry import bench_summary as bs
+from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary, finite_numbers
 
 SECONDS_PER_UNIT: Final = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "sec": 1.0, "s": 1.0}
 EXPORT_HINT: Final = "pass AIPerf's profile_export.jsonl as written"
@@ -53,10 +54,6 @@ SUMMARY_HINT: Final = "pass the profile_export.jsonl of the same artifacts folde
 
 def read_aiperf(path: Path) -> RawTrace:
     """Turn AIPerf's per-request records into canonical requests, failed ones included."""
-    import pandas as pd
-
-    from yaotu_trace.data.schema import RawTrace
-
     if _summary_document(path) is not None:
         raise TraceSchemaError(
             f"{path}: AIPerf's run summary (aggregates, no per-request records): `trace analyze` "
@@ -86,10 +83,6 @@ def _phase(record: dict[str, Any]) -> object:
 
 def _request(record: dict[str, Any], path: Path, line: int, arrival_s: float) -> dict[str, Any]:
     """One canonical row; lengths are left raw so validation names a bad value."""
-    import numpy as np
-
-    from yaotu_trace.data.values import SOURCE_ROW
-
     meta, metrics = record["metadata"], _metrics(record, path, line)
     error = record.get("error")
     row: dict[str, Any] = {
@@ -172,12 +165,9 @@ def _seconds(metrics: dict[str, Any], tag: str, path: Path, line: int) -> float 
 
 
 def _gaps(metrics: dict[str, Any], path: Path, line: int) -> np.ndarray:
-    import numpy as np
-
     entry = metrics.get("inter_chunk_latency")
     if entry is None:
         return np.zeros(0)
-    from yaotu_trace.ingest.bench_summary import finite_numbers
 
     gaps = finite_numbers(entry.get("value") if isinstance(entry, dict) else None)
     if gaps is None:
@@ -245,8 +235,6 @@ SUMMARY_DISTRIBUTIONS: Final = {
 def read_aiperf_summary(path: Path) -> BenchSummary | None:
     """AIPerf's `profile_export_aiperf.json`: every scalar metric and the main distributions
     with the units AIPerf gives; None for any other file."""
-    from yaotu_trace.ingest import bench_summary as bs
-
     doc = _summary_document(path)
     if doc is None:
         return None
@@ -279,8 +267,6 @@ def _renamed(stats: dict[str, Any]) -> dict[str, Any]:
 
 def _summary_document(path: Path) -> dict[str, Any] | None:
     """The run summary as one JSON object, or None when the file is not one."""
-    from yaotu_trace.data.compressed import format_suffix, read_text
-
     if format_suffix(path) != ".json":
         return None
     try:
