@@ -13,7 +13,7 @@ from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate_requests
 from yaotu_trace.sim.config import EngineVersion, SchedulerKind
-from yaotu_trace.sim.scenario import DEFAULT_MAX_MODEL_LEN, Scenario, resolve
+from yaotu_trace.sim.scenario import DEFAULT_MAX_MODEL_LEN, Scenario, resolve_scenario
 from yaotu_trace.sim.summary import request_arrays
 
 BASE = Scenario(model="Llama-3.1-8B", gpu="H100")
@@ -78,16 +78,16 @@ def test_async_is_refused_with_the_sglang_rules() -> None:
 
 
 def test_engine_default_is_vllm_033_with_async_scheduling() -> None:
-    resolved = resolve(BASE)
+    resolved = resolve_scenario(BASE)
     assert resolved.engine is EngineVersion.VLLM_0_33
     assert resolved.config.async_scheduling is True
-    off = resolve(BASE.merged(Scenario(async_scheduling=False)))
+    off = resolve_scenario(BASE.merged(Scenario(async_scheduling=False)))
     assert off.config.async_scheduling is False
 
 
 def test_engine_sglang_runs_synchronously_and_scheduler_sglang_names_it() -> None:
-    by_engine = resolve(BASE.merged(Scenario(engine="sglang-0.5")))
-    by_family = resolve(BASE.merged(Scenario(scheduler="sglang")))
+    by_engine = resolve_scenario(BASE.merged(Scenario(engine="sglang-0.5")))
+    by_family = resolve_scenario(BASE.merged(Scenario(scheduler="sglang")))
     for resolved in (by_engine, by_family):
         assert resolved.engine is EngineVersion.SGLANG_0_5
         assert resolved.config.scheduler is SchedulerKind.SGLANG
@@ -96,22 +96,24 @@ def test_engine_sglang_runs_synchronously_and_scheduler_sglang_names_it() -> Non
 
 def test_engine_and_scheduler_must_agree() -> None:
     with pytest.raises(ConfigError, match=r"--engine vllm-0\.33 runs vllm's scheduler"):
-        resolve(BASE.merged(Scenario(engine="vllm-0.33", scheduler="sglang")))
+        resolve_scenario(BASE.merged(Scenario(engine="vllm-0.33", scheduler="sglang")))
     with pytest.raises(ConfigError, match=r"--engine 'vllm-0\.2': choose one of"):
-        resolve(BASE.merged(Scenario(engine="vllm-0.2")))
+        resolve_scenario(BASE.merged(Scenario(engine="vllm-0.2")))
 
 
 def test_engine_vllm_budget_without_chunking_is_max_model_len() -> None:
     # vLLM's EngineArgs: max_num_batched_tokens = max(max_model_len, the GPU's default)
-    whole = resolve(BASE.merged(Scenario(chunked_prefill=False))).config
+    whole = resolve_scenario(BASE.merged(Scenario(chunked_prefill=False))).config
     assert whole.max_batched_tokens == DEFAULT_MAX_MODEL_LEN
-    short = resolve(BASE.merged(Scenario(chunked_prefill=False, max_model_len=4096))).config
+    short = resolve_scenario(
+        BASE.merged(Scenario(chunked_prefill=False, max_model_len=4096))).config
     assert short.max_batched_tokens == 8192  # H100's default is larger
-    given = resolve(BASE.merged(Scenario(chunked_prefill=False, max_batched_tokens=20000)))
+    given = resolve_scenario(BASE.merged(Scenario(chunked_prefill=False, max_batched_tokens=20000)))
     assert given.config.max_batched_tokens == 20000
-    chunked = resolve(BASE).config
+    chunked = resolve_scenario(BASE).config
     assert chunked.max_batched_tokens == 8192
-    sglang = resolve(BASE.merged(Scenario(chunked_prefill=False, scheduler="sglang"))).config
+    sglang = resolve_scenario(
+        BASE.merged(Scenario(chunked_prefill=False, scheduler="sglang"))).config
     assert sglang.max_batched_tokens == 8192
 
 
