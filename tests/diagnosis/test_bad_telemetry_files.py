@@ -220,8 +220,18 @@ def test_random_bytes_never_escape_as_another_exception(tmp_path_factory: pytest
     path.write_bytes(data)
     try:
         read_metrics(path)
-    except TraceReadError as exc:
+    except YaotuError as exc:
+        assert exc.exit_code == ExitCode.INPUT
         assert "\n" not in str(exc) and str(path) in str(exc)
+
+
+def test_a_header_of_empty_names_is_refused_as_input(tmp_path: Path) -> None:
+    """`,` alone is a CSV header naming two columns '' and '': refused as a schema error."""
+    path = tmp_path / "m.csv"
+    path.write_bytes(b",")
+    with pytest.raises(YaotuError, match="appears twice") as caught:
+        read_metrics(path)
+    assert caught.value.exit_code == ExitCode.INPUT and str(path) in str(caught.value)
 
 
 def _mutations() -> st.SearchStrategy[str]:
