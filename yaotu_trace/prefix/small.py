@@ -16,7 +16,7 @@ import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
-from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.curve import CapacityCurve
 from yaotu_trace.prefix.kernels.numpy_passes import build_block_chains, sweep, unlimited_hit_blocks
 from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
@@ -41,19 +41,7 @@ def prepared_chains(prepared: PreparedTrace, rules: ReplayRules) -> BlockChains:
     """`PreparedTrace.chains(rules)` with the numpy passes; a streamed column is read whole
     (validated batch by batch as when streamed) and, as streamed, without outputs."""
     ns = prepared.namespace_codes(rules.tenant_isolation)
-    if prepared.stream is None:
-        return build_block_chains(prepared.content(), ns, rules)
-    batches = list(prepared.stream.batches())
-    lengths = [np.diff(b.offsets) for b in batches]
-    offsets = np.zeros(prepared.num_requests + 1, dtype=np.int64)
-    if batches:
-        np.cumsum(np.concatenate(lengths), out=offsets[1:])
-    values = (np.concatenate([np.asarray(b.values, dtype=np.int64) for b in batches])
-              if batches else np.zeros(0, dtype=np.int64))
-    prepared.stream.unit_offsets = offsets
-    content = PromptContent(offsets=offsets, values=values, prompt_len=prepared.stream.prompt_len,
-                            source_block_size=prepared.stream.source_block_size)
-    return build_block_chains(content, ns, rules)
+    return build_block_chains(prepared.whole_content(), ns, rules)
 
 
 def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:
