@@ -12,8 +12,6 @@ docs/performance.md); `trace replay`, `trace sweep` and larger traces keep the c
 
 from __future__ import annotations
 
-import numpy as np
-
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
 from yaotu_trace.prefix.kernels.chains import BlockChains

@@ -45,7 +45,7 @@ from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.exact import replay_exact
-from yaotu_trace.prefix.kernels.numpy_passes import unlimited_hit_blocks
+from yaotu_trace.prefix.kernels.numpy_passes import small_unlimited
 from yaotu_trace.prefix.kernels.optimal import optimal_replay
 from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope, TouchOrder
@@ -56,9 +56,6 @@ _MAX_NODES = 1 << 31  # per-instance node arrays: instances × distinct blocks
 # LFU counts saturate here (one list per count and cache); exact below it, i.e. for any block
 # touched by fewer requests. Beyond it, saturated blocks are ordered by recency among themselves.
 MAX_LFU_COUNT = 1 << 16
-# Up to this many blocks an unlimited global replay runs in numpy (`numpy_passes`, the same
-# hits): cheaper than compiling `_unlimited_hits` on a fresh install or loading it.
-SMALL_UNLIMITED_BLOCKS = 2_000_000
 
 
 def first_occurrence_flags(chains: BlockChains) -> np.ndarray:
@@ -364,12 +361,12 @@ def replay(
     n = chains.num_requests
     outputs = chains.output_offsets is not None and chains.output_ids is not None
     per_instance = rules.scope is Scope.INSTANCE
+    small = small_unlimited(chains, rules)  # no kernel to compile or load
+    if small is not None:
+        return small
     if not per_instance and rules.unlimited and not outputs:
-        if chains.ids.size <= SMALL_UNLIMITED_BLOCKS:  # no kernel to compile or load
-            hit = unlimited_hit_blocks(chains, capped=True)
-        else:
-            hit = _unlimited_hits(chains.offsets, chains.ids, chains.max_hit_blocks,
-                                  np.int64(chains.num_distinct))
+        hit = _unlimited_hits(chains.offsets, chains.ids, chains.max_hit_blocks,
+                              np.int64(chains.num_distinct))
         inserted = chains.num_distinct
         return _result(chains, hit, None, 1, 0, inserted)
 
