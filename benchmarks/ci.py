@@ -61,6 +61,12 @@ def _wall_s(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return wall
 
 
+def _shown(row: str) -> str:
+    """Print a row as soon as it is measured (a long run shows its progress)."""
+    print(row, flush=True)
+    return row
+
+
 def _command(args: list[str], trace: Path) -> list[str]:
     return [*TRACE, args[0], str(trace), *args[1:]]
 
@@ -79,9 +85,9 @@ def first_runs(trace: Path, repeat: int, tmp: Path) -> list[str]:
             cold_s.append(_wall_s(cmd, fresh))
             warm_s.append(_wall_s(cmd, warm))
         c, w = statistics.median(cold_s), statistics.median(warm_s)
-        rows.append(f"| first run: {name} {trace.name} | {c:.2f} | warm run | {w:.2f} | "
+        rows.append(_shown(f"| first run: {name} {trace.name} | {c:.2f} | warm run | {w:.2f} | "
                     f"{c / w:.2f}× | `NUMBA_CACHE_DIR=$(mktemp -d) trace {shlex.join(args)} "
-                    f"{trace}` |")
+                    f"{trace}` |"))
     return rows
 
 
@@ -98,8 +104,8 @@ def against_read(trace: Path, repeat: int) -> list[str]:
             ours.append(_wall_s(cmd))
             base.append(_wall_s(read))
         o, b = statistics.median(ours), statistics.median(base)
-        rows.append(f"| {name} {trace.name} | {o:.2f} | pyarrow.json.read_json | {b:.2f} | "
-                    f"{o / b:.2f}× | `trace {shlex.join(args)} {trace}` |")
+        rows.append(_shown(f"| {name} {trace.name} | {o:.2f} | pyarrow.json.read_json | "
+                           f"{b:.2f} | {o / b:.2f}× | `trace {shlex.join(args)} {trace}` |"))
     return rows
 
 
@@ -116,10 +122,11 @@ def against_kvsim(trace: Path, kvsim: str, repeat: int, tmp: Path) -> list[str]:
         ours.append(_wall_s(ours_cmd))
         base.append(_wall_s(theirs))
     o, b = statistics.median(ours), statistics.median(base)
-    return [f"| sweep --preset mooncake (whole curve) | {o:.2f} | kvcache-simulator, 6 budgets "
-            f"| {b:.2f} | {o / b:.2f}× | `trace sweep {trace} --preset mooncake -f json` vs "
+    return [_shown(f"| sweep --preset mooncake (whole curve) | {o:.2f} | kvcache-simulator, "
+            f"6 budgets | {b:.2f} | {o / b:.2f}× | "
+            f"`trace sweep {trace} --preset mooncake -f json` vs "
             f"`kvcache-simulator run --trace {trace} --block-size 512 --model llama-3.1-70b "
-            "--budgets-gib 1,2,4,8,16,32 --policies lru` |"]
+            "--budgets-gib 1,2,4,8,16,32 --policies lru` |")]
 
 
 def main() -> int:
@@ -155,10 +162,9 @@ def main() -> int:
         if "kvsim" in parts and opts.kvsim:
             rows += against_kvsim(opts.trace, opts.kvsim, opts.repeat, tmp)
         elif "kvsim" in parts:
-            rows.append("| sweep --preset mooncake | – | kvcache-simulator | – | – | "
-                        "not installed: pip install kvcache-simulator, then --kvsim PATH |")
-        for row in rows:
-            print(row, flush=True)
+            rows.append(_shown("| sweep --preset mooncake | – | kvcache-simulator | – | – | "
+                               "not installed: pip install kvcache-simulator, then --kvsim "
+                               "PATH |"))
     print()
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     return 0
