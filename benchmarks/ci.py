@@ -20,6 +20,7 @@ reproduce it.
 
     python benchmarks/ci.py
     python benchmarks/ci.py --repeat 5 --kvsim /tmp/venv-kvsim/bin/kvcache-simulator --large
+    git archive REV | tar -x -C /tmp/rev && python benchmarks/ci.py --tree /tmp/rev
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ FIRST_RUN = {
     "check": ["check", "--fail-on", "bottleneck"],
     "replay": ["replay"],
 }
+TREE = [ROOT]  # where `python -m yaotu_trace` finds the package (`--tree`)
 AGAINST_READ = {"analyze": ["analyze"], "sweep": ["sweep"], "diagnose": ["diagnose"]}
 
 
 def _wall_s(cmd: list[str], env: dict[str, str] | None = None) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, check=False,
+    proc = subprocess.run(cmd, cwd=TREE[0], capture_output=True, check=False,
                           env=env if env is not None else dict(os.environ))
     wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1):  # check exits 1 when a check fails: still a full run
@@ -139,7 +141,11 @@ def main() -> int:
                         help="add first-run rows on RAGPulse (compiled kernels)")
     parser.add_argument("--only", choices=("first", "read", "kvsim"), action="append",
                         help="run only these parts (repeatable)")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="a source tree to measure instead of this one (e.g. a "
+                             "`git archive` of an earlier revision), run from its folder")
     opts = parser.parse_args()
+    TREE[0] = opts.tree
     if not opts.trace.exists():
         print(f"{opts.trace} is missing; pass --trace", file=sys.stderr)
         return 2
