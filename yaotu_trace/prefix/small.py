@@ -5,9 +5,10 @@ loading its compiled kernels (about 0.8 s) than the kernels then run. Here the o
 passes (the chain build and the stack distances) run on the numpy twins of the kernels
 (`kernels/numpy_passes.py`), giving the same numbers bit for bit.
 
-Used by the overview only, up to `MAX_WORK` (content ids plus six per block: about 1.4e6
+Used by the overview, up to `MAX_WORK` (content ids plus six per block: about 1.4e6
 tokens in 3e5 blocks), where it is faster than numba's import and first call (measured in
-docs/performance.md); `trace replay`, `trace sweep` and larger traces keep the compiled passes.
+docs/performance.md); `trace sweep` tries it first too. Larger traces and per-instance caches
+keep the compiled passes.
 """
 
 from __future__ import annotations
