@@ -40,6 +40,22 @@ def test_a_trace_without_content_loads_no_compiled_replay(tmp_path) -> None:
     assert "numba" not in json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.parametrize("args", [["diagnose"], ["replay"], ["sweep"],
+                                  ["check", "--fail-on", "bottleneck"]])
+def test_a_small_trace_loads_no_compiled_replay(tmp_path, args: list[str]) -> None:
+    """A small block-id trace (Mooncake's format) replays in numpy: a fresh install has no
+    kernel to compile, and a warm run none to load (docs/performance.md)."""
+    trace = tmp_path / "small.jsonl"
+    lines = [json.dumps({"timestamp": 100 * i, "input_length": 512 * (i % 4 + 1) - 7,
+                         "output_length": 20,
+                         "hash_ids": [0, *range(10 * i + 1, 10 * i + i % 4 + 1)]})
+             for i in range(40)]
+    trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", PROBE, args[0], str(trace), *args[1:]],
+                          capture_output=True, text=True, check=True, timeout=CHILD_TIMEOUT_S)
+    assert "numba" not in json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_the_ctrl_c_handler_comes_before_typing() -> None:
     """`trace` installs its handler once `yaotu_trace.cli` is imported; `typing` and `re` (most
     of that time, before) are left for later, so a Ctrl-C at start-up is exit 130, silent."""

@@ -9,7 +9,7 @@ from yaotu_trace.catalog.models import model_kv_bytes_per_token
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.capacity_table import capacity_table
+from yaotu_trace.prefix import small
 from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.window import parse_warmup
@@ -66,10 +66,15 @@ def sweep(
                  "replay at those capacities")
     write_up = CurveSectionSpec(preset=preset_name, points=points, model=model_name,
                                 kv_bytes_per_token=kv, notes=notes)
-    section, curve = sweep_trace(loaded, rules, write_up, warmup=spec)
+    # A small trace with one global cache is swept in numpy (the same curve): no numba.
+    swept = small.sweep_trace(loaded, rules, write_up) if spec is None else None
+    section, curve = swept or sweep_trace(loaded, rules, write_up, warmup=spec)
     sections: dict[str, Any] = {"capacity_curve": section}
     if asked:
         tell(progress, "replaying the listed capacities", 0.6)
+        # NOTE: the replays load numba's kernels; the curve alone of a small trace never does.
+        from yaotu_trace.prefix.capacity_table import capacity_table
+
         sections["capacity_table"] = capacity_table(loaded, rules, curve, preset=preset_name,
                                                     capacities=asked, warmup=spec)
     config: dict[str, Any] = {"preset": preset_name, "rules": section.rules, "model": model_name,

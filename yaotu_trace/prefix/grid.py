@@ -24,7 +24,6 @@ import numpy as np
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.kernels.sweep import sweep
 from yaotu_trace.prefix.partition import (
     Partitions,
     ReplayJob,
@@ -87,6 +86,9 @@ class ReplayGrid:
 def _sweep_task(chains: BlockChains, touch_order: str, codes: np.ndarray | None,
                 capacities: tuple[int | None, ...]) -> np.ndarray:
     """Hit tokens at each capacity (None: unlimited) from one stack-distance pass."""
+    # NOTE: the compiled sweep starts numba; a replay without a grid never loads it.
+    from yaotu_trace.prefix.kernels.sweep import sweep
+
     curve = sweep(chains, touch_order=touch_order, instance_codes=codes)
     finite = [c for c in capacities if c is not None]
     at = dict(zip(finite, curve.hit_tokens_at(np.asarray(finite, dtype=np.int64)).tolist(),

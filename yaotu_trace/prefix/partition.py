@@ -29,13 +29,12 @@ from dataclasses import dataclass, replace
 from multiprocessing import resource_tracker
 from typing import Any, Protocol
 
-import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
-from yaotu_trace.prefix.kernels.engine import replay, route_codes
 from yaotu_trace.prefix.kernels.result import ReplayResult
+from yaotu_trace.prefix.kernels.unlimited import replay
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
 
 LOCAL_DASK = "local"
@@ -267,6 +266,8 @@ def cache_partitions(rules: ReplayRules, num_requests: int, *,
             assert routed.instance is not None
             instance, k = routed.instance, rules.instances
         else:
+            from yaotu_trace.prefix.kernels.engine import route_codes
+
             instance, k = route_codes(rules, num_requests), rules.instances
     tenant = tenant_codes if rules.capacity_per_tenant else None
     if instance is None and tenant is None:
@@ -355,6 +356,11 @@ def _renumber(offsets: np.ndarray, ids: np.ndarray, out_offsets: np.ndarray | No
             _readonly(renumbered[ids.size:], np.int32), num)
 
 
+# Up to this many keys the first-appearance ids come from a sort in numpy (the same ids), not
+# the compiled table: no numba to load for a small replay.
+SMALL_RELABEL = 2_000_000
+
+
 def _first_appearance_ids(ids: np.ndarray) -> np.ndarray:
     """Dense ids 0..d-1 numbered by first appearance in `ids` (int32).
 
@@ -365,28 +371,15 @@ def _first_appearance_ids(ids: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int32)
     keys = np.ascontiguousarray(ids, dtype=np.int64)
     top = int(keys.max()) + 1
-    if int(keys.min()) >= 0 and top <= 4 * keys.size + (1 << 20):
-        return _relabel(keys, np.int64(top))
+    if int(keys.min()) >= 0 and top <= 4 * keys.size + (1 << 20) and keys.size > SMALL_RELABEL:
+        # NOTE: the compiled relabelling starts numba; a small one sorts in numpy instead.
+        from yaotu_trace.prefix.kernels.relabel import first_appearance_ids
+
+        return first_appearance_ids(keys, np.int64(top))
     uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     rank = np.empty(uniq.size, dtype=np.int32)
     rank[np.argsort(first, kind="stable")] = np.arange(uniq.size, dtype=np.int32)
     return rank[inverse.reshape(-1)]
-
-
-@nb.njit(cache=True)
-def _relabel(keys: np.ndarray, top: np.int64) -> np.ndarray:  # pragma: no cover - compiled
-    table = np.full(top, -1, dtype=np.int32)
-    out = np.empty(keys.size, dtype=np.int32)
-    nxt = 0
-    for i in range(keys.size):
-        k = keys[i]
-        v = table[k]
-        if v < 0:
-            v = nxt
-            table[k] = v
-            nxt += 1
-        out[i] = v
-    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

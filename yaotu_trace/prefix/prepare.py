@@ -9,7 +9,7 @@ disk (`Trace.lazy`, canonical Parquet) is not read here: the chains stream from 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,10 @@ from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 from yaotu_trace.prefix.rules import ReplayRules
 
 _MISSING = "\x00"
+# The largest chain build run in numpy (content ids hashed plus blocks numbered): below it the
+# numpy passes take less time than compiling the hashing kernels on a fresh install, or loading
+# them from numba's cache (docs/performance.md, first run).
+SMALL_CHAIN_WORK = 4_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +49,11 @@ class PreparedTrace:
     cached_tokens: np.ndarray | None  # float64 observed hits (NaN where unknown)
     # The content column left in its Parquet file (`Trace.lazy`): chains stream from it.
     stream: ParquetPrompts | None = None
+    # Small chain builds already made, by what they depend on (`chains`): the waterfall asks
+    # for the same chains more than once (its ideal pass at the source block size is often
+    # the block step's chains). Only small builds are kept, so memory stays bounded.
+    _small_chains: dict[tuple[object, ...], BlockChains] = field(
+        default_factory=dict, compare=False, repr=False)
 
     @property
     def num_requests(self) -> int:
@@ -80,16 +89,54 @@ class PreparedTrace:
                              source_block_size=self.source_block_size,
                              output_offsets=self.output_offsets, output_values=self.output_values)
 
+    def chain_work(self, rules: ReplayRules) -> int:
+        """Content ids hashed plus blocks numbered by a chain build under `rules`, from the
+        lengths alone (a streamed column is still on disk)."""
+        units = int(self.offsets[-1]) if self.offsets is not None else (
+            self.stream.num_values if self.stream is not None else 0)
+        tokens = int(self.prompt_tokens.sum())
+        if rules.cache_outputs and self.output_offsets is not None:
+            units += int(self.output_offsets[-1])
+            tokens += int(self.output_offsets[-1])
+        return units + tokens // int(rules.block_size_tokens) + self.num_requests
+
+    def whole_content(self) -> PromptContent:
+        """The content held in memory: a streamed column is read whole (validated batch by
+        batch as when streamed) and, as streamed, without outputs."""
+        if self.stream is None:
+            return self.content()
+        batches = list(self.stream.batches())
+        offsets = np.zeros(self.num_requests + 1, dtype=np.int64)
+        if batches:
+            np.cumsum(np.concatenate([np.diff(b.offsets) for b in batches]), out=offsets[1:])
+        values = (np.concatenate([np.asarray(b.values, dtype=np.int64) for b in batches])
+                  if batches else np.zeros(0, dtype=np.int64))
+        self.stream.unit_offsets = offsets
+        return PromptContent(offsets=offsets, values=values, prompt_len=self.stream.prompt_len,
+                             source_block_size=self.stream.source_block_size)
+
     def chains(self, rules: ReplayRules, *, namespaces: bool = True) -> BlockChains:
-        """Block chains under `rules`; `namespaces=False` puts every request in one namespace."""
-        # NOTE: the compiled chain builders start numba; a small trace's overview builds its
-        # chains with the numpy passes instead (`small.prepared_chains`) and never gets here.
+        """Block chains under `rules`; `namespaces=False` puts every request in one namespace.
+
+        A build of at most `SMALL_CHAIN_WORK` runs the numpy passes (the same chains bit for
+        bit), so a small trace never compiles or loads the hashing kernels."""
+        ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
+        if self.chain_work(rules) <= SMALL_CHAIN_WORK:
+            from yaotu_trace.prefix.kernels import numpy_passes
+
+            key = (rules.block_size_tokens, rules.cache_partial_blocks, rules.last_token_rule,
+                   rules.seed, rules.cache_outputs, ns is not None and rules.tenant_isolation,
+                   ns is not None)
+            if key not in self._small_chains:
+                self._small_chains[key] = numpy_passes.build_block_chains(
+                    self.whole_content(), ns, rules)
+            return self._small_chains[key]
+        # NOTE: the compiled chain builders start numba, which a small build never needs.
         from yaotu_trace.prefix.kernels.blocks import (
             build_block_chains,
             build_block_chains_streaming,
         )
 
-        ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
         if self.stream is not None:
             return build_block_chains_streaming(self.stream, ns, rules)
         return build_block_chains(self.content(), ns, rules)

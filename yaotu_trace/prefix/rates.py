@@ -105,9 +105,8 @@ def leading_seen_blocks(chains: BlockChains, rules: ReplayRules,
         return replayed
     unlimited = rules.with_(capacity_blocks=None, scope=Scope.GLOBAL, route=None,
                             last_token_rule=False, capacity_per_tenant=False)
-    # NOTE: the compiled replay starts numba; a small trace's overview (`small.py`) counts
-    # these blocks in numpy and never calls this.
-    from yaotu_trace.prefix.kernels.engine import replay
+    # NOTE: a large replay starts numba; a small one runs in numpy (`kernels.unlimited`).
+    from yaotu_trace.prefix.kernels.unlimited import replay
 
     # Outputs stay in: the dense ids count them in first-appearance order, which the unlimited
     # pass relies on.

@@ -5,18 +5,17 @@ loading its compiled kernels (about 0.8 s) than the kernels then run. Here the o
 passes (the chain build and the stack distances) run on the numpy twins of the kernels
 (`kernels/numpy_passes.py`), giving the same numbers bit for bit.
 
-Used by the overview only, up to `MAX_WORK` (content ids plus six per block: about 1.4e6
+Used by the overview, up to `MAX_WORK` (content ids plus six per block: about 1.4e6
 tokens in 3e5 blocks), where it is faster than numba's import and first call (measured in
-docs/performance.md); `trace replay`, `trace sweep` and larger traces keep the compiled passes.
+docs/performance.md); `trace sweep` tries it first too. Larger traces and per-instance caches
+keep the compiled passes.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
-from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.curve import CapacityCurve
 from yaotu_trace.prefix.kernels.numpy_passes import build_block_chains, sweep, unlimited_hit_blocks
 from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
@@ -41,19 +40,7 @@ def prepared_chains(prepared: PreparedTrace, rules: ReplayRules) -> BlockChains:
     """`PreparedTrace.chains(rules)` with the numpy passes; a streamed column is read whole
     (validated batch by batch as when streamed) and, as streamed, without outputs."""
     ns = prepared.namespace_codes(rules.tenant_isolation)
-    if prepared.stream is None:
-        return build_block_chains(prepared.content(), ns, rules)
-    batches = list(prepared.stream.batches())
-    lengths = [np.diff(b.offsets) for b in batches]
-    offsets = np.zeros(prepared.num_requests + 1, dtype=np.int64)
-    if batches:
-        np.cumsum(np.concatenate(lengths), out=offsets[1:])
-    values = (np.concatenate([np.asarray(b.values, dtype=np.int64) for b in batches])
-              if batches else np.zeros(0, dtype=np.int64))
-    prepared.stream.unit_offsets = offsets
-    content = PromptContent(offsets=offsets, values=values, prompt_len=prepared.stream.prompt_len,
-                            source_block_size=prepared.stream.source_block_size)
-    return build_block_chains(content, ns, rules)
+    return build_block_chains(prepared.whole_content(), ns, rules)
 
 
 def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:

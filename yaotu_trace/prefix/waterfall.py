@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.kernels.engine import replay
-from yaotu_trace.prefix.kernels.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
 from yaotu_trace.prefix.kernels.result import ReplayResult
+from yaotu_trace.prefix.kernels.unlimited import replay
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
     Partitions,
@@ -119,6 +118,9 @@ def _ideal(prepared: PreparedTrace, rules: ReplayRules, flat: ReplayRules,
     base = shared if not flat.cache_partial_blocks else prepared.chains(full_only,
                                                                         namespaces=False)
     hits = r_block.hit_blocks if base is shared else replay(base, full_only).hit_blocks
+    # NOTE: the token-granular pass is compiled (numba); a block-id trace never needs it.
+    from yaotu_trace.prefix.kernels.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
+
     if prepared.stream is not None:
         return ideal_hit_tokens_streaming(prepared.stream, base, hits, seed=rules.seed)
     assert prepared.offsets is not None and prepared.values is not None

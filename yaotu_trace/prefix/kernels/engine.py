@@ -45,6 +45,7 @@ from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.exact import replay_exact
+from yaotu_trace.prefix.kernels.numpy_passes import small_unlimited
 from yaotu_trace.prefix.kernels.optimal import optimal_replay
 from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope, TouchOrder
@@ -360,6 +361,9 @@ def replay(
     n = chains.num_requests
     outputs = chains.output_offsets is not None and chains.output_ids is not None
     per_instance = rules.scope is Scope.INSTANCE
+    small = small_unlimited(chains, rules)  # no kernel to compile or load
+    if small is not None:
+        return small
     if not per_instance and rules.unlimited and not outputs:
         hit = _unlimited_hits(chains.offsets, chains.ids, chains.max_hit_blocks,
                               np.int64(chains.num_distinct))

@@ -20,8 +20,9 @@ for bit:
   never touched, and a block hits from the running maximum of the distances along the prefix
   on, as in the kernel.
 
-The overview of a small trace runs on these (`prefix/small.py`), where they are faster than
-numba's import and first call.
+The overview of a small trace runs on these (`prefix/small.py`), as do every small chain
+build (`PreparedTrace.chains`) and small unlimited replay (`small_unlimited`), where they are
+faster than numba's import and first call, and need no compiling on a fresh install.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ from yaotu_trace.prefix.kernels.curve import (
     curve_from_histograms,
     partition_order,
 )
-from yaotu_trace.prefix.rules import ReplayRules, TouchOrder
+from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
+from yaotu_trace.prefix.rules import ReplayRules, Scope, TouchOrder
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -324,3 +326,19 @@ def unlimited_hit_blocks(chains: BlockChains, *, capped: bool) -> NDArray[np.int
     if capped:
         run = np.minimum(run, chains.max_hit_blocks)
     return run.astype(np.int64)
+
+
+# Up to this many blocks an unlimited global replay runs here (`small_unlimited`): cheaper than
+# compiling `engine._unlimited_hits` on a fresh install, or loading numba and the kernel.
+SMALL_UNLIMITED_BLOCKS = 2_000_000
+
+
+def small_unlimited(chains: BlockChains, rules: ReplayRules) -> ReplayResult | None:
+    """The replay of `chains` under `rules` when it is one unlimited global cache of prompt
+    blocks only and at most `SMALL_UNLIMITED_BLOCKS` blocks; else None."""
+    outputs = chains.output_offsets is not None and chains.output_ids is not None
+    if (rules.scope is Scope.INSTANCE or not rules.unlimited or outputs
+            or chains.ids.size > SMALL_UNLIMITED_BLOCKS):
+        return None
+    return hits_result(chains, unlimited_hit_blocks(chains, capped=True), evicted_blocks=0,
+                       inserted_blocks=chains.num_distinct, instance=None, num_instances=1)

@@ -1,0 +1,180 @@
+"""Fast where users run it: a fresh install in CI, a mid-size trace, against what users compare.
+
+In one run, as ratios, each cell the median wall time of fresh processes (a command and what it
+is compared with run in turns, so other work on the machine slows both alike):
+
+- first run after a fresh install against a warm run, for `analyze`, `diagnose`, `check` and
+  `replay`: "fresh" is numba's cache empty (`NUMBA_CACHE_DIR` set to a new empty folder for
+  that one process), as in a CI job without a cache; the bytecode is there, as pip writes it at
+  install time. "warm" reuses one cache folder that an earlier run filled;
+- `analyze`, `sweep` and `diagnose` against a fresh Python process that reads the same file
+  with pyarrow (`pyarrow.json.read_json`);
+- the whole capacity curve (`trace sweep --preset mooncake`) against kvcache-simulator's 6
+  budgets (`pip install kvcache-simulator` into any venv and pass `--kvsim PATH`; skipped
+  when absent).
+
+The default trace is the public Mooncake conversation trace (12,031 requests, 3 MB of JSONL);
+`--large` adds the first-run rows on a trace above the numpy passes' limits (RAGPulse,
+1.3e6 blocks), where the compiled kernels are needed. Every row prints the commands that
+reproduce it.
+
+    python benchmarks/ci.py
+    python benchmarks/ci.py --repeat 5 --kvsim /tmp/venv-kvsim/bin/kvcache-simulator --large
+    git archive REV | tar -x -C /tmp/rev && python benchmarks/ci.py --tree /tmp/rev
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT  # type: ignore[import-not-found]
+
+SHARED = ROOT.parent / "shared" / "traces"
+MOONCAKE = SHARED / "mooncake" / "conversation_trace.jsonl"
+RAGPULSE = SHARED / "ragpulse" / "0_trace.jsonl"
+TRACE = [sys.executable, "-m", "yaotu_trace"]
+FIRST_RUN = {
+    "analyze": ["analyze"],
+    "diagnose": ["diagnose"],
+    "check": ["check", "--fail-on", "bottleneck"],
+    "replay": ["replay"],
+}
+TREE = [ROOT]  # where `python -m yaotu_trace` finds the package (`--tree`)
+AGAINST_READ = {"analyze": ["analyze"], "sweep": ["sweep"], "diagnose": ["diagnose"]}
+
+
+def _wall_s(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=TREE[0], capture_output=True, check=False,
+                          env=env if env is not None else dict(os.environ))
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):  # check exits 1 when a check fails: still a full run
+        raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}): "
+                         f"{proc.stderr.decode()[-400:]}")
+    return wall
+
+
+def _shown(row: str) -> str:
+    """Print a row as soon as it is measured (a long run shows its progress)."""
+    print(row, flush=True)
+    return row
+
+
+def _command(args: list[str], trace: Path) -> list[str]:
+    return [*TRACE, args[0], str(trace), *args[1:]]
+
+
+def first_runs(trace: Path, repeat: int, tmp: Path) -> list[str]:
+    """Rows of first run (empty numba cache) against warm run, per command."""
+    rows = []
+    warm_dir = tmp / "warm-cache"
+    warm = dict(os.environ, NUMBA_CACHE_DIR=str(warm_dir))
+    for name, args in FIRST_RUN.items():
+        cmd = _command(args, trace)
+        _wall_s(cmd, warm)  # fills the warm cache (and the file cache)
+        cold_s, warm_s = [], []
+        for k in range(repeat):
+            fresh = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / f"fresh-{name}-{k}"))
+            cold_s.append(_wall_s(cmd, fresh))
+            warm_s.append(_wall_s(cmd, warm))
+        c, w = statistics.median(cold_s), statistics.median(warm_s)
+        rows.append(_shown(f"| first run: {name} {trace.name} | {c:.2f} | warm run | {w:.2f} | "
+                    f"{c / w:.2f}× | `NUMBA_CACHE_DIR=$(mktemp -d) trace {shlex.join(args)} "
+                    f"{trace}` |"))
+    return rows
+
+
+def against_read(trace: Path, repeat: int) -> list[str]:
+    """Rows of a warm command against reading the file with pyarrow in a fresh process."""
+    read = [sys.executable, "-c",
+            f"import pyarrow.json as j; j.read_json({str(trace)!r})"]
+    rows = []
+    for name, args in AGAINST_READ.items():
+        cmd = _command(args, trace)
+        _wall_s(cmd)
+        ours, base = [], []
+        for _ in range(repeat):
+            ours.append(_wall_s(cmd))
+            base.append(_wall_s(read))
+        o, b = statistics.median(ours), statistics.median(base)
+        rows.append(_shown(f"| {name} {trace.name} | {o:.2f} | pyarrow.json.read_json | "
+                           f"{b:.2f} | {o / b:.2f}× | `trace {shlex.join(args)} {trace}` |"))
+    return rows
+
+
+def against_kvsim(trace: Path, kvsim: str, repeat: int, tmp: Path) -> list[str]:
+    """The whole curve against kvcache-simulator's 6 budgets."""
+    ours_cmd = [*TRACE, "sweep", str(trace), "--preset", "mooncake", "--format", "json"]
+    theirs = [kvsim, "run", "--trace", str(trace), "--block-size", "512", "--model",
+              "llama-3.1-70b", "--budgets-gib", "1,2,4,8,16,32", "--policies", "lru",
+              "--no-progress", "--format", "json", "--output", str(tmp / "kvsim.json")]
+    _wall_s(ours_cmd)
+    _wall_s(theirs)  # compiles its C++ core on first use
+    ours, base = [], []
+    for _ in range(repeat):
+        ours.append(_wall_s(ours_cmd))
+        base.append(_wall_s(theirs))
+    o, b = statistics.median(ours), statistics.median(base)
+    return [_shown(f"| sweep --preset mooncake (whole curve) | {o:.2f} | kvcache-simulator, "
+            f"6 budgets | {b:.2f} | {o / b:.2f}× | "
+            f"`trace sweep {trace} --preset mooncake -f json` vs "
+            f"`kvcache-simulator run --trace {trace} --block-size 512 --model llama-3.1-70b "
+            "--budgets-gib 1,2,4,8,16,32 --policies lru` |")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=MOONCAKE)
+    parser.add_argument("--repeat", type=int, default=3, help="processes per cell (median)")
+    parser.add_argument("--kvsim", default=shutil.which("kvcache-simulator"),
+                        help="the kvcache-simulator executable")
+    parser.add_argument("--large", action="store_true",
+                        help="add first-run rows on RAGPulse (compiled kernels)")
+    parser.add_argument("--only", choices=("first", "read", "kvsim"), action="append",
+                        help="run only these parts (repeatable)")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="a source tree to measure instead of this one (e.g. a "
+                             "`git archive` of an earlier revision), run from its folder")
+    opts = parser.parse_args()
+    TREE[0] = opts.tree
+    if not opts.trace.exists():
+        print(f"{opts.trace} is missing; pass --trace", file=sys.stderr)
+        return 2
+    parts = opts.only or ["first", "read", "kvsim"]
+    load = os.getloadavg()
+    print(f"{os.cpu_count()} cores, load average {load[0]:.1f} at the start; median of "
+          f"{opts.repeat} fresh processes per cell, in turns")
+    print()
+    print("| run | s | against | s | ratio | reproduce |")
+    print("|---|---:|---|---:|---:|---|")
+    with tempfile.TemporaryDirectory(prefix="yaotu-ci-") as name:
+        tmp = Path(name)
+        rows: list[str] = []
+        if "first" in parts:
+            rows += first_runs(opts.trace, opts.repeat, tmp)
+            if opts.large and RAGPULSE.exists():
+                rows += first_runs(RAGPULSE, opts.repeat, tmp / "large")
+        if "read" in parts:
+            rows += against_read(opts.trace, opts.repeat)
+        if "kvsim" in parts and opts.kvsim:
+            rows += against_kvsim(opts.trace, opts.kvsim, opts.repeat, tmp)
+        elif "kvsim" in parts:
+            rows.append(_shown("| sweep --preset mooncake | – | kvcache-simulator | – | – | "
+                               "not installed: pip install kvcache-simulator, then --kvsim "
+                               "PATH |"))
+    print()
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Dense ids by first appearance through a lookup table, compiled (`partition.py` uses it for
+the keys of a large replay; a small one sorts in numpy, with the same ids)."""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True)
+def first_appearance_ids(keys: np.ndarray, top: np.int64) -> np.ndarray:  # pragma: no cover
+    """Ids 0..d-1 of `keys` (int64 in [0, top)) in order of first appearance (int32)."""
+    table = np.full(top, -1, dtype=np.int32)
+    out = np.empty(keys.size, dtype=np.int32)
+    nxt = 0
+    for i in range(keys.size):
+        k = keys[i]
+        v = table[k]
+        if v < 0:
+            v = nxt
+            table[k] = v
+            nxt += 1
+        out[i] = v
+    return out
