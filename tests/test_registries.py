@@ -23,6 +23,7 @@ from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 PACKAGE = Path(__file__).resolve().parents[1] / "yaotu_trace"
 DATA = Path(__file__).resolve().parent / "data"
 SAMPLES = PACKAGE.parent / "sample_traces"
+CAPTURES = DATA / "captures"
 MOONCAKE_LINES = (
     '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
     '{"timestamp": 250, "input_length": 100, "output_length": 3, "hash_ids": [1]}\n'
@@ -51,6 +52,14 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
         TraceFormat.AIPERF: DATA / "aiperf" / "profile_export.jsonl",
         TraceFormat.GUIDELLM: DATA / "guidellm" / "benchmarks_mock_server.json",
         TraceFormat.INFERENCE_PERF: DATA / "inference_perf" / "per_request_lifecycle_metrics.json",
+        TraceFormat.VLLM_LOG: CAPTURES / "vllm" / "vllm_requests.log",
+        TraceFormat.SGLANG_LOG: CAPTURES / "sglang" / "requests_level3.log",
+        TraceFormat.SGLANG_METRICS: CAPTURES / "sglang" / "metrics_agree",
+        TraceFormat.DYNAMO: CAPTURES / "dynamo",
+        TraceFormat.LITELLM: CAPTURES / "litellm" / "spend_logs.jsonl",
+        TraceFormat.BASETEN: CAPTURES / "baseten" / "baseten_trace.parquet",
+        TraceFormat.LMCACHE: CAPTURES / "lmcache",
+        TraceFormat.GATEWAY: CAPTURES / "gateway" / "gateway.jsonl",
     }[fmt]
 
 
@@ -69,7 +78,7 @@ def test_every_trace_format_resolves(spec: TraceFormatSpec) -> None:
     assert spec.description and "\n" not in spec.description
     assert spec.row_label in ("line", "row", "request", "span")
     detected_by = (spec.extensions, spec.json_keys, spec.json_document, spec.csv_header,
-                   spec.folder)
+                   spec.folder, spec.text_head)
     assert any(detected_by), f"{spec.name}: no way to detect it"
     assert all(e.startswith(".") and e == e.lower() for e in spec.extensions)
 
@@ -93,7 +102,8 @@ def test_every_trace_format_detects_and_reads_its_sample(spec: TraceFormatSpec,
 def test_the_format_registry_loads_no_analysis_library() -> None:
     # Descriptors are plain data and their readers import pandas, pyarrow and numpy when they
     # run, so listing or detecting formats costs none of them.
-    # A canonical Parquet trace, asked first, loads no other format's module.
+    # A canonical Parquet trace loads no other format's module than Baseten's, the other
+    # Parquet format, whose test reads the footer's column names without pyarrow.
     probe = ("import json, sys; from pathlib import Path; "
              "from yaotu_trace.ingest.detect import detect_format; "
              f"detect_format(Path({str(SAMPLES / 'chat.parquet')!r})); "
@@ -104,7 +114,10 @@ def test_the_format_registry_loads_no_analysis_library() -> None:
     assert json.loads(done.stdout) == ["yaotu_trace.ingest.canonical_formats",
                                        "yaotu_trace.ingest.detect",
                                        "yaotu_trace.ingest.formats",
-                                       "yaotu_trace.ingest.registry"]
+                                       "yaotu_trace.ingest.registry",
+                                       "yaotu_trace.ingest.traces",
+                                       "yaotu_trace.ingest.traces.baseten",
+                                       "yaotu_trace.ingest.traces.common"]
 
 
 def test_the_formats_page_lists_the_registry() -> None:

@@ -2,12 +2,14 @@
 
 An entry names a format and where its descriptor is (`module:NAME` under `yaotu_trace.ingest`);
 the module is imported when detection reaches it or its format is read, so a canonical Parquet
-trace, asked first, loads no other format's module.
+trace loads no other format's module than Baseten's (the other Parquet format, asked first).
 
 The order matters where two formats' records look alike: Bailian rows also carry Mooncake's
 keys, and RAGPulse rows too, so Bailian is asked before Mooncake, and Mooncake (which wants no
 `session_id`) before RAGPulse; the documents with keys of their own (OTel, vLLM bench, WEKA)
-are asked before canonical JSON Lines saved as `.json`. Adding a format is one module with a
+are asked before canonical JSON Lines saved as `.json`. Baseten's Parquet, told by its columns,
+is asked before the canonical Parquet table; the captures a deployment writes (`traces/`) come
+next, each told by keys or lines of its own. Adding a format is one module with a
 `FORMAT` descriptor and one line here (see docs/formats.md).
 """
 
@@ -19,7 +21,15 @@ from collections.abc import Iterator
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
+    (TraceFormat.BASETEN, "traces.baseten:FORMAT"),
     (TraceFormat.CANONICAL_PARQUET, "canonical_formats:PARQUET"),
+    (TraceFormat.VLLM_LOG, "traces.vllm_log:FORMAT"),
+    (TraceFormat.SGLANG_LOG, "traces.sglang_log:FORMAT"),
+    (TraceFormat.SGLANG_METRICS, "traces.sglang_metrics:FORMAT"),
+    (TraceFormat.DYNAMO, "traces.dynamo:FORMAT"),
+    (TraceFormat.LITELLM, "traces.litellm:FORMAT"),
+    (TraceFormat.LMCACHE, "traces.lmcache:FORMAT"),
+    (TraceFormat.GATEWAY, "traces.gateway:FORMAT"),
     (TraceFormat.BAILIAN, "bailian:FORMAT"),
     (TraceFormat.GUIDELLM, "guidellm:FORMAT"),
     (TraceFormat.INFERENCE_PERF, "inference_perf:FORMAT"),
@@ -80,4 +90,8 @@ def _detected_by(spec: TraceFormatSpec) -> str:
         ways.append("CSV header")
     if spec.folder is not None:
         ways.append("folder")
+    if spec.parquet_footer is not None:
+        ways[:] = ["Parquet columns" if w == "extension `.parquet`" else w for w in ways]
+    if spec.text_head is not None:
+        ways.append("log lines")
     return ", ".join(ways)

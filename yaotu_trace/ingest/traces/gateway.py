@@ -1,0 +1,173 @@
+"""An OpenAI-compatible gateway's request log: one JSON object per request holding the request
+and response bodies as a proxy stores them (`request`/`response`, or `request_body`/
+`response_body`), with the times it saw (`start_time`/`end_time`, else `timestamp`; ISO text or
+Unix seconds).
+
+The log holds text, not token ids: the trace has the lengths the server counted and its
+cached tokens, and no prompt content, so the prefix replay has nothing to match (the notes say
+so). `trace convert LOG OUT --tokenizer tokenizer.json` adds `prompt_tokens` from the message
+texts with the tokenizer you name (the optional `tokenizers` package); ids are never guessed.
+
+Mapping: `request_id` = the response's `id`; `model`; `tenant` = the request's `user`;
+`arrival_s` = `start_time`, seconds since the first; `finish_s` = `end_time`; `prompt_len` =
+`usage.prompt_tokens` (Anthropic: `input_tokens` + `cache_creation_input_tokens` +
+`cache_read_input_tokens`); `output_len` = `usage.completion_tokens` (`output_tokens`);
+`cached_tokens` = `usage.prompt_tokens_details.cached_tokens` (Anthropic:
+`cache_read_input_tokens`); `status` = `error` for an HTTP status of 400 or more or an `error`
+body. Other fields are counted in a note.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.traces.common import (
+    count_keys,
+    fail,
+    json_record,
+    text_lines,
+    unused_note,
+    whole,
+)
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import RawTrace
+
+FIX: Final = "pass the gateway's log of request and response bodies, one JSON object per line"
+USED: Final = frozenset({"request", "response", "request_body", "response_body", "start_time",
+                         "end_time", "timestamp", "status", "status_code"})
+TEXT_ONLY: Final = ("the gateway log holds message text, not token ids: lengths and cached "
+                    "tokens are the server's counts, and there is no prompt content to replay; "
+                    "add token ids with trace convert LOG OUT.parquet --tokenizer "
+                    "tokenizer.json")
+
+
+def read_gateway(path: Path) -> RawTrace:
+    """Every logged request (see the module docstring)."""
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.values import SOURCE_ROW
+
+    rows: list[dict[str, Any]] = []
+    unused: Counter[str] = Counter()
+    for line, text in text_lines(path):
+        if text.strip():
+            record = json_record(text, path, "line", line)
+            count_keys(unused, record, USED)
+            rows.append(_row(record, path, line, unused))
+    if not rows:
+        raise TraceSchemaError(f"{path}: no request; {FIX}")
+    df = pd.DataFrame.from_records(rows).rename(columns={"_line": SOURCE_ROW})
+    origin = float(df["arrival_s"].min())
+    for column in ("arrival_s", "finish_s"):
+        if column in df:
+            df[column] = df[column] - origin
+    notes: tuple[str, ...] = ("arrival_s is seconds since the first request reached the gateway",
+                              TEXT_ONLY)
+    if "cached_tokens" in df:
+        notes += ("cached_tokens are the server's usage.prompt_tokens_details.cached_tokens "
+                  "(Anthropic: cache_read_input_tokens)",)
+    return RawTrace(requests=df, format_name="gateway", row_label="line",
+                    notes=notes + unused_note(unused, len(rows), "fields"))
+
+
+def bodies(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request and response bodies of a log record."""
+    request = record.get("request", record.get("request_body"))
+    response = record.get("response", record.get("response_body"))
+    return (request if isinstance(request, dict) else {},
+            response if isinstance(response, dict) else {})
+
+
+def _seconds(value: Any, path: Path, line: int, column: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise fail(path, "line", line, column, f"{str(value)[:40]!r} is not a time",
+                   FIX) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _row(record: dict[str, Any], path: Path, line: int, unused: Counter[str]) -> dict[str, Any]:
+    request, response = bodies(record)
+    count_keys(unused, request, ("model", "user", "messages", "prompt"), "request.")
+    usage: dict[str, Any] = response["usage"] if isinstance(response.get("usage"), dict) else {}
+    start = record.get("start_time", record.get("timestamp"))
+    if start is None:
+        raise fail(path, "line", line, "start_time", "missing", FIX)
+    row: dict[str, Any] = {"request_id": str(response.get("id") or f"line{line}"),
+                           "arrival_s": _seconds(start, path, line, "start_time"), "_line": line}
+    if record.get("end_time") is not None:
+        row["finish_s"] = _seconds(record["end_time"], path, line, "end_time")
+    status = record.get("status_code", record.get("status"))
+    failed = (isinstance(status, int) and status >= 400) or "error" in response
+    row["status"] = "error" if failed else "ok"
+
+    def count(key: str) -> int:
+        return whole(usage.get(key, 0), path, "line", line, f"response.usage.{key}", FIX)
+
+    if "input_tokens" in usage and "prompt_tokens" not in usage:  # Anthropic's Messages API
+        read = count("cache_read_input_tokens")
+        row["prompt_len"] = count("input_tokens") + count("cache_creation_input_tokens") + read
+        row["output_len"] = count("output_tokens")
+        row["cached_tokens"] = read
+    else:
+        row["prompt_len"] = count("prompt_tokens")
+        row["output_len"] = count("completion_tokens")
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            row["cached_tokens"] = whole(details["cached_tokens"], path, "line", line,
+                                         "response.usage.prompt_tokens_details.cached_tokens",
+                                         FIX)
+    if failed and not usage:
+        row["prompt_len"] = row["output_len"] = 0
+    model = response.get("model") or request.get("model")
+    if model:
+        row["model"] = str(model)
+    if request.get("user"):
+        row["tenant"] = str(request["user"])
+    return row
+
+
+def prompt_texts(path: Path) -> list[list[str]]:
+    """Each logged request's prompt as the texts a tokenizer reads, in file order: the chat
+    messages' role and content, or the completion prompt."""
+    out = []
+    for line, text in text_lines(path):
+        if not text.strip():
+            continue
+        request, _ = bodies(json_record(text, path, "line", line))
+        if isinstance(request.get("messages"), list):
+            parts = []
+            for message in request["messages"]:
+                content = message.get("content") if isinstance(message, dict) else None
+                if isinstance(content, list):  # content parts: keep the text ones
+                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                parts += [str(message.get("role", "")), str(content or "")]
+            out.append(parts)
+        else:
+            out.append([str(request.get("prompt", ""))])
+    return out
+
+
+def _is_gateway_record(keys: set[str]) -> bool:
+    return ({"request", "response"} <= keys or {"request_body", "response_body"} <= keys) and (
+        "start_time" in keys or "timestamp" in keys)
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.GATEWAY,
+    description="OpenAI-compatible gateway log: request and response bodies (text only; "
+                "`--tokenizer` for ids)",
+    reader=read_gateway,
+    row_label="line",
+    json_keys=_is_gateway_record,
+)
