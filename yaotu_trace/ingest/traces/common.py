@@ -102,10 +102,9 @@ def unused_note(counts: Counter[str], total: int, what: str) -> tuple[str, ...]:
     if not counts:
         return ()
     names = sorted(counts, key=lambda k: (-counts[k], k))
-    shown = ", ".join(f"{k} ({counts[k]})" for k in names[:12])
-    more = f" and {len(names) - 12} more" if len(names) > 12 else ""
+    shown = ", ".join(f"{k} ({counts[k]})" for k in names)
     return (f"{what} in the file that the trace does not use, with the number of {total} "
-            f"records holding each: {shown}{more}",)
+            f"records holding each: {shown}",)
 
 
 def count_keys(counts: Counter[str], record: dict[str, Any], used: Iterable[str],

@@ -45,6 +45,7 @@ _OUT_IDS = re.compile(r"\bGenerated response (\S+?)( \(streaming (?:delta|comple
 _OUT_END = re.compile(r"\bGenerated response (\S+?)( \(streaming (?:delta|complete)\))?: "
                       r"output: .*, finish_reason: (\S+)\s*$")
 _IDS_KEY = ", prompt_token_ids: ["
+_RECEIVED_HEAD = re.compile(r"\bReceived request \S+: (?:prompt|params): ")
 YEAR: Final = 2004  # a leap year: vLLM's lines carry none, only the times between them count
 
 
@@ -200,8 +201,8 @@ def _notes(read: _Read, rows: list[_Request]) -> tuple[str, ...]:
 
 
 def _is_vllm_request_log(head: str) -> bool:
-    return ("prompt_token_ids: [" in head and ("Received request " in head or
-                                               " details: prompt: " in head))
+    # A log of INFO lines only (no ids) is claimed too, so the reader can name the level.
+    return " details: prompt: " in head or _RECEIVED_HEAD.search(head) is not None
 
 
 FORMAT = TraceFormatSpec(
