@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from yaotu_trace.commands.load import TraceSource
     from yaotu_trace.data.schema import Trace
     from yaotu_trace.gate.check import CheckConfig, CheckResult
-    from yaotu_trace.gate.fail_on import DiffGate, Gates
+    from yaotu_trace.gate.fail_on import DiffGate, Gates, ObservedGate
 
 
 def check(
@@ -66,6 +66,8 @@ def check(
     changes = [] if earlier is None else _changes(
         earlier, loaded, asked.gates.diff, progress, metrics_before=metrics_before,
         metrics_after=metrics, matched_only=matched_only, gpu=gpu, **options)
+    if asked.gates.observed is not None:
+        changes.append(_observed(loaded, asked.gates.observed, preset, block_size_tokens))
     before_path = None if earlier is None else earlier.path
     return _report(loaded, doc, asked, changes, before_path=before_path,
                    matched_only=matched_only, diagnosed=diagnosed)
@@ -93,7 +95,8 @@ def _asked(config: Path | CheckConfig | None, baseline: Path | None, fail_on: st
         raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
                           "BEFORE too")
     base = load_baseline(baseline) if baseline is not None else None
-    if not cfg.checks and base is None and gates.level is None and not has_before:
+    if (not cfg.checks and base is None and gates.level is None and not has_before
+            and gates.observed is None):
         raise ConfigError("nothing to check: give --config with [[check]] entries, "
                           "--baseline, --fail-on or --before (see docs/ci.md)")
     return _Asked(cfg, gates, base, None if baseline is None else str(baseline))
@@ -112,6 +115,51 @@ def _metrics_of(loaded: Trace, diagnosis: Callable[[], Report], asked: _Asked,
     if diagnosed:
         doc = report_view(diagnosis(), under=doc)
     return doc, diagnosed
+
+
+def _observed(loaded: Trace, gate: ObservedGate, preset: str | None,
+              block_size_tokens: int | None) -> CheckResult:
+    """`observed-shortfall`: the engine's own cached tokens against the exact replay under
+    the effective rules, one check naming the stretch of time where they fall short."""
+    from yaotu_trace.gate.check import CheckKind, CheckResult, CheckStatus
+    from yaotu_trace.ingest.load import load_full
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.reconcile import reconcile
+    from yaotu_trace.prefix.rules import effective_rules
+    from yaotu_trace.prefix.trace import replay_trace_with_requests
+
+    full = load_full(loaded)
+    if not full.has("cached_tokens"):
+        raise ConfigError(f"--fail-on observed-shortfall compares the engine's own cached_tokens "
+                          f"with the replay, and {full.path} has none; give a capture that "
+                          "carries them (docs/inputs.md)")
+    rules, name, _ = effective_rules(full, preset, block_size_tokens=block_size_tokens)
+    _, table = replay_trace_with_requests(full, rules, preset=name, waterfall=False)
+    prepared = prepare(full)
+    assert prepared.cached_tokens is not None
+    found = reconcile(prepared.arrival_s, prepared.request_id, prepared.cached_tokens,
+                      table.columns["hit_tokens"], prepared.prompt_tokens,
+                      unlimited=rules.unlimited, points=gate.points, relative=gate.relative)
+    assert found is not None
+    margins = f"{gate.points * 100:g} points and {gate.relative * 100:g} %"
+    short = found.shortfall
+    common: dict[str, Any] = {"name": "observed hits against the replay",
+                              "kind": CheckKind.DIAGNOSIS,
+              "path": "prefix_reuse.observed_over_time.shortfall", "resolved_path": None,
+              "op": ">=", "threshold": f"{margins} below the replay"}
+    if short is None:
+        worst = max(found.windows, key=lambda w: w.gap_points)
+        return CheckResult(status=CheckStatus.PASSED, value=round(worst.gap_points, 6),
+                           message=f"the engine's hits agree with the {name} replay: no stretch "
+                           f"of time falls short by {margins}", **common)
+    reason = found.reasons[0].text if found.reasons else "no likely reason found"
+    share = (f"observed {short.observed_hit_tokens / short.prompt_tokens:.1%}, replayed "
+             f"{short.replayed_hit_tokens / short.prompt_tokens:.1%} of "
+             f"{short.prompt_tokens:,} prompt tokens over {short.requests} requests")
+    return CheckResult(status=CheckStatus.FAILED, value=round(short.gap_points, 6),
+                       message=f"the engine's hits fall short of the {name} replay from "
+                       f"{short.start_s:.1f} s to {short.end_s:.1f} s: {share} (margins "
+                       f"{margins}); likely: {reason}", **common)
 
 
 def _changes(earlier: Trace, loaded: Trace, gates: frozenset[DiffGate],

@@ -9,7 +9,7 @@ ratio Σ hit_tokens / Σ prompt tokens; every other ratio is labelled as what it
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,8 +22,16 @@ from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
 from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
+from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, Reconciliation, reconcile
 from yaotu_trace.prefix.result import ReplayResult
-from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, effective_rules, rules_for
+from yaotu_trace.prefix.rules import (
+    PRESETS,
+    Preset,
+    ReplayRules,
+    Scope,
+    effective_rules,
+    rules_for,
+)
 from yaotu_trace.prefix.waterfall import (
     STEPS,
     Waterfall,
@@ -147,6 +155,8 @@ class ReplaySummary:
     hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
     # Requests an engine-exact pool cannot admit at all (more blocks than the whole pool).
     rejected_requests: int = 0
+    # Observed against replayed over time, for captures whose cached_tokens are the engine's.
+    reconciliation: Reconciliation | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready builtins: no NumPy scalars, no NaN."""
@@ -179,7 +189,8 @@ class ReplaySummary:
             "observed_vs_replayed": None if self.observed is None else self.observed.to_dict(),
             "measurement_window": None if self.window is None else self.window.to_dict(),
             "notes": list(self.notes),
-        }
+        } | ({} if self.reconciliation is None
+             else {"observed_over_time": self.reconciliation.to_dict()})
 
 
 def _groups(codes: np.ndarray | None, labels: tuple[str, ...], prompt: np.ndarray,
@@ -268,6 +279,11 @@ def replay_trace_with_requests(
     all_notes = (*notes, *_rule_notes(trace, prepared, rules))
     summary = _summary(prepared, rules, preset, result, chains, wf, top_prefixes, all_notes,
                        window)
+    if trace.format_name in ENGINE_COUNTED and prepared.cached_tokens is not None:
+        instances = len(prepared.instance_labels) if rules.scope is Scope.GLOBAL else 1
+        summary = replace(summary, reconciliation=reconcile(
+            prepared.arrival_s, prepared.request_id, prepared.cached_tokens, result.hit_tokens,
+            prepared.prompt_tokens, unlimited=rules.unlimited, instances=instances))
     columns = _request_columns(prepared, result, wf)
     if measured is not None:
         columns["measured"] = measured
