@@ -148,3 +148,20 @@ def test_a_sglang_export_folder_without_its_files_is_refused(tmp_path: Path) -> 
 
     with pytest.raises(TraceReadError, match="no sglang-request-metrics-"):
         read_sglang_metrics(tmp_path)
+
+
+def test_the_formats_page_examples_read_each_capture_as_its_format() -> None:
+    import re
+
+    page = (CAPTURES.parents[2] / "docs" / "formats.md").read_text(encoding="utf-8")
+    examples = re.findall(r"^    trace analyze (tests/data/captures/\S+)\s+# (\S+)$", page, re.M)
+    assert {fmt for _, fmt in examples} == {f.value for f in CAPTURE_FORMATS}
+    for path, fmt in examples:
+        target = CAPTURES.parents[2] / path
+        assert detect_format(target).value == fmt
+        assert len(load_trace(target).requests) > 0
+
+
+CAPTURE_FORMATS = (TraceFormat.VLLM_LOG, TraceFormat.SGLANG_LOG, TraceFormat.SGLANG_METRICS,
+                   TraceFormat.DYNAMO, TraceFormat.LITELLM, TraceFormat.BASETEN,
+                   TraceFormat.LMCACHE, TraceFormat.GATEWAY)

@@ -73,12 +73,15 @@ def _fail_on(value: str | None) -> str | None:
 
 FailOnOpt = Annotated[
     str | None,
-    typer.Option("--fail-on", metavar="[warning|bottleneck][,regressed][,not-comparable]",
+    typer.Option("--fail-on", metavar="[warning|bottleneck][,regressed][,not-comparable]"
+                 "[,observed-shortfall[:POINTS:PERCENT]]",
                  callback=_fail_on,
                  help="Comma-separated: fail when a diagnosis axis is at or above warning or "
                  "bottleneck; with --before, when an axis regressed or a condition of the "
                  "comparison differs (not-comparable) [default with --before: "
-                 "regressed,not-comparable]."),
+                 "regressed,not-comparable]; observed-shortfall: when the engine's own "
+                 "cached tokens fall below the exact replay over a stretch of time by 2 "
+                 "points and 10 % (or POINTS and PERCENT)."),
 ]
 JunitOpt = Annotated[
     Path | None,
@@ -139,6 +142,7 @@ def check(
       trace check sim.parquet --steps steps.parquet --fail-on bottleneck
 
       trace check after.parquet --before before.parquet --fail-on regressed,not-comparable
+      trace check captures/sglang-metrics/ --fail-on observed-shortfall
     """
     from yaotu_trace.commands.check import check as run
 
