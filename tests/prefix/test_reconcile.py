@@ -97,3 +97,21 @@ def test_check_refuses_a_trace_without_cached_tokens() -> None:
     vllm = SGLANG.parent / "vllm" / "vllm_requests.log"
     with pytest.raises(ConfigError, match="has none; give a capture"):
         check(vllm, fail_on="observed-shortfall")
+
+
+def test_analyze_and_diagnose_show_observed_and_replayed_side_by_side() -> None:
+    from yaotu_trace.commands.analyze import analyze
+    from yaotu_trace.commands.diagnose import diagnose
+
+    for report in (analyze(SGLANG / "metrics_flush"), diagnose(SGLANG / "metrics_flush")):
+        section = report.sections["observed_vs_replayed"]
+        assert section["below_tokens"] == 418
+        assert section["shortfall"]["requests"] == 4
+        assert [r["cause"] for r in section["reasons"]] == ["reset"]
+
+
+def test_a_trace_not_captured_from_an_engine_gets_no_such_section() -> None:
+    from yaotu_trace.commands.analyze import analyze
+
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "diag-prefix-recompute.parquet"
+    assert "observed_vs_replayed" not in analyze(sample).sections

@@ -32,8 +32,24 @@ def _success(trace: Trace, options: Mapping[str, Any]) -> Any:
     return success_profile(trace)
 
 
+def observed_vs_replayed(trace: Trace, options: Mapping[str, Any]) -> Any:
+    """A capture's own cached tokens against the replay over time (docs/replay.md), as the
+    JSON-ready dict; None for other traces."""
+    from yaotu_trace.prefix.reconcile import ENGINE_COUNTED
+
+    if (trace.format_name not in ENGINE_COUNTED or not trace.has("cached_tokens")
+            or trace.content_column is None or options.get("warmup") is not None):
+        return None
+    from yaotu_trace.prefix.trace import replay_trace
+
+    found = replay_trace(trace, preset=options.get("preset"), waterfall=False,
+                         top_prefixes=0).reconciliation
+    return None if found is None else found.to_dict()
+
+
 ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"success": _success,
-                                               "prefix_reuse": _prefix_reuse}
+                                               "prefix_reuse": _prefix_reuse,
+                                               "observed_vs_replayed": observed_vs_replayed}
 
 
 def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None = None,

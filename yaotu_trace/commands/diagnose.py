@@ -184,8 +184,18 @@ def diagnose_trace(
             "axes": [axis_report(result.axes[name], result.findings) for name in AXES],
             "ledger": list(result.ledger),
             "findings": list(result.findings),
-        },
+        } | _observed(judged.trace),
     )
+
+
+def _observed(trace: Trace) -> dict[str, Any]:
+    """A capture's own cached tokens against the replay over time, as `trace analyze` shows
+    them (docs/replay.md); nothing for other traces."""
+    from yaotu_trace.commands.analyze import observed_vs_replayed
+    from yaotu_trace.ingest.telemetry_only import is_telemetry_only
+
+    found = None if is_telemetry_only(trace) else observed_vs_replayed(trace, {})
+    return {} if found is None else {"observed_vs_replayed": found}
 
 
 def _input_of(trace: Trace) -> InputSummary:

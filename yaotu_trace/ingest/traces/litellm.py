@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.data.compressed import format_suffix, read_text
-from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.traces.common import (
     count_keys,
@@ -90,7 +90,10 @@ def read_litellm(path: Path) -> RawTrace:
 
 def _records(path: Path) -> Any:
     if format_suffix(path) == ".json":
-        doc = json.loads(read_text(path, FIX))
+        try:
+            doc = json.loads(read_text(path, FIX))
+        except (ValueError, RecursionError) as exc:
+            raise TraceReadError(f"{path}: invalid JSON ({str(exc)[:80]}); {FIX}") from exc
         items = doc.get("data", doc.get("logs")) if isinstance(doc, dict) else doc
         if not isinstance(items, list):
             raise TraceSchemaError(f"{path}: expected a JSON array of spend-log rows; {FIX}")
