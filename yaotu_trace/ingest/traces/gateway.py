@@ -5,8 +5,7 @@ Unix seconds).
 
 The log holds text, not token ids: the trace has the lengths the server counted and its
 cached tokens, and no prompt content, so the prefix replay has nothing to match (the notes say
-so). `trace convert LOG OUT --tokenizer tokenizer.json` adds `prompt_tokens` from the message
-texts with the tokenizer you name (the optional `tokenizers` package); ids are never guessed.
+so). Token ids are never guessed from the text.
 
 Mapping: `request_id` = the response's `id`; `model`; `tenant` = the request's `user`;
 `arrival_s` = `start_time`, seconds since the first; `finish_s` = `end_time`; `prompt_len` =
@@ -42,9 +41,8 @@ FIX: Final = "pass the gateway's log of request and response bodies, one JSON ob
 USED: Final = frozenset({"request", "response", "request_body", "response_body", "start_time",
                          "end_time", "timestamp", "status", "status_code"})
 TEXT_ONLY: Final = ("the gateway log holds message text, not token ids: lengths and cached "
-                    "tokens are the server's counts, and there is no prompt content to replay; "
-                    "add token ids with trace convert LOG OUT.parquet --tokenizer "
-                    "tokenizer.json")
+                    "tokens are the server's counts, and there is no prompt content to replay "
+                    "(token ids are never guessed from text)")
 
 
 def read_gateway(path: Path) -> RawTrace:
@@ -137,27 +135,6 @@ def _row(record: dict[str, Any], path: Path, line: int, unused: Counter[str]) ->
     return row
 
 
-def prompt_texts(path: Path) -> list[list[str]]:
-    """Each logged request's prompt as the texts a tokenizer reads, in file order: the chat
-    messages' role and content, or the completion prompt."""
-    out = []
-    for line, text in text_lines(path):
-        if not text.strip():
-            continue
-        request, _ = bodies(json_record(text, path, "line", line))
-        if isinstance(request.get("messages"), list):
-            parts = []
-            for message in request["messages"]:
-                content = message.get("content") if isinstance(message, dict) else None
-                if isinstance(content, list):  # content parts: keep the text ones
-                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-                parts += [str(message.get("role", "")), str(content or "")]
-            out.append(parts)
-        else:
-            out.append([str(request.get("prompt", ""))])
-    return out
-
-
 def _is_gateway_record(keys: set[str]) -> bool:
     return ({"request", "response"} <= keys or {"request_body", "response_body"} <= keys) and (
         "start_time" in keys or "timestamp" in keys)
@@ -165,8 +142,8 @@ def _is_gateway_record(keys: set[str]) -> bool:
 
 FORMAT = TraceFormatSpec(
     name=TraceFormat.GATEWAY,
-    description="OpenAI-compatible gateway log: request and response bodies (text only; "
-                "`--tokenizer` for ids)",
+    description="OpenAI-compatible gateway log: request and response bodies (text only, no "
+                "token ids)",
     reader=read_gateway,
     row_label="line",
     json_keys=_is_gateway_record,
