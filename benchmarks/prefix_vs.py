@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,11 +27,11 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from common import ROOT, module_at  # type: ignore[import-not-found]
+from common import ROOT, module_from, source_at  # type: ignore[import-not-found]
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import effective_rules
-from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.prepare import prepare
 
 TRACES = ROOT.parent / "shared" / "traces"
@@ -38,10 +39,17 @@ DEFAULT_TRACES = (TRACES / "mooncake" / "conversation_trace.jsonl",
                   TRACES / "ragpulse" / "0_trace.jsonl")
 # kernel: (module path, kernel name, preset whose chains it replays)
 KERNELS = {
-    "vllm": ("yaotu_trace/prefix/exact_vllm.py", "_vllm_pool", "vllm"),
-    "sglang": ("yaotu_trace/prefix/exact_sglang.py", "_radix_replay", "sglang"),
-    "optimal": ("yaotu_trace/prefix/optimal.py", "_belady", "vllm"),
+    "vllm": ("yaotu_trace/prefix/kernels/exact_vllm.py", "_vllm_pool", "vllm"),
+    "sglang": ("yaotu_trace/prefix/kernels/exact_sglang.py", "_radix_replay", "sglang"),
+    "optimal": ("yaotu_trace/prefix/kernels/optimal.py", "_belady", "vllm"),
 }
+# A baseline from before the kernels moved to prefix/kernels/ is read from its old path, and
+# its imports of moved modules are pointed at their place now.
+MOVED_IMPORTS = (
+    ("from yaotu_trace.prefix.blocks import BlockChains",
+     "from yaotu_trace.prefix.kernels.chains import BlockChains"),
+    ("from yaotu_trace.prefix.result import", "from yaotu_trace.prefix.kernels.result import"),
+)
 # capacities as shares of the distinct blocks: small, middling, all but the tail
 SHARES = (0.02, 0.125, 0.5)
 OPTIMAL_CACHES = (1, 4)  # one global cache, and four round-robin ones
@@ -74,9 +82,20 @@ def timed(module: ModuleType, kernel: str) -> Timed:
 def prepared(path: Path, preset: str) -> tuple[BlockChains, bool]:
     """The block chains of the trace at `path` under `preset`, and whether it touches head
     first."""
-    trace = load_trace(path)
+    trace = read_trace(path)
     rules, _, _ = effective_rules(trace, preset)
     return prepare(trace).chains(rules), rules.touch_order == "head-first"
+
+
+def baseline(revision: str, path: str, folder: Path, stem: str) -> ModuleType:
+    """The kernel module at `path` as it was at `revision`, imported from `folder/stem.py`."""
+    try:
+        source = source_at(revision, path)
+    except subprocess.CalledProcessError:  # older than prefix/kernels/
+        source = source_at(revision, path.replace("prefix/kernels/", "prefix/"))
+    for old, new in MOVED_IMPORTS:
+        source = source.replace(old, new)
+    return module_from(source, folder / f"{stem}.py")
 
 
 def current(path: str) -> ModuleType:
@@ -133,7 +152,7 @@ def main() -> None:
         for kernel, (path, name, preset) in KERNELS.items():
             if args.only not in kernel:
                 continue
-            old = timed(module_at(args.baseline, path, Path(folder), f"{kernel}_baseline"), name)
+            old = timed(baseline(args.baseline, path, Path(folder), f"{kernel}_baseline"), name)
             new = timed(current(path), name)
             for trace_path in args.trace or DEFAULT_TRACES:
                 chains, head_first = prepared(trace_path, preset)

@@ -126,15 +126,18 @@ def work_floor(path: str) -> dict[str, Any]:
 
 
 def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
-    """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset)."""
-    from yaotu_trace.ingest import load_trace
-    from yaotu_trace.prefix.engine import replay
+    """The library pipeline on a Parquet trace: chains, then `mode`'s replays (vllm preset,
+    clean accounting)."""
+    from yaotu_trace.ingest import read_trace
+    from yaotu_trace.prefix.kernels.engine import replay
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
     stamps = {"start": time.perf_counter()}
-    trace = load_trace(path, lazy_content=True)
-    rules = rules_for("vllm", block_size_tokens=block)
+    trace = read_trace(path, lazy_content=True)
+    # The clean model, as the pure-Python reference and the curve: the preset's engine-exact
+    # pool (its accounting) is not a stack algorithm, so neither could be compared with it.
+    rules = rules_for("vllm", block_size_tokens=block, accounting="clean")
     prepared = prepare(trace, stream=True)
     chains = prepared.chains(rules)  # includes the lane-B collision check
     stamps["chains"] = time.perf_counter()
@@ -150,7 +153,7 @@ def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
         out["hit_tokens_at_capacity"] = result.saved_prefill_tokens
         stamps["single"] = time.perf_counter()
     if mode in ("full", "curve"):
-        from yaotu_trace.prefix.sweep import sweep
+        from yaotu_trace.prefix.kernels.sweep import sweep
 
         curve = sweep(chains, touch_order=rules.touch_order)
         out["curve_hit_tokens_at_capacity"] = int(curve.hit_tokens_at(capacity))
@@ -164,12 +167,12 @@ def work_replay(path: str, block: int, mode: str) -> dict[str, Any]:
 def work_ideal(path: str) -> dict[str, Any]:
     """The waterfall's token-granular ideal pass (vllm preset, one namespace, unlimited)."""
     from yaotu_trace.errors import ResourceLimitError
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
     from yaotu_trace.prefix.waterfall import compute_waterfall
 
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     prepared = prepare(trace, stream=True)
     try:
         wf = compute_waterfall(prepared, rules_for("vllm"))

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate
-from yaotu_trace.sim.scenario import Scenario, resolve
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate_requests
+from yaotu_trace.sim.scenario import Scenario, resolve_scenario
 from yaotu_trace.sim.summary import request_arrays
 
 DEFAULT_TRACE = (Path(__file__).resolve().parents[2]
@@ -43,10 +43,10 @@ def main() -> None:
 
     warm = RequestArrays(arrival_s=np.zeros(2), prompt_tokens=np.array([8, 8]),
                          output_tokens=np.array([2, 2]))
-    simulate(warm, SimConfig(kv_blocks=10, step_cost=StepCost.fixed(1.0)))
+    simulate_requests(warm, SimConfig(kv_blocks=10, step_cost=StepCost.fixed(1.0)))
 
     t0 = time.perf_counter()
-    trace = load_trace(args.trace)
+    trace = read_trace(args.trace)
     t_load = time.perf_counter() - t0
     n = len(trace.requests)
     print(f"trace {args.trace.name}: {n:,} requests, "
@@ -54,12 +54,12 @@ def main() -> None:
     print(f"{'deployment':<26}{'chains s':>10}{'sim s':>9}{'steps':>11}{'steps/s':>12}"
           f"{'req/s':>10}{'preempt':>9}{'hit %':>8}")
     for label, case in CASES:
-        resolved = resolve(case.merged(Scenario(model=args.model, gpu=args.gpu)))
+        resolved = resolve_scenario(case.merged(Scenario(model=args.model, gpu=args.gpu)))
         t0 = time.perf_counter()
         requests, _ = request_arrays(trace, resolved.config.block_size_tokens)
         t_chain = time.perf_counter() - t0
         t0 = time.perf_counter()
-        result = simulate(requests, resolved.config)
+        result = simulate_requests(requests, resolved.config)
         t_sim = time.perf_counter() - t0
         hit = result.cached_tokens.sum() / requests.prompt_tokens.sum()
         print(f"{label:<26}{t_chain:>10.2f}{t_sim:>9.2f}{result.num_steps:>11,}"

@@ -27,11 +27,11 @@ import numpy as np
 from common import module_at, module_from  # type: ignore[import-not-found]
 
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.sim import RequestArrays, SimConfig, StepCost
 from yaotu_trace.sim.engine_params import engine_params, step_cost_params
 from yaotu_trace.sim.run import _engine_inputs, _runnable, _token_budget
-from yaotu_trace.sim.scenario import Scenario, resolve
+from yaotu_trace.sim.scenario import Scenario, resolve_scenario
 from yaotu_trace.sim.summary import request_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def current_engine() -> ModuleType:
 def engine_args(module: ModuleType, trace: Trace, case: Scenario, model: str,
                 gpu: str) -> tuple:
     """`simulate_cluster`'s arguments for `case`, exactly as `sim.simulate` builds them."""
-    config = resolve(case.merged(Scenario(model=model, gpu=gpu))).config
+    config = resolve_scenario(case.merged(Scenario(model=model, gpu=gpu))).config
     requests, _ = request_arrays(trace, config.block_size_tokens)
     _, runnable = _runnable(requests, config)
     inputs = module.Inputs(*_engine_inputs(runnable, config))
@@ -134,7 +134,7 @@ def main() -> None:
         print(f"compile {which:<9} median {statistics.median(runs):6.2f} s  "
               f"({', '.join(f'{r:.2f}' for r in runs)})")
 
-    trace = load_trace(args.trace)
+    trace = read_trace(args.trace)
     with tempfile.TemporaryDirectory() as folder:
         old, new = baseline_engine(args.baseline, Path(folder)), current_engine()
         t_first = True

@@ -1,5 +1,6 @@
-"""Shared fixtures: the public traces under ../shared/traces (tests skip when absent), and the
-cases too long for the default run (marked `slow`; CI runs them after it with `-m slow`)."""
+"""Shared fixtures: the input files under tests/fixtures, the public traces under ../shared/traces
+(tests skip when absent), and the cases too long for the default run (marked `slow`; CI runs
+them after it with `-m slow`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+# The small inputs the tests read, hand-written or recorded from the real tools (each folder's
+# README says where from); the test folders themselves mirror the package.
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED_TRACES = Path(
     os.environ.get("YAOTU_SHARED_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces")
 )
@@ -26,23 +30,19 @@ settings.load_profile("yaotu")
 # parametrized test (its cheaper cases stay in the default run), or a test in a module without
 # pytest imported. Each repeats, at a smaller batch or over more generated examples, what a case
 # of the default run already checks. A whole test that can carry `@pytest.mark.slow` does.
+_STEPLOG = "tests/data/test_steplog_stream.py::"
 SLOW = frozenset({
     # Step logs streamed in 7-row batches or 1,000-row batches: the whole-log and the `analyze`
     # cases of the same parametrization stay.
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[diag-dispatch-7-diagnose]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[diag-dispatch-7-report]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[small-simulated-7-diagnose]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[small-simulated-7-report]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[simulated-1000-diagnose]",
-    "tests/test_steplog_stream.py::test_streamed_step_log_equals_whole[simulated-1000-report]",
-    "tests/test_steplog_stream.py::test_error_in_a_late_batch_names_the_row_of_the_file[7]",
-    "tests/test_steplog_stream.py::"
-    "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[3]",
-    "tests/test_steplog_stream.py::"
-    "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[7]",
-    # Ctrl-C under a local Dask cluster: the same check as the in-process replay cases.
-    "tests/cli/test_interrupt.py::test_ctrl_c_is_exit_130_silent_and_leaves_nothing"
-    "[replay-dask-local]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[diag-dispatch-7-diagnose]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[diag-dispatch-7-report]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[small-simulated-7-diagnose]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[small-simulated-7-report]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[simulated-1000-diagnose]",
+    _STEPLOG + "test_streamed_step_log_equals_whole[simulated-1000-report]",
+    _STEPLOG + "test_error_in_a_late_batch_names_the_row_of_the_file[7]",
+    _STEPLOG + "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[3]",
+    _STEPLOG + "test_axes_on_a_mixed_multi_instance_log_do_not_depend_on_batches[7]",
     # Invariants of the replay over generated traces; its agreement with the reference stays.
     "tests/prefix/test_properties.py::test_lru_hits_never_fall_as_capacity_grows",
     "tests/prefix/test_properties.py::test_isolation_never_adds_hits",
@@ -82,10 +82,10 @@ def shared_trace(relative: str) -> Path:
 def schema_error(path: Path) -> str:
     """Load a malformed trace and return its error: a one-line schema error naming the file."""
     from yaotu_trace.errors import TraceSchemaError, YaotuError
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
     with pytest.raises(YaotuError) as info:
-        load_trace(path)
+        read_trace(path)
     message = str(info.value)
     assert isinstance(info.value, TraceSchemaError)
     assert "\n" not in message

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import fields
+from typing import Any, TypeVar
 
 import pandas as pd
 
-from yaotu_trace.axes.base import AxisInput, EngineSettings
+from yaotu_trace.axes.base import AxisInput, AxisName, AxisResult, Cause, EngineSettings, Status
+from yaotu_trace.axes.kv_memory import KvMetrics
+from yaotu_trace.axes.pd_interference import InterferenceMetrics
+from yaotu_trace.axes.prefix_reuse import PrefixMetrics
+from yaotu_trace.axes.queueing import QueueingMetrics
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
-from yaotu_trace.ingest.metrics import EngineMetrics
+
+M = TypeVar("M")
+# Each axis' metrics type.
+METRICS_OF: dict[AxisName, type] = {
+    AxisName.QUEUEING: QueueingMetrics, AxisName.KV_MEMORY: KvMetrics,
+    AxisName.PREFIX_REUSE: PrefixMetrics, AxisName.PD_INTERFERENCE: InterferenceMetrics,
+}
 
 
 def make_trace(columns: dict[str, Sequence[Any]], *, steps: dict[str, Sequence[Any]] | None = None,
@@ -36,6 +48,20 @@ def make_metrics(rows: list[tuple[float, str, str, float]]) -> EngineMetrics:
     """Engine metrics from (time_s, metric, labels, value) rows."""
     return EngineMetrics(frame=pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"]),
                          path="metrics.json")
+
+
+def blank_metrics(kind: type[M], **values: Any) -> M:
+    """An axis' metrics (`QueueingMetrics`, ...) with `values` and every other field None: the
+    typed value the verdict and the ledger read, for hand-built axis results."""
+    return kind(**{f.name: values.get(f.name) for f in fields(kind)})  # type: ignore[arg-type]
+
+
+def axis_result(name: AxisName, status: Status, score: float | None = 0.0,
+                cause: str | None = None, **values: Any) -> AxisResult:
+    """A hand-built axis result whose metrics (blank but for `values`) are its axis' own type."""
+    return AxisResult(axis=name, status=status, cause=Cause(cause) if cause else None,
+                      score=score, score_basis="s", sources=(),
+                      metrics=blank_metrics(METRICS_OF[name], **values))
 
 
 def thresholds(**overrides: float) -> Thresholds:

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import ExitCode
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
-DATA = Path(__file__).resolve().parent / "data"
 MODEL = ["--model", "Llama-3.1-8B", "--gpu", "H100"]
 USAGE, INPUT = ExitCode.USAGE, ExitCode.INPUT
 
@@ -180,28 +180,29 @@ CASES = [
                      b'"hash_ids": [0, 1]}\n'}),
     Case("azure-bad-timestamp", ["analyze", "azure_bad_timestamp.csv"], INPUT,
          ("azure_bad_timestamp.csv", "TIMESTAMP"),
-         {"azure_bad_timestamp.csv": DATA / "azure_bad_timestamp.csv"}),
+         {"azure_bad_timestamp.csv": FIXTURES / "azure_bad_timestamp.csv"}),
     Case("burstgpt-bad-tokens", ["analyze", "burstgpt_bad_tokens.csv"], INPUT,
-         ("burstgpt_bad_tokens.csv",), {"burstgpt_bad_tokens.csv": DATA /
+         ("burstgpt_bad_tokens.csv",), {"burstgpt_bad_tokens.csv": FIXTURES /
                                         "burstgpt_bad_tokens.csv"}),
     Case("bailian-bad-hash-ids", ["analyze", "bailian_bad_hash_ids.jsonl"], INPUT,
          ("bailian_bad_hash_ids.jsonl", "hash_ids"),
-         {"bailian_bad_hash_ids.jsonl": DATA / "bailian_bad_hash_ids.jsonl"}),
+         {"bailian_bad_hash_ids.jsonl": FIXTURES / "bailian_bad_hash_ids.jsonl"}),
     Case("otel-bad-start", ["analyze", "otel_bad_start.json"], INPUT, ("otel_bad_start.json",),
-         {"otel_bad_start.json": DATA / "otel_bad_start.json"}),
+         {"otel_bad_start.json": FIXTURES / "otel_bad_start.json"}),
     Case("vllm-bench-summary-replayed", ["replay", "vllm_bench_no_detail.json"], INPUT,
          ("vllm_bench_no_detail.json", "--save-detailed"),
-         {"vllm_bench_no_detail.json": DATA / "vllm_bench_no_detail.json"}),
+         {"vllm_bench_no_detail.json": FIXTURES / "vllm_bench_no_detail.json"}),
     Case("aiperf-unknown-unit", ["analyze", "profile_export.jsonl"], INPUT,
          ("profile_export.jsonl", "line 1", "request_latency"),
-         {"profile_export.jsonl": (DATA / "aiperf" / "profile_export.jsonl").read_bytes().replace(
-             b'"unit": "ms"}, "output_token_count"', b'"unit": "min"}, "output_token_count"')}),
+         {"profile_export.jsonl": (FIXTURES / "aiperf" / "profile_export.jsonl").read_bytes()
+          .replace(b'"unit": "ms"}, "output_token_count"',
+                   b'"unit": "min"}, "output_token_count"')}),
     Case("guidellm-benchmarks-not-a-list", ["analyze", "benchmarks.json"], INPUT,
          ("benchmarks.json", "'benchmarks'"),
          {"benchmarks.json": b'{"metadata": {"guidellm_version": "0.8.1"}, "benchmarks": 3}'}),
     Case("inference-perf-summary-replayed", ["replay", "stage_0_lifecycle_metrics.json"], INPUT,
          ("stage_0_lifecycle_metrics.json", "per_request_lifecycle_metrics.json"),
-         {"stage_0_lifecycle_metrics.json": DATA / "inference_perf" /
+         {"stage_0_lifecycle_metrics.json": FIXTURES / "inference_perf" /
           "stage_0_lifecycle_metrics.json"}),
     Case("wrong-input-format", ["analyze", "t.jsonl", "--input-format", "azure"], INPUT,
          ("t.jsonl",), TRACE),
@@ -228,13 +229,13 @@ CASES = [
     Case("steps-from-another-run", ["diagnose", "t.parquet", "--steps", "s.parquet"], INPUT,
          ("s.parquet", "t.parquet"), {**BURST, "s.parquet": _shifted_steps}),
     Case("metrics-error-response", ["diagnose", "t.parquet", "--metrics", "prom_error.json"],
-         INPUT, ("prom_error.json",), {**BURST, "prom_error.json": DATA / "prom_error.json"}),
+         INPUT, ("prom_error.json",), {**BURST, "prom_error.json": FIXTURES / "prom_error.json"}),
     Case("metrics-bad-csv-header", ["diagnose", "t.parquet", "--metrics",
                                     "prom_bad_header.csv"], INPUT, ("prom_bad_header.csv",),
-         {**BURST, "prom_bad_header.csv": DATA / "prom_bad_header.csv"}),
+         {**BURST, "prom_bad_header.csv": FIXTURES / "prom_bad_header.csv"}),
     Case("metrics-bad-value", ["diagnose", "t.parquet", "--metrics", "prom_bad_value.json"],
          INPUT, ("prom_bad_value.json",),
-         {**BURST, "prom_bad_value.json": DATA / "prom_bad_value.json"}),
+         {**BURST, "prom_bad_value.json": FIXTURES / "prom_bad_value.json"}),
     # -- check, scenario and baseline files --------------------------------------------------
     Case("check-invalid-toml", ["check", "t.jsonl", "--config", "c.toml"], INPUT,
          ("c.toml", "TOML"), {**TRACE, "c.toml": b"[[check]\n"}),

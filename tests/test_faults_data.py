@@ -17,6 +17,7 @@ import pytest
 from conftest import run_cli
 from diag_factories import make_input, thresholds
 
+from yaotu_trace.axes.pd_interference.network import busiest_window_sum
 from yaotu_trace.axes.queueing import analyze_queueing
 from yaotu_trace.axes.queueing.metrics import (
     MIN_GRID_WINDOWS,
@@ -25,7 +26,6 @@ from yaotu_trace.axes.queueing.metrics import (
     windows_of,
 )
 from yaotu_trace.data.values import clock_gap
-from yaotu_trace.diagnosis.ledger import _busiest_window_sum
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.profile.success import MAX_WINDOWS, window_width_s
 
@@ -137,9 +137,9 @@ def test_the_busiest_window_is_summed_over_the_windows_that_hold_a_time():
     # 5 s windows from 0: {0, 1} hold 3, {6} holds 4 and the one at 1e11 s holds 8; the
     # 2e10 empty windows between them are never allocated.
     times = np.array([0.0, 1.0, 6.0, 1e11])
-    assert _busiest_window_sum(times, np.array([1.0, 2.0, 4.0, 8.0]), 5.0) == 8.0
-    assert _busiest_window_sum(times[:3], np.array([1.0, 2.0, 4.0]), 5.0) == 4.0
-    assert _busiest_window_sum(np.zeros(0), np.zeros(0), 5.0) == 0.0
+    assert busiest_window_sum(times, np.array([1.0, 2.0, 4.0, 8.0]), 5.0) == 8.0
+    assert busiest_window_sum(times[:3], np.array([1.0, 2.0, 4.0]), 5.0) == 4.0
+    assert busiest_window_sum(np.zeros(0), np.zeros(0), 5.0) == 0.0
 
 
 # -- one trace, one clock -------------------------------------------------------------------

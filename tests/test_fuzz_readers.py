@@ -2,7 +2,7 @@
 
 Random bytes, truncated files, byte-level mutations of valid files in every format (plain and
 compressed), and structured mutations (a JSON, CSV or Parquet value replaced by any other) go
-through `load_trace`, the entry the CLI calls, with format detection and with each
+through `read_trace`, the entry the CLI calls, with format detection and with each
 `--input-format`. The outcome must be a trace, or a `YaotuError` of exit code 3 whose message
 is one line naming the file: never another exception, never a hang. When the trace keeps its
 token columns on disk they are streamed too, as the replay and the gap summaries do.
@@ -30,19 +30,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import CHILD_TIMEOUT_S
+from conftest import CHILD_TIMEOUT_S, FIXTURES
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.token_times import gap_summary
 from yaotu_trace.errors import ExitCode, YaotuError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.prefix.stream import ParquetPrompts
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 
-DATA = Path(__file__).resolve().parent / "data"
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("YAOTU_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=not os.environ.get("YAOTU_FUZZ_RANDOM"),
@@ -97,13 +96,13 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     out["mooncake.jsonl"] = "".join(json.dumps(r) + "\n" for r in mooncake).encode()
     for name in ("bailian_small.jsonl", "azure_small.csv", "burstgpt_v3_small.csv",
                  "otel_small.json", "otel_small.jsonl", "vllm_bench_small.json"):
-        out[name] = (DATA / name).read_bytes()
-    out["weka.json"] = (DATA / "weka_mini" / "trace_0022.json").read_bytes()
-    out["ragpulse.jsonl"] = (DATA / "ragpulse_mini" / "0_trace.jsonl").read_bytes()
-    out["aiperf.jsonl"] = (DATA / "aiperf" / "profile_export.jsonl").read_bytes()
-    out["guidellm.json"] = (DATA / "guidellm" / "benchmarks_mock_server.json").read_bytes()
+        out[name] = (FIXTURES / name).read_bytes()
+    out["weka.json"] = (FIXTURES / "weka_mini" / "trace_0022.json").read_bytes()
+    out["ragpulse.jsonl"] = (FIXTURES / "ragpulse_mini" / "0_trace.jsonl").read_bytes()
+    out["aiperf.jsonl"] = (FIXTURES / "aiperf" / "profile_export.jsonl").read_bytes()
+    out["guidellm.json"] = (FIXTURES / "guidellm" / "benchmarks_mock_server.json").read_bytes()
     for name in ("per_request_lifecycle_metrics.json", "prefix_sharing_example.json"):
-        out[f"inference_perf_{name}"] = (DATA / "inference_perf" / name).read_bytes()
+        out[f"inference_perf_{name}"] = (FIXTURES / "inference_perf" / name).read_bytes()
     for ext, compress in COMPRESS.items():
         out[f".jsonl{ext}"] = compress(out[".jsonl"])
         out[f".csv{ext}"] = compress(out[".csv"])
@@ -124,7 +123,7 @@ def _suffix_of(name: str) -> str:
 def _check_loads(path: Path, fmt: TraceFormat | None) -> None:
     """Load (and stream what stays on disk); only success or an exit-3 error is allowed."""
     try:
-        trace = load_trace(path, fmt=fmt, lazy_content=True)
+        trace = read_trace(path, fmt=fmt, lazy_content=True)
         if trace.lazy is not None:
             lazy = trace.lazy
             for column in ("prompt_tokens", "prompt_block_ids"):

@@ -37,6 +37,10 @@ COMMANDS = {
                  "--gpu", "H100", "--out", "sim.parquet", "--steps-out", "sim.steps.parquet"],
     "compare": ["compare", "sample_traces/multitenant.csv", *SCENARIOS],
     "report": ["report", *KV],
+    "diff": ["diff", "sample_traces/diag-healthy.parquet", "sample_traces/diag-kv-churn.parquet",
+             "--steps-before", "sample_traces/diag-healthy.steps.parquet",
+             "--steps-after", "sample_traces/diag-kv-churn.steps.parquet",
+             "--model", "llama-3.1-8b", "--gpu", "H100"],
 }
 # Commands whose product is a file: their golden is the summary they write to stderr.
 SUMMARIES = {

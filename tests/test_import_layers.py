@@ -66,3 +66,53 @@ def test_diff_sits_between_the_gate_and_the_diagnosis() -> None:
     contracts = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["importlinter"]
     layers = next(c for c in contracts["contracts"] if c["type"] == "layers")["layers"]
     assert layers.index("gate") + 1 == layers.index("diff") == layers.index("diagnosis") - 1
+
+
+def _private_imports(source: str, module: str) -> list[str]:
+    """`module: from X import _name` for each underscore name `source` (the text of `module`)
+    imports from another module of the package. A private module itself (`_lists`, `_lazy`)
+    may be imported: it is a name of its package, not another module's private one."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:  # relative: from the module's own package upwards
+            parts = module.split(".")[: -node.level]
+            base = ".".join([*parts, *([base] if base else [])])
+        if base != "yaotu_trace" and not base.startswith("yaotu_trace."):
+            continue
+        folder = package.joinpath(*base.split("."))
+        for alias in node.names:
+            name = alias.name
+            is_module = (folder / f"{name}.py").exists() or (folder / name).is_dir()
+            if name.startswith("_") and not name.startswith("__") and not is_module:
+                found.append(f"{module}: from {base} import {name}")
+    return found
+
+
+def test_private_import_finder_sees_one() -> None:
+    source = ("from yaotu_trace.prefix.kernels.chains import _keys, offsets_of\n"
+              "from yaotu_trace import _lists\n"
+              "def f():\n    from .curve import _pinned\n")
+    assert _private_imports(source, "yaotu_trace.prefix.kernels.sweep") == [
+        "yaotu_trace.prefix.kernels.sweep: from yaotu_trace.prefix.kernels.chains import _keys",
+        "yaotu_trace.prefix.kernels.sweep: from yaotu_trace.prefix.kernels.curve import _pinned",
+    ]
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    # What one module offers another is named without an underscore (a package-private API);
+    # an underscore name is its own module's business, inside functions as much as at the top.
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted((root / "yaotu_trace").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)  # `p.__init__`: in p
+        found += _private_imports(path.read_text(encoding="utf-8"), module)
+    assert found == []

@@ -1,7 +1,7 @@
 """Compiled doubly linked lists and a binary min-heap over flat arrays, shared by the kernels.
 
-The prefix replay (`prefix.engine`) keeps its caches as doubly linked lists of dense ids, and
-the kernels keep their pending events in a heap; they call these helpers from their numba
+The prefix replay (`prefix.kernels.engine`) keeps its caches as doubly linked lists of dense
+ids, and the kernels keep their pending events in a heap; they call these helpers from their numba
 loops (`cache=True`), so a fix to the list or heap logic lands in all of them. The engine
 simulator (`sim.engine`) writes the same list steps out over its block-pool matrix instead:
 there a call, even an inlined one, counts a reference to each array on every freed block.

@@ -9,7 +9,7 @@ accounting and once with `--accounting clean` (which is what the curve gives at 
 checked here too), and prints the difference in hit ratio points.
 
     python benchmarks/engines/curve_vs_exact.py
-    python benchmarks/engines/curve_vs_exact.py --traces tests/data/engines/trace_mixed.parquet
+    python benchmarks/engines/curve_vs_exact.py --traces tests/fixtures/engines/trace_mixed.parquet
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from yaotu_trace.ingest.load import load_trace  # noqa: E402
+from yaotu_trace.ingest.load import read_trace  # noqa: E402
 from yaotu_trace.prefix import effective_rules, replay_trace  # noqa: E402
-from yaotu_trace.prefix.sweep_trace import sweep_trace  # noqa: E402
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "traces"
 DEFAULT_TRACES = [
-    ROOT / "tests" / "data" / "engines" / "trace_mixed.parquet",
-    ROOT / "tests" / "data" / "engines" / "trace_sessions.parquet",
+    ROOT / "tests" / "fixtures" / "engines" / "trace_mixed.parquet",
+    ROOT / "tests" / "fixtures" / "engines" / "trace_sessions.parquet",
     ROOT / "sample_traces" / "chat.parquet",
     SHARED / "mooncake" / "conversation_trace.jsonl",
     SHARED / "mooncake" / "synthetic_trace.jsonl",
@@ -41,12 +41,12 @@ SHARES = (0.02, 0.05, 0.1, 0.2, 0.4, 0.7)  # of the blocks an unlimited cache en
 
 def rows_for(path: Path, preset: str) -> list[tuple[str, ...]]:
     """One row per capacity: curve, clean replay, exact replay, difference, seconds."""
-    trace = load_trace(path)
+    trace = read_trace(path)
     block = 512 if "mooncake" in path.parts else None
     clean, _, notes = effective_rules(trace, preset, block_size_tokens=block,
                                       accounting="clean")
     exact, _, _ = effective_rules(trace, preset, block_size_tokens=block)
-    _, curve = sweep_trace(trace, clean, preset=preset, points=2, notes=notes)
+    _, curve = sweep_trace(trace, clean, CurveSectionSpec(preset=preset, points=2, notes=notes))
     full = int(curve.full_reuse_capacity_blocks)
     out = []
     for share in SHARES:

@@ -5,7 +5,7 @@ from the repository root
 
     PYTHONPATH=. /path/to/venv-sglang/bin/python benchmarks/engines/golden_sglang.py
 
-It installs nothing. It writes `tests/data/engines/sglang_<trace>.json` and prints, per
+It installs nothing. It writes `tests/fixtures/engines/sglang_<trace>.json` and prints, per
 configuration, the engine's Σ hits, the rejected requests, the tokens eviction was asked for
 against the tokens it freed, and yaotu_trace's clean-model replay next to them. The tests replay
 the same traces against these files without SGLang (`tests/prefix/test_exact_sglang.py`).
@@ -212,29 +212,29 @@ def pools_for(prompts: list[list[int]], page_size: int) -> list[int]:
 
 def clean_replay(shape: TraceShape, page_size: int, pool_tokens: int) -> list[int]:
     """yaotu_trace's clean model (`--accounting clean`) at the same page size and pool."""
-    from yaotu_trace.ingest import load_trace
-    from yaotu_trace.prefix.engine import replay
+    from yaotu_trace.ingest import read_trace
+    from yaotu_trace.prefix.kernels.engine import replay
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
     rules = rules_for("sglang", block_size_tokens=page_size,
                       capacity_blocks=pool_tokens // page_size, accounting="clean")
-    chains = prepare(load_trace(trace_path(shape))).chains(rules)
+    chains = prepare(read_trace(trace_path(shape))).chains(rules)
     return [int(x) for x in replay(chains, rules).hit_tokens]
 
 
 def exact_replay(shape: TraceShape, page_size: int, pool_tokens: int) -> list[int] | None:
     """yaotu_trace's SGLang-exact replay, when this checkout has it."""
     try:
-        from yaotu_trace.prefix.exact_sglang import replay_sglang
+        from yaotu_trace.prefix.kernels.exact_sglang import replay_sglang
     except ImportError:
         return None
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
     rules = rules_for("sglang", block_size_tokens=page_size, accounting="clean")
-    chains = prepare(load_trace(trace_path(shape))).chains(rules)
+    chains = prepare(read_trace(trace_path(shape))).chains(rules)
     return [int(x) for x in replay_sglang(chains, pool_tokens // page_size).hit_tokens]
 
 

@@ -7,9 +7,9 @@ replays the traces of `traces.py` through it, one request at a time in file orde
 `get_computed_blocks`, then `allocate_slots` for the whole prompt (`None` means the request is
 rejected: recorded, hit 0), then `free`. The tenant is the request's `cache_salt`.
 
-Writes `tests/data/engines/vllm_<trace>.json` (per configuration: the hit tokens of every
+Writes `tests/fixtures/engines/vllm_<trace>.json` (per configuration: the hit tokens of every
 request and the rejected rows) and prints a table beside the clean model
-(`accounting="clean"`) and the engine-exact replay (`prefix.exact_vllm`), so the difference
+(`accounting="clean"`) and the engine-exact replay (`prefix.kernels.exact_vllm`), so the difference
 the clean model makes is measured. Installs nothing: run it with an environment that has
 `vllm` (see README.md), e.g.
 
@@ -111,18 +111,18 @@ def configs_for(prompts: list[list[int]], block_size: int) -> list[Config]:
 
 
 def _chains(path: Path, block_size: int):  # type: ignore[no-untyped-def]
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
 
-    prepared = prepare(load_trace(path))
+    prepared = prepare(read_trace(path))
     return prepared.chains(rules_for("vllm", block_size_tokens=block_size))
 
 
 def ours(path: Path, config: Config) -> tuple[np.ndarray, np.ndarray]:
     """(clean-model hits, engine-exact hits) per request from yaotu_trace."""
-    from yaotu_trace.prefix.engine import replay
-    from yaotu_trace.prefix.exact_vllm import replay_vllm
+    from yaotu_trace.prefix.kernels.engine import replay
+    from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm
     from yaotu_trace.prefix.rules import rules_for
 
     chains = _chains(path, config.block_size_tokens)

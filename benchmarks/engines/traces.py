@@ -3,7 +3,7 @@
 Each trace is deterministic (a seed), has several tenants, system prompts shared within a tenant
 and copied across tenants (same tokens, another tenant: isolation must stop the hit), multi-turn
 sessions whose prompts extend the previous turn, and prompt lengths that are and are not
-multiples of the block size. Written as canonical Parquet under `tests/data/engines/`, so the
+multiples of the block size. Written as canonical Parquet under `tests/fixtures/engines/`, so the
 tests replay the very file the engines saw.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data" / "engines"
+DATA = ROOT / "tests" / "fixtures" / "engines"
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,11 @@ def test_pd_stall_during_another_prefill_loses_exact_decode_seconds() -> None:
     assert m.decode_seconds_total == pytest.approx(18 * 0.02 + 0.5)
     assert m.interference_share == pytest.approx(0.48 / 0.86)
     assert result.status is Status.BOTTLENECK
-    assert result.rule_ids == ("D001", "D002")
+    # Material interference asks the P/D network check on the axis itself: without --model
+    # the KV bytes are unknown, so it cannot pass (D004) and says why.
+    assert result.rule_ids == ("D001", "D002", "D004")
     assert evidence(result, "D002")["interference_share"].threshold == 0.15
+    assert "KV bytes per token unknown" in result.hits[-1].detail
 
 
 def test_pd_prefill_on_another_instance_does_not_explain_the_stall() -> None:
@@ -67,7 +70,7 @@ def test_pd_small_stall_share_is_a_warning() -> None:
     assert result.metrics.stall_threshold_s == pytest.approx(0.06)
     assert result.metrics.decode_seconds_lost == pytest.approx(0.06)
     assert result.status is Status.WARNING
-    assert result.rule_ids == ("D001",)
+    assert result.rule_ids == ("D001", "D004")  # the network check cannot pass without --model
 
 
 def test_pd_stall_factor_override_removes_the_stall() -> None:

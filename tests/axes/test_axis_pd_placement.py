@@ -249,3 +249,19 @@ def test_the_panel_shows_the_placement_rows() -> None:
     rows = dict(metric_rows(next(a for a in doc["axes"] if a["name"] == "pd_interference")))
     assert rows["handed-off requests"] == "4"
     assert rows["KV transfer share of TTFT"] == "37.0 %"  # 1.0 / 2.7
+
+
+def test_network_check_follows_the_placement_findings_on_the_axis() -> None:
+    # GIVEN the handed-off requests, request 0 decoding 12 tokens on d0 with a 1.8 s gap while
+    # the others' first tokens land (material interference) and a transfer that is 37 % of TTFT
+    columns = handed_off() | {
+        "output_len": [12, 3, 3, 3], "finish_s": [3.0, 2.0, 3.6, 4.0],
+        "token_times_s": [[0.5, 0.8, 0.82, 0.84, 0.86, 0.88, 0.9, 2.7, 2.72, 2.74, 2.76, 2.78],
+                          [1.3, 1.4, 1.42], [2.6, 2.9, 2.92], [3.2, 3.6, 3.62]]}
+    result = analyze_pd_interference(make_input(columns), thresholds())
+    # THEN the network check (D004: no --model) weighs disaggregation after the placement
+    # finding (D007), so the panel's transfer_ttft_share is the placement's Σ transfer / Σ TTFT
+    assert result.rule_ids == ("D001", "D002", "D007", "D004")
+    assert result.cause == "kv_transfer"
+    shown = {e.name: e for h in reversed(result.hits) for e in h.evidence}
+    assert shown["transfer_ttft_share"].comparison == ">="

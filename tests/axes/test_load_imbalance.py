@@ -19,13 +19,13 @@ from yaotu_trace.axes.queueing.imbalance import (
 )
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
-from yaotu_trace.diagnosis.diagnose import diagnose_trace
-from yaotu_trace.ingest.metrics import read_metrics
-from yaotu_trace.sim.generate import GenerateOptions, generate
+from yaotu_trace.diagnosis.diagnose import judge_trace
+from yaotu_trace.ingest.load import read_metrics
+from yaotu_trace.sim.generate import GenerateOptions, generate_requests
 from yaotu_trace.sim.metrics_export import metrics_export
 from yaotu_trace.sim.scenario import Scenario as SimScenario
 from yaotu_trace.sim.summary import SimRun, run_scenario
-from yaotu_trace.sim.workloads import Scenario
+from yaotu_trace.sim.workloads import WorkloadKind
 
 
 def test_fcfs_waits_are_the_work_ahead_over_the_rate() -> None:
@@ -161,7 +161,7 @@ def test_per_instance_metrics_alone_give_waiting_and_seats() -> None:
 def _simulated(route: str) -> SimRun:
     """600 short chat requests at 20 req/s on two Llama-3.1-8B H100 instances of 16 seats;
     `weighted` sends 85 % to the first, `round-robin` alternates."""
-    table = generate(GenerateOptions(scenario=Scenario.DIAG_HEALTHY, requests=600,
+    table = generate_requests(GenerateOptions(scenario=WorkloadKind.DIAG_HEALTHY, requests=600,
                                      rate_per_s=20.0))
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "generated")
     options = ({"route_weights": "0.85,0.15"} if route == "weighted" else {"instances": 2})
@@ -195,7 +195,7 @@ def test_the_85_15_router_queues_one_instance_only(weighted: SimRun) -> None:
 
 def test_85_15_router_from_request_table_and_step_log_is_load_imbalance(
         weighted: SimRun) -> None:
-    d = diagnose_trace(_trace(weighted, steps=True)).diagnosis
+    d = judge_trace(_trace(weighted, steps=True)).diagnosis
     assert d.verdict.principal_axis == "queueing"
     assert d.verdict.principal_cause == "load_imbalance"
     lb = d.axes["queueing"].metrics.load_balance
@@ -218,7 +218,7 @@ def test_85_15_router_from_per_instance_metrics_is_load_imbalance(
     metrics_export(weighted.requests, weighted.steps).to_csv(path, index=False)
     timing = ("instance", "scheduled_s", "first_token_s", "finish_s", "token_times_s",
               "num_preemptions", "cached_tokens")
-    d = diagnose_trace(_trace(weighted, steps=False, drop=timing),
+    d = judge_trace(_trace(weighted, steps=False, drop=timing),
                        metrics=read_metrics(path)).diagnosis
     q = d.axes["queueing"]
     assert q.metrics.load_balance.source == "metrics"
@@ -228,12 +228,12 @@ def test_85_15_router_from_per_instance_metrics_is_load_imbalance(
 
 
 def test_a_balanced_round_robin_is_not_load_imbalance(balanced: SimRun, tmp_path: Path) -> None:
-    d = diagnose_trace(_trace(balanced, steps=True)).diagnosis
+    d = judge_trace(_trace(balanced, steps=True)).diagnosis
     assert "Q010" not in d.axes["queueing"].rule_ids
     assert d.axes["queueing"].cause != "load_imbalance"
     path = tmp_path / "metrics.csv"
     metrics_export(balanced.requests, balanced.steps).to_csv(path, index=False)
-    from_metrics = diagnose_trace(_trace(balanced, steps=False, drop=("instance",)),
+    from_metrics = judge_trace(_trace(balanced, steps=False, drop=("instance",)),
                                   metrics=read_metrics(path)).diagnosis
     assert "Q010" not in from_metrics.axes["queueing"].rule_ids
 
@@ -266,11 +266,12 @@ def test_per_instance_metrics_without_a_trace_name_the_imbalance(
     # modelled, and the standing queue on i0 next to i1's free seats decides by itself; the
     # balanced run, whose two instances queue alike, is no imbalance.
     from yaotu_trace.commands.diagnose import diagnose
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
 
     for run, expected in ((weighted, "load_imbalance"), (balanced, None)):
         path = tmp_path / f"{expected}.csv"
         metrics_export(run.requests, run.steps).to_csv(path, index=False)
-        doc = diagnose(None, metrics=path).to_dict()
+        doc = diagnose(None, DiagnosisOptions(metrics=path)).to_dict()
         queueing = next(a for a in doc["axes"] if a["name"] == "queueing")
         if expected is None:
             assert queueing["cause"] != "load_imbalance"

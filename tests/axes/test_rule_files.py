@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from yaotu_trace.axes.base import AxisName
+from yaotu_trace.axes.base import AxisName, Cause
 from yaotu_trace.axes.rule import Rule, evaluate
 from yaotu_trace.axes.rules import RULES
 from yaotu_trace.axes.thresholds import THRESHOLDS, Thresholds, make_thresholds
@@ -38,12 +38,12 @@ def test_a_rule_reads_only_thresholds_that_exist() -> None:
 
 
 def test_a_check_sees_only_the_thresholds_it_declares() -> None:
-    def sneaky(facts: object, t: Thresholds, fired: frozenset[str]) -> None:
+    def sneaky(facts: object, t: Thresholds, found: frozenset[Cause]) -> None:
         t.stall_factor  # noqa: B018 - reads a threshold it did not declare
 
     rule: Rule[object] = Rule(id="Q999", axis=AxisName.QUEUEING, severity=RULES["Q001"].severity,
-                              title="t", trigger="t", evidence="e", fix="f",
-                              reads=("window_s",), check=sneaky)
+                              title="t", trigger="t", evidence="e", fix="f", cause=None,
+                              remedies=(), reads=("window_s",), check=sneaky)
     with pytest.raises(AttributeError):
         evaluate([rule], object(), make_thresholds())
 

@@ -32,9 +32,9 @@ def test_mooncake_trace_converted_to_parquet_streams_and_replays_the_same(
     assert code == ExitCode.OK
     assert "wrote 12,031 requests (mooncake → canonical parquet)" in err
     # THEN the Parquet file streams (its block ids stay on disk) ...
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
-    lazy = load_trace(out, lazy_content=True)
+    lazy = read_trace(out, lazy_content=True)
     assert lazy.lazy is not None and "prompt_block_ids" in lazy.lazy.columns
     assert lazy.source_block_size == 512
     # ... and replays exactly as the original, which is left untouched
@@ -83,9 +83,9 @@ def test_block_id_trace_carries_its_block_size_in_every_output_format(
     # WHEN it is converted
     assert run_cli(["convert", str(source), "--out", str(out)], capsys)[0] == ExitCode.OK
     # THEN the output reads back without --source-block-size, with the same numbers
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
-    assert load_trace(out).source_block_size == 512
+    assert read_trace(out).source_block_size == 512
     args = ["--preset", "mooncake"]
     assert _json(["replay", str(out), *args], capsys) == \
         _json(["replay", str(source), *args], capsys)
@@ -93,28 +93,28 @@ def test_block_id_trace_carries_its_block_size_in_every_output_format(
 
 def test_block_size_column_of_a_csv_is_read_and_checked(tmp_path: Path) -> None:
     from yaotu_trace.errors import TraceSchemaError
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
     head = "request_id,arrival_s,prompt_len,output_len,prompt_block_ids,source_block_size\n"
     good = tmp_path / "good.csv"
     good.write_text(head + 'a,0,20,1,"[1, 2]",16\nb,1,20,1,"[1, 3]",16\n')
-    assert load_trace(good).source_block_size == 16
+    assert read_trace(good).source_block_size == 16
     bad = tmp_path / "bad.csv"
     bad.write_text(head + 'a,0,20,1,"[1, 2]",16\nb,1,20,1,"[1, 3]",64\n')
     with pytest.raises(TraceSchemaError, match=r"bad\.csv: line 3, column 'source_block_size': "
                                                r"64 differs from 16 on line 2"):
-        load_trace(bad)
+        read_trace(bad)
 
 
 def test_block_size_column_survives_a_csv_read_in_parts(tmp_path: Path) -> None:
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.ingest.convert import convert_trace
 
     csv = tmp_path / "m.csv"
     convert_trace(_mooncake(tmp_path / "m.jsonl", n=400), csv)
     parts = convert_trace(csv, tmp_path / "parts.parquet", part_bytes=2_000)
     assert parts.parts > 5
-    assert load_trace(tmp_path / "parts.parquet").source_block_size == 512
+    assert read_trace(tmp_path / "parts.parquet").source_block_size == 512
 
 
 def _tables_equal(a: Path, b: Path) -> None:

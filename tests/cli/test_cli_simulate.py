@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import shared_trace
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
 
 def small_trace(tmp_path: Path, n: int = 40) -> Path:
@@ -39,7 +39,7 @@ def test_cli_simulate_writes_timing_columns_and_step_log(tmp_path, capsys):
     assert doc["command"] == "simulate"
     assert doc["simulation"]["finished"] == 40
     assert doc["simulation"]["hit_ratio"] > 0
-    loaded = load_trace(out, steps_path=steps)
+    loaded = read_trace(out, steps_path=steps)
     df = loaded.requests
     for column in ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
                    "num_preemptions", "cached_tokens", "instance", "prompt_tokens"):
@@ -65,7 +65,7 @@ def test_cli_simulate_scenario_file_and_flags_override(tmp_path, capsys):
     assert doc["simulation"]["kv_blocks_per_instance"] == 900
     assert doc["simulation"]["instances"] == "1 prefill + 1 decode"
     assert doc["simulation"]["work"]["kv_transfer_bytes"] > 0
-    df = load_trace(out).requests
+    df = read_trace(out).requests
     assert set(df["prefill_instance"].dropna()) == {"p0"}
 
 

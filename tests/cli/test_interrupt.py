@@ -2,11 +2,13 @@
 
 The Ctrl-C cases run `python -m yaotu_trace ...` in a session of its own, as a shell runs a job,
 and send SIGINT to its process group (as a terminal does) or to the command alone, at a few
-points: while Python imports its libraries, while it reads the trace, while it works. A point
-is the CPU time the command's processes have used, not the time on the clock, so that a busy
-machine (a laptop at load 8 on 2 cores) moves no signal into an earlier phase, before the
-command's own handler is installed. A try in which the command finished before the signal does
-not count; it is tried again sooner. A clock limit is only a backstop for a hung command, and
+points: while Python imports its libraries, while it reads the trace, while it works. No point
+is a time on the clock, which a busy machine (load 10 on 2 cores) stretches at will. Each is an
+event the test sees: first `trace` has installed its handler (the kernel then lists SIGTERM
+and SIGHUP as caught for the process, which Python alone leaves at their default), then the
+command's processes have used so much CPU time since. A second Ctrl-C waits until the command
+has run on after the first. A try in which the command finished before the signal does not
+count; it is tried again sooner. A clock limit is only a backstop for a hung command, and
 generous; every process of a run is killed and reaped however the test ends.
 """
 
@@ -31,9 +33,11 @@ from yaotu_trace.errors import ExitCode
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "chat.parquet"
-# CPU seconds of the command before the signal: importing typer/pandas, reading the trace, the
-# work itself. `trace` installs its handler after about 0.04 s of CPU (tests/cli/test_startup.py).
+# CPU seconds of the command from the moment its handler is installed to the signal: importing
+# typer/pandas, reading the trace, the work itself.
 DELAYS_S = (0.1, 0.6, 1.2)
+# CPU seconds the command runs on after one Ctrl-C before the next: its cleanup is under way.
+BETWEEN_SIGNALS_S = 0.02
 ATTEMPTS_PER_DELAY = 4
 # A backstop for a command that hangs, far above any run's time on a loaded machine: past it the
 # command's processes are killed and reaped, and the test fails.
@@ -76,7 +80,7 @@ class Case:
     command: str
     outputs: tuple[str, ...]
     whole_group: bool = True  # SIGINT to the process group, as a terminal sends it
-    times: int = 1  # Ctrl-C pressed this many times, 20 ms apart
+    times: int = 1  # Ctrl-C pressed this many times, the command running on between them
     compiles: bool = False  # with an empty numba cache: the Ctrl-C comes while numba compiles
     delays_s: tuple[float, ...] = DELAYS_S
 
@@ -161,16 +165,45 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _ran_for(proc: subprocess.Popen[bytes], cpu_s: float) -> bool:
-    """Wait until the command's processes have used `cpu_s` of CPU; False if it ended first."""
+def _handler_installed(pid: int) -> bool:
+    """Whether `trace` has installed its signal handler in process `pid`: SIGTERM and SIGHUP are
+    caught (`SigCgt` in /proc/PID/status, a mask whose bit N - 1 is signal N)."""
+    try:
+        status = (Path("/proc") / str(pid) / "status").read_text()
+    except OSError:
+        return False
+    caught = next((int(line.split()[1], 16) for line in status.splitlines()
+                   if line.startswith("SigCgt:")), 0)
+    return all(caught >> (signum - 1) & 1 for signum in (signal.SIGTERM, signal.SIGHUP))
+
+
+def _wait_for(proc: subprocess.Popen[bytes], event: Callable[[], bool], what: str) -> bool:
+    """Poll until `event()` holds; False if the command ended first. Only a hung command is
+    limited (HUNG_S, far above any run on a loaded machine)."""
     started = time.monotonic()
     while proc.poll() is None:
-        if _group_cpu_s(proc.pid) >= cpu_s:
+        if event():
             return True
         if time.monotonic() - started > HUNG_S:
-            raise AssertionError(f"{proc.args}: used under {cpu_s} s of CPU in {HUNG_S:.0f} s")
+            raise AssertionError(f"{proc.args}: not {what} after {HUNG_S:.0f} s")
         time.sleep(0.01)
     return False
+
+
+def _ran_for(proc: subprocess.Popen[bytes], cpu_s: float) -> bool:
+    """Wait until the command has installed its handler and then used `cpu_s` of CPU; False if it
+    ended first."""
+    if not _wait_for(proc, lambda: _handler_installed(proc.pid), "handling signals"):
+        return False
+    start_s = _group_cpu_s(proc.pid)
+    return _wait_for(proc, lambda: _group_cpu_s(proc.pid) - start_s >= cpu_s,
+                     f"using {cpu_s} s of CPU")
+
+
+def _cpu_beyond(pgid: int, cpu_s: float) -> Callable[[], bool]:
+    """An event: the group has used `cpu_s` more of CPU than now."""
+    start_s = _group_cpu_s(pgid)
+    return lambda: _group_cpu_s(pgid) - start_s >= cpu_s
 
 
 def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: int = 1,
@@ -182,14 +215,15 @@ def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: 
         if not _ran_for(proc, delay_s):
             proc.communicate()
             return None
-        for _ in range(times):
-            if proc.poll() is not None:
+        for press in range(times):
+            # the next Ctrl-C comes once the command has run on after the last (or ended)
+            if press and not _wait_for(proc, _cpu_beyond(proc.pid, BETWEEN_SIGNALS_S),
+                                       "running after Ctrl-C"):
                 break
             if whole_group:
                 os.killpg(proc.pid, signal.SIGINT)
             else:
                 proc.send_signal(signal.SIGINT)
-            time.sleep(0.02)
         try:
             out, err = proc.communicate(timeout=HUNG_S)
         except subprocess.TimeoutExpired:
@@ -205,37 +239,51 @@ def _interrupted_run(args: list[str], delay_s: float, whole_group: bool, times: 
     return proc.returncode, out, err, proc.pid
 
 
-@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+# Every case is interrupted at its last point, in its own work. The earlier points (imports,
+# reading the trace) pass through the start-up that every command shares: the default run has
+# them for `analyze` and the two worker-pool cases, `-m slow` for the others. The local Dask
+# cluster repeats the in-process replay's check, at every point only with `-m slow`.
+ALL_POINTS = frozenset({"analyze", "replay-jobs", "replay-jobs-parent-only"})
+
+
+def _points() -> list[object]:
+    points = []
+    for name, case in CASES.items():
+        for delay_s in case.delays_s:
+            slow = "--dask" in case.command or (delay_s != case.delays_s[-1]
+                                                and name not in ALL_POINTS)
+            points.append(pytest.param(case, delay_s, id=f"{name}-{delay_s}",
+                                       marks=[pytest.mark.slow] if slow else []))
+    return points
+
+
+@pytest.mark.parametrize(("case", "delay_s"), _points())
 def test_ctrl_c_is_exit_130_silent_and_leaves_nothing(inputs: Path, tmp_path: Path,
-                                                      case: Case) -> None:
+                                                      case: Case, delay_s: float) -> None:
     if "--dask" in case.command:
         pytest.importorskip("dask.distributed", reason="the optional dask extra is not installed")
-    for delay_s in case.delays_s:
-        counted = False
-        for attempt in range(ATTEMPTS_PER_DELAY):
-            out_dir = tmp_path / f"{delay_s}-{attempt}"
-            out_dir.mkdir()
-            args = case.command.format(**{"in": inputs, "out": out_dir}).split()
-            cache = tmp_path / f"numba-{out_dir.name}"
-            env = {"NUMBA_CACHE_DIR": str(cache)} if case.compiles else None
-            run = _interrupted_run(args, delay_s / 2**attempt, case.whole_group, case.times, env)
-            if run is None:
-                continue  # finished before the signal: try again, sooner
-            code, out, err, pgid = run
-            where = f"{case.command} (SIGINT after {delay_s / 2**attempt:.3f} s of CPU)"
-            try:
-                assert code == ExitCode.INTERRUPTED, f"{where}: exit {code}\n{err.decode()}"
-                assert err == b"", f"{where}: stderr\n{err.decode()}"
-                assert out == b"", f"{where}: stdout\n{out.decode()}"
-                left = sorted(p.name for p in out_dir.iterdir())
-                # Nothing, or (the signal came as the command was ending) every output, whole.
-                assert left in ([], sorted(case.outputs)), f"{where}: left {left}"
-                assert _left_over(pgid) == [], f"{where}: processes left behind"
-            finally:
-                _kill_group(pgid)
-            counted = True
-            break
-        assert counted, f"{case.command}: finished before every signal; make its input larger"
+    for attempt in range(ATTEMPTS_PER_DELAY):
+        out_dir = tmp_path / f"try-{attempt}"
+        out_dir.mkdir()
+        args = case.command.format(**{"in": inputs, "out": out_dir}).split()
+        env = {"NUMBA_CACHE_DIR": str(tmp_path / f"numba-{attempt}")} if case.compiles else None
+        run = _interrupted_run(args, delay_s / 2**attempt, case.whole_group, case.times, env)
+        if run is None:
+            continue  # finished before the signal: try again, sooner
+        code, out, err, pgid = run
+        where = f"{case.command} (SIGINT after {delay_s / 2**attempt:.3f} s of CPU)"
+        try:
+            assert code == ExitCode.INTERRUPTED, f"{where}: exit {code}\n{err.decode()}"
+            assert err == b"", f"{where}: stderr\n{err.decode()}"
+            assert out == b"", f"{where}: stdout\n{out.decode()}"
+            left = sorted(p.name for p in out_dir.iterdir())
+            # Nothing, or (the signal came as the command was ending) every output, whole.
+            assert left in ([], sorted(case.outputs)), f"{where}: left {left}"
+            assert _left_over(pgid) == [], f"{where}: processes left behind"
+        finally:
+            _kill_group(pgid)
+        return
+    pytest.fail(f"{case.command}: finished before every signal; make its input larger")
 
 
 COMPILED_RESULTS = """
@@ -274,10 +322,12 @@ def test_ctrl_c_during_a_compiled_call_never_crashes(install: str) -> None:
     crashes = 0
     for _ in range(6):
         proc = subprocess.Popen([sys.executable, "-c", COMPILED_RESULTS.format(install=install)],
-                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n"
-        time.sleep(0.2)
+        # a few rounds of the compiled loop, however slowly the machine runs them
+        _wait_for(proc, _cpu_beyond(proc.pid, 0.2), "running the compiled loop")
         proc.send_signal(signal.SIGINT)
         try:
             _, err = proc.communicate(timeout=HUNG_S)

@@ -20,12 +20,13 @@ OWN = {
     ("--out", "generate"), ("--steps-out", "simulate"), ("--steps-out", "generate"),
 }
 # `--block-size` of the diagnosis (KV blocks) and of the prefix-cache rules (cache blocks);
-# the engine's `--instances` and `--max-num-seqs` (`simulate`, `report --simulate`) and the
-# observed ones of the other commands.
+# the engine's `--instances` (`simulate`, `report --simulate`) and the observed ones of the
+# other commands; the engine's `--max-num-seqs` (`simulate`) and the diagnosis' (which
+# `report --simulate` also gives the modelled engine).
 OBSERVED = {"analyze", "diagnose", "check", "compare", "diff", "replay", "sweep"}
-FAMILIES = {"--block-size": ({"diagnose", "check", "report"}, {"replay", "sweep"}),
+FAMILIES = {"--block-size": ({"diagnose", "check", "report", "diff"}, {"replay", "sweep"}),
             "--instances": ({"simulate", "report"}, OBSERVED),
-            "--max-num-seqs": ({"simulate", "report"}, OBSERVED)}
+            "--max-num-seqs": ({"simulate"}, OBSERVED | {"report"})}
 DATA_WRITERS = {"convert", "generate"}
 
 

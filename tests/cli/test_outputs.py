@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import CHILD_TIMEOUT_S
+from conftest import CHILD_TIMEOUT_S, FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
@@ -102,7 +102,7 @@ def test_nothing_is_written_into_a_trace_folder(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "weka"
     folder.mkdir()
-    for f in (Path(__file__).resolve().parents[1] / "data" / "weka_mini").iterdir():
+    for f in (FIXTURES / "weka_mini").iterdir():
         (folder / f.name).write_bytes(f.read_bytes())
     names = sorted(p.name for p in folder.iterdir())
     assert main(["analyze", str(folder), "-o", str(folder / "report.txt")]) == ExitCode.INPUT

@@ -12,16 +12,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+from conftest import FIXTURES, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from yaotu_trace import ingest
 from yaotu_trace.errors import ExitCode, TraceReadError, YaotuError
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
-DATA = Path(__file__).resolve().parents[1] / "data"
 TRACE = SAMPLES / "diag-burst.parquet"
 STEPS = SAMPLES / "diag-burst.steps.parquet"
 
@@ -227,7 +226,7 @@ def test_random_bytes_never_escape_as_another_exception(tmp_path_factory: pytest
 
 def _mutations() -> st.SearchStrategy[str]:
     """The small vLLM export with one value replaced by an arbitrary JSON value."""
-    doc = json.loads((DATA / "prom_vllm_small.json").read_text())
+    doc = json.loads((FIXTURES / "prom_vllm_small.json").read_text())
     leaf = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(
         max_size=5), lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
         st.text(max_size=5), inner, max_size=3), max_leaves=5)

@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import run_cli, shared_trace
+from conftest import FIXTURES, run_cli, shared_trace
 
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ExitCode
-
-DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_diagnose_mooncake_without_timing(capsys) -> None:
@@ -70,7 +68,7 @@ def full_trace(tmp_path: Path) -> tuple[Path, Path]:
 def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path, capsys) -> None:
     trace, steps = full_trace
     base = ["diagnose", str(trace), "--steps", str(steps), "--metrics",
-            str(DATA / "prom_vllm_small.json"), "--model", "Llama-3.1-8B", "--link-gbps", "400",
+            str(FIXTURES / "prom_vllm_small.json"), "--model", "Llama-3.1-8B", "--link-gbps", "400",
             "-t", "stall_factor=5"]
     code, out, err = run_cli([*base, "-f", "json"], capsys)
     assert code == ExitCode.OK, err
@@ -105,7 +103,7 @@ def test_diagnose_full_trace_all_sources_and_formats(full_trace, tmp_path: Path,
         (["--threshold", "nope=1"], ExitCode.USAGE, "unknown threshold 'nope'; valid names: "
          "window_s"),
         (["--threshold", "stall_factor=abc"], ExitCode.USAGE, "'abc' is not a number"),
-        (["--metrics", str(DATA / "prom_bad_value.csv")], ExitCode.INPUT,
+        (["--metrics", str(FIXTURES / "prom_bad_value.csv")], ExitCode.INPUT,
          "line 3, field 'value'"),
         (["--model", "no-such-model"], ExitCode.USAGE, "unknown model 'no-such-model'"),
         (["--kv-capacity", "12 parsecs"], ExitCode.USAGE, "unknown unit in capacity"),

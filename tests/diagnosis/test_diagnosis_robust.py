@@ -10,8 +10,13 @@ from hypothesis import strategies as st
 
 from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.commands.diagnose import diagnose_trace as diagnose
+from yaotu_trace.data.telemetry_fit import (
+    MIN_OVERLAP_SHARE,
+    Span,
+    overlap_share,
+    trace_span,
+)
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest.telemetry import MIN_OVERLAP_SHARE, Span, overlap_share, trace_span
 
 times = st.floats(min_value=0.0, max_value=50.0, allow_nan=False)
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from diag_factories import burst_columns, make_input, make_trace, thresholds
+from diag_factories import axis_result, burst_columns, make_input, make_trace, thresholds
 
 from yaotu_trace.axes.base import AxisName, AxisResult, EngineSettings, Status
 from yaotu_trace.commands.diagnose import diagnose_trace as diagnose
@@ -14,16 +14,11 @@ from yaotu_trace.diagnosis.diagnose import run_diagnosis, verdict_of
 from yaotu_trace.render import OutputFormat, render
 
 
-def axis(name: AxisName, status: Status, score: float | None, cause: str | None = None):
-    return AxisResult(axis=name, status=status, cause=cause, score=score, score_basis="s",
-                      sources=(), metrics=None)
-
-
 def axes(**given: tuple[Status, float | None, str | None]) -> dict[AxisName, AxisResult]:
     out = {}
     for name in AxisName:
         status, score, cause = given.get(str(name), (Status.OK, 0.0, None))
-        out[name] = axis(name, status, score, cause)
+        out[name] = axis_result(name, status, score, cause)
     return out
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from diag_factories import axis_result, blank_metrics
+
 from yaotu_trace.axes.base import AxisName, AxisResult, Status
+from yaotu_trace.axes.queueing import QueueingMetrics
 from yaotu_trace.diagnosis.diagnose import verdict_of
 from yaotu_trace.diagnosis.ledger import withheld_by
 
@@ -13,20 +16,15 @@ from yaotu_trace.diagnosis.ledger import withheld_by
 def _axes(stall_shares: dict[str, float] | None) -> dict[AxisName, AxisResult]:
     """Queueing a load imbalance (instance a queues, 30 % of latency); interference a larger
     bottleneck (90 % of decode time) whose stalls split as `stall_shares`."""
-    def result(name: AxisName, status: Status, score: float, cause: str | None,
-               metrics: object = None) -> AxisResult:
-        return AxisResult(axis=name, status=status, cause=cause, score=score, score_basis="s",
-                          sources=(), metrics=metrics)
-
     return {
-        AxisName.QUEUEING: result(AxisName.QUEUEING, Status.BOTTLENECK, 0.3, "load_imbalance",
-                                  SimpleNamespace(load_balance=SimpleNamespace(
-                                      queued_instance="a"))),
-        AxisName.KV_MEMORY: result(AxisName.KV_MEMORY, Status.OK, 0.0, None),
-        AxisName.PREFIX_REUSE: result(AxisName.PREFIX_REUSE, Status.OK, 0.0, None),
-        AxisName.PD_INTERFERENCE: result(AxisName.PD_INTERFERENCE, Status.BOTTLENECK, 0.9,
-                                         "prefill_interference", SimpleNamespace(
-                                             stall_share_by_instance=stall_shares)),
+        AxisName.QUEUEING: axis_result(AxisName.QUEUEING, Status.BOTTLENECK, 0.3,
+                                       "load_imbalance", load_balance=SimpleNamespace(
+                                           queued_instance="a")),
+        AxisName.KV_MEMORY: axis_result(AxisName.KV_MEMORY, Status.OK),
+        AxisName.PREFIX_REUSE: axis_result(AxisName.PREFIX_REUSE, Status.OK),
+        AxisName.PD_INTERFERENCE: axis_result(AxisName.PD_INTERFERENCE, Status.BOTTLENECK, 0.9,
+                                              "prefill_interference",
+                                              stall_share_by_instance=stall_shares),
     }
 
 
@@ -78,26 +76,24 @@ def test_more_replicas_wait_for_the_idle_seats() -> None:
     # entry is priced but withheld; the two routing remedies carry the queue seconds.
     from diag_factories import make_input, thresholds
 
-    from yaotu_trace.axes.base import RuleHit
+    from yaotu_trace.axes.base import Cause, RuleHit
     from yaotu_trace.diagnosis.ledger import build_ledger
 
     lb = SimpleNamespace(queued_instance="a", queue_seconds_vanish_least_loaded=8.0,
                          queue_seconds_vanish_even=6.0, modelled_queue_seconds=None,
                          service_rate_tokens_per_s=None, queue_seconds_total=10.0,
                          instances=(), basis="model")
-    qm = SimpleNamespace(load_balance=lb, peak_rho=2.0, mean_rho=1.0,
-                         queue_seconds_in_overload=10.0, excess_offered_tokens=100.0)
+    qm = blank_metrics(QueueingMetrics, load_balance=lb, peak_rho=2.0, mean_rho=1.0,
+                       queue_seconds_in_overload=10.0, excess_offered_tokens=100.0)
     axes = _axes(None)
     axes[AxisName.QUEUEING] = AxisResult(
-        axis=AxisName.QUEUEING, status=Status.BOTTLENECK, cause="load_imbalance", score=0.3,
+        axis=AxisName.QUEUEING, status=Status.BOTTLENECK, cause=Cause.LOAD_IMBALANCE, score=0.3,
         score_basis="s", sources=(), metrics=qm,
         hits=(RuleHit(rule_id="Q001", evidence=()), RuleHit(rule_id="Q010", evidence=())))
-    axes[AxisName.PD_INTERFERENCE] = AxisResult(
-        axis=AxisName.PD_INTERFERENCE, status=Status.OK, cause=None, score=0.0,
-        score_basis="s", sources=(), metrics=None)
+    axes[AxisName.PD_INTERFERENCE] = axis_result(AxisName.PD_INTERFERENCE, Status.OK)
     inp = make_input({"arrival_s": [0.0, 1.0], "prompt_len": [10, 10], "output_len": [5, 5],
                       "instance": ["a", "b"]})
-    entries = {e.remedy: e for e in build_ledger(axes, inp, thresholds())[0]}
+    entries = {e.remedy: e for e in build_ledger(axes, inp, thresholds())}
     assert not entries["capacity_admission"].recommended
     assert "Q010" in entries["capacity_admission"].withheld_because[0]
     saves = {q.name: q.value for q in entries["route_by_load"].saves}

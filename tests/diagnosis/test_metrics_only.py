@@ -1,7 +1,7 @@
 """`trace diagnose --metrics FILE` without a trace: every axis judged from the telemetry alone.
 
-The logs are tests/data/serverlogs/ (engine logs from GitHub threads, sources in its README)
-and the Prometheus files tests/data/prom_*; every expected number was read off their lines by
+The logs are tests/fixtures/serverlogs/ (engine logs from GitHub threads, sources in its README)
+and the Prometheus files tests/fixtures/prom_*; every expected number was read off their lines by
 hand, as the comments show.
 """
 
@@ -16,21 +16,21 @@ from typing import Any
 import jsonschema
 import pandas as pd
 import pytest
-from conftest import CHILD_TIMEOUT_S
+from conftest import CHILD_TIMEOUT_S, FIXTURES
 
 from tests.conftest import run_cli
 from yaotu_trace.commands.diagnose import diagnose
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.render.json_report import json_schema
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-LOGS = DATA / "serverlogs"
+LOGS = FIXTURES / "serverlogs"
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _doc(path: Path) -> dict[str, Any]:
     """The JSON document of `trace diagnose --metrics PATH`, no trace."""
-    doc: dict[str, Any] = diagnose(None, metrics=path).to_dict()
+    doc: dict[str, Any] = diagnose(None, DiagnosisOptions(metrics=path)).to_dict()
     return doc
 
 
@@ -127,7 +127,7 @@ def test_prometheus_export_alone_gives_the_rules_it_gives_with_a_trace(tmp_path:
     0, the one exporting KV usage, waits at its 97 % and 99 % scrapes (mean 98 %: Q005);
     prefix hits (1200 − 200) / (5000 − 1000) queries = 25 %. The rules that fire from the
     telemetry alone fire with a request table on the same clock too."""
-    alone = _doc(DATA / "prom_vllm_small.json")
+    alone = _doc(FIXTURES / "prom_vllm_small.json")
     axes = _axes(alone)
     assert axes["kv_memory"]["metrics"]["preemptions_total"] == 3
     assert [f["id"] for f in axes["kv_memory"]["findings"]] == ["K001"]
@@ -140,14 +140,15 @@ def test_prometheus_export_alone_gives_the_rules_it_gives_with_a_trace(tmp_path:
     pd.DataFrame({"request_id": ["a", "b", "c", "d"],
                   "arrival_s": [t0, t0 + 10, t0 + 20, t0 + 30],
                   "prompt_len": [100] * 4, "output_len": [10] * 4}).to_parquet(trace)
-    with_trace = diagnose(trace, metrics=DATA / "prom_vllm_small.json").to_dict()
+    options = DiagnosisOptions(metrics=FIXTURES / "prom_vllm_small.json")
+    with_trace = diagnose(trace, options).to_dict()
     for name, axis in _axes(with_trace).items():
         assert {f["id"] for f in axes[name]["findings"]} <= {f["id"] for f in axis["findings"]}
     assert with_trace["input"]["format"] != "telemetry only"
 
 
 def test_prometheus_scrapes_alone_spiky_kv_demand_and_kv_admission() -> None:
-    """tests/data/prom_text/vllm_scrapes.prom, five /metrics snapshots at 0, 30, 60, 90, 115 s:
+    """tests/fixtures/prom_text/vllm_scrapes.prom, five /metrics snapshots at 0, 30, 60, 90, 115 s:
     preemptions 2 → 7 → 19, a restart, 2 → 5: 5 + 12 + 2 + 3 = 22; KV usage 5, 93, 99, 12, 2 %
     (mean 42.2 % < kv_low_usage 70 %) and at the four counter bumps the fuller of the scrapes
     around each (a preemption frees memory, so the scrape that shows it may already be
@@ -155,7 +156,7 @@ def test_prometheus_scrapes_alone_spiky_kv_demand_and_kv_admission() -> None:
     K005. Waiting 0, 4, 9, 0, 0:
     requests wait from the scrape at 30 s to the one at 90 s, at KV usage (93 + 99) / 2 = 96 %
     ≥ 90 % in the scrapes that see them: Q005, a symptom of kv_memory."""
-    doc = _doc(DATA / "prom_text" / "vllm_scrapes.prom")
+    doc = _doc(FIXTURES / "prom_text" / "vllm_scrapes.prom")
     axes = _axes(doc)
     kv = axes["kv_memory"]
     assert kv["metrics"]["preemptions_total"] == 22

@@ -14,7 +14,7 @@ from yaotu_trace.axes.base import Source
 from yaotu_trace.axes.queueing import analyze_queueing
 from yaotu_trace.axes.queueing.windows import growth_windows
 from yaotu_trace.commands.simulate import write_metrics_csv
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
 
 def test_growth_needs_a_rise_of_three_requests_and_a_tenth_of_the_arrivals():

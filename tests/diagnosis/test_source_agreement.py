@@ -21,14 +21,10 @@ from yaotu_trace.commands.diagnose import diagnose_trace
 from yaotu_trace.commands.simulate import write_metrics_csv
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.files import all_or_nothing
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.metrics import read_metrics
-from yaotu_trace.sim.generate import (
-    ENGINE_BLOCK_SIZE_TOKENS,
-    GenerateOptions,
-    Scenario,
-    generate_with_steps,
-)
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.ingest.load import read_metrics
+from yaotu_trace.sim.generate import ENGINE_BLOCK_SIZE_TOKENS, GenerateOptions, generate_with_steps
+from yaotu_trace.sim.workloads import WorkloadKind
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 SOURCES = ("requests", "steps", "metrics", "both")
@@ -53,7 +49,8 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
     for name in EXPECTED:
         table, steps = SAMPLES / f"{name}.parquet", SAMPLES / f"{name}.steps.parquet"
         if not table.exists():
-            requests, log = generate_with_steps(GenerateOptions(scenario=Scenario(name), seed=1))
+            requests, log = generate_with_steps(GenerateOptions(scenario=WorkloadKind(name),
+                                                                seed=1))
             assert log is not None
             table, steps = folder / f"{name}.parquet", folder / f"{name}.steps.parquet"
             with all_or_nothing():
@@ -69,7 +66,7 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
 
 def verdict(paths: tuple[Path, Path, Path], source: str) -> dict[str, Any]:
     table, steps, metrics = paths
-    trace = load_trace(table, steps_path=steps if source in ("steps", "both") else None)
+    trace = read_trace(table, steps_path=steps if source in ("steps", "both") else None)
     exported = read_metrics(metrics) if source in ("metrics", "both") else None
     doc = diagnose_trace(trace, metrics=exported).to_dict()
     axes = {a["name"]: a for a in doc["axes"]}

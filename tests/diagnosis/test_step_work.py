@@ -1,5 +1,5 @@
 """A step log that computed fewer tokens than the trace's requests need of it is from another
-run (yaotu_trace.ingest.step_work): refused, naming both files and both totals."""
+run (yaotu_trace.data.step_work): refused, naming both files and both totals."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from conftest import run_cli
 from diag_factories import make_trace
 
+from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.telemetry import fit_telemetry
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 RUNS = ("diag-kv-churn", "diag-burst", "diag-healthy", "diag-dispatch", "diag-long-prefill",
@@ -34,9 +34,9 @@ def test_another_runs_step_log_is_refused_with_both_totals(
 def test_a_timed_trace_is_checked_on_its_own_range() -> None:
     """diag-healthy's requests all finish by 61.2 s; the kv-churn log runs to 112.6 s, and its
     later steps (other requests') must not pay for the ones that are missing before."""
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
-    trace = load_trace(SAMPLES / "diag-healthy.parquet",
+    trace = read_trace(SAMPLES / "diag-healthy.parquet",
                        steps_path=SAMPLES / "diag-kv-churn.steps.parquet")
     with pytest.raises(TraceReadError, match=r"computes 52,797 prefill tokens in 0\.0–61\.2 s"):
         fit_telemetry(trace)
@@ -46,9 +46,9 @@ def test_a_timed_trace_is_checked_on_its_own_range() -> None:
 def test_each_sample_accepts_its_own_step_log(name: str) -> None:
     """The simulator's own logs conserve work exactly (decode = Σ (output − 1) − preemptions,
     prefill = Σ (prompt − cached) + recompute)."""
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
 
-    trace = load_trace(SAMPLES / f"{name}.parquet",
+    trace = read_trace(SAMPLES / f"{name}.parquet",
                        steps_path=SAMPLES / f"{name}.steps.parquet")
     assert fit_telemetry(trace).trace.steps is not None
 

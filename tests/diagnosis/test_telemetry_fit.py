@@ -1,5 +1,6 @@
 """A step log or metrics export from another run is refused; one that partly overlaps the trace
-is judged on the overlap only, with a note (yaotu_trace.ingest.telemetry, docs/diagnose.md)."""
+is judged on the overlap only, with a note (yaotu_trace.data.telemetry_fit,
+docs/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from diag_factories import make_metrics, make_trace
 from yaotu_trace import ingest
 from yaotu_trace.commands.diagnose import diagnose_trace as diagnose
 from yaotu_trace.data.steplog import StepLog
-from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.telemetry import (
+from yaotu_trace.data.telemetry_fit import (
     MIN_OVERLAP_SHARE,
     UNIX_CLOCK_S,
     Span,
@@ -25,6 +25,7 @@ from yaotu_trace.ingest.telemetry import (
     overlap_share,
     trace_span,
 )
+from yaotu_trace.errors import ExitCode, TraceReadError
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 CHURN = SAMPLES / "diag-kv-churn.parquet"
@@ -206,7 +207,7 @@ def test_analyze_refuses_a_step_log_from_another_run(tmp_path: Path,
 
 # -- metrics exports ----------------------------------------------------------------------------
 
-T0 = 1_732_931_200.0  # the clock of tests/data/prom_vllm_small.json
+T0 = 1_732_931_200.0  # the clock of tests/fixtures/prom_vllm_small.json
 
 
 def waiting(lo: float, hi: float, every_s: float = 15.0, *, model: str = "m") -> list[tuple]:
@@ -273,7 +274,7 @@ def test_step_log_instances_the_trace_never_names_are_a_note() -> None:
 
 def test_azure_code_trace_refuses_a_step_log_a_day_later(tmp_path: Path) -> None:
     """Azure LLM inference trace 2023 (code): arrivals over 0–3435.9 s after normalisation."""
-    trace = ingest.load_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
+    trace = ingest.read_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv"))
     day = pd.DataFrame(steps_over(86_400.0, 86_400.0 + 3436.0, k=100))
     with pytest.raises(TraceReadError, match=r"0\.0–3435\.9 s; they are from different runs"):
         fit_telemetry(replace(trace, steps=StepLog.from_frame(day, "day.csv")))

@@ -21,9 +21,10 @@ from yaotu_trace.cli import main
 from yaotu_trace.commands.diagnose import diagnose_trace as diagnose
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.sim.generate import GenerateOptions, Scenario, generate
+from yaotu_trace.sim.generate import GenerateOptions, generate_requests
 from yaotu_trace.sim.scenario import Scenario as SimScenario
 from yaotu_trace.sim.summary import run_scenario
+from yaotu_trace.sim.workloads import WorkloadKind
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 TIMING_AXES = ("queueing", "kv_memory", "pd_interference")
@@ -219,7 +220,7 @@ def test_azure_every_axis_undecided_with_reasons(
 
 def test_little_law_sums_a_cluster_and_allows_for_waiting_sampled_after_admission() -> None:
     # GIVEN requests run through a 4-instance round-robin cluster under a steady queue
-    table = generate(GenerateOptions(scenario=Scenario.CHAT, seed=3, requests=400,
+    table = generate_requests(GenerateOptions(scenario=WorkloadKind.CHAT, seed=3, requests=400,
                                      rate_per_s=40.0))
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "chat")
     run = run_scenario(trace, SimScenario(model="Llama-3.1-8B", gpu="H100", instances=4,

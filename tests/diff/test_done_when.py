@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from yaotu_trace.cli import main
+from yaotu_trace.data.run_diff import RunDiff
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diff import RunDiff, diff_traces
+from yaotu_trace.diff import diff_traces
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 # 320 blocks of 16 tokens: the pool diag-kv-churn was generated with; the default pool of
@@ -27,7 +28,7 @@ def _simulate(root: Path, name: str, *extra: str) -> Trace:
     assert main(["simulate", str(SAMPLES / "diag-kv-churn.parquet"), "--model", "Llama-3.1-8B",
                  "--gpu", "H100", "--out", str(out), "--steps-out", str(steps),
                  "-o", str(root / f"{name}.txt"), *extra]) == ExitCode.OK
-    return load_trace(out, steps_path=steps)
+    return read_trace(out, steps_path=steps)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +94,8 @@ def test_ten_percent_failed_after_is_not_comparable_on_success_rate(pools) -> No
 
 
 def test_two_unrelated_traces_are_not_comparable() -> None:
-    healthy = load_trace(SAMPLES / "diag-healthy.parquet")
-    long_prefill = load_trace(SAMPLES / "diag-long-prefill.parquet")
+    healthy = read_trace(SAMPLES / "diag-healthy.parquet")
+    long_prefill = read_trace(SAMPLES / "diag-long-prefill.parquet")
     result = diff_traces(healthy, long_prefill)
     assert not result.comparable
     assert _differing(result) & {"request_chain", "io_distribution"}
@@ -144,7 +145,7 @@ def test_the_walkthrough_of_docs_diff_md(tmp_path: Path) -> None:
         assert main(["simulate", str(sample), "--model", "Llama-3.1-8B", "--gpu", "H100",
                      "--out", str(out), "--steps-out", str(steps), "-o",
                      str(tmp_path / f"{name}.txt"), *extra]) == ExitCode.OK
-        runs.append(load_trace(out, steps_path=steps))
+        runs.append(read_trace(out, steps_path=steps))
     result = diff_traces(*runs)
     assert result.comparable
     changes = {a.name: a.change for a in result.axes}
@@ -156,8 +157,8 @@ def test_the_walkthrough_of_docs_diff_md(tmp_path: Path) -> None:
 
 
 def test_with_no_request_in_common_the_fairness_steps_do_not_offer_a_subset() -> None:
-    healthy = load_trace(SAMPLES / "diag-healthy.parquet")
-    long_prefill = load_trace(SAMPLES / "diag-long-prefill.parquet")
+    healthy = read_trace(SAMPLES / "diag-healthy.parquet")
+    long_prefill = read_trace(SAMPLES / "diag-long-prefill.parquet")
     result = diff_traces(healthy, long_prefill)
     assert result.matched.count == 0 and result.matched.basis == "none"
     assert [s.split(":")[0] for s in result.fairness] == ["request_chain", "io_distribution"]

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from yaotu_trace.data.report import InputSummary, Report
-from yaotu_trace.diff import (
+from yaotu_trace.data.run_diff import (
     AxisChange,
     AxisState,
     ChangeLedger,
@@ -157,7 +157,7 @@ def test_run_checks_tallies_the_change_results_after_the_other_checks() -> None:
     changes = _changes(_diff(success="differs", chain="differs"), BOTH)
     # WHEN
     section = run_checks({"prefix_reuse": {"hit_ratio": 0.5}}, cfg, changes=changes,
-                         before_path="before.parquet", fail_on_diff=BOTH)
+                         before_path="before.parquet", gates=Gates(diff=BOTH))
     # THEN 1 threshold + 9 change results: 2 conditions fail, hardware warns, one axis skips,
     # 1 + 3 conditions + 2 axes pass; a warned check does not fail the section
     assert [r.kind for r in section.results][:2] == [CheckKind.THRESHOLD, CheckKind.CONDITION]
@@ -169,7 +169,7 @@ def test_run_checks_tallies_the_change_results_after_the_other_checks() -> None:
 
 def test_junit_shows_a_warned_check_as_a_passing_case_with_the_warning_first() -> None:
     section = run_checks({}, parse_config({}), changes=_changes(_diff(), BOTH),
-                         before_path="before.parquet", fail_on_diff=BOTH)
+                         before_path="before.parquet", gates=Gates(diff=BOTH))
     summary = InputSummary(path="after.parquet", format="parquet", rows_read=300,
                            requests=300, source_block_size=None, content=None, columns=())
     root = ET.fromstring(render_junit(Report(command="check", input=summary,

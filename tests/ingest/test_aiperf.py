@@ -9,12 +9,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-EXPORT = Path(__file__).resolve().parents[1] / "data" / "aiperf" / "profile_export.jsonl"
+EXPORT = FIXTURES / "aiperf" / "profile_export.jsonl"
 GAPS_MS = [4.898437, 5.316006, 4.801489, 5.674918, 4.811467, 5.097998, 5.504797, 5.533548]
 
 
@@ -33,7 +34,7 @@ def test_aiperf_is_detected_by_its_record_keys() -> None:
 
 
 def test_aiperf_documented_records_map_to_requests() -> None:
-    trace = load_trace(EXPORT)
+    trace = read_trace(EXPORT)
     req = trace.requests
     assert trace.format_name == "aiperf"
     assert req["request_id"].tolist() == ["7609a2e7-aa53-4ab1-98f4-f35ecafefd25",
@@ -49,7 +50,7 @@ def test_aiperf_documented_records_map_to_requests() -> None:
 
 
 def test_aiperf_token_times_are_ttft_plus_cumulative_chunk_gaps() -> None:
-    times = list(load_trace(EXPORT).requests["token_times_s"].iloc[0])
+    times = list(read_trace(EXPORT).requests["token_times_s"].iloc[0])
     assert len(times) == 9  # 1 + 8 gaps, output_sequence_length 9
     assert times[0] == pytest.approx(0.255886568)
     assert times[1] == pytest.approx(0.255886568 + 0.004898437)
@@ -60,7 +61,7 @@ def test_aiperf_token_times_are_ttft_plus_cumulative_chunk_gaps() -> None:
 
 
 def test_aiperf_cancelled_request_is_kept_as_aborted() -> None:
-    trace = load_trace(EXPORT)
+    trace = read_trace(EXPORT)
     req = trace.requests
     assert req["status"].tolist() == ["ok", "aborted"]
     assert req["error"].iloc[1] == (
@@ -74,7 +75,7 @@ def test_aiperf_server_error_is_status_error(tmp_path: Path) -> None:
     ok, failed = _records()
     failed["metadata"]["was_cancelled"] = False
     failed["error"] = {"code": 500, "type": "HTTPError", "message": "Internal Server Error"}
-    req = load_trace(_write(tmp_path, [ok, failed])).requests
+    req = read_trace(_write(tmp_path, [ok, failed])).requests
     assert req["status"].tolist() == ["ok", "error"]
     assert req["error"].iloc[1] == "HTTPError (500): Internal Server Error"
 
@@ -83,7 +84,7 @@ def test_aiperf_units_are_read_from_each_metric(tmp_path: Path) -> None:
     ok, _ = _records()
     ok["metrics"]["time_to_first_token"] = {"value": 255886568, "unit": "ns"}
     ok["metrics"]["request_latency"] = {"value": 0.297525228, "unit": "sec"}
-    req = load_trace(_write(tmp_path, [ok])).requests
+    req = read_trace(_write(tmp_path, [ok])).requests
     assert req["first_token_s"].iloc[0] == pytest.approx(0.255886568)
     assert req["finish_s"].iloc[0] == pytest.approx(0.297525228)
 
@@ -91,7 +92,7 @@ def test_aiperf_units_are_read_from_each_metric(tmp_path: Path) -> None:
 def test_aiperf_chunked_stream_is_noted(tmp_path: Path) -> None:
     ok, _ = _records()
     ok["metrics"]["output_sequence_length"] = {"value": 20, "unit": "tokens"}
-    trace = load_trace(_write(tmp_path, [ok]))
+    trace = read_trace(_write(tmp_path, [ok]))
     assert len(trace.requests["token_times_s"].iloc[0]) == 9  # chunk times kept as measured
     assert any(note.startswith("1 request(s) streamed a chunk count other than output_len")
                for note in trace.notes)
@@ -102,7 +103,7 @@ def test_aiperf_unknown_unit_names_line_and_metric(tmp_path: Path) -> None:
     ok["metrics"]["request_latency"] = {"value": 297.5, "unit": "minutes"}
     with pytest.raises(TraceSchemaError, match=r"line 2, metric 'request_latency': unit "
                                                r"'minutes' is not a time unit") as info:
-        load_trace(_write(tmp_path, [failed, ok]))
+        read_trace(_write(tmp_path, [failed, ok]))
     assert "\n" not in str(info.value)
 
 
@@ -110,20 +111,20 @@ def test_aiperf_missing_start_names_the_field(tmp_path: Path) -> None:
     ok, failed = _records()
     del failed["metadata"]["request_start_ns"]
     with pytest.raises(TraceSchemaError, match=r"line 2, field 'metadata.request_start_ns'"):
-        load_trace(_write(tmp_path, [ok, failed]))
+        read_trace(_write(tmp_path, [ok, failed]))
 
 
 def test_aiperf_missing_input_length_is_a_validation_error(tmp_path: Path) -> None:
     ok, _ = _records()
     del ok["metrics"]["input_sequence_length"]
     with pytest.raises(TraceSchemaError, match=r"line 1.*prompt_len.*missing"):
-        load_trace(_write(tmp_path, [ok]))
+        read_trace(_write(tmp_path, [ok]))
 
 
 def test_aiperf_warmup_records_are_left_out(tmp_path: Path) -> None:
     ok, failed = _records()
     failed["metadata"]["benchmark_phase"] = "warmup"
-    trace = load_trace(_write(tmp_path, [failed, ok]))
+    trace = read_trace(_write(tmp_path, [failed, ok]))
     assert trace.requests["status"].tolist() == ["ok"]
     assert trace.requests["arrival_s"].tolist() == [0.0]  # the clock starts at the kept one
     assert trace.notes[0].startswith("1 warmup request(s) are left out")
@@ -142,7 +143,7 @@ MOCK_SUMMARY = EXPORT.parent / "profile_export_aiperf.json"
 
 
 def test_aiperf_013_run_reads_its_profiling_records() -> None:
-    trace = load_trace(MOCK_RUN)
+    trace = read_trace(MOCK_RUN)
     req = trace.requests
     assert len(req) == 8  # 10 records less 2 warmup
     assert trace.notes[0].startswith("2 warmup request(s) are left out")
@@ -161,7 +162,7 @@ def test_aiperf_013_run_gives_aiperf_own_statistics() -> None:
     # 6.736474178571428 ms over 28 gaps (7 requests x 4), request_latency avg 66.47770142857142.
     from yaotu_trace.profile.workload import timing_profile
 
-    timing = timing_profile(load_trace(MOCK_RUN))
+    timing = timing_profile(read_trace(MOCK_RUN))
     assert timing is not None and timing.ttft_s is not None and timing.itl_s is not None
     assert timing.ttft_s.mean == pytest.approx(0.03953180471428571)
     assert timing.itl_s.count == 28
@@ -183,10 +184,10 @@ def test_aiperf_summary_is_shown_and_refused() -> None:
                                                                   39.081042)
     assert "count" not in ttft.stats and "sum" not in ttft.stats
     with pytest.raises(TraceSchemaError, match=r"AIPerf's run summary.*profile_export.jsonl"):
-        load_trace(MOCK_SUMMARY)
+        read_trace(MOCK_SUMMARY)
 
 
 def test_aiperf_input_format_names_it(tmp_path: Path) -> None:
     renamed = tmp_path / "export.txt"
     renamed.write_bytes(EXPORT.read_bytes())
-    assert len(load_trace(renamed, fmt=TraceFormat.AIPERF).requests) == 2
+    assert len(read_trace(renamed, fmt=TraceFormat.AIPERF).requests) == 2

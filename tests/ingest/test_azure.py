@@ -6,13 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import schema_error, shared_trace
+from conftest import FIXTURES, schema_error, shared_trace
 
 from yaotu_trace.errors import TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 CODE = "azure_llm_2023/AzureLLMInferenceTrace_code.csv"
 CONV = "azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
 
@@ -24,7 +23,7 @@ def _interarrival_cv(arrival_s: np.ndarray) -> float:
 
 
 def test_azure_fixture_maps_columns_to_seconds_and_lengths() -> None:
-    trace = load_trace(DATA / "azure_small.csv")
+    trace = read_trace(FIXTURES / "azure_small.csv")
     req = trace.requests
     assert trace.format_name == "azure"
     assert req["arrival_s"].tolist() == pytest.approx(
@@ -38,23 +37,23 @@ def test_azure_fixture_maps_columns_to_seconds_and_lengths() -> None:
 
 def test_azure_arrivals_keep_100ns_resolution() -> None:
     # GIVEN two rows 100 ns apart, 1.7e9 s after the Unix epoch
-    arrival_s = load_trace(DATA / "azure_small.csv").requests["arrival_s"].to_numpy()
+    arrival_s = read_trace(FIXTURES / "azure_small.csv").requests["arrival_s"].to_numpy()
     # THEN the gap survives: float seconds since 1970 would round it away
     assert arrival_s[2] - arrival_s[1] == pytest.approx(1e-7, abs=1e-12)
 
 
 def test_azure_accepts_whole_second_timestamps() -> None:
-    arrival_s = load_trace(DATA / "azure_small.csv").requests["arrival_s"]
+    arrival_s = read_trace(FIXTURES / "azure_small.csv").requests["arrival_s"]
     # Row 4 is "2023-11-16 18:17:05" with no fractional part.
     assert arrival_s.iloc[3] == pytest.approx(5.0 - 3.97996, abs=1e-9)
 
 
 def test_azure_is_detected_from_the_header() -> None:
-    assert detect_format(DATA / "azure_small.csv") is TraceFormat.AZURE
+    assert detect_format(FIXTURES / "azure_small.csv") is TraceFormat.AZURE
 
 
 def test_azure_bad_timestamp_is_a_one_line_error_naming_the_line() -> None:
-    path = DATA / "azure_bad_timestamp.csv"
+    path = FIXTURES / "azure_bad_timestamp.csv"
     message = schema_error(path)
     assert "line 4" in message and "TIMESTAMP" in message
     assert "2023-11-16 25:17:04.0000000" in message
@@ -64,14 +63,14 @@ def test_azure_missing_timestamp_is_named(tmp_path: Path) -> None:
     path = tmp_path / "azure.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.1,1,2\n,3,4\n")
     with pytest.raises(TraceSchemaError, match=r"line 3, column 'TIMESTAMP': value is missing"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_azure_missing_column_lists_the_expected_header(tmp_path: Path) -> None:
     path = tmp_path / "azure.csv"
     path.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.1,1\n")
     with pytest.raises(TraceSchemaError, match="missing column 'GeneratedTokens'") as info:
-        load_trace(path, fmt=TraceFormat.AZURE)
+        read_trace(path, fmt=TraceFormat.AZURE)
     assert "\n" not in str(info.value)
 
 
@@ -83,11 +82,11 @@ def test_azure_non_numeric_length_names_the_line(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceSchemaError,
                        match=r"azure.csv: line 3, column 'ContextTokens' \(read as prompt_len\)"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_azure_code_trace_matches_the_documented_shape() -> None:
-    trace = load_trace(shared_trace(CODE))
+    trace = read_trace(shared_trace(CODE))
     req = trace.requests
     arrival_s = req["arrival_s"].to_numpy()
     gaps = np.diff(arrival_s)
@@ -112,7 +111,7 @@ def test_azure_code_trace_matches_the_documented_shape() -> None:
 
 
 def test_azure_conv_trace_matches_the_documented_shape() -> None:
-    trace = load_trace(shared_trace(CONV))
+    trace = read_trace(shared_trace(CONV))
     req = trace.requests
     arrival_s = req["arrival_s"].to_numpy()
     gaps = np.diff(arrival_s)
@@ -133,6 +132,6 @@ def test_azure_conv_trace_matches_the_documented_shape() -> None:
 
 
 def test_azure_code_is_an_order_of_magnitude_burstier_than_conv() -> None:
-    code = _interarrival_cv(load_trace(shared_trace(CODE)).requests["arrival_s"].to_numpy())
-    conv = _interarrival_cv(load_trace(shared_trace(CONV)).requests["arrival_s"].to_numpy())
+    code = _interarrival_cv(read_trace(shared_trace(CODE)).requests["arrival_s"].to_numpy())
+    conv = _interarrival_cv(read_trace(shared_trace(CONV)).requests["arrival_s"].to_numpy())
     assert code / conv > 10

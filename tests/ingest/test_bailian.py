@@ -7,15 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import schema_error
+from conftest import FIXTURES, schema_error
 
 from yaotu_trace.data.schema import list_arrays
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.detect import sniff_keys
 from yaotu_trace.ingest.formats import TraceFormat
-
-DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _line(**fields: object) -> str:
@@ -32,7 +30,7 @@ def _line(**fields: object) -> str:
 
 
 def test_bailian_fixture_maps_ids_times_lengths_and_blocks() -> None:
-    trace = load_trace(DATA / "bailian_small.jsonl")
+    trace = read_trace(FIXTURES / "bailian_small.jsonl")
     req = trace.requests
     assert trace.format_name == "bailian"
     assert trace.source_block_size == 16
@@ -49,7 +47,7 @@ def test_bailian_fixture_maps_ids_times_lengths_and_blocks() -> None:
 
 
 def test_bailian_sessions_follow_the_parent_chain_to_its_root() -> None:
-    trace = load_trace(DATA / "bailian_small.jsonl")
+    trace = read_trace(FIXTURES / "bailian_small.jsonl")
     sessions = dict(zip(trace.requests["request_id"], trace.requests["session_id"], strict=True))
     # 5 → 2 → 0; 4 → 3, whose parent 77 is outside the file; 1 is a root of its own.
     assert sessions == {"0": "0", "1": "1", "2": "0", "3": "3", "4": "3", "5": "0"}
@@ -57,19 +55,19 @@ def test_bailian_sessions_follow_the_parent_chain_to_its_root() -> None:
 
 
 def test_bailian_types_become_a_note_not_tenants() -> None:
-    trace = load_trace(DATA / "bailian_small.jsonl")
+    trace = read_trace(FIXTURES / "bailian_small.jsonl")
     assert any(note.endswith("text 3, file 2, search 1") for note in trace.notes)
 
 
 def test_bailian_is_detected_and_not_taken_for_mooncake() -> None:
-    assert detect_format(DATA / "bailian_small.jsonl") is TraceFormat.BAILIAN
+    assert detect_format(FIXTURES / "bailian_small.jsonl") is TraceFormat.BAILIAN
     keys = {"chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "hash_ids"}
     assert sniff_keys(keys) is TraceFormat.BAILIAN
     assert sniff_keys(keys - {"chat_id", "parent_chat_id"}) is TraceFormat.MOONCAKE
 
 
 def test_bailian_bad_block_count_is_a_one_line_error_naming_the_line() -> None:
-    path = DATA / "bailian_bad_hash_ids.jsonl"
+    path = FIXTURES / "bailian_bad_hash_ids.jsonl"
     message = schema_error(path)
     assert "line 2, column 'hash_ids' (read as prompt_block_ids)" in message
     assert "16 tokens per id" in message
@@ -82,7 +80,7 @@ def test_bailian_parent_cycle_is_an_error(tmp_path: Path) -> None:
         + _line(chat_id=3, parent_chat_id=1)
     )
     with pytest.raises(TraceSchemaError, match=r"line 1, column 'parent_chat_id'.*loops") as info:
-        load_trace(path)
+        read_trace(path)
     assert "\n" not in str(info.value)
 
 
@@ -90,11 +88,11 @@ def test_bailian_duplicate_chat_id_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "q.jsonl"
     path.write_text(_line(chat_id=7, parent_chat_id=-1) + _line(chat_id=7, parent_chat_id=-1))
     with pytest.raises(TraceSchemaError, match=r"line 2, column 'request_id': duplicate id '7'"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_bailian_invalid_json_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "q.jsonl"
     path.write_text(_line(chat_id=1, parent_chat_id=-1) + '{"chat_id": 2, "parent_chat_id": \n')
     with pytest.raises(TraceReadError, match=r"q.jsonl: line 2: invalid JSON"):
-        load_trace(path, fmt=TraceFormat.BAILIAN)
+        read_trace(path, fmt=TraceFormat.BAILIAN)

@@ -7,17 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode, TraceSchemaError
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.bench_summary import UNAVAILABLE
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.summary import read_summary
+from yaotu_trace.ingest.telemetry.bench_summary import UNAVAILABLE
 from yaotu_trace.render.json_report import json_schema
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-DOCS_RUN = DATA / "vllm_bench" / "docs_summary.json"
+DOCS_RUN = FIXTURES / "vllm_bench" / "docs_summary.json"
 
 
 def test_vllm_summary_holds_the_documented_run() -> None:
@@ -65,13 +65,13 @@ def test_vllm_summary_keeps_unknown_numbers_and_orders_percentiles(tmp_path: Pat
 
 
 def test_vllm_detailed_result_is_not_a_summary() -> None:
-    assert read_summary(DATA / "vllm_bench_small.json") is None
-    assert read_summary(DATA / "azure_small.csv") is None  # not a .json document: not opened
+    assert read_summary(FIXTURES / "vllm_bench_small.json") is None
+    assert read_summary(FIXTURES / "azure_small.csv") is None  # not a .json document: not opened
 
 
 def test_summary_refused_by_the_trace_reader_in_one_line() -> None:
     with pytest.raises(TraceSchemaError) as info:
-        load_trace(DOCS_RUN)
+        read_trace(DOCS_RUN)
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"{DOCS_RUN}: a summary without per-request arrays")

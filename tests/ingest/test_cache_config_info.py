@@ -6,23 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from conftest import FIXTURES
 
 from yaotu_trace.commands.diagnose import diagnose
-from yaotu_trace.ingest.metrics import POOL_FROM_CACHE_CONFIG, read_metrics
+from yaotu_trace.data.metric_names import POOL_FROM_CACHE_CONFIG
+from yaotu_trace.diagnosis.options import DiagnosisOptions
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.sim.metrics_export import metrics_export
-
-DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def kv_axis(metrics_path: Path) -> dict:
-    doc = diagnose(None, metrics=metrics_path).to_dict()
+    doc = diagnose(None, DiagnosisOptions(metrics=metrics_path)).to_dict()
     return next(a for a in doc["axes"] if a["name"] == "kv_memory")
 
 
 def test_the_pool_of_a_real_vllm_metrics_body() -> None:
     # AIBrix's docs print vLLM's /metrics: block_size 16, num_gpu_blocks 81,767; block 0 is
     # the null block, so (81,767 - 1) x 16 = 1,308,256 usable tokens.
-    path = DATA / "prom_text" / "vllm_cache_config_info.prom"
+    path = FIXTURES / "prom_text" / "vllm_cache_config_info.prom"
     metrics = read_metrics(path)
     assert metrics.name_of("max_total_tokens") == POOL_FROM_CACHE_CONFIG
     assert metrics.gauge("max_total_tokens", how="max")["value"].tolist() == [1_308_256.0]

@@ -1,4 +1,4 @@
-"""Canonical Parquet, JSONL and CSV: `write_trace` → `load_trace` round trips."""
+"""Canonical Parquet, JSONL and CSV: `write_trace` → `read_trace` round trips."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.schema import LIST_COLUMNS, Trace
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 EXTENSIONS = ("parquet", "jsonl", "csv")
 
 
@@ -80,7 +80,7 @@ def test_canonical_round_trip_keeps_every_column(tmp_path: Path, ext: str) -> No
     path = tmp_path / f"t.{ext}"
     write_trace(table, path)
     # WHEN it is read back
-    trace = load_trace(path)
+    trace = read_trace(path)
     # THEN names, order, values and missing values survive
     assert trace.format_name == ext
     assert list(trace.requests.columns) == list(table.columns)
@@ -95,8 +95,8 @@ def test_canonical_round_trip_keeps_every_column(tmp_path: Path, ext: str) -> No
 @pytest.mark.parametrize("ext", EXTENSIONS)
 def test_canonical_round_trip_of_a_loaded_trace_is_stable(tmp_path: Path, ext: str) -> None:
     # Writing what the tool read (Arrow lists, nullable ints) and reading again changes nothing.
-    first = load_trace(_written(tmp_path / f"a.{ext}", _full_table()))
-    second = load_trace(_written(tmp_path / f"b.{ext}", first.requests))
+    first = read_trace(_written(tmp_path / f"a.{ext}", _full_table()))
+    second = read_trace(_written(tmp_path / f"b.{ext}", first.requests))
     assert _plain(second) == _plain(first)
     pd.testing.assert_frame_equal(second.requests, first.requests)
 
@@ -109,7 +109,7 @@ def _written(path: Path, table: pd.DataFrame, **kwargs: object) -> Path:
 @pytest.mark.parametrize("ext", ["parquet", "jsonl", "csv"])
 def test_canonical_block_ids_keep_source_block_size(tmp_path: Path, ext: str) -> None:
     path = _written(tmp_path / f"t.{ext}", _block_table(), source_block_size=512)
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert trace.source_block_size == 512
     assert _plain(trace)["prompt_block_ids"] == [[0, 1], [0]]
 
@@ -119,16 +119,16 @@ def test_canonical_csv_block_ids_without_the_column_need_the_block_size(tmp_path
     frame = pd.read_csv(path).drop(columns=["source_block_size"])
     frame.to_csv(path, index=False)
     with pytest.raises(TraceSchemaError, match=r"--source-block-size N"):
-        load_trace(path)
-    assert load_trace(path, source_block_size=512).source_block_size == 512
+        read_trace(path)
+    assert read_trace(path, source_block_size=512).source_block_size == 512
 
 
 def test_canonical_weka_fixture_survives_parquet(tmp_path: Path) -> None:
     # GIVEN a trace read from another format, written as canonical Parquet
-    weka = load_trace(DATA / "weka_mini")
+    weka = read_trace(FIXTURES / "weka_mini")
     path = _written(tmp_path / "w.parquet", weka.requests, source_block_size=64)
     # THEN the canonical file reads back to the same table and block size
-    again = load_trace(path)
+    again = read_trace(path)
     assert again.source_block_size == 64
     pd.testing.assert_frame_equal(again.requests, weka.requests)
 
@@ -160,13 +160,13 @@ def test_canonical_csv_list_cell_must_be_json(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text('arrival_s,prompt_len,output_len,prompt_tokens\n0,2,1,"[1, 2]"\n1,2,1,1;2\n')
     with pytest.raises(TraceReadError, match=r"line 3, column 'prompt_tokens': '1;2'"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_canonical_csv_without_lists_reads_lengths(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("arrival_s,prompt_len,output_len\n0.5,10,3\n1.5,20,4\n")
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert trace.requests["request_id"].tolist() == ["r0", "r1"]
     assert trace.content_column is None
     assert trace.requests["prompt_len"].tolist() == [10, 20]

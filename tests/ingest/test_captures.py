@@ -1,4 +1,4 @@
-"""The captures a deployment writes (tests/data/captures/, written by each producer's own code)
+"""The captures a deployment writes (tests/fixtures/captures/, written by each producer's own code)
 are read with the request count and token totals the producer was fed (`workload.py`)."""
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.detect import detect_format
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.load import load_trace
+from yaotu_trace.ingest.load import read_trace
 
-CAPTURES = Path(__file__).resolve().parents[1] / "data" / "captures"
+CAPTURES = FIXTURES / "captures"
 sys.path.insert(0, str(CAPTURES))
 import workload  # noqa: E402
 
@@ -32,7 +33,7 @@ def _fed(reqs: list[workload.Request], *, cached_block: int | None = None,
 
 
 def _read(path: Path) -> dict[str, int]:
-    df = load_trace(path).requests
+    df = read_trace(path).requests
     out = {"requests": len(df), "prompt_tokens": int(df["prompt_len"].sum()),
            "output_tokens": int(df["output_len"].sum())}
     if "cached_tokens" in df:
@@ -63,7 +64,7 @@ def test_capture_reads_the_requests_its_producer_was_fed(name: str, fmt: TraceFo
 
 
 def test_baseten_keeps_the_cancelled_request_without_output() -> None:
-    trace = load_trace(CAPTURES / "baseten" / "baseten_trace.parquet")
+    trace = read_trace(CAPTURES / "baseten" / "baseten_trace.parquet")
     df = trace.requests
     cancelled = ALL[7]
     assert _read(CAPTURES / "baseten" / "baseten_trace.parquet") == {
@@ -74,7 +75,7 @@ def test_baseten_keeps_the_cancelled_request_without_output() -> None:
 
 
 def test_gateway_log_is_text_only_and_keeps_the_refused_request() -> None:
-    trace = load_trace(CAPTURES / "gateway" / "gateway.jsonl")
+    trace = read_trace(CAPTURES / "gateway" / "gateway.jsonl")
     df = trace.requests
     refused = next(r for r in ALL if r.request_id == "conv6-turn1")
     fed = _fed(ALL[:24], cached_block=16)
@@ -89,7 +90,7 @@ def test_gateway_log_is_text_only_and_keeps_the_refused_request() -> None:
 
 
 def test_vllm_log_keeps_each_token_id_and_joins_streamed_deltas() -> None:
-    df = load_trace(CAPTURES / "vllm" / "vllm_requests.log").requests.set_index("request_id")
+    df = read_trace(CAPTURES / "vllm" / "vllm_requests.log").requests.set_index("request_id")
     for r in ALL:
         row = df.loc[f"cmpl-{r.request_id}-0"]
         assert list(row["prompt_tokens"]) == list(r.prompt)
@@ -101,7 +102,7 @@ def test_vllm_log_keeps_each_token_id_and_joins_streamed_deltas() -> None:
 
 def test_block_id_captures_keep_prefixes_shared_and_their_block_size() -> None:
     for name, size in (("dynamo", 16), ("lmcache", 64), ("litellm/spend_logs.jsonl", 16)):
-        trace = load_trace(CAPTURES / name)
+        trace = read_trace(CAPTURES / name)
         ids = trace.requests.set_index("request_id")["prompt_block_ids"]
         assert trace.source_block_size == size
         first, later = (next(i for k, i in ids.items() if k.endswith(f"conv5-turn{t}"))
@@ -110,7 +111,7 @@ def test_block_id_captures_keep_prefixes_shared_and_their_block_size() -> None:
 
 
 def test_sglang_capture_notes_name_the_fields_it_does_not_use() -> None:
-    notes = load_trace(CAPTURES / "sglang" / "metrics_agree").notes
+    notes = read_trace(CAPTURES / "sglang" / "metrics_agree").notes
     unused = next(n for n in notes if n.startswith("fields in the file"))
     assert "meta_info.queue_time (48)" in unused and "request.sampling_params (48)" in unused
 
@@ -131,7 +132,7 @@ def test_a_bad_value_is_one_line_naming_file_line_and_field(tmp_path: Path) -> N
     bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(TraceSchemaError, match=r"spend.jsonl: line 3, field 'prompt_tokens': "
                                                r"-\d+ is negative; pass LiteLLM"):
-        load_trace(bad)
+        read_trace(bad)
 
 
 def test_a_vllm_log_without_token_ids_names_the_log_level(tmp_path: Path) -> None:
@@ -140,7 +141,7 @@ def test_a_vllm_log_without_token_ids_names_the_log_level(tmp_path: Path) -> Non
     info_only.write_text("".join(line + "\n" for line in text.splitlines() if " DEBUG " not in
                                  line), encoding="utf-8")
     with pytest.raises(TraceSchemaError, match="no prompt_token_ids: vLLM writes them at DEBUG"):
-        load_trace(info_only)
+        read_trace(info_only)
 
 
 def test_a_sglang_export_folder_without_its_files_is_refused(tmp_path: Path) -> None:
@@ -154,12 +155,13 @@ def test_the_formats_page_examples_read_each_capture_as_its_format() -> None:
     import re
 
     page = (CAPTURES.parents[2] / "docs" / "formats.md").read_text(encoding="utf-8")
-    examples = re.findall(r"^    trace analyze (tests/data/captures/\S+)\s+# (\S+)$", page, re.M)
+    examples = re.findall(r"^    trace analyze (tests/fixtures/captures/\S+)\s+# (\S+)$", page,
+                          re.M)
     assert {fmt for _, fmt in examples} == {f.value for f in CAPTURE_FORMATS}
     for path, fmt in examples:
         target = CAPTURES.parents[2] / path
         assert detect_format(target).value == fmt
-        assert len(load_trace(target).requests) > 0
+        assert len(read_trace(target).requests) > 0
 
 
 CAPTURE_FORMATS = (TraceFormat.VLLM_LOG, TraceFormat.SGLANG_LOG, TraceFormat.SGLANG_METRICS,

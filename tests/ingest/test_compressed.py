@@ -13,15 +13,15 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
+from conftest import FIXTURES
 
 from tests.conftest import run_cli, shared_trace
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
@@ -63,13 +63,13 @@ def _canonical(folder: Path, suffix: str) -> Path:
 # Plain fixtures of every file format, with the format they are detected as.
 FILES = {
     "mooncake": (lambda d: _mooncake(d), TraceFormat.MOONCAKE),
-    "bailian": (lambda d: DATA / "bailian_small.jsonl", TraceFormat.BAILIAN),
-    "azure": (lambda d: DATA / "azure_small.csv", TraceFormat.AZURE),
-    "burstgpt": (lambda d: DATA / "burstgpt_small.csv", TraceFormat.BURSTGPT),
-    "vllm-bench": (lambda d: DATA / "vllm_bench_small.json", TraceFormat.VLLM_BENCH),
-    "otel": (lambda d: DATA / "otel_small.json", TraceFormat.OTEL),
-    "otel-jsonl": (lambda d: DATA / "otel_small.jsonl", TraceFormat.OTEL),
-    "weka-file": (lambda d: DATA / "weka_mini" / "trace_0001.json", TraceFormat.WEKA),
+    "bailian": (lambda d: FIXTURES / "bailian_small.jsonl", TraceFormat.BAILIAN),
+    "azure": (lambda d: FIXTURES / "azure_small.csv", TraceFormat.AZURE),
+    "burstgpt": (lambda d: FIXTURES / "burstgpt_small.csv", TraceFormat.BURSTGPT),
+    "vllm-bench": (lambda d: FIXTURES / "vllm_bench_small.json", TraceFormat.VLLM_BENCH),
+    "otel": (lambda d: FIXTURES / "otel_small.json", TraceFormat.OTEL),
+    "otel-jsonl": (lambda d: FIXTURES / "otel_small.jsonl", TraceFormat.OTEL),
+    "weka-file": (lambda d: FIXTURES / "weka_mini" / "trace_0001.json", TraceFormat.WEKA),
     "jsonl": (lambda d: _canonical(d, ".jsonl"), TraceFormat.CANONICAL_JSONL),
     "csv": (lambda d: _canonical(d, ".csv"), TraceFormat.CANONICAL_CSV),
     "parquet": (lambda d: _canonical(d, ".parquet"), TraceFormat.CANONICAL_PARQUET),
@@ -94,13 +94,13 @@ def test_compressed_file_reads_like_the_plain_file(tmp_path: Path, name: str, ex
     packed = _compressed(plain, tmp_path, ext)
     # THEN the format is told from the inner extension and the tables are the same
     assert detect_format(packed) is fmt
-    expected = load_trace(plain)
-    got = load_trace(packed)
+    expected = read_trace(plain)
+    got = read_trace(packed)
     pd.testing.assert_frame_equal(got.requests, expected.requests)
     assert got.notes == expected.notes
     assert got.source_block_size == expected.source_block_size
     # AND --input-format names the format of a compressed file as of a plain one
-    pd.testing.assert_frame_equal(load_trace(packed, fmt=fmt).requests, expected.requests)
+    pd.testing.assert_frame_equal(read_trace(packed, fmt=fmt).requests, expected.requests)
 
 
 @pytest.mark.parametrize("ext", COMPRESS)
@@ -110,14 +110,14 @@ def test_compressed_content_is_found_when_the_name_does_not_say(tmp_path: Path,
     plain = _canonical(tmp_path, ".jsonl")
     liar = tmp_path / "liar.jsonl"
     liar.write_bytes(COMPRESS[ext](plain.read_bytes()))
-    pd.testing.assert_frame_equal(load_trace(liar).requests, load_trace(plain).requests)
+    pd.testing.assert_frame_equal(read_trace(liar).requests, read_trace(plain).requests)
 
 
 def test_compressed_name_without_compressed_content_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl.gz"
     shutil.copy(_canonical(tmp_path, ".jsonl"), path)
     with pytest.raises(TraceReadError) as exc:
-        load_trace(path)
+        read_trace(path)
     assert str(exc.value) == (
         f"{path}: named .gz but not gzip data (its first bytes are not gzip's); the file is "
         "damaged or misnamed: copy it again, or rename it without .gz"
@@ -128,18 +128,18 @@ def test_compressed_folders_weka_and_ragpulse(tmp_path: Path) -> None:
     # GIVEN the WEKA and RAGPulse folders with every file compressed (mixed codecs)
     weka = tmp_path / "weka"
     weka.mkdir()
-    for k, file in enumerate(sorted((DATA / "weka_mini").glob("*.json"))):
+    for k, file in enumerate(sorted((FIXTURES / "weka_mini").glob("*.json"))):
         _compressed(file, weka, [".gz", ".zst"][k % 2])
     rag = tmp_path / "rag"
     rag.mkdir()
-    for k, file in enumerate(sorted((DATA / "ragpulse_mini").glob("*.jsonl"))):
+    for k, file in enumerate(sorted((FIXTURES / "ragpulse_mini").glob("*.jsonl"))):
         _compressed(file, rag, list(COMPRESS)[k % 4])
     # THEN they are detected and read as the plain folders are
     assert detect_format(weka) is TraceFormat.WEKA
     assert detect_format(rag) is TraceFormat.RAGPULSE
-    for packed, plain in ((weka, DATA / "weka_mini"), (rag, DATA / "ragpulse_mini")):
-        expected = load_trace(plain)
-        got = load_trace(packed)
+    for packed, plain in ((weka, FIXTURES / "weka_mini"), (rag, FIXTURES / "ragpulse_mini")):
+        expected = read_trace(plain)
+        got = read_trace(packed)
         pd.testing.assert_frame_equal(got.requests, expected.requests)
         assert got.notes == expected.notes
 
@@ -163,7 +163,7 @@ def test_damaged_compressed_file_names_the_file_and_codec(tmp_path: Path, ext: s
     path.write_bytes(bytes(data))
     # THEN loading fails with one line naming the file and the codec
     with pytest.raises(TraceReadError) as exc:
-        load_trace(path)
+        read_trace(path)
     message = str(exc.value)
     assert "\n" not in message
     assert message.startswith(f"{path}: damaged {CODEC_NAMES[ext]} file (")
@@ -187,7 +187,7 @@ def test_convert_reads_compressed_text_in_parts(tmp_path: Path, ext: str, suffix
     done = convert_trace(packed, parts, part_bytes=2048)
     # THEN it was read in several parts and gives the table of the plain file
     assert done.parts > 1
-    pd.testing.assert_frame_equal(load_trace(parts).requests, load_trace(whole).requests)
+    pd.testing.assert_frame_equal(read_trace(parts).requests, read_trace(whole).requests)
 
 
 def test_cli_analyzes_a_gzipped_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,7 +213,7 @@ def test_cli_analyzes_a_gzipped_jsonl(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_public_trace_compressed_reads_the_same(tmp_path: Path, relative: str, ext: str) -> None:
     plain = shared_trace(relative)
     packed = _compressed(plain, tmp_path, ext)
-    expected = load_trace(plain)
-    got = load_trace(packed)
+    expected = read_trace(plain)
+    got = read_trace(packed)
     pd.testing.assert_frame_equal(got.requests, expected.requests)
     assert got.notes == expected.notes

@@ -15,8 +15,8 @@ from tests.conftest import run_cli
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.token_times import gap_summary
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix.stream import ParquetPrompts
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 
 FIX = "copy it again or re-export the trace"
 
@@ -66,7 +66,7 @@ def _one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
 
 def test_damaged_page_read_eagerly_names_row_group_and_column(damaged_tokens: Path) -> None:
     with pytest.raises(TraceReadError) as exc:
-        load_trace(damaged_tokens)
+        read_trace(damaged_tokens)
     message = _one_line(exc)
     assert message.startswith(f"{damaged_tokens}: row group 2 of 4, column 'prompt_tokens': "
                               "the Parquet file is damaged (")
@@ -75,7 +75,7 @@ def test_damaged_page_read_eagerly_names_row_group_and_column(damaged_tokens: Pa
 
 def test_damaged_page_met_while_streaming_is_a_read_error(damaged_tokens: Path) -> None:
     # GIVEN the trace loaded with its token columns left on disk (the scalar columns are fine)
-    trace = load_trace(damaged_tokens, lazy_content=True)
+    trace = read_trace(damaged_tokens, lazy_content=True)
     assert trace.lazy is not None and "prompt_tokens" in trace.lazy.columns
     prompts = ParquetPrompts(path=str(damaged_tokens), column="prompt_tokens",
                              prompt_len=trace.requests["prompt_len"].to_numpy(np.int64),
@@ -95,7 +95,7 @@ def test_damaged_token_times_met_while_streaming(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     write_trace(_table(), path)
     _damage_column(path, "token_times_s", row_group=2)
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     with pytest.raises(TraceReadError) as exc:
         gap_summary(trace.requests, trace.lazy)
     message = _one_line(exc)
@@ -119,7 +119,7 @@ def test_not_parquet_or_cut_short(tmp_path: Path, content: bytes, expected: str)
     path = tmp_path / "t.parquet"
     path.write_bytes(content)
     with pytest.raises(TraceReadError) as exc:
-        load_trace(path, lazy_content=True)
+        read_trace(path, lazy_content=True)
     assert _one_line(exc).startswith(f"{path}: {expected}")
 
 
@@ -132,7 +132,7 @@ def test_footer_overwritten_is_damaged(tmp_path: Path) -> None:
     data[start:start + footer // 2] = bytes(footer // 2)  # the length and magic bytes kept
     path.write_bytes(bytes(data))
     with pytest.raises(TraceReadError) as exc:
-        load_trace(path, lazy_content=True)
+        read_trace(path, lazy_content=True)
     assert "the Parquet file is damaged" in _one_line(exc)
 
 
@@ -143,7 +143,7 @@ def test_public_trace_converted_then_damaged_is_caught_by_its_checksums(tmp_path
 
     path = tmp_path / "mooncake.parquet"
     convert_trace(shared_trace("mooncake/conversation_trace.jsonl"), path)
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     assert trace.lazy is not None and "prompt_block_ids" in trace.lazy.columns
     # WHEN one byte of a block-id page in the middle of the file flips
     meta = pq.ParquetFile(path).metadata

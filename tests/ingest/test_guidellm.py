@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "guidellm"
+DATA = FIXTURES / "guidellm"
 REPORT = DATA / "benchmarks_mock_server.json"
 V03 = DATA / "benchmarks_stripped_v03.json"
 # request_start_time of the report's first request (benchmark 0, successful 0).
@@ -36,7 +37,7 @@ def test_guidellm_reports_are_detected_as_json_documents() -> None:
 
 
 def test_guidellm_successful_requests_map_to_rows() -> None:
-    req = load_trace(REPORT).requests
+    req = read_trace(REPORT).requests
     ok = req[req["status"] == "ok"]
     assert ok["prompt_len"].tolist() == [31, 69, 73]
     assert ok["output_len"].tolist() == [6, 6, 6]
@@ -52,7 +53,7 @@ def test_guidellm_successful_requests_map_to_rows() -> None:
 
 
 def test_guidellm_every_benchmark_is_read_on_one_clock() -> None:
-    trace = load_trace(REPORT)
+    trace = read_trace(REPORT)
     req = trace.requests
     assert len(req) == 8  # 4 + 4, as metrics.request_totals say
     # Benchmark 1 started 1796191634.559625 - ORIGIN = 9.8817259 s after the first request.
@@ -66,7 +67,7 @@ def test_guidellm_every_benchmark_is_read_on_one_clock() -> None:
 
 
 def test_guidellm_errored_requests_are_rows_with_their_error() -> None:
-    trace = load_trace(REPORT)
+    trace = read_trace(REPORT)
     req = trace.requests
     failed = req[req["status"] != "ok"]
     assert failed["status"].tolist() == ["error"] * 5
@@ -84,7 +85,7 @@ def test_guidellm_incomplete_requests_are_aborted(tmp_path: Path) -> None:
     doc = _doc()
     groups = doc["benchmarks"][0]["requests"]
     groups["incomplete"] = [groups["successful"].pop()]
-    req = load_trace(_write(tmp_path, doc)).requests
+    req = read_trace(_write(tmp_path, doc)).requests
     aborted = req[req["status"] == "aborted"]
     assert len(aborted) == 1
     assert aborted["prompt_len"].tolist() == [73]  # its counts are kept
@@ -94,7 +95,7 @@ def test_guidellm_incomplete_requests_are_aborted(tmp_path: Path) -> None:
 
 
 def test_guidellm_v03_report_and_its_sample_note() -> None:
-    trace = load_trace(V03)
+    trace = read_trace(V03)
     req = trace.requests
     assert req["prompt_len"].tolist() == [257]
     assert req["output_len"].tolist() == [128]
@@ -110,7 +111,7 @@ def test_guidellm_report_without_requests_says_so(tmp_path: Path) -> None:
     for bench in doc["benchmarks"]:
         bench["requests"] = {"successful": [], "errored": [], "incomplete": [], "total": None}
     with pytest.raises(TraceSchemaError, match=r"hold no requests.*sample_size 0"):
-        load_trace(_write(tmp_path, doc))
+        read_trace(_write(tmp_path, doc))
 
 
 def test_guidellm_request_without_start_names_it(tmp_path: Path) -> None:
@@ -121,7 +122,7 @@ def test_guidellm_request_without_start_names_it(tmp_path: Path) -> None:
     bad["info"]["timings"]["resolve_start"] = None
     with pytest.raises(TraceSchemaError,
                        match=r"benchmark 1, errored request 2, field 'request_start_time'") as e:
-        load_trace(_write(tmp_path, doc))
+        read_trace(_write(tmp_path, doc))
     assert "\n" not in str(e.value)
 
 
@@ -130,14 +131,14 @@ def test_guidellm_bad_length_names_the_request(tmp_path: Path) -> None:
     doc["benchmarks"][0]["requests"]["successful"][1]["prompt_tokens"] = "many"
     with pytest.raises(TraceSchemaError,
                        match=r"benchmark 0, successful request 1, column 'prompt_len'"):
-        load_trace(_write(tmp_path, doc))
+        read_trace(_write(tmp_path, doc))
 
 
 def test_guidellm_requests_not_lists_is_an_error(tmp_path: Path) -> None:
     doc = _doc()
     doc["benchmarks"][0]["requests"]["errored"] = {"a": 1}
     with pytest.raises(TraceSchemaError, match=r"benchmark 0, field 'requests.errored'"):
-        load_trace(_write(tmp_path, doc))
+        read_trace(_write(tmp_path, doc))
 
 
 def test_guidellm_timing_matches_guidellm_own_metrics() -> None:
@@ -146,7 +147,7 @@ def test_guidellm_timing_matches_guidellm_own_metrics() -> None:
     # 0.08639192581176758 s. Benchmark 1 has no successful request.
     from yaotu_trace.profile.workload import timing_profile
 
-    timing = timing_profile(load_trace(REPORT))
+    timing = timing_profile(read_trace(REPORT))
     assert timing is not None and timing.ttft_s is not None and timing.e2e_s is not None
     assert timing.ttft_s.count == 3
     assert timing.ttft_s.mean == pytest.approx(0.0435496171315511)
@@ -157,5 +158,5 @@ def test_guidellm_timing_matches_guidellm_own_metrics() -> None:
 def test_guidellm_input_format_names_it(path: Path, tmp_path: Path) -> None:
     renamed = tmp_path / "report.txt"
     renamed.write_bytes(path.read_bytes())
-    trace = load_trace(renamed, fmt=TraceFormat.GUIDELLM)
+    trace = read_trace(renamed, fmt=TraceFormat.GUIDELLM)
     assert trace.format_name == "guidellm"

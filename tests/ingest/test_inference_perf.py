@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.summary import read_summary
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "inference_perf"
+DATA = FIXTURES / "inference_perf"
 PER_REQUEST = DATA / "per_request_lifecycle_metrics.json"
 STAGE = DATA / "stage_0_lifecycle_metrics.json"
 WORKLOAD = DATA / "prefix_sharing_example.json"
@@ -39,7 +40,7 @@ def test_inference_perf_documents_are_detected(path: Path) -> None:
 
 
 def test_per_request_report_maps_times_and_server_counts() -> None:
-    req = load_trace(PER_REQUEST).requests
+    req = read_trace(PER_REQUEST).requests
     assert len(req) == 8
     # start_time 2407.640237853 - 2407.443107818 = 0.197130035 s.
     assert req["arrival_s"].iloc[:2].tolist() == pytest.approx([0.0, 0.197130035])
@@ -51,7 +52,7 @@ def test_per_request_report_maps_times_and_server_counts() -> None:
 
 
 def test_per_request_token_times_are_the_chunk_times() -> None:
-    times = list(load_trace(PER_REQUEST).requests["token_times_s"].iloc[0])
+    times = list(read_trace(PER_REQUEST).requests["token_times_s"].iloc[0])
     chunks = [2407.774030701, 2407.780856655, 2407.787409079, 2407.794057827, 2407.800899906]
     assert times == pytest.approx([t - ORIGIN for t in chunks])
     # No zero gaps: one time per chunk, as measured.
@@ -59,7 +60,7 @@ def test_per_request_token_times_are_the_chunk_times() -> None:
 
 
 def test_per_request_failure_is_a_row_with_its_error() -> None:
-    trace = load_trace(PER_REQUEST)
+    trace = read_trace(PER_REQUEST)
     last = trace.requests.iloc[-1]
     assert last["status"] == "error"
     assert last["error"].startswith("HTTP Error 500: {\"error\":{\"message\":\"Mock server")
@@ -71,7 +72,7 @@ def test_per_request_failure_is_a_row_with_its_error() -> None:
 def test_per_request_timeout_is_status_timeout(tmp_path: Path) -> None:
     records = _records()
     records[7]["error"] = {"error_type": "TimeoutError", "error_msg": "Request timed out"}
-    req = load_trace(_write(tmp_path, records)).requests
+    req = read_trace(_write(tmp_path, records)).requests
     assert req["status"].iloc[-1] == "timeout"
     assert req["error"].iloc[-1] == "TimeoutError: Request timed out"
 
@@ -79,7 +80,7 @@ def test_per_request_timeout_is_status_timeout(tmp_path: Path) -> None:
 def test_per_request_without_usage_uses_inference_perf_counts(tmp_path: Path) -> None:
     records = _records()
     records[0]["info"]["response_metrics"]["server_usage"] = None
-    trace = load_trace(_write(tmp_path, records))
+    trace = read_trace(_write(tmp_path, records))
     assert trace.requests["output_len"].iloc[0] == 3  # the client's count
     # 5 chunk times for 3 tokens: noted, times kept per chunk.
     assert any(n.startswith("1 request(s) streamed a chunk count other than output_len")
@@ -90,11 +91,11 @@ def test_per_request_bad_start_names_the_request(tmp_path: Path) -> None:
     records = _records()
     records[3]["start_time"] = "soon"
     with pytest.raises(TraceSchemaError, match=r"request 3, field 'start_time': 'soon'"):
-        load_trace(_write(tmp_path, records))
+        read_trace(_write(tmp_path, records))
 
 
 def test_workload_trace_spans_are_requests() -> None:
-    trace = load_trace(WORKLOAD)
+    trace = read_trace(WORKLOAD)
     req = trace.requests
     # Spans start every 2 s from 10:00:00; the conversation's turns end 1-1.8 s later.
     assert req["arrival_s"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
@@ -110,13 +111,13 @@ def test_workload_trace_without_token_counts_is_refused(tmp_path: Path) -> None:
     doc = json.loads(WORKLOAD.read_text())
     del doc["spans"][2]["attributes"]["gen_ai.usage.prompt_tokens"]
     with pytest.raises(TraceSchemaError, match=r"span 2 \(span_conv_turn1\).*no token counts"):
-        load_trace(_write(tmp_path, doc))
+        read_trace(_write(tmp_path, doc))
 
 
 def test_workload_trace_error_status_is_kept(tmp_path: Path) -> None:
     doc = json.loads(WORKLOAD.read_text())
     doc["spans"][1]["status"] = {"code": 2, "message": "rate limited"}
-    req = load_trace(_write(tmp_path, doc)).requests
+    req = read_trace(_write(tmp_path, doc)).requests
     assert req["status"].tolist()[1] == "error" and req["error"].iloc[1] == "rate limited"
 
 
@@ -166,4 +167,4 @@ def test_stage_report_failure_labels_are_noted(tmp_path: Path) -> None:
 def test_inference_perf_input_format_names_it(path: Path, tmp_path: Path) -> None:
     renamed = tmp_path / "report.txt"
     renamed.write_bytes(path.read_bytes())
-    assert load_trace(renamed, fmt=TraceFormat.INFERENCE_PERF).format_name == "inference-perf"
+    assert read_trace(renamed, fmt=TraceFormat.INFERENCE_PERF).format_name == "inference-perf"

@@ -32,8 +32,8 @@ def _imported_parts(tree: ast.AST) -> set[str]:
 
 def test_ingest_imports_only_the_layers_below() -> None:
     upward = {}
-    for path in sorted(INGEST.glob("*.py")):
+    for path in sorted(INGEST.rglob("*.py")):
         found = _imported_parts(ast.parse(path.read_text(encoding="utf-8"))) - BELOW
         if found:
-            upward[path.name] = sorted(found)
+            upward[path.relative_to(INGEST).as_posix()] = sorted(found)
     assert upward == {}

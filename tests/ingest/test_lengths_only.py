@@ -1,7 +1,7 @@
 """A lengths-only table (no timestamp column): `trace analyze` gives its length profile.
 
 Source: microsoft/vidur `data/processed_traces/arxiv_summarization_stats_llama2_tokenizer_
-filtered_v2.csv` at 7d47513 (first 6 rows, tests/data/sim_traces/README.md), a table Vidur
+filtered_v2.csv` at 7d47513 (first 6 rows, tests/fixtures/sim_traces/README.md), a table Vidur
 ships without arrivals. Hand-checked from the file: prompts 3772, 2015, 3858, 2509, 3169, 3466
 (total 18789, mean 3131.5, median (3169 + 3466) / 2 = 3317.5); outputs 54, 156, 133, 79, 189,
 43 (total 654, mean 109, median (79 + 133) / 2 = 106).
@@ -13,13 +13,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ConfigError, ExitCode, TraceSchemaError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
-ARXIV = ROOT / "tests" / "data" / "sim_traces" / "vidur_arxiv_lengths.csv"
+ARXIV = FIXTURES / "sim_traces" / "vidur_arxiv_lengths.csv"
 STEPS = ROOT / "sample_traces" / "diag-healthy.steps.parquet"
 
 
@@ -68,7 +69,7 @@ def test_a_canonical_lengths_only_csv_named_with_input_format(
 
 def test_commands_that_need_arrivals_keep_a_one_line_error() -> None:
     with pytest.raises(TraceSchemaError) as info:
-        load_trace(ARXIV)
+        read_trace(ARXIV)
     message = str(info.value)
     assert "\n" not in message and str(ARXIV) in message
     assert "no arrival times" in message and "--map arrival_s=" in message
@@ -93,7 +94,7 @@ def test_a_step_log_cannot_be_fitted_to_a_lengths_only_table() -> None:
 
 
 def test_a_timed_trace_keeps_its_arrivals() -> None:
-    trace = load_trace(ROOT / "tests" / "data" / "sim_traces" / "vidur_splitwise_code.csv",
+    trace = read_trace(FIXTURES / "sim_traces" / "vidur_splitwise_code.csv",
                        arrivals_optional=True)
     assert trace.has_arrivals and "arrival_s" in trace.column_names
 

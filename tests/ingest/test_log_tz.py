@@ -13,14 +13,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from tests.conftest import run_cli
 from yaotu_trace.commands.diagnose import diagnose
+from yaotu_trace.data.engine_metrics import EngineMetrics
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
-from yaotu_trace.ingest.serverlog import log_zone
+from yaotu_trace.ingest.load import read_metrics
+from yaotu_trace.ingest.telemetry.serverlog import log_zone
 
-LOGS = Path(__file__).resolve().parents[1] / "data" / "serverlogs"
+LOGS = FIXTURES / "serverlogs"
 ISSUE_43295 = LOGS / "vllm_v1_issue43295.log"  # first line INFO 05-19 10:13:11
 SGLANG_29853 = LOGS / "sglang_pr29853.log"  # first line [2026-07-01 15:20:26 TP0]
 
@@ -84,7 +87,7 @@ def test_a_bad_zone_is_a_usage_error(text: str) -> None:
 
 def test_a_bad_zone_is_refused_before_reading(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
-        diagnose(None, metrics=tmp_path / "absent.log", log_tz="Nowhere/Town")
+        diagnose(None, DiagnosisOptions(metrics=tmp_path / "absent.log", log_tz="Nowhere/Town"))
 
 
 def test_cli_refuses_a_bad_zone_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:

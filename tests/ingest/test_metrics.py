@@ -5,15 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest.metrics import read_metrics
-
-DATA = Path(__file__).resolve().parents[1] / "data"
+from yaotu_trace.ingest.load import read_metrics
 
 
 def test_metrics_prometheus_json_range_query() -> None:
-    m = read_metrics(DATA / "prom_vllm_small.json")
+    m = read_metrics(FIXTURES / "prom_vllm_small.json")
     assert "vllm:num_requests_waiting" in m.names
     waiting = m.gauge("num_waiting")
     assert waiting is not None
@@ -30,7 +29,7 @@ def test_metrics_prometheus_json_range_query() -> None:
 
 
 def test_metrics_csv_with_sglang_names() -> None:
-    m = read_metrics(DATA / "prom_sglang_small.csv")
+    m = read_metrics(FIXTURES / "prom_sglang_small.csv")
     assert m.name_of("num_waiting") == "sglang:num_queue_reqs"
     waiting = m.gauge("num_waiting")
     assert waiting["time_s"].tolist() == [1732931200.0, 1732931215.0]  # ISO time converted
@@ -54,9 +53,9 @@ def test_metrics_csv_with_sglang_names() -> None:
 )
 def test_metrics_errors_are_one_line_with_location(name: str, expected: str) -> None:
     with pytest.raises(TraceReadError) as info:
-        read_metrics(DATA / name)
+        read_metrics(FIXTURES / name)
     message = str(info.value)
-    assert message.startswith(str(DATA / name))
+    assert message.startswith(str(FIXTURES / name))
     assert expected in message
     assert "\n" not in message
 

@@ -12,7 +12,7 @@ from conftest import shared_trace
 
 from yaotu_trace.data.schema import list_arrays
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
 # name → (rows, Σ input_length, Σ len(hash_ids), last timestamp s, sha256 prefix)
@@ -34,7 +34,7 @@ def _row(ts: object, n: int, ids: list[int]) -> dict:
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_mooncake_public_counts_and_sums(name: str) -> None:
     rows, prompt_sum, ids_sum, last_s, _ = PUBLIC[name]
-    trace = load_trace(shared_trace(f"mooncake/{name}"))
+    trace = read_trace(shared_trace(f"mooncake/{name}"))
     req = trace.requests
     assert trace.format_name == "mooncake"
     assert trace.source_block_size == 512
@@ -49,14 +49,14 @@ def test_mooncake_public_counts_and_sums(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_mooncake_public_ceil_rule(name: str) -> None:
     # The trailing partial block has an id: len(hash_ids) == ceil(input_length / 512).
-    trace = load_trace(shared_trace(f"mooncake/{name}"))
+    trace = read_trace(shared_trace(f"mooncake/{name}"))
     offsets, _ = list_arrays(trace.requests["prompt_block_ids"])
     prompt = trace.requests["prompt_len"].to_numpy(dtype=np.int64)
     assert np.array_equal(np.diff(offsets), -(-prompt // 512))
 
 
 def test_mooncake_public_conversation_details() -> None:
-    trace = load_trace(shared_trace("mooncake/conversation_trace.jsonl"))
+    trace = read_trace(shared_trace("mooncake/conversation_trace.jsonl"))
     req = trace.requests
     offsets, values = list_arrays(req["prompt_block_ids"])
     # Every request starts with the shared block 0; file order is already arrival order.
@@ -76,20 +76,20 @@ def test_mooncake_public_detected_and_unchanged(name: str) -> None:
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     assert before.startswith(PUBLIC[name][4])
     assert detect_format(path) is TraceFormat.MOONCAKE
-    load_trace(path)
+    read_trace(path)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
 def test_mooncake_ms_timestamps_become_seconds(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.jsonl", [_row(0, 600, [0, 1]), _row(1500, 512, [0])])
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert trace.requests["arrival_s"].tolist() == [0.0, 1.5]
 
 
 def test_mooncake_floor_count_is_also_accepted(tmp_path: Path) -> None:
     # 600 tokens: 1 id (floor) or 2 ids (ceil) are both consistent with 512-token blocks.
     path = _write(tmp_path / "t.jsonl", [_row(0, 600, [0]), _row(1, 600, [0, 1])])
-    assert len(load_trace(path).requests) == 2
+    assert len(read_trace(path).requests) == 2
 
 
 def test_mooncake_wrong_id_count_names_line(tmp_path: Path) -> None:
@@ -99,19 +99,19 @@ def test_mooncake_wrong_id_count_names_line(tmp_path: Path) -> None:
         match=r"line 2, column 'hash_ids' \(read as prompt_block_ids\): 3 ids cannot cover "
         r"prompt_len 600 at 512 tokens per id \(expected 1 or 2\)",
     ):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_mooncake_non_numeric_timestamp_names_line(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.jsonl", [_row(0, 512, [0]), _row("later", 512, [0])])
     with pytest.raises(TraceSchemaError,
                        match=r"line 2, column 'timestamp' \(read as arrival_s\): 'later'"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_mooncake_unsorted_timestamps_sorted_with_note(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.jsonl", [_row(2000, 512, [0]), _row(1000, 512, [1])])
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert trace.requests["request_id"].tolist() == ["r1", "r0"]
     assert any("out of order at 1 place(s)" in n for n in trace.notes)
 
@@ -120,4 +120,4 @@ def test_mooncake_corrupt_line_names_line(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(_row(0, 512, [0])) + "\n{oops\n", encoding="utf-8")
     with pytest.raises(TraceReadError, match=r"t\.jsonl: line 2: invalid JSON"):
-        load_trace(path, fmt=TraceFormat.MOONCAKE)
+        read_trace(path, fmt=TraceFormat.MOONCAKE)

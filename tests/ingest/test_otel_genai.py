@@ -8,12 +8,13 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-OTEL = Path(__file__).resolve().parents[1] / "data" / "otel"
+OTEL = FIXTURES / "otel"
 SEMCONV = OTEL / "semconv_tool_calls.json"
 SGLANG = OTEL / "sglang_flat_spans.json"
 
@@ -26,7 +27,7 @@ def _semconv_spans() -> list[dict[str, object]]:
 def _check_semconv(path: Path) -> None:
     """The tool-call example of the GenAI semantic conventions (examples-llm-calls.md): span 1
     has 47 input / 17 output tokens, span 2 has 97 / 52; the tool span has no usage."""
-    trace = load_trace(path)
+    trace = read_trace(path)
     req = trace.requests
     assert req["request_id"].tolist() == [
         "chatcmpl-9J3uIL87gldCFtiIbyaOvTeYBRA3l",
@@ -45,7 +46,7 @@ def _check_semconv(path: Path) -> None:
 def test_semconv_otlp_document_reads_input_and_output_tokens() -> None:
     assert detect_format(SEMCONV) is TraceFormat.OTEL
     _check_semconv(SEMCONV)
-    notes = load_trace(SEMCONV).notes
+    notes = read_trace(SEMCONV).notes
     assert notes[0] == (
         "arrival_s is seconds since 2018-12-13T14:51:00+00:00 (the earliest span start)"
     )
@@ -66,10 +67,10 @@ def test_json_lines_of_single_spans_are_detected_and_read(tmp_path: Path) -> Non
 
 
 def test_sglang_flat_span_list_maps_root_spans_to_requests() -> None:
-    """Hand-checked against the table in tests/data/otel/README.md (SGLang's span tree from
+    """Hand-checked against the table in tests/fixtures/otel/README.md (SGLang's span tree from
     python/sglang/srt/observability/trace.py): 3 request root spans among 10 spans."""
     assert detect_format(SGLANG) is TraceFormat.OTEL
-    trace = load_trace(SGLANG)
+    trace = read_trace(SGLANG)
     req = trace.requests
     assert req["request_id"].tolist() == ["7d1e9c2b5a", "2f8a4c6e3b", "5b3d7f1a9c"]
     assert req["arrival_s"].tolist() == [0.0, 0.5, 0.75]
@@ -88,7 +89,7 @@ def test_error_status_spans_are_failed_requests_with_their_message() -> None:
     """SGLang closes an aborted request's spans with status ERROR (code 2) and the message
     "have unclosed span, auto closed": that request stays, with status error and the message;
     the notes count it."""
-    trace = load_trace(SGLANG)
+    trace = read_trace(SGLANG)
     notes = trace.notes
     assert "7 span(s) without 'gen_ai.usage.prompt_tokens' were skipped (not requests)" in notes
     assert (
@@ -108,7 +109,7 @@ def test_every_json_spelling_of_the_error_status_counts(tmp_path: Path, code: ob
     spans[2]["status"] = {"code": 1}  # OK
     path = tmp_path / "spans.json"
     path.write_text(json.dumps({"spans": spans}))
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert any(note.startswith("1 of 2 request span(s) ended with status ERROR")
                for note in trace.notes)
     assert trace.requests["status"].tolist() == ["error", "ok"]
@@ -120,7 +121,7 @@ def test_json_lines_of_flat_span_lists(tmp_path: Path) -> None:
     path = tmp_path / "spans.jsonl"
     path.write_text(json.dumps({"spans": spans[:4]}) + "\n" + json.dumps({"spans": spans[4:]}))
     assert detect_format(path) is TraceFormat.OTEL
-    assert load_trace(path).requests["prompt_len"].tolist() == [1024, 256, 64]
+    assert read_trace(path).requests["prompt_len"].tolist() == [1024, 256, 64]
 
 
 def test_older_and_newer_names_mix_in_one_file(tmp_path: Path) -> None:
@@ -137,7 +138,7 @@ def test_older_and_newer_names_mix_in_one_file(tmp_path: Path) -> None:
     }
     path = tmp_path / "spans.json"
     path.write_text(json.dumps([*_semconv_spans(), vllm_span]))
-    req = load_trace(path).requests
+    req = read_trace(path).requests
     assert req["request_id"].tolist()[-1] == "cmpl-1"
     assert req["prompt_len"].tolist() == [47, 97, 10]
     assert req["output_len"].tolist() == [17, 52, 5]
@@ -151,7 +152,7 @@ def test_no_request_span_error_counts_the_spans_it_saw(tmp_path: Path) -> None:
     path = tmp_path / "spans.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceSchemaError) as info:
-        load_trace(path)
+        read_trace(path)
     message = str(info.value)
     assert "\n" not in message
     assert "none of the 10 span(s) carries 'gen_ai.usage.input_tokens' or " in message
@@ -162,7 +163,7 @@ def test_flat_spans_that_are_not_objects_name_the_place(tmp_path: Path) -> None:
     path = tmp_path / "spans.json"
     path.write_text(json.dumps({"spans": [{"spanId": "1", "startTimeUnixNano": "1"}, 3]}))
     with pytest.raises(TraceReadError, match="'spans' must be a list of objects"):
-        load_trace(path, fmt=TraceFormat.OTEL)
+        read_trace(path, fmt=TraceFormat.OTEL)
 
 
 def test_bad_start_time_in_a_flat_list_names_the_span(tmp_path: Path) -> None:
@@ -171,4 +172,4 @@ def test_bad_start_time_in_a_flat_list_names_the_span(tmp_path: Path) -> None:
     path = tmp_path / "spans.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceSchemaError, match=r"spans\[4\], field 'startTimeUnixNano'"):
-        load_trace(path)
+        read_trace(path)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.outcome import failed_count, has_status, successful_mask
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.convert import convert_trace
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 EXTENSIONS = ("parquet", "jsonl", "csv")
 
 
@@ -44,7 +44,7 @@ def _written_table(path: Path) -> Path:
 @pytest.mark.parametrize("ext", EXTENSIONS)
 def test_status_and_error_round_trip_through_every_canonical_format(tmp_path: Path,
                                                                      ext: str) -> None:
-    trace = load_trace(_written_table(tmp_path / f"t.{ext}"))
+    trace = read_trace(_written_table(tmp_path / f"t.{ext}"))
     req = trace.requests
     # Validation lower-cases the status; a missing one stays missing (read as ok).
     assert req["status"].tolist()[:2] == ["ok", "timeout"]
@@ -59,8 +59,8 @@ def test_status_and_error_round_trip_through_every_canonical_format(tmp_path: Pa
 def test_burstgpt_failures_survive_conversion(tmp_path: Path, ext: str) -> None:
     # burstgpt_small.csv: 5 rows, the one at t=45 s failed (Response tokens 0).
     out = tmp_path / f"b.{ext}"
-    convert_trace(DATA / "burstgpt_small.csv", out)
-    req = load_trace(out).requests
+    convert_trace(FIXTURES / "burstgpt_small.csv", out)
+    req = read_trace(out).requests
     assert req["status"].tolist() == ["ok", "error", "ok", "ok", "ok"]
     assert req["error"].notna().tolist() == [False, True, False, False, False]
 
@@ -68,8 +68,8 @@ def test_burstgpt_failures_survive_conversion(tmp_path: Path, ext: str) -> None:
 @pytest.mark.parametrize("ext", EXTENSIONS)
 def test_otel_error_span_survives_conversion(tmp_path: Path, ext: str) -> None:
     out = tmp_path / f"o.{ext}"
-    convert_trace(DATA / "otel" / "sglang_flat_spans.json", out)
-    req = load_trace(out).requests
+    convert_trace(FIXTURES / "otel" / "sglang_flat_spans.json", out)
+    req = read_trace(out).requests
     assert req["status"].tolist() == ["ok", "ok", "error"]
     assert req["error"].iloc[2] == "have unclosed span, auto closed"
 
@@ -79,6 +79,6 @@ def test_an_empty_status_means_the_source_did_not_say(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"arrival_s": 0, "prompt_len": 1, "output_len": 1, "status": " "}\n'
                     '{"arrival_s": 1, "prompt_len": 1, "output_len": 1, "status": "OK"}\n')
-    req = load_trace(path).requests
+    req = read_trace(path).requests
     assert req["status"].isna().tolist() == [True, False]
     assert successful_mask(req).tolist() == [True, True]

@@ -1,5 +1,5 @@
 """Prometheus text exposition (`curl .../metrics`) as `--metrics`: snapshots, scrape series,
-`_created` dating, counter resets and one-line errors. Fixtures: tests/data/prom_text/README.md.
+`_created` dating, counter resets and one-line errors. Fixtures: tests/fixtures/prom_text/README.md.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import FIXTURES, run_cli
 
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.metrics import read_metrics
-from yaotu_trace.ingest.prom_text import time_in_name
+from yaotu_trace.ingest.load import read_metrics
+from yaotu_trace.ingest.telemetry.prom_text import time_in_name
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data" / "prom_text"
+DATA = FIXTURES / "prom_text"
 SGL = "model_name=meta-llama/Llama-3.1-8B-Instruct"
 
 

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_trace
+from conftest import FIXTURES, shared_trace
 
 from yaotu_trace.data.schema import list_arrays, normalize
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.ragpulse import read_ragpulse
+from yaotu_trace.ingest.traces.ragpulse import read_ragpulse
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 WEEK_S = 604_800
 TABLES = {
     "1_sys_prompt.jsonl": "sys_prompt_id",
@@ -66,7 +65,7 @@ def _session(epoch_ms: int, k: int) -> str:
 
 @pytest.fixture(scope="module")
 def public() -> object:
-    return load_trace(shared_trace("ragpulse/0_trace.jsonl"))
+    return read_trace(shared_trace("ragpulse/0_trace.jsonl"))
 
 
 def test_ragpulse_public_counts_and_lengths(public) -> None:
@@ -167,7 +166,7 @@ def test_ragpulse_detected_from_file_and_folder() -> None:
     path = shared_trace("ragpulse/0_trace.jsonl")
     assert detect_format(path) is TraceFormat.RAGPULSE
     assert detect_format(path.parent) is TraceFormat.RAGPULSE
-    assert len(load_trace(path.parent).requests) == 7106
+    assert len(read_trace(path.parent).requests) == 7106
 
 
 def test_ragpulse_public_files_unchanged_by_reading() -> None:
@@ -175,7 +174,7 @@ def test_ragpulse_public_files_unchanged_by_reading() -> None:
     files = sorted(path.parent.glob("*.jsonl"))
     before = [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]
     assert before[0].startswith("cd371571bef33209")
-    load_trace(path)
+    read_trace(path)
     assert [hashlib.sha256(f.read_bytes()).hexdigest() for f in files] == before
 
 
@@ -186,7 +185,7 @@ def test_ragpulse_expands_chunks_in_component_order(tmp_path: Path) -> None:
     # GIVEN two requests over the same chunks, passages in a different order
     path = _write(tmp_path, [_row("5", "a", passages=[0, 1]), _row("6", "b", passages=[1, 0])])
     # WHEN read
-    trace = load_trace(path)
+    trace = read_trace(path)
     offsets, values = list_arrays(trace.requests["prompt_tokens"])
     first, second = values[offsets[0] : offsets[1]], values[offsets[1] : offsets[2]]
     # THEN tokens are dense per chunk in id order: passages 0..2 own 0-4, 5-7, 8-11;
@@ -202,7 +201,7 @@ def test_ragpulse_expands_chunks_in_component_order(tmp_path: Path) -> None:
 def test_ragpulse_string_timestamps_parse_as_numbers(tmp_path: Path) -> None:
     # "100" sorts before "82" as text; arrival must be numeric and in file order.
     path = _write(tmp_path, [_row("82", "a", passages=[0]), _row("100", "b", passages=[0])])
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert trace.requests["arrival_s"].tolist() == [82.0, 100.0]
     assert not any("out of order" in n for n in trace.notes)
 
@@ -210,7 +209,7 @@ def test_ragpulse_string_timestamps_parse_as_numbers(tmp_path: Path) -> None:
 def test_ragpulse_blank_lines_are_not_rows(tmp_path: Path) -> None:
     path = _write(tmp_path, [_row("1", "a", passages=[0])])
     path.write_text("\n" + path.read_text() + "\n\n", encoding="utf-8")
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert trace.rows_read == 1
 
 
@@ -223,7 +222,7 @@ def test_ragpulse_runs_placed_by_session_epochs(tmp_path: Path) -> None:
                  passages=[1]) for k in range(12)]
     path = _write(tmp_path, run1 + run2)
     # WHEN read
-    trace = load_trace(path)
+    trace = read_trace(path)
     arrival = trace.requests["arrival_s"].to_numpy()
     # THEN run 2 moves by +86,400 s and stays after run 1, in file order
     assert arrival.tolist() == [10.0 * k for k in range(12)] + [
@@ -236,7 +235,7 @@ def test_ragpulse_runs_without_epochs_are_interleaved_with_notes(tmp_path: Path)
     rows = [_row("5", "x", passages=[0]), _row("9", "y", passages=[0]),
             _row("2", "z", passages=[1]), _row("7", "w", passages=[1])]
     path = _write(tmp_path, rows)
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert trace.requests["arrival_s"].tolist() == [2.0, 5.0, 7.0, 9.0]
     assert trace.requests["request_id"].tolist() == ["line3", "line1", "line4", "line2"]
     notes = " ".join(trace.notes)
@@ -246,7 +245,7 @@ def test_ragpulse_runs_without_epochs_are_interleaved_with_notes(tmp_path: Path)
 
 def test_ragpulse_without_tables_reads_lengths_only(tmp_path: Path) -> None:
     path = _write(tmp_path, [_row("1", "a", passages=[0])], tables=False)
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert "prompt_tokens" not in trace.requests.columns
     assert trace.requests["prompt_len"].tolist() == [20]
     assert any("prefix reuse is not available" in n for n in trace.notes)
@@ -256,20 +255,20 @@ def test_ragpulse_some_tables_missing_is_an_error(tmp_path: Path) -> None:
     path = _write(tmp_path, [_row("1", "a", passages=[0])])
     (tmp_path / "3_history.jsonl").unlink()
     with pytest.raises(TraceReadError, match=r"3_history\.jsonl missing"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_ragpulse_unknown_chunk_id_names_line_and_component(tmp_path: Path) -> None:
     path = _write(tmp_path, [_row("1", "a", passages=[0]), _row("2", "b", passages=[99])])
     with pytest.raises(TraceSchemaError, match=r"line 2, column 'hash_ids\.passages_ids'.*99"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_ragpulse_chunk_of_wrong_component_is_an_error(tmp_path: Path) -> None:
     # Id 3 exists, but in the sys_prompt table, not the passages table.
     path = _write(tmp_path, [_row("1", "a", passages=[3])])
     with pytest.raises(TraceSchemaError, match=r"chunk id 3 is not in 2_passages\.jsonl"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_ragpulse_chunks_longer_than_input_is_an_error(tmp_path: Path) -> None:
@@ -277,13 +276,13 @@ def test_ragpulse_chunks_longer_than_input_is_an_error(tmp_path: Path) -> None:
     row["input_length"] = 10
     path = _write(tmp_path, [row])
     with pytest.raises(TraceSchemaError, match=r"line 1, column 'prompt_len'.*less than the 17"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_ragpulse_non_numeric_timestamp_names_line(tmp_path: Path) -> None:
     path = _write(tmp_path, [_row("1", "a", passages=[0]), _row("noon", "b", passages=[0])])
     with pytest.raises(TraceSchemaError, match=r"line 2, column 'arrival_s': 'noon'"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_ragpulse_hash_ids_not_an_object_is_an_error(tmp_path: Path) -> None:
@@ -291,14 +290,14 @@ def test_ragpulse_hash_ids_not_an_object_is_an_error(tmp_path: Path) -> None:
     row["hash_ids"] = [1, 2]
     path = _write(tmp_path, [row])
     with pytest.raises(TraceSchemaError, match=r"line 1, column 'hash_ids': expected an object"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_ragpulse_bad_table_line_is_named(tmp_path: Path) -> None:
     path = _write(tmp_path, [_row("1", "a", passages=[0])])
     (tmp_path / "2_passages.jsonl").write_text('{"passage_id": 0, "token_length": "five"}\n')
     with pytest.raises(TraceSchemaError, match=r"2_passages\.jsonl: line 1, column 'token_length'"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_ragpulse_rows_are_not_mistaken_for_mooncake(tmp_path: Path) -> None:
@@ -307,7 +306,7 @@ def test_ragpulse_rows_are_not_mistaken_for_mooncake(tmp_path: Path) -> None:
 
 
 def test_ragpulse_fixture_folder_reads() -> None:
-    trace = load_trace(DATA / "ragpulse_mini")
+    trace = read_trace(FIXTURES / "ragpulse_mini")
     assert trace.format_name == "ragpulse"
     assert len(trace.requests) == 4
     offsets, _ = list_arrays(trace.requests["prompt_tokens"])

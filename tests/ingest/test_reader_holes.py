@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError, YaotuError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
 ROWS = [{"arrival_s": 0.0, "prompt_len": 3, "output_len": 1},
         {"arrival_s": 1.5, "prompt_len": 4, "output_len": 2}]
@@ -30,7 +30,7 @@ def _jsonl_text(rows: list[dict]) -> str:
 
 def _error(path: Path, kind: type[YaotuError] = YaotuError) -> str:
     with pytest.raises(kind) as exc:
-        load_trace(path)
+        read_trace(path)
     message = str(exc.value)
     assert "\n" not in message and message.startswith(f"{path}: ")
     return message[len(str(path)) + 2:]
@@ -45,8 +45,8 @@ def _error(path: Path, kind: type[YaotuError] = YaotuError) -> str:
 def test_bom_and_crlf_read_like_plain_files(tmp_path: Path, name: str, text: str) -> None:
     plain = _text(tmp_path / f"plain{Path(name).suffix}",
                   _jsonl_text(ROWS) if name.endswith("jsonl") else CSV)
-    got = load_trace(_text(tmp_path / name, text))
-    pd.testing.assert_frame_equal(got.requests, load_trace(plain).requests)
+    got = read_trace(_text(tmp_path / name, text))
+    pd.testing.assert_frame_equal(got.requests, read_trace(plain).requests)
 
 
 def test_tsv_is_tab_separated(tmp_path: Path) -> None:
@@ -54,8 +54,8 @@ def test_tsv_is_tab_separated(tmp_path: Path) -> None:
         text = CSV.replace(",", "\t")
         path = tmp_path / name
         path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
-        pd.testing.assert_frame_equal(load_trace(path).requests,
-                                      load_trace(_text(tmp_path / "t.csv", CSV)).requests)
+        pd.testing.assert_frame_equal(read_trace(path).requests,
+                                      read_trace(_text(tmp_path / "t.csv", CSV)).requests)
 
 
 def test_json_array_gets_the_json_lines_fix(tmp_path: Path) -> None:
@@ -140,4 +140,4 @@ def test_folder_given_for_a_file_format(tmp_path: Path) -> None:
     from yaotu_trace.ingest.formats import TraceFormat
 
     with pytest.raises(TraceReadError, match=r"is a folder, and a jsonl trace is one file"):
-        load_trace(tmp_path, fmt=TraceFormat.CANONICAL_JSONL)
+        read_trace(tmp_path, fmt=TraceFormat.CANONICAL_JSONL)

@@ -1,6 +1,6 @@
 """Engine server logs (vLLM, SGLang) read as `--metrics` telemetry.
 
-The fixtures under tests/data/serverlogs/ are excerpts of engine logs posted in GitHub issues
+The fixtures under tests/fixtures/serverlogs/ are excerpts of engine logs posted in GitHub issues
 and pull requests, mostly the engines' own (sources in its README.md); every expected number
 below was read off those lines by hand.
 """
@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 
 from tests.conftest import run_cli
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.errors import ExitCode, TraceReadError
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
-LOGS = Path(__file__).resolve().parents[1] / "data" / "serverlogs"
-TRACE = Path(__file__).resolve().parents[1] / "data" / "engines" / "trace_mixed.parquet"
+LOGS = FIXTURES / "serverlogs"
+TRACE = FIXTURES / "engines" / "trace_mixed.parquet"
 
 
 def _utc(text: str) -> float:

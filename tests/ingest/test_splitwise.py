@@ -1,25 +1,25 @@
 """splitwise-sim reader: the simulator's own `traces/test_trace.csv`, detected by header.
 
 Source: Mutinifni/splitwise-sim `traces/test_trace.csv` at 8f99e7d (the whole file, 3 rows;
-tests/data/sim_traces/README.md); column meanings from that repository's README.
+tests/fixtures/sim_traces/README.md); column meanings from that repository's README.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import schema_error
+from conftest import FIXTURES, schema_error
 
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "sim_traces"
+DATA = FIXTURES / "sim_traces"
 HEADER = ("request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,"
           "token_size\n")
 
 
 def test_splitwise_trace_maps_ids_arrivals_tenant_and_lengths() -> None:
-    trace = load_trace(DATA / "splitwise_test_trace.csv")
+    trace = read_trace(DATA / "splitwise_test_trace.csv")
     req = trace.requests
     assert trace.format_name == "splitwise"
     assert req["request_id"].tolist() == ["0", "1", "2"]

@@ -1,18 +1,17 @@
 """Engine telemetry given where a request trace belongs (`trace diagnose server.log`, the
 first thing many users type) is refused with the option that takes it, not with a list of
-trace formats. The files are the real excerpts of tests/data (sources in their READMEs)."""
+trace formats. The files are the real excerpts of tests/fixtures (sources in their READMEs)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode, TraceReadError
 from yaotu_trace.ingest.detect import detect_format
-
-DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.mark.parametrize(("name", "kind"), [
@@ -24,7 +23,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
     ("prom_sglang_small.csv", "a Prometheus export"),
 ])
 def test_telemetry_as_a_trace_names_the_option_that_takes_it(name: str, kind: str) -> None:
-    path = DATA / name
+    path = FIXTURES / name
     with pytest.raises(TraceReadError) as err:
         detect_format(path)
     assert str(err.value) == (
@@ -33,7 +32,7 @@ def test_telemetry_as_a_trace_names_the_option_that_takes_it(name: str, kind: st
 
 
 def test_the_cli_says_it_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    path = DATA / "serverlogs" / "vllm_generated_mixed.log"
+    path = FIXTURES / "serverlogs" / "vllm_generated_mixed.log"
     assert main(["diagnose", str(path)]) == ExitCode.INPUT
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and f"--metrics {path}" in err[0]

@@ -1,5 +1,5 @@
 """AIPerf 0.13.0 and guidellm 0.8.1 outputs from one real run each against a local server
-(tests/data/telemetry/bench; README.md gives the commands): 20 requests, 64 prompt and 32
+(tests/fixtures/telemetry/bench; README.md gives the commands): 20 requests, 64 prompt and 32
 output tokens each, the 10th and 20th answered with HTTP 500.
 
 The per-request exports come out with the tools' own summary numbers; their summary CSVs are
@@ -9,15 +9,15 @@ refused with the file that holds the requests, not with a column mapping that ca
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry" / "bench"
+DATA = FIXTURES / "telemetry" / "bench"
 
 
 @pytest.mark.parametrize(("name", "ttft_mean_ms"), [
@@ -27,7 +27,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry" / "bench"
     ("guidellm/benchmarks.json", 43.9129),
 ])
 def test_per_request_exports_match_the_tools_summaries(name: str, ttft_mean_ms: float) -> None:
-    req = load_trace(DATA / name).requests
+    req = read_trace(DATA / name).requests
     assert len(req) == 20
     status = req["status"].astype(str)
     assert (status == "ok").sum() == 18 and (status == "error").sum() == 2
@@ -43,7 +43,7 @@ def test_per_request_exports_match_the_tools_summaries(name: str, ttft_mean_ms: 
 ])
 def test_summary_csvs_point_to_the_per_request_file(name: str, points_to: str) -> None:
     with pytest.raises(TraceReadError, match=f"summary table.*give the.*{points_to}") as info:
-        load_trace(DATA / name)
+        read_trace(DATA / name)
     assert "--input-format" not in str(info.value)
 
 
@@ -52,7 +52,7 @@ def test_summary_csvs_point_to_the_per_request_file(name: str, points_to: str) -
     ("guidellm/benchmarks.csv", "guidellm's summary table"),
 ])
 def test_given_as_metrics_they_are_sent_where_they_belong(name: str, says: str) -> None:
-    from yaotu_trace.ingest.metrics import read_metrics
+    from yaotu_trace.ingest.load import read_metrics
 
     with pytest.raises(TraceReadError, match=re.escape(says)):
         read_metrics(DATA / name)

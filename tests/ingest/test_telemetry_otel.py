@@ -1,5 +1,5 @@
 """OpenTelemetry spans the SDK and the openai-v2 instrumentation wrote, read with the numbers
-they were fed (tests/data/telemetry/otel; README.md names the code, expected.json the numbers).
+they were fed (tests/fixtures/telemetry/otel; README.md names the code, expected.json the numbers).
 
 The SDK files hold 40 GenAI spans with current semantic-convention names (cache_read input
 tokens, time_to_first_chunk), one failed without output tokens; the openai-v2 files hold 12
@@ -10,14 +10,14 @@ requests that failed: kept, counted in the success rate, never dropped.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry" / "otel"
+DATA = FIXTURES / "telemetry" / "otel"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))
 SDK, V2 = EXPECTED["sdk_genai_spans"], EXPECTED["openai_v2_spans"]
 
@@ -27,7 +27,7 @@ SDK, V2 = EXPECTED["sdk_genai_spans"], EXPECTED["openai_v2_spans"]
 def test_sdk_spans_every_encoding(name: str) -> None:
     """OTLP JSON (file exporter, one document or one per line), protobuf JSON, and the
     ConsoleSpanExporter's pretty-printed objects saved as .txt: the same 40 requests."""
-    req = load_trace(DATA / name).requests
+    req = read_trace(DATA / name).requests
     assert len(req) == SDK["requests"]
     status = req["status"].astype(str)
     assert (status == "ok").sum() == SDK["ok"] and (status == "error").sum() == SDK["failed"]
@@ -49,7 +49,7 @@ def test_sdk_spans_every_encoding(name: str) -> None:
 def test_openai_v2_failed_calls_are_kept(name: str) -> None:
     """The instrumentation's failed calls carry error.type and no usage: 2 of 12 failed, not
     12 of 12 succeeded."""
-    trace = load_trace(DATA / name)
+    trace = read_trace(DATA / name)
     req = trace.requests
     assert len(req) == V2["requests"]
     status = req["status"].astype(str)

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's own telemetry, read with the numbers it was fed (tests/data/telemetry/sglang;
+"""SGLang 0.5.23's own telemetry, read with the numbers it was fed (tests/fixtures/telemetry/sglang;
 README.md names the code: SchedulerMetricsReporter, update_running_batch, the multiprocess
 collectors, a real Prometheus 2.42 server; expected.json the numbers).
 
@@ -9,14 +9,14 @@ scrapes and the range export: counted from zero, it gives the 10 retractions fed
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
-from yaotu_trace.ingest import engine_facts
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.data import engine_facts
+from yaotu_trace.ingest.load import read_metrics
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry" / "sglang"
+DATA = FIXTURES / "telemetry" / "sglang"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))
 
 

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's own telemetry, read with the numbers it was fed (tests/data/telemetry/vllm).
+"""vLLM 0.33.0's own telemetry, read with the numbers it was fed (tests/fixtures/telemetry/vllm).
 
 Every file there was written by vLLM's own stat loggers (`LoggingStatLogger`,
 `PrometheusStatLogger`, `KVConnectorLogging`) or by a real Prometheus 2.42 server scraping them,
@@ -12,13 +12,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_json
+from conftest import FIXTURES, run_json
 
+from yaotu_trace.data import engine_facts
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.ingest import engine_facts
-from yaotu_trace.ingest.metrics import EngineMetrics, read_metrics
+from yaotu_trace.ingest.load import read_metrics
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry" / "vllm"
+DATA = FIXTURES / "telemetry" / "vllm"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))
 E0, E1, KV = EXPECTED["engine0"], EXPECTED["engine1"], EXPECTED["kv_decode"]
 

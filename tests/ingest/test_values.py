@@ -18,9 +18,9 @@ import pytest
 
 from tests.conftest import run_cli
 from yaotu_trace.errors import ExitCode, TraceSchemaError
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 from yaotu_trace.prefix.prepare import prepare
-from yaotu_trace.prefix.stream import ParquetPrompts
 
 BIG = 2**70
 
@@ -36,7 +36,7 @@ def _row(arrival_s: float = 0.0, **extra: object) -> dict:
 
 def _error(path: Path, **kwargs: object) -> str:
     with pytest.raises(TraceSchemaError) as exc:
-        load_trace(path, **kwargs)  # type: ignore[arg-type]
+        read_trace(path, **kwargs)  # type: ignore[arg-type]
     message = str(exc.value)
     assert "\n" not in message and message.startswith(f"{path}: ")
     return message[len(str(path)) + 2:]
@@ -44,7 +44,7 @@ def _error(path: Path, **kwargs: object) -> str:
 
 def _streamed(path: Path) -> None:
     """Load lazily and stream the prompt column, as the replay does."""
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     assert trace.lazy is not None
     prompts = ParquetPrompts(path=str(path), column="prompt_tokens",
                              prompt_len=trace.requests["prompt_len"].to_numpy(np.int64),
@@ -88,7 +88,7 @@ def test_token_id_beyond_int64_as_parquet_uint64(tmp_path: Path, lazy: bool) -> 
     pq.write_table(pa.table({"arrival_s": [0.0, 1.0], "prompt_len": [3, 3], "output_len": [1, 1],
                              "prompt_tokens": tokens}), path)
     with pytest.raises(TraceSchemaError) as exc:
-        _streamed(path) if lazy else load_trace(path)
+        _streamed(path) if lazy else read_trace(path)
     assert str(exc.value) == (f"{path}: row 2, column 'prompt_tokens': {2**64 - 1} is beyond "
                               "int64; ids must be below 2**63")
 
@@ -121,7 +121,7 @@ def test_otel_values_beyond_int64(tmp_path: Path) -> None:
 
 def test_whole_float_token_ids_are_ids(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "t.jsonl", [_row(prompt_tokens=[1.0, 2.0, 3.0])])
-    values = load_trace(path).requests["prompt_tokens"].iloc[0]
+    values = read_trace(path).requests["prompt_tokens"].iloc[0]
     assert np.asarray(values).tolist() == [1, 2, 3]
 
 
@@ -156,7 +156,7 @@ def test_parquet_double_token_ids(tmp_path: Path, lazy: bool) -> None:
     pq.write_table(pa.table({"arrival_s": [0.0, 1.0], "prompt_len": [3, 3],
                              "output_len": [1, 1], "prompt_tokens": tokens}), path)
     with pytest.raises(TraceSchemaError) as exc:
-        _streamed(path) if lazy else load_trace(path)
+        _streamed(path) if lazy else read_trace(path)
     assert str(exc.value) == (f"{path}: row 2, column 'prompt_tokens': 7.25 is not a whole "
                               "number; ids are integers")
     whole = tmp_path / "whole.parquet"
@@ -166,7 +166,7 @@ def test_parquet_double_token_ids(tmp_path: Path, lazy: bool) -> None:
     if lazy:
         _streamed(whole)
     else:
-        assert np.asarray(load_trace(whole).requests["prompt_tokens"].iloc[0]).tolist() == [
+        assert np.asarray(read_trace(whole).requests["prompt_tokens"].iloc[0]).tolist() == [
             1, 2, 3]
 
 
@@ -207,9 +207,9 @@ def _lengths_only(folder: Path) -> dict[str, Path]:
 @pytest.mark.parametrize("lazy", [False, True])
 def test_null_token_lists_are_the_same_as_no_column(tmp_path: Path, lazy: bool) -> None:
     files = _lengths_only(tmp_path)
-    expected = load_trace(files["no key"]).requests
+    expected = read_trace(files["no key"]).requests
     for name, path in files.items():
-        trace = load_trace(path, lazy_content=lazy)
+        trace = read_trace(path, lazy_content=lazy)
         assert trace.content_column is None, name
         assert "prompt_tokens" not in trace.column_names, name
         pd.testing.assert_frame_equal(trace.requests, expected, obj=name)
@@ -238,7 +238,7 @@ def test_mixed_null_token_lists_are_lengths_only_rows(tmp_path: Path) -> None:
     parquet = tmp_path / "t.parquet"
     pq.write_table(pa.Table.from_pylist(rows), parquet)
     for source in (path, parquet):
-        trace = load_trace(source)
+        trace = read_trace(source)
         assert trace.content_column == "prompt_tokens"
         assert trace.requests["prompt_tokens"].isna().tolist() == [False, True]
         # THEN the row without tokens is replayed with no content (it can never hit)

@@ -1,23 +1,23 @@
 """Vidur reader: the real `splitwise_code.csv` excerpt of microsoft/vidur, detected by header.
 
 Source: microsoft/vidur `data/processed_traces/splitwise_code.csv` at 7d47513 (first 8 rows,
-tests/data/sim_traces/README.md); the numbers below are read off that file by hand.
+tests/fixtures/sim_traces/README.md); the numbers below are read off that file by hand.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import schema_error
+from conftest import FIXTURES, schema_error
 
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "sim_traces"
+DATA = FIXTURES / "sim_traces"
 
 
 def test_vidur_trace_maps_arrivals_and_lengths() -> None:
-    trace = load_trace(DATA / "vidur_splitwise_code.csv")
+    trace = read_trace(DATA / "vidur_splitwise_code.csv")
     req = trace.requests
     assert trace.format_name == "vidur"
     assert trace.rows_read == 8
@@ -39,7 +39,7 @@ def test_vidur_total_tokens_mismatch_is_a_note(tmp_path: Path) -> None:
     path = tmp_path / "v.csv"
     path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens,num_total_tokens\n"
                     "0.0,10,5,15\n1.5,20,5,99\n")
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert any(n.startswith("1 row(s) have 'num_total_tokens' !=") for n in trace.notes)
 
 

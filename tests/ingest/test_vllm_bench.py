@@ -8,14 +8,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from conftest import schema_error
+from conftest import FIXTURES, schema_error
 
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-SMALL = DATA / "vllm_bench_small.json"
+SMALL = FIXTURES / "vllm_bench_small.json"
 
 
 def _variant(tmp_path: Path, **changes: Any) -> Path:
@@ -32,7 +31,7 @@ def _variant(tmp_path: Path, **changes: Any) -> Path:
 
 
 def test_vllm_bench_fixture_maps_arrays_to_absolute_times() -> None:
-    trace = load_trace(SMALL)
+    trace = read_trace(SMALL)
     req = trace.requests
     assert trace.format_name == "vllm-bench"
     assert req["request_id"].tolist() == ["r0", "r1", "r2", "r3"]
@@ -50,7 +49,7 @@ def test_vllm_bench_fixture_maps_arrays_to_absolute_times() -> None:
 
 
 def test_vllm_bench_token_times_are_ttft_plus_cumulative_itls() -> None:
-    column = load_trace(SMALL).requests["token_times_s"]
+    column = read_trace(SMALL).requests["token_times_s"]
     times = column.tolist()
     assert list(times[0]) == pytest.approx([0.05, 0.07, 0.10])
     assert list(times[1]) == pytest.approx([0.625, 0.635, 0.645, 0.665])
@@ -64,14 +63,14 @@ def test_vllm_bench_chunked_gaps_are_the_itl_vllm_reports() -> None:
     # [0.02, 0.02]; their mean is 0.13 / 7 s, as vllm bench computes mean_itl_ms.
     from yaotu_trace.profile.workload import timing_profile
 
-    timing = timing_profile(load_trace(SMALL))
+    timing = timing_profile(read_trace(SMALL))
     assert timing is not None and timing.itl_s is not None
     assert timing.itl_s.count == 7
     assert timing.itl_s.mean == pytest.approx(0.13 / 7)
 
 
 def test_vllm_bench_failed_requests_are_rows_with_their_error() -> None:
-    trace = load_trace(SMALL)
+    trace = read_trace(SMALL)
     req = trace.requests
     assert req["status"].tolist() == ["ok", "ok", "error", "ok"]
     assert req["error"].iloc[2] == "Bad Request: prompt too long"
@@ -89,18 +88,18 @@ def test_vllm_bench_failed_requests_are_rows_with_their_error() -> None:
 
 def test_vllm_bench_unsuccessful_without_error_text(tmp_path: Path) -> None:
     path = _variant(tmp_path, errors=None, successes=[True, False, True, True])
-    req = load_trace(path).requests
+    req = read_trace(path).requests
     assert req["status"].tolist() == ["ok", "error", "ok", "ok"]
     assert "error" not in req.columns or req["error"].isna().all()
 
 
 def test_vllm_bench_is_detected_as_a_json_document() -> None:
     assert detect_format(SMALL) is TraceFormat.VLLM_BENCH
-    assert detect_format(DATA / "vllm_bench_no_detail.json") is TraceFormat.VLLM_BENCH
+    assert detect_format(FIXTURES / "vllm_bench_no_detail.json") is TraceFormat.VLLM_BENCH
 
 
 def test_vllm_bench_without_start_times_places_requests_at_zero(tmp_path: Path) -> None:
-    trace = load_trace(_variant(tmp_path, start_times=None))
+    trace = read_trace(_variant(tmp_path, start_times=None))
     req = trace.requests
     assert req["arrival_s"].tolist() == [0.0, 0.0, 0.0, 0.0]
     assert req["request_id"].tolist() == ["r0", "r1", "r2", "r3"]  # file order kept for ties
@@ -110,40 +109,40 @@ def test_vllm_bench_without_start_times_places_requests_at_zero(tmp_path: Path) 
 
 
 def test_vllm_bench_saved_latencies_set_finish(tmp_path: Path) -> None:
-    req = load_trace(_variant(tmp_path, latencies=[0.2, 0.3, 0.0, 0.9])).requests
+    req = read_trace(_variant(tmp_path, latencies=[0.2, 0.3, 0.0, 0.9])).requests
     # arrival + latency: 0 + 0.2, 0.5 + 0.3, 2.25 + 0.9; the failed r2 keeps no finish.
     assert req["finish_s"].iloc[[0, 1, 3]].tolist() == pytest.approx([0.2, 0.8, 3.15])
 
 
 def test_vllm_bench_without_detail_asks_for_save_detailed() -> None:
-    path = DATA / "vllm_bench_no_detail.json"
+    path = FIXTURES / "vllm_bench_no_detail.json"
     message = schema_error(path)
     assert "--save-detailed" in message
 
 
 def test_vllm_bench_unparallel_arrays_are_an_error(tmp_path: Path) -> None:
     with pytest.raises(TraceSchemaError, match="key 'ttfts' has 3 entries but 'input_lens' has 4"):
-        load_trace(_variant(tmp_path, ttfts=[0.1, 0.2, 0.3]))
+        read_trace(_variant(tmp_path, ttfts=[0.1, 0.2, 0.3]))
 
 
 def test_vllm_bench_bad_itls_names_the_request(tmp_path: Path) -> None:
     path = _variant(tmp_path, itls=[[0.02, 0.03], [0.01, "x"], [], [0.02]])
     with pytest.raises(TraceSchemaError, match=r"result.json: request 1, key 'itls'") as info:
-        load_trace(path)
+        read_trace(path)
     assert "\n" not in str(info.value)
 
 
 def test_vllm_bench_bad_length_names_the_request(tmp_path: Path) -> None:
     path = _variant(tmp_path, input_lens=[100, -3, 80, 120])
     with pytest.raises(TraceSchemaError, match=r"request 1, column 'prompt_len'.*negative"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_vllm_bench_truncated_json_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "result.json"
     path.write_text(SMALL.read_text()[:400])
     with pytest.raises(TraceReadError, match=r"result.json: line \d+, column \d+: invalid JSON"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_vllm_bench_appended_results_are_refused(tmp_path: Path) -> None:
@@ -151,12 +150,12 @@ def test_vllm_bench_appended_results_are_refused(tmp_path: Path) -> None:
     one = json.dumps(json.loads(SMALL.read_text()))
     path.write_text(one + "\n" + one + "\n")
     with pytest.raises(TraceReadError, match=r"line 2: a second JSON document.*--append-result"):
-        load_trace(path)
+        read_trace(path)
 
 
 def test_vllm_bench_all_failed_is_a_trace_of_failures(tmp_path: Path) -> None:
     path = _variant(tmp_path, errors=["timeout", "timeout", "timeout", "timeout"])
-    req = load_trace(path).requests
+    req = read_trace(path).requests
     assert req["status"].tolist() == ["error"] * 4
     assert req["error"].tolist() == ["timeout"] * 4
     assert "first_token_s" not in req.columns or req["first_token_s"].isna().all()

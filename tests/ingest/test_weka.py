@@ -8,16 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_trace
+from conftest import FIXTURES, shared_trace
 
 from yaotu_trace.data.schema import list_arrays, normalize
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.weka import read_weka
+from yaotu_trace.ingest.traces.weka import read_weka
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-MINI = DATA / "weka_mini"
+MINI = FIXTURES / "weka_mini"
 
 
 def _request(t: float, n_in: int, ids: list[int], **extra: object) -> dict:
@@ -46,7 +45,7 @@ def _ids_by_session(trace) -> dict[str, set[int]]:
 
 @pytest.fixture(scope="module")
 def public() -> object:
-    return load_trace(shared_trace("weka_claude_code"))
+    return read_trace(shared_trace("weka_claude_code"))
 
 
 def test_weka_public_folder_counts(public) -> None:
@@ -103,7 +102,7 @@ def test_weka_public_observed_times(public) -> None:
 def test_weka_public_single_file_detected_and_read() -> None:
     path = shared_trace("weka_claude_code/trace_0001.json")
     assert detect_format(path) is TraceFormat.WEKA
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert len(trace.requests) == 41
     assert set(trace.requests["session_id"]) == {"trace_0001"}
     assert int(trace.requests["prompt_len"].sum()) == 4_873_373  # totals.parent_tokens.input
@@ -122,7 +121,7 @@ def test_weka_public_files_unchanged_by_reading() -> None:
     files = sorted(folder.glob("*.json"))
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
     assert digest.startswith("cacd5e83024bdcb3")
-    load_trace(folder)
+    read_trace(folder)
     assert hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest() == digest
 
 
@@ -130,7 +129,7 @@ def test_weka_public_files_unchanged_by_reading() -> None:
 
 
 def test_weka_mini_fixture_maps_every_field() -> None:
-    trace = load_trace(MINI)
+    trace = read_trace(MINI)
     req = trace.requests
     assert req["request_id"].tolist() == [
         "trace_0001#1", "trace_0022#1", "trace_0022#2", "trace_0001#2", "trace_0001#3",
@@ -152,14 +151,14 @@ def test_weka_mini_fixture_maps_every_field() -> None:
 def test_weka_same_local_ids_do_not_collide(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(0, 128, [1, 2])])
     _file(tmp_path, "b", [_request(0, 128, [1, 2])])
-    by_session = _ids_by_session(load_trace(tmp_path))
+    by_session = _ids_by_session(read_trace(tmp_path))
     assert not by_session["a"] & by_session["b"]
 
 
 def test_weka_global_scope_keeps_ids(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(0, 128, [1, 2])], hash_id_scope="global")
     _file(tmp_path, "b", [_request(3, 128, [1, 7])], hash_id_scope="global")
-    trace = load_trace(tmp_path)
+    trace = read_trace(tmp_path)
     by_session = _ids_by_session(trace)
     assert by_session == {"a": {1, 2}, "b": {1, 7}}
     assert not any("namespaced" in n for n in trace.notes)
@@ -167,7 +166,7 @@ def test_weka_global_scope_keeps_ids(tmp_path: Path) -> None:
 
 def test_weka_unsorted_file_is_sorted_with_note(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(10, 64, [1]), _request(4, 64, [1])])
-    trace = load_trace(tmp_path)
+    trace = read_trace(tmp_path)
     assert trace.requests["request_id"].tolist() == ["a#2", "a#1"]
     assert any("'t' goes backwards within a.json" in n for n in trace.notes)
 
@@ -175,7 +174,7 @@ def test_weka_unsorted_file_is_sorted_with_note(tmp_path: Path) -> None:
 def test_weka_subagent_markers_skipped_with_note(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(0, 64, [1]), {"t": 3, "type": "subagent"},
                           _request(9, 128, [1, 2])])
-    trace = load_trace(tmp_path)
+    trace = read_trace(tmp_path)
     assert trace.requests["request_id"].tolist() == ["a#1", "a#3"]
     assert any("1 sub-agent marker(s) were skipped" in n for n in trace.notes)
 
@@ -184,7 +183,7 @@ def test_weka_block_size_mismatch_is_an_error(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(0, 128, [1, 2])])
     _file(tmp_path, "b", [_request(0, 128, [1])], block_size=128)
     with pytest.raises(TraceSchemaError, match=r"different block sizes: 64 \(a\.json\), 128"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_wrong_id_count_names_file_and_request(tmp_path: Path) -> None:
@@ -192,7 +191,7 @@ def test_weka_wrong_id_count_names_file_and_request(tmp_path: Path) -> None:
     with pytest.raises(
         TraceSchemaError, match=r"a\.json, request 2, column 'prompt_block_ids': 3 ids cannot"
     ):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_missing_in_names_file_and_request(tmp_path: Path) -> None:
@@ -200,32 +199,32 @@ def test_weka_missing_in_names_file_and_request(tmp_path: Path) -> None:
     del bad["in"]
     _file(tmp_path, "a", [_request(0, 64, [1]), bad])
     with pytest.raises(TraceSchemaError, match=r"a\.json, request 2, column 'prompt_len'"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_non_list_hash_ids_is_an_error(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(0, 64, "1,2")])  # type: ignore[arg-type]
     with pytest.raises(TraceSchemaError, match=r"request 1, column 'hash_ids': expected a list"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_fractional_ids_are_an_error(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(0, 64, [1.5])])  # type: ignore[list-item]
     with pytest.raises(TraceSchemaError, match=r"whole numbers"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_non_numeric_t_is_an_error(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request("soon", 64, [1])])  # type: ignore[arg-type]
     with pytest.raises(TraceSchemaError, match=r"a\.json: request 1, column 't': 'soon'"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_invalid_json_file_is_named(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(0, 64, [1])])
     (tmp_path / "b.json").write_text('{"requests": [', encoding="utf-8")
     with pytest.raises(TraceReadError, match=r"b\.json: invalid JSON"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_document_without_requests_is_an_error(tmp_path: Path) -> None:
@@ -237,19 +236,19 @@ def test_weka_document_without_requests_is_an_error(tmp_path: Path) -> None:
 def test_weka_all_files_empty_is_an_error(tmp_path: Path) -> None:
     _file(tmp_path, "a", [])
     with pytest.raises(TraceSchemaError, match=r"no requests"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_folder_without_json_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x", encoding="utf-8")
     with pytest.raises(TraceReadError, match=r"holds no \.json files"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_weka_single_built_file_is_detected(tmp_path: Path) -> None:
     path = _file(tmp_path, "trace_0009", [_request(0, 64, [5])])
     assert detect_format(path) is TraceFormat.WEKA
-    trace = load_trace(path)
+    trace = read_trace(path)
     assert trace.requests["session_id"].tolist() == ["trace_0009"]
     assert not any("WEKA conversations" in n for n in trace.notes)
 
@@ -262,7 +261,7 @@ def test_weka_folder_copied_from_a_mac_skips_hidden_files_with_a_note(tmp_path: 
         (tmp_path / name).write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        \xff")
     # WHEN it is read
     assert detect_format(tmp_path) is TraceFormat.WEKA
-    trace = load_trace(tmp_path)
+    trace = read_trace(tmp_path)
     # THEN the conversations are read, the hidden files skipped and counted
     assert sorted(trace.requests["session_id"]) == ["trace_0001", "trace_0002"]
     assert any(n.startswith("3 hidden file(s) of the folder were skipped") for n in trace.notes)
@@ -270,11 +269,11 @@ def test_weka_folder_copied_from_a_mac_skips_hidden_files_with_a_note(tmp_path: 
 
 def test_weka_folder_without_hidden_files_has_no_skip_note(tmp_path: Path) -> None:
     _file(tmp_path, "a", [_request(0, 64, [1])])
-    assert not any("hidden" in n for n in load_trace(tmp_path).notes)
+    assert not any("hidden" in n for n in read_trace(tmp_path).notes)
 
 
 def test_weka_folder_of_hidden_files_only_says_they_were_skipped(tmp_path: Path) -> None:
     (tmp_path / "._a.json").write_bytes(b"\x00\x05\x16\x07")
     with pytest.raises(TraceReadError, match=r"holds no \.json files \(besides 1 hidden "
                                              r"file\(s\), which are skipped\)"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)

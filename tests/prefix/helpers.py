@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
-from yaotu_trace.prefix.engine import replay
-from yaotu_trace.prefix.result import ReplayResult
+from yaotu_trace.prefix.kernels.blocks import build_block_chains
+from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules, rules_for
 
 
@@ -29,7 +30,9 @@ def chains_of(prompts: Sequence[Sequence[int]], rules: ReplayRules,
     if prompt_len is not None:
         lengths = np.asarray(prompt_len, dtype=np.int64)
     ns = None if namespaces is None else np.asarray(namespaces, dtype=np.int64)
-    return build_block_chains(offsets, values, lengths, source_block_size, ns, rules)
+    content = PromptContent(offsets=offsets, values=values, prompt_len=lengths,
+                            source_block_size=source_block_size)
+    return build_block_chains(content, ns, rules)
 
 
 def run(prompts: Sequence[Sequence[int]], preset: str = "none", *,

@@ -7,7 +7,8 @@ import pytest
 from helpers import chains_of
 
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.prefix import blocks
+from yaotu_trace.prefix.kernels import blocks
+from yaotu_trace.prefix.kernels.chains import hash_keys
 from yaotu_trace.prefix.rules import rules_for
 
 
@@ -86,7 +87,7 @@ def test_repeated_collisions_raise(monkeypatch) -> None:
 
 
 def test_keys_differ_by_seed_and_attempt_and_multipliers_are_odd() -> None:
-    a = blocks._keys(0, 0)
-    assert not np.array_equal(a, blocks._keys(1, 0))
-    assert not np.array_equal(a, blocks._keys(0, 1))
+    a = hash_keys(0, 0)
+    assert not np.array_equal(a, hash_keys(1, 0))
+    assert not np.array_equal(a, hash_keys(0, 1))
     assert all(int(k) % 2 == 1 for k in a[[1, 2, 4, 5]])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from helpers import chains_of, hits, run
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.engine import replay
+from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.rules import rules_for
 
 WORKED = [[1, 2, 3, 4], [1, 2, 3, 8], [9, 2, 3, 4]]
@@ -207,14 +209,17 @@ def test_cache_outputs_inserts_prompt_plus_output_blocks() -> None:
     values = np.array([1, 2, 1, 2, 3, 4])
     out_off = np.array([0, 2, 2])
     out_val = np.array([3, 4])
-    from yaotu_trace.prefix.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.chains import PromptContent
 
-    chains = build_block_chains(offsets, values, np.array([2, 4]), None, None, rules,
-                                output_offsets=out_off, output_values=out_val)
+    content = PromptContent(offsets=offsets, values=values, prompt_len=np.array([2, 4]),
+                            output_offsets=out_off, output_values=out_val)
+    chains = build_block_chains(content, None, rules)
     assert replay(chains, rules).hit_tokens.tolist() == [0, 4]
     assert replay(chains, rules.with_(capacity_blocks=10)).hit_tokens.tolist() == [0, 4]
     plain = rules.with_(cache_outputs=False)
-    chains = build_block_chains(offsets, values, np.array([2, 4]), None, None, plain)
+    chains = build_block_chains(replace(content, output_offsets=None, output_values=None),
+                                None, plain)
     assert replay(chains, plain).hit_tokens.tolist() == [0, 2]
 
 

@@ -1,6 +1,6 @@
 """`--preset vllm|sglang --capacity N` equals the real engines per request (issue: engine-exact).
 
-The fixtures under `tests/data/engines/` were written by `benchmarks/engines/golden_vllm.py`
+The fixtures under `tests/fixtures/engines/` were written by `benchmarks/engines/golden_vllm.py`
 (vLLM 0.33.0's `KVCacheManager`) and `golden_sglang.py` (SGLang 0.5.23's `RadixCache` with its
 CPU token allocators). The kernels are checked against them in `test_exact_vllm.py` and
 `test_exact_sglang.py`; this module checks the path a user takes: the preset's rules resolved as
@@ -13,16 +13,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
 from yaotu_trace.prefix.rules import Accounting, rules_for
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "engines"
+DATA = FIXTURES / "engines"
 
 
 @cache
@@ -36,7 +36,7 @@ def _cases(engine: str) -> list[tuple[str, int]]:
 
 
 def _replay(fixture: dict, preset: str, block: int, capacity: int):
-    trace = load_trace(DATA / fixture["trace"])
+    trace = read_trace(DATA / fixture["trace"])
     rules, _, _ = effective_rules(trace, preset, block_size_tokens=block, capacity_blocks=capacity)
     return replay_trace_with_requests(trace, rules, preset=preset)
 
@@ -74,7 +74,7 @@ def test_clean_accounting_is_the_stack_model() -> None:
     """`accounting=clean` keeps the spec's model: at the tightest vLLM pool it is optimistic,
     as the issue measured (14,832 clean against vLLM's 14,128 tokens at N = 33)."""
     fixture = _fixture("vllm_mixed.json")
-    trace = load_trace(DATA / fixture["trace"])
+    trace = read_trace(DATA / fixture["trace"])
     config = fixture["configs"][0]
     assert config["num_gpu_blocks"] == 33
     clean = rules_for("vllm", capacity_blocks=33, accounting="clean")
@@ -98,7 +98,7 @@ def test_per_instance_pools_are_independent_engines() -> None:
     """With `--scope instance`, each instance is its own vLLM pool: replaying the requests of
     one instance alone gives that instance's hits."""
     fixture = _fixture("vllm_mixed.json")
-    trace = load_trace(DATA / fixture["trace"])
+    trace = read_trace(DATA / fixture["trace"])
     rules = rules_for("vllm", capacity_blocks=66, scope="instance", route="round-robin",
                       instances=2)
     _, table = replay_trace_with_requests(trace, rules, preset="vllm", waterfall=False)

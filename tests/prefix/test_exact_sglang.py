@@ -1,5 +1,5 @@
 """`replay_sglang` against SGLang's radix cache: a literal model, hand-checked cases, and the
-per-request hits of SGLang 0.5.23's real `RadixCache` (tests/data/engines/sglang_*.json,
+per-request hits of SGLang 0.5.23's real `RadixCache` (tests/fixtures/engines/sglang_*.json,
 written by benchmarks/engines/golden_sglang.py)."""
 
 from __future__ import annotations
@@ -8,21 +8,21 @@ import heapq
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import FIXTURES
 from helpers import chains_of
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix.engine import replay
-from yaotu_trace.prefix.exact_sglang import replay_sglang
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.exact_sglang import replay_sglang
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 
-ENGINES = Path(__file__).resolve().parents[1] / "data" / "engines"
+ENGINES = FIXTURES / "engines"
 
 
 # ------------------------------------------------------------------ a literal radix tree
@@ -284,7 +284,7 @@ def prepared():
 
     def get(name: str):
         if name not in cache:
-            cache[name] = prepare(load_trace(ENGINES / name))
+            cache[name] = prepare(read_trace(ENGINES / name))
         return cache[name]
     return get
 
@@ -304,7 +304,7 @@ def test_the_fixtures_are_sglang_0_5_23() -> None:
                          f"P{v['page_size']}-pool{v['pool_tokens']}")
 def test_every_request_equals_sglang(prepared, trace: str, config: dict) -> None:
     """Per request, the hits of SGLang 0.5.23's RadixCache driven on CPU with its real token
-    allocator (tests/data/engines/sglang_*.json, from benchmarks/engines/golden_sglang.py),
+    allocator (tests/fixtures/engines/sglang_*.json, from benchmarks/engines/golden_sglang.py),
     and the same rejections and evicted tokens."""
     page = config["page_size"]
     rules = rules_for("sglang", block_size_tokens=page)

@@ -1,9 +1,9 @@
-"""The engine-exact vLLM replay (`prefix.exact_vllm.replay_vllm`) against vLLM itself.
+"""The engine-exact vLLM replay (`prefix.kernels.exact_vllm.replay_vllm`) against vLLM itself.
 
 Three kinds of check: a plain-Python model of vLLM 0.33.0's block pool, written from
 `vllm/v1/core/block_pool.py`, `kv_cache_utils.py` (`FreeKVCacheBlockQueue`) and
 `single_type_kv_cache_manager.py`, on random small cases; small cases checked by hand; and the
-golden fixtures `tests/data/engines/vllm_*.json`, recorded from vLLM's real `KVCacheManager` by
+golden fixtures `tests/fixtures/engines/vllm_*.json`, recorded from vLLM's real `KVCacheManager` by
 `benchmarks/engines/golden_vllm.py` (no vLLM needed here).
 """
 
@@ -13,22 +13,22 @@ import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 from helpers import chains_of
 from reference import reference_chains
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.engine import replay
-from yaotu_trace.prefix.exact_vllm import replay_vllm
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "engines"
+DATA = FIXTURES / "engines"
 GOLDEN = sorted(DATA.glob("vllm_*.json"))
 
 
@@ -181,7 +181,7 @@ def test_a_pool_below_one_block_is_a_config_error() -> None:
 
 @lru_cache(maxsize=8)
 def _trace_chains(name: str, block: int) -> BlockChains:
-    prepared = prepare(load_trace(DATA / name))
+    prepared = prepare(read_trace(DATA / name))
     return prepared.chains(rules_for("vllm", block_size_tokens=block))
 
 

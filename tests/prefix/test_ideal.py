@@ -7,8 +7,8 @@ from helpers import chains_of, flatten
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from yaotu_trace.prefix.engine import replay
-from yaotu_trace.prefix.ideal import ideal_hit_tokens
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.ideal import ideal_hit_tokens
 from yaotu_trace.prefix.rules import rules_for
 
 

@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
-from yaotu_trace.commands.replay import capacity_blocks
 from yaotu_trace.commands.replay import replay as replay_command
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import rules_for
-from yaotu_trace.prefix.sweep_trace import sweep_trace
+from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
 kvcache_sim = pytest.importorskip("kvcache_sim")
 from kvcache_sim.simulator import run_sweep  # noqa: E402
@@ -52,9 +52,10 @@ def _compare(name: str) -> list[tuple[str, int, int]]:
     result, their_trace = _theirs(path)
     meta = result["metadata"]
     assert meta["bytesPerToken"] == 70272 and meta["warmupFraction"] == 0.5
-    trace = load_trace(path)
+    trace = read_trace(path)
     lru_rules = rules_for("mooncake", touch_order="tail-first")
-    section, curve = sweep_trace(trace, lru_rules, preset="mooncake", warmup="50%")
+    section, curve = sweep_trace(trace, lru_rules, CurveSectionSpec(preset="mooncake"),
+                                 warmup="50%")
     assert section.window is not None
     assert section.window["warmup_requests"] == meta["warmupRequests"]
     assert curve.prompt_tokens_total == meta["totalMeasuredTokens"]
@@ -71,8 +72,9 @@ def _compare(name: str) -> list[tuple[str, int, int]]:
         if ours_lru != lru["hitTokens"]:
             misses.append((budget, lru["hitTokens"], ours_lru))
         fifo = point["results"]["fifo"]
-        report = replay_command(path, capacity=budget, model=MODEL, eviction="fifo",
-                                warmup="50%", waterfall=False)
+        report = replay_command(path, ReplayOptions(capacity=budget, model=MODEL,
+                                                    eviction="fifo", warmup="50%"),
+                                waterfall=False)
         ours_fifo = report.sections["prefix_reuse"]
         assert ours_fifo["saved_prefill_tokens"] == fifo["hitTokens"], budget
         assert ours_fifo["prompt_tokens"] == fifo["totalTokens"], budget

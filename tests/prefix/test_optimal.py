@@ -22,8 +22,9 @@ from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import replay_trace_with_requests
-from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
-from yaotu_trace.prefix.engine import replay
+from yaotu_trace.prefix.kernels.blocks import build_block_chains
+from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
+from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.rules import rules_for
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -90,8 +91,9 @@ def _chains(prompts, rules, outputs=None) -> BlockChains:
         return chains_of(prompts, rules)
     off, val, length = flatten(prompts)
     out_off, out_val, _ = flatten(outputs)
-    return build_block_chains(off, val, length, None, None, rules, output_offsets=out_off,
-                              output_values=out_val)
+    content = PromptContent(offsets=off, values=val, prompt_len=length, output_offsets=out_off,
+                            output_values=out_val)
+    return build_block_chains(content, None, rules)
 
 
 def _longest_request(chains: BlockChains) -> int:

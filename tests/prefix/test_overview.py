@@ -11,7 +11,7 @@ from conftest import shared_trace
 
 from yaotu_trace.cli import main
 from yaotu_trace.data.schema import RawTrace, normalize
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import replay_trace, rules_for
 from yaotu_trace.prefix.overview import reuse_overview
 
@@ -44,7 +44,7 @@ def test_overview_worked_example_token_level() -> None:
 
 
 def test_overview_equals_unlimited_replay_on_mooncake() -> None:
-    trace = load_trace(shared_trace("mooncake/conversation_trace.jsonl"))
+    trace = read_trace(shared_trace("mooncake/conversation_trace.jsonl"))
     overview = reuse_overview(trace, preset="vllm")
     rules = rules_for("vllm", block_size_tokens=512)
     summary = replay_trace(trace, rules, waterfall=False)

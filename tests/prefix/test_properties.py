@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import reference_replay
 
-from yaotu_trace.prefix.engine import replay
+from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.rules import rules_for
 
 # Small alphabets and short prompts make shared prefixes (and collisions of content) common.

@@ -1,22 +1,20 @@
 """Every hit-rate definition (prefix/rates.py): hand-checked small cases, and AIPerf's own
-numbers on the Mooncake traces (tests/data/aiperf_analyze_trace.json)."""
+numbers on the Mooncake traces (tests/fixtures/aiperf_analyze_trace.json)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared_trace
+from conftest import FIXTURES, shared_trace
 
 from yaotu_trace.data.schema import RawTrace, normalize
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import rates, replay_trace, rules_for
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-AIPERF = json.loads((DATA / "aiperf_analyze_trace.json").read_text(encoding="utf-8"))
+AIPERF = json.loads((FIXTURES / "aiperf_analyze_trace.json").read_text(encoding="utf-8"))
 KEYS = [d.key for d in rates.DEFINITIONS]
 
 
@@ -59,14 +57,14 @@ def test_aiperf_ignores_capacity_and_the_last_token_rule() -> None:
 
 
 def test_tiny_mooncake_trace_equals_aiperf() -> None:
-    """tests/data/aiperf_tiny_mooncake.jsonl, 512-token hash ids, mooncake preset. By hand, and
+    """tests/fixtures/aiperf_tiny_mooncake.jsonl, 512-token hash ids, mooncake preset. By hand, and
     as aiperf 0.13.0 analyze-trace printed it: requests see 0/2, 2/2, 1/3, 0/1 leading blocks,
     mean 1/3. The partial block (488 tokens) is cached and worth its length: token-weighted
     (1000 + 512) / 3836; full blocks 3 / (1 + 1 + 3 + 0)."""
-    path = DATA / "aiperf_tiny_mooncake.jsonl"
-    summary = replay_trace(load_trace(path))
+    path = FIXTURES / "aiperf_tiny_mooncake.jsonl"
+    summary = replay_trace(read_trace(path))
     values = {k: v["value"] for k, v in summary.hit_rates.items()}
-    expected = AIPERF["traces"]["tests/data/aiperf_tiny_mooncake.jsonl"]["cache_hit_rate"]
+    expected = AIPERF["traces"]["tests/fixtures/aiperf_tiny_mooncake.jsonl"]["cache_hit_rate"]
     assert values["aiperf_request_averaged_blocks"] == pytest.approx(1 / 3)
     assert values["aiperf_request_averaged_blocks"] == pytest.approx(expected, abs=1e-12)
     assert values["token_weighted"] == pytest.approx(1512 / 3836)
@@ -81,7 +79,7 @@ def test_aiperf_definition_equals_aiperf_on_mooncake(name: str) -> None:
     and so do the distinct blocks (its `unique_prefixes`)."""
     relative = f"mooncake/{name}_trace.jsonl"
     theirs = AIPERF["traces"][relative]
-    summary = replay_trace(load_trace(shared_trace(relative)), waterfall=False)
+    summary = replay_trace(read_trace(shared_trace(relative)), waterfall=False)
     assert summary.preset == "mooncake"
     assert summary.requests == theirs["total_requests"]
     assert summary.distinct_blocks == theirs["unique_prefixes"]

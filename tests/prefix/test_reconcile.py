@@ -7,19 +7,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 
 from yaotu_trace.commands.check import check
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.gate.fail_on import ObservedGate, parse_fail_on
-from yaotu_trace.ingest.load import load_trace
+from yaotu_trace.ingest.load import read_trace
 from yaotu_trace.prefix.reconcile import reconcile
 from yaotu_trace.prefix.trace import replay_trace
 
-SGLANG = Path(__file__).resolve().parents[1] / "data" / "captures" / "sglang"
+SGLANG = FIXTURES / "captures" / "sglang"
 
 
 def test_a_flushed_cache_is_a_shortfall_stretch_with_its_reset_time() -> None:
-    r = replay_trace(load_trace(SGLANG / "metrics_flush")).reconciliation
+    r = replay_trace(read_trace(SGLANG / "metrics_flush")).reconciliation
     assert r is not None and r.shortfall is not None
     # The engine's cache was flushed 300 s after 09:55:00, 281.9 s after the first arrival.
     assert r.shortfall.start_s < 300 - 18.091 < r.shortfall.end_s
@@ -30,7 +31,7 @@ def test_a_flushed_cache_is_a_shortfall_stretch_with_its_reset_time() -> None:
 
 
 def test_agreeing_counts_give_no_shortfall_and_no_reason() -> None:
-    r = replay_trace(load_trace(SGLANG / "metrics_agree")).reconciliation
+    r = replay_trace(read_trace(SGLANG / "metrics_agree")).reconciliation
     assert r is not None
     assert (r.shortfall, r.differing_requests, r.reasons) == (None, 0, ())
     assert sum(w.observed_hit_tokens for w in r.windows) == 6615
@@ -40,7 +41,7 @@ def test_observed_above_the_replay_is_a_counting_reason_not_a_shortfall() -> Non
     t = np.arange(20, dtype=np.float64)
     hits = np.full(20, 10)
     r = reconcile(t, np.array([f"r{i}" for i in range(20)], dtype=object),
-                  (hits + 5).astype(np.float64), hits, np.full(20, 100), unlimited=True)
+                  (hits + 5).astype(np.float64), hits, np.full(20, 100))
     assert r is not None and r.shortfall is None
     assert [x.cause for x in r.reasons] == ["counting"]
 
@@ -51,7 +52,7 @@ def test_a_shortfall_spread_over_the_run_points_at_capacity_and_routing() -> Non
     observed = hits.astype(np.float64)
     observed[::2] = 0  # every other request, from the first: no clean stretch before it
     r = reconcile(t, np.array([f"r{i}" for i in range(20)], dtype=object), observed, hits,
-                  np.full(20, 100), unlimited=True, instances=2)
+                  np.full(20, 100), instances=2)
     assert r is not None and r.shortfall is not None
     assert (r.shortfall.start_s, r.shortfall.end_s) == (0.0, 19.0)
     assert [x.cause for x in r.reasons] == ["capacity", "routing"]
@@ -62,10 +63,10 @@ def test_the_margins_are_both_needed() -> None:
     hits = np.full(10, 500)
     observed = hits - 30.0  # 3 points of a 1,000-token prompt, 6 % of the replayed hits
     r = reconcile(t, np.array([f"r{i}" for i in range(10)], dtype=object), observed, hits,
-                  np.full(10, 1000), unlimited=True)
+                  np.full(10, 1000))
     assert r is not None and r.shortfall is None
     loose = reconcile(t, np.array([f"r{i}" for i in range(10)], dtype=object), observed, hits,
-                      np.full(10, 1000), unlimited=True, relative=0.05)
+                      np.full(10, 1000), relative=0.05)
     assert loose is not None and loose.shortfall is not None
 
 
@@ -105,9 +106,9 @@ def test_analyze_and_diagnose_show_observed_and_replayed_side_by_side() -> None:
 
     for report in (analyze(SGLANG / "metrics_flush"), diagnose(SGLANG / "metrics_flush")):
         section = report.sections["observed_vs_replayed"]
-        assert section["below_tokens"] == 418
-        assert section["shortfall"]["requests"] == 4
-        assert [r["cause"] for r in section["reasons"]] == ["reset"]
+        assert section.below_tokens == 418
+        assert section.shortfall.requests == 4
+        assert [r.cause for r in section.reasons] == ["reset"]
 
 
 def test_a_trace_not_captured_from_an_engine_gets_no_such_section() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from conftest import shared_trace
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import replay_trace_with_requests, rules_for
 
 kvcache_sim = pytest.importorskip("kvcache_sim")
@@ -28,7 +28,7 @@ def _ours(trace, warmup: int, **rules: object) -> int:
 def test_same_hit_tokens_as_the_official_simulator(name: str) -> None:
     path = shared_trace(f"mooncake/{name}_trace.jsonl")
     plan = build_execution_plan(parse_trace_file(path, block_size=512), 0.5)
-    trace = load_trace(path)
+    trace = read_trace(path)
     warmup = plan.warmup_requests
     assert simulate_ceiling(plan).hitTokens == _ours(trace, warmup)
     for capacity in (1000, 10_000):

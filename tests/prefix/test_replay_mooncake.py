@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import shared_trace
 
-from yaotu_trace.ingest import load_trace
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import replay_trace, rules_for
 
 # (file, total block references, distinct ids) from mooncake-traces.md §2.2
@@ -36,7 +36,7 @@ def _expected_hit_tokens(path) -> int:
 @pytest.mark.parametrize(("name", "references", "distinct"), FILES)
 def test_unlimited_hits_follow_from_id_counts(name: str, references: int, distinct: int):
     path = shared_trace(name)
-    summary = replay_trace(load_trace(path), rules_for("mooncake"))
+    summary = replay_trace(read_trace(path), rules_for("mooncake"))
     assert summary.cacheable_blocks == references
     assert summary.distinct_blocks == distinct
     # Every reference after an id's first is a hit: hit blocks = references − distinct.
@@ -48,7 +48,7 @@ def test_unlimited_hits_follow_from_id_counts(name: str, references: int, distin
 
 
 def test_capacity_curve_points_are_monotone_on_conversation() -> None:
-    trace = load_trace(shared_trace("mooncake/conversation_trace.jsonl"))
+    trace = read_trace(shared_trace("mooncake/conversation_trace.jsonl"))
     ratios = [replay_trace(trace, rules_for("mooncake", capacity_blocks=c), waterfall=False)
               .hit_ratio for c in (1000, 10_000, 100_000)]
     unlimited = replay_trace(trace, rules_for("mooncake"), waterfall=False).hit_ratio
@@ -57,7 +57,7 @@ def test_capacity_curve_points_are_monotone_on_conversation() -> None:
 
 
 def test_vllm_rules_on_mooncake_lose_partial_blocks_and_last_token() -> None:
-    trace = load_trace(shared_trace("mooncake/synthetic_trace.jsonl"))
+    trace = read_trace(shared_trace("mooncake/synthetic_trace.jsonl"))
     summary = replay_trace(trace, rules_for("vllm", block_size_tokens=1024))
     steps = {s.step: s.loss_tokens for s in summary.waterfall}
     assert steps["block_granularity"] > 0

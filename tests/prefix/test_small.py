@@ -1,4 +1,5 @@
-"""The numpy overview path (`prefix.small`) gives the compiled path's numbers bit for bit.
+"""The numpy overview path (`prefix.small` on `kernels.numpy_passes`) gives the compiled
+path's numbers bit for bit.
 
 The reference is the compiled path itself (`blocks.build_block_chains`, `sweep.sweep`,
 `sweep_trace.sweep_trace`), whose own tests compare it with brute-force LRU replays and the
@@ -16,12 +17,15 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix import blocks, small
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix import small
+from yaotu_trace.prefix.kernels import blocks, numpy_passes
+from yaotu_trace.prefix.kernels.chains import PromptContent
+from yaotu_trace.prefix.kernels.curve import SweepBlocks
+from yaotu_trace.prefix.kernels.sweep import stack_distance_histograms, sweep
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.rules import effective_rules, rules_for
-from yaotu_trace.prefix.sweep import stack_distance_histograms, sweep
-from yaotu_trace.prefix.sweep_trace import sweep_trace
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted(p for p in (ROOT / "sample_traces").iterdir()
@@ -86,10 +90,13 @@ def test_chain_ids_equal_the_compiled_ones(seed: int, monkeypatch) -> None:
         return record
 
     monkeypatch.setattr(blocks, "_dense_ids", recording("compiled", blocks._dense_ids))
-    monkeypatch.setattr(small, "NUMPY_KERNELS", dataclasses.replace(
-        small.NUMPY_KERNELS, dense_ids=recording("numpy", small.NUMPY_KERNELS.dense_ids)))
-    compiled = blocks.build_block_chains(offsets, values, prompt_len, source, ns, rules, **kw)
-    numpy_ = small.build_block_chains(offsets, values, prompt_len, source, ns, rules, **kw)
+    numpy_kernels = numpy_passes.NUMPY_KERNELS
+    monkeypatch.setattr(numpy_passes, "NUMPY_KERNELS", dataclasses.replace(
+        numpy_kernels, dense_ids=recording("numpy", numpy_kernels.dense_ids)))
+    content = PromptContent(offsets=offsets, values=values, prompt_len=prompt_len,
+                            source_block_size=source, **kw)
+    compiled = blocks.build_block_chains(content, ns, rules)
+    numpy_ = numpy_passes.build_block_chains(content, ns, rules)
     # THEN both hash every block alike, and every array is the same, ids included
     assert len(lanes["numpy"]) == len(lanes["compiled"]) == 2
     for mine, theirs in zip(lanes["numpy"], lanes["compiled"], strict=True):
@@ -101,25 +108,25 @@ def test_dense_ids_detect_a_lane_a_collision() -> None:
     # The hand-made case of test_blocks: the last entry is a different chain on lane B.
     hash_a = np.array([7, 7, 9, 7], dtype=np.uint64)
     hash_b = np.array([1, 1, 2, 3], dtype=np.uint64)
-    ids, distinct, collisions = small._dense_ids(hash_a, hash_b, np.int64(4))
+    ids, distinct, collisions = numpy_passes._dense_ids(hash_a, hash_b, np.int64(4))
     assert ids.tolist() == [0, 0, 1, 0]
     assert (distinct, collisions) == (2, 1)
 
 
 def test_a_detected_collision_reruns_with_new_keys(monkeypatch) -> None:
     calls = []
-    real = small.NUMPY_KERNELS.dense_ids
+    real = numpy_passes.NUMPY_KERNELS.dense_ids
 
     def first_collides(hash_a, hash_b, bits):
         ids, distinct, collisions = real(hash_a, hash_b, bits)
         calls.append(1)
         return ids, distinct, (1 if len(calls) == 1 else collisions)
 
-    monkeypatch.setattr(small, "NUMPY_KERNELS",
-                        dataclasses.replace(small.NUMPY_KERNELS, dense_ids=first_collides))
+    monkeypatch.setattr(numpy_passes, "NUMPY_KERNELS",
+                        dataclasses.replace(numpy_passes.NUMPY_KERNELS, dense_ids=first_collides))
     offsets, values = _flat([[1, 2], [1, 2]])
-    chains = small.build_block_chains(offsets, values, np.diff(offsets), None, None,
-                                      rules_for("none", block_size_tokens=1))
+    content = PromptContent(offsets=offsets, values=values, prompt_len=np.diff(offsets))
+    chains = numpy_passes.build_block_chains(content, None, rules_for("none", block_size_tokens=1))
     assert len(calls) == 2
     assert chains.ids.tolist() == [0, 1, 0, 1]
 
@@ -150,11 +157,12 @@ def test_histograms_equal_the_compiled_ones(seed: int) -> None:
               "output_ids": rng.integers(0, pool, int(out_offsets[-1]))}
     parts = rng.integers(0, 3, n) if seed % 4 == 2 else None
     for order in ("tail-first", "head-first"):
-        args = {"offsets": offsets, "ids": ids, "block_tokens": tokens, "max_hit_blocks": cap,
-                "touch_order": order, "partitions": parts, "n_ids": pool, **kw}
+        blocks_ = SweepBlocks(offsets=offsets, ids=ids, block_tokens=tokens, max_hit_blocks=cap,
+                              n_ids=pool, **kw)
         # WHEN both passes measure the stack distances
-        compiled = stack_distance_histograms(**args)
-        numpy_ = small.stack_distance_histograms(**args)
+        compiled = stack_distance_histograms(blocks_, touch_order=order, partitions=parts)
+        numpy_ = numpy_passes.stack_distance_histograms(blocks_, touch_order=order,
+                                                        partitions=parts)
         # THEN the histograms are identical
         assert np.array_equal(numpy_.hit_tokens, compiled.hit_tokens), order
         assert np.array_equal(numpy_.hit_blocks, compiled.hit_blocks), order
@@ -165,11 +173,12 @@ def test_worked_example_of_the_spec(block: int, expected: int) -> None:
     # replay-spec §7: B = 1 hits [0, 3, 0]; B = 2 hits [0, 2, 0]; unlimited, one namespace.
     offsets, values = _flat([[1, 2, 3, 4], [1, 2, 3, 8], [9, 2, 3, 4]])
     rules = rules_for("none", block_size_tokens=block)
-    chains = small.build_block_chains(offsets, values, np.diff(offsets), None, None, rules)
-    curve = small.sweep(chains, touch_order="tail-first")
+    content = PromptContent(offsets=offsets, values=values, prompt_len=np.diff(offsets))
+    chains = numpy_passes.build_block_chains(content, None, rules)
+    curve = numpy_passes.sweep(chains, touch_order="tail-first")
     assert curve.unlimited_hit_tokens == expected
-    _assert_same_curve(curve, sweep(blocks.build_block_chains(
-        offsets, values, np.diff(offsets), None, None, rules), touch_order="tail-first"))
+    _assert_same_curve(curve, sweep(blocks.build_block_chains(content, None, rules),
+                                    touch_order="tail-first"))
 
 
 def _assert_same_curve(curve, ref_curve) -> None:
@@ -183,10 +192,11 @@ def _assert_same_curve(curve, ref_curve) -> None:
 
 def _both_sweeps(trace, preset: str) -> None:
     rules, name, notes = effective_rules(trace, preset)
-    swept = small.sweep_trace(trace, rules, preset=name, points=2, notes=notes)
+    spec = CurveSectionSpec(preset=name, points=2, notes=notes)
+    swept = small.sweep_trace(trace, rules, spec)
     assert swept is not None
     section, curve = swept
-    ref_section, ref_curve = sweep_trace(trace, rules, preset=name, points=2, notes=notes)
+    ref_section, ref_curve = sweep_trace(trace, rules, spec)
     assert section == ref_section
     _assert_same_curve(curve, ref_curve)
 
@@ -201,7 +211,7 @@ def _compiled_overview(trace, monkeypatch):
 @pytest.mark.parametrize("lazy", [True, False])
 def test_overview_equals_the_compiled_one_on_the_samples(path: Path, lazy: bool,
                                                          monkeypatch) -> None:
-    trace = load_trace(path, lazy_content=lazy)
+    trace = read_trace(path, lazy_content=lazy)
     if trace.content_column is None:
         pytest.skip("no prompt content")
     assert reuse_overview(trace) == _compiled_overview(trace, monkeypatch)
@@ -211,22 +221,22 @@ def test_overview_equals_the_compiled_one_on_the_samples(path: Path, lazy: bool,
 
 @pytest.mark.parametrize("name", MOONCAKE)
 def test_overview_equals_the_compiled_one_on_mooncake(name: str, monkeypatch) -> None:
-    trace = load_trace(shared_trace(name))
+    trace = read_trace(shared_trace(name))
     assert reuse_overview(trace) == _compiled_overview(trace, monkeypatch)
     for preset in ("vllm", "mooncake", "sglang"):
         _both_sweeps(trace, preset)
 
 
 def test_large_traces_and_per_instance_caches_keep_the_compiled_path(monkeypatch) -> None:
-    trace = load_trace(ROOT / "sample_traces" / "chat.parquet", lazy_content=True)
+    trace = read_trace(ROOT / "sample_traces" / "chat.parquet", lazy_content=True)
     rules, name, _ = effective_rules(trace, "vllm")
-    assert small.sweep_trace(trace, rules, preset=name) is not None
-    assert small.sweep_trace(trace, rules.with_(scope="instance", instances=2),
-                             preset=name) is None
+    spec = CurveSectionSpec(preset=name)
+    assert small.sweep_trace(trace, rules, spec) is not None
+    assert small.sweep_trace(trace, rules.with_(scope="instance", instances=2), spec) is None
     units, blocks = small.sweep_size(trace, rules)
     assert (units, blocks) == (1_433_300, 1_433_300 // 16)
     monkeypatch.setattr(small, "MAX_WORK", units + small.BLOCK_WORK * blocks - 1)
-    assert small.sweep_trace(trace, rules, preset=name) is None
+    assert small.sweep_trace(trace, rules, spec) is None
 
 
 def test_analyze_of_the_chat_sample_does_not_import_numba() -> None:

@@ -11,11 +11,12 @@ import pytest
 
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.prefix import effective_rules, memory, replay_trace_with_requests, stream
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix import effective_rules, memory, replay_trace_with_requests
+from yaotu_trace.prefix.kernels import stream
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
-from yaotu_trace.prefix.sweep_trace import sweep_trace
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
 CHAT = Path(__file__).resolve().parents[2] / "sample_traces" / "chat.parquet"
 
@@ -42,11 +43,11 @@ def _both(path: Path, preset: str | None = None, **overrides: object) -> list[st
     """Replay and sweep reports of the eager and the streamed load, as JSON text."""
     out = []
     for lazy in (False, True):
-        trace = load_trace(path, lazy_content=lazy)
+        trace = read_trace(path, lazy_content=lazy)
         assert (trace.lazy is not None) is lazy
         rules, name, notes = effective_rules(trace, preset, **overrides)
         summary, requests = replay_trace_with_requests(trace, rules, preset=name, notes=notes)
-        section, _ = sweep_trace(trace, rules, preset=name, notes=notes)
+        section, _ = sweep_trace(trace, rules, CurveSectionSpec(preset=name, notes=notes))
         columns = {k: np.asarray(v).tolist() for k, v in requests.to_columns().items()}
         out.append(json.dumps([summary.to_dict(), columns, repr(section)], default=str))
     return out
@@ -67,8 +68,8 @@ def test_streamed_chains_equal_in_memory_chains_over_many_batches(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     monkeypatch.setattr(stream, "BATCH_VALUES", 50)  # a handful of requests per batch
     path = _token_trace(tmp_path / "t.parquet", seed, nulls=seed == 3)
-    eager_trace = load_trace(path)
-    lazy_trace = load_trace(path, lazy_content=True)
+    eager_trace = read_trace(path)
+    lazy_trace = read_trace(path, lazy_content=True)
     for rules in (rules_for("vllm"), rules_for("sglang"),
                   rules_for("none", block_size_tokens=3, cache_partial_blocks=True)):
         a = prepare(eager_trace).chains(rules)
@@ -103,7 +104,7 @@ def test_unsorted_arrivals_load_eagerly(tmp_path: Path) -> None:
     frame = pd.read_parquet(path)
     frame["arrival_s"] = frame["arrival_s"].to_numpy()[::-1]
     write_trace(frame, path)
-    assert load_trace(path, lazy_content=True).lazy is None
+    assert read_trace(path, lazy_content=True).lazy is None
 
 
 def test_a_length_mismatch_names_the_row(tmp_path: Path) -> None:
@@ -111,7 +112,7 @@ def test_a_length_mismatch_names_the_row(tmp_path: Path) -> None:
     frame = pd.read_parquet(path)
     frame.loc[12, "prompt_len"] = frame.loc[12, "prompt_len"] + 1
     write_trace(frame, path)
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     with pytest.raises(TraceSchemaError, match=r"row 13, column 'prompt_len'"):
         prepare(trace, stream=True).chains(rules_for("vllm"))
 
@@ -124,19 +125,19 @@ def test_negative_tokens_are_refused_while_streaming(tmp_path: Path) -> None:
     tokens[row][0] = -3
     frame["prompt_tokens"] = tokens
     write_trace(frame, path)
-    trace = load_trace(path, lazy_content=True)
+    trace = read_trace(path, lazy_content=True)
     with pytest.raises(TraceSchemaError, match=rf"row {row + 1}, .*token ids must be >= 0"):
         prepare(trace, stream=True).chains(rules_for("vllm"))
 
 
 def test_too_little_memory_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memory, "available_bytes", lambda: 1000)
-    trace = load_trace(CHAT, lazy_content=True)
+    trace = read_trace(CHAT, lazy_content=True)
     with pytest.raises(ResourceLimitError, match=r"needs about .* GiB of memory but only .* "
                                                  r"GiB is available"):
         prepare(trace, stream=True).chains(rules_for("sglang"))
     with pytest.raises(ResourceLimitError, match="needs about"):
-        prepare(load_trace(CHAT)).chains(rules_for("sglang"))
+        prepare(read_trace(CHAT)).chains(rules_for("sglang"))
 
 
 def test_available_memory_is_known_on_linux() -> None:

@@ -12,12 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix import sweep as sweep_module
-from yaotu_trace.prefix.sweep import (
+from yaotu_trace.prefix.kernels import sweep as sweep_module
+from yaotu_trace.prefix.kernels.curve import (
     CapacityCurve,
+    CurveTerms,
+    DistanceHistograms,
+    SweepBlocks,
     curve_from_histograms,
-    stack_distance_histograms,
 )
+from yaotu_trace.prefix.kernels.sweep import stack_distance_histograms
 
 
 def lru_replay(
@@ -92,22 +95,16 @@ def sweep_lists(
     weights = [min(block_tokens, n - k * block_tokens)
                for n, r in zip(prompt_tokens, requests, strict=True) for k in range(len(r))]
     out_offsets, out_ids = _flat(outputs) if outputs else (None, None)
+    order = "head-first" if head_first else "tail-first"
+    blocks = SweepBlocks(offsets=offsets, ids=ids, block_tokens=np.array(weights, dtype=np.int64),
+                         max_hit_blocks=np.array(max_hit, dtype=np.int64),
+                         output_offsets=out_offsets, output_ids=out_ids)
     hist = stack_distance_histograms(
-        offsets=offsets,
-        ids=ids,
-        block_tokens=np.array(weights, dtype=np.int64),
-        max_hit_blocks=np.array(max_hit, dtype=np.int64),
-        touch_order="head-first" if head_first else "tail-first",
-        partitions=None if partitions is None else np.array(partitions),
-        output_offsets=out_offsets,
-        output_ids=out_ids,
-    )
+        blocks, touch_order=order,
+        partitions=None if partitions is None else np.array(partitions))
     return curve_from_histograms(
-        hist,
-        block_size_tokens=block_tokens,
-        touch_order="head-first" if head_first else "tail-first",
-        prompt_tokens_total=sum(prompt_tokens),
-        full_blocks_total=sum(p // block_tokens for p in prompt_tokens),
+        hist, CurveTerms(block_size_tokens=block_tokens, touch_order=order),
+        np.array(prompt_tokens, dtype=np.int64),
         partitions=len(set(partitions)) if partitions else 1,
     )
 
@@ -224,17 +221,12 @@ def test_time_axis_compaction_keeps_distances_exact() -> None:
 
 def test_knee_and_share_capacities() -> None:
     # GIVEN a hand-made step curve: hits 60 at 1 block, 90 at 10, 100 at 100
-    from yaotu_trace.prefix.sweep import DistanceHistograms
-
     tok = np.zeros(102, dtype=np.int64)
     tok[1], tok[10], tok[100] = 60, 30, 10
     curve = curve_from_histograms(
         DistanceHistograms(hit_tokens=tok, hit_blocks=(tok > 0).astype(np.int64)),
-        block_size_tokens=16,
-        touch_order="tail-first",
-        prompt_tokens_total=200,
-        full_blocks_total=12,
-        kv_bytes_per_token=1000,
+        CurveTerms(block_size_tokens=16, touch_order="tail-first", kv_bytes_per_token=1000),
+        np.array([200]),  # 200 prompt tokens, 12 full blocks
     )
     # THEN the shares and the knee are read off the exact steps
     assert curve.share_capacities_blocks == {0.5: 1, 0.9: 10, 0.99: 100}
@@ -250,15 +242,15 @@ def test_knee_and_share_capacities() -> None:
 def test_bad_touch_order_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         stack_distance_histograms(
-            offsets=np.array([0, 1]), ids=np.array([0]), block_tokens=np.array([1]),
-            max_hit_blocks=np.array([1]), touch_order="sideways",  # type: ignore[arg-type]
-        )
+            SweepBlocks(offsets=np.array([0, 1]), ids=np.array([0]), block_tokens=np.array([1]),
+                        max_hit_blocks=np.array([1])), touch_order="sideways")
 
 
 # ---------------------------------------------------------------- against the block chains
 
 def _chains(prompts: list[list[int]], preset: str, **overrides: object):
-    from yaotu_trace.prefix.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.chains import PromptContent
     from yaotu_trace.prefix.rules import rules_for
 
     rules = rules_for(preset, **overrides)
@@ -266,7 +258,8 @@ def _chains(prompts: list[list[int]], preset: str, **overrides: object):
     offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     values = np.array([t for p in prompts for t in p], dtype=np.int64)
-    return build_block_chains(offsets, values, lengths, None, None, rules), rules
+    content = PromptContent(offsets=offsets, values=values, prompt_len=lengths)
+    return build_block_chains(content, None, rules), rules
 
 
 @settings(max_examples=60, deadline=None)
@@ -280,8 +273,8 @@ def test_curve_equals_engine_replays(
     prompts: list[list[int]], preset: str, block: int, instances: int
 ) -> None:
     # GIVEN the replay engine's chains and rules (instance caches when instances > 1)
-    engine = pytest.importorskip("yaotu_trace.prefix.engine")
-    from yaotu_trace.prefix.sweep import sweep
+    engine = pytest.importorskip("yaotu_trace.prefix.kernels.engine")
+    from yaotu_trace.prefix.kernels.sweep import sweep
 
     chains, rules = _chains(prompts, preset, block_size_tokens=block)
     codes = np.arange(len(prompts), dtype=np.int64) % instances if instances > 1 else None
@@ -317,16 +310,19 @@ def test_mooncake_fig9_synthetic_curve_is_reproduced() -> None:
     path = shared_trace("mooncake/synthetic_trace.jsonl")
     from yaotu_trace.catalog.units import parse_capacity
     from yaotu_trace.data.schema import list_arrays
-    from yaotu_trace.ingest import load_trace
-    from yaotu_trace.prefix.blocks import build_block_chains
+    from yaotu_trace.ingest import read_trace
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.chains import PromptContent
+    from yaotu_trace.prefix.kernels.sweep import sweep
     from yaotu_trace.prefix.rules import rules_for
-    from yaotu_trace.prefix.sweep import sweep
 
-    trace = load_trace(path)
+    trace = read_trace(path)
     rules = rules_for("mooncake")
     offsets, values = list_arrays(trace.requests["prompt_block_ids"])
     prompt_len = trace.requests["prompt_len"].to_numpy(dtype=np.int64)
-    chains = build_block_chains(offsets, values, prompt_len, trace.source_block_size, None, rules)
+    content = PromptContent(offsets=offsets, values=values, prompt_len=prompt_len,
+                            source_block_size=trace.source_block_size)
+    chains = build_block_chains(content, None, rules)
     curve = sweep(chains, touch_order=rules.touch_order)
     capacities = [parse_capacity(f"{t:g}tok").to_blocks(512) for t in FIG9_CAPACITY_TOKENS]
     measured = curve.block_hit_ratio_over_full_blocks_at(capacities)
@@ -363,14 +359,14 @@ SHARED = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 1], [7, 7, 7, 7,
 @pytest.mark.parametrize("route", [None, "round-robin", "random", "least-loaded"])
 def test_sweep_trace_per_instance_equals_engine_replays(tmp_path, route: str | None) -> None:
     # GIVEN a trace with an instance column (used when no route is given)
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix import replay_trace, rules_for
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
-    trace = load_trace(_write_trace(tmp_path, SHARED, instance=["a", "b", "a", "b", "a", "a"]))
+    trace = read_trace(_write_trace(tmp_path, SHARED, instance=["a", "b", "a", "b", "a", "a"]))
     rules = rules_for("none", block_size_tokens=2, scope="instance", route=route, instances=2)
     # WHEN swept, THEN each capacity equals the replay of the whole trace at that capacity
-    section, curve = sweep_trace(trace, rules, preset="none", points=4)
+    section, curve = sweep_trace(trace, rules, CurveSectionSpec(preset="none", points=4))
     assert section.caches == 2
     for capacity in range(1, 12):
         replayed = replay_trace(trace, rules.with_(capacity_blocks=capacity), preset="none",
@@ -379,16 +375,16 @@ def test_sweep_trace_per_instance_equals_engine_replays(tmp_path, route: str | N
 
 
 def test_sweep_trace_refuses_prefix_affinity_and_lfu(tmp_path) -> None:
-    from yaotu_trace.ingest import load_trace
+    from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix import rules_for
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
+    from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
-    trace = load_trace(_write_trace(tmp_path, SHARED))
+    trace = read_trace(_write_trace(tmp_path, SHARED))
     affinity = rules_for("none", scope="instance", route="prefix-affinity", instances=2)
     with pytest.raises(ConfigError, match="prefix-affinity"):
-        sweep_trace(trace, affinity, preset="none")
+        sweep_trace(trace, affinity, CurveSectionSpec(preset="none"))
     with pytest.raises(ConfigError, match="LRU"):
-        sweep_trace(trace, rules_for("none", eviction="lfu"), preset="none")
+        sweep_trace(trace, rules_for("none", eviction="lfu"), CurveSectionSpec(preset="none"))
 
 
 def test_sweep_cli_json_has_curve_knee_and_shares(tmp_path, capsys) -> None:
@@ -469,7 +465,7 @@ def test_sweep_cli_mooncake_defaults_to_the_mooncake_preset(capsys) -> None:
 def test_per_instance_curves_sum_to_the_partitioned_curve(
     prompts: list[list[int]], instances: int, head_first: bool, seed: int
 ) -> None:
-    from yaotu_trace.prefix.sweep import sweep
+    from yaotu_trace.prefix.kernels.sweep import sweep
 
     chains, rules = _chains(prompts, "none", block_size_tokens=2,
                             touch_order="head-first" if head_first else "tail-first")
@@ -504,8 +500,9 @@ def test_per_instance_curves_sum_to_the_partitioned_curve(
 def test_inconsistent_arrays_are_refused_before_the_kernel(bad: dict[str, np.ndarray]) -> None:
     args = {"offsets": np.array([0, 2]), "ids": np.array([0, 1]), "block_tokens": np.array([1, 1]),
             "max_hit_blocks": np.array([2]), "n_ids": 2, **bad}
+    partitions = args.pop("partitions", None)
     with pytest.raises(ValueError):
-        stack_distance_histograms(**args)
+        stack_distance_histograms(SweepBlocks(**args), partitions=partitions)
 
 
 def test_mooncake_fig9_conversation_ceiling_is_pinned() -> None:
@@ -517,16 +514,19 @@ def test_mooncake_fig9_conversation_ceiling_is_pinned() -> None:
     """
     path = shared_trace("mooncake/conversation_trace.jsonl")
     from yaotu_trace.data.schema import list_arrays
-    from yaotu_trace.ingest import load_trace
-    from yaotu_trace.prefix.blocks import build_block_chains
+    from yaotu_trace.ingest import read_trace
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.chains import PromptContent
+    from yaotu_trace.prefix.kernels.sweep import sweep
     from yaotu_trace.prefix.rules import rules_for
-    from yaotu_trace.prefix.sweep import sweep
 
-    trace = load_trace(path)
+    trace = read_trace(path)
     rules = rules_for("mooncake")
     offsets, values = list_arrays(trace.requests["prompt_block_ids"])
     prompt_len = trace.requests["prompt_len"].to_numpy(dtype=np.int64)
-    chains = build_block_chains(offsets, values, prompt_len, 512, None, rules)
+    content = PromptContent(offsets=offsets, values=values, prompt_len=prompt_len,
+                            source_block_size=512)
+    chains = build_block_chains(content, None, rules)
     curve = sweep(chains, touch_order=rules.touch_order)
     ceiling = float(curve.block_hit_ratio_over_full_blocks_at(10**9 // 512))
     assert ceiling == pytest.approx(0.3823, abs=5e-4)

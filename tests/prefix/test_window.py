@@ -13,7 +13,7 @@ from test_replay_trace import make_trace
 
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import replay_trace_with_requests, rules_for
-from yaotu_trace.prefix.sweep_trace import sweep_trace
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.window import (
     distinct_blocks_before,
     measurement_window,
@@ -175,7 +175,7 @@ def test_the_windowed_curve_equals_windowed_replays_at_every_capacity(touch_orde
                for _ in range(40)]
     trace = make_trace(prompts)
     rules = rules_for("none", touch_order=touch_order, **B2)
-    section, curve = sweep_trace(trace, rules, preset="none", warmup="15")
+    section, curve = sweep_trace(trace, rules, CurveSectionSpec(preset="none"), warmup="15")
     assert section.requests == 25
     fill = section.window["distinct_blocks_before_window"]
     for capacity in range(1, 40):
@@ -190,7 +190,8 @@ def test_the_windowed_curve_equals_windowed_replays_at_every_capacity(touch_orde
 
 
 def test_a_curve_without_a_window_carries_no_mark() -> None:
-    section, _ = sweep_trace(make_trace(FOUR), rules_for("none", **B2), preset="none")
+    section, _ = sweep_trace(make_trace(FOUR), rules_for("none", **B2),
+                             CurveSectionSpec(preset="none"))
     assert section.window is None
     assert all(p.filled_before_window is None for p in section.points)
 

@@ -103,8 +103,9 @@ def test_bands_shade_and_label_without_overlap() -> None:
     bands = [svg.Band(10.0, 11.0, "burst 20/s", "burst"), svg.Band(11.0, 12.0, "burst 30/s",
                                                                       "burst"),
              svg.Band(12.0, 13.0, "burst 40/s", "burst")]
-    chart = svg.line_chart("t", "t", [("a", [0.0, 100.0], [1.0, 2.0])], x_label="x",
-                           y_label="y", bands=bands)
+    chart = svg.line_chart("t", "t", [svg.Line("a", [0.0, 100.0], [1.0, 2.0])],
+                           x=svg.Axis(label="x"), y=svg.Axis(label="y"),
+                           marks=svg.Marks(bands=bands))
     assert chart.count('class="mark band burst"') == 3
     # Three labels a pixel apart: two rows hold two of them, the third is left to its tooltip.
     assert chart.count('class="band-label burst"') == 2
@@ -112,15 +113,15 @@ def test_bands_shade_and_label_without_overlap() -> None:
 
 def test_bar_chart_draws_one_mark_per_category() -> None:
     chart = svg.bar_chart("b", "b", ["alpha", "beta", "gamma"], [0.5, 0.3, 0.2],
-                          value_label="share", value_fmt=svg.percent, horizontal=True)
+                          value=svg.Axis(label="share", fmt=svg.percent), horizontal=True)
     assert chart.count('class="mark bar"') == 3 and ">50%<" in chart
-    vertical = svg.bar_chart("d", "d", ["1", "2"], [4.0, 1.0], value_label="sessions")
+    vertical = svg.bar_chart("d", "d", ["1", "2"], [4.0, 1.0], value=svg.Axis(label="sessions"))
     assert vertical.count('class="mark bar"') == 2
 
 
 def test_log_histogram_puts_log_bins_at_equal_widths() -> None:
-    chart = svg.histogram_chart("h", "h", [1.0, 10.0, 100.0, 1000.0], [1, 2, 3], x_label="x",
-                                log_x=True)
+    chart = svg.histogram_chart("h", "h", [1.0, 10.0, 100.0, 1000.0], [1, 2, 3],
+                                x=svg.Axis(label="x", log=True))
     widths = [float(w) for w in re.findall(r'class="mark bar" x="[^"]+" y="[^"]+" '
                                            r'width="([^"]+)"', chart)]
     assert len(widths) == 3 and max(widths) - min(widths) < 0.2

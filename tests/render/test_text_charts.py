@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from yaotu_trace.prefix.overview import ReuseOverview
-from yaotu_trace.prefix.sweep_trace import CapacityPoint
-from yaotu_trace.profile.figures import Series
-from yaotu_trace.profile.workload_figures import ArrivalSeries, LengthDistribution, Window
+from yaotu_trace.data.charts import TerminalCharts
+from yaotu_trace.data.figures import Series
+from yaotu_trace.data.prefix_reuse import CapacityPoint, ReuseOverview
+from yaotu_trace.data.workload_figures import ArrivalSeries, LengthDistribution, Window
 from yaotu_trace.render.text_charts import (
-    TerminalCharts,
     arrivals_chart,
     capacity_chart,
     chart_lines,

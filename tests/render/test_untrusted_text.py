@@ -115,7 +115,7 @@ def test_replay_markdown_keeps_a_piped_tenant_in_its_cell(
 
 
 def test_cli_error_and_report_escape_a_file_name(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     missing = tmp_path / f"n{ESC}[31mope\n.jsonl"
     assert main(["analyze", str(missing)]) == ExitCode.INPUT
@@ -123,7 +123,9 @@ def test_cli_error_and_report_escape_a_file_name(
     assert ESC not in err and err.count("\n") == 1
     assert r"n\x1b[31mope\x0a.jsonl: no such file" in err
 
-    trace = tmp_path / f"e{ESC}[31mvil.jsonl"
+    # named relative to its folder: the table shortens a long path, such as a deep temporary one
+    monkeypatch.chdir(tmp_path)
+    trace = Path(f"e{ESC}[31mvil.jsonl")
     trace.write_text('{"request_id": "r0", "arrival_s": 0, "prompt_len": 4, "output_len": 1}\n',
                      encoding="utf-8")
     for fmt in ("table", "markdown"):

@@ -13,8 +13,8 @@ from tests.cli.test_cli_simulate import small_trace
 from yaotu_trace.cli import main
 from yaotu_trace.commands.simulate import write_metrics_csv
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.ingest import load_trace
-from yaotu_trace.ingest.metrics import read_metrics
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.sim.metrics_export import metrics_export, scrape_times
 
 
@@ -123,7 +123,7 @@ def test_simulate_metrics_out_exports_each_instance(tmp_path: Path, capsys):
     assert code == ExitCode.OK
     capsys.readouterr()
     m = read_metrics(metrics)
-    df = load_trace(out).requests
+    df = read_trace(out).requests
     assert m.counter_increase("prompt_tokens") == df["prompt_len"].sum()
     assert m.counter_increase("generation_tokens") == df["output_len"].sum()
     assert m.histogram_count("queue_time_s") == len(df)
@@ -148,7 +148,7 @@ def test_generate_metrics_out_exports_the_diag_run(tmp_path, capsys):
                  str(out), "--metrics-out", str(metrics), "-q"])
     assert code == ExitCode.OK
     m = read_metrics(metrics)
-    df = load_trace(out).requests
+    df = read_trace(out).requests
     assert m.histogram_count("e2e_s") == len(df)
     assert m.counter_increase("prompt_tokens") == df["prompt_len"].sum()
     # only a simulated scenario has an engine to export

@@ -18,7 +18,7 @@ from yaotu_trace.sim.scenario import (
     Scenario,
     check_scenario,
     load_scenario,
-    resolve,
+    resolve_scenario,
 )
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "diag-healthy.parquet"
@@ -34,19 +34,19 @@ BASE = Scenario(model="Llama-3.1-8B", gpu="H100")
 def test_an_explicit_zero_is_refused_not_replaced_by_the_default(field: str,
                                                                   option: str) -> None:
     with pytest.raises(ConfigError, match=rf"^{option} 0 must be"):
-        resolve(BASE.merged(Scenario(**{field: 0})))
+        resolve_scenario(BASE.merged(Scenario(**{field: 0})))
 
 
 def test_zero_where_zero_is_allowed_is_kept() -> None:
-    resolved = resolve(BASE.merged(Scenario(long_prefill_token_threshold=0, host_gap_ms=0.0,
-                                            overhead_ms=0.0, link_latency_ms=0.0)))
+    resolved = resolve_scenario(BASE.merged(Scenario(
+        long_prefill_token_threshold=0, host_gap_ms=0.0, overhead_ms=0.0, link_latency_ms=0.0)))
     assert resolved.config.step_cost.overhead_s == 0.0
     assert resolved.config.link_latency_s == 0.0
 
 
 def test_mfu_and_mbu_given_are_used_and_absent_take_the_defaults() -> None:
-    plain = resolve(BASE).config.step_cost
-    tuned = resolve(BASE.merged(Scenario(mfu=DEFAULT_MFU / 2, mbu=DEFAULT_MBU / 2))).config
+    plain = resolve_scenario(BASE).config.step_cost
+    tuned = resolve_scenario(BASE.merged(Scenario(mfu=DEFAULT_MFU / 2, mbu=DEFAULT_MBU / 2))).config
     assert tuned.step_cost.flops_per_s == pytest.approx(plain.flops_per_s / 2)
     assert tuned.step_cost.bytes_per_s == pytest.approx(plain.bytes_per_s / 2)
 
@@ -70,7 +70,7 @@ def test_a_cluster_beyond_the_block_table_limit_is_refused() -> None:
     blocks = MAX_KV_BLOCKS
     instances = MAX_CLUSTER_BLOCKS // blocks + 1
     with pytest.raises(ConfigError, match="lower --kv-blocks or --instances"):
-        resolve(BASE.merged(Scenario(kv_blocks=blocks, instances=instances)))
+        resolve_scenario(BASE.merged(Scenario(kv_blocks=blocks, instances=instances)))
 
 
 def scenario_file(tmp_path: Path, text: str) -> Path:

@@ -13,8 +13,8 @@ from conftest import run_json
 from yaotu_trace.data.canonical import read_parquet
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.errors import ConfigError, ConfigFileError
-from yaotu_trace.sim.run import simulate, weighted_assignment
-from yaotu_trace.sim.scenario import Scenario, load_scenario, resolve
+from yaotu_trace.sim.run import simulate_requests, weighted_assignment
+from yaotu_trace.sim.scenario import Scenario, load_scenario, resolve_scenario
 from yaotu_trace.sim.summary import run_scenario
 
 BASE = Scenario(model="Llama-3.1-8B", gpu="H100", kv_blocks=2000, max_num_seqs=8)
@@ -33,7 +33,8 @@ def test_weighted_assignment_interleaves_the_shares() -> None:
 
 
 def test_weighted_routing_has_one_instance_per_share() -> None:
-    cfg = resolve(BASE.merged(Scenario(route="weighted", route_weights="0.85,0.15"))).config
+    weighted = Scenario(route="weighted", route_weights="0.85,0.15")
+    cfg = resolve_scenario(BASE.merged(weighted)).config
     assert cfg.instances == 2 and cfg.route_weights == (0.85, 0.15)
 
 
@@ -49,7 +50,7 @@ def test_weighted_routing_has_one_instance_per_share() -> None:
 def test_fixed_route_misuse_is_a_one_line_error(changes: dict[str, object], message: str
                                                 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        resolve(BASE.merged(Scenario(**changes)))  # type: ignore[arg-type]
+        resolve_scenario(BASE.merged(Scenario(**changes)))  # type: ignore[arg-type]
 
 
 def test_scenario_file_takes_route_weights_as_a_list(tmp_path: Path) -> None:
@@ -105,7 +106,7 @@ def test_weighted_route_keeps_the_engine_invariants(scheduler: str) -> None:
     req = workload(60, seed=4, rate=30.0, prompt=(1, 300), output=(0, 60))
     cfg = config(kv_blocks=120, max_num_seqs=6, scheduler=scheduler, instances=3,
                  route="weighted", route_weights=(0.6, 0.3, 0.1))
-    r = simulate(req, cfg)
+    r = simulate_requests(req, cfg)
     check_invariants(req, r, cfg)
     assert (r.instance >= 0).all()  # every request fits a pool and is routed as dealt
     np.testing.assert_array_equal(r.instance, weighted_assignment(60, (0.6, 0.3, 0.1)))

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate
+from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate_requests
 
 
 def run(host_gap_s: float):
     reqs = RequestArrays(arrival_s=np.array([0.0, 0.005]), prompt_tokens=np.array([10, 6]),
                          output_tokens=np.array([3, 2]))
     cost = StepCost.fixed(0.01, 0.001, host_gap_s=host_gap_s)
-    return simulate(reqs, SimConfig(kv_blocks=100, block_size_tokens=4, max_num_seqs=8,
+    return simulate_requests(reqs, SimConfig(kv_blocks=100, block_size_tokens=4, max_num_seqs=8,
                                     max_batched_tokens=16, step_cost=cost))
 
 

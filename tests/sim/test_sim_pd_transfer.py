@@ -17,10 +17,11 @@ from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import ExitCode
-from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate
-from yaotu_trace.sim.generate import GenerateOptions, Scenario, generate
+from yaotu_trace.sim import RequestArrays, SimConfig, StepCost, simulate_requests
+from yaotu_trace.sim.generate import GenerateOptions, generate_requests
 from yaotu_trace.sim.scenario import Scenario as SimScenario
 from yaotu_trace.sim.summary import run_scenario
+from yaotu_trace.sim.workloads import WorkloadKind
 
 LLAMA_8B_KV_BYTES = 131072  # 32 layers × 8 KV heads × 128 dims × 2 (K, V) × 2 bytes
 
@@ -32,7 +33,7 @@ def one_request(layerwise: bool) -> Any:
                     step_cost=StepCost.fixed(1.0, 0.0, kv_bytes_per_token=100.0))
     requests = RequestArrays(arrival_s=np.array([0.0]), prompt_tokens=np.array([10]),
                              output_tokens=np.array([3]))
-    return simulate(requests, cfg)
+    return simulate_requests(requests, cfg)
 
 
 def test_transfer_and_decode_start_without_layerwise_overlap() -> None:
@@ -51,7 +52,8 @@ def test_layerwise_overlap_counts_only_the_transfer_left_after_the_prefill() -> 
 
 
 def long_prefill_trace(requests: int = 60) -> Trace:
-    table = generate(GenerateOptions(scenario=Scenario.LONG_PREFILL, seed=2, requests=requests))
+    table = generate_requests(GenerateOptions(scenario=WorkloadKind.LONG_PREFILL, seed=2,
+                                              requests=requests))
     return normalize(RawTrace(requests=table, format_name="canonical"), "long-prefill")
 
 
@@ -122,7 +124,7 @@ def test_prefill_heavy_load_on_one_prefill_and_three_decode_instances_is_pd_rati
 def test_decode_heavy_load_on_three_prefill_and_one_decode_instance_is_pd_ratio() -> None:
     # Short chat prompts at 20 req/s: three prefill instances idle while the one decode
     # instance, capped at 16 running requests, makes the handed-off requests wait.
-    table = generate(GenerateOptions(scenario=Scenario.CHAT, seed=1, requests=200,
+    table = generate_requests(GenerateOptions(scenario=WorkloadKind.CHAT, seed=1, requests=200,
                                      rate_per_s=20.0))
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "chat")
     axis = placement_axis(run(trace, pd="3:1", max_num_seqs=16), 400.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from yaotu_trace.sim import RequestArrays, SchedulerKind, SimConfig, StepCost, simulate
+from yaotu_trace.sim import RequestArrays, SchedulerKind, SimConfig, StepCost, simulate_requests
 
 
 def requests(arrival, prompt, output, chains=None, chain_block=4, num_ids=0):
@@ -35,7 +35,7 @@ def tokens_of(result, i):
 
 def test_schedule_two_requests_share_steps_decode_first():
     # GIVEN r0 (10 prompt, 3 out) at 0 and r1 (6, 2) at 5 ms; step = 10 ms + 1 ms/prefill token
-    r = simulate(requests([0.0, 0.005], [10, 6], [3, 2]), config())
+    r = simulate_requests(requests([0.0, 0.005], [10, 6], [3, 2]), config())
     # THEN step 1 = r0's prefill [0, 20 ms]; step 2 = r0 decode + r1 prefill [20, 36 ms];
     # step 3 = two decodes [36, 46 ms]
     np.testing.assert_allclose(r.step_start_s, [0.0, 0.02, 0.036])
@@ -52,7 +52,7 @@ def test_schedule_two_requests_share_steps_decode_first():
 def test_schedule_preempts_last_admitted_and_resumes_with_its_surviving_prefix():
     # GIVEN 4 usable blocks of 4 tokens and two requests of 6 prompt + 6 output tokens
     cfg = config(kv_blocks=5, step_cost=StepCost.fixed(1.0))
-    r = simulate(requests([0.0, 0.0], [6, 6], [6, 6]), cfg)
+    r = simulate_requests(requests([0.0, 0.0], [6, 6], [6, 6]), cfg)
     # THEN at step 4 r0 needs a third block: r1 (running[-1]) is preempted, its blocks freed
     # tail first; r0 takes r1's second block (evicting it), r1's first block stays cached.
     # r1 waits (head-of-line) until r0 finishes at t=6, then resumes with a 4-token hit and
@@ -71,7 +71,7 @@ def test_schedule_prefix_hit_skips_cached_blocks_and_keeps_the_last_token_rule()
     # r2 (8 tokens, [a, b]) long after; step = 1 s + 0.1 s per prefill token
     cfg = config(step_cost=StepCost.fixed(1.0, 0.1))
     chains = [[0, 1], [0, 1], [0, 1]]
-    r = simulate(requests([0.0, 5.0, 10.0], [8, 10, 8], [1, 1, 1], chains, num_ids=2), cfg)
+    r = simulate_requests(requests([0.0, 5.0, 10.0], [8, 10, 8], [1, 1, 1], chains, num_ids=2), cfg)
     # THEN r1 hits both blocks (8 tokens) and computes 2; r2 may hit only floor(7/4) = 1 block
     np.testing.assert_array_equal(r.cached_tokens, [0, 8, 4])
     np.testing.assert_allclose(r.first_token_s, [1.8, 6.2, 11.4])
@@ -81,29 +81,29 @@ def test_schedule_prefix_hit_skips_cached_blocks_and_keeps_the_last_token_rule()
 def test_schedule_no_prefix_caching_recomputes_everything():
     cfg = config(step_cost=StepCost.fixed(1.0, 0.1), prefix_caching=False)
     chains = [[0, 1], [0, 1]]
-    r = simulate(requests([0.0, 5.0], [8, 10], [1, 1], chains, num_ids=2), cfg)
+    r = simulate_requests(requests([0.0, 5.0], [8, 10], [1, 1], chains, num_ids=2), cfg)
     np.testing.assert_array_equal(r.cached_tokens, [0, 0])
     np.testing.assert_array_equal(r.step_prefill_tokens, [8, 10])
 
 
 def test_schedule_chunked_prefill_splits_by_budget_and_threshold():
     # budget 16: a 40-token prompt takes 16 + 16 + 8
-    r = simulate(requests([0.0], [40], [1]), config(step_cost=StepCost.fixed(1.0)))
+    r = simulate_requests(requests([0.0], [40], [1]), config(step_cost=StepCost.fixed(1.0)))
     np.testing.assert_array_equal(r.step_prefill_tokens, [16, 16, 8])
     assert r.first_token_s[0] == pytest.approx(3.0)
     # without chunking the whole prompt runs in one step
-    r = simulate(requests([0.0], [40], [1]),
+    r = simulate_requests(requests([0.0], [40], [1]),
                  config(step_cost=StepCost.fixed(1.0), chunked_prefill=False))
     np.testing.assert_array_equal(r.step_prefill_tokens, [40])
     # long_prefill_token_threshold caps one request's chunk while another is in the system
     # (8 + 4 in step 1); alone, the cap is ignored (vLLM) and r0 takes the budget
-    r = simulate(requests([0.0, 0.0], [40, 4], [1, 1]),
+    r = simulate_requests(requests([0.0, 0.0], [40, 4], [1, 1]),
                  config(step_cost=StepCost.fixed(1.0), long_prefill_token_threshold=8))
     np.testing.assert_array_equal(r.step_prefill_tokens, [12, 16, 16])
 
 
 def test_schedule_max_num_seqs_queues_fcfs():
-    r = simulate(requests([0.0, 0.0, 0.0], [4, 4, 4], [2, 2, 2]),
+    r = simulate_requests(requests([0.0, 0.0, 0.0], [4, 4, 4], [2, 2, 2]),
                  config(max_num_seqs=1, step_cost=StepCost.fixed(1.0)))
     np.testing.assert_allclose(r.scheduled_s, [0.0, 2.0, 4.0])
     np.testing.assert_allclose(r.finish_s, [2.0, 4.0, 6.0])
@@ -112,8 +112,9 @@ def test_schedule_max_num_seqs_queues_fcfs():
 def test_schedule_sglang_prefill_batch_pauses_decodes():
     # GIVEN r0 (4, 3 out) at 0 and r1 (4, 1 out) at 0.5 s, 1 s per step
     reqs = requests([0.0, 0.5], [4, 4], [3, 1])
-    sg = simulate(reqs, config(scheduler=SchedulerKind.SGLANG, step_cost=StepCost.fixed(1.0)))
-    vl = simulate(reqs, config(step_cost=StepCost.fixed(1.0)))
+    sg = simulate_requests(reqs, config(scheduler=SchedulerKind.SGLANG,
+                                        step_cost=StepCost.fixed(1.0)))
+    vl = simulate_requests(reqs, config(step_cost=StepCost.fixed(1.0)))
     # THEN SGLang runs r1's prefill instead of r0's decode at t=1; vLLM mixes them
     np.testing.assert_allclose(tokens_of(sg, 0), [1, 3, 4])
     np.testing.assert_allclose(tokens_of(vl, 0), [1, 2, 3])
@@ -126,7 +127,7 @@ def test_schedule_sglang_retracts_the_request_with_fewest_outputs():
     cfg = config(kv_blocks=51, max_num_seqs=64, max_batched_tokens=64,
                  scheduler=SchedulerKind.SGLANG, step_cost=StepCost.fixed(1.0))
     n = 12
-    r = simulate(requests(np.arange(n) * 20.0, [4] * n, [150] * n), cfg)
+    r = simulate_requests(requests(np.arange(n) * 20.0, [4] * n, [150] * n), cfg)
     # THEN decode runs out of blocks and a request is retracted; the oldest running request
     # (most outputs) never is, and every request finishes
     assert np.isfinite(r.finish_s).all()
@@ -138,7 +139,7 @@ def test_schedule_sglang_retracts_the_request_with_fewest_outputs():
 def test_schedule_pd_hands_off_after_the_first_token():
     cfg = config(pd=(1, 1), link_bytes_per_s=1000.0, link_latency_s=0.5, layerwise_overlap=False,
                  step_cost=StepCost.fixed(1.0, 0.0, kv_bytes_per_token=100.0))
-    r = simulate(requests([0.0], [10], [3]), cfg)
+    r = simulate_requests(requests([0.0], [10], [3]), cfg)
     # prefill on p0 [0, 1]; 10 tokens × 100 B over 1000 B/s + 0.5 s: on d0 at 2.5 s;
     # decode steps [2.5, 3.5] and [3.5, 4.5]
     np.testing.assert_allclose(tokens_of(r, 0), [1.0, 3.5, 4.5])
@@ -150,7 +151,7 @@ def test_schedule_pd_hands_off_after_the_first_token():
 def test_schedule_pd_layerwise_overlap_hides_the_transfer_behind_the_prefill():
     cfg = config(pd=(1, 1), link_bytes_per_s=1000.0, link_latency_s=0.5, layerwise_overlap=True,
                  layers=32, step_cost=StepCost.fixed(1.0, 0.0, kv_bytes_per_token=100.0))
-    r = simulate(requests([0.0], [10], [3]), cfg)
+    r = simulate_requests(requests([0.0], [10], [3]), cfg)
     # ready = max(prefill end + α + bytes/(L·bw), prefill start + α + bytes/bw)
     #       = max(1 + 0.5 + 1/32, 0 + 0.5 + 1) = 1.53125
     np.testing.assert_allclose(tokens_of(r, 0), [1.0, 2.53125, 3.53125])

@@ -14,7 +14,7 @@ from yaotu_trace.sim import (
     SimConfig,
     StepCost,
     fit_step_cost,
-    simulate,
+    simulate_requests,
 )
 from yaotu_trace.sim.config import FIXED_ROUTES
 
@@ -90,7 +90,7 @@ def check_invariants(req, r, cfg):
 def test_validation_every_request_finishes_and_work_adds_up():
     req = workload(400)
     cfg = config()
-    r = simulate(req, cfg)
+    r = simulate_requests(req, cfg)
     check_invariants(req, r, cfg)
     assert r.cached_tokens.sum() > 0
 
@@ -98,11 +98,11 @@ def test_validation_every_request_finishes_and_work_adds_up():
 def test_validation_small_pool_preempts_and_recomputes():
     req = workload(300, rate=20.0, output=(50, 200))
     cfg = config(kv_blocks=80)
-    r = simulate(req, cfg)
+    r = simulate_requests(req, cfg)
     check_invariants(req, r, cfg)
     assert r.num_preemptions.sum() > 10
     assert r.recomputed_tokens.sum() > 0
-    big = simulate(req, config(kv_blocks=4000))
+    big = simulate_requests(req, config(kv_blocks=4000))
     assert big.num_preemptions.sum() == 0
 
 
@@ -126,15 +126,15 @@ def test_validation_invariants_hold_for_any_configuration(seed, kv_blocks, max_n
     cfg = config(kv_blocks=kv_blocks, max_num_seqs=max_num_seqs, max_batched_tokens=budget,
                  chunked_prefill=chunked, prefix_caching=caching, scheduler=scheduler,
                  instances=instances, route=route, pd=pd)
-    r = simulate(req, cfg)
+    r = simulate_requests(req, cfg)
     check_invariants(req, r, cfg)
-    again = simulate(req, cfg)
+    again = simulate_requests(req, cfg)
     np.testing.assert_array_equal(r.finish_s, again.finish_s)
 
 
 def test_validation_littles_law_on_the_output():
     req = workload(3000, rate=8.0, seed=3)
-    r = simulate(req, config(kv_blocks=2000))
+    r = simulate_requests(req, config(kv_blocks=2000))
     sojourn = r.finish_s - req.arrival_s
     span = r.finish_s.max() - req.arrival_s.min()
     lam = len(sojourn) / span
@@ -155,7 +155,7 @@ def test_validation_single_slot_prefill_matches_md1_waiting_time():
                         output_tokens=np.ones(n, dtype=np.int64))
     cfg = SimConfig(kv_blocks=100, block_size_tokens=16, max_num_seqs=1, max_batched_tokens=512,
                     step_cost=StepCost.fixed(0.0, service_s / 100))
-    r = simulate(req, cfg)
+    r = simulate_requests(req, cfg)
     wait = r.scheduled_s - arrival
     # THEN the mean wait is Pollaczek–Khinchine's Wq = ρ·S / (2(1 − ρ))
     assert wait.mean() == pytest.approx(rho * service_s / (2 * (1 - rho)), rel=0.06)
@@ -164,8 +164,9 @@ def test_validation_single_slot_prefill_matches_md1_waiting_time():
 
 def test_validation_chunking_lowers_the_largest_inter_token_gap():
     req = workload(200, rate=4.0, prompt=(16, 4000), output=(20, 80), seed=5)
-    whole = simulate(req, config(kv_blocks=3000, chunked_prefill=False))
-    chunked = simulate(req, config(kv_blocks=3000, chunked_prefill=True, max_batched_tokens=256))
+    whole = simulate_requests(req, config(kv_blocks=3000, chunked_prefill=False))
+    chunked = simulate_requests(req, config(kv_blocks=3000, chunked_prefill=True,
+                                            max_batched_tokens=256))
 
     def max_gap(r):
         off = r.token_offsets
@@ -180,7 +181,7 @@ def test_validation_chunking_lowers_the_largest_inter_token_gap():
 def test_validation_disaggregation_moves_exactly_the_prompt_kv():
     req = workload(300, rate=10.0)
     cfg = config(kv_blocks=2000, pd=(1, 2), route=RoutePolicy.LEAST_LOADED)
-    r = simulate(req, cfg)
+    r = simulate_requests(req, cfg)
     check_invariants(req, r, cfg)
     kv_b = cfg.step_cost.kv_bytes_per_token
     assert r.kv_transfer_bytes == float(req.prompt_tokens.sum()) * kv_b
@@ -197,8 +198,8 @@ def test_validation_disaggregation_moves_exactly_the_prompt_kv():
 
 def test_validation_prefix_caching_off_changes_only_prefill_work():
     req = workload(400, rate=6.0)
-    on = simulate(req, config(kv_blocks=4000))
-    off = simulate(req, config(kv_blocks=4000, prefix_caching=False))
+    on = simulate_requests(req, config(kv_blocks=4000))
+    off = simulate_requests(req, config(kv_blocks=4000, prefix_caching=False))
     assert on.num_preemptions.sum() == off.num_preemptions.sum() == 0
     assert on.cached_tokens.sum() > 0 and off.cached_tokens.sum() == 0
     assert on.step_decode_tokens.sum() == off.step_decode_tokens.sum()
@@ -223,7 +224,7 @@ def test_validation_cache_aware_routing_beats_round_robin_on_hits():
                         chain_block_tokens=block, num_chain_ids=nid)
     hits = {}
     for route in ARRIVAL_ROUTES:
-        r = simulate(req, config(kv_blocks=30, instances=2, route=route, max_num_seqs=4))
+        r = simulate_requests(req, config(kv_blocks=30, instances=2, route=route, max_num_seqs=4))
         hits[route] = r.cached_tokens.sum()
     assert hits[RoutePolicy.PREFIX_AFFINITY] > hits[RoutePolicy.ROUND_ROBIN]
     assert hits[RoutePolicy.KV_AWARE] > hits[RoutePolicy.ROUND_ROBIN]
@@ -265,7 +266,7 @@ def test_validation_matches_the_python_reference_exactly(seed, kv_blocks, max_nu
     fits = (np.maximum(req.prompt_tokens, 1) + np.maximum(req.output_tokens, 1) + 7) // 8
     if (fits > kv_blocks - 1).any():
         return  # requests over capacity are not run; the reference does not model rejection
-    r = simulate(req, cfg)
+    r = simulate_requests(req, cfg)
     ref = reference(req, kv_blocks=kv_blocks, block=8, max_seqs=max_num_seqs, budget=budget,
                     chunked=chunked, threshold=threshold, caching=caching,
                     a=0.01, b=0.001, c=1e-5)
@@ -288,12 +289,12 @@ def test_validation_round_robin_cluster_equals_independent_instances(seed, insta
     from yaotu_trace.sim.run import _subset
 
     req = workload(80, seed=seed, rate=40.0, prompt=(1, 300), output=(0, 40))
-    cluster = simulate(req, config(kv_blocks=kv_blocks, instances=instances,
+    cluster = simulate_requests(req, config(kv_blocks=kv_blocks, instances=instances,
                                    scheduler=scheduler, max_num_seqs=6, max_batched_tokens=128))
     for k in range(instances):
         keep = np.arange(k, len(req.arrival_s), instances)
-        alone = simulate(_subset(req, keep), config(kv_blocks=kv_blocks, scheduler=scheduler,
-                                                    max_num_seqs=6, max_batched_tokens=128))
+        alone = simulate_requests(_subset(req, keep), config(
+            kv_blocks=kv_blocks, scheduler=scheduler, max_num_seqs=6, max_batched_tokens=128))
         np.testing.assert_array_equal(cluster.finish_s[keep], alone.finish_s)
         np.testing.assert_array_equal(cluster.num_preemptions[keep], alone.num_preemptions)
         np.testing.assert_array_equal(cluster.cached_tokens[keep], alone.cached_tokens)

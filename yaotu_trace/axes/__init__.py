@@ -2,7 +2,8 @@
 
 Each axis is a package, `axes/<axis>/`: `metrics.py` (what it measures), `analyze.py`
 (`analyze_<axis>(inp: AxisInput, thresholds: Thresholds) -> AxisResult`) and `rules/`, one file
-per rule holding its id, words, thresholds and check (`yaotu_trace.axes.rule`). The thresholds
+per rule holding its id, words, thresholds, check and what it means to the verdict and the
+ledger (its cause and remedies, `yaotu_trace.axes.rule`). The thresholds
 are in `axes/thresholds.py`, the catalog of every rule in `axes/rules.py`. The registry names
 the analyzers as "module:function" so importing this package stays cheap; the axes never import
 `yaotu_trace.diagnosis`, which builds on them.

@@ -1,4 +1,5 @@
-"""Types shared by the four axis analyzers: status, evidence, rule hits and the axis result.
+"""Types shared by the four axis analyzers: status, cause, evidence, rule hits and the axis
+result.
 
 An analyzer is a pure function of an `AxisInput` (the request table, the optional step log and
 engine metrics, the engine settings) and the thresholds; it returns an `AxisResult` holding
@@ -8,18 +9,19 @@ only builtins-convertible values, so the report never carries a DataFrame or NaN
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pandas as pd
 
 from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS
+from yaotu_trace.catalog.units import MAX_COUNT, check_block_size, check_kv_bytes_per_token
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 
 class AxisName(StrEnum):
@@ -53,6 +55,44 @@ SEVERITY_RANK: Mapping[Severity, int] = {
     Severity.WARNING: 1,
     Severity.BOTTLENECK: 2,
 }
+
+
+class Cause(StrEnum):
+    """What makes an axis bad, as the rules that find it name it (`Rule.cause`).
+
+    Each axis' causes are listed together, in the order the decision flow looks at them: when
+    the rules that fired on an axis name several, the axis' cause is the first of them here.
+    """
+
+    # queueing — KV admission first; idle seats next to a queue come before a burst (the
+    # burst is the hot instance's share); queueing too large to be ok that no rule explains is
+    # `unidentified` (what to measure next says how).
+    KV_ADMISSION = "kv_admission"
+    DISPATCH_OVERHEAD = "dispatch_overhead"
+    LOAD_IMBALANCE = "load_imbalance"
+    ARRIVAL_BURST = "arrival_burst"
+    BATCH_SHAPE = "batch_shape"
+    UNIDENTIFIED = "unidentified"
+    # kv_memory
+    KV_CAPACITY = "kv_capacity"
+    SPIKY_DEMAND = "spiky_demand"
+    PREEMPTION = "preemption"
+    # prefix_reuse: where the reuse is lost, else that it is
+    CACHE_KEYS = "cache_keys"
+    ROUTING = "routing"
+    CACHE_CAPACITY = "capacity"
+    PREFIX_RECOMPUTE = "prefix_recompute"
+    # pd_interference: a disaggregated deployment's placement, else interference
+    KV_TRANSFER = "kv_transfer"
+    PD_RATIO = "pd_ratio"
+    TRANSFER_FAILURES = "transfer_failures"
+    PREFILL_INTERFERENCE = "prefill_interference"
+
+
+def first_cause(causes: Iterable[Cause | None]) -> Cause | None:
+    """The first of `causes` in `Cause` order (None when none is given)."""
+    order = list(Cause)
+    return min((c for c in causes if c is not None), key=order.index, default=None)
 
 
 class Source(StrEnum):
@@ -139,8 +179,6 @@ class EngineSettings:
     def __post_init__(self) -> None:
         """Refuse values no engine has (a usage error naming the option), so that an absurd
         option is never an overflow deep in an analyzer."""
-        from yaotu_trace.catalog.units import MAX_COUNT, check_block_size, check_kv_bytes_per_token
-
         check_block_size(self.block_size_tokens)
         counts = (("--max-num-seqs", self.max_num_seqs, True),
                   ("--max-batched-tokens", self.max_batched_tokens, True),
@@ -197,22 +235,45 @@ class AxisInput:
                    settings=settings or EngineSettings(), trace=trace)
 
 
+class AxisMetrics(Protocol):
+    """What the diagnosis reads of any axis' measurements without knowing the axis; the rest
+    it reads from the axis' own metrics type (`metrics_of`)."""
+
+    def headline(self) -> tuple[Evidence, ...]:
+        """The measurements shown as the axis' evidence when no rule fired on it."""
+        ...
+
+
+def measured(*groups: Sequence[Evidence]) -> tuple[Evidence, ...]:
+    """The measured values (not None) of the first group that has any: an axis' headline,
+    with the measurements telemetry alone gives as a later group."""
+    for group in groups:
+        kept = tuple(e for e in group if e.value is not None)
+        if kept:
+            return kept
+    return ()
+
+
+M = TypeVar("M")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AxisResult:
     """One axis: status, cause, score for ranking, sources used, metrics, evidence and rules.
 
-    `score` is the axis' share of latency or work lost (0–1) used to rank bottlenecks;
-    `missing` names the columns or series that would decide an `insufficient_data` axis (or
-    sharpen a decided one); `next_steps` says what to measure next.
+    `cause` is the first (`Cause` order) of the causes its fired rules name; `score` is the
+    axis' share of latency or work lost (0–1) used to rank bottlenecks; `missing` names the
+    columns or series that would decide an `insufficient_data` axis (or sharpen a decided one);
+    `next_steps` says what to measure next.
     """
 
     axis: AxisName
     status: Status
-    cause: str | None
+    cause: Cause | None
     score: float | None
     score_basis: str
     sources: tuple[Source, ...]
-    metrics: Any
+    metrics: AxisMetrics
     hits: tuple[RuleHit, ...] = ()
     missing: tuple[str, ...] = ()
     next_steps: tuple[str, ...] = ()
@@ -222,6 +283,15 @@ class AxisResult:
     def rule_ids(self) -> tuple[str, ...]:
         """Ids of the rules that fired, in firing order."""
         return tuple(h.rule_id for h in self.hits)
+
+
+def metrics_of(result: AxisResult, kind: type[M]) -> M:
+    """The axis' metrics as its own type (`QueueingMetrics` for queueing, ...); another type is
+    a bug, raised as a TypeError."""
+    metrics = result.metrics
+    if not isinstance(metrics, kind):
+        raise TypeError(f"{result.axis} holds {type(metrics).__name__}, not {kind.__name__}")
+    return metrics
 
 
 def status_from(hits: Sequence[RuleHit], severity_of: Mapping[str, Severity]) -> Status:

@@ -53,21 +53,11 @@ def analyze(
     --charts draws them into a file or pipe too, --no-charts leaves them out; --quiet only
     hides the progress bar.
     """
-    from yaotu_trace.commands.analyze import analyze as run
-    from yaotu_trace.commands.analyze import bench_summary_report
-    from yaotu_trace.commands.load import open_trace
-    from yaotu_trace.prefix.window import parse_warmup
+    from yaotu_trace.commands import analyze as analyze_command
 
-    if warmup is not None:
-        parse_warmup(warmup)  # a bad window fails before the trace is read
     pictures = charts_wanted(charts, format, output)
-
     with progress("analyze", quiet) as update:
-        source = trace_input(trace, input_format, map, source_block_size, steps)
-        report = bench_summary_report(source)  # a benchmark result with run-level numbers only
-        if report is None:
-            loaded = open_trace(source, lazy_content=True, progress=update,
-                                arrivals_optional=True)
-            update("profiling", 0.5)
-            report = run(loaded, preset=preset, warmup=warmup, charts=pictures)
+        report = analyze_command.analyze(
+            trace_input(trace, input_format, map, source_block_size, steps), preset=preset,
+            warmup=warmup, progress=update, charts=pictures)
     emit(report, format, output)

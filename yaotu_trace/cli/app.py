@@ -26,7 +26,7 @@ from yaotu_trace.render import OutputFormat, render
 # NOTE: the analysis modules (pandas, pyarrow, numba) are imported where a command uses them,
 # so that `trace --help`, `trace models` and a usage error start at once.
 if TYPE_CHECKING:
-    from yaotu_trace.commands.load import TraceInput
+    from yaotu_trace.commands.load import RunBefore, TraceInput
     from yaotu_trace.data.report import Report
     from yaotu_trace.ingest.formats import TraceFormat
 
@@ -52,16 +52,29 @@ def trace_input(trace: Path, input_format: TraceFormat | None = None,
                       source_block_size=source_block_size, steps=steps)
 
 
-def before_input(before: Path | None, steps_before: Path | None,
-                 input_format: TraceFormat | None = None, column_map: list[str] | None = None,
-                 source_block_size: int | None = None) -> TraceInput | None:
-    """The run before a change (`--before`, read as TRACE is, with its `--steps-before`), for
-    `trace check` and `trace report`; its step log alone is refused before anything is read."""
-    if before is None and steps_before is not None:
-        raise ConfigError("--steps-before is the step log of the run before: give --before "
-                          "BEFORE too")
-    return None if before is None else trace_input(before, input_format, column_map,
-                                                   source_block_size, steps_before)
+def before_input(before: Path | None, steps_before: Path | None, metrics_before: Path | None,
+                 matched_only: bool, input_format: TraceFormat | None = None,
+                 column_map: list[str] | None = None,
+                 source_block_size: int | None = None) -> RunBefore | None:
+    """The run before a change (`--before`, read as TRACE is, with its `--steps-before` and
+    `--metrics-before`), for `trace check` and `trace report`; an option of that run without
+    it is refused before anything is read."""
+    if before is None:
+        if steps_before is not None:
+            raise ConfigError("--steps-before is the step log of the run before: give --before "
+                              "BEFORE too")
+        if metrics_before is not None:
+            raise ConfigError("--metrics-before is the telemetry of the run before: give "
+                              "--before BEFORE too")
+        if matched_only:
+            raise ConfigError("--matched-only judges the change against the run before: give "
+                              "--before BEFORE too")
+        return None
+    from yaotu_trace.commands.load import RunBefore
+
+    return RunBefore(trace=trace_input(before, input_format, column_map, source_block_size,
+                                       steps_before),
+                     metrics=metrics_before, matched_only=matched_only)
 
 
 # The report format an output's extension asks for, when --format is not given.

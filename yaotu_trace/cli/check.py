@@ -20,14 +20,20 @@ from yaotu_trace.cli.app import (
 from yaotu_trace.cli.options import (
     BeforeOpt,
     BlockSizeOpt,
+    DaskOpt,
     FormatOpt,
     GpuOpt,
     InputFormatOpt,
+    JobsOpt,
+    KvBytesOpt,
     KvCapacityOpt,
     KvDtypeOpt,
+    LinkGbpsOpt,
     LogTzOpt,
     MapOpt,
     MatchedOnlyOpt,
+    MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
     MetricsBeforeOpt,
     MetricsOpt,
     ModelOpt,
@@ -40,6 +46,7 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.render import OutputFormat
 
@@ -112,11 +119,17 @@ def check(
     metrics: MetricsOpt = None,
     log_tz: LogTzOpt = None,
     model: ModelOpt = None,
+    kv_bytes_per_token: KvBytesOpt = None,
     kv_dtype: KvDtypeOpt = None,
     kv_capacity: KvCapacityOpt = None,
     block_size: BlockSizeOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
+    jobs: JobsOpt = 1,
+    dask: DaskOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
@@ -130,8 +143,10 @@ def check(
     the headline metrics (hit ratio, queue-time, TTFT and inter-token percentiles, preempted
     share) are compared with default tolerances. With --before, each condition of a fair
     comparison (same requests, lengths, model, hardware, cache warmth, success rate) and each
-    axis' change is a check. Exit 0 when every check passes, 1 when one fails, 3 for an
-    unreadable trace (or BEFORE), check file or baseline, or an unknown metric path.
+    axis' change is a check. The diagnosis options (--model, --gpu, --kv-capacity, ...) mean
+    what they mean to trace diagnose; they describe both runs of a change. Exit 0 when every
+    check passes, 1 when one fails, 3 for an unreadable trace (or BEFORE), check file or
+    baseline, or an unknown metric path.
 
     Examples:
 
@@ -144,17 +159,21 @@ def check(
       trace check after.parquet --before before.parquet --fail-on regressed,not-comparable
       trace check captures/sglang-metrics/ --fail-on observed-shortfall
     """
-    from yaotu_trace.commands.check import check as run
+    from yaotu_trace.commands import check as check_command
 
-    earlier = before_input(before, steps_before, input_format, map, source_block_size)
+    earlier = before_input(before, steps_before, metrics_before, matched_only, input_format,
+                           map, source_block_size)
+    options = DiagnosisOptions(
+        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu,
+        kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
+        block_size_tokens=block_size, max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
+        thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
     with progress("check", quiet) as update:
-        report = run(trace_input(trace, input_format, map, source_block_size, steps),
-                     config=config, baseline=baseline, fail_on=fail_on, before=earlier,
-                     metrics_before=metrics_before, matched_only=matched_only, gpu=gpu,
-                     metrics=metrics, log_tz=log_tz,
-                     model=model, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
-                     block_size_tokens=block_size,
-                     preset=preset, threshold=threshold or (), progress=update)
+        report = check_command.check(
+            trace_input(trace, input_format, map, source_block_size, steps), options,
+            config=config, baseline=baseline, fail_on=fail_on, before=earlier,
+            progress=update)
     _write_ci_files(report, junit, markdown)
     emit(report, format, output)
     section = report.sections["checks"]

@@ -48,9 +48,10 @@ def compare(
 
       trace compare conversation_trace.jsonl --scenario chunked.toml --scenario pd.toml
     """
-    from yaotu_trace.commands.compare import compare as run
+    from yaotu_trace.commands import compare as compare_command
 
     with progress("compare", quiet) as update:
-        report = run(trace_input(trace, input_format, map, source_block_size), scenarios=scenario,
-                     model=model, gpu=gpu, kv_dtype=kv_dtype, progress=update)
+        report = compare_command.compare(
+            trace_input(trace, input_format, map, source_block_size), scenarios=scenario,
+            model=model, gpu=gpu, kv_dtype=kv_dtype, progress=update)
     emit(report, format, output)

@@ -45,10 +45,10 @@ def convert(
 
       trace convert spans.json --input-format otel --out requests.jsonl
     """
-    from yaotu_trace.commands.convert import convert as run
+    from yaotu_trace.commands import convert as convert_command
 
-    report = run(trace, out=out, input_format=input_format, column_map=map or (),
-                 source_block_size=source_block_size)
+    report = convert_command.convert(trace, out=out, input_format=input_format,
+                                     column_map=map or (), source_block_size=source_block_size)
     done = report.sections["conversion"]
     for note in done.notes:
         sys.stderr.write(f"note: {visible(note, one_line=True)}\n")

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
 from yaotu_trace.cli.app import ChartsOpt, charts_wanted, command, emit, trace_input
 from yaotu_trace.cli.options import (
     BlockSizeOpt,
@@ -20,6 +16,8 @@ from yaotu_trace.cli.options import (
     LinkGbpsOpt,
     LogTzOpt,
     MapOpt,
+    MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
     MetricsOpt,
     ModelOpt,
     OptionalTraceArg,
@@ -30,18 +28,8 @@ from yaotu_trace.cli.options import (
     ThresholdOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-
-MaxSeqsOpt = Annotated[
-    int | None,
-    typer.Option("--max-num-seqs", min=1, help="Engine cap on running requests (else the "
-                 "largest batch seen)."),
-]
-MaxTokensOpt = Annotated[
-    int | None,
-    typer.Option("--max-batched-tokens", min=1, help="Engine token budget per step (else the "
-                 "largest step seen)."),
-]
 
 
 @command()
@@ -55,8 +43,8 @@ def diagnose(
     kv_dtype: KvDtypeOpt = None,
     kv_capacity: KvCapacityOpt = None,
     block_size: BlockSizeOpt = None,
-    max_num_seqs: MaxSeqsOpt = None,
-    max_batched_tokens: MaxTokensOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
     gpu: GpuOpt = None,
     link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
@@ -101,21 +89,22 @@ def diagnose(
     time. --charts draws them into a file or pipe too, --no-charts leaves them out; --quiet
     only hides the progress bar.
     """
-    from yaotu_trace.commands.diagnose import diagnose as run
+    from yaotu_trace.commands import diagnose as diagnose_command
 
     if trace is None and (input_format is not None or map or source_block_size is not None):
         raise ConfigError("--input-format, --map and --source-block-size say how to read a "
                           "TRACE; give the trace, or drop them to judge --metrics alone")
     source = None if trace is None else trace_input(trace, input_format, map,
                                                     source_block_size, steps)
+    options = DiagnosisOptions(
+        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu,
+        kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
+        block_size_tokens=block_size, max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
+        thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
     pictures = charts_wanted(charts, format, output)
     with progress("diagnose", quiet) as update:
-        report = run(
-            source, metrics=metrics, steps=steps if trace is None else None, log_tz=log_tz,
-            model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
-            kv_capacity=kv_capacity,
-            block_size_tokens=block_size, max_num_seqs=max_num_seqs,
-            max_batched_tokens=max_batched_tokens, gpu=gpu, link_gbps=link_gbps, preset=preset,
-            threshold=threshold or (), jobs=jobs, dask=dask, progress=update, charts=pictures,
-        )
+        report = diagnose_command.diagnose(source, options,
+                                           steps=steps if trace is None else None,
+                                           progress=update, charts=pictures)
     emit(report, format, output)

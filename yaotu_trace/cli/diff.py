@@ -10,15 +10,20 @@ import typer
 from yaotu_trace.cli.app import command, emit, trace_input
 from yaotu_trace.cli.options import (
     BlockSizeOpt,
+    DaskOpt,
     FormatOpt,
     GpuOpt,
     InputFormatOpt,
+    JobsOpt,
     KvBytesOpt,
     KvCapacityOpt,
     KvDtypeOpt,
+    LinkGbpsOpt,
     LogTzOpt,
     MapOpt,
     MatchedOnlyOpt,
+    MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
     MetricsAfterOpt,
     MetricsBeforeOpt,
     ModelOpt,
@@ -30,6 +35,7 @@ from yaotu_trace.cli.options import (
     ThresholdOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 
@@ -60,8 +66,13 @@ def diff(
     kv_bytes_per_token: KvBytesOpt = None,
     kv_dtype: KvDtypeOpt = None,
     block_size: BlockSizeOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
+    jobs: JobsOpt = 1,
+    dask: DaskOpt = None,
     matched_only: MatchedOnlyOpt = False,
     out: OutOpt = None,
     format: FormatOpt = None,
@@ -80,7 +91,8 @@ def diff(
     make it fair. Then each axis before and after (status, cause, score) with its key measures
     judged against run-to-run noise (bootstrap over requests), and the ledger of the change:
     work saved and work added, each with how it was computed. --model, --gpu and the other
-    engine options describe both runs; --input-format, --map and --source-block-size read both.
+    diagnosis options mean what they mean to trace diagnose and describe both runs;
+    --input-format, --map and --source-block-size read both.
 
     Examples:
 
@@ -93,20 +105,22 @@ def diff(
 
       trace diff run.parquet run.parquet
     """
-    from yaotu_trace.commands.diff import diff as run
+    from yaotu_trace.commands import diff as diff_command
 
     if format is OutputFormat.HTML or (format is None and output is not None
                                        and output.suffix.lower() in (".html", ".htm")):
         raise ConfigError("trace diff writes table, markdown or json; give --format table, "
                           "markdown or json (or -o FILE.md / .json / .txt)")
+    options = DiagnosisOptions(
+        metrics=metrics_after, log_tz=log_tz, model=model, gpu=gpu,
+        kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
+        block_size_tokens=block_size, max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
+        thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
     with progress("diff", quiet) as update:
-        report = run(
-            trace_input(before, input_format, map, source_block_size),
-            trace_input(after, input_format, map, source_block_size),
-            steps_before=steps_before, steps_after=steps_after, metrics_before=metrics_before,
-            metrics_after=metrics_after, log_tz=log_tz, model=model, gpu=gpu,
-            kv_capacity=kv_capacity, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
-            block_size_tokens=block_size, preset=preset, threshold=threshold or (),
-            matched_only=matched_only, out=out, progress=update,
-        )
+        report = diff_command.diff(
+            trace_input(before, input_format, map, source_block_size, steps_before),
+            trace_input(after, input_format, map, source_block_size, steps_after),
+            options, metrics_before=metrics_before, matched_only=matched_only, out=out,
+            progress=update)
     emit(report, format, output)

@@ -13,14 +13,14 @@ from yaotu_trace.cli.app import command
 from yaotu_trace.cli.options import MetricsOutOpt
 from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.files import STDOUT
-from yaotu_trace.sim.workloads import DEFAULT_MODEL, Scenario
+from yaotu_trace.sim.workloads import DEFAULT_MODEL, WorkloadKind
 
 if TYPE_CHECKING:
     from yaotu_trace.commands.generate import GeneratedTrace
 
 
 ScenarioArg = Annotated[
-    Scenario,
+    WorkloadKind,
     typer.Argument(help="Workload to generate (listed above).", metavar="SCENARIO",
                    case_sensitive=False, show_default=False),
 ]
@@ -98,10 +98,13 @@ def generate(
 
       trace generate diag-kv-churn --out churn.parquet --steps-out churn.steps.parquet
     """
-    from yaotu_trace.commands.generate import generate as run
+    from yaotu_trace.commands import generate as generate_command
+    from yaotu_trace.sim.generate import GenerateOptions
 
-    report = run(scenario, out=out, steps_out=steps_out, metrics_out=metrics_out, seed=seed,
-                 requests=requests, rate_per_s=rate, tenants=tenants, model=model)
+    options = GenerateOptions(scenario=scenario, seed=seed, requests=requests, rate_per_s=rate,
+                              tenants=tenants, model=model)
+    report = generate_command.generate(options, out=out, steps_out=steps_out,
+                                       metrics_out=metrics_out)
     if not quiet:
         sys.stderr.write(visible(summary_line(report.sections["generated"]), one_line=True)
                          + "\n")

@@ -147,7 +147,7 @@ MatchedOnlyOpt = Annotated[
 def _log_zone(value: str | None) -> str | None:
     """Refuse a zone `--log-tz` cannot name before anything is read (a usage error)."""
     from yaotu_trace.errors import ConfigError
-    from yaotu_trace.ingest.serverlog import log_zone
+    from yaotu_trace.ingest.telemetry.serverlog import log_zone
 
     if value is not None:
         try:
@@ -189,6 +189,16 @@ BlockSizeOpt = Annotated[
     typer.Option("--block-size", min=1, max=MAX_BLOCK_TOKENS, help="KV block size in tokens of "
                  "the diagnosis [default: "
                  "16; the prefix replay uses its preset's]."),
+]
+MaxNumSeqsOpt = Annotated[
+    int | None,
+    typer.Option("--max-num-seqs", min=1, help="Engine cap on running requests (else the "
+                 "largest batch seen)."),
+]
+MaxBatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-batched-tokens", min=1, help="Engine token budget per step (else the "
+                 "largest step seen)."),
 ]
 
 # The prefix-cache rules, shared by `trace replay` and `trace sweep`: each overrides --preset.

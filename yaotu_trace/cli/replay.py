@@ -34,6 +34,7 @@ from yaotu_trace.cli.options import (
     WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.prefix.rules import Eviction
 
 CapacityOpt = Annotated[
@@ -126,19 +127,19 @@ def replay(
       trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
       --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
     """
-    from yaotu_trace.commands.replay import replay as run
+    from yaotu_trace.commands import replay as replay_command
+    from yaotu_trace.prefix.partition import Parallelism
 
+    options = ReplayOptions(
+        preset=preset, block_size_tokens=block_size, last_token_rule=last_token_rule,
+        tenant_isolation=tenant_isolation, touch_order=touch_order,
+        cache_partial_blocks=cache_partial_blocks, cache_outputs=cache_outputs,
+        eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
+        capacity_per_tenant=capacity_per_tenant, accounting=accounting, capacity=capacity,
+        model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup)
     with progress("replay", quiet) as update:
-        report = run(
-            trace_input(trace, input_format, map, source_block_size), preset=preset,
-            block_size_tokens=block_size, last_token_rule=last_token_rule,
-            tenant_isolation=tenant_isolation, touch_order=touch_order,
-            cache_partial_blocks=cache_partial_blocks, cache_outputs=cache_outputs,
-            capacity=capacity, model=model, kv_bytes_per_token=kv_bytes_per_token,
-            kv_dtype=kv_dtype,
-            eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
-            capacity_per_tenant=capacity_per_tenant, accounting=accounting, grid=grid or (),
-            waterfall=waterfall,
-            jobs=jobs, dask=dask, out=out, warmup=warmup, progress=update,
-        )
+        report = replay_command.replay(
+            trace_input(trace, input_format, map, source_block_size), options, grid=grid or (),
+            waterfall=waterfall, parallel=Parallelism(jobs=jobs, dask=dask), out=out,
+            progress=update)
     emit(report, format, output)

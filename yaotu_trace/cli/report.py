@@ -10,13 +10,19 @@ from yaotu_trace.cli.app import before_input, command, emit, trace_input
 from yaotu_trace.cli.options import (
     BeforeOpt,
     BlockSizeOpt,
+    DaskOpt,
     GpuOpt,
     InputFormatOpt,
+    JobsOpt,
+    KvBytesOpt,
     KvCapacityOpt,
     KvDtypeOpt,
+    LinkGbpsOpt,
     LogTzOpt,
     MapOpt,
     MatchedOnlyOpt,
+    MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
     MetricsBeforeOpt,
     MetricsOpt,
     ModelOpt,
@@ -30,7 +36,8 @@ from yaotu_trace.cli.options import (
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.cli.simulate import InstancesOpt, KvBlocksOpt, MaxSeqsOpt, scenario_from_options
+from yaotu_trace.cli.simulate import InstancesOpt, KvBlocksOpt, scenario_from_options
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 
@@ -56,18 +63,23 @@ def report(
     gpu: GpuOpt = None,
     log_tz: LogTzOpt = None,
     model: ModelOpt = None,
+    kv_bytes_per_token: KvBytesOpt = None,
     kv_dtype: KvDtypeOpt = None,
     kv_capacity: KvCapacityOpt = None,
     block_size: BlockSizeOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
+    jobs: JobsOpt = 1,
+    dask: DaskOpt = None,
     simulate: Annotated[bool, typer.Option(
         "--simulate", help="Model the engine's timing first (trace simulate, in memory) for a "
         "trace of arrivals and lengths only; needs --model and --gpu or --scenario. Every "
         "timing panel is marked modelled.")] = False,
     scenario: ScenarioOpt = None,
     kv_blocks: KvBlocksOpt = None,
-    max_num_seqs: MaxSeqsOpt = None,
     instances: InstancesOpt = None,
     quiet: QuietOpt = False,
     input_format: InputFormatOpt = None,
@@ -84,6 +96,10 @@ def report(
     With --before, the page is of a change: whether the comparison is fair, what changed on
     each axis and the work saved and added on top, then the two runs' pictures side by side.
 
+    The diagnosis options (--model, --gpu, --kv-capacity, --max-num-seqs, ...) mean what they
+    mean to trace diagnose. With --simulate, --model, --gpu, --kv-dtype, --block-size,
+    --max-num-seqs, --max-batched-tokens and --link-gbps also state the modelled engine.
+
     Examples:
 
       trace report prod.jsonl -o report.html
@@ -94,21 +110,27 @@ def report(
 
       trace report conversation_trace.jsonl --simulate --model Llama-3.1-8B --gpu H100 -o r.html
     """
-    from yaotu_trace.commands.report import report as run
+    from yaotu_trace.commands import report as report_command
+    from yaotu_trace.sim.options import EngineOptions
 
-    earlier = before_input(before, steps_before, input_format, map, source_block_size)
-    engine = {"kv_blocks": kv_blocks, "max_num_seqs": max_num_seqs, "instances": instances}
+    earlier = before_input(before, steps_before, metrics_before, matched_only, input_format,
+                           map, source_block_size)
+    engine = {"kv_blocks": kv_blocks, "instances": instances}
     if not simulate and any(v is not None for v in engine.values()):
         given = next(k for k, v in engine.items() if v is not None).replace("_", "-")
         raise ConfigError(f"--{given} is an option of the modelled engine: give --simulate too")
+    if not simulate and scenario is not None:
+        raise ConfigError("--scenario and the engine options model a run: give --simulate too")
+    options = DiagnosisOptions(
+        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu,
+        kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
+        block_size_tokens=block_size, max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
+        thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
+    modelled = (EngineOptions(scenario=scenario_from_options(**engine), file=scenario)
+                if simulate else None)
     with progress("report", quiet) as update:
-        result = run(trace_input(trace, input_format, map, source_block_size, steps),
-                     before=earlier, metrics_before=metrics_before, matched_only=matched_only,
-                     gpu=gpu,
-                     metrics=metrics, log_tz=log_tz, model=model, kv_dtype=kv_dtype,
-                     kv_capacity=kv_capacity,
-                     block_size_tokens=block_size, preset=preset, threshold=threshold or (),
-                     simulate=simulate,
-                     scenario=scenario_from_options(**engine) if simulate else None,
-                     scenario_file=scenario, progress=update)
+        result = report_command.report(
+            trace_input(trace, input_format, map, source_block_size, steps), options,
+            before=earlier, simulate=modelled, progress=update)
     emit(result, format, output, default=OutputFormat.HTML)

@@ -149,7 +149,8 @@ def simulate(
       trace simulate chat.parquet --model Qwen2.5-7B --gpu A100 --kv-blocks 4000
       --no-chunked-prefill --out sim.parquet
     """
-    from yaotu_trace.commands.simulate import simulate as run
+    from yaotu_trace.commands import simulate as simulate_command
+    from yaotu_trace.sim.options import EngineOptions
 
     given = scenario_from_options(
         model=model, kv_dtype=kv_dtype, gpu=gpu, kv_blocks=kv_blocks, block_size=block_size,
@@ -162,8 +163,8 @@ def simulate(
         mbu=mbu, overhead_ms=overhead_ms, host_gap_ms=host_gap_ms, calibrate=calibrate,
     )
     with progress("simulate", quiet) as update:
-        report = run(trace_input(trace, input_format, map, source_block_size), out=out,
-                     scenario=given, scenario_file=scenario, steps_out=steps_out,
-                     metrics_out=metrics_out, scrape_interval_s=scrape_interval_s,
-                     progress=update)
+        report = simulate_command.simulate(
+            trace_input(trace, input_format, map, source_block_size),
+            EngineOptions(scenario=given, file=scenario), out=out, steps_out=steps_out,
+            metrics_out=metrics_out, scrape_interval_s=scrape_interval_s, progress=update)
     emit(report, format, output)

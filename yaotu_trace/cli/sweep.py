@@ -30,6 +30,7 @@ from yaotu_trace.cli.options import (
     WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.prefix.options import ReplayOptions
 
 
 @command()
@@ -84,15 +85,17 @@ def sweep(
 
       trace sweep conversation_trace.jsonl --model deepseek-v3 --capacities 1GiB,8GiB,64GiB
     """
-    from yaotu_trace.commands.sweep import sweep as run
+    from yaotu_trace.commands import sweep as sweep_command
 
+    options = ReplayOptions(
+        preset=preset, block_size_tokens=block_size, touch_order=touch_order,
+        last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
+        cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
+        accounting=accounting, model=model, kv_bytes_per_token=kv_bytes_per_token,
+        kv_dtype=kv_dtype, warmup=warmup)
     with progress("sweep", quiet) as update:
-        report = run(trace_input(trace, input_format, map, source_block_size), preset=preset,
-                     block_size_tokens=block_size, touch_order=touch_order,
-                     last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
-                     cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
-                     model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
-                     points=points, warmup=warmup, accounting=accounting,
-                     capacities=capacities.split(",") if capacities is not None else (),
-                     progress=update)
+        report = sweep_command.sweep(
+            trace_input(trace, input_format, map, source_block_size), options, points=points,
+            capacities=capacities.split(",") if capacities is not None else (),
+            progress=update)
     emit(report, format, output)

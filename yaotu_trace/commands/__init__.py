@@ -2,6 +2,9 @@
 that write tables, the file written atomically).
 
 These functions are the package's Python API (`yaotu_trace.analyze`, ..., docs/python-api.md);
-`cli/` only parses the options, calls one of them and writes the report. A command may combine
-others' results only as values (sections), never through their JSON documents.
+`cli/` only parses the options into their values, calls one of them and writes the report. What
+several commands share lives apart: `load.py` (reading a command's inputs), `settings.py` (the
+diagnosis options checked) and `shared/` (the parts several commands build). A command module
+imports those, never another command's module (a contract in pyproject.toml), and combines
+results only as values (sections), never through their JSON documents.
 """

@@ -3,74 +3,83 @@ change against a run before."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from yaotu_trace.commands.load import Progress, open_trace, tell
+from yaotu_trace.commands.load import Progress, RunBefore, TraceSource, open_trace, tell
+from yaotu_trace.commands.settings import DiagnosisSetup, setup_diagnosis
+from yaotu_trace.commands.shared.analysis import analysis_report
+from yaotu_trace.commands.shared.change import change_report
+from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
+from yaotu_trace.commands.shared.observed import observed_vs_replayed
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-
-if TYPE_CHECKING:
-    from yaotu_trace.commands.load import TraceSource
-    from yaotu_trace.data.schema import Trace
-    from yaotu_trace.gate.check import CheckConfig, CheckResult
-    from yaotu_trace.gate.fail_on import DiffGate, Gates, ObservedGate
+from yaotu_trace.gate.change import change_results
+from yaotu_trace.gate.check import (
+    CheckConfig,
+    CheckResult,
+    load_baseline,
+    load_config,
+    report_view,
+    run_checks,
+    wants_diagnosis,
+)
+from yaotu_trace.gate.fail_on import (
+    DEFAULT_DIFF_GATES,
+    DiffGate,
+    Gates,
+    ObservedGate,
+    parse_fail_on,
+)
+from yaotu_trace.gate.observed import observed_result
 
 
 def check(
     trace: TraceSource,
+    options: DiagnosisOptions | None = None,
     *,
     config: Path | CheckConfig | None = None,
     baseline: Path | None = None,
     fail_on: str | None = None,
-    before: TraceSource | None = None,
-    metrics_before: Path | None = None,
-    matched_only: bool = False,
-    gpu: str | None = None,
-    metrics: Path | None = None,
-    log_tz: str | None = None,
-    model: str | None = None,
-    kv_dtype: str | None = None,
-    kv_capacity: str | None = None,
-    block_size_tokens: int | None = None,
-    preset: str | None = None,
-    threshold: Sequence[str] = (),
+    before: RunBefore | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace check`: the `checks` section of every threshold of `config` (a check file or a
     parsed `CheckConfig`), of the comparison with `baseline` (a JSON report the tool wrote), of
-    the diagnosis gate and of the change since `before` (a trace of the run before the change).
+    the diagnosis gate and of the change since `before` (the run before the change).
 
     `fail_on` is `--fail-on`'s text (`bottleneck`, `regressed,not-comparable`, a `FailOn`); it
     replaces the check file's. With `before`, each condition of the comparison and each axis
     change is a check; a condition that differs fails under `not-comparable`, a regressed axis
-    under `regressed`, both by default; `gpu` states the hardware of both runs. The trace is
-    analyzed, and diagnosed with the diagnosis options only when a check needs an axis, the
-    verdict or the ledger.
+    under `regressed`, both by default. The trace is analyzed, and diagnosed under `options`
+    (`trace diagnose`'s meaning; they describe both runs of a change) only when a check needs
+    an axis, the verdict or the ledger.
 
     The report's `checks.failed` says whether the gate fails (`trace check` exits 1).
     """
-    from yaotu_trace.commands.diagnose import diagnosis_of
-
-    asked = _asked(config, baseline, fail_on, metrics_before, has_before=before is not None)
+    options = options or DiagnosisOptions()
+    asked = _asked(config, baseline, fail_on, before)
     # The diff judges subsets of the requests, so it needs the token columns in memory.
     loaded = open_trace(trace, lazy_content=before is None, progress=progress)
-    options: dict[str, Any] = {"model": model, "kv_capacity": kv_capacity,
-                               "block_size_tokens": block_size_tokens, "preset": preset,
-                               "threshold": threshold, "kv_dtype": kv_dtype, "log_tz": log_tz}
-    diagnosis = diagnosis_of(loaded, metrics=metrics, **options)
-    earlier = None if before is None else open_trace(before, lazy_content=False)
+    setup = setup_diagnosis(options)
+    metrics = setup.telemetry(options.metrics)
+    earlier = None if before is None else open_trace(before.trace, lazy_content=False)
+    diagnosis = deferred_diagnosis(loaded, setup, metrics)
     doc, diagnosed = _metrics_of(loaded, diagnosis, asked, progress)
-    changes = [] if earlier is None else _changes(
-        earlier, loaded, asked.gates.diff, progress, metrics_before=metrics_before,
-        metrics_after=metrics, matched_only=matched_only, gpu=gpu, **options)
+    changes: list[CheckResult] = []
+    if before is not None and earlier is not None:
+        tell(progress, "comparing with the run before", 0.6)
+        changes = _changes(earlier, loaded, setup, before, metrics, asked.gates.diff)
     if asked.gates.observed is not None:
-        changes.append(_observed(loaded, asked.gates.observed, preset, block_size_tokens))
-    before_path = None if earlier is None else earlier.path
-    return _report(loaded, doc, asked, changes, before_path=before_path,
-                   matched_only=matched_only, diagnosed=diagnosed)
+        tell(progress, "reconciling the engine's cached tokens with the replay", 0.8)
+        changes.append(_observed(loaded, asked.gates.observed, setup, metrics))
+    return _report(loaded, doc, asked, changes, before=before, earlier=earlier,
+                   diagnosed=diagnosed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,18 +93,13 @@ class _Asked:
 
 
 def _asked(config: Path | CheckConfig | None, baseline: Path | None, fail_on: str | None,
-           metrics_before: Path | None, *, has_before: bool) -> _Asked:
+           before: RunBefore | None) -> _Asked:
     """Read the check file and the baseline and parse the gates, before the trace is read;
-    refuse a run that checks nothing or names a run before without `--before`."""
-    from yaotu_trace.gate.check import CheckConfig, load_baseline, load_config
-
+    refuse a run that checks nothing."""
     cfg = load_config(config) if isinstance(config, Path) else config or CheckConfig()
-    gates = _gates(fail_on, cfg, has_before)
-    if not has_before and metrics_before is not None:
-        raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
-                          "BEFORE too")
+    gates = _gates(fail_on, cfg, before is not None)
     base = load_baseline(baseline) if baseline is not None else None
-    if (not cfg.checks and base is None and gates.level is None and not has_before
+    if (not cfg.checks and base is None and gates.level is None and before is None
             and gates.observed is None):
         raise ConfigError("nothing to check: give --config with [[check]] entries, "
                           "--baseline, --fail-on or --before (see docs/ci.md)")
@@ -106,82 +110,46 @@ def _metrics_of(loaded: Trace, diagnosis: Callable[[], Report], asked: _Asked,
                 progress: Progress | None) -> tuple[dict[str, Any], bool]:
     """The analysis' metrics by JSON path, with the diagnosis' on top when a check needs them;
     and whether it was diagnosed."""
-    from yaotu_trace.commands.analyze import analyze
-    from yaotu_trace.gate.check import report_view, wants_diagnosis
-
     tell(progress, "analyzing", 0.3)
-    doc: dict[str, Any] = report_view(analyze(loaded))
+    doc: dict[str, Any] = report_view(analysis_report(loaded))
     diagnosed = wants_diagnosis(doc, asked.config, asked.baseline is not None, asked.gates.level)
     if diagnosed:
         doc = report_view(diagnosis(), under=doc)
     return doc, diagnosed
 
 
-def _observed(loaded: Trace, gate: ObservedGate, preset: str | None,
-              block_size_tokens: int | None) -> CheckResult:
-    """`observed-shortfall`: the engine's own cached tokens against the exact replay under
-    the effective rules, one check naming the stretch of time where they fall short."""
-    from yaotu_trace.gate.check import CheckKind, CheckResult, CheckStatus
-    from yaotu_trace.ingest.load import load_full
-    from yaotu_trace.prefix.prepare import prepare
-    from yaotu_trace.prefix.reconcile import reconcile
-    from yaotu_trace.prefix.rules import effective_rules
-    from yaotu_trace.prefix.trace import replay_trace_with_requests
-
-    full = load_full(loaded)
-    if not full.has("cached_tokens"):
-        raise ConfigError(f"--fail-on observed-shortfall compares the engine's own cached_tokens "
-                          f"with the replay, and {full.path} has none; give a capture that "
-                          "carries them (docs/inputs.md)")
-    rules, name, _ = effective_rules(full, preset, block_size_tokens=block_size_tokens)
-    _, table = replay_trace_with_requests(full, rules, preset=name, waterfall=False)
-    prepared = prepare(full)
-    assert prepared.cached_tokens is not None
-    found = reconcile(prepared.arrival_s, prepared.request_id, prepared.cached_tokens,
-                      table.columns["hit_tokens"], prepared.prompt_tokens,
-                      unlimited=rules.unlimited, points=gate.points, relative=gate.relative)
-    assert found is not None
-    margins = f"{gate.points * 100:g} points and {gate.relative * 100:g} %"
-    short = found.shortfall
-    common: dict[str, Any] = {"name": "observed hits against the replay",
-                              "kind": CheckKind.DIAGNOSIS,
-              "path": "prefix_reuse.observed_over_time.shortfall", "resolved_path": None,
-              "op": ">=", "threshold": f"{margins} below the replay"}
-    if short is None:
-        worst = max(found.windows, key=lambda w: w.gap_points)
-        return CheckResult(status=CheckStatus.PASSED, value=round(worst.gap_points, 6),
-                           message=f"the engine's hits agree with the {name} replay: no stretch "
-                           f"of time falls short by {margins}", **common)
-    reason = found.reasons[0].text if found.reasons else "no likely reason found"
-    share = (f"observed {short.observed_hit_tokens / short.prompt_tokens:.1%}, replayed "
-             f"{short.replayed_hit_tokens / short.prompt_tokens:.1%} of "
-             f"{short.prompt_tokens:,} prompt tokens over {short.requests} requests")
-    return CheckResult(status=CheckStatus.FAILED, value=round(short.gap_points, 6),
-                       message=f"the engine's hits fall short of the {name} replay from "
-                       f"{short.start_s:.1f} s to {short.end_s:.1f} s: {share} (margins "
-                       f"{margins}); likely: {reason}", **common)
+def _observed(loaded: Trace, gate: ObservedGate, setup: DiagnosisSetup,
+              metrics: EngineMetrics | None) -> CheckResult:
+    """`observed-shortfall`: the engine's own cached tokens against the exact replay under the
+    effective rules (`--preset`, `--block-size`), the capacity reason tested at the pool
+    `--kv-capacity` or `--metrics` names."""
+    found = observed_vs_replayed(loaded, settings=setup.settings, metrics=metrics,
+                                 margins=(gate.points, gate.relative))
+    if found is None:
+        raise ConfigError(
+            f"--fail-on observed-shortfall compares the engine's own cached_tokens with the "
+            f"replay, and {loaded.path} ({loaded.format_name}) has none; give a capture that "
+            "carries them (docs/inputs.md)")
+    return observed_result(found, gate)
 
 
-def _changes(earlier: Trace, loaded: Trace, gates: frozenset[DiffGate],
-             progress: Progress | None, **diff_options: Any) -> list[CheckResult]:
+def _changes(earlier: Trace, loaded: Trace, setup: DiagnosisSetup, before: RunBefore,
+             metrics: EngineMetrics | None, gates: frozenset[DiffGate]) -> list[CheckResult]:
     """One check per condition of the comparison with the run before and per axis change."""
-    from yaotu_trace.commands.diff import diff
-    from yaotu_trace.gate.change import change_results
-
-    tell(progress, "comparing with the run before", 0.6)
-    judged = diff(earlier, loaded, **diff_options).sections
-    return change_results(judged["conditions"], judged["axes"], judged["fairness"], gates)
+    judged, _ = change_report(earlier, loaded, setup,
+                              metrics=(setup.telemetry(before.metrics), metrics),
+                              matched_only=before.matched_only)
+    sections = judged.sections
+    return change_results(sections["conditions"], sections["axes"], sections["fairness"], gates)
 
 
 def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[CheckResult], *,
-            before_path: str | None, matched_only: bool, diagnosed: bool) -> Report:
+            before: RunBefore | None, earlier: Trace | None, diagnosed: bool) -> Report:
     """Run the checks on `doc`, then the change checks; the report says what was judged."""
-    from yaotu_trace.gate.check import run_checks
-
     gates = asked.gates
+    before_path = None if earlier is None else earlier.path
     section = run_checks(doc, asked.config, asked.baseline, baseline_path=asked.baseline_path,
-                         fail_on=gates.level, changes=changes, before_path=before_path,
-                         fail_on_diff=gates.diff)
+                         gates=gates, changes=changes, before_path=before_path)
     base = asked.baseline
     return Report(
         command="check",
@@ -189,7 +157,9 @@ def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[Che
         config={"check_file": asked.config.path, "baseline": asked.baseline_path,
                 "baseline_command": None if base is None else base.get("command"),
                 "before": before_path, "fail_on": gates.level,
-                "fail_on_diff": section.fail_on_diff, "matched_only": matched_only,
+                "fail_on_diff": section.fail_on_diff,
+                "fail_on_observed": section.fail_on_observed,
+                "matched_only": before is not None and before.matched_only,
                 "on_missing": asked.config.on_missing, "diagnosed": diagnosed},
         sections={"checks": section},
     )
@@ -198,14 +168,12 @@ def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[Che
 def _gates(fail_on: str | None, cfg: CheckConfig, has_before: bool) -> Gates:
     """`--fail-on` (else the check file's), with both change gates when a run before is given
     and none is named."""
-    from yaotu_trace.gate.fail_on import DEFAULT_DIFF_GATES, Gates, parse_fail_on
-
     gates = (parse_fail_on(fail_on) if fail_on is not None
-             else Gates(level=cfg.fail_on, diff=cfg.fail_on_diff))
+             else Gates(level=cfg.fail_on, diff=cfg.fail_on_diff, observed=cfg.fail_on_observed))
     if gates.diff and not has_before:
         named = ",".join(sorted(gates.diff))
         raise ConfigError(f"--fail-on {named} judges a change: give the run before it with "
                           "--before BEFORE (see docs/ci.md)")
     if has_before and not gates.diff:
-        return Gates(level=gates.level, diff=DEFAULT_DIFF_GATES)
+        return Gates(level=gates.level, diff=DEFAULT_DIFF_GATES, observed=gates.observed)
     return gates

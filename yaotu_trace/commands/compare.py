@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from yaotu_trace.commands.load import Progress, open_trace
+from yaotu_trace.commands.load import Progress, TraceSource, open_trace
 from yaotu_trace.data.report import Report, input_summary
-
-if TYPE_CHECKING:
-    from yaotu_trace.commands.load import TraceSource
+from yaotu_trace.ingest.load import read_step_logs
+from yaotu_trace.sim.compare import compare_scenarios
+from yaotu_trace.sim.scenario import Scenario, load_scenario
 
 
 def compare(
@@ -24,13 +23,12 @@ def compare(
 ) -> Report:
     """`trace compare`: each scenario file (TOML) on the same requests, the first the baseline;
     `model`, `gpu` and `kv_dtype` fill in scenarios that do not name them."""
-    from yaotu_trace.sim.compare import compare as compare_scenarios
-    from yaotu_trace.sim.scenario import Scenario, load_scenario
-
     defaults = Scenario(model=model, gpu=gpu, kv_dtype=kv_dtype)
     chosen = [defaults.merged(load_scenario(Path(path))) for path in scenarios]
     loaded = open_trace(trace, lazy_content=False, progress=progress, steps=False)
-    section = compare_scenarios(loaded, chosen, progress=progress)
+    section = compare_scenarios(loaded, chosen, progress=progress,
+                                step_logs=read_step_logs([s.calibrate for s in chosen],
+                                                         "--calibrate"))
     return Report(
         command="compare",
         input=input_summary(loaded),

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from yaotu_trace.data.report import InputSummary, Report
 from yaotu_trace.errors import ConfigError, TraceReadError
-
-if TYPE_CHECKING:
-    from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.ingest import parse_column_map
+from yaotu_trace.ingest.convert import convert_trace
+from yaotu_trace.ingest.formats import TraceFormat
 
 # The tables `--out` is written as.
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
@@ -30,9 +29,6 @@ def convert(
     The report's `conversion` section says how many requests were written, from which format
     and in how many parts the input was read, with the notes of the conversion.
     """
-    from yaotu_trace.ingest import parse_column_map
-    from yaotu_trace.ingest.convert import convert_trace
-
     path = Path(trace)
     if out.suffix.lower() not in WRITABLE_SUFFIXES:
         raise ConfigError(

@@ -5,17 +5,21 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import pandas as pd
+
+from yaotu_trace.commands.shared.outputs import write_metrics_csv
+from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.report import InputSummary, Report
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import STDOUT, replace_atomically
-from yaotu_trace.sim.workloads import DEFAULT_MODEL
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from yaotu_trace.sim.workloads import Scenario
+from yaotu_trace.sim.generate import (
+    ENGINE_BLOCK_SIZE_TOKENS,
+    ENGINES,
+    GenerateOptions,
+    generate_with_steps,
+)
+from yaotu_trace.sim.workloads import WorkloadKind
 
 # The tables `--out` and `--steps-out` are written as ('-' for `--out`: JSONL on stdout).
 WRITABLE_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
@@ -38,38 +42,28 @@ class GeneratedTrace:
 
 
 def generate(
-    scenario: Scenario,
+    options: GenerateOptions | WorkloadKind,
     *,
     out: Path,
     steps_out: Path | None = None,
     metrics_out: Path | None = None,
-    seed: int = 0,
-    requests: int | None = None,
-    rate_per_s: float | None = None,
-    tenants: int | None = None,
-    model: str = DEFAULT_MODEL,
 ) -> Report:
-    """`trace generate`: the trace of `scenario` written to `out` (and, for a diag-* scenario,
-    its simulated step log to `steps_out` and its Prometheus export to `metrics_out`); the same
-    options and seed give the same bytes.
-
-    None for `requests`, `rate_per_s` or `tenants` takes the scenario's default.
+    """`trace generate`: the trace `options` describe (`sim.generate.GenerateOptions`: the
+    scenario, the seed and the counts, None taking the scenario's default; a bare `WorkloadKind`
+    takes every default) written to `out` (and, for a diag-* scenario, its simulated step log
+    to `steps_out` and its Prometheus export to `metrics_out`); the same options and seed give
+    the same bytes.
     """
-    from yaotu_trace.sim.generate import GenerateOptions
-    from yaotu_trace.sim.generate import generate_with_steps as build
-
+    if isinstance(options, WorkloadKind):
+        options = GenerateOptions(scenario=options)
+    scenario, seed = options.scenario, options.seed
     _check_outputs(scenario, out, steps_out)
     _check_metrics_out(scenario, metrics_out)
-    options = GenerateOptions(scenario=scenario, seed=seed, requests=requests,
-                              rate_per_s=rate_per_s, tenants=tenants, model=model)
-    table, steps = build(options)
+    table, steps = generate_with_steps(options)
     _write(table, out)
     if steps_out is not None and steps is not None:
         _write(steps, steps_out)
     if metrics_out is not None and steps is not None:
-        from yaotu_trace.commands.simulate import write_metrics_csv
-        from yaotu_trace.sim.generate import ENGINE_BLOCK_SIZE_TOKENS
-
         write_metrics_csv(table, steps, metrics_out,
                           block_size_tokens=ENGINE_BLOCK_SIZE_TOKENS)
     span_s = float(table["arrival_s"].iloc[-1])
@@ -88,10 +82,8 @@ def generate(
                   sections={"generated": section})
 
 
-def _check_outputs(scenario: Scenario, out: Path, steps_out: Path | None) -> None:
+def _check_outputs(scenario: WorkloadKind, out: Path, steps_out: Path | None) -> None:
     """Refuse, before any work, an output whose extension names no table format."""
-    from yaotu_trace.sim.generate import ENGINES
-
     if out != STDOUT and out.suffix.lower() not in WRITABLE_SUFFIXES:
         raise ConfigError(
             f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
@@ -109,10 +101,8 @@ def _check_outputs(scenario: Scenario, out: Path, steps_out: Path | None) -> Non
             )
 
 
-def _check_metrics_out(scenario: Scenario, metrics_out: Path | None) -> None:
+def _check_metrics_out(scenario: WorkloadKind, metrics_out: Path | None) -> None:
     """`--metrics-out` needs a simulated run and writes CSV."""
-    from yaotu_trace.sim.generate import ENGINES
-
     if metrics_out is None:
         return
     if scenario not in ENGINES:
@@ -125,8 +115,6 @@ def _check_metrics_out(scenario: Scenario, metrics_out: Path | None) -> None:
 
 def _write(table: pd.DataFrame, out: Path) -> None:
     """A canonical table at `out` (by extension; '-': JSONL on stdout), atomically."""
-    from yaotu_trace.data.canonical import write_trace
-
     if out != STDOUT:
         write_trace(table, out)
         return

@@ -1,4 +1,5 @@
-"""Reading the trace a command works on: the one entry shared by every command.
+"""Reading the trace a command works on (and naming the run before a change): the one entry
+shared by every command.
 
 A command takes a trace already read (`Trace`), a path, or a `TraceInput` naming the path with
 the options of its reader; it reads the trace itself, after checking its own options, so that a
@@ -10,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from yaotu_trace.data.schema import Trace
-    from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.ingest import parse_column_map
+from yaotu_trace.ingest import read_trace as read
+from yaotu_trace.ingest.formats import TraceFormat
 
 # `progress(stage, share_done)`: told as a command moves on (the CLI draws a bar from it).
 Progress = Callable[[str, float], None]
@@ -32,9 +33,23 @@ class TraceInput:
     steps: Path | None = None
 
 
-if TYPE_CHECKING:
-    # What a command reads: a trace already read, or a file to read (by path or `TraceInput`).
-    TraceSource = Trace | TraceInput | str | Path
+# What a command reads: a trace already read, or a file to read (by path or `TraceInput`).
+TraceSource = Trace | TraceInput | str | Path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunBefore:
+    """The run before a change, judged against the one a command reads on the same requests
+    (`trace check` and `trace report` with `--before`, `--metrics-before`, `--matched-only`).
+
+    `trace` is that run's trace (a `TraceInput` carries its step log, `--steps-before`),
+    `metrics` its engine telemetry; `matched_only` judges every condition and axis on the
+    requests both runs served only.
+    """
+
+    trace: TraceSource
+    metrics: Path | None = None
+    matched_only: bool = False
 
 
 def load_trace(
@@ -52,9 +67,6 @@ def load_trace(
     `lazy_content=True` leaves a canonical Parquet trace's token columns on disk: the replays
     stream them record batch by record batch, out of core.
     """
-    from yaotu_trace.ingest import load_trace as read
-    from yaotu_trace.ingest import parse_column_map
-
     return read(
         Path(path),
         fmt=input_format,

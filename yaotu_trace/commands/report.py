@@ -5,18 +5,38 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from yaotu_trace.commands.load import Progress, open_trace, tell
+from yaotu_trace.commands.load import (
+    Progress,
+    RunBefore,
+    TraceInput,
+    TraceSource,
+    open_trace,
+    tell,
+)
+from yaotu_trace.commands.settings import setup_diagnosis
+from yaotu_trace.commands.shared.change import change_report
+from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
 from yaotu_trace.data.report import Report, input_summary
+from yaotu_trace.data.schema import RawTrace, Trace, normalize
+from yaotu_trace.data.steplog import StepLog
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-
-if TYPE_CHECKING:
-    from yaotu_trace.commands.load import TraceSource
-    from yaotu_trace.data.schema import Trace
-    from yaotu_trace.sim.scenario import Scenario
+from yaotu_trace.ingest.load import read_step_logs
+from yaotu_trace.prefix.rules import effective_rules
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
+from yaotu_trace.prefix.trace import replay_trace_with_requests
+from yaotu_trace.profile.figures import plot_data
+from yaotu_trace.profile.success import success_profile
+from yaotu_trace.profile.workload import profile_trace
+from yaotu_trace.profile.workload_figures import workload_figures
+from yaotu_trace.sim.options import EngineOptions
+from yaotu_trace.sim.run import simulate_stage
+from yaotu_trace.sim.summary import run_scenario
 
 # Capacities of the hit-ratio curve in the report (log-spaced; knee and shares added).
 CURVE_POINTS = 40
@@ -26,79 +46,57 @@ DIAGNOSIS_SECTIONS = ("principal", "verdict", "axes", "ledger", "findings")
 
 def report(
     trace: TraceSource,
+    options: DiagnosisOptions | None = None,
     *,
-    before: TraceSource | None = None,
-    metrics_before: Path | None = None,
-    matched_only: bool = False,
-    gpu: str | None = None,
-    metrics: Path | None = None,
-    log_tz: str | None = None,
-    model: str | None = None,
-    kv_dtype: str | None = None,
-    kv_capacity: str | None = None,
-    block_size_tokens: int | None = None,
-    preset: str | None = None,
-    threshold: Sequence[str] = (),
-    simulate: bool = False,
-    scenario: Scenario | None = None,
-    scenario_file: Path | None = None,
+    before: RunBefore | None = None,
+    simulate: EngineOptions | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """`trace report`: what the HTML report shows (its default format), with the diagnosis
-    under the diagnosis options (`trace diagnose`'s meaning).
+    under `options` (`trace diagnose`'s meaning).
 
-    With `before` (the trace of the run before a change, `metrics_before` its telemetry), the
-    report is of both runs, judged under the same options, and of the diff between them
-    (`two_run_report`); `matched_only` judges the diff on the requests both served, `gpu`
-    states the hardware of both runs.
+    With `before` (the run before a change), the report is of both runs, judged under the same
+    options, and of the diff between them (`two_run_report`).
 
     With `simulate`, a trace of arrivals and lengths is first run through the modelled engine
-    (`trace simulate`'s core, `sim.summary.run_scenario`) on `model` and `gpu`, the engine
-    options of `scenario` over those of `scenario_file` (TOML); the report is of the simulated
-    requests and step log, held in memory, and its `config.modelled` states the engine.
+    (`trace simulate`'s core, `sim.summary.run_scenario`): the engine options of `simulate`
+    (`sim/options.py`), with the deployment `options` states (model, GPU, KV dtype, block
+    size, engine limits, link) over them; the report is of the simulated requests and step log,
+    held in memory, and its `config.modelled` states the engine.
     """
-    from yaotu_trace.commands.diagnose import diagnosis_of, log_zone_of
-    from yaotu_trace.commands.diff import diff
-    from yaotu_trace.commands.settings import diagnosis_settings
-
-    if before is None and metrics_before is not None:
-        raise ConfigError("--metrics-before is the telemetry of the run before: give --before "
-                          "BEFORE too")
-    options: dict[str, Any] = {"model": model, "kv_capacity": kv_capacity,
-                               "block_size_tokens": block_size_tokens, "preset": preset,
-                               "threshold": threshold, "kv_dtype": kv_dtype, "log_tz": log_tz}
-    if simulate:
-        check_simulate(model=model, scenario=scenario, scenario_file=scenario_file,
-                       before=before, metrics=metrics, steps=_steps_of(trace))
-        # The diagnosis options are checked before the run, as without --simulate.
-        log_zone_of(log_tz)
-        diagnosis_settings(model=model, kv_capacity=kv_capacity, block_size=block_size_tokens,
-                           preset=preset, threshold=threshold, kv_dtype=kv_dtype)
-        loaded, modelled = simulated_trace(trace, model=model, gpu=gpu, kv_dtype=kv_dtype,
-                                           block_size_tokens=block_size_tokens,
-                                           scenario=scenario, scenario_file=scenario_file,
-                                           progress=progress)
-        options["model"] = model or modelled["model"]
-        simulated = build_report(loaded, diagnose_report=diagnosis_of(loaded, **options),
-                                 progress=progress)
-        return Report(command="report", input=simulated.input,
-                      config={**simulated.config, "modelled": modelled},
-                      sections=simulated.sections)
-    if scenario is not None or scenario_file is not None:
-        raise ConfigError("--scenario and the engine options model a run: give --simulate too")
+    options = options or DiagnosisOptions()
+    if simulate is not None:
+        check_simulate(options, simulate, before=before, steps=_steps_of(trace))
+        return _simulated_report(trace, options, simulate, progress)
     # The diff judges subsets of the requests, so it needs the token columns in memory.
     loaded = open_trace(trace, lazy_content=before is None, progress=progress)
-    diagnosis = diagnosis_of(loaded, metrics=metrics, **options)
+    setup = setup_diagnosis(options)
+    metrics = setup.telemetry(options.metrics)
+    diagnosis = deferred_diagnosis(loaded, setup, metrics)
     if before is None:
         return build_report(loaded, diagnose_report=diagnosis, progress=progress)
-    earlier = open_trace(before, lazy_content=False)
-    diagnosis_before = diagnosis_of(earlier, metrics=metrics_before, **options)
+    earlier = open_trace(before.trace, lazy_content=False)
+    metrics_before = setup.telemetry(before.metrics)
+    diagnosis_before = deferred_diagnosis(earlier, setup, metrics_before)
     after_report = build_report(loaded, diagnose_report=diagnosis, progress=progress)
     before_report = build_report(earlier, diagnose_report=diagnosis_before)
     tell(progress, "comparing the runs", 1.0)
-    judged = diff(earlier, loaded, metrics_before=metrics_before, metrics_after=metrics,
-                  matched_only=matched_only, gpu=gpu, **options)
+    judged, _ = change_report(earlier, loaded, setup, metrics=(metrics_before, metrics),
+                              matched_only=before.matched_only)
     return two_run_report(before_report, after_report, judged)
+
+
+def _simulated_report(trace: TraceSource, options: DiagnosisOptions, engine: EngineOptions,
+                      progress: Progress | None) -> Report:
+    """`--simulate`: the report of the modelled run, `config.modelled` stating the engine."""
+    setup_diagnosis(options)  # checked before the run, as without --simulate
+    loaded, modelled = simulated_trace(trace, options, engine, progress)
+    judged = setup_diagnosis(replace(options, model=options.model or modelled["model"]))
+    simulated = build_report(loaded, diagnose_report=deferred_diagnosis(loaded, judged, None),
+                             progress=progress)
+    return Report(command="report", input=simulated.input,
+                  config={**simulated.config, "modelled": modelled},
+                  sections=simulated.sections)
 
 
 # What `config.modelled` says of the timing of a simulated report.
@@ -109,54 +107,37 @@ OBSERVED_TIMING = ("scheduled_s", "first_token_s", "finish_s", "token_times_s")
 
 def _steps_of(trace: TraceSource) -> Path | None:
     """The step log named with the trace (`--steps`), if any."""
-    from yaotu_trace.commands.load import TraceInput
-
     return trace.steps if isinstance(trace, TraceInput) else None
 
 
-def check_simulate(*, model: str | None, scenario: Scenario | None, scenario_file: Path | None,
-                   before: TraceSource | None, metrics: Path | None,
-                   steps: Path | None) -> None:
+def check_simulate(options: DiagnosisOptions, engine: EngineOptions, *,
+                   before: RunBefore | None, steps: Path | None) -> None:
     """Refuse, before any work, a `--simulate` the engine model cannot run or that would mix
     modelled timing with observed telemetry."""
     if before is not None:
         raise ConfigError("--simulate models one run; --before compares two observed ones: "
                           "simulate each with trace simulate, then trace report AFTER --before "
                           "BEFORE")
-    if metrics is not None or steps is not None:
-        option = "--metrics" if metrics is not None else "--steps"
+    if options.metrics is not None or steps is not None:
+        option = "--metrics" if options.metrics is not None else "--steps"
         raise ConfigError(f"{option} is observed telemetry of a run, --simulate models the run: "
                           f"drop {option} or --simulate")
-    if model is None and scenario_file is None and (scenario is None or scenario.model is None):
+    if options.model is None and engine.file is None and engine.scenario.model is None:
         raise ConfigError("--simulate needs the engine to model: give --model and --gpu (e.g. "
                           "--model Llama-3.1-8B --gpu H100) or --scenario FILE")
 
 
-def simulated_trace(
-    trace: TraceSource,
-    *,
-    model: str | None,
-    gpu: str | None,
-    kv_dtype: str | None,
-    block_size_tokens: int | None,
-    scenario: Scenario | None,
-    scenario_file: Path | None,
-    progress: Progress | None = None,
-) -> tuple[Trace, dict[str, Any]]:
+def simulated_trace(trace: TraceSource, options: DiagnosisOptions, engine: EngineOptions,
+                    progress: Progress | None = None) -> tuple[Trace, dict[str, Any]]:
     """The trace with the modelled engine's timing and step log (in memory), and what
-    `config.modelled` states: model, GPU, the resolved engine settings, the basis."""
-    from dataclasses import replace
-
-    from yaotu_trace.data.schema import RawTrace, normalize
-    from yaotu_trace.data.steplog import StepLog
-    from yaotu_trace.sim.run import simulate_stage
-    from yaotu_trace.sim.scenario import Scenario, load_scenario
-    from yaotu_trace.sim.summary import run_scenario
-
-    stated: dict[str, Any] = {"model": model, "gpu": gpu, "kv_dtype": kv_dtype,
-                              "block_size": block_size_tokens}
-    given = replace(scenario or Scenario(), **{k: v for k, v in stated.items() if v is not None})
-    chosen = load_scenario(scenario_file).merged(given) if scenario_file is not None else given
+    `config.modelled` states: model, GPU, the resolved engine settings, the basis. The
+    deployment `options` states is the engine's, over the options of `engine`."""
+    stated: dict[str, Any] = {
+        "model": options.model, "gpu": options.gpu, "kv_dtype": options.kv_dtype,
+        "block_size": options.block_size_tokens, "max_num_seqs": options.max_num_seqs,
+        "max_batched_tokens": options.max_batched_tokens, "link_gbps": options.link_gbps}
+    given = replace(engine.scenario, **{k: v for k, v in stated.items() if v is not None})
+    chosen = replace(engine, scenario=given).resolved()
     loaded = open_trace(trace, lazy_content=False, progress=progress, steps=False)
     observed = [c for c in OBSERVED_TIMING if loaded.has(c)]
     if observed:
@@ -166,12 +147,12 @@ def simulated_trace(
             f"simulate TRACE --out sim.parquet --steps-out steps.parquet, then trace report "
             f"sim.parquet --steps steps.parquet --before {loaded.path}")
     tell(progress, simulate_stage(), 0.2)
-    run = run_scenario(loaded, chosen)
+    run = run_scenario(loaded, chosen, read_step_logs([chosen.calibrate], "--calibrate"))
     if len(run.steps) == 0:  # every request was too large for the pool, so none ran
-        engine = run.resolved.config
+        pool = run.resolved.config
         raise ConfigError(
-            f"--simulate: no request fits the modelled KV pool of {engine.kv_blocks:,} blocks "
-            f"of {engine.block_size_tokens} tokens; give a larger --kv-blocks, or leave it out "
+            f"--simulate: no request fits the modelled KV pool of {pool.kv_blocks:,} blocks "
+            f"of {pool.block_size_tokens} tokens; give a larger --kv-blocks, or leave it out "
             "to size the pool from the GPU's memory")
     timed = normalize(RawTrace(requests=run.requests, format_name=loaded.format_name,
                                source_block_size=loaded.source_block_size,
@@ -204,13 +185,6 @@ def build_report(
 ) -> Report:
     """The report of a trace read: profile, diagnosis (when `diagnose_report` is given), prefix
     replay, capacity curve and the plot data."""
-    from yaotu_trace.prefix import effective_rules, replay_trace_with_requests
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
-    from yaotu_trace.profile.figures import plot_data
-    from yaotu_trace.profile.success import success_profile
-    from yaotu_trace.profile.workload import profile_trace
-    from yaotu_trace.profile.workload_figures import workload_figures
-
     sections: dict[str, Any] = {}
     tell(progress, "profile", 0.0)
     sections["profile"] = profile_trace(trace)
@@ -232,8 +206,8 @@ def build_report(
         config = {"preset": preset, "rules": rules.to_dict()}
         if rules.eviction == "lru":
             tell(progress, "capacity sweep", 0.7)
-            curve, _ = sweep_trace(trace, rules.with_(capacity_blocks=None), preset=preset or "",
-                                   points=CURVE_POINTS, notes=notes)
+            write_up = CurveSectionSpec(preset=preset or "", points=CURVE_POINTS, notes=notes)
+            curve, _ = sweep_trace(trace, rules.with_(capacity_blocks=None), write_up)
             sections["capacity_curve"] = curve
     capacity = kv_capacity_tokens
     if capacity is None and diagnosis is not None:

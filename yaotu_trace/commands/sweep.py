@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from yaotu_trace.commands.load import Progress, open_trace, tell
-from yaotu_trace.commands.replay import capacity_blocks
+from yaotu_trace.catalog.models import model_kv_bytes_per_token
+from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.errors import ConfigError
-
-if TYPE_CHECKING:
-    from yaotu_trace.commands.load import TraceSource
-    from yaotu_trace.prefix.rules import Route, Scope, TouchOrder
+from yaotu_trace.prefix.capacity_table import capacity_table
+from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
+from yaotu_trace.prefix.window import parse_warmup
 
 # Capacities shown when not told otherwise (log-spaced; the knee and the shares are added).
 DEFAULT_POINTS = 12
@@ -20,40 +20,34 @@ DEFAULT_POINTS = 12
 
 def sweep(
     trace: TraceSource,
+    options: ReplayOptions | None = None,
     *,
-    preset: str | None = None,
-    block_size_tokens: int | None = None,
-    touch_order: TouchOrder | None = None,
-    last_token_rule: bool | None = None,
-    cache_partial_blocks: bool | None = None,
-    cache_outputs: bool | None = None,
-    scope: Scope | None = None,
-    instances: int | None = None,
-    route: Route | None = None,
-    model: str | None = None,
-    kv_bytes_per_token: int | None = None,
-    kv_dtype: str | None = None,
     points: int = DEFAULT_POINTS,
-    warmup: str | None = None,
-    capacities: Sequence[str] = (),
-    accounting: str | None = None,
+    capacities: Sequence[str] | str = (),
     progress: Progress | None = None,
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
-    capacities; the rule options override the preset's, as on the command line. `warmup`
-    counts the curve after that window only and marks the capacities not yet filled by then.
+    capacities, under the rules of `options` (they override the preset's, as on the command
+    line). `options.warmup` counts the curve after that window only and marks the capacities
+    not yet filled by then; a sweep has no one capacity (`options.capacity`, and
+    so no `capacity_per_tenant`).
 
     `capacities` (`["1GiB", "20000", "3.2Mtok"]` or `"1GiB,20000"`, as `--capacity` takes each)
     adds a table of those capacities, in that order: the curve's hit ratio and a real replay's
-    under the preset's own accounting (or `accounting`), which differ where that accounting is
-    not the clean LRU. The curve itself is always the clean model (a stack algorithm).
+    under the preset's own accounting (or `options.accounting`), which differ where that
+    accounting is not the clean LRU. The curve itself is always the clean model (a stack
+    algorithm).
     """
-    from yaotu_trace.prefix import effective_rules
-    from yaotu_trace.prefix.sweep_trace import sweep_trace
-    from yaotu_trace.prefix.window import parse_warmup
-
-    spec = None if warmup is None else parse_warmup(warmup)
-    model_name, kv = _kv_bytes(model, kv_bytes_per_token, kv_dtype)
+    options = options or ReplayOptions()
+    if options.capacity is not None:
+        raise ConfigError("a sweep replays every capacity at once: list the capacities to "
+                          "tabulate with --capacities (capacities=), not one capacity")
+    if options.capacity_per_tenant:
+        raise ConfigError("the sweep's curve is of one cache per scope; a cache per tenant is "
+                          "a replay's: run trace replay --capacity C --capacity-per-tenant per "
+                          "capacity")
+    spec = None if options.warmup is None else parse_warmup(options.warmup)
+    model_name, kv = _kv_bytes(options.model, options.kv_bytes_per_token, options.kv_dtype)
     if isinstance(capacities, str):  # "1GiB,2GiB" from Python, as on the command line
         capacities = capacities.split(",")
     for text in capacities:
@@ -61,12 +55,7 @@ def sweep(
             raise ConfigError("--capacities has an empty item; list capacities separated by "
                               "commas: --capacities 1GiB,2GiB,20000")
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
-    rules, preset_name, notes = effective_rules(
-        loaded, preset, block_size_tokens=block_size_tokens, touch_order=touch_order,
-        last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
-        cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
-        accounting=accounting,
-    )
+    rules, preset_name, notes = options.effective_rules(loaded)
     tell(progress, "sweeping every capacity", 0.2)
     asked = [(text.strip(), capacity_blocks(text.strip(), rules.block_size_tokens, model_name,
                                             kv)) for text in capacities]
@@ -75,13 +64,11 @@ def sweep(
                  f"{rules.accounting}'s own pool is not one and differs at tight capacities "
                  "(docs/replay.md, engine-exact accounting): --capacities C1,C2 adds its "
                  "replay at those capacities")
-    section, curve = sweep_trace(loaded, rules, preset=preset_name, points=points,
-                                 model=model_name, kv_bytes_per_token=kv, notes=notes,
-                                 warmup=spec)
+    write_up = CurveSectionSpec(preset=preset_name, points=points, model=model_name,
+                                kv_bytes_per_token=kv, notes=notes)
+    section, curve = sweep_trace(loaded, rules, write_up, warmup=spec)
     sections: dict[str, Any] = {"capacity_curve": section}
     if asked:
-        from yaotu_trace.prefix.capacity_table import capacity_table
-
         tell(progress, "replaying the listed capacities", 0.6)
         sections["capacity_table"] = capacity_table(loaded, rules, curve, preset=preset_name,
                                                     capacities=asked, warmup=spec)
@@ -105,8 +92,6 @@ def _kv_bytes(model: str | None, kv_bytes_per_token: int | None,
     `--kv-bytes-per-token`, which agree."""
     if model is None and kv_dtype is None:
         return None, kv_bytes_per_token
-    from yaotu_trace.catalog.models import model_kv_bytes_per_token
-
     name, kv = model_kv_bytes_per_token(model, kv_dtype, kv_bytes_per_token)
     if kv_bytes_per_token is not None and kv_bytes_per_token != kv:
         raise ConfigError(

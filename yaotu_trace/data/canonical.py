@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -13,13 +14,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from yaotu_trace.data import parquet_file
-from yaotu_trace.data.compressed import format_suffix, is_compressed, open_trace
+from yaotu_trace.data.compressed import format_suffix, is_compressed, open_compressed
 from yaotu_trace.data.jsonl import read_json_lines
 from yaotu_trace.data.schema import (
+    CANONICAL_COLUMNS,
     LIST_COLUMNS,
     LIST_VALUE_TYPES,
     LazyContent,
     RawTrace,
+    Trace,
+    normalize,
 )
 from yaotu_trace.data.values import SOURCE_ROW, check_unique_names
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
@@ -34,7 +38,7 @@ def _list_mapper(dtype: pa.DataType) -> pd.ArrowDtype | None:
     return None
 
 
-# List columns `load_trace(..., lazy_content=True)` leaves on disk (the replay streams the
+# List columns `read_trace(..., lazy_content=True)` leaves on disk (the replay streams the
 # token columns, `token_times` the emission times).
 LAZY_COLUMNS = ("prompt_tokens", "prompt_block_ids", "output_tokens", "token_times_s")
 
@@ -110,6 +114,18 @@ def lazy_content(path: Path) -> LazyContent | None:
                        num_values=tuple(n for _, n in kept))
 
 
+def load_full(trace: Trace) -> Trace:
+    """The same trace with the list columns it left on disk (`lazy_content`) read into memory,
+    validated as when it was read."""
+    if trace.lazy is None:
+        return trace
+    path = Path(trace.path)
+    raw = read_parquet(path)
+    if trace.source_block_size is not None:
+        raw = replace(raw, source_block_size=trace.source_block_size)
+    return replace(normalize(raw, str(path)), steps=trace.steps)
+
+
 def _leaf_values(chunk: pq.ColumnChunkMetaData) -> int:
     """Values of one column chunk, less its null count when the statistics have one (for a
     list column that counts missing and empty lists, which hold no value)."""
@@ -177,7 +193,7 @@ def csv_part(df: pd.DataFrame, path: Path, *, first_line: int) -> RawTrace:
 def read_csv_frame(path: Path, *, names_once: bool = True, **kwargs: object) -> pd.DataFrame:
     """pandas.read_csv of a (possibly compressed) file, errors as one-line `TraceReadError`s
     (`names_once` as in `csv_frame`)."""
-    with open_trace(path) as handle:
+    with open_compressed(path) as handle:
         frame = csv_frame(path, handle, names_once=names_once, **kwargs)
     assert isinstance(frame, pd.DataFrame)
     return frame
@@ -206,7 +222,7 @@ def _header(path: Path, kwargs: dict[str, object]) -> list[str]:
     file has already parsed once, so this cannot fail but on a file changed meanwhile)."""
     split = {k: v for k, v in kwargs.items() if k in ("sep", "skipinitialspace")}
     try:
-        with open_trace(path) as handle:
+        with open_compressed(path) as handle:
             row = pd.read_csv(handle, header=None, nrows=1, dtype=str, keep_default_na=False,
                               **split)
     except CSV_ERRORS:
@@ -302,8 +318,6 @@ def join_parquet_parts(parts: list[Path], path: Path, *,
     file has every column, in canonical order, null where a part had none. One part is held
     at a time.
     """
-    from yaotu_trace.data.schema import CANONICAL_COLUMNS
-
     schemas = [pq.read_schema(part) for part in parts]
     fields: dict[str, pa.Field] = {}
     for schema in schemas:

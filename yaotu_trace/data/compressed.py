@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import pyarrow as pa
+
 from yaotu_trace.errors import TraceReadError
 
 BLOCK_BYTES = 1 << 20  # decompressed bytes per read
@@ -35,8 +37,6 @@ def _open_gzip(path: Path) -> Any:
 
 
 def _open_zstd(path: Path) -> Any:
-    import pyarrow as pa
-
     return pa.input_stream(str(path), compression="zstd")
 
 
@@ -78,8 +78,6 @@ _DAMAGE: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError, zlib.
 
 
 def _damage_errors() -> tuple[type[BaseException], ...]:
-    import pyarrow as pa
-
     return (*_DAMAGE, pa.ArrowException)
 
 
@@ -188,7 +186,7 @@ class _Decompressed(io.RawIOBase):
         super().close()
 
 
-def open_trace(path: Path) -> IO[bytes]:
+def open_compressed(path: Path) -> IO[bytes]:
     """The file's bytes, decompressed when it is compressed; close it when done.
 
     Errors opening it or decompressing any part of it are `TraceReadError`s naming the file.
@@ -206,7 +204,7 @@ def open_trace(path: Path) -> IO[bytes]:
 
 def read_bytes(path: Path) -> bytes:
     """All of the file's (decompressed) bytes."""
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         try:
             return fh.read()
         except OSError as exc:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from yaotu_trace.data.compressed import open_trace
+from yaotu_trace.data.compressed import open_compressed
 from yaotu_trace.errors import TraceReadError
 
 PART_BYTES = 32 << 20  # text per part when a file is read in parts (about 0.2 GB parsed)
@@ -38,7 +38,7 @@ def iter_json_lines(path: Path, *, part_bytes: int | None = PART_BYTES
     lines: list[int] = []
     size = 0
     try:
-        with open_trace(path) as fh:
+        with open_compressed(path) as fh:
             for number, line in enumerate(fh, start=1):
                 if number == 1 and line.startswith(BOM):
                     line = line[len(BOM):]
@@ -117,7 +117,7 @@ def _array_error(path: Path) -> TraceReadError:
 def first_record(path: Path) -> dict[str, Any] | None:
     """The first JSON object of a JSONL file, or None when the file holds no line; a first
     line that is not a JSON object is an error naming it."""
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         for number, line in enumerate(fh, start=1):
             if number == 1 and line.startswith(BOM):
                 line = line[len(BOM):]

@@ -1,9 +1,9 @@
 """A trace's Parquet file, opened and read with one translation of pyarrow's errors.
 
 A trace is read from Parquet in several places: whole by the reader, and batch by batch later
-in the run when its token columns are left on disk (`prefix.stream`, `token_times`). Wherever
-pyarrow meets a damaged file it raises `OSError` or an `ArrowException` (a `UnicodeDecodeError`
-for a damaged column name); `reading` turns those
+in the run when its token columns are left on disk (`prefix.kernels.stream`, `token_times`).
+Wherever pyarrow meets a damaged file it raises `OSError` or an `ArrowException` (a
+`UnicodeDecodeError` for a damaged column name); `reading` turns those
 into one `TraceReadError` that names the file, the row group or rows and the column when known,
 and says what to do. Files written by this tool carry page checksums (`WRITE_OPTIONS`), which
 are verified on every read, so a flipped byte in their data pages is caught rather than read.
@@ -19,7 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from yaotu_trace.errors import TraceReadError, YaotuError
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from yaotu_trace.data.compressed import codec_of, read_bytes
+from yaotu_trace.data.values import check_unique_names
+from yaotu_trace.errors import TraceReadError, YaotuError, where
 
 MAGIC = b"PAR1"
 # Options of every Parquet file this tool writes.
@@ -31,8 +36,6 @@ def reading(path: str | Path, place: str | None = None,
             column: str | None = None) -> Iterator[None]:
     """Turn pyarrow's errors on a damaged file into a `TraceReadError` naming `place`
     (e.g. "row group 3" or "rows 1 to 65536") and `column` when given."""
-    import pyarrow as pa
-
     try:
         yield
     except YaotuError:
@@ -43,8 +46,6 @@ def reading(path: str | Path, place: str | None = None,
 
 def _damaged(path: Path, exc: BaseException, place: str | None,
              column: str | None) -> TraceReadError:
-    from yaotu_trace.errors import where
-
     reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
     head, tail = _ends(path)
     if head == b"" and place is None:
@@ -68,8 +69,6 @@ def _damaged(path: Path, exc: BaseException, place: str | None,
 
 def _ends(path: Path) -> tuple[bytes | None, bytes | None]:
     """The first and last four bytes of a plain file (None when it cannot be read)."""
-    from yaotu_trace.data.compressed import codec_of
-
     try:
         if codec_of(path) is not None:
             return None, None
@@ -86,12 +85,9 @@ def _ends(path: Path) -> tuple[bytes | None, bytes | None]:
 
 def source(path: str | Path) -> Any:
     """What pyarrow should open: the path of a plain file, or a compressed one's bytes."""
-    from yaotu_trace.data.compressed import codec_of, read_bytes
-
     path = Path(path)
     if codec_of(path) is None:
         return str(path)
-    import pyarrow as pa
 
     return pa.BufferReader(read_bytes(path))
 
@@ -99,10 +95,6 @@ def source(path: str | Path) -> Any:
 def open_file(path: str | Path, **options: Any) -> Any:
     """A `pyarrow.parquet.ParquetFile` with page checksums verified; damage is an error, and
     so is a column name that appears twice."""
-    import pyarrow.parquet as pq
-
-    from yaotu_trace.data.values import check_unique_names
-
     with reading(path):
         file = pq.ParquetFile(source(path), page_checksum_verification=True, **options)
     check_unique_names(path, file.schema_arrow.names)

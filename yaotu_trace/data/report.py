@@ -11,9 +11,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
+
+from yaotu_trace._version import __version__
+from yaotu_trace.data.charts import TerminalCharts
+from yaotu_trace.data.order_stats import BlockSum
 
 if TYPE_CHECKING:
     from yaotu_trace.data.order_stats import Summary
@@ -21,6 +25,9 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 PERCENTILES = (50, 90, 99)
+# The format named in the report's `input` when no request trace was given (a diagnosis from
+# telemetry alone, `ingest/telemetry_only.py`).
+TELEMETRY_ONLY: Final = "telemetry only"
 
 
 def to_builtins(value: Any) -> Any:
@@ -63,8 +70,6 @@ class Distribution:
         mean is `order_stats`' block sum over the count, not `np.mean`, so a sample held in
         memory and one streamed from disk give the same report.
         """
-        from yaotu_trace.data.order_stats import BlockSum
-
         data = np.asarray(values, dtype=np.float64)
         data = data[np.isfinite(data)] + 0.0  # -0.0 as 0.0, as order_stats sees it
         if data.size == 0:
@@ -133,15 +138,13 @@ class Report:
     input: InputSummary | InputPair
     config: Mapping[str, Any] = field(default_factory=dict)
     sections: Mapping[str, Any] = field(default_factory=dict)
-    # Pictures for the console (`render/text_charts.py:TerminalCharts`), filled only when a
-    # command is asked for them (`charts=True`); never in `to_dict`, so the JSON, the Markdown
-    # and a report's equality do not depend on them.
-    charts: Any = field(default=None, compare=False, repr=False)
+    # Pictures for the console (`data/charts.py`, drawn by `render/text_charts.py`), filled only
+    # when a command is asked for them (`charts=True`); never in `to_dict`, so the JSON, the
+    # Markdown and a report's equality do not depend on them.
+    charts: TerminalCharts | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document: schema_version, tool, command, input, config, sections."""
-        from yaotu_trace._version import __version__
-
         doc: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "yaotu-trace", "version": __version__},

@@ -151,7 +151,7 @@ class Trace:
     # The engine step log (`--steps`): in memory, or a Parquet file in start order read in
     # record batches (`yaotu_trace.data.steplog`).
     steps: StepLog | None = field(default=None)
-    # List columns left on disk (`load_trace(..., lazy_content=True)`); not in `requests`.
+    # List columns left on disk (`read_trace(..., lazy_content=True)`); not in `requests`.
     lazy: LazyContent | None = None
     # Values derived from the trace once and shared by the passes that need them (e.g. the
     # inter-token gap summary, which reads the token times twice). Not copied by `replace`.

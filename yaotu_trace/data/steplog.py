@@ -19,12 +19,16 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from yaotu_trace.data import parquet_file
 from yaotu_trace.data.order_stats import Summary, summarize
+from yaotu_trace.data.parquet_file import reading
 from yaotu_trace.data.values import (
     SOURCE_ROW,
     check_unique_names,
@@ -32,7 +36,7 @@ from yaotu_trace.data.values import (
     fail_at,
     plain_number,
 )
-from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.errors import TraceReadError, TraceSchemaError, where
 
 # The step log's columns (docs/schema.md, "Step log"); a log needs at least a start and an end.
 STEP_COLUMNS: Final = (
@@ -49,9 +53,6 @@ STEP_COLUMNS: Final = (
 )
 STEP_REQUIRED: Final = ("start_s", "end_s")
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
 BATCH_ROWS = 1 << 18  # rows per record batch (10 columns: about 20 MB as a DataFrame)
 
@@ -124,7 +125,6 @@ class StepLog:
             for lo in range(0, self.num_rows, BATCH_ROWS):
                 yield self._frame.iloc[lo:lo + BATCH_ROWS][wanted]
             return
-        from yaotu_trace.data.parquet_file import reading
 
         row = 0
         with reading(self.path):
@@ -154,7 +154,6 @@ class StepLog:
                     lo = min(lo, float(batch["start_s"].iloc[0]))
                     hi = max(hi, float(batch["end_s"].max()))
             return None if lo > hi else (lo, hi)
-        from yaotu_trace.data.parquet_file import reading
 
         with reading(self.path):
             file = _open(Path(self.path))
@@ -207,7 +206,6 @@ class StepLog:
         memory: only for consumers that need every row at once (`--calibrate` fits a model)."""
         if self._frame is not None:
             return self._frame
-        from yaotu_trace.data import parquet_file
 
         names = _names(Path(self.path))
         columns = [c for c in names or () if c in STEP_COLUMNS] or None
@@ -229,8 +227,6 @@ def validated(raw: pd.DataFrame, path: str, first_row: int | None = None) -> pd.
     Whole logs (`first_row` None) come back sorted stably by start_s; a batch stays in file
     order. Errors name the file, the row of the whole file and the column.
     """
-    from yaotu_trace.errors import where
-
     offset = 0 if first_row is None else first_row
 
     def row_of(pos: int) -> str:
@@ -277,10 +273,6 @@ def _overlapping(frame: pd.DataFrame, window: tuple[float, float]) -> np.ndarray
 
 def _read_batch(batch: pa.RecordBatch, path: str, first_row: int) -> pd.DataFrame:
     """A record batch as a validated frame; a value Arrow cannot convert is a one-line error."""
-    import pyarrow as pa
-
-    from yaotu_trace.errors import TraceReadError
-
     try:
         frame = batch.to_pandas()
     except (pa.ArrowException, ValueError, OverflowError) as exc:
@@ -359,8 +351,6 @@ def open_parquet(path: Path) -> StepLog | None:
     Anything unusual (unreadable, no rows, missing start_s or end_s) is left to the whole
     read, which reports it.
     """
-    import pyarrow as pa
-
     try:
         file = _open(path)
         schema = file.schema_arrow
@@ -416,8 +406,6 @@ def _from_statistics(meta: pq.FileMetaData, schema: pa.Schema,
     one with values but no min/max (all NaN, or statistics not written) is undecided. A column
     is complete when no row group has a null and it cannot hold NaN (integers, strings).
     """
-    import pyarrow as pa
-
     present: set[str] = set()
     filled: set[str] = set()
     unknown: list[str] = []
@@ -475,15 +463,10 @@ def _statistics_max(meta: pq.FileMetaData, name: str) -> float | None:
 def _open(path: Path) -> pq.ParquetFile:
     """The file for reading record batches. NOTE: without `pre_buffer=False`, Arrow keeps the
     column chunks of every row group read so far: memory would grow with the file."""
-    import pyarrow.parquet as pq
-
     return pq.ParquetFile(path, pre_buffer=False)
 
 
 def _names(path: Path) -> tuple[str, ...] | None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         return tuple(pq.ParquetFile(path).schema_arrow.names)
     except (pa.ArrowInvalid, OSError):

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from yaotu_trace.data import parquet_file
 from yaotu_trace.data.order_stats import Summary, summarize
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import LazyContent, Trace, list_arrays, list_value_problem
@@ -104,9 +106,7 @@ def _lists(requests: pd.DataFrame,
         offsets, times = list_arrays(requests[COLUMN])
         yield 0, offsets, np.asarray(times, dtype=np.float64)
         return
-    import pyarrow as pa
 
-    from yaotu_trace.data import parquet_file
 
     row = 0
     # Without pre_buffer: with it the reader keeps every decoded batch of the pass allocated

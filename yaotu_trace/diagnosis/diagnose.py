@@ -12,7 +12,11 @@ other axis is a bottleneck — capacity, dispatch and cache keys come before the
 chunked prefill and P/D disaggregation. `fix_order` lists the non-ok axes in decision-flow
 order: kv_memory, queueing, prefix_reuse, pd_interference. `summary` is the verdict in one line.
 
-Without a request trace (`ingest.telemetry_only`), the same rules judge the telemetry; an axis
+The verdict is built in three steps that never read each other's words: rank the axes
+(`rank`), attribute the principal bottleneck and the symptoms it causes (`attribute`, from the
+axes' statuses and the causes their rules declare), then word the summary and the reason.
+
+Without a request trace (`data.telemetry_only`), the same rules judge the telemetry; an axis
 whose verdict needs requests is `insufficient_data`, and every panel, the verdict and the
 ledger say what a request trace would add (`diagnosis.telemetry_alone`).
 """
@@ -20,6 +24,7 @@ ledger say what a request trace would add (`diagnosis.telemetry_alone`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum, auto
 from typing import Any
 
 import numpy as np
@@ -28,24 +33,33 @@ from yaotu_trace.axes import AXES, analyzer
 from yaotu_trace.axes.base import (
     SEVERITY_RANK,
     AxisInput,
+    AxisMetrics,
     AxisName,
     AxisResult,
+    Cause,
     EngineSettings,
     Evidence,
     RuleHit,
     Severity,
     Source,
     Status,
+    metrics_of,
 )
-from yaotu_trace.axes.rules import RULES
+from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
+from yaotu_trace.axes.queueing.metrics import QueueingMetrics
+from yaotu_trace.axes.rules import causes_found, rule_of, rules_naming
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 AXIS_ORDER = tuple(AXES)
 FLOW_ORDER = (AxisName.KV_MEMORY, AxisName.QUEUEING, AxisName.PREFIX_REUSE,
               AxisName.PD_INTERFERENCE)
+# The axis that leads the verdict only when no other is a bottleneck: capacity, dispatch and
+# cache keys come before the choice between chunked prefill and P/D disaggregation.
+LAST_IN_FLOW = AxisName.PD_INTERFERENCE
 FLOW_ADVICE = {
     AxisName.KV_MEMORY: "many KV preemptions: capacity budget, block organisation and "
     "concurrency first, not splitting clusters",
@@ -70,19 +84,20 @@ BASIS_LABEL = {
     "share of wall time the GPU idled while requests waited": "of wall time the GPU idled "
     "while requests waited",
 }
-# The placement causes of a disaggregated run: their score is another share than the axis'
-# (the verdict's words), their advice another than the flow's, and they are no decode stalls
-# that another axis could cause.
+# The placement causes of a disaggregated run: they are no decode stalls that another axis
+# could cause, their score is another share than the axis' (the verdict's words) and their
+# advice another than the flow's.
+PLACEMENT = frozenset({Cause.KV_TRANSFER, Cause.PD_RATIO, Cause.TRANSFER_FAILURES})
 CAUSE_COST_LABEL = {
-    "kv_transfer": "of TTFT spent moving KV",
-    "pd_ratio": "of TTFT queued for the short pool",
-    "transfer_failures": "of handed-off requests failed or fell back",
+    Cause.KV_TRANSFER: "of TTFT spent moving KV",
+    Cause.PD_RATIO: "of TTFT queued for the short pool",
+    Cause.TRANSFER_FAILURES: "of handed-off requests failed or fell back",
 }
 CAUSE_ADVICE = {
-    "kv_transfer": "the KV link sets TTFT: weigh a faster link against co-located chunked "
+    Cause.KV_TRANSFER: "the KV link sets TTFT: weigh a faster link against co-located chunked "
     "prefill (ledger)",
-    "pd_ratio": "one pool queues while the other idles: move instances between the pools",
-    "transfer_failures": "transfers fail or fall back: fix the transfer path before tuning",
+    Cause.PD_RATIO: "one pool queues while the other idles: move instances between the pools",
+    Cause.TRANSFER_FAILURES: "transfers fail or fall back: fix the transfer path before tuning",
 }
 
 
@@ -107,7 +122,7 @@ class RankEntry:
     status: Status
     score: float | None
     score_basis: str
-    cause: str | None
+    cause: Cause | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,7 +133,7 @@ class Verdict:
     """
 
     principal_axis: AxisName | None
-    principal_cause: str | None
+    principal_cause: Cause | None
     summary: str
     reason: str
     ranking: tuple[RankEntry, ...]
@@ -133,7 +148,7 @@ class AxisReport:
 
     name: AxisName
     status: Status
-    cause: str | None
+    cause: Cause | None
     score: float | None
     score_basis: str
     sources: tuple[Source, ...]
@@ -142,30 +157,7 @@ class AxisReport:
     missing: tuple[str, ...]
     next_steps: tuple[str, ...]
     notes: tuple[str, ...]
-    metrics: Any
-
-
-# Measurements shown as an axis' evidence when no rule fired on it: (metric, unit).
-HEADLINE: dict[AxisName, tuple[tuple[str, str], ...]] = {
-    AxisName.QUEUEING: (("queue_share_of_latency", "ratio"), ("queue_share_of_ttft", "ratio"),
-                        ("peak_rho", "ratio"), ("idle_while_waiting_fraction", "ratio")),
-    AxisName.KV_MEMORY: (("preemptions_total", "preemptions"),
-                         ("recompute_token_fraction", "ratio"), ("kv_usage_p95", "ratio")),
-    AxisName.PREFIX_REUSE: (("achievable_hit_rate", "ratio"), ("observed_hit_rate", "ratio"),
-                            ("recomputed_share_of_prefill", "ratio")),
-    AxisName.PD_INTERFERENCE: (("interference_share", "ratio"), ("stalls", "gaps"),
-                               ("prefill_coincidence", "ratio")),
-}
-
-
-# Shown when none of HEADLINE is measured, as with telemetry alone.
-TELEMETRY_HEADLINE: dict[AxisName, tuple[tuple[str, str], ...]] = {
-    AxisName.QUEUEING: (("waiting_share", "ratio"), ("waiting_mean", "requests"),
-                        ("running_fill_p75", "ratio"), ("kv_usage_p75", "ratio")),
-    AxisName.KV_MEMORY: (("kv_usage_max", "ratio"), ("kv_capacity_tokens", "tokens")),
-    AxisName.PREFIX_REUSE: (),
-    AxisName.PD_INTERFERENCE: (("metrics_itl_mean_s", "s"),),
-}
+    metrics: AxisMetrics
 
 
 def axis_report(result: AxisResult, findings: tuple[Finding, ...]) -> AxisReport:
@@ -178,14 +170,10 @@ def axis_report(result: AxisResult, findings: tuple[Finding, ...]) -> AxisReport
         for e in hit.evidence:
             if e.value is not None:
                 seen.setdefault(e.name, e)
-    for headline in (HEADLINE, TELEMETRY_HEADLINE):
-        for key, unit in headline[result.axis] if not seen else ():
-            value = getattr(result.metrics, key, None)
-            if value is not None:
-                seen[key] = Evidence(name=key, value=value, unit=unit)
     return AxisReport(
         name=result.axis, status=result.status, cause=result.cause, score=result.score,
-        score_basis=result.score_basis, sources=result.sources, evidence=tuple(seen.values()),
+        score_basis=result.score_basis, sources=result.sources,
+        evidence=tuple(seen.values()) or result.metrics.headline(),
         findings=own, missing=result.missing, next_steps=result.next_steps, notes=result.notes,
         metrics=result.metrics,
     )
@@ -199,7 +187,7 @@ def _fmt(value: Any) -> str:
 
 def finding_of(axis: AxisName, hit: RuleHit) -> Finding:
     """A finding from a rule hit: the catalog's words plus the hit's evidence."""
-    rule = RULES[hit.rule_id]
+    rule = rule_of(hit)
     parts = []
     for e in hit.evidence:
         if e.value is None:
@@ -221,46 +209,154 @@ def sort_findings(findings: list[Finding]) -> tuple[Finding, ...]:
     return tuple(sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.id)))
 
 
+# --- step 1: rank ---------------------------------------------------------------------------
+
+STATUS_ORDER = {Status.BOTTLENECK: 0, Status.WARNING: 1, Status.OK: 2,
+                Status.INSUFFICIENT_DATA: 3}
+
+
+def rank(axes: dict[AxisName, AxisResult]) -> tuple[RankEntry, ...]:
+    """The axes by status (bottleneck first), then by score (largest first), then in flow
+    order."""
+    return tuple(sorted(
+        (RankEntry(axis=a.axis, status=a.status, score=a.score, score_basis=a.score_basis,
+                   cause=a.cause) for a in axes.values()),
+        key=lambda r: (STATUS_ORDER[r.status], -(r.score or 0.0), FLOW_ORDER.index(r.axis)),
+    ))
+
+
+def _bad(result: AxisResult) -> bool:
+    return result.status in (Status.BOTTLENECK, Status.WARNING)
+
+
+# --- step 2: attribute ----------------------------------------------------------------------
+
+
+class Link(Enum):
+    """Why one axis' problem shows up as another's (cost-model §7)."""
+
+    KV_ADMISSION = auto()  # queueing waits for KV memory
+    PREEMPTION_QUEUE = auto()  # the queue is fed by requests preempted and re-queued
+    RE_PREFILL_STALLS = auto()  # decode stalls are re-prefills after preemption
+    DISPATCH_GAPS = auto()  # decode gaps are host dispatch time
+    QUEUED_INSTANCE_STALLS = auto()  # the stalls fall on the instance that queues
+    PREFIX_PREFILLS = auto()  # the stalls are a shared prefix prefilled again and again
+
+
+def _stalls_on_queued_instance(axes: dict[AxisName, AxisResult]) -> bool:
+    """Whether queueing is a load imbalance and the instance that queues holds the largest
+    share of the decode stalls: idle seats next to a queue come before interference."""
+    q = axes[AxisName.QUEUEING]
+    if q.cause != Cause.LOAD_IMBALANCE:
+        return False
+    lb = metrics_of(q, QueueingMetrics).load_balance
+    shares = metrics_of(axes[AxisName.PD_INTERFERENCE],
+                        InterferenceMetrics).stall_share_by_instance
+    if lb is None or not shares:
+        return False
+    return max(shares, key=lambda k: (shares[k], k)) == lb.queued_instance
+
+
+def root_of(axes: dict[AxisName, AxisResult], symptom: AxisName) -> tuple[AxisName, Link] | None:
+    """The axis whose problem causes `symptom`'s, and how, or None (cost-model §7 flow): only
+    queueing and decode stalls are symptoms of another axis."""
+    if symptom is AxisName.QUEUEING:
+        return _root_of_queueing(axes)
+    if symptom is AxisName.PD_INTERFERENCE:
+        return _root_of_stalls(axes)
+    return None
+
+
+def _root_of_queueing(axes: dict[AxisName, AxisResult]) -> tuple[AxisName, Link] | None:
+    """Queueing behind KV admission (kv_memory not ok) or preemption churn (on a kv_memory
+    bottleneck) is kv_memory's."""
+    kv = axes[AxisName.KV_MEMORY]
+    if axes[AxisName.QUEUEING].cause == Cause.KV_ADMISSION and _bad(kv):
+        return AxisName.KV_MEMORY, Link.KV_ADMISSION
+    if Cause.PREEMPTION in causes_found(kv) and kv.status is Status.BOTTLENECK:
+        return AxisName.KV_MEMORY, Link.PREEMPTION_QUEUE
+    return None
+
+
+def _root_of_stalls(axes: dict[AxisName, AxisResult]) -> tuple[AxisName, Link] | None:
+    """Decode stalls behind preemption recompute, host dispatch gaps or a load imbalance belong
+    to those axes, and stalls while a shared prefix is prefilled again and again to
+    prefix_reuse; a disaggregated deployment's placement causes are nobody's symptom."""
+    kv, q = axes[AxisName.KV_MEMORY], axes[AxisName.QUEUEING]
+    if axes[AxisName.PD_INTERFERENCE].cause in PLACEMENT:
+        return None
+    if Cause.PREEMPTION in causes_found(kv) and _bad(kv):
+        return AxisName.KV_MEMORY, Link.RE_PREFILL_STALLS
+    if q.cause == Cause.DISPATCH_OVERHEAD:
+        return AxisName.QUEUEING, Link.DISPATCH_GAPS
+    if _stalls_on_queued_instance(axes):
+        return AxisName.QUEUEING, Link.QUEUED_INSTANCE_STALLS
+    if Cause.PREFIX_RECOMPUTE in causes_found(axes[AxisName.PREFIX_REUSE]):
+        return AxisName.PREFIX_REUSE, Link.PREFIX_PREFILLS
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attribution:
+    """The principal bottleneck and what it causes.
+
+    `symptom` is the bottleneck ranked first when the principal is its root (with the link);
+    `caused` every other bad axis whose root the principal is, in flow order (the symptom
+    among them); `deferred` says the last axis in the flow is a bottleneck the principal does
+    not cause, left for after the others.
+    """
+
+    principal: RankEntry
+    symptom: tuple[AxisName, Link] | None
+    caused: tuple[tuple[AxisName, Link], ...]
+    deferred: bool
+
+
+def attribute(axes: dict[AxisName, AxisResult],
+              ranking: tuple[RankEntry, ...]) -> Attribution | None:
+    """The principal bottleneck (None when no axis is one): the bottleneck with the largest
+    cost that may lead, or the root of its symptom."""
+    bottlenecks = [r for r in ranking if r.status is Status.BOTTLENECK]
+    if not bottlenecks:
+        return None
+    names = {r.axis for r in bottlenecks}
+    first = next(r for r in bottlenecks if r.axis is not LAST_IN_FLOW or len(names) == 1)
+    principal, symptom = first, None
+    root = root_of(axes, first.axis)
+    if root is not None:
+        symptom = (first.axis, root[1])
+        principal = replace(next(r for r in ranking if r.axis is root[0]),
+                            status=Status.BOTTLENECK)
+    caused = tuple((a, found[1]) for a in FLOW_ORDER
+                   if a is not principal.axis and _bad(axes[a])
+                   and (found := root_of(axes, a)) is not None and found[0] is principal.axis)
+    deferred = (LAST_IN_FLOW in names and principal.axis is not LAST_IN_FLOW
+                and LAST_IN_FLOW not in {a for a, _ in caused})
+    return Attribution(principal=principal, symptom=symptom, caused=caused, deferred=deferred)
+
+
+# --- step 3: word ---------------------------------------------------------------------------
+
+def _link_words(link: Link) -> str:
+    """How one axis' problem shows up as another's, citing the rules that name the cause."""
+    words = {
+        Link.KV_ADMISSION: f"queueing waits for KV memory ({rules_naming(Cause.KV_ADMISSION)})",
+        Link.PREEMPTION_QUEUE: "the queue is fed by preemption churn (requests re-queued and "
+        "recomputed)",
+        Link.RE_PREFILL_STALLS: "the stalls coincide with re-prefills after preemption",
+        Link.DISPATCH_GAPS: "the gaps are host dispatch time "
+        f"({rules_naming(Cause.DISPATCH_OVERHEAD)})",
+        Link.QUEUED_INSTANCE_STALLS: "the stalls fall mostly on the instance that queues while "
+        f"another has free seats ({rules_naming(Cause.LOAD_IMBALANCE)}): balance the routing "
+        "first",
+        Link.PREFIX_PREFILLS: "the stalls are prefills of a shared prefix computed again and "
+        "again",
+    }
+    return words[link]
+
+
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f} %"
-
-
-def _symptom_of(
-    axes: dict[AxisName, AxisResult], symptom: AxisName
-) -> tuple[AxisName, str] | None:
-    """The axis whose problem causes `symptom`'s, with the reason, or None (cost-model §7 flow).
-
-    Queueing behind preemption churn is kv_memory; decode stalls while a shared prefix is
-    prefilled again and again are prefix_reuse, and stalls behind preemption recompute or host
-    dispatch gaps belong to those axes.
-    """
-    def bad(axis: AxisName) -> bool:
-        return axes[axis].status in (Status.BOTTLENECK, Status.WARNING)
-
-    kv_ids = set(axes[AxisName.KV_MEMORY].rule_ids)
-    churn = bool(kv_ids & {"K002", "K003"})
-    if symptom is AxisName.QUEUEING:
-        q = axes[AxisName.QUEUEING]
-        if q.cause == "kv_admission" and bad(AxisName.KV_MEMORY):
-            return AxisName.KV_MEMORY, "queueing waits for KV memory (Q005)"
-        if churn and axes[AxisName.KV_MEMORY].status is Status.BOTTLENECK:
-            return AxisName.KV_MEMORY, "the queue is fed by preemption churn (requests "\
-                "re-queued and recomputed)"
-        return None
-    if symptom is AxisName.PD_INTERFERENCE:
-        if axes[AxisName.PD_INTERFERENCE].cause in CAUSE_ADVICE:
-            return None
-        if churn and bad(AxisName.KV_MEMORY):
-            return AxisName.KV_MEMORY, "the stalls coincide with re-prefills after preemption"
-        if axes[AxisName.QUEUEING].cause == "dispatch_overhead":
-            return AxisName.QUEUEING, "the gaps are host dispatch time (Q003)"
-        if _stalls_on_queued_instance(axes):
-            return AxisName.QUEUEING, "the stalls fall mostly on the instance that queues while "\
-                "another has free seats (Q010): balance the routing first"
-        if set(axes[AxisName.PREFIX_REUSE].rule_ids) & {"P001", "P002"}:
-            return AxisName.PREFIX_REUSE, "the stalls are prefills of a shared prefix computed "\
-                "again and again"
-    return None
 
 
 def _basis(entry: RankEntry) -> str:
@@ -268,96 +364,107 @@ def _basis(entry: RankEntry) -> str:
     return "" if entry.score is None else f" ({entry.score_basis}: {_fmt(entry.score)})"
 
 
-def _stalls_on_queued_instance(axes: dict[AxisName, AxisResult]) -> bool:
-    """Whether queueing is a load imbalance (Q010) and the instance that queues holds the
-    largest share of the decode stalls: idle seats next to a queue come before interference."""
-    q = axes[AxisName.QUEUEING]
-    lb = getattr(q.metrics, "load_balance", None)
-    shares = getattr(axes[AxisName.PD_INTERFERENCE].metrics, "stall_share_by_instance", None)
-    if q.cause != "load_imbalance" or lb is None or not shares:
-        return False
-    return max(shares, key=lambda k: (shares[k], k)) == lb.queued_instance
+def _cost_words(entry: RankEntry) -> str:
+    """What the principal's score measures, in the verdict line's words."""
+    if entry.cause is not None and entry.cause in CAUSE_COST_LABEL:
+        return CAUSE_COST_LABEL[entry.cause]
+    return BASIS_LABEL.get(entry.score_basis, COST_LABEL[entry.axis])
+
+
+def _principal_summary(att: Attribution) -> str:
+    """The verdict line: the principal, its cause and cost, the axes it causes."""
+    p = att.principal
+    line = f"verdict: {p.axis}" + (f" ({p.cause})" if p.cause else "")
+    if p.score is not None:
+        line += f": {_pct(p.score)} {_cost_words(p)}"
+    if att.caused:
+        line += f"; causes {', '.join(a for a, _ in att.caused)}"
+    return line
+
+
+def _principal_reason(att: Attribution) -> str:
+    """Why the principal leads: its cost, or the symptom it is the root of; what else it
+    causes; what comes after; what to do."""
+    p = att.principal
+    if att.symptom is not None:
+        symptom, link = att.symptom
+        why = f"{symptom} is a symptom: {_link_words(link)}, so the root is {p.axis}"
+    elif p.score is not None:
+        why = f"{p.axis} is the bottleneck with the largest estimated cost{_basis(p)}"
+    else:
+        why = f"{p.axis} is the bottleneck; its cost is not measured"
+    symptom_axis = None if att.symptom is None else att.symptom[0]
+    for a, link in att.caused:
+        if a is not symptom_axis:
+            why += f"; {a} is its symptom: {_link_words(link)}"
+    if att.deferred:
+        why += f"; {LAST_IN_FLOW} is also a bottleneck but comes after the others in the flow"
+    advice = (CAUSE_ADVICE[p.cause] if p.cause is not None and p.cause in CAUSE_ADVICE
+              else FLOW_ADVICE[p.axis])
+    return f"{why} — {advice}"
+
+
+def _calm_summary(axes: dict[AxisName, AxisResult], ranking: tuple[RankEntry, ...]) -> str:
+    """The verdict line without a principal bottleneck: the largest concern, else whether any
+    axis could be decided, then the decided and undecided axes."""
+    concern = next((r for r in ranking if r.status is Status.WARNING), None)
+    undecided = _undecided(axes)
+    if len(undecided) == len(axes):
+        return "verdict: undecided — no axis has the data it needs"
+    line = "verdict: no principal bottleneck"
+    if concern is not None:
+        line += f"; largest concern {concern.axis}"
+    if undecided:
+        decided = [f"{a} {axes[a].status}" for a in AXIS_ORDER if a not in undecided]
+        line += f"; {', '.join(decided)}; undecided: {', '.join(undecided)}"
+    return line
+
+
+def _calm_reason(axes: dict[AxisName, AxisResult], ranking: tuple[RankEntry, ...],
+                 has_requests: bool) -> str:
+    """Why no axis leads, and what the undecided ones need (a request trace's timing or
+    prompt content; telemetry alone says so itself)."""
+    concern = next((r for r in ranking if r.status is Status.WARNING), None)
+    undecided = _undecided(axes)
+    if concern is not None:
+        reason = (f"no axis is a bottleneck; the largest concern is {concern.axis}"
+                  f"{_basis(concern)}")
+    elif len(undecided) == len(axes):
+        reason = "no axis could be decided: every axis lacks the data it needs"
+    else:
+        reason = "no axis is a bottleneck or a warning on the data given"
+    if undecided:
+        reason += f"; undecided: {', '.join(undecided)}"
+    timing = [a for a in undecided if a is not AxisName.PREFIX_REUSE and has_requests]
+    if timing:
+        reason += (f" — {', '.join(timing)} need engine timing this trace lacks (each "
+                   "panel's `missing` names the columns; `trace simulate` can model an "
+                   "engine to supply them)")
+    if AxisName.PREFIX_REUSE in undecided and has_requests:
+        reason += "; prefix_reuse needs prompt content (token or block ids)"
+    return reason
+
+
+def _undecided(axes: dict[AxisName, AxisResult]) -> list[AxisName]:
+    """The axes whose data does not decide them, in report order."""
+    return [a for a in AXIS_ORDER if axes[a].status is Status.INSUFFICIENT_DATA]
 
 
 def verdict_of(axes: dict[AxisName, AxisResult], *, has_requests: bool = True) -> Verdict:
-    """Rank the axes and pick the principal bottleneck (see the module docstring);
+    """Rank the axes, attribute the principal bottleneck, word it (see the module docstring);
     `has_requests=False` (telemetry alone) leaves out what the trace lacks: there is none."""
-    ranking = tuple(sorted(
-        (RankEntry(axis=a.axis, status=a.status, score=a.score, score_basis=a.score_basis,
-                   cause=a.cause) for a in axes.values()),
-        key=lambda r: ({Status.BOTTLENECK: 0, Status.WARNING: 1, Status.OK: 2,
-                        Status.INSUFFICIENT_DATA: 3}[r.status], -(r.score or 0.0),
-                       FLOW_ORDER.index(r.axis)),
-    ))
-    bottlenecks = [r for r in ranking if r.status is Status.BOTTLENECK]
+    ranking = rank(axes)
     insufficient = tuple(r.axis for r in ranking if r.status is Status.INSUFFICIENT_DATA)
-    fix_order = tuple(a for a in FLOW_ORDER
-                      if axes[a].status in (Status.BOTTLENECK, Status.WARNING))
-    if not bottlenecks:
-        warnings = [r for r in ranking if r.status is Status.WARNING]
-        undecided = [a for a in AXIS_ORDER if a in insufficient]
-        if warnings:
-            reason = (f"no axis is a bottleneck; the largest concern is {warnings[0].axis}"
-                      f"{_basis(warnings[0])}")
-            line = f"verdict: no principal bottleneck; largest concern {warnings[0].axis}"
-        elif len(insufficient) == len(axes):
-            reason = "no axis could be decided: every axis lacks the data it needs"
-            line = "verdict: undecided — no axis has the data it needs"
-        else:
-            reason = "no axis is a bottleneck or a warning on the data given"
-            line = "verdict: no principal bottleneck"
-        if undecided:
-            reason += f"; undecided: {', '.join(undecided)}"
-        timing = [a for a in undecided if a is not AxisName.PREFIX_REUSE and has_requests]
-        if timing:
-            reason += (f" — {', '.join(timing)} need engine timing this trace lacks (each "
-                       "panel's `missing` names the columns; `trace simulate` can model an "
-                       "engine to supply them)")
-        if AxisName.PREFIX_REUSE in undecided and has_requests:
-            reason += "; prefix_reuse needs prompt content (token or block ids)"
-        if undecided and line != "verdict: undecided — no axis has the data it needs":
-            decided = [f"{a} {axes[a].status}" for a in AXIS_ORDER if a not in insufficient]
-            line += f"; {', '.join(decided)}; undecided: {', '.join(undecided)}"
-        return Verdict(principal_axis=None, principal_cause=None, summary=line, reason=reason,
+    fix_order = tuple(a for a in FLOW_ORDER if _bad(axes[a]))
+    att = attribute(axes, ranking)
+    if att is None:
+        return Verdict(principal_axis=None, principal_cause=None,
+                       summary=_calm_summary(axes, ranking),
+                       reason=_calm_reason(axes, ranking, has_requests),
                        ranking=ranking, fix_order=fix_order, insufficient_data=insufficient)
-    names = {r.axis for r in bottlenecks}
-    # pd_interference comes last in the flow: only when nothing else is a bottleneck.
-    candidates = [r for r in bottlenecks
-                  if not (r.axis is AxisName.PD_INTERFERENCE and len(names) > 1)]
-    principal = candidates[0]
-    why = (f"{principal.axis} is the bottleneck with the largest estimated cost"
-           f"{_basis(principal)}" if principal.score is not None else
-           f"{principal.axis} is the bottleneck; its cost is not measured")
-    symptom = None
-    cause = _symptom_of(axes, principal.axis)
-    if cause is not None:
-        root, because = cause
-        symptom = principal.axis
-        r = next(x for x in ranking if x.axis is root)
-        why = f"{symptom} is a symptom: {because}, so the root is {root}"
-        principal = replace(r, status=Status.BOTTLENECK)
-    # Other non-ok axes whose problem this one causes.
-    caused = [a for a in FLOW_ORDER
-              if a is not principal.axis and axes[a].status in (Status.BOTTLENECK, Status.WARNING)
-              and (a is symptom or ((c := _symptom_of(axes, a)) is not None
-                                    and c[0] is principal.axis))]
-    for a in caused:
-        if a is not symptom:
-            why += f"; {a} is its symptom: {_symptom_of(axes, a)[1]}"  # type: ignore[index]
-    if (AxisName.PD_INTERFERENCE in names and principal.axis is not AxisName.PD_INTERFERENCE
-            and AxisName.PD_INTERFERENCE not in caused):
-        why += "; pd_interference is also a bottleneck but comes after the others in the flow"
-    why += f" — {CAUSE_ADVICE.get(principal.cause or '', FLOW_ADVICE[principal.axis])}"
-    line = (f"verdict: {principal.axis}" + (f" ({principal.cause})" if principal.cause else "")
-            + ("" if principal.score is None
-               else f": {_pct(principal.score)} "
-               + CAUSE_COST_LABEL.get(principal.cause or "", BASIS_LABEL.get(
-                   principal.score_basis, COST_LABEL[principal.axis]))))
-    if caused:
-        line += f"; causes {', '.join(caused)}"
-    return Verdict(principal_axis=principal.axis, principal_cause=principal.cause, summary=line,
-                   reason=why, ranking=ranking, fix_order=fix_order,
-                   insufficient_data=insufficient)
+    return Verdict(principal_axis=att.principal.axis, principal_cause=att.principal.cause,
+                   summary=_principal_summary(att), reason=_principal_reason(att),
+                   ranking=ranking, fix_order=fix_order, insufficient_data=insufficient)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -388,10 +495,7 @@ def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
     with np.errstate(all="ignore"):
         axes: dict[AxisName, AxisResult] = {name: analyzer(name)(input_of(name), t)
                                             for name in AXES}
-        ledger, extra = build_ledger(axes, inp if overlap is None else overlap, t)
-    if extra:
-        pd_axis = axes[AxisName.PD_INTERFERENCE]
-        axes[AxisName.PD_INTERFERENCE] = replace(pd_axis, hits=pd_axis.hits + tuple(extra))
+        ledger = build_ledger(axes, inp if overlap is None else overlap, t)
     findings = [finding_of(name, hit) for name, result in axes.items() for hit in result.hits]
     return Diagnosis(axes=axes, findings=sort_findings(findings), verdict=verdict_of(axes),
                      ledger=ledger)
@@ -400,14 +504,14 @@ def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceDiagnosis:
     """A diagnosis and what it judged: the trace and metrics after the telemetry was fitted to
-    the trace's clock (`ingest.telemetry.fit_telemetry`)."""
+    the trace's clock (`data.telemetry_fit.fit_telemetry`)."""
 
     trace: Trace
     metrics: EngineMetrics | None
     diagnosis: Diagnosis
 
 
-def diagnose_trace(
+def judge_trace(
     trace: Trace,
     *,
     metrics: EngineMetrics | None = None,
@@ -416,8 +520,6 @@ def diagnose_trace(
 ) -> TraceDiagnosis:
     """The four axes, ledger, findings and verdict of a trace, with its step log and metrics
     judged on their overlap with the trace where they cover only part of it."""
-    from yaotu_trace.ingest.telemetry import fit_telemetry
-
     t = thresholds or make_thresholds()
     s = settings or EngineSettings()
     fitted = fit_telemetry(trace, metrics)

@@ -17,10 +17,10 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   transfer_latency_s and B_eff = link_gbps · 1e9 / 8 · link_efficiency, the peak KV rate
   (prefill tokens/s in the busiest window · kv_bytes_per_token) against the link, routing and
   failure fallback, and the mean rate Σ p · kv_bytes_per_token / arrival span. The network
-  check (rule D3) passes when the peak rate ≤ network_share_max of the link and mean transfer ≤
-  transfer_ttft_share of mean TTFT. The entry is `recommended=False` while preemption, host
-  dispatch or prefix recompute is found or cannot be ruled out for lack of data (cost-model §7:
-  those come first).
+  check (rules D003/D004, `axes/pd_interference/network.py`) passes when the peak rate ≤
+  network_share_max of the link and mean transfer ≤ transfer_ttft_share of mean TTFT. The
+  entry is `recommended=False` while preemption, host dispatch or prefix recompute is found or
+  cannot be ruled out for lack of data (cost-model §7: those come first).
 - cache_aware_routing saves the routing loss of the prefix waterfall (tokens, FLOPs); adds
   load imbalance on hot prefixes and router state.
 - tenant_salt_review saves the cache-key loss of the waterfall; adds isolation risk.
@@ -42,56 +42,35 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
 - route_by_load and route_by_cache_and_load (load imbalance, Q010) save the
   queue seconds that vanish under least-loaded and prefix-affinity routing; they add the prefix
   hits lost against the current routing (prefix replay, one cache per instance).
+
+Which remedies are candidates is declared by the rules (`Rule.remedies`): an entry is priced
+when a rule that names it fired, and `triggered_by` lists those rules; the ledger never names a
+rule itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
-from yaotu_trace.axes.base import (
-    AxisInput,
-    AxisName,
-    AxisResult,
-    RuleHit,
-    Status,
-    check,
-    fact,
-    ratio,
-)
+from yaotu_trace.axes.base import AxisInput, AxisName, AxisResult, Cause, Status, metrics_of, ratio
 from yaotu_trace.axes.failures import measure_failures
-from yaotu_trace.axes.pd_interference.placement import (
-    colocation_stall_inputs,
-    split_rows,
-    transfer_seconds,
-)
+from yaotu_trace.axes.kv_memory.metrics import KvMetrics, shared_prefix_tokens
+from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
+from yaotu_trace.axes.pd_interference.network import Network, network_check
+from yaotu_trace.axes.pd_interference.placement import colocation_stall_inputs, split_rows
+from yaotu_trace.axes.prefix_reuse.metrics import PrefixMetrics
+from yaotu_trace.axes.queueing.imbalance import modelled_queue_s_for
+from yaotu_trace.axes.queueing.metrics import QueueingMetrics
+from yaotu_trace.axes.rule import Mark, Remedy, Rule
+from yaotu_trace.axes.rules import causes_found, fired_rules, rules_naming
 from yaotu_trace.axes.thresholds import Thresholds
-
-if TYPE_CHECKING:
-    from yaotu_trace.diagnosis.route_cost import RouteHits
-
-
-class Remedy(StrEnum):
-    """Candidate changes, in ledger order."""
-
-    LARGER_KV_POOL = "larger_kv_pool"
-    CONCURRENCY_CAP = "concurrency_cap"
-    OVERLAP_SCHEDULING = "overlap_scheduling"
-    BATCH_BUDGET = "batch_budget"
-    CAPACITY_ADMISSION = "capacity_admission"
-    ROUTE_BY_LOAD = "route_by_load"
-    ROUTE_BY_CACHE_AND_LOAD = "route_by_cache_and_load"
-    CACHE_AWARE_ROUTING = "cache_aware_routing"
-    TENANT_SALT_REVIEW = "tenant_salt_review"
-    FIX_CACHE_KEYS = "fix_cache_keys"
-    CHUNKED_PREFILL = "chunked_prefill"
-    PD_DISAGGREGATION = "pd_disaggregation"
-    COLOCATE_CHUNKED = "colocate_chunked_prefill"
+from yaotu_trace.data.report import to_builtins
+from yaotu_trace.diagnosis.route_cost import RouteHits, route_hits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,22 +129,11 @@ def _missing_kv_basis(formula: str, inp: AxisInput) -> str:
     return formula if _kv_b(inp) is not None else "pass --model or --kv-bytes-per-token"
 
 
-def _ids(result: AxisResult) -> set[str]:
-    return set(result.rule_ids)
-
-
-# The KV rules a larger pool or a concurrency cap answers, and the interference rules that
-# make chunked prefill and disaggregation candidates.
-KV_PREEMPTION = frozenset({"K001", "K002", "K003", "K004", "K005"})
-INTERFERENCE = frozenset({"D001", "D002"})
-# The placement rules of a disaggregated deployment, which make co-location a candidate.
-PLACEMENT = frozenset({"D007", "D008", "D009", "D010"})
-
-
 @dataclass(frozen=True)
 class LedgerInput:
     """What every remedy reads: the four axes, the input they were judged on, the thresholds,
-    and the per-request prompt and work (prompt + output) lengths in tokens."""
+    and the per-request prompt and work (prompt + output) lengths in tokens; the rules that
+    make each remedy a candidate (`candidates`), and each axis' metrics by its own type."""
 
     axes: dict[AxisName, AxisResult]
     inp: AxisInput
@@ -180,13 +148,19 @@ class LedgerInput:
         work = prompt + inp.requests["output_len"].to_numpy(dtype=np.float64)
         return cls(axes=axes, inp=inp, t=t, prompt=prompt, work=work)
 
-    def axis(self, name: AxisName) -> AxisResult:
-        """One axis' result."""
-        return self.axes[name]
+    def candidates(self, remedy: Remedy, axis: AxisName | None = None) -> tuple[Rule[Any], ...]:
+        """The rules that fired (on `axis`, else on any) and name `remedy`, by id."""
+        names = list(self.axes) if axis is None else [axis]
+        return tuple(sorted((r for name in names for r in fired_rules(self.axes[name])
+                             if remedy in r.remedies), key=lambda r: r.id))
 
-    def ids(self, name: AxisName) -> set[str]:
-        """The ids of the rules that fired on one axis."""
-        return _ids(self.axes[name])
+    def triggered_by(self, remedy: Remedy) -> tuple[str, ...]:
+        """The ids of the rules that make `remedy` a candidate (none: it is not one)."""
+        return tuple(r.id for r in self.candidates(remedy))
+
+    def causes(self, name: AxisName) -> frozenset[Cause]:
+        """The causes the rules that fired on one axis name."""
+        return causes_found(self.axes[name])
 
     @property
     def kv_b(self) -> int | None:
@@ -194,59 +168,58 @@ class LedgerInput:
         return _kv_b(self.inp)
 
     @cached_property
-    def route_hits(self) -> RouteHits | None:
-        """Prefix hits under other routings (replayed once, only when Q010 fired)."""
-        from yaotu_trace.diagnosis.route_cost import route_hits
+    def queueing(self) -> QueueingMetrics:
+        """The queueing axis' metrics."""
+        return metrics_of(self.axes[AxisName.QUEUEING], QueueingMetrics)
 
+    @cached_property
+    def kv_memory(self) -> KvMetrics:
+        """The kv_memory axis' metrics."""
+        return metrics_of(self.axes[AxisName.KV_MEMORY], KvMetrics)
+
+    @cached_property
+    def prefix_reuse(self) -> PrefixMetrics:
+        """The prefix_reuse axis' metrics."""
+        return metrics_of(self.axes[AxisName.PREFIX_REUSE], PrefixMetrics)
+
+    @cached_property
+    def pd_interference(self) -> InterferenceMetrics:
+        """The pd_interference axis' metrics."""
+        return metrics_of(self.axes[AxisName.PD_INTERFERENCE], InterferenceMetrics)
+
+    @cached_property
+    def route_hits(self) -> RouteHits | None:
+        """Prefix hits under other routings (replayed once, only for a load imbalance)."""
         return route_hits(self.inp)
 
     @cached_property
     def network(self) -> Network:
-        """The P/D disaggregation network check's numbers, computed once."""
-        return _network(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Network:
-    """KV transfer of a P/D split on `--link-gbps`: bytes, per-request transfer seconds, the
-    peak KV rate, the transfer's share of TTFT and whether the network check passes (D003)."""
-
-    link_bytes_s: float
-    b_eff: float
-    network_bytes: float | None
-    per_request: np.ndarray | None
-    transfer: float | None
-    mean_rate: float | None
-    window: float
-    peak_rate: float | None
-    ttft_mean: float | None
-    xfer_share: float | None
-    passes: bool
-    observed: str | None = None
+        """The P/D disaggregation network check's numbers: those rules D003/D004 judged, on the
+        same input (the pd_interference axis reads the ledger's)."""
+        return network_check(self.inp, self.t)
 
 
 def _larger_kv_pool(c: LedgerInput) -> LedgerEntry | None:
-    """A larger KV pool (or FP8 KV): for preemption, queueing behind KV (Q005) or prefix hits
-    lost to capacity (P004)."""
-    kv, q, pr = c.axis(AxisName.KV_MEMORY), c.axis(AxisName.QUEUEING), c.axis(AxisName.PREFIX_REUSE)
+    """A larger KV pool (or FP8 KV): for preemption, queueing behind KV (admission) or prefix
+    hits lost to capacity; each axis that makes it a candidate adds what it saves there."""
     inp, kv_b = c.inp, c.kv_b
-    kv_ids = c.ids(AxisName.KV_MEMORY) & KV_PREEMPTION
-    kv_admission = "Q005" in c.ids(AxisName.QUEUEING)
-    prefix_capacity = "P004" in c.ids(AxisName.PREFIX_REUSE)
-    if not (kv_ids or kv_admission or prefix_capacity):
+    triggered_by = c.triggered_by(Remedy.LARGER_KV_POOL)
+    if not triggered_by:
         return None
-    km, qm = kv.metrics, q.metrics
-    recomputed = getattr(km, "recomputed_tokens", None)
+    kv_admission = bool(c.candidates(Remedy.LARGER_KV_POOL, AxisName.QUEUEING))
+    prefix_capacity = bool(c.candidates(Remedy.LARGER_KV_POOL, AxisName.PREFIX_REUSE))
+    km, qm = c.kv_memory, c.queueing
+    recomputed = km.recomputed_tokens
     saves = [
         Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
-                 basis=str(getattr(km, "recompute_basis", None) or "kv_memory axis")),
+                 basis=str(km.recompute_basis or "kv_memory axis")),
         _flops(recomputed, inp),
         _gpu_seconds(recomputed, inp),
-        Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
+        Quantity(name="preemptions", value=km.preemptions_total,
                  unit="preemptions", basis="kv_memory axis"),
     ]
     if prefix_capacity:
-        pm = pr.metrics
+        pm = c.prefix_reuse
         lost = (None if pm.capacity_loss_share is None or pm.prompt_tokens is None
                 else pm.capacity_loss_share * pm.prompt_tokens)
         saves.append(Quantity(name="prefix_hits_lost_to_capacity", value=lost,
@@ -254,13 +227,13 @@ def _larger_kv_pool(c: LedgerInput) -> LedgerEntry | None:
                               "(C3); a CPU/SSD tier fetches them at tokens · kv_b bytes"))
     if kv_admission:
         saves.append(Quantity(name="kv_blocked_queue_seconds",
-                              value=getattr(qm, "queue_seconds_total", None), unit="s",
+                              value=qm.queue_seconds_total, unit="s",
                               basis="Σ queue_time_s while admission waits for KV (A5)"))
-    extra_tokens = getattr(km, "extra_kv_tokens", None)
+    extra_tokens = km.extra_kv_tokens
     block = int(inp.settings.block_size_tokens)
     extra_blocks = None if extra_tokens is None else float(np.ceil(extra_tokens / block))
-    capacity = getattr(km, "kv_capacity_tokens", None)
-    peak = getattr(km, "peak_demand_tokens", None)
+    capacity = km.kv_capacity_tokens
+    peak = km.peak_demand_tokens
     adds = [
         Quantity(name="extra_kv_tokens", value=extra_tokens, unit="tokens",
                  basis="peak demand − capacity per instance" if extra_tokens is not None
@@ -281,9 +254,7 @@ def _larger_kv_pool(c: LedgerInput) -> LedgerEntry | None:
                  "kv_blocks_total)"),
     ]
     return LedgerEntry(
-        remedy=Remedy.LARGER_KV_POOL, axis=AxisName.KV_MEMORY,
-        triggered_by=tuple(sorted(kv_ids | ({"Q005"} if kv_admission else set())
-                                  | ({"P004"} if prefix_capacity else set()))),
+        remedy=Remedy.LARGER_KV_POOL, axis=AxisName.KV_MEMORY, triggered_by=triggered_by,
         saves=tuple(saves), adds=tuple(adds),
         caveats=("more TP adds two all-reduces per layer and replicates KV heads when "
                  "TP > kv heads", "FP8 KV halves bytes per token at an accuracy risk",
@@ -296,17 +267,15 @@ def _larger_kv_pool(c: LedgerInput) -> LedgerEntry | None:
 def _concurrency_cap(c: LedgerInput) -> LedgerEntry | None:
     """A concurrency cap (max_num_seqs near n_safe_p95): the same preemptions, traded for
     queueing."""
-    kv = c.axis(AxisName.KV_MEMORY)
-    kv_ids = c.ids(AxisName.KV_MEMORY) & KV_PREEMPTION
-    if not kv_ids:
+    triggered_by = c.triggered_by(Remedy.CONCURRENCY_CAP)
+    if not triggered_by:
         return None
-    km = kv.metrics
-    recomputed = getattr(km, "recomputed_tokens", None)
-    n_safe = getattr(km, "n_safe_p95", None)
+    km = c.kv_memory
+    recomputed = km.recomputed_tokens
+    n_safe = km.n_safe_p95
     return LedgerEntry(
-        remedy=Remedy.CONCURRENCY_CAP, axis=AxisName.KV_MEMORY,
-        triggered_by=tuple(sorted(kv_ids)),
-        saves=(Quantity(name="preemptions", value=getattr(km, "preemptions_total", None),
+        remedy=Remedy.CONCURRENCY_CAP, axis=AxisName.KV_MEMORY, triggered_by=triggered_by,
+        saves=(Quantity(name="preemptions", value=km.preemptions_total,
                         unit="preemptions", basis="preemptions avoided if demand stays "
                         "under capacity"),
                Quantity(name="recomputed_prefill_tokens", value=recomputed, unit="tokens",
@@ -320,14 +289,14 @@ def _concurrency_cap(c: LedgerInput) -> LedgerEntry | None:
 
 
 def _overlap_scheduling(c: LedgerInput) -> LedgerEntry | None:
-    """Overlap (async) scheduling for a GPU idle while requests wait (Q003)."""
-    qm = c.axis(AxisName.QUEUEING).metrics
-    if "Q003" not in c.ids(AxisName.QUEUEING):
+    """Overlap (async) scheduling for a GPU idle while requests wait (host dispatch)."""
+    triggered_by = c.triggered_by(Remedy.OVERLAP_SCHEDULING)
+    if not triggered_by:
         return None
     return LedgerEntry(
-        remedy=Remedy.OVERLAP_SCHEDULING, axis=AxisName.QUEUEING, triggered_by=("Q003",),
+        remedy=Remedy.OVERLAP_SCHEDULING, axis=AxisName.QUEUEING, triggered_by=triggered_by,
         saves=(Quantity(name="idle_while_waiting_s",
-                        value=getattr(qm, "idle_while_waiting_s", None), unit="s",
+                        value=c.queueing.idle_while_waiting_s, unit="s",
                         basis="Σ idle gaps between steps while requests waited"),),
         adds=(Quantity(name="scheduling_lookahead_steps", value=1.0, unit="steps",
                        basis="the CPU prepares step k+1 while the GPU runs step k"),),
@@ -337,15 +306,15 @@ def _overlap_scheduling(c: LedgerInput) -> LedgerEntry | None:
 
 
 def _batch_budget(c: LedgerInput) -> LedgerEntry | None:
-    """A larger batch budget for steps limited by policy (Q004)."""
-    qm = c.axis(AxisName.QUEUEING).metrics
-    if "Q004" not in c.ids(AxisName.QUEUEING):
+    """A larger batch budget for steps limited by policy (batch shape)."""
+    triggered_by = c.triggered_by(Remedy.BATCH_BUDGET)
+    if not triggered_by:
         return None
-    budget = getattr(qm, "token_budget_tokens", None)
-    tokens = getattr(qm, "tokens_per_step", None)
+    budget = c.queueing.token_budget_tokens
+    tokens = c.queueing.tokens_per_step
     p50 = tokens.p50 if tokens is not None else None
     return LedgerEntry(
-        remedy=Remedy.BATCH_BUDGET, axis=AxisName.QUEUEING, triggered_by=("Q004",),
+        remedy=Remedy.BATCH_BUDGET, axis=AxisName.QUEUEING, triggered_by=triggered_by,
         saves=(Quantity(name="unused_step_budget_share",
                         value=None if budget is None or p50 is None else 1 - p50 / budget,
                         unit="ratio", basis="1 − median tokens_per_step / token budget"),),
@@ -358,8 +327,9 @@ def _batch_budget(c: LedgerInput) -> LedgerEntry | None:
 
 
 def _failed_under_load(c: LedgerInput) -> tuple[Quantity, ...]:
-    """The requests that failed under load (Q007), as work capacity would have served."""
-    if "Q007" not in c.ids(AxisName.QUEUEING):
+    """The requests that failed under load (a failure rule that makes capacity a candidate),
+    as work capacity would have served."""
+    if not any(Mark.FAILURES in r.marks for r in c.candidates(Remedy.CAPACITY_ADMISSION)):
         return ()
     fm = measure_failures(c.inp, float(c.t.window_s))
     load = None if fm is None else fm.under_load
@@ -367,24 +337,29 @@ def _failed_under_load(c: LedgerInput) -> tuple[Quantity, ...]:
                      value=None if load is None else float(load.failures_under_load),
                      unit="requests",
                      basis="failed requests that arrived when the backlog was above its "
-                     "median (Q007, axes/failures.py)"),)
+                     f"median ({_ids_marked(c, Remedy.CAPACITY_ADMISSION, Mark.FAILURES)}, "
+                     "axes/failures.py)"),)
+
+
+def _ids_marked(c: LedgerInput, remedy: Remedy, mark: Mark) -> str:
+    """The ids of the rules with `mark` that make `remedy` a candidate, for its words."""
+    return ", ".join(r.id for r in c.candidates(remedy) if mark in r.marks)
 
 
 def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
-    """Capacity or admission control for arrival bursts (Q001, Q002) and failures under load
-    (Q007)."""
-    qm, work = c.axis(AxisName.QUEUEING).metrics, c.work
-    burst = c.ids(AxisName.QUEUEING) & {"Q001", "Q002", "Q007"}
+    """Capacity or admission control for arrival bursts and failures under load; withheld for
+    a load imbalance, which routing fixes first."""
+    qm, work = c.queueing, c.work
+    triggered_by = c.triggered_by(Remedy.CAPACITY_ADMISSION)
     inp = c.inp
     instances = (int(inp.requests["instance"].nunique()) if inp.has("instance") else 1) or 1
-    if not burst:
+    if not triggered_by:
         return None
-    peak, mean = getattr(qm, "peak_rho", None), getattr(qm, "mean_rho", None)
+    peak, mean = qm.peak_rho, qm.mean_rho
     entry = LedgerEntry(
-        remedy=Remedy.CAPACITY_ADMISSION, axis=AxisName.QUEUEING,
-        triggered_by=tuple(sorted(burst)),
+        remedy=Remedy.CAPACITY_ADMISSION, axis=AxisName.QUEUEING, triggered_by=triggered_by,
         saves=(Quantity(name="queue_seconds_in_overload",
-                        value=getattr(qm, "queue_seconds_in_overload", None), unit="s",
+                        value=qm.queue_seconds_in_overload, unit="s",
                         basis="Σ queue_time_s of requests arriving in windows with rho ≥ "
                         "overload_rho"), *_failed_under_load(c)),
         adds=(Quantity(name="extra_capacity_share",
@@ -401,15 +376,15 @@ def _capacity_admission(c: LedgerInput) -> LedgerEntry | None:
                        else max(0.0, 1.0 - mean / max(peak, 1.0)), unit="ratio",
                        basis="1 − mean_rho / max(peak_rho, 1) when sized for the peak"),
               Quantity(name="rejected_or_deferred_requests",
-                       value=ratio(getattr(qm, "excess_offered_tokens", None),
+                       value=ratio(qm.excess_offered_tokens,
                                    float(np.mean(work)) if work.size else None),
                        unit="requests",
                        basis="excess_offered_tokens / mean (prompt_len + output_len): what "
                        "admission control sheds or defers instead of queueing")),
     )
-    if "Q010" in c.ids(AxisName.QUEUEING):
-        why = ("load imbalance (Q010) comes first: another instance has free seats, so route "
-               "by load before adding capacity")
+    if Cause.LOAD_IMBALANCE in c.causes(AxisName.QUEUEING):
+        why = (f"load imbalance ({rules_naming(Cause.LOAD_IMBALANCE)}) comes first: another "
+               "instance has free seats, so route by load before adding capacity")
         entry = replace(entry, recommended=False, withheld_because=(why,),
                         caveats=(*entry.caveats, f"withheld: {why}"))
     return entry
@@ -426,13 +401,14 @@ def _hits_lost(c: LedgerInput, hits: int | None, route: str) -> Quantity:
 
 
 def _route_by_load(c: LedgerInput) -> LedgerEntry | None:
-    """Least-loaded routing for a queue on one instance next to free seats (Q010)."""
-    lb = getattr(c.axis(AxisName.QUEUEING).metrics, "load_balance", None)
-    if "Q010" not in c.ids(AxisName.QUEUEING) or lb is None:
+    """Least-loaded routing for a queue on one instance next to free seats (load imbalance)."""
+    lb = c.queueing.load_balance
+    triggered_by = c.triggered_by(Remedy.ROUTE_BY_LOAD)
+    if not triggered_by or lb is None:
         return None
     rh = c.route_hits
     return LedgerEntry(
-        remedy=Remedy.ROUTE_BY_LOAD, axis=AxisName.QUEUEING, triggered_by=("Q010",),
+        remedy=Remedy.ROUTE_BY_LOAD, axis=AxisName.QUEUEING, triggered_by=triggered_by,
         saves=(Quantity(name="queue_seconds_vanish", value=lb.queue_seconds_vanish_least_loaded,
                         unit="s", basis="least-loaded: " + lb.basis),
                Quantity(name="queue_seconds_vanish_even", value=lb.queue_seconds_vanish_even,
@@ -445,23 +421,23 @@ def _route_by_load(c: LedgerInput) -> LedgerEntry | None:
 
 def _route_by_cache_and_load(c: LedgerInput) -> LedgerEntry | None:
     """Prefix-affinity routing with a load check (sgl-router cache_aware, Dynamo kv-aware) for
-    the same imbalance (Q010): its queue priced on the replay's own routes."""
-    lb = getattr(c.axis(AxisName.QUEUEING).metrics, "load_balance", None)
-    if "Q010" not in c.ids(AxisName.QUEUEING) or lb is None:
+    the same load imbalance: its queue priced on the replay's own routes."""
+    lb = c.queueing.load_balance
+    triggered_by = c.triggered_by(Remedy.ROUTE_BY_CACHE_AND_LOAD)
+    if not triggered_by or lb is None:
         return None
     rh = c.route_hits
     saved = None
     if (rh is not None and rh.affinity_instance is not None and lb.modelled_queue_seconds
             and lb.service_rate_tokens_per_s and lb.queue_seconds_total is not None):
-        from yaotu_trace.axes.queueing.imbalance import modelled_queue_s_for
-
         arrival = c.inp.requests["arrival_s"].to_numpy(dtype=np.float64)
         queue = modelled_queue_s_for(arrival, c.work, lb.service_rate_tokens_per_s,
                                      rh.affinity_instance.astype(np.int64), len(lb.instances))
         share = min(1.0, max(0.0, 1.0 - queue / lb.modelled_queue_seconds))
         saved = share * lb.queue_seconds_total
     return LedgerEntry(
-        remedy=Remedy.ROUTE_BY_CACHE_AND_LOAD, axis=AxisName.QUEUEING, triggered_by=("Q010",),
+        remedy=Remedy.ROUTE_BY_CACHE_AND_LOAD, axis=AxisName.QUEUEING,
+        triggered_by=triggered_by,
         saves=(Quantity(name="queue_seconds_vanish", value=saved, unit="s",
                         basis="the replay's prefix-affinity routes in the same FCFS model"
                         if saved is not None else "needs the prefix replay's routes"),),
@@ -474,19 +450,20 @@ def _route_by_cache_and_load(c: LedgerInput) -> LedgerEntry | None:
 
 
 def _cache_aware_routing(c: LedgerInput) -> LedgerEntry | None:
-    """Cache-aware routing for reuse lost to routing (P003)."""
-    pm, inp, kv_b, prompt = c.axis(AxisName.PREFIX_REUSE).metrics, c.inp, c.kv_b, c.prompt
-    prompt_total = getattr(pm, "prompt_tokens", None)
-    routing_share = getattr(pm, "routing_loss_share", None)
-    if "P003" not in c.ids(AxisName.PREFIX_REUSE):
+    """Cache-aware routing for reuse lost to routing."""
+    pm, inp, kv_b, prompt = c.prefix_reuse, c.inp, c.kv_b, c.prompt
+    prompt_total = pm.prompt_tokens
+    routing_share = pm.routing_loss_share
+    triggered_by = c.triggered_by(Remedy.CACHE_AWARE_ROUTING)
+    if not triggered_by:
         return None
     tokens = None if routing_share is None or prompt_total is None else \
         routing_share * prompt_total
-    hot = getattr(pm, "hot_prefixes", ()) or ()
+    hot = pm.hot_prefixes or ()
     top_share = ratio(hot[0].get("times"), len(prompt)) if hot else None
     return LedgerEntry(
         remedy=Remedy.CACHE_AWARE_ROUTING, axis=AxisName.PREFIX_REUSE,
-        triggered_by=("P003",),
+        triggered_by=triggered_by,
         saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
                         basis="reuse the waterfall loses to scope and routing"),
                _flops(tokens, inp), _gpu_seconds(tokens, inp)),
@@ -504,16 +481,17 @@ def _cache_aware_routing(c: LedgerInput) -> LedgerEntry | None:
 
 
 def _tenant_salt_review(c: LedgerInput) -> LedgerEntry | None:
-    """A review of tenant salts and namespaces for reuse lost to cache keys (P005)."""
-    pm, inp = c.axis(AxisName.PREFIX_REUSE).metrics, c.inp
-    prompt_total = getattr(pm, "prompt_tokens", None)
-    key_share = getattr(pm, "key_loss_share", None)
-    if "P005" not in c.ids(AxisName.PREFIX_REUSE):
+    """A review of tenant salts and namespaces for reuse lost to cache keys."""
+    pm, inp = c.prefix_reuse, c.inp
+    prompt_total = pm.prompt_tokens
+    key_share = pm.key_loss_share
+    triggered_by = c.triggered_by(Remedy.TENANT_SALT_REVIEW)
+    if not triggered_by:
         return None
     tokens = None if key_share is None or prompt_total is None else key_share * prompt_total
     return LedgerEntry(
         remedy=Remedy.TENANT_SALT_REVIEW, axis=AxisName.PREFIX_REUSE,
-        triggered_by=("P005",),
+        triggered_by=triggered_by,
         saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
                         basis="reuse lost to tenant isolation and model/adapter "
                         "namespaces"), _flops(tokens, inp), _gpu_seconds(tokens, inp)),
@@ -524,21 +502,19 @@ def _tenant_salt_review(c: LedgerInput) -> LedgerEntry | None:
 
 
 def _fix_cache_keys(c: LedgerInput) -> LedgerEntry | None:
-    """Fix the cache keys: prefix recompute (P001, P002) with no routing or key loss to blame."""
-    pm, inp, kv_b = c.axis(AxisName.PREFIX_REUSE).metrics, c.inp, c.kv_b
-    recompute_ids = c.ids(AxisName.PREFIX_REUSE) & {"P001", "P002"}
-    if not (recompute_ids and not c.ids(AxisName.PREFIX_REUSE) & {"P003", "P005"}):
+    """Fix the cache keys: prefix recompute with no routing or key loss to blame (neither
+    cache-aware routing nor a salt review is a candidate)."""
+    pm, inp, kv_b = c.prefix_reuse, c.inp, c.kv_b
+    triggered_by = c.triggered_by(Remedy.FIX_CACHE_KEYS)
+    if not triggered_by or c.triggered_by(Remedy.CACHE_AWARE_ROUTING) \
+            or c.triggered_by(Remedy.TENANT_SALT_REVIEW):
         return None
-    tokens = getattr(pm, "recomputed_reusable_tokens", None)
-    from yaotu_trace.axes.kv_memory import shared_prefix_tokens
-
+    tokens = pm.recomputed_reusable_tokens
     prefix_tokens = shared_prefix_tokens(inp, int(inp.settings.block_size_tokens))
     return LedgerEntry(
-        remedy=Remedy.FIX_CACHE_KEYS, axis=AxisName.PREFIX_REUSE,
-        triggered_by=tuple(sorted(recompute_ids)),
+        remedy=Remedy.FIX_CACHE_KEYS, axis=AxisName.PREFIX_REUSE, triggered_by=triggered_by,
         saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
-                        basis=str(getattr(pm, "recomputed_basis", None)
-                                  or "prefix_reuse axis")),
+                        basis=str(pm.recomputed_basis or "prefix_reuse axis")),
                _flops(tokens, inp), _gpu_seconds(tokens, inp)),
         adds=(Quantity(name="cached_prefix_tokens", value=prefix_tokens, unit="tokens",
                        basis="distinct prompt blocks shared by more than one request × "
@@ -555,21 +531,20 @@ def _fix_cache_keys(c: LedgerInput) -> LedgerEntry | None:
 
 
 def _chunked_prefill(c: LedgerInput) -> LedgerEntry | None:
-    """Chunked prefill for material interference (D001, D002)."""
-    im, inp, kv_b, prompt = c.axis(AxisName.PD_INTERFERENCE).metrics, c.inp, c.kv_b, c.prompt
+    """Chunked prefill for material interference."""
+    im, inp, kv_b, prompt = c.pd_interference, c.inp, c.kv_b, c.prompt
     t: Thresholds = c.t
-    pd_ids = c.ids(AxisName.PD_INTERFERENCE) & INTERFERENCE
-    if not pd_ids:
+    triggered_by = c.triggered_by(Remedy.CHUNKED_PREFILL)
+    if not triggered_by:
         return None
-    lost = getattr(im, "decode_seconds_lost", None)
+    lost = im.decode_seconds_lost
     tau = float(t.chunk_tokens)
     long = prompt[prompt > tau]
     extra_steps = float((np.ceil(long / tau) - 1).sum())
-    step_s = getattr(im, "median_decode_step_s", None)
+    step_s = im.median_decode_step_s
     reread = None if kv_b is None else float((kv_b * long**2 / (2 * tau)).sum())
     return LedgerEntry(
-        remedy=Remedy.CHUNKED_PREFILL, axis=AxisName.PD_INTERFERENCE,
-        triggered_by=tuple(sorted(pd_ids)),
+        remedy=Remedy.CHUNKED_PREFILL, axis=AxisName.PD_INTERFERENCE, triggered_by=triggered_by,
         saves=(Quantity(name="decode_seconds_lost", value=lost, unit="s",
                         basis="Σ (stall − median decode step) over stalls during prefill"),),
         adds=(Quantity(name="extra_steps", value=extra_steps, unit="steps",
@@ -587,94 +562,6 @@ def _chunked_prefill(c: LedgerInput) -> LedgerEntry | None:
         caveats=("chunks below about 2 × the ridge point (≈300–600 tokens) lose prefill "
                  "MFU",),
     )
-
-
-def _busiest_window_sum(times_s: np.ndarray, values: np.ndarray, window_s: float) -> float:
-    """The largest Σ values over the windows of `window_s` from the first time (0 without
-    any): only the windows that hold a time are counted, so memory follows the rows, not
-    the span of the clock."""
-    if not times_s.size:
-        return 0.0
-    idx = np.floor((times_s - times_s.min()) / window_s).astype(np.int64)
-    _, window = np.unique(idx, return_inverse=True)
-    return float(np.bincount(window, weights=values).max())
-
-
-def _network(c: LedgerInput) -> Network:
-    """The network check's numbers (see the module docstring)."""
-    t: Thresholds = c.t
-    inp, prompt, kv_b = c.inp, c.prompt, c.kv_b
-    s = inp.settings
-    link_bytes_s = s.link_gbps * 1e9 / 8.0
-    b_eff = link_bytes_s * t.link_efficiency
-    network_bytes = transfer = mean_rate = None
-    per_request = None
-    arrival_all = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
-    span_s = float(arrival_all.max() - arrival_all.min()) if arrival_all.size else 0.0
-    if kv_b is not None:
-        network_bytes = float((prompt * kv_b).sum())
-        per_request = t.transfer_latency_s + prompt * kv_b / b_eff
-        transfer = float(per_request.sum())
-        mean_rate = ratio(network_bytes, span_s)
-    observed = _observed_transfer(c)
-    if observed is not None:
-        per_request, transfer = observed[0], float(observed[0].sum())
-    # Prefill tokens per second in the busiest window of arrivals (or of prefill steps).
-    window = float(t.window_s)
-    arrival = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
-    peak_prefill = _busiest_window_sum(arrival, prompt, window) / window
-    peak_rate = None if kv_b is None else peak_prefill * kv_b
-    ttft_mean = None
-    if inp.has("first_token_s"):
-        first = inp.requests["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
-        if inp.has("decode_start_s"):  # disaggregated: the client sees token 1 after the KV
-            first = np.fmax(first, inp.requests["decode_start_s"].to_numpy(
-                dtype=np.float64, na_value=np.nan))
-        ttft = first - arrival
-        ttft = ttft[np.isfinite(ttft) & (ttft >= 0)]
-        ttft_mean = float(ttft.mean()) if ttft.size else None
-    xfer_share = None if per_request is None else ratio(float(per_request.mean()), ttft_mean)
-    rate_ok = None if peak_rate is None else peak_rate <= t.network_share_max * link_bytes_s
-    share_ok = None if xfer_share is None else xfer_share <= t.transfer_ttft_share
-    passes = rate_ok is True and share_ok is not False
-    return Network(link_bytes_s=link_bytes_s, b_eff=b_eff, network_bytes=network_bytes,
-                   per_request=per_request, transfer=transfer, mean_rate=mean_rate,
-                   window=window, peak_rate=peak_rate, ttft_mean=ttft_mean,
-                   xfer_share=xfer_share, passes=passes,
-                   observed=None if observed is None else observed[1])
-
-
-def _observed_transfer(c: LedgerInput) -> tuple[np.ndarray, str] | None:
-    """The handed-off requests' measured transfer seconds and their column, when the trace
-    records them (kv_transfer_s or decode_start_s); None otherwise."""
-    if not (c.inp.has("kv_transfer_s") or c.inp.has("decode_start_s")):
-        return None
-    seconds, source = transfer_seconds(c.inp, c.t)
-    sel = split_rows(c.inp) & np.isfinite(seconds)
-    if "observed" not in source or not sel.any():
-        return None
-    return seconds[sel], source
-
-
-def network_hit(c: LedgerInput) -> RuleHit | None:
-    """The D003/D004 hit of the disaggregation network check, when interference is material."""
-    if not c.ids(AxisName.PD_INTERFERENCE) & INTERFERENCE:
-        return None
-    t: Thresholds = c.t
-    net, s, kv_b = c.network, c.inp.settings, c.kv_b
-    link_bytes_s, peak_rate, xfer_share, passes = (net.link_bytes_s, net.peak_rate,
-                                                   net.xfer_share, net.passes)
-    evidence = (
-        check("kv_bytes_per_s_peak", peak_rate, "<=", "network_share_max × link",
-              t.network_share_max * link_bytes_s, "bytes/s"),
-        check("transfer_ttft_share", xfer_share, "<=", "transfer_ttft_share",
-              t.transfer_ttft_share),
-        fact("link_gbps", s.link_gbps, "Gb/s"),
-    )
-    hit = RuleHit(rule_id="D003" if passes else "D004", evidence=evidence,
-                  detail="" if kv_b is not None else "KV bytes per token unknown (--model): "
-                  "the network check cannot pass")
-    return hit
 
 
 def _disaggregation_adds(c: LedgerInput) -> tuple[Quantity, ...]:
@@ -724,14 +611,14 @@ def _disaggregation_adds(c: LedgerInput) -> tuple[Quantity, ...]:
 
 def _pd_disaggregation(c: LedgerInput) -> LedgerEntry | None:
     """P/D disaggregation for material interference, withheld while another axis comes first."""
-    pd_ids = c.ids(AxisName.PD_INTERFERENCE) & INTERFERENCE
-    if not pd_ids:
+    triggered_by = c.triggered_by(Remedy.PD_DISAGGREGATION)
+    if not triggered_by:
         return None
-    lost = getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "decode_seconds_lost", None)
+    lost = c.pd_interference.decode_seconds_lost
     passes = c.network.passes
     entry = LedgerEntry(
         remedy=Remedy.PD_DISAGGREGATION, axis=AxisName.PD_INTERFERENCE,
-        triggered_by=tuple(sorted(pd_ids)),
+        triggered_by=triggered_by,
         saves=(Quantity(name="decode_seconds_lost", value=lost, unit="s",
                         basis="all interference (D1 metric)"),),
         adds=_disaggregation_adds(c),
@@ -739,7 +626,7 @@ def _pd_disaggregation(c: LedgerInput) -> LedgerEntry | None:
                  "network check " + ("passes (D003)" if passes else "fails or is unknown "
                                      "(D004): prefer chunked prefill")),
     )
-    if getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "placement", None) is not None:
+    if c.pd_interference.placement is not None:
         entry = replace(entry, caveats=(*entry.caveats, "already disaggregated: the stalls come "
                                         "from prefill on decode instances (fallbacks)"))
     withheld = withheld_by(c.axes)
@@ -751,11 +638,11 @@ def _pd_disaggregation(c: LedgerInput) -> LedgerEntry | None:
 
 def _colocate_chunked(c: LedgerInput) -> LedgerEntry | None:
     """Back to co-located serving with chunked prefill, for a disaggregated deployment whose
-    placement is at fault (D007–D010): no transfers and no second KV copy, but prefill shares
-    steps with decodes again."""
-    pm = getattr(c.axis(AxisName.PD_INTERFERENCE).metrics, "placement", None)
-    ids = c.ids(AxisName.PD_INTERFERENCE) & PLACEMENT
-    if pm is None or not ids:
+    placement is at fault: no transfers and no second KV copy, but prefill shares steps with
+    decodes again."""
+    pm = c.pd_interference.placement
+    triggered_by = c.triggered_by(Remedy.COLOCATE_CHUNKED)
+    if pm is None or not triggered_by:
         return None
     inp, kv_b, t = c.inp, c.kv_b, c.t
     handed_off = c.prompt[split_rows(inp)]
@@ -767,7 +654,7 @@ def _colocate_chunked(c: LedgerInput) -> LedgerEntry | None:
     lost = None if stall is None else stall[0] * stall[1]
     return LedgerEntry(
         remedy=Remedy.COLOCATE_CHUNKED, axis=AxisName.PD_INTERFERENCE,
-        triggered_by=tuple(sorted(ids)),
+        triggered_by=triggered_by,
         saves=(Quantity(name="transfer_bytes", value=moved, unit="bytes",
                         basis=_missing_kv_basis("Σ prompt_len · kv_bytes_per_token over "
                                                 "handed-off requests", inp)),
@@ -793,50 +680,50 @@ def _colocate_chunked(c: LedgerInput) -> LedgerEntry | None:
     )
 
 
-# The remedies in ledger order: each prices one candidate change, or returns None when no
-# finding makes it one. A new remedy is a function above and a line here.
-REMEDIES: Final[tuple[Callable[[LedgerInput], LedgerEntry | None], ...]] = (
-    _larger_kv_pool,
-    _concurrency_cap,
-    _overlap_scheduling,
-    _batch_budget,
-    _capacity_admission,
-    _route_by_load,
-    _route_by_cache_and_load,
-    _cache_aware_routing,
-    _tenant_salt_review,
-    _fix_cache_keys,
-    _chunked_prefill,
-    _pd_disaggregation,
-    _colocate_chunked,
-)
+# How each remedy is priced, in ledger order (`Remedy`'s): a function that returns the entry
+# when the rules that fired make it a candidate (they name it in `Rule.remedies`), else None.
+# A new remedy is a `Remedy` value, a function above and a line here.
+REMEDIES: Final[Mapping[Remedy, Callable[[LedgerInput], LedgerEntry | None]]] = {
+    Remedy.LARGER_KV_POOL: _larger_kv_pool,
+    Remedy.CONCURRENCY_CAP: _concurrency_cap,
+    Remedy.OVERLAP_SCHEDULING: _overlap_scheduling,
+    Remedy.BATCH_BUDGET: _batch_budget,
+    Remedy.CAPACITY_ADMISSION: _capacity_admission,
+    Remedy.ROUTE_BY_LOAD: _route_by_load,
+    Remedy.ROUTE_BY_CACHE_AND_LOAD: _route_by_cache_and_load,
+    Remedy.CACHE_AWARE_ROUTING: _cache_aware_routing,
+    Remedy.TENANT_SALT_REVIEW: _tenant_salt_review,
+    Remedy.FIX_CACHE_KEYS: _fix_cache_keys,
+    Remedy.CHUNKED_PREFILL: _chunked_prefill,
+    Remedy.PD_DISAGGREGATION: _pd_disaggregation,
+    Remedy.COLOCATE_CHUNKED: _colocate_chunked,
+}
 
 
 def build_ledger(
     axes: dict[AxisName, AxisResult], inp: AxisInput, t: Thresholds
-) -> tuple[tuple[LedgerEntry, ...], list[RuleHit]]:
-    """The ledger for the fired rules, plus the D3/D4 hits of the disaggregation network check."""
+) -> tuple[LedgerEntry, ...]:
+    """The ledger for the fired rules: each remedy they make a candidate, priced."""
     c = LedgerInput.of(axes, inp, t)
-    entries = tuple(entry for price in REMEDIES if (entry := price(c)) is not None)
-    hit = network_hit(c)
-    return entries, [] if hit is None else [hit]
+    return tuple(entry for remedy in Remedy if (entry := REMEDIES[remedy](c)) is not None)
 
 
 def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
     """Why P/D disaggregation must wait: preemption, dispatch or prefix recompute not yet ruled
     out (cost-model §7: those come before the choice between chunking and splitting)."""
     out: list[str] = []
-    kv, q, pr = axes[AxisName.KV_MEMORY], axes[AxisName.QUEUEING], axes[AxisName.PREFIX_REUSE]
-    if _ids(kv) & {"K001", "K002", "K003", "K004", "K005"}:
+    q = axes[AxisName.QUEUEING]
+    if causes_found(axes[AxisName.KV_MEMORY]):
         out.append("KV preemption (kv_memory) comes first: re-prefills after preemption stall "
                    "decodes too")
-    if q.cause == "dispatch_overhead":
-        out.append("host dispatch gaps (queueing, Q003) come first: splitting does not remove "
-                   "them")
-    if q.cause == "load_imbalance":
-        out.append("load imbalance (queueing, Q010) comes first: one instance queues while "
-                   "another has free seats, which routing fixes")
-    if _ids(pr) & {"P001", "P002"}:
+    if q.cause == Cause.DISPATCH_OVERHEAD:
+        out.append(f"host dispatch gaps (queueing, {rules_naming(Cause.DISPATCH_OVERHEAD)}) "
+                   "come first: splitting does not remove them")
+    if q.cause == Cause.LOAD_IMBALANCE:
+        out.append(f"load imbalance (queueing, {rules_naming(Cause.LOAD_IMBALANCE)}) comes "
+                   "first: one instance queues while another has free seats, which routing "
+                   "fixes")
+    if Cause.PREFIX_RECOMPUTE in causes_found(axes[AxisName.PREFIX_REUSE]):
         out.append("a reusable prefix is prefilled again and again (prefix_reuse) — fix cache "
                    "keys or routing first, which removes that prefill")
     undecided = {AxisName.KV_MEMORY: "preemption", AxisName.QUEUEING: "host dispatch",
@@ -850,7 +737,5 @@ def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
 
 def ledger_to_builtins(entries: tuple[LedgerEntry, ...]) -> list[dict[str, Any]]:
     """JSON-ready entries (used by tests and renderers that want plain dicts)."""
-    from yaotu_trace.data.report import to_builtins
-
     out: list[dict[str, Any]] = to_builtins(list(entries))
     return out

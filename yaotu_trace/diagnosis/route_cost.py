@@ -11,6 +11,7 @@ import numpy as np
 
 from yaotu_trace.axes.base import AxisInput
 from yaotu_trace.errors import YaotuError
+from yaotu_trace.prefix.rules import effective_rules
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,8 +28,6 @@ class RouteHits:
 
 def _rules(inp: AxisInput, instances: int) -> tuple[Any, str | None, tuple[str, ...]]:
     """The prefix_reuse axis' replay rules with one cache per instance."""
-    from yaotu_trace.prefix import effective_rules
-
     trace, s = inp.trace, inp.settings
     assert trace is not None
     overrides: dict[str, Any] = {}
@@ -44,6 +43,8 @@ def _rules(inp: AxisInput, instances: int) -> tuple[Any, str | None, tuple[str, 
 def route_hits(inp: AxisInput) -> RouteHits | None:
     """Hit tokens as routed, least-loaded and prefix-affinity; None without prompt content,
     an instance column or a replay the trace supports."""
+    # NOTE: the replay's modules (its kernels, multiprocessing) load only for a load imbalance
+    # in a trace with prompt content and an instance column, the one case that prices routes.
     from yaotu_trace.prefix.trace import replay_trace_with_requests
 
     trace = inp.trace
@@ -58,8 +59,7 @@ def route_hits(inp: AxisInput) -> RouteHits | None:
         table = None
         for route in (None, "least-loaded", "prefix-affinity"):
             summary, table = replay_trace_with_requests(
-                trace, rules.with_(route=route), preset=preset, notes=notes, waterfall=False,
-                top_prefixes=0)
+                trace, rules.with_(route=route), preset=preset, notes=notes, waterfall=False)
             hits[route] = int(summary.saved_prefill_tokens)
     except YaotuError:
         return None

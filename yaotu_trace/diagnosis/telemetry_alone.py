@@ -1,6 +1,6 @@
 """The diagnosis from telemetry alone (`trace diagnose --metrics FILE` without a TRACE).
 
-The rules run as with a trace, on a request table with no row (`ingest.telemetry_only`); then
+The rules run as with a trace, on a request table with no row (`data.telemetry_only`); then
 the result says what it could not judge. An axis the rules leave `ok` only because the
 requests were missing is `insufficient_data`: kv_memory without a preemption count, or with
 preemptions it cannot price (their recompute share needs request lengths); queueing with a
@@ -14,12 +14,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from yaotu_trace.axes.base import AxisInput, AxisName, AxisResult, EngineSettings, Status
+from yaotu_trace.axes.base import (
+    AxisInput,
+    AxisName,
+    AxisResult,
+    EngineSettings,
+    Status,
+    metrics_of,
+)
+from yaotu_trace.axes.kv_memory.metrics import KvMetrics
+from yaotu_trace.axes.queueing.metrics import QueueingMetrics
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.diagnose import Diagnosis, TraceDiagnosis, run_diagnosis, verdict_of
 from yaotu_trace.diagnosis.ledger import LedgerEntry, Quantity
-from yaotu_trace.ingest.metrics import EngineMetrics
 
 
 def judge_telemetry(
@@ -29,7 +38,7 @@ def judge_telemetry(
     settings: EngineSettings | None = None,
     thresholds: Thresholds | None = None,
 ) -> TraceDiagnosis:
-    """`diagnose.diagnose_trace` for `telemetry_trace`'s stand-in: no trace clock to fit the
+    """`diagnose.judge_trace` for `telemetry_trace`'s stand-in: no trace clock to fit the
     telemetry to, so it is judged as read."""
     t = thresholds or make_thresholds()
     inp = AxisInput.of(trace, metrics, settings or EngineSettings())
@@ -55,16 +64,15 @@ TRACE_WOULD_ADD: dict[AxisName, str] = {
 def _undecided_preemptions(axis: AxisResult) -> AxisResult:
     """kv_memory called ok without knowing the preemptions, or with preemptions that could not
     be priced (their recompute share needs request lengths): undecided, not ok."""
-    m = axis.metrics
-    preempted = getattr(m, "preemptions_total", None)
+    m = metrics_of(axis, KvMetrics)
+    preempted = m.preemptions_total
     if axis.status is not Status.OK or preempted == 0:
         return axis
     if preempted is None:
         note = ("no preemption count in the telemetry: KV usage alone cannot show whether "
                 "requests were preempted (vLLM's /metrics exports vllm:num_preemptions_total, "
                 "which its stats lines leave out; SGLang logs each retraction)")
-    elif (getattr(m, "recompute_token_fraction", None) is None
-          and getattr(m, "preempted_request_share", None) is None):
+    elif m.recompute_token_fraction is None and m.preempted_request_share is None:
         note = (f"{preempted} preemption(s) counted, none at a KV usage that makes them a "
                 "capacity bottleneck (K001); whether they matter depends on the work they "
                 "recompute, which needs the requests' lengths")
@@ -84,13 +92,12 @@ def _undecided_queue(axis: AxisResult, t: Thresholds) -> AxisResult:
     """queueing called ok while the engine reported requests waiting in at least
     `waiting_share` of its samples: a standing queue that no rule could weigh without the
     requests' queue times — undecided, not ok."""
-    m = axis.metrics
-    share = getattr(m, "waiting_share", None)
+    m = metrics_of(axis, QueueingMetrics)
+    share = m.waiting_share
     if not (axis.status is Status.OK and share is not None and share >= t.waiting_share):
         return axis
-    fill = getattr(m, "running_fill_p75", None)
-    cap = ("the largest seen" if getattr(m, "seq_cap_inferred", True) is not False
-           else "the running cap")
+    fill = m.running_fill_p75
+    cap = "the largest seen" if m.seq_cap_inferred is not False else "the running cap"
     at_cap = "" if fill is None else f", P75 running at {100 * fill:.0f} % of {cap}"
     note = (f"requests waited in {100 * share:.0f} % of the telemetry's samples{at_cap}: a "
             "standing queue, whose cost (its share of TTFT) needs the requests' queue times")

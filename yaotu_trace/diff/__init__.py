@@ -3,8 +3,8 @@
 `diff_traces(before, after)` matches the requests, checks the conditions a fair comparison holds
 fixed (request chain, input/output lengths, model, hardware, cache warmth, success rate),
 diagnoses both runs on the judged requests, compares each axis' key measures against run-to-run
-noise and prices the change in a ledger of work saved and added. The names load on first use,
-so importing this package costs nothing else.
+noise and prices the change in a ledger of work saved and added; the values it returns are in
+`data/run_diff.py`. The name loads on first use, so importing this package costs nothing else.
 """
 
 from __future__ import annotations
@@ -13,32 +13,10 @@ from typing import TYPE_CHECKING
 
 from yaotu_trace._lazy import lazy_names
 
-# Every name the package offers, defined in (or re-exported by) `diff.run`.
-__all__ = [
-    "AxisChange",
-    "AxisState",
-    "ChangeLedger",
-    "Condition",
-    "LedgerItem",
-    "MatchSummary",
-    "MatchedRequests",
-    "MeasureChange",
-    "RunDiff",
-    "diff_traces",
-]
+# Every name the package offers → the module that defines it.
+__getattr__, __dir__, __all__ = lazy_names(__name__, {
+    "diff_traces": "run",
+})
 
-__getattr__, __dir__ = lazy_names(__name__, "run", __all__)
-
-if TYPE_CHECKING:
-    from yaotu_trace.diff.run import (
-        AxisChange,
-        AxisState,
-        ChangeLedger,
-        Condition,
-        LedgerItem,
-        MatchedRequests,
-        MatchSummary,
-        MeasureChange,
-        RunDiff,
-        diff_traces,
-    )
+if TYPE_CHECKING:  # the same names, for mypy
+    from yaotu_trace.diff.run import diff_traces

@@ -11,7 +11,7 @@ one undecided on a run as well is `unknown`.
 from __future__ import annotations
 
 from yaotu_trace.axes.base import AxisName, AxisResult, Status
-from yaotu_trace.diff.result import AxisChange, AxisState, Change, MeasureChange
+from yaotu_trace.data.run_diff import AxisChange, AxisState, Change, MeasureChange
 
 # Worse to better; insufficient_data has no rank.
 STATUS_RANK = {Status.BOTTLENECK: 0, Status.WARNING: 1, Status.OK: 2}

@@ -13,11 +13,12 @@ import re
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.outcome import successful_mask
+from yaotu_trace.data.run_diff import Condition, ConditionStatus, MatchedRequests
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diff.ks import ks_test
-from yaotu_trace.diff.result import Condition, ConditionStatus, MatchedRequests
-from yaotu_trace.ingest.metrics import EngineMetrics
+from yaotu_trace.diff.noise import Z95
 
 # The request chain is the same when this share of each run's requests matched, the matched
 # arrivals keep their order (rank correlation) and their span within SPAN_TOL.
@@ -29,7 +30,6 @@ KS_ALPHA = 0.01
 KS_MIN_DISTANCE = 0.05
 # Success rates differ beyond this many percentage points and outside the 95 % interval.
 SUCCESS_MIN_POINTS = 0.01
-Z95 = 1.96
 LENGTH_PERCENTILES = (50, 90, 99)
 MODEL_LABELS = re.compile(r'\b(?:model_name|model)="?([^",}]+)')
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from yaotu_trace.axes.base import AxisName, EngineSettings
+from yaotu_trace.data.run_diff import ChangeLedger, LedgerItem
 from yaotu_trace.diagnosis.diagnose import Diagnosis
 from yaotu_trace.diff.measures import Columns
-from yaotu_trace.diff.result import ChangeLedger, LedgerItem
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,7 +34,7 @@ class RunWork:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Quantity:
+class WorkMeasure:
     """How to measure one ledger quantity on a run (None: not measurable there)."""
 
     name: str
@@ -65,7 +65,7 @@ def _axis_metric(axis: AxisName, name: str) -> Callable[[RunWork], float | None]
     return read
 
 
-def quantities(settings: EngineSettings) -> tuple[Quantity, ...]:
+def quantities(settings: EngineSettings) -> tuple[WorkMeasure, ...]:
     """The ledger's quantities; bytes need the KV bytes per token (--model)."""
     per_token = settings.kv_bytes_per_token
 
@@ -76,30 +76,30 @@ def quantities(settings: EngineSettings) -> tuple[Quantity, ...]:
         return read
 
     return (
-        Quantity(name="recomputed_prefill_tokens", unit="tokens",
+        WorkMeasure(name="recomputed_prefill_tokens", unit="tokens",
                  basis="kv_memory's recomputed tokens after preemption (Σ num_preemptions · "
                  "(prompt_len + output_len / 2), or the engine's counters)",
                  measure=_axis_metric(AxisName.KV_MEMORY, "recomputed_tokens")),
-        Quantity(name="prefill_tokens_computed", unit="tokens",
+        WorkMeasure(name="prefill_tokens_computed", unit="tokens",
                  basis="Σ (prompt_len − cached_tokens): prompt tokens not served from the cache",
                  measure=_computed_prefill),
-        Quantity(name="queue_seconds", unit="s", basis="Σ (scheduled_s − arrival_s)",
+        WorkMeasure(name="queue_seconds", unit="s", basis="Σ (scheduled_s − arrival_s)",
                  measure=_sum("queue_s")),
-        Quantity(name="decode_seconds_lost_to_stalls", unit="s",
+        WorkMeasure(name="decode_seconds_lost_to_stalls", unit="s",
                  basis="pd_interference's decode seconds lost to stalls (gaps beyond "
                  "stall_factor × the decode step)",
                  measure=_axis_metric(AxisName.PD_INTERFERENCE, "decode_seconds_lost")),
-        Quantity(name="kv_pool_bytes", unit="bytes",
+        WorkMeasure(name="kv_pool_bytes", unit="bytes",
                  basis="KV pool tokens (kv_memory's capacity, from the step log, metrics or "
                  "--kv-capacity) × KV bytes per token (--model)",
                  measure=bytes_of(lambda run: run.pool_tokens)),
-        Quantity(name="transfer_bytes", unit="bytes",
+        WorkMeasure(name="transfer_bytes", unit="bytes",
                  basis="Σ prompt_len of requests whose prefill_instance is not their "
                  "decode_instance × KV bytes per token (--model)",
                  measure=bytes_of(lambda run: run.transfer_tokens)),
-        Quantity(name="engine_steps", unit="steps", basis="rows of the step log (--steps-*)",
+        WorkMeasure(name="engine_steps", unit="steps", basis="rows of the step log (--steps-*)",
                  measure=lambda run: None if run.steps is None else float(run.steps)),
-        Quantity(name="failed_requests", unit="requests",
+        WorkMeasure(name="failed_requests", unit="requests",
                  basis="requests not completed (status not ok, or no finish time), every "
                  "request of the run", measure=lambda run: float(run.failed)),
     )

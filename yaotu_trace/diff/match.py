@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.run_diff import MatchBasis, MatchedRequests
 from yaotu_trace.data.schema import Trace, list_arrays
-from yaotu_trace.diff.result import MatchBasis, MatchedRequests
 
 # Ids are the match when at least this share of the smaller run's ids is in the other run.
 ID_SHARE = 0.5

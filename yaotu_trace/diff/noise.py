@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from yaotu_trace.data.run_diff import Change, MeasureChange
 from yaotu_trace.diff.measures import Columns, Measure
-from yaotu_trace.diff.result import Change, MeasureChange
 
 RESAMPLES = 200
 Z95 = 1.96

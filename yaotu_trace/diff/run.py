@@ -16,8 +16,10 @@ import numpy as np
 from yaotu_trace.axes import AXES
 from yaotu_trace.axes.base import AxisName, EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
+from yaotu_trace.data.engine_metrics import EngineMetrics
+from yaotu_trace.data.run_diff import AxisChange, Condition, MatchedRequests, RunDiff
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diagnosis.diagnose import Diagnosis, diagnose_trace
+from yaotu_trace.diagnosis.diagnose import Diagnosis, judge_trace
 from yaotu_trace.diff.axis_change import axis_change
 from yaotu_trace.diff.conditions import (
     chain_condition,
@@ -31,23 +33,8 @@ from yaotu_trace.diff.ledger import RunWork, change_ledger
 from yaotu_trace.diff.match import match_requests
 from yaotu_trace.diff.measures import MEASURES, available, request_columns
 from yaotu_trace.diff.noise import NOISE_BASIS, Resamples, measure_change
-from yaotu_trace.diff.result import (
-    AxisChange,
-    AxisState,
-    ChangeLedger,
-    Condition,
-    LedgerItem,
-    MatchedRequests,
-    MatchSummary,
-    MeasureChange,
-    RunDiff,
-)
 from yaotu_trace.diff.warmth import warmth_condition
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.metrics import EngineMetrics
-
-__all__ = ["AxisChange", "AxisState", "ChangeLedger", "Condition", "LedgerItem", "MatchSummary",
-           "MatchedRequests", "MeasureChange", "RunDiff", "diff_traces"]
 
 # What would make the comparison fair, per condition that differs.
 FAIRNESS = {
@@ -71,14 +58,15 @@ def diff_traces(
     before: Trace,
     after: Trace,
     *,
-    before_metrics: EngineMetrics | None = None,
-    after_metrics: EngineMetrics | None = None,
+    metrics: tuple[EngineMetrics | None, EngineMetrics | None] = (None, None),
     settings: EngineSettings | None = None,
     thresholds: Thresholds | None = None,
     matched_only: bool = False,
     seed: int = 0,
 ) -> RunDiff:
-    """Whether the two runs compare fairly, what changed per axis, and the work saved/added."""
+    """Whether the two runs compare fairly, what changed per axis, and the work saved/added;
+    `metrics` is each run's engine telemetry (before, after), None where not given."""
+    before_metrics, after_metrics = metrics
     s = settings or EngineSettings()
     t = thresholds or make_thresholds()
     matched = match_requests(before, after)
@@ -144,7 +132,7 @@ def subset(trace: Trace, rows: np.ndarray) -> Trace:
 def _diagnose(trace: Trace, rows: np.ndarray, metrics: EngineMetrics | None,
               settings: EngineSettings, thresholds: Thresholds) -> Diagnosis:
     judged = subset(trace, rows)
-    return diagnose_trace(judged, metrics=metrics, settings=settings,
+    return judge_trace(judged, metrics=metrics, settings=settings,
                           thresholds=thresholds).diagnosis
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.run_diff import MatchedRequests
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diff.conditions import completed_mask
-from yaotu_trace.diff.result import MatchedRequests
 
 
 def matched_table(before: Trace, after: Trace, matched: MatchedRequests) -> dict[str, object]:

@@ -9,8 +9,8 @@ looks faster on its first requests for a reason no change made.
 from __future__ import annotations
 
 from yaotu_trace.axes.base import EngineSettings
+from yaotu_trace.data.run_diff import Condition, ConditionStatus
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diff.result import Condition, ConditionStatus
 
 
 def warm_start(trace: Trace, settings: EngineSettings) -> tuple[bool | None, str]:

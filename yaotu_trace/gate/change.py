@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from yaotu_trace.diff.result import AxisChange, Condition, MeasureChange
+from yaotu_trace.data.run_diff import AxisChange, Condition, MeasureChange
 from yaotu_trace.gate.check import CheckKind, CheckResult, CheckStatus
 from yaotu_trace.gate.fail_on import DiffGate
 

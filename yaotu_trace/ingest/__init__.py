@@ -1,8 +1,9 @@
-"""Reading traces: one module per format, each describing itself (`FORMAT`), registered in
-`ingest.registry`; `detect_format` and `load_trace`, the only input I/O.
+"""Reading what a command is given: a trace in one of the formats of `ingest.traces` (each
+describing itself, registered in `ingest.registry`), its step log and an engine's metrics
+(`ingest.telemetry`); `ingest.load` holds the entries, the only input I/O.
 
-The package itself imports nothing heavy: its names are loaded from `ingest.load` on first
-use, so that `yaotu_trace.ingest.formats` (the choices of `--input-format`) costs no pandas.
+The package itself imports nothing heavy: its names are loaded on first use, so that
+`yaotu_trace.ingest.formats` (the choices of `--input-format`) costs no pandas.
 """
 
 from __future__ import annotations
@@ -11,74 +12,17 @@ from typing import TYPE_CHECKING
 
 from yaotu_trace._lazy import lazy_names
 
-# Every name the package offers, defined in (or re-exported by) `ingest.load`.
-__all__ = [
-    "CANONICAL_COLUMNS",
-    "JSON_ERRORS",
-    "STEP_COLUMNS",
-    "ConfigError",
-    "RawTrace",
-    "Reader",
-    "StepLog",
-    "Trace",
-    "TraceFormat",
-    "TraceFormatSpec",
-    "TraceReadError",
-    "all_formats",
-    "apply_options",
-    "codec_of",
-    "detect_format",
-    "find_file",
-    "first_record",
-    "format_suffix",
-    "get_reader",
-    "is_compressed",
-    "load_full",
-    "load_trace",
-    "names_of",
-    "normalize",
-    "open_parquet",
-    "open_trace",
-    "parse_column_map",
-    "read_steps",
-    "sniff_header",
-    "sniff_keys",
-    "spec_of",
-]
+# Every name the package offers → the module that defines it.
+__getattr__, __dir__, __all__ = lazy_names(__name__, {
+    "TraceFormat": "formats",
+    "detect_format": "detect",
+    "parse_column_map": "load",
+    "read_metrics": "load",
+    "read_steps": "load",
+    "read_trace": "load",
+})
 
-__getattr__, __dir__ = lazy_names(__name__, "load", __all__)
-
-if TYPE_CHECKING:
-    from yaotu_trace.ingest.load import (
-        CANONICAL_COLUMNS,
-        JSON_ERRORS,
-        STEP_COLUMNS,
-        ConfigError,
-        RawTrace,
-        Reader,
-        StepLog,
-        Trace,
-        TraceFormat,
-        TraceFormatSpec,
-        TraceReadError,
-        all_formats,
-        apply_options,
-        codec_of,
-        detect_format,
-        find_file,
-        first_record,
-        format_suffix,
-        get_reader,
-        is_compressed,
-        load_full,
-        load_trace,
-        names_of,
-        normalize,
-        open_parquet,
-        open_trace,
-        parse_column_map,
-        read_steps,
-        sniff_header,
-        sniff_keys,
-        spec_of,
-    )
+if TYPE_CHECKING:  # the same names, for mypy
+    from yaotu_trace.ingest.detect import detect_format
+    from yaotu_trace.ingest.formats import TraceFormat
+    from yaotu_trace.ingest.load import parse_column_map, read_metrics, read_steps, read_trace

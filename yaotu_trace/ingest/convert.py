@@ -22,13 +22,14 @@ import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.canonical import join_parquet_parts, write_trace
+from yaotu_trace.data.jsonl import PART_BYTES
 from yaotu_trace.data.schema import CLOCK_COLUMNS, check_one_clock, normalize
 from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError, WriteError
 from yaotu_trace.files import signals_held, write_error
-from yaotu_trace.ingest import detect_format, load_trace
+from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
-from yaotu_trace.ingest.parts import PART_BYTES, apply_options, can_read_in_parts, read_parts
+from yaotu_trace.ingest.parts import apply_options, can_read_in_parts, read_parts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +56,7 @@ def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
             return done
         notes = ("arrivals go back in time between parts of the file: it was read whole to "
                  "sort them",)
-    trace = load_trace(path, fmt=fmt, column_map=column_map,
+    trace = read_trace(path, fmt=fmt, column_map=column_map,
                        source_block_size=source_block_size)
     write_trace(trace.requests, out, source_block_size=trace.source_block_size)
     return Converted(requests=len(trace.requests), format_name=trace.format_name, parts=1,

@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from yaotu_trace.data.compressed import codec_of, format_suffix, open_trace
+import pandas as pd
+
+from yaotu_trace.data.canonical import read_csv_frame
+from yaotu_trace.data.compressed import codec_of, format_suffix, open_compressed
 from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
+from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.registry import formats
-
-if TYPE_CHECKING:
-    import pandas as pd
+from yaotu_trace.ingest.telemetry import prom_text
+from yaotu_trace.ingest.telemetry.serverlog import is_server_log
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 JSON_DOCUMENT_SUFFIX = ".json"
@@ -65,9 +67,6 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
 
 def _telemetry_kind(path: Path) -> str | None:
     """What kind of engine telemetry `path` is, when it is one `--metrics` reads."""
-    from yaotu_trace.ingest import prom_text
-    from yaotu_trace.ingest.serverlog import is_server_log
-
     if not path.is_file():
         return None
     if is_server_log(path):
@@ -115,7 +114,7 @@ def _json_by_content(path: Path) -> TraceFormat | None:
     """A JSON document under another extension (`.txt`, `.log`, none), known by its keys: the
     OpenTelemetry SDK's ConsoleSpanExporter output is usually saved so."""
     try:
-        with open_trace(path) as fh:
+        with open_compressed(path) as fh:
             head = fh.read(DOCUMENT_HEAD_BYTES).decode("utf-8", errors="replace")
     except (OSError, TraceReadError):
         return None
@@ -125,19 +124,22 @@ def _json_by_content(path: Path) -> TraceFormat | None:
 
 
 def _by_extension(path: Path, suffix: str) -> TraceFormat | None:
-    """The first format that claims the extension; a Parquet file's footer is read once, for
-    the formats of their own columns (asked before the canonical table)."""
+    """The first format that claims the extension; a Parquet file's footer is read once and
+    asked of the formats told by their columns, and a file none of them accepts goes to the
+    first format that claims the extension (the canonical table, which names what it lacks)."""
     footer: bytes | None = None
+    first: TraceFormat | None = None
     for spec in formats():
         if suffix not in spec.extensions:
             continue
         if spec.parquet_footer is None:
             return spec.name
+        first = first or spec.name
         if footer is None:
             footer = parquet_footer(path)
         if spec.parquet_footer(footer):
             return spec.name
-    return None
+    return first
 
 
 def parquet_footer(path: Path) -> bytes:
@@ -166,7 +168,7 @@ TEXT_HEAD_BYTES = 256 * 1024  # of a log, enough for its first requests
 def _text_by_content(path: Path) -> TraceFormat | None:
     """A request log under any other extension (`.log`, `.txt`, none), known by its lines."""
     try:
-        with open_trace(path) as fh:
+        with open_compressed(path) as fh:
             head = fh.read(TEXT_HEAD_BYTES).decode("utf-8", errors="replace")
     except (OSError, TraceReadError):
         return None
@@ -191,8 +193,6 @@ def _detect_folder(path: Path) -> TraceFormat:
 
 
 def _detect_json_lines(path: Path, renamed: Mapping[str, str]) -> TraceFormat:
-    from yaotu_trace.data.values import names_of
-
     record = first_record(path)
     if record is None:
         raise TraceReadError(f"{path}: no JSON records found; check the file is not empty")
@@ -208,7 +208,7 @@ def _detect_json_lines(path: Path, renamed: Mapping[str, str]) -> TraceFormat:
 
 def _detect_json_document(path: Path) -> TraceFormat:
     """A whole-file JSON document: vLLM bench results, an OTel export, or one WEKA conversation."""
-    with open_trace(path) as fh:
+    with open_compressed(path) as fh:
         head = fh.read(DOCUMENT_HEAD_BYTES).decode("utf-8", errors="replace")
     found = sniff_document(head) or sniff_keys(set(_keys_of_first_line(head)))
     if found is not None:
@@ -250,9 +250,6 @@ def _keys_of_first_line(head: str) -> list[str]:
 
 
 def _detect_csv(path: Path, renamed: Mapping[str, str]) -> TraceFormat:
-    from yaotu_trace.data.canonical import read_csv_frame
-    from yaotu_trace.data.values import names_of
-
     header = read_csv_frame(path, nrows=0, names_once=False).columns
     found = sniff_header({renamed.get(str(c).strip(), str(c).strip()) for c in header})
     if found is None and (summary := _summary_csv(header)) is not None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import RawTrace
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+    from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
 
 
 class TraceFormat(StrEnum):
@@ -83,5 +83,6 @@ class TraceFormatSpec:
     # of its own columns that shares the `.parquet` extension with the canonical table.
     parquet_footer: Callable[[bytes], bool] | None = None
     text_head: Callable[[str], bool] | None = None
-    # Set by benchmark formats whose files may hold aggregates only (`ingest.bench_summary`).
+    # Set by benchmark formats whose files may hold aggregates only
+    # (`ingest.telemetry.bench_summary`).
     summary: SummaryReader | None = None

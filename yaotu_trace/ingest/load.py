@@ -1,67 +1,36 @@
-"""Reading traces: `load_trace`, the only input I/O, with its format detected and its reader
-taken from the registry (`ingest.registry`)."""
+"""Reading what a command is given, the only input I/O: a trace (`read_trace`, its format
+detected and its reader taken from the registry, `ingest.registry`), a step log (`read_steps`)
+and an engine's metrics (`read_metrics`). Each refuses a file of the other kind with the option
+that takes it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
+from yaotu_trace.data import canonical, parquet_file
 from yaotu_trace.data.compressed import (
-    codec_of,
-    find_file,
     format_suffix,
     is_compressed,
-    open_trace,
 )
-from yaotu_trace.data.jsonl import JSON_ERRORS, first_record
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import (
     CANONICAL_COLUMNS,
-    RawTrace,
     Trace,
     normalize,
 )
 from yaotu_trace.data.steplog import STEP_COLUMNS, StepLog, open_parquet
-from yaotu_trace.data.values import names_of
-from yaotu_trace.errors import ConfigError, TraceReadError
-from yaotu_trace.ingest.detect import detect_format, sniff_header, sniff_keys
-from yaotu_trace.ingest.formats import Reader, TraceFormat, TraceFormatSpec
+from yaotu_trace.data.telemetry_fit import UNIX_CLOCK_S, trace_span
+from yaotu_trace.errors import ConfigError, TraceReadError, TraceSchemaError
+from yaotu_trace.ingest.detect import detect_format
+from yaotu_trace.ingest.formats import Reader, TraceFormat
 from yaotu_trace.ingest.parts import apply_options
-from yaotu_trace.ingest.registry import all_formats, spec_of
-
-# The names `yaotu_trace.ingest` offers, defined here or re-exported from their modules.
-__all__ = [
-    "CANONICAL_COLUMNS",
-    "JSON_ERRORS",
-    "STEP_COLUMNS",
-    "ConfigError",
-    "RawTrace",
-    "Reader",
-    "StepLog",
-    "Trace",
-    "TraceFormat",
-    "TraceFormatSpec",
-    "TraceReadError",
-    "all_formats",
-    "apply_options",
-    "codec_of",
-    "detect_format",
-    "find_file",
-    "first_record",
-    "format_suffix",
-    "get_reader",
-    "is_compressed",
-    "load_full",
-    "load_trace",
-    "names_of",
-    "normalize",
-    "open_parquet",
-    "open_trace",
-    "parse_column_map",
-    "read_steps",
-    "sniff_header",
-    "sniff_keys",
-    "spec_of",
-]
+from yaotu_trace.ingest.registry import spec_of
+from yaotu_trace.ingest.telemetry import prom_text
+from yaotu_trace.ingest.telemetry.metrics import engine_metrics, read_export
+from yaotu_trace.ingest.telemetry.serverlog import EXPECTED, is_server_log, read_server_log
 
 
 def get_reader(fmt: TraceFormat) -> Reader:
@@ -86,7 +55,7 @@ def parse_column_map(pairs: list[str]) -> dict[str, str]:
     return mapping
 
 
-def load_trace(
+def read_trace(
     path: str | Path,
     *,
     fmt: TraceFormat | None = None,
@@ -130,10 +99,6 @@ def load_trace(
 def _load_lazy(path: Path, source_block_size: int | None,
                arrivals_optional: bool = False) -> Trace | None:
     """A canonical Parquet trace with its list columns left on disk, or None to load eagerly."""
-    from dataclasses import replace
-
-    from yaotu_trace.data import canonical
-
     lazy = canonical.lazy_content(path)
     if lazy is None:
         return None
@@ -148,21 +113,8 @@ def _load_lazy(path: Path, source_block_size: int | None,
     return replace(trace, lazy=lazy)
 
 
-def load_full(trace: Trace) -> Trace:
-    """The same trace with its lazy list columns read into memory (validated as usual)."""
-    if trace.lazy is None:
-        return trace
-    from dataclasses import replace
-
-    full = load_trace(trace.path, fmt=TraceFormat.CANONICAL_PARQUET,
-                      source_block_size=trace.source_block_size)
-    return replace(full, steps=trace.steps)
-
-
 def _with_steps(trace: Trace, path: Path) -> Trace:
     """Attach a per-step engine log read from Parquet, JSONL or CSV."""
-    from dataclasses import replace
-
     return replace(trace, steps=read_steps(path, "--steps"))
 
 
@@ -176,7 +128,6 @@ def read_steps(path: Path, option: str) -> StepLog:
     if not path.exists():
         raise TraceReadError(f"{path}: no such step log; check the {option} path")
     suffix = format_suffix(path)
-    from yaotu_trace.data import canonical, parquet_file
 
     if suffix == ".parquet":
         if not is_compressed(path):
@@ -195,12 +146,78 @@ def read_steps(path: Path, option: str) -> StepLog:
     return StepLog.from_frame(frame, str(path))
 
 
+def read_step_logs(paths: Iterable[str | None], option: str) -> dict[str, StepLog]:
+    """The step logs named in `paths` (None: none), each read once, by path: what
+    `--calibrate` hands the simulator."""
+    return {p: read_steps(Path(p), option) for p in dict.fromkeys(paths) if p is not None}
+
+
 def _other_columns(path: Path, keep: tuple[str, ...]) -> tuple[str, ...]:
     """The columns of a Parquet file not in `keep` (none when it cannot be opened)."""
-    from yaotu_trace.data import parquet_file
-
     try:
         names = parquet_file.open_file(path).schema_arrow.names
     except TraceReadError:
         return ()  # the reader reports why
     return tuple(c for c in names if c not in keep)
+
+
+def read_metrics(path: str | Path, *, year: int | None = None,
+                 zone: tzinfo | None = None) -> EngineMetrics:
+    """Read a Prometheus range-query export (JSON or CSV), /metrics text (`prom_text`) or an
+    engine server log (`serverlog`, found by its content; `year` dates its year-less times,
+    `zone` is the zone of its zone-less ones, UTC when None: `serverlog.log_zone`)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    notes: tuple[str, ...] = ()
+    log_year = None
+    kind = "export"  # a range or instant query's export; else "log" or "text"
+    if path.is_dir() and prom_text.is_scrape_folder(path):
+        rows, notes = prom_text.read_prom_folder(path)
+        kind = "text"
+    elif path.is_file() and (suffix == ".log" or (
+            suffix not in (".json", ".csv", ".tsv") and is_server_log(path))):
+        rows, log_notes, log_year = read_server_log(path, year=year, zone=zone)
+        notes = tuple(log_notes)
+        kind = "log"
+    elif path.is_file() and suffix in prom_text.SUFFIXES and prom_text.looks_like_text(path):
+        rows, notes = prom_text.read_prom_text(path)
+        kind = "text"
+    elif path.is_file() and suffix in prom_text.SUFFIXES and suffix:
+        raise TraceReadError(
+            f"{path}: is neither /metrics text (no '# HELP', '# TYPE' or 'name{{labels}} "
+            f"value' line at its start) nor an engine server log ({EXPECTED}); save the "
+            "engine's /metrics response as it is (curl -s http://HOST:PORT/metrics > m.prom)"
+        )
+    elif path.is_dir():
+        raise TraceReadError(f"{path}: is a folder, not a metrics file; give the export's "
+                             "file (.json or .csv) or a folder of /metrics text snapshots")
+    elif not path.is_file():
+        raise TraceReadError(f"{path}: no such metrics file; check the --metrics path")
+    else:
+        try:
+            rows = read_export(path, suffix)
+        except (TraceReadError, TraceSchemaError) as err:
+            raise _as_trace(path) or err from None
+    return engine_metrics(rows, path, kind=kind, notes=notes, log_year=log_year, zone=zone)
+
+
+def dated_by_trace(trace: Trace, metrics: EngineMetrics) -> EngineMetrics:
+    """A server log whose times lack a year, read again with the year of a Unix-clock trace
+    (any other metrics as they are), before `data.telemetry_fit` matches the two clocks."""
+    lo = trace_span(trace).lo
+    if metrics.log_year is None or not lo >= UNIX_CLOCK_S:
+        return metrics
+    return read_metrics(metrics.path, year=datetime.fromtimestamp(lo, tz=UTC).year,
+                        zone=metrics.log_zone)
+
+
+def _as_trace(path: Path) -> TraceReadError | None:
+    """The error for a request trace (or a benchmark summary) given as --metrics: where it
+    belongs, rather than which metrics field it lacks."""
+    try:
+        fmt = detect_format(path)
+    except TraceReadError as err:
+        return err if "summary table" in str(err) else None
+    return TraceReadError(
+        f"{path}: is a request trace ({fmt.value}), not engine telemetry; give it as the "
+        f"trace (trace diagnose {path}), and the engine's log or /metrics export as --metrics")

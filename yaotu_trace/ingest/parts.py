@@ -11,22 +11,20 @@ RAGPulse's joined files, WEKA's conversations, benchmark results, spans) are rea
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
+from yaotu_trace.data.jsonl import PART_BYTES
 from yaotu_trace.data.schema import RawTrace
 from yaotu_trace.data.values import names_of
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.registry import spec_of
 
-PART_BYTES = 32 << 20
-
 
 def apply_options(raw: RawTrace, path: Path, column_map: Mapping[str, str] | None,
                   source_block_size: int | None) -> RawTrace:
     """`--map` renames and `--source-block-size`, applied to what a reader returned."""
-    from dataclasses import replace
-
     if column_map:
         missing = [s for s in column_map if s not in raw.requests.columns]
         if missing:

@@ -1,15 +1,16 @@
 """Every trace format the tool reads, in detection order: the one place a format is registered.
 
-An entry names a format and where its descriptor is (`module:NAME` under `yaotu_trace.ingest`);
-the module is imported when detection reaches it or its format is read, so a canonical Parquet
-trace loads no other format's module than Baseten's (the other Parquet format, asked first).
+An entry names a format and where its descriptor is (`module:NAME` under
+`yaotu_trace.ingest.traces`); the module is imported when detection reaches it or its format is
+read, so a canonical Parquet trace, asked first, loads no other format's module.
 
 The order matters where two formats' records look alike: Bailian rows also carry Mooncake's
 keys, and RAGPulse rows too, so Bailian is asked before Mooncake, and Mooncake (which wants no
 `session_id`) before RAGPulse; the documents with keys of their own (OTel, vLLM bench, WEKA)
-are asked before canonical JSON Lines saved as `.json`. Baseten's Parquet, told by its columns,
-is asked before the canonical Parquet table; the captures a deployment writes (`traces/`) come
-next, each told by keys or lines of its own. Adding a format is one module with a
+are asked before canonical JSON Lines saved as `.json`. A Parquet file is the canonical table when
+its footer names the canonical columns, else Baseten's when it names Baseten's, else the
+canonical table again (which names what it lacks); the captures a deployment writes come next,
+each told by keys or lines of its own. Adding a format is one module with a
 `FORMAT` descriptor and one line here (see docs/formats.md).
 """
 
@@ -21,15 +22,15 @@ from collections.abc import Iterator
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
-    (TraceFormat.BASETEN, "traces.baseten:FORMAT"),
     (TraceFormat.CANONICAL_PARQUET, "canonical_formats:PARQUET"),
-    (TraceFormat.VLLM_LOG, "traces.vllm_log:FORMAT"),
-    (TraceFormat.SGLANG_LOG, "traces.sglang_log:FORMAT"),
-    (TraceFormat.SGLANG_METRICS, "traces.sglang_metrics:FORMAT"),
-    (TraceFormat.DYNAMO, "traces.dynamo:FORMAT"),
-    (TraceFormat.LITELLM, "traces.litellm:FORMAT"),
-    (TraceFormat.LMCACHE, "traces.lmcache:FORMAT"),
-    (TraceFormat.GATEWAY, "traces.gateway:FORMAT"),
+    (TraceFormat.BASETEN, "baseten:FORMAT"),
+    (TraceFormat.VLLM_LOG, "vllm_log:FORMAT"),
+    (TraceFormat.SGLANG_LOG, "sglang_log:FORMAT"),
+    (TraceFormat.SGLANG_METRICS, "sglang_metrics:FORMAT"),
+    (TraceFormat.DYNAMO, "dynamo:FORMAT"),
+    (TraceFormat.LITELLM, "litellm:FORMAT"),
+    (TraceFormat.LMCACHE, "lmcache:FORMAT"),
+    (TraceFormat.GATEWAY, "gateway:FORMAT"),
     (TraceFormat.BAILIAN, "bailian:FORMAT"),
     (TraceFormat.GUIDELLM, "guidellm:FORMAT"),
     (TraceFormat.INFERENCE_PERF, "inference_perf:FORMAT"),
@@ -52,7 +53,7 @@ _WHERE = dict(ENTRIES)
 def spec_of(fmt: TraceFormat) -> TraceFormatSpec:
     """The descriptor of a format (its module imported on first use)."""
     module, _, name = _WHERE[fmt].partition(":")
-    spec = getattr(importlib.import_module(f"yaotu_trace.ingest.{module}"), name)
+    spec = getattr(importlib.import_module(f"yaotu_trace.ingest.traces.{module}"), name)
     if not isinstance(spec, TraceFormatSpec) or spec.name is not fmt:
         raise TypeError(f"registry entry {fmt.value!r}: {_WHERE[fmt]} is not its descriptor")
     return spec
@@ -92,6 +93,8 @@ def _detected_by(spec: TraceFormatSpec) -> str:
         ways.append("folder")
     if spec.parquet_footer is not None:
         ways[:] = ["Parquet columns" if w == "extension `.parquet`" else w for w in ways]
+        if spec.name is TraceFormat.CANONICAL_PARQUET:
+            ways.append("extension `.parquet` (any Parquet file no other format claims)")
     if spec.text_head is not None:
         ways.append("log lines")
     return ", ".join(ways)

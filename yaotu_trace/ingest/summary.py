@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from yaotu_trace.data.compressed import format_suffix
+from yaotu_trace.ingest.detect import detect_format
 from yaotu_trace.ingest.formats import TraceFormat
-
-if TYPE_CHECKING:
-    from yaotu_trace.ingest.bench_summary import BenchSummary
+from yaotu_trace.ingest.registry import spec_of
+from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
 
 
 def read_summary(path: Path, fmt: TraceFormat | None = None) -> BenchSummary | None:
@@ -18,9 +17,6 @@ def read_summary(path: Path, fmt: TraceFormat | None = None) -> BenchSummary | N
     Only `.json` documents are looked at unless `fmt` names the format, so a trace of another
     kind costs nothing here; the file is read, never modified.
     """
-    from yaotu_trace.ingest.detect import detect_format
-    from yaotu_trace.ingest.registry import spec_of
-
     if fmt is None:
         if path.is_dir() or format_suffix(path) != ".json":
             return None

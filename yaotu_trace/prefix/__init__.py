@@ -11,74 +11,62 @@ from typing import TYPE_CHECKING
 
 from yaotu_trace._lazy import lazy_names
 
-# Every name the package offers, defined in (or re-exported by) `prefix.trace`.
-__all__ = [
-    "HIT_SHARE_BUCKETS",
-    "PRESETS",
-    "SERIAL",
-    "STEPS",
-    "BlockChains",
-    "GroupStats",
-    "HitLengthDistribution",
-    "HotPrefix",
-    "ObservedComparison",
-    "Parallelism",
-    "PreparedTrace",
-    "Preset",
-    "ReplayResult",
-    "ReplayRules",
-    "ReplaySummary",
-    "RequestTable",
-    "Trace",
-    "Waterfall",
-    "WaterfallStep",
-    "build_block_chains",
-    "cache_replays",
-    "compare_observed",
-    "compute_waterfall",
-    "effective_rules",
-    "hot_prefixes",
-    "open_runner",
-    "prepare",
-    "replay",
-    "replay_trace",
-    "replay_trace_with_requests",
-    "rules_for",
-]
+# Every name the package offers → the module that defines it.
+__getattr__, __dir__, __all__ = lazy_names(__name__, {
+    "HIT_SHARE_BUCKETS": "trace",
+    "PRESETS": "rules",
+    "SERIAL": "partition",
+    "STEPS": "waterfall",
+    "BlockChains": "kernels.chains",
+    "GroupStats": "trace",
+    "HitLengthDistribution": "trace",
+    "HotPrefix": "hot",
+    "ObservedComparison": "observed",
+    "Parallelism": "partition",
+    "PreparedTrace": "prepare",
+    "Preset": "rules",
+    "ReplayResult": "kernels.result",
+    "ReplayRules": "rules",
+    "ReplaySummary": "trace",
+    "RequestTable": "trace",
+    "Waterfall": "waterfall",
+    "WaterfallStep": "waterfall",
+    "build_block_chains": "kernels.blocks",
+    "cache_replays": "waterfall",
+    "compare_observed": "observed",
+    "compute_waterfall": "waterfall",
+    "effective_rules": "rules",
+    "hot_prefixes": "hot",
+    "open_runner": "partition",
+    "replay": "kernels.engine",
+    "replay_trace": "trace",
+    "replay_trace_with_requests": "trace",
+    "rules_for": "rules",
+})
 
-__getattr__, __dir__ = lazy_names(__name__, "trace", __all__)
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the same names, for mypy
+    from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains
+    from yaotu_trace.prefix.kernels.chains import BlockChains
+    from yaotu_trace.prefix.kernels.engine import replay
+    from yaotu_trace.prefix.kernels.result import ReplayResult
+    from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
+    from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
+    from yaotu_trace.prefix.prepare import PreparedTrace
+    from yaotu_trace.prefix.rules import PRESETS, Preset, ReplayRules, effective_rules, rules_for
     from yaotu_trace.prefix.trace import (
         HIT_SHARE_BUCKETS,
-        PRESETS,
-        SERIAL,
-        STEPS,
-        BlockChains,
         GroupStats,
         HitLengthDistribution,
-        HotPrefix,
-        ObservedComparison,
-        Parallelism,
-        PreparedTrace,
-        Preset,
-        ReplayResult,
-        ReplayRules,
         ReplaySummary,
         RequestTable,
-        Trace,
-        Waterfall,
-        WaterfallStep,
-        build_block_chains,
-        cache_replays,
-        compare_observed,
-        compute_waterfall,
-        effective_rules,
-        hot_prefixes,
-        open_runner,
-        prepare,
-        replay,
         replay_trace,
         replay_trace_with_requests,
-        rules_for,
+    )
+    from yaotu_trace.prefix.waterfall import (
+        STEPS,
+        Waterfall,
+        WaterfallStep,
+        cache_replays,
+        compute_waterfall,
     )

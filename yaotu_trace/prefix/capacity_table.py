@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
+from yaotu_trace.prefix.kernels.curve import CapacityCurve
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import ReplayRules
-from yaotu_trace.prefix.sweep import CapacityCurve
 from yaotu_trace.prefix.waterfall import cache_replays
 from yaotu_trace.prefix.window import WarmupSpec, measurement_window
 

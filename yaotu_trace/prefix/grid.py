@@ -23,7 +23,8 @@ import numpy as np
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.blocks import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.sweep import sweep
 from yaotu_trace.prefix.partition import (
     Partitions,
     ReplayJob,
@@ -34,7 +35,6 @@ from yaotu_trace.prefix.partition import (
 )
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope
-from yaotu_trace.prefix.sweep import sweep
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,39 +10,16 @@ hit-rate definition (prefix/rates.py). `trace replay` and `trace sweep` give the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from yaotu_trace.data.prefix_reuse import ReuseOverview
+from yaotu_trace.prefix import small
+from yaotu_trace.prefix.rules import effective_rules
+from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import Trace
-    from yaotu_trace.prefix.sweep_trace import CapacityPoint
     from yaotu_trace.prefix.window import WarmupSpec
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReuseOverview:
-    """Reachable prefix reuse at unlimited capacity and the key points of the LRU curve.
-
-    `hit_ratio` is token-weighted (Σ hit tokens / Σ prompt tokens); `hit_rates` has every
-    definition by key (prefix/rates.py). When the trace carries no prompt content, `available`
-    is False and `reason` says what is missing (and no preset is resolved).
-    """
-
-    available: bool
-    reason: str | None = None
-    preset: str | None = None
-    block_size_tokens: int | None = None
-    hit_ratio: float | None = None
-    saved_prefill_tokens: int | None = None
-    remaining_prefill_tokens: int | None = None
-    distinct_blocks: int | None = None
-    cacheable_blocks: int | None = None
-    knee: CapacityPoint | None = None
-    shares: tuple[CapacityPoint, ...] = ()
-    full_reuse: CapacityPoint | None = None
-    hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    window: dict[str, Any] | None = None  # `--warmup`: the numbers count the requests after it
 
 
 def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
@@ -56,21 +33,17 @@ def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
             reason="the trace has no prompt content (prompt_tokens or prompt_block_ids), so "
             "shared prefixes cannot be seen; prefix reuse needs token or block ids",
         )
-    from yaotu_trace.prefix import small
-    from yaotu_trace.prefix.rules import effective_rules
-
     rules, name, notes = effective_rules(trace, preset)
+    spec = CurveSectionSpec(preset=name, points=2, notes=notes)
     # A small trace without a window is swept in numpy (the same numbers); only a larger one
     # pays for numba's import and start.
-    swept = None if warmup is not None else small.overview(trace, rules, preset=name,
-                                                            points=2, notes=notes)
+    swept = None if warmup is not None else small.overview(trace, rules, spec)
     if swept is None:
-        from yaotu_trace.prefix.sweep_trace import sweep_trace
+        # NOTE: the compiled replay starts numba, which a small trace's overview never needs.
         from yaotu_trace.prefix.trace import replay_trace
 
-        section, curve = sweep_trace(trace, rules, preset=name, points=2, notes=notes,
-                                     warmup=warmup)
-        hit_rates = replay_trace(trace, rules, preset=name, waterfall=False, top_prefixes=0,
+        section, curve = sweep_trace(trace, rules, spec, warmup=warmup)
+        hit_rates = replay_trace(trace, rules, preset=name, waterfall=False,
                                  warmup=warmup).hit_rates
     else:
         section, curve, hit_rates = swept

@@ -33,10 +33,9 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.chains import segment_ranges
-from yaotu_trace.prefix.engine import replay, route_codes
-from yaotu_trace.prefix.result import ReplayResult
+from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
+from yaotu_trace.prefix.kernels.engine import replay, route_codes
+from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
 
 LOCAL_DASK = "local"
@@ -194,6 +193,7 @@ def _leave_signals_to_parent() -> None:
 
 def _dask_runner(address: str) -> Iterator[Runner]:
     try:
+        # NOTE: Dask is an optional extra, heavy to import; only `--dask` needs it.
         from dask.distributed import Client, LocalCluster
     except ImportError as exc:
         raise ConfigError(

@@ -10,18 +10,16 @@ disk (`Trace.lazy`, canonical Parquet) is not read here: the chains stream from 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.canonical import load_full
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 from yaotu_trace.prefix.rules import ReplayRules
-from yaotu_trace.prefix.stream import ParquetPrompts
-
-if TYPE_CHECKING:
-    from yaotu_trace.prefix.chains import BlockChains
 
 _MISSING = "\x00"
 
@@ -74,20 +72,27 @@ class PreparedTrace:
             return None
         return ns
 
+    def content(self) -> PromptContent:
+        """The content read whole (not streamed), as a chain build reads it."""
+        assert self.offsets is not None and self.values is not None  # content read whole
+        return PromptContent(offsets=self.offsets, values=self.values,
+                             prompt_len=self.prompt_tokens,
+                             source_block_size=self.source_block_size,
+                             output_offsets=self.output_offsets, output_values=self.output_values)
+
     def chains(self, rules: ReplayRules, *, namespaces: bool = True) -> BlockChains:
         """Block chains under `rules`; `namespaces=False` puts every request in one namespace."""
-        # The compiled chain builders, imported on use: a small trace's overview needs none.
-        from yaotu_trace.prefix.blocks import build_block_chains
-        from yaotu_trace.prefix.stream import build_block_chains_streaming
+        # NOTE: the compiled chain builders start numba; a small trace's overview builds its
+        # chains with the numpy passes instead (`small.prepared_chains`) and never gets here.
+        from yaotu_trace.prefix.kernels.blocks import (
+            build_block_chains,
+            build_block_chains_streaming,
+        )
 
         ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
         if self.stream is not None:
             return build_block_chains_streaming(self.stream, ns, rules)
-        assert self.offsets is not None and self.values is not None  # content read whole
-        return build_block_chains(
-            self.offsets, self.values, self.prompt_tokens, self.source_block_size, ns, rules,
-            output_offsets=self.output_offsets, output_values=self.output_values,
-        )
+        return build_block_chains(self.content(), ns, rules)
 
 
 def _codes(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -111,8 +116,6 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
         )
     needs_outputs = with_outputs and trace.is_lazy("output_tokens") and trace.has("output_tokens")
     if trace.lazy is not None and (not stream or needs_outputs):
-        from yaotu_trace.ingest import load_full
-
         trace = load_full(trace)
     df = trace.requests
     prompt_tokens = df["prompt_len"].to_numpy(dtype=np.int64)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yaotu_trace.prefix.chains import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.rules import ReplayRules, Scope
 
 
@@ -105,7 +105,9 @@ def leading_seen_blocks(chains: BlockChains, rules: ReplayRules,
         return replayed
     unlimited = rules.with_(capacity_blocks=None, scope=Scope.GLOBAL, route=None,
                             last_token_rule=False, capacity_per_tenant=False)
-    from yaotu_trace.prefix.engine import replay  # compiled; a small overview never gets here
+    # NOTE: the compiled replay starts numba; a small trace's overview (`small.py`) counts
+    # these blocks in numpy and never calls this.
+    from yaotu_trace.prefix.kernels.engine import replay
 
     # Outputs stay in: the dense ids count them in first-appearance order, which the unlimited
     # pass relies on.

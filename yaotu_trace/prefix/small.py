@@ -1,25 +1,9 @@
 """The prefix-reuse overview of a small trace in numpy alone: no numba to import or start.
 
 `trace analyze` on a trace of a few thousand requests spends more time importing numba and
-loading its compiled kernels (about 0.8 s) than the kernels then run. Here the same two passes
-are vector operations, giving the same numbers bit for bit:
-
-- chain ids (`NUMPY_KERNELS`, driven by `chains.chain_layout` exactly as `blocks`' kernels are):
-  the splitmix64 terms of every unit in uint64 arithmetic, which wraps like the kernel's; each
-  block's lane sum is a difference of one prefix sum over the units (addition mod 2^64 does not
-  depend on the grouping); dense ids number lane A in first-appearance order (`np.unique`), and
-  lane B is checked against the first occurrence, as the kernel's table does;
-- stack distances (`stack_distance_histograms`, the signature of `sweep`'s): a lookup of a
-  block last touched at time p, before the request's own touches (times after q), has
-  distance 1 + the distinct blocks touched in (p, q]. A touch i is the first in that range of
-  its block iff its previous touch prev(i) ≤ p, so the count is #{i ≤ q : prev(i) ≤ p} − p: a
-  dominance count, answered for all lookups at once by a merge-sort tree (per level, prev
-  sorted within aligned runs of 2^L touches, and one `searchsorted` per lookup and level):
-  O(n log² n) in vector operations. A lookup whose last touch is next to the previous
-  lookup's (blocks an earlier request touched together) is that distance ± 1, as the kernel
-  also uses, so only the others are counted. Per request the hit stops at the first block
-  never touched, and a block hits from the running maximum of the distances along the prefix
-  on, as in the kernel.
+loading its compiled kernels (about 0.8 s) than the kernels then run. Here the overview's two
+passes (the chain build and the stack distances) run on the numpy twins of the kernels
+(`kernels/numpy_passes.py`), giving the same numbers bit for bit.
 
 Used by the overview only, up to `MAX_WORK` (content ids plus six per block: about 1.4e6
 tokens in 3e5 blocks), where it is faster than numba's import and first call (measured in
@@ -28,44 +12,22 @@ docs/performance.md); `trace replay`, `trace sweep` and larger traces keep the c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
-from yaotu_trace.prefix.chains import (
-    _M1,
-    _M2,
-    _NS,
-    _PARTIAL,
-    _S27,
-    _S30,
-    _S31,
-    BlockChains,
-    ChainKernels,
-    _segment_positions,
-    chain_layout,
-)
-from yaotu_trace.prefix.curve import (
-    DEFAULT_SHARES,
-    TOUCH_ORDERS,
-    CapacityCurve,
-    DistanceHistograms,
-    TouchOrder,
-    _kernel_inputs,
-    _partition_order,
-    curve_from_histograms,
-)
-from yaotu_trace.prefix.result import tokens_of_leading_blocks
+from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
+from yaotu_trace.prefix.kernels.curve import CapacityCurve
+from yaotu_trace.prefix.kernels.numpy_passes import build_block_chains, sweep, unlimited_hit_blocks
+from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
+from yaotu_trace.prefix.prepare import PreparedTrace
 from yaotu_trace.prefix.rules import ReplayRules, Scope
-
-if TYPE_CHECKING:
-    from numpy.typing import NDArray
-
-    from yaotu_trace.data.schema import Trace
-    from yaotu_trace.prefix.prepare import PreparedTrace
-    from yaotu_trace.prefix.sweep_trace import CapacityCurveSection
+from yaotu_trace.prefix.sweep_trace import (
+    CapacityCurveSection,
+    CurveSectionSpec,
+    curve_section,
+    sweep_input,
+)
 
 # The largest sweep run here, in work: content ids (tokens, or source block ids) hashed plus
 # BLOCK_WORK per block swept (a block costs about six ids: its levels of the tree). Up to this
@@ -75,112 +37,12 @@ MAX_WORK = 4_000_000
 BLOCK_WORK = 6
 
 
-def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """splitmix64's finalizer, in place on a uint64 array (wraps mod 2^64 like the kernel)."""
-    z ^= z >> _S30
-    z *= _M1
-    z ^= z >> _S27
-    z *= _M2
-    z ^= z >> _S31
-    return z
-
-
-def _interleave(off_a: NDArray[Any], val_a: NDArray[Any], off_b: NDArray[Any],
-                val_b: NDArray[Any]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Per request, the units of a followed by those of b (prompt then output)."""
-    len_a, len_b = np.diff(off_a), np.diff(off_b)
-    off = np.zeros(len(len_a) + 1, dtype=np.int64)
-    np.cumsum(len_a + len_b, out=off[1:])
-    out = np.empty(int(off[-1]), dtype=np.int64)
-    pos_a, pos_b = _segment_positions(len_a), _segment_positions(len_b)
-    out[np.repeat(off[:-1], len_a) + pos_a] = val_a[np.repeat(off_a[:-1], len_a) + pos_a]
-    out[np.repeat(off[:-1] + len_a, len_b) + pos_b] = val_b[np.repeat(off_b[:-1], len_b) + pos_b]
-    return off, out
-
-
-def _chain_hashes(unit_offsets: NDArray[Any], values: NDArray[Any], units_per_block: Any,
-                  full_blocks: NDArray[Any], partial_weight: NDArray[Any],
-                  ns_codes: NDArray[Any], block_offsets: NDArray[Any], keys: NDArray[np.uint64],
-                  out_a: NDArray[np.uint64], out_b: NDArray[np.uint64]) -> None:
-    """`blocks._chain_hashes` in numpy: both lanes of every full and partial block."""
-    unit_offsets = np.asarray(unit_offsets, dtype=np.int64)
-    units = np.diff(unit_offsets)
-    v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
-    u = _segment_positions(units).view(np.uint64)
-    upb = int(units_per_block)
-    n = len(full_blocks)
-    full = np.asarray(full_blocks, dtype=np.int64)
-    starts = unit_offsets[:-1]
-    # Full block k of request i ends at unit starts[i] + (k + 1)·upb; a partial block at the
-    # request's last unit.
-    req = np.repeat(np.arange(n, dtype=np.int64), full)
-    k = _segment_positions(full)
-    full_end = starts[req] + (k + 1) * upb
-    full_out = np.asarray(block_offsets, dtype=np.int64)[req] + k
-    with_partial = np.flatnonzero(np.asarray(partial_weight) > 0)
-    weight = np.asarray(partial_weight, dtype=np.int64)[with_partial].view(np.uint64) ^ _PARTIAL
-    partial_out = np.asarray(block_offsets, dtype=np.int64)[with_partial] + full[with_partial]
-    ns = np.ascontiguousarray(ns_codes, dtype=np.int64).view(np.uint64) * _NS
-    for lane, out in ((0, out_a), (1, out_b)):
-        k0, k1, k2 = keys[3 * lane], keys[3 * lane + 1], keys[3 * lane + 2]
-        terms = u * k2
-        terms += k0
-        terms += v * k1
-        _mix(terms)
-        # prefix[j] = Σ terms[:j] (mod 2^64), so a request's running sum is a difference.
-        prefix = np.zeros(len(terms) + 1, dtype=np.uint64)
-        np.cumsum(terms, out=prefix[1:])
-        base = _mix(ns ^ k0) - prefix[starts]
-        out[full_out] = _mix(base[req] + prefix[full_end] + k0)
-        if with_partial.size:
-            ends = unit_offsets[with_partial + 1]
-            out[partial_out] = _mix(base[with_partial] + prefix[ends] + _mix(weight ^ k0) + k0)
-
-
-def _dense_ids(hash_a: NDArray[np.uint64], hash_b: NDArray[np.uint64],
-               table_bits: Any) -> tuple[NDArray[np.int32], int, int]:
-    """`blocks._dense_ids` in numpy: lane A numbered in first-appearance order, lane B
-    compared with the first occurrence of its id."""
-    del table_bits  # no table here
-    unique, first, inverse = np.unique(hash_a, return_index=True, return_inverse=True)
-    rank = np.empty(len(unique), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(unique), dtype=np.int64)
-    ids = rank[inverse].astype(np.int32)
-    collisions = int(np.count_nonzero(hash_b != hash_b[first[inverse]]))
-    return ids, len(unique), collisions
-
-
-NUMPY_KERNELS = ChainKernels(interleave=_interleave, chain_hashes=_chain_hashes,
-                             dense_ids=_dense_ids)
-
-
-def build_block_chains(
-    offsets: np.ndarray,
-    values: np.ndarray,
-    prompt_len: np.ndarray,
-    source_block_size: int | None,
-    namespace_codes: np.ndarray | None,
-    rules: ReplayRules,
-    *,
-    output_offsets: np.ndarray | None = None,
-    output_values: np.ndarray | None = None,
-) -> BlockChains:
-    """`blocks.build_block_chains` with the numpy passes: the same `BlockChains`."""
-    return chain_layout(offsets, values, prompt_len, source_block_size, namespace_codes, rules,
-                        output_offsets=output_offsets, output_values=output_values,
-                        kernels=NUMPY_KERNELS)
-
-
 def prepared_chains(prepared: PreparedTrace, rules: ReplayRules) -> BlockChains:
     """`PreparedTrace.chains(rules)` with the numpy passes; a streamed column is read whole
     (validated batch by batch as when streamed) and, as streamed, without outputs."""
     ns = prepared.namespace_codes(rules.tenant_isolation)
     if prepared.stream is None:
-        assert prepared.offsets is not None and prepared.values is not None  # read whole
-        return build_block_chains(
-            prepared.offsets, prepared.values, prepared.prompt_tokens,
-            prepared.source_block_size, ns, rules,
-            output_offsets=prepared.output_offsets, output_values=prepared.output_values)
+        return build_block_chains(prepared.content(), ns, rules)
     batches = list(prepared.stream.batches())
     lengths = [np.diff(b.offsets) for b in batches]
     offsets = np.zeros(prepared.num_requests + 1, dtype=np.int64)
@@ -189,184 +51,9 @@ def prepared_chains(prepared: PreparedTrace, rules: ReplayRules) -> BlockChains:
     values = (np.concatenate([np.asarray(b.values, dtype=np.int64) for b in batches])
               if batches else np.zeros(0, dtype=np.int64))
     prepared.stream.unit_offsets = offsets
-    return build_block_chains(offsets, values, prepared.stream.prompt_len,
-                              prepared.stream.source_block_size, ns, rules)
-
-
-def _touch_sequence(offsets: NDArray[np.int64], ids: NDArray[Any], out_off: NDArray[np.int64],
-                    out_ids: NDArray[Any], order: NDArray[np.int64],
-                    part_of: NDArray[np.int64], n_ids: int, head_first: bool
-                    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Every touch in time order (requests in `order`, each its prompt then output blocks,
-    reversed unless head-first) as a partition-qualified block key, and the touches before
-    each request (its lookup time q)."""
-    n_prompt = np.diff(offsets)[order]
-    n_out = np.diff(out_off)[order]
-    ordered_off, ordered = _interleave(
-        _offsets_of(n_prompt), ids[_rows(offsets, order, n_prompt)],
-        _offsets_of(n_out), out_ids[_rows(out_off, order, n_out)])
-    total = n_prompt + n_out
-    if not head_first:  # the last block is touched first
-        pos = _segment_positions(total)
-        ordered = ordered[np.repeat(ordered_off[:-1] + total - 1, total) - pos]
-    keys = np.repeat(part_of, total) * np.int64(n_ids) + ordered
-    return keys, ordered_off[:-1]
-
-
-def _offsets_of(counts: NDArray[np.int64]) -> NDArray[np.int64]:
-    out = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
-def _rows(offsets: NDArray[np.int64], order: NDArray[np.int64],
-          lengths: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Indices of the segments `order` of a flat (offsets, values) array, concatenated."""
-    return np.repeat(offsets[:-1][order], lengths) + _segment_positions(lengths)
-
-
-def _count_prev_at_most(prev: NDArray[np.int64], before: NDArray[np.int64],
-                        bound: NDArray[np.int64]) -> NDArray[np.int64]:
-    """For each query j, #{i < before[j] : prev[i] ≤ bound[j]}, by a merge-sort tree.
-
-    A prefix [0, before) is the union of one aligned run of 2^L positions per set bit L of
-    `before`; at level L `prev` is sorted within each run (key = run << S | prev), built from
-    the level below by a stable sort whose input is already sorted pairs of runs.
-    """
-    n = len(prev)
-    shift = np.int64(max(int(n + 1).bit_length(), 1))
-    low = (np.int64(1) << shift) - 1
-    index = np.arange(n, dtype=np.int64)
-    values = np.asarray(prev, dtype=np.int64)
-    counts = np.zeros(len(before), dtype=np.int64)
-    level = 0
-    while (1 << level) <= n:
-        keys = ((index >> level) << shift) | values
-        chosen = np.flatnonzero((before >> level) & 1)
-        if chosen.size:
-            run = (before[chosen] >> level) - 1
-            found = np.searchsorted(keys, (run << shift) | bound[chosen], side="right")
-            counts[chosen] += found - (run << level)
-        values = np.sort(((index >> (level + 1)) << shift) | values, kind="stable") & low
-        level += 1
-    return counts
-
-
-def _distances(prev: NDArray[np.int64], request: NDArray[np.int64], q: NDArray[np.int64],
-               last: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Stack distance 1 + #distinct blocks touched in (last, q] of each lookup.
-
-    Blocks one earlier request touched together sit at adjacent times: when a lookup's last
-    touch is the previous lookup's ∓ 1 (same request), one block more (fewer) lies between it
-    and q, so its distance is the previous one ± 1 (the kernel's shortcut too). Only the
-    other lookups (anchors) are counted in the tree.
-    """
-    same = np.zeros(len(last), dtype=bool)
-    same[1:] = request[1:] == request[:-1]
-    step = np.zeros(len(last), dtype=np.int64)
-    step[1:] = np.where(last[1:] == last[:-1] - 1, 1, np.where(last[1:] == last[:-1] + 1, -1, 0))
-    step[~same] = 0
-    anchor = ~same | (step == 0)
-    at = np.flatnonzero(anchor)
-    counted = 1 + _count_prev_at_most(prev, q[at], last[at]) - last[at]
-    walked = np.cumsum(step)
-    run = np.cumsum(anchor) - 1
-    return counted[run] + walked - walked[at][run]
-
-
-def stack_distance_histograms(
-    *,
-    offsets: NDArray[Any],
-    ids: NDArray[Any],
-    block_tokens: NDArray[Any],
-    max_hit_blocks: NDArray[Any],
-    touch_order: TouchOrder = "tail-first",
-    partitions: NDArray[Any] | None = None,
-    n_ids: int | None = None,
-    output_offsets: NDArray[Any] | None = None,
-    output_ids: NDArray[Any] | None = None,
-) -> DistanceHistograms:
-    """`sweep.stack_distance_histograms` in numpy (same arguments, same histograms)."""
-    order_name = str(touch_order)
-    if order_name not in TOUCH_ORDERS:
-        raise ConfigError(f"touch order {order_name!r} is not one of {', '.join(TOUCH_ORDERS)}")
-    offsets64, ids32, tokens32, cap64, out_off, out_ids, n_ids = _kernel_inputs(
-        offsets, ids, block_tokens, max_hit_blocks, output_offsets, output_ids, n_ids)
-    n_requests = offsets64.shape[0] - 1
-    order, segment_starts = _partition_order(partitions, n_requests)
-    hit_tokens = np.zeros(n_ids + 2, dtype=np.int64)
-    hit_blocks = np.zeros(n_ids + 2, dtype=np.int64)
-    if n_requests == 0:
-        return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-    # Each partition is its own cache: its requests are contiguous in `order`, and its blocks
-    # are keyed apart from other partitions', so a range of its touches holds only its blocks.
-    part_of = np.repeat(np.arange(len(segment_starts) - 1, dtype=np.int64),
-                        np.diff(segment_starts))
-    touches, lookup_time = _touch_sequence(offsets64, ids32.astype(np.int64), out_off,
-                                           out_ids.astype(np.int64), order, part_of, n_ids,
-                                           order_name == "head-first")
-    n = len(touches)
-    if n == 0:
-        return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-    # Times are 1-based positions; prev[i] is the previous touch time of touch i's block (0).
-    by_key = np.argsort(touches, kind="stable")
-    sorted_keys = touches[by_key]
-    prev = np.zeros(n, dtype=np.int64)
-    same = sorted_keys[1:] == sorted_keys[:-1]
-    prev[by_key[1:][same]] = by_key[:-1][same] + 1
-
-    # Lookups: request r's first min(cap, blocks) prompt blocks, at time q = lookup_time[r].
-    n_prompt = np.diff(offsets64)[order]
-    cap = np.clip(cap64[order], 0, n_prompt)
-    rows = _rows(offsets64, order, cap)
-    request = np.repeat(np.arange(n_requests, dtype=np.int64), cap)
-    if not len(request):
-        return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-    key = part_of[request] * np.int64(n_ids) + ids32[rows]
-    q = lookup_time[request]
-    # Last touch of the key at a time ≤ q: search (key rank, time) among all touches.
-    unique_keys, rank_of_touch = np.unique(touches, return_inverse=True)
-    stride = np.int64(n + 1)
-    by_rank_time = np.sort(rank_of_touch * stride + np.arange(1, n + 1, dtype=np.int64))
-    rank = np.minimum(np.searchsorted(unique_keys, key), len(unique_keys) - 1)
-    at = np.searchsorted(by_rank_time, rank * stride + q, side="right") - 1
-    found = (unique_keys[rank] == key) & (at >= 0)
-    hit = by_rank_time[np.maximum(at, 0)]
-    found &= hit // stride == rank
-    last = np.where(found, hit % stride, 0)
-    # A request's hit ends at its first block not cached (never touched in its partition).
-    misses = np.cumsum(~found)
-    seg_start = _offsets_of(cap)[:-1]
-    before_seg = np.where(seg_start > 0, misses[np.maximum(seg_start - 1, 0)], 0)
-    leading = (misses - np.repeat(before_seg, cap)) == 0
-    request, rows, q, last = request[leading], rows[leading], q[leading], last[leading]
-    if not len(request):
-        return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-    distance = _distances(prev, request, q, last)
-    # The running maximum along each request's prefix: offset each request above the last.
-    lift = request * np.int64(n_ids + 2)
-    running = np.maximum.accumulate(distance + lift) - lift
-    np.add.at(hit_tokens, running, tokens32[rows].astype(np.int64))
-    hit_blocks += np.bincount(running, minlength=n_ids + 2).astype(np.int64)
-    return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-
-
-def sweep(chains: BlockChains, *, touch_order: TouchOrder | str = "tail-first",
-          kv_bytes_per_token: int | None = None,
-          shares: tuple[float, ...] = DEFAULT_SHARES) -> CapacityCurve:
-    """`sweep.sweep` of one global cache, with the numpy histograms: the same curve."""
-    order = str(touch_order)
-    block = int(chains.block_size_tokens)
-    prompt = np.asarray(chains.prompt_tokens, dtype=np.int64)
-    hist = stack_distance_histograms(
-        offsets=chains.offsets, ids=chains.ids, block_tokens=chains.block_tokens,
-        max_hit_blocks=chains.max_hit_blocks, touch_order=order,  # type: ignore[arg-type]
-        n_ids=chains.num_distinct, output_offsets=chains.output_offsets,
-        output_ids=chains.output_ids)
-    return curve_from_histograms(
-        hist, block_size_tokens=block, touch_order=order,  # type: ignore[arg-type]
-        prompt_tokens_total=int(prompt.sum()), full_blocks_total=int((prompt // block).sum()),
-        partitions=1, kv_bytes_per_token=kv_bytes_per_token, shares=shares)
+    content = PromptContent(offsets=offsets, values=values, prompt_len=prepared.stream.prompt_len,
+                            source_block_size=prepared.stream.source_block_size)
+    return build_block_chains(content, ns, rules)
 
 
 def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:
@@ -381,20 +68,19 @@ def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:
     return -(-tokens // (source or 1)), blocks
 
 
-def sweep_trace(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 12,
-                notes: tuple[str, ...] = ()) -> tuple[CapacityCurveSection, CapacityCurve] | None:
+def sweep_trace(trace: Trace, rules: ReplayRules, spec: CurveSectionSpec
+                ) -> tuple[CapacityCurveSection, CapacityCurve] | None:
     """`sweep_trace.sweep_trace` of a small trace with one global cache, in numpy; None when
     the sweep is more than `MAX_WORK` or the rules need the compiled path."""
-    swept = _swept(trace, rules, preset=preset, points=points, notes=notes)
+    swept = _swept(trace, rules, spec)
     return None if swept is None else swept[:2]
 
 
-def overview(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 12,
-             notes: tuple[str, ...] = ()
+def overview(trace: Trace, rules: ReplayRules, spec: CurveSectionSpec
              ) -> tuple[CapacityCurveSection, CapacityCurve, dict[str, dict[str, object]]] | None:
     """`sweep_trace` plus every hit-rate definition at unlimited capacity (what
     `replay_trace(...).hit_rates` gives), in numpy; None as `sweep_trace`."""
-    swept = _swept(trace, rules, preset=preset, points=points, notes=notes)
+    swept = _swept(trace, rules, spec)
     if swept is None:
         return None
     section, curve, chains = swept
@@ -407,34 +93,8 @@ def overview(trace: Trace, rules: ReplayRules, *, preset: str, points: int = 12,
     return section, curve, table
 
 
-def unlimited_hit_blocks(chains: BlockChains, *, capped: bool) -> NDArray[np.int64]:
-    """Hit blocks per request of one unlimited cache (`engine._unlimited_hits` in numpy): a
-    block hits iff its id first appeared in an earlier request, and the first miss ends the
-    run; `capped` stops it at `max_hit_blocks` (the last-token rule), else at the prompt's
-    blocks. Prompt blocks only (no outputs)."""
-    offsets = chains.offsets
-    counts = np.diff(offsets)
-    n = counts.size
-    ids = chains.ids.astype(np.int64)
-    request = np.repeat(np.arange(n, dtype=np.int64), counts)
-    first_request = np.full(max(chains.num_distinct, 1), n, dtype=np.int64)
-    np.minimum.at(first_request, ids, request)
-    miss = first_request[ids] >= request
-    position = _segment_positions(counts)
-    run = counts.copy()
-    misses = np.flatnonzero(miss)
-    if misses.size:  # the first miss of each request (its smallest position)
-        np.minimum.at(run, request[misses], position[misses])
-    if capped:
-        run = np.minimum(run, chains.max_hit_blocks)
-    return run.astype(np.int64)
-
-
-def _swept(trace: Trace, rules: ReplayRules, *, preset: str, points: int,
-           notes: tuple[str, ...]
+def _swept(trace: Trace, rules: ReplayRules, spec: CurveSectionSpec
            ) -> tuple[CapacityCurveSection, CapacityCurve, BlockChains] | None:
-    from yaotu_trace.prefix.sweep_trace import curve_section, sweep_input
-
     if rules.scope is not Scope.GLOBAL or rules.eviction != "lru" or rules.cache_outputs:
         return None
     if trace.content_column is None:
@@ -444,7 +104,7 @@ def _swept(trace: Trace, rules: ReplayRules, *, preset: str, points: int,
         return None
     prepared = sweep_input(trace, rules)
     chains = prepared_chains(prepared, rules)
-    curve = sweep(chains, touch_order=rules.touch_order)
-    section = curve_section(prepared, rules, chains, None, curve, preset=preset, points=points,
-                            model=None, notes=notes)
+    curve = sweep(chains, touch_order=rules.touch_order,
+                  kv_bytes_per_token=spec.kv_bytes_per_token)
+    section = curve_section(prepared, rules, chains, None, curve, spec)
     return section, curve, chains

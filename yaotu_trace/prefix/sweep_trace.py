@@ -8,14 +8,15 @@ blocks, tokens and (when the KV bytes per token are known) bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from yaotu_trace.data.prefix_reuse import CapacityPoint
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.curve import DEFAULT_SHARES, CapacityCurve
+from yaotu_trace.prefix.kernels.curve import DEFAULT_SHARES, CapacityCurve
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
 from yaotu_trace.prefix.window import (
@@ -27,7 +28,7 @@ from yaotu_trace.prefix.window import (
 )
 
 if TYPE_CHECKING:
-    from yaotu_trace.prefix.chains import BlockChains
+    from yaotu_trace.prefix.kernels.chains import BlockChains
 
 KNEE_DEFINITION = (
     "Kneedle: with capacity scaled to [0, 1] up to the capacity that reaches the unlimited hits "
@@ -40,20 +41,17 @@ MAX_INSTANCE_CURVES = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CapacityPoint:
-    """The curve at one capacity; `capacity_bytes` is None without KV bytes per token."""
+class CurveSectionSpec:
+    """How a swept curve is written up: the preset and the model it names, the KV bytes per
+    token that give capacities in bytes (None: blocks and tokens only), the points sampled
+    (the knee and the 50/90/99 % capacities are always among them), and the notes on how the
+    rules were chosen."""
 
-    label: str
-    capacity_blocks: int
-    capacity_tokens: int
-    capacity_bytes: int | None
-    hit_tokens: int
-    hit_ratio: float
-    share_of_unlimited: float
-    block_hit_ratio_over_full_blocks: float
-    # With `--warmup`: whether every cache of this capacity had filled when the window began
-    # (kvcache-simulator omits a budget that had not); None without a window.
-    filled_before_window: bool | None = None
+    preset: str
+    points: int = 12
+    model: str | None = None
+    kv_bytes_per_token: int | None = None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,7 +107,9 @@ def partition_codes(prepared: PreparedTrace, rules: ReplayRules, chains: Any) ->
     """
     if rules.scope is not Scope.INSTANCE:
         return None
-    from yaotu_trace.prefix.engine import replay, route_codes
+    # NOTE: the compiled replay starts numba; the numpy sweep of a small trace (`small.py`,
+    # one global cache) never gets here.
+    from yaotu_trace.prefix.kernels.engine import replay, route_codes
 
     if rules.route is None and prepared.instance_codes is not None:
         return prepared.instance_codes
@@ -125,23 +125,18 @@ def partition_codes(prepared: PreparedTrace, rules: ReplayRules, chains: Any) ->
     return route_codes(rules, prepared.num_requests)
 
 
-def sweep_trace(
-    trace: Trace,
-    rules: ReplayRules,
-    *,
-    preset: str,
-    points: int = 12,
-    model: str | None = None,
-    kv_bytes_per_token: int | None = None,
-    notes: tuple[str, ...] = (),
-    warmup: WarmupSpec | str | None = None,
-) -> tuple[CapacityCurveSection, CapacityCurve]:
-    """Sweep every LRU capacity of `trace` under `rules`; returns (section, exact curve).
+def sweep_trace(trace: Trace, rules: ReplayRules, spec: CurveSectionSpec, *,
+                warmup: WarmupSpec | str | None = None
+                ) -> tuple[CapacityCurveSection, CapacityCurve]:
+    """Sweep every LRU capacity of `trace` under `rules`; returns (section, exact curve),
+    the section written up as `spec` says.
 
     With `warmup` every request still touches the cache but only the requests after it are
     looked up into the curve (`window.py`), and each point says whether its cache had filled.
     """
-    from yaotu_trace.prefix.sweep import sweep
+    # NOTE: the compiled sweep starts numba; `small.py` imports this module for its section
+    # and sweeps a small trace in numpy.
+    from yaotu_trace.prefix.kernels.sweep import sweep
 
     prepared = sweep_input(trace, rules)
     chains = prepared.chains(rules)
@@ -150,10 +145,9 @@ def sweep_trace(
     window = None if warmup is None else measurement_window(warmup, prepared.arrival_s)
     swept = chains if window is None else measured_only(chains, window.warmup_requests)
     curve = sweep(swept, touch_order=rules.touch_order, instance_codes=codes,
-                  kv_bytes_per_token=kv_bytes_per_token,
+                  kv_bytes_per_token=spec.kv_bytes_per_token,
                   per_instance=0 < n_caches <= MAX_INSTANCE_CURVES)
-    section = curve_section(prepared, rules, chains, codes, curve, preset=preset, points=points,
-                            model=model, notes=notes, window=window)
+    section = curve_section(prepared, rules, chains, codes, curve, spec, window)
     return section, curve
 
 
@@ -175,17 +169,14 @@ def curve_section(
     chains: BlockChains,
     codes: np.ndarray | None,
     curve: CapacityCurve,
-    *,
-    preset: str,
-    points: int,
-    model: str | None,
-    notes: tuple[str, ...],
+    spec: CurveSectionSpec,
     window: MeasurementWindow | None = None,
 ) -> CapacityCurveSection:
-    """The report section of a swept curve, with the notes on how it was taken (and, with a
-    measurement window, whether each cache filled before it)."""
+    """The report section of `curve`, swept from `chains` (with `codes`, one cache per
+    instance), with the notes on how it was taken (and, with a measurement window, whether
+    each cache filled before it)."""
     n_caches = 0 if codes is None else int(np.unique(codes).size)
-    all_notes = list(notes)
+    all_notes = list(spec.notes)
     if window is not None:
         distinct, caches = distinct_blocks_before(
             chains.offsets, chains.ids, window.warmup_requests, codes, chains.output_offsets,
@@ -213,11 +204,7 @@ def curve_section(
         all_notes.append("no block is ever reused under these rules: the curve is flat at 0")
     if curve.kv_bytes_per_token is None:
         all_notes.append("capacities in bytes need --model or --kv-bytes-per-token")
-    return build_section(curve, rules=rules, preset=preset, points=points, model=model,
-                         requests=prepared.num_requests - (
-                             0 if window is None else window.warmup_requests),
-                         cacheable_blocks=int(swept_blocks(chains, window)),
-                         distinct_blocks=chains.num_distinct, notes=tuple(all_notes),
+    return build_section(curve, rules, replace(spec, notes=tuple(all_notes)), chains,
                          per_instance=per_instance, window=window)
 
 
@@ -244,22 +231,20 @@ def _instance_rows(curve: CapacityCurve, codes: np.ndarray,
 
 def build_section(
     curve: CapacityCurve,
-    *,
     rules: ReplayRules,
-    preset: str,
-    points: int,
-    model: str | None,
-    requests: int,
-    cacheable_blocks: int,
-    distinct_blocks: int,
-    notes: tuple[str, ...] = (),
+    spec: CurveSectionSpec,
+    chains: BlockChains,
+    *,
     per_instance: tuple[InstanceCurve, ...] = (),
     window: MeasurementWindow | None = None,
 ) -> CapacityCurveSection:
-    """Sample the exact curve into report points (always including knee and share points).
+    """Sample the exact curve of `chains` into report points (always including knee and share
+    points); the counts are the measured requests'.
 
     `window` (with its fill count) marks each point filled before the window or not.
     """
+    points = spec.points
+    requests = chains.num_requests - (0 if window is None else window.warmup_requests)
     fill = None if window is None else window.distinct_blocks_before_window
     labels = _capacity_labels(curve)
     sampled = tuple(
@@ -274,17 +259,17 @@ def build_section(
     rule_dict = rules.to_dict()
     rule_dict.pop("capacity_blocks", None)
     return CapacityCurveSection(
-        preset=preset,
+        preset=spec.preset,
         rules=rule_dict,
-        model=model,
+        model=spec.model,
         kv_bytes_per_token=curve.kv_bytes_per_token,
         metric=METRIC,
         knee_definition=KNEE_DEFINITION,
         requests=requests,
         prompt_tokens=curve.prompt_tokens_total,
         full_blocks=curve.full_blocks_total,
-        cacheable_blocks=cacheable_blocks,
-        distinct_blocks=distinct_blocks,
+        cacheable_blocks=swept_blocks(chains, window),
+        distinct_blocks=chains.num_distinct,
         caches=curve.partitions,
         unlimited_hit_tokens=curve.unlimited_hit_tokens,
         unlimited_hit_ratio=curve.unlimited_hit_ratio,
@@ -294,7 +279,7 @@ def build_section(
         shares=shares,
         points=sampled,
         per_instance=per_instance,
-        notes=notes,
+        notes=spec.notes,
         window=None if window is None else _window_dict(window),
     )
 

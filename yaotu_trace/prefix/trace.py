@@ -14,24 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
-from yaotu_trace.prefix.blocks import BlockChains, build_block_chains
-from yaotu_trace.prefix.engine import replay
 from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
-from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, Reconciliation, reconcile
-from yaotu_trace.prefix.result import ReplayResult
-from yaotu_trace.prefix.rules import (
-    PRESETS,
-    Preset,
-    ReplayRules,
-    Scope,
-    effective_rules,
-    rules_for,
-)
+from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, reconcile
+from yaotu_trace.prefix.rules import ReplayRules, Scope, effective_rules
 from yaotu_trace.prefix.waterfall import (
     STEPS,
     Waterfall,
@@ -46,30 +39,8 @@ from yaotu_trace.prefix.window import (
     measurement_window,
 )
 
-__all__ = [
-    "PRESETS",
-    "BlockChains",
-    "GroupStats",
-    "HitLengthDistribution",
-    "HotPrefix",
-    "MeasurementWindow",
-    "ObservedComparison",
-    "Parallelism",
-    "Preset",
-    "ReplayResult",
-    "ReplayRules",
-    "ReplaySummary",
-    "RequestTable",
-    "WaterfallStep",
-    "build_block_chains",
-    "effective_rules",
-    "replay",
-    "replay_trace",
-    "replay_trace_with_requests",
-    "rules_for",
-]
-
 HIT_SHARE_BUCKETS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
+TOP_PREFIXES = 10  # hot prefixes a summary lists (the waterfall's; none without it)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,15 +201,13 @@ def replay_trace(
     *,
     preset: str | None = None,
     waterfall: bool = True,
-    top_prefixes: int = 10,
     notes: tuple[str, ...] = (),
     parallel: Parallelism = SERIAL,
     warmup: WarmupSpec | str | None = None,
 ) -> ReplaySummary:
     """Replay `trace` under `rules` (default: `effective_rules(trace)`) and summarise it."""
     summary, _ = replay_trace_with_requests(trace, rules, preset=preset, waterfall=waterfall,
-                                            top_prefixes=top_prefixes, notes=notes,
-                                            parallel=parallel, warmup=warmup)
+                                            notes=notes, parallel=parallel, warmup=warmup)
     return summary
 
 
@@ -248,13 +217,15 @@ def replay_trace_with_requests(
     *,
     preset: str | None = None,
     waterfall: bool = True,
-    top_prefixes: int = 10,
     notes: tuple[str, ...] = (),
     parallel: Parallelism = SERIAL,
     warmup: WarmupSpec | str | None = None,
 ) -> tuple[ReplaySummary, RequestTable]:
     """`replay_trace` plus the per-request columns that `--out` writes.
 
+    `preset` names the preset `rules` came from and `notes` say how they were chosen (both
+    filled in when `rules` is None). `waterfall` adds the loss waterfall (its replays and its
+    ideal pass) and the `TOP_PREFIXES` hot prefixes drawn from it.
     `parallel` runs the independent caches (instances, per-tenant caches) of the scope and
     capacity replays in worker processes or on a Dask cluster; the results are identical.
     `warmup` (`window.py`) replays every request but counts the totals after it only; the
@@ -269,32 +240,34 @@ def replay_trace_with_requests(
     window = (None if warmup is None
               else measurement_window(warmup, prepared.arrival_s))
     measured = None if window is None else window.mask()
-    result, chains, wf = _cache_runs(prepared, rules, waterfall, parallel, measured)
+    runs = _cache_runs(prepared, rules, waterfall, parallel, measured)
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))
     if window is not None:
-        window = _with_fill(window, prepared, rules, result, chains)
+        window = _with_fill(window, prepared, rules, runs)
         notes = (*notes, window.describe(), *_window_notes(window, rules))
     # After the chains: a streamed trace learns its list lengths on the first pass.
     all_notes = (*notes, *_rule_notes(trace, prepared, rules))
-    summary = _summary(prepared, rules, preset, result, chains, wf, top_prefixes, all_notes,
-                       window)
+    summary = _summary(prepared, rules, runs, preset=preset, notes=all_notes, window=window)
     if trace.format_name in ENGINE_COUNTED and prepared.cached_tokens is not None:
         instances = len(prepared.instance_labels) if rules.scope is Scope.GLOBAL else 1
-        summary = replace(summary, reconciliation=reconcile(
-            prepared.arrival_s, prepared.request_id, prepared.cached_tokens, result.hit_tokens,
-            prepared.prompt_tokens, unlimited=rules.unlimited, instances=instances))
-    columns = _request_columns(prepared, result, wf)
+        found = reconcile(prepared.arrival_s, prepared.request_id, prepared.cached_tokens,
+                          runs.result.hit_tokens, prepared.prompt_tokens,
+                          capacity_blocks=rules.capacity_blocks, instances=instances)
+        summary = replace(summary, reconciliation=None if found is None
+                          else replace(found, preset=preset))
+    columns = _request_columns(prepared, runs)
     if measured is not None:
         columns["measured"] = measured
     return summary, RequestTable(columns=columns)
 
 
 def _with_fill(window: MeasurementWindow, prepared: PreparedTrace, rules: ReplayRules,
-               result: ReplayResult, chains: BlockChains) -> MeasurementWindow:
+               runs: CacheRuns) -> MeasurementWindow:
     """The window with whether each finite cache had filled when it began (`window.py`)."""
     if rules.capacity_blocks is None:
         return window
+    result, chains = runs.result, runs.chains
     codes = None
     if result.instance is not None:
         codes = np.asarray(result.instance, dtype=np.int64)
@@ -320,23 +293,33 @@ def _window_notes(window: MeasurementWindow, rules: ReplayRules) -> list[str]:
     return notes
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheRuns:
+    """The achieved replay, the chains it ran on, and the waterfall around it (None when it
+    was not asked for)."""
+
+    result: ReplayResult
+    chains: BlockChains
+    waterfall: Waterfall | None
+
+
 def _cache_runs(prepared: PreparedTrace, rules: ReplayRules, waterfall: bool,
-                parallel: Parallelism, measured: np.ndarray | None = None
-                ) -> tuple[ReplayResult, BlockChains, Waterfall | None]:
+                parallel: Parallelism, measured: np.ndarray | None = None) -> CacheRuns:
     """The achieved replay, inside the waterfall when it is asked for (which replays the same
     chains under every rule step anyway)."""
     with open_runner(parallel) as runner:
         pool = runner if parallel.parallel else None
         if waterfall:
             wf = compute_waterfall(prepared, rules, pool, measured=measured)
-            return wf.achieved, wf.achieved_chains, wf
+            return CacheRuns(result=wf.achieved, chains=wf.achieved_chains, waterfall=wf)
         chains = prepared.chains(rules)
-        return cache_replays(prepared, chains, [rules], pool)[0], chains, None
+        return CacheRuns(result=cache_replays(prepared, chains, [rules], pool)[0], chains=chains,
+                         waterfall=None)
 
 
-def _request_columns(prepared: PreparedTrace, result: ReplayResult, wf: Waterfall | None
-                     ) -> dict[str, np.ndarray]:
+def _request_columns(prepared: PreparedTrace, runs: CacheRuns) -> dict[str, np.ndarray]:
     """The per-request columns of `--out`: hits, recompute, and each rule's loss."""
+    result, wf = runs.result, runs.waterfall
     columns: dict[str, np.ndarray] = {
         "request_id": prepared.request_id,
         "prompt_tokens": prepared.prompt_tokens,
@@ -352,11 +335,12 @@ def _request_columns(prepared: PreparedTrace, result: ReplayResult, wf: Waterfal
     return columns
 
 
-def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
-             result: ReplayResult, chains: BlockChains, wf: Waterfall | None, top_prefixes: int,
-             notes: tuple[str, ...], window: MeasurementWindow | None = None) -> ReplaySummary:
+def _summary(prepared: PreparedTrace, rules: ReplayRules, runs: CacheRuns, *,
+             preset: str | None, notes: tuple[str, ...],
+             window: MeasurementWindow | None) -> ReplaySummary:
     """Totals, the three hit ratios, the per-group splits and the waterfall of one replay;
     with a window the totals count its measured requests only."""
+    result, chains, wf = runs.result, runs.chains, runs.waterfall
     m = slice(None) if window is None else slice(window.warmup_requests, None)
     prompt = prepared.prompt_tokens[m]
     hit = result.hit_tokens[m]
@@ -372,7 +356,7 @@ def _summary(prepared: PreparedTrace, rules: ReplayRules, preset: str | None,
     hot: tuple[HotPrefix, ...] = ()
     if wf is not None:
         hot = hot_prefixes(wf, prepared.request_id, prepared.tenant_codes,
-                           prepared.tenant_labels, top=top_prefixes)
+                           prepared.tenant_labels, top=TOP_PREFIXES)
     return ReplaySummary(
         rules=rules,
         preset=preset,

@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from yaotu_trace.prefix.blocks import BlockChains
-from yaotu_trace.prefix.engine import replay
-from yaotu_trace.prefix.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.engine import replay
+from yaotu_trace.prefix.kernels.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
+from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
     Partitions,
@@ -43,7 +44,6 @@ from yaotu_trace.prefix.partition import (
     with_namespaces,
 )
 from yaotu_trace.prefix.prepare import PreparedTrace
-from yaotu_trace.prefix.result import ReplayResult
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope
 
 STEPS: tuple[tuple[str, str], ...] = (

@@ -30,7 +30,7 @@ import numpy as np
 from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
-    from yaotu_trace.prefix.blocks import BlockChains
+    from yaotu_trace.prefix.kernels.chains import BlockChains
 
 WarmupKind = Literal["share", "requests", "seconds"]
 

@@ -1,17 +1,17 @@
 """The data behind the HTML report's pictures.
 
-Everything a plot shows is computed here, once, into frozen builtins (histograms, time series,
-a window of inter-token gaps), so the HTML renderer only draws numbers the report holds and the
-same numbers appear in `trace report --format json`.
+Everything a plot shows is computed here, once, into the frozen builtins of `data/figures.py`
+(histograms, time series, a window of inter-token gaps), so the HTML renderer only draws numbers
+the report holds and the same numbers appear in `trace report --format json`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
+from yaotu_trace.data.figures import GapWindow, Histogram, PlotData, Series
 from yaotu_trace.data.order_stats import KeyedBlockSum
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import Trace
@@ -25,66 +25,6 @@ SERIES_POINTS = 400
 # Inter-token gaps drawn around the longest stall: enough tokens to see the decode rhythm.
 GAP_POINTS = 1500
 _MAX_SPANS = 2000  # prefill spans drawn in the gap window
-
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Histogram:
-    """Counts per bin; `edges` has one more entry than `counts`. Values above the last edge
-    are counted in `overflow` (the tail beyond the 99.5th percentile) so the bars stay readable.
-    """
-
-    label: str
-    unit: str
-    edges: tuple[float, ...]
-    counts: tuple[int, ...]
-    overflow: int
-    total: int
-    p50: float | None
-    p90: float | None
-    p99: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Series:
-    """A time series (x in seconds of the trace clock), with an optional capacity line."""
-
-    label: str
-    unit: str
-    source: str
-    t_s: tuple[float, ...]
-    values: tuple[float, ...]
-    capacity: float | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GapWindow:
-    """Inter-token gaps in a window around the longest stall, with the prefill work overlaid.
-
-    `prefill_spans_s` are (start, end, prefill tokens) of steps that computed prefill (step log)
-    or, without one, (t, t, 0) marks at other requests' first tokens.
-    """
-
-    start_s: float
-    end_s: float
-    token_t_s: tuple[float, ...]
-    gap_s: tuple[float, ...]
-    median_gap_s: float
-    prefill_spans_s: tuple[tuple[float, float, int], ...]
-    prefill_source: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlotData:
-    """Everything the report draws that no other section carries; None = not measurable here,
-    with the reason in `unavailable`."""
-
-    hit_length: Histogram | None
-    queue_time: Histogram | None
-    ttft: Histogram | None
-    kv_over_time: Series | None
-    gaps: GapWindow | None
-    unavailable: dict[str, str]
 
 
 def histogram(values: np.ndarray, label: str, unit: str,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -21,6 +20,7 @@ import pandas as pd
 
 from yaotu_trace.data.outcome import has_status, successful_mask
 from yaotu_trace.data.schema import STATUS_VALUES, Trace
+from yaotu_trace.data.success_profile import ErrorText, SuccessCount, SuccessProfile, SuccessWindow
 
 # Window widths a reader can say aloud, from a second to a day.
 WINDOW_CHOICES_S: Final = (1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 21600.0,
@@ -31,59 +31,6 @@ MAX_GROUPS: Final = 20
 # Error texts listed, by how many requests share them.
 MAX_ERRORS: Final = 5
 UNSTATED: Final = "unstated"  # the status key of requests whose source said nothing
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SuccessCount:
-    """Requests and successful requests of one group or window."""
-
-    name: str
-    requests: int
-    successful: int
-    success_rate: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SuccessWindow:
-    """The requests that arrived in [start_s, start_s + window_s)."""
-
-    start_s: float
-    requests: int
-    successful: int
-    success_rate: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorText:
-    """One error text and how many requests carry it."""
-
-    error: str
-    requests: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SuccessProfile:
-    """Completed against total requests, and where the failures are.
-
-    `by_status` counts every status value (with `unstated` for a missing one, read as ok);
-    `by_tenant` and `by_instance` list at most `MAX_GROUPS` groups, most failures first, out
-    of `tenants` / `instances` (None when the column is absent); `windows` is None for a
-    lengths-only table (no arrival times).
-    """
-
-    requests: int
-    successful: int
-    failed: int
-    success_rate: float
-    by_status: dict[str, int]
-    tenants: int | None
-    by_tenant: tuple[SuccessCount, ...]
-    instances: int | None
-    by_instance: tuple[SuccessCount, ...]
-    window_s: float | None
-    windows: tuple[SuccessWindow, ...] | None
-    error_texts: int
-    errors: tuple[ErrorText, ...]
 
 
 def success_profile(trace: Trace) -> SuccessProfile | None:

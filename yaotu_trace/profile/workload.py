@@ -25,8 +25,6 @@ streamed token's, the engine's decode rhythm, which a request failing later does
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
@@ -34,74 +32,13 @@ from yaotu_trace.data.outcome import has_status, successful_mask
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.token_times import trace_gap_summary
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ArrivalProfile:
-    """How requests arrive over time."""
-
-    requests: int
-    span_s: float
-    mean_rate_rps: float | None
-    peak_rps: int
-    peak_rpm: int
-    peak_to_mean: float | None
-    interarrival_cv: float | None
-    per_second_dispersion: float | None
-    median_gap_s: float | None
-    longest_gap_s: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LengthProfile:
-    """Prompt and output lengths in tokens."""
-
-    prompt_len: Distribution
-    output_len: Distribution
-    prompt_tokens_total: int
-    output_tokens_total: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Population:
-    """Distinct tenants, sessions, instances and models (None when the column is absent)."""
-
-    tenants: int | None
-    sessions: int | None
-    instances: int | None
-    models: int | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TimingProfile:
-    """Observed engine timing, when the trace carries it (each part None when its columns lack)."""
-
-    queue_time_s: Distribution | None
-    ttft_s: Distribution | None
-    itl_s: Distribution | None
-    e2e_s: Distribution | None
-    concurrency_mean: float | None
-    concurrency_max: int | None
-    preempted_requests: int | None
-    preemptions_total: int | None
-    preempted_request_share: float | None
-    cached_tokens_total: int | None
-    cached_token_share: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Profile:
-    """The workload profile section of `trace analyze` (arrivals None: lengths-only table).
-
-    `successful_requests` (None when the trace has no status) of `requests` are the ones the
-    lengths and timing describe."""
-
-    requests: int
-    successful_requests: int | None
-    arrivals: ArrivalProfile | None
-    lengths: LengthProfile
-    population: Population
-    timing: TimingProfile | None
+from yaotu_trace.data.workload_profile import (
+    ArrivalProfile,
+    LengthProfile,
+    Population,
+    Profile,
+    TimingProfile,
+)
 
 
 def profile_trace(trace: Trace) -> Profile:

@@ -2,9 +2,10 @@
 time with the busiest windows and bursts, interarrival times against Poisson, prompt and output
 length distributions, tenants and sessions, and the prefix reuse over time.
 
-Like `figures.py`, everything drawn is computed here into frozen builtins, so the HTML page, the
-terminal charts and `--format json` show the same numbers. Each picture is None when the trace
-cannot support it, with the reason in `WorkloadFigures.unavailable`.
+Like `figures.py`, everything drawn is computed here into frozen builtins
+(`data/workload_figures.py`), so the HTML page, the terminal charts and `--format json` show the
+same numbers. Each picture is None when the trace cannot support it, with the reason in
+`WorkloadFigures.unavailable`.
 
 Definitions (units in the names):
 - Arrival bins are `bin_s` wide (a round width giving at most `SERIES_POINTS` bins), aligned to
@@ -30,13 +31,22 @@ Definitions (units in the names):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.workload_figures import (
+    ArrivalSeries,
+    InterarrivalCdf,
+    LengthDistribution,
+    ReuseOverTime,
+    SessionShape,
+    TenantShare,
+    Window,
+    WorkloadFigures,
+)
 
 # Points of a time series: one per pixel column of a plot at most.
 SERIES_POINTS = 400
@@ -66,108 +76,6 @@ MAX_DEPTH_BARS = 30
 # narrowed to a round width giving about REUSE_MIN_BINS bins on a trace shorter than that.
 REUSE_BIN_S = 60.0
 REUSE_MIN_BINS = 30
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Window:
-    """A stretch of the trace clock and the arrivals in it."""
-
-    start_s: float
-    end_s: float
-    requests: int
-    rate_rps: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ArrivalSeries:
-    """Requests and tokens per second in bins of `bin_s` starting at `t_s` (trace clock)."""
-
-    bin_s: float
-    t_s: tuple[float, ...]
-    requests_per_s: tuple[float, ...]
-    prompt_tokens_per_s: tuple[float, ...]
-    output_tokens_per_s: tuple[float, ...]
-    mean_rate_rps: float
-    peak_rate_rps: float
-    busiest: tuple[Window, ...]
-    bursts: tuple[Window, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InterarrivalCdf:
-    """The empirical CDF of the positive gaps between arrivals, and Poisson's at the same mean."""
-
-    gap_s: tuple[float, ...]
-    share: tuple[float, ...]
-    poisson_share: tuple[float, ...]
-    mean_gap_s: float
-    cv: float | None
-    zero_gap_share: float
-    ks_distance: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LengthDistribution:
-    """A histogram (log-spaced bins when `log_x`) and the CDF of one length, in tokens."""
-
-    label: str
-    edges: tuple[float, ...]
-    counts: tuple[int, ...]
-    log_x: bool
-    cdf_tokens: tuple[float, ...]
-    cdf_share: tuple[float, ...]
-    total: int
-    p50: float
-    p90: float
-    p99: float
-    overflow: int = 0  # values above the last edge, left off the histogram (not the CDF)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TenantShare:
-    """One tenant's share of the requests and prompt tokens ("other": the rest summed)."""
-
-    label: str
-    requests: int
-    prompt_tokens: int
-    request_share: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionShape:
-    """Sessions by depth (turns; the last bar counts `depths[-1]` turns or more) and the
-    think time between consecutive turns."""
-
-    sessions: int
-    depths: tuple[int, ...]
-    sessions_by_depth: tuple[int, ...]
-    think_time: LengthDistribution | None
-    think_time_from: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReuseOverTime:
-    """Prefix-hit tokens over prompt tokens per bin of arrivals, under the replay's preset."""
-
-    bin_s: float
-    t_s: tuple[float, ...]
-    hit_ratio: tuple[float, ...]
-    prompt_tokens: tuple[int, ...]
-    overall_hit_ratio: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkloadFigures:
-    """Every workload picture; None = not measurable on this trace, why in `unavailable`."""
-
-    arrivals: ArrivalSeries | None
-    interarrival: InterarrivalCdf | None
-    prompt_len: LengthDistribution | None
-    output_len: LengthDistribution | None
-    tenants: tuple[TenantShare, ...] | None
-    sessions: SessionShape | None
-    reuse_over_time: ReuseOverTime | None
-    unavailable: dict[str, str]
 
 
 def workload_figures(trace: Trace, hit_tokens: np.ndarray | None = None) -> WorkloadFigures:

@@ -26,6 +26,10 @@ def render(report: Report, fmt: OutputFormat, *, width: int = 100, color: bool =
            unicode: bool = True) -> str:
     """Render a report in the chosen format; width, colour and whether the output can encode
     the charts' block characters (`unicode`) are decided by the caller."""
+    # NOTE: each renderer is imported when its format is asked for: the CLI imports this
+    # package for `OutputFormat` at start-up, and every renderer brings numpy (through the
+    # report's values), which `trace --help` and `trace models` must not load
+    # (tests/cli/test_startup.py).
     match fmt:
         case OutputFormat.TABLE:
             from yaotu_trace.render.console import render_console

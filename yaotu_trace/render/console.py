@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from yaotu_trace._visible import visible
-from yaotu_trace.data.report import InputPair, InputSummary, Report, to_builtins
-from yaotu_trace.ingest.telemetry_only import TELEMETRY_ONLY
+from yaotu_trace.data.charts import TerminalCharts
+from yaotu_trace.data.report import TELEMETRY_ONLY, InputPair, InputSummary, Report, to_builtins
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
     CONSOLE,
@@ -35,7 +35,7 @@ from yaotu_trace.render.blocks import (
     Panel,
     Styled,
 )
-from yaotu_trace.render.text_charts import TerminalCharts, chart_lines
+from yaotu_trace.render.text_charts import chart_lines
 from yaotu_trace.render.views import find_view
 
 # Sections shown before the input summary.

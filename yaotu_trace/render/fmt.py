@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from yaotu_trace.profile.workload import Distribution
+    from yaotu_trace.data.report import Distribution
 
 MISSING = "–"
 

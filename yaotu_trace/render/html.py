@@ -14,7 +14,7 @@ from html import escape
 from itertools import zip_longest
 from typing import Any
 
-from yaotu_trace.data.report import Report
+from yaotu_trace.data.report import Report, to_builtins
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import (
     MARKDOWN,
@@ -377,8 +377,6 @@ def _two_runs(report: Report, doc: dict[str, Any], before: Mapping[str, Any]) ->
     """The diff (conditions, axis changes, the ledger of the change), then each picture and
     table of the run before next to the same one of the run after, each pair of pictures on
     shared axes."""
-    from yaotu_trace.data.report import to_builtins
-
     before_doc: dict[str, Any] = to_builtins(before)
     after_sections = {k: v for k, v in report.sections.items() if k not in TWO_RUN_KEYS}
     sides = (("before", before_doc, before), ("after", doc, after_sections))

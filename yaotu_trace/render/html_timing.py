@@ -77,11 +77,12 @@ def capacity_curve(doc: Doc, bounds: Bounds | None = None) -> str:
              if isinstance(p, dict) and p.get("capacity_tokens")]
     unlimited = curve.get("unlimited_hit_ratio")
     hlines = [(float(unlimited), f"unlimited {fmt.pct(unlimited)}")] if unlimited else []
-    chart = svg.line_chart("capacity_curve", "Hit ratio vs LRU capacity", [("hit ratio", xs, ys)],
-                           x_label="prefix-cache capacity (tokens, log scale)",
-                           y_label="token hit ratio", log_x=True, y_fmt=svg.percent, y_min=0.0,
-                           vlines=vlines, hlines=hlines, points=marks, step=True,
-                           x_range=x_of(bounds), y_range=y_of(bounds))
+    chart = svg.line_chart(
+        "capacity_curve", "Hit ratio vs LRU capacity", [svg.Line("hit ratio", xs, ys, step=True)],
+        x=svg.Axis(label="prefix-cache capacity (tokens, log scale)", log=True,
+                   fixed=x_of(bounds)),
+        y=svg.Axis(label="token hit ratio", fmt=svg.percent, lo=0.0, fixed=y_of(bounds)),
+        marks=svg.Marks(vlines=vlines, hlines=hlines, points=marks))
     knee = curve.get("knee") or {}
     note = (f"Preset {curve.get('preset')}; knee at {fmt.tokens(knee.get('capacity_tokens'))} "
             f"({fmt.pct(knee.get('hit_ratio'))}). Dots: knee and the capacities for 50/90/99 % "
@@ -156,9 +157,9 @@ def histogram(plots: dict[str, Any], key: str, caption: str, x_label: str, secon
     x_fmt = svg.seconds if seconds else svg.short
     show = fmt.seconds if seconds else fmt.tokens
     vlines = [(h[p], f"{p} {show(h[p])}") for p in ("p50", "p99") if h.get(p) is not None]
-    chart = svg.histogram_chart(key, caption, h["edges"], h["counts"], x_label=x_label,
-                                x_fmt=x_fmt, vlines=vlines, x_range=x_of(bounds),
-                                y_range=y_of(bounds))
+    chart = svg.histogram_chart(key, caption, h["edges"], h["counts"],
+                                x=svg.Axis(label=x_label, fmt=x_fmt, fixed=x_of(bounds)),
+                                y=svg.Axis(label="requests", fixed=y_of(bounds)), vlines=vlines)
     note = f"{h['total']:,} requests; p50 {show(h['p50'])}, p90 {show(h['p90'])}, " \
            f"p99 {show(h['p99'])}."
     if h.get("overflow"):
@@ -199,10 +200,12 @@ def kv_over_time(doc: Doc, bounds: Bounds | None = None) -> str:
     ratio = s["unit"] == "share of the pool"
     cap = s.get("capacity")
     hlines = [(float(cap), "KV capacity")] if isinstance(cap, int | float) and cap > 0 else []
-    chart = svg.line_chart("kv_over_time", s["label"], [(s["label"], s["t_s"], s["values"])],
-                           x_label="trace time (s)", y_label=s["unit"],
-                           y_fmt=svg.percent if ratio else svg.short, y_min=0.0,
-                           y_max=1.0 if ratio else None, hlines=hlines, y_range=y_of(bounds))
+    chart = svg.line_chart(
+        "kv_over_time", s["label"], [svg.Line(s["label"], s["t_s"], s["values"])],
+        x=svg.Axis(label="trace time (s)"),
+        y=svg.Axis(label=s["unit"], fmt=svg.percent if ratio else svg.short, lo=0.0,
+                   hi=1.0 if ratio else None, fixed=y_of(bounds)),
+        marks=svg.Marks(hlines=hlines))
     return figure(_modelled_caption(f"{s['label']} over time", modelled(doc) is not None),
                   chart, f"Source: {s['source']}.")
 

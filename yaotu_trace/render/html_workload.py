@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from html import escape
 from typing import Any, NamedTuple
 
@@ -110,10 +111,11 @@ def arrivals_figure(wf: Section, bounds: Bounds | None = None) -> str:
                        f"{fmt.num(w['rate_rps'])} req/s")
               for w in busiest]
     chart = svg.line_chart(
-        "arrivals", caption, [("requests/s", xs, a["requests_per_s"])],
-        x_label=f"time since the first arrival ({unit})", y_label="requests per second",
-        y_min=0.0, hlines=[(a["mean_rate_rps"], f"mean {fmt.num(a['mean_rate_rps'])}/s")],
-        bands=bands, x_range=_scaled(bounds, scale), y_range=y_of(bounds))
+        "arrivals", caption, [svg.Line("requests/s", xs, a["requests_per_s"])],
+        x=svg.Axis(label=f"time since the first arrival ({unit})", fixed=_scaled(bounds, scale)),
+        y=svg.Axis(label="requests per second", lo=0.0, fixed=y_of(bounds)),
+        marks=svg.Marks(hlines=[(a["mean_rate_rps"], f"mean {fmt.num(a['mean_rate_rps'])}/s")],
+                        bands=bands))
     window = fmt.seconds(max(60.0, a["bin_s"]))
     windows = (f"the {len(busiest)} busiest {window} windows (amber)" if busiest else
                f"no busiest {window} window (the trace spans {fmt.seconds(span)})")
@@ -153,10 +155,10 @@ def tokens_figure(wf: Section, kind: str, bounds: Bounds | None = None) -> str:
     values = a[key]
     mean = sum(values) / len(values)
     chart = svg.line_chart(
-        f"{kind}_tokens", caption, [(f"{kind} tokens/s", xs, values)],
-        x_label=f"time since the first arrival ({unit})", y_label="tokens per second",
-        y_min=0.0, hlines=[(mean, f"mean {fmt.num(mean)}/s")], x_range=_scaled(bounds, scale),
-        y_range=y_of(bounds))
+        f"{kind}_tokens", caption, [svg.Line(f"{kind} tokens/s", xs, values)],
+        x=svg.Axis(label=f"time since the first arrival ({unit})", fixed=_scaled(bounds, scale)),
+        y=svg.Axis(label="tokens per second", lo=0.0, fixed=y_of(bounds)),
+        marks=svg.Marks(hlines=[(mean, f"mean {fmt.num(mean)}/s")]))
     return figure(f"{caption} ({fmt.seconds(a['bin_s'])} bins)", chart,
                   f"{what}; mean {fmt.num(mean)}, peak {fmt.num(max(values))} tokens/s.")
 
@@ -215,11 +217,12 @@ def interarrival_figure(wf: Section, bounds: Bounds | None = None) -> str:
     grid = [lo * (hi / lo) ** (k / POISSON_POINTS) for k in range(POISSON_POINTS + 1)]
     poisson = [1.0 - math.exp(-x / mean) if mean > 0 else 1.0 for x in grid]
     chart = svg.line_chart(
-        "interarrival", caption, [("trace", xs, trace_share),
-                                  ("Poisson, same mean", grid, poisson)],
-        x_label="gap between arrivals (log scale)", y_label="share of gaps ≤ x",
-        log_x=True, x_fmt=svg.seconds, y_fmt=svg.percent, y_min=0.0, y_max=1.0,
-        step=(True, False), x_range=x_of(bounds), legend_at="bottom")
+        "interarrival", caption, [svg.Line("trace", xs, trace_share, step=True),
+                                  svg.Line("Poisson, same mean", grid, poisson)],
+        x=svg.Axis(label="gap between arrivals (log scale)", fmt=svg.seconds, log=True,
+                   fixed=x_of(bounds)),
+        y=svg.Axis(label="share of gaps ≤ x", fmt=svg.percent, lo=0.0, hi=1.0),
+        legend_at="bottom")
     cv = "n/a" if c.get("cv") is None else fmt.num(c["cv"])
     note = (f"Mean gap {fmt.seconds(c['mean_gap_s'])}; CV {cv} (Poisson = 1); KS distance "
             f"{fmt.num(c['ks_distance'])}; {fmt.pct(c['zero_gap_share'])} of the gaps are zero "
@@ -234,8 +237,9 @@ def length_figure(wf: Section, key: str, bounds: Bounds | None = None) -> str:
     d = wf.get(key)
     if not isinstance(d, dict):
         return _missing(wf, key, caption)
-    return _distribution_chart(d, key, caption, "tokens per request", fmt.tokens, bounds,
-                               f"{d['total']:,} successful requests")
+    return _distribution_chart(d, DistributionFigure(
+        name=key, caption=caption, x_label="tokens per request", show=fmt.tokens,
+        what=f"{d['total']:,} successful requests"), bounds)
 
 
 def _length_extent(key: str) -> Callable[[Section], Bounds | None]:
@@ -249,21 +253,34 @@ def _distribution_extent(d: Section) -> Bounds:
     return histogram_bounds(d["edges"], d["counts"], d["log_x"])
 
 
-def _distribution_chart(d: Section, name: str, caption: str, x_label: str,
-                        show: Callable[[Any], str], bounds: Bounds | None, what: str,
-                        x_fmt: svg.Formatter = svg.short) -> str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DistributionFigure:
+    """How one distribution (a `LengthDistribution` as builtins) is drawn: the plot's name and
+    caption, what its x axis measures and how its ticks read, how a value reads in the marker
+    labels and the note (`show`), and what the note says was counted (`what`)."""
+
+    name: str
+    caption: str
+    x_label: str
+    show: Callable[[Any], str]
+    what: str
+    x_fmt: svg.Formatter = svg.short
+
+
+def _distribution_chart(d: Section, spec: DistributionFigure, bounds: Bounds | None) -> str:
+    show = spec.show
     vlines = [(d[p], f"{p} {show(d[p])}") for p in ("p50", "p99")
               if d.get(p) is not None and (not d["log_x"] or d[p] > 0)]
     chart = svg.histogram_chart(
-        name, caption, d["edges"], d["counts"],
-        x_label=x_label + (" (log scale)" if d["log_x"] else ""), x_fmt=x_fmt,
-        vlines=vlines, log_x=d["log_x"], x_range=x_of(bounds), y_range=y_of(bounds),
-        y_label="count")
-    note = (f"{what}; p50 {show(d['p50'])}, p90 {show(d['p90'])}, p99 {show(d['p99'])}."
+        spec.name, spec.caption, d["edges"], d["counts"],
+        x=svg.Axis(label=spec.x_label + (" (log scale)" if d["log_x"] else ""), fmt=spec.x_fmt,
+                   log=d["log_x"], fixed=x_of(bounds)),
+        y=svg.Axis(label="count", fixed=y_of(bounds)), vlines=vlines)
+    note = (f"{spec.what}; p50 {show(d['p50'])}, p90 {show(d['p90'])}, p99 {show(d['p99'])}."
             + (" Log-spaced bins: the values span decades." if d["log_x"] else ""))
     if d.get("overflow"):
         note += f" {d['overflow']:,} above {show(d['edges'][-1])} not drawn (in the CDF)."
-    return figure(caption, chart, note)
+    return figure(spec.caption, chart, note)
 
 
 def lengths_cdf_figure(wf: Section, bounds: Bounds | None = None) -> str:
@@ -276,11 +293,13 @@ def lengths_cdf_figure(wf: Section, bounds: Bounds | None = None) -> str:
         return _missing(wf, "prompt_len", caption)
     log_x = any(d["log_x"] for _, d in present)
     chart = svg.line_chart(
-        "length_cdf", caption, [(f"{label} tokens", d["cdf_tokens"], d["cdf_share"])
-                                for label, d in present],
-        x_label="tokens per request" + (" (log scale)" if log_x else ""),
-        y_label="share of requests ≤ x", log_x=log_x, y_fmt=svg.percent, y_min=0.0,
-        y_max=1.0, step=True, x_range=x_of(bounds), y_range=y_of(bounds), legend_at="bottom")
+        "length_cdf", caption, [svg.Line(f"{label} tokens", d["cdf_tokens"], d["cdf_share"],
+                                         step=True) for label, d in present],
+        x=svg.Axis(label="tokens per request" + (" (log scale)" if log_x else ""), log=log_x,
+                   fixed=x_of(bounds)),
+        y=svg.Axis(label="share of requests ≤ x", fmt=svg.percent, lo=0.0, hi=1.0,
+                   fixed=y_of(bounds)),
+        legend_at="bottom")
     note = "; ".join(f"{label} p50 {fmt.tokens(d['p50'])}, p99 {fmt.tokens(d['p99'])}"
                      for label, d in present) + "."
     if log_x:
@@ -305,8 +324,9 @@ def tenants_figure(wf: Section, bounds: Bounds | None = None) -> str:
         return _missing(wf, "tenants", caption)
     chart = svg.bar_chart(
         "tenants", caption, [str(t["label"]) for t in tenants],
-        [float(t["request_share"]) for t in tenants], value_label="share of the requests",
-        value_fmt=svg.percent, horizontal=True, value_range=x_of(bounds))
+        [float(t["request_share"]) for t in tenants],
+        value=svg.Axis(label="share of the requests", fmt=svg.percent, fixed=x_of(bounds)),
+        horizontal=True)
     return figure(caption, chart, f"{len(tenants)} bars, the most requests first.")
 
 
@@ -327,8 +347,9 @@ def session_depth_figure(wf: Section, bounds: Bounds | None = None) -> str:
     if len(depths) >= 30:
         depths[-1] += "+"
     chart = svg.bar_chart("session_depth", caption, depths,
-                          [float(v) for v in s["sessions_by_depth"]], value_label="sessions",
-                          category_label="turns per session", value_range=y_of(bounds))
+                          [float(v) for v in s["sessions_by_depth"]],
+                          value=svg.Axis(label="sessions", fixed=y_of(bounds)),
+                          category_label="turns per session")
     one_turn = " Every session has one turn." if list(s["depths"]) == [1] else ""
     return figure(caption, chart, f"{s['sessions']:,} sessions.{one_turn}")
 
@@ -349,10 +370,10 @@ def think_time_figure(wf: Section, bounds: Bounds | None = None) -> str:
     d = s.get("think_time")
     if not isinstance(d, dict):
         return said(caption, "No session has two turns: there is no think time to draw.")
-    return _distribution_chart(
-        d, "think_time", caption, "think time", fmt.seconds, bounds,
-        f"{d['total']:,} gaps, each measured from {s['think_time_from']} to the next turn's "
-        "arrival", x_fmt=svg.seconds)
+    return _distribution_chart(d, DistributionFigure(
+        name="think_time", caption=caption, x_label="think time", show=fmt.seconds,
+        what=f"{d['total']:,} gaps, each measured from {s['think_time_from']} to the next "
+        "turn's arrival", x_fmt=svg.seconds), bounds)
 
 
 def _think_time_extent(wf: Section) -> Bounds | None:
@@ -370,11 +391,11 @@ def reuse_figure(wf: Section, bounds: Bounds | None = None) -> str:
     _, _, scale, unit, xs = time_axis(r, bounds)
     overall = r["overall_hit_ratio"]
     chart = svg.line_chart(
-        "reuse_over_time", caption, [("hit ratio", xs, r["hit_ratio"])],
-        x_label=f"time since the first arrival ({unit})", y_label="token hit ratio",
-        y_fmt=svg.percent, y_min=0.0, y_max=1.0, step=True,
-        hlines=[(overall, f"overall {fmt.pct(overall)}")], x_range=_scaled(bounds, scale),
-        y_range=y_of(bounds))
+        "reuse_over_time", caption, [svg.Line("hit ratio", xs, r["hit_ratio"], step=True)],
+        x=svg.Axis(label=f"time since the first arrival ({unit})", fixed=_scaled(bounds, scale)),
+        y=svg.Axis(label="token hit ratio", fmt=svg.percent, lo=0.0, hi=1.0,
+                   fixed=y_of(bounds)),
+        marks=svg.Marks(hlines=[(overall, f"overall {fmt.pct(overall)}")]))
     return figure(f"{caption} ({fmt.seconds(r['bin_s'])} bins)", chart,
                   f"Prefix-hit tokens over prompt tokens of the requests arriving in each "
                   f"{fmt.seconds(r['bin_s'])}, under the replay's preset; overall "

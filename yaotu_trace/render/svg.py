@@ -153,6 +153,50 @@ def seconds(value: float) -> str:
     return f"{value / 3600:.3g} h"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Axis:
+    """One axis of a chart: its label, how its ticks read, a log scale and its range.
+
+    `lo` and `hi` pin one end of the range the data gives (a line chart's value axis: 0 to 1
+    for a share; an unpinned top gets 5 % headroom); `fixed` forces the whole range (two charts
+    on shared axes). Each chart says which of these it reads.
+    """
+
+    label: str = ""
+    fmt: Formatter = short
+    log: bool = False
+    lo: float | None = None
+    hi: float | None = None
+    fixed: Range | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One series of a line chart: its name (tooltip and legend), its points, and whether it
+    is drawn in steps (a CDF, a binned series) rather than straight segments."""
+
+    label: str
+    xs: Sequence[float]
+    ys: Sequence[float]
+    step: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Marks:
+    """What a line chart draws besides its lines: labelled vertical and horizontal lines (x or
+    y value, label), labelled points (x, y, tooltip) and shaded x bands."""
+
+    vlines: Sequence[tuple[float, str]] = ()
+    hlines: Sequence[tuple[float, str]] = ()
+    points: Sequence[tuple[float, float, str]] = ()
+    bands: Sequence[Band] = ()
+
+
+NO_MARKS = Marks()
+# A histogram's count axis, as most of them label it.
+COUNT_AXIS = Axis(label="requests")
+
+
 def _open(name: str, title: str, frame: Frame) -> list[str]:
     return [
         f'<svg class="plot" data-plot="{escape(name)}" role="img" '
@@ -238,18 +282,17 @@ def bar_chart(
     labels: Sequence[str],
     values: Sequence[float],
     *,
-    value_label: str,
-    value_fmt: Formatter = short,
-    horizontal: bool = False,
+    value: Axis,
     category_label: str = "",
-    value_range: Range | None = None,
+    horizontal: bool = False,
 ) -> str:
     """One bar per category, its value written at its end. Horizontal bars suit long names
-    (tenants); vertical ones short numeric categories (session depth). `value_range` forces
-    the value axis."""
+    (tenants); vertical ones short numeric categories (session depth). The `value` axis reads
+    its label, format and `fixed` range (else from 0 to the tallest bar and 10 % more)."""
+    value_label, value_fmt = value.label, value.fmt
     n = max(len(labels), 1)
     top = max(max(values, default=0.0), 0.0) or 1.0
-    v0, v1 = value_range or (0.0, top * 1.1)
+    v0, v1 = value.fixed or (0.0, top * 1.1)
     out: list[str]
     if horizontal:
         longest = max((len(lb) for lb in labels), default=4)
@@ -273,16 +316,16 @@ def bar_chart(
         out.append(f'<text class="label" x="{_r((plot_left + frame.right) / 2)}" '
                    f'y="{_r(frame.height - 8)}" text-anchor="middle">{escape(value_label)}'
                    "</text></g>")
-        for i, (label, value) in enumerate(zip(labels, values, strict=True)):
+        for i, (label, v) in enumerate(zip(labels, values, strict=True)):
             y = frame.top + i * row + 3
-            w = max(xv(value) - plot_left, 1.0)
+            w = max(xv(v) - plot_left, 1.0)
             out.append(f'<text class="tick" x="{_r(plot_left - 6)}" y="{_r(y + 12)}" '
                        f'text-anchor="end">{escape(label)}</text>')
             out.append(f'<rect class="mark bar" x="{_r(plot_left)}" y="{_r(y)}" '
                        f'width="{_r(w)}" height="{row - 6}"><title>{escape(label)}: '
-                       f"{escape(value_fmt(value))}</title></rect>")
+                       f"{escape(value_fmt(v))}</title></rect>")
             out.append(f'<text class="value" x="{_r(plot_left + w + 4)}" y="{_r(y + 12)}">'
-                       f"{escape(value_fmt(value))}</text>")
+                       f"{escape(value_fmt(v))}</text>")
     else:
         frame = Frame(0.0, float(n), v0, v1)
         out = _open(name, title, frame)
@@ -290,12 +333,12 @@ def bar_chart(
         every = max(1, math.ceil(n * 24 / (frame.right - frame.left)))
         out += _axes(frame, [], nice_ticks(v0, v1), short, value_fmt, category_label,
                      value_label)
-        for i, (label, value) in enumerate(zip(labels, values, strict=True)):
+        for i, (label, v) in enumerate(zip(labels, values, strict=True)):
             x = frame.left + i * slot + slot * 0.12
-            y = frame.y(max(value, v0))
+            y = frame.y(max(v, v0))
             out.append(f'<rect class="mark bar" x="{_r(x)}" y="{_r(y)}" '
                        f'width="{_r(slot * 0.76)}" height="{_r(max(frame.bottom - y, 0.5))}">'
-                       f"<title>{escape(label)}: {escape(value_fmt(value))}</title></rect>")
+                       f"<title>{escape(label)}: {escape(value_fmt(v))}</title></rect>")
             if i % every == 0:
                 out.append(f'<text class="tick" x="{_r(x + slot * 0.38)}" '
                            f'y="{_r(frame.bottom + 15)}" text-anchor="middle">{escape(label)}'
@@ -322,33 +365,26 @@ def _legend(frame: Frame, names: Sequence[str], at: str = "top") -> list[str]:
 def line_chart(
     name: str,
     title: str,
-    series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+    lines: Sequence[Line],
     *,
-    x_label: str,
-    y_label: str,
-    log_x: bool = False,
-    x_fmt: Formatter = short,
-    y_fmt: Formatter = short,
-    y_min: float | None = None,
-    y_max: float | None = None,
-    vlines: Sequence[tuple[float, str]] = (),
-    hlines: Sequence[tuple[float, str]] = (),
-    points: Sequence[tuple[float, float, str]] = (),
-    step: bool | Sequence[bool] = False,
-    bands: Sequence[Band] = (),
-    x_range: Range | None = None,
-    y_range: Range | None = None,
+    x: Axis,
+    y: Axis,
+    marks: Marks = NO_MARKS,
     legend_at: str = "top",
 ) -> str:
-    """One or more lines over a shared x axis, with labelled vertical and horizontal markers
-    and shaded x bands; `x_range`/`y_range` force the axes (two charts on shared axes)."""
-    xs = [x for _, sx, _ in series for x in sx if math.isfinite(x) and (not log_x or x > 0)]
-    ys = [y for _, _, sy in series for y in sy if math.isfinite(y)]
+    """One or more lines over a shared x axis, with the `marks` over them and a legend (at the
+    plot's "top" or "bottom" right) when there are two lines or more. The x axis reads its
+    label, format, log scale and `fixed` range; the y axis its label, format, `lo`, `hi` and
+    `fixed` range."""
+    log_x, x_fmt, y_fmt, y_min, y_max = x.log, x.fmt, y.fmt, y.lo, y.hi
+    vlines, hlines, points, bands = marks.vlines, marks.hlines, marks.points, marks.bands
+    xs = [v for line in lines for v in line.xs if math.isfinite(v) and (not log_x or v > 0)]
+    ys = [v for line in lines for v in line.ys if math.isfinite(v)]
     xs += [v for v, _ in vlines if math.isfinite(v) and (not log_x or v > 0)]
     ys += [v for v, _ in hlines if math.isfinite(v)]
     if not xs or not ys:
         xs, ys = [0.0, 1.0], [0.0, 1.0]
-    x0, x1 = x_range or (min(xs), max(xs))
+    x0, x1 = x.fixed or (min(xs), max(xs))
     if x1 <= x0:
         x1 = x0 * 10 if log_x else x0 + 1
     lo = min(ys) if y_min is None else y_min
@@ -356,40 +392,39 @@ def line_chart(
     if hi <= lo:
         hi = lo + 1
     hi += (hi - lo) * 0.05 if y_max is None else 0
-    if y_range is not None:
-        lo, hi = y_range
+    if y.fixed is not None:
+        lo, hi = y.fixed
     frame = Frame(x0, x1, lo, hi, log_x=log_x)
     x_ticks = log_ticks(x0, x1) if log_x else nice_ticks(x0, x1)
     out = _open(name, title, frame)
-    out += _axes(frame, x_ticks, nice_ticks(lo, hi), x_fmt, y_fmt, x_label, y_label)
+    out += _axes(frame, x_ticks, nice_ticks(lo, hi), x_fmt, y_fmt, x.label, y.label)
     out += _bands(frame, bands)
     for value, _ in hlines:
-        y = frame.y(value)
+        py = frame.y(value)
         out.append(f'<g class="marker"><line x1="{_r(frame.left)}" x2="{_r(frame.right)}" '
-                   f'y1="{_r(y)}" y2="{_r(y)}"/></g>')
-    for i, (label, sx, sy) in enumerate(series):
-        pts = [(frame.x(x), frame.y(y)) for x, y in zip(sx, sy, strict=True)
-               if math.isfinite(x) and math.isfinite(y) and (not log_x or x > 0)]
+                   f'y1="{_r(py)}" y2="{_r(py)}"/></g>')
+    for i, line in enumerate(lines):
+        pts = [(frame.x(vx), frame.y(vy)) for vx, vy in zip(line.xs, line.ys, strict=True)
+               if math.isfinite(vx) and math.isfinite(vy) and (not log_x or vx > 0)]
         if not pts:
             continue
-        stepped = step if isinstance(step, bool) else step[i]
         d = f"M{_r(pts[0][0])},{_r(pts[0][1])}"
         for qx, qy in pts[1:]:
-            d += f"H{_r(qx)}V{_r(qy)}" if stepped else f"L{_r(qx)},{_r(qy)}"
+            d += f"H{_r(qx)}V{_r(qy)}" if line.step else f"L{_r(qx)},{_r(qy)}"
         color = PALETTE[i % len(PALETTE)]
-        out.append(f'<path class="mark line" d="{d}" stroke="{color}"><title>{escape(label)}'
-                   "</title></path>")
+        out.append(f'<path class="mark line" d="{d}" stroke="{color}"><title>'
+                   f"{escape(line.label)}</title></path>")
     for value, label in hlines:  # over the lines, haloed, so that a busy series cannot hide them
         out.append(f'<g class="marker"><text x="{_r(frame.left + 4)}" '
                    f'y="{_r(frame.y(value) - 4)}">{escape(label)}</text></g>')
     for value, label in vlines:
         out += _vline(frame, value, label, label_dy=30)
-    for x, y, label in points:
-        if math.isfinite(x) and math.isfinite(y) and (not log_x or x > 0):
-            out.append(f'<circle class="mark point" cx="{_r(frame.x(x))}" cy="{_r(frame.y(y))}" '
-                       f'r="4"><title>{escape(label)}</title></circle>')
-    if len(series) > 1:
-        out += _legend(frame, [s[0] for s in series], legend_at)
+    for px, py, label in points:
+        if math.isfinite(px) and math.isfinite(py) and (not log_x or px > 0):
+            out.append(f'<circle class="mark point" cx="{_r(frame.x(px))}" '
+                       f'cy="{_r(frame.y(py))}" r="4"><title>{escape(label)}</title></circle>')
+    if len(lines) > 1:
+        out += _legend(frame, [line.label for line in lines], legend_at)
     out.append("</svg>")
     return "\n".join(out)
 
@@ -410,33 +445,31 @@ def histogram_chart(
     edges: Sequence[float],
     counts: Sequence[int],
     *,
-    x_label: str,
-    y_label: str = "requests",
-    x_fmt: Formatter = short,
+    x: Axis,
+    y: Axis = COUNT_AXIS,
     vlines: Sequence[tuple[float, str]] = (),
-    log_x: bool = False,
-    x_range: Range | None = None,
-    y_range: Range | None = None,
 ) -> str:
-    """Bars of a histogram (log-spaced bins on a log x axis when `log_x`); each bar's tooltip
-    gives its range and count. `x_range`/`y_range` force the axes."""
+    """Bars of a histogram (log-spaced bins on a log x axis when `x.log`), with labelled
+    vertical lines; each bar's tooltip gives its range and count. Each axis reads its label,
+    format and `fixed` range (else its own, `histogram_axes`); x also its log scale."""
+    log_x, x_fmt = x.log, x.fmt
     own_x, own_y = histogram_axes(edges, counts, log_x)
-    x0, x1 = x_range or own_x
+    x0, x1 = x.fixed or own_x
     if log_x and x0 <= 0:
         x0 = own_x[0]
     if x1 <= x0:
         x1 = x0 * 10 if log_x else x0 + 1
-    y0, y1 = y_range or own_y
+    y0, y1 = y.fixed or own_y
     frame = Frame(x0, x1, y0, y1, log_x=log_x)
     out = _open(name, title, frame)
     x_ticks = log_ticks(x0, x1) if log_x else nice_ticks(x0, x1)
-    out += _axes(frame, x_ticks, nice_ticks(y0, y1), x_fmt, short, x_label, y_label)
+    out += _axes(frame, x_ticks, nice_ticks(y0, y1), x_fmt, y.fmt, x.label, y.label)
     for lo_e, hi_e, c in zip(edges, edges[1:], counts, strict=False):
         # at least 2 px: a bin narrow on a shared axis (one value in a run) stays visible
-        x, w = frame.x(lo_e), max(frame.x(hi_e) - frame.x(lo_e) - 1, 2.0)
-        y = frame.y(c)
-        out.append(f'<rect class="mark bar" x="{_r(x)}" y="{_r(y)}" width="{_r(w)}" '
-                   f'height="{_r(frame.bottom - y)}"><title>{escape(x_fmt(lo_e))}–'
+        px, w = frame.x(lo_e), max(frame.x(hi_e) - frame.x(lo_e) - 1, 2.0)
+        py = frame.y(c)
+        out.append(f'<rect class="mark bar" x="{_r(px)}" y="{_r(py)}" width="{_r(w)}" '
+                   f'height="{_r(frame.bottom - py)}"><title>{escape(x_fmt(lo_e))}–'
                    f"{escape(x_fmt(hi_e))}: {c:,}</title></rect>")
     for i, (value, label) in enumerate(vlines):  # staggered: close lines keep both labels
         out += _vline(frame, value, label, label_dy=12 + 13 * i)

@@ -4,10 +4,8 @@ A sparkline maps each value to one of eight block characters (▁▂▃▄▅▆
 the output cannot encode them), scaled so the largest value drawn is the full block and a
 zero is a blank; a value above zero is never blank. Every chart fits the width it is given.
 
-The numbers come from the cores (`profile/workload_figures.py` for arrivals and lengths,
-`profile/figures.py:kv_series` for KV over time, the prefix-reuse overview for the capacity
-points); the command puts them in `Report.charts` only when the console will draw them, so the
-JSON and Markdown outputs never carry them.
+The numbers are a report's `charts` (`data/charts.py:TerminalCharts`), which a command fills
+only when the console will draw them, so the JSON and Markdown outputs never carry them.
 """
 
 from __future__ import annotations
@@ -15,33 +13,18 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from yaotu_trace.data.charts import TerminalCharts
+from yaotu_trace.data.figures import Series
+from yaotu_trace.data.prefix_reuse import ReuseOverview
+from yaotu_trace.data.workload_figures import ArrivalSeries, LengthDistribution
 from yaotu_trace.render import fmt
-
-if TYPE_CHECKING:
-    from yaotu_trace.prefix.overview import ReuseOverview
-    from yaotu_trace.profile.figures import Series
-    from yaotu_trace.profile.workload_figures import ArrivalSeries, LengthDistribution
 
 UNICODE_LEVELS = "▁▂▃▄▅▆▇█"
 ASCII_LEVELS = ".:-=+*#@"
 INDENT = "  "
 # Columns a length histogram gives each of its bins at most: wide enough to read, compact.
 COLUMNS_PER_BIN = 2
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TerminalCharts:
-    """What the console draws as pictures; a None chart is left out (its table still shows
-    the numbers)."""
-
-    arrivals: ArrivalSeries | None = None
-    prompt_len: LengthDistribution | None = None
-    output_len: LengthDistribution | None = None
-    capacity: ReuseOverview | None = None
-    kv: Series | None = None
 
 
 def wrap(line: str, width: int) -> list[str]:

@@ -4,13 +4,17 @@ the work it added relative to the first scenario (cost-model §8).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim.scenario import Scenario
 from yaotu_trace.sim.summary import SimulationSummary, run_scenario
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.steplog import StepLog
 
 LEDGER_METRICS: tuple[tuple[str, str, str], ...] = (
     # (field of WorkLedger, label, unit) — lower is less work
@@ -28,7 +32,7 @@ LEDGER_METRICS: tuple[tuple[str, str, str], ...] = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LedgerEntry:
+class ScenarioChange:
     """One quantity a remedy changed, relative to the baseline scenario."""
 
     metric: str
@@ -45,8 +49,8 @@ class RemedyLedger:
 
     scenario: str
     baseline: str
-    saved: tuple[LedgerEntry, ...]
-    added: tuple[LedgerEntry, ...]
+    saved: tuple[ScenarioChange, ...]
+    added: tuple[ScenarioChange, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,26 +63,28 @@ class ComparisonSection:
 
 def ledger(baseline: SimulationSummary, other: SimulationSummary) -> RemedyLedger:
     """Split the work quantities that changed into saved (lower) and added (higher)."""
-    saved: list[LedgerEntry] = []
-    added: list[LedgerEntry] = []
+    saved: list[ScenarioChange] = []
+    added: list[ScenarioChange] = []
     for name, label, unit in LEDGER_METRICS:
         base = float(getattr(baseline.work, name))
         value = float(getattr(other.work, name))
         change = value - base
         if change == 0 or (base and abs(change) / abs(base) < 1e-9):
             continue
-        entry = LedgerEntry(metric=label, unit=unit, baseline=base, value=value, change=change,
+        entry = ScenarioChange(metric=label, unit=unit, baseline=base, value=value, change=change,
                             change_ratio=change / base if base else None)
         (saved if change < 0 else added).append(entry)
     return RemedyLedger(scenario=other.scenario, baseline=baseline.scenario,
                         saved=tuple(saved), added=tuple(added))
 
 
-def compare(trace: Trace, scenarios: list[Scenario],
-            progress: Callable[[str, float], None] | None = None) -> ComparisonSection:
+def compare_scenarios(trace: Trace, scenarios: list[Scenario],
+            progress: Callable[[str, float], None] | None = None,
+            step_logs: Mapping[str, StepLog] | None = None) -> ComparisonSection:
     """Run every scenario on the same request chain; the first one is the baseline.
 
-    `progress(stage, share_done)` is told before each scenario runs (the CLI draws a bar).
+    `progress(stage, share_done)` is told before each scenario runs (the CLI draws a bar);
+    `step_logs` holds the step logs the scenarios' `calibrate` name, by path.
     """
     if len(scenarios) < 2:
         raise ConfigError("compare needs at least two scenarios (--scenario a.toml "
@@ -90,7 +96,7 @@ def compare(trace: Trace, scenarios: list[Scenario],
     for k, s in enumerate(scenarios):
         if progress is not None:
             progress(f"scenario {s.name}", k / len(scenarios))
-        runs.append(run_scenario(trace, s).summary)
+        runs.append(run_scenario(trace, s, step_logs).summary)
     summaries = tuple(runs)
     ledgers = tuple(ledger(summaries[0], s) for s in summaries[1:])
     return ComparisonSection(scenarios=summaries, ledgers=ledgers)

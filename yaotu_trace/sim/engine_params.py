@@ -58,7 +58,8 @@ class StepCostParams(NamedTuple):
 
 
 def engine_params(config: SimConfig, token_budget: int) -> EngineParams:
-    """The loop's view of `config`; `token_budget` is the per-step budget `simulate` settled."""
+    """The loop's view of `config`; `token_budget` is the per-step budget `simulate_requests`
+    settled."""
     usable = config.kv_blocks - 1
     # NOTE: every field is converted to its declared type, so numba compiles (and caches) one
     # signature whatever numeric types the caller passed.

@@ -1,9 +1,9 @@
 """Deterministic synthetic request traces: named scenarios of prefix reuse and arrival shape.
 
-`generate(options)` returns a canonical request table (token ids, lengths, arrivals, tenant,
-session, model); the caller writes it with `data.canonical.write_trace`. The same options and
-seed always give the same table: one `numpy.random.Generator(PCG64(seed))` drives every draw,
-in a fixed order, and nothing reads the clock.
+`generate_requests(options)` returns a canonical request table (token ids, lengths, arrivals,
+tenant, session, model); the caller writes it with `data.canonical.write_trace`. The same
+options and seed always give the same table: one `numpy.random.Generator(PCG64(seed))` drives
+every draw, in a fixed order, and nothing reads the clock.
 
 Shapes follow the public traces: Azure LLM inference 2023 conversation and code lengths (prompt
 median ~1,000 / ~1,500 tokens, code output median 13), Azure code burstiness (interarrival CV 13
@@ -21,8 +21,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from yaotu_trace.data.schema import RawTrace, normalize
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.sim.workloads import DEFAULT_MODEL, Scenario
+from yaotu_trace.prefix import memory
+from yaotu_trace.sim.scenario import Scenario
+from yaotu_trace.sim.summary import run_scenario
+from yaotu_trace.sim.workloads import DEFAULT_MODEL, WorkloadKind
 
 # Llama 3 has 128,256 ids; the top 256 are special tokens, which prompts here never contain.
 VOCAB_SIZE: Final = 128_000
@@ -34,56 +38,56 @@ ARRIVAL_DECIMALS: Final = 6
 
 
 # One line per scenario: what it models and the property the tests pin.
-SCENARIOS: Final[Mapping[Scenario, str]] = {
-    Scenario.CHAT: (
+SCENARIOS: Final[Mapping[WorkloadKind, str]] = {
+    WorkloadKind.CHAT: (
         "multi-turn chat: each turn's prompt is the previous prompt + its output + a new user "
         "message; a few system prompts per tenant; Poisson session starts"
     ),
-    Scenario.MULTI_TENANT: (
+    WorkloadKind.MULTI_TENANT: (
         "single-turn requests from several tenants; some system prompts are identical across "
         "tenants (tenant isolation forfeits that reuse), others are tenant-specific"
     ),
-    Scenario.RAG: (
+    WorkloadKind.RAG: (
         "retrieval-augmented prompts: a tenant system prompt + popular shared documents in varied "
         "order + a question, so much reuse is not a prefix"
     ),
-    Scenario.BURSTY: (
+    WorkloadKind.BURSTY: (
         "code completion with on/off bursty arrivals (interarrival CV ~5, like Azure 2023 code): "
         "requests in a burst share a file context; short outputs"
     ),
-    Scenario.AGENTIC: (
+    WorkloadKind.AGENTIC: (
         "agent loops: a large per-tenant tools prompt, then each step appends the previous "
         "output and a tool result, so contexts grow to tens of thousands of tokens"
     ),
-    Scenario.LONG_PREFILL: (
+    WorkloadKind.LONG_PREFILL: (
         "a mix of long-document prompts (Mooncake-like, up to 120k tokens, some asked about "
         "twice) and short prompts with long streaming decodes"
     ),
-    Scenario.DIAG_HEALTHY: (
+    WorkloadKind.DIAG_HEALTHY: (
         "diagnosis fixture, simulated: moderate Poisson load on a roomy engine with prefix "
         "caching and chunked prefill; no axis is a bottleneck"
     ),
-    Scenario.DIAG_BURST: (
+    WorkloadKind.DIAG_BURST: (
         "diagnosis fixture, simulated: steady load, then a burst far above what the engine's "
         "seats serve; queueing from an arrival burst"
     ),
-    Scenario.DIAG_DISPATCH: (
+    WorkloadKind.DIAG_DISPATCH: (
         "diagnosis fixture, simulated: host work that does not overlap the GPU idles it "
         "between steps while requests wait; queueing from dispatch overhead"
     ),
-    Scenario.DIAG_KV_CHURN: (
+    WorkloadKind.DIAG_KV_CHURN: (
         "diagnosis fixture, simulated: a KV pool too small for the concurrency; long outputs "
         "preempt and recompute again and again"
     ),
-    Scenario.DIAG_LONG_PREFILL: (
+    WorkloadKind.DIAG_LONG_PREFILL: (
         "diagnosis fixture, simulated: long prompts prefilled without chunking stall the "
         "streaming decodes of short requests"
     ),
-    Scenario.DIAG_PREFIX_RECOMPUTE: (
+    WorkloadKind.DIAG_PREFIX_RECOMPUTE: (
         "diagnosis fixture, simulated: every request starts with one long system prompt but "
         "the engine's cache keys never match, so it is prefilled again and again"
     ),
-    Scenario.DIAG_MINUTE_BURST: (
+    WorkloadKind.DIAG_MINUTE_BURST: (
         "diagnosis fixture, simulated: Poisson load at about half of what the engine serves, "
         "plus one minute at twice it; the queue grows only in that minute"
     ),
@@ -99,20 +103,20 @@ class ScenarioDefaults:
     tenants: int
 
 
-DEFAULTS: Final[Mapping[Scenario, ScenarioDefaults]] = {
-    Scenario.CHAT: ScenarioDefaults(requests=1000, rate_per_s=5.0, tenants=4),
-    Scenario.MULTI_TENANT: ScenarioDefaults(requests=1000, rate_per_s=5.0, tenants=16),
-    Scenario.RAG: ScenarioDefaults(requests=1000, rate_per_s=4.0, tenants=2),
-    Scenario.BURSTY: ScenarioDefaults(requests=1000, rate_per_s=2.5, tenants=3),
-    Scenario.AGENTIC: ScenarioDefaults(requests=300, rate_per_s=1.0, tenants=2),
-    Scenario.LONG_PREFILL: ScenarioDefaults(requests=500, rate_per_s=3.4, tenants=3),
-    Scenario.DIAG_HEALTHY: ScenarioDefaults(requests=240, rate_per_s=4.0, tenants=2),
-    Scenario.DIAG_BURST: ScenarioDefaults(requests=240, rate_per_s=2.0, tenants=2),
-    Scenario.DIAG_DISPATCH: ScenarioDefaults(requests=240, rate_per_s=4.0, tenants=2),
-    Scenario.DIAG_KV_CHURN: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=2),
-    Scenario.DIAG_LONG_PREFILL: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=2),
-    Scenario.DIAG_PREFIX_RECOMPUTE: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=1),
-    Scenario.DIAG_MINUTE_BURST: ScenarioDefaults(requests=2200, rate_per_s=2.8, tenants=2),
+DEFAULTS: Final[Mapping[WorkloadKind, ScenarioDefaults]] = {
+    WorkloadKind.CHAT: ScenarioDefaults(requests=1000, rate_per_s=5.0, tenants=4),
+    WorkloadKind.MULTI_TENANT: ScenarioDefaults(requests=1000, rate_per_s=5.0, tenants=16),
+    WorkloadKind.RAG: ScenarioDefaults(requests=1000, rate_per_s=4.0, tenants=2),
+    WorkloadKind.BURSTY: ScenarioDefaults(requests=1000, rate_per_s=2.5, tenants=3),
+    WorkloadKind.AGENTIC: ScenarioDefaults(requests=300, rate_per_s=1.0, tenants=2),
+    WorkloadKind.LONG_PREFILL: ScenarioDefaults(requests=500, rate_per_s=3.4, tenants=3),
+    WorkloadKind.DIAG_HEALTHY: ScenarioDefaults(requests=240, rate_per_s=4.0, tenants=2),
+    WorkloadKind.DIAG_BURST: ScenarioDefaults(requests=240, rate_per_s=2.0, tenants=2),
+    WorkloadKind.DIAG_DISPATCH: ScenarioDefaults(requests=240, rate_per_s=4.0, tenants=2),
+    WorkloadKind.DIAG_KV_CHURN: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=2),
+    WorkloadKind.DIAG_LONG_PREFILL: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=2),
+    WorkloadKind.DIAG_PREFIX_RECOMPUTE: ScenarioDefaults(requests=200, rate_per_s=2.0, tenants=1),
+    WorkloadKind.DIAG_MINUTE_BURST: ScenarioDefaults(requests=2200, rate_per_s=2.8, tenants=2),
 }
 
 
@@ -120,20 +124,20 @@ DEFAULTS: Final[Mapping[Scenario, ScenarioDefaults]] = {
 # the writer's buffers), so the need grows with the count. Peak bytes per request and per tenant
 # were measured on this generator (peak RSS at 4,000 against 200 requests, and at 5,000 against
 # 1 tenant) and doubled for allocator slack and longer-tailed draws.
-BYTES_PER_REQUEST: Final[Mapping[Scenario, int]] = {
-    Scenario.CHAT: 72_000,
-    Scenario.MULTI_TENANT: 64_000,
-    Scenario.RAG: 96_000,
-    Scenario.BURSTY: 80_000,
-    Scenario.AGENTIC: 1_600_000,
-    Scenario.LONG_PREFILL: 400_000,
-    Scenario.DIAG_HEALTHY: 64_000,
-    Scenario.DIAG_BURST: 64_000,
-    Scenario.DIAG_DISPATCH: 64_000,
-    Scenario.DIAG_KV_CHURN: 64_000,
-    Scenario.DIAG_LONG_PREFILL: 160_000,
-    Scenario.DIAG_PREFIX_RECOMPUTE: 224_000,
-    Scenario.DIAG_MINUTE_BURST: 64_000,
+BYTES_PER_REQUEST: Final[Mapping[WorkloadKind, int]] = {
+    WorkloadKind.CHAT: 72_000,
+    WorkloadKind.MULTI_TENANT: 64_000,
+    WorkloadKind.RAG: 96_000,
+    WorkloadKind.BURSTY: 80_000,
+    WorkloadKind.AGENTIC: 1_600_000,
+    WorkloadKind.LONG_PREFILL: 400_000,
+    WorkloadKind.DIAG_HEALTHY: 64_000,
+    WorkloadKind.DIAG_BURST: 64_000,
+    WorkloadKind.DIAG_DISPATCH: 64_000,
+    WorkloadKind.DIAG_KV_CHURN: 64_000,
+    WorkloadKind.DIAG_LONG_PREFILL: 160_000,
+    WorkloadKind.DIAG_PREFIX_RECOMPUTE: 224_000,
+    WorkloadKind.DIAG_MINUTE_BURST: 64_000,
 }
 # Each tenant's own system prompts, documents or tool prompts (rag and agentic: ~80 kB, doubled).
 BYTES_PER_TENANT: Final = 160_000
@@ -158,14 +162,14 @@ ENGINE_MODEL: Final = "Llama-3.1-8B"
 ENGINE_GPU: Final = "H100-SXM"
 ENGINE_BLOCK_SIZE_TOKENS: Final = 16
 # NOTE: each setup produces exactly one problem on its scenario's requests (docs/diagnose.md).
-ENGINES: Final[Mapping[Scenario, EngineSetup]] = {
-    Scenario.DIAG_HEALTHY: EngineSetup(max_num_seqs=64),
-    Scenario.DIAG_BURST: EngineSetup(max_num_seqs=16),
-    Scenario.DIAG_DISPATCH: EngineSetup(max_num_seqs=16, host_gap_ms=40.0),
-    Scenario.DIAG_KV_CHURN: EngineSetup(kv_blocks=320),
-    Scenario.DIAG_LONG_PREFILL: EngineSetup(chunked_prefill=False),
-    Scenario.DIAG_PREFIX_RECOMPUTE: EngineSetup(prefix_caching=False, chunked_prefill=False),
-    Scenario.DIAG_MINUTE_BURST: EngineSetup(max_num_seqs=16),
+ENGINES: Final[Mapping[WorkloadKind, EngineSetup]] = {
+    WorkloadKind.DIAG_HEALTHY: EngineSetup(max_num_seqs=64),
+    WorkloadKind.DIAG_BURST: EngineSetup(max_num_seqs=16),
+    WorkloadKind.DIAG_DISPATCH: EngineSetup(max_num_seqs=16, host_gap_ms=40.0),
+    WorkloadKind.DIAG_KV_CHURN: EngineSetup(kv_blocks=320),
+    WorkloadKind.DIAG_LONG_PREFILL: EngineSetup(chunked_prefill=False),
+    WorkloadKind.DIAG_PREFIX_RECOMPUTE: EngineSetup(prefix_caching=False, chunked_prefill=False),
+    WorkloadKind.DIAG_MINUTE_BURST: EngineSetup(max_num_seqs=16),
 }
 
 
@@ -173,7 +177,7 @@ ENGINES: Final[Mapping[Scenario, EngineSetup]] = {
 class GenerateOptions:
     """What to generate. `None` means the scenario's default (see `DEFAULTS`)."""
 
-    scenario: Scenario
+    scenario: WorkloadKind
     seed: int = 0
     requests: int | None = None
     rate_per_s: float | None = None
@@ -198,11 +202,9 @@ class GenerateOptions:
         return ScenarioDefaults(requests=requests, rate_per_s=rate_per_s, tenants=tenants)
 
 
-def _check_size(scenario: Scenario, requests: int, tenants: int) -> None:
+def _check_size(scenario: WorkloadKind, requests: int, tenants: int) -> None:
     """Refuse, before any draw, a count the machine cannot hold: otherwise the generator would
     grow until the kernel kills it (or, past 2**63, loop without end)."""
-    from yaotu_trace.prefix.memory import available_bytes
-
     if requests >= 2**63:
         raise ConfigError(f"--requests {requests}: beyond the 64-bit range of a count; a trace "
                           f"holds at most {MAX_REQUESTS:,} requests")
@@ -211,7 +213,7 @@ def _check_size(scenario: Scenario, requests: int, tenants: int) -> None:
     per_request = BYTES_PER_REQUEST[scenario]
     for_tenants = tenants * BYTES_PER_TENANT
     needed = requests * per_request + for_tenants
-    available = available_bytes()
+    available = memory.available_bytes()
     if available is not None and needed > available:
         if for_tenants >= available:
             option = f"--tenants {tenants}"
@@ -645,33 +647,33 @@ def _diag_prefix_recompute(draw: _Draw, n: int, rate_per_s: float, tenants: int
 Builder = Callable[[_Draw, int, float, int], list[_Request]]
 
 
-def _builder(scenario: Scenario) -> Builder:
+def _builder(scenario: WorkloadKind) -> Builder:
     match scenario:
-        case Scenario.CHAT:
+        case WorkloadKind.CHAT:
             return _chat
-        case Scenario.MULTI_TENANT:
+        case WorkloadKind.MULTI_TENANT:
             return _multi_tenant
-        case Scenario.RAG:
+        case WorkloadKind.RAG:
             return _rag
-        case Scenario.BURSTY:
+        case WorkloadKind.BURSTY:
             return _bursty
-        case Scenario.AGENTIC:
+        case WorkloadKind.AGENTIC:
             return _agentic
-        case Scenario.LONG_PREFILL:
+        case WorkloadKind.LONG_PREFILL:
             return _long_prefill
-        case Scenario.DIAG_HEALTHY:
+        case WorkloadKind.DIAG_HEALTHY:
             return _diag_healthy
-        case Scenario.DIAG_BURST:
+        case WorkloadKind.DIAG_BURST:
             return _diag_burst
-        case Scenario.DIAG_DISPATCH:
+        case WorkloadKind.DIAG_DISPATCH:
             return _diag_dispatch
-        case Scenario.DIAG_KV_CHURN:
+        case WorkloadKind.DIAG_KV_CHURN:
             return _diag_kv_churn
-        case Scenario.DIAG_LONG_PREFILL:
+        case WorkloadKind.DIAG_LONG_PREFILL:
             return _diag_long_prefill
-        case Scenario.DIAG_PREFIX_RECOMPUTE:
+        case WorkloadKind.DIAG_PREFIX_RECOMPUTE:
             return _diag_prefix_recompute
-        case Scenario.DIAG_MINUTE_BURST:
+        case WorkloadKind.DIAG_MINUTE_BURST:
             return _diag_minute_burst
         case _:
             assert_never(scenario)
@@ -688,7 +690,7 @@ def _list_column(arrays: list[np.ndarray]) -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(arr))
 
 
-def generate(options: GenerateOptions) -> pd.DataFrame:
+def generate_requests(options: GenerateOptions) -> pd.DataFrame:
     """Generate the scenario's canonical request table, sorted by arrival.
 
     Columns: request_id, arrival_s (s from the first request), tenant, model, session_id,
@@ -710,12 +712,9 @@ def generate_with_steps(options: GenerateOptions) -> tuple[pd.DataFrame, pd.Data
     setup = ENGINES.get(options.scenario)
     if setup is None:
         return table, None
-    from yaotu_trace.data.schema import RawTrace, normalize
-    from yaotu_trace.sim.scenario import Scenario as SimScenario
-    from yaotu_trace.sim.summary import run_scenario
 
     trace = normalize(RawTrace(requests=table, format_name="canonical"), "generated")
-    run = run_scenario(trace, SimScenario(
+    run = run_scenario(trace, Scenario(
         name=options.scenario.value, model=ENGINE_MODEL, gpu=ENGINE_GPU,
         block_size=ENGINE_BLOCK_SIZE_TOKENS, kv_blocks=setup.kv_blocks,
         max_num_seqs=setup.max_num_seqs,

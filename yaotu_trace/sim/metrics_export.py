@@ -1,6 +1,6 @@
 """The Prometheus export a vLLM engine would have given for a run: `trace simulate
 --metrics-out FILE`, in the long CSV shape `--metrics` reads (`timestamp, metric, labels,
-value`; `yaotu_trace.ingest.metrics`).
+value`; `yaotu_trace.ingest.telemetry.metrics`).
 
 Everything is computed from the run's two tables, so a real step log and request table give
 an export too: the step log (instance, start_s, end_s, num_running, num_waiting,

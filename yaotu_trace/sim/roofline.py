@@ -8,7 +8,7 @@ read through `ingest` on first use).
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from yaotu_trace.catalog.models import ModelSpec
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.sim.config import SchedulerKind, StepCost
 from yaotu_trace.sim.run import CalibrationFit, fit_step_cost
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.steplog import StepLog
 
 DEFAULT_ACTIVATION_GIB = 2.0  # per GPU: peak activations + CUDA graphs [proposed default]
 
@@ -97,17 +100,16 @@ def step_cost_for(model: ModelSpec, gpu: GpuSpec, *, tp: int, mfu: float, mbu: f
     )
 
 
-def calibrate_from(path: Path, block_size: int) -> CalibrationFit:
+def calibrate_from(log: StepLog, block_size: int) -> CalibrationFit:
     """Fit `a + b·prefill_tokens + c·Σcontext` on a real step log (Σcontext: KV in use).
 
-    The log is read whole, even a Parquet log in start order that other commands stream: the
+    The log is taken whole, even a Parquet log in start order that other commands stream: the
     least-squares fit takes every step at once.
     """
-    from yaotu_trace.ingest import read_steps
-
-    steps = read_steps(path, "--calibrate").frame()
+    steps = log.frame()
     if "prefill_tokens" not in steps.columns:
-        raise ConfigError(f"{path}: --calibrate needs a 'prefill_tokens' column in the step log")
+        raise ConfigError(f"{log.path}: --calibrate needs a 'prefill_tokens' column in the step "
+                          "log")
     duration = (steps["end_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
     prefill = steps["prefill_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     if "kv_blocks_used" in steps.columns and steps["kv_blocks_used"].notna().any():

@@ -1,35 +1,22 @@
-"""The simulator's entry points, `simulate` and `fit_step_cost`; `yaotu_trace.sim` says what
-they take and return."""
+"""The simulator's entry points, `simulate_requests` and `fit_step_cost`; `yaotu_trace.sim` says
+what they take and return."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from yaotu_trace.errors import ConfigError, ResourceLimitError
-from yaotu_trace.sim.config import ROUTE_CODES, RoutePolicy, SchedulerKind, SimConfig, StepCost
+from yaotu_trace.sim.config import RoutePolicy, SimConfig, StepCost
 from yaotu_trace.sim.engine_params import engine_params, step_cost_params
 
 if TYPE_CHECKING:
     from yaotu_trace.sim.engine import Inputs
 
 _MAX_MAP_BYTES = 16 * 2**30  # identity → block maps, one int32 per identity and instance
-
-__all__ = [
-    "ROUTE_CODES",
-    "CalibrationFit",
-    "RequestArrays",
-    "RoutePolicy",
-    "SchedulerKind",
-    "SimConfig",
-    "SimResult",
-    "StepCost",
-    "fit_step_cost",
-    "simulate",
-    "step_cost_params",
-]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,8 +201,8 @@ def simulate_stage() -> str:
     """What a progress line should say of the run about to start: a fresh install compiles the
     engine loop first (about 20 s, once; numba caches it on disk), and a bar standing still
     that long with no word looks hung."""
-    import pickle
-
+    # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
+    # fitting a step time imports this module without it.
     from yaotu_trace.sim.engine import simulate_cluster
 
     try:  # numba's cache index: empty until the loop is compiled for this source and version
@@ -225,8 +212,10 @@ def simulate_stage() -> str:
     return "simulating" if cached else COMPILING_STAGE
 
 
-def simulate(requests: RequestArrays, config: SimConfig) -> SimResult:
+def simulate_requests(requests: RequestArrays, config: SimConfig) -> SimResult:
     """Run `requests` through the modelled cluster under `config` (deterministic)."""
+    # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
+    # fitting a step time imports this module without it.
     from yaotu_trace.sim.engine import simulate_cluster
 
     keep, runnable = _runnable(requests, config)
@@ -265,6 +254,8 @@ def _runnable(requests: RequestArrays, config: SimConfig) -> tuple[np.ndarray, R
 
 def _engine_inputs(runnable: RequestArrays, config: SimConfig) -> Inputs:
     """The compiled loop's `Inputs`, once the cache maps and pools are known to fit."""
+    # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
+    # fitting a step time imports this module without it.
     from yaotu_trace.sim.engine import Inputs
 
     out_len = runnable.output_tokens

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS, GpuSpec, find_gpu
 from yaotu_trace.catalog.models import ModelSpec, find_model, kv_bytes_per_token, parse_kv_dtype
@@ -27,6 +27,9 @@ from yaotu_trace.sim.roofline import (
     step_cost_for,
 )
 from yaotu_trace.sim.run import CalibrationFit
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.steplog import StepLog
 
 # Proposed defaults (cost-model §2.4 "Realistic efficiency factors" and §3.3).
 DEFAULT_MFU = 0.5
@@ -82,16 +85,16 @@ _SCENARIO_KEYS = {f.name for f in fields(Scenario)}
 MAX_KV_BLOCKS = 10**7
 MAX_CLUSTER_BLOCKS = 2**27
 MAX_INSTANCES = 10**4
-MAX_COUNT = 2**31 - 1  # seats, token budgets, thresholds, block size: the engine's int range
+MAX_ENGINE_INT = 2**31 - 1  # seats, token budgets, thresholds, block size: the engine's int range
 
 # Every numeric option: (lowest, highest, whether the lowest is allowed). Checked the same way
 # for the command line (`check_scenario`, exit 2) and a scenario file (`load_scenario`, exit 3).
 _RANGES: dict[str, tuple[float, float, bool]] = {
     "kv_blocks": (2, MAX_KV_BLOCKS, True),
     "block_size": (1, MAX_BLOCK_TOKENS, True),
-    "max_num_seqs": (1, MAX_COUNT, True),
-    "max_batched_tokens": (1, MAX_COUNT, True),
-    "long_prefill_token_threshold": (0, MAX_COUNT, True),
+    "max_num_seqs": (1, MAX_ENGINE_INT, True),
+    "max_batched_tokens": (1, MAX_ENGINE_INT, True),
+    "long_prefill_token_threshold": (0, MAX_ENGINE_INT, True),
     "instances": (1, MAX_INSTANCES, True),
     "tp": (1, 1024, True),
     "link_gbps": (0, 1e9, False),
@@ -138,7 +141,8 @@ def _float(value: float) -> float:
 
 def check_scenario(scenario: Scenario) -> Scenario:
     """Check every option a scenario sets against its range; a `ConfigError` (a usage error)
-    names the option. The CLI's simulate and compare options go through here via `resolve`."""
+    names the option. The CLI's simulate and compare options go through here via
+    `resolve_scenario`."""
     for name in _RANGES:
         value = getattr(scenario, name)
         if value is None:
@@ -282,10 +286,12 @@ def _choice(enum: type[SchedulerKind] | type[RoutePolicy], value: str, option: s
                           f"{', '.join(e.value for e in enum)}") from exc
 
 
-def resolve(scenario: Scenario) -> ResolvedScenario:
+def resolve_scenario(scenario: Scenario, step_logs: Mapping[str, StepLog] | None = None
+            ) -> ResolvedScenario:
     """Resolve a scenario's options into a `SimConfig` (defaults from the catalogs).
 
     An option given as 0 is checked like any other value, never replaced by its default.
+    `step_logs` holds the step log that `calibrate` names, read by the command, by its path.
     """
     check_scenario(scenario)
     if scenario.model is None:
@@ -312,7 +318,11 @@ def resolve(scenario: Scenario) -> ResolvedScenario:
     budget_default, seqs_default = batch_defaults(gpu, tp, scheduler)
     calibration = None
     if scenario.calibrate is not None:
-        calibration = calibrate_from(Path(scenario.calibrate), block_size)
+        log = (step_logs or {}).get(scenario.calibrate)
+        if log is None:
+            raise ValueError(f"--calibrate {scenario.calibrate}: pass the step log it names, "
+                             "read by the command, in `step_logs`")
+        calibration = calibrate_from(log, block_size)
         cost = replace(calibration.step_cost(kv_b), host_gap_s=host_gap_ms / 1e3)
     else:
         cost = step_cost_for(model, gpu, tp=tp, mfu=_given(scenario.mfu, DEFAULT_MFU),

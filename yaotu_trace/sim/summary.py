@@ -6,19 +6,22 @@ The simulator's modules that touch pandas and pyarrow (`sim.compare` builds on t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.data.report import Distribution
-from yaotu_trace.data.schema import Trace
-from yaotu_trace.data.steplog import STEP_COLUMNS
+from yaotu_trace.data.schema import CANONICAL_COLUMNS, Trace
+from yaotu_trace.data.steplog import STEP_COLUMNS, StepLog
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.prepare import prepare
+from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.sim.config import RoutePolicy, SimConfig
-from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate
-from yaotu_trace.sim.scenario import ResolvedScenario, Scenario, resolve
+from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate_requests
+from yaotu_trace.sim.scenario import ResolvedScenario, Scenario, resolve_scenario
 
 TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
                   "num_preemptions", "cached_tokens", "instance", "prefill_instance",
@@ -27,9 +30,6 @@ TIMING_COLUMNS = ("scheduled_s", "first_token_s", "finish_s", "token_times_s",
 
 def request_arrays(trace: Trace, block_size: int) -> tuple[RequestArrays, list[str]]:
     """The simulator's requests, with chain ids when the trace carries prompt content."""
-    from yaotu_trace.prefix.prepare import prepare
-    from yaotu_trace.prefix.rules import rules_for
-
     df = trace.requests
     arrival = df["arrival_s"].to_numpy(dtype=np.float64)
     prompt = df["prompt_len"].to_numpy(dtype=np.int64)
@@ -83,8 +83,6 @@ def _trace_instances(trace: Trace) -> tuple[np.ndarray | None, tuple[str, ...]]:
 def _fit_trace_route(resolved: ResolvedScenario, requests: RequestArrays,
                      scenario: Scenario) -> ResolvedScenario:
     """Under `--route trace` the cluster has the trace's instances (its `instance` column)."""
-    from dataclasses import replace
-
     names = requests.instance_names
     if resolved.config.route is not RoutePolicy.TRACE:
         return resolved
@@ -224,7 +222,6 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         # too); a table whose every request ran keeps its columns as they were.
         df["status"] = pd.Series(np.where(ran, "ok", "rejected"), dtype="string")
         df["error"] = pd.Series(REJECTED_ERROR, index=df.index, dtype="string").mask(ran)
-    from yaotu_trace.data.schema import CANONICAL_COLUMNS
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]
     steps = pd.DataFrame({
@@ -333,7 +330,7 @@ def _per_instance(result: SimResult, makespan: float | None) -> tuple[InstanceLo
     return tuple(per_instance)
 
 
-def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
+def summarize_run(trace: Trace, resolved: ResolvedScenario, result: SimResult,
               notes: list[str]) -> SimulationSummary:
     """Latency percentiles, throughput and the work ledger of one simulated run."""
     cfg = resolved.config
@@ -379,12 +376,14 @@ def summarize(trace: Trace, resolved: ResolvedScenario, result: SimResult,
     )
 
 
-def run_scenario(trace: Trace, scenario: Scenario) -> SimRun:
-    """Resolve, simulate and tabulate one scenario on `trace`."""
-    resolved = resolve(scenario)
+def run_scenario(trace: Trace, scenario: Scenario,
+                 step_logs: Mapping[str, StepLog] | None = None) -> SimRun:
+    """Resolve, simulate and tabulate one scenario on `trace` (`step_logs`: the step log its
+    `calibrate` names, by path)."""
+    resolved = resolve_scenario(scenario, step_logs)
     requests, notes = request_arrays(trace, resolved.config.block_size_tokens)
     resolved = _fit_trace_route(resolved, requests, scenario)
-    result = simulate(requests, resolved.config)
+    result = simulate_requests(requests, resolved.config)
     table, steps = output_tables(trace, result, resolved.config)
-    summary = summarize(trace, resolved, result, notes)
+    summary = summarize_run(trace, resolved, result, notes)
     return SimRun(resolved=resolved, result=result, requests=table, steps=steps, summary=summary)

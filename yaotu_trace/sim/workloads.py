@@ -12,7 +12,7 @@ from typing import Final
 DEFAULT_MODEL: Final = "llama-3.1-8b"
 
 
-class Scenario(StrEnum):
+class WorkloadKind(StrEnum):
     """Named synthetic workloads; `trace generate SCENARIO` takes these names."""
 
     CHAT = "chat"

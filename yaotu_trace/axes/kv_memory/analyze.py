@@ -27,11 +27,11 @@ from yaotu_trace.axes.kv_memory.metrics import (
     usage_timeline,
 )
 from yaotu_trace.axes.kv_memory.rules import RULES, SEVERITY_OF
-from yaotu_trace.axes.rule import evaluate
+from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import request_preemptions
 from yaotu_trace.data.order_stats import Summary, summarize
 from yaotu_trace.data.steplog import kv_usage_summary
-from yaotu_trace.ingest.engine_facts import request_preemptions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,16 +240,11 @@ def _demand(inp: AxisInput, capacity: float | None, notes: list[str]) -> _Demand
 
 def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
     """Measure preemption, KV usage and demand, and decide whether KV memory is the limit."""
-    req = inp.requests
     sources: list[Source] = []
     notes: list[str] = []
-    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
-    output = req["output_len"].to_numpy(dtype=np.float64)
     # One pass over the step log for preemptions, the pool size and the usage at preemption.
     step_kv = None if inp.steps is None else read_step_kv(inp.steps, t.kv_preempt_usage)
     pre = _preemptions(inp, step_kv, sources, notes)
-    share = ratio(pre.preempted, len(req)) if pre.preempted is not None else None
-    fraction = ratio(pre.recomputed, float((prompt + output).sum()))
     use = _usage(inp, step_kv, t, sources)
     if use.source == "metrics" and inp.metrics is not None and (
             engines := inp.metrics.engines("kv_usage")) > 1:
@@ -257,8 +252,7 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
                      f"({inp.metrics.name_of('kv_usage')}), not their mean")
     capacity, cap_source = _capacity(inp, step_kv)
     dem = _demand(inp, capacity, notes)
-    metrics = _metrics(inp, pre, use, capacity, cap_source, dem, share=share,
-                       fraction=fraction)
+    metrics = _metrics(inp, pre, use, (capacity, cap_source), dem)
     if dem.peak is not None and Source.REQUESTS not in sources:
         sources.append(Source.REQUESTS)
     missing = _missing(pre, use, capacity, dem)
@@ -275,32 +269,33 @@ def analyze_kv_memory(inp: AxisInput, t: Thresholds) -> AxisResult:
 
     hits = evaluate(RULES, metrics, t)
     status = status_from(hits, SEVERITY_OF)
-    ids = {h.rule_id for h in hits}
-    cause = ("kv_capacity" if ids & {"K001", "K004"} else
-             "spiky_demand" if "K005" in ids else
-             "preemption" if ids & {"K002", "K003"} else None)
+    fraction = metrics.recompute_token_fraction
     score = fraction if fraction is not None else (0.0 if pre.total == 0 else None)
-    next_steps = []
+    said, next_steps = said_when_fired(RULES, hits, metrics, t)
     if status is not Status.OK:
-        next_steps.append("compare capacity options in the ledger (larger pool, FP8 KV, lower "
-                          "max_num_seqs) and recheck preemptions after the change")
+        next_steps.insert(0, "compare capacity options in the ledger (larger pool, FP8 KV, "
+                          "lower max_num_seqs) and recheck preemptions after the change")
     next_steps += [f"add {item}" for item in missing]
     return AxisResult(
-        axis=AxisName.KV_MEMORY, status=status, cause=cause, score=finite(score),
+        axis=AxisName.KV_MEMORY, status=status, cause=cause_of(RULES, hits), score=finite(score),
         score_basis="share of all tokens recomputed after preemption",
         sources=tuple(dict.fromkeys(sources)), metrics=metrics, hits=tuple(hits),
-        missing=tuple(missing), next_steps=tuple(next_steps), notes=tuple(notes),
+        missing=tuple(missing), next_steps=tuple(next_steps), notes=(*notes, *said),
     )
 
 
-def _metrics(inp: AxisInput, pre: _Preemption, use: _Usage, capacity: float | None,
-             cap_source: str | None, dem: _Demand, *, share: float | None,
-             fraction: float | None) -> KvMetrics:
-    """The axis' measurements from its phases, plus the safe concurrency and block waste."""
+def _metrics(inp: AxisInput, pre: _Preemption, use: _Usage,
+             pool: tuple[float | None, str | None], dem: _Demand) -> KvMetrics:
+    """The axis' measurements from its phases (`pool`: the KV capacity of one instance in
+    tokens and where it came from), plus the share of requests preempted and of work
+    recomputed, the safe concurrency and block waste."""
     req = inp.requests
     block = int(inp.settings.block_size_tokens)
     prompt = req["prompt_len"].to_numpy(dtype=np.float64)
     output = req["output_len"].to_numpy(dtype=np.float64)
+    share = ratio(pre.preempted, len(req)) if pre.preempted is not None else None
+    fraction = ratio(pre.recomputed, float((prompt + output).sum()))
+    capacity, cap_source = pool
     n_safe = None
     if capacity is not None and prompt.size:
         n_safe = ratio(capacity, float(np.percentile(prompt + output, 95)))

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from yaotu_trace.axes.base import (
-    AxisInput,
-)
+from yaotu_trace.axes.base import AxisInput, Evidence, fact, measured
 from yaotu_trace.data.order_stats import BlockSum, KeyedBlockSum
 from yaotu_trace.data.steplog import StepLog, column, kv_usage
 from yaotu_trace.errors import YaotuError
+from yaotu_trace.prefix.prepare import prepare
+from yaotu_trace.prefix.rules import rules_for
 
 MAX_DEMAND_POINTS = 4000  # demand evaluation points (all finishes up to this many)
 _CHUNK = 256
@@ -52,6 +52,21 @@ class KvMetrics:
     shared_block_fraction: float | None
     # Mean preemptions of the requests that finished (vLLM's request_num_preemptions).
     preemptions_per_request: float | None = None
+
+    def headline(self) -> tuple[Evidence, ...]:
+        """The measurements shown as the axis' evidence when no rule fired on it (with telemetry
+        alone, what it measures)."""
+        return measured(
+            (
+                fact("preemptions_total", self.preemptions_total, "preemptions"),
+                fact("recompute_token_fraction", self.recompute_token_fraction, "ratio"),
+                fact("kv_usage_p95", self.kv_usage_p95, "ratio"),
+            ),
+            (
+                fact("kv_usage_max", self.kv_usage_max, "ratio"),
+                fact("kv_capacity_tokens", self.kv_capacity_tokens, "tokens"),
+            ),
+        )
 
 
 def demand_tokens(
@@ -187,9 +202,6 @@ def _chains(inp: AxisInput, block: int) -> tuple[Any, int] | None:
     trace = inp.trace
     if trace is None or trace.content_column is None:
         return None
-    from yaotu_trace.prefix.prepare import prepare
-    from yaotu_trace.prefix.rules import rules_for
-
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     if source is not None and block % source:
         block = source

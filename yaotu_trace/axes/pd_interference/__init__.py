@@ -21,6 +21,8 @@ Metrics (units in the names):
 - placement: when some request prefilled on one instance and decoded on another, the KV
   transfer, the two pools' waits and loads, fallbacks and failed transfers (`placement`
   module); each handed-off request's first gap (its transfer) is then not a stall.
+- the P/D network check (`network` module, rules D003/D004), asked once interference is
+  material: what moving each prompt's KV between instances would cost on `--link-gbps`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""The pd_interference axis' analyzer: measure, evaluate its rules, name the cause."""
+"""The pd_interference axis' analyzer: measure, evaluate its rules (the P/D network check's
+among them), name the cause."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
 
 import numpy as np
 
@@ -11,10 +13,12 @@ from yaotu_trace.axes.base import (
     AxisInput,
     AxisName,
     AxisResult,
+    Cause,
     RuleHit,
     Source,
     Status,
     finite,
+    metrics_of,
     ratio,
     status_from,
 )
@@ -25,10 +29,13 @@ from yaotu_trace.axes.pd_interference.metrics import (
     instances_of,
     prefill_overlap,
 )
+from yaotu_trace.axes.pd_interference.network import network_check
 from yaotu_trace.axes.pd_interference.placement import PlacementMetrics, placement_of, split_rows
 from yaotu_trace.axes.pd_interference.rules import RULES, SEVERITY_OF
-from yaotu_trace.axes.rule import evaluate
+from yaotu_trace.axes.pd_interference.rules.shared import InterferenceFacts
+from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import cache_sources, kv_transfers
 from yaotu_trace.data.order_stats import summarize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.data.token_times import (
@@ -37,7 +44,6 @@ from yaotu_trace.data.token_times import (
     has_token_times,
     stalls,
 )
-from yaotu_trace.ingest.engine_facts import cache_sources, kv_transfers
 
 _BASIS = "share of decode time lost to stalls during prefill"
 
@@ -48,17 +54,19 @@ def _queued_pool_share(pm: PlacementMetrics) -> float | None:
     return max(waits) if waits else None
 
 
-# A disaggregated deployment's causes, in the order they are named: the rules that make each,
-# its score and the score's words.
-_PLACEMENT_CAUSES: tuple[tuple[str, frozenset[str], Callable[[PlacementMetrics], float | None],
-                               str], ...] = (
-    ("kv_transfer", frozenset({"D007", "D008"}), lambda pm: pm.transfer_ttft_share,
-     "share of TTFT spent moving KV"),
-    ("pd_ratio", frozenset({"D009"}), _queued_pool_share,
-     "share of TTFT queued for the short pool"),
-    ("transfer_failures", frozenset({"D010"}), lambda pm: pm.failure_share,
-     "share of handed-off requests whose transfer failed or fell back"),
-)
+# A disaggregated deployment's causes: the axis' score and its words when one is the cause.
+_PLACEMENT_SCORES: dict[Cause, tuple[Callable[[PlacementMetrics], float | None], str]] = {
+    Cause.KV_TRANSFER: (lambda pm: pm.transfer_ttft_share, "share of TTFT spent moving KV"),
+    Cause.PD_RATIO: (_queued_pool_share, "share of TTFT queued for the short pool"),
+    Cause.TRANSFER_FAILURES: (lambda pm: pm.failure_share,
+                              "share of handed-off requests whose transfer failed or fell back"),
+}
+
+
+def _facts(metrics: InterferenceMetrics, inp: AxisInput, t: Thresholds) -> InterferenceFacts:
+    """What the rules judge: the metrics, and the network check of the same input and
+    thresholds, computed when D003/D004 first ask."""
+    return InterferenceFacts(metrics=metrics, network=cache(lambda: network_check(inp, t)))
 
 
 def _empty(t: Thresholds, itl_mean: float | None) -> InterferenceMetrics:
@@ -157,7 +165,7 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     if moved is None and external is None:
         return result
     metrics = replace(
-        result.metrics, external_kv_token_share=external,
+        metrics_of(result, InterferenceMetrics), external_kv_token_share=external,
         engine_kv_transfers=None if moved is None else moved.transfers,
         engine_kv_transfer_mean_ms=None if moved is None else moved.mean_ms,
         engine_kv_transfer_mean_mb=None if moved is None else moved.mean_mb)
@@ -182,7 +190,7 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
     lazy = (inp.trace.lazy if inp.trace is not None and inp.trace.requests is req else None)
     placement = placement_of(inp, t)
     if not has_token_times(req, lazy):
-        return _placed(_no_token_times(_empty(t, itl_mean), itl_mean), placement, t)
+        return _placed(_no_token_times(_empty(t, itl_mean), itl_mean), placement, inp, t)
     sources = [Source.REQUESTS] + ([Source.METRICS] if itl_mean is not None else [])
     # Passes over the token times (streamed when left on disk): only the gaps' summary and the
     # stalls are held, never every gap.
@@ -192,7 +200,7 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
     steps = inp.steps if inp.step_has("prefill_tokens") else None
     median_step, step_source = _median_step(steps, gs, sources)
     if not gs.summary.count or median_step is None:
-        return _placed(_one_token_each(_empty(t, itl_mean), sources), placement, t)
+        return _placed(_one_token_each(_empty(t, itl_mean), sources), placement, inp, t)
     threshold_s = k * median_step
     st, handoff_s = _without_handoffs(stalls(req, lazy, threshold_s), inp, gs.first, placement)
     coincide, coin_source = _coincidence(inp, st, steps, gs.first)
@@ -227,7 +235,8 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
                      "disaggregated); stalls are matched on the decode instance, and the gap "
                      "from a request's first token to its first decode step (KV transfer and "
                      "the decode queue) is not a stall")
-    return _result(metrics, evaluate(RULES, metrics, t), sources, notes)
+    facts = _facts(metrics, inp, t)
+    return _result(facts, evaluate(RULES, facts, t), sources, notes, t)
 
 
 def _without_handoffs(st: Stalls, inp: AxisInput, token_first: np.ndarray,
@@ -243,18 +252,21 @@ def _without_handoffs(st: Stalls, inp: AxisInput, token_first: np.ndarray,
     return kept, float(st.gap[handoff].sum())
 
 
-def _placed(result: AxisResult, placement: PlacementMetrics | None,
+def _placed(result: AxisResult, placement: PlacementMetrics | None, inp: AxisInput,
             t: Thresholds) -> AxisResult:
     """An undecided interference result, decided on placement when the run is disaggregated."""
     if placement is None:
         return result
-    metrics = replace(result.metrics, placement=placement)
-    hits = evaluate(RULES, metrics, t)
+    metrics = replace(metrics_of(result, InterferenceMetrics), placement=placement)
+    facts = _facts(metrics, inp, t)
+    hits = evaluate(RULES, facts, t)
     if not hits:
         return replace(result, metrics=metrics)
-    decided = _result(metrics, hits, list(result.sources) or [Source.REQUESTS], [])
+    decided = _result(facts, hits, list(result.sources) or [Source.REQUESTS], [], t)
     return replace(decided, missing=result.missing,
                    next_steps=(*decided.next_steps, *result.next_steps))
+
+
 def _stall_shares(instance: np.ndarray) -> dict[str, float] | None:
     """Each instance's share of the stalls, when the stalls fall on more than one."""
     names, counts = np.unique(instance[instance != ""], return_counts=True)
@@ -263,31 +275,29 @@ def _stall_shares(instance: np.ndarray) -> dict[str, float] | None:
     return {str(n): float(c / counts.sum()) for n, c in zip(names, counts, strict=True)}
 
 
-def _result(metrics: InterferenceMetrics, hits: list[RuleHit], sources: list[Source],
-            notes: list[str]) -> AxisResult:
+def _result(facts: InterferenceFacts, hits: list[RuleHit], sources: list[Source],
+            notes: list[str], t: Thresholds) -> AxisResult:
     """The decided axis: status, cause and what to do next."""
-    ids = {h.rule_id for h in hits}
-    cause = "prefill_interference" if ids & {"D001", "D002"} else None
+    metrics = facts.metrics
+    cause = cause_of(RULES, hits)
     score, basis = finite(metrics.interference_share), _BASIS
     pm = metrics.placement
-    placed = next(((name, score_of, words) for name, rule_ids, score_of, words
-                   in _PLACEMENT_CAUSES if ids & rule_ids), None)
+    placed = None if cause is None or pm is None else _PLACEMENT_SCORES.get(cause)
     next_steps: list[str] = []
     if placed is not None and pm is not None:
-        cause, score, basis = placed[0], finite(placed[1](pm)), placed[2]
+        score, basis = finite(placed[0](pm)), placed[1]
         next_steps.append("weigh co-located serving with chunked prefill in the ledger against "
                           "fixing the placement")
     elif cause:
         next_steps.append("compare chunked prefill and P/D disaggregation in the ledger; pass "
                           "--model and --link-gbps for the transfer cost")
-    if "D006" in ids:
-        next_steps.append("line stalls up with preemptions and host-side gaps (step log)")
+    said, steps = said_when_fired(RULES, hits, facts, t)
+    next_steps += steps
     if Source.STEPS not in sources:
         next_steps.append("add a step log with prefill_tokens per step to confirm co-location")
     return AxisResult(
         axis=AxisName.PD_INTERFERENCE, status=status_from(hits, SEVERITY_OF), cause=cause,
         score=score, score_basis=basis,
         sources=tuple(sources), metrics=metrics, hits=tuple(hits), missing=(),
-        next_steps=tuple(next_steps), notes=tuple(notes),
+        next_steps=tuple(next_steps), notes=(*notes, *said),
     )
-

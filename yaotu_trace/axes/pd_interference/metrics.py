@@ -7,9 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from yaotu_trace.axes.base import (
-    AxisInput,
-)
+from yaotu_trace.axes.base import AxisInput, Evidence, fact, measured
 from yaotu_trace.axes.pd_interference.placement import PlacementMetrics
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.steplog import StepLog
@@ -52,6 +50,20 @@ class InterferenceMetrics:
     engine_kv_transfer_mean_ms: float | None = None
     engine_kv_transfer_mean_mb: float | None = None
     external_kv_token_share: float | None = None
+
+    def headline(self) -> tuple[Evidence, ...]:
+        """The measurements shown as the axis' evidence when no rule fired on it (with telemetry
+        alone, what it measures)."""
+        return measured(
+            (
+                fact("interference_share", self.interference_share, "ratio"),
+                fact("stalls", self.stalls, "gaps"),
+                fact("prefill_coincidence", self.prefill_coincidence, "ratio"),
+            ),
+            (
+                fact("metrics_itl_mean_s", self.metrics_itl_mean_s, "s"),
+            ),
+        )
 
 
 def instances_of(inp: AxisInput) -> np.ndarray:

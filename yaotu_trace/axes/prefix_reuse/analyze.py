@@ -12,6 +12,7 @@ from yaotu_trace.axes.base import (
     Source,
     Status,
     finite,
+    metrics_of,
     ratio,
     status_from,
 )
@@ -22,10 +23,10 @@ from yaotu_trace.axes.prefix_reuse.metrics import (
     observed_hits,
 )
 from yaotu_trace.axes.prefix_reuse.rules import RULES, SEVERITY_OF
-from yaotu_trace.axes.rule import evaluate
+from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import cache_sources, external_hit_rate
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.ingest.engine_facts import cache_sources, external_hit_rate
 
 
 def _undecided(sources: list[Source], observed: tuple[str | None, int | None, float | None],
@@ -51,7 +52,8 @@ def analyze_prefix_reuse(inp: AxisInput, t: Thresholds) -> AxisResult:
         return result
     shares = None if found is None or found.total <= 0 else {
         name: tokens / found.total for name, tokens in sorted(found.tokens.items())}
-    metrics = replace(result.metrics, observed_hit_sources=shares, external_hit_rate=external)
+    metrics = replace(metrics_of(result, PrefixMetrics), observed_hit_sources=shares,
+                      external_hit_rate=external)
     notes = result.notes
     if found is not None and shares is not None:
         split = ", ".join(f"{name} {100 * share:.1f} %" for name, share in shares.items())
@@ -86,27 +88,18 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
     sources.insert(0, Source.REQUESTS)
     metrics = _metrics(summary, observed)
     hits = evaluate(RULES, metrics, t)
-    ids = {h.rule_id for h in hits}
-    cause = ("cache_keys" if "P005" in ids else "routing" if "P003" in ids
-             else "capacity" if "P004" in ids
-             else "prefix_recompute" if ids & {"P001", "P002"} else None)
     missing: list[str] = []
-    next_steps: list[str] = []
     if observed[2] is None:
         missing.append("cached_tokens (request table) or vllm:prefix_cache_hits_total and "
                        "vllm:prefix_cache_queries_total (metrics): observed hits")
-    if ids & {"P001", "P002"}:
-        next_steps.append("compare the hot prefixes' requests: salts, adapters and template "
-                          "bytes before the first block, and the instances they were routed to")
-    if "P003" in ids:
-        next_steps.append("replay with --route prefix-affinity to size the routing gain")
+    said, next_steps = said_when_fired(RULES, hits, metrics, t)
     next_steps += [f"add {m}" for m in missing]
     return AxisResult(
-        axis=AxisName.PREFIX_REUSE, status=status_from(hits, SEVERITY_OF), cause=cause,
-        score=finite(metrics.recomputed_share_of_prefill), score_basis=BASIS,
-        sources=tuple(dict.fromkeys(sources)), metrics=metrics,
+        axis=AxisName.PREFIX_REUSE, status=status_from(hits, SEVERITY_OF),
+        cause=cause_of(RULES, hits), score=finite(metrics.recomputed_share_of_prefill),
+        score_basis=BASIS, sources=tuple(dict.fromkeys(sources)), metrics=metrics,
         hits=tuple(hits), missing=tuple(missing), next_steps=tuple(next_steps),
-        notes=tuple(summary.notes),
+        notes=(*summary.notes, *said),
     )
 
 
@@ -164,6 +157,8 @@ def _metrics(summary: Any,
 
 def _replay(inp: AxisInput) -> Any:
     """The replay under the engine's rules: capacity per instance and instances when known."""
+    # NOTE: the replay's modules (its kernels, multiprocessing) load only for a trace with
+    # prompt content; a diagnosis of timing or telemetry alone never pays for them.
     from yaotu_trace.prefix import Parallelism, effective_rules, replay_trace
 
     trace = inp.trace
@@ -180,5 +175,5 @@ def _replay(inp: AxisInput) -> Any:
         changes["scope"] = "instance"
     if changes:
         rules = rules.with_(**changes)
-    return replay_trace(trace, rules, preset=preset, notes=notes, top_prefixes=5,
+    return replay_trace(trace, rules, preset=preset, notes=notes,
                         parallel=Parallelism(jobs=s.replay_jobs, dask=s.replay_dask))

@@ -5,11 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from yaotu_trace.axes.base import (
-    AxisInput,
-    ratio,
-)
-from yaotu_trace.ingest.engine_facts import cache_sources, gauge_hit_rate, hit_share
+from yaotu_trace.axes.base import AxisInput, Evidence, fact, measured, ratio
+from yaotu_trace.data.engine_facts import cache_sources, gauge_hit_rate, hit_share
 
 BASIS = "share of prefill tokens recomputed although a prefix was reusable"
 
@@ -43,6 +40,16 @@ class PrefixMetrics:
     # cached_tokens_total{cache_source}, vLLM external_prefix_cache_hits / queries.
     observed_hit_sources: dict[str, float] | None = None
     external_hit_rate: float | None = None
+
+    def headline(self) -> tuple[Evidence, ...]:
+        """The measurements shown as the axis' evidence when no rule fired on it."""
+        return measured(
+            (
+                fact("achievable_hit_rate", self.achievable_hit_rate, "ratio"),
+                fact("observed_hit_rate", self.observed_hit_rate, "ratio"),
+                fact("recomputed_share_of_prefill", self.recomputed_share_of_prefill, "ratio"),
+            ),
+        )
 
 
 def empty_metrics(observed_source: str | None = None, observed_rate: float | None = None,

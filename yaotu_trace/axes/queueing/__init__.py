@@ -63,7 +63,7 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
 
 from __future__ import annotations
 
-from yaotu_trace.axes.queueing.analyze import CAUSE_OF_RULE, Cause, analyze_queueing
+from yaotu_trace.axes.queueing.analyze import analyze_queueing
 from yaotu_trace.axes.queueing.metrics import (
     PeakWindow,
     QueueingMetrics,
@@ -73,5 +73,5 @@ from yaotu_trace.axes.queueing.metrics import (
 )
 from yaotu_trace.axes.queueing.steps import step_stats
 
-__all__ = ["CAUSE_OF_RULE", "Cause", "PeakWindow", "QueueingMetrics", "Windows",
-           "analyze_queueing", "spread_work", "step_stats", "waiting_at"]
+__all__ = ["PeakWindow", "QueueingMetrics", "Windows", "analyze_queueing", "spread_work",
+           "step_stats", "waiting_at"]

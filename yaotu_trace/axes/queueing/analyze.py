@@ -1,9 +1,8 @@
-"""The queueing axis' analyzer: measure, evaluate the rules Q000–Q006 and Q010, name the cause."""
+"""The queueing axis' analyzer: measure, evaluate its rules, name the cause."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 import numpy as np
 
@@ -11,6 +10,7 @@ from yaotu_trace.axes.base import (
     AxisInput,
     AxisName,
     AxisResult,
+    Cause,
     Source,
     Status,
     finite,
@@ -33,49 +33,23 @@ from yaotu_trace.axes.queueing.metrics import (
     windows_of,
 )
 from yaotu_trace.axes.queueing.rules import RULES, SEVERITY_OF
-from yaotu_trace.axes.queueing.rules.shared import QueueingFacts, saturated
+from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
 from yaotu_trace.axes.queueing.steps import (
     STEP_PERCENTILES,
     StepStats,
     sampled_waiting_s,
     step_stats,
 )
-from yaotu_trace.axes.queueing.windows import WindowVerdicts, judge, queue_windows
-from yaotu_trace.axes.rule import evaluate
+from yaotu_trace.axes.queueing.windows import Limits, WindowVerdicts, judge, queue_windows
+from yaotu_trace.axes.rule import Mark, cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.engine_facts import waiting_reasons
 from yaotu_trace.data.order_stats import summarize
 from yaotu_trace.data.report import Distribution
-from yaotu_trace.ingest.engine_facts import waiting_reasons
 from yaotu_trace.profile.workload import arrival_profile
 
-
-class Cause(StrEnum):
-    """Causes of queueing, in decision-flow priority (KV admission is looked at first)."""
-
-    KV_ADMISSION = "kv_admission"
-    DISPATCH_OVERHEAD = "dispatch_overhead"
-    ARRIVAL_BURST = "arrival_burst"
-    BATCH_SHAPE = "batch_shape"
-    LOAD_IMBALANCE = "load_imbalance"
-    # Queueing too large to be ok that no rule explains (Q006): what to measure next says how.
-    UNIDENTIFIED = "unidentified"
-
-
-CAUSE_OF_RULE = {
-    "Q001": Cause.ARRIVAL_BURST,
-    "Q002": Cause.ARRIVAL_BURST,
-    "Q003": Cause.DISPATCH_OVERHEAD,
-    "Q004": Cause.BATCH_SHAPE,
-    "Q005": Cause.KV_ADMISSION,
-    "Q006": Cause.UNIDENTIFIED,
-    "Q010": Cause.LOAD_IMBALANCE,
-}
 # Rules that judge the failed requests, evaluated even when no queue time decides the axis.
-FAILURE_RULES = tuple(r for r in RULES if r.id in ("Q007", "Q008"))
-# NOTE: idle seats next to a queue come before a burst: the burst is the hot instance's share.
-CAUSE_ORDER = (Cause.KV_ADMISSION, Cause.DISPATCH_OVERHEAD, Cause.LOAD_IMBALANCE,
-               Cause.ARRIVAL_BURST, Cause.BATCH_SHAPE, Cause.UNIDENTIFIED)
-
+FAILURE_RULES = tuple(r for r in RULES if Mark.FAILURES in r.marks)
 
 
 def _p75(values: np.ndarray | None) -> float | None:
@@ -192,8 +166,9 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     load = offered_load(timing, st.achieved_tokens, grid, t.overload_rho)
     shape = _batch_shape(inp, st, sources)
     qw = queue_windows(inp, timing, grid, st, t)
-    judged = judge(inp, timing, grid, st, qw, load.service_rate_tokens_per_s, shape.budget,
-                   shape.seq_cap, t)
+    judged = judge(inp, timing, grid, st, qw,
+                   Limits(service_rate_tokens_per_s=load.service_rate_tokens_per_s,
+                          token_budget_tokens=shape.budget, seq_cap=shape.seq_cap), t)
     reasons = None if inp.metrics is None else waiting_reasons(inp.metrics)
     metrics = replace(_metrics(inp, timing, grid, load, st, shape, judged),
                       load_balance=measure_load_balance(inp, timing, grid),
@@ -203,13 +178,10 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     if timing.share_ttft is None and st.wall_s is None and shape.waiting_share is None:
         return with_failure_hits(_undecided(metrics), evaluate(FAILURE_RULES, facts, t),
                                  facts.failures, SEVERITY_OF)
-    notes: list[str] = list(grid_notes)
     hits = evaluate(RULES, facts, t)
-    if "Q001" in {h.rule_id for h in hits} and saturated(facts, t) is None:
-        notes.append("arrival burst judged from the request table alone; add a step log to "
-                     "confirm the GPU was saturated")
-    causes = {CAUSE_OF_RULE[h.rule_id] for h in hits if h.rule_id in CAUSE_OF_RULE}
-    cause = next((c for c in CAUSE_ORDER if c in causes), None)
+    said, steps = said_when_fired(RULES, hits, facts, t)
+    notes: list[str] = [*grid_notes, *said]
+    cause = cause_of(RULES, hits)
     score, basis = _score(timing, st)
     missing = _missing(timing, st)
     if (note := evidence_note(metrics, t)) is not None:
@@ -228,7 +200,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         metrics=metrics,
         hits=tuple(hits),
         missing=tuple(missing),
-        next_steps=(*_next_steps(cause, missing),
+        next_steps=(*_next_steps(cause, steps, missing),
                     *confirm_steps(metrics, cause, facts.has_steps)),
         notes=tuple(notes),
     )
@@ -379,7 +351,8 @@ def _missing(timing: RequestTiming, st: StepStats) -> list[str]:
     return missing
 
 
-def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
+def _next_steps(cause: Cause | None, said: list[str], missing: list[str]) -> tuple[str, ...]:
+    """The cause's advice, the fired rules' next steps, then the inputs to add."""
     advice = {
         Cause.KV_ADMISSION: "read the kv_memory axis: admission waits for KV blocks",
         Cause.DISPATCH_OVERHEAD: "profile the host side of a step (nsys): scheduling, input "
@@ -395,7 +368,8 @@ def _next_steps(cause: str | None, missing: list[str]) -> tuple[str, ...]:
         "running_fill_queued); a step log's GPU busy and idle gaps there tell a saturated "
         "engine (arrival_burst, batch_shape) from host dispatch (dispatch_overhead)",
     }
-    out = [advice[Cause(cause)]] if cause else []
+    out = [advice[cause]] if cause else []
+    out += said
     out += [f"add {m}" for m in missing]
     return tuple(out)
 

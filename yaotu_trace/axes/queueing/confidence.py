@@ -3,6 +3,7 @@ axis names (its notes) and the next measurements (its next steps)."""
 
 from __future__ import annotations
 
+from yaotu_trace.axes.base import Cause
 from yaotu_trace.axes.queueing.metrics import QueueingMetrics
 from yaotu_trace.axes.thresholds import Thresholds
 
@@ -35,14 +36,14 @@ def evidence_note(mt: QueueingMetrics, t: Thresholds) -> str | None:
     return text + ")"
 
 
-def confirm_steps(mt: QueueingMetrics, cause: str | None, has_steps: bool) -> list[str]:
+def confirm_steps(mt: QueueingMetrics, cause: Cause | None, has_steps: bool) -> list[str]:
     """What would change the cause, or decide an unidentified one (a burst judged without a
     step log says so in the axis' notes)."""
     out: list[str] = []
-    if cause == "arrival_burst" and has_steps:
+    if cause == Cause.ARRIVAL_BURST and has_steps:
         out.append("it would change with arrivals no faster in the growing windows than "
                    "elsewhere (a steady overload) or idle GPU gaps there")
-    if cause != "unidentified":
+    if cause != Cause.UNIDENTIFIED:
         return out
     if mt.kv_usage_queued is None:
         out.append("add KV usage (step log kv_blocks_used and kv_blocks_total, or "

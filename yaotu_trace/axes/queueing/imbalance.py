@@ -34,6 +34,7 @@ largely cancels; the seconds that vanish are that share of the measured queue se
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numba as nb
 import numpy as np
@@ -42,6 +43,7 @@ import pandas as pd
 from yaotu_trace.axes.base import AxisInput, ratio
 from yaotu_trace.axes.queueing.instances import InstanceQueue, LoadBalance
 from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, spread_work
+from yaotu_trace.data.metric_names import COUNTERS, GAUGES
 from yaotu_trace.data.steplog import column
 
 # The metric labels that name an instance, in the order their values are joined.
@@ -205,8 +207,6 @@ def _labelled(inp: AxisInput, names: tuple[str, ...]) -> pd.DataFrame | None:
 def _metric_rows(inp: AxisInput, grid: Windows) -> tuple[dict[str, dict[str, float]],
                                                           dict[str, np.ndarray]]:
     """Per-instance waiting, running, preemptions and tokens per window from labelled series."""
-    from yaotu_trace.ingest.metrics import COUNTERS, GAUGES
-
     out: dict[str, dict[str, float]] = {}
     waiting = _labelled(inp, GAUGES["num_waiting"])
     running = _labelled(inp, GAUGES["num_running"])
@@ -290,8 +290,6 @@ def _row(name: str, table: Mapping[str, float], steps: Mapping[str, float],
 def _with_share(row: InstanceQueue, queue_s: float | None,
                 preempted: float | None) -> InstanceQueue:
     """The row with its shares of the cluster's queue seconds and preemptions."""
-    from dataclasses import replace
-
     return replace(row, queue_share=ratio(row.queue_seconds, queue_s),
                    preemption_share=ratio(row.preemptions, preempted))
 

@@ -10,7 +10,7 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
-from yaotu_trace.axes.base import AxisInput, Source, ratio
+from yaotu_trace.axes.base import AxisInput, Evidence, Source, fact, measured, ratio
 from yaotu_trace.axes.queueing.instances import LoadBalance
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.report import Distribution
@@ -98,6 +98,24 @@ class QueueingMetrics:
     # Of the requests the engine counts waiting, the share deferred (waiting on remote KV or a
     # grammar, not on capacity): vLLM's num_requests_waiting_by_reason / "Deferred: N".
     waiting_deferred_share: float | None = None
+
+    def headline(self) -> tuple[Evidence, ...]:
+        """The measurements shown as the axis' evidence when no rule fired on it (with telemetry
+        alone, what it measures)."""
+        return measured(
+            (
+                fact("queue_share_of_latency", self.queue_share_of_latency, "ratio"),
+                fact("queue_share_of_ttft", self.queue_share_of_ttft, "ratio"),
+                fact("peak_rho", self.peak_rho, "ratio"),
+                fact("idle_while_waiting_fraction", self.idle_while_waiting_fraction, "ratio"),
+            ),
+            (
+                fact("waiting_share", self.waiting_share, "ratio"),
+                fact("waiting_mean", self.waiting_mean, "requests"),
+                fact("running_fill_p75", self.running_fill_p75, "ratio"),
+                fact("kv_usage_p75", self.kv_usage_p75, "ratio"),
+            ),
+        )
 
 
 def times_of(df: pd.DataFrame, column: str) -> np.ndarray | None:

@@ -43,7 +43,7 @@ from yaotu_trace.axes.base import AxisInput, Source, ratio
 from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, times_of, waiting_at
 from yaotu_trace.axes.queueing.steps import StepStats, WindowBins
 from yaotu_trace.axes.thresholds import Thresholds
-from yaotu_trace.ingest.metrics import EngineMetrics
+from yaotu_trace.data.engine_metrics import EngineMetrics
 
 # Points per window at which the request table's concurrency is sampled.
 CONCURRENCY_SAMPLES = 10
@@ -138,20 +138,29 @@ class WindowVerdicts:
     kv_usage_queued: float | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """What the engine serves at most: its peak rate (tokens/s), its token budget per step and
+    its seat cap (given, else the largest seen; None when unknown)."""
+
+    service_rate_tokens_per_s: float | None
+    token_budget_tokens: float | None
+    seq_cap: float | None
+
+
 def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
-          qw: QueueWindows | None, service_rate: float | None, budget: float | None,
-          seq_cap: float | None, t: Thresholds) -> WindowVerdicts:
+          qw: QueueWindows | None, limits: Limits, t: Thresholds) -> WindowVerdicts:
     """Each cause's measurement in the growing or queued windows (module docstring)."""
     if qw is None:
         return WindowVerdicts()
     grow, queued = qw.growing, qw.queued
     rise = np.diff(qw.waiting_at_edges)
-    burst = _burst(timing, grid, grow, service_rate)
+    burst = _burst(timing, grid, grow, limits.service_rate_tokens_per_s)
     bins = st.bins
     steps: dict[str, float | None] = {}
     if bins is not None:
         rows = _queued_rows(inp, timing, grid, bins, queued, t)
-        steps = _step_shape(bins, rows, budget, seq_cap)
+        steps = _step_shape(bins, rows, limits.token_budget_tokens, limits.seq_cap)
     running, running_source = steps.get("running_fill_queued"), None
     if running is not None:
         running_source = Source.STEPS

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from yaotu_trace.data.compressed import open_trace
+from yaotu_trace.data.compressed import open_compressed
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 
 INT64_SPAN = 1 << 64
@@ -21,7 +21,7 @@ INT64_MAX = (1 << 63) - 1
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     """The lines of a plain or compressed text file with 1-based numbers, read as a stream."""
     try:
-        with open_trace(path) as fh:
+        with open_compressed(path) as fh:
             for number, raw in enumerate(fh, start=1):
                 yield number, raw.decode("utf-8", errors="replace")
     except OSError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from yaotu_trace.diff.result import (
+from yaotu_trace.data.run_diff import (
     AxisChange,
     AxisState,
     ChangeLedger,

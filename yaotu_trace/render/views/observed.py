@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from yaotu_trace.render.blocks import View
-from yaotu_trace.render.views.prefix_reuse import reconciliation_blocks
+from yaotu_trace.render.views.prefix_reuse import as_dict, reconciliation_blocks
 
 
 def view(section: Any) -> View:
     """Windows, the requests that differ most, the shortfall stretch and the likely reasons."""
-    return reconciliation_blocks({"observed_over_time": section})
+    return reconciliation_blocks({"observed_over_time": as_dict(section)})

@@ -212,9 +212,15 @@ def reconciliation_blocks(s: dict[str, Any]) -> list[Block]:
                            for g in r["largest_differences"]])]
     if r["reasons"]:
         out += [Heading(text="Likely reasons", level=4),
-                KeyValues(rows=[(x["cause"], f"{x['text']} ({x['basis']})")
+                KeyValues(rows=[(_cause(x), f"{x['text']} ({x['basis']})")
                                 for x in r["reasons"]])]
     return out
+
+
+def _cause(reason: dict[str, Any]) -> str:
+    """A reason's cause, with whether another replay tested it."""
+    tested = reason.get("tested", "untested")
+    return reason["cause"] if tested == "untested" else f"{reason['cause']} ({tested})"
 
 
 def view(section: Any) -> View:

@@ -6,7 +6,7 @@ and timing tables.
 
 from __future__ import annotations
 
-from yaotu_trace.profile.workload import Profile
+from yaotu_trace.data.workload_profile import Profile
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import CONSOLE, MARKDOWN, Block, Grid, Heading, KeyValues, View
 

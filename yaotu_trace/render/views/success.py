@@ -3,7 +3,7 @@ instance, the windows with failures, and the commonest error texts."""
 
 from __future__ import annotations
 
-from yaotu_trace.profile.success import SuccessCount, SuccessProfile
+from yaotu_trace.data.success_profile import SuccessCount, SuccessProfile
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Notes, View
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.kv_memory.metrics import KvMetrics
 from yaotu_trace.axes.kv_memory.rules.shared import preempting, usage_at_preemption
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(mt: KvMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    mt: KvMetrics, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     at_name, at_value = usage_at_preemption(mt)
     if not (preempting(mt) and at_value is not None and at_value >= t.kv_preempt_usage):
         return None
@@ -30,6 +32,7 @@ RULE: Rule[KvMetrics] = Rule(
         "raise gpu_memory_utilization, FP8 KV, more TP, or lower max_num_seqs / "
         "max_num_batched_tokens"
     ),
+    cause=Cause.KV_CAPACITY, remedies=(Remedy.LARGER_KV_POOL, Remedy.CONCURRENCY_CAP),
     reads=("kv_preempt_usage",),
     check=_check,
 )

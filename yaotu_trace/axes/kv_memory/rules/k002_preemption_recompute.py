@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.kv_memory.metrics import KvMetrics
 from yaotu_trace.axes.kv_memory.rules.shared import preempting
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(mt: KvMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    mt: KvMetrics, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     frac, share = mt.recompute_token_fraction, mt.preempted_request_share
     if not (preempting(mt) and ((frac is not None and frac > t.recompute_material)
                                 or (share is not None and share > t.preempted_material))):
@@ -32,6 +34,7 @@ RULE: Rule[KvMetrics] = Rule(
     ),
     evidence="recompute_token_fraction, preempted_request_share, recomputed_tokens",
     fix="size the KV pool or cap concurrency so preemption stays rare",
+    cause=Cause.PREEMPTION, remedies=(Remedy.LARGER_KV_POOL, Remedy.CONCURRENCY_CAP),
     reads=("recompute_material", "preempted_material"),
     check=_check,
 )

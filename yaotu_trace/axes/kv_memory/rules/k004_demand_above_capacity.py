@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, fact
 from yaotu_trace.axes.kv_memory.metrics import KvMetrics
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(mt: KvMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    mt: KvMetrics, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     if not (mt.peak_demand_tokens is not None and mt.kv_capacity_tokens is not None
             and mt.peak_demand_tokens > mt.kv_capacity_tokens):
         return None
@@ -31,5 +33,6 @@ RULE: Rule[KvMetrics] = Rule(
         "FP8 KV (÷2), more TP (watch KV-head replication), higher gpu_memory_utilization, or "
         "lower max_num_seqs (trades back to queueing)"
     ),
+    cause=Cause.KV_CAPACITY, remedies=(Remedy.LARGER_KV_POOL, Remedy.CONCURRENCY_CAP),
     check=_check,
 )

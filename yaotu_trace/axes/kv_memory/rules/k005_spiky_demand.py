@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.kv_memory.metrics import KvMetrics
 from yaotu_trace.axes.kv_memory.rules.shared import preempting, usage_at_preemption
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(mt: KvMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    mt: KvMetrics, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     _, at_value = usage_at_preemption(mt)
     if not (preempting(mt) and mt.kv_usage_mean is not None
             and mt.kv_usage_mean < t.kv_low_usage
@@ -30,6 +32,7 @@ RULE: Rule[KvMetrics] = Rule(
     trigger="preemptions > 0 and mean KV usage < kv_low_usage",
     evidence="kv_usage_mean, preemptions_total, n_safe_p95",
     fix="cap concurrency near n_safe_p95 (capacity / P95 final length)",
+    cause=Cause.SPIKY_DEMAND, remedies=(Remedy.LARGER_KV_POOL, Remedy.CONCURRENCY_CAP),
     reads=("kv_low_usage", "kv_preempt_usage"),
     check=_check,
 )

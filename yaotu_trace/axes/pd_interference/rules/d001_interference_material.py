@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check
-from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
-from yaotu_trace.axes.pd_interference.rules.shared import coincidence, coincides, stall_evidence
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check
+from yaotu_trace.axes.pd_interference.rules.shared import (
+    InterferenceFacts,
+    coincidence,
+    coincides,
+    stall_evidence,
+)
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
 def _check(
-    mt: InterferenceMetrics, t: Thresholds, fired: frozenset[str]
+    f: InterferenceFacts, t: Thresholds, found: frozenset[Cause]
 ) -> Sequence[Evidence] | None:
+    mt = f.metrics
     share = mt.interference_share
     if not (coincides(mt, t) and share is not None and share >= t.interference_material):
         return None
@@ -21,7 +26,7 @@ def _check(
                   t.interference_material), coincidence(mt, t), *stall_evidence(mt))
 
 
-RULE: Rule[InterferenceMetrics] = Rule(
+RULE: Rule[InterferenceFacts] = Rule(
     id="D001", axis=AxisName.PD_INTERFERENCE, severity=Severity.WARNING, source="D1",
     title="Prefill/decode interference is material",
     trigger=(
@@ -30,6 +35,7 @@ RULE: Rule[InterferenceMetrics] = Rule(
     ),
     evidence="interference_share, decode_seconds_lost, prefill_coincidence, stalls",
     fix="compare chunked prefill against P/D disaggregation (see the ledger)",
+    cause=Cause.PREFILL_INTERFERENCE, remedies=(Remedy.CHUNKED_PREFILL, Remedy.PD_DISAGGREGATION),
     reads=("interference_material", "prefill_coincidence"),
     check=_check,
 )

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity
-from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
-from yaotu_trace.axes.pd_interference.rules.shared import transfer_share_at_least
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity
+from yaotu_trace.axes.pd_interference.rules.shared import InterferenceFacts, transfer_share_at_least
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
 def _check(
-    mt: InterferenceMetrics, t: Thresholds, fired: frozenset[str]
+    f: InterferenceFacts, t: Thresholds, found: frozenset[Cause]
 ) -> Sequence[Evidence] | None:
-    return transfer_share_at_least(mt, "transfer_ttft_share", t.transfer_ttft_share)
+    return transfer_share_at_least(f.metrics, "transfer_ttft_share", t.transfer_ttft_share)
 
 
-RULE: Rule[InterferenceMetrics] = Rule(
+RULE: Rule[InterferenceFacts] = Rule(
     id="D007", axis=AxisName.PD_INTERFERENCE, severity=Severity.WARNING, source="D3",
     title="KV transfer is a material share of TTFT",
     trigger="disaggregated, and Σ KV transfer / Σ TTFT ≥ transfer_ttft_share",
@@ -26,6 +25,7 @@ RULE: Rule[InterferenceMetrics] = Rule(
         "a faster link (RDMA, more NICs), layer-wise KV streaming, FP8 KV (halves the bytes), "
         "or co-locate with chunked prefill (see the ledger)"
     ),
+    cause=Cause.KV_TRANSFER, remedies=(Remedy.COLOCATE_CHUNKED,),
     reads=("transfer_ttft_share",),
     check=_check,
 )

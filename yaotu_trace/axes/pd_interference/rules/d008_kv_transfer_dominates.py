@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity
-from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
-from yaotu_trace.axes.pd_interference.rules.shared import transfer_share_at_least
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity
+from yaotu_trace.axes.pd_interference.rules.shared import InterferenceFacts, transfer_share_at_least
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
 def _check(
-    mt: InterferenceMetrics, t: Thresholds, fired: frozenset[str]
+    f: InterferenceFacts, t: Thresholds, found: frozenset[Cause]
 ) -> Sequence[Evidence] | None:
-    return transfer_share_at_least(mt, "kv_transfer_dominant", t.kv_transfer_dominant)
+    return transfer_share_at_least(f.metrics, "kv_transfer_dominant", t.kv_transfer_dominant)
 
 
-RULE: Rule[InterferenceMetrics] = Rule(
+RULE: Rule[InterferenceFacts] = Rule(
     id="D008", axis=AxisName.PD_INTERFERENCE, severity=Severity.BOTTLENECK, source="D4",
     title="KV transfer dominates TTFT",
     trigger="disaggregated, and Σ KV transfer / Σ TTFT ≥ kv_transfer_dominant",
@@ -26,6 +25,7 @@ RULE: Rule[InterferenceMetrics] = Rule(
         "the link sets TTFT: co-locate with chunked prefill unless RDMA of ≥ 100 Gb/s per node "
         "is available (cost-model §3.4)"
     ),
+    cause=Cause.KV_TRANSFER, remedies=(Remedy.COLOCATE_CHUNKED,),
     reads=("kv_transfer_dominant",),
     check=_check,
 )

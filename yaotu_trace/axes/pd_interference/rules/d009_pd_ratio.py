@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
-from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
+from yaotu_trace.axes.pd_interference.rules.shared import InterferenceFacts
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
 def _check(
-    mt: InterferenceMetrics, t: Thresholds, fired: frozenset[str]
+    f: InterferenceFacts, t: Thresholds, found: frozenset[Cause]
 ) -> Sequence[Evidence] | None:
+    mt = f.metrics
     pm = mt.placement
     if pm is None:
         return None
@@ -31,7 +32,7 @@ def _check(
     return None
 
 
-RULE: Rule[InterferenceMetrics] = Rule(
+RULE: Rule[InterferenceFacts] = Rule(
     id="D009", axis=AxisName.PD_INTERFERENCE, severity=Severity.WARNING,
     title="P:D ratio off: one pool queues while the other idles",
     trigger=(
@@ -44,6 +45,7 @@ RULE: Rule[InterferenceMetrics] = Rule(
         "move instances from the idle pool to the queued one (move_instances says which way), "
         "or let idle decode instances prefill locally"
     ),
+    cause=Cause.PD_RATIO, remedies=(Remedy.COLOCATE_CHUNKED,),
     reads=("pool_wait_share", "pool_idle_busy"),
     check=_check,
 )

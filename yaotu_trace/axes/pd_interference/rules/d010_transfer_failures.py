@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
-from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
+from yaotu_trace.axes.pd_interference.rules.shared import InterferenceFacts
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
 def _check(
-    mt: InterferenceMetrics, t: Thresholds, fired: frozenset[str]
+    f: InterferenceFacts, t: Thresholds, found: frozenset[Cause]
 ) -> Sequence[Evidence] | None:
+    mt = f.metrics
     pm = mt.placement
     share = None if pm is None else pm.failure_share
     if pm is None or share is None or share < t.transfer_failure_share:
@@ -25,7 +26,7 @@ def _check(
     )
 
 
-RULE: Rule[InterferenceMetrics] = Rule(
+RULE: Rule[InterferenceFacts] = Rule(
     id="D010", axis=AxisName.PD_INTERFERENCE, severity=Severity.WARNING,
     title="KV transfers fail or fall back to local prefill",
     trigger=(
@@ -37,6 +38,7 @@ RULE: Rule[InterferenceMetrics] = Rule(
         "check the transfer engine's errors and timeouts and the prefill pool's load; a "
         "fallback prefills on the decode instance and stalls its decodes"
     ),
+    cause=Cause.TRANSFER_FAILURES, remedies=(Remedy.COLOCATE_CHUNKED,),
     reads=("transfer_failure_share",),
     check=_check,
 )

@@ -1,12 +1,26 @@
-"""What several interference rules read: the stalls' coincidence with prefill and the stall
-numbers shown with them."""
+"""What the interference rules judge together: the axis' facts, the stalls' coincidence with
+prefill and the stall numbers shown with them, the network check's evidence."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from yaotu_trace.axes.base import Evidence, check, fact
 from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
+from yaotu_trace.axes.pd_interference.network import Network
 from yaotu_trace.axes.pd_interference.placement import PlacementMetrics
+from yaotu_trace.axes.rule import Fired
 from yaotu_trace.axes.thresholds import Thresholds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InterferenceFacts:
+    """The interference metrics, and the P/D network check of the same input, computed when a
+    rule first asks for it (only material interference makes disaggregation a question)."""
+
+    metrics: InterferenceMetrics
+    network: Callable[[], Network]
 
 
 def coincidence(mt: InterferenceMetrics, t: Thresholds) -> Evidence:
@@ -51,3 +65,17 @@ def transfer_evidence(pm: PlacementMetrics) -> tuple[Evidence, ...]:
         fact("kv_transfer_seconds_total", pm.kv_transfer_seconds_total, "s"),
         fact("transfer_source", pm.transfer_source),
     )
+
+
+def network_evidence(net: Network, t: Thresholds) -> Fired:
+    """The network check's numbers against its thresholds (D003 and D004 show the same), and
+    why it cannot pass without the KV bytes per token."""
+    evidence = (
+        check("kv_bytes_per_s_peak", net.peak_rate, "<=", "network_share_max × link",
+              t.network_share_max * net.link_bytes_s, "bytes/s"),
+        check("transfer_ttft_share", net.xfer_share, "<=", "transfer_ttft_share",
+              t.transfer_ttft_share),
+        fact("link_gbps", net.link_gbps, "Gb/s"),
+    )
+    return Fired(evidence, "" if net.kv_bytes_per_token is not None else
+                 "KV bytes per token unknown (--model): the network check cannot pass")

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.prefix_reuse.metrics import PrefixMetrics
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
+# What to compare when reusable prefixes are computed again (P002 says the same).
+HOT_PREFIXES = ("compare the hot prefixes' requests: salts, adapters and template bytes before "
+                "the first block, and the instances they were routed to")
 
-def _check(mt: PrefixMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+
+def _check(
+    mt: PrefixMetrics, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     share = mt.recomputed_share_of_prefill
     gap_ok = mt.reuse_gap is None or mt.reuse_gap > t.reuse_gap
     if not (share is not None and share > t.recompute_waste and gap_ok):
@@ -33,6 +39,7 @@ RULE: Rule[PrefixMetrics] = Rule(
     ),
     evidence="achievable_hit_rate, observed_hit_rate, recomputed_share_of_prefill",
     fix="check cache keys (salt, adapter, template drift) and routing; attribute the gap",
+    cause=Cause.PREFIX_RECOMPUTE, remedies=(Remedy.FIX_CACHE_KEYS,), next_step=HOT_PREFIXES,
     reads=("recompute_waste", "reuse_gap"),
     check=_check,
 )

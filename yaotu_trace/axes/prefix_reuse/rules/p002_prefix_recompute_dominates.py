@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.prefix_reuse.metrics import PrefixMetrics
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.prefix_reuse.rules.p001_prefix_recompute import HOT_PREFIXES
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(mt: PrefixMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
-    # Only on top of P001: material recompute first, then whether it dominates.
+def _check(
+    mt: PrefixMetrics, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
+    # Only on top of material recompute (P001) found first: then whether it dominates.
     share = mt.recomputed_share_of_prefill
-    if not ("P001" in fired and share is not None and share >= t.reuse_dominant):
+    if not (Cause.PREFIX_RECOMPUTE in found and share is not None and share >= t.reuse_dominant):
         return None
     return (
         check("recomputed_share_of_prefill", share, ">=", "reuse_dominant", t.reuse_dominant),
@@ -27,6 +30,7 @@ RULE: Rule[PrefixMetrics] = Rule(
     trigger="recomputed_share_of_prefill ≥ reuse_dominant",
     evidence="recomputed_share_of_prefill, recomputed_reusable_tokens",
     fix="fix cache keys and routing before adding compute",
+    cause=Cause.PREFIX_RECOMPUTE, remedies=(Remedy.FIX_CACHE_KEYS,), next_step=HOT_PREFIXES,
     reads=("reuse_dominant",),
     check=_check,
 )

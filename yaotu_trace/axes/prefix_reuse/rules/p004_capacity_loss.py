@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check
 from yaotu_trace.axes.prefix_reuse.metrics import PrefixMetrics
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(mt: PrefixMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    mt: PrefixMetrics, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     if not (mt.capacity_loss_share is not None and mt.capacity_loss_share > t.capacity_gap):
         return None
     return (check("capacity_loss_share", mt.capacity_loss_share, ">", "capacity_gap",
@@ -23,6 +25,7 @@ RULE: Rule[PrefixMetrics] = Rule(
     trigger="the capacity share of the loss waterfall > capacity_gap",
     evidence="capacity_loss_share",
     fix="a larger pool or a tiered CPU/SSD cache (check Mooncake Eq. 2 for fetch vs recompute)",
+    cause=Cause.CACHE_CAPACITY, remedies=(Remedy.LARGER_KV_POOL,),
     reads=("capacity_gap",),
     check=_check,
 )

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.prefix_reuse.metrics import PrefixMetrics
 from yaotu_trace.axes.rule import Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(mt: PrefixMetrics, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    mt: PrefixMetrics, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     if not (mt.observed_hit_rate is None and mt.achievable_hit_rate is not None
             and mt.achievable_hit_rate > t.reuse_gap):
         return None
@@ -32,6 +34,7 @@ RULE: Rule[PrefixMetrics] = Rule(
         "make sure prefix caching is on and export cached_tokens or "
         "vllm:prefix_cache_hits_total to compare"
     ),
+    cause=None, remedies=(),
     reads=("reuse_gap",),
     check=_check,
 )

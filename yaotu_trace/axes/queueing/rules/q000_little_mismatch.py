@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
 from yaotu_trace.axes.rule import Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     mt = f.metrics
     if not (mt.little_mismatch is not None and mt.little_mismatch > t.little_mismatch):
         return None
@@ -35,6 +37,7 @@ RULE: Rule[QueueingFacts] = Rule(
         "check for dropped or duplicated rows and mixed clocks (monotonic vs wall); treat the "
         "other findings with caution"
     ),
+    cause=None, remedies=(),
     reads=("little_mismatch",),
     check=_check,
 )

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.queueing.rules.shared import (
     QueueingFacts,
     at_limit,
     saturated,
     saturation_evidence,
 )
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     mt = f.metrics
     share = mt.queue_share_of_ttft
     limits = at_limit(mt, t)
@@ -47,6 +49,14 @@ def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[E
     ]
 
 
+def _note(f: QueueingFacts, t: Thresholds) -> str | None:
+    """Without a step log in the windows where the queue grows, saturation is not confirmed."""
+    if saturated(f, t) is not None:
+        return None
+    return ("arrival burst judged from the request table alone; add a step log to confirm the "
+            "GPU was saturated")
+
+
 RULE: Rule[QueueingFacts] = Rule(
     id="Q001", axis=AxisName.QUEUEING, severity=Severity.BOTTLENECK, source="A1",
     title="Arrival burst above capacity",
@@ -64,6 +74,7 @@ RULE: Rule[QueueingFacts] = Rule(
         "capacity (replicas, faster hardware), admission control or early rejection, burst "
         "smoothing; chunking or disaggregation will not fix it"
     ),
+    cause=Cause.ARRIVAL_BURST, remedies=(Remedy.CAPACITY_ADMISSION,), note=_note,
     reads=("queue_share_of_ttft", "queue_share_warn", "overload_rho", "burst_rate_ratio",
            "batch_at_limit",
            "gpu_busy_saturated", "idle_waiting_saturated", "growth_min_requests",

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     mt = f.metrics
     qd = mt.queue_time_s
     if not (mt.mean_rho is not None and mt.mean_rho < t.burst_mean_rho
@@ -35,6 +37,7 @@ RULE: Rule[QueueingFacts] = Rule(
     ),
     evidence="mean_rho, interarrival_cv, queue P99 / mean",
     fix="keep headroom or autoscale on queue depth",
+    cause=Cause.ARRIVAL_BURST, remedies=(Remedy.CAPACITY_ADMISSION,),
     reads=("burst_mean_rho", "burst_cv", "burst_p99_to_mean"),
     check=_check,
 )

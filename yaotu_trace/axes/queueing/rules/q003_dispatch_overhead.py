@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     mt = f.metrics
     # In the windows where requests wait when the step log says which; else the whole log.
     name, idle = "idle_waiting_queued", mt.idle_waiting_queued
@@ -36,6 +38,7 @@ RULE: Rule[QueueingFacts] = Rule(
     evidence="idle_waiting_queued (or idle_while_waiting_fraction), idle_while_waiting_s, "
     "busy_queued, gpu_busy_fraction",
     fix="overlap/async scheduling, multi-step scheduling, a separate API process, CUDA graphs",
+    cause=Cause.DISPATCH_OVERHEAD, remedies=(Remedy.OVERLAP_SCHEDULING,),
     reads=("idle_waiting_dispatch",),
     check=_check,
 )

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check
 from yaotu_trace.axes.queueing.rules.shared import (
     QueueingFacts,
     persistent_queue,
     saturated,
     saturation_evidence,
 )
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     mt = f.metrics
     tokens, running, kv = mt.tokens_per_step_queued, mt.running_fill_queued, mt.kv_usage_queued
     if not (persistent_queue(f, t) and saturated(f, t)
@@ -47,6 +49,7 @@ RULE: Rule[QueueingFacts] = Rule(
         "raise max_num_batched_tokens or max_num_seqs; shortest-prompt-first admission against "
         "head-of-line blocking"
     ),
+    cause=Cause.BATCH_SHAPE, remedies=(Remedy.BATCH_BUDGET,),
     reads=("underfill_tokens", "batch_underfilled", "kv_low_usage",
            "gpu_busy_saturated", "idle_waiting_saturated", "waiting_share", "queue_share_warn"),
     check=_check,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts, persistent_queue
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     mt = f.metrics
     kv, running = mt.kv_usage_queued, mt.running_fill_queued
     # The seat check binds only when max_num_seqs is known: an inferred cap is the most seen.
@@ -37,6 +39,7 @@ RULE: Rule[QueueingFacts] = Rule(
     ),
     evidence="kv_usage_queued, running_fill_queued, queued_windows, waiting_share",
     fix="see the kv_memory axis: capacity budget, block organisation and concurrency",
+    cause=Cause.KV_ADMISSION, remedies=(Remedy.LARGER_KV_POOL,),
     reads=("kv_admission_usage", "batch_underfilled", "waiting_share", "queue_share_warn"),
     check=_check,
 )

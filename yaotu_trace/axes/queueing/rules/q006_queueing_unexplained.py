@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.queueing.rules.q010_load_imbalance import READS as IMBALANCE_READS
 from yaotu_trace.axes.queueing.rules.q010_load_imbalance import imbalance_evidence
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
 from yaotu_trace.axes.rule import Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
-# The rules that name a cause of queueing (Q010, evaluated after this one, is asked directly).
-CAUSAL = frozenset({"Q001", "Q002", "Q003", "Q004", "Q005", "Q010"})
 
-
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     mt = f.metrics
     # NOTE: not gated on how many steps have requests waiting: a one-minute burst in a long
     # quiet trace queues most of the latency in a small share of the steps.
     name, share = "queue_share_of_latency", mt.queue_share_of_latency
     if share is None:
         name, share = "queue_share_of_ttft", mt.queue_share_of_ttft
-    if not (share is not None and share >= t.queue_share_warn and not CAUSAL & fired
+    # No rule before this one found a cause; load imbalance, judged after it, is asked here.
+    if not (share is not None and share >= t.queue_share_warn and not found
             and imbalance_evidence(f, t) is None):
         return None
     return (
@@ -46,6 +46,7 @@ RULE: Rule[QueueingFacts] = Rule(
         "add what the axis' next steps name: a step log (--steps) for GPU busy and idle time "
         "in the queued windows, engine metrics (--metrics) for KV usage and running"
     ),
+    cause=Cause.UNIDENTIFIED, remedies=(),
     reads=tuple(dict.fromkeys(("queue_share_warn", *IMBALANCE_READS))),
     check=_check,
 )

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Mark, Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     fm = f.failures
     load = None if fm is None else fm.under_load
     if not (fm is not None and load is not None
@@ -43,6 +45,8 @@ RULE: Rule[QueueingFacts] = Rule(
         "for the peak, admission control that rejects early and cheaply, or longer client "
         "timeouts; read Q001/Q002 for why the queue grew"
     ),
+    cause=None, remedies=(Remedy.CAPACITY_ADMISSION,),
+    marks=frozenset({Mark.FAILURES}),
     reads=("failure_share", "failure_min_requests", "failure_load_share"),
     check=_check,
 )

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Mark, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     fm = f.failures
     where = None if fm is None else fm.by_instance
     if not (fm is not None and where is not None and where.instances >= 2
@@ -46,6 +48,7 @@ RULE: Rule[QueueingFacts] = Rule(
         "look at that instance (its engine log, GPU health, memory, version) and route away "
         "from it until it is fixed; the other instances are not the problem"
     ),
+    cause=None, remedies=(), marks=frozenset({Mark.FAILURES}),
     reads=("failure_min_requests", "instance_failure_share", "instance_failure_lift"),
     check=_check,
 )

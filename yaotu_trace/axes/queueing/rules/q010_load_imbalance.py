@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
 from yaotu_trace.axes.queueing.instances import InstanceQueue
 from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
-from yaotu_trace.axes.rule import Rule
+from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
 READS = ("waiting_share", "queue_share_warn", "batch_underfilled", "imbalance_vanish_share")
@@ -58,7 +58,9 @@ def imbalance_evidence(f: QueueingFacts, t: Thresholds) -> list[Evidence] | None
     return ev
 
 
-def _check(f: QueueingFacts, t: Thresholds, fired: frozenset[str]) -> Sequence[Evidence] | None:
+def _check(
+    f: QueueingFacts, t: Thresholds, found: frozenset[Cause]
+) -> Sequence[Evidence] | None:
     return imbalance_evidence(f, t)
 
 
@@ -81,6 +83,7 @@ RULE: Rule[QueueingFacts] = Rule(
         "route by load (least-loaded, or sgl-router cache_aware's balance override) or by "
         "cache and load (Dynamo kv-aware); the ledger prices the prefix hits affinity gives up"
     ),
+    cause=Cause.LOAD_IMBALANCE, remedies=(Remedy.ROUTE_BY_LOAD, Remedy.ROUTE_BY_CACHE_AND_LOAD),
     reads=READS,
     check=_check,
 )

@@ -1,0 +1,112 @@
+"""The workload profile: hand-checked small cases and the public traces' published shapes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import shared_trace
+
+from yaotu_trace.cli import main
+from yaotu_trace.data.schema import RawTrace, normalize
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.profile.workload import arrival_profile, profile_trace
+
+
+def _trace(**columns: object):
+    return normalize(RawTrace(requests=pd.DataFrame(columns), format_name="test"), "t.jsonl")
+
+
+def test_arrival_profile_hand_checked() -> None:
+    # GIVEN arrivals 0, 0.5, 1.0, 1.2, 4.0 s: gaps 0.5, 0.5, 0.2, 2.8 (mean 1.0)
+    profile = arrival_profile(np.array([0.0, 0.5, 1.0, 1.2, 4.0]))
+    # THEN
+    assert profile.span_s == 4.0
+    assert profile.mean_rate_rps == pytest.approx(5 / 4)
+    assert profile.peak_rps == 2  # bins [0,1): 0, 0.5; [1,2): 1.0, 1.2
+    assert profile.peak_to_mean == pytest.approx(2 / 1.25)
+    assert profile.interarrival_cv == pytest.approx(np.std([0.5, 0.5, 0.2, 2.8]) / 1.0)
+    assert profile.longest_gap_s == pytest.approx(2.8)
+    assert profile.median_gap_s == pytest.approx(0.5)
+
+
+def test_timing_profile_hand_checked() -> None:
+    trace = _trace(
+        arrival_s=[0.0, 1.0, 2.0],
+        prompt_len=[10, 20, 30],
+        output_len=[3, 2, 1],
+        scheduled_s=[0.5, 1.0, 4.0],
+        first_token_s=[1.0, 1.5, 5.0],
+        finish_s=[2.0, 3.0, 5.0],
+        token_times_s=[[1.0, 1.5, 2.0], [1.5, 3.0], [5.0]],
+        num_preemptions=[0, 2, 0],
+        cached_tokens=[0, 10, 20],
+    )
+    timing = profile_trace(trace).timing
+    assert timing is not None
+    assert timing.queue_time_s.p50 == pytest.approx(0.5)  # 0.5, 0.0, 2.0
+    assert timing.ttft_s.max == pytest.approx(3.0)
+    # Gaps inside requests only: 0.5, 0.5 and 1.5; never 1.5 → 1.5 across requests.
+    assert timing.itl_s.count == 3
+    assert timing.itl_s.max == pytest.approx(1.5)
+    # In flight: [0,2), [1,3), [2,5): at most 2 at once (an end frees its slot first).
+    assert timing.concurrency_max == 2
+    assert timing.concurrency_mean == pytest.approx((2 + 2 + 3) / 5)
+    assert (timing.preempted_requests, timing.preemptions_total) == (1, 2)
+    assert timing.cached_token_share == pytest.approx(30 / 60)
+
+
+def test_timing_profile_absent_without_timing_columns() -> None:
+    trace = _trace(arrival_s=[0.0, 1.0], prompt_len=[1, 2], output_len=[1, 1])
+    assert profile_trace(trace).timing is None
+
+
+def test_first_token_before_arrival_is_a_note_and_skipped() -> None:
+    trace = _trace(arrival_s=[1.0, 2.0], prompt_len=[1, 2], output_len=[1, 1],
+                   first_token_s=[0.5, 2.5])
+    assert any("first token before arrival" in note for note in trace.notes)
+    timing = profile_trace(trace).timing
+    assert timing is not None and timing.ttft_s.count == 1
+
+
+def test_mooncake_conversation_profile_matches_published_counts(capsys) -> None:
+    path = shared_trace("mooncake/conversation_trace.jsonl")
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["input"]["requests"] == 12_031
+    assert doc["profile"]["lengths"]["prompt_tokens_total"] == 144_793_823
+    assert doc["profile"]["lengths"]["prompt_len"]["p50"] == 6_909
+    assert doc["profile"]["arrivals"]["span_s"] == pytest.approx(3_536.999)
+
+
+def test_azure_code_trace_is_extremely_bursty_and_conv_is_not() -> None:
+    code = profile_trace(read_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_code.csv")))
+    conv = profile_trace(read_trace(shared_trace("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")))
+    # trace-formats.md §2.3: CV 13.2 vs 1.09; 67 vs 16 requests in the busiest second.
+    assert code.arrivals.interarrival_cv == pytest.approx(13.2, abs=0.05)
+    assert conv.arrivals.interarrival_cv == pytest.approx(1.09, abs=0.01)
+    assert code.arrivals.peak_rps == 67
+    assert conv.arrivals.peak_rps == 16
+    assert code.arrivals.peak_rpm == 632
+    assert code.arrivals.longest_gap_s == pytest.approx(217, abs=1)
+
+
+def test_arrival_bins_equal_the_dense_count_and_need_no_dense_array() -> None:
+    """Peaks and dispersion from the occupied bins only equal those of a dense bincount."""
+    from yaotu_trace.profile.workload import _dispersion, _occupied_bins
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        arrival = np.sort(rng.exponential(rng.uniform(0.01, 5), size=rng.integers(1, 2000))
+                          .cumsum())
+        rel = arrival - arrival[0]
+        dense = np.bincount(np.floor(rel).astype(np.int64))
+        counts, bins = _occupied_bins(rel, 1.0)
+        assert counts.max() == dense.max() and bins == dense.size
+        if dense.size > 1:
+            assert _dispersion(counts, bins) == pytest.approx(dense.var() / dense.mean(),
+                                                             rel=1e-12)
+    far = arrival_profile(np.array([0.0, 1e9]))  # a dense count would need 8 GB
+    assert far.peak_rps == 1 and far.span_s == 1e9

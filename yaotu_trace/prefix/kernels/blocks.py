@@ -1,0 +1,400 @@
+"""Block chains: every request's cacheable prompt blocks as dense chain ids (spec §2).
+
+A block's identity is its whole chain `(namespace, tokens of blocks 1..k)`. `build_block_chains`
+turns flat prompt arrays into `BlockChains`, where equal ids mean equal chains, numbered densely
+in order of first appearance. Everything downstream (the replay engine, the capacity sweep)
+works on these int32 ids and never looks at tokens again.
+
+Hashing. Each unit (a token, or a source block id) with value `v` at position `p` of its
+request contributes `f(v, p) = mix(v·K1 + p·K2 + K0)` (splitmix64 finalizer `mix`; odd random
+multipliers K1, K2 and offset K0 drawn per lane from the seed). A chain's hash is
+`mix(Σ f over its units + namespace term)`: a segmented prefix sum, so one compiled pass over the
+units hashes every block of every request, requests in parallel. Two lanes with independent keys
+are computed. Lane A (64 bits) is looked up in an open-addressing table that
+assigns the dense ids; lane B is stored per dense id and checked on every later occurrence, so a
+lane-A collision (two different chains, one id) is detected rather than silently merging two
+continuations. On detection the build re-runs with fresh keys; it raises after three tries.
+
+Collision odds. With N distinct chains, lane A alone collides with probability ≈ N²/2⁶⁵:
+about 2.7 % at N = 1e9 (1e-5 at 1e6 — a trace of 1e9 blocks is ~1.6e10 tokens at B = 16).
+An undetected collision needs lane B to collide on the same pair too: ≈ N²/2¹²⁹ ≈ 1.5e-21 at
+N = 1e9. The keys derive from `rules.seed`; a different seed defeats crafted inputs.
+
+The layout around the hashing (`BlockChains`, block counts, retries, the output split) is in
+`chains`, shared with the numpy passes (`numpy_passes`). Compiled with numba (`cache=True`): the
+cache directory must be writable; for read-only installs set `NUMBA_CACHE_DIR` to a writable
+folder. Dtypes are pinned at the boundary (int64 offsets and values, int32 ids) so one compiled
+signature serves every call.
+
+Streamed chains (`build_block_chains_streaming`): a Parquet content column (`stream.py`) is
+hashed batch by batch by the same kernel (requests in parallel), and numbered by a table that
+persists across batches and is sized once from the prompt lengths. Ids, lane-B checks and
+collision retries are those of the in-memory path, so the chains are identical; only
+block-level arrays (~40 bytes per block) and one batch of ids are ever held.
+"""
+
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba as nb
+import numpy as np
+
+from yaotu_trace.errors import ResourceLimitError, YaotuError
+from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.kernels.chains import (
+    HASH_TRIES,
+    MAX_IDS,
+    MIX_MUL_1,
+    MIX_MUL_2,
+    MIX_SHIFT_1,
+    MIX_SHIFT_2,
+    MIX_SHIFT_3,
+    NAMESPACE_SALT,
+    PARTIAL_SALT,
+    BlockChains,
+    BlockLayout,
+    ChainKernels,
+    PromptContent,
+    chain_layout,
+    hash_keys,
+    hit_cap,
+    offsets_of,
+)
+from yaotu_trace.prefix.kernels.stream import ParquetPrompts
+from yaotu_trace.prefix.rules import ReplayRules
+
+
+@nb.njit(cache=True, inline="always")
+def mix(z: np.uint64) -> np.uint64:
+    """splitmix64's finalizer (the hash's mixing step, also the ideal pass's)."""
+    z = (z ^ (z >> MIX_SHIFT_1)) * MIX_MUL_1
+    z = (z ^ (z >> MIX_SHIFT_2)) * MIX_MUL_2
+    return z ^ (z >> MIX_SHIFT_3)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
+def _chain_hashes(
+    unit_offsets: np.ndarray,  # int64 n+1: units (tokens or source ids) per request
+    values: np.ndarray,  # int64 (or int32 tokens) units
+    units_per_block: np.int64,
+    full_blocks: np.ndarray,  # int64 per request
+    partial_weight: np.ndarray,  # int64 per request; > 0 adds a trailing partial block
+    ns_codes: np.ndarray,  # int64 per request
+    block_offsets: np.ndarray,  # int64 n+1 into the outputs
+    keys: np.ndarray,  # uint64 [K0, K1, K2] of lane A, then of lane B
+    out_a: np.ndarray,  # uint64
+    out_b: np.ndarray,  # uint64
+) -> None:
+    # Unit u of a request adds mix(v·K1 + K0 + u·K2) to its lane's running sum. The sums are
+    # taken block by block, with no branch inside a block's loop, so the compiler vectorises
+    # it (64-bit multiplies in SIMD); addition mod 2^64 makes the grouping irrelevant.
+    n = len(full_blocks)
+    for i in nb.prange(n):
+        base = unit_offsets[i]
+        units = unit_offsets[i + 1] - base
+        a0, a1, a2 = keys[0], keys[1], keys[2]
+        b0, b1, b2 = keys[3], keys[4], keys[5]
+        ns = np.uint64(ns_codes[i]) * NAMESPACE_SALT
+        sum_a = mix(ns ^ a0)
+        sum_b = mix(ns ^ b0)
+        out = block_offsets[i]
+        upb = units_per_block
+        for k in range(full_blocks[i]):
+            first = k * upb
+            part_a = np.uint64(0)
+            part_b = np.uint64(0)
+            for t in range(upb):
+                v = np.uint64(values[base + first + t])
+                u = np.uint64(first + t)
+                part_a += mix(v * a1 + (a0 + u * a2))
+                part_b += mix(v * b1 + (b0 + u * b2))
+            sum_a += part_a
+            sum_b += part_b
+            out_a[out + k] = mix(sum_a + a0)
+            out_b[out + k] = mix(sum_b + b0)
+        if partial_weight[i] > 0:
+            for t in range(full_blocks[i] * upb, units):
+                v = np.uint64(values[base + t])
+                u = np.uint64(t)
+                sum_a += mix(v * a1 + (a0 + u * a2))
+                sum_b += mix(v * b1 + (b0 + u * b2))
+            w = np.uint64(partial_weight[i]) ^ PARTIAL_SALT
+            k = full_blocks[i]
+            out_a[out + k] = mix(sum_a + mix(w ^ a0) + a0)
+            out_b[out + k] = mix(sum_b + mix(w ^ b0) + b0)
+
+
+@nb.njit(cache=True)
+def _dense_ids(hash_a: np.ndarray, hash_b: np.ndarray, table_bits: np.int64):
+    """Number lane-A hashes densely in first-appearance order; verify lane B per id."""
+    size = np.int64(1) << table_bits
+    mask = np.uint64(size - 1)
+    keys = np.empty(size, dtype=np.uint64)
+    slots = np.full(size, -1, dtype=np.int32)
+    n = len(hash_a)
+    lane_b = np.empty(n, dtype=np.uint64)
+    ids = np.empty(n, dtype=np.int32)
+    distinct = 0
+    collisions = 0
+    for j in range(n):
+        h = hash_a[j]
+        slot = np.int64(h & mask)
+        while True:
+            d = slots[slot]
+            if d < 0:
+                slots[slot] = distinct
+                keys[slot] = h
+                lane_b[distinct] = hash_b[j]
+                ids[j] = distinct
+                distinct += 1
+                break
+            if keys[slot] == h:
+                if lane_b[d] != hash_b[j]:
+                    collisions += 1
+                ids[j] = d
+                break
+            slot = (slot + 1) & np.int64(size - 1)
+    return ids, distinct, collisions
+
+
+@nb.njit(cache=True)
+def _interleave(off_a: np.ndarray, val_a: np.ndarray, off_b: np.ndarray, val_b: np.ndarray):
+    """Per request, the units of a followed by those of b (prompt then output)."""
+    n = len(off_a) - 1
+    off = np.empty(n + 1, dtype=np.int64)
+    off[0] = 0
+    for i in range(n):
+        off[i + 1] = off[i] + (off_a[i + 1] - off_a[i]) + (off_b[i + 1] - off_b[i])
+    out = np.empty(off[n], dtype=np.int64)
+    for i in range(n):
+        p = off[i]
+        for j in range(off_a[i], off_a[i + 1]):
+            out[p] = val_a[j]
+            p += 1
+        for j in range(off_b[i], off_b[i + 1]):
+            out[p] = val_b[j]
+            p += 1
+    return off, out
+
+
+@nb.njit(cache=True, nogil=True)
+def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
+    """`_dense_ids` over one batch of a streamed build, with the table kept across batches.
+
+    `by_id` rows are the lanes [A, B] of each id; `table` (open addressing on lane A) holds
+    id + 1 per slot (0 = empty), 4 bytes, so it stays small: fresh memory costs its first touch
+    on these machines, and a lookup misses the caches anyway. Most blocks repeat an earlier
+    chain whose ids were numbered consecutively when it first appeared, so the id after the
+    previous block's (`last` + 1) is tried first, in `by_id` (sequential memory); only when its
+    lane A differs does the lookup probe the table. Either way lane B is then checked.
+    Returns (distinct, collisions, last id).
+    """
+    mask = np.int64(table.shape[0] - 1)
+    collisions = 0
+    for j in range(len(hash_a)):
+        h = hash_a[j]
+        guess = last + 1
+        if guess < distinct and by_id[guess, 0] == h:
+            d = guess
+        else:
+            slot = np.int64(h & np.uint64(mask))
+            while True:
+                e = table[slot]
+                if e == 0:
+                    table[slot] = distinct + 1
+                    by_id[distinct, 0] = h
+                    by_id[distinct, 1] = hash_b[j]
+                    d = distinct
+                    distinct += 1
+                    break
+                if by_id[e - 1, 0] == h:
+                    d = np.int64(e) - 1
+                    break
+                slot = (slot + 1) & mask
+        if by_id[d, 1] != hash_b[j]:
+            collisions += 1
+        ids[start + j] = d
+        last = d
+    return distinct, collisions, last
+
+
+@nb.njit(cache=True, nogil=True)
+def _rehash(by_id, distinct, new):
+    """Fill a larger table with ids 0 .. distinct − 1 (ids unchanged)."""
+    mask = np.int64(new.shape[0] - 1)
+    for d in range(distinct):
+        slot = np.int64(by_id[d, 0] & np.uint64(mask))
+        while new[slot] != 0:
+            slot = (slot + 1) & mask
+        new[slot] = d + 1
+
+
+def _compiled_interleave(*args: Any) -> Any:
+    return _interleave(*args)
+
+
+def _compiled_hashes(layout: BlockLayout, keys: np.ndarray, out_a: np.ndarray,
+                     out_b: np.ndarray) -> None:
+    _chain_hashes(layout.unit_offsets, layout.values, np.int64(layout.units_per_block),
+                  layout.full_blocks, layout.partial_tokens, layout.namespaces,
+                  layout.block_offsets, keys, out_a, out_b)
+
+
+def _compiled_ids(*args: Any) -> Any:
+    return _dense_ids(*args)
+
+
+# Looked up at call time, so a test can stand in for one kernel.
+COMPILED = ChainKernels(interleave=_compiled_interleave, chain_hashes=_compiled_hashes,
+                        dense_ids=_compiled_ids)
+
+
+def build_block_chains(content: PromptContent, namespace_codes: np.ndarray | None,
+                       rules: ReplayRules) -> BlockChains:
+    """Chain every request's prompt into dense block ids under `rules` (spec §2).
+
+    `namespace_codes` (int, per request) separate caches: model/adapter, plus tenant when
+    isolated. Output content, when given with `rules.cache_outputs`, adds the full blocks of
+    prompt + output as blocks to insert (token traces only).
+    """
+    return chain_layout(content, namespace_codes, rules, COMPILED)
+
+
+# ---------------------------------------------------------------- streamed chains
+
+
+class _IdTable:
+    """Chain hashes → dense ids: an open-addressing table at most half full, and lanes by id.
+
+    Sized up front from an estimate of the distinct blocks (a fraction of the upper bound the
+    prompt lengths give) and doubled when a batch could overfill it, so memory follows the
+    distinct blocks of the trace (16 bytes each plus at most 16 of table) rather than its total
+    blocks. Ids do not depend on the sizes.
+    """
+
+    def __init__(self, expected: int) -> None:
+        self.table = np.zeros(_table_slots(expected), dtype=np.int32)
+        self.by_id = np.zeros((max(expected, 1 << 12), 2), dtype=np.uint64)
+        self.distinct = 0
+        self.last = -1
+
+    def reserve(self, more: int) -> None:
+        """Room for `more` new ids."""
+        need = self.distinct + more
+        if need > self.by_id.shape[0]:
+            by_id = np.zeros((max(need, 2 * self.by_id.shape[0]), 2), dtype=np.uint64)
+            by_id[:self.distinct] = self.by_id[:self.distinct]
+            self.by_id = by_id
+        if need * 2 > self.table.shape[0]:
+            grown = np.zeros(_table_slots(need), dtype=np.int32)
+            _rehash(self.by_id, np.int64(self.distinct), grown)
+            self.table = grown
+
+
+def _table_slots(entries: int) -> int:
+    return 1 << max(12, int(np.ceil(np.log2(max(entries, 1) * 2 + 1))))
+
+
+def stream_chain_bytes(blocks: int) -> int:
+    """Worst-case memory of streamed chains: ids and tokens per block, the table at its largest."""
+    return 24 * int(blocks) + 4 * _table_slots(int(blocks))
+
+
+def build_block_chains_streaming(
+    prompts: ParquetPrompts,
+    namespace_codes: np.ndarray | None,
+    rules: ReplayRules,
+) -> BlockChains:
+    """`build_block_chains` of a Parquet content column, read batch by batch (no outputs).
+
+    Gives the same `BlockChains` as the in-memory path on the same trace and rules. Output
+    blocks are never streamed: `prepare` reads a trace whose outputs are to be cached fully, so
+    here `rules.cache_outputs` has nothing to add (as in memory without output ids).
+    """
+    source = prompts.source_block_size
+    rules.check_source_block_size(source)
+    prompt_len = np.asarray(prompts.prompt_len, dtype=np.int64)
+    n = len(prompt_len)
+    block = int(rules.block_size_tokens)
+    unit = 1 if source is None else int(source)
+    per_block = block // unit
+    ns = (np.zeros(n, dtype=np.int64) if namespace_codes is None
+          else np.ascontiguousarray(namespace_codes, dtype=np.int64))
+    bound = int((prompt_len // block).sum()) + (n if rules.cache_partial_blocks else 0)
+    if bound > MAX_IDS:
+        raise ResourceLimitError(
+            f"up to {bound} blocks exceed the 2^31 ids this replay supports; use a larger "
+            "--block-size"
+        )
+    # Worst case (every block distinct), so a run that starts also finishes.
+    memory.require(stream_chain_bytes(bound), f"chaining {bound:,} blocks of {block} token(s)",
+                   "use a larger --block-size")
+    for attempt in range(HASH_TRIES):
+        keys = hash_keys(rules.seed, attempt)
+        built = _stream_once(prompts, ns, rules, keys, block, per_block, bound)
+        if built is not None:
+            ids, block_tokens, distinct, counts = built
+            break
+    else:
+        raise YaotuError(f"block hashing collided {HASH_TRIES} times in a row ({bound} blocks); "
+                         "this should not happen: report it with the trace")
+    return BlockChains(
+        offsets=offsets_of(counts), ids=ids, block_tokens=block_tokens, num_distinct=int(distinct),
+        max_hit_blocks=hit_cap(counts, prompt_len, block, rules.last_token_rule),
+        prompt_tokens=prompt_len, block_size_tokens=block, seed=int(rules.seed))
+
+
+def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, keys: np.ndarray,
+                 block: int, per_block: int, bound: int
+                 ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
+    """One pass with one set of keys; None when lane B caught a lane-A collision."""
+    n = len(prompts.prompt_len)
+    unit = block // per_block
+    table = _IdTable(bound // 8)
+    ids = np.empty(bound, dtype=np.int32)
+    block_tokens = np.full(bound, block, dtype=np.int32)
+    counts = np.zeros(n, dtype=np.int64)
+    units_all = np.zeros(n, dtype=np.int64)
+    filled = 0
+    collisions = 0
+    lanes = (np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64))
+    for batch in prompts.batches():
+        rows = slice(batch.row0, batch.row0 + len(batch.offsets) - 1)
+        plen = prompts.prompt_len[rows]
+        units = np.diff(batch.offsets)
+        units_all[rows] = units
+        full = np.minimum(units, plen // unit) // per_block
+        partial = np.zeros(len(units), dtype=np.int64)
+        if rules.cache_partial_blocks:
+            rest = np.minimum(plen, units * unit) - full * block
+            partial = np.where(units > full * per_block, rest, 0).astype(np.int64)
+        hashed = full + (partial > 0)
+        local = offsets_of(hashed)
+        total = int(local[-1])
+        if total > len(lanes[0]):  # reused: fresh memory costs its first touch
+            lanes = (np.empty(2 * total, dtype=np.uint64), np.empty(2 * total, dtype=np.uint64))
+        hash_a, hash_b = lanes[0][:total], lanes[1][:total]
+        _chain_hashes(batch.offsets, batch.values, np.int64(per_block), full, partial,
+                      ns[rows], local, keys, hash_a, hash_b)
+        table.reserve(total)
+        distinct, found, last = _dense_ids_into(hash_a, hash_b, table.table, table.by_id, ids,
+                                                np.int64(filled), np.int64(table.distinct),
+                                                np.int64(table.last))
+        table.distinct, table.last = int(distinct), int(last)
+        collisions += int(found)
+        has_partial = np.flatnonzero(partial > 0)
+        if has_partial.size:
+            block_tokens[filled + local[has_partial + 1] - 1] = partial[has_partial]
+        counts[rows] = hashed
+        filled += total
+    prompts.unit_offsets = offsets_of(units_all)
+    if collisions:
+        return None
+    distinct = table.distinct
+    del table
+    if filled < bound:
+        ids = ids[:filled].copy()
+        block_tokens = block_tokens[:filled].copy()
+    return ids, block_tokens, distinct, counts

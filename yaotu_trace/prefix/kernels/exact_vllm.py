@@ -1,0 +1,270 @@
+"""vLLM's block pool, request by request: the replay of `--preset vllm --capacity N` (spec §5).
+
+The clean model (`engine.replay`) keeps N cached full blocks in one LRU list. vLLM 0.33.0's
+`KVCacheManager` with `num_gpu_blocks = N` differs in ways that change hits at a finite
+capacity, and this module reproduces each of them, following `vllm/v1/core/block_pool.py`
+(`BlockPool`, `BlockHashToBlockMap`), `kv_cache_utils.py` (`FreeKVCacheBlockQueue`),
+`single_type_kv_cache_manager.py` (`FullAttentionManager`, `get_num_blocks_to_allocate`,
+`free`) and `kv_cache_manager.py` (`get_computed_blocks`, `allocate_slots`):
+
+- Block 0 is the null block: N − 1 blocks are usable. The free queue starts as 1..N−1.
+- Lookup: the leading run of chain ids that have a cached copy, capped by `max_hit_blocks`
+  (the last-token rule); a chain with several copies answers with the first one stored.
+- Admission: a request needs ceil(n/B) − hit new blocks plus its hit blocks that sit in the
+  free queue; more than the free queue holds and `allocate_slots` returns None: the request is
+  rejected (hit 0, nothing touched, counted in `rejected_requests`).
+- Allocation: hit blocks are taken out of the free queue first, then the new blocks are popped
+  from its head; a popped block that carries a hash loses it (that is vLLM's eviction). Every
+  new full block gets its chain's hash, even when another physical block already holds it (a
+  second copy: vLLM never deduplicates). The trailing partial block gets none.
+- Free, in reverse block order: hashed blocks are appended to the tail (LRU), hashless ones
+  (the partial block) prepended to the head, to be reused first.
+
+Exact for the protocol of `benchmarks/engines/golden_vllm.py` (requests one at a time, each
+freed before the next, no preemption, no speculative decoding, prompts only), checked per
+request against vLLM itself in `tests/prefix/test_exact_vllm.py`. `evicted_blocks` counts
+hashes removed from the map, `inserted_blocks` hash insertions (copies included).
+
+One compiled loop over the requests with a helper per phase, O(1) per block operation: the
+free queue is a doubly linked list over physical block ids, each chain id a linked list of its
+copies in insertion order. Physical ids are handed out in vLLM's order (1, 2, ...), so only the
+ones a trace can reach are stored: the never-used tail of the pool is one sentinel node (id 0,
+the null block's, which is never queued) standing for the range that has not been handed out
+yet.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from yaotu_trace.errors import ConfigError, ResourceLimitError
+from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
+
+_VIRGIN = np.int32(0)  # the sentinel node: blocks next_virgin..N-1, never handed out yet
+_MAX_NODES = 2**31 - 1  # physical ids and links are int32
+
+
+@nb.njit(cache=True)
+def _lookup(ids, start, cap, chead, in_free, owned):
+    """`get_computed_blocks`: the leading run of chain ids with a cached copy, at most `cap`,
+    their first copies written to `owned`. Returns (hit blocks, how many of them are free)."""
+    h = 0
+    queued_hits = 0
+    while h < cap and chead[ids[start + h]] >= 0:
+        p = chead[ids[start + h]]
+        owned[h] = p
+        queued_hits += np.int64(in_free[p])
+        h += 1
+    return h, queued_hits
+
+
+@nb.njit(cache=True)
+def _take_hits(owned, h, in_free, fprev, fnext, fhead, ftail, num_free):
+    """Touch: the hit blocks that sit in the free queue leave it, before any pop.
+    Returns the queue's ends and the free count."""
+    for k in range(h):
+        p = owned[k]
+        if in_free[p] != 0:
+            a = fprev[p]
+            b = fnext[p]
+            if a >= 0:
+                fnext[a] = b
+            else:
+                fhead = b
+            if b >= 0:
+                fprev[b] = a
+            else:
+                ftail = a
+            in_free[p] = 0
+            num_free -= 1
+    return fhead, ftail, num_free
+
+
+@nb.njit(cache=True)
+def _allocate(ids, start, full, h, total, owned, in_free, fprev, fnext, block_hash, cprev,
+              cnext, chead, ctail, fhead, ftail, next_virgin, num_free, num_gpu_blocks):
+    """Blocks h..total-1 of the request popped from the free queue's head, a popped hashed
+    block losing its hash; each new full block (below `full`) gets its chain's hash.
+    Returns (queue ends, next virgin id, free count, evicted, inserted).
+
+    The block operations stay written out: as helpers inlined into this one the replay ran
+    about 5x slower (`benchmarks/prefix_vs.py --only vllm`)."""
+    evicted = 0
+    inserted = 0
+    for k in range(h, total):  # pop from the head; a popped hashed block is evicted
+        p = fhead
+        if p == _VIRGIN:
+            p = next_virgin
+            next_virgin += 1
+            if next_virgin == num_gpu_blocks:  # the range is used up: drop the sentinel
+                b = fnext[_VIRGIN]
+                fhead = b
+                if b >= 0:
+                    fprev[b] = -1
+                else:
+                    ftail = np.int32(-1)
+        else:
+            b = fnext[p]
+            fhead = b
+            if b >= 0:
+                fprev[b] = -1
+            else:
+                ftail = np.int32(-1)
+            in_free[p] = 0
+            c = block_hash[p]
+            if c >= 0:
+                a = cprev[p]
+                b = cnext[p]
+                if a >= 0:
+                    cnext[a] = b
+                else:
+                    chead[c] = b
+                if b >= 0:
+                    cprev[b] = a
+                else:
+                    ctail[c] = a
+                block_hash[p] = -1
+                evicted += 1
+        num_free -= 1
+        owned[k] = p
+        if k < full:  # a new full block is cached, a second copy or not
+            c = ids[start + k]
+            block_hash[p] = c
+            t = ctail[c]
+            cprev[p] = t
+            cnext[p] = -1
+            if t >= 0:
+                cnext[t] = p
+            else:
+                chead[c] = p
+            ctail[c] = p
+            inserted += 1
+    return fhead, ftail, next_virgin, num_free, evicted, inserted
+
+
+@nb.njit(cache=True)
+def _free(owned, total, block_hash, in_free, fprev, fnext, fhead, ftail, num_free):
+    """`free`, in reverse block order: the hashless blocks, as a group in that order, go to the
+    head (prepending them one by one from the front does that), the hashed to the tail.
+    Returns the queue's ends and the free count."""
+    for k in range(total):
+        p = owned[k]
+        if block_hash[p] < 0:
+            fprev[p] = -1
+            fnext[p] = fhead
+            if fhead >= 0:
+                fprev[fhead] = p
+            else:
+                ftail = p
+            fhead = p
+            in_free[p] = 1
+            num_free += 1
+    for k in range(total - 1, -1, -1):
+        p = owned[k]
+        if block_hash[p] >= 0:
+            fprev[p] = ftail
+            fnext[p] = -1
+            if ftail >= 0:
+                fnext[ftail] = p
+            else:
+                fhead = p
+            ftail = p
+            in_free[p] = 1
+            num_free += 1
+    return fhead, ftail, num_free
+
+
+@nb.njit(cache=True, nogil=True)
+def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks, num_nodes,
+               max_blocks):
+    """Sequential replay of vLLM's block pool; returns (hit_blocks, evicted, inserted,
+    rejected).
+
+    `total_blocks[i]` = ceil(n/B) blocks request i allocates (its full blocks are
+    `ids[offsets[i]:offsets[i+1]]`, a partial one after them when there are more);
+    `num_nodes` physical ids are enough for the trace (ids 1..num_nodes-1 can be handed out).
+    Per request: look up, admit or reject, take the hit blocks out of the free queue,
+    allocate, free. The list operations are written out, with int32 links and the free
+    queue's ends passed as scalars: the shared list helpers over arrays of list ends run about
+    10x slower here.
+    """
+    n = len(offsets) - 1
+    # Free queue over physical ids; the sentinel _VIRGIN stands for the unused range.
+    fprev = np.full(num_nodes, -1, dtype=np.int32)
+    fnext = np.full(num_nodes, -1, dtype=np.int32)
+    fhead = np.int32(-1)
+    ftail = np.int32(-1)
+    next_virgin = np.int32(1)
+    if num_gpu_blocks > 1:
+        fhead = np.int32(_VIRGIN)
+        ftail = np.int32(_VIRGIN)
+    num_free = num_gpu_blocks - 1
+    # The hash of each physical block (a chain id, -1 for none) and, per chain id, its copies
+    # in insertion order (the first answers a lookup).
+    block_hash = np.full(num_nodes, -1, dtype=np.int32)
+    cprev = np.full(num_nodes, -1, dtype=np.int32)
+    cnext = np.full(num_nodes, -1, dtype=np.int32)
+    chead = np.full(max(num_distinct, 1), -1, dtype=np.int32)
+    ctail = np.full(max(num_distinct, 1), -1, dtype=np.int32)
+    in_free = np.zeros(num_nodes, dtype=np.uint8)
+    owned = np.empty(max(max_blocks, 1), dtype=np.int32)  # the request's blocks, in order
+    hit_blocks = np.zeros(n, dtype=np.int64)
+    evicted = 0
+    inserted = 0
+    rejected = 0
+    for i in range(n):
+        start = offsets[i]
+        full = offsets[i + 1] - start
+        total = total_blocks[i]
+        if total == 0:
+            continue
+        h, queued_hits = _lookup(ids, start, max_hit[i], chead, in_free, owned)
+        if total - h + queued_hits > num_free:
+            rejected += 1
+            continue
+        hit_blocks[i] = h
+        fhead, ftail, num_free = _take_hits(owned, h, in_free, fprev, fnext, fhead, ftail,
+                                            num_free)
+        fhead, ftail, next_virgin, num_free, gone, new = _allocate(
+            ids, start, full, h, total, owned, in_free, fprev, fnext,
+            block_hash, cprev, cnext, chead, ctail, fhead, ftail, next_virgin, num_free,
+            num_gpu_blocks)
+        evicted += gone
+        inserted += new
+        fhead, ftail, num_free = _free(owned, total, block_hash, in_free, fprev, fnext, fhead,
+                                       ftail, num_free)
+    return hit_blocks, evicted, inserted, rejected
+
+
+def replay_vllm(chains: BlockChains, num_gpu_blocks: int) -> ReplayResult:
+    """Replay `chains` (built under the vllm preset's rules) through vLLM's block pool of
+    `num_gpu_blocks` blocks, one global pool; per-request hits as vLLM reports them."""
+    if isinstance(num_gpu_blocks, bool) or not isinstance(num_gpu_blocks, int | np.integer) or (
+        num_gpu_blocks < 1
+    ):
+        raise ConfigError(f"capacity {num_gpu_blocks!r} must be at least 1 block "
+                          "(vLLM's num_gpu_blocks; omit --capacity for an unlimited cache)")
+    if chains.output_ids is not None:
+        raise ConfigError("vLLM's exact replay caches prompt blocks only; drop --cache-outputs "
+                          "or add --accounting clean")
+    block = int(chains.block_size_tokens)
+    prompt = np.asarray(chains.prompt_tokens, dtype=np.int64)
+    total_blocks = np.maximum(-(-prompt // block), chains.num_blocks).astype(np.int64)
+    reachable = int(total_blocks.sum())
+    num_nodes = min(int(num_gpu_blocks) - 1, reachable) + 1
+    if num_nodes >= _MAX_NODES:
+        raise ResourceLimitError(f"{num_nodes:,} physical blocks exceed the 2^31 this replay "
+                                 "supports; use a larger --block-size")
+    memory.require(num_nodes * 21 + max(chains.num_distinct, 1) * 8,
+                   f"vLLM's block pool over {num_nodes - 1:,} blocks",
+                   "use a larger --block-size")
+    hit, evicted, inserted, rejected = _vllm_pool(
+        chains.offsets, chains.ids, chains.max_hit_blocks, total_blocks,
+        np.int64(chains.num_distinct), np.int64(num_gpu_blocks), np.int64(num_nodes),
+        np.int64(total_blocks.max() if total_blocks.size else 0),
+    )
+    return hits_result(chains, hit, evicted_blocks=evicted, inserted_blocks=inserted,
+                       rejected_requests=rejected)

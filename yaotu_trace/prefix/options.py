@@ -1,0 +1,109 @@
+"""The replay options: a preset, the rules that override it and the cache's capacity, as
+`trace replay` and `trace sweep` take them, in one frozen value.
+
+Each rule override carries the name of the `ReplayRules` field it sets (None keeps the
+preset's), so a new rule is one field here and one in `prefix/rules.py`;
+`tests/prefix/test_options.py` holds the two lists together. Light on purpose (no NumPy): the
+command line builds the value before it loads any analysis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from yaotu_trace.catalog.models import find_model, model_kv_bytes_per_token
+from yaotu_trace.catalog.units import parse_capacity
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.rules import (
+    Accounting,
+    Eviction,
+    Preset,
+    ReplayRules,
+    Route,
+    Scope,
+    TouchOrder,
+    effective_rules,
+)
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import Trace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayOptions:
+    """The rules of a prefix replay and the capacity of its caches, as the options give them.
+
+    `preset` names the engine rules (None: mooncake for Mooncake traces, else vllm); every
+    rule field after it overrides the preset's when set. `capacity` is per cache, as
+    `--capacity` takes it (20000 blocks, 3.2Mtok, 40GiB; None: unlimited); bytes are turned
+    into blocks with `kv_bytes_per_token`, else `model`'s (at `kv_dtype`). `warmup` counts the
+    hits after that window only (`prefix/window.py`: 50%, 1000req, 600s).
+    """
+
+    preset: Preset | str | None = None
+    block_size_tokens: int | None = None
+    last_token_rule: bool | None = None
+    tenant_isolation: bool | None = None
+    touch_order: TouchOrder | str | None = None
+    cache_partial_blocks: bool | None = None
+    cache_outputs: bool | None = None
+    eviction: Eviction | str | None = None
+    scope: Scope | str | None = None
+    route: Route | str | None = None
+    instances: int | None = None
+    seed: int | None = None
+    capacity_per_tenant: bool = False
+    accounting: Accounting | str | None = None
+    capacity: str | None = None
+    model: str | None = None
+    kv_bytes_per_token: int | None = None
+    kv_dtype: str | None = None
+    warmup: str | None = None
+
+    def rule_overrides(self) -> dict[str, Any]:
+        """The rules given, by `ReplayRules` field name (a route implies one cache per
+        instance); `effective_rules` lays them over the preset."""
+        given = {name: getattr(self, name) for name in RULE_FIELDS}
+        given["capacity_per_tenant"] = self.capacity_per_tenant or None
+        if self.route is not None and self.scope is None:
+            given["scope"] = Scope.INSTANCE
+        return {name: value for name, value in given.items() if value is not None}
+
+    def effective_rules(self, trace: Trace) -> tuple[ReplayRules, str, tuple[str, ...]]:
+        """The rules a replay of `trace` runs under, before the capacity: (rules, preset name,
+        notes about the choice)."""
+        return effective_rules(trace, self.preset, **self.rule_overrides())
+
+    def capacity_blocks(self, text: str | None, block_size_tokens: int) -> int | None:
+        """A capacity (`capacity`, or a `--grid capacity=` value) in whole blocks of
+        `block_size_tokens`, bytes at `kv_bytes_per_token`, else `model`'s at `kv_dtype`."""
+        return capacity_blocks(text, block_size_tokens, self.model, self.kv_bytes())
+
+    def kv_bytes(self) -> int | None:
+        """`kv_bytes_per_token`, or `model`'s at `kv_dtype` when a dtype is given (without
+        one, a capacity in bytes looks the model up itself); refused when they clash."""
+        if self.kv_dtype is None:
+            return self.kv_bytes_per_token
+        return model_kv_bytes_per_token(self.model, self.kv_dtype, self.kv_bytes_per_token)[1]
+
+
+# The options that set a `ReplayRules` field of the same name.
+RULE_FIELDS = tuple(f.name for f in fields(ReplayOptions)
+                    if f.name in ReplayRules.__dataclass_fields__)
+
+
+def capacity_blocks(text: str | None, block_size_tokens: int, model: str | None,
+                    kv_bytes_per_token: int | None) -> int | None:
+    """`--capacity` in blocks, tokens or bytes, as whole blocks of the effective block size."""
+    if text is None:
+        return None
+    capacity = parse_capacity(text)
+    per_token = kv_bytes_per_token
+    if capacity.unit == "bytes" and per_token is None and model is not None:
+        per_token = find_model(model).kv_bytes_per_token
+    blocks = capacity.to_blocks(block_size_tokens, per_token)
+    if blocks is not None and blocks < 1:
+        raise ConfigError(f"capacity {text!r} holds less than one {block_size_tokens}-token block; "
+                          "give a larger capacity")
+    return blocks
