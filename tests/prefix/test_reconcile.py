@@ -1,22 +1,26 @@
-"""Observed against replayed over time (`prefix/reconcile.py`), on captures SGLang's own
-exporter wrote: one where the engine's cache was flushed mid-run, one where it was not."""
+"""Observed against replayed over time (`prefix/reconcile.py`, `prefix/reconcile_replay.py`),
+on captures SGLang's own exporter wrote (tests/fixtures/captures/sglang/, SGLang 0.5.23's
+`FileRequestMetricsExporter`): one where the engine's cache was flushed mid-run, one where its
+KV pool held 800 tokens, one where neither happened; and on arrays where a cause is set."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import pytest
 from conftest import FIXTURES
 
-from yaotu_trace.commands.check import check
-from yaotu_trace.errors import ConfigError
-from yaotu_trace.gate.fail_on import ObservedGate, parse_fail_on
+from yaotu_trace.data.observed_hits import PoolSize
 from yaotu_trace.ingest.load import read_trace
-from yaotu_trace.prefix.reconcile import reconcile
+from yaotu_trace.prefix.reconcile import Alternative, reconcile
+from yaotu_trace.prefix.reconcile_replay import reconcile_trace
+from yaotu_trace.prefix.rules import effective_rules
 from yaotu_trace.prefix.trace import replay_trace
 
 SGLANG = FIXTURES / "captures" / "sglang"
+POOL_TOKENS = 800  # metrics_pool/: the pool make_fixtures.py gave the engine
+
+
+def _ids(n: int) -> np.ndarray:
+    return np.array([f"r{i}" for i in range(n)], dtype=object)
 
 
 def test_a_flushed_cache_is_a_shortfall_stretch_with_its_reset_time() -> None:
@@ -37,82 +41,85 @@ def test_agreeing_counts_give_no_shortfall_and_no_reason() -> None:
     assert sum(w.observed_hit_tokens for w in r.windows) == 6615
 
 
-def test_observed_above_the_replay_is_a_counting_reason_not_a_shortfall() -> None:
-    t = np.arange(20, dtype=np.float64)
-    hits = np.full(20, 10)
-    r = reconcile(t, np.array([f"r{i}" for i in range(20)], dtype=object),
-                  (hits + 5).astype(np.float64), hits, np.full(20, 100))
-    assert r is not None and r.shortfall is None
-    assert [x.cause for x in r.reasons] == ["counting"]
+def _pool_run(pool: PoolSize | None):  # type: ignore[no-untyped-def]
+    trace = read_trace(SGLANG / "metrics_pool")
+    rules, name, _ = effective_rules(trace)
+    found = reconcile_trace(trace, rules, preset=name, pool=pool)
+    assert found is not None and found.shortfall is not None
+    return found
 
 
-def test_a_shortfall_spread_over_the_run_points_at_capacity_and_routing() -> None:
+def test_the_replay_at_the_deployments_pool_agrees_and_names_capacity_first() -> None:
+    found = _pool_run(PoolSize(blocks=POOL_TOKENS, source="--kv-capacity"))
+    first = found.reasons[0]
+    assert (first.cause, first.tested) == ("capacity", "agrees")
+    assert first.text.startswith("capacity: the replay at 800 blocks (--kv-capacity) agrees")
+    # The engine's own counts: 5,644 hit tokens of 9,047 (workload.Engine at 800 tokens);
+    # the unlimited replay misses 971 of them on 12 requests, the replay at 800 blocks 123.
+    assert "by 123 tokens on 3 requests, the replay under the rules by 971 tokens on 12" in \
+        first.basis
+    assert "the engine hit 1,742 tokens, the replay at 800 blocks (--kv-capacity) 1,636" in \
+        first.basis
+
+
+def test_a_pool_that_does_not_bind_rules_capacity_out() -> None:
+    found = _pool_run(PoolSize(blocks=1200, source="--kv-capacity"))
+    assert found.reasons[-1].cause == "capacity"
+    assert found.reasons[-1].tested == "ruled out"
+    assert found.reasons[-1].text.startswith("not capacity alone")
+    assert found.reasons[0].cause == "reset"
+
+
+def test_without_the_pool_capacity_is_named_untested_with_what_to_give() -> None:
     t = np.arange(20, dtype=np.float64)
     hits = np.full(20, 50)
     observed = hits.astype(np.float64)
     observed[::2] = 0  # every other request, from the first: no clean stretch before it
-    r = reconcile(t, np.array([f"r{i}" for i in range(20)], dtype=object), observed, hits,
-                  np.full(20, 100), instances=2)
+    r = reconcile(t, _ids(20), observed, hits, np.full(20, 100), instances=2)
     assert r is not None and r.shortfall is not None
     assert (r.shortfall.start_s, r.shortfall.end_s) == (0.0, 19.0)
-    assert [x.cause for x in r.reasons] == ["capacity", "routing"]
+    assert [(x.cause, x.tested) for x in r.reasons] == [("capacity", "untested"),
+                                                         ("routing", "untested")]
+    assert "--kv-capacity" in r.reasons[0].text
+
+
+def test_hits_that_stop_at_tenant_boundaries_are_the_tenant_salt_reason() -> None:
+    # Two tenants share a system prompt; the engine salted them apart (each tenant's first
+    # request misses it), the replay shared it.
+    t = np.arange(8, dtype=np.float64)
+    shared = np.array([0, 60, 60, 90, 90, 90, 90, 90])
+    salted = np.array([0, 0, 60, 90, 90, 90, 90, 90])
+    observed = salted.astype(np.float64)
+    salt = Alternative(cause="tenant-salt", label="the replay with tenants salted apart",
+                       hit_tokens=salted)
+    r = reconcile(t, _ids(8), observed, shared, np.full(8, 100), alternatives=(salt,))
+    assert r is not None
+    assert [(x.cause, x.tested) for x in r.reasons[:1]] == [("tenant-salt", "agrees")]
+    assert "stop at tenant boundaries" in r.reasons[0].text
+
+
+def test_a_replay_that_changes_nothing_is_not_listed() -> None:
+    t = np.arange(8, dtype=np.float64)
+    hits = np.full(8, 50)
+    same = Alternative(cause="tenant-salt", label="the replay with tenants sharing blocks",
+                       hit_tokens=hits.copy())
+    r = reconcile(t, _ids(8), hits - 10.0, hits, np.full(8, 100), alternatives=(same,))
+    assert r is not None and "tenant-salt" not in [x.cause for x in r.reasons]
+
+
+def test_observed_above_the_replay_is_a_counting_reason_not_a_shortfall() -> None:
+    t = np.arange(20, dtype=np.float64)
+    hits = np.full(20, 10)
+    r = reconcile(t, _ids(20), (hits + 5).astype(np.float64), hits, np.full(20, 100))
+    assert r is not None and r.shortfall is None
+    assert [x.cause for x in r.reasons] == ["counting"]
 
 
 def test_the_margins_are_both_needed() -> None:
     t = np.arange(10, dtype=np.float64)
     hits = np.full(10, 500)
     observed = hits - 30.0  # 3 points of a 1,000-token prompt, 6 % of the replayed hits
-    r = reconcile(t, np.array([f"r{i}" for i in range(10)], dtype=object), observed, hits,
-                  np.full(10, 1000))
+    r = reconcile(t, _ids(10), observed, hits, np.full(10, 1000))
     assert r is not None and r.shortfall is None
-    loose = reconcile(t, np.array([f"r{i}" for i in range(10)], dtype=object), observed, hits,
-                      np.full(10, 1000), relative=0.05)
+    loose = reconcile(t, _ids(10), observed, hits, np.full(10, 1000), relative=0.05)
     assert loose is not None and loose.shortfall is not None
-
-
-def test_check_fails_on_the_flushed_capture_naming_the_stretch() -> None:
-    section = check(SGLANG / "metrics_flush", fail_on="observed-shortfall").sections["checks"]
-    assert section.failed == 1
-    message = section.results[0].message
-    assert "fall short of the sglang replay from 264.4 s to 317.2 s" in message
-    assert "cache reset or engine restart at 283.4 s" in message
-
-
-def test_check_passes_on_the_agreeing_capture() -> None:
-    section = check(SGLANG / "metrics_agree", fail_on="observed-shortfall").sections["checks"]
-    assert (section.passed, section.failed) == (1, 0)
-
-
-def test_check_margins_are_configurable() -> None:
-    assert parse_fail_on("observed-shortfall").observed == ObservedGate(0.02, 0.10)
-    assert parse_fail_on("bottleneck,observed-shortfall:3:15").observed == ObservedGate(0.03,
-                                                                                         0.15)
-    section = check(SGLANG / "metrics_flush",
-                    fail_on="observed-shortfall:60:10").sections["checks"]
-    assert section.failed == 0
-    with pytest.raises(ConfigError, match="observed-shortfall:POINTS:PERCENT"):
-        parse_fail_on("observed-shortfall:two")
-
-
-def test_check_refuses_a_trace_without_cached_tokens() -> None:
-    vllm = SGLANG.parent / "vllm" / "vllm_requests.log"
-    with pytest.raises(ConfigError, match="has none; give a capture"):
-        check(vllm, fail_on="observed-shortfall")
-
-
-def test_analyze_and_diagnose_show_observed_and_replayed_side_by_side() -> None:
-    from yaotu_trace.commands.analyze import analyze
-    from yaotu_trace.commands.diagnose import diagnose
-
-    for report in (analyze(SGLANG / "metrics_flush"), diagnose(SGLANG / "metrics_flush")):
-        section = report.sections["observed_vs_replayed"]
-        assert section.below_tokens == 418
-        assert section.shortfall.requests == 4
-        assert [r.cause for r in section.reasons] == ["reset"]
-
-
-def test_a_trace_not_captured_from_an_engine_gets_no_such_section() -> None:
-    from yaotu_trace.commands.analyze import analyze
-
-    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "diag-prefix-recompute.parquet"
-    assert "observed_vs_replayed" not in analyze(sample).sections

@@ -15,6 +15,7 @@ from yaotu_trace.commands.shared.change import change_report
 from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
 from yaotu_trace.commands.shared.observed import observed_vs_replayed
 from yaotu_trace.data.engine_metrics import EngineMetrics
+from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
@@ -75,11 +76,13 @@ def check(
     if before is not None and earlier is not None:
         tell(progress, "comparing with the run before", 0.6)
         changes = _changes(earlier, loaded, setup, before, metrics, asked.gates.diff)
+    observed = None
     if asked.gates.observed is not None:
         tell(progress, "reconciling the engine's cached tokens with the replay", 0.8)
-        changes.append(_observed(loaded, asked.gates.observed, setup, metrics))
+        observed = _observed(loaded, asked.gates.observed, setup, metrics)
+        changes.append(observed_result(observed, asked.gates.observed))
     return _report(loaded, doc, asked, changes, before=before, earlier=earlier,
-                   diagnosed=diagnosed)
+                   diagnosed=diagnosed, observed=observed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,7 @@ def _metrics_of(loaded: Trace, diagnosis: Callable[[], Report], asked: _Asked,
 
 
 def _observed(loaded: Trace, gate: ObservedGate, setup: DiagnosisSetup,
-              metrics: EngineMetrics | None) -> CheckResult:
+              metrics: EngineMetrics | None) -> Reconciliation:
     """`observed-shortfall`: the engine's own cached tokens against the exact replay under the
     effective rules (`--preset`, `--block-size`), the capacity reason tested at the pool
     `--kv-capacity` or `--metrics` names."""
@@ -130,7 +133,7 @@ def _observed(loaded: Trace, gate: ObservedGate, setup: DiagnosisSetup,
             f"--fail-on observed-shortfall compares the engine's own cached_tokens with the "
             f"replay, and {loaded.path} ({loaded.format_name}) has none; give a capture that "
             "carries them (docs/inputs.md)")
-    return observed_result(found, gate)
+    return found
 
 
 def _changes(earlier: Trace, loaded: Trace, setup: DiagnosisSetup, before: RunBefore,
@@ -144,8 +147,10 @@ def _changes(earlier: Trace, loaded: Trace, setup: DiagnosisSetup, before: RunBe
 
 
 def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[CheckResult], *,
-            before: RunBefore | None, earlier: Trace | None, diagnosed: bool) -> Report:
-    """Run the checks on `doc`, then the change checks; the report says what was judged."""
+            before: RunBefore | None, earlier: Trace | None, diagnosed: bool,
+            observed: Reconciliation | None) -> Report:
+    """Run the checks on `doc`, then the change checks; the report says what was judged, and
+    with `--fail-on observed-shortfall` shows the windows and the stretch it judged."""
     gates = asked.gates
     before_path = None if earlier is None else earlier.path
     section = run_checks(doc, asked.config, asked.baseline, baseline_path=asked.baseline_path,
@@ -161,7 +166,8 @@ def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[Che
                 "fail_on_observed": section.fail_on_observed,
                 "matched_only": before is not None and before.matched_only,
                 "on_missing": asked.config.on_missing, "diagnosed": diagnosed},
-        sections={"checks": section},
+        sections={"checks": section} | ({} if observed is None
+                                         else {"observed_vs_replayed": observed}),
     )
 
 

@@ -183,8 +183,8 @@ def _salt_text(c: _Counts, alt: Alternative) -> str:
 
 def _reasons(c: _Counts, capacity_blocks: int | None, instances: int,
              tested: tuple[Reason, ...]) -> tuple[Reason, ...]:
-    """The reset read from the counts, then the causes another replay agrees with, the
-    causes read from the counts alone, and last the causes another replay ruled out."""
+    """The causes another replay agrees with, then the causes read from the counts alone (a
+    reset first), and last the causes another replay ruled out."""
     t, obs, rep, ids = c.t, c.obs, c.rep, c.ids
     first_reasons: list[Reason] = []
     untested: list[Reason] = []
@@ -230,4 +230,4 @@ def _reasons(c: _Counts, capacity_blocks: int | None, instances: int,
     ruled_out = [r for r in tested if r.tested != "agrees"]
     if not below.any() and not above.any():
         return ()
-    return (*first_reasons, *agreeing, *untested, *ruled_out)
+    return (*agreeing, *first_reasons, *untested, *ruled_out)
