@@ -123,3 +123,19 @@ def test_the_margins_are_both_needed() -> None:
     assert r is not None and r.shortfall is None
     loose = reconcile(t, _ids(10), observed, hits, np.full(10, 1000), relative=0.05)
     assert loose is not None and loose.shortfall is not None
+
+
+def test_an_engine_that_shares_blocks_across_tenants_is_the_tenant_salt_reason() -> None:
+    # baseten_orgs_shared.parquet (AIPerf 0.13.0's BasetenTrace schema): two organisations
+    # each run both applications, and the engine salts neither apart; the vllm replay keeps
+    # organisations apart, so the second organisation's first turn of each application hits
+    # the system prompt in the engine only (2 requests, 112 tokens: 7 blocks of 16).
+    trace = read_trace(FIXTURES / "captures" / "baseten" / "baseten_orgs_shared.parquet")
+    rules, name, _ = effective_rules(trace)
+    found = reconcile_trace(trace, rules, preset=name)
+    assert found is not None and found.shortfall is None
+    assert (found.differing_requests, found.above_tokens) == (2, 112)
+    first = found.reasons[0]
+    assert (first.cause, first.tested) == ("tenant-salt", "agrees")
+    assert "shares blocks across tenants (no cache_salt)" in first.text
+    assert "differs from the engine's counts by 0 tokens on 0 requests" in first.basis
