@@ -115,3 +115,16 @@ def test_diagnose_tests_capacity_at_its_kv_capacity() -> None:
 def test_a_trace_not_captured_from_an_engine_gets_no_such_section() -> None:
     sample = FIXTURES.parent.parent / "sample_traces" / "diag-prefix-recompute.parquet"
     assert "observed_vs_replayed" not in analyze(sample).sections
+
+
+def test_the_html_report_shades_the_stretch_where_the_engine_falls_short() -> None:
+    from yaotu_trace.commands.report import report
+    from yaotu_trace.render.html import render_html
+
+    page = render_html(report(SGLANG / "metrics_flush"))
+    assert 'data-plot="observed_hits"' in page
+    assert ("<title>from 264.4 s to 317.2 s the engine hit 140 of 697 prompt tokens, the "
+            "replay 506</title>") in page
+    agree = render_html(report(SGLANG / "metrics_agree"))
+    assert 'data-plot="observed_hits"' in agree and 'class="mark band burst"' not in \
+        agree.split('data-plot="observed_hits"')[1].split("</figure>")[0]

@@ -4,7 +4,8 @@ and `diagnose` show for a capture whose cached_tokens are the engine's own, and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,13 +31,6 @@ class HitWindow:
         return ((self.replayed_hit_tokens - self.observed_hit_tokens) / self.replayed_hit_tokens
                 if self.replayed_hit_tokens else 0.0)
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready builtins."""
-        return {"start_s": self.start_s, "end_s": self.end_s, "requests": self.requests,
-                "prompt_tokens": self.prompt_tokens,
-                "observed_hit_tokens": self.observed_hit_tokens,
-                "replayed_hit_tokens": self.replayed_hit_tokens,
-                "gap_points": self.gap_points, "gap_relative": self.gap_relative}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,12 +43,6 @@ class RequestGap:
     observed_hit_tokens: int
     replayed_hit_tokens: int
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready builtins."""
-        return {"request_id": self.request_id, "arrival_s": self.arrival_s,
-                "prompt_tokens": self.prompt_tokens,
-                "observed_hit_tokens": self.observed_hit_tokens,
-                "replayed_hit_tokens": self.replayed_hit_tokens}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,10 +57,6 @@ class Reason:
     basis: str
     tested: str = "untested"  # agrees, ruled out, untested
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready builtins."""
-        return {"cause": self.cause, "text": self.text, "basis": self.basis,
-                "tested": self.tested}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,18 +79,11 @@ class Reconciliation:
     differing_requests: int
     below_tokens: int  # Σ (replayed − observed) where observed is below
     above_tokens: int  # Σ (observed − replayed) where observed is above
-    largest: tuple[RequestGap, ...]
+    largest_differences: tuple[RequestGap, ...]
     shortfall: HitWindow | None  # the stretch, as one window over its requests
     reasons: tuple[Reason, ...]
     preset: str | None = None  # the engine rules replayed
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready builtins."""
-        return {"preset": self.preset,
-                "margins": {"points": self.points, "relative": self.relative},
-                "windows": [w.to_dict() for w in self.windows],
-                "differing_requests": self.differing_requests,
-                "below_tokens": self.below_tokens, "above_tokens": self.above_tokens,
-                "largest_differences": [g.to_dict() for g in self.largest],
-                "shortfall": None if self.shortfall is None else self.shortfall.to_dict(),
-                "reasons": [r.to_dict() for r in self.reasons]}
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready builtins, the fields as they are (the same as a report section's)."""
+        return asdict(self)

@@ -86,7 +86,7 @@ def reconcile(arrival_s: np.ndarray, request_id: np.ndarray, cached_tokens: np.n
         points=points, relative=relative, windows=windows,
         differing_requests=int(np.count_nonzero(diff)),
         below_tokens=int(-diff[diff < 0].sum()), above_tokens=int(diff[diff > 0].sum()),
-        largest=largest, shortfall=shortfall,
+        largest_differences=largest, shortfall=shortfall,
         reasons=_reasons(c, capacity_blocks, instances, tested))
 
 

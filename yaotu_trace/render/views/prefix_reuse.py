@@ -184,7 +184,6 @@ def reconciliation_blocks(s: dict[str, Any]) -> list[Block]:
     if not r:
         return []
     short = r["shortfall"]
-    m = r["margins"]
     verdict = ("none: every window within " if short is None else
                f"{fmt.num(short['start_s'])}–{fmt.num(short['end_s'])} s: observed "
                f"{fmt.pct(short['observed_hit_tokens'] / max(short['prompt_tokens'], 1))}, "
@@ -193,8 +192,8 @@ def reconciliation_blocks(s: dict[str, Any]) -> list[Block]:
     rows = [("requests that differ", fmt.count(r["differing_requests"])),
             ("observed below replayed", f"{fmt.count(r['below_tokens'])} tokens"),
             ("observed above replayed", f"{fmt.count(r['above_tokens'])} tokens"),
-            ("shortfall", f"{verdict}{m['points'] * 100:.1f} points and "
-                          f"{fmt.pct(m['relative'])} relative")]
+            ("shortfall", f"{verdict}{r['points'] * 100:.1f} points and "
+                          f"{fmt.pct(r['relative'])} relative")]
     out: list[Block] = [Heading(text="Observed vs replayed over time", level=4),
                         KeyValues(rows=rows),
                         Grid(header=["arrivals from (s)", "requests", "observed hit tokens",
@@ -202,7 +201,7 @@ def reconciliation_blocks(s: dict[str, Any]) -> list[Block]:
                              rows=[[fmt.num(w["start_s"]), fmt.count(w["requests"]),
                                     fmt.count(w["observed_hit_tokens"]),
                                     fmt.count(w["replayed_hit_tokens"]),
-                                    fmt.pct(w["gap_points"])] for w in r["windows"]])]
+                                    fmt.pct(gap_points(w))] for w in r["windows"]])]
     if r["largest_differences"]:
         out += [Heading(text="Requests that differ most", level=4),
                 Grid(header=["request", "arrival (s)", "prompt tokens", "observed", "replayed"],
@@ -215,6 +214,13 @@ def reconciliation_blocks(s: dict[str, Any]) -> list[Block]:
                 KeyValues(rows=[(_cause(x), f"{x['text']} ({x['basis']})")
                                 for x in r["reasons"]])]
     return out
+
+
+def gap_points(window: dict[str, Any]) -> float:
+    """(replayed − observed) hit tokens of a window over its prompt tokens."""
+    prompt = window["prompt_tokens"]
+    return ((window["replayed_hit_tokens"] - window["observed_hit_tokens"]) / prompt
+            if prompt else 0.0)
 
 
 def _cause(reason: dict[str, Any]) -> str:
