@@ -43,6 +43,7 @@ from yaotu_trace.cli.options import (
     StepsBeforeOpt,
     StepsOpt,
     ThresholdOpt,
+    TokenizerOpt,
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
@@ -133,6 +134,7 @@ def check(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    tokenizer: TokenizerOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
     """Gate CI on a trace: thresholds on any reported metric, a baseline, the diagnosis, the
@@ -171,7 +173,8 @@ def check(
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
     with progress("check", quiet) as update:
         report = check_command.check(
-            trace_input(trace, input_format, map, source_block_size, steps), options,
+            trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
+            options,
             config=config, baseline=baseline, fail_on=fail_on, before=earlier,
             progress=update)
     _write_ci_files(report, junit, markdown)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import RawTrace
     from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
+    from yaotu_trace.ingest.text_tokens import TextTokenizer
 
 
 class TraceFormat(StrEnum):
@@ -83,6 +84,9 @@ class TraceFormatSpec:
     # of its own columns that shares the `.parquet` extension with the canonical table.
     parquet_footer: Callable[[bytes], bool] | None = None
     text_head: Callable[[str], bool] | None = None
+    # A log that holds text rather than token ids, read with the tokenizer `--tokenizer`
+    # names (`ingest.text_tokens`).
+    text_reader: Callable[[Path, TextTokenizer], RawTrace] | None = None
     # Set by benchmark formats whose files may hold aggregates only
     # (`ingest.telemetry.bench_summary`).
     summary: SummaryReader | None = None

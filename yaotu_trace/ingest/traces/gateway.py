@@ -5,7 +5,9 @@ Unix seconds).
 
 The log holds text, not token ids: the trace has the lengths the server counted and its
 cached tokens, and no prompt content, so the prefix replay has nothing to match (the notes say
-so). Token ids are never guessed from the text.
+so). Token ids are never guessed from the text: with `--tokenizer tokenizer.json` (the model's
+tokenizer, `ingest/text_tokens.py`) each request's text is tokenized as the server did, and a
+request whose ids do not number the server's `usage.prompt_tokens` is refused.
 
 Mapping: `request_id` = the response's `id`; `model`; `tenant` = the request's `user`;
 `arrival_s` = `start_time`, seconds since the first; `finish_s` = `end_time`; `prompt_len` =
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.text_tokens import TextTokenizer
 from yaotu_trace.ingest.traces.common import (
     count_keys,
     fail,
@@ -46,7 +49,12 @@ TEXT_ONLY: Final = ("the gateway log holds message text, not token ids: lengths 
 
 
 def read_gateway(path: Path) -> RawTrace:
-    """Every logged request (see the module docstring)."""
+    """Every logged request (see the module docstring), without prompt content."""
+    return read_tokenized(path, None)
+
+
+def read_tokenized(path: Path, tokenizer: TextTokenizer | None) -> RawTrace:
+    """Every logged request, its prompt tokenized with `tokenizer` when given."""
     import pandas as pd
 
     from yaotu_trace.data.schema import RawTrace
@@ -58,7 +66,7 @@ def read_gateway(path: Path) -> RawTrace:
         if text.strip():
             record = json_record(text, path, "line", line)
             count_keys(unused, record, USED)
-            rows.append(_row(record, path, line, unused))
+            rows.append(_row(record, path, line, unused, tokenizer))
     if not rows:
         raise TraceSchemaError(f"{path}: no request; {FIX}")
     df = pd.DataFrame.from_records(rows).rename(columns={"_line": SOURCE_ROW})
@@ -67,7 +75,9 @@ def read_gateway(path: Path) -> RawTrace:
         if column in df:
             df[column] = df[column] - origin
     notes: tuple[str, ...] = ("arrival_s is seconds since the first request reached the gateway",
-                              TEXT_ONLY)
+                              TEXT_ONLY if tokenizer is None else
+                              f"{tokenizer.describe()}; every request's ids number the "
+                              "server's usage.prompt_tokens")
     if "cached_tokens" in df:
         notes += ("cached_tokens are the server's usage.prompt_tokens_details.cached_tokens "
                   "(Anthropic: cache_read_input_tokens)",)
@@ -94,7 +104,8 @@ def _seconds(value: Any, path: Path, line: int, column: str) -> float:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
-def _row(record: dict[str, Any], path: Path, line: int, unused: Counter[str]) -> dict[str, Any]:
+def _row(record: dict[str, Any], path: Path, line: int, unused: Counter[str],
+         tokenizer: TextTokenizer | None) -> dict[str, Any]:
     request, response = bodies(record)
     count_keys(unused, request, ("model", "user", "messages", "prompt"), "request.")
     usage: dict[str, Any] = response["usage"] if isinstance(response.get("usage"), dict) else {}
@@ -127,12 +138,33 @@ def _row(record: dict[str, Any], path: Path, line: int, unused: Counter[str]) ->
                                          FIX)
     if failed and not usage:
         row["prompt_len"] = row["output_len"] = 0
+    if tokenizer is not None:
+        row["prompt_tokens"] = _ids(request, row, tokenizer, path, line)
     model = response.get("model") or request.get("model")
     if model:
         row["model"] = str(model)
     if request.get("user"):
         row["tenant"] = str(request["user"])
     return row
+
+
+def _ids(request: dict[str, Any], row: dict[str, Any], tokenizer: TextTokenizer, path: Path,
+         line: int) -> list[int]:
+    """The prompt's token ids, refused unless they number the server's count (a request the
+    server refused without a count keeps none: the engine never saw it)."""
+    if row["prompt_len"] == 0:
+        return []
+    ids = tokenizer.prompt_ids(request)
+    column = "request.prompt" if isinstance(request.get("prompt"), str) else "request.messages"
+    if isinstance(ids, str):
+        raise fail(path, "line", line, column, ids, "give the model's tokenizer.json with its "
+                   "tokenizer_config.json beside it")
+    if len(ids) != row["prompt_len"]:
+        raise fail(path, "line", line, column,
+                   f"{tokenizer.path} gives {len(ids)} tokens and the server counted "
+                   f"{row['prompt_len']} (usage.prompt_tokens)",
+                   "give the tokenizer.json (and chat template) of the model the server ran")
+    return ids
 
 
 def _is_gateway_record(keys: set[str]) -> bool:
@@ -147,4 +179,5 @@ FORMAT = TraceFormatSpec(
     reader=read_gateway,
     row_label="line",
     json_keys=_is_gateway_record,
+    text_reader=read_tokenized,
 )
