@@ -128,3 +128,22 @@ def test_the_html_report_shades_the_stretch_where_the_engine_falls_short() -> No
     agree = render_html(report(SGLANG / "metrics_agree"))
     assert 'data-plot="observed_hits"' in agree and 'class="mark band burst"' not in \
         agree.split('data-plot="observed_hits"')[1].split("</figure>")[0]
+
+
+@pytest.mark.parametrize("command", ["check", "analyze", "diagnose", "replay"])
+def test_every_command_writes_the_section_the_schema_describes(command: str) -> None:
+    import jsonschema
+
+    from yaotu_trace.commands.replay import replay
+    from yaotu_trace.render.json_report import json_schema
+
+    trace = SGLANG / "metrics_pool"
+    options = DiagnosisOptions(kv_capacity="800tok")
+    report = {"check": lambda: check(trace, options, fail_on="observed-shortfall"),
+              "analyze": lambda: analyze(trace), "diagnose": lambda: diagnose(trace, options),
+              "replay": lambda: replay(trace)}[command]()
+    doc = json.loads(render_json(report))
+    assert list(jsonschema.Draft202012Validator(json_schema()).iter_errors(doc)) == []
+    section = (doc["prefix_reuse"]["observed_over_time"] if command == "replay"
+               else doc["observed_vs_replayed"])
+    assert section["shortfall"] is not None and section["reasons"]
