@@ -140,3 +140,12 @@ def test_an_engine_that_shares_blocks_across_tenants_is_the_tenant_salt_reason()
     assert (first.cause, first.tested) == ("tenant-salt", "agrees")
     assert "shares blocks across tenants (no cache_salt)" in first.text
     assert "differs from the engine's counts by 0 tokens on 0 requests" in first.basis
+
+
+def test_trace_replay_tests_the_causes_too() -> None:
+    from yaotu_trace.commands.replay import replay
+
+    shared = FIXTURES / "captures" / "baseten" / "baseten_orgs_shared.parquet"
+    section = replay(shared).sections["prefix_reuse"]["observed_over_time"]
+    first = section["reasons"][0]
+    assert (first["cause"], first["tested"]) == ("tenant-salt", "agrees")

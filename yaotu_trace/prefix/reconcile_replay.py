@@ -24,14 +24,17 @@ from yaotu_trace.prefix.trace import replay_trace_with_requests
 
 def reconcile_trace(trace: Trace, rules: ReplayRules, *, preset: str | None = None,
                     pool: PoolSize | None = None, margins: tuple[float, float] = (
-                        SHORTFALL_POINTS, SHORTFALL_RELATIVE)) -> Reconciliation | None:
-    """The engine's cached tokens in `trace` against the replay under `rules`, the shortfall
-    judged at `margins` (points of the prompt tokens, share of the replayed hits), with the
-    causes tested by other replays; None when no request reports cached tokens."""
+                        SHORTFALL_POINTS, SHORTFALL_RELATIVE),
+                    hits: np.ndarray | None = None) -> Reconciliation | None:
+    """The engine's cached tokens in `trace` against the replay under `rules` (its per-request
+    `hits` when run already), the shortfall judged at `margins` (points of the prompt tokens,
+    share of the replayed hits), with the causes tested by other replays; None when no
+    request reports cached tokens."""
     prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
     if prepared.cached_tokens is None:
         return None
-    hits = _hits(trace, rules, preset)
+    if hits is None:
+        hits = _hits(trace, rules, preset)
     instances = len(prepared.instance_labels) if rules.scope is Scope.GLOBAL else 1
     alternatives = tuple(Alternative(cause=cause, label=label,
                                      hit_tokens=_hits(trace, changed, preset))
