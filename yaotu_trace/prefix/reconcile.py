@@ -79,7 +79,7 @@ def reconcile(arrival_s: np.ndarray, request_id: np.ndarray, cached_tokens: np.n
     shortfall = _shortfall(windows, points, relative, c.t, c.obs, c.rep, c.prompt)
     # A tenant or routing replay that hits the same as the rules' own says nothing about
     # this trace (its tenants or instances share no prefix); the pool's does: it did not bind.
-    shown = (replace_hits(alt, idx) for alt in alternatives)
+    shown = (_known_only(alt, idx) for alt in alternatives)
     tested = tuple(_tested(c, shortfall, alt, points, relative) for alt in shown
                    if alt.cause == "capacity" or not np.array_equal(alt.hit_tokens, c.rep))
     return Reconciliation(
@@ -87,10 +87,11 @@ def reconcile(arrival_s: np.ndarray, request_id: np.ndarray, cached_tokens: np.n
         differing_requests=int(np.count_nonzero(diff)),
         below_tokens=int(-diff[diff < 0].sum()), above_tokens=int(diff[diff > 0].sum()),
         largest_differences=largest, shortfall=shortfall,
-        reasons=_reasons(c, capacity_blocks, instances, tested))
+        reasons=_reasons(c, capacity_blocks, instances, tested,
+                         frozenset(alt.cause for alt in alternatives)))
 
 
-def replace_hits(alt: Alternative, idx: np.ndarray) -> Alternative:
+def _known_only(alt: Alternative, idx: np.ndarray) -> Alternative:
     """`alt` over the requests that report cached tokens only."""
     return Alternative(cause=alt.cause, label=alt.label,
                        hit_tokens=alt.hit_tokens[idx].astype(np.int64))
@@ -182,13 +183,13 @@ def _salt_text(c: _Counts, alt: Alternative) -> str:
 
 
 def _reasons(c: _Counts, capacity_blocks: int | None, instances: int,
-             tested: tuple[Reason, ...]) -> tuple[Reason, ...]:
+             tested: tuple[Reason, ...], causes: frozenset[str]) -> tuple[Reason, ...]:
     """The causes another replay agrees with, then the causes read from the counts alone (a
-    reset first), and last the causes another replay ruled out."""
+    reset first; none that another replay tested, `causes`), and last the causes another
+    replay ruled out."""
     t, obs, rep, ids = c.t, c.obs, c.rep, c.ids
     first_reasons: list[Reason] = []
     untested: list[Reason] = []
-    causes = {r.cause for r in tested}
     below = obs < rep
     if below.any():
         first = int(np.flatnonzero(below)[0])
