@@ -22,6 +22,7 @@ from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 PACKAGE = Path(__file__).resolve().parents[2] / "yaotu_trace"
 SAMPLES = PACKAGE.parent / "sample_traces"
+CAPTURES = FIXTURES / "captures"
 MOONCAKE_LINES = (
     '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
     '{"timestamp": 250, "input_length": 100, "output_length": 3, "hash_ids": [1]}\n'
@@ -51,6 +52,14 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
         TraceFormat.GUIDELLM: FIXTURES / "guidellm" / "benchmarks_mock_server.json",
         TraceFormat.INFERENCE_PERF:
             FIXTURES / "inference_perf" / "per_request_lifecycle_metrics.json",
+        TraceFormat.VLLM_LOG: CAPTURES / "vllm" / "vllm_requests.log",
+        TraceFormat.SGLANG_LOG: CAPTURES / "sglang" / "requests_level3.log",
+        TraceFormat.SGLANG_METRICS: CAPTURES / "sglang" / "metrics_agree",
+        TraceFormat.DYNAMO: CAPTURES / "dynamo",
+        TraceFormat.LITELLM: CAPTURES / "litellm" / "spend_logs.jsonl",
+        TraceFormat.BASETEN: CAPTURES / "baseten" / "baseten_trace.parquet",
+        TraceFormat.LMCACHE: CAPTURES / "lmcache",
+        TraceFormat.GATEWAY: CAPTURES / "gateway" / "gateway.jsonl",
     }[fmt]
 
 
@@ -69,7 +78,7 @@ def test_every_trace_format_resolves(spec: TraceFormatSpec) -> None:
     assert spec.description and "\n" not in spec.description
     assert spec.row_label in ("line", "row", "request", "span")
     detected_by = (spec.extensions, spec.json_keys, spec.json_document, spec.csv_header,
-                   spec.folder)
+                   spec.folder, spec.parquet_footer, spec.text_head)
     assert any(detected_by), f"{spec.name}: no way to detect it"
     assert all(e.startswith(".") and e == e.lower() for e in spec.extensions)
 

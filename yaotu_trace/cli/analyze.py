@@ -11,6 +11,7 @@ from yaotu_trace.cli.options import (
     PresetOpt,
     SourceBlockOpt,
     StepsOpt,
+    TokenizerOpt,
     TraceArg,
     WarmupOpt,
 )
@@ -25,6 +26,7 @@ def analyze(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    tokenizer: TokenizerOpt = None,
     steps: StepsOpt = None,
     warmup: WarmupOpt = None,
     preset: PresetOpt = None,
@@ -58,6 +60,6 @@ def analyze(
     pictures = charts_wanted(charts, format, output)
     with progress("analyze", quiet) as update:
         report = analyze_command.analyze(
-            trace_input(trace, input_format, map, source_block_size, steps), preset=preset,
-            warmup=warmup, progress=update, charts=pictures)
+            trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
+            preset=preset, warmup=warmup, progress=update, charts=pictures)
     emit(report, format, output)

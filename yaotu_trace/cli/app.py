@@ -44,12 +44,12 @@ app = typer.Typer(
 
 def trace_input(trace: Path, input_format: TraceFormat | None = None,
                 column_map: list[str] | None = None, source_block_size: int | None = None,
-                steps: Path | None = None) -> TraceInput:
+                steps: Path | None = None, *, tokenizer: Path | None = None) -> TraceInput:
     """The trace named on the command line and how to read it; the command reads it."""
     from yaotu_trace.commands.load import TraceInput
 
     return TraceInput(path=trace, input_format=input_format, column_map=tuple(column_map or ()),
-                      source_block_size=source_block_size, steps=steps)
+                      source_block_size=source_block_size, steps=steps, tokenizer=tokenizer)
 
 
 def before_input(before: Path | None, steps_before: Path | None, metrics_before: Path | None,

@@ -43,6 +43,7 @@ from yaotu_trace.cli.options import (
     StepsBeforeOpt,
     StepsOpt,
     ThresholdOpt,
+    TokenizerOpt,
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
@@ -80,12 +81,15 @@ def _fail_on(value: str | None) -> str | None:
 
 FailOnOpt = Annotated[
     str | None,
-    typer.Option("--fail-on", metavar="[warning|bottleneck][,regressed][,not-comparable]",
+    typer.Option("--fail-on", metavar="[warning|bottleneck][,regressed][,not-comparable]"
+                 "[,observed-shortfall[:POINTS:PERCENT]]",
                  callback=_fail_on,
                  help="Comma-separated: fail when a diagnosis axis is at or above warning or "
                  "bottleneck; with --before, when an axis regressed or a condition of the "
                  "comparison differs (not-comparable) [default with --before: "
-                 "regressed,not-comparable]."),
+                 "regressed,not-comparable]; observed-shortfall: when the engine's own "
+                 "cached tokens fall below the exact replay over a stretch of time by 2 "
+                 "points and 10 % (or POINTS and PERCENT)."),
 ]
 JunitOpt = Annotated[
     Path | None,
@@ -130,6 +134,7 @@ def check(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    tokenizer: TokenizerOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
     """Gate CI on a trace: thresholds on any reported metric, a baseline, the diagnosis, the
@@ -154,6 +159,7 @@ def check(
       trace check sim.parquet --steps steps.parquet --fail-on bottleneck
 
       trace check after.parquet --before before.parquet --fail-on regressed,not-comparable
+      trace check captures/sglang-metrics/ --fail-on observed-shortfall
     """
     from yaotu_trace.commands import check as check_command
 
@@ -167,7 +173,8 @@ def check(
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
     with progress("check", quiet) as update:
         report = check_command.check(
-            trace_input(trace, input_format, map, source_block_size, steps), options,
+            trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
+            options,
             config=config, baseline=baseline, fail_on=fail_on, before=earlier,
             progress=update)
     _write_ci_files(report, junit, markdown)

@@ -26,6 +26,7 @@ from yaotu_trace.cli.options import (
     SourceBlockOpt,
     StepsOpt,
     ThresholdOpt,
+    TokenizerOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.diagnosis.options import DiagnosisOptions
@@ -56,6 +57,7 @@ def diagnose(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    tokenizer: TokenizerOpt = None,
     quiet: QuietOpt = False,
     charts: ChartsOpt = None,
 ) -> None:
@@ -95,7 +97,7 @@ def diagnose(
         raise ConfigError("--input-format, --map and --source-block-size say how to read a "
                           "TRACE; give the trace, or drop them to judge --metrics alone")
     source = None if trace is None else trace_input(trace, input_format, map,
-                                                    source_block_size, steps)
+                                                    source_block_size, steps, tokenizer=tokenizer)
     options = DiagnosisOptions(
         metrics=metrics, log_tz=log_tz, model=model, gpu=gpu,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,

@@ -60,6 +60,13 @@ SourceBlockOpt = Annotated[
         min=1,
     ),
 ]
+TokenizerOpt = Annotated[
+    Path | None,
+    typer.Option("--tokenizer", help="The model's tokenizer.json, to read a log that holds "
+                 "text (a gateway log) as token ids; a chat request is rendered through the "
+                 "chat_template of the tokenizer_config.json beside it. Needs the optional "
+                 "extra: pip install 'yaotu-trace[tokenizer]'.", show_default=False),
+]
 MetricsOutOpt = Annotated[Path | None, typer.Option(
     "--metrics-out", help="The simulated engine's Prometheus export (vLLM metric names, one "
     "series per instance) as the CSV --metrics reads.", show_default=False)]

@@ -29,6 +29,7 @@ from yaotu_trace.cli.options import (
     ScopeOpt,
     SourceBlockOpt,
     TenantIsolationOpt,
+    TokenizerOpt,
     TouchOrderOpt,
     TraceArg,
     WarmupOpt,
@@ -103,6 +104,7 @@ def replay(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    tokenizer: TokenizerOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Replay the prefix cache: token-weighted hit ratio, saved prefill and the loss waterfall.
@@ -139,7 +141,8 @@ def replay(
         model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup)
     with progress("replay", quiet) as update:
         report = replay_command.replay(
-            trace_input(trace, input_format, map, source_block_size), options, grid=grid or (),
+            trace_input(trace, input_format, map, source_block_size, tokenizer=tokenizer),
+            options, grid=grid or (),
             waterfall=waterfall, parallel=Parallelism(jobs=jobs, dask=dask), out=out,
             progress=update)
     emit(report, format, output)

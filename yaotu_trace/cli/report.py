@@ -33,6 +33,7 @@ from yaotu_trace.cli.options import (
     StepsBeforeOpt,
     StepsOpt,
     ThresholdOpt,
+    TokenizerOpt,
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
@@ -85,6 +86,7 @@ def report(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    tokenizer: TokenizerOpt = None,
 ) -> None:
     """Write one HTML file that works offline: plots, verdict, per-tenant table and ledger.
 
@@ -131,6 +133,7 @@ def report(
                 if simulate else None)
     with progress("report", quiet) as update:
         result = report_command.report(
-            trace_input(trace, input_format, map, source_block_size, steps), options,
+            trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
+            options,
             before=earlier, simulate=modelled, progress=update)
     emit(result, format, output, default=OutputFormat.HTML)

@@ -13,7 +13,9 @@ from yaotu_trace.commands.settings import DiagnosisSetup, setup_diagnosis
 from yaotu_trace.commands.shared.analysis import analysis_report
 from yaotu_trace.commands.shared.change import change_report
 from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
+from yaotu_trace.commands.shared.observed import observed_vs_replayed
 from yaotu_trace.data.engine_metrics import EngineMetrics
+from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
@@ -28,7 +30,14 @@ from yaotu_trace.gate.check import (
     run_checks,
     wants_diagnosis,
 )
-from yaotu_trace.gate.fail_on import DEFAULT_DIFF_GATES, DiffGate, Gates, parse_fail_on
+from yaotu_trace.gate.fail_on import (
+    DEFAULT_DIFF_GATES,
+    DiffGate,
+    Gates,
+    ObservedGate,
+    parse_fail_on,
+)
+from yaotu_trace.gate.observed import observed_result
 
 
 def check(
@@ -67,8 +76,13 @@ def check(
     if before is not None and earlier is not None:
         tell(progress, "comparing with the run before", 0.6)
         changes = _changes(earlier, loaded, setup, before, metrics, asked.gates.diff)
+    observed = None
+    if asked.gates.observed is not None:
+        tell(progress, "reconciling the engine's cached tokens with the replay", 0.8)
+        observed = _observed(loaded, asked.gates.observed, setup, metrics)
+        changes.append(observed_result(observed, asked.gates.observed))
     return _report(loaded, doc, asked, changes, before=before, earlier=earlier,
-                   diagnosed=diagnosed)
+                   diagnosed=diagnosed, observed=observed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +102,8 @@ def _asked(config: Path | CheckConfig | None, baseline: Path | None, fail_on: st
     cfg = load_config(config) if isinstance(config, Path) else config or CheckConfig()
     gates = _gates(fail_on, cfg, before is not None)
     base = load_baseline(baseline) if baseline is not None else None
-    if not cfg.checks and base is None and gates.level is None and before is None:
+    if (not cfg.checks and base is None and gates.level is None and before is None
+            and gates.observed is None):
         raise ConfigError("nothing to check: give --config with [[check]] entries, "
                           "--baseline, --fail-on or --before (see docs/ci.md)")
     return _Asked(cfg, gates, base, None if baseline is None else str(baseline))
@@ -106,6 +121,21 @@ def _metrics_of(loaded: Trace, diagnosis: Callable[[], Report], asked: _Asked,
     return doc, diagnosed
 
 
+def _observed(loaded: Trace, gate: ObservedGate, setup: DiagnosisSetup,
+              metrics: EngineMetrics | None) -> Reconciliation:
+    """`observed-shortfall`: the engine's own cached tokens against the exact replay under the
+    effective rules (`--preset`, `--block-size`), the capacity reason tested at the pool
+    `--kv-capacity` or `--metrics` names."""
+    found = observed_vs_replayed(loaded, settings=setup.settings, metrics=metrics,
+                                 margins=(gate.points, gate.relative))
+    if found is None:
+        raise ConfigError(
+            f"--fail-on observed-shortfall compares the engine's own cached_tokens with the "
+            f"replay, and {loaded.path} ({loaded.format_name}) has none; give a capture that "
+            "carries them (docs/inputs.md)")
+    return found
+
+
 def _changes(earlier: Trace, loaded: Trace, setup: DiagnosisSetup, before: RunBefore,
              metrics: EngineMetrics | None, gates: frozenset[DiffGate]) -> list[CheckResult]:
     """One check per condition of the comparison with the run before and per axis change."""
@@ -117,8 +147,10 @@ def _changes(earlier: Trace, loaded: Trace, setup: DiagnosisSetup, before: RunBe
 
 
 def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[CheckResult], *,
-            before: RunBefore | None, earlier: Trace | None, diagnosed: bool) -> Report:
-    """Run the checks on `doc`, then the change checks; the report says what was judged."""
+            before: RunBefore | None, earlier: Trace | None, diagnosed: bool,
+            observed: Reconciliation | None) -> Report:
+    """Run the checks on `doc`, then the change checks; the report says what was judged, and
+    with `--fail-on observed-shortfall` shows the windows and the stretch it judged."""
     gates = asked.gates
     before_path = None if earlier is None else earlier.path
     section = run_checks(doc, asked.config, asked.baseline, baseline_path=asked.baseline_path,
@@ -131,9 +163,11 @@ def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[Che
                 "baseline_command": None if base is None else base.get("command"),
                 "before": before_path, "fail_on": gates.level,
                 "fail_on_diff": section.fail_on_diff,
+                "fail_on_observed": section.fail_on_observed,
                 "matched_only": before is not None and before.matched_only,
                 "on_missing": asked.config.on_missing, "diagnosed": diagnosed},
-        sections={"checks": section},
+        sections={"checks": section} | ({} if observed is None
+                                         else {"observed_vs_replayed": observed}),
     )
 
 
@@ -141,11 +175,11 @@ def _gates(fail_on: str | None, cfg: CheckConfig, has_before: bool) -> Gates:
     """`--fail-on` (else the check file's), with both change gates when a run before is given
     and none is named."""
     gates = (parse_fail_on(fail_on) if fail_on is not None
-             else Gates(level=cfg.fail_on, diff=cfg.fail_on_diff))
+             else Gates(level=cfg.fail_on, diff=cfg.fail_on_diff, observed=cfg.fail_on_observed))
     if gates.diff and not has_before:
         named = ",".join(sorted(gates.diff))
         raise ConfigError(f"--fail-on {named} judges a change: give the run before it with "
                           "--before BEFORE (see docs/ci.md)")
     if has_before and not gates.diff:
-        return Gates(level=gates.level, diff=DEFAULT_DIFF_GATES)
+        return Gates(level=gates.level, diff=DEFAULT_DIFF_GATES, observed=gates.observed)
     return gates

@@ -31,6 +31,8 @@ class TraceInput:
     column_map: Sequence[str] = ()
     source_block_size: int | None = None
     steps: Path | None = None
+    # The model's tokenizer.json, for a log that holds text (`--tokenizer`).
+    tokenizer: Path | None = None
 
 
 # What a command reads: a trace already read, or a file to read (by path or `TraceInput`).
@@ -61,6 +63,7 @@ def load_trace(
     steps: str | Path | None = None,
     lazy_content: bool = False,
     arrivals_optional: bool = False,
+    tokenizer: str | Path | None = None,
 ) -> Trace:
     """Read and validate a trace, as every command does (never modifies the file).
 
@@ -75,6 +78,7 @@ def load_trace(
         steps_path=None if steps is None else Path(steps),
         lazy_content=lazy_content,
         arrivals_optional=arrivals_optional,
+        tokenizer=tokenizer,
     )
 
 
@@ -91,7 +95,7 @@ def open_trace(source: TraceSource, *, lazy_content: bool,
     return load_trace(given.path, input_format=given.input_format, column_map=given.column_map,
                       source_block_size=given.source_block_size,
                       steps=given.steps if steps else None, lazy_content=lazy_content,
-                      arrivals_optional=arrivals_optional)
+                      arrivals_optional=arrivals_optional, tokenizer=given.tokenizer)
 
 
 def tell(progress: Progress | None, stage: str, share: float) -> None:

@@ -16,6 +16,7 @@ from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.grid import GridCapacity, parse_axis, parse_switch, replay_grid
 from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
+from yaotu_trace.prefix.reconcile_replay import reconcile_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.prefix.window import WarmupSpec, parse_warmup
 
@@ -69,6 +70,14 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
                                                    notes=notes, parallel=parallel,
                                                    waterfall=waterfall, warmup=warmup)
+    if summary.reconciliation is not None:
+        # The causes another replay can test (tenants salted or not, a cache per instance),
+        # as `trace analyze` and `trace diagnose` test them.
+        tell(progress, "testing causes against the engine's cached tokens", 0.8)
+        found = summary.reconciliation
+        summary = replace(summary, reconciliation=reconcile_trace(
+            loaded, rules, preset=preset_name, margins=(found.points, found.relative),
+            hits=requests.columns["hit_tokens"]))
     config: dict[str, Any] = {"preset": preset_name, "rules": rules.to_dict(),
                               "capacity": options.capacity}
     if warmup is not None:

@@ -40,8 +40,10 @@ from yaotu_trace.sim.summary import run_scenario
 
 # Capacities of the hit-ratio curve in the report (log-spaced; knee and shares added).
 CURVE_POINTS = 40
-# The diagnosis' sections the report shows.
-DIAGNOSIS_SECTIONS = ("principal", "verdict", "axes", "ledger", "findings")
+# The diagnosis' sections the report shows (`observed_vs_replayed`: a capture's own cached
+# tokens against the replay, drawn with the stretch where they fall short).
+DIAGNOSIS_SECTIONS = ("principal", "verdict", "axes", "ledger", "findings",
+                      "observed_vs_replayed")
 
 
 def report(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from yaotu_trace.errors import ConfigError, ConfigFileError
-from yaotu_trace.gate.fail_on import DiffGate, FailOn, Gates, parse_fail_on
+from yaotu_trace.gate.fail_on import DiffGate, FailOn, Gates, ObservedGate, parse_fail_on
 from yaotu_trace.gate.report_path import Resolved, close_paths, parse_path, require, resolve
 
 # Relative tolerance of a baseline comparison unless the config says otherwise: 5 % is about the
@@ -71,6 +71,7 @@ class CheckKind(StrEnum):
     DIAGNOSIS = "diagnosis"
     CONDITION = "condition"  # a condition of the comparison with --before
     CHANGE = "change"  # an axis' change since --before
+    OBSERVED = "observed"  # the engine's own cached tokens against the replay
 
 
 class CheckStatus(StrEnum):
@@ -135,6 +136,7 @@ class CheckConfig:
     on_missing: OnMissing = OnMissing.FAIL
     fail_on: FailOn | None = None
     fail_on_diff: frozenset[DiffGate] = frozenset()
+    fail_on_observed: ObservedGate | None = None
     path: str | None = None
 
 
@@ -188,6 +190,8 @@ class CheckSection:
     before_path: str | None = None
     fail_on: FailOn | None
     fail_on_diff: tuple[DiffGate, ...] = ()
+    # `observed-shortfall`'s margins when that gate is on (its check is among the results).
+    fail_on_observed: ObservedGate | None = None
     results: tuple[CheckResult, ...]
 
 
@@ -246,7 +250,7 @@ def parse_config(data: Mapping[str, Any], path: str = "check config") -> CheckCo
     """Validate a check file's TOML table; every problem is a ConfigFileError naming where."""
     _known(data, {"check", "baseline", "on_missing", "fail_on"}, path)
     on_missing = _enum(OnMissing, data.get("on_missing", "fail"), f"{path}: on_missing")
-    fail_on, fail_on_diff = _fail_on(data.get("fail_on"), path)
+    gates = _fail_on(data.get("fail_on"), path)
     raw_checks = data.get("check", [])
     if not isinstance(raw_checks, list):
         raise ConfigFileError(f"{path}: 'check' must be an array of tables ([[check]])")
@@ -281,14 +285,15 @@ def parse_config(data: Mapping[str, Any], path: str = "check config") -> CheckCo
         ))
     return CheckConfig(checks=tuple(checks), baseline=_parse_baseline(data.get("baseline", {}),
                                                                        path),
-                       on_missing=on_missing, fail_on=fail_on, fail_on_diff=fail_on_diff,
-                       path=path)
+                       on_missing=on_missing, fail_on=gates.level, fail_on_diff=gates.diff,
+                       fail_on_observed=gates.observed, path=path)
 
 
-def _fail_on(value: Any, path: str) -> tuple[FailOn | None, frozenset[DiffGate]]:
-    """`fail_on = "bottleneck"`, `"regressed,not-comparable"` or a list of such words."""
+def _fail_on(value: Any, path: str) -> Gates:
+    """`fail_on = "bottleneck"`, `"regressed,not-comparable"`, `"observed-shortfall:2:10"` or a
+    list of such words."""
     if value is None:
-        return None, frozenset()
+        return Gates()
     if not isinstance(value, str) and not (
             isinstance(value, list) and all(isinstance(v, str) for v in value)):
         raise ConfigFileError(f"{path}: fail_on is {value!r}, expected text or a list of text; "
@@ -297,7 +302,7 @@ def _fail_on(value: Any, path: str) -> tuple[FailOn | None, frozenset[DiffGate]]
         gates = parse_fail_on(value, where=f"{path}: fail_on")
     except ConfigError as exc:
         raise ConfigFileError(str(exc)) from None
-    return gates.level, gates.diff
+    return gates
 
 
 def _parse_baseline(table: Any, path: str) -> BaselineConfig:
@@ -646,6 +651,7 @@ def run_checks(
         before_path=before_path,
         fail_on=gate,
         fail_on_diff=tuple(sorted(gates.diff)) if before_path is not None else (),
+        fail_on_observed=gates.observed,
         results=tuple(results),
     )
 

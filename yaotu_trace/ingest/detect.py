@@ -98,10 +98,10 @@ def _detect(path: Path, column_map: Mapping[str, str] | None) -> TraceFormat:
         return _detect_json_document(path)
     if suffix in CSV_SUFFIXES:
         return _detect_csv(path, renamed)
-    named = next((s.name for s in formats() if suffix in s.extensions), None)
+    named = _by_extension(path, suffix)
     if named is not None:
         return named
-    found = _json_by_content(path)
+    found = _json_by_content(path) or _text_by_content(path)
     if found is not None:
         return found
     raise TraceReadError(
@@ -121,6 +121,59 @@ def _json_by_content(path: Path) -> TraceFormat | None:
     if not head.lstrip("\ufeff \t\r\n").startswith(("{", "[")):
         return None
     return sniff_document(head)
+
+
+def _by_extension(path: Path, suffix: str) -> TraceFormat | None:
+    """The first format that claims the extension; a Parquet file's footer is read once and
+    asked of the formats told by their columns, and a file none of them accepts goes to the
+    first format that claims the extension (the canonical table, which names what it lacks)."""
+    footer: bytes | None = None
+    first: TraceFormat | None = None
+    for spec in formats():
+        if suffix not in spec.extensions:
+            continue
+        if spec.parquet_footer is None:
+            return spec.name
+        first = first or spec.name
+        if footer is None:
+            footer = parquet_footer(path)
+        if spec.parquet_footer(footer):
+            return spec.name
+    return first
+
+
+def parquet_footer(path: Path) -> bytes:
+    """The raw footer of a plain Parquet file (b"" when it has none): its column names are
+    stored there as text, so a format can be told by them without pyarrow."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            if size < 12:
+                return b""
+            fh.seek(size - 8)
+            tail = fh.read(8)
+            length = int.from_bytes(tail[:4], "little")
+            if tail[4:] != b"PAR1" or length > size - 8:
+                return b""
+            fh.seek(size - 8 - length)
+            return fh.read(length)
+    except OSError:
+        return b""
+
+
+TEXT_HEAD_BYTES = 256 * 1024  # of a log, enough for its first requests
+
+
+def _text_by_content(path: Path) -> TraceFormat | None:
+    """A request log under any other extension (`.log`, `.txt`, none), known by its lines."""
+    try:
+        with open_compressed(path) as fh:
+            head = fh.read(TEXT_HEAD_BYTES).decode("utf-8", errors="replace")
+    except (OSError, TraceReadError):
+        return None
+    return next((s.name for s in formats() if s.text_head is not None and s.text_head(head)),
+                None)
 
 
 def _names() -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import RawTrace
     from yaotu_trace.ingest.telemetry.bench_summary import BenchSummary
+    from yaotu_trace.ingest.text_tokens import TextTokenizer
 
 
 class TraceFormat(StrEnum):
@@ -37,6 +38,14 @@ class TraceFormat(StrEnum):
     AIPERF = "aiperf"
     GUIDELLM = "guidellm"
     INFERENCE_PERF = "inference-perf"
+    VLLM_LOG = "vllm-log"
+    SGLANG_LOG = "sglang-log"
+    SGLANG_METRICS = "sglang-metrics"
+    DYNAMO = "dynamo"
+    LITELLM = "litellm"
+    BASETEN = "baseten"
+    LMCACHE = "lmcache"
+    GATEWAY = "gateway"
 
 
 Reader = Callable[[Path], "RawTrace"]
@@ -54,8 +63,10 @@ class TraceFormatSpec:
     JSON record (the first line of a `.jsonl`/`.ndjson` file, or of a `.json` file no document
     test claimed), the first 64 KiB of a `.json` document, a CSV header, a folder, or, for any
     other extension, the extension itself (`extensions`: a file so named is this format,
-    unseen). The first format in registry order whose test accepts wins, so a test may assume
-    the earlier formats said no.
+    unseen; with `parquet_footer` too, a Parquet file whose raw footer the test accepts), then
+    the first 256 KiB of the file's text (`text_head`: a log saved as `.log`, `.txt` or without
+    an extension). The first format in registry order whose test accepts wins, so a test may
+    assume the earlier formats said no.
     """
 
     name: TraceFormat
@@ -69,6 +80,13 @@ class TraceFormatSpec:
     json_document: Callable[[str], bool] | None = None
     csv_header: Callable[[set[str]], bool] | None = None
     folder: Callable[[Path], bool] | None = None
+    # The raw footer of a Parquet file (its column names appear in it as text), for a format
+    # of its own columns that shares the `.parquet` extension with the canonical table.
+    parquet_footer: Callable[[bytes], bool] | None = None
+    text_head: Callable[[str], bool] | None = None
+    # A log that holds text rather than token ids, read with the tokenizer `--tokenizer`
+    # names (`ingest.text_tokens`).
+    text_reader: Callable[[Path, TextTokenizer], RawTrace] | None = None
     # Set by benchmark formats whose files may hold aggregates only
     # (`ingest.telemetry.bench_summary`).
     summary: SummaryReader | None = None

@@ -31,6 +31,7 @@ from yaotu_trace.ingest.registry import spec_of
 from yaotu_trace.ingest.telemetry import prom_text
 from yaotu_trace.ingest.telemetry.metrics import engine_metrics, read_export
 from yaotu_trace.ingest.telemetry.serverlog import EXPECTED, is_server_log, read_server_log
+from yaotu_trace.ingest.text_tokens import load_tokenizer
 
 
 def get_reader(fmt: TraceFormat) -> Reader:
@@ -64,6 +65,7 @@ def read_trace(
     steps_path: str | Path | None = None,
     lazy_content: bool = False,
     arrivals_optional: bool = False,
+    tokenizer: str | Path | None = None,
 ) -> Trace:
     """Read, map and validate a trace into the canonical `Trace` (never modifies the file).
 
@@ -77,11 +79,16 @@ def read_trace(
 
     `arrivals_optional=True` reads a table with lengths but no timestamp column as lengths-only
     (`Trace.has_arrivals` False); only the length profile may use such a trace.
+
+    `tokenizer` (a `tokenizer.json`, `--tokenizer`) tokenizes a log that holds text (a gateway
+    log) into prompt token ids (`ingest.text_tokens`); any other format is refused with it.
     """
     path = Path(path)
     if not path.exists():
         raise TraceReadError(f"{path}: no such file; check the path")
     fmt = fmt or detect_format(path, column_map)
+    if tokenizer is not None:
+        return _tokenized(path, fmt, Path(tokenizer), column_map, arrivals_optional, steps_path)
     if path.is_dir() and spec_of(fmt).folder is None:
         raise TraceReadError(f"{path}: is a folder, and a {fmt.value} trace is one file; pass "
                              "the file (only RAGPulse and WEKA traces are folders)")
@@ -94,6 +101,20 @@ def read_trace(
     if steps_path is not None:
         trace = _with_steps(trace, Path(steps_path))
     return trace
+
+
+def _tokenized(path: Path, fmt: TraceFormat, tokenizer: Path,
+               column_map: Mapping[str, str] | None, arrivals_optional: bool,
+               steps_path: str | Path | None) -> Trace:
+    """A trace of text read with the tokenizer the user named."""
+    reader = spec_of(fmt).text_reader
+    if reader is None:
+        raise ConfigError(f"--tokenizer {tokenizer}: {path} is a {fmt.value} trace, which "
+                          "carries token ids or lengths rather than text; drop --tokenizer "
+                          "(only a gateway log of request text is tokenized)")
+    raw = apply_options(reader(path, load_tokenizer(tokenizer)), path, column_map, None)
+    trace = normalize(raw, str(path), arrivals_optional=arrivals_optional)
+    return trace if steps_path is None else _with_steps(trace, Path(steps_path))
 
 
 def _load_lazy(path: Path, source_block_size: int | None,

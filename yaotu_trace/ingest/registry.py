@@ -7,7 +7,10 @@ read, so a canonical Parquet trace, asked first, loads no other format's module.
 The order matters where two formats' records look alike: Bailian rows also carry Mooncake's
 keys, and RAGPulse rows too, so Bailian is asked before Mooncake, and Mooncake (which wants no
 `session_id`) before RAGPulse; the documents with keys of their own (OTel, vLLM bench, WEKA)
-are asked before canonical JSON Lines saved as `.json`. Adding a format is one module with a
+are asked before canonical JSON Lines saved as `.json`. A Parquet file is the canonical table when
+its footer names the canonical columns, else Baseten's when it names Baseten's, else the
+canonical table again (which names what it lacks); the captures a deployment writes come next,
+each told by keys or lines of its own. Adding a format is one module with a
 `FORMAT` descriptor and one line here (see docs/formats.md).
 """
 
@@ -20,6 +23,14 @@ from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
     (TraceFormat.CANONICAL_PARQUET, "canonical_formats:PARQUET"),
+    (TraceFormat.BASETEN, "baseten:FORMAT"),
+    (TraceFormat.VLLM_LOG, "vllm_log:FORMAT"),
+    (TraceFormat.SGLANG_LOG, "sglang_log:FORMAT"),
+    (TraceFormat.SGLANG_METRICS, "sglang_metrics:FORMAT"),
+    (TraceFormat.DYNAMO, "dynamo:FORMAT"),
+    (TraceFormat.LITELLM, "litellm:FORMAT"),
+    (TraceFormat.LMCACHE, "lmcache:FORMAT"),
+    (TraceFormat.GATEWAY, "gateway:FORMAT"),
     (TraceFormat.BAILIAN, "bailian:FORMAT"),
     (TraceFormat.GUIDELLM, "guidellm:FORMAT"),
     (TraceFormat.INFERENCE_PERF, "inference_perf:FORMAT"),
@@ -80,4 +91,10 @@ def _detected_by(spec: TraceFormatSpec) -> str:
         ways.append("CSV header")
     if spec.folder is not None:
         ways.append("folder")
+    if spec.parquet_footer is not None:
+        ways[:] = ["Parquet columns" if w == "extension `.parquet`" else w for w in ways]
+        if spec.name is TraceFormat.CANONICAL_PARQUET:
+            ways.append("extension `.parquet` (any Parquet file no other format claims)")
+    if spec.text_head is not None:
+        ways.append("log lines")
     return ", ".join(ways)

@@ -249,18 +249,24 @@ def _changed(base: ReplayRules, changes: dict[str, Any]) -> ReplayRules:
     return replace(base, **changes)
 
 
+# Formats whose source names the engine's own rules: Mooncake's publishers, SGLang's captures.
+FORMAT_PRESETS: Final[dict[str, str]] = {"mooncake": "mooncake", "sglang-log": "sglang",
+                                         "sglang-metrics": "sglang"}
+
+
 def effective_rules(
     trace: Trace, preset: Preset | str | None = None, **overrides: Any
 ) -> tuple[ReplayRules, str, tuple[str, ...]]:
     """The rules a run uses on `trace`: (rules, preset name, notes about the choice).
 
     Without an explicit preset, Mooncake-format traces use the `mooncake` preset (the
-    publishers' own rules) and other traces `vllm`. Without an explicit block size, a preset
+    publishers' own rules), SGLang's request logs and exports `sglang` (the engine that wrote
+    their cached tokens) and other traces `vllm`. Without an explicit block size, a preset
     block size that would split the trace's block ids is rounded up to a multiple of them.
     """
     notes: list[str] = []
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
-    name = str(preset) if preset else ("mooncake" if trace.format_name == "mooncake" else "vllm")
+    name = str(preset) if preset else FORMAT_PRESETS.get(trace.format_name, "vllm")
     rules = rules_for(name, **overrides)
     if (source and overrides.get("block_size_tokens") is None
             and rules.block_size_tokens % source):

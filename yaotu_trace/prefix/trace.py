@@ -9,11 +9,12 @@ ratio Σ hit_tokens / Σ prompt tokens; every other ratio is labelled as what it
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
 from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
@@ -22,7 +23,8 @@ from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
-from yaotu_trace.prefix.rules import ReplayRules, effective_rules
+from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, reconcile
+from yaotu_trace.prefix.rules import ReplayRules, Scope, effective_rules
 from yaotu_trace.prefix.waterfall import (
     STEPS,
     Waterfall,
@@ -124,6 +126,8 @@ class ReplaySummary:
     hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
     # Requests an engine-exact pool cannot admit at all (more blocks than the whole pool).
     rejected_requests: int = 0
+    # Observed against replayed over time, for captures whose cached_tokens are the engine's.
+    reconciliation: Reconciliation | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready builtins: no NumPy scalars, no NaN."""
@@ -156,7 +160,8 @@ class ReplaySummary:
             "observed_vs_replayed": None if self.observed is None else self.observed.to_dict(),
             "measurement_window": None if self.window is None else self.window.to_dict(),
             "notes": list(self.notes),
-        }
+        } | ({} if self.reconciliation is None
+             else {"observed_over_time": self.reconciliation.to_dict()})
 
 
 def _groups(codes: np.ndarray | None, labels: tuple[str, ...], prompt: np.ndarray,
@@ -244,6 +249,13 @@ def replay_trace_with_requests(
     # After the chains: a streamed trace learns its list lengths on the first pass.
     all_notes = (*notes, *_rule_notes(trace, prepared, rules))
     summary = _summary(prepared, rules, runs, preset=preset, notes=all_notes, window=window)
+    if trace.format_name in ENGINE_COUNTED and prepared.cached_tokens is not None:
+        instances = len(prepared.instance_labels) if rules.scope is Scope.GLOBAL else 1
+        found = reconcile(prepared.arrival_s, prepared.request_id, prepared.cached_tokens,
+                          runs.result.hit_tokens, prepared.prompt_tokens,
+                          capacity_blocks=rules.capacity_blocks, instances=instances)
+        summary = replace(summary, reconciliation=None if found is None
+                          else replace(found, preset=preset))
     columns = _request_columns(prepared, runs)
     if measured is not None:
         columns["measured"] = measured

@@ -246,6 +246,48 @@ def _gaps_extent(doc: Doc) -> Bounds | None:
     return Bounds(y=(0.0, max(g["gap_s"]) * 1.08 or 1.0))
 
 
+def observed_hits(doc: Doc, bounds: Bounds | None = None) -> str:
+    """The engine's own hit share per window of arrivals beside the replay's, the stretch
+    where the engine falls short (`trace check --fail-on observed-shortfall`) shaded."""
+    caption = "Engine-reported against replayed prefix-cache hits"
+    r = doc.get("observed_vs_replayed")
+    if not isinstance(r, dict) or not r.get("windows"):
+        return unavailable(caption, "the trace carries no cached_tokens counted by its engine")
+    windows = [w for w in r["windows"] if w["prompt_tokens"]]
+    xs = [(w["start_s"] + w["end_s"]) / 2 for w in windows]
+    replay = f"replayed ({r['preset']} rules)" if r.get("preset") else "replayed"
+    lines = [svg.Line("engine-reported", xs,
+                      [w["observed_hit_tokens"] / w["prompt_tokens"] for w in windows]),
+             svg.Line(replay, xs,
+                      [w["replayed_hit_tokens"] / w["prompt_tokens"] for w in windows])]
+    short = r.get("shortfall")
+    bands = [] if short is None else [svg.Band(
+        short["start_s"], short["end_s"], "shortfall", "burst",
+        f"from {fmt.num(short['start_s'])} s to {fmt.num(short['end_s'])} s the engine hit "
+        f"{short['observed_hit_tokens']:,} of {short['prompt_tokens']:,} prompt tokens, the "
+        f"replay {short['replayed_hit_tokens']:,}")]
+    chart = svg.line_chart(
+        "observed_hits", caption, lines, x=svg.Axis(label="arrival time (s)"),
+        y=svg.Axis(label="hit tokens / prompt tokens", fmt=svg.percent, lo=0.0, hi=1.0,
+                   fixed=y_of(bounds)),
+        marks=svg.Marks(bands=bands))
+    margins = (f"{r['points'] * 100:g} points of the prompt tokens and "
+               f"{r['relative'] * 100:g} % of the replayed hits")
+    where = ("no stretch falls short by " + margins if short is None else
+             f"shaded: {fmt.num(short['start_s'])}–{fmt.num(short['end_s'])} s, where the "
+             f"engine falls short of the replay by {margins} or more")
+    return figure(caption, chart, f"Ten windows of arrivals; {where}.")
+
+
+def _observed_extent(doc: Doc) -> Bounds | None:
+    """Only the share axis, 0–100 %: each run's windows are on its own trace clock."""
+    return Bounds(y=(0.0, 1.0)) if isinstance(doc.get("observed_vs_replayed"), dict) else None
+
+
+def _has_observed(doc: Doc) -> bool:
+    return isinstance(doc.get("observed_vs_replayed"), dict)
+
+
 def _has_replay(doc: Doc) -> bool:
     return "capacity_curve" in doc or "plots" in doc
 
@@ -264,6 +306,7 @@ def _has_plots(doc: Doc) -> bool:
 PICTURES: tuple[tuple[Callable[[Doc], bool], Picture], ...] = (
     (_has_replay, Picture(capacity_curve, _capacity_extent)),
     (_has_waterfall, Picture(waterfall, _waterfall_extent)),
+    (_has_observed, Picture(observed_hits, _observed_extent)),
     (_has_plots, _histogram_picture("hit_length", "Prefix-cache hit length per request",
                                     "hit tokens per request", seconds=False)),
     (_has_plots, _histogram_picture("queue_time", "Queue time", "queue time", seconds=True)),

@@ -21,9 +21,13 @@ def render_junit(report: Report) -> str:
     root = ET.Element("testsuites", attrs)
     suite = ET.SubElement(root, "testsuite", {**attrs, "name": f"trace check {report.input.path}"})
     props = ET.SubElement(suite, "properties")
+    observed = data.get("fail_on_observed")
+    margins = None if not observed else (f"{observed['points'] * 100:g} points and "
+                                         f"{observed['relative'] * 100:g} %")
     for key, value in (("trace", report.input.path), ("baseline", data.get("baseline_path")),
                        ("before", data.get("before_path")),
-                       ("check_file", data.get("config_path"))):
+                       ("check_file", data.get("config_path")),
+                       ("fail_on_observed", margins)):
         if value:
             ET.SubElement(props, "property", {"name": key, "value": str(value)})
     for r in results:

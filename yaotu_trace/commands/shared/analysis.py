@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from yaotu_trace.commands.shared.observed import observed_vs_replayed
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_fit import fit_telemetry
@@ -29,8 +30,14 @@ def _success(trace: Trace, options: Mapping[str, Any]) -> Any:
     return success_profile(trace)
 
 
+def _observed(trace: Trace, options: Mapping[str, Any]) -> Any:
+    # The engine's counts cover every request, so a window (`--warmup`) has nothing to match.
+    return None if options.get("warmup") is not None else observed_vs_replayed(trace)
+
+
 ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"success": _success,
-                                               "prefix_reuse": _prefix_reuse}
+                                               "prefix_reuse": _prefix_reuse,
+                                               "observed_vs_replayed": _observed}
 
 
 def analysis_report(loaded: Trace, *, preset: str | None = None,

@@ -12,6 +12,7 @@ from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.commands.settings import DiagnosisSetup
 from yaotu_trace.commands.shared.charts import terminal_charts
+from yaotu_trace.commands.shared.observed import observed_vs_replayed
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import InputSummary, Report, input_summary
 from yaotu_trace.data.schema import Trace
@@ -47,6 +48,18 @@ def diagnose_trace(
         "thresholds_overridden": t.overridden(),
         "metrics": None if used is None else {"path": used.path, "series": sorted(used.names)},
     }
+    sections: dict[str, Any] = {
+        "principal": result.verdict.principal_axis,
+        "verdict": result.verdict,
+        "axes": [axis_report(result.axes[name], result.findings) for name in AXES],
+        "ledger": list(result.ledger),
+        "findings": list(result.findings),
+    }
+    # A capture's own cached tokens against the replay, as `trace analyze` shows them, with
+    # the capacity reason tested at the pool --kv-capacity or --metrics names.
+    observed = observed_vs_replayed(judged.trace, settings=s, metrics=used)
+    if observed is not None:
+        sections["observed_vs_replayed"] = observed
     pictures = None
     if charts:
         pictures = terminal_charts(judged.trace, lengths=False,
@@ -56,13 +69,7 @@ def diagnose_trace(
         input=_input_of(judged.trace),
         charts=pictures,
         config=config,
-        sections={
-            "principal": result.verdict.principal_axis,
-            "verdict": result.verdict,
-            "axes": [axis_report(result.axes[name], result.findings) for name in AXES],
-            "ledger": list(result.ledger),
-            "findings": list(result.findings),
-        },
+        sections=sections,
     )
 
 

@@ -63,12 +63,18 @@ def _is_canonical_header(columns: set[str]) -> bool:
     return "arrival_s" in columns or columns >= LENGTHS
 
 
+def _is_canonical_footer(footer: bytes) -> bool:
+    """A Parquet footer (its column names stored as text) naming the canonical columns."""
+    return b"arrival_s" in footer or all(name.encode() in footer for name in LENGTHS)
+
+
 PARQUET = TraceFormatSpec(
     name=TraceFormat.CANONICAL_PARQUET,
     description="the canonical table in Parquet, the one format read out of core",
     reader=canonical.read_parquet,
     row_label="row",
     extensions=(".parquet",),
+    parquet_footer=_is_canonical_footer,
 )
 JSONL = TraceFormatSpec(
     name=TraceFormat.CANONICAL_JSONL,

@@ -27,6 +27,7 @@ SECTION_VIEWS: dict[str, str] = {
     "profile": "profile",
     "success": "success",
     "prefix_reuse": "prefix_reuse",
+    "observed_vs_replayed": "observed",
     "replay_grid": "replay_grid",
     "capacity_curve": "capacity_curve",
     "capacity_table": "capacity_table",

@@ -177,6 +177,58 @@ def observed_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def reconciliation_blocks(s: dict[str, Any]) -> list[Block]:
+    """Observed and replayed hits over time, the requests that differ most, the shortfall
+    stretch and the likely reasons (captures whose cached_tokens are the engine's)."""
+    r = s.get("observed_over_time")
+    if not r:
+        return []
+    short = r["shortfall"]
+    verdict = ("none: every window within " if short is None else
+               f"{fmt.num(short['start_s'])}–{fmt.num(short['end_s'])} s: observed "
+               f"{fmt.pct(short['observed_hit_tokens'] / max(short['prompt_tokens'], 1))}, "
+               f"replayed {fmt.pct(short['replayed_hit_tokens'] / max(short['prompt_tokens'], 1))}"
+               f" over {fmt.count(short['requests'])} requests; margins ")
+    rows = [("requests that differ", fmt.count(r["differing_requests"])),
+            ("observed below replayed", f"{fmt.count(r['below_tokens'])} tokens"),
+            ("observed above replayed", f"{fmt.count(r['above_tokens'])} tokens"),
+            ("shortfall", f"{verdict}{r['points'] * 100:.1f} points and "
+                          f"{fmt.pct(r['relative'])} relative")]
+    out: list[Block] = [Heading(text="Observed vs replayed over time", level=4),
+                        KeyValues(rows=rows),
+                        Grid(header=["arrivals from (s)", "requests", "observed hit tokens",
+                                     "replayed hit tokens", "gap (points)"],
+                             rows=[[fmt.num(w["start_s"]), fmt.count(w["requests"]),
+                                    fmt.count(w["observed_hit_tokens"]),
+                                    fmt.count(w["replayed_hit_tokens"]),
+                                    fmt.pct(gap_points(w))] for w in r["windows"]])]
+    if r["largest_differences"]:
+        out += [Heading(text="Requests that differ most", level=4),
+                Grid(header=["request", "arrival (s)", "prompt tokens", "observed", "replayed"],
+                     rows=[[g["request_id"], fmt.num(g["arrival_s"]),
+                            fmt.count(g["prompt_tokens"]), fmt.count(g["observed_hit_tokens"]),
+                            fmt.count(g["replayed_hit_tokens"])]
+                           for g in r["largest_differences"]])]
+    if r["reasons"]:
+        out += [Heading(text="Likely reasons", level=4),
+                KeyValues(rows=[(_cause(x), f"{x['text']} ({x['basis']})")
+                                for x in r["reasons"]])]
+    return out
+
+
+def gap_points(window: dict[str, Any]) -> float:
+    """(replayed − observed) hit tokens of a window over its prompt tokens."""
+    prompt = window["prompt_tokens"]
+    return ((window["replayed_hit_tokens"] - window["observed_hit_tokens"]) / prompt
+            if prompt else 0.0)
+
+
+def _cause(reason: dict[str, Any]) -> str:
+    """A reason's cause, with whether another replay tested it."""
+    tested = reason.get("tested", "untested")
+    return reason["cause"] if tested == "untested" else f"{reason['cause']} ({tested})"
+
+
 def view(section: Any) -> View:
     """Headline, rules, waterfall, breakdowns, hot prefixes, observed vs replayed, notes."""
     s = as_dict(section)
@@ -214,5 +266,6 @@ def view(section: Any) -> View:
     observed = observed_rows(s)
     if observed:
         out += [Heading(text="Observed vs replayed", level=4), KeyValues(rows=observed)]
+    out += reconciliation_blocks(s)
     out.append(Notes(notes=s.get("notes", [])))
     return out
