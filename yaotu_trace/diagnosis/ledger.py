@@ -39,6 +39,10 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   interference, at most Σ prefill-pool step seconds × mean decodes per decode-pool step, and
   the chunked-prefill extra steps. The disaggregation entry and its network check use the
   observed transfer (kv_transfer_s, or decode_start_s − first_token_s) when the trace has it.
+- move_instances (one pool queues while the other idles, D009, D011) moves one instance from
+  the idle pool to the queued one (adds one when the idle pool has only one): saves the queued
+  pool's wait, adds the donor's load (busy × n / (n − 1)) and wait, from an FCFS fluid queue
+  per pool (`diagnosis/pool_move.py`).
 - route_by_load and route_by_cache_and_load (load imbalance, Q010) save the
   queue seconds that vanish under least-loaded and prefix-affinity routing; they add the prefix
   hits lost against the current routing (prefix replay, one cache per instance).
@@ -70,6 +74,7 @@ from yaotu_trace.axes.rule import Mark, Remedy, Rule
 from yaotu_trace.axes.rules import causes_found, fired_rules, rules_naming
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.report import to_builtins
+from yaotu_trace.diagnosis.pool_move import PoolModel, pool_move
 from yaotu_trace.diagnosis.route_cost import RouteHits, route_hits
 
 
@@ -680,6 +685,75 @@ def _colocate_chunked(c: LedgerInput) -> LedgerEntry | None:
     )
 
 
+def _pct_change(before: float | None, after: float | None) -> str:
+    if before is None or after is None or before <= 0:
+        return "–"
+    return f"{100 * (after - before) / before:+.0f} %"
+
+
+def _move_instances(c: LedgerInput) -> LedgerEntry | None:
+    """One instance moved from the pool that idles to the one that queues (D009, D011): the
+    queued pool's wait falls, the donor's load rises (`diagnosis/pool_move.py`)."""
+    pm = c.pd_interference.placement
+    triggered_by = c.triggered_by(Remedy.MOVE_INSTANCES)
+    if pm is None or not triggered_by:
+        return None
+    taker = "prefill" if (pm.prefill_wait_share or 0.0) >= (pm.decode_wait_share or 0.0) \
+        else "decode"
+    move = pool_move(c.inp, pm, taker)
+    if move is None:
+        return None
+    take, give = move.taker, move.donor
+    action = (f"move 1 instance from {give.pool} to {taker}" if move.moved else
+              f"add 1 {taker} instance (the {give.pool} pool has only one)")
+    model = (f"FCFS fluid queue per pool: {take.pool} {take.instances} → "
+             f"{take.instances + 1} instances at {_fmt_rate(take)} each; measured wait × "
+             "modelled after / modelled now")
+    saved = (None if take.wait_s is None or take.wait_after_s is None
+             else take.wait_s - take.wait_after_s)
+    ttft = move.ttft_seconds_total
+    give_n = give.instances - 1 if move.moved else give.instances
+    return LedgerEntry(
+        remedy=Remedy.MOVE_INSTANCES, axis=AxisName.PD_INTERFERENCE, triggered_by=triggered_by,
+        saves=(Quantity(name=f"{taker}_wait_seconds", value=saved, unit="s",
+                        basis=f"{action}: {take.pool} wait {_secs(take.wait_s)} → "
+                        f"{_secs(take.wait_after_s)} "
+                        f"({_pct_change(take.wait_s, take.wait_after_s)}); {model}"),
+               Quantity(name="ttft_share_saved", value=ratio(saved, ttft), unit="ratio",
+                        basis="the wait saved / Σ client TTFT of handed-off requests")),
+        adds=(Quantity(name=f"{give.pool}_busy_after", value=give.busy_after if move.moved
+                       else None, unit="ratio",
+                       basis=f"{give.pool} busy {_pct_of(give.busy_share)} → "
+                       f"{_pct_of(give.busy_after)} "
+                       f"({_pct_change(give.busy_share, give.busy_after)}): the same work on "
+                       f"{give_n} instance(s) ({pm.busy_source or 'load not measured'})"
+                       if move.moved else "no instance leaves the other pool"),
+              Quantity(name=f"{give.pool}_wait_seconds_after", value=give.wait_after_s
+                       if move.moved else None, unit="s",
+                       basis=f"{give.pool} wait {_secs(give.wait_s)} → "
+                       f"{_secs(give.wait_after_s)}, the same model with {give_n} "
+                       "instance(s)" if move.moved else "no instance leaves the other pool"),
+              Quantity(name="instances_added", value=0.0 if move.moved else 1.0,
+                       unit="instances", basis="a move keeps the GPUs; adding one buys one")),
+        caveats=(f"{action}; the pool's instances taken as identical, each pool one FCFS "
+                 "fluid server (the model's bias cancels in the ratio)",
+                 "re-run `trace simulate --pd` at the new ratio to confirm on the step model"),
+    )
+
+
+def _secs(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.1f} s"
+
+
+def _pct_of(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def _fmt_rate(pool: PoolModel) -> str:
+    return ("an unmeasured rate" if pool.rate_per_instance is None
+            else f"{pool.rate_per_instance:,.4g} {pool.rate_unit}")
+
+
 # How each remedy is priced, in ledger order (`Remedy`'s): a function that returns the entry
 # when the rules that fired make it a candidate (they name it in `Rule.remedies`), else None.
 # A new remedy is a `Remedy` value, a function above and a line here.
@@ -696,6 +770,7 @@ REMEDIES: Final[Mapping[Remedy, Callable[[LedgerInput], LedgerEntry | None]]] = 
     Remedy.FIX_CACHE_KEYS: _fix_cache_keys,
     Remedy.CHUNKED_PREFILL: _chunked_prefill,
     Remedy.PD_DISAGGREGATION: _pd_disaggregation,
+    Remedy.MOVE_INSTANCES: _move_instances,
     Remedy.COLOCATE_CHUNKED: _colocate_chunked,
 }
 
