@@ -21,7 +21,9 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   network_share_max of the link and mean transfer ≤ transfer_ttft_share of mean TTFT. The
   entry is `recommended=False` while preemption, host dispatch or prefix recompute is found or
   cannot be ruled out for lack of data (cost-model §7: those come first).
-- cache_aware_routing saves the routing loss of the prefix waterfall (tokens, FLOPs); adds
+- cache_aware_routing saves what prefix-affinity routing over the same instances hits beyond
+  the trace's own routing (two prefix replays; else the routing loss of the waterfall) in
+  tokens and FLOPs; adds
   load imbalance on hot prefixes and router state.
 - tenant_salt_review saves the cache-key loss of the waterfall; adds isolation risk.
 - fix_cache_keys (prefix recomputed with no routing or tenant-key loss to blame: caching off
@@ -458,10 +460,14 @@ def _cache_aware_routing(c: LedgerInput) -> LedgerEntry | None:
     """Cache-aware routing for reuse lost to routing."""
     pm, inp, kv_b, prompt = c.prefix_reuse, c.inp, c.kv_b, c.prompt
     prompt_total = pm.prompt_tokens
-    routing_share = pm.routing_loss_share
     triggered_by = c.triggered_by(Remedy.CACHE_AWARE_ROUTING)
     if not triggered_by:
         return None
+    routing_share, basis = pm.affinity_gain_share, ("prefix-affinity routing over the same "
+                                                    "instances against the trace's routing "
+                                                    "(prefix replay of both)")
+    if routing_share is None:
+        routing_share, basis = pm.routing_loss_share, "reuse the waterfall loses to routing"
     tokens = None if routing_share is None or prompt_total is None else \
         routing_share * prompt_total
     hot = pm.hot_prefixes or ()
@@ -469,8 +475,7 @@ def _cache_aware_routing(c: LedgerInput) -> LedgerEntry | None:
     return LedgerEntry(
         remedy=Remedy.CACHE_AWARE_ROUTING, axis=AxisName.PREFIX_REUSE,
         triggered_by=triggered_by,
-        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
-                        basis="reuse the waterfall loses to scope and routing"),
+        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens", basis=basis),
                _flops(tokens, inp), _gpu_seconds(tokens, inp)),
         adds=(Quantity(name="hot_prefix_request_share", value=top_share, unit="ratio",
                        basis="requests of the hottest lost prefix that would pile onto "
