@@ -12,11 +12,11 @@ import pytest
 from diag_factories import evidence, make_input, make_metrics, thresholds
 
 from yaotu_trace.axes.queueing import analyze_queueing
-from yaotu_trace.data.instance_join import join_instance
 from yaotu_trace.axes.queueing.imbalance import (
     fcfs_waits_s,
     least_work_waits_s,
 )
+from yaotu_trace.data.instance_join import join_instance
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.diagnosis.diagnose import judge_trace

@@ -139,8 +139,8 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
         Threshold(name="imbalance_vanish_share", default=0.5, unit="ratio",
                   rationale="routing that would remove half the queue, not capacity, is the cause"),
         Threshold(name="imbalance_work_lift", default=1.25, unit="ratio",
-                  rationale="an instance given 1.25 × its even share of the work is routed "
-                  "unevenly; least-loaded routing keeps shares within a few % (Q010)"),
+                  rationale="1.25 × an even share of the work is uneven routing; least-loaded "
+                  "stays near 1 (Q010)"),
     )
 }
 

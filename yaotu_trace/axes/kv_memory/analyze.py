@@ -29,8 +29,8 @@ from yaotu_trace.axes.kv_memory.metrics import (
 from yaotu_trace.axes.kv_memory.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
-from yaotu_trace.data.handoff import handed_off
 from yaotu_trace.data.engine_facts import request_preemptions
+from yaotu_trace.data.handoff import handed_off
 from yaotu_trace.data.order_stats import Summary, summarize
 from yaotu_trace.data.steplog import kv_usage_summary
 

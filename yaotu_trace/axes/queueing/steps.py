@@ -16,9 +16,9 @@ import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, ratio
 from yaotu_trace.axes.queueing.metrics import Windows, times_of
+from yaotu_trace.data.handoff import decode_queue_s, handed_off
 from yaotu_trace.data.order_stats import BlockSum, Summary, summarize
 from yaotu_trace.data.report import PERCENTILES
-from yaotu_trace.data.handoff import decode_queue_s, handed_off
 from yaotu_trace.data.steplog import InstanceIds, StepLog, column, kv_usage_summary
 
 # Percentiles of per-step samples: the Distribution's and the P75 the rules compare.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, check, fact
+from yaotu_trace.axes.base import AxisName, Cause, Evidence, Severity, fact
 from yaotu_trace.axes.kv_memory.metrics import KvMetrics
 from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
@@ -22,8 +22,6 @@ def _check(
     if measured is not None and measured < t.kv_preempt_usage:
         return None
     return (
-        check("kv_usage_max", measured, ">=", "kv_preempt_usage", t.kv_preempt_usage)
-        if measured is not None else fact("kv_usage_max", None, "ratio"),
         fact("peak_demand_tokens", mt.peak_demand_tokens, "tokens"),
         fact("kv_capacity_tokens", mt.kv_capacity_tokens, "tokens"),
         fact("demand_over_capacity_share", mt.demand_over_capacity_share, "ratio"),
