@@ -303,3 +303,24 @@ def test_the_metrics_export_joins_the_trace_instances_through_an_engine_label(
     assert [r.instance for r in lb.instances] == ["i0", "i1"]
     assert all(r.running_mean is not None for r in lb.instances)
     assert np.isclose(sum(r.work_share for r in lb.instances), 1.0)
+
+
+@pytest.mark.slow
+def test_a_sick_instance_that_takes_most_of_the_traffic_is_found(tmp_path: Path) -> None:
+    # Two instances, 65 % of the requests to i0 (`--route weighted`); every 8th request on i0
+    # fails mid-stream (status error, a CUDA fault), one on i1. Against the whole trace i0
+    # fails 1.5 × as often (under the lift of 2); against its peer, ~10 ×: Q008 names it.
+    run = _simulate(WorkloadKind.DIAG_HEALTHY, 240, 4.0, 1, route="weighted",
+                    route_weights="0.65,0.35")
+    req = run.requests.copy()
+    on_i0 = np.flatnonzero((req["instance"] == "i0").to_numpy())[::8]
+    on_i1 = np.flatnonzero((req["instance"] == "i1").to_numpy())[:1]
+    status = np.full(len(req), "ok", dtype=object)
+    status[np.concatenate([on_i0, on_i1])] = "error"
+    req["status"] = status
+    for source in SOURCES:
+        d = _judge(replace(run, requests=req), source, tmp_path)
+        q008 = next(f for f in d.findings if f.id == "Q008")
+        ev = {e.name: e.value for e in q008.evidence}
+        assert ev["worst_instance"] == "i0"
+        assert ev["worst_instance_failure_lift"] > 2.0
