@@ -139,16 +139,14 @@ def pool_move(inp: AxisInput, pm: PlacementMetrics, taker: str) -> PoolMove | No
     first, dstart = _times(req, "first_token_s"), _times(req, "decode_start_s")
     finish, xfer = _times(req, "finish_s"), _times(req, "kv_transfer_s")
     prompt = req["prompt_len"].to_numpy(dtype=np.float64)
-    if "cached_tokens" in req.columns:
-        prompt = prompt - np.clip(_times(req, "cached_tokens"), 0.0, None).clip(max=prompt)
-        prompt = np.where(np.isfinite(prompt), prompt, req["prompt_len"].to_numpy(float))
+    # The prefill pool's work: prompt tokens its prefix cache did not supply.
+    prompt = prompt - np.clip(np.nan_to_num(_times(req, "cached_tokens")), 0.0, prompt)
     pf = req["prefill_instance"].astype("string").fillna("").to_numpy(dtype=object)
     dec = req["decode_instance"].astype("string").fillna("").to_numpy(dtype=object)
     d_queue = decode_queue_s(req)
     ready = np.where(np.isfinite(xfer), first + xfer, dstart - d_queue)
-    seats = dstart.copy()
     p_rate = _peak_rate(sched[split], first[split], prompt[split], pf[split])
-    d_rate = _most_at_once(seats[split], finish[split], dec[split])
+    d_rate = _most_at_once(dstart[split], finish[split], dec[split])
     p_wait = np.clip(sched - arrival, 0.0, None)
     p_wait_s = float(np.nansum(p_wait[split])) if np.isfinite(sched[split]).any() else None
     d_wait_s = float(d_queue[split].sum()) if np.isfinite(dstart[split]).any() else None
