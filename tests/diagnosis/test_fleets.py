@@ -324,3 +324,34 @@ def test_a_sick_instance_that_takes_most_of_the_traffic_is_found(tmp_path: Path)
         ev = {e.name: e.value for e in q008.evidence}
         assert ev["worst_instance"] == "i0"
         assert ev["worst_instance_failure_lift"] > 2.0
+
+
+@pytest.mark.slow
+def test_the_disaggregated_run_of_the_docs_prints_what_they_show(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/diagnose.md, "A disaggregated run end to end": its commands, run as written, print
+    the verdict, the pools and the priced move the page shows."""
+    import re
+    import shlex
+
+    from conftest import run_cli
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "diagnose.md").read_text()
+    section = doc.split("### A disaggregated run end to end", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    commands = [shlex.split(line) for line in re.sub(r"\\\n\s*", "", block).splitlines()
+                if line.startswith("trace ")]
+    verdict = next(line.strip() for line in block.splitlines() if "verdict:" in line)
+    monkeypatch.chdir(tmp_path)  # the commands name their files in the working folder
+    for argv in commands[:2]:
+        code, _, err = run_cli([*argv[1:], "-q"], capsys)
+        assert code == 0, err
+    code, out, err = run_cli([*commands[2][1:], "-q", "--no-charts"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[0] == verdict
+    printed = " ".join(out.replace("│", " ").split())
+    for shown in ("prefill 3 0.0 % 20.0 %", "decode 1 99.7 % 5.8 %",
+                  "wait 4,603.3 s → 592.0 s (-87 %)", "prefill busy 20.0 % → 30.0 % (+50 %)"):
+        assert shown in " ".join(section.split())
+        assert shown in printed
