@@ -222,8 +222,8 @@ def starved_decode() -> SimRun:
 
 @pytest.fixture(scope="module")
 def starved_prefill() -> SimRun:
-    """100 long-prefill requests at 4.5 req/s on 1 prefill : 3 decode instances."""
-    return _simulate(WorkloadKind.LONG_PREFILL, 100, 4.5, 1, pd="1:3")
+    """100 long-prefill requests at 8 req/s on 1 prefill : 3 decode instances."""
+    return _simulate(WorkloadKind.LONG_PREFILL, 100, 8.0, 1, pd="1:3")
 
 
 @pytest.mark.slow
