@@ -126,15 +126,29 @@ def _two_instances(failing: list[int]) -> dict[str, list[object]]:
 
 
 def test_failures_on_one_instance_fire_q008() -> None:
-    # 6 errors, all on i1 (odd requests): share 6/6 = 1.0, i1 fails 6/30 = 0.2 against the
-    # trace's 6/60 = 0.1, a lift of 2.0.
+    # 6 errors, all on i1 (odd requests): share 6/6 = 1.0, i1 fails 6/30 = 0.2 against its
+    # peer's 0/30, taken as half a failure (0.5/30): a lift of 12.
     result = analyze_queueing(make_input(_two_instances([1, 11, 21, 31, 41, 51])), thresholds())
     assert result.rule_ids == ("Q008",)
     assert result.status is Status.WARNING
     ev = evidence(result, "Q008")
     assert ev["worst_instance"].value == "i1"
     assert ev["worst_instance_failure_share"].value == 1.0
-    assert ev["worst_instance_failure_lift"].value == pytest.approx(2.0)
+    assert ev["worst_instance_failure_lift"].value == pytest.approx(12.0)
+
+
+def test_q008_fires_when_the_sick_instance_takes_most_of_the_traffic() -> None:
+    # i0 takes 40 of 60 requests and fails 8 of them; i1 fails 1 of its 20. Against the whole
+    # trace i0 fails (8/40) / (9/60) = 1.33 ×, under the lift of 2; against its peer
+    # (8/40) / (1/20) = 4 ×: the sick instance.
+    cols = _two_instances([])
+    cols["instance"] = ["i0" if k % 3 else "i1" for k in range(60)]
+    on_i0 = [k for k in range(60) if k % 3][:8]
+    on_i1 = [k for k in range(60) if not k % 3][:1]
+    cols["status"] = ["error" if k in on_i0 + on_i1 else "ok" for k in range(60)]
+    ev = evidence(analyze_queueing(make_input(cols), thresholds()), "Q008")
+    assert ev["worst_instance"].value == "i0"
+    assert ev["worst_instance_failure_lift"].value == pytest.approx(4.0)
 
 
 def test_failures_spread_over_instances_do_not_fire_q008() -> None:

@@ -14,9 +14,9 @@ from diag_factories import evidence, make_input, make_metrics, thresholds
 from yaotu_trace.axes.queueing import analyze_queueing
 from yaotu_trace.axes.queueing.imbalance import (
     fcfs_waits_s,
-    instance_of_labels,
     least_work_waits_s,
 )
+from yaotu_trace.data.instance_join import join_instance
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.diagnosis.diagnose import judge_trace
@@ -45,9 +45,9 @@ def test_least_work_router_fills_the_emptier_instance() -> None:
 
 
 def test_instance_labels_join_instance_pod_and_engine() -> None:
-    assert instance_of_labels("engine=0,instance=i0") == "i0/0"
-    assert instance_of_labels("pod=p1") == "p1"
-    assert instance_of_labels("le=+Inf") is None
+    assert join_instance("engine=0,instance=i0", ()) == "i0/0"
+    assert join_instance("pod=p1", ()) == "p1"
+    assert join_instance("le=+Inf", ()) is None
 
 
 def _two_instances() -> dict[str, list[object]]:

@@ -249,7 +249,7 @@ def test_the_docs_examples_give_the_verdicts_they_show(capsys: pytest.CaptureFix
     import shlex
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "diagnose.md").read_text()
-    section = text.split("## From telemetry alone", 1)[1]
+    section = text.split("## From telemetry alone", 1)[1].split("\n## ", 1)[0]
     examples = re.findall(r"^trace (diagnose .+)\n    (verdict: .+)$", section, re.MULTILINE)
     assert len(examples) == 3
     root = Path(__file__).resolve().parents[2]

@@ -112,7 +112,7 @@ def test_scenario_file_values_of_the_wrong_type_or_range(tmp_path: Path, text: s
 
 @pytest.mark.parametrize(("text", "expected"), [
     ('scheduler = "foo"', "key 'scheduler': --scheduler 'foo': choose one of vllm, sglang"),
-    ('route = "random"', "key 'route': --route 'random': choose one of round-robin"),
+    ('route = "randomly"', "key 'route': --route 'randomly': choose one of round-robin"),
     ('pd = "1-2"', "key 'pd': --pd '1-2': give prefill:decode instance counts"),
     ("pd = [0, 2]", "key 'pd': --pd 0:2: needs at least one prefill and one decode instance"),
     ('model = "gpt-9"', "key 'model': unknown model 'gpt-9'"),

@@ -1,5 +1,6 @@
-"""Routes fixed before the run: `--route trace` (the trace's instance column) and `--route
-weighted --route-weights` (fixed shares, interleaved deterministically)."""
+"""Routes fixed before the run: `--route trace` (the trace's instance column), `--route
+weighted --route-weights` (fixed shares, interleaved deterministically) and `--route random`
+(a uniform draw per request from a fixed seed)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from conftest import run_json
 from yaotu_trace.data.canonical import read_parquet
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.errors import ConfigError, ConfigFileError
-from yaotu_trace.sim.run import simulate_requests, weighted_assignment
+from yaotu_trace.sim.run import random_assignment, simulate_requests, weighted_assignment
 from yaotu_trace.sim.scenario import Scenario, load_scenario, resolve_scenario
 from yaotu_trace.sim.summary import run_scenario
 
@@ -32,6 +33,24 @@ def test_weighted_assignment_interleaves_the_shares() -> None:
         50, (0.85, 0.15)))
 
 
+def test_random_assignment_is_uniform_and_the_same_every_run() -> None:
+    order = random_assignment(4000, 4)
+    assert np.array_equal(order, random_assignment(4000, 4))
+    counts = np.bincount(order, minlength=4)
+    # 1,000 expected per instance, standard deviation √(4000 · ¼ · ¾) ≈ 27.
+    assert counts.min() > 900 and counts.max() < 1100
+    # Independent draws: consecutive requests share an instance a quarter of the time, which
+    # round-robin (never) and weighted (never for equal shares) do not.
+    same = float((order[1:] == order[:-1]).mean())
+    assert 0.2 < same < 0.3
+
+
+def test_random_route_spreads_a_session_over_the_instances() -> None:
+    run = run_scenario(_trace([None] * 40), BASE.merged(Scenario(route="random", instances=4)))
+    assert run.resolved.config.instances == 4
+    assert run.requests["instance"].tolist() == [f"i{k}" for k in random_assignment(40, 4)]
+
+
 def test_weighted_routing_has_one_instance_per_share() -> None:
     weighted = Scenario(route="weighted", route_weights="0.85,0.15")
     cfg = resolve_scenario(BASE.merged(weighted)).config
@@ -46,6 +65,7 @@ def test_weighted_routing_has_one_instance_per_share() -> None:
     ({"route": "weighted", "route_weights": "0.5,x"}, "one share per instance"),
     ({"route": "weighted", "route_weights": "1,0"}, "every share must be a positive"),
     ({"route": "trace", "pd": "1:1"}, "assigns requests to colocated instances"),
+    ({"route": "random", "pd": "1:1"}, "assigns requests to colocated instances"),
 ])
 def test_fixed_route_misuse_is_a_one_line_error(changes: dict[str, object], message: str
                                                 ) -> None:

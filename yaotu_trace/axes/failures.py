@@ -14,7 +14,8 @@ Definitions (a request fails when its `status` is other than ok, `data/outcome.p
   A timeout or rejection storm while the queue is long puts most failures there.
 - Per instance (`instance`, else `decode_instance`): the worst instance is the one with the
   most failures (ties by name); worst_instance_failure_share = its failures / failed, and
-  worst_instance_failure_lift = its failure rate / the overall failure rate (ratio).
+  worst_instance_failure_lift = its failure rate / its peers' (the other instances together;
+  half a failure when they have none) (ratio).
 """
 
 from __future__ import annotations
@@ -166,8 +167,18 @@ def _worst_instance(inp: AxisInput, failed: np.ndarray) -> InstanceFailures | No
         worst_instance_requests=size,
         worst_instance_failed=hits,
         worst_instance_failure_share=hits / n_failed,
-        worst_instance_failure_lift=ratio(hits / size, n_failed / failed.size),
+        worst_instance_failure_lift=_lift_over_peers(hits, size, n_failed, failed.size),
     )
+
+
+def _lift_over_peers(hits: int, size: int, n_failed: int, n: int) -> float | None:
+    """The worst instance's failure rate over its peers' (the other instances together), with
+    half a failure on the peers when they have none, so that it stays finite. Against the
+    peers, not the whole trace: an instance that takes most of the traffic is most of the
+    trace, and could never fail twice as often as itself."""
+    if n <= size:
+        return None
+    return ratio(hits / size, max(n_failed - hits, 0.5) / (n - size))
 
 
 def with_failure_hits(undecided: AxisResult, hits: Sequence[RuleHit],

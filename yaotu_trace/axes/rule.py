@@ -52,6 +52,7 @@ class Remedy(StrEnum):
     FIX_CACHE_KEYS = "fix_cache_keys"
     CHUNKED_PREFILL = "chunked_prefill"
     PD_DISAGGREGATION = "pd_disaggregation"
+    MOVE_INSTANCES = "move_instances"
     COLOCATE_CHUNKED = "colocate_chunked_prefill"
 
 

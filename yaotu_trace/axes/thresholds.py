@@ -138,6 +138,9 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
         # Many instances (rule Q010).
         Threshold(name="imbalance_vanish_share", default=0.5, unit="ratio",
                   rationale="routing that would remove half the queue, not capacity, is the cause"),
+        Threshold(name="imbalance_work_lift", default=1.25, unit="ratio",
+                  rationale="1.25 × an even share of the work is uneven routing; least-loaded "
+                  "stays near 1 (Q010)"),
     )
 }
 

@@ -51,7 +51,8 @@ InstancesOpt = Annotated[int | None, typer.Option(
 RouteOpt = Annotated[RoutePolicy | None, typer.Option(
     "--route", help="Routing over instances: prefix-affinity is sgl-router's cache_aware, "
     "kv-aware is Dynamo's cost, trace keeps the trace's instance column, weighted sends fixed "
-    "shares (--route-weights) [round-robin].", case_sensitive=False)]
+    "shares (--route-weights), random draws each request's instance uniformly (fixed seed) "
+    "[round-robin].", case_sensitive=False)]
 RouteWeightsOpt = Annotated[str | None, typer.Option(
     "--route-weights", help="Shares of the requests per instance for --route weighted, e.g. "
     "0.85,0.15 (one per instance; normalised).", metavar="W1,W2,...")]

@@ -240,6 +240,7 @@ class Link(Enum):
     RE_PREFILL_STALLS = auto()  # decode stalls are re-prefills after preemption
     DISPATCH_GAPS = auto()  # decode gaps are host dispatch time
     QUEUED_INSTANCE_STALLS = auto()  # the stalls fall on the instance that queues
+    SHORT_POOL = auto()  # the queue is a disaggregated deployment's short pool (P:D ratio)
     PREFIX_PREFILLS = auto()  # the stalls are a shared prefix prefilled again and again
 
 
@@ -269,12 +270,17 @@ def root_of(axes: dict[AxisName, AxisResult], symptom: AxisName) -> tuple[AxisNa
 
 def _root_of_queueing(axes: dict[AxisName, AxisResult]) -> tuple[AxisName, Link] | None:
     """Queueing behind KV admission (kv_memory not ok) or preemption churn (on a kv_memory
-    bottleneck) is kv_memory's."""
-    kv = axes[AxisName.KV_MEMORY]
-    if axes[AxisName.QUEUEING].cause == Cause.KV_ADMISSION and _bad(kv):
+    bottleneck) is kv_memory's; a disaggregated deployment's queue in the pool that is short
+    of instances (P:D ratio a bottleneck) is pd_interference's, unless host dispatch or a load
+    imbalance explains it."""
+    kv, q, pd = axes[AxisName.KV_MEMORY], axes[AxisName.QUEUEING], axes[AxisName.PD_INTERFERENCE]
+    if q.cause == Cause.KV_ADMISSION and _bad(kv):
         return AxisName.KV_MEMORY, Link.KV_ADMISSION
     if Cause.PREEMPTION in causes_found(kv) and kv.status is Status.BOTTLENECK:
         return AxisName.KV_MEMORY, Link.PREEMPTION_QUEUE
+    if (pd.cause == Cause.PD_RATIO and pd.status is Status.BOTTLENECK
+            and q.cause not in (Cause.DISPATCH_OVERHEAD, Cause.LOAD_IMBALANCE)):
+        return AxisName.PD_INTERFERENCE, Link.SHORT_POOL
     return None
 
 
@@ -351,6 +357,8 @@ def _link_words(link: Link) -> str:
         "first",
         Link.PREFIX_PREFILLS: "the stalls are prefills of a shared prefix computed again and "
         "again",
+        Link.SHORT_POOL: "the queue is the wait for the pool that is short of instances "
+        f"({rules_naming(Cause.PD_RATIO)})",
     }
     return words[link]
 

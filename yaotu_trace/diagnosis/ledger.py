@@ -21,7 +21,9 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   network_share_max of the link and mean transfer ≤ transfer_ttft_share of mean TTFT. The
   entry is `recommended=False` while preemption, host dispatch or prefix recompute is found or
   cannot be ruled out for lack of data (cost-model §7: those come first).
-- cache_aware_routing saves the routing loss of the prefix waterfall (tokens, FLOPs); adds
+- cache_aware_routing saves what prefix-affinity routing over the same instances hits beyond
+  the trace's own routing (two prefix replays; else the routing loss of the waterfall) in
+  tokens and FLOPs; adds
   load imbalance on hot prefixes and router state.
 - tenant_salt_review saves the cache-key loss of the waterfall; adds isolation risk.
 - fix_cache_keys (prefix recomputed with no routing or tenant-key loss to blame: caching off
@@ -39,6 +41,10 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   interference, at most Σ prefill-pool step seconds × mean decodes per decode-pool step, and
   the chunked-prefill extra steps. The disaggregation entry and its network check use the
   observed transfer (kv_transfer_s, or decode_start_s − first_token_s) when the trace has it.
+- move_instances (one pool queues while the other idles, D009, D011) moves one instance from
+  the idle pool to the queued one (adds one when the idle pool has only one): saves the queued
+  pool's wait, adds the donor's load (busy × n / (n − 1)) and wait, from an FCFS fluid queue
+  per pool (`diagnosis/pool_move.py`).
 - route_by_load and route_by_cache_and_load (load imbalance, Q010) save the
   queue seconds that vanish under least-loaded and prefix-affinity routing; they add the prefix
   hits lost against the current routing (prefix replay, one cache per instance).
@@ -70,6 +76,7 @@ from yaotu_trace.axes.rule import Mark, Remedy, Rule
 from yaotu_trace.axes.rules import causes_found, fired_rules, rules_naming
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.report import to_builtins
+from yaotu_trace.diagnosis.pool_move import PoolModel, pool_move
 from yaotu_trace.diagnosis.route_cost import RouteHits, route_hits
 
 
@@ -453,10 +460,14 @@ def _cache_aware_routing(c: LedgerInput) -> LedgerEntry | None:
     """Cache-aware routing for reuse lost to routing."""
     pm, inp, kv_b, prompt = c.prefix_reuse, c.inp, c.kv_b, c.prompt
     prompt_total = pm.prompt_tokens
-    routing_share = pm.routing_loss_share
     triggered_by = c.triggered_by(Remedy.CACHE_AWARE_ROUTING)
     if not triggered_by:
         return None
+    routing_share, basis = pm.affinity_gain_share, ("prefix-affinity routing over the same "
+                                                    "instances against the trace's routing "
+                                                    "(prefix replay of both)")
+    if routing_share is None:
+        routing_share, basis = pm.routing_loss_share, "reuse the waterfall loses to routing"
     tokens = None if routing_share is None or prompt_total is None else \
         routing_share * prompt_total
     hot = pm.hot_prefixes or ()
@@ -464,8 +475,7 @@ def _cache_aware_routing(c: LedgerInput) -> LedgerEntry | None:
     return LedgerEntry(
         remedy=Remedy.CACHE_AWARE_ROUTING, axis=AxisName.PREFIX_REUSE,
         triggered_by=triggered_by,
-        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
-                        basis="reuse the waterfall loses to scope and routing"),
+        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens", basis=basis),
                _flops(tokens, inp), _gpu_seconds(tokens, inp)),
         adds=(Quantity(name="hot_prefix_request_share", value=top_share, unit="ratio",
                        basis="requests of the hottest lost prefix that would pile onto "
@@ -680,6 +690,75 @@ def _colocate_chunked(c: LedgerInput) -> LedgerEntry | None:
     )
 
 
+def _pct_change(before: float | None, after: float | None) -> str:
+    if before is None or after is None or before <= 0:
+        return "–"
+    return f"{100 * (after - before) / before:+.0f} %"
+
+
+def _move_instances(c: LedgerInput) -> LedgerEntry | None:
+    """One instance moved from the pool that idles to the one that queues (D009, D011): the
+    queued pool's wait falls, the donor's load rises (`diagnosis/pool_move.py`)."""
+    pm = c.pd_interference.placement
+    triggered_by = c.triggered_by(Remedy.MOVE_INSTANCES)
+    if pm is None or not triggered_by:
+        return None
+    taker = "prefill" if (pm.prefill_wait_share or 0.0) >= (pm.decode_wait_share or 0.0) \
+        else "decode"
+    move = pool_move(c.inp, pm, taker)
+    if move is None:
+        return None
+    take, give = move.taker, move.donor
+    action = (f"move 1 instance from {give.pool} to {taker}" if move.moved else
+              f"add 1 {taker} instance (the {give.pool} pool has only one)")
+    model = (f"FCFS fluid queue per pool: {take.pool} {take.instances} → "
+             f"{take.instances + 1} instances at {_fmt_rate(take)} each; measured wait × "
+             "modelled after / modelled now")
+    saved = (None if take.wait_s is None or take.wait_after_s is None
+             else take.wait_s - take.wait_after_s)
+    ttft = move.ttft_seconds_total
+    give_n = give.instances - 1 if move.moved else give.instances
+    return LedgerEntry(
+        remedy=Remedy.MOVE_INSTANCES, axis=AxisName.PD_INTERFERENCE, triggered_by=triggered_by,
+        saves=(Quantity(name=f"{taker}_wait_seconds", value=saved, unit="s",
+                        basis=f"{action}: {take.pool} wait {_secs(take.wait_s)} → "
+                        f"{_secs(take.wait_after_s)} "
+                        f"({_pct_change(take.wait_s, take.wait_after_s)}); {model}"),
+               Quantity(name="ttft_share_saved", value=ratio(saved, ttft), unit="ratio",
+                        basis="the wait saved / Σ client TTFT of handed-off requests")),
+        adds=(Quantity(name=f"{give.pool}_busy_after", value=give.busy_after if move.moved
+                       else None, unit="ratio",
+                       basis=f"{give.pool} busy {_pct_of(give.busy_share)} → "
+                       f"{_pct_of(give.busy_after)} "
+                       f"({_pct_change(give.busy_share, give.busy_after)}): the same work on "
+                       f"{give_n} instance(s) ({pm.busy_source or 'load not measured'})"
+                       if move.moved else "no instance leaves the other pool"),
+              Quantity(name=f"{give.pool}_wait_seconds_after", value=give.wait_after_s
+                       if move.moved else None, unit="s",
+                       basis=f"{give.pool} wait {_secs(give.wait_s)} → "
+                       f"{_secs(give.wait_after_s)}, the same model with {give_n} "
+                       "instance(s)" if move.moved else "no instance leaves the other pool"),
+              Quantity(name="instances_added", value=0.0 if move.moved else 1.0,
+                       unit="instances", basis="a move keeps the GPUs; adding one buys one")),
+        caveats=(f"{action}; the pool's instances taken as identical, each pool one FCFS "
+                 "fluid server (the model's bias cancels in the ratio)",
+                 "re-run `trace simulate --pd` at the new ratio to confirm on the step model"),
+    )
+
+
+def _secs(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.1f} s"
+
+
+def _pct_of(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def _fmt_rate(pool: PoolModel) -> str:
+    return ("an unmeasured rate" if pool.rate_per_instance is None
+            else f"{pool.rate_per_instance:,.4g} {pool.rate_unit}")
+
+
 # How each remedy is priced, in ledger order (`Remedy`'s): a function that returns the entry
 # when the rules that fired make it a candidate (they name it in `Rule.remedies`), else None.
 # A new remedy is a `Remedy` value, a function above and a line here.
@@ -696,6 +775,7 @@ REMEDIES: Final[Mapping[Remedy, Callable[[LedgerInput], LedgerEntry | None]]] = 
     Remedy.FIX_CACHE_KEYS: _fix_cache_keys,
     Remedy.CHUNKED_PREFILL: _chunked_prefill,
     Remedy.PD_DISAGGREGATION: _pd_disaggregation,
+    Remedy.MOVE_INSTANCES: _move_instances,
     Remedy.COLOCATE_CHUNKED: _colocate_chunked,
 }
 

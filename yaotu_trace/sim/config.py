@@ -55,10 +55,11 @@ class RoutePolicy(StrEnum):
     KV_AWARE = "kv-aware"  # Dynamo's cost: prefill blocks after overlap + decode blocks (§6)
     TRACE = "trace"  # as the trace's `instance` column says
     WEIGHTED = "weighted"  # fixed shares (`route_weights`), interleaved deterministically
+    RANDOM = "random"  # uniform draw per request, blind to load and prefixes (fixed seed)
 
 
 # Routes decided before the run: each request's instance is fixed in advance (`assigned_instances`).
-FIXED_ROUTES = frozenset({RoutePolicy.TRACE, RoutePolicy.WEIGHTED})
+FIXED_ROUTES = frozenset({RoutePolicy.TRACE, RoutePolicy.WEIGHTED, RoutePolicy.RANDOM})
 
 ROUTE_CODES: dict[RoutePolicy, int] = {
     RoutePolicy.ROUND_ROBIN: 0,
@@ -69,6 +70,7 @@ ROUTE_CODES: dict[RoutePolicy, int] = {
     # request); the code only fills the field.
     RoutePolicy.TRACE: 0,
     RoutePolicy.WEIGHTED: 0,
+    RoutePolicy.RANDOM: 0,
 }
 
 

@@ -309,9 +309,23 @@ def weighted_assignment(count: int, weights: tuple[float, ...]) -> np.ndarray:
     return np.ascontiguousarray(owner[order][:count])
 
 
+# The seed of `--route random`: a fixed one, so that the same trace always routes the same way.
+RANDOM_ROUTE_SEED = 0
+
+
+def random_assignment(count: int, instances: int, seed: int = RANDOM_ROUTE_SEED) -> np.ndarray:
+    """The instance of each of `count` requests drawn uniformly and independently (a router
+    blind to load, sessions and prefixes), from PCG64(`seed`): deterministic."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    return np.ascontiguousarray(rng.integers(0, instances, size=count, dtype=np.int64))
+
+
 def assigned_instances(requests: RequestArrays, config: SimConfig) -> np.ndarray:
-    """Each request's instance fixed before the run (`--route trace|weighted`), else −1."""
+    """Each request's instance fixed before the run (`--route trace|weighted|random`), else
+    −1."""
     n = requests.num_requests
+    if config.route is RoutePolicy.RANDOM:
+        return random_assignment(n, config.instances)
     if config.route is RoutePolicy.WEIGHTED:
         assert config.route_weights is not None  # SimConfig checks it
         return weighted_assignment(n, config.route_weights)

@@ -30,6 +30,7 @@ from yaotu_trace.axes.kv_memory.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.engine_facts import request_preemptions
+from yaotu_trace.data.handoff import handed_off
 from yaotu_trace.data.order_stats import Summary, summarize
 from yaotu_trace.data.steplog import kv_usage_summary
 
@@ -211,6 +212,14 @@ def _demand(inp: AxisInput, capacity: float | None, notes: list[str]) -> _Demand
         assert begin is not None
         first = (req["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
                  if inp.has("first_token_s") else np.full(len(req), np.nan))
+        if inp.has("decode_start_s"):
+            # A handed-off request holds KV on its decode instance from its first decode
+            # step (the prefill instance frees it once the first token is out).
+            split = handed_off(req)
+            start = req["decode_start_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+            split &= np.isfinite(start)
+            begin = np.where(split, start, begin)
+            first = np.where(split, start, first)
         ok = np.isfinite(begin) & np.isfinite(finish) & (finish >= begin)
         instance = (req["instance"].fillna("").astype(str).to_numpy() if inp.has("instance")
                     else np.full(len(req), ""))

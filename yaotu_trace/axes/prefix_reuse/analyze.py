@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pandas as pd
+
 from yaotu_trace.axes.base import (
     AxisInput,
     AxisName,
     AxisResult,
+    Cause,
     Source,
     Status,
     finite,
@@ -26,6 +29,8 @@ from yaotu_trace.axes.prefix_reuse.rules import RULES, SEVERITY_OF
 from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.engine_facts import cache_sources, external_hit_rate
+from yaotu_trace.data.handoff import handed_off
+from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import YaotuError
 
 
@@ -86,7 +91,7 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
             sources, observed, "a prefix replay this trace supports",
             "run `trace replay` on the trace to see why the replay is refused", (str(err),))
     sources.insert(0, Source.REQUESTS)
-    metrics = _metrics(summary, observed)
+    metrics = _with_affinity(_metrics(summary, observed), inp)
     hits = evaluate(RULES, metrics, t)
     missing: list[str] = []
     if observed[2] is None:
@@ -94,9 +99,13 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
                        "vllm:prefix_cache_queries_total (metrics): observed hits")
     said, next_steps = said_when_fired(RULES, hits, metrics, t)
     next_steps += [f"add {m}" for m in missing]
+    cause = cause_of(RULES, hits)
+    score = metrics.recomputed_share_of_prefill
+    if cause == Cause.ROUTING and metrics.affinity_gain_share is not None:
+        score = max(score or 0.0, metrics.affinity_gain_share)
     return AxisResult(
         axis=AxisName.PREFIX_REUSE, status=status_from(hits, SEVERITY_OF),
-        cause=cause_of(RULES, hits), score=finite(metrics.recomputed_share_of_prefill),
+        cause=cause, score=finite(score),
         score_basis=BASIS, sources=tuple(dict.fromkeys(sources)), metrics=metrics,
         hits=tuple(hits), missing=tuple(missing), next_steps=tuple(next_steps),
         notes=(*summary.notes, *said),
@@ -155,14 +164,25 @@ def _metrics(summary: Any,
     )
 
 
-def _replay(inp: AxisInput) -> Any:
-    """The replay under the engine's rules: capacity per instance and instances when known."""
-    # NOTE: the replay's modules (its kernels, multiprocessing) load only for a trace with
-    # prompt content; a diagnosis of timing or telemetry alone never pays for them.
-    from yaotu_trace.prefix import Parallelism, effective_rules, replay_trace
+def cache_trace(trace: Trace) -> Trace:
+    """The trace with `instance` naming the cache each prompt was looked up in: a handed-off
+    request's prefill instance (a disaggregated deployment prefills there; `instance` often
+    names the decode instance), else its own."""
+    req = trace.requests
+    split = handed_off(req)
+    if not split.any():
+        return trace
+    own = (req["instance"].astype("string") if "instance" in req.columns
+           else pd.Series(pd.NA, index=req.index, dtype="string"))
+    cache = own.where(~split, req["prefill_instance"].astype("string"))
+    return replace(trace, requests=req.assign(instance=cache))
 
-    trace = inp.trace
-    assert trace is not None
+
+def _rules(inp: AxisInput, trace: Trace) -> tuple[Any, Any, tuple[str, ...]]:
+    """The engine's replay rules: capacity per instance, one cache per instance when the trace
+    names several."""
+    from yaotu_trace.prefix import effective_rules
+
     s = inp.settings
     overrides: dict[str, Any] = {}
     if s.block_size_given:
@@ -175,5 +195,50 @@ def _replay(inp: AxisInput) -> Any:
         changes["scope"] = "instance"
     if changes:
         rules = rules.with_(**changes)
+    return rules, preset, notes
+
+
+def _with_affinity(metrics: PrefixMetrics, inp: AxisInput) -> PrefixMetrics:
+    """The metrics with what cache-aware routing reaches over the same instances: the replay
+    under prefix-affinity routing (sgl-router's cache_aware, without its load override), and
+    its gain over the trace's own routing as a share of prompt tokens."""
+    from yaotu_trace.prefix import Parallelism, replay_trace
+
+    trace = inp.trace
+    n = metrics.instances or 1
+    if trace is None or n < 2 or metrics.achievable_hit_tokens is None:
+        return metrics
+    trace = cache_trace(trace)
+    rules, preset, notes = _rules(inp, trace)
+    if rules.scope != "instance":
+        return metrics
+    # NOTE: an engine's own accounting cannot route by prefix (the router would read its
+    # pools); the clean model gives the same hits at unlimited capacity.
+    try:
+        summary = replay_trace(trace, rules.with_(route="prefix-affinity", instances=n,
+                                                  accounting="clean"),
+                               preset=preset, notes=notes, waterfall=False,
+                               parallel=Parallelism(jobs=inp.settings.replay_jobs,
+                                                    dask=inp.settings.replay_dask))
+    except YaotuError:
+        return metrics
+    hits = int(summary.saved_prefill_tokens)
+    gain = max(0, hits - metrics.achievable_hit_tokens)
+    return replace(metrics, affinity_hit_tokens=hits,
+                   affinity_hit_rate=ratio(hits, metrics.prompt_tokens),
+                   affinity_gain_share=ratio(gain, metrics.prompt_tokens))
+
+
+def _replay(inp: AxisInput) -> Any:
+    """The replay under the engine's rules: capacity per instance and instances when known."""
+    # NOTE: the replay's modules (its kernels, multiprocessing) load only for a trace with
+    # prompt content; a diagnosis of timing or telemetry alone never pays for them.
+    from yaotu_trace.prefix import Parallelism, replay_trace
+
+    trace = inp.trace
+    assert trace is not None
+    trace = cache_trace(trace)
+    rules, preset, notes = _rules(inp, trace)
     return replay_trace(trace, rules, preset=preset, notes=notes,
-                        parallel=Parallelism(jobs=s.replay_jobs, dask=s.replay_dask))
+                        parallel=Parallelism(jobs=inp.settings.replay_jobs,
+                                             dask=inp.settings.replay_dask))

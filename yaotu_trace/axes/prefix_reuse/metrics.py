@@ -40,6 +40,12 @@ class PrefixMetrics:
     # cached_tokens_total{cache_source}, vLLM external_prefix_cache_hits / queries.
     observed_hit_sources: dict[str, float] | None = None
     external_hit_rate: float | None = None
+    # Cache-aware routing over the same instances (the replay under prefix-affinity routing):
+    # its hit tokens and rate, and what it gains over the trace's own routing as a share of
+    # prompt tokens (the prefill routing recomputes; P003, P007).
+    affinity_hit_tokens: int | None = None
+    affinity_hit_rate: float | None = None
+    affinity_gain_share: float | None = None
 
     def headline(self) -> tuple[Evidence, ...]:
         """The measurements shown as the axis' evidence when no rule fired on it."""

@@ -3,6 +3,9 @@
 Metrics (units in the names; requests with inconsistent timing are skipped per metric):
 
 - queue_time_s = scheduled_s − arrival_s, per request (s); ttft_s = first_token_s − arrival_s.
+  In a disaggregated trace (`data/handoff.py`) a handed-off request's queue adds its wait for a
+  decode slot (decode_start_s − first_token_s − kv_transfer_s) and its TTFT is the client's
+  (max(first_token_s, decode_start_s) − arrival_s).
 - queue_share_of_ttft = Σ queue_time_s / Σ ttft_s over requests with both (ratio 0–1); from
   metrics, mean(vllm:request_queue_time_seconds) / mean(vllm:time_to_first_token_seconds).
 - queue_share_of_latency = Σ queue_time_s / Σ (finish_s − arrival_s) (ratio); the axis score;

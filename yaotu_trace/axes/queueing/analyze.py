@@ -44,6 +44,7 @@ from yaotu_trace.axes.queueing.windows import Limits, WindowVerdicts, judge, que
 from yaotu_trace.axes.rule import Mark, cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.engine_facts import waiting_reasons
+from yaotu_trace.data.handoff import decode_queue_s
 from yaotu_trace.data.order_stats import summarize
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.profile.workload import arrival_profile
@@ -186,6 +187,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     missing = _missing(timing, st)
     if (note := evidence_note(metrics, t)) is not None:
         notes.append(note)
+    if (note := _decode_queue_note(inp, timing)) is not None:
+        notes.append(note)
     if reasons is not None and (share := reasons.deferred_share) is not None and share >= 0.5:
         notes.append(f"{100 * share:.0f} % of the requests waiting are deferred ({reasons.source}"
                      "): they wait on remote KV or a grammar, not on capacity; read the "
@@ -204,6 +207,18 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
                     *confirm_steps(metrics, cause, facts.has_steps)),
         notes=tuple(notes),
     )
+
+
+def _decode_queue_note(inp: AxisInput, timing: RequestTiming) -> str | None:
+    """What share of the queue a disaggregated run's decode pool holds (`data/handoff.py`)."""
+    if not inp.has("decode_start_s") or not timing.queue_total:
+        return None
+    decode = float(decode_queue_s(inp.requests).sum())
+    if decode <= 0:
+        return None
+    return (f"{100 * decode / timing.queue_total:.1f} % of the queue seconds are handed-off "
+            "requests waiting for a decode seat (decode_start_s − first_token_s − "
+            "kv_transfer_s); the pools are judged on the pd_interference axis")
 
 
 def _events(inp: AxisInput) -> int:

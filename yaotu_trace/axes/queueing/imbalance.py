@@ -2,8 +2,9 @@
 seats, and how much of that queue even or least-loaded routing would remove.
 
 Instances come from the request table's `instance` column, else the step log's, else the
-`instance`, `pod` and `engine` labels of the engine metrics (their values joined by "/"); the
-other sources add what they measure for instances of the same name. Per instance:
+`instance`, `pod` and `engine` labels of the engine metrics, joined to the trace's names by
+`data/instance_join.py` (`instance="i0",engine="0"` is the trace's `i0`); the other sources add
+what they measure for instances of the same name. Per instance:
 
 - requests and work_share: requests routed to it and their share of prompt + output tokens
   (request table; else its step-log tokens, else its prompt + generation token counters);
@@ -42,11 +43,10 @@ import pandas as pd
 from yaotu_trace.axes.base import AxisInput, ratio
 from yaotu_trace.axes.queueing.instances import InstanceQueue, LoadBalance
 from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, spread_work
+from yaotu_trace.data.instance_join import samples_by_instance, trace_instance_names
 from yaotu_trace.data.metric_names import COUNTERS, GAUGES
 from yaotu_trace.data.steplog import column
 
-# The metric labels that name an instance, in the order their values are joined.
-INSTANCE_LABELS = ("instance", "pod", "engine")
 _STEP_COLUMNS = ("instance", "num_waiting", "num_running", "num_preempted", "prefill_tokens",
                  "decode_tokens")
 
@@ -70,13 +70,6 @@ def least_work_waits_s(arrival_s: np.ndarray, work: np.ndarray, rate: float,
     return least_work_waits(np.ascontiguousarray(arrival_s, dtype=np.float64),
                             np.ascontiguousarray(work, dtype=np.float64), float(rate),
                             int(instances))
-
-
-def instance_of_labels(labels: str) -> str | None:
-    """The instance a metric sample belongs to: its instance/pod/engine label values."""
-    pairs = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
-    values = [pairs[k] for k in INSTANCE_LABELS if k in pairs]
-    return "/".join(values) if values else None
 
 
 def _table_rows(inp: AxisInput, timing: RequestTiming) -> dict[str, dict[str, float]]:
@@ -187,11 +180,10 @@ def _labelled(inp: AxisInput, names: tuple[str, ...]) -> pd.DataFrame | None:
     name = next((n for n in names if n in m.names), None)
     if name is None:
         return None
-    rows = m.frame[m.frame["metric"] == name].copy()
-    rows["inst"] = rows["labels"].map({lb: instance_of_labels(str(lb))
-                                       for lb in rows["labels"].unique()})
-    rows = rows[rows["inst"].notna()]
-    return rows.sort_values(["inst", "time_s"], kind="stable") if len(rows) else None
+    steps = () if inp.steps is None or not inp.steps.has("instance") else inp.steps.instances()
+    rows = samples_by_instance(m.frame[m.frame["metric"] == name],
+                               trace_instance_names(inp.requests, steps))
+    return rows if len(rows) else None
 
 
 def _metric_rows(inp: AxisInput, grid: Windows) -> tuple[dict[str, dict[str, float]],

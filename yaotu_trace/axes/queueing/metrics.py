@@ -12,6 +12,7 @@ import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, Evidence, Source, fact, measured, ratio
 from yaotu_trace.axes.queueing.instances import LoadBalance
+from yaotu_trace.data.handoff import client_first_token_s, decode_queue_s, handed_off
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.report import Distribution
 
@@ -205,6 +206,11 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
     arrival = req["arrival_s"].to_numpy(dtype=np.float64)
     scheduled = times_of(req, "scheduled_s")
     first = times_of(req, "first_token_s")
+    # A disaggregated trace: TTFT is the client's first token, and the wait for a decode slot
+    # is queueing the user feels (`data/handoff.py`).
+    split = handed_off(req).any() and first is not None
+    if split:
+        first = client_first_token_s(req)
     finish = times_of(req, "finish_s")
     # Work is what the engine computes, as a step log counts it: prompt tokens the prefix
     # cache did not supply, plus output tokens.
@@ -220,6 +226,8 @@ def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
     if scheduled is not None:
         q = scheduled - arrival
         queue = np.where(q >= 0, q, np.nan)
+        if split:
+            queue = queue + decode_queue_s(req)
         queue_total = float(np.nansum(queue))
     if first is not None:
         f = first - arrival

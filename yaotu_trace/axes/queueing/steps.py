@@ -16,6 +16,7 @@ import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, ratio
 from yaotu_trace.axes.queueing.metrics import Windows, times_of
+from yaotu_trace.data.handoff import decode_queue_s, handed_off
 from yaotu_trace.data.order_stats import BlockSum, Summary, summarize
 from yaotu_trace.data.report import PERCENTILES
 from yaotu_trace.data.steplog import InstanceIds, StepLog, column, kv_usage_summary
@@ -456,12 +457,19 @@ def _first_starts(log: StepLog, arrival: np.ndarray, rows: np.ndarray,
 def sampled_waiting_s(inp: AxisInput, st: StepStats, arrival: np.ndarray,
                        scheduled: np.ndarray, inside: np.ndarray) -> float:
     """Σ waiting seconds a step log sampled after admission shows: from the first step start at
-    or after each arrival (on the request's instance when both tables name instances)."""
+    or after each arrival (on the request's instance when both tables name instances, its
+    prefill instance when it was handed off), plus each handed-off request's decode queue
+    (decode instances step every few milliseconds, so their count sees it whole)."""
     if not st.instances or inp.steps is None:
         return float("nan")
     names = None
     if inp.has("instance") and set(st.instances) != {"all"}:
         names = inp.requests["instance"].fillna("").astype(str).to_numpy()
+        if inp.has("prefill_instance"):
+            # A handed-off request queued for its prefill instance, whatever `instance` says.
+            split = handed_off(inp.requests)
+            prefill = inp.requests["prefill_instance"].fillna("").astype(str).to_numpy()
+            names = np.where(split, prefill, names)
     rows = np.flatnonzero(inside)
     own: np.ndarray | None = None
     if names is not None:
@@ -476,5 +484,5 @@ def sampled_waiting_s(inp: AxisInput, st: StepStats, arrival: np.ndarray,
         sel = sel & inside
         seen = np.clip(scheduled[sel] - first_start[sel], 0.0, None)
         total += float(seen[np.isfinite(seen)].sum())
-    return total
+    return total + float(decode_queue_s(inp.requests)[inside].sum())
 

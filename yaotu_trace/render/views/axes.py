@@ -59,6 +59,8 @@ AXIS_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("recomputed_basis", "recomputed counted as", "text"),
         ("key_loss_share", "lost to cache keys", "pct"),
         ("routing_loss_share", "lost to routing", "pct"),
+        ("affinity_hit_rate", "hit rate, cache-aware routing", "pct"),
+        ("affinity_gain_share", "gain over this routing", "pct"),
         ("capacity_loss_share", "lost to capacity", "pct"),
     ),
     "pd_interference": (
@@ -132,6 +134,9 @@ def _evidence_text(e: dict[str, Any]) -> str:
 
 
 WINDOW_HEADER = ["start", "offered tok/s", "served tok/s", "rho", "queue start → end"]
+INSTANCE_HEADER = ["instance", "requests", "work", "queue s", "of queue", "waiting",
+                   "busy", "seat fill", "preempted"]
+POOL_HEADER = ["pool", "instances", "wait of TTFT", "busy or load"]
 HOT_HEADER = ["prefix tokens", "recomputed", "requests", "why", "example"]
 
 
@@ -170,6 +175,39 @@ def window_rows(metrics: dict[str, Any]) -> list[list[str]]:
             for w in metrics.get("peak_windows") or []]
 
 
+def instance_rows(metrics: dict[str, Any]) -> tuple[list[list[str]], str]:
+    """Each instance's share of the work, the queue and the seats (queueing, several
+    instances), and where the rows come from."""
+    lb = metrics.get("load_balance") or {}
+    rows = [[str(r["instance"]), fmt.count(r.get("requests")), fmt.pct(r.get("work_share")),
+             fmt.num(r.get("queue_seconds")), fmt.pct(r.get("queue_share")),
+             fmt.pct(r.get("waiting_share")), fmt.pct(r.get("busy_share")),
+             fmt.pct(r.get("seat_fill")), fmt.count(r.get("preemptions"))]
+            for r in lb.get("instances") or []]
+    cap = lb.get("seat_cap")
+    source = (f"instances from the {lb.get('source')}; each measure from the first of the "
+              "request table, the step log and the metrics that has it; seat fill of "
+              + ("an inferred " if lb.get("seat_cap_inferred") else "")
+              + f"cap of {fmt.count(cap)}" if rows else "")
+    return rows, source
+
+
+def pool_rows(metrics: dict[str, Any]) -> tuple[list[list[str]], str]:
+    """The two pools of a disaggregated run side by side (pd_interference), and where their
+    numbers come from."""
+    pm = metrics.get("placement") or {}
+    if not pm:
+        return [], ""
+    rows = [["prefill", fmt.count(pm.get("prefill_instances")),
+             fmt.pct(pm.get("prefill_wait_share")), fmt.pct(pm.get("prefill_busy_share"))],
+            ["decode", fmt.count(pm.get("decode_instances")),
+             fmt.pct(pm.get("decode_wait_share")), fmt.pct(pm.get("decode_busy_share"))]]
+    source = ("waits from the request table (prefill: scheduled_s − arrival_s; decode: "
+              "decode_start_s − first_token_s − kv_transfer_s) over the client's TTFT; busy or "
+              f"load from the {pm.get('busy_source') or 'nothing that measures it'}")
+    return rows, source
+
+
 def hot_rows(metrics: dict[str, Any]) -> list[list[str]]:
     """The prefixes whose reuse is lost the most (prefix_reuse)."""
     rows = []
@@ -204,6 +242,14 @@ def _panel(a: dict[str, Any]) -> Panel:
         parts.append(Grid(header=WINDOW_HEADER, rows=windows,
                           columns=[Column(name=c) for c in WINDOW_HEADER],
                           title=f"busiest {fmt.num(metrics.get('window_s'))} s windows"))
+    for rows_of, header, title in ((instance_rows, INSTANCE_HEADER, "instances"),
+                                   (pool_rows, POOL_HEADER, "pools")):
+        table, source = rows_of(metrics)
+        if table:
+            parts.append(Grid(header=header, rows=table, title=title, columns=[
+                Column(name=c, align="left" if c in ("instance", "pool") else "right")
+                for c in header]))
+            parts.append(Line(text=f"  source: {source}", style="dim"))
     hot = hot_rows(metrics)
     if hot:
         parts.append(Grid(header=HOT_HEADER, rows=hot, title="hot prefixes", columns=[
@@ -228,6 +274,12 @@ def _markdown_axis(a: dict[str, Any]) -> list[Block]:
         out += [Line(text=f"Busiest {fmt.num(metrics.get('window_s'))} s windows:",
                      only=MARKDOWN),
                 Grid(header=WINDOW_HEADER, rows=windows, only=MARKDOWN)]
+    for rows_of, header, title in ((instance_rows, INSTANCE_HEADER, "Instances"),
+                                   (pool_rows, POOL_HEADER, "Pools")):
+        table, source = rows_of(metrics)
+        if table:
+            out += [Line(text=f"{title} ({source}):", escape=True, only=MARKDOWN),
+                    Grid(header=header, rows=table, only=MARKDOWN)]
     hot = hot_rows(metrics)
     if hot:
         out += [Line(text="Hot prefixes (reuse lost the most):", only=MARKDOWN),

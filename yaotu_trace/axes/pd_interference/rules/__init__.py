@@ -1,5 +1,5 @@
 """The pd_interference rules, one file each, in id order (the order they are evaluated and
-listed): D001–D006 judge interference, D007–D010 the placement of a disaggregated deployment.
+listed): D001–D006 judge interference, D007–D011 the placement of a disaggregated deployment.
 
 A new rule is a new file here holding a `RULE` (see `yaotu_trace.axes.rule`) and one line below.
 """
@@ -21,5 +21,6 @@ RULES: Final = load_rules(__name__, (
     "d008_kv_transfer_dominates",
     "d009_pd_ratio",
     "d010_transfer_failures",
+    "d011_pool_queue_dominates",
 ))
 SEVERITY_OF: Final = severities(RULES)

@@ -79,3 +79,47 @@ def network_evidence(net: Network, t: Thresholds) -> Fired:
     )
     return Fired(evidence, "" if net.kv_bytes_per_token is not None else
                  "KV bytes per token unknown (--model): the network check cannot pass")
+
+
+@dataclass(frozen=True, slots=True)
+class ShortPool:
+    """The pool that queues (`queued`, its wait as a share of TTFT) and the other one (`idle`,
+    its busy share or load, None when nothing measures it)."""
+
+    queued: str
+    wait: float
+    idle: str
+    busy: float | None
+
+
+def short_pool(pm: PlacementMetrics, wait_at_least: float, idle_busy: float, *,
+               busy_known: bool) -> ShortPool | None:
+    """The first pool whose wait is ≥ `wait_at_least` of TTFT while the other is busy ≤
+    `idle_busy`; with `busy_known=False`, also while the other's load is not measured (the
+    request intervals' upper bound above `idle_busy` measures nothing)."""
+    upper_bound = (pm.busy_source or "").startswith("request intervals")
+    sides = (("prefill", pm.prefill_wait_share, "decode", pm.decode_busy_share),
+             ("decode", pm.decode_wait_share, "prefill", pm.prefill_busy_share))
+    for queued, wait, idle, busy in sides:
+        if wait is None or wait < wait_at_least:
+            continue
+        if busy is not None and busy <= idle_busy:
+            return ShortPool(queued, wait, idle, busy)
+        if not busy_known and (busy is None or upper_bound):
+            return ShortPool(queued, wait, idle, None)
+    return None
+
+
+def pool_evidence(pm: PlacementMetrics, pool: ShortPool, wait_name: str, wait_threshold: float,
+                  idle_busy: float) -> tuple[Evidence, ...]:
+    """The numbers every P:D-ratio finding shows: the queued pool's wait and the other's load
+    against their thresholds, the shape, which way to move instances, where the load is from."""
+    busy = (check(f"{pool.idle}_busy_share", pool.busy, "<=", "pool_idle_busy", idle_busy)
+            if pool.busy is not None else fact(f"{pool.idle}_busy_share", None))
+    return (
+        check(f"{pool.queued}_wait_share", pool.wait, ">=", wait_name, wait_threshold),
+        busy,
+        fact("pd_instances", f"{pm.prefill_instances}:{pm.decode_instances}"),
+        fact("move_instances", f"{pool.idle} → {pool.queued}"),
+        fact("busy_source", pm.busy_source),
+    )

@@ -16,5 +16,6 @@ RULES: Final = load_rules(__name__, (
     "p004_capacity_loss",
     "p005_cache_key_loss",
     "p006_observed_hits_unknown",
+    "p007_routing_loss_dominates",
 ))
 SEVERITY_OF: Final = severities(RULES)

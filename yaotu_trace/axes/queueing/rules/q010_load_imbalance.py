@@ -10,7 +10,8 @@ from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
 from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
-READS = ("waiting_share", "queue_share_warn", "batch_underfilled", "imbalance_vanish_share")
+READS = ("waiting_share", "queue_share_warn", "batch_underfilled", "imbalance_vanish_share",
+         "imbalance_work_lift")
 
 
 def standing_queue(row: InstanceQueue, t: Thresholds) -> Evidence | None:
@@ -42,6 +43,17 @@ def imbalance_evidence(f: QueueingFacts, t: Thresholds) -> list[Evidence] | None
             and idle.seat_fill < t.batch_underfilled
             and (vanish is None or vanish >= t.imbalance_vanish_share)):
         return None
+    # A queue that matters: the cluster's (not the wait for the next step boundary, which a
+    # short TTFT on an idle engine makes a fifth of it), on an instance given more than its
+    # share of the work (least-loaded routing at low load leaves the work even).
+    name, share = "queue_share_of_latency", f.metrics.queue_share_of_latency
+    if share is None:
+        name, share = "queue_share_of_ttft", f.metrics.queue_share_of_ttft
+    lift = (None if queued.work_share is None or not lb.instances
+            else queued.work_share * len(lb.instances))
+    if (share is not None and share < t.queue_share_warn) or (
+            lift is not None and lift < t.imbalance_work_lift):
+        return None
     ev = [hot]
     if cold is not None:
         ev.append(fact(cold.name, cold.value, "ratio"))
@@ -50,6 +62,9 @@ def imbalance_evidence(f: QueueingFacts, t: Thresholds) -> list[Evidence] | None
               t.batch_underfilled),
         check("vanish_share_least_loaded", vanish, ">=", "imbalance_vanish_share",
               t.imbalance_vanish_share),
+        check(name, share, ">=", "queue_share_warn", t.queue_share_warn),
+        check(f"work_lift[{queued.instance}]", lift, ">=", "imbalance_work_lift",
+              t.imbalance_work_lift),
         fact(f"queue_share[{queued.instance}]", queued.queue_share, "ratio"),
         fact(f"work_share[{queued.instance}]", queued.work_share, "ratio"),
         fact("queue_seconds_vanish_least_loaded", lb.queue_seconds_vanish_least_loaded, "s"),
@@ -70,7 +85,10 @@ RULE: Rule[QueueingFacts] = Rule(
     trigger=(
         "with several instances, the one with the most queue seconds has a standing queue "
         "(its waiting_share ≥ waiting_share, else its queue share of TTFT ≥ queue_share_warn), "
-        "another has none and fills < batch_underfilled of its seats, and a least-loaded router "
+        "the cluster's queue share of latency (else of TTFT) ≥ queue_share_warn, the queued "
+        "instance holds ≥ imbalance_work_lift × its even share of the work (work_lift = work "
+        "share × instances), another has none and fills < batch_underfilled of its seats, and "
+        "a least-loaded router "
         "would remove ≥ imbalance_vanish_share of the modelled queue (FCFS fluid queue per "
         "instance at the busiest instance's peak rate); without arrival times (telemetry "
         "alone) the queue cannot be modelled and the standing queue next to free seats decides"
