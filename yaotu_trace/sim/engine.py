@@ -93,7 +93,9 @@ _ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
 (_STALL_DEC_S, _HBM_BYTES, _XFER_BYTES, _PREFIX_REREAD, _OVERHEAD_S, _DROPPED,
  _TOTALS_FIELDS) = range(7)
 # log_i[field, step] (int64) and log_f[field, step] (float64), the step log:
-(_S_INST, _S_PF, _S_DEC, _S_RUN, _S_WAIT, _S_USED, _S_PRE, _LOG_I_FIELDS) = range(8)
+(_S_INST, _S_PF, _S_DEC, _S_RUN, _S_WAIT, _S_USED, _S_PRE,
+ _S_NEED, _S_FREE,  # admission: the first waiting request's KV ask (−1: none waits), free blocks
+ _LOG_I_FIELDS) = range(10)
 (_S_START, _S_END, _LOG_F_FIELDS) = range(3)
 
 
@@ -109,6 +111,8 @@ class Inputs(NamedTuple):
     num_identities: int
     shared_limit: int  # identities below it are shared prompt blocks
     assigned: np.ndarray  # instance fixed in advance (`--route trace|weighted`), −1: the policy
+    fail_at: np.ndarray  # injected failure after this many output tokens (`sim.failures`), −1
+    fail_instance: int  # the instance such failures happen on, −1: any
 
 
 @nb.njit(cache=True)
@@ -383,6 +387,11 @@ def _queue(r, stage, now, inp, p, rr, req_i, inst_i, inst_f, rtree, ident_map, w
     req_i[_INST_OF, r] = target
     if stage == 0:
         req_i[_PF_INST, r] = target
+    # an injected failure: the request stops after fail_at tokens on the instance it fails on
+    fail = inp.fail_at[r]
+    if fail >= 0 and fail < req_i[_OUT_LEN, r] and (inp.fail_instance < 0
+                                                    or target == inp.fail_instance):
+        req_i[_OUT_LEN, r] = fail
     req_i[_REMOTE, r] = is_remote
     q = (inst_i[_WHEAD, target] + inst_i[_WLEN, target]) % wq.shape[1]
     wq[target, q] = r
@@ -762,6 +771,26 @@ def _price_and_log(i, now, n_steps, preempted_n, work, usable, cost, inst_i, ins
 
 
 @nb.njit(cache=True)
+def _head_ask(i, p, req_i, inst_i, pool, ident, ident_map, wq):
+    """(KV blocks the first request still waiting on instance i needs to be admitted, beyond
+    its cached prefix, −1 when none waits; blocks free for it, vLLM's watermark left out): the
+    step log's admission signal, read once the step is scheduled."""
+    free_ok = inst_i[_NFREE, i] - (p.watermark_blocks if inst_i[_NRUN, i] > 0 else 0)
+    if free_ok < 0:
+        free_ok = 0
+    if inst_i[_WLEN, i] == 0:
+        return -1, free_ok
+    r = wq[i, inst_i[_WHEAD, i]]
+    bsz = p.block_size_tokens
+    ntok = req_i[_NTOK, r]
+    hit = 0
+    evict = 0
+    if p.prefix_caching and not req_i[_REMOTE, r]:
+        hit, evict = _lookup(r, i, ntok, bsz, req_i, pool, ident, ident_map)
+    return (ntok + bsz - 1) // bsz - req_i[_NALLOC, r] - hit + evict, free_ok
+
+
+@nb.njit(cache=True)
 def _go_idle(i, now, preempted_n, inst_i, inst_f, totals, cap_q):
     """Instance i scheduled nothing: it idles until an arrival, unless requests wait; a head
     that cannot be admitted even with nothing running (an empty pool) is dropped."""
@@ -917,6 +946,8 @@ def simulate_cluster(inp, p, cost):
             i, now, n_steps, preempted_n,
             (n_sched, pf_tok, dec_tok, attn_pairs, ctx_dec, prefix_sum, ctx_all),
             p.usable_blocks, cost, inst_i, inst_f, totals, log_i, log_f)
+        log_i[_S_NEED, n_steps], log_i[_S_FREE, n_steps] = _head_ask(
+            i, p, req_i, inst_i, pool, ident, ident_map, wq)
         n_steps += 1
     return _results(req_i, req_f, inst_f, tt, totals, log_i[:, :n_steps], log_f[:, :n_steps])
 
@@ -931,5 +962,6 @@ def _results(req_i, req_f, inst_f, tt, totals, log_i, log_f):
         log_i[_S_INST].copy(), log_f[_S_START].copy(), log_f[_S_END].copy(),
         log_i[_S_PF].copy(), log_i[_S_DEC].copy(), log_i[_S_RUN].copy(), log_i[_S_WAIT].copy(),
         log_i[_S_USED].copy(), log_i[_S_PRE].copy(), totals.copy(), inst_f[_BUSY_S].copy(),
-        req_f[_XFER_S].copy(), req_f[_DEC_START].copy(),
+        req_f[_XFER_S].copy(), req_f[_DEC_START].copy(), log_i[_S_NEED].copy(),
+        log_i[_S_FREE].copy(),
     )

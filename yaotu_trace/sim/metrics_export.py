@@ -228,7 +228,8 @@ def _has_token_times(requests: pd.DataFrame) -> bool:
 
 def _token_lists(requests: pd.DataFrame) -> list[np.ndarray]:
     """Each request's token times (empty where it has none)."""
-    return [np.zeros(0) if v is None or (np.isscalar(v) and pd.isna(v))
+    # NOTE: a request the engine never ran (rejected) has pd.NA, which is no NumPy scalar.
+    return [np.zeros(0) if v is None or v is pd.NA or (np.isscalar(v) and pd.isna(v))
             else np.asarray(v, dtype=np.float64) for v in requests["token_times_s"]]
 
 
