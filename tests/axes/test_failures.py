@@ -103,7 +103,8 @@ def test_a_burst_of_failures_without_request_timing_fires_q007() -> None:
     assert fm.under_load.failures_under_load_share == 1.0
     assert "arrived in the 5 s before" in fm.under_load.backlog_counts
     result = analyze_queueing(inp, thresholds())
-    assert result.rule_ids == ("Q007",) and result.status is Status.WARNING
+    # Q009 says the failures themselves (share, when, which error) whatever their cause.
+    assert result.rule_ids == ("Q007", "Q009") and result.status is Status.WARNING
     # No queue time to score it by: the axis is scored by the share of requests lost.
     assert result.score == pytest.approx(0.1)
     assert result.score_basis == "share of requests that failed"
@@ -129,7 +130,7 @@ def test_failures_on_one_instance_fire_q008() -> None:
     # 6 errors, all on i1 (odd requests): share 6/6 = 1.0, i1 fails 6/30 = 0.2 against the
     # trace's 6/60 = 0.1, a lift of 2.0.
     result = analyze_queueing(make_input(_two_instances([1, 11, 21, 31, 41, 51])), thresholds())
-    assert result.rule_ids == ("Q008",)
+    assert result.rule_ids == ("Q008", "Q009")
     assert result.status is Status.WARNING
     ev = evidence(result, "Q008")
     assert ev["worst_instance"].value == "i1"
@@ -149,7 +150,7 @@ def test_failure_rules_fire_when_no_queue_time_decides_the_axis() -> None:
     columns = {k: v for k, v in _two_instances([1, 11, 21, 31, 41, 51]).items()
                if k in ("arrival_s", "prompt_len", "output_len", "instance", "status")}
     result = analyze_queueing(make_input(columns), thresholds())
-    assert result.rule_ids == ("Q008",)
+    assert result.rule_ids == ("Q008", "Q009")
     assert result.status is Status.WARNING
     assert result.missing  # still says what would decide the queueing itself
     no_failures = {**columns, "status": ["ok"] * 60}

@@ -64,9 +64,8 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
         Threshold(name="kv_admission_usage", default=0.9, unit="ratio",
                   rationale="KV ≥ 90 % with a queue and empty seats means memory blocks admission"),
         Threshold(name="kv_blocked_share", default=0.5, unit="ratio",
-                  rationale="the head of the queue waiting for KV blocks in half of the steps "
-                  "that leave requests waiting is admission blocked by KV, whatever the "
-                  "mean usage"),
+                  rationale="the queue's head short of KV blocks in half the waiting steps: KV "
+                  "blocks admission"),
         Threshold(name="kv_low_usage", default=0.7, unit="ratio",
                   rationale="KV < 70 % is not what limits the batch (A4, Vidur C1.2)"),
         Threshold(name="waiting_share", default=0.25, unit="ratio",
