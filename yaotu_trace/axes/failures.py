@@ -115,10 +115,9 @@ def _failure_times(inp: AxisInput, failed: np.ndarray) -> FailureTimes | None:
         return None
     arrival = req["arrival_s"].to_numpy(dtype=np.float64)
     at = arrival.copy()
-    ends = [arrival]
-    for name in ("scheduled_s", "first_token_s", "finish_s"):
-        if inp.has(name):
-            ends.append(req[name].to_numpy(dtype=np.float64, na_value=np.nan))
+    ends = [arrival, *(req[name].to_numpy(dtype=np.float64, na_value=np.nan)
+                       for name in ("scheduled_s", "first_token_s", "finish_s")
+                       if inp.has(name))]
     if inp.has("finish_s"):
         finish = ends[-1]
         at = np.where(np.isfinite(finish), finish, arrival)

@@ -80,7 +80,7 @@ def failure_plan(output_tokens: np.ndarray, failures: Failures,
         chosen = able & (draw < share)
     else:
         # exactly round(share × n) of those that can fail: the smallest draws
-        count = min(int(round(share * n)), int(able.sum()))
+        count = min(round(share * n), int(able.sum()))
         order = np.argsort(np.where(able, draw, np.inf), kind="stable")
         chosen = np.zeros(n, dtype=bool)
         chosen[order[:count]] = True

@@ -26,22 +26,18 @@ def _check(
     if not (persistent_queue(f, t) and (by_usage or by_signal)):
         return None
     ev: list[Evidence] = []
+    if by_usage:
+        ev.append(check("kv_usage_queued", kv, ">=", "kv_admission_usage",
+                        t.kv_admission_usage))
+        if running is not None and cap_known:
+            ev.append(check("running_fill_queued", running, "<", "batch_underfilled",
+                            t.batch_underfilled))
     if by_signal:
         ev.append(check("kv_blocked_queued", blocked, ">=", "kv_blocked_share",
                         t.kv_blocked_share))
-        if kv is not None:
-            ev.append(fact("kv_usage_queued", kv, "ratio"))
-    else:
-        assert kv is not None  # by_usage
-        ev.append(check("kv_usage_queued", kv, ">=", "kv_admission_usage",
-                        t.kv_admission_usage))
-        if blocked is not None:
-            ev.append(fact("kv_blocked_queued", blocked, "ratio"))
-    if running is not None and cap_known and by_usage:
-        ev.append(check("running_fill_queued", running, "<", "batch_underfilled",
-                        t.batch_underfilled))
-    elif running is not None:
-        ev.append(fact("running_fill_queued", running, "ratio"))
+        if not by_usage:
+            ev += [fact("kv_usage_queued", kv, "ratio"),
+                   fact("running_fill_queued", running, "ratio")]
     ev.append(fact("queued_windows", mt.queued_windows, "windows"))
     if mt.waiting_share is not None:
         ev.append(fact("waiting_share", mt.waiting_share, "ratio"))
