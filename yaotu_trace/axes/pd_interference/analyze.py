@@ -240,10 +240,10 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
 
 
 def _unknown_pool_load(result: AxisResult, t: Thresholds) -> AxisResult:
-    """An axis judged ok although one pool queues and the other pool's load is unknown: the
-    P:D ratio cannot be judged, so the axis is undecided and names the input that would decide
-    it (reads pool_wait_share)."""
-    if result.status is not Status.OK:
+    """An axis judged ok (or undecided) although one pool queues and the other pool's load is
+    unknown: the P:D ratio cannot be judged, so the axis is undecided and names the input that
+    would decide it (reads pool_wait_share)."""
+    if result.status not in (Status.OK, Status.INSUFFICIENT_DATA):
         return result
     pm = metrics_of(result, InterferenceMetrics).placement
     if pm is None:
