@@ -165,6 +165,7 @@ class SimulationSummary:
     per_instance: tuple[InstanceLoad, ...] = ()
     calibration: CalibrationFit | None = None
     notes: tuple[str, ...] = ()
+    failed: int = 0  # injected failures (`--fail-share`), among the finished
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -387,6 +388,7 @@ def summarize_run(trace: Trace, resolved: ResolvedScenario, result: SimResult,
         kv_usage_max=float(usage.max()) if usage.size else None,
         work=_work_ledger(result, cfg, ran, makespan), per_instance=_per_instance(result, makespan),
         calibration=resolved.calibration, notes=_run_notes(notes, result, cfg),
+        failed=0 if result.failed is None else int(result.failed.sum()),
     )
 
 
