@@ -99,6 +99,8 @@ CAUSE_ADVICE = {
     "prefill (ledger)",
     Cause.PD_RATIO: "one pool queues while the other idles: move instances between the pools",
     Cause.TRANSFER_FAILURES: "transfers fail or fall back: fix the transfer path before tuning",
+    Cause.ADMISSION_BLOCKED: "requests wait to be admitted and the data does not say for what: "
+    "add the step log's admission signal or vLLM's waiting reasons before choosing a remedy",
 }
 
 
