@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from yaotu_trace.data.telemetry_fit import UNIX_CLOCK_S
+from yaotu_trace.data.clock import UNIX_CLOCK_S
 
 if TYPE_CHECKING:
     from yaotu_trace.data.report import Distribution
