@@ -75,7 +75,7 @@ def _population(df: pd.DataFrame) -> Population:
                if c in df.columns and df[c].notna().any()]
     instances = (None if not columns else
                  int(pd.concat([df[c] for c in columns]).dropna().astype(str).nunique()))
-    pools = None, None
+    pools: tuple[int | None, int | None] = (None, None)
     if handed.any():
         pools = (int(df["prefill_instance"][handed].nunique()),
                  int(df["decode_instance"][handed].nunique()))
