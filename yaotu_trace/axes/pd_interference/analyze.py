@@ -268,7 +268,9 @@ def _unknown_pool_load(result: AxisResult, t: Thresholds) -> AxisResult:
 def _without_handoffs(st: Stalls, inp: AxisInput, token_first: np.ndarray,
                       placement: PlacementMetrics | None) -> tuple[Stalls, float]:
     """The stalls minus each handed-off request's first gap (the transfer, not a stall), and
-    the seconds removed."""
+    the seconds removed. NOTE: `data.token_times` already leaves those gaps out of every pass
+    (the profile's and the report's too), so this finds none unless the token times name a
+    hand-off the instance columns do not."""
     if placement is None or not st.gap.size:
         return st, 0.0
     handoff = split_rows(inp)[st.owner] & (st.start == token_first[st.owner])
