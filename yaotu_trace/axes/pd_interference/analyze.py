@@ -269,8 +269,8 @@ def _without_handoffs(st: Stalls, inp: AxisInput, token_first: np.ndarray,
                       placement: PlacementMetrics | None) -> tuple[Stalls, float]:
     """The stalls minus each handed-off request's first gap (the transfer, not a stall), and
     the seconds removed. NOTE: `data.token_times` already leaves those gaps out of every pass
-    (the profile's and the report's too), so this finds none unless the token times name a
-    hand-off the instance columns do not."""
+    (the profile's and the report's too) by the same rule as `split_rows`, so this finds none;
+    it stays as the axis' guard should a pass keep them."""
     if placement is None or not st.gap.size:
         return st, 0.0
     handoff = split_rows(inp)[st.owner] & (st.start == token_first[st.owner])
