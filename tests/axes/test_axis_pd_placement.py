@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from diag_factories import evidence, make_input, make_trace, thresholds
+from diag_factories import evidence, make_input, make_metrics, make_trace, thresholds
 
 from yaotu_trace.axes.base import EngineSettings, Status
 from yaotu_trace.axes.pd_interference import analyze_pd_interference
@@ -72,12 +72,14 @@ def test_observed_transfer_share_of_ttft_is_a_kv_transfer_finding() -> None:
     assert result.status is Status.WARNING and result.cause == "kv_transfer"
     assert result.score == pytest.approx(1.0 / 2.7)
     assert evidence(result, "D007")["kv_transfer_p50_s"].value == pytest.approx(0.25)
-    # Without a step log the pools' loads are the union of the requests' intervals over the
-    # trace's 0–4 s: prefill [0.1, 0.5] + [1.0, 1.3] + [2.2, 2.6] + [3.0, 3.2] = 1.3 s; decode
-    # [0.8, 1.0] + [1.4, 2.0] + [2.9, 3.6] ∪ [3.6, 4.0] = 1.9 s
-    assert pm.busy_source == "request intervals (upper bound)"
+    # Without a step log the prefill pool's load is the union of the requests' prefill
+    # intervals over the trace's 0–4 s: [0.1, 0.5] + [1.0, 1.3] + [2.2, 2.6] + [3.0, 3.2] =
+    # 1.3 s; the decode pool's is unknown (its decode intervals say nothing of its batch)
+    assert pm.busy_source is not None
+    assert pm.busy_source.startswith("prefill pool: request intervals (upper bound); "
+                                     "decode pool load unknown")
     assert pm.prefill_busy_share == pytest.approx(1.3 / 4.0)
-    assert pm.decode_busy_share == pytest.approx(1.9 / 4.0)
+    assert pm.decode_busy_share is None
 
 
 def test_a_transfer_over_half_of_ttft_dominates() -> None:
@@ -265,3 +267,63 @@ def test_network_check_follows_the_placement_findings_on_the_axis() -> None:
     assert result.cause == "kv_transfer"
     shown = {e.name: e for h in reversed(result.hits) for e in h.evidence}
     assert shown["transfer_ttft_share"].comparison == ">="
+
+
+def prefill_queued() -> dict[str, list[Any]]:
+    """Four requests 1 s apart that wait 1.0 s for the one prefill instance, prefill in 0.4 s,
+    move their KV in 0.1 s and decode at once on d0 for 0.5 s: ttft = decode_start − arrival =
+    1.5 s each (Σ 6.0), prefill waits Σ 4.0 s (2/3 of TTFT), transfers Σ 0.4 s (under
+    transfer_ttft_share), no decode wait."""
+    arrival = [0.0, 1.0, 2.0, 3.0]
+    return {
+        "arrival_s": arrival,
+        "prompt_len": [100, 200, 300, 400],
+        "output_len": [3, 3, 3, 3],
+        "scheduled_s": [a + 1.0 for a in arrival],
+        "first_token_s": [a + 1.4 for a in arrival],
+        "kv_transfer_s": [0.1] * 4,
+        "decode_start_s": [a + 1.5 for a in arrival],
+        "finish_s": [a + 2.0 for a in arrival],
+        "prefill_instance": ["p0"] * 4,
+        "decode_instance": ["d0"] * 4,
+    }
+
+
+def test_without_step_log_or_metrics_the_decode_pool_load_is_unknown_not_busy() -> None:
+    # GIVEN the prefill pool queued (2/3 of TTFT) and only the request table
+    result = analyze_pd_interference(make_input(prefill_queued()), thresholds())
+    pm = result.metrics.placement
+    assert pm is not None and pm.prefill_wait_share == pytest.approx(4.0 / 6.0)
+    # THEN the decode pool's load is not taken from its decode intervals (busy most of the
+    # time whatever the batch): it is unknown, and the axis says what would measure it
+    assert pm.decode_busy_share is None
+    assert "D009" not in result.rule_ids
+    assert result.status is Status.INSUFFICIENT_DATA
+    assert any(m.startswith("the decode pool's load: --metrics with kv_cache_usage_perc")
+               for m in result.missing)
+    assert any("prefill pool's queue is 67 % of TTFT" in n for n in result.notes)
+
+
+def test_decode_pool_load_from_per_instance_metrics() -> None:
+    # GIVEN scrapes of d0 (its vLLM engine 0: labels instance=d0, engine=0 join as "d0/0",
+    # read as d0) at KV usage 0.1, 0.2, 0.3 and of p0 at 0.9 (the prefill pool, left out)
+    rows = []
+    for t, usage in ((0.0, 0.1), (2.0, 0.2), (4.0, 0.3)):
+        rows += [(t, "vllm:kv_cache_usage_perc", "instance=d0,engine=0", usage),
+                 (t, "vllm:kv_cache_usage_perc", "instance=p0,engine=0", 0.9),
+                 (t, "vllm:num_requests_running", "instance=d0,engine=0", 2.0)]
+    inp = make_input(prefill_queued(), metrics=make_metrics(rows))
+    result = analyze_pd_interference(inp, thresholds())
+    pm = result.metrics.placement
+    # THEN the decode pool's load is d0's mean KV usage, 0.2: idle next to a queued prefill
+    # pool, so D009 says move a decode instance to prefill
+    assert pm is not None and pm.decode_busy_share == pytest.approx(0.2)
+    assert "metrics (decode pool: KV usage of 1 of 1 instance(s), KV usage at most 30 %)" in (
+        pm.busy_source or "")
+    assert "D009" in result.rule_ids
+    assert evidence(result, "D009")["move_instances"].value == "decode → prefill"
+    # AND with --max-num-seqs 4, running 2 fills half the seats, above the KV usage
+    seats = make_input(prefill_queued(), metrics=make_metrics(rows), max_num_seqs=4)
+    pm = analyze_pd_interference(seats, thresholds()).metrics.placement
+    assert pm is not None and pm.decode_busy_share == pytest.approx(0.5)
+    assert "KV usage and seats" in (pm.busy_source or "")

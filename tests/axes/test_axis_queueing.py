@@ -205,3 +205,55 @@ def test_queueing_idle_time_unknown_without_waiting_counts() -> None:
     assert result.metrics.idle_while_waiting_s is None
     assert result.metrics.gpu_busy_fraction == pytest.approx(0.10 / 0.19)
     assert any("num_waiting" in m for m in result.missing)
+
+
+def test_queueing_head_waiting_for_kv_blocks_is_kv_admission_at_half_usage() -> None:
+    # GIVEN busy steps with 3 waiting at a KV usage of 50 % (far below kv_admission_usage) and
+    # half the seats taken, whose admission signal says the head of the queue asked for 600
+    # blocks with 50 free in 15 of the 20 steps (and 30 of 50 in the other 5)
+    steps = busy_steps(kv_used=50)
+    steps["head_blocks_needed"] = [600] * 15 + [30] * 5
+    steps["kv_blocks_free"] = [50] * 20
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
+                     steps=steps, max_num_seqs=8)
+    result = analyze_queueing(inp, thresholds())
+    # THEN admission is blocked by KV: 15 of the 20 waiting steps (0.75 ≥ kv_blocked_share)
+    assert result.cause == "kv_admission" and "Q005" in result.rule_ids
+    ev = evidence(result, "Q005")
+    assert ev["kv_blocked_queued"].value == pytest.approx(0.75)
+    assert ev["kv_blocked_queued"].threshold_name == "kv_blocked_share"
+    assert ev["kv_usage_queued"].value == pytest.approx(0.5)
+    # AND without the signal the same steps are batch-shaped (seats half full), not KV
+    plain = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
+                       steps=busy_steps(kv_used=50), max_num_seqs=8)
+    assert analyze_queueing(plain, thresholds()).cause != "kv_admission"
+
+
+def most_of_latency_queued() -> dict[str, list[float]]:
+    """Each request waits 3 s of a 3.5 s TTFT (4 s latency) at a steady rate: no burst."""
+    arrival = [float(i) for i in range(10)]
+    return {"arrival_s": arrival, "scheduled_s": [a + 3.0 for a in arrival],
+            "first_token_s": [a + 3.5 for a in arrival], "finish_s": [a + 4.0 for a in arrival],
+            "prompt_len": [10] * 10, "output_len": [5] * 10}
+
+
+def test_queueing_most_of_latency_without_cause_is_admission_blocked_not_unidentified() -> None:
+    result = analyze_queueing(make_input(most_of_latency_queued()), thresholds())
+    # 3 s of 4 s latency queued (0.75 ≥ queue_share_of_ttft 0.5) and no rule names why
+    assert result.rule_ids == ("Q011",)
+    assert result.status is Status.BOTTLENECK and result.cause == "admission_blocked"
+    ev = evidence(result, "Q011")
+    assert ev["queue_share_of_latency"].value == pytest.approx(0.75)
+    assert any("head_blocks_needed" in s for s in result.next_steps)
+    # the moderate queue (0.3 of TTFT, 0.2 of latency) stays Q006's
+    assert analyze_queueing(make_input(moderate_queue()), thresholds()).cause == "unidentified"
+
+
+def test_queueing_admission_blocked_shows_vllm_waiting_reason() -> None:
+    # vLLM's num_requests_waiting_by_reason: 3 waiting for capacity, 1 deferred
+    rows = [(t, "vllm:num_requests_waiting_by_reason", f'reason={r}', v)
+            for t in (0.0, 5.0, 10.0) for r, v in (("capacity", 3.0), ("deferred", 1.0))]
+    inp = make_input(most_of_latency_queued(), metrics=make_metrics(rows))
+    result = analyze_queueing(inp, thresholds())
+    assert result.cause == "admission_blocked"
+    assert evidence(result, "Q011")["waiting_capacity_share"].value == pytest.approx(0.75)

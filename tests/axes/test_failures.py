@@ -103,7 +103,8 @@ def test_a_burst_of_failures_without_request_timing_fires_q007() -> None:
     assert fm.under_load.failures_under_load_share == 1.0
     assert "arrived in the 5 s before" in fm.under_load.backlog_counts
     result = analyze_queueing(inp, thresholds())
-    assert result.rule_ids == ("Q007",) and result.status is Status.WARNING
+    # Q009 says the failures themselves (share, when, which error) whatever their cause.
+    assert result.rule_ids == ("Q007", "Q009") and result.status is Status.WARNING
     # No queue time to score it by: the axis is scored by the share of requests lost.
     assert result.score == pytest.approx(0.1)
     assert result.score_basis == "share of requests that failed"
@@ -129,7 +130,7 @@ def test_failures_on_one_instance_fire_q008() -> None:
     # 6 errors, all on i1 (odd requests): share 6/6 = 1.0, i1 fails 6/30 = 0.2 against its
     # peer's 0/30, taken as half a failure (0.5/30): a lift of 12.
     result = analyze_queueing(make_input(_two_instances([1, 11, 21, 31, 41, 51])), thresholds())
-    assert result.rule_ids == ("Q008",)
+    assert result.rule_ids == ("Q008", "Q009")
     assert result.status is Status.WARNING
     ev = evidence(result, "Q008")
     assert ev["worst_instance"].value == "i1"
@@ -163,7 +164,7 @@ def test_failure_rules_fire_when_no_queue_time_decides_the_axis() -> None:
     columns = {k: v for k, v in _two_instances([1, 11, 21, 31, 41, 51]).items()
                if k in ("arrival_s", "prompt_len", "output_len", "instance", "status")}
     result = analyze_queueing(make_input(columns), thresholds())
-    assert result.rule_ids == ("Q008",)
+    assert result.rule_ids == ("Q008", "Q009")
     assert result.status is Status.WARNING
     assert result.missing  # still says what would decide the queueing itself
     no_failures = {**columns, "status": ["ok"] * 60}
@@ -195,3 +196,71 @@ def test_fast_failures_do_not_make_the_queue_look_shorter() -> None:
     assert with_failures.ttft_s == clean.ttft_s
     assert with_failures.queue_share_of_ttft == pytest.approx(clean.queue_share_of_ttft)
     assert with_failures.queue_share_of_latency == pytest.approx(clean.queue_share_of_latency)
+
+
+def _spread_errors() -> dict[str, list[object]]:
+    """100 requests 1 s apart on two instances, each served in 0.5 s with no queue; every
+    tenth (0, 10, …, 90) fails mid-stream with one of two errors (7 × A, 3 × B), finishing at
+    arrival + 0.5: spread over the run, not under load, half on each instance."""
+    failing = set(range(0, 100, 10))
+    return {
+        "arrival_s": [float(k) for k in range(100)],
+        "scheduled_s": [float(k) for k in range(100)],
+        "first_token_s": [k + 0.1 for k in range(100)],
+        "finish_s": [k + 0.5 for k in range(100)],
+        "prompt_len": [100] * 100,
+        "output_len": [10] * 100,
+        "instance": [f"i{(k // 10) % 2}" if k in failing else f"i{k % 2}" for k in range(100)],
+        "status": ["error" if k in failing else "ok" for k in range(100)],
+        "error": [("A: stream reset" if k < 70 else "B: timeout") if k in failing else None
+                  for k in range(100)],
+    }
+
+
+def test_failures_tied_to_nothing_still_fire_q009() -> None:
+    # GIVEN 10 % of requests failing, spread over the run and both instances
+    inp = make_input(_spread_errors())
+    result = analyze_queueing(inp, thresholds())
+    # THEN neither Q007 (no backlog) nor Q008 (5 and 5) places them, but Q009 reports them:
+    # the axis is a warning scored by the share of requests that failed
+    assert result.rule_ids == ("Q009",)
+    assert result.status is Status.WARNING and result.cause == "request_failures"
+    assert result.score == pytest.approx(0.1)
+    assert result.score_basis == "share of requests that failed"
+    ev = evidence(result, "Q009")
+    assert ev["failed_share"].value == pytest.approx(0.1)
+    # When: failures end at 0.5, 10.5, …, 90.5 s over the 0–99.5 s span, one in each tenth
+    assert ev["first_failure_s"].value == 0.5 and ev["last_failure_s"].value == 90.5
+    assert ev["failure_tenths"].value == 10
+    # Which error: the commonest text and its count
+    assert ev["commonest_error"].value == "A: stream reset"
+    assert ev["commonest_error_requests"].value == 7
+    note = next(n for n in result.notes if n.startswith("10 of 100 requests failed"))
+    assert "spread over the run" in note and "(7): A: stream reset" in note
+    assert any("successful requests only (90 of 100)" in n for n in result.notes)
+
+
+def test_one_failure_episode_names_its_tenth() -> None:
+    columns = _spread_errors()
+    # the ten failures moved to requests 40–49: one tenth of the run (40.5–49.5 s)
+    columns["status"] = ["error" if 40 <= k < 50 else "ok" for k in range(100)]
+    columns["error"] = ["A: stream reset" if 40 <= k < 50 else None for k in range(100)]
+    ev = evidence(analyze_queueing(make_input(columns), thresholds()), "Q009")
+    assert ev["failure_tenths"].value == 1
+    assert (ev["first_failure_s"].value, ev["last_failure_s"].value) == (40.5, 49.5)
+
+
+def test_few_or_rare_failures_do_not_fire_q009() -> None:
+    columns = _spread_errors()
+    four = {0, 10, 20, 30}  # under failure_min_requests (5)
+    columns["status"] = ["error" if k in four else "ok" for k in range(100)]
+    assert "Q009" not in analyze_queueing(make_input(columns), thresholds()).rule_ids
+
+
+def test_the_verdict_says_how_many_requests_succeeded() -> None:
+    diagnosis = run_diagnosis(make_input(_spread_errors()), thresholds())
+    assert diagnosis.verdict.outcome == (
+        "successful requests only (90 of 100): 10 failed (10.0 %; error 10); timing figures "
+        "cover the successful ones")
+    clean = {**_spread_errors(), "status": ["ok"] * 100}
+    assert run_diagnosis(make_input(clean), thresholds()).verdict.outcome is None

@@ -110,3 +110,44 @@ def test_arrival_bins_equal_the_dense_count_and_need_no_dense_array() -> None:
                                                              rel=1e-12)
     far = arrival_profile(np.array([0.0, 1e9]))  # a dense count would need 8 GB
     assert far.peak_rps == 1 and far.span_s == 1e9
+
+
+def test_disaggregated_profile_is_the_clients_hand_checked() -> None:
+    # GIVEN two requests prefilled on p0 (first token at 1.0 and 2.0) and decoded on d0 from
+    # 3.0 and 2.5 (KV moved and a decode slot waited for), and one that fell back to p0
+    trace = _trace(
+        arrival_s=[0.0, 1.0, 2.0],
+        prompt_len=[10, 20, 30],
+        output_len=[3, 3, 2],
+        first_token_s=[1.0, 2.0, 2.5],
+        decode_start_s=[3.0, 2.5, None],
+        finish_s=[3.2, 2.9, 2.6],
+        token_times_s=[[1.0, 3.1, 3.2], [2.0, 2.6, 2.9], [2.5, 2.6]],
+        prefill_instance=["p0", "p0", "p0"],
+        decode_instance=["d0", "d0", "p0"],
+        instance=["d0", "d0", "p0"],
+    )
+    profile = profile_trace(trace)
+    timing = profile.timing
+    assert timing is not None
+    # THEN TTFT is the client's: max(first_token_s, decode_start_s) − arrival = 3.0, 1.5, and
+    # 0.5 for the fallback (no hand-off)
+    assert timing.ttft_s.max == pytest.approx(3.0) and timing.ttft_s.min == pytest.approx(0.5)
+    assert timing.ttft_source is not None
+    # the hand-offs (2.1 and 0.6 s to the second token) are no inter-token gaps: the gaps are
+    # 0.1, 0.3 and the fallback's 0.1; the hand-off is shown apart (decode_start − first)
+    assert timing.itl_s.count == 3 and timing.itl_s.max == pytest.approx(0.3)
+    assert timing.handoff_s is not None and timing.handoff_s.max == pytest.approx(2.0)
+    assert timing.handoff_s.count == 2
+    # p0 and d0 are two instances: one prefill, one decode
+    pop = profile.population
+    assert (pop.instances, pop.prefill_instances, pop.decode_instances) == (2, 1, 1)
+
+
+def test_colocated_profile_keeps_the_first_token_and_every_gap() -> None:
+    trace = _trace(arrival_s=[0.0], prompt_len=[10], output_len=[3], first_token_s=[1.0],
+                   token_times_s=[[1.0, 3.1, 3.2]], instance=["i0"])
+    timing = profile_trace(trace).timing
+    assert timing is not None and timing.ttft_source is None and timing.handoff_s is None
+    assert timing.itl_s.count == 2 and timing.itl_s.max == pytest.approx(2.1)
+    assert profile_trace(trace).population.prefill_instances is None

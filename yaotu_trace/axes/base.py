@@ -66,13 +66,17 @@ class Cause(StrEnum):
 
     # queueing — KV admission first; idle seats next to a queue come before a burst (the
     # burst is the hot instance's share); queueing too large to be ok that no rule explains is
-    # `unidentified` (what to measure next says how).
+    # `unidentified` (what to measure next says how); most of latency queued that no rule explains
+    # is `admission_blocked` (the reason is not in the data). Failed requests, when nothing else
+    # is wrong with the queue, are `request_failures`.
     KV_ADMISSION = "kv_admission"
     DISPATCH_OVERHEAD = "dispatch_overhead"
     LOAD_IMBALANCE = "load_imbalance"
     ARRIVAL_BURST = "arrival_burst"
     BATCH_SHAPE = "batch_shape"
+    ADMISSION_BLOCKED = "admission_blocked"
     UNIDENTIFIED = "unidentified"
+    REQUEST_FAILURES = "request_failures"
     # kv_memory
     KV_CAPACITY = "kv_capacity"
     SPIKY_DEMAND = "spiky_demand"

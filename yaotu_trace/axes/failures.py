@@ -1,4 +1,5 @@
-"""Where failed requests cluster: under load (rule Q007) or on one instance (rule Q008).
+"""Failed requests: how many, when and with which error (rule Q009), and where they cluster:
+under load (rule Q007) or on one instance (rule Q008).
 
 Definitions (a request fails when its `status` is other than ok, `data/outcome.py`):
 
@@ -12,6 +13,10 @@ Definitions (a request fails when its `status` is other than ok, `data/outcome.p
 - failures_under_load_share = failed requests among loaded arrivals / failed (ratio);
   failure_lift_under_load = failure rate among loaded arrivals / overall failure rate.
   A timeout or rejection storm while the queue is long puts most failures there.
+- When: each failure's time is its `finish_s` (when it ended), else its arrival, counted from
+  the trace's first arrival; failure_tenths = how many tenths of the trace's span (first
+  arrival to its last time) hold a failure: 10 is spread over the run, 1 a single episode.
+- Which: the commonest `error` text (else status) of the failed requests and its count.
 - Per instance (`instance`, else `decode_instance`): the worst instance is the one with the
   most failures (ties by name); worst_instance_failure_share = its failures / failed, and
   worst_instance_failure_lift = its failure rate / its peers' (the other instances together;
@@ -63,15 +68,29 @@ class InstanceFailures:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FailureTimes:
+    """When the failures happened, from the trace's first arrival (s), and which error."""
+
+    first_failure_s: float
+    last_failure_s: float
+    span_s: float
+    failure_tenths: int
+    commonest_error: str
+    commonest_error_requests: int
+    statuses: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FailureMetrics:
-    """Failed requests and where they cluster (None where the inputs do not say: no
-    `scheduled_s` or `finish_s`, no instance column)."""
+    """Failed requests, when, which error, and where they cluster (None where the inputs do
+    not say: no `scheduled_s` or `finish_s`, no instance column)."""
 
     requests: int
     failed: int
     failed_share: float
     under_load: FailuresUnderLoad | None
     by_instance: InstanceFailures | None
+    times: FailureTimes | None = None
 
 
 def measure_failures(inp: AxisInput, window_s: float) -> FailureMetrics | None:
@@ -86,7 +105,40 @@ def measure_failures(inp: AxisInput, window_s: float) -> FailureMetrics | None:
         return None
     return FailureMetrics(requests=n, failed=n_failed, failed_share=n_failed / n,
                           under_load=_under_load(inp, failed, window_s),
-                          by_instance=_worst_instance(inp, failed))
+                          by_instance=_worst_instance(inp, failed),
+                          times=_failure_times(inp, failed))
+
+
+def _failure_times(inp: AxisInput, failed: np.ndarray) -> FailureTimes | None:
+    """When the failures happened and their commonest error (None without arrival times)."""
+    req = inp.requests
+    if inp.trace is not None and not inp.trace.has_arrivals:
+        return None
+    arrival = req["arrival_s"].to_numpy(dtype=np.float64)
+    at = arrival.copy()
+    ends = [arrival, *(req[name].to_numpy(dtype=np.float64, na_value=np.nan)
+                       for name in ("scheduled_s", "first_token_s", "finish_s")
+                       if inp.has(name))]
+    if inp.has("finish_s"):
+        finish = ends[-1]
+        at = np.where(np.isfinite(finish), finish, arrival)
+    t0 = float(np.nanmin(arrival))
+    span = float(np.nanmax(np.concatenate(ends))) - t0
+    when = at[failed] - t0
+    tenths = (np.zeros(0, dtype=np.int64) if span <= 0
+              else np.clip(np.floor(10 * when / span), 0, 9).astype(np.int64))
+    status = req["status"].astype("string").fillna("ok")[failed]
+    texts = status
+    if inp.has("error"):
+        texts = req["error"].astype("string")[failed].fillna(status)
+    counts = texts.value_counts(sort=True)
+    # ties by text, for a deterministic name
+    top = sorted(counts.items(), key=lambda kv: (-int(kv[1]), str(kv[0])))[0]
+    return FailureTimes(
+        first_failure_s=float(when.min()), last_failure_s=float(when.max()), span_s=span,
+        failure_tenths=int(np.unique(tenths).size) if span > 0 else 1,
+        commonest_error=str(top[0]), commonest_error_requests=int(top[1]),
+        statuses={str(k): int(v) for k, v in sorted(status.value_counts().items())})
 
 
 def backlog_at_arrival(arrival_s: np.ndarray, leave_s: np.ndarray) -> np.ndarray:

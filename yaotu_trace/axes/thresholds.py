@@ -63,6 +63,9 @@ THRESHOLDS: Final[dict[str, Threshold]] = {
                   rationale="below the ridge (≈150–300 tok/step A100–H100) steps cost the same"),
         Threshold(name="kv_admission_usage", default=0.9, unit="ratio",
                   rationale="KV ≥ 90 % with a queue and empty seats means memory blocks admission"),
+        Threshold(name="kv_blocked_share", default=0.5, unit="ratio",
+                  rationale="the queue's head short of KV blocks in half the waiting steps: KV "
+                  "blocks admission"),
         Threshold(name="kv_low_usage", default=0.7, unit="ratio",
                   rationale="KV < 70 % is not what limits the batch (A4, Vidur C1.2)"),
         Threshold(name="waiting_share", default=0.25, unit="ratio",

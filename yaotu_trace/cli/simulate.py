@@ -90,6 +90,15 @@ CalibrateOpt = Annotated[Path | None, typer.Option(
     "--calibrate", help="Fit a + b·prefill_tokens + c·Σcontext on this real step log and use it "
     "as the step time.", metavar="STEPS")]
 
+FailShareOpt = Annotated[float | None, typer.Option(
+    "--fail-share", help="Inject failures: this share of the requests fails mid-stream "
+    "(status error after a uniform number of their output tokens), spread over the run, or "
+    "of --fail-instance's requests only [0].", min=0.0, max=0.999999)]
+FailInstanceOpt = Annotated[str | None, typer.Option(
+    "--fail-instance", help="Tie the injected failures to one instance, e.g. i1 or d0.")]
+FailSeedOpt = Annotated[int | None, typer.Option(
+    "--fail-seed", help="Seed of the failure draw [0].", min=0)]
+
 
 def scenario_from_options(**options: object) -> Scenario:
     """The scenario the command-line options give (None: not given)."""
@@ -143,6 +152,9 @@ def simulate(
     overhead_ms: OverheadOpt = None,
     host_gap_ms: HostGapOpt = None,
     calibrate: CalibrateOpt = None,
+    fail_share: FailShareOpt = None,
+    fail_instance: FailInstanceOpt = None,
+    fail_seed: FailSeedOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -176,6 +188,7 @@ def simulate(
         scheduler=scheduler, engine=engine, async_scheduling=async_scheduling,
         max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, tp=tp, mfu=mfu,
         mbu=mbu, overhead_ms=overhead_ms, host_gap_ms=host_gap_ms, calibrate=calibrate,
+        fail_share=fail_share, fail_instance=fail_instance, fail_seed=fail_seed,
     )
     with progress("simulate", quiet) as update:
         report = simulate_command.simulate(

@@ -50,6 +50,8 @@ STEP_COLUMNS: Final = (
     "kv_blocks_used",
     "kv_blocks_total",
     "num_preempted",
+    "head_blocks_needed",
+    "kv_blocks_free",
 )
 STEP_REQUIRED: Final = ("start_s", "end_s")
 

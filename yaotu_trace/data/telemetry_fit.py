@@ -29,15 +29,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from yaotu_trace.data.clock import UNIX_CLOCK_S
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.step_work import check_step_work
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import TraceReadError
 
-# A clock reading at or above this (2001-09-09 in Unix seconds) is Unix time; a trace does not
-# run for 31 years, so a clock that starts below it started near zero.
-UNIX_CLOCK_S = 1e9
 # Telemetry that shares less than this part of the trace's time range is from another run.
 MIN_OVERLAP_SHARE = 0.10
 # Unknown step-log instances named in a note before the rest are only counted.

@@ -13,7 +13,10 @@ is read the same way, as one batch. Each consumer keeps only what it reports:
 The gaps are the same numbers in the same order whatever the batches, so the results are
 identical to computing them from the whole column. A gap is the difference of two consecutive
 entries of one request's list; gaps across two requests are never formed. Gaps that are NaN or
-negative are dropped, and the summaries count only finite gaps.
+negative are dropped, and the summaries count only finite gaps. A request handed off from a
+prefill to a decode instance (`handoff_rows`) has no first gap: from its first token (the
+prefill's) to its second (the decode instance's first step) its KV was moved and waited for a
+decode slot, which is not the decode rhythm; the profile shows that hand-off apart.
 """
 
 from __future__ import annotations
@@ -139,15 +142,30 @@ def _lists(requests: pd.DataFrame,
         row += len(arr)
 
 
+def handoff_rows(requests: pd.DataFrame) -> np.ndarray:
+    """Per request, whether it was handed off: its `prefill_instance` and `decode_instance`
+    are both named and differ (disaggregated serving)."""
+    if not {"prefill_instance", "decode_instance"} <= set(requests.columns):
+        return np.zeros(len(requests), dtype=bool)
+    pf = requests["prefill_instance"].astype("string").fillna("")
+    dec = requests["decode_instance"].astype("string").fillna("")
+    return ((pf != "") & (dec != "") & (pf != dec)).to_numpy(dtype=bool)
+
+
 def gap_batches(requests: pd.DataFrame, lazy: LazyContent | None) -> Iterator[BatchGaps]:
-    """One pass over the gaps, a record batch at a time."""
+    """One pass over the gaps, a record batch at a time (hand-offs left out)."""
     index = 0
+    handed = handoff_rows(requests)
     for row, offsets, times in _lists(requests, lazy):
         diff = np.diff(times)
         keep = diff >= 0  # False for NaN
         # The difference ending at each request's first token spans two requests.
         across = offsets[1:-1] - 1
         keep[across[(across >= 0) & (across < diff.size)]] = False
+        # A handed-off request's first gap is its hand-off, not a decode gap.
+        here = handed[row:row + offsets.size - 1]
+        starts = offsets[:-1][here & (np.diff(offsets) >= 2)]
+        keep[starts[starts < diff.size]] = False
         gap = diff[keep]
         yield BatchGaps(gap=gap, keep=keep, times=times, offsets=offsets, row=row,
                         first_index=index)

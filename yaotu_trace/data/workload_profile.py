@@ -37,12 +37,18 @@ class LengthProfile:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Population:
-    """Distinct tenants, sessions, instances and models (None when the column is absent)."""
+    """Distinct tenants, sessions, instances and models (None when the column is absent).
+
+    `instances` counts every instance a request names (`instance`, `prefill_instance`,
+    `decode_instance`); `prefill_instances`/`decode_instances` the two pools of a
+    disaggregated trace (None when no request names both)."""
 
     tenants: int | None
     sessions: int | None
     instances: int | None
     models: int | None
+    prefill_instances: int | None = None
+    decode_instances: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +66,11 @@ class TimingProfile:
     preempted_request_share: float | None
     cached_tokens_total: int | None
     cached_token_share: float | None
+    # Disaggregated traces: TTFT is the client's (`ttft_source` says so) and the inter-token
+    # gaps leave out each handed-off request's first gap, the prefill-to-decode hand-off, shown
+    # apart (`handoff_s`: KV transfer and the wait for a decode slot).
+    ttft_source: str | None = None
+    handoff_s: Distribution | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -50,6 +50,7 @@ from yaotu_trace.axes.queueing.metrics import QueueingMetrics
 from yaotu_trace.axes.rules import causes_found, rule_of, rules_naming
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.data.engine_metrics import EngineMetrics
+from yaotu_trace.data.outcome import has_status, successful_mask
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
@@ -98,6 +99,8 @@ CAUSE_ADVICE = {
     "prefill (ledger)",
     Cause.PD_RATIO: "one pool queues while the other idles: move instances between the pools",
     Cause.TRANSFER_FAILURES: "transfers fail or fall back: fix the transfer path before tuning",
+    Cause.ADMISSION_BLOCKED: "requests wait to be admitted and the data does not say for what: "
+    "add the step log's admission signal or vLLM's waiting reasons before choosing a remedy",
 }
 
 
@@ -129,7 +132,8 @@ class RankEntry:
 class Verdict:
     """The principal bottleneck (None when no axis is one), why, and the order to fix things.
 
-    `summary` is the verdict in one line, the first line of the table output.
+    `summary` is the verdict in one line, the first line of the table output; `outcome` the
+    second when requests failed: how many succeeded, which the timing figures cover.
     """
 
     principal_axis: AxisName | None
@@ -139,6 +143,24 @@ class Verdict:
     ranking: tuple[RankEntry, ...]
     fix_order: tuple[AxisName, ...]
     insufficient_data: tuple[AxisName, ...]
+    outcome: str | None = None
+
+
+def outcome_line(requests: Any) -> str | None:
+    """'successful requests only (N of M): F failed (x %; by status)' when the table says some
+    request failed, else None: the timing figures cover the successful requests only."""
+    if not has_status(requests):
+        return None
+    n = len(requests)
+    ok = int(successful_mask(requests).sum())
+    if ok == n:
+        return None
+    status = requests["status"].astype("string").fillna("ok")
+    counts = status[status != "ok"].value_counts()
+    by = ", ".join(f"{k} {int(v):,}" for k, v in sorted(counts.items(),
+                                                          key=lambda kv: (-int(kv[1]), kv[0])))
+    return (f"successful requests only ({ok:,} of {n:,}): {n - ok:,} failed "
+            f"({100 * (n - ok) / n:.1f} %; {by}); timing figures cover the successful ones")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -505,7 +527,8 @@ def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
                                             for name in AXES}
         ledger = build_ledger(axes, inp if overlap is None else overlap, t)
     findings = [finding_of(name, hit) for name, result in axes.items() for hit in result.hits]
-    return Diagnosis(axes=axes, findings=sort_findings(findings), verdict=verdict_of(axes),
+    verdict = replace(verdict_of(axes), outcome=outcome_line(inp.requests))
+    return Diagnosis(axes=axes, findings=sort_findings(findings), verdict=verdict,
                      ledger=ledger)
 
 

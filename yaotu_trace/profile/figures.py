@@ -16,7 +16,7 @@ from yaotu_trace.data.order_stats import KeyedBlockSum
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import StepLog, column
-from yaotu_trace.data.token_times import nearest_gaps, trace_gap_summary
+from yaotu_trace.data.token_times import handoff_rows, nearest_gaps, trace_gap_summary
 
 # Bars of a histogram: enough to show a shape, few enough to read each bar.
 HISTOGRAM_BINS = 30
@@ -217,7 +217,13 @@ def plot_data(trace: Trace, hit_tokens: np.ndarray | None,
     if queue is None:
         unavailable["queue_time"] = "needs scheduled_s (first scheduled) per request"
     first = _column(trace, "first_token_s")
-    if first is not None:
+    handed = handoff_rows(trace.requests)
+    start = _column(trace, "decode_start_s")
+    if first is not None and start is not None and handed.any():
+        # disaggregated: the client's first token leaves the decode instance
+        first = np.fmax(first, np.where(handed, start, np.nan))
+        ttft = histogram((first - arrival)[ok], "time to first token (client)", "s")
+    elif first is not None:
         ttft = histogram((first - arrival)[ok], "time to first token", "s")
     if ttft is None:
         unavailable["ttft"] = "needs first_token_s per request"

@@ -9,6 +9,10 @@ Definitions (units in the names):
   Poisson, > 1 bursty); per_second_dispersion: variance / mean of per-second counts.
 - queue_time_s = scheduled_s − arrival_s; ttft_s = first_token_s − arrival_s;
   itl_s = gaps between consecutive entries of token_times_s (first token onwards);
+  a disaggregated trace (requests whose `prefill_instance` and `decode_instance` differ):
+  ttft_s is the client's, max(first_token_s, decode_start_s) − arrival_s (the first token
+  leaves the decode instance), and each handed-off request's first gap, the hand-off, is left
+  out of itl_s and shown as handoff_s (`data.token_times.handoff_rows`);
   e2e_s = finish_s − arrival_s. Requests with inconsistent timing are skipped per metric.
 - concurrency: requests in flight (arrival ≤ t < finish); mean by Little's law
   (Σ latency / span), max by an event sweep.
@@ -31,7 +35,7 @@ import pandas as pd
 from yaotu_trace.data.outcome import has_status, successful_mask
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.data.token_times import trace_gap_summary
+from yaotu_trace.data.token_times import handoff_rows, trace_gap_summary
 from yaotu_trace.data.workload_profile import (
     ArrivalProfile,
     LengthProfile,
@@ -58,14 +62,26 @@ def profile_trace(trace: Trace) -> Profile:
             prompt_tokens_total=int(served["prompt_len"].sum()),
             output_tokens_total=int(served["output_len"].sum()),
         ),
-        population=Population(
-            tenants=_distinct(df, "tenant"),
-            sessions=_distinct(df, "session_id"),
-            instances=_distinct(df, "instance"),
-            models=_distinct(df, "model"),
-        ),
+        population=_population(df),
         timing=timing_profile(trace, ok) if trace.has_arrivals else None,
     )
+
+
+def _population(df: pd.DataFrame) -> Population:
+    """Distinct values of the population columns; instances over every instance column, and
+    each pool's of a disaggregated trace."""
+    handed = handoff_rows(df)
+    columns = [c for c in ("instance", "prefill_instance", "decode_instance")
+               if c in df.columns and df[c].notna().any()]
+    instances = (None if not columns else
+                 int(pd.concat([df[c] for c in columns]).dropna().astype(str).nunique()))
+    pools: tuple[int | None, int | None] = (None, None)
+    if handed.any():
+        pools = (int(df["prefill_instance"][handed].nunique()),
+                 int(df["decode_instance"][handed].nunique()))
+    return Population(tenants=_distinct(df, "tenant"), sessions=_distinct(df, "session_id"),
+                      instances=instances, models=_distinct(df, "model"),
+                      prefill_instances=pools[0], decode_instances=pools[1])
 
 
 def _occupied_bins(rel_s: np.ndarray, width_s: float) -> tuple[np.ndarray, int]:
@@ -121,7 +137,8 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
     """Queue time, TTFT, inter-token gaps, latency, concurrency, preemptions and cached tokens
     of the `successful` requests (a mask; default every request), gaps of every request."""
     columns = ("arrival_s", "prompt_len", "scheduled_s", "first_token_s", "finish_s",
-               "num_preemptions", "cached_tokens")
+               "num_preemptions", "cached_tokens", "prefill_instance", "decode_instance",
+               "decode_start_s")
     df = _successful_rows(trace.requests, successful, columns)
     timing_columns = (
         "scheduled_s",
@@ -140,6 +157,18 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
             return None
         delta = df[column].to_numpy(dtype=np.float64, na_value=np.nan) - arrival
         return Distribution.of(delta[delta >= 0])
+
+    ttft, ttft_source, handoff = since_arrival("first_token_s"), None, None
+    handed = handoff_rows(df)
+    if handed.any() and trace.has("first_token_s") and trace.has("decode_start_s"):
+        first = df["first_token_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+        start = df["decode_start_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+        client = np.fmax(first, np.where(handed, start, np.nan)) - arrival
+        ttft = Distribution.of(client[client >= 0])
+        ttft_source = ("the client's: max(first_token_s, decode_start_s) − arrival_s (the "
+                       "first token leaves the decode instance)")
+        gap = (start - first)[handed]
+        handoff = Distribution.of(gap[gap >= 0])
 
     itl = None
     if trace.has("token_times_s"):
@@ -169,7 +198,7 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
 
     return TimingProfile(
         queue_time_s=since_arrival("scheduled_s"),
-        ttft_s=since_arrival("first_token_s"),
+        ttft_s=ttft,
         itl_s=itl,
         e2e_s=since_arrival("finish_s"),
         concurrency_mean=concurrency_mean,
@@ -179,6 +208,8 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
         preempted_request_share=share,
         cached_tokens_total=cached_total,
         cached_token_share=cached_share,
+        ttft_source=ttft_source,
+        handoff_s=handoff,
     )
 
 

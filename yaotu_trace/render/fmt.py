@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from yaotu_trace.data.clock import UNIX_CLOCK_S
 
 if TYPE_CHECKING:
     from yaotu_trace.data.report import Distribution
@@ -70,6 +73,17 @@ def seconds(value: float | None) -> str:
     if magnitude < 7200:
         return f"{value / 60:.1f} min"
     return f"{value / 3600:.2f} h"
+
+
+def clock(value: float | None) -> str:
+    """A time on a trace's clock: a UTC date and time when the clock is Unix seconds (at or
+    above 2001-09-09, `UNIX_CLOCK_S`), else seconds from the clock's origin as `seconds`
+    writes them (1.7e9 s is no duration of 472,222 h but a moment of 2023)."""
+    if value is None:
+        return MISSING
+    if value >= UNIX_CLOCK_S:
+        return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return seconds(value)
 
 
 def tokens(value: float | None) -> str:

@@ -113,7 +113,9 @@ _ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
 (_STALL_DEC_S, _HBM_BYTES, _XFER_BYTES, _PREFIX_REREAD, _OVERHEAD_S, _DROPPED,
  _TOTALS_FIELDS) = range(7)
 # log_i[field, step] (int64) and log_f[field, step] (float64), the step log:
-(_S_INST, _S_PF, _S_DEC, _S_RUN, _S_WAIT, _S_USED, _S_PRE, _S_SCHED, _LOG_I_FIELDS) = range(9)
+(_S_INST, _S_PF, _S_DEC, _S_RUN, _S_WAIT, _S_USED, _S_PRE, _S_SCHED,
+ _S_NEED, _S_FREE,  # admission: the first waiting request's KV ask (−1: none waits), free blocks
+ _LOG_I_FIELDS) = range(11)
 (_S_START, _S_END, _LOG_F_FIELDS) = range(3)
 # fl[plane, slot, k], the batches in flight: plane 0 holds request r (r when the batch samples a
 # token for it, -r - 1 when it computes a prefill chunk only), plane 1 its scheduled tokens.
@@ -132,6 +134,8 @@ class Inputs(NamedTuple):
     num_identities: int
     shared_limit: int  # identities below it are shared (cacheable content) blocks
     assigned: np.ndarray  # instance fixed in advance (`--route trace|weighted`), −1: the policy
+    fail_at: np.ndarray  # injected failure after this many output tokens (`sim.failures`), −1
+    fail_instance: int  # the instance such failures happen on, −1: any
 
 
 @nb.njit(cache=True)
@@ -427,6 +431,11 @@ def _queue(r, stage, now, inp, p, rr, req_i, inst_i, inst_f, rtree, ident_map, w
     req_i[_INST_OF, r] = target
     if stage == 0:
         req_i[_PF_INST, r] = target
+    # an injected failure: the request stops after fail_at tokens on the instance it fails on
+    fail = inp.fail_at[r]
+    if fail >= 0 and fail < req_i[_OUT_LEN, r] and (inp.fail_instance < 0
+                                                    or target == inp.fail_instance):
+        req_i[_OUT_LEN, r] = fail
     req_i[_REMOTE, r] = is_remote
     q = (inst_i[_WHEAD, target] + inst_i[_WLEN, target]) % wq.shape[1]
     wq[target, q] = r
@@ -887,6 +896,26 @@ def _price_and_log(i, slot, now, n_steps, preempted_n, work, usable, cost, inst_
 
 
 @nb.njit(cache=True)
+def _head_ask(i, p, req_i, inst_i, pool, ident, ident_map, wq):
+    """(KV blocks the first request still waiting on instance i needs to be admitted, beyond
+    its cached prefix, −1 when none waits; blocks free for it, vLLM's watermark left out): the
+    step log's admission signal, read once the step is scheduled."""
+    free_ok = inst_i[_NFREE, i] - (p.watermark_blocks if inst_i[_NRUN, i] > 0 else 0)
+    if free_ok < 0:
+        free_ok = 0
+    if inst_i[_WLEN, i] == 0:
+        return -1, free_ok
+    r = wq[i, inst_i[_WHEAD, i]]
+    bsz = p.block_size_tokens
+    ntok = req_i[_NTOK, r]
+    hit = 0
+    evict = 0
+    if p.prefix_caching and not req_i[_REMOTE, r]:
+        hit, evict = _lookup(r, i, ntok, bsz, req_i, pool, ident, ident_map)
+    return (ntok + bsz - 1) // bsz - req_i[_NALLOC, r] - hit + evict, free_ok
+
+
+@nb.njit(cache=True)
 def _schedule(i, slot, now, p, req_i, req_f, inst_i, inst_f, pool, req_phys, ident, ident_map,
               run, fl, wq):
     """One scheduler call of instance i at `now` into batch `slot`. Returns (scheduled,
@@ -1063,6 +1092,8 @@ def simulate_cluster(inp, p, cost):
                                                    work[6], work[7]),
                                                   p.usable_blocks, cost, inst_i, inst_f,
                                                   totals, log_i, log_f)
+                    log_i[_S_NEED, n_steps], log_i[_S_FREE, n_steps] = _head_ask(
+                        i, p, req_i, inst_i, pool, ident, ident_map, wq)
                     n_steps += 1
                 else:
                     inst_i[_BN0 + slot, i] = 0
@@ -1111,4 +1142,5 @@ def _results(req_i, req_f, inst_f, tt, totals, log_i, log_f):
         log_i[_S_PF].copy(), log_i[_S_DEC].copy(), log_i[_S_RUN].copy(), log_i[_S_WAIT].copy(),
         log_i[_S_USED].copy(), log_i[_S_PRE].copy(), totals.copy(), inst_f[_BUSY_S].copy(),
         req_f[_XFER_S].copy(), req_f[_DEC_START].copy(), log_i[_S_SCHED].copy(),
+        log_i[_S_NEED].copy(), log_i[_S_FREE].copy(),
     )

@@ -15,7 +15,9 @@ t. Every series carries `instance="<name>"` (the step log's or request table's i
 request without one ran on the step log's only instance, else "0").
 What a scrape at time t reads, per instance (engines.md §1.9):
 
-- gauges `vllm:num_requests_running`, `vllm:num_requests_waiting`,
+- gauges `vllm:num_requests_running`, `vllm:num_requests_waiting` (and
+  `vllm:num_requests_waiting_by_reason`: all of them `reason="capacity"`, none `deferred`: the
+  modelled engine queues a P/D request on its decode instance once its KV is there),
   `vllm:kv_cache_usage_perc` = kv_blocks_used / kv_blocks_total (the usable blocks, vLLM's
   num_gpu_blocks − 1, which is what its `get_usage()` divides by): the last step whose
   end_s < t (vLLM publishes a step's scheduler stats once its output is processed; they stay
@@ -200,6 +202,13 @@ def _step_series(steps: pd.DataFrame, at: np.ndarray
         here = inst == name
         for metric, values in gauges.items():
             yield metric, name, "", _last_at(at, end[here], values[here])
+        if "vllm:num_requests_waiting" in gauges:
+            # vLLM 0.33 splits the waiting requests by reason; the modelled engine defers none
+            # (a P/D request joins the decode queue once its KV is there)
+            waiting = _last_at(at, end[here], gauges["vllm:num_requests_waiting"][here])
+            yield "vllm:num_requests_waiting_by_reason", name, ',reason="capacity"', waiting
+            yield ("vllm:num_requests_waiting_by_reason", name, ',reason="deferred"',
+                   np.zeros_like(waiting))
         if preempted is not None:
             yield ("vllm:num_preemptions_total", name, "",
                    _cumulative(at, _Events(end[here], preempted[here])))
@@ -228,7 +237,8 @@ def _has_token_times(requests: pd.DataFrame) -> bool:
 
 def _token_lists(requests: pd.DataFrame) -> list[np.ndarray]:
     """Each request's token times (empty where it has none)."""
-    return [np.zeros(0) if v is None or (np.isscalar(v) and pd.isna(v))
+    # NOTE: a request the engine never ran (rejected) has pd.NA, which is no NumPy scalar.
+    return [np.zeros(0) if v is None or v is pd.NA or (np.isscalar(v) and pd.isna(v))
             else np.asarray(v, dtype=np.float64) for v in requests["token_times_s"]]
 
 

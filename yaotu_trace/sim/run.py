@@ -4,7 +4,7 @@ what they take and return."""
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -12,6 +12,7 @@ import numpy as np
 from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.sim.config import RoutePolicy, SimConfig, StepCost
 from yaotu_trace.sim.engine_params import engine_params, step_cost_params
+from yaotu_trace.sim.failures import FailurePlan, Failures, failed_requests, failure_plan
 
 if TYPE_CHECKING:
     from yaotu_trace.sim.engine import Inputs
@@ -64,6 +65,10 @@ class SimResult:
     prefill/decode interference (cost-model §3.1). Under P/D, `kv_transfer_s` is the part of a
     request's KV transfer not hidden behind its prefill (from its first token until the KV is on
     the decode instance) and `decode_start_s` the start of its first step there (NaN otherwise).
+    The step log's admission signal: `step_head_blocks_needed`, the KV blocks the first request
+    left waiting after the step needs beyond its cached prefix (−1: none waits), and
+    `step_kv_blocks_free`, the blocks free for it. `failed` marks the requests whose injected
+    failure happened (`sim.failures`; None without injection): their token times stop at it.
     """
 
     scheduled_s: np.ndarray
@@ -90,6 +95,8 @@ class SimResult:
     step_kv_blocks_used: np.ndarray
     step_num_preempted: np.ndarray
     step_num_scheduled: np.ndarray
+    step_head_blocks_needed: np.ndarray
+    step_kv_blocks_free: np.ndarray
     kv_blocks_total: int
     busy_s: np.ndarray
     decode_stall_s: float
@@ -98,6 +105,7 @@ class SimResult:
     prefix_reread_bytes: float
     host_overhead_s: float
     rejected_requests: int
+    failed: np.ndarray | None = None
 
     @property
     def num_steps(self) -> int:
@@ -227,19 +235,35 @@ def simulate_stage() -> str:
     return "simulating" if cached else COMPILING_STAGE
 
 
-def simulate_requests(requests: RequestArrays, config: SimConfig) -> SimResult:
-    """Run `requests` through the modelled cluster under `config` (deterministic)."""
+def simulate_requests(requests: RequestArrays, config: SimConfig,
+                      failures: Failures | None = None) -> SimResult:
+    """Run `requests` through the modelled cluster under `config` (deterministic), with the
+    injected `failures` (`sim.failures`) when given."""
     # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
     # fitting a step time imports this module without it.
     from yaotu_trace.sim.engine import simulate_cluster
 
     keep, runnable = _runnable(requests, config)
-    inputs = _engine_inputs(runnable, config)
+    labels = _instance_labels(config, requests)
+    plan = None if failures is None else failure_plan(runnable.output_tokens, failures, labels)
+    inputs = _engine_inputs(runnable, config, plan)
     # NOTE: a Ctrl-C during this call is raised once it has returned, not inside numba's boxing
     # of its 21 result arrays, where it crashed the process (see yaotu_trace/cli/interrupts.py).
     out = simulate_cluster(inputs, engine_params(config, _token_budget(runnable, config)),
                            step_cost_params(config.step_cost))
-    return _result(requests, keep, inputs.tt_off, runnable.output_tokens, out, config)
+    failed = None
+    if plan is not None:
+        inst, pf_inst, finish = out[8], out[9], out[2]
+        failed = failed_requests(plan, inst, pf_inst, np.isfinite(finish))
+        # the tokens a failed request streamed before it failed are all it has
+        wanted = requests.output_tokens.astype(np.int64).copy()
+        wanted[keep[failed]] = plan.fail_at[failed]
+        requests = replace(requests, output_tokens=wanted)
+    result = _result(requests, keep, inputs.tt_off, runnable.output_tokens, out, config)
+    if failed is None:
+        return result
+    return replace(result, failed=_scatter(requests.num_requests, keep,
+                                           {"f": (failed, False)})["f"])
 
 
 def _runnable(requests: RequestArrays, config: SimConfig) -> tuple[np.ndarray, RequestArrays]:
@@ -268,7 +292,8 @@ def _runnable(requests: RequestArrays, config: SimConfig) -> tuple[np.ndarray, R
                                instance_names=sub.instance_names)
 
 
-def _engine_inputs(runnable: RequestArrays, config: SimConfig) -> Inputs:
+def _engine_inputs(runnable: RequestArrays, config: SimConfig,
+                   plan: FailurePlan | None = None) -> Inputs:
     """The compiled loop's `Inputs`, once the cache maps and pools are known to fit."""
     # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
     # fitting a step time imports this module without it.
@@ -292,7 +317,10 @@ def _engine_inputs(runnable: RequestArrays, config: SimConfig) -> Inputs:
     return Inputs(prompt=runnable.prompt_tokens, out_len=out_len, arrival=runnable.arrival_s,
                   blk_off=blk_off, ident=ident, tt_off=tt_off, num_identities=int(n_ident),
                   shared_limit=int(max(shared, 1)),
-                  assigned=assigned_instances(runnable, config))
+                  assigned=assigned_instances(runnable, config),
+                  fail_at=(plan.fail_at if plan is not None
+                           else np.full(len(out_len), -1, dtype=np.int64)),
+                  fail_instance=-1 if plan is None else plan.instance)
 
 
 def weighted_assignment(count: int, weights: tuple[float, ...]) -> np.ndarray:
@@ -381,7 +409,7 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
     n = requests.num_requests
     (sched, first, finish, tt, npre, cached, comp, recomp, inst, pf_inst, s_inst, s_start,
      s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy, xfer, dec_start,
-     s_sched) = out
+     s_sched, s_need, s_free) = out
     columns = _scatter(n, keep, {
         "scheduled_s": (sched, np.nan), "first_token_s": (first, np.nan),
         "finish_s": (finish, np.nan), "num_preemptions": (npre, 0), "cached_tokens": (cached, 0),
@@ -402,7 +430,7 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
         step_instance=s_inst, step_start_s=s_start, step_end_s=s_end,
         step_prefill_tokens=s_pf, step_decode_tokens=s_dec, step_num_running=s_run,
         step_num_waiting=s_wait, step_kv_blocks_used=s_used, step_num_preempted=s_pre,
-        step_num_scheduled=s_sched,
+        step_num_scheduled=s_sched, step_head_blocks_needed=s_need, step_kv_blocks_free=s_free,
         kv_blocks_total=config.kv_blocks - 1, busy_s=busy, decode_stall_s=float(totals[0]),
         hbm_bytes=float(totals[1]), kv_transfer_bytes=float(totals[2]),
         prefix_reread_bytes=float(totals[3]), host_overhead_s=float(totals[4]),

@@ -82,6 +82,9 @@ class Scenario:
     overhead_ms: float | None = None
     host_gap_ms: float | None = None
     calibrate: str | None = None
+    fail_share: float | None = None
+    fail_instance: str | None = None
+    fail_seed: int | None = None
 
     def merged(self, override: Scenario) -> Scenario:
         """This scenario with every option `override` sets taken from it."""
@@ -118,6 +121,8 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "mbu": (0, 1, False),
     "overhead_ms": (0, 1e9, True),
     "host_gap_ms": (0, 1e9, True),
+    "fail_share": (0, 0.999999, True),
+    "fail_seed": (0, 2**63 - 1, True),
 }
 _KINDS = {f.name: str(f.type).split(" |")[0] for f in fields(Scenario)}
 _KIND_WORDS = {"int": "a whole number", "float": "a number", "bool": "true or false",

@@ -20,6 +20,7 @@ from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.sim.config import RoutePolicy, SimConfig
+from yaotu_trace.sim.failures import FAILED_ERROR, FAILED_STATUS, Failures
 from yaotu_trace.sim.run import CalibrationFit, RequestArrays, SimResult, simulate_requests
 from yaotu_trace.sim.scenario import ResolvedScenario, Scenario, resolve_scenario
 
@@ -177,6 +178,7 @@ class SimulationSummary:
     per_instance: tuple[InstanceLoad, ...] = ()
     calibration: CalibrationFit | None = None
     notes: tuple[str, ...] = ()
+    failed: int = 0  # injected failures (`--fail-share`), among the finished
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,11 +232,21 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         df["decode_instance"] = _labels(decoded, result.instance_labels)
         df["decode_start_s"] = pd.Series(result.decode_start_s, dtype="float64")
         df["kv_transfer_s"] = pd.Series(result.kv_transfer_s, dtype="float64")
-    if not ran.all():
+    failed = (np.zeros(len(df), dtype=bool) if result.failed is None
+              else np.asarray(result.failed, dtype=bool))
+    if failed.any():
+        # a request that failed mid-stream generated only the tokens it streamed
+        generated = np.diff(result.token_offsets)
+        df["output_len"] = pd.array(np.where(failed, generated, df["output_len"]),
+                                    dtype=df["output_len"].dtype)
+    if not ran.all() or failed.any():
         # Only a request too large for one instance's empty pool never runs (vLLM refuses it
-        # too); a table whose every request ran keeps its columns as they were.
-        df["status"] = pd.Series(np.where(ran, "ok", "rejected"), dtype="string")
-        df["error"] = pd.Series(REJECTED_ERROR, index=df.index, dtype="string").mask(ran)
+        # too), and one fails only by injection (`--fail-share`); a table whose every request
+        # ran and succeeded keeps its columns as they were.
+        status = np.where(~ran, "rejected", np.where(failed, FAILED_STATUS, "ok"))
+        error = np.where(~ran, REJECTED_ERROR, np.where(failed, FAILED_ERROR, ""))
+        df["status"] = pd.Series(status, dtype="string")
+        df["error"] = pd.Series(error, dtype="string").mask(ran & ~failed)
 
     df = df[[c for c in CANONICAL_COLUMNS if c in df.columns]]
     steps = pd.DataFrame({
@@ -248,7 +260,10 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         "kv_blocks_used": result.step_kv_blocks_used,
         "kv_blocks_total": np.full(result.num_steps, result.kv_blocks_total, dtype=np.int64),
         "num_preempted": result.step_num_preempted,
+        "head_blocks_needed": pd.array(result.step_head_blocks_needed, dtype="Int64"),
+        "kv_blocks_free": result.step_kv_blocks_free,
     })
+    steps.loc[result.step_head_blocks_needed < 0, "head_blocks_needed"] = pd.NA
     # In start order across instances, so the log written with --steps-out streams.
     steps = steps.sort_values("start_s", kind="stable").reset_index(drop=True)
     return df, steps[list(STEP_COLUMNS)]
@@ -392,6 +407,7 @@ def summarize_run(trace: Trace, resolved: ResolvedScenario, result: SimResult,
         kv_usage_max=float(usage.max()) if usage.size else None,
         work=_work_ledger(result, cfg, ran, makespan), per_instance=_per_instance(result, makespan),
         calibration=resolved.calibration, notes=_run_notes(notes, result, cfg),
+        failed=0 if result.failed is None else int(result.failed.sum()),
     )
 
 
@@ -402,7 +418,10 @@ def run_scenario(trace: Trace, scenario: Scenario,
     resolved = resolve_scenario(scenario, step_logs)
     requests, notes = request_arrays(trace, resolved.config.block_size_tokens)
     resolved = _fit_trace_route(resolved, requests, scenario)
-    result = simulate_requests(requests, resolved.config)
+    failures = (None if not scenario.fail_share
+                else Failures(share=scenario.fail_share, instance=scenario.fail_instance,
+                              seed=scenario.fail_seed or 0))
+    result = simulate_requests(requests, resolved.config, failures)
     table, steps = output_tables(trace, result, resolved.config)
     summary = summarize_run(trace, resolved, result, notes)
     return SimRun(resolved=resolved, result=result, requests=table, steps=steps, summary=summary)

@@ -156,7 +156,7 @@ def _coincidence(inp: AxisInput, st: Stalls, steps: StepLog | None,
 def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
     """Measure decode stalls and how many of them line up with other requests' prefill; add
     the KV the engines say they moved between instances (`engine_facts`)."""
-    result = _analyze(inp, t)
+    result = _unknown_pool_load(_analyze(inp, t), t)
     m = inp.metrics
     moved = None if m is None else kv_transfers(m)
     found = None if m is None else cache_sources(m)
@@ -239,10 +239,38 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
     return _result(facts, evaluate(RULES, facts, t), sources, notes, t)
 
 
+def _unknown_pool_load(result: AxisResult, t: Thresholds) -> AxisResult:
+    """An axis judged ok (or undecided) although one pool queues and the other pool's load is
+    unknown: the P:D ratio cannot be judged, so the axis is undecided and names the input that
+    would decide it (reads pool_wait_share)."""
+    if result.status not in (Status.OK, Status.INSUFFICIENT_DATA):
+        return result
+    pm = metrics_of(result, InterferenceMetrics).placement
+    if pm is None:
+        return result
+    sides = (("prefill", pm.prefill_wait_share, "decode", pm.decode_busy_share),
+             ("decode", pm.decode_wait_share, "prefill", pm.prefill_busy_share))
+    for queued, wait, other, load in sides:
+        if wait is not None and wait >= t.pool_wait_share and load is None:
+            what = ("--metrics with kv_cache_usage_perc and num_requests_running per decode "
+                    "instance, or a step log (--steps) with kv_blocks_used"
+                    if other == "decode" else
+                    "scheduled_s and first_token_s per request, or a step log (--steps)")
+            return replace(
+                result, status=Status.INSUFFICIENT_DATA,
+                missing=(*result.missing, f"the {other} pool's load: {what}"),
+                notes=(*result.notes, f"the {queued} pool's queue is {100 * wait:.0f} % of "
+                       f"TTFT, but nothing here measures the {other} pool's load, so whether "
+                       "the P:D ratio is off cannot be told"))
+    return result
+
+
 def _without_handoffs(st: Stalls, inp: AxisInput, token_first: np.ndarray,
                       placement: PlacementMetrics | None) -> tuple[Stalls, float]:
     """The stalls minus each handed-off request's first gap (the transfer, not a stall), and
-    the seconds removed."""
+    the seconds removed. NOTE: `data.token_times` already leaves those gaps out of every pass
+    (the profile's and the report's too) by the same rule as `split_rows`, so this finds none;
+    it stays as the axis' guard should a pass keep them."""
     if placement is None or not st.gap.size:
         return st, 0.0
     handoff = split_rows(inp)[st.owner] & (st.start == token_first[st.owner])

@@ -15,6 +15,13 @@ transfer = kv_transfer_s, else decode_start_s − first_token_s (then it include
 decode slot), else α + p · kv_bytes_per_token / B_eff (`--link-gbps` × link_efficiency, α =
 transfer_latency_s); decode_wait = decode_start_s − first_token_s − kv_transfer_s (the decode
 pool's queue, clipped at 0). Shares are sums over the handed-off requests divided by Σ ttft.
+
+Pool load (`_pool_busy`): from the step log; else the prefill pool from the union of the
+requests' prefill intervals and the decode pool from the metrics export's per-instance
+`kv_cache_usage_perc` and `num_requests_running` (against `--max-num-seqs`); else the decode
+pool's load is unknown. The union of decode intervals is never its load: a decode instance
+holds some request most of the time, full or nearly empty (that union is ≈ 1 while anything
+decodes), so the load is left None and `busy_source` names what would measure it.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import numpy as np
 
 from yaotu_trace.axes.base import AxisInput, ratio
 from yaotu_trace.axes.thresholds import Thresholds
+from yaotu_trace.data.instance_join import join_instance
+from yaotu_trace.data.metric_names import GAUGES
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.steplog import column as step_column
 from yaotu_trace.data.steplog import kv_usage
@@ -166,13 +175,65 @@ def _busy_from_steps(inp: AxisInput, prefill: set[str],
     return source, pools[0].share(), pools[1].share()
 
 
+def _gauge_by_instance(inp: AxisInput, key: str, names: set[str]) -> dict[str, np.ndarray]:
+    """Each named instance's samples of gauge `key` (engines of one instance summed per
+    scrape), from the metrics' instance/pod/engine labels (`data.instance_join`)."""
+    m = inp.metrics
+    if m is None:
+        return {}
+    metric = next((n for n in GAUGES[key] if n in m.names), None)
+    if metric is None:
+        return {}
+    rows = m.frame[m.frame["metric"] == metric]
+    inst = rows["labels"].map({lb: join_instance(str(lb), names)
+                               for lb in rows["labels"].unique()})
+    rows = rows.assign(inst=inst)[inst.isin(names).to_numpy()]
+    how = "max" if key == "kv_usage" else "sum"
+    out: dict[str, np.ndarray] = {}
+    for name, g in rows.groupby("inst", sort=True):
+        per = g.groupby("time_s", sort=True)["value"]
+        out[str(name)] = (per.max() if how == "max" else per.sum()).to_numpy(dtype=np.float64)
+    return out
+
+
+def _decode_load_from_metrics(inp: AxisInput, decode: set[str]) -> tuple[str, float] | None:
+    """(source, decode-pool load) from the metrics export: per decode instance, the mean over
+    its scrapes of KV usage, or of running / max_num_seqs when `--max-num-seqs` is given and
+    fills up first; the pool's load is the mean over its instances that export either."""
+    kv = _gauge_by_instance(inp, "kv_usage", decode)
+    seats = inp.settings.max_num_seqs
+    running = _gauge_by_instance(inp, "num_running", decode) if seats else {}
+    loads: list[float] = []
+    for name in sorted(decode):
+        parts = [float(kv[name].mean())] if name in kv and kv[name].size else []
+        if seats and name in running and running[name].size:
+            parts.append(float(running[name].mean()) / seats)
+        if parts:
+            loads.append(max(parts))
+    if not loads:
+        return None
+    bounds = [w for w, on in (("KV usage", bool(kv)), ("seats", bool(running))) if on]
+    peak = max(float(v.max()) for v in kv.values()) if kv else None
+    at_peak = "" if peak is None else f", KV usage at most {100 * peak:.0f} %"
+    return (f"metrics (decode pool: {' and '.join(bounds)} of {len(loads)} of "
+            f"{len(decode)} instance(s){at_peak})", float(np.mean(loads)))
+
+
+# What `busy_source` says when nothing measures the decode pool's load.
+DECODE_LOAD_UNKNOWN = ("decode pool load unknown: the requests' decode intervals only say "
+                       "when some request decodes, not how full the batch is; add --metrics "
+                       "with kv_cache_usage_perc and num_requests_running per instance, or a "
+                       "step log (--steps) with kv_blocks_used")
+
+
 def _pool_busy(inp: AxisInput) -> tuple[str | None, float | None, float | None]:
     """(source, prefill-pool busy share, decode-pool load): from the step log (see
-    `_busy_from_steps`), else the union of the requests' prefill [scheduled_s, first_token_s)
-    and decode [decode_start_s, finish_s) intervals over instances × the trace's span."""
+    `_busy_from_steps`); else the prefill pool from the union of the requests' prefill
+    [scheduled_s, first_token_s) intervals over instances × the trace's span, and the decode
+    pool from the metrics export (`_decode_load_from_metrics`), else unknown (None)."""
     prefill, decode = pools(inp)
-    n_p, n_d = len(prefill), len(decode)
-    pf, dec = _names(inp, "prefill_instance"), _names(inp, "decode_instance")
+    n_p = len(prefill)
+    pf = _names(inp, "prefill_instance")
     from_steps = _busy_from_steps(inp, prefill, decode)
     if from_steps is not None:
         return from_steps
@@ -182,12 +243,15 @@ def _pool_busy(inp: AxisInput) -> tuple[str | None, float | None, float | None]:
     times = times[np.isfinite(times)]
     span = float(times.max() - times.min()) if times.size else 0.0
     p_busy = _interval_busy(sched, np.fmin(first, dstart), pf)
-    d_busy = _interval_busy(dstart, finish, dec)
     p_share = ratio(p_busy, n_p * span) if p_busy else None
-    d_share = ratio(d_busy, n_d * span) if d_busy else None
-    if p_share is None and d_share is None:
-        return None, None, None
-    return "request intervals (upper bound)", p_share, d_share
+    from_metrics = _decode_load_from_metrics(inp, decode)
+    d_share = None if from_metrics is None else from_metrics[1]
+    p_words = "prefill pool: request intervals (upper bound)"
+    if from_metrics is not None:
+        return f"{p_words}; {from_metrics[0]}", p_share, d_share
+    if p_share is None:
+        return DECODE_LOAD_UNKNOWN, None, None
+    return f"{p_words}; {DECODE_LOAD_UNKNOWN}", p_share, None
 
 
 def _failures(inp: AxisInput, pf: np.ndarray, dec: np.ndarray) -> int:

@@ -184,7 +184,15 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     notes: list[str] = [*grid_notes, *said]
     cause = cause_of(RULES, hits)
     score, basis = _score(timing, st)
+    if cause is Cause.REQUEST_FAILURES and facts.failures is not None:
+        # the queue is fine: what is wrong is the share of requests that failed
+        score, basis = facts.failures.failed_share, "share of requests that failed"
     missing = _missing(timing, st)
+    if facts.failures is not None and timing.share_latency is not None:
+        ok = facts.failures.requests - facts.failures.failed
+        notes.append(f"queue time, TTFT and their shares are of the successful requests only "
+                     f"({ok:,} of {facts.failures.requests:,}); the queue seconds and Little's "
+                     "law count every request")
     if (note := evidence_note(metrics, t)) is not None:
         notes.append(note)
     if (note := _decode_queue_note(inp, timing)) is not None:
@@ -315,6 +323,7 @@ def _metrics(inp: AxisInput, timing: RequestTiming, grid: Windows, load: Load, s
         running_fill_queued=judged.running_fill_queued,
         running_source=None if judged.running_source is None else str(judged.running_source),
         kv_usage_queued=judged.kv_usage_queued,
+        kv_blocked_queued=judged.kv_blocked_queued,
     )
 
 
@@ -382,6 +391,10 @@ def _next_steps(cause: Cause | None, said: list[str], missing: list[str]) -> tup
         "the windows where it is: read their measurements (growth_rho, burst_ratio, "
         "running_fill_queued); a step log's GPU busy and idle gaps there tell a saturated "
         "engine (arrival_burst, batch_shape) from host dispatch (dispatch_overhead)",
+        Cause.ADMISSION_BLOCKED: "requests wait most of their latency to be admitted and the "
+        "data does not say what blocks them (KV blocks, seats, token budget or host dispatch)",
+        Cause.REQUEST_FAILURES: "read the failed requests' errors and times (Q009): the "
+        "queue itself is not the problem",
     }
     out = [advice[cause]] if cause else []
     out += said

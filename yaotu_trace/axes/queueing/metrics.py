@@ -95,6 +95,9 @@ class QueueingMetrics:
     running_fill_queued: float | None = None
     running_source: str | None = None
     kv_usage_queued: float | None = None
+    # Of the steps in the queued windows that carry the admission signal and leave requests
+    # waiting, the share whose first waiting request needed more KV blocks than were free.
+    kv_blocked_queued: float | None = None
     load_balance: LoadBalance | None = None  # several instances (`imbalance.py`)
     # Of the requests the engine counts waiting, the share deferred (waiting on remote KV or a
     # grammar, not on capacity): vLLM's num_requests_waiting_by_reason / "Deferred: N".

@@ -57,6 +57,9 @@ class WindowBins:
     time each window lies inside the instance's [first start, last end], the denominator of
     busy and idle shares. `waiting_at_edges` (rows, windows + 1) is the num_waiting of the
     instance's last step started at or before each edge (None without num_waiting).
+    `admission_steps` counts the steps that leave requests waiting and carry the admission
+    signal (`head_blocks_needed`, `kv_blocks_free`), `kv_blocked_steps` those of them whose
+    first waiting request needed more KV blocks than were free (None without the signal).
     """
 
     instances: tuple[str, ...]
@@ -68,6 +71,8 @@ class WindowBins:
     tokens_sum: np.ndarray | None
     kv_usage_sum: np.ndarray | None
     waiting_at_edges: np.ndarray | None
+    admission_steps: np.ndarray | None = None
+    kv_blocked_steps: np.ndarray | None = None
 
 
 # Instance × window cells kept per instance; beyond it the sums are the cluster's (one row).
@@ -123,7 +128,8 @@ def _instances_with(log: StepLog, name: str, ids: InstanceIds) -> np.ndarray:
 
 # The unit of each per-window sum: 1 ns of time, 1e-9 of a usage ratio, whole counts.
 QUANTUM = {"busy_s": 1e-9, "idle_waiting_s": 1e-9, "kv_usage_sum": 1e-9, "steps": 1.0,
-           "running_sum": 1.0, "tokens_sum": 1.0}
+           "running_sum": 1.0, "tokens_sum": 1.0, "admission_steps": 1.0,
+           "kv_blocked_steps": 1.0}
 
 
 def _exact_bincount(cells: np.ndarray, values: np.ndarray, shape: tuple[int, int],
@@ -171,6 +177,8 @@ class _StepPass:
         self.has_tokens = inp.step_has("prefill_tokens") or inp.step_has("decode_tokens")
         self.has_running = inp.step_has("num_running")
         self.has_kv = inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total")
+        self.has_admission = (inp.step_has("head_blocks_needed")
+                              and inp.step_has("kv_blocks_free"))
         self.windows = windows
         self.state = _PerInstance()
         self.busy, self.idle_wait, self.waiting_weighted = BlockSum(), BlockSum(), BlockSum()
@@ -286,6 +294,12 @@ class _StepPass:
             total = column(b, "kv_blocks_total", np.nan)
             usage = np.where(total > 0, column(b, "kv_blocks_used", 0.0) / total, 0.0)
             add("kv_usage_sum", np.nan_to_num(usage) * left)
+        if "head_blocks_needed" in b.columns and "kv_blocks_free" in b.columns:
+            need = column(b, "head_blocks_needed")
+            free = column(b, "kv_blocks_free")
+            signal = (left > 0) & np.isfinite(need) & np.isfinite(free)
+            add("admission_steps", signal.astype(np.float64))
+            add("kv_blocked_steps", (signal & (need > free)).astype(np.float64))
         gap_idx, gap_keep = self._window_of(prev_end)
         gap_keep &= idle
         self.bin["idle_waiting_s"] += _exact_bincount(
@@ -331,7 +345,9 @@ class _StepPass:
             steps=b["steps"], running_sum=b["running_sum"] if self.has_running else None,
             tokens_sum=b["tokens_sum"] if self.has_tokens else None,
             kv_usage_sum=b["kv_usage_sum"] if self.has_kv else None,
-            waiting_at_edges=waiting)
+            waiting_at_edges=waiting,
+            admission_steps=b["admission_steps"] if self.has_admission else None,
+            kv_blocked_steps=b["kv_blocked_steps"] if self.has_admission else None)
 
     def _served(self, b: pd.DataFrame, start: np.ndarray) -> None:
         """Tokens of the batch's steps into the window each starts in."""
@@ -385,7 +401,8 @@ def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
         return StepStats()
     one = _StepPass(inp, log, windows)
     for b in log.batches(("instance", "num_waiting", "prefill_tokens", "decode_tokens",
-                          "num_preempted", "num_running", "kv_blocks_used", "kv_blocks_total")):
+                          "num_preempted", "num_running", "kv_blocks_used", "kv_blocks_total",
+                          "head_blocks_needed", "kv_blocks_free")):
         one.feed(b)
     stats = one.totals()
     stats["bins"] = one.bins()

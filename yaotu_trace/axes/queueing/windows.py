@@ -136,6 +136,7 @@ class WindowVerdicts:
     running_fill_queued: float | None = None
     running_source: Source | None = None
     kv_usage_queued: float | None = None
+    kv_blocked_queued: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,6 +179,7 @@ def judge(inp: AxisInput, timing: RequestTiming, grid: Windows, st: StepStats,
         tokens_per_step_queued=steps.get("tokens_per_step_queued"),
         step_fill_queued=steps.get("step_fill_queued"),
         running_fill_queued=running, running_source=running_source, kv_usage_queued=kv,
+        kv_blocked_queued=steps.get("kv_blocked_queued"),
     )
 
 
@@ -251,6 +253,9 @@ def _step_shape(bins: WindowBins, queued: np.ndarray, budget: float | None,
                                            seq_cap)
     if bins.kv_usage_sum is not None and steps:
         out["kv_usage_queued"] = float(bins.kv_usage_sum[queued].sum()) / steps
+    if bins.admission_steps is not None and bins.kv_blocked_steps is not None:
+        out["kv_blocked_queued"] = ratio(float(bins.kv_blocked_steps[queued].sum()),
+                                         float(bins.admission_steps[queued].sum()))
     return out
 
 

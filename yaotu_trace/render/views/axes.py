@@ -169,7 +169,7 @@ def metric_rows(a: dict[str, Any]) -> list[tuple[str, str]]:
 
 def window_rows(metrics: dict[str, Any]) -> list[list[str]]:
     """The busiest windows of offered against served load (queueing)."""
-    return [[fmt.seconds(w["start_s"]), fmt.num(w["offered_tokens_per_s"]),
+    return [[fmt.clock(w["start_s"]), fmt.num(w["offered_tokens_per_s"]),
              fmt.num(w["achieved_tokens_per_s"]), fmt.num(w["rho"]),
              f"{fmt.count(w['waiting_at_start'])} → {fmt.count(w['waiting_at_end'])}"]
             for w in metrics.get("peak_windows") or []]

@@ -81,7 +81,10 @@ def _population(profile: Profile) -> list[Block]:
         KeyValues(only=CONSOLE, rows=[
             ("tenants", fmt.count(pop.tenants)),
             ("sessions", fmt.count(pop.sessions)),
-            ("instances", fmt.count(pop.instances)),
+            ("instances", fmt.count(pop.instances) + (
+                f" ({fmt.count(pop.prefill_instances)} prefill + "
+                f"{fmt.count(pop.decode_instances)} decode)"
+                if pop.prefill_instances is not None else "")),
             ("models", fmt.count(pop.models)),
         ]),
     ]
@@ -93,10 +96,16 @@ def _timing(profile: Profile) -> list[Block]:
         return []
     rows = [
         fmt.distribution_row("queue time", t.queue_time_s, fmt.seconds),
-        fmt.distribution_row("time to first token", t.ttft_s, fmt.seconds),
+        fmt.distribution_row("time to first token" + (" (client)" if t.ttft_source else ""),
+                             t.ttft_s, fmt.seconds),
         fmt.distribution_row("inter-token gap" + (" (every request's)" if basis(profile)
-                                                  and t.itl_s else ""), t.itl_s, fmt.seconds),
+                                                  and t.itl_s else "")
+                             + (", hand-offs apart" if t.handoff_s else ""),
+                             t.itl_s, fmt.seconds),
     ]
+    if t.handoff_s is not None:
+        rows.append(fmt.distribution_row("prefill-to-decode hand-off", t.handoff_s,
+                                         fmt.seconds))
     out: list[Block] = [
         Heading(text=_titled("Observed timing", basis(profile)),
                 markdown=_titled("Observed timing", basis(profile), sep=" ")),

@@ -36,8 +36,11 @@ def config_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
 
 def outcome_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """Throughput, preemptions, hits, KV usage."""
+    failed = s.get("failed") or 0
     return [
         ("finished / rejected", f"{fmt.count(s['finished'])} / {fmt.count(s['rejected'])}"),
+        *([("failed mid-stream (injected)", f"{fmt.count(failed)} (in finished)")]
+          if failed else []),
         ("makespan", fmt.seconds(s["makespan_s"])),
         ("throughput", f"{fmt.num(s['throughput_rps'])} req/s, "
          f"{fmt.num(s['output_tokens_per_s'])} output tok/s"),

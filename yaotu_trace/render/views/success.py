@@ -58,7 +58,7 @@ def _windows(s: SuccessProfile) -> list[Block]:
         header=[f"window ({fmt.seconds(s.window_s)}) from", *GROUP_HEADER],
         title=f"over time ({fmt.seconds(s.window_s)} windows of arrivals; "
               f"{len(failing)} of {len(s.windows)} with failures)",
-        rows=[[fmt.seconds(w.start_s), fmt.count(w.requests), fmt.count(w.successful),
+        rows=[[fmt.clock(w.start_s), fmt.count(w.requests), fmt.count(w.successful),
                fmt.pct(w.success_rate)] for w in shown])]
     if len(failing) > len(shown):
         out.append(Notes(notes=[f"the {len(shown)} windows with the most failures are shown; "

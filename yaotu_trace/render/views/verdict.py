@@ -19,6 +19,10 @@ def view(section: Any) -> View:
         Line(text=v["summary"], style="bold red" if v["principal_axis"] else "bold",
              only=CONSOLE),
         Line(text=f"**{v['summary']}**", only=MARKDOWN, escape=True),
+    ]
+    if v.get("outcome"):
+        out.append(Line(text=v["outcome"], style="bold", escape=True))
+    out += [
         Line(text=v["reason"], style="dim", escape=True),
     ]
     if v["fix_order"]:

@@ -19,6 +19,8 @@ RULES: Final = load_rules(__name__, (
     "q006_queueing_unexplained",
     "q007_failures_under_load",
     "q008_failures_on_one_instance",
+    "q009_failures",
     "q010_load_imbalance",
+    "q011_admission_blocked",
 ))
 SEVERITY_OF: Final = severities(RULES)

@@ -22,8 +22,9 @@ def _check(
     if share is None:
         name, share = "queue_share_of_ttft", mt.queue_share_of_ttft
     # No rule before this one found a cause; load imbalance, judged after it, is asked here.
-    if not (share is not None and share >= t.queue_share_warn and not found
-            and imbalance_evidence(f, t) is None):
+    # NOTE: most of latency queued is no longer unexplained: admission is blocked (Q011).
+    if not (share is not None and t.queue_share_warn <= share < t.queue_share_of_ttft
+            and not found and imbalance_evidence(f, t) is None):
         return None
     return (
         check(name, share, ">=", "queue_share_warn", t.queue_share_warn),
@@ -38,8 +39,8 @@ RULE: Rule[QueueingFacts] = Rule(
     id="Q006", axis=AxisName.QUEUEING, severity=Severity.WARNING,
     title="Queueing without an identified cause",
     trigger=(
-        "queue_share_of_latency (else of TTFT) ≥ queue_share_warn and no rule Q001–Q005 or "
-        "Q010 fired: cause unidentified"
+        "queue_share_warn ≤ queue_share_of_latency (else of TTFT) < queue_share_of_ttft and no "
+        "rule Q001–Q005 or Q010 fired: cause unidentified (from queue_share_of_ttft on, Q011)"
     ),
     evidence="the queue share, growing windows, growth_rho, burst_ratio, running fill",
     fix=(
@@ -47,6 +48,6 @@ RULE: Rule[QueueingFacts] = Rule(
         "in the queued windows, engine metrics (--metrics) for KV usage and running"
     ),
     cause=Cause.UNIDENTIFIED, remedies=(),
-    reads=tuple(dict.fromkeys(("queue_share_warn", *IMBALANCE_READS))),
+    reads=tuple(dict.fromkeys(("queue_share_warn", "queue_share_of_ttft", *IMBALANCE_READS))),
     check=_check,
 )
