@@ -21,6 +21,7 @@ from yaotu_trace.cli.options import (
     KvDtypeOpt,
     LastTokenRuleOpt,
     MapOpt,
+    MetricsOpt,
     ModelOpt,
     OutputOpt,
     PresetOpt,
@@ -65,6 +66,13 @@ WaterfallOpt = Annotated[
     typer.Option("--waterfall/--no-waterfall", help="Compute the loss waterfall (five more "
                  "replays and the token-granular ideal); off replays only the rules given."),
 ]
+ResidencyOpt = Annotated[
+    bool,
+    typer.Option("--residency", help="Explain every capacity miss (the tier, time, idle age "
+                 "and request of the eviction; --out columns), reuse distances in seconds and "
+                 "distinct blocks, what a TTL keeps, vLLM's three residency histograms (held "
+                 "against --metrics when it carries them), the most reused prefixes."),
+]
 OutOpt = Annotated[
     Path | None,
     typer.Option("--out", help="Per-request hits and losses to .parquet or .csv."),
@@ -98,6 +106,8 @@ def replay(
     dask: DaskOpt = None,
     out: OutOpt = None,
     warmup: WarmupOpt = None,
+    residency: ResidencyOpt = False,
+    metrics: MetricsOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -124,6 +134,8 @@ def replay(
       trace replay conversation_trace.jsonl --touch-order tail-first --capacity 1GiB
       --model deepseek-v3 --warmup 50%
 
+      trace replay chat.parquet --preset vllm --capacity 20000 --residency --out misses.csv
+
       trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
       --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
     """
@@ -136,10 +148,11 @@ def replay(
         cache_partial_blocks=cache_partial_blocks, cache_outputs=cache_outputs,
         eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
         capacity_per_tenant=capacity_per_tenant, accounting=accounting, capacity=capacity,
-        model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup)
+        model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup,
+        residency=residency)
     with progress("replay", quiet) as update:
         report = replay_command.replay(
             trace_input(trace, input_format, map, source_block_size), options, grid=grid or (),
             waterfall=waterfall, parallel=Parallelism(jobs=jobs, dask=dask), out=out,
-            progress=update)
+            progress=update, metrics=metrics)
     emit(report, format, output)

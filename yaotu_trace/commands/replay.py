@@ -10,9 +10,11 @@ from typing import Any
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.outputs import check_out, write_requests
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.prefix.grid import GridCapacity, parse_axis, parse_switch, replay_grid
 from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
@@ -29,6 +31,7 @@ def replay(
     parallel: Parallelism = SERIAL,
     out: Path | None = None,
     progress: Progress | None = None,
+    metrics: Path | None = None,
 ) -> Report:
     """`trace replay`: token-weighted hit ratio, saved prefill and the loss waterfall, under
     the rules and capacity of `options` (`prefix/options.py`; the rules given override the
@@ -38,7 +41,9 @@ def replay(
     `tenant-isolation=on,off`); `parallel` runs independent caches in `jobs` processes or on
     a Dask cluster; `out` also writes the per-request hits and losses (.parquet or .csv),
     atomically. `options.warmup` counts the totals after that window only (`out` then keeps
-    every request and marks the measured ones).
+    every request and marks the measured ones). `options.residency` adds the `kv_residency`
+    section and its `out` columns, its vLLM histograms held against the engine's own in
+    `metrics` (an export with `--kv-cache-metrics`) when they are there.
     """
     options = options or ReplayOptions()
     spec = None if options.warmup is None else parse_warmup(options.warmup)
@@ -49,17 +54,25 @@ def replay(
         check_out(out)
     options.kv_bytes()  # --model's KV bytes per token at --kv-dtype, refused before any work
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
+    if grid and (options.residency or metrics is not None):
+        raise ConfigError("--residency and --metrics explain one replay; they cannot be "
+                          "combined with --grid (run one replay per combination)")
+    if metrics is not None and not options.residency:
+        raise ConfigError("--metrics holds vLLM's residency histograms against the replay's: "
+                          "add --residency")
+    engine = None if metrics is None else read_metrics(metrics)
     if grid:
         if out is not None:
             raise ConfigError("--out writes one replay's requests; it cannot be combined with "
                               "--grid")
         return _grid_report(loaded, options, list(grid), parallel, progress)
-    return _one_replay(loaded, options, parallel, waterfall, out, progress, spec)
+    return _one_replay(loaded, options, parallel, waterfall, out, progress, spec, engine)
 
 
 def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, waterfall: bool,
                 out: Path | None, progress: Progress | None,
-                warmup: WarmupSpec | None = None) -> Report:
+                warmup: WarmupSpec | None = None,
+                metrics: EngineMetrics | None = None) -> Report:
     """One replay under the effective rules (and `--out`'s per-request table)."""
     rules, preset_name, notes = options.effective_rules(loaded)
     blocks = options.capacity_blocks(options.capacity, rules.block_size_tokens)
@@ -68,16 +81,20 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     tell(progress, "replaying the prefix cache", 0.2)
     summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
                                                    notes=notes, parallel=parallel,
-                                                   waterfall=waterfall, warmup=warmup)
+                                                   waterfall=waterfall, warmup=warmup,
+                                                   explain=options.residency, metrics=metrics)
     config: dict[str, Any] = {"preset": preset_name, "rules": rules.to_dict(),
                               "capacity": options.capacity}
     if warmup is not None:
         config["warmup"] = warmup.text
+    sections: dict[str, Any] = {"prefix_reuse": summary.to_dict()}
+    if summary.residency is not None:
+        sections["kv_residency"] = summary.residency.to_dict()
     report = Report(
         command="replay",
         input=input_summary(loaded),
         config=config,
-        sections={"prefix_reuse": summary.to_dict()},
+        sections=sections,
     )
     if out is not None:
         write_requests(out, requests.to_columns())

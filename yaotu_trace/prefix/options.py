@@ -60,6 +60,9 @@ class ReplayOptions:
     kv_bytes_per_token: int | None = None
     kv_dtype: str | None = None
     warmup: str | None = None
+    # `--residency`: every capacity miss explained, reuse distances, TTL, vLLM's residency
+    # histograms (`prefix/residency.py`).
+    residency: bool = False
 
     def rule_overrides(self) -> dict[str, Any]:
         """The rules given, by `ReplayRules` field name (a route implies one cache per

@@ -9,11 +9,12 @@ ratio Σ hit_tokens / Σ prompt tokens; every other ratio is labelled as what it
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
 from yaotu_trace.prefix.hot import HotPrefix, hot_prefixes
@@ -22,6 +23,7 @@ from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
+from yaotu_trace.prefix.residency import Residency, residency
 from yaotu_trace.prefix.rules import ReplayRules, effective_rules
 from yaotu_trace.prefix.waterfall import (
     STEPS,
@@ -124,6 +126,8 @@ class ReplaySummary:
     hit_rates: dict[str, dict[str, object]] = field(default_factory=dict)
     # Requests an engine-exact pool cannot admit at all (more blocks than the whole pool).
     rejected_requests: int = 0
+    # `--residency`: its own report section (`kv_residency`), not part of `to_dict()`.
+    residency: Residency | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready builtins: no NumPy scalars, no NaN."""
@@ -215,6 +219,8 @@ def replay_trace_with_requests(
     notes: tuple[str, ...] = (),
     parallel: Parallelism = SERIAL,
     warmup: WarmupSpec | str | None = None,
+    explain: bool = False,
+    metrics: EngineMetrics | None = None,
 ) -> tuple[ReplaySummary, RequestTable]:
     """`replay_trace` plus the per-request columns that `--out` writes.
 
@@ -224,7 +230,10 @@ def replay_trace_with_requests(
     `parallel` runs the independent caches (instances, per-tenant caches) of the scope and
     capacity replays in worker processes or on a Dask cluster; the results are identical.
     `warmup` (`window.py`) replays every request but counts the totals after it only; the
-    per-request columns keep every request and gain `measured`.
+    per-request columns keep every request and gain `measured`. `explain` follows the
+    achieved replay's caches again for the residency section (`residency.py`: every capacity
+    miss explained, reuse distances, a TTL view, vLLM's residency histograms, held against
+    `metrics` when they carry them) and its per-request columns.
     """
     if rules is None:
         rules, preset, chosen = effective_rules(trace)
@@ -247,6 +256,10 @@ def replay_trace_with_requests(
     columns = _request_columns(prepared, runs)
     if measured is not None:
         columns["measured"] = measured
+    if explain:
+        section, extra = residency(prepared, runs.chains, rules, runs.result, metrics)
+        summary = replace(summary, residency=section)
+        columns.update(extra)
     return summary, RequestTable(columns=columns)
 
 

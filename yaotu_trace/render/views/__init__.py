@@ -28,6 +28,7 @@ SECTION_VIEWS: dict[str, str] = {
     "success": "success",
     "prefix_reuse": "prefix_reuse",
     "replay_grid": "replay_grid",
+    "kv_residency": "kv_residency",
     "capacity_curve": "capacity_curve",
     "capacity_table": "capacity_table",
     "axes": "axes",
