@@ -1,0 +1,47 @@
+"""Tiers below the GPU pool (CPU memory, disk, a remote store), replayed as vLLM's native
+offload, LMCache and SGLang HiCache run them (kv-tiers.md; docs/replay.md, "Tiers below the
+GPU").
+
+The API: a `TierSpec` per tier (name, capacity in chunks, chunk tokens), a `TierPolicy` (whose
+rules), and `replay_tiers(chains, rules, tiers, policy)` returning a `TieredResult` with
+per-request `gpu_hit_tokens`, `tier_hit_tokens` (one array per tier, in order), `hit_tokens`
+(their sum) and `recompute_tokens`. `parse_tier` / `resolve_tiers` turn `--tier cpu=64GiB` into
+specs; `tier_policy_for` checks a policy against the preset's engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from yaotu_trace._lazy import lazy_names
+
+__getattr__, __dir__, __all__ = lazy_names(__name__, {
+    "PRESET_POLICIES": "spec",
+    "TierCounters": "result",
+    "TierName": "spec",
+    "TierPolicy": "spec",
+    "TierRequest": "spec",
+    "TierSpec": "spec",
+    "TieredResult": "result",
+    "default_chunk_tokens": "spec",
+    "gpu_replay": "replay",
+    "parse_tier": "spec",
+    "replay_tiers": "replay",
+    "resolve_tiers": "spec",
+    "tier_policy_for": "spec",
+})
+
+if TYPE_CHECKING:  # the same names, for mypy
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, replay_tiers
+    from yaotu_trace.prefix.tiers.result import TierCounters, TieredResult
+    from yaotu_trace.prefix.tiers.spec import (
+        PRESET_POLICIES,
+        TierName,
+        TierPolicy,
+        TierRequest,
+        TierSpec,
+        default_chunk_tokens,
+        parse_tier,
+        resolve_tiers,
+        tier_policy_for,
+    )

@@ -1,0 +1,249 @@
+"""vLLM 0.33's native CPU offload, request by request: `OffloadingConnector` with the
+`CPUOffloadingManager` (lru, `store_threshold` 0, `offload_prompt_only`).
+
+The rules (kv-tiers.md, "vLLM 0.33.0 native offload, rule by rule"; the paths are of the 0.33.0
+wheel: OS = `distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`, CM =
+`v1/kv_offload/cpu/manager.py`, LRU = `v1/kv_offload/cpu/policies/lru.py`):
+
+- A chunk is K = T/B GPU blocks; its key is the chain id of its last block, its position the
+  token at its end (OS `update_offload_keys`). Only full chunks have keys.
+- Lookup starts at chunk g//T of the block-aligned GPU hit g and counts consecutive resident
+  keys; E = T·(start + run) − g tokens are loaded, none when E < T (OS
+  `_lookup_complete_chunks`). A full hit loads every token (vLLM recomputes the last one and
+  counts all as external).
+- Loaded blocks re-enter the GPU prefix cache exactly as computed ones would, so the GPU pool
+  evolves as in the GPU-only replay: its hits come from `exact_vllm` (or the clean model) and
+  this pass only adds the CPU tier.
+- Stores happen in the prefill step: every full chunk from the store index (0, or the end of
+  the load) is offered; resident keys are not rewritten; an offer that needs more room than
+  the evictable chunks outside it give fails whole and is offered again when the request's
+  finish reaches the connector, one step later (CM `prepare_store`).
+- LRU ranks (LRU): a request gets rank R on its first access; access and insert raise a key to
+  (R, −position) (so a request's tail goes before its head); at finish every key the request
+  saw gets (++counter, 0) from tail to head. The finish is seen in the step that schedules the
+  next request: after its lookup, load and (without a load) store, before the store of a
+  request that loaded (which runs a step later).
+- Transfers complete in the step they were issued: loaded chunks are pinned (not evictable)
+  during their step, stored chunks are not evictable until the step ends.
+
+Checked per request against vLLM's own scheduler and connector in
+`tests/prefix/test_tiers_vllm_golden.py` (fixtures: `benchmarks/engines/golden_tiers_vllm.py`).
+Secondary tiers (`TieringOffloadingSpec`, disk and remote) are modelled from the rules as read
+(each CPU chunk written through to every secondary tier, LRU there; a CPU miss that a secondary
+tier holds is promoted through the CPU), not checked against vLLM.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.tiers.result import TierCounters
+from yaotu_trace.prefix.tiers.spec import TierSpec
+
+
+@dataclass
+class _Request:
+    """A request's state in the connector: its rank, the keys it saw, a failed offer."""
+
+    keys: list[int]
+    positions: list[int]
+    rank: int = 0  # 0: not yet ranked
+    seen: dict[int, int] = field(default_factory=dict)  # key -> position, in first-seen order
+    next_stored: int = 0
+    failed: bool = False
+
+
+class _CpuTier:
+    """`CPUOffloadingManager` with the LRU policy, for keys that are chain ids."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.rank: dict[int, tuple[int, int]] = {}  # resident key -> LRU rank
+        self.heap: list[tuple[tuple[int, int], int]] = []
+        self.counter = 0
+        self.pinned: set[int] = set()  # loads of the current step
+        self.pending: set[int] = set()  # stores of the current step, not yet ready
+        self.stored = self.evicted = self.failed = self.loaded = 0
+
+    def _request_rank(self, req: _Request) -> int:
+        if req.rank == 0:
+            self.counter += 1
+            req.rank = self.counter
+        return req.rank
+
+    def _evictable(self, key: int) -> bool:
+        return key not in self.pinned and key not in self.pending
+
+    def _raise(self, key: int, rank: tuple[int, int]) -> None:
+        self.rank[key] = rank
+        if self._evictable(key):
+            heapq.heappush(self.heap, (rank, key))
+
+    def access(self, req: _Request, keys: list[int], positions: list[int]) -> None:
+        """`_record_request_cache_access`: keys new to the request raise their rank."""
+        new = [(k, p) for k, p in zip(keys, positions, strict=True) if k not in req.seen]
+        if not new:
+            return
+        rank = self._request_rank(req)
+        for key, position in new:
+            req.seen[key] = position
+            current = self.rank.get(key)
+            if current is not None and current < (rank, -position):
+                self._raise(key, (rank, -position))
+
+    def load(self, req: _Request, keys: list[int], positions: list[int]) -> None:
+        """`prepare_load`: pin, then record the access."""
+        self.pinned.update(keys)
+        self.access(req, keys, positions)
+        self.loaded += len(keys)
+
+    def store(self, req: _Request, keys: list[int], positions: list[int]) -> bool:
+        """`prepare_store`: False when the offer fails whole."""
+        to_store = [i for i, k in enumerate(keys) if k not in self.rank]
+        recorded = [i for i, k in enumerate(keys) if k not in self.rank or k not in self.pending]
+        self.access(req, [keys[i] for i in recorded], [positions[i] for i in recorded])
+        if not to_store:
+            return True
+        needed = len(to_store) - (self.capacity - len(self.rank))
+        if needed > 0 and not self._evict(needed, set(keys)):
+            self.failed += 1
+            return False
+        rank = self._request_rank(req)
+        for i in to_store:
+            self.rank[keys[i]] = (rank, -positions[i])
+            self.pending.add(keys[i])
+        self.stored += len(to_store)
+        return True
+
+    def _evict(self, needed: int, protected: set[int]) -> bool:
+        """The `needed` least recent evictable keys outside `protected`, or none at all."""
+        chosen: list[tuple[tuple[int, int], int]] = []
+        chosen_keys: set[int] = set()
+        deferred: list[tuple[tuple[int, int], int]] = []
+        heap = self.heap
+        while heap and len(chosen) < needed:
+            entry = heapq.heappop(heap)
+            rank, key = entry
+            if self.rank.get(key) != rank or not self._evictable(key):
+                continue  # stale: re-ranked, evicted, or pushed again when it frees up
+            if key in protected:
+                deferred.append(entry)
+                continue
+            if key in chosen_keys:
+                continue
+            chosen.append(entry)
+            chosen_keys.add(key)
+        if len(chosen) < needed:
+            for entry in chosen + deferred:
+                heapq.heappush(heap, entry)
+            return False
+        for entry in deferred:
+            heapq.heappush(heap, entry)
+        for _, key in chosen:
+            del self.rank[key]
+        self.evicted += len(chosen)
+        if len(heap) > 4 * max(64, len(self.rank)):
+            self._compact()
+        return True
+
+    def _compact(self) -> None:
+        self.heap = [(r, k) for k, r in self.rank.items() if self._evictable(k)]
+        heapq.heapify(self.heap)
+
+    def finish(self, req: _Request) -> None:
+        """`on_request_finished`: the request's keys, tail to head, become most recent."""
+        for key in sorted(req.seen, key=req.seen.__getitem__, reverse=True):
+            if key in self.rank:
+                self.counter += 1
+                self._raise(key, (self.counter, 0))
+
+    def end_step(self) -> None:
+        """The worker finished every transfer: loads unpin, stores become ready."""
+        freed = self.pinned | self.pending
+        self.pinned = set()
+        self.pending = set()
+        for key in freed:
+            rank = self.rank.get(key)
+            if rank is not None:
+                heapq.heappush(self.heap, (rank, key))
+
+    def counters(self) -> TierCounters:
+        """The tier's totals."""
+        return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
+                            failed_stores=self.failed, loaded_chunks=self.loaded)
+
+
+def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+                        tier: TierSpec) -> tuple[np.ndarray, TierCounters]:
+    """CPU hit tokens per request (vLLM's `external_kv_transfer`) behind a GPU pool whose
+    per-request hits are `gpu_hit_blocks`; `refused` requests never reach the connector."""
+    block = int(chains.block_size_tokens)
+    chunk = int(tier.chunk_tokens)
+    per_chunk = chunk // block
+    offsets = chains.offsets
+    ids = chains.ids
+    n = chains.num_requests
+    cpu_hit = np.zeros(n, dtype=np.int64)
+    cpu = _CpuTier(int(tier.capacity_chunks))
+    previous: _Request | None = None
+    for i in range(n):
+        if refused[i]:
+            continue
+        start = int(offsets[i])
+        full = int(offsets[i + 1]) - start
+        chunks = full // per_chunk
+        keys = ids[start + per_chunk - 1: start + chunks * per_chunk: per_chunk].tolist()
+        positions = list(range(chunk, (chunks + 1) * chunk, chunk))
+        req = _Request(keys=keys, positions=positions)
+        g = int(gpu_hit_blocks[i]) * block
+        first = g // chunk
+        run = 0
+        while first + run < chunks and keys[first + run] in cpu.rank:
+            run += 1
+        loaded = chunk * (first + run) - g
+        if loaded < chunk:
+            loaded = 0
+        # Step 1: lookup, then either the load (the prefill waits a step) or the prefill.
+        if loaded:
+            cpu.load(req, keys[first:first + run], positions[first:first + run])
+            req.next_stored = first + run
+        else:
+            _offer(cpu, req, chunks)
+        if previous is not None:
+            if previous.failed:
+                _offer(cpu, previous, len(previous.keys))
+            cpu.finish(previous)
+        cpu.end_step()
+        if loaded:  # step 2: the prefill after the load, and its store
+            _offer(cpu, req, chunks)
+            cpu.end_step()
+        cpu_hit[i] = loaded
+        previous = req
+    return cpu_hit, cpu.counters()
+
+
+def _offer(cpu: _CpuTier, req: _Request, chunks: int) -> None:
+    """`_build_store_jobs` for one request: its chunks from the store index; the index
+    advances unless the offer fails whole."""
+    lo = req.next_stored
+    if lo >= chunks:
+        req.failed = False
+        return
+    ok = cpu.store(req, req.keys[lo:chunks], req.positions[lo:chunks])
+    req.failed = not ok
+    if ok:
+        req.next_stored = chunks
+
+
+def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+                      tiers: tuple[TierSpec, ...]
+                      ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...]]:
+    """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload."""
+    if len(tiers) == 1:
+        hits, counters = replay_vllm_offload(chains, gpu_hit_blocks, refused, tiers[0])
+        return (hits,), (counters,)
+    raise NotImplementedError
