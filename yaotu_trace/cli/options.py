@@ -173,6 +173,24 @@ GpuOpt = Annotated[
     typer.Option("--gpu", help="GPU from the catalog (e.g. H100-SXM, A100-80GB, MI300X, or an "
                  "alias such as H100): compute, memory and bandwidth."),
 ]
+GpuPriceOpt = Annotated[
+    str | None,
+    typer.Option("--gpu-price", metavar="DOLLARS", help="$ per GPU-hour: GPU-hours saved or "
+                 "added are also priced in money per day of the trace's traffic (no default)."),
+]
+MemoryPriceOpt = Annotated[
+    str | None,
+    typer.Option("--memory-price", metavar="DOLLARS", help="$ per GiB-month of host memory or "
+                 "storage: a tier's size priced per day (no default)."),
+]
+LinkOpt = Annotated[
+    list[str] | None,
+    typer.Option("--link", metavar="NAME=BANDWIDTH[,LATENCY]", help="A tier path's link (pcie, "
+                 "nvme, nic), e.g. pcie=32GB/s or nic=200Gb/s,0.5ms; defaults and their "
+                 "sources in docs/tiers.md (repeatable)."),
+]
+TpGpusOpt = Annotated[int, typer.Option("--tp", min=1, help="GPUs per replica, for the "
+                                        "prefill rate and GPU-hours.")]
 LinkGbpsOpt = Annotated[
     float | None,
     typer.Option("--link-gbps", min=0.001, help="Network link for KV transfer between prefill "

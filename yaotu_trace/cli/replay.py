@@ -14,13 +14,17 @@ from yaotu_trace.cli.options import (
     CachePartialOpt,
     DaskOpt,
     FormatOpt,
+    GpuOpt,
+    GpuPriceOpt,
     InputFormatOpt,
     InstancesOpt,
     JobsOpt,
     KvBytesOpt,
     KvDtypeOpt,
     LastTokenRuleOpt,
+    LinkOpt,
     MapOpt,
+    MemoryPriceOpt,
     MetricsOpt,
     ModelOpt,
     OutputOpt,
@@ -31,6 +35,7 @@ from yaotu_trace.cli.options import (
     SourceBlockOpt,
     TenantIsolationOpt,
     TouchOrderOpt,
+    TpGpusOpt,
     TraceArg,
     WarmupOpt,
 )
@@ -108,6 +113,11 @@ def replay(
     warmup: WarmupOpt = None,
     residency: ResidencyOpt = False,
     metrics: MetricsOpt = None,
+    gpu: GpuOpt = None,
+    tp: TpGpusOpt = 1,
+    link: LinkOpt = None,
+    gpu_price: GpuPriceOpt = None,
+    memory_price: MemoryPriceOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -136,10 +146,13 @@ def replay(
 
       trace replay chat.parquet --preset vllm --capacity 20000 --residency --out misses.csv
 
+      trace replay chat.parquet --model llama-3.1-8b --gpu H100 --gpu-price 2.5
+
       trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
       --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
     """
     from yaotu_trace.commands import replay as replay_command
+    from yaotu_trace.commands.shared.pricing import PricingOptions
     from yaotu_trace.prefix.partition import Parallelism
 
     options = ReplayOptions(
@@ -154,5 +167,7 @@ def replay(
         report = replay_command.replay(
             trace_input(trace, input_format, map, source_block_size), options, grid=grid or (),
             waterfall=waterfall, parallel=Parallelism(jobs=jobs, dask=dask), out=out,
-            progress=update, metrics=metrics)
+            progress=update, metrics=metrics,
+            pricing=PricingOptions(gpu=gpu, tp=tp, links=tuple(link or ()), gpu_price=gpu_price,
+                                   memory_price=memory_price))
     emit(report, format, output)

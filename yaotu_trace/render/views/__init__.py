@@ -29,6 +29,7 @@ SECTION_VIEWS: dict[str, str] = {
     "prefix_reuse": "prefix_reuse",
     "replay_grid": "replay_grid",
     "kv_residency": "kv_residency",
+    "prefill_pricing": "prefill_pricing",
     "capacity_curve": "capacity_curve",
     "capacity_table": "capacity_table",
     "axes": "axes",
