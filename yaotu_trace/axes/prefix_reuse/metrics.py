@@ -40,6 +40,9 @@ class PrefixMetrics:
     # cached_tokens_total{cache_source}, vLLM external_prefix_cache_hits / queries.
     observed_hit_sources: dict[str, float] | None = None
     external_hit_rate: float | None = None
+    # The CPU tier that wins back the capacity loss, replayed and priced (`tier.py`), when P004
+    # fires on a finite global pool.
+    tier_candidate: dict[str, Any] | None = None
 
     def headline(self) -> tuple[Evidence, ...]:
         """The measurements shown as the axis' evidence when no rule fired on it."""
