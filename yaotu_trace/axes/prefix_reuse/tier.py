@@ -1,9 +1,11 @@
 """The CPU tier P004 recommends: the smallest of a few sizes that wins back most of the reuse
 the GPU pool loses to capacity, replayed under the engine's own tier rules and priced.
 
-Sizes tried: 1, 2, 4, 8, 16 and 32 times the GPU pool (in tokens); the first whose tiered replay
-(`prefix/tiers`, the preset's default policy) recovers at least `TIER_RECOVERY` of the
-capacity loss is recommended, else the largest tried. Its price (`sim/fetch.py`): the prefill
+Sizes tried: 1, 2, 4, 8, 16 and 32 times the GPU pool (in tokens); the first that the one-pass
+LRU curve says recovers at least `TIER_RECOVERY` of the capacity loss is recommended, else the
+largest tried (a tier that stores every computed chunk and evicts LRU holds about what an LRU
+pool of its size holds), and that one size is replayed under the engine's own tier rules
+(`prefix/tiers`, vLLM's native offload where the preset's engine has it). Its price (`sim/fetch.py`): the prefill
 its hits save and the loads they add on the PCIe path, at the `--gpu`'s bf16 peak × MFU 0.5
 (linear FLOPs, as the ledger's GPU-seconds), and the busiest minute of loads.
 """
@@ -26,6 +28,7 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
                    capacity_loss_tokens: float) -> dict[str, Any] | None:
     """The recommended CPU tier and what it buys (None when no tier replay applies)."""
     # NOTE: the tier replay's modules load only when P004 fires on a trace with prompt content.
+    from yaotu_trace.prefix.kernels.sweep import sweep
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.tiers import (
         PRESET_POLICIES,
@@ -48,20 +51,23 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
     gpu = gpu_replay(chains, rules)
     block = int(rules.block_size_tokens)
     gpu_tokens = int(rules.capacity_blocks) * block
-    chosen = None
+    curve = sweep(chains, touch_order=rules.touch_order)
+    gpu_hits = int(gpu.hit_tokens.sum())
+    multiple = TIER_MULTIPLES[-1]
+    for m in TIER_MULTIPLES:
+        at = np.searchsorted(curve.step_capacities_blocks, m * int(rules.capacity_blocks),
+                             side="right") - 1
+        reached = int(curve.step_hit_tokens[at]) if at >= 0 else 0
+        if reached - gpu_hits >= TIER_RECOVERY * capacity_loss_tokens:
+            multiple = m
+            break
+    spec = TierSpec(name=TierName.CPU, capacity_chunks=gpu_tokens * multiple // block,
+                    chunk_tokens=block)
     try:
-        for multiple in TIER_MULTIPLES:
-            spec = TierSpec(name=TierName.CPU, capacity_chunks=gpu_tokens * multiple // block,
-                            chunk_tokens=block)
-            tiered = replay_tiers(chains, rules, (spec,), policy, gpu=gpu)
-            gained = int(tiered.tier_hit_tokens[0].sum())
-            chosen = (spec, tiered, gained)
-            if gained >= TIER_RECOVERY * capacity_loss_tokens:
-                break
+        tiered = replay_tiers(chains, rules, (spec,), policy, gpu=gpu)
     except (YaotuError, ImportError):
         return None
-    assert chosen is not None
-    spec, tiered, gained = chosen
+    gained = int(tiered.tier_hit_tokens[0].sum())
     s = inp.settings
     prompt = int(tiered.prompt_tokens.sum())
     kv = s.kv_bytes_per_token
