@@ -122,22 +122,6 @@ def _access(x, t, hist, hist_n, last_use):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
-def _event(x, t, birth, last_use, hist, hist_n, life, idle, gaps, n_ev, n_gap):
-    """The eviction event of block x at t (lifetime, idle, reuse gaps), as vLLM records it.
-    Returns the grown arrays and counts."""
-    life = _grow(life, n_ev + 1)
-    idle = _grow(idle, n_ev + 1)
-    life[n_ev] = t - birth[x]
-    idle[n_ev] = t - last_use[x]
-    k = hist_n[x]
-    gaps = _grow(gaps, n_gap + HISTORY)
-    for m in range(1, k):
-        gaps[n_gap] = hist[x * HISTORY + m] - hist[x * HISTORY + m - 1]
-        n_gap += 1
-    return life, idle, gaps, n_ev + 1, n_gap
-
-
-@nb.njit(cache=True, nogil=True)
 def clean_residency(offsets, ids, max_hit, out_offsets, out_ids, codes, num_caches,
                     num_distinct, capacity, fifo, head_first, arrival_s):
     """The clean model's caches (LRU, or FIFO when `fifo`) with every block's residency.
@@ -221,8 +205,17 @@ def clean_residency(offsets, ids, max_hit, out_offsets, out_ids, codes, num_cach
                         tail[c] = -1
                     in_cache[v] = 0
                     size[c] -= 1
-                    life, idle, gaps, n_ev, n_gap = _event(v, t, birth, last_use, hist, hist_n,
-                                                           life, idle, gaps, n_ev, n_gap)
+                    if n_ev == life.size:
+                        life = _grow(life, n_ev + 1)
+                        idle = _grow(idle, n_ev + 1)
+                    if n_gap + HISTORY > gaps.size:
+                        gaps = _grow(gaps, n_gap + HISTORY)
+                    life[n_ev] = t - birth[v]
+                    idle[n_ev] = t - last_use[v]
+                    n_ev += 1
+                    for m in range(1, hist_n[v]):
+                        gaps[n_gap] = hist[v * HISTORY + m] - hist[v * HISTORY + m - 1]
+                        n_gap += 1
                     gone_s[v] = t
                     gone_idle[v] = t - last_use[v]
                     gone_by[v] = i
@@ -298,8 +291,17 @@ def vllm_residency(offsets, ids, max_hit, hit_blocks, physical, phys_offsets, nu
                 chain_use[ids[start + k]] = t
                 continue
             if has_state[p] != 0:  # handed out again: the eviction event
-                life, idle, gaps, n_ev, n_gap = _event(p, t, birth, last_access, hist, hist_n,
-                                                       life, idle, gaps, n_ev, n_gap)
+                if n_ev == life.size:
+                    life = _grow(life, n_ev + 1)
+                    idle = _grow(idle, n_ev + 1)
+                if n_gap + HISTORY > gaps.size:
+                    gaps = _grow(gaps, n_gap + HISTORY)
+                life[n_ev] = t - birth[p]
+                idle[n_ev] = t - last_access[p]
+                n_ev += 1
+                for m in range(1, hist_n[p]):
+                    gaps[n_gap] = hist[p * HISTORY + m] - hist[p * HISTORY + m - 1]
+                    n_gap += 1
             old = block_hash[p]
             if old >= 0:
                 copies[old] -= 1
