@@ -1,9 +1,9 @@
 """The CPU tier P004 recommends: the smallest of a few sizes that wins back most of the reuse
 the GPU pool loses to capacity, replayed under the engine's own tier rules and priced.
 
-Sizes tried: 1, 2, 4, 8, 16 and 32 times the GPU pool (in tokens); the first that the one-pass
-LRU curve says recovers at least `TIER_RECOVERY` of the capacity loss is recommended, else the
-largest tried (a tier that stores every computed chunk and evicts LRU holds about what an LRU
+Sizes tried: 1, 2, 4, ... times the GPU pool (in tokens); the first that the one-pass LRU curve
+says recovers at least `TIER_RECOVERY` of the capacity loss is recommended, or the first that
+holds every block the trace reuses (a tier that stores every computed chunk and evicts LRU holds about what an LRU
 pool of its size holds), and that one size is replayed under the engine's own tier rules
 (`prefix/tiers`, vLLM's native offload where the preset's engine has it). Its price (`sim/fetch.py`): the prefill
 its hits save and the loads they add on the PCIe path, at the `--gpu`'s bf16 peak × MFU 0.5
@@ -20,7 +20,7 @@ from yaotu_trace.axes.base import AxisInput
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import YaotuError
 
-TIER_MULTIPLES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+TIER_MULTIPLES: tuple[int, ...] = tuple(2**k for k in range(17))  # 1× to 65,536× the pool
 TIER_RECOVERY = 0.9  # share of the capacity loss a recommended tier wins back [proposed default]
 
 
@@ -58,7 +58,8 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
         at = np.searchsorted(curve.step_capacities_blocks, m * int(rules.capacity_blocks),
                              side="right") - 1
         reached = int(curve.step_hit_tokens[at]) if at >= 0 else 0
-        if reached - gpu_hits >= TIER_RECOVERY * capacity_loss_tokens:
+        if (reached - gpu_hits >= TIER_RECOVERY * capacity_loss_tokens
+                or m * int(rules.capacity_blocks) >= int(curve.step_capacities_blocks[-1])):
             multiple = m
             break
     spec = TierSpec(name=TierName.CPU, capacity_chunks=gpu_tokens * multiple // block,
