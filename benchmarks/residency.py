@@ -57,10 +57,10 @@ def main() -> int:
             for capacity in args.capacity:
                 r = rules.with_(capacity_blocks=capacity)
                 replay_trace_with_requests(trace, r, explain=True, waterfall=False)  # compile
-                plain = _best(args.repeat, lambda r=r: replay_trace_with_requests(
-                    trace, r, waterfall=False))
-                explained = _best(args.repeat, lambda r=r: replay_trace_with_requests(
-                    trace, r, waterfall=False, explain=True))
+                plain = _best(args.repeat, lambda r=r, tr=trace: replay_trace_with_requests(
+                    tr, r, waterfall=False))
+                explained = _best(args.repeat, lambda r=r, tr=trace: replay_trace_with_requests(
+                    tr, r, waterfall=False, explain=True))
                 print(f"{path.name:<26} {name:<8} {capacity:>9,} {plain:>9.3f} "
                       f"{explained:>13.3f} {explained / plain:>6.2f}")
     return 0

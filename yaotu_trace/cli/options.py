@@ -189,8 +189,8 @@ LinkOpt = Annotated[
                  "nvme, nic), e.g. pcie=32GB/s or nic=200Gb/s,0.5ms; defaults and their "
                  "sources in docs/tiers.md (repeatable)."),
 ]
-TpGpusOpt = Annotated[int, typer.Option("--tp", min=1, help="GPUs per replica, for the "
-                                        "prefill rate and GPU-hours.")]
+TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel GPUs per instance [1].",
+                                           min=1)]
 LinkGbpsOpt = Annotated[
     float | None,
     typer.Option("--link-gbps", min=0.001, help="Network link for KV transfer between prefill "

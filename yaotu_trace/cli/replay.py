@@ -35,7 +35,7 @@ from yaotu_trace.cli.options import (
     SourceBlockOpt,
     TenantIsolationOpt,
     TouchOrderOpt,
-    TpGpusOpt,
+    TpOpt,
     TraceArg,
     WarmupOpt,
 )
@@ -114,7 +114,7 @@ def replay(
     residency: ResidencyOpt = False,
     metrics: MetricsOpt = None,
     gpu: GpuOpt = None,
-    tp: TpGpusOpt = 1,
+    tp: TpOpt = None,
     link: LinkOpt = None,
     gpu_price: GpuPriceOpt = None,
     memory_price: MemoryPriceOpt = None,
@@ -168,6 +168,6 @@ def replay(
             trace_input(trace, input_format, map, source_block_size), options, grid=grid or (),
             waterfall=waterfall, parallel=Parallelism(jobs=jobs, dask=dask), out=out,
             progress=update, metrics=metrics,
-            pricing=PricingOptions(gpu=gpu, tp=tp, links=tuple(link or ()), gpu_price=gpu_price,
-                                   memory_price=memory_price))
+            pricing=PricingOptions(gpu=gpu, tp=tp or 1, links=tuple(link or ()),
+                                   gpu_price=gpu_price, memory_price=memory_price))
     emit(report, format, output)

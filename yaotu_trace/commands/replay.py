@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from yaotu_trace.catalog.models import find_model
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
-from yaotu_trace.catalog.models import find_model
 from yaotu_trace.commands.shared.outputs import check_out, write_requests
 from yaotu_trace.commands.shared.pricing import PricingOptions, prefill_compute, pricing_section
 from yaotu_trace.data.engine_metrics import EngineMetrics

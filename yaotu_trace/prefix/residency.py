@@ -296,7 +296,8 @@ def distances(chains: BlockChains, rules: ReplayRules, codes: np.ndarray, k: int
     """(gap seconds, distinct-block distance) of every lookup slot (`reuse_distances`)."""
     n = chains.num_requests
     outputs = chains.output_offsets is not None and chains.output_ids is not None
-    out_offsets = chains.output_offsets if outputs else np.zeros(n + 1, dtype=np.int64)
+    out_offsets = (np.asarray(chains.output_offsets) if outputs
+                   else np.zeros(n + 1, dtype=np.int64))
     out_ids = chains.output_ids if outputs else np.zeros(0, dtype=np.int32)
     touches = np.diff(chains.offsets) + np.diff(out_offsets)
     skip = np.zeros(n, dtype=np.bool_) if refused is None else refused.astype(np.bool_)
@@ -341,7 +342,10 @@ def residency(prepared: PreparedTrace, chains: BlockChains, rules: ReplayRules,
     columns: dict[str, np.ndarray] = {"capacity_miss_tokens": lost_tokens}
     if followed is not None:
         named = lost & (followed.miss_by >= 0)
-        columns["evicted_from"] = np.where(named, GPU, None).astype(object)
+        source = np.empty(n, dtype=object)
+        source[:] = None
+        source[named] = GPU
+        columns["evicted_from"] = source
         columns["evicted_at_s"] = np.where(named, followed.miss_s, np.nan)
         columns["evicted_idle_s"] = np.where(named, followed.miss_idle, np.nan)
         by = np.empty(n, dtype=object)

@@ -3,11 +3,12 @@ the GPU pool loses to capacity, replayed under the engine's own tier rules and p
 
 Sizes tried: 1, 2, 4, ... times the GPU pool (in tokens); the first that the one-pass LRU curve
 says recovers at least `TIER_RECOVERY` of the capacity loss is recommended, or the first that
-holds every block the trace reuses (a tier that stores every computed chunk and evicts LRU holds about what an LRU
-pool of its size holds), and that one size is replayed under the engine's own tier rules
-(`prefix/tiers`, vLLM's native offload where the preset's engine has it). Its price (`sim/fetch.py`): the prefill
-its hits save and the loads they add on the PCIe path, at the `--gpu`'s bf16 peak × MFU 0.5
-(linear FLOPs, as the ledger's GPU-seconds), and the busiest minute of loads.
+holds every block the trace reuses (a tier that stores every computed chunk and evicts LRU
+holds about what an LRU pool of its size holds), and that one size is replayed under the
+engine's own tier rules (`prefix/tiers`, vLLM's native offload where the preset's engine has
+it). Its price (`sim/fetch.py`): the prefill its hits save and the loads they add on the PCIe
+path, at the `--gpu`'s bf16 peak × MFU 0.5 (linear FLOPs, as the ledger's GPU-seconds), and
+the busiest minute of loads.
 """
 
 from __future__ import annotations

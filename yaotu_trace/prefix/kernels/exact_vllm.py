@@ -45,6 +45,7 @@ from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PhysicalBlocks:
     """The physical blocks of each request in vLLM's pool: `blocks[offsets[i]:offsets[i+1]]`
