@@ -29,6 +29,9 @@ from yaotu_trace.cli.options import (
     ScopeOpt,
     SourceBlockOpt,
     TenantIsolationOpt,
+    TierChunkOpt,
+    TierOpt,
+    TierPolicyOpt,
     TouchOrderOpt,
     TraceArg,
     WarmupOpt,
@@ -98,6 +101,9 @@ def replay(
     dask: DaskOpt = None,
     out: OutOpt = None,
     warmup: WarmupOpt = None,
+    tier: TierOpt = None,
+    tier_chunk: TierChunkOpt = None,
+    tier_policy: TierPolicyOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -124,6 +130,9 @@ def replay(
       trace replay conversation_trace.jsonl --touch-order tail-first --capacity 1GiB
       --model deepseek-v3 --warmup 50%
 
+      trace replay chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
+      --out hits.parquet
+
       trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
       --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
     """
@@ -136,7 +145,8 @@ def replay(
         cache_partial_blocks=cache_partial_blocks, cache_outputs=cache_outputs,
         eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
         capacity_per_tenant=capacity_per_tenant, accounting=accounting, capacity=capacity,
-        model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup)
+        model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup,
+        tiers=tuple(tier or ()), tier_chunk_tokens=tier_chunk, tier_policy=tier_policy)
     with progress("replay", quiet) as update:
         report = replay_command.replay(
             trace_input(trace, input_format, map, source_block_size), options, grid=grid or (),

@@ -14,7 +14,7 @@ from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.grid import GridCapacity, parse_axis, parse_switch, replay_grid
-from yaotu_trace.prefix.options import ReplayOptions
+from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.prefix.window import WarmupSpec, parse_warmup
@@ -48,6 +48,10 @@ def replay(
     if out is not None and not grid:
         check_out(out)
     options.kv_bytes()  # --model's KV bytes per token at --kv-dtype, refused before any work
+    check_tier_options(options)
+    if options.tiers and grid:
+        raise ConfigError("--tier replays one GPU pool with its tiers; it cannot be combined "
+                          "with --grid (use trace sweep for a curve over sizes)")
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
     if grid:
         if out is not None:
@@ -65,12 +69,17 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     blocks = options.capacity_blocks(options.capacity, rules.block_size_tokens)
     if blocks is not None:
         rules = rules.with_(capacity_blocks=blocks)
+    tiers = options.tier_setup(rules, preset_name)
     tell(progress, "replaying the prefix cache", 0.2)
     summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
                                                    notes=notes, parallel=parallel,
-                                                   waterfall=waterfall, warmup=warmup)
+                                                   waterfall=waterfall, warmup=warmup,
+                                                   tiers=tiers)
     config: dict[str, Any] = {"preset": preset_name, "rules": rules.to_dict(),
                               "capacity": options.capacity}
+    if tiers is not None:
+        config["tiers"] = list(options.tiers)
+        config["tier_policy"] = str(tiers.policy)
     if warmup is not None:
         config["warmup"] = warmup.text
     report = Report(
