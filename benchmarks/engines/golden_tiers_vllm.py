@@ -30,6 +30,7 @@ Deterministic: the same bytes on every run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -235,30 +236,39 @@ def ours(path: Path, config: Config):  # type: ignore[no-untyped-def]
 
 
 MOONCAKE = Path("/work/shared/traces/mooncake/conversation_trace.jsonl")
-MOONCAKE_REQUESTS = 250  # the first requests of the conversation trace
+MOONCAKE_SCAN = 6000  # requests of the conversation trace the slice is drawn from
+MOONCAKE_REQUESTS = 250  # requests in the slice
 MOONCAKE_TOKENS_PER_ID = 16  # each 512-token hash id becomes 16 tokens (one 16-token block)
 
 
 def write_mooncake_slice(path: Path) -> None:
-    """The first requests of Mooncake's conversation trace as token ids: each hash id becomes
-    `MOONCAKE_TOKENS_PER_ID` tokens of its own (id·16 + k), the prompt its ids' tokens cut to
-    input_length scaled by 16/512 (rounded up), so requests share exactly the prefixes their
-    ids share."""
+    """A slice of Mooncake's conversation trace as token ids: of its first `MOONCAKE_SCAN`
+    requests, the conversations (requests sharing their first three hash ids) with at least
+    three turns, whole, in order of first appearance until `MOONCAKE_REQUESTS` requests, in
+    arrival order. Each hash id becomes `MOONCAKE_TOKENS_PER_ID` tokens of its own (id·16 + k),
+    the prompt its ids' tokens cut to input_length scaled by 16/512 (rounded up), so the
+    requests share exactly the prefixes their ids share."""
     import pandas as pd
 
-    rows = []
     with MOONCAKE.open() as lines:
-        for i, line in enumerate(lines):
-            if i == MOONCAKE_REQUESTS:
-                break
-            record = json.loads(line)
-            per = MOONCAKE_TOKENS_PER_ID
-            length = -(-int(record["input_length"]) * per // 512)
-            tokens = [h * per + k for h in record["hash_ids"] for k in range(per)][:length]
-            rows.append({"request_id": f"mooncake-{i:04d}",
-                         "arrival_s": float(record["timestamp"]) / 1000.0, "tenant": "t0",
-                         "prompt_len": len(tokens), "output_len": int(record["output_length"]),
-                         "prompt_tokens": tokens})
+        records = [json.loads(line) for line in itertools.islice(lines, MOONCAKE_SCAN)]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, record in enumerate(records):
+        groups.setdefault(tuple(record["hash_ids"][:3]), []).append(i)
+    chosen: list[int] = []
+    for members in groups.values():
+        if len(members) >= 3 and len(chosen) + len(members) <= MOONCAKE_REQUESTS:
+            chosen += members
+    rows = []
+    per = MOONCAKE_TOKENS_PER_ID
+    for i in sorted(chosen):
+        record = records[i]
+        length = -(-int(record["input_length"]) * per // 512)
+        tokens = [h * per + k for h in record["hash_ids"] for k in range(per)][:length]
+        rows.append({"request_id": f"mooncake-{i:04d}",
+                     "arrival_s": float(record["timestamp"]) / 1000.0, "tenant": "t0",
+                     "prompt_len": len(tokens), "output_len": int(record["output_length"]),
+                     "prompt_tokens": tokens})
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(path, index=False, compression="zstd", use_dictionary=False,
                                   column_encoding={"prompt_tokens": "DELTA_BINARY_PACKED"})
@@ -276,7 +286,7 @@ def _dump(document: dict, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-TRACES = {  # name -> (file, block sizes x blocks per chunk)
+TRACES = {  # name -> (file, (block size, blocks per chunk) pairs)
     "mixed": (ROOT / "tests/fixtures/engines/trace_mixed.parquet", ((16, 1), (16, 2), (16, 4))),
     "sessions": (ROOT / "tests/fixtures/engines/trace_sessions.parquet", ((16, 1), (16, 3))),
     "mooncake": (OUT / "trace_mooncake.parquet", ((16, 1), (16, 4))),

@@ -18,6 +18,7 @@ from yaotu_trace._lazy import lazy_names
 __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "PRESET_POLICIES": "spec",
     "TierCounters": "result",
+    "TierCurve": "curve",
     "TierName": "spec",
     "TierPolicy": "spec",
     "TierRequest": "spec",
@@ -28,11 +29,13 @@ __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "gpu_replay": "replay",
     "parse_tier": "spec",
     "replay_tiers": "replay",
+    "tier_curve": "curve",
     "resolve_tiers": "spec",
     "tier_policy_for": "spec",
 })
 
 if TYPE_CHECKING:  # the same names, for mypy
+    from yaotu_trace.prefix.tiers.curve import TierCurve, tier_curve
     from yaotu_trace.prefix.tiers.replay import gpu_replay, replay_tiers
     from yaotu_trace.prefix.tiers.result import TierCounters, TieredResult
     from yaotu_trace.prefix.tiers.spec import (
