@@ -53,10 +53,10 @@ def test_tiers_vllm_golden_fixtures_cover_sizes_and_chunks() -> None:
     # GIVEN the recorded fixtures WHEN counted THEN they span traces, pools, tiers and chunks
     assert len(GOLDEN) == 3
     configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
-    assert {c["blocks_per_chunk"] for c in configs} >= {1, 2, 3, 4}
+    assert {c["blocks_per_chunk"] for c in configs} == {1, 2, 3, 4}
     assert len({c["num_gpu_blocks"] for c in configs}) >= 8
     assert any(c["refused"] for c in configs)
-    assert all(sum(c["cpu_hit_tokens"]) > 0 for c in configs)
+    assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 70
 
 
 @pytest.mark.parametrize(("fixture", "index"), _cases())
