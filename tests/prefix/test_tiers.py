@@ -192,3 +192,28 @@ def test_tier_policy_must_be_the_preset_engines() -> None:
         tier_policy_for("sglang", "vllm-native")
     with pytest.raises(ConfigError, match="is not a tier policy"):
         tier_policy_for("vllm", "arc")
+
+
+@pytest.mark.parametrize(("seed", "per_chunk", "cpu_chunks", "gpu_blocks"), [
+    (1, 1, 2, 6), (2, 1, 7, 9), (3, 2, 3, 12), (4, 3, 20, 8), (5, 1, 60, 30), (6, 2, 1, 7),
+])
+def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chunks: int,
+                                             gpu_blocks: int) -> None:
+    # GIVEN random prompts over a tiny vocabulary (shared prefixes, full hits, failed offers)
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload, replay_vllm_tiers
+
+    rng = np.random.default_rng(seed)
+    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
+               for _ in range(150)]
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=gpu_blocks)
+    chains = chains_of(prompts, rules)
+    gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    tier = _tier("cpu", cpu_chunks, 2 * per_chunk)
+    # WHEN the compiled kernel and the Python model replay the CPU tier
+    (compiled,), (counters,) = replay_vllm_tiers(chains, gpu.hit_blocks, refused, (tier,))
+    (python,), (reference,) = replay_vllm_offload(chains, gpu.hit_blocks, refused, tier)
+    # THEN they agree on every request and every counter
+    assert compiled.tolist() == python.tolist()
+    assert counters == reference

@@ -317,5 +317,18 @@ def _offer(cpu: _CpuTier, req: _Request, chunks: int) -> None:
 def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                       tiers: tuple[TierSpec, ...]
                       ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...]]:
-    """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload."""
-    return replay_vllm_offload(chains, gpu_hit_blocks, refused, tiers[0], tiers[1:])
+    """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload:
+    one CPU tier runs the compiled kernel (`vllm_kernel.py`), lower tiers this module."""
+    if len(tiers) > 1:
+        return replay_vllm_offload(chains, gpu_hit_blocks, refused, tiers[0], tiers[1:])
+    from yaotu_trace.prefix.tiers.vllm_kernel import vllm_cpu_pass
+
+    tier = tiers[0]
+    block = int(chains.block_size_tokens)
+    hits, stored, evicted, failed, loaded = vllm_cpu_pass(
+        np.asarray(chains.offsets, dtype=np.int64), np.asarray(chains.ids, dtype=np.int64),
+        np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+        np.int64(tier.chunk_tokens // block), np.int64(tier.chunk_tokens), np.int64(block),
+        np.int64(tier.capacity_chunks), np.int64(max(int(chains.num_distinct), 1)))
+    return (hits,), (TierCounters(stored_chunks=int(stored), evicted_chunks=int(evicted),
+                                  failed_stores=int(failed), loaded_chunks=int(loaded)),)
