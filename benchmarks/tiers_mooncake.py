@@ -1,9 +1,9 @@
-"""docs/tiers.md's numbers: a Mooncake trace with tiers below the GPU pool, priced.
+"""docs/tiers.md's two-dimensional grid: GPU pool × CPU tier on a Mooncake trace, priced.
 
-Replays the trace's GPU pool alone, with a CPU tier, and with a CPU and a disk tier (vLLM's
-native offload rules, `prefix/tiers`), a small two-dimensional grid of GPU × CPU sizes, and
-prices each tier with `sim/fetch.py` and the user's prices (`--gpu-price`, `--memory-price`:
-example inputs, not facts). Prints Markdown tables.
+Replays every pair of sizes (the GPU pool alone, then a CPU tier below it under vLLM's native
+offload rules, `prefix/tiers`, as `tier_curve` does) and prices each tier with `sim/fetch.py`
+and the user's prices (`--gpu-price`, `--memory-price`: example inputs, not facts), as `trace
+replay --tier ... --gpu ... --gpu-price ...` prices one point. Prints one Markdown table.
 
     python benchmarks/tiers_mooncake.py
     python benchmarks/tiers_mooncake.py --gpu-blocks 1350 2700 5400 --cpu-blocks 6500 13000
@@ -37,9 +37,9 @@ def main() -> int:
     parser.add_argument("--model", default="llama-3.1-70b")
     parser.add_argument("--gpu", default="H100")
     parser.add_argument("--tp", type=int, default=8)
-    parser.add_argument("--gpu-blocks", type=int, nargs="+", default=[2700])
-    parser.add_argument("--cpu-blocks", type=int, nargs="+", default=[13000])
-    parser.add_argument("--disk-blocks", type=int, default=52000)
+    parser.add_argument("--gpu-blocks", type=int, nargs="+", default=[1350, 2700, 5400])
+    parser.add_argument("--cpu-blocks", type=int, nargs="+", default=[6500, 13000, 26000])
+    parser.add_argument("--disk-blocks", type=int, default=0)
     parser.add_argument("--gpu-price", type=float, default=2.50)
     parser.add_argument("--memory-price", type=float, default=3.00)
     args = parser.parse_args()

@@ -280,6 +280,27 @@ AccountingOpt = Annotated[
                  "tree, --capacity = token-pool pages) or clean (one LRU list of full blocks, "
                  "the model the waterfall and the curve explain) [default: the preset's]."),
 ]
+TierOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tier", metavar="NAME=SIZE", show_default=False,
+                 help="A tier below the GPU pool (repeatable, top down): NAME cpu, disk or "
+                 "remote; SIZE in GiB/GB (needs --model), tokens (64Mtok) or blocks (20000) "
+                 "[default: none].", rich_help_panel="Tiers below the GPU"),
+]
+TierChunkOpt = Annotated[
+    int | None,
+    typer.Option("--tier-chunk", metavar="TOKENS", show_default=False,
+                 help="Tokens per tier chunk, a multiple of the block size [default: the "
+                 "engine's: vLLM one block, LMCache 256, SGLang one page].",
+                 rich_help_panel="Tiers below the GPU"),
+]
+TierPolicyOpt = Annotated[
+    str | None,
+    typer.Option("--tier-policy", metavar="POLICY", show_default=False,
+                 help="Whose rules move KV between the tiers: vllm-native, lmcache, "
+                 "write_through, write_through_selective or write_back [default: the "
+                 "--preset engine's own].", rich_help_panel="Tiers below the GPU"),
+]
 PresetOpt = Annotated[
     Preset | None,
     typer.Option("--preset", help="Prefix-replay engine rules [default: mooncake for Mooncake "

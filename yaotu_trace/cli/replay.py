@@ -34,6 +34,9 @@ from yaotu_trace.cli.options import (
     ScopeOpt,
     SourceBlockOpt,
     TenantIsolationOpt,
+    TierChunkOpt,
+    TierOpt,
+    TierPolicyOpt,
     TouchOrderOpt,
     TpOpt,
     TraceArg,
@@ -118,6 +121,9 @@ def replay(
     link: LinkOpt = None,
     gpu_price: GpuPriceOpt = None,
     memory_price: MemoryPriceOpt = None,
+    tier: TierOpt = None,
+    tier_chunk: TierChunkOpt = None,
+    tier_policy: TierPolicyOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -148,6 +154,9 @@ def replay(
 
       trace replay chat.parquet --model llama-3.1-8b --gpu H100 --gpu-price 2.5
 
+      trace replay chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
+      --out hits.parquet
+
       trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
       --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
     """
@@ -162,7 +171,8 @@ def replay(
         eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
         capacity_per_tenant=capacity_per_tenant, accounting=accounting, capacity=capacity,
         model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup,
-        residency=residency)
+        residency=residency, tiers=tuple(tier or ()), tier_chunk_tokens=tier_chunk,
+        tier_policy=tier_policy)
     with progress("replay", quiet) as update:
         report = replay_command.replay(
             trace_input(trace, input_format, map, source_block_size), options, grid=grid or (),

@@ -13,14 +13,19 @@ from yaotu_trace.catalog.models import find_model
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.outputs import check_out, write_requests
-from yaotu_trace.commands.shared.pricing import PricingOptions, prefill_compute, pricing_section
+from yaotu_trace.commands.shared.pricing import (
+    PricingOptions,
+    TierServed,
+    prefill_compute,
+    pricing_section,
+)
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.prefix.grid import GridCapacity, parse_axis, parse_switch, replay_grid
-from yaotu_trace.prefix.options import ReplayOptions
+from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.prefix.window import WarmupSpec, parse_warmup
@@ -63,6 +68,10 @@ def replay(
     if out is not None and not grid:
         check_out(out)
     options.kv_bytes()  # --model's KV bytes per token at --kv-dtype, refused before any work
+    check_tier_options(options)
+    if options.tiers and grid:
+        raise ConfigError("--tier replays one GPU pool with its tiers; it cannot be combined "
+                          "with --grid (use trace sweep for a curve over sizes)")
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
     if grid and (options.residency or metrics is not None or pricing.asked):
         raise ConfigError("--residency, --metrics and prices explain one replay; they cannot be "
@@ -90,13 +99,18 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     blocks = options.capacity_blocks(options.capacity, rules.block_size_tokens)
     if blocks is not None:
         rules = rules.with_(capacity_blocks=blocks)
+    tiers = options.tier_setup(rules, preset_name)
     tell(progress, "replaying the prefix cache", 0.2)
     summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
                                                    notes=notes, parallel=parallel,
                                                    waterfall=waterfall, warmup=warmup,
-                                                   explain=options.residency, metrics=metrics)
+                                                   tiers=tiers, explain=options.residency,
+                                                   metrics=metrics)
     config: dict[str, Any] = {"preset": preset_name, "rules": rules.to_dict(),
                               "capacity": options.capacity}
+    if tiers is not None:
+        config["tiers"] = list(options.tiers)
+        config["tier_policy"] = str(tiers.policy)
     if warmup is not None:
         config["warmup"] = warmup.text
     sections: dict[str, Any] = {"prefix_reuse": summary.to_dict()}
@@ -104,7 +118,7 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
         sections["kv_residency"] = summary.residency.to_dict()
     if pricing is not None and pricing.gpu is not None:
         sections["prefill_pricing"] = _pricing(loaded, options, rules, requests.to_columns(),
-                                               pricing)
+                                               pricing, summary.tiers)
     report = Report(
         command="replay",
         input=input_summary(loaded),
@@ -117,7 +131,7 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
 
 
 def _pricing(loaded: Trace, options: ReplayOptions, rules: Any, columns: dict[str, Any],
-             pricing: PricingOptions) -> dict[str, Any]:
+             pricing: PricingOptions, tiers: dict[str, Any] | None) -> dict[str, Any]:
     """The cache's (and its tiers') prefill saved, loads added, GPU-hours and money per day."""
     assert pricing.gpu is not None
     if options.model is None:
@@ -128,11 +142,16 @@ def _pricing(loaded: Trace, options: ReplayOptions, rules: Any, columns: dict[st
     compute = prefill_compute(model, pricing.gpu, pricing.tp, kv)
     pool = (None if rules.capacity_blocks is None
             else float(rules.capacity_blocks) * rules.block_size_tokens * kv)
+    served = tuple(
+        TierServed(name=t["name"], size_bytes=float(t["capacity_tokens"]) * kv,
+                   hit_tokens=np.asarray(columns[f"{t['name']}_hit_tokens"]))
+        for t in (tiers or {}).get("tiers", ()))
+    gpu_hits = columns.get("gpu_hit_tokens", columns["hit_tokens"])
     return pricing_section(
         request_id=np.asarray(columns["request_id"], dtype=object),
         arrival_s=loaded.requests["arrival_s"].to_numpy(dtype=np.float64),
         prompt_tokens=np.asarray(columns["prompt_tokens"]),
-        gpu_hit_tokens=np.asarray(columns["hit_tokens"]), tiers=(), compute=compute,
+        gpu_hit_tokens=np.asarray(gpu_hits), tiers=served, compute=compute,
         kv_bytes_per_token=kv, links=links_with(pricing.links), prices=pricing.prices(),
         gpu=pricing.gpu, gpu_pool_bytes=pool)
 

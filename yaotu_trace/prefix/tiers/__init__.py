@@ -18,20 +18,24 @@ from yaotu_trace._lazy import lazy_names
 __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "PRESET_POLICIES": "spec",
     "TierCounters": "result",
+    "TierCurve": "curve",
     "TierName": "spec",
     "TierPolicy": "spec",
     "TierRequest": "spec",
+    "TierSetup": "spec",
     "TierSpec": "spec",
     "TieredResult": "result",
     "default_chunk_tokens": "spec",
     "gpu_replay": "replay",
     "parse_tier": "spec",
     "replay_tiers": "replay",
+    "tier_curve": "curve",
     "resolve_tiers": "spec",
     "tier_policy_for": "spec",
 })
 
 if TYPE_CHECKING:  # the same names, for mypy
+    from yaotu_trace.prefix.tiers.curve import TierCurve, tier_curve
     from yaotu_trace.prefix.tiers.replay import gpu_replay, replay_tiers
     from yaotu_trace.prefix.tiers.result import TierCounters, TieredResult
     from yaotu_trace.prefix.tiers.spec import (
@@ -39,6 +43,7 @@ if TYPE_CHECKING:  # the same names, for mypy
         TierName,
         TierPolicy,
         TierRequest,
+        TierSetup,
         TierSpec,
         default_chunk_tokens,
         parse_tier,

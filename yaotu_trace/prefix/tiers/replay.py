@@ -68,7 +68,8 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
     else:
         from yaotu_trace.prefix.tiers.sglang import replay_hicache_tiers
 
-        tier_hits, counters = replay_hicache_tiers(chains, gpu_blocks, refused, tiers, policy)
+        tier_hits, counters = replay_hicache_tiers(chains, gpu_blocks, refused, tiers, policy,
+                                                   rules.capacity_blocks)
     gpu_hit = np.where(refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
     return TieredResult(policy=policy, tiers=tiers,
                         prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),

@@ -85,6 +85,14 @@ class TieredResult:
                 out[f"{name}_loaded_bytes"] = self.loaded_bytes(name, kv_bytes_per_token)
         return out
 
+    def window(self, rows: slice) -> TieredResult:
+        """The requests `rows` only (a `--warmup` window counts the hits after it)."""
+        return TieredResult(policy=self.policy, tiers=self.tiers,
+                            prompt_tokens=self.prompt_tokens[rows],
+                            gpu_hit_tokens=self.gpu_hit_tokens[rows],
+                            tier_hit_tokens=tuple(h[rows] for h in self.tier_hit_tokens),
+                            refused=self.refused[rows], counters=self.counters)
+
     def to_dict(self, kv_bytes_per_token: int | None = None) -> dict[str, object]:
         """JSON-ready totals: which tier served what, and each tier's counters."""
         prompt = int(self.prompt_tokens.sum())

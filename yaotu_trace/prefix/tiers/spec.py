@@ -86,6 +86,16 @@ class TierRequest:
     size_text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TierSetup:
+    """The tiers of one replay, the policy that moves KV between them, and the KV bytes per
+    token that turn their hits into bytes loaded (None: unknown, no byte columns)."""
+
+    tiers: tuple[TierSpec, ...]
+    policy: TierPolicy
+    kv_bytes_per_token: int | None = None
+
+
 def parse_tier(text: str) -> TierRequest:
     """`cpu=64GiB`, `disk=2TB`, `remote=1e6tokens`, `cpu=20000blocks` as a `TierRequest`."""
     name, sep, size = text.partition("=")

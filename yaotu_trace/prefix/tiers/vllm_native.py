@@ -36,6 +36,7 @@ tier holds is promoted through the CPU), not checked against vLLM.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +69,7 @@ class _CpuTier:
         self.pinned: set[int] = set()  # loads of the current step
         self.pending: set[int] = set()  # stores of the current step, not yet ready
         self.stored = self.evicted = self.failed = self.loaded = 0
+        self.cascade: list[_SecondaryTier] = []  # tiers every stored chunk is written to
 
     def _request_rank(self, req: _Request) -> int:
         if req.rank == 0:
@@ -117,6 +119,9 @@ class _CpuTier:
             self.rank[keys[i]] = (rank, -positions[i])
             self.pending.add(keys[i])
         self.stored += len(to_store)
+        for tier in self.cascade:
+            for i in to_store:
+                tier.put(keys[i])
         return True
 
     def _evict(self, needed: int, protected: set[int]) -> bool:
@@ -178,17 +183,21 @@ class _CpuTier:
 
 
 def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                        tier: TierSpec) -> tuple[np.ndarray, TierCounters]:
-    """CPU hit tokens per request (vLLM's `external_kv_transfer`) behind a GPU pool whose
-    per-request hits are `gpu_hit_blocks`; `refused` requests never reach the connector."""
+                        tier: TierSpec, secondary: tuple[TierSpec, ...] = ()
+                        ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...]]:
+    """Hit tokens per tier (vLLM's `external_kv_transfer`, split by where the chunk was)
+    behind a GPU pool whose per-request hits are `gpu_hit_blocks`; `refused` requests never
+    reach the connector. `tier` is the CPU tier, `secondary` the tiers written from it."""
     block = int(chains.block_size_tokens)
     chunk = int(tier.chunk_tokens)
     per_chunk = chunk // block
     offsets = chains.offsets
     ids = chains.ids
     n = chains.num_requests
-    cpu_hit = np.zeros(n, dtype=np.int64)
+    hits = [np.zeros(n, dtype=np.int64) for _ in range(1 + len(secondary))]
     cpu = _CpuTier(int(tier.capacity_chunks))
+    lower = [_SecondaryTier(int(t.capacity_chunks)) for t in secondary]
+    cpu.cascade = lower
     previous: _Request | None = None
     for i in range(n):
         if refused[i]:
@@ -202,11 +211,22 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
         g = int(gpu_hit_blocks[i]) * block
         first = g // chunk
         run = 0
-        while first + run < chunks and keys[first + run] in cpu.rank:
+        source: list[int] = []  # 0: the CPU tier, k: secondary tier k
+        while first + run < chunks:
+            where = _where(keys[first + run], cpu, lower)
+            if where < 0:
+                break
+            source.append(where)
             run += 1
         loaded = chunk * (first + run) - g
         if loaded < chunk:
             loaded = 0
+        elif any(source):
+            run = _promote(cpu, lower, req, first, source)
+            source = source[:run]
+            loaded = chunk * (first + run) - g
+            if loaded < chunk:
+                loaded = 0
         # Step 1: lookup, then either the load (the prefill waits a step) or the prefill.
         if loaded:
             cpu.load(req, keys[first:first + run], positions[first:first + run])
@@ -221,9 +241,64 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
         if loaded:  # step 2: the prefill after the load, and its store
             _offer(cpu, req, chunks)
             cpu.end_step()
-        cpu_hit[i] = loaded
+        if loaded:
+            for j, where in enumerate(source):
+                lo = max((first + j) * chunk, g)
+                hits[where][i] += (first + j + 1) * chunk - lo
         previous = req
-    return cpu_hit, cpu.counters()
+    return tuple(hits), (cpu.counters(), *(t.counters() for t in lower))
+
+
+class _SecondaryTier:
+    """A tier below the CPU (`TieringOffloadingSpec`): every CPU chunk written through to it,
+    least recently used out when full."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.keys: OrderedDict[int, None] = OrderedDict()
+        self.stored = self.evicted = self.loaded = 0
+
+    def put(self, key: int) -> None:
+        if key in self.keys:
+            self.keys.move_to_end(key)
+            return
+        if len(self.keys) >= self.capacity:
+            self.keys.popitem(last=False)
+            self.evicted += 1
+        self.keys[key] = None
+        self.stored += 1
+
+    def counters(self) -> TierCounters:
+        return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
+                            failed_stores=0, loaded_chunks=self.loaded)
+
+
+def _where(key: int, cpu: _CpuTier, lower: list[_SecondaryTier]) -> int:
+    """0 when the CPU tier holds `key`, k for the first secondary tier k that does, else -1."""
+    if key in cpu.rank:
+        return 0
+    for k, tier in enumerate(lower, start=1):
+        if key in tier.keys:
+            return k
+    return -1
+
+
+def _promote(cpu: _CpuTier, lower: list[_SecondaryTier], req: _Request, first: int,
+             source: list[int]) -> int:
+    """Secondary hits are promoted into the CPU tier before they load (one step); returns
+    how much of the run is loadable (up to the first chunk that found no room)."""
+    promoted = [j for j, where in enumerate(source) if where]
+    keys = [req.keys[first + j] for j in promoted]
+    positions = [req.positions[first + j] for j in promoted]
+    if not cpu.store(req, keys, positions):
+        cpu.end_step()
+        return promoted[0]
+    for j in promoted:
+        tier = lower[source[j] - 1]
+        tier.keys.move_to_end(req.keys[first + j])
+        tier.loaded += 1
+    cpu.end_step()
+    return len(source)
 
 
 def _offer(cpu: _CpuTier, req: _Request, chunks: int) -> None:
@@ -242,8 +317,18 @@ def _offer(cpu: _CpuTier, req: _Request, chunks: int) -> None:
 def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                       tiers: tuple[TierSpec, ...]
                       ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...]]:
-    """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload."""
-    if len(tiers) == 1:
-        hits, counters = replay_vllm_offload(chains, gpu_hit_blocks, refused, tiers[0])
-        return (hits,), (counters,)
-    raise NotImplementedError
+    """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload:
+    one CPU tier runs the compiled kernel (`vllm_kernel.py`), lower tiers this module."""
+    if len(tiers) > 1:
+        return replay_vllm_offload(chains, gpu_hit_blocks, refused, tiers[0], tiers[1:])
+    from yaotu_trace.prefix.tiers.vllm_kernel import vllm_cpu_pass
+
+    tier = tiers[0]
+    block = int(chains.block_size_tokens)
+    hits, stored, evicted, failed, loaded = vllm_cpu_pass(
+        np.asarray(chains.offsets, dtype=np.int64), np.asarray(chains.ids, dtype=np.int64),
+        np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+        np.int64(tier.chunk_tokens // block), np.int64(tier.chunk_tokens), np.int64(block),
+        np.int64(tier.capacity_chunks), np.int64(max(int(chains.num_distinct), 1)))
+    return (hits,), (TierCounters(stored_chunks=int(stored), evicted_chunks=int(evicted),
+                                  failed_stores=int(failed), loaded_chunks=int(loaded)),)

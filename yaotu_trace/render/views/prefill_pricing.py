@@ -10,7 +10,9 @@ from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Notes, Vi
 
 
 def _money(value: float | None) -> str:
-    return fmt.MISSING if value is None else f"${value:,.2f}"
+    if value is None:
+        return fmt.MISSING
+    return f"{'−' if value < 0 else ''}${abs(value):,.2f}"
 
 
 def _rate(bytes_per_s: float | None) -> str:
