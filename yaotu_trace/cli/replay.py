@@ -101,8 +101,8 @@ def replay(
     dask: DaskOpt = None,
     out: OutOpt = None,
     warmup: WarmupOpt = None,
-    tier: TierOpt = None,
-    tier_chunk: TierChunkOpt = None,
+    tiers: TierOpt = None,
+    tier_chunk_tokens: TierChunkOpt = None,
     tier_policy: TierPolicyOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
@@ -146,7 +146,7 @@ def replay(
         eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
         capacity_per_tenant=capacity_per_tenant, accounting=accounting, capacity=capacity,
         model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup,
-        tiers=tuple(tier or ()), tier_chunk_tokens=tier_chunk, tier_policy=tier_policy)
+        tiers=tuple(tiers or ()), tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
     with progress("replay", quiet) as update:
         report = replay_command.replay(
             trace_input(trace, input_format, map, source_block_size), options, grid=grid or (),

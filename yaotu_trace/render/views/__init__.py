@@ -30,6 +30,8 @@ SECTION_VIEWS: dict[str, str] = {
     "replay_grid": "replay_grid",
     "capacity_curve": "capacity_curve",
     "capacity_table": "capacity_table",
+    "tier_curve": "tier_curve",
+    "tiers": "tiers",
     "axes": "axes",
     "principal": "principal",
     "verdict": "verdict",
