@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     curve_s, _ = _best(lambda: sweep(chains, touch_order=rules.touch_order), args.repeat)
     gpu_axis = tuple(max(2, distinct * k // 100) for k in (1, 2, 5, 10, 20, 40))
     tier_axis = tuple(max(1, distinct * k // 100) for k in (2, 5, 10, 20, 40, 80))
-    grid_s, _ = _best(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis), 1)
+    grid_s, _ = _best(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis),
+                      args.repeat)
 
     prompt = int(chains.prompt_tokens.sum())
     print(f"trace: {args.trace.name}, {chains.num_requests:,} requests, {prompt:,} prompt "

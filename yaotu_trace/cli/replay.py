@@ -121,8 +121,8 @@ def replay(
     link: LinkOpt = None,
     gpu_price: GpuPriceOpt = None,
     memory_price: MemoryPriceOpt = None,
-    tier: TierOpt = None,
-    tier_chunk: TierChunkOpt = None,
+    tiers: TierOpt = None,
+    tier_chunk_tokens: TierChunkOpt = None,
     tier_policy: TierPolicyOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
@@ -171,7 +171,7 @@ def replay(
         eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
         capacity_per_tenant=capacity_per_tenant, accounting=accounting, capacity=capacity,
         model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup,
-        residency=residency, tiers=tuple(tier or ()), tier_chunk_tokens=tier_chunk,
+        residency=residency, tiers=tuple(tiers or ()), tier_chunk_tokens=tier_chunk_tokens,
         tier_policy=tier_policy)
     with progress("replay", quiet) as update:
         report = replay_command.replay(

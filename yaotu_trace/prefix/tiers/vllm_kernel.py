@@ -131,6 +131,16 @@ def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, seen, req_rank, r
         return True
     needed = new - (capacity - sc[_RESIDENT])
     if needed > 0:
+        # Fail fast, as the manager does, when the evictable keys outside the offer are too
+        # few (every resident key is evictable but this step's loads and stores).
+        protected = 0
+        for j in range(lo, hi):
+            k = ids[start + (j + 1) * per_chunk - 1]
+            if rank[k] >= 0 and pinned[k] == 0 and pending[k] == 0:
+                protected += 1
+        if needed > sc[_RESIDENT] - sc[_STEP] - protected:
+            sc[_FAILED] += 1
+            return False
         sc[_CALL] += 1
         call = sc[_CALL]
         for j in range(lo, hi):

@@ -32,6 +32,8 @@ SECTION_VIEWS: dict[str, str] = {
     "prefill_pricing": "prefill_pricing",
     "capacity_curve": "capacity_curve",
     "capacity_table": "capacity_table",
+    "tier_curve": "tier_curve",
+    "tiers": "tiers",
     "axes": "axes",
     "principal": "principal",
     "verdict": "verdict",

@@ -129,13 +129,16 @@ def waterfall_rows(s: dict[str, Any]) -> list[list[str]]:
 
 
 TIER_HEADER = ["source", "capacity", "hit tokens", "of prompt", "requests", "stored",
-               "evicted", "failed stores", "loaded"]
+               "evicted", "failed", "loaded"]
 
 
 def tier_rows(s: dict[str, Any]) -> list[list[str]]:
-    """`--tier`: the GPU pool, then each tier: what it served and its bookkeeping (chunks)."""
+    """`--tier`: the GPU pool, then each tier: what it served, the chunks it stored, evicted,
+    refused (failed offers) and loaded (bytes with the model's KV size, else chunks)."""
     t = s["tiers"]
-    rows = [["gpu", "--capacity", fmt.count(t["gpu_hit_tokens"]), fmt.pct(t["gpu_hit_ratio"]),
+    blocks = t.get("gpu_capacity_blocks", s.get("rules", {}).get("capacity_blocks"))
+    pool = "unlimited" if blocks is None else f"{fmt.count(blocks)} blocks"
+    rows = [["gpu", pool, fmt.count(t["gpu_hit_tokens"]), fmt.pct(t["gpu_hit_ratio"]),
              "", "", "", "", ""]]
     for tier in t["tiers"]:
         loaded = "" if tier["loaded_bytes"] is None else fmt.bytes_(tier["loaded_bytes"])
@@ -143,7 +146,7 @@ def tier_rows(s: dict[str, Any]) -> list[list[str]]:
                      fmt.count(tier["hit_tokens"]), fmt.pct(tier["hit_ratio"]),
                      fmt.count(tier["requests_served"]), fmt.count(tier["stored_chunks"]),
                      fmt.count(tier["evicted_chunks"]), fmt.count(tier["failed_stores"]),
-                     loaded or fmt.count(tier["loaded_chunks"]) + " chunks"])
+                     loaded or fmt.count(tier["loaded_chunks"])])
     rows.append(["total", "", fmt.count(t["hit_tokens"]), fmt.pct(t["hit_ratio"]), "", "", "",
                  "", ""])
     return rows
