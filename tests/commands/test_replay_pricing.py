@@ -56,3 +56,19 @@ def test_bad_prices_are_one_line(pricing: PricingOptions, needle: str) -> None:
     with pytest.raises(ConfigError) as info:
         _section(pricing)
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_check_gates_on_the_hits_a_configured_tier_must_reach(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from yaotu_trace import check
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+
+    def gate(value: float) -> bool:
+        config = tmp_path / f"tier{value}.toml"
+        config.write_text('[[check]]\npath = "tiers.tiers.cpu.hit_ratio"\nop = ">="\n'
+                          f"value = {value}\n")
+        report = check(TraceInput(path=TRACE), DiagnosisOptions(preset="vllm", kv_capacity="66"),
+                       config=config, tiers=ReplayOptions(tiers=("cpu=4000tokens",)))
+        return bool(report.sections["checks"].failed)
+
+    assert not gate(0.01)
+    assert gate(0.99)
