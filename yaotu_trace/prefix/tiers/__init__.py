@@ -19,6 +19,7 @@ __getattr__, __dir__, __all__ = lazy_names(__name__, {
     "PRESET_POLICIES": "spec",
     "TierCounters": "result",
     "TierCurve": "curve",
+    "TierEvictions": "result",
     "TierName": "spec",
     "TierPolicy": "spec",
     "TierRequest": "spec",
@@ -37,7 +38,7 @@ __getattr__, __dir__, __all__ = lazy_names(__name__, {
 if TYPE_CHECKING:  # the same names, for mypy
     from yaotu_trace.prefix.tiers.curve import TierCurve, tier_curve
     from yaotu_trace.prefix.tiers.replay import gpu_replay, replay_tiers
-    from yaotu_trace.prefix.tiers.result import TierCounters, TieredResult
+    from yaotu_trace.prefix.tiers.result import TierCounters, TieredResult, TierEvictions
     from yaotu_trace.prefix.tiers.spec import (
         PRESET_POLICIES,
         TierName,
