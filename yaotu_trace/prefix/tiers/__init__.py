@@ -5,8 +5,10 @@ GPU").
 The API: a `TierSpec` per tier (name, capacity in chunks, chunk tokens), a `TierPolicy` (whose
 rules), and `replay_tiers(chains, rules, tiers, policy)` returning a `TieredResult` with
 per-request `gpu_hit_tokens`, `tier_hit_tokens` (one array per tier, in order), `hit_tokens`
-(their sum) and `recompute_tokens`. `parse_tier` / `resolve_tiers` turn `--tier cpu=64GiB` into
-specs; `tier_policy_for` checks a policy against the preset's engine.
+(their sum) and `recompute_tokens`, each tier's `counters` and `evictions` (`TierEvictions`:
+every chunk it evicted, the request whose store evicted it and the one that used it last).
+`parse_tier` / `resolve_tiers` turn `--tier cpu=64GiB` into specs; `tier_policy_for` checks a
+policy against the preset's engine; `tier_curve` replays every GPU size × tier size.
 """
 
 from __future__ import annotations
