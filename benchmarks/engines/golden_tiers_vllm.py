@@ -98,7 +98,7 @@ class VllmOffload:
             model_config=model,
             device_config=DeviceConfig(device="cpu"),
             cache_config=CacheConfig(block_size=b, enable_prefix_caching=True),
-            scheduler_config=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=max_len,
+            scheduler_config=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=max_len,
                                              max_model_len=max_len, is_encoder_decoder=False,
                                              enable_chunked_prefill=True),
             kv_transfer_config=KVTransferConfig(
@@ -196,6 +196,37 @@ class VllmOffload:
             cpu.append(int(external))
         self.step()  # the last request's finish reaches the connector
         return gpu, cpu, refused
+
+    def run_batched(self, tenants: list[str], prompts: list[list[int]], batch: int
+                    ) -> tuple[list[int], list[int]]:
+        """(gpu, cpu hit tokens) per request when `batch` requests arrive together and run
+        concurrently (each batch stepped until all of it finished): how far the one-at-a-time
+        protocol is from a server's overlap. Refused prompts count 0."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        b = self.config.block_size_tokens
+        usable = self.config.num_gpu_blocks - 1
+        for lo in range(0, len(prompts), batch):
+            rows = [r for r in range(lo, min(lo + batch, len(prompts)))
+                    if -(-len(prompts[r]) // b) <= usable]
+            for row in rows:
+                params = SamplingParams(max_tokens=1, ignore_eos=True)
+                params.update_from_generation_config({}, eos_token_id=2)
+                self.scheduler.add_request(Request(
+                    request_id=str(row), prompt_token_ids=prompts[row], sampling_params=params,
+                    pooling_params=None, cache_salt=tenants[row], block_hasher=self.hasher))
+            for _ in range(50 * batch):
+                if all(str(r) in self.stats and str(r) not in self.scheduler.requests
+                       for r in rows):
+                    break
+                self.step()
+            else:
+                raise RuntimeError(f"batch at {lo} did not finish")
+        self.step()
+        gpu = [self.stats.get(str(r), (0, 0))[0] for r in range(len(prompts))]
+        cpu = [self.stats.get(str(r), (0, 0))[1] for r in range(len(prompts))]
+        return [int(x) for x in gpu], [int(x) for x in cpu]
 
 
 def configs_for(prompts: list[list[int]], block_size: int, blocks_per_chunk: int
@@ -301,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=OUT)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--batch", type=int, default=0,
+                        help="also run each configuration with this many requests arriving "
+                        "together, print the totals beside the one-at-a-time ones, and write "
+                        "no fixture")
     args = parser.parse_args(argv)
     if not TRACES["mooncake"][0].exists():
         write_mooncake_slice(TRACES["mooncake"][0])
@@ -319,6 +354,16 @@ def main(argv: list[str] | None = None) -> int:
             for config in configs_for(prompts, block_size, per_chunk):
                 engine = VllmOffload(config, model_dir, max_len)
                 gpu, cpu, refused = engine.run(tenants, prompts)
+                if args.batch:
+                    batched = VllmOffload(config, model_dir, max_len)
+                    bgpu, bcpu = batched.run_batched(tenants, prompts, args.batch)
+                    differ = sum(1 for pair in zip(gpu, cpu, bgpu, bcpu, strict=True)
+                                 if pair[:2] != pair[2:])
+                    print(f"{name:<9} K={per_chunk} N={config.num_gpu_blocks} "
+                          f"cpu={config.cpu_chunks}: one at a time gpu {sum(gpu):,} cpu "
+                          f"{sum(cpu):,}; {args.batch} together gpu {sum(bgpu):,} cpu "
+                          f"{sum(bcpu):,}; requests differing {differ}", flush=True)
+                    continue
                 mine = ours(path, config)
                 differ = "-"
                 mg = mc = "-"
@@ -335,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "blocks_per_chunk": per_chunk,
                                 "gpu_hit_tokens": gpu, "cpu_hit_tokens": cpu,
                                 "refused": refused})
+        if args.batch:
+            continue
         document = {"engine": "vllm", "engine_version": vllm.__version__,
                     "torch_version": torch.__version__, "trace": path.name,
                     "protocol": PROTOCOL, "configs": configs}

@@ -212,8 +212,31 @@ def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chun
     refused = refused_requests(chains, rules)
     tier = _tier("cpu", cpu_chunks, 2 * per_chunk)
     # WHEN the compiled kernel and the Python model replay the CPU tier
-    (compiled,), (counters,) = replay_vllm_tiers(chains, gpu.hit_blocks, refused, (tier,))
-    (python,), (reference,) = replay_vllm_offload(chains, gpu.hit_blocks, refused, tier)
-    # THEN they agree on every request and every counter
+    (compiled,), (counters,), (evicted,) = replay_vllm_tiers(chains, gpu.hit_blocks, refused,
+                                                             (tier,))
+    (python,), (reference,), (expected,) = replay_vllm_offload(chains, gpu.hit_blocks, refused,
+                                                               tier)
+    # THEN they agree on every request, every counter and every eviction
     assert compiled.tolist() == python.tolist()
     assert counters == reference
+    assert evicted.key.tolist() == expected.key.tolist()
+    assert evicted.request.tolist() == expected.request.tolist()
+    assert evicted.last_use_request.tolist() == expected.last_use_request.tolist()
+
+
+@pytest.mark.parametrize("policy", [TierPolicy.VLLM, TierPolicy.LMCACHE,
+                                    TierPolicy.SGLANG_WRITE_THROUGH])
+def test_every_eviction_is_recorded_with_its_evictor_and_last_use(policy: TierPolicy) -> None:
+    preset = {TierPolicy.VLLM: "vllm", TierPolicy.LMCACHE: "lmcache"}.get(policy, "sglang")
+    rules = rules_for(preset, block_size_tokens=2, capacity_blocks=6, accounting="clean")
+    rng = np.random.default_rng(11)
+    prompts = [[int(t) for t in rng.integers(0, 3, size=int(rng.integers(2, 14)))]
+               for _ in range(80)]
+    chains = chains_of(prompts, rules)
+    result = replay_tiers(chains, rules, (_tier("cpu", 5, 2),), policy)
+    (evictions,) = result.evictions
+    assert evictions.key.size == result.counters[0].evicted_chunks > 0
+    # the evictor comes no earlier than the key's last use (the previous request's re-offer
+    # can evict a key the request being scheduled has just looked up)
+    assert (evictions.request >= evictions.last_use_request - 1).all()
+    assert (evictions.last_use_request >= 0).all()

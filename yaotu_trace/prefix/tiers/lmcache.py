@@ -27,7 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.tiers.result import TierCounters
+from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import TierSpec
 
 
@@ -36,20 +36,24 @@ class _Backend:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.keys: OrderedDict[int, None] = OrderedDict()
+        self.keys: OrderedDict[int, int] = OrderedDict()  # key -> request that used it last
         self.stored = self.evicted = self.loaded = 0
+        self.now = -1  # the request being replayed
+        self.records: list[tuple[int, int, int]] = []  # (key, evicting request, last use)
 
     def touch(self, key: int) -> None:
         self.keys.move_to_end(key)
+        self.keys[key] = self.now
 
     def put(self, key: int) -> None:
         """Insert as most recent, evicting the least recent when full."""
         if key in self.keys:
             return
         if len(self.keys) >= self.capacity:
-            self.keys.popitem(last=False)
+            gone, last = self.keys.popitem(last=False)
+            self.records.append((gone, self.now, last))
             self.evicted += 1
-        self.keys[key] = None
+        self.keys[key] = self.now
         self.stored += 1
 
     def counters(self) -> TierCounters:
@@ -59,8 +63,10 @@ class _Backend:
 
 def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                          tiers: tuple[TierSpec, ...]
-                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...]]:
-    """Hit tokens per tier (in `tiers` order) and the backends' counters under LMCache."""
+                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                    tuple[TierEvictions, ...]]:
+    """Hit tokens per tier (in `tiers` order), the backends' counters and their evictions
+    under LMCache."""
     block = int(chains.block_size_tokens)
     chunk = int(tiers[0].chunk_tokens)
     per_chunk = chunk // block
@@ -74,6 +80,8 @@ def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
     for i in range(n):
         if refused[i]:
             continue
+        for backend in backends:
+            backend.now = i
         start = int(offsets[i])
         chunks = (int(offsets[i + 1]) - start) // per_chunk
         keys = ids[start + per_chunk - 1: start + chunks * per_chunk: per_chunk].tolist()
@@ -101,4 +109,5 @@ def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
         for backend in backends:
             for j in range(len(source), chunks):
                 backend.put(keys[j])
-    return tuple(hits), tuple(b.counters() for b in backends)
+    return (tuple(hits), tuple(b.counters() for b in backends),
+            tuple(TierEvictions.of(b.records) for b in backends))

@@ -60,21 +60,21 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
     if policy is TierPolicy.VLLM:
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
 
-        tier_hits, counters = replay_vllm_tiers(chains, gpu_blocks, refused, tiers)
+        tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers)
     elif policy is TierPolicy.LMCACHE:
         from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
 
-        tier_hits, counters = replay_lmcache_tiers(chains, gpu_blocks, refused, tiers)
+        tier_hits, counters, evictions = replay_lmcache_tiers(chains, gpu_blocks, refused, tiers)
     else:
         from yaotu_trace.prefix.tiers.sglang import replay_hicache_tiers
 
-        tier_hits, counters = replay_hicache_tiers(chains, gpu_blocks, refused, tiers, policy,
-                                                   rules.capacity_blocks)
+        tier_hits, counters, evictions = replay_hicache_tiers(
+            chains, gpu_blocks, refused, tiers, policy, rules.capacity_blocks)
     gpu_hit = np.where(refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
     return TieredResult(policy=policy, tiers=tiers,
                         prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
                         gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
-                        refused=refused, counters=counters)
+                        refused=refused, counters=counters, evictions=evictions)
 
 
 def check_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],

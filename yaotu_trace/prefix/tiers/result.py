@@ -34,6 +34,24 @@ class TierCounters:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TierEvictions:
+    """Every chunk one tier evicted, in order (int64 arrays of one length): its key (the chain
+    id of the chunk's last block, `BlockChains.ids`), the request whose store evicted it, and
+    the request that used it last (looked it up, loaded or offered it; −1: never)."""
+
+    key: np.ndarray
+    request: np.ndarray
+    last_use_request: np.ndarray
+
+    @staticmethod
+    def of(records: list[tuple[int, int, int]]) -> TierEvictions:
+        """From (key, request, last use) records."""
+        table = np.asarray(records, dtype=np.int64).reshape(-1, 3)
+        return TierEvictions(key=table[:, 0].copy(), request=table[:, 1].copy(),
+                             last_use_request=table[:, 2].copy())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TieredResult:
     """Per-request hits of a replay with tiers below the GPU pool (int64 arrays).
 
@@ -49,6 +67,8 @@ class TieredResult:
     tier_hit_tokens: tuple[np.ndarray, ...]
     refused: np.ndarray  # bool per request
     counters: tuple[TierCounters, ...]
+    # Per tier, what it evicted and why (for the capacity-miss explanation); () when unknown.
+    evictions: tuple[TierEvictions, ...] = ()
 
     @property
     def hit_tokens(self) -> np.ndarray:
@@ -91,7 +111,8 @@ class TieredResult:
                             prompt_tokens=self.prompt_tokens[rows],
                             gpu_hit_tokens=self.gpu_hit_tokens[rows],
                             tier_hit_tokens=tuple(h[rows] for h in self.tier_hit_tokens),
-                            refused=self.refused[rows], counters=self.counters)
+                            refused=self.refused[rows], counters=self.counters,
+                            evictions=self.evictions)
 
     def to_dict(self, kv_bytes_per_token: int | None = None) -> dict[str, object]:
         """JSON-ready totals: which tier served what, and each tier's counters."""

@@ -29,7 +29,7 @@ from collections import OrderedDict
 import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.tiers.result import TierCounters
+from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import (
     SGLANG_LOAD_BACK_MIN_TOKENS,
     SGLANG_PREFETCH_MIN_TOKENS,
@@ -43,19 +43,27 @@ class _Lru:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.keys: OrderedDict[int, None] = OrderedDict()
+        self.keys: OrderedDict[int, int] = OrderedDict()  # key -> request that used it last
         self.stored = self.evicted = self.loaded = 0
+        self.now = -1  # the request being replayed
+        self.records: list[tuple[int, int, int]] = []  # (key, evicting request, last use)
 
     def use(self, key: int) -> None:
         """Refresh, or insert as most recent (evicting the least recent when full)."""
         if key in self.keys:
-            self.keys.move_to_end(key)
+            self.refresh(key)
             return
         if len(self.keys) >= self.capacity:
-            self.keys.popitem(last=False)
+            gone, last = self.keys.popitem(last=False)
+            self.records.append((gone, self.now, last))
             self.evicted += 1
-        self.keys[key] = None
+        self.keys[key] = self.now
         self.stored += 1
+
+    def refresh(self, key: int) -> None:
+        """Most recent, used by the request being replayed."""
+        self.keys.move_to_end(key)
+        self.keys[key] = self.now
 
     def counters(self) -> TierCounters:
         return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
@@ -65,8 +73,10 @@ class _Lru:
 def replay_hicache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                          tiers: tuple[TierSpec, ...], policy: TierPolicy,
                          gpu_capacity_blocks: int | None = None,
-                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...]]:
-    """Hit tokens per tier (host first, then storage) and the tiers' counters under HiCache's
+                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                    tuple[TierEvictions, ...]]:
+    """Hit tokens per tier (host first, then storage), the tiers' counters and evictions
+    under HiCache's
     `policy` (`write_through`, `write_through_selective` or `write_back`)."""
     block = int(chains.block_size_tokens)
     chunk = int(tiers[0].chunk_tokens)
@@ -89,6 +99,8 @@ def replay_hicache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
     for i in range(n):
         if refused[i]:
             continue
+        for tier_lru in (host, *storage):
+            tier_lru.now = i
         start = int(offsets[i])
         chunks = (int(offsets[i + 1]) - start) // per_chunk
         keys = ids[start + per_chunk - 1: start + chunks * per_chunk: per_chunk].tolist()
@@ -105,7 +117,7 @@ def replay_hicache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
         hits[0][i] = loaded
         host.loaded += j - first
         for k in range(min(j, chunks) - 1, first - 1, -1):
-            host.keys.move_to_end(keys[k])
+            host.refresh(keys[k])
         # Storage: the pages past GPU and host, prefetched into the host when long enough.
         s_end = j
         for t, tier in enumerate(storage):
@@ -116,7 +128,7 @@ def replay_hicache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                 hits[t + 1][i] = (k - s_end) * chunk
                 tier.loaded += k - s_end
                 for m in range(s_end, k):
-                    tier.keys.move_to_end(keys[m])
+                    tier.refresh(keys[m])
                 s_end = k
         # Backups after the prefill: the host (and storage behind it) take the pages whose use
         # count reaches the policy's threshold, tail to head so the head ends most recent.
@@ -134,4 +146,5 @@ def replay_hicache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
             for key in backed:
                 if key not in tier.keys:
                     tier.use(key)
-    return tuple(hits), (host.counters(), *(t.counters() for t in storage))
+    return (tuple(hits), (host.counters(), *(t.counters() for t in storage)),
+            tuple(TierEvictions.of(t.records) for t in (host, *storage)))

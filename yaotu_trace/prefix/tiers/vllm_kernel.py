@@ -88,9 +88,11 @@ def _request_rank(req_rank, sc, req):  # pragma: no cover - compiled
 
 @nb.njit(cache=True)
 def _access(ids, start, per_chunk, lo, hi, skip_pending, req, slot, seen, req_rank, rank,
-            pinned, pending, hr, hk, sc):  # pragma: no cover - compiled
+            pinned, pending, hr, hk, sc, last_use):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped when
-    `skip_pending`: a store records only new and ready keys)."""
+    `skip_pending`: a store records only new and ready keys); `last_use` notes the request."""
+    for j in range(lo, hi):
+        last_use[ids[start + (j + 1) * per_chunk - 1]] = req
     any_new = False
     for j in range(lo, hi):
         k = ids[start + (j + 1) * per_chunk - 1]
@@ -119,14 +121,16 @@ def _access(ids, start, per_chunk, lo, hi, skip_pending, req, slot, seen, req_ra
 
 @nb.njit(cache=True)
 def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, seen, req_rank, rank, pinned,
-           pending, stamp, chosen, chosen_buf, step_buf, hr, hk, sc):  # pragma: no cover
-    """`prepare_store` of chunks lo..hi-1; False when the offer fails whole."""
+           pending, stamp, chosen, chosen_buf, step_buf, hr, hk, sc, last_use, ev_key, ev_req,
+           ev_last):  # pragma: no cover - compiled
+    """`prepare_store` of chunks lo..hi-1; False when the offer fails whole. Each eviction
+    is recorded: the key, the offering request, the key's last use."""
     new = 0
     for j in range(lo, hi):
         if rank[ids[start + (j + 1) * per_chunk - 1]] < 0:
             new += 1
     _access(ids, start, per_chunk, lo, hi, True, req, slot, seen, req_rank, rank, pinned,
-            pending, hr, hk, sc)
+            pending, hr, hk, sc, last_use)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
@@ -161,7 +165,12 @@ def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, seen, req_rank, r
                 _push(hr, hk, sc, rank, pinned, pending, rank[k], k)
         else:
             for c in range(got):
-                rank[chosen_buf[c]] = -1
+                k = chosen_buf[c]
+                rank[k] = -1
+                e = sc[_EVICTED] + c
+                ev_key[e] = k
+                ev_req[e] = req
+                ev_last[e] = last_use[k]
             sc[_RESIDENT] -= got
             sc[_EVICTED] += got
         for j in range(lo, hi):
@@ -214,7 +223,9 @@ def _end_step(step_buf, rank, pinned, pending, hr, hk, sc):  # pragma: no cover 
 @nb.njit(cache=True, nogil=True)
 def vllm_cpu_pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                   capacity, num_keys):  # pragma: no cover - compiled
-    """CPU hit tokens per request, and (stored, evicted, failed offers, loaded) chunks."""
+    """CPU hit tokens per request; stored, evicted, failed offers and loaded chunks; and per
+    eviction the key (chain id of the chunk's last block), the request whose offer evicted it
+    and the request that used it last."""
     n = offsets.size - 1
     rank = np.full(num_keys, -1, dtype=np.int64)
     pinned = np.zeros(num_keys, dtype=np.uint8)
@@ -236,6 +247,11 @@ def vllm_cpu_pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens
     req_next = np.zeros(n, dtype=np.int64)
     req_failed = np.zeros(n, dtype=np.uint8)
     cpu_hit = np.zeros(n, dtype=np.int64)
+    last_use = np.full(num_keys, -1, dtype=np.int64)
+    most = offsets[n] // per_chunk + 1  # evictions never outnumber the chunks offered
+    ev_key = np.empty(most, dtype=np.int64)
+    ev_req = np.empty(most, dtype=np.int64)
+    ev_last = np.empty(most, dtype=np.int64)
     prev = -1
     prev_slot = 1
     for i in range(n):
@@ -259,12 +275,13 @@ def vllm_cpu_pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                 step_buf[sc[_STEP]] = k
                 sc[_STEP] += 1
             _access(ids, start, per_chunk, first, first + run, False, i, slot, seen, req_rank,
-                    rank, pinned, pending, hr, hk, sc)
+                    rank, pinned, pending, hr, hk, sc, last_use)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
             ok = _store(ids, start, per_chunk, 0, chunks, i, slot, capacity, seen, req_rank,
-                        rank, pinned, pending, stamp, chosen, chosen_buf, step_buf, hr, hk, sc)
+                        rank, pinned, pending, stamp, chosen, chosen_buf, step_buf, hr, hk, sc,
+                        last_use, ev_key, ev_req, ev_last)
             req_failed[i] = 0 if ok else 1
             if ok:
                 req_next[i] = chunks
@@ -274,7 +291,7 @@ def vllm_cpu_pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
                 _store(ids, p_start, per_chunk, req_next[prev], p_chunks, prev, prev_slot,
                        capacity, seen, req_rank, rank, pinned, pending, stamp, chosen,
-                       chosen_buf, step_buf, hr, hk, sc)
+                       chosen_buf, step_buf, hr, hk, sc, last_use, ev_key, ev_req, ev_last)
             _finish(ids, p_start, per_chunk, p_chunks, prev, prev_slot, seen, rank, pinned,
                     pending, hr, hk, sc)
         _end_step(step_buf, rank, pinned, pending, hr, hk, sc)
@@ -282,7 +299,7 @@ def vllm_cpu_pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens
             if req_next[i] < chunks:
                 ok = _store(ids, start, per_chunk, req_next[i], chunks, i, slot, capacity,
                             seen, req_rank, rank, pinned, pending, stamp, chosen, chosen_buf,
-                            step_buf, hr, hk, sc)
+                            step_buf, hr, hk, sc, last_use, ev_key, ev_req, ev_last)
                 req_failed[i] = 0 if ok else 1
                 if ok:
                     req_next[i] = chunks
@@ -290,4 +307,6 @@ def vllm_cpu_pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens
         cpu_hit[i] = loaded
         prev = i
         prev_slot = slot
-    return cpu_hit, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED]
+    e = sc[_EVICTED]
+    return (cpu_hit, sc[_STORED], e, sc[_FAILED], sc[_LOADED], ev_key[:e].copy(),
+            ev_req[:e].copy(), ev_last[:e].copy())

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.tiers.result import TierCounters
+from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import TierSpec
 
 
@@ -52,6 +52,7 @@ class _Request:
 
     keys: list[int]
     positions: list[int]
+    index: int = -1  # its row in the trace
     rank: int = 0  # 0: not yet ranked
     seen: dict[int, int] = field(default_factory=dict)  # key -> position, in first-seen order
     next_stored: int = 0
@@ -70,6 +71,9 @@ class _CpuTier:
         self.pending: set[int] = set()  # stores of the current step, not yet ready
         self.stored = self.evicted = self.failed = self.loaded = 0
         self.cascade: list[_SecondaryTier] = []  # tiers every stored chunk is written to
+        self.now = -1  # the request being replayed
+        self.last_use: dict[int, int] = {}
+        self.records: list[tuple[int, int, int]] = []  # (key, evicting request, last use)
 
     def _request_rank(self, req: _Request) -> int:
         if req.rank == 0:
@@ -87,6 +91,8 @@ class _CpuTier:
 
     def access(self, req: _Request, keys: list[int], positions: list[int]) -> None:
         """`_record_request_cache_access`: keys new to the request raise their rank."""
+        for key in keys:
+            self.last_use[key] = req.index
         new = [(k, p) for k, p in zip(keys, positions, strict=True) if k not in req.seen]
         if not new:
             return
@@ -105,6 +111,9 @@ class _CpuTier:
 
     def store(self, req: _Request, keys: list[int], positions: list[int]) -> bool:
         """`prepare_store`: False when the offer fails whole."""
+        self.now = req.index
+        for key in keys:
+            self.last_use[key] = req.index
         to_store = [i for i, k in enumerate(keys) if k not in self.rank]
         recorded = [i for i, k in enumerate(keys) if k not in self.rank or k not in self.pending]
         self.access(req, [keys[i] for i in recorded], [positions[i] for i in recorded])
@@ -121,7 +130,7 @@ class _CpuTier:
         self.stored += len(to_store)
         for tier in self.cascade:
             for i in to_store:
-                tier.put(keys[i])
+                tier.put(keys[i], req.index)
         return True
 
     def _evict(self, needed: int, protected: set[int]) -> bool:
@@ -150,6 +159,7 @@ class _CpuTier:
             heapq.heappush(heap, entry)
         for _, key in chosen:
             del self.rank[key]
+            self.records.append((key, self.now, self.last_use.get(key, -1)))
         self.evicted += len(chosen)
         if len(heap) > 4 * max(64, len(self.rank)):
             self._compact()
@@ -184,7 +194,8 @@ class _CpuTier:
 
 def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                         tier: TierSpec, secondary: tuple[TierSpec, ...] = ()
-                        ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...]]:
+                        ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                   tuple[TierEvictions, ...]]:
     """Hit tokens per tier (vLLM's `external_kv_transfer`, split by where the chunk was)
     behind a GPU pool whose per-request hits are `gpu_hit_blocks`; `refused` requests never
     reach the connector. `tier` is the CPU tier, `secondary` the tiers written from it."""
@@ -207,7 +218,7 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
         chunks = full // per_chunk
         keys = ids[start + per_chunk - 1: start + chunks * per_chunk: per_chunk].tolist()
         positions = list(range(chunk, (chunks + 1) * chunk, chunk))
-        req = _Request(keys=keys, positions=positions)
+        req = _Request(keys=keys, positions=positions, index=i)
         g = int(gpu_hit_blocks[i]) * block
         first = g // chunk
         run = 0
@@ -246,7 +257,8 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
                 lo = max((first + j) * chunk, g)
                 hits[where][i] += (first + j + 1) * chunk - lo
         previous = req
-    return tuple(hits), (cpu.counters(), *(t.counters() for t in lower))
+    evictions = (TierEvictions.of(cpu.records), *(TierEvictions.of(t.records) for t in lower))
+    return tuple(hits), (cpu.counters(), *(t.counters() for t in lower)), evictions
 
 
 class _SecondaryTier:
@@ -255,17 +267,20 @@ class _SecondaryTier:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.keys: OrderedDict[int, None] = OrderedDict()
+        self.keys: OrderedDict[int, int] = OrderedDict()  # key -> request that wrote it last
         self.stored = self.evicted = self.loaded = 0
+        self.records: list[tuple[int, int, int]] = []
 
-    def put(self, key: int) -> None:
+    def put(self, key: int, request: int) -> None:
         if key in self.keys:
             self.keys.move_to_end(key)
+            self.keys[key] = request
             return
         if len(self.keys) >= self.capacity:
-            self.keys.popitem(last=False)
+            gone, last = self.keys.popitem(last=False)
+            self.records.append((gone, request, last))
             self.evicted += 1
-        self.keys[key] = None
+        self.keys[key] = request
         self.stored += 1
 
     def counters(self) -> TierCounters:
@@ -316,7 +331,8 @@ def _offer(cpu: _CpuTier, req: _Request, chunks: int) -> None:
 
 def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                       tiers: tuple[TierSpec, ...]
-                      ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...]]:
+                      ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                 tuple[TierEvictions, ...]]:
     """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload:
     one CPU tier runs the compiled kernel (`vllm_kernel.py`), lower tiers this module."""
     if len(tiers) > 1:
@@ -325,10 +341,12 @@ def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: 
 
     tier = tiers[0]
     block = int(chains.block_size_tokens)
-    hits, stored, evicted, failed, loaded = vllm_cpu_pass(
+    hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last = vllm_cpu_pass(
         np.asarray(chains.offsets, dtype=np.int64), np.asarray(chains.ids, dtype=np.int64),
         np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
         np.int64(tier.chunk_tokens // block), np.int64(tier.chunk_tokens), np.int64(block),
         np.int64(tier.capacity_chunks), np.int64(max(int(chains.num_distinct), 1)))
-    return (hits,), (TierCounters(stored_chunks=int(stored), evicted_chunks=int(evicted),
-                                  failed_stores=int(failed), loaded_chunks=int(loaded)),)
+    counters = TierCounters(stored_chunks=int(stored), evicted_chunks=int(evicted),
+                            failed_stores=int(failed), loaded_chunks=int(loaded))
+    evictions = TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last)
+    return (hits,), (counters,), (evictions,)
