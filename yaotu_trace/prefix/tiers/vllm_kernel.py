@@ -24,9 +24,11 @@ _COUNTER, _HEAP, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL = 
 
 @nb.njit(cache=True)
 def _push(hr, hk, sc, rank, pinned, pending, r, k):  # pragma: no cover - compiled
-    """Push (r, k); compact the heap to the current entries when it is full."""
+    """Push (r, k); compact the heap to the current entries when stale ones make up more
+    than three quarters of it (vLLM's `_maybe_compact_heap` at a half), small enough to stay in
+    cache."""
     size = sc[_HEAP]
-    if size == hr.size:
+    if size == hr.size or size >= max(1024, 4 * sc[_RESIDENT]):
         size = 0
         for key in range(rank.size):
             if rank[key] >= 0 and pinned[key] == 0 and pending[key] == 0:
