@@ -44,6 +44,7 @@ def _type_checked(tree: ast.Module, package: str) -> dict[str, str]:
 def test_every_lazy_package_is_found() -> None:
     assert [_package(p) for p in _lazy_inits()] == [
         "yaotu_trace", "yaotu_trace.diff", "yaotu_trace.ingest", "yaotu_trace.prefix",
+        "yaotu_trace.prefix.tiers",
         "yaotu_trace.sim"]
 
 

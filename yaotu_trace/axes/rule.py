@@ -41,6 +41,7 @@ class Remedy(StrEnum):
     makes candidates (`Rule.remedies`)."""
 
     LARGER_KV_POOL = "larger_kv_pool"
+    KV_TIER = "kv_tier"
     CONCURRENCY_CAP = "concurrency_cap"
     OVERLAP_SCHEDULING = "overlap_scheduling"
     BATCH_BUDGET = "batch_budget"

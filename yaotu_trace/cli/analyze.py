@@ -5,17 +5,23 @@ from __future__ import annotations
 from yaotu_trace.cli.app import ChartsOpt, charts_wanted, command, emit, trace_input
 from yaotu_trace.cli.options import (
     FormatOpt,
+    GpuCapacityOpt,
     InputFormatOpt,
     MapOpt,
+    ModelOpt,
     OutputOpt,
     PresetOpt,
     SourceBlockOpt,
     StepsOpt,
+    TierChunkOpt,
+    TierOpt,
+    TierPolicyOpt,
     TokenizerOpt,
     TraceArg,
     WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
+from yaotu_trace.prefix.options import ReplayOptions
 
 
 @command()
@@ -30,6 +36,11 @@ def analyze(
     steps: StepsOpt = None,
     warmup: WarmupOpt = None,
     preset: PresetOpt = None,
+    tiers: TierOpt = None,
+    tier_chunk_tokens: TierChunkOpt = None,
+    tier_policy: TierPolicyOpt = None,
+    capacity: GpuCapacityOpt = None,
+    model: ModelOpt = None,
     quiet: QuietOpt = False,
     charts: ChartsOpt = None,
 ) -> None:
@@ -49,6 +60,8 @@ def analyze(
 
       trace analyze chat.parquet --no-charts
 
+      trace analyze chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
+
     In a terminal the table output opens with text charts: arrivals over time (the busiest
     minute underlined), the prompt and output length histograms (p50 and p99 marked) and, for a
     trace with prompt content, the hit ratio at the capacities of the prefix-reuse section.
@@ -58,8 +71,13 @@ def analyze(
     from yaotu_trace.commands import analyze as analyze_command
 
     pictures = charts_wanted(charts, format, output)
+    tier_options = None
+    if tiers or tier_chunk_tokens is not None or tier_policy is not None or capacity is not None:
+        tier_options = ReplayOptions(preset=preset, capacity=capacity, model=model,
+                                     tiers=tuple(tiers or ()),
+                                     tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
     with progress("analyze", quiet) as update:
         report = analyze_command.analyze(
             trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
-            preset=preset, warmup=warmup, progress=update, charts=pictures)
+            preset=preset, warmup=warmup, progress=update, charts=pictures, tiers=tier_options)
     emit(report, format, output)

@@ -43,12 +43,16 @@ from yaotu_trace.cli.options import (
     StepsBeforeOpt,
     StepsOpt,
     ThresholdOpt,
+    TierChunkOpt,
+    TierOpt,
+    TierPolicyOpt,
     TokenizerOpt,
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
+from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.render import OutputFormat
 
 if TYPE_CHECKING:
@@ -131,6 +135,9 @@ def check(
     threshold: ThresholdOpt = None,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
+    tiers: TierOpt = None,
+    tier_chunk_tokens: TierChunkOpt = None,
+    tier_policy: TierPolicyOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
@@ -171,12 +178,16 @@ def check(
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
+    tier_options = None
+    if tiers or tier_chunk_tokens is not None or tier_policy is not None:
+        tier_options = ReplayOptions(tiers=tuple(tiers or ()),
+                                     tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
     with progress("check", quiet) as update:
         report = check_command.check(
             trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
             options,
             config=config, baseline=baseline, fail_on=fail_on, before=earlier,
-            progress=update)
+            progress=update, tiers=tier_options)
     _write_ci_files(report, junit, markdown)
     emit(report, format, output)
     section = report.sections["checks"]

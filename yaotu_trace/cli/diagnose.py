@@ -26,11 +26,15 @@ from yaotu_trace.cli.options import (
     SourceBlockOpt,
     StepsOpt,
     ThresholdOpt,
+    TierChunkOpt,
+    TierOpt,
+    TierPolicyOpt,
     TokenizerOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.options import ReplayOptions
 
 
 @command()
@@ -49,6 +53,9 @@ def diagnose(
     gpu: GpuOpt = None,
     link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
+    tiers: TierOpt = None,
+    tier_chunk_tokens: TierChunkOpt = None,
+    tier_policy: TierPolicyOpt = None,
     threshold: ThresholdOpt = None,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
@@ -86,6 +93,8 @@ def diagnose(
 
       trace diagnose requests.parquet --steps steps.csv --no-charts
 
+      trace diagnose chat.parquet --model Llama-3.1-8B --kv-capacity 40GiB --tier cpu=256GiB
+
     In a terminal the table output shows text charts after the input: KV usage over time
     (step log; else the KV demand of running requests from their timing) and arrivals over
     time. --charts draws them into a file or pipe too, --no-charts leaves them out; --quiet
@@ -105,8 +114,13 @@ def diagnose(
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
     pictures = charts_wanted(charts, format, output)
+    tier_options = None
+    if tiers or tier_chunk_tokens is not None or tier_policy is not None:
+        tier_options = ReplayOptions(tiers=tuple(tiers or ()),
+                                     tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
     with progress("diagnose", quiet) as update:
         report = diagnose_command.diagnose(source, options,
                                            steps=steps if trace is None else None,
-                                           progress=update, charts=pictures)
+                                           progress=update, charts=pictures,
+            tiers=tier_options)
     emit(report, format, output)

@@ -180,6 +180,24 @@ GpuOpt = Annotated[
     typer.Option("--gpu", help="GPU from the catalog (e.g. H100-SXM, A100-80GB, MI300X, or an "
                  "alias such as H100): compute, memory and bandwidth."),
 ]
+GpuPriceOpt = Annotated[
+    str | None,
+    typer.Option("--gpu-price", metavar="DOLLARS", help="$ per GPU-hour: GPU-hours saved or "
+                 "added are also priced in money per day of the trace's traffic (no default)."),
+]
+MemoryPriceOpt = Annotated[
+    str | None,
+    typer.Option("--memory-price", metavar="DOLLARS", help="$ per GiB-month of host memory or "
+                 "storage: a tier's size priced per day (no default)."),
+]
+LinkOpt = Annotated[
+    list[str] | None,
+    typer.Option("--link", metavar="NAME=BANDWIDTH[,LATENCY]", help="A tier path's link (pcie, "
+                 "nvme, nic), e.g. pcie=32GB/s or nic=200Gb/s,0.5ms; defaults and their "
+                 "sources in docs/tiers.md (repeatable)."),
+]
+TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel GPUs per instance [1].",
+                                           min=1)]
 LinkGbpsOpt = Annotated[
     float | None,
     typer.Option("--link-gbps", min=0.001, help="Network link for KV transfer between prefill "
@@ -268,6 +286,33 @@ AccountingOpt = Annotated[
                  "follows: vllm (its block pool, --capacity = num_gpu_blocks), sglang (its radix "
                  "tree, --capacity = token-pool pages) or clean (one LRU list of full blocks, "
                  "the model the waterfall and the curve explain) [default: the preset's]."),
+]
+TierOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tier", metavar="NAME=SIZE", show_default=False,
+                 help="A tier below the GPU pool (repeatable, top down): NAME cpu, disk or "
+                 "remote; SIZE in GiB/GB (needs --model), tokens (64Mtok) or blocks (20000) "
+                 "[default: none].", rich_help_panel="Tiers below the GPU"),
+]
+TierChunkOpt = Annotated[
+    int | None,
+    typer.Option("--tier-chunk", metavar="TOKENS", show_default=False,
+                 help="Tokens per tier chunk, a multiple of the block size [default: the "
+                 "engine's: vLLM one block, LMCache 256, SGLang one page].",
+                 rich_help_panel="Tiers below the GPU"),
+]
+TierPolicyOpt = Annotated[
+    str | None,
+    typer.Option("--tier-policy", metavar="POLICY", show_default=False,
+                 help="Whose rules move KV between the tiers: vllm-native, lmcache, "
+                 "write_through, write_through_selective or write_back [default: the "
+                 "--preset engine's own].", rich_help_panel="Tiers below the GPU"),
+]
+GpuCapacityOpt = Annotated[
+    str | None,
+    typer.Option("--capacity", show_default=False, rich_help_panel="Tiers below the GPU",
+                 help="The GPU prefix cache the --tier options sit below: blocks (20000), "
+                 "tokens (3.2Mtok) or bytes (40GiB, needs --model) [default: unlimited]."),
 ]
 PresetOpt = Annotated[
     Preset | None,

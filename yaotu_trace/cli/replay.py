@@ -14,13 +14,18 @@ from yaotu_trace.cli.options import (
     CachePartialOpt,
     DaskOpt,
     FormatOpt,
+    GpuOpt,
+    GpuPriceOpt,
     InputFormatOpt,
     InstancesOpt,
     JobsOpt,
     KvBytesOpt,
     KvDtypeOpt,
     LastTokenRuleOpt,
+    LinkOpt,
     MapOpt,
+    MemoryPriceOpt,
+    MetricsOpt,
     ModelOpt,
     OutputOpt,
     PresetOpt,
@@ -29,8 +34,12 @@ from yaotu_trace.cli.options import (
     ScopeOpt,
     SourceBlockOpt,
     TenantIsolationOpt,
+    TierChunkOpt,
+    TierOpt,
+    TierPolicyOpt,
     TokenizerOpt,
     TouchOrderOpt,
+    TpOpt,
     TraceArg,
     WarmupOpt,
 )
@@ -66,6 +75,13 @@ WaterfallOpt = Annotated[
     typer.Option("--waterfall/--no-waterfall", help="Compute the loss waterfall (five more "
                  "replays and the token-granular ideal); off replays only the rules given."),
 ]
+ResidencyOpt = Annotated[
+    bool,
+    typer.Option("--residency", help="Explain every capacity miss (the tier, time, idle age "
+                 "and request of the eviction; --out columns), reuse distances in seconds and "
+                 "distinct blocks, what a TTL keeps, vLLM's three residency histograms (held "
+                 "against --metrics when it carries them), the most reused prefixes."),
+]
 OutOpt = Annotated[
     Path | None,
     typer.Option("--out", help="Per-request hits and losses to .parquet or .csv."),
@@ -99,6 +115,16 @@ def replay(
     dask: DaskOpt = None,
     out: OutOpt = None,
     warmup: WarmupOpt = None,
+    residency: ResidencyOpt = False,
+    metrics: MetricsOpt = None,
+    gpu: GpuOpt = None,
+    tp: TpOpt = None,
+    link: LinkOpt = None,
+    gpu_price: GpuPriceOpt = None,
+    memory_price: MemoryPriceOpt = None,
+    tiers: TierOpt = None,
+    tier_chunk_tokens: TierChunkOpt = None,
+    tier_policy: TierPolicyOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -126,10 +152,18 @@ def replay(
       trace replay conversation_trace.jsonl --touch-order tail-first --capacity 1GiB
       --model deepseek-v3 --warmup 50%
 
+      trace replay chat.parquet --preset vllm --capacity 20000 --residency --out misses.csv
+
+      trace replay chat.parquet --model llama-3.1-8b --gpu H100 --gpu-price 2.5
+
+      trace replay chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
+      --out hits.parquet
+
       trace replay chat.parquet --grid block-size=16,64,256 --grid tenant-isolation=on,off
       --grid capacity=1Mtok,10Mtok,unlimited --jobs 2
     """
     from yaotu_trace.commands import replay as replay_command
+    from yaotu_trace.commands.shared.pricing import PricingOptions
     from yaotu_trace.prefix.partition import Parallelism
 
     options = ReplayOptions(
@@ -138,11 +172,15 @@ def replay(
         cache_partial_blocks=cache_partial_blocks, cache_outputs=cache_outputs,
         eviction=eviction, scope=scope, route=route, instances=instances, seed=seed,
         capacity_per_tenant=capacity_per_tenant, accounting=accounting, capacity=capacity,
-        model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup)
+        model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup,
+        residency=residency, tiers=tuple(tiers or ()), tier_chunk_tokens=tier_chunk_tokens,
+        tier_policy=tier_policy)
     with progress("replay", quiet) as update:
         report = replay_command.replay(
             trace_input(trace, input_format, map, source_block_size, tokenizer=tokenizer),
             options, grid=grid or (),
             waterfall=waterfall, parallel=Parallelism(jobs=jobs, dask=dask), out=out,
-            progress=update)
+            progress=update, metrics=metrics,
+            pricing=PricingOptions(gpu=gpu, tp=tp or 1, links=tuple(link or ()),
+                                   gpu_price=gpu_price, memory_price=memory_price))
     emit(report, format, output)

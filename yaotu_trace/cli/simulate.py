@@ -20,6 +20,7 @@ from yaotu_trace.cli.options import (
     OutputOpt,
     ScenarioOpt,
     SourceBlockOpt,
+    TpOpt,
     TraceArg,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
@@ -77,8 +78,6 @@ MaxModelLenOpt = Annotated[int | None, typer.Option(
     "prefill [131072].", min=1)]
 UtilOpt = Annotated[float | None, typer.Option(
     "--gpu-memory-utilization", help="Share of GPU memory the engine takes [0.92].")]
-TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel GPUs per instance [1].",
-                                           min=1)]
 MfuOpt = Annotated[float | None, typer.Option("--mfu", help="Model FLOP utilisation [0.5].")]
 MbuOpt = Annotated[float | None, typer.Option("--mbu", help="Memory bandwidth utilisation [0.7].")]
 OverheadOpt = Annotated[float | None, typer.Option(

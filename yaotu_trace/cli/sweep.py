@@ -25,6 +25,9 @@ from yaotu_trace.cli.options import (
     RuleBlockSizeOpt,
     ScopeOpt,
     SourceBlockOpt,
+    TierChunkOpt,
+    TierOpt,
+    TierPolicyOpt,
     TouchOrderOpt,
     TraceArg,
     WarmupOpt,
@@ -61,6 +64,9 @@ def sweep(
                                  "--kv-bytes-per-token), each with the curve's hit ratio and a "
                                  "real replay's under the preset's accounting.")
     ] = None,
+    tiers: TierOpt = None,
+    tier_chunk_tokens: TierChunkOpt = None,
+    tier_policy: TierPolicyOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -84,6 +90,8 @@ def sweep(
       trace sweep conversation_trace.jsonl --touch-order tail-first --warmup 50%
 
       trace sweep conversation_trace.jsonl --model deepseek-v3 --capacities 1GiB,8GiB,64GiB
+
+      trace sweep chat.parquet --model llama-3.1-8b --capacities 2GiB,8GiB --tier cpu=64GiB
     """
     from yaotu_trace.commands import sweep as sweep_command
 
@@ -92,7 +100,8 @@ def sweep(
         last_token_rule=last_token_rule, cache_partial_blocks=cache_partial_blocks,
         cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
         accounting=accounting, model=model, kv_bytes_per_token=kv_bytes_per_token,
-        kv_dtype=kv_dtype, warmup=warmup)
+        kv_dtype=kv_dtype, warmup=warmup, tiers=tuple(tiers or ()),
+        tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
     with progress("sweep", quiet) as update:
         report = sweep_command.sweep(
             trace_input(trace, input_format, map, source_block_size), options, points=points,

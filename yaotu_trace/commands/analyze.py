@@ -3,34 +3,48 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from yaotu_trace.commands.load import Progress, TraceInput, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.analysis import analysis_report
+from yaotu_trace.commands.shared.tiers import tiers_section
 from yaotu_trace.data.report import InputSummary, Report
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.summary import read_summary
+from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.window import parse_warmup
 
 
 def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None = None,
-            progress: Progress | None = None, charts: bool = False) -> Report:
+            progress: Progress | None = None, charts: bool = False,
+            tiers: ReplayOptions | None = None) -> Report:
     """`trace analyze`: the workload profile plus every registered section that applies.
 
     `preset` is the prefix replay's (default: the one `trace replay` picks for this trace, so
     both give the same unlimited hits). `warmup` counts the prefix reuse after that window
     only (`prefix/window.py`); the profile covers every request. A step log from another run is
     refused, and one partly outside the trace noted (`data.telemetry_fit.fit_telemetry`).
-    `charts` adds the console's pictures (`Report.charts`: arrivals, lengths, the capacity
-    points); the sections, and so the JSON, are the same either way."""
+    `tiers` (`--tier`, `--capacity`) adds the `tiers` section: which source served what
+    with tiers below a GPU pool of `tiers.capacity` (`commands/shared/tiers.py`). `charts`
+    adds the console's pictures (`Report.charts`: arrivals, lengths, the capacity points);
+    the sections, and so the JSON, are the same either way."""
     spec = None if warmup is None else parse_warmup(warmup)
+    if tiers is not None:
+        tiers = replace(tiers, preset=preset if tiers.preset is None else tiers.preset)
+        check_tier_options(tiers)
     summary = bench_summary_report(trace)
     if summary is not None:
         return summary
     loaded = open_trace(trace, lazy_content=True, progress=progress, arrivals_optional=True)
     if isinstance(trace, TraceInput | str | Path):  # else read already
         tell(progress, "profiling", 0.5)
-    return analysis_report(loaded, preset=preset, warmup=spec, charts=charts)
+    report = analysis_report(loaded, preset=preset, warmup=spec, charts=charts)
+    if tiers is not None and tiers.tiers:
+        tell(progress, "replaying the tiers below the GPU", 0.8)
+        report = replace(report, sections={**report.sections,
+                                           "tiers": tiers_section(loaded, tiers)})
+    return report
 
 
 def bench_summary_report(source: TraceSource) -> Report | None:

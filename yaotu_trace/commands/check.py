@@ -4,7 +4,7 @@ change against a run before."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from yaotu_trace.commands.shared.analysis import analysis_report
 from yaotu_trace.commands.shared.change import change_report
 from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
 from yaotu_trace.commands.shared.observed import observed_vs_replayed
+from yaotu_trace.commands.shared.tiers import tiers_section
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.report import Report, input_summary
@@ -38,6 +39,7 @@ from yaotu_trace.gate.fail_on import (
     parse_fail_on,
 )
 from yaotu_trace.gate.observed import observed_result
+from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 
 
 def check(
@@ -49,6 +51,7 @@ def check(
     fail_on: str | None = None,
     before: RunBefore | None = None,
     progress: Progress | None = None,
+    tiers: ReplayOptions | None = None,
 ) -> Report:
     """`trace check`: the `checks` section of every threshold of `config` (a check file or a
     parsed `CheckConfig`), of the comparison with `baseline` (a JSON report the tool wrote), of
@@ -61,9 +64,17 @@ def check(
     (`trace diagnose`'s meaning; they describe both runs of a change) only when a check needs
     an axis, the verdict or the ledger.
 
+    `tiers` (`--tier`, as `trace diagnose` takes it) adds the `tiers` section to what the
+    checks read: a gate on the hits a configured tier must reach (`tiers.tiers.cpu.hit_ratio`).
+
     The report's `checks.failed` says whether the gate fails (`trace check` exits 1).
     """
     options = options or DiagnosisOptions()
+    if tiers is not None:
+        tiers = replace(tiers, preset=options.preset, capacity=options.kv_capacity,
+                        model=options.model, kv_bytes_per_token=options.kv_bytes_per_token,
+                        kv_dtype=options.kv_dtype)
+        check_tier_options(tiers)
     asked = _asked(config, baseline, fail_on, before)
     # The diff judges subsets of the requests, so it needs the token columns in memory.
     loaded = open_trace(trace, lazy_content=before is None, progress=progress)
@@ -72,6 +83,9 @@ def check(
     earlier = None if before is None else open_trace(before.trace, lazy_content=False)
     diagnosis = deferred_diagnosis(loaded, setup, metrics)
     doc, diagnosed = _metrics_of(loaded, diagnosis, asked, progress)
+    if tiers is not None and tiers.tiers:
+        tell(progress, "replaying the tiers below the GPU", 0.5)
+        doc["tiers"] = tiers_section(loaded, tiers)
     changes: list[CheckResult] = []
     if before is not None and earlier is not None:
         tell(progress, "comparing with the run before", 0.6)

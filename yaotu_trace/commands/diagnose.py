@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.settings import setup_diagnosis
 from yaotu_trace.commands.shared.diagnosis import diagnose_trace
+from yaotu_trace.commands.shared.tiers import tiers_section
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report
 from yaotu_trace.data.schema import Trace
@@ -14,6 +16,7 @@ from yaotu_trace.data.telemetry_only import telemetry_trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.load import read_steps
+from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 
 
 def diagnose(
@@ -23,6 +26,7 @@ def diagnose(
     steps: str | Path | None = None,
     progress: Progress | None = None,
     charts: bool = False,
+    tiers: ReplayOptions | None = None,
 ) -> Report:
     """`trace diagnose`: the axes, the verdict, the ledger and the findings of a trace, judged
     under `options` (docs/diagnose.md). Every option is checked before the trace is read.
@@ -30,9 +34,18 @@ def diagnose(
     Without a trace (`trace=None`), the telemetry alone is judged: `options.metrics`, `steps`
     (a step log) or both; with a trace, its step log comes with it (`TraceInput.steps`).
     `charts` adds the console's pictures (`Report.charts`: KV over time, arrivals); the
-    sections, and so the JSON, are the same either way.
+    sections, and so the JSON, are the same either way. `tiers` (`--tier`) adds the `tiers`
+    section: which source served what with tiers below the KV pool of `options.kv_capacity`
+    (`commands/shared/tiers.py`).
     """
     options = options or DiagnosisOptions()
+    if tiers is not None:
+        tiers = replace(tiers, preset=options.preset, capacity=options.kv_capacity,
+                        model=options.model, kv_bytes_per_token=options.kv_bytes_per_token,
+                        kv_dtype=options.kv_dtype)
+        check_tier_options(tiers)
+        if trace is None:
+            raise ConfigError("--tier replays a trace's prompts; give the TRACE")
     if trace is None and options.metrics is None and steps is None:
         raise ConfigError("trace diagnose needs a TRACE to judge, or engine telemetry alone: "
                           "--metrics FILE (a server log or Prometheus export) or --steps FILE")
@@ -47,8 +60,13 @@ def diagnose(
     else:
         loaded = open_trace(trace, lazy_content=True)
     tell(progress, "judging the axes", 0.3)
-    return diagnose_trace(loaded, metrics=engine_metrics, settings=setup.settings,
-                          thresholds=setup.thresholds, charts=charts)
+    report = diagnose_trace(loaded, metrics=engine_metrics, settings=setup.settings,
+                            thresholds=setup.thresholds, charts=charts)
+    if tiers is not None and tiers.tiers:
+        tell(progress, "replaying the tiers below the GPU", 0.9)
+        report = replace(report, sections={**report.sections,
+                                           "tiers": tiers_section(loaded, tiers)})
+    return report
 
 
 def _telemetry_input(metrics: EngineMetrics | None, steps: str | Path | None) -> Trace:

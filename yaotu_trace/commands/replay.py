@@ -7,18 +7,30 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from yaotu_trace.catalog.models import find_model
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.outputs import check_out, write_requests
+from yaotu_trace.commands.shared.pricing import (
+    PricingOptions,
+    TierServed,
+    prefill_compute,
+    pricing_section,
+)
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.prefix.grid import GridCapacity, parse_axis, parse_switch, replay_grid
-from yaotu_trace.prefix.options import ReplayOptions
+from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.reconcile_replay import reconcile_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.prefix.window import WarmupSpec, parse_warmup
+from yaotu_trace.sim.fetch import links_with
 
 
 def replay(
@@ -30,6 +42,8 @@ def replay(
     parallel: Parallelism = SERIAL,
     out: Path | None = None,
     progress: Progress | None = None,
+    metrics: Path | None = None,
+    pricing: PricingOptions | None = None,
 ) -> Report:
     """`trace replay`: token-weighted hit ratio, saved prefill and the loss waterfall, under
     the rules and capacity of `options` (`prefix/options.py`; the rules given override the
@@ -39,8 +53,14 @@ def replay(
     `tenant-isolation=on,off`); `parallel` runs independent caches in `jobs` processes or on
     a Dask cluster; `out` also writes the per-request hits and losses (.parquet or .csv),
     atomically. `options.warmup` counts the totals after that window only (`out` then keeps
-    every request and marks the measured ones).
+    every request and marks the measured ones). `options.residency` adds the `kv_residency`
+    section and its `out` columns, its vLLM histograms held against the engine's own in
+    `metrics` (an export with `--kv-cache-metrics`) when they are there. `pricing` (a GPU,
+    links, prices) adds the `prefill_pricing` section: what the cache saves in GPU-hours and
+    money per day of the trace's traffic.
     """
+    pricing = pricing or PricingOptions()
+    pricing.check()
     options = options or ReplayOptions()
     spec = None if options.warmup is None else parse_warmup(options.warmup)
     if spec is not None and grid:
@@ -49,27 +69,44 @@ def replay(
     if out is not None and not grid:
         check_out(out)
     options.kv_bytes()  # --model's KV bytes per token at --kv-dtype, refused before any work
+    check_tier_options(options)
+    if options.tiers and grid:
+        raise ConfigError("--tier replays one GPU pool with its tiers; it cannot be combined "
+                          "with --grid (use trace sweep for a curve over sizes)")
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
+    if grid and (options.residency or metrics is not None or pricing.asked):
+        raise ConfigError("--residency, --metrics and prices explain one replay; they cannot be "
+                          "combined with --grid (run one replay per combination)")
+    if metrics is not None and not options.residency:
+        raise ConfigError("--metrics holds vLLM's residency histograms against the replay's: "
+                          "add --residency")
+    engine = None if metrics is None else read_metrics(metrics)
     if grid:
         if out is not None:
             raise ConfigError("--out writes one replay's requests; it cannot be combined with "
                               "--grid")
         return _grid_report(loaded, options, list(grid), parallel, progress)
-    return _one_replay(loaded, options, parallel, waterfall, out, progress, spec)
+    return _one_replay(loaded, options, parallel, waterfall, out, progress, spec, engine,
+                       pricing)
 
 
 def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, waterfall: bool,
                 out: Path | None, progress: Progress | None,
-                warmup: WarmupSpec | None = None) -> Report:
+                warmup: WarmupSpec | None = None,
+                metrics: EngineMetrics | None = None,
+                pricing: PricingOptions | None = None) -> Report:
     """One replay under the effective rules (and `--out`'s per-request table)."""
     rules, preset_name, notes = options.effective_rules(loaded)
     blocks = options.capacity_blocks(options.capacity, rules.block_size_tokens)
     if blocks is not None:
         rules = rules.with_(capacity_blocks=blocks)
+    tiers = options.tier_setup(rules, preset_name)
     tell(progress, "replaying the prefix cache", 0.2)
     summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,
                                                    notes=notes, parallel=parallel,
-                                                   waterfall=waterfall, warmup=warmup)
+                                                   waterfall=waterfall, warmup=warmup,
+                                                   tiers=tiers, explain=options.residency,
+                                                   metrics=metrics)
     if summary.reconciliation is not None:
         # The causes another replay can test (tenants salted or not, a cache per instance),
         # as `trace analyze` and `trace diagnose` test them.
@@ -80,17 +117,52 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
             hits=requests.columns["hit_tokens"]))
     config: dict[str, Any] = {"preset": preset_name, "rules": rules.to_dict(),
                               "capacity": options.capacity}
+    if tiers is not None:
+        config["tiers"] = list(options.tiers)
+        config["tier_policy"] = str(tiers.policy)
     if warmup is not None:
         config["warmup"] = warmup.text
+    sections: dict[str, Any] = {"prefix_reuse": summary.to_dict()}
+    if summary.residency is not None:
+        sections["kv_residency"] = summary.residency.to_dict()
+    if pricing is not None and pricing.gpu is not None:
+        sections["prefill_pricing"] = _pricing(loaded, options, rules, requests.to_columns(),
+                                               pricing, summary.tiers)
     report = Report(
         command="replay",
         input=input_summary(loaded),
         config=config,
-        sections={"prefix_reuse": summary.to_dict()},
+        sections=sections,
     )
     if out is not None:
         write_requests(out, requests.to_columns())
     return report
+
+
+def _pricing(loaded: Trace, options: ReplayOptions, rules: Any, columns: dict[str, Any],
+             pricing: PricingOptions, tiers: dict[str, Any] | None) -> dict[str, Any]:
+    """The cache's (and its tiers') prefill saved, loads added, GPU-hours and money per day."""
+    assert pricing.gpu is not None
+    if options.model is None:
+        raise ConfigError("pricing prefill needs the model's FLOPs and KV bytes per token: add "
+                          "--model")
+    model = find_model(options.model)
+    kv = options.kv_bytes() or model.kv_bytes_per_token
+    compute = prefill_compute(model, pricing.gpu, pricing.tp, kv)
+    pool = (None if rules.capacity_blocks is None
+            else float(rules.capacity_blocks) * rules.block_size_tokens * kv)
+    served = tuple(
+        TierServed(name=t["name"], size_bytes=float(t["capacity_tokens"]) * kv,
+                   hit_tokens=np.asarray(columns[f"{t['name']}_hit_tokens"]))
+        for t in (tiers or {}).get("tiers", ()))
+    gpu_hits = columns.get("gpu_hit_tokens", columns["hit_tokens"])
+    return pricing_section(
+        request_id=np.asarray(columns["request_id"], dtype=object),
+        arrival_s=loaded.requests["arrival_s"].to_numpy(dtype=np.float64),
+        prompt_tokens=np.asarray(columns["prompt_tokens"]),
+        gpu_hit_tokens=np.asarray(gpu_hits), tiers=served, compute=compute,
+        kv_bytes_per_token=kv, links=links_with(pricing.links), prices=pricing.prices(),
+        gpu=pricing.gpu, gpu_pool_bytes=pool)
 
 
 def _grid_report(loaded: Trace, options: ReplayOptions, grid: list[str],

@@ -10,8 +10,9 @@ from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import small
-from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks
+from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks, check_tier_options
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
+from yaotu_trace.prefix.tiers.spec import TierSetup
 from yaotu_trace.prefix.window import parse_warmup
 
 # Capacities shown when not told otherwise (log-spaced; the knee and the shares are added).
@@ -47,6 +48,13 @@ def sweep(
                           "a replay's: run trace replay --capacity C --capacity-per-tenant per "
                           "capacity")
     spec = None if options.warmup is None else parse_warmup(options.warmup)
+    check_tier_options(options)
+    if options.tiers and (len(options.tiers) > 1 or not capacities):
+        raise ConfigError("trace sweep --tier draws hits over GPU size × tier size: give one "
+                          "--tier (its size is the largest tier size) and the GPU sizes with "
+                          "--capacities")
+    if options.tiers and spec is not None:
+        raise ConfigError("trace sweep --tier counts every request; drop --warmup")
     model_name, kv = _kv_bytes(options.model, options.kv_bytes_per_token, options.kv_dtype)
     if isinstance(capacities, str):  # "1GiB,2GiB" from Python, as on the command line
         capacities = capacities.split(",")
@@ -77,18 +85,47 @@ def sweep(
 
         sections["capacity_table"] = capacity_table(loaded, rules, curve, preset=preset_name,
                                                     capacities=asked, warmup=spec)
+    tiers = options.tier_setup(rules, preset_name)
+    if tiers is not None:
+        tell(progress, "replaying GPU size × tier size", 0.7)
+        sections["tier_curve"] = tiered_curve(loaded, rules, tiers,
+                                              tuple(blocks for _, blocks in asked))
     config: dict[str, Any] = {"preset": preset_name, "rules": section.rules, "model": model_name,
                               "kv_bytes_per_token": kv, "points": points}
     if asked:
         config["capacities"] = [label for label, _ in asked]
     if spec is not None:
         config["warmup"] = spec.text
+    if tiers is not None:
+        config["tiers"] = list(options.tiers)
+        config["tier_policy"] = str(tiers.policy)
     return Report(
         command="sweep",
         input=input_summary(loaded),
         config=config,
         sections=sections,
     )
+
+
+# The tier sizes of the two-dimensional curve, as shares of the --tier size given.
+TIER_SHARES: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+
+
+def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
+                 gpu_blocks: tuple[int | None, ...]) -> dict[str, Any]:
+    """Hits at every GPU size × tier size (the --tier size and its halvings down to 1/32):
+    one exact tiered replay per point (`prefix/tiers/curve.py`)."""
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.tiers.curve import tier_curve
+
+    tier = tiers.tiers[0]
+    sizes = tuple(sorted({max(1, int(tier.capacity_chunks * share)) for share in TIER_SHARES}))
+    chains = prepare(loaded, stream=True).chains(rules)
+    curve = tier_curve(chains, rules, tier, tiers.policy, gpu_blocks, sizes)
+    out = curve.to_dict()
+    out["policy"] = str(tiers.policy)
+    out["kv_bytes_per_token"] = tiers.kv_bytes_per_token
+    return out
 
 
 def _kv_bytes(model: str | None, kv_bytes_per_token: int | None,

@@ -98,6 +98,11 @@ HISTOGRAMS: Final[Mapping[str, tuple[str, ...]]] = {
     # SGLang's disaggregated prefill server, in milliseconds and MB per transfer.
     "kv_transfer_latency_ms": ("sglang:kv_transfer_latency_ms",),
     "kv_transfer_size_mb": ("sglang:kv_transfer_total_mb",),
+    # vLLM's block residency (`--kv-cache-metrics`, sampled): allocation to eviction, last
+    # use to eviction, and the gaps between a block's last uses (`trace replay --residency`).
+    "kv_block_lifetime_s": ("vllm:kv_block_lifetime_seconds",),
+    "kv_block_idle_before_evict_s": ("vllm:kv_block_idle_before_evict_seconds",),
+    "kv_block_reuse_gap_s": ("vllm:kv_block_reuse_gap_seconds",),
 }
 # The label that splits a quantity, and the values it takes (engines.md §1.9, §2.7).
 LABELLED: Final[Mapping[str, str]] = {

@@ -271,6 +271,71 @@ def _larger_kv_pool(c: LedgerInput) -> LedgerEntry | None:
     )
 
 
+def _kv_tier(c: LedgerInput) -> LedgerEntry | None:
+    """A CPU tier below the GPU pool (P004): the size the prefix axis replayed under the
+    engine's tier rules (`axes/prefix_reuse/tier.py`), the hits it wins back and the prefill
+    they save, against the host memory, the loads and the PCIe bandwidth it adds."""
+    triggered_by = c.triggered_by(Remedy.KV_TIER)
+    if not triggered_by:
+        return None
+    tier = c.prefix_reuse.tier_candidate
+    if tier is None:
+        return LedgerEntry(
+            remedy=Remedy.KV_TIER, axis=AxisName.PREFIX_REUSE, triggered_by=triggered_by,
+            saves=(Quantity(name="tier_hit_tokens", value=None, unit="tokens",
+                            basis="a tier replay needs one global GPU pool of finite size "
+                                  "(--kv-capacity) and a preset with a tier policy"),),
+            adds=(), caveats=("replay a tier with `trace replay --tier cpu=SIZE` to size it",))
+    span = tier["span_s"]
+    day = None if not span else 86_400.0 / span
+    gpu_s = tier["gpu_seconds_saved"]
+    peak = tier["peak_bytes_per_s"]
+    size = tier["size_bytes"]
+    headline = (f"add {_size_text(size, tier['size_tokens'])} CPU tier: "
+                f"+{100 * tier['hit_gain_share']:.1f} % hits"
+                + ("" if gpu_s is None or day is None
+                   else f", −{gpu_s * day / 3600:.2f} GPU-h/day")
+                + ("" if peak is None else f", +{peak / 1e9:.2f} GB/s PCIe at peak")
+                + ("" if tier["ttft_change_share"] is None
+                   else f", TTFT {_signed(100 * tier['ttft_change_share'])} %"))
+    saves = (
+        Quantity(name="tier_hit_tokens", value=float(tier["hit_tokens_gained"]), unit="tokens",
+                 basis=f"{tier['policy']} tier replay of {tier['size_tokens']:,} tokens "
+                       f"({100 * tier['recovered_share']:.0f} % of the capacity loss)"),
+        Quantity(name="prefill_gpu_seconds_net", value=gpu_s, unit="s",
+                 basis="prefill saved − loads added (sim/fetch.py)" if gpu_s is not None
+                 else "pass --model and --gpu for GPU-seconds"),
+        Quantity(name="prefill_gpu_hours_per_day",
+                 value=None if gpu_s is None or day is None else gpu_s * day / 3600,
+                 unit="GPU-h", basis="per day of the trace's traffic"),
+    )
+    adds = (
+        Quantity(name="host_memory_bytes", value=None if size is None else float(size),
+                 unit="bytes", basis=_missing_kv_basis("tier tokens × kv_bytes_per_token",
+                                                       c.inp)),
+        Quantity(name="load_seconds", value=tier["load_s"], unit="s",
+                 basis="Σ per request: tokens × kv_b / PCIe (63 GB/s, docs/tiers.md)"),
+        Quantity(name="peak_pcie_bytes_per_s", value=peak, unit="B/s",
+                 basis="loads in the busiest minute of arrivals"),
+        Quantity(name="ttft_change_share", value=tier["ttft_change_share"], unit="ratio",
+                 basis="Σ (load − prefill saved) / Σ prefill after the GPU hit"),
+    )
+    return LedgerEntry(remedy=Remedy.KV_TIER, axis=AxisName.PREFIX_REUSE,
+                       triggered_by=triggered_by, saves=saves, adds=adds,
+                       caveats=(headline, "loads are not overlapped with the prefill (an "
+                                "upper bound on the time they add)"))
+
+
+def _signed(value: float) -> str:
+    return f"{'−' if value < 0 else '+'}{abs(value):.1f}"
+
+
+def _size_text(size_bytes: float | None, tokens: int) -> str:
+    if size_bytes is None:
+        return f"{tokens:,}-token"
+    return f"{size_bytes / 2**30:,.0f} GiB"
+
+
 def _concurrency_cap(c: LedgerInput) -> LedgerEntry | None:
     """A concurrency cap (max_num_seqs near n_safe_p95): the same preemptions, traded for
     queueing."""
@@ -764,6 +829,7 @@ def _fmt_rate(pool: PoolModel) -> str:
 # A new remedy is a `Remedy` value, a function above and a line here.
 REMEDIES: Final[Mapping[Remedy, Callable[[LedgerInput], LedgerEntry | None]]] = {
     Remedy.LARGER_KV_POOL: _larger_kv_pool,
+    Remedy.KV_TIER: _kv_tier,
     Remedy.CONCURRENCY_CAP: _concurrency_cap,
     Remedy.OVERLAP_SCHEDULING: _overlap_scheduling,
     Remedy.BATCH_BUDGET: _batch_budget,

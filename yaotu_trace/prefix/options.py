@@ -25,6 +25,12 @@ from yaotu_trace.prefix.rules import (
     TouchOrder,
     effective_rules,
 )
+from yaotu_trace.prefix.tiers.spec import (
+    TierSetup,
+    parse_tier,
+    resolve_tiers,
+    tier_policy_for,
+)
 
 if TYPE_CHECKING:
     from yaotu_trace.data.schema import Trace
@@ -38,7 +44,10 @@ class ReplayOptions:
     rule field after it overrides the preset's when set. `capacity` is per cache, as
     `--capacity` takes it (20000 blocks, 3.2Mtok, 40GiB; None: unlimited); bytes are turned
     into blocks with `kv_bytes_per_token`, else `model`'s (at `kv_dtype`). `warmup` counts the
-    hits after that window only (`prefix/window.py`: 50%, 1000req, 600s).
+    hits after that window only (`prefix/window.py`: 50%, 1000req, 600s). `tiers` are the tiers
+    below the GPU pool as `--tier NAME=SIZE` gives them, in order (cpu, disk, remote), with
+    `tier_chunk_tokens` per chunk (None: the engine's) and `tier_policy`'s rules (None: the
+    preset's engine's own; `prefix/tiers/`).
     """
 
     preset: Preset | str | None = None
@@ -60,6 +69,12 @@ class ReplayOptions:
     kv_bytes_per_token: int | None = None
     kv_dtype: str | None = None
     warmup: str | None = None
+    # `--residency`: every capacity miss explained, reuse distances, TTL, vLLM's residency
+    # histograms (`prefix/residency.py`).
+    residency: bool = False
+    tiers: tuple[str, ...] = ()
+    tier_chunk_tokens: int | None = None
+    tier_policy: str | None = None
 
     def rule_overrides(self) -> dict[str, Any]:
         """The rules given, by `ReplayRules` field name (a route implies one cache per
@@ -86,6 +101,39 @@ class ReplayOptions:
         if self.kv_dtype is None:
             return self.kv_bytes_per_token
         return model_kv_bytes_per_token(self.model, self.kv_dtype, self.kv_bytes_per_token)[1]
+
+
+    def tier_setup(self, rules: ReplayRules, preset: str) -> TierSetup | None:
+        """The tiers in chunks and the policy that runs them, for `rules` under `preset`
+        (None without `tiers`); every refusal is one line before any work."""
+        if not self.tiers and self.tier_chunk_tokens is None and self.tier_policy is None:
+            return None
+        if not self.tiers:
+            raise ConfigError("--tier-chunk and --tier-policy describe tiers below the GPU "
+                              "pool; add one with --tier cpu=SIZE")
+        policy = tier_policy_for(preset, self.tier_policy)
+        per_token = self.kv_bytes()
+        if per_token is None and self.model is not None:
+            per_token = find_model(self.model).kv_bytes_per_token
+        specs = resolve_tiers(tuple(parse_tier(t) for t in self.tiers), policy=policy,
+                              block_size_tokens=rules.block_size_tokens,
+                              chunk_tokens=self.tier_chunk_tokens, kv_bytes_per_token=per_token)
+        return TierSetup(tiers=specs, policy=policy, kv_bytes_per_token=per_token)
+
+
+def check_tier_options(options: ReplayOptions) -> None:
+    """What of the tier options can be refused before the trace is read: each `--tier`'s
+    grammar, and the policy against an explicit preset."""
+    for text in options.tiers:
+        parse_tier(text)
+    if options.preset is not None:
+        tier_policy_for(str(Preset(str(options.preset))), options.tier_policy)
+    if options.tier_chunk_tokens is not None and options.tier_chunk_tokens < 1:
+        raise ConfigError(f"--tier-chunk {options.tier_chunk_tokens} must be at least 1 token")
+    if (options.tier_chunk_tokens is not None or options.tier_policy is not None) \
+            and not options.tiers:
+        raise ConfigError("--tier-chunk and --tier-policy describe tiers below the GPU pool; "
+                          "add one with --tier cpu=SIZE")
 
 
 # The options that set a `ReplayRules` field of the same name.

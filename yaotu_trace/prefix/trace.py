@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
@@ -24,7 +25,11 @@ from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, reconcile
+from yaotu_trace.prefix.residency import Residency, residency
 from yaotu_trace.prefix.rules import ReplayRules, Scope, effective_rules
+from yaotu_trace.prefix.tiers.replay import replay_tiers
+from yaotu_trace.prefix.tiers.result import TieredResult
+from yaotu_trace.prefix.tiers.spec import TierSetup
 from yaotu_trace.prefix.waterfall import (
     STEPS,
     Waterfall,
@@ -128,6 +133,11 @@ class ReplaySummary:
     rejected_requests: int = 0
     # Observed against replayed over time, for captures whose cached_tokens are the engine's.
     reconciliation: Reconciliation | None = None
+    # `--residency`: its own report section (`kv_residency`), not part of `to_dict()`.
+    residency: Residency | None = None
+    # `--tier`: which source served what (`TieredResult.to_dict`); None without tiers, and
+    # then absent from `to_dict()`.
+    tiers: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready builtins: no NumPy scalars, no NaN."""
@@ -161,7 +171,8 @@ class ReplaySummary:
             "measurement_window": None if self.window is None else self.window.to_dict(),
             "notes": list(self.notes),
         } | ({} if self.reconciliation is None
-             else {"observed_over_time": self.reconciliation.to_dict()})
+             else {"observed_over_time": self.reconciliation.to_dict()}) | (
+            {} if self.tiers is None else {"tiers": self.tiers})
 
 
 def _groups(codes: np.ndarray | None, labels: tuple[str, ...], prompt: np.ndarray,
@@ -204,10 +215,13 @@ def replay_trace(
     notes: tuple[str, ...] = (),
     parallel: Parallelism = SERIAL,
     warmup: WarmupSpec | str | None = None,
+    tiers: TierSetup | None = None,
 ) -> ReplaySummary:
-    """Replay `trace` under `rules` (default: `effective_rules(trace)`) and summarise it."""
+    """Replay `trace` under `rules` (default: `effective_rules(trace)`) and summarise it;
+    `tiers` puts tiers below the GPU pool (`prefix/tiers/`)."""
     summary, _ = replay_trace_with_requests(trace, rules, preset=preset, waterfall=waterfall,
-                                            notes=notes, parallel=parallel, warmup=warmup)
+                                            notes=notes, parallel=parallel, warmup=warmup,
+                                            tiers=tiers)
     return summary
 
 
@@ -220,6 +234,9 @@ def replay_trace_with_requests(
     notes: tuple[str, ...] = (),
     parallel: Parallelism = SERIAL,
     warmup: WarmupSpec | str | None = None,
+    explain: bool = False,
+    metrics: EngineMetrics | None = None,
+    tiers: TierSetup | None = None,
 ) -> tuple[ReplaySummary, RequestTable]:
     """`replay_trace` plus the per-request columns that `--out` writes.
 
@@ -229,7 +246,13 @@ def replay_trace_with_requests(
     `parallel` runs the independent caches (instances, per-tenant caches) of the scope and
     capacity replays in worker processes or on a Dask cluster; the results are identical.
     `warmup` (`window.py`) replays every request but counts the totals after it only; the
-    per-request columns keep every request and gain `measured`.
+    per-request columns keep every request and gain `measured`. `explain` follows the
+    achieved replay's caches again for the residency section (`residency.py`: every capacity
+    miss explained, reuse distances, a TTL view, vLLM's residency histograms, held against
+    `metrics` when they carry them) and its per-request columns.
+    `tiers` replays the tiers below the GPU pool too (`prefix/tiers/`): hits become the total
+    reused, the waterfall gains one step per tier (the reuse it recovers), the summary a
+    `tiers` entry and the columns the hit tokens (and bytes loaded) per source.
     """
     if rules is None:
         rules, preset, chosen = effective_rules(trace)
@@ -241,6 +264,11 @@ def replay_trace_with_requests(
               else measurement_window(warmup, prepared.arrival_s))
     measured = None if window is None else window.mask()
     runs = _cache_runs(prepared, rules, waterfall, parallel, measured)
+    gpu_result = runs.result  # the GPU pool alone, which the residency pass follows
+    tiered = None
+    if tiers is not None:
+        tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy, gpu=runs.result)
+        runs = _with_tiers(runs, tiered, measured)
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))
     if window is not None:
@@ -257,8 +285,17 @@ def replay_trace_with_requests(
         summary = replace(summary, reconciliation=None if found is None
                           else replace(found, preset=preset))
     columns = _request_columns(prepared, runs)
+    if tiered is not None:
+        assert tiers is not None
+        m = slice(None) if window is None else slice(window.warmup_requests, None)
+        summary = replace(summary, tiers=tiered.window(m).to_dict(tiers.kv_bytes_per_token))
+        columns = _with_tier_columns(columns, tiered, tiers.kv_bytes_per_token)
     if measured is not None:
         columns["measured"] = measured
+    if explain:
+        section, extra = residency(prepared, runs.chains, rules, gpu_result, metrics)
+        summary = replace(summary, residency=section)
+        columns.update(extra)
     return summary, RequestTable(columns=columns)
 
 
@@ -315,6 +352,52 @@ def _cache_runs(prepared: PreparedTrace, rules: ReplayRules, waterfall: bool,
         chains = prepared.chains(rules)
         return CacheRuns(result=cache_replays(prepared, chains, [rules], pool)[0], chains=chains,
                          waterfall=None)
+
+
+def _with_tiers(runs: CacheRuns, tiered: TieredResult, measured: np.ndarray | None
+                ) -> CacheRuns:
+    """The achieved replay with the tiers' hits added, and one waterfall step per tier: the
+    reuse it recovers below the GPU (a negative loss), so the steps still sum to ideal −
+    achieved."""
+    result = runs.result
+    block = int(runs.chains.block_size_tokens)
+    hit_tokens = tiered.hit_tokens
+    extra_blocks = (hit_tokens - tiered.gpu_hit_tokens) // block
+    total = replace(result, hit_blocks=np.asarray(result.hit_blocks) + extra_blocks,
+                    hit_tokens=hit_tokens, recompute_tokens=tiered.recompute_tokens)
+    wf = runs.waterfall
+    if wf is None:
+        return replace(runs, result=total)
+    steps = list(wf.steps)
+    losses = dict(wf.loss_per_request)
+    reached = wf.achieved_hit_tokens
+    for spec, hits in zip(tiered.tiers, tiered.tier_hit_tokens, strict=True):
+        served = int(hits.sum() if measured is None else hits[measured].sum())
+        reached += served
+        name = f"{spec.name}_tier"
+        steps.append(WaterfallStep(
+            step=name, label=f"{spec.name} tier (reuse served below the GPU)",
+            hit_tokens=reached, loss_tokens=-served,
+            loss_share_of_ideal=-served / wf.ideal_hit_tokens if wf.ideal_hit_tokens else 0.0))
+        losses[name] = -hits
+    return replace(runs, result=total, waterfall=replace(
+        wf, steps=tuple(steps), loss_per_request=losses, achieved_hit_tokens=reached,
+        achieved=total))
+
+
+def _with_tier_columns(columns: dict[str, np.ndarray], tiered: TieredResult,
+                       kv_bytes_per_token: int | None) -> dict[str, np.ndarray]:
+    """`--out` with the hit tokens per source (and bytes loaded per tier) after
+    `recompute_tokens`, and a loss column per tier after the waterfall's."""
+    out: dict[str, np.ndarray] = {}
+    for name, values in columns.items():
+        out[name] = values
+        if name == "recompute_tokens":
+            out.update(tiered.columns(kv_bytes_per_token))
+    if "ideal_hit_tokens" in columns:
+        for spec, hits in zip(tiered.tiers, tiered.tier_hit_tokens, strict=True):
+            out[f"loss_{spec.name}_tier_tokens"] = -hits
+    return out
 
 
 def _request_columns(prepared: PreparedTrace, runs: CacheRuns) -> dict[str, np.ndarray]:

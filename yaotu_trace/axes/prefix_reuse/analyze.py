@@ -26,6 +26,7 @@ from yaotu_trace.axes.prefix_reuse.metrics import (
     observed_hits,
 )
 from yaotu_trace.axes.prefix_reuse.rules import RULES, SEVERITY_OF
+from yaotu_trace.axes.prefix_reuse.tier import tier_candidate
 from yaotu_trace.axes.rule import cause_of, evaluate, said_when_fired
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.engine_facts import cache_sources, external_hit_rate
@@ -92,6 +93,11 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
             "run `trace replay` on the trace to see why the replay is refused", (str(err),))
     sources.insert(0, Source.REQUESTS)
     metrics = _with_affinity(_metrics(summary, observed), inp)
+    if (metrics.capacity_loss_share is not None and metrics.capacity_loss_share > t.capacity_gap
+            and metrics.prompt_tokens):
+        metrics = replace(metrics, tier_candidate=tier_candidate(
+            inp, trace, summary.rules, str(summary.preset),
+            metrics.capacity_loss_share * metrics.prompt_tokens))
     hits = evaluate(RULES, metrics, t)
     missing: list[str] = []
     if observed[2] is None:

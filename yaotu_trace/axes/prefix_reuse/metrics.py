@@ -46,6 +46,9 @@ class PrefixMetrics:
     affinity_hit_tokens: int | None = None
     affinity_hit_rate: float | None = None
     affinity_gain_share: float | None = None
+    # The CPU tier that wins back the capacity loss, replayed and priced (`tier.py`), when P004
+    # fires on a finite global pool.
+    tier_candidate: dict[str, Any] | None = None
 
     def headline(self) -> tuple[Evidence, ...]:
         """The measurements shown as the axis' evidence when no rule fired on it."""

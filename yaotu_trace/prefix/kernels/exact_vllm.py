@@ -35,6 +35,8 @@ yet.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba as nb
 import numpy as np
 
@@ -42,6 +44,17 @@ from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.result import ReplayResult, hits_result
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhysicalBlocks:
+    """The physical blocks of each request in vLLM's pool: `blocks[offsets[i]:offsets[i+1]]`
+    (its hit blocks first; -1 throughout when the pool refused it); ids below `num_nodes`."""
+
+    blocks: np.ndarray  # int32
+    offsets: np.ndarray  # int64
+    num_nodes: int
+
 
 _VIRGIN = np.int32(0)  # the sentinel node: blocks next_virgin..N-1, never handed out yet
 _MAX_NODES = 2**31 - 1  # physical ids and links are int32
@@ -179,7 +192,7 @@ def _free(owned, total, block_hash, in_free, fprev, fnext, fhead, ftail, num_fre
 
 @nb.njit(cache=True, nogil=True)
 def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks, num_nodes,
-               max_blocks):
+               max_blocks, physical):
     """Sequential replay of vLLM's block pool; returns (hit_blocks, evicted, inserted,
     rejected).
 
@@ -189,7 +202,8 @@ def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks
     Per request: look up, admit or reject, take the hit blocks out of the free queue,
     allocate, free. The list operations are written out, with int32 links and the free
     queue's ends passed as scalars: the shared list helpers over arrays of list ends run about
-    10x slower here.
+    10x slower here. A non-empty `physical` (one slot per block of `total_blocks`, -1 filled)
+    receives each admitted request's physical blocks in order, for `residency.py`.
     """
     n = len(offsets) - 1
     # Free queue over physical ids; the sentinel _VIRGIN stands for the unused range.
@@ -215,10 +229,13 @@ def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks
     evicted = 0
     inserted = 0
     rejected = 0
+    log = 0
     for i in range(n):
         start = offsets[i]
         full = offsets[i + 1] - start
         total = total_blocks[i]
+        log_at = log
+        log += total
         if total == 0:
             continue
         h, queued_hits = _lookup(ids, start, max_hit[i], chead, in_free, owned)
@@ -234,6 +251,8 @@ def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks
             num_gpu_blocks)
         evicted += gone
         inserted += new
+        if physical.size:
+            physical[log_at:log_at + total] = owned[:total]
         fhead, ftail, num_free = _free(owned, total, block_hash, in_free, fprev, fnext, fhead,
                                        ftail, num_free)
     return hit_blocks, evicted, inserted, rejected
@@ -242,6 +261,13 @@ def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks
 def replay_vllm(chains: BlockChains, num_gpu_blocks: int) -> ReplayResult:
     """Replay `chains` (built under the vllm preset's rules) through vLLM's block pool of
     `num_gpu_blocks` blocks, one global pool; per-request hits as vLLM reports them."""
+    return replay_vllm_blocks(chains, num_gpu_blocks, physical=False)[0]
+
+
+def replay_vllm_blocks(chains: BlockChains, num_gpu_blocks: int, *, physical: bool = True
+                       ) -> tuple[ReplayResult, PhysicalBlocks | None]:
+    """`replay_vllm`, and with `physical` the physical blocks each request held (the input of
+    `residency.vllm_residency`)."""
     if isinstance(num_gpu_blocks, bool) or not isinstance(num_gpu_blocks, int | np.integer) or (
         num_gpu_blocks < 1
     ):
@@ -261,10 +287,17 @@ def replay_vllm(chains: BlockChains, num_gpu_blocks: int) -> ReplayResult:
     memory.require(num_nodes * 21 + max(chains.num_distinct, 1) * 8,
                    f"vLLM's block pool over {num_nodes - 1:,} blocks",
                    "use a larger --block-size")
+    log = (np.full(reachable, -1, dtype=np.int32) if physical
+           else np.zeros(0, dtype=np.int32))
     hit, evicted, inserted, rejected = _vllm_pool(
         chains.offsets, chains.ids, chains.max_hit_blocks, total_blocks,
         np.int64(chains.num_distinct), np.int64(num_gpu_blocks), np.int64(num_nodes),
-        np.int64(total_blocks.max() if total_blocks.size else 0),
+        np.int64(total_blocks.max() if total_blocks.size else 0), log,
     )
-    return hits_result(chains, hit, evicted_blocks=evicted, inserted_blocks=inserted,
-                       rejected_requests=rejected)
+    result = hits_result(chains, hit, evicted_blocks=evicted, inserted_blocks=inserted,
+                         rejected_requests=rejected)
+    if not physical:
+        return result, None
+    offsets = np.zeros(total_blocks.size + 1, dtype=np.int64)
+    np.cumsum(total_blocks, out=offsets[1:])
+    return result, PhysicalBlocks(blocks=log, offsets=offsets, num_nodes=num_nodes)

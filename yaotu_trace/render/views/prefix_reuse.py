@@ -128,6 +128,30 @@ def waterfall_rows(s: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+TIER_HEADER = ["source", "capacity", "hit tokens", "of prompt", "requests", "stored",
+               "evicted", "failed", "loaded"]
+
+
+def tier_rows(s: dict[str, Any]) -> list[list[str]]:
+    """`--tier`: the GPU pool, then each tier: what it served, the chunks it stored, evicted,
+    refused (failed offers) and loaded (bytes with the model's KV size, else chunks)."""
+    t = s["tiers"]
+    blocks = t.get("gpu_capacity_blocks", s.get("rules", {}).get("capacity_blocks"))
+    pool = "unlimited" if blocks is None else f"{fmt.count(blocks)} blocks"
+    rows = [["gpu", pool, fmt.count(t["gpu_hit_tokens"]), fmt.pct(t["gpu_hit_ratio"]),
+             "", "", "", "", ""]]
+    for tier in t["tiers"]:
+        loaded = "" if tier["loaded_bytes"] is None else fmt.bytes_(tier["loaded_bytes"])
+        rows.append([tier["name"], fmt.tokens(tier["capacity_tokens"]),
+                     fmt.count(tier["hit_tokens"]), fmt.pct(tier["hit_ratio"]),
+                     fmt.count(tier["requests_served"]), fmt.count(tier["stored_chunks"]),
+                     fmt.count(tier["evicted_chunks"]), fmt.count(tier["failed_stores"]),
+                     loaded or fmt.count(tier["loaded_chunks"])])
+    rows.append(["total", "", fmt.count(t["hit_tokens"]), fmt.pct(t["hit_ratio"]), "", "", "",
+                 "", ""])
+    return rows
+
+
 def group_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
     """Per tenant or per instance."""
     return [[g["label"], fmt.count(g["requests"]), fmt.count(g["prompt_tokens"]),
@@ -252,6 +276,9 @@ def view(section: Any) -> View:
     if wf:
         out += [Heading(text="Loss waterfall (hit tokens)", level=4),
                 Grid(header=["step", "hit tokens", "lost", "of ideal"], rows=wf)]
+    if s.get("tiers"):
+        out += [Heading(text=f"Tiers below the GPU ({s['tiers']['policy']} rules)", level=4),
+                Grid(header=TIER_HEADER, rows=tier_rows(s))]
     for key, title in (("per_tenant", "Per tenant"), ("per_instance", "Per instance")):
         if s.get(key):
             out += [Heading(text=title, level=4),

@@ -24,8 +24,9 @@ RULE: Rule[PrefixMetrics] = Rule(
     title="Reuse lost to cache capacity",
     trigger="the capacity share of the loss waterfall > capacity_gap",
     evidence="capacity_loss_share",
-    fix="a larger pool or a tiered CPU/SSD cache (check Mooncake Eq. 2 for fetch vs recompute)",
-    cause=Cause.CACHE_CAPACITY, remedies=(Remedy.LARGER_KV_POOL,),
+    fix="a CPU tier below the GPU pool (the ledger's kv_tier entry names its size, the hits it "
+        "wins back and what its loads cost, by Mooncake Eq. 2) or a larger pool",
+    cause=Cause.CACHE_CAPACITY, remedies=(Remedy.KV_TIER, Remedy.LARGER_KV_POOL),
     reads=("capacity_gap",),
     check=_check,
 )

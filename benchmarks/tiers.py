@@ -1,0 +1,119 @@
+"""Speed of the tiered replay (`prefix/tiers/`) against the GPU-only replay it builds on.
+
+Two ratios, on Mooncake's conversation trace (the `vllm` preset: 512-token blocks, one per
+hash id, vLLM's engine-exact pool) and the same chains for every line:
+
+- one replay with a CPU tier (the GPU pool's replay plus the tier's pass) against the GPU-only
+  replay of the same trace and pool; goal ≤ 2×;
+- a 6 × 6 two-dimensional curve (GPU size × CPU tier size: 6 GPU replays and 36 tier passes)
+  against one single-tier curve (`trace sweep`'s one-pass LRU curve of the GPU pool, every
+  capacity at once); goal ≤ 4×.
+
+Each line is timed in this process after a warm-up run (the compiled kernels loaded), best of
+`--repeat`; reading and hashing the trace is shared and not counted. The end-to-end line runs
+`trace replay` in fresh processes with and without `--tier`, everything included.
+
+    python benchmarks/tiers.py [--trace PATH] [--policy vllm-native|lmcache] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+from common import run_trace  # noqa: E402
+
+MOONCAKE_CONVERSATION = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+
+
+def _best(fn, repeat: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    fn()
+    best = float("inf")
+    value = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        value = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time the lines and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=MOONCAKE_CONVERSATION)
+    parser.add_argument("--policy", default="vllm-native")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    if not args.trace.exists():
+        print(f"skipped: {args.trace} is not here")
+        return 0
+    from yaotu_trace.ingest import read_trace
+    from yaotu_trace.prefix.kernels.sweep import sweep
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.rules import effective_rules
+    from yaotu_trace.prefix.tiers import (
+        TierName,
+        TierPolicy,
+        TierSpec,
+        gpu_replay,
+        replay_tiers,
+        tier_curve,
+    )
+
+    trace = read_trace(args.trace)
+    rules, _, _ = effective_rules(trace, "vllm")
+    chains = prepare(trace).chains(rules)
+    distinct = int(chains.num_distinct)
+    block = int(chains.block_size_tokens)
+    gpu_blocks = max(2, distinct // 20)
+    cpu_chunks = max(1, distinct // 5)
+    sized = rules.with_(capacity_blocks=gpu_blocks)
+    policy = TierPolicy(args.policy)
+    tier = TierSpec(name=TierName.CPU, capacity_chunks=cpu_chunks, chunk_tokens=block)
+
+    gpu_s, gpu = _best(lambda: gpu_replay(chains, sized), args.repeat)
+    tier_s, tiered = _best(lambda: replay_tiers(chains, sized, (tier,), policy),
+                           args.repeat)
+    curve_s, _ = _best(lambda: sweep(chains, touch_order=rules.touch_order), args.repeat)
+    gpu_axis = tuple(max(2, distinct * k // 100) for k in (1, 2, 5, 10, 20, 40))
+    tier_axis = tuple(max(1, distinct * k // 100) for k in (2, 5, 10, 20, 40, 80))
+    grid_s, _ = _best(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis),
+                      args.repeat)
+
+    prompt = int(chains.prompt_tokens.sum())
+    print(f"trace: {args.trace.name}, {chains.num_requests:,} requests, {prompt:,} prompt "
+          f"tokens, {distinct:,} distinct {block}-token blocks; policy {policy}")
+    print(f"GPU pool {gpu_blocks:,} blocks, CPU tier {cpu_chunks:,} chunks: GPU hits "
+          f"{int(gpu.hit_tokens.sum()) / prompt:.1%}, with the tier "  # type: ignore[attr-defined]
+          f"{int(tiered.hit_tokens.sum()) / prompt:.1%}")  # type: ignore[attr-defined]
+    rows = [
+        ("GPU-only replay", gpu_s, None, None),
+        ("replay with one CPU tier", tier_s, tier_s / gpu_s, 2.0),
+        ("single-tier curve (one-pass LRU sweep)", curve_s, None, None),
+        ("6 x 6 GPU x tier curve", grid_s, grid_s / curve_s, 4.0),
+    ]
+    e2e = []
+    for extra in ([], ["--tier", f"cpu={cpu_chunks * block}tok", "--tier-policy", str(policy)]):
+        run = run_trace(["replay", str(args.trace), "--preset", "vllm", "--capacity",
+                         str(gpu_blocks), "--no-waterfall", "--format", "json", "-o",
+                         "/dev/null", *extra])
+        e2e.append(run["wall_s"])
+    rows.append(("trace replay (process, GPU only)", e2e[0], None, None))
+    rows.append(("trace replay --tier cpu=... (process)", e2e[1], e2e[1] / e2e[0], 2.0))
+    print(f"{'line':<42} {'seconds':>8} {'ratio':>7} {'goal':>6}  result")
+    for name, seconds, ratio, goal in rows:
+        verdict = "" if ratio is None else ("pass" if ratio <= goal else
+                                            f"{ratio / goal:.1f}x over the goal")
+        r = "" if ratio is None else f"{ratio:.2f}x"
+        g = "" if goal is None else f"<= {goal:.0f}x"
+        print(f"{name:<42} {seconds:>8.3f} {r:>7} {g:>6}  {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""`--tier` on the command line: the tiered replay's outputs (--out columns, the JSON, the
+waterfall step, the sweep's two-dimensional curve, the analyze and diagnose sections) and its
+one-line refusals (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import FIXTURES
+
+from yaotu_trace.cli import main
+from yaotu_trace.errors import ExitCode
+from yaotu_trace.render.json_report import json_schema
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the test extra")
+
+TRACE = str(FIXTURES / "engines" / "trace_mixed.parquet")
+GOLDEN = FIXTURES / "tiers_vllm" / "vllm_offload_mixed.json"
+
+
+def _json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    capsys.readouterr()
+    assert main([*args, "--format", "json"]) == ExitCode.OK
+    doc = json.loads(capsys.readouterr().out)
+    errors = list(jsonschema.Draft202012Validator(json_schema()).iter_errors(doc))
+    assert not errors, errors[0].message
+    return doc
+
+
+def test_replay_with_a_cpu_tier_writes_hits_by_source(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN vLLM's pool of 66 blocks and a CPU tier of 176 chunks, as one golden config
+    config = next(c for c in json.loads(GOLDEN.read_text())["configs"]
+                  if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"]) == (66, 176, 1))
+    out = tmp_path / "hits.csv"
+    # WHEN replayed from the command line with the model's KV size
+    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 "cpu=176blocks", "--model", "Llama-3.1-8B", "--out", str(out)], capsys)
+    # THEN the columns are vLLM's per request, the total is their sum, bytes follow the hits
+    table = pd.read_csv(out)
+    assert table["gpu_hit_tokens"].tolist() == config["gpu_hit_tokens"]
+    assert table["cpu_hit_tokens"].tolist() == config["cpu_hit_tokens"]
+    assert (table["hit_tokens"] == table["gpu_hit_tokens"] + table["cpu_hit_tokens"]).all()
+    assert (table["disk_hit_tokens"] == 0).all() and (table["remote_hit_tokens"] == 0).all()
+    assert (table["cpu_loaded_bytes"] == table["cpu_hit_tokens"] * 131_072).all()
+    assert (table["loss_cpu_tier_tokens"] == -table["cpu_hit_tokens"]).all()
+    reuse = doc["prefix_reuse"]
+    assert reuse["tiers"]["tiers"][0]["hit_tokens"] == sum(config["cpu_hit_tokens"])
+    assert reuse["saved_prefill_tokens"] == sum(config["gpu_hit_tokens"]) + sum(
+        config["cpu_hit_tokens"])
+    steps = reuse["waterfall"]["steps"]
+    assert steps[-1]["step"] == "cpu_tier" and steps[-1]["loss_tokens"] < 0
+    assert reuse["waterfall"]["achieved_hit_tokens"] == reuse["saved_prefill_tokens"]
+    assert doc["config"]["tier_policy"] == "vllm-native"
+
+
+def test_replay_without_tier_has_no_tier_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(["replay", TRACE, "--capacity", "66"], capsys)
+    assert "tiers" not in doc["prefix_reuse"] and "tier_policy" not in doc["config"]
+
+
+def test_sweep_draws_gpu_size_by_tier_size(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(["sweep", TRACE, "--capacities", "35,66", "--tier", "cpu=1767blocks"], capsys)
+    curve = doc["tier_curve"]
+    assert curve["gpu_capacity_blocks"] == [35, 66]
+    assert len(curve["tier_capacity_chunks"]) == 6 and curve["tier_capacity_chunks"][-1] == 1767
+    assert curve["hit_tokens"][0][-1] == 14_880 + 42_944  # the golden config (35, 1767)
+
+
+@pytest.mark.parametrize("command", [["analyze", TRACE, "--capacity", "66"],
+                                     ["diagnose", TRACE, "--kv-capacity", "1056tok"]])
+def test_analyze_and_diagnose_add_the_tiers_section(command: list[str],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json([*command, "--tier", "cpu=176blocks"], capsys)
+    assert doc["tiers"]["gpu_capacity_blocks"] == 66
+    assert doc["tiers"]["tiers"][0]["name"] == "cpu"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tier", "cpu=1GiB"], "give --model"),
+    (["--tier", "cpu=3", "--tier-chunk", "64"], "holds less than one 64-token chunk"),
+    (["--preset", "sglang", "--tier", "cpu=100", "--tier-policy", "vllm-native"],
+     "not one of preset sglang's engine"),
+    (["--tier", "cpu=100", "--grid", "block-size=16,32"], "cannot be combined with --grid"),
+    (["--tier-policy", "lmcache"], "add one with --tier"),
+])
+def test_bad_tier_options_are_one_line_usage_errors(args: list[str], message: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["replay", TRACE, *args]) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

@@ -1,0 +1,34 @@
+"""P004 names a CPU tier: its size, replayed under the engine's tier rules, and the ledger's
+`kv_tier` entry that prices it; `trace check` can gate on what the tier wins back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from yaotu_trace import diagnose
+from yaotu_trace.diagnosis.options import DiagnosisOptions
+from yaotu_trace.gate.report_path import resolve
+from yaotu_trace.render.json_report import render_json
+
+CHAT = Path(__file__).resolve().parents[2] / "sample_traces" / "chat.parquet"
+
+
+def test_capacity_loss_gets_a_sized_and_priced_cpu_tier() -> None:
+    options = DiagnosisOptions(model="llama-3.1-8b", gpu="H100", kv_capacity="400")
+    doc = json.loads(render_json(diagnose(CHAT, options)))
+    tier = resolve(doc, "axes.prefix_reuse.metrics.tier_candidate")
+    assert tier.found and tier.value is not None
+    t = tier.value
+    # The tier holds a whole number of 16-token blocks, at least the GPU pool, and wins back
+    # most of what the pool loses to capacity (never more than that).
+    assert t["size_tokens"] >= t["gpu_pool_tokens"] == 400 * 16
+    assert 0.5 < t["recovered_share"] <= 1.0
+    assert t["hit_gain_share"] > 0.1
+    assert t["size_bytes"] == t["size_tokens"] * 131_072
+    assert t["peak_bytes_per_s"] > 0 and t["ttft_change_share"] < 0
+    entry = next(e for e in doc["ledger"] if e["remedy"] == "kv_tier")
+    assert entry["triggered_by"] == ["P004"]
+    assert entry["caveats"][0].startswith("add ") and "CPU tier: +" in entry["caveats"][0]
+    gate = resolve(doc, "axes.prefix_reuse.metrics.tier_candidate.hit_gain_share")
+    assert gate.found and gate.value == t["hit_gain_share"]

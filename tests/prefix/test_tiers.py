@@ -1,0 +1,242 @@
+"""The tiered replay (`prefix/tiers/`): small cases worked by hand from the engines' rules
+(kv-tiers.md), the options' one-line refusals, and what the tiers add to a replay.
+
+vLLM's native offload is also checked per request against vLLM itself
+(`test_tiers_vllm_golden.py`); LMCache's and SGLang's tiers are checked here only, against the
+rules as read in their source (LMCache 0.5.6 `storage_manager.py`, `cache_engine.py`,
+`vllm_v1_adapter.py`; SGLang 0.5.23 `unified_radix_cache.py`, `components/full.py`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import chains_of
+
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
+from yaotu_trace.prefix.rules import rules_for
+from yaotu_trace.prefix.tiers import (
+    TierName,
+    TierPolicy,
+    TierSpec,
+    parse_tier,
+    replay_tiers,
+    resolve_tiers,
+    tier_curve,
+    tier_policy_for,
+)
+
+R0 = [1, 2, 3, 4]
+R1 = [5, 6, 7, 8]
+
+
+def _tier(name: str, chunks: int, tokens: int) -> TierSpec:
+    return TierSpec(name=TierName(name), capacity_chunks=chunks, chunk_tokens=tokens)
+
+
+def test_vllm_native_loads_the_cpu_run_past_the_gpu_hit_and_a_full_hit() -> None:
+    # GIVEN vLLM's pool of 4 blocks (3 usable) of 2 tokens and a CPU tier of 4 chunks
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=4)
+    prompts = [R0, R1, [*R0, 9], R1]
+    chains = chains_of(prompts, rules)
+    # WHEN replayed with the CPU tier
+    result = replay_tiers(chains, rules, (_tier("cpu", 4, 2),), TierPolicy.VLLM)
+    # THEN request 2 finds block 1 on the GPU and block 2 (evicted there by request 1) on
+    # the CPU; request 3 finds nothing on the GPU and its whole prompt on the CPU: a full
+    # hit, counted as vLLM counts it (all 4 tokens external)
+    assert result.gpu_hit_tokens.tolist() == [0, 0, 2, 0]
+    assert result.tier_hit_tokens[0].tolist() == [0, 0, 2, 4]
+    assert result.hit_tokens.tolist() == [0, 0, 4, 4]
+    assert result.recompute_tokens.tolist() == [4, 4, 1, 0]
+
+
+def test_vllm_native_lookup_starts_at_the_chunk_of_the_gpu_hit() -> None:
+    # GIVEN chunks of 2 blocks, vLLM's pool of 6 blocks (5 usable)
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=6)
+    prompts = [[*R0, *R1], [10, 11, 12, 13, 14, 15], [*R0, *R1, 9]]
+    chains = chains_of(prompts, rules)
+    result = replay_tiers(chains, rules, (_tier("cpu", 8, 4),), TierPolicy.VLLM)
+    # THEN request 1 took request 0's last two blocks (the tail goes first): request 2 finds
+    # the first chunk on the GPU and the second on the CPU
+    assert result.gpu_hit_tokens.tolist() == [0, 0, 4]
+    assert result.tier_hit_tokens[0].tolist() == [0, 0, 4]
+
+
+def test_vllm_native_offer_that_cannot_make_room_fails_whole() -> None:
+    # GIVEN a CPU tier of 1 chunk and prompts of 2 chunks
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=8)
+    chains = chains_of([R0, R1, R0], rules)
+    result = replay_tiers(chains, rules, (_tier("cpu", 1, 2),), TierPolicy.VLLM)
+    # THEN every offer needs 2 chunks and fails: nothing is ever stored
+    assert result.counters[0].stored_chunks == 0
+    assert result.counters[0].failed_stores >= 2
+    assert result.tier_hit_tokens[0].tolist() == [0, 0, 0]
+
+
+def test_vllm_refused_request_is_all_miss_and_never_reaches_the_tier() -> None:
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=3)  # 2 usable blocks
+    chains = chains_of([R0, [*R0, 9], R0], rules)
+    result = replay_tiers(chains, rules, (_tier("cpu", 4, 2),), TierPolicy.VLLM)
+    assert result.refused.tolist() == [False, True, False]
+    assert result.hit_tokens[1] == 0
+
+
+def test_lmcache_walks_cpu_then_disk_and_a_full_hit_loads_one_token_less() -> None:
+    # GIVEN a GPU of 2 blocks, a CPU backend of 2 chunks and a disk of 4
+    rules = rules_for("lmcache", block_size_tokens=2, capacity_blocks=2)
+    chains = chains_of([R0, R1, [*R0, 9], R1], rules)
+    tiers = (_tier("cpu", 2, 2), _tier("disk", 4, 2))
+    result = replay_tiers(chains, rules, tiers, TierPolicy.LMCACHE)
+    # THEN request 2's chunks were pushed out of the CPU by request 1's but are on disk;
+    # request 3's whole prompt is on disk: LMCache loads one token less
+    assert result.gpu_hit_tokens.tolist() == [0, 0, 0, 0]
+    assert result.tier_hits("cpu").tolist() == [0, 0, 0, 0]
+    assert result.tier_hits("disk").tolist() == [0, 0, 4, 3]
+    # and a disk read fills the CPU backend
+    assert result.counters[0].stored_chunks == 2 + 2 + 2 + 2
+
+
+def test_lmcache_gpu_hit_wins() -> None:
+    # GIVEN an unlimited GPU: LMCache holds the prompt too, but the GPU serves it
+    rules = rules_for("lmcache", block_size_tokens=2)
+    chains = chains_of([R0, [*R0, 9]], rules)
+    result = replay_tiers(chains, rules, (_tier("cpu", 4, 2),), TierPolicy.LMCACHE)
+    assert result.gpu_hit_tokens.tolist() == [0, 4]
+    assert result.tier_hits("cpu").tolist() == [0, 0]
+
+
+A = list(range(1, 17))
+B = list(range(101, 117))
+
+
+@pytest.mark.parametrize(("policy", "host_hits"), [
+    (TierPolicy.SGLANG_WRITE_THROUGH, [0, 0, 16, 16, 16]),
+    (TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, [0, 0, 0, 0, 16]),
+])
+def test_sglang_host_tier_backs_up_at_the_policy_hit_count(policy: TierPolicy,
+                                                           host_hits: list[int]) -> None:
+    # GIVEN a GPU pool of 4 pages of 4 tokens (clean accounting) and a host of 8 pages
+    rules = rules_for("sglang", block_size_tokens=4, capacity_blocks=4, accounting="clean")
+    chains = chains_of([A, B, [*A, 999], [*B, 998], [*A, 997]], rules)
+    result = replay_tiers(chains, rules, (_tier("cpu", 8, 4),), policy)
+    # THEN write_through backs every page up at once; write_through_selective only at a
+    # page's second use, so the host first serves request 4 (A's third use)
+    assert result.gpu_hit_tokens.tolist() == [0, 0, 0, 0, 0]
+    assert result.tier_hit_tokens[0].tolist() == host_hits
+
+
+def test_sglang_load_back_needs_ten_tokens() -> None:
+    rules = rules_for("sglang", block_size_tokens=2, capacity_blocks=2, accounting="clean")
+    chains = chains_of([R0, R1, [*R0, 9]], rules)
+    result = replay_tiers(chains, rules, (_tier("cpu", 8, 2),), TierPolicy.SGLANG_WRITE_THROUGH)
+    assert result.tier_hit_tokens[0].tolist() == [0, 0, 0]  # 4 tokens < load_back_threshold
+
+
+def test_tier_never_changes_gpu_hits_and_only_adds() -> None:
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=5)
+    rng = np.random.default_rng(3)
+    prompts = [list(rng.integers(0, 3, size=int(rng.integers(2, 12)))) for _ in range(60)]
+    chains = chains_of(prompts, rules)
+    alone = replay_tiers(chains, rules, (_tier("cpu", 1, 2),), TierPolicy.VLLM)
+    small = replay_tiers(chains, rules, (_tier("cpu", 3, 2),), TierPolicy.VLLM)
+    large = replay_tiers(chains, rules, (_tier("cpu", 400, 2),), TierPolicy.VLLM)
+    for r in (small, large):
+        np.testing.assert_array_equal(r.gpu_hit_tokens, alone.gpu_hit_tokens)
+        assert (r.hit_tokens <= r.prompt_tokens).all()
+    assert int(large.hit_tokens.sum()) >= int(small.hit_tokens.sum())
+
+
+def test_tier_curve_rows_are_replays_at_each_size() -> None:
+    rules = rules_for("vllm", block_size_tokens=2)
+    chains = chains_of([R0, R1, [*R0, 9], R1], rules)
+    curve = tier_curve(chains, rules, _tier("cpu", 4, 2), TierPolicy.VLLM, (4, 8), (1, 4))
+    one = replay_tiers(chains, rules.with_(capacity_blocks=4), (_tier("cpu", 4, 2),),
+                       TierPolicy.VLLM)
+    assert curve.hit_tokens[0][1] == int(one.hit_tokens.sum())
+    assert len(curve.hit_tokens) == 2 and len(curve.hit_tokens[0]) == 2
+
+
+def test_tier_sizes_convert_bytes_tokens_and_blocks() -> None:
+    requests = (parse_tier("cpu=1GiB"), parse_tier("disk=1Mtok"), parse_tier("remote=1000"))
+    tiers = resolve_tiers(requests, policy=TierPolicy.VLLM, block_size_tokens=16,
+                          chunk_tokens=None, kv_bytes_per_token=131_072)
+    assert [t.capacity_chunks for t in tiers] == [2**30 // (131_072 * 16), 62_500, 1000]
+    lm = resolve_tiers(requests[:1], policy=TierPolicy.LMCACHE, block_size_tokens=16,
+                       chunk_tokens=None, kv_bytes_per_token=131_072)
+    assert lm[0].chunk_tokens == 256
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"tiers": ("cpu=1GiB",)}, "is in bytes; give --model"),
+    ({"tiers": ("cpu=3",), "tier_chunk_tokens": 64}, "holds less than one 64-token chunk"),
+    ({"tiers": ("gpu=3",)}, "must be one of cpu, disk, remote"),
+    ({"tiers": ("cpu",)}, "must be NAME=SIZE"),
+    ({"tiers": ("cpu=10", "cpu=20")}, "given twice"),
+    ({"tiers": ("cpu=100",), "tier_chunk_tokens": 24}, "whole number of 16-token blocks"),
+    ({"tier_policy": "lmcache"}, "add one with --tier"),
+])
+def test_tier_options_refused_in_one_line(kwargs: dict, message: str) -> None:
+    options = ReplayOptions(preset="vllm", **kwargs)
+    with pytest.raises(ConfigError, match=message) as caught:
+        check_tier_options(options)
+        options.tier_setup(rules_for("vllm"), "vllm")
+    assert "\n" not in str(caught.value)
+
+
+def test_tier_policy_must_be_the_preset_engines() -> None:
+    assert tier_policy_for("vllm", None) is TierPolicy.VLLM
+    assert tier_policy_for("vllm", "lmcache") is TierPolicy.LMCACHE
+    assert tier_policy_for("sglang", None) is TierPolicy.SGLANG_WRITE_THROUGH
+    with pytest.raises(ConfigError, match="not one of preset sglang's engine"):
+        tier_policy_for("sglang", "vllm-native")
+    with pytest.raises(ConfigError, match="is not a tier policy"):
+        tier_policy_for("vllm", "arc")
+
+
+@pytest.mark.parametrize(("seed", "per_chunk", "cpu_chunks", "gpu_blocks"), [
+    (1, 1, 2, 6), (2, 1, 7, 9), (3, 2, 3, 12), (4, 3, 20, 8), (5, 1, 60, 30), (6, 2, 1, 7),
+])
+def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chunks: int,
+                                             gpu_blocks: int) -> None:
+    # GIVEN random prompts over a tiny vocabulary (shared prefixes, full hits, failed offers)
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload, replay_vllm_tiers
+
+    rng = np.random.default_rng(seed)
+    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
+               for _ in range(150)]
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=gpu_blocks)
+    chains = chains_of(prompts, rules)
+    gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    tier = _tier("cpu", cpu_chunks, 2 * per_chunk)
+    # WHEN the compiled kernel and the Python model replay the CPU tier
+    (compiled,), (counters,), (evicted,) = replay_vllm_tiers(chains, gpu.hit_blocks, refused,
+                                                             (tier,))
+    (python,), (reference,), (expected,) = replay_vllm_offload(chains, gpu.hit_blocks, refused,
+                                                               tier)
+    # THEN they agree on every request, every counter and every eviction
+    assert compiled.tolist() == python.tolist()
+    assert counters == reference
+    assert evicted.key.tolist() == expected.key.tolist()
+    assert evicted.request.tolist() == expected.request.tolist()
+    assert evicted.last_use_request.tolist() == expected.last_use_request.tolist()
+
+
+@pytest.mark.parametrize("policy", [TierPolicy.VLLM, TierPolicy.LMCACHE,
+                                    TierPolicy.SGLANG_WRITE_THROUGH])
+def test_every_eviction_is_recorded_with_its_evictor_and_last_use(policy: TierPolicy) -> None:
+    preset = {TierPolicy.VLLM: "vllm", TierPolicy.LMCACHE: "lmcache"}.get(policy, "sglang")
+    rules = rules_for(preset, block_size_tokens=2, capacity_blocks=6, accounting="clean")
+    rng = np.random.default_rng(11)
+    prompts = [[int(t) for t in rng.integers(0, 3, size=int(rng.integers(2, 14)))]
+               for _ in range(80)]
+    chains = chains_of(prompts, rules)
+    result = replay_tiers(chains, rules, (_tier("cpu", 5, 2),), policy)
+    (evictions,) = result.evictions
+    assert evictions.key.size == result.counters[0].evicted_chunks > 0
+    # the evictor comes no earlier than the key's last use (the previous request's re-offer
+    # can evict a key the request being scheduled has just looked up)
+    assert (evictions.request >= evictions.last_use_request - 1).all()
+    assert (evictions.last_use_request >= 0).all()

@@ -1,0 +1,76 @@
+"""The tiered replay under vLLM's native offload (`prefix.tiers`, policy `vllm-native`) against
+vLLM 0.33.0 itself.
+
+The fixtures `tests/fixtures/tiers_vllm/vllm_offload_*.json` were recorded from vLLM's own v1
+`Scheduler` with the `OffloadingConnector` (`CPUOffloadingSpec`, `CPUOffloadingManager`, lru)
+by `benchmarks/engines/golden_tiers_vllm.py`: per request, the tokens vLLM's `PrefillStats`
+counts as `local_cache_hit` (GPU) and `external_kv_transfer` (CPU), at several GPU pool sizes,
+CPU tier sizes and blocks per chunk, on three small traces (one a slice of Mooncake's
+conversation trace as token ids). No vLLM is needed here.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import numpy as np
+import pytest
+from conftest import FIXTURES
+
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.prepare import prepare
+from yaotu_trace.prefix.rules import ReplayRules, rules_for
+from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tiers
+
+DATA = FIXTURES / "tiers_vllm"
+GOLDEN = sorted(DATA.glob("vllm_offload_*.json"))
+TRACE_DIRS = (FIXTURES / "engines", DATA)
+
+
+def _cases() -> list[tuple[str, int]]:
+    cases = []
+    for path in GOLDEN:
+        document = json.loads(path.read_text())
+        cases += [(path.name, k) for k in range(len(document["configs"]))]
+    return cases
+
+
+@cache
+def _document(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+@cache
+def _chains(trace: str, block: int, gpu_blocks: int) -> tuple[BlockChains, ReplayRules]:
+    path = next(d / trace for d in TRACE_DIRS if (d / trace).exists())
+    rules = rules_for("vllm", block_size_tokens=block, capacity_blocks=gpu_blocks)
+    return prepare(read_trace(path)).chains(rules), rules
+
+
+def test_tiers_vllm_golden_fixtures_cover_sizes_and_chunks() -> None:
+    # GIVEN the recorded fixtures WHEN counted THEN they span traces, pools, tiers and chunks
+    assert len(GOLDEN) == 3
+    configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
+    assert {c["blocks_per_chunk"] for c in configs} == {1, 2, 3, 4}
+    assert len({c["num_gpu_blocks"] for c in configs}) >= 8
+    assert any(c["refused"] for c in configs)
+    assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 70
+
+
+@pytest.mark.parametrize(("fixture", "index"), _cases())
+def test_tiers_vllm_matches_vllm_scheduler_per_request(fixture: str, index: int) -> None:
+    # GIVEN one configuration vLLM's scheduler and offload connector replayed
+    document = _document(fixture)
+    config = document["configs"][index]
+    block = config["block_size_tokens"]
+    chains, rules = _chains(document["trace"], block, config["num_gpu_blocks"])
+    tier = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"],
+                    chunk_tokens=block * config["blocks_per_chunk"])
+    # WHEN the tiered replay runs it
+    result = replay_tiers(chains, rules, (tier,), TierPolicy.VLLM)
+    # THEN every request's GPU and CPU hit is vLLM's, and so is every refusal
+    np.testing.assert_array_equal(result.gpu_hit_tokens, config["gpu_hit_tokens"])
+    np.testing.assert_array_equal(result.tier_hit_tokens[0], config["cpu_hit_tokens"])
+    assert np.flatnonzero(result.refused).tolist() == config["refused"]

@@ -1,0 +1,79 @@
+"""Prices the user gives (`--gpu-price`, `--memory-price`), and the arithmetic that turns a
+trace's GPU-seconds and a tier's bytes into GPU-hours and money per day of its traffic.
+
+No price is built in: without `--gpu-price` an amount stays in GPU-hours, without
+`--memory-price` a tier stays in GiB. "Per day" scales what the trace's arrival span used to
+a day of the same traffic (`× 86,400 / span`); a month is 365.25 / 12 days.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from yaotu_trace.errors import ConfigError
+
+DAY_S: Final = 86_400.0
+DAYS_PER_MONTH: Final = 365.25 / 12
+GIB: Final = 2.0**30
+
+
+def parse_price(text: str | float | None, option: str) -> float | None:
+    """A price in dollars (`2.50`, `$2.50`), refused in one line when it is not a number ≥ 0."""
+    if text is None:
+        return None
+    raw = str(text).strip().removeprefix("$").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{option} {text!r} is not a price: give a number of dollars of at "
+                          "least 0, e.g. 2.50")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prices:
+    """What the user pays: $ per GPU-hour and $ per GiB-month of host memory or storage."""
+
+    gpu_per_hour: float | None = None
+    memory_per_gib_month: float | None = None
+
+    @classmethod
+    def parse(cls, gpu_price: str | float | None, memory_price: str | float | None) -> Prices:
+        """From the options' text (each refused in one line when it is not a number)."""
+        return cls(gpu_per_hour=parse_price(gpu_price, "--gpu-price"),
+                   memory_per_gib_month=parse_price(memory_price, "--memory-price"))
+
+    def to_dict(self) -> dict[str, float | None]:
+        """JSON-ready builtins."""
+        return {"gpu_per_hour": self.gpu_per_hour,
+                "memory_per_gib_month": self.memory_per_gib_month}
+
+
+def per_day(amount: float, span_s: float) -> float | None:
+    """`amount` used over a trace of `span_s` seconds, scaled to a day of the same traffic."""
+    return amount * DAY_S / span_s if span_s > 0 else None
+
+
+def gpu_hours_per_day(gpu_seconds: float, span_s: float) -> float | None:
+    """GPU-seconds of the trace as GPU-hours per day of its traffic."""
+    day = per_day(gpu_seconds, span_s)
+    return None if day is None else day / 3600.0
+
+
+def gpu_money_per_day(gpu_seconds: float, span_s: float, prices: Prices) -> float | None:
+    """Those GPU-hours at `--gpu-price` (None without it)."""
+    hours = gpu_hours_per_day(gpu_seconds, span_s)
+    if hours is None or prices.gpu_per_hour is None:
+        return None
+    return hours * prices.gpu_per_hour
+
+
+def memory_money_per_day(size_bytes: float, prices: Prices) -> float | None:
+    """A tier of `size_bytes` held for a day at `--memory-price` (None without it)."""
+    if prices.memory_per_gib_month is None:
+        return None
+    return size_bytes / GIB * prices.memory_per_gib_month / DAYS_PER_MONTH

@@ -1,0 +1,27 @@
+"""The tiers section of `trace analyze` and `trace diagnose` (`--tier`): which source served
+what with tiers below a GPU pool of `--capacity` (analyze) or `--kv-capacity` (diagnose)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yaotu_trace.data.schema import Trace
+from yaotu_trace.prefix.options import ReplayOptions
+
+
+def tiers_section(loaded: Trace, options: ReplayOptions) -> dict[str, Any] | None:
+    """The tiered replay's totals (`TieredResult.to_dict`) under the preset's rules and the GPU
+    pool of `options.capacity`; None without `--tier`."""
+    if not options.tiers:
+        return None
+    from yaotu_trace.prefix.trace import replay_trace
+
+    rules, preset, _ = options.effective_rules(loaded)
+    blocks = options.capacity_blocks(options.capacity, rules.block_size_tokens)
+    if blocks is not None:
+        rules = rules.with_(capacity_blocks=blocks)
+    setup = options.tier_setup(rules, preset)
+    summary = replay_trace(loaded, rules, preset=preset, waterfall=False, tiers=setup)
+    assert summary.tiers is not None
+    return {"preset": preset, "gpu_capacity": options.capacity, "gpu_capacity_blocks": blocks,
+            "block_size_tokens": rules.block_size_tokens, **summary.tiers}

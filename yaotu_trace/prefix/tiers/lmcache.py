@@ -1,0 +1,113 @@
+"""LMCache 0.5's storage manager behind vLLM's GPU pool, request by request.
+
+The rules (kv-tiers.md §2; LMCache paths `v1/cache_engine.py`, `v1/storage_backend/
+storage_manager.py`, `local_cpu_backend.py`, `local_disk_backend.py`, `cache_policy/lru.py`,
+`integration/vllm/vllm_v1_adapter.py`):
+
+- Chunks of T tokens (256 by default), keyed by the chained hash of their tokens (here the chain
+  id of the chunk's last block, the same prefix identity); a partial chunk is never saved.
+- Lookup from token 0: the CPU backend's consecutive run, then the disk's from where it
+  stopped, then the remote's. Every chunk of the run is touched in its backend, tail to head
+  (the head ends most recent).
+- The GPU hit wins: LMCache loads the run's tokens beyond the GPU hit g (none when the run is
+  not longer); when the run covers the whole prompt it loads one token less (the last one is
+  recomputed). A chunk read from disk or remote is also written into the CPU backend.
+- After the prefill every full chunk from the LMCache hit on is saved to every backend (a
+  backend that has the key skips it), head to tail, each backend evicting its least recently
+  used chunk when full.
+
+Modelled from these rules; not checked against LMCache's code (docs/replay.md says what that
+leaves open).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
+from yaotu_trace.prefix.tiers.spec import TierSpec
+
+
+class _Backend:
+    """One storage backend: an LRU of chunk keys (last = most recent)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.keys: OrderedDict[int, int] = OrderedDict()  # key -> request that used it last
+        self.stored = self.evicted = self.loaded = 0
+        self.now = -1  # the request being replayed
+        self.records: list[tuple[int, int, int]] = []  # (key, evicting request, last use)
+
+    def touch(self, key: int) -> None:
+        self.keys.move_to_end(key)
+        self.keys[key] = self.now
+
+    def put(self, key: int) -> None:
+        """Insert as most recent, evicting the least recent when full."""
+        if key in self.keys:
+            return
+        if len(self.keys) >= self.capacity:
+            gone, last = self.keys.popitem(last=False)
+            self.records.append((gone, self.now, last))
+            self.evicted += 1
+        self.keys[key] = self.now
+        self.stored += 1
+
+    def counters(self) -> TierCounters:
+        return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
+                            failed_stores=0, loaded_chunks=self.loaded)
+
+
+def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+                         tiers: tuple[TierSpec, ...]
+                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                    tuple[TierEvictions, ...]]:
+    """Hit tokens per tier (in `tiers` order), the backends' counters and their evictions
+    under LMCache."""
+    block = int(chains.block_size_tokens)
+    chunk = int(tiers[0].chunk_tokens)
+    per_chunk = chunk // block
+    backends = [_Backend(int(t.capacity_chunks)) for t in tiers]
+    cpu = next((b for b, t in zip(backends, tiers, strict=True) if t.name == "cpu"), None)
+    offsets = chains.offsets
+    ids = chains.ids
+    prompt = chains.prompt_tokens
+    n = chains.num_requests
+    hits = [np.zeros(n, dtype=np.int64) for _ in tiers]
+    for i in range(n):
+        if refused[i]:
+            continue
+        for backend in backends:
+            backend.now = i
+        start = int(offsets[i])
+        chunks = (int(offsets[i + 1]) - start) // per_chunk
+        keys = ids[start + per_chunk - 1: start + chunks * per_chunk: per_chunk].tolist()
+        source: list[int] = []  # backend index of each chunk of the run
+        for b, backend in enumerate(backends):
+            run_start = len(source)
+            while len(source) < chunks and keys[len(source)] in backend.keys:
+                source.append(b)
+            for j in range(len(source) - 1, run_start - 1, -1):
+                backend.touch(keys[j])
+        run_tokens = len(source) * chunk
+        g = int(gpu_hit_blocks[i]) * block
+        load = run_tokens - g
+        if run_tokens == int(prompt[i]):
+            load -= 1
+        if load > 0:
+            end = g + load
+            for j in range(g // chunk, len(source)):
+                b = source[j]
+                served = min((j + 1) * chunk, end) - max(j * chunk, g)
+                hits[b][i] += served
+                backends[b].loaded += 1
+                if cpu is not None and backends[b] is not cpu:
+                    cpu.put(keys[j])
+        for backend in backends:
+            for j in range(len(source), chunks):
+                backend.put(keys[j])
+    return (tuple(hits), tuple(b.counters() for b in backends),
+            tuple(TierEvictions.of(b.records) for b in backends))

@@ -1,0 +1,101 @@
+"""The tiered replay: the GPU pool's own replay, then the tiers below it request by request.
+
+Loaded KV re-enters the GPU prefix cache exactly as recomputed KV would (vLLM's `cache_blocks`
+after a load, SGLang's `load_back`, LMCache's retrieve into the vLLM blocks), so a request
+leaves the GPU pool in the same state whichever source served it: the GPU hits are those of
+the GPU-only replay under the same rules (engine-exact for a finite `vllm` or `sglang` pool),
+and the tiers' pass reads them. That is also why a tier never changes `gpu_hit_tokens`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.result import ReplayResult
+from yaotu_trace.prefix.rules import Accounting, ReplayRules, Scope
+from yaotu_trace.prefix.tiers.result import TieredResult
+from yaotu_trace.prefix.tiers.spec import TierPolicy, TierSpec
+
+
+def gpu_replay(chains: BlockChains, rules: ReplayRules) -> ReplayResult:
+    """The GPU pool alone under `rules` (one global pool), as `trace replay` replays it."""
+    from yaotu_trace.prefix.kernels.engine import replay
+    from yaotu_trace.prefix.kernels.exact import replay_exact
+
+    if rules.capacity_blocks is not None and rules.accounting is not Accounting.CLEAN:
+        return replay_exact(chains, rules, None, 1)
+    return replay(chains, rules)
+
+
+def refused_requests(chains: BlockChains, rules: ReplayRules) -> np.ndarray:
+    """Requests the GPU pool can never admit (bool): under vLLM's pool one that needs more
+    than its N − 1 usable blocks, under SGLang's a prompt longer than the pool."""
+    n = chains.num_requests
+    if rules.capacity_blocks is None or rules.accounting is Accounting.CLEAN:
+        return np.zeros(n, dtype=bool)
+    block = int(chains.block_size_tokens)
+    prompt = np.asarray(chains.prompt_tokens, dtype=np.int64)
+    needed = -(-prompt // block)
+    usable = int(rules.capacity_blocks) - (1 if rules.accounting is Accounting.VLLM else 0)
+    return np.asarray(needed > usable, dtype=bool)
+
+
+def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],
+                 policy: TierPolicy, *, gpu: ReplayResult | None = None) -> TieredResult:
+    """Per-request hits by source with `tiers` (in order: cpu, then disk, then remote) below
+    the GPU pool of `rules`, moved by `policy`'s rules.
+
+    `chains` are built under `rules`; `gpu` is the GPU-only replay of them when the caller
+    has it already (else it is run here). Requests are replayed one at a time in arrival
+    order, each transfer finished in the step it was issued (docs/replay.md, "Tiers below the
+    GPU", says what that assumes).
+    """
+    check_tiers(chains, rules, tiers, policy)
+    if gpu is None:
+        gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    gpu_blocks = np.asarray(gpu.hit_blocks, dtype=np.int64)
+    if policy is TierPolicy.VLLM:
+        from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
+
+        tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers)
+    elif policy is TierPolicy.LMCACHE:
+        from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
+
+        tier_hits, counters, evictions = replay_lmcache_tiers(chains, gpu_blocks, refused, tiers)
+    else:
+        from yaotu_trace.prefix.tiers.sglang import replay_hicache_tiers
+
+        tier_hits, counters, evictions = replay_hicache_tiers(
+            chains, gpu_blocks, refused, tiers, policy, rules.capacity_blocks)
+    gpu_hit = np.where(refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
+    return TieredResult(policy=policy, tiers=tiers,
+                        prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
+                        gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
+                        refused=refused, counters=counters, evictions=evictions)
+
+
+def check_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],
+                policy: TierPolicy) -> None:
+    """Refuse what the tiered replay does not model, in one line each."""
+    if not tiers:
+        raise ConfigError("a tiered replay needs at least one --tier")
+    if rules.scope is not Scope.GLOBAL or rules.capacity_per_tenant:
+        raise ConfigError("--tier replays one GPU pool with its tiers; drop --scope instance, "
+                          "--route and --capacity-per-tenant")
+    if chains.output_ids is not None:
+        raise ConfigError("--tier stores prompt KV only (vLLM's offload_prompt_only, "
+                          "LMCache's save_decode_cache off); drop --cache-outputs")
+    block = int(chains.block_size_tokens)
+    for tier in tiers:
+        if tier.chunk_tokens % block:
+            raise ConfigError(f"--tier-chunk {tier.chunk_tokens} must be a whole number of "
+                              f"{block}-token blocks")
+    names = [t.name for t in tiers]
+    if sorted(names, key=["cpu", "disk", "remote"].index) != names:
+        raise ConfigError("give the tiers top down: cpu, then disk, then remote")
+    if policy is not TierPolicy.LMCACHE and tiers[0].name != "cpu":
+        raise ConfigError(f"--tier-policy {policy} needs a cpu tier first: its lower tiers are "
+                          "written from host memory")

@@ -1,0 +1,352 @@
+"""vLLM 0.33's native CPU offload, request by request: `OffloadingConnector` with the
+`CPUOffloadingManager` (lru, `store_threshold` 0, `offload_prompt_only`).
+
+The rules (kv-tiers.md, "vLLM 0.33.0 native offload, rule by rule"; the paths are of the 0.33.0
+wheel: OS = `distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`, CM =
+`v1/kv_offload/cpu/manager.py`, LRU = `v1/kv_offload/cpu/policies/lru.py`):
+
+- A chunk is K = T/B GPU blocks; its key is the chain id of its last block, its position the
+  token at its end (OS `update_offload_keys`). Only full chunks have keys.
+- Lookup starts at chunk g//T of the block-aligned GPU hit g and counts consecutive resident
+  keys; E = T·(start + run) − g tokens are loaded, none when E < T (OS
+  `_lookup_complete_chunks`). A full hit loads every token (vLLM recomputes the last one and
+  counts all as external).
+- Loaded blocks re-enter the GPU prefix cache exactly as computed ones would, so the GPU pool
+  evolves as in the GPU-only replay: its hits come from `exact_vllm` (or the clean model) and
+  this pass only adds the CPU tier.
+- Stores happen in the prefill step: every full chunk from the store index (0, or the end of
+  the load) is offered; resident keys are not rewritten; an offer that needs more room than
+  the evictable chunks outside it give fails whole and is offered again when the request's
+  finish reaches the connector, one step later (CM `prepare_store`).
+- LRU ranks (LRU): a request gets rank R on its first access; access and insert raise a key to
+  (R, −position) (so a request's tail goes before its head); at finish every key the request
+  saw gets (++counter, 0) from tail to head. The finish is seen in the step that schedules the
+  next request: after its lookup, load and (without a load) store, before the store of a
+  request that loaded (which runs a step later).
+- Transfers complete in the step they were issued: loaded chunks are pinned (not evictable)
+  during their step, stored chunks are not evictable until the step ends.
+
+Checked per request against vLLM's own scheduler and connector in
+`tests/prefix/test_tiers_vllm_golden.py` (fixtures: `benchmarks/engines/golden_tiers_vllm.py`).
+Secondary tiers (`TieringOffloadingSpec`, disk and remote) are modelled from the rules as read
+(each CPU chunk written through to every secondary tier, LRU there; a CPU miss that a secondary
+tier holds is promoted through the CPU), not checked against vLLM.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
+from yaotu_trace.prefix.tiers.spec import TierSpec
+
+
+@dataclass
+class _Request:
+    """A request's state in the connector: its rank, the keys it saw, a failed offer."""
+
+    keys: list[int]
+    positions: list[int]
+    index: int = -1  # its row in the trace
+    rank: int = 0  # 0: not yet ranked
+    seen: dict[int, int] = field(default_factory=dict)  # key -> position, in first-seen order
+    next_stored: int = 0
+    failed: bool = False
+
+
+class _CpuTier:
+    """`CPUOffloadingManager` with the LRU policy, for keys that are chain ids."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.rank: dict[int, tuple[int, int]] = {}  # resident key -> LRU rank
+        self.heap: list[tuple[tuple[int, int], int]] = []
+        self.counter = 0
+        self.pinned: set[int] = set()  # loads of the current step
+        self.pending: set[int] = set()  # stores of the current step, not yet ready
+        self.stored = self.evicted = self.failed = self.loaded = 0
+        self.cascade: list[_SecondaryTier] = []  # tiers every stored chunk is written to
+        self.now = -1  # the request being replayed
+        self.last_use: dict[int, int] = {}
+        self.records: list[tuple[int, int, int]] = []  # (key, evicting request, last use)
+
+    def _request_rank(self, req: _Request) -> int:
+        if req.rank == 0:
+            self.counter += 1
+            req.rank = self.counter
+        return req.rank
+
+    def _evictable(self, key: int) -> bool:
+        return key not in self.pinned and key not in self.pending
+
+    def _raise(self, key: int, rank: tuple[int, int]) -> None:
+        self.rank[key] = rank
+        if self._evictable(key):
+            heapq.heappush(self.heap, (rank, key))
+
+    def access(self, req: _Request, keys: list[int], positions: list[int]) -> None:
+        """`_record_request_cache_access`: keys new to the request raise their rank."""
+        for key in keys:
+            self.last_use[key] = req.index
+        new = [(k, p) for k, p in zip(keys, positions, strict=True) if k not in req.seen]
+        if not new:
+            return
+        rank = self._request_rank(req)
+        for key, position in new:
+            req.seen[key] = position
+            current = self.rank.get(key)
+            if current is not None and current < (rank, -position):
+                self._raise(key, (rank, -position))
+
+    def load(self, req: _Request, keys: list[int], positions: list[int]) -> None:
+        """`prepare_load`: pin, then record the access."""
+        self.pinned.update(keys)
+        self.access(req, keys, positions)
+        self.loaded += len(keys)
+
+    def store(self, req: _Request, keys: list[int], positions: list[int]) -> bool:
+        """`prepare_store`: False when the offer fails whole."""
+        self.now = req.index
+        for key in keys:
+            self.last_use[key] = req.index
+        to_store = [i for i, k in enumerate(keys) if k not in self.rank]
+        recorded = [i for i, k in enumerate(keys) if k not in self.rank or k not in self.pending]
+        self.access(req, [keys[i] for i in recorded], [positions[i] for i in recorded])
+        if not to_store:
+            return True
+        needed = len(to_store) - (self.capacity - len(self.rank))
+        if needed > 0 and not self._evict(needed, set(keys)):
+            self.failed += 1
+            return False
+        rank = self._request_rank(req)
+        for i in to_store:
+            self.rank[keys[i]] = (rank, -positions[i])
+            self.pending.add(keys[i])
+        self.stored += len(to_store)
+        for tier in self.cascade:
+            for i in to_store:
+                tier.put(keys[i], req.index)
+        return True
+
+    def _evict(self, needed: int, protected: set[int]) -> bool:
+        """The `needed` least recent evictable keys outside `protected`, or none at all."""
+        chosen: list[tuple[tuple[int, int], int]] = []
+        chosen_keys: set[int] = set()
+        deferred: list[tuple[tuple[int, int], int]] = []
+        heap = self.heap
+        while heap and len(chosen) < needed:
+            entry = heapq.heappop(heap)
+            rank, key = entry
+            if self.rank.get(key) != rank or not self._evictable(key):
+                continue  # stale: re-ranked, evicted, or pushed again when it frees up
+            if key in protected:
+                deferred.append(entry)
+                continue
+            if key in chosen_keys:
+                continue
+            chosen.append(entry)
+            chosen_keys.add(key)
+        if len(chosen) < needed:
+            for entry in chosen + deferred:
+                heapq.heappush(heap, entry)
+            return False
+        for entry in deferred:
+            heapq.heappush(heap, entry)
+        for _, key in chosen:
+            del self.rank[key]
+            self.records.append((key, self.now, self.last_use.get(key, -1)))
+        self.evicted += len(chosen)
+        if len(heap) > 4 * max(64, len(self.rank)):
+            self._compact()
+        return True
+
+    def _compact(self) -> None:
+        self.heap = [(r, k) for k, r in self.rank.items() if self._evictable(k)]
+        heapq.heapify(self.heap)
+
+    def finish(self, req: _Request) -> None:
+        """`on_request_finished`: the request's keys, tail to head, become most recent."""
+        for key in sorted(req.seen, key=req.seen.__getitem__, reverse=True):
+            if key in self.rank:
+                self.counter += 1
+                self._raise(key, (self.counter, 0))
+
+    def end_step(self) -> None:
+        """The worker finished every transfer: loads unpin, stores become ready."""
+        freed = self.pinned | self.pending
+        self.pinned = set()
+        self.pending = set()
+        for key in freed:
+            rank = self.rank.get(key)
+            if rank is not None:
+                heapq.heappush(self.heap, (rank, key))
+
+    def counters(self) -> TierCounters:
+        """The tier's totals."""
+        return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
+                            failed_stores=self.failed, loaded_chunks=self.loaded)
+
+
+def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+                        tier: TierSpec, secondary: tuple[TierSpec, ...] = ()
+                        ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                   tuple[TierEvictions, ...]]:
+    """Hit tokens per tier (vLLM's `external_kv_transfer`, split by where the chunk was)
+    behind a GPU pool whose per-request hits are `gpu_hit_blocks`; `refused` requests never
+    reach the connector. `tier` is the CPU tier, `secondary` the tiers written from it."""
+    block = int(chains.block_size_tokens)
+    chunk = int(tier.chunk_tokens)
+    per_chunk = chunk // block
+    offsets = chains.offsets
+    ids = chains.ids
+    n = chains.num_requests
+    hits = [np.zeros(n, dtype=np.int64) for _ in range(1 + len(secondary))]
+    cpu = _CpuTier(int(tier.capacity_chunks))
+    lower = [_SecondaryTier(int(t.capacity_chunks)) for t in secondary]
+    cpu.cascade = lower
+    previous: _Request | None = None
+    for i in range(n):
+        if refused[i]:
+            continue
+        start = int(offsets[i])
+        full = int(offsets[i + 1]) - start
+        chunks = full // per_chunk
+        keys = ids[start + per_chunk - 1: start + chunks * per_chunk: per_chunk].tolist()
+        positions = list(range(chunk, (chunks + 1) * chunk, chunk))
+        req = _Request(keys=keys, positions=positions, index=i)
+        g = int(gpu_hit_blocks[i]) * block
+        first = g // chunk
+        run = 0
+        source: list[int] = []  # 0: the CPU tier, k: secondary tier k
+        while first + run < chunks:
+            where = _where(keys[first + run], cpu, lower)
+            if where < 0:
+                break
+            source.append(where)
+            run += 1
+        loaded = chunk * (first + run) - g
+        if loaded < chunk:
+            loaded = 0
+        elif any(source):
+            run = _promote(cpu, lower, req, first, source)
+            source = source[:run]
+            loaded = chunk * (first + run) - g
+            if loaded < chunk:
+                loaded = 0
+        # Step 1: lookup, then either the load (the prefill waits a step) or the prefill.
+        if loaded:
+            cpu.load(req, keys[first:first + run], positions[first:first + run])
+            req.next_stored = first + run
+        else:
+            _offer(cpu, req, chunks)
+        if previous is not None:
+            if previous.failed:
+                _offer(cpu, previous, len(previous.keys))
+            cpu.finish(previous)
+        cpu.end_step()
+        if loaded:  # step 2: the prefill after the load, and its store
+            _offer(cpu, req, chunks)
+            cpu.end_step()
+        if loaded:
+            for j, where in enumerate(source):
+                lo = max((first + j) * chunk, g)
+                hits[where][i] += (first + j + 1) * chunk - lo
+        previous = req
+    evictions = (TierEvictions.of(cpu.records), *(TierEvictions.of(t.records) for t in lower))
+    return tuple(hits), (cpu.counters(), *(t.counters() for t in lower)), evictions
+
+
+class _SecondaryTier:
+    """A tier below the CPU (`TieringOffloadingSpec`): every CPU chunk written through to it,
+    least recently used out when full."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.keys: OrderedDict[int, int] = OrderedDict()  # key -> request that wrote it last
+        self.stored = self.evicted = self.loaded = 0
+        self.records: list[tuple[int, int, int]] = []
+
+    def put(self, key: int, request: int) -> None:
+        if key in self.keys:
+            self.keys.move_to_end(key)
+            self.keys[key] = request
+            return
+        if len(self.keys) >= self.capacity:
+            gone, last = self.keys.popitem(last=False)
+            self.records.append((gone, request, last))
+            self.evicted += 1
+        self.keys[key] = request
+        self.stored += 1
+
+    def counters(self) -> TierCounters:
+        return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
+                            failed_stores=0, loaded_chunks=self.loaded)
+
+
+def _where(key: int, cpu: _CpuTier, lower: list[_SecondaryTier]) -> int:
+    """0 when the CPU tier holds `key`, k for the first secondary tier k that does, else -1."""
+    if key in cpu.rank:
+        return 0
+    for k, tier in enumerate(lower, start=1):
+        if key in tier.keys:
+            return k
+    return -1
+
+
+def _promote(cpu: _CpuTier, lower: list[_SecondaryTier], req: _Request, first: int,
+             source: list[int]) -> int:
+    """Secondary hits are promoted into the CPU tier before they load (one step); returns
+    how much of the run is loadable (up to the first chunk that found no room)."""
+    promoted = [j for j, where in enumerate(source) if where]
+    keys = [req.keys[first + j] for j in promoted]
+    positions = [req.positions[first + j] for j in promoted]
+    if not cpu.store(req, keys, positions):
+        cpu.end_step()
+        return promoted[0]
+    for j in promoted:
+        tier = lower[source[j] - 1]
+        tier.keys.move_to_end(req.keys[first + j])
+        tier.loaded += 1
+    cpu.end_step()
+    return len(source)
+
+
+def _offer(cpu: _CpuTier, req: _Request, chunks: int) -> None:
+    """`_build_store_jobs` for one request: its chunks from the store index; the index
+    advances unless the offer fails whole."""
+    lo = req.next_stored
+    if lo >= chunks:
+        req.failed = False
+        return
+    ok = cpu.store(req, req.keys[lo:chunks], req.positions[lo:chunks])
+    req.failed = not ok
+    if ok:
+        req.next_stored = chunks
+
+
+def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+                      tiers: tuple[TierSpec, ...]
+                      ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                 tuple[TierEvictions, ...]]:
+    """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload:
+    one CPU tier runs the compiled kernel (`vllm_kernel.py`), lower tiers this module."""
+    if len(tiers) > 1:
+        return replay_vllm_offload(chains, gpu_hit_blocks, refused, tiers[0], tiers[1:])
+    from yaotu_trace.prefix.tiers.vllm_kernel import vllm_cpu_pass
+
+    tier = tiers[0]
+    block = int(chains.block_size_tokens)
+    hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last = vllm_cpu_pass(
+        np.asarray(chains.offsets, dtype=np.int64), np.asarray(chains.ids, dtype=np.int64),
+        np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+        np.int64(tier.chunk_tokens // block), np.int64(tier.chunk_tokens), np.int64(block),
+        np.int64(tier.capacity_chunks), np.int64(max(int(chains.num_distinct), 1)))
+    counters = TierCounters(stored_chunks=int(stored), evicted_chunks=int(evicted),
+                            failed_stores=int(failed), loaded_chunks=int(loaded))
+    evictions = TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last)
+    return (hits,), (counters,), (evictions,)

@@ -1,0 +1,72 @@
+"""The `prefill_pricing` section: what the GPU cache and each tier save in prefill, what the
+tiers add in loads and memory, in GPU-hours and money per day of the trace's traffic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from yaotu_trace.render import fmt
+from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Notes, View
+
+
+def _money(value: float | None) -> str:
+    if value is None:
+        return fmt.MISSING
+    return f"{'−' if value < 0 else ''}${abs(value):,.2f}"
+
+
+def _rate(bytes_per_s: float | None) -> str:
+    return fmt.MISSING if bytes_per_s is None else f"{bytes_per_s / 1e9:,.2f} GB/s"
+
+
+def cache_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The GPU prefix cache: its hits as prefill GPU time saved, per day."""
+    c = s["gpu_cache"]
+    rows = [
+        ("GPU", f"{s['gpu']} × {s['gpus_per_replica']} per replica (bf16 peak × MFU 0.5)"),
+        ("trace span", fmt.seconds(s["span_s"])),
+        ("prefill without any cache", fmt.seconds(s["prefill_s_without_cache"])),
+        ("GPU cache hits", f"{fmt.count(c['hit_tokens'])} tokens, "
+                           f"{fmt.seconds(c['prefill_saved_s'])} of prefill saved"),
+        ("GPU cache saves per day", f"{fmt.num(c['gpu_hours_per_day'])} GPU-h"
+                                    + ("" if c["gpu_money_per_day"] is None
+                                       else f", {_money(c['gpu_money_per_day'])}")),
+    ]
+    if c.get("size_bytes") is not None:
+        rows.append(("GPU pool", f"{c['size_bytes'] / 2**30:,.1f} GiB of KV (in the GPU price)"))
+    return rows
+
+
+def tier_rows(s: dict[str, Any]) -> list[list[str]]:
+    """Each tier: hits, loads against prefill saved, net per day."""
+    rows = []
+    for t in s["tiers"]:
+        size = fmt.MISSING if t["size_gib"] is None else f"{t['size_gib']:,.1f} GiB"
+        rows.append([t["name"], size, fmt.count(t["hit_tokens"]), fmt.pct(t["hit_share"]),
+                     fmt.seconds(t["prefill_saved_s"]), fmt.seconds(t["load_s"]),
+                     f"{fmt.num(t['gpu_hours_per_day'])} GPU-h",
+                     _money(t["gpu_money_per_day"]), _money(t["memory_money_per_day"]),
+                     _money(t["net_money_per_day"]), _rate(t["peak_bytes_per_s"])])
+    return rows
+
+
+def view(section: Any) -> View:
+    """The cache's saving, then each tier's ledger."""
+    s = section if isinstance(section, dict) else section.to_dict()
+    out: list[Block] = [Heading(text="Prefill priced (GPU-hours and money per day of traffic)"),
+                        KeyValues(rows=cache_rows(s))]
+    notes = []
+    if s["tiers"]:
+        out += [Heading(text="Tiers: fetch versus recompute", level=4),
+                Grid(header=["tier", "size", "hits", "of prompt", "prefill saved", "load added",
+                             "saves/day", "GPU $/day", "memory $/day", "net $/day",
+                             "peak load"], rows=tier_rows(s))]
+        f = s["fetch"]
+        notes.append(f"{fmt.count(f['slower_requests'])} request(s) load more slowly than they "
+                     "would recompute" + ("" if not f["slower_examples"] else ": " + ", ".join(
+                         e["request_id"] for e in f["slower_examples"][:5])))
+        notes += [f"{link['name']}: {link['source']}" for link in f["links"]]
+    if s["prices"]["gpu_per_hour"] is None:
+        notes.append("no --gpu-price: GPU time stays in GPU-hours")
+    out.append(Notes(notes=notes))
+    return out
