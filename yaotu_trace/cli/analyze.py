@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from yaotu_trace.cli.app import ChartsOpt, charts_wanted, command, emit, trace_input
 from yaotu_trace.cli.options import (
+    CapacityOpt,
     FormatOpt,
-    GpuCapacityOpt,
     InputFormatOpt,
+    KvDtypeOpt,
     MapOpt,
     ModelOpt,
     OutputOpt,
@@ -39,8 +40,9 @@ def analyze(
     tiers: TierOpt = None,
     tier_chunk_tokens: TierChunkOpt = None,
     tier_policy: TierPolicyOpt = None,
-    capacity: GpuCapacityOpt = None,
+    capacity: CapacityOpt = None,
     model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     quiet: QuietOpt = False,
     charts: ChartsOpt = None,
 ) -> None:
@@ -74,6 +76,7 @@ def analyze(
     tier_options = None
     if tiers or tier_chunk_tokens is not None or tier_policy is not None or capacity is not None:
         tier_options = ReplayOptions(preset=preset, capacity=capacity, model=model,
+                                     kv_dtype=kv_dtype,
                                      tiers=tuple(tiers or ()),
                                      tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
     with progress("analyze", quiet) as update:

@@ -308,11 +308,12 @@ TierPolicyOpt = Annotated[
                  "write_through, write_through_selective or write_back [default: the "
                  "--preset engine's own].", rich_help_panel="Tiers below the GPU"),
 ]
-GpuCapacityOpt = Annotated[
+CapacityOpt = Annotated[
     str | None,
-    typer.Option("--capacity", show_default=False, rich_help_panel="Tiers below the GPU",
-                 help="The GPU prefix cache the --tier options sit below: blocks (20000), "
-                 "tokens (3.2Mtok) or bytes (40GiB, needs --model) [default: unlimited]."),
+    typer.Option("--capacity", show_default=False,
+                 help="Prefix cache capacity per cache, the GPU tier any --tier sits below: "
+                 "blocks (20000), tokens (3.2Mtok) or bytes (40GiB, needs --model) "
+                 "[default: unlimited]."),
 ]
 PresetOpt = Annotated[
     Preset | None,

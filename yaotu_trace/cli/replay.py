@@ -12,6 +12,7 @@ from yaotu_trace.cli.options import (
     AccountingOpt,
     CacheOutputsOpt,
     CachePartialOpt,
+    CapacityOpt,
     DaskOpt,
     FormatOpt,
     GpuOpt,
@@ -47,11 +48,6 @@ from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.prefix.rules import Eviction
 
-CapacityOpt = Annotated[
-    str | None,
-    typer.Option(help="Cache capacity per cache: blocks (20000), tokens (3.2Mtok) or bytes "
-                 "(40GiB, needs --model). Default: unlimited.", show_default=False),
-]
 EvictionOpt = Annotated[
     Eviction | None,
     typer.Option(help="Eviction policy of a full cache. optimal is Belady's (the block used "
