@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix import Parallelism, effective_rules, replay_trace
 from yaotu_trace.prefix.grid import GridCapacity, replay_grid
 from yaotu_trace.prefix.kernels.engine import replay
@@ -186,3 +189,26 @@ def test_dask_missing_extra_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ConfigError, match=r"yaotu-trace\[dask\]"), \
             open_runner(Parallelism(dask="local")):
         pass
+
+
+def _fails(n: int) -> int:
+    raise ValueError(f"partition {n} is bad")
+
+
+def _dies(n: int) -> int:
+    os.kill(os.getpid(), signal.SIGKILL)
+    return n
+
+
+def test_a_worker_error_is_raised_here_and_the_workers_are_stopped() -> None:
+    with pytest.raises(ValueError, match="partition 1 is bad"), \
+            open_runner(Parallelism(jobs=2)) as runner:
+        runner.map(_fails, [(1,), (2,)])
+
+
+def test_a_worker_killed_mid_task_is_an_error_not_a_wait() -> None:
+    """The out-of-memory killer's SIGKILL: the run stops with a line that says so, instead of
+    waiting for a result that cannot come."""
+    with pytest.raises(ResourceLimitError, match=r"killed by SIGKILL.*fewer --jobs"), \
+            open_runner(Parallelism(jobs=2)) as runner:
+        runner.map(_dies, [(1,), (2,), (3,)])

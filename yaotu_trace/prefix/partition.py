@@ -22,16 +22,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
-import multiprocessing.pool
+import pickle
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing import resource_tracker
-from typing import Any, Protocol
+from multiprocessing.connection import Connection, wait
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, ResourceLimitError
 from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.kernels.unlimited import replay
@@ -85,14 +86,6 @@ class _Serial:
 SERIAL_RUNNER: Runner = _Serial()
 
 
-class _Pool:
-    def __init__(self, pool: multiprocessing.pool.Pool) -> None:
-        self._pool = pool
-
-    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
-        return self._pool.starmap(fn, items, chunksize=1)
-
-
 class _Dask:
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -116,15 +109,13 @@ def open_runner(parallel: Parallelism) -> Iterator[Runner]:
 
 
 def _pool_runner(jobs: int) -> Iterator[Runner]:
-    """`jobs` worker processes that leave Ctrl-C to this process, which terminates them.
+    """`jobs` worker processes that leave Ctrl-C to this process, which stops them.
 
     A Ctrl-C at the terminal (and a SIGHUP when it closes) reaches the whole process group, and
     a worker that raised its own KeyboardInterrupt would print a traceback. So the workers start
     with SIGINT, SIGHUP and SIGTERM blocked (the mask survives spawn's fork and exec, which
-    covers their start-up), then ignore the first two and take SIGTERM again (the pool's
-    terminate sends it); this process gets the signal and terminates the pool
-    (multiprocessing's Pool can, where concurrent.futures' pool only waits for the tasks that
-    are running).
+    covers their start-up), then ignore the first two and take SIGTERM again (`kill -TERM
+    -PGID` ends them where they stand); this process gets the signal and kills what is left.
     """
     # NOTE: spawn, not fork: numba's threads and Arrow's pools do not survive a fork safely.
     ctx = multiprocessing.get_context("spawn")
@@ -134,17 +125,115 @@ def _pool_runner(jobs: int) -> Iterator[Runner]:
     # Blocked meanwhile, a SIGHUP for this process waits instead of being ignored.
     with _blocked((signal.SIGHUP,)), _ignoring(signal.SIGHUP):
         resource_tracker.ensure_running()
-    pool = None
+    workers = _Workers(jobs)
     try:
-        # A signal held back while the pool starts is raised as this block ends, inside the try.
+        # A signal held back while the workers start is raised as this block ends, in the try.
         with _blocked(_WORKER_SIGNALS):
-            pool = ctx.Pool(jobs, initializer=_leave_signals_to_parent)
-        yield _Pool(pool)
-    finally:
-        if pool is not None:
-            # Every task has its result by now, or the run is being abandoned.
-            pool.terminate()
-            pool.join()
+            workers.start(ctx)
+        yield workers
+    except BaseException:
+        workers.kill()
+        raise
+    workers.close()
+
+
+class _Workers:
+    """Worker processes with a pipe each, fed one item at a time, results in item order.
+
+    Nothing is shared between them (multiprocessing's Pool hands tasks out through one queue
+    whose lock an idle worker holds: a worker killed by the group's SIGTERM while holding it
+    left this process waiting for that lock forever as it shut the pool down). A worker that
+    dies is seen through its sentinel; this process never waits on one that cannot answer.
+    """
+
+    def __init__(self, jobs: int) -> None:
+        self._jobs = jobs
+        self._processes: list[Any] = []
+        self._pipes: list[Connection] = []
+
+    def start(self, ctx: Any) -> None:
+        for _ in range(self._jobs):
+            ours, theirs = ctx.Pipe()
+            process = ctx.Process(target=_serve, args=(theirs,), daemon=True)
+            self._processes.append(process)
+            self._pipes.append(ours)
+            process.start()
+            theirs.close()
+
+    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+        results: list[Any] = [None] * len(items)
+        todo = iter(enumerate(items))
+        busy: dict[Connection, int] = {}
+
+        def hand_out(pipe: Connection) -> None:
+            for index, item in todo:
+                pipe.send((fn, tuple(item)))
+                busy[pipe] = index
+                return
+
+        for pipe in self._pipes:
+            hand_out(pipe)
+        owner = dict(zip(self._pipes, self._processes, strict=True))
+        sentinels = {p.sentinel: p for p in self._processes}
+        while busy:
+            ready = wait([*busy, *sentinels])
+            for pipe in [r for r in ready if r in busy]:
+                try:
+                    ok, value = pipe.recv()
+                except (EOFError, OSError):  # its end closed: the worker is gone
+                    _raise_lost(owner[pipe], self._jobs)
+                if not ok:
+                    raise value
+                results[busy.pop(pipe)] = value
+                hand_out(pipe)
+            for sentinel in [r for r in ready if r in sentinels]:
+                _raise_lost(sentinels[sentinel], self._jobs)
+        return results
+
+    def close(self) -> None:
+        """Every task has its result: the workers are told to stop, and waited for."""
+        for pipe in self._pipes:
+            with contextlib.suppress(OSError):
+                pipe.send(None)
+        for process in self._processes:
+            process.join(timeout=5)
+        self.kill()
+
+    def kill(self) -> None:
+        """The run is abandoned: what is still running is killed, and reaped."""
+        for process in self._processes:
+            if process.exitcode is None and process.pid is not None:
+                process.kill()
+        for process in self._processes:
+            if process.pid is not None:
+                process.join()
+        for pipe in self._pipes:
+            pipe.close()
+
+
+def _raise_lost(process: Any, jobs: int) -> NoReturn:
+    process.join()
+    code = process.exitcode
+    how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
+           else f"exited with code {code}")
+    raise ResourceLimitError(
+        f"a worker process of --jobs {jobs} {how} before it returned its partition (the "
+        "out-of-memory killer sends SIGKILL); run again with fewer --jobs")
+
+
+def _serve(pipe: Connection) -> None:
+    """A worker's loop: (fn, args) in, (True, result) or (False, exception) out; None ends it."""
+    _leave_signals_to_parent()
+    while (task := pipe.recv()) is not None:
+        fn, args = task
+        try:
+            answer: tuple[bool, Any] = (True, fn(*args))
+        except Exception as exc:  # raised again in the parent
+            answer = (False, exc)
+        try:
+            pipe.send(answer)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            pipe.send((False, RuntimeError(f"{answer[1]!r} cannot be sent back: {exc}")))
 
 
 # Held back while workers start; the first two are the terminal's, sent to the whole group.
@@ -184,7 +273,7 @@ def _ignoring(signum: signal.Signals) -> Iterator[None]:
 
 
 def _leave_signals_to_parent() -> None:
-    """Worker initializer: Ctrl-C and SIGHUP are the parent's to handle; SIGTERM ends it."""
+    """A worker's first step: Ctrl-C and SIGHUP are the parent's to handle; SIGTERM ends it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
