@@ -6,7 +6,9 @@ is compared with run in turns, so other work on the machine slows both alike):
 - first run after a fresh install against a warm run, for `analyze`, `diagnose`, `check` and
   `replay`: "fresh" is numba's cache empty (`NUMBA_CACHE_DIR` set to a new empty folder for
   that one process), as in a CI job without a cache; the bytecode is there, as pip writes it at
-  install time. "warm" reuses one cache folder that an earlier run filled;
+  install time (the benchmark compiles the measured tree's modules first, as pip does, so that
+  `PYTHONDONTWRITEBYTECODE` in the environment does not leave every run compiling them). "warm"
+  reuses one cache folder that an earlier run filled;
 - `analyze`, `sweep` and `diagnose` against a fresh Python process that reads the same file
   with pyarrow (`pyarrow.json.read_json`);
 - the whole capacity curve (`trace sweep --preset mooncake`) against kvcache-simulator's 6
@@ -26,6 +28,7 @@ reproduce it.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shlex
 import shutil
@@ -150,6 +153,8 @@ def main() -> int:
         print(f"{opts.trace} is missing; pass --trace", file=sys.stderr)
         return 2
     parts = opts.only or ["first", "read", "kvsim"]
+    # The bytecode an install writes (pip compiles every module): measured runs load it.
+    compileall.compile_dir(opts.tree / "yaotu_trace", quiet=1)
     load = os.getloadavg()
     print(f"{os.cpu_count()} cores, load average {load[0]:.1f} at the start; median of "
           f"{opts.repeat} fresh processes per cell, in turns")
