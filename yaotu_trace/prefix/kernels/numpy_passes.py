@@ -226,6 +226,22 @@ def _distances(prev: NDArray[np.int64], request: NDArray[np.int64], q: NDArray[n
     return counted[run] + walked - walked[at][run]
 
 
+def _last_touch(touches: NDArray[np.int64], key: NDArray[np.int64],
+                q: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Time of each key's last touch at a time ≤ q (0: none), by searching (key rank, time)
+    among all touches."""
+    n = len(touches)
+    unique_keys, rank_of_touch = np.unique(touches, return_inverse=True)
+    stride = np.int64(n + 1)
+    by_rank_time = np.sort(rank_of_touch * stride + np.arange(1, n + 1, dtype=np.int64))
+    rank = np.minimum(np.searchsorted(unique_keys, key), len(unique_keys) - 1)
+    at = np.searchsorted(by_rank_time, rank * stride + q, side="right") - 1
+    found = (unique_keys[rank] == key) & (at >= 0)
+    hit = by_rank_time[np.maximum(at, 0)]
+    found &= hit // stride == rank
+    return np.where(found, hit % stride, 0)
+
+
 def stack_distance_histograms(
     blocks: SweepBlocks,
     *,
@@ -265,18 +281,19 @@ def stack_distance_histograms(
     request = np.repeat(np.arange(n_requests, dtype=np.int64), cap)
     if not len(request):
         return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-    key = part_of[request] * np.int64(n_ids) + ids32[rows]
     q = lookup_time[request]
-    # Last touch of the key at a time ≤ q: search (key rank, time) among all touches.
-    unique_keys, rank_of_touch = np.unique(touches, return_inverse=True)
-    stride = np.int64(n + 1)
-    by_rank_time = np.sort(rank_of_touch * stride + np.arange(1, n + 1, dtype=np.int64))
-    rank = np.minimum(np.searchsorted(unique_keys, key), len(unique_keys) - 1)
-    at = np.searchsorted(by_rank_time, rank * stride + q, side="right") - 1
-    found = (unique_keys[rank] == key) & (at >= 0)
-    hit = by_rank_time[np.maximum(at, 0)]
-    found &= hit // stride == rank
-    last = np.where(found, hit % stride, 0)
+    # Last touch of the key at a time ≤ q: the previous touch of the request's own touch of
+    # it, when that is at most q (always, unless a request repeats a block: then searched).
+    position = segment_positions(cap)
+    if order_name == "head-first":
+        own = q + position
+    else:
+        total = (np.diff(offsets64) + np.diff(k.output_offsets))[order]
+        own = q + total[request] - 1 - position
+    last = prev[own]
+    if np.any(last > q):
+        last = _last_touch(touches, part_of[request] * np.int64(n_ids) + ids32[rows], q)
+    found = last > 0
     # A request's hit ends at its first block not cached (never touched in its partition).
     misses = np.cumsum(~found)
     seg_start = offsets_of(cap)[:-1]
