@@ -10,7 +10,8 @@ is compared with run in turns, so other work on the machine slows both alike):
   `PYTHONDONTWRITEBYTECODE` in the environment does not leave every run compiling them). "warm"
   reuses one cache folder that an earlier run filled;
 - `analyze`, `sweep` and `diagnose` against a fresh Python process that reads the same file
-  with pyarrow (`pyarrow.json.read_json`);
+  with pyarrow (`pyarrow.json.read_json`), after the floor of those commands as they read a
+  trace today: a fresh process that imports pandas and does nothing else;
 - the whole capacity curve (`trace sweep --preset mooncake`) against kvcache-simulator's 6
   budgets (`pip install kvcache-simulator` into any venv and pass `--kvsim PATH`; skipped
   when absent).
@@ -104,6 +105,16 @@ def against_read(trace: Path, repeat: int) -> list[str]:
     read = [sys.executable, "-c",
             f"import pyarrow.json as j; j.read_json({str(trace)!r})"]
     rows = []
+    # The floor while the commands read through pandas: importing it, and nothing more.
+    pandas = [sys.executable, "-c", "import pandas"]
+    alone, base = [], []
+    for _ in range(repeat):
+        alone.append(_wall_s(pandas))
+        base.append(_wall_s(read))
+    a, b = statistics.median(alone), statistics.median(base)
+    rows.append(_shown(f"| import pandas (the floor) | {a:.2f} | pyarrow.json.read_json | "
+                       f"{b:.2f} | {a / b:.2f}× | {'– | – | ' if BEFORE else ''}"
+                       "`python -c 'import pandas'` |"))
     for name, args in AGAINST_READ.items():
         cmd = _command(args, trace)
         _wall_s(cmd)
