@@ -6,9 +6,12 @@ is compared with run in turns, so other work on the machine slows both alike):
 - first run after a fresh install against a warm run, for `analyze`, `diagnose`, `check` and
   `replay`: "fresh" is numba's cache empty (`NUMBA_CACHE_DIR` set to a new empty folder for
   that one process), as in a CI job without a cache; the bytecode is there, as pip writes it at
-  install time. "warm" reuses one cache folder that an earlier run filled;
+  install time (the benchmark compiles the measured tree's modules first, as pip does, so that
+  `PYTHONDONTWRITEBYTECODE` in the environment does not leave every run compiling them). "warm"
+  reuses one cache folder that an earlier run filled;
 - `analyze`, `sweep` and `diagnose` against a fresh Python process that reads the same file
-  with pyarrow (`pyarrow.json.read_json`);
+  with pyarrow (`pyarrow.json.read_json`), after the floor of those commands as they read a
+  trace today: a fresh process that imports pandas and does nothing else;
 - the whole capacity curve (`trace sweep --preset mooncake`) against kvcache-simulator's 6
   budgets (`pip install kvcache-simulator` into any venv and pass `--kvsim PATH`; skipped
   when absent).
@@ -21,11 +24,13 @@ reproduce it.
     python benchmarks/ci.py
     python benchmarks/ci.py --repeat 5 --kvsim /tmp/venv-kvsim/bin/kvcache-simulator --large
     git archive REV | tar -x -C /tmp/rev && python benchmarks/ci.py --tree /tmp/rev
+    python benchmarks/ci.py --only read --only kvsim --kvsim PATH --before /tmp/rev
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shlex
 import shutil
@@ -49,12 +54,14 @@ FIRST_RUN = {
     "replay": ["replay"],
 }
 TREE = [ROOT]  # where `python -m yaotu_trace` finds the package (`--tree`)
+BEFORE: list[Path] = []  # a tree measured in the same turns (`--before`)
 AGAINST_READ = {"analyze": ["analyze"], "sweep": ["sweep"], "diagnose": ["diagnose"]}
 
 
-def _wall_s(cmd: list[str], env: dict[str, str] | None = None) -> float:
+def _wall_s(cmd: list[str], env: dict[str, str] | None = None, tree: Path | None = None
+            ) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=TREE[0], capture_output=True, check=False,
+    proc = subprocess.run(cmd, cwd=tree or TREE[0], capture_output=True, check=False,
                           env=env if env is not None else dict(os.environ))
     wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1):  # check exits 1 when a check fails: still a full run
@@ -98,17 +105,37 @@ def against_read(trace: Path, repeat: int) -> list[str]:
     read = [sys.executable, "-c",
             f"import pyarrow.json as j; j.read_json({str(trace)!r})"]
     rows = []
+    # The floor while the commands read through pandas: importing it, and nothing more.
+    pandas = [sys.executable, "-c", "import pandas"]
+    alone, base = [], []
+    for _ in range(repeat):
+        alone.append(_wall_s(pandas))
+        base.append(_wall_s(read))
+    a, b = statistics.median(alone), statistics.median(base)
+    rows.append(_shown(f"| import pandas (the floor) | {a:.2f} | pyarrow.json.read_json | "
+                       f"{b:.2f} | {a / b:.2f}× | {'– | – | ' if BEFORE else ''}"
+                       "`python -c 'import pandas'` |"))
     for name, args in AGAINST_READ.items():
         cmd = _command(args, trace)
         _wall_s(cmd)
-        ours, base = [], []
+        ours, base, before = [], [], []
         for _ in range(repeat):
             ours.append(_wall_s(cmd))
             base.append(_wall_s(read))
+            before += [_wall_s(cmd, tree=tree) for tree in BEFORE]
         o, b = statistics.median(ours), statistics.median(base)
         rows.append(_shown(f"| {name} {trace.name} | {o:.2f} | pyarrow.json.read_json | "
-                           f"{b:.2f} | {o / b:.2f}× | `trace {shlex.join(args)} {trace}` |"))
+                           f"{b:.2f} | {o / b:.2f}× | {_before(before, b)}"
+                           f"`trace {shlex.join(args)} {trace}` |"))
     return rows
+
+
+def _before(before: list[float], base_s: float) -> str:
+    """The cells of the `--before` tree: its seconds and its ratio to the same baseline."""
+    if not BEFORE:
+        return ""
+    s = statistics.median(before)
+    return f"{s:.2f} | {s / base_s:.2f}× | "
 
 
 def against_kvsim(trace: Path, kvsim: str, repeat: int, tmp: Path) -> list[str]:
@@ -119,13 +146,14 @@ def against_kvsim(trace: Path, kvsim: str, repeat: int, tmp: Path) -> list[str]:
               "--no-progress", "--format", "json", "--output", str(tmp / "kvsim.json")]
     _wall_s(ours_cmd)
     _wall_s(theirs)  # compiles its C++ core on first use
-    ours, base = [], []
+    ours, base, before = [], [], []
     for _ in range(repeat):
         ours.append(_wall_s(ours_cmd))
         base.append(_wall_s(theirs))
+        before += [_wall_s(ours_cmd, tree=tree) for tree in BEFORE]
     o, b = statistics.median(ours), statistics.median(base)
     return [_shown(f"| sweep --preset mooncake (whole curve) | {o:.2f} | kvcache-simulator, "
-            f"6 budgets | {b:.2f} | {o / b:.2f}× | "
+            f"6 budgets | {b:.2f} | {o / b:.2f}× | {_before(before, b)}"
             f"`trace sweep {trace} --preset mooncake -f json` vs "
             f"`kvcache-simulator run --trace {trace} --block-size 512 --model llama-3.1-70b "
             "--budgets-gib 1,2,4,8,16,32 --policies lru` |")]
@@ -141,21 +169,30 @@ def main() -> int:
                         help="add first-run rows on RAGPulse (compiled kernels)")
     parser.add_argument("--only", choices=("first", "read", "kvsim"), action="append",
                         help="run only these parts (repeatable)")
+    parser.add_argument("--before", type=Path,
+                        help="another source tree (e.g. a `git archive` of the revision a "
+                             "change started from) measured in the same turns as this one: "
+                             "its seconds and ratio beside each row of --only read and kvsim")
     parser.add_argument("--tree", type=Path, default=ROOT,
                         help="a source tree to measure instead of this one (e.g. a "
                              "`git archive` of an earlier revision), run from its folder")
     opts = parser.parse_args()
     TREE[0] = opts.tree
+    BEFORE[:] = [opts.before] if opts.before else []
     if not opts.trace.exists():
         print(f"{opts.trace} is missing; pass --trace", file=sys.stderr)
         return 2
     parts = opts.only or ["first", "read", "kvsim"]
+    # The bytecode an install writes (pip compiles every module): measured runs load it.
+    for tree in (opts.tree, *BEFORE):
+        compileall.compile_dir(tree / "yaotu_trace", quiet=1)
     load = os.getloadavg()
     print(f"{os.cpu_count()} cores, load average {load[0]:.1f} at the start; median of "
           f"{opts.repeat} fresh processes per cell, in turns")
     print()
-    print("| run | s | against | s | ratio | reproduce |")
-    print("|---|---:|---|---:|---:|---|")
+    before = " before s | before ratio |" if BEFORE else ""
+    print(f"| run | s | against | s | ratio |{before} reproduce |")
+    print(f"|---|---:|---|---:|---:|{'---:|---:|' if BEFORE else ''}---|")
     with tempfile.TemporaryDirectory(prefix="yaotu-ci-") as name:
         tmp = Path(name)
         rows: list[str] = []

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,30 @@ def test_each_name_is_the_one_its_module_defines(init: Path) -> None:
         assert getattr(package, name) is getattr(defined, name), name
     with pytest.raises(AttributeError, match="has no attribute 'not_offered'"):
         package.not_offered  # noqa: B018
+
+
+# What a run of sweep, analyze or diagnose on a small trace never imports: numba (the numpy
+# passes run instead), pydantic (typer's coercion, `cli/coercion.py`), rich (no bar, no
+# table drawn) and the `--residency` pass.
+NOT_IMPORTED = ("numba", "pydantic", "rich", "yaotu_trace.prefix.residency")
+
+
+@pytest.mark.parametrize("command", [["sweep", "--preset", "mooncake"], ["analyze"],
+                                     ["diagnose"]], ids=lambda c: c[0])
+def test_a_small_trace_imports_no_heavy_module(command: list[str], tmp_path: Path) -> None:
+    # GIVEN a small Mooncake file (read by pyarrow whole)
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("".join(
+        json.dumps({"timestamp": 100 * i, "input_length": 1500, "output_length": 20,
+                    "hash_ids": [0, 1, 2 + i % 4]}) + "\n" for i in range(40)), encoding="utf-8")
+    # WHEN the command runs in a fresh process
+    code = ("import sys\nfrom yaotu_trace.cli import main\n"
+            f"code = main([{command[0]!r}, {str(trace)!r}, *{command[1:]!r}, '-f', 'json'])\n"
+            f"print([m for m in {NOT_IMPORTED!r} if m in sys.modules], file=sys.stderr)\n"
+            "sys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True,
+                          text=True, check=False)
+    # THEN it succeeds without importing any of them
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+    assert json.loads(done.stdout)["command"] == command[0]

@@ -121,3 +121,58 @@ def test_mooncake_corrupt_line_names_line(tmp_path: Path) -> None:
     path.write_text(json.dumps(_row(0, 512, [0])) + "\n{oops\n", encoding="utf-8")
     with pytest.raises(TraceReadError, match=r"t\.jsonl: line 2: invalid JSON"):
         read_trace(path, fmt=TraceFormat.MOONCAKE)
+
+
+def _both_ways(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+    """The trace read whole by pyarrow when it can be, and read line by line."""
+    from yaotu_trace.ingest.traces import mooncake
+
+    fast = read_trace(path)
+    monkeypatch.setattr(mooncake, "_columnar", lambda path: None)
+    return fast, read_trace(path)
+
+
+def _same(a: object, b: object) -> None:
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(a.requests, b.requests)  # type: ignore[attr-defined]
+    assert (a.notes, a.rows_read) == (b.notes, b.rows_read)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_mooncake_read_whole_by_pyarrow_equals_line_by_line(name: str, monkeypatch) -> None:
+    from yaotu_trace.ingest.traces import mooncake
+
+    path = shared_trace(f"mooncake/{name}")
+    assert mooncake._columnar(path) is not None
+    _same(*_both_ways(path, monkeypatch))
+
+
+@pytest.mark.parametrize("text", [
+    # a repeated key, a blank line, a null, a float time, a `":` inside a string time, a
+    # null block id
+    '{"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [1, 2], '
+    '"timestamp": 7}\n',
+    '\n',
+    '{"timestamp": 5, "input_length": null, "output_length": 3, "hash_ids": [1, 2]}\n',
+    '{"timestamp": 5.5, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}\n',
+    '{"timestamp": "x\\":", "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}\n',
+    '{"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [1, null]}\n',
+])
+def test_mooncake_unusual_files_are_read_line_by_line(text: str, tmp_path: Path,
+                                                      monkeypatch) -> None:
+    from yaotu_trace.ingest.traces import mooncake
+
+    # GIVEN a valid first line and one unusual line (refused or read as the lines say)
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(_row(0, 600, [0, 1])) + "\n" + text, encoding="utf-8")
+    # THEN pyarrow's table is not taken, and the result is the line-by-line reader's
+    assert mooncake._columnar(path) is None
+    try:
+        fast = read_trace(path)
+    except (TraceReadError, TraceSchemaError) as exc:
+        with pytest.raises(type(exc)) as slow:
+            _both_ways(path, monkeypatch)
+        assert str(slow.value) == str(exc)
+    else:
+        _same(fast, _both_ways(path, monkeypatch)[1])

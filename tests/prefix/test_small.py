@@ -249,3 +249,44 @@ def test_analyze_of_the_chat_sample_does_not_import_numba() -> None:
                           text=True, check=True)
     assert done.stderr.strip().splitlines()[-1] == "numba absent"
     assert '"available": true' in done.stdout
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_histograms_of_chains_skip_the_search(seed: int, monkeypatch) -> None:
+    # GIVEN chain-like ids (no request repeats a block), caps, partitions and outputs
+    rng = np.random.default_rng(2000 + seed)
+    n = int(rng.integers(1, 40))
+    lengths = rng.integers(0, 12, n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    pool = 40
+    ids = np.concatenate([rng.permutation(pool)[:k] for k in lengths]).astype(np.int64)
+    for r in range(1, n):  # requests mostly repeat an earlier request's leading ids
+        src = int(rng.integers(0, r))
+        k = min(lengths[r], lengths[src], int(rng.integers(0, 12)))
+        head = ids[offsets[src]:offsets[src] + k]
+        rest = [i for i in rng.permutation(pool) if i not in head][:lengths[r] - k]
+        ids[offsets[r]:offsets[r + 1]] = np.concatenate([head, rest])
+    kw = {}
+    if seed % 2:  # outputs: ids no prompt uses
+        out_len = rng.integers(0, 4, n)
+        out_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(out_len, out=out_offsets[1:])
+        kw = {"output_offsets": out_offsets,
+              "output_ids": pool + np.arange(int(out_offsets[-1]), dtype=np.int64)}
+    parts = rng.integers(0, 3, n) if seed % 4 == 2 else None
+    blocks_ = SweepBlocks(offsets=offsets, ids=ids, block_tokens=rng.integers(1, 17, len(ids)),
+                          max_hit_blocks=rng.integers(-1, 14, n), n_ids=pool + 100, **kw)
+
+    def searched(*args: object) -> None:
+        raise AssertionError("a chain's last touches are its own touches' previous ones")
+
+    monkeypatch.setattr(numpy_passes, "_last_touch", searched)
+    for order in ("tail-first", "head-first"):
+        # WHEN both passes measure the stack distances
+        compiled = stack_distance_histograms(blocks_, touch_order=order, partitions=parts)
+        numpy_ = numpy_passes.stack_distance_histograms(blocks_, touch_order=order,
+                                                        partitions=parts)
+        # THEN the histograms are identical, without the search for the last touches
+        assert np.array_equal(numpy_.hit_tokens, compiled.hit_tokens), order
+        assert np.array_equal(numpy_.hit_blocks, compiled.hit_blocks), order

@@ -155,9 +155,11 @@ def _invoke(args: list[str]) -> int:
     import typer.main
 
     from yaotu_trace.cli.app import app
+    from yaotu_trace.cli.coercion import lighten
 
     _register_commands(args)
     command = typer.main.get_command(app)
+    lighten(command)
     # Outside standalone mode typer returns an Exit's code (130 for a KeyboardInterrupt, which
     # SIGTERM and SIGHUP raise too) and re-raises Abort (end of input at a prompt); a broken pipe
     # it turns into exit 1 (a failed check's code), so its cause is raised again here.

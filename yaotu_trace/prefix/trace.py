@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,7 +25,6 @@ from yaotu_trace.prefix.observed import ObservedComparison, compare_observed
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, reconcile
-from yaotu_trace.prefix.residency import Residency, residency
 from yaotu_trace.prefix.rules import ReplayRules, Scope, effective_rules
 from yaotu_trace.prefix.tiers.replay import replay_tiers
 from yaotu_trace.prefix.tiers.result import TieredResult
@@ -43,6 +42,10 @@ from yaotu_trace.prefix.window import (
     distinct_blocks_before,
     measurement_window,
 )
+
+# NOTE: `--residency` loads numba's kernels (`prefix/residency.py`): imported where it runs.
+if TYPE_CHECKING:
+    from yaotu_trace.prefix.residency import Residency
 
 HIT_SHARE_BUCKETS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 TOP_PREFIXES = 10  # hot prefixes a summary lists (the waterfall's; none without it)
@@ -293,6 +296,8 @@ def replay_trace_with_requests(
     if measured is not None:
         columns["measured"] = measured
     if explain:
+        from yaotu_trace.prefix.residency import residency
+
         section, extra = residency(prepared, runs.chains, rules, gpu_result, metrics)
         summary = replace(summary, residency=section)
         columns.update(extra)

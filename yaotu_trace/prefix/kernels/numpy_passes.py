@@ -1,4 +1,5 @@
-"""The chain build and the LRU stack distances in numpy alone: no numba to import or start.
+"""The chain build and the LRU stack distances in numpy (and pandas' hash table): no numba to
+import or start.
 
 The same two passes as the compiled kernels, as vector operations, giving the same numbers bit
 for bit:
@@ -6,8 +7,9 @@ for bit:
 - chain ids (`NUMPY_KERNELS`, driven by `chains.chain_layout` exactly as `blocks`' kernels are):
   the splitmix64 terms of every unit in uint64 arithmetic, which wraps like the kernel's; each
   block's lane sum is a difference of one prefix sum over the units (addition mod 2^64 does not
-  depend on the grouping); dense ids number lane A in first-appearance order (`np.unique`), and
-  lane B is checked against the first occurrence, as the kernel's table does;
+  depend on the grouping); dense ids number lane A in first-appearance order (`pd.factorize`,
+  a hash table as the kernel's), and lane B is checked against the first occurrence, as the
+  kernel's table does;
 - stack distances (`stack_distance_histograms`, the signature of `sweep`'s): a lookup of a
   block last touched at time p, before the request's own touches (times after q), has
   distance 1 + the distinct blocks touched in (p, q]. A touch i is the first in that range of
@@ -30,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from yaotu_trace.prefix.kernels.chains import (
     MIX_MUL_1,
@@ -130,15 +133,18 @@ def _chain_hashes(layout: BlockLayout, keys: NDArray[np.uint64], out_a: NDArray[
 
 def _dense_ids(hash_a: NDArray[np.uint64], hash_b: NDArray[np.uint64],
                table_bits: Any) -> tuple[NDArray[np.int32], int, int]:
-    """`blocks._dense_ids` in numpy: lane A numbered in first-appearance order, lane B
-    compared with the first occurrence of its id."""
-    del table_bits  # no table here
-    unique, first, inverse = np.unique(hash_a, return_index=True, return_inverse=True)
-    rank = np.empty(len(unique), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(unique), dtype=np.int64)
-    ids = rank[inverse].astype(np.int32)
-    collisions = int(np.count_nonzero(hash_b != hash_b[first[inverse]]))
-    return ids, len(unique), collisions
+    """`blocks._dense_ids` in numpy: lane A numbered in first-appearance order (pandas'
+    hash table, as the kernel's, rather than a sort), lane B compared with the first
+    occurrence of its id."""
+    del table_bits  # pandas sizes its own table
+    codes, unique = pd.factorize(hash_a)
+    # Codes appear in order 0, 1, 2, ...: each one's first occurrence raises the running max.
+    new = np.empty(len(codes), dtype=bool)
+    new[:1] = True
+    new[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
+    first = np.flatnonzero(new)
+    collisions = int(np.count_nonzero(hash_b != hash_b[first[codes]]))
+    return codes.astype(np.int32), len(unique), collisions
 
 
 NUMPY_KERNELS = ChainKernels(interleave=_interleave, chain_hashes=_chain_hashes,
@@ -226,6 +232,22 @@ def _distances(prev: NDArray[np.int64], request: NDArray[np.int64], q: NDArray[n
     return counted[run] + walked - walked[at][run]
 
 
+def _last_touch(touches: NDArray[np.int64], key: NDArray[np.int64],
+                q: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Time of each key's last touch at a time ≤ q (0: none), by searching (key rank, time)
+    among all touches."""
+    n = len(touches)
+    unique_keys, rank_of_touch = np.unique(touches, return_inverse=True)
+    stride = np.int64(n + 1)
+    by_rank_time = np.sort(rank_of_touch * stride + np.arange(1, n + 1, dtype=np.int64))
+    rank = np.minimum(np.searchsorted(unique_keys, key), len(unique_keys) - 1)
+    at = np.searchsorted(by_rank_time, rank * stride + q, side="right") - 1
+    found = (unique_keys[rank] == key) & (at >= 0)
+    hit = by_rank_time[np.maximum(at, 0)]
+    found &= hit // stride == rank
+    return np.where(found, hit % stride, 0)
+
+
 def stack_distance_histograms(
     blocks: SweepBlocks,
     *,
@@ -265,18 +287,19 @@ def stack_distance_histograms(
     request = np.repeat(np.arange(n_requests, dtype=np.int64), cap)
     if not len(request):
         return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
-    key = part_of[request] * np.int64(n_ids) + ids32[rows]
     q = lookup_time[request]
-    # Last touch of the key at a time ≤ q: search (key rank, time) among all touches.
-    unique_keys, rank_of_touch = np.unique(touches, return_inverse=True)
-    stride = np.int64(n + 1)
-    by_rank_time = np.sort(rank_of_touch * stride + np.arange(1, n + 1, dtype=np.int64))
-    rank = np.minimum(np.searchsorted(unique_keys, key), len(unique_keys) - 1)
-    at = np.searchsorted(by_rank_time, rank * stride + q, side="right") - 1
-    found = (unique_keys[rank] == key) & (at >= 0)
-    hit = by_rank_time[np.maximum(at, 0)]
-    found &= hit // stride == rank
-    last = np.where(found, hit % stride, 0)
+    # Last touch of the key at a time ≤ q: the previous touch of the request's own touch of
+    # it, when that is at most q (always, unless a request repeats a block: then searched).
+    position = segment_positions(cap)
+    if order_name == "head-first":
+        own = q + position
+    else:
+        total = (np.diff(offsets64) + np.diff(k.output_offsets))[order]
+        own = q + total[request] - 1 - position
+    last = prev[own]
+    if np.any(last > q):
+        last = _last_touch(touches, part_of[request] * np.int64(n_ids) + ids32[rows], q)
+    found = last > 0
     # A request's hit ends at its first block not cached (never touched in its partition).
     misses = np.cumsum(~found)
     seg_start = offsets_of(cap)[:-1]
