@@ -19,6 +19,7 @@ from yaotu_trace.commands.shared.pricing import (
     prefill_compute,
     pricing_section,
 )
+from yaotu_trace.data.engine_facts import tier_sources
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
@@ -28,6 +29,7 @@ from yaotu_trace.prefix.grid import GridCapacity, parse_axis, parse_switch, repl
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.reconcile_replay import reconcile_trace
+from yaotu_trace.prefix.tiers.observed import compare_tiers
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.prefix.window import WarmupSpec, parse_warmup
 from yaotu_trace.sim.fetch import links_with
@@ -77,9 +79,10 @@ def replay(
     if grid and (options.residency or metrics is not None or pricing.asked):
         raise ConfigError("--residency, --metrics and prices explain one replay; they cannot be "
                           "combined with --grid (run one replay per combination)")
-    if metrics is not None and not options.residency:
-        raise ConfigError("--metrics holds vLLM's residency histograms against the replay's: "
-                          "add --residency")
+    if metrics is not None and not (options.residency or options.tiers):
+        raise ConfigError("--metrics holds vLLM's residency histograms (--residency) or the "
+                          "engine's hits by tier (--tier) against the replay's: add --residency "
+                          "or --tier")
     engine = None if metrics is None else read_metrics(metrics)
     if grid:
         if out is not None:
@@ -125,6 +128,8 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     sections: dict[str, Any] = {"prefix_reuse": summary.to_dict()}
     if summary.residency is not None:
         sections["kv_residency"] = summary.residency.to_dict()
+    if metrics is not None and summary.tiers is not None:
+        sections["observed_tiers"] = _observed_tiers(metrics, summary.tiers)
     if pricing is not None and pricing.gpu is not None:
         sections["prefill_pricing"] = _pricing(loaded, options, rules, requests.to_columns(),
                                                pricing, summary.tiers)
@@ -137,6 +142,18 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     if out is not None:
         write_requests(out, requests.to_columns())
     return report
+
+
+def _observed_tiers(metrics: EngineMetrics, tiers: dict[str, Any]) -> dict[str, Any]:
+    """The engine's hits by tier against the replay's; refused when `metrics` has none."""
+    found = tier_sources(metrics)
+    if found is None:
+        raise ConfigError("--metrics has no hits by tier to hold against --tier: give vLLM's "
+                          "/metrics (vllm:prompt_tokens_cached_by_source or "
+                          "vllm:prompt_tokens_by_source), SGLang's (sglang:cached_tokens_total "
+                          "with --enable-hierarchical-cache) or a vLLM log with LMCache's "
+                          "'LMCache hit tokens' lines")
+    return compare_tiers(found, tiers).to_dict()
 
 
 def _pricing(loaded: Trace, options: ReplayOptions, rules: Any, columns: dict[str, Any],

@@ -30,6 +30,7 @@ SECTION_VIEWS: dict[str, str] = {
     "observed_vs_replayed": "observed",
     "replay_grid": "replay_grid",
     "kv_residency": "kv_residency",
+    "observed_tiers": "observed_tiers",
     "prefill_pricing": "prefill_pricing",
     "capacity_curve": "capacity_curve",
     "capacity_table": "capacity_table",
