@@ -7,18 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from yaotu_trace.catalog.models import find_model
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.outputs import check_out, write_requests
-from yaotu_trace.commands.shared.pricing import (
-    PricingOptions,
-    TierServed,
-    prefill_compute,
-    pricing_section,
-)
+from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
 from yaotu_trace.data.engine_facts import tier_sources
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
@@ -32,7 +24,6 @@ from yaotu_trace.prefix.reconcile_replay import reconcile_trace
 from yaotu_trace.prefix.tiers.observed import compare_tiers
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.prefix.window import WarmupSpec, parse_warmup
-from yaotu_trace.sim.fetch import links_with
 
 
 def replay(
@@ -131,8 +122,9 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     if metrics is not None and summary.tiers is not None:
         sections["observed_tiers"] = _observed_tiers(metrics, summary.tiers)
     if pricing is not None and pricing.gpu is not None:
-        sections["prefill_pricing"] = _pricing(loaded, options, rules, requests.to_columns(),
-                                               pricing, summary.tiers)
+        sections["prefill_pricing"] = price_replay(loaded, options, rules,
+                                                   requests.to_columns(), pricing,
+                                                   summary.tiers)
     report = Report(
         command="replay",
         input=input_summary(loaded),
@@ -154,32 +146,6 @@ def _observed_tiers(metrics: EngineMetrics, tiers: dict[str, Any]) -> dict[str, 
                           "with --enable-hierarchical-cache) or a vLLM log with LMCache's "
                           "'LMCache hit tokens' lines")
     return compare_tiers(found, tiers).to_dict()
-
-
-def _pricing(loaded: Trace, options: ReplayOptions, rules: Any, columns: dict[str, Any],
-             pricing: PricingOptions, tiers: dict[str, Any] | None) -> dict[str, Any]:
-    """The cache's (and its tiers') prefill saved, loads added, GPU-hours and money per day."""
-    assert pricing.gpu is not None
-    if options.model is None:
-        raise ConfigError("pricing prefill needs the model's FLOPs and KV bytes per token: add "
-                          "--model")
-    model = find_model(options.model)
-    kv = options.kv_bytes() or model.kv_bytes_per_token
-    compute = prefill_compute(model, pricing.gpu, pricing.tp, kv)
-    pool = (None if rules.capacity_blocks is None
-            else float(rules.capacity_blocks) * rules.block_size_tokens * kv)
-    served = tuple(
-        TierServed(name=t["name"], size_bytes=float(t["capacity_tokens"]) * kv,
-                   hit_tokens=np.asarray(columns[f"{t['name']}_hit_tokens"]))
-        for t in (tiers or {}).get("tiers", ()))
-    gpu_hits = columns.get("gpu_hit_tokens", columns["hit_tokens"])
-    return pricing_section(
-        request_id=np.asarray(columns["request_id"], dtype=object),
-        arrival_s=loaded.requests["arrival_s"].to_numpy(dtype=np.float64),
-        prompt_tokens=np.asarray(columns["prompt_tokens"]),
-        gpu_hit_tokens=np.asarray(gpu_hits), tiers=served, compute=compute,
-        kv_bytes_per_token=kv, links=links_with(pricing.links), prices=pricing.prices(),
-        gpu=pricing.gpu, gpu_pool_bytes=pool)
 
 
 def _grid_report(loaded: Trace, options: ReplayOptions, grid: list[str],

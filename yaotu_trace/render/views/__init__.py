@@ -35,6 +35,7 @@ SECTION_VIEWS: dict[str, str] = {
     "capacity_curve": "capacity_curve",
     "capacity_table": "capacity_table",
     "tier_curve": "tier_curve",
+    "curve_pricing": "curve_pricing",
     "tiers": "tiers",
     "axes": "axes",
     "principal": "principal",
