@@ -7,7 +7,7 @@ from typing import Any
 
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import Block, Grid, Heading, Notes, View
-from yaotu_trace.render.views.prefill_pricing import _money, _rate
+from yaotu_trace.render.views.prefill_pricing import money_text, rate_text
 
 
 def _gib(value: float | None) -> str:
@@ -25,7 +25,7 @@ def view(section: Any) -> View:
     s = section if isinstance(section, dict) else section.to_dict()
     rows = [[p["label"] or "", fmt.count(p["capacity_blocks"]), _gib(p["size_gib"]),
              fmt.pct(p["hit_ratio"]), fmt.seconds(p["prefill_saved_s"]),
-             f"{fmt.num(p['gpu_hours_per_day'])} GPU-h", _money(p["gpu_money_per_day"])]
+             f"{fmt.num(p['gpu_hours_per_day'])} GPU-h", money_text(p["gpu_money_per_day"])]
             for p in s["capacity_points"]]
     out: list[Block] = [
         Heading(text="The curve priced (per day of the trace's traffic)"),
@@ -39,7 +39,7 @@ def view(section: Any) -> View:
                 tier_rows.append([_blocks(p["gpu_capacity_blocks"]), "none", fmt.MISSING,
                                   fmt.count(g["hit_tokens"]), fmt.seconds(g["prefill_saved_s"]),
                                   fmt.MISSING, f"{fmt.num(g['gpu_hours_per_day'])} GPU-h",
-                                  _money(g["gpu_money_per_day"]), fmt.MISSING, fmt.MISSING,
+                                  money_text(g["gpu_money_per_day"]), fmt.MISSING, fmt.MISSING,
                                   fmt.MISSING])
                 continue
             t = p["tier"]
@@ -48,8 +48,10 @@ def view(section: Any) -> View:
                               fmt.count(t["hit_tokens"]), fmt.seconds(t["prefill_saved_s"]),
                               fmt.seconds(t["load_s"]),
                               f"{fmt.num(t['gpu_hours_per_day'])} GPU-h",
-                              _money(t["gpu_money_per_day"]), _money(t["memory_money_per_day"]),
-                              _money(t["net_money_per_day"]), _rate(t["peak_bytes_per_s"])])
+                              money_text(t["gpu_money_per_day"]),
+                              money_text(t["memory_money_per_day"]),
+                              money_text(t["net_money_per_day"]),
+                              rate_text(t["peak_bytes_per_s"])])
         out += [Heading(text="GPU pool × tier: the pool alone, then the tier's net", level=4),
                 Grid(header=["GPU blocks", "tier chunks", "tier", "hits", "prefill saved",
                              "load added", "saves/day", "GPU $/day", "memory $/day",
