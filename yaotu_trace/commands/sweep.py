@@ -181,9 +181,13 @@ def _priced_curve(loaded: Trace, rules: ReplayRules, section: CapacityCurveSecti
                           "--scope instance (or price one replay per instance with trace "
                           "replay --gpu-price)")
     chains = prepare(loaded, with_outputs=rules.cache_outputs, stream=True).chains(rules)
-    points = list({(p.label, p.capacity_blocks): p for p in (
-        *section.points, section.knee, *section.shares, section.full_reuse) if p is not None
-    }.values())
+    # One row per capacity: a sampled point's label, else the knee's or a share's.
+    by_size: dict[int, Any] = {}
+    for p in (*section.points, section.knee, *section.shares, section.full_reuse):
+        if p is not None and not (p.capacity_blocks in by_size
+                                  and by_size[p.capacity_blocks].label):
+            by_size[p.capacity_blocks] = p
+    points = list(by_size.values())
     out: list[dict[str, Any]] = []
     done: dict[int, dict[str, Any]] = {}
     for p in sorted(points, key=lambda q: q.capacity_blocks):

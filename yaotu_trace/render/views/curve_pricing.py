@@ -13,7 +13,7 @@ from yaotu_trace.render.views.prefill_pricing import money_text, rate_text
 def _gib(value: float | None) -> str:
     if value is None:
         return fmt.MISSING
-    return f"{value:,.1f} GiB" if value >= 10 else f"{value:.3g} GiB"
+    return f"{value:,.0f} GiB" if value >= 10 else f"{value:.3g} GiB"
 
 
 def _blocks(value: int | None) -> str:
@@ -36,30 +36,28 @@ def view(section: Any) -> View:
         for p in s["tier_points"]:
             if "gpu" in p:
                 g = p["gpu"]
-                tier_rows.append([_blocks(p["gpu_capacity_blocks"]), "none", fmt.MISSING,
-                                  fmt.count(g["hit_tokens"]), fmt.seconds(g["prefill_saved_s"]),
-                                  fmt.MISSING, f"{fmt.num(g['gpu_hours_per_day'])} GPU-h",
-                                  money_text(g["gpu_money_per_day"]), fmt.MISSING, fmt.MISSING,
-                                  fmt.MISSING])
+                tier_rows.append([_blocks(p["gpu_capacity_blocks"]), "none",
+                                  fmt.count(g["hit_tokens"]), fmt.MISSING,
+                                  fmt.seconds(g["prefill_saved_s"]),
+                                  f"{fmt.num(g['gpu_hours_per_day'])} GPU-h",
+                                  money_text(g["gpu_money_per_day"]), fmt.MISSING])
                 continue
             t = p["tier"]
             tier_rows.append([_blocks(p["gpu_capacity_blocks"]),
-                              fmt.count(p["tier_capacity_chunks"]), _gib(t["size_gib"]),
-                              fmt.count(t["hit_tokens"]), fmt.seconds(t["prefill_saved_s"]),
-                              fmt.seconds(t["load_s"]),
+                              _gib(t["size_gib"]), fmt.count(t["hit_tokens"]),
+                              fmt.seconds(t["load_s"]), fmt.seconds(t["prefill_saved_s"]),
                               f"{fmt.num(t['gpu_hours_per_day'])} GPU-h",
-                              money_text(t["gpu_money_per_day"]),
-                              money_text(t["memory_money_per_day"]),
                               money_text(t["net_money_per_day"]),
                               rate_text(t["peak_bytes_per_s"])])
-        out += [Heading(text="GPU pool × tier: the pool alone, then the tier's net", level=4),
-                Grid(header=["GPU blocks", "tier chunks", "tier", "hits", "prefill saved",
-                             "load added", "saves/day", "GPU $/day", "memory $/day",
+        out += [Heading(text="GPU pool × tier: the pool alone, then what the tier adds", level=4),
+                Grid(header=["GPU blocks", "tier", "hits", "load", "saved", "net/day",
                              "net $/day", "peak load"], rows=tier_rows)]
     prices = s["prices"]
     notes = [f"{s['gpu']} × {s['gpus_per_replica']} per replica (bf16 peak × MFU 0.5); each "
              "capacity point replayed once more under the clean LRU (its hits are the curve's); "
-             "the GPU pool's memory is in the GPU price"]
+             "the GPU pool's memory is in the GPU price; a tier's net is its prefill saved less "
+             "its loads, in GPU money, less its memory at --memory-price (curve_pricing."
+             "tier_points in the JSON has each part)"]
     if prices["gpu_per_hour"] is None:
         notes.append("no --gpu-price: GPU time stays in GPU-hours")
     if s.get("tier_points") and prices["memory_per_gib_month"] is None:
