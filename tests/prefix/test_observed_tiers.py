@@ -165,3 +165,18 @@ def test_metrics_without_hits_by_tier_is_refused() -> None:
         replay(TRACE, ReplayOptions(preset="vllm", capacity="66", tiers=("cpu=176blocks",),
                                     block_size_tokens=16), waterfall=False,
                metrics=FIXTURES / "residency" / "vllm_mixed.metrics.txt")
+
+
+def test_diagnose_holds_the_engines_hits_by_tier_against_its_tiers() -> None:
+    from yaotu_trace.commands.diagnose import diagnose
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+
+    report = diagnose(TRACE, DiagnosisOptions(
+        preset="vllm", kv_capacity="66", metrics=str(HERE / "vllm_offload_mixed.metrics.txt")),
+        tiers=ReplayOptions(tiers=("cpu=176blocks",)))
+    rows = {t["tier"]: t for t in report.sections["observed_tiers"]["tiers"]}
+    assert rows["cpu"]["observed_hit_tokens"] == rows["cpu"]["replayed_hit_tokens"] == 25_168
+    # Without telemetry split by tier there is no such section, and no refusal.
+    plain = diagnose(TRACE, DiagnosisOptions(preset="vllm", kv_capacity="66"),
+                     tiers=ReplayOptions(tiers=("cpu=176blocks",)))
+    assert "observed_tiers" not in plain.sections

@@ -11,7 +11,7 @@ from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.outputs import check_out, write_requests
 from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
-from yaotu_trace.data.engine_facts import tier_sources
+from yaotu_trace.commands.shared.tiers import observed_tiers
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
@@ -21,7 +21,6 @@ from yaotu_trace.prefix.grid import GridCapacity, parse_axis, parse_switch, repl
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.reconcile_replay import reconcile_trace
-from yaotu_trace.prefix.tiers.observed import compare_tiers
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.prefix.window import WarmupSpec, parse_warmup
 
@@ -138,14 +137,14 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
 
 def _observed_tiers(metrics: EngineMetrics, tiers: dict[str, Any]) -> dict[str, Any]:
     """The engine's hits by tier against the replay's; refused when `metrics` has none."""
-    found = tier_sources(metrics)
-    if found is None:
+    section = observed_tiers(metrics, tiers)
+    if section is None:
         raise ConfigError("--metrics has no hits by tier to hold against --tier: give vLLM's "
                           "/metrics (vllm:prompt_tokens_cached_by_source or "
                           "vllm:prompt_tokens_by_source), SGLang's (sglang:cached_tokens_total "
                           "with --enable-hierarchical-cache) or a vLLM log with LMCache's "
                           "'LMCache hit tokens' lines")
-    return compare_tiers(found, tiers).to_dict()
+    return section
 
 
 def _grid_report(loaded: Trace, options: ReplayOptions, grid: list[str],

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
+from yaotu_trace.data.engine_facts import tier_sources
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix.options import ReplayOptions
 
@@ -39,3 +41,15 @@ def priced_tiers(loaded: Trace, options: ReplayOptions, pricing: PricingOptions 
     assert summary.tiers is not None
     return {"preset": preset, "gpu_capacity": options.capacity, "gpu_capacity_blocks": blocks,
             "block_size_tokens": rules.block_size_tokens, **summary.tiers}, priced
+
+
+def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None
+                   ) -> dict[str, Any] | None:
+    """The engine's hits by tier in `metrics` against the tiered replay's (`tiers`, a tiers
+    section): the `observed_tiers` section, or None when either is missing."""
+    found = None if metrics is None or tiers is None else tier_sources(metrics)
+    if found is None or tiers is None:
+        return None
+    from yaotu_trace.prefix.tiers.observed import compare_tiers
+
+    return compare_tiers(found, tiers).to_dict()
