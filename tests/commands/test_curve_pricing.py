@@ -116,3 +116,21 @@ def test_bad_prices_are_one_line(call, needle: str) -> None:  # type: ignore[no-
     with pytest.raises(ConfigError) as info:
         call()
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+MOONCAKE = __import__("pathlib").Path("/work/shared/traces/mooncake/conversation_trace.jsonl")
+
+
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="the Mooncake trace is not on this machine")
+def test_the_priced_curve_of_docs_tiers_md() -> None:
+    """docs/tiers.md §4: the 2,700-block pool with a 13,000-block CPU tier, and the knee."""
+    report = _json(sweep(TraceInput(path=MOONCAKE), ReplayOptions(
+        model="llama-3.1-70b", tiers=("cpu=26000blocks",), tier_policy="vllm-native"),
+        capacities="2700", pricing=PricingOptions(gpu="H100", tp=8, gpu_price="2.50",
+                                                  memory_price="3")))
+    priced = report["curve_pricing"]
+    cell = next(p for p in priced["tier_points"] if p["tier_capacity_chunks"] == 13_000)["tier"]
+    assert round(cell["gpu_hours_per_day"], 2) == 57.24
+    assert round(cell["net_money_per_day"], 2) == -57.10
+    knee = next(p for p in priced["capacity_points"] if p["label"] == "knee")
+    assert (knee["capacity_blocks"], round(knee["gpu_money_per_day"], 2)) == (38_223, 310.67)
