@@ -47,7 +47,7 @@ def test_vllm_counts_by_source_are_its_own_per_request_hits() -> None:
     assert found.prompt_tokens == fed["prompt_tokens"]
     section = _observed(HERE / "vllm_offload_mixed.metrics.txt", preset="vllm",
                         block_size_tokens=16, capacity="66", tiers=("cpu=176blocks",))
-    rows = {t["tier"]: t for t in section["tiers"]}
+    rows = {t["name"]: t for t in section["tiers"]}
     assert (rows["gpu"]["observed_hit_tokens"], rows["gpu"]["replayed_hit_tokens"]) == (
         24_816, 24_816)
     assert (rows["cpu"]["observed_hit_tokens"], rows["cpu"]["replayed_hit_tokens"]) == (
@@ -67,7 +67,7 @@ def test_sglang_cached_tokens_by_cache_source_come_out_as_fed() -> None:
     assert found.prompt_tokens == prompt
     section = _observed(HERE / "sglang_hicache_mixed.metrics.txt", preset="sglang",
                         capacity="1200", tiers=("cpu=2400tokens", "disk=20000tokens"))
-    rows = {t["tier"]: (t["observed_hit_tokens"], t["replayed_hit_tokens"], t["verdict"])
+    rows = {t["name"]: (t["observed_hit_tokens"], t["replayed_hit_tokens"], t["verdict"])
             for t in section["tiers"]}
     assert rows == {"gpu": (device, device, AGREES), "cpu": (host, host, AGREES),
                     "disk": (storage, storage, AGREES)}
@@ -91,7 +91,7 @@ def test_lmcache_lookup_lines_come_out_as_fed(tmp_path: Path) -> None:
     assert retried is not None and retried.tokens == found.tokens
     section = _observed(HERE / "lmcache_mixed.log", preset="vllm", capacity="66",
                         tiers=("cpu=4096tokens",), tier_policy="lmcache")
-    assert [(t["tier"], t["observed_hit_tokens"], t["replayed_hit_tokens"], t["verdict"])
+    assert [(t["name"], t["observed_hit_tokens"], t["replayed_hit_tokens"], t["verdict"])
             for t in section["tiers"]] == [("gpu", gpu, gpu, AGREES), ("cpu", cpu, cpu, AGREES)]
 
 
@@ -123,7 +123,7 @@ def _tiers(gpu: int, cpu: int, prompt: int = 10_000) -> dict:
 def test_a_tier_disagrees_beyond_both_margins(observed_cpu: int, verdict: str) -> None:
     found = TierSources(tokens={"device": 3_000.0, "host": float(observed_cpu)},
                         prompt_tokens=10_000.0, source="s")
-    rows = {t.tier: t for t in compare_tiers(found, _tiers(3_000, 2_000)).tiers}
+    rows = {t.name: t for t in compare_tiers(found, _tiers(3_000, 2_000)).tiers}
     assert rows["gpu"].verdict == AGREES
     assert rows["cpu"].verdict == verdict
 
@@ -131,7 +131,7 @@ def test_a_tier_disagrees_beyond_both_margins(observed_cpu: int, verdict: str) -
 def test_a_large_relative_gap_of_few_tokens_agrees() -> None:
     """50 % over on a tier that serves 1 % of the prompt is under the points margin."""
     found = TierSources(tokens={"host": 150.0}, prompt_tokens=10_000.0, source="s")
-    rows = {t.tier: t for t in compare_tiers(found, _tiers(0, 100)).tiers}
+    rows = {t.name: t for t in compare_tiers(found, _tiers(0, 100)).tiers}
     assert rows["cpu"].verdict == AGREES
     assert rows["gpu"].verdict is None  # the engine did not say
 
@@ -148,7 +148,7 @@ def test_connector_loads_are_held_against_every_tier_below_the_gpu() -> None:
                         prompt_tokens=10_000.0, source="s")
     tiers = {"prompt_tokens": 10_000, "gpu_hit_tokens": 3_000,
              "tiers": [{"name": "cpu", "hit_tokens": 2_000}, {"name": "disk", "hit_tokens": 500}]}
-    rows = {t.tier: t for t in compare_tiers(found, tiers).tiers}
+    rows = {t.name: t for t in compare_tiers(found, tiers).tiers}
     assert rows["cpu+disk"].replayed_hit_tokens == 2_500
     assert rows["cpu+disk"].verdict == AGREES
     assert rows["cpu"].verdict is None
@@ -174,9 +174,28 @@ def test_diagnose_holds_the_engines_hits_by_tier_against_its_tiers() -> None:
     report = diagnose(TRACE, DiagnosisOptions(
         preset="vllm", kv_capacity="66", metrics=str(HERE / "vllm_offload_mixed.metrics.txt")),
         tiers=ReplayOptions(tiers=("cpu=176blocks",)))
-    rows = {t["tier"]: t for t in report.sections["observed_tiers"]["tiers"]}
+    rows = {t["name"]: t for t in report.sections["observed_tiers"]["tiers"]}
     assert rows["cpu"]["observed_hit_tokens"] == rows["cpu"]["replayed_hit_tokens"] == 25_168
     # Without telemetry split by tier there is no such section, and no refusal.
     plain = diagnose(TRACE, DiagnosisOptions(preset="vllm", kv_capacity="66"),
                      tiers=ReplayOptions(tiers=("cpu=176blocks",)))
     assert "observed_tiers" not in plain.sections
+
+
+def test_check_gates_on_a_tiers_gap_to_the_engine(tmp_path: Path) -> None:
+    from yaotu_trace import check
+    from yaotu_trace.commands.load import TraceInput
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+
+    def gate(op: str, value: float) -> bool:
+        config = tmp_path / "gap.toml"
+        config.write_text('[[check]]\npath = "observed_tiers.tiers.cpu.gap_points"\n'
+                          f'op = "{op}"\nvalue = {value}\n')
+        report = check(TraceInput(path=TRACE), DiagnosisOptions(
+            preset="vllm", kv_capacity="66",
+            metrics=str(HERE / "vllm_offload_mixed.metrics.txt")), config=config,
+            tiers=ReplayOptions(tiers=("cpu=176blocks",)))
+        return bool(report.sections["checks"].failed)
+
+    assert not gate("<=", 0.02)  # vLLM and the replay agree exactly
+    assert gate(">=", 0.02)

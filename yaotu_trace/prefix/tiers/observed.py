@@ -52,7 +52,7 @@ class TierAgreement:
     """One tier: what the engine says it served beside what the replay says, as shares of the
     prompt tokens each counts, and whether they agree within the tolerance."""
 
-    tier: str
+    name: str  # the tier: gpu, cpu, disk, remote, or `cpu+disk` for several together
     engine_labels: tuple[str, ...]
     observed_hit_tokens: float
     replayed_hit_tokens: int
@@ -84,7 +84,7 @@ class TierObservation:
 
     @property
     def disagreeing(self) -> tuple[str, ...]:
-        return tuple(t.tier for t in self.tiers if t.verdict not in (AGREES, None))
+        return tuple(t.name for t in self.tiers if t.verdict not in (AGREES, None))
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "observed_prompt_tokens": self.observed_prompt_tokens,
@@ -176,7 +176,7 @@ def _agreement(tier: str, labels: tuple[str, ...], obs: float | None, rep: int, 
     if gap is not None:
         beyond = abs(gap) >= points and (rel is None or abs(rel) >= relative)
         verdict = AGREES if not beyond else (BELOW if gap < 0 else ABOVE)
-    return TierAgreement(tier=tier, engine_labels=labels,
+    return TierAgreement(name=tier, engine_labels=labels,
                          observed_hit_tokens=0.0 if obs is None else float(obs),
                          replayed_hit_tokens=rep, observed_share=obs_share,
                          replayed_share=rep_share, gap_points=gap, gap_relative=rel,

@@ -16,7 +16,7 @@ def _points(gap: float | None) -> str:
 def view(section: Any) -> View:
     """One row per tier, then what was not compared."""
     s = section if isinstance(section, dict) else section.to_dict()
-    rows = [[t["tier"], ", ".join(t["engine_labels"]) or fmt.MISSING,
+    rows = [[t["name"], ", ".join(t["engine_labels"]) or fmt.MISSING,
              fmt.count(t["observed_hit_tokens"]), fmt.pct(t["observed_share"]),
              fmt.count(t["replayed_hit_tokens"]), fmt.pct(t["replayed_share"]),
              _points(t["gap_points"]), t["verdict"] or fmt.MISSING] for t in s["tiers"]]
