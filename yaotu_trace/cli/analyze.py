@@ -6,9 +6,13 @@ from yaotu_trace.cli.app import ChartsOpt, charts_wanted, command, emit, trace_i
 from yaotu_trace.cli.options import (
     CapacityOpt,
     FormatOpt,
+    GpuOpt,
+    GpuPriceOpt,
     InputFormatOpt,
     KvDtypeOpt,
+    LinkOpt,
     MapOpt,
+    MemoryPriceOpt,
     ModelOpt,
     OutputOpt,
     PresetOpt,
@@ -18,6 +22,7 @@ from yaotu_trace.cli.options import (
     TierOpt,
     TierPolicyOpt,
     TokenizerOpt,
+    TpOpt,
     TraceArg,
     WarmupOpt,
 )
@@ -43,6 +48,11 @@ def analyze(
     capacity: CapacityOpt = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
+    gpu: GpuOpt = None,
+    tp: TpOpt = None,
+    link: LinkOpt = None,
+    gpu_price: GpuPriceOpt = None,
+    memory_price: MemoryPriceOpt = None,
     quiet: QuietOpt = False,
     charts: ChartsOpt = None,
 ) -> None:
@@ -64,6 +74,9 @@ def analyze(
 
       trace analyze chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
 
+      trace analyze chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
+      --gpu H100 --gpu-price 2.5 --memory-price 3
+
     In a terminal the table output opens with text charts: arrivals over time (the busiest
     minute underlined), the prompt and output length histograms (p50 and p99 marked) and, for a
     trace with prompt content, the hit ratio at the capacities of the prefix-reuse section.
@@ -71,6 +84,7 @@ def analyze(
     hides the progress bar.
     """
     from yaotu_trace.commands import analyze as analyze_command
+    from yaotu_trace.commands.shared.pricing import PricingOptions
 
     pictures = charts_wanted(charts, format, output)
     tier_options = None
@@ -82,5 +96,7 @@ def analyze(
     with progress("analyze", quiet) as update:
         report = analyze_command.analyze(
             trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
-            preset=preset, warmup=warmup, progress=update, charts=pictures, tiers=tier_options)
+            preset=preset, warmup=warmup, progress=update, charts=pictures, tiers=tier_options,
+            pricing=PricingOptions(gpu=gpu, tp=tp or 1, links=tuple(link or ()),
+                                   gpu_price=gpu_price, memory_price=memory_price))
     emit(report, format, output)

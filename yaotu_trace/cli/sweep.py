@@ -12,12 +12,16 @@ from yaotu_trace.cli.options import (
     CacheOutputsOpt,
     CachePartialOpt,
     FormatOpt,
+    GpuOpt,
+    GpuPriceOpt,
     InputFormatOpt,
     InstancesOpt,
     KvBytesOpt,
     KvDtypeOpt,
     LastTokenRuleOpt,
+    LinkOpt,
     MapOpt,
+    MemoryPriceOpt,
     ModelOpt,
     OutputOpt,
     PresetOpt,
@@ -29,6 +33,7 @@ from yaotu_trace.cli.options import (
     TierOpt,
     TierPolicyOpt,
     TouchOrderOpt,
+    TpOpt,
     TraceArg,
     WarmupOpt,
 )
@@ -67,6 +72,11 @@ def sweep(
     tiers: TierOpt = None,
     tier_chunk_tokens: TierChunkOpt = None,
     tier_policy: TierPolicyOpt = None,
+    gpu: GpuOpt = None,
+    tp: TpOpt = None,
+    link: LinkOpt = None,
+    gpu_price: GpuPriceOpt = None,
+    memory_price: MemoryPriceOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
     input_format: InputFormatOpt = None,
@@ -92,8 +102,12 @@ def sweep(
       trace sweep conversation_trace.jsonl --model deepseek-v3 --capacities 1GiB,8GiB,64GiB
 
       trace sweep chat.parquet --model llama-3.1-8b --capacities 2GiB,8GiB --tier cpu=64GiB
+
+      trace sweep chat.parquet --model llama-3.1-8b --gpu H100 --gpu-price 2.5
+      --memory-price 3 --capacities 2GiB,8GiB --tier cpu=64GiB
     """
     from yaotu_trace.commands import sweep as sweep_command
+    from yaotu_trace.commands.shared.pricing import PricingOptions
 
     options = ReplayOptions(
         preset=preset, block_size_tokens=block_size, touch_order=touch_order,
@@ -106,5 +120,7 @@ def sweep(
         report = sweep_command.sweep(
             trace_input(trace, input_format, map, source_block_size), options, points=points,
             capacities=capacities.split(",") if capacities is not None else (),
-            progress=update)
+            progress=update,
+            pricing=PricingOptions(gpu=gpu, tp=tp or 1, links=tuple(link or ()),
+                                   gpu_price=gpu_price, memory_price=memory_price))
     emit(report, format, output)

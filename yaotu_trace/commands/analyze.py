@@ -8,7 +8,8 @@ from pathlib import Path
 
 from yaotu_trace.commands.load import Progress, TraceInput, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.analysis import analysis_report
-from yaotu_trace.commands.shared.tiers import tiers_section
+from yaotu_trace.commands.shared.pricing import PricingOptions
+from yaotu_trace.commands.shared.tiers import priced_tiers
 from yaotu_trace.data.report import InputSummary, Report
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.summary import read_summary
@@ -18,7 +19,8 @@ from yaotu_trace.prefix.window import parse_warmup
 
 def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None = None,
             progress: Progress | None = None, charts: bool = False,
-            tiers: ReplayOptions | None = None) -> Report:
+            tiers: ReplayOptions | None = None,
+            pricing: PricingOptions | None = None) -> Report:
     """`trace analyze`: the workload profile plus every registered section that applies.
 
     `preset` is the prefix replay's (default: the one `trace replay` picks for this trace, so
@@ -28,8 +30,14 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     `tiers` (`--tier`, `--capacity`) adds the `tiers` section: which source served what
     with tiers below a GPU pool of `tiers.capacity` (`commands/shared/tiers.py`). `charts`
     adds the console's pictures (`Report.charts`: arrivals, lengths, the capacity points);
-    the sections, and so the JSON, are the same either way."""
+    the sections, and so the JSON, are the same either way. `pricing` (a GPU, links, prices)
+    prices that tiered replay in the `prefill_pricing` section, as `trace replay` does."""
     spec = None if warmup is None else parse_warmup(warmup)
+    pricing = pricing or PricingOptions()
+    pricing.check()
+    if pricing.asked and (tiers is None or not tiers.tiers):
+        raise ConfigError("trace analyze prices its tiered replay: add --tier (and --capacity "
+                          "for the GPU pool), or price one replay with trace replay --gpu")
     if tiers is not None:
         tiers = replace(tiers, preset=preset if tiers.preset is None else tiers.preset)
         check_tier_options(tiers)
@@ -42,8 +50,10 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     report = analysis_report(loaded, preset=preset, warmup=spec, charts=charts)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.8)
-        report = replace(report, sections={**report.sections,
-                                           "tiers": tiers_section(loaded, tiers)})
+        section, priced = priced_tiers(loaded, tiers, pricing)
+        extra = {"tiers": section} if priced is None else {"tiers": section,
+                                                          "prefill_pricing": priced}
+        report = replace(report, sections={**report.sections, **extra})
     return report
 
 

@@ -14,7 +14,7 @@ from yaotu_trace.commands.shared.analysis import analysis_report
 from yaotu_trace.commands.shared.change import change_report
 from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
 from yaotu_trace.commands.shared.observed import observed_vs_replayed
-from yaotu_trace.commands.shared.tiers import tiers_section
+from yaotu_trace.commands.shared.tiers import observed_tiers, tiers_section
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.report import Report, input_summary
@@ -86,6 +86,8 @@ def check(
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.5)
         doc["tiers"] = tiers_section(loaded, tiers)
+        if (seen := observed_tiers(metrics, doc["tiers"])) is not None:
+            doc["observed_tiers"] = seen
     changes: list[CheckResult] = []
     if before is not None and earlier is not None:
         tell(progress, "comparing with the run before", 0.6)

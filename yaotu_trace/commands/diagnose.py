@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.settings import setup_diagnosis
 from yaotu_trace.commands.shared.diagnosis import diagnose_trace
-from yaotu_trace.commands.shared.tiers import tiers_section
+from yaotu_trace.commands.shared.tiers import observed_tiers, tiers_section
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report
 from yaotu_trace.data.schema import Trace
@@ -36,7 +37,8 @@ def diagnose(
     `charts` adds the console's pictures (`Report.charts`: KV over time, arrivals); the
     sections, and so the JSON, are the same either way. `tiers` (`--tier`) adds the `tiers`
     section: which source served what with tiers below the KV pool of `options.kv_capacity`
-    (`commands/shared/tiers.py`).
+    (`commands/shared/tiers.py`), and, when `options.metrics` splits the engine's hits by
+    tier, the `observed_tiers` section that holds them against it.
     """
     options = options or DiagnosisOptions()
     if tiers is not None:
@@ -64,8 +66,11 @@ def diagnose(
                             thresholds=setup.thresholds, charts=charts)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.9)
-        report = replace(report, sections={**report.sections,
-                                           "tiers": tiers_section(loaded, tiers)})
+        section = tiers_section(loaded, tiers)
+        extra: dict[str, Any] = {"tiers": section}
+        if (seen := observed_tiers(engine_metrics, section)) is not None:
+            extra["observed_tiers"] = seen
+        report = replace(report, sections={**report.sections, **extra})
     return report
 
 

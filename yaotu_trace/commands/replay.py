@@ -7,18 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from yaotu_trace.catalog.models import find_model
 from yaotu_trace.catalog.units import MAX_BLOCK_TOKENS
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.outputs import check_out, write_requests
-from yaotu_trace.commands.shared.pricing import (
-    PricingOptions,
-    TierServed,
-    prefill_compute,
-    pricing_section,
-)
+from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
+from yaotu_trace.commands.shared.tiers import observed_tiers
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
@@ -30,7 +23,6 @@ from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.reconcile_replay import reconcile_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.prefix.window import WarmupSpec, parse_warmup
-from yaotu_trace.sim.fetch import links_with
 
 
 def replay(
@@ -77,9 +69,10 @@ def replay(
     if grid and (options.residency or metrics is not None or pricing.asked):
         raise ConfigError("--residency, --metrics and prices explain one replay; they cannot be "
                           "combined with --grid (run one replay per combination)")
-    if metrics is not None and not options.residency:
-        raise ConfigError("--metrics holds vLLM's residency histograms against the replay's: "
-                          "add --residency")
+    if metrics is not None and not (options.residency or options.tiers):
+        raise ConfigError("--metrics holds vLLM's residency histograms (--residency) or the "
+                          "engine's hits by tier (--tier) against the replay's: add --residency "
+                          "or --tier")
     engine = None if metrics is None else read_metrics(metrics)
     if grid:
         if out is not None:
@@ -125,9 +118,12 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     sections: dict[str, Any] = {"prefix_reuse": summary.to_dict()}
     if summary.residency is not None:
         sections["kv_residency"] = summary.residency.to_dict()
+    if metrics is not None and summary.tiers is not None:
+        sections["observed_tiers"] = _observed_tiers(metrics, summary.tiers)
     if pricing is not None and pricing.gpu is not None:
-        sections["prefill_pricing"] = _pricing(loaded, options, rules, requests.to_columns(),
-                                               pricing, summary.tiers)
+        sections["prefill_pricing"] = price_replay(loaded, options, rules,
+                                                   requests.to_columns(), pricing,
+                                                   summary.tiers)
     report = Report(
         command="replay",
         input=input_summary(loaded),
@@ -139,30 +135,16 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     return report
 
 
-def _pricing(loaded: Trace, options: ReplayOptions, rules: Any, columns: dict[str, Any],
-             pricing: PricingOptions, tiers: dict[str, Any] | None) -> dict[str, Any]:
-    """The cache's (and its tiers') prefill saved, loads added, GPU-hours and money per day."""
-    assert pricing.gpu is not None
-    if options.model is None:
-        raise ConfigError("pricing prefill needs the model's FLOPs and KV bytes per token: add "
-                          "--model")
-    model = find_model(options.model)
-    kv = options.kv_bytes() or model.kv_bytes_per_token
-    compute = prefill_compute(model, pricing.gpu, pricing.tp, kv)
-    pool = (None if rules.capacity_blocks is None
-            else float(rules.capacity_blocks) * rules.block_size_tokens * kv)
-    served = tuple(
-        TierServed(name=t["name"], size_bytes=float(t["capacity_tokens"]) * kv,
-                   hit_tokens=np.asarray(columns[f"{t['name']}_hit_tokens"]))
-        for t in (tiers or {}).get("tiers", ()))
-    gpu_hits = columns.get("gpu_hit_tokens", columns["hit_tokens"])
-    return pricing_section(
-        request_id=np.asarray(columns["request_id"], dtype=object),
-        arrival_s=loaded.requests["arrival_s"].to_numpy(dtype=np.float64),
-        prompt_tokens=np.asarray(columns["prompt_tokens"]),
-        gpu_hit_tokens=np.asarray(gpu_hits), tiers=served, compute=compute,
-        kv_bytes_per_token=kv, links=links_with(pricing.links), prices=pricing.prices(),
-        gpu=pricing.gpu, gpu_pool_bytes=pool)
+def _observed_tiers(metrics: EngineMetrics, tiers: dict[str, Any]) -> dict[str, Any]:
+    """The engine's hits by tier against the replay's; refused when `metrics` has none."""
+    section = observed_tiers(metrics, tiers)
+    if section is None:
+        raise ConfigError("--metrics has no hits by tier to hold against --tier: give vLLM's "
+                          "/metrics (vllm:prompt_tokens_cached_by_source or "
+                          "vllm:prompt_tokens_by_source), SGLang's (sglang:cached_tokens_total "
+                          "with --enable-hierarchical-cache) or a vLLM log with LMCache's "
+                          "'LMCache hit tokens' lines")
+    return section
 
 
 def _grid_report(loaded: Trace, options: ReplayOptions, grid: list[str],

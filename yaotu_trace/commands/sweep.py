@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from yaotu_trace.catalog.models import model_kv_bytes_per_token
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
+from yaotu_trace.commands.shared.curve_pricing import CurvePricer
+from yaotu_trace.commands.shared.pricing import PricingOptions
 from yaotu_trace.data.report import Report, input_summary
+from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import small
 from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks, check_tier_options
-from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
+from yaotu_trace.prefix.rules import Accounting, ReplayRules, Scope
+from yaotu_trace.prefix.sweep_trace import CapacityCurveSection, CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.tiers.spec import TierSetup
 from yaotu_trace.prefix.window import parse_warmup
 
@@ -26,6 +32,7 @@ def sweep(
     points: int = DEFAULT_POINTS,
     capacities: Sequence[str] | str = (),
     progress: Progress | None = None,
+    pricing: PricingOptions | None = None,
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
     capacities, under the rules of `options` (they override the preset's, as on the command
@@ -48,6 +55,10 @@ def sweep(
                           "a replay's: run trace replay --capacity C --capacity-per-tenant per "
                           "capacity")
     spec = None if options.warmup is None else parse_warmup(options.warmup)
+    pricing = pricing or PricingOptions()
+    pricing.check()
+    if pricing.asked and spec is not None:
+        raise ConfigError("prices count every request of the trace's span; drop --warmup")
     check_tier_options(options)
     if options.tiers and (len(options.tiers) > 1 or not capacities):
         raise ConfigError("trace sweep --tier draws hits over GPU size × tier size: give one "
@@ -78,6 +89,13 @@ def sweep(
     swept = small.sweep_trace(loaded, rules, write_up) if spec is None else None
     section, curve = swept or sweep_trace(loaded, rules, write_up, warmup=spec)
     sections: dict[str, Any] = {"capacity_curve": section}
+    pricer = None
+    priced_points: list[dict[str, Any]] = []
+    priced_tiers: list[dict[str, Any]] = []
+    if pricing.asked:
+        tell(progress, "pricing every point of the curve", 0.5)
+        pricer = CurvePricer.of(loaded, model_name, kv, pricing)
+        priced_points = _priced_curve(loaded, rules, section, pricer)
     if asked:
         tell(progress, "replaying the listed capacities", 0.6)
         # NOTE: the replays load numba's kernels; the curve alone of a small trace never does.
@@ -89,7 +107,11 @@ def sweep(
     if tiers is not None:
         tell(progress, "replaying GPU size × tier size", 0.7)
         sections["tier_curve"] = tiered_curve(loaded, rules, tiers,
-                                              tuple(blocks for _, blocks in asked))
+                                              tuple(blocks for _, blocks in asked), pricer,
+                                              priced_tiers)
+    if pricer is not None:
+        sections["curve_pricing"] = {**pricer.head(), "capacity_points": priced_points,
+                                     "tier_points": priced_tiers or None}
     config: dict[str, Any] = {"preset": preset_name, "rules": section.rules, "model": model_name,
                               "kv_bytes_per_token": kv, "points": points}
     if asked:
@@ -112,19 +134,75 @@ TIER_SHARES: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 
 
 def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
-                 gpu_blocks: tuple[int | None, ...]) -> dict[str, Any]:
+                 gpu_blocks: tuple[int | None, ...], pricer: CurvePricer | None = None,
+                 priced: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Hits at every GPU size × tier size (the --tier size and its halvings down to 1/32):
-    one exact tiered replay per point (`prefix/tiers/curve.py`)."""
+    one exact tiered replay per point (`prefix/tiers/curve.py`); with `pricer`, each point
+    priced into `priced`."""
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.tiers.curve import tier_curve
 
     tier = tiers.tiers[0]
     sizes = tuple(sorted({max(1, int(tier.capacity_chunks * share)) for share in TIER_SHARES}))
     chains = prepare(loaded, stream=True).chains(rules)
-    curve = tier_curve(chains, rules, tier, tiers.policy, gpu_blocks, sizes)
+    kv = tiers.kv_bytes_per_token
+    block_tokens = rules.block_size_tokens
+
+    def observe(blocks: int | None, chunks: int | None, gpu_hits: np.ndarray,
+                tier_hits: np.ndarray | None) -> None:
+        if pricer is None or priced is None:
+            return
+        pool = None if blocks is None or kv is None else float(blocks * block_tokens * kv)
+        point: dict[str, Any] = {"gpu_capacity_blocks": blocks, "tier_capacity_chunks": chunks}
+        if tier_hits is None:
+            point["gpu"] = pricer.gpu_point(gpu_hits, pool)
+        else:
+            size = float(chunks or 0) * tier.chunk_tokens * (kv or pricer.kv_bytes_per_token)
+            point["tier"] = pricer.tier_point(gpu_hits, str(tier.name), tier_hits, size)
+        priced.append(point)
+
+    curve = tier_curve(chains, rules, tier, tiers.policy, gpu_blocks, sizes,
+                       observe=observe if pricer is not None else None)
     out = curve.to_dict()
     out["policy"] = str(tiers.policy)
     out["kv_bytes_per_token"] = tiers.kv_bytes_per_token
+    return out
+
+
+def _priced_curve(loaded: Trace, rules: ReplayRules, section: CapacityCurveSection,
+                  pricer: CurvePricer) -> list[dict[str, Any]]:
+    """Each point of the curve (the sampled ones, the knee, the shares, full reuse) replayed
+    under the clean LRU the curve is, and priced; its hits are the curve's (checked)."""
+    from yaotu_trace.prefix.kernels.engine import replay as engine_replay
+    from yaotu_trace.prefix.prepare import prepare
+
+    if rules.scope is not Scope.GLOBAL:
+        raise ConfigError("pricing the curve replays its points with one global cache: drop "
+                          "--scope instance (or price one replay per instance with trace "
+                          "replay --gpu-price)")
+    chains = prepare(loaded, with_outputs=rules.cache_outputs, stream=True).chains(rules)
+    # One row per capacity: a sampled point's label, else the knee's or a share's.
+    by_size: dict[int, Any] = {}
+    for p in (*section.points, section.knee, *section.shares, section.full_reuse):
+        if p is not None and not (p.capacity_blocks in by_size
+                                  and by_size[p.capacity_blocks].label):
+            by_size[p.capacity_blocks] = p
+    points = list(by_size.values())
+    out: list[dict[str, Any]] = []
+    done: dict[int, dict[str, Any]] = {}
+    for p in sorted(points, key=lambda q: q.capacity_blocks):
+        if p.capacity_blocks not in done:
+            result = engine_replay(chains, rules.with_(capacity_blocks=p.capacity_blocks,
+                                                       accounting=Accounting.CLEAN))
+            hits = np.asarray(result.hit_tokens)
+            if int(hits.sum()) != p.hit_tokens:
+                raise ConfigError(f"the replay at {p.capacity_blocks} blocks hits "
+                                  f"{int(hits.sum()):,} tokens, the curve {p.hit_tokens:,}: "
+                                  "the curve cannot be priced under these rules")
+            done[p.capacity_blocks] = pricer.gpu_point(hits, p.capacity_bytes)
+        out.append({"label": p.label, "capacity_blocks": p.capacity_blocks,
+                    "capacity_tokens": p.capacity_tokens, "hit_ratio": p.hit_ratio,
+                    **done[p.capacity_blocks]})
     return out
 
 

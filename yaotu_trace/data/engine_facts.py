@@ -173,3 +173,44 @@ def kv_transfers(m: EngineMetrics) -> KvTransfers | None:
                            mean_ms=latency_ms, mean_mb=m.histogram_mean("kv_transfer_size_mb"),
                            source=str(m.name_of("kv_transfer_latency_ms")))
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class TierSources:
+    """Cache hits over the export by the tier that supplied them, as the engine labels them.
+
+    `tokens` maps the engine's own label value (vLLM `device`/`host`/`disk`/`p2p`/
+    `external_unspecified`, SGLang `device`/`host`/`storage`/`total`, LMCache `engine`/`lmcache`,
+    vLLM's older split `local_cache_hit`/`external_kv_transfer`) to tokens; `prompt_tokens` the
+    prompt tokens the same export counts (None when it has none); `source` the series read."""
+
+    tokens: dict[str, float]
+    prompt_tokens: float | None
+    source: str
+
+
+def tier_sources(m: EngineMetrics) -> TierSources | None:
+    """The engine's hits split by tier: vLLM 0.33's `prompt_tokens_cached_by_source`, else
+    SGLang's `cached_tokens_total{cache_source}`, else LMCache's lookup lines (the engine's own
+    hit and what LMCache loads), else vLLM's `prompt_tokens_by_source` (its own cache against
+    every KV-connector tier together). None when the export has none of them."""
+    prompt = m.counter_increase("prompt_tokens")
+    for key in ("prompt_tokens_cached_by_source", "cached_tokens"):
+        values = m.label_values(key)
+        if values:
+            tokens = {v: m.counter_increase(key, v) or 0.0 for v in values}
+            return TierSources(tokens=tokens, prompt_tokens=prompt, source=str(m.name_of(key)))
+    load = m.counter_increase("lmcache_load_tokens")
+    if load is not None:
+        engine = m.counter_increase("lmcache_engine_hit_tokens")
+        tokens = {"lmcache": load} if engine is None else {"engine": engine, "lmcache": load}
+        return TierSources(tokens=tokens, prompt_tokens=m.counter_increase(
+            "lmcache_prompt_tokens"), source=str(m.name_of("lmcache_load_tokens")))
+    values = m.label_values("prompt_tokens_by_source")
+    if values:
+        tokens = {v: m.counter_increase("prompt_tokens_by_source", v) or 0.0 for v in values}
+        computed = tokens.pop(LOCAL_COMPUTE, None)
+        total = None if computed is None else computed + sum(tokens.values())
+        return TierSources(tokens=tokens, prompt_tokens=prompt if prompt is not None else total,
+                           source=str(m.name_of("prompt_tokens_by_source")))
+    return None

@@ -71,6 +71,15 @@ COUNTERS: Final[Mapping[str, tuple[str, ...]]] = {
                       "sglang:cached_tokens_total"),
     "prompt_tokens_by_source": ("vllm:prompt_tokens_by_source_total",
                                 "vllm:prompt_tokens_by_source"),
+    # vLLM 0.33's cache hits by the tier that supplied them (`CacheHitSource`).
+    "prompt_tokens_cached_by_source": ("vllm:prompt_tokens_cached_by_source_total",
+                                       "vllm:prompt_tokens_cached_by_source"),
+    # LMCache's per-request lookup line, summed over requests (its last line per request):
+    # the prompt, the engine's own hit, LMCache's hit from token 0, and what it loads.
+    "lmcache_prompt_tokens": ("log:lmcache_prompt_tokens_total",),
+    "lmcache_engine_hit_tokens": ("log:lmcache_engine_computed_tokens_total",),
+    "lmcache_hit_tokens": ("log:lmcache_hit_tokens_total",),
+    "lmcache_load_tokens": ("log:lmcache_load_tokens_total",),
     "realtime_tokens": ("sglang:realtime_tokens_total",),
     "evicted_tokens": ("sglang:evicted_tokens_total",),
     "aborted_requests": ("sglang:num_aborted_requests_total",),
@@ -108,6 +117,8 @@ HISTOGRAMS: Final[Mapping[str, tuple[str, ...]]] = {
 LABELLED: Final[Mapping[str, str]] = {
     "num_waiting_by_reason": "reason",  # capacity | deferred
     "prompt_tokens_by_source": "source",  # local_compute | local_cache_hit | external_kv_transfer
+    # device | host | p2p | disk | external_unspecified (vllm/v1/metrics/cache_hit_source.py)
+    "prompt_tokens_cached_by_source": "source",
     "cached_tokens": "cache_source",  # SGLang: device | host | storage (| total)
     "realtime_tokens": "mode",  # SGLang: prefill_compute | prefill_cache | decode
 }

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from yaotu_trace.catalog.gpus import find_gpu
-from yaotu_trace.catalog.models import ModelSpec
+from yaotu_trace.catalog.models import ModelSpec, find_model
 from yaotu_trace.catalog.prices import (
     GIB,
     Prices,
@@ -24,7 +24,9 @@ from yaotu_trace.catalog.prices import (
     gpu_money_per_day,
     memory_money_per_day,
 )
+from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.sim.fetch import Compute, Link, links_with, price_fetches
 from yaotu_trace.sim.roofline import step_cost_for
 from yaotu_trace.sim.scenario import DEFAULT_MFU
@@ -128,3 +130,31 @@ def pricing_section(*, request_id: np.ndarray, arrival_s: np.ndarray, prompt_tok
             **money, "memory_money_per_day": memory, "net_money_per_day": net})
     section["fetch"] = fetch.to_dict()
     return section
+
+
+def price_replay(loaded: Trace, options: ReplayOptions, rules: Any, columns: dict[str, Any],
+                 pricing: PricingOptions, tiers: dict[str, Any] | None) -> dict[str, Any]:
+    """The `prefill_pricing` section of one replay (`columns`: its `--out` columns, `tiers`
+    its tiers section): the cache's and its tiers' prefill saved, loads added, GPU-hours and
+    money per day. Refused in one line without `--model`."""
+    assert pricing.gpu is not None
+    if options.model is None:
+        raise ConfigError("pricing prefill needs the model's FLOPs and KV bytes per token: add "
+                          "--model")
+    model = find_model(options.model)
+    kv = options.kv_bytes() or model.kv_bytes_per_token
+    compute = prefill_compute(model, pricing.gpu, pricing.tp, kv)
+    pool = (None if rules.capacity_blocks is None
+            else float(rules.capacity_blocks) * rules.block_size_tokens * kv)
+    served = tuple(
+        TierServed(name=t["name"], size_bytes=float(t["capacity_tokens"]) * kv,
+                   hit_tokens=np.asarray(columns[f"{t['name']}_hit_tokens"]))
+        for t in (tiers or {}).get("tiers", ()))
+    gpu_hits = columns.get("gpu_hit_tokens", columns["hit_tokens"])
+    return pricing_section(
+        request_id=np.asarray(columns["request_id"], dtype=object),
+        arrival_s=loaded.requests["arrival_s"].to_numpy(dtype=np.float64),
+        prompt_tokens=np.asarray(columns["prompt_tokens"]),
+        gpu_hit_tokens=np.asarray(gpu_hits), tiers=served, compute=compute,
+        kv_bytes_per_token=kv, links=links_with(pricing.links), prices=pricing.prices(),
+        gpu=pricing.gpu, gpu_pool_bytes=pool)

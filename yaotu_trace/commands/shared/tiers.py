@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
+from yaotu_trace.data.engine_facts import tier_sources
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix.options import ReplayOptions
 
@@ -12,16 +15,41 @@ from yaotu_trace.prefix.options import ReplayOptions
 def tiers_section(loaded: Trace, options: ReplayOptions) -> dict[str, Any] | None:
     """The tiered replay's totals (`TieredResult.to_dict`) under the preset's rules and the GPU
     pool of `options.capacity`; None without `--tier`."""
+    return priced_tiers(loaded, options, None)[0]
+
+
+def priced_tiers(loaded: Trace, options: ReplayOptions, pricing: PricingOptions | None
+                 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the tiers section, its `prefill_pricing` section or None without `pricing`'s GPU)."""
     if not options.tiers:
-        return None
-    from yaotu_trace.prefix.trace import replay_trace
+        return None, None
+    from yaotu_trace.prefix.trace import replay_trace, replay_trace_with_requests
 
     rules, preset, _ = options.effective_rules(loaded)
     blocks = options.capacity_blocks(options.capacity, rules.block_size_tokens)
     if blocks is not None:
         rules = rules.with_(capacity_blocks=blocks)
     setup = options.tier_setup(rules, preset)
-    summary = replay_trace(loaded, rules, preset=preset, waterfall=False, tiers=setup)
+    priced = None
+    if pricing is None or pricing.gpu is None:
+        summary = replay_trace(loaded, rules, preset=preset, waterfall=False, tiers=setup)
+    else:
+        summary, requests = replay_trace_with_requests(loaded, rules, preset=preset,
+                                                       waterfall=False, tiers=setup)
+        priced = price_replay(loaded, options, rules, requests.to_columns(), pricing,
+                              summary.tiers)
     assert summary.tiers is not None
     return {"preset": preset, "gpu_capacity": options.capacity, "gpu_capacity_blocks": blocks,
-            "block_size_tokens": rules.block_size_tokens, **summary.tiers}
+            "block_size_tokens": rules.block_size_tokens, **summary.tiers}, priced
+
+
+def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None
+                   ) -> dict[str, Any] | None:
+    """The engine's hits by tier in `metrics` against the tiered replay's (`tiers`, a tiers
+    section): the `observed_tiers` section, or None when either is missing."""
+    found = None if metrics is None or tiers is None else tier_sources(metrics)
+    if found is None or tiers is None:
+        return None
+    from yaotu_trace.prefix.tiers.observed import compare_tiers
+
+    return compare_tiers(found, tiers).to_dict()

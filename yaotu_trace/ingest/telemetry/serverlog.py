@@ -54,7 +54,7 @@ EXPECTED: Final = (
     "a vLLM 'Avg prompt throughput: … Running: N reqs, Waiting: N reqs, GPU KV cache usage: "
     "X%' line, 'GPU KV cache size: N tokens', 'total_num_cumulative_preemption=N', or an "
     "SGLang 'Prefill batch, #new-seq: …' / 'Decode batch, #running-req: …' line or "
-    "'max_total_num_tokens=N'"
+    "'max_total_num_tokens=N', or LMCache's 'LMCache hit tokens: N, need to load: N'"
 )
 
 _VLLM_TIME = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) "
@@ -71,10 +71,18 @@ _SGLANG_POOL = re.compile(r"\bmax_total_num_tokens=(\d+)")
 _SGLANG_MAX_RUNNING = re.compile(r"\bmax_running_requests=(\d+)")
 _SGLANG_RETRACT = re.compile(r"Retract requests\. #retracted_reqs: (\d+)")
 _KV_TRANSFER = re.compile(r"KV Transfer metrics: (.*)")
+# LMCache's lookup line, per request (lmcache 0.5.6 integration/vllm/vllm_v1_adapter.py,
+# `get_num_new_matched_tokens`; older ones leave out the engine's computed tokens). "but need to
+# load: L < min_retrieve" means nothing is loaded.
+_LMCACHE = re.compile(r"Reqid: (\S+?), Total tokens (\d+), (?:Inference Engine computed tokens: "
+                      r"(\d+), )?LMCache hit tokens: (\d+), (but )?need to load: (-?\d+)")
+_LMCACHE_NAMES: Final = ("log:lmcache_prompt_tokens_total",
+                         "log:lmcache_engine_computed_tokens_total",
+                         "log:lmcache_hit_tokens_total", "log:lmcache_load_tokens_total")
 _RANK = re.compile(r"([A-Z]+)(\d+)")
 _OFFSET = re.compile(r"(?:UTC|GMT)?([+-])(\d\d):?(\d\d)")
 _ANY = (_VLLM_STATS, _SGLANG_BATCH, _KV_SIZE, _CONCURRENCY, _PREEMPTION, _SGLANG_POOL,
-        _SGLANG_MAX_RUNNING, _SGLANG_RETRACT, _KV_TRANSFER)
+        _SGLANG_MAX_RUNNING, _SGLANG_RETRACT, _KV_TRANSFER, _LMCACHE)
 
 # Stats-line key → (metric name, scale); "%" values are read as fractions.
 _VLLM_KEYS: Final = {
@@ -134,6 +142,11 @@ class _Read:
     devices: set[str] = field(default_factory=set)
     transfers: dict[str, float] = field(default_factory=dict)
     transfer_rows: list[Row] = field(default_factory=list)  # their running totals
+    # LMCache's lookup lines: request → (time_s, prompt, engine computed or None, hit, load,
+    # skipped below min_retrieve); a request looked up again keeps its last line.
+    lmcache: dict[str, tuple[float, int, int | None, int, int, bool]] = field(
+        default_factory=dict)
+    lmcache_lines: int = 0
     # Parts of the lines read that no series takes: key → (lines, sum of its values).
     unread: dict[str, tuple[int, float]] = field(default_factory=dict)
 
@@ -401,6 +414,15 @@ def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
         return _vllm_stats(m.group(2), time_s, engine, read)
     if (m := _KV_TRANSFER.search(line)) is not None:
         return _kv_transfer(m.group(1), time_s, read)
+    if (m := _LMCACHE.search(line)) is not None:
+        computed = None if m.group(3) is None else int(m.group(3))
+        skipped = m.group(5) is not None
+        load = 0 if skipped else max(int(m.group(6)), 0)
+        read.lmcache[m.group(1)] = (time_s, int(m.group(2)), computed, int(m.group(4)), load,
+                                    skipped)
+        read.lmcache_lines += 1
+        read.seen("LMCache lookup")
+        return True
     if (m := _SGLANG_BATCH.search(line)) is not None:
         pairs = _pairs(m.group(2), _SGLANG_KEYS)
         if not pairs:
@@ -475,6 +497,35 @@ def _interval_rows(read: _Read) -> list[Row]:
     return rows
 
 
+def _lmcache_rows(read: _Read) -> list[Row]:
+    """LMCache's lookups, the last one of each request, summed in time order into counters of
+    prompt tokens, the engine's own hits (when the lines give them), LMCache's hits from token 0
+    and the tokens it loads; each from 0 just before the first."""
+    if not read.lmcache:
+        return []
+    lines = sorted(read.lmcache.values(), key=lambda v: v[0])
+    with_computed = any(v[2] is not None for v in lines)
+    names = [n for n in _LMCACHE_NAMES
+             if with_computed or n != "log:lmcache_engine_computed_tokens_total"]
+    rows: list[Row] = [(lines[0][0] - 1e-3, name, "", 0.0) for name in names]
+    totals = dict.fromkeys(names, 0.0)
+    for time_s, prompt, computed, hit, load, _ in lines:
+        parts = dict(zip(_LMCACHE_NAMES, (prompt, computed or 0, hit, load), strict=True))
+        for name in names:
+            totals[name] += parts[name]
+            rows.append((time_s, name, "", totals[name]))
+    return rows
+
+
+def _lmcache_note(read: _Read) -> str:
+    skipped = sum(1 for v in read.lmcache.values() if v[5])
+    again = read.lmcache_lines - len(read.lmcache)
+    return (f"LMCache's 'LMCache hit tokens: …, need to load: …' lines are summed over "
+            f"{len(read.lmcache):,} request(s) into log:lmcache_* counters, each request's last "
+            f"lookup ({again:,} earlier lookup(s) of the same requests left out"
+            + (f"; {skipped:,} below min_retrieve load nothing" if skipped else "") + ")")
+
+
 def _interval_notes(read: _Read) -> list[str]:
     notes = []
     if any(p is not None for *_, p in read.intervals):
@@ -496,7 +547,8 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
             f"{path}: {read.json_untimed} JSON log record(s) hold engine stats but no time "
             f"field ({', '.join(_JSON_TIME)}); add the time to the formatter's format, e.g. "
             "\"format\": \"%(asctime)s %(message)s\" in vLLM's --logging-config")
-    if not read.rows and not read.config and not read.preemptions and not read.transfer_rows:
+    if (not read.rows and not read.config and not read.preemptions and not read.transfer_rows
+            and not read.lmcache):
         skipped = f" ({len(read.bad)} such line(s) could not be read)" if read.bad else ""
         raise TraceReadError(f"{path}: no engine log line recognised{skipped}; --metrics "
                              f"takes a server log with {EXPECTED}")
@@ -509,6 +561,7 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
         rows.append((first[0] - 1e-3, first[1], first[2], first[3] - 1.0))
     rows.extend(read.preemptions)
     rows.extend(read.transfer_rows)
+    rows.extend(_lmcache_rows(read))
     periodic = sorted({r[0] for r in read.rows})
     for time_s, name, labels, value in read.config:
         rows.append((time_s, name, labels, value))
@@ -540,6 +593,8 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
         notes.append(f"SGLang prefill batches' #new-token and #cached-token are summed into "
                      f"prompt and cached token counters ({read.prompt_total:.0f} and "
                      f"{read.cached_total:.0f} tokens over {len(read.batch_times)} batch(es))")
+    if read.lmcache:
+        notes.append(_lmcache_note(read))
     if read.bad:
         notes.append(f"{len(read.bad)} engine log line(s) could not be read and were skipped "
                      f"(first: line {read.bad[0]})")

@@ -8,6 +8,7 @@ tier size over those GPU hits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -46,9 +47,13 @@ class TierCurve:
 
 def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: TierPolicy,
                gpu_capacity_blocks: tuple[int | None, ...],
-               tier_capacity_chunks: tuple[int, ...]) -> TierCurve:
+               tier_capacity_chunks: tuple[int, ...], *,
+               observe: Callable[[int | None, int | None, np.ndarray, np.ndarray | None], None]
+               | None = None) -> TierCurve:
     """Hits with one tier below the GPU pool at every pair of sizes (`rules` give the
-    rest; their own capacity is replaced by each GPU size)."""
+    rest; their own capacity is replaced by each GPU size). `observe(gpu blocks, tier chunks
+    or None, per-request GPU hits, per-request tier hits or None)` sees every point's
+    requests (the GPU pool alone first), for what the totals cannot say (its price)."""
     prompt = int(np.asarray(chains.prompt_tokens).sum())
     gpu_hits = []
     grid = []
@@ -56,11 +61,16 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
         sized = rules.with_(capacity_blocks=blocks)
         gpu = gpu_replay(chains, sized)
         gpu_hits.append(int(np.asarray(gpu.hit_tokens).sum()))
+        if observe is not None:
+            observe(blocks, None, np.asarray(gpu.hit_tokens), None)
         row = []
         for chunks in tier_capacity_chunks:
             result = replay_tiers(chains, sized, (replace(tier, capacity_chunks=chunks),),
                                   policy, gpu=gpu)
             row.append(int(result.hit_tokens.sum()))
+            if observe is not None:
+                observe(blocks, chunks, np.asarray(result.gpu_hit_tokens),
+                        np.asarray(result.tier_hit_tokens[0]))
         grid.append(tuple(row))
     return TierCurve(gpu_capacity_blocks=tuple(gpu_capacity_blocks), tier=tier,
                      tier_capacity_chunks=tuple(tier_capacity_chunks), prompt_tokens=prompt,

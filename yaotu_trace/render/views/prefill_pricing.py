@@ -9,13 +9,13 @@ from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import Block, Grid, Heading, KeyValues, Notes, View
 
 
-def _money(value: float | None) -> str:
+def money_text(value: float | None) -> str:
     if value is None:
         return fmt.MISSING
     return f"{'−' if value < 0 else ''}${abs(value):,.2f}"
 
 
-def _rate(bytes_per_s: float | None) -> str:
+def rate_text(bytes_per_s: float | None) -> str:
     return fmt.MISSING if bytes_per_s is None else f"{bytes_per_s / 1e9:,.2f} GB/s"
 
 
@@ -30,7 +30,7 @@ def cache_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
                            f"{fmt.seconds(c['prefill_saved_s'])} of prefill saved"),
         ("GPU cache saves per day", f"{fmt.num(c['gpu_hours_per_day'])} GPU-h"
                                     + ("" if c["gpu_money_per_day"] is None
-                                       else f", {_money(c['gpu_money_per_day'])}")),
+                                       else f", {money_text(c['gpu_money_per_day'])}")),
     ]
     if c.get("size_bytes") is not None:
         rows.append(("GPU pool", f"{c['size_bytes'] / 2**30:,.1f} GiB of KV (in the GPU price)"))
@@ -45,8 +45,8 @@ def tier_rows(s: dict[str, Any]) -> list[list[str]]:
         rows.append([t["name"], size, fmt.count(t["hit_tokens"]), fmt.pct(t["hit_share"]),
                      fmt.seconds(t["prefill_saved_s"]), fmt.seconds(t["load_s"]),
                      f"{fmt.num(t['gpu_hours_per_day'])} GPU-h",
-                     _money(t["gpu_money_per_day"]), _money(t["memory_money_per_day"]),
-                     _money(t["net_money_per_day"]), _rate(t["peak_bytes_per_s"])])
+                     money_text(t["gpu_money_per_day"]), money_text(t["memory_money_per_day"]),
+                     money_text(t["net_money_per_day"]), rate_text(t["peak_bytes_per_s"])])
     return rows
 
 
