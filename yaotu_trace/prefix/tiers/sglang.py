@@ -133,9 +133,12 @@ def replay_hicache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
         # Backups after the prefill: the host (and storage behind it) take the pages whose use
         # count reaches the policy's threshold, tail to head so the head ends most recent.
         backed: list[int] = []
+        gpu_chunks = g // chunk
         for k in range(chunks - 1, -1, -1):
             key = keys[k]
-            count = uses.get(key, 0) + 1
+            # A node's hit count lives while it is in the tree: a page that was neither on
+            # the GPU nor on the host is a new node, counted from one again.
+            count = uses.get(key, 0) + 1 if k < gpu_chunks or first <= k < j else 1
             uses[key] = count
             if write_back_unlimited_gpu:
                 continue
