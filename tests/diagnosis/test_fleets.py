@@ -352,6 +352,6 @@ def test_the_disaggregated_run_of_the_docs_prints_what_they_show(
     assert out.splitlines()[0] == verdict
     printed = " ".join(out.replace("│", " ").split())
     for shown in ("prefill 3 0.0 % 20.0 %", "decode 1 99.7 % 5.8 %",
-                  "wait 4,603.3 s → 592.0 s (-87 %)", "prefill busy 20.0 % → 30.0 % (+50 %)"):
+                  "wait 4,647.5 s → 609.4 s (-87 %)", "prefill busy 20.0 % → 30.0 % (+50 %)"):
         assert shown in " ".join(section.split())
         assert shown in printed
