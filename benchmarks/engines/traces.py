@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where used: an engine's environment may lack it
+    import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "fixtures" / "engines"
@@ -71,6 +74,8 @@ def generate(shape: TraceShape) -> pd.DataFrame:
                      "prompt_tokens": [int(t) for t in prompt]})
         if len(sessions) > 12:
             sessions.pop(0)
+    import pandas as pd
+
     return pd.DataFrame(rows)
 
 
@@ -100,6 +105,8 @@ def write_traces() -> list[Path]:
 
 def load_prompts(path: Path) -> tuple[list[str], list[list[int]]]:
     """Tenants and prompt token lists of a written trace, in file (arrival) order."""
+    import pandas as pd
+
     frame = pd.read_parquet(path)
     return frame["tenant"].astype(str).tolist(), [list(map(int, p)) for p in
                                                   frame["prompt_tokens"]]

@@ -5,8 +5,9 @@ unified_tree_core.py`, `components/full.py`, `hybrid_cache/hybrid_cache_controll
 
 - Pages of the chunk's tokens (one GPU page by default), keyed by their prefix.
 - GPU → host: `write_through` backs a page up when it is inserted (hit count 1),
-  `write_through_selective` at its second use (hit count 2), `write_back` only when the GPU
-  evicts it.
+  `write_through_selective` at its second insert (hit count 2), `write_back` only when the GPU
+  evicts it. A hit count lives on the radix node (`_inc_hit_count_and_check`): a page that was
+  neither on the GPU nor on the host is a new node and counts from one again.
 - The host tier is inclusive (a page still on the GPU keeps its host copy) and evicts
   host-only leaves least recently used first; a lookup refreshes the whole matched path.
 - Lookup: the GPU prefix, then the host's continuation; it is loaded back only when it holds
@@ -14,12 +15,15 @@ unified_tree_core.py`, `components/full.py`, `hybrid_cache/hybrid_cache_controll
 - Storage (disk or remote): every host backup is written on; a request prefetches the pages
   past GPU and host when they are at least 256 tokens (`prefetch_threshold`), into the host.
 
-What this model assumes (it is not checked against SGLang's tree): the host is an LRU over
-pages by last use, touched tail to head (leaves go first), of which the pages on the GPU are
-the most recent, so inclusion holds by itself when the host is at least as large as the GPU
-pool (SGLang's default `--hicache-ratio 2`); under `write_back` the GPU and host together hold
-the most recent pages (an LRU of both sizes, the host serving what the GPU pool lost).
-Storage evicts least recently written first.
+What this model assumes: the host is an LRU over pages by last use, touched tail to head
+(leaves go first), of which the pages on the GPU are the most recent, so inclusion holds by
+itself when the host is at least as large as the GPU pool (SGLang's default `--hicache-ratio
+2`); under `write_back` the GPU and host together hold the most recent pages (an LRU of both
+sizes, the host serving what the GPU pool lost). Storage evicts least recently written first.
+Held against SGLang 0.5.23's `UnifiedRadixCache` (tests/fixtures/tiers_sglang): not exact,
+optimistic by up to 42 % of reused tokens with a host no larger than the GPU pool, where SGLang
+refuses backups the host cannot make room for and its load-backs move GPU hits (docs/replay.md,
+"SGLang HiCache").
 """
 
 from __future__ import annotations
@@ -133,9 +137,12 @@ def replay_hicache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
         # Backups after the prefill: the host (and storage behind it) take the pages whose use
         # count reaches the policy's threshold, tail to head so the head ends most recent.
         backed: list[int] = []
+        gpu_chunks = g // chunk
         for k in range(chunks - 1, -1, -1):
             key = keys[k]
-            count = uses.get(key, 0) + 1
+            # A node's hit count lives while it is in the tree: a page that was neither on
+            # the GPU nor on the host is a new node, counted from one again.
+            count = uses.get(key, 0) + 1 if k < gpu_chunks or first <= k < j else 1
             uses[key] = count
             if write_back_unlimited_gpu:
                 continue
