@@ -298,10 +298,29 @@ def test_without_step_log_or_metrics_the_decode_pool_load_is_unknown_not_busy() 
     # time whatever the batch): it is unknown, and the axis says what would measure it
     assert pm.decode_busy_share is None
     assert "D009" not in result.rule_ids
-    assert result.status is Status.INSUFFICIENT_DATA
     assert any(m.startswith("the decode pool's load: --metrics with kv_cache_usage_perc")
                for m in result.missing)
-    assert any("prefill pool's queue is 67 % of TTFT" in n for n in result.notes)
+    # AND a queue that is most of TTFT is the bottleneck whatever the other pool's load (D011,
+    # on the scale of Q001 and D008); the finding says the load that decides the remedy is
+    # not measured
+    assert result.rule_ids == ("D011",)
+    assert result.status is Status.BOTTLENECK
+    assert "decode pool's load is not measured" in result.hits[0].detail
+
+
+def test_a_short_queue_with_the_other_pool_unmeasured_is_undecided_not_ok() -> None:
+    # GIVEN the prefill pool queued a third of TTFT (over pool_wait_share, under
+    # queue_share_of_ttft), a quick transfer, and nothing that measures the decode pool
+    columns = prefill_queued()
+    columns["scheduled_s"] = [a + 0.25 for a in columns["arrival_s"]]
+    columns["first_token_s"] = [a + 0.65 for a in columns["arrival_s"]]
+    columns["kv_transfer_s"] = [0.01] * 4
+    columns["decode_start_s"] = [a + 0.66 for a in columns["arrival_s"]]
+    result = analyze_pd_interference(make_input(columns), thresholds())
+    # THEN whether the P:D ratio is off cannot be told: the axis is undecided, and says why
+    assert result.metrics.placement.prefill_wait_share == pytest.approx(0.25 / 0.66)
+    assert result.status is Status.INSUFFICIENT_DATA
+    assert any("prefill pool's queue is 38 % of TTFT" in n for n in result.notes)
 
 
 def test_decode_pool_load_from_per_instance_metrics() -> None:

@@ -240,11 +240,12 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
 
 
 def _unknown_pool_load(result: AxisResult, t: Thresholds) -> AxisResult:
-    """An axis judged ok (or undecided) although one pool queues and the other pool's load is
-    unknown: the P:D ratio cannot be judged, so the axis is undecided and names the input that
-    would decide it (reads pool_wait_share)."""
-    if result.status not in (Status.OK, Status.INSUFFICIENT_DATA):
-        return result
+    """One pool queues and the other pool's load is unknown: the input that would measure it is
+    named. Judged ok (or undecided), the P:D ratio cannot be judged, so the axis is undecided
+    (reads pool_wait_share); a queue that is most of TTFT stays the bottleneck (D011) whichever
+    way the instances then move, and the missing load only decides between moving and adding
+    them."""
+    decided = result.status not in (Status.OK, Status.INSUFFICIENT_DATA)
     pm = metrics_of(result, InterferenceMetrics).placement
     if pm is None:
         return result
@@ -256,9 +257,12 @@ def _unknown_pool_load(result: AxisResult, t: Thresholds) -> AxisResult:
                     "instance, or a step log (--steps) with kv_blocks_used"
                     if other == "decode" else
                     "scheduled_s and first_token_s per request, or a step log (--steps)")
+            missing = (*result.missing, f"the {other} pool's load: {what}")
+            if decided:
+                return replace(result, missing=missing)
             return replace(
                 result, status=Status.INSUFFICIENT_DATA,
-                missing=(*result.missing, f"the {other} pool's load: {what}"),
+                missing=missing,
                 notes=(*result.notes, f"the {queued} pool's queue is {100 * wait:.0f} % of "
                        f"TTFT, but nothing here measures the {other} pool's load, so whether "
                        "the P:D ratio is off cannot be told"))
