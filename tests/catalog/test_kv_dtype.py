@@ -292,8 +292,8 @@ def test_every_command_that_takes_model_takes_kv_dtype() -> None:
         if "Model from the catalog" in helps.get("--model", ""):
             assert "--kv-dtype" in helps, name
             takers.append(name)
-    assert sorted(takers) == ["check", "compare", "diagnose", "diff", "replay", "report",
-                              "simulate", "sweep"]
+    assert sorted(takers) == ["analyze", "check", "compare", "diagnose", "diff", "replay",
+                              "report", "simulate", "sweep"]
 
 
 def test_models_json_gives_bytes_per_token_at_every_dtype(capsys) -> None:

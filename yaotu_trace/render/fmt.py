@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from yaotu_trace.data.clock import UNIX_CLOCK_S
+from yaotu_trace.data.clock import LAST_DATE_S, UNIX_CLOCK_S
 
 if TYPE_CHECKING:
     from yaotu_trace.data.report import Distribution
@@ -77,11 +77,12 @@ def seconds(value: float | None) -> str:
 
 def clock(value: float | None) -> str:
     """A time on a trace's clock: a UTC date and time when the clock is Unix seconds (at or
-    above 2001-09-09, `UNIX_CLOCK_S`), else seconds from the clock's origin as `seconds`
-    writes them (1.7e9 s is no duration of 472,222 h but a moment of 2023)."""
+    above 2001-09-09, `UNIX_CLOCK_S`, and no later than year 9999), else seconds from the
+    clock's origin as `seconds` writes them (1.7e9 s is no duration of 472,222 h but a moment
+    of 2023)."""
     if value is None:
         return MISSING
-    if value >= UNIX_CLOCK_S:
+    if UNIX_CLOCK_S <= value <= LAST_DATE_S:
         return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return seconds(value)
 
