@@ -4,8 +4,11 @@ them after it with `-m slow`)."""
 
 from __future__ import annotations
 
+import json
 import os
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -77,6 +80,19 @@ def shared_trace(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"public trace {relative} not found under {SHARED_TRACES}")
     return path
+
+
+@cache
+def golden_document(path: Path) -> dict[str, Any]:
+    """A golden fixture file written by an engine's own code: `{"configs": [...], ...}`."""
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
+
+
+def golden_cases(paths: list[Path]) -> list[tuple[str, int]]:
+    """(file name, configuration index) of every configuration in golden fixture files."""
+    return [(path.name, k) for path in paths
+            for k in range(len(golden_document(path)["configs"]))]
 
 
 def schema_error(path: Path) -> str:

@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, golden_cases, golden_document
 
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix.kernels.chains import BlockChains
@@ -43,19 +43,6 @@ MAX_OVERCOUNT = {
 MIN_SAME_REQUESTS = 0.87  # share of requests whose GPU and host hits are both SGLang's
 
 
-def _cases() -> list[tuple[str, int]]:
-    cases = []
-    for path in GOLDEN:
-        document = json.loads(path.read_text())
-        cases += [(path.name, k) for k in range(len(document["configs"]))]
-    return cases
-
-
-@cache
-def _document(name: str) -> dict:
-    return json.loads((DATA / name).read_text())
-
-
 @cache
 def _chains(trace: str, page: int, pool_pages: int) -> tuple[BlockChains, ReplayRules]:
     rules = rules_for("sglang", block_size_tokens=page, capacity_blocks=pool_pages)
@@ -73,10 +60,10 @@ def test_tiers_sglang_golden_fixtures_cover_policies_and_sizes() -> None:
     assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 70
 
 
-@pytest.mark.parametrize(("fixture", "index"), _cases())
+@pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN))
 def test_tiers_sglang_stays_near_hicache(fixture: str, index: int) -> None:
     # GIVEN one configuration SGLang's HiCache replayed
-    document = _document(fixture)
+    document = golden_document(DATA / fixture)
     config = document["configs"][index]
     page = config["page_size"]
     chains, rules = _chains(document["trace"], page, config["pool_tokens"] // page)

@@ -16,7 +16,7 @@ from functools import cache
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, golden_cases, golden_document
 
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix.kernels.chains import BlockChains
@@ -27,19 +27,6 @@ from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tier
 DATA = FIXTURES / "tiers_vllm"
 GOLDEN = sorted(DATA.glob("vllm_offload_*.json"))
 TRACE_DIRS = (FIXTURES / "engines", DATA)
-
-
-def _cases() -> list[tuple[str, int]]:
-    cases = []
-    for path in GOLDEN:
-        document = json.loads(path.read_text())
-        cases += [(path.name, k) for k in range(len(document["configs"]))]
-    return cases
-
-
-@cache
-def _document(name: str) -> dict:
-    return json.loads((DATA / name).read_text())
 
 
 @cache
@@ -59,10 +46,10 @@ def test_tiers_vllm_golden_fixtures_cover_sizes_and_chunks() -> None:
     assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 70
 
 
-@pytest.mark.parametrize(("fixture", "index"), _cases())
+@pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN))
 def test_tiers_vllm_matches_vllm_scheduler_per_request(fixture: str, index: int) -> None:
     # GIVEN one configuration vLLM's scheduler and offload connector replayed
-    document = _document(fixture)
+    document = golden_document(DATA / fixture)
     config = document["configs"][index]
     block = config["block_size_tokens"]
     chains, rules = _chains(document["trace"], block, config["num_gpu_blocks"])
