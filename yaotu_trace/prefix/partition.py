@@ -222,18 +222,20 @@ def _raise_lost(process: Any, jobs: int) -> NoReturn:
 
 
 def _serve(pipe: Connection) -> None:
-    """A worker's loop: (fn, args) in, (True, result) or (False, exception) out; None ends it."""
+    """A worker's loop: (fn, args) in, (True, result) or (False, exception) out; None ends it,
+    and so does a parent gone (its end of the pipe closed), quietly."""
     _leave_signals_to_parent()
-    while (task := pipe.recv()) is not None:
-        fn, args = task
-        try:
-            answer: tuple[bool, Any] = (True, fn(*args))
-        except Exception as exc:  # raised again in the parent
-            answer = (False, exc)
-        try:
-            pipe.send(answer)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            pipe.send((False, RuntimeError(f"{answer[1]!r} cannot be sent back: {exc}")))
+    with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
+        while (task := pipe.recv()) is not None:
+            fn, args = task
+            try:
+                answer: tuple[bool, Any] = (True, fn(*args))
+            except Exception as exc:  # raised again in the parent
+                answer = (False, exc)
+            try:
+                pipe.send(answer)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                pipe.send((False, RuntimeError(f"{answer[1]!r} cannot be sent back: {exc}")))
 
 
 # Held back while workers start; the first two are the terminal's, sent to the whole group.
