@@ -68,6 +68,13 @@ class ResourceLimitError(YaotuError):
     """The requested analysis would need more memory than this machine allows."""
 
 
+class WorkerLostError(ResourceLimitError):
+    """A worker process died before it answered, most often at the hands of the out-of-memory
+    killer: the machine is the cause, so exit 5 as for a full disk, not 3 (no file is wrong)."""
+
+    exit_code = ExitCode.IO
+
+
 def where(path: object, row: object | None = None, column: str | None = None) -> str:
     """Format the 'file, row, column' location that every input error starts with."""
     parts = [str(path)]

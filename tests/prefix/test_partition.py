@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
-from yaotu_trace.errors import ConfigError, ResourceLimitError
+from yaotu_trace.errors import ConfigError, ExitCode, WorkerLostError
 from yaotu_trace.prefix import Parallelism, effective_rules, replay_trace
 from yaotu_trace.prefix.grid import GridCapacity, replay_grid
 from yaotu_trace.prefix.kernels.engine import replay
@@ -213,9 +213,10 @@ def test_a_worker_error_is_raised_here_and_the_workers_are_stopped() -> None:
 def test_a_worker_killed_mid_task_is_an_error_not_a_wait() -> None:
     """The out-of-memory killer's SIGKILL: the run stops with a line that says so, instead of
     waiting for a result that cannot come."""
-    with pytest.raises(ResourceLimitError, match=r"killed by SIGKILL.*fewer --jobs"), \
+    with pytest.raises(WorkerLostError, match=r"killed by SIGKILL.*fewer --jobs") as lost, \
             open_runner(Parallelism(jobs=2)) as runner:
         runner.map(_dies, [(1,), (2,), (3,)])
+    assert lost.value.exit_code == ExitCode.IO  # the machine, not a file
 
 
 _ORPHAN = """

@@ -32,7 +32,7 @@ from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
-from yaotu_trace.errors import ConfigError, ResourceLimitError
+from yaotu_trace.errors import ConfigError, WorkerLostError
 from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.kernels.unlimited import replay
@@ -216,7 +216,7 @@ def _raise_lost(process: Any, jobs: int) -> NoReturn:
     code = process.exitcode
     how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
            else f"exited with code {code}")
-    raise ResourceLimitError(
+    raise WorkerLostError(
         f"a worker process of --jobs {jobs} {how} before it returned its partition (the "
         "out-of-memory killer sends SIGKILL); run again with fewer --jobs")
 
