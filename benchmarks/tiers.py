@@ -7,7 +7,8 @@ hash id, vLLM's engine-exact pool) and the same chains for every line:
   replay of the same trace and pool; goal ≤ 2×;
 - a 6 × 6 two-dimensional curve (GPU size × CPU tier size: 6 GPU replays and 36 tier passes)
   against one single-tier curve (`trace sweep`'s one-pass LRU curve of the GPU pool, every
-  capacity at once); goal ≤ 4×.
+  capacity at once); goal ≤ 4×; and the same curve with each GPU size's tier passes on two
+  threads (`trace sweep --jobs 2`).
 
 Each line is timed in this process after a warm-up run (the compiled kernels loaded), best of
 `--repeat`; reading and hashing the trace is shared and not counted. The end-to-end line runs
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     tier_axis = tuple(max(1, distinct * k // 100) for k in (2, 5, 10, 20, 40, 80))
     grid_s, _ = _best(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis),
                       args.repeat)
+    grid2_s, _ = _best(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis,
+                                          threads=2), args.repeat)
 
     prompt = int(chains.prompt_tokens.sum())
     print(f"trace: {args.trace.name}, {chains.num_requests:,} requests, {prompt:,} prompt "
@@ -96,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         ("replay with one CPU tier", tier_s, tier_s / gpu_s, 2.0),
         ("single-tier curve (one-pass LRU sweep)", curve_s, None, None),
         ("6 x 6 GPU x tier curve", grid_s, grid_s / curve_s, 4.0),
+        ("6 x 6 curve, 2 threads (sweep --jobs 2)", grid2_s, grid2_s / curve_s, 4.0),
     ]
     e2e = []
     for extra in ([], ["--tier", f"cpu={cpu_chunks * block}tok", "--tier-policy", str(policy)]):

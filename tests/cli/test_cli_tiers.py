@@ -70,6 +70,21 @@ def test_sweep_draws_gpu_size_by_tier_size(capsys: pytest.CaptureFixture[str]) -
     assert curve["hit_tokens"][0][-1] == 14_880 + 42_944  # the golden config (35, 1767)
 
 
+@pytest.mark.parametrize("policy", ["vllm-native", "lmcache"])
+def test_sweep_jobs_gives_the_curve_of_one_thread(policy: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the 2 × 6 curve priced per point, WHEN its tier passes run on 3 threads THEN
+    # every number, priced points included and in their order, is that of one thread
+    args = ["sweep", TRACE, "--capacities", "35,66", "--tier", "cpu=1767blocks",
+            "--tier-policy", policy, "--model", "llama-3.1-8b", "--gpu", "H100",
+            "--gpu-price", "2.5", "--memory-price", "3"]
+    one = _json(args, capsys)
+    three = _json([*args, "--jobs", "3"], capsys)
+    assert three["tier_curve"] == one["tier_curve"]
+    assert three["curve_pricing"] == one["curve_pricing"]
+    assert three["curve_pricing"]["tier_points"]
+
+
 @pytest.mark.parametrize("command", [["analyze", TRACE, "--capacity", "66"],
                                      ["diagnose", TRACE, "--kv-capacity", "1056tok"]])
 def test_analyze_and_diagnose_add_the_tiers_section(command: list[str],

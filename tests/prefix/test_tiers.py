@@ -162,6 +162,14 @@ def test_tier_curve_rows_are_replays_at_each_size() -> None:
                        TierPolicy.VLLM)
     assert curve.hit_tokens[0][1] == int(one.hit_tokens.sum())
     assert len(curve.hit_tokens) == 2 and len(curve.hit_tokens[0]) == 2
+    # the same curve, and the same points seen in the same order, on two threads
+    seen: list[list[tuple[int | None, int | None, list[int]]]] = [[], []]
+    for threads, points in ((1, seen[0]), (2, seen[1])):
+        again = tier_curve(chains, rules, _tier("cpu", 4, 2), TierPolicy.VLLM, (4, 8), (1, 4),
+                           threads=threads,
+                           observe=lambda b, c, g, t, p=points: p.append((b, c, g.tolist())))
+        assert again == curve
+    assert seen[0] == seen[1] and len(seen[0]) == 2 * 3
 
 
 def test_tier_sizes_convert_bytes_tokens_and_blocks() -> None:

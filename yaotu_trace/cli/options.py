@@ -90,8 +90,9 @@ OutputOpt = Annotated[
 ]
 JobsOpt = Annotated[
     int,
-    typer.Option("--jobs", "-j", min=1, help="Run independent caches and passes in this many "
-                 "worker processes (results are identical to one process)."),
+    typer.Option("--jobs", "-j", min=1, help="Run independent caches and passes side by side "
+                 "in this many workers: processes for replays, threads for the points of a "
+                 "sweep's tier curve (results are identical to one)."),
 ]
 DaskOpt = Annotated[
     str | None,

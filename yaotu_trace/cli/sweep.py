@@ -16,6 +16,7 @@ from yaotu_trace.cli.options import (
     GpuPriceOpt,
     InputFormatOpt,
     InstancesOpt,
+    JobsOpt,
     KvBytesOpt,
     KvDtypeOpt,
     LastTokenRuleOpt,
@@ -82,6 +83,7 @@ def sweep(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    jobs: JobsOpt = 1,
     quiet: QuietOpt = False,
 ) -> None:
     """Hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 % capacities.
@@ -103,6 +105,8 @@ def sweep(
 
       trace sweep chat.parquet --model llama-3.1-8b --capacities 2GiB,8GiB --tier cpu=64GiB
 
+      trace sweep conversation_trace.jsonl --capacities 2000,8000 --tier cpu=40000blocks -j 2
+
       trace sweep chat.parquet --model llama-3.1-8b --gpu H100 --gpu-price 2.5
       --memory-price 3 --capacities 2GiB,8GiB --tier cpu=64GiB
     """
@@ -120,7 +124,7 @@ def sweep(
         report = sweep_command.sweep(
             trace_input(trace, input_format, map, source_block_size), options, points=points,
             capacities=capacities.split(",") if capacities is not None else (),
-            progress=update,
+            progress=update, threads=jobs,
             pricing=PricingOptions(gpu=gpu, tp=tp or 1, links=tuple(link or ()),
                                    gpu_price=gpu_price, memory_price=memory_price))
     emit(report, format, output)

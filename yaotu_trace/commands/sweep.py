@@ -33,6 +33,7 @@ def sweep(
     capacities: Sequence[str] | str = (),
     progress: Progress | None = None,
     pricing: PricingOptions | None = None,
+    threads: int = 1,
 ) -> Report:
     """`trace sweep`: hit ratio at every LRU capacity in one pass, the knee and the 50/90/99 %
     capacities, under the rules of `options` (they override the preset's, as on the command
@@ -44,7 +45,7 @@ def sweep(
     adds a table of those capacities, in that order: the curve's hit ratio and a real replay's
     under the preset's own accounting (or `options.accounting`), which differ where that
     accounting is not the clean LRU. The curve itself is always the clean model (a stack
-    algorithm).
+    algorithm). `threads` replays the tier curve's points side by side (`tier_curve`).
     """
     options = options or ReplayOptions()
     if options.capacity is not None:
@@ -108,7 +109,7 @@ def sweep(
         tell(progress, "replaying GPU size × tier size", 0.7)
         sections["tier_curve"] = tiered_curve(loaded, rules, tiers,
                                               tuple(blocks for _, blocks in asked), pricer,
-                                              priced_tiers)
+                                              priced_tiers, threads=threads)
     if pricer is not None:
         sections["curve_pricing"] = {**pricer.head(), "capacity_points": priced_points,
                                      "tier_points": priced_tiers or None}
@@ -135,7 +136,8 @@ TIER_SHARES: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 
 def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
                  gpu_blocks: tuple[int | None, ...], pricer: CurvePricer | None = None,
-                 priced: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 priced: list[dict[str, Any]] | None = None, *,
+                 threads: int = 1) -> dict[str, Any]:
     """Hits at every GPU size × tier size (the --tier size and its halvings down to 1/32):
     one exact tiered replay per point (`prefix/tiers/curve.py`); with `pricer`, each point
     priced into `priced`."""
@@ -162,7 +164,7 @@ def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
         priced.append(point)
 
     curve = tier_curve(chains, rules, tier, tiers.policy, gpu_blocks, sizes,
-                       observe=observe if pricer is not None else None)
+                       observe=observe if pricer is not None else None, threads=threads)
     out = curve.to_dict()
     out["policy"] = str(tiers.policy)
     out["kv_bytes_per_token"] = tiers.kv_bytes_per_token

@@ -8,15 +8,22 @@ tier size over those GPU hits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules
 from yaotu_trace.prefix.tiers.replay import gpu_replay, replay_tiers
+from yaotu_trace.prefix.tiers.result import TieredResult
 from yaotu_trace.prefix.tiers.spec import TierPolicy, TierSpec
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,29 +56,56 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
                gpu_capacity_blocks: tuple[int | None, ...],
                tier_capacity_chunks: tuple[int, ...], *,
                observe: Callable[[int | None, int | None, np.ndarray, np.ndarray | None], None]
-               | None = None) -> TierCurve:
+               | None = None, threads: int = 1) -> TierCurve:
     """Hits with one tier below the GPU pool at every pair of sizes (`rules` give the
     rest; their own capacity is replaced by each GPU size). `observe(gpu blocks, tier chunks
     or None, per-request GPU hits, per-request tier hits or None)` sees every point's
-    requests (the GPU pool alone first), for what the totals cannot say (its price)."""
+    requests (the GPU pool alone first), for what the totals cannot say (its price).
+
+    `threads` > 1 runs a GPU size's tier passes side by side: each is independent of the
+    others, and vLLM's compiled pass releases the GIL (the Python policies gain nothing). The
+    points come back in order, so the curve and `observe` are those of one thread."""
     prompt = int(np.asarray(chains.prompt_tokens).sum())
     gpu_hits = []
     grid = []
-    for blocks in gpu_capacity_blocks:
-        sized = rules.with_(capacity_blocks=blocks)
-        gpu = gpu_replay(chains, sized)
-        gpu_hits.append(int(np.asarray(gpu.hit_tokens).sum()))
-        if observe is not None:
-            observe(blocks, None, np.asarray(gpu.hit_tokens), None)
-        row = []
-        for chunks in tier_capacity_chunks:
-            result = replay_tiers(chains, sized, (replace(tier, capacity_chunks=chunks),),
-                                  policy, gpu=gpu)
-            row.append(int(result.hit_tokens.sum()))
+    with _passes(threads) as run:
+        for blocks in gpu_capacity_blocks:
+            sized = rules.with_(capacity_blocks=blocks)
+            gpu = gpu_replay(chains, sized)
+            gpu_hits.append(int(np.asarray(gpu.hit_tokens).sum()))
             if observe is not None:
-                observe(blocks, chunks, np.asarray(result.gpu_hit_tokens),
-                        np.asarray(result.tier_hit_tokens[0]))
-        grid.append(tuple(row))
+                observe(blocks, None, np.asarray(gpu.hit_tokens), None)
+
+            def one(chunks: int, sized: ReplayRules = sized,
+                    gpu: ReplayResult = gpu) -> TieredResult:
+                return replay_tiers(chains, sized, (replace(tier, capacity_chunks=chunks),),
+                                    policy, gpu=gpu)
+
+            row = []
+            for chunks, result in zip(tier_capacity_chunks, run(one, tier_capacity_chunks),
+                                      strict=True):
+                row.append(int(result.hit_tokens.sum()))
+                if observe is not None:
+                    observe(blocks, chunks, np.asarray(result.gpu_hit_tokens),
+                            np.asarray(result.tier_hit_tokens[0]))
+            grid.append(tuple(row))
     return TierCurve(gpu_capacity_blocks=tuple(gpu_capacity_blocks), tier=tier,
                      tier_capacity_chunks=tuple(tier_capacity_chunks), prompt_tokens=prompt,
                      gpu_hit_tokens=tuple(gpu_hits), hit_tokens=tuple(grid))
+
+
+@contextlib.contextmanager
+def _passes(threads: int) -> Iterator[Callable[[Callable[[int], T], Sequence[int]], list[T]]]:
+    """`run(fn, items)`: fn over items, in order, on `threads` threads. On the way out by an
+    exception (a Ctrl-C included) the passes not started are dropped, and the running ones,
+    compiled and short, are waited for."""
+    if threads <= 1:
+        yield lambda fn, items: [fn(item) for item in items]
+        return
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tier-pass")
+    try:
+        yield lambda fn, items: list(pool.map(fn, items))
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
