@@ -102,6 +102,9 @@ CASES = {
     "replay-compiling": Case("replay {in}/chat.parquet --capacity 1Mtok -o {out}/r.txt",
                              ("r.txt",), compiles=True, delays_s=(2.0, 3.0, 4.5)),
     "sweep": Case("sweep {in}/chat.parquet -o {out}/s.txt", ("s.txt",)),
+    # the tier curve's passes on two threads: the ones not started are dropped
+    "sweep-tier-jobs": Case("sweep {in}/chat.parquet --capacities 2000,8000 --tier "
+                            "cpu=40000blocks --jobs 2 -o {out}/s.txt", ("s.txt",)),
     "diagnose": Case("diagnose {in}/churn.parquet --steps {in}/churn.steps.parquet "
                      "-o {out}/d.txt", ("d.txt",)),
     "simulate": Case(SIMULATE, ("sim.parquet", "steps.parquet", "sim.txt")),
