@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run_cli
 
-from yaotu_trace.errors import TraceReadError, TraceSchemaError
+from yaotu_trace.errors import ExitCode, TraceReadError, TraceSchemaError
 from yaotu_trace.ingest.detect import detect_format
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.load import read_trace
@@ -87,6 +87,16 @@ def test_gateway_log_is_text_only_and_keeps_the_refused_request() -> None:
     assert df["status"].tolist().count("error") == 1
     assert "prompt_tokens" not in df and "prompt_block_ids" not in df
     assert any("message text, not token ids" in note for note in trace.notes)
+
+
+def test_a_replay_of_the_gateway_log_asks_for_the_tokenizer(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # the fix the one line names is the one this log needs, not another trace
+    for command in ("replay", "sweep"):
+        code, _, err = run_cli([command, str(CAPTURES / "gateway" / "gateway.jsonl")], capsys)
+        assert code == ExitCode.USAGE
+        assert err.count("\n") == 1
+        assert "no prompt content" in err and "--tokenizer tokenizer.json" in err
 
 
 def test_vllm_log_keeps_each_token_id_and_joins_streamed_deltas() -> None:

@@ -9,6 +9,7 @@ library."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -110,3 +111,16 @@ def test_without_the_package_the_option_says_how_to_install_it(monkeypatch, caps
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[-1].endswith("needs the tokenizers package, an optional extra: pip install "
                               "'yaotu-trace[tokenizer]'")
+
+
+def test_sweep_reads_the_log_through_the_tokenizer(capsys) -> None:
+    # GIVEN the gateway log and its tokenizer WHEN swept THEN the curve's reachable reuse is
+    # the mock server's own cached tokens (2,544 of 3,990 prompt tokens, 16-token blocks
+    # salted per tenant), the capacity curve of the prompts the server saw
+    code, out, _ = run_cli(["sweep", str(GATEWAY), "--tokenizer", str(TOKENIZER),
+                            "--format", "json"], capsys)
+    assert code == ExitCode.OK
+    curve = json.loads(out)["capacity_curve"]
+    served = read_trace(GATEWAY).requests
+    assert curve["unlimited_hit_tokens"] == int(served["cached_tokens"].sum()) == 2_544
+    assert curve["prompt_tokens"] == int(served["prompt_len"].sum())

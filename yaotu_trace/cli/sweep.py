@@ -33,6 +33,7 @@ from yaotu_trace.cli.options import (
     TierChunkOpt,
     TierOpt,
     TierPolicyOpt,
+    TokenizerOpt,
     TouchOrderOpt,
     TpOpt,
     TraceArg,
@@ -83,6 +84,7 @@ def sweep(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    tokenizer: TokenizerOpt = None,
     jobs: JobsOpt = 1,
     quiet: QuietOpt = False,
 ) -> None:
@@ -122,7 +124,8 @@ def sweep(
         tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
     with progress("sweep", quiet) as update:
         report = sweep_command.sweep(
-            trace_input(trace, input_format, map, source_block_size), options, points=points,
+            trace_input(trace, input_format, map, source_block_size, tokenizer=tokenizer),
+            options, points=points,
             capacities=capacities.split(",") if capacities is not None else (),
             progress=update, threads=jobs,
             pricing=PricingOptions(gpu=gpu, tp=tp or 1, links=tuple(link or ()),

@@ -157,9 +157,12 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
     """
     column = trace.content_column
     if column is None or not trace.has(column):
+        fix = ("give the model's tokenizer: --tokenizer tokenizer.json"
+               if trace.format_name == "gateway" else
+               "use a trace with prompt_tokens or prompt_block_ids")
         raise ConfigError(
             f"{trace.path}: the trace has no prompt content (token ids or block hash ids), so "
-            "prefix reuse cannot be replayed; use a trace with prompt_tokens or prompt_block_ids"
+            f"prefix reuse cannot be replayed; {fix}"
         )
     needs_outputs = with_outputs and trace.is_lazy("output_tokens") and trace.has("output_tokens")
     if trace.lazy is not None and (not stream or needs_outputs):
