@@ -124,3 +124,21 @@ def test_sweep_reads_the_log_through_the_tokenizer(capsys) -> None:
     served = read_trace(GATEWAY).requests
     assert curve["unlimited_hit_tokens"] == int(served["cached_tokens"].sum()) == 2_544
     assert curve["prompt_tokens"] == int(served["prompt_len"].sum())
+
+
+def test_convert_writes_the_token_ids_the_other_commands_replay(tmp_path, capsys) -> None:
+    # GIVEN the gateway log converted with its tokenizer WHEN the canonical table is replayed
+    # (no tokenizer needed any more) THEN it hits what the mock server cached
+    out = tmp_path / "gateway.parquet"
+    code, _, err = run_cli(["convert", str(GATEWAY), "--tokenizer", str(TOKENIZER),
+                            "--out", str(out)], capsys)
+    assert code == ExitCode.OK, err
+    assert read_trace(out).content_column == "prompt_tokens"
+    code, doc, _ = run_cli(["replay", str(out), "--format", "json"], capsys)
+    reuse = json.loads(doc)["prefix_reuse"]
+    assert reuse["saved_prefill_tokens"] == int(read_trace(GATEWAY).requests["cached_tokens"]
+                                                .sum()) == 2_544
+    # AND an --out that names the tokenizer is refused: inputs are never overwritten
+    code, _, err = run_cli(["convert", str(GATEWAY), "--tokenizer", str(TOKENIZER),
+                            "--out", str(TOKENIZER)], capsys)
+    assert code == ExitCode.INPUT and "never overwritten" in err

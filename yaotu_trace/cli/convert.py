@@ -10,7 +10,13 @@ import typer
 
 from yaotu_trace._visible import visible
 from yaotu_trace.cli.app import command
-from yaotu_trace.cli.options import InputFormatOpt, MapOpt, SourceBlockOpt, TraceArg
+from yaotu_trace.cli.options import (
+    InputFormatOpt,
+    MapOpt,
+    SourceBlockOpt,
+    TokenizerOpt,
+    TraceArg,
+)
 from yaotu_trace.cli.progress import QuietOpt
 
 
@@ -25,6 +31,7 @@ def convert(
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
+    tokenizer: TokenizerOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Write a trace (Mooncake, Azure, BurstGPT, vLLM bench, OpenTelemetry, ...) as a canonical
@@ -44,11 +51,14 @@ def convert(
       trace convert azure_code_2023.csv --out azure.parquet
 
       trace convert spans.json --input-format otel --out requests.jsonl
+
+      trace convert gateway.jsonl --tokenizer tokenizer.json --out requests.parquet
     """
     from yaotu_trace.commands import convert as convert_command
 
     report = convert_command.convert(trace, out=out, input_format=input_format,
-                                     column_map=map or (), source_block_size=source_block_size)
+                                     column_map=map or (), source_block_size=source_block_size,
+                                     tokenizer=tokenizer)
     done = report.sections["conversion"]
     for note in done.notes:
         sys.stderr.write(f"note: {visible(note, one_line=True)}\n")

@@ -22,9 +22,13 @@ def convert(
     input_format: TraceFormat | None = None,
     column_map: Sequence[str] = (),
     source_block_size: int | None = None,
+    tokenizer: Path | None = None,
 ) -> Report:
     """`trace convert`: the trace at `trace` written to `out` as a canonical table (format by
     extension), validated and sorted by arrival, atomically; the input is never modified.
+
+    `tokenizer` (a `tokenizer.json`) writes a log of text (a gateway log) with its prompts'
+    token ids, as `--tokenizer` reads it for the other commands.
 
     The report's `conversion` section says how many requests were written, from which format
     and in how many parts the input was read, with the notes of the conversion.
@@ -39,7 +43,7 @@ def convert(
         raise TraceReadError(f"{path}: no such file; check the path")
     done = convert_trace(path, out, fmt=input_format,
                          column_map=parse_column_map(list(column_map)),
-                         source_block_size=source_block_size)
+                         source_block_size=source_block_size, tokenizer=tokenizer)
     summary = InputSummary(path=str(path), format=done.format_name, rows_read=done.requests,
                            requests=done.requests, source_block_size=source_block_size,
                            content=None, columns=(), notes=done.notes)

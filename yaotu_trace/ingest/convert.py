@@ -45,11 +45,12 @@ class Converted:
 def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
                   column_map: Mapping[str, str] | None = None,
                   source_block_size: int | None = None,
-                  part_bytes: int | None = None) -> Converted:
-    """Write `path` as a canonical table at `out` (format by extension), atomically."""
+                  part_bytes: int | None = None, tokenizer: Path | None = None) -> Converted:
+    """Write `path` as a canonical table at `out` (format by extension), atomically; with
+    `tokenizer`, a log of text is written with its token ids (`ingest/text_tokens.py`)."""
     fmt = fmt or detect_format(path, column_map)
     notes: tuple[str, ...] = ()
-    if can_read_in_parts(fmt) and out.suffix.lower() == ".parquet":
+    if can_read_in_parts(fmt) and out.suffix.lower() == ".parquet" and tokenizer is None:
         done = _convert_in_parts(path, out, fmt, column_map, source_block_size,
                                  part_bytes or PART_BYTES)
         if done is not None:
@@ -57,7 +58,7 @@ def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
         notes = ("arrivals go back in time between parts of the file: it was read whole to "
                  "sort them",)
     trace = read_trace(path, fmt=fmt, column_map=column_map,
-                       source_block_size=source_block_size)
+                       source_block_size=source_block_size, tokenizer=tokenizer)
     write_trace(trace.requests, out, source_block_size=trace.source_block_size)
     return Converted(requests=len(trace.requests), format_name=trace.format_name, parts=1,
                      notes=notes + trace.notes)
