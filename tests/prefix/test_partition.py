@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -247,3 +248,11 @@ def test_workers_whose_parent_was_killed_end_quietly(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == -signal.SIGKILL
     assert done.stderr == ""
+
+
+def test_no_more_workers_start_than_there_are_items() -> None:
+    # `--jobs 8` on two partitions: two processes, each of which loads numpy and numba
+    with open_runner(Parallelism(jobs=8)) as runner:
+        assert runner.map(_nap, [(0.0,), (0.0,)]) == [0.0, 0.0]
+        assert len(multiprocessing.active_children()) == 2
+    assert multiprocessing.active_children() == []

@@ -125,11 +125,8 @@ def _pool_runner(jobs: int) -> Iterator[Runner]:
     # Blocked meanwhile, a SIGHUP for this process waits instead of being ignored.
     with _blocked((signal.SIGHUP,)), _ignoring(signal.SIGHUP):
         resource_tracker.ensure_running()
-    workers = _Workers(jobs)
+    workers = _Workers(jobs, ctx)
     try:
-        # A signal held back while the workers start is raised as this block ends, in the try.
-        with _blocked(_WORKER_SIGNALS):
-            workers.start(ctx)
         yield workers
     except BaseException:
         workers.kill()
@@ -144,23 +141,31 @@ class _Workers:
     whose lock an idle worker holds: a worker killed by the group's SIGTERM while holding it
     left this process waiting for that lock forever as it shut the pool down). A worker that
     dies is seen through its sentinel; this process never waits on one that cannot answer.
+
+    Workers start when there is work for them, no more than the items to map: `--jobs 64` on
+    four per-instance caches starts four processes, not 64 (each loads numba and numpy).
     """
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, ctx: Any) -> None:
         self._jobs = jobs
+        self._ctx = ctx
         self._processes: list[Any] = []
         self._pipes: list[Connection] = []
 
-    def start(self, ctx: Any) -> None:
-        for _ in range(self._jobs):
-            ours, theirs = ctx.Pipe()
-            process = ctx.Process(target=_serve, args=(theirs,), daemon=True)
-            self._processes.append(process)
-            self._pipes.append(ours)
-            process.start()
-            theirs.close()
+    def _start(self, wanted: int) -> None:
+        """Up to `wanted` workers (at most `jobs`). A signal held back while they start is
+        raised as the block ends, in the caller's try."""
+        with _blocked(_WORKER_SIGNALS):
+            while len(self._processes) < min(wanted, self._jobs):
+                ours, theirs = self._ctx.Pipe()
+                process = self._ctx.Process(target=_serve, args=(theirs,), daemon=True)
+                self._processes.append(process)
+                self._pipes.append(ours)
+                process.start()
+                theirs.close()
 
     def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+        self._start(len(items))
         results: list[Any] = [None] * len(items)
         todo = iter(enumerate(items))
         busy: dict[Connection, int] = {}
