@@ -3,13 +3,21 @@
 The same connector and manager, request by request (`vllm_native.py` has the rules and their
 sources; `tests/prefix/test_tiers_vllm_golden.py` checks this kernel against vLLM itself and
 `tests/prefix/test_tiers.py` against the Python model). Keys are chain ids (dense), so the
-manager's dicts become arrays over them: the LRU rank (−1: not resident), pinned (a load of
-this step) and pending (a store of this step, not ready) flags, and, per live request (the one
-scheduled and the one whose finish the connector has not seen yet), which keys it has seen.
-A rank (a, b) is packed as a·2^21 + b: a request's access or insert gives (R, 2^21 − 2 − j) for
-its chunk j (the tail below the head, as vLLM's (R, −position)), its finish (counter, 2^21 − 1).
-The eviction heap is lazy, as vLLM's: an entry counts only while its rank is the key's and the
-key is evictable; every evictable key keeps at least one current entry.
+manager's dicts become one row per key: its LRU rank (−1: not resident), whether a transfer of
+this step holds it (a load pins it, a store leaves it pending until the step ends), and, per
+live request (the one scheduled and the one whose finish the connector has not seen yet),
+whether that request has seen it. A rank (a, b) is packed as a·2^21 + b: a request's access or
+insert gives (R, 2^21 − 2 − j) for its chunk j (the tail below the head, as vLLM's
+(R, −position)), its finish (counter, 2^21 − 1).
+
+vLLM keeps the evictable keys in a lazy heap; here they are in rank order without one. Every
+rank's first part is a value of one counter, so the evictable keys sit in one linked list per
+value (a bucket), sorted by rank: an eviction takes keys from the lowest bucket up, a raise
+moves a key into the list of its new rank, and a key a transfer holds is in no list until the
+step ends. The order is the heap's, with no stale entries to pop. A key's whole state is one
+64-byte row, so a chunk touched costs one cache line, not one per array (the pass is bound by
+memory). With one allocation for the large arrays (`vllm_cpu_pass`) the pass went from
+0.061 s to 0.022 s on the Mooncake conversation trace (`benchmarks/tiers.py`).
 """
 
 from __future__ import annotations
@@ -17,77 +25,83 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-_M = np.int64(1 << 21)  # chunks per request are fewer (a 2M-chunk prompt is refused)
+_SHIFT = 21
+_M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
+# Columns of a key's row.
+_RANK, _SEEN0, _SEEN1, _STAMP, _LAST, _NEXT, _PREV, _HELD = range(8)
+_FREE, _PINNED, _PENDING = -1, 1, 2  # the values of _HELD
 # Slots of the scalars array.
-_COUNTER, _HEAP, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL = range(9)
+_COUNTER, _LOW, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL = range(9)
 
 
-@nb.njit(cache=True)
-def _push(hr, hk, sc, rank, pinned, pending, r, k):  # pragma: no cover - compiled
-    """Push (r, k); compact the heap to its current entries when stale ones make up half of it
-    (as vLLM's `_maybe_compact_heap`). An eviction pops through the stale entries, and a
-    compaction costs the heap's size, not the key space's: at three quarters, scanning every
-    key, the pass took 1.2–1.5× as long on the Mooncake conversation trace."""
-    size = sc[_HEAP]
-    if size == hr.size or size >= max(1024, 2 * sc[_RESIDENT]):
-        # The current entries, each key once: a kept key is marked pinned (2) meanwhile.
-        kept = 0
-        for e in range(size):
-            key = hk[e]
-            if hr[e] == rank[key] and pinned[key] == 0 and pending[key] == 0:
-                pinned[key] = 2
-                hr[kept] = hr[e]
-                hk[kept] = key
-                kept += 1
-        for e in range(kept):
-            pinned[hk[e]] = 0
-        size = kept
-        for start in range(size // 2 - 1, -1, -1):
-            _sift_down(hr, hk, size, start)
-        if size == hr.size:
-            return
-    hr[size] = r
-    hk[size] = k
-    i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if hr[parent] <= hr[i]:
-            break
-        hr[parent], hr[i] = hr[i], hr[parent]
-        hk[parent], hk[i] = hk[i], hk[parent]
-        i = parent
-    sc[_HEAP] = size + 1
+@nb.njit(cache=True, inline="always")
+def _key(ids, start, per_chunk, j):  # pragma: no cover - compiled
+    """The key of chunk j: the chain id of its last block."""
+    return ids[start + (j + 1) * per_chunk - 1]
 
 
-@nb.njit(cache=True)
-def _sift_down(hr, hk, size, i):  # pragma: no cover - compiled
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            return
-        small = left
-        if left + 1 < size and hr[left + 1] < hr[left]:
-            small = left + 1
-        if hr[i] <= hr[small]:
-            return
-        hr[small], hr[i] = hr[i], hr[small]
-        hk[small], hk[i] = hk[i], hk[small]
-        i = small
+@nb.njit(cache=True, inline="always")
+def _unlink(st, head, tail, k):  # pragma: no cover - compiled
+    """Out of the list of its rank's bucket (its rank not yet changed)."""
+    b = st[k, _RANK] >> _SHIFT
+    p = st[k, _PREV]
+    q = st[k, _NEXT]
+    if p >= 0:
+        st[p, _NEXT] = q
+    else:
+        head[b] = q
+    if q >= 0:
+        st[q, _PREV] = p
+    else:
+        tail[b] = p
 
 
-@nb.njit(cache=True)
-def _pop(hr, hk, sc):  # pragma: no cover - compiled
-    size = sc[_HEAP] - 1
-    r = hr[0]
-    k = hk[0]
-    hr[0] = hr[size]
-    hk[0] = hk[size]
-    sc[_HEAP] = size
-    _sift_down(hr, hk, size, 0)
-    return r, k
+@nb.njit(cache=True, inline="always")
+def _link(st, head, tail, sc, k, hint):  # pragma: no cover - compiled
+    """Into the list of its rank's bucket, in rank order. `hint`, the key linked just before
+    in the same pass, is where to start when it ranks above k in the same bucket (a request's
+    chunks come head to tail, each ranked below the last): one step toward the list's head.
+    Otherwise the search runs from the head, where a request's next chunk goes."""
+    r = st[k, _RANK]
+    b = r >> _SHIFT
+    if hint >= 0 and st[hint, _RANK] > r and (st[hint, _RANK] >> _SHIFT) == b:
+        q = hint
+        p = st[q, _PREV]
+        while p >= 0 and st[p, _RANK] > r:
+            q = p
+            p = st[q, _PREV]
+    else:
+        p = -1
+        q = head[b]
+        while q >= 0 and st[q, _RANK] < r:
+            p = q
+            q = st[q, _NEXT]
+    st[k, _PREV] = p
+    st[k, _NEXT] = q
+    if p >= 0:
+        st[p, _NEXT] = k
+    else:
+        head[b] = k
+    if q >= 0:
+        st[q, _PREV] = k
+    else:
+        tail[b] = k
+    if b < sc[_LOW]:
+        sc[_LOW] = b
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
+def _rerank(st, head, tail, sc, k, r, hint):  # pragma: no cover - compiled
+    """Give resident key k rank r, moving it between lists when it is evictable."""
+    if st[k, _HELD] == _FREE:
+        _unlink(st, head, tail, k)
+        st[k, _RANK] = r
+        _link(st, head, tail, sc, k, hint)
+    else:
+        st[k, _RANK] = r
+
+
+@nb.njit(cache=True, inline="always")
 def _request_rank(req_rank, sc, req):  # pragma: no cover - compiled
     if req_rank[req] == 0:
         sc[_COUNTER] += 1
@@ -96,106 +110,93 @@ def _request_rank(req_rank, sc, req):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True)
-def _access(ids, start, per_chunk, lo, hi, skip_pending, req, slot, seen, req_rank, rank,
-            pinned, pending, hr, hk, sc, last_use):  # pragma: no cover - compiled
-    """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped when
-    `skip_pending`: a store records only new and ready keys); `last_use` notes the request."""
+def _access(ids, start, per_chunk, lo, hi, req, seen, st, head, tail, sc,
+            req_rank):  # pragma: no cover - compiled
+    """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
+    store records only new and ready keys): keys new to the request raise their rank, the
+    request's own rank given at its first new key. The request becomes each key's last use.
+    Returns the keys not resident and the resident ones evictable."""
+    r_req = -1
+    hint = -1
+    new = 0
+    free = 0
     for j in range(lo, hi):
-        last_use[ids[start + (j + 1) * per_chunk - 1]] = req
-    any_new = False
-    for j in range(lo, hi):
-        k = ids[start + (j + 1) * per_chunk - 1]
-        if skip_pending and rank[k] >= 0 and pending[k] != 0:
+        k = _key(ids, start, per_chunk, j)
+        st[k, _LAST] = req
+        resident = st[k, _RANK] >= 0
+        if not resident:
+            new += 1
+        elif st[k, _HELD] == _PENDING:
             continue
-        if seen[slot, k] != req:
-            any_new = True
-            break
-    if not any_new:
-        return
-    r_req = _request_rank(req_rank, sc, req)
-    for j in range(lo, hi):
-        k = ids[start + (j + 1) * per_chunk - 1]
-        if skip_pending and rank[k] >= 0 and pending[k] != 0:
+        elif st[k, _HELD] == _FREE:
+            free += 1
+        if st[k, seen] == req:
             continue
-        if seen[slot, k] == req:
-            continue
-        seen[slot, k] = req
-        if rank[k] >= 0:
-            r = r_req * _M + (_M - 2 - j)
-            if rank[k] < r:
-                rank[k] = r
-                if pinned[k] == 0 and pending[k] == 0:
-                    _push(hr, hk, sc, rank, pinned, pending, r, k)
+        st[k, seen] = req
+        if r_req < 0:
+            r_req = _request_rank(req_rank, sc, req)
+        r = r_req * _M + (_M - 2 - j)
+        if resident and st[k, _RANK] < r:
+            _rerank(st, head, tail, sc, k, r, hint)
+            hint = k
+    return new, free
 
 
 @nb.njit(cache=True)
-def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, seen, req_rank, rank, pinned,
-           pending, stamp, chosen, chosen_buf, step_buf, hr, hk, sc, last_use, ev_key, ev_req,
-           ev_last):  # pragma: no cover - compiled
-    """`prepare_store` of chunks lo..hi-1; False when the offer fails whole. Each eviction
-    is recorded: the key, the offering request, the key's last use."""
-    new = 0
-    for j in range(lo, hi):
-        if rank[ids[start + (j + 1) * per_chunk - 1]] < 0:
-            new += 1
-    _access(ids, start, per_chunk, lo, hi, True, req, slot, seen, req_rank, rank, pinned,
-            pending, hr, hk, sc, last_use)
+def _store(ids, start, per_chunk, lo, hi, req, seen, capacity, st, head, tail, sc, req_rank,
+           chosen, step_keys, evictions):  # pragma: no cover - compiled
+    """`prepare_store` of chunks lo..hi-1: False when the offer fails whole. Each eviction
+    is recorded in a column of `evictions`: the key, the offering request, the key's last
+    use."""
+    new, protected = _access(ids, start, per_chunk, lo, hi, req, seen, st, head, tail, sc,
+                             req_rank)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
     if needed > 0:
         # Fail fast, as the manager does, when the evictable keys outside the offer are too
         # few (every resident key is evictable but this step's loads and stores).
-        protected = 0
-        for j in range(lo, hi):
-            k = ids[start + (j + 1) * per_chunk - 1]
-            if rank[k] >= 0 and pinned[k] == 0 and pending[k] == 0:
-                protected += 1
         if needed > sc[_RESIDENT] - sc[_STEP] - protected:
             sc[_FAILED] += 1
             return False
         sc[_CALL] += 1
         call = sc[_CALL]
         for j in range(lo, hi):
-            stamp[ids[start + (j + 1) * per_chunk - 1]] = call
+            st[_key(ids, start, per_chunk, j), _STAMP] = call
+        # The least recent evictable keys outside the offer, lowest bucket first.
+        b = sc[_LOW]
+        while b <= sc[_COUNTER] and head[b] < 0:
+            b += 1
+        sc[_LOW] = b
         got = 0
-        while sc[_HEAP] > 0 and got < needed:
-            r, k = _pop(hr, hk, sc)
-            if rank[k] != r or pinned[k] != 0 or pending[k] != 0 or chosen[k] == call:
-                continue
-            if stamp[k] == call:
-                continue  # in the offer: pushed back below
-            chosen[k] = call
-            chosen_buf[got] = k
-            got += 1
-        if got < needed:
-            for c in range(got):
-                k = chosen_buf[c]
-                _push(hr, hk, sc, rank, pinned, pending, rank[k], k)
-        else:
-            for c in range(got):
-                k = chosen_buf[c]
-                rank[k] = -1
-                e = sc[_EVICTED] + c
-                ev_key[e] = k
-                ev_req[e] = req
-                ev_last[e] = last_use[k]
-            sc[_RESIDENT] -= got
-            sc[_EVICTED] += got
-        for j in range(lo, hi):
-            k = ids[start + (j + 1) * per_chunk - 1]
-            if rank[k] >= 0 and pinned[k] == 0 and pending[k] == 0:
-                _push(hr, hk, sc, rank, pinned, pending, rank[k], k)
+        while got < needed and b <= sc[_COUNTER]:
+            k = head[b]
+            while k >= 0 and got < needed:
+                if st[k, _STAMP] != call:
+                    chosen[got] = k
+                    got += 1
+                k = st[k, _NEXT]
+            b += 1
         if got < needed:
             sc[_FAILED] += 1
             return False
+        for c in range(got):
+            k = chosen[c]
+            _unlink(st, head, tail, k)
+            st[k, _RANK] = -1
+            e = sc[_EVICTED] + c
+            evictions[0, e] = k
+            evictions[1, e] = req
+            evictions[2, e] = st[k, _LAST]
+        sc[_RESIDENT] -= got
+        sc[_EVICTED] += got
     r_req = _request_rank(req_rank, sc, req)
     for j in range(lo, hi):
-        k = ids[start + (j + 1) * per_chunk - 1]
-        if rank[k] < 0:
-            rank[k] = r_req * _M + (_M - 2 - j)
-            pending[k] = 1
-            step_buf[sc[_STEP]] = k
+        k = _key(ids, start, per_chunk, j)
+        if st[k, _RANK] < 0:
+            st[k, _RANK] = r_req * _M + (_M - 2 - j)
+            st[k, _HELD] = _PENDING
+            step_keys[sc[_STEP]] = k
             sc[_STEP] += 1
             sc[_RESIDENT] += 1
             sc[_STORED] += 1
@@ -203,94 +204,127 @@ def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, seen, req_rank, r
 
 
 @nb.njit(cache=True)
-def _finish(ids, start, per_chunk, chunks, req, slot, seen, rank, pinned, pending, hr, hk,
-            sc):  # pragma: no cover - compiled
-    """`on_request_finished`: every key the request saw, tail to head, most recent."""
+def _finish(ids, start, per_chunk, chunks, req, seen, st, head, tail, sc,
+            req_rank):  # pragma: no cover - compiled
+    """`on_request_finished`: every key the request saw, tail to head, most recent. Its own
+    bucket holds only keys it saw, each of which moves, so the bucket is emptied at once and
+    only keys a later request raised are unlinked one by one."""
+    own = req_rank[req]
     for j in range(chunks - 1, -1, -1):
-        k = ids[start + (j + 1) * per_chunk - 1]
-        if seen[slot, k] == req and rank[k] >= 0:
+        k = _key(ids, start, per_chunk, j)
+        if st[k, seen] == req and st[k, _RANK] >= 0:
             sc[_COUNTER] += 1
-            rank[k] = sc[_COUNTER] * _M + (_M - 1)
-            if pinned[k] == 0 and pending[k] == 0:
-                _push(hr, hk, sc, rank, pinned, pending, rank[k], k)
+            r = sc[_COUNTER] * _M + (_M - 1)
+            if st[k, _HELD] != _FREE:
+                st[k, _RANK] = r
+                continue
+            if (st[k, _RANK] >> _SHIFT) != own:
+                _unlink(st, head, tail, k)
+            st[k, _RANK] = r
+            st[k, _PREV] = -1
+            st[k, _NEXT] = -1
+            b = r >> _SHIFT
+            head[b] = k
+            tail[b] = k
+    if own > 0:
+        head[own] = -1
+        tail[own] = -1
 
 
 @nb.njit(cache=True)
-def _end_step(step_buf, rank, pinned, pending, hr, hk, sc):  # pragma: no cover - compiled
-    """Every transfer of the step completes: loads unpin, stores become ready."""
+def _end_step(step_keys, st, head, tail, sc):  # pragma: no cover - compiled
+    """Every transfer of the step completes: loads unpin, stores become ready (evictable)."""
+    hint = -1
     for s in range(sc[_STEP]):
-        k = step_buf[s]
-        pinned[k] = 0
-        pending[k] = 0
-    for s in range(sc[_STEP]):
-        k = step_buf[s]
-        if rank[k] >= 0:
-            _push(hr, hk, sc, rank, pinned, pending, rank[k], k)
+        k = step_keys[s]
+        if st[k, _HELD] != _FREE:
+            st[k, _HELD] = _FREE
+            if st[k, _RANK] >= 0:
+                _link(st, head, tail, sc, k, hint)
+                hint = k
     sc[_STEP] = 0
 
 
-@nb.njit(cache=True, nogil=True)
-def vllm_cpu_pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
-                  capacity, num_keys):  # pragma: no cover - compiled
+def vllm_cpu_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
+                  refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
+                  capacity: int, num_keys: int) -> tuple:
     """CPU hit tokens per request; stored, evicted, failed offers and loaded chunks; and per
     eviction the key (chain id of the chunk's last block), the request whose offer evicted it
-    and the request that used it last."""
+    and the request that used it last.
+
+    The large arrays are views of one numpy array: numpy asks the kernel for huge pages for
+    it, while numba's own allocations (or several numpy ones) fault page by page and glibc hands
+    them back after each pass (3,769 faults, 9 ms a pass on the Mooncake conversation trace;
+    one array: none).
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
     n = offsets.size - 1
-    rank = np.full(num_keys, -1, dtype=np.int64)
-    pinned = np.zeros(num_keys, dtype=np.uint8)
-    pending = np.zeros(num_keys, dtype=np.uint8)
-    seen = np.full((2, num_keys), -1, dtype=np.int64)
-    stamp = np.full(num_keys, -1, dtype=np.int64)
-    chosen = np.full(num_keys, -1, dtype=np.int64)
+    keys = max(num_keys, 1)
+    chunks = int(offsets[n]) // per_chunk
+    # The counter rises once per request and once per key a finish ranks: no more buckets.
+    buckets = n + chunks + 2
+    work = np.empty(8 * keys + 2 * buckets + 3 * (chunks + 1), dtype=np.int64)
+    st = work[:8 * keys].reshape(keys, 8)
+    st.fill(-1)  # not resident, not held, never seen
+    ends = work[8 * keys:8 * keys + 2 * buckets].reshape(2, buckets)
+    ends.fill(-1)
+    evictions = work[8 * keys + 2 * buckets:].reshape(3, chunks + 1)  # never more than offered
+    return _pass(offsets, np.asarray(ids, dtype=np.int64),
+                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block), np.int64(capacity),
+                 st, ends, evictions)
+
+
+@nb.njit(cache=True, nogil=True)
+def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
+          ends, evictions):  # pragma: no cover - compiled
+    """`vllm_cpu_pass` on its arrays: a row per key, the buckets' list ends (heads, tails)
+    and a column per eviction."""
+    n = offsets.size - 1
+    head = ends[0]
+    tail = ends[1]
+    buckets = head.size
     max_chunks = 1
     for i in range(n):
-        c = (offsets[i + 1] - offsets[i]) // per_chunk
-        max_chunks = max(max_chunks, c)
-    chosen_buf = np.empty(max_chunks + 1, dtype=np.int64)
-    step_buf = np.empty(3 * max_chunks + 3, dtype=np.int64)
-    heap_size = 4 * num_keys + 1024
-    hr = np.empty(heap_size, dtype=np.int64)
-    hk = np.empty(heap_size, dtype=np.int64)
+        max_chunks = max(max_chunks, (offsets[i + 1] - offsets[i]) // per_chunk)
+    chosen = np.empty(max_chunks + 1, dtype=np.int64)
+    step_keys = np.empty(3 * max_chunks + 3, dtype=np.int64)
     sc = np.zeros(9, dtype=np.int64)
+    sc[_LOW] = buckets
     req_rank = np.zeros(n, dtype=np.int64)
     req_next = np.zeros(n, dtype=np.int64)
     req_failed = np.zeros(n, dtype=np.uint8)
     cpu_hit = np.zeros(n, dtype=np.int64)
-    last_use = np.full(num_keys, -1, dtype=np.int64)
-    most = offsets[n] // per_chunk + 1  # evictions never outnumber the chunks offered
-    ev_key = np.empty(most, dtype=np.int64)
-    ev_req = np.empty(most, dtype=np.int64)
-    ev_last = np.empty(most, dtype=np.int64)
     prev = -1
-    prev_slot = 1
+    prev_seen = _SEEN1
     for i in range(n):
         if refused[i]:
             continue
-        slot = 1 - prev_slot
+        seen = _SEEN0 if prev_seen == _SEEN1 else _SEEN1
         start = offsets[i]
         chunks = (offsets[i + 1] - start) // per_chunk
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
         run = 0
-        while first + run < chunks and rank[ids[start + (first + run + 1) * per_chunk - 1]] >= 0:
+        while first + run < chunks and st[_key(ids, start, per_chunk, first + run), _RANK] >= 0:
             run += 1
         loaded = chunk_tokens * (first + run) - g
         if loaded < chunk_tokens:
             loaded = 0
         if loaded > 0:
             for j in range(first, first + run):
-                k = ids[start + (j + 1) * per_chunk - 1]
-                pinned[k] = 1
-                step_buf[sc[_STEP]] = k
+                k = _key(ids, start, per_chunk, j)
+                _unlink(st, head, tail, k)  # resident, and free: no transfer yet this step
+                st[k, _HELD] = _PINNED
+                step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
-            _access(ids, start, per_chunk, first, first + run, False, i, slot, seen, req_rank,
-                    rank, pinned, pending, hr, hk, sc, last_use)
+            _access(ids, start, per_chunk, first, first + run, i, seen, st, head, tail, sc,
+                    req_rank)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
-            ok = _store(ids, start, per_chunk, 0, chunks, i, slot, capacity, seen, req_rank,
-                        rank, pinned, pending, stamp, chosen, chosen_buf, step_buf, hr, hk, sc,
-                        last_use, ev_key, ev_req, ev_last)
+            ok = _store(ids, start, per_chunk, 0, chunks, i, seen, capacity, st,
+                                   head, tail, sc, req_rank, chosen, step_keys, evictions)
             req_failed[i] = 0 if ok else 1
             if ok:
                 req_next[i] = chunks
@@ -298,24 +332,24 @@ def vllm_cpu_pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens
             p_start = offsets[prev]
             p_chunks = (offsets[prev + 1] - p_start) // per_chunk
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
-                _store(ids, p_start, per_chunk, req_next[prev], p_chunks, prev, prev_slot,
-                       capacity, seen, req_rank, rank, pinned, pending, stamp, chosen,
-                       chosen_buf, step_buf, hr, hk, sc, last_use, ev_key, ev_req, ev_last)
-            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_slot, seen, rank, pinned,
-                    pending, hr, hk, sc)
-        _end_step(step_buf, rank, pinned, pending, hr, hk, sc)
+                _store(ids, p_start, per_chunk, req_next[prev], p_chunks, prev,
+                                      prev_seen, capacity, st, head, tail, sc, req_rank,
+                                      chosen, step_keys, evictions)
+            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, head, tail, sc,
+                    req_rank)
+        _end_step(step_keys, st, head, tail, sc)
         if loaded > 0:
             if req_next[i] < chunks:
-                ok = _store(ids, start, per_chunk, req_next[i], chunks, i, slot, capacity,
-                            seen, req_rank, rank, pinned, pending, stamp, chosen, chosen_buf,
-                            step_buf, hr, hk, sc, last_use, ev_key, ev_req, ev_last)
+                ok = _store(ids, start, per_chunk, req_next[i], chunks, i, seen,
+                                       capacity, st, head, tail, sc, req_rank, chosen,
+                                       step_keys, evictions)
                 req_failed[i] = 0 if ok else 1
                 if ok:
                     req_next[i] = chunks
-            _end_step(step_buf, rank, pinned, pending, hr, hk, sc)
+            _end_step(step_keys, st, head, tail, sc)
         cpu_hit[i] = loaded
         prev = i
-        prev_slot = slot
+        prev_seen = seen
     e = sc[_EVICTED]
-    return (cpu_hit, sc[_STORED], e, sc[_FAILED], sc[_LOADED], ev_key[:e].copy(),
-            ev_req[:e].copy(), ev_last[:e].copy())
+    return (cpu_hit, sc[_STORED], e, sc[_FAILED], sc[_LOADED], evictions[0, :e].copy(),
+            evictions[1, :e].copy(), evictions[2, :e].copy())

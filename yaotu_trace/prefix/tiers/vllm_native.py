@@ -342,10 +342,8 @@ def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: 
     tier = tiers[0]
     block = int(chains.block_size_tokens)
     hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last = vllm_cpu_pass(
-        np.asarray(chains.offsets, dtype=np.int64), np.asarray(chains.ids, dtype=np.int64),
-        np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
-        np.int64(tier.chunk_tokens // block), np.int64(tier.chunk_tokens), np.int64(block),
-        np.int64(tier.capacity_chunks), np.int64(max(int(chains.num_distinct), 1)))
+        chains.offsets, chains.ids, gpu_hit_blocks, refused, tier.chunk_tokens // block,
+        int(tier.chunk_tokens), block, int(tier.capacity_chunks), int(chains.num_distinct))
     counters = TierCounters(stored_chunks=int(stored), evicted_chunks=int(evicted),
                             failed_stores=int(failed), loaded_chunks=int(loaded))
     evictions = TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last)
