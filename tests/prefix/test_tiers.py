@@ -239,6 +239,39 @@ def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chun
     assert evicted.last_use_request.tolist() == expected.last_use_request.tolist()
 
 
+@pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
+    (1, 1, (("cpu", 2),)), (2, 2, (("cpu", 7),)), (3, 1, (("cpu", 3), ("disk", 9))),
+    (4, 3, (("cpu", 1), ("disk", 2), ("remote", 5))), (5, 1, (("disk", 4), ("remote", 30))),
+    (6, 2, (("cpu", 60),)), (7, 1, (("cpu", 1), ("remote", 40))),
+])
+def test_lmcache_kernel_equals_the_python_model(seed: int, per_chunk: int,
+                                                sizes: tuple[tuple[str, int], ...]) -> None:
+    # GIVEN random prompts over a tiny vocabulary and one to three backends, small enough to
+    # evict, promote reads from disk and remote into the CPU, and serve full hits
+    from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_model, replay_lmcache_tiers
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+
+    rng = np.random.default_rng(seed)
+    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
+               for _ in range(150)]
+    rules = rules_for("lmcache", block_size_tokens=2, capacity_blocks=6)
+    chains = chains_of(prompts, rules)
+    gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    tiers = tuple(_tier(name, chunks, 2 * per_chunk) for name, chunks in sizes)
+    # WHEN the compiled kernel and the Python model replay the backends
+    compiled, counters, evicted = replay_lmcache_tiers(chains, gpu.hit_blocks, refused, tiers)
+    python, reference, expected = replay_lmcache_model(chains, gpu.hit_blocks, refused, tiers)
+    # THEN they agree on every request, every counter and every eviction, backend by backend
+    assert [h.tolist() for h in compiled] == [h.tolist() for h in python]
+    assert any(h.sum() for h in python)
+    assert counters == reference
+    for got, want in zip(evicted, expected, strict=True):
+        assert got.key.tolist() == want.key.tolist()
+        assert got.request.tolist() == want.request.tolist()
+        assert got.last_use_request.tolist() == want.last_use_request.tolist()
+
+
 @pytest.mark.parametrize("policy", [TierPolicy.VLLM, TierPolicy.LMCACHE,
                                     TierPolicy.SGLANG_WRITE_THROUGH])
 def test_every_eviction_is_recorded_with_its_evictor_and_last_use(policy: TierPolicy) -> None:

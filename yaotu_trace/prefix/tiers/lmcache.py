@@ -66,7 +66,21 @@ def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                          ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                     tuple[TierEvictions, ...]]:
     """Hit tokens per tier (in `tiers` order), the backends' counters and their evictions
-    under LMCache."""
+    under LMCache: the compiled pass (`lmcache_kernel.py`) of the rules `replay_lmcache_model`
+    states."""
+    from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_pass
+
+    names = [t.name for t in tiers]
+    return lmcache_pass(chains, gpu_hit_blocks, refused,
+                        tuple(int(t.capacity_chunks) for t in tiers), int(tiers[0].chunk_tokens),
+                        names.index("cpu") if "cpu" in names else -1)
+
+
+def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+                         tiers: tuple[TierSpec, ...]
+                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                    tuple[TierEvictions, ...]]:
+    """`replay_lmcache_tiers` in Python, rule by rule: the reference its kernel is held to."""
     block = int(chains.block_size_tokens)
     chunk = int(tiers[0].chunk_tokens)
     per_chunk = chunk // block
