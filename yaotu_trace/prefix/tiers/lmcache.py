@@ -70,7 +70,7 @@ def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
     states."""
     from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_pass
 
-    names = [t.name for t in tiers]
+    names = [str(t.name) for t in tiers]
     return lmcache_pass(chains, gpu_hit_blocks, refused,
                         tuple(int(t.capacity_chunks) for t in tiers), int(tiers[0].chunk_tokens),
                         names.index("cpu") if "cpu" in names else -1)
