@@ -272,6 +272,48 @@ def test_lmcache_kernel_equals_the_python_model(seed: int, per_chunk: int,
         assert got.last_use_request.tolist() == want.last_use_request.tolist()
 
 
+@pytest.mark.parametrize(("seed", "policy", "gpu_blocks", "sizes"), [
+    (1, TierPolicy.SGLANG_WRITE_THROUGH, 100, (("cpu", 200),)),
+    (2, TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, 100, (("cpu", 150),)),
+    (3, TierPolicy.SGLANG_WRITE_BACK, 100, (("cpu", 60),)),
+    (4, TierPolicy.SGLANG_WRITE_BACK, None, (("cpu", 60),)),
+    (5, TierPolicy.SGLANG_WRITE_THROUGH, 100, (("cpu", 110), ("disk", 400))),
+    (6, TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, 100,
+     (("cpu", 100), ("disk", 250), ("remote", 3000))),
+])
+def test_sglang_kernel_equals_the_python_model(seed: int, policy: TierPolicy,
+                                               gpu_blocks: int | None,
+                                               sizes: tuple[tuple[str, int], ...]) -> None:
+    # GIVEN random prompts over a tiny vocabulary behind SGLang's pool of 4-token pages, with
+    # a host and storage small enough to evict, and long shared runs that storage prefetches
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+    from yaotu_trace.prefix.tiers.sglang import replay_hicache_model, replay_hicache_tiers
+
+    rng = np.random.default_rng(seed)
+    documents = [rng.integers(0, 2, size=340).tolist() for _ in range(6)]
+    prompts = [documents[int(rng.integers(0, 6))][:int(rng.integers(0, 340))]
+               + rng.integers(0, 2, size=int(rng.integers(1, 60))).tolist() for _ in range(300)]
+    rules = rules_for("sglang", block_size_tokens=4, capacity_blocks=gpu_blocks)
+    chains = chains_of(prompts, rules)
+    gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    tiers = tuple(_tier(name, chunks, 4) for name, chunks in sizes)
+    # WHEN the compiled kernel and the Python model replay the tiers
+    compiled, counters, evicted = replay_hicache_tiers(chains, gpu.hit_blocks, refused, tiers,
+                                                       policy, gpu_blocks)
+    python, reference, expected = replay_hicache_model(chains, gpu.hit_blocks, refused, tiers,
+                                                       policy, gpu_blocks)
+    # THEN they agree on every request, every counter and every eviction, tier by tier
+    assert [h.tolist() for h in compiled] == [h.tolist() for h in python]
+    # (write_back behind an unlimited GPU pool never backs up: nothing is evicted)
+    assert any(h.sum() > 0 for h in python) == (gpu_blocks is not None)
+    assert counters == reference
+    for got, want in zip(evicted, expected, strict=True):
+        assert got.key.tolist() == want.key.tolist()
+        assert got.request.tolist() == want.request.tolist()
+        assert got.last_use_request.tolist() == want.last_use_request.tolist()
+
+
 @pytest.mark.parametrize("policy", [TierPolicy.VLLM, TierPolicy.LMCACHE,
                                     TierPolicy.SGLANG_WRITE_THROUGH])
 def test_every_eviction_is_recorded_with_its_evictor_and_last_use(policy: TierPolicy) -> None:

@@ -80,8 +80,28 @@ def replay_hicache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                          ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                     tuple[TierEvictions, ...]]:
     """Hit tokens per tier (host first, then storage), the tiers' counters and evictions
-    under HiCache's
-    `policy` (`write_through`, `write_through_selective` or `write_back`)."""
+    under HiCache's `policy` (`write_through`, `write_through_selective` or `write_back`):
+    the compiled pass (`sglang_kernel.py`) of the rules `replay_hicache_model` states."""
+    from yaotu_trace.prefix.tiers.sglang_kernel import hicache_pass
+
+    per_chunk = int(tiers[0].chunk_tokens) // int(chains.block_size_tokens)
+    host_capacity = int(tiers[0].capacity_chunks)
+    if policy is TierPolicy.SGLANG_WRITE_BACK and gpu_capacity_blocks is not None:
+        host_capacity += gpu_capacity_blocks // per_chunk  # the host serves what the GPU lost
+    return hicache_pass(
+        chains, gpu_hit_blocks, refused,
+        (host_capacity, *(int(t.capacity_chunks) for t in tiers[1:])),
+        int(tiers[0].chunk_tokens), 2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1,
+        not (policy is TierPolicy.SGLANG_WRITE_BACK and gpu_capacity_blocks is None),
+        SGLANG_LOAD_BACK_MIN_TOKENS, SGLANG_PREFETCH_MIN_TOKENS)
+
+
+def replay_hicache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+                         tiers: tuple[TierSpec, ...], policy: TierPolicy,
+                         gpu_capacity_blocks: int | None = None,
+                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                    tuple[TierEvictions, ...]]:
+    """`replay_hicache_tiers` in Python, rule by rule: the reference its kernel is held to."""
     block = int(chains.block_size_tokens)
     chunk = int(tiers[0].chunk_tokens)
     per_chunk = chunk // block

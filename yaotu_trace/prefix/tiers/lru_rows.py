@@ -1,0 +1,113 @@
+"""LRU lists threaded through a row per key, for the compiled tier passes.
+
+Keys are chain ids (dense), so an LRU of them needs no hash map: LRU b keeps, in columns
+4b.. of key k's row, k's neighbours toward the least and the most recent, its last use (the
+request that touched or inserted it) and whether the LRU holds it; `ends[b]` are its least and
+most recent keys. A touch, an insert and an eviction are each a few row writes. LMCache's
+backends (`lmcache_kernel.py`) and SGLang's host and storage tiers (`sglang_kernel.py`) use
+them; vLLM's offload ranks its keys otherwise (`vllm_kernel.py`).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
+
+# Columns of a key's row, per LRU (offset 4·b); its ends: least, most recent.
+LESS, MORE, LAST, HELD = range(4)
+OLDEST, NEWEST = 0, 1
+# Counters per LRU.
+STORED, EVICTED, LOADED = range(3)
+
+
+def rows(keys: int, lrus: int, extra: int, inserts: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows (`4·lrus + extra` columns, the LRU columns empty, the extra ones zero) and room
+    for `inserts` evictions per LRU (key, request, last use), in one numpy array: numpy asks
+    for huge pages for it, while separate allocations fault page by page on every pass."""
+    width = 4 * lrus + extra
+    work = np.empty(max(keys, 1) * width + lrus * 3 * (inserts + 1), dtype=np.int64)
+    st = work[:max(keys, 1) * width].reshape(max(keys, 1), width)
+    st.fill(-1)
+    st[:, HELD:4 * lrus:4] = 0
+    st[:, 4 * lrus:] = 0
+    evictions = work[max(keys, 1) * width:].reshape(lrus, 3, inserts + 1)
+    return st, evictions
+
+
+@nb.njit(cache=True, inline="always")
+def touch(st, ends, b, k, now):  # pragma: no cover - compiled
+    """Key k (held) becomes LRU b's most recent, used by request `now`."""
+    c = 4 * b
+    newest = ends[b, NEWEST]
+    if newest != k:
+        less = st[k, c + LESS]
+        more = st[k, c + MORE]  # there is one: k is not the newest
+        if less >= 0:
+            st[less, c + MORE] = more
+        else:
+            ends[b, OLDEST] = more
+        st[more, c + LESS] = less
+        st[k, c + LESS] = newest
+        st[k, c + MORE] = -1
+        st[newest, c + MORE] = k
+        ends[b, NEWEST] = k
+    st[k, c + LAST] = now
+
+
+@nb.njit(cache=True, inline="always")
+def insert(st, ends, size, capacity, counters, evictions, b, k, now):  # pragma: no cover
+    """Key k (not held) becomes LRU b's most recent; when b is full its least recent goes
+    first, recorded (key, request, its last use)."""
+    c = 4 * b
+    if size[b] >= capacity[b]:
+        gone = ends[b, OLDEST]
+        more = st[gone, c + MORE]
+        ends[b, OLDEST] = more
+        if more >= 0:
+            st[more, c + LESS] = -1
+        else:
+            ends[b, NEWEST] = -1
+        st[gone, c + HELD] = 0
+        e = counters[b, EVICTED]
+        evictions[b, 0, e] = gone
+        evictions[b, 1, e] = now
+        evictions[b, 2, e] = st[gone, c + LAST]
+        counters[b, EVICTED] += 1
+        size[b] -= 1
+    newest = ends[b, NEWEST]
+    st[k, c + LESS] = newest
+    st[k, c + MORE] = -1
+    if newest >= 0:
+        st[newest, c + MORE] = k
+    else:
+        ends[b, OLDEST] = k
+    ends[b, NEWEST] = k
+    st[k, c + HELD] = 1
+    st[k, c + LAST] = now
+    size[b] += 1
+    counters[b, STORED] += 1
+
+
+@nb.njit(cache=True, inline="always")
+def held(st, b, k):  # pragma: no cover - compiled
+    """Whether LRU b holds key k."""
+    return st[k, 4 * b + HELD] == 1
+
+
+def outcome(counters: np.ndarray, evictions: np.ndarray
+            ) -> tuple[tuple[TierCounters, ...], tuple[TierEvictions, ...]]:
+    """The counters and the evictions of each LRU, as the replay reports them."""
+    lrus = counters.shape[0]
+    out_counters = tuple(
+        TierCounters(stored_chunks=int(counters[b, STORED]),
+                     evicted_chunks=int(counters[b, EVICTED]), failed_stores=0,
+                     loaded_chunks=int(counters[b, LOADED])) for b in range(lrus))
+    out_evictions = []
+    for b in range(lrus):
+        e = int(counters[b, EVICTED])
+        out_evictions.append(TierEvictions(key=evictions[b, 0, :e].copy(),
+                                           request=evictions[b, 1, :e].copy(),
+                                           last_use_request=evictions[b, 2, :e].copy()))
+    return out_counters, tuple(out_evictions)
