@@ -15,14 +15,18 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.tiers.lru_rows import LOADED, held, insert, outcome, rows, touch
+from yaotu_trace.prefix.tiers.lru_rows import (
+    LOADED,
+    chunk_key,
+    held,
+    insert,
+    lru_state,
+    most_chunks,
+    outcome,
+    rows,
+    touch,
+)
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
-
-
-@nb.njit(cache=True, inline="always")
-def _key(ids, start, per_chunk, j):  # pragma: no cover - compiled
-    """The key of chunk j: the chain id of its last block."""
-    return ids[start + (j + 1) * per_chunk - 1]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -31,14 +35,8 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
     """Hit tokens per backend and request, the backends' counters; `evictions[b]` filled."""
     n = offsets.size - 1
     backends = capacity.size
-    ends = np.full((backends, 2), -1, dtype=np.int64)
-    size = np.zeros(backends, dtype=np.int64)
-    counters = np.zeros((backends, 3), dtype=np.int64)
-    hits = np.zeros((backends, n), dtype=np.int64)
-    max_chunks = 1
-    for i in range(n):
-        max_chunks = max(max_chunks, (offsets[i + 1] - offsets[i]) // per_chunk)
-    source = np.empty(max_chunks, dtype=np.int64)  # the backend of each chunk of the run
+    ends, size, counters, hits = lru_state(backends, n)
+    source = np.empty(most_chunks(offsets, per_chunk), dtype=np.int64)  # each chunk's backend
     for i in range(n):
         if refused[i]:
             continue
@@ -47,11 +45,11 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
         run = 0
         for b in range(backends):
             run_start = run
-            while run < chunks and held(st, b, _key(ids, start, per_chunk, run)):
+            while run < chunks and held(st, b, chunk_key(ids, start, per_chunk, run)):
                 source[run] = b
                 run += 1
             for j in range(run - 1, run_start - 1, -1):
-                touch(st, ends, b, _key(ids, start, per_chunk, j), i)
+                touch(st, ends, b, chunk_key(ids, start, per_chunk, j), i)
         run_tokens = run * chunk_tokens
         g = gpu_hit_blocks[i] * block
         load = run_tokens - g
@@ -63,12 +61,12 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                 b = source[j]
                 hits[b, i] += min((j + 1) * chunk_tokens, end) - max(j * chunk_tokens, g)
                 counters[b, LOADED] += 1
-                k = _key(ids, start, per_chunk, j)
+                k = chunk_key(ids, start, per_chunk, j)
                 if cpu >= 0 and b != cpu and not held(st, cpu, k):
                     insert(st, ends, size, capacity, counters, evictions, cpu, k, i)
         for b in range(backends):
             for j in range(run, chunks):
-                k = _key(ids, start, per_chunk, j)
+                k = chunk_key(ids, start, per_chunk, j)
                 if not held(st, b, k):  # a backend that has the key skips it
                     insert(st, ends, size, capacity, counters, evictions, b, k, i)
     return hits, counters

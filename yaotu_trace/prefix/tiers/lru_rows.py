@@ -5,7 +5,8 @@ Keys are chain ids (dense), so an LRU of them needs no hash map: LRU b keeps, in
 request that touched or inserted it) and whether the LRU holds it; `ends[b]` are its least and
 most recent keys. A touch, an insert and an eviction are each a few row writes. LMCache's
 backends (`lmcache_kernel.py`) and SGLang's host and storage tiers (`sglang_kernel.py`) use
-them; vLLM's offload ranks its keys otherwise (`vllm_kernel.py`).
+them; vLLM's offload ranks its keys otherwise (`vllm_kernel.py`), and shares with them only
+how a chunk is keyed and the longest prompt in chunks.
 """
 
 from __future__ import annotations
@@ -20,6 +21,28 @@ LESS, MORE, LAST, HELD = range(4)
 OLDEST, NEWEST = 0, 1
 # Counters per LRU.
 STORED, EVICTED, LOADED = range(3)
+
+
+@nb.njit(cache=True, inline="always")
+def chunk_key(ids, start, per_chunk, j):  # pragma: no cover - compiled
+    """The key of a request's chunk j: the chain id of its last block (its prefix)."""
+    return ids[start + (j + 1) * per_chunk - 1]
+
+
+@nb.njit(cache=True)
+def most_chunks(offsets, per_chunk):  # pragma: no cover - compiled
+    """The most chunks of any one request (at least 1): the size of a request's buffers."""
+    most = 1
+    for i in range(offsets.size - 1):
+        most = max(most, (offsets[i + 1] - offsets[i]) // per_chunk)
+    return most
+
+
+@nb.njit(cache=True)
+def lru_state(lrus, n):  # pragma: no cover - compiled
+    """Empty LRUs' ends, sizes and counters, and their hits per request."""
+    return (np.full((lrus, 2), -1, dtype=np.int64), np.zeros(lrus, dtype=np.int64),
+            np.zeros((lrus, 3), dtype=np.int64), np.zeros((lrus, n), dtype=np.int64))
 
 
 def rows(keys: int, lrus: int, extra: int, inserts: int) -> tuple[np.ndarray, np.ndarray]:

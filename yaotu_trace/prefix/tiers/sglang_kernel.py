@@ -12,14 +12,18 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.tiers.lru_rows import LOADED, held, insert, outcome, rows, touch
+from yaotu_trace.prefix.tiers.lru_rows import (
+    LOADED,
+    chunk_key,
+    held,
+    insert,
+    lru_state,
+    most_chunks,
+    outcome,
+    rows,
+    touch,
+)
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
-
-
-@nb.njit(cache=True, inline="always")
-def _key(ids, start, per_chunk, j):  # pragma: no cover - compiled
-    """The key of page j: the chain id of its last block."""
-    return ids[start + (j + 1) * per_chunk - 1]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -30,14 +34,8 @@ def _pass(offsets, ids, max_hit_blocks, gpu_hit_blocks, refused, per_chunk, chun
     n = offsets.size - 1
     tiers = capacity.size
     uses = 4 * tiers  # the hit count's column
-    ends = np.full((tiers, 2), -1, dtype=np.int64)
-    size = np.zeros(tiers, dtype=np.int64)
-    counters = np.zeros((tiers, 3), dtype=np.int64)
-    hits = np.zeros((tiers, n), dtype=np.int64)
-    max_chunks = 1
-    for i in range(n):
-        max_chunks = max(max_chunks, (offsets[i + 1] - offsets[i]) // per_chunk)
-    backed = np.empty(max_chunks, dtype=np.int64)
+    ends, size, counters, hits = lru_state(tiers, n)
+    backed = np.empty(most_chunks(offsets, per_chunk), dtype=np.int64)
     for i in range(n):
         if refused[i]:
             continue
@@ -47,7 +45,7 @@ def _pass(offsets, ids, max_hit_blocks, gpu_hit_blocks, refused, per_chunk, chun
         g = gpu_hit_blocks[i] * block
         first = (g + chunk - 1) // chunk
         j = first
-        while j < cap_chunks and held(st, 0, _key(ids, start, per_chunk, j)):
+        while j < cap_chunks and held(st, 0, chunk_key(ids, start, per_chunk, j)):
             j += 1
         loaded = j * chunk - g if j > first else 0
         if loaded < load_back_min:
@@ -56,24 +54,24 @@ def _pass(offsets, ids, max_hit_blocks, gpu_hit_blocks, refused, per_chunk, chun
         hits[0, i] = loaded
         counters[0, LOADED] += j - first
         for k in range(min(j, chunks) - 1, first - 1, -1):
-            touch(st, ends, 0, _key(ids, start, per_chunk, k), i)
+            touch(st, ends, 0, chunk_key(ids, start, per_chunk, k), i)
         # Storage: the pages past GPU and host, prefetched into the host when long enough.
         s_end = j
         for t in range(1, tiers):
             k = s_end
-            while k < cap_chunks and held(st, t, _key(ids, start, per_chunk, k)):
+            while k < cap_chunks and held(st, t, chunk_key(ids, start, per_chunk, k)):
                 k += 1
             if (k - s_end) * chunk >= prefetch_min:
                 hits[t, i] = (k - s_end) * chunk
                 counters[t, LOADED] += k - s_end
                 for m in range(s_end, k):
-                    touch(st, ends, t, _key(ids, start, per_chunk, m), i)
+                    touch(st, ends, t, chunk_key(ids, start, per_chunk, m), i)
                 s_end = k
         # Backups after the prefill, tail to head so the head ends most recent.
         nbacked = 0
         gpu_chunks = g // chunk
         for k in range(chunks - 1, -1, -1):
-            key = _key(ids, start, per_chunk, k)
+            key = chunk_key(ids, start, per_chunk, k)
             # A page neither on the GPU nor on the host is a new node, counted from one.
             count = st[key, uses] + 1 if k < gpu_chunks or first <= k < j else 1
             st[key, uses] = count

@@ -25,6 +25,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from yaotu_trace.prefix.tiers.lru_rows import chunk_key, most_chunks
+
 _SHIFT = 21
 _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
 # Columns of a key's row.
@@ -32,12 +34,6 @@ _RANK, _SEEN0, _SEEN1, _STAMP, _LAST, _NEXT, _PREV, _HELD = range(8)
 _FREE, _PINNED, _PENDING = -1, 1, 2  # the values of _HELD
 # Slots of the scalars array.
 _COUNTER, _LOW, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL = range(9)
-
-
-@nb.njit(cache=True, inline="always")
-def _key(ids, start, per_chunk, j):  # pragma: no cover - compiled
-    """The key of chunk j: the chain id of its last block."""
-    return ids[start + (j + 1) * per_chunk - 1]
 
 
 @nb.njit(cache=True, inline="always")
@@ -121,7 +117,7 @@ def _access(ids, start, per_chunk, lo, hi, req, seen, st, head, tail, sc,
     new = 0
     free = 0
     for j in range(lo, hi):
-        k = _key(ids, start, per_chunk, j)
+        k = chunk_key(ids, start, per_chunk, j)
         st[k, _LAST] = req
         resident = st[k, _RANK] >= 0
         if not resident:
@@ -162,7 +158,7 @@ def _store(ids, start, per_chunk, lo, hi, req, seen, capacity, st, head, tail, s
         sc[_CALL] += 1
         call = sc[_CALL]
         for j in range(lo, hi):
-            st[_key(ids, start, per_chunk, j), _STAMP] = call
+            st[chunk_key(ids, start, per_chunk, j), _STAMP] = call
         # The least recent evictable keys outside the offer, lowest bucket first.
         b = sc[_LOW]
         while b <= sc[_COUNTER] and head[b] < 0:
@@ -192,7 +188,7 @@ def _store(ids, start, per_chunk, lo, hi, req, seen, capacity, st, head, tail, s
         sc[_EVICTED] += got
     r_req = _request_rank(req_rank, sc, req)
     for j in range(lo, hi):
-        k = _key(ids, start, per_chunk, j)
+        k = chunk_key(ids, start, per_chunk, j)
         if st[k, _RANK] < 0:
             st[k, _RANK] = r_req * _M + (_M - 2 - j)
             st[k, _HELD] = _PENDING
@@ -211,7 +207,7 @@ def _finish(ids, start, per_chunk, chunks, req, seen, st, head, tail, sc,
     only keys a later request raised are unlinked one by one."""
     own = req_rank[req]
     for j in range(chunks - 1, -1, -1):
-        k = _key(ids, start, per_chunk, j)
+        k = chunk_key(ids, start, per_chunk, j)
         if st[k, seen] == req and st[k, _RANK] >= 0:
             sc[_COUNTER] += 1
             r = sc[_COUNTER] * _M + (_M - 1)
@@ -284,9 +280,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     head = ends[0]
     tail = ends[1]
     buckets = head.size
-    max_chunks = 1
-    for i in range(n):
-        max_chunks = max(max_chunks, (offsets[i + 1] - offsets[i]) // per_chunk)
+    max_chunks = most_chunks(offsets, per_chunk)
     chosen = np.empty(max_chunks + 1, dtype=np.int64)
     step_keys = np.empty(3 * max_chunks + 3, dtype=np.int64)
     sc = np.zeros(9, dtype=np.int64)
@@ -306,14 +300,15 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
         run = 0
-        while first + run < chunks and st[_key(ids, start, per_chunk, first + run), _RANK] >= 0:
+        while (first + run < chunks
+               and st[chunk_key(ids, start, per_chunk, first + run), _RANK] >= 0):
             run += 1
         loaded = chunk_tokens * (first + run) - g
         if loaded < chunk_tokens:
             loaded = 0
         if loaded > 0:
             for j in range(first, first + run):
-                k = _key(ids, start, per_chunk, j)
+                k = chunk_key(ids, start, per_chunk, j)
                 _unlink(st, head, tail, k)  # resident, and free: no transfer yet this step
                 st[k, _HELD] = _PINNED
                 step_keys[sc[_STEP]] = k
