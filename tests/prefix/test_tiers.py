@@ -240,6 +240,40 @@ def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chun
 
 
 @pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
+    (1, 1, (("cpu", 2), ("disk", 9))), (2, 2, (("cpu", 5), ("disk", 20))),
+    (3, 1, (("cpu", 1), ("disk", 3), ("remote", 40))), (4, 2, (("cpu", 3), ("remote", 30))),
+])
+def test_vllm_kernel_with_lower_tiers_equals_the_python_model(
+        seed: int, per_chunk: int, sizes: tuple[tuple[str, int], ...]) -> None:
+    # GIVEN random prompts over a tiny vocabulary, a CPU tier that loses chunks the disk or
+    # remote tier still holds (promoted through the CPU, or not when it has no room)
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload, replay_vllm_tiers
+
+    rng = np.random.default_rng(seed)
+    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
+               for _ in range(150)]
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=9)
+    chains = chains_of(prompts, rules)
+    gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    tiers = tuple(_tier(name, chunks, 2 * per_chunk) for name, chunks in sizes)
+    # WHEN the compiled kernel and the Python model replay the tiers
+    compiled, counters, evicted = replay_vllm_tiers(chains, gpu.hit_blocks, refused, tiers)
+    python, reference, expected = replay_vllm_offload(chains, gpu.hit_blocks, refused,
+                                                      tiers[0], tiers[1:])
+    # THEN they agree on every request, counter and eviction of every tier, and the lower
+    # tiers served some
+    assert [h.tolist() for h in compiled] == [h.tolist() for h in python]
+    assert sum(int(h.sum()) for h in python[1:]) > 0
+    assert counters == reference
+    for got, want in zip(evicted, expected, strict=True):
+        assert got.key.tolist() == want.key.tolist()
+        assert got.request.tolist() == want.request.tolist()
+        assert got.last_use_request.tolist() == want.last_use_request.tolist()
+
+
+@pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
     (1, 1, (("cpu", 2),)), (2, 2, (("cpu", 7),)), (3, 1, (("cpu", 3), ("disk", 9))),
     (4, 3, (("cpu", 1), ("disk", 2), ("remote", 5))), (5, 1, (("disk", 4), ("remote", 30))),
     (6, 2, (("cpu", 60),)), (7, 1, (("cpu", 1), ("remote", 40))),

@@ -62,6 +62,13 @@ def rows(keys: int, lrus: int, extra: int, inserts: int) -> tuple[np.ndarray, np
 @nb.njit(cache=True, inline="always")
 def touch(st, ends, b, k, now):  # pragma: no cover - compiled
     """Key k (held) becomes LRU b's most recent, used by request `now`."""
+    move_newest(st, ends, b, k)
+    st[k, 4 * b + LAST] = now
+
+
+@nb.njit(cache=True, inline="always")
+def move_newest(st, ends, b, k):  # pragma: no cover - compiled
+    """Key k (held) becomes LRU b's most recent; its last use stays."""
     c = 4 * b
     newest = ends[b, NEWEST]
     if newest != k:
@@ -76,7 +83,6 @@ def touch(st, ends, b, k, now):  # pragma: no cover - compiled
         st[k, c + MORE] = -1
         st[newest, c + MORE] = k
         ends[b, NEWEST] = k
-    st[k, c + LAST] = now
 
 
 @nb.njit(cache=True, inline="always")

@@ -25,7 +25,16 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from yaotu_trace.prefix.tiers.lru_rows import chunk_key, most_chunks
+from yaotu_trace.prefix.tiers.lru_rows import (
+    LOADED,
+    chunk_key,
+    held,
+    insert,
+    most_chunks,
+    move_newest,
+    rows,
+    touch,
+)
 
 _SHIFT = 21
 _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
@@ -106,20 +115,23 @@ def _request_rank(req_rank, sc, req):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True)
-def _access(ids, start, per_chunk, lo, hi, req, seen, st, head, tail, sc,
+def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, head, tail, sc,
             req_rank):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
-    store records only new and ready keys): keys new to the request raise their rank, the
-    request's own rank given at its first new key. The request becomes each key's last use.
-    Returns the keys not resident and the resident ones evictable."""
+    store records only new and ready keys; with `missing_only` every resident key is outside
+    the call): keys new to the request raise their rank, the request's own rank given at its
+    first new key. The request becomes each key's last use. Returns the keys not resident and
+    the resident ones evictable."""
     r_req = -1
     hint = -1
     new = 0
     free = 0
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        st[k, _LAST] = req
         resident = st[k, _RANK] >= 0
+        if missing_only and resident:
+            continue
+        st[k, _LAST] = req
         if not resident:
             new += 1
         elif st[k, _HELD] == _PENDING:
@@ -139,26 +151,31 @@ def _access(ids, start, per_chunk, lo, hi, req, seen, st, head, tail, sc,
 
 
 @nb.njit(cache=True)
-def _store(ids, start, per_chunk, lo, hi, req, seen, capacity, st, head, tail, sc, req_rank,
-           chosen, step_keys, evictions):  # pragma: no cover - compiled
-    """`prepare_store` of chunks lo..hi-1: False when the offer fails whole. Each eviction
-    is recorded in a column of `evictions`: the key, the offering request, the key's last
-    use."""
-    new, protected = _access(ids, start, per_chunk, lo, hi, req, seen, st, head, tail, sc,
-                             req_rank)
+def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, head, tail,
+           sc, req_rank, chosen, step_keys, evictions):  # pragma: no cover - compiled
+    """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
+    `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
+    `evictions`: the key, the offering request, the key's last use. The chunks stored are the
+    step's last keys (`_write_through` takes them to the tiers below)."""
+    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, head,
+                             tail, sc, req_rank)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
-    if needed > 0:
-        # Fail fast, as the manager does, when the evictable keys outside the offer are too
-        # few (every resident key is evictable but this step's loads and stores).
-        if needed > sc[_RESIDENT] - sc[_STEP] - protected:
-            sc[_FAILED] += 1
-            return False
+    # Fail fast, as the manager does, when the evictable keys outside the offer are too few
+    # (every resident key is evictable but this step's loads and stores).
+    if needed > 0 and needed > sc[_RESIDENT] - sc[_STEP] - protected:
+        sc[_FAILED] += 1
+        return False
+    call = 0  # the offer's stamp, when keys outside it can go: evictions, or a partial offer
+    if missing_only or needed > 0:
         sc[_CALL] += 1
         call = sc[_CALL]
         for j in range(lo, hi):
-            st[chunk_key(ids, start, per_chunk, j), _STAMP] = call
+            k = chunk_key(ids, start, per_chunk, j)
+            if not missing_only or st[k, _RANK] < 0:
+                st[k, _STAMP] = call
+    if needed > 0:
         # The least recent evictable keys outside the offer, lowest bucket first.
         b = sc[_LOW]
         while b <= sc[_COUNTER] and head[b] < 0:
@@ -189,7 +206,7 @@ def _store(ids, start, per_chunk, lo, hi, req, seen, capacity, st, head, tail, s
     r_req = _request_rank(req_rank, sc, req)
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if st[k, _RANK] < 0:
+        if st[k, _RANK] < 0 and (call == 0 or st[k, _STAMP] == call):
             st[k, _RANK] = r_req * _M + (_M - 2 - j)
             st[k, _HELD] = _PENDING
             step_keys[sc[_STEP]] = k
@@ -197,6 +214,32 @@ def _store(ids, start, per_chunk, lo, hi, req, seen, capacity, st, head, tail, s
             sc[_RESIDENT] += 1
             sc[_STORED] += 1
     return True
+
+
+@nb.njit(cache=True)
+def _write_through(step_keys, stored_from, stored_to, lower, req):  # pragma: no cover
+    """The chunks a store just put in the CPU tier, written to every tier below it in turn
+    (one already there is refreshed)."""
+    lst, lends, lsize, lcapacity, lcounters, levictions = lower
+    for t in range(lcapacity.size):
+        for s in range(stored_from, stored_to):
+            k = step_keys[s]
+            if held(lst, t, k):
+                touch(lst, lends, t, k, req)
+            else:
+                insert(lst, lends, lsize, lcapacity, lcounters, levictions, t, k, req)
+
+
+@nb.njit(cache=True, inline="always")
+def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, head, tail,
+           sc, req_rank, chosen, step_keys, evictions, lower):  # pragma: no cover - compiled
+    """`_store`, then what it stored written through to the tiers below."""
+    stored_from = sc[_STEP]
+    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, head,
+                tail, sc, req_rank, chosen, step_keys, evictions)
+    if ok and lower[3].size > 0:
+        _write_through(step_keys, stored_from, sc[_STEP], lower, req)
+    return ok
 
 
 @nb.njit(cache=True)
@@ -241,12 +284,15 @@ def _end_step(step_keys, st, head, tail, sc):  # pragma: no cover - compiled
     sc[_STEP] = 0
 
 
-def vllm_cpu_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
-                  refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
-                  capacity: int, num_keys: int) -> tuple:
-    """CPU hit tokens per request; stored, evicted, failed offers and loaded chunks; and per
-    eviction the key (chain id of the chunk's last block), the request whose offer evicted it
-    and the request that used it last.
+def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
+                      refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
+                      capacity: int, num_keys: int, lower_capacity: tuple[int, ...] = ()
+                      ) -> tuple:
+    """Hit tokens per tier and request (the CPU tier's row first, then the tiers below it in
+    the order of `lower_capacity`); the CPU tier's stored, evicted, failed offers and loaded
+    chunks; per CPU eviction the key (chain id of the chunk's last block), the request whose
+    offer evicted it and the request that used it last; and the lower tiers' counters and
+    evictions (`lru_rows.outcome`'s arrays).
 
     The large arrays are views of one numpy array: numpy asks the kernel for huge pages for
     it, while numba's own allocations (or several numpy ones) fault page by page and glibc hands
@@ -259,36 +305,51 @@ def vllm_cpu_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
     chunks = int(offsets[n]) // per_chunk
     # The counter rises once per request and once per key a finish ranks: no more buckets.
     buckets = n + chunks + 2
-    work = np.empty(8 * keys + 2 * buckets + 3 * (chunks + 1), dtype=np.int64)
+    # Stores: each request's chunks once, and once more each chunk promoted from below.
+    room = (2 if lower_capacity else 1) * chunks + 1
+    work = np.empty(8 * keys + 2 * buckets + 3 * room, dtype=np.int64)
     st = work[:8 * keys].reshape(keys, 8)
     st.fill(-1)  # not resident, not held, never seen
     ends = work[8 * keys:8 * keys + 2 * buckets].reshape(2, buckets)
     ends.fill(-1)
-    evictions = work[8 * keys + 2 * buckets:].reshape(3, chunks + 1)  # never more than offered
-    return _pass(offsets, np.asarray(ids, dtype=np.int64),
-                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
-                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block), np.int64(capacity),
-                 st, ends, evictions)
+    evictions = work[8 * keys + 2 * buckets:].reshape(3, room)
+    lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity), 0,
+                                       room)
+    lower = (lower_rows, np.full((len(lower_capacity), 2), -1, dtype=np.int64),
+             np.zeros(len(lower_capacity), dtype=np.int64),
+             np.asarray(lower_capacity, dtype=np.int64),
+             np.zeros((len(lower_capacity), 3), dtype=np.int64), lower_evictions)
+    hits, stored, evicted, failed, loaded = _pass(
+        offsets, np.asarray(ids, dtype=np.int64), np.asarray(gpu_hit_blocks, dtype=np.int64),
+        np.asarray(refused, dtype=np.bool_), np.int64(per_chunk), np.int64(chunk_tokens),
+        np.int64(block), np.int64(capacity), st, ends, evictions, lower)
+    e = int(evicted)
+    return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
+            evictions[1, :e].copy(), evictions[2, :e].copy(), lower[4], lower_evictions)
 
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          ends, evictions):  # pragma: no cover - compiled
-    """`vllm_cpu_pass` on its arrays: a row per key, the buckets' list ends (heads, tails)
-    and a column per eviction."""
+          ends, evictions, lower):  # pragma: no cover - compiled
+    """`vllm_offload_pass` on its arrays: a row per key, the buckets' list ends (heads,
+    tails), a column per eviction and the lower tiers' LRUs."""
     n = offsets.size - 1
     head = ends[0]
     tail = ends[1]
     buckets = head.size
+    lst = lower[0]
+    lcounters = lower[4]
+    below = lower[3].size
     max_chunks = most_chunks(offsets, per_chunk)
     chosen = np.empty(max_chunks + 1, dtype=np.int64)
     step_keys = np.empty(3 * max_chunks + 3, dtype=np.int64)
+    source = np.empty(max_chunks, dtype=np.int64)  # 0: the CPU tier, t + 1: lower tier t
     sc = np.zeros(9, dtype=np.int64)
     sc[_LOW] = buckets
     req_rank = np.zeros(n, dtype=np.int64)
     req_next = np.zeros(n, dtype=np.int64)
     req_failed = np.zeros(n, dtype=np.uint8)
-    cpu_hit = np.zeros(n, dtype=np.int64)
+    hits = np.zeros((1 + below, n), dtype=np.int64)
     prev = -1
     prev_seen = _SEEN1
     for i in range(n):
@@ -300,26 +361,55 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
         run = 0
-        while (first + run < chunks
-               and st[chunk_key(ids, start, per_chunk, first + run), _RANK] >= 0):
+        promoted = -1  # the run's first chunk found below the CPU tier
+        while first + run < chunks:
+            k = chunk_key(ids, start, per_chunk, first + run)
+            if st[k, _RANK] >= 0:
+                source[run] = 0
+                run += 1
+                continue
+            t = 0
+            while t < below and not held(lst, t, k):
+                t += 1
+            if t == below:
+                break
+            if promoted < 0:
+                promoted = run
+            source[run] = t + 1
             run += 1
         loaded = chunk_tokens * (first + run) - g
+        if loaded >= chunk_tokens and promoted >= 0:
+            # Promoted into the CPU tier before they load (a step): the run loads up to the
+            # first chunk that found no room.
+            if _offer(ids, start, per_chunk, first, first + run, True, i, seen, capacity, st,
+                      head, tail, sc, req_rank, chosen, step_keys, evictions, lower):
+                for j in range(run):
+                    if source[j] > 0:
+                        k = chunk_key(ids, start, per_chunk, first + j)
+                        if held(lst, source[j] - 1, k):
+                            move_newest(lst, lower[1], source[j] - 1, k)
+                        lcounters[source[j] - 1, LOADED] += 1
+            else:
+                run = promoted
+            _end_step(step_keys, st, head, tail, sc)
+            loaded = chunk_tokens * (first + run) - g
         if loaded < chunk_tokens:
             loaded = 0
         if loaded > 0:
             for j in range(first, first + run):
                 k = chunk_key(ids, start, per_chunk, j)
-                _unlink(st, head, tail, k)  # resident, and free: no transfer yet this step
+                if st[k, _RANK] >= 0 and st[k, _HELD] == _FREE:
+                    _unlink(st, head, tail, k)
                 st[k, _HELD] = _PINNED
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
-            _access(ids, start, per_chunk, first, first + run, i, seen, st, head, tail, sc,
-                    req_rank)
+            _access(ids, start, per_chunk, first, first + run, False, i, seen, st, head, tail,
+                    sc, req_rank)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
-            ok = _store(ids, start, per_chunk, 0, chunks, i, seen, capacity, st,
-                                   head, tail, sc, req_rank, chosen, step_keys, evictions)
+            ok = _offer(ids, start, per_chunk, 0, chunks, False, i, seen, capacity, st, head,
+                        tail, sc, req_rank, chosen, step_keys, evictions, lower)
             req_failed[i] = 0 if ok else 1
             if ok:
                 req_next[i] = chunks
@@ -327,24 +417,27 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             p_start = offsets[prev]
             p_chunks = (offsets[prev + 1] - p_start) // per_chunk
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
-                _store(ids, p_start, per_chunk, req_next[prev], p_chunks, prev,
-                                      prev_seen, capacity, st, head, tail, sc, req_rank,
-                                      chosen, step_keys, evictions)
+                _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, False, prev,
+                       prev_seen, capacity, st, head, tail, sc, req_rank, chosen, step_keys,
+                       evictions, lower)
             _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, head, tail, sc,
                     req_rank)
         _end_step(step_keys, st, head, tail, sc)
         if loaded > 0:
             if req_next[i] < chunks:
-                ok = _store(ids, start, per_chunk, req_next[i], chunks, i, seen,
-                                       capacity, st, head, tail, sc, req_rank, chosen,
-                                       step_keys, evictions)
+                ok = _offer(ids, start, per_chunk, req_next[i], chunks, False, i, seen,
+                            capacity, st, head, tail, sc, req_rank, chosen, step_keys,
+                            evictions, lower)
                 req_failed[i] = 0 if ok else 1
                 if ok:
                     req_next[i] = chunks
             _end_step(step_keys, st, head, tail, sc)
-        cpu_hit[i] = loaded
+            if promoted < 0:
+                hits[0, i] = loaded
+            else:
+                for j in range(run):
+                    hits[source[j], i] += (first + j + 1) * chunk_tokens - max(
+                        (first + j) * chunk_tokens, g)
         prev = i
         prev_seen = seen
-    e = sc[_EVICTED]
-    return (cpu_hit, sc[_STORED], e, sc[_FAILED], sc[_LOADED], evictions[0, :e].copy(),
-            evictions[1, :e].copy(), evictions[2, :e].copy())
+    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED]

@@ -334,17 +334,20 @@ def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: 
                       ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                  tuple[TierEvictions, ...]]:
     """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload:
-    one CPU tier runs the compiled kernel (`vllm_kernel.py`), lower tiers this module."""
-    if len(tiers) > 1:
-        return replay_vllm_offload(chains, gpu_hit_blocks, refused, tiers[0], tiers[1:])
-    from yaotu_trace.prefix.tiers.vllm_kernel import vllm_cpu_pass
+    the compiled pass (`vllm_kernel.py`) of the rules `replay_vllm_offload` states."""
+    from yaotu_trace.prefix.tiers.lru_rows import outcome
+    from yaotu_trace.prefix.tiers.vllm_kernel import vllm_offload_pass
 
-    tier = tiers[0]
+    cpu = tiers[0]
     block = int(chains.block_size_tokens)
-    hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last = vllm_cpu_pass(
-        chains.offsets, chains.ids, gpu_hit_blocks, refused, tier.chunk_tokens // block,
-        int(tier.chunk_tokens), block, int(tier.capacity_chunks), int(chains.num_distinct))
-    counters = TierCounters(stored_chunks=int(stored), evicted_chunks=int(evicted),
-                            failed_stores=int(failed), loaded_chunks=int(loaded))
+    (hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last, lower_counters,
+     lower_evictions) = vllm_offload_pass(
+        chains.offsets, chains.ids, gpu_hit_blocks, refused, cpu.chunk_tokens // block,
+        int(cpu.chunk_tokens), block, int(cpu.capacity_chunks), int(chains.num_distinct),
+        tuple(int(t.capacity_chunks) for t in tiers[1:]))
+    counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
+                            loaded_chunks=loaded)
     evictions = TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last)
-    return (hits,), (counters,), (evictions,)
+    below_counters, below_evictions = outcome(lower_counters, lower_evictions)
+    return (tuple(h.copy() for h in hits), (counters, *below_counters),
+            (evictions, *below_evictions))
