@@ -172,6 +172,33 @@ def test_tier_curve_rows_are_replays_at_each_size() -> None:
     assert seen[0] == seen[1] and len(seen[0]) == 2 * 3
 
 
+def test_lmcache_curve_from_one_pass_per_tier_size_equals_a_replay_per_point() -> None:
+    # GIVEN random prompts behind vLLM's pool with LMCache: 4, 6 and 8 blocks refuse 121, 63
+    # and 14 prompts (so the backend sees other requests), 9 blocks and an unlimited pool none
+    # (one pass serves both); CPU backends from 1 to 30 chunks
+    rng = np.random.default_rng(7)
+    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 16)))]
+               for _ in range(200)]
+    rules = rules_for("vllm", block_size_tokens=2)
+    chains = chains_of(prompts, rules)
+    tier = _tier("cpu", 30, 4)
+    gpu_sizes = (4, 6, 8, 9, None)
+    seen: list[tuple[int | None, int | None, list[int], list[int] | None]] = []
+    # WHEN the curve is drawn (one backend pass per tier size and refused set)
+    curve = tier_curve(chains, rules, tier, TierPolicy.LMCACHE, gpu_sizes, (1, 3, 9, 30),
+                       observe=lambda b, c, g, t: seen.append(
+                           (b, c, g.tolist(), None if t is None else t.tolist())))
+    # THEN every point is the replay at that point, request by request
+    for row, blocks in zip(curve.hit_tokens, gpu_sizes, strict=True):
+        for hits, chunks in zip(row, (1, 3, 9, 30), strict=True):
+            one = replay_tiers(chains, rules.with_(capacity_blocks=blocks),
+                               (_tier("cpu", chunks, 4),), TierPolicy.LMCACHE)
+            assert hits == int(one.hit_tokens.sum())
+            point = next(p for p in seen if p[:2] == (blocks, chunks))
+            assert point[2:] == (one.gpu_hit_tokens.tolist(), one.tier_hit_tokens[0].tolist())
+    assert sum(1 for p in seen if p[1] is not None and any(p[3] or [])) > 8
+
+
 def test_tier_sizes_convert_bytes_tokens_and_blocks() -> None:
     requests = (parse_tier("cpu=1GiB"), parse_tier("disk=1Mtok"), parse_tier("remote=1000"))
     tiers = resolve_tiers(requests, policy=TierPolicy.VLLM, block_size_tokens=16,

@@ -3,7 +3,10 @@
 A tiered pool is not a stack algorithm (what the tier holds depends on what the GPU served, and
 vLLM's offers fail whole), so the curve is one exact replay per point: one GPU-only replay per
 GPU size (the tiers never change the GPU's state, `replay.py`), then one pass of the tier per
-tier size over those GPU hits.
+tier size over those GPU hits. Where the policy allows it a pass serves several GPU sizes:
+one LMCache backend holds what it holds whatever the GPU pool served (it looks up from token 0
+and saves every chunk past its own run), so its pass at a tier size serves every GPU size that
+refuses the same requests (`lmcache_kernel.lmcache_run_tokens`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ import numpy as np
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import ReplayRules
-from yaotu_trace.prefix.tiers.replay import gpu_replay, replay_tiers
+from yaotu_trace.prefix.tiers.replay import (
+    check_tiers,
+    gpu_replay,
+    refused_requests,
+    replay_tiers,
+)
 from yaotu_trace.prefix.tiers.result import TieredResult
 from yaotu_trace.prefix.tiers.spec import TierPolicy, TierSpec
 
@@ -68,6 +76,7 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
     prompt = int(np.asarray(chains.prompt_tokens).sum())
     gpu_hits = []
     grid = []
+    runs: dict[bytes, list[np.ndarray]] = {}  # LMCache: per refused set, runs per tier size
     with _passes(threads) as run:
         for blocks in gpu_capacity_blocks:
             sized = rules.with_(capacity_blocks=blocks)
@@ -75,6 +84,10 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
             gpu_hits.append(int(np.asarray(gpu.hit_tokens).sum()))
             if observe is not None:
                 observe(blocks, None, np.asarray(gpu.hit_tokens), None)
+            if policy is TierPolicy.LMCACHE:
+                grid.append(_lmcache_row(chains, sized, tier, tier_capacity_chunks, gpu, runs,
+                                         run, observe))
+                continue
 
             def one(chunks: int, sized: ReplayRules = sized,
                     gpu: ReplayResult = gpu) -> TieredResult:
@@ -92,6 +105,34 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
     return TierCurve(gpu_capacity_blocks=tuple(gpu_capacity_blocks), tier=tier,
                      tier_capacity_chunks=tuple(tier_capacity_chunks), prompt_tokens=prompt,
                      gpu_hit_tokens=tuple(gpu_hits), hit_tokens=tuple(grid))
+
+
+def _lmcache_row(chains: BlockChains, sized: ReplayRules, tier: TierSpec,
+                 tier_capacity_chunks: tuple[int, ...], gpu: ReplayResult,
+                 runs: dict[bytes, list[np.ndarray]],
+                 run: Callable[[Callable[[int], np.ndarray], Sequence[int]], list[np.ndarray]],
+                 observe: Callable[[int | None, int | None, np.ndarray, np.ndarray | None],
+                                   None] | None) -> tuple[int, ...]:
+    """One GPU size's row under LMCache: the backend's runs at each tier size, passed once
+    per set of refused requests (`runs` keeps them), turned into this GPU size's hits."""
+    from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_hits, lmcache_run_tokens
+
+    check_tiers(chains, sized, (tier,), TierPolicy.LMCACHE)
+    refused = refused_requests(chains, sized)
+    key = np.packbits(refused).tobytes()
+    if key not in runs:
+        runs[key] = run(lambda chunks: lmcache_run_tokens(chains, refused, chunks,
+                                                          int(tier.chunk_tokens)),
+                        tier_capacity_chunks)
+    gpu_hit = np.where(refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
+    row = []
+    for chunks, run_tokens in zip(tier_capacity_chunks, runs[key], strict=True):
+        tier_hit = lmcache_hits(run_tokens, np.asarray(gpu.hit_blocks),
+                                int(chains.block_size_tokens), np.asarray(chains.prompt_tokens))
+        row.append(int(gpu_hit.sum() + tier_hit.sum()))
+        if observe is not None:
+            observe(sized.capacity_blocks, chunks, gpu_hit, tier_hit)
+    return tuple(row)
 
 
 @contextlib.contextmanager

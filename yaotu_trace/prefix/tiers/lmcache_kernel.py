@@ -32,10 +32,12 @@ from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
           capacity, cpu, st, evictions):  # pragma: no cover - compiled
-    """Hit tokens per backend and request, the backends' counters; `evictions[b]` filled."""
+    """Hit tokens per backend and request, the backends' counters, each request's run (the
+    tokens the backends hold from token 0); `evictions[b]` filled."""
     n = offsets.size - 1
     backends = capacity.size
     ends, size, counters, hits = lru_state(backends, n)
+    runs = np.zeros(n, dtype=np.int64)
     source = np.empty(most_chunks(offsets, per_chunk), dtype=np.int64)  # each chunk's backend
     for i in range(n):
         if refused[i]:
@@ -51,6 +53,7 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
             for j in range(run - 1, run_start - 1, -1):
                 touch(st, ends, b, chunk_key(ids, start, per_chunk, j), i)
         run_tokens = run * chunk_tokens
+        runs[i] = run_tokens
         g = gpu_hit_blocks[i] * block
         load = run_tokens - g
         if run_tokens == prompt[i]:
@@ -69,7 +72,7 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                 k = chunk_key(ids, start, per_chunk, j)
                 if not held(st, b, k):  # a backend that has the key skips it
                     insert(st, ends, size, capacity, counters, evictions, b, k, i)
-    return hits, counters
+    return hits, counters, runs
 
 
 def lmcache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
@@ -79,18 +82,49 @@ def lmcache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.nd
     """Hit tokens per backend (in the order of `capacity_chunks`), their counters and
     evictions; `cpu` is the index of the CPU backend (−1: none), which a read from a lower
     backend fills."""
+    hits, (counters, evictions), _ = _passed(chains, gpu_hit_blocks, refused, capacity_chunks,
+                                             chunk_tokens, cpu)
+    out_counters, out_evictions = outcome(counters, evictions)
+    return tuple(h.copy() for h in hits), out_counters, out_evictions
+
+
+def lmcache_run_tokens(chains: BlockChains, refused: np.ndarray, capacity_chunks: int,
+                       chunk_tokens: int) -> np.ndarray:
+    """The tokens one backend holds from each request's token 0 when it looks up (0 for a
+    refused request). With one backend nothing the GPU pool does changes what it holds, so
+    one pass serves every GPU pool size: `lmcache_hits` turns it into the tier's hits."""
+    n = chains.num_requests
+    _, _, runs = _passed(chains, np.zeros(n, dtype=np.int64), refused, (capacity_chunks,),
+                         chunk_tokens, -1)
+    return runs
+
+
+def lmcache_hits(run_tokens: np.ndarray, gpu_hit_blocks: np.ndarray, block_tokens: int,
+                 prompt_tokens: np.ndarray) -> np.ndarray:
+    """One backend's hit tokens per request from its runs (`lmcache_run_tokens`) behind a
+    GPU pool's hits: the run beyond the GPU hit, one token less for a whole prompt, as the
+    pass counts them."""
+    run = np.asarray(run_tokens, dtype=np.int64)
+    load = (run - np.asarray(gpu_hit_blocks, dtype=np.int64) * block_tokens
+            - (run == np.asarray(prompt_tokens, dtype=np.int64)))
+    return np.where(load > 0, load, 0)
+
+
+def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+            capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int
+            ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """The pass on its arrays: hits, (counters, evictions), runs."""
     offsets = np.asarray(chains.offsets, dtype=np.int64)
     block = int(chains.block_size_tokens)
     per_chunk = chunk_tokens // block
     # A backend's inserts: the chunks after each run, and (the CPU's) each chunk read below.
     st, evictions = rows(int(chains.num_distinct), len(capacity_chunks), 0,
                          2 * (int(offsets[-1]) // per_chunk))
-    hits, counters = _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
+    hits, counters, runs = _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
                            np.asarray(chains.prompt_tokens, dtype=np.int64),
                            np.asarray(gpu_hit_blocks, dtype=np.int64),
                            np.asarray(refused, dtype=np.bool_), np.int64(per_chunk),
                            np.int64(chunk_tokens), np.int64(block),
                            np.asarray(capacity_chunks, dtype=np.int64), np.int64(cpu), st,
                            evictions)
-    out_counters, out_evictions = outcome(counters, evictions)
-    return tuple(h.copy() for h in hits), out_counters, out_evictions
+    return hits, (counters, evictions), runs
