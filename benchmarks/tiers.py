@@ -6,9 +6,9 @@ hash id, vLLM's engine-exact pool) and the same chains for every line:
 - one replay with a CPU tier (the GPU pool's replay plus the tier's pass) against the GPU-only
   replay of the same trace and pool; goal ≤ 2×;
 - a 6 × 6 two-dimensional curve (GPU size × CPU tier size: 6 GPU replays and 36 tier passes,
-  6 under LMCache, whose backend's pass serves every GPU size) against one single-tier curve (`trace sweep`'s one-pass LRU curve of the GPU pool, every
-  capacity at once); goal ≤ 4×; and the same curve with each GPU size's tier passes on two
-  threads (`trace sweep --jobs 2`).
+  6 under LMCache, whose backend's pass serves every GPU size) against one single-tier curve
+  (`trace sweep`'s one-pass LRU curve of the GPU pool, every capacity at once); goal ≤ 4×; and
+  the same curve with each GPU size's tier passes on two threads (`trace sweep --jobs 2`).
 
 Each line is timed in this process after a warm-up run (the compiled kernels loaded), best of
 `--repeat`; reading and hashing the trace is shared and not counted. The end-to-end line runs
