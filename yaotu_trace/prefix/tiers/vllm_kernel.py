@@ -16,7 +16,7 @@ value (a bucket), sorted by rank: an eviction takes keys from the lowest bucket 
 moves a key into the list of its new rank, and a key a transfer holds is in no list until the
 step ends. The order is the heap's, with no stale entries to pop. A key's whole state is one
 64-byte row, so a chunk touched costs one cache line, not one per array (the pass is bound by
-memory). With one allocation for the large arrays (`vllm_cpu_pass`) the pass went from
+memory). With one allocation for the large arrays (`vllm_offload_pass`) the pass went from
 0.061 s to 0.022 s on the Mooncake conversation trace (`benchmarks/tiers.py`).
 """
 
