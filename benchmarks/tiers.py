@@ -1,7 +1,8 @@
 """Speed of the tiered replay (`prefix/tiers/`) against the GPU-only replay it builds on.
 
-Two ratios, on Mooncake's conversation trace (the `vllm` preset: 512-token blocks, one per
-hash id, vLLM's engine-exact pool) and the same chains for every line:
+Two ratios, on Mooncake's conversation trace (the `vllm` preset, or `sglang` for SGLang's
+policies: 512-token blocks, one per hash id, the engine's exact pool) and the same chains for
+every line:
 
 - one replay with a CPU tier (the GPU pool's replay plus the tier's pass) against the GPU-only
   replay of the same trace and pool; goal ≤ 2×;
@@ -14,7 +15,8 @@ Each line is timed in this process after a warm-up run (the compiled kernels loa
 `--repeat`; reading and hashing the trace is shared and not counted. The end-to-end line runs
 `trace replay` in fresh processes with and without `--tier`, everything included.
 
-    python benchmarks/tiers.py [--trace PATH] [--policy vllm-native|lmcache] [--repeat 3]
+    python benchmarks/tiers.py [--trace PATH] [--repeat 3]
+        [--policy vllm-native|lmcache|write_through|write_through_selective|write_back]
 """
 
 from __future__ import annotations
@@ -67,14 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     trace = read_trace(args.trace)
-    rules, _, _ = effective_rules(trace, "vllm")
+    policy = TierPolicy(args.policy)
+    # The policy's engine: SGLang's HiCache policies behind SGLang's pool, the rest behind vLLM's.
+    preset = "vllm" if policy in (TierPolicy.VLLM, TierPolicy.LMCACHE) else "sglang"
+    rules, _, _ = effective_rules(trace, preset)
     chains = prepare(trace).chains(rules)
     distinct = int(chains.num_distinct)
     block = int(chains.block_size_tokens)
     gpu_blocks = max(2, distinct // 20)
     cpu_chunks = max(1, distinct // 5)
     sized = rules.with_(capacity_blocks=gpu_blocks)
-    policy = TierPolicy(args.policy)
     tier = TierSpec(name=TierName.CPU, capacity_chunks=cpu_chunks, chunk_tokens=block)
 
     gpu_s, gpu = _best(lambda: gpu_replay(chains, sized), args.repeat)
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     e2e = []
     for extra in ([], ["--tier", f"cpu={cpu_chunks * block}tok", "--tier-policy", str(policy)]):
-        run = run_trace(["replay", str(args.trace), "--preset", "vllm", "--capacity",
+        run = run_trace(["replay", str(args.trace), "--preset", preset, "--capacity",
                          str(gpu_blocks), "--no-waterfall", "--format", "json", "-o",
                          "/dev/null", *extra])
         e2e.append(run["wall_s"])
