@@ -11,13 +11,14 @@ insert gives (R, 2^21 − 2 − j) for its chunk j (the tail below the head, as 
 (R, −position)), its finish (counter, 2^21 − 1).
 
 vLLM keeps the evictable keys in a lazy heap; here they are in rank order without one. Every
-rank's first part is a value of one counter, so the evictable keys sit in one linked list per
-value (a bucket), sorted by rank: an eviction takes keys from the lowest bucket up, a raise
-moves a key into the list of its new rank, and a key a transfer holds is in no list until the
-step ends. The order is the heap's, with no stale entries to pop. A key's whole state is one
-64-byte row, so a chunk touched costs one cache line, not one per array (the pass is bound by
-memory). With one allocation for the large arrays (`vllm_offload_pass`) the pass went from
-0.061 s to 0.022 s on the Mooncake conversation trace (`benchmarks/tiers.py`).
+rank's first part is a value of one counter, so the resident keys sit in one linked list per
+value (a bucket), sorted by rank: an eviction takes keys from the lowest bucket up, passing over
+a key a transfer of this step holds (a load pins it, a store leaves it pending until the step
+ends), and a raise moves a key into the list of its new rank. The order is the heap's, with no
+stale entries to pop. A key's whole state is one 64-byte row, so a chunk touched costs one
+cache line, not one per array (the pass is bound by memory). With one allocation for the large
+arrays (`vllm_offload_pass`) the pass went from 0.061 s to 0.021 s on the Mooncake
+conversation trace (`benchmarks/tiers.py`).
 """
 
 from __future__ import annotations
@@ -97,13 +98,10 @@ def _link(st, head, tail, sc, k, hint):  # pragma: no cover - compiled
 
 @nb.njit(cache=True, inline="always")
 def _rerank(st, head, tail, sc, k, r, hint):  # pragma: no cover - compiled
-    """Give resident key k rank r, moving it between lists when it is evictable."""
-    if st[k, _HELD] == _FREE:
-        _unlink(st, head, tail, k)
-        st[k, _RANK] = r
-        _link(st, head, tail, sc, k, hint)
-    else:
-        st[k, _RANK] = r
+    """Give resident key k rank r, moving it into the list of its new rank."""
+    _unlink(st, head, tail, k)
+    st[k, _RANK] = r
+    _link(st, head, tail, sc, k, hint)
 
 
 @nb.njit(cache=True, inline="always")
@@ -185,7 +183,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
         while got < needed and b <= sc[_COUNTER]:
             k = head[b]
             while k >= 0 and got < needed:
-                if st[k, _STAMP] != call:
+                if st[k, _STAMP] != call and st[k, _HELD] == _FREE:
                     chosen[got] = k
                     got += 1
                 k = st[k, _NEXT]
@@ -204,10 +202,13 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
         sc[_RESIDENT] -= got
         sc[_EVICTED] += got
     r_req = _request_rank(req_rank, sc, req)
+    hint = -1
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
         if st[k, _RANK] < 0 and (call == 0 or st[k, _STAMP] == call):
             st[k, _RANK] = r_req * _M + (_M - 2 - j)
+            _link(st, head, tail, sc, k, hint)
+            hint = k
             st[k, _HELD] = _PENDING
             step_keys[sc[_STEP]] = k
             sc[_STEP] += 1
@@ -254,9 +255,6 @@ def _finish(ids, start, per_chunk, chunks, req, seen, st, head, tail, sc,
         if st[k, seen] == req and st[k, _RANK] >= 0:
             sc[_COUNTER] += 1
             r = sc[_COUNTER] * _M + (_M - 1)
-            if st[k, _HELD] != _FREE:
-                st[k, _RANK] = r
-                continue
             if (st[k, _RANK] >> _SHIFT) != own:
                 _unlink(st, head, tail, k)
             st[k, _RANK] = r
@@ -271,16 +269,10 @@ def _finish(ids, start, per_chunk, chunks, req, seen, st, head, tail, sc,
 
 
 @nb.njit(cache=True)
-def _end_step(step_keys, st, head, tail, sc):  # pragma: no cover - compiled
+def _end_step(step_keys, st, sc):  # pragma: no cover - compiled
     """Every transfer of the step completes: loads unpin, stores become ready (evictable)."""
-    hint = -1
     for s in range(sc[_STEP]):
-        k = step_keys[s]
-        if st[k, _HELD] != _FREE:
-            st[k, _HELD] = _FREE
-            if st[k, _RANK] >= 0:
-                _link(st, head, tail, sc, k, hint)
-                hint = k
+        st[step_keys[s], _HELD] = _FREE
     sc[_STEP] = 0
 
 
@@ -391,15 +383,13 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                         lcounters[source[j] - 1, LOADED] += 1
             else:
                 run = promoted
-            _end_step(step_keys, st, head, tail, sc)
+            _end_step(step_keys, st, sc)
             loaded = chunk_tokens * (first + run) - g
         if loaded < chunk_tokens:
             loaded = 0
         if loaded > 0:
             for j in range(first, first + run):
                 k = chunk_key(ids, start, per_chunk, j)
-                if st[k, _RANK] >= 0 and st[k, _HELD] == _FREE:
-                    _unlink(st, head, tail, k)
                 st[k, _HELD] = _PINNED
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
@@ -422,7 +412,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                        evictions, lower)
             _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, head, tail, sc,
                     req_rank)
-        _end_step(step_keys, st, head, tail, sc)
+        _end_step(step_keys, st, sc)
         if loaded > 0:
             if req_next[i] < chunks:
                 ok = _offer(ids, start, per_chunk, req_next[i], chunks, False, i, seen,
@@ -431,7 +421,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 req_failed[i] = 0 if ok else 1
                 if ok:
                     req_next[i] = chunks
-            _end_step(step_keys, st, head, tail, sc)
+            _end_step(step_keys, st, sc)
             if promoted < 0:
                 hits[0, i] = loaded
             else:
