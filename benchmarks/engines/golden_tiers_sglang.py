@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OUT = ROOT / "tests" / "fixtures" / "tiers_sglang"
 sys.path.insert(0, str(HERE))
+from golden_json import dump_configs  # noqa: E402
 
 PROTOCOL = (
     "SGLang UnifiedRadixCache (python tree core, FULL component, lru) over a CPU token pool "
@@ -246,18 +247,6 @@ def configs_for(prompts: list[list[int]], page: int) -> list[Config]:
             for pool in pools for ratio in (1.0, 2.0, 4.0)]
 
 
-def _dump(document: dict, path: Path) -> None:
-    """One key a line, one configuration a line: small, diffable, the same bytes every run."""
-    head = {k: v for k, v in document.items() if k != "configs"}
-    lines = ["{"]
-    lines += [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
-    lines.append('  "configs": [')
-    configs = [f"    {json.dumps(c, separators=(',', ':'))}" for c in document["configs"]]
-    lines.append(",\n".join(configs))
-    lines += ["  ]", "}"]
-    path.write_text("\n".join(lines) + "\n")
-
-
 TRACES = {  # name -> (file, page sizes)
     "mixed": (ROOT / "tests/fixtures/engines/trace_mixed.parquet", (1, 16)),
     "sessions": (ROOT / "tests/fixtures/engines/trace_sessions.parquet", (16,)),
@@ -307,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                     "torch_version": torch.__version__, "trace": path.name,
                     "protocol": PROTOCOL, "configs": configs}
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        _dump(document, args.out_dir / f"sglang_hicache_{name}.json")
+        dump_configs(document, args.out_dir / f"sglang_hicache_{name}.json")
     return 0
 
 

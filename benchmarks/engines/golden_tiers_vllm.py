@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_json import dump_configs
 from traces import load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,18 +306,6 @@ def write_mooncake_slice(path: Path) -> None:
                                   column_encoding={"prompt_tokens": "DELTA_BINARY_PACKED"})
 
 
-def _dump(document: dict, path: Path) -> None:
-    """One key a line, one configuration a line: small, diffable, the same bytes every run."""
-    head = {k: v for k, v in document.items() if k != "configs"}
-    lines = ["{"]
-    lines += [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
-    lines.append('  "configs": [')
-    configs = [f"    {json.dumps(c, separators=(',', ':'))}" for c in document["configs"]]
-    lines.append(",\n".join(configs))
-    lines += ["  ]", "}"]
-    path.write_text("\n".join(lines) + "\n")
-
-
 TRACES = {  # name -> (file, (block size, blocks per chunk) pairs)
     "mixed": (ROOT / "tests/fixtures/engines/trace_mixed.parquet", ((16, 1), (16, 2), (16, 4))),
     "sessions": (ROOT / "tests/fixtures/engines/trace_sessions.parquet", ((16, 1), (16, 3))),
@@ -386,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                     "torch_version": torch.__version__, "trace": path.name,
                     "protocol": PROTOCOL, "configs": configs}
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        _dump(document, args.out_dir / f"vllm_offload_{name}.json")
+        dump_configs(document, args.out_dir / f"vllm_offload_{name}.json")
     return 0
 
 

@@ -21,7 +21,6 @@ Deterministic: the same bytes on every run.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_json import dump_configs
 from traces import DATA, SHAPES, load_prompts, trace_path
 
 PROTOCOL = ("one request at a time in file order: get_computed_blocks(req), then "
@@ -131,18 +131,6 @@ def ours(path: Path, config: Config) -> tuple[np.ndarray, np.ndarray]:
     return replay(chains, clean).hit_tokens, replay_vllm(chains, config.num_gpu_blocks).hit_tokens
 
 
-def _dump(document: dict, path: Path) -> None:
-    """One key a line, one configuration a line: small, diffable, the same bytes every run."""
-    head = {k: v for k, v in document.items() if k != "configs"}
-    lines = ["{"]
-    lines += [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
-    lines.append('  "configs": [')
-    configs = [f"    {json.dumps(c, separators=(',', ':'))}" for c in document["configs"]]
-    lines.append(",\n".join(configs))
-    lines += ["  ]", "}"]
-    path.write_text("\n".join(lines) + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Drive vLLM on every trace and configuration, write the fixtures, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -174,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         document = {"engine": "vllm", "engine_version": vllm.__version__,
                     "torch_version": torch.__version__, "trace": path.name,
                     "protocol": PROTOCOL, "configs": configs}
-        _dump(document, args.out_dir / f"vllm_{shape.name}.json")
+        dump_configs(document, args.out_dir / f"vllm_{shape.name}.json")
     return 0
 
 
