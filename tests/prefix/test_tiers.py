@@ -35,6 +35,14 @@ def _tier(name: str, chunks: int, tokens: int) -> TierSpec:
     return TierSpec(name=TierName(name), capacity_chunks=chunks, chunk_tokens=tokens)
 
 
+def _same_evictions(got: tuple, want: tuple) -> None:
+    """Every tier evicted the same keys, for the same requests, last used by the same ones."""
+    for mine, theirs in zip(got, want, strict=True):
+        assert mine.key.tolist() == theirs.key.tolist()
+        assert mine.request.tolist() == theirs.request.tolist()
+        assert mine.last_use_request.tolist() == theirs.last_use_request.tolist()
+
+
 def test_vllm_native_loads_the_cpu_run_past_the_gpu_hit_and_a_full_hit() -> None:
     # GIVEN vLLM's pool of 4 blocks (3 usable) of 2 tokens and a CPU tier of 4 chunks
     rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=4)
@@ -294,10 +302,7 @@ def test_vllm_kernel_with_lower_tiers_equals_the_python_model(
     assert [h.tolist() for h in compiled] == [h.tolist() for h in python]
     assert sum(int(h.sum()) for h in python[1:]) > 0
     assert counters == reference
-    for got, want in zip(evicted, expected, strict=True):
-        assert got.key.tolist() == want.key.tolist()
-        assert got.request.tolist() == want.request.tolist()
-        assert got.last_use_request.tolist() == want.last_use_request.tolist()
+    _same_evictions(evicted, expected)
 
 
 @pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
@@ -327,10 +332,7 @@ def test_lmcache_kernel_equals_the_python_model(seed: int, per_chunk: int,
     assert [h.tolist() for h in compiled] == [h.tolist() for h in python]
     assert any(h.sum() for h in python)
     assert counters == reference
-    for got, want in zip(evicted, expected, strict=True):
-        assert got.key.tolist() == want.key.tolist()
-        assert got.request.tolist() == want.request.tolist()
-        assert got.last_use_request.tolist() == want.last_use_request.tolist()
+    _same_evictions(evicted, expected)
 
 
 @pytest.mark.parametrize(("seed", "policy", "gpu_blocks", "sizes"), [
@@ -369,10 +371,7 @@ def test_sglang_kernel_equals_the_python_model(seed: int, policy: TierPolicy,
     # (write_back behind an unlimited GPU pool never backs up: nothing is evicted)
     assert any(h.sum() > 0 for h in python) == (gpu_blocks is not None)
     assert counters == reference
-    for got, want in zip(evicted, expected, strict=True):
-        assert got.key.tolist() == want.key.tolist()
-        assert got.request.tolist() == want.request.tolist()
-        assert got.last_use_request.tolist() == want.last_use_request.tolist()
+    _same_evictions(evicted, expected)
 
 
 @pytest.mark.parametrize("policy", [TierPolicy.VLLM, TierPolicy.LMCACHE,
