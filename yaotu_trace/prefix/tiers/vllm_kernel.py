@@ -31,6 +31,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     chunk_key,
     held,
     insert,
+    lru_state,
     most_chunks,
     move_newest,
     rows,
@@ -238,7 +239,7 @@ def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     stored_from = sc[_STEP]
     ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, head,
                 tail, sc, req_rank, chosen, step_keys, evictions)
-    if ok and lower[3].size > 0:
+    if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
         _write_through(step_keys, stored_from, sc[_STEP], lower, req)
     return ok
 
@@ -307,31 +308,29 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     evictions = work[8 * keys + 2 * buckets:].reshape(3, room)
     lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity), 0,
                                        room)
-    lower = (lower_rows, np.full((len(lower_capacity), 2), -1, dtype=np.int64),
-             np.zeros(len(lower_capacity), dtype=np.int64),
-             np.asarray(lower_capacity, dtype=np.int64),
-             np.zeros((len(lower_capacity), 3), dtype=np.int64), lower_evictions)
-    hits, stored, evicted, failed, loaded = _pass(
+    hits, stored, evicted, failed, loaded, lower_counters = _pass(
         offsets, np.asarray(ids, dtype=np.int64), np.asarray(gpu_hit_blocks, dtype=np.int64),
         np.asarray(refused, dtype=np.bool_), np.int64(per_chunk), np.int64(chunk_tokens),
-        np.int64(block), np.int64(capacity), st, ends, evictions, lower)
+        np.int64(block), np.int64(capacity), st, ends, evictions, lower_rows,
+        np.asarray(lower_capacity, dtype=np.int64), lower_evictions)
     e = int(evicted)
     return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
-            evictions[1, :e].copy(), evictions[2, :e].copy(), lower[4], lower_evictions)
+            evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters, lower_evictions)
 
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          ends, evictions, lower):  # pragma: no cover - compiled
+          ends, evictions, lst, lcapacity, levictions):  # pragma: no cover - compiled
     """`vllm_offload_pass` on its arrays: a row per key, the buckets' list ends (heads,
-    tails), a column per eviction and the lower tiers' LRUs."""
+    tails), a column per eviction, and the lower tiers' rows, sizes and evictions; returns the
+    lower tiers' counters last."""
     n = offsets.size - 1
     head = ends[0]
     tail = ends[1]
     buckets = head.size
-    lst = lower[0]
-    lcounters = lower[4]
-    below = lower[3].size
+    below = lcapacity.size
+    lends, lsize, lcounters, _ = lru_state(below, 0)
+    lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
     max_chunks = most_chunks(offsets, per_chunk)
     chosen = np.empty(max_chunks + 1, dtype=np.int64)
     step_keys = np.empty(3 * max_chunks + 3, dtype=np.int64)
@@ -379,7 +378,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                     if source[j] > 0:
                         k = chunk_key(ids, start, per_chunk, first + j)
                         if held(lst, source[j] - 1, k):
-                            move_newest(lst, lower[1], source[j] - 1, k)
+                            move_newest(lst, lends, source[j] - 1, k)
                         lcounters[source[j] - 1, LOADED] += 1
             else:
                 run = promoted
@@ -430,4 +429,4 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                         (first + j) * chunk_tokens, g)
         prev = i
         prev_seen = seen
-    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED]
+    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters
