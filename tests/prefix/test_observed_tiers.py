@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, shared_trace
 
 from yaotu_trace.commands.replay import replay
 from yaotu_trace.data.engine_facts import TierSources, tier_sources
@@ -199,3 +199,29 @@ def test_check_gates_on_a_tiers_gap_to_the_engine(tmp_path: Path) -> None:
 
     assert not gate("<=", 0.02)  # vLLM and the replay agree exactly
     assert gate(">=", 0.02)
+
+
+def test_counters_of_another_run_are_refused() -> None:
+    """vLLM's counters from the fixture's run (87,584 prompt tokens) against a replay of the
+    Mooncake conversation trace's 144,793,823: they cannot have counted its traffic."""
+    from yaotu_trace.commands.shared.tiers import observed_tiers
+    from yaotu_trace.errors import TraceReadError
+
+    metrics = read_metrics(HERE / "vllm_offload_mixed.metrics.txt")
+    mooncake = {"prompt_tokens": 144_793_823, "gpu_hit_tokens": 9_310_720,
+                "tiers": [{"name": "cpu", "hit_tokens": 37_821_440}]}
+    with pytest.raises(TraceReadError, match="87,584 prompt tokens, under 1% of the trace's "
+                                             "144,793,823"):
+        observed_tiers(metrics, mooncake)
+    # at a hundredth of the trace's tokens (one instance of a hundred) they are compared
+    hundredth = {**mooncake, "prompt_tokens": 8_758_400}
+    assert observed_tiers(metrics, hundredth) is not None
+
+
+def test_a_replay_refuses_the_metrics_of_another_run_in_one_line() -> None:
+    path = shared_trace("mooncake/conversation_trace.jsonl")
+    from yaotu_trace.errors import TraceReadError
+
+    with pytest.raises(TraceReadError, match="did not count this trace's traffic"):
+        replay(path, ReplayOptions(preset="vllm", capacity="2700", tiers=("cpu=26000blocks",)),
+               waterfall=False, metrics=HERE / "vllm_offload_mixed.metrics.txt")

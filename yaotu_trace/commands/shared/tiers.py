@@ -9,6 +9,7 @@ from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
 from yaotu_trace.data.engine_facts import tier_sources
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.errors import TraceReadError
 from yaotu_trace.prefix.options import ReplayOptions
 
 
@@ -43,13 +44,26 @@ def priced_tiers(loaded: Trace, options: ReplayOptions, pricing: PricingOptions 
             "block_size_tokens": rules.block_size_tokens, **summary.tiers}, priced
 
 
+# Counters holding less than this share of the trace's prompt tokens cannot have counted its
+# traffic (one instance of a hundred still would): the export is of another run.
+MIN_COUNTED_SHARE = 0.01
+
+
 def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None
                    ) -> dict[str, Any] | None:
     """The engine's hits by tier in `metrics` against the tiered replay's (`tiers`, a tiers
-    section): the `observed_tiers` section, or None when either is missing."""
+    section): the `observed_tiers` section, or None when either is missing. Refused when the
+    export's prompt-token counter holds under `MIN_COUNTED_SHARE` of the trace's prompt tokens.
+    """
     found = None if metrics is None or tiers is None else tier_sources(metrics)
-    if found is None or tiers is None:
+    if found is None or tiers is None or metrics is None:
         return None
+    prompt = int(tiers["prompt_tokens"])
+    if found.prompt_tokens is not None and found.prompt_tokens < MIN_COUNTED_SHARE * prompt:
+        raise TraceReadError(
+            f"{metrics.path}: its counters hold {found.prompt_tokens:,.0f} prompt tokens, under "
+            f"{MIN_COUNTED_SHARE:.0%} of the trace's {prompt:,}: they did not count this trace's "
+            "traffic (export the metrics of this trace's run)")
     from yaotu_trace.prefix.tiers.observed import compare_tiers
 
     return compare_tiers(found, tiers).to_dict()
