@@ -121,9 +121,9 @@ def _lmcache_row(chains: BlockChains, sized: ReplayRules, tier: TierSpec,
     refused = refused_requests(chains, sized)
     key = np.packbits(refused).tobytes()
     if key not in runs:
-        runs[key] = run(lambda chunks: lmcache_run_tokens(chains, refused, chunks,
-                                                          int(tier.chunk_tokens)),
-                        tier_capacity_chunks)
+        runs[key] = run(lambda chunks: lmcache_run_tokens(
+            chains, refused, chunks, int(tier.chunk_tokens), cpu=str(tier.name) == "cpu"),
+            tier_capacity_chunks)
     gpu_hit = np.where(refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
     row = []
     for chunks, run_tokens in zip(tier_capacity_chunks, runs[key], strict=True):

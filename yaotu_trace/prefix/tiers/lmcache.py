@@ -12,12 +12,18 @@ storage_manager.py`, `local_cpu_backend.py`, `local_disk_backend.py`, `cache_pol
 - The GPU hit wins: LMCache loads the run's tokens beyond the GPU hit g (none when the run is
   not longer); when the run covers the whole prompt it loads one token less (the last one is
   recomputed). A chunk read from disk or remote is also written into the CPU backend.
-- After the prefill every full chunk from the LMCache hit on is saved to every backend (a
-  backend that has the key skips it), head to tail, each backend evicting its least recently
-  used chunk when full.
+- After the prefill every full chunk from the LMCache hit on is saved. The save first takes
+  CPU memory for each of them, head to tail, a chunk the CPU backend already holds included
+  (`cache_engine.py::store`, `storage_manager.allocate`), evicting the CPU backend's least
+  recently used chunks for it (`local_cpu_backend.py::allocate`); chunks of this save are
+  not in the backend yet, so none of them can be evicted, and when the backend is too small
+  for the whole save it keeps the head and drops the rest ("choosing to store only N total
+  chunks"). Then every backend is written head to tail (`storage_manager.py::batched_put`):
+  one that has the key skips it without refreshing it; a lower backend evicts its least
+  recently used chunk when full.
 
-Modelled from these rules; not checked against LMCache's code (docs/replay.md says what that
-leaves open).
+Checked against LMCache 0.5.6's engine driven on CPU, request by request
+(`tests/fixtures/tiers_lmcache/`, `tests/prefix/test_tiers_lmcache_engine.py`).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ class _Backend:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.keys: OrderedDict[int, int] = OrderedDict()  # key -> request that used it last
-        self.stored = self.evicted = self.loaded = 0
+        self.stored = self.evicted = self.loaded = self.failed = 0
         self.now = -1  # the request being replayed
         self.records: list[tuple[int, int, int]] = []  # (key, evicting request, last use)
 
@@ -56,9 +62,22 @@ class _Backend:
         self.keys[key] = self.now
         self.stored += 1
 
+    def allocate(self, wanted: int) -> int:
+        """How many of a store's `wanted` chunks get memory: one page each (a chunk already
+        held too), the least recent chunks evicted for them; the rest of the store is dropped
+        when the backend cannot take it all."""
+        for _ in range(min(len(self.keys), len(self.keys) + wanted - self.capacity)):
+            gone, last = self.keys.popitem(last=False)
+            self.records.append((gone, self.now, last))
+            self.evicted += 1
+        if wanted > self.capacity:
+            self.failed += 1
+            return self.capacity
+        return wanted
+
     def counters(self) -> TierCounters:
         return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
-                            failed_stores=0, loaded_chunks=self.loaded)
+                            failed_stores=self.failed, loaded_chunks=self.loaded)
 
 
 def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
@@ -120,8 +139,11 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                 backends[b].loaded += 1
                 if cpu is not None and backends[b] is not cpu:
                     cpu.put(keys[j])
+        stop = chunks
+        if cpu is not None and chunks > len(source):
+            stop = len(source) + cpu.allocate(chunks - len(source))
         for backend in backends:
-            for j in range(len(source), chunks):
+            for j in range(len(source), stop):
                 backend.put(keys[j])
     return (tuple(hits), tuple(b.counters() for b in backends),
             tuple(TierEvictions.of(b.records) for b in backends))

@@ -16,8 +16,10 @@ import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.lru_rows import (
+    FAILED,
     LOADED,
     chunk_key,
+    evict_oldest,
     held,
     insert,
     lru_state,
@@ -67,12 +69,31 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                 k = chunk_key(ids, start, per_chunk, j)
                 if cpu >= 0 and b != cpu and not held(st, cpu, k):
                     insert(st, ends, size, capacity, counters, evictions, cpu, k, i)
+        stop = chunks
+        if cpu >= 0 and chunks > run:
+            stop = run + _allocate(st, ends, size, capacity, counters, evictions, cpu,
+                                   chunks - run, i)
         for b in range(backends):
-            for j in range(run, chunks):
+            for j in range(run, stop):
                 k = chunk_key(ids, start, per_chunk, j)
                 if not held(st, b, k):  # a backend that has the key skips it
                     insert(st, ends, size, capacity, counters, evictions, b, k, i)
     return hits, counters, runs
+
+
+@nb.njit(cache=True, inline="always")
+def _allocate(st, ends, size, capacity, counters, evictions, cpu, wanted,
+              now):  # pragma: no cover - compiled
+    """How many of a store's `wanted` chunks get CPU memory (`lmcache.py`, the store): one
+    page each, a chunk the backend already holds included, the least recent chunks evicted
+    for them; the store keeps its head when the backend cannot take it all."""
+    over = min(size[cpu], size[cpu] + wanted - capacity[cpu])
+    for _ in range(over):
+        evict_oldest(st, ends, size, counters, evictions, cpu, now)
+    if wanted > capacity[cpu]:
+        counters[cpu, FAILED] += 1
+        return capacity[cpu]
+    return wanted
 
 
 def lmcache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
@@ -89,13 +110,14 @@ def lmcache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.nd
 
 
 def lmcache_run_tokens(chains: BlockChains, refused: np.ndarray, capacity_chunks: int,
-                       chunk_tokens: int) -> np.ndarray:
-    """The tokens one backend holds from each request's token 0 when it looks up (0 for a
-    refused request). With one backend nothing the GPU pool does changes what it holds, so
-    one pass serves every GPU pool size: `lmcache_hits` turns it into the tier's hits."""
+                       chunk_tokens: int, *, cpu: bool = True) -> np.ndarray:
+    """The tokens one backend (the CPU's unless `cpu=False`) holds from each request's token
+    0 when it looks up (0 for a refused request). With one backend nothing the GPU pool does
+    changes what it holds, so one pass serves every GPU pool size: `lmcache_hits` turns it
+    into the tier's hits."""
     n = chains.num_requests
     _, _, runs = _passed(chains, np.zeros(n, dtype=np.int64), refused, (capacity_chunks,),
-                         chunk_tokens, -1)
+                         chunk_tokens, 0 if cpu else -1)
     return runs
 
 

@@ -19,8 +19,8 @@ from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 # Columns of a key's row, per LRU (offset 4·b); its ends: least, most recent.
 LESS, MORE, LAST, HELD = range(4)
 OLDEST, NEWEST = 0, 1
-# Counters per LRU.
-STORED, EVICTED, LOADED = range(3)
+# Counters per LRU (FAILED: chunks a store had to drop, for want of room).
+STORED, EVICTED, LOADED, FAILED = range(4)
 
 
 @nb.njit(cache=True, inline="always")
@@ -42,7 +42,7 @@ def most_chunks(offsets, per_chunk):  # pragma: no cover - compiled
 def lru_state(lrus, n):  # pragma: no cover - compiled
     """Empty LRUs' ends, sizes and counters, and their hits per request."""
     return (np.full((lrus, 2), -1, dtype=np.int64), np.zeros(lrus, dtype=np.int64),
-            np.zeros((lrus, 3), dtype=np.int64), np.zeros((lrus, n), dtype=np.int64))
+            np.zeros((lrus, 4), dtype=np.int64), np.zeros((lrus, n), dtype=np.int64))
 
 
 def rows(keys: int, lrus: int, extra: int, inserts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -86,25 +86,33 @@ def move_newest(st, ends, b, k):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, inline="always")
+def evict_oldest(st, ends, size, counters, evictions, b, now):  # pragma: no cover - compiled
+    """LRU b (not empty) drops its least recent key, recorded (key, request `now`, its last
+    use)."""
+    c = 4 * b
+    gone = ends[b, OLDEST]
+    more = st[gone, c + MORE]
+    ends[b, OLDEST] = more
+    if more >= 0:
+        st[more, c + LESS] = -1
+    else:
+        ends[b, NEWEST] = -1
+    st[gone, c + HELD] = 0
+    e = counters[b, EVICTED]
+    evictions[b, 0, e] = gone
+    evictions[b, 1, e] = now
+    evictions[b, 2, e] = st[gone, c + LAST]
+    counters[b, EVICTED] += 1
+    size[b] -= 1
+
+
+@nb.njit(cache=True, inline="always")
 def insert(st, ends, size, capacity, counters, evictions, b, k, now):  # pragma: no cover
     """Key k (not held) becomes LRU b's most recent; when b is full its least recent goes
-    first, recorded (key, request, its last use)."""
+    first (`evict_oldest`)."""
     c = 4 * b
     if size[b] >= capacity[b]:
-        gone = ends[b, OLDEST]
-        more = st[gone, c + MORE]
-        ends[b, OLDEST] = more
-        if more >= 0:
-            st[more, c + LESS] = -1
-        else:
-            ends[b, NEWEST] = -1
-        st[gone, c + HELD] = 0
-        e = counters[b, EVICTED]
-        evictions[b, 0, e] = gone
-        evictions[b, 1, e] = now
-        evictions[b, 2, e] = st[gone, c + LAST]
-        counters[b, EVICTED] += 1
-        size[b] -= 1
+        evict_oldest(st, ends, size, counters, evictions, b, now)
     newest = ends[b, NEWEST]
     st[k, c + LESS] = newest
     st[k, c + MORE] = -1
@@ -131,7 +139,8 @@ def outcome(counters: np.ndarray, evictions: np.ndarray
     lrus = counters.shape[0]
     out_counters = tuple(
         TierCounters(stored_chunks=int(counters[b, STORED]),
-                     evicted_chunks=int(counters[b, EVICTED]), failed_stores=0,
+                     evicted_chunks=int(counters[b, EVICTED]),
+                     failed_stores=int(counters[b, FAILED]),
                      loaded_chunks=int(counters[b, LOADED])) for b in range(lrus))
     out_evictions = []
     for b in range(lrus):

@@ -24,7 +24,9 @@ class TierCounters:
 
     stored_chunks: int  # chunks written into the tier
     evicted_chunks: int  # chunks the tier dropped to make room
-    failed_stores: int  # offers the tier refused whole (vLLM: no room even after eviction)
+    # Stores the tier could not take whole: vLLM refuses the offer (no room even after
+    # eviction); LMCache keeps the save's head and drops the rest.
+    failed_stores: int
     loaded_chunks: int  # chunks read from the tier onto the GPU (or promoted up)
 
     def to_dict(self) -> dict[str, int]:

@@ -134,7 +134,8 @@ TIER_HEADER = ["source", "capacity", "hit tokens", "of prompt", "requests", "sto
 
 def tier_rows(s: dict[str, Any]) -> list[list[str]]:
     """`--tier`: the GPU pool, then each tier: what it served, the chunks it stored, evicted,
-    refused (failed offers) and loaded (bytes with the model's KV size, else chunks)."""
+    the stores it could not take whole (vLLM's refused offers, LMCache's saves cut short) and
+    loaded (bytes with the model's KV size, else chunks)."""
     t = s["tiers"]
     blocks = t.get("gpu_capacity_blocks", s.get("rules", {}).get("capacity_blocks"))
     pool = "unlimited" if blocks is None else f"{fmt.count(blocks)} blocks"

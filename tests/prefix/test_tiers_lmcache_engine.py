@@ -1,0 +1,99 @@
+"""The tiered replay under LMCache's rules (`prefix.tiers`, policy `lmcache`) against LMCache
+0.5.6's own engine.
+
+The fixtures `tests/fixtures/tiers_lmcache/lmcache_*.json` were recorded by
+`benchmarks/engines/golden_tiers_lmcache.py` from LMCache's `LMCacheEngine` on CPU (mock GPU
+connector, one `LocalCPUBackend`), driven request by request with the calls vLLM's LMCache
+adapter makes (`lookup` with pins, `lookup_unpin`, `store` of the whole chunks beyond the hit):
+per request, the tokens LMCache's lookup finds from token 0, at several chunk and CPU sizes,
+on the two engine traces and the Mooncake slice. LMCache's loads do not reorder its CPU
+backend, so that hit does not depend on the GPU pool in front; the adapter's arithmetic puts
+it behind one (`vllm_v1_adapter.py::get_num_new_matched_tokens`). No LMCache is needed here.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, golden_cases, golden_document
+
+from yaotu_trace.ingest import read_trace
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.prepare import prepare
+from yaotu_trace.prefix.rules import rules_for
+from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tiers
+from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_model
+from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_run_tokens
+
+DATA = FIXTURES / "tiers_lmcache"
+GOLDEN = sorted(DATA.glob("lmcache_*.json"))
+BLOCK = 16
+
+
+@cache
+def _chains(trace: str, gpu_blocks: int | None = None) -> BlockChains:
+    # LMCache keys chunks by their tokens alone (no tenant salt): one namespace.
+    rules = rules_for("vllm", block_size_tokens=BLOCK, capacity_blocks=gpu_blocks,
+                      tenant_isolation=False)
+    return prepare(read_trace(FIXTURES.parent.parent / trace)).chains(rules)
+
+
+def _config(fixture: str, index: int) -> tuple[str, dict]:
+    document = golden_document(DATA / fixture)
+    return document["trace"], document["configs"][index]
+
+
+def test_lmcache_golden_fixtures_cover_chunks_sizes_and_cut_saves() -> None:
+    # GIVEN the recorded fixtures WHEN counted THEN they span traces, chunk sizes and CPU sizes
+    # from saves LMCache cuts short (a prompt of more chunks than the backend) to no eviction
+    assert len(GOLDEN) == 3
+    configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
+    assert {c["chunk_tokens"] for c in configs} == {16, 32, 64, 256}
+    assert len(configs) == 38 and sum(1 for c in configs if c["total_hit_tokens"] > 0) >= 35
+    assert min(c["cpu_chunks"] for c in configs) == 2
+
+
+@pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN))
+def test_lmcache_hits_are_lmcache_engines_per_request(fixture: str, index: int) -> None:
+    # GIVEN one configuration LMCache's engine replayed
+    trace, config = _config(fixture, index)
+    chains = _chains(trace)
+    refused = np.zeros(chains.num_requests, dtype=bool)
+    # WHEN the compiled pass and its Python model replay LMCache's CPU backend
+    runs = lmcache_run_tokens(chains, refused, config["cpu_chunks"], config["chunk_tokens"])
+    tier = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"],
+                    chunk_tokens=config["chunk_tokens"])
+    no_gpu = np.zeros(chains.num_requests, dtype=np.int64)
+    (model_hits,), _, _ = replay_lmcache_model(chains, no_gpu, refused, (tier,))
+    # THEN every request finds the tokens LMCache's lookup found
+    np.testing.assert_array_equal(runs, config["hit_tokens"])
+    # AND with no GPU pool in front the tier serves them, less the last token of a whole hit
+    gold = np.asarray(config["hit_tokens"])
+    np.testing.assert_array_equal(model_hits, gold - (gold == chains.prompt_tokens))
+
+
+@pytest.mark.parametrize("gpu_blocks", [48, 96])
+def test_lmcache_behind_a_gpu_pool_loads_what_the_adapter_loads(gpu_blocks: int) -> None:
+    # GIVEN LMCache's hits on the mixed trace (64-token chunks, 64 chunks of CPU), where its
+    # backend evicts, and a vLLM GPU pool in front large enough to refuse no prompt
+    document = golden_document(DATA / "lmcache_mixed.json")
+    trace = document["trace"]
+    config = next(c for c in document["configs"]
+                  if (c["chunk_tokens"], c["cpu_chunks"]) == (64, 64))
+    chains = _chains(trace, gpu_blocks)
+    rules = rules_for("vllm", block_size_tokens=BLOCK, capacity_blocks=gpu_blocks,
+                      tenant_isolation=False)
+    tier = TierSpec(name=TierName.CPU, capacity_chunks=64, chunk_tokens=64)
+    # WHEN the tiered replay runs
+    result = replay_tiers(chains, rules, (tier,), TierPolicy.LMCACHE)
+    assert not np.asarray(result.refused).any() and result.counters[0].evicted_chunks > 0
+    # THEN each request loads LMCache's hit beyond the GPU's, one token less for a whole
+    # prompt, as vLLM's adapter computes `need to load`
+    hit = np.asarray(config["hit_tokens"])
+    gpu = np.asarray(result.gpu_hit_tokens)
+    need = hit - gpu - (hit == chains.prompt_tokens)
+    np.testing.assert_array_equal(result.tier_hit_tokens[0], np.maximum(need, 0))
+    assert int(np.asarray(result.tier_hit_tokens[0]).sum()) > 0
