@@ -2,31 +2,36 @@
 
 Builds LMCache 0.5.6's `LMCacheEngine` on CPU (`LMCacheEngineBuilder.get_or_create` with the
 mock GPU connector, `CreateGPUConnector(config, metadata, EngineType.MOCK)`, then
-`post_init()`): one `LocalCPUBackend` (LRU) of `cpu_chunks` chunks of `chunk_tokens` tokens,
-partial chunks not saved, synchronous loading. Then, per request in file order, the calls
-vLLM's LMCache adapter makes for one request running alone (lmcache 0.5.6,
-`integration/vllm/vllm_v1_adapter.py`):
+`post_init()`): a `LocalCPUBackend` (LRU) of `cpu_chunks` chunks of `chunk_tokens` tokens and,
+in some configurations, a `LocalDiskBackend` of `disk_chunks` chunks below it (one I/O thread,
+so its writes land in order); partial chunks not saved, synchronous loading. Then, per request
+in file order, the calls vLLM's LMCache adapter makes for one request running alone
+(lmcache 0.5.6, `integration/vllm/vllm_v1_adapter.py`), behind a GPU pool that hits nothing:
 
 1. `lookup(tokens, lookup_id, pin=True)` over the whole prompt, as the scheduler's lookup
-   client does (`get_num_new_matched_tokens`): H, the hit tokens from token 0;
-2. `lookup_unpin(lookup_id)` (the worker unpins before it saves, `wait_for_save`);
-3. `store(tokens[:full chunks], mask)` with the first H tokens masked off: the adapter's save
+   client does (`get_num_new_matched_tokens`): H, the hit tokens from token 0, and (from the
+   engine's pins) how many of its chunks the disk backend holds;
+2. `retrieve` of those H tokens when there is anything to load (`start_load_kv`): a chunk read
+   from disk is refreshed there and written into the CPU backend;
+3. `lookup_unpin(lookup_id)` (the worker unpins before it saves, `wait_for_save`);
+4. `store(tokens[:full chunks], mask)` with the first H tokens masked off: the adapter's save
    starts at `num_saved_tokens`, which is the LMCache hit (`RequestTracker.from_new_request`),
    and covers whole chunks only (`discard_partial_chunks`); skipped when no whole chunk lies
-   beyond H (`ReqMeta.from_request_tracker`).
+   beyond H (`ReqMeta.from_request_tracker`). Every disk write lands before the next request.
 
-The load between 1 and 3 (`retrieve` of the chunks beyond vLLM's own GPU hit) reads the CPU
-backend without touching its LRU order (`LocalCPUBackend.get_blocking`), so H per request does
-not depend on the GPU pool in front: the fixture holds H, and the tests put it behind any GPU
-pool with the adapter's own arithmetic (load H − GPU hit, one token less when H is the whole
-prompt). Each chunk of the tiny model takes one 4 KiB page of `max_local_cpu_size` (LMCache's
-allocator rounds up to it), so `cpu_chunks · 4096 / 2^30` GiB holds `cpu_chunks` chunks.
+With the CPU backend alone, the load reads without touching its LRU order
+(`LocalCPUBackend.get_blocking`), so H does not depend on the GPU pool in front and the tests
+put it behind any GPU pool with the adapter's own arithmetic (load H − GPU hit, one token less
+when H is the whole prompt). With a disk, what the load reads depends on the GPU hit, so those
+configurations hold the no-GPU-hit case. Each chunk of the tiny model takes one 4 KiB page
+(LMCache's CPU allocator rounds up to it, and the disk counts a chunk's page), so
+`N · 4096 / 2^30` GiB holds N chunks.
 
 Writes `tests/fixtures/tiers_lmcache/lmcache_<trace>.json` for the two engine traces and the
 Mooncake slice of `tests/fixtures/tiers_vllm/`. Installs nothing: run it with
 LMCache 0.5.6 and pyarrow importable (its own environment), from outside the repository:
 
-    cd / && LMCACHE_LOG_LEVEL=ERROR /path/to/venv-lmcache/bin/python \\
+    cd / && LMCACHE_LOG_LEVEL=ERROR PYTHONHASHSEED=0 /path/to/venv-lmcache/bin/python \
         /work/…/benchmarks/engines/golden_tiers_lmcache.py
 
 Deterministic: the same bytes on every run.
@@ -36,6 +41,8 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,28 +52,38 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 OUT = FIXTURES / "tiers_lmcache"
 PAGE_BYTES = 4096  # the smallest allocation of LMCache's CPU allocator: one chunk here
-PROTOCOL = ("LMCache 0.5.6 LMCacheEngine (mock GPU connector, one LocalCPUBackend, lru, "
-            "save_unfull_chunk false, synchronous loading); per request in file order as "
-            "vLLM's adapter calls it for a request running alone: lookup(prompt, pin=True) -> "
-            "hit_tokens, lookup_unpin, store(whole chunks, first hit_tokens masked); no tenant "
-            "salt (LMCache's keys are the token chunks' chained hashes)")
-# Per trace, (chunk tokens, CPU sizes in chunks): from a few chunks, where a save is cut
-# short, to more than the trace holds.
-TRACES: dict[str, tuple[str, tuple[tuple[int, tuple[int, ...]], ...]]] = {
+PROTOCOL = ("LMCache 0.5.6 LMCacheEngine (mock GPU connector, a LocalCPUBackend and, where "
+            "disk_chunks is set, a LocalDiskBackend with one I/O thread; lru; save_unfull_chunk "
+            "false; synchronous loading); per request in file order as vLLM's adapter calls it "
+            "for a request running alone behind a GPU pool that hits nothing: lookup(prompt, "
+            "pin=True) -> hit_tokens (disk_hit_chunks: those of the disk backend), retrieve of "
+            "the hit when there is one to load, lookup_unpin, store(whole chunks, first "
+            "hit_tokens masked), every disk write landed; no tenant salt (LMCache's keys are the "
+            "token chunks' chained hashes)")
+# Per trace, (chunk tokens, CPU sizes in chunks) from a few chunks, where a save is cut short,
+# to more than the trace holds; then (chunk tokens, CPU chunks, disk sizes in chunks) with a
+# local disk below a CPU backend that holds the longest prompt (a smaller one can leave a load
+# waiting for room forever: the lookup pins the chunks it found).
+TRACES: dict[str, tuple[str, tuple[tuple[int, tuple[int, ...]], ...],
+                        tuple[tuple[int, int, tuple[int, ...]], ...]]] = {
     "mixed": ("engines/trace_mixed.parquet",
-              ((16, (3, 8, 32, 128, 512)), (32, (2, 8, 32, 128)), (64, (2, 4, 16, 64)))),
+              ((16, (3, 8, 32, 128, 512)), (32, (2, 8, 32, 128)), (64, (2, 4, 16, 64))),
+              ((16, 48, (96, 192, 768)), (64, 12, (24, 48, 192)))),
     "sessions": ("engines/trace_sessions.parquet",
-                 ((16, (3, 8, 32, 128, 512)), (32, (2, 8, 32, 128)), (64, (2, 4, 16, 64)))),
+                 ((16, (3, 8, 32, 128, 512)), (32, (2, 8, 32, 128)), (64, (2, 4, 16, 64))),
+                 ((16, 64, (128, 256, 1024)), (64, 16, (32, 64, 256)))),
     "mooncake": ("tiers_vllm/trace_mooncake.parquet",
                  ((16, (64, 256, 1024, 4096)), (64, (16, 64, 256, 1024)),
-                  (256, (4, 16, 64, 256)))),
+                  (256, (4, 16, 64, 256))),
+                 ((64, 64, (128, 512, 2048)), (256, 16, (32, 128, 512)))),
 }
 
 
 class Engine:
-    """One LMCacheEngine on CPU and the adapter's calls for one request."""
+    """One LMCacheEngine on CPU (and a local disk) and the adapter's calls for one request."""
 
-    def __init__(self, name: str, chunk_tokens: int, cpu_chunks: int) -> None:
+    def __init__(self, name: str, chunk_tokens: int, cpu_chunks: int,
+                 disk_chunks: int | None, folder: Path) -> None:
         import torch
         from lmcache.utils import EngineType
         from lmcache.v1.cache_engine import LMCacheEngineBuilder
@@ -76,10 +93,13 @@ class Engine:
 
         self.torch = torch
         self.chunk = chunk_tokens
+        disk = {} if disk_chunks is None else {
+            "local_disk": f"file://{folder}/", "max_local_disk_size": disk_chunks * PAGE_BYTES
+            / 2**30, "extra_config": {"disk_io_threads": 1}}  # writes land in order
         config = LMCacheEngineConfig.from_defaults(
             chunk_size=chunk_tokens, local_cpu=True,
             max_local_cpu_size=cpu_chunks * PAGE_BYTES / 2**30, save_unfull_chunk=False,
-            enable_async_loading=False, use_layerwise=False)
+            enable_async_loading=False, use_layerwise=False, **disk)
         metadata = LMCacheMetadata(model_name="golden", world_size=1, local_world_size=1,
                                    worker_id=0, local_worker_id=0, kv_dtype=torch.float32,
                                    kv_shape=(1, 2, chunk_tokens, 1, 1))
@@ -88,13 +108,19 @@ class Engine:
             name, config, metadata, connector, lambda tensor, rank: None,
             lambda obj, rank: obj)
         self.engine.post_init()
+        self.disk = self.engine.storage_manager.storage_backends.get("LocalDiskBackend")
         self.kv = [torch.zeros(2, 1, 1, 1)]
 
-    def request(self, rid: str, prompt: list[int]) -> int:
-        """The hit tokens LMCache's lookup finds, after which the request's save runs."""
+    def request(self, rid: str, prompt: list[int]) -> tuple[int, int]:
+        """(hit tokens LMCache's lookup finds, of them the chunks found on disk); the load of
+        the hit and the request's save follow, every disk write landed before the next."""
         torch = self.torch
         tokens = torch.tensor(prompt, dtype=torch.long)
         hit = int(self.engine.lookup(tokens=tokens, lookup_id=rid, pin=True))
+        on_disk = len(self.engine.lookup_pins.get(rid, {}).get("LocalDiskBackend", ()))
+        if hit - (hit == len(prompt)) > 0:  # need to load, with no GPU hit in front
+            self.engine.retrieve(tokens[:hit], torch.ones(hit, dtype=torch.bool),
+                                 kvcaches=self.kv, slot_mapping=torch.arange(hit), req_id=rid)
         self.engine.lookup_unpin(rid)
         whole = len(prompt) // self.chunk * self.chunk
         if whole > hit:
@@ -102,7 +128,9 @@ class Engine:
             mask[:hit] = False
             self.engine.store(tokens[:whole], mask=mask, kvcaches=self.kv,
                               slot_mapping=torch.arange(whole), offset=hit)
-        return hit
+        while self.disk is not None and self.disk.disk_worker.put_tasks:
+            time.sleep(0.0005)
+        return hit, on_disk
 
     def close(self, name: str) -> None:
         from lmcache.v1.cache_engine import LMCacheEngineBuilder
@@ -115,22 +143,28 @@ def golden(trace: str) -> dict:
     import lmcache
     import pyarrow.parquet as pq
 
-    path, sizes_by_chunk = TRACES[trace]
+    path, sizes_by_chunk, with_disk = TRACES[trace]
     table = pq.read_table(FIXTURES / path, columns=["request_id", "prompt_tokens"])
     ids = [str(r) for r in table.column("request_id").to_pylist()]
     prompts = [list(map(int, p)) for p in table.column("prompt_tokens").to_pylist()]
+    runs = [(chunk, cpu, None) for chunk, sizes in sizes_by_chunk for cpu in sizes]
+    runs += [(chunk, cpu, disk) for chunk, cpu, disks in with_disk for disk in disks]
     configs = []
-    for chunk, sizes in sizes_by_chunk:
-        for cpu_chunks in sizes:
-            name = f"{trace}-{chunk}-{cpu_chunks}"
-            engine = Engine(name, chunk, cpu_chunks)
-            hits = [engine.request(rid, prompt) for rid, prompt in zip(ids, prompts,
-                                                                       strict=True)]
+    for chunk, cpu_chunks, disk_chunks in runs:
+        name = f"{trace}-{chunk}-{cpu_chunks}-{disk_chunks}"
+        with tempfile.TemporaryDirectory(prefix="lmcache-disk-") as folder:
+            engine = Engine(name, chunk, cpu_chunks, disk_chunks, Path(folder))
+            found = [engine.request(rid, prompt) for rid, prompt in zip(ids, prompts,
+                                                                        strict=True)]
             engine.close(name)
-            configs.append({"chunk_tokens": chunk, "cpu_chunks": cpu_chunks,
-                            "total_hit_tokens": sum(hits), "hit_tokens": hits})
-            print(f"{trace:<9} chunk {chunk:>3} cpu {cpu_chunks:>5} chunks: "
-                  f"{sum(hits):>8,} hit tokens", file=sys.stderr)
+        hits = [h for h, _ in found]
+        config = {"chunk_tokens": chunk, "cpu_chunks": cpu_chunks, "disk_chunks": disk_chunks,
+                  "total_hit_tokens": sum(hits), "hit_tokens": hits}
+        if disk_chunks is not None:
+            config["disk_hit_chunks"] = [d for _, d in found]
+        configs.append(config)
+        print(f"{trace:<9} chunk {chunk:>3} cpu {cpu_chunks:>5} disk {disk_chunks or 0:>5} "
+              f"chunks: {sum(hits):>8,} hit tokens", file=sys.stderr)
     return {"producer": f"lmcache {lmcache.__version__}", "protocol": PROTOCOL,
             "trace": f"tests/fixtures/{path}", "configs": configs}
 

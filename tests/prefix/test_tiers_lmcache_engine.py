@@ -3,12 +3,15 @@
 
 The fixtures `tests/fixtures/tiers_lmcache/lmcache_*.json` were recorded by
 `benchmarks/engines/golden_tiers_lmcache.py` from LMCache's `LMCacheEngine` on CPU (mock GPU
-connector, one `LocalCPUBackend`), driven request by request with the calls vLLM's LMCache
-adapter makes (`lookup` with pins, `lookup_unpin`, `store` of the whole chunks beyond the hit):
-per request, the tokens LMCache's lookup finds from token 0, at several chunk and CPU sizes,
-on the two engine traces and the Mooncake slice. LMCache's loads do not reorder its CPU
-backend, so that hit does not depend on the GPU pool in front; the adapter's arithmetic puts
-it behind one (`vllm_v1_adapter.py::get_num_new_matched_tokens`). No LMCache is needed here.
+connector, a `LocalCPUBackend` and in some configurations a `LocalDiskBackend` below it),
+driven request by request with the calls vLLM's LMCache adapter makes (`lookup` with pins,
+`retrieve`, `lookup_unpin`, `store` of the whole chunks beyond the hit): per request, the
+tokens LMCache's lookup finds from token 0 (and how many of its chunks were on disk), at
+several chunk, CPU and disk sizes, on the two engine traces and the Mooncake slice. LMCache's
+loads do not reorder its CPU backend, so with the CPU alone that hit does not depend on the
+GPU pool in front and the adapter's arithmetic puts it behind one
+(`vllm_v1_adapter.py::get_num_new_matched_tokens`); with a disk, the fixtures hold the case of
+a GPU pool that hits nothing. No LMCache is needed here.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tiers
-from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_model
+from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_model, replay_lmcache_tiers
 from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_run_tokens
 
 DATA = FIXTURES / "tiers_lmcache"
@@ -46,14 +49,26 @@ def _config(fixture: str, index: int) -> tuple[str, dict]:
     return document["trace"], document["configs"][index]
 
 
+def _tiers(config: dict) -> tuple[TierSpec, ...]:
+    chunk = config["chunk_tokens"]
+    cpu = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"], chunk_tokens=chunk)
+    if config["disk_chunks"] is None:
+        return (cpu,)
+    return cpu, TierSpec(name=TierName.DISK, capacity_chunks=config["disk_chunks"],
+                         chunk_tokens=chunk)
+
+
 def test_lmcache_golden_fixtures_cover_chunks_sizes_and_cut_saves() -> None:
     # GIVEN the recorded fixtures WHEN counted THEN they span traces, chunk sizes and CPU sizes
-    # from saves LMCache cuts short (a prompt of more chunks than the backend) to no eviction
+    # from saves LMCache cuts short (a prompt of more chunks than the backend) to no eviction,
+    # and a disk below the CPU that serves hits
     assert len(GOLDEN) == 3
     configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
     assert {c["chunk_tokens"] for c in configs} == {16, 32, 64, 256}
-    assert len(configs) == 38 and sum(1 for c in configs if c["total_hit_tokens"] > 0) >= 35
+    assert len(configs) == 56 and sum(1 for c in configs if c["total_hit_tokens"] > 0) >= 50
     assert min(c["cpu_chunks"] for c in configs) == 2
+    disk = [c for c in configs if c["disk_chunks"] is not None]
+    assert len(disk) == 18 and all(sum(c["disk_hit_chunks"]) > 0 for c in disk)
 
 
 @pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN))
@@ -61,18 +76,28 @@ def test_lmcache_hits_are_lmcache_engines_per_request(fixture: str, index: int) 
     # GIVEN one configuration LMCache's engine replayed
     trace, config = _config(fixture, index)
     chains = _chains(trace)
-    refused = np.zeros(chains.num_requests, dtype=bool)
-    # WHEN the compiled pass and its Python model replay LMCache's CPU backend
-    runs = lmcache_run_tokens(chains, refused, config["cpu_chunks"], config["chunk_tokens"])
-    tier = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"],
-                    chunk_tokens=config["chunk_tokens"])
-    no_gpu = np.zeros(chains.num_requests, dtype=np.int64)
-    (model_hits,), _, _ = replay_lmcache_model(chains, no_gpu, refused, (tier,))
-    # THEN every request finds the tokens LMCache's lookup found
-    np.testing.assert_array_equal(runs, config["hit_tokens"])
-    # AND with no GPU pool in front the tier serves them, less the last token of a whole hit
+    n = chains.num_requests
+    refused = np.zeros(n, dtype=bool)
+    no_gpu = np.zeros(n, dtype=np.int64)
+    tiers = _tiers(config)
     gold = np.asarray(config["hit_tokens"])
-    np.testing.assert_array_equal(model_hits, gold - (gold == chains.prompt_tokens))
+    # WHEN the compiled pass and its Python model replay LMCache's backends with no GPU hit
+    compiled, _, _ = replay_lmcache_tiers(chains, no_gpu, refused, tiers)
+    model, _, _ = replay_lmcache_model(chains, no_gpu, refused, tiers)
+    # THEN the backends serve every request what LMCache's lookup found, less the last token
+    # of a whole-prompt hit, each backend its share
+    whole = gold == chains.prompt_tokens
+    for hits in (compiled, model):
+        np.testing.assert_array_equal(sum(hits), gold - whole)
+        if config["disk_chunks"] is not None:
+            on_disk = np.asarray(config["disk_hit_chunks"]) * config["chunk_tokens"]
+            last_on_disk = whole & (on_disk > 0)
+            np.testing.assert_array_equal(hits[1], on_disk - last_on_disk)
+    # AND with the CPU alone, the one pass every GPU size shares finds the same runs
+    if config["disk_chunks"] is None:
+        runs = lmcache_run_tokens(chains, refused, config["cpu_chunks"],
+                                  config["chunk_tokens"])
+        np.testing.assert_array_equal(runs, gold)
 
 
 @pytest.mark.parametrize("gpu_blocks", [48, 96])
@@ -82,7 +107,7 @@ def test_lmcache_behind_a_gpu_pool_loads_what_the_adapter_loads(gpu_blocks: int)
     document = golden_document(DATA / "lmcache_mixed.json")
     trace = document["trace"]
     config = next(c for c in document["configs"]
-                  if (c["chunk_tokens"], c["cpu_chunks"]) == (64, 64))
+                  if (c["chunk_tokens"], c["cpu_chunks"], c["disk_chunks"]) == (64, 64, None))
     chains = _chains(trace, gpu_blocks)
     rules = rules_for("vllm", block_size_tokens=BLOCK, capacity_blocks=gpu_blocks,
                       tenant_isolation=False)

@@ -19,8 +19,12 @@ storage_manager.py`, `local_cpu_backend.py`, `local_disk_backend.py`, `cache_pol
   not in the backend yet, so none of them can be evicted, and when the backend is too small
   for the whole save it keeps the head and drops the rest ("choosing to store only N total
   chunks"). Then every backend is written head to tail (`storage_manager.py::batched_put`):
-  one that has the key skips it without refreshing it; a lower backend evicts its least
-  recently used chunk when full.
+  the CPU backend skips a key it has without refreshing it; the local disk refreshes a key it
+  has, admits the others while the save's writes in flight leave room (evicting its least
+  recently used written chunks for them) and lands them, in order, when the save's writes are
+  done (`local_disk_backend.py::submit_put_task`, `insert_key`); a remote backend evicts its
+  least recently used chunk when full.
+- A chunk read from disk is refreshed there (`local_disk_backend.py::batched_get_blocking`).
 
 Checked against LMCache 0.5.6's engine driven on CPU, request by request
 (`tests/fixtures/tiers_lmcache/`, `tests/prefix/test_tiers_lmcache_engine.py`).
@@ -75,6 +79,25 @@ class _Backend:
             return self.capacity
         return wanted
 
+    def write(self, keys: list[int]) -> None:
+        """A save into the disk backend (`local_disk_backend.py::submit_put_task`): a chunk it
+        holds is refreshed; another is admitted while the save's own writes in flight leave
+        room, evicting the least recent written chunks for it, and lands (most recent) when the
+        save's writes complete, in order; the rest of the save is skipped."""
+        admitted: list[int] = []
+        for key in keys:
+            if key in self.keys:
+                self.touch(key)
+            elif len(admitted) < self.capacity:
+                while len(self.keys) + len(admitted) >= self.capacity:
+                    gone, last = self.keys.popitem(last=False)
+                    self.records.append((gone, self.now, last))
+                    self.evicted += 1
+                admitted.append(key)
+        for key in admitted:
+            self.keys[key] = self.now
+            self.stored += 1
+
     def counters(self) -> TierCounters:
         return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
                             failed_stores=self.failed, loaded_chunks=self.loaded)
@@ -92,7 +115,8 @@ def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
     names = [str(t.name) for t in tiers]
     return lmcache_pass(chains, gpu_hit_blocks, refused,
                         tuple(int(t.capacity_chunks) for t in tiers), int(tiers[0].chunk_tokens),
-                        names.index("cpu") if "cpu" in names else -1)
+                        names.index("cpu") if "cpu" in names else -1,
+                        names.index("disk") if "disk" in names else -1)
 
 
 def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
@@ -105,6 +129,7 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
     per_chunk = chunk // block
     backends = [_Backend(int(t.capacity_chunks)) for t in tiers]
     cpu = next((b for b, t in zip(backends, tiers, strict=True) if t.name == "cpu"), None)
+    disk = next((b for b, t in zip(backends, tiers, strict=True) if t.name == "disk"), None)
     offsets = chains.offsets
     ids = chains.ids
     prompt = chains.prompt_tokens
@@ -137,12 +162,17 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                 served = min((j + 1) * chunk, end) - max(j * chunk, g)
                 hits[b][i] += served
                 backends[b].loaded += 1
+                if disk is not None and backends[b] is disk:
+                    disk.touch(keys[j])  # a disk read refreshes the chunk
                 if cpu is not None and backends[b] is not cpu:
                     cpu.put(keys[j])
         stop = chunks
         if cpu is not None and chunks > len(source):
             stop = len(source) + cpu.allocate(chunks - len(source))
         for backend in backends:
+            if backend is disk:
+                disk.write(keys[len(source):stop])
+                continue
             for j in range(len(source), stop):
                 backend.put(keys[j])
     return (tuple(hits), tuple(b.counters() for b in backends),

@@ -33,14 +33,16 @@ from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
-          capacity, cpu, st, evictions):  # pragma: no cover - compiled
+          capacity, cpu, disk, st, evictions):  # pragma: no cover - compiled
     """Hit tokens per backend and request, the backends' counters, each request's run (the
     tokens the backends hold from token 0); `evictions[b]` filled."""
     n = offsets.size - 1
     backends = capacity.size
     ends, size, counters, hits = lru_state(backends, n)
     runs = np.zeros(n, dtype=np.int64)
-    source = np.empty(most_chunks(offsets, per_chunk), dtype=np.int64)  # each chunk's backend
+    longest = most_chunks(offsets, per_chunk)
+    source = np.empty(longest, dtype=np.int64)  # each chunk's backend
+    admitted = np.empty(longest, dtype=np.int64)  # a save's disk writes in flight
     for i in range(n):
         if refused[i]:
             continue
@@ -67,6 +69,8 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                 hits[b, i] += min((j + 1) * chunk_tokens, end) - max(j * chunk_tokens, g)
                 counters[b, LOADED] += 1
                 k = chunk_key(ids, start, per_chunk, j)
+                if b == disk:  # a disk read refreshes the chunk
+                    touch(st, ends, disk, k, i)
                 if cpu >= 0 and b != cpu and not held(st, cpu, k):
                     insert(st, ends, size, capacity, counters, evictions, cpu, k, i)
         stop = chunks
@@ -74,11 +78,36 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
             stop = run + _allocate(st, ends, size, capacity, counters, evictions, cpu,
                                    chunks - run, i)
         for b in range(backends):
+            if b == disk:
+                _write_disk(st, ends, size, capacity, counters, evictions, disk, ids, start,
+                            per_chunk, run, stop, admitted, i)
+                continue
             for j in range(run, stop):
                 k = chunk_key(ids, start, per_chunk, j)
                 if not held(st, b, k):  # a backend that has the key skips it
                     insert(st, ends, size, capacity, counters, evictions, b, k, i)
     return hits, counters, runs
+
+
+@nb.njit(cache=True, inline="always")
+def _write_disk(st, ends, size, capacity, counters, evictions, d, ids, start, per_chunk, first,
+                stop, admitted, now):  # pragma: no cover - compiled
+    """A save's chunks `first .. stop − 1` into the disk backend d (`lmcache.py`,
+    `_Backend.write`): a held chunk refreshed, another admitted while the save's writes in
+    flight leave room (the least recent written chunks evicted for it), the admitted ones
+    landing in order once the save is done."""
+    n = 0
+    for j in range(first, stop):
+        k = chunk_key(ids, start, per_chunk, j)
+        if held(st, d, k):
+            touch(st, ends, d, k, now)
+        elif n < capacity[d]:
+            while size[d] + n >= capacity[d]:
+                evict_oldest(st, ends, size, counters, evictions, d, now)
+            admitted[n] = k
+            n += 1
+    for a in range(n):
+        insert(st, ends, size, capacity, counters, evictions, d, admitted[a], now)
 
 
 @nb.njit(cache=True, inline="always")
@@ -97,14 +126,15 @@ def _allocate(st, ends, size, capacity, counters, evictions, cpu, wanted,
 
 
 def lmcache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                 capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int
+                 capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int = -1
                  ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                             tuple[TierEvictions, ...]]:
     """Hit tokens per backend (in the order of `capacity_chunks`), their counters and
     evictions; `cpu` is the index of the CPU backend (−1: none), which a read from a lower
-    backend fills."""
+    backend fills, `disk` the local disk's (−1: none), which refreshes what it is read or
+    asked to save again."""
     hits, (counters, evictions), _ = _passed(chains, gpu_hit_blocks, refused, capacity_chunks,
-                                             chunk_tokens, cpu)
+                                             chunk_tokens, cpu, disk)
     out_counters, out_evictions = outcome(counters, evictions)
     return tuple(h.copy() for h in hits), out_counters, out_evictions
 
@@ -117,7 +147,7 @@ def lmcache_run_tokens(chains: BlockChains, refused: np.ndarray, capacity_chunks
     into the tier's hits."""
     n = chains.num_requests
     _, _, runs = _passed(chains, np.zeros(n, dtype=np.int64), refused, (capacity_chunks,),
-                         chunk_tokens, 0 if cpu else -1)
+                         chunk_tokens, 0 if cpu else -1, -1)
     return runs
 
 
@@ -133,7 +163,7 @@ def lmcache_hits(run_tokens: np.ndarray, gpu_hit_blocks: np.ndarray, block_token
 
 
 def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-            capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int
+            capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int
             ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
     """The pass on its arrays: hits, (counters, evictions), runs."""
     offsets = np.asarray(chains.offsets, dtype=np.int64)
@@ -147,6 +177,7 @@ def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray
                            np.asarray(gpu_hit_blocks, dtype=np.int64),
                            np.asarray(refused, dtype=np.bool_), np.int64(per_chunk),
                            np.int64(chunk_tokens), np.int64(block),
-                           np.asarray(capacity_chunks, dtype=np.int64), np.int64(cpu), st,
+                           np.asarray(capacity_chunks, dtype=np.int64), np.int64(cpu),
+                           np.int64(disk), st,
                            evictions)
     return hits, (counters, evictions), runs
