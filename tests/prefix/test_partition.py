@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,24 @@ def test_dask_local_cluster_equals_one_process() -> None:
     # THEN the report's numbers are identical
     assert _without_notes(one) == _without_notes(on_dask)
     assert any("Dask" in n for n in on_dask.notes)
+
+
+def _total(values: np.ndarray) -> int:
+    return int(values.sum())
+
+
+def test_dask_ships_large_partitions_as_data_without_a_warning() -> None:
+    pytest.importorskip("dask.distributed", reason="the optional dask extra is not installed")
+    # GIVEN partitions of 16 MB each, above the size at which Dask warns of a large task graph
+    parts = [(np.full(2_000_000, k, dtype=np.int64),) for k in (1, 2)]
+    # WHEN they run on a local cluster
+    with warnings.catch_warnings(record=True) as caught, \
+            open_runner(Parallelism(dask="local")) as runner:
+        warnings.simplefilter("always")
+        totals = runner.map(_total, parts)
+    # THEN the results come back in order and stderr gets no warning about the graph's size
+    assert totals == [2_000_000, 4_000_000]
+    assert not [w for w in caught if "large graph" in str(w.message)]
 
 
 def test_dask_missing_extra_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -91,8 +91,14 @@ class _Dask:
         self._client = client
 
     def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
-        # pure=False: equal inputs are still separate tasks (no result sharing by hash).
-        futures = [self._client.submit(fn, *item, pure=False) for item in items]
+        # A partition's arrays go to the workers as data (scatter), not inside the task graph:
+        # at 1e10 tokens a graph is hundreds of MB, slow to ship, and Dask warns about each on
+        # stderr. hash=False: no hashing of large arrays; pure=False: equal inputs are still
+        # separate tasks (no result sharing by hash).
+        futures = []
+        for item in items:
+            args = self._client.scatter(list(item), hash=False)
+            futures.append(self._client.submit(fn, *args, pure=False))
         return list(self._client.gather(futures))
 
 
