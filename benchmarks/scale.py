@@ -22,6 +22,8 @@ its largest worker process). The table ends with the growth of time and memory p
 
     python benchmarks/scale.py                   # 1e7 and 1e8 tokens: a few minutes
     python benchmarks/scale.py --sizes 1e9       # the full size (about 10 minutes)
+    python benchmarks/scale.py --sizes 1e10 --commands replay,diagnose --modes local,dask \
+        --keep /tmp/scale                        # 6 min to generate 21 GiB, then ~15 min
     python benchmarks/scale.py --sizes 1e7 --commands replay,waterfall --modes local,jobs,dask
 
 Modes: `local` (one process), `jobs` (`--jobs 2` worker processes), `dask` (`--dask local`).
