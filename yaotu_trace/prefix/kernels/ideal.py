@@ -116,28 +116,51 @@ def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, new_bl
     return collisions
 
 
+# Blocks per slice of the plan's per-block work (a few tens of MB of temporaries).
+PLAN_SLICE = 1 << 22
+
+
 def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Which parents are probed, which blocks are new, and the table bits (no allocation)."""
+    """Which parents are probed, which blocks are new, and the table bits (no allocation).
+
+    A segment's parent code is 0 for the root, else 1 + the chain id it continues. Per block
+    the work is done in slices of `PLAN_SLICE` blocks: at 1e10 tokens (6.2e8 blocks) arrays of
+    int64 per block held at once came to 20 GB.
+    """
     block = chains.block_size_tokens
     counts = chains.num_blocks
     start = chains.offsets[:-1]
+    ids = chains.ids
     lengths = np.diff(unit_offsets)
-    # Parent code of a segment: 0 for the root, else 1 + the chain id it continues.
-    codes = np.concatenate(([0], chains.ids.astype(np.int64) + 1))  # codes[p] continues ids[p-1]
-    parent_of_hit = np.where(hit_blocks > 0, codes[start + hit_blocks], 0)
+    hit = hit_blocks > 0
+    parent_of_hit = np.zeros(len(counts), dtype=np.int64)
+    parent_of_hit[hit] = ids[start[hit] + hit_blocks[hit] - 1].astype(np.int64) + 1
     queries = lengths > hit_blocks * block
     probed = np.zeros(chains.num_distinct + 1, dtype=np.bool_)
     probed[parent_of_hit[queries]] = True
     del parent_of_hit, queries
     new = first_occurrence_flags(chains)
-    position = np.arange(chains.ids.size, dtype=np.int64) - np.repeat(start, counts)
-    parent_of_block = np.where(position > 0, codes[:-1], 0)
-    del position
+    # Each block's parent is probed: the root's flag for a request's first block, else the
+    # flag of 1 + the block before it (`probed[1:]` indexed by that block's id).
+    firsts = start[counts > 0]
+    probed_after = probed[1:]
+    new_probed = 0
+    for lo in range(0, ids.size, PLAN_SLICE):
+        hi = min(ids.size, lo + PLAN_SLICE)
+        parent_probed = np.empty(hi - lo, dtype=np.bool_)
+        if lo == 0:
+            parent_probed[1:] = probed_after[ids[:hi - 1]]
+        else:
+            parent_probed[:] = probed_after[ids[lo - 1:hi - 1]]
+        a, b = np.searchsorted(firsts, (lo, hi))
+        parent_probed[firsts[a:b] - lo] = probed[0]
+        new_probed += int((new[lo:hi] & parent_probed).sum())
     tails = np.minimum(lengths - counts * block, block - 1)
-    parent_of_tail = np.where(counts > 0, codes[start + counts], 0)
-    inserts = ((block - 1) * int((new & probed[parent_of_block]).sum())
-               + int(tails[probed[parent_of_tail]].sum()))
+    full = counts > 0
+    parent_of_tail = np.zeros(len(counts), dtype=np.int64)
+    parent_of_tail[full] = ids[start[full] + counts[full] - 1].astype(np.int64) + 1
+    inserts = (block - 1) * new_probed + int(tails[probed[parent_of_tail]].sum())
     bits = max(10, int(np.ceil(np.log2(inserts * 2 + 1))))
     return probed, new, bits
 
