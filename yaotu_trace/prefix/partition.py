@@ -423,16 +423,17 @@ def with_namespaces(chains: BlockChains, codes: np.ndarray) -> BlockChains:
     same code: the pair (code, old id) is the identity, renumbered in first-appearance order —
     the same ids hashing the namespace into the chain gives, without reading the prompts again.
     """
-    codes = np.asarray(codes, dtype=np.int64)
-    n = chains.num_requests
-    offsets = np.asarray(chains.offsets, dtype=np.int64)
     width = np.int64(max(chains.num_distinct, 1))
-    keys = codes[np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))] * width + chains.ids
+    base = np.asarray(codes, dtype=np.int64) * width
+    offsets = np.asarray(chains.offsets, dtype=np.int64)
+    # One int64 array per block, added to in place: at 1e10 tokens each is 5 GB.
+    keys = np.repeat(base, np.diff(offsets))
+    keys += chains.ids
     out_keys = None
     out_offsets = chains.output_offsets
     if out_offsets is not None and chains.output_ids is not None:
-        o_req = np.repeat(np.arange(n, dtype=np.int64), np.diff(out_offsets))
-        out_keys = codes[o_req] * width + chains.output_ids
+        out_keys = np.repeat(base, np.diff(out_offsets))
+        out_keys += chains.output_ids
     ids, out_ids, num = _renumber(offsets, keys, out_offsets, out_keys)
     return replace(chains, ids=ids, num_distinct=num,
                    output_ids=out_ids if out_keys is not None else chains.output_ids)
