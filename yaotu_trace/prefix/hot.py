@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
 from yaotu_trace.prefix.waterfall import Waterfall
 
 REASONS: tuple[tuple[str, str], ...] = (
@@ -58,8 +60,6 @@ def hot_prefixes(
 ) -> tuple[HotPrefix, ...]:
     """The `top` prefixes by recomputed tokens across the isolation, routing and capacity steps."""
     chains = waterfall.shared_chains
-    cum = np.zeros(len(chains.block_tokens) + 1, dtype=np.int64)
-    np.cumsum(chains.block_tokens, out=cum[1:])
     start = chains.offsets[:-1]
     keys, tokens, reasons, requests, depth = [], [], [], [], []
     for code, (step, _) in enumerate(REASONS):
@@ -69,9 +69,11 @@ def hot_prefixes(
         if lost.size == 0:
             continue
         b = before[lost]
-        a = after[lost]
         keys.append(chains.ids[start[lost] + b - 1].astype(np.int64))
-        tokens.append(cum[start[lost] + b] - cum[start[lost] + a])
+        # Tokens of the leading blocks per request, not a running sum over every block (5 GB at
+        # 1e10 tokens, the peak of `diagnose`).
+        tokens.append((tokens_of_leading_blocks(chains, before)
+                       - tokens_of_leading_blocks(chains, after))[lost])
         reasons.append(np.full(lost.size, code, dtype=np.int64))
         requests.append(lost)
         depth.append(b)
@@ -100,7 +102,7 @@ def hot_prefixes(
         depth_blocks = int(blocks[rows[0]])
         first = int(r.min())
         out.append(HotPrefix(
-            prefix_tokens=int(cum[start[first] + depth_blocks] - cum[start[first]]),
+            prefix_tokens=int(_leading_tokens(chains, first, depth_blocks)),
             prefix_blocks=depth_blocks,
             recomputed_tokens=int(total[g]),
             times=int(np.unique(r).size),
@@ -109,3 +111,10 @@ def hot_prefixes(
             example_request_id=str(request_id[first]),
         ))
     return tuple(out)
+
+
+def _leading_tokens(chains: BlockChains, request: int, blocks: int) -> int:
+    """Tokens of the first `blocks` blocks of one request."""
+    hit = np.zeros(chains.num_requests, dtype=np.int64)
+    hit[request] = blocks
+    return int(tokens_of_leading_blocks(chains, hit)[request])
