@@ -180,16 +180,18 @@ def test_tier_curve_rows_are_replays_at_each_size() -> None:
     assert seen[0] == seen[1] and len(seen[0]) == 2 * 3
 
 
-def test_lmcache_curve_from_one_pass_per_tier_size_equals_a_replay_per_point() -> None:
+@pytest.mark.parametrize("name", ["cpu", "remote", "disk"])
+def test_lmcache_curve_from_one_pass_per_tier_size_equals_a_replay_per_point(name: str) -> None:
     # GIVEN random prompts behind vLLM's pool with LMCache: 4, 6 and 8 blocks refuse 121, 63
     # and 14 prompts (so the backend sees other requests), 9 blocks and an unlimited pool none
-    # (one pass serves both); CPU backends from 1 to 30 chunks
+    # (one pass serves both); backends from 1 to 30 chunks (a local disk, which the reads
+    # refresh, is replayed per point)
     rng = np.random.default_rng(7)
     prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 16)))]
                for _ in range(200)]
     rules = rules_for("vllm", block_size_tokens=2)
     chains = chains_of(prompts, rules)
-    tier = _tier("cpu", 30, 4)
+    tier = _tier(name, 30, 4)
     gpu_sizes = (4, 6, 8, 9, None)
     seen: list[tuple[int | None, int | None, list[int], list[int] | None]] = []
     # WHEN the curve is drawn (one backend pass per tier size and refused set)
@@ -200,7 +202,7 @@ def test_lmcache_curve_from_one_pass_per_tier_size_equals_a_replay_per_point() -
     for row, blocks in zip(curve.hit_tokens, gpu_sizes, strict=True):
         for hits, chunks in zip(row, (1, 3, 9, 30), strict=True):
             one = replay_tiers(chains, rules.with_(capacity_blocks=blocks),
-                               (_tier("cpu", chunks, 4),), TierPolicy.LMCACHE)
+                               (_tier(name, chunks, 4),), TierPolicy.LMCACHE)
             assert hits == int(one.hit_tokens.sum())
             point = next(p for p in seen if p[:2] == (blocks, chunks))
             assert point[2:] == (one.gpu_hit_tokens.tolist(), one.tier_hit_tokens[0].tolist())

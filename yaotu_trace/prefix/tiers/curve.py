@@ -4,9 +4,10 @@ A tiered pool is not a stack algorithm (what the tier holds depends on what the 
 vLLM's offers fail whole), so the curve is one exact replay per point: one GPU-only replay per
 GPU size (the tiers never change the GPU's state, `replay.py`), then one pass of the tier per
 tier size over those GPU hits. Where the policy allows it a pass serves several GPU sizes:
-one LMCache backend holds what it holds whatever the GPU pool served (it looks up from token 0
-and saves every chunk past its own run), so its pass at a tier size serves every GPU size that
-refuses the same requests (`lmcache_kernel.lmcache_run_tokens`).
+one LMCache backend in the CPU or remote holds what it holds whatever the GPU pool served (it
+looks up from token 0 and saves every chunk past its own run), so its pass at a tier size
+serves every GPU size that refuses the same requests (`lmcache_kernel.lmcache_run_tokens`);
+LMCache's local disk is refreshed by the reads, which follow the GPU hit, so it does not.
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
             gpu_hits.append(int(np.asarray(gpu.hit_tokens).sum()))
             if observe is not None:
                 observe(blocks, None, np.asarray(gpu.hit_tokens), None)
-            if policy is TierPolicy.LMCACHE:
+            # LMCache's CPU or remote backend holds what it holds whatever the GPU served; its
+            # local disk does not (a read refreshes it, and what is read follows the GPU hit).
+            if policy is TierPolicy.LMCACHE and str(tier.name) != "disk":
                 grid.append(_lmcache_row(chains, sized, tier, tier_capacity_chunks, gpu, runs,
                                          run, observe))
                 continue
