@@ -133,9 +133,7 @@ def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
     start = chains.offsets[:-1]
     ids = chains.ids
     lengths = np.diff(unit_offsets)
-    hit = hit_blocks > 0
-    parent_of_hit = np.zeros(len(counts), dtype=np.int64)
-    parent_of_hit[hit] = ids[start[hit] + hit_blocks[hit] - 1].astype(np.int64) + 1
+    parent_of_hit = _parent_after(ids, start, hit_blocks)
     queries = lengths > hit_blocks * block
     probed = np.zeros(chains.num_distinct + 1, dtype=np.bool_)
     probed[parent_of_hit[queries]] = True
@@ -157,12 +155,18 @@ def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
         parent_probed[firsts[a:b] - lo] = probed[0]
         new_probed += int((new[lo:hi] & parent_probed).sum())
     tails = np.minimum(lengths - counts * block, block - 1)
-    full = counts > 0
-    parent_of_tail = np.zeros(len(counts), dtype=np.int64)
-    parent_of_tail[full] = ids[start[full] + counts[full] - 1].astype(np.int64) + 1
+    parent_of_tail = _parent_after(ids, start, counts)
     inserts = (block - 1) * new_probed + int(tails[probed[parent_of_tail]].sum())
     bits = max(10, int(np.ceil(np.log2(inserts * 2 + 1))))
     return probed, new, bits
+
+
+def _parent_after(ids: np.ndarray, start: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """Per request, the parent code of the segment after its first `blocks` blocks (int64)."""
+    codes = np.zeros(len(start), dtype=np.int64)
+    some = blocks > 0
+    codes[some] = ids[start[some] + blocks[some] - 1].astype(np.int64) + 1
+    return codes
 
 
 def table_bytes(bits: int) -> int:

@@ -55,14 +55,18 @@ class _Backend:
         self.keys.move_to_end(key)
         self.keys[key] = self.now
 
+    def evict_oldest(self) -> None:
+        """Drop the least recent key, recorded (key, evicting request, its last use)."""
+        gone, last = self.keys.popitem(last=False)
+        self.records.append((gone, self.now, last))
+        self.evicted += 1
+
     def put(self, key: int) -> None:
         """Insert as most recent, evicting the least recent when full."""
         if key in self.keys:
             return
         if len(self.keys) >= self.capacity:
-            gone, last = self.keys.popitem(last=False)
-            self.records.append((gone, self.now, last))
-            self.evicted += 1
+            self.evict_oldest()
         self.keys[key] = self.now
         self.stored += 1
 
@@ -71,9 +75,7 @@ class _Backend:
         held too), the least recent chunks evicted for them; the rest of the store is dropped
         when the backend cannot take it all."""
         for _ in range(min(len(self.keys), len(self.keys) + wanted - self.capacity)):
-            gone, last = self.keys.popitem(last=False)
-            self.records.append((gone, self.now, last))
-            self.evicted += 1
+            self.evict_oldest()
         if wanted > self.capacity:
             self.failed += 1
             return self.capacity
@@ -90,9 +92,7 @@ class _Backend:
                 self.touch(key)
             elif len(admitted) < self.capacity:
                 while len(self.keys) + len(admitted) >= self.capacity:
-                    gone, last = self.keys.popitem(last=False)
-                    self.records.append((gone, self.now, last))
-                    self.evicted += 1
+                    self.evict_oldest()
                 admitted.append(key)
         for key in admitted:
             self.keys[key] = self.now

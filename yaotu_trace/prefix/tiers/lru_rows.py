@@ -19,7 +19,7 @@ from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 # Columns of a key's row, per LRU (offset 4·b); its ends: least, most recent.
 LESS, MORE, LAST, HELD = range(4)
 OLDEST, NEWEST = 0, 1
-# Counters per LRU (FAILED: chunks a store had to drop, for want of room).
+# Counters per LRU (FAILED: stores cut short for want of room).
 STORED, EVICTED, LOADED, FAILED = range(4)
 
 
