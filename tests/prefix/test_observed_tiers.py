@@ -218,6 +218,29 @@ def test_counters_of_another_run_are_refused() -> None:
     assert observed_tiers(metrics, hundredth) is not None
 
 
+def test_an_lmcache_log_of_another_run_is_refused(tmp_path: Path) -> None:
+    """LMCache's lookup lines name each request and its tokens: the log LMCache's logger wrote
+    for the engine fixture's 400 requests, held against the bundled chat sample (1,000 other
+    requests, whose prompt tokens are 16 times the log's), is refused in one line instead of
+    giving 'observed above replayed' verdicts."""
+    from yaotu_trace.errors import TraceReadError
+
+    chat = FIXTURES.parents[1] / "sample_traces" / "chat.parquet"
+    options = ReplayOptions(preset="vllm", capacity="200", tiers=("cpu=2048tokens",),
+                            tier_policy="lmcache")
+    with pytest.raises(TraceReadError, match=r"400 LMCache lookups are of another run: 0% of "
+                                             r"their request ids and \d+% of their token"):
+        replay(chat, options, waterfall=False, metrics=HERE / "lmcache_mixed.log")
+    # the same run's log whose request ids are written otherwise (vLLM's own ids, say) is
+    # recognised by its requests' token counts, and compared
+    renamed = tmp_path / "renamed.log"
+    renamed.write_text((HERE / "lmcache_mixed.log").read_text().replace("Reqid: mixed-",
+                                                                        "Reqid: cmpl-"))
+    section = _observed(renamed, preset="vllm", capacity="66", tiers=("cpu=4096tokens",),
+                        tier_policy="lmcache")
+    assert {t["verdict"] for t in section["tiers"]} == {AGREES}
+
+
 def test_a_replay_refuses_the_metrics_of_another_run_in_one_line() -> None:
     path = shared_trace("mooncake/conversation_trace.jsonl")
     from yaotu_trace.errors import TraceReadError

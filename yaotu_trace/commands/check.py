@@ -86,7 +86,7 @@ def check(
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.5)
         doc["tiers"] = tiers_section(loaded, tiers)
-        if (seen := observed_tiers(metrics, doc["tiers"])) is not None:
+        if (seen := observed_tiers(metrics, doc["tiers"], loaded)) is not None:
             doc["observed_tiers"] = seen
     changes: list[CheckResult] = []
     if before is not None and earlier is not None:

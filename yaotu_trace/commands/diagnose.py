@@ -68,7 +68,7 @@ def diagnose(
         tell(progress, "replaying the tiers below the GPU", 0.9)
         section = tiers_section(loaded, tiers)
         extra: dict[str, Any] = {"tiers": section}
-        if (seen := observed_tiers(engine_metrics, section)) is not None:
+        if (seen := observed_tiers(engine_metrics, section, loaded)) is not None:
             extra["observed_tiers"] = seen
         report = replace(report, sections={**report.sections, **extra})
     return report

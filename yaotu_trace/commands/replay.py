@@ -119,7 +119,7 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     if summary.residency is not None:
         sections["kv_residency"] = summary.residency.to_dict()
     if metrics is not None and summary.tiers is not None:
-        sections["observed_tiers"] = _observed_tiers(metrics, summary.tiers)
+        sections["observed_tiers"] = _observed_tiers(metrics, summary.tiers, loaded)
     if pricing is not None and pricing.gpu is not None:
         sections["prefill_pricing"] = price_replay(loaded, options, rules,
                                                    requests.to_columns(), pricing,
@@ -135,9 +135,10 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     return report
 
 
-def _observed_tiers(metrics: EngineMetrics, tiers: dict[str, Any]) -> dict[str, Any]:
+def _observed_tiers(metrics: EngineMetrics, tiers: dict[str, Any], loaded: Trace
+                    ) -> dict[str, Any]:
     """The engine's hits by tier against the replay's; refused when `metrics` has none."""
-    section = observed_tiers(metrics, tiers)
+    section = observed_tiers(metrics, tiers, loaded)
     if section is None:
         raise ConfigError("--metrics has no hits by tier to hold against --tier: give vLLM's "
                           "/metrics (vllm:prompt_tokens_cached_by_source or "

@@ -42,6 +42,9 @@ class EngineMetrics:
     # zero (a Prometheus series is created when first counted). A server log places its own
     # counters' starting values, so it says False.
     new_series_from_zero: bool = True
+    # The requests the export names one by one (LMCache's lookup lines): (request id, tokens
+    # looked up), so that a log of another run can be told from this trace's; () for none.
+    request_tokens: tuple[tuple[str, int], ...] = ()
 
     @property
     def names(self) -> frozenset[str]:

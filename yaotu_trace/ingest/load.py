@@ -191,13 +191,14 @@ def read_metrics(path: str | Path, *, year: int | None = None,
     suffix = path.suffix.lower()
     notes: tuple[str, ...] = ()
     log_year = None
+    requests: tuple[tuple[str, int], ...] = ()
     kind = "export"  # a range or instant query's export; else "log" or "text"
     if path.is_dir() and prom_text.is_scrape_folder(path):
         rows, notes = prom_text.read_prom_folder(path)
         kind = "text"
     elif path.is_file() and (suffix == ".log" or (
             suffix not in (".json", ".csv", ".tsv") and is_server_log(path))):
-        rows, log_notes, log_year = read_server_log(path, year=year, zone=zone)
+        rows, log_notes, log_year, requests = read_server_log(path, year=year, zone=zone)
         notes = tuple(log_notes)
         kind = "log"
     elif path.is_file() and suffix in prom_text.SUFFIXES and prom_text.looks_like_text(path):
@@ -219,7 +220,8 @@ def read_metrics(path: str | Path, *, year: int | None = None,
             rows = read_export(path, suffix)
         except (TraceReadError, TraceSchemaError) as err:
             raise _as_trace(path) or err from None
-    return engine_metrics(rows, path, kind=kind, notes=notes, log_year=log_year, zone=zone)
+    metrics = engine_metrics(rows, path, kind=kind, notes=notes, log_year=log_year, zone=zone)
+    return replace(metrics, request_tokens=requests) if requests else metrics
 
 
 def dated_by_trace(trace: Trace, metrics: EngineMetrics) -> EngineMetrics:

@@ -3,6 +3,7 @@ what with tiers below a GPU pool of `--capacity` (analyze) or `--kv-capacity` (d
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
@@ -47,17 +48,25 @@ def priced_tiers(loaded: Trace, options: ReplayOptions, pricing: PricingOptions 
 # Counters holding less than this share of the trace's prompt tokens cannot have counted its
 # traffic (one instance of a hundred still would): the export is of another run.
 MIN_COUNTED_SHARE = 0.01
+# A log that names its requests (LMCache's lookup lines) is of this trace's run when at least
+# this share of them are the trace's, by request id or else by prompt length (a deployment's
+# log and its capture may name requests differently).
+MIN_SAME_REQUESTS = 0.5
 
 
-def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None
-                   ) -> dict[str, Any] | None:
-    """The engine's hits by tier in `metrics` against the tiered replay's (`tiers`, a tiers
-    section): the `observed_tiers` section, or None when either is missing. Refused when the
-    export's prompt-token counter holds under `MIN_COUNTED_SHARE` of the trace's prompt tokens.
+def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None,
+                   trace: Trace | None = None) -> dict[str, Any] | None:
+    """The engine's hits by tier in `metrics` against the tiered replay's of `trace` (`tiers`,
+    a tiers section): the `observed_tiers` section, or None when either is missing. Refused
+    when the export's prompt-token counter holds under `MIN_COUNTED_SHARE` of the trace's
+    prompt tokens, or when it names requests of which under `MIN_SAME_REQUESTS` are those of
+    `trace` (when given).
     """
     found = None if metrics is None or tiers is None else tier_sources(metrics)
     if found is None or tiers is None or metrics is None:
         return None
+    if trace is not None:
+        _same_requests(metrics, trace)
     prompt = int(tiers["prompt_tokens"])
     if found.prompt_tokens is not None and found.prompt_tokens < MIN_COUNTED_SHARE * prompt:
         raise TraceReadError(
@@ -67,3 +76,23 @@ def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None
     from yaotu_trace.prefix.tiers.observed import compare_tiers
 
     return compare_tiers(found, tiers).to_dict()
+
+
+def _same_requests(metrics: EngineMetrics, trace: Trace) -> None:
+    """Refuse a log whose requests are not the trace's: too few of the ids it names are in
+    the trace, and too few of its lookups' token counts are trace prompt lengths (each length
+    matched once)."""
+    named = metrics.request_tokens
+    if not named:
+        return
+    df = trace.requests
+    ids = set(df["request_id"].astype(str))
+    by_id = sum(1 for rid, _ in named if rid in ids) / len(named)
+    lengths = Counter(int(n) for n in df["prompt_len"])
+    by_length = sum((Counter(n for _, n in named) & lengths).values()) / len(named)
+    if max(by_id, by_length) < MIN_SAME_REQUESTS:
+        raise TraceReadError(
+            f"{metrics.path}: its {len(named):,} LMCache lookups are of another run: "
+            f"{by_id:.0%} of their request ids and {by_length:.0%} of their token counts are "
+            f"the trace's (at least {MIN_SAME_REQUESTS:.0%} of one or the other are); give "
+            "the log of this trace's run")

@@ -357,10 +357,11 @@ def _json_record(line: str, zone: tzinfo) -> tuple[str, float | None] | None:
 
 
 def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None = None
-                    ) -> tuple[list[Row], list[str], int | None]:
-    """The log's samples as (time_s, metric, labels, value) rows, the notes on them, and the
-    year given to its year-less times (None when it has none); `zone` is the zone its
-    zone-less times are read in (`log_zone`; None: UTC)."""
+                    ) -> tuple[list[Row], list[str], int | None, tuple[tuple[str, int], ...]]:
+    """The log's samples as (time_s, metric, labels, value) rows, the notes on them, the
+    year given to its year-less times (None when it has none), and the requests its LMCache
+    lookup lines name, (request id, total tokens) each; `zone` is the zone its zone-less times
+    are read in (`log_zone`; None: UTC)."""
     zone = UTC if zone is None else zone
     if year is not None:
         base_year, year_from = year, "the trace"
@@ -404,7 +405,9 @@ def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None 
             continue
         if not _read_line(line, time_s, labels, read):
             read.bad.append(number)
-    return _finish(path, read, base_year, year_from, zone)
+    rows, notes, log_year = _finish(path, read, base_year, year_from, zone)
+    requests = tuple((rid, int(v[1])) for rid, v in read.lmcache.items())
+    return rows, notes, log_year, requests
 
 
 def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
