@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from yaotu_trace.render import fmt
-from yaotu_trace.render.blocks import Block, Column, Grid, Heading, KeyValues, Notes, View
+from yaotu_trace.render.blocks import Block, Column, Grid, Heading, KeyValues, Line, Notes, View
 
 RATE_HEADER = ["definition", "hit rate", "capacity", "used by"]
 
@@ -153,6 +153,15 @@ def tier_rows(s: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def tier_legend(tiers: dict[str, Any]) -> str:
+    """What the tier table's counts are counted in."""
+    chunk = tiers["tiers"][0]["chunk_tokens"] if tiers.get("tiers") else None
+    unit = f"chunks of {fmt.count(chunk)} tokens" if chunk else "chunks"
+    return (f"stored, evicted: {unit}; failed: stores a tier could not take whole (vLLM refuses "
+            "the offer, LMCache keeps the save's head); loaded: bytes read up (chunks without "
+            "--model)")
+
+
 def group_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
     """Per tenant or per instance."""
     return [[g["label"], fmt.count(g["requests"]), fmt.count(g["prompt_tokens"]),
@@ -279,7 +288,8 @@ def view(section: Any) -> View:
                 Grid(header=["step", "hit tokens", "lost", "of ideal"], rows=wf)]
     if s.get("tiers"):
         out += [Heading(text=f"Tiers below the GPU ({s['tiers']['policy']} rules)", level=4),
-                Grid(header=TIER_HEADER, rows=tier_rows(s))]
+                Grid(header=TIER_HEADER, rows=tier_rows(s)),
+                Line(text=tier_legend(s["tiers"]), style="dim")]
     for key, title in (("per_tenant", "Per tenant"), ("per_instance", "Per instance")):
         if s.get(key):
             out += [Heading(text=title, level=4),

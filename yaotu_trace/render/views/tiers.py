@@ -7,7 +7,7 @@ from typing import Any
 
 from yaotu_trace.render import fmt
 from yaotu_trace.render.blocks import Grid, Heading, Line, View
-from yaotu_trace.render.views.prefix_reuse import TIER_HEADER, tier_rows
+from yaotu_trace.render.views.prefix_reuse import TIER_HEADER, tier_legend, tier_rows
 
 
 def view(section: Any) -> View:
@@ -19,4 +19,5 @@ def view(section: Any) -> View:
     text = (f"Preset {section['preset']}, {pool}, {section['policy']} rules; hit tokens by "
             "the source that served them (trace replay --tier has the waterfall).")
     return [Heading(text="Tiers below the GPU"), Line(text=text, style="dim"),
-            Grid(header=TIER_HEADER, rows=tier_rows({"tiers": section}))]
+            Grid(header=TIER_HEADER, rows=tier_rows({"tiers": section})),
+            Line(text=tier_legend(section), style="dim")]
