@@ -175,3 +175,43 @@ def replay_hicache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                     tier.use(key)
     return (tuple(hits), (host.counters(), *(t.counters() for t in storage)),
             tuple(TierEvictions.of(t.records) for t in (host, *storage)))
+
+
+def storage_pass(chains: BlockChains, refused: np.ndarray, hit_tokens: np.ndarray,
+                 backed: list[list[int]], tiers: tuple[TierSpec, ...],
+                 ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                            tuple[TierEvictions, ...]]:
+    """Storage tiers (disk, remote) below SGLang's host, request by request: the pages past
+    the request's GPU and host hits (`hit_tokens`) found in storage are prefetched when at
+    least 256 tokens, then the pages the host backed up for the request (`backed[i]`, page
+    keys) are written on. Hit tokens, counters and evictions per storage tier."""
+    n = chains.num_requests
+    hits = tuple(np.zeros(n, dtype=np.int64) for _ in tiers)
+    storage = [_Lru(int(t.capacity_chunks)) for t in tiers]
+    if not tiers:
+        return hits, (), ()
+    block = int(chains.block_size_tokens)
+    offsets, ids = chains.offsets, chains.ids
+    for i in range(n):
+        if refused[i]:
+            continue
+        start = int(offsets[i])
+        cap = int(chains.max_hit_blocks[i])
+        s_end = int(hit_tokens[i]) // block
+        for t, tier in enumerate(storage):
+            tier.now = i
+            k = s_end
+            while k < cap and int(ids[start + k]) in tier.keys:
+                k += 1
+            if (k - s_end) * block >= SGLANG_PREFETCH_MIN_TOKENS:
+                hits[t][i] = (k - s_end) * block
+                tier.loaded += k - s_end
+                for m in range(s_end, k):
+                    tier.refresh(int(ids[start + m]))
+                s_end = k
+        for tier in storage:
+            for key in backed[i]:
+                if key not in tier.keys:
+                    tier.use(key)
+    return (hits, tuple(t.counters() for t in storage),
+            tuple(TierEvictions.of(t.records) for t in storage))

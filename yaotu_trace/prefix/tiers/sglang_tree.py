@@ -1,0 +1,558 @@
+"""SGLang's HiCache replayed as SGLang runs it: the GPU and the host in one radix tree.
+
+SGLang 0.5's `UnifiedRadixCache` keeps one tree whose nodes (runs of pages) hold their KV on
+the GPU, on the host, or both; what the host serves changes what stays on the GPU. This
+replay follows that tree request by request, with the calls the scheduler makes for one
+request at a time (`benchmarks/engines/golden_tiers_sglang.py`, PROTOCOL), and the rules read
+in `mem_cache/unified_radix_cache.py`, `unified_cache/unified_tree_core.py` and
+`unified_cache/components/full.py`:
+
+- **Lookup** (`_match_prefix_helper`): down the tree over nodes on the GPU or backed up on the
+  host, splitting the node where the match ends; the deepest node reached and its ancestors
+  are stamped most recent (the deepest newest). The GPU hit is the run of GPU nodes; the host
+  continuation below it is loaded back (`load_back`) when it is at least 10 tokens
+  (`load_back_threshold`), after evicting GPU leaves for its room, with the path locked.
+- **Allocation** (`alloc_token_slots`, `alloc_paged_token_slots_extend`): the new tokens (one
+  page more with pages > 1) are made free by evicting GPU leaves — nodes on the GPU with no
+  child on the GPU, unlocked — least recently stamped first, each whole, until enough is free
+  (`_evict_components`). A leaf backed up on the host is demoted (its GPU copy freed, the host
+  copy stays); one that is not is deleted (`write_through`, `write_through_selective`) or
+  backed up first (`write_back`), and when the host cannot take it, dropped with its
+  host-only subtree (`drop_subtree_no_host`).
+- **Insert** (`begin_insert`): the page-aligned prompt is walked again, each node touched in
+  order (deeper newer), split where the prompt ends mid-node; a host-only node on the way
+  takes the request's fresh KV. Each node walked counts a hit (`_inc_hit_count_and_check`,
+  not under `write_back`), and a node reaching the policy's threshold (1 for
+  `write_through`, 2 for `write_through_selective`) that has no host copy is backed up with
+  its unbacked ancestors, ancestors first, stopping at the first the host cannot take.
+- **Host room** (`drive_host_eviction`): a backup the host cannot hold evicts host leaves —
+  host-only nodes with no children, unlocked — least recently stamped first, each whole; a
+  parent left childless and host-only follows. Under `write_back` the host first reclaims
+  its duplicates (nodes on both GPU and host, in the order they became duplicates, leaves
+  about to be demoted last; `_reclaim_full_host_duplicates`).
+
+Stamps are a counter advanced wherever SGLang reads its time counter
+(`get_and_increase_time_counter`), so they order as the engine's do. Held per request against
+SGLang 0.5.23 itself (`tests/fixtures/tiers_sglang`). Storage below the host (disk, remote)
+is not part of the tree here: it is written from every host backup and read past the GPU
+and host hits when at least 256 tokens (`prefetch_threshold`), as in `sglang.py`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+
+import numpy as np
+
+from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
+from yaotu_trace.prefix.tiers.spec import (
+    SGLANG_LOAD_BACK_MIN_TOKENS,
+    SGLANG_PREFETCH_MIN_TOKENS,
+    TierPolicy,
+    TierSpec,
+)
+
+_DEPTH_STEP = 1 << 20  # a lookup stamps its path t, t - 1, t - 2 ... below the next tick
+
+
+class _Node:
+    """A run of pages: `ids[src:src + length]` of the request that inserted them."""
+
+    __slots__ = ("id", "parent", "children", "src", "length", "gpu", "host", "lock",
+                 "host_lock", "stamp", "hits", "host_use")
+
+    def __init__(self, node_id: int, parent: _Node | None, src: int, length: int,
+                 stamp: int) -> None:
+        self.id = node_id
+        self.parent = parent
+        self.children: dict[int, _Node] = {}
+        self.src = src
+        self.length = length
+        self.gpu = False
+        self.host = False
+        self.lock = 0
+        self.host_lock = 0
+        self.stamp = stamp
+        self.hits = 0
+        self.host_use = -1  # the request that last used its host copy
+
+    def __lt__(self, other: _Node) -> bool:
+        return self.id < other.id
+
+
+class HiCacheTree:
+    """SGLang's one tree of GPU and host KV for one write policy, in pages."""
+
+    def __init__(self, ids: np.ndarray, page_tokens: int, gpu_pages: int, host_pages: int,
+                 policy: TierPolicy) -> None:
+        self.ids = ids
+        self.page = page_tokens
+        self.gpu_free = gpu_pages
+        self.host_free = host_pages
+        self.write_back = policy is TierPolicy.SGLANG_WRITE_BACK
+        self.threshold = 2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1
+        self.clock = 0
+        self.next_id = 1
+        self.root = _Node(0, None, 0, 0, 0)
+        self.root.gpu = True
+        self.root.lock = 1
+        self.gpu_leaves: set[_Node] = set()
+        self.host_leaves: set[_Node] = set()
+        # write_back: nodes on both GPU and host, in the order they became so (stale entries
+        # stay until a reclaim walks past them, as in SGLang).
+        self.duplicates: OrderedDict[int, _Node] = OrderedDict()
+        self.now = -1  # the request being replayed
+        self.stored = self.evicted = self.loaded = 0
+        self.records: list[tuple[int, int, int]] = []  # host evictions: (key, request, use)
+        self.backed_keys: list[int] = []  # pages backed up by the current request
+
+    # ---- clock, sets -------------------------------------------------------------------
+
+    def _tick(self) -> int:
+        self.clock += _DEPTH_STEP
+        return self.clock
+
+    def _new_node(self, parent: _Node | None, src: int, length: int) -> _Node:
+        node = _Node(self.next_id, parent, src, length, self._tick())
+        self._tick()  # creation_time
+        self.next_id += 1
+        return node
+
+    def _update_sets(self, node: _Node) -> None:
+        """`_update_evictable_leaf_sets`: GPU leaf and host leaf membership, re-read."""
+        if node is self.root:
+            return
+        if node.gpu and node.lock == 0 and not any(c.gpu for c in node.children.values()):
+            self.gpu_leaves.add(node)
+        else:
+            self.gpu_leaves.discard(node)
+        if (not node.gpu and node.host and node.host_lock == 0 and node.lock == 0
+                and not node.children):
+            self.host_leaves.add(node)
+        else:
+            self.host_leaves.discard(node)
+
+    def _track_duplicate(self, node: _Node) -> None:
+        """`_update_duplicate_tracking` (write_back only reads it)."""
+        if node is not self.root and node.gpu and node.host:
+            self.duplicates.setdefault(node.id, node)
+        else:
+            self.duplicates.pop(node.id, None)
+
+    # ---- locks -------------------------------------------------------------------------
+
+    def _lock(self, node: _Node) -> None:
+        """`inc_lock_ref`: the host-only segment at the bottom and the GPU path to the root."""
+        cur = node
+        while cur is not self.root and not cur.gpu:
+            cur.lock += 1
+            cur = cur.parent
+        while cur is not self.root:
+            cur.lock += 1
+            self.gpu_leaves.discard(cur)
+            cur = cur.parent
+        self._update_sets(node)
+
+    def _unlock(self, node: _Node) -> None:
+        """`dec_lock_ref`."""
+        cur = node
+        while cur is not self.root:
+            cur.lock -= 1
+            if cur.lock == 0:
+                self._update_sets(cur)
+            cur = cur.parent
+        self._update_sets(node)
+
+    # ---- tree edits --------------------------------------------------------------------
+
+    def _matched(self, node: _Node, start: int, depth: int, most: int) -> int:
+        """Pages of `node` the request (chain at `start`, `depth` pages matched above it)
+        shares, at most `most`: chained ids, so the shared part is a leading run."""
+        ids = self.ids
+        hi = min(node.length, most)
+        if ids[node.src + hi - 1] == ids[start + depth + hi - 1]:
+            return hi
+        lo = 1  # the first page matched (it is the child's key)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ids[node.src + mid - 1] == ids[start + depth + mid - 1]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _split(self, child: _Node, k: int) -> _Node:
+        """`_split_node`: a new node takes the first `k` pages of `child`, which keeps the
+        rest and is stamped after it."""
+        parent = child.parent
+        new = self._new_node(parent, child.src, k)
+        new.hits = child.hits
+        new.gpu, new.host = child.gpu, child.host
+        new.lock, new.host_lock = child.lock, child.host_lock
+        new.host_use = child.host_use
+        first = int(self.ids[child.src])
+        child.src += k
+        child.length -= k
+        child.parent = new
+        new.children[int(self.ids[child.src])] = child
+        parent.children[first] = new
+        child.stamp = self._tick()
+        self._update_sets(new)
+        self._update_sets(child)
+        if self.write_back:
+            self._track_duplicate(new)
+        return new
+
+    def _remove(self, node: _Node) -> None:
+        """`_remove_leaf_from_parent`."""
+        del node.parent.children[int(self.ids[node.src])]
+        self.gpu_leaves.discard(node)
+        self.host_leaves.discard(node)
+        self.duplicates.pop(node.id, None)
+
+    def _drop_host(self, node: _Node) -> None:
+        if node.host:
+            node.host = False
+            self.host_free += node.length
+
+    def _drop_gpu(self, node: _Node) -> None:
+        if node.gpu:
+            node.gpu = False
+            self.gpu_free += node.length
+
+    def _delete_tombstones(self, cur: _Node) -> None:
+        """`_iteratively_delete_tombstone_ancestors`: childless nodes with KV nowhere go."""
+        while cur is not self.root and not cur.children:
+            if cur.lock or cur.host_lock:
+                break
+            if cur.gpu or cur.host:
+                self._update_sets(cur)
+                break
+            self._remove(cur)
+            cur = cur.parent
+            self._update_sets(cur)
+
+    def _delete_gpu_leaf(self, node: _Node) -> None:
+        """`_delete_unbacked_device_leaf`."""
+        self._drop_gpu(node)
+        self._drop_host(node)
+        self._remove(node)
+        parent = node.parent
+        self._update_sets(parent)
+        self._delete_tombstones(parent)
+
+    def _demote(self, node: _Node) -> None:
+        """The GPU copy of a backed-up node is freed; the node stays, host-only."""
+        self._drop_gpu(node)
+        self._update_sets(node)
+        self._update_sets(node.parent)
+
+    # ---- host --------------------------------------------------------------------------
+
+    def _record_host_loss(self, node: _Node) -> None:
+        """The host drops `node`'s pages: counted, and recorded for the capacity misses."""
+        for k in range(node.length):
+            self.records.append((int(self.ids[node.src + k]), self.now, node.host_use))
+        self.evicted += node.length
+
+    def _evict_host_leaf(self, node: _Node) -> int:
+        freed = node.length
+        self._record_host_loss(node)
+        self._drop_host(node)
+        self._remove(node)
+        self._delete_tombstones(node.parent)
+        return freed
+
+    def _reclaim_duplicates(self, needed: int) -> int:
+        """`_reclaim_full_host_duplicates`: host copies of nodes also on the GPU, leaves
+        about to be demoted spared on the first pass."""
+        freed = 0
+        swept: list[int] = []
+        for spare_leaves in (True, False):
+            if freed >= needed:
+                break
+            for node in self.duplicates.values():
+                if freed >= needed:
+                    break
+                if not (node.gpu and node.host):
+                    swept.append(node.id)
+                    continue
+                if spare_leaves and node in self.gpu_leaves:
+                    continue
+                if node.host_lock:
+                    continue
+                self._drop_host(node)
+                freed += node.length
+                swept.append(node.id)
+        for node_id in swept:
+            self.duplicates.pop(node_id, None)
+        return freed
+
+    def _evict_host(self, needed: int) -> int:
+        """`drive_host_eviction`: host pages freed toward `needed`."""
+        freed = self._reclaim_duplicates(needed) if self.write_back else 0
+        heap = [(n.stamp, n) for n in self.host_leaves]
+        heapq.heapify(heap)
+        while freed < needed and heap:
+            _, node = heapq.heappop(heap)
+            if node not in self.host_leaves:
+                continue
+            freed += self._evict_host_leaf(node)
+            if node.parent in self.host_leaves:
+                heapq.heappush(heap, (node.parent.stamp, node.parent))
+        return freed
+
+    def _back_up(self, node: _Node) -> bool:
+        """One node's GPU → host copy (`_execute_kv_backup`); False when the host cannot
+        make room."""
+        if self.host_free < node.length:
+            needed = node.length - self.host_free
+            if self._evict_host(needed) < needed:
+                return False
+        self.host_free -= node.length
+        node.host = True
+        node.host_use = self.now
+        self.stored += node.length
+        for k in range(node.length):
+            self.backed_keys.append(int(self.ids[node.src + k]))
+        return True
+
+    def _write_through(self, node: _Node, locked: list[_Node]) -> None:
+        """`_build_backup_kv_action` + `_execute_and_commit_kv_backup`: the node and its
+        unbacked ancestors, ancestors first, stopping at the first that fails; each copied
+        node stays locked until its write is acknowledged (`locked`)."""
+        chain = [node]
+        up = node.parent
+        while up is not self.root and not up.host:
+            chain.append(up)
+            up = up.parent
+        for target in reversed(chain):
+            if target.host:
+                continue
+            if not self._back_up(target):
+                return
+            self._lock(target)
+            locked.append(target)
+
+    def _count_hit(self, node: _Node, locked: list[_Node]) -> None:
+        """`_inc_hit_count_and_check` and the write-through it can fire."""
+        if self.write_back or not node.gpu:
+            return
+        node.hits += 1
+        if not node.host and node.hits >= self.threshold:
+            self._write_through(node, locked)
+
+    # ---- GPU eviction ------------------------------------------------------------------
+
+    def _evict_leaf(self, node: _Node) -> None:
+        if node.host:
+            self._demote(node)
+        elif not self.write_back:
+            self._delete_gpu_leaf(node)
+        elif self._back_up(node):
+            self._track_duplicate(node)  # the write's acknowledgement
+            self._demote(node)
+        else:
+            self._drop_subtree(node)
+
+    def _drop_subtree(self, node: _Node) -> None:
+        """`drop_subtree_no_host`: an unbacked leaf the host cannot take goes, with the
+        host-only nodes below it."""
+        below: list[_Node] = []
+        stack = list(node.children.values())
+        while stack:
+            cur = stack.pop()
+            if cur.lock or cur.host_lock:
+                return
+            below.append(cur)
+            stack.extend(cur.children.values())
+        for desc in reversed(below):
+            self._record_host_loss(desc)
+            self._drop_host(desc)
+            self._remove(desc)
+        self._delete_gpu_leaf(node)
+
+    def _make_room(self, tokens: int) -> None:
+        """`evict_for_alloc`: evict GPU leaves, oldest stamp first, until `tokens` are free."""
+        target = tokens // self.page
+        if self.gpu_free >= target:
+            return
+        heap = [(n.stamp, n) for n in self.gpu_leaves]
+        heapq.heapify(heap)
+        last: _Node | None = None
+        while True:
+            if last is not None and last.parent in self.gpu_leaves:
+                heapq.heappush(heap, (last.parent.stamp, last.parent))
+            last = None
+            while heap:
+                _, node = heapq.heappop(heap)
+                if node in self.gpu_leaves:
+                    last = node
+                    break
+            if last is None:
+                return
+            self._evict_leaf(last)
+            if self.gpu_free >= target:
+                return
+
+    # ---- one request -------------------------------------------------------------------
+
+    def _lookup(self, start: int, cap: int) -> tuple[_Node, _Node, int]:
+        """`match_prefix` on the first `cap` pages: (deepest node on the GPU, deepest node
+        on the GPU or host, GPU pages)."""
+        node = self.root
+        best = best_gpu = self.root
+        gpu_pages = depth = 0
+        children_key = self.ids
+        while depth < cap:
+            child = node.children.get(int(children_key[start + depth]))
+            if child is None or (not child.gpu and not child.host):
+                break
+            m = self._matched(child, start, depth, cap - depth)
+            split = m < child.length
+            if split:
+                child = self._split(child, m)
+            node = child
+            depth += m
+            best = node
+            if node.gpu:
+                best_gpu = node
+                gpu_pages = depth
+            if split:
+                break
+        stamp = self._tick()
+        cur: _Node | None = best
+        while cur is not None:
+            cur.stamp = stamp
+            stamp -= 1
+            cur = cur.parent
+        return best_gpu, best, gpu_pages
+
+    def _load_back(self, best: _Node) -> int:
+        """`load_back`: the host-only nodes from `best` up onto the GPU; pages loaded."""
+        best.host_lock += 1
+        self._update_sets(best)
+        self._lock(best)
+        nodes = []
+        cur = best
+        while not cur.gpu:
+            nodes.append(cur)
+            cur = cur.parent
+        pages = sum(n.length for n in nodes)
+        loaded = 0
+        if pages * self.page >= max(1, SGLANG_LOAD_BACK_MIN_TOKENS):
+            if self.gpu_free < pages:
+                self._make_room(pages * self.page)
+            if self.gpu_free >= pages:
+                self.gpu_free -= pages
+                self._unlock(best)
+                for n in reversed(nodes):  # root side first, as the load commits them
+                    n.gpu = True
+                    n.host_use = self.now
+                    self._update_sets(n)
+                self._update_sets(best)
+                self._lock(best)  # until the load is acknowledged
+                loaded = pages
+        self._unlock(best)
+        best.host_lock -= 1
+        self._update_sets(best)
+        if loaded and self.write_back:
+            for n in nodes:  # the acknowledgement, anchor first
+                self._track_duplicate(n)
+        return loaded
+
+    def _insert(self, start: int, full: int, locked: list[_Node]) -> None:
+        """`insert` of the request's `full` pages."""
+        self._tick()  # the root is touched
+        node = self.root
+        depth = 0
+        ids = self.ids
+        while depth < full:
+            child = node.children.get(int(ids[start + depth]))
+            if child is None:
+                break
+            child.stamp = self._tick()
+            m = self._matched(child, start, depth, full - depth)
+            if m < child.length:
+                child = self._split(child, m)
+            if not child.gpu:  # `_unevict_node_on_insert`: the request's fresh KV
+                child.gpu = True
+                self.gpu_free -= child.length
+                self._update_sets(child)
+                if self.write_back:
+                    self._track_duplicate(child)
+                self._update_sets(child.parent)
+            self._count_hit(child, locked)
+            node = child
+            depth += m
+        if depth < full:
+            leaf = self._new_node(node, start + depth, full - depth)
+            leaf.gpu = True
+            self.gpu_free -= leaf.length
+            node.children[int(ids[start + depth])] = leaf
+            self._update_sets(leaf)
+            self._update_sets(node)
+            self._count_hit(leaf, locked)
+
+    def request(self, start: int, full: int, cap: int, prompt_tokens: int) -> tuple[int, int]:
+        """Replay one admitted request: (GPU hit pages, host pages loaded back)."""
+        best_gpu, best, gpu_pages = self._lookup(start, cap) if cap else (
+            self.root, self.root, 0)
+        loaded = 0
+        anchor = best_gpu
+        if best is not best_gpu:
+            loaded = self._load_back(best)
+            if loaded:
+                anchor = best
+                self.loaded += loaded
+        hit_pages = gpu_pages + loaded
+        self._lock(anchor)
+        extra = self.page if self.page > 1 else 0
+        need_tokens = prompt_tokens - hit_pages * self.page + extra
+        if need_tokens > self.gpu_free * self.page:
+            self._make_room(need_tokens + self.page - 1)
+        locked: list[_Node] = []
+        self.backed_keys = []
+        self._insert(start, full, locked)
+        self._unlock(anchor)
+        for node in locked:
+            self._unlock(node)
+        return gpu_pages, loaded
+
+
+def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, ...],
+                        policy: TierPolicy, gpu_capacity_blocks: int,
+                        ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                   tuple[TierEvictions, ...]]:
+    """GPU hit tokens, hit tokens per tier (host, then storage), the tiers' counters and
+    evictions of SGLang's HiCache with a GPU pool of `gpu_capacity_blocks` pages and the
+    host tier `tiers[0]` (chunks of one page); see the module docstring."""
+    from yaotu_trace.prefix.tiers.sglang import storage_pass
+
+    page = int(chains.block_size_tokens)
+    tree = HiCacheTree(chains.ids, page, int(gpu_capacity_blocks), int(tiers[0].capacity_chunks),
+                       policy)
+    n = chains.num_requests
+    offsets = chains.offsets
+    gpu_hits = np.zeros(n, dtype=np.int64)
+    host_hits = np.zeros(n, dtype=np.int64)
+    backed: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        if refused[i]:
+            continue
+        tree.now = i
+        start = int(offsets[i])
+        full = int(offsets[i + 1]) - start
+        g, h = tree.request(start, full, int(chains.max_hit_blocks[i]),
+                            int(chains.prompt_tokens[i]))
+        gpu_hits[i] = g * page
+        host_hits[i] = h * page
+        backed[i] = tree.backed_keys
+    host_counters = TierCounters(stored_chunks=tree.stored, evicted_chunks=tree.evicted,
+                                 failed_stores=0, loaded_chunks=tree.loaded)
+    storage_hits, storage_counters, storage_evictions = storage_pass(
+        chains, refused, gpu_hits + host_hits, backed, tiers[1:])
+    return (gpu_hits, (host_hits, *storage_hits), (host_counters, *storage_counters),
+            (TierEvictions.of(tree.records), *storage_evictions))
