@@ -237,19 +237,26 @@ def read_prompts(path: Path, reader: str) -> tuple[list[str], list[list[int]]]:
     return tenants, prompts
 
 
-def configs_for(prompts: list[list[int]], page: int) -> list[Config]:
+def configs_for(prompts: list[list[int]], page: int,
+                ratios: tuple[float, ...] = (1.0, 2.0, 4.0)) -> list[Config]:
     """Device pools from one page above the longest prompt to a few times it; host pools of
-    1, 2 (SGLang's default) and 4 times the device pool; the three write policies."""
+    `ratios` times the device pool (2 is SGLang's default; below 1 SGLang warns and runs);
+    the three write policies."""
     longest = -(-max(len(p) for p in prompts) // page) * page
     pools = [longest + page, 2 * longest, 4 * longest]
     return [Config(page, pool, ratio, policy)
             for policy in ("write_through", "write_through_selective", "write_back")
-            for pool in pools for ratio in (1.0, 2.0, 4.0)]
+            for pool in pools for ratio in ratios]
 
 
-TRACES = {  # name -> (file, page sizes)
-    "mixed": (ROOT / "tests/fixtures/engines/trace_mixed.parquet", (1, 16)),
-    "sessions": (ROOT / "tests/fixtures/engines/trace_sessions.parquet", (16,)),
+TRACES = {  # name -> (file, page sizes, host ratios)
+    "mixed": (ROOT / "tests/fixtures/engines/trace_mixed.parquet", (1, 16), (1.0, 2.0, 4.0)),
+    "sessions": (ROOT / "tests/fixtures/engines/trace_sessions.parquet", (16,),
+                 (1.0, 2.0, 4.0)),
+    # A slice of Mooncake's conversation trace as token ids: long shared prefixes, and hosts
+    # smaller than the GPU pool, where backups fail and write_back drops subtrees.
+    "mooncake": (ROOT / "tests/fixtures/tiers_vllm/trace_mooncake.parquet", (16, 64),
+                 (0.5, 1.0, 2.0)),
 }
 
 
@@ -268,13 +275,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{'cpu hits':>9} {'refused':>7} {'ours gpu':>9} {'ours cpu':>9} {'differ':>6}")
     print(header)
     print("-" * len(header))
-    for name, (path, pages) in TRACES.items():
+    for name, (path, pages, ratios) in TRACES.items():
         if args.only and name not in args.only:
             continue
         tenants, prompts = read_prompts(path, args.reader)
         configs = []
         for page in pages:
-            for config in configs_for(prompts, page):
+            for config in configs_for(prompts, page, ratios):
                 engine = HiCache(config)
                 gpu, cpu, refused = engine.run(tenants, prompts)
                 mine = ours(path, config, engine.host_tokens)
@@ -293,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "gpu_hit_tokens": gpu, "cpu_hit_tokens": cpu,
                                 "refused": refused})
         document = {"engine": "sglang", "engine_version": sglang.__version__,
-                    "torch_version": torch.__version__, "trace": path.name,
+                    "torch_version": torch.__version__,
+                    "trace": str(path.relative_to(ROOT / "tests" / "fixtures")),
                     "protocol": PROTOCOL, "configs": configs}
         args.out_dir.mkdir(parents=True, exist_ok=True)
         dump_configs(document, args.out_dir / f"sglang_hicache_{name}.json")
