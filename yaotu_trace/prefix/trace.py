@@ -363,11 +363,12 @@ def _with_tiers(runs: CacheRuns, tiered: TieredResult, measured: np.ndarray | No
                 ) -> CacheRuns:
     """The achieved replay with the tiers' hits added, and one waterfall step per tier: the
     reuse it recovers below the GPU (a negative loss), so the steps still sum to ideal −
-    achieved."""
+    achieved. Under SGLang's one tree the host's load-backs also move GPU hits; that move is
+    a step of its own."""
     result = runs.result
     block = int(runs.chains.block_size_tokens)
     hit_tokens = tiered.hit_tokens
-    extra_blocks = (hit_tokens - tiered.gpu_hit_tokens) // block
+    extra_blocks = (hit_tokens - np.asarray(result.hit_tokens, dtype=np.int64)) // block
     total = replace(result, hit_blocks=np.asarray(result.hit_blocks) + extra_blocks,
                     hit_tokens=hit_tokens, recompute_tokens=tiered.recompute_tokens)
     wf = runs.waterfall
@@ -376,6 +377,15 @@ def _with_tiers(runs: CacheRuns, tiered: TieredResult, measured: np.ndarray | No
     steps = list(wf.steps)
     losses = dict(wf.loss_per_request)
     reached = wf.achieved_hit_tokens
+    moved = tiered.gpu_hit_tokens - np.asarray(result.hit_tokens, dtype=np.int64)
+    if moved.any():
+        gained = int(moved.sum() if measured is None else moved[measured].sum())
+        reached += gained
+        steps.append(WaterfallStep(
+            step="gpu_moved_by_tiers", label="GPU hits moved by the host's load-backs",
+            hit_tokens=reached, loss_tokens=-gained,
+            loss_share_of_ideal=-gained / wf.ideal_hit_tokens if wf.ideal_hit_tokens else 0.0))
+        losses["gpu_moved_by_tiers"] = -moved
     for spec, hits in zip(tiered.tiers, tiered.tier_hit_tokens, strict=True):
         served = int(hits.sum() if measured is None else hits[measured].sum())
         reached += served

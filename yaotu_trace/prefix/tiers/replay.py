@@ -1,10 +1,15 @@
 """The tiered replay: the GPU pool's own replay, then the tiers below it request by request.
 
 Loaded KV re-enters the GPU prefix cache exactly as recomputed KV would (vLLM's `cache_blocks`
-after a load, SGLang's `load_back`, LMCache's retrieve into the vLLM blocks), so a request
-leaves the GPU pool in the same state whichever source served it: the GPU hits are those of
-the GPU-only replay under the same rules (engine-exact for a finite `vllm` or `sglang` pool),
-and the tiers' pass reads them. That is also why a tier never changes `gpu_hit_tokens`.
+after a load, LMCache's retrieve into the vLLM blocks), so a request leaves the GPU pool in
+the same state whichever source served it: the GPU hits are those of the GPU-only replay under
+the same rules (engine-exact for a finite `vllm` pool), and the tiers' pass reads them. That
+is also why those tiers never change `gpu_hit_tokens`.
+
+SGLang's HiCache is the exception: GPU and host share one radix tree, and a load-back
+allocates (and evicts) before the request's own allocation, so what the host serves moves
+what stays on the GPU. On SGLang's own finite pool it is replayed as that tree
+(`sglang_tree.py`), whose GPU hits are its own.
 """
 
 from __future__ import annotations
@@ -65,6 +70,15 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
         from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
 
         tier_hits, counters, evictions = replay_lmcache_tiers(chains, gpu_blocks, refused, tiers)
+    elif one_tree(chains, rules, tiers, policy):
+        from yaotu_trace.prefix.tiers.sglang_tree import replay_hicache_tree
+
+        gpu_hit, tier_hits, counters, evictions = replay_hicache_tree(
+            chains, refused, tiers, policy, int(rules.capacity_blocks or 0))
+        return TieredResult(policy=policy, tiers=tiers,
+                            prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
+                            gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
+                            refused=refused, counters=counters, evictions=evictions)
     else:
         from yaotu_trace.prefix.tiers.sglang import replay_hicache_tiers
 
@@ -75,6 +89,18 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
                         prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
                         gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
                         refused=refused, counters=counters, evictions=evictions)
+
+
+def one_tree(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],
+             policy: TierPolicy) -> bool:
+    """Whether HiCache is replayed in SGLang's one tree of GPU and host KV
+    (`sglang_tree.py`): SGLang's own finite pool (`--preset sglang` with a capacity) and a
+    host in pages of that pool. Elsewhere (another accounting, an unlimited pool, a larger
+    chunk) the host runs as a pass over the GPU pool's hits (`sglang.py`)."""
+    return (policy in (TierPolicy.SGLANG_WRITE_THROUGH,
+                       TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, TierPolicy.SGLANG_WRITE_BACK)
+            and rules.accounting is Accounting.SGLANG and rules.capacity_blocks is not None
+            and int(tiers[0].chunk_tokens) == int(chains.block_size_tokens))
 
 
 def check_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],

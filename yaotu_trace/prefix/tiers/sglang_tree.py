@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from typing import cast
 
 import numpy as np
 
@@ -49,7 +50,6 @@ from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import (
     SGLANG_LOAD_BACK_MIN_TOKENS,
-    SGLANG_PREFETCH_MIN_TOKENS,
     TierPolicy,
     TierSpec,
 )
@@ -60,13 +60,25 @@ _DEPTH_STEP = 1 << 20  # a lookup stamps its path t, t - 1, t - 2 ... below the 
 class _Node:
     """A run of pages: `ids[src:src + length]` of the request that inserted them."""
 
-    __slots__ = ("id", "parent", "children", "src", "length", "gpu", "host", "lock",
-                 "host_lock", "stamp", "hits", "host_use")
+    __slots__ = (
+        "children",
+        "gpu",
+        "hits",
+        "host",
+        "host_lock",
+        "host_use",
+        "id",
+        "length",
+        "lock",
+        "parent",
+        "src",
+        "stamp",
+    )
 
-    def __init__(self, node_id: int, parent: _Node | None, src: int, length: int,
+    def __init__(self, node_id: int, parent: _Node, src: int, length: int,
                  stamp: int) -> None:
         self.id = node_id
-        self.parent = parent
+        self.parent = parent  # the root's is None, and no walk reads it
         self.children: dict[int, _Node] = {}
         self.src = src
         self.length = length
@@ -95,7 +107,7 @@ class HiCacheTree:
         self.threshold = 2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1
         self.clock = 0
         self.next_id = 1
-        self.root = _Node(0, None, 0, 0, 0)
+        self.root = _Node(0, cast(_Node, None), 0, 0, 0)
         self.root.gpu = True
         self.root.lock = 1
         self.gpu_leaves: set[_Node] = set()
@@ -114,7 +126,7 @@ class HiCacheTree:
         self.clock += _DEPTH_STEP
         return self.clock
 
-    def _new_node(self, parent: _Node | None, src: int, length: int) -> _Node:
+    def _new_node(self, parent: _Node, src: int, length: int) -> _Node:
         node = _Node(self.next_id, parent, src, length, self._tick())
         self._tick()  # creation_time
         self.next_id += 1
@@ -423,11 +435,12 @@ class HiCacheTree:
             if split:
                 break
         stamp = self._tick()
-        cur: _Node | None = best
-        while cur is not None:
+        cur = best
+        while cur is not self.root:
             cur.stamp = stamp
             stamp -= 1
             cur = cur.parent
+        self.root.stamp = stamp
         return best_gpu, best, gpu_pages
 
     def _load_back(self, best: _Node) -> int:
