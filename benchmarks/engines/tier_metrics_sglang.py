@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +60,10 @@ def _publish() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from golden_sglang import _stub_torchvision
+
+    _stub_torchvision()  # a CPU torch has no torchvision; SGLang's configs import it
     import prometheus_client
     import sglang
     from sglang.srt.observability.metrics_collector import TokenizerMetricsCollector

@@ -44,12 +44,12 @@ def _fixture_path(trace: str) -> str:
 def test_tiers_sglang_golden_fixtures_cover_policies_and_sizes() -> None:
     # GIVEN the recorded fixtures WHEN counted THEN they span policies, pages, pools and hosts
     configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
-    assert len(GOLDEN) == 2
+    assert len(GOLDEN) == 3 and len(configs) == 135
     assert {c["write_policy"] for c in configs} == {
         "write_through", "write_through_selective", "write_back"}
-    assert {c["page_size"] for c in configs} == {1, 16}
-    assert {c["hicache_ratio"] for c in configs} == {1.0, 2.0, 4.0}
-    assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 70
+    assert {c["page_size"] for c in configs} == {1, 16, 64}
+    assert {c["hicache_ratio"] for c in configs} == {0.5, 1.0, 2.0, 4.0}
+    assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 120
 
 
 @pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN))

@@ -15,15 +15,17 @@ unified_tree_core.py`, `components/full.py`, `hybrid_cache/hybrid_cache_controll
 - Storage (disk or remote): every host backup is written on; a request prefetches the pages
   past GPU and host when they are at least 256 tokens (`prefetch_threshold`), into the host.
 
-What this model assumes: the host is an LRU over pages by last use, touched tail to head
-(leaves go first), of which the pages on the GPU are the most recent, so inclusion holds by
-itself when the host is at least as large as the GPU pool (SGLang's default `--hicache-ratio
-2`); under `write_back` the GPU and host together hold the most recent pages (an LRU of both
-sizes, the host serving what the GPU pool lost). Storage evicts least recently written first.
-Held against SGLang 0.5.23's `UnifiedRadixCache` (tests/fixtures/tiers_sglang): not exact,
-optimistic by up to 42 % of reused tokens with a host no larger than the GPU pool, where SGLang
-refuses backups the host cannot make room for and its load-backs move GPU hits (docs/replay.md,
-"SGLang HiCache").
+Where it runs: SGLang's own finite pool replays HiCache as its one tree (`sglang_tree.py`,
+exact against SGLang 0.5.23); this pass runs elsewhere (another accounting, an unlimited pool,
+a chunk of several pages), and for the storage tiers below the host of both (`storage_pass`).
+What it assumes: the host is an LRU over pages by last use, touched tail to head (leaves go
+first), of which the pages on the GPU are the most recent, so inclusion holds by itself when
+the host is at least as large as the GPU pool (SGLang's default `--hicache-ratio 2`); under
+`write_back` the GPU and host together hold the most recent pages (an LRU of both sizes, the
+host serving what the GPU pool lost). Storage evicts least recently written first. Against
+SGLang's own pool this pass was optimistic by up to 42 % of reused tokens with a host no larger
+than the GPU pool (SGLang refuses backups the host cannot make room for, evicts whole leaves,
+and its load-backs move GPU hits: docs/replay.md, "SGLang HiCache").
 """
 
 from __future__ import annotations

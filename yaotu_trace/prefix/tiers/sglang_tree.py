@@ -94,6 +94,47 @@ class _Node:
         return self.id < other.id
 
 
+class _Leaves:
+    """Evictable leaves (SGLang's `evictable_device_leaves` or `evictable_host_leaves`) with a
+    lazy heap by stamp: an entry counts while its node is a member with that stamp. SGLang
+    builds a heap from the set at each eviction's start; no stamp changes during an eviction
+    and only the evicted node's parent joins the set meanwhile (which SGLang pushes), so the
+    least recent member here is the one SGLang pops, without rebuilding the heap each time."""
+
+    __slots__ = ("members", "heap")
+
+    def __init__(self) -> None:
+        self.members: set[_Node] = set()
+        self.heap: list[tuple[int, _Node]] = []
+
+    def __contains__(self, node: _Node) -> bool:
+        return node in self.members
+
+    def add(self, node: _Node) -> None:
+        if node not in self.members:
+            self.members.add(node)
+            heapq.heappush(self.heap, (node.stamp, node))
+
+    def discard(self, node: _Node) -> None:
+        self.members.discard(node)
+
+    def restamped(self, node: _Node) -> None:
+        if node in self.members:
+            heapq.heappush(self.heap, (node.stamp, node))
+            if len(self.heap) > 4 * len(self.members) + 4096:  # drop the stale entries
+                self.heap = [(n.stamp, n) for n in self.members]
+                heapq.heapify(self.heap)
+
+    def oldest(self) -> _Node | None:
+        """The least recently stamped member, its entry taken off the heap."""
+        heap = self.heap
+        while heap:
+            stamp, node = heapq.heappop(heap)
+            if node.stamp == stamp and node in self.members:
+                return node
+        return None
+
+
 class HiCacheTree:
     """SGLang's one tree of GPU and host KV for one write policy, in pages."""
 
@@ -110,21 +151,28 @@ class HiCacheTree:
         self.root = _Node(0, cast(_Node, None), 0, 0, 0)
         self.root.gpu = True
         self.root.lock = 1
-        self.gpu_leaves: set[_Node] = set()
-        self.host_leaves: set[_Node] = set()
+        self.gpu_leaves = _Leaves()
+        self.host_leaves = _Leaves()
         # write_back: nodes on both GPU and host, in the order they became so (stale entries
         # stay until a reclaim walks past them, as in SGLang).
         self.duplicates: OrderedDict[int, _Node] = OrderedDict()
         self.now = -1  # the request being replayed
         self.stored = self.evicted = self.loaded = 0
-        self.records: list[tuple[int, int, int]] = []  # host evictions: (key, request, use)
-        self.backed_keys: list[int] = []  # pages backed up by the current request
+        # Host evictions, per node: (first page in ids, pages, evicting request, last use).
+        self.records: list[tuple[int, int, int, int]] = []
+        self.backed: list[tuple[int, int]] = []  # (first page, pages) backed up this request
 
     # ---- clock, sets -------------------------------------------------------------------
 
     def _tick(self) -> int:
         self.clock += _DEPTH_STEP
         return self.clock
+
+    def _stamp(self, node: _Node, stamp: int) -> None:
+        """A new `last_access_time`, which the leaf heaps learn."""
+        node.stamp = stamp
+        self.gpu_leaves.restamped(node)
+        self.host_leaves.restamped(node)
 
     def _new_node(self, parent: _Node, src: int, length: int) -> _Node:
         node = _Node(self.next_id, parent, src, length, self._tick())
@@ -210,7 +258,7 @@ class HiCacheTree:
         child.parent = new
         new.children[int(self.ids[child.src])] = child
         parent.children[first] = new
-        child.stamp = self._tick()
+        self._stamp(child, self._tick())
         self._update_sets(new)
         self._update_sets(child)
         if self.write_back:
@@ -265,8 +313,7 @@ class HiCacheTree:
 
     def _record_host_loss(self, node: _Node) -> None:
         """The host drops `node`'s pages: counted, and recorded for the capacity misses."""
-        for k in range(node.length):
-            self.records.append((int(self.ids[node.src + k]), self.now, node.host_use))
+        self.records.append((node.src, node.length, self.now, node.host_use))
         self.evicted += node.length
 
     def _evict_host_leaf(self, node: _Node) -> int:
@@ -305,15 +352,11 @@ class HiCacheTree:
     def _evict_host(self, needed: int) -> int:
         """`drive_host_eviction`: host pages freed toward `needed`."""
         freed = self._reclaim_duplicates(needed) if self.write_back else 0
-        heap = [(n.stamp, n) for n in self.host_leaves]
-        heapq.heapify(heap)
-        while freed < needed and heap:
-            _, node = heapq.heappop(heap)
-            if node not in self.host_leaves:
-                continue
+        while freed < needed:
+            node = self.host_leaves.oldest()
+            if node is None:
+                break
             freed += self._evict_host_leaf(node)
-            if node.parent in self.host_leaves:
-                heapq.heappush(heap, (node.parent.stamp, node.parent))
         return freed
 
     def _back_up(self, node: _Node) -> bool:
@@ -327,8 +370,7 @@ class HiCacheTree:
         node.host = True
         node.host_use = self.now
         self.stored += node.length
-        for k in range(node.length):
-            self.backed_keys.append(int(self.ids[node.src + k]))
+        self.backed.append((node.src, node.length))
         return True
 
     def _write_through(self, node: _Node, locked: list[_Node]) -> None:
@@ -389,25 +431,16 @@ class HiCacheTree:
     def _make_room(self, tokens: int) -> None:
         """`evict_for_alloc`: evict GPU leaves, oldest stamp first, until `tokens` are free."""
         target = tokens // self.page
-        if self.gpu_free >= target:
-            return
-        heap = [(n.stamp, n) for n in self.gpu_leaves]
-        heapq.heapify(heap)
-        last: _Node | None = None
-        while True:
-            if last is not None and last.parent in self.gpu_leaves:
-                heapq.heappush(heap, (last.parent.stamp, last.parent))
-            last = None
-            while heap:
-                _, node = heapq.heappop(heap)
-                if node in self.gpu_leaves:
-                    last = node
-                    break
-            if last is None:
-                return
-            self._evict_leaf(last)
-            if self.gpu_free >= target:
-                return
+        kept: list[_Node] = []  # leaves whose drop was declined: not again in this walk
+        while self.gpu_free < target:
+            node = self.gpu_leaves.oldest()
+            if node is None:
+                break
+            self._evict_leaf(node)
+            if node in self.gpu_leaves:
+                kept.append(node)
+        for node in kept:
+            self.gpu_leaves.restamped(node)
 
     # ---- one request -------------------------------------------------------------------
 
@@ -437,7 +470,7 @@ class HiCacheTree:
         stamp = self._tick()
         cur = best
         while cur is not self.root:
-            cur.stamp = stamp
+            self._stamp(cur, stamp)
             stamp -= 1
             cur = cur.parent
         self.root.stamp = stamp
@@ -486,7 +519,7 @@ class HiCacheTree:
             child = node.children.get(int(ids[start + depth]))
             if child is None:
                 break
-            child.stamp = self._tick()
+            self._stamp(child, self._tick())
             m = self._matched(child, start, depth, full - depth)
             if m < child.length:
                 child = self._split(child, m)
@@ -527,7 +560,7 @@ class HiCacheTree:
         if need_tokens > self.gpu_free * self.page:
             self._make_room(need_tokens + self.page - 1)
         locked: list[_Node] = []
-        self.backed_keys = []
+        self.backed = []
         self._insert(start, full, locked)
         self._unlock(anchor)
         for node in locked:
@@ -549,9 +582,11 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
                        policy)
     n = chains.num_requests
     offsets = chains.offsets
+    ids = chains.ids
     gpu_hits = np.zeros(n, dtype=np.int64)
     host_hits = np.zeros(n, dtype=np.int64)
-    backed: list[list[int]] = [[] for _ in range(n)]
+    storage = len(tiers) > 1
+    backed: list[list[int]] = [[] for _ in range(n)] if storage else []
     for i in range(n):
         if refused[i]:
             continue
@@ -562,10 +597,25 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
                             int(chains.prompt_tokens[i]))
         gpu_hits[i] = g * page
         host_hits[i] = h * page
-        backed[i] = tree.backed_keys
+        if storage:
+            backed[i] = [int(k) for src, pages in tree.backed for k in ids[src:src + pages]]
     host_counters = TierCounters(stored_chunks=tree.stored, evicted_chunks=tree.evicted,
                                  failed_stores=0, loaded_chunks=tree.loaded)
     storage_hits, storage_counters, storage_evictions = storage_pass(
         chains, refused, gpu_hits + host_hits, backed, tiers[1:])
     return (gpu_hits, (host_hits, *storage_hits), (host_counters, *storage_counters),
-            (TierEvictions.of(tree.records), *storage_evictions))
+            (_host_evictions(ids, tree.records), *storage_evictions))
+
+
+def _host_evictions(ids: np.ndarray, records: list[tuple[int, int, int, int]]
+                    ) -> TierEvictions:
+    """Per-node eviction records as per-page rows: each page's key, the evicting request and
+    the request that last used the node's host copy."""
+    table = np.asarray(records, dtype=np.int64).reshape(-1, 4)
+    pages = table[:, 1]
+    first = np.repeat(table[:, 0], pages)
+    within = np.arange(int(pages.sum()), dtype=np.int64) - np.repeat(
+        np.cumsum(pages) - pages, pages)
+    return TierEvictions(key=np.asarray(ids, dtype=np.int64)[first + within],
+                         request=np.repeat(table[:, 2], pages),
+                         last_use_request=np.repeat(table[:, 3], pages))
