@@ -101,7 +101,7 @@ class _Leaves:
     and only the evicted node's parent joins the set meanwhile (which SGLang pushes), so the
     least recent member here is the one SGLang pops, without rebuilding the heap each time."""
 
-    __slots__ = ("members", "heap")
+    __slots__ = ("heap", "members")
 
     def __init__(self) -> None:
         self.members: set[_Node] = set()
