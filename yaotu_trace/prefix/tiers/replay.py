@@ -58,9 +58,18 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
     GPU", says what that assumes).
     """
     check_tiers(chains, rules, tiers, policy)
+    refused = refused_requests(chains, rules)
+    if one_tree(chains, rules, tiers, policy):
+        from yaotu_trace.prefix.tiers.sglang_tree import replay_hicache_tree
+
+        gpu_hit, tier_hits, counters, evictions = replay_hicache_tree(
+            chains, refused, tiers, policy, int(rules.capacity_blocks or 0))
+        return TieredResult(policy=policy, tiers=tiers,
+                            prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
+                            gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
+                            refused=refused, counters=counters, evictions=evictions)
     if gpu is None:
         gpu = gpu_replay(chains, rules)
-    refused = refused_requests(chains, rules)
     gpu_blocks = np.asarray(gpu.hit_blocks, dtype=np.int64)
     if policy is TierPolicy.VLLM:
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
@@ -70,15 +79,6 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
         from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
 
         tier_hits, counters, evictions = replay_lmcache_tiers(chains, gpu_blocks, refused, tiers)
-    elif one_tree(chains, rules, tiers, policy):
-        from yaotu_trace.prefix.tiers.sglang_tree import replay_hicache_tree
-
-        gpu_hit, tier_hits, counters, evictions = replay_hicache_tree(
-            chains, refused, tiers, policy, int(rules.capacity_blocks or 0))
-        return TieredResult(policy=policy, tiers=tiers,
-                            prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
-                            gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
-                            refused=refused, counters=counters, evictions=evictions)
     else:
         from yaotu_trace.prefix.tiers.sglang import replay_hicache_tiers
 

@@ -569,15 +569,19 @@ class HiCacheTree:
 
 
 def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, ...],
-                        policy: TierPolicy, gpu_capacity_blocks: int,
+                        policy: TierPolicy, gpu_capacity_blocks: int, *, compiled: bool = True,
                         ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                    tuple[TierEvictions, ...]]:
     """GPU hit tokens, hit tokens per tier (host, then storage), the tiers' counters and
     evictions of SGLang's HiCache with a GPU pool of `gpu_capacity_blocks` pages and the
-    host tier `tiers[0]` (chunks of one page); see the module docstring."""
+    host tier `tiers[0]` (chunks of one page); see the module docstring. With a host alone it
+    runs compiled (`sglang_tree_kernel.py`) unless `compiled` is off; storage tiers read each
+    request's backups, which the Python tree keeps."""
+    page = int(chains.block_size_tokens)
+    if compiled and len(tiers) == 1:
+        return _compiled(chains, refused, tiers[0], policy, gpu_capacity_blocks)
     from yaotu_trace.prefix.tiers.sglang import storage_pass
 
-    page = int(chains.block_size_tokens)
     tree = HiCacheTree(chains.ids, page, int(gpu_capacity_blocks), int(tiers[0].capacity_chunks),
                        policy)
     n = chains.num_requests
@@ -604,14 +608,41 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
     storage_hits, storage_counters, storage_evictions = storage_pass(
         chains, refused, gpu_hits + host_hits, backed, tiers[1:])
     return (gpu_hits, (host_hits, *storage_hits), (host_counters, *storage_counters),
-            (_host_evictions(ids, tree.records), *storage_evictions))
+            (_host_evictions(ids, np.asarray(tree.records, dtype=np.int64).reshape(-1, 4)),
+             *storage_evictions))
 
 
-def _host_evictions(ids: np.ndarray, records: list[tuple[int, int, int, int]]
-                    ) -> TierEvictions:
-    """Per-node eviction records as per-page rows: each page's key, the evicting request and
-    the request that last used the node's host copy."""
-    table = np.asarray(records, dtype=np.int64).reshape(-1, 4)
+def _compiled(chains: BlockChains, refused: np.ndarray, host: TierSpec, policy: TierPolicy,
+              gpu_capacity_blocks: int,
+              ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                         tuple[TierEvictions, ...]]:
+    """The tree with its host tier alone, compiled."""
+    from yaotu_trace.prefix import memory
+    from yaotu_trace.prefix.tiers.sglang_tree_kernel import hicache_tree_pass
+
+    n = chains.num_requests
+    nodes = 3 * n + 2
+    memory.require(nodes * (20 + 4 + 16 + 2 + 5) * 8 + chains.num_distinct * 8,
+                   f"SGLang's HiCache tree over {n:,} requests", "use a larger --block-size")
+    page = int(chains.block_size_tokens)
+    gpu_pages, host_pages, counters, records = hicache_tree_pass(
+        chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
+        np.asarray(refused, dtype=np.bool_), np.int64(chains.num_distinct), np.int64(page),
+        np.int64(gpu_capacity_blocks), np.int64(host.capacity_chunks),
+        policy is TierPolicy.SGLANG_WRITE_BACK,
+        np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
+        np.int64(SGLANG_LOAD_BACK_MIN_TOKENS))
+    stored, evicted, loaded = (int(c) for c in counters)
+    return (gpu_pages * page, (host_pages * page,),
+            (TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=0,
+                          loaded_chunks=loaded),),
+            (_host_evictions(chains.ids, records),))
+
+
+def _host_evictions(ids: np.ndarray, table: np.ndarray) -> TierEvictions:
+    """Per-node eviction records (first page, pages, evicting request, last use) as per-page
+    rows: each page's key, the evicting request and the request that last used the node's
+    host copy."""
     pages = table[:, 1]
     first = np.repeat(table[:, 0], pages)
     within = np.arange(int(pages.sum()), dtype=np.int64) - np.repeat(

@@ -1,0 +1,116 @@
+"""SGLang's one tree of GPU and host KV (`prefix/tiers/sglang_tree.py`) on hand-checked cases,
+and its compiled pass (`sglang_tree_kernel.py`) against the Python tree on random traces.
+
+SGLang itself is held in `test_tiers_sglang_golden.py` (135 recorded configurations)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import chains_of
+
+from yaotu_trace.prefix.rules import rules_for
+from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tiers
+from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+from yaotu_trace.prefix.tiers.sglang_tree import replay_hicache_tree
+
+A = list(range(1, 13))  # 12 tokens
+B = list(range(101, 113))
+
+
+def _host(tokens: int, page: int = 1) -> TierSpec:
+    return TierSpec(name=TierName.CPU, capacity_chunks=tokens // page, chunk_tokens=page)
+
+
+@pytest.mark.parametrize("policy", [TierPolicy.SGLANG_WRITE_THROUGH,
+                                    TierPolicy.SGLANG_WRITE_BACK])
+def test_the_host_serves_what_the_gpu_pool_evicted_and_its_load_back_evicts_in_turn(
+        policy: TierPolicy) -> None:
+    # GIVEN SGLang's pool of 16 one-token pages behind a 32-token host, and A, B, A, B of 12
+    # tokens each: every request evicts the other prompt from the GPU pool
+    rules = rules_for("sglang", block_size_tokens=1, capacity_blocks=16)
+    chains = chains_of([A, B, A, B], rules)
+    # WHEN the tree replays them
+    result = replay_tiers(chains, rules, (_host(32),), policy)
+    # THEN the GPU pool alone hits nothing, and the host serves A's and B's first 11 tokens
+    # (the last-token rule caps the lookup) on their second turns: B's arrival demoted A to
+    # the host (write-through copied it at insert; write-back copies it at eviction), and A's
+    # load-back of 11 tokens into 4 free ones demotes B in turn
+    assert gpu_replay(chains, rules).hit_tokens.tolist() == [0, 0, 0, 0]
+    assert result.gpu_hit_tokens.tolist() == [0, 0, 0, 0]
+    assert result.tier_hit_tokens[0].tolist() == [0, 0, 11, 11]
+    assert result.counters[0].loaded_chunks == 22
+
+
+def test_a_host_continuation_under_ten_tokens_is_recomputed() -> None:
+    # GIVEN the same, with prompts of 9 tokens: the host holds 8 tokens of each past the cap
+    rules = rules_for("sglang", block_size_tokens=1, capacity_blocks=10)
+    chains = chains_of([A[:9], B[:9], A[:9]], rules)
+    # WHEN the tree replays them
+    result = replay_tiers(chains, rules, (_host(32),), TierPolicy.SGLANG_WRITE_THROUGH)
+    # THEN A's 8 host tokens are below SGLang's load_back_threshold of 10: recomputed
+    assert result.tier_hit_tokens[0].tolist() == [0, 0, 0]
+
+
+def test_write_through_selective_backs_up_a_prefix_only_on_its_second_insert() -> None:
+    # GIVEN A twice and then B, which evicts A, then A: under write_through_selective A's node
+    # reaches hit count 2 on its second insert and is backed up then
+    rules = rules_for("sglang", block_size_tokens=1, capacity_blocks=16)
+    once = chains_of([A, B, A], rules)
+    twice = chains_of([A, A, B, A], rules)
+    policy = TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE
+    # WHEN the tree replays both
+    # THEN A seen once is gone with the GPU copy (no backup), A seen twice comes back from the
+    # host
+    assert replay_tiers(once, rules, (_host(32),), policy).tier_hit_tokens[0].tolist() == [
+        0, 0, 0]
+    result = replay_tiers(twice, rules, (_host(32),), policy)
+    assert result.gpu_hit_tokens.tolist() == [0, 11, 0, 0]
+    assert result.tier_hit_tokens[0].tolist() == [0, 0, 0, 11]
+
+
+def test_write_back_drops_a_leaf_the_host_cannot_take() -> None:
+    # GIVEN a host of 8 tokens, smaller than any prompt: write_back's backup at eviction fails
+    rules = rules_for("sglang", block_size_tokens=1, capacity_blocks=16)
+    chains = chains_of([A, B, A], rules)
+    # WHEN the tree replays A, B, A
+    result = replay_tiers(chains, rules, (_host(8),), TierPolicy.SGLANG_WRITE_BACK)
+    # THEN A is dropped without a backup ("due to host memory pressure"): nothing to load
+    assert result.tier_hit_tokens[0].tolist() == [0, 0, 0]
+    assert result.counters[0].stored_chunks == 0
+
+
+def _random_chains(seed: int, page: int, pool_pages: int):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    documents = [rng.integers(0, 3, size=120).tolist() for _ in range(5)]
+    prompts = [documents[int(rng.integers(0, 5))][:int(rng.integers(0, 120))]
+               + rng.integers(0, 3, size=int(rng.integers(1, 30))).tolist()
+               for _ in range(400)]
+    tenants = rng.integers(0, 2, size=len(prompts)).tolist()
+    rules = rules_for("sglang", block_size_tokens=page, capacity_blocks=pool_pages)
+    return chains_of(prompts, rules, tenants), rules
+
+
+@pytest.mark.parametrize("policy", list(TierPolicy)[2:])
+@pytest.mark.parametrize(("seed", "page", "pool_pages", "host_pages"), [
+    (1, 1, 160, 320), (2, 1, 150, 100), (3, 4, 40, 40), (4, 4, 36, 30), (5, 2, 90, 400),
+])
+def test_the_compiled_tree_equals_the_python_tree(policy: TierPolicy, seed: int, page: int,
+                                                  pool_pages: int, host_pages: int) -> None:
+    # GIVEN random prompts over shared documents, two tenants, pools small enough to evict
+    # (some prompts refused), hosts from smaller than the pool to larger
+    chains, rules = _random_chains(seed, page, pool_pages)
+    refused = refused_requests(chains, rules)
+    host = (_host(host_pages * page, page),)
+    # WHEN the compiled pass and the Python tree replay them
+    compiled = replay_hicache_tree(chains, refused, host, policy, pool_pages)
+    python = replay_hicache_tree(chains, refused, host, policy, pool_pages, compiled=False)
+    # THEN every request's GPU and host hits, the counters and every eviction agree
+    assert compiled[0].tolist() == python[0].tolist()
+    assert compiled[1][0].tolist() == python[1][0].tolist()
+    assert compiled[1][0].sum() > 0
+    assert compiled[2] == python[2]
+    for mine, theirs in zip(compiled[3], python[3], strict=True):
+        assert mine.key.tolist() == theirs.key.tolist()
+        assert mine.request.tolist() == theirs.request.tolist()
+        assert mine.last_use_request.tolist() == theirs.last_use_request.tolist()
