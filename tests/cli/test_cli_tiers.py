@@ -108,3 +108,41 @@ def test_bad_tier_options_are_one_line_usage_errors(args: list[str], message: st
     assert main(["replay", TRACE, *args]) == ExitCode.USAGE
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_sglang_tiers_name_the_gpu_hits_the_host_moved_per_request(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN SGLang's pool and host as one recorded configuration whose GPU hits HiCache moves
+    # (tests/fixtures/tiers_sglang: the pool of 526 one-token pages, a host of 527)
+    document = json.loads((FIXTURES / "tiers_sglang" / "sglang_hicache_mixed.json").read_text())
+    config = next(c for c in document["configs"]
+                  if (c["page_size"], c["pool_tokens"], c["host_tokens"], c["write_policy"])
+                  == (1, 526, 527, "write_back"))
+    out = tmp_path / "hits.csv"
+    # WHEN replayed from the command line
+    doc = _json(["replay", TRACE, "--preset", "sglang", "--block-size", "1", "--capacity", "526",
+                 "--tier", "cpu=527tokens", "--tier-policy", "write_back", "--out", str(out)],
+                capsys)
+    # THEN every request's GPU and host hits are SGLang's
+    table = pd.read_csv(out)
+    assert table["gpu_hit_tokens"].tolist() == config["gpu_hit_tokens"]
+    assert table["cpu_hit_tokens"].tolist() == config["cpu_hit_tokens"]
+    # and the GPU hits moved by the load-backs are a loss column of their own, so every
+    # request's losses still sum to ideal minus achieved, and a waterfall step
+    assert (table["loss_gpu_moved_by_tiers_tokens"] != 0).any()
+    losses = table[[c for c in table.columns if c.startswith("loss_")]].sum(axis=1)
+    assert ((table["ideal_hit_tokens"] - losses) == table["hit_tokens"]).all()
+    steps = [s["step"] for s in doc["prefix_reuse"]["waterfall"]["steps"]]
+    assert steps[-2:] == ["gpu_moved_by_tiers", "cpu_tier"]
+    # and no note calls it an approximation
+    assert not any("approximation" in n for n in doc["prefix_reuse"]["notes"])
+
+
+def test_hicache_off_sglangs_pool_is_named_an_approximation(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN HiCache's rules behind the clean accounting's pool (not SGLang's own)
+    doc = _json(["replay", TRACE, "--preset", "none", "--capacity", "60", "--tier",
+                 "cpu=100blocks", "--tier-policy", "write_through"], capsys)
+    # THEN the output says the host ran as a pass over the GPU pool's hits
+    assert any("approximation" in n and "--preset sglang" in n
+               for n in doc["prefix_reuse"]["notes"])

@@ -143,6 +143,7 @@ def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
     priced into `priced`."""
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.tiers.curve import tier_curve
+    from yaotu_trace.prefix.tiers.replay import approximation_note
 
     tier = tiers.tiers[0]
     sizes = tuple(sorted({max(1, int(tier.capacity_chunks * share)) for share in TIER_SHARES}))
@@ -168,6 +169,7 @@ def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
     out = curve.to_dict()
     out["policy"] = str(tiers.policy)
     out["kv_bytes_per_token"] = tiers.kv_bytes_per_token
+    out["note"] = approximation_note(chains, rules, (tier,), tiers.policy)
     return out
 
 

@@ -26,6 +26,7 @@ from yaotu_trace.prefix.rules import (
     effective_rules,
 )
 from yaotu_trace.prefix.tiers.spec import (
+    SGLANG_POLICIES,
     TierSetup,
     parse_tier,
     resolve_tiers,
@@ -115,6 +116,12 @@ class ReplayOptions:
         per_token = self.kv_bytes()
         if per_token is None and self.model is not None:
             per_token = find_model(self.model).kv_bytes_per_token
+        if (policy in SGLANG_POLICIES and rules.accounting is Accounting.SGLANG
+                and self.tier_chunk_tokens not in (None, rules.block_size_tokens)):
+            page = rules.block_size_tokens
+            raise ConfigError(f"--tier-chunk {self.tier_chunk_tokens}: SGLang's HiCache copies "
+                              f"whole pages of its GPU pool (--block-size {page}); drop "
+                              "--tier-chunk or change --block-size")
         specs = resolve_tiers(tuple(parse_tier(t) for t in self.tiers), policy=policy,
                               block_size_tokens=rules.block_size_tokens,
                               chunk_tokens=self.tier_chunk_tokens, kv_bytes_per_token=per_token)

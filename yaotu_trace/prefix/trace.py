@@ -26,7 +26,7 @@ from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, reconcile
 from yaotu_trace.prefix.rules import ReplayRules, Scope, effective_rules
-from yaotu_trace.prefix.tiers.replay import replay_tiers
+from yaotu_trace.prefix.tiers.replay import approximation_note, replay_tiers
 from yaotu_trace.prefix.tiers.result import TieredResult
 from yaotu_trace.prefix.tiers.spec import TierSetup
 from yaotu_trace.prefix.waterfall import (
@@ -272,6 +272,8 @@ def replay_trace_with_requests(
     if tiers is not None:
         tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy, gpu=runs.result)
         runs = _with_tiers(runs, tiered, measured)
+        approximate = approximation_note(runs.chains, rules, tiers.tiers, tiers.policy)
+        notes = notes if approximate is None else (*notes, approximate)
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))
     if window is not None:
@@ -292,7 +294,9 @@ def replay_trace_with_requests(
         assert tiers is not None
         m = slice(None) if window is None else slice(window.warmup_requests, None)
         summary = replace(summary, tiers=tiered.window(m).to_dict(tiers.kv_bytes_per_token))
-        columns = _with_tier_columns(columns, tiered, tiers.kv_bytes_per_token)
+        moved = None if runs.waterfall is None else runs.waterfall.loss_per_request.get(
+            "gpu_moved_by_tiers")
+        columns = _with_tier_columns(columns, tiered, tiers.kv_bytes_per_token, moved)
     if measured is not None:
         columns["measured"] = measured
     if explain:
@@ -401,15 +405,19 @@ def _with_tiers(runs: CacheRuns, tiered: TieredResult, measured: np.ndarray | No
 
 
 def _with_tier_columns(columns: dict[str, np.ndarray], tiered: TieredResult,
-                       kv_bytes_per_token: int | None) -> dict[str, np.ndarray]:
+                       kv_bytes_per_token: int | None, moved: np.ndarray | None
+                       ) -> dict[str, np.ndarray]:
     """`--out` with the hit tokens per source (and bytes loaded per tier) after
-    `recompute_tokens`, and a loss column per tier after the waterfall's."""
+    `recompute_tokens`, and a loss column per tier after the waterfall's (`moved`: the loss
+    column of the GPU hits the tiers moved, when they moved any)."""
     out: dict[str, np.ndarray] = {}
     for name, values in columns.items():
         out[name] = values
         if name == "recompute_tokens":
             out.update(tiered.columns(kv_bytes_per_token))
     if "ideal_hit_tokens" in columns:
+        if moved is not None:  # SGLang's one tree: the host's load-backs moved GPU hits
+            out["loss_gpu_moved_by_tiers_tokens"] = moved
         for spec, hits in zip(tiered.tiers, tiered.tier_hit_tokens, strict=True):
             out[f"loss_{spec.name}_tier_tokens"] = -hits
     return out

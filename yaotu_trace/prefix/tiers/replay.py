@@ -21,7 +21,7 @@ from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import Accounting, ReplayRules, Scope
 from yaotu_trace.prefix.tiers.result import TieredResult
-from yaotu_trace.prefix.tiers.spec import TierPolicy, TierSpec
+from yaotu_trace.prefix.tiers.spec import SGLANG_POLICIES, TierPolicy, TierSpec
 
 
 def gpu_replay(chains: BlockChains, rules: ReplayRules) -> ReplayResult:
@@ -97,10 +97,20 @@ def one_tree(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...
     (`sglang_tree.py`): SGLang's own finite pool (`--preset sglang` with a capacity) and a
     host in pages of that pool. Elsewhere (another accounting, an unlimited pool, a larger
     chunk) the host runs as a pass over the GPU pool's hits (`sglang.py`)."""
-    return (policy in (TierPolicy.SGLANG_WRITE_THROUGH,
-                       TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, TierPolicy.SGLANG_WRITE_BACK)
-            and rules.accounting is Accounting.SGLANG and rules.capacity_blocks is not None
+    return (policy in SGLANG_POLICIES and rules.accounting is Accounting.SGLANG
+            and rules.capacity_blocks is not None
             and int(tiers[0].chunk_tokens) == int(chains.block_size_tokens))
+
+
+def approximation_note(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],
+                       policy: TierPolicy) -> str | None:
+    """What the output says when HiCache runs as a pass over the GPU pool's hits rather than
+    SGLang's one tree (None when it does not)."""
+    if policy not in SGLANG_POLICIES or one_tree(chains, rules, tiers, policy):
+        return None
+    return ("SGLang's HiCache replayed as a pass of the host over the GPU pool's hits, an "
+            "approximation (its one tree, exact against SGLang, runs on SGLang's own pool: "
+            "--preset sglang with a --capacity; docs/replay.md, 'SGLang HiCache')")
 
 
 def check_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],

@@ -34,6 +34,8 @@ class TierPolicy(StrEnum):
     SGLANG_WRITE_BACK = "write_back"  # host copy when the GPU evicts
 
 
+SGLANG_POLICIES: Final = (TierPolicy.SGLANG_WRITE_THROUGH,
+                          TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, TierPolicy.SGLANG_WRITE_BACK)
 # The policies each preset's engine has, its default first. vLLM runs its native offload or
 # LMCache (`--kv-offloading-backend native|lmcache`); the engine-neutral presets take any.
 PRESET_POLICIES: Final[dict[str, tuple[TierPolicy, ...]]] = {

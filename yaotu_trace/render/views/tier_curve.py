@@ -26,4 +26,6 @@ def view(section: Any) -> View:
                  columns=[Column(name=h, align="left" if h == "GPU pool" else "right")
                           for h in header],
                  markdown_align="l" + "r" * (len(header) - 1)),
-            Line(text=definition + ".", style="dim", markdown=f"_{definition}._")]
+            Line(text=definition + ".", style="dim", markdown=f"_{definition}._"),
+            *([Line(text=section["note"] + ".", style="dim", markdown=f"_{section['note']}._")]
+              if section.get("note") else [])]
