@@ -78,6 +78,8 @@ def test_write_back_drops_a_leaf_the_host_cannot_take() -> None:
     # THEN A is dropped without a backup ("due to host memory pressure"): nothing to load
     assert result.tier_hit_tokens[0].tolist() == [0, 0, 0]
     assert result.counters[0].stored_chunks == 0
+    # and both failed backups (A's at B's arrival, B's at A's return) are counted
+    assert result.counters[0].failed_stores == 2
 
 
 def _random_chains(seed: int, page: int, pool_pages: int):  # type: ignore[no-untyped-def]

@@ -138,9 +138,12 @@ def _grid(block: Grid) -> Table:
                   title=None if block.title is None else _text(block.title))
     columns = block.columns or _label_columns(block.header)
     for column in columns:
+        # A value column too narrow folds its number onto a second line: cut with an ellipsis,
+        # "14,382,7…" reads as a number it is not.
+        overflow = column.overflow or ("fold" if column.align == "right" else "ellipsis")
         table.add_column(_text(column.name), justify=column.align,
                          style="dim" if column.dim else None, no_wrap=column.no_wrap,
-                         overflow=column.overflow or "ellipsis", ratio=column.ratio)
+                         overflow=overflow, ratio=column.ratio)
     for row in block.rows:
         table.add_row(*(_cell(c) for c in row))
     return table

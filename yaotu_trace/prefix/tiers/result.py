@@ -25,7 +25,8 @@ class TierCounters:
     stored_chunks: int  # chunks written into the tier
     evicted_chunks: int  # chunks the tier dropped to make room
     # Stores the tier could not take whole: vLLM refuses the offer (no room even after
-    # eviction); LMCache keeps the save's head and drops the rest.
+    # eviction); LMCache keeps the save's head and drops the rest; SGLang's host fails the
+    # backup (a write-through chain stops there; write_back drops the node).
     failed_stores: int
     loaded_chunks: int  # chunks read from the tier onto the GPU (or promoted up)
 

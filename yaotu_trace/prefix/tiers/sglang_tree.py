@@ -158,6 +158,7 @@ class HiCacheTree:
         self.duplicates: OrderedDict[int, _Node] = OrderedDict()
         self.now = -1  # the request being replayed
         self.stored = self.evicted = self.loaded = 0
+        self.failed = 0  # backups the host could not make room for
         # Host evictions, per node: (first page in ids, pages, evicting request, last use).
         self.records: list[tuple[int, int, int, int]] = []
         self.backed: list[tuple[int, int]] = []  # (first page, pages) backed up this request
@@ -386,6 +387,7 @@ class HiCacheTree:
             if target.host:
                 continue
             if not self._back_up(target):
+                self.failed += 1
                 return
             self._lock(target)
             locked.append(target)
@@ -409,6 +411,7 @@ class HiCacheTree:
             self._track_duplicate(node)  # the write's acknowledgement
             self._demote(node)
         else:
+            self.failed += 1
             self._drop_subtree(node)
 
     def _drop_subtree(self, node: _Node) -> None:
@@ -604,7 +607,7 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
         if storage:
             backed[i] = [int(k) for src, pages in tree.backed for k in ids[src:src + pages]]
     host_counters = TierCounters(stored_chunks=tree.stored, evicted_chunks=tree.evicted,
-                                 failed_stores=0, loaded_chunks=tree.loaded)
+                                 failed_stores=tree.failed, loaded_chunks=tree.loaded)
     storage_hits, storage_counters, storage_evictions = storage_pass(
         chains, refused, gpu_hits + host_hits, backed, tiers[1:])
     return (gpu_hits, (host_hits, *storage_hits), (host_counters, *storage_counters),
@@ -632,9 +635,9 @@ def _compiled(chains: BlockChains, refused: np.ndarray, host: TierSpec, policy: 
         policy is TierPolicy.SGLANG_WRITE_BACK,
         np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
         np.int64(SGLANG_LOAD_BACK_MIN_TOKENS))
-    stored, evicted, loaded = (int(c) for c in counters)
+    stored, evicted, loaded, failed = (int(c) for c in counters)
     return (gpu_pages * page, (host_pages * page,),
-            (TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=0,
+            (TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
                           loaded_chunks=loaded),),
             (_host_evictions(chains.ids, records),))
 

@@ -28,7 +28,8 @@ _FIELDS = 20
 _S_CLOCK, _S_GFREE, _S_HFREE, _S_NEXT, _S_NOW, _S_STORED, _S_EVICTED, _S_LOADED = range(8)
 _S_GHN, _S_HHN, _S_DUPN, _S_NREC, _S_NLOCKED, _S_PAGE, _S_WB, _S_THRESHOLD = range(8, 16)
 _S_DUPHEAD = 16  # log entries before it are all dead
-_SCALARS = 17
+_S_FAILED = 17  # backups the host could not make room for
+_SCALARS = 18
 
 
 @nb.njit(cache=True, inline="always")
@@ -404,6 +405,7 @@ def _write_through(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, scratch, loc
         if nd[target, _F_HOST]:
             continue
         if not _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, target):
+            sc[_S_FAILED] += 1
             return
         _lock(nd, sc, gk, gv, hk, hv, target)
         locked[sc[_S_NLOCKED]] = target
@@ -459,6 +461,7 @@ def _evict_leaf(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below, v
         _track_duplicate(nd, sc, dup, v)
         _demote(nd, sc, gk, gv, hk, hv, v)
     else:
+        sc[_S_FAILED] += 1
         _drop_subtree(nd, sc, gk, gv, hk, hv, child_of, ids, rec, stack, below, v)
 
 
@@ -481,8 +484,8 @@ def _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below, ke
 @nb.njit(cache=True, nogil=True)
 def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinct, page,
                       gpu_pages, host_pages, write_back, threshold, load_back_min_tokens):
-    """Returns (GPU hit pages, host pages loaded, counters [stored, evicted, loaded], host
-    eviction records [first page, pages, request, last use])."""
+    """Returns (GPU hit pages, host pages loaded, counters [stored, evicted, loaded, failed],
+    host eviction records [first page, pages, request, last use])."""
     n = len(offsets) - 1
     max_nodes = 3 * n + 2
     nd = np.zeros((max_nodes, _FIELDS), dtype=np.int64)
@@ -634,5 +637,6 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
         _unlock(nd, sc, gk, gv, hk, hv, anchor)
         for j in range(sc[_S_NLOCKED]):
             _unlock(nd, sc, gk, gv, hk, hv, locked[j])
-    counters = np.array([sc[_S_STORED], sc[_S_EVICTED], sc[_S_LOADED]], dtype=np.int64)
+    counters = np.array([sc[_S_STORED], sc[_S_EVICTED], sc[_S_LOADED], sc[_S_FAILED]],
+                        dtype=np.int64)
     return gpu_hit, host_hit, counters, rec[:sc[_S_NREC]].copy()
