@@ -69,7 +69,9 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
         tiered = replay_tiers(chains, rules, (spec,), policy, gpu=gpu)
     except (YaotuError, ImportError):
         return None
-    gained = int(tiered.tier_hit_tokens[0].sum())
+    # What the tier adds over the GPU pool alone: its own hits, and under SGLang's one tree
+    # the GPU hits its load-backs moved too.
+    gained = int(tiered.hit_tokens.sum()) - gpu_hits
     s = inp.settings
     prompt = int(tiered.prompt_tokens.sum())
     kv = s.kv_bytes_per_token
