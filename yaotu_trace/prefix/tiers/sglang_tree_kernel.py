@@ -179,19 +179,27 @@ def _append_child(nd, parent, c):
         nd[parent, _F_GCH] += 1
 
 
-@nb.njit(cache=True)
-def _unlink_child(nd, c):
+@nb.njit(cache=True, inline="always")
+def _relink(nd, c, after_prev, before_next):
+    """Child `c`'s neighbours (or its parent's ends) point past it: the one before at
+    `after_prev`, the one after at `before_next`."""
     parent = nd[c, _F_PARENT]
     prev = nd[c, _F_PREV]
     nxt = nd[c, _F_NEXT]
     if prev >= 0:
-        nd[prev, _F_NEXT] = nxt
+        nd[prev, _F_NEXT] = after_prev
     else:
-        nd[parent, _F_FIRST] = nxt
+        nd[parent, _F_FIRST] = after_prev
     if nxt >= 0:
-        nd[nxt, _F_PREV] = prev
+        nd[nxt, _F_PREV] = before_next
     else:
-        nd[parent, _F_LAST] = prev
+        nd[parent, _F_LAST] = before_next
+
+
+@nb.njit(cache=True)
+def _unlink_child(nd, c):
+    parent = nd[c, _F_PARENT]
+    _relink(nd, c, nd[c, _F_NEXT], nd[c, _F_PREV])
     nd[parent, _F_NCH] -= 1
     if nd[c, _F_GPU]:
         nd[parent, _F_GCH] -= 1
@@ -248,18 +256,9 @@ def _split(nd, sc, gk, gv, hk, hv, dup, child_of, ids, child, k):
     nd[child, _F_SRC] += k
     nd[child, _F_LEN] -= k
     # `new` takes `child`'s place among its parent's children; `child` hangs below it.
-    prev = nd[child, _F_PREV]
-    nxt = nd[child, _F_NEXT]
-    nd[new, _F_PREV] = prev
-    nd[new, _F_NEXT] = nxt
-    if prev >= 0:
-        nd[prev, _F_NEXT] = new
-    else:
-        nd[parent, _F_FIRST] = new
-    if nxt >= 0:
-        nd[nxt, _F_PREV] = new
-    else:
-        nd[parent, _F_LAST] = new
+    nd[new, _F_PREV] = nd[child, _F_PREV]
+    nd[new, _F_NEXT] = nd[child, _F_NEXT]
+    _relink(nd, child, new, new)
     _append_child(nd, new, child)
     child_of[first] = new
     child_of[ids[nd[child, _F_SRC]]] = child
