@@ -136,3 +136,12 @@ def _plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rendered output never depends on the terminal running the tests."""
     monkeypatch.setenv("COLUMNS", "100")
     monkeypatch.setenv("NO_COLOR", "1")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_streamed_chains() -> None:
+    """Each test builds its own streamed chains: one kept from another test would skip the
+    reading and memory checks a test may be about."""
+    from yaotu_trace.prefix.prepare import forget_streamed_chains
+
+    forget_streamed_chains()

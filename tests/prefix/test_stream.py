@@ -143,3 +143,44 @@ def test_too_little_memory_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
 def test_available_memory_is_known_on_linux() -> None:
     avail = memory.available_bytes()
     assert avail is None or avail > 0
+
+
+def test_a_second_prepare_of_the_same_file_reads_it_no_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a streamed trace, and the file's passes counted
+    from yaotu_trace.prefix import prepare as prepare_module
+    from yaotu_trace.prefix.kernels import blocks
+
+    monkeypatch.setattr(stream, "BATCH_VALUES", 50)
+    monkeypatch.setattr(prepare_module, "SMALL_CHAIN_WORK", 0)  # the compiled, streamed build
+    path = _token_trace(tmp_path / "t.parquet", 7)
+    builds = []
+    real = blocks.build_block_chains_streaming
+    monkeypatch.setattr(blocks, "build_block_chains_streaming",
+                        lambda *a, **k: builds.append(1) or real(*a, **k))
+    reads = []
+    real_read = stream.ParquetPrompts._read
+    monkeypatch.setattr(stream.ParquetPrompts, "_read",
+                        lambda self: reads.append(1) or real_read(self))
+    trace = read_trace(path, lazy_content=True)
+    eager = prepare(read_trace(path))
+    rules = rules_for("vllm")
+    # WHEN three analyses prepare it anew: without namespaces, with them, and asking for the
+    # ids per request
+    first = prepare(trace, stream=True).chains(rules, namespaces=False)
+    again = prepare(trace, stream=True)
+    tenants = again.chains(rules)
+    offsets = again.unit_offsets()
+    # THEN the file was hashed and read once, and each answer is the one a build of its own
+    # gives (the tenants hashed in)
+    assert (len(builds), len(reads)) == (1, 1)
+    for got, want in ((first, eager.chains(rules, namespaces=False)),
+                      (tenants, eager.chains(rules))):
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_array_equal(got.max_hit_blocks, want.max_hit_blocks)
+        assert got.num_distinct == want.num_distinct
+    np.testing.assert_array_equal(offsets, eager.unit_offsets())
+    # and a file written again is read again
+    _token_trace(path, 8)
+    prepare(read_trace(path, lazy_content=True), stream=True).chains(rules)
+    assert len(builds) == 2

@@ -9,6 +9,8 @@ disk (`Trace.lazy`, canonical Parquet) is not read here: the chains stream from 
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -132,14 +134,54 @@ class PreparedTrace:
                     self.whole_content(), ns, rules)
             return self._small_chains[key]
         # NOTE: the compiled chain builders start numba, which a small build never needs.
-        from yaotu_trace.prefix.kernels.blocks import (
-            build_block_chains,
-            build_block_chains_streaming,
-        )
+        from yaotu_trace.prefix.kernels.blocks import build_block_chains
 
         if self.stream is not None:
-            return build_block_chains_streaming(self.stream, ns, rules)
+            return _streamed_chains(self.stream, ns, rules)
         return build_block_chains(self.content(), ns, rules)
+
+
+# The last chains streamed from a file, without namespaces, by what they depend on: one
+# analysis replays a trace several times from new `prepare` calls (diagnose: the KV axis's
+# shared blocks, the waterfall, the routing replay), and hashing a large file's prompts is
+# most of each. Namespaced chains are derived from them (`partition.with_namespaces`, the same
+# ids as hashing the namespace in). One entry: the memory of one build, held to the end.
+# The file's ids per request (`ParquetPrompts.unit_offsets`) ride along: the build's pass
+# learned them, and a new `prepare` would otherwise read the whole file again for them.
+_STREAMED: dict[tuple[object, ...], tuple[BlockChains, np.ndarray | None]] = {}
+
+
+def forget_streamed_chains() -> None:
+    """Drop the chains kept from the last streamed build (their memory comes back)."""
+    _STREAMED.clear()
+
+
+def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
+                     rules: ReplayRules) -> BlockChains:
+    """`build_block_chains_streaming`, the file read and hashed once per process for the
+    same file and chain rules."""
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains_streaming
+    from yaotu_trace.prefix.partition import with_namespaces
+
+    try:
+        stat = os.stat(stream.path)
+    except OSError:
+        return build_block_chains_streaming(stream, ns, rules)
+    prompt_len = np.ascontiguousarray(stream.prompt_len, dtype=np.int64)
+    key = (os.path.realpath(stream.path), stat.st_mtime_ns, stat.st_size, stream.column,
+           stream.source_block_size, hashlib.sha1(prompt_len.tobytes()).hexdigest(),
+           int(rules.block_size_tokens), bool(rules.cache_partial_blocks), int(rules.seed))
+    found = _STREAMED.get(key)
+    if found is None:
+        _STREAMED.clear()  # one entry: drop the last file's chains before building
+        base = build_block_chains_streaming(stream, None, rules.with_(last_token_rule=False))
+        _STREAMED[key] = (base, stream.unit_offsets)
+    else:
+        base, offsets = found
+        if stream.unit_offsets is None:
+            stream.unit_offsets = offsets
+    chains = base.with_hit_cap(bool(rules.last_token_rule))
+    return chains if ns is None else with_namespaces(chains, ns)
 
 
 def _codes(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
