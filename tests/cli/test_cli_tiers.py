@@ -146,3 +146,15 @@ def test_hicache_off_sglangs_pool_is_named_an_approximation(
     # THEN the output says the host ran as a pass over the GPU pool's hits
     assert any("approximation" in n and "--preset sglang" in n
                for n in doc["prefix_reuse"]["notes"])
+
+
+def test_residency_beside_sglangs_tree_says_which_gpu_hits_it_follows(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the recorded configuration whose GPU hits HiCache moves, with --residency
+    doc = _json(["replay", TRACE, "--preset", "sglang", "--block-size", "1", "--capacity", "526",
+                 "--tier", "cpu=527tokens", "--tier-policy", "write_back", "--residency"], capsys)
+    # THEN the residency section says it follows the GPU pool alone, and how many requests
+    # the tree gives other GPU hits
+    notes = doc["kv_residency"]["notes"]
+    assert any("residency is its replay alone" in n and "requests get other GPU hits" in n
+               for n in notes)

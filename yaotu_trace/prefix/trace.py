@@ -303,6 +303,13 @@ def replay_trace_with_requests(
         from yaotu_trace.prefix.residency import residency
 
         section, extra = residency(prepared, runs.chains, rules, gpu_result, metrics)
+        if tiered is not None:
+            other = int((tiered.gpu_hit_tokens != np.asarray(gpu_result.hit_tokens)).sum())
+            if other:  # SGLang's one tree: say which GPU hits this section is about
+                section = replace(section, notes=(*section.notes, (
+                    f"the GPU pool's residency is its replay alone: with the {tiered.policy} "
+                    f"host, {other:,} requests get other GPU hits (the load-backs evict in the "
+                    "same tree; loss_gpu_moved_by_tiers_tokens)")))
         summary = replace(summary, residency=section)
         columns.update(extra)
     return summary, RequestTable(columns=columns)
