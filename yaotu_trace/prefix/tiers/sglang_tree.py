@@ -34,9 +34,10 @@ in `mem_cache/unified_radix_cache.py`, `unified_cache/unified_tree_core.py` and
 Stamps are a counter advanced wherever SGLang reads its time counter
 (`get_and_increase_time_counter`), so they order as the engine's do. Held per request against
 SGLang 0.5.23 itself (`tests/fixtures/tiers_sglang`). `HiCacheTree` here is the reference;
-`sglang_tree_kernel.py` runs the same steps compiled, held to it on random traces. Storage below the host (disk, remote)
-is not part of the tree here: it is written from every host backup and read past the GPU
-and host hits when at least 256 tokens (`prefetch_threshold`), as in `sglang.py`.
+`sglang_tree_kernel.py` runs the same steps compiled, held to it on random traces. Storage
+below the host (disk, remote) is not part of the tree here: it is written from every host
+backup and read past the GPU and host hits when at least 256 tokens (`prefetch_threshold`),
+as in `sglang.py`.
 """
 
 from __future__ import annotations
