@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trace: {args.trace.name}, {chains.num_requests:,} requests, {prompt:,} prompt "
           f"tokens, {distinct:,} distinct {block}-token blocks; policy {policy}")
     print(f"GPU pool {gpu_blocks:,} blocks, CPU tier {cpu_chunks:,} chunks: GPU hits "
-          f"{int(gpu.hit_tokens.sum()) / prompt:.1%}, with the tier "  # type: ignore[attr-defined]
-          f"{int(tiered.hit_tokens.sum()) / prompt:.1%}")  # type: ignore[attr-defined]
+          f"{int(gpu.hit_tokens.sum()) / prompt:.1%} alone, with the tier "  # type: ignore[attr-defined]
+          f"{int(tiered.hit_tokens.sum()) / prompt:.1%} (its GPU share "  # type: ignore[attr-defined]
+          f"{int(tiered.gpu_hit_tokens.sum()) / prompt:.1%})")  # type: ignore[attr-defined]
     rows = [
         ("GPU-only replay", gpu_s, None, None),
         ("replay with one CPU tier", tier_s, tier_s / gpu_s, 2.0),
