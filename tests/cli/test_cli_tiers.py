@@ -158,3 +158,19 @@ def test_residency_beside_sglangs_tree_says_which_gpu_hits_it_follows(
     notes = doc["kv_residency"]["notes"]
     assert any("residency is its replay alone" in n and "requests get other GPU hits" in n
                for n in notes)
+
+
+def test_sglang_tree_curve_on_threads_is_the_curve_of_one_and_its_replays(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN SGLang's pool at two sizes under a host of six sizes (the compiled tree per point)
+    args = ["sweep", TRACE, "--preset", "sglang", "--block-size", "16", "--capacities",
+            "35,66", "--tier", "cpu=1767blocks", "--tier-policy", "write_back"]
+    one = _json(args, capsys)
+    # WHEN its points run on 3 threads THEN the curve is that of one thread
+    three = _json([*args, "--jobs", "3"], capsys)
+    assert three["tier_curve"] == one["tier_curve"]
+    # and its largest cell is the tiered replay of that point: GPU and host hits of the tree
+    replayed = _json(["replay", TRACE, "--preset", "sglang", "--block-size", "16", "--capacity",
+                      "66", "--tier", "cpu=1767blocks", "--tier-policy", "write_back"], capsys)
+    assert one["tier_curve"]["hit_tokens"][1][-1] == replayed["prefix_reuse"][
+        "saved_prefill_tokens"]
