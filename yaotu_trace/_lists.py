@@ -31,6 +31,23 @@ def unlink(x, lst, prev, nxt, head, tail):
 
 
 @nb.njit(cache=True, inline="always")
+def replace(x, y, lst, prev, nxt, head, tail):
+    """Put node y where node x is in list lst (x leaves it)."""
+    p = prev[x]
+    q = nxt[x]
+    prev[y] = p
+    nxt[y] = q
+    if p >= 0:
+        nxt[p] = y
+    else:
+        head[lst] = y
+    if q >= 0:
+        prev[q] = y
+    else:
+        tail[lst] = y
+
+
+@nb.njit(cache=True, inline="always")
 def append(x, lst, prev, nxt, head, tail):
     """Put node x at the tail of list lst (the most recent end)."""
     t = tail[lst]

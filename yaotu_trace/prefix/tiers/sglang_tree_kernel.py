@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from yaotu_trace._lists import heap_pop, heap_push
+from yaotu_trace._lists import append, heap_pop, heap_push, replace, unlink
 
 _ROOT = 0
 _DEPTH_STEP = 1 << 20
@@ -167,39 +167,16 @@ def _child(nd, child_of, node, page_id):
 @nb.njit(cache=True)
 def _append_child(nd, parent, c):
     nd[c, _F_PARENT] = parent
-    nd[c, _F_NEXT] = -1
-    nd[c, _F_PREV] = nd[parent, _F_LAST]
-    if nd[parent, _F_LAST] >= 0:
-        nd[nd[parent, _F_LAST], _F_NEXT] = c
-    else:
-        nd[parent, _F_FIRST] = c
-    nd[parent, _F_LAST] = c
+    append(c, parent, nd[:, _F_PREV], nd[:, _F_NEXT], nd[:, _F_FIRST], nd[:, _F_LAST])
     nd[parent, _F_NCH] += 1
     if nd[c, _F_GPU]:
         nd[parent, _F_GCH] += 1
 
 
-@nb.njit(cache=True, inline="always")
-def _relink(nd, c, after_prev, before_next):
-    """Child `c`'s neighbours (or its parent's ends) point past it: the one before at
-    `after_prev`, the one after at `before_next`."""
-    parent = nd[c, _F_PARENT]
-    prev = nd[c, _F_PREV]
-    nxt = nd[c, _F_NEXT]
-    if prev >= 0:
-        nd[prev, _F_NEXT] = after_prev
-    else:
-        nd[parent, _F_FIRST] = after_prev
-    if nxt >= 0:
-        nd[nxt, _F_PREV] = before_next
-    else:
-        nd[parent, _F_LAST] = before_next
-
-
 @nb.njit(cache=True)
 def _unlink_child(nd, c):
     parent = nd[c, _F_PARENT]
-    _relink(nd, c, nd[c, _F_NEXT], nd[c, _F_PREV])
+    unlink(c, parent, nd[:, _F_PREV], nd[:, _F_NEXT], nd[:, _F_FIRST], nd[:, _F_LAST])
     nd[parent, _F_NCH] -= 1
     if nd[c, _F_GPU]:
         nd[parent, _F_GCH] -= 1
@@ -256,9 +233,8 @@ def _split(nd, sc, gk, gv, hk, hv, dup, child_of, ids, child, k):
     nd[child, _F_SRC] += k
     nd[child, _F_LEN] -= k
     # `new` takes `child`'s place among its parent's children; `child` hangs below it.
-    nd[new, _F_PREV] = nd[child, _F_PREV]
-    nd[new, _F_NEXT] = nd[child, _F_NEXT]
-    _relink(nd, child, new, new)
+    replace(child, new, parent, nd[:, _F_PREV], nd[:, _F_NEXT], nd[:, _F_FIRST],
+            nd[:, _F_LAST])
     _append_child(nd, new, child)
     child_of[first] = new
     child_of[ids[nd[child, _F_SRC]]] = child
