@@ -15,3 +15,13 @@ def test_clock_is_a_date_on_a_unix_clock_and_seconds_otherwise() -> None:
     # past year 9999 no date exists (an absurd clock): seconds, not an internal error
     assert fmt.clock(253_402_300_799.0) == "9999-12-31 23:59:59 UTC"
     assert fmt.clock(9e11) == fmt.seconds(9e11) == "250000000.00 h"
+
+
+def test_tokens_name_their_unit_up_to_the_largest_capacity() -> None:
+    # a trillion tokens is 1T (it read "1e+03G"), and a count that rounds up to the next unit
+    # takes it (999,600 read "1e+03k")
+    assert fmt.tokens(1e12) == "1T tok"
+    assert fmt.tokens(5.4e14) == "540T tok"
+    assert fmt.tokens(999_600) == "1M tok"
+    assert fmt.tokens(999_499) == "999k tok"
+    assert fmt.tokens(3_200_000) == "3.2M tok"

@@ -92,8 +92,11 @@ def tokens(value: float | None) -> str:
     if value is None:
         return MISSING
     magnitude = abs(value)
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    units = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
+    for k, (unit, scale) in enumerate(units):
         if magnitude >= scale:
+            if k and float(f"{magnitude / scale:.3g}") >= 1000:
+                unit, scale = units[k - 1]  # 999,600 is 1M, not "1e+03k"
             return f"{value / scale:.3g}{unit} tok"
     return f"{value:.0f} tok"
 

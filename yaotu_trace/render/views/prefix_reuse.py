@@ -158,9 +158,9 @@ def tier_legend(tiers: dict[str, Any]) -> str:
     chunk = tiers["tiers"][0]["chunk_tokens"] if tiers.get("tiers") else None
     unit = (f"chunks of {fmt.count(chunk)} token{'' if chunk == 1 else 's'}" if chunk
             else "chunks")
-    return (f"stored, evicted: {unit}; failed: stores a tier could not take whole (vLLM refuses "
-            "the offer, LMCache keeps the save's head, SGLang's host drops the backup); "
-            "loaded: bytes read up (chunks without --model)")
+    return (f"requests: those the tier served; stored, evicted: {unit}; failed: stores a tier "
+            "could not take whole (vLLM refuses the offer, LMCache keeps the save's head, "
+            "SGLang's host drops the backup); loaded: bytes read up (chunks without --model)")
 
 
 def group_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
