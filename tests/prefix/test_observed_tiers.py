@@ -71,6 +71,9 @@ def test_sglang_cached_tokens_by_cache_source_come_out_as_fed() -> None:
             for t in section["tiers"]}
     assert rows == {"gpu": (device, device, AGREES), "cpu": (host, host, AGREES),
                     "disk": (storage, storage, AGREES)}
+    # and the series the reader did not use are named beside the comparison, not dropped
+    assert any("are not used: " in n and "sglang:num_requests_total" in n
+               for n in section["notes"])
 
 
 def test_lmcache_lookup_lines_come_out_as_fed(tmp_path: Path) -> None:
