@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.errors import ConfigError, ExitCode, WorkerLostError
 from yaotu_trace.prefix import Parallelism, effective_rules, replay_trace
 from yaotu_trace.prefix.grid import GridCapacity, replay_grid
+from yaotu_trace.prefix import partition
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
@@ -141,6 +144,68 @@ def test_with_namespaces_equals_hashing_the_tenant_in() -> None:
     assert derived.num_distinct == hashed.num_distinct
     np.testing.assert_array_equal(derived.ids, hashed.ids)
     np.testing.assert_array_equal(derived.output_ids, hashed.output_ids)
+
+
+def test_compiled_namespacing_equals_hashing_the_tenant_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the compiled relabelling a large trace takes (forced here on a small one)
+    monkeypatch.setattr(partition, "SMALL_RELABEL", 0)
+    trace = shared_prefix_trace()
+    p = prepare(trace)
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4)
+    # WHEN the tenant is added to ids hashed without it
+    derived = with_namespaces(p.chains(rules.with_(tenant_isolation=False)), p.tenant_codes)
+    # THEN the ids are those of hashing the tenant into every block
+    hashed = p.chains(rules)
+    assert derived.num_distinct == hashed.num_distinct
+    np.testing.assert_array_equal(derived.ids, hashed.ids)
+
+
+def test_one_namespace_leaves_the_chains_as_they_are() -> None:
+    trace = shared_prefix_trace()
+    p = prepare(trace)
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, tenant_isolation=False)
+    chains = p.chains(rules)
+    same = with_namespaces(chains, np.full(p.num_requests, 3, dtype=np.int64))
+    assert same is chains
+    # and that is what renumbering the pairs in numpy gives
+    np.testing.assert_array_equal(partition._first_appearance_ids(chains.ids), chains.ids)
+
+
+def test_in_process_partitions_are_built_one_at_a_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a waterfall's two jobs splitting the same chains by instance and tenant
+    trace = shared_prefix_trace()
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, scope="instance",
+                                  capacity_blocks=5, capacity_per_tenant=True)
+    p = prepare(trace)
+    chains = p.chains(rules)
+    parts = cache_partitions(rules, p.num_requests, instance_codes=p.instance_codes,
+                             tenant_codes=p.tenant_codes, chains=chains)
+    jobs = [ReplayJob(chains=chains, rules=r, instance_codes=p.instance_codes, partitions=parts)
+            for r in (rules, rules.with_(capacity_blocks=9))]
+    live: list[weakref.ref[np.ndarray]] = []
+    most = 0
+    real = partition.sub_chains
+
+    def counted(c: object, rows: np.ndarray) -> object:
+        nonlocal most
+        gc.collect()
+        most = max(most, sum(ref() is not None for ref in live) + 1)
+        sub = real(c, rows)  # type: ignore[arg-type]
+        live.append(weakref.ref(sub.ids))  # its own array, alive as long as it is
+        return sub
+
+    monkeypatch.setattr(partition, "sub_chains", counted)
+    # WHEN they run in this process
+    here = replay_many(jobs, SERIAL_RUNNER)
+    # THEN each partition was built once, alone, and the results are the engine's
+    groups = len(np.unique(parts.codes))
+    assert (len(live), most) == (groups, 1)
+    for job, result in zip(jobs, here, strict=True):
+        direct = replay(chains, job.rules, p.instance_codes)
+        np.testing.assert_array_equal(direct.hit_tokens, result.hit_tokens)
+        assert direct.evicted_blocks == result.evicted_blocks
 
 
 @pytest.mark.parametrize("eviction", ["lru", "fifo"])
