@@ -19,9 +19,8 @@ import pytest
 
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.errors import ConfigError, ExitCode, WorkerLostError
-from yaotu_trace.prefix import Parallelism, effective_rules, replay_trace
+from yaotu_trace.prefix import Parallelism, effective_rules, partition, replay_trace
 from yaotu_trace.prefix.grid import GridCapacity, replay_grid
-from yaotu_trace.prefix import partition
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
