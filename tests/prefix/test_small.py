@@ -146,7 +146,8 @@ def test_histograms_equal_the_compiled_ones(seed: int) -> None:
             src = int(rng.integers(0, r))
             k = min(lengths[r], lengths[src], int(rng.integers(0, 12)))
             ids[offsets[r]:offsets[r] + k] = ids[offsets[src]:offsets[src] + k]
-    tokens = rng.integers(1, 17, len(ids))
+    block = int(rng.integers(1, 17))
+    last_tokens = rng.integers(1, block + 1, n)  # a partial last block, or a full one
     cap = rng.integers(-1, 14, n)
     kw = {}
     if seed % 3 == 1:
@@ -157,8 +158,9 @@ def test_histograms_equal_the_compiled_ones(seed: int) -> None:
               "output_ids": rng.integers(0, pool, int(out_offsets[-1]))}
     parts = rng.integers(0, 3, n) if seed % 4 == 2 else None
     for order in ("tail-first", "head-first"):
-        blocks_ = SweepBlocks(offsets=offsets, ids=ids, block_tokens=tokens, max_hit_blocks=cap,
-                              n_ids=pool, **kw)
+        blocks_ = SweepBlocks(offsets=offsets, ids=ids, block_size_tokens=block,
+                              last_block_tokens=last_tokens, max_hit_blocks=cap, n_ids=pool,
+                              **kw)
         # WHEN both passes measure the stack distances
         compiled = stack_distance_histograms(blocks_, touch_order=order, partitions=parts)
         numpy_ = numpy_passes.stack_distance_histograms(blocks_, touch_order=order,
@@ -275,7 +277,8 @@ def test_histograms_of_chains_skip_the_search(seed: int, monkeypatch) -> None:
         kw = {"output_offsets": out_offsets,
               "output_ids": pool + np.arange(int(out_offsets[-1]), dtype=np.int64)}
     parts = rng.integers(0, 3, n) if seed % 4 == 2 else None
-    blocks_ = SweepBlocks(offsets=offsets, ids=ids, block_tokens=rng.integers(1, 17, len(ids)),
+    blocks_ = SweepBlocks(offsets=offsets, ids=ids, block_size_tokens=16,
+                          last_block_tokens=rng.integers(1, 17, n),
                           max_hit_blocks=rng.integers(-1, 14, n), n_ids=pool + 100, **kw)
 
     def searched(*args: object) -> None:

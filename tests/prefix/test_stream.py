@@ -74,7 +74,8 @@ def test_streamed_chains_equal_in_memory_chains_over_many_batches(
                   rules_for("none", block_size_tokens=3, cache_partial_blocks=True)):
         a = prepare(eager_trace).chains(rules)
         b = prepare(lazy_trace, stream=True).chains(rules)
-        for field in ("offsets", "ids", "block_tokens", "max_hit_blocks", "prompt_tokens"):
+        for field in ("offsets", "ids", "block_tokens", "last_block_tokens", "max_hit_blocks",
+                      "prompt_tokens"):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
         assert a.num_distinct == b.num_distinct
     eager, streamed = _both(path, capacity_blocks=25)

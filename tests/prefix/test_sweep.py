@@ -92,11 +92,12 @@ def sweep_lists(
     outputs: list[list[int]] | None = None,
 ) -> CapacityCurve:
     offsets, ids = _flat(requests)
-    weights = [min(block_tokens, n - k * block_tokens)
-               for n, r in zip(prompt_tokens, requests, strict=True) for k in range(len(r))]
+    last = [min(block_tokens, n - (len(r) - 1) * block_tokens)
+            for n, r in zip(prompt_tokens, requests, strict=True)]
     out_offsets, out_ids = _flat(outputs) if outputs else (None, None)
     order = "head-first" if head_first else "tail-first"
-    blocks = SweepBlocks(offsets=offsets, ids=ids, block_tokens=np.array(weights, dtype=np.int64),
+    blocks = SweepBlocks(offsets=offsets, ids=ids, block_size_tokens=block_tokens,
+                         last_block_tokens=np.array(last, dtype=np.int64),
                          max_hit_blocks=np.array(max_hit, dtype=np.int64),
                          output_offsets=out_offsets, output_ids=out_ids)
     hist = stack_distance_histograms(
@@ -242,8 +243,9 @@ def test_knee_and_share_capacities() -> None:
 def test_bad_touch_order_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         stack_distance_histograms(
-            SweepBlocks(offsets=np.array([0, 1]), ids=np.array([0]), block_tokens=np.array([1]),
-                        max_hit_blocks=np.array([1])), touch_order="sideways")
+            SweepBlocks(offsets=np.array([0, 1]), ids=np.array([0]), block_size_tokens=1,
+                        last_block_tokens=np.array([1]), max_hit_blocks=np.array([1])),
+            touch_order="sideways")
 
 
 # ---------------------------------------------------------------- against the block chains
@@ -492,14 +494,14 @@ def test_per_instance_curves_sum_to_the_partitioned_curve(
     [
         {"ids": np.array([0, 5])},  # id beyond n_ids
         {"offsets": np.array([0, 3])},  # past the ids
-        {"block_tokens": np.array([1])},  # one weight short
+        {"last_block_tokens": np.array([1, 1])},  # two requests' last blocks for one request
         {"max_hit_blocks": np.array([1, 1])},  # two requests' caps for one request
         {"partitions": np.array([0, 1])},
     ],
 )
 def test_inconsistent_arrays_are_refused_before_the_kernel(bad: dict[str, np.ndarray]) -> None:
-    args = {"offsets": np.array([0, 2]), "ids": np.array([0, 1]), "block_tokens": np.array([1, 1]),
-            "max_hit_blocks": np.array([2]), "n_ids": 2, **bad}
+    args = {"offsets": np.array([0, 2]), "ids": np.array([0, 1]), "block_size_tokens": 1,
+            "last_block_tokens": np.array([1]), "max_hit_blocks": np.array([2]), "n_ids": 2, **bad}
     partitions = args.pop("partitions", None)
     with pytest.raises(ValueError):
         stack_distance_histograms(SweepBlocks(**args), partitions=partitions)

@@ -407,7 +407,7 @@ def sub_chains(chains: BlockChains, rows: np.ndarray) -> BlockChains:
         chains,
         offsets=_readonly(offsets, np.int64),
         ids=ids,
-        block_tokens=_readonly(chains.block_tokens[index], np.int32),
+        last_block_tokens=_readonly(chains.last_block_tokens[rows], np.int32),
         num_distinct=num,
         max_hit_blocks=_readonly(chains.max_hit_blocks[rows], np.int64),
         prompt_tokens=_readonly(chains.prompt_tokens[rows], np.int64),

@@ -283,7 +283,7 @@ def _rows_of(chains: BlockChains, rows: np.ndarray) -> BlockChains:
         return chains
     offsets, index = segment_ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
     return BlockChains(offsets=offsets, ids=chains.ids[index],
-                       block_tokens=chains.block_tokens[index],
+                       last_block_tokens=chains.last_block_tokens[rows],
                        num_distinct=chains.num_distinct,
                        max_hit_blocks=chains.max_hit_blocks[rows],
                        prompt_tokens=chains.prompt_tokens[rows],
@@ -513,9 +513,8 @@ def reused_prefixes(chains: BlockChains, hit_blocks: np.ndarray, prepared: Prepa
     ends = chains.ids[starts[rows] + hit[rows] - 1].astype(np.int64)
     uniq, first = np.unique(ends, return_index=True)
     example = rows[first]
-    cum = np.concatenate(([0], np.cumsum(chains.block_tokens, dtype=np.int64)))
     depth = hit[example]
-    prefix_tokens = cum[starts[example] + depth] - cum[starts[example]]
+    prefix_tokens = chains.leading_tokens(example, depth)
     requests = covered[uniq]
     reused = requests * prefix_tokens
     key = requests if by == "requests" else reused

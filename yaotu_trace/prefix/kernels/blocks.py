@@ -60,6 +60,7 @@ from yaotu_trace.prefix.kernels.chains import (
     chain_layout,
     hash_keys,
     hit_cap,
+    last_block_tokens,
     offsets_of,
 )
 from yaotu_trace.prefix.kernels.stream import ParquetPrompts
@@ -298,8 +299,9 @@ def _table_slots(entries: int) -> int:
 
 
 def stream_chain_bytes(blocks: int) -> int:
-    """Worst-case memory of streamed chains: ids and tokens per block, the table at its largest."""
-    return 24 * int(blocks) + 4 * _table_slots(int(blocks))
+    """Worst-case memory of streamed chains: an id per block, the table at its largest (two
+    hash lanes per id, every block distinct, and its slots)."""
+    return 20 * int(blocks) + 4 * _table_slots(int(blocks))
 
 
 def build_block_chains_streaming(
@@ -335,13 +337,14 @@ def build_block_chains_streaming(
         keys = hash_keys(rules.seed, attempt)
         built = _stream_once(prompts, ns, rules, keys, block, per_block, bound)
         if built is not None:
-            ids, block_tokens, distinct, counts = built
+            ids, last_tokens, distinct, counts = built
             break
     else:
         raise YaotuError(f"block hashing collided {HASH_TRIES} times in a row ({bound} blocks); "
                          "this should not happen: report it with the trace")
     return BlockChains(
-        offsets=offsets_of(counts), ids=ids, block_tokens=block_tokens, num_distinct=int(distinct),
+        offsets=offsets_of(counts), ids=ids, last_block_tokens=last_tokens,
+        num_distinct=int(distinct),
         max_hit_blocks=hit_cap(counts, prompt_len, block, rules.last_token_rule),
         prompt_tokens=prompt_len, block_size_tokens=block, seed=int(rules.seed))
 
@@ -354,7 +357,7 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
     unit = block // per_block
     table = _IdTable(bound // 8)
     ids = np.empty(bound, dtype=np.int32)
-    block_tokens = np.full(bound, block, dtype=np.int32)
+    last_tokens = np.full(n, block, dtype=np.int32)
     counts = np.zeros(n, dtype=np.int64)
     units_all = np.zeros(n, dtype=np.int64)
     filled = 0
@@ -384,9 +387,7 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
                                                 np.int64(table.last))
         table.distinct, table.last = int(distinct), int(last)
         collisions += int(found)
-        has_partial = np.flatnonzero(partial > 0)
-        if has_partial.size:
-            block_tokens[filled + local[has_partial + 1] - 1] = partial[has_partial]
+        last_tokens[rows] = last_block_tokens(partial, block)
         counts[rows] = hashed
         filled += total
     prompts.unit_offsets = offsets_of(units_all)
@@ -396,5 +397,4 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
     del table
     if filled < bound:
         ids = ids[:filled].copy()
-        block_tokens = block_tokens[:filled].copy()
-    return ids, block_tokens, distinct, counts
+    return ids, last_tokens, distinct, counts

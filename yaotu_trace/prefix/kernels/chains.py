@@ -37,10 +37,11 @@ HASH_TRIES = 3  # fresh keys after a detected lane-A collision, then an error
 class BlockChains:
     """Dense chain ids of every request's cacheable blocks, in prompt order.
 
-    Request `i`'s cacheable blocks are `ids[offsets[i]:offsets[i+1]]` (block 1 first), worth
-    `block_tokens[...]` tokens each (B, or the partial length of a cached trailing partial
-    block). Ids are numbered in first-appearance order over the requests in replay order (with
-    `--cache-outputs`: request i's prompt blocks, then its output blocks, then request i+1).
+    Request `i`'s cacheable blocks are `ids[offsets[i]:offsets[i+1]]` (block 1 first), worth B
+    tokens each but its last, worth `last_block_tokens[i]` (B, or the length of a cached
+    trailing partial block). Ids are numbered in first-appearance order over the requests in
+    replay order (with `--cache-outputs`: request i's prompt blocks, then its output blocks,
+    then request i+1).
     `max_hit_blocks[i]` caps the hit (the last-token rule `floor((n-1)/B)` when on, else the
     number of cacheable blocks). `output_offsets`/`output_ids` are the full blocks of
     prompt + output beyond the prompt's, inserted after the lookup, when outputs are cached.
@@ -48,7 +49,7 @@ class BlockChains:
 
     offsets: np.ndarray  # int64, n_requests + 1
     ids: np.ndarray  # int32
-    block_tokens: np.ndarray  # int32, same length as ids
+    last_block_tokens: np.ndarray  # int32 per request (B when it has no blocks)
     num_distinct: int
     max_hit_blocks: np.ndarray  # int64 per request
     prompt_tokens: np.ndarray  # int64 per request
@@ -66,6 +67,27 @@ class BlockChains:
     def num_blocks(self) -> np.ndarray:
         """Cacheable blocks per request (int64)."""
         return np.diff(self.offsets)
+
+    @property
+    def block_tokens(self) -> np.ndarray:
+        """Tokens of every block (int32, one per id), built on demand: at 1e10 tokens this is
+        2.3 GB, so the kernels take B and `last_block_tokens` instead."""
+        tokens = np.full(len(self.ids), self.block_size_tokens, dtype=np.int32)
+        blocks = self.num_blocks
+        has = blocks > 0
+        tokens[self.offsets[1:][has] - 1] = self.last_block_tokens[has]
+        return tokens
+
+    def leading_tokens(self, rows: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """Tokens of the first `blocks[j]` blocks of request `rows[j]` (int64): B each, and
+        the last block's own count where they reach it."""
+        rows = np.asarray(rows, dtype=np.int64)
+        k = np.asarray(blocks, dtype=np.int64)
+        tokens = k * self.block_size_tokens
+        whole = (k > 0) & (k == self.offsets[rows + 1] - self.offsets[rows])
+        last = self.last_block_tokens[rows[whole]].astype(np.int64)
+        tokens[whole] += last - self.block_size_tokens
+        return tokens
 
     def with_hit_cap(self, last_token_rule: bool) -> BlockChains:
         """The same chains with the last-token rule switched on or off (ids do not change)."""
@@ -243,15 +265,18 @@ def chain_layout(content: PromptContent, namespace_codes: np.ndarray | None,
     else:
         ids = all_ids
     chain_offsets = offsets_of(prompt_blocks)
-    block_tokens = np.full(len(ids), block, dtype=np.int32)
-    has_partial = np.flatnonzero(partial > 0)
-    if has_partial.size:
-        block_tokens[chain_offsets[has_partial + 1] - 1] = partial[has_partial]
     return BlockChains(
-        offsets=chain_offsets, ids=ids, block_tokens=block_tokens, num_distinct=int(distinct),
+        offsets=chain_offsets, ids=ids, last_block_tokens=last_block_tokens(partial, block),
+        num_distinct=int(distinct),
         max_hit_blocks=hit_cap(prompt_blocks, prompt_len, block, rules.last_token_rule),
         prompt_tokens=prompt_len, block_size_tokens=block, output_offsets=out_offsets,
         output_ids=out_ids, seed=int(rules.seed))
+
+
+def last_block_tokens(partial_tokens: np.ndarray, block: int) -> np.ndarray:
+    """Tokens of each request's last block (int32): its cached partial block's, else B."""
+    partial = np.asarray(partial_tokens)
+    return np.where(partial > 0, partial, block).astype(np.int32)
 
 
 def _block_counts(offsets: np.ndarray, prompt_len: np.ndarray, unit: int, per_block: int,

@@ -53,7 +53,8 @@ class KernelBlocks:
 
     offsets: NDArray[np.int64]
     ids: NDArray[np.int32]
-    block_tokens: NDArray[np.int32]
+    block_size_tokens: int
+    last_block_tokens: NDArray[np.int32]
     max_hit_blocks: NDArray[np.int64]
     n_ids: int
     output_offsets: NDArray[np.int64]
@@ -71,8 +72,9 @@ class SweepBlocks:
     blocks it touches after them but never looks up.
 
     Request r's blocks are `ids[offsets[r]:offsets[r + 1]]`, block 1 first: dense chain ids
-    (0..n_ids-1; equal ids are the same cached block), each worth `block_tokens` tokens (B, or
-    a cached partial block's length); `max_hit_blocks[r]` caps its hit (the last-token rule).
+    (0..n_ids-1; equal ids are the same cached block), each worth `block_size_tokens` tokens
+    but its last, worth `last_block_tokens[r]` (B, or a cached partial block's length);
+    `max_hit_blocks[r]` caps its hit (the last-token rule).
     `n_ids` counts the distinct ids, outputs included (None: the largest id + 1).
     `output_offsets`/`output_ids` are the blocks it inserts after its prompt's
     (`--cache-outputs`).
@@ -80,7 +82,8 @@ class SweepBlocks:
 
     offsets: NDArray[Any]
     ids: NDArray[Any]
-    block_tokens: NDArray[Any]
+    block_size_tokens: int
+    last_block_tokens: NDArray[Any]
     max_hit_blocks: NDArray[Any]
     n_ids: int | None = None
     output_offsets: NDArray[Any] | None = None
@@ -89,7 +92,9 @@ class SweepBlocks:
     @classmethod
     def of(cls, chains: BlockChains) -> SweepBlocks:
         """The blocks of `chains`."""
-        return cls(offsets=chains.offsets, ids=chains.ids, block_tokens=chains.block_tokens,
+        return cls(offsets=chains.offsets, ids=chains.ids,
+                   block_size_tokens=chains.block_size_tokens,
+                   last_block_tokens=chains.last_block_tokens,
                    max_hit_blocks=chains.max_hit_blocks, n_ids=chains.num_distinct,
                    output_offsets=chains.output_offsets, output_ids=chains.output_ids)
 
@@ -114,19 +119,20 @@ class SweepBlocks:
         for name, values in (("ids", ids32), ("output ids", out_ids)):
             if len(values) and (int(values.min()) < 0 or int(values.max()) >= n_ids):
                 raise ValueError(f"{name} must lie in 0..{n_ids - 1} (dense chain ids)")
-        tokens32 = _pinned(self.block_tokens, np.int32)
+        tokens32 = _pinned(self.last_block_tokens, np.int32)
         cap64 = _pinned(self.max_hit_blocks, np.int64)
         if (n_requests < 0 or offsets64[0] < 0 or offsets64[-1] > len(ids32)
                 or np.any(np.diff(offsets64) < 0)):
             raise ValueError("offsets must be non-decreasing indices into ids")
-        if len(tokens32) != len(ids32) or len(cap64) != n_requests:
-            raise ValueError("block_tokens must match ids, and max_hit_blocks the requests")
+        if len(tokens32) != n_requests or len(cap64) != n_requests:
+            raise ValueError("last_block_tokens and max_hit_blocks need one entry per request")
         if len(out_off) != n_requests + 1 or (n_requests and (
                 out_off[0] < 0 or out_off[-1] > len(out_ids) or np.any(np.diff(out_off) < 0))):
             raise ValueError("output offsets must be n_requests + 1 indices into output ids")
-        return KernelBlocks(offsets=offsets64, ids=ids32, block_tokens=tokens32,
-                            max_hit_blocks=cap64, n_ids=int(n_ids), output_offsets=out_off,
-                            output_ids=out_ids)
+        return KernelBlocks(offsets=offsets64, ids=ids32,
+                            block_size_tokens=int(self.block_size_tokens),
+                            last_block_tokens=tokens32, max_hit_blocks=cap64, n_ids=int(n_ids),
+                            output_offsets=out_off, output_ids=out_ids)
 
 
 def checked_touch_order(touch_order: str) -> TouchOrder:

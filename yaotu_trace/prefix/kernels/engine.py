@@ -88,7 +88,7 @@ def first_occurrence_hits(chains: BlockChains) -> np.ndarray:
 
 @nb.njit(cache=True)
 def _replay_loop(
-    offsets, ids, block_tokens, max_hit, prompt_tokens, out_offsets, out_ids,
+    offsets, ids, block, last_tokens, max_hit, prompt_tokens, out_offsets, out_ids,
     num_distinct, capacity, policy, head_first, num_instances, route_mode, static_codes,
     arrival_s, finish_s, affinity_threshold, max_lfu_count,
 ):
@@ -129,8 +129,8 @@ def _replay_loop(
         if route_mode == _STATIC:
             c = static_codes[i]
         else:
-            c, heap_n = _choose_cache(i, start, length, ids, block_tokens, prompt_tokens, d, k,
-                                      in_cache, load, instance, heap_t, heap_i, heap_n,
+            c, heap_n = _choose_cache(i, start, length, ids, block, last_tokens, prompt_tokens,
+                                      d, k, in_cache, load, instance, heap_t, heap_i, heap_n,
                                       route_mode, arrival_s, finish_s, affinity_threshold)
         instance[i] = c
         base = c * d
@@ -158,8 +158,8 @@ def _replay_loop(
 
 
 @nb.njit(cache=True)
-def _choose_cache(i, start, length, ids, block_tokens, prompt_tokens, d, k, in_cache, load,
-                  instance, heap_t, heap_i, heap_n, route_mode, arrival_s, finish_s,
+def _choose_cache(i, start, length, ids, block, last_tokens, prompt_tokens, d, k, in_cache,
+                  load, instance, heap_t, heap_i, heap_n, route_mode, arrival_s, finish_s,
                   affinity_threshold):
     """The instance of request `i`: the least loaded (prompt tokens in flight), or under
     prefix affinity the one holding the longest cached run when it covers enough of the
@@ -180,10 +180,11 @@ def _choose_cache(i, start, length, ids, block_tokens, prompt_tokens, d, k, in_c
         for x in range(k):
             base = x * d
             run = 0
-            run_tokens = 0
             while run < length and in_cache[base + ids[start + run]] != 0:
-                run_tokens += block_tokens[start + run]
                 run += 1
+            run_tokens = run * block
+            if run == length and run > 0:
+                run_tokens += last_tokens[i] - block
             if run > best_run or (run == best_run and best >= 0 and run > 0
                                   and load[x] < load[best]):
                 best = x
@@ -401,7 +402,8 @@ def replay(
         return _result(chains, hit, None, 1, int(evicted), int(inserted))
     arr, fin = _arrival_finish(n, arrival_s, finish_s)
     hit, instance, evicted, inserted = _replay_loop(
-        chains.offsets, chains.ids, chains.block_tokens, chains.max_hit_blocks,
+        chains.offsets, chains.ids, np.int64(chains.block_size_tokens),
+        np.asarray(chains.last_block_tokens, dtype=np.int32), chains.max_hit_blocks,
         chains.prompt_tokens, out_offsets, out_ids, np.int64(chains.num_distinct),
         np.int64(capacity), np.int64(_POLICY[rules.eviction]),
         rules.touch_order is TouchOrder.HEAD_FIRST, np.int64(k), np.int64(route_mode),

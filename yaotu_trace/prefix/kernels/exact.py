@@ -53,7 +53,7 @@ def _rows_of(chains: BlockChains, rows: np.ndarray) -> BlockChains:
     requests; ids stay dense over the whole trace, which the kernels allow)."""
     offsets, index = segment_ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
     return BlockChains(offsets=offsets, ids=chains.ids[index],
-                       block_tokens=chains.block_tokens[index],
+                       last_block_tokens=chains.last_block_tokens[rows],
                        num_distinct=chains.num_distinct,
                        max_hit_blocks=chains.max_hit_blocks[rows],
                        prompt_tokens=chains.prompt_tokens[rows],

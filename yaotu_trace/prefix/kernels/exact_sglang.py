@@ -283,7 +283,7 @@ def replay_sglang(chains: BlockChains, capacity_pages: int) -> ReplayResult:
         raise ConfigError(f"capacity {capacity_pages!r} must be at least 1 page of SGLang's "
                           "token pool (omit --capacity for an unlimited cache)")
     page = int(chains.block_size_tokens)
-    if chains.block_tokens.size and int(chains.block_tokens.min()) != page:
+    if chains.ids.size and int(chains.last_block_tokens[chains.num_blocks > 0].min()) != page:
         raise ConfigError("SGLang's radix tree caches full pages only; drop "
                           "--cache-partial-blocks (or add --accounting clean)")
     n = chains.num_requests

@@ -257,8 +257,7 @@ def stack_distance_histograms(
     """`sweep.stack_distance_histograms` in numpy (same arguments, same histograms)."""
     order_name = checked_touch_order(touch_order)
     k = blocks.checked()
-    offsets64, ids32, tokens32, cap64, n_ids = (k.offsets, k.ids, k.block_tokens,
-                                                k.max_hit_blocks, k.n_ids)
+    offsets64, ids32, cap64, n_ids = k.offsets, k.ids, k.max_hit_blocks, k.n_ids
     n_requests = k.num_requests
     order, segment_starts = partition_order(partitions, n_requests)
     hit_tokens = np.zeros(n_ids + 2, dtype=np.int64)
@@ -312,7 +311,10 @@ def stack_distance_histograms(
     # The running maximum along each request's prefix: offset each request above the last.
     lift = request * np.int64(n_ids + 2)
     running = np.maximum.accumulate(distance + lift) - lift
-    np.add.at(hit_tokens, running, tokens32[rows].astype(np.int64))
+    owner = order[request]
+    tokens = np.where(rows == offsets64[owner + 1] - 1,
+                      k.last_block_tokens[owner].astype(np.int64), np.int64(k.block_size_tokens))
+    np.add.at(hit_tokens, running, tokens)
     hit_blocks += np.bincount(running, minlength=n_ids + 2).astype(np.int64)
     return DistanceHistograms(hit_tokens=hit_tokens, hit_blocks=hit_blocks)
 

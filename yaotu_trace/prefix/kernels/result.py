@@ -53,15 +53,7 @@ def tokens_of_leading_blocks(chains: BlockChains, hit_blocks: np.ndarray) -> np.
     so this needs no pass over the blocks: B per hit block, corrected where the hit reaches a
     last block of another size.
     """
-    block = int(chains.block_size_tokens)
-    hit = np.asarray(hit_blocks, dtype=np.int64)
-    tokens = hit * block
-    ends = chains.offsets[1:]
-    full_hit = np.flatnonzero((hit > 0) & (hit == ends - chains.offsets[:-1]))
-    if full_hit.size:
-        last = chains.block_tokens[ends[full_hit] - 1].astype(np.int64)
-        tokens[full_hit] += last - block
-    return tokens
+    return chains.leading_tokens(np.arange(chains.num_requests, dtype=np.int64), hit_blocks)
 
 
 def hits_result(chains: BlockChains, hit_blocks: np.ndarray, *, evicted_blocks: int,

@@ -163,7 +163,8 @@ def _compact(bits: Any, sup: Any, owner: Any, last: Any, now: int) -> int:  # pr
 def _stack_histograms(  # pragma: no cover - compiled
     offsets: Any,
     ids: Any,
-    block_tokens: Any,
+    block: Any,
+    last_tokens: Any,
     max_hit_blocks: Any,
     out_offsets: Any,
     out_ids: Any,
@@ -198,17 +199,18 @@ def _stack_histograms(  # pragma: no cover - compiled
         live = 0
         for pos in range(segment_starts[seg], segment_starts[seg + 1]):
             r = order[pos]
-            _lookup_prefix(r, offsets, ids, block_tokens, max_hit_blocks, last, bits, sup, live,
-                           hist)
+            _lookup_prefix(r, offsets, ids, block, last_tokens, max_hit_blocks, last, bits, sup,
+                           live, hist)
             now, live = _touch_blocks(r, offsets, ids, out_offsets, out_ids, head_first,
                                       time_slots, bits, sup, owner, last, now, live)
 
 
 @numba.njit(cache=True, nogil=True)
-def _lookup_prefix(r, offsets, ids, block_tokens, max_hit_blocks, last, bits, sup, live,
+def _lookup_prefix(r, offsets, ids, block, last_tokens, max_hit_blocks, last, bits, sup, live,
                    hist):  # pragma: no cover - compiled
     """Request `r`'s leading cached blocks: block k hits at every capacity ≥ the running
-    maximum of the stack distances of blocks 1..k."""
+    maximum of the stack distances of blocks 1..k (each worth B tokens, its last block
+    `last_tokens[r]`)."""
     start = offsets[r]
     nb = offsets[r + 1] - start
     cap = max_hit_blocks[r]
@@ -233,7 +235,7 @@ def _lookup_prefix(r, offsets, ids, block_tokens, max_hit_blocks, last, bits, su
         d = live - prefix + 1
         if d > running:
             running = d
-        hist[running, 0] += block_tokens[start + k]
+        hist[running, 0] += block if k < nb - 1 else last_tokens[r]
         hist[running, 1] += 1
 
 
@@ -290,7 +292,8 @@ def stack_distance_histograms(
     hist = np.zeros((k.n_ids + 2, 2), dtype=np.int64)
     if n_requests and total_touches:
         _stack_histograms(
-            k.offsets, k.ids, k.block_tokens, k.max_hit_blocks, k.output_offsets, k.output_ids,
+            k.offsets, k.ids, np.int64(k.block_size_tokens), k.last_block_tokens,
+            k.max_hit_blocks, k.output_offsets, k.output_ids,
             k.n_ids, order, segment_starts, order_name == "head-first", time_slots, hist,
         )
     return DistanceHistograms(hit_tokens=np.ascontiguousarray(hist[:, 0]),
@@ -307,7 +310,8 @@ def _instance_blocks(chains: BlockChains, rows: NDArray[np.int64]) -> SweepBlock
             np.asarray(chains.output_offsets, dtype=np.int64), rows)
         out_ids = chains.output_ids[out_index]
     return SweepBlocks(offsets=offsets, ids=chains.ids[index],
-                       block_tokens=chains.block_tokens[index],
+                       block_size_tokens=chains.block_size_tokens,
+                       last_block_tokens=np.asarray(chains.last_block_tokens)[rows],
                        max_hit_blocks=np.asarray(chains.max_hit_blocks)[rows],
                        n_ids=chains.num_distinct, output_offsets=out_offsets, output_ids=out_ids)
 
