@@ -142,6 +142,6 @@ def _plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 def _fresh_streamed_chains() -> None:
     """Each test builds its own streamed chains: one kept from another test would skip the
     reading and memory checks a test may be about."""
-    from yaotu_trace.prefix.prepare import forget_streamed_chains
+    from yaotu_trace.prefix.chain_cache import forget_streamed_chains
 
     forget_streamed_chains()

@@ -11,6 +11,7 @@ import sys
 import time
 import warnings
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,12 @@ def test_compiled_namespacing_equals_hashing_the_tenant_in(
     hashed = p.chains(rules)
     assert derived.num_distinct == hashed.num_distinct
     np.testing.assert_array_equal(derived.ids, hashed.ids)
+    # and so they are written over the ids they came from, for a caller that drops those
+    flat = p.chains(rules.with_(tenant_isolation=False))
+    own = replace(flat, ids=flat.ids.copy())
+    over = with_namespaces(own, p.tenant_codes, in_place=True)
+    assert over.ids is own.ids
+    np.testing.assert_array_equal(over.ids, hashed.ids)
 
 
 def test_one_namespace_leaves_the_chains_as_they_are() -> None:

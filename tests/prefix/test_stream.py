@@ -13,6 +13,7 @@ from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.errors import ResourceLimitError, TraceSchemaError
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import effective_rules, memory, replay_trace_with_requests
+from yaotu_trace.prefix.chain_cache import holding_streamed_chains
 from yaotu_trace.prefix.kernels import stream
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
@@ -149,11 +150,13 @@ def test_available_memory_is_known_on_linux() -> None:
 def test_a_second_prepare_of_the_same_file_reads_it_no_more(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a streamed trace, and the file's passes counted
+    from yaotu_trace.prefix import partition
     from yaotu_trace.prefix import prepare as prepare_module
     from yaotu_trace.prefix.kernels import blocks
 
     monkeypatch.setattr(stream, "BATCH_VALUES", 50)
     monkeypatch.setattr(prepare_module, "SMALL_CHAIN_WORK", 0)  # the compiled, streamed build
+    monkeypatch.setattr(partition, "SMALL_RELABEL", 0)  # and the compiled namespacing
     path = _token_trace(tmp_path / "t.parquet", 7)
     builds = []
     real = blocks.build_block_chains_streaming
@@ -166,12 +169,13 @@ def test_a_second_prepare_of_the_same_file_reads_it_no_more(
     trace = read_trace(path, lazy_content=True)
     eager = prepare(read_trace(path))
     rules = rules_for("vllm")
-    # WHEN three analyses prepare it anew: without namespaces, with them, and asking for the
-    # ids per request
-    first = prepare(trace, stream=True).chains(rules, namespaces=False)
-    again = prepare(trace, stream=True)
-    tenants = again.chains(rules)
-    offsets = again.unit_offsets()
+    # WHEN three analyses of one command (which holds the chains) prepare it anew: without
+    # namespaces, with them, and asking for the ids per request
+    with holding_streamed_chains():
+        first = prepare(trace, stream=True).chains(rules, namespaces=False)
+        again = prepare(trace, stream=True)
+        tenants = again.chains(rules)
+        offsets = again.unit_offsets()
     # THEN the file was hashed and read once, and each answer is the one a build of its own
     # gives (the tenants hashed in)
     assert (len(builds), len(reads)) == (1, 1)
@@ -183,5 +187,39 @@ def test_a_second_prepare_of_the_same_file_reads_it_no_more(
     np.testing.assert_array_equal(offsets, eager.unit_offsets())
     # and a file written again is read again
     _token_trace(path, 8)
-    prepare(read_trace(path, lazy_content=True), stream=True).chains(rules)
-    assert len(builds) == 2
+    trace = read_trace(path, lazy_content=True)
+    with holding_streamed_chains():
+        prepare(trace, stream=True).chains(rules)
+        assert len(builds) == 2
+    # and outside a hold (a replay alone) nothing is kept: each build is used once
+    prepare(trace, stream=True).chains(rules)
+    prepare(trace, stream=True).chains(rules)
+    assert len(builds) == 4
+
+
+@pytest.mark.parametrize("command", ["diagnose", "replay"])
+def test_a_command_hashes_its_streamed_trace_once_and_keeps_nothing_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    # GIVEN a streamed trace whose chains are built by the compiled, streamed pass, counted
+    from yaotu_trace.commands.diagnose import diagnose
+    from yaotu_trace.prefix import chain_cache
+    from yaotu_trace.prefix import prepare as prepare_module
+    from yaotu_trace.prefix.kernels import blocks
+
+    monkeypatch.setattr(prepare_module, "SMALL_CHAIN_WORK", 0)
+    path = _token_trace(tmp_path / "t.parquet", 9)
+    builds = []
+    real = blocks.build_block_chains_streaming
+    monkeypatch.setattr(blocks, "build_block_chains_streaming",
+                        lambda *a, **k: builds.append(1) or real(*a, **k))
+    # WHEN the command runs (diagnose prepares the trace several times; replay's waterfall
+    # replays it under every rule step)
+    if command == "replay":
+        trace = read_trace(path, lazy_content=True)
+        rules, name, notes = effective_rules(trace, "vllm")
+        replay_trace_with_requests(trace, rules, preset=name, notes=notes)
+    else:
+        diagnose(path)
+    # THEN the file was hashed once, and nothing is kept once the command is done
+    assert len(builds) == 1
+    assert not chain_cache._KEPT

@@ -13,10 +13,12 @@ from yaotu_trace.commands.shared.tiers import priced_tiers
 from yaotu_trace.data.report import InputSummary, Report
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.summary import read_summary
+from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.window import parse_warmup
 
 
+@holds_streamed_chains
 def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None = None,
             progress: Progress | None = None, charts: bool = False,
             tiers: ReplayOptions | None = None,

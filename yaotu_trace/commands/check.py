@@ -39,9 +39,11 @@ from yaotu_trace.gate.fail_on import (
     parse_fail_on,
 )
 from yaotu_trace.gate.observed import observed_result
+from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 
 
+@holds_streamed_chains
 def check(
     trace: TraceSource,
     options: DiagnosisOptions | None = None,

@@ -17,9 +17,11 @@ from yaotu_trace.data.telemetry_only import telemetry_trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.load import read_steps
+from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 
 
+@holds_streamed_chains
 def diagnose(
     trace: TraceSource | None,
     options: DiagnosisOptions | None = None,

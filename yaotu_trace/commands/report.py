@@ -27,6 +27,7 @@ from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.load import read_step_logs
+from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.rules import effective_rules
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
@@ -46,6 +47,7 @@ DIAGNOSIS_SECTIONS = ("principal", "verdict", "axes", "ledger", "findings",
                       "observed_vs_replayed")
 
 
+@holds_streamed_chains
 def report(
     trace: TraceSource,
     options: DiagnosisOptions | None = None,

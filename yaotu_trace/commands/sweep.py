@@ -15,6 +15,7 @@ from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import small
+from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks, check_tier_options
 from yaotu_trace.prefix.rules import Accounting, ReplayRules, Scope
 from yaotu_trace.prefix.sweep_trace import CapacityCurveSection, CurveSectionSpec, sweep_trace
@@ -25,6 +26,7 @@ from yaotu_trace.prefix.window import parse_warmup
 DEFAULT_POINTS = 12
 
 
+@holds_streamed_chains
 def sweep(
     trace: TraceSource,
     options: ReplayOptions | None = None,

@@ -19,6 +19,7 @@ import pandas as pd
 from yaotu_trace.data.canonical import load_full
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.errors import ConfigError
+from yaotu_trace.prefix import chain_cache
 from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
 from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 from yaotu_trace.prefix.rules import ReplayRules
@@ -141,25 +142,12 @@ class PreparedTrace:
         return build_block_chains(self.content(), ns, rules)
 
 
-# The last chains streamed from a file, without namespaces, by what they depend on: one
-# analysis replays a trace several times from new `prepare` calls (diagnose: the KV axis's
-# shared blocks, the waterfall, the routing replay), and hashing a large file's prompts is
-# most of each. Namespaced chains are derived from them (`partition.with_namespaces`, the same
-# ids as hashing the namespace in). One entry: the memory of one build, held to the end.
-# The file's ids per request (`ParquetPrompts.unit_offsets`) ride along: the build's pass
-# learned them, and a new `prepare` would otherwise read the whole file again for them.
-_STREAMED: dict[tuple[object, ...], tuple[BlockChains, np.ndarray | None]] = {}
-
-
-def forget_streamed_chains() -> None:
-    """Drop the chains kept from the last streamed build (their memory comes back)."""
-    _STREAMED.clear()
-
-
 def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
                      rules: ReplayRules) -> BlockChains:
-    """`build_block_chains_streaming`, the file read and hashed once per process for the
-    same file and chain rules."""
+    """`build_block_chains_streaming`, the file read and hashed once for the same file and
+    chain rules while an analysis holds the chains (`chain_cache`). The file's ids per request
+    (`ParquetPrompts.unit_offsets`) ride along: the build's pass learned them, and a new
+    `prepare` would otherwise read the whole file again for them."""
     from yaotu_trace.prefix.kernels.blocks import build_block_chains_streaming
     from yaotu_trace.prefix.partition import with_namespaces
 
@@ -171,17 +159,20 @@ def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
     key = (os.path.realpath(stream.path), stat.st_mtime_ns, stat.st_size, stream.column,
            stream.source_block_size, hashlib.sha1(prompt_len.tobytes()).hexdigest(),
            int(rules.block_size_tokens), bool(rules.cache_partial_blocks), int(rules.seed))
-    found = _STREAMED.get(key)
+    found = chain_cache.kept(key)
     if found is None:
-        _STREAMED.clear()  # one entry: drop the last file's chains before building
+        chain_cache.forget_streamed_chains()  # the last file's, before building
         base = build_block_chains_streaming(stream, None, rules.with_(last_token_rule=False))
-        _STREAMED[key] = (base, stream.unit_offsets)
+        chain_cache.keep(key, base, stream.unit_offsets)
     else:
         base, offsets = found
         if stream.unit_offsets is None:
             stream.unit_offsets = offsets
     chains = base.with_hit_cap(bool(rules.last_token_rule))
-    return chains if ns is None else with_namespaces(chains, ns)
+    if ns is None:
+        return chains
+    # Not kept (no analysis holds the cache): the base ids are this call's to write over.
+    return with_namespaces(chains, ns, in_place=found is None and not chain_cache.holding())
 
 
 def _codes(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:

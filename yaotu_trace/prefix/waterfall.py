@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.kernels.unlimited import replay
@@ -153,6 +154,7 @@ def cache_replays(prepared: PreparedTrace, chains: BlockChains, rules_list: list
     return replay_many(jobs, runner or SERIAL_RUNNER)
 
 
+@holds_streamed_chains
 def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
                       runner: Runner | None = None, *,
                       measured: np.ndarray | None = None) -> Waterfall:

@@ -26,12 +26,13 @@ def first_appearance_ids(keys: np.ndarray, top: np.int64) -> np.ndarray:  # prag
 
 @nb.njit(cache=True)
 def namespaced_first_appearance_ids(offsets: np.ndarray, ids: np.ndarray, codes: np.ndarray,
-                                    width: np.int64, top: np.int64
+                                    width: np.int64, top: np.int64, out: np.ndarray
                                     ) -> np.ndarray:  # pragma: no cover - compiled
     """`first_appearance_ids` of the keys codes[r]·width + ids[j] over every block j of each
-    request r, without the keys themselves (one int64 per block: 5 GB at 1e10 tokens)."""
+    request r, without the keys themselves (one int64 per block: 5 GB at 1e10 tokens), into
+    `out` (int32, one per id), which may be `ids` itself: each id is read before its slot is
+    written."""
     table = np.full(top, -1, dtype=np.int32)
-    out = np.empty(ids.size, dtype=np.int32)
     nxt = 0
     for r in range(offsets.size - 1):
         base = codes[r] * width
