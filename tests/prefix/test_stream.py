@@ -223,3 +223,57 @@ def test_a_command_hashes_its_streamed_trace_once_and_keeps_nothing_after(
     # THEN the file was hashed once, and nothing is kept once the command is done
     assert len(builds) == 1
     assert not chain_cache._KEPT
+
+
+def test_row_groups_decoded_side_by_side_come_out_in_file_order() -> None:
+    # GIVEN jobs that finish out of order (later ones faster), run on two threads
+    import threading
+    import time
+
+    def job(j: int) -> list[int]:
+        time.sleep(0.002 * (8 - j))
+        return [10 * j, 10 * j + 1]
+
+    # WHEN their batches are consumed
+    got = list(stream._in_order(job, 8, workers=2, ahead=3))  # type: ignore[arg-type]
+    # THEN they come in job order, and no reader is left running
+    assert got == [v for j in range(8) for v in (10 * j, 10 * j + 1)]
+    assert not [t for t in threading.enumerate() if t.name.startswith("parquet-reader-")]
+
+
+def test_a_failed_row_group_raises_after_the_ones_before_it_and_stops_the_readers() -> None:
+    import threading
+
+    started = []
+
+    def job(j: int) -> list[int]:
+        started.append(j)
+        if j == 3:
+            raise TraceSchemaError(f"row group {j + 1} is damaged")
+        return [j]
+
+    got = []
+    with pytest.raises(TraceSchemaError, match="row group 4"):
+        got.extend(stream._in_order(job, 100, workers=2, ahead=2))  # type: ignore[arg-type]
+    assert got == [0, 1, 2]
+    assert max(started) < 3 + 2 + 2  # no further ahead than asked
+    assert not [t for t in threading.enumerate() if t.name.startswith("parquet-reader-")]
+
+
+def test_two_readers_give_the_batches_of_one(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a file of many row groups, read by two reader threads and by one
+    path = tmp_path / "t.parquet"
+    frame = pd.read_parquet(_token_trace(tmp_path / "src.parquet", 11, n=400))
+    frame.to_parquet(path, row_group_size=7)
+    trace = read_trace(path, lazy_content=True)
+    monkeypatch.setattr(stream, "BATCH_VALUES", 50)
+    prompts = prepare(trace, stream=True).stream
+    assert prompts is not None
+    both = []
+    for readers in (2, 1):
+        monkeypatch.setattr(stream, "READERS", readers)
+        both.append([(b.row0, b.offsets.tolist(), b.values.tolist()) for b in prompts.batches()])
+    # THEN the batches are the same, in the same order
+    assert both[0] == both[1]
+    assert len(both[0]) > 10

@@ -5,9 +5,10 @@ reads the content column (`prompt_tokens` or `prompt_block_ids`) one row group a
 into record batches when a group is large), keeps Arrow's own integer width
 (int32 tokens stay int32), and hands out validated batches: `blocks.build_block_chains_streaming`
 hashes each into the chains as it comes, so only block-level arrays and one batch of ids are
-ever held. A reader thread decodes the next batch while the current one is hashed (pyarrow and
-the kernels release the GIL), so decoding and hashing overlap on two cores. Nothing here
-imports numba: a small trace's overview reads its batches with the numpy passes.
+ever held. Reader threads decode the next row groups while the current batch is hashed (pyarrow
+and the kernels release the GIL): decoding is most of a pass, so two readers share it, each
+with its own file handle, and the batches come out in file order. Nothing here imports numba:
+a small trace's overview reads its batches with the numpy passes.
 
 The same batches serve the ideal pass of the waterfall (`ideal.ideal_hit_tokens_streaming`).
 Validation that `normalize` does for in-memory list columns happens here, per batch: ids
@@ -17,9 +18,10 @@ that are whole numbers within int64 (`schema.list_value_problem`), list lengths 
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,12 @@ from yaotu_trace.prefix.kernels.chains import frozen_input, offsets_of
 # Ids per record batch: large enough to amortise per-batch costs, small enough to stay a few
 # tens of MB (one batch is decoded while the previous one is hashed).
 BATCH_VALUES = 4_000_000
+# Row groups of at most this many ids are read whole, by one reader each.
+WHOLE_GROUP_VALUES = 4 * BATCH_VALUES
+# Reader threads decoding row groups side by side (each a file handle), and how many row
+# groups may be decoded ahead of the one being hashed.
+READERS = 2
+GROUPS_AHEAD = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,40 +69,84 @@ class ParquetPrompts:
     unit_offsets: np.ndarray | None = field(default=None)
 
     def batches(self) -> Iterator[Batch]:
-        """Validated record batches in file order, decoded one ahead on a reader thread.
+        """Validated record batches in file order, decoded ahead on reader threads.
 
-        A column of a few batches is read on this thread: nothing to overlap.
+        A column of a few batches is read on this thread: nothing to overlap. Row groups that
+        are read whole go to `READERS` threads side by side; a file with a larger one is read
+        in file order by one thread, batch by batch.
         """
         if self.num_values <= 2 * BATCH_VALUES:
             yield from self._read()
-        else:
+            return
+        pf = parquet_file.open_file(self.path, pre_buffer=False)
+        meta = pf.metadata
+        leaf = self._leaf(meta)
+        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+        readers = min(READERS, os.cpu_count() or 1)
+        if readers < 2 or len(groups) < 2 or any(
+                g.column(leaf).num_values > WHOLE_GROUP_VALUES for g in groups):
             yield from _prefetched(self._read())
+            return
+        starts = np.concatenate(([0], np.cumsum([g.num_rows for g in groups])))
+        handles = threading.local()
+
+        def group(i: int) -> list[Batch]:
+            if not hasattr(handles, "file"):
+                handles.file = parquet_file.open_file(self.path, pre_buffer=False)
+            return [self._batch(int(starts[i]) + row, arr)
+                    for row, arr in self._group_arrays(handles.file, i, meta.num_row_groups)]
+
+        yield from _in_order(group, len(groups), readers, GROUPS_AHEAD)
+        self._check_rows(int(starts[-1]))
 
     def _read(self) -> Iterator[Batch]:
         row0 = 0
         for arr in self._arrays():
-            problem = list_value_problem(arr.flatten(), self.column)
-            if problem is not None:  # 1.5 or 2**64 - 1 would be cast to another id silently
-                rows = pa.compute.list_parent_indices(arr).to_numpy()
-                self._fail(row0 + int(rows[problem[0]]), self.column, problem[1])
-            valid = None
-            if arr.null_count:
-                valid = np.asarray(arr.is_valid())
-                arr = arr.fill_null(pa.scalar([], type=arr.type))
-            offsets = np.asarray(arr.offsets)
-            first, last = int(offsets[0]), int(offsets[-1])
-            values = arr.values.to_numpy(zero_copy_only=False)[first:last]
-            if values.dtype not in (np.int32, np.int64) or (
-                    values.dtype == np.int32 and self.source_block_size is not None):
-                values = values.astype(np.int64)  # negative block ids stay exact as int64
-            local = offsets.astype(np.int64) - first
-            self._validate(row0, np.diff(local), values, valid)
-            yield Batch(row0=row0, offsets=frozen_input(local, np.int64),
-                        values=frozen_input(values, values.dtype))
-            row0 += len(local) - 1
-        if row0 != len(self.prompt_len):
-            raise TraceSchemaError(f"{self.path}: column '{self.column}' has {row0} rows, the "
+            batch = self._batch(row0, arr)
+            yield batch
+            row0 += len(batch.offsets) - 1
+        self._check_rows(row0)
+
+    def _check_rows(self, rows: int) -> None:
+        if rows != len(self.prompt_len):
+            raise TraceSchemaError(f"{self.path}: column '{self.column}' has {rows} rows, the "
                                    f"trace {len(self.prompt_len)}; the file changed while read")
+
+    def _batch(self, row0: int, arr: Any) -> Batch:
+        """One Arrow list array of the column, checked, as a `Batch` of requests from `row0`."""
+        problem = list_value_problem(arr.flatten(), self.column)
+        if problem is not None:  # 1.5 or 2**64 - 1 would be cast to another id silently
+            rows = pa.compute.list_parent_indices(arr).to_numpy()
+            self._fail(row0 + int(rows[problem[0]]), self.column, problem[1])
+        valid = None
+        if arr.null_count:
+            valid = np.asarray(arr.is_valid())
+            arr = arr.fill_null(pa.scalar([], type=arr.type))
+        offsets = np.asarray(arr.offsets)
+        first, last = int(offsets[0]), int(offsets[-1])
+        values = arr.values.to_numpy(zero_copy_only=False)[first:last]
+        if values.dtype not in (np.int32, np.int64) or (
+                values.dtype == np.int32 and self.source_block_size is not None):
+            values = values.astype(np.int64)  # negative block ids stay exact as int64
+        local = offsets.astype(np.int64) - first
+        self._validate(row0, np.diff(local), values, valid)
+        return Batch(row0=row0, offsets=frozen_input(local, np.int64),
+                     values=frozen_input(values, values.dtype))
+
+    def _leaf(self, meta: Any) -> int:
+        return next(j for j in range(meta.num_columns)
+                    if meta.schema.column(j).path.split(".")[0] == self.column)
+
+    def _group_arrays(self, pf: Any, i: int, groups: int) -> list[tuple[int, Any]]:
+        """Row group `i`, read whole, as (first row within the group, list array) pairs."""
+        with parquet_file.reading(self.path, f"row group {i + 1} of {groups}", self.column):
+            table = pf.read_row_group(i, columns=[self.column], use_threads=False)
+        out = []
+        row = 0
+        for chunk in table.column(0).chunks:
+            out.append((row, chunk))
+            row += len(chunk)
+        return out
 
     def _arrays(self) -> Iterator[Any]:
         """The content column as Arrow list arrays of about `BATCH_VALUES` ids, in row order.
@@ -105,17 +157,15 @@ class ParquetPrompts:
         """
         pf = parquet_file.open_file(self.path, pre_buffer=False)
         meta = pf.metadata
-        leaf = next(j for j in range(meta.num_columns)
-                    if meta.schema.column(j).path.split(".")[0] == self.column)
+        leaf = self._leaf(meta)
         for i in range(meta.num_row_groups):
             group = meta.row_group(i)
+            if group.column(leaf).num_values <= WHOLE_GROUP_VALUES:
+                yield from (arr for _, arr in self._group_arrays(pf, i, meta.num_row_groups))
+                continue
             # A damaged page is reported with its row group and column, however late it is met.
             with parquet_file.reading(self.path, f"row group {i + 1} of {meta.num_row_groups}",
                                       self.column):
-                if group.column(leaf).num_values <= 4 * BATCH_VALUES:
-                    table = pf.read_row_group(i, columns=[self.column], use_threads=False)
-                    yield from table.column(0).chunks
-                    continue
                 per_row = max(1.0, group.column(leaf).num_values / max(1, group.num_rows))
                 rows = int(max(16, min(65_536, BATCH_VALUES / per_row)))
                 for record in pf.iter_batches(batch_size=rows, row_groups=[i],
@@ -203,3 +253,52 @@ def _prefetched(source: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
                 box.get_nowait()
             except queue.Empty:
                 thread.join(timeout=0.05)
+
+
+def _in_order(job: Callable[[int], list[Batch]], jobs: int, workers: int,
+              ahead: int) -> Iterator[Batch]:
+    """The batches of job(0), job(1), … in that order, the jobs run on `workers` threads at
+    most `ahead` jobs past the one being consumed; a job's error re-raises here, in order."""
+    cond = threading.Condition()
+    done: dict[int, list[Batch] | BaseException] = {}
+    state = {"next": 0, "consumed": 0, "stop": False}
+
+    def work() -> None:
+        while True:
+            with cond:
+                while (not state["stop"] and state["next"] < jobs
+                       and state["next"] >= state["consumed"] + ahead):
+                    cond.wait()
+                if state["stop"] or state["next"] >= jobs:
+                    return
+                j = state["next"]
+                state["next"] += 1
+            try:
+                out: list[Batch] | BaseException = job(j)
+            except BaseException as exc:  # re-raised by the consumer, in file order
+                out = exc
+            with cond:
+                done[j] = out
+                cond.notify_all()
+
+    threads = [threading.Thread(target=work, name=f"parquet-reader-{w}", daemon=True)
+               for w in range(workers)]
+    for thread in threads:
+        thread.start()
+    try:
+        for j in range(jobs):
+            with cond:
+                while j not in done:
+                    cond.wait()
+                out = done.pop(j)
+                state["consumed"] = j + 1
+                cond.notify_all()
+            if isinstance(out, BaseException):
+                raise out
+            yield from out
+    finally:
+        with cond:
+            state["stop"] = True
+            cond.notify_all()
+        for thread in threads:
+            thread.join()
