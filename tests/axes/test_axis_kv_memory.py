@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from diag_factories import evidence, make_input, make_metrics, thresholds
 
@@ -114,3 +115,28 @@ def test_kv_usage_over_time_buckets_the_step_log() -> None:
     assert len(timeline) == 4
     assert timeline[0] == (0.0, 0.5)
     assert timeline[-1][1] == pytest.approx(0.97)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kv_demand_equals_summing_every_request_at_every_point(seed: int) -> None:
+    # GIVEN requests of mixed lengths, one very long (it spans every chunk of points)
+    from yaotu_trace.axes.kv_memory.metrics import demand_tokens
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    begin = np.sort(rng.uniform(0, 1000, n))
+    finish = begin + rng.exponential(20, n)
+    finish[n // 3] = begin[n // 3] + 900
+    first = np.where(rng.random(n) < 0.1, np.nan, begin + rng.uniform(0, 1, n))
+    prompt = rng.integers(1, 3000, n).astype(float)
+    output = rng.integers(0, 500, n).astype(float)
+    times = np.nextafter(np.unique(finish), -np.inf)
+    # WHEN the demand is taken chunk by chunk over the requests alive in each chunk's range
+    got = demand_tokens(times, begin, first, finish, prompt, output, 16)
+    # THEN it is the sum over every request alive at each point, as the docstring defines it
+    fi = np.where(np.isfinite(first), first, begin)
+    d = np.maximum(finish - fi, 1e-12)
+    want = np.array([sum(np.ceil((prompt[j] + np.floor(np.clip((t - fi[j]) / d[j], 0, 1)
+                                                       * output[j])) / 16) * 16
+                         for j in range(n) if begin[j] <= t < finish[j]) for t in times])
+    np.testing.assert_array_equal(got, want)

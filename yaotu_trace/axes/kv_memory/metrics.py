@@ -16,7 +16,7 @@ from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 
 MAX_DEMAND_POINTS = 4000  # demand evaluation points (all finishes up to this many)
-_CHUNK = 256
+_CHUNK = 32  # demand points per matrix: a few, so each spans a short time range
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,17 +73,29 @@ def demand_tokens(
     times: np.ndarray, begin: np.ndarray, first: np.ndarray, finish: np.ndarray,
     prompt: np.ndarray, output: np.ndarray, block: int,
 ) -> np.ndarray:
-    """Block-rounded KV tokens held at each time (see the module docstring)."""
+    """Block-rounded KV tokens held at each time (see the module docstring).
+
+    Each chunk of time points sums over the requests alive somewhere in its time range only,
+    found by their begin times (sorted once): those that begin within the longest request's
+    duration before the range, and finish inside or after it. The points are sampled over the
+    whole trace, so a chunk of a few points spans a short range and its matrix is (points ×
+    concurrency); a wide chunk held every request of its span (10 s at 1e10 tokens). The sums
+    are of whole tokens, so they are exact in any order.
+    """
     out = np.zeros(times.size)
     first = np.where(np.isfinite(first), first, begin)
     decode = np.maximum(finish - first, 1e-12)
     order = np.argsort(times)
+    by_begin = np.argsort(begin, kind="stable")
+    begin_sorted = begin[by_begin]
+    longest = float(np.max(finish - begin)) if begin.size else 0.0
     for lo in range(0, times.size, _CHUNK):
         idx = order[lo:lo + _CHUNK]
         t = times[idx]
-        # Only requests alive somewhere in this chunk's time range can hold KV at its points,
-        # so the matrix is (points × concurrency), not (points × requests).
-        near = (begin <= t.max()) & (finish > t.min())
+        low, high = float(t.min()), float(t.max())
+        span = by_begin[np.searchsorted(begin_sorted, low - longest, side="left"):
+                        np.searchsorted(begin_sorted, high, side="right")]
+        near = span[finish[span] > low]
         b, f, fi, d = begin[near], finish[near], first[near], decode[near]
         p, o = prompt[near], output[near]
         tt = t[:, None]
