@@ -162,6 +162,10 @@ def test_a_second_prepare_of_the_same_file_reads_it_no_more(
     real = blocks.build_block_chains_streaming
     monkeypatch.setattr(blocks, "build_block_chains_streaming",
                         lambda *a, **k: builds.append(1) or real(*a, **k))
+    named = []
+    real_named = partition.with_namespaces
+    monkeypatch.setattr(partition, "with_namespaces",
+                        lambda *a, **k: named.append(1) or real_named(*a, **k))
     reads = []
     real_read = stream.ParquetPrompts._read
     monkeypatch.setattr(stream.ParquetPrompts, "_read",
@@ -176,9 +180,12 @@ def test_a_second_prepare_of_the_same_file_reads_it_no_more(
         again = prepare(trace, stream=True)
         tenants = again.chains(rules)
         offsets = again.unit_offsets()
-    # THEN the file was hashed and read once, and each answer is the one a build of its own
-    # gives (the tenants hashed in)
-    assert (len(builds), len(reads)) == (1, 1)
+        tenants_again = prepare(trace, stream=True).chains(rules.with_(last_token_rule=False))
+    # THEN the file was hashed and read once, the tenants added once, and each answer is the
+    # one a build of its own gives (the tenants hashed in)
+    assert (len(builds), len(reads), len(named)) == (1, 1, 1)
+    np.testing.assert_array_equal(tenants_again.ids, tenants.ids)
+    assert tenants_again.max_hit_blocks.tolist() != tenants.max_hit_blocks.tolist()  # its cap
     for got, want in ((first, eager.chains(rules, namespaces=False)),
                       (tenants, eager.chains(rules))):
         np.testing.assert_array_equal(got.ids, want.ids)

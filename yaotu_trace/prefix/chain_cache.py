@@ -21,6 +21,9 @@ R = TypeVar("R")
 
 # One entry: (chains, the file's ids per request), by the build's key.
 _KEPT: dict[tuple[object, ...], tuple[Any, Any]] = {}
+# One entry: the last namespaced chains derived from it, by the build's key and the namespaces'
+# digest (diagnose's waterfall and routing replay both ask for the tenants' chains).
+_NAMED: dict[tuple[object, ...], Any] = {}
 _holds = 0
 
 
@@ -35,7 +38,7 @@ def holding_streamed_chains() -> Iterator[None]:
     finally:
         _holds -= 1
         if _holds == 0:
-            _KEPT.clear()
+            forget_streamed_chains()
 
 
 def holds_streamed_chains(fn: Callable[P, R]) -> Callable[P, R]:
@@ -62,11 +65,24 @@ def kept(key: tuple[object, ...]) -> tuple[Any, Any] | None:
 
 def keep(key: tuple[object, ...], chains: Any, unit_offsets: Any) -> None:
     """Keep a build while held (the last file's is dropped first); outside a hold, nothing."""
-    _KEPT.clear()
+    forget_streamed_chains()
     if _holds:
         _KEPT[key] = (chains, unit_offsets)
+
+
+def kept_namespaced(key: tuple[object, ...], namespaces: str) -> Any | None:
+    """The namespaced chains kept for the build `key` and the namespaces' digest, if any."""
+    return _NAMED.get((key, namespaces))
+
+
+def keep_namespaced(key: tuple[object, ...], namespaces: str, chains: Any) -> None:
+    """Keep the namespaced chains of a kept build while held (the last ones dropped first)."""
+    _NAMED.clear()
+    if _holds and key in _KEPT:
+        _NAMED[(key, namespaces)] = chains
 
 
 def forget_streamed_chains() -> None:
     """Drop the kept chains (their memory comes back), held or not."""
     _KEPT.clear()
+    _NAMED.clear()

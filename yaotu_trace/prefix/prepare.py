@@ -168,11 +168,18 @@ def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
         base, offsets = found
         if stream.unit_offsets is None:
             stream.unit_offsets = offsets
-    chains = base.with_hit_cap(bool(rules.last_token_rule))
+    cap = bool(rules.last_token_rule)
     if ns is None:
-        return chains
-    # Not kept (no analysis holds the cache): the base ids are this call's to write over.
-    return with_namespaces(chains, ns, in_place=found is None and not chain_cache.holding())
+        return base.with_hit_cap(cap)
+    if not chain_cache.holding():
+        # Not kept: the base ids are this call's to write over.
+        return with_namespaces(base.with_hit_cap(cap), ns, in_place=True)
+    digest = hashlib.sha1(np.ascontiguousarray(ns, dtype=np.int64).tobytes()).hexdigest()
+    named = chain_cache.kept_namespaced(key, digest)
+    if named is None:
+        named = with_namespaces(base, ns)
+        chain_cache.keep_namespaced(key, digest, named)
+    return named.with_hit_cap(cap)
 
 
 def _codes(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
