@@ -179,6 +179,9 @@ def test_diagnose_holds_the_engines_hits_by_tier_against_its_tiers() -> None:
         tiers=ReplayOptions(tiers=("cpu=176blocks",)))
     rows = {t["name"]: t for t in report.sections["observed_tiers"]["tiers"]}
     assert rows["cpu"]["observed_hit_tokens"] == rows["cpu"]["replayed_hit_tokens"] == 25_168
+    # what vLLM's scrape carries that the reader did not use is named beside the comparison
+    assert any("are not used: vllm:admission_rejections_total" in n
+               for n in report.sections["observed_tiers"]["notes"])
     # Without telemetry split by tier there is no such section, and no refusal.
     plain = diagnose(TRACE, DiagnosisOptions(preset="vllm", kv_capacity="66"),
                      tiers=ReplayOptions(tiers=("cpu=176blocks",)))
@@ -198,6 +201,7 @@ def test_check_gates_on_a_tiers_gap_to_the_engine(tmp_path: Path) -> None:
             preset="vllm", kv_capacity="66",
             metrics=str(HERE / "vllm_offload_mixed.metrics.txt")), config=config,
             tiers=ReplayOptions(tiers=("cpu=176blocks",)))
+        assert any("are not used: " in n for n in report.sections["observed_tiers"]["notes"])
         return bool(report.sections["checks"].failed)
 
     assert not gate("<=", 0.02)  # vLLM and the replay agree exactly

@@ -185,7 +185,10 @@ def _report(loaded: Trace, doc: dict[str, Any], asked: _Asked, changes: list[Che
                 "matched_only": before is not None and before.matched_only,
                 "on_missing": asked.config.on_missing, "diagnosed": diagnosed},
         sections={"checks": section} | ({} if observed is None
-                                         else {"observed_vs_replayed": observed}),
+                                         else {"observed_vs_replayed": observed})
+        # The engine's hits by tier beside the checks on them, with what its file carried
+        # that the reader did not use.
+        | ({"observed_tiers": doc["observed_tiers"]} if "observed_tiers" in doc else {}),
     )
 
 

@@ -145,8 +145,7 @@ def _observed_tiers(metrics: EngineMetrics, tiers: dict[str, Any], loaded: Trace
                           "vllm:prompt_tokens_by_source), SGLang's (sglang:cached_tokens_total "
                           "with --enable-hierarchical-cache) or a vLLM log with LMCache's "
                           "'LMCache hit tokens' lines")
-    # What the reader met in the file and did not use is named beside the comparison.
-    return {**section, "notes": [*metrics.notes, *section["notes"]]}
+    return section
 
 
 def _grid_report(loaded: Trace, options: ReplayOptions, grid: list[str],

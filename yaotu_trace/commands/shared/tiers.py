@@ -60,7 +60,8 @@ def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None,
     a tiers section): the `observed_tiers` section, or None when either is missing. Refused
     when the export's prompt-token counter holds under `MIN_COUNTED_SHARE` of the trace's
     prompt tokens, or when it names requests of which under `MIN_SAME_REQUESTS` are those of
-    `trace` (when given).
+    `trace` (when given). What the reader met in the file and did not use is named in the
+    section's notes, beside the comparison, whichever command holds it.
     """
     found = None if metrics is None or tiers is None else tier_sources(metrics)
     if found is None or tiers is None or metrics is None:
@@ -75,7 +76,8 @@ def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None,
             "traffic (export the metrics of this trace's run)")
     from yaotu_trace.prefix.tiers.observed import compare_tiers
 
-    return compare_tiers(found, tiers).to_dict()
+    section = compare_tiers(found, tiers).to_dict()
+    return {**section, "notes": [*metrics.notes, *section["notes"]]}
 
 
 def _same_requests(metrics: EngineMetrics, trace: Trace) -> None:
