@@ -346,3 +346,13 @@ def test_no_more_workers_start_than_there_are_items() -> None:
         assert runner.map(_nap, [(0.0,), (0.0,)]) == [0.0, 0.0]
         assert len(multiprocessing.active_children()) == 2
     assert multiprocessing.active_children() == []
+
+
+def test_compiled_first_appearance_ids_equal_the_sorted_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = np.random.default_rng(3).integers(0, 1000, 50_000)
+    monkeypatch.setattr(partition, "SMALL_RELABEL", 10**9)  # numpy's sort
+    sorted_ids = partition._first_appearance_ids(keys)
+    monkeypatch.setattr(partition, "SMALL_RELABEL", 0)  # the compiled table
+    np.testing.assert_array_equal(partition._first_appearance_ids(keys), sorted_ids)
+    assert sorted_ids[:3].tolist() == [0, 1, 2] and int(sorted_ids.max()) == 999

@@ -7,6 +7,17 @@ import numba as nb
 import numpy as np
 
 
+@nb.njit(cache=True, inline="always")
+def _dense(table: np.ndarray, key: np.int64, nxt: int) -> tuple[int, int]:  # pragma: no cover
+    """The id of `key`, a new one (`nxt`) at its first appearance, and the next new id."""
+    v = table[key]
+    if v < 0:
+        v = nxt
+        table[key] = v
+        nxt += 1
+    return v, nxt
+
+
 @nb.njit(cache=True)
 def first_appearance_ids(keys: np.ndarray, top: np.int64) -> np.ndarray:  # pragma: no cover
     """Ids 0..d-1 of `keys` (int64 in [0, top)) in order of first appearance (int32)."""
@@ -14,13 +25,7 @@ def first_appearance_ids(keys: np.ndarray, top: np.int64) -> np.ndarray:  # prag
     out = np.empty(keys.size, dtype=np.int32)
     nxt = 0
     for i in range(keys.size):
-        k = keys[i]
-        v = table[k]
-        if v < 0:
-            v = nxt
-            table[k] = v
-            nxt += 1
-        out[i] = v
+        out[i], nxt = _dense(table, keys[i], nxt)
     return out
 
 
@@ -37,11 +42,5 @@ def namespaced_first_appearance_ids(offsets: np.ndarray, ids: np.ndarray, codes:
     for r in range(offsets.size - 1):
         base = codes[r] * width
         for i in range(offsets[r], offsets[r + 1]):
-            k = base + ids[i]
-            v = table[k]
-            if v < 0:
-                v = nxt
-                table[k] = v
-                nxt += 1
-            out[i] = v
+            out[i], nxt = _dense(table, base + ids[i], nxt)
     return out
