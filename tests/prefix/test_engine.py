@@ -238,3 +238,27 @@ def test_presets_and_overrides() -> None:
 def test_empty_prompts_and_no_requests() -> None:
     assert hits([[], [1], []], block_size_tokens=1, last_token_rule=True) == [0, 0, 0]
     assert hits([[], []], block_size_tokens=4, capacity_blocks=2) == [0, 0]
+
+
+@pytest.mark.parametrize("slice_ids", [1, 2, 3, 7, 1 << 22])
+def test_first_occurrence_flags_slice_by_slice_are_the_first_occurrences(
+        monkeypatch: pytest.MonkeyPatch, slice_ids: int) -> None:
+    # GIVEN chains that repeat earlier requests' prefixes (ids dense by first appearance)
+    from yaotu_trace.prefix.kernels import engine
+
+    rng = np.random.default_rng(5)
+    heads = [rng.integers(0, 9, int(rng.integers(1, 12))).tolist() for _ in range(4)]
+    prompts = [heads[int(rng.integers(0, 4))] + rng.integers(0, 9, int(rng.integers(0, 6)))
+               .tolist() for _ in range(40)]
+    chains = chains_of(prompts, rules_for("none", block_size_tokens=2))
+    monkeypatch.setattr(engine, "FLAG_SLICE", slice_ids)
+    # WHEN the first occurrences are flagged, slice by slice
+    got = engine.first_occurrence_flags(chains)
+    # THEN they are the positions where each id appears first
+    seen: set[int] = set()
+    want = []
+    for i in chains.ids.tolist():
+        want.append(i not in seen)
+        seen.add(i)
+    assert got.tolist() == want
+    assert 0 < sum(want) < len(want)
