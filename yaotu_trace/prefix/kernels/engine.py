@@ -59,7 +59,7 @@ MAX_LFU_COUNT = 1 << 16
 
 
 # Ids per slice of `first_occurrence_flags`: its running maximum over a whole trace's ids was
-# 2.5 GB at 1e10 tokens, the peak of `diagnose`.
+# 2.5 GB at 1e10 tokens, held while the ideal pass planned.
 FLAG_SLICE = 1 << 22
 
 
