@@ -580,8 +580,7 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
             continue
         codes = job.partitions.codes
         # The scope and capacity replays of a waterfall split the same chains the same way.
-        done = next((s for s in splits if s[0] is job.chains and np.array_equal(s[1], codes)),
-                    None)
+        done = _same_split(splits, job.chains, codes)
         if done is None:
             done = (job.chains, codes, *split(job.chains, codes))
             splits.append(done)
@@ -607,7 +606,7 @@ def _replay_many_here(jobs: Sequence[ReplayJob]) -> list[ReplayResult]:
     at a time, replayed for every job that splits the same chains the same way (a waterfall's
     scope and capacity replays), then dropped. Building them all first, as the workers need,
     held a second copy of the chains: at 1e10 tokens 4.7 GB more at the peak."""
-    out: list[ReplayResult | None] = [None] * len(jobs)
+    out: dict[int, ReplayResult] = {}
     shared: list[tuple[BlockChains, np.ndarray, list[int]]] = []
     for j, job in enumerate(jobs):
         if job.partitions is None or job.partitions.codes is None:
@@ -615,8 +614,7 @@ def _replay_many_here(jobs: Sequence[ReplayJob]) -> list[ReplayResult]:
                                job.finish_s)
             continue
         codes = job.partitions.codes
-        same = next((s for s in shared if s[0] is job.chains and np.array_equal(s[1], codes)),
-                    None)
+        same = _same_split(shared, job.chains, codes)
         if same is None:
             shared.append((job.chains, codes, [j]))
         else:
@@ -633,6 +631,10 @@ def _replay_many_here(jobs: Sequence[ReplayJob]) -> list[ReplayResult]:
             partitions = jobs[j].partitions
             assert partitions is not None
             out[j] = merge(chains, partitions, groups, parts[j])
-    done = [result for result in out if result is not None]
-    assert len(done) == len(jobs)
-    return done
+    return [out[j] for j in range(len(jobs))]
+
+
+def _same_split(splits: Sequence[Any], chains: BlockChains, codes: np.ndarray) -> Any | None:
+    """The entry of `splits` ((chains, codes, ...) tuples) that splits these very chains by
+    the same codes, if any."""
+    return next((s for s in splits if s[0] is chains and np.array_equal(s[1], codes)), None)

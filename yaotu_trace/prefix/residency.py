@@ -33,7 +33,7 @@ import numpy as np
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.errors import YaotuError
 from yaotu_trace.prefix.kernels import residency as kernels
-from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm_blocks
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.prepare import PreparedTrace
@@ -252,7 +252,7 @@ def _follow_vllm(chains: BlockChains, num_gpu_blocks: int, codes: np.ndarray, k:
         rows = np.flatnonzero(codes == c)
         if rows.size == 0:
             continue
-        part = _rows_of(chains, rows)
+        part = chains if rows.size == chains.num_requests else chains.of_requests(rows)
         result, physical = replay_vllm_blocks(part, num_gpu_blocks)
         assert physical is not None
         s, i_, by, lf, idl, gp = kernels.vllm_residency(
@@ -275,19 +275,6 @@ def _follow_vllm(chains: BlockChains, num_gpu_blocks: int, codes: np.ndarray, k:
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
-
-
-def _rows_of(chains: BlockChains, rows: np.ndarray) -> BlockChains:
-    """The requests `rows` of `chains`, in order, with their ids (one pool's requests)."""
-    if rows.size == chains.num_requests:
-        return chains
-    offsets, index = segment_ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
-    return BlockChains(offsets=offsets, ids=chains.ids[index],
-                       last_block_tokens=chains.last_block_tokens[rows],
-                       num_distinct=chains.num_distinct,
-                       max_hit_blocks=chains.max_hit_blocks[rows],
-                       prompt_tokens=chains.prompt_tokens[rows],
-                       block_size_tokens=chains.block_size_tokens, seed=chains.seed)
 
 
 def distances(chains: BlockChains, rules: ReplayRules, codes: np.ndarray, k: int,

@@ -89,6 +89,18 @@ class BlockChains:
         tokens[whole] += last - self.block_size_tokens
         return tokens
 
+    def of_requests(self, rows: np.ndarray) -> BlockChains:
+        """The requests `rows`, in order, keeping their ids (a pool sees only its own
+        requests; ids stay dense over the whole trace, which the kernels allow). Prompt
+        blocks only."""
+        offsets, index = segment_ranges(np.asarray(self.offsets, dtype=np.int64), rows)
+        return BlockChains(offsets=offsets, ids=self.ids[index],
+                           last_block_tokens=self.last_block_tokens[rows],
+                           num_distinct=self.num_distinct,
+                           max_hit_blocks=self.max_hit_blocks[rows],
+                           prompt_tokens=self.prompt_tokens[rows],
+                           block_size_tokens=self.block_size_tokens, seed=self.seed)
+
     def with_hit_cap(self, last_token_rule: bool) -> BlockChains:
         """The same chains with the last-token rule switched on or off (ids do not change)."""
         cap = hit_cap(self.num_blocks, self.prompt_tokens, self.block_size_tokens,

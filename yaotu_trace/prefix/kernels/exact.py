@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.exact_sglang import replay_sglang
 from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm
 from yaotu_trace.prefix.kernels.result import ReplayResult
@@ -35,7 +35,7 @@ def replay_exact(chains: BlockChains, rules: ReplayRules, codes: np.ndarray | No
         rows = np.flatnonzero(codes == c)
         if rows.size == 0:
             continue
-        part = run(_rows_of(chains, rows), int(rules.capacity_blocks))
+        part = run(chains.of_requests(rows), int(rules.capacity_blocks))
         hit_blocks[rows] = part.hit_blocks
         hit_tokens[rows] = part.hit_tokens
         evicted += part.evicted_blocks
@@ -46,15 +46,3 @@ def replay_exact(chains: BlockChains, rules: ReplayRules, codes: np.ndarray | No
                         instance=np.asarray(codes, dtype=np.int64), num_instances=num_instances,
                         evicted_blocks=evicted, inserted_blocks=inserted,
                         rejected_requests=rejected)
-
-
-def _rows_of(chains: BlockChains, rows: np.ndarray) -> BlockChains:
-    """The requests `rows` of `chains`, in order, keeping their ids (a pool sees only its own
-    requests; ids stay dense over the whole trace, which the kernels allow)."""
-    offsets, index = segment_ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
-    return BlockChains(offsets=offsets, ids=chains.ids[index],
-                       last_block_tokens=chains.last_block_tokens[rows],
-                       num_distinct=chains.num_distinct,
-                       max_hit_blocks=chains.max_hit_blocks[rows],
-                       prompt_tokens=chains.prompt_tokens[rows],
-                       block_size_tokens=chains.block_size_tokens, seed=chains.seed)

@@ -93,8 +93,11 @@ class ParquetPrompts:
         def group(i: int) -> list[Batch]:
             if not hasattr(handles, "file"):
                 handles.file = parquet_file.open_file(self.path, pre_buffer=False)
-            return [self._batch(int(starts[i]) + row, arr)
-                    for row, arr in self._group_arrays(handles.file, i, meta.num_row_groups)]
+            batches, row0 = [], int(starts[i])
+            for arr in self._group_arrays(handles.file, i, meta.num_row_groups):
+                batches.append(self._batch(row0, arr))
+                row0 += len(arr)
+            return batches
 
         yield from _in_order(group, len(groups), readers, GROUPS_AHEAD)
         self._check_rows(int(starts[-1]))
@@ -137,16 +140,11 @@ class ParquetPrompts:
         return next(j for j in range(meta.num_columns)
                     if meta.schema.column(j).path.split(".")[0] == self.column)
 
-    def _group_arrays(self, pf: Any, i: int, groups: int) -> list[tuple[int, Any]]:
-        """Row group `i`, read whole, as (first row within the group, list array) pairs."""
+    def _group_arrays(self, pf: Any, i: int, groups: int) -> list[Any]:
+        """Row group `i`, read whole, as its list arrays in row order."""
         with parquet_file.reading(self.path, f"row group {i + 1} of {groups}", self.column):
             table = pf.read_row_group(i, columns=[self.column], use_threads=False)
-        out = []
-        row = 0
-        for chunk in table.column(0).chunks:
-            out.append((row, chunk))
-            row += len(chunk)
-        return out
+        return list(table.column(0).chunks)
 
     def _arrays(self) -> Iterator[Any]:
         """The content column as Arrow list arrays of about `BATCH_VALUES` ids, in row order.
@@ -161,7 +159,7 @@ class ParquetPrompts:
         for i in range(meta.num_row_groups):
             group = meta.row_group(i)
             if group.column(leaf).num_values <= WHOLE_GROUP_VALUES:
-                yield from (arr for _, arr in self._group_arrays(pf, i, meta.num_row_groups))
+                yield from self._group_arrays(pf, i, meta.num_row_groups)
                 continue
             # A damaged page is reported with its row group and column, however late it is met.
             with parquet_file.reading(self.path, f"row group {i + 1} of {meta.num_row_groups}",
