@@ -174,3 +174,75 @@ def test_sglang_tree_curve_on_threads_is_the_curve_of_one_and_its_replays(
                       "66", "--tier", "cpu=1767blocks", "--tier-policy", "write_back"], capsys)
     assert one["tier_curve"]["hit_tokens"][1][-1] == replayed["prefix_reuse"][
         "saved_prefill_tokens"]
+
+
+def _golden_hits(gpu_blocks: int, cpu_chunks: int) -> int:
+    """vLLM's own hits (GPU plus CPU) at one golden configuration of one-block chunks."""
+    config = next(c for c in json.loads(GOLDEN.read_text())["configs"]
+                  if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"])
+                  == (gpu_blocks, cpu_chunks, 1))
+    return sum(config["gpu_hit_tokens"]) + sum(config["cpu_hit_tokens"])
+
+
+def test_report_adds_the_tiers_and_the_curve_around_the_pool(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN vLLM's pool of 66 blocks and CPU tier of 176 chunks, with vLLM's own scrape of
+    # that run (tests/fixtures/tier_metrics)
+    args = ["report", TRACE, "--preset", "vllm", "--kv-capacity", "66", "--tier",
+            "cpu=176blocks", "--metrics", str(FIXTURES / "tier_metrics" /
+                                               "vllm_offload_mixed.metrics.txt")]
+    # WHEN reported as JSON
+    doc = _json(args, capsys)
+    # THEN the tiers section is the tiered replay, and the scrape is held against it
+    assert doc["tiers"]["gpu_capacity_blocks"] == 66
+    assert doc["tiers"]["hit_tokens"] == _golden_hits(66, 176)
+    seen = {t["name"]: t for t in doc["observed_tiers"]["tiers"]}
+    assert seen["cpu"]["observed_hit_tokens"] == seen["cpu"]["replayed_hit_tokens"] == 25_168
+    # and the curve's GPU sizes are a quarter, half, once and twice the pool, each cell at the
+    # full tier size the hits vLLM's scheduler reached at that size (Python's round: 16)
+    curve = doc["tier_curve"]
+    assert curve["gpu_capacity_blocks"] == [16, 33, 66, 132]
+    assert curve["tier_capacity_chunks"] == [5, 11, 22, 44, 88, 176]
+    for row, gpu in enumerate(curve["gpu_capacity_blocks"][1:], start=1):
+        assert curve["hit_tokens"][row][-1] == _golden_hits(gpu, 176)
+    # and the HTML page draws the three tables
+    page = tmp_path / "r.html"
+    assert main([*args, "-o", str(page)]) == ExitCode.OK
+    html = page.read_text()
+    assert "Tiers below the GPU" in html and "GPU size × cpu tier size" in html
+    assert html.count("25,168") >= 2  # the engine's CPU hits beside the replay's
+
+
+def test_report_of_a_change_replays_the_tiers_of_each_run(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(["report", TRACE, "--before", TRACE, "--preset", "vllm", "--kv-capacity", "66",
+                 "--tier", "cpu=1767blocks"], capsys)
+    assert doc["tiers"]["hit_tokens"] == _golden_hits(66, 1767)
+    assert doc["before"]["tiers"] == doc["tiers"]
+
+
+def test_the_curve_around_the_pool_needs_one_tier_and_a_pool(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN analyze with one tier under a pool: the curve, as the report draws it
+    one = _json(["analyze", TRACE, "--capacity", "66", "--tier", "cpu=176blocks"], capsys)
+    assert one["tier_curve"]["gpu_capacity_blocks"] == [16, 33, 66, 132]
+    assert one["tier_curve"]["hit_tokens"][2][-1] == one["tiers"]["hit_tokens"]
+    # WHEN two tiers are given, or no pool THEN the tiers alone (no curve of one tier of two;
+    # nothing reaches a tier under an unlimited pool)
+    two = _json(["analyze", TRACE, "--capacity", "66", "--tier", "cpu=176blocks", "--tier",
+                 "disk=1767blocks"], capsys)
+    unlimited = _json(["report", TRACE, "--tier", "cpu=176blocks"], capsys)
+    assert "tier_curve" not in two and "tiers" in two
+    assert "tier_curve" not in unlimited and unlimited["tiers"]["gpu_capacity_blocks"] is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tier-policy", "lmcache"], "add one with --tier"),
+    (["--tier", "cpu=1GiB"], "give --model"),
+])
+def test_reports_bad_tier_options_are_refused_before_reading(
+        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["report", TRACE, "--kv-capacity", "66", *args]) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

@@ -77,6 +77,10 @@ def analyze(
       trace analyze chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
       --gpu H100 --gpu-price 2.5 --memory-price 3
 
+    With --tier (and --capacity for the GPU pool): which source served what, and with one tier
+    the hit ratio over GPU size (a quarter, half, once and twice the pool) × tier size (the
+    --tier size and its halvings), each cell one tiered replay.
+
     In a terminal the table output opens with text charts: arrivals over time (the busiest
     minute underlined), the prompt and output length histograms (p50 and p99 marked) and, for a
     trace with prompt content, the hit ratio at the capacities of the prefix-reuse section.

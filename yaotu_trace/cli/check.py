@@ -48,11 +48,11 @@ from yaotu_trace.cli.options import (
     TierPolicyOpt,
     TokenizerOpt,
     TraceArg,
+    tier_options_of,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
-from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.render import OutputFormat
 
 if TYPE_CHECKING:
@@ -178,10 +178,7 @@ def check(
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
-    tier_options = None
-    if tiers or tier_chunk_tokens is not None or tier_policy is not None:
-        tier_options = ReplayOptions(tiers=tuple(tiers or ()),
-                                     tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
+    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy)
     with progress("check", quiet) as update:
         report = check_command.check(
             trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),

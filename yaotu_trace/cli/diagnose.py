@@ -30,11 +30,11 @@ from yaotu_trace.cli.options import (
     TierOpt,
     TierPolicyOpt,
     TokenizerOpt,
+    tier_options_of,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.prefix.options import ReplayOptions
 
 
 @command()
@@ -114,10 +114,7 @@ def diagnose(
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
     pictures = charts_wanted(charts, format, output)
-    tier_options = None
-    if tiers or tier_chunk_tokens is not None or tier_policy is not None:
-        tier_options = ReplayOptions(tiers=tuple(tiers or ()),
-                                     tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
+    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy)
     with progress("diagnose", quiet) as update:
         report = diagnose_command.diagnose(source, options,
                                            steps=steps if trace is None else None,

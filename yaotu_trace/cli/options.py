@@ -7,7 +7,7 @@ An option that two commands take means the same in both: the same name, help, ty
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +17,9 @@ from yaotu_trace.cli.progress import QuietOpt
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.prefix.rules import Accounting, Preset, Route, Scope, TouchOrder
 from yaotu_trace.render import OutputFormat
+
+if TYPE_CHECKING:
+    from yaotu_trace.prefix.options import ReplayOptions
 
 __all__ = ["QuietOpt"]
 
@@ -309,6 +312,19 @@ TierPolicyOpt = Annotated[
                  "write_through, write_through_selective or write_back [default: the "
                  "--preset engine's own].", rich_help_panel="Tiers below the GPU"),
 ]
+
+
+def tier_options_of(tiers: list[str] | None, chunk_tokens: int | None,
+                 policy: str | None) -> ReplayOptions | None:
+    """`--tier`, `--tier-chunk` and `--tier-policy` of a command that judges a deployment
+    (diagnose, check, report), or None when none is given."""
+    from yaotu_trace.prefix.options import ReplayOptions
+
+    if not tiers and chunk_tokens is None and policy is None:
+        return None
+    return ReplayOptions(tiers=tuple(tiers or ()), tier_chunk_tokens=chunk_tokens,
+                         tier_policy=policy)
+
 CapacityOpt = Annotated[
     str | None,
     typer.Option("--capacity", show_default=False,

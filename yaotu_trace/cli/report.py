@@ -33,8 +33,12 @@ from yaotu_trace.cli.options import (
     StepsBeforeOpt,
     StepsOpt,
     ThresholdOpt,
+    TierChunkOpt,
+    TierOpt,
+    TierPolicyOpt,
     TokenizerOpt,
     TraceArg,
+    tier_options_of,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.cli.simulate import InstancesOpt, KvBlocksOpt, scenario_from_options
@@ -73,6 +77,9 @@ def report(
     link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
     threshold: ThresholdOpt = None,
+    tiers: TierOpt = None,
+    tier_chunk_tokens: TierChunkOpt = None,
+    tier_policy: TierPolicyOpt = None,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
     simulate: Annotated[bool, typer.Option(
@@ -102,6 +109,10 @@ def report(
     mean to trace diagnose. With --simulate, --model, --gpu, --kv-dtype, --block-size,
     --max-num-seqs, --max-batched-tokens and --link-gbps also state the modelled engine.
 
+    With --tier (and --kv-capacity for the GPU pool), the page adds what trace diagnose --tier
+    shows, which source served what, and with one tier the hit ratio over GPU size (a quarter,
+    half, once and twice the pool) × tier size (the --tier size and its halvings).
+
     Examples:
 
       trace report prod.jsonl -o report.html
@@ -109,6 +120,8 @@ def report(
       trace report sim.parquet --steps steps.parquet --kv-capacity 20000 -o report.html
 
       trace report after.parquet --before before.parquet -o diff.html
+
+      trace report conversation_trace.jsonl --kv-capacity 2700 --tier cpu=26000 -o r.html
 
       trace report conversation_trace.jsonl --simulate --model Llama-3.1-8B --gpu H100 -o r.html
     """
@@ -129,11 +142,12 @@ def report(
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
+    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy)
     modelled = (EngineOptions(scenario=scenario_from_options(**engine), file=scenario)
                 if simulate else None)
     with progress("report", quiet) as update:
         result = report_command.report(
             trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
             options,
-            before=earlier, simulate=modelled, progress=update)
+            before=earlier, simulate=modelled, progress=update, tiers=tier_options)
     emit(result, format, output, default=OutputFormat.HTML)

@@ -9,7 +9,7 @@ from pathlib import Path
 from yaotu_trace.commands.load import Progress, TraceInput, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.analysis import analysis_report
 from yaotu_trace.commands.shared.pricing import PricingOptions
-from yaotu_trace.commands.shared.tiers import priced_tiers
+from yaotu_trace.commands.shared.tiers import priced_tiers, tier_curve_around
 from yaotu_trace.data.report import InputSummary, Report
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.summary import read_summary
@@ -30,7 +30,8 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     only (`prefix/window.py`); the profile covers every request. A step log from another run is
     refused, and one partly outside the trace noted (`data.telemetry_fit.fit_telemetry`).
     `tiers` (`--tier`, `--capacity`) adds the `tiers` section: which source served what
-    with tiers below a GPU pool of `tiers.capacity` (`commands/shared/tiers.py`). `charts`
+    with tiers below a GPU pool of `tiers.capacity` (`commands/shared/tiers.py`), and with
+    one tier the `tier_curve` section, hits over GPU size × tier size around it. `charts`
     adds the console's pictures (`Report.charts`: arrivals, lengths, the capacity points);
     the sections, and so the JSON, are the same either way. `pricing` (a GPU, links, prices)
     prices that tiered replay in the `prefill_pricing` section, as `trace replay` does."""
@@ -55,6 +56,8 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
         section, priced = priced_tiers(loaded, tiers, pricing)
         extra = {"tiers": section} if priced is None else {"tiers": section,
                                                           "prefill_pricing": priced}
+        if (around := tier_curve_around(loaded, tiers)) is not None:
+            extra["tier_curve"] = around
         report = replace(report, sections={**report.sections, **extra})
     return report
 

@@ -4,7 +4,7 @@ change against a run before."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from yaotu_trace.commands.shared.analysis import analysis_report
 from yaotu_trace.commands.shared.change import change_report
 from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
 from yaotu_trace.commands.shared.observed import observed_vs_replayed
-from yaotu_trace.commands.shared.tiers import observed_tiers, tiers_section
+from yaotu_trace.commands.shared.tiers import tier_sections, under_deployment
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.report import Report, input_summary
@@ -40,7 +40,7 @@ from yaotu_trace.gate.fail_on import (
 )
 from yaotu_trace.gate.observed import observed_result
 from yaotu_trace.prefix.chain_cache import holds_streamed_chains
-from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
+from yaotu_trace.prefix.options import ReplayOptions
 
 
 @holds_streamed_chains
@@ -72,11 +72,7 @@ def check(
     The report's `checks.failed` says whether the gate fails (`trace check` exits 1).
     """
     options = options or DiagnosisOptions()
-    if tiers is not None:
-        tiers = replace(tiers, preset=options.preset, capacity=options.kv_capacity,
-                        model=options.model, kv_bytes_per_token=options.kv_bytes_per_token,
-                        kv_dtype=options.kv_dtype)
-        check_tier_options(tiers)
+    tiers = under_deployment(tiers, options)
     asked = _asked(config, baseline, fail_on, before)
     # The diff judges subsets of the requests, so it needs the token columns in memory.
     loaded = open_trace(trace, lazy_content=before is None, progress=progress)
@@ -87,9 +83,7 @@ def check(
     doc, diagnosed = _metrics_of(loaded, diagnosis, asked, progress)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.5)
-        doc["tiers"] = tiers_section(loaded, tiers)
-        if (seen := observed_tiers(metrics, doc["tiers"], loaded)) is not None:
-            doc["observed_tiers"] = seen
+        doc.update(tier_sections(loaded, tiers, metrics))
     changes: list[CheckResult] = []
     if before is not None and earlier is not None:
         tell(progress, "comparing with the run before", 0.6)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.settings import setup_diagnosis
 from yaotu_trace.commands.shared.diagnosis import diagnose_trace
-from yaotu_trace.commands.shared.tiers import observed_tiers, tiers_section
+from yaotu_trace.commands.shared.tiers import (
+    tier_sections,
+    under_deployment,
+)
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report
 from yaotu_trace.data.schema import Trace
@@ -18,7 +20,7 @@ from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.load import read_steps
 from yaotu_trace.prefix.chain_cache import holds_streamed_chains
-from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
+from yaotu_trace.prefix.options import ReplayOptions
 
 
 @holds_streamed_chains
@@ -43,13 +45,9 @@ def diagnose(
     tier, the `observed_tiers` section that holds them against it.
     """
     options = options or DiagnosisOptions()
-    if tiers is not None:
-        tiers = replace(tiers, preset=options.preset, capacity=options.kv_capacity,
-                        model=options.model, kv_bytes_per_token=options.kv_bytes_per_token,
-                        kv_dtype=options.kv_dtype)
-        check_tier_options(tiers)
-        if trace is None:
-            raise ConfigError("--tier replays a trace's prompts; give the TRACE")
+    tiers = under_deployment(tiers, options)
+    if tiers is not None and trace is None:
+        raise ConfigError("--tier replays a trace's prompts; give the TRACE")
     if trace is None and options.metrics is None and steps is None:
         raise ConfigError("trace diagnose needs a TRACE to judge, or engine telemetry alone: "
                           "--metrics FILE (a server log or Prometheus export) or --steps FILE")
@@ -68,10 +66,7 @@ def diagnose(
                             thresholds=setup.thresholds, charts=charts)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.9)
-        section = tiers_section(loaded, tiers)
-        extra: dict[str, Any] = {"tiers": section}
-        if (seen := observed_tiers(engine_metrics, section, loaded)) is not None:
-            extra["observed_tiers"] = seen
+        extra = tier_sections(loaded, tiers, engine_metrics)
         report = replace(report, sections={**report.sections, **extra})
     return report
 

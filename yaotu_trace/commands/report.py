@@ -21,6 +21,8 @@ from yaotu_trace.commands.load import (
 from yaotu_trace.commands.settings import setup_diagnosis
 from yaotu_trace.commands.shared.change import change_report
 from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
+from yaotu_trace.commands.shared.tiers import tier_sections, under_deployment
+from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.data.steplog import StepLog
@@ -28,6 +30,7 @@ from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.load import read_step_logs
 from yaotu_trace.prefix.chain_cache import holds_streamed_chains
+from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.prefix.rules import effective_rules
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
@@ -55,6 +58,7 @@ def report(
     before: RunBefore | None = None,
     simulate: EngineOptions | None = None,
     progress: Progress | None = None,
+    tiers: ReplayOptions | None = None,
 ) -> Report:
     """`trace report`: what the HTML report shows (its default format), with the diagnosis
     under `options` (`trace diagnose`'s meaning).
@@ -67,23 +71,32 @@ def report(
     (`sim/options.py`), with the deployment `options` states (model, GPU, KV dtype, block
     size, engine limits, link) over them; the report is of the simulated requests and step log,
     held in memory, and its `config.modelled` states the engine.
+
+    `tiers` (`--tier`) adds what `trace diagnose --tier` shows (which source served what with
+    tiers below the KV pool of `options.kv_capacity`, and the engine's own split against it
+    when `options.metrics` has one) and, with one tier, the hits over GPU size × tier size
+    around that pool (`commands/shared/tiers.py`); with `before`, for each run.
     """
     options = options or DiagnosisOptions()
+    tiers = under_deployment(tiers, options)
     if simulate is not None:
         check_simulate(options, simulate, before=before, steps=_steps_of(trace))
-        return _simulated_report(trace, options, simulate, progress)
+        return _simulated_report(trace, options, simulate, progress, tiers)
     # The diff judges subsets of the requests, so it needs the token columns in memory.
     loaded = open_trace(trace, lazy_content=before is None, progress=progress)
     setup = setup_diagnosis(options)
     metrics = setup.telemetry(options.metrics)
     diagnosis = deferred_diagnosis(loaded, setup, metrics)
     if before is None:
-        return build_report(loaded, diagnose_report=diagnosis, progress=progress)
+        return build_report(loaded, diagnose_report=diagnosis, progress=progress,
+                            tiers=tiers, metrics=metrics)
     earlier = open_trace(before.trace, lazy_content=False)
     metrics_before = setup.telemetry(before.metrics)
     diagnosis_before = deferred_diagnosis(earlier, setup, metrics_before)
-    after_report = build_report(loaded, diagnose_report=diagnosis, progress=progress)
-    before_report = build_report(earlier, diagnose_report=diagnosis_before)
+    after_report = build_report(loaded, diagnose_report=diagnosis, progress=progress,
+                                tiers=tiers, metrics=metrics)
+    before_report = build_report(earlier, diagnose_report=diagnosis_before, tiers=tiers,
+                                 metrics=metrics_before)
     tell(progress, "comparing the runs", 1.0)
     judged, _ = change_report(earlier, loaded, setup, metrics=(metrics_before, metrics),
                               matched_only=before.matched_only)
@@ -91,13 +104,13 @@ def report(
 
 
 def _simulated_report(trace: TraceSource, options: DiagnosisOptions, engine: EngineOptions,
-                      progress: Progress | None) -> Report:
+                      progress: Progress | None, tiers: ReplayOptions | None) -> Report:
     """`--simulate`: the report of the modelled run, `config.modelled` stating the engine."""
     setup_diagnosis(options)  # checked before the run, as without --simulate
     loaded, modelled = simulated_trace(trace, options, engine, progress)
     judged = setup_diagnosis(replace(options, model=options.model or modelled["model"]))
     simulated = build_report(loaded, diagnose_report=deferred_diagnosis(loaded, judged, None),
-                             progress=progress)
+                             progress=progress, tiers=tiers)
     return Report(command="report", input=simulated.input,
                   config={**simulated.config, "modelled": modelled},
                   sections=simulated.sections)
@@ -186,9 +199,12 @@ def build_report(
     diagnose_report: Callable[[], Report] | None = None,
     kv_capacity_tokens: float | None = None,
     progress: Progress | None = None,
+    tiers: ReplayOptions | None = None,
+    metrics: EngineMetrics | None = None,
 ) -> Report:
     """The report of a trace read: profile, diagnosis (when `diagnose_report` is given), prefix
-    replay, capacity curve and the plot data."""
+    replay, capacity curve, the tiers below the GPU (`tiers`, held against the engine's own
+    split in `metrics`) and the plot data."""
     sections: dict[str, Any] = {}
     tell(progress, "profile", 0.0)
     sections["profile"] = profile_trace(trace)
@@ -213,6 +229,9 @@ def build_report(
             write_up = CurveSectionSpec(preset=preset or "", points=CURVE_POINTS, notes=notes)
             curve, _ = sweep_trace(trace, rules.with_(capacity_blocks=None), write_up)
             sections["capacity_curve"] = curve
+    if tiers is not None and tiers.tiers:
+        tell(progress, "replaying the tiers below the GPU", 0.8)
+        sections.update(tier_sections(trace, tiers, metrics, curve=True))
     capacity = kv_capacity_tokens
     if capacity is None and diagnosis is not None:
         capacity = kv_capacity_of(diagnosis.get("axes"))

@@ -11,6 +11,7 @@ from yaotu_trace.catalog.models import model_kv_bytes_per_token
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.curve_pricing import CurvePricer
 from yaotu_trace.commands.shared.pricing import PricingOptions
+from yaotu_trace.commands.shared.tiers import tiered_curve
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
@@ -19,7 +20,6 @@ from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.options import ReplayOptions, capacity_blocks, check_tier_options
 from yaotu_trace.prefix.rules import Accounting, ReplayRules, Scope
 from yaotu_trace.prefix.sweep_trace import CapacityCurveSection, CurveSectionSpec, sweep_trace
-from yaotu_trace.prefix.tiers.spec import TierSetup
 from yaotu_trace.prefix.window import parse_warmup
 
 # Capacities shown when not told otherwise (log-spaced; the knee and the shares are added).
@@ -130,49 +130,6 @@ def sweep(
         config=config,
         sections=sections,
     )
-
-
-# The tier sizes of the two-dimensional curve, as shares of the --tier size given.
-TIER_SHARES: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
-
-
-def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
-                 gpu_blocks: tuple[int | None, ...], pricer: CurvePricer | None = None,
-                 priced: list[dict[str, Any]] | None = None, *,
-                 threads: int = 1) -> dict[str, Any]:
-    """Hits at every GPU size × tier size (the --tier size and its halvings down to 1/32):
-    one exact tiered replay per point (`prefix/tiers/curve.py`); with `pricer`, each point
-    priced into `priced`."""
-    from yaotu_trace.prefix.prepare import prepare
-    from yaotu_trace.prefix.tiers.curve import tier_curve
-    from yaotu_trace.prefix.tiers.replay import approximation_note
-
-    tier = tiers.tiers[0]
-    sizes = tuple(sorted({max(1, int(tier.capacity_chunks * share)) for share in TIER_SHARES}))
-    chains = prepare(loaded, stream=True).chains(rules)
-    kv = tiers.kv_bytes_per_token
-    block_tokens = rules.block_size_tokens
-
-    def observe(blocks: int | None, chunks: int | None, gpu_hits: np.ndarray,
-                tier_hits: np.ndarray | None) -> None:
-        if pricer is None or priced is None:
-            return
-        pool = None if blocks is None or kv is None else float(blocks * block_tokens * kv)
-        point: dict[str, Any] = {"gpu_capacity_blocks": blocks, "tier_capacity_chunks": chunks}
-        if tier_hits is None:
-            point["gpu"] = pricer.gpu_point(gpu_hits, pool)
-        else:
-            size = float(chunks or 0) * tier.chunk_tokens * (kv or pricer.kv_bytes_per_token)
-            point["tier"] = pricer.tier_point(gpu_hits, str(tier.name), tier_hits, size)
-        priced.append(point)
-
-    curve = tier_curve(chains, rules, tier, tiers.policy, gpu_blocks, sizes,
-                       observe=observe if pricer is not None else None, threads=threads)
-    out = curve.to_dict()
-    out["policy"] = str(tiers.policy)
-    out["kv_bytes_per_token"] = tiers.kv_bytes_per_token
-    out["note"] = approximation_note(chains, rules, (tier,), tiers.policy)
-    return out
 
 
 def _priced_curve(loaded: Trace, rules: ReplayRules, section: CapacityCurveSection,

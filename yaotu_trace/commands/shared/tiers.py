@@ -1,17 +1,25 @@
-"""The tiers section of `trace analyze` and `trace diagnose` (`--tier`): which source served
-what with tiers below a GPU pool of `--capacity` (analyze) or `--kv-capacity` (diagnose)."""
+"""The tier sections of `trace analyze`, `trace diagnose` and `trace report` (`--tier`): which
+source served what with tiers below a GPU pool of `--capacity` (analyze) or `--kv-capacity`
+(diagnose, report), and the hits over GPU size × tier size around that pool (`trace sweep
+--tier` draws it over the GPU sizes it is given)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
+from yaotu_trace.commands.shared.curve_pricing import CurvePricer
 from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
 from yaotu_trace.data.engine_facts import tier_sources
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceReadError
-from yaotu_trace.prefix.options import ReplayOptions
+from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
+from yaotu_trace.prefix.tiers.spec import TierSetup
 
 
 def tiers_section(loaded: Trace, options: ReplayOptions) -> dict[str, Any] | None:
@@ -43,6 +51,96 @@ def priced_tiers(loaded: Trace, options: ReplayOptions, pricing: PricingOptions 
     assert summary.tiers is not None
     return {"preset": preset, "gpu_capacity": options.capacity, "gpu_capacity_blocks": blocks,
             "block_size_tokens": rules.block_size_tokens, **summary.tiers}, priced
+
+
+def under_deployment(tiers: ReplayOptions | None, options: DiagnosisOptions
+                     ) -> ReplayOptions | None:
+    """`--tier` options under the deployment a diagnosis states (`--preset`, `--kv-capacity`
+    as the GPU pool, the model and its KV bytes), checked before the trace is read."""
+    if tiers is None:
+        return None
+    tiers = replace(tiers, preset=options.preset, capacity=options.kv_capacity,
+                    model=options.model, kv_bytes_per_token=options.kv_bytes_per_token,
+                    kv_dtype=options.kv_dtype)
+    check_tier_options(tiers)
+    return tiers
+
+
+# The tier sizes of the two-dimensional curve, as shares of the --tier size given.
+TIER_SHARES: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+
+
+def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
+                 gpu_blocks: tuple[int | None, ...], pricer: CurvePricer | None = None,
+                 priced: list[dict[str, Any]] | None = None, *,
+                 threads: int = 1) -> dict[str, Any]:
+    """Hits at every GPU size × tier size (the --tier size and its halvings down to 1/32):
+    one exact tiered replay per point (`prefix/tiers/curve.py`); with `pricer`, each point
+    priced into `priced`."""
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.tiers.curve import tier_curve
+    from yaotu_trace.prefix.tiers.replay import approximation_note
+
+    tier = tiers.tiers[0]
+    sizes = tuple(sorted({max(1, int(tier.capacity_chunks * share)) for share in TIER_SHARES}))
+    chains = prepare(loaded, stream=True).chains(rules)
+    kv = tiers.kv_bytes_per_token
+    block_tokens = rules.block_size_tokens
+
+    def observe(blocks: int | None, chunks: int | None, gpu_hits: np.ndarray,
+                tier_hits: np.ndarray | None) -> None:
+        if pricer is None or priced is None:
+            return
+        pool = None if blocks is None or kv is None else float(blocks * block_tokens * kv)
+        point: dict[str, Any] = {"gpu_capacity_blocks": blocks, "tier_capacity_chunks": chunks}
+        if tier_hits is None:
+            point["gpu"] = pricer.gpu_point(gpu_hits, pool)
+        else:
+            size = float(chunks or 0) * tier.chunk_tokens * (kv or pricer.kv_bytes_per_token)
+            point["tier"] = pricer.tier_point(gpu_hits, str(tier.name), tier_hits, size)
+        priced.append(point)
+
+    curve = tier_curve(chains, rules, tier, tiers.policy, gpu_blocks, sizes,
+                       observe=observe if pricer is not None else None, threads=threads)
+    out = curve.to_dict()
+    out["policy"] = str(tiers.policy)
+    out["kv_bytes_per_token"] = tiers.kv_bytes_per_token
+    out["note"] = approximation_note(chains, rules, (tier,), tiers.policy)
+    return out
+
+
+
+# The GPU sizes of the curve around a pool (analyze, report), as shares of that pool: what a
+# smaller or a larger GPU pool would reuse, beside what a tier below it adds.
+GPU_SHARES: tuple[float, ...] = (1 / 4, 1 / 2, 1.0, 2.0)
+
+
+def tier_curve_around(loaded: Trace, options: ReplayOptions) -> dict[str, Any] | None:
+    """The `tier_curve` section at a quarter, half, once and twice the GPU pool of
+    `options.capacity` × the tier's size and its halvings; None without exactly one tier or
+    without a GPU pool (nothing reaches a tier below an unlimited one)."""
+    if len(options.tiers) != 1 or options.capacity is None:
+        return None
+    rules, preset, _ = options.effective_rules(loaded)
+    pool = options.capacity_blocks(options.capacity, rules.block_size_tokens)
+    setup = options.tier_setup(rules, preset)
+    if pool is None or setup is None:
+        return None
+    gpu_blocks = tuple(sorted({max(1, round(pool * share)) for share in GPU_SHARES}))
+    return tiered_curve(loaded, rules, setup, gpu_blocks)
+
+
+def tier_sections(loaded: Trace, options: ReplayOptions, metrics: EngineMetrics | None, *,
+                  curve: bool = False) -> dict[str, Any]:
+    """The `tiers` section, with `observed_tiers` when `metrics` split the engine's hits by
+    tier and, with `curve`, the `tier_curve` around the GPU pool (`tier_curve_around`)."""
+    section = tiers_section(loaded, options)
+    out: dict[str, Any] = {"tiers": section}
+    if (seen := observed_tiers(metrics, section, loaded)) is not None:
+        out["observed_tiers"] = seen
+    if curve and (around := tier_curve_around(loaded, options)) is not None:
+        out["tier_curve"] = around
+    return out
 
 
 # Counters holding less than this share of the trace's prompt tokens cannot have counted its

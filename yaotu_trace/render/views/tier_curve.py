@@ -23,8 +23,8 @@ def view(section: Any) -> View:
                   f"{section['policy']} rules; each cell is one exact replay")
     return [Heading(text=f"GPU size × {tier} tier size"),
             Grid(header=header, rows=rows,
-                 columns=[Column(name=h, align="left" if h == "GPU pool" else "right")
-                          for h in header],
+                 columns=[Column(name=header[0], align="left", no_wrap=True), *(
+                     Column(name=h) for h in header[1:])],
                  markdown_align="l" + "r" * (len(header) - 1)),
             Line(text=definition + ".", style="dim", markdown=f"_{definition}._"),
             *([Line(text=section["note"] + ".", style="dim", markdown=f"_{section['note']}._")]
