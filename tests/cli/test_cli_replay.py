@@ -147,3 +147,25 @@ def test_stats_line_goes_to_stderr_only(capsys: pytest.CaptureFixture[str]) -> N
     assert code == ExitCode.OK
     json.loads(out)
     assert err.startswith("stats: ") and "peak RSS" in err
+
+
+def test_the_traces_instances_are_the_caches_the_rules_show(tmp_path: Path, capsys) -> None:
+    # GIVEN a trace whose instance column names two instances, and --instances 3
+    path = tmp_path / "two.jsonl"
+    write_trace(pd.DataFrame({
+        "request_id": ["a", "b", "c", "d"], "arrival_s": [0.0, 0.5, 1.0, 1.5],
+        "prompt_len": [4, 4, 4, 4], "output_len": [1, 1, 1, 1],
+        "prompt_tokens": [[1, 2, 3, 4]] * 4, "instance": ["x", "y", "x", "y"]}), path)
+    args = ["replay", str(path), "--block-size", "1", "--scope", "instance", "--instances", "3"]
+    # WHEN replayed with one cache per instance
+    code, out, _ = run_cli([*args, "-f", "json"], capsys)
+    assert code == ExitCode.OK
+    doc = json.loads(out)["prefix_reuse"]
+    # THEN the trace's two caches ran (each hits its second request: 3 of 4 tokens), the notes
+    # say --instances did not count them, and the rules shown name two instances
+    assert [g["hit_tokens"] for g in doc["per_instance"]] == [3, 3]
+    assert any("trace's instance column (2); --instances 3 counts" in n for n in doc["notes"])
+    code, out, _ = run_cli(args, capsys)
+    assert code == ExitCode.OK
+    rules = [line.split() for line in out.splitlines() if line.split()[:1] == ["instances"]]
+    assert rules == [["instances", "2"]]

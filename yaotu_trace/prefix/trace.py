@@ -550,6 +550,12 @@ def _rule_notes(trace: Trace, prepared: PreparedTrace, rules: ReplayRules) -> li
     if rules.scope == "instance" and rules.route is None and prepared.instance_codes is None:
         notes.append(f"scope instance without an instance column: round-robin over "
                      f"{rules.instances} instance(s)")
+    elif rules.scope == "instance" and rules.route is None and prepared.instance_codes is not None:
+        count = len(np.unique(prepared.instance_codes))
+        given = (f"; --instances {rules.instances} counts the instances of a --route or of a "
+                 "trace without the column, not these" if rules.instances != 1 else "")
+        notes.append(f"scope instance: one cache per instance of the trace's instance column "
+                     f"({count:,}){given}")
     missing = int(((np.diff(prepared.unit_offsets()) == 0) & (prepared.prompt_tokens > 0)).sum())
     if missing > 0:
         notes.append(f"{missing} request(s) have no prompt content and never hit")

@@ -101,6 +101,8 @@ def rule_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
             text = "unlimited" if value is None else f"{fmt.count(value)} blocks"
         elif key in ("route", "instances") and rules.get("scope") != "instance":
             continue
+        elif key == "instances" and s.get("per_instance"):
+            text = fmt.count(len(s["per_instance"]))  # the caches replayed, whoever set them
         elif key == "accounting":
             if rules.get("capacity_blocks") is None:  # every accounting agrees when unlimited
                 continue
