@@ -3,15 +3,17 @@
 
 The fixtures `tests/fixtures/tiers_lmcache/lmcache_*.json` were recorded by
 `benchmarks/engines/golden_tiers_lmcache.py` from LMCache's `LMCacheEngine` on CPU (mock GPU
-connector, a `LocalCPUBackend` and in some configurations a `LocalDiskBackend` below it),
+connector, a `LocalCPUBackend` and in some configurations a `LocalDiskBackend` or a
+`RemoteBackend` on LMCache's mock remote store below it),
 driven request by request with the calls vLLM's LMCache adapter makes (`lookup` with pins,
 `retrieve`, `lookup_unpin`, `store` of the whole chunks beyond the hit): per request, the
-tokens LMCache's lookup finds from token 0 (and how many of its chunks were on disk), at
-several chunk, CPU and disk sizes, on the two engine traces and the Mooncake slice. LMCache's
+tokens LMCache's lookup finds from token 0 (and how many of its chunks were on disk or in the
+remote store), at several chunk, CPU, disk and remote sizes, on the two engine traces and the
+Mooncake slice. LMCache's
 loads do not reorder its CPU backend, so with the CPU alone that hit does not depend on the
 GPU pool in front and the adapter's arithmetic puts it behind one
-(`vllm_v1_adapter.py::get_num_new_matched_tokens`); with a disk, the fixtures hold the case of
-a GPU pool that hits nothing. No LMCache is needed here.
+(`vllm_v1_adapter.py::get_num_new_matched_tokens`); with a disk or a remote store, the fixtures
+hold the case of a GPU pool that hits nothing. No LMCache is needed here.
 """
 
 from __future__ import annotations
@@ -52,23 +54,37 @@ def _config(fixture: str, index: int) -> tuple[str, dict]:
 def _tiers(config: dict) -> tuple[TierSpec, ...]:
     chunk = config["chunk_tokens"]
     cpu = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"], chunk_tokens=chunk)
+    if config.get("remote_chunks") is not None:
+        return cpu, TierSpec(name=TierName.REMOTE, capacity_chunks=config["remote_chunks"],
+                             chunk_tokens=chunk)
     if config["disk_chunks"] is None:
         return (cpu,)
     return cpu, TierSpec(name=TierName.DISK, capacity_chunks=config["disk_chunks"],
                          chunk_tokens=chunk)
 
 
+def _below(config: dict) -> list[int] | None:
+    """Per request, the chunks of LMCache's hit the backend below the CPU held (None: none)."""
+    return config.get("disk_hit_chunks", config.get("remote_hit_chunks"))
+
+
 def test_lmcache_golden_fixtures_cover_chunks_sizes_and_cut_saves() -> None:
     # GIVEN the recorded fixtures WHEN counted THEN they span traces, chunk sizes and CPU sizes
     # from saves LMCache cuts short (a prompt of more chunks than the backend) to no eviction,
-    # and a disk below the CPU that serves hits
+    # and a disk or a remote store below the CPU that serves hits, the smaller ones full
     assert len(GOLDEN) == 3
     configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
     assert {c["chunk_tokens"] for c in configs} == {16, 32, 64, 256}
-    assert len(configs) == 56 and sum(1 for c in configs if c["total_hit_tokens"] > 0) >= 50
+    assert len(configs) == 75 and sum(1 for c in configs if c["total_hit_tokens"] > 0) >= 69
     assert min(c["cpu_chunks"] for c in configs) == 2
     disk = [c for c in configs if c["disk_chunks"] is not None]
     assert len(disk) == 18 and all(sum(c["disk_hit_chunks"]) > 0 for c in disk)
+    remote = [c for c in configs if c.get("remote_chunks") is not None]
+    assert len(remote) == 19 and all(sum(c["remote_hit_chunks"]) > 0 for c in remote)
+    # (a larger store of the same chunks serves more: the smaller ones evicted)
+    by_size = {(c["chunk_tokens"], c["cpu_chunks"], c["remote_chunks"]): c["total_hit_tokens"]
+               for c in remote}
+    assert by_size[(16, 48, 64)] < by_size[(16, 48, 1024)]
 
 
 @pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN))
@@ -89,12 +105,12 @@ def test_lmcache_hits_are_lmcache_engines_per_request(fixture: str, index: int) 
     whole = gold == chains.prompt_tokens
     for hits in (compiled, model):
         np.testing.assert_array_equal(sum(hits), gold - whole)
-        if config["disk_chunks"] is not None:
-            on_disk = np.asarray(config["disk_hit_chunks"]) * config["chunk_tokens"]
-            last_on_disk = whole & (on_disk > 0)
-            np.testing.assert_array_equal(hits[1], on_disk - last_on_disk)
+        if (below := _below(config)) is not None:
+            served = np.asarray(below) * config["chunk_tokens"]
+            last_below = whole & (served > 0)
+            np.testing.assert_array_equal(hits[1], served - last_below)
     # AND with the CPU alone, the one pass every GPU size shares finds the same runs
-    if config["disk_chunks"] is None:
+    if len(tiers) == 1:
         runs = lmcache_run_tokens(chains, refused, config["cpu_chunks"],
                                   config["chunk_tokens"])
         np.testing.assert_array_equal(runs, gold)

@@ -125,7 +125,7 @@ def _lmcache_row(chains: BlockChains, sized: ReplayRules, tier: TierSpec,
     key = np.packbits(refused).tobytes()
     if key not in runs:
         runs[key] = run(lambda chunks: lmcache_run_tokens(
-            chains, refused, chunks, int(tier.chunk_tokens), cpu=str(tier.name) == "cpu"),
+            chains, refused, chunks, int(tier.chunk_tokens), backend=str(tier.name)),
             tier_capacity_chunks)
     gpu_hit = np.where(refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
     row = []

@@ -8,7 +8,9 @@ storage_manager.py`, `local_cpu_backend.py`, `local_disk_backend.py`, `cache_pol
   id of the chunk's last block, the same prefix identity); a partial chunk is never saved.
 - Lookup from token 0: the CPU backend's consecutive run, then the disk's from where it
   stopped, then the remote's. Every chunk of the run is touched in its backend, tail to head
-  (the head ends most recent).
+  (the head ends most recent), but for the remote store, which is asked chunk by chunk, head
+  to tail, whether it holds each, and counts the question as a use (the tail ends most
+  recent: `remote_backend.py::contains`, the store's `exists`).
 - The GPU hit wins: LMCache loads the run's tokens beyond the GPU hit g (none when the run is
   not longer); when the run covers the whole prompt it loads one token less (the last one is
   recomputed). A chunk read from disk or remote is also written into the CPU backend.
@@ -22,12 +24,14 @@ storage_manager.py`, `local_cpu_backend.py`, `local_disk_backend.py`, `cache_pol
   the CPU backend skips a key it has without refreshing it; the local disk refreshes a key it
   has, admits the others while the save's writes in flight leave room (evicting its least
   recently used written chunks for them) and lands them, in order, when the save's writes are
-  done (`local_disk_backend.py::submit_put_task`, `insert_key`); a remote backend evicts its
-  least recently used chunk when full.
+  done (`local_disk_backend.py::submit_put_task`, `insert_key`); the remote store refreshes a
+  chunk it holds and evicts its least recently used chunk when full (LMCache's own mock
+  store, `connector/mock_connector.py::AsyncLRU`: a real store's eviction is its own).
 - A chunk read from disk is refreshed there (`local_disk_backend.py::batched_get_blocking`).
 
-Checked against LMCache 0.5.6's engine driven on CPU, request by request
-(`tests/fixtures/tiers_lmcache/`, `tests/prefix/test_tiers_lmcache_engine.py`).
+Checked against LMCache 0.5.6's engine driven on CPU, request by request, with a local disk or
+a remote store below the CPU (`tests/fixtures/tiers_lmcache/`,
+`tests/prefix/test_tiers_lmcache_engine.py`).
 """
 
 from __future__ import annotations
@@ -115,8 +119,8 @@ def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
     names = [str(t.name) for t in tiers]
     return lmcache_pass(chains, gpu_hit_blocks, refused,
                         tuple(int(t.capacity_chunks) for t in tiers), int(tiers[0].chunk_tokens),
-                        names.index("cpu") if "cpu" in names else -1,
-                        names.index("disk") if "disk" in names else -1)
+                        *(names.index(name) if name in names else -1
+                          for name in ("cpu", "disk", "remote")))
 
 
 def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
@@ -130,6 +134,7 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
     backends = [_Backend(int(t.capacity_chunks)) for t in tiers]
     cpu = next((b for b, t in zip(backends, tiers, strict=True) if t.name == "cpu"), None)
     disk = next((b for b, t in zip(backends, tiers, strict=True) if t.name == "disk"), None)
+    remote = next((b for b, t in zip(backends, tiers, strict=True) if t.name == "remote"), None)
     offsets = chains.offsets
     ids = chains.ids
     prompt = chains.prompt_tokens
@@ -148,7 +153,8 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
             run_start = len(source)
             while len(source) < chunks and keys[len(source)] in backend.keys:
                 source.append(b)
-            for j in range(len(source) - 1, run_start - 1, -1):
+            found = range(run_start, len(source))
+            for j in (found if backend is remote else reversed(found)):
                 backend.touch(keys[j])
         run_tokens = len(source) * chunk
         g = int(gpu_hit_blocks[i]) * block
@@ -174,6 +180,9 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                 disk.write(keys[len(source):stop])
                 continue
             for j in range(len(source), stop):
-                backend.put(keys[j])
+                if backend is remote and keys[j] in remote.keys:
+                    remote.touch(keys[j])  # the store counts the write as a use
+                else:
+                    backend.put(keys[j])
     return (tuple(hits), tuple(b.counters() for b in backends),
             tuple(TierEvictions.of(b.records) for b in backends))

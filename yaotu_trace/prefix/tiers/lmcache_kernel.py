@@ -33,7 +33,7 @@ from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
-          capacity, cpu, disk, st, evictions):  # pragma: no cover - compiled
+          capacity, cpu, disk, remote, st, evictions):  # pragma: no cover - compiled
     """Hit tokens per backend and request, the backends' counters, each request's run (the
     tokens the backends hold from token 0); `evictions[b]` filled."""
     n = offsets.size - 1
@@ -54,8 +54,12 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
             while run < chunks and held(st, b, chunk_key(ids, start, per_chunk, run)):
                 source[run] = b
                 run += 1
-            for j in range(run - 1, run_start - 1, -1):
-                touch(st, ends, b, chunk_key(ids, start, per_chunk, j), i)
+            if b == remote:  # asked head to tail
+                for j in range(run_start, run):
+                    touch(st, ends, b, chunk_key(ids, start, per_chunk, j), i)
+            else:
+                for j in range(run - 1, run_start - 1, -1):
+                    touch(st, ends, b, chunk_key(ids, start, per_chunk, j), i)
         run_tokens = run * chunk_tokens
         runs[i] = run_tokens
         g = gpu_hit_blocks[i] * block
@@ -84,8 +88,10 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                 continue
             for j in range(run, stop):
                 k = chunk_key(ids, start, per_chunk, j)
-                if not held(st, b, k):  # a backend that has the key skips it
+                if not held(st, b, k):
                     insert(st, ends, size, capacity, counters, evictions, b, k, i)
+                elif b == remote:  # the CPU skips a key it has; the remote store refreshes it
+                    touch(st, ends, b, k, i)
     return hits, counters, runs
 
 
@@ -126,28 +132,30 @@ def _allocate(st, ends, size, capacity, counters, evictions, cpu, wanted,
 
 
 def lmcache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                 capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int = -1
-                 ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
-                            tuple[TierEvictions, ...]]:
+                 capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int = -1,
+                 remote: int = -1) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                            tuple[TierEvictions, ...]]:
     """Hit tokens per backend (in the order of `capacity_chunks`), their counters and
     evictions; `cpu` is the index of the CPU backend (−1: none), which a read from a lower
     backend fills, `disk` the local disk's (−1: none), which refreshes what it is read or
-    asked to save again."""
+    asked to save again, `remote` the remote store's (−1: none), asked head to tail and
+    refreshing what it is asked to save again."""
     hits, (counters, evictions), _ = _passed(chains, gpu_hit_blocks, refused, capacity_chunks,
-                                             chunk_tokens, cpu, disk)
+                                             chunk_tokens, cpu, disk, remote)
     out_counters, out_evictions = outcome(counters, evictions)
     return tuple(h.copy() for h in hits), out_counters, out_evictions
 
 
 def lmcache_run_tokens(chains: BlockChains, refused: np.ndarray, capacity_chunks: int,
-                       chunk_tokens: int, *, cpu: bool = True) -> np.ndarray:
-    """The tokens one backend (the CPU's unless `cpu=False`) holds from each request's token
-    0 when it looks up (0 for a refused request). With one backend nothing the GPU pool does
+                       chunk_tokens: int, *, backend: str = "cpu") -> np.ndarray:
+    """The tokens one backend (`cpu` or `remote`) holds from each request's token 0 when it
+    looks up (0 for a refused request). With one such backend nothing the GPU pool does
     changes what it holds, so one pass serves every GPU pool size: `lmcache_hits` turns it
     into the tier's hits."""
     n = chains.num_requests
     _, _, runs = _passed(chains, np.zeros(n, dtype=np.int64), refused, (capacity_chunks,),
-                         chunk_tokens, 0 if cpu else -1, -1)
+                         chunk_tokens, 0 if backend == "cpu" else -1, -1,
+                         0 if backend == "remote" else -1)
     return runs
 
 
@@ -163,8 +171,8 @@ def lmcache_hits(run_tokens: np.ndarray, gpu_hit_blocks: np.ndarray, block_token
 
 
 def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-            capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int
-            ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
+            capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int,
+            remote: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
     """The pass on its arrays: hits, (counters, evictions), runs."""
     offsets = np.asarray(chains.offsets, dtype=np.int64)
     block = int(chains.block_size_tokens)
@@ -178,6 +186,5 @@ def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray
                            np.asarray(refused, dtype=np.bool_), np.int64(per_chunk),
                            np.int64(chunk_tokens), np.int64(block),
                            np.asarray(capacity_chunks, dtype=np.int64), np.int64(cpu),
-                           np.int64(disk), st,
-                           evictions)
+                           np.int64(disk), np.int64(remote), st, evictions)
     return hits, (counters, evictions), runs
