@@ -198,10 +198,15 @@ def test_a_second_prepare_of_the_same_file_reads_it_no_more(
     with holding_streamed_chains():
         prepare(trace, stream=True).chains(rules)
         assert len(builds) == 2
-    # and outside a hold (a replay alone) nothing is kept: each build is used once
+    # and outside a hold (a replay alone) nothing is kept: each build is used once, with the
+    # tenants hashed in rather than added after (no relabelling table), to the same ids
+    alone = prepare(trace, stream=True).chains(rules)
     prepare(trace, stream=True).chains(rules)
-    prepare(trace, stream=True).chains(rules)
-    assert len(builds) == 4
+    assert len(builds) == 4 and len(named) == 2
+    want = prepare(read_trace(path)).chains(rules)
+    np.testing.assert_array_equal(alone.ids, want.ids)
+    np.testing.assert_array_equal(alone.max_hit_blocks, want.max_hit_blocks)
+    assert alone.num_distinct == want.num_distinct
 
 
 @pytest.mark.parametrize("command", ["diagnose", "replay"])

@@ -309,9 +309,13 @@ def _dask_runner(address: str) -> Iterator[Runner]:
         with contextlib.ExitStack() as stack:
             try:
                 with _sigint_blocked():
+                    # No dashboard; the scheduler's HTTP server (health, metrics) on a free
+                    # port of this host, not Dask's 8787, which a user's own cluster (or
+                    # another run) may hold: Dask warns, then moves.
                     cluster = stack.enter_context(LocalCluster(
                         n_workers=LOCAL_DASK_WORKERS, threads_per_worker=1, processes=True,
-                        dashboard_address=None, silence_logs=logging.CRITICAL + 1))
+                        dashboard_address=None, silence_logs=logging.CRITICAL + 1,
+                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}))
                     client = stack.enter_context(Client(cluster))
                 yield _Dask(client)
             except BaseException:
@@ -416,15 +420,12 @@ def sub_chains(chains: BlockChains, rows: np.ndarray) -> BlockChains:
     )
 
 
-def with_namespaces(chains: BlockChains, codes: np.ndarray, *,
-                    in_place: bool = False) -> BlockChains:
+def with_namespaces(chains: BlockChains, codes: np.ndarray) -> BlockChains:
     """The chains with a per-request namespace (e.g. tenant) added to every block's identity.
 
     Two requests share block k under the new namespaces iff they shared it before and have the
     same code: the pair (code, old id) is the identity, renumbered in first-appearance order —
     the same ids hashing the namespace into the chain gives, without reading the prompts again.
-    `in_place`: the caller owns `chains` and drops it, so a large relabelling may write over
-    its ids rather than hold a second copy (2.3 GB at 1e10 tokens).
     """
     width = np.int64(max(chains.num_distinct, 1))
     codes = np.asarray(codes, dtype=np.int64)
@@ -438,11 +439,8 @@ def with_namespaces(chains: BlockChains, codes: np.ndarray, *,
             from yaotu_trace.prefix.kernels.relabel import namespaced_first_appearance_ids
 
             ids = chains.ids
-            reuse = in_place and ids.dtype == np.int32 and ids.flags.writeable \
-                and ids.flags.c_contiguous
-            out = ids if reuse else np.empty(ids.size, dtype=np.int32)
             dense = namespaced_first_appearance_ids(offsets, ids, codes, width, np.int64(top),
-                                                    out)
+                                                    np.empty(ids.size, dtype=np.int32))
             num = int(dense.max()) + 1 if dense.size else 0
             return replace(chains, ids=_readonly(dense, np.int32), num_distinct=num)
     base = codes * width
