@@ -371,3 +371,29 @@ def test_compiled_first_appearance_ids_equal_the_sorted_ones(
     monkeypatch.setattr(partition, "SMALL_RELABEL", 0)  # the compiled table
     np.testing.assert_array_equal(partition._first_appearance_ids(keys), sorted_ids)
     assert sorted_ids[:3].tolist() == [0, 1, 2] and int(sorted_ids.max()) == 999
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_compiled_namespacing_of_ids_many_namespaces_share_equals_the_sorted_one(
+        seed: int) -> None:
+    # GIVEN ids that recur under five namespaces (pairs past the first namespace of an id fill
+    # the compiled pass's own table well beyond its first size, so it grows)
+    from yaotu_trace.prefix.kernels.relabel import namespaced_first_appearance_ids
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 40, 2_000)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    width = 3_000
+    ids = rng.integers(0, width, int(offsets[-1])).astype(np.int32)
+    codes = rng.integers(0, 5, lengths.size).astype(np.int64)
+    # WHEN renumbered by first appearance of (namespace, id), compiled and by numpy's sort
+    got = namespaced_first_appearance_ids(offsets, ids, codes, np.int64(width), np.int64(5),
+                                          np.empty(ids.size, dtype=np.int32))
+    keys = np.repeat(codes, lengths) * width + ids
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    # THEN every id is the same, and more than 4,096 pairs met a second namespace
+    np.testing.assert_array_equal(got, rank[inverse])
+    firsts = np.unique(ids[np.unique(ids, return_index=True)[1]]).size
+    assert int(got.max()) + 1 - firsts > 4_096

@@ -432,17 +432,17 @@ def with_namespaces(chains: BlockChains, codes: np.ndarray) -> BlockChains:
     offsets = np.asarray(chains.offsets, dtype=np.int64)
     if codes.size and int(codes.min()) == int(codes.max()):
         return chains  # one namespace: the ids are already dense in first-appearance order
-    if chains.output_ids is None and chains.ids.size > SMALL_RELABEL and int(codes.min()) >= 0:
-        top = (int(codes.max()) + 1) * int(width)
-        if top <= 4 * chains.ids.size + (1 << 20):
-            # NOTE: the compiled relabelling starts numba; a small one sorts in numpy instead.
-            from yaotu_trace.prefix.kernels.relabel import namespaced_first_appearance_ids
+    if (chains.output_ids is None and chains.ids.size > SMALL_RELABEL
+            and int(codes.min()) >= 0 and int(codes.max()) < 2**31 - 1):
+        # NOTE: the compiled relabelling starts numba; a small one sorts in numpy instead.
+        from yaotu_trace.prefix.kernels.relabel import namespaced_first_appearance_ids
 
-            ids = chains.ids
-            dense = namespaced_first_appearance_ids(offsets, ids, codes, width, np.int64(top),
-                                                    np.empty(ids.size, dtype=np.int32))
-            num = int(dense.max()) + 1 if dense.size else 0
-            return replace(chains, ids=_readonly(dense, np.int32), num_distinct=num)
+        ids = chains.ids
+        dense = namespaced_first_appearance_ids(offsets, ids, codes, width,
+                                                np.int64(int(codes.max()) + 1),
+                                                np.empty(ids.size, dtype=np.int32))
+        num = int(dense.max()) + 1 if dense.size else 0
+        return replace(chains, ids=_readonly(dense, np.int32), num_distinct=num)
     base = codes * width
     # One int64 array per block, added to in place: at 1e10 tokens each is 5 GB.
     keys = np.repeat(base, np.diff(offsets))

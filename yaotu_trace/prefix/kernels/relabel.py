@@ -1,4 +1,4 @@
-"""Dense ids by first appearance through a lookup table, compiled (`partition.py` uses it for
+"""Dense ids by first appearance through lookup tables, compiled (`partition.py` uses them for
 the keys of a large replay; a small one sorts in numpy, with the same ids)."""
 
 from __future__ import annotations
@@ -29,18 +29,70 @@ def first_appearance_ids(keys: np.ndarray, top: np.int64) -> np.ndarray:  # prag
     return out
 
 
+@nb.njit(cache=True, inline="always")
+def _probe(keys: np.ndarray, key: np.int64) -> int:  # pragma: no cover - compiled
+    """The slot of `key` in the open-addressing `keys` (−1 empty), or the empty one it takes."""
+    mask = keys.size - 1
+    slot = (key * np.int64(0x9E3779B97F4A7C15 >> 1)) & mask
+    while keys[slot] != -1 and keys[slot] != key:
+        slot = (slot + 1) & mask
+    return slot
+
+
+@nb.njit(cache=True)
+def _grown(keys: np.ndarray,
+           values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """The table at twice the size, every entry placed again."""
+    bigger = np.full(2 * keys.size, -1, dtype=np.int64)
+    moved = np.empty(2 * keys.size, dtype=np.int32)
+    for i in range(keys.size):
+        if keys[i] != -1:
+            slot = _probe(bigger, keys[i])
+            bigger[slot] = keys[i]
+            moved[slot] = values[i]
+    return bigger, moved
+
+
 @nb.njit(cache=True)
 def namespaced_first_appearance_ids(offsets: np.ndarray, ids: np.ndarray, codes: np.ndarray,
-                                    width: np.int64, top: np.int64, out: np.ndarray
+                                    width: np.int64, code_count: np.int64, out: np.ndarray
                                     ) -> np.ndarray:  # pragma: no cover - compiled
-    """`first_appearance_ids` of the keys codes[r]·width + ids[j] over every block j of each
-    request r, without the keys themselves (one int64 per block: 5 GB at 1e10 tokens), into
-    `out` (int32, one per id), which may be `ids` itself: each id is read before its slot is
-    written."""
-    table = np.full(top, -1, dtype=np.int32)
+    """`first_appearance_ids` of the pairs (codes[r], ids[j]) over every block j of each
+    request r (ids in [0, width), codes in [0, code_count) and below 2^31), into `out` (int32,
+    one per id), without a key per block (5 GB at 1e10 tokens) or a table over every pair
+    (namespaces × ids: 1.8 GiB at 1e10 tokens of eight tenants).
+
+    Most ids are met under one namespace only, so each id keeps the namespace that met it first
+    and the new id it got (8 bytes per id); a pair with another namespace (a prompt two tenants
+    share) goes to a small hash table of its own, grown as it fills.
+    """
+    first_code = np.full(width, -1, dtype=np.int32)
+    first_new = np.empty(width, dtype=np.int32)
+    keys = np.full(1 << 12, -1, dtype=np.int64)
+    values = np.empty(1 << 12, dtype=np.int32)
+    others = 0
     nxt = 0
     for r in range(offsets.size - 1):
-        base = codes[r] * width
+        code = codes[r]
         for i in range(offsets[r], offsets[r + 1]):
-            out[i], nxt = _dense(table, base + ids[i], nxt)
+            d = ids[i]
+            if first_code[d] < 0:
+                first_code[d] = code
+                first_new[d] = nxt
+                out[i] = nxt
+                nxt += 1
+            elif first_code[d] == code:
+                out[i] = first_new[d]
+            else:
+                key = np.int64(d) * code_count + code
+                slot = _probe(keys, key)
+                if keys[slot] == -1:
+                    if 2 * (others + 1) > keys.size:
+                        keys, values = _grown(keys, values)
+                        slot = _probe(keys, key)
+                    keys[slot] = key
+                    values[slot] = nxt
+                    others += 1
+                    nxt += 1
+                out[i] = values[slot]
     return out
