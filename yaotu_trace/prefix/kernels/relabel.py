@@ -30,7 +30,7 @@ def first_appearance_ids(keys: np.ndarray, top: np.int64) -> np.ndarray:  # prag
 
 
 @nb.njit(cache=True, inline="always")
-def _probe(keys: np.ndarray, key: np.int64) -> int:  # pragma: no cover - compiled
+def _probe(keys: np.ndarray, key: np.int64) -> np.int64:  # pragma: no cover - compiled
     """The slot of `key` in the open-addressing `keys` (−1 empty), or the empty one it takes."""
     mask = keys.size - 1
     slot = (key * np.int64(0x9E3779B97F4A7C15 >> 1)) & mask
