@@ -101,6 +101,7 @@ def test_analyze_and_diagnose_add_the_tiers_section(command: list[str],
      "not one of preset sglang's engine"),
     (["--tier", "cpu=100", "--grid", "block-size=16,32"], "cannot be combined with --grid"),
     (["--tier-policy", "lmcache"], "add one with --tier"),
+    (["--tier", "cpu=abc"], "--tier 'cpu=abc': cannot read capacity 'abc'"),
 ])
 def test_bad_tier_options_are_one_line_usage_errors(args: list[str], message: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

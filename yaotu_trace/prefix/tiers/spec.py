@@ -109,7 +109,10 @@ def parse_tier(text: str) -> TierRequest:
     except ValueError:
         raise ConfigError(f"--tier {text!r}: the tier name must be one of cpu, disk, remote"
                           ) from None
-    parse_capacity(size.strip())  # the size's grammar is checked now, converted later
+    try:
+        parse_capacity(size.strip())  # the size's grammar is checked now, converted later
+    except ConfigError as exc:
+        raise ConfigError(f"--tier {text!r}: {exc}") from None
     return TierRequest(name=tier, size_text=size.strip())
 
 
