@@ -175,6 +175,8 @@ def test_sglang_tree_curve_on_threads_is_the_curve_of_one_and_its_replays(
                       "66", "--tier", "cpu=1767blocks", "--tier-policy", "write_back"], capsys)
     assert one["tier_curve"]["hit_tokens"][1][-1] == replayed["prefix_reuse"][
         "saved_prefill_tokens"]
+    # and, every point being the tree's, the curve is not called an approximation
+    assert one["tier_curve"]["note"] is None
 
 
 def _golden_hits(gpu_blocks: int, cpu_chunks: int) -> int:

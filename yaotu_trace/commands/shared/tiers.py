@@ -105,7 +105,10 @@ def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
     out = curve.to_dict()
     out["policy"] = str(tiers.policy)
     out["kv_bytes_per_token"] = tiers.kv_bytes_per_token
-    out["note"] = approximation_note(chains, rules, (tier,), tiers.policy)
+    # Each point runs at its GPU size: SGLang's one tree wherever that size is finite.
+    notes = {approximation_note(chains, rules.with_(capacity_blocks=blocks), (tier,),
+                                tiers.policy) for blocks in gpu_blocks} - {None}
+    out["note"] = next(iter(notes), None)
     return out
 
 
