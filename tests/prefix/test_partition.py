@@ -207,6 +207,43 @@ def test_in_process_partitions_are_built_one_at_a_time(
         assert direct.evicted_blocks == result.evicted_blocks
 
 
+def test_dask_gets_the_partitions_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("dask.distributed", reason="the optional dask extra is not installed")
+    # GIVEN a waterfall's two jobs splitting the same chains by instance and tenant
+    trace = shared_prefix_trace()
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, scope="instance",
+                                  capacity_blocks=5, capacity_per_tenant=True)
+    p = prepare(trace)
+    chains = p.chains(rules)
+    parts = cache_partitions(rules, p.num_requests, instance_codes=p.instance_codes,
+                             tenant_codes=p.tenant_codes, chains=chains)
+    jobs = [ReplayJob(chains=chains, rules=r, instance_codes=p.instance_codes, partitions=parts)
+            for r in (rules, rules.with_(capacity_blocks=9))]
+    live: list[weakref.ref[np.ndarray]] = []
+    most = 0
+    real = partition.sub_chains
+
+    def counted(c: object, rows: np.ndarray) -> object:
+        nonlocal most
+        gc.collect()
+        most = max(most, sum(ref() is not None for ref in live) + 1)
+        sub = real(c, rows)  # type: ignore[arg-type]
+        live.append(weakref.ref(sub.ids))
+        return sub
+
+    monkeypatch.setattr(partition, "sub_chains", counted)
+    # WHEN they go to a local Dask cluster
+    with open_runner(Parallelism(dask="local")) as runner:
+        shipped = replay_many(jobs, runner)
+    # THEN each partition was built as it was shipped, alone in this process, and the results
+    # are those of this process
+    groups = len(np.unique(parts.codes))
+    assert groups > 2 and (len(live), most) == (2 * groups, 1)
+    for here, there in zip(replay_many(jobs, SERIAL_RUNNER), shipped, strict=True):
+        np.testing.assert_array_equal(here.hit_tokens, there.hit_tokens)
+        assert here.evicted_blocks == there.evicted_blocks
+
+
 @pytest.mark.parametrize("eviction", ["lru", "fifo"])
 def test_grid_rows_equal_single_replays(eviction: str) -> None:
     # GIVEN a grid of block sizes, isolation and capacities

@@ -20,11 +20,12 @@ Dask distributed cluster (`dask="tcp://scheduler:8786"`, or `"local"` for an in-
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import multiprocessing
 import pickle
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
@@ -73,13 +74,13 @@ SERIAL = Parallelism()
 class Runner(Protocol):
     """Maps a picklable top-level function over items, results in item order."""
 
-    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+    def map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
         """fn(*item) for each item, in order."""
         ...
 
 
 class _Serial:
-    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+    def map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
         return [fn(*item) for item in items]
 
 
@@ -90,7 +91,7 @@ class _Dask:
     def __init__(self, client: Any) -> None:
         self._client = client
 
-    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+    def map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
         # A partition's arrays go to the workers as data (scatter), not inside the task graph:
         # at 1e10 tokens a graph is hundreds of MB, slow to ship, and Dask warns about each on
         # stderr. hash=False: no hashing of large arrays; pure=False: equal inputs are still
@@ -99,6 +100,7 @@ class _Dask:
         for item in items:
             args = self._client.scatter(list(item), hash=False)
             futures.append(self._client.submit(fn, *args, pure=False))
+            del item  # shipped: not held while the next one is built
         return list(self._client.gather(futures))
 
 
@@ -170,7 +172,8 @@ class _Workers:
                 process.start()
                 theirs.close()
 
-    def map(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
+    def map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
+        items = list(items)
         self._start(len(items))
         results: list[Any] = [None] * len(items)
         todo = iter(enumerate(items))
@@ -528,12 +531,6 @@ def partition_rows(codes: np.ndarray) -> list[np.ndarray]:
     return np.split(order, bounds) if order.size else []
 
 
-def split(chains: BlockChains, codes: np.ndarray) -> tuple[list[BlockChains], list[np.ndarray]]:
-    """The sub-chains of each partition code (ascending) and the rows each covers."""
-    groups = partition_rows(codes)
-    return [sub_chains(chains, rows) for rows in groups], groups
-
-
 def _one_cache(rules: ReplayRules) -> ReplayRules:
     """A partition's rules: one global cache of the same capacity and policy."""
     return rules.with_(scope=Scope.GLOBAL, route=None, instances=1, capacity_per_tenant=False)
@@ -563,13 +560,18 @@ def merge(chains: BlockChains, parts: Partitions, groups: Sequence[np.ndarray],
 def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]:
     """Run several replays at once: every partition of every job goes out in one batch.
 
-    A job without partitions (or with a reason instead of codes) runs as one task.
+    A job without partitions (or with a reason instead of codes) runs as one task. Dask takes
+    the partitions one at a time, each built just before it is shipped and dropped after (the
+    whole set beside the chains was 2.3 GB more at 1e10 tokens); worker processes take them
+    all at once, each split built once for the jobs that share it.
     """
     if isinstance(runner, _Serial):
         return _replay_many_here(jobs)
-    tasks: list[tuple[Any, ...]] = []
+    lazy = isinstance(runner, _Dask)
+    tasks: list[tuple[Any, ...] | Callable[[], tuple[Any, ...]]] = []
     plan: list[tuple[int, int, list[np.ndarray] | None]] = []
-    splits: list[tuple[BlockChains, np.ndarray, list[BlockChains], list[np.ndarray]]] = []
+    splits: list[tuple[BlockChains, np.ndarray, list[BlockChains] | None,
+                       list[np.ndarray]]] = []
     for job in jobs:
         if job.partitions is None or job.partitions.codes is None:
             plan.append((len(tasks), 1, None))
@@ -580,14 +582,22 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
         # The scope and capacity replays of a waterfall split the same chains the same way.
         done = _same_split(splits, job.chains, codes)
         if done is None:
-            done = (job.chains, codes, *split(job.chains, codes))
+            groups = partition_rows(codes)
+            done = (job.chains, codes,
+                    None if lazy else [sub_chains(job.chains, rows) for rows in groups], groups)
             splits.append(done)
         subs, groups = done[2], done[3]
-        plan.append((len(tasks), len(subs), groups))
+        plan.append((len(tasks), len(groups), groups))
         one = _one_cache(job.rules)
-        tasks.extend((sub, one, None, None, None) for sub in subs)
+        if subs is None:
+            tasks.extend(functools.partial(_partition_task, job.chains, rows, one)
+                         for rows in groups)
+        else:
+            tasks.extend((sub, one, None, None, None) for sub in subs)
+    items = (task() if callable(task) else task for task in tasks)
     # NOTE: one task alone gains nothing from a worker and would pay for shipping its chains.
-    results = [_run_task(*tasks[0])] if len(tasks) == 1 else runner.map(_run_task, tasks)
+    results = ([_run_task(*next(items))] if len(tasks) == 1
+               else runner.map(_run_task, items if lazy else list(items)))
     out = []
     for job, (start, count, split_groups) in zip(jobs, plan, strict=True):
         if split_groups is None:
@@ -597,6 +607,12 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
             out.append(merge(job.chains, job.partitions, split_groups,
                              results[start:start + count]))
     return out
+
+
+def _partition_task(chains: BlockChains, rows: np.ndarray, rules: ReplayRules
+                    ) -> tuple[Any, ...]:
+    """The task of one partition: its sub-chains under one cache of `rules`."""
+    return (sub_chains(chains, rows), rules, None, None, None)
 
 
 def _replay_many_here(jobs: Sequence[ReplayJob]) -> list[ReplayResult]:
