@@ -112,7 +112,6 @@ def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
     return out
 
 
-
 # The GPU sizes of the curve around a pool (analyze, report), as shares of that pool: what a
 # smaller or a larger GPU pool would reuse, beside what a tier below it adds.
 GPU_SHARES: tuple[float, ...] = (1 / 4, 1 / 2, 1.0, 2.0)
