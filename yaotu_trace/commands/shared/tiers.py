@@ -7,19 +7,21 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from yaotu_trace.commands.shared.curve_pricing import CurvePricer
 from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
 from yaotu_trace.data.engine_facts import tier_sources
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
-from yaotu_trace.prefix.tiers.spec import TierSetup
+
+if TYPE_CHECKING:  # annotations only: a command without --tier loads none of them
+    from yaotu_trace.commands.shared.curve_pricing import CurvePricer
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+    from yaotu_trace.prefix.tiers.spec import TierSetup
 
 
 def tiers_section(loaded: Trace, options: ReplayOptions) -> dict[str, Any] | None:
