@@ -11,7 +11,9 @@ import sys
 import time
 import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,7 @@ from yaotu_trace.data.schema import RawTrace, Trace, normalize
 from yaotu_trace.errors import ConfigError, ExitCode, WorkerLostError
 from yaotu_trace.prefix import Parallelism, effective_rules, partition, replay_trace
 from yaotu_trace.prefix.grid import GridCapacity, replay_grid
+from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
@@ -171,9 +174,9 @@ def test_one_namespace_leaves_the_chains_as_they_are() -> None:
     np.testing.assert_array_equal(partition._first_appearance_ids(chains.ids), chains.ids)
 
 
-def test_in_process_partitions_are_built_one_at_a_time(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN a waterfall's two jobs splitting the same chains by instance and tenant
+def _waterfall_jobs() -> tuple[Any, BlockChains, Any, list[ReplayJob]]:
+    """A waterfall's two jobs splitting the same chains by instance and tenant: (the prepared
+    trace, its chains, the partitions, the jobs)."""
     trace = shared_prefix_trace()
     rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, scope="instance",
                                   capacity_blocks=5, capacity_per_tenant=True)
@@ -183,6 +186,12 @@ def test_in_process_partitions_are_built_one_at_a_time(
                              tenant_codes=p.tenant_codes, chains=chains)
     jobs = [ReplayJob(chains=chains, rules=r, instance_codes=p.instance_codes, partitions=parts)
             for r in (rules, rules.with_(capacity_blocks=9))]
+    return p, chains, parts, jobs
+
+
+def _count_live_partitions(monkeypatch: pytest.MonkeyPatch) -> Callable[[], tuple[int, int]]:
+    """Count the partitions built and the most alive at once in this process; the returned
+    call gives (built, most alive)."""
     live: list[weakref.ref[np.ndarray]] = []
     most = 0
     real = partition.sub_chains
@@ -196,11 +205,19 @@ def test_in_process_partitions_are_built_one_at_a_time(
         return sub
 
     monkeypatch.setattr(partition, "sub_chains", counted)
+    return lambda: (len(live), most)
+
+
+def test_in_process_partitions_are_built_one_at_a_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a waterfall's two jobs splitting the same chains by instance and tenant
+    p, chains, parts, jobs = _waterfall_jobs()
+    counts = _count_live_partitions(monkeypatch)
     # WHEN they run in this process
     here = replay_many(jobs, SERIAL_RUNNER)
     # THEN each partition was built once, alone, and the results are the engine's
     groups = len(np.unique(parts.codes))
-    assert (len(live), most) == (groups, 1)
+    assert counts() == (groups, 1)
     for job, result in zip(jobs, here, strict=True):
         direct = replay(chains, job.rules, p.instance_codes)
         np.testing.assert_array_equal(direct.hit_tokens, result.hit_tokens)
@@ -210,35 +227,15 @@ def test_in_process_partitions_are_built_one_at_a_time(
 def test_dask_gets_the_partitions_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("dask.distributed", reason="the optional dask extra is not installed")
     # GIVEN a waterfall's two jobs splitting the same chains by instance and tenant
-    trace = shared_prefix_trace()
-    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, scope="instance",
-                                  capacity_blocks=5, capacity_per_tenant=True)
-    p = prepare(trace)
-    chains = p.chains(rules)
-    parts = cache_partitions(rules, p.num_requests, instance_codes=p.instance_codes,
-                             tenant_codes=p.tenant_codes, chains=chains)
-    jobs = [ReplayJob(chains=chains, rules=r, instance_codes=p.instance_codes, partitions=parts)
-            for r in (rules, rules.with_(capacity_blocks=9))]
-    live: list[weakref.ref[np.ndarray]] = []
-    most = 0
-    real = partition.sub_chains
-
-    def counted(c: object, rows: np.ndarray) -> object:
-        nonlocal most
-        gc.collect()
-        most = max(most, sum(ref() is not None for ref in live) + 1)
-        sub = real(c, rows)  # type: ignore[arg-type]
-        live.append(weakref.ref(sub.ids))
-        return sub
-
-    monkeypatch.setattr(partition, "sub_chains", counted)
+    _, _, parts, jobs = _waterfall_jobs()
+    counts = _count_live_partitions(monkeypatch)
     # WHEN they go to a local Dask cluster
     with open_runner(Parallelism(dask="local")) as runner:
         shipped = replay_many(jobs, runner)
     # THEN each partition was built as it was shipped, alone in this process, and the results
     # are those of this process
     groups = len(np.unique(parts.codes))
-    assert groups > 2 and (len(live), most) == (2 * groups, 1)
+    assert groups > 2 and counts() == (2 * groups, 1)
     for here, there in zip(replay_many(jobs, SERIAL_RUNNER), shipped, strict=True):
         np.testing.assert_array_equal(here.hit_tokens, there.hit_tokens)
         assert here.evicted_blocks == there.evicted_blocks
