@@ -315,7 +315,7 @@ TierPolicyOpt = Annotated[
 
 
 def tier_options_of(tiers: list[str] | None, chunk_tokens: int | None,
-                 policy: str | None) -> ReplayOptions | None:
+                    policy: str | None) -> ReplayOptions | None:
     """`--tier`, `--tier-chunk` and `--tier-policy` of a command that judges a deployment
     (diagnose, check, report), or None when none is given."""
     from yaotu_trace.prefix.options import ReplayOptions

@@ -164,7 +164,6 @@ def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
     if found is None and ns is not None and not chain_cache.holding():
         # Nothing keeps the build: hash the namespaces in (the ids relabelling gives, without
         # its table of namespaces × ids: 1.8 GiB at 1e10 tokens of eight tenants).
-        chain_cache.forget_streamed_chains()
         built = build_block_chains_streaming(stream, ns, rules.with_(last_token_rule=False))
         return built.with_hit_cap(cap)
     if found is None:
