@@ -325,6 +325,7 @@ def tier_options_of(tiers: list[str] | None, chunk_tokens: int | None,
     return ReplayOptions(tiers=tuple(tiers or ()), tier_chunk_tokens=chunk_tokens,
                          tier_policy=policy)
 
+
 CapacityOpt = Annotated[
     str | None,
     typer.Option("--capacity", show_default=False,
