@@ -15,7 +15,7 @@ from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
 from yaotu_trace.data.engine_facts import tier_sources
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.errors import TraceReadError
+from yaotu_trace.errors import ConfigError, TraceReadError
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 
 if TYPE_CHECKING:  # annotations only: a command without --tier loads none of them
@@ -156,6 +156,26 @@ MIN_COUNTED_SHARE = 0.01
 MIN_SAME_REQUESTS = 0.5
 
 
+# The tier policies whose replay an engine's own split by tier can be held against, by the
+# prefix of the series that holds it: vLLM's split covers its native offload and a KV
+# connector such as LMCache; SGLang's and LMCache's are their own engines'.
+POLICIES_OF_SERIES: dict[str, tuple[str, ...]] = {
+    "vllm:": ("vllm-native", "lmcache"),
+    "sglang:": ("write_through", "write_through_selective", "write_back"),
+    "log:lmcache": ("lmcache",),
+}
+
+
+def _same_engine(metrics: EngineMetrics, source: str, policy: str) -> None:
+    """Refuse an engine's split by tier held against the replay of another engine's tiers."""
+    for prefix, policies in POLICIES_OF_SERIES.items():
+        if source.startswith(prefix) and policy not in policies:
+            raise ConfigError(
+                f"{metrics.path}: its hits by tier are {source}, which the tiers of "
+                f"--tier-policy {policy} do not describe; replay that engine's tiers "
+                f"(--tier-policy {' or '.join(policies)}) or drop --metrics")
+
+
 def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None,
                    trace: Trace | None = None) -> dict[str, Any] | None:
     """The engine's hits by tier in `metrics` against the tiered replay's of `trace` (`tiers`,
@@ -168,6 +188,8 @@ def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None,
     found = None if metrics is None or tiers is None else tier_sources(metrics)
     if found is None or tiers is None or metrics is None:
         return None
+    if tiers.get("policy") is not None:
+        _same_engine(metrics, found.source, str(tiers["policy"]))
     if trace is not None:
         _same_requests(metrics, trace)
     prompt = int(tiers["prompt_tokens"])
