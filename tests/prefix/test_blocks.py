@@ -63,6 +63,23 @@ def test_dense_ids_detects_a_lane_a_collision() -> None:
     assert collisions == 1
 
 
+def test_the_streamed_build_detects_a_lane_a_collision_by_the_high_half_of_lane_b() -> None:
+    # The streamed build keeps 4 bytes of lane B per id (its high half) to check lane A by.
+    table = blocks._IdTable(16)
+    ids = np.empty(4, dtype=np.int32)
+    hash_a = np.array([7, 7, 9, 7], dtype=np.uint64)
+    same, other = 5 << 32, 6 << 32
+    hash_b = np.array([same, same + 1, 1, other], dtype=np.uint64)  # the last: another chain
+    table.reserve(4)
+    distinct, collisions, last = blocks._dense_ids_into(
+        hash_a, hash_b, table.table, table.lane_a, table.lane_b, ids, np.int64(0),
+        np.int64(0), np.int64(-1))
+    assert ids.tolist() == [0, 0, 1, 0]
+    assert (distinct, last) == (2, 0)
+    # The second entry differs in the low half only: unseen (odds 2^-32 for a real one).
+    assert collisions == 1
+
+
 def test_a_detected_collision_reruns_with_new_keys(monkeypatch) -> None:
     real = blocks._dense_ids
     calls = []

@@ -135,3 +135,26 @@ def to_frame(table: Any, **options: Any) -> Any:
         if "not understood" not in str(err):
             raise
         return table.to_pandas(ignore_metadata=True, **options)
+
+
+def give_back_read_memory() -> None:
+    """Return to the system the memory a large read left free: pyarrow's pool keeps what it
+    freed for the next read, and glibc's heap keeps freed small blocks. After reading the
+    scalar columns of 2.4 M requests (1e10 prompt tokens), 460 MiB of 800 came back; the
+    passes that follow allocate large numpy arrays, which glibc maps afresh rather than
+    drawing from either. Costs a few milliseconds; a no-op where glibc is absent."""
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim() -> Any:
+    """glibc's `malloc_trim` from the symbols this process has loaded, or None (macOS, musl,
+    Windows)."""
+    import ctypes
+
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):
+        return None

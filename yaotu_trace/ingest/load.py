@@ -131,6 +131,9 @@ def _load_lazy(path: Path, source_block_size: int | None,
     trace = normalize(raw, str(path), arrivals_optional=arrivals_optional)
     if any(note.startswith("arrivals were out of order") for note in trace.notes):
         return None  # file row i must be request i for streaming
+    # The token columns, streamed later, are most of the run's memory: what reading and
+    # checking the rest left behind goes back first.
+    parquet_file.give_back_read_memory()
     return replace(trace, lazy=lazy)
 
 

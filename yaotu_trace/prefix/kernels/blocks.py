@@ -41,6 +41,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
+from yaotu_trace.data.parquet_file import give_back_read_memory
 from yaotu_trace.errors import ResourceLimitError, YaotuError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.chains import (
@@ -181,15 +182,17 @@ def _interleave(off_a: np.ndarray, val_a: np.ndarray, off_b: np.ndarray, val_b: 
 
 
 @nb.njit(cache=True, nogil=True)
-def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
+def _dense_ids_into(hash_a, hash_b, table, lane_a, lane_b, ids, start, distinct, last):
     """`_dense_ids` over one batch of a streamed build, with the table kept across batches.
 
-    `by_id` rows are the lanes [A, B] of each id; `table` (open addressing on lane A) holds
-    id + 1 per slot (0 = empty), 4 bytes, so it stays small: fresh memory costs its first touch
-    on these machines, and a lookup misses the caches anyway. Most blocks repeat an earlier
-    chain whose ids were numbered consecutively when it first appeared, so the id after the
-    previous block's (`last` + 1) is tried first, in `by_id` (sequential memory); only when its
-    lane A differs does the lookup probe the table. Either way lane B is then checked.
+    `lane_a[d]` is id d's lane A, `lane_b[d]` the high half of its lane B (a check, not part of
+    the key: a lane-A collision still goes unseen only with odds of 2^-32, and the half saves 4
+    bytes an id, 0.22 GiB at 1e10 tokens); `table` (open addressing on lane A) holds id + 1 per
+    slot (0 = empty), 4 bytes, so it stays small: fresh memory costs its first touch on these
+    machines, and a lookup misses the caches anyway. Most blocks repeat an earlier chain whose
+    ids were numbered consecutively when it first appeared, so the id after the previous
+    block's (`last` + 1) is tried first, in `lane_a` (sequential memory); only when its lane A
+    differs does the lookup probe the table. Either way lane B is then checked.
     Returns (distinct, collisions, last id).
     """
     mask = np.int64(table.shape[0] - 1)
@@ -197,7 +200,7 @@ def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
     for j in range(len(hash_a)):
         h = hash_a[j]
         guess = last + 1
-        if guess < distinct and by_id[guess, 0] == h:
+        if guess < distinct and lane_a[guess] == h:
             d = guess
         else:
             slot = np.int64(h & np.uint64(mask))
@@ -205,16 +208,16 @@ def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
                 e = table[slot]
                 if e == 0:
                     table[slot] = distinct + 1
-                    by_id[distinct, 0] = h
-                    by_id[distinct, 1] = hash_b[j]
+                    lane_a[distinct] = h
+                    lane_b[distinct] = np.uint32(hash_b[j] >> np.uint64(32))
                     d = distinct
                     distinct += 1
                     break
-                if by_id[e - 1, 0] == h:
+                if lane_a[e - 1] == h:
                     d = np.int64(e) - 1
                     break
                 slot = (slot + 1) & mask
-        if by_id[d, 1] != hash_b[j]:
+        if lane_b[d] != np.uint32(hash_b[j] >> np.uint64(32)):
             collisions += 1
         ids[start + j] = d
         last = d
@@ -222,11 +225,11 @@ def _dense_ids_into(hash_a, hash_b, table, by_id, ids, start, distinct, last):
 
 
 @nb.njit(cache=True, nogil=True)
-def _rehash(by_id, distinct, new):
+def _rehash(lane_a, distinct, new):
     """Fill a larger table with ids 0 .. distinct − 1 (ids unchanged)."""
     mask = np.int64(new.shape[0] - 1)
     for d in range(distinct):
-        slot = np.int64(by_id[d, 0] & np.uint64(mask))
+        slot = np.int64(lane_a[d] & np.uint64(mask))
         while new[slot] != 0:
             slot = (slot + 1) & mask
         new[slot] = d + 1
@@ -274,26 +277,30 @@ class _IdTable:
     quarter of it and doubled when a batch could overfill it: it ends at the smallest power of
     two that holds the trace's distinct blocks half full, where sizing it for the estimate kept
     a table twice that (1 GiB at 1e10 tokens, with 6e7 distinct blocks of 6.2e8). Memory
-    follows the distinct blocks of the trace (16 bytes each plus at most 16 of table) rather
+    follows the distinct blocks of the trace (12 bytes each plus at most 16 of table) rather
     than its total blocks. Ids do not depend on the sizes.
     """
 
     def __init__(self, expected: int) -> None:
         self.table = np.zeros(_table_slots(expected // 4), dtype=np.int32)
-        self.by_id = np.zeros((max(expected, 1 << 12), 2), dtype=np.uint64)
+        self.lane_a = np.zeros(max(expected, 1 << 12), dtype=np.uint64)
+        self.lane_b = np.zeros(max(expected, 1 << 12), dtype=np.uint32)
         self.distinct = 0
         self.last = -1
 
     def reserve(self, more: int) -> None:
         """Room for `more` new ids."""
         need = self.distinct + more
-        if need > self.by_id.shape[0]:
-            by_id = np.zeros((max(need, 2 * self.by_id.shape[0]), 2), dtype=np.uint64)
-            by_id[:self.distinct] = self.by_id[:self.distinct]
-            self.by_id = by_id
+        if need > self.lane_a.shape[0]:
+            rows = max(need, 2 * self.lane_a.shape[0])
+            lane_a = np.zeros(rows, dtype=np.uint64)
+            lane_a[:self.distinct] = self.lane_a[:self.distinct]
+            lane_b = np.zeros(rows, dtype=np.uint32)
+            lane_b[:self.distinct] = self.lane_b[:self.distinct]
+            self.lane_a, self.lane_b = lane_a, lane_b
         if need * 2 > self.table.shape[0]:
             grown = np.zeros(_table_slots(need), dtype=np.int32)
-            _rehash(self.by_id, np.int64(self.distinct), grown)
+            _rehash(self.lane_a, np.int64(self.distinct), grown)
             self.table = grown
 
 
@@ -302,9 +309,9 @@ def _table_slots(entries: int) -> int:
 
 
 def stream_chain_bytes(blocks: int) -> int:
-    """Worst-case memory of streamed chains: an id per block, the table at its largest (two
-    hash lanes per id, every block distinct, and its slots)."""
-    return 20 * int(blocks) + 4 * _table_slots(int(blocks))
+    """Worst-case memory of streamed chains: an id per block, the table at its largest (lane A
+    and half of lane B per id, every block distinct, and its slots)."""
+    return 16 * int(blocks) + 4 * _table_slots(int(blocks))
 
 
 def build_block_chains_streaming(
@@ -336,6 +343,7 @@ def build_block_chains_streaming(
     # Worst case (every block distinct), so a run that starts also finishes.
     memory.require(stream_chain_bytes(bound), f"chaining {bound:,} blocks of {block} token(s)",
                    "use a larger --block-size")
+    give_back_read_memory()  # the build's ids and table are the run's peak
     for attempt in range(HASH_TRIES):
         keys = hash_keys(rules.seed, attempt)
         built = _stream_once(prompts, ns, rules, keys, block, per_block, bound)
@@ -385,9 +393,9 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
         _chain_hashes(batch.offsets, batch.values, np.int64(per_block), full, partial,
                       ns[rows], local, keys, hash_a, hash_b)
         table.reserve(total)
-        distinct, found, last = _dense_ids_into(hash_a, hash_b, table.table, table.by_id, ids,
-                                                np.int64(filled), np.int64(table.distinct),
-                                                np.int64(table.last))
+        distinct, found, last = _dense_ids_into(hash_a, hash_b, table.table, table.lane_a,
+                                                table.lane_b, ids, np.int64(filled),
+                                                np.int64(table.distinct), np.int64(table.last))
         table.distinct, table.last = int(distinct), int(last)
         collisions += int(found)
         last_tokens[rows] = last_block_tokens(partial, block)
