@@ -114,6 +114,23 @@ def test_report_is_deterministic_and_has_json(timed_trace: tuple[Path, Path], ca
     assert 0.99 * 1500 * 16 <= doc["config"]["kv_capacity_tokens"] <= 1500 * 16
 
 
+@pytest.mark.parametrize(("kv_options", "kv_bytes_per_token"), [
+    # Llama-3.1-8B: 32 layers × 8 KV heads × 128 head_dim × 2 (K and V) × 2 bytes (bf16)
+    (["--model", "llama-3.1-8b"], 32 * 8 * 128 * 2 * 2),
+    # --kv-bytes-per-token overrides the model's, as it does for the diagnosis on the same page
+    (["--model", "llama-3.1-8b", "--kv-bytes-per-token", "1000"], 1000),
+])
+def test_report_curve_is_in_bytes_with_a_model(kv_options: list[str], kv_bytes_per_token: int,
+                                               capsys) -> None:
+    assert main(["report", str(SAMPLE / "multitenant.csv"), *kv_options, "-f", "json",
+                 "-q"]) == ExitCode.OK
+    curve = json.loads(capsys.readouterr().out)["capacity_curve"]
+    assert curve["kv_bytes_per_token"] == kv_bytes_per_token
+    assert not any("capacities in bytes need" in note for note in curve["notes"])
+    for point in (*curve["points"], curve["knee"], *curve["shares"]):
+        assert point["capacity_bytes"] == point["capacity_tokens"] * kv_bytes_per_token
+
+
 def _browser() -> str | None:
     return next((path for name in BROWSERS if (path := shutil.which(name))), None)
 

@@ -9,6 +9,7 @@ from yaotu_trace.cli.options import (
     GpuOpt,
     GpuPriceOpt,
     InputFormatOpt,
+    KvBytesOpt,
     KvDtypeOpt,
     LinkOpt,
     MapOpt,
@@ -47,6 +48,7 @@ def analyze(
     tier_policy: TierPolicyOpt = None,
     capacity: CapacityOpt = None,
     model: ModelOpt = None,
+    kv_bytes_per_token: KvBytesOpt = None,
     kv_dtype: KvDtypeOpt = None,
     gpu: GpuOpt = None,
     tp: TpOpt = None,
@@ -72,6 +74,8 @@ def analyze(
 
       trace analyze chat.parquet --no-charts
 
+      trace analyze chat.parquet --model Llama-3.1-8B
+
       trace analyze chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
 
       trace analyze chat.parquet --capacity 20000 --tier cpu=64GiB --model Llama-3.1-8B
@@ -80,6 +84,9 @@ def analyze(
     With --tier (and --capacity for the GPU pool): which source served what, and with one tier
     the hit ratio over GPU size (a quarter, half, once and twice the pool) × tier size (the
     --tier size and its halvings), each cell one tiered replay.
+
+    With --model (at --kv-dtype) or --kv-bytes-per-token, the prefix-reuse capacities are
+    given in bytes too.
 
     In a terminal the table output opens with text charts: arrivals over time (the busiest
     minute underlined), the prompt and output length histograms (p50 and p99 marked) and, for a
@@ -92,9 +99,10 @@ def analyze(
 
     pictures = charts_wanted(charts, format, output)
     tier_options = None
-    if tiers or tier_chunk_tokens is not None or tier_policy is not None or capacity is not None:
+    given = (tier_chunk_tokens, tier_policy, capacity, model, kv_bytes_per_token, kv_dtype)
+    if tiers or any(value is not None for value in given):
         tier_options = ReplayOptions(preset=preset, capacity=capacity, model=model,
-                                     kv_dtype=kv_dtype,
+                                     kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
                                      tiers=tuple(tiers or ()),
                                      tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
     with progress("analyze", quiet) as update:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from yaotu_trace.commands.load import Progress, TraceInput, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.analysis import analysis_report
+from yaotu_trace.commands.shared.kv_bytes import kv_bytes_per_token_of
 from yaotu_trace.commands.shared.pricing import PricingOptions
 from yaotu_trace.commands.shared.tiers import priced_tiers, tier_curve_around
 from yaotu_trace.data.report import InputSummary, Report
@@ -31,7 +32,9 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     refused, and one partly outside the trace noted (`data.telemetry_fit.fit_telemetry`).
     `tiers` (`--tier`, `--capacity`) adds the `tiers` section: which source served what
     with tiers below a GPU pool of `tiers.capacity` (`commands/shared/tiers.py`), and with
-    one tier the `tier_curve` section, hits over GPU size × tier size around it. `charts`
+    one tier the `tier_curve` section, hits over GPU size × tier size around it. Its `model`
+    (at `kv_dtype`) or `kv_bytes_per_token`, which must agree, also give the prefix-reuse
+    capacities in bytes, with or without tiers (resolved as `trace sweep` does). `charts`
     adds the console's pictures (`Report.charts`: arrivals, lengths, the capacity points);
     the sections, and so the JSON, are the same either way. `pricing` (a GPU, links, prices)
     prices that tiered replay in the `prefill_pricing` section, as `trace replay` does."""
@@ -44,13 +47,16 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     if tiers is not None:
         tiers = replace(tiers, preset=preset if tiers.preset is None else tiers.preset)
         check_tier_options(tiers)
+    model, kv_bytes_per_token = (None, None) if tiers is None else kv_bytes_per_token_of(
+        tiers.model, tiers.kv_bytes_per_token, tiers.kv_dtype)
     summary = bench_summary_report(trace)
     if summary is not None:
         return summary
     loaded = open_trace(trace, lazy_content=True, progress=progress, arrivals_optional=True)
     if isinstance(trace, TraceInput | str | Path):  # else read already
         tell(progress, "profiling", 0.5)
-    report = analysis_report(loaded, preset=preset, warmup=spec, charts=charts)
+    report = analysis_report(loaded, preset=preset, warmup=spec, charts=charts, model=model,
+                             kv_bytes_per_token=kv_bytes_per_token)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.8)
         section, priced = priced_tiers(loaded, tiers, pricing)

@@ -87,16 +87,22 @@ def report(
     setup = setup_diagnosis(options)
     metrics = setup.telemetry(options.metrics)
     diagnosis = deferred_diagnosis(loaded, setup, metrics)
+    # The curve sizes KV as the diagnosis does (`--kv-bytes-per-token` over `--model`'s, as in
+    # `trace diagnose`), so the page's curve and ledger agree.
+    model, kv_bytes_per_token = setup.settings.model, setup.settings.kv_bytes_per_token
     if before is None:
         return build_report(loaded, diagnose_report=diagnosis, progress=progress,
-                            tiers=tiers, metrics=metrics)
+                            tiers=tiers, metrics=metrics, model=model,
+                            kv_bytes_per_token=kv_bytes_per_token)
     earlier = open_trace(before.trace, lazy_content=False)
     metrics_before = setup.telemetry(before.metrics)
     diagnosis_before = deferred_diagnosis(earlier, setup, metrics_before)
     after_report = build_report(loaded, diagnose_report=diagnosis, progress=progress,
-                                tiers=tiers, metrics=metrics)
+                                tiers=tiers, metrics=metrics, model=model,
+                                kv_bytes_per_token=kv_bytes_per_token)
     before_report = build_report(earlier, diagnose_report=diagnosis_before, tiers=tiers,
-                                 metrics=metrics_before)
+                                 metrics=metrics_before, model=model,
+                                 kv_bytes_per_token=kv_bytes_per_token)
     tell(progress, "comparing the runs", 1.0)
     judged, _ = change_report(earlier, loaded, setup, metrics=(metrics_before, metrics),
                               matched_only=before.matched_only)
@@ -110,7 +116,8 @@ def _simulated_report(trace: TraceSource, options: DiagnosisOptions, engine: Eng
     loaded, modelled = simulated_trace(trace, options, engine, progress)
     judged = setup_diagnosis(replace(options, model=options.model or modelled["model"]))
     simulated = build_report(loaded, diagnose_report=deferred_diagnosis(loaded, judged, None),
-                             progress=progress, tiers=tiers)
+                             progress=progress, tiers=tiers, model=judged.settings.model,
+                             kv_bytes_per_token=judged.settings.kv_bytes_per_token)
     return Report(command="report", input=simulated.input,
                   config={**simulated.config, "modelled": modelled},
                   sections=simulated.sections)
@@ -201,10 +208,13 @@ def build_report(
     progress: Progress | None = None,
     tiers: ReplayOptions | None = None,
     metrics: EngineMetrics | None = None,
+    model: str | None = None,
+    kv_bytes_per_token: int | None = None,
 ) -> Report:
     """The report of a trace read: profile, diagnosis (when `diagnose_report` is given), prefix
-    replay, capacity curve, the tiers below the GPU (`tiers`, held against the engine's own
-    split in `metrics`) and the plot data."""
+    replay, capacity curve (in bytes too with `kv_bytes_per_token`, of `model`), the tiers
+    below the GPU (`tiers`, held against the engine's own split in `metrics`) and the plot
+    data."""
     sections: dict[str, Any] = {}
     tell(progress, "profile", 0.0)
     sections["profile"] = profile_trace(trace)
@@ -226,7 +236,8 @@ def build_report(
         config = {"preset": preset, "rules": rules.to_dict()}
         if rules.eviction == "lru":
             tell(progress, "capacity sweep", 0.7)
-            write_up = CurveSectionSpec(preset=preset or "", points=CURVE_POINTS, notes=notes)
+            write_up = CurveSectionSpec(preset=preset or "", points=CURVE_POINTS, model=model,
+                                        kv_bytes_per_token=kv_bytes_per_token, notes=notes)
             curve, _ = sweep_trace(trace, rules.with_(capacity_blocks=None), write_up)
             sections["capacity_curve"] = curve
     if tiers is not None and tiers.tiers:

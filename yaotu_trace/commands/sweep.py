@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from yaotu_trace.catalog.models import model_kv_bytes_per_token
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.curve_pricing import CurvePricer
+from yaotu_trace.commands.shared.kv_bytes import kv_bytes_per_token_of
 from yaotu_trace.commands.shared.pricing import PricingOptions
 from yaotu_trace.commands.shared.tiers import tiered_curve
 from yaotu_trace.data.report import Report, input_summary
@@ -69,7 +69,8 @@ def sweep(
                           "--capacities")
     if options.tiers and spec is not None:
         raise ConfigError("trace sweep --tier counts every request; drop --warmup")
-    model_name, kv = _kv_bytes(options.model, options.kv_bytes_per_token, options.kv_dtype)
+    model_name, kv = kv_bytes_per_token_of(options.model, options.kv_bytes_per_token,
+                                           options.kv_dtype)
     if isinstance(capacities, str):  # "1GiB,2GiB" from Python, as on the command line
         capacities = capacities.split(",")
     for text in capacities:
@@ -167,18 +168,3 @@ def _priced_curve(loaded: Trace, rules: ReplayRules, section: CapacityCurveSecti
                     "capacity_tokens": p.capacity_tokens, "hit_ratio": p.hit_ratio,
                     **done[p.capacity_blocks]})
     return out
-
-
-def _kv_bytes(model: str | None, kv_bytes_per_token: int | None,
-              kv_dtype: str | None = None) -> tuple[str | None, int | None]:
-    """(catalog name, KV bytes per token) of `--model` at `--kv-dtype` and
-    `--kv-bytes-per-token`, which agree."""
-    if model is None and kv_dtype is None:
-        return None, kv_bytes_per_token
-    name, kv = model_kv_bytes_per_token(model, kv_dtype, kv_bytes_per_token)
-    if kv_bytes_per_token is not None and kv_bytes_per_token != kv:
-        raise ConfigError(
-            f"--model {name} has {kv} KV bytes per token but "
-            f"--kv-bytes-per-token says {kv_bytes_per_token}; pass only one of them"
-        )
-    return name, kv

@@ -23,10 +23,12 @@ if TYPE_CHECKING:
 
 
 def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
-                   preset: str | None = None) -> ReuseOverview:
+                   preset: str | None = None,
+                   kv_bytes_per_token: int | None = None) -> ReuseOverview:
     """Unlimited-capacity reuse under `preset` (default: the one `trace replay` picks for this
     trace), every hit-rate definition, and the knee and 50/90/99 % capacities (over the
-    requests after `warmup` when one is given)."""
+    requests after `warmup` when one is given); `kv_bytes_per_token` (the model's) sizes those
+    capacities in bytes too, as the memory to provision is what the user asks."""
     if trace.content_column is None:
         return ReuseOverview(
             available=False,
@@ -34,7 +36,8 @@ def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
             "shared prefixes cannot be seen; prefix reuse needs token or block ids",
         )
     rules, name, notes = effective_rules(trace, preset)
-    spec = CurveSectionSpec(preset=name, points=2, notes=notes)
+    spec = CurveSectionSpec(preset=name, points=2, kv_bytes_per_token=kv_bytes_per_token,
+                            notes=notes)
     # A small trace without a window is swept in numpy (the same numbers); only a larger one
     # pays for numba's import and start.
     swept = None if warmup is not None else small.overview(trace, rules, spec)

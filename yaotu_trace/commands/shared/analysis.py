@@ -17,13 +17,15 @@ from yaotu_trace.profile.success import success_profile
 from yaotu_trace.profile.workload import profile_trace
 
 # Extra sections of `trace analyze`, in report order: name → builder(trace, options) or None to
-# skip; `options` are the command's keyword options (`preset`, `warmup` as a parsed window, ...).
+# skip; `options` are the command's keyword options (`preset`, `warmup` as a parsed window,
+# `kv_bytes_per_token`, ...).
 # Later analyses register here.
 AnalyzeSection = Callable[[Trace, Mapping[str, Any]], Any]
 
 
 def _prefix_reuse(trace: Trace, options: Mapping[str, Any]) -> Any:
-    return reuse_overview(trace, options.get("warmup"), preset=options.get("preset"))
+    return reuse_overview(trace, options.get("warmup"), preset=options.get("preset"),
+                          kv_bytes_per_token=options.get("kv_bytes_per_token"))
 
 
 def _success(trace: Trace, options: Mapping[str, Any]) -> Any:
@@ -41,10 +43,14 @@ ANALYZE_SECTIONS: dict[str, AnalyzeSection] = {"success": _success,
 
 
 def analysis_report(loaded: Trace, *, preset: str | None = None,
-                    warmup: WarmupSpec | None = None, charts: bool = False) -> Report:
+                    warmup: WarmupSpec | None = None, charts: bool = False,
+                    model: str | None = None,
+                    kv_bytes_per_token: int | None = None) -> Report:
     """The `analyze` report of a read trace: the workload profile and every registered
     section that applies; a step log from another run is refused, and one partly outside the
-    trace noted (`data.telemetry_fit.fit_telemetry`). `charts` adds the console's pictures."""
+    trace noted (`data.telemetry_fit.fit_telemetry`). `charts` adds the console's pictures.
+    `kv_bytes_per_token` (of `model`, resolved by the caller) gives the prefix-reuse
+    capacities in bytes; the config then names both, so the bytes say what they assume."""
     if loaded.steps is not None:
         if not loaded.has_arrivals:
             raise ConfigError(
@@ -53,12 +59,15 @@ def analysis_report(loaded: Trace, *, preset: str | None = None,
                 "trace a timestamp column (--map arrival_s=<source column>)")
         loaded = fit_telemetry(loaded).trace
     sections: dict[str, Any] = {"profile": profile_trace(loaded)}
-    options: dict[str, Any] = {"preset": preset, "warmup": warmup}
+    options: dict[str, Any] = {"preset": preset, "warmup": warmup,
+                               "kv_bytes_per_token": kv_bytes_per_token}
     for name, build in ANALYZE_SECTIONS.items():
         section = build(loaded, options)
         if section is not None:
             sections[name] = section
-    config = {} if warmup is None else {"warmup": warmup.text}
+    config: dict[str, Any] = {} if warmup is None else {"warmup": warmup.text}
+    if kv_bytes_per_token is not None:
+        config.update(model=model, kv_bytes_per_token=kv_bytes_per_token)
     pictures = None
     if charts:
         # NOTE: the console's charts are drawn for a terminal (or --charts) only; a report

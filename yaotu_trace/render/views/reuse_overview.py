@@ -33,9 +33,8 @@ def view(overview: Any) -> View:
         ("cacheable / distinct blocks", f"{fmt.count(overview.cacheable_blocks)} / "
                                         f"{fmt.count(overview.distinct_blocks)}"),
     ]
-    console += [(f"LRU capacity for {label}",
-                 f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)}) → "
-                 f"{fmt.pct(p.hit_ratio)}") for label, p in points if p is not None]
+    console += [(f"LRU capacity for {label}", f"{_size(p)} → {fmt.pct(p.hit_ratio)}")
+                for label, p in points if p is not None]
     markdown = [hit, *others, ("saved prefill tokens", fmt.count(saved)),
                 ("remaining prefill tokens", fmt.count(remaining))]
     window = getattr(overview, "window", None)
@@ -44,9 +43,7 @@ def view(overview: Any) -> View:
                     f"{fmt.count(window['requests'])} (--warmup {window['warmup']})")
         console.insert(1, measured)
         markdown.insert(1, measured)
-    markdown += [(f"LRU capacity for {label}",
-                  f"{fmt.count(p.capacity_blocks)} blocks ({fmt.tokens(p.capacity_tokens)})")
-                 for label, p in points if p is not None]
+    markdown += [(f"LRU capacity for {label}", _size(p)) for label, p in points if p is not None]
     return [
         head,
         KeyValues(rows=console, only=CONSOLE),
@@ -55,3 +52,10 @@ def view(overview: Any) -> View:
         Line(text="details: trace replay (loss waterfall, hot prefixes), trace sweep (curve)",
              style="dim", only=CONSOLE),
     ]
+
+
+def _size(point: Any) -> str:
+    """`5,313 blocks (85k tok, 10.4 GiB)`: the bytes only when the KV bytes per token are
+    known (`--model`), so a run without a model reads as before."""
+    blocks, *size = fmt.capacity_cells(point, point.capacity_bytes is not None, " blocks")
+    return f"{blocks} ({', '.join(size)})"
