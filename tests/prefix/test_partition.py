@@ -408,6 +408,35 @@ def test_compiled_first_appearance_ids_equal_the_sorted_ones(
 
 
 @pytest.mark.parametrize("seed", [1, 2])
+def test_a_partition_relabelled_in_place_of_its_gathered_blocks_is_the_sorted_one(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN chains of 3,000 requests over 900 ids, and a partition of a third of the rows in
+    # a shuffled order (a partition's rows need not be sorted)
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 30, 3_000)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    ids = rng.integers(0, 900, int(offsets[-1])).astype(np.int32)
+    chains = BlockChains(offsets=offsets, ids=ids,
+                         last_block_tokens=np.full(3_000, 4, dtype=np.int32),
+                         num_distinct=900, max_hit_blocks=lengths.astype(np.int64),
+                         prompt_tokens=4 * lengths.astype(np.int64), block_size_tokens=4)
+    rows = rng.permutation(3_000)[:1_000]
+    # WHEN it is cut by gathering its blocks and sorting, and by the compiled pass over rows
+    monkeypatch.setattr(partition, "SMALL_RELABEL", 10**9)
+    gathered = partition.sub_chains(chains, rows)
+    monkeypatch.setattr(partition, "SMALL_RELABEL", 0)
+    walked = partition.sub_chains(chains, rows)
+    # THEN both give the same chains, ids numbered by first appearance in the partition
+    np.testing.assert_array_equal(walked.ids, gathered.ids)
+    np.testing.assert_array_equal(walked.offsets, gathered.offsets)
+    assert walked.num_distinct == gathered.num_distinct == int(gathered.ids.max()) + 1
+    first = ids[offsets[rows[0]]:offsets[rows[0] + 1]]
+    assert walked.ids[:first.size].tolist() == [
+        sorted(set(first.tolist()), key=first.tolist().index).index(v) for v in first.tolist()]
+    np.testing.assert_array_equal(walked.prompt_tokens, chains.prompt_tokens[rows])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
 def test_compiled_namespacing_of_ids_many_namespaces_share_equals_the_sorted_one(
         seed: int) -> None:
     # GIVEN ids that recur under five namespaces (pairs past the first namespace of an id fill

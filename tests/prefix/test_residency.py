@@ -215,6 +215,10 @@ def test_unfollowed_policies_still_count_their_misses() -> None:
     rules = rules_for("lmcache", block_size_tokens=16, capacity_blocks=60, eviction="lfu")
     summary, requests = replay_trace_with_requests(_trace("mixed"), rules, explain=True)
     assert summary.residency is not None and summary.residency.histograms == ()
+    # Nobody was followed, so nobody is counted as explained: not 0, unknown.
+    assert summary.residency.explained_requests is None
+    assert any("no pass follows the evictions of lfu eviction" in note
+               for note in summary.residency.notes)
     columns = requests.to_columns()
     assert "evicted_from" not in columns
     assert columns["capacity_miss_tokens"].sum() > 0

@@ -34,7 +34,7 @@ from typing import Any, NoReturn, Protocol
 import numpy as np
 
 from yaotu_trace.errors import ConfigError, WorkerLostError
-from yaotu_trace.prefix.kernels.chains import BlockChains, segment_ranges
+from yaotu_trace.prefix.kernels.chains import BlockChains, offsets_of, segment_ranges
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.kernels.unlimited import replay
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
@@ -403,13 +403,32 @@ def sub_chains(chains: BlockChains, rows: np.ndarray) -> BlockChains:
     keep each worker's tables as small as its partition.
     """
     rows = np.asarray(rows, dtype=np.int64)
-    offsets, index = segment_ranges(np.asarray(chains.offsets, dtype=np.int64), rows)
+    base = np.asarray(chains.offsets, dtype=np.int64)
+    if chains.output_ids is None:
+        offsets = offsets_of(base[rows + 1] - base[rows])
+        blocks = int(offsets[-1])
+        top = max(int(chains.num_distinct), 1)
+        if blocks > SMALL_RELABEL and top <= 4 * blocks + (1 << 20):
+            # NOTE: the compiled relabelling starts numba; a small one sorts in numpy instead.
+            from yaotu_trace.prefix.kernels.relabel import rows_first_appearance_ids
+
+            dense, num = rows_first_appearance_ids(base, chains.ids, rows, np.int64(blocks),
+                                                   np.int64(top))
+            return _sub(chains, rows, offsets, _readonly(dense, np.int32), int(num), None,
+                        None)
+    offsets, index = segment_ranges(base, rows)
     out_offsets = out_ids = None
     if chains.output_offsets is not None and chains.output_ids is not None:
         out_offsets, out_index = segment_ranges(
             np.asarray(chains.output_offsets, dtype=np.int64), rows)
         out_ids = chains.output_ids[out_index]
     ids, out_ids, num = _renumber(offsets, chains.ids[index], out_offsets, out_ids)
+    return _sub(chains, rows, offsets, ids, num, out_offsets, out_ids)
+
+
+def _sub(chains: BlockChains, rows: np.ndarray, offsets: np.ndarray, ids: np.ndarray,
+         num: int, out_offsets: np.ndarray | None, out_ids: np.ndarray | None) -> BlockChains:
+    """The chains of `rows` with their renumbered ids (`sub_chains`)."""
     return replace(
         chains,
         offsets=_readonly(offsets, np.int64),

@@ -146,7 +146,9 @@ class Residency:
     reusable_tokens: int  # every lookup slot its cache once held (the same caches, unlimited)
     capacity_miss_requests: int
     capacity_miss_tokens: int
-    explained_requests: int  # capacity misses whose evicted block is named
+    # Capacity misses whose evicted block is named; None where no pass follows the policy's
+    # evictions (0 would read as "none could be explained").
+    explained_requests: int | None
     rejected_requests: int
     idle_at_eviction_s: tuple[float, ...]  # over the explained misses, QUANTILES then max
     hits: Spread
@@ -347,7 +349,7 @@ def residency(prepared: PreparedTrace, chains: BlockChains, rules: ReplayRules,
                                strict=True))
         notes.append(followed.semantics)
     else:
-        idle_q, explained, histograms = (), 0, ()
+        idle_q, explained, histograms = (), None, ()
         notes.append(f"no pass follows the evictions of {_policy(rules)}: the misses are "
                      "counted and their reuse distances given, but not who evicted them")
     columns["miss_reuse_gap_s"] = np.where(has_first, gap[first_miss], np.nan)

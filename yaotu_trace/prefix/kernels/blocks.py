@@ -406,6 +406,7 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
         return None
     distinct = table.distinct
     del table
+    give_back_read_memory()  # the readers' buffers: the replays that follow are the peak now
     if filled < bound:
         ids = ids[:filled].copy()
     return ids, last_tokens, distinct, counts

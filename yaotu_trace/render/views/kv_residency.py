@@ -33,7 +33,9 @@ def miss_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("hit", f"{fmt.count(s['hit_tokens'])} tokens"),
         ("lost to capacity", f"{fmt.count(m['tokens'])} tokens in "
                              f"{fmt.count(m['requests'])} requests"),
-        ("explained (evicted block named)", fmt.count(m["explained_requests"])),
+        ("explained (evicted block named)",
+         "not followed under this policy (note below)" if m["explained_requests"] is None
+         else fmt.count(m["explained_requests"])),
     ]
     if m["rejected_requests"]:
         rows.append(("refused by the pool", fmt.count(m["rejected_requests"])))
