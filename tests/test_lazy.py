@@ -77,8 +77,10 @@ def test_each_name_is_the_one_its_module_defines(init: Path) -> None:
 
 # What a run of sweep, analyze or diagnose on a small trace never imports: numba (the numpy
 # passes run instead), pydantic (typer's coercion, `cli/coercion.py`), rich (no bar, no
-# table drawn) and the `--residency` pass.
-NOT_IMPORTED = ("numba", "pydantic", "rich", "yaotu_trace.prefix.residency")
+# table drawn), the `--residency` pass and the engine model (`sim/`: it prices a run with
+# `--gpu`, and its import alone was 40 ms of a sweep's start).
+NOT_IMPORTED = ("numba", "pydantic", "rich", "yaotu_trace.prefix.residency",
+                "yaotu_trace.sim.fetch", "yaotu_trace.sim.scenario")
 
 
 @pytest.mark.parametrize("command", [["sweep", "--preset", "mooncake"], ["analyze"],

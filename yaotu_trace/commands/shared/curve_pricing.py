@@ -12,7 +12,7 @@ a tier's is at `--memory-price`. No price is used that the user did not give.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,7 +26,9 @@ from yaotu_trace.commands.shared.pricing import (
 )
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.sim.fetch import Compute, Link, links_with
+
+if TYPE_CHECKING:
+    from yaotu_trace.sim.fetch import Compute, Link
 
 # The fields of a priced tier kept on each tier-curve point.
 TIER_FIELDS = ("hit_tokens", "prefill_saved_s", "load_s", "ttft_saved_s", "gpu_hours_per_day",
@@ -51,6 +53,8 @@ class CurvePricer:
     def of(cls, loaded: Trace, model: str | None, kv_bytes_per_token: int | None,
            pricing: PricingOptions) -> CurvePricer:
         """Refused in one line without the model (FLOPs, KV bytes) or the GPU."""
+        from yaotu_trace.sim.fetch import links_with
+
         assert pricing.gpu is not None
         if model is None:
             raise ConfigError("pricing the curve needs the model's FLOPs and KV bytes per "

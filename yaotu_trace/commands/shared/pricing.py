@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,9 +27,9 @@ from yaotu_trace.catalog.prices import (
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.options import ReplayOptions
-from yaotu_trace.sim.fetch import Compute, Link, links_with, price_fetches
-from yaotu_trace.sim.roofline import step_cost_for
-from yaotu_trace.sim.scenario import DEFAULT_MFU
+
+if TYPE_CHECKING:
+    from yaotu_trace.sim.fetch import Compute, Link
 
 DEFAULT_MBU = 0.7  # unused by prefill, required by the roofline (cost-model §2.4)
 
@@ -58,7 +58,11 @@ class PricingOptions:
     def check(self) -> None:
         """Refuse, before any work, what cannot be priced."""
         self.prices()
-        links_with(self.links)
+        if self.links:
+            # NOTE: the engine model's modules load only when a run is priced (start-up).
+            from yaotu_trace.sim.fetch import links_with
+
+            links_with(self.links)
         if self.gpu is None and self.asked:
             raise ConfigError("pricing prefill needs the GPU it runs on: add --gpu (and --model "
                               "for the FLOPs and KV bytes per token)")
@@ -79,6 +83,10 @@ class TierServed:
 
 def prefill_compute(model: ModelSpec, gpu: str, tp: int, kv_bytes_per_token: int) -> Compute:
     """The replica's prefill rate: `gpu`'s bf16 peak × MFU 0.5 × `tp` (cost-model §2.2)."""
+    from yaotu_trace.sim.fetch import Compute
+    from yaotu_trace.sim.roofline import step_cost_for
+    from yaotu_trace.sim.scenario import DEFAULT_MFU
+
     if tp < 1:
         raise ConfigError(f"--tp {tp} must be at least 1 GPU per replica")
     cost = step_cost_for(model, find_gpu(gpu), tp=tp, mfu=DEFAULT_MFU, mbu=DEFAULT_MBU,
@@ -96,6 +104,8 @@ def pricing_section(*, request_id: np.ndarray, arrival_s: np.ndarray, prompt_tok
                     kv_bytes_per_token: int, links: Mapping[str, Link], prices: Prices,
                     gpu: str, gpu_pool_bytes: float | None) -> dict[str, Any]:
     """The section's JSON-ready dict."""
+    from yaotu_trace.sim.fetch import price_fetches
+
     arrival = np.asarray(arrival_s, dtype=np.float64)
     span = float(arrival.max() - arrival.min()) if arrival.size else 0.0
     g = np.asarray(gpu_hit_tokens, dtype=np.int64)
@@ -141,6 +151,8 @@ def price_replay(loaded: Trace, options: ReplayOptions, rules: Any, columns: dic
     if options.model is None:
         raise ConfigError("pricing prefill needs the model's FLOPs and KV bytes per token: add "
                           "--model")
+    from yaotu_trace.sim.fetch import links_with
+
     model = find_model(options.model)
     kv = options.kv_bytes() or model.kv_bytes_per_token
     compute = prefill_compute(model, pricing.gpu, pricing.tp, kv)
