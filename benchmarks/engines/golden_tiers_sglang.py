@@ -106,7 +106,7 @@ class HiCache:
         args = ServerArgs(model_path="dummy", page_size=page, hicache_io_backend="direct",
                           hicache_mem_layout="layer_first",
                           hicache_write_policy=config.write_policy,
-                          hicache_ratio=config.hicache_ratio)
+                          hicache_ratio=config.hicache_ratio, **self._server_args(config))
         set_global_server_args_for_scheduler(args)
         requests = ReqToTokenPool(size=4, max_context_len=1 << 14, device="cpu",
                                   enable_memory_saver=False)
@@ -128,6 +128,10 @@ class HiCache:
         assert type(self.cache.tree_core).__name__ == "UnifiedTreeCore"
         self.host_tokens = int(self.cache.cache_controller.mem_pool_host.available_size())
         self.config = config
+
+    def _server_args(self, config: Config) -> dict[str, Any]:
+        """More of SGLang's server arguments (a storage backend), for a subclass."""
+        return {}
 
     def run(self, tenants: list[str], prompts: list[list[int]]
             ) -> tuple[list[int], list[int], list[int]]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers import chains_of
 
+from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tiers
 from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
@@ -80,6 +81,50 @@ def test_write_back_drops_a_leaf_the_host_cannot_take() -> None:
     assert result.counters[0].stored_chunks == 0
     # and both failed backups (A's at B's arrival, B's at A's return) are counted
     assert result.counters[0].failed_stores == 2
+
+
+C, D, E = (list(range(base, base + 300)) for base in (1000, 2000, 3000))  # 300 tokens each
+
+
+@pytest.mark.parametrize(("prompts", "host_tokens", "store_pages", "fetched"), [
+    # C fell out of the host (E's backup evicted it); the host makes room by evicting D
+    ([C, D, E, C], 600, 1200, 299),
+    # the same, but the store's LRU has dropped C's pages for E's
+    ([C, D, E, C], 600, 600, 0),
+    # the host holds D on the GPU too and cannot make room: nothing is fetched
+    ([C, D, C], 300, 1200, 0),
+    # fewer than 256 tokens past the match: SGLang does not prefetch
+    ([C[:200], D[:200], E[:200], C[:200]], 400, 1200, 0),
+])
+def test_storage_serves_what_fell_out_of_the_host_when_the_host_has_room(
+        prompts: list[list[int]], host_tokens: int, store_pages: int, fetched: int) -> None:
+    # GIVEN SGLang's pool of 300 one-token pages (each prompt evicts the one before it from
+    # the GPU), a host and a store below it, under write_through
+    rules = rules_for("sglang", block_size_tokens=1, capacity_blocks=300)
+    chains = chains_of(prompts, rules)
+    store = TierSpec(name=TierName.DISK, capacity_chunks=store_pages, chunk_tokens=1)
+    # WHEN the tree replays them
+    result = replay_tiers(chains, rules, (_host(host_tokens), store),
+                          TierPolicy.SGLANG_WRITE_THROUGH)
+    # THEN C's return is served from storage (its first n - 1 tokens, fetched into the host
+    # and loaded back with it) only when the store still has it, it is 256 tokens or more,
+    # and the host can make room; SGLang counts those tokens as storage hits, not host hits
+    assert result.tier_hit_tokens[1].tolist() == [0] * (len(prompts) - 1) + [fetched]
+    assert result.gpu_hit_tokens.sum() == result.tier_hit_tokens[0].sum() == 0
+    assert result.counters[1].loaded_chunks == fetched
+
+
+def test_sglang_has_one_storage_backend() -> None:
+    # GIVEN SGLang's own pool with a disk and a remote tier below its host
+    rules = rules_for("sglang", block_size_tokens=1, capacity_blocks=300)
+    chains = chains_of([C, D], rules)
+    tiers = (_host(600), TierSpec(name=TierName.DISK, capacity_chunks=900, chunk_tokens=1),
+             TierSpec(name=TierName.REMOTE, capacity_chunks=900, chunk_tokens=1))
+    # WHEN the tree is asked to replay them THEN it refuses in one line: HiCache attaches one
+    # storage backend (`--hicache-storage-backend`)
+    with pytest.raises(ConfigError, match="one storage backend") as caught:
+        replay_tiers(chains, rules, tiers, TierPolicy.SGLANG_WRITE_THROUGH)
+    assert "\n" not in str(caught.value)
 
 
 def _random_chains(seed: int, page: int, pool_pages: int):  # type: ignore[no-untyped-def]

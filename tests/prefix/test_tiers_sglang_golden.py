@@ -10,6 +10,14 @@ three write policies, pages of 1 and 16 tokens. No SGLang is needed here.
 
 The replay follows SGLang's one radix tree of GPU and host KV (`prefix/tiers/sglang_tree.py`):
 every request's GPU and host hits are SGLang's, in every configuration.
+
+`sglang_storage_*.json` add SGLang's storage tier (L3), driven by
+`benchmarks/engines/golden_tiers_sglang_storage.py`: the same tree with SGLang's `HiCacheFile`
+backend (`mem_cache/hicache_storage.py`, bounded by its `LRUFileEvictor`) attached, SGLang's
+controller deciding what is written (`UnifiedRadixCache.write_backup_storage` on each backup
+acknowledgement) and what is prefetched (`prefetch_from_storage`, `check_prefetch_progress`,
+its storage threads), and each request's storage hit as SGLang splits the cached prefix
+(`schedule_batch.split_cached_prefix_by_tier`, `cache_source="storage"`).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tier
 
 DATA = FIXTURES / "tiers_sglang"
 GOLDEN = sorted(DATA.glob("sglang_hicache_*.json"))
+STORAGE = sorted(DATA.glob("sglang_storage_*.json"))
 
 @cache
 def _chains(trace: str, page: int, pool_pages: int) -> tuple[BlockChains, ReplayRules]:
@@ -85,3 +94,44 @@ def test_tiers_sglang_host_moves_gpu_hits_as_sglang_does() -> None:
             moved += int((alone != np.asarray(config["gpu_hit_tokens"])).sum())
     # THEN such requests exist in the recorded runs, so the one-tree replay is what matches
     assert moved > 0
+
+
+def test_tiers_sglang_storage_fixtures_cover_policies_hosts_and_stores() -> None:
+    # GIVEN the runs recorded with SGLang's file storage backend WHEN counted
+    configs = [c for p in STORAGE for c in json.loads(p.read_text())["configs"]]
+    # THEN they span the write policies, hosts and store sizes, and storage serves in many
+    assert len(STORAGE) == 3 and len(configs) == 120
+    assert {c["write_policy"] for c in configs} == {
+        "write_through", "write_through_selective", "write_back"}
+    assert {c["page_size"] for c in configs} == {1, 16}
+    assert {c["storage_pages"] for c in configs} == {64, 256, 600, 1024, 8192, 20000, 65536}
+    served = [c for c in configs if sum(c["storage_hit_tokens"]) > 0]
+    assert len(served) >= 40
+    # and the store's size matters: the same run with a smaller store is served less
+    by_run: dict[tuple[str, int, int, int, str], dict[int, int]] = {}
+    for path in STORAGE:
+        for c in json.loads(path.read_text())["configs"]:
+            run = (path.name, c["page_size"], c["pool_tokens"], c["host_tokens"],
+                   c["write_policy"])
+            by_run.setdefault(run, {})[c["storage_pages"]] = sum(c["storage_hit_tokens"])
+    assert any(min(sizes.values()) < max(sizes.values()) for sizes in by_run.values())
+
+
+@pytest.mark.parametrize(("fixture", "index"), golden_cases(STORAGE))
+def test_tiers_sglang_storage_equals_hicache_per_request(fixture: str, index: int) -> None:
+    # GIVEN one configuration SGLang's HiCache ran with its file storage backend below the host
+    document = golden_document(DATA / fixture)
+    config = document["configs"][index]
+    page = config["page_size"]
+    chains, rules = _chains(document["trace"], page, config["pool_tokens"] // page)
+    tiers = (TierSpec(name=TierName.CPU, capacity_chunks=config["host_tokens"] // page,
+                      chunk_tokens=page),
+             TierSpec(name=TierName.DISK, capacity_chunks=config["storage_pages"],
+                      chunk_tokens=page))
+    # WHEN the tiered replay runs it with the store as its disk tier, under the same policy
+    result = replay_tiers(chains, rules, tiers, TierPolicy(config["write_policy"]))
+    # THEN every request's refusal, GPU hit, host load-back and storage hit are SGLang's
+    assert np.flatnonzero(result.refused).tolist() == config["refused"]
+    assert result.gpu_hit_tokens.tolist() == config["gpu_hit_tokens"]
+    assert result.tier_hit_tokens[0].tolist() == config["cpu_hit_tokens"]
+    assert result.tier_hit_tokens[1].tolist() == config["storage_hit_tokens"]

@@ -135,3 +135,7 @@ def check_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, 
     if policy is not TierPolicy.LMCACHE and tiers[0].name != "cpu":
         raise ConfigError(f"--tier-policy {policy} needs a cpu tier first: its lower tiers are "
                           "written from host memory")
+    if len(tiers) > 2 and one_tree(chains, rules, tiers, policy):
+        raise ConfigError("SGLang's HiCache has one storage backend below the host "
+                          "(--hicache-storage-backend): give --tier disk or --tier remote, "
+                          "not both")

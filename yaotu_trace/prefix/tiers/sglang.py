@@ -12,12 +12,15 @@ unified_tree_core.py`, `components/full.py`, `hybrid_cache/hybrid_cache_controll
   host-only leaves least recently used first; a lookup refreshes the whole matched path.
 - Lookup: the GPU prefix, then the host's continuation; it is loaded back only when it holds
   at least 10 tokens (`load_back_threshold`); the last-token rule caps it as it caps the GPU.
-- Storage (disk or remote): every host backup is written on; a request prefetches the pages
-  past GPU and host when they are at least 256 tokens (`prefetch_threshold`), into the host.
+- Storage (disk or remote): every host backup is written on (a page already stored is
+  refreshed, as `HiCacheFile.set` does); a request prefetches the pages past GPU and host when
+  they are at least 256 tokens (`prefetch_threshold`), into the host.
 
-Where it runs: SGLang's own finite pool replays HiCache as its one tree (`sglang_tree.py`,
-exact against SGLang 0.5.23); this pass runs elsewhere (another accounting, an unlimited pool,
-a chunk of several pages), and for the storage tiers below the host of both (`storage_pass`).
+Where it runs: SGLang's own finite pool replays HiCache, storage included, as its one tree
+(`sglang_tree.py`, exact against SGLang 0.5.23); this pass runs elsewhere (another accounting,
+an unlimited pool, a chunk of several pages). Its storage leaves out what the tree has: a
+prefetch needs the host to make room for it and a backed-up node to hang from, and what it
+fetches enters the host.
 What it assumes: the host is an LRU over pages by last use, touched tail to head (leaves go
 first), of which the pages on the GPU are the most recent, so inclusion holds by itself when
 the host is at least as large as the GPU pool (SGLang's default `--hicache-ratio 2`); under
@@ -44,8 +47,9 @@ from yaotu_trace.prefix.tiers.spec import (
 )
 
 
-class _Lru:
-    """An LRU of page keys (last = most recent) with the tier's counters."""
+class PageLru:
+    """An LRU of page keys (last = most recent) with the tier's counters: the approximate
+    pass's tiers, and the storage below the one tree (`sglang_tree.py`)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -112,8 +116,8 @@ def replay_hicache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
         # The GPU pool and the host together: the host serves the pages the pool evicted.
         gpu_chunks = 0 if gpu_capacity_blocks is None else gpu_capacity_blocks // per_chunk
         host_capacity += gpu_chunks if gpu_capacity_blocks is not None else 0
-    host = _Lru(host_capacity)
-    storage = [_Lru(int(t.capacity_chunks)) for t in tiers[1:]]
+    host = PageLru(host_capacity)
+    storage = [PageLru(int(t.capacity_chunks)) for t in tiers[1:]]
     uses: dict[int, int] = {}
     threshold = 2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1
     write_back_unlimited_gpu = (policy is TierPolicy.SGLANG_WRITE_BACK
@@ -173,47 +177,7 @@ def replay_hicache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                 backed.append(key)
         for tier in storage:
             for key in backed:
-                if key not in tier.keys:
-                    tier.use(key)
+                tier.use(key)
     return (tuple(hits), (host.counters(), *(t.counters() for t in storage)),
             tuple(TierEvictions.of(t.records) for t in (host, *storage)))
 
-
-def storage_pass(chains: BlockChains, refused: np.ndarray, hit_tokens: np.ndarray,
-                 backed: list[list[int]], tiers: tuple[TierSpec, ...],
-                 ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
-                            tuple[TierEvictions, ...]]:
-    """Storage tiers (disk, remote) below SGLang's host, request by request: the pages past
-    the request's GPU and host hits (`hit_tokens`) found in storage are prefetched when at
-    least 256 tokens, then the pages the host backed up for the request (`backed[i]`, page
-    keys) are written on. Hit tokens, counters and evictions per storage tier."""
-    n = chains.num_requests
-    hits = tuple(np.zeros(n, dtype=np.int64) for _ in tiers)
-    storage = [_Lru(int(t.capacity_chunks)) for t in tiers]
-    if not tiers:
-        return hits, (), ()
-    block = int(chains.block_size_tokens)
-    offsets, ids = chains.offsets, chains.ids
-    for i in range(n):
-        if refused[i]:
-            continue
-        start = int(offsets[i])
-        cap = int(chains.max_hit_blocks[i])
-        s_end = int(hit_tokens[i]) // block
-        for t, tier in enumerate(storage):
-            tier.now = i
-            k = s_end
-            while k < cap and int(ids[start + k]) in tier.keys:
-                k += 1
-            if (k - s_end) * block >= SGLANG_PREFETCH_MIN_TOKENS:
-                hits[t][i] = (k - s_end) * block
-                tier.loaded += k - s_end
-                for m in range(s_end, k):
-                    tier.refresh(int(ids[start + m]))
-                s_end = k
-        for tier in storage:
-            for key in backed[i]:
-                if key not in tier.keys:
-                    tier.use(key)
-    return (hits, tuple(t.counters() for t in storage),
-            tuple(TierEvictions.of(t.records) for t in storage))

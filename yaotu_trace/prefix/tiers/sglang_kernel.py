@@ -85,9 +85,11 @@ def _pass(offsets, ids, max_hit_blocks, gpu_hit_blocks, refused, per_chunk, chun
                 continue
             backed[nbacked] = key
             nbacked += 1
-        for t in range(1, tiers):
+        for t in range(1, tiers):  # a page already stored is refreshed (`HiCacheFile.set`)
             for b in range(nbacked):
-                if not held(st, t, backed[b]):
+                if held(st, t, backed[b]):
+                    touch(st, ends, t, backed[b], i)
+                else:
                     insert(st, ends, size, capacity, counters, evictions, t, backed[b], i)
     return hits, counters
 

@@ -31,13 +31,26 @@ in `mem_cache/unified_radix_cache.py`, `unified_cache/unified_tree_core.py` and
   its duplicates (nodes on both GPU and host, in the order they became duplicates, leaves
   about to be demoted last; `_reclaim_full_host_duplicates`).
 
+- **Storage** (L3, one backend: `--hicache-storage-backend`), when there is one. Every host
+  backup is written on at its acknowledgement (`write_backup_storage`), page by page, a page
+  already stored only refreshed (`HiCacheFile.set`); the node stays host-locked until the
+  write lands, at the end of the request. The store evicts least recently written or read
+  pages (`LRUFileEvictor`). Before its lookup a request looks up once more as it arrives
+  (`_prefetch_kvcache`); when the deepest node matched is backed up on the host (or is the
+  root) and at least 256 tokens (`prefetch_threshold`) lie past it up to n − 1, the store's
+  consecutive run of those pages is fetched if it too is 256 tokens or more
+  (`prefetch_from_storage`): the host makes room for all of it by evicting that many pages'
+  worth of host leaves (the anchor host-locked), else takes what is free if that is still 256
+  tokens; the pages read are refreshed in the store and hang under the anchor as a new
+  host-only node (`insert_host`). The lookup that follows loads them back with the rest of
+  the host continuation; SGLang counts them as storage hits
+  (`split_cached_prefix_by_tier`), the rest of the load-back as host hits.
+
 Stamps are a counter advanced wherever SGLang reads its time counter
 (`get_and_increase_time_counter`), so they order as the engine's do. Held per request against
-SGLang 0.5.23 itself (`tests/fixtures/tiers_sglang`). `HiCacheTree` here is the reference;
-`sglang_tree_kernel.py` runs the same steps compiled, held to it on random traces. Storage
-below the host (disk, remote) is not part of the tree here: it is written from every host
-backup and read past the GPU and host hits when at least 256 tokens (`prefetch_threshold`),
-as in `sglang.py`.
+SGLang 0.5.23 itself (`tests/fixtures/tiers_sglang`, storage included). `HiCacheTree` here is
+the reference; `sglang_tree_kernel.py` runs the same steps compiled (the host alone), held to
+it on random traces.
 """
 
 from __future__ import annotations
@@ -50,8 +63,10 @@ import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
+from yaotu_trace.prefix.tiers.sglang import PageLru
 from yaotu_trace.prefix.tiers.spec import (
     SGLANG_LOAD_BACK_MIN_TOKENS,
+    SGLANG_PREFETCH_MIN_TOKENS,
     TierPolicy,
     TierSpec,
 )
@@ -141,7 +156,7 @@ class HiCacheTree:
     """SGLang's one tree of GPU and host KV for one write policy, in pages."""
 
     def __init__(self, ids: np.ndarray, page_tokens: int, gpu_pages: int, host_pages: int,
-                 policy: TierPolicy) -> None:
+                 policy: TierPolicy, storage_pages: int | None = None) -> None:
         self.ids = ids
         self.page = page_tokens
         self.gpu_free = gpu_pages
@@ -164,6 +179,9 @@ class HiCacheTree:
         # Host evictions, per node: (first page in ids, pages, evicting request, last use).
         self.records: list[tuple[int, int, int, int]] = []
         self.backed: list[tuple[int, int]] = []  # (first page, pages) backed up this request
+        # The storage backend, and the nodes host-locked until their storage write lands.
+        self.storage = None if storage_pages is None else PageLru(storage_pages)
+        self.writing: list[_Node] = []
 
     # ---- clock, sets -------------------------------------------------------------------
 
@@ -374,6 +392,10 @@ class HiCacheTree:
         node.host_use = self.now
         self.stored += node.length
         self.backed.append((node.src, node.length))
+        if self.storage is not None:  # `write_backup_storage` at the acknowledgement
+            node.host_lock += 1
+            self.writing.append(node)
+            self._update_sets(node)
         return True
 
     def _write_through(self, node: _Node, locked: list[_Node]) -> None:
@@ -449,9 +471,9 @@ class HiCacheTree:
 
     # ---- one request -------------------------------------------------------------------
 
-    def _lookup(self, start: int, cap: int) -> tuple[_Node, _Node, int]:
+    def _lookup(self, start: int, cap: int) -> tuple[_Node, _Node, int, int]:
         """`match_prefix` on the first `cap` pages: (deepest node on the GPU, deepest node
-        on the GPU or host, GPU pages)."""
+        on the GPU or host, GPU pages, pages matched)."""
         node = self.root
         best = best_gpu = self.root
         gpu_pages = depth = 0
@@ -479,7 +501,7 @@ class HiCacheTree:
             stamp -= 1
             cur = cur.parent
         self.root.stamp = stamp
-        return best_gpu, best, gpu_pages
+        return best_gpu, best, gpu_pages, depth
 
     def _load_back(self, best: _Node) -> int:
         """`load_back`: the host-only nodes from `best` up onto the GPU; pages loaded."""
@@ -547,10 +569,84 @@ class HiCacheTree:
             self._update_sets(node)
             self._count_hit(leaf, locked)
 
-    def request(self, start: int, full: int, cap: int, prompt_tokens: int) -> tuple[int, int]:
-        """Replay one admitted request: (GPU hit pages, host pages loaded back)."""
-        best_gpu, best, gpu_pages = self._lookup(start, cap) if cap else (
-            self.root, self.root, 0)
+    # ---- storage -----------------------------------------------------------------------
+
+    def _prefetch(self, start: int, cap: int) -> tuple[int, int]:
+        """The arrival's lookup and `prefetch_from_storage`: (first page, pages) fetched
+        into the host under the deepest node matched."""
+        storage = self.storage
+        assert storage is not None
+        _, anchor, _, depth = self._lookup(start, cap)
+        if anchor is not self.root and not anchor.host:
+            return depth, 0
+        least = -(-SGLANG_PREFETCH_MIN_TOKENS // self.page)
+        if cap - depth < least:
+            return depth, 0
+        keys = self.ids[start + depth:start + cap].tolist()
+        found = 0
+        while found < len(keys) and keys[found] in storage.keys:
+            found += 1
+        if found < least:
+            return depth, 0
+        if anchor is not self.root:
+            anchor.host_lock += 1
+            self._update_sets(anchor)
+        if self.host_free < found:  # `allocate_storage_hit`
+            self._evict_host(found)
+            if self.host_free < found:
+                found = self.host_free if self.host_free >= least else 0
+        if found:
+            for key in keys[:found]:
+                storage.refresh(key)
+            storage.loaded += found
+            self.host_free -= found
+            self._insert_host(anchor, start + depth, found)
+        if anchor is not self.root:
+            anchor.host_lock -= 1
+            self._update_sets(anchor)
+        return depth, found
+
+    def _insert_host(self, anchor: _Node, src: int, pages: int) -> None:
+        """`insert_host`: the fetched pages as a host-only child of the anchor."""
+        self._stamp(anchor, self._tick())
+        first = int(self.ids[src])
+        # The lookup ended at the anchor, and this tree keeps no node without KV, so SGLang's
+        # walk down existing children (refilling such nodes) has nothing to walk.
+        assert first not in anchor.children
+        node = self._new_node(anchor, src, pages)
+        node.host = True
+        node.host_use = self.now
+        anchor.children[first] = node
+        self._update_sets(node)
+        self._update_sets(anchor)
+
+    def _write_storage(self) -> None:
+        """The request's backups land in storage, in the order they were acknowledged, and
+        their nodes' host locks go."""
+        storage = self.storage
+        if storage is None:
+            return
+        storage.now = self.now
+        for src, pages in self.backed:
+            for key in self.ids[src:src + pages].tolist():
+                storage.use(key)
+        for node in self.writing:
+            node.host_lock -= 1
+            self._update_sets(node)
+        self.writing = []
+
+    # ---- one request -------------------------------------------------------------------
+
+    def request(self, start: int, full: int, cap: int, prompt_tokens: int
+                ) -> tuple[int, int, int]:
+        """Replay one admitted request: (GPU hit pages, host pages loaded back, of them
+        pages fetched from storage for it)."""
+        self.backed = []
+        span_start = fetched = 0
+        if self.storage is not None and cap:
+            span_start, fetched = self._prefetch(start, cap)
+        best_gpu, best, gpu_pages, _ = self._lookup(start, cap) if cap else (
+            self.root, self.root, 0, 0)
         loaded = 0
         anchor = best_gpu
         if best is not best_gpu:
@@ -565,12 +661,16 @@ class HiCacheTree:
         if need_tokens > self.gpu_free * self.page:
             self._make_room(need_tokens + self.page - 1)
         locked: list[_Node] = []
-        self.backed = []
         self._insert(start, full, locked)
         self._unlock(anchor)
         for node in locked:
             self._unlock(node)
-        return gpu_pages, loaded
+        self._write_storage()
+        # `split_cached_prefix_by_tier`: the fetched span, as far as the hit covers it; the
+        # host's own load-back is the rest.
+        stored = max(0, min(hit_pages, span_start + fetched) - span_start)
+        self.loaded -= stored
+        return gpu_pages, loaded, stored
 
 
 def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, ...],
@@ -578,43 +678,41 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
                         ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                    tuple[TierEvictions, ...]]:
     """GPU hit tokens, hit tokens per tier (host, then storage), the tiers' counters and
-    evictions of SGLang's HiCache with a GPU pool of `gpu_capacity_blocks` pages and the
-    host tier `tiers[0]` (chunks of one page); see the module docstring. With a host alone it
-    runs compiled (`sglang_tree_kernel.py`) unless `compiled` is off; storage tiers read each
-    request's backups, which the Python tree keeps."""
+    evictions of SGLang's HiCache with a GPU pool of `gpu_capacity_blocks` pages, the host tier
+    `tiers[0]` (chunks of one page) and at most one storage tier below it (SGLang has one
+    storage backend); see the module docstring. With a host alone it runs compiled
+    (`sglang_tree_kernel.py`) unless `compiled` is off; storage runs in the Python tree."""
     page = int(chains.block_size_tokens)
     if compiled and len(tiers) == 1:
         return _compiled(chains, refused, tiers[0], policy, gpu_capacity_blocks)
-    from yaotu_trace.prefix.tiers.sglang import storage_pass
-
+    assert len(tiers) <= 2 and all(int(t.chunk_tokens) == page for t in tiers)
+    storage = tiers[1] if len(tiers) > 1 else None
     tree = HiCacheTree(chains.ids, page, int(gpu_capacity_blocks), int(tiers[0].capacity_chunks),
-                       policy)
+                       policy, None if storage is None else int(storage.capacity_chunks))
     n = chains.num_requests
     offsets = chains.offsets
     ids = chains.ids
     gpu_hits = np.zeros(n, dtype=np.int64)
     host_hits = np.zeros(n, dtype=np.int64)
-    storage = len(tiers) > 1
-    backed: list[list[int]] = [[] for _ in range(n)] if storage else []
+    storage_hits = np.zeros(n, dtype=np.int64)
     for i in range(n):
         if refused[i]:
             continue
         tree.now = i
         start = int(offsets[i])
         full = int(offsets[i + 1]) - start
-        g, h = tree.request(start, full, int(chains.max_hit_blocks[i]),
-                            int(chains.prompt_tokens[i]))
+        g, h, s = tree.request(start, full, int(chains.max_hit_blocks[i]),
+                               int(chains.prompt_tokens[i]))
         gpu_hits[i] = g * page
-        host_hits[i] = h * page
-        if storage:
-            backed[i] = [int(k) for src, pages in tree.backed for k in ids[src:src + pages]]
+        host_hits[i] = (h - s) * page
+        storage_hits[i] = s * page
     host_counters = TierCounters(stored_chunks=tree.stored, evicted_chunks=tree.evicted,
                                  failed_stores=tree.failed, loaded_chunks=tree.loaded)
-    storage_hits, storage_counters, storage_evictions = storage_pass(
-        chains, refused, gpu_hits + host_hits, backed, tiers[1:])
-    return (gpu_hits, (host_hits, *storage_hits), (host_counters, *storage_counters),
-            (_host_evictions(ids, np.asarray(tree.records, dtype=np.int64).reshape(-1, 4)),
-             *storage_evictions))
+    host_evictions = _host_evictions(ids, np.asarray(tree.records, dtype=np.int64).reshape(-1, 4))
+    if tree.storage is None:
+        return gpu_hits, (host_hits,), (host_counters,), (host_evictions,)
+    return (gpu_hits, (host_hits, storage_hits), (host_counters, tree.storage.counters()),
+            (host_evictions, TierEvictions.of(tree.storage.records)))
 
 
 def _compiled(chains: BlockChains, refused: np.ndarray, host: TierSpec, policy: TierPolicy,
