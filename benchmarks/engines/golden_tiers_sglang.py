@@ -138,19 +138,9 @@ class HiCache:
         """(device hit tokens, host tokens loaded, refused rows) per request, in order."""
         from array import array
 
-        import torch
-        from sglang.srt.mem_cache.allocation import (
-            alloc_paged_token_slots_extend,
-            alloc_token_slots,
-        )
-        from sglang.srt.mem_cache.base_prefix_cache import (
-            InitLoadBackParams,
-            InsertParams,
-            MatchPrefixParams,
-        )
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
-        cache, allocator = self.cache, self.allocator
         page, pool = self.config.page_size, self.config.pool_tokens
         gpu: list[int] = []
         cpu: list[int] = []
@@ -163,51 +153,79 @@ class HiCache:
                 cpu.append(0)
                 continue
             tokens = array("q", prompt)
-            match = cache.match_prefix(MatchPrefixParams(
+            match = self.cache.match_prefix(MatchPrefixParams(
                 key=RadixKey(tokens, cache_salt=tenant, limit=n - 1)))
             device = int(match.device_prefix_len)
-            node = match.last_device_node
-            loaded = 0
-            if int(match.host_hit_length) > 0:
-                request = types.SimpleNamespace(
-                    rid=str(row), last_node=node, swa_host_hit_length=0,
-                    mamba_host_hit_length=0, kv=types.SimpleNamespace(mamba_pool_idx=None))
-                got = cache.init_load_back(InitLoadBackParams(
-                    best_match_node=match.best_match_node,
-                    host_hit_length=int(match.host_hit_length), req=request))
-                assert got is not None
-                loaded, node = got
-                cache.ready_to_load_host_cache()
-                for ack in list(cache.cache_controller.ack_load_queue):
-                    ack.finish_event.synchronize()
-                cache.loading_check()
-            hit = device + loaded
-            lock = cache.lock(node)
-            prefix = cache.path_device_indices(node)[:hit]
-            if page == 1:
-                new = alloc_token_slots(cache, n - hit)
-            else:
-                last = prefix[-1:] if hit else torch.full((1,), -1, dtype=torch.int64)
-                prefix_lens = torch.tensor([hit], dtype=torch.int64)
-                seq_lens = torch.tensor([n], dtype=torch.int64)
-                new = alloc_paged_token_slots_extend(cache, prefix_lens, prefix_lens,
-                                                     seq_lens, seq_lens,
-                                                     last.to(torch.int64), n - hit)
-            assert new is not None, (row, hit, n)
-            slots = torch.cat([prefix.to(torch.int64), new.to(torch.int64)])
-            key = RadixKey(tokens, cache_salt=tenant).page_aligned(page)
-            aligned = len(key)
-            cache.insert(InsertParams(key=key, value=slots[:aligned].clone(),
-                                      prev_prefix_len=hit, inserted_len=0, priority=0))
-            cache.unlock(lock)
-            allocator.free_segment(slots[aligned:n], start_pos=aligned)
-            cache.flush_pending_backups()
-            cache.writing_check(write_back=True)
-            held = cache.total_size()[0]
-            assert allocator.available_size() + held == pool, (row, held)
+            loaded, node = self.load_back(row, match)
+            self.admit(row, tenant, tokens, device + loaded, node)
             gpu.append(device)
             cpu.append(int(loaded))
         return gpu, cpu, refused
+
+    def load_back(self, row: int, match: Any) -> tuple[int, Any]:
+        """`init_load_back` of the host continuation `match` found, its load completed:
+        (host tokens loaded, the node the request's prefix ends at)."""
+        from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams
+
+        cache = self.cache
+        node = match.last_device_node
+        if int(match.host_hit_length) <= 0:
+            return 0, node
+        request = types.SimpleNamespace(
+            rid=str(row), last_node=node, swa_host_hit_length=0,
+            mamba_host_hit_length=0, kv=types.SimpleNamespace(mamba_pool_idx=None))
+        got = cache.init_load_back(InitLoadBackParams(
+            best_match_node=match.best_match_node,
+            host_hit_length=int(match.host_hit_length), req=request))
+        assert got is not None
+        loaded, node = got
+        cache.ready_to_load_host_cache()
+        for ack in list(cache.cache_controller.ack_load_queue):
+            ack.finish_event.synchronize()
+        cache.loading_check()
+        return int(loaded), node
+
+    def admit(self, row: int, tenant: str, tokens: Any, hit: int, node: Any) -> None:
+        """The rest of the prompt allocated (evicting), the page-aligned prompt inserted with
+        `hit` as its prefix and every backup completed (`writes_landed` after)."""
+        import torch
+        from sglang.srt.mem_cache.allocation import (
+            alloc_paged_token_slots_extend,
+            alloc_token_slots,
+        )
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        cache, allocator = self.cache, self.allocator
+        page, pool = self.config.page_size, self.config.pool_tokens
+        n = len(tokens)
+        lock = cache.lock(node)
+        prefix = cache.path_device_indices(node)[:hit]
+        if page == 1:
+            new = alloc_token_slots(cache, n - hit)
+        else:
+            last = prefix[-1:] if hit else torch.full((1,), -1, dtype=torch.int64)
+            prefix_lens = torch.tensor([hit], dtype=torch.int64)
+            seq_lens = torch.tensor([n], dtype=torch.int64)
+            new = alloc_paged_token_slots_extend(cache, prefix_lens, prefix_lens,
+                                                 seq_lens, seq_lens,
+                                                 last.to(torch.int64), n - hit)
+        assert new is not None, (row, hit, n)
+        slots = torch.cat([prefix.to(torch.int64), new.to(torch.int64)])
+        key = RadixKey(tokens, cache_salt=tenant).page_aligned(page)
+        aligned = len(key)
+        cache.insert(InsertParams(key=key, value=slots[:aligned].clone(),
+                                  prev_prefix_len=hit, inserted_len=0, priority=0))
+        cache.unlock(lock)
+        allocator.free_segment(slots[aligned:n], start_pos=aligned)
+        cache.flush_pending_backups()
+        cache.writing_check(write_back=True)
+        self.writes_landed(row)
+        held = cache.total_size()[0]
+        assert allocator.available_size() + held == pool, (row, held)
+
+    def writes_landed(self, row: int) -> None:
+        """Wait for writes below the host to land (a storage backend, in a subclass)."""
 
 
 def ours(path: Path, config: Config, host_tokens: int):  # type: ignore[no-untyped-def]

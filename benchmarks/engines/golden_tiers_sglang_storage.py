@@ -46,7 +46,6 @@ import shutil
 import sys
 import tempfile
 import time
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,20 +169,11 @@ class HiCacheStorage(HiCache):
         """(device, host, storage hit tokens, refused rows) per request, in order."""
         from array import array
 
-        import torch
         from sglang.srt.managers.schedule_batch import split_cached_prefix_by_tier
-        from sglang.srt.mem_cache.allocation import (
-            alloc_paged_token_slots_extend,
-            alloc_token_slots,
-        )
-        from sglang.srt.mem_cache.base_prefix_cache import (
-            InitLoadBackParams,
-            InsertParams,
-            MatchPrefixParams,
-        )
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
-        cache, allocator = self.cache, self.allocator
+        cache = self.cache
         page, pool = self.config.page_size, self.config.pool_tokens
         gpu: list[int] = []
         cpu: list[int] = []
@@ -203,53 +193,20 @@ class HiCacheStorage(HiCache):
             match = cache.match_prefix(MatchPrefixParams(
                 key=RadixKey(tokens, cache_salt=tenant, limit=n - 1)))
             device = int(match.device_prefix_len)
-            node = match.last_device_node
-            loaded = 0
-            if int(match.host_hit_length) > 0:
-                request = types.SimpleNamespace(
-                    rid=str(row), last_node=node, swa_host_hit_length=0,
-                    mamba_host_hit_length=0, kv=types.SimpleNamespace(mamba_pool_idx=None))
-                got = cache.init_load_back(InitLoadBackParams(
-                    best_match_node=match.best_match_node,
-                    host_hit_length=int(match.host_hit_length), req=request))
-                assert got is not None
-                loaded, node = got
-                cache.ready_to_load_host_cache()
-                for ack in list(cache.cache_controller.ack_load_queue):
-                    ack.finish_event.synchronize()
-                cache.loading_check()
+            loaded, node = self.load_back(row, match)
             hit = device + loaded
             split = split_cached_prefix_by_tier(
                 prefix_len=hit, host_hit_len=min(int(match.host_hit_length), loaded),
                 storage_hit_len=int(fetched), storage_hit_start=fetched_start)
-            lock = cache.lock(node)
-            prefix = cache.path_device_indices(node)[:hit]
-            if page == 1:
-                new = alloc_token_slots(cache, n - hit)
-            else:
-                last = prefix[-1:] if hit else torch.full((1,), -1, dtype=torch.int64)
-                prefix_lens = torch.tensor([hit], dtype=torch.int64)
-                seq_lens = torch.tensor([n], dtype=torch.int64)
-                new = alloc_paged_token_slots_extend(cache, prefix_lens, prefix_lens,
-                                                     seq_lens, seq_lens,
-                                                     last.to(torch.int64), n - hit)
-            assert new is not None, (row, hit, n)
-            slots = torch.cat([prefix.to(torch.int64), new.to(torch.int64)])
-            key = RadixKey(tokens, cache_salt=tenant).page_aligned(page)
-            aligned = len(key)
-            cache.insert(InsertParams(key=key, value=slots[:aligned].clone(),
-                                      prev_prefix_len=hit, inserted_len=0, priority=0))
-            cache.unlock(lock)
-            allocator.free_segment(slots[aligned:n], start_pos=aligned)
-            cache.flush_pending_backups()
-            cache.writing_check(write_back=True)
-            self._pump(self._storage_idle, f"request {row}'s storage writes")
-            held = cache.total_size()[0]
-            assert allocator.available_size() + held == pool, (row, held)
+            self.admit(row, tenant, tokens, hit, node)
             gpu.append(int(split[0]))
             cpu.append(int(split[1]))
             storage.append(int(split[2]))
         return gpu, cpu, storage, refused
+
+    def writes_landed(self, row: int) -> None:
+        """The request's storage writes, issued at each backup's acknowledgement, landed."""
+        self._pump(self._storage_idle, f"request {row}'s storage writes")
 
 
 def ours(path: Path, config: StorageConfig, host_tokens: int):  # type: ignore[no-untyped-def]
