@@ -112,6 +112,13 @@ def test_storage_serves_what_fell_out_of_the_host_when_the_host_has_room(
     assert result.tier_hit_tokens[1].tolist() == [0] * (len(prompts) - 1) + [fetched]
     assert result.gpu_hit_tokens.sum() == result.tier_hit_tokens[0].sum() == 0
     assert result.counters[1].loaded_chunks == fetched
+    # and the host's books balance: what it took in (backups and the pages fetched from the
+    # store alike, as vLLM counts a promotion) less what it dropped is what it holds
+    host = result.counters[0]
+    held = host.stored_chunks - host.evicted_chunks
+    assert fetched <= held <= host_tokens
+    if fetched:  # E's 300 pages and C's (299 fetched, its last one backed up): full
+        assert held == host_tokens
 
 
 def test_sglang_has_one_storage_backend() -> None:

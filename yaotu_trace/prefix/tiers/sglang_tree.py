@@ -600,6 +600,7 @@ class HiCacheTree:
                 storage.refresh(key)
             storage.loaded += found
             self.host_free -= found
+            self.stored += found  # written into the host, from below (as vLLM counts a promotion)
             self._insert_host(anchor, start + depth, found)
         if anchor is not self.root:
             anchor.host_lock -= 1
