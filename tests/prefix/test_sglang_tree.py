@@ -13,10 +13,15 @@ from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tiers
 from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.sglang_tree import replay_hicache_tree
+from yaotu_trace.prefix.tiers.spec import SGLANG_PREFETCH_MIN_TOKENS
 
 A = list(range(1, 13))  # 12 tokens
 B = list(range(101, 113))
+# What `replay_hicache_tree` returns: GPU hits, hits per tier, counters and evictions per tier.
+_Outcome = tuple[np.ndarray, tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                 tuple[TierEvictions, ...]]
 
 
 def _host(tokens: int, page: int = 1) -> TierSpec:
@@ -134,12 +139,13 @@ def test_sglang_has_one_storage_backend() -> None:
     assert "\n" not in str(caught.value)
 
 
-def _random_chains(seed: int, page: int, pool_pages: int):  # type: ignore[no-untyped-def]
+def _random_chains(seed: int, page: int, pool_pages: int,  # type: ignore[no-untyped-def]
+                   document_tokens: int = 120, documents: int = 5, requests: int = 400):
     rng = np.random.default_rng(seed)
-    documents = [rng.integers(0, 3, size=120).tolist() for _ in range(5)]
-    prompts = [documents[int(rng.integers(0, 5))][:int(rng.integers(0, 120))]
+    texts = [rng.integers(0, 3, size=document_tokens).tolist() for _ in range(documents)]
+    prompts = [texts[int(rng.integers(0, documents))][:int(rng.integers(0, document_tokens))]
                + rng.integers(0, 3, size=int(rng.integers(1, 30))).tolist()
-               for _ in range(400)]
+               for _ in range(requests)]
     tenants = rng.integers(0, 2, size=len(prompts)).tolist()
     rules = rules_for("sglang", block_size_tokens=page, capacity_blocks=pool_pages)
     return chains_of(prompts, rules, tenants), rules
@@ -160,9 +166,40 @@ def test_the_compiled_tree_equals_the_python_tree(policy: TierPolicy, seed: int,
     compiled = replay_hicache_tree(chains, refused, host, policy, pool_pages)
     python = replay_hicache_tree(chains, refused, host, policy, pool_pages, compiled=False)
     # THEN every request's GPU and host hits, the counters and every eviction agree
-    assert compiled[0].tolist() == python[0].tolist()
-    assert compiled[1][0].tolist() == python[1][0].tolist()
+    _assert_the_same_outcome(compiled, python)
     assert compiled[1][0].sum() > 0
+
+
+@pytest.mark.parametrize("policy", list(TierPolicy)[2:])
+@pytest.mark.parametrize(("seed", "page", "pool_pages", "host_pages", "store_pages"), [
+    (1, 1, 800, 600, 1000), (2, 1, 1000, 900, 100_000), (4, 4, 250, 300, 1000),
+    (5, 2, 450, 300, 700), (6, 2, 450, 200, 100),
+])
+def test_the_compiled_tree_equals_the_python_tree_with_storage(
+        policy: TierPolicy, seed: int, page: int, pool_pages: int, host_pages: int,
+        store_pages: int) -> None:
+    # GIVEN prompts over shared documents long enough to prefetch (256 tokens), hosts that
+    # cannot keep them all, and stores from too small to serve one prefetch to never full
+    chains, rules = _random_chains(seed, page, pool_pages, document_tokens=700, documents=6,
+                                   requests=300)
+    refused = refused_requests(chains, rules)
+    tiers = (_host(host_pages * page, page),
+             TierSpec(name=TierName.DISK, capacity_chunks=store_pages, chunk_tokens=page))
+    # WHEN the compiled pass and the Python tree replay them
+    compiled = replay_hicache_tree(chains, refused, tiers, policy, pool_pages)
+    python = replay_hicache_tree(chains, refused, tiers, policy, pool_pages, compiled=False)
+    # THEN every request's GPU, host and storage hits, both tiers' counters and every
+    # eviction agree
+    _assert_the_same_outcome(compiled, python)
+    # and storage serves whenever it can hold a prefetch, and evicts unless it is the largest
+    can_serve = store_pages * page >= SGLANG_PREFETCH_MIN_TOKENS
+    assert (compiled[1][1].sum() > 0) == can_serve
+    assert (compiled[2][1].evicted_chunks > 0) == (store_pages < 100_000)
+
+
+def _assert_the_same_outcome(compiled: _Outcome, python: _Outcome) -> None:
+    assert compiled[0].tolist() == python[0].tolist()
+    assert [h.tolist() for h in compiled[1]] == [h.tolist() for h in python[1]]
     assert compiled[2] == python[2]
     for mine, theirs in zip(compiled[3], python[3], strict=True):
         assert mine.key.tolist() == theirs.key.tolist()

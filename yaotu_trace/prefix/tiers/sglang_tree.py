@@ -49,8 +49,8 @@ in `mem_cache/unified_radix_cache.py`, `unified_cache/unified_tree_core.py` and
 Stamps are a counter advanced wherever SGLang reads its time counter
 (`get_and_increase_time_counter`), so they order as the engine's do. Held per request against
 SGLang 0.5.23 itself (`tests/fixtures/tiers_sglang`, storage included). `HiCacheTree` here is
-the reference; `sglang_tree_kernel.py` runs the same steps compiled (the host alone), held to
-it on random traces.
+the reference; `sglang_tree_kernel.py` runs the same steps compiled (storage included), held
+to it on random traces.
 """
 
 from __future__ import annotations
@@ -681,12 +681,12 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
     """GPU hit tokens, hit tokens per tier (host, then storage), the tiers' counters and
     evictions of SGLang's HiCache with a GPU pool of `gpu_capacity_blocks` pages, the host tier
     `tiers[0]` (chunks of one page) and at most one storage tier below it (SGLang has one
-    storage backend); see the module docstring. With a host alone it runs compiled
-    (`sglang_tree_kernel.py`) unless `compiled` is off; storage runs in the Python tree."""
+    storage backend); see the module docstring. It runs compiled (`sglang_tree_kernel.py`)
+    unless `compiled` is off."""
     page = int(chains.block_size_tokens)
-    if compiled and len(tiers) == 1:
-        return _compiled(chains, refused, tiers[0], policy, gpu_capacity_blocks)
     assert len(tiers) <= 2 and all(int(t.chunk_tokens) == page for t in tiers)
+    if compiled:
+        return _compiled(chains, refused, tiers, policy, gpu_capacity_blocks)
     storage = tiers[1] if len(tiers) > 1 else None
     tree = HiCacheTree(chains.ids, page, int(gpu_capacity_blocks), int(tiers[0].capacity_chunks),
                        policy, None if storage is None else int(storage.capacity_chunks))
@@ -716,31 +716,45 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
             (host_evictions, TierEvictions.of(tree.storage.records)))
 
 
-def _compiled(chains: BlockChains, refused: np.ndarray, host: TierSpec, policy: TierPolicy,
-              gpu_capacity_blocks: int,
+def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, ...],
+              policy: TierPolicy, gpu_capacity_blocks: int,
               ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[TierCounters, ...],
                          tuple[TierEvictions, ...]]:
-    """The tree with its host tier alone, compiled."""
+    """The tree compiled: the host tier, and the storage below it when there is one."""
     from yaotu_trace.prefix import memory
+    from yaotu_trace.prefix.tiers.lru_rows import outcome, rows
     from yaotu_trace.prefix.tiers.sglang_tree_kernel import hicache_tree_pass
 
     n = chains.num_requests
-    nodes = 3 * n + 2
-    memory.require(nodes * (20 + 4 + 16 + 2 + 5) * 8 + chains.num_distinct * 8,
+    has_storage = len(tiers) > 1
+    nodes = (5 if has_storage else 3) * n + 2  # a prefetch may split a node and add one
+    store_keys = int(chains.num_distinct) if has_storage else 0
+    memory.require(nodes * (20 + 4 + 16 + 2 + 5 + 3) * 8 + chains.num_distinct * 8
+                   + store_keys * 4 * 8,
                    f"SGLang's HiCache tree over {n:,} requests", "use a larger --block-size")
     page = int(chains.block_size_tokens)
-    gpu_pages, host_pages, counters, records = hicache_tree_pass(
+    st, _ = rows(store_keys, 1, 0, 0)
+    evictions = np.empty((1, 3, 1024), dtype=np.int64)  # the kernel grows it as it fills
+    (gpu_hit_pages, host_hit_pages, storage_hit_pages, counters, records, storage_counters,
+     evictions) = hicache_tree_pass(
         chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
         np.asarray(refused, dtype=np.bool_), np.int64(chains.num_distinct), np.int64(page),
-        np.int64(gpu_capacity_blocks), np.int64(host.capacity_chunks),
+        np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
         policy is TierPolicy.SGLANG_WRITE_BACK,
         np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
-        np.int64(SGLANG_LOAD_BACK_MIN_TOKENS))
+        np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
+        np.int64(tiers[1].capacity_chunks if has_storage else -1),
+        np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions)
     stored, evicted, loaded, failed = (int(c) for c in counters)
-    return (gpu_pages * page, (host_pages * page,),
-            (TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
-                          loaded_chunks=loaded),),
-            (_host_evictions(chains.ids, records),))
+    host_counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted,
+                                 failed_stores=failed, loaded_chunks=loaded)
+    host_evictions = _host_evictions(chains.ids, records)
+    if not has_storage:
+        return (gpu_hit_pages * page, (host_hit_pages * page,), (host_counters,),
+                (host_evictions,))
+    (store_counters,), (store_evictions,) = outcome(storage_counters, evictions)
+    return (gpu_hit_pages * page, (host_hit_pages * page, storage_hit_pages * page),
+            (host_counters, store_counters), (host_evictions, store_evictions))
 
 
 def _host_evictions(ids: np.ndarray, table: np.ndarray) -> TierEvictions:

@@ -7,7 +7,9 @@ insertion order (a Python dict's order, which SGLang's subtree walk follows), an
 page id the node whose key starts with it (ids are chained, so that node is unique). The two
 leaf sets keep lazy heaps by stamp, and `write_back`'s duplicates an append-only log in which
 an entry counts while its node still points at it (an insertion-ordered dict with lazy
-deletion, as SGLang's).
+deletion, as SGLang's). The storage below the host, when there is one, is an LRU of page keys
+in rows per key (`lru_rows.py`, as `PageLru` keeps them); a request's backups wait in `wr`
+(first page, pages, node) until its end, when they land in it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace._lists import append, heap_pop, heap_push, replace, unlink
+from yaotu_trace.prefix.tiers.lru_rows import EVICTED, LOADED, held, insert, lru_state, touch
 
 _ROOT = 0
 _DEPTH_STEP = 1 << 20
@@ -29,7 +32,11 @@ _S_CLOCK, _S_GFREE, _S_HFREE, _S_NEXT, _S_NOW, _S_STORED, _S_EVICTED, _S_LOADED 
 _S_GHN, _S_HHN, _S_DUPN, _S_NREC, _S_NLOCKED, _S_PAGE, _S_WB, _S_THRESHOLD = range(8, 16)
 _S_DUPHEAD = 16  # log entries before it are all dead
 _S_FAILED = 17  # backups the host could not make room for
-_SCALARS = 18
+_S_STORAGE = 18  # whether a storage tier lies below the host
+_S_NBACKED = 19  # backups this request (rows of `wr`)
+_S_STORAGE_NOW = 20  # the request the storage last took writes for (`PageLru.now`)
+_SCALARS = 21
+_STORAGE = 0  # the storage's LRU in the `lru_rows` state
 
 
 @nb.njit(cache=True, inline="always")
@@ -352,7 +359,7 @@ def _evict_host(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, needed):
 
 
 @nb.njit(cache=True)
-def _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, v):
+def _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, v):
     length = nd[v, _F_LEN]
     if sc[_S_HFREE] < length:
         needed = length - sc[_S_HFREE]
@@ -362,11 +369,19 @@ def _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, v):
     nd[v, _F_HOST] = 1
     nd[v, _F_HUSE] = sc[_S_NOW]
     sc[_S_STORED] += length
+    if sc[_S_STORAGE]:  # host-locked until its storage write lands
+        b = sc[_S_NBACKED]
+        wr[b, 0] = nd[v, _F_SRC]
+        wr[b, 1] = length
+        wr[b, 2] = v
+        sc[_S_NBACKED] = b + 1
+        nd[v, _F_HLOCK] += 1
+        _update_sets(nd, sc, gk, gv, hk, hv, v)
     return True
 
 
 @nb.njit(cache=True)
-def _write_through(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, scratch, locked, v):
+def _write_through(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, scratch, locked, v):
     n = 0
     scratch[n] = v
     n += 1
@@ -379,7 +394,7 @@ def _write_through(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, scratch, loc
         target = scratch[j]
         if nd[target, _F_HOST]:
             continue
-        if not _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, target):
+        if not _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, target):
             sc[_S_FAILED] += 1
             return
         _lock(nd, sc, gk, gv, hk, hv, target)
@@ -388,12 +403,13 @@ def _write_through(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, scratch, loc
 
 
 @nb.njit(cache=True)
-def _count_hit(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, scratch, locked, v):
+def _count_hit(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, scratch, locked, v):
     if sc[_S_WB] or not nd[v, _F_GPU]:
         return
     nd[v, _F_HITS] += 1
     if not nd[v, _F_HOST] and nd[v, _F_HITS] >= sc[_S_THRESHOLD]:
-        _write_through(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, scratch, locked, v)
+        _write_through(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, scratch, locked,
+                       v)
 
 
 @nb.njit(cache=True)
@@ -427,12 +443,12 @@ def _drop_subtree(nd, sc, gk, gv, hk, hv, child_of, ids, rec, stack, below, v):
 
 
 @nb.njit(cache=True)
-def _evict_leaf(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below, v):
+def _evict_leaf(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below, v):
     if nd[v, _F_HOST]:
         _demote(nd, sc, gk, gv, hk, hv, v)
     elif not sc[_S_WB]:
         _delete_gpu_leaf(nd, sc, gk, gv, hk, hv, child_of, ids, v)
-    elif _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, v):
+    elif _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, v):
         _track_duplicate(nd, sc, dup, v)
         _demote(nd, sc, gk, gv, hk, hv, v)
     else:
@@ -441,14 +457,15 @@ def _evict_leaf(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below, v
 
 
 @nb.njit(cache=True)
-def _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below, kept, tokens):
+def _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below, kept,
+               tokens):
     target = tokens // sc[_S_PAGE]
     n_kept = 0
     while sc[_S_GFREE] < target:
         v = _oldest(nd, sc, gk, gv, _F_INGPU, _S_GHN)
         if v < 0:
             break
-        _evict_leaf(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below, v)
+        _evict_leaf(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below, v)
         if nd[v, _F_ALIVE] and nd[v, _F_INGPU]:
             kept[n_kept] = v
             n_kept += 1
@@ -456,13 +473,125 @@ def _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below, ke
         _push(nd, sc, gk, gv, _F_INGPU, _S_GHN, kept[j])
 
 
+@nb.njit(cache=True)
+def _lookup(nd, sc, gk, gv, hk, hv, dup, child_of, ids, start, cap):
+    """(deepest node on the GPU, deepest node on the GPU or host, GPU pages, pages matched)."""
+    node = _ROOT
+    best = _ROOT
+    best_gpu = _ROOT
+    gpu_run = 0
+    depth = 0
+    while depth < cap:
+        c = _child(nd, child_of, node, ids[start + depth])
+        if c < 0 or (not nd[c, _F_GPU] and not nd[c, _F_HOST]):
+            break
+        m = _matched(nd, ids, c, start, depth, cap - depth)
+        split = m < nd[c, _F_LEN]
+        if split:
+            c = _split(nd, sc, gk, gv, hk, hv, dup, child_of, ids, c, m)
+        node = c
+        depth += m
+        best = node
+        if nd[node, _F_GPU]:
+            best_gpu = node
+            gpu_run = depth
+        if split:
+            break
+    stamp = _tick(sc)
+    cur = best
+    while cur != _ROOT:
+        _stamp(nd, sc, gk, gv, hk, hv, cur, stamp)
+        stamp -= 1
+        cur = nd[cur, _F_PARENT]
+    return best_gpu, best, gpu_run, depth
+
+
+@nb.njit(cache=True)
+def _insert_host(nd, sc, gk, gv, hk, hv, child_of, ids, anchor, src, pages):
+    """The fetched pages as a host-only child of the anchor (the lookup ended there)."""
+    _stamp(nd, sc, gk, gv, hk, hv, anchor, _tick(sc))
+    v = _new_node(nd, sc, anchor, src, pages)
+    nd[v, _F_HOST] = 1
+    nd[v, _F_HUSE] = sc[_S_NOW]
+    _append_child(nd, anchor, v)
+    child_of[ids[src]] = v
+    _update_sets(nd, sc, gk, gv, hk, hv, v)
+    _update_sets(nd, sc, gk, gv, hk, hv, anchor)
+
+
+@nb.njit(cache=True)
+def _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, st, ends, lru_counters,
+              start, cap, least_pages):
+    """(first page, pages) fetched from storage into the host under the deepest node
+    matched."""
+    _, anchor, _, depth = _lookup(nd, sc, gk, gv, hk, hv, dup, child_of, ids, start, cap)
+    if anchor != _ROOT and not nd[anchor, _F_HOST]:
+        return depth, 0
+    if cap - depth < least_pages:
+        return depth, 0
+    found = 0
+    while depth + found < cap and held(st, _STORAGE, ids[start + depth + found]):
+        found += 1
+    if found < least_pages:
+        return depth, 0
+    if anchor != _ROOT:
+        nd[anchor, _F_HLOCK] += 1
+        _update_sets(nd, sc, gk, gv, hk, hv, anchor)
+    if sc[_S_HFREE] < found:
+        _evict_host(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, found)
+        if sc[_S_HFREE] < found:
+            found = sc[_S_HFREE] if sc[_S_HFREE] >= least_pages else 0
+    if found:
+        for j in range(found):
+            touch(st, ends, _STORAGE, ids[start + depth + j], sc[_S_STORAGE_NOW])
+        lru_counters[_STORAGE, LOADED] += found
+        sc[_S_HFREE] -= found
+        sc[_S_STORED] += found
+        _insert_host(nd, sc, gk, gv, hk, hv, child_of, ids, anchor, start + depth, found)
+    if anchor != _ROOT:
+        nd[anchor, _F_HLOCK] -= 1
+        _update_sets(nd, sc, gk, gv, hk, hv, anchor)
+    return depth, found
+
+
+@nb.njit(cache=True)
+def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size, capacity, lru_counters,
+                   evictions):
+    """The request's backups land in storage in the order they were acknowledged (a page
+    already stored refreshed), and their nodes' host locks go. Returns the eviction room,
+    doubled when an insert could overflow it (how many a trace evicts is not known ahead, and
+    a bound would be twice its pages)."""
+    now = sc[_S_NOW]
+    sc[_S_STORAGE_NOW] = now
+    for b in range(sc[_S_NBACKED]):
+        for key in ids[wr[b, 0]:wr[b, 0] + wr[b, 1]]:
+            if held(st, _STORAGE, key):
+                touch(st, ends, _STORAGE, key, now)
+                continue
+            if lru_counters[_STORAGE, EVICTED] == evictions.shape[2]:
+                grown = np.empty((1, 3, 2 * evictions.shape[2]), dtype=np.int64)
+                grown[:, :, :evictions.shape[2]] = evictions
+                evictions = grown
+            insert(st, ends, size, capacity, lru_counters, evictions, _STORAGE, key, now)
+    for b in range(sc[_S_NBACKED]):
+        v = wr[b, 2]
+        nd[v, _F_HLOCK] -= 1
+        _update_sets(nd, sc, gk, gv, hk, hv, v)
+    sc[_S_NBACKED] = 0
+    return evictions
+
+
 @nb.njit(cache=True, nogil=True)
 def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinct, page,
-                      gpu_pages, host_pages, write_back, threshold, load_back_min_tokens):
-    """Returns (GPU hit pages, host pages loaded, counters [stored, evicted, loaded, failed],
-    host eviction records [first page, pages, request, last use])."""
+                      gpu_pages, host_pages, write_back, threshold, load_back_min_tokens,
+                      storage_pages, prefetch_min_tokens, st, evictions):
+    """Returns (GPU hit pages, host pages loaded, of them pages fetched from storage, counters
+    [stored, evicted, loaded, failed], host eviction records [first page, pages, request, last
+    use], the storage's `lru_rows` counters and evictions). `storage_pages` < 0: no storage;
+    else `st` holds its rows (`lru_rows.rows`) and `evictions` (1 × 3 × any) the room for its
+    evictions to start with."""
     n = len(offsets) - 1
-    max_nodes = 3 * n + 2
+    max_nodes = (5 if storage_pages >= 0 else 3) * n + 2  # a prefetch adds a split and a node
     nd = np.zeros((max_nodes, _FIELDS), dtype=np.int64)
     sc = np.zeros(_SCALARS, dtype=np.int64)
     heap_size = 4 * max_nodes + 4096
@@ -473,17 +602,23 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
     dup = np.empty(2 * max_nodes + 1024, dtype=np.int64)
     child_of = np.zeros(max(num_distinct, 1), dtype=np.int64)  # 0: no node (the root)
     rec = np.empty((max_nodes, 4), dtype=np.int64)
+    wr = np.empty((max_nodes if storage_pages >= 0 else 1, 3), dtype=np.int64)
     scratch = np.empty(max_nodes, dtype=np.int64)
     locked = np.empty(max_nodes, dtype=np.int64)
     stack = np.empty(max_nodes, dtype=np.int64)
     below = np.empty(max_nodes, dtype=np.int64)
     kept = np.empty(max_nodes, dtype=np.int64)
+    ends, size, lru_counters, _ = lru_state(1, 0)
+    capacity = np.full(1, storage_pages, dtype=np.int64)
+    least_pages = -(-prefetch_min_tokens // page)
     sc[_S_GFREE] = gpu_pages
     sc[_S_HFREE] = host_pages
     sc[_S_NEXT] = 1
     sc[_S_PAGE] = page
     sc[_S_WB] = 1 if write_back else 0
     sc[_S_THRESHOLD] = threshold
+    sc[_S_STORAGE] = 1 if storage_pages >= 0 else 0
+    sc[_S_STORAGE_NOW] = -1
     nd[_ROOT, _F_GPU] = 1
     nd[_ROOT, _F_LOCK] = 1
     nd[_ROOT, _F_ALIVE] = 1
@@ -492,6 +627,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
     nd[_ROOT, _F_DUP] = -1
     gpu_hit = np.zeros(n, dtype=np.int64)
     host_hit = np.zeros(n, dtype=np.int64)
+    storage_hit = np.zeros(n, dtype=np.int64)
     for i in range(n):
         if refused[i]:
             continue
@@ -499,35 +635,17 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
         start = offsets[i]
         full = offsets[i + 1] - start
         cap = max_hit[i]
-        # lookup
-        best = _ROOT
+        span_start = 0
+        fetched = 0
+        if sc[_S_STORAGE] and cap > 0:
+            span_start, fetched = _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, st,
+                                            ends, lru_counters, start, cap, least_pages)
         best_gpu = _ROOT
+        best = _ROOT
         gpu_run = 0
         if cap > 0:
-            node = _ROOT
-            depth = 0
-            while depth < cap:
-                c = _child(nd, child_of, node, ids[start + depth])
-                if c < 0 or (not nd[c, _F_GPU] and not nd[c, _F_HOST]):
-                    break
-                m = _matched(nd, ids, c, start, depth, cap - depth)
-                split = m < nd[c, _F_LEN]
-                if split:
-                    c = _split(nd, sc, gk, gv, hk, hv, dup, child_of, ids, c, m)
-                node = c
-                depth += m
-                best = node
-                if nd[node, _F_GPU]:
-                    best_gpu = node
-                    gpu_run = depth
-                if split:
-                    break
-            stamp = _tick(sc)
-            cur = best
-            while cur != _ROOT:
-                _stamp(nd, sc, gk, gv, hk, hv, cur, stamp)
-                stamp -= 1
-                cur = nd[cur, _F_PARENT]
+            best_gpu, best, gpu_run, _ = _lookup(nd, sc, gk, gv, hk, hv, dup, child_of, ids,
+                                                 start, cap)
         # load-back of the host continuation
         loaded = 0
         anchor = best_gpu
@@ -542,8 +660,8 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
                 cur = nd[cur, _F_PARENT]
             if pages * page >= max(1, load_back_min_tokens):
                 if sc[_S_GFREE] < pages:
-                    _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below,
-                               kept, pages * page)
+                    _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack,
+                               below, kept, pages * page)
                 if sc[_S_GFREE] >= pages:
                     _unlock(nd, sc, gk, gv, hk, hv, best)
                     n_nodes = 0
@@ -569,14 +687,12 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
             if loaded:
                 anchor = best
                 sc[_S_LOADED] += loaded
-        gpu_hit[i] = gpu_run
-        host_hit[i] = loaded
         # allocation
         _lock(nd, sc, gk, gv, hk, hv, anchor)
         extra = page if page > 1 else 0
         need = prompt_tokens[i] - (gpu_run + loaded) * page + extra
         if need > sc[_S_GFREE] * page:
-            _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, stack, below, kept,
+            _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below, kept,
                        need + page - 1)
         # insert
         sc[_S_NLOCKED] = 0
@@ -597,7 +713,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
                 if write_back:
                     _track_duplicate(nd, sc, dup, c)
                 _update_sets(nd, sc, gk, gv, hk, hv, nd[c, _F_PARENT])
-            _count_hit(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, scratch, locked, c)
+            _count_hit(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, scratch, locked, c)
             node = c
             depth += m
         if depth < full:
@@ -608,10 +724,21 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
             child_of[ids[start + depth]] = leaf
             _update_sets(nd, sc, gk, gv, hk, hv, leaf)
             _update_sets(nd, sc, gk, gv, hk, hv, node)
-            _count_hit(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, scratch, locked, leaf)
+            _count_hit(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, scratch, locked,
+                       leaf)
         _unlock(nd, sc, gk, gv, hk, hv, anchor)
         for j in range(sc[_S_NLOCKED]):
             _unlock(nd, sc, gk, gv, hk, hv, locked[j])
+        if sc[_S_STORAGE]:
+            evictions = _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size,
+                                       capacity, lru_counters, evictions)
+        # The fetched span, as far as the hit covers it, is storage's; the rest the host's.
+        stored = max(0, min(gpu_run + loaded, span_start + fetched) - span_start)
+        sc[_S_LOADED] -= stored
+        gpu_hit[i] = gpu_run
+        host_hit[i] = loaded - stored
+        storage_hit[i] = stored
     counters = np.array([sc[_S_STORED], sc[_S_EVICTED], sc[_S_LOADED], sc[_S_FAILED]],
                         dtype=np.int64)
-    return gpu_hit, host_hit, counters, rec[:sc[_S_NREC]].copy()
+    return (gpu_hit, host_hit, storage_hit, counters, rec[:sc[_S_NREC]].copy(),
+            lru_counters, evictions)
