@@ -126,6 +126,32 @@ def test_storage_serves_what_fell_out_of_the_host_when_the_host_has_room(
         assert held == host_tokens
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_page_read_from_storage_was_last_used_by_the_request_that_read_it(
+        compiled: bool) -> None:
+    # GIVEN a store of 900 one-token pages filled by C, D, E; C returns and is read from the
+    # store (request 3); F, G and H then write 300 new pages each, so the store drops D, E and
+    # at last C
+    F, G, H = (list(range(base, base + 300)) for base in (4000, 5000, 6000))
+    rules = rules_for("sglang", block_size_tokens=1, capacity_blocks=300)
+    chains = chains_of([C, D, E, C, F, G, H], rules)
+    store = TierSpec(name=TierName.DISK, capacity_chunks=900, chunk_tokens=1)
+    refused = refused_requests(chains, rules)
+    # WHEN the tree replays them
+    _, hits, _, evictions = replay_hicache_tree(chains, refused, (_host(600), store),
+                                                TierPolicy.SGLANG_WRITE_THROUGH, 300,
+                                                compiled=compiled)
+    assert hits[1].tolist() == [0, 0, 0, 299, 0, 0, 0]
+    # THEN C's pages leave the store at H's writes, last used by request 3, which read them
+    # (its last page, recomputed and written again, too)
+    c_keys = set(chains.ids[chains.offsets[0]:chains.offsets[1]].tolist())
+    dropped = evictions[1]
+    of_c = np.isin(dropped.key, list(c_keys))
+    assert of_c.sum() == 300
+    assert set(dropped.request[of_c].tolist()) == {6}
+    assert set(dropped.last_use_request[of_c].tolist()) == {3}
+
+
 def test_sglang_has_one_storage_backend() -> None:
     # GIVEN SGLang's own pool with a disk and a remote tier below its host
     rules = rules_for("sglang", block_size_tokens=1, capacity_blocks=300)

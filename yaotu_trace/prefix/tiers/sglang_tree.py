@@ -596,6 +596,7 @@ class HiCacheTree:
             if self.host_free < found:
                 found = self.host_free if self.host_free >= least else 0
         if found:
+            storage.now = self.now  # the pages are read for this request
             for key in keys[:found]:
                 storage.refresh(key)
             storage.loaded += found

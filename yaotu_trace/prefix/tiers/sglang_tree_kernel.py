@@ -34,8 +34,7 @@ _S_DUPHEAD = 16  # log entries before it are all dead
 _S_FAILED = 17  # backups the host could not make room for
 _S_STORAGE = 18  # whether a storage tier lies below the host
 _S_NBACKED = 19  # backups this request (rows of `wr`)
-_S_STORAGE_NOW = 20  # the request the storage last took writes for (`PageLru.now`)
-_SCALARS = 21
+_SCALARS = 20
 _STORAGE = 0  # the storage's LRU in the `lru_rows` state
 
 
@@ -543,7 +542,7 @@ def _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, st, ends, lru_cou
             found = sc[_S_HFREE] if sc[_S_HFREE] >= least_pages else 0
     if found:
         for j in range(found):
-            touch(st, ends, _STORAGE, ids[start + depth + j], sc[_S_STORAGE_NOW])
+            touch(st, ends, _STORAGE, ids[start + depth + j], sc[_S_NOW])
         lru_counters[_STORAGE, LOADED] += found
         sc[_S_HFREE] -= found
         sc[_S_STORED] += found
@@ -562,7 +561,6 @@ def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size, capacity, lr
     doubled when an insert could overflow it (how many a trace evicts is not known ahead, and
     a bound would be twice its pages)."""
     now = sc[_S_NOW]
-    sc[_S_STORAGE_NOW] = now
     for b in range(sc[_S_NBACKED]):
         for key in ids[wr[b, 0]:wr[b, 0] + wr[b, 1]]:
             if held(st, _STORAGE, key):
@@ -618,7 +616,6 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
     sc[_S_WB] = 1 if write_back else 0
     sc[_S_THRESHOLD] = threshold
     sc[_S_STORAGE] = 1 if storage_pages >= 0 else 0
-    sc[_S_STORAGE_NOW] = -1
     nd[_ROOT, _F_GPU] = 1
     nd[_ROOT, _F_LOCK] = 1
     nd[_ROOT, _F_ALIVE] = 1
