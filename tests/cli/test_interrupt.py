@@ -374,6 +374,12 @@ def test_where_a_keyboard_interrupt_is_raised() -> None:
     # what numba's callback calls (cloudpickle) waits for the callback's caller too
     unpickle = _function_in("numba.core.serialize", "_numba_unpickle")
     assert unpickle(lambda: _resume_in("cloudpickle.cloudpickle")) is here
+    # a worker's launch (`--jobs`): what it calls to write the new process its orders waits
+    # for the launch to end, so the worker never reads half of them
+    launch = _function_in("multiprocessing.context", "_Popen")
+    assert launch(lambda: _resume_in("multiprocessing.reduction", "dump")) is here
+    # but a wait on the workers' pipes stays interruptible
+    assert _resume_in("multiprocessing.connection", "wait").f_code.co_name == "wait"  # type: ignore[union-attr]
     assert interrupts.resume_frame(None) is None
 
 

@@ -26,6 +26,11 @@ has the interrupt raised at the next line of the first frame up the stack that i
 - In a finalizer (`__del__`), where an exception is printed as "Exception ignored" and lost.
 - In the temp-file steps of an atomic write (`tempfile`, `yaotu_trace.files` itself), between
   the temp file's creation and the `try` whose `finally` removes it.
+- In a worker's launch (`multiprocessing.context`'s `_Popen`, `--jobs`): the new process reads
+  what this one writes it (how to start, what to run) as it starts; cut short, it fails to
+  read it and prints a traceback ("EOFError: Ran out of input") beside this run's silent exit.
+  The worker's signals are blocked meanwhile, but a process-directed signal may reach another
+  thread (Arrow's, numba's), whose C handler still sets the flag the main thread acts on.
 
 The deferred interrupt is raised by a trace function set on that frame (tracing is on only
 until it fires): posting the signal again instead would be handled at the next check, which in
@@ -53,10 +58,11 @@ if TYPE_CHECKING:
 _UNSAFE_MODULES = frozenset({"tempfile", "yaotu_trace.files"})
 # Packages whose frames may sit below C code that cannot take an exception: an interrupt in
 # them, or in anything they call, waits for their caller. The import machinery's frames count:
-# the module being imported may be a C extension's.
+# the module being imported may be a C extension's. A worker's launch counts: the process it
+# starts reads its orders from a pipe that an interrupt would leave half written.
 _CALLBACK_PACKAGES = ("numba.core.serialize", "llvmlite", "_frozen_importlib",
                       "_frozen_importlib_external", "importlib._bootstrap",
-                      "importlib._bootstrap_external")
+                      "importlib._bootstrap_external", "multiprocessing.context")
 
 
 class _State:
