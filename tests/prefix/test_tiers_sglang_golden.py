@@ -45,6 +45,18 @@ def _chains(trace: str, page: int, pool_pages: int) -> tuple[BlockChains, Replay
     return prepare(read_trace(FIXTURES / _fixture_path(trace))).chains(rules), rules
 
 
+def _case(fixture: str, index: int) -> tuple[dict, BlockChains, ReplayRules, TierSpec]:
+    """One recorded configuration: its record, the chains and rules of SGLang's pool, and the
+    host tier it ran."""
+    document = golden_document(DATA / fixture)
+    config = document["configs"][index]
+    page = config["page_size"]
+    chains, rules = _chains(document["trace"], page, config["pool_tokens"] // page)
+    host = TierSpec(name=TierName.CPU, capacity_chunks=config["host_tokens"] // page,
+                    chunk_tokens=page)
+    return config, chains, rules, host
+
+
 def _fixture_path(trace: str) -> str:
     """Fixtures name their trace from tests/fixtures (older ones by file name alone)."""
     return trace if "/" in trace else f"engines/{trace}"
@@ -64,14 +76,9 @@ def test_tiers_sglang_golden_fixtures_cover_policies_and_sizes() -> None:
 @pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN))
 def test_tiers_sglang_equals_hicache_per_request(fixture: str, index: int) -> None:
     # GIVEN one configuration SGLang's HiCache replayed
-    document = golden_document(DATA / fixture)
-    config = document["configs"][index]
-    page = config["page_size"]
-    chains, rules = _chains(document["trace"], page, config["pool_tokens"] // page)
-    tier = TierSpec(name=TierName.CPU, capacity_chunks=config["host_tokens"] // page,
-                    chunk_tokens=page)
+    config, chains, rules, host = _case(fixture, index)
     # WHEN the tiered replay runs it under the same write policy
-    result = replay_tiers(chains, rules, (tier,), TierPolicy(config["write_policy"]))
+    result = replay_tiers(chains, rules, (host,), TierPolicy(config["write_policy"]))
     # THEN it refuses what SGLang refuses
     assert np.flatnonzero(result.refused).tolist() == config["refused"]
     # and every request's GPU hit and host load-back are SGLang's
@@ -120,14 +127,9 @@ def test_tiers_sglang_storage_fixtures_cover_policies_hosts_and_stores() -> None
 @pytest.mark.parametrize(("fixture", "index"), golden_cases(STORAGE))
 def test_tiers_sglang_storage_equals_hicache_per_request(fixture: str, index: int) -> None:
     # GIVEN one configuration SGLang's HiCache ran with its file storage backend below the host
-    document = golden_document(DATA / fixture)
-    config = document["configs"][index]
-    page = config["page_size"]
-    chains, rules = _chains(document["trace"], page, config["pool_tokens"] // page)
-    tiers = (TierSpec(name=TierName.CPU, capacity_chunks=config["host_tokens"] // page,
-                      chunk_tokens=page),
-             TierSpec(name=TierName.DISK, capacity_chunks=config["storage_pages"],
-                      chunk_tokens=page))
+    config, chains, rules, host = _case(fixture, index)
+    tiers = (host, TierSpec(name=TierName.DISK, capacity_chunks=config["storage_pages"],
+                            chunk_tokens=config["page_size"]))
     # WHEN the tiered replay runs it with the store as its disk tier, under the same policy
     result = replay_tiers(chains, rules, tiers, TierPolicy(config["write_policy"]))
     # THEN every request's refusal, GPU hit, host load-back and storage hit are SGLang's
