@@ -10,15 +10,22 @@ whether that request has seen it. A rank (a, b) is packed as a·2^21 + b: a requ
 insert gives (R, 2^21 − 2 − j) for its chunk j (the tail below the head, as vLLM's
 (R, −position)), its finish (counter, 2^21 − 1).
 
-vLLM keeps the evictable keys in a lazy heap; here they are in rank order without one. Every
-rank's first part is a value of one counter, so the resident keys sit in one linked list per
-value (a bucket), sorted by rank: an eviction takes keys from the lowest bucket up, passing over
-a key a transfer of this step holds (a load pins it, a store leaves it pending until the step
-ends), and a raise moves a key into the list of its new rank. The order is the heap's, with no
-stale entries to pop. A key's whole state is one 64-byte row, so a chunk touched costs one
-cache line, not one per array (the pass is bound by memory). With one allocation for the large
-arrays (`vllm_offload_pass`) the pass went from 0.061 s to 0.021 s on the Mooncake
-conversation trace (`benchmarks/tiers.py`).
+vLLM keeps the evictable keys in a lazy heap; here they are in rank order without one: one
+list of the resident keys, sorted by rank. Every rank's first part is a value of one counter,
+and only two requests are live at a time, so only their two ranks hold more than one key: a
+finish gives each key a counter value of its own, the highest yet, and puts it on the most
+recent end. Each live request's keys lie together (its segment), under a marker row ranked
+just above them, put on the most recent end when the request gets its rank and taken out at
+its finish, when its segment is empty; a raise moves a key into the segment of the request
+that raised it, searched from the segment's lowest row (or from the key raised just before).
+An eviction takes keys from the least recent end up, passing over a key a transfer of this
+step holds (a load pins it, a store leaves it pending until the step ends) and the markers.
+The order is the heap's, with no stale entries to pop, and the memory is the keys' rows:
+a list per counter value (a bucket each) cost two words per chunk of the trace, 1 GB on
+1e9 tokens. A key's whole state is one 64-byte row, so a chunk touched costs one cache line,
+not one per array (the pass is bound by memory). With one allocation for the large arrays
+(`vllm_offload_pass`) the pass went from 0.061 s to 0.021 s on the Mooncake conversation
+trace, and with one list to 0.011 s (`benchmarks/tiers.py`).
 """
 
 from __future__ import annotations
@@ -43,44 +50,64 @@ _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is
 # Columns of a key's row.
 _RANK, _SEEN0, _SEEN1, _STAMP, _LAST, _NEXT, _PREV, _HELD = range(8)
 _FREE, _PINNED, _PENDING = -1, 1, 2  # the values of _HELD
-# Slots of the scalars array.
-_COUNTER, _LOW, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL = range(9)
+# Slots of the scalars array: counters, the list's ends (least, most recent) and the lowest
+# row of each live request's segment (its marker when empty).
+(_COUNTER, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL, _BOTTOM, _TOP,
+ _LOW) = range(11)
+_SCALARS = _LOW + 2
 
 
 @nb.njit(cache=True, inline="always")
-def _unlink(st, head, tail, k):  # pragma: no cover - compiled
-    """Out of the list of its rank's bucket (its rank not yet changed)."""
-    b = st[k, _RANK] >> _SHIFT
+def _unlink(st, sc, k):  # pragma: no cover - compiled
+    """Out of the list (its rank not yet changed); a segment it was the lowest row of starts
+    at the row above it."""
     p = st[k, _PREV]
     q = st[k, _NEXT]
     if p >= 0:
         st[p, _NEXT] = q
     else:
-        head[b] = q
+        sc[_BOTTOM] = q
     if q >= 0:
         st[q, _PREV] = p
     else:
-        tail[b] = p
+        sc[_TOP] = p
+    if sc[_LOW] == k:
+        sc[_LOW] = q
+    elif sc[_LOW + 1] == k:
+        sc[_LOW + 1] = q
 
 
 @nb.njit(cache=True, inline="always")
-def _link(st, head, tail, sc, k, hint):  # pragma: no cover - compiled
-    """Into the list of its rank's bucket, in rank order. `hint`, the key linked just before
-    in the same pass, is where to start when it ranks above k in the same bucket (a request's
-    chunks come head to tail, each ranked below the last): one step toward the list's head.
-    Otherwise the search runs from the head, where a request's next chunk goes."""
+def _link_top(st, sc, k):  # pragma: no cover - compiled
+    """Onto the most recent end (its rank the highest yet)."""
+    t = sc[_TOP]
+    st[k, _PREV] = t
+    st[k, _NEXT] = -1
+    if t >= 0:
+        st[t, _NEXT] = k
+    else:
+        sc[_BOTTOM] = k
+    sc[_TOP] = k
+
+
+@nb.njit(cache=True, inline="always")
+def _link(st, sc, k, s, hint):  # pragma: no cover - compiled
+    """Into the segment of live request slot s (k's rank is that request's), in rank order.
+    `hint`, the key linked just before in the same pass, is where to start when it ranks
+    above k (a request's chunks come head to tail, each ranked below the last): one step
+    down. Otherwise the search runs up from the segment's lowest row, where a request's next
+    chunk goes; it stops at the segment's marker at the latest."""
     r = st[k, _RANK]
-    b = r >> _SHIFT
-    if hint >= 0 and st[hint, _RANK] > r and (st[hint, _RANK] >> _SHIFT) == b:
+    if hint >= 0 and st[hint, _RANK] > r and (st[hint, _RANK] >> _SHIFT) == (r >> _SHIFT):
         q = hint
         p = st[q, _PREV]
         while p >= 0 and st[p, _RANK] > r:
             q = p
             p = st[q, _PREV]
     else:
-        p = -1
-        q = head[b]
-        while q >= 0 and st[q, _RANK] < r:
+        q = sc[_LOW + s]
+        p = st[q, _PREV]
+        while st[q, _RANK] < r:
             p = q
             q = st[q, _NEXT]
     st[k, _PREV] = p
@@ -88,39 +115,43 @@ def _link(st, head, tail, sc, k, hint):  # pragma: no cover - compiled
     if p >= 0:
         st[p, _NEXT] = k
     else:
-        head[b] = k
-    if q >= 0:
-        st[q, _PREV] = k
-    else:
-        tail[b] = k
-    if b < sc[_LOW]:
-        sc[_LOW] = b
+        sc[_BOTTOM] = k
+    st[q, _PREV] = k
+    if q == sc[_LOW + s]:
+        sc[_LOW + s] = k
 
 
 @nb.njit(cache=True, inline="always")
-def _rerank(st, head, tail, sc, k, r, hint):  # pragma: no cover - compiled
-    """Give resident key k rank r, moving it into the list of its new rank."""
-    _unlink(st, head, tail, k)
+def _rerank(st, sc, k, r, s, hint):  # pragma: no cover - compiled
+    """Give resident key k rank r, in the segment of live request slot s."""
+    _unlink(st, sc, k)
     st[k, _RANK] = r
-    _link(st, head, tail, sc, k, hint)
+    _link(st, sc, k, s, hint)
 
 
 @nb.njit(cache=True, inline="always")
-def _request_rank(req_rank, sc, req):  # pragma: no cover - compiled
+def _request_rank(req_rank, st, sc, req, s):  # pragma: no cover - compiled
+    """The request's rank, given at its first call: the counter's next value, and its
+    segment's marker (ranked above every key of that rank) on the most recent end."""
     if req_rank[req] == 0:
         sc[_COUNTER] += 1
         req_rank[req] = sc[_COUNTER]
+        z = st.shape[0] - 2 + s
+        st[z, _RANK] = sc[_COUNTER] * _M + (_M - 1)
+        _link_top(st, sc, z)
+        sc[_LOW + s] = z
     return req_rank[req]
 
 
 @nb.njit(cache=True)
-def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, head, tail, sc,
+def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc,
             req_rank):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
     store records only new and ready keys; with `missing_only` every resident key is outside
     the call): keys new to the request raise their rank, the request's own rank given at its
     first new key. The request becomes each key's last use. Returns the keys not resident and
     the resident ones evictable."""
+    s = seen - _SEEN0
     r_req = -1
     hint = -1
     new = 0
@@ -141,23 +172,23 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, head, ta
             continue
         st[k, seen] = req
         if r_req < 0:
-            r_req = _request_rank(req_rank, sc, req)
+            r_req = _request_rank(req_rank, st, sc, req, s)
         r = r_req * _M + (_M - 2 - j)
         if resident and st[k, _RANK] < r:
-            _rerank(st, head, tail, sc, k, r, hint)
+            _rerank(st, sc, k, r, s, hint)
             hint = k
     return new, free
 
 
 @nb.njit(cache=True)
-def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, head, tail,
-           sc, req_rank, chosen, step_keys, evictions):  # pragma: no cover - compiled
+def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc,
+           req_rank, chosen, step_keys, evictions):  # pragma: no cover - compiled
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
     `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
     `evictions`: the key, the offering request, the key's last use. The chunks stored are the
     step's last keys (`_write_through` takes them to the tiers below)."""
-    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, head,
-                             tail, sc, req_rank)
+    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc,
+                             req_rank)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
@@ -175,26 +206,20 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
             if not missing_only or st[k, _RANK] < 0:
                 st[k, _STAMP] = call
     if needed > 0:
-        # The least recent evictable keys outside the offer, lowest bucket first.
-        b = sc[_LOW]
-        while b <= sc[_COUNTER] and head[b] < 0:
-            b += 1
-        sc[_LOW] = b
+        # The least recent evictable keys outside the offer (a marker is never free).
         got = 0
-        while got < needed and b <= sc[_COUNTER]:
-            k = head[b]
-            while k >= 0 and got < needed:
-                if st[k, _STAMP] != call and st[k, _HELD] == _FREE:
-                    chosen[got] = k
-                    got += 1
-                k = st[k, _NEXT]
-            b += 1
+        k = sc[_BOTTOM]
+        while k >= 0 and got < needed:
+            if st[k, _STAMP] != call and st[k, _HELD] == _FREE:
+                chosen[got] = k
+                got += 1
+            k = st[k, _NEXT]
         if got < needed:
             sc[_FAILED] += 1
             return False
         for c in range(got):
             k = chosen[c]
-            _unlink(st, head, tail, k)
+            _unlink(st, sc, k)
             st[k, _RANK] = -1
             e = sc[_EVICTED] + c
             evictions[0, e] = k
@@ -202,13 +227,14 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
             evictions[2, e] = st[k, _LAST]
         sc[_RESIDENT] -= got
         sc[_EVICTED] += got
-    r_req = _request_rank(req_rank, sc, req)
+    s = seen - _SEEN0
+    r_req = _request_rank(req_rank, st, sc, req, s)
     hint = -1
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
         if st[k, _RANK] < 0 and (call == 0 or st[k, _STAMP] == call):
             st[k, _RANK] = r_req * _M + (_M - 2 - j)
-            _link(st, head, tail, sc, k, hint)
+            _link(st, sc, k, s, hint)
             hint = k
             st[k, _HELD] = _PENDING
             step_keys[sc[_STEP]] = k
@@ -233,40 +259,32 @@ def _write_through(step_keys, stored_from, stored_to, lower, req):  # pragma: no
 
 
 @nb.njit(cache=True, inline="always")
-def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, head, tail,
-           sc, req_rank, chosen, step_keys, evictions, lower):  # pragma: no cover - compiled
+def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, req_rank,
+           chosen, step_keys, evictions, lower):  # pragma: no cover - compiled
     """`_store`, then what it stored written through to the tiers below."""
     stored_from = sc[_STEP]
-    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, head,
-                tail, sc, req_rank, chosen, step_keys, evictions)
+    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc,
+                req_rank, chosen, step_keys, evictions)
     if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
         _write_through(step_keys, stored_from, sc[_STEP], lower, req)
     return ok
 
 
 @nb.njit(cache=True)
-def _finish(ids, start, per_chunk, chunks, req, seen, st, head, tail, sc,
-            req_rank):  # pragma: no cover - compiled
-    """`on_request_finished`: every key the request saw, tail to head, most recent. Its own
-    bucket holds only keys it saw, each of which moves, so the bucket is emptied at once and
-    only keys a later request raised are unlinked one by one."""
-    own = req_rank[req]
+def _finish(ids, start, per_chunk, chunks, req, seen, st, sc, req_rank):  # pragma: no cover
+    """`on_request_finished`: every key the request saw, tail to head, most recent. Every key
+    of its segment is one it saw, so the segment is left empty and its marker goes."""
     for j in range(chunks - 1, -1, -1):
         k = chunk_key(ids, start, per_chunk, j)
         if st[k, seen] == req and st[k, _RANK] >= 0:
             sc[_COUNTER] += 1
-            r = sc[_COUNTER] * _M + (_M - 1)
-            if (st[k, _RANK] >> _SHIFT) != own:
-                _unlink(st, head, tail, k)
-            st[k, _RANK] = r
-            st[k, _PREV] = -1
-            st[k, _NEXT] = -1
-            b = r >> _SHIFT
-            head[b] = k
-            tail[b] = k
-    if own > 0:
-        head[own] = -1
-        tail[own] = -1
+            _unlink(st, sc, k)
+            st[k, _RANK] = sc[_COUNTER] * _M + (_M - 1)
+            _link_top(st, sc, k)
+    if req_rank[req] > 0:
+        s = seen - _SEEN0
+        _unlink(st, sc, st.shape[0] - 2 + s)
+        sc[_LOW + s] = -1
 
 
 @nb.njit(cache=True)
@@ -296,22 +314,20 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     n = offsets.size - 1
     keys = max(num_keys, 1)
     chunks = int(offsets[n]) // per_chunk
-    # The counter rises once per request and once per key a finish ranks: no more buckets.
-    buckets = n + chunks + 2
     # Stores: each request's chunks once, and once more each chunk promoted from below.
     room = (2 if lower_capacity else 1) * chunks + 1
-    work = np.empty(8 * keys + 2 * buckets + 3 * room, dtype=np.int64)
-    st = work[:8 * keys].reshape(keys, 8)
+    rows_st = keys + 2  # the keys' rows, then the two live requests' markers
+    work = np.empty(8 * rows_st + 3 * room, dtype=np.int64)
+    st = work[:8 * rows_st].reshape(rows_st, 8)
     st.fill(-1)  # not resident, not held, never seen
-    ends = work[8 * keys:8 * keys + 2 * buckets].reshape(2, buckets)
-    ends.fill(-1)
-    evictions = work[8 * keys + 2 * buckets:].reshape(3, room)
+    st[keys:, _HELD] = _PINNED  # a marker is never evicted
+    evictions = work[8 * rows_st:].reshape(3, room)
     lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity), 0,
                                        room)
     hits, stored, evicted, failed, loaded, lower_counters = _pass(
         offsets, np.asarray(ids, dtype=np.int64), np.asarray(gpu_hit_blocks, dtype=np.int64),
         np.asarray(refused, dtype=np.bool_), np.int64(per_chunk), np.int64(chunk_tokens),
-        np.int64(block), np.int64(capacity), st, ends, evictions, lower_rows,
+        np.int64(block), np.int64(capacity), st, evictions, lower_rows,
         np.asarray(lower_capacity, dtype=np.int64), lower_evictions)
     e = int(evicted)
     return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
@@ -320,14 +336,11 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          ends, evictions, lst, lcapacity, levictions):  # pragma: no cover - compiled
-    """`vllm_offload_pass` on its arrays: a row per key, the buckets' list ends (heads,
-    tails), a column per eviction, and the lower tiers' rows, sizes and evictions; returns the
-    lower tiers' counters last."""
+          evictions, lst, lcapacity, levictions):  # pragma: no cover - compiled
+    """`vllm_offload_pass` on its arrays: a row per key and two markers, a column per
+    eviction, and the lower tiers' rows, sizes and evictions; returns the lower tiers' counters
+    last."""
     n = offsets.size - 1
-    head = ends[0]
-    tail = ends[1]
-    buckets = head.size
     below = lcapacity.size
     lends, lsize, lcounters, _ = lru_state(below, 0)
     lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
@@ -335,8 +348,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     chosen = np.empty(max_chunks + 1, dtype=np.int64)
     step_keys = np.empty(3 * max_chunks + 3, dtype=np.int64)
     source = np.empty(max_chunks, dtype=np.int64)  # 0: the CPU tier, t + 1: lower tier t
-    sc = np.zeros(9, dtype=np.int64)
-    sc[_LOW] = buckets
+    sc = np.zeros(_SCALARS, dtype=np.int64)
+    sc[_BOTTOM:] = -1  # the list and the segments empty
     req_rank = np.zeros(n, dtype=np.int64)
     req_next = np.zeros(n, dtype=np.int64)
     req_failed = np.zeros(n, dtype=np.uint8)
@@ -373,7 +386,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             # Promoted into the CPU tier before they load (a step): the run loads up to the
             # first chunk that found no room.
             if _offer(ids, start, per_chunk, first, first + run, True, i, seen, capacity, st,
-                      head, tail, sc, req_rank, chosen, step_keys, evictions, lower):
+                      sc, req_rank, chosen, step_keys, evictions, lower):
                 for j in range(run):
                     if source[j] > 0:
                         k = chunk_key(ids, start, per_chunk, first + j)
@@ -392,13 +405,13 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 st[k, _HELD] = _PINNED
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
-            _access(ids, start, per_chunk, first, first + run, False, i, seen, st, head, tail,
-                    sc, req_rank)
+            _access(ids, start, per_chunk, first, first + run, False, i, seen, st, sc,
+                    req_rank)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
-            ok = _offer(ids, start, per_chunk, 0, chunks, False, i, seen, capacity, st, head,
-                        tail, sc, req_rank, chosen, step_keys, evictions, lower)
+            ok = _offer(ids, start, per_chunk, 0, chunks, False, i, seen, capacity, st, sc,
+                        req_rank, chosen, step_keys, evictions, lower)
             req_failed[i] = 0 if ok else 1
             if ok:
                 req_next[i] = chunks
@@ -407,15 +420,14 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             p_chunks = (offsets[prev + 1] - p_start) // per_chunk
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
                 _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, False, prev,
-                       prev_seen, capacity, st, head, tail, sc, req_rank, chosen, step_keys,
+                       prev_seen, capacity, st, sc, req_rank, chosen, step_keys,
                        evictions, lower)
-            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, head, tail, sc,
-                    req_rank)
+            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, req_rank)
         _end_step(step_keys, st, sc)
         if loaded > 0:
             if req_next[i] < chunks:
                 ok = _offer(ids, start, per_chunk, req_next[i], chunks, False, i, seen,
-                            capacity, st, head, tail, sc, req_rank, chosen, step_keys,
+                            capacity, st, sc, req_rank, chosen, step_keys,
                             evictions, lower)
                 req_failed[i] = 0 if ok else 1
                 if ok:
