@@ -36,15 +36,23 @@ class TierCounters:
                 "failed_stores": self.failed_stores, "loaded_chunks": self.loaded_chunks}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class TierEvictions:
     """Every chunk one tier evicted, in order (int64 arrays of one length): its key (the chain
     id of the chunk's last block, `BlockChains.ids`), the request whose store evicted it, and
-    the request that used it last (looked it up, loaded or offered it; −1: never)."""
+    the request that used it last (looked it up, loaded or offered it; −1: never).
 
-    key: np.ndarray
-    request: np.ndarray
-    last_use_request: np.ndarray
+    A tier that evicts a run of pages at once (SGLang drops a node) gives the runs
+    (`of_runs`), expanded into chunks when first read: at one token a page, 1e9 tokens through
+    a host tier evict about 4e8 pages, 10 GB of rows that a replay nobody asks for them of
+    need not hold."""
+
+    __slots__ = ("_columns", "_runs")
+
+    def __init__(self, *, key: np.ndarray, request: np.ndarray,
+                 last_use_request: np.ndarray) -> None:
+        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = (
+            key, request, last_use_request)
+        self._runs: tuple[np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def of(records: list[tuple[int, int, int]]) -> TierEvictions:
@@ -52,6 +60,48 @@ class TierEvictions:
         table = np.asarray(records, dtype=np.int64).reshape(-1, 3)
         return TierEvictions(key=table[:, 0].copy(), request=table[:, 1].copy(),
                              last_use_request=table[:, 2].copy())
+
+    @staticmethod
+    def of_runs(ids: np.ndarray, runs: np.ndarray) -> TierEvictions:
+        """From runs of a chain's consecutive pages, one row each: (the position in `ids` of
+        its first page, pages, evicting request, last use)."""
+        out = TierEvictions.__new__(TierEvictions)
+        out._columns = None
+        out._runs = (ids, np.asarray(runs, dtype=np.int64).reshape(-1, 4))
+        return out
+
+    def __len__(self) -> int:
+        if self._runs is not None:
+            return int(self._runs[1][:, 1].sum())
+        return len(self.key)
+
+    @property
+    def key(self) -> np.ndarray:
+        """Each evicted chunk's key."""
+        return self._expanded()[0]
+
+    @property
+    def request(self) -> np.ndarray:
+        """The request whose store evicted each chunk."""
+        return self._expanded()[1]
+
+    @property
+    def last_use_request(self) -> np.ndarray:
+        """The request that used each chunk last (−1: never)."""
+        return self._expanded()[2]
+
+    def _expanded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._columns is None:
+            assert self._runs is not None
+            ids, table = self._runs
+            pages = table[:, 1]
+            first = np.repeat(table[:, 0], pages)
+            first += np.arange(first.size, dtype=np.int64) - np.repeat(
+                np.cumsum(pages) - pages, pages)
+            self._columns = (np.asarray(ids, dtype=np.int64)[first],
+                             np.repeat(table[:, 2], pages), np.repeat(table[:, 3], pages))
+            self._runs = None
+        return self._columns
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -710,7 +710,7 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
         storage_hits[i] = s * page
     host_counters = TierCounters(stored_chunks=tree.stored, evicted_chunks=tree.evicted,
                                  failed_stores=tree.failed, loaded_chunks=tree.loaded)
-    host_evictions = _host_evictions(ids, np.asarray(tree.records, dtype=np.int64).reshape(-1, 4))
+    host_evictions = TierEvictions.of_runs(ids, np.asarray(tree.records, dtype=np.int64))
     if tree.storage is None:
         return gpu_hits, (host_hits,), (host_counters,), (host_evictions,)
     return (gpu_hits, (host_hits, storage_hits), (host_counters, tree.storage.counters()),
@@ -749,23 +749,10 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
     stored, evicted, loaded, failed = (int(c) for c in counters)
     host_counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted,
                                  failed_stores=failed, loaded_chunks=loaded)
-    host_evictions = _host_evictions(chains.ids, records)
+    host_evictions = TierEvictions.of_runs(chains.ids, records)
     if not has_storage:
         return (gpu_hit_pages * page, (host_hit_pages * page,), (host_counters,),
                 (host_evictions,))
     (store_counters,), (store_evictions,) = outcome(storage_counters, evictions)
     return (gpu_hit_pages * page, (host_hit_pages * page, storage_hit_pages * page),
             (host_counters, store_counters), (host_evictions, store_evictions))
-
-
-def _host_evictions(ids: np.ndarray, table: np.ndarray) -> TierEvictions:
-    """Per-node eviction records (first page, pages, evicting request, last use) as per-page
-    rows: each page's key, the evicting request and the request that last used the node's
-    host copy."""
-    pages = table[:, 1]
-    first = np.repeat(table[:, 0], pages)
-    within = np.arange(int(pages.sum()), dtype=np.int64) - np.repeat(
-        np.cumsum(pages) - pages, pages)
-    return TierEvictions(key=np.asarray(ids, dtype=np.int64)[first + within],
-                         request=np.repeat(table[:, 2], pages),
-                         last_use_request=np.repeat(table[:, 3], pages))
