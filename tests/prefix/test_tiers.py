@@ -17,6 +17,7 @@ from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.prefix.tiers import (
+    TierEvictions,
     TierName,
     TierPolicy,
     TierSpec,
@@ -392,3 +393,17 @@ def test_every_eviction_is_recorded_with_its_evictor_and_last_use(policy: TierPo
     # can evict a key the request being scheduled has just looked up)
     assert (evictions.request >= evictions.last_use_request - 1).all()
     assert (evictions.last_use_request >= 0).all()
+
+
+def test_evictions_given_as_runs_expand_into_one_row_per_page() -> None:
+    # GIVEN two runs a tree evicted: pages 2..4 of the ids by request 5 (last used by 4), then
+    # page 0 by request 7 (never used)
+    ids = np.array([10, 11, 12, 13, 14, 15], dtype=np.int64)
+    evictions = TierEvictions.of_runs(ids, np.array([[2, 3, 5, 4], [0, 1, 7, -1]]))
+    # WHEN counted, then read
+    count = len(evictions)
+    # THEN the count needs no expansion, and each page is its own row, in order
+    assert count == 4
+    assert evictions.key.tolist() == [12, 13, 14, 10]
+    assert evictions.request.tolist() == [5, 5, 5, 7]
+    assert evictions.last_use_request.tolist() == [4, 4, 4, -1]
