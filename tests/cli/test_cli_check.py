@@ -122,3 +122,48 @@ def test_check_baseline_catches_a_deliberately_worse_trace(simulated, tmp_path: 
     failed = {r["path"] for r in results if r["status"] == "failed"}
     assert "queueing.ttft_s.p99" in failed
     assert all(r["kind"] == "baseline" for r in results)
+
+
+def _gated_hit_ratio(tmp_path: Path, capsys, *extra: str) -> tuple[float, dict]:
+    config = tmp_path / "hits.toml"
+    config.write_text('[[check]]\npath = "prefix_reuse.hit_ratio"\nop = ">="\nvalue = 0.0\n'
+                      '[[check]]\npath = "prefix_reuse.block_size_tokens"\nop = ">="\n'
+                      'value = 1\n')
+    assert main(["check", str(SAMPLE), "--config", str(config), "--format", "json",
+                 *extra]) == 0
+    results = json.loads(capsys.readouterr().out)["checks"]["results"]
+    return results[0]["value"], {r["path"]: r["value"] for r in results}
+
+
+def _analyzed(capsys, *extra: str) -> dict:
+    assert main(["analyze", str(SAMPLE), "--format", "json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)["prefix_reuse"]
+
+
+def test_check_gates_the_prefix_metrics_under_its_preset_and_block_size(tmp_path: Path,
+                                                                         capsys) -> None:
+    # GIVEN the sample trace, whose hit ratio differs between vLLM's and SGLang's rules
+    vllm = _analyzed(capsys, "--preset", "vllm")["hit_ratio"]
+    sglang = _analyzed(capsys, "--preset", "sglang")["hit_ratio"]
+    assert vllm != sglang
+    # WHEN `trace check` gates the hit ratio under --preset sglang, then at a 64-token block
+    under_sglang, _ = _gated_hit_ratio(tmp_path, capsys, "--preset", "sglang")
+    _, at_64 = _gated_hit_ratio(tmp_path, capsys, "--block-size", "64")
+    # THEN the value gated is the one `trace analyze --preset sglang` reports (the diagnosis of
+    # the same command replays under those rules), and the block size given is the replay's
+    assert under_sglang == sglang
+    assert at_64["prefix_reuse.block_size_tokens"] == 64
+
+
+def test_report_replays_and_sweeps_under_the_diagnosis_preset(tmp_path: Path) -> None:
+    # GIVEN `trace report --preset sglang` (its diagnosis replays under SGLang's rules)
+    out = tmp_path / "report.json"
+    assert main(["report", str(SAMPLE), "--preset", "sglang", "--format", "json", "-o",
+                 str(out)]) == 0
+    doc = json.loads(out.read_text())
+    # THEN the page's own replay and curve follow the same rules, and agree with the axis
+    axis = next(a for a in doc["axes"] if a["name"] == "prefix_reuse")
+    achievable = next(e for e in axis["evidence"] if e["name"] == "achievable_hit_rate")
+    assert doc["config"]["preset"] == "sglang"
+    assert doc["capacity_curve"]["preset"] == "sglang"
+    assert doc["prefix_reuse"]["hit_ratio"] == pytest.approx(achievable["value"], rel=1e-12)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pandas as pd
 
@@ -22,6 +22,9 @@ from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import ConfigError
+
+if TYPE_CHECKING:
+    from yaotu_trace.prefix.rules import ReplayRules
 
 
 class AxisName(StrEnum):
@@ -203,6 +206,18 @@ class EngineSettings:
         for option, amount, unit in positive:
             if amount is not None and not 0 < amount < math.inf:
                 raise ConfigError(f"{option}: {amount!r} {unit} must be a finite number > 0")
+
+    def replay_rules(self, trace: Trace) -> tuple[ReplayRules, str, tuple[str, ...]]:
+        """The prefix replay's rules for `trace` (rules, preset name, notes): `--preset` (else
+        the one `trace replay` picks for the trace) at `--block-size` when it was given (else
+        the preset's); one unlimited cache. Every part of a command that judges one run reads
+        the same rules, so one page never shows two replays' numbers for one question."""
+        from yaotu_trace.prefix.rules import effective_rules
+
+        overrides: dict[str, Any] = {}
+        if self.block_size_given:
+            overrides["block_size_tokens"] = int(self.block_size_tokens)
+        return effective_rules(trace, self.replay_preset, **overrides)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.commands.load import Progress, TraceInput, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.analysis import analysis_report
 from yaotu_trace.commands.shared.kv_bytes import kv_bytes_per_token_of
@@ -55,8 +56,9 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     loaded = open_trace(trace, lazy_content=True, progress=progress, arrivals_optional=True)
     if isinstance(trace, TraceInput | str | Path):  # else read already
         tell(progress, "profiling", 0.5)
-    report = analysis_report(loaded, preset=preset, warmup=spec, charts=charts, model=model,
-                             kv_bytes_per_token=kv_bytes_per_token)
+    settings = EngineSettings(replay_preset=preset, model=model,
+                              kv_bytes_per_token=kv_bytes_per_token)
+    report = analysis_report(loaded, settings=settings, warmup=spec, charts=charts)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.8)
         section, priced = priced_tiers(loaded, tiers, pricing)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.commands.load import Progress, RunBefore, TraceSource, open_trace, tell
 from yaotu_trace.commands.settings import DiagnosisSetup, setup_diagnosis
 from yaotu_trace.commands.shared.analysis import analysis_report
@@ -80,7 +81,7 @@ def check(
     metrics = setup.telemetry(options.metrics)
     earlier = None if before is None else open_trace(before.trace, lazy_content=False)
     diagnosis = deferred_diagnosis(loaded, setup, metrics)
-    doc, diagnosed = _metrics_of(loaded, diagnosis, asked, progress)
+    doc, diagnosed = _metrics_of(loaded, setup.settings, diagnosis, asked, progress)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.5)
         doc.update(tier_sections(loaded, tiers, metrics))
@@ -121,12 +122,13 @@ def _asked(config: Path | CheckConfig | None, baseline: Path | None, fail_on: st
     return _Asked(cfg, gates, base, None if baseline is None else str(baseline))
 
 
-def _metrics_of(loaded: Trace, diagnosis: Callable[[], Report], asked: _Asked,
-                progress: Progress | None) -> tuple[dict[str, Any], bool]:
-    """The analysis' metrics by JSON path, with the diagnosis' on top when a check needs them;
-    and whether it was diagnosed."""
+def _metrics_of(loaded: Trace, settings: EngineSettings, diagnosis: Callable[[], Report],
+                asked: _Asked, progress: Progress | None) -> tuple[dict[str, Any], bool]:
+    """The analysis' metrics by JSON path (its replays under the diagnosis' `settings`:
+    preset, block size, model), with the diagnosis' on top when a check needs them; and
+    whether it was diagnosed."""
     tell(progress, "analyzing", 0.3)
-    doc: dict[str, Any] = report_view(analysis_report(loaded))
+    doc: dict[str, Any] = report_view(analysis_report(loaded, settings=settings))
     diagnosed = wants_diagnosis(doc, asked.config, asked.baseline is not None, asked.gates.level)
     if diagnosed:
         doc = report_view(diagnosis(), under=doc)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.commands.load import (
     Progress,
     RunBefore,
@@ -31,7 +32,6 @@ from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.load import read_step_logs
 from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.options import ReplayOptions
-from yaotu_trace.prefix.rules import effective_rules
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 from yaotu_trace.profile.figures import plot_data
@@ -87,22 +87,19 @@ def report(
     setup = setup_diagnosis(options)
     metrics = setup.telemetry(options.metrics)
     diagnosis = deferred_diagnosis(loaded, setup, metrics)
-    # The curve sizes KV as the diagnosis does (`--kv-bytes-per-token` over `--model`'s, as in
-    # `trace diagnose`), so the page's curve and ledger agree.
-    model, kv_bytes_per_token = setup.settings.model, setup.settings.kv_bytes_per_token
+    # The replay and the curve follow the diagnosis' settings (its preset and block size; KV
+    # sized as `--kv-bytes-per-token` over `--model`'s), so the page's numbers agree.
+    settings = setup.settings
     if before is None:
         return build_report(loaded, diagnose_report=diagnosis, progress=progress,
-                            tiers=tiers, metrics=metrics, model=model,
-                            kv_bytes_per_token=kv_bytes_per_token)
+                            tiers=tiers, metrics=metrics, settings=settings)
     earlier = open_trace(before.trace, lazy_content=False)
     metrics_before = setup.telemetry(before.metrics)
     diagnosis_before = deferred_diagnosis(earlier, setup, metrics_before)
     after_report = build_report(loaded, diagnose_report=diagnosis, progress=progress,
-                                tiers=tiers, metrics=metrics, model=model,
-                                kv_bytes_per_token=kv_bytes_per_token)
+                                tiers=tiers, metrics=metrics, settings=settings)
     before_report = build_report(earlier, diagnose_report=diagnosis_before, tiers=tiers,
-                                 metrics=metrics_before, model=model,
-                                 kv_bytes_per_token=kv_bytes_per_token)
+                                 metrics=metrics_before, settings=settings)
     tell(progress, "comparing the runs", 1.0)
     judged, _ = change_report(earlier, loaded, setup, metrics=(metrics_before, metrics),
                               matched_only=before.matched_only)
@@ -116,8 +113,7 @@ def _simulated_report(trace: TraceSource, options: DiagnosisOptions, engine: Eng
     loaded, modelled = simulated_trace(trace, options, engine, progress)
     judged = setup_diagnosis(replace(options, model=options.model or modelled["model"]))
     simulated = build_report(loaded, diagnose_report=deferred_diagnosis(loaded, judged, None),
-                             progress=progress, tiers=tiers, model=judged.settings.model,
-                             kv_bytes_per_token=judged.settings.kv_bytes_per_token)
+                             progress=progress, tiers=tiers, settings=judged.settings)
     return Report(command="report", input=simulated.input,
                   config={**simulated.config, "modelled": modelled},
                   sections=simulated.sections)
@@ -208,13 +204,15 @@ def build_report(
     progress: Progress | None = None,
     tiers: ReplayOptions | None = None,
     metrics: EngineMetrics | None = None,
-    model: str | None = None,
-    kv_bytes_per_token: int | None = None,
+    settings: EngineSettings | None = None,
 ) -> Report:
     """The report of a trace read: profile, diagnosis (when `diagnose_report` is given), prefix
-    replay, capacity curve (in bytes too with `kv_bytes_per_token`, of `model`), the tiers
-    below the GPU (`tiers`, held against the engine's own split in `metrics`) and the plot
-    data."""
+    replay and capacity curve under the diagnosis' `settings` (`replay_rules`: its preset and
+    block size; the curve in bytes too with its `kv_bytes_per_token`, of its `model`), the
+    tiers below the GPU (`tiers`, held against the engine's own split in `metrics`) and the
+    plot data."""
+    settings = settings or EngineSettings()
+    model, kv_bytes_per_token = settings.model, settings.kv_bytes_per_token
     sections: dict[str, Any] = {}
     tell(progress, "profile", 0.0)
     sections["profile"] = profile_trace(trace)
@@ -229,7 +227,7 @@ def build_report(
     config: dict[str, Any] = {}
     if trace.content_column is not None:
         tell(progress, "prefix replay", 0.4)
-        rules, preset, notes = effective_rules(trace)
+        rules, preset, notes = settings.replay_rules(trace)
         summary, table = replay_trace_with_requests(trace, rules, preset=preset, notes=notes)
         sections["prefix_reuse"] = summary.to_dict()
         hit_tokens = table.to_columns()["hit_tokens"]

@@ -11,7 +11,6 @@ import numpy as np
 
 from yaotu_trace.axes.base import AxisInput
 from yaotu_trace.errors import YaotuError
-from yaotu_trace.prefix.rules import effective_rules
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,10 +29,7 @@ def _rules(inp: AxisInput, instances: int) -> tuple[Any, str | None, tuple[str, 
     """The prefix_reuse axis' replay rules with one cache per instance."""
     trace, s = inp.trace, inp.settings
     assert trace is not None
-    overrides: dict[str, Any] = {}
-    if s.block_size_given:
-        overrides["block_size_tokens"] = int(s.block_size_tokens)
-    rules, preset, notes = effective_rules(trace, s.replay_preset, **overrides)
+    rules, preset, notes = s.replay_rules(trace)
     changes: dict[str, Any] = {"scope": "instance", "instances": instances}
     if s.kv_capacity_tokens is not None:
         changes["capacity_blocks"] = max(1, int(s.kv_capacity_tokens // rules.block_size_tokens))

@@ -24,18 +24,21 @@ if TYPE_CHECKING:
 
 def reuse_overview(trace: Trace, warmup: WarmupSpec | str | None = None, *,
                    preset: str | None = None,
-                   kv_bytes_per_token: int | None = None) -> ReuseOverview:
+                   kv_bytes_per_token: int | None = None,
+                   block_size_tokens: int | None = None) -> ReuseOverview:
     """Unlimited-capacity reuse under `preset` (default: the one `trace replay` picks for this
-    trace), every hit-rate definition, and the knee and 50/90/99 % capacities (over the
-    requests after `warmup` when one is given); `kv_bytes_per_token` (the model's) sizes those
-    capacities in bytes too, as the memory to provision is what the user asks."""
+    trace) at `block_size_tokens` (default: the preset's), every hit-rate definition, and the
+    knee and 50/90/99 % capacities (over the requests after `warmup` when one is given);
+    `kv_bytes_per_token` (the model's) sizes those capacities in bytes too, as the memory to
+    provision is what the user asks."""
     if trace.content_column is None:
         return ReuseOverview(
             available=False,
             reason="the trace has no prompt content (prompt_tokens or prompt_block_ids), so "
             "shared prefixes cannot be seen; prefix reuse needs token or block ids",
         )
-    rules, name, notes = effective_rules(trace, preset)
+    overrides = {} if block_size_tokens is None else {"block_size_tokens": block_size_tokens}
+    rules, name, notes = effective_rules(trace, preset, **overrides)
     spec = CurveSectionSpec(preset=name, points=2, kv_bytes_per_token=kv_bytes_per_token,
                             notes=notes)
     # A small trace without a window is swept in numpy (the same numbers); only a larger one

@@ -187,13 +187,8 @@ def cache_trace(trace: Trace) -> Trace:
 def _rules(inp: AxisInput, trace: Trace) -> tuple[Any, Any, tuple[str, ...]]:
     """The engine's replay rules: capacity per instance, one cache per instance when the trace
     names several."""
-    from yaotu_trace.prefix import effective_rules
-
     s = inp.settings
-    overrides: dict[str, Any] = {}
-    if s.block_size_given:
-        overrides["block_size_tokens"] = int(s.block_size_tokens)
-    rules, preset, notes = effective_rules(trace, s.replay_preset, **overrides)
+    rules, preset, notes = s.replay_rules(trace)
     changes: dict[str, Any] = {}
     if s.kv_capacity_tokens is not None:
         changes["capacity_blocks"] = max(1, int(s.kv_capacity_tokens // rules.block_size_tokens))

@@ -10,7 +10,6 @@ from yaotu_trace.data.observed_hits import PoolSize, Reconciliation
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_only import is_telemetry_only
 from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, SHORTFALL_POINTS, SHORTFALL_RELATIVE
-from yaotu_trace.prefix.rules import effective_rules
 
 
 def reconciles(trace: Trace) -> bool:
@@ -35,8 +34,7 @@ def observed_vs_replayed(trace: Trace, *, settings: EngineSettings | None = None
     from yaotu_trace.prefix.reconcile_replay import reconcile_trace
 
     s = settings or EngineSettings()
-    overrides = {"block_size_tokens": int(s.block_size_tokens)} if s.block_size_given else {}
-    rules, name, _ = effective_rules(trace, s.replay_preset, **overrides)
+    rules, name, _ = s.replay_rules(trace)
     return reconcile_trace(trace, rules, preset=name,
                            pool=pool_size(s, metrics, rules.block_size_tokens), margins=margins)
 
