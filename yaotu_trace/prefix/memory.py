@@ -5,10 +5,17 @@ before they are allocated, so the need is known up front. `require` compares it 
 machine can still give: `MemAvailable` from /proc/meminfo, capped by the cgroup limit (v2
 `memory.max − memory.current`, or v1 `memory.limit_in_bytes − memory.usage_in_bytes`) when
 one is set. Where neither is readable (not Linux) the check passes.
+
+Passes that run side by side on threads (a tier curve's points, `--jobs`) each hold their need
+while they run (`reserved`): what the machine reports available does not yet count the pages
+another pass has asked for but not touched, so each would pass alone and together be killed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from yaotu_trace.errors import ResourceLimitError
@@ -63,3 +70,45 @@ def require(needed_bytes: int, what: str, hint: str = "") -> None:
         f"{what} needs about {needed_bytes / GIB:.1f} GiB of memory but only "
         f"{avail / GIB:.1f} GiB is available{tail}"
     )
+
+
+class _Held:
+    """The needs of the passes running in this process, and a condition to wait on."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.bytes = 0
+        self.passes = 0
+        self.mine = threading.local()  # whether this thread holds a need (a pass in a pass)
+
+
+_HELD = _Held()
+
+
+@contextlib.contextmanager
+def reserved(needed_bytes: int, what: str, hint: str = "") -> Iterator[None]:
+    """`require` for a pass that may run beside others on threads: its need is held while the
+    block runs, and a pass that would not fit beside the ones running waits for them to end
+    (the passes then run one after another). It is refused only when it does not fit alone.
+    The held needs count pages already touched twice, so a pass may wait when it would have
+    fit; it is never let in when it would not."""
+    inner = getattr(_HELD.mine, "holds", False)
+    with _HELD.changed:
+        while _HELD.passes and not inner:
+            avail = available_bytes()
+            if avail is None or needed_bytes + _HELD.bytes <= avail * _SLACK:
+                break
+            _HELD.changed.wait()
+        else:
+            require(needed_bytes, what, hint)
+        _HELD.bytes += needed_bytes
+        _HELD.passes += 1
+    _HELD.mine.holds = True
+    try:
+        yield
+    finally:
+        _HELD.mine.holds = inner
+        with _HELD.changed:
+            _HELD.bytes -= needed_bytes
+            _HELD.passes -= 1
+            _HELD.changed.notify_all()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.lru_rows import (
     FAILED,
@@ -177,14 +178,20 @@ def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray
     offsets = np.asarray(chains.offsets, dtype=np.int64)
     block = int(chains.block_size_tokens)
     per_chunk = chunk_tokens // block
-    # A backend's inserts: the chunks after each run, and (the CPU's) each chunk read below.
-    st, evictions = rows(int(chains.num_distinct), len(capacity_chunks), 0,
-                         2 * (int(offsets[-1]) // per_chunk))
-    hits, counters, runs = _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
-                           np.asarray(chains.prompt_tokens, dtype=np.int64),
-                           np.asarray(gpu_hit_blocks, dtype=np.int64),
-                           np.asarray(refused, dtype=np.bool_), np.int64(per_chunk),
-                           np.int64(chunk_tokens), np.int64(block),
-                           np.asarray(capacity_chunks, dtype=np.int64), np.int64(cpu),
-                           np.int64(disk), np.int64(remote), st, evictions)
+    keys = int(chains.num_distinct)
+    # The rows are touched whole; the evictions' room only as far as the backends evict.
+    with memory.reserved(8 * 4 * len(capacity_chunks) * max(keys, 1),
+                         f"LMCache's backends over {keys:,} chunk keys",
+                         "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
+        # A backend's inserts: the chunks after each run, and (the CPU's) each chunk read
+        # below.
+        st, evictions = rows(keys, len(capacity_chunks), 0, 2 * (int(offsets[-1]) // per_chunk))
+        hits, counters, runs = _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
+                                     np.asarray(chains.prompt_tokens, dtype=np.int64),
+                                     np.asarray(gpu_hit_blocks, dtype=np.int64),
+                                     np.asarray(refused, dtype=np.bool_), np.int64(per_chunk),
+                                     np.int64(chunk_tokens), np.int64(block),
+                                     np.asarray(capacity_chunks, dtype=np.int64),
+                                     np.int64(cpu), np.int64(disk), np.int64(remote), st,
+                                     evictions)
     return hits, (counters, evictions), runs

@@ -730,22 +730,22 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
     has_storage = len(tiers) > 1
     nodes = (5 if has_storage else 3) * n + 2  # a prefetch may split a node and add one
     store_keys = int(chains.num_distinct) if has_storage else 0
-    memory.require(nodes * (20 + 4 + 16 + 2 + 5 + 3) * 8 + chains.num_distinct * 8
-                   + store_keys * 4 * 8,
-                   f"SGLang's HiCache tree over {n:,} requests", "use a larger --block-size")
-    page = int(chains.block_size_tokens)
-    st, _ = rows(store_keys, 1, 0, 0)
-    evictions = np.empty((1, 3, 1024), dtype=np.int64)  # the kernel grows it as it fills
-    (gpu_hit_pages, host_hit_pages, storage_hit_pages, counters, records, storage_counters,
-     evictions) = hicache_tree_pass(
-        chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
-        np.asarray(refused, dtype=np.bool_), np.int64(chains.num_distinct), np.int64(page),
-        np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
-        policy is TierPolicy.SGLANG_WRITE_BACK,
-        np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
-        np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
-        np.int64(tiers[1].capacity_chunks if has_storage else -1),
-        np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions)
+    need = nodes * (20 + 4 + 16 + 2 + 5 + 3) * 8 + chains.num_distinct * 4 + store_keys * 4 * 8
+    with memory.reserved(need, f"SGLang's HiCache tree over {n:,} requests",
+                         "use a larger --block-size (or fewer --jobs)"):
+        page = int(chains.block_size_tokens)
+        st, _ = rows(store_keys, 1, 0, 0)
+        evictions = np.empty((1, 3, 1024), dtype=np.int64)  # the kernel grows it as it fills
+        (gpu_hit_pages, host_hit_pages, storage_hit_pages, counters, records, storage_counters,
+         evictions) = hicache_tree_pass(
+            chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
+            np.asarray(refused, dtype=np.bool_), np.int64(chains.num_distinct), np.int64(page),
+            np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
+            policy is TierPolicy.SGLANG_WRITE_BACK,
+            np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
+            np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
+            np.int64(tiers[1].capacity_chunks if has_storage else -1),
+            np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions)
     stored, evicted, loaded, failed = (int(c) for c in counters)
     host_counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted,
                                  failed_stores=failed, loaded_chunks=loaded)

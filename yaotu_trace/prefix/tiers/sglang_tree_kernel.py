@@ -598,7 +598,9 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
     hk = np.empty(heap_size, dtype=np.int64)
     hv = np.empty(heap_size, dtype=np.int64)
     dup = np.empty(2 * max_nodes + 1024, dtype=np.int64)
-    child_of = np.zeros(max(num_distinct, 1), dtype=np.int64)  # 0: no node (the root)
+    # 0: no node (the root); a node's row fits 32 bits (5 nodes a request at most), and at one
+    # token a page this array is the pass's largest (1.6 GB at 1e9 tokens).
+    child_of = np.zeros(max(num_distinct, 1), dtype=np.int32)
     rec = np.empty((max_nodes, 4), dtype=np.int64)
     wr = np.empty((max_nodes if storage_pages >= 0 else 1, 3), dtype=np.int64)
     scratch = np.empty(max_nodes, dtype=np.int64)

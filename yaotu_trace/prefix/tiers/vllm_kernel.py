@@ -33,6 +33,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.tiers.lru_rows import (
     LOADED,
     chunk_key,
@@ -317,21 +318,27 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     # Stores: each request's chunks once, and once more each chunk promoted from below.
     room = (2 if lower_capacity else 1) * chunks + 1
     rows_st = keys + 2  # the keys' rows, then the two live requests' markers
-    work = np.empty(8 * rows_st + 3 * room, dtype=np.int64)
-    st = work[:8 * rows_st].reshape(rows_st, 8)
-    st.fill(-1)  # not resident, not held, never seen
-    st[keys:, _HELD] = _PINNED  # a marker is never evicted
-    evictions = work[8 * rows_st:].reshape(3, room)
-    lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity), 0,
-                                       room)
-    hits, stored, evicted, failed, loaded, lower_counters = _pass(
-        offsets, np.asarray(ids, dtype=np.int64), np.asarray(gpu_hit_blocks, dtype=np.int64),
-        np.asarray(refused, dtype=np.bool_), np.int64(per_chunk), np.int64(chunk_tokens),
-        np.int64(block), np.int64(capacity), st, evictions, lower_rows,
-        np.asarray(lower_capacity, dtype=np.int64), lower_evictions)
-    e = int(evicted)
-    return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
-            evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters, lower_evictions)
+    # The rows are touched whole; the evictions' room only as far as the tier evicts.
+    need = 8 * (8 * rows_st + (4 * len(lower_capacity) * keys if lower_capacity else 0))
+    with memory.reserved(need, f"vLLM's CPU offload over {keys:,} chunk keys",
+                         "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
+        work = np.empty(8 * rows_st + 3 * room, dtype=np.int64)
+        st = work[:8 * rows_st].reshape(rows_st, 8)
+        st.fill(-1)  # not resident, not held, never seen
+        st[keys:, _HELD] = _PINNED  # a marker is never evicted
+        evictions = work[8 * rows_st:].reshape(3, room)
+        lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity),
+                                           0, room)
+        hits, stored, evicted, failed, loaded, lower_counters = _pass(
+            offsets, np.asarray(ids, dtype=np.int64),
+            np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+            np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block), np.int64(capacity),
+            st, evictions, lower_rows, np.asarray(lower_capacity, dtype=np.int64),
+            lower_evictions)
+        e = int(evicted)
+        return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
+                evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
+                lower_evictions)
 
 
 @nb.njit(cache=True, nogil=True)
