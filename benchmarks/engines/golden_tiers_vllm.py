@@ -44,8 +44,9 @@ from traces import load_prompts
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "tiers_vllm"
 PAGE_BYTES = 4096  # SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT: one chunk of <= 512 tokens here
-PROTOCOL = ("vLLM v1 Scheduler + OffloadingConnector (CPUOffloadingSpec, lru, store_threshold "
-            "0, offload_prompt_only) over one FullAttentionSpec group of num_gpu_blocks blocks; "
+PROTOCOL = ("vLLM v1 Scheduler + OffloadingConnector (CPUOffloadingSpec, {policy}, "
+            "store_threshold 0, offload_prompt_only) over one FullAttentionSpec group of "
+            "num_gpu_blocks blocks; "
             "one request at a time in file order, max_tokens=1, every load and store job "
             "completed in the step it was issued; the next request added before the next step; "
             "a prompt of more than num_gpu_blocks-1 blocks refused (all miss); per request "
@@ -60,6 +61,7 @@ class Config:
     num_gpu_blocks: int
     cpu_chunks: int
     blocks_per_chunk: int
+    eviction_policy: str = "lru"
 
 
 def _model_dir() -> str:
@@ -106,7 +108,8 @@ class VllmOffload:
                 kv_connector="OffloadingConnector", kv_role="kv_both",
                 kv_connector_extra_config={
                     "cpu_bytes_to_use": config.cpu_chunks * PAGE_BYTES,
-                    "block_size": b * config.blocks_per_chunk}),
+                    "block_size": b * config.blocks_per_chunk,
+                    "eviction_policy": config.eviction_policy}),
         )
         vllm_config.scheduler_config.async_scheduling = False
         vllm_config.cache_config.num_gpu_blocks = config.num_gpu_blocks
@@ -230,8 +233,8 @@ class VllmOffload:
         return [int(x) for x in gpu], [int(x) for x in cpu]
 
 
-def configs_for(prompts: list[list[int]], block_size: int, blocks_per_chunk: int
-                ) -> list[Config]:
+def configs_for(prompts: list[list[int]], block_size: int, blocks_per_chunk: int,
+                eviction_policy: str = "lru") -> list[Config]:
     """GPU pools from one block short of the largest prompt (it is refused) to a few times it,
     each with CPU tiers from half the largest prompt's chunks (its offers fail whole) to a
     third of every chunk the trace offers."""
@@ -242,7 +245,7 @@ def configs_for(prompts: list[list[int]], block_size: int, blocks_per_chunk: int
     chunk_total = sum(len(p) // per_chunk for p in prompts)
     cpu_sizes = sorted({max(2, largest_chunks // 2), 2 * largest_chunks,
                         max(2, chunk_total // 30), max(2, chunk_total // 3)})
-    return [Config(block_size, gpu, chunks, blocks_per_chunk)
+    return [Config(block_size, gpu, chunks, blocks_per_chunk, eviction_policy)
             for gpu in (largest, largest + 2, 2 * largest, 4 * largest) for chunks in cpu_sizes]
 
 
@@ -263,7 +266,8 @@ def ours(path: Path, config: Config):  # type: ignore[no-untyped-def]
     chains = prepare(read_trace(path)).chains(rules)
     tier = TierSpec(name=TierName.CPU, capacity_chunks=config.cpu_chunks,
                     chunk_tokens=config.block_size_tokens * config.blocks_per_chunk)
-    result = replay_tiers(chains, rules, (tier,), TierPolicy.VLLM)
+    policy = TierPolicy.VLLM_ARC if config.eviction_policy == "arc" else TierPolicy.VLLM
+    result = replay_tiers(chains, rules, (tier,), policy)
     return result.gpu_hit_tokens, result.tier_hit_tokens[0]
 
 
@@ -321,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=OUT)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--eviction-policy", choices=("lru", "arc"), default="lru",
+                        help="the CPU manager's eviction_policy; arc writes "
+                        "vllm_offload_<trace>_arc.json")
     parser.add_argument("--batch", type=int, default=0,
                         help="also run each configuration with this many requests arriving "
                         "together, print the totals beside the one-at-a-time ones, and write "
@@ -340,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         max_len = 1 << max(12, (max(len(p) for p in prompts) + 2).bit_length())
         configs = []
         for block_size, per_chunk in sizes:
-            for config in configs_for(prompts, block_size, per_chunk):
+            for config in configs_for(prompts, block_size, per_chunk, args.eviction_policy):
                 engine = VllmOffload(config, model_dir, max_len)
                 gpu, cpu, refused = engine.run(tenants, prompts)
                 if args.batch:
@@ -373,9 +380,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         document = {"engine": "vllm", "engine_version": vllm.__version__,
                     "torch_version": torch.__version__, "trace": path.name,
-                    "protocol": PROTOCOL, "configs": configs}
+                    "protocol": PROTOCOL.format(policy=args.eviction_policy),
+                    "configs": configs}
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        dump_configs(document, args.out_dir / f"vllm_offload_{name}.json")
+        suffix = "" if args.eviction_policy == "lru" else f"_{args.eviction_policy}"
+        dump_configs(document, args.out_dir / f"vllm_offload_{name}{suffix}.json")
     return 0
 
 

@@ -57,6 +57,25 @@ def test_replay_with_a_cpu_tier_writes_hits_by_source(tmp_path: Path,
     assert doc["config"]["tier_policy"] == "vllm-native"
 
 
+def test_replay_with_vllms_arc_eviction_is_vllms_per_request(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the same pool and CPU tier, recorded with the manager's eviction_policy arc
+    arc = FIXTURES / "tiers_vllm" / "vllm_offload_mixed_arc.json"
+    config = next(c for c in json.loads(arc.read_text())["configs"]
+                  if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"]) == (35, 64, 1))
+    out = tmp_path / "hits.csv"
+    # WHEN replayed from the command line under --tier-policy vllm-native-arc
+    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "35", "--tier",
+                 "cpu=64blocks", "--tier-policy", "vllm-native-arc", "--out", str(out)], capsys)
+    # THEN every request's CPU hit is vLLM's under ARC, which is not LRU's here
+    table = pd.read_csv(out)
+    assert table["cpu_hit_tokens"].tolist() == config["cpu_hit_tokens"]
+    lru = next(c for c in json.loads(GOLDEN.read_text())["configs"]
+               if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"]) == (35, 64, 1))
+    assert config["cpu_hit_tokens"] != lru["cpu_hit_tokens"]
+    assert doc["config"]["tier_policy"] == "vllm-native-arc"
+
+
 def test_replay_without_tier_has_no_tier_keys(capsys: pytest.CaptureFixture[str]) -> None:
     doc = _json(["replay", TRACE, "--capacity", "66"], capsys)
     assert "tiers" not in doc["prefix_reuse"] and "tier_policy" not in doc["config"]
@@ -98,6 +117,8 @@ def test_analyze_and_diagnose_add_the_tiers_section(command: list[str],
     (["--tier", "cpu=1GiB"], "give --model"),
     (["--tier", "cpu=3", "--tier-chunk", "64"], "holds less than one 64-token chunk"),
     (["--preset", "sglang", "--tier", "cpu=100", "--tier-policy", "vllm-native"],
+     "not one of preset sglang's engine"),
+    (["--preset", "sglang", "--tier", "cpu=100", "--tier-policy", "vllm-native-arc"],
      "not one of preset sglang's engine"),
     (["--tier", "cpu=100", "--grid", "block-size=16,32"], "cannot be combined with --grid"),
     (["--tier-policy", "lmcache"], "add one with --tier"),

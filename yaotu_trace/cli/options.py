@@ -308,9 +308,10 @@ TierChunkOpt = Annotated[
 TierPolicyOpt = Annotated[
     str | None,
     typer.Option("--tier-policy", metavar="POLICY", show_default=False,
-                 help="Whose rules move KV between the tiers: vllm-native, lmcache, "
-                 "write_through, write_through_selective or write_back [default: the "
-                 "--preset engine's own].", rich_help_panel="Tiers below the GPU"),
+                 help="Whose rules move KV between the tiers: vllm-native (LRU; "
+                 "vllm-native-arc with vLLM's eviction_policy arc), lmcache, write_through, "
+                 "write_through_selective or write_back [default: the --preset engine's "
+                 "own].", rich_help_panel="Tiers below the GPU"),
 ]
 
 

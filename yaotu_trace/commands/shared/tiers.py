@@ -160,7 +160,7 @@ MIN_SAME_REQUESTS = 0.5
 # prefix of the series that holds it: vLLM's split covers its native offload and a KV
 # connector such as LMCache; SGLang's and LMCache's are their own engines'.
 POLICIES_OF_SERIES: dict[str, tuple[str, ...]] = {
-    "vllm:": ("vllm-native", "lmcache"),
+    "vllm:": ("vllm-native", "vllm-native-arc", "lmcache"),
     "sglang:": ("write_through", "write_through_selective", "write_back"),
     "log:lmcache": ("lmcache",),
 }

@@ -75,6 +75,12 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
 
         tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers)
+    elif policy is TierPolicy.VLLM_ARC:
+        # NOTE: ARC runs in the Python model of the manager (not compiled): exact, slower.
+        from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload
+
+        tier_hits, counters, evictions = replay_vllm_offload(chains, gpu_blocks, refused,
+                                                             tiers[0], tiers[1:], arc=True)
     elif policy is TierPolicy.LMCACHE:
         from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
 

@@ -27,26 +27,30 @@ class TierName(StrEnum):
 class TierPolicy(StrEnum):
     """Whose rules move KV between the GPU pool and the tiers below it (kv-tiers.md)."""
 
-    VLLM = "vllm-native"  # OffloadingConnector + CPUOffloadingManager (vLLM 0.33)
+    VLLM = "vllm-native"  # OffloadingConnector + CPUOffloadingManager (vLLM 0.33), lru
+    VLLM_ARC = "vllm-native-arc"  # the same with `eviction_policy: arc`
     LMCACHE = "lmcache"  # LMCache 0.5 storage manager: every backend written, LRU each
     SGLANG_WRITE_THROUGH = "write_through"  # SGLang HiCache, host copy at hit count 1
     SGLANG_WRITE_THROUGH_SELECTIVE = "write_through_selective"  # host copy at hit count 2
     SGLANG_WRITE_BACK = "write_back"  # host copy when the GPU evicts
 
 
+VLLM_POLICIES: Final = (TierPolicy.VLLM, TierPolicy.VLLM_ARC)
 SGLANG_POLICIES: Final = (TierPolicy.SGLANG_WRITE_THROUGH,
                           TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, TierPolicy.SGLANG_WRITE_BACK)
 # The policies each preset's engine has, its default first. vLLM runs its native offload or
 # LMCache (`--kv-offloading-backend native|lmcache`); the engine-neutral presets take any.
 PRESET_POLICIES: Final[dict[str, tuple[TierPolicy, ...]]] = {
-    "vllm": (TierPolicy.VLLM, TierPolicy.LMCACHE),
+    "vllm": (TierPolicy.VLLM, TierPolicy.VLLM_ARC, TierPolicy.LMCACHE),
     "lmcache": (TierPolicy.LMCACHE,),
     "sglang": (TierPolicy.SGLANG_WRITE_THROUGH, TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE,
                TierPolicy.SGLANG_WRITE_BACK),
-    "mooncake": (TierPolicy.LMCACHE, TierPolicy.VLLM, TierPolicy.SGLANG_WRITE_THROUGH,
+    "mooncake": (TierPolicy.LMCACHE, TierPolicy.VLLM, TierPolicy.VLLM_ARC,
+                 TierPolicy.SGLANG_WRITE_THROUGH,
                  TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, TierPolicy.SGLANG_WRITE_BACK),
-    "none": (TierPolicy.LMCACHE, TierPolicy.VLLM, TierPolicy.SGLANG_WRITE_THROUGH,
-             TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE, TierPolicy.SGLANG_WRITE_BACK),
+    "none": (TierPolicy.LMCACHE, TierPolicy.VLLM, TierPolicy.VLLM_ARC,
+             TierPolicy.SGLANG_WRITE_THROUGH, TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE,
+             TierPolicy.SGLANG_WRITE_BACK),
 }
 LMCACHE_CHUNK_TOKENS: Final = 256  # LMCache's chunk_size default (v1/config.py)
 VLLM_PAGE_BYTES: Final = 4096  # a vLLM CPU chunk is rounded up to this (cpu/spec.py)
@@ -167,7 +171,7 @@ def resolve_tiers(requests: tuple[TierRequest, ...], *, policy: TierPolicy,
                                   "give --model (or --kv-bytes-per-token) to convert it, or a "
                                   "size in tokens or blocks")
             chunk_bytes = kv_bytes_per_token * chunk
-            if policy is TierPolicy.VLLM:
+            if policy in VLLM_POLICIES:
                 chunk_bytes = -(-chunk_bytes // VLLM_PAGE_BYTES) * VLLM_PAGE_BYTES
             chunks = int(capacity.amount // chunk_bytes)
         elif capacity.unit == "blocks":

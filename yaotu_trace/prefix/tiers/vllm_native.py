@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,10 +58,19 @@ class _Request:
     seen: dict[int, int] = field(default_factory=dict)  # key -> position, in first-seen order
     next_stored: int = 0
     failed: bool = False
+    # What the manager keeps of the request for ARC (`_RequestCacheAccess`): keys it inserted,
+    # ready keys it reused (loaded, or offered while resident), keys whose store miss ARC saw.
+    inserted: set[int] = field(default_factory=set)
+    reused: set[int] = field(default_factory=set)
+    store_misses: set[int] = field(default_factory=set)
 
 
 class _CpuTier:
     """`CPUOffloadingManager` with the LRU policy, for keys that are chain ids."""
+
+    def holds(self, key: int) -> bool:
+        """Whether the tier holds `key` (ready or being stored)."""
+        return key in self.rank
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -192,13 +202,177 @@ class _CpuTier:
                             failed_stores=self.failed, loaded_chunks=self.loaded)
 
 
+class _ArcCpuTier:
+    """`CPUOffloadingManager` with the arc policy (ARC = `v1/kv_offload/cpu/policies/arc.py`),
+    for keys that are chain ids: the same offers, loads and step ends as `_CpuTier`.
+
+    - T1 holds keys used once, T2 keys reused; B1 and B2 the keys evicted from each (ghosts,
+      at most the capacity each, oldest out). `target` is ARC's adaptive size of T1.
+    - An offer's keys that the tier lacks are store misses; each one a request has not missed
+      before moves `target` when a ghost list holds it (B1: up by max(1, |B2|/|B1|) to the
+      capacity; B2: down by max(1, |B1|/|B2|) to 0; the ghost made its list's most recent),
+      tail to head, before the insert drops it from the ghosts (CM `prepare_store`,
+      ARC `on_store_miss`). Inserts go to T1's most recent end.
+    - An eviction takes n keys at once, none of the offer's nor held by a transfer of this step:
+      from T1's least recent while T1 (less what it already gave) is at least `int(target)`,
+      else from T2's, else from T1's; it fails whole when there are not n (ARC `evict`).
+    - At the request's finish, tail to head: a key it only inserted is made most recent where
+      it is; one it reused (a ready key it loaded or offered) goes from T1 to T2's most recent
+      end, or to T2's most recent end (ARC `on_request_finished`).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.t1: OrderedDict[int, None] = OrderedDict()
+        self.t2: OrderedDict[int, None] = OrderedDict()
+        self.b1: OrderedDict[int, None] = OrderedDict()
+        self.b2: OrderedDict[int, None] = OrderedDict()
+        self.target = 0.0
+        self.pinned: set[int] = set()  # loads of the current step
+        self.pending: set[int] = set()  # stores of the current step, not yet ready
+        self.stored = self.evicted = self.failed = self.loaded = 0
+        self.cascade: list[_SecondaryTier] = []
+        self.now = -1
+        self.last_use: dict[int, int] = {}
+        self.records: list[tuple[int, int, int]] = []
+
+    def holds(self, key: int) -> bool:
+        """Whether the tier holds `key` (ready or being stored)."""
+        return key in self.t1 or key in self.t2
+
+    def _record(self, req: _Request, keys: list[int], positions: list[int],
+                reused: list[int]) -> None:
+        """`_record_request_cache_access`: the keys the request saw, and those it reused."""
+        for key, position in zip(keys, positions, strict=True):
+            req.seen.setdefault(key, position)
+        req.reused.update(k for k in reused if k not in req.inserted)
+
+    def load(self, req: _Request, keys: list[int], positions: list[int]) -> None:
+        """`prepare_load`: pin, then record the access as a reuse."""
+        for key in keys:
+            self.last_use[key] = req.index
+        self.pinned.update(keys)
+        self._record(req, keys, positions, keys)
+        self.loaded += len(keys)
+
+    def store(self, req: _Request, keys: list[int], positions: list[int]) -> bool:
+        """`prepare_store`: False when the offer fails whole."""
+        self.now = req.index
+        for key in keys:
+            self.last_use[key] = req.index
+        to_store = [k for k in keys if not self.holds(k)]
+        ready = [k for k in keys if self.holds(k) and k not in self.pending]
+        misses = [k for k in to_store if k not in req.store_misses]
+        for key in reversed(misses):
+            self._ghost_hit(key)
+        req.store_misses.update(misses)
+        recorded = set(to_store) | set(ready)
+        self._record(req, [k for k in keys if k in recorded],
+                     [p for k, p in zip(keys, positions, strict=True) if k in recorded], ready)
+        if not to_store:
+            return True
+        resident = len(self.t1) + len(self.t2)
+        needed = len(to_store) - (self.capacity - resident)
+        if needed > 0:
+            busy = sum(1 for k in self.pinned | self.pending if self.holds(k))
+            if needed > resident - busy or not self._evict(needed, set(keys)):
+                self.failed += 1
+                return False
+        for key in to_store:
+            self.t1[key] = None
+            self.b1.pop(key, None)
+            self.b2.pop(key, None)
+            self.pending.add(key)
+        req.inserted.update(to_store)
+        self.stored += len(to_store)
+        for tier in self.cascade:
+            for key in to_store:
+                tier.put(key, req.index)
+        return True
+
+    def _ghost_hit(self, key: int) -> None:
+        if key in self.b1:
+            self.target = min(self.target + max(1, len(self.b2) / len(self.b1)),
+                              self.capacity)
+            self.b1.move_to_end(key)
+        elif key in self.b2:
+            self.target = max(self.target - max(1, len(self.b1) / len(self.b2)), 0)
+            self.b2.move_to_end(key)
+
+    def _evict(self, needed: int, protected: set[int]) -> bool:
+        """ARC's choice of `needed` keys, made whole or not at all."""
+        def free(keys: Iterator[int]) -> int | None:
+            for key in keys:
+                if key not in protected and key not in self.pinned and key not in self.pending:
+                    return key
+            return None
+
+        chosen: list[tuple[int, bool]] = []  # (key, from T1)
+        t1_size = len(self.t1)
+        t1, t2 = iter(self.t1), iter(self.t2)
+        for _ in range(needed):
+            key = free(t1) if t1_size >= int(self.target) else None
+            from_t1 = key is not None
+            if key is None:
+                key = free(t2)
+            if key is None:
+                key = free(t1)
+                from_t1 = True
+                if key is None:
+                    return False
+            if from_t1:
+                t1_size -= 1
+            chosen.append((key, from_t1))
+        for key, from_t1 in chosen:
+            if from_t1:
+                del self.t1[key]
+                self.b1[key] = None
+            else:
+                del self.t2[key]
+                self.b2[key] = None
+            self.records.append((key, self.now, self.last_use.get(key, -1)))
+        for ghosts in (self.b1, self.b2):
+            for _ in range(len(ghosts) - self.capacity):
+                ghosts.popitem(last=False)
+        self.evicted += len(chosen)
+        return True
+
+    def finish(self, req: _Request) -> None:
+        """`on_request_finished`: tail to head, inserted keys refreshed where they are, reused
+        ones promoted to (or refreshed in) T2."""
+        only_inserted = req.inserted - req.reused
+        for key in sorted(req.seen, key=req.seen.__getitem__, reverse=True):
+            if key in only_inserted:
+                if key in self.t1:
+                    self.t1.move_to_end(key)
+                elif key in self.t2:
+                    self.t2.move_to_end(key)
+            elif key in req.reused and key in self.t1:
+                del self.t1[key]
+                self.t2[key] = None
+            elif key in req.reused and key in self.t2:
+                self.t2.move_to_end(key)
+
+    def end_step(self) -> None:
+        """The worker finished every transfer: loads unpin, stores become ready."""
+        self.pinned = set()
+        self.pending = set()
+
+    def counters(self) -> TierCounters:
+        """The tier's totals."""
+        return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
+                            failed_stores=self.failed, loaded_chunks=self.loaded)
+
+
 def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                        tier: TierSpec, secondary: tuple[TierSpec, ...] = ()
+                        tier: TierSpec, secondary: tuple[TierSpec, ...] = (), *,
+                        arc: bool = False
                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                    tuple[TierEvictions, ...]]:
     """Hit tokens per tier (vLLM's `external_kv_transfer`, split by where the chunk was)
     behind a GPU pool whose per-request hits are `gpu_hit_blocks`; `refused` requests never
-    reach the connector. `tier` is the CPU tier, `secondary` the tiers written from it."""
+    reach the connector. `tier` is the CPU tier, `secondary` the tiers written from it; `arc`
+    evicts the CPU tier by ARC (`eviction_policy: arc`) rather than LRU."""
     block = int(chains.block_size_tokens)
     chunk = int(tier.chunk_tokens)
     per_chunk = chunk // block
@@ -206,7 +380,7 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
     ids = chains.ids
     n = chains.num_requests
     hits = [np.zeros(n, dtype=np.int64) for _ in range(1 + len(secondary))]
-    cpu = _CpuTier(int(tier.capacity_chunks))
+    cpu: _CpuTier | _ArcCpuTier = (_ArcCpuTier if arc else _CpuTier)(int(tier.capacity_chunks))
     lower = [_SecondaryTier(int(t.capacity_chunks)) for t in secondary]
     cpu.cascade = lower
     previous: _Request | None = None
@@ -288,9 +462,9 @@ class _SecondaryTier:
                             failed_stores=0, loaded_chunks=self.loaded)
 
 
-def _where(key: int, cpu: _CpuTier, lower: list[_SecondaryTier]) -> int:
+def _where(key: int, cpu: _CpuTier | _ArcCpuTier, lower: list[_SecondaryTier]) -> int:
     """0 when the CPU tier holds `key`, k for the first secondary tier k that does, else -1."""
-    if key in cpu.rank:
+    if cpu.holds(key):
         return 0
     for k, tier in enumerate(lower, start=1):
         if key in tier.keys:
@@ -298,7 +472,7 @@ def _where(key: int, cpu: _CpuTier, lower: list[_SecondaryTier]) -> int:
     return -1
 
 
-def _promote(cpu: _CpuTier, lower: list[_SecondaryTier], req: _Request, first: int,
+def _promote(cpu: _CpuTier | _ArcCpuTier, lower: list[_SecondaryTier], req: _Request, first: int,
              source: list[int]) -> int:
     """Secondary hits are promoted into the CPU tier before they load (one step); returns
     how much of the run is loadable (up to the first chunk that found no room)."""
@@ -316,7 +490,7 @@ def _promote(cpu: _CpuTier, lower: list[_SecondaryTier], req: _Request, first: i
     return len(source)
 
 
-def _offer(cpu: _CpuTier, req: _Request, chunks: int) -> None:
+def _offer(cpu: _CpuTier | _ArcCpuTier, req: _Request, chunks: int) -> None:
     """`_build_store_jobs` for one request: its chunks from the store index; the index
     advances unless the offer fails whole."""
     lo = req.next_stored
