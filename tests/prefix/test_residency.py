@@ -222,3 +222,39 @@ def test_unfollowed_policies_still_count_their_misses() -> None:
     columns = requests.to_columns()
     assert "evicted_from" not in columns
     assert columns["capacity_miss_tokens"].sum() > 0
+
+
+def test_with_a_cpu_tier_a_miss_is_what_no_tier_served_and_names_the_tiers_eviction() -> None:
+    # GIVEN vLLM's pool of 5 blocks (4 usable) and a CPU tier of 3 one-block chunks, 4-token
+    # blocks: A (2 blocks) is stored; B (3 blocks) takes A's tail block on the GPU and, to
+    # store its 3 chunks, both of A's in the CPU tier; C comes back for A
+    from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSetup, TierSpec
+
+    a, b = list(range(100, 108)), list(range(200, 212))
+    prompts = [a, b, a + [300, 301, 302, 303]]
+    trace = normalize(RawTrace(requests=_table(prompts, [0.0, 5.0, 9.0]),
+                               format_name="canonical"), "generated")
+    rules = rules_for("vllm", block_size_tokens=4, capacity_blocks=5)
+    tiers = TierSetup(tiers=(TierSpec(name=TierName.CPU, capacity_chunks=3, chunk_tokens=4),),
+                      policy=TierPolicy.VLLM, kv_bytes_per_token=None)
+    # WHEN replayed with --residency, and again with the tier large enough to keep A
+    summary, table = replay_trace_with_requests(trace, rules, explain=True, waterfall=False,
+                                                tiers=tiers)
+    columns = table.to_columns()
+    # THEN C hits A's head on the GPU and loses its tail's 4 tokens: the GPU pool let it go,
+    # and so did the CPU tier, by B's store at 5 s, 5 s after A's last use
+    assert (columns["gpu_hit_tokens"][2], columns["cpu_hit_tokens"][2]) == (4, 0)
+    assert columns["capacity_miss_tokens"].tolist() == [0, 0, 4]
+    assert columns["evicted_from"].tolist()[2] == "cpu"
+    assert columns["evicted_by_request"].tolist()[2] == "r1"
+    assert columns["evicted_at_s"][2] == 5.0 and columns["evicted_idle_s"][2] == 5.0
+    assert summary.residency is not None and summary.residency.tier == "gpu+cpu"
+    # AND a tier that keeps A serves C: no capacity miss is left to explain
+    roomy = TierSetup(tiers=(TierSpec(name=TierName.CPU, capacity_chunks=8, chunk_tokens=4),),
+                      policy=TierPolicy.VLLM, kv_bytes_per_token=None)
+    summary, table = replay_trace_with_requests(trace, rules, explain=True, waterfall=False,
+                                                tiers=roomy)
+    columns = table.to_columns()
+    assert (columns["gpu_hit_tokens"][2], columns["cpu_hit_tokens"][2]) == (4, 4)
+    assert columns["capacity_miss_tokens"].tolist() == [0, 0, 0]
+    assert summary.residency is not None and summary.residency.capacity_miss_tokens == 0

@@ -265,12 +265,15 @@ def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chun
     refused = refused_requests(chains, rules)
     tier = _tier("cpu", cpu_chunks, 2 * per_chunk)
     # WHEN the compiled kernel and the Python model replay the CPU tier
+    lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
     (compiled,), (counters,), (evicted,) = replay_vllm_tiers(chains, gpu.hit_blocks, refused,
-                                                             (tier,))
+                                                             (tier,), lacking=lacking[0])
     (python,), (reference,), (expected,) = replay_vllm_offload(chains, gpu.hit_blocks, refused,
-                                                               tier)
-    # THEN they agree on every request, every counter and every eviction
+                                                               tier, lacking=lacking[1])
+    # THEN they agree on every request, every counter and every eviction, and on the first
+    # chunk the tier lacked at each lookup
     assert compiled.tolist() == python.tolist()
+    assert lacking[0].tolist() == lacking[1].tolist() and (lacking[0] >= 0).any()
     assert counters == reference
     assert evicted.key.tolist() == expected.key.tolist()
     assert evicted.request.tolist() == expected.request.tolist()

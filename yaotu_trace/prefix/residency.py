@@ -5,7 +5,8 @@ and whose admission did it; reuse distances, a TTL view and vLLM's residency his
 by block again (`kernels/residency.py`): the clean model's LRU or FIFO lists, or vLLM's block
 pool from the physical blocks `exact_vllm` hands out, with each request's routes as the
 achieved replay chose them, so the hits are the replay's own (checked: a difference is an
-error, not a footnote). The tier is the GPU pool until a replay has tiers below it.
+error, not a footnote). With tiers below the pool, a capacity miss is what no tier served
+either, and it names the tier whose eviction lost the chunk the tiers lacked (`_tier_loss`).
 
 - **Capacity misses.** A request whose hit stops at a block its cache once held lost the
   blocks from there to the end of its reusable run (`capacity_miss_tokens`); the block that
@@ -38,6 +39,7 @@ from yaotu_trace.prefix.kernels.exact_vllm import replay_vllm_blocks
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.prepare import PreparedTrace
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, TouchOrder
+from yaotu_trace.prefix.tiers.result import TieredResult
 
 GPU = "gpu"
 TTL_SECONDS: tuple[float, ...] = (60.0, 300.0, 900.0, 1800.0, 3600.0, 6 * 3600.0, 86400.0)
@@ -302,8 +304,11 @@ def distances(chains: BlockChains, rules: ReplayRules, codes: np.ndarray, k: int
 
 def residency(prepared: PreparedTrace, chains: BlockChains, rules: ReplayRules,
               result: ReplayResult, metrics: EngineMetrics | None = None,
-              top: int = TOP_REUSED) -> tuple[Residency, dict[str, np.ndarray]]:
-    """The `kv_residency` section of one replay and its `--out` columns."""
+              top: int = TOP_REUSED, *, tiered: TieredResult | None = None
+              ) -> tuple[Residency, dict[str, np.ndarray]]:
+    """The `kv_residency` section of one replay and its `--out` columns. With `tiered` (the
+    same replay with tiers below the GPU pool) a capacity miss is what neither the pool nor a
+    tier served, and it names the tier that dropped the chunk the tiers lacked (`_tier_loss`)."""
     codes, k = cache_codes(prepared, rules, result)
     followed = follow(chains, rules, codes, k, prepared.arrival_s)
     notes: list[str] = []
@@ -319,29 +324,44 @@ def residency(prepared: PreparedTrace, chains: BlockChains, rules: ReplayRules,
     slot_request = chains.request_of_block()
     position = np.arange(chains.ids.size, dtype=np.int64) - starts[slot_request]
     held = ~np.isnan(gap)
-    hit_slot = position < result.hit_blocks[slot_request]
+    served = np.asarray(result.hit_blocks, dtype=np.int64)
+    if tiered is not None:  # the blocks the pool and the tiers served together
+        served = np.minimum(-(-np.asarray(tiered.hit_tokens, dtype=np.int64)
+                              // int(rules.block_size_tokens)), np.diff(chains.offsets))
+    hit_slot = position < served[slot_request]
     miss_slot = held & ~hit_slot
     tokens = chains.block_tokens.astype(np.int64)
     reusable_blocks = np.bincount(slot_request[held], minlength=n)
     lost_tokens = np.bincount(slot_request[miss_slot], weights=tokens[miss_slot],
                               minlength=n).astype(np.int64)
     lost = lost_tokens > 0
-    first_miss = np.minimum(starts + result.hit_blocks, np.maximum(chains.offsets[1:] - 1, 0))
-    has_first = lost & (result.hit_blocks < reusable_blocks)
+    first_miss = np.minimum(starts + served, np.maximum(chains.offsets[1:] - 1, 0))
+    has_first = lost & (served < reusable_blocks)
     columns: dict[str, np.ndarray] = {"capacity_miss_tokens": lost_tokens}
     if followed is not None:
-        named = lost & (followed.miss_by >= 0)
+        # The pool's own eviction names a miss where the pool alone decided it: no tiers, or
+        # tiers that served nothing past the pool's hit and did not lose the block themselves.
+        at = np.where(lost & (followed.miss_by >= 0), followed.miss_s, np.nan)
+        idle = np.where(lost & (followed.miss_by >= 0), followed.miss_idle, np.nan)
+        by_index = np.where(lost, followed.miss_by, -1)
         source = np.empty(n, dtype=object)
         source[:] = None
-        source[named] = GPU
+        source[by_index >= 0] = GPU
+        if tiered is not None:
+            by_index[served != np.asarray(result.hit_blocks)] = -1
+            source[by_index < 0] = None
+            _tier_loss(chains, prepared, tiered, served, lost, source, at, idle, by_index)
+            notes.append(_TIER_LOSS_NOTE)
+        named = lost & (by_index >= 0)
         columns["evicted_from"] = source
-        columns["evicted_at_s"] = np.where(named, followed.miss_s, np.nan)
-        columns["evicted_idle_s"] = np.where(named, followed.miss_idle, np.nan)
+        columns["evicted_at_s"] = np.where(named, at, np.nan)
+        columns["evicted_idle_s"] = np.where(named, idle, np.nan)
         by = np.empty(n, dtype=object)
         by[:] = None
-        by[named] = prepared.request_id[followed.miss_by[named]]
+        by[named] = prepared.request_id[by_index[named]]
         columns["evicted_by_request"] = by
-        idle_q = _quantiles(followed.miss_idle[named]) if named.any() else ()
+        timed = named & ~np.isnan(idle)
+        idle_q = _quantiles(idle[timed]) if timed.any() else ()
         explained = int(named.sum())
         histograms = tuple(_histogram(key, name, text, values, metrics)
                            for (key, name, text), values in zip(
@@ -359,10 +379,12 @@ def residency(prepared: PreparedTrace, chains: BlockChains, rules: ReplayRules,
     reusable = int(tokens[held].sum())
     prompt = int(chains.prompt_tokens.sum())
     section = Residency(
-        tier=GPU, accounting=str(rules.accounting if rules.capacity_blocks is not None
+        tier=GPU if tiered is None else "+".join([GPU, *(str(t.name) for t in tiered.tiers)]),
+        accounting=str(rules.accounting if rules.capacity_blocks is not None
                                  else Accounting.CLEAN),
         capacity_blocks=rules.capacity_blocks, block_size_tokens=rules.block_size_tokens,
-        prompt_tokens=prompt, hit_tokens=int(result.hit_tokens.sum()),
+        prompt_tokens=prompt, hit_tokens=int((result.hit_tokens if tiered is None
+                                              else tiered.hit_tokens).sum()),
         reusable_tokens=reusable, capacity_miss_requests=int(lost.sum()),
         capacity_miss_tokens=int(lost_tokens.sum()), explained_requests=explained,
         rejected_requests=int(result.rejected_requests), idle_at_eviction_s=idle_q,
@@ -371,11 +393,63 @@ def residency(prepared: PreparedTrace, chains: BlockChains, rules: ReplayRules,
         cold_blocks=int((~held & (position < chains.max_hit_blocks[slot_request])).sum()),
         ttl=ttl_rows(gap, tokens, reusable, prompt),
         histograms=histograms,
-        top_by_requests=reused_prefixes(chains, result.hit_blocks, prepared, top, "requests"),
-        top_by_tokens=reused_prefixes(chains, result.hit_blocks, prepared, top, "tokens"),
+        top_by_requests=reused_prefixes(chains, served, prepared, top, "requests"),
+        top_by_tokens=reused_prefixes(chains, served, prepared, top, "tokens"),
         notes=tuple(notes),
     )
     return section, columns
+
+
+_TIER_LOSS_NOTE = (
+    "with tiers below the GPU pool a capacity miss is what neither the pool nor a tier served; "
+    "it names the tier that last dropped the chunk the tiers lacked at the request's lookup "
+    "(its eviction before the request: when, idle since its last use, by whose store), or the "
+    "pool when the tiers never held that chunk and served nothing past the pool's hit; the "
+    "histograms are the GPU pool's")
+
+
+def _tier_loss(chains: BlockChains, prepared: PreparedTrace, tiered: TieredResult,
+               served: np.ndarray, lost: np.ndarray, source: np.ndarray, at: np.ndarray,
+               idle: np.ndarray, by_index: np.ndarray) -> None:
+    """Name, in place, the tier whose eviction lost each request's lacking chunk (the first
+    the tiers did not hold at its lookup, `TieredResult.lacking_chunk`): the latest eviction
+    of that chunk's key by a request before it, over every tier. Only where the request's
+    first unserved block lies at or past that chunk: a block inside a chunk the tiers held was
+    left by a rule (less than one chunk past the GPU hit, SGLang's ten-token load-back), not
+    by a tier's capacity."""
+    if tiered.lacking_chunk is None or not tiered.evictions:
+        return
+    n = chains.num_requests
+    per_chunk = int(tiered.tiers[0].chunk_tokens) // int(chains.block_size_tokens)
+    lacking = np.asarray(tiered.lacking_chunk, dtype=np.int64)
+    rows = np.flatnonzero(lost & (lacking >= 0) & (served >= lacking * per_chunk))
+    if rows.size == 0:
+        return
+    keys = np.asarray(chains.ids, dtype=np.int64)[
+        chains.offsets[rows] + (lacking[rows] + 1) * per_chunk - 1]
+    best = np.full(rows.size, -1, dtype=np.int64)  # the latest evicting request so far
+    for spec, evictions in zip(tiered.tiers, tiered.evictions, strict=True):
+        if len(evictions) == 0:
+            continue
+        order = np.asarray(evictions.key, dtype=np.int64) * (n + 1) + evictions.request
+        sort = np.argsort(order, kind="stable")
+        found = np.searchsorted(order[sort], keys * (n + 1) + rows) - 1
+        ok = found >= 0
+        pick = sort[np.where(ok, found, 0)]
+        ok &= np.asarray(evictions.key)[pick] == keys
+        later = ok & (np.asarray(evictions.request)[pick] > best)
+        if not later.any():
+            continue
+        who = np.asarray(evictions.request)[pick]
+        last = np.asarray(evictions.last_use_request)[pick]
+        best = np.where(later, who, best)
+        r = rows[later]
+        source[r] = str(spec.name)
+        by_index[r] = who[later]
+        at[r] = prepared.arrival_s[who[later]]
+        idle[r] = np.where(last[later] >= 0,
+                           prepared.arrival_s[who[later]]
+                           - prepared.arrival_s[np.maximum(last[later], 0)], np.nan)
 
 
 def _refused(chains: BlockChains, rules: ReplayRules, result: ReplayResult) -> np.ndarray:

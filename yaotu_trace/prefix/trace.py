@@ -302,7 +302,8 @@ def replay_trace_with_requests(
     if explain:
         from yaotu_trace.prefix.residency import residency
 
-        section, extra = residency(prepared, runs.chains, rules, gpu_result, metrics)
+        section, extra = residency(prepared, runs.chains, rules, gpu_result, metrics,
+                                   tiered=tiered)
         if tiered is not None:
             other = int((tiered.gpu_hit_tokens != np.asarray(gpu_result.hit_tokens)).sum())
             if other:  # SGLang's one tree: say which GPU hits this section is about

@@ -108,19 +108,20 @@ class _Backend:
 
 
 def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                         tiers: tuple[TierSpec, ...]
+                         tiers: tuple[TierSpec, ...], *, lacking: np.ndarray | None = None
                          ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                     tuple[TierEvictions, ...]]:
     """Hit tokens per tier (in `tiers` order), the backends' counters and their evictions
     under LMCache: the compiled pass (`lmcache_kernel.py`) of the rules `replay_lmcache_model`
-    states."""
+    states. `lacking`, when given, is filled per request with the first chunk the backends
+    did not hold from token 0 (−1: none)."""
     from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_pass
 
     names = [str(t.name) for t in tiers]
     return lmcache_pass(chains, gpu_hit_blocks, refused,
                         tuple(int(t.capacity_chunks) for t in tiers), int(tiers[0].chunk_tokens),
                         *(names.index(name) if name in names else -1
-                          for name in ("cpu", "disk", "remote")))
+                          for name in ("cpu", "disk", "remote")), lacking=lacking)
 
 
 def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,

@@ -134,15 +134,22 @@ def _allocate(st, ends, size, capacity, counters, evictions, cpu, wanted,
 
 def lmcache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                  capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int = -1,
-                 remote: int = -1) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
-                                            tuple[TierEvictions, ...]]:
+                 remote: int = -1, *, lacking: np.ndarray | None = None
+                 ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                            tuple[TierEvictions, ...]]:
     """Hit tokens per backend (in the order of `capacity_chunks`), their counters and
     evictions; `cpu` is the index of the CPU backend (−1: none), which a read from a lower
     backend fills, `disk` the local disk's (−1: none), which refreshes what it is read or
     asked to save again, `remote` the remote store's (−1: none), asked head to tail and
-    refreshing what it is asked to save again."""
-    hits, (counters, evictions), _ = _passed(chains, gpu_hit_blocks, refused, capacity_chunks,
-                                             chunk_tokens, cpu, disk, remote)
+    refreshing what it is asked to save again. `lacking`, when given, is filled per request
+    with the first chunk the backends did not hold from token 0 (−1: none, or refused)."""
+    hits, (counters, evictions), runs = _passed(chains, gpu_hit_blocks, refused,
+                                                capacity_chunks, chunk_tokens, cpu, disk, remote)
+    if lacking is not None:
+        chunks = np.diff(np.asarray(chains.offsets, dtype=np.int64)) // (
+            chunk_tokens // int(chains.block_size_tokens))
+        held = runs // chunk_tokens
+        lacking[:] = np.where(np.asarray(refused, dtype=bool) | (held >= chunks), -1, held)
     out_counters, out_evictions = outcome(counters, evictions)
     return tuple(h.copy() for h in hits), out_counters, out_evictions
 

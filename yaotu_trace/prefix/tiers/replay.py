@@ -59,42 +59,48 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
     """
     check_tiers(chains, rules, tiers, policy)
     refused = refused_requests(chains, rules)
+    lacking: np.ndarray | None = np.full(chains.num_requests, -1, dtype=np.int64)
     if one_tree(chains, rules, tiers, policy):
         from yaotu_trace.prefix.tiers.sglang_tree import replay_hicache_tree
 
         gpu_hit, tier_hits, counters, evictions = replay_hicache_tree(
-            chains, refused, tiers, policy, int(rules.capacity_blocks or 0))
+            chains, refused, tiers, policy, int(rules.capacity_blocks or 0), lacking=lacking)
         return TieredResult(policy=policy, tiers=tiers,
                             prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
                             gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
-                            refused=refused, counters=counters, evictions=evictions)
+                            refused=refused, counters=counters, evictions=evictions,
+                            lacking_chunk=lacking)
     if gpu is None:
         gpu = gpu_replay(chains, rules)
     gpu_blocks = np.asarray(gpu.hit_blocks, dtype=np.int64)
     if policy is TierPolicy.VLLM:
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
 
-        tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers)
+        tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers,
+                                                           lacking=lacking)
     elif policy is TierPolicy.VLLM_ARC:
         # NOTE: ARC runs in the Python model of the manager (not compiled): exact, slower.
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload
 
-        tier_hits, counters, evictions = replay_vllm_offload(chains, gpu_blocks, refused,
-                                                             tiers[0], tiers[1:], arc=True)
+        tier_hits, counters, evictions = replay_vllm_offload(
+            chains, gpu_blocks, refused, tiers[0], tiers[1:], arc=True, lacking=lacking)
     elif policy is TierPolicy.LMCACHE:
         from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
 
-        tier_hits, counters, evictions = replay_lmcache_tiers(chains, gpu_blocks, refused, tiers)
+        tier_hits, counters, evictions = replay_lmcache_tiers(chains, gpu_blocks, refused, tiers,
+                                                              lacking=lacking)
     else:
         from yaotu_trace.prefix.tiers.sglang import replay_hicache_tiers
 
         tier_hits, counters, evictions = replay_hicache_tiers(
             chains, gpu_blocks, refused, tiers, policy, rules.capacity_blocks)
+        lacking = None
     gpu_hit = np.where(refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
     return TieredResult(policy=policy, tiers=tiers,
                         prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
                         gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
-                        refused=refused, counters=counters, evictions=evictions)
+                        refused=refused, counters=counters, evictions=evictions,
+                        lacking_chunk=lacking)
 
 
 def one_tree(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],

@@ -122,6 +122,10 @@ class TieredResult:
     counters: tuple[TierCounters, ...]
     # Per tier, what it evicted and why (for the capacity-miss explanation); () when unknown.
     evictions: tuple[TierEvictions, ...] = ()
+    # Per request, the first chunk (from the prompt's start, in the tiers' chunks) that the
+    # tiers lacked at its lookup: the one whose loss stopped their run (−1: none); None where
+    # the pass does not say (SGLang's two-pass approximation).
+    lacking_chunk: np.ndarray | None = None
 
     @property
     def hit_tokens(self) -> np.ndarray:
@@ -165,7 +169,9 @@ class TieredResult:
                             gpu_hit_tokens=self.gpu_hit_tokens[rows],
                             tier_hit_tokens=tuple(h[rows] for h in self.tier_hit_tokens),
                             refused=self.refused[rows], counters=self.counters,
-                            evictions=self.evictions)
+                            evictions=self.evictions,
+                            lacking_chunk=None if self.lacking_chunk is None
+                            else self.lacking_chunk[rows])
 
     def to_dict(self, kv_bytes_per_token: int | None = None) -> dict[str, object]:
         """JSON-ready totals: which tier served what, and each tier's counters."""

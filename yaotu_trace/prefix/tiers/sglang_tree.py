@@ -677,17 +677,19 @@ class HiCacheTree:
 
 def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, ...],
                         policy: TierPolicy, gpu_capacity_blocks: int, *, compiled: bool = True,
+                        lacking: np.ndarray | None = None,
                         ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                    tuple[TierEvictions, ...]]:
     """GPU hit tokens, hit tokens per tier (host, then storage), the tiers' counters and
     evictions of SGLang's HiCache with a GPU pool of `gpu_capacity_blocks` pages, the host tier
     `tiers[0]` (chunks of one page) and at most one storage tier below it (SGLang has one
     storage backend); see the module docstring. It runs compiled (`sglang_tree_kernel.py`)
-    unless `compiled` is off."""
+    unless `compiled` is off. `lacking`, when given, is filled per request with the first page
+    the GPU and host lacked at the lookup (−1: none; compiled only)."""
     page = int(chains.block_size_tokens)
     assert len(tiers) <= 2 and all(int(t.chunk_tokens) == page for t in tiers)
     if compiled:
-        return _compiled(chains, refused, tiers, policy, gpu_capacity_blocks)
+        return _compiled(chains, refused, tiers, policy, gpu_capacity_blocks, lacking)
     storage = tiers[1] if len(tiers) > 1 else None
     tree = HiCacheTree(chains.ids, page, int(gpu_capacity_blocks), int(tiers[0].capacity_chunks),
                        policy, None if storage is None else int(storage.capacity_chunks))
@@ -718,7 +720,7 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
 
 
 def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, ...],
-              policy: TierPolicy, gpu_capacity_blocks: int,
+              policy: TierPolicy, gpu_capacity_blocks: int, lacking: np.ndarray | None = None,
               ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[TierCounters, ...],
                          tuple[TierEvictions, ...]]:
     """The tree compiled: the host tier, and the storage below it when there is one."""
@@ -737,7 +739,7 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
         st, _ = rows(store_keys, 1, 0, 0)
         evictions = np.empty((1, 3, 1024), dtype=np.int64)  # the kernel grows it as it fills
         (gpu_hit_pages, host_hit_pages, storage_hit_pages, counters, records, storage_counters,
-         evictions) = hicache_tree_pass(
+         evictions, first_lacking) = hicache_tree_pass(
             chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
             np.asarray(refused, dtype=np.bool_), np.int64(chains.num_distinct), np.int64(page),
             np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
@@ -746,6 +748,8 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
             np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
             np.int64(tiers[1].capacity_chunks if has_storage else -1),
             np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions)
+    if lacking is not None:
+        lacking[:] = first_lacking
     stored, evicted, loaded, failed = (int(c) for c in counters)
     host_counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted,
                                  failed_stores=failed, loaded_chunks=loaded)

@@ -585,9 +585,10 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
                       storage_pages, prefetch_min_tokens, st, evictions):
     """Returns (GPU hit pages, host pages loaded, of them pages fetched from storage, counters
     [stored, evicted, loaded, failed], host eviction records [first page, pages, request, last
-    use], the storage's `lru_rows` counters and evictions). `storage_pages` < 0: no storage;
-    else `st` holds its rows (`lru_rows.rows`) and `evictions` (1 × 3 × any) the room for its
-    evictions to start with."""
+    use], the storage's `lru_rows` counters and evictions, and per request the first page the
+    GPU and host lacked at the lookup (−1: none within the hit cap)). `storage_pages` < 0: no
+    storage; else `st` holds its rows (`lru_rows.rows`) and `evictions` (1 × 3 × any) the room
+    for its evictions to start with."""
     n = len(offsets) - 1
     max_nodes = (5 if storage_pages >= 0 else 3) * n + 2  # a prefetch adds a split and a node
     nd = np.zeros((max_nodes, _FIELDS), dtype=np.int64)
@@ -627,6 +628,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
     gpu_hit = np.zeros(n, dtype=np.int64)
     host_hit = np.zeros(n, dtype=np.int64)
     storage_hit = np.zeros(n, dtype=np.int64)
+    lacking = np.full(n, -1, dtype=np.int64)  # the first page GPU and host lacked at lookup
     for i in range(n):
         if refused[i]:
             continue
@@ -648,6 +650,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
         # load-back of the host continuation
         loaded = 0
         anchor = best_gpu
+        held_pages = gpu_run
         if best != best_gpu:
             nd[best, _F_HLOCK] += 1
             _update_sets(nd, sc, gk, gv, hk, hv, best)
@@ -657,6 +660,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
             while not nd[cur, _F_GPU]:
                 pages += nd[cur, _F_LEN]
                 cur = nd[cur, _F_PARENT]
+            held_pages += pages
             if pages * page >= max(1, load_back_min_tokens):
                 if sc[_S_GFREE] < pages:
                     _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack,
@@ -686,6 +690,8 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
             if loaded:
                 anchor = best
                 sc[_S_LOADED] += loaded
+        if held_pages < cap:
+            lacking[i] = held_pages
         # allocation
         _lock(nd, sc, gk, gv, hk, hv, anchor)
         extra = page if page > 1 else 0
@@ -740,4 +746,4 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
     counters = np.array([sc[_S_STORED], sc[_S_EVICTED], sc[_S_LOADED], sc[_S_FAILED]],
                         dtype=np.int64)
     return (gpu_hit, host_hit, storage_hit, counters, rec[:sc[_S_NREC]].copy(),
-            lru_counters, evictions)
+            lru_counters, evictions, lacking)

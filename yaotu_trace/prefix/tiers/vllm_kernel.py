@@ -304,7 +304,8 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     the order of `lower_capacity`); the CPU tier's stored, evicted, failed offers and loaded
     chunks; per CPU eviction the key (chain id of the chunk's last block), the request whose
     offer evicted it and the request that used it last; and the lower tiers' counters and
-    evictions (`lru_rows.outcome`'s arrays).
+    evictions (`lru_rows.outcome`'s arrays); last, per request, the first chunk (from the
+    prompt's start) no tier held at its lookup (−1: none, or never looked up).
 
     The large arrays are views of one numpy array: numpy asks the kernel for huge pages for
     it, while numba's own allocations (or several numpy ones) fault page by page and glibc hands
@@ -329,7 +330,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
         evictions = work[8 * rows_st:].reshape(3, room)
         lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity),
                                            0, room)
-        hits, stored, evicted, failed, loaded, lower_counters = _pass(
+        hits, stored, evicted, failed, loaded, lower_counters, lacking = _pass(
             offsets, np.asarray(ids, dtype=np.int64),
             np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
             np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block), np.int64(capacity),
@@ -338,7 +339,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
                 evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
-                lower_evictions)
+                lower_evictions, lacking)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -361,6 +362,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     req_next = np.zeros(n, dtype=np.int64)
     req_failed = np.zeros(n, dtype=np.uint8)
     hits = np.zeros((1 + below, n), dtype=np.int64)
+    lacking = np.full(n, -1, dtype=np.int64)  # the first chunk no tier held at the lookup
     prev = -1
     prev_seen = _SEEN1
     for i in range(n):
@@ -404,6 +406,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 run = promoted
             _end_step(step_keys, st, sc)
             loaded = chunk_tokens * (first + run) - g
+        if first + run < chunks:
+            lacking[i] = first + run
         if loaded < chunk_tokens:
             loaded = 0
         if loaded > 0:
@@ -448,4 +452,4 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                         (first + j) * chunk_tokens, g)
         prev = i
         prev_seen = seen
-    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters
+    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking

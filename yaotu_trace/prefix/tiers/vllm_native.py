@@ -366,13 +366,14 @@ class _ArcCpuTier:
 
 def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                         tier: TierSpec, secondary: tuple[TierSpec, ...] = (), *,
-                        arc: bool = False
+                        arc: bool = False, lacking: np.ndarray | None = None
                         ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                    tuple[TierEvictions, ...]]:
     """Hit tokens per tier (vLLM's `external_kv_transfer`, split by where the chunk was)
     behind a GPU pool whose per-request hits are `gpu_hit_blocks`; `refused` requests never
     reach the connector. `tier` is the CPU tier, `secondary` the tiers written from it; `arc`
-    evicts the CPU tier by ARC (`eviction_policy: arc`) rather than LRU."""
+    evicts the CPU tier by ARC (`eviction_policy: arc`) rather than LRU. `lacking`, when
+    given, is filled per request with the first chunk no tier held at the lookup (−1: none)."""
     block = int(chains.block_size_tokens)
     chunk = int(tier.chunk_tokens)
     per_chunk = chunk // block
@@ -412,6 +413,8 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
             loaded = chunk * (first + run) - g
             if loaded < chunk:
                 loaded = 0
+        if lacking is not None:
+            lacking[i] = first + run if first + run < chunks else -1
         # Step 1: lookup, then either the load (the prefill waits a step) or the prefill.
         if loaded:
             cpu.load(req, keys[first:first + run], positions[first:first + run])
@@ -504,21 +507,25 @@ def _offer(cpu: _CpuTier | _ArcCpuTier, req: _Request, chunks: int) -> None:
 
 
 def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                      tiers: tuple[TierSpec, ...]
+                      tiers: tuple[TierSpec, ...], *, lacking: np.ndarray | None = None
                       ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                  tuple[TierEvictions, ...]]:
     """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload:
-    the compiled pass (`vllm_kernel.py`) of the rules `replay_vllm_offload` states."""
+    the compiled pass (`vllm_kernel.py`) of the rules `replay_vllm_offload` states. `lacking`,
+    when given, is filled per request with the first chunk no tier held at the lookup (−1:
+    none)."""
     from yaotu_trace.prefix.tiers.lru_rows import outcome
     from yaotu_trace.prefix.tiers.vllm_kernel import vllm_offload_pass
 
     cpu = tiers[0]
     block = int(chains.block_size_tokens)
     (hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last, lower_counters,
-     lower_evictions) = vllm_offload_pass(
+     lower_evictions, first_lacking) = vllm_offload_pass(
         chains.offsets, chains.ids, gpu_hit_blocks, refused, cpu.chunk_tokens // block,
         int(cpu.chunk_tokens), block, int(cpu.capacity_chunks), int(chains.num_distinct),
         tuple(int(t.capacity_chunks) for t in tiers[1:]))
+    if lacking is not None:
+        lacking[:] = first_lacking
     counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
                             loaded_chunks=loaded)
     evictions = TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last)
