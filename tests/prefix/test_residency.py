@@ -231,7 +231,7 @@ def test_with_a_cpu_tier_a_miss_is_what_no_tier_served_and_names_the_tiers_evict
     from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSetup, TierSpec
 
     a, b = list(range(100, 108)), list(range(200, 212))
-    prompts = [a, b, a + [300, 301, 302, 303]]
+    prompts = [a, b, [*a, 300, 301, 302, 303]]
     trace = normalize(RawTrace(requests=_table(prompts, [0.0, 5.0, 9.0]),
                                format_name="canonical"), "generated")
     rules = rules_for("vllm", block_size_tokens=4, capacity_blocks=5)
@@ -258,3 +258,43 @@ def test_with_a_cpu_tier_a_miss_is_what_no_tier_served_and_names_the_tiers_evict
     assert (columns["gpu_hit_tokens"][2], columns["cpu_hit_tokens"][2]) == (4, 4)
     assert columns["capacity_miss_tokens"].tolist() == [0, 0, 0]
     assert summary.residency is not None and summary.residency.capacity_miss_tokens == 0
+
+
+@pytest.mark.parametrize(("preset", "policy", "sizes"), [
+    ("vllm", "vllm-native", (("cpu", 100), ("disk", 300))),
+    ("vllm", "lmcache", (("cpu", 40),)),
+    ("sglang", "write_through", (("cpu", 4000),)),
+])
+def test_tier_losses_name_an_earlier_eviction_of_what_no_tier_served(
+        preset: str, policy: str, sizes: tuple[tuple[str, int], ...]) -> None:
+    # GIVEN the mixed trace with tiers below a pool that loses prompts to capacity
+    from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSetup, TierSpec
+
+    trace = _trace("mixed")
+    block = 16 if preset == "vllm" else 1
+    rules = rules_for(preset, block_size_tokens=block,
+                      capacity_blocks=66 if preset == "vllm" else 3000)
+    chunk = 64 if policy == "lmcache" else block
+    tiers = TierSetup(tiers=tuple(TierSpec(name=TierName(name), capacity_chunks=size,
+                                           chunk_tokens=chunk) for name, size in sizes),
+                      policy=TierPolicy(policy))
+    # WHEN replayed with --residency
+    summary, table = replay_trace_with_requests(trace, rules, explain=True, waterfall=False,
+                                                tiers=tiers)
+    columns = table.to_columns()
+    arrival = np.asarray(trace.requests["arrival_s"])
+    ids = list(np.asarray(trace.requests["request_id"]))
+    # THEN no request both hits and loses more than its prompt, every tier-named miss was
+    # evicted by an earlier request, before it arrived, after a non-negative idle time
+    lost = columns["capacity_miss_tokens"]
+    assert (columns["hit_tokens"] + lost <= columns["prompt_tokens"]).all()
+    named = np.array([s in {"cpu", "disk"} for s in columns["evicted_from"]])
+    assert named.sum() >= 5
+    for i in np.flatnonzero(named):
+        assert lost[i] > 0
+        assert ids.index(columns["evicted_by_request"][i]) < i
+        assert columns["evicted_at_s"][i] <= arrival[i]
+        assert not columns["evicted_idle_s"][i] < 0
+    assert summary.residency is not None
+    assert summary.residency.hit_tokens == int(columns["hit_tokens"].sum())
+    assert summary.residency.capacity_miss_tokens == int(lost.sum())

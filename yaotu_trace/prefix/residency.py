@@ -338,21 +338,26 @@ def residency(prepared: PreparedTrace, chains: BlockChains, rules: ReplayRules,
     first_miss = np.minimum(starts + served, np.maximum(chains.offsets[1:] - 1, 0))
     has_first = lost & (served < reusable_blocks)
     columns: dict[str, np.ndarray] = {"capacity_miss_tokens": lost_tokens}
+    # The pool's own eviction names a miss where the pool alone decided it: no tiers, or tiers
+    # that served nothing past the pool's hit and did not lose the block themselves.
+    by_index = np.full(n, -1, dtype=np.int64)
+    at = np.full(n, np.nan)
+    idle = np.full(n, np.nan)
     if followed is not None:
-        # The pool's own eviction names a miss where the pool alone decided it: no tiers, or
-        # tiers that served nothing past the pool's hit and did not lose the block themselves.
-        at = np.where(lost & (followed.miss_by >= 0), followed.miss_s, np.nan)
-        idle = np.where(lost & (followed.miss_by >= 0), followed.miss_idle, np.nan)
-        by_index = np.where(lost, followed.miss_by, -1)
-        source = np.empty(n, dtype=object)
-        source[:] = None
-        source[by_index >= 0] = GPU
+        pool = lost & (followed.miss_by >= 0)
         if tiered is not None:
-            by_index[served != np.asarray(result.hit_blocks)] = -1
-            source[by_index < 0] = None
-            _tier_loss(chains, prepared, tiered, served, lost, source, at, idle, by_index)
-            notes.append(_TIER_LOSS_NOTE)
-        named = lost & (by_index >= 0)
+            pool &= served == np.asarray(result.hit_blocks)
+        by_index[pool] = followed.miss_by[pool]
+        at[pool] = followed.miss_s[pool]
+        idle[pool] = followed.miss_idle[pool]
+    source = np.empty(n, dtype=object)
+    source[:] = None
+    source[by_index >= 0] = GPU
+    if tiered is not None:
+        _tier_loss(chains, prepared, tiered, served, lost, source, at, idle, by_index)
+        notes.append(_TIER_LOSS_NOTE)
+    named = lost & (by_index >= 0)
+    if followed is not None or named.any():
         columns["evicted_from"] = source
         columns["evicted_at_s"] = np.where(named, at, np.nan)
         columns["evicted_idle_s"] = np.where(named, idle, np.nan)
@@ -360,18 +365,21 @@ def residency(prepared: PreparedTrace, chains: BlockChains, rules: ReplayRules,
         by[:] = None
         by[named] = prepared.request_id[by_index[named]]
         columns["evicted_by_request"] = by
-        timed = named & ~np.isnan(idle)
-        idle_q = _quantiles(idle[timed]) if timed.any() else ()
-        explained = int(named.sum())
+    timed = named & ~np.isnan(idle)
+    idle_q = _quantiles(idle[timed]) if timed.any() else ()
+    if followed is not None:
+        explained: int | None = int(named.sum())
         histograms = tuple(_histogram(key, name, text, values, metrics)
                            for (key, name, text), values in zip(
                                HISTOGRAMS, (followed.life, followed.idle, followed.gaps),
                                strict=True))
         notes.append(followed.semantics)
     else:
-        idle_q, explained, histograms = (), None, ()
+        explained, histograms = None, ()
         notes.append(f"no pass follows the evictions of {_policy(rules)}: the misses are "
-                     "counted and their reuse distances given, but not who evicted them")
+                     "counted and their reuse distances given, but not who evicted them"
+                     + (f" from the GPU pool ({int(named.sum()):,} named by the tiers' "
+                        "evictions)" if named.any() else ""))
     columns["miss_reuse_gap_s"] = np.where(has_first, gap[first_miss], np.nan)
     columns["miss_reuse_distance_blocks"] = np.where(has_first, dist[first_miss], -1)
     if rules.capacity_blocks is None:
