@@ -27,8 +27,13 @@ def miss_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     m = s["capacity_misses"]
     capacity = ("unlimited" if s["capacity_blocks"] is None
                 else f"{fmt.count(s['capacity_blocks'])} blocks ({s['accounting']})")
+    pool, *below = str(s["tier"]).split("+")
+    tier = f"{pool}, {capacity}"
+    if below:  # the GPU pool's capacity, and the tiers under it
+        names = below[0] if len(below) == 1 else f"{', '.join(below[:-1])} and {below[-1]}"
+        tier = f"{pool}, {capacity}, with the {names} tier{'s' if len(below) > 1 else ''} below"
     rows = [
-        ("tier", f"{s['tier']}, {capacity}"),
+        ("tier", tier),
         ("reusable (held before, same caches)", f"{fmt.count(s['reusable_tokens'])} tokens"),
         ("hit", f"{fmt.count(s['hit_tokens'])} tokens"),
         ("lost to capacity", f"{fmt.count(m['tokens'])} tokens in "
