@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "tiers_vllm"
 PAGE_BYTES = 4096  # SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT: one chunk of <= 512 tokens here
 PROTOCOL = ("vLLM v1 Scheduler + OffloadingConnector (CPUOffloadingSpec, {policy}, "
-            "store_threshold 0, offload_prompt_only) over one FullAttentionSpec group of "
+            "store_threshold {threshold}, offload_prompt_only) over one FullAttentionSpec group of "
             "num_gpu_blocks blocks; "
             "one request at a time in file order, max_tokens=1, every load and store job "
             "completed in the step it was issued; the next request added before the next step; "
@@ -62,6 +62,7 @@ class Config:
     cpu_chunks: int
     blocks_per_chunk: int
     eviction_policy: str = "lru"
+    store_threshold: int = 0
 
 
 def _model_dir() -> str:
@@ -109,7 +110,9 @@ class VllmOffload:
                 kv_connector_extra_config={
                     "cpu_bytes_to_use": config.cpu_chunks * PAGE_BYTES,
                     "block_size": b * config.blocks_per_chunk,
-                    "eviction_policy": config.eviction_policy}),
+                    "eviction_policy": config.eviction_policy,
+                    **({"store_threshold": config.store_threshold}
+                       if config.store_threshold else {})}),
         )
         vllm_config.scheduler_config.async_scheduling = False
         vllm_config.cache_config.num_gpu_blocks = config.num_gpu_blocks
@@ -234,7 +237,7 @@ class VllmOffload:
 
 
 def configs_for(prompts: list[list[int]], block_size: int, blocks_per_chunk: int,
-                eviction_policy: str = "lru") -> list[Config]:
+                eviction_policy: str = "lru", store_threshold: int = 0) -> list[Config]:
     """GPU pools from one block short of the largest prompt (it is refused) to a few times it,
     each with CPU tiers from half the largest prompt's chunks (its offers fail whole) to a
     third of every chunk the trace offers."""
@@ -245,7 +248,7 @@ def configs_for(prompts: list[list[int]], block_size: int, blocks_per_chunk: int
     chunk_total = sum(len(p) // per_chunk for p in prompts)
     cpu_sizes = sorted({max(2, largest_chunks // 2), 2 * largest_chunks,
                         max(2, chunk_total // 30), max(2, chunk_total // 3)})
-    return [Config(block_size, gpu, chunks, blocks_per_chunk, eviction_policy)
+    return [Config(block_size, gpu, chunks, blocks_per_chunk, eviction_policy, store_threshold)
             for gpu in (largest, largest + 2, 2 * largest, 4 * largest) for chunks in cpu_sizes]
 
 
@@ -265,7 +268,8 @@ def ours(path: Path, config: Config):  # type: ignore[no-untyped-def]
                       capacity_blocks=config.num_gpu_blocks)
     chains = prepare(read_trace(path)).chains(rules)
     tier = TierSpec(name=TierName.CPU, capacity_chunks=config.cpu_chunks,
-                    chunk_tokens=config.block_size_tokens * config.blocks_per_chunk)
+                    chunk_tokens=config.block_size_tokens * config.blocks_per_chunk,
+                    store_threshold=config.store_threshold)
     policy = TierPolicy.VLLM_ARC if config.eviction_policy == "arc" else TierPolicy.VLLM
     result = replay_tiers(chains, rules, (tier,), policy)
     return result.gpu_hit_tokens, result.tier_hit_tokens[0]
@@ -328,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eviction-policy", choices=("lru", "arc"), default="lru",
                         help="the CPU manager's eviction_policy; arc writes "
                         "vllm_offload_<trace>_arc.json")
+    parser.add_argument("--store-threshold", type=int, default=0,
+                        help="the CPU manager's store_threshold; 2 or more writes "
+                        "vllm_offload_<trace>_threshold<N>.json")
     parser.add_argument("--batch", type=int, default=0,
                         help="also run each configuration with this many requests arriving "
                         "together, print the totals beside the one-at-a-time ones, and write "
@@ -347,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         max_len = 1 << max(12, (max(len(p) for p in prompts) + 2).bit_length())
         configs = []
         for block_size, per_chunk in sizes:
-            for config in configs_for(prompts, block_size, per_chunk, args.eviction_policy):
+            for config in configs_for(prompts, block_size, per_chunk, args.eviction_policy,
+                                      args.store_threshold):
                 engine = VllmOffload(config, model_dir, max_len)
                 gpu, cpu, refused = engine.run(tenants, prompts)
                 if args.batch:
@@ -380,10 +388,13 @@ def main(argv: list[str] | None = None) -> int:
             continue
         document = {"engine": "vllm", "engine_version": vllm.__version__,
                     "torch_version": torch.__version__, "trace": path.name,
-                    "protocol": PROTOCOL.format(policy=args.eviction_policy),
+                    "protocol": PROTOCOL.format(policy=args.eviction_policy,
+                                                threshold=args.store_threshold),
                     "configs": configs}
         args.out_dir.mkdir(parents=True, exist_ok=True)
         suffix = "" if args.eviction_policy == "lru" else f"_{args.eviction_policy}"
+        if args.store_threshold >= 2:
+            suffix += f"_threshold{args.store_threshold}"
         dump_configs(document, args.out_dir / f"vllm_offload_{name}{suffix}.json")
     return 0
 

@@ -76,6 +76,21 @@ def test_replay_with_vllms_arc_eviction_is_vllms_per_request(
     assert doc["config"]["tier_policy"] == "vllm-native-arc"
 
 
+def test_replay_with_vllms_store_threshold_is_vllms_per_request(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a pool and CPU tier recorded with the manager's store_threshold 2
+    fixture = FIXTURES / "tiers_vllm" / "vllm_offload_mixed_threshold2.json"
+    config = next(c for c in json.loads(fixture.read_text())["configs"]
+                  if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"]) == (66, 176, 1))
+    out = tmp_path / "hits.csv"
+    # WHEN replayed with --tier-store-threshold 2
+    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 "cpu=176blocks", "--tier-store-threshold", "2", "--out", str(out)], capsys)
+    # THEN every request's CPU hit is vLLM's, and the config says the threshold
+    assert pd.read_csv(out)["cpu_hit_tokens"].tolist() == config["cpu_hit_tokens"]
+    assert doc["config"]["tier_store_threshold"] == 2
+
+
 def test_replay_without_tier_has_no_tier_keys(capsys: pytest.CaptureFixture[str]) -> None:
     doc = _json(["replay", TRACE, "--capacity", "66"], capsys)
     assert "tiers" not in doc["prefix_reuse"] and "tier_policy" not in doc["config"]
@@ -120,6 +135,11 @@ def test_analyze_and_diagnose_add_the_tiers_section(command: list[str],
      "not one of preset sglang's engine"),
     (["--preset", "sglang", "--tier", "cpu=100", "--tier-policy", "vllm-native-arc"],
      "not one of preset sglang's engine"),
+    (["--tier-store-threshold", "2"], "add one with --tier"),
+    (["--tier", "cpu=100", "--tier", "disk=200", "--tier-store-threshold", "2"],
+     "TieringOffloadingSpec refuses it"),
+    (["--preset", "sglang", "--tier", "cpu=100", "--tier-store-threshold", "2"],
+     "--tier-store-threshold is vLLM's store_threshold"),
     (["--tier", "cpu=100", "--grid", "block-size=16,32"], "cannot be combined with --grid"),
     (["--tier-policy", "lmcache"], "add one with --tier"),
     (["--tier", "cpu=abc"], "--tier 'cpu=abc': cannot read capacity 'abc'"),

@@ -7,7 +7,9 @@ by `benchmarks/engines/golden_tiers_vllm.py`: per request, the tokens vLLM's `Pr
 counts as `local_cache_hit` (GPU) and `external_kv_transfer` (CPU), at several GPU pool sizes,
 CPU tier sizes and blocks per chunk, on three small traces (one a slice of Mooncake's
 conversation trace as token ids). `vllm_offload_*_arc.json` are the same runs with the
-manager's `eviction_policy: arc` (policy `vllm-native-arc`). No vLLM is needed here.
+manager's `eviction_policy: arc` (policy `vllm-native-arc`), `vllm_offload_*_threshold2.json`
+with its `store_threshold: 2` (a chunk stored from its second offer on). No vLLM is needed
+here.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from yaotu_trace.prefix.rules import ReplayRules, rules_for
 from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tiers
 
 DATA = FIXTURES / "tiers_vllm"
-GOLDEN = sorted(p for p in DATA.glob("vllm_offload_*.json") if not p.stem.endswith("_arc"))
+GOLDEN = sorted(p for p in DATA.glob("vllm_offload_*.json")
+                if not p.stem.endswith(("_arc", "_threshold2")))
 ARC = sorted(DATA.glob("vllm_offload_*_arc.json"))
+THRESHOLD = sorted(DATA.glob("vllm_offload_*_threshold2.json"))
 TRACE_DIRS = (FIXTURES / "engines", DATA)
 
 
@@ -48,32 +52,39 @@ def test_tiers_vllm_golden_fixtures_cover_sizes_and_chunks() -> None:
     assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 70
 
 
-def test_arc_fixtures_are_the_same_runs_and_arc_moves_the_hits() -> None:
-    # GIVEN the ARC fixtures beside the LRU ones of the same traces and configurations
-    assert [p.name.replace("_arc", "") for p in ARC] == [p.name for p in GOLDEN]
+@pytest.mark.parametrize(("variant", "suffix"), [("arc", "_arc"),
+                                                 ("threshold", "_threshold2")])
+def test_variant_fixtures_are_the_same_runs_and_move_the_cpu_hits(variant: str,
+                                                                 suffix: str) -> None:
+    # GIVEN the ARC (or store threshold) fixtures beside the plain LRU ones of the same traces
+    # and configurations
+    files = ARC if variant == "arc" else THRESHOLD
+    assert [p.name.replace(suffix, "") for p in files] == [p.name for p in GOLDEN]
     moved = 0
-    for arc, lru in zip(ARC, GOLDEN, strict=True):
+    for arc, lru in zip(files, GOLDEN, strict=True):
         arc_configs = json.loads(arc.read_text())["configs"]
         lru_configs = json.loads(lru.read_text())["configs"]
         shape = ("block_size_tokens", "num_gpu_blocks", "cpu_chunks", "blocks_per_chunk")
         assert [[c[k] for k in shape] for c in arc_configs] == \
             [[c[k] for k in shape] for c in lru_configs]
-        # THEN the GPU hits are the pool's either way, and ARC changes the CPU tier's hits
+        # THEN the GPU hits are the pool's either way, and the CPU tier's hits move
         for a, b in zip(arc_configs, lru_configs, strict=True):
             assert a["gpu_hit_tokens"] == b["gpu_hit_tokens"]
             moved += a["cpu_hit_tokens"] != b["cpu_hit_tokens"]
     assert moved >= 60
 
 
-@pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN + ARC))
+@pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN + ARC + THRESHOLD))
 def test_tiers_vllm_matches_vllm_scheduler_per_request(fixture: str, index: int) -> None:
-    # GIVEN one configuration vLLM's scheduler and offload connector replayed (LRU, or ARC)
+    # GIVEN one configuration vLLM's scheduler and offload connector replayed (LRU, ARC, or
+    # LRU storing a chunk from its second offer on)
     document = golden_document(DATA / fixture)
     config = document["configs"][index]
     block = config["block_size_tokens"]
     chains, rules = _chains(document["trace"], block, config["num_gpu_blocks"])
     tier = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"],
-                    chunk_tokens=block * config["blocks_per_chunk"])
+                    chunk_tokens=block * config["blocks_per_chunk"],
+                    store_threshold=2 if fixture.endswith("_threshold2.json") else 0)
     policy = TierPolicy.VLLM_ARC if fixture.endswith("_arc.json") else TierPolicy.VLLM
     # WHEN the tiered replay runs it
     result = replay_tiers(chains, rules, (tier,), policy)

@@ -22,6 +22,7 @@ from yaotu_trace.cli.options import (
     TierChunkOpt,
     TierOpt,
     TierPolicyOpt,
+    TierStoreThresholdOpt,
     TokenizerOpt,
     TpOpt,
     TraceArg,
@@ -45,6 +46,7 @@ def analyze(
     preset: PresetOpt = None,
     tiers: TierOpt = None,
     tier_chunk_tokens: TierChunkOpt = None,
+    tier_store_threshold: TierStoreThresholdOpt = None,
     tier_policy: TierPolicyOpt = None,
     capacity: CapacityOpt = None,
     model: ModelOpt = None,
@@ -99,12 +101,14 @@ def analyze(
 
     pictures = charts_wanted(charts, format, output)
     tier_options = None
-    given = (tier_chunk_tokens, tier_policy, capacity, model, kv_bytes_per_token, kv_dtype)
+    given = (tier_chunk_tokens, tier_policy, tier_store_threshold, capacity, model,
+             kv_bytes_per_token, kv_dtype)
     if tiers or any(value is not None for value in given):
         tier_options = ReplayOptions(preset=preset, capacity=capacity, model=model,
                                      kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
                                      tiers=tuple(tiers or ()),
-                                     tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
+                                     tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy,
+                                     tier_store_threshold=tier_store_threshold)
     with progress("analyze", quiet) as update:
         report = analyze_command.analyze(
             trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),

@@ -46,6 +46,7 @@ from yaotu_trace.cli.options import (
     TierChunkOpt,
     TierOpt,
     TierPolicyOpt,
+    TierStoreThresholdOpt,
     TokenizerOpt,
     TraceArg,
     tier_options_of,
@@ -137,6 +138,7 @@ def check(
     dask: DaskOpt = None,
     tiers: TierOpt = None,
     tier_chunk_tokens: TierChunkOpt = None,
+    tier_store_threshold: TierStoreThresholdOpt = None,
     tier_policy: TierPolicyOpt = None,
     input_format: InputFormatOpt = None,
     map: MapOpt = None,
@@ -178,7 +180,8 @@ def check(
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
-    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy)
+    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy,
+                                   tier_store_threshold)
     with progress("check", quiet) as update:
         report = check_command.check(
             trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),

@@ -29,6 +29,7 @@ from yaotu_trace.cli.options import (
     TierChunkOpt,
     TierOpt,
     TierPolicyOpt,
+    TierStoreThresholdOpt,
     TokenizerOpt,
     tier_options_of,
 )
@@ -55,6 +56,7 @@ def diagnose(
     preset: PresetOpt = None,
     tiers: TierOpt = None,
     tier_chunk_tokens: TierChunkOpt = None,
+    tier_store_threshold: TierStoreThresholdOpt = None,
     tier_policy: TierPolicyOpt = None,
     threshold: ThresholdOpt = None,
     jobs: JobsOpt = 1,
@@ -114,7 +116,8 @@ def diagnose(
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
     pictures = charts_wanted(charts, format, output)
-    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy)
+    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy,
+                                   tier_store_threshold)
     with progress("diagnose", quiet) as update:
         report = diagnose_command.diagnose(source, options,
                                            steps=steps if trace is None else None,

@@ -315,16 +315,27 @@ TierPolicyOpt = Annotated[
 ]
 
 
+TierStoreThresholdOpt = Annotated[
+    int | None,
+    typer.Option("--tier-store-threshold", metavar="N", show_default=False, min=0, max=1_000_000,
+                 help="vLLM's store_threshold for its CPU tier: a chunk is stored from its "
+                 "N-th offer on (N >= 2; vllm-native and vllm-native-arc policies, one CPU "
+                 "tier) [default: 0, every offer stored].",
+                 rich_help_panel="Tiers below the GPU"),
+]
+
+
 def tier_options_of(tiers: list[str] | None, chunk_tokens: int | None,
-                    policy: str | None) -> ReplayOptions | None:
-    """`--tier`, `--tier-chunk` and `--tier-policy` of a command that judges a deployment
-    (diagnose, check, report), or None when none is given."""
+                    policy: str | None, store_threshold: int | None = None
+                    ) -> ReplayOptions | None:
+    """`--tier`, `--tier-chunk`, `--tier-policy` and `--tier-store-threshold` of a command
+    that judges a deployment (diagnose, check, report), or None when none is given."""
     from yaotu_trace.prefix.options import ReplayOptions
 
-    if not tiers and chunk_tokens is None and policy is None:
+    if not tiers and chunk_tokens is None and policy is None and store_threshold is None:
         return None
     return ReplayOptions(tiers=tuple(tiers or ()), tier_chunk_tokens=chunk_tokens,
-                         tier_policy=policy)
+                         tier_policy=policy, tier_store_threshold=store_threshold)
 
 
 CapacityOpt = Annotated[

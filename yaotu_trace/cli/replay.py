@@ -38,6 +38,7 @@ from yaotu_trace.cli.options import (
     TierChunkOpt,
     TierOpt,
     TierPolicyOpt,
+    TierStoreThresholdOpt,
     TokenizerOpt,
     TouchOrderOpt,
     TpOpt,
@@ -120,6 +121,7 @@ def replay(
     memory_price: MemoryPriceOpt = None,
     tiers: TierOpt = None,
     tier_chunk_tokens: TierChunkOpt = None,
+    tier_store_threshold: TierStoreThresholdOpt = None,
     tier_policy: TierPolicyOpt = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
@@ -170,7 +172,7 @@ def replay(
         capacity_per_tenant=capacity_per_tenant, accounting=accounting, capacity=capacity,
         model=model, kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, warmup=warmup,
         residency=residency, tiers=tuple(tiers or ()), tier_chunk_tokens=tier_chunk_tokens,
-        tier_policy=tier_policy)
+        tier_policy=tier_policy, tier_store_threshold=tier_store_threshold)
     with progress("replay", quiet) as update:
         report = replay_command.replay(
             trace_input(trace, input_format, map, source_block_size, tokenizer=tokenizer),

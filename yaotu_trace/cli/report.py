@@ -36,6 +36,7 @@ from yaotu_trace.cli.options import (
     TierChunkOpt,
     TierOpt,
     TierPolicyOpt,
+    TierStoreThresholdOpt,
     TokenizerOpt,
     TraceArg,
     tier_options_of,
@@ -79,6 +80,7 @@ def report(
     threshold: ThresholdOpt = None,
     tiers: TierOpt = None,
     tier_chunk_tokens: TierChunkOpt = None,
+    tier_store_threshold: TierStoreThresholdOpt = None,
     tier_policy: TierPolicyOpt = None,
     jobs: JobsOpt = 1,
     dask: DaskOpt = None,
@@ -142,7 +144,8 @@ def report(
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,
         thresholds=tuple(threshold or ()), jobs=jobs, dask=dask)
-    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy)
+    tier_options = tier_options_of(tiers, tier_chunk_tokens, tier_policy,
+                                   tier_store_threshold)
     modelled = (EngineOptions(scenario=scenario_from_options(**engine), file=scenario)
                 if simulate else None)
     with progress("report", quiet) as update:

@@ -33,6 +33,7 @@ from yaotu_trace.cli.options import (
     TierChunkOpt,
     TierOpt,
     TierPolicyOpt,
+    TierStoreThresholdOpt,
     TokenizerOpt,
     TouchOrderOpt,
     TpOpt,
@@ -73,6 +74,7 @@ def sweep(
     ] = None,
     tiers: TierOpt = None,
     tier_chunk_tokens: TierChunkOpt = None,
+    tier_store_threshold: TierStoreThresholdOpt = None,
     tier_policy: TierPolicyOpt = None,
     gpu: GpuOpt = None,
     tp: TpOpt = None,
@@ -121,7 +123,8 @@ def sweep(
         cache_outputs=cache_outputs, scope=scope, instances=instances, route=route,
         accounting=accounting, model=model, kv_bytes_per_token=kv_bytes_per_token,
         kv_dtype=kv_dtype, warmup=warmup, tiers=tuple(tiers or ()),
-        tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy)
+        tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy,
+        tier_store_threshold=tier_store_threshold)
     with progress("sweep", quiet) as update:
         report = sweep_command.sweep(
             trace_input(trace, input_format, map, source_block_size, tokenizer=tokenizer),

@@ -113,6 +113,8 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     if tiers is not None:
         config["tiers"] = list(options.tiers)
         config["tier_policy"] = str(tiers.policy)
+        if tiers.tiers[0].store_threshold >= 2:
+            config["tier_store_threshold"] = tiers.tiers[0].store_threshold
     if warmup is not None:
         config["warmup"] = warmup.text
     sections: dict[str, Any] = {"prefix_reuse": summary.to_dict()}

@@ -125,6 +125,8 @@ def sweep(
     if tiers is not None:
         config["tiers"] = list(options.tiers)
         config["tier_policy"] = str(tiers.policy)
+        if tiers.tiers[0].store_threshold >= 2:
+            config["tier_store_threshold"] = tiers.tiers[0].store_threshold
     return Report(
         command="sweep",
         input=input_summary(loaded),

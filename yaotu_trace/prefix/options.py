@@ -48,7 +48,8 @@ class ReplayOptions:
     hits after that window only (`prefix/window.py`: 50%, 1000req, 600s). `tiers` are the tiers
     below the GPU pool as `--tier NAME=SIZE` gives them, in order (cpu, disk, remote), with
     `tier_chunk_tokens` per chunk (None: the engine's) and `tier_policy`'s rules (None: the
-    preset's engine's own; `prefix/tiers/`).
+    preset's engine's own; `prefix/tiers/`); `tier_store_threshold` is vLLM's `store_threshold`
+    for its CPU tier (None: 0, every offer stored).
     """
 
     preset: Preset | str | None = None
@@ -76,6 +77,7 @@ class ReplayOptions:
     tiers: tuple[str, ...] = ()
     tier_chunk_tokens: int | None = None
     tier_policy: str | None = None
+    tier_store_threshold: int | None = None
 
     def rule_overrides(self) -> dict[str, Any]:
         """The rules given, by `ReplayRules` field name (a route implies one cache per
@@ -107,11 +109,12 @@ class ReplayOptions:
     def tier_setup(self, rules: ReplayRules, preset: str) -> TierSetup | None:
         """The tiers in chunks and the policy that runs them, for `rules` under `preset`
         (None without `tiers`); every refusal is one line before any work."""
-        if not self.tiers and self.tier_chunk_tokens is None and self.tier_policy is None:
+        if (not self.tiers and self.tier_chunk_tokens is None and self.tier_policy is None
+                and self.tier_store_threshold is None):
             return None
         if not self.tiers:
-            raise ConfigError("--tier-chunk and --tier-policy describe tiers below the GPU "
-                              "pool; add one with --tier cpu=SIZE")
+            raise ConfigError("--tier-chunk, --tier-policy and --tier-store-threshold describe "
+                              "tiers below the GPU pool; add one with --tier cpu=SIZE")
         policy = tier_policy_for(preset, self.tier_policy)
         per_token = self.kv_bytes()
         if per_token is None and self.model is not None:
@@ -124,7 +127,8 @@ class ReplayOptions:
                               "--tier-chunk or change --block-size")
         specs = resolve_tiers(tuple(parse_tier(t) for t in self.tiers), policy=policy,
                               block_size_tokens=rules.block_size_tokens,
-                              chunk_tokens=self.tier_chunk_tokens, kv_bytes_per_token=per_token)
+                              chunk_tokens=self.tier_chunk_tokens, kv_bytes_per_token=per_token,
+                              store_threshold=self.tier_store_threshold or 0)
         return TierSetup(tiers=specs, policy=policy, kv_bytes_per_token=per_token)
 
 
@@ -137,10 +141,14 @@ def check_tier_options(options: ReplayOptions) -> None:
         tier_policy_for(str(Preset(str(options.preset))), options.tier_policy)
     if options.tier_chunk_tokens is not None and options.tier_chunk_tokens < 1:
         raise ConfigError(f"--tier-chunk {options.tier_chunk_tokens} must be at least 1 token")
-    if (options.tier_chunk_tokens is not None or options.tier_policy is not None) \
-            and not options.tiers:
-        raise ConfigError("--tier-chunk and --tier-policy describe tiers below the GPU pool; "
-                          "add one with --tier cpu=SIZE")
+    given = (options.tier_chunk_tokens, options.tier_policy, options.tier_store_threshold)
+    if any(v is not None for v in given) and not options.tiers:
+        raise ConfigError("--tier-chunk, --tier-policy and --tier-store-threshold describe "
+                          "tiers below the GPU pool; add one with --tier cpu=SIZE")
+    if (options.tier_store_threshold or 0) >= 2 and len(options.tiers) > 1:
+        raise ConfigError("vLLM does not take a store_threshold with tiers below the CPU "
+                          "(TieringOffloadingSpec refuses it): drop --tier-store-threshold or "
+                          "the lower --tier")
 
 
 # The options that set a `ReplayRules` field of the same name.

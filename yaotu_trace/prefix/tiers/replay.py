@@ -21,7 +21,7 @@ from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.rules import Accounting, ReplayRules, Scope
 from yaotu_trace.prefix.tiers.result import TieredResult
-from yaotu_trace.prefix.tiers.spec import SGLANG_POLICIES, TierPolicy, TierSpec
+from yaotu_trace.prefix.tiers.spec import SGLANG_POLICIES, VLLM_POLICIES, TierPolicy, TierSpec
 
 
 def gpu_replay(chains: BlockChains, rules: ReplayRules) -> ReplayResult:
@@ -73,17 +73,19 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
     if gpu is None:
         gpu = gpu_replay(chains, rules)
     gpu_blocks = np.asarray(gpu.hit_blocks, dtype=np.int64)
-    if policy is TierPolicy.VLLM:
+    if policy is TierPolicy.VLLM and tiers[0].store_threshold < 2:
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
 
         tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers,
                                                            lacking=lacking)
-    elif policy is TierPolicy.VLLM_ARC:
-        # NOTE: ARC runs in the Python model of the manager (not compiled): exact, slower.
+    elif policy in VLLM_POLICIES:
+        # NOTE: ARC and a store threshold run in the Python model of the manager (not
+        # compiled): exact, slower.
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload
 
         tier_hits, counters, evictions = replay_vllm_offload(
-            chains, gpu_blocks, refused, tiers[0], tiers[1:], arc=True, lacking=lacking)
+            chains, gpu_blocks, refused, tiers[0], tiers[1:],
+            arc=policy is TierPolicy.VLLM_ARC, lacking=lacking)
     elif policy is TierPolicy.LMCACHE:
         from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
 
@@ -144,6 +146,13 @@ def check_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, 
     names = [t.name for t in tiers]
     if sorted(names, key=["cpu", "disk", "remote"].index) != names:
         raise ConfigError("give the tiers top down: cpu, then disk, then remote")
+    if tiers[0].store_threshold >= 2 and policy not in VLLM_POLICIES:
+        raise ConfigError(f"--tier-store-threshold is vLLM's store_threshold; --tier-policy "
+                          f"{policy} admits every store: drop it")
+    if tiers[0].store_threshold >= 2 and len(tiers) > 1:
+        raise ConfigError("vLLM does not take a store_threshold with tiers below the CPU "
+                          "(TieringOffloadingSpec refuses it): drop --tier-store-threshold or "
+                          "the lower --tier")
     if policy is not TierPolicy.LMCACHE and tiers[0].name != "cpu":
         raise ConfigError(f"--tier-policy {policy} needs a cpu tier first: its lower tiers are "
                           "written from host memory")

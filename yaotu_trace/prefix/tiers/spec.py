@@ -63,12 +63,15 @@ class TierSpec:
     """One tier below the GPU pool: its name, how many chunks it holds, the chunk's tokens.
 
     `capacity_chunks` is whole chunks of `chunk_tokens` tokens (a multiple of the replay's
-    block size); a tier holds at least one.
+    block size); a tier holds at least one. `store_threshold` is vLLM's admission rule for its
+    CPU tier (`store_threshold` in `kv_connector_extra_config`): at 2 or more a chunk is stored
+    from its that-many-th offer on; 0 or 1 stores every offer.
     """
 
     name: TierName
     capacity_chunks: int
     chunk_tokens: int
+    store_threshold: int = 0
 
     def __post_init__(self) -> None:
         """Refuse a tier that cannot hold one chunk."""
@@ -148,16 +151,18 @@ def default_chunk_tokens(policy: TierPolicy, block_size_tokens: int) -> int:
 
 def resolve_tiers(requests: tuple[TierRequest, ...], *, policy: TierPolicy,
                   block_size_tokens: int, chunk_tokens: int | None,
-                  kv_bytes_per_token: int | None) -> tuple[TierSpec, ...]:
+                  kv_bytes_per_token: int | None, store_threshold: int = 0
+                  ) -> tuple[TierSpec, ...]:
     """The tiers in chunks: sizes in tokens, blocks (of the replay's block size) or bytes
-    (through `kv_bytes_per_token`), in the order given; each name at most once."""
+    (through `kv_bytes_per_token`), in the order given; each name at most once.
+    `store_threshold` (vLLM's) is the first tier's admission rule."""
     chunk = default_chunk_tokens(policy, block_size_tokens) if chunk_tokens is None \
         else int(chunk_tokens)
     if chunk < 1 or chunk % block_size_tokens:
         raise ConfigError(f"--tier-chunk {chunk} must be a whole number of "
                           f"{block_size_tokens}-token blocks")
     seen: set[TierName] = set()
-    tiers = []
+    tiers: list[TierSpec] = []
     for request in requests:
         if request.name in seen:
             raise ConfigError(f"--tier {request.name} is given twice; give each tier once")
@@ -181,5 +186,6 @@ def resolve_tiers(requests: tuple[TierRequest, ...], *, policy: TierPolicy,
         if chunks < 1:
             raise ConfigError(f"--tier {request.name}={request.size_text} holds less than one "
                               f"{chunk}-token chunk; give a larger size")
-        tiers.append(TierSpec(name=request.name, capacity_chunks=chunks, chunk_tokens=chunk))
+        tiers.append(TierSpec(name=request.name, capacity_chunks=chunks, chunk_tokens=chunk,
+                              store_threshold=0 if tiers else store_threshold))
     return tuple(tiers)

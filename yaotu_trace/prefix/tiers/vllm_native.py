@@ -65,6 +65,46 @@ class _Request:
     store_misses: set[int] = field(default_factory=set)
 
 
+# vLLM's `max_tracker_size` default: the keys whose offers `store_threshold` counts.
+MAX_TRACKED_OFFERS = 64_000
+
+
+class _OfferCounts:
+    """`store_threshold` ≥ 2 (CM `_record_accesses`): how many times each key was offered,
+    in an LRU of at most `MAX_TRACKED_OFFERS` keys (the oldest out, never one of the offer
+    being counted); a key is admitted from its `threshold`-th offer on."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+        self.counts: OrderedDict[int, int] = OrderedDict()
+
+    def offer(self, keys: list[int]) -> None:
+        counts = self.counts
+        seen = 0
+        for key in keys:
+            if key in counts:
+                counts.move_to_end(key)
+                counts[key] += 1
+                seen += 1
+        unprotected = len(counts) - seen
+        for key in keys:
+            if key in counts:
+                continue
+            if len(counts) >= MAX_TRACKED_OFFERS:
+                if unprotected == 0:
+                    continue
+                counts.popitem(last=False)
+                unprotected -= 1
+            counts[key] = 1
+
+    def admits(self, key: int) -> bool:
+        return self.counts.get(key, 0) >= self.threshold
+
+
+def _offer_counts(store_threshold: int) -> _OfferCounts | None:
+    return _OfferCounts(store_threshold) if store_threshold >= 2 else None
+
+
 class _CpuTier:
     """`CPUOffloadingManager` with the LRU policy, for keys that are chain ids."""
 
@@ -72,8 +112,9 @@ class _CpuTier:
         """Whether the tier holds `key` (ready or being stored)."""
         return key in self.rank
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, store_threshold: int = 0) -> None:
         self.capacity = capacity
+        self.offers = _offer_counts(store_threshold)
         self.rank: dict[int, tuple[int, int]] = {}  # resident key -> LRU rank
         self.heap: list[tuple[tuple[int, int], int]] = []
         self.counter = 0
@@ -124,8 +165,13 @@ class _CpuTier:
         self.now = req.index
         for key in keys:
             self.last_use[key] = req.index
-        to_store = [i for i, k in enumerate(keys) if k not in self.rank]
-        recorded = [i for i, k in enumerate(keys) if k not in self.rank or k not in self.pending]
+        if self.offers is not None:
+            self.offers.offer(keys)
+        to_store = [i for i, k in enumerate(keys) if k not in self.rank
+                    and (self.offers is None or self.offers.admits(k))]
+        admitted = {keys[i] for i in to_store}
+        recorded = [i for i, k in enumerate(keys)
+                    if k in admitted or (k in self.rank and k not in self.pending)]
         self.access(req, [keys[i] for i in recorded], [positions[i] for i in recorded])
         if not to_store:
             return True
@@ -221,8 +267,9 @@ class _ArcCpuTier:
       end, or to T2's most recent end (ARC `on_request_finished`).
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, store_threshold: int = 0) -> None:
         self.capacity = capacity
+        self.offers = _offer_counts(store_threshold)
         self.t1: OrderedDict[int, None] = OrderedDict()
         self.t2: OrderedDict[int, None] = OrderedDict()
         self.b1: OrderedDict[int, None] = OrderedDict()
@@ -260,7 +307,10 @@ class _ArcCpuTier:
         self.now = req.index
         for key in keys:
             self.last_use[key] = req.index
-        to_store = [k for k in keys if not self.holds(k)]
+        if self.offers is not None:
+            self.offers.offer(keys)
+        to_store = [k for k in keys if not self.holds(k)
+                    and (self.offers is None or self.offers.admits(k))]
         ready = [k for k in keys if self.holds(k) and k not in self.pending]
         misses = [k for k in to_store if k not in req.store_misses]
         for key in reversed(misses):
@@ -381,7 +431,8 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
     ids = chains.ids
     n = chains.num_requests
     hits = [np.zeros(n, dtype=np.int64) for _ in range(1 + len(secondary))]
-    cpu: _CpuTier | _ArcCpuTier = (_ArcCpuTier if arc else _CpuTier)(int(tier.capacity_chunks))
+    cpu: _CpuTier | _ArcCpuTier = (_ArcCpuTier if arc else _CpuTier)(
+        int(tier.capacity_chunks), int(tier.store_threshold))
     lower = [_SecondaryTier(int(t.capacity_chunks)) for t in secondary]
     cpu.cascade = lower
     previous: _Request | None = None
