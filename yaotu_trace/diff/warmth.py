@@ -19,12 +19,9 @@ def warm_start(trace: Trace, settings: EngineSettings) -> tuple[bool | None, str
         return None, "no cached_tokens column"
     if trace.content_column is None:
         return None, "cached_tokens without prompt content to replay"
-    from yaotu_trace.prefix.rules import effective_rules
     from yaotu_trace.prefix.trace import replay_trace
 
-    overrides = {"block_size_tokens": settings.block_size_tokens} if settings.block_size_given \
-        else {}
-    rules, _, _ = effective_rules(trace, settings.replay_preset, **overrides)
+    rules, _, _ = settings.replay_rules(trace)
     observed = replay_trace(trace, rules, waterfall=False).observed
     if observed is None:
         return None, "no request reports cached_tokens"
