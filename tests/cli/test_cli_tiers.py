@@ -21,6 +21,13 @@ TRACE = str(FIXTURES / "engines" / "trace_mixed.parquet")
 GOLDEN = FIXTURES / "tiers_vllm" / "vllm_offload_mixed.json"
 
 
+def _golden(name: str, gpu_blocks: int, cpu_chunks: int) -> dict:
+    """One recorded configuration of vLLM's offload (one block per chunk)."""
+    configs = json.loads((GOLDEN.parent / name).read_text())["configs"]
+    return next(c for c in configs if (c["num_gpu_blocks"], c["cpu_chunks"],
+                                       c["blocks_per_chunk"]) == (gpu_blocks, cpu_chunks, 1))
+
+
 def _json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
     capsys.readouterr()
     assert main([*args, "--format", "json"]) == ExitCode.OK
@@ -33,8 +40,7 @@ def _json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
 def test_replay_with_a_cpu_tier_writes_hits_by_source(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN vLLM's pool of 66 blocks and a CPU tier of 176 chunks, as one golden config
-    config = next(c for c in json.loads(GOLDEN.read_text())["configs"]
-                  if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"]) == (66, 176, 1))
+    config = _golden(GOLDEN.name, 66, 176)
     out = tmp_path / "hits.csv"
     # WHEN replayed from the command line with the model's KV size
     doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
@@ -57,38 +63,27 @@ def test_replay_with_a_cpu_tier_writes_hits_by_source(tmp_path: Path,
     assert doc["config"]["tier_policy"] == "vllm-native"
 
 
-def test_replay_with_vllms_arc_eviction_is_vllms_per_request(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # GIVEN the same pool and CPU tier, recorded with the manager's eviction_policy arc
-    arc = FIXTURES / "tiers_vllm" / "vllm_offload_mixed_arc.json"
-    config = next(c for c in json.loads(arc.read_text())["configs"]
-                  if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"]) == (35, 64, 1))
+@pytest.mark.parametrize(("fixture", "gpu_blocks", "cpu_chunks", "args", "key", "value"), [
+    ("vllm_offload_mixed_arc.json", 35, 64, ["--tier-policy", "vllm-native-arc"],
+     "tier_policy", "vllm-native-arc"),
+    ("vllm_offload_mixed_threshold2.json", 66, 176, ["--tier-store-threshold", "2"],
+     "tier_store_threshold", 2),
+])
+def test_replay_with_vllms_arc_or_store_threshold_is_vllms_per_request(
+        fixture: str, gpu_blocks: int, cpu_chunks: int, args: list[str], key: str,
+        value: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a pool and CPU tier recorded with the manager's eviction_policy arc (or its
+    # store_threshold 2), where vLLM's CPU hits are not its plain LRU's
+    config = _golden(fixture, gpu_blocks, cpu_chunks)
+    assert config["cpu_hit_tokens"] != _golden(GOLDEN.name, gpu_blocks, cpu_chunks)[
+        "cpu_hit_tokens"]
     out = tmp_path / "hits.csv"
-    # WHEN replayed from the command line under --tier-policy vllm-native-arc
-    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "35", "--tier",
-                 "cpu=64blocks", "--tier-policy", "vllm-native-arc", "--out", str(out)], capsys)
-    # THEN every request's CPU hit is vLLM's under ARC, which is not LRU's here
-    table = pd.read_csv(out)
-    assert table["cpu_hit_tokens"].tolist() == config["cpu_hit_tokens"]
-    lru = next(c for c in json.loads(GOLDEN.read_text())["configs"]
-               if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"]) == (35, 64, 1))
-    assert config["cpu_hit_tokens"] != lru["cpu_hit_tokens"]
-    assert doc["config"]["tier_policy"] == "vllm-native-arc"
-
-
-def test_replay_with_vllms_store_threshold_is_vllms_per_request(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # GIVEN a pool and CPU tier recorded with the manager's store_threshold 2
-    fixture = FIXTURES / "tiers_vllm" / "vllm_offload_mixed_threshold2.json"
-    config = next(c for c in json.loads(fixture.read_text())["configs"]
-                  if (c["num_gpu_blocks"], c["cpu_chunks"], c["blocks_per_chunk"]) == (66, 176, 1))
-    out = tmp_path / "hits.csv"
-    # WHEN replayed with --tier-store-threshold 2
-    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
-                 "cpu=176blocks", "--tier-store-threshold", "2", "--out", str(out)], capsys)
-    # THEN every request's CPU hit is vLLM's, and the config says the threshold
+    # WHEN replayed from the command line with the same option
+    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", str(gpu_blocks), "--tier",
+                 f"cpu={cpu_chunks}blocks", *args, "--out", str(out)], capsys)
+    # THEN every request's CPU hit is vLLM's, and the config says what ran
     assert pd.read_csv(out)["cpu_hit_tokens"].tolist() == config["cpu_hit_tokens"]
-    assert doc["config"]["tier_store_threshold"] == 2
+    assert doc["config"][key] == value
 
 
 def test_replay_without_tier_has_no_tier_keys(capsys: pytest.CaptureFixture[str]) -> None:

@@ -105,6 +105,18 @@ def _offer_counts(store_threshold: int) -> _OfferCounts | None:
     return _OfferCounts(store_threshold) if store_threshold >= 2 else None
 
 
+def _offered(tier: _CpuTier | _ArcCpuTier, req: _Request, keys: list[int]) -> list[int]:
+    """What `prepare_store` does first under either policy: the offer is counted (a store
+    threshold), the request becomes its keys' last use; the keys the tier lacks and admits."""
+    tier.now = req.index
+    for key in keys:
+        tier.last_use[key] = req.index
+    if tier.offers is not None:
+        tier.offers.offer(keys)
+    return [k for k in keys if not tier.holds(k)
+            and (tier.offers is None or tier.offers.admits(k))]
+
+
 class _CpuTier:
     """`CPUOffloadingManager` with the LRU policy, for keys that are chain ids."""
 
@@ -162,14 +174,8 @@ class _CpuTier:
 
     def store(self, req: _Request, keys: list[int], positions: list[int]) -> bool:
         """`prepare_store`: False when the offer fails whole."""
-        self.now = req.index
-        for key in keys:
-            self.last_use[key] = req.index
-        if self.offers is not None:
-            self.offers.offer(keys)
-        to_store = [i for i, k in enumerate(keys) if k not in self.rank
-                    and (self.offers is None or self.offers.admits(k))]
-        admitted = {keys[i] for i in to_store}
+        admitted = set(_offered(self, req, keys))
+        to_store = [i for i, k in enumerate(keys) if k in admitted]
         recorded = [i for i, k in enumerate(keys)
                     if k in admitted or (k in self.rank and k not in self.pending)]
         self.access(req, [keys[i] for i in recorded], [positions[i] for i in recorded])
@@ -304,13 +310,7 @@ class _ArcCpuTier:
 
     def store(self, req: _Request, keys: list[int], positions: list[int]) -> bool:
         """`prepare_store`: False when the offer fails whole."""
-        self.now = req.index
-        for key in keys:
-            self.last_use[key] = req.index
-        if self.offers is not None:
-            self.offers.offer(keys)
-        to_store = [k for k in keys if not self.holds(k)
-                    and (self.offers is None or self.offers.admits(k))]
+        to_store = _offered(self, req, keys)
         ready = [k for k in keys if self.holds(k) and k not in self.pending]
         misses = [k for k in to_store if k not in req.store_misses]
         for key in reversed(misses):
