@@ -235,12 +235,16 @@ def test_with_a_cpu_tier_a_miss_is_what_no_tier_served_and_names_the_tiers_evict
     trace = normalize(RawTrace(requests=_table(prompts, [0.0, 5.0, 9.0]),
                                format_name="canonical"), "generated")
     rules = rules_for("vllm", block_size_tokens=4, capacity_blocks=5)
-    tiers = TierSetup(tiers=(TierSpec(name=TierName.CPU, capacity_chunks=3, chunk_tokens=4),),
-                      policy=TierPolicy.VLLM, kv_bytes_per_token=None)
+
+    def explained(cpu_chunks: int):  # type: ignore[no-untyped-def]
+        tiers = TierSetup(tiers=(TierSpec(name=TierName.CPU, capacity_chunks=cpu_chunks,
+                                          chunk_tokens=4),), policy=TierPolicy.VLLM)
+        summary, table = replay_trace_with_requests(trace, rules, explain=True,
+                                                    waterfall=False, tiers=tiers)
+        return summary, table.to_columns()
+
     # WHEN replayed with --residency, and again with the tier large enough to keep A
-    summary, table = replay_trace_with_requests(trace, rules, explain=True, waterfall=False,
-                                                tiers=tiers)
-    columns = table.to_columns()
+    summary, columns = explained(3)
     # THEN C hits A's head on the GPU and loses its tail's 4 tokens: the GPU pool let it go,
     # and so did the CPU tier, by B's store at 5 s, 5 s after A's last use
     assert (columns["gpu_hit_tokens"][2], columns["cpu_hit_tokens"][2]) == (4, 0)
@@ -250,11 +254,7 @@ def test_with_a_cpu_tier_a_miss_is_what_no_tier_served_and_names_the_tiers_evict
     assert columns["evicted_at_s"][2] == 5.0 and columns["evicted_idle_s"][2] == 5.0
     assert summary.residency is not None and summary.residency.tier == "gpu+cpu"
     # AND a tier that keeps A serves C: no capacity miss is left to explain
-    roomy = TierSetup(tiers=(TierSpec(name=TierName.CPU, capacity_chunks=8, chunk_tokens=4),),
-                      policy=TierPolicy.VLLM, kv_bytes_per_token=None)
-    summary, table = replay_trace_with_requests(trace, rules, explain=True, waterfall=False,
-                                                tiers=roomy)
-    columns = table.to_columns()
+    summary, columns = explained(8)
     assert (columns["gpu_hit_tokens"][2], columns["cpu_hit_tokens"][2]) == (4, 4)
     assert columns["capacity_miss_tokens"].tolist() == [0, 0, 0]
     assert summary.residency is not None and summary.residency.capacity_miss_tokens == 0
