@@ -285,3 +285,17 @@ def test_reports_bad_tier_options_are_refused_before_reading(
     assert main(["report", TRACE, "--kv-capacity", "66", *args]) == ExitCode.USAGE
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_hot_prefixes_count_what_no_tier_served(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN vLLM's pool of 66 blocks, alone and above a CPU tier that holds the whole trace
+    alone = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66"], capsys)
+    tiered = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                    "cpu=2000blocks"], capsys)
+    # THEN the pool alone recomputes its hot prefixes for want of room; with the tier every
+    # eviction is served from it, and what stays lost is tenant isolation only
+    hot = alone["prefix_reuse"]["hot_prefixes"]
+    assert sum(h["by_reason_tokens"].get("eviction", 0) for h in hot) > 10_000
+    for h in tiered["prefix_reuse"]["hot_prefixes"]:
+        assert set(h["by_reason_tokens"]) == {"isolation"}
+        assert h["recomputed_tokens"] == h["by_reason_tokens"]["isolation"]

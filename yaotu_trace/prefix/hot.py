@@ -2,9 +2,11 @@
 
 Derived from the block-level waterfall (all at block size B). For each of the last three steps
 (tenant isolation, routing, capacity) a request that hit `a` blocks after the step but `b > a`
-before it recomputed blocks `a..b-1` because of that rule. The lost span is attributed to the
-prefix it completes: blocks 1..b in one shared namespace (so the same content lost by several
-tenants is one prefix). A prefix's weight is Σ recomputed tokens over requests (tokens × times).
+before it recomputed blocks `a..b-1` because of that rule; with tiers below the GPU pool, `a`
+after capacity counts what they served too (a tier's hit is no recomputation). The lost span is
+attributed to the prefix it completes: blocks 1..b in one shared namespace (so the same content
+lost by several tenants is one prefix). A prefix's weight is Σ recomputed tokens over requests
+(tokens × times).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def hot_prefixes(
     for code, (step, _) in enumerate(REASONS):
         before = waterfall.hit_blocks[_BEFORE[step]]
         after = waterfall.hit_blocks[step]
+        if step == "capacity" and "tiers" in waterfall.hit_blocks:
+            after = np.maximum(after, waterfall.hit_blocks["tiers"])
         lost = np.flatnonzero(before > after)
         if lost.size == 0:
             continue

@@ -407,9 +407,11 @@ def _with_tiers(runs: CacheRuns, tiered: TieredResult, measured: np.ndarray | No
             hit_tokens=reached, loss_tokens=-served,
             loss_share_of_ideal=-served / wf.ideal_hit_tokens if wf.ideal_hit_tokens else 0.0))
         losses[name] = -hits
+    # What the pool and the tiers served together: the hot prefixes' capacity losses are what
+    # no tier recovered.
     return replace(runs, result=total, waterfall=replace(
         wf, steps=tuple(steps), loss_per_request=losses, achieved_hit_tokens=reached,
-        achieved=total))
+        achieved=total, hit_blocks={**wf.hit_blocks, "tiers": np.asarray(total.hit_blocks)}))
 
 
 def _with_tier_columns(columns: dict[str, np.ndarray], tiered: TieredResult,
