@@ -16,7 +16,8 @@ Each line is timed in this process after a warm-up run (the compiled kernels loa
 `trace replay` in fresh processes with and without `--tier`, everything included.
 
     python benchmarks/tiers.py [--trace PATH] [--repeat 3]
-        [--policy vllm-native|lmcache|write_through|write_through_selective|write_back]
+        [--policy vllm-native|vllm-native-arc|lmcache|write_through|write_through_selective|
+                  write_back]
 """
 
 from __future__ import annotations
@@ -67,11 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         replay_tiers,
         tier_curve,
     )
+    from yaotu_trace.prefix.tiers.spec import SGLANG_POLICIES
 
     trace = read_trace(args.trace)
     policy = TierPolicy(args.policy)
     # The policy's engine: SGLang's HiCache policies behind SGLang's pool, the rest behind vLLM's.
-    preset = "vllm" if policy in (TierPolicy.VLLM, TierPolicy.LMCACHE) else "sglang"
+    preset = "sglang" if policy in SGLANG_POLICIES else "vllm"
     rules, _, _ = effective_rules(trace, preset)
     chains = prepare(trace).chains(rules)
     distinct = int(chains.num_distinct)
@@ -111,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         run = run_trace(["replay", str(args.trace), "--preset", preset, "--capacity",
                          str(gpu_blocks), "--no-waterfall", "--format", "json", "-o",
                          "/dev/null", *extra])
+        if not run["ok"]:
+            print(f"trace replay failed: {run['error']}")
+            return 1
         e2e.append(run["wall_s"])
     rows.append(("trace replay (process, GPU only)", e2e[0], None, None))
     rows.append(("trace replay --tier cpu=... (process)", e2e[1], e2e[1] / e2e[0], 2.0))

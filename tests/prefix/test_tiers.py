@@ -410,3 +410,68 @@ def test_evictions_given_as_runs_expand_into_one_row_per_page() -> None:
     assert evictions.key.tolist() == [12, 13, 14, 10]
     assert evictions.request.tolist() == [5, 5, 5, 7]
     assert evictions.last_use_request.tolist() == [4, 4, 4, -1]
+
+
+@pytest.mark.parametrize(("seed", "per_chunk", "cpu_chunks", "gpu_blocks", "threshold"), [
+    (1, 1, 2, 6, 0), (2, 1, 7, 9, 0), (3, 2, 3, 12, 2), (4, 3, 20, 8, 0), (5, 1, 60, 30, 2),
+    (6, 2, 8, 12, 3), (7, 1, 15, 10, 2), (8, 2, 9, 20, 0),
+])
+def test_vllm_arc_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chunks: int,
+                                                 gpu_blocks: int, threshold: int) -> None:
+    # GIVEN random prompts over a tiny vocabulary, ARC's CPU tier with or without a threshold
+    from dataclasses import replace
+
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_arc, replay_vllm_offload
+
+    rng = np.random.default_rng(100 + seed)
+    prompts = [[int(t) for t in rng.integers(0, 3, size=int(rng.integers(1, 20)))]
+               for _ in range(150)]
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=gpu_blocks)
+    chains = chains_of(prompts, rules)
+    gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    tier = replace(_tier("cpu", cpu_chunks, 2 * per_chunk), store_threshold=threshold)
+    lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
+    # WHEN the compiled pass and the Python model replay it
+    (compiled,), (counters,), (evicted,) = replay_vllm_arc(chains, gpu.hit_blocks, refused,
+                                                           tier, lacking=lacking[0])
+    (python,), (reference,), (expected,) = replay_vllm_offload(
+        chains, gpu.hit_blocks, refused, tier, arc=True, lacking=lacking[1])
+    # THEN every hit, counter, eviction and lacking chunk is the same
+    assert compiled.tolist() == python.tolist() and int(python.sum()) > 0
+    assert counters == reference
+    assert evicted.key.tolist() == expected.key.tolist()
+    assert evicted.request.tolist() == expected.request.tolist()
+    assert evicted.last_use_request.tolist() == expected.last_use_request.tolist()
+    assert lacking[0].tolist() == lacking[1].tolist()
+
+
+def test_vllm_arc_kernel_counts_offers_past_the_trackers_size() -> None:
+    # GIVEN more distinct chunks offered than vLLM's offer tracker keeps (64,000): 8,000
+    # requests of 20 two-token chunks, 40 % of them one of 300 prompts seen before
+    from dataclasses import replace
+
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+    from yaotu_trace.prefix.tiers.vllm_native import (
+        MAX_TRACKED_OFFERS,
+        replay_vllm_arc,
+        replay_vllm_offload,
+    )
+
+    rng = np.random.default_rng(7)
+    seen = [[int(x) for x in rng.integers(0, 10**9, size=40)] for _ in range(300)]
+    prompts = [seen[int(rng.integers(0, 300))] if rng.random() < 0.4
+               else [int(x) for x in rng.integers(0, 10**9, size=40)] for _ in range(8000)]
+    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=200)
+    chains = chains_of(prompts, rules)
+    assert chains.num_distinct > MAX_TRACKED_OFFERS
+    gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    tier = replace(_tier("cpu", 3000, 2), store_threshold=2)
+    # WHEN compiled and in Python
+    (compiled,), (counters,), _ = replay_vllm_arc(chains, gpu.hit_blocks, refused, tier)
+    (python,), (reference,), _ = replay_vllm_offload(chains, gpu.hit_blocks, refused, tier,
+                                                     arc=True)
+    # THEN the same
+    assert compiled.tolist() == python.tolist() and counters == reference

@@ -78,9 +78,14 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
 
         tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers,
                                                            lacking=lacking)
+    elif policy is TierPolicy.VLLM_ARC and len(tiers) == 1:
+        from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_arc
+
+        tier_hits, counters, evictions = replay_vllm_arc(chains, gpu_blocks, refused, tiers[0],
+                                                         lacking=lacking)
     elif policy in VLLM_POLICIES:
-        # NOTE: ARC and a store threshold run in the Python model of the manager (not
-        # compiled): exact, slower.
+        # NOTE: LRU with a store threshold, and ARC with tiers below the CPU, run in the
+        # Python model of the manager (not compiled): exact, slower.
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload
 
         tier_hits, counters, evictions = replay_vllm_offload(

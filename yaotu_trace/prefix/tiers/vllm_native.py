@@ -583,3 +583,26 @@ def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: 
     below_counters, below_evictions = outcome(lower_counters, lower_evictions)
     return (tuple(h.copy() for h in hits), (counters, *below_counters),
             (evictions, *below_evictions))
+
+
+def replay_vllm_arc(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
+                    tier: TierSpec, *, lacking: np.ndarray | None = None
+                    ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                               tuple[TierEvictions, ...]]:
+    """`replay_vllm_offload(..., arc=True)` of one CPU tier compiled (`vllm_arc_kernel.py`),
+    its `store_threshold` included. `lacking`, when given, is filled per request with the first
+    chunk the tier lacked at the lookup (−1: none)."""
+    from yaotu_trace.prefix.tiers.vllm_arc_kernel import vllm_arc_pass
+
+    block = int(chains.block_size_tokens)
+    (hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last,
+     first_lacking) = vllm_arc_pass(
+        chains.offsets, chains.ids, gpu_hit_blocks, refused, int(tier.chunk_tokens) // block,
+        int(tier.chunk_tokens), block, int(tier.capacity_chunks), int(chains.num_distinct),
+        int(tier.store_threshold))
+    if lacking is not None:
+        lacking[:] = first_lacking
+    counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
+                            loaded_chunks=loaded)
+    return ((hits,), (counters,),
+            (TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last),))

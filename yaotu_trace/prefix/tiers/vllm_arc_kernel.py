@@ -1,0 +1,401 @@
+"""vLLM's CPU offload under ARC compiled: `vllm_native.py::_ArcCpuTier` in one numba loop.
+
+The same connector (lookup from the chunk of the GPU hit, a load a step before its prefill, a
+failed offer again at the finish one step later) over the manager with `eviction_policy: arc`
+and, when given, `store_threshold` (`_OfferCounts`); one CPU tier, nothing below it (vLLM
+refuses a threshold there, and the Python model runs the tiers below). Keys are chain ids
+(dense), so each of ARC's four ordered dicts (T1, T2 and the ghosts B1, B2) is a linked list
+threaded through a row per key, and the offer counts another; a live request's marks (the keys
+it saw, inserted, reused, whose store miss ARC saw) are the request's index in a column of its
+slot (two requests are live at a time). `tests/prefix/test_tiers.py` holds it to the Python
+model on random traces, which `tests/prefix/test_tiers_vllm_golden.py` holds to vLLM.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.tiers.lru_rows import chunk_key, most_chunks
+
+# Columns of a key's row.
+_LIST, _PREV, _NEXT, _HELD, _LAST, _STAMP, _CNT, _CPREV, _CNEXT = range(9)
+_SEEN, _INS, _REU, _MISS = 9, 11, 13, 15  # two columns each: slot 0, slot 1
+_WIDTH = 17
+# Values of _LIST (also the list's index in the ends); 0: in none.
+_T1, _T2, _B1, _B2 = 1, 2, 3, 4
+_TRACKER = 5  # the offer counts' list, in its own links
+_FREE, _PINNED, _PENDING = 0, 1, 2
+# Slots of the scalars array.
+_STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL, _BUSY, _NOW = range(8)
+MAX_TRACKED_OFFERS = 64_000  # vLLM's max_tracker_size default (`vllm_native.py`)
+
+
+@nb.njit(cache=True, inline="always")
+def _remove(st, ends, size, k):  # pragma: no cover - compiled
+    """Out of its list (T1, T2, B1 or B2)."""
+    b = st[k, _LIST]
+    p = st[k, _PREV]
+    q = st[k, _NEXT]
+    if p >= 0:
+        st[p, _NEXT] = q
+    else:
+        ends[b, 0] = q
+    if q >= 0:
+        st[q, _PREV] = p
+    else:
+        ends[b, 1] = p
+    size[b] -= 1
+    st[k, _LIST] = 0
+
+
+@nb.njit(cache=True, inline="always")
+def _append(st, ends, size, b, k):  # pragma: no cover - compiled
+    """At the most recent end of list b."""
+    t = ends[b, 1]
+    st[k, _PREV] = t
+    st[k, _NEXT] = -1
+    if t >= 0:
+        st[t, _NEXT] = k
+    else:
+        ends[b, 0] = k
+    ends[b, 1] = k
+    size[b] += 1
+    st[k, _LIST] = b
+
+
+@nb.njit(cache=True, inline="always")
+def _to_end(st, ends, size, k):  # pragma: no cover - compiled
+    b = st[k, _LIST]
+    if ends[b, 1] != k:
+        _remove(st, ends, size, k)
+        _append(st, ends, size, b, k)
+
+
+@nb.njit(cache=True, inline="always")
+def _held(st, k):  # pragma: no cover - compiled
+    return st[k, _LIST] == _T1 or st[k, _LIST] == _T2
+
+
+@nb.njit(cache=True)
+def _count_offer(ids, start, per_chunk, lo, hi, st, ends, size, sc):  # pragma: no cover
+    """`_OfferCounts.offer`: the keys tracked counted once more and made most recent; the
+    others tracked with a count of 1, the oldest out when the tracker is full (never a key of
+    this offer)."""
+    sc[_CALL] += 1
+    call = sc[_CALL]
+    seen = 0
+    for j in range(lo, hi):
+        k = chunk_key(ids, start, per_chunk, j)
+        if st[k, _CNT] > 0:
+            _tracker_to_end(st, ends, size, k)
+            st[k, _CNT] += 1
+            st[k, _STAMP] = call
+            seen += 1
+    unprotected = size[_TRACKER] - seen
+    for j in range(lo, hi):
+        k = chunk_key(ids, start, per_chunk, j)
+        if st[k, _CNT] > 0:
+            continue
+        if size[_TRACKER] >= MAX_TRACKED_OFFERS:
+            if unprotected == 0:
+                continue
+            oldest = ends[_TRACKER, 0]
+            _tracker_remove(st, ends, size, oldest)
+            st[oldest, _CNT] = 0
+            unprotected -= 1
+        st[k, _CNT] = 1
+        _tracker_append(st, ends, size, k)
+
+
+@nb.njit(cache=True, inline="always")
+def _tracker_remove(st, ends, size, k):  # pragma: no cover - compiled
+    p = st[k, _CPREV]
+    q = st[k, _CNEXT]
+    if p >= 0:
+        st[p, _CNEXT] = q
+    else:
+        ends[_TRACKER, 0] = q
+    if q >= 0:
+        st[q, _CPREV] = p
+    else:
+        ends[_TRACKER, 1] = p
+    size[_TRACKER] -= 1
+
+
+@nb.njit(cache=True, inline="always")
+def _tracker_append(st, ends, size, k):  # pragma: no cover - compiled
+    t = ends[_TRACKER, 1]
+    st[k, _CPREV] = t
+    st[k, _CNEXT] = -1
+    if t >= 0:
+        st[t, _CNEXT] = k
+    else:
+        ends[_TRACKER, 0] = k
+    ends[_TRACKER, 1] = k
+    size[_TRACKER] += 1
+
+
+@nb.njit(cache=True, inline="always")
+def _tracker_to_end(st, ends, size, k):  # pragma: no cover - compiled
+    if ends[_TRACKER, 1] != k:
+        _tracker_remove(st, ends, size, k)
+        _tracker_append(st, ends, size, k)
+
+
+@nb.njit(cache=True, inline="always")
+def _ghost_hit(st, ends, size, target, capacity, k):  # pragma: no cover - compiled
+    if st[k, _LIST] == _B1:
+        target[0] = min(target[0] + max(1.0, size[_B2] / size[_B1]), float(capacity))
+        _to_end(st, ends, size, k)
+    elif st[k, _LIST] == _B2:
+        target[0] = max(target[0] - max(1.0, size[_B1] / size[_B2]), 0.0)
+        _to_end(st, ends, size, k)
+
+
+@nb.njit(cache=True, inline="always")
+def _next_free(st, it, call):  # pragma: no cover - compiled
+    """The first key from `it` on that is neither the offer's nor held by a transfer; and
+    where the walk stopped."""
+    while it >= 0:
+        k = it
+        it = st[k, _NEXT]
+        if st[k, _STAMP] != call and st[k, _HELD] == _FREE:
+            return k, it
+    return -1, it
+
+
+@nb.njit(cache=True)
+def _evict(st, ends, size, target, capacity, needed, chosen, evictions, sc):  # pragma: no cover
+    """ARC's choice of `needed` keys outside the offer stamped `sc[_CALL]`, made whole or not
+    at all; each eviction recorded (key, evicting request, last use)."""
+    call = sc[_CALL]
+    it1 = ends[_T1, 0]
+    it2 = ends[_T2, 0]
+    t1_size = size[_T1]
+    for c in range(needed):
+        k = -1
+        from_t1 = False
+        if t1_size >= int(target[0]):
+            k, it1 = _next_free(st, it1, call)
+            from_t1 = k >= 0
+        if k < 0:
+            k, it2 = _next_free(st, it2, call)
+        if k < 0:
+            k, it1 = _next_free(st, it1, call)
+            if k < 0:
+                return False
+            from_t1 = True
+        if from_t1:
+            t1_size -= 1
+        chosen[c] = k
+    for c in range(needed):
+        k = chosen[c]
+        ghost = _B1 if st[k, _LIST] == _T1 else _B2
+        _remove(st, ends, size, k)
+        _append(st, ends, size, ghost, k)
+        e = sc[_EVICTED]
+        evictions[0, e] = k
+        evictions[1, e] = sc[_NOW]
+        evictions[2, e] = st[k, _LAST]
+        sc[_EVICTED] += 1
+    for ghost in (_B1, _B2):
+        while size[ghost] > capacity:
+            _remove(st, ends, size, ends[ghost, 0])
+    return True
+
+
+@nb.njit(cache=True)
+def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, threshold, st, ends, size,
+           target, sc, chosen, step_keys, evictions, misses):  # pragma: no cover - compiled
+    """`prepare_store` of chunks lo..hi-1 (`_offered`, then `_ArcCpuTier.store`): False when
+    the offer fails whole."""
+    sc[_NOW] = req
+    for j in range(lo, hi):
+        st[chunk_key(ids, start, per_chunk, j), _LAST] = req
+    if threshold >= 2:
+        _count_offer(ids, start, per_chunk, lo, hi, st, ends, size, sc)
+    to_store = 0
+    n_miss = 0
+    for j in range(lo, hi):
+        k = chunk_key(ids, start, per_chunk, j)
+        if not _held(st, k) and (threshold < 2 or st[k, _CNT] >= threshold):
+            to_store += 1
+            if st[k, _MISS + slot] != req:
+                misses[n_miss] = k
+                n_miss += 1
+    for m in range(n_miss - 1, -1, -1):
+        _ghost_hit(st, ends, size, target, capacity, misses[m])
+        st[misses[m], _MISS + slot] = req
+    for j in range(lo, hi):  # the request's access: what it stores, and the ready keys it reuses
+        k = chunk_key(ids, start, per_chunk, j)
+        if _held(st, k):
+            if st[k, _HELD] == _PENDING:
+                continue
+            if st[k, _INS + slot] != req:
+                st[k, _REU + slot] = req
+        elif threshold >= 2 and st[k, _CNT] < threshold:
+            continue
+        st[k, _SEEN + slot] = req
+    if to_store == 0:
+        return True
+    resident = size[_T1] + size[_T2]
+    needed = to_store - (capacity - resident)
+    if needed > 0:
+        sc[_CALL] += 1
+        for j in range(lo, hi):
+            st[chunk_key(ids, start, per_chunk, j), _STAMP] = sc[_CALL]
+        if needed > resident - sc[_BUSY] or not _evict(st, ends, size, target, capacity,
+                                                        needed, chosen, evictions, sc):
+            sc[_FAILED] += 1
+            return False
+    for j in range(lo, hi):
+        k = chunk_key(ids, start, per_chunk, j)
+        if _held(st, k) or (threshold >= 2 and st[k, _CNT] < threshold):
+            continue
+        if st[k, _LIST] != 0:  # a ghost: the insert drops it from B1 or B2
+            _remove(st, ends, size, k)
+        _append(st, ends, size, _T1, k)
+        st[k, _HELD] = _PENDING
+        sc[_BUSY] += 1
+        step_keys[sc[_STEP]] = k
+        sc[_STEP] += 1
+        st[k, _INS + slot] = req
+        sc[_STORED] += 1
+    return True
+
+
+@nb.njit(cache=True)
+def _finish(ids, start, per_chunk, chunks, req, slot, st, ends, size):  # pragma: no cover
+    """`on_request_finished`, tail to head: a key only inserted made most recent where it is;
+    one reused promoted from T1 to T2, or made most recent in T2."""
+    for j in range(chunks - 1, -1, -1):
+        k = chunk_key(ids, start, per_chunk, j)
+        if st[k, _SEEN + slot] != req:
+            continue
+        reused = st[k, _REU + slot] == req
+        if st[k, _INS + slot] == req and not reused:
+            if _held(st, k):
+                _to_end(st, ends, size, k)
+        elif reused and st[k, _LIST] == _T1:
+            _remove(st, ends, size, k)
+            _append(st, ends, size, _T2, k)
+        elif reused and st[k, _LIST] == _T2:
+            _to_end(st, ends, size, k)
+
+
+@nb.njit(cache=True, inline="always")
+def _end_step(step_keys, st, sc):  # pragma: no cover - compiled
+    for s in range(sc[_STEP]):
+        st[step_keys[s], _HELD] = _FREE
+    sc[_STEP] = 0
+    sc[_BUSY] = 0
+
+
+@nb.njit(cache=True, nogil=True)
+def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity,
+          threshold, st, evictions):  # pragma: no cover - compiled
+    n = offsets.size - 1
+    ends = np.full((6, 2), -1, dtype=np.int64)
+    size = np.zeros(6, dtype=np.int64)
+    target = np.zeros(1, dtype=np.float64)
+    sc = np.zeros(8, dtype=np.int64)
+    longest = most_chunks(offsets, per_chunk)
+    chosen = np.empty(longest + 1, dtype=np.int64)
+    misses = np.empty(longest + 1, dtype=np.int64)
+    step_keys = np.empty(2 * longest + 2, dtype=np.int64)
+    hits = np.zeros(n, dtype=np.int64)
+    lacking = np.full(n, -1, dtype=np.int64)
+    next_stored = np.zeros(n, dtype=np.int64)
+    failed = np.zeros(n, dtype=np.bool_)
+    prev = -1
+    prev_slot = 1
+    for i in range(n):
+        if refused[i]:
+            continue
+        slot = 1 - prev_slot
+        start = offsets[i]
+        chunks = (offsets[i + 1] - start) // per_chunk
+        g = gpu_hit_blocks[i] * block
+        first = g // chunk_tokens
+        run = 0
+        while first + run < chunks and _held(st, chunk_key(ids, start, per_chunk, first + run)):
+            run += 1
+        if first + run < chunks:
+            lacking[i] = first + run
+        loaded = chunk_tokens * (first + run) - g
+        if loaded < chunk_tokens:
+            loaded = 0
+        if loaded > 0:  # `prepare_load`: pinned, seen, reused
+            for j in range(first, first + run):
+                k = chunk_key(ids, start, per_chunk, j)
+                st[k, _LAST] = i
+                if st[k, _HELD] == _FREE:
+                    sc[_BUSY] += 1
+                st[k, _HELD] = _PINNED
+                step_keys[sc[_STEP]] = k
+                sc[_STEP] += 1
+                st[k, _SEEN + slot] = i
+                if st[k, _INS + slot] != i:
+                    st[k, _REU + slot] = i
+            sc[_LOADED] += run
+            next_stored[i] = first + run
+        elif chunks > 0:
+            ok = _store(ids, start, per_chunk, 0, chunks, i, slot, capacity, threshold, st,
+                        ends, size, target, sc, chosen, step_keys, evictions, misses)
+            failed[i] = not ok
+            if ok:
+                next_stored[i] = chunks
+        if prev >= 0:
+            p_start = offsets[prev]
+            p_chunks = (offsets[prev + 1] - p_start) // per_chunk
+            if failed[prev] and next_stored[prev] < p_chunks:
+                ok = _store(ids, p_start, per_chunk, next_stored[prev], p_chunks, prev,
+                            prev_slot, capacity, threshold, st, ends, size, target, sc, chosen,
+                            step_keys, evictions, misses)
+                failed[prev] = not ok
+                if ok:
+                    next_stored[prev] = p_chunks
+            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_slot, st, ends, size)
+        _end_step(step_keys, st, sc)
+        if loaded > 0:
+            if next_stored[i] < chunks:
+                ok = _store(ids, start, per_chunk, next_stored[i], chunks, i, slot, capacity,
+                            threshold, st, ends, size, target, sc, chosen, step_keys,
+                            evictions, misses)
+                failed[i] = not ok
+                if ok:
+                    next_stored[i] = chunks
+            _end_step(step_keys, st, sc)
+            hits[i] = loaded
+        prev = i
+        prev_slot = slot
+    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lacking
+
+
+def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
+                  refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
+                  capacity: int, num_keys: int, store_threshold: int) -> tuple:
+    """CPU hit tokens per request; stored, evicted, failed offers and loaded chunks; per
+    eviction the key, the evicting request and the key's last use; and per request the first
+    chunk the tier lacked at its lookup (−1: none)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    keys = max(num_keys, 1)
+    chunks = int(offsets[-1]) // per_chunk
+    with memory.reserved(8 * _WIDTH * keys, f"vLLM's CPU offload (arc) over {keys:,} chunk "
+                         "keys", "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
+        work = np.empty(_WIDTH * keys + 3 * (chunks + 1), dtype=np.int64)
+        st = work[:_WIDTH * keys].reshape(keys, _WIDTH)
+        st.fill(-1)
+        st[:, _LIST] = 0
+        st[:, _HELD] = _FREE
+        st[:, _CNT] = 0
+        evictions = work[_WIDTH * keys:].reshape(3, chunks + 1)
+        hits, stored, evicted, failed, loaded, lacking = _pass(
+            offsets, np.asarray(ids, dtype=np.int64), np.asarray(gpu_hit_blocks, dtype=np.int64),
+            np.asarray(refused, dtype=np.bool_), np.int64(per_chunk), np.int64(chunk_tokens),
+            np.int64(block), np.int64(capacity), np.int64(store_threshold), st, evictions)
+        e = int(evicted)
+        return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
+                evictions[1, :e].copy(), evictions[2, :e].copy(), lacking)
