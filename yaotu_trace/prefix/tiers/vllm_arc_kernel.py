@@ -33,35 +33,46 @@ MAX_TRACKED_OFFERS = 64_000  # vLLM's max_tracker_size default (`vllm_native.py`
 
 
 @nb.njit(cache=True, inline="always")
-def _remove(st, ends, size, k):  # pragma: no cover - compiled
-    """Out of its list (T1, T2, B1 or B2)."""
-    b = st[k, _LIST]
-    p = st[k, _PREV]
-    q = st[k, _NEXT]
+def _out(st, ends, size, b, k, pc, nc):  # pragma: no cover - compiled
+    """Key k out of list b, whose links are columns pc (toward the least recent), nc."""
+    p = st[k, pc]
+    q = st[k, nc]
     if p >= 0:
-        st[p, _NEXT] = q
+        st[p, nc] = q
     else:
         ends[b, 0] = q
     if q >= 0:
-        st[q, _PREV] = p
+        st[q, pc] = p
     else:
         ends[b, 1] = p
     size[b] -= 1
+
+
+@nb.njit(cache=True, inline="always")
+def _in(st, ends, size, b, k, pc, nc):  # pragma: no cover - compiled
+    """Key k at the most recent end of list b (links in columns pc, nc)."""
+    t = ends[b, 1]
+    st[k, pc] = t
+    st[k, nc] = -1
+    if t >= 0:
+        st[t, nc] = k
+    else:
+        ends[b, 0] = k
+    ends[b, 1] = k
+    size[b] += 1
+
+
+@nb.njit(cache=True, inline="always")
+def _remove(st, ends, size, k):  # pragma: no cover - compiled
+    """Out of its list (T1, T2, B1 or B2)."""
+    _out(st, ends, size, st[k, _LIST], k, _PREV, _NEXT)
     st[k, _LIST] = 0
 
 
 @nb.njit(cache=True, inline="always")
 def _append(st, ends, size, b, k):  # pragma: no cover - compiled
     """At the most recent end of list b."""
-    t = ends[b, 1]
-    st[k, _PREV] = t
-    st[k, _NEXT] = -1
-    if t >= 0:
-        st[t, _NEXT] = k
-    else:
-        ends[b, 0] = k
-    ends[b, 1] = k
-    size[b] += 1
+    _in(st, ends, size, b, k, _PREV, _NEXT)
     st[k, _LIST] = b
 
 
@@ -102,46 +113,18 @@ def _count_offer(ids, start, per_chunk, lo, hi, st, ends, size, sc):  # pragma: 
             if unprotected == 0:
                 continue
             oldest = ends[_TRACKER, 0]
-            _tracker_remove(st, ends, size, oldest)
+            _out(st, ends, size, _TRACKER, oldest, _CPREV, _CNEXT)
             st[oldest, _CNT] = 0
             unprotected -= 1
         st[k, _CNT] = 1
-        _tracker_append(st, ends, size, k)
-
-
-@nb.njit(cache=True, inline="always")
-def _tracker_remove(st, ends, size, k):  # pragma: no cover - compiled
-    p = st[k, _CPREV]
-    q = st[k, _CNEXT]
-    if p >= 0:
-        st[p, _CNEXT] = q
-    else:
-        ends[_TRACKER, 0] = q
-    if q >= 0:
-        st[q, _CPREV] = p
-    else:
-        ends[_TRACKER, 1] = p
-    size[_TRACKER] -= 1
-
-
-@nb.njit(cache=True, inline="always")
-def _tracker_append(st, ends, size, k):  # pragma: no cover - compiled
-    t = ends[_TRACKER, 1]
-    st[k, _CPREV] = t
-    st[k, _CNEXT] = -1
-    if t >= 0:
-        st[t, _CNEXT] = k
-    else:
-        ends[_TRACKER, 0] = k
-    ends[_TRACKER, 1] = k
-    size[_TRACKER] += 1
+        _in(st, ends, size, _TRACKER, k, _CPREV, _CNEXT)
 
 
 @nb.njit(cache=True, inline="always")
 def _tracker_to_end(st, ends, size, k):  # pragma: no cover - compiled
     if ends[_TRACKER, 1] != k:
-        _tracker_remove(st, ends, size, k)
-        _tracker_append(st, ends, size, k)
+        _out(st, ends, size, _TRACKER, k, _CPREV, _CNEXT)
+        _in(st, ends, size, _TRACKER, k, _CPREV, _CNEXT)
 
 
 @nb.njit(cache=True, inline="always")
