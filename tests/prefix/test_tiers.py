@@ -247,12 +247,16 @@ def test_tier_policy_must_be_the_preset_engines() -> None:
         tier_policy_for("vllm", "arc")
 
 
-@pytest.mark.parametrize(("seed", "per_chunk", "cpu_chunks", "gpu_blocks"), [
-    (1, 1, 2, 6), (2, 1, 7, 9), (3, 2, 3, 12), (4, 3, 20, 8), (5, 1, 60, 30), (6, 2, 1, 7),
+@pytest.mark.parametrize(("seed", "per_chunk", "cpu_chunks", "gpu_blocks", "threshold"), [
+    (1, 1, 2, 6, 0), (2, 1, 7, 9, 0), (3, 2, 3, 12, 0), (4, 3, 20, 8, 0), (5, 1, 60, 30, 0),
+    (6, 2, 1, 7, 0), (7, 1, 15, 10, 2), (8, 2, 9, 20, 3), (9, 1, 40, 12, 2),
 ])
 def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chunks: int,
-                                             gpu_blocks: int) -> None:
-    # GIVEN random prompts over a tiny vocabulary (shared prefixes, full hits, failed offers)
+                                             gpu_blocks: int, threshold: int) -> None:
+    # GIVEN random prompts over a tiny vocabulary (shared prefixes, full hits, failed offers),
+    # a chunk stored from its first offer on or, with a store threshold, from its N-th
+    from dataclasses import replace
+
     from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
     from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload, replay_vllm_tiers
 
@@ -263,7 +267,7 @@ def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chun
     chains = chains_of(prompts, rules)
     gpu = gpu_replay(chains, rules)
     refused = refused_requests(chains, rules)
-    tier = _tier("cpu", cpu_chunks, 2 * per_chunk)
+    tier = replace(_tier("cpu", cpu_chunks, 2 * per_chunk), store_threshold=threshold)
     # WHEN the compiled kernel and the Python model replay the CPU tier
     lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
     (compiled,), (counters,), (evicted,) = replay_vllm_tiers(chains, gpu.hit_blocks, refused,
@@ -447,7 +451,8 @@ def test_vllm_arc_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_
     assert lacking[0].tolist() == lacking[1].tolist()
 
 
-def test_vllm_arc_kernel_counts_offers_past_the_trackers_size() -> None:
+@pytest.mark.parametrize("arc", [False, True])
+def test_vllm_kernels_count_offers_past_the_trackers_size(arc: bool) -> None:
     # GIVEN more distinct chunks offered than vLLM's offer tracker keeps (64,000): 8,000
     # requests of 20 two-token chunks, 40 % of them one of 300 prompts seen before
     from dataclasses import replace
@@ -457,6 +462,7 @@ def test_vllm_arc_kernel_counts_offers_past_the_trackers_size() -> None:
         MAX_TRACKED_OFFERS,
         replay_vllm_arc,
         replay_vllm_offload,
+        replay_vllm_tiers,
     )
 
     rng = np.random.default_rng(7)
@@ -469,9 +475,13 @@ def test_vllm_arc_kernel_counts_offers_past_the_trackers_size() -> None:
     gpu = gpu_replay(chains, rules)
     refused = refused_requests(chains, rules)
     tier = replace(_tier("cpu", 3000, 2), store_threshold=2)
-    # WHEN compiled and in Python
-    (compiled,), (counters,), _ = replay_vllm_arc(chains, gpu.hit_blocks, refused, tier)
+    # WHEN compiled and in Python, under ARC or LRU
+    if arc:
+        (compiled,), (counters,), _ = replay_vllm_arc(chains, gpu.hit_blocks, refused, tier)
+    else:
+        (compiled,), (counters,), _ = replay_vllm_tiers(chains, gpu.hit_blocks, refused,
+                                                        (tier,))
     (python,), (reference,), _ = replay_vllm_offload(chains, gpu.hit_blocks, refused, tier,
-                                                     arc=True)
+                                                     arc=arc)
     # THEN the same
     assert compiled.tolist() == python.tolist() and counters == reference

@@ -73,7 +73,7 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
     if gpu is None:
         gpu = gpu_replay(chains, rules)
     gpu_blocks = np.asarray(gpu.hit_blocks, dtype=np.int64)
-    if policy is TierPolicy.VLLM and tiers[0].store_threshold < 2:
+    if policy is TierPolicy.VLLM:
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
 
         tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers,
@@ -84,8 +84,8 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
         tier_hits, counters, evictions = replay_vllm_arc(chains, gpu_blocks, refused, tiers[0],
                                                          lacking=lacking)
     elif policy in VLLM_POLICIES:
-        # NOTE: LRU with a store threshold, and ARC with tiers below the CPU, run in the
-        # Python model of the manager (not compiled): exact, slower.
+        # NOTE: ARC with tiers below the CPU runs in the Python model of the manager (not
+        # compiled): exact, slower.
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload
 
         tier_hits, counters, evictions = replay_vllm_offload(

@@ -2,10 +2,10 @@
 
 The same connector (lookup from the chunk of the GPU hit, a load a step before its prefill, a
 failed offer again at the finish one step later) over the manager with `eviction_policy: arc`
-and, when given, `store_threshold` (`_OfferCounts`); one CPU tier, nothing below it (vLLM
+and, when given, `store_threshold` (`offer_counts.py`); one CPU tier, nothing below it (vLLM
 refuses a threshold there, and the Python model runs the tiers below). Keys are chain ids
 (dense), so each of ARC's four ordered dicts (T1, T2 and the ghosts B1, B2) is a linked list
-threaded through a row per key, and the offer counts another; a live request's marks (the keys
+threaded through a row per key (the offer counts have their own); a live request's marks (the keys
 it saw, inserted, reused, whose store miss ARC saw) are the request's index in a column of its
 slot (two requests are live at a time). `tests/prefix/test_tiers.py` holds it to the Python
 model on random traces, which `tests/prefix/test_tiers_vllm_golden.py` holds to vLLM.
@@ -18,18 +18,17 @@ import numpy as np
 
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.tiers.lru_rows import chunk_key, most_chunks
+from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 
 # Columns of a key's row.
-_LIST, _PREV, _NEXT, _HELD, _LAST, _STAMP, _CNT, _CPREV, _CNEXT = range(9)
-_SEEN, _INS, _REU, _MISS = 9, 11, 13, 15  # two columns each: slot 0, slot 1
-_WIDTH = 17
+_LIST, _PREV, _NEXT, _HELD, _LAST, _STAMP = range(6)
+_SEEN, _INS, _REU, _MISS = 6, 8, 10, 12  # two columns each: slot 0, slot 1
+_WIDTH = 14
 # Values of _LIST (also the list's index in the ends); 0: in none.
 _T1, _T2, _B1, _B2 = 1, 2, 3, 4
-_TRACKER = 5  # the offer counts' list, in its own links
 _FREE, _PINNED, _PENDING = 0, 1, 2
 # Slots of the scalars array.
 _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL, _BUSY, _NOW = range(8)
-MAX_TRACKED_OFFERS = 64_000  # vLLM's max_tracker_size default (`vllm_native.py`)
 
 
 @nb.njit(cache=True, inline="always")
@@ -87,44 +86,6 @@ def _to_end(st, ends, size, k):  # pragma: no cover - compiled
 @nb.njit(cache=True, inline="always")
 def _held(st, k):  # pragma: no cover - compiled
     return st[k, _LIST] == _T1 or st[k, _LIST] == _T2
-
-
-@nb.njit(cache=True)
-def _count_offer(ids, start, per_chunk, lo, hi, st, ends, size, sc):  # pragma: no cover
-    """`_OfferCounts.offer`: the keys tracked counted once more and made most recent; the
-    others tracked with a count of 1, the oldest out when the tracker is full (never a key of
-    this offer)."""
-    sc[_CALL] += 1
-    call = sc[_CALL]
-    seen = 0
-    for j in range(lo, hi):
-        k = chunk_key(ids, start, per_chunk, j)
-        if st[k, _CNT] > 0:
-            _tracker_to_end(st, ends, size, k)
-            st[k, _CNT] += 1
-            st[k, _STAMP] = call
-            seen += 1
-    unprotected = size[_TRACKER] - seen
-    for j in range(lo, hi):
-        k = chunk_key(ids, start, per_chunk, j)
-        if st[k, _CNT] > 0:
-            continue
-        if size[_TRACKER] >= MAX_TRACKED_OFFERS:
-            if unprotected == 0:
-                continue
-            oldest = ends[_TRACKER, 0]
-            _out(st, ends, size, _TRACKER, oldest, _CPREV, _CNEXT)
-            st[oldest, _CNT] = 0
-            unprotected -= 1
-        st[k, _CNT] = 1
-        _in(st, ends, size, _TRACKER, k, _CPREV, _CNEXT)
-
-
-@nb.njit(cache=True, inline="always")
-def _tracker_to_end(st, ends, size, k):  # pragma: no cover - compiled
-    if ends[_TRACKER, 1] != k:
-        _out(st, ends, size, _TRACKER, k, _CPREV, _CNEXT)
-        _in(st, ends, size, _TRACKER, k, _CPREV, _CNEXT)
 
 
 @nb.njit(cache=True, inline="always")
@@ -190,20 +151,20 @@ def _evict(st, ends, size, target, capacity, needed, chosen, evictions, sc):  # 
 
 
 @nb.njit(cache=True)
-def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, threshold, st, ends, size,
-           target, sc, chosen, step_keys, evictions, misses):  # pragma: no cover - compiled
+def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, threshold, counts, st, ends,
+           size, target, sc, chosen, step_keys, evictions, misses):  # pragma: no cover
     """`prepare_store` of chunks lo..hi-1 (`_offered`, then `_ArcCpuTier.store`): False when
     the offer fails whole."""
     sc[_NOW] = req
     for j in range(lo, hi):
         st[chunk_key(ids, start, per_chunk, j), _LAST] = req
     if threshold >= 2:
-        _count_offer(ids, start, per_chunk, lo, hi, st, ends, size, sc)
+        count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     to_store = 0
     n_miss = 0
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if not _held(st, k) and (threshold < 2 or st[k, _CNT] >= threshold):
+        if not _held(st, k) and admitted(counts[0], threshold, k):
             to_store += 1
             if st[k, _MISS + slot] != req:
                 misses[n_miss] = k
@@ -218,7 +179,7 @@ def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, threshold, st, en
                 continue
             if st[k, _INS + slot] != req:
                 st[k, _REU + slot] = req
-        elif threshold >= 2 and st[k, _CNT] < threshold:
+        elif not admitted(counts[0], threshold, k):
             continue
         st[k, _SEEN + slot] = req
     if to_store == 0:
@@ -235,7 +196,7 @@ def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, threshold, st, en
             return False
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if _held(st, k) or (threshold >= 2 and st[k, _CNT] < threshold):
+        if _held(st, k) or not admitted(counts[0], threshold, k):
             continue
         if st[k, _LIST] != 0:  # a ghost: the insert drops it from B1 or B2
             _remove(st, ends, size, k)
@@ -278,10 +239,10 @@ def _end_step(step_keys, st, sc):  # pragma: no cover - compiled
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity,
-          threshold, st, evictions):  # pragma: no cover - compiled
+          threshold, st, evictions, counts):  # pragma: no cover - compiled
     n = offsets.size - 1
-    ends = np.full((6, 2), -1, dtype=np.int64)
-    size = np.zeros(6, dtype=np.int64)
+    ends = np.full((5, 2), -1, dtype=np.int64)
+    size = np.zeros(5, dtype=np.int64)
     target = np.zeros(1, dtype=np.float64)
     sc = np.zeros(8, dtype=np.int64)
     longest = most_chunks(offsets, per_chunk)
@@ -325,8 +286,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             sc[_LOADED] += run
             next_stored[i] = first + run
         elif chunks > 0:
-            ok = _store(ids, start, per_chunk, 0, chunks, i, slot, capacity, threshold, st,
-                        ends, size, target, sc, chosen, step_keys, evictions, misses)
+            ok = _store(ids, start, per_chunk, 0, chunks, i, slot, capacity, threshold, counts,
+                        st, ends, size, target, sc, chosen, step_keys, evictions, misses)
             failed[i] = not ok
             if ok:
                 next_stored[i] = chunks
@@ -335,8 +296,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             p_chunks = (offsets[prev + 1] - p_start) // per_chunk
             if failed[prev] and next_stored[prev] < p_chunks:
                 ok = _store(ids, p_start, per_chunk, next_stored[prev], p_chunks, prev,
-                            prev_slot, capacity, threshold, st, ends, size, target, sc, chosen,
-                            step_keys, evictions, misses)
+                            prev_slot, capacity, threshold, counts, st, ends, size, target, sc,
+                            chosen, step_keys, evictions, misses)
                 failed[prev] = not ok
                 if ok:
                     next_stored[prev] = p_chunks
@@ -345,8 +306,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         if loaded > 0:
             if next_stored[i] < chunks:
                 ok = _store(ids, start, per_chunk, next_stored[i], chunks, i, slot, capacity,
-                            threshold, st, ends, size, target, sc, chosen, step_keys,
-                            evictions, misses)
+                            threshold, counts, st, ends, size, target, sc, chosen,
+                            step_keys, evictions, misses)
                 failed[i] = not ok
                 if ok:
                     next_stored[i] = chunks
@@ -366,19 +327,20 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
     offsets = np.asarray(offsets, dtype=np.int64)
     keys = max(num_keys, 1)
     chunks = int(offsets[-1]) // per_chunk
-    with memory.reserved(8 * _WIDTH * keys, f"vLLM's CPU offload (arc) over {keys:,} chunk "
-                         "keys", "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
+    width = _WIDTH + (3 if store_threshold >= 2 else 0)  # and the offer counts' rows
+    with memory.reserved(8 * width * keys, f"vLLM's CPU offload (arc) over {keys:,} chunk keys",
+                         "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
         work = np.empty(_WIDTH * keys + 3 * (chunks + 1), dtype=np.int64)
         st = work[:_WIDTH * keys].reshape(keys, _WIDTH)
         st.fill(-1)
         st[:, _LIST] = 0
         st[:, _HELD] = _FREE
-        st[:, _CNT] = 0
         evictions = work[_WIDTH * keys:].reshape(3, chunks + 1)
         hits, stored, evicted, failed, loaded, lacking = _pass(
             offsets, np.asarray(ids, dtype=np.int64), np.asarray(gpu_hit_blocks, dtype=np.int64),
             np.asarray(refused, dtype=np.bool_), np.int64(per_chunk), np.int64(chunk_tokens),
-            np.int64(block), np.int64(capacity), np.int64(store_threshold), st, evictions)
+            np.int64(block), np.int64(capacity), np.int64(store_threshold), st, evictions,
+            tracker(keys, store_threshold))
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
                 evictions[1, :e].copy(), evictions[2, :e].copy(), lacking)

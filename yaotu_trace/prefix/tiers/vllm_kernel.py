@@ -25,7 +25,8 @@ a list per counter value (a bucket each) cost two words per chunk of the trace, 
 1e9 tokens. A key's whole state is one 64-byte row, so a chunk touched costs one cache line,
 not one per array (the pass is bound by memory). With one allocation for the large arrays
 (`vllm_offload_pass`) the pass went from 0.061 s to 0.021 s on the Mooncake conversation
-trace, and with one list to 0.011 s (`benchmarks/tiers.py`).
+trace, and with one list to 0.011 s (`benchmarks/tiers.py`). A store threshold counts each
+offer first (`offer_counts.py`); a chunk below it is neither stored nor accessed.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     rows,
     touch,
 )
+from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 
 _SHIFT = 21
 _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
@@ -145,8 +147,8 @@ def _request_rank(req_rank, st, sc, req, s):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True)
-def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc,
-            req_rank):  # pragma: no cover - compiled
+def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, req_rank,
+            counts, threshold):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
     store records only new and ready keys; with `missing_only` every resident key is outside
     the call): keys new to the request raise their rank, the request's own rank given at its
@@ -164,6 +166,8 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc,
             continue
         st[k, _LAST] = req
         if not resident:
+            if not admitted(counts[0], threshold, k):
+                continue  # below the store threshold: neither stored nor accessed
             new += 1
         elif st[k, _HELD] == _PENDING:
             continue
@@ -183,13 +187,15 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc,
 
 @nb.njit(cache=True)
 def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc,
-           req_rank, chosen, step_keys, evictions):  # pragma: no cover - compiled
+           req_rank, chosen, step_keys, evictions, counts, threshold):  # pragma: no cover
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
     `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
     `evictions`: the key, the offering request, the key's last use. The chunks stored are the
     step's last keys (`_write_through` takes them to the tiers below)."""
+    if threshold >= 2:
+        count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc,
-                             req_rank)
+                             req_rank, counts, threshold)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
@@ -233,7 +239,8 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     hint = -1
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if st[k, _RANK] < 0 and (call == 0 or st[k, _STAMP] == call):
+        if (st[k, _RANK] < 0 and (call == 0 or st[k, _STAMP] == call)
+                and admitted(counts[0], threshold, k)):
             st[k, _RANK] = r_req * _M + (_M - 2 - j)
             _link(st, sc, k, s, hint)
             hint = k
@@ -261,11 +268,11 @@ def _write_through(step_keys, stored_from, stored_to, lower, req):  # pragma: no
 
 @nb.njit(cache=True, inline="always")
 def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, req_rank,
-           chosen, step_keys, evictions, lower):  # pragma: no cover - compiled
+           chosen, step_keys, evictions, lower, counts, threshold):  # pragma: no cover - compiled
     """`_store`, then what it stored written through to the tiers below."""
     stored_from = sc[_STEP]
     ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc,
-                req_rank, chosen, step_keys, evictions)
+                req_rank, chosen, step_keys, evictions, counts, threshold)
     if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
         _write_through(step_keys, stored_from, sc[_STEP], lower, req)
     return ok
@@ -298,8 +305,8 @@ def _end_step(step_keys, st, sc):  # pragma: no cover - compiled
 
 def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
                       refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
-                      capacity: int, num_keys: int, lower_capacity: tuple[int, ...] = ()
-                      ) -> tuple:
+                      capacity: int, num_keys: int, lower_capacity: tuple[int, ...] = (),
+                      store_threshold: int = 0) -> tuple:
     """Hit tokens per tier and request (the CPU tier's row first, then the tiers below it in
     the order of `lower_capacity`); the CPU tier's stored, evicted, failed offers and loaded
     chunks; per CPU eviction the key (chain id of the chunk's last block), the request whose
@@ -320,7 +327,8 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     room = (2 if lower_capacity else 1) * chunks + 1
     rows_st = keys + 2  # the keys' rows, then the two live requests' markers
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
-    need = 8 * (8 * rows_st + (4 * len(lower_capacity) * keys if lower_capacity else 0))
+    need = 8 * (8 * rows_st + (4 * len(lower_capacity) * keys if lower_capacity else 0)
+                + (3 * keys if store_threshold >= 2 else 0))
     with memory.reserved(need, f"vLLM's CPU offload over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
         work = np.empty(8 * rows_st + 3 * room, dtype=np.int64)
@@ -335,7 +343,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
             np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
             np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block), np.int64(capacity),
             st, evictions, lower_rows, np.asarray(lower_capacity, dtype=np.int64),
-            lower_evictions)
+            lower_evictions, tracker(keys, store_threshold), np.int64(store_threshold))
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
                 evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
@@ -344,10 +352,10 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          evictions, lst, lcapacity, levictions):  # pragma: no cover - compiled
+          evictions, lst, lcapacity, levictions, counts, threshold):  # pragma: no cover
     """`vllm_offload_pass` on its arrays: a row per key and two markers, a column per
-    eviction, and the lower tiers' rows, sizes and evictions; returns the lower tiers' counters
-    last."""
+    eviction, the lower tiers' rows, sizes and evictions, and the offer counts of a store
+    threshold (`offer_counts.py`); returns the lower tiers' counters last but one."""
     n = offsets.size - 1
     below = lcapacity.size
     lends, lsize, lcounters, _ = lru_state(below, 0)
@@ -395,7 +403,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             # Promoted into the CPU tier before they load (a step): the run loads up to the
             # first chunk that found no room.
             if _offer(ids, start, per_chunk, first, first + run, True, i, seen, capacity, st,
-                      sc, req_rank, chosen, step_keys, evictions, lower):
+                      sc, req_rank, chosen, step_keys, evictions, lower, counts, threshold):
                 for j in range(run):
                     if source[j] > 0:
                         k = chunk_key(ids, start, per_chunk, first + j)
@@ -417,12 +425,12 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
             _access(ids, start, per_chunk, first, first + run, False, i, seen, st, sc,
-                    req_rank)
+                    req_rank, counts, 0)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
             ok = _offer(ids, start, per_chunk, 0, chunks, False, i, seen, capacity, st, sc,
-                        req_rank, chosen, step_keys, evictions, lower)
+                        req_rank, chosen, step_keys, evictions, lower, counts, threshold)
             req_failed[i] = 0 if ok else 1
             if ok:
                 req_next[i] = chunks
@@ -432,14 +440,14 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
                 _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, False, prev,
                        prev_seen, capacity, st, sc, req_rank, chosen, step_keys,
-                       evictions, lower)
+                       evictions, lower, counts, threshold)
             _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, req_rank)
         _end_step(step_keys, st, sc)
         if loaded > 0:
             if req_next[i] < chunks:
                 ok = _offer(ids, start, per_chunk, req_next[i], chunks, False, i, seen,
                             capacity, st, sc, req_rank, chosen, step_keys,
-                            evictions, lower)
+                            evictions, lower, counts, threshold)
                 req_failed[i] = 0 if ok else 1
                 if ok:
                     req_next[i] = chunks

@@ -574,7 +574,7 @@ def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: 
      lower_evictions, first_lacking) = vllm_offload_pass(
         chains.offsets, chains.ids, gpu_hit_blocks, refused, cpu.chunk_tokens // block,
         int(cpu.chunk_tokens), block, int(cpu.capacity_chunks), int(chains.num_distinct),
-        tuple(int(t.capacity_chunks) for t in tiers[1:]))
+        tuple(int(t.capacity_chunks) for t in tiers[1:]), int(cpu.store_threshold))
     if lacking is not None:
         lacking[:] = first_lacking
     counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
