@@ -247,21 +247,32 @@ def test_tier_policy_must_be_the_preset_engines() -> None:
         tier_policy_for("vllm", "arc")
 
 
-@pytest.mark.parametrize(("seed", "per_chunk", "cpu_chunks", "gpu_blocks", "threshold"), [
-    (1, 1, 2, 6, 0), (2, 1, 7, 9, 0), (3, 2, 3, 12, 0), (4, 3, 20, 8, 0), (5, 1, 60, 30, 0),
-    (6, 2, 1, 7, 0), (7, 1, 15, 10, 2), (8, 2, 9, 20, 3), (9, 1, 40, 12, 2),
+@pytest.mark.parametrize(("arc", "seed", "per_chunk", "cpu_chunks", "gpu_blocks", "threshold"), [
+    (False, 1, 1, 2, 6, 0), (False, 2, 1, 7, 9, 0), (False, 3, 2, 3, 12, 0),
+    (False, 4, 3, 20, 8, 0), (False, 5, 1, 60, 30, 0), (False, 6, 2, 1, 7, 0),
+    (False, 7, 1, 15, 10, 2), (False, 8, 2, 9, 20, 3), (False, 9, 1, 40, 12, 2),
+    (True, 101, 1, 2, 6, 0), (True, 102, 1, 7, 9, 0), (True, 103, 2, 3, 12, 2),
+    (True, 104, 3, 20, 8, 0), (True, 105, 1, 60, 30, 2), (True, 106, 2, 8, 12, 3),
+    (True, 107, 1, 15, 10, 2), (True, 108, 2, 9, 20, 0),
 ])
-def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chunks: int,
-                                             gpu_blocks: int, threshold: int) -> None:
+def test_vllm_kernels_equal_the_python_model(arc: bool, seed: int, per_chunk: int,
+                                             cpu_chunks: int, gpu_blocks: int,
+                                             threshold: int) -> None:
     # GIVEN random prompts over a tiny vocabulary (shared prefixes, full hits, failed offers),
-    # a chunk stored from its first offer on or, with a store threshold, from its N-th
+    # LRU's CPU tier or ARC's, a chunk stored from its first offer on or, with a store
+    # threshold, from its N-th
     from dataclasses import replace
 
     from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
-    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload, replay_vllm_tiers
+    from yaotu_trace.prefix.tiers.vllm_native import (
+        replay_vllm_arc,
+        replay_vllm_offload,
+        replay_vllm_tiers,
+    )
 
     rng = np.random.default_rng(seed)
-    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
+    prompts = [[int(t) for t in rng.integers(0, 3 if arc else 2,
+                                             size=int(rng.integers(1, 20 if arc else 14)))]
                for _ in range(150)]
     rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=gpu_blocks)
     chains = chains_of(prompts, rules)
@@ -270,18 +281,22 @@ def test_vllm_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chun
     tier = replace(_tier("cpu", cpu_chunks, 2 * per_chunk), store_threshold=threshold)
     # WHEN the compiled kernel and the Python model replay the CPU tier
     lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
-    (compiled,), (counters,), (evicted,) = replay_vllm_tiers(chains, gpu.hit_blocks, refused,
-                                                             (tier,), lacking=lacking[0])
-    (python,), (reference,), (expected,) = replay_vllm_offload(chains, gpu.hit_blocks, refused,
-                                                               tier, lacking=lacking[1])
+    if arc:
+        (compiled,), (counters,), (evicted,) = replay_vllm_arc(
+            chains, gpu.hit_blocks, refused, tier, lacking=lacking[0])
+    else:
+        (compiled,), (counters,), (evicted,) = replay_vllm_tiers(
+            chains, gpu.hit_blocks, refused, (tier,), lacking=lacking[0])
+    (python,), (reference,), (expected,) = replay_vllm_offload(
+        chains, gpu.hit_blocks, refused, tier, arc=arc, lacking=lacking[1])
     # THEN they agree on every request, every counter and every eviction, and on the first
     # chunk the tier lacked at each lookup
     assert compiled.tolist() == python.tolist()
-    assert lacking[0].tolist() == lacking[1].tolist() and (lacking[0] >= 0).any()
     assert counters == reference
     assert evicted.key.tolist() == expected.key.tolist()
     assert evicted.request.tolist() == expected.request.tolist()
     assert evicted.last_use_request.tolist() == expected.last_use_request.tolist()
+    assert lacking[0].tolist() == lacking[1].tolist() and (lacking[0] >= 0).any()
 
 
 @pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
@@ -416,41 +431,6 @@ def test_evictions_given_as_runs_expand_into_one_row_per_page() -> None:
     assert evictions.last_use_request.tolist() == [4, 4, 4, -1]
 
 
-@pytest.mark.parametrize(("seed", "per_chunk", "cpu_chunks", "gpu_blocks", "threshold"), [
-    (1, 1, 2, 6, 0), (2, 1, 7, 9, 0), (3, 2, 3, 12, 2), (4, 3, 20, 8, 0), (5, 1, 60, 30, 2),
-    (6, 2, 8, 12, 3), (7, 1, 15, 10, 2), (8, 2, 9, 20, 0),
-])
-def test_vllm_arc_kernel_equals_the_python_model(seed: int, per_chunk: int, cpu_chunks: int,
-                                                 gpu_blocks: int, threshold: int) -> None:
-    # GIVEN random prompts over a tiny vocabulary, ARC's CPU tier with or without a threshold
-    from dataclasses import replace
-
-    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
-    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_arc, replay_vllm_offload
-
-    rng = np.random.default_rng(100 + seed)
-    prompts = [[int(t) for t in rng.integers(0, 3, size=int(rng.integers(1, 20)))]
-               for _ in range(150)]
-    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=gpu_blocks)
-    chains = chains_of(prompts, rules)
-    gpu = gpu_replay(chains, rules)
-    refused = refused_requests(chains, rules)
-    tier = replace(_tier("cpu", cpu_chunks, 2 * per_chunk), store_threshold=threshold)
-    lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
-    # WHEN the compiled pass and the Python model replay it
-    (compiled,), (counters,), (evicted,) = replay_vllm_arc(chains, gpu.hit_blocks, refused,
-                                                           tier, lacking=lacking[0])
-    (python,), (reference,), (expected,) = replay_vllm_offload(
-        chains, gpu.hit_blocks, refused, tier, arc=True, lacking=lacking[1])
-    # THEN every hit, counter, eviction and lacking chunk is the same
-    assert compiled.tolist() == python.tolist() and int(python.sum()) > 0
-    assert counters == reference
-    assert evicted.key.tolist() == expected.key.tolist()
-    assert evicted.request.tolist() == expected.request.tolist()
-    assert evicted.last_use_request.tolist() == expected.last_use_request.tolist()
-    assert lacking[0].tolist() == lacking[1].tolist()
-
-
 @pytest.mark.parametrize("arc", [False, True])
 def test_vllm_kernels_count_offers_past_the_trackers_size(arc: bool) -> None:
     # GIVEN more distinct chunks offered than vLLM's offer tracker keeps (64,000): 8,000
@@ -458,8 +438,8 @@ def test_vllm_kernels_count_offers_past_the_trackers_size(arc: bool) -> None:
     from dataclasses import replace
 
     from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+    from yaotu_trace.prefix.tiers.spec import MAX_TRACKED_OFFERS
     from yaotu_trace.prefix.tiers.vllm_native import (
-        MAX_TRACKED_OFFERS,
         replay_vllm_arc,
         replay_vllm_offload,
         replay_vllm_tiers,

@@ -13,7 +13,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.prefix.tiers.lru_rows import chunk_key
-from yaotu_trace.prefix.tiers.vllm_native import MAX_TRACKED_OFFERS
+from yaotu_trace.prefix.tiers.spec import MAX_TRACKED_OFFERS
 
 _CNT, _LESS, _MORE = range(3)
 

@@ -53,6 +53,8 @@ PRESET_POLICIES: Final[dict[str, tuple[TierPolicy, ...]]] = {
              TierPolicy.SGLANG_WRITE_BACK),
 }
 LMCACHE_CHUNK_TOKENS: Final = 256  # LMCache's chunk_size default (v1/config.py)
+# vLLM's `max_tracker_size` default: the keys whose offers a `store_threshold` counts.
+MAX_TRACKED_OFFERS: Final = 64_000
 VLLM_PAGE_BYTES: Final = 4096  # a vLLM CPU chunk is rounded up to this (cpu/spec.py)
 SGLANG_LOAD_BACK_MIN_TOKENS: Final = 10  # HiCache's load_back_threshold
 SGLANG_PREFETCH_MIN_TOKENS: Final = 256  # HiCache's storage prefetch_threshold

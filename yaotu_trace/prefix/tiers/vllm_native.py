@@ -44,7 +44,7 @@ import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
-from yaotu_trace.prefix.tiers.spec import TierSpec
+from yaotu_trace.prefix.tiers.spec import MAX_TRACKED_OFFERS, TierSpec
 
 
 @dataclass
@@ -63,10 +63,6 @@ class _Request:
     inserted: set[int] = field(default_factory=set)
     reused: set[int] = field(default_factory=set)
     store_misses: set[int] = field(default_factory=set)
-
-
-# vLLM's `max_tracker_size` default: the keys whose offers `store_threshold` counts.
-MAX_TRACKED_OFFERS = 64_000
 
 
 class _OfferCounts:
