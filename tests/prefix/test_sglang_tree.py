@@ -231,3 +231,34 @@ def _assert_the_same_outcome(compiled: _Outcome, python: _Outcome) -> None:
         assert mine.key.tolist() == theirs.key.tolist()
         assert mine.request.tolist() == theirs.request.tolist()
         assert mine.last_use_request.tolist() == theirs.last_use_request.tolist()
+
+
+@pytest.mark.parametrize("policy", list(TierPolicy)[2:])
+@pytest.mark.parametrize(("seed", "page", "pool_pages", "host_pages"), [
+    (1, 1, 300, 200), (2, 2, 200, 150), (3, 1, 500, 1500),
+])
+def test_the_hosts_books_balance_under_every_policy(policy: TierPolicy, seed: int, page: int,
+                                                    pool_pages: int, host_pages: int) -> None:
+    # GIVEN random prompts over shared documents and a host that fills
+    from yaotu_trace.prefix.tiers.sglang_tree import HiCacheTree
+
+    chains, rules = _random_chains(seed, page, pool_pages)
+    refused = refused_requests(chains, rules)
+    tree = HiCacheTree(chains.ids, page, pool_pages, host_pages, policy, None)
+    # WHEN the tree replays them, and the compiled pass too
+    for i in range(chains.num_requests):
+        if not refused[i]:
+            tree.now = i
+            start = int(chains.offsets[i])
+            tree.request(start, int(chains.offsets[i + 1]) - start,
+                         int(chains.max_hit_blocks[i]), int(chains.prompt_tokens[i]))
+    _, _, (counters,), _ = replay_hicache_tree(chains, refused, (_host(host_pages * page, page),),
+                                               policy, pool_pages)
+    # THEN what the host took in less what it evicted and released is what it holds (write_back
+    # releases the host copies of nodes also on the GPU: nothing is lost, nothing evicted), and
+    # the compiled pass counts the same
+    held = host_pages - tree.host_free
+    assert tree.stored - tree.evicted - tree.released == held
+    assert (counters.stored_chunks, counters.evicted_chunks, counters.released_chunks) == (
+        tree.stored, tree.evicted, tree.released)
+    assert (tree.released > 0) == (policy is TierPolicy.SGLANG_WRITE_BACK)

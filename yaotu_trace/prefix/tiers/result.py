@@ -29,11 +29,15 @@ class TierCounters:
     # backup (a write-through chain stops there; write_back drops the node).
     failed_stores: int
     loaded_chunks: int  # chunks read from the tier onto the GPU (or promoted up)
+    # Chunks dropped because the GPU holds the same KV, so nothing is lost: SGLang's host under
+    # write_back reclaiming its duplicates. Stored − evicted − released is what the tier holds.
+    released_chunks: int = 0
 
     def to_dict(self) -> dict[str, int]:
         """JSON-ready builtins."""
         return {"stored_chunks": self.stored_chunks, "evicted_chunks": self.evicted_chunks,
-                "failed_stores": self.failed_stores, "loaded_chunks": self.loaded_chunks}
+                "failed_stores": self.failed_stores, "loaded_chunks": self.loaded_chunks,
+                "released_chunks": self.released_chunks}
 
 
 class TierEvictions:

@@ -176,6 +176,7 @@ class HiCacheTree:
         self.now = -1  # the request being replayed
         self.stored = self.evicted = self.loaded = 0
         self.failed = 0  # backups the host could not make room for
+        self.released = 0  # write_back: host copies of GPU nodes reclaimed (nothing lost)
         # Host evictions, per node: (first page in ids, pages, evicting request, last use).
         self.records: list[tuple[int, int, int, int]] = []
         self.backed: list[tuple[int, int]] = []  # (first page, pages) backed up this request
@@ -365,6 +366,7 @@ class HiCacheTree:
                     continue
                 self._drop_host(node)
                 freed += node.length
+                self.released += node.length
                 swept.append(node.id)
         for node_id in swept:
             self.duplicates.pop(node_id, None)
@@ -711,7 +713,8 @@ def replay_hicache_tree(chains: BlockChains, refused: np.ndarray, tiers: tuple[T
         host_hits[i] = (h - s) * page
         storage_hits[i] = s * page
     host_counters = TierCounters(stored_chunks=tree.stored, evicted_chunks=tree.evicted,
-                                 failed_stores=tree.failed, loaded_chunks=tree.loaded)
+                                 failed_stores=tree.failed, loaded_chunks=tree.loaded,
+                                 released_chunks=tree.released)
     host_evictions = TierEvictions.of_runs(ids, np.asarray(tree.records, dtype=np.int64))
     if tree.storage is None:
         return gpu_hits, (host_hits,), (host_counters,), (host_evictions,)
@@ -750,9 +753,10 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
             np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions)
     if lacking is not None:
         lacking[:] = first_lacking
-    stored, evicted, loaded, failed = (int(c) for c in counters)
+    stored, evicted, loaded, failed, released = (int(c) for c in counters)
     host_counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted,
-                                 failed_stores=failed, loaded_chunks=loaded)
+                                 failed_stores=failed, loaded_chunks=loaded,
+                                 released_chunks=released)
     host_evictions = TierEvictions.of_runs(chains.ids, records)
     if not has_storage:
         return (gpu_hit_pages * page, (host_hit_pages * page,), (host_counters,),

@@ -34,7 +34,8 @@ _S_DUPHEAD = 16  # log entries before it are all dead
 _S_FAILED = 17  # backups the host could not make room for
 _S_STORAGE = 18  # whether a storage tier lies below the host
 _S_NBACKED = 19  # backups this request (rows of `wr`)
-_SCALARS = 20
+_S_RELEASED = 20  # write_back: host copies of GPU nodes reclaimed (nothing lost)
+_SCALARS = 21
 _STORAGE = 0  # the storage's LRU in the `lru_rows` state
 
 
@@ -338,6 +339,7 @@ def _reclaim_duplicates(nd, sc, dup, needed):
                 continue
             _drop_host(nd, sc, v)
             freed += nd[v, _F_LEN]
+            sc[_S_RELEASED] += nd[v, _F_LEN]
             nd[v, _F_DUP] = -1
     head = sc[_S_DUPHEAD]
     while head < sc[_S_DUPN] and nd[dup[head], _F_DUP] != head:
@@ -584,11 +586,11 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
                       gpu_pages, host_pages, write_back, threshold, load_back_min_tokens,
                       storage_pages, prefetch_min_tokens, st, evictions):
     """Returns (GPU hit pages, host pages loaded, of them pages fetched from storage, counters
-    [stored, evicted, loaded, failed], host eviction records [first page, pages, request, last
-    use], the storage's `lru_rows` counters and evictions, and per request the first page the
-    GPU and host lacked at the lookup (−1: none within the hit cap)). `storage_pages` < 0: no
-    storage; else `st` holds its rows (`lru_rows.rows`) and `evictions` (1 × 3 × any) the room
-    for its evictions to start with."""
+    [stored, evicted, loaded, failed, released], host eviction records [first page, pages,
+    request, last use], the storage's `lru_rows` counters and evictions, and per request the
+    first page the GPU and host lacked at the lookup (−1: none within the hit cap)).
+    `storage_pages` < 0: no storage; else `st` holds its rows (`lru_rows.rows`) and
+    `evictions` (1 × 3 × any) the room for its evictions to start with."""
     n = len(offsets) - 1
     max_nodes = (5 if storage_pages >= 0 else 3) * n + 2  # a prefetch adds a split and a node
     nd = np.zeros((max_nodes, _FIELDS), dtype=np.int64)
@@ -743,7 +745,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
         gpu_hit[i] = gpu_run
         host_hit[i] = loaded - stored
         storage_hit[i] = stored
-    counters = np.array([sc[_S_STORED], sc[_S_EVICTED], sc[_S_LOADED], sc[_S_FAILED]],
-                        dtype=np.int64)
+    counters = np.array([sc[_S_STORED], sc[_S_EVICTED], sc[_S_LOADED], sc[_S_FAILED],
+                         sc[_S_RELEASED]], dtype=np.int64)
     return (gpu_hit, host_hit, storage_hit, counters, rec[:sc[_S_NREC]].copy(),
             lru_counters, evictions, lacking)
