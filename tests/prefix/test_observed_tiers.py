@@ -255,3 +255,16 @@ def test_a_replay_refuses_the_metrics_of_another_run_in_one_line() -> None:
     with pytest.raises(TraceReadError, match="did not count this trace's traffic"):
         replay(path, ReplayOptions(preset="vllm", capacity="2700", tiers=("cpu=26000blocks",)),
                waterfall=False, metrics=HERE / "vllm_offload_mixed.metrics.txt")
+
+
+def test_a_replayed_cpu_tier_other_than_the_engines_is_refused() -> None:
+    """vLLM's scrape states its CPU tier (`vllm:kv_offload_config_info`: 176 chunks, 2,816
+    tokens); a replay of another size is not the run the counters counted."""
+    options = {"preset": "vllm", "block_size_tokens": 16, "capacity": "66"}
+    with pytest.raises(ConfigError, match=r"the engine's CPU tier held 2,816 tokens "
+                                          r"\(vllm:kv_offload_config_info\), the replayed one 640"):
+        _observed(HERE / "vllm_offload_mixed.metrics.txt", tiers=("cpu=40blocks",), **options)
+    # the same size given in tokens is the engine's tier, and is held against it
+    section = _observed(HERE / "vllm_offload_mixed.metrics.txt", tiers=("cpu=2816tok",),
+                        **options)
+    assert {t["verdict"] for t in section["tiers"]} == {AGREES}

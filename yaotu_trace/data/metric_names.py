@@ -22,6 +22,9 @@ from typing import Final
 # num_gpu_blocks="N",...} 1`); the reader turns it into this series, in tokens.
 CACHE_CONFIG_INFO: Final = "vllm:cache_config_info"
 POOL_FROM_CACHE_CONFIG: Final = "vllm:cache_config_info (KV pool tokens)"
+# Its CPU offload tier likewise (`vllm:kv_offload_config_info{cpu_kv_cache_size_tokens="N"}`).
+OFFLOAD_CONFIG_INFO: Final = "vllm:kv_offload_config_info"
+CPU_TIER_FROM_OFFLOAD_CONFIG: Final = "vllm:kv_offload_config_info (CPU tier tokens)"
 
 GAUGES: Final[Mapping[str, tuple[str, ...]]] = {
     "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
@@ -32,6 +35,7 @@ GAUGES: Final[Mapping[str, tuple[str, ...]]] = {
     "retracted_now": ("sglang:num_retracted_reqs",),
     "max_total_tokens": ("sglang:max_total_num_tokens", "log:gpu_kv_cache_size_tokens",
                          POOL_FROM_CACHE_CONFIG),
+    "cpu_tier_tokens": (CPU_TIER_FROM_OFFLOAD_CONFIG,),
     "page_size": ("sglang:page_size",),
     # The engine's cap on running requests (SGLang's start-up max_running_requests).
     "max_running": ("log:max_running_requests",),
@@ -129,7 +133,8 @@ _PREFIX_2X: Final = re.compile(r"^(vllm|sglang|lmcache)_(?=[a-z])")
 
 
 def _known() -> frozenset[str]:
-    names = {CACHE_CONFIG_INFO, POOL_FROM_CACHE_CONFIG}
+    names = {CACHE_CONFIG_INFO, POOL_FROM_CACHE_CONFIG, OFFLOAD_CONFIG_INFO,
+             CPU_TIER_FROM_OFFLOAD_CONFIG}
     for table in (GAUGES, COUNTERS, HISTOGRAMS):
         for candidates in table.values():
             names.update(candidates)

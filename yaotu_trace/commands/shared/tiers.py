@@ -198,10 +198,27 @@ def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None,
             f"{metrics.path}: its counters hold {found.prompt_tokens:,.0f} prompt tokens, under "
             f"{MIN_COUNTED_SHARE:.0%} of the trace's {prompt:,}: they did not count this trace's "
             "traffic (export the metrics of this trace's run)")
+    _same_cpu_tier(metrics, tiers)
     from yaotu_trace.prefix.tiers.observed import compare_tiers
 
     section = compare_tiers(found, tiers).to_dict()
     return {**section, "notes": [*metrics.notes, *section["notes"]]}
+
+
+def _same_cpu_tier(metrics: EngineMetrics, tiers: dict[str, Any]) -> None:
+    """Refuse a replayed CPU tier of another size than the one the engine's export states
+    (vLLM's `kv_offload_config_info`): its hits by tier would be held against a tier the
+    engine did not have."""
+    stated = metrics.gauge("cpu_tier_tokens", how="max")
+    cpu = next((t for t in tiers.get("tiers", ()) if t.get("name") == "cpu"), None)
+    if stated is None or not len(stated) or cpu is None or cpu.get("capacity_tokens") is None:
+        return
+    engine = int(stated["value"].max())
+    if engine != int(cpu["capacity_tokens"]):
+        raise ConfigError(
+            f"{metrics.path}: the engine's CPU tier held {engine:,} tokens "
+            f"(vllm:kv_offload_config_info), the replayed one {int(cpu['capacity_tokens']):,}; "
+            f"replay the tier the engine had (--tier cpu={engine}tok) or drop --metrics")
 
 
 def _same_requests(metrics: EngineMetrics, trace: Trace) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import tzinfo
 from pathlib import Path
@@ -34,7 +34,9 @@ from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.metric_names import (
     CACHE_CONFIG_INFO,
     COUNTERS,
+    CPU_TIER_FROM_OFFLOAD_CONFIG,
     GAUGES,
+    OFFLOAD_CONFIG_INFO,
     POOL_FROM_CACHE_CONFIG,
     prometheus_names,
     unused_names,
@@ -94,7 +96,7 @@ def _born_late(metrics: EngineMetrics) -> list[tuple[str, str]]:
 
 
 # Gauges that hold for the whole process (the pool's size), judged even from one instant.
-_CONFIG_GAUGES: Final = ("max_total_tokens", "page_size", "max_running")
+_CONFIG_GAUGES: Final = ("max_total_tokens", "page_size", "max_running", "cpu_tier_tokens")
 
 
 def _without_instant_gauges(metrics: EngineMetrics) -> EngineMetrics:
@@ -183,13 +185,28 @@ def read_export(path: Path, suffix: str) -> list[tuple[float, str, str, float]]:
 
 
 def _with_pool_from_cache_config(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` plus the KV pool in tokens that each `vllm:cache_config_info` sample names.
+    """`frame` plus the KV pool in tokens that each `vllm:cache_config_info` sample names, and
+    the CPU offload tier in tokens that each `vllm:kv_offload_config_info` sample names.
 
     Newer vLLM puts the engine's own count in a `kv_cache_size_tokens` label; older releases
     give `num_gpu_blocks` and `block_size`, whose usable pool is (num_gpu_blocks − 1) ×
     block_size, since block 0 is vLLM's null block (as a step log's kv_blocks_total counts it).
     """
-    info = frame[frame["metric"] == CACHE_CONFIG_INFO]
+    def pool(number: Callable[[str], pd.Series]) -> pd.Series:
+        stated = number("kv_cache_size_tokens")
+        return stated.where(stated > 0, (number("num_gpu_blocks") - 1) * number("block_size"))
+
+    frame = _with_info_series(frame, CACHE_CONFIG_INFO, POOL_FROM_CACHE_CONFIG, pool)
+    return _with_info_series(frame, OFFLOAD_CONFIG_INFO, CPU_TIER_FROM_OFFLOAD_CONFIG,
+                             lambda number: number("cpu_kv_cache_size_tokens"))
+
+
+def _with_info_series(frame: pd.DataFrame, info_name: str, out_name: str,
+                      tokens_of: Callable[[Callable[[str], pd.Series]], pd.Series]
+                      ) -> pd.DataFrame:
+    """`frame` plus a series `out_name` of the tokens `tokens_of` reads from the labels of each
+    `info_name` sample (an info gauge states its figures as labels)."""
+    info = frame[frame["metric"] == info_name]
     if info.empty:
         return frame
     labels = info["labels"].astype(str)
@@ -198,17 +215,15 @@ def _with_pool_from_cache_config(frame: pd.DataFrame) -> pd.DataFrame:
         found = labels.str.extract(rf"(?:^|,){key}=(\d+)(?:,|$)")[0]
         return pd.to_numeric(found, errors="coerce")
 
-    blocks, size, stated = number("num_gpu_blocks"), number("block_size"), number(
-        "kv_cache_size_tokens")
-    tokens = stated.where(stated > 0, (blocks - 1) * size)
+    tokens = tokens_of(number)
     known = (tokens > 0).to_numpy()
     if not known.any():
         return frame
-    pool = pd.DataFrame({"time_s": info["time_s"].to_numpy()[known],
-                         "metric": POOL_FROM_CACHE_CONFIG,
-                         "labels": _engine_labels(labels[known]),
-                         "value": tokens.to_numpy(dtype=np.float64)[known]})
-    return pd.concat([frame, pool], ignore_index=True)
+    series = pd.DataFrame({"time_s": info["time_s"].to_numpy()[known],
+                           "metric": out_name,
+                           "labels": _engine_labels(labels[known]),
+                           "value": tokens.to_numpy(dtype=np.float64)[known]})
+    return pd.concat([frame, series], ignore_index=True)
 
 
 def _engine_labels(labels: pd.Series) -> list[str]:
