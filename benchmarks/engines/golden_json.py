@@ -17,3 +17,13 @@ def dump_configs(document: dict, path: Path) -> None:
     lines.append(",\n".join(configs))
     lines += ["  ]", "}"]
     path.write_text("\n".join(lines) + "\n")
+
+
+def write_fixture(path: Path, *, engine: str, engine_version: str, torch_version: str,
+                  trace: str, protocol: str, configs: list[dict]) -> None:
+    """A golden fixture of the tier drivers: which engine and versions recorded it, on which
+    trace and protocol, then one configuration a line (`dump_configs`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dump_configs({"engine": engine, "engine_version": engine_version,
+                  "torch_version": torch_version, "trace": trace, "protocol": protocol,
+                  "configs": configs}, path)

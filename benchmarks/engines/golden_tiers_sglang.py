@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OUT = ROOT / "tests" / "fixtures" / "tiers_sglang"
 sys.path.insert(0, str(HERE))
-from golden_json import dump_configs  # noqa: E402
+from golden_json import write_fixture  # noqa: E402
 
 PROTOCOL = (
     "SGLang UnifiedRadixCache (python tree core, FULL component, lru) over a CPU token pool "
@@ -321,12 +321,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "write_policy": config.write_policy,
                                 "gpu_hit_tokens": gpu, "cpu_hit_tokens": cpu,
                                 "refused": refused})
-        document = {"engine": "sglang", "engine_version": sglang.__version__,
-                    "torch_version": torch.__version__,
-                    "trace": str(path.relative_to(ROOT / "tests" / "fixtures")),
-                    "protocol": PROTOCOL, "configs": configs}
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        dump_configs(document, args.out_dir / f"sglang_hicache_{name}.json")
+        write_fixture(args.out_dir / f"sglang_hicache_{name}.json", engine="sglang",
+                      engine_version=sglang.__version__, torch_version=torch.__version__,
+                      trace=str(path.relative_to(ROOT / "tests" / "fixtures")),
+                      protocol=PROTOCOL, configs=configs)
     return 0
 
 

@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OUT = ROOT / "tests" / "fixtures" / "tiers_sglang"
 sys.path.insert(0, str(HERE))
-from golden_json import dump_configs  # noqa: E402
+from golden_json import write_fixture  # noqa: E402
 from golden_tiers_sglang import (  # noqa: E402
     Config,
     HiCache,
@@ -313,12 +313,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "write_policy": base.write_policy,
                                 "gpu_hit_tokens": gpu, "cpu_hit_tokens": cpu,
                                 "storage_hit_tokens": stored, "refused": refused})
-        document = {"engine": "sglang", "engine_version": sglang.__version__,
-                    "torch_version": torch.__version__,
-                    "trace": str(path.relative_to(ROOT / "tests" / "fixtures")),
-                    "protocol": PROTOCOL, "configs": configs}
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        dump_configs(document, args.out_dir / f"sglang_storage_{name}.json")
+        write_fixture(args.out_dir / f"sglang_storage_{name}.json", engine="sglang",
+                      engine_version=sglang.__version__, torch_version=torch.__version__,
+                      trace=str(path.relative_to(ROOT / "tests" / "fixtures")),
+                      protocol=PROTOCOL, configs=configs)
     return 0
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_json import dump_configs
+from golden_json import write_fixture
 from traces import load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -386,16 +386,14 @@ def main(argv: list[str] | None = None) -> int:
                                 "refused": refused})
         if args.batch:
             continue
-        document = {"engine": "vllm", "engine_version": vllm.__version__,
-                    "torch_version": torch.__version__, "trace": path.name,
-                    "protocol": PROTOCOL.format(policy=args.eviction_policy,
-                                                threshold=args.store_threshold),
-                    "configs": configs}
-        args.out_dir.mkdir(parents=True, exist_ok=True)
         suffix = "" if args.eviction_policy == "lru" else f"_{args.eviction_policy}"
         if args.store_threshold >= 2:
             suffix += f"_threshold{args.store_threshold}"
-        dump_configs(document, args.out_dir / f"vllm_offload_{name}{suffix}.json")
+        write_fixture(args.out_dir / f"vllm_offload_{name}{suffix}.json", engine="vllm",
+                      engine_version=vllm.__version__, torch_version=torch.__version__,
+                      trace=path.name, configs=configs,
+                      protocol=PROTOCOL.format(policy=args.eviction_policy,
+                                               threshold=args.store_threshold))
     return 0
 
 
