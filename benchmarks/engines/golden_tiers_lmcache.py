@@ -32,18 +32,23 @@ one 4 KiB page
 (LMCache's CPU allocator rounds up to it, and the disk counts a chunk's page), so
 `N · 4096 / 2^30` GiB holds N chunks.
 
-Writes `tests/fixtures/tiers_lmcache/lmcache_<trace>.json` for the two engine traces and the
-Mooncake slice of `tests/fixtures/tiers_vllm/`. Installs nothing: run it with
+Writes `tests/fixtures/tiers_lmcache/lmcache_<trace>.json` for the two engine traces, the two
+traces of 4- and 8-token blocks (`traces.TIER_SHAPES`) and the Mooncake slice of
+`tests/fixtures/tiers_vllm/` (`--only NAME ...` for some of them). Installs nothing: run it with
 LMCache 0.5.6 and pyarrow importable (its own environment), from outside the repository:
 
     cd / && LMCACHE_LOG_LEVEL=ERROR PYTHONHASHSEED=0 /path/to/venv-lmcache/bin/python \
-        /work/…/benchmarks/engines/golden_tiers_lmcache.py
+        /work/…/benchmarks/engines/golden_tiers_lmcache.py [--only blocks4 blocks8]
 
-Deterministic: the same bytes on every run.
+The same bytes on every run on a quiet machine. The disk's writes run on LMCache's I/O thread
+and land while the rest of their save is still being submitted, so where a save both writes
+new chunks and refreshes ones the disk holds, the disk's order can depend on that thread's
+timing (docs/tiers.md, "LMCache: what the `lmcache` policy assumes").
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -88,6 +93,15 @@ TRACES: dict[str, tuple[str, tuple[tuple[int, tuple[int, ...]], ...], Sizes, Siz
                   (256, (4, 16, 64, 256))),
                  ((64, 64, (128, 512, 2048)), (256, 16, (32, 128, 512))),
                  ((64, 64, (128, 512, 2048)), (256, 16, (32, 128, 512)))),
+    # The tier shapes' traces (`traces.TIER_SHAPES`): short prompts sharing prefixes often.
+    "blocks4": ("engines/trace_blocks4.parquet",
+                ((16, (2, 5, 20, 80)), (32, (2, 6, 30))),
+                ((16, 12, (16, 40, 200)),),
+                ((16, 12, (16, 64, 256)),)),
+    "blocks8": ("engines/trace_blocks8.parquet",
+                ((16, (3, 30, 120)), (64, (2, 8, 40))),
+                ((16, 30, (40, 100, 400)),),
+                ((16, 30, (64, 128, 512)),)),
 }
 # The mock remote store's size, in whole GiB (`connector/mock_adapter.py` takes an integer).
 REMOTE_GIB = 1
@@ -203,10 +217,16 @@ def golden(trace: str) -> dict:
             "trace": f"tests/fixtures/{path}", "configs": configs}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Drive LMCache on every trace (or those named by `--only`) and write the fixtures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=None)
+    args = parser.parse_args(argv)
     os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")  # no usage reports from a fixture run
     OUT.mkdir(parents=True, exist_ok=True)
     for trace in TRACES:
+        if args.only and trace not in args.only:
+            continue
         dump_configs(golden(trace), OUT / f"lmcache_{trace}.json")
     sys.stdout.flush()
     os._exit(0)  # the remote backends' event loops keep the interpreter from exiting

@@ -279,6 +279,9 @@ TRACES = {  # name -> (file, page sizes, host ratios)
     # smaller than the GPU pool, where backups fail and write_back drops subtrees.
     "mooncake": (ROOT / "tests/fixtures/tiers_vllm/trace_mooncake.parquet", (16, 64),
                  (0.5, 1.0, 2.0)),
+    # Pages of 4 and 8 tokens (`traces.TIER_SHAPES`), hosts from half the device pool up.
+    "blocks4": (ROOT / "tests/fixtures/engines/trace_blocks4.parquet", (4, 8), (0.5, 1.0, 3.0)),
+    "blocks8": (ROOT / "tests/fixtures/engines/trace_blocks8.parquet", (8,), (1.0, 2.0)),
 }
 
 

@@ -318,6 +318,9 @@ TRACES = {  # name -> (file, (block size, blocks per chunk) pairs)
     "mixed": (ROOT / "tests/fixtures/engines/trace_mixed.parquet", ((16, 1), (16, 2), (16, 4))),
     "sessions": (ROOT / "tests/fixtures/engines/trace_sessions.parquet", ((16, 1), (16, 3))),
     "mooncake": (OUT / "trace_mooncake.parquet", ((16, 1), (16, 4))),
+    # Blocks of 4 and 8 tokens (`traces.TIER_SHAPES`): chunks of 1 to 5 blocks.
+    "blocks4": (ROOT / "tests/fixtures/engines/trace_blocks4.parquet", ((4, 1), (4, 2), (4, 5))),
+    "blocks8": (ROOT / "tests/fixtures/engines/trace_blocks8.parquet", ((8, 1), (8, 3))),
 }
 
 

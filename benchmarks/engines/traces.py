@@ -41,6 +41,15 @@ SHAPES: tuple[TraceShape, ...] = (
     TraceShape("sessions", seed=11, requests=300, tenants=2, block_size_tokens=16,
                max_prompt_tokens=900),
 )
+# For the tier drivers (`golden_tiers_*.py`): blocks of 4 and 8 tokens and a small vocabulary,
+# so the tiers are checked at block and chunk sizes the 16-token traces above do not have, on
+# prompts that share prefixes more often.
+TIER_SHAPES: tuple[TraceShape, ...] = (
+    TraceShape("blocks4", seed=101, requests=300, tenants=2, block_size_tokens=4,
+               max_prompt_tokens=160, vocabulary=40),
+    TraceShape("blocks8", seed=202, requests=300, tenants=3, block_size_tokens=8,
+               max_prompt_tokens=400, vocabulary=60),
+)
 
 
 def generate(shape: TraceShape) -> pd.DataFrame:
@@ -96,7 +105,7 @@ def write_traces() -> list[Path]:
     """Write every shape's trace (deterministic: the same bytes each run)."""
     DATA.mkdir(parents=True, exist_ok=True)
     paths = []
-    for shape in SHAPES:
+    for shape in SHAPES + TIER_SHAPES:
         path = trace_path(shape)
         generate(shape).to_parquet(path, index=False)
         paths.append(path)

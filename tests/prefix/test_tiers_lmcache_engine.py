@@ -8,8 +8,8 @@ connector, a `LocalCPUBackend` and in some configurations a `LocalDiskBackend` o
 driven request by request with the calls vLLM's LMCache adapter makes (`lookup` with pins,
 `retrieve`, `lookup_unpin`, `store` of the whole chunks beyond the hit): per request, the
 tokens LMCache's lookup finds from token 0 (and how many of its chunks were on disk or in the
-remote store), at several chunk, CPU, disk and remote sizes, on the two engine traces and the
-Mooncake slice. LMCache's
+remote store), at several chunk, CPU, disk and remote sizes, on the four engine traces and
+the Mooncake slice. LMCache's
 loads do not reorder its CPU backend, so with the CPU alone that hit does not depend on the
 GPU pool in front and the adapter's arithmetic puts it behind one
 (`vllm_v1_adapter.py::get_num_new_matched_tokens`); with a disk or a remote store, the fixtures
@@ -72,15 +72,15 @@ def test_lmcache_golden_fixtures_cover_chunks_sizes_and_cut_saves() -> None:
     # GIVEN the recorded fixtures WHEN counted THEN they span traces, chunk sizes and CPU sizes
     # from saves LMCache cuts short (a prompt of more chunks than the backend) to no eviction,
     # and a disk or a remote store below the CPU that serves hits, the smaller ones full
-    assert len(GOLDEN) == 3
+    assert len(GOLDEN) == 5
     configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
     assert {c["chunk_tokens"] for c in configs} == {16, 32, 64, 256}
-    assert len(configs) == 75 and sum(1 for c in configs if c["total_hit_tokens"] > 0) >= 69
+    assert len(configs) == 100 and sum(1 for c in configs if c["total_hit_tokens"] > 0) >= 95
     assert min(c["cpu_chunks"] for c in configs) == 2
     disk = [c for c in configs if c["disk_chunks"] is not None]
-    assert len(disk) == 18 and all(sum(c["disk_hit_chunks"]) > 0 for c in disk)
+    assert len(disk) == 24 and all(sum(c["disk_hit_chunks"]) > 0 for c in disk)
     remote = [c for c in configs if c.get("remote_chunks") is not None]
-    assert len(remote) == 19 and all(sum(c["remote_hit_chunks"]) > 0 for c in remote)
+    assert len(remote) == 25 and all(sum(c["remote_hit_chunks"]) > 0 for c in remote)
     # (a larger store of the same chunks serves more: the smaller ones evicted)
     by_size = {(c["chunk_tokens"], c["cpu_chunks"], c["remote_chunks"]): c["total_hit_tokens"]
                for c in remote}

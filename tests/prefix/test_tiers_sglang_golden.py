@@ -5,8 +5,8 @@ The fixtures `tests/fixtures/tiers_sglang/sglang_hicache_*.json` were recorded f
 `UnifiedRadixCache` (pure-Python tree core) with HiCache on, driven on CPU by
 `benchmarks/engines/golden_tiers_sglang.py`: per request, the device prefix
 (`cached_tokens_total{cache_source="device"}`) and the host tokens loaded back
-(`cache_source="host"`), at three GPU pools, host pools of 1, 2 and 4 times the GPU pool and the
-three write policies, pages of 1 and 16 tokens. No SGLang is needed here.
+(`cache_source="host"`), at three GPU pools, host pools of 0.5 to 4 times the GPU pool and the
+three write policies, pages of 1 to 64 tokens. No SGLang is needed here.
 
 The replay follows SGLang's one radix tree of GPU and host KV (`prefix/tiers/sglang_tree.py`):
 every request's GPU and host hits are SGLang's, in every configuration.
@@ -65,12 +65,12 @@ def _fixture_path(trace: str) -> str:
 def test_tiers_sglang_golden_fixtures_cover_policies_and_sizes() -> None:
     # GIVEN the recorded fixtures WHEN counted THEN they span policies, pages, pools and hosts
     configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
-    assert len(GOLDEN) == 3 and len(configs) == 135
+    assert len(GOLDEN) == 5 and len(configs) == 207
     assert {c["write_policy"] for c in configs} == {
         "write_through", "write_through_selective", "write_back"}
-    assert {c["page_size"] for c in configs} == {1, 16, 64}
-    assert {c["hicache_ratio"] for c in configs} == {0.5, 1.0, 2.0, 4.0}
-    assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 120
+    assert {c["page_size"] for c in configs} == {1, 4, 8, 16, 64}
+    assert {c["hicache_ratio"] for c in configs} == {0.5, 1.0, 2.0, 3.0, 4.0}
+    assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 180
 
 
 @pytest.mark.parametrize(("fixture", "index"), golden_cases(GOLDEN))

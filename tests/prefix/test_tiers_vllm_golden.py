@@ -5,11 +5,11 @@ The fixtures `tests/fixtures/tiers_vllm/vllm_offload_*.json` were recorded from 
 `Scheduler` with the `OffloadingConnector` (`CPUOffloadingSpec`, `CPUOffloadingManager`, lru)
 by `benchmarks/engines/golden_tiers_vllm.py`: per request, the tokens vLLM's `PrefillStats`
 counts as `local_cache_hit` (GPU) and `external_kv_transfer` (CPU), at several GPU pool sizes,
-CPU tier sizes and blocks per chunk, on three small traces (one a slice of Mooncake's
-conversation trace as token ids). `vllm_offload_*_arc.json` are the same runs with the
-manager's `eviction_policy: arc` (policy `vllm-native-arc`), `vllm_offload_*_threshold2.json`
-with its `store_threshold: 2` (a chunk stored from its second offer on). No vLLM is needed
-here.
+CPU tier sizes and blocks per chunk, on five small traces (one a slice of Mooncake's
+conversation trace as token ids, two with blocks of 4 and 8 tokens). `vllm_offload_*_arc.json`
+are the same runs with the manager's `eviction_policy: arc` (policy `vllm-native-arc`),
+`vllm_offload_*_threshold2.json` with its `store_threshold: 2` (a chunk stored from its second
+offer on). No vLLM is needed here.
 """
 
 from __future__ import annotations
@@ -43,10 +43,12 @@ def _chains(trace: str, block: int, gpu_blocks: int) -> tuple[BlockChains, Repla
 
 
 def test_tiers_vllm_golden_fixtures_cover_sizes_and_chunks() -> None:
-    # GIVEN the recorded fixtures WHEN counted THEN they span traces, pools, tiers and chunks
-    assert len(GOLDEN) == 3
+    # GIVEN the recorded fixtures WHEN counted THEN they span traces, pools, tiers, blocks of
+    # 4, 8 and 16 tokens and chunks of 1 to 5 blocks
+    assert len(GOLDEN) == 5
     configs = [c for p in GOLDEN for c in json.loads(p.read_text())["configs"]]
-    assert {c["blocks_per_chunk"] for c in configs} == {1, 2, 3, 4}
+    assert {c["block_size_tokens"] for c in configs} == {4, 8, 16}
+    assert {c["blocks_per_chunk"] for c in configs} == {1, 2, 3, 4, 5}
     assert len({c["num_gpu_blocks"] for c in configs}) >= 8
     assert any(c["refused"] for c in configs)
     assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 70
