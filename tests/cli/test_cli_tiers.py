@@ -86,6 +86,22 @@ def test_replay_with_vllms_arc_or_store_threshold_is_vllms_per_request(
     assert doc["config"][key] == value
 
 
+@pytest.mark.parametrize(("threshold", "said"), [(2, False), (1000, True)])
+def test_a_store_threshold_no_chunk_reaches_is_said(threshold: int, said: bool,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the golden pool and CPU tier, WHEN replayed with a threshold some chunks reach
+    # (2) and with one none of the 400 requests' chunks reaches (1,000)
+    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 "cpu=176blocks", "--tier-store-threshold", str(threshold)], capsys)
+    cpu = doc["prefix_reuse"]["tiers"]["tiers"][0]
+    notes = [n for n in doc["prefix_reuse"]["notes"] if "stored nothing" in n]
+    # THEN an empty tier is said to be the threshold's doing, in one note, and only then
+    assert (cpu["stored_chunks"] == 0) == said and (cpu["hit_tokens"] == 0) == said
+    assert notes == ([f"the cpu tier stored nothing: no chunk was offered {threshold:,} times "
+                      f"(--tier-store-threshold {threshold:,}; vLLM stores a chunk from its "
+                      f"{threshold:,}th offer on)"] if said else [])
+
+
 def test_replay_without_tier_has_no_tier_keys(capsys: pytest.CaptureFixture[str]) -> None:
     doc = _json(["replay", TRACE, "--capacity", "66"], capsys)
     assert "tiers" not in doc["prefix_reuse"] and "tier_policy" not in doc["config"]

@@ -26,7 +26,7 @@ from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, reconcile
 from yaotu_trace.prefix.rules import ReplayRules, Scope, effective_rules
-from yaotu_trace.prefix.tiers.replay import approximation_note, replay_tiers
+from yaotu_trace.prefix.tiers.replay import approximation_note, replay_tiers, threshold_note
 from yaotu_trace.prefix.tiers.result import TieredResult
 from yaotu_trace.prefix.tiers.spec import TierSetup
 from yaotu_trace.prefix.waterfall import (
@@ -272,8 +272,9 @@ def replay_trace_with_requests(
     if tiers is not None:
         tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy, gpu=runs.result)
         runs = _with_tiers(runs, tiered, measured)
-        approximate = approximation_note(runs.chains, rules, tiers.tiers, tiers.policy)
-        notes = notes if approximate is None else (*notes, approximate)
+        said = (approximation_note(runs.chains, rules, tiers.tiers, tiers.policy),
+                threshold_note(tiered))
+        notes = (*notes, *(note for note in said if note is not None))
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))
     if window is not None:

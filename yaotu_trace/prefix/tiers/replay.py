@@ -132,6 +132,22 @@ def approximation_note(chains: BlockChains, rules: ReplayRules, tiers: tuple[Tie
             "--preset sglang with a --capacity; docs/replay.md, 'SGLang HiCache')")
 
 
+def threshold_note(tiered: TieredResult) -> str | None:
+    """What the output says when a store threshold left the CPU tier empty (None otherwise):
+    vLLM accepts any threshold, and one above every chunk's offers stores nothing."""
+    threshold = int(tiered.tiers[0].store_threshold)
+    if threshold < 2 or tiered.counters[0].stored_chunks > 0:
+        return None
+    return (f"the cpu tier stored nothing: no chunk was offered {threshold:,} times "
+            f"(--tier-store-threshold {threshold:,}; vLLM stores a chunk from its "
+            f"{_ordinal(threshold)} offer on)")
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n:,}{suffix}"
+
+
 def check_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],
                 policy: TierPolicy) -> None:
     """Refuse what the tiered replay does not model, in one line each."""
