@@ -133,34 +133,41 @@ class HiCache:
         """More of SGLang's server arguments (a storage backend), for a subclass."""
         return {}
 
-    def run(self, tenants: list[str], prompts: list[list[int]]
-            ) -> tuple[list[int], list[int], list[int]]:
-        """(device hit tokens, host tokens loaded, refused rows) per request, in order."""
+    # What `serve` gives per request, in order: one column each in `run`.
+    HITS: tuple[str, ...] = ("device", "host")
+
+    def run(self, tenants: list[str], prompts: list[list[int]]) -> tuple[list[int], ...]:
+        """Per request, in order, one list per name of `HITS` (device hit tokens, host tokens
+        loaded; 0 for a prompt larger than the pool, which is refused), then the refused
+        rows."""
         from array import array
 
-        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-        from sglang.srt.mem_cache.radix_cache import RadixKey
-
         page, pool = self.config.page_size, self.config.pool_tokens
-        gpu: list[int] = []
-        cpu: list[int] = []
+        columns: list[list[int]] = [[] for _ in self.HITS]
         refused: list[int] = []
         for row, (tenant, prompt) in enumerate(zip(tenants, prompts, strict=True)):
             n = len(prompt)
             if -(-n // page) > pool // page:
                 refused.append(row)
-                gpu.append(0)
-                cpu.append(0)
-                continue
-            tokens = array("q", prompt)
-            match = self.cache.match_prefix(MatchPrefixParams(
-                key=RadixKey(tokens, cache_salt=tenant, limit=n - 1)))
-            device = int(match.device_prefix_len)
-            loaded, node = self.load_back(row, match)
-            self.admit(row, tenant, tokens, device + loaded, node)
-            gpu.append(device)
-            cpu.append(int(loaded))
-        return gpu, cpu, refused
+                hits: tuple[int, ...] = (0,) * len(self.HITS)
+            else:
+                hits = self.serve(row, tenant, array("q", prompt), n)
+            for column, hit in zip(columns, hits, strict=True):
+                column.append(int(hit))
+        return (*columns, refused)
+
+    def serve(self, row: int, tenant: str, tokens: Any, n: int) -> tuple[int, ...]:
+        """One request alone (`HITS`): its match, its host continuation loaded back, the rest
+        of its prompt admitted."""
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        match = self.cache.match_prefix(MatchPrefixParams(
+            key=RadixKey(tokens, cache_salt=tenant, limit=n - 1)))
+        device = int(match.device_prefix_len)
+        loaded, node = self.load_back(row, match)
+        self.admit(row, tenant, tokens, device + loaded, node)
+        return device, loaded
 
     def load_back(self, row: int, match: Any) -> tuple[int, Any]:
         """`init_load_back` of the host continuation `match` found, its load completed:

@@ -164,45 +164,29 @@ class HiCacheStorage(HiCache):
         assert cache.check_prefetch_progress(handle)
         return handle
 
-    def run_storage(self, tenants: list[str], prompts: list[list[int]]
-                    ) -> tuple[list[int], list[int], list[int], list[int]]:
-        """(device, host, storage hit tokens, refused rows) per request, in order."""
-        from array import array
+    HITS = ("device", "host", "storage")
 
+    def serve(self, row: int, tenant: str, tokens: Any, n: int) -> tuple[int, ...]:
+        """One request alone (`HITS`): it arrives (its prefetch from storage done), then its
+        match, load-back and admission as without storage; SGLang splits the cached prefix
+        by tier."""
         from sglang.srt.managers.schedule_batch import split_cached_prefix_by_tier
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
         cache = self.cache
-        page, pool = self.config.page_size, self.config.pool_tokens
-        gpu: list[int] = []
-        cpu: list[int] = []
-        storage: list[int] = []
-        refused: list[int] = []
-        for row, (tenant, prompt) in enumerate(zip(tenants, prompts, strict=True)):
-            n = len(prompt)
-            if -(-n // page) > pool // page:
-                refused.append(row)
-                gpu.append(0)
-                cpu.append(0)
-                storage.append(0)
-                continue
-            tokens = array("q", prompt)
-            handle = self.arrive(row, tenant, tokens, n)
-            fetched, fetched_start = cache.pop_prefetch_loaded_span(handle)
-            match = cache.match_prefix(MatchPrefixParams(
-                key=RadixKey(tokens, cache_salt=tenant, limit=n - 1)))
-            device = int(match.device_prefix_len)
-            loaded, node = self.load_back(row, match)
-            hit = device + loaded
-            split = split_cached_prefix_by_tier(
-                prefix_len=hit, host_hit_len=min(int(match.host_hit_length), loaded),
-                storage_hit_len=int(fetched), storage_hit_start=fetched_start)
-            self.admit(row, tenant, tokens, hit, node)
-            gpu.append(int(split[0]))
-            cpu.append(int(split[1]))
-            storage.append(int(split[2]))
-        return gpu, cpu, storage, refused
+        handle = self.arrive(row, tenant, tokens, n)
+        fetched, fetched_start = cache.pop_prefetch_loaded_span(handle)
+        match = cache.match_prefix(MatchPrefixParams(
+            key=RadixKey(tokens, cache_salt=tenant, limit=n - 1)))
+        device = int(match.device_prefix_len)
+        loaded, node = self.load_back(row, match)
+        hit = device + loaded
+        split = split_cached_prefix_by_tier(
+            prefix_len=hit, host_hit_len=min(int(match.host_hit_length), loaded),
+            storage_hit_len=int(fetched), storage_hit_start=fetched_start)
+        self.admit(row, tenant, tokens, hit, node)
+        return int(split[0]), int(split[1]), int(split[2])
 
     def writes_landed(self, row: int) -> None:
         """The request's storage writes, issued at each backup's acknowledgement, landed."""
@@ -286,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             for config in configs_for(prompts, page, ratios, stores):
                 engine = HiCacheStorage(config, Path(tempfile.mkdtemp(prefix="hicache-file-")))
                 try:
-                    gpu, cpu, stored, refused = engine.run_storage(tenants, prompts)
+                    gpu, cpu, stored, refused = engine.run(tenants, prompts)
                 except RuntimeError as error:  # SGLang's own allocation gave up
                     base = config.base
                     print(f"{name:<9} {base.write_policy:<24} {page:>3} {base.pool_tokens:>6} "
