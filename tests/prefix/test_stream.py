@@ -14,7 +14,7 @@ from yaotu_trace.errors import ResourceLimitError, TraceSchemaError
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix import effective_rules, memory, replay_trace_with_requests
 from yaotu_trace.prefix.chain_cache import holding_streamed_chains
-from yaotu_trace.prefix.kernels import stream
+from yaotu_trace.prefix.kernels import blocks, stream
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
@@ -64,10 +64,17 @@ def test_streamed_sample_trace_reports_equal_the_in_memory_ones(overrides: dict)
     assert streamed == eager
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("seed", "flat"), [(1, False), (2, False), (3, False), (1, True),
+                                          (3, True)])
 def test_streamed_chains_equal_in_memory_chains_over_many_batches(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, flat: bool) -> None:
+    from yaotu_trace.prefix import prepare as prepare_module
+
     monkeypatch.setattr(stream, "BATCH_VALUES", 50)  # a handful of requests per batch
+    monkeypatch.setattr(stream, "WHOLE_GROUP_VALUES", 0)  # (the row group cut into batches)
+    monkeypatch.setattr(prepare_module, "SMALL_CHAIN_WORK", 0)  # the compiled, streamed build
+    if flat:  # the ids held flat from the first batch on, as a trace whose ids do not run
+        monkeypatch.setattr(blocks, "RUN_SLACK", -2**40)
     path = _token_trace(tmp_path / "t.parquet", seed, nulls=seed == 3)
     eager_trace = read_trace(path)
     lazy_trace = read_trace(path, lazy_content=True)
@@ -83,6 +90,26 @@ def test_streamed_chains_equal_in_memory_chains_over_many_batches(
     assert streamed == eager
     eager, streamed = _both(path, cache_outputs=True)  # no output ids: nothing to cache
     assert streamed == eager
+
+
+@pytest.mark.parametrize("runs_per_id", [0.01, 0.2, 0.9])
+def test_run_held_ids_come_out_as_added(monkeypatch: pytest.MonkeyPatch,
+                                        runs_per_id: float) -> None:
+    # GIVEN ids in batches, as runs of consecutive ids (a new run with the given odds per id)
+    monkeypatch.setattr(blocks, "RUN_SLACK", 100)
+    rng = np.random.default_rng(5)
+    steps = np.where(rng.random(40_000) < runs_per_id, rng.integers(0, 5_000, 40_000), 1)
+    ids = (np.cumsum(steps) % 2**31).astype(np.int32)
+    held = blocks._RunIds(ids.size + 7)
+    # WHEN added batch by batch (some batches continuing the run the one before ended)
+    for part in np.array_split(ids, 37):
+        held.add(part)
+    # THEN the ids come out as they went in; a trace whose ids run is held as runs (8 bytes a
+    # run, about 1 % of them here), one whose ids run less than one in four is held flat
+    np.testing.assert_array_equal(held.ids(), ids)
+    assert (held.flat is None) == (runs_per_id < 0.25)
+    if held.flat is None:
+        assert held.count <= 2 * runs_per_id * ids.size + 37
 
 
 def test_streamed_block_id_trace_equals_in_memory(tmp_path: Path) -> None:
@@ -152,7 +179,6 @@ def test_a_second_prepare_of_the_same_file_reads_it_no_more(
     # GIVEN a streamed trace, and the file's passes counted
     from yaotu_trace.prefix import partition
     from yaotu_trace.prefix import prepare as prepare_module
-    from yaotu_trace.prefix.kernels import blocks
 
     monkeypatch.setattr(stream, "BATCH_VALUES", 50)
     monkeypatch.setattr(prepare_module, "SMALL_CHAIN_WORK", 0)  # the compiled, streamed build
@@ -216,7 +242,6 @@ def test_a_command_hashes_its_streamed_trace_once_and_keeps_nothing_after(
     from yaotu_trace.commands.diagnose import diagnose
     from yaotu_trace.prefix import chain_cache
     from yaotu_trace.prefix import prepare as prepare_module
-    from yaotu_trace.prefix.kernels import blocks
 
     monkeypatch.setattr(prepare_module, "SMALL_CHAIN_WORK", 0)
     path = _token_trace(tmp_path / "t.parquet", 9)

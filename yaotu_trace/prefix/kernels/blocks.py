@@ -235,6 +235,83 @@ def _rehash(lane_a, distinct, new):
         new[slot] = d + 1
 
 
+@nb.njit(cache=True, nogil=True)
+def _append_runs(ids, starts, lengths, count):
+    """`ids` appended to `count` runs of consecutive ids (`starts[r]`, `starts[r] + 1`, … for
+    `lengths[r]` ids; the last run extended where the first id follows it); returns the new
+    count. Room for one run per id must be there."""
+    for j in range(ids.size):
+        d = ids[j]
+        if count > 0 and d == starts[count - 1] + lengths[count - 1]:
+            lengths[count - 1] += 1
+        else:
+            starts[count] = d
+            lengths[count] = 1
+            count += 1
+    return count
+
+
+@nb.njit(cache=True, nogil=True)
+def _expand_runs(starts, lengths, count, out):
+    """The ids of the first `count` runs, in order, into `out`."""
+    p = 0
+    for r in range(count):
+        d = starts[r]
+        for k in range(lengths[r]):
+            out[p] = d + k
+            p += 1
+
+
+# Runs held before a trace whose ids do not run (more than one run per four ids) is held flat.
+RUN_SLACK = 1 << 16
+
+
+class _RunIds:
+    """A streamed build's ids, held as runs of consecutive ids while they hash.
+
+    Ids are numbered by first appearance, so a request's new blocks get consecutive ids, and a
+    prefix it shares repeats the runs of the request that first had it: on `benchmarks/scale.py`'s
+    trace about five runs a request, where it has 250 blocks. Held so (8 bytes a run), the ids
+    cost next to nothing while the id table and its lanes are alive, and are written out whole
+    (4 bytes an id) only after the table is gone: at 1e10 tokens the build held 2.3 GiB of ids
+    beside 1.2 GiB of table and lanes. A trace whose ids do not run (more than one run per four
+    ids) is held flat from then on, as before.
+    """
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound  # ids at most
+        self.filled = 0
+        self.count = 0
+        self.starts = np.empty(1 << 16, dtype=np.int32)
+        self.lengths = np.empty(1 << 16, dtype=np.int32)
+        self.flat: np.ndarray | None = None
+
+    def add(self, ids: np.ndarray) -> None:
+        """The next ids, in order."""
+        n = ids.size
+        if self.flat is None:
+            if self.count + n > self.starts.size:
+                rows = max(2 * self.starts.size, self.count + n)
+                self.starts = np.resize(self.starts, rows)
+                self.lengths = np.resize(self.lengths, rows)
+            self.count = int(_append_runs(ids, self.starts, self.lengths, np.int64(self.count)))
+            if self.count > (self.filled + n) // 4 + RUN_SLACK:
+                self.flat = np.empty(self.bound, dtype=np.int32)
+                _expand_runs(self.starts, self.lengths, np.int64(self.count), self.flat)
+                self.starts = self.lengths = np.empty(0, dtype=np.int32)
+        else:
+            self.flat[self.filled:self.filled + n] = ids
+        self.filled += n
+
+    def ids(self) -> np.ndarray:
+        """Every id added, one int32 each."""
+        if self.flat is not None:
+            return self.flat if self.filled == self.bound else self.flat[:self.filled].copy()
+        out = np.empty(self.filled, dtype=np.int32)
+        _expand_runs(self.starts, self.lengths, np.int64(self.count), out)
+        return out
+
+
 def _compiled_interleave(*args: Any) -> Any:
     return _interleave(*args)
 
@@ -367,11 +444,11 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
     n = len(prompts.prompt_len)
     unit = block // per_block
     table = _IdTable(bound // 8)
-    ids = np.empty(bound, dtype=np.int32)
+    runs = _RunIds(bound)
+    batch_ids = np.empty(0, dtype=np.int32)
     last_tokens = np.full(n, block, dtype=np.int32)
     counts = np.zeros(n, dtype=np.int64)
     units_all = np.zeros(n, dtype=np.int64)
-    filled = 0
     collisions = 0
     lanes = (np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64))
     for batch in prompts.batches():
@@ -393,20 +470,20 @@ def _stream_once(prompts: ParquetPrompts, ns: np.ndarray, rules: ReplayRules, ke
         _chain_hashes(batch.offsets, batch.values, np.int64(per_block), full, partial,
                       ns[rows], local, keys, hash_a, hash_b)
         table.reserve(total)
+        if total > batch_ids.size:
+            batch_ids = np.empty(2 * total, dtype=np.int32)
         distinct, found, last = _dense_ids_into(hash_a, hash_b, table.table, table.lane_a,
-                                                table.lane_b, ids, np.int64(filled),
+                                                table.lane_b, batch_ids, np.int64(0),
                                                 np.int64(table.distinct), np.int64(table.last))
         table.distinct, table.last = int(distinct), int(last)
+        runs.add(batch_ids[:total])
         collisions += int(found)
         last_tokens[rows] = last_block_tokens(partial, block)
         counts[rows] = hashed
-        filled += total
     prompts.unit_offsets = offsets_of(units_all)
     if collisions:
         return None
     distinct = table.distinct
-    del table
+    del table, lanes, batch_ids
     give_back_read_memory()  # the readers' buffers: the replays that follow are the peak now
-    if filled < bound:
-        ids = ids[:filled].copy()
-    return ids, last_tokens, distinct, counts
+    return runs.ids(), last_tokens, distinct, counts
