@@ -283,7 +283,7 @@ def test_vllm_kernels_equal_the_python_model(arc: bool, seed: int, per_chunk: in
     lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
     if arc:
         (compiled,), (counters,), (evicted,) = replay_vllm_arc(
-            chains, gpu.hit_blocks, refused, tier, lacking=lacking[0])
+            chains, gpu.hit_blocks, refused, (tier,), lacking=lacking[0])
     else:
         (compiled,), (counters,), (evicted,) = replay_vllm_tiers(
             chains, gpu.hit_blocks, refused, (tier,), lacking=lacking[0])
@@ -299,16 +299,22 @@ def test_vllm_kernels_equal_the_python_model(arc: bool, seed: int, per_chunk: in
     assert lacking[0].tolist() == lacking[1].tolist() and (lacking[0] >= 0).any()
 
 
+@pytest.mark.parametrize("arc", [False, True])
 @pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
     (1, 1, (("cpu", 2), ("disk", 9))), (2, 2, (("cpu", 5), ("disk", 20))),
     (3, 1, (("cpu", 1), ("disk", 3), ("remote", 40))), (4, 2, (("cpu", 3), ("remote", 30))),
+    (5, 1, (("cpu", 6), ("disk", 12), ("remote", 25))), (6, 3, (("cpu", 4), ("disk", 7))),
 ])
 def test_vllm_kernel_with_lower_tiers_equals_the_python_model(
-        seed: int, per_chunk: int, sizes: tuple[tuple[str, int], ...]) -> None:
-    # GIVEN random prompts over a tiny vocabulary, a CPU tier that loses chunks the disk or
-    # remote tier still holds (promoted through the CPU, or not when it has no room)
+        seed: int, per_chunk: int, sizes: tuple[tuple[str, int], ...], arc: bool) -> None:
+    # GIVEN random prompts over a tiny vocabulary, a CPU tier (LRU or ARC) that loses chunks
+    # the disk or remote tier still holds (promoted through the CPU, or not when it has no room)
     from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
-    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload, replay_vllm_tiers
+    from yaotu_trace.prefix.tiers.vllm_native import (
+        replay_vllm_arc,
+        replay_vllm_offload,
+        replay_vllm_tiers,
+    )
 
     rng = np.random.default_rng(seed)
     prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
@@ -319,15 +325,20 @@ def test_vllm_kernel_with_lower_tiers_equals_the_python_model(
     refused = refused_requests(chains, rules)
     tiers = tuple(_tier(name, chunks, 2 * per_chunk) for name, chunks in sizes)
     # WHEN the compiled kernel and the Python model replay the tiers
-    compiled, counters, evicted = replay_vllm_tiers(chains, gpu.hit_blocks, refused, tiers)
+    kernel = replay_vllm_arc if arc else replay_vllm_tiers
+    lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
+    compiled, counters, evicted = kernel(chains, gpu.hit_blocks, refused, tiers,
+                                         lacking=lacking[0])
     python, reference, expected = replay_vllm_offload(chains, gpu.hit_blocks, refused,
-                                                      tiers[0], tiers[1:])
+                                                      tiers[0], tiers[1:], arc=arc,
+                                                      lacking=lacking[1])
     # THEN they agree on every request, counter and eviction of every tier, and the lower
     # tiers served some
     assert [h.tolist() for h in compiled] == [h.tolist() for h in python]
     assert sum(int(h.sum()) for h in python[1:]) > 0
     assert counters == reference
     _same_evictions(evicted, expected)
+    assert lacking[0].tolist() == lacking[1].tolist()
 
 
 @pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
@@ -457,7 +468,8 @@ def test_vllm_kernels_count_offers_past_the_trackers_size(arc: bool) -> None:
     tier = replace(_tier("cpu", 3000, 2), store_threshold=2)
     # WHEN compiled and in Python, under ARC or LRU
     if arc:
-        (compiled,), (counters,), _ = replay_vllm_arc(chains, gpu.hit_blocks, refused, tier)
+        (compiled,), (counters,), _ = replay_vllm_arc(chains, gpu.hit_blocks, refused,
+                                                      (tier,))
     else:
         (compiled,), (counters,), _ = replay_vllm_tiers(chains, gpu.hit_blocks, refused,
                                                         (tier,))

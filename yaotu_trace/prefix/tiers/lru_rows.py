@@ -5,8 +5,8 @@ Keys are chain ids (dense), so an LRU of them needs no hash map: LRU b keeps, in
 request that touched or inserted it) and whether the LRU holds it; `ends[b]` are its least and
 most recent keys. A touch, an insert and an eviction are each a few row writes. LMCache's
 backends (`lmcache_kernel.py`) and SGLang's host and storage tiers (`sglang_kernel.py`) use
-them; vLLM's offload ranks its keys otherwise (`vllm_kernel.py`), and shares with them only
-how a chunk is keyed and the longest prompt in chunks.
+them, and so do vLLM's tiers below its CPU tier (`write_through`, `holder_below`); vLLM's CPU
+tier ranks its keys otherwise (`vllm_kernel.py` for LRU, `vllm_arc_kernel.py` for ARC).
 """
 
 from __future__ import annotations
@@ -131,6 +131,53 @@ def insert(st, ends, size, capacity, counters, evictions, b, k, now):  # pragma:
 def held(st, b, k):  # pragma: no cover - compiled
     """Whether LRU b holds key k."""
     return st[k, 4 * b + HELD] == 1
+
+
+@nb.njit(cache=True, inline="always")
+def holder_below(st, below, k):  # pragma: no cover - compiled
+    """The first of the `below` LRUs (vLLM's tiers below the CPU, in order) that holds key
+    k, or `below` when none does."""
+    t = 0
+    while t < below and not held(st, t, k):
+        t += 1
+    return t
+
+
+@nb.njit(cache=True)
+def write_through(keys, lo, hi, lower, now):  # pragma: no cover - compiled
+    """`keys[lo:hi]`, just stored in vLLM's CPU tier by request `now`, written to every tier
+    below it in turn (`lower`: rows, ends, sizes, capacities, counters, evictions); a key a
+    tier holds already is refreshed there."""
+    st, ends, size, capacity, counters, evictions = lower
+    for b in range(capacity.size):
+        for s in range(lo, hi):
+            k = keys[s]
+            if held(st, b, k):
+                touch(st, ends, b, k, now)
+            else:
+                insert(st, ends, size, capacity, counters, evictions, b, k, now)
+
+
+@nb.njit(cache=True, inline="always")
+def promoted_loaded(ids, start, per_chunk, first, run, source, lower):  # pragma: no cover
+    """A promotion's chunks (`source[j]` > 0: found in lower tier `source[j]` − 1) loaded
+    from the tier that held them: each made most recent there and counted as loaded."""
+    st, ends, _, _, counters, _ = lower
+    for j in range(run):
+        if source[j] > 0:
+            k = chunk_key(ids, start, per_chunk, first + j)
+            if held(st, source[j] - 1, k):
+                move_newest(st, ends, source[j] - 1, k)
+            counters[source[j] - 1, LOADED] += 1
+
+
+@nb.njit(cache=True, inline="always")
+def split_by_source(hits, i, source, first, run, chunk_tokens, gpu_tokens):  # pragma: no cover
+    """Request i's load of chunks first .. first + run − 1 beyond its GPU hit, its tokens
+    added to the row of the tier each chunk came from (`source`)."""
+    for j in range(run):
+        hits[source[j], i] += (first + j + 1) * chunk_tokens - max(
+            (first + j) * chunk_tokens, gpu_tokens)
 
 
 def outcome(counters: np.ndarray, evictions: np.ndarray

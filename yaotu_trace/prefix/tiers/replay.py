@@ -78,19 +78,11 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
 
         tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers,
                                                            lacking=lacking)
-    elif policy is TierPolicy.VLLM_ARC and len(tiers) == 1:
+    elif policy is TierPolicy.VLLM_ARC:
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_arc
 
-        tier_hits, counters, evictions = replay_vllm_arc(chains, gpu_blocks, refused, tiers[0],
+        tier_hits, counters, evictions = replay_vllm_arc(chains, gpu_blocks, refused, tiers,
                                                          lacking=lacking)
-    elif policy in VLLM_POLICIES:
-        # NOTE: ARC with tiers below the CPU runs in the Python model of the manager (not
-        # compiled): exact, slower.
-        from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload
-
-        tier_hits, counters, evictions = replay_vllm_offload(
-            chains, gpu_blocks, refused, tiers[0], tiers[1:],
-            arc=policy is TierPolicy.VLLM_ARC, lacking=lacking)
     elif policy is TierPolicy.LMCACHE:
         from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
 

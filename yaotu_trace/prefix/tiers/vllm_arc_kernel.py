@@ -2,8 +2,10 @@
 
 The same connector (lookup from the chunk of the GPU hit, a load a step before its prefill, a
 failed offer again at the finish one step later) over the manager with `eviction_policy: arc`
-and, when given, `store_threshold` (`offer_counts.py`); one CPU tier, nothing below it (vLLM
-refuses a threshold there, and the Python model runs the tiers below). Keys are chain ids
+and, when given, `store_threshold` (`offer_counts.py`), or tiers below the CPU (vLLM's
+`TieringOffloadingSpec`, which refuses a threshold): every chunk stored in the CPU tier written
+through to them, and a run found there promoted into the CPU before it loads, as
+`vllm_kernel.py` does under LRU (`lru_rows.write_through`, `holder_below`). Keys are chain ids
 (dense), so each of ARC's four ordered dicts (T1, T2 and the ghosts B1, B2) is a linked list
 threaded through a row per key (the offer counts have their own); a live request's marks (the keys
 it saw, inserted, reused, whose store miss ARC saw) are the request's index in a column of its
@@ -17,7 +19,16 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.prefix import memory
-from yaotu_trace.prefix.tiers.lru_rows import chunk_key, most_chunks
+from yaotu_trace.prefix.tiers.lru_rows import (
+    chunk_key,
+    holder_below,
+    lru_state,
+    most_chunks,
+    promoted_loaded,
+    rows,
+    split_by_source,
+    write_through,
+)
 from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 
 # Columns of a key's row.
@@ -151,13 +162,16 @@ def _evict(st, ends, size, target, capacity, needed, chosen, evictions, sc):  # 
 
 
 @nb.njit(cache=True)
-def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, threshold, counts, st, ends,
-           size, target, sc, chosen, step_keys, evictions, misses):  # pragma: no cover
+def _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, threshold, counts,
+           st, ends, size, target, sc, chosen, step_keys, evictions, misses):  # pragma: no cover
     """`prepare_store` of chunks lo..hi-1 (`_offered`, then `_ArcCpuTier.store`): False when
-    the offer fails whole."""
+    the offer fails whole. With `missing_only` the offer is of the chunks the tier lacks
+    alone (a promotion from below): the ones it holds are outside the call."""
     sc[_NOW] = req
     for j in range(lo, hi):
-        st[chunk_key(ids, start, per_chunk, j), _LAST] = req
+        k = chunk_key(ids, start, per_chunk, j)
+        if not (missing_only and _held(st, k)):
+            st[k, _LAST] = req
     if threshold >= 2:
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     to_store = 0
@@ -175,7 +189,7 @@ def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, threshold, counts
     for j in range(lo, hi):  # the request's access: what it stores, and the ready keys it reuses
         k = chunk_key(ids, start, per_chunk, j)
         if _held(st, k):
-            if st[k, _HELD] == _PENDING:
+            if missing_only or st[k, _HELD] == _PENDING:
                 continue
             if st[k, _INS + slot] != req:
                 st[k, _REU + slot] = req
@@ -186,18 +200,22 @@ def _store(ids, start, per_chunk, lo, hi, req, slot, capacity, threshold, counts
         return True
     resident = size[_T1] + size[_T2]
     needed = to_store - (capacity - resident)
-    if needed > 0:
+    if missing_only or needed > 0:  # the offer's stamp: what no eviction takes, what goes in
         sc[_CALL] += 1
         for j in range(lo, hi):
-            st[chunk_key(ids, start, per_chunk, j), _STAMP] = sc[_CALL]
-        if needed > resident - sc[_BUSY] or not _evict(st, ends, size, target, capacity,
-                                                        needed, chosen, evictions, sc):
-            sc[_FAILED] += 1
-            return False
+            k = chunk_key(ids, start, per_chunk, j)
+            if not (missing_only and _held(st, k)):
+                st[k, _STAMP] = sc[_CALL]
+    if needed > 0 and (needed > resident - sc[_BUSY] or not _evict(
+            st, ends, size, target, capacity, needed, chosen, evictions, sc)):
+        sc[_FAILED] += 1
+        return False
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
         if _held(st, k) or not admitted(counts[0], threshold, k):
             continue
+        if missing_only and st[k, _STAMP] != sc[_CALL]:
+            continue  # held when offered, evicted by this very store: not the offer's
         if st[k, _LIST] != 0:  # a ghost: the insert drops it from B1 or B2
             _remove(st, ends, size, k)
         _append(st, ends, size, _T1, k)
@@ -237,10 +255,26 @@ def _end_step(step_keys, st, sc):  # pragma: no cover - compiled
     sc[_BUSY] = 0
 
 
+@nb.njit(cache=True, inline="always")
+def _offer(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, threshold, counts,
+           st, ends, size, target, sc, chosen, step_keys, evictions, misses,
+           lower):  # pragma: no cover - compiled
+    """`_store`, then what it stored written through to the tiers below."""
+    stored_from = sc[_STEP]
+    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, threshold,
+                counts, st, ends, size, target, sc, chosen, step_keys, evictions, misses)
+    if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
+        write_through(step_keys, stored_from, sc[_STEP], lower, req)
+    return ok
+
+
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity,
-          threshold, st, evictions, counts):  # pragma: no cover - compiled
+          threshold, st, evictions, counts, lst, lcapacity, levictions):  # pragma: no cover
     n = offsets.size - 1
+    below = lcapacity.size
+    lends, lsize, lcounters, _ = lru_state(below, 0)
+    lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
     ends = np.full((5, 2), -1, dtype=np.int64)
     size = np.zeros(5, dtype=np.int64)
     target = np.zeros(1, dtype=np.float64)
@@ -248,8 +282,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     longest = most_chunks(offsets, per_chunk)
     chosen = np.empty(longest + 1, dtype=np.int64)
     misses = np.empty(longest + 1, dtype=np.int64)
-    step_keys = np.empty(2 * longest + 2, dtype=np.int64)
-    hits = np.zeros(n, dtype=np.int64)
+    step_keys = np.empty(3 * longest + 3, dtype=np.int64)
+    source = np.empty(longest, dtype=np.int64)  # 0: the CPU tier, t + 1: lower tier t
+    hits = np.zeros((1 + below, n), dtype=np.int64)
     lacking = np.full(n, -1, dtype=np.int64)
     next_stored = np.zeros(n, dtype=np.int64)
     failed = np.zeros(n, dtype=np.bool_)
@@ -264,18 +299,40 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
         run = 0
-        while first + run < chunks and _held(st, chunk_key(ids, start, per_chunk, first + run)):
+        promoted = -1  # the run's first chunk found below the CPU tier
+        while first + run < chunks:
+            k = chunk_key(ids, start, per_chunk, first + run)
+            if _held(st, k):
+                source[run] = 0
+            else:
+                t = holder_below(lst, below, k)
+                if t == below:
+                    break
+                if promoted < 0:
+                    promoted = run
+                source[run] = t + 1
             run += 1
+        loaded = chunk_tokens * (first + run) - g
+        if loaded >= chunk_tokens and promoted >= 0:
+            # Promoted into the CPU tier before they load (a step): the run loads up to the
+            # first chunk that found no room.
+            if _offer(ids, start, per_chunk, first, first + run, True, i, slot, capacity,
+                      threshold, counts, st, ends, size, target, sc, chosen, step_keys,
+                      evictions, misses, lower):
+                promoted_loaded(ids, start, per_chunk, first, run, source, lower)
+            else:
+                run = promoted
+            _end_step(step_keys, st, sc)
+            loaded = chunk_tokens * (first + run) - g
         if first + run < chunks:
             lacking[i] = first + run
-        loaded = chunk_tokens * (first + run) - g
         if loaded < chunk_tokens:
             loaded = 0
         if loaded > 0:  # `prepare_load`: pinned, seen, reused
             for j in range(first, first + run):
                 k = chunk_key(ids, start, per_chunk, j)
                 st[k, _LAST] = i
-                if st[k, _HELD] == _FREE:
+                if st[k, _HELD] == _FREE and _held(st, k):  # (a promotion may have evicted it)
                     sc[_BUSY] += 1
                 st[k, _HELD] = _PINNED
                 step_keys[sc[_STEP]] = k
@@ -286,8 +343,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             sc[_LOADED] += run
             next_stored[i] = first + run
         elif chunks > 0:
-            ok = _store(ids, start, per_chunk, 0, chunks, i, slot, capacity, threshold, counts,
-                        st, ends, size, target, sc, chosen, step_keys, evictions, misses)
+            ok = _offer(ids, start, per_chunk, 0, chunks, False, i, slot, capacity, threshold,
+                        counts, st, ends, size, target, sc, chosen, step_keys, evictions,
+                        misses, lower)
             failed[i] = not ok
             if ok:
                 next_stored[i] = chunks
@@ -295,9 +353,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             p_start = offsets[prev]
             p_chunks = (offsets[prev + 1] - p_start) // per_chunk
             if failed[prev] and next_stored[prev] < p_chunks:
-                ok = _store(ids, p_start, per_chunk, next_stored[prev], p_chunks, prev,
+                ok = _offer(ids, p_start, per_chunk, next_stored[prev], p_chunks, False, prev,
                             prev_slot, capacity, threshold, counts, st, ends, size, target, sc,
-                            chosen, step_keys, evictions, misses)
+                            chosen, step_keys, evictions, misses, lower)
                 failed[prev] = not ok
                 if ok:
                     next_stored[prev] = p_chunks
@@ -305,42 +363,55 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         _end_step(step_keys, st, sc)
         if loaded > 0:
             if next_stored[i] < chunks:
-                ok = _store(ids, start, per_chunk, next_stored[i], chunks, i, slot, capacity,
-                            threshold, counts, st, ends, size, target, sc, chosen,
-                            step_keys, evictions, misses)
+                ok = _offer(ids, start, per_chunk, next_stored[i], chunks, False, i, slot,
+                            capacity, threshold, counts, st, ends, size, target, sc, chosen,
+                            step_keys, evictions, misses, lower)
                 failed[i] = not ok
                 if ok:
                     next_stored[i] = chunks
             _end_step(step_keys, st, sc)
-            hits[i] = loaded
+            if promoted < 0:
+                hits[0, i] = loaded
+            else:
+                split_by_source(hits, i, source, first, run, chunk_tokens, g)
         prev = i
         prev_slot = slot
-    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lacking
+    return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking)
 
 
 def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
                   refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
-                  capacity: int, num_keys: int, store_threshold: int) -> tuple:
-    """CPU hit tokens per request; stored, evicted, failed offers and loaded chunks; per
-    eviction the key, the evicting request and the key's last use; and per request the first
-    chunk the tier lacked at its lookup (−1: none)."""
+                  capacity: int, num_keys: int, store_threshold: int,
+                  lower_capacity: tuple[int, ...] = ()) -> tuple:
+    """Hit tokens per tier and request (the CPU tier's row first, then the tiers below it in
+    the order of `lower_capacity`); the CPU tier's stored, evicted, failed offers and loaded
+    chunks; per CPU eviction the key, the evicting request and the key's last use; the lower
+    tiers' counters and evictions (`lru_rows.outcome`'s arrays); and per request the first
+    chunk no tier held at its lookup (−1: none)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     keys = max(num_keys, 1)
     chunks = int(offsets[-1]) // per_chunk
+    # Stores: each request's chunks once, and once more each chunk promoted from below.
+    room = (2 if lower_capacity else 1) * chunks + 1
     width = _WIDTH + (3 if store_threshold >= 2 else 0)  # and the offer counts' rows
-    with memory.reserved(8 * width * keys, f"vLLM's CPU offload (arc) over {keys:,} chunk keys",
+    need = 8 * (width * keys + (4 * len(lower_capacity) * keys if lower_capacity else 0))
+    with memory.reserved(need, f"vLLM's CPU offload (arc) over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
-        work = np.empty(_WIDTH * keys + 3 * (chunks + 1), dtype=np.int64)
+        work = np.empty(_WIDTH * keys + 3 * room, dtype=np.int64)
         st = work[:_WIDTH * keys].reshape(keys, _WIDTH)
         st.fill(-1)
         st[:, _LIST] = 0
         st[:, _HELD] = _FREE
-        evictions = work[_WIDTH * keys:].reshape(3, chunks + 1)
-        hits, stored, evicted, failed, loaded, lacking = _pass(
+        evictions = work[_WIDTH * keys:].reshape(3, room)
+        lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity),
+                                           0, room)
+        hits, stored, evicted, failed, loaded, lower_counters, lacking = _pass(
             offsets, np.asarray(ids, dtype=np.int64), np.asarray(gpu_hit_blocks, dtype=np.int64),
             np.asarray(refused, dtype=np.bool_), np.int64(per_chunk), np.int64(chunk_tokens),
             np.int64(block), np.int64(capacity), np.int64(store_threshold), st, evictions,
-            tracker(keys, store_threshold))
+            tracker(keys, store_threshold), lower_rows,
+            np.asarray(lower_capacity, dtype=np.int64), lower_evictions)
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
-                evictions[1, :e].copy(), evictions[2, :e].copy(), lacking)
+                evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
+                lower_evictions, lacking)

@@ -36,15 +36,14 @@ import numpy as np
 
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.tiers.lru_rows import (
-    LOADED,
     chunk_key,
-    held,
-    insert,
+    holder_below,
     lru_state,
     most_chunks,
-    move_newest,
+    promoted_loaded,
     rows,
-    touch,
+    split_by_source,
+    write_through,
 )
 from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 
@@ -191,7 +190,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
     `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
     `evictions`: the key, the offering request, the key's last use. The chunks stored are the
-    step's last keys (`_write_through` takes them to the tiers below)."""
+    step's last keys (`lru_rows.write_through` takes them to the tiers below)."""
     if threshold >= 2:
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc,
@@ -252,20 +251,6 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     return True
 
 
-@nb.njit(cache=True)
-def _write_through(step_keys, stored_from, stored_to, lower, req):  # pragma: no cover
-    """The chunks a store just put in the CPU tier, written to every tier below it in turn
-    (one already there is refreshed)."""
-    lst, lends, lsize, lcapacity, lcounters, levictions = lower
-    for t in range(lcapacity.size):
-        for s in range(stored_from, stored_to):
-            k = step_keys[s]
-            if held(lst, t, k):
-                touch(lst, lends, t, k, req)
-            else:
-                insert(lst, lends, lsize, lcapacity, lcounters, levictions, t, k, req)
-
-
 @nb.njit(cache=True, inline="always")
 def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, req_rank,
            chosen, step_keys, evictions, lower, counts, threshold):  # pragma: no cover - compiled
@@ -274,7 +259,7 @@ def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc,
                 req_rank, chosen, step_keys, evictions, counts, threshold)
     if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
-        _write_through(step_keys, stored_from, sc[_STEP], lower, req)
+        write_through(step_keys, stored_from, sc[_STEP], lower, req)
     return ok
 
 
@@ -389,9 +374,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 source[run] = 0
                 run += 1
                 continue
-            t = 0
-            while t < below and not held(lst, t, k):
-                t += 1
+            t = holder_below(lst, below, k)
             if t == below:
                 break
             if promoted < 0:
@@ -404,12 +387,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             # first chunk that found no room.
             if _offer(ids, start, per_chunk, first, first + run, True, i, seen, capacity, st,
                       sc, req_rank, chosen, step_keys, evictions, lower, counts, threshold):
-                for j in range(run):
-                    if source[j] > 0:
-                        k = chunk_key(ids, start, per_chunk, first + j)
-                        if held(lst, source[j] - 1, k):
-                            move_newest(lst, lends, source[j] - 1, k)
-                        lcounters[source[j] - 1, LOADED] += 1
+                promoted_loaded(ids, start, per_chunk, first, run, source, lower)
             else:
                 run = promoted
             _end_step(step_keys, st, sc)
@@ -455,9 +433,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             if promoted < 0:
                 hits[0, i] = loaded
             else:
-                for j in range(run):
-                    hits[source[j], i] += (first + j + 1) * chunk_tokens - max(
-                        (first + j) * chunk_tokens, g)
+                split_by_source(hits, i, source, first, run, chunk_tokens, g)
         prev = i
         prev_seen = seen
     return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking

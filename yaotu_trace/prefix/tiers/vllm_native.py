@@ -582,23 +582,28 @@ def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: 
 
 
 def replay_vllm_arc(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                    tier: TierSpec, *, lacking: np.ndarray | None = None
+                    tiers: tuple[TierSpec, ...], *, lacking: np.ndarray | None = None
                     ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                tuple[TierEvictions, ...]]:
-    """`replay_vllm_offload(..., arc=True)` of one CPU tier compiled (`vllm_arc_kernel.py`),
-    its `store_threshold` included. `lacking`, when given, is filled per request with the first
-    chunk the tier lacked at the lookup (−1: none)."""
+    """`replay_vllm_offload(..., arc=True)` compiled (`vllm_arc_kernel.py`): hit tokens per
+    tier (cpu first), the CPU tier's `store_threshold` included, and the tiers' counters and
+    evictions. `lacking`, when given, is filled per request with the first chunk no tier held
+    at the lookup (−1: none)."""
+    from yaotu_trace.prefix.tiers.lru_rows import outcome
     from yaotu_trace.prefix.tiers.vllm_arc_kernel import vllm_arc_pass
 
+    cpu = tiers[0]
     block = int(chains.block_size_tokens)
-    (hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last,
-     first_lacking) = vllm_arc_pass(
-        chains.offsets, chains.ids, gpu_hit_blocks, refused, int(tier.chunk_tokens) // block,
-        int(tier.chunk_tokens), block, int(tier.capacity_chunks), int(chains.num_distinct),
-        int(tier.store_threshold))
+    (hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last, lower_counters,
+     lower_evictions, first_lacking) = vllm_arc_pass(
+        chains.offsets, chains.ids, gpu_hit_blocks, refused, int(cpu.chunk_tokens) // block,
+        int(cpu.chunk_tokens), block, int(cpu.capacity_chunks), int(chains.num_distinct),
+        int(cpu.store_threshold), tuple(int(t.capacity_chunks) for t in tiers[1:]))
     if lacking is not None:
         lacking[:] = first_lacking
     counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
                             loaded_chunks=loaded)
-    return ((hits,), (counters,),
-            (TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last),))
+    evictions = TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last)
+    below_counters, below_evictions = outcome(lower_counters, lower_evictions)
+    return (tuple(h.copy() for h in hits), (counters, *below_counters),
+            (evictions, *below_evictions))
