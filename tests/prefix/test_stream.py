@@ -22,8 +22,10 @@ from yaotu_trace.prefix.sweep_trace import CurveSectionSpec, sweep_trace
 CHAT = Path(__file__).resolve().parents[2] / "sample_traces" / "chat.parquet"
 
 
-def _token_trace(path: Path, seed: int, n: int = 300, nulls: bool = False) -> Path:
-    """A small token trace with shared prefixes, written as canonical Parquet."""
+def _token_trace(path: Path, seed: int, n: int = 300, nulls: bool = False,
+                 instances: int = 0) -> Path:
+    """A small token trace with shared prefixes, written as canonical Parquet (with an
+    instance column when `instances` is given)."""
     rng = np.random.default_rng(seed)
     heads = [rng.integers(0, 50, int(rng.integers(0, 70))).tolist() for _ in range(6)]
     prompts = [heads[int(rng.integers(0, 6))] + rng.integers(0, 50, int(rng.integers(0, 40)))
@@ -36,6 +38,8 @@ def _token_trace(path: Path, seed: int, n: int = 300, nulls: bool = False) -> Pa
         "output_len": 1,
         "prompt_tokens": [None if nulls and i % 17 == 5 else p for i, p in enumerate(prompts)],
     })
+    if instances:
+        frame["instance"] = [f"i{i % instances}" for i in range(n)]
     write_trace(frame, path)
     return path
 
@@ -240,15 +244,21 @@ def test_a_command_hashes_its_streamed_trace_once_and_keeps_nothing_after(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> None:
     # GIVEN a streamed trace whose chains are built by the compiled, streamed pass, counted
     from yaotu_trace.commands.diagnose import diagnose
-    from yaotu_trace.prefix import chain_cache
+    from yaotu_trace.prefix import chain_cache, partition, waterfall
     from yaotu_trace.prefix import prepare as prepare_module
 
     monkeypatch.setattr(prepare_module, "SMALL_CHAIN_WORK", 0)
-    path = _token_trace(tmp_path / "t.parquet", 9)
+    path = _token_trace(tmp_path / "t.parquet", 9, instances=2)  # diagnose's routing what-if
     builds = []
     real = blocks.build_block_chains_streaming
     monkeypatch.setattr(blocks, "build_block_chains_streaming",
                         lambda *a, **k: builds.append(1) or real(*a, **k))
+    named = []
+    real_named = partition.with_namespaces
+    for module in (partition, waterfall):  # wherever the tenants could be added
+        monkeypatch.setattr(module, "with_namespaces",
+                            lambda *a, **k: named.append(1) or real_named(*a, **k),
+                            raising=False)
     # WHEN the command runs (diagnose prepares the trace several times; replay's waterfall
     # replays it under every rule step)
     if command == "replay":
@@ -257,8 +267,10 @@ def test_a_command_hashes_its_streamed_trace_once_and_keeps_nothing_after(
         replay_trace_with_requests(trace, rules, preset=name, notes=notes)
     else:
         diagnose(path)
-    # THEN the file was hashed once, and nothing is kept once the command is done
-    assert len(builds) == 1
+    # THEN the file was hashed once, its tenants added once (the waterfall's namespaced
+    # chains are the ones diagnose's routing what-if replays again), and nothing is kept once
+    # the command is done
+    assert len(builds) == 1 and len(named) == 1
     assert not chain_cache._KEPT
 
 

@@ -141,6 +141,20 @@ class PreparedTrace:
             return _streamed_chains(self.stream, ns, rules)
         return build_block_chains(self.content(), ns, rules)
 
+    def namespaced(self, shared: BlockChains, rules: ReplayRules) -> BlockChains:
+        """`shared`, this trace's chains under `rules` in one namespace, with the namespaces
+        of `rules` joined in (`partition.with_namespaces`): the ids `chains(rules)` gives. A
+        streamed build an analysis holds keeps them beside it, so that the analysis's later
+        `chains(rules)` does not build them again (2.3 GiB and 5 s at 1e10 tokens)."""
+        from yaotu_trace.prefix.partition import with_namespaces
+
+        ns = self.namespace_codes(rules.tenant_isolation)
+        if ns is None:
+            return shared
+        if (self.stream is not None and chain_cache.holding()
+                and self.chain_work(rules) > SMALL_CHAIN_WORK):
+            return self.chains(rules)
+        return with_namespaces(shared, ns)
 
 def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
                      rules: ReplayRules) -> BlockChains:

@@ -41,7 +41,6 @@ from yaotu_trace.prefix.partition import (
     Runner,
     cache_partitions,
     replay_many,
-    with_namespaces,
 )
 from yaotu_trace.prefix.prepare import PreparedTrace
 from yaotu_trace.prefix.rules import Accounting, Eviction, ReplayRules, Route, Scope
@@ -178,7 +177,7 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
     has_ns = ns_codes is not None
     # The namespaces join each block's identity from the shared chains: no second read of the
     # prompts, and the same ids as hashing them in (`partition.with_namespaces`).
-    ns_chains = with_namespaces(shared_ltr, ns_codes) if ns_codes is not None else shared_ltr
+    ns_chains = prepared.namespaced(shared_ltr, ltr_rules)
     r_ns = replay(ns_chains, ltr_rules) if has_ns else r_ltr
 
     scope_rules = ltr_rules.with_(scope=rules.scope, route=rules.route, instances=rules.instances)
