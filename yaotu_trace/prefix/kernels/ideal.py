@@ -30,7 +30,7 @@ from yaotu_trace.errors import YaotuError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.blocks import mix
 from yaotu_trace.prefix.kernels.chains import HASH_TRIES, BlockChains, frozen_input, hash_keys
-from yaotu_trace.prefix.kernels.engine import first_occurrence_flags
+from yaotu_trace.prefix.kernels.engine import first_occurrence_slices
 from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 
 
@@ -49,12 +49,13 @@ def _nonzero(h):
 
 
 @nb.njit(cache=True, nogil=True)
-def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, new_block, hit_blocks,
+def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, top, hit_blocks,
                   probed, keys, table, extra):
     """Per request, tokens of the longest match inside the block after its block-level hit.
 
     Requests `row0 ..` of one batch (`offsets` local to `values`); `table` ([lane A (0 = empty),
-    lane B] per slot) carries over between batches. Fills `extra`; returns the collisions.
+    lane B] per slot) and `top` (the largest chain id met) carry over between batches. Fills
+    `extra`; returns the collisions.
     """
     size = np.int64(len(table) // 2)
     mask = np.uint64(size - 1)
@@ -90,8 +91,12 @@ def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, new_bl
         # ---- insert the token prefixes of new blocks and of the trailing partial block
         for k in range(full + 1):
             if k < full:
-                if not new_block[cb + k]:
+                # A block seen for the first time: ids are numbered by first appearance, so
+                # its id is above every id before it (`top[0]`, carried between batches).
+                d = chain_ids[cb + k]
+                if d <= top[0]:
                     continue
+                top[0] = d
                 count = block - 1
             else:
                 count = min(block - 1, length - full * block)
@@ -121,12 +126,13 @@ PLAN_SLICE = 1 << 22
 
 
 def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Which parents are probed, which blocks are new, and the table bits (no allocation).
+          ) -> tuple[np.ndarray, int]:
+    """Which parents are probed, and the table bits (no allocation).
 
     A segment's parent code is 0 for the root, else 1 + the chain id it continues. Per block
     the work is done in slices of `PLAN_SLICE` blocks: at 1e10 tokens (6.2e8 blocks) arrays of
-    int64 per block held at once came to 20 GB.
+    int64 per block held at once came to 20 GB, and a flag per block for the new ones 0.58 GiB
+    (the kernel finds them itself, by a running maximum: `_extra_tokens`).
     """
     block = chains.block_size_tokens
     counts = chains.num_blocks
@@ -138,14 +144,13 @@ def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
     probed = np.zeros(chains.num_distinct + 1, dtype=np.bool_)
     probed[parent_of_hit[queries]] = True
     del parent_of_hit, queries
-    new = first_occurrence_flags(chains)
     # Each block's parent is probed: the root's flag for a request's first block, else the
     # flag of 1 + the block before it (`probed[1:]` indexed by that block's id).
     firsts = start[counts > 0]
     probed_after = probed[1:]
     new_probed = 0
-    for lo in range(0, ids.size, PLAN_SLICE):
-        hi = min(ids.size, lo + PLAN_SLICE)
+    for lo, new in first_occurrence_slices(ids, PLAN_SLICE):
+        hi = lo + new.size
         parent_probed = np.empty(hi - lo, dtype=np.bool_)
         if lo == 0:
             parent_probed[1:] = probed_after[ids[:hi - 1]]
@@ -153,12 +158,12 @@ def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
             parent_probed[:] = probed_after[ids[lo - 1:hi - 1]]
         a, b = np.searchsorted(firsts, (lo, hi))
         parent_probed[firsts[a:b] - lo] = probed[0]
-        new_probed += int((new[lo:hi] & parent_probed).sum())
+        new_probed += int((new & parent_probed).sum())
     tails = np.minimum(lengths - counts * block, block - 1)
     parent_of_tail = _parent_after(ids, start, counts)
     inserts = (block - 1) * new_probed + int(tails[probed[parent_of_tail]].sum())
     bits = max(10, int(np.ceil(np.log2(inserts * 2 + 1))))
-    return probed, new, bits
+    return probed, bits
 
 
 def _parent_after(ids: np.ndarray, start: np.ndarray, blocks: np.ndarray) -> np.ndarray:
@@ -203,17 +208,18 @@ def _ideal(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
     if block == 1:
         return base
     hit_blocks = hit_blocks.astype(np.int64)
-    probed, new, bits = _plan(unit_offsets, chains, hit_blocks)
+    probed, bits = _plan(unit_offsets, chains, hit_blocks)
     memory.require(table_bytes(bits), "the ideal pass's prefix table")
     n = chains.num_requests
     for attempt in range(HASH_TRIES):
         keys = hash_keys(seed, 100 + attempt)
         table = np.zeros(2 << bits, dtype=np.uint64)
         extra = np.zeros(n, dtype=np.int64)
+        top = np.full(1, -1, dtype=np.int64)  # the largest chain id met so far
         collisions = 0
         for row0, offsets, values in batches():
             collisions += _extra_tokens(offsets, values, np.int64(row0), np.int64(block),
-                                        chains.offsets, chains.ids, new, hit_blocks, probed,
+                                        chains.offsets, chains.ids, top, hit_blocks, probed,
                                         keys, table, extra)
         del table
         if collisions == 0:
