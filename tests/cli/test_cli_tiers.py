@@ -102,6 +102,20 @@ def test_a_store_threshold_no_chunk_reaches_is_said(threshold: int, said: bool,
                       f"{threshold:,}th offer on)"] if said else [])
 
 
+def test_the_tier_table_gives_the_gpu_pool_in_tokens_as_the_tiers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN vLLM's pool of 66 16-token blocks and a CPU tier of 176 chunks of one block
+    capsys.readouterr()
+    # WHEN the replay is printed as a table
+    assert main(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 "cpu=176blocks", "--no-waterfall"]) == ExitCode.OK
+    out = capsys.readouterr().out.splitlines()
+    # THEN the GPU row's size is in tokens, as each tier's (66 × 16, 176 × 16)
+    start = next(i for i, line in enumerate(out) if line.startswith("Tiers below the GPU"))
+    rows = {line.split()[0]: line.split() for line in out[start + 2:start + 8] if line.strip()}
+    assert rows["gpu"][1:3] == ["1.06k", "tok"] and rows["cpu"][1:3] == ["2.82k", "tok"]
+
+
 def test_replay_without_tier_has_no_tier_keys(capsys: pytest.CaptureFixture[str]) -> None:
     doc = _json(["replay", TRACE, "--capacity", "66"], capsys)
     assert "tiers" not in doc["prefix_reuse"] and "tier_policy" not in doc["config"]

@@ -139,8 +139,11 @@ def tier_rows(s: dict[str, Any]) -> list[list[str]]:
     the stores it could not take whole (vLLM's refused offers, LMCache's saves cut short) and
     loaded (bytes with the model's KV size, else chunks)."""
     t = s["tiers"]
-    blocks = t.get("gpu_capacity_blocks", s.get("rules", {}).get("capacity_blocks"))
+    rules = s.get("rules", {})
+    blocks = t.get("gpu_capacity_blocks", rules.get("capacity_blocks"))
     pool = "unlimited" if blocks is None else f"{fmt.count(blocks)} blocks"
+    if blocks is not None and rules.get("block_size_tokens"):  # the tiers' unit (the rules
+        pool = fmt.tokens(blocks * rules["block_size_tokens"])  # table has its blocks)
     rows = [["gpu", pool, fmt.count(t["gpu_hit_tokens"]), fmt.pct(t["gpu_hit_ratio"]),
              "", "", "", "", ""]]
     for tier in t["tiers"]:
