@@ -225,6 +225,24 @@ def test_counters_of_another_run_are_refused() -> None:
     assert observed_tiers(metrics, hundredth) is not None
 
 
+def test_counters_of_more_traffic_than_the_trace_are_refused() -> None:
+    """The same counters (87,584 prompt tokens, the engine fixture's `mixed` run) against a
+    replay of the 300 requests of `trace_blocks4` (about 15,349 prompt tokens): they counted
+    5.7 times the trace's traffic, so their shares by tier are another mix's, and no verdict
+    is given; within a warm-up's worth above the trace they are compared."""
+    from yaotu_trace.commands.shared.tiers import observed_tiers
+    from yaotu_trace.errors import TraceReadError
+
+    metrics = read_metrics(HERE / "vllm_offload_mixed.metrics.txt")
+    blocks4 = {"prompt_tokens": 15_349, "gpu_hit_tokens": 8_304,
+               "tiers": [{"name": "cpu", "hit_tokens": 640}]}
+    with pytest.raises(TraceReadError, match=r"87,584 prompt tokens, 5\.7 times the trace's "
+                                             r"15,349: they counted traffic the trace does not"):
+        observed_tiers(metrics, blocks4)
+    warm = {**blocks4, "prompt_tokens": 60_000}  # 1.46 times
+    assert observed_tiers(metrics, warm) is not None
+
+
 def test_an_lmcache_log_of_another_run_is_refused(tmp_path: Path) -> None:
     """LMCache's lookup lines name each request and its tokens: the log LMCache's logger wrote
     for the engine fixture's 400 requests, held against the bundled chat sample (1,000 other

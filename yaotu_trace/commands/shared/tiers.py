@@ -150,6 +150,9 @@ def tier_sections(loaded: Trace, options: ReplayOptions, metrics: EngineMetrics 
 # Counters holding less than this share of the trace's prompt tokens cannot have counted its
 # traffic (one instance of a hundred still would): the export is of another run.
 MIN_COUNTED_SHARE = 0.01
+# Counters holding more than this many times the trace's prompt tokens counted traffic the
+# trace does not hold (a warm-up's worth is allowed): their shares by tier are another mix's.
+MAX_COUNTED_SHARE = 1.5
 # A log that names its requests (LMCache's lookup lines) is of this trace's run when at least
 # this share of them are the trace's, by request id or else by prompt length (a deployment's
 # log and its capture may name requests differently).
@@ -180,10 +183,11 @@ def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None,
                    trace: Trace | None = None) -> dict[str, Any] | None:
     """The engine's hits by tier in `metrics` against the tiered replay's of `trace` (`tiers`,
     a tiers section): the `observed_tiers` section, or None when either is missing. Refused
-    when the export's prompt-token counter holds under `MIN_COUNTED_SHARE` of the trace's
-    prompt tokens, or when it names requests of which under `MIN_SAME_REQUESTS` are those of
-    `trace` (when given). What the reader met in the file and did not use is named in the
-    section's notes, beside the comparison, whichever command holds it.
+    when the export's prompt-token counter holds under `MIN_COUNTED_SHARE` or over
+    `MAX_COUNTED_SHARE` times the trace's prompt tokens, or when it names requests of which
+    under `MIN_SAME_REQUESTS` are those of `trace` (when given). What the reader met in the
+    file and did not use is named in the section's notes, beside the comparison, whichever
+    command holds it.
     """
     found = None if metrics is None or tiers is None else tier_sources(metrics)
     if found is None or tiers is None or metrics is None:
@@ -198,6 +202,12 @@ def observed_tiers(metrics: EngineMetrics | None, tiers: dict[str, Any] | None,
             f"{metrics.path}: its counters hold {found.prompt_tokens:,.0f} prompt tokens, under "
             f"{MIN_COUNTED_SHARE:.0%} of the trace's {prompt:,}: they did not count this trace's "
             "traffic (export the metrics of this trace's run)")
+    if found.prompt_tokens is not None and found.prompt_tokens > MAX_COUNTED_SHARE * prompt:
+        raise TraceReadError(
+            f"{metrics.path}: its counters hold {found.prompt_tokens:,.0f} prompt tokens, "
+            f"{found.prompt_tokens / prompt:.1f} times the trace's {prompt:,}: they counted "
+            "traffic the trace does not hold (export the metrics of this trace's run, or a "
+            "range query over the trace's time)")
     _same_cpu_tier(metrics, tiers)
     from yaotu_trace.prefix.tiers.observed import compare_tiers
 

@@ -381,13 +381,10 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
 
 def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
                   refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
-                  capacity: int, num_keys: int, store_threshold: int,
-                  lower_capacity: tuple[int, ...] = ()) -> tuple:
-    """Hit tokens per tier and request (the CPU tier's row first, then the tiers below it in
-    the order of `lower_capacity`); the CPU tier's stored, evicted, failed offers and loaded
-    chunks; per CPU eviction the key, the evicting request and the key's last use; the lower
-    tiers' counters and evictions (`lru_rows.outcome`'s arrays); and per request the first
-    chunk no tier held at its lookup (−1: none)."""
+                  capacity: int, num_keys: int, lower_capacity: tuple[int, ...] = (),
+                  store_threshold: int = 0) -> tuple:
+    """`vllm_kernel.vllm_offload_pass` (the same arguments, the same results) with the CPU
+    tier evicting by ARC."""
     offsets = np.asarray(offsets, dtype=np.int64)
     keys = max(num_keys, 1)
     chunks = int(offsets[-1]) // per_chunk

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -561,44 +561,37 @@ def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: 
     the compiled pass (`vllm_kernel.py`) of the rules `replay_vllm_offload` states. `lacking`,
     when given, is filled per request with the first chunk no tier held at the lookup (−1:
     none)."""
-    from yaotu_trace.prefix.tiers.lru_rows import outcome
     from yaotu_trace.prefix.tiers.vllm_kernel import vllm_offload_pass
 
-    cpu = tiers[0]
-    block = int(chains.block_size_tokens)
-    (hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last, lower_counters,
-     lower_evictions, first_lacking) = vllm_offload_pass(
-        chains.offsets, chains.ids, gpu_hit_blocks, refused, cpu.chunk_tokens // block,
-        int(cpu.chunk_tokens), block, int(cpu.capacity_chunks), int(chains.num_distinct),
-        tuple(int(t.capacity_chunks) for t in tiers[1:]), int(cpu.store_threshold))
-    if lacking is not None:
-        lacking[:] = first_lacking
-    counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
-                            loaded_chunks=loaded)
-    evictions = TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last)
-    below_counters, below_evictions = outcome(lower_counters, lower_evictions)
-    return (tuple(h.copy() for h in hits), (counters, *below_counters),
-            (evictions, *below_evictions))
+    return _compiled(vllm_offload_pass, chains, gpu_hit_blocks, refused, tiers, lacking)
 
 
 def replay_vllm_arc(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
                     tiers: tuple[TierSpec, ...], *, lacking: np.ndarray | None = None
                     ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                tuple[TierEvictions, ...]]:
-    """`replay_vllm_offload(..., arc=True)` compiled (`vllm_arc_kernel.py`): hit tokens per
-    tier (cpu first), the CPU tier's `store_threshold` included, and the tiers' counters and
-    evictions. `lacking`, when given, is filled per request with the first chunk no tier held
-    at the lookup (−1: none)."""
-    from yaotu_trace.prefix.tiers.lru_rows import outcome
+    """`replay_vllm_offload(..., arc=True)` compiled (`vllm_arc_kernel.py`), as
+    `replay_vllm_tiers` is the LRU one: the same results, the CPU tier evicting by ARC."""
     from yaotu_trace.prefix.tiers.vllm_arc_kernel import vllm_arc_pass
+
+    return _compiled(vllm_arc_pass, chains, gpu_hit_blocks, refused, tiers, lacking)
+
+
+def _compiled(kernel: Callable[..., tuple], chains: BlockChains, gpu_hit_blocks: np.ndarray,
+              refused: np.ndarray, tiers: tuple[TierSpec, ...], lacking: np.ndarray | None
+              ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                         tuple[TierEvictions, ...]]:
+    """One of the compiled passes (`vllm_offload_pass`, `vllm_arc_pass`) over `tiers`, its
+    arrays turned into the replay's hits, counters and evictions."""
+    from yaotu_trace.prefix.tiers.lru_rows import outcome
 
     cpu = tiers[0]
     block = int(chains.block_size_tokens)
     (hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last, lower_counters,
-     lower_evictions, first_lacking) = vllm_arc_pass(
+     lower_evictions, first_lacking) = kernel(
         chains.offsets, chains.ids, gpu_hit_blocks, refused, int(cpu.chunk_tokens) // block,
         int(cpu.chunk_tokens), block, int(cpu.capacity_chunks), int(chains.num_distinct),
-        int(cpu.store_threshold), tuple(int(t.capacity_chunks) for t in tiers[1:]))
+        tuple(int(t.capacity_chunks) for t in tiers[1:]), int(cpu.store_threshold))
     if lacking is not None:
         lacking[:] = first_lacking
     counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
