@@ -51,6 +51,11 @@ PROTOCOL = ("vLLM v1 Scheduler + OffloadingConnector (CPUOffloadingSpec, {policy
             "completed in the step it was issued; the next request added before the next step; "
             "a prompt of more than num_gpu_blocks-1 blocks refused (all miss); per request "
             "PrefillStats.num_local_cached_tokens (gpu) and num_external_cached_tokens (cpu)")
+SECONDARY_PROTOCOL = ("; TieringOffloadingSpec with one secondary tier of type {secondary} (fs: "
+                      "a fresh folder; it never evicts), its transfers done and its "
+                      "asynchronous lookups answered before the next step; the external hit "
+                      "split as vllm:prompt_tokens_cached_by_source splits it (host: cpu, "
+                      "disk: disk_hit_tokens)")
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Config:
     blocks_per_chunk: int
     eviction_policy: str = "lru"
     store_threshold: int = 0
+    secondary: str = ""  # "fs" or "example": a secondary tier below the CPU (TieringOffloadingSpec)
 
 
 def _model_dir() -> str:
@@ -112,7 +118,8 @@ class VllmOffload:
                     "block_size": b * config.blocks_per_chunk,
                     "eviction_policy": config.eviction_policy,
                     **({"store_threshold": config.store_threshold}
-                       if config.store_threshold else {})}),
+                       if config.store_threshold else {}),
+                    **_tiering(config.secondary)}),
         )
         vllm_config.scheduler_config.async_scheduling = False
         vllm_config.cache_config.num_gpu_blocks = config.num_gpu_blocks
@@ -124,11 +131,26 @@ class VllmOffload:
                                    structured_output_manager=StructuredOutputManager(vllm_config),
                                    block_size=b, log_stats=True)
         manager = self.scheduler.connector.connector_scheduler.manager
-        assert manager._num_chunks == config.cpu_chunks, (manager._num_chunks, config)
+        primary = getattr(manager, "primary_tier", manager)
+        assert primary._num_chunks == config.cpu_chunks, (primary._num_chunks, config)
+        self.secondary_tiers = list(getattr(manager, "secondary_tiers", ()))
+        # Where each request's external hit came from, as vLLM splits it for
+        # vllm:prompt_tokens_cached_by_source (recorded, not altered).
+        self.sources: dict[str, dict[str, int]] = {}
+        split = self.scheduler.connector.get_external_cache_hit_sources
+
+        def recorded(request, num_external_tokens):  # type: ignore[no-untyped-def]
+            by_source = split(request, num_external_tokens)
+            self.sources[request.request_id] = {str(k.value): int(v)
+                                                for k, v in by_source.items()}
+            return by_source
+
+        self.scheduler.connector.get_external_cache_hit_sources = recorded
         init_none_hash(sha256)
         self.hasher = get_request_block_hasher(b, sha256)
         self.config = config
         self.stats: dict[str, tuple[int, int]] = {}
+        self.disk: list[int] = []  # per request, with a secondary tier: its hit tokens
 
     def step(self) -> None:
         """One engine step: schedule, a worker that finishes every job now, the update."""
@@ -138,6 +160,7 @@ class VllmOffload:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
         out = self.scheduler.schedule()
+        self._settle_secondary()  # promotions and lookups this step issued
         meta = out.kv_connector_metadata
         done: dict[int, int] = {}
         recving: set[str] = set()
@@ -162,12 +185,43 @@ class VllmOffload:
                                    req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                    sampled_token_ids=sampled, kv_connector_output=kv_out)
         outputs = self.scheduler.update_from_output(out, runner)
+        self._settle_secondary()  # the cascades the completed stores issued
         for client in outputs.values():
             for output in client.outputs:
                 stats = output.prefill_stats
                 if stats is not None:
                     self.stats[output.request_id] = (stats.num_local_cached_tokens,
                                                      stats.num_external_cached_tokens)
+
+    def _settle_secondary(self) -> None:
+        """Every secondary tier's transfers done and its lookups answered before vLLM looks
+        again: the fs tier's thread pool drained, its asynchronous existence checks waited
+        for (their results applied as its next lookup would apply them)."""
+        import time
+
+        from vllm.v1.kv_offload.tiering.async_lookup import LookupPhase
+
+        for tier in self.secondary_tiers:
+            tier.drain_jobs()
+            lookups = getattr(tier, "_lookup_manager", None)
+            if lookups is None:
+                continue
+            deadline = time.monotonic() + 30.0
+            while True:
+                lookups.drain_results()
+                if not any(state.phase is LookupPhase.IN_FLIGHT
+                           for state in lookups._lookup_state.values()):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the fs tier's lookups did not finish")
+                time.sleep(0.0005)
+
+    def by_source(self, row: int) -> tuple[int, int]:
+        """(host, disk) tokens of request `row`'s external hit."""
+        split = self.sources.get(str(row), {})
+        unknown = set(split) - {"host", "disk"}
+        assert not unknown, (row, split)
+        return split.get("host", 0), split.get("disk", 0)
 
     def run(self, tenants: list[str], prompts: list[list[int]]
             ) -> tuple[list[int], list[int], list[int]]:
@@ -185,6 +239,7 @@ class VllmOffload:
                 refused.append(row)
                 gpu.append(0)
                 cpu.append(0)
+                self.disk.append(0)
                 continue
             params = SamplingParams(max_tokens=1, ignore_eos=True)
             params.update_from_generation_config({}, eos_token_id=2)
@@ -192,7 +247,7 @@ class VllmOffload:
                               sampling_params=params, pooling_params=None, cache_salt=tenant,
                               block_hasher=self.hasher)
             self.scheduler.add_request(request)
-            for _ in range(50):
+            for _ in range(50 + 8 * len(prompt)):  # a lookup may take a step per promotion
                 self.step()
                 if str(row) in self.stats and str(row) not in self.scheduler.requests:
                     break
@@ -200,7 +255,13 @@ class VllmOffload:
                 raise RuntimeError(f"request {row} did not finish")
             local, external = self.stats[str(row)]
             gpu.append(int(local))
-            cpu.append(int(external))
+            if self.secondary_tiers:
+                host, disk = self.by_source(row)
+                assert host + disk == external, (row, host, disk, external)
+                cpu.append(host)
+                self.disk.append(disk)
+            else:
+                cpu.append(int(external))
         self.step()  # the last request's finish reaches the connector
         return gpu, cpu, refused
 
@@ -236,8 +297,20 @@ class VllmOffload:
         return [int(x) for x in gpu], [int(x) for x in cpu]
 
 
+def _tiering(secondary: str) -> dict[str, object]:
+    """The connector's extra config for one secondary tier below the CPU, or none."""
+    if not secondary:
+        return {}
+    tier: dict[str, object] = {"type": secondary}
+    if secondary == "fs":  # a fresh folder: the tier starts empty, as the replay's does
+        tier.update(root_dir=tempfile.mkdtemp(prefix="tiers-vllm-fs-"), n_read_threads=2,
+                    n_write_threads=2)
+    return {"spec_name": "TieringOffloadingSpec", "secondary_tiers": [tier]}
+
+
 def configs_for(prompts: list[list[int]], block_size: int, blocks_per_chunk: int,
-                eviction_policy: str = "lru", store_threshold: int = 0) -> list[Config]:
+                eviction_policy: str = "lru", store_threshold: int = 0, secondary: str = ""
+                ) -> list[Config]:
     """GPU pools from one block short of the largest prompt (it is refused) to a few times it,
     each with CPU tiers from half the largest prompt's chunks (its offers fail whole) to a
     third of every chunk the trace offers."""
@@ -248,13 +321,20 @@ def configs_for(prompts: list[list[int]], block_size: int, blocks_per_chunk: int
     chunk_total = sum(len(p) // per_chunk for p in prompts)
     cpu_sizes = sorted({max(2, largest_chunks // 2), 2 * largest_chunks,
                         max(2, chunk_total // 30), max(2, chunk_total // 3)})
-    return [Config(block_size, gpu, chunks, blocks_per_chunk, eviction_policy, store_threshold)
+    if secondary:
+        # A request whose CPU and secondary hits outrun the CPU tier is deferred forever in
+        # vLLM 0.33 (each promotion evicts the run's own head, found again next step): the
+        # CPU tiers here hold the largest prompt, from exactly to a third of the trace.
+        cpu_sizes = sorted({largest_chunks, largest_chunks + 2, 2 * largest_chunks,
+                            max(largest_chunks, chunk_total // 3)})
+    return [Config(block_size, gpu, chunks, blocks_per_chunk, eviction_policy, store_threshold,
+                   secondary)
             for gpu in (largest, largest + 2, 2 * largest, 4 * largest) for chunks in cpu_sizes]
 
 
 def ours(path: Path, config: Config):  # type: ignore[no-untyped-def]
-    """(gpu hits, cpu hits) per request from yaotu_trace's tiered replay, or None where it
-    does not import (the engine's environment need not have numba)."""
+    """(gpu hits, cpu hits[, disk hits]) per request from yaotu_trace's tiered replay, or None
+    where it does not import (the engine's environment need not have numba)."""
     try:
         import numba  # noqa: F401
 
@@ -270,9 +350,15 @@ def ours(path: Path, config: Config):  # type: ignore[no-untyped-def]
     tier = TierSpec(name=TierName.CPU, capacity_chunks=config.cpu_chunks,
                     chunk_tokens=config.block_size_tokens * config.blocks_per_chunk,
                     store_threshold=config.store_threshold)
+    tiers = (tier,)
+    if config.secondary:  # vLLM's secondary tiers never evict: one at least every chunk's size
+        chunk = config.block_size_tokens * config.blocks_per_chunk
+        every = int((chains.offsets[1:] - chains.offsets[:-1]).sum()) * chains.block_size_tokens
+        tiers += (TierSpec(name=TierName.DISK, capacity_chunks=every // chunk + 1,
+                           chunk_tokens=chunk),)
     policy = TierPolicy.VLLM_ARC if config.eviction_policy == "arc" else TierPolicy.VLLM
-    result = replay_tiers(chains, rules, (tier,), policy)
-    return result.gpu_hit_tokens, result.tier_hit_tokens[0]
+    result = replay_tiers(chains, rules, tiers, policy)
+    return (result.gpu_hit_tokens, *result.tier_hit_tokens)
 
 
 MOONCAKE = Path("/work/shared/traces/mooncake/conversation_trace.jsonl")
@@ -338,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store-threshold", type=int, default=0,
                         help="the CPU manager's store_threshold; 2 or more writes "
                         "vllm_offload_<trace>_threshold<N>.json")
+    parser.add_argument("--secondary", choices=("fs", "example"), default="",
+                        help="one secondary tier below the CPU (TieringOffloadingSpec): vLLM's "
+                        "file-system tier in a fresh folder, or its in-memory example tier; "
+                        "writes vllm_offload_<trace>_<fs|example>.json with disk_hit_tokens")
     parser.add_argument("--batch", type=int, default=0,
                         help="also run each configuration with this many requests arriving "
                         "together, print the totals beside the one-at-a-time ones, and write "
@@ -358,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         configs = []
         for block_size, per_chunk in sizes:
             for config in configs_for(prompts, block_size, per_chunk, args.eviction_policy,
-                                      args.store_threshold):
+                                      args.store_threshold, args.secondary):
                 engine = VllmOffload(config, model_dir, max_len)
                 gpu, cpu, refused = engine.run(tenants, prompts)
                 if args.batch:
@@ -372,31 +462,40 @@ def main(argv: list[str] | None = None) -> int:
                           f"{sum(bcpu):,}; requests differing {differ}", flush=True)
                     continue
                 mine = ours(path, config)
+                theirs = [gpu, cpu, *([engine.disk] if args.secondary else [])]
                 differ = "-"
                 mg = mc = "-"
                 if mine is not None:
                     mg, mc = int(mine[0].sum()), int(mine[1].sum())
                     differ = str(sum(1 for i in range(len(gpu))
-                                     if (gpu[i], cpu[i]) != (mine[0][i], mine[1][i])))
+                                     if tuple(t[i] for t in theirs)
+                                     != tuple(int(m[i]) for m in mine)))
+                disk = f" disk {sum(engine.disk):,} ours {int(mine[2].sum()) if mine else '-'}" \
+                    if args.secondary else ""
                 print(f"{name:<9} {block_size:>3} {per_chunk:>2} {config.num_gpu_blocks:>5} "
                       f"{config.cpu_chunks:>5} {sum(gpu):>9} {sum(cpu):>9} {len(refused):>7} "
-                      f"{mg!s:>9} {mc!s:>9} {differ:>6}", flush=True)
+                      f"{mg!s:>9} {mc!s:>9} {differ:>6}{disk}", flush=True)
                 configs.append({"block_size_tokens": block_size,
                                 "num_gpu_blocks": config.num_gpu_blocks,
                                 "cpu_chunks": config.cpu_chunks,
                                 "blocks_per_chunk": per_chunk,
                                 "gpu_hit_tokens": gpu, "cpu_hit_tokens": cpu,
+                                **({"disk_hit_tokens": engine.disk} if args.secondary else {}),
                                 "refused": refused})
         if args.batch:
             continue
         suffix = "" if args.eviction_policy == "lru" else f"_{args.eviction_policy}"
         if args.store_threshold >= 2:
             suffix += f"_threshold{args.store_threshold}"
+        if args.secondary:
+            suffix += f"_{args.secondary}"
         write_fixture(args.out_dir / f"vllm_offload_{name}{suffix}.json", engine="vllm",
                       engine_version=vllm.__version__, torch_version=torch.__version__,
                       trace=path.name, configs=configs,
                       protocol=PROTOCOL.format(policy=args.eviction_policy,
-                                               threshold=args.store_threshold))
+                                               threshold=args.store_threshold)
+                      + (SECONDARY_PROTOCOL.format(secondary=args.secondary)
+                         if args.secondary else ""))
     return 0
 
 

@@ -299,34 +299,43 @@ def test_vllm_kernels_equal_the_python_model(arc: bool, seed: int, per_chunk: in
     assert lacking[0].tolist() == lacking[1].tolist() and (lacking[0] >= 0).any()
 
 
-@pytest.mark.parametrize("arc", [False, True])
-@pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
-    (1, 1, (("cpu", 2), ("disk", 9))), (2, 2, (("cpu", 5), ("disk", 20))),
-    (3, 1, (("cpu", 1), ("disk", 3), ("remote", 40))), (4, 2, (("cpu", 3), ("remote", 30))),
-    (5, 1, (("cpu", 6), ("disk", 12), ("remote", 25))), (6, 3, (("cpu", 4), ("disk", 7))),
-])
-def test_vllm_kernel_with_lower_tiers_equals_the_python_model(
-        seed: int, per_chunk: int, sizes: tuple[tuple[str, int], ...], arc: bool) -> None:
-    # GIVEN random prompts over a tiny vocabulary, a CPU tier (LRU or ARC) that loses chunks
-    # the disk or remote tier still holds (promoted through the CPU, or not when it has no room)
+def _tiny_vocabulary_case(seed: int):  # type: ignore[no-untyped-def]
+    """150 random prompts of 1 to 13 tokens over two token values (prefixes shared often), as
+    chains of two-token blocks, with their GPU replay (9 blocks, vLLM's pool) and refusals."""
     from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
-    from yaotu_trace.prefix.tiers.vllm_native import (
-        replay_vllm_arc,
-        replay_vllm_offload,
-        replay_vllm_tiers,
-    )
 
     rng = np.random.default_rng(seed)
     prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
                for _ in range(150)]
     rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=9)
     chains = chains_of(prompts, rules)
-    gpu = gpu_replay(chains, rules)
-    refused = refused_requests(chains, rules)
+    return chains, gpu_replay(chains, rules), refused_requests(chains, rules)
+
+
+@pytest.mark.parametrize("arc", [False, True])
+@pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
+    (1, 1, (("cpu", 6), ("disk", 9))), (2, 2, (("cpu", 3), ("disk", 20))),
+    (3, 1, (("cpu", 7), ("disk", 3), ("remote", 40))), (4, 2, (("cpu", 3), ("remote", 30))),
+    (5, 1, (("cpu", 6), ("disk", 12), ("remote", 25))), (6, 3, (("cpu", 2), ("disk", 7))),
+    (7, 1, (("cpu", 6), ("disk", 1000))), (8, 2, (("cpu", 4), ("disk", 1000), ("remote", 5))),
+])
+def test_vllm_kernel_with_lower_tiers_equals_the_python_model(
+        seed: int, per_chunk: int, sizes: tuple[tuple[str, int], ...], arc: bool) -> None:
+    # GIVEN random prompts over a tiny vocabulary, a CPU tier (LRU or ARC) of at least the
+    # longest prompt that loses chunks the disk or remote tier still holds (promoted through
+    # the CPU a chunk at a time after the tier answers, a step late; vLLM's tiers never
+    # evict: 1,000 chunks is that, smaller ones are LRU stores)
+    from yaotu_trace.prefix.tiers.vllm_native import (
+        replay_vllm_arc,
+        replay_vllm_offload,
+        replay_vllm_tiers,
+    )
+
+    chains, gpu, refused = _tiny_vocabulary_case(seed)
     tiers = tuple(_tier(name, chunks, 2 * per_chunk) for name, chunks in sizes)
     # WHEN the compiled kernel and the Python model replay the tiers
     kernel = replay_vllm_arc if arc else replay_vllm_tiers
-    lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
+    lacking = np.full((2, chains.num_requests), -1, dtype=np.int64)
     compiled, counters, evicted = kernel(chains, gpu.hit_blocks, refused, tiers,
                                          lacking=lacking[0])
     python, reference, expected = replay_vllm_offload(chains, gpu.hit_blocks, refused,
@@ -339,6 +348,33 @@ def test_vllm_kernel_with_lower_tiers_equals_the_python_model(
     assert counters == reference
     _same_evictions(evicted, expected)
     assert lacking[0].tolist() == lacking[1].tolist()
+
+
+@pytest.mark.parametrize("arc", [False, True])
+def test_vllm_lookup_that_never_settles_is_refused_by_kernel_and_model(arc: bool) -> None:
+    # GIVEN prompts of up to 6 chunks and a CPU tier of 1 chunk above a disk that holds them:
+    # vLLM 0.33 promotes each disk chunk into the CPU, evicting the one promoted before, and
+    # looks again a step later, for ever (found driving its scheduler: a request that never
+    # finished)
+    from yaotu_trace.errors import ConfigError
+    from yaotu_trace.prefix.tiers.vllm_native import (
+        replay_vllm_arc,
+        replay_vllm_offload,
+        replay_vllm_tiers,
+    )
+
+    chains, gpu, refused = _tiny_vocabulary_case(3)
+    tiers = (_tier("cpu", 1, 2), _tier("disk", 1000, 2))
+    kernel = replay_vllm_arc if arc else replay_vllm_tiers
+    # WHEN the compiled kernel and the Python model replay it THEN both refuse, naming the
+    # same request and the CPU size that would let it start
+    with pytest.raises(ConfigError) as compiled:
+        kernel(chains, gpu.hit_blocks, refused, tiers)
+    with pytest.raises(ConfigError) as python:
+        replay_vllm_offload(chains, gpu.hit_blocks, refused, tiers[0], tiers[1:], arc=arc)
+    assert str(compiled.value) == str(python.value)
+    assert "would never start" in str(python.value)
+    assert "at least" in str(python.value)
 
 
 @pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [

@@ -9,7 +9,10 @@ CPU tier sizes and blocks per chunk, on five small traces (one a slice of Moonca
 conversation trace as token ids, two with blocks of 4 and 8 tokens). `vllm_offload_*_arc.json`
 are the same runs with the manager's `eviction_policy: arc` (policy `vllm-native-arc`),
 `vllm_offload_*_threshold2.json` with its `store_threshold: 2` (a chunk stored from its second
-offer on). No vLLM is needed here.
+offer on). `vllm_offload_*_fs.json` (and `*_arc_fs.json`) put vLLM's file-system tier below
+the CPU (`TieringOffloadingSpec`, a secondary tier of type `fs`), the external hit split by
+where each chunk came from, as `vllm:prompt_tokens_cached_by_source` splits it. No vLLM is
+needed here.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tier
 
 DATA = FIXTURES / "tiers_vllm"
 GOLDEN = sorted(p for p in DATA.glob("vllm_offload_*.json")
-                if not p.stem.endswith(("_arc", "_threshold2")))
+                if not p.stem.endswith(("_arc", "_threshold2", "_fs")))
 ARC = sorted(DATA.glob("vllm_offload_*_arc.json"))
+DISK = sorted(DATA.glob("vllm_offload_*_fs.json"))  # a secondary fs tier below the CPU
 THRESHOLD = sorted(DATA.glob("vllm_offload_*_threshold2.json"))
 TRACE_DIRS = (FIXTURES / "engines", DATA)
 
@@ -93,4 +97,40 @@ def test_tiers_vllm_matches_vllm_scheduler_per_request(fixture: str, index: int)
     # THEN every request's GPU and CPU hit is vLLM's, and so is every refusal
     np.testing.assert_array_equal(result.gpu_hit_tokens, config["gpu_hit_tokens"])
     np.testing.assert_array_equal(result.tier_hit_tokens[0], config["cpu_hit_tokens"])
+    assert np.flatnonzero(result.refused).tolist() == config["refused"]
+
+
+def test_disk_fixtures_cover_both_policies_and_hit_the_disk() -> None:
+    # GIVEN the fs-tier fixtures WHEN counted THEN each trace has them under LRU and ARC, and
+    # the disk served requests in most configurations and the CPU in many
+    assert [p.name for p in DISK] == sorted(
+        [p.name.replace(".json", "_fs.json") for p in GOLDEN]
+        + [p.name.replace(".json", "_fs.json") for p in ARC])
+    configs = [c for p in DISK for c in json.loads(p.read_text())["configs"]]
+    assert len(configs) >= 300
+    assert sum(1 for c in configs if sum(c["disk_hit_tokens"]) > 0) >= 200
+    assert sum(1 for c in configs if sum(c["cpu_hit_tokens"]) > 0) >= 100
+
+
+@pytest.mark.parametrize(("fixture", "index"), golden_cases(DISK))
+def test_tiers_vllm_with_an_fs_tier_matches_vllm_per_request(fixture: str, index: int) -> None:
+    # GIVEN one configuration vLLM replayed with its fs tier below the CPU tier (LRU or ARC):
+    # chunks found on disk are promoted into the CPU one at a time, a step after the tier
+    # answers, each promotion free to evict another chunk of the same run
+    document = golden_document(DATA / fixture)
+    config = document["configs"][index]
+    block = config["block_size_tokens"]
+    chains, rules = _chains(document["trace"], block, config["num_gpu_blocks"])
+    chunk = block * config["blocks_per_chunk"]
+    cpu = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"], chunk_tokens=chunk)
+    # vLLM's fs tier never evicts: a disk of more chunks than the trace has is that tier
+    every = int(chains.offsets[-1]) // config["blocks_per_chunk"] + 1
+    disk = TierSpec(name=TierName.DISK, capacity_chunks=every, chunk_tokens=chunk)
+    policy = TierPolicy.VLLM_ARC if fixture.endswith("_arc_fs.json") else TierPolicy.VLLM
+    # WHEN the tiered replay runs it
+    result = replay_tiers(chains, rules, (cpu, disk), policy)
+    # THEN every request's GPU, CPU and disk hit is vLLM's
+    np.testing.assert_array_equal(result.gpu_hit_tokens, config["gpu_hit_tokens"])
+    np.testing.assert_array_equal(result.tier_hit_tokens[0], config["cpu_hit_tokens"])
+    np.testing.assert_array_equal(result.tier_hit_tokens[1], config["disk_hit_tokens"])
     assert np.flatnonzero(result.refused).tolist() == config["refused"]

@@ -26,9 +26,15 @@ from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, reconcile
 from yaotu_trace.prefix.rules import ReplayRules, Scope, effective_rules
-from yaotu_trace.prefix.tiers.replay import approximation_note, replay_tiers, threshold_note
+from yaotu_trace.prefix.tiers.replay import (
+    approximation_note,
+    lower_eviction_note,
+    replay_tiers,
+    threshold_note,
+)
 from yaotu_trace.prefix.tiers.result import TieredResult
 from yaotu_trace.prefix.tiers.spec import TierSetup
+from yaotu_trace.prefix.tiers.vllm_native import StalledLookup
 from yaotu_trace.prefix.waterfall import (
     STEPS,
     Waterfall,
@@ -270,10 +276,14 @@ def replay_trace_with_requests(
     gpu_result = runs.result  # the GPU pool alone, which the residency pass follows
     tiered = None
     if tiers is not None:
-        tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy, gpu=runs.result)
+        try:
+            tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy,
+                                  gpu=runs.result)
+        except StalledLookup as stalled:
+            raise stalled.named(str(prepared.request_id[stalled.request])) from None
         runs = _with_tiers(runs, tiered, measured)
         said = (approximation_note(runs.chains, rules, tiers.tiers, tiers.policy),
-                threshold_note(tiered))
+                threshold_note(tiered), lower_eviction_note(tiered))
         notes = (*notes, *(note for note in said if note is not None))
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))

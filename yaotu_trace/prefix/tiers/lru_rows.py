@@ -171,6 +171,40 @@ def promoted_loaded(ids, start, per_chunk, first, run, source, lower):  # pragma
             counters[source[j] - 1, LOADED] += 1
 
 
+def verdicts(lrus: int, keys: int) -> np.ndarray:
+    """What each tier below vLLM's CPU tier last answered for each key, as `ask_below` keeps
+    it: the answer (−1: none kept), the last request that asked, the step it was asked in."""
+    out = np.empty((3, max(lrus, 1), max(keys, 1)), dtype=np.int64)
+    out[0] = -1
+    out[1] = -1
+    out[2] = -1
+    return out
+
+
+@nb.njit(cache=True, inline="always")
+def ask_below(answers, t, k, req, prev, prev_live, step, holds):  # pragma: no cover - compiled
+    """Tier t below vLLM's CPU tier asked whether it holds key k (`AsyncLookupManager`,
+    `vllm_native._Verdicts`): −1 while the answer is in flight (asked this step), else the
+    answer kept: what the tier held when first asked, kept while a request that asked is
+    unfinished (request `req`, or `prev` while its finish is not yet seen: `prev_live`)."""
+    who = answers[1, t, k]
+    if not (answers[0, t, k] >= 0 and (who == req or (prev_live and who == prev))):
+        answers[0, t, k] = 1 if holds else 0
+        answers[2, t, k] = step
+    answers[1, t, k] = req
+    if answers[2, t, k] == step:
+        return -1
+    return answers[0, t, k]
+
+
+@nb.njit(cache=True, inline="always")
+def read_below(lower, t, k):  # pragma: no cover - compiled
+    """A promotion read key k from tier t below the CPU tier: most recent there, loaded."""
+    st, ends, _, _, counters, _ = lower
+    move_newest(st, ends, t, k)
+    counters[t, LOADED] += 1
+
+
 @nb.njit(cache=True, inline="always")
 def split_by_source(hits, i, source, first, run, chunk_tokens, gpu_tokens):  # pragma: no cover
     """Request i's load of chunks first .. first + run − 1 beyond its GPU hit, its tokens

@@ -135,6 +135,23 @@ def threshold_note(tiered: TieredResult) -> str | None:
             f"{_ordinal(threshold)} offer on)")
 
 
+def lower_eviction_note(tiered: TieredResult) -> str | None:
+    """What the output says when a tier below vLLM's CPU tier evicted (None otherwise): vLLM
+    0.33's secondary tiers (fs, obj) never evict, so a bounded one is an LRU store of that
+    size, not vLLM's; at or above the chunks the trace writes it is vLLM's exactly."""
+    if tiered.policy not in VLLM_POLICIES:
+        return None
+    full = [f"{spec.name} ({counters.evicted_chunks:,} chunks evicted; "
+            f"{counters.stored_chunks:,} chunks or more would evict none)"
+            for spec, counters in zip(tiered.tiers[1:], tiered.counters[1:], strict=True)
+            if counters.evicted_chunks > 0]
+    if not full:
+        return None
+    return (f"vLLM 0.33's tiers below the CPU (fs, obj) never evict: {', '.join(full)} "
+            "replayed as an LRU store of the size given, which vLLM's is not; a size that "
+            "evicts none is vLLM's exactly (tiering/fs/manager.py)")
+
+
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n:,}{suffix}"

@@ -4,8 +4,9 @@ The same connector (lookup from the chunk of the GPU hit, a load a step before i
 failed offer again at the finish one step later) over the manager with `eviction_policy: arc`
 and, when given, `store_threshold` (`offer_counts.py`), or tiers below the CPU (vLLM's
 `TieringOffloadingSpec`, which refuses a threshold): every chunk stored in the CPU tier written
-through to them, and a run found there promoted into the CPU before it loads, as
-`vllm_kernel.py` does under LRU (`lru_rows.write_through`, `holder_below`). Keys are chain ids
+through to them, and a lookup that finds chunks there promoting them one by one into the CPU
+and looking again a step later, as `vllm_kernel.py` does under LRU (`lru_rows.write_through`,
+`ask_below`). Keys are chain ids
 (dense), so each of ARC's four ordered dicts (T1, T2 and the ghosts B1, B2) is a linked list
 threaded through a row per key (the offer counts have their own); a live request's marks (the keys
 it saw, inserted, reused, whose store miss ARC saw) are the request's index in a column of its
@@ -20,13 +21,15 @@ import numpy as np
 
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.tiers.lru_rows import (
+    ask_below,
     chunk_key,
-    holder_below,
+    held,
     lru_state,
     most_chunks,
-    promoted_loaded,
+    read_below,
     rows,
     split_by_source,
+    verdicts,
     write_through,
 )
 from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
@@ -270,7 +273,8 @@ def _offer(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, thr
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity,
-          threshold, st, evictions, counts, lst, lcapacity, levictions):  # pragma: no cover
+          threshold, st, evictions, counts, lst, lcapacity, levictions,
+          answers):  # pragma: no cover
     n = offsets.size - 1
     below = lcapacity.size
     lends, lsize, lcounters, _ = lru_state(below, 0)
@@ -290,6 +294,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     failed = np.zeros(n, dtype=np.bool_)
     prev = -1
     prev_slot = 1
+    step = 0  # the steps ended: an answer from below asked in this one is still in flight
     for i in range(n):
         if refused[i]:
             continue
@@ -298,32 +303,59 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         chunks = (offsets[i + 1] - start) // per_chunk
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
-        run = 0
-        promoted = -1  # the run's first chunk found below the CPU tier
-        while first + run < chunks:
-            k = chunk_key(ids, start, per_chunk, first + run)
-            if _held(st, k):
-                source[run] = 0
-            else:
-                t = holder_below(lst, below, k)
-                if t == below:
-                    break
-                if promoted < 0:
-                    promoted = run
-                source[run] = t + 1
-            run += 1
-        loaded = chunk_tokens * (first + run) - g
-        if loaded >= chunk_tokens and promoted >= 0:
-            # Promoted into the CPU tier before they load (a step): the run loads up to the
-            # first chunk that found no room.
-            if _offer(ids, start, per_chunk, first, first + run, True, i, slot, capacity,
-                      threshold, counts, st, ends, size, target, sc, chosen, step_keys,
-                      evictions, misses, lower):
-                promoted_loaded(ids, start, per_chunk, first, run, source, lower)
-            else:
-                run = promoted
+        source[:max(chunks - first, 0)] = 0  # 0: the CPU tier, t + 1: promoted from tier t
+        p_chunks = 0 if prev < 0 else (offsets[prev + 1] - offsets[prev]) // per_chunk
+        passes = 0
+        while True:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
+            passes += 1
+            if below > 0 and sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
+                return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
+                        lacking, -2)  # out of room for the evictions: run again with more
+            run = 0
+            deferred = False
+            # Less than a chunk to load: no lookup at all (OS `_lookup_complete_chunks`).
+            for j in range(first, chunks if chunks * chunk_tokens - g >= chunk_tokens else 0):
+                k = chunk_key(ids, start, per_chunk, j)
+                if _held(st, k):
+                    run += 1
+                    if st[k, _HELD] == _PENDING:
+                        deferred = True
+                    continue
+                retry = False
+                found = -1
+                for t in range(below):
+                    a = ask_below(answers, t, k, i, prev, passes == 1, step, held(lst, t, k))
+                    if a < 0:
+                        retry = True
+                    elif a == 1:
+                        found = t
+                        break
+                if found >= 0:
+                    if not _store(ids, start, per_chunk, j, j + 1, True, i, slot, capacity, 0,
+                                  counts, st, ends, size, target, sc, chosen, step_keys,
+                                  evictions, misses):
+                        break
+                    source[j - first] = found + 1
+                    read_below(lower, found, k)
+                    run += 1
+                    deferred = True
+                    continue
+                if retry:
+                    deferred = True
+                    continue
+                break
+            if not deferred:
+                break
+            if passes == 1 and prev >= 0:
+                _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold, counts,
+                        st, ends, size, target, sc, chosen, step_keys, evictions, misses,
+                        lower, failed, next_stored)
+            if passes > 4 * (chunks - first) + 8:
+                return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
+                        lacking, i)
             _end_step(step_keys, st, sc)
-            loaded = chunk_tokens * (first + run) - g
+            step += 1
+        loaded = chunk_tokens * (first + run) - g
         if first + run < chunks:
             lacking[i] = first + run
         if loaded < chunk_tokens:
@@ -349,18 +381,12 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             failed[i] = not ok
             if ok:
                 next_stored[i] = chunks
-        if prev >= 0:
-            p_start = offsets[prev]
-            p_chunks = (offsets[prev + 1] - p_start) // per_chunk
-            if failed[prev] and next_stored[prev] < p_chunks:
-                ok = _offer(ids, p_start, per_chunk, next_stored[prev], p_chunks, False, prev,
-                            prev_slot, capacity, threshold, counts, st, ends, size, target, sc,
-                            chosen, step_keys, evictions, misses, lower)
-                failed[prev] = not ok
-                if ok:
-                    next_stored[prev] = p_chunks
-            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_slot, st, ends, size)
+        if passes == 1 and prev >= 0:  # the request before finishes in this one's first step
+            _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold, counts, st,
+                    ends, size, target, sc, chosen, step_keys, evictions, misses, lower,
+                    failed, next_stored)
         _end_step(step_keys, st, sc)
+        step += 1
         if loaded > 0:
             if next_stored[i] < chunks:
                 ok = _offer(ids, start, per_chunk, next_stored[i], chunks, False, i, slot,
@@ -370,13 +396,29 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 if ok:
                     next_stored[i] = chunks
             _end_step(step_keys, st, sc)
-            if promoted < 0:
-                hits[0, i] = loaded
-            else:
-                split_by_source(hits, i, source, first, run, chunk_tokens, g)
+            step += 1
+            split_by_source(hits, i, source, first, run, chunk_tokens, g)
         prev = i
         prev_slot = slot
-    return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking)
+    return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking, -1)
+
+
+@nb.njit(cache=True)
+def _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold, counts, st, ends,
+            size, target, sc, chosen, step_keys, evictions, misses, lower, failed,
+            next_stored):  # pragma: no cover - compiled
+    """The connector sees request `prev` finish: a failed offer offered again, then
+    `_finish`."""
+    p_start = offsets[prev]
+    p_chunks = (offsets[prev + 1] - p_start) // per_chunk
+    if failed[prev] and next_stored[prev] < p_chunks:
+        ok = _offer(ids, p_start, per_chunk, next_stored[prev], p_chunks, False, prev,
+                    prev_slot, capacity, threshold, counts, st, ends, size, target, sc, chosen,
+                    step_keys, evictions, misses, lower)
+        failed[prev] = not ok
+        if ok:
+            next_stored[prev] = p_chunks
+    _finish(ids, p_start, per_chunk, p_chunks, prev, prev_slot, st, ends, size)
 
 
 def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
@@ -391,24 +433,30 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
     # Stores: each request's chunks once, and once more each chunk promoted from below.
     room = (2 if lower_capacity else 1) * chunks + 1
     width = _WIDTH + (3 if store_threshold >= 2 else 0)  # and the offer counts' rows
-    need = 8 * (width * keys + (4 * len(lower_capacity) * keys if lower_capacity else 0))
+    need = 8 * (width * keys + (7 * len(lower_capacity) * keys if lower_capacity else 0))
     with memory.reserved(need, f"vLLM's CPU offload (arc) over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
-        work = np.empty(_WIDTH * keys + 3 * room, dtype=np.int64)
-        st = work[:_WIDTH * keys].reshape(keys, _WIDTH)
-        st.fill(-1)
-        st[:, _LIST] = 0
-        st[:, _HELD] = _FREE
-        evictions = work[_WIDTH * keys:].reshape(3, room)
-        lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity),
-                                           0, room)
-        hits, stored, evicted, failed, loaded, lower_counters, lacking = _pass(
-            offsets, np.asarray(ids, dtype=np.int64), np.asarray(gpu_hit_blocks, dtype=np.int64),
-            np.asarray(refused, dtype=np.bool_), np.int64(per_chunk), np.int64(chunk_tokens),
-            np.int64(block), np.int64(capacity), np.int64(store_threshold), st, evictions,
-            tracker(keys, store_threshold), lower_rows,
-            np.asarray(lower_capacity, dtype=np.int64), lower_evictions)
+        while True:  # promotions again and again can outgrow the evictions' room: more
+            work = np.empty(_WIDTH * keys + 3 * room, dtype=np.int64)
+            st = work[:_WIDTH * keys].reshape(keys, _WIDTH)
+            st.fill(-1)
+            st[:, _LIST] = 0
+            st[:, _HELD] = _FREE
+            evictions = work[_WIDTH * keys:].reshape(3, room)
+            lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
+                                               len(lower_capacity), 0, room)
+            answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
+            hits, stored, evicted, failed, loaded, lower_counters, lacking, stalled = _pass(
+                offsets, np.asarray(ids, dtype=np.int64),
+                np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+                np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
+                np.int64(capacity), np.int64(store_threshold), st, evictions,
+                tracker(keys, store_threshold), lower_rows,
+                np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers)
+            if stalled != -2:
+                break
+            room *= 2
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
                 evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
-                lower_evictions, lacking)
+                lower_evictions, lacking, int(stalled))

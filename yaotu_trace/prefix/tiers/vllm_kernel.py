@@ -26,7 +26,10 @@ a list per counter value (a bucket each) cost two words per chunk of the trace, 
 not one per array (the pass is bound by memory). With one allocation for the large arrays
 (`vllm_offload_pass`) the pass went from 0.061 s to 0.021 s on the Mooncake conversation
 trace, and with one list to 0.011 s (`benchmarks/tiers.py`). A store threshold counts each
-offer first (`offer_counts.py`); a chunk below it is neither stored nor accessed.
+offer first (`offer_counts.py`); a chunk below it is neither stored nor accessed. Tiers below
+the CPU are LRU lists (`lru_rows.py`): written through on every store, asked a step late
+(`lru_rows.ask_below`, one answer per tier and key), their chunks promoted one at a time and
+the lookup run again each step until nothing is pending (`vllm_native._lookup_pass`).
 """
 
 from __future__ import annotations
@@ -36,13 +39,15 @@ import numpy as np
 
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.tiers.lru_rows import (
+    ask_below,
     chunk_key,
-    holder_below,
+    held,
     lru_state,
     most_chunks,
-    promoted_loaded,
+    read_below,
     rows,
     split_by_source,
+    verdicts,
     write_through,
 )
 from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
@@ -312,35 +317,43 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     room = (2 if lower_capacity else 1) * chunks + 1
     rows_st = keys + 2  # the keys' rows, then the two live requests' markers
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
-    need = 8 * (8 * rows_st + (4 * len(lower_capacity) * keys if lower_capacity else 0)
+    need = 8 * (8 * rows_st + (7 * len(lower_capacity) * keys if lower_capacity else 0)
                 + (3 * keys if store_threshold >= 2 else 0))
     with memory.reserved(need, f"vLLM's CPU offload over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
-        work = np.empty(8 * rows_st + 3 * room, dtype=np.int64)
-        st = work[:8 * rows_st].reshape(rows_st, 8)
-        st.fill(-1)  # not resident, not held, never seen
-        st[keys:, _HELD] = _PINNED  # a marker is never evicted
-        evictions = work[8 * rows_st:].reshape(3, room)
-        lower_rows, lower_evictions = rows(keys if lower_capacity else 1, len(lower_capacity),
-                                           0, room)
-        hits, stored, evicted, failed, loaded, lower_counters, lacking = _pass(
-            offsets, np.asarray(ids, dtype=np.int64),
-            np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
-            np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block), np.int64(capacity),
-            st, evictions, lower_rows, np.asarray(lower_capacity, dtype=np.int64),
-            lower_evictions, tracker(keys, store_threshold), np.int64(store_threshold))
+        while True:  # promotions again and again can outgrow the evictions' room: more
+            work = np.empty(8 * rows_st + 3 * room, dtype=np.int64)
+            st = work[:8 * rows_st].reshape(rows_st, 8)
+            st.fill(-1)  # not resident, not held, never seen
+            st[keys:, _HELD] = _PINNED  # a marker is never evicted
+            evictions = work[8 * rows_st:].reshape(3, room)
+            lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
+                                               len(lower_capacity), 0, room)
+            answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
+            hits, stored, evicted, failed, loaded, lower_counters, lacking, stalled = _pass(
+                offsets, np.asarray(ids, dtype=np.int64),
+                np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+                np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
+                np.int64(capacity), st, evictions, lower_rows,
+                np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
+                tracker(keys, store_threshold), np.int64(store_threshold))
+            if stalled != -2:
+                break
+            room *= 2
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
                 evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
-                lower_evictions, lacking)
+                lower_evictions, lacking, int(stalled))
 
 
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          evictions, lst, lcapacity, levictions, counts, threshold):  # pragma: no cover
+          evictions, lst, lcapacity, levictions, answers, counts, threshold):  # pragma: no cover
     """`vllm_offload_pass` on its arrays: a row per key and two markers, a column per
-    eviction, the lower tiers' rows, sizes and evictions, and the offer counts of a store
-    threshold (`offer_counts.py`); returns the lower tiers' counters last but one."""
+    eviction, the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), and
+    the offer counts of a store threshold (`offer_counts.py`); returns the lower tiers'
+    counters, the first chunks lacking, and the request whose lookup never settles (−1:
+    none; the pass stops there)."""
     n = offsets.size - 1
     below = lcapacity.size
     lends, lsize, lcounters, _ = lru_state(below, 0)
@@ -358,6 +371,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     lacking = np.full(n, -1, dtype=np.int64)  # the first chunk no tier held at the lookup
     prev = -1
     prev_seen = _SEEN1
+    step = 0  # the steps ended: an answer from below asked in this one is still in flight
     for i in range(n):
         if refused[i]:
             continue
@@ -366,32 +380,58 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         chunks = (offsets[i + 1] - start) // per_chunk
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
-        run = 0
-        promoted = -1  # the run's first chunk found below the CPU tier
-        while first + run < chunks:
-            k = chunk_key(ids, start, per_chunk, first + run)
-            if st[k, _RANK] >= 0:
-                source[run] = 0
-                run += 1
-                continue
-            t = holder_below(lst, below, k)
-            if t == below:
+        source[:max(chunks - first, 0)] = 0  # 0: the CPU tier, t + 1: promoted from tier t
+        p_chunks = 0 if prev < 0 else (offsets[prev + 1] - offsets[prev]) // per_chunk
+        passes = 0
+        while True:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
+            passes += 1
+            if below > 0 and sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
+                return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], \
+                    lcounters, lacking, -2  # out of room for the evictions: run again with more
+            run = 0
+            deferred = False
+            # Less than a chunk to load: no lookup at all (OS `_lookup_complete_chunks`).
+            for j in range(first, chunks if chunks * chunk_tokens - g >= chunk_tokens else 0):
+                k = chunk_key(ids, start, per_chunk, j)
+                if st[k, _RANK] >= 0:
+                    run += 1
+                    if st[k, _HELD] == _PENDING:
+                        deferred = True
+                    continue
+                retry = False
+                found = -1
+                for t in range(below):
+                    a = ask_below(answers, t, k, i, prev, passes == 1, step, held(lst, t, k))
+                    if a < 0:
+                        retry = True
+                    elif a == 1:
+                        found = t
+                        break
+                if found >= 0:
+                    if not _store(ids, start, per_chunk, j, j + 1, True, i, seen, capacity, st,
+                                  sc, req_rank, chosen, step_keys, evictions, counts, 0):
+                        break
+                    source[j - first] = found + 1
+                    read_below(lower, found, k)
+                    run += 1
+                    deferred = True
+                    continue
+                if retry:
+                    deferred = True
+                    continue
                 break
-            if promoted < 0:
-                promoted = run
-            source[run] = t + 1
-            run += 1
-        loaded = chunk_tokens * (first + run) - g
-        if loaded >= chunk_tokens and promoted >= 0:
-            # Promoted into the CPU tier before they load (a step): the run loads up to the
-            # first chunk that found no room.
-            if _offer(ids, start, per_chunk, first, first + run, True, i, seen, capacity, st,
-                      sc, req_rank, chosen, step_keys, evictions, lower, counts, threshold):
-                promoted_loaded(ids, start, per_chunk, first, run, source, lower)
-            else:
-                run = promoted
+            if not deferred:
+                break
+            if passes == 1 and prev >= 0:
+                _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, req_rank,
+                        req_next, req_failed, chosen, step_keys, evictions, lower, counts,
+                        threshold)
+            if passes > 4 * (chunks - first) + 8:
+                return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], \
+                    lcounters, lacking, i
             _end_step(step_keys, st, sc)
-            loaded = chunk_tokens * (first + run) - g
+            step += 1
+        loaded = chunk_tokens * (first + run) - g
         if first + run < chunks:
             lacking[i] = first + run
         if loaded < chunk_tokens:
@@ -412,15 +452,12 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             req_failed[i] = 0 if ok else 1
             if ok:
                 req_next[i] = chunks
-        if prev >= 0:
-            p_start = offsets[prev]
-            p_chunks = (offsets[prev + 1] - p_start) // per_chunk
-            if req_failed[prev] != 0 and req_next[prev] < p_chunks:
-                _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, False, prev,
-                       prev_seen, capacity, st, sc, req_rank, chosen, step_keys,
-                       evictions, lower, counts, threshold)
-            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, req_rank)
+        if passes == 1 and prev >= 0:  # the request before finishes in this one's first step
+            _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, req_rank,
+                    req_next, req_failed, chosen, step_keys, evictions, lower, counts,
+                    threshold)
         _end_step(step_keys, st, sc)
+        step += 1
         if loaded > 0:
             if req_next[i] < chunks:
                 ok = _offer(ids, start, per_chunk, req_next[i], chunks, False, i, seen,
@@ -430,10 +467,23 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 if ok:
                     req_next[i] = chunks
             _end_step(step_keys, st, sc)
-            if promoted < 0:
-                hits[0, i] = loaded
-            else:
-                split_by_source(hits, i, source, first, run, chunk_tokens, g)
+            step += 1
+            split_by_source(hits, i, source, first, run, chunk_tokens, g)
         prev = i
         prev_seen = seen
-    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking
+    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking, -1
+
+
+@nb.njit(cache=True)
+def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, req_rank, req_next,
+            req_failed, chosen, step_keys, evictions, lower, counts,
+            threshold):  # pragma: no cover - compiled
+    """The connector sees request `prev` finish: a failed offer offered again, then its keys
+    ranked (`_finish`)."""
+    p_start = offsets[prev]
+    p_chunks = (offsets[prev + 1] - p_start) // per_chunk
+    if req_failed[prev] != 0 and req_next[prev] < p_chunks:
+        _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, False, prev, prev_seen,
+               capacity, st, sc, req_rank, chosen, step_keys, evictions, lower, counts,
+               threshold)
+    _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, req_rank)

@@ -28,9 +28,13 @@ wheel: OS = `distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`, C
 
 Checked per request against vLLM's own scheduler and connector in
 `tests/prefix/test_tiers_vllm_golden.py` (fixtures: `benchmarks/engines/golden_tiers_vllm.py`).
-Secondary tiers (`TieringOffloadingSpec`, disk and remote) are modelled from the rules as read
-(each CPU chunk written through to every secondary tier, LRU there; a CPU miss that a secondary
-tier holds is promoted through the CPU), not checked against vLLM.
+Tiers below the CPU (`TieringOffloadingSpec`, disk and remote; T = `v1/kv_offload/tiering/`):
+every chunk the CPU tier stores is written to each of them (T `manager.py::complete_store`); a
+CPU miss asks them in order, a step late (T `async_lookup.py`), and a chunk one holds is
+promoted into the CPU alone, evicting as a store does, the lookup deferred a step until
+nothing is pending (`_lookup_pass`); no lookup happens when less than a chunk could load. vLLM's
+tiers never evict; a bounded one here is an LRU store. Checked against vLLM with its fs tier
+in the same test (fixtures `*_fs.json`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import MAX_TRACKED_OFFERS, TierSpec
@@ -168,8 +173,10 @@ class _CpuTier:
         self.access(req, keys, positions)
         self.loaded += len(keys)
 
-    def store(self, req: _Request, keys: list[int], positions: list[int]) -> bool:
-        """`prepare_store`: False when the offer fails whole."""
+    def store(self, req: _Request, keys: list[int], positions: list[int],
+              cascade: bool = True) -> bool:
+        """`prepare_store`: False when the offer fails whole. A promotion from a tier below
+        (`cascade` False) is not written back down."""
         admitted = set(_offered(self, req, keys))
         to_store = [i for i, k in enumerate(keys) if k in admitted]
         recorded = [i for i, k in enumerate(keys)
@@ -186,7 +193,7 @@ class _CpuTier:
             self.rank[keys[i]] = (rank, -positions[i])
             self.pending.add(keys[i])
         self.stored += len(to_store)
-        for tier in self.cascade:
+        for tier in self.cascade if cascade else ():
             for i in to_store:
                 tier.put(keys[i], req.index)
         return True
@@ -304,8 +311,9 @@ class _ArcCpuTier:
         self._record(req, keys, positions, keys)
         self.loaded += len(keys)
 
-    def store(self, req: _Request, keys: list[int], positions: list[int]) -> bool:
-        """`prepare_store`: False when the offer fails whole."""
+    def store(self, req: _Request, keys: list[int], positions: list[int],
+              cascade: bool = True) -> bool:
+        """`prepare_store`: False when the offer fails whole (`cascade` as `_CpuTier`'s)."""
         to_store = _offered(self, req, keys)
         ready = [k for k in keys if self.holds(k) and k not in self.pending]
         misses = [k for k in to_store if k not in req.store_misses]
@@ -331,7 +339,7 @@ class _ArcCpuTier:
             self.pending.add(key)
         req.inserted.update(to_store)
         self.stored += len(to_store)
-        for tier in self.cascade:
+        for tier in self.cascade if cascade else ():
             for key in to_store:
                 tier.put(key, req.index)
         return True
@@ -431,6 +439,7 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
         int(tier.capacity_chunks), int(tier.store_threshold))
     lower = [_SecondaryTier(int(t.capacity_chunks)) for t in secondary]
     cpu.cascade = lower
+    verdicts = [_Verdicts() for _ in lower]
     previous: _Request | None = None
     for i in range(n):
         if refused[i]:
@@ -443,43 +452,41 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
         req = _Request(keys=keys, positions=positions, index=i)
         g = int(gpu_hit_blocks[i]) * block
         first = g // chunk
-        run = 0
-        source: list[int] = []  # 0: the CPU tier, k: secondary tier k
-        while first + run < chunks:
-            where = _where(keys[first + run], cpu, lower)
-            if where < 0:
+        from_below: dict[int, int] = {}  # key -> the tier below it was promoted from (1, 2, …)
+        passes = 0
+        while True:  # one lookup a step until none is pending (OS `_maximal_prefix_lookup`)
+            passes += 1
+            run, deferred = 0, False
+            if chunks * chunk - g >= chunk:  # less than a chunk to load: no lookup at all
+                run, deferred = _lookup_pass(cpu, lower, verdicts, req, first, chunks,
+                                             from_below)
+            if not deferred:
                 break
-            source.append(where)
-            run += 1
+            if passes == 1:
+                _retire(cpu, verdicts, previous)
+            if passes > 4 * (chunks - first) + 8:
+                raise stalled_error(chains, i, tier)
+            _end_step(cpu, verdicts)  # promotions land: ready at the next step's lookup
         loaded = chunk * (first + run) - g
         if loaded < chunk:
             loaded = 0
-        elif any(source):
-            run = _promote(cpu, lower, req, first, source)
-            source = source[:run]
-            loaded = chunk * (first + run) - g
-            if loaded < chunk:
-                loaded = 0
         if lacking is not None:
             lacking[i] = first + run if first + run < chunks else -1
-        # Step 1: lookup, then either the load (the prefill waits a step) or the prefill.
+        # The step that runs the request: the load (the prefill waits a step) or the prefill.
         if loaded:
             cpu.load(req, keys[first:first + run], positions[first:first + run])
             req.next_stored = first + run
         else:
             _offer(cpu, req, chunks)
-        if previous is not None:
-            if previous.failed:
-                _offer(cpu, previous, len(previous.keys))
-            cpu.finish(previous)
-        cpu.end_step()
-        if loaded:  # step 2: the prefill after the load, and its store
+        if passes == 1:  # the request before finishes in the first step of this one
+            _retire(cpu, verdicts, previous)
+        _end_step(cpu, verdicts)
+        if loaded:  # the prefill after the load, and its store
             _offer(cpu, req, chunks)
-            cpu.end_step()
-        if loaded:
-            for j, where in enumerate(source):
+            _end_step(cpu, verdicts)
+            for j in range(run):
                 lo = max((first + j) * chunk, g)
-                hits[where][i] += (first + j + 1) * chunk - lo
+                hits[from_below.get(keys[first + j], 0)][i] += (first + j + 1) * chunk - lo
         previous = req
     evictions = (TierEvictions.of(cpu.records), *(TierEvictions.of(t.records) for t in lower))
     return tuple(hits), (cpu.counters(), *(t.counters() for t in lower)), evictions
@@ -507,37 +514,140 @@ class _SecondaryTier:
         self.keys[key] = request
         self.stored += 1
 
+    def holds(self, key: int) -> bool:
+        return key in self.keys
+
+    def read(self, key: int) -> None:
+        """A promotion read the chunk: most recent (vLLM's tiers never evict; a bounded one
+        here is an LRU store)."""
+        self.keys.move_to_end(key)
+        self.loaded += 1
+
     def counters(self) -> TierCounters:
         return TierCounters(stored_chunks=self.stored, evicted_chunks=self.evicted,
                             failed_stores=0, loaded_chunks=self.loaded)
 
 
-def _where(key: int, cpu: _CpuTier | _ArcCpuTier, lower: list[_SecondaryTier]) -> int:
-    """0 when the CPU tier holds `key`, k for the first secondary tier k that does, else -1."""
-    if cpu.holds(key):
-        return 0
-    for k, tier in enumerate(lower, start=1):
-        if key in tier.keys:
-            return k
-    return -1
+class StalledLookup(ConfigError):
+    """A request whose lookup never settles under vLLM's tiering: the chunks it finds below
+    the CPU tier are promoted one by one, each evicting another of its run, looked up again
+    a step later, for ever (`TieringOffloadingManager._initiate_promotion`). `request` is its
+    index in arrival order; `named` says it by its id."""
+
+    def __init__(self, request: int, chunks: int, name: str | None = None) -> None:
+        self.request = request
+        self.chunks = chunks
+        who = f"request {name}" if name is not None else \
+            f"request {request:,} (in arrival order)"
+        super().__init__(
+            f"{who} would never start under vLLM 0.33's tiers: the chunks it finds below the "
+            f"CPU tier are promoted into it one at a time, each evicting another of its "
+            f"{chunks:,}, and looked up again a step later, for ever; give the CPU tier "
+            f"(--tier cpu=...) at least its {chunks:,} chunks")
+
+    def named(self, name: str) -> StalledLookup:
+        return StalledLookup(self.request, self.chunks, name)
 
 
-def _promote(cpu: _CpuTier | _ArcCpuTier, lower: list[_SecondaryTier], req: _Request, first: int,
-             source: list[int]) -> int:
-    """Secondary hits are promoted into the CPU tier before they load (one step); returns
-    how much of the run is loadable (up to the first chunk that found no room)."""
-    promoted = [j for j, where in enumerate(source) if where]
-    keys = [req.keys[first + j] for j in promoted]
-    positions = [req.positions[first + j] for j in promoted]
-    if not cpu.store(req, keys, positions):
-        cpu.end_step()
-        return promoted[0]
-    for j in promoted:
-        tier = lower[source[j] - 1]
-        tier.keys.move_to_end(req.keys[first + j])
-        tier.loaded += 1
+def stalled_error(chains: BlockChains, request: int, cpu: TierSpec) -> StalledLookup:
+    """`StalledLookup` for request `request` of `chains` under CPU tier `cpu`."""
+    per_chunk = int(cpu.chunk_tokens) // int(chains.block_size_tokens)
+    chunks = int(chains.offsets[request + 1] - chains.offsets[request]) // per_chunk
+    return StalledLookup(request, chunks)
+
+
+class _Verdicts:
+    """A tier below the CPU answers "do you hold this chunk?" a step late
+    (`tiering/async_lookup.py::AsyncLookupManager`, used by the fs and obj tiers): a key asked
+    for the first time is RETRY this step and has its answer (what the tier held when asked)
+    from the next; an answer is kept while a request that asked for it is unfinished, so a
+    request can see the one the request before it got, however stale."""
+
+    def __init__(self) -> None:
+        self.answer: dict[int, bool] = {}
+        self.asked_by: dict[int, set[int]] = {}  # key -> unfinished requests that asked
+        self.asking: dict[int, set[int]] = {}  # request -> keys it asked for
+        self.in_flight: set[int] = set()  # asked this step: no answer yet
+
+    def ask(self, key: int, request: int, held: bool) -> bool | None:
+        if key not in self.answer:
+            self.answer[key] = held
+            self.in_flight.add(key)
+        self.asked_by.setdefault(key, set()).add(request)
+        self.asking.setdefault(request, set()).add(key)
+        return None if key in self.in_flight else self.answer[key]
+
+    def step_ends(self) -> None:
+        self.in_flight.clear()
+
+    def forget(self, request: int) -> None:
+        """`cleanup` when the request is finalized: answers no one else asked for go."""
+        for key in self.asking.pop(request, ()):
+            waiting = self.asked_by[key]
+            waiting.discard(request)
+            if not waiting and key not in self.in_flight:
+                del self.answer[key]
+                del self.asked_by[key]
+
+
+def _lookup_pass(cpu: _CpuTier | _ArcCpuTier, lower: list[_SecondaryTier],
+                 verdicts: list[_Verdicts], req: _Request, first: int, chunks: int,
+                 from_below: dict[int, int]) -> tuple[int, bool]:
+    """One lookup of the request's chunks from `first` (`TieringOffloadingManager.lookup`
+    for each): a CPU chunk is a hit (pending while its promotion is in flight); a CPU miss
+    asks the tiers below in order, and the first that answers "held" has the chunk promoted,
+    one chunk at a time, into the CPU tier (which may evict, even this run's own chunks; no
+    room ends the run); a tier that has not answered yet defers the lookup. Returns the run
+    and whether the lookup is deferred to the next step."""
+    run = 0
+    deferred = False
+    for j in range(first, chunks):
+        key = req.keys[j]
+        if cpu.holds(key):
+            run += 1
+            deferred |= key in cpu.pending
+            continue
+        retry = False
+        found = -1
+        for k, tier in enumerate(lower):
+            answer = verdicts[k].ask(key, req.index, tier.holds(key))
+            if answer is None:
+                retry = True
+            elif answer:
+                found = k
+                break
+        if found >= 0:
+            if not cpu.store(req, [key], [req.positions[j]], cascade=False):
+                break
+            from_below[key] = found + 1
+            lower[found].read(key)
+            run += 1
+            deferred = True
+            continue
+        if retry:
+            deferred = True
+            continue
+        break
+    return run, deferred
+
+
+def _retire(cpu: _CpuTier | _ArcCpuTier, verdicts: list[_Verdicts],
+            previous: _Request | None) -> None:
+    """The connector sees the request before finish: a failed offer offered again, then
+    its keys ranked (`on_request_finished`) and the answers it asked for forgotten."""
+    if previous is None:
+        return
+    if previous.failed:
+        _offer(cpu, previous, len(previous.keys))
+    cpu.finish(previous)
+    for v in verdicts:
+        v.forget(previous.index)
+
+
+def _end_step(cpu: _CpuTier | _ArcCpuTier, verdicts: list[_Verdicts]) -> None:
     cpu.end_step()
-    return len(source)
+    for v in verdicts:
+        v.step_ends()
 
 
 def _offer(cpu: _CpuTier | _ArcCpuTier, req: _Request, chunks: int) -> None:
@@ -588,10 +698,12 @@ def _compiled(kernel: Callable[..., tuple], chains: BlockChains, gpu_hit_blocks:
     cpu = tiers[0]
     block = int(chains.block_size_tokens)
     (hits, stored, evicted, failed, loaded, ev_key, ev_req, ev_last, lower_counters,
-     lower_evictions, first_lacking) = kernel(
+     lower_evictions, first_lacking, stalled) = kernel(
         chains.offsets, chains.ids, gpu_hit_blocks, refused, int(cpu.chunk_tokens) // block,
         int(cpu.chunk_tokens), block, int(cpu.capacity_chunks), int(chains.num_distinct),
         tuple(int(t.capacity_chunks) for t in tiers[1:]), int(cpu.store_threshold))
+    if stalled >= 0:
+        raise stalled_error(chains, stalled, cpu)
     if lacking is not None:
         lacking[:] = first_lacking
     counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
