@@ -24,6 +24,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     ask_below,
     chunk_key,
     held,
+    holder_below,
     lru_state,
     most_chunks,
     read_below,
@@ -303,47 +304,24 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         chunks = (offsets[i + 1] - start) // per_chunk
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
-        source[:max(chunks - first, 0)] = 0  # 0: the CPU tier, t + 1: promoted from tier t
+        if below > 0:
+            source[:max(chunks - first, 0)] = 0  # 0: the CPU tier, t + 1: promoted from tier t
         p_chunks = 0 if prev < 0 else (offsets[prev + 1] - offsets[prev]) // per_chunk
         passes = 0
-        while True:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
+        if below == 0:  # the CPU tier alone: one lookup, nothing to wait for
+            passes = 1
+            run = 0
+            while first + run < chunks and _held(st, chunk_key(ids, start, per_chunk, first + run)):
+                run += 1
+        while below > 0:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
             passes += 1
-            if below > 0 and sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
+            if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
                 return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
                         lacking, -2)  # out of room for the evictions: run again with more
-            run = 0
-            deferred = False
-            # Less than a chunk to load: no lookup at all (OS `_lookup_complete_chunks`).
-            for j in range(first, chunks if chunks * chunk_tokens - g >= chunk_tokens else 0):
-                k = chunk_key(ids, start, per_chunk, j)
-                if _held(st, k):
-                    run += 1
-                    if st[k, _HELD] == _PENDING:
-                        deferred = True
-                    continue
-                retry = False
-                found = -1
-                for t in range(below):
-                    a = ask_below(answers, t, k, i, prev, passes == 1, step, held(lst, t, k))
-                    if a < 0:
-                        retry = True
-                    elif a == 1:
-                        found = t
-                        break
-                if found >= 0:
-                    if not _store(ids, start, per_chunk, j, j + 1, True, i, slot, capacity, 0,
-                                  counts, st, ends, size, target, sc, chosen, step_keys,
-                                  evictions, misses):
-                        break
-                    source[j - first] = found + 1
-                    read_below(lower, found, k)
-                    run += 1
-                    deferred = True
-                    continue
-                if retry:
-                    deferred = True
-                    continue
-                break
+            run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens,
+                                          i, prev, passes == 1, step, slot, capacity, counts,
+                                          st, ends, size, target, sc, chosen, step_keys,
+                                          evictions, misses, answers, source, lower)
             if not deferred:
                 break
             if passes == 1 and prev >= 0:
@@ -382,9 +360,16 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             if ok:
                 next_stored[i] = chunks
         if passes == 1 and prev >= 0:  # the request before finishes in this one's first step
-            _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold, counts, st,
-                    ends, size, target, sc, chosen, step_keys, evictions, misses, lower,
-                    failed, next_stored)
+            # (`_retire`, written out: the one call a request without tiers below makes)
+            p_start = offsets[prev]
+            if failed[prev] and next_stored[prev] < p_chunks:
+                ok = _offer(ids, p_start, per_chunk, next_stored[prev], p_chunks, False, prev,
+                            prev_slot, capacity, threshold, counts, st, ends, size, target, sc,
+                            chosen, step_keys, evictions, misses, lower)
+                failed[prev] = not ok
+                if ok:
+                    next_stored[prev] = p_chunks
+            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_slot, st, ends, size)
         _end_step(step_keys, st, sc)
         step += 1
         if loaded > 0:
@@ -397,10 +382,64 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                     next_stored[i] = chunks
             _end_step(step_keys, st, sc)
             step += 1
-            split_by_source(hits, i, source, first, run, chunk_tokens, g)
+            if below == 0:
+                hits[0, i] = loaded
+            else:
+                split_by_source(hits, i, source, first, run, chunk_tokens, g)
         prev = i
         prev_slot = slot
     return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking, -1)
+
+
+@nb.njit(cache=True)
+def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, prev, prev_live,
+                  step, slot, capacity, counts, st, ends, size, target, sc, chosen, step_keys,
+                  evictions, misses, answers, source, lower):  # pragma: no cover - compiled
+    """One lookup of request `req` with tiers below the CPU (`vllm_native._lookup_pass`):
+    its run, and whether a chunk is pending (the lookup runs again next step)."""
+    lst = lower[0]
+    below = lower[3].size
+    run = 0
+    deferred = False
+    if chunks * chunk_tokens - g < chunk_tokens:
+        # Less than a chunk to load: no lookup at all (OS `_lookup_complete_chunks`); what a
+        # tier holds, for `lacking`.
+        while first + run < chunks:
+            k = chunk_key(ids, start, per_chunk, first + run)
+            if not (_held(st, k) or holder_below(lst, below, k) < below):
+                break
+            run += 1
+        return run, False
+    for j in range(first, chunks):
+        k = chunk_key(ids, start, per_chunk, j)
+        if _held(st, k):
+            run += 1
+            if st[k, _HELD] == _PENDING:
+                deferred = True
+            continue
+        retry = False
+        found = -1
+        for t in range(below):
+            a = ask_below(answers, t, k, req, prev, prev_live, step, held(lst, t, k))
+            if a < 0:
+                retry = True
+            elif a == 1:
+                found = t
+                break
+        if found >= 0:
+            if not _store(ids, start, per_chunk, j, j + 1, True, req, slot, capacity, 0, counts,
+                          st, ends, size, target, sc, chosen, step_keys, evictions, misses):
+                break
+            source[j - first] = found + 1
+            read_below(lower, found, k)
+            run += 1
+            deferred = True
+            continue
+        if retry:
+            deferred = True
+            continue
+        break
+    return run, deferred
 
 
 @nb.njit(cache=True)

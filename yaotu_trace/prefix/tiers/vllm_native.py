@@ -456,10 +456,14 @@ def replay_vllm_offload(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused
         passes = 0
         while True:  # one lookup a step until none is pending (OS `_maximal_prefix_lookup`)
             passes += 1
-            run, deferred = 0, False
-            if chunks * chunk - g >= chunk:  # less than a chunk to load: no lookup at all
+            if chunks * chunk - g >= chunk:
                 run, deferred = _lookup_pass(cpu, lower, verdicts, req, first, chunks,
                                              from_below)
+            else:  # less than a chunk to load: no lookup at all (what a tier holds, for
+                # `lacking`)
+                run, deferred = 0, False
+                while first + run < chunks and _where(keys[first + run], cpu, lower) >= 0:
+                    run += 1
             if not deferred:
                 break
             if passes == 1:
@@ -554,6 +558,16 @@ def stalled_error(chains: BlockChains, request: int, cpu: TierSpec) -> StalledLo
     per_chunk = int(cpu.chunk_tokens) // int(chains.block_size_tokens)
     chunks = int(chains.offsets[request + 1] - chains.offsets[request]) // per_chunk
     return StalledLookup(request, chunks)
+
+
+def _where(key: int, cpu: _CpuTier | _ArcCpuTier, lower: list[_SecondaryTier]) -> int:
+    """0 when the CPU tier holds `key`, k for the first tier below it that does, else −1."""
+    if cpu.holds(key):
+        return 0
+    for k, tier in enumerate(lower, start=1):
+        if tier.holds(key):
+            return k
+    return -1
 
 
 class _Verdicts:
