@@ -14,9 +14,12 @@ counters among the rest.
 
 Writes `tests/fixtures/tier_metrics/vllm_offload_mixed.metrics.txt` (the scrape) and
 `vllm_offload_mixed.json` (the configuration and the per-request hits vLLM reported, which the
-counters must sum to). Run in an environment with vLLM 0.33.0:
+counters must sum to); with `--secondary fs`, `vllm_offload_mixed_fs.*` from a smaller CPU tier
+with vLLM's file-system tier below it (`TieringOffloadingSpec`), where the counters split the
+external hits into `host` and `disk`. Run in an environment with vLLM 0.33.0:
 
     PYTHONPATH=. /tmp/venv-vllm/bin/python benchmarks/engines/tier_metrics_vllm.py
+    PYTHONPATH=. /tmp/venv-vllm/bin/python benchmarks/engines/tier_metrics_vllm.py --secondary fs
 
 Deterministic but for the `_created` timestamps prometheus_client writes.
 """
@@ -36,6 +39,10 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "tier_metrics"
 TRACE = ROOT / "tests" / "fixtures" / "engines" / "trace_mixed.parquet"
 CONFIG = Config(block_size_tokens=16, num_gpu_blocks=66, cpu_chunks=176, blocks_per_chunk=1)
+# With the fs tier below: a CPU tier of 64 chunks (the longest prompt's 32 fit), the disk serving
+# most of the external hits (`tests/fixtures/tiers_vllm/vllm_offload_mixed_fs.json` has it).
+CONFIG_FS = Config(block_size_tokens=16, num_gpu_blocks=66, cpu_chunks=64, blocks_per_chunk=1,
+                   secondary="fs")
 
 
 class MeteredOffload(VllmOffload):
@@ -78,31 +85,42 @@ class MeteredOffload(VllmOffload):
             del self.scheduler.update_from_output
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     import prometheus_client
     import vllm
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--secondary", choices=("fs",), default="")
+    args = parser.parse_args(argv)
+    config = CONFIG_FS if args.secondary else CONFIG
+    name = "vllm_offload_mixed" + ("_fs" if args.secondary else "")
     tenants, prompts = load_prompts(TRACE)
     max_len = 1 << max(12, (max(len(p) for p in prompts) + 2).bit_length())
-    engine = MeteredOffload(CONFIG, _model_dir(), max_len)
+    engine = MeteredOffload(config, _model_dir(), max_len)
     gpu, cpu, refused = engine.run(tenants, prompts)
     scrape = prometheus_client.generate_latest(prometheus_client.REGISTRY).decode()
     # `_created` lines carry the wall clock; drop them so the fixture is the same every run.
     scrape = "".join(line + "\n" for line in scrape.splitlines()
                      if not re.match(r"^\S+_created[{ ]", line))
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "vllm_offload_mixed.metrics.txt").write_text(scrape)
+    (OUT / f"{name}.metrics.txt").write_text(scrape)
     document = {"engine": "vllm", "engine_version": vllm.__version__,
-                "trace": TRACE.name, "block_size_tokens": CONFIG.block_size_tokens,
-                "num_gpu_blocks": CONFIG.num_gpu_blocks, "cpu_chunks": CONFIG.cpu_chunks,
-                "blocks_per_chunk": CONFIG.blocks_per_chunk,
+                "trace": TRACE.name, "block_size_tokens": config.block_size_tokens,
+                "num_gpu_blocks": config.num_gpu_blocks, "cpu_chunks": config.cpu_chunks,
+                "blocks_per_chunk": config.blocks_per_chunk,
+                **({"secondary": config.secondary} if config.secondary else {}),
                 "prompt_tokens": sum(len(p) for p in prompts),
-                "gpu_hit_tokens": sum(gpu), "cpu_hit_tokens": sum(cpu), "refused": refused}
-    (OUT / "vllm_offload_mixed.json").write_text(json.dumps(document, indent=1) + "\n")
+                "gpu_hit_tokens": sum(gpu), "cpu_hit_tokens": sum(cpu),
+                **({"disk_hit_tokens": sum(engine.disk)} if config.secondary else {}),
+                "refused": refused}
+    (OUT / f"{name}.json").write_text(json.dumps(document, indent=1) + "\n")
     by_source = [line for line in scrape.splitlines()
                  if line.startswith("vllm:prompt_tokens_cached_by_source_total")]
     print("\n".join(by_source))
-    print(f"per request: gpu {sum(gpu):,} cpu {sum(cpu):,} refused {len(refused)}")
+    disk = f" disk {sum(engine.disk):,}" if config.secondary else ""
+    print(f"per request: gpu {sum(gpu):,} cpu {sum(cpu):,}{disk} refused {len(refused)}")
     return 0
 
 

@@ -57,6 +57,25 @@ def test_vllm_counts_by_source_are_its_own_per_request_hits() -> None:
     assert section["uncompared_sources"] == {"external_unspecified": 0.0, "p2p": 0.0}
 
 
+def test_vllm_counts_host_and_disk_as_its_fs_tier_served_them() -> None:
+    """vLLM's `prompt_tokens_cached_by_source` with its fs tier below a 64-chunk CPU tier:
+    host and disk are the sums of the same run's per-request split, and the replay, with a
+    disk that never evicts (as vLLM's), agrees with every source."""
+    fed = json.loads((HERE / "vllm_offload_mixed_fs.json").read_text())
+    found = tier_sources(read_metrics(HERE / "vllm_offload_mixed_fs.metrics.txt"))
+    assert found is not None
+    assert found.tokens["device"] == fed["gpu_hit_tokens"] == 24_816
+    assert found.tokens["host"] == fed["cpu_hit_tokens"] == 240
+    assert found.tokens["disk"] == fed["disk_hit_tokens"] == 32_768
+    section = _observed(HERE / "vllm_offload_mixed_fs.metrics.txt", preset="vllm",
+                        block_size_tokens=16, capacity="66",
+                        tiers=("cpu=64blocks", "disk=100000blocks"))
+    rows = {t["name"]: (t["observed_hit_tokens"], t["replayed_hit_tokens"], t["verdict"])
+            for t in section["tiers"]}
+    assert rows == {"gpu": (24_816, 24_816, AGREES), "cpu": (240, 240, AGREES),
+                    "disk": (32_768, 32_768, AGREES)}
+
+
 def test_sglang_cached_tokens_by_cache_source_come_out_as_fed() -> None:
     device, host, storage, prompt = _sums(HERE / "sglang_hicache_mixed.requests.csv",
                                           "gpu_hit_tokens", "cpu_hit_tokens", "disk_hit_tokens",
