@@ -513,3 +513,32 @@ def test_vllm_kernels_count_offers_past_the_trackers_size(arc: bool) -> None:
                                                      arc=arc)
     # THEN the same
     assert compiled.tolist() == python.tolist() and counters == reference
+
+
+@pytest.mark.parametrize("arc", [False, True])
+def test_vllm_kernels_run_again_when_promotions_outgrow_the_evictions_room(
+        arc: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN random prompts, a small CPU tier over a disk that never evicts, and the kernels'
+    # first room for evictions far too small (promotions evict again and again)
+    from yaotu_trace.prefix.tiers import lru_rows
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_arc, replay_vllm_tiers
+
+    chains, gpu, refused = _tiny_vocabulary_case(11)
+    tiers = (_tier("cpu", 7, 2), _tier("disk", 1000, 2))
+    kernel = replay_vllm_arc if arc else replay_vllm_tiers
+    expected = kernel(chains, gpu.hit_blocks, refused, tiers)
+    tries: list[int] = []
+
+    def tiny(chunks: int, lrus: int) -> int:
+        tries.append(chunks)
+        return 3
+
+    monkeypatch.setattr(lru_rows, "first_room", tiny)
+    # WHEN replayed with that room
+    hits, counters, evictions = kernel(chains, gpu.hit_blocks, refused, tiers)
+    # THEN the pass ran out of room, ran again with more, and gave the same hits, counters and
+    # evictions
+    assert len(tries) == 1 and int(expected[1][0].evicted_chunks) > 3
+    assert [h.tolist() for h in hits] == [h.tolist() for h in expected[0]]
+    assert counters == expected[1]
+    assert evictions[0].key.tolist() == expected[2][0].key.tolist()

@@ -171,6 +171,13 @@ def promoted_loaded(ids, start, per_chunk, first, run, source, lower):  # pragma
             counters[source[j] - 1, LOADED] += 1
 
 
+def first_room(chunks: int, lrus: int) -> int:
+    """Room for the CPU tier's evictions, first try: each chunk of the trace stored once (and
+    once more promoted from below). Promoted again and again, a lookup can need more: the
+    pass then stops and runs again with twice the room."""
+    return (2 if lrus else 1) * chunks + 1
+
+
 def verdicts(lrus: int, keys: int) -> np.ndarray:
     """What each tier below vLLM's CPU tier last answered for each key, as `ask_below` keeps
     it: the answer (−1: none kept), the last request that asked, the step it was asked in."""

@@ -20,6 +20,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.tiers import lru_rows
 from yaotu_trace.prefix.tiers.lru_rows import (
     ask_below,
     chunk_key,
@@ -469,8 +470,7 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
     offsets = np.asarray(offsets, dtype=np.int64)
     keys = max(num_keys, 1)
     chunks = int(offsets[-1]) // per_chunk
-    # Stores: each request's chunks once, and once more each chunk promoted from below.
-    room = (2 if lower_capacity else 1) * chunks + 1
+    room = lru_rows.first_room(chunks, len(lower_capacity))
     width = _WIDTH + (3 if store_threshold >= 2 else 0)  # and the offer counts' rows
     need = 8 * (width * keys + (7 * len(lower_capacity) * keys if lower_capacity else 0))
     with memory.reserved(need, f"vLLM's CPU offload (arc) over {keys:,} chunk keys",

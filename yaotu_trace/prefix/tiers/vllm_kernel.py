@@ -38,6 +38,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace.prefix import memory
+from yaotu_trace.prefix.tiers import lru_rows
 from yaotu_trace.prefix.tiers.lru_rows import (
     ask_below,
     chunk_key,
@@ -314,8 +315,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     n = offsets.size - 1
     keys = max(num_keys, 1)
     chunks = int(offsets[n]) // per_chunk
-    # Stores: each request's chunks once, and once more each chunk promoted from below.
-    room = (2 if lower_capacity else 1) * chunks + 1
+    room = lru_rows.first_room(chunks, len(lower_capacity))
     rows_st = keys + 2  # the keys' rows, then the two live requests' markers
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
     need = 8 * (8 * rows_st + (7 * len(lower_capacity) * keys if lower_capacity else 0)
