@@ -331,18 +331,18 @@ def test_hot_prefixes_count_what_no_tier_served(capsys: pytest.CaptureFixture[st
         assert h["recomputed_tokens"] == h["by_reason_tokens"]["isolation"]
 
 
-@pytest.mark.parametrize(("disk_chunks", "said"), [(100_000, False), (50, True)])
-def test_vllm_fs_tier_from_the_command_line(disk_chunks: int, said: bool, tmp_path: Path,
+@pytest.mark.parametrize(("disk", "said"), [("unlimited", False), ("100000blocks", False),
+                                           ("50blocks", True)])
+def test_vllm_fs_tier_from_the_command_line(disk: str, said: bool, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN vLLM's pool of 66 blocks, a CPU tier of 64 and its fs tier below (recorded by
     # benchmarks/engines/golden_tiers_vllm.py --secondary fs: the fs tier never evicts)
     config = _golden("vllm_offload_mixed_fs.json", 66, 64)
     assert sum(config["disk_hit_tokens"]) > 0 and sum(config["cpu_hit_tokens"]) > 0
     out = tmp_path / "hits.csv"
-    # WHEN replayed with a disk larger than the trace (vLLM's) and with a small one
+    # WHEN replayed with an unlimited disk (vLLM's), one larger than the trace, a small one
     doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
-                 "cpu=64blocks", "--tier", f"disk={disk_chunks}blocks", "--out", str(out)],
-                capsys)
+                 "cpu=64blocks", "--tier", f"disk={disk}", "--out", str(out)], capsys)
     hits = pd.read_csv(out)
     notes = [n for n in doc["prefix_reuse"]["notes"] if "never evict" in n]
     # THEN the large one gives vLLM's hits per request, CPU and disk alike, and only the small
@@ -351,25 +351,44 @@ def test_vllm_fs_tier_from_the_command_line(disk_chunks: int, said: bool, tmp_pa
         assert hits["cpu_hit_tokens"].tolist() == config["cpu_hit_tokens"]
         assert hits["disk_hit_tokens"].tolist() == config["disk_hit_tokens"]
         assert notes == []
+        disk_row = doc["prefix_reuse"]["tiers"]["tiers"][1]
+        assert disk_row["unlimited"] == (disk == "unlimited")
+        assert disk_row["evicted_chunks"] == 0
     else:
         assert len(notes) == 1 and notes[0].startswith("vLLM 0.33's tiers below the CPU")
         assert "disk (" in notes[0]
 
 
+@pytest.mark.parametrize("disk", ["100000blocks", "unlimited"])
 def test_a_request_vllm_would_never_start_is_refused_by_name(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        disk: str, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN the first 40 requests of the sessions trace, 39 GPU blocks and a CPU tier of 19
     # above vLLM's fs tier: vLLM 0.33's scheduler, driven over them, never finished request 29
     # (its disk chunks promoted into the CPU evict each other, a step at a time)
-    trace = tmp_path / "sess40.parquet"
-    pd.read_parquet(FIXTURES / "engines" / "trace_sessions.parquet").head(40).to_parquet(trace)
+    trace = FIXTURES / "tiers_vllm" / "sessions_first40.parquet"
     capsys.readouterr()
     # WHEN replayed
     code = main(["replay", str(trace), "--preset", "vllm", "--capacity", "39", "--tier",
-                 "cpu=19blocks", "--tier", "disk=100000blocks"])
+                 "cpu=19blocks", "--tier", f"disk={disk}"])
     # THEN it is refused in one line naming that request and the CPU size it needs (exit 2)
     err = capsys.readouterr().err.strip()
     assert code == ExitCode.USAGE
     assert len(err.splitlines()) == 1
     assert err.startswith("error: request sessions-0029 would never start")
     assert err.endswith("at least its 31 chunks")
+
+
+def test_an_unlimited_disk_is_priced_at_what_it_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN vLLM's pool and CPU tier with its fs tier below, which has no size, and prices
+    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 "cpu=64blocks", "--tier", "disk=unlimited", "--model", "llama-3.1-8b",
+                 "--gpu", "H100", "--gpu-price", "2.5", "--memory-price", "3"], capsys)
+    disk = doc["prefix_reuse"]["tiers"]["tiers"][1]
+    priced = doc["prefill_pricing"]["tiers"][1]
+    # THEN its memory is priced at the chunks it holds at the end (it never evicts), in the
+    # model's KV bytes (Llama-3.1-8B: 131,072 bytes a token)
+    held = (disk["stored_chunks"] - disk["evicted_chunks"]) * disk["chunk_tokens"]
+    assert disk["unlimited"] and disk["evicted_chunks"] == 0 and held > 0
+    assert priced["size_bytes"] == held * 131_072
+    assert priced["memory_money_per_day"] == pytest.approx(
+        held * 131_072 / 2**30 * 3 / (365.25 / 12))

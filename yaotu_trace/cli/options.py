@@ -295,8 +295,9 @@ TierOpt = Annotated[
     list[str] | None,
     typer.Option("--tier", metavar="NAME=SIZE", show_default=False,
                  help="A tier below the GPU pool (repeatable, top down): NAME cpu, disk or "
-                 "remote; SIZE in GiB/GB (needs --model), tokens (64Mtok) or blocks (20000) "
-                 "[default: none].", rich_help_panel="Tiers below the GPU"),
+                 "remote; SIZE in GiB/GB (needs --model), tokens (64Mtok) or blocks (20000), "
+                 "or unlimited below the first (vLLM's fs tier) [default: none].",
+                 rich_help_panel="Tiers below the GPU"),
 ]
 TierChunkOpt = Annotated[
     int | None,

@@ -142,6 +142,14 @@ def pricing_section(*, request_id: np.ndarray, arrival_s: np.ndarray, prompt_tok
     return section
 
 
+def _held_tokens(tier: Mapping[str, Any]) -> int:
+    """The tokens a tier's memory price counts: its size, or for an unlimited tier (which
+    never evicts) what it holds at the end, its largest."""
+    if not tier.get("unlimited"):
+        return int(tier["capacity_tokens"])
+    return (int(tier["stored_chunks"]) - int(tier["evicted_chunks"])) * int(tier["chunk_tokens"])
+
+
 def price_replay(loaded: Trace, options: ReplayOptions, rules: Any, columns: dict[str, Any],
                  pricing: PricingOptions, tiers: dict[str, Any] | None) -> dict[str, Any]:
     """The `prefill_pricing` section of one replay (`columns`: its `--out` columns, `tiers`
@@ -159,7 +167,7 @@ def price_replay(loaded: Trace, options: ReplayOptions, rules: Any, columns: dic
     pool = (None if rules.capacity_blocks is None
             else float(rules.capacity_blocks) * rules.block_size_tokens * kv)
     served = tuple(
-        TierServed(name=t["name"], size_bytes=float(t["capacity_tokens"]) * kv,
+        TierServed(name=t["name"], size_bytes=float(_held_tokens(t)) * kv,
                    hit_tokens=np.asarray(columns[f"{t['name']}_hit_tokens"]))
         for t in (tiers or {}).get("tiers", ()))
     gpu_hits = columns.get("gpu_hit_tokens", columns["hit_tokens"])

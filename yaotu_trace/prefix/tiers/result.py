@@ -188,6 +188,7 @@ class TieredResult:
             tiers.append({
                 "name": str(spec.name), "capacity_chunks": spec.capacity_chunks,
                 "chunk_tokens": spec.chunk_tokens, "capacity_tokens": spec.capacity_tokens,
+                "unlimited": spec.unlimited,
                 "hit_tokens": served, "hit_ratio": served / prompt if prompt else 0.0,
                 "requests_served": int((hits > 0).sum()),
                 "loaded_bytes": None if kv_bytes_per_token is None

@@ -8,7 +8,7 @@ Sizes in bytes become chunks through the KV bytes per token, as each engine size
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Final
 
@@ -67,13 +67,16 @@ class TierSpec:
     `capacity_chunks` is whole chunks of `chunk_tokens` tokens (a multiple of the replay's
     block size); a tier holds at least one. `store_threshold` is vLLM's admission rule for its
     CPU tier (`store_threshold` in `kv_connector_extra_config`): at 2 or more a chunk is stored
-    from its that-many-th offer on; 0 or 1 stores every offer.
+    from its that-many-th offer on; 0 or 1 stores every offer. An `unlimited` tier (one below
+    the first: vLLM's fs and obj tiers have no size) never fills: the replay gives it room for
+    every chunk of the trace (`bounded`).
     """
 
     name: TierName
     capacity_chunks: int
     chunk_tokens: int
     store_threshold: int = 0
+    unlimited: bool = False
 
     def __post_init__(self) -> None:
         """Refuse a tier that cannot hold one chunk."""
@@ -87,6 +90,13 @@ class TierSpec:
     def capacity_tokens(self) -> int:
         """The tier's size in tokens."""
         return self.capacity_chunks * self.chunk_tokens
+
+    def bounded(self, chunks_in_trace: int) -> TierSpec:
+        """An unlimited tier sized for every chunk of a trace of `chunks_in_trace` chunks (it
+        can hold no more distinct ones, so it never evicts); a sized tier as it is."""
+        if not self.unlimited:
+            return self
+        return replace(self, capacity_chunks=max(1, chunks_in_trace + 1))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,7 +181,13 @@ def resolve_tiers(requests: tuple[TierRequest, ...], *, policy: TierPolicy,
         seen.add(request.name)
         capacity = parse_capacity(request.size_text)
         if capacity.unlimited:
-            raise ConfigError(f"--tier {request.name}={request.size_text}: a tier needs a size")
+            if not tiers:
+                raise ConfigError(f"--tier {request.name}={request.size_text}: the first tier "
+                                  "below the GPU needs a size (it is host memory); a tier "
+                                  "below it may be unlimited, as vLLM's fs tier is")
+            tiers.append(TierSpec(name=request.name, capacity_chunks=1, chunk_tokens=chunk,
+                                  unlimited=True))
+            continue
         if capacity.unit == "bytes":
             if kv_bytes_per_token is None:
                 raise ConfigError(f"--tier {request.name}={request.size_text} is in bytes; "

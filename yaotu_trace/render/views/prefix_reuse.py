@@ -148,7 +148,8 @@ def tier_rows(s: dict[str, Any]) -> list[list[str]]:
              "", "", "", "", ""]]
     for tier in t["tiers"]:
         loaded = "" if tier["loaded_bytes"] is None else fmt.bytes_(tier["loaded_bytes"])
-        rows.append([tier["name"], fmt.tokens(tier["capacity_tokens"]),
+        size = "unlimited" if tier.get("unlimited") else fmt.tokens(tier["capacity_tokens"])
+        rows.append([tier["name"], size,
                      fmt.count(tier["hit_tokens"]), fmt.pct(tier["hit_ratio"]),
                      fmt.count(tier["requests_served"]), fmt.count(tier["stored_chunks"]),
                      fmt.count(tier["evicted_chunks"]), fmt.count(tier["failed_stores"]),
