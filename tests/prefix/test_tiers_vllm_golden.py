@@ -123,13 +123,13 @@ def test_tiers_vllm_with_an_fs_tier_matches_vllm_per_request(fixture: str, index
     chains, rules = _chains(document["trace"], block, config["num_gpu_blocks"])
     chunk = block * config["blocks_per_chunk"]
     cpu = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"], chunk_tokens=chunk)
-    # vLLM's fs tier never evicts: a disk of more chunks than the trace has is that tier
-    every = int(chains.offsets[-1]) // config["blocks_per_chunk"] + 1
-    disk = TierSpec(name=TierName.DISK, capacity_chunks=every, chunk_tokens=chunk)
+    # vLLM's fs tier has no size and never evicts: an unlimited disk (`--tier disk=unlimited`)
+    disk = TierSpec(name=TierName.DISK, capacity_chunks=1, chunk_tokens=chunk, unlimited=True)
     policy = TierPolicy.VLLM_ARC if fixture.endswith("_arc_fs.json") else TierPolicy.VLLM
     # WHEN the tiered replay runs it
     result = replay_tiers(chains, rules, (cpu, disk), policy)
-    # THEN every request's GPU, CPU and disk hit is vLLM's
+    # THEN every request's GPU, CPU and disk hit is vLLM's, and the disk evicted nothing
+    assert result.counters[1].evicted_chunks == 0
     np.testing.assert_array_equal(result.gpu_hit_tokens, config["gpu_hit_tokens"])
     np.testing.assert_array_equal(result.tier_hit_tokens[0], config["cpu_hit_tokens"])
     np.testing.assert_array_equal(result.tier_hit_tokens[1], config["disk_hit_tokens"])

@@ -144,15 +144,15 @@ def lower_eviction_note(tiered: TieredResult) -> str | None:
     size, not vLLM's; at or above the chunks the trace writes it is vLLM's exactly."""
     if tiered.policy not in VLLM_POLICIES:
         return None
-    full = [f"{spec.name} ({counters.evicted_chunks:,} chunks evicted; "
-            f"{counters.stored_chunks:,} chunks or more would evict none)"
+    full = [(str(spec.name), counters.evicted_chunks)
             for spec, counters in zip(tiered.tiers[1:], tiered.counters[1:], strict=True)
             if counters.evicted_chunks > 0]
     if not full:
         return None
-    return (f"vLLM 0.33's tiers below the CPU (fs, obj) never evict: {', '.join(full)} "
-            "replayed as an LRU store of the size given, which vLLM's is not; a size that "
-            "evicts none is vLLM's exactly (tiering/fs/manager.py)")
+    said = ", ".join(f"{name} ({evicted:,} chunks evicted)" for name, evicted in full)
+    return (f"vLLM 0.33's tiers below the CPU (fs, obj) have no size and never evict: {said} "
+            "replayed as an LRU store of the size given, which vLLM's is not; "
+            f"--tier {full[0][0]}=unlimited is vLLM's tier (tiering/fs/manager.py)")
 
 
 def _ordinal(n: int) -> str:
