@@ -37,3 +37,27 @@ def test_per_day_of_the_traces_traffic() -> None:
     # 64 GiB at $3 per GiB-month: 192 $/month over 30.4375 days.
     assert memory_money_per_day(64 * 2**30, Prices(memory_per_gib_month=3.0)) == pytest.approx(
         192 / 30.4375)
+
+
+def test_a_tier_can_have_its_own_memory_price() -> None:
+    # GIVEN host memory at $3 and NVMe at $0.08 per GiB-month (`--memory-price 3,disk=0.08`)
+    prices = Prices.parse(None, "3,disk=0.08")
+    # THEN the disk is priced at its own, every other tier at the common price
+    assert prices.memory_for("disk") == 0.08 and prices.memory_for("cpu") == 3.0
+    assert memory_money_per_day(2**30, prices, "disk") == pytest.approx(0.08 / 30.4375)
+    assert prices.to_dict()["memory_per_gib_month_by_tier"] == {"disk": 0.08}
+    # and a tier priced alone leaves the others unpriced
+    alone = Prices.parse(None, "remote=0.02")
+    assert alone.memory_for("remote") == 0.02 and alone.memory_for("cpu") is None
+    assert memory_money_per_day(2**30, alone, "cpu") is None
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("3,4", "two prices for every tier"), ("ssd=1", "'ssd' is not a tier"),
+    ("disk=x", "--memory-price disk 'x' is not a price"), ("disk=1,disk=2", "prices disk twice"),
+])
+def test_bad_tier_memory_prices_are_one_line_usage_errors(text: str, said: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Prices.parse(None, text)
+    assert info.value.exit_code == ExitCode.USAGE
+    assert said in str(info.value) and "\n" not in str(info.value)

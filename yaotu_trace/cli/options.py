@@ -192,7 +192,8 @@ GpuPriceOpt = Annotated[
 MemoryPriceOpt = Annotated[
     str | None,
     typer.Option("--memory-price", metavar="DOLLARS", help="$ per GiB-month of host memory or "
-                 "storage: a tier's size priced per day (no default)."),
+                 "storage: a tier's size priced per day; NAME=DOLLARS prices one tier, e.g. "
+                 "3,disk=0.08 (no default)."),
 ]
 LinkOpt = Annotated[
     list[str] | None,

@@ -129,7 +129,7 @@ def pricing_section(*, request_id: np.ndarray, arrival_s: np.ndarray, prompt_tok
     for tier, price in zip(tiers, fetch.tiers, strict=True):
         gpu_s = price.ttft_saved_s * compute.gpus
         memory = (None if tier.size_bytes is None
-                  else memory_money_per_day(tier.size_bytes, prices))
+                  else memory_money_per_day(tier.size_bytes, prices, tier.name))
         money = _money(gpu_s, span, prices)
         net = (None if money["gpu_money_per_day"] is None or memory is None
                else money["gpu_money_per_day"] - memory)

@@ -60,7 +60,8 @@ def view(section: Any) -> View:
              "tier_points in the JSON has each part)"]
     if prices["gpu_per_hour"] is None:
         notes.append("no --gpu-price: GPU time stays in GPU-hours")
-    if s.get("tier_points") and prices["memory_per_gib_month"] is None:
+    if (s.get("tier_points") and prices["memory_per_gib_month"] is None
+            and not prices.get("memory_per_gib_month_by_tier")):
         notes.append("no --memory-price: a tier's memory stays in GiB")
     out.append(Notes(notes=notes))
     return out
