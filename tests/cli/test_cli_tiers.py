@@ -392,3 +392,16 @@ def test_an_unlimited_disk_is_priced_at_what_it_holds(capsys: pytest.CaptureFixt
     assert priced["size_bytes"] == held * 131_072
     assert priced["memory_money_per_day"] == pytest.approx(
         held * 131_072 / 2**30 * 3 / (365.25 / 12))
+
+
+def test_each_tier_is_priced_at_its_own_memory_price(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN host memory at $3 and the disk at $0.08 per GiB-month
+    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 "cpu=64blocks", "--tier", "disk=2000blocks", "--model", "llama-3.1-8b",
+                 "--gpu", "H100", "--gpu-price", "2.5", "--memory-price", "3,disk=0.08"], capsys)
+    cpu, disk = doc["prefill_pricing"]["tiers"]
+    # THEN each tier's memory money is its size at its own price, and the prices are said
+    per_day = 2**30 * 30.4375
+    assert cpu["memory_money_per_day"] == pytest.approx(cpu["size_bytes"] * 3 / per_day)
+    assert disk["memory_money_per_day"] == pytest.approx(disk["size_bytes"] * 0.08 / per_day)
+    assert doc["prefill_pricing"]["prices"]["memory_per_gib_month_by_tier"] == {"disk": 0.08}
