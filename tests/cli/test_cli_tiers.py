@@ -168,6 +168,8 @@ def test_analyze_and_diagnose_add_the_tiers_section(command: list[str],
     (["--tier", "cpu=100", "--grid", "block-size=16,32"], "cannot be combined with --grid"),
     (["--tier-policy", "lmcache"], "add one with --tier"),
     (["--tier", "cpu=abc"], "--tier 'cpu=abc': cannot read capacity 'abc'"),
+    (["--tier", "cpu=1e30blocks"], "or 'unlimited' for a tier below the first"),
+    (["--tier", "cpu=unlimited"], "the first tier below the GPU needs a size"),
 ])
 def test_bad_tier_options_are_one_line_usage_errors(args: list[str], message: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

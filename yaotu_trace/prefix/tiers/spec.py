@@ -131,7 +131,10 @@ def parse_tier(text: str) -> TierRequest:
     try:
         parse_capacity(size.strip())  # the size's grammar is checked now, converted later
     except ConfigError as exc:
-        raise ConfigError(f"--tier {text!r}: {exc}") from None
+        # `unlimited` is for a tier below the first only (resolve_tiers): say so.
+        said = str(exc).replace("'unlimited' for no limit",
+                                "'unlimited' for a tier below the first")
+        raise ConfigError(f"--tier {text!r}: {said}") from None
     return TierRequest(name=tier, size_text=size.strip())
 
 
