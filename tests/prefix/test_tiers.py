@@ -542,3 +542,32 @@ def test_vllm_kernels_run_again_when_promotions_outgrow_the_evictions_room(
     assert [h.tolist() for h in hits] == [h.tolist() for h in expected[0]]
     assert counters == expected[1]
     assert evictions[0].key.tolist() == expected[2][0].key.tolist()
+
+
+def test_vllm_arc_kernel_widens_its_rows_when_stamps_outgrow_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the ARC kernel's int32 rows made to hold stamps up to 50 only (a trace would need
+    # 2^31 store calls), over random prompts with a disk below the CPU tier
+    import numpy as np
+
+    from yaotu_trace.prefix.tiers import vllm_arc_kernel
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_arc
+
+    chains, gpu, refused = _tiny_vocabulary_case(13)
+    tiers = (_tier("cpu", 7, 2), _tier("disk", 1000, 2))
+    expected = replay_vllm_arc(chains, gpu.hit_blocks, refused, tiers)
+    widened: list[type] = []
+    real = vllm_arc_kernel.stamp_limit
+
+    def small(row: type) -> int:
+        widened.append(row)
+        return 50 if row is np.int32 else real(row)
+
+    monkeypatch.setattr(vllm_arc_kernel, "stamp_limit", small)
+    # WHEN replayed
+    hits, counters, evictions = replay_vllm_arc(chains, gpu.hit_blocks, refused, tiers)
+    # THEN the pass stopped at the limit, ran again with int64 rows, and gave the same result
+    assert widened == [np.int32, np.int64]
+    assert [h.tolist() for h in hits] == [h.tolist() for h in expected[0]]
+    assert counters == expected[1]
+    assert evictions[0].key.tolist() == expected[2][0].key.tolist()

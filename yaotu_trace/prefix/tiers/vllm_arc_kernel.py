@@ -12,6 +12,12 @@ threaded through a row per key (the offer counts have their own); a live request
 it saw, inserted, reused, whose store miss ARC saw) are the request's index in a column of its
 slot (two requests are live at a time). `tests/prefix/test_tiers.py` holds it to the Python
 model on random traces, which `tests/prefix/test_tiers_vllm_golden.py` holds to vLLM.
+
+A row is 14 int32 columns padded to 16, one 64-byte cache line per key (every value is a key,
+a request, a list or a stamp below 2^31; a trace that could pass that gets int64 rows): the
+pass is bound by memory, and int64 rows of 112 bytes, two lines a key, took 31 ms on the
+Mooncake conversation trace where these take 21 (`benchmarks/tiers.py --policy
+vllm-native-arc`).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 # Columns of a key's row.
 _LIST, _PREV, _NEXT, _HELD, _LAST, _STAMP = range(6)
 _SEEN, _INS, _REU, _MISS = 6, 8, 10, 12  # two columns each: slot 0, slot 1
-_WIDTH = 14
+_WIDTH = 16  # 14 columns, padded to a 64-byte row of int32
 # Values of _LIST (also the list's index in the ends); 0: in none.
 _T1, _T2, _B1, _B2 = 1, 2, 3, 4
 _FREE, _PINNED, _PENDING = 0, 1, 2
@@ -276,7 +282,7 @@ def _offer(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, thr
 @nb.njit(cache=True, nogil=True)
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity,
           threshold, st, evictions, counts, lst, lcapacity, levictions,
-          answers):  # pragma: no cover
+          answers, stamp_limit):  # pragma: no cover
     n = offsets.size - 1
     below = lcapacity.size
     lends, lsize, lcounters, _ = lru_state(below, 0)
@@ -308,6 +314,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         if below > 0:
             source[:max(chunks - first, 0)] = 0  # 0: the CPU tier, t + 1: promoted from tier t
         p_chunks = 0 if prev < 0 else (offsets[prev + 1] - offsets[prev]) // per_chunk
+        if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
+            return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
+                    lacking, -3)  # stamps would outgrow the rows: run again with wider ones
         passes = 0
         if below == 0:  # the CPU tier alone: one lookup, nothing to wait for
             passes = 1
@@ -316,6 +325,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 run += 1
         while below > 0:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
             passes += 1
+            if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
+                return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
+                        lacking, -3)
             if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
                 return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
                         lacking, -2)  # out of room for the evictions: run again with more
@@ -461,6 +473,11 @@ def _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold, count
     _finish(ids, p_start, per_chunk, p_chunks, prev, prev_slot, st, ends, size)
 
 
+def stamp_limit(row: type) -> int:
+    """The largest stamp a row of dtype `row` holds."""
+    return int(np.iinfo(row).max)
+
+
 def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
                   refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
                   capacity: int, num_keys: int, lower_capacity: tuple[int, ...] = (),
@@ -471,17 +488,19 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
     keys = max(num_keys, 1)
     chunks = int(offsets[-1]) // per_chunk
     room = lru_rows.first_room(chunks, len(lower_capacity))
-    width = _WIDTH + (3 if store_threshold >= 2 else 0)  # and the offer counts' rows
-    need = 8 * (width * keys + (7 * len(lower_capacity) * keys if lower_capacity else 0))
+    # int32 rows while every value stays below 2^31: keys and requests are, and the pass says
+    # when its stamps (a count of store calls) would not be (-3: run again with int64 rows).
+    row = np.int32 if max(keys, int(offsets.size)) < 2**31 - 1 else np.int64
+    width_bytes = _WIDTH * np.dtype(row).itemsize + (24 if store_threshold >= 2 else 0)
+    need = width_bytes * keys + 8 * (3 * room + (7 * len(lower_capacity) * keys
+                                                 if lower_capacity else 0))
     with memory.reserved(need, f"vLLM's CPU offload (arc) over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
         while True:  # promotions again and again can outgrow the evictions' room: more
-            work = np.empty(_WIDTH * keys + 3 * room, dtype=np.int64)
-            st = work[:_WIDTH * keys].reshape(keys, _WIDTH)
-            st.fill(-1)
+            st = np.full((keys, _WIDTH), -1, dtype=row)
             st[:, _LIST] = 0
             st[:, _HELD] = _FREE
-            evictions = work[_WIDTH * keys:].reshape(3, room)
+            evictions = np.empty((3, room), dtype=np.int64)
             lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
                                                len(lower_capacity), 0, room)
             answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
@@ -491,10 +510,14 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
                 np.int64(capacity), np.int64(store_threshold), st, evictions,
                 tracker(keys, store_threshold), lower_rows,
-                np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers)
-            if stalled != -2:
+                np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
+                np.int64(stamp_limit(row)))
+            if stalled == -3:
+                row = np.int64
+            elif stalled == -2:
+                room *= 2
+            else:
                 break
-            room *= 2
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
                 evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
