@@ -46,16 +46,15 @@ def lru_state(lrus, n):  # pragma: no cover - compiled
 
 
 def rows(keys: int, lrus: int, extra: int, inserts: int) -> tuple[np.ndarray, np.ndarray]:
-    """The rows (`4·lrus + extra` columns, the LRU columns empty, the extra ones zero) and room
-    for `inserts` evictions per LRU (key, request, last use), in one numpy array: numpy asks
-    for huge pages for it, while separate allocations fault page by page on every pass."""
+    """The rows (`4·lrus + extra` int32 columns, the LRU columns empty, the extra ones zero:
+    keys, requests and counts of uses all stay below 2^31, and half the bytes of int64 rows
+    is half the cache lines a pass touches) and room for `inserts` evictions per LRU (key,
+    request, last use; int64)."""
     width = 4 * lrus + extra
-    work = np.empty(max(keys, 1) * width + lrus * 3 * (inserts + 1), dtype=np.int64)
-    st = work[:max(keys, 1) * width].reshape(max(keys, 1), width)
-    st.fill(-1)
+    st = np.full((max(keys, 1), width), -1, dtype=np.int32)
     st[:, HELD:4 * lrus:4] = 0
     st[:, 4 * lrus:] = 0
-    evictions = work[max(keys, 1) * width:].reshape(lrus, 3, inserts + 1)
+    evictions = np.empty((lrus, 3, inserts + 1), dtype=np.int64)
     return st, evictions
 
 
