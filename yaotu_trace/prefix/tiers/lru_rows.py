@@ -180,11 +180,7 @@ def first_room(chunks: int, lrus: int) -> int:
 def verdicts(lrus: int, keys: int) -> np.ndarray:
     """What each tier below vLLM's CPU tier last answered for each key, as `ask_below` keeps
     it: the answer (−1: none kept), the last request that asked, the step it was asked in."""
-    out = np.empty((3, max(lrus, 1), max(keys, 1)), dtype=np.int64)
-    out[0] = -1
-    out[1] = -1
-    out[2] = -1
-    return out
+    return np.full((3, max(lrus, 1), max(keys, 1)), -1, dtype=np.int64)
 
 
 @nb.njit(cache=True, inline="always")
@@ -201,6 +197,23 @@ def ask_below(answers, t, k, req, prev, prev_live, step, holds):  # pragma: no c
     if answers[2, t, k] == step:
         return -1
     return answers[0, t, k]
+
+
+ASKED, NOT_BELOW = -1, -2  # what `answer_below` says when no tier below holds a key
+
+
+@nb.njit(cache=True, inline="always")
+def answer_below(answers, lst, k, req, prev, prev_live, step):  # pragma: no cover - compiled
+    """The tiers below vLLM's CPU tier asked in order whether they hold key k
+    (`TieringOffloadingManager.lookup`): the first tier whose kept answer is "held", else
+    `ASKED` when one has not answered yet, else `NOT_BELOW`."""
+    asked = False
+    for t in range(answers.shape[1]):
+        a = ask_below(answers, t, k, req, prev, prev_live, step, held(lst, t, k))
+        if a == 1:
+            return t
+        asked |= a < 0
+    return ASKED if asked else NOT_BELOW
 
 
 @nb.njit(cache=True, inline="always")

@@ -28,9 +28,10 @@ import numpy as np
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.tiers import lru_rows
 from yaotu_trace.prefix.tiers.lru_rows import (
-    ask_below,
+    ASKED,
+    NOT_BELOW,
+    answer_below,
     chunk_key,
-    held,
     holder_below,
     lru_state,
     most_chunks,
@@ -430,28 +431,19 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
             if st[k, _HELD] == _PENDING:
                 deferred = True
             continue
-        retry = False
-        found = -1
-        for t in range(below):
-            a = ask_below(answers, t, k, req, prev, prev_live, step, held(lst, t, k))
-            if a < 0:
-                retry = True
-            elif a == 1:
-                found = t
-                break
-        if found >= 0:
-            if not _store(ids, start, per_chunk, j, j + 1, True, req, slot, capacity, 0, counts,
-                          st, ends, size, target, sc, chosen, step_keys, evictions, misses):
-                break
-            source[j - first] = found + 1
-            read_below(lower, found, k)
-            run += 1
+        t = answer_below(answers, lst, k, req, prev, prev_live, step)
+        if t == NOT_BELOW:
+            break
+        if t == ASKED:  # the answer comes next step
             deferred = True
             continue
-        if retry:
-            deferred = True
-            continue
-        break
+        if not _store(ids, start, per_chunk, j, j + 1, True, req, slot, capacity, 0, counts,
+                      st, ends, size, target, sc, chosen, step_keys, evictions, misses):
+            break
+        source[j - first] = t + 1
+        read_below(lower, t, k)
+        run += 1
+        deferred = True  # promoted: ready next step
     return run, deferred
 
 
