@@ -99,8 +99,9 @@ class Capacity:
         )
 
 
-def parse_capacity(text: str) -> Capacity:
-    """Parse a capacity string; raises a one-line `ConfigError` that shows valid examples."""
+def parse_capacity(text: str, unlimited_for: str = "no limit") -> Capacity:
+    """Parse a capacity string; raises a one-line `ConfigError` that shows valid examples.
+    `unlimited_for` says where 'unlimited' may stand instead (a tier: below the first)."""
     raw = str(text).strip()
     lowered = raw.lower()
     if lowered in _UNLIMITED:
@@ -115,13 +116,14 @@ def parse_capacity(text: str) -> Capacity:
         raise ConfigError(f"cannot read the number in capacity {raw!r}; {_EXAMPLES}") from exc
     unit, amount = _unit_and_amount(raw, number, first, second)
     if amount <= 0:
-        raise ConfigError(f"capacity {raw!r} must be positive; use 'unlimited' for no limit")
+        raise ConfigError(f"capacity {raw!r} must be positive; use 'unlimited' for "
+                          f"{unlimited_for}")
     if unit == "blocks" and amount.denominator != 1:
         raise ConfigError(f"capacity {raw!r} is a fraction of a block; blocks are whole")
     limit = MAX_BYTES if unit == "bytes" else MAX_COUNT
     if amount > limit:
         raise ConfigError(f"capacity {raw!r} is beyond {limit:.3g} {unit}; give a real cache "
-                          "size, or 'unlimited' for no limit")
+                          f"size, or 'unlimited' for {unlimited_for}")
     return Capacity(unit=unit, amount=amount, text=raw)
 
 

@@ -57,9 +57,10 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
     order, each transfer finished in the step it was issued (docs/replay.md, "Tiers below the
     GPU", says what that assumes).
     """
-    chunks = (int(chains.offsets[-1]) + (0 if chains.output_offsets is None
+    # An unlimited tier gets room for every block of the trace: more than it can be given.
+    blocks = (int(chains.offsets[-1]) + (0 if chains.output_offsets is None
                                          else int(chains.output_offsets[-1])))
-    tiers = tuple(t.bounded(chunks) for t in tiers)
+    tiers = tuple(t.bounded(blocks) for t in tiers)
     check_tiers(chains, rules, tiers, policy)
     refused = refused_requests(chains, rules)
     lacking: np.ndarray | None = np.full(chains.num_requests, -1, dtype=np.int64)

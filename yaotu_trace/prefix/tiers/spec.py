@@ -91,12 +91,13 @@ class TierSpec:
         """The tier's size in tokens."""
         return self.capacity_chunks * self.chunk_tokens
 
-    def bounded(self, chunks_in_trace: int) -> TierSpec:
-        """An unlimited tier sized for every chunk of a trace of `chunks_in_trace` chunks (it
-        can hold no more distinct ones, so it never evicts); a sized tier as it is."""
+    def bounded(self, blocks_in_trace: int) -> TierSpec:
+        """An unlimited tier sized past every block of a trace of `blocks_in_trace` blocks (a
+        chunk is one or more blocks, so it never fills and never evicts); a sized tier as it
+        is."""
         if not self.unlimited:
             return self
-        return replace(self, capacity_chunks=max(1, chunks_in_trace + 1))
+        return replace(self, capacity_chunks=max(1, blocks_in_trace + 1))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,13 +129,10 @@ def parse_tier(text: str) -> TierRequest:
     except ValueError:
         raise ConfigError(f"--tier {text!r}: the tier name must be one of cpu, disk, remote"
                           ) from None
-    try:
-        parse_capacity(size.strip())  # the size's grammar is checked now, converted later
+    try:  # the size's grammar is checked now, converted later (`resolve_tiers`)
+        parse_capacity(size.strip(), unlimited_for="a tier below the first")
     except ConfigError as exc:
-        # `unlimited` is for a tier below the first only (resolve_tiers): say so.
-        said = str(exc).replace("'unlimited' for no limit",
-                                "'unlimited' for a tier below the first")
-        raise ConfigError(f"--tier {text!r}: {said}") from None
+        raise ConfigError(f"--tier {text!r}: {exc}") from None
     return TierRequest(name=tier, size_text=size.strip())
 
 
