@@ -394,6 +394,8 @@ def test_an_unlimited_disk_is_priced_at_what_it_holds(capsys: pytest.CaptureFixt
     assert priced["size_bytes"] == held * 131_072
     assert priced["memory_money_per_day"] == pytest.approx(
         held * 131_072 / 2**30 * 3 / (365.25 / 12))
+    assert priced["size_held_at_end"] and not doc["prefill_pricing"]["tiers"][0][
+        "size_held_at_end"]
 
 
 def test_each_tier_is_priced_at_its_own_memory_price(capsys: pytest.CaptureFixture[str]) -> None:
@@ -407,3 +409,10 @@ def test_each_tier_is_priced_at_its_own_memory_price(capsys: pytest.CaptureFixtu
     assert cpu["memory_money_per_day"] == pytest.approx(cpu["size_bytes"] * 3 / per_day)
     assert disk["memory_money_per_day"] == pytest.approx(disk["size_bytes"] * 0.08 / per_day)
     assert doc["prefill_pricing"]["prices"]["memory_per_gib_month_by_tier"] == {"disk": 0.08}
+    # and the table says which price each tier's memory took
+    capsys.readouterr()
+    main(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier", "cpu=64blocks",
+          "--tier", "disk=2000blocks", "--model", "llama-3.1-8b", "--gpu", "H100",
+          "--memory-price", "3,disk=0.08"])
+    assert "memory priced per GiB-month (--memory-price): cpu $3, disk $0.08" in " ".join(
+        capsys.readouterr().out.split())

@@ -74,11 +74,13 @@ class PricingOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TierServed:
-    """One tier of a replay: its name, its size in bytes, the tokens it served per request."""
+    """One tier of a replay: its name, its size in bytes, the tokens it served per request.
+    `held` says the size is what an unlimited tier held at the end, not a size given."""
 
     name: str
     size_bytes: float | None
     hit_tokens: np.ndarray
+    held: bool = False
 
 
 def prefill_compute(model: ModelSpec, gpu: str, tp: int, kv_bytes_per_token: int) -> Compute:
@@ -134,7 +136,7 @@ def pricing_section(*, request_id: np.ndarray, arrival_s: np.ndarray, prompt_tok
         net = (None if money["gpu_money_per_day"] is None or memory is None
                else money["gpu_money_per_day"] - memory)
         section["tiers"].append({
-            **price.to_dict(), "size_bytes": tier.size_bytes,
+            **price.to_dict(), "size_bytes": tier.size_bytes, "size_held_at_end": tier.held,
             "size_gib": None if tier.size_bytes is None else tier.size_bytes / GIB,
             "hit_share": price.hit_tokens / int(np.sum(prompt_tokens)) if len(g) else 0.0,
             **money, "memory_money_per_day": memory, "net_money_per_day": net})
@@ -168,7 +170,8 @@ def price_replay(loaded: Trace, options: ReplayOptions, rules: Any, columns: dic
             else float(rules.capacity_blocks) * rules.block_size_tokens * kv)
     served = tuple(
         TierServed(name=t["name"], size_bytes=float(_held_tokens(t)) * kv,
-                   hit_tokens=np.asarray(columns[f"{t['name']}_hit_tokens"]))
+                   hit_tokens=np.asarray(columns[f"{t['name']}_hit_tokens"]),
+                   held=bool(t.get("unlimited")))
         for t in (tiers or {}).get("tiers", ()))
     gpu_hits = columns.get("gpu_hit_tokens", columns["hit_tokens"])
     return pricing_section(

@@ -66,7 +66,22 @@ def view(section: Any) -> View:
                      "would recompute" + ("" if not f["slower_examples"] else ": " + ", ".join(
                          e["request_id"] for e in f["slower_examples"][:5])))
         notes += [f"{link['name']}: {link['source']}" for link in f["links"]]
+        notes += [f"{t['name']} is unlimited: its size is what it held at the end (it never "
+                  "evicts), priced so" for t in s["tiers"] if t.get("size_held_at_end")]
+        notes += _memory_price_notes(s)
     if s["prices"]["gpu_per_hour"] is None:
         notes.append("no --gpu-price: GPU time stays in GPU-hours")
     out.append(Notes(notes=notes))
     return out
+
+
+def _memory_price_notes(s: dict[str, Any]) -> list[str]:
+    """Which $/GiB-month priced each tier's memory, when --memory-price gave more than one."""
+    own = s["prices"].get("memory_per_gib_month_by_tier") or {}
+    if not own:
+        return []
+    common = s["prices"]["memory_per_gib_month"]
+    prices = [(t["name"], own.get(t["name"], common)) for t in s["tiers"]]
+    said = [f"{name} ${price:g}" if price is not None else f"{name} none"
+            for name, price in prices]
+    return ["memory priced per GiB-month (--memory-price): " + ", ".join(said)]
