@@ -46,3 +46,17 @@ def run(prompts: Sequence[Sequence[int]], preset: str = "none", *,
 
 def hits(prompts: Sequence[Sequence[int]], preset: str = "none", **kw: object) -> list[int]:
     return run(prompts, preset, **kw).hit_tokens.tolist()
+
+
+def prompts_with_reuse(rng: np.random.Generator, count: int) -> list[list[int]]:
+    """Random prompts over a three-token alphabet, 70 % of them starting with a cut of an
+    earlier one: prefixes shared at every length, inside and across blocks."""
+    prompts: list[list[int]] = []
+    for i in range(count):
+        if i and rng.random() < 0.7:
+            j = int(rng.integers(0, i))
+            cut = int(rng.integers(0, len(prompts[j]) + 1))
+            prompts.append(prompts[j][:cut] + rng.integers(0, 3, int(rng.integers(0, 40))).tolist())
+        else:
+            prompts.append(rng.integers(0, 3, int(rng.integers(1, 80))).tolist())
+    return prompts

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from helpers import chains_of, flatten
+from helpers import chains_of, flatten, prompts_with_reuse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -53,15 +53,7 @@ def test_agrees_with_brute_force(prompts, block, data) -> None:
 
 
 def test_large_random_trace_agrees_with_block_size_one() -> None:
-    rng = np.random.default_rng(5)
-    prompts: list[list[int]] = []
-    for i in range(300):
-        if i and rng.random() < 0.7:
-            j = int(rng.integers(0, i))
-            cut = int(rng.integers(0, len(prompts[j]) + 1))
-            prompts.append(prompts[j][:cut] + rng.integers(0, 3, int(rng.integers(0, 40))).tolist())
-        else:
-            prompts.append(rng.integers(0, 3, int(rng.integers(1, 80))).tolist())
+    prompts = prompts_with_reuse(np.random.default_rng(5), 300)
     one = rules_for("none", block_size_tokens=1)
     exact = replay(chains_of(prompts, one), one).hit_tokens.tolist()
     for block in (2, 7, 16, 64):

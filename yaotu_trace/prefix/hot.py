@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
+from yaotu_trace.prefix.kernels.compact import CompactChains
 from yaotu_trace.prefix.waterfall import Waterfall
 
 REASONS: tuple[tuple[str, str], ...] = (
@@ -73,11 +72,11 @@ def hot_prefixes(
         if lost.size == 0:
             continue
         b = before[lost]
-        keys.append(chains.ids[start[lost] + b - 1].astype(np.int64))
+        keys.append(chains.ids_at(start[lost] + b - 1).astype(np.int64))
         # Tokens of the leading blocks per request, not a running sum over every block (5 GB at
         # 1e10 tokens, the peak of `diagnose`).
-        tokens.append((tokens_of_leading_blocks(chains, before)
-                       - tokens_of_leading_blocks(chains, after))[lost])
+        tokens.append(chains.leading_tokens(lost, before[lost])
+                      - chains.leading_tokens(lost, after[lost]))
         reasons.append(np.full(lost.size, code, dtype=np.int64))
         requests.append(lost)
         depth.append(b)
@@ -117,8 +116,6 @@ def hot_prefixes(
     return tuple(out)
 
 
-def _leading_tokens(chains: BlockChains, request: int, blocks: int) -> int:
+def _leading_tokens(chains: CompactChains, request: int, blocks: int) -> int:
     """Tokens of the first `blocks` blocks of one request."""
-    hit = np.zeros(chains.num_requests, dtype=np.int64)
-    hit[request] = blocks
-    return int(tokens_of_leading_blocks(chains, hit)[request])
+    return int(chains.leading_tokens(np.array([request]), np.array([blocks]))[0])

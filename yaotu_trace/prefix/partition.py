@@ -442,12 +442,16 @@ def _sub(chains: BlockChains, rows: np.ndarray, offsets: np.ndarray, ids: np.nda
     )
 
 
-def with_namespaces(chains: BlockChains, codes: np.ndarray) -> BlockChains:
+def with_namespaces(chains: BlockChains, codes: np.ndarray, *,
+                    in_place: bool = False) -> BlockChains:
     """The chains with a per-request namespace (e.g. tenant) added to every block's identity.
 
     Two requests share block k under the new namespaces iff they shared it before and have the
     same code: the pair (code, old id) is the identity, renumbered in first-appearance order —
     the same ids hashing the namespace into the chain gives, without reading the prompts again.
+    `in_place=True` lets a large relabelling overwrite `chains.ids` when they are writable (ids
+    expanded for this call alone, `compact.CompactChains.expand`): no second array of ids
+    (2.3 GB at 1e10 tokens) is held beside them.
     """
     width = np.int64(max(chains.num_distinct, 1))
     codes = np.asarray(codes, dtype=np.int64)
@@ -460,9 +464,13 @@ def with_namespaces(chains: BlockChains, codes: np.ndarray) -> BlockChains:
         from yaotu_trace.prefix.kernels.relabel import namespaced_first_appearance_ids
 
         ids = chains.ids
+        own = in_place and ids.dtype == np.int32 and ids.flags.writeable and ids.flags.c_contiguous
+        # Each id is read before its slot is written, so the output may be the input. Then the
+        # input goes in writable (a second compiled signature): numba lets the loads of a
+        # read-only array move past the stores to the same memory.
+        out = ids if own else np.empty(ids.size, dtype=np.int32)
         dense = namespaced_first_appearance_ids(offsets, ids, codes, width,
-                                                np.int64(int(codes.max()) + 1),
-                                                np.empty(ids.size, dtype=np.int32))
+                                                np.int64(int(codes.max()) + 1), out)
         num = int(dense.max()) + 1 if dense.size else 0
         return replace(chains, ids=_readonly(dense, np.int32), num_distinct=num)
     base = codes * width

@@ -21,6 +21,7 @@ from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import chain_cache
 from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
+from yaotu_trace.prefix.kernels.compact import CompactChains
 from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 from yaotu_trace.prefix.rules import ReplayRules
 
@@ -141,60 +142,97 @@ class PreparedTrace:
             return _streamed_chains(self.stream, ns, rules)
         return build_block_chains(self.content(), ns, rules)
 
-    def namespaced(self, shared: BlockChains, rules: ReplayRules) -> BlockChains:
-        """`shared`, this trace's chains under `rules` in one namespace, with the namespaces
-        of `rules` joined in (`partition.with_namespaces`): the ids `chains(rules)` gives. A
-        streamed build an analysis holds keeps them beside it, so that the analysis's later
-        `chains(rules)` does not build them again (2.3 GiB and 5 s at 1e10 tokens)."""
+    def compact_chains(self, rules: ReplayRules) -> CompactChains:
+        """`chains(rules, namespaces=False)` held as runs (`compact.py`): what an analysis keeps
+        between its passes. A streamed build an analysis holds is kept in this form already,
+        and given as it is."""
+        if (self.stream is not None and chain_cache.holding()
+                and self.chain_work(rules) > SMALL_CHAIN_WORK):
+            kept = _kept_build(self.stream, rules)
+            if kept is not None:
+                return kept.runs.with_hit_cap(bool(rules.last_token_rule))
+        return CompactChains.of(self.chains(rules, namespaces=False))
+
+    def namespaced(self, shared: CompactChains, rules: ReplayRules) -> BlockChains:
+        """`shared`, this trace's chains under `rules` in one namespace, expanded, with the
+        namespaces of `rules` joined in (`partition.with_namespaces`): the ids `chains(rules)`
+        gives. A streamed build an analysis holds keeps them beside it, so that the analysis's
+        later `chains(rules)` does not build them again (2.3 GiB and 5 s at 1e10 tokens)."""
         from yaotu_trace.prefix.partition import with_namespaces
 
         ns = self.namespace_codes(rules.tenant_isolation)
         if ns is None:
-            return shared
+            return shared.expand()
         if (self.stream is not None and chain_cache.holding()
                 and self.chain_work(rules) > SMALL_CHAIN_WORK):
             return self.chains(rules)
-        return with_namespaces(shared, ns)
+        return with_namespaces(shared.expand(), ns, in_place=True)
 
-def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
-                     rules: ReplayRules) -> BlockChains:
-    """`build_block_chains_streaming`, the file read and hashed once for the same file and
-    chain rules while an analysis holds the chains (`chain_cache`). The file's ids per request
+
+@dataclass(frozen=True, slots=True)
+class _KeptBuild:
+    """A streamed build an analysis holds: its key, the ids as runs, and the flat chains when
+    this call built them (so the caller need not expand them again)."""
+
+    key: tuple[object, ...]
+    runs: CompactChains
+    built: BlockChains | None
+
+
+def _kept_build(stream: ParquetPrompts, rules: ReplayRules) -> _KeptBuild | None:
+    """The build without namespaces of `stream` under `rules` that the analysis holds
+    (`chain_cache`), made and kept as runs if it is not there yet; None when the file cannot
+    be keyed (it is gone). Runs are 2 % of the flat ids at 1e9 tokens, so the flat ids are
+    expanded for each caller and never held twice. The file's ids per request
     (`ParquetPrompts.unit_offsets`) ride along: the build's pass learned them, and a new
     `prepare` would otherwise read the whole file again for them."""
     from yaotu_trace.prefix.kernels.blocks import build_block_chains_streaming
-    from yaotu_trace.prefix.partition import with_namespaces
 
     try:
         stat = os.stat(stream.path)
     except OSError:
-        return build_block_chains_streaming(stream, ns, rules)
+        return None
     prompt_len = np.ascontiguousarray(stream.prompt_len, dtype=np.int64)
     key = (os.path.realpath(stream.path), stat.st_mtime_ns, stat.st_size, stream.column,
            stream.source_block_size, hashlib.sha1(prompt_len.tobytes()).hexdigest(),
            int(rules.block_size_tokens), bool(rules.cache_partial_blocks), int(rules.seed))
     found = chain_cache.kept(key)
-    cap = bool(rules.last_token_rule)
-    if found is None and ns is not None and not chain_cache.holding():
-        # Nothing keeps the build: hash the namespaces in (the ids relabelling gives, without
-        # its table of namespaces × ids: 1.8 GiB at 1e10 tokens of eight tenants).
-        built = build_block_chains_streaming(stream, ns, rules.with_(last_token_rule=False))
-        return built.with_hit_cap(cap)
-    if found is None:
-        chain_cache.forget_streamed_chains()  # the last file's, before building
-        base = build_block_chains_streaming(stream, None, rules.with_(last_token_rule=False))
-        chain_cache.keep(key, base, stream.unit_offsets)
-    else:
-        base, offsets = found
+    if found is not None:
+        runs, offsets = found
         if stream.unit_offsets is None:
             stream.unit_offsets = offsets
+        return _KeptBuild(key=key, runs=runs, built=None)
+    chain_cache.forget_streamed_chains()  # the last file's, before building
+    built = build_block_chains_streaming(stream, None, rules.with_(last_token_rule=False))
+    runs = CompactChains.of(built)
+    chain_cache.keep(key, runs, stream.unit_offsets)
+    return _KeptBuild(key=key, runs=runs, built=built)
+
+
+def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
+                     rules: ReplayRules) -> BlockChains:
+    """`build_block_chains_streaming`, the file read and hashed once for the same file and
+    chain rules while an analysis holds the chains (`_kept_build`); namespaced chains are
+    derived from that build and kept beside it."""
+    from yaotu_trace.prefix.kernels.blocks import build_block_chains_streaming
+    from yaotu_trace.prefix.partition import with_namespaces
+
+    cap = bool(rules.last_token_rule)
+    kept = _kept_build(stream, rules) if chain_cache.holding() else None
+    if kept is None:
+        # Nothing keeps the build: hash the namespaces in (the ids relabelling gives, without
+        # its table of namespaces × ids: 1.8 GiB at 1e10 tokens of eight tenants).
+        return build_block_chains_streaming(stream, ns, rules.with_(last_token_rule=False)
+                                            ).with_hit_cap(cap)
+    base = kept.built
     if ns is None:
-        return base.with_hit_cap(cap)
+        return (base if base is not None else kept.runs.expand()).with_hit_cap(cap)
     digest = hashlib.sha1(np.ascontiguousarray(ns, dtype=np.int64).tobytes()).hexdigest()
-    named = chain_cache.kept_namespaced(key, digest)
+    named = chain_cache.kept_namespaced(kept.key, digest)
     if named is None:
-        named = with_namespaces(base, ns)
-        chain_cache.keep_namespaced(key, digest, named)
+        named = with_namespaces(base if base is not None else kept.runs.expand(), ns,
+                                in_place=True)
+        chain_cache.keep_namespaced(kept.key, digest, named)
     return named.with_hit_cap(cap)
 
 

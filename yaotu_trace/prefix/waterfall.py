@@ -32,6 +32,7 @@ import numpy as np
 
 from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.compact import CompactChains
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.kernels.unlimited import replay
 from yaotu_trace.prefix.partition import (
@@ -81,7 +82,7 @@ class Waterfall:
     ideal_per_request: np.ndarray  # int64
     loss_per_request: dict[str, np.ndarray]  # step -> int64 per request
     # Block-level inputs of the hot-prefix analysis (all at block size B):
-    shared_chains: BlockChains  # one namespace: the identity of a shared prefix
+    shared_chains: CompactChains  # one namespace: the identity of a shared prefix (as runs)
     # Hit blocks after "last_token_rule" and each later step; "capacity" holds the achieved
     # hits (after both capacity steps: the hot prefixes charge them to eviction).
     hit_blocks: dict[str, np.ndarray]
@@ -105,7 +106,7 @@ def _ideal_rules(rules: ReplayRules, unit_tokens: int, block_ids: bool) -> Repla
 
 
 def _ideal(prepared: PreparedTrace, rules: ReplayRules, flat: ReplayRules,
-           shared: BlockChains, r_block: ReplayResult) -> np.ndarray:
+           shared: CompactChains, r_block: ReplayResult) -> np.ndarray:
     """Per-request ideal hit tokens (longest common prefix with any earlier request)."""
     block_ids = prepared.source_block_size is not None
     outputs = rules.cache_outputs and prepared.output_offsets is not None
@@ -115,9 +116,11 @@ def _ideal(prepared: PreparedTrace, rules: ReplayRules, flat: ReplayRules,
         ideal_rules = _ideal_rules(rules, prepared.unit_tokens, block_ids)
         return replay(prepared.chains(ideal_rules, namespaces=False), ideal_rules).hit_tokens
     full_only = flat.with_(cache_partial_blocks=False)
-    base = shared if not flat.cache_partial_blocks else prepared.chains(full_only,
-                                                                        namespaces=False)
-    hits = r_block.hit_blocks if base is shared else replay(base, full_only).hit_blocks
+    base: BlockChains | CompactChains = shared
+    hits = r_block.hit_blocks
+    if flat.cache_partial_blocks:
+        base = prepared.chains(full_only, namespaces=False)
+        hits = replay(base, full_only).hit_blocks
     # NOTE: the token-granular pass is compiled (numba); a block-id trace never needs it.
     from yaotu_trace.prefix.kernels.ideal import ideal_hit_tokens, ideal_hit_tokens_streaming
 
@@ -166,12 +169,18 @@ def compute_waterfall(prepared: PreparedTrace, rules: ReplayRules,
     """
     flat = rules.with_(last_token_rule=False, capacity_blocks=None, scope=Scope.GLOBAL,
                        route=None)
-    shared = prepared.chains(flat, namespaces=False)
+    # The shared chains are held as runs between the passes (`compact.py`) and expanded only
+    # for the replays that need them flat: at 1e10 tokens their flat ids (2.3 GB) are never
+    # held beside the ideal pass's prefix table or the namespaced ids.
+    runs = prepared.compact_chains(flat)
+    shared = runs.expand()
     r_block = replay(shared, flat)
-    ideal = _ideal(prepared, rules, flat, shared, r_block)
     ltr_rules = flat.with_(last_token_rule=rules.last_token_rule)
-    shared_ltr = shared.with_hit_cap(True) if rules.last_token_rule else shared
-    r_ltr = replay(shared_ltr, ltr_rules) if rules.last_token_rule else r_block
+    r_ltr = (replay(shared.with_hit_cap(True), ltr_rules) if rules.last_token_rule else
+             r_block)
+    del shared
+    ideal = _ideal(prepared, rules, flat, runs, r_block)
+    shared_ltr = runs.with_hit_cap(True) if rules.last_token_rule else runs
 
     ns_codes = prepared.namespace_codes(rules.tenant_isolation)
     has_ns = ns_codes is not None

@@ -11,7 +11,7 @@ The hash's constants are named here for both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -110,6 +110,26 @@ class BlockChains:
     def request_of_block(self) -> np.ndarray:
         """Request index of every entry of `ids` (int64)."""
         return np.repeat(np.arange(self.num_requests, dtype=np.int64), self.num_blocks)
+
+    # The reads a pass that only gathers ids makes, which `compact.CompactChains` answers too.
+
+    @property
+    def num_ids(self) -> int:
+        """Prompt ids held."""
+        return int(self.ids.size)
+
+    def ids_at(self, positions: np.ndarray) -> np.ndarray:
+        """The ids at `positions`."""
+        return self.ids[positions]
+
+    def ids_range(self, lo: int, hi: int) -> np.ndarray:
+        """The ids at positions `lo..hi-1` (a view)."""
+        return self.ids[max(int(lo), 0):int(hi)]
+
+    def id_slices(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(start, ids) of each slice of `size` ids, in turn (views)."""
+        for lo in range(0, self.ids.size, size):
+            yield lo, self.ids[lo:lo + size]
 
 
 

@@ -37,7 +37,7 @@ pinned at the boundary: int64 offsets and per-request arrays, int32 block ids an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numba as nb
 import numpy as np
@@ -68,24 +68,27 @@ FLAG_SLICE = 1 << 22
 def first_occurrence_flags(chains: BlockChains) -> np.ndarray:
     """Whether each entry of `chains.ids` is the first occurrence of its id (no loop)."""
     new = np.empty(chains.ids.size, dtype=bool)
-    for lo, flags in first_occurrence_slices(chains.ids, FLAG_SLICE):
+    for lo, _, flags in first_occurrence_slices(chains.id_slices(FLAG_SLICE)):
         new[lo:lo + flags.size] = flags
     return new
 
 
-def first_occurrence_slices(ids: np.ndarray, size: int) -> Iterator[tuple[int, np.ndarray]]:
-    """(start, flags) of each slice of `size` ids in turn: whether each id of the slice is the
-    first occurrence of its id. Ids are numbered in first-appearance order, so a first
-    occurrence is an id larger than every id before it: a running maximum, slice by slice."""
+def first_occurrence_slices(slices: Iterable[tuple[int, np.ndarray]]
+                            ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(start, ids, flags) of each slice of ids in turn (`BlockChains.id_slices`): whether each
+    id of the slice is the first occurrence of its id. Ids are numbered in first-appearance
+    order, so a first occurrence is an id larger than every id before it: a running maximum,
+    slice by slice."""
     top = -1  # the largest id of the slices before
-    for lo in range(0, ids.size, size):
-        part = ids[lo:lo + size]
+    for lo, part in slices:
+        if part.size == 0:
+            continue
         running = np.maximum(np.maximum.accumulate(part), top)
         flags = np.empty(part.size, dtype=bool)
         flags[0] = part[0] > top
         np.greater(part[1:], running[:-1], out=flags[1:])
         top = int(running[-1])
-        yield lo, flags
+        yield lo, part, flags
 
 
 def first_occurrence_hits(chains: BlockChains) -> np.ndarray:

@@ -30,8 +30,12 @@ from yaotu_trace.errors import YaotuError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.kernels.blocks import mix
 from yaotu_trace.prefix.kernels.chains import HASH_TRIES, BlockChains, frozen_input, hash_keys
+from yaotu_trace.prefix.kernels.compact import CompactChains
 from yaotu_trace.prefix.kernels.engine import first_occurrence_slices
 from yaotu_trace.prefix.kernels.stream import ParquetPrompts
+
+# The chains the pass reads: flat, or held as runs by an analysis (it only gathers their ids).
+Chains = BlockChains | CompactChains
 
 
 @nb.njit(cache=True, inline="always")
@@ -49,13 +53,14 @@ def _nonzero(h):
 
 
 @nb.njit(cache=True, nogil=True)
-def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, top, hit_blocks,
-                  probed, keys, table, extra):
+def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, id_base, top,
+                  hit_blocks, probed, keys, table, extra):
     """Per request, tokens of the longest match inside the block after its block-level hit.
 
-    Requests `row0 ..` of one batch (`offsets` local to `values`); `table` ([lane A (0 = empty),
-    lane B] per slot) and `top` (the largest chain id met) carry over between batches. Fills
-    `extra`; returns the collisions.
+    Requests `row0 ..` of one batch (`offsets` local to `values`, `chain_ids` the batch's chain
+    ids from position `id_base` of the whole array); `table` ([lane A (0 = empty), lane B] per
+    slot) and `top` (the largest chain id met) carry over between batches. Fills `extra`;
+    returns the collisions.
     """
     size = np.int64(len(table) // 2)
     mask = np.uint64(size - 1)
@@ -66,8 +71,8 @@ def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, top, h
         i = row0 + li
         base = offsets[li]
         length = offsets[li + 1] - base
-        cb = chain_offsets[i]
-        full = chain_offsets[i + 1] - cb
+        cb = chain_offsets[i] - id_base
+        full = chain_offsets[i + 1] - chain_offsets[i]
         # ---- lookup in the block after the hit
         h = hit_blocks[i]
         start = h * block
@@ -125,7 +130,7 @@ def _extra_tokens(offsets, values, row0, block, chain_offsets, chain_ids, top, h
 PLAN_SLICE = 1 << 22
 
 
-def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
+def _plan(unit_offsets: np.ndarray, chains: Chains, hit_blocks: np.ndarray
           ) -> tuple[np.ndarray, int]:
     """Which parents are probed, and the table bits (no allocation).
 
@@ -137,9 +142,8 @@ def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
     block = chains.block_size_tokens
     counts = chains.num_blocks
     start = chains.offsets[:-1]
-    ids = chains.ids
     lengths = np.diff(unit_offsets)
-    parent_of_hit = _parent_after(ids, start, hit_blocks)
+    parent_of_hit = _parent_after(chains, start, hit_blocks)
     queries = lengths > hit_blocks * block
     probed = np.zeros(chains.num_distinct + 1, dtype=np.bool_)
     probed[parent_of_hit[queries]] = True
@@ -149,28 +153,29 @@ def _plan(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
     firsts = start[counts > 0]
     probed_after = probed[1:]
     new_probed = 0
-    for lo, new in first_occurrence_slices(ids, PLAN_SLICE):
-        hi = lo + new.size
-        parent_probed = np.empty(hi - lo, dtype=np.bool_)
-        if lo == 0:
-            parent_probed[1:] = probed_after[ids[:hi - 1]]
-        else:
-            parent_probed[:] = probed_after[ids[lo - 1:hi - 1]]
+    last = -1  # the id before the slice
+    for lo, ids, new in first_occurrence_slices(chains.id_slices(PLAN_SLICE)):
+        hi = lo + ids.size
+        parent_probed = np.empty(ids.size, dtype=np.bool_)
+        parent_probed[1:] = probed_after[ids[:-1]]
+        if lo > 0:
+            parent_probed[0] = probed_after[last]
+        last = int(ids[-1])
         a, b = np.searchsorted(firsts, (lo, hi))
         parent_probed[firsts[a:b] - lo] = probed[0]
         new_probed += int((new & parent_probed).sum())
     tails = np.minimum(lengths - counts * block, block - 1)
-    parent_of_tail = _parent_after(ids, start, counts)
+    parent_of_tail = _parent_after(chains, start, counts)
     inserts = (block - 1) * new_probed + int(tails[probed[parent_of_tail]].sum())
     bits = max(10, int(np.ceil(np.log2(inserts * 2 + 1))))
     return probed, bits
 
 
-def _parent_after(ids: np.ndarray, start: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+def _parent_after(chains: Chains, start: np.ndarray, blocks: np.ndarray) -> np.ndarray:
     """Per request, the parent code of the segment after its first `blocks` blocks (int64)."""
     codes = np.zeros(len(start), dtype=np.int64)
     some = blocks > 0
-    codes[some] = ids[start[some] + blocks[some] - 1].astype(np.int64) + 1
+    codes[some] = chains.ids_at(start[some] + blocks[some] - 1).astype(np.int64) + 1
     return codes
 
 
@@ -179,7 +184,7 @@ def table_bytes(bits: int) -> int:
     return 16 << bits
 
 
-def ideal_hit_tokens(offsets: np.ndarray, values: np.ndarray, chains: BlockChains,
+def ideal_hit_tokens(offsets: np.ndarray, values: np.ndarray, chains: Chains,
                      hit_blocks: np.ndarray, seed: int = 0) -> np.ndarray:
     """Token-granular longest common prefix with any earlier prompt, per request (int64).
 
@@ -191,7 +196,7 @@ def ideal_hit_tokens(offsets: np.ndarray, values: np.ndarray, chains: BlockChain
     return _ideal(offsets, chains, hit_blocks, seed, lambda: iter([(0, offsets, values)]))
 
 
-def ideal_hit_tokens_streaming(prompts: ParquetPrompts, chains: BlockChains,
+def ideal_hit_tokens_streaming(prompts: ParquetPrompts, chains: Chains,
                                hit_blocks: np.ndarray, seed: int = 0) -> np.ndarray:
     """`ideal_hit_tokens` reading the tokens batch by batch from their Parquet file."""
     def batches() -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
@@ -201,7 +206,7 @@ def ideal_hit_tokens_streaming(prompts: ParquetPrompts, chains: BlockChains,
     return _ideal(prompts.offsets(), chains, hit_blocks, seed, batches)
 
 
-def _ideal(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray, seed: int,
+def _ideal(unit_offsets: np.ndarray, chains: Chains, hit_blocks: np.ndarray, seed: int,
            batches: Callable[[], Iterator[tuple[int, np.ndarray, np.ndarray]]]) -> np.ndarray:
     block = chains.block_size_tokens
     base = hit_blocks.astype(np.int64) * block
@@ -218,9 +223,13 @@ def _ideal(unit_offsets: np.ndarray, chains: BlockChains, hit_blocks: np.ndarray
         top = np.full(1, -1, dtype=np.int64)  # the largest chain id met so far
         collisions = 0
         for row0, offsets, values in batches():
+            lo = int(chains.offsets[row0])
+            hi = int(chains.offsets[row0 + len(offsets) - 1])
             collisions += _extra_tokens(offsets, values, np.int64(row0), np.int64(block),
-                                        chains.offsets, chains.ids, top, hit_blocks, probed,
-                                        keys, table, extra)
+                                        chains.offsets,
+                                        frozen_input(chains.ids_range(lo, hi), np.int32),
+                                        np.int64(lo),
+                                        top, hit_blocks, probed, keys, table, extra)
         del table
         if collisions == 0:
             return base + extra
