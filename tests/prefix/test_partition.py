@@ -24,6 +24,7 @@ from yaotu_trace.errors import ConfigError, ExitCode, WorkerLostError
 from yaotu_trace.prefix import Parallelism, effective_rules, partition, replay_trace
 from yaotu_trace.prefix.grid import GridCapacity, replay_grid
 from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.compact import CompactChains
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
@@ -460,3 +461,21 @@ def test_compiled_namespacing_of_ids_many_namespaces_share_equals_the_sorted_one
     np.testing.assert_array_equal(got, rank[inverse])
     firsts = np.unique(ids[np.unique(ids, return_index=True)[1]]).size
     assert int(got.max()) + 1 - firsts > 4_096
+
+
+def test_a_partition_goes_to_dask_as_runs_of_ids_and_replays_the_same() -> None:
+    # GIVEN one partition of a waterfall's job
+    _, _, parts, jobs = _waterfall_jobs()
+    job = jobs[0]
+    rows = partition.partition_rows(parts.codes)[0]
+    # WHEN its task is made for a Dask worker
+    task = partition._partition_task(job.chains, rows, partition._one_cache(job.rules))
+    # THEN its ids travel as runs (fewer than the ids), and the worker's replay of them is the
+    # replay of the flat sub-chains
+    sub = partition.sub_chains(job.chains, rows)
+    assert isinstance(task[0], CompactChains)
+    assert task[0].runs.first_ids.size < sub.ids.size
+    there = partition._run_task(*task)
+    here = replay(sub, partition._one_cache(job.rules))
+    np.testing.assert_array_equal(there.hit_tokens, here.hit_tokens)
+    assert there.evicted_blocks == here.evicted_blocks

@@ -35,6 +35,7 @@ import numpy as np
 
 from yaotu_trace.errors import ConfigError, WorkerLostError
 from yaotu_trace.prefix.kernels.chains import BlockChains, offsets_of, segment_ranges
+from yaotu_trace.prefix.kernels.compact import CompactChains
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.kernels.unlimited import replay
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
@@ -551,9 +552,13 @@ class ReplayJob:
     partitions: Partitions | None = None
 
 
-def _run_task(chains: BlockChains, rules: ReplayRules, instance_codes: np.ndarray | None,
-              arrival_s: np.ndarray | None, finish_s: np.ndarray | None) -> ReplayResult:
-    """A worker's task: one whole replay, or one partition replayed as one global cache."""
+def _run_task(chains: BlockChains | CompactChains, rules: ReplayRules,
+              instance_codes: np.ndarray | None, arrival_s: np.ndarray | None,
+              finish_s: np.ndarray | None) -> ReplayResult:
+    """A worker's task: one whole replay, or one partition replayed as one global cache
+    (shipped as runs of ids to a Dask worker, which expands them)."""
+    if isinstance(chains, CompactChains):
+        chains = chains.expand()
     return replay(chains, rules, instance_codes, arrival_s=arrival_s, finish_s=finish_s)
 
 
@@ -644,8 +649,10 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
 
 def _partition_task(chains: BlockChains, rows: np.ndarray, rules: ReplayRules
                     ) -> tuple[Any, ...]:
-    """The task of one partition: its sub-chains under one cache of `rules`."""
-    return (sub_chains(chains, rows), rules, None, None, None)
+    """The task of one partition for Dask: its sub-chains under one cache of `rules`, as runs
+    of ids (`compact.py`). Shipped flat, a partition was pickled beside itself in this process
+    (0.58 GB each of the four instances' at 1e10 tokens, `diagnose` at 4.75 GiB)."""
+    return (CompactChains.of(sub_chains(chains, rows)), rules, None, None, None)
 
 
 def _replay_many_here(jobs: Sequence[ReplayJob]) -> list[ReplayResult]:
