@@ -82,6 +82,19 @@ def _model_dir() -> str:
     return str(folder)
 
 
+# Steps a request may take before it counts as never finishing: a base and a few a token.
+STEPS_BASE = 50
+STEPS_PER_TOKEN = 8
+
+
+class NeverFinished(RuntimeError):
+    """A request vLLM did not finish within the step bound (`STEPS_BASE`, `STEPS_PER_TOKEN`)."""
+
+    def __init__(self, row: int) -> None:
+        super().__init__(f"request {row} did not finish")
+        self.row = row
+
+
 class VllmOffload:
     """vLLM's scheduler and offload connector for one configuration."""
 
@@ -247,12 +260,12 @@ class VllmOffload:
                               sampling_params=params, pooling_params=None, cache_salt=tenant,
                               block_hasher=self.hasher)
             self.scheduler.add_request(request)
-            for _ in range(50 + 8 * len(prompt)):  # a lookup may take a step per promotion
-                self.step()
+            for _ in range(STEPS_BASE + STEPS_PER_TOKEN * len(prompt)):  # a lookup may take
+                self.step()  # a step per promotion
                 if str(row) in self.stats and str(row) not in self.scheduler.requests:
                     break
             else:
-                raise RuntimeError(f"request {row} did not finish")
+                raise NeverFinished(row)
             local, external = self.stats[str(row)]
             gpu.append(int(local))
             if self.secondary_tiers:

@@ -29,6 +29,7 @@ from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import ReplayRules, rules_for
 from yaotu_trace.prefix.tiers import TierName, TierPolicy, TierSpec, replay_tiers
+from yaotu_trace.prefix.tiers.vllm_native import StalledLookup
 
 DATA = FIXTURES / "tiers_vllm"
 GOLDEN = sorted(p for p in DATA.glob("vllm_offload_*.json")
@@ -134,3 +135,46 @@ def test_tiers_vllm_with_an_fs_tier_matches_vllm_per_request(fixture: str, index
     np.testing.assert_array_equal(result.tier_hit_tokens[0], config["cpu_hit_tokens"])
     np.testing.assert_array_equal(result.tier_hit_tokens[1], config["disk_hit_tokens"])
     assert np.flatnonzero(result.refused).tolist() == config["refused"]
+
+
+STALLS = DATA / "vllm_stalls_arc_first9.json"
+
+
+@pytest.mark.parametrize("index", range(len(json.loads(STALLS.read_text())["configs"])))
+def test_a_request_vllm_never_starts_under_arc_is_refused_at_the_same_cpu_sizes(
+        index: int) -> None:
+    # GIVEN nine requests vLLM replayed under ARC with its fs tier at eight CPU sizes: at 19,
+    # 25, 30 and 31 chunks it never finished request 8 (20,000 steps), at 20, 21, 32 and 40 it
+    # did: under ARC the stall follows the CPU tier's history, not its size alone
+    # (`benchmarks/engines/golden_tiers_vllm_stalls.py`)
+    document = golden_document(STALLS)
+    config = document["configs"][index]
+    chains, rules = _chains(document["trace"], config["block_size_tokens"],
+                            config["num_gpu_blocks"])
+    chunk = config["block_size_tokens"]
+    cpu = TierSpec(name=TierName.CPU, capacity_chunks=config["cpu_chunks"], chunk_tokens=chunk)
+    disk = TierSpec(name=TierName.DISK, capacity_chunks=1, chunk_tokens=chunk, unlimited=True)
+    # WHEN the tiered replay runs it
+    if "never_finished" in config:
+        # THEN it refuses the same request, and says whether the tier could hold its run
+        with pytest.raises(StalledLookup) as stalled:
+            replay_tiers(chains, rules, (cpu, disk), TierPolicy.VLLM_ARC)
+        assert stalled.value.request == config["never_finished"]
+        holds = config["cpu_chunks"] >= stalled.value.chunks
+        assert ("could hold them all" in str(stalled.value)) == holds
+        assert ("at least its" in str(stalled.value)) != holds
+        return
+    # THEN every request's hits are vLLM's
+    result = replay_tiers(chains, rules, (cpu, disk), TierPolicy.VLLM_ARC)
+    np.testing.assert_array_equal(result.gpu_hit_tokens, config["gpu_hit_tokens"])
+    np.testing.assert_array_equal(result.tier_hit_tokens[0], config["cpu_hit_tokens"])
+    np.testing.assert_array_equal(result.tier_hit_tokens[1], config["disk_hit_tokens"])
+
+
+def test_the_arc_stall_fixture_has_both_outcomes_on_both_sides_of_the_run() -> None:
+    # GIVEN the stall fixture WHEN read THEN vLLM stalled with a CPU tier smaller than the run
+    # and with larger ones, and started the request at sizes between and above them
+    configs = json.loads(STALLS.read_text())["configs"]
+    stalled = [c["cpu_chunks"] for c in configs if "never_finished" in c]
+    started = [c["cpu_chunks"] for c in configs if "never_finished" not in c]
+    assert min(stalled) < min(started) < max(stalled) < max(started)

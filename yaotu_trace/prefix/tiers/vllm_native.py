@@ -538,26 +538,33 @@ class StalledLookup(ConfigError):
     a step later, for ever (`TieringOffloadingManager._initiate_promotion`). `request` is its
     index in arrival order; `named` says it by its id."""
 
-    def __init__(self, request: int, chunks: int, name: str | None = None) -> None:
+    def __init__(self, request: int, chunks: int, cpu_chunks: int,
+                 name: str | None = None) -> None:
         self.request = request
         self.chunks = chunks
+        self.cpu_chunks = cpu_chunks
         who = f"request {name}" if name is not None else \
             f"request {request:,} (in arrival order)"
+        if cpu_chunks < chunks:
+            fix = f"give the CPU tier (--tier cpu=...) at least its {chunks:,} chunks"
+        else:  # ARC's lists can pick the run's own chunks from a tier that holds it all
+            fix = (f"the CPU tier's {cpu_chunks:,} chunks could hold them all, but the order "
+                   "it evicts in picks them (under ARC it follows the tier's history, not "
+                   "its size alone); try another size (--tier cpu=...)")
         super().__init__(
             f"{who} would never start under vLLM 0.33's tiers: the chunks it finds below the "
             f"CPU tier are promoted into it one at a time, each evicting another of its "
-            f"{chunks:,}, and looked up again a step later, for ever; give the CPU tier "
-            f"(--tier cpu=...) at least its {chunks:,} chunks")
+            f"{chunks:,}, and looked up again a step later, for ever; {fix}")
 
     def named(self, name: str) -> StalledLookup:
-        return StalledLookup(self.request, self.chunks, name)
+        return StalledLookup(self.request, self.chunks, self.cpu_chunks, name)
 
 
 def stalled_error(chains: BlockChains, request: int, cpu: TierSpec) -> StalledLookup:
     """`StalledLookup` for request `request` of `chains` under CPU tier `cpu`."""
     per_chunk = int(cpu.chunk_tokens) // int(chains.block_size_tokens)
     chunks = int(chains.offsets[request + 1] - chains.offsets[request]) // per_chunk
-    return StalledLookup(request, chunks)
+    return StalledLookup(request, chunks, int(cpu.capacity_chunks))
 
 
 def _where(key: int, cpu: _CpuTier | _ArcCpuTier, lower: list[_SecondaryTier]) -> int:
