@@ -47,6 +47,28 @@ def test_runs_give_back_every_slice_and_position(monkeypatch: pytest.MonkeyPatch
             np.testing.assert_array_equal(runs.at(pos), ids[pos])
 
 
+@pytest.mark.parametrize("flat", [False, True])
+def test_segments_are_the_runs_of_the_ids_gathered(monkeypatch: pytest.MonkeyPatch,
+                                                   flat: bool) -> None:
+    # GIVEN ids held as runs (or flat, as ids that do not run are) and segments of them, some
+    # empty, some inside one run, some across several
+    if flat:  # every array of two ids or more held flat
+        monkeypatch.setattr(compact, "RUN_SLACK", 0)
+        monkeypatch.setattr(compact, "FLAT_BELOW", 10**9)
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        ids = random_ids(rng, 30)
+        runs = IdRuns.of(ids)
+        assert (runs.flat is not None) == (flat and ids.size > 1)
+        lo = np.sort(rng.integers(0, ids.size + 1, size=8))
+        hi = np.minimum(lo + rng.integers(0, 12, size=8), ids.size)
+        # WHEN the segments are cut from the runs
+        cut = runs.segments(lo, hi)
+        # THEN they expand to the ids gathered segment by segment
+        gathered = np.concatenate([ids[a:b] for a, b in zip(lo, hi, strict=True)])
+        np.testing.assert_array_equal(cut.expand(), gathered)
+
+
 def test_a_run_breaks_only_where_the_next_id_is_not_one_more() -> None:
     runs = IdRuns.of(np.array([0, 1, 2, 0, 1, 2, 3, 5, 9, 10], dtype=np.int32))
     assert runs.starts.tolist() == [0, 3, 7, 8, 10]

@@ -24,7 +24,7 @@ from yaotu_trace.errors import ConfigError, ExitCode, WorkerLostError
 from yaotu_trace.prefix import Parallelism, effective_rules, partition, replay_trace
 from yaotu_trace.prefix.grid import GridCapacity, replay_grid
 from yaotu_trace.prefix.kernels.chains import BlockChains
-from yaotu_trace.prefix.kernels.compact import CompactChains
+from yaotu_trace.prefix.kernels.compact import CompactChains, IdRuns
 from yaotu_trace.prefix.kernels.engine import replay
 from yaotu_trace.prefix.partition import (
     SERIAL_RUNNER,
@@ -230,13 +230,22 @@ def test_dask_gets_the_partitions_one_at_a_time(monkeypatch: pytest.MonkeyPatch)
     # GIVEN a waterfall's two jobs splitting the same chains by instance and tenant
     _, _, parts, jobs = _waterfall_jobs()
     counts = _count_live_partitions(monkeypatch)
+    made: list[int] = []
+    real_task = partition._partition_task
+
+    def task(*args: Any) -> tuple[Any, ...]:
+        made.append(len(made))
+        return real_task(*args)
+
+    monkeypatch.setattr(partition, "_partition_task", task)
     # WHEN they go to a local Dask cluster
     with open_runner(Parallelism(dask="local")) as runner:
         shipped = replay_many(jobs, runner)
-    # THEN each partition was built as it was shipped, alone in this process, and the results
-    # are those of this process
+    # THEN each partition's task was made as it was shipped, with no partition's flat ids
+    # made in this process (the workers renumber them), and the results are those of this
+    # process
     groups = len(np.unique(parts.codes))
-    assert groups > 2 and counts() == (2 * groups, 1)
+    assert groups > 2 and len(made) == 2 * groups and counts() == (0, 0)
     for here, there in zip(replay_many(jobs, SERIAL_RUNNER), shipped, strict=True):
         np.testing.assert_array_equal(here.hit_tokens, there.hit_tokens)
         assert here.evicted_blocks == there.evicted_blocks
@@ -468,14 +477,16 @@ def test_a_partition_goes_to_dask_as_runs_of_ids_and_replays_the_same() -> None:
     _, _, parts, jobs = _waterfall_jobs()
     job = jobs[0]
     rows = partition.partition_rows(parts.codes)[0]
-    # WHEN its task is made for a Dask worker
-    task = partition._partition_task(job.chains, rows, partition._one_cache(job.rules))
-    # THEN its ids travel as runs (fewer than the ids), and the worker's replay of them is the
-    # replay of the flat sub-chains
+    one = partition._one_cache(job.rules)
     sub = partition.sub_chains(job.chains, rows)
-    assert isinstance(task[0], CompactChains)
-    assert task[0].runs.first_ids.size < sub.ids.size
-    there = partition._run_task(*task)
-    here = replay(sub, partition._one_cache(job.rules))
-    np.testing.assert_array_equal(there.hit_tokens, here.hit_tokens)
-    assert there.evicted_blocks == here.evicted_blocks
+    for runs in (IdRuns.of(job.chains.ids), None):  # cut from the runs; renumbered here
+        # WHEN its task is made for a Dask worker
+        task = partition._partition_task(job.chains, runs, rows, one)
+        # THEN its ids travel as runs (fewer than the ids), and the worker's replay of them is
+        # the replay of the flat sub-chains
+        assert isinstance(task[0], CompactChains)
+        assert task[0].runs.first_ids.size < sub.ids.size
+        there = partition._run_task(*task)
+        here = replay(sub, one)
+        np.testing.assert_array_equal(there.hit_tokens, here.hit_tokens)
+        assert there.evicted_blocks == here.evicted_blocks

@@ -35,7 +35,7 @@ import numpy as np
 
 from yaotu_trace.errors import ConfigError, WorkerLostError
 from yaotu_trace.prefix.kernels.chains import BlockChains, offsets_of, segment_ranges
-from yaotu_trace.prefix.kernels.compact import CompactChains
+from yaotu_trace.prefix.kernels.compact import CompactChains, IdRuns
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.kernels.unlimited import replay
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
@@ -555,10 +555,12 @@ class ReplayJob:
 def _run_task(chains: BlockChains | CompactChains, rules: ReplayRules,
               instance_codes: np.ndarray | None, arrival_s: np.ndarray | None,
               finish_s: np.ndarray | None) -> ReplayResult:
-    """A worker's task: one whole replay, or one partition replayed as one global cache
-    (shipped as runs of ids to a Dask worker, which expands them)."""
+    """A worker's task: one whole replay, or one partition replayed as one global cache. A
+    Dask worker gets a partition's ids as runs, as they are in the whole trace
+    (`_partition_task`), and renumbers them itself: the ids `sub_chains` gives."""
     if isinstance(chains, CompactChains):
-        chains = chains.expand()
+        whole = chains.expand()
+        chains = sub_chains(whole, np.arange(whole.num_requests, dtype=np.int64))
     return replay(chains, rules, instance_codes, arrival_s=arrival_s, finish_s=finish_s)
 
 
@@ -610,6 +612,7 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
     plan: list[tuple[int, int, list[np.ndarray] | None]] = []
     splits: list[tuple[BlockChains, np.ndarray, list[BlockChains] | None,
                        list[np.ndarray]]] = []
+    runs: tuple[BlockChains, IdRuns] | None = None  # the ids Dask's partitions are cut from
     for job in jobs:
         if job.partitions is None or job.partitions.codes is None:
             plan.append((len(tasks), 1, None))
@@ -628,7 +631,9 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
         plan.append((len(tasks), len(groups), groups))
         one = _one_cache(job.rules)
         if subs is None:
-            tasks.extend(functools.partial(_partition_task, job.chains, rows, one)
+            if runs is None or runs[0] is not job.chains:
+                runs = (job.chains, IdRuns.of(job.chains.ids))
+            tasks.extend(functools.partial(_partition_task, job.chains, runs[1], rows, one)
                          for rows in groups)
         else:
             tasks.extend((sub, one, None, None, None) for sub in subs)
@@ -647,12 +652,25 @@ def replay_many(jobs: Sequence[ReplayJob], runner: Runner) -> list[ReplayResult]
     return out
 
 
-def _partition_task(chains: BlockChains, rows: np.ndarray, rules: ReplayRules
-                    ) -> tuple[Any, ...]:
-    """The task of one partition for Dask: its sub-chains under one cache of `rules`, as runs
-    of ids (`compact.py`). Shipped flat, a partition was pickled beside itself in this process
-    (0.58 GB each of the four instances' at 1e10 tokens, `diagnose` at 4.75 GiB)."""
-    return (CompactChains.of(sub_chains(chains, rows)), rules, None, None, None)
+def _partition_task(chains: BlockChains, runs: IdRuns | None, rows: np.ndarray,
+                    rules: ReplayRules) -> tuple[Any, ...]:
+    """The task of one partition for Dask: its requests under one cache of `rules`, their ids
+    cut from `runs` (the chains' ids as runs, `compact.py`) as they are in the whole trace,
+    for the worker to renumber (`_run_task`). Neither the partition's flat ids nor its
+    renumbering's table is made here: shipped flat, each of the four instances' partitions at
+    1e10 tokens was 0.58 GB of ids and 0.24 GB of table beside the chains (`diagnose --dask
+    local` at 4.75 GiB). Chains with output ids go renumbered, as runs."""
+    if runs is None or chains.output_ids is not None:
+        return (CompactChains.of(sub_chains(chains, rows)), rules, None, None, None)
+    rows = np.asarray(rows, dtype=np.int64)
+    base = np.asarray(chains.offsets, dtype=np.int64)
+    frame = replace(chains, offsets=offsets_of(base[rows + 1] - base[rows]),
+                    ids=np.zeros(0, dtype=np.int32),
+                    last_block_tokens=chains.last_block_tokens[rows],
+                    max_hit_blocks=chains.max_hit_blocks[rows],
+                    prompt_tokens=chains.prompt_tokens[rows])
+    part = CompactChains(frame=frame, runs=runs.segments(base[rows], base[rows + 1]))
+    return (part, rules, None, None, None)
 
 
 def _replay_many_here(jobs: Sequence[ReplayJob]) -> list[ReplayResult]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from yaotu_trace.prefix.kernels.chains import BlockChains
+from yaotu_trace.prefix.kernels.chains import BlockChains, offsets_of
 
 # Ids per slice of a compaction or an expansion: its int64 temporaries stay near 32 MB.
 SLICE = 1 << 22
@@ -97,6 +97,28 @@ class IdRuns:
             return self.flat[pos]
         run = np.searchsorted(self.starts, pos, side="right") - 1
         return (self.first_ids[run].astype(np.int64) + (pos - self.starts[run])).astype(np.int32)
+
+    def segments(self, starts: np.ndarray, ends: np.ndarray) -> IdRuns:
+        """The runs of the ids at positions `starts[j]..ends[j]-1`, one segment after another
+        (a partition's requests, gathered without their flat ids)."""
+        lo = np.asarray(starts, dtype=np.int64)
+        hi = np.asarray(ends, dtype=np.int64)
+        keep = hi > lo
+        lo, hi = lo[keep], hi[keep]
+        if self.flat is not None:
+            index = np.repeat(lo - offsets_of(hi - lo)[:-1], hi - lo) + np.arange(
+                int((hi - lo).sum()), dtype=np.int64)
+            return IdRuns.of(self.flat[index])
+        a = np.searchsorted(self.starts, lo, side="right") - 1
+        b = np.searchsorted(self.starts, hi, side="left")
+        count = b - a  # runs each segment touches
+        run = np.repeat(a - offsets_of(count)[:-1], count) + np.arange(int(count.sum()),
+                                                                        dtype=np.int64)
+        seg = np.repeat(np.arange(lo.size, dtype=np.int64), count)
+        first = np.maximum(self.starts[run], lo[seg])  # clipped to the segment
+        last = np.minimum(self.starts[run + 1], hi[seg])
+        ids = self.first_ids[run].astype(np.int64) + (first - self.starts[run])
+        return IdRuns(starts=offsets_of(last - first), first_ids=ids.astype(np.int32))
 
     def expand(self) -> np.ndarray:
         """The whole id array: a new int32 array (a pass may relabel it in place), or the flat
