@@ -35,10 +35,15 @@ from yaotu_trace.prefix.partition import (
     with_namespaces,
 )
 from yaotu_trace.prefix.prepare import prepare
+from yaotu_trace.prefix.rates import leading_seen_blocks
+from yaotu_trace.prefix.rules import Scope
+from yaotu_trace.prefix.waterfall import compute_waterfall
 
 
-def shared_prefix_trace(n: int = 240, seed: int = 7, *, outputs: bool = False) -> Trace:
-    """Tenants sharing system prompts, sessions growing turn by turn, an instance column."""
+def shared_prefix_trace(n: int = 240, seed: int = 7, *, outputs: bool = False,
+                        repeats: float = 0.0) -> Trace:
+    """Tenants sharing system prompts, sessions growing turn by turn, an instance column; with
+    `repeats`, that share of the requests sends an earlier prompt again, whole."""
     rng = np.random.default_rng(seed)
     systems = [list(rng.integers(0, 50, size=int(rng.integers(20, 70)))) for _ in range(4)]
     sessions: dict[int, list[int]] = {}
@@ -47,7 +52,10 @@ def shared_prefix_trace(n: int = 240, seed: int = 7, *, outputs: bool = False) -
         s = int(rng.integers(0, 30))
         history = sessions.setdefault(s, list(systems[s % 4]))
         history += list(rng.integers(0, 50, size=int(rng.integers(1, 40))))
-        prompts.append(list(history))
+        if repeats and prompts and rng.random() < repeats:
+            prompts.append(list(prompts[int(rng.integers(0, len(prompts)))]))
+        else:
+            prompts.append(list(history))
         tenants.append(f"t{s % 5}")
         instances.append(f"i{int(rng.integers(0, 3))}")
         outs.append(list(rng.integers(0, 50, size=int(rng.integers(1, 20)))))
@@ -490,3 +498,30 @@ def test_a_partition_goes_to_dask_as_runs_of_ids_and_replays_the_same() -> None:
         here = replay(sub, one)
         np.testing.assert_array_equal(there.hit_tokens, here.hit_tokens)
         assert there.evicted_blocks == here.evicted_blocks
+
+
+@pytest.mark.parametrize("outputs", [False, True])
+@pytest.mark.parametrize("seed", [7, 8, 9])
+def test_the_waterfall_derives_its_capped_unlimited_replays_exactly(outputs: bool,
+                                                                    seed: int) -> None:
+    # GIVEN a trace with tenants and the last-token rule on, with outputs cached or not
+    trace = shared_prefix_trace(seed=seed, outputs=outputs, repeats=0.3)
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, cache_outputs=outputs,
+                                  scope="instance")
+    assert rules.last_token_rule and rules.tenant_isolation
+    p = prepare(trace, with_outputs=outputs)
+    # WHEN the waterfall cuts its unlimited replays at the last-token cap instead of replaying
+    wf = compute_waterfall(p, rules)
+    flat = rules.with_(last_token_rule=False, capacity_blocks=None, scope=Scope.GLOBAL,
+                       route=None)
+    ltr = flat.with_(last_token_rule=True)
+    shared = p.chains(flat, namespaces=False)
+    named = p.chains(ltr)
+    # THEN each step's hits are those of replaying it, and AIPerf's numerator is the
+    # unlimited replay of the tenants' chains without the cap
+    np.testing.assert_array_equal(wf.hit_blocks["last_token_rule"],
+                                  replay(shared.with_hit_cap(True), ltr).hit_blocks)
+    direct = replay(named, ltr)
+    np.testing.assert_array_equal(wf.hit_blocks["tenant_isolation"], direct.hit_blocks)
+    np.testing.assert_array_equal(wf.seen_blocks, leading_seen_blocks(named, rules))
+    assert wf.seen_blocks.sum() > wf.hit_blocks["tenant_isolation"].sum()  # the cap bites

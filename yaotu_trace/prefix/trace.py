@@ -508,7 +508,8 @@ def _summary(prepared: PreparedTrace, rules: ReplayRules, runs: CacheRuns, *,
                                   prepared.prompt_tokens, rules.block_size_tokens),
         notes=notes + _rejected_note(result, rules),
         window=window,
-        hit_rates=_hit_rates(prompt, result, chains, rules, m),
+        hit_rates=_hit_rates(prompt, result, chains, rules, m,
+                             None if wf is None else wf.seen_blocks),
         rejected_requests=result.rejected_requests,
     )
 
@@ -523,12 +524,15 @@ def _rejected_note(result: ReplayResult, rules: ReplayRules) -> tuple[str, ...]:
 
 
 def _hit_rates(prompt: np.ndarray, result: ReplayResult, chains: BlockChains,
-               rules: ReplayRules, measured: slice) -> dict[str, dict[str, object]]:
+               rules: ReplayRules, measured: slice, seen: np.ndarray | None
+               ) -> dict[str, dict[str, object]]:
     """Every hit-rate definition of the achieved replay, and AIPerf's at unlimited capacity,
-    over the `measured` requests (`prompt` is already theirs)."""
+    over the `measured` requests (`prompt` is already theirs); `seen` is AIPerf's numerator
+    when a waterfall already replayed it."""
     capacity = ("unlimited" if rules.capacity_blocks is None
                 else f"{rules.capacity_blocks:,} blocks")
-    leading = rates.leading_seen_blocks(chains, rules, result.hit_blocks)
+    leading = (seen if seen is not None else
+               rates.leading_seen_blocks(chains, rules, result.hit_blocks))
     return rates.hit_rates(
         hit_tokens=result.hit_tokens[measured], hit_blocks=result.hit_blocks[measured],
         prompt_tokens=prompt, cacheable=chains.num_blocks[measured],
