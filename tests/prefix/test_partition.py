@@ -454,9 +454,9 @@ def test_a_partition_relabelled_in_place_of_its_gathered_blocks_is_the_sorted_on
     np.testing.assert_array_equal(walked.prompt_tokens, chains.prompt_tokens[rows])
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize(("seed", "code_dtype"), [(1, np.int8), (2, np.int32)])
 def test_compiled_namespacing_of_ids_many_namespaces_share_equals_the_sorted_one(
-        seed: int) -> None:
+        seed: int, code_dtype: type) -> None:
     # GIVEN ids that recur under five namespaces (pairs past the first namespace of an id fill
     # the compiled pass's own table well beyond its first size, so it grows)
     from yaotu_trace.prefix.kernels.relabel import namespaced_first_appearance_ids
@@ -468,7 +468,9 @@ def test_compiled_namespacing_of_ids_many_namespaces_share_equals_the_sorted_one
     ids = rng.integers(0, width, int(offsets[-1])).astype(np.int32)
     codes = rng.integers(0, 5, lengths.size).astype(np.int64)
     # WHEN renumbered by first appearance of (namespace, id), compiled and by numpy's sort
-    got = namespaced_first_appearance_ids(offsets, ids, codes, np.int64(width), np.int64(5),
+    # (the first namespace of each id held as int8, as for up to 127 namespaces, or int32)
+    got = namespaced_first_appearance_ids(offsets, ids, codes,
+                                          np.full(width, -1, dtype=code_dtype), np.int64(5),
                                           np.empty(ids.size, dtype=np.int32))
     keys = np.repeat(codes, lengths) * width + ids
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -525,3 +527,23 @@ def test_the_waterfall_derives_its_capped_unlimited_replays_exactly(outputs: boo
     np.testing.assert_array_equal(wf.hit_blocks["tenant_isolation"], direct.hit_blocks)
     np.testing.assert_array_equal(wf.seen_blocks, leading_seen_blocks(named, rules))
     assert wf.seen_blocks.sum() > wf.hit_blocks["tenant_isolation"].sum()  # the cap bites
+
+
+@pytest.mark.parametrize("namespaces", [3, 127, 128, 300])
+def test_compiled_namespacing_holds_first_namespaces_narrow_or_wide(
+        monkeypatch: pytest.MonkeyPatch, namespaces: int) -> None:
+    # GIVEN chains and namespace codes on both sides of the int8 table's 127 namespaces
+    trace = shared_prefix_trace(repeats=0.3)
+    p = prepare(trace)
+    rules, _, _ = effective_rules(trace, "vllm", block_size_tokens=4, tenant_isolation=False)
+    chains = p.chains(rules)
+    codes = np.random.default_rng(namespaces).integers(0, namespaces, size=p.num_requests)
+    codes[0] = namespaces - 1
+    # WHEN relabelled by numpy's sort and by the compiled pass
+    monkeypatch.setattr(partition, "SMALL_RELABEL", 10**9)
+    sorted_ids = partition.with_namespaces(chains, codes)
+    monkeypatch.setattr(partition, "SMALL_RELABEL", 0)
+    compiled = partition.with_namespaces(chains, codes)
+    # THEN the ids are the same
+    np.testing.assert_array_equal(compiled.ids, sorted_ids.ids)
+    assert compiled.num_distinct == sorted_ids.num_distinct

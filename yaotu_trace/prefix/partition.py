@@ -470,8 +470,12 @@ def with_namespaces(chains: BlockChains, codes: np.ndarray, *,
         # input goes in writable (a second compiled signature): numba lets the loads of a
         # read-only array move past the stores to the same memory.
         out = ids if own else np.empty(ids.size, dtype=np.int32)
-        dense = namespaced_first_appearance_ids(offsets, ids, codes, width,
-                                                np.int64(int(codes.max()) + 1), out)
+        count = int(codes.max()) + 1
+        # The namespace that met each id first: int8 for up to 127 namespaces (5 bytes per id
+        # with the new ids, not 8: 0.18 GB less at 1e10 tokens, the relabelling's peak).
+        first_code = np.full(int(width), -1, dtype=np.int8 if count <= 127 else np.int32)
+        dense = namespaced_first_appearance_ids(offsets, ids, codes, first_code,
+                                                np.int64(count), out)
         num = int(dense.max()) + 1 if dense.size else 0
         return replace(chains, ids=_readonly(dense, np.int32), num_distinct=num)
     base = codes * width

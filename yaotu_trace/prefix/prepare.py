@@ -36,7 +36,7 @@ SMALL_CHAIN_WORK = 4_000_000
 class PreparedTrace:
     """A trace as arrays, in replay (arrival) order."""
 
-    request_id: np.ndarray  # object (str)
+    request_ids: pd.Series  # the trace's request_id column; `request_id` makes the strings
     prompt_tokens: np.ndarray  # int64 prompt length per request
     offsets: np.ndarray | None  # int64 n+1 into `values`; None when streamed
     values: np.ndarray | None  # int64 token ids or source block ids; None when streamed
@@ -58,6 +58,18 @@ class PreparedTrace:
     # the block step's chains). Only small builds are kept, so memory stays bounded.
     _small_chains: dict[tuple[object, ...], BlockChains] = field(
         default_factory=dict, compare=False, repr=False)
+    # `request_id` once made (shared by `replace` copies).
+    _made: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def request_id(self) -> np.ndarray:
+        """Request ids as str objects, made on first use: at 1e10 tokens they are 150 MB, which
+        the replays' peak need not hold (only the reports and the hot prefixes name requests)."""
+        made = self._made.get("request_id")
+        if made is None:
+            made = self.request_ids.astype(str).to_numpy(dtype=object)
+            self._made["request_id"] = made
+        return made
 
     @property
     def num_requests(self) -> int:
@@ -299,7 +311,7 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
             and not trace.is_lazy("output_tokens")):
         out_offsets, out_values = list_arrays(df["output_tokens"])
     return PreparedTrace(
-        request_id=df["request_id"].astype(str).to_numpy(dtype=object),
+        request_ids=df["request_id"],
         prompt_tokens=prompt_tokens,
         offsets=offsets,
         values=values,

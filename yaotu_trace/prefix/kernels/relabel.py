@@ -74,19 +74,19 @@ def _grown(keys: np.ndarray,
 
 @nb.njit(cache=True)
 def namespaced_first_appearance_ids(offsets: np.ndarray, ids: np.ndarray, codes: np.ndarray,
-                                    width: np.int64, code_count: np.int64, out: np.ndarray
-                                    ) -> np.ndarray:  # pragma: no cover - compiled
+                                    first_code: np.ndarray, code_count: np.int64,
+                                    out: np.ndarray) -> np.ndarray:  # pragma: no cover
     """`first_appearance_ids` of the pairs (codes[r], ids[j]) over every block j of each
     request r (ids in [0, width), codes in [0, code_count) and below 2^31), into `out` (int32,
     one per id), without a key per block (5 GB at 1e10 tokens) or a table over every pair
     (namespaces × ids: 1.8 GiB at 1e10 tokens of eight tenants).
 
     Most ids are met under one namespace only, so each id keeps the namespace that met it first
-    and the new id it got (8 bytes per id); a pair with another namespace (a prompt two tenants
-    share) goes to a small hash table of its own, grown as it fills.
+    (`first_code`: width entries of −1, int8 where the codes fit, given by the caller) and the
+    new id it got (int32); a pair with another namespace (a prompt two tenants share) goes to a
+    small hash table of its own, grown as it fills.
     """
-    first_code = np.full(width, -1, dtype=np.int32)
-    first_new = np.empty(width, dtype=np.int32)
+    first_new = np.empty(first_code.size, dtype=np.int32)
     keys = np.full(1 << 12, -1, dtype=np.int64)
     values = np.empty(1 << 12, dtype=np.int32)
     others = 0
