@@ -37,7 +37,7 @@ REQUESTS = 9
 BLOCK_TOKENS = 4
 GPU_BLOCKS = 30
 CPU_CHUNKS = (19, 20, 21, 25, 30, 31, 32, 40)
-STEPS = 20_000  # a converging lookup took at most a handful of steps in every fixture
+STEPS = 20_000  # a converging lookup took at most 5 steps a request where they were counted
 
 
 def write_trace(path: Path) -> None:
