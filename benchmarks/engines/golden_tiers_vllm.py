@@ -30,8 +30,10 @@ Deterministic: the same bytes on every run.
 from __future__ import annotations
 
 import argparse
+import atexit
 import itertools
 import json
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -73,7 +75,7 @@ class Config:
 
 def _model_dir() -> str:
     """A one-layer Llama config with no weights: enough for `ModelConfig` to resolve."""
-    folder = Path(tempfile.mkdtemp(prefix="tiers-vllm-model-"))
+    folder = Path(_scratch("model-"))
     (folder / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
         "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 1,
@@ -310,13 +312,26 @@ class VllmOffload:
         return [int(x) for x in gpu], [int(x) for x in cpu]
 
 
+_RUN_FOLDER: list[str] = []  # the run's own temporary folder, removed at exit
+
+
+def _scratch(prefix: str) -> str:
+    """A fresh folder inside the run's own temporary folder, which is removed when the run
+    ends: the model configs and every fs tier's chunk files (some hundreds of MB a full fs
+    run) do not outlive it."""
+    if not _RUN_FOLDER:
+        _RUN_FOLDER.append(tempfile.mkdtemp(prefix="tiers-vllm-"))
+        atexit.register(shutil.rmtree, _RUN_FOLDER[0], ignore_errors=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=_RUN_FOLDER[0])
+
+
 def _tiering(secondary: str) -> dict[str, object]:
     """The connector's extra config for one secondary tier below the CPU, or none."""
     if not secondary:
         return {}
     tier: dict[str, object] = {"type": secondary}
     if secondary == "fs":  # a fresh folder: the tier starts empty, as the replay's does
-        tier.update(root_dir=tempfile.mkdtemp(prefix="tiers-vllm-fs-"), n_read_threads=2,
+        tier.update(root_dir=_scratch("fs-"), n_read_threads=2,
                     n_write_threads=2)
     return {"spec_name": "TieringOffloadingSpec", "secondary_tiers": [tier]}
 
