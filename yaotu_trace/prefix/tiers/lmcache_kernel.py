@@ -26,24 +26,22 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     lru_state,
     most_chunks,
     outcome,
+    refcount_free,
     rows,
     touch,
 )
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 
 
-@nb.njit(cache=True, nogil=True)
+@refcount_free
 def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
-          capacity, cpu, disk, remote, st, evictions):  # pragma: no cover - compiled
-    """Hit tokens per backend and request, the backends' counters, each request's run (the
-    tokens the backends hold from token 0); `evictions[b]` filled."""
+          capacity, cpu, disk, remote, st, evictions, ends, size, counters, hits, runs,
+          source, admitted):  # pragma: no cover - compiled
+    """Fills the hit tokens per backend and request, the backends' counters, each request's
+    run (the tokens the backends hold from token 0) and `evictions[b]`; `source` (each
+    chunk's backend) and `admitted` (a save's disk writes in flight) are a request's room."""
     n = offsets.size - 1
     backends = capacity.size
-    ends, size, counters, hits = lru_state(backends, n)
-    runs = np.zeros(n, dtype=np.int64)
-    longest = most_chunks(offsets, per_chunk)
-    source = np.empty(longest, dtype=np.int64)  # each chunk's backend
-    admitted = np.empty(longest, dtype=np.int64)  # a save's disk writes in flight
     for i in range(n):
         if refused[i]:
             continue
@@ -93,7 +91,6 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                     insert(st, ends, size, capacity, counters, evictions, b, k, i)
                 elif b == remote:  # the CPU skips a key it has; the remote store refreshes it
                     touch(st, ends, b, k, i)
-    return hits, counters, runs
 
 
 @nb.njit(cache=True, inline="always")
@@ -193,12 +190,14 @@ def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray
         # A backend's inserts: the chunks after each run, and (the CPU's) each chunk read
         # below.
         st, evictions = rows(keys, len(capacity_chunks), 0, 2 * (int(offsets[-1]) // per_chunk))
-        hits, counters, runs = _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
-                                     np.asarray(chains.prompt_tokens, dtype=np.int64),
-                                     np.asarray(gpu_hit_blocks, dtype=np.int64),
-                                     np.asarray(refused, dtype=np.bool_), np.int64(per_chunk),
-                                     np.int64(chunk_tokens), np.int64(block),
-                                     np.asarray(capacity_chunks, dtype=np.int64),
-                                     np.int64(cpu), np.int64(disk), np.int64(remote), st,
-                                     evictions)
+        ends, size, counters, hits = lru_state(len(capacity_chunks), offsets.size - 1)
+        runs = np.zeros(offsets.size - 1, dtype=np.int64)
+        longest = most_chunks(offsets, per_chunk)
+        _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
+              np.asarray(chains.prompt_tokens, dtype=np.int64),
+              np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+              np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
+              np.asarray(capacity_chunks, dtype=np.int64), np.int64(cpu), np.int64(disk),
+              np.int64(remote), st, evictions, ends, size, counters, hits, runs,
+              np.empty(longest, dtype=np.int64), np.empty(longest, dtype=np.int64))
     return hits, (counters, evictions), runs

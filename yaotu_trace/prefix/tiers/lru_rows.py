@@ -23,26 +23,41 @@ OLDEST, NEWEST = 0, 1
 STORED, EVICTED, LOADED, FAILED = range(4)
 
 
+def refcount_free(pass_fn):
+    """A tier pass compiled without numba's reference counts (`_nrt=False`).
+
+    Numba counts references to every array a compiled call passes on, with atomic increments
+    and decrements at each call of a helper (inlined or not), and its pruning leaves them where
+    the loop branches: LMCache's pass over the Mooncake conversation trace took 16.5 ms with
+    them and 1.7 ms without, the same hits. Such a pass allocates nothing (that needs the
+    counts): its arrays come from the caller, which owns them.
+    """
+    return nb.njit(cache=True, nogil=True, _nrt=False)(pass_fn)
+
+
 @nb.njit(cache=True, inline="always")
 def chunk_key(ids, start, per_chunk, j):  # pragma: no cover - compiled
     """The key of a request's chunk j: the chain id of its last block (its prefix)."""
     return ids[start + (j + 1) * per_chunk - 1]
 
 
-@nb.njit(cache=True)
-def most_chunks(offsets, per_chunk):  # pragma: no cover - compiled
+def most_chunks(offsets: np.ndarray, per_chunk: int) -> int:
     """The most chunks of any one request (at least 1): the size of a request's buffers."""
-    most = 1
-    for i in range(offsets.size - 1):
-        most = max(most, (offsets[i + 1] - offsets[i]) // per_chunk)
-    return most
+    lengths = np.diff(np.asarray(offsets, dtype=np.int64))
+    return max(1, int(lengths.max()) // per_chunk) if lengths.size else 1
 
 
-@nb.njit(cache=True)
-def lru_state(lrus, n):  # pragma: no cover - compiled
+def lru_state(lrus: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Empty LRUs' ends, sizes and counters, and their hits per request."""
     return (np.full((lrus, 2), -1, dtype=np.int64), np.zeros(lrus, dtype=np.int64),
             np.zeros((lrus, 4), dtype=np.int64), np.zeros((lrus, n), dtype=np.int64))
+
+
+@nb.njit(cache=True)
+def lru_ends(lrus):  # pragma: no cover - compiled
+    """`lru_state` without the hits, for a compiled pass that still allocates its own."""
+    return (np.full((lrus, 2), -1, dtype=np.int64), np.zeros(lrus, dtype=np.int64),
+            np.zeros((lrus, 4), dtype=np.int64))
 
 
 def rows(keys: int, lrus: int, extra: int, inserts: int) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,6 @@ column is the page's hit count.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from yaotu_trace.prefix.kernels.chains import BlockChains
@@ -20,22 +19,22 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     lru_state,
     most_chunks,
     outcome,
+    refcount_free,
     rows,
     touch,
 )
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 
 
-@nb.njit(cache=True, nogil=True)
+@refcount_free
 def _pass(offsets, ids, max_hit_blocks, gpu_hit_blocks, refused, per_chunk, chunk, block,
-          capacity, threshold, back_up, load_back_min, prefetch_min, st,
-          evictions):  # pragma: no cover - compiled
-    """Hit tokens per tier (host first) and request, the tiers' counters."""
+          capacity, threshold, back_up, load_back_min, prefetch_min, st, evictions, ends, size,
+          counters, hits, backed):  # pragma: no cover - compiled
+    """Fills the hit tokens per tier (host first) and request and the tiers' counters;
+    `backed` is a request's room (the pages it backs up)."""
     n = offsets.size - 1
     tiers = capacity.size
     uses = 4 * tiers  # the hit count's column
-    ends, size, counters, hits = lru_state(tiers, n)
-    backed = np.empty(most_chunks(offsets, per_chunk), dtype=np.int64)
     for i in range(n):
         if refused[i]:
             continue
@@ -91,7 +90,6 @@ def _pass(offsets, ids, max_hit_blocks, gpu_hit_blocks, refused, per_chunk, chun
                     touch(st, ends, t, backed[b], i)
                 else:
                     insert(st, ends, size, capacity, counters, evictions, t, backed[b], i)
-    return hits, counters
 
 
 def hicache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
@@ -106,13 +104,13 @@ def hicache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.nd
     per_chunk = chunk_tokens // block
     st, evictions = rows(int(chains.num_distinct), len(capacity_chunks), 1,
                          int(offsets[-1]) // per_chunk)
-    hits, counters = _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
-                           np.asarray(chains.max_hit_blocks, dtype=np.int64),
-                           np.asarray(gpu_hit_blocks, dtype=np.int64),
-                           np.asarray(refused, dtype=np.bool_), np.int64(per_chunk),
-                           np.int64(chunk_tokens), np.int64(block),
-                           np.asarray(capacity_chunks, dtype=np.int64), np.int64(threshold),
-                           back_up, np.int64(load_back_min_tokens),
-                           np.int64(prefetch_min_tokens), st, evictions)
+    ends, size, counters, hits = lru_state(len(capacity_chunks), offsets.size - 1)
+    _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
+          np.asarray(chains.max_hit_blocks, dtype=np.int64),
+          np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
+          np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
+          np.asarray(capacity_chunks, dtype=np.int64), np.int64(threshold), back_up,
+          np.int64(load_back_min_tokens), np.int64(prefetch_min_tokens), st, evictions, ends,
+          size, counters, hits, np.empty(most_chunks(offsets, per_chunk), dtype=np.int64))
     out_counters, out_evictions = outcome(counters, evictions)
     return tuple(h.copy() for h in hits), out_counters, out_evictions

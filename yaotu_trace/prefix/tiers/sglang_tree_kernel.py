@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace._lists import append, heap_pop, heap_push, replace, unlink
-from yaotu_trace.prefix.tiers.lru_rows import EVICTED, LOADED, held, insert, lru_state, touch
+from yaotu_trace.prefix.tiers.lru_rows import EVICTED, LOADED, held, insert, lru_ends, touch
 
 _ROOT = 0
 _DEPTH_STEP = 1 << 20
@@ -611,7 +611,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
     stack = np.empty(max_nodes, dtype=np.int64)
     below = np.empty(max_nodes, dtype=np.int64)
     kept = np.empty(max_nodes, dtype=np.int64)
-    ends, size, lru_counters, _ = lru_state(1, 0)
+    ends, size, lru_counters = lru_ends(1)
     capacity = np.full(1, storage_pages, dtype=np.int64)
     least_pages = -(-prefetch_min_tokens // page)
     sc[_S_GFREE] = gpu_pages

@@ -36,6 +36,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     lru_state,
     most_chunks,
     read_below,
+    refcount_free,
     rows,
     split_by_source,
     verdicts,
@@ -280,27 +281,14 @@ def _offer(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, thr
     return ok
 
 
-@nb.njit(cache=True, nogil=True)
+@refcount_free
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity,
-          threshold, st, evictions, counts, lst, lcapacity, levictions,
-          answers, stamp_limit):  # pragma: no cover
+          threshold, st, evictions, counts, lst, lcapacity, levictions, answers, stamp_limit,
+          lends, lsize, lcounters, ends, size, target, sc, hits, lacking, next_stored, failed,
+          chosen, misses, step_keys, source):  # pragma: no cover
     n = offsets.size - 1
     below = lcapacity.size
-    lends, lsize, lcounters, _ = lru_state(below, 0)
     lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
-    ends = np.full((5, 2), -1, dtype=np.int64)
-    size = np.zeros(5, dtype=np.int64)
-    target = np.zeros(1, dtype=np.float64)
-    sc = np.zeros(8, dtype=np.int64)
-    longest = most_chunks(offsets, per_chunk)
-    chosen = np.empty(longest + 1, dtype=np.int64)
-    misses = np.empty(longest + 1, dtype=np.int64)
-    step_keys = np.empty(3 * longest + 3, dtype=np.int64)
-    source = np.empty(longest, dtype=np.int64)  # 0: the CPU tier, t + 1: lower tier t
-    hits = np.zeros((1 + below, n), dtype=np.int64)
-    lacking = np.full(n, -1, dtype=np.int64)
-    next_stored = np.zeros(n, dtype=np.int64)
-    failed = np.zeros(n, dtype=np.bool_)
     prev = -1
     prev_slot = 1
     step = 0  # the steps ended: an answer from below asked in this one is still in flight
@@ -316,8 +304,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             source[:max(chunks - first, 0)] = 0  # 0: the CPU tier, t + 1: promoted from tier t
         p_chunks = 0 if prev < 0 else (offsets[prev + 1] - offsets[prev]) // per_chunk
         if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
-            return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
-                    lacking, -3)  # stamps would outgrow the rows: run again with wider ones
+            # Stamps would outgrow the rows: run again with wider ones.
+            return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -3)
         passes = 0
         if below == 0:  # the CPU tier alone: one lookup, nothing to wait for
             passes = 1
@@ -327,11 +315,10 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         while below > 0:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
             passes += 1
             if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
-                return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
-                        lacking, -3)
+                return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -3)
             if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
-                return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
-                        lacking, -2)  # out of room for the evictions: run again with more
+                # Out of room for the evictions: run again with more.
+                return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2)
             run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens,
                                           i, prev, passes == 1, step, slot, capacity, counts,
                                           st, ends, size, target, sc, chosen, step_keys,
@@ -343,8 +330,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                         st, ends, size, target, sc, chosen, step_keys, evictions, misses,
                         lower, failed, next_stored)
             if passes > 4 * (chunks - first) + 8:
-                return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters,
-                        lacking, i)
+                return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i)
             _end_step(step_keys, st, sc)
             step += 1
         loaded = chunk_tokens * (first + run) - g
@@ -402,7 +388,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 split_by_source(hits, i, source, first, run, chunk_tokens, g)
         prev = i
         prev_slot = slot
-    return (hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking, -1)
+    return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -1)
 
 
 @nb.njit(cache=True)
@@ -479,6 +465,7 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
     offsets = np.asarray(offsets, dtype=np.int64)
     keys = max(num_keys, 1)
     chunks = int(offsets[-1]) // per_chunk
+    longest = most_chunks(offsets, per_chunk)
     room = lru_rows.first_room(chunks, len(lower_capacity))
     # int32 rows while every value stays below 2^31: keys and requests are, and the pass says
     # when its stamps (a count of store calls) would not be (-3: run again with int64 rows).
@@ -496,14 +483,25 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
             lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
                                                len(lower_capacity), 0, room)
             answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
-            hits, stored, evicted, failed, loaded, lower_counters, lacking, stalled = _pass(
+            n = offsets.size - 1
+            below = len(lower_capacity)
+            lends, lsize, lcounters, _ = lru_state(below, 0)
+            hits = np.zeros((1 + below, n), dtype=np.int64)
+            lacking = np.full(n, -1, dtype=np.int64)
+            stored, evicted, failed, loaded, stalled = _pass(
                 offsets, np.asarray(ids, dtype=np.int64),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
                 np.int64(capacity), np.int64(store_threshold), st, evictions,
                 tracker(keys, store_threshold), lower_rows,
                 np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
-                np.int64(stamp_limit(row)))
+                np.int64(stamp_limit(row)), lends, lsize, lcounters,
+                np.full((5, 2), -1, dtype=np.int64), np.zeros(5, dtype=np.int64),
+                np.zeros(1, dtype=np.float64), np.zeros(8, dtype=np.int64), hits,
+                lacking, np.zeros(n, dtype=np.int64),
+                np.zeros(n, dtype=np.bool_), np.empty(longest + 1, dtype=np.int64),
+                np.empty(longest + 1, dtype=np.int64), np.empty(3 * longest + 3, dtype=np.int64),
+                np.empty(longest, dtype=np.int64))
             if stalled == -3:
                 row = np.int64
             elif stalled == -2:
@@ -512,5 +510,5 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
                 break
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
-                evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
+                evictions[1, :e].copy(), evictions[2, :e].copy(), lcounters,
                 lower_evictions, lacking, int(stalled))

@@ -48,6 +48,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     lru_state,
     most_chunks,
     read_below,
+    refcount_free,
     rows,
     split_by_source,
     verdicts,
@@ -316,6 +317,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     n = offsets.size - 1
     keys = max(num_keys, 1)
     chunks = int(offsets[n]) // per_chunk
+    max_chunks = most_chunks(offsets, per_chunk)
     room = lru_rows.first_room(chunks, len(lower_capacity))
     rows_st = keys + 2  # the keys' rows, then the two live requests' markers
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
@@ -332,45 +334,48 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
             lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
                                                len(lower_capacity), 0, room)
             answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
-            hits, stored, evicted, failed, loaded, lower_counters, lacking, stalled = _pass(
+            lends, lsize, lcounters, _ = lru_state(len(lower_capacity), 0)
+            hits = np.zeros((1 + len(lower_capacity), n), dtype=np.int64)
+            lacking = np.full(n, -1, dtype=np.int64)  # the first chunk no tier held at lookup
+            sc = np.zeros(_SCALARS, dtype=np.int64)
+            sc[_BOTTOM:] = -1  # the list and the segments empty
+            per_request = np.zeros((3, n), dtype=np.int64)
+            stored, evicted, failed, loaded, stalled = _pass(
                 offsets, np.asarray(ids, dtype=np.int64),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
                 np.int64(capacity), st, evictions, lower_rows,
                 np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
-                tracker(keys, store_threshold), np.int64(store_threshold))
+                tracker(keys, store_threshold), np.int64(store_threshold), lends, lsize,
+                lcounters, hits, lacking, sc, per_request[0], per_request[1], per_request[2],
+                np.empty(max_chunks + 1, dtype=np.int64),
+                np.empty(3 * max_chunks + 3, dtype=np.int64),
+                np.empty(max_chunks, dtype=np.int64))
             if stalled != -2:
                 break
             room *= 2
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
-                evictions[1, :e].copy(), evictions[2, :e].copy(), lower_counters,
+                evictions[1, :e].copy(), evictions[2, :e].copy(), lcounters,
                 lower_evictions, lacking, int(stalled))
 
 
-@nb.njit(cache=True, nogil=True)
+@refcount_free
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          evictions, lst, lcapacity, levictions, answers, counts, threshold):  # pragma: no cover
+          evictions, lst, lcapacity, levictions, answers, counts, threshold, lends, lsize,
+          lcounters, hits, lacking, sc, req_rank, req_next, req_failed, chosen, step_keys,
+          source):  # pragma: no cover - compiled
     """`vllm_offload_pass` on its arrays: a row per key and two markers, a column per
-    eviction, the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), and
-    the offer counts of a store threshold (`offer_counts.py`); returns the lower tiers'
-    counters, the first chunks lacking, and the request whose lookup never settles (−1:
-    none; the pass stops there)."""
+    eviction, the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), the
+    offer counts of a store threshold (`offer_counts.py`), the lower tiers' ends, sizes and
+    counters, the hits and first chunks lacking it fills, the scalars, three arrays per request
+    (its rank, its next chunk to offer, whether its offer failed) and a request's room (the
+    chunks an offer evicts, the step's keys, each chunk's source). Returns the CPU tier's
+    stored, evicted, failed offers and loaded chunks, and the request whose lookup never
+    settles (−1: none; the pass stops there; −2: out of room for the evictions)."""
     n = offsets.size - 1
     below = lcapacity.size
-    lends, lsize, lcounters, _ = lru_state(below, 0)
     lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
-    max_chunks = most_chunks(offsets, per_chunk)
-    chosen = np.empty(max_chunks + 1, dtype=np.int64)
-    step_keys = np.empty(3 * max_chunks + 3, dtype=np.int64)
-    source = np.empty(max_chunks, dtype=np.int64)  # 0: the CPU tier, t + 1: lower tier t
-    sc = np.zeros(_SCALARS, dtype=np.int64)
-    sc[_BOTTOM:] = -1  # the list and the segments empty
-    req_rank = np.zeros(n, dtype=np.int64)
-    req_next = np.zeros(n, dtype=np.int64)
-    req_failed = np.zeros(n, dtype=np.uint8)
-    hits = np.zeros((1 + below, n), dtype=np.int64)
-    lacking = np.full(n, -1, dtype=np.int64)  # the first chunk no tier held at the lookup
     prev = -1
     prev_seen = _SEEN1
     step = 0  # the steps ended: an answer from below asked in this one is still in flight
@@ -395,8 +400,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         while below > 0:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
             passes += 1
             if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
-                return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], \
-                    lcounters, lacking, -2  # out of room for the evictions: run again with more
+                # Out of room for the evictions: run again with more.
+                return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2
             run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens,
                                           i, prev, passes == 1, step, seen, capacity, st, sc,
                                           req_rank, chosen, step_keys, evictions, counts,
@@ -408,8 +413,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                         req_next, req_failed, chosen, step_keys, evictions, lower, counts,
                         threshold)
             if passes > 4 * (chunks - first) + 8:
-                return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], \
-                    lcounters, lacking, i
+                return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i
             _end_step(step_keys, st, sc)
             step += 1
         loaded = chunk_tokens * (first + run) - g
@@ -459,7 +463,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 split_by_source(hits, i, source, first, run, chunk_tokens, g)
         prev = i
         prev_seen = seen
-    return hits, sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], lcounters, lacking, -1
+    return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -1
 
 
 @nb.njit(cache=True)
