@@ -729,7 +729,12 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
     """The tree compiled: the host tier, and the storage below it when there is one."""
     from yaotu_trace.prefix import memory
     from yaotu_trace.prefix.tiers.lru_rows import outcome, rows
-    from yaotu_trace.prefix.tiers.sglang_tree_kernel import hicache_tree_pass
+    from yaotu_trace.prefix.tiers.sglang_tree_kernel import (
+        counters_of,
+        hicache_tree_pass,
+        records_of,
+        tree_room,
+    )
 
     n = chains.num_requests
     has_storage = len(tiers) > 1
@@ -739,18 +744,26 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
     with memory.reserved(need, f"SGLang's HiCache tree over {n:,} requests",
                          "use a larger --block-size (or fewer --jobs)"):
         page = int(chains.block_size_tokens)
+        # The storage's evictions: at most one per page written, and a request writes each of
+        # its pages once at most (untouched room costs no memory).
         st, _ = rows(store_keys, 1, 0, 0)
-        evictions = np.empty((1, 3, 1024), dtype=np.int64)  # the kernel grows it as it fills
-        (gpu_hit_pages, host_hit_pages, storage_hit_pages, counters, records, storage_counters,
-         evictions, first_lacking) = hicache_tree_pass(
-            chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
-            np.asarray(refused, dtype=np.bool_), np.int64(chains.num_distinct), np.int64(page),
-            np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
-            policy is TierPolicy.SGLANG_WRITE_BACK,
-            np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
-            np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
-            np.int64(tiers[1].capacity_chunks if has_storage else -1),
-            np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions)
+        evictions = np.empty((1, 3, int(chains.offsets[-1]) + 1 if has_storage else 1),
+                             dtype=np.int64)
+        arrays = tree_room(n, int(chains.num_distinct), has_storage)
+        if not hicache_tree_pass(
+                chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
+                np.asarray(refused, dtype=np.bool_), np.int64(page),
+                np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
+                policy is TierPolicy.SGLANG_WRITE_BACK,
+                np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
+                np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
+                np.full(1, tiers[1].capacity_chunks if has_storage else -1, dtype=np.int64),
+                np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions, *arrays):
+            raise RuntimeError("SGLang's storage tier evicted more pages than the trace wrote")
+        (_, sc, *_, storage_counters, gpu_hit_pages, host_hit_pages, storage_hit_pages,
+         first_lacking) = arrays
+        counters = counters_of(sc)
+        records = records_of(sc, arrays[8])
     if lacking is not None:
         lacking[:] = first_lacking
     stored, evicted, loaded, failed, released = (int(c) for c in counters)

@@ -18,7 +18,15 @@ import numba as nb
 import numpy as np
 
 from yaotu_trace._lists import append, heap_pop, heap_push, replace, unlink
-from yaotu_trace.prefix.tiers.lru_rows import EVICTED, LOADED, held, insert, lru_ends, touch
+from yaotu_trace.prefix.tiers.lru_rows import (
+    EVICTED,
+    LOADED,
+    held,
+    insert,
+    lru_state,
+    refcount_free,
+    touch,
+)
 
 _ROOT = 0
 _DEPTH_STEP = 1 << 20
@@ -559,9 +567,9 @@ def _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, st, ends, lru_cou
 def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size, capacity, lru_counters,
                    evictions):
     """The request's backups land in storage in the order they were acknowledged (a page
-    already stored refreshed), and their nodes' host locks go. Returns the eviction room,
-    doubled when an insert could overflow it (how many a trace evicts is not known ahead, and
-    a bound would be twice its pages)."""
+    already stored refreshed), and their nodes' host locks go. False when an insert could
+    overflow the eviction room (the pass then stops: a room of one per page of the trace is
+    never outgrown, as no request writes a page twice)."""
     now = sc[_S_NOW]
     for b in range(sc[_S_NBACKED]):
         for key in ids[wr[b, 0]:wr[b, 0] + wr[b, 1]]:
@@ -569,50 +577,62 @@ def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size, capacity, lr
                 touch(st, ends, _STORAGE, key, now)
                 continue
             if lru_counters[_STORAGE, EVICTED] == evictions.shape[2]:
-                grown = np.empty((1, 3, 2 * evictions.shape[2]), dtype=np.int64)
-                grown[:, :, :evictions.shape[2]] = evictions
-                evictions = grown
+                return False
             insert(st, ends, size, capacity, lru_counters, evictions, _STORAGE, key, now)
     for b in range(sc[_S_NBACKED]):
         v = wr[b, 2]
         nd[v, _F_HLOCK] -= 1
         _update_sets(nd, sc, gk, gv, hk, hv, v)
     sc[_S_NBACKED] = 0
-    return evictions
+    return True
 
 
-@nb.njit(cache=True, nogil=True)
-def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinct, page,
-                      gpu_pages, host_pages, write_back, threshold, load_back_min_tokens,
-                      storage_pages, prefetch_min_tokens, st, evictions):
-    """Returns (GPU hit pages, host pages loaded, of them pages fetched from storage, counters
-    [stored, evicted, loaded, failed, released], host eviction records [first page, pages,
-    request, last use], the storage's `lru_rows` counters and evictions, and per request the
-    first page the GPU and host lacked at the lookup (−1: none within the hit cap)).
-    `storage_pages` < 0: no storage; else `st` holds its rows (`lru_rows.rows`) and
-    `evictions` (1 × 3 × any) the room for its evictions to start with."""
-    n = len(offsets) - 1
-    max_nodes = (5 if storage_pages >= 0 else 3) * n + 2  # a prefetch adds a split and a node
-    nd = np.zeros((max_nodes, _FIELDS), dtype=np.int64)
-    sc = np.zeros(_SCALARS, dtype=np.int64)
+def tree_room(n: int, num_distinct: int, storage: bool) -> tuple[np.ndarray, ...]:
+    """The arrays `hicache_tree_pass` works in, for `n` requests over `num_distinct` page ids:
+    the nodes, the scalars, the two leaf heaps (keys, values), the duplicates' log, the node
+    of each page id, the host evictions' records, a request's backups and its scratch lists,
+    the storage LRU's ends, size and counters, and per request the GPU, host and storage hit
+    pages and the first page lacking."""
+    max_nodes = (5 if storage else 3) * n + 2  # a prefetch adds a split and a node
     heap_size = 4 * max_nodes + 4096
-    gk = np.empty(heap_size, dtype=np.int64)
-    gv = np.empty(heap_size, dtype=np.int64)
-    hk = np.empty(heap_size, dtype=np.int64)
-    hv = np.empty(heap_size, dtype=np.int64)
-    dup = np.empty(2 * max_nodes + 1024, dtype=np.int64)
     # 0: no node (the root); a node's row fits 32 bits (5 nodes a request at most), and at one
     # token a page this array is the pass's largest (1.6 GB at 1e9 tokens).
     child_of = np.zeros(max(num_distinct, 1), dtype=np.int32)
-    rec = np.empty((max_nodes, 4), dtype=np.int64)
-    wr = np.empty((max_nodes if storage_pages >= 0 else 1, 3), dtype=np.int64)
-    scratch = np.empty(max_nodes, dtype=np.int64)
-    locked = np.empty(max_nodes, dtype=np.int64)
-    stack = np.empty(max_nodes, dtype=np.int64)
-    below = np.empty(max_nodes, dtype=np.int64)
-    kept = np.empty(max_nodes, dtype=np.int64)
-    ends, size, lru_counters = lru_ends(1)
-    capacity = np.full(1, storage_pages, dtype=np.int64)
+    ends, size, lru_counters, _ = lru_state(1, 0)
+    return (np.zeros((max_nodes, _FIELDS), dtype=np.int64), np.zeros(_SCALARS, dtype=np.int64),
+            *(np.empty(heap_size, dtype=np.int64) for _ in range(4)),
+            np.empty(2 * max_nodes + 1024, dtype=np.int64), child_of,
+            np.empty((max_nodes, 4), dtype=np.int64),
+            np.empty((max_nodes if storage else 1, 3), dtype=np.int64),
+            *(np.empty(max_nodes, dtype=np.int64) for _ in range(5)), ends, size, lru_counters,
+            *(np.zeros(n, dtype=np.int64) for _ in range(3)), np.full(n, -1, dtype=np.int64))
+
+
+def counters_of(sc: np.ndarray) -> np.ndarray:
+    """The host tier's counters: stored, evicted, loaded, failed, released."""
+    return sc[[_S_STORED, _S_EVICTED, _S_LOADED, _S_FAILED, _S_RELEASED]].copy()
+
+
+def records_of(sc: np.ndarray, rec: np.ndarray) -> np.ndarray:
+    """The host evictions' records the pass wrote."""
+    return rec[:sc[_S_NREC]].copy()
+
+
+@refcount_free
+def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_pages,
+                      host_pages, write_back, threshold, load_back_min_tokens, capacity,
+                      prefetch_min_tokens, st, evictions, nd, sc, gk, gv, hk, hv, dup, child_of,
+                      rec, wr, scratch, locked, stack, below, kept, ends, size, lru_counters,
+                      gpu_hit, host_hit, storage_hit, lacking):  # pragma: no cover - compiled
+    """Fills, in the arrays of `tree_room`, the GPU hit pages, the host pages loaded, of them
+    the pages fetched from storage, the host evictions' records [first page, pages, request,
+    last use] (`records_of`) and counters (`counters_of`), the storage's `lru_rows` counters
+    and evictions, and per request the first page the GPU and host lacked at the lookup (−1:
+    none within the hit cap). `capacity` is the storage's pages (one item; −1: no storage); with
+    a storage, `st` holds its rows
+    (`lru_rows.rows`) and `evictions` (1 × 3 × any) the room for its evictions. False when
+    that room ran out (the pass stopped there)."""
+    n = len(offsets) - 1
     least_pages = -(-prefetch_min_tokens // page)
     sc[_S_GFREE] = gpu_pages
     sc[_S_HFREE] = host_pages
@@ -620,17 +640,13 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
     sc[_S_PAGE] = page
     sc[_S_WB] = 1 if write_back else 0
     sc[_S_THRESHOLD] = threshold
-    sc[_S_STORAGE] = 1 if storage_pages >= 0 else 0
+    sc[_S_STORAGE] = 1 if capacity[0] >= 0 else 0
     nd[_ROOT, _F_GPU] = 1
     nd[_ROOT, _F_LOCK] = 1
     nd[_ROOT, _F_ALIVE] = 1
     nd[_ROOT, _F_FIRST] = -1
     nd[_ROOT, _F_LAST] = -1
     nd[_ROOT, _F_DUP] = -1
-    gpu_hit = np.zeros(n, dtype=np.int64)
-    host_hit = np.zeros(n, dtype=np.int64)
-    storage_hit = np.zeros(n, dtype=np.int64)
-    lacking = np.full(n, -1, dtype=np.int64)  # the first page GPU and host lacked at lookup
     for i in range(n):
         if refused[i]:
             continue
@@ -736,16 +752,13 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, num_distinc
         _unlock(nd, sc, gk, gv, hk, hv, anchor)
         for j in range(sc[_S_NLOCKED]):
             _unlock(nd, sc, gk, gv, hk, hv, locked[j])
-        if sc[_S_STORAGE]:
-            evictions = _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size,
-                                       capacity, lru_counters, evictions)
+        if sc[_S_STORAGE] and not _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends,
+                                                 size, capacity, lru_counters, evictions):
+            return False
         # The fetched span, as far as the hit covers it, is storage's; the rest the host's.
         stored = max(0, min(gpu_run + loaded, span_start + fetched) - span_start)
         sc[_S_LOADED] -= stored
         gpu_hit[i] = gpu_run
         host_hit[i] = loaded - stored
         storage_hit[i] = stored
-    counters = np.array([sc[_S_STORED], sc[_S_EVICTED], sc[_S_LOADED], sc[_S_FAILED],
-                         sc[_S_RELEASED]], dtype=np.int64)
-    return (gpu_hit, host_hit, storage_hit, counters, rec[:sc[_S_NREC]].copy(),
-            lru_counters, evictions, lacking)
+    return True
