@@ -208,6 +208,13 @@ def test_lmcache_curve_from_one_pass_per_tier_size_equals_a_replay_per_point(nam
             point = next(p for p in seen if p[:2] == (blocks, chunks))
             assert point[2:] == (one.gpu_hit_tokens.tolist(), one.tier_hit_tokens[0].tolist())
     assert sum(1 for p in seen if p[1] is not None and any(p[3] or [])) > 8
+    # AND on two threads (the GPU replays, then the backend passes, side by side) the same
+    # curve, its points seen in the same order
+    seen_two: list[tuple[int | None, int | None, list[int], list[int] | None]] = []
+    assert tier_curve(chains, rules, tier, TierPolicy.LMCACHE, gpu_sizes, (1, 3, 9, 30),
+                      threads=2, observe=lambda b, c, g, t: seen_two.append(
+                          (b, c, g.tolist(), None if t is None else t.tolist()))) == curve
+    assert seen_two == seen
 
 
 def test_tier_sizes_convert_bytes_tokens_and_blocks() -> None:

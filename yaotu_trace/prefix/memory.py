@@ -14,6 +14,7 @@ another pass has asked for but not touched, so each would pass alone and togethe
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +27,19 @@ GIB = 2**30
 _SLACK = 1.05
 
 
+# Where a cgroup states its limit and its usage: v2, then v1.
+_CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                  "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+
+
 def _read_int(path: str) -> int | None:
     try:
-        text = Path(path).read_text().strip()
+        with open(path, "rb") as f:
+            text = f.read(64).strip()
     except OSError:
         return None
-    if not text or text == "max":
+    if not text or text == b"max":
         return None
     try:
         return int(text)
@@ -39,24 +47,33 @@ def _read_int(path: str) -> int | None:
         return None
 
 
+def _mem_available() -> int | None:
+    """`MemAvailable` of /proc/meminfo in bytes (its third line; the first 4 kB hold it)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            text = f.read(4096)
+        at = text.index(b"MemAvailable:") + len(b"MemAvailable:")
+        return int(text[at:text.index(b"kB", at)]) * 1024
+    except (OSError, ValueError):
+        return None
+
+
+@functools.cache
+def _cgroup_files() -> tuple[tuple[str, str], ...]:
+    """The cgroup files this process can read (they do not come and go while it runs): every
+    replay asks what is available, and a file that is not there costs as much to look for as
+    one that is to read."""
+    return tuple(pair for pair in _CGROUP_FILES if all(Path(p).exists() for p in pair))
+
+
 def available_bytes() -> int | None:
     """Bytes this process can still allocate, or None when the system does not say."""
-    avail = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
-                break
-    except (OSError, ValueError, IndexError):
-        avail = None
     limits = []
-    for limit_path, used_path in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                  ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                   "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit_path, used_path in _cgroup_files():
         limit, used = _read_int(limit_path), _read_int(used_path)
         if limit is not None and used is not None and limit < 2**60:
             limits.append(max(limit - used, 0))
-    candidates = [v for v in (avail, *limits) if v is not None]
+    candidates = [v for v in (_mem_available(), *limits) if v is not None]
     return min(candidates) if candidates else None
 
 

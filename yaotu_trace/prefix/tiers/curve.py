@@ -71,17 +71,18 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
     or None, per-request GPU hits, per-request tier hits or None)` sees every point's
     requests (the GPU pool alone first), for what the totals cannot say (its price).
 
-    `threads` > 1 runs a GPU size's tier passes side by side: each is independent of the
-    others, and the compiled passes release the GIL. The points come back in order, so the
+    `threads` > 1 runs the GPU-only replays side by side, then a GPU size's tier passes:
+    each is independent of the others, and the compiled passes release the GIL. The points come back in order, so the
     curve and `observe` are those of one thread."""
     prompt = int(np.asarray(chains.prompt_tokens).sum())
     gpu_hits = []
     grid = []
     runs: dict[bytes, list[np.ndarray]] = {}  # LMCache: per refused set, runs per tier size
     with _passes(threads) as run:
-        for blocks in gpu_capacity_blocks:
-            sized = rules.with_(capacity_blocks=blocks)
-            gpu = gpu_replay(chains, sized)
+        every_size = [rules.with_(capacity_blocks=blocks) for blocks in gpu_capacity_blocks]
+        # The GPU-only replays first, side by side: each is independent of the others.
+        gpus = run(lambda k: gpu_replay(chains, every_size[k]), range(len(every_size)))
+        for blocks, sized, gpu in zip(gpu_capacity_blocks, every_size, gpus, strict=True):
             gpu_hits.append(int(np.asarray(gpu.hit_tokens).sum()))
             if observe is not None:
                 observe(blocks, None, np.asarray(gpu.hit_tokens), None)
