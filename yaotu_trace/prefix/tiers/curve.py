@@ -72,8 +72,8 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
     requests (the GPU pool alone first), for what the totals cannot say (its price).
 
     `threads` > 1 runs the GPU-only replays side by side, then a GPU size's tier passes:
-    each is independent of the others, and the compiled passes release the GIL. The points come back in order, so the
-    curve and `observe` are those of one thread."""
+    each is independent of the others, and the compiled passes release the GIL. The points
+    come back in order, so the curve and `observe` are those of one thread."""
     prompt = int(np.asarray(chains.prompt_tokens).sum())
     gpu_hits = []
     grid = []
