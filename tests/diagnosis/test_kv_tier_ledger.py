@@ -32,3 +32,20 @@ def test_capacity_loss_gets_a_sized_and_priced_cpu_tier() -> None:
     assert entry["caveats"][0].startswith("add ") and "CPU tier: +" in entry["caveats"][0]
     gate = resolve(doc, "axes.prefix_reuse.metrics.tier_candidate.hit_gain_share")
     assert gate.found and gate.value == t["hit_gain_share"]
+
+
+def test_tier_candidate_prefill_is_the_replicas_with_tp() -> None:
+    # GIVEN the same run judged on one GPU per instance and on four (--tp 4)
+    def tier_of(tp: int | None) -> dict[str, float]:
+        options = DiagnosisOptions(model="llama-3.1-8b", gpu="H100", kv_capacity="400", tp=tp)
+        doc = json.loads(render_json(diagnose(CHAT, options)))
+        return resolve(doc, "axes.prefix_reuse.metrics.tier_candidate").value
+
+    one, four = tier_of(None), tier_of(4)
+    # THEN the tier's hits and loads are the same, the prefill its hits save takes a quarter
+    # of the time on four GPUs, and the GPU-seconds freed count all four GPUs of the replica
+    assert four["hit_tokens_gained"] == one["hit_tokens_gained"] > 0
+    assert four["load_s"] == one["load_s"] > 0
+    assert abs(four["prefill_saved_s"] - one["prefill_saved_s"] / 4) < 1e-9 * one["prefill_saved_s"]
+    expected = (four["prefill_saved_s"] - four["load_s"]) * 4
+    assert abs(four["gpu_seconds_saved"] - expected) < 1e-6 * abs(expected)

@@ -164,8 +164,10 @@ class EngineSettings:
     `active_params` come from `--model` (catalog) or `--kv-bytes-per-token`.
     `block_size_given` says the block size was set explicitly (the prefix replay then uses it
     instead of its preset's). `gpu` and `gpu_flops_per_s` (dense bf16 peak × MFU, from `--gpu`)
-    turn the ledger's FLOPs into GPU-seconds. `replay_jobs`/`replay_dask` say where the prefix
-    replay runs its independent caches (`--jobs`, `--dask`); the numbers do not depend on it.
+    turn the ledger's FLOPs into GPU-seconds; `gpus_per_replica` (`--tp`) is what one instance
+    computes a prefill on, for the time a tier's loads are held against. `replay_jobs` and
+    `replay_dask` say where the prefix replay runs its independent caches (`--jobs`,
+    `--dask`); the numbers do not depend on it.
     """
 
     block_size_tokens: int = 16
@@ -180,6 +182,7 @@ class EngineSettings:
     replay_preset: str | None = None
     gpu: str | None = None
     gpu_flops_per_s: float | None = None
+    gpus_per_replica: int = 1
     replay_jobs: int = 1
     replay_dask: str | None = None
 
@@ -189,7 +192,8 @@ class EngineSettings:
         check_block_size(self.block_size_tokens)
         counts = (("--max-num-seqs", self.max_num_seqs, True),
                   ("--max-batched-tokens", self.max_batched_tokens, True),
-                  ("--jobs", self.replay_jobs, False))
+                  ("--jobs", self.replay_jobs, False),
+                  ("--tp", self.gpus_per_replica, False))
         for option, value, optional in counts:
             if optional and value is None:
                 continue

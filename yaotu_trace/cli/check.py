@@ -48,6 +48,7 @@ from yaotu_trace.cli.options import (
     TierPolicyOpt,
     TierStoreThresholdOpt,
     TokenizerOpt,
+    TpOpt,
     TraceArg,
     tier_options_of,
 )
@@ -117,6 +118,7 @@ def check(
     metrics_before: MetricsBeforeOpt = None,
     matched_only: MatchedOnlyOpt = False,
     gpu: GpuOpt = None,
+    tp: TpOpt = None,
     junit: JunitOpt = None,
     markdown: MarkdownOpt = None,
     format: FormatOpt = None,
@@ -175,7 +177,7 @@ def check(
     earlier = before_input(before, steps_before, metrics_before, matched_only, input_format,
                            map, source_block_size)
     options = DiagnosisOptions(
-        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu,
+        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu, tp=tp,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,

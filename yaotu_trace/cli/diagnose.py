@@ -31,6 +31,7 @@ from yaotu_trace.cli.options import (
     TierPolicyOpt,
     TierStoreThresholdOpt,
     TokenizerOpt,
+    TpOpt,
     tier_options_of,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
@@ -52,6 +53,7 @@ def diagnose(
     max_num_seqs: MaxNumSeqsOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = None,
     gpu: GpuOpt = None,
+    tp: TpOpt = None,
     link_gbps: LinkGbpsOpt = None,
     preset: PresetOpt = None,
     tiers: TierOpt = None,
@@ -110,7 +112,7 @@ def diagnose(
     source = None if trace is None else trace_input(trace, input_format, map,
                                                     source_block_size, steps, tokenizer=tokenizer)
     options = DiagnosisOptions(
-        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu,
+        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu, tp=tp,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,

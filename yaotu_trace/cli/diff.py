@@ -33,6 +33,7 @@ from yaotu_trace.cli.options import (
     StepsAfterOpt,
     StepsBeforeOpt,
     ThresholdOpt,
+    TpOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.diagnosis.options import DiagnosisOptions
@@ -62,6 +63,7 @@ def diff(
     log_tz: LogTzOpt = None,
     model: ModelOpt = None,
     gpu: GpuOpt = None,
+    tp: TpOpt = None,
     kv_capacity: KvCapacityOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
     kv_dtype: KvDtypeOpt = None,
@@ -112,7 +114,7 @@ def diff(
         raise ConfigError("trace diff writes table, markdown or json; give --format table, "
                           "markdown or json (or -o FILE.md / .json / .txt)")
     options = DiagnosisOptions(
-        metrics=metrics_after, log_tz=log_tz, model=model, gpu=gpu,
+        metrics=metrics_after, log_tz=log_tz, model=model, gpu=gpu, tp=tp,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,

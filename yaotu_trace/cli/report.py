@@ -38,6 +38,7 @@ from yaotu_trace.cli.options import (
     TierPolicyOpt,
     TierStoreThresholdOpt,
     TokenizerOpt,
+    TpOpt,
     TraceArg,
     tier_options_of,
 )
@@ -67,6 +68,7 @@ def report(
     metrics_before: MetricsBeforeOpt = None,
     matched_only: MatchedOnlyOpt = False,
     gpu: GpuOpt = None,
+    tp: TpOpt = None,
     log_tz: LogTzOpt = None,
     model: ModelOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
@@ -139,7 +141,7 @@ def report(
     if not simulate and scenario is not None:
         raise ConfigError("--scenario and the engine options model a run: give --simulate too")
     options = DiagnosisOptions(
-        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu,
+        metrics=metrics, log_tz=log_tz, model=model, gpu=gpu, tp=tp,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,
         block_size_tokens=block_size, max_num_seqs=max_num_seqs,
         max_batched_tokens=max_batched_tokens, link_gbps=link_gbps, preset=preset,

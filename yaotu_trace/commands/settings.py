@@ -74,6 +74,7 @@ def engine_settings(options: DiagnosisOptions) -> tuple[EngineSettings, Threshol
         replay_preset=options.preset,
         gpu=None if gpu_spec is None else gpu_spec.name,
         gpu_flops_per_s=None if gpu_spec is None else gpu_spec.bf16_flops * LEDGER_MFU,
+        gpus_per_replica=1 if options.tp is None else options.tp,
         replay_jobs=options.jobs,
         replay_dask=options.dask,
     )

@@ -32,6 +32,8 @@ class DiagnosisOptions:
     log_tz: str | None = None
     model: str | None = None
     gpu: str | None = None
+    # GPUs per instance (`--tp`): a replica's prefill rate and the GPU-seconds it frees.
+    tp: int | None = None
     kv_bytes_per_token: int | None = None
     kv_dtype: str | None = None
     kv_capacity: str | None = None

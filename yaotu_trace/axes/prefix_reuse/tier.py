@@ -91,7 +91,8 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
         request_id=prepared.request_id, arrival_s=arrival, prompt_tokens=tiered.prompt_tokens,
         gpu_hit_tokens=tiered.gpu_hit_tokens, tier_hits=[("cpu", tiered.tier_hit_tokens[0])],
         compute=Compute(linear_params=float(s.active_params), attention_flops_per_token_pair=0.0,
-                        flops_per_s=float(s.gpu_flops_per_s)),
+                        flops_per_s=float(s.gpu_flops_per_s) * s.gpus_per_replica,
+                        gpus=s.gpus_per_replica),
         kv_bytes_per_token=int(kv), links=LINKS)
     price = pricing.tiers[0]
     out.update(gpu_seconds_saved=pricing.gpu_seconds_saved, load_s=price.load_s,
