@@ -749,7 +749,7 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
         st, _ = rows(store_keys, 1, 0, 0)
         evictions = np.empty((1, 3, int(chains.offsets[-1]) + 1 if has_storage else 1),
                              dtype=np.int64)
-        arrays = tree_room(n, int(chains.num_distinct), has_storage)
+        room = tree_room(n, int(chains.num_distinct), has_storage)
         if not hicache_tree_pass(
                 chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
                 np.asarray(refused, dtype=np.bool_), np.int64(page),
@@ -758,14 +758,14 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
                 np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
                 np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
                 np.full(1, tiers[1].capacity_chunks if has_storage else -1, dtype=np.int64),
-                np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions, *arrays):
+                np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions, *room):
             raise RuntimeError("SGLang's storage tier evicted more pages than the trace wrote")
-        (_, sc, *_, storage_counters, gpu_hit_pages, host_hit_pages, storage_hit_pages,
-         first_lacking) = arrays
-        counters = counters_of(sc)
-        records = records_of(sc, arrays[8])
+        counters = counters_of(room.sc)
+        records = records_of(room.sc, room.rec)
+    gpu_hit_pages, host_hit_pages, storage_hit_pages = (room.gpu_hit, room.host_hit,
+                                                         room.storage_hit)
     if lacking is not None:
-        lacking[:] = first_lacking
+        lacking[:] = room.lacking
     stored, evicted, loaded, failed, released = (int(c) for c in counters)
     host_counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted,
                                  failed_stores=failed, loaded_chunks=loaded,
@@ -774,6 +774,6 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
     if not has_storage:
         return (gpu_hit_pages * page, (host_hit_pages * page,), (host_counters,),
                 (host_evictions,))
-    (store_counters,), (store_evictions,) = outcome(storage_counters, evictions)
+    (store_counters,), (store_evictions,) = outcome(room.lru_counters, evictions)
     return (gpu_hit_pages * page, (host_hit_pages * page, storage_hit_pages * page),
             (host_counters, store_counters), (host_evictions, store_evictions))

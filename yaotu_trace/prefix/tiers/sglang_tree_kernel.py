@@ -14,6 +14,8 @@ in rows per key (`lru_rows.py`, as `PageLru` keeps them); a request's backups wa
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba as nb
 import numpy as np
 
@@ -587,25 +589,58 @@ def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size, capacity, lr
     return True
 
 
-def tree_room(n: int, num_distinct: int, storage: bool) -> tuple[np.ndarray, ...]:
-    """The arrays `hicache_tree_pass` works in, for `n` requests over `num_distinct` page ids:
-    the nodes, the scalars, the two leaf heaps (keys, values), the duplicates' log, the node
-    of each page id, the host evictions' records, a request's backups and its scratch lists,
-    the storage LRU's ends, size and counters, and per request the GPU, host and storage hit
-    pages and the first page lacking."""
+class TreeRoom(NamedTuple):
+    """The arrays `hicache_tree_pass` works in, in the order it takes them (`*room`): the
+    nodes, the scalars, the two leaf heaps (keys, values), the duplicates' log, the node of
+    each page id, the host evictions' records, a request's backups and its scratch lists, the
+    storage LRU's ends, size and counters, and per request the GPU, host and storage hit pages
+    and the first page lacking."""
+
+    nd: np.ndarray
+    sc: np.ndarray
+    gk: np.ndarray
+    gv: np.ndarray
+    hk: np.ndarray
+    hv: np.ndarray
+    dup: np.ndarray
+    child_of: np.ndarray
+    rec: np.ndarray
+    wr: np.ndarray
+    scratch: np.ndarray
+    locked: np.ndarray
+    stack: np.ndarray
+    below: np.ndarray
+    kept: np.ndarray
+    ends: np.ndarray
+    size: np.ndarray
+    lru_counters: np.ndarray
+    gpu_hit: np.ndarray
+    host_hit: np.ndarray
+    storage_hit: np.ndarray
+    lacking: np.ndarray
+
+
+def tree_room(n: int, num_distinct: int, storage: bool) -> TreeRoom:
+    """`TreeRoom` for `n` requests over `num_distinct` page ids, with or without a storage."""
     max_nodes = (5 if storage else 3) * n + 2  # a prefetch adds a split and a node
     heap_size = 4 * max_nodes + 4096
-    # 0: no node (the root); a node's row fits 32 bits (5 nodes a request at most), and at one
-    # token a page this array is the pass's largest (1.6 GB at 1e9 tokens).
-    child_of = np.zeros(max(num_distinct, 1), dtype=np.int32)
     ends, size, lru_counters, _ = lru_state(1, 0)
-    return (np.zeros((max_nodes, _FIELDS), dtype=np.int64), np.zeros(_SCALARS, dtype=np.int64),
-            *(np.empty(heap_size, dtype=np.int64) for _ in range(4)),
-            np.empty(2 * max_nodes + 1024, dtype=np.int64), child_of,
-            np.empty((max_nodes, 4), dtype=np.int64),
-            np.empty((max_nodes if storage else 1, 3), dtype=np.int64),
-            *(np.empty(max_nodes, dtype=np.int64) for _ in range(5)), ends, size, lru_counters,
-            *(np.zeros(n, dtype=np.int64) for _ in range(3)), np.full(n, -1, dtype=np.int64))
+    return TreeRoom(
+        nd=np.zeros((max_nodes, _FIELDS), dtype=np.int64), sc=np.zeros(_SCALARS, dtype=np.int64),
+        gk=np.empty(heap_size, dtype=np.int64), gv=np.empty(heap_size, dtype=np.int64),
+        hk=np.empty(heap_size, dtype=np.int64), hv=np.empty(heap_size, dtype=np.int64),
+        dup=np.empty(2 * max_nodes + 1024, dtype=np.int64),
+        # 0: no node (the root); a node's row fits 32 bits (5 nodes a request at most), and at
+        # one token a page this array is the pass's largest (1.6 GB at 1e9 tokens).
+        child_of=np.zeros(max(num_distinct, 1), dtype=np.int32),
+        rec=np.empty((max_nodes, 4), dtype=np.int64),
+        wr=np.empty((max_nodes if storage else 1, 3), dtype=np.int64),
+        scratch=np.empty(max_nodes, dtype=np.int64), locked=np.empty(max_nodes, dtype=np.int64),
+        stack=np.empty(max_nodes, dtype=np.int64), below=np.empty(max_nodes, dtype=np.int64),
+        kept=np.empty(max_nodes, dtype=np.int64), ends=ends, size=size,
+        lru_counters=lru_counters, gpu_hit=np.zeros(n, dtype=np.int64),
+        host_hit=np.zeros(n, dtype=np.int64), storage_hit=np.zeros(n, dtype=np.int64),
+        lacking=np.full(n, -1, dtype=np.int64))
 
 
 def counters_of(sc: np.ndarray) -> np.ndarray:
@@ -624,7 +659,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
                       prefetch_min_tokens, st, evictions, nd, sc, gk, gv, hk, hv, dup, child_of,
                       rec, wr, scratch, locked, stack, below, kept, ends, size, lru_counters,
                       gpu_hit, host_hit, storage_hit, lacking):  # pragma: no cover - compiled
-    """Fills, in the arrays of `tree_room`, the GPU hit pages, the host pages loaded, of them
+    """Fills, in the arrays of `TreeRoom`, the GPU hit pages, the host pages loaded, of them
     the pages fetched from storage, the host evictions' records [first page, pages, request,
     last use] (`records_of`) and counters (`counters_of`), the storage's `lru_rows` counters
     and evictions, and per request the first page the GPU and host lacked at the lookup (−1:
