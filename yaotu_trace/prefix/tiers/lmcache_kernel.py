@@ -26,6 +26,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     lru_state,
     most_chunks,
     outcome,
+    pass_ids,
     refcount_free,
     rows,
     touch,
@@ -193,7 +194,7 @@ def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray
         ends, size, counters, hits = lru_state(len(capacity_chunks), offsets.size - 1)
         runs = np.zeros(offsets.size - 1, dtype=np.int64)
         longest = most_chunks(offsets, per_chunk)
-        _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
+        _pass(offsets, pass_ids(chains.ids),
               np.asarray(chains.prompt_tokens, dtype=np.int64),
               np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
               np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),

@@ -19,6 +19,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     lru_state,
     most_chunks,
     outcome,
+    pass_ids,
     refcount_free,
     rows,
     touch,
@@ -105,7 +106,7 @@ def hicache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.nd
     st, evictions = rows(int(chains.num_distinct), len(capacity_chunks), 1,
                          int(offsets[-1]) // per_chunk)
     ends, size, counters, hits = lru_state(len(capacity_chunks), offsets.size - 1)
-    _pass(offsets, np.asarray(chains.ids, dtype=np.int64),
+    _pass(offsets, pass_ids(chains.ids),
           np.asarray(chains.max_hit_blocks, dtype=np.int64),
           np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
           np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),

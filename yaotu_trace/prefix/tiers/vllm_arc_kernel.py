@@ -35,6 +35,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     holder_below,
     lru_state,
     most_chunks,
+    pass_ids,
     read_below,
     refcount_free,
     rows,
@@ -489,7 +490,7 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
             hits = np.zeros((1 + below, n), dtype=np.int64)
             lacking = np.full(n, -1, dtype=np.int64)
             stored, evicted, failed, loaded, stalled = _pass(
-                offsets, np.asarray(ids, dtype=np.int64),
+                offsets, pass_ids(ids),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
                 np.int64(capacity), np.int64(store_threshold), st, evictions,

@@ -47,6 +47,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     holder_below,
     lru_state,
     most_chunks,
+    pass_ids,
     read_below,
     refcount_free,
     rows,
@@ -341,7 +342,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
             sc[_BOTTOM:] = -1  # the list and the segments empty
             per_request = np.zeros((3, n), dtype=np.int64)
             stored, evicted, failed, loaded, stalled = _pass(
-                offsets, np.asarray(ids, dtype=np.int64),
+                offsets, pass_ids(ids),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
                 np.int64(capacity), st, evictions, lower_rows,
