@@ -63,13 +63,6 @@ def lru_state(lrus: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
             np.zeros((lrus, 4), dtype=np.int64), np.zeros((lrus, n), dtype=np.int64))
 
 
-@nb.njit(cache=True)
-def lru_ends(lrus):  # pragma: no cover - compiled
-    """`lru_state` without the hits, for a compiled pass that still allocates its own."""
-    return (np.full((lrus, 2), -1, dtype=np.int64), np.zeros(lrus, dtype=np.int64),
-            np.zeros((lrus, 4), dtype=np.int64))
-
-
 def rows(keys: int, lrus: int, extra: int, inserts: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows (`4·lrus + extra` int32 columns, the LRU columns empty, the extra ones zero:
     keys, requests and counts of uses all stay below 2^31, and half the bytes of int64 rows

@@ -287,6 +287,14 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
           threshold, st, evictions, counts, lst, lcapacity, levictions, answers, stamp_limit,
           lends, lsize, lcounters, ends, size, target, sc, hits, lacking, next_stored, failed,
           chosen, misses, step_keys, source):  # pragma: no cover
+    """`vllm_arc_pass` on its arrays: the rows, the evictions' room, the offer counts, the
+    lower tiers' rows, sizes, evictions, answers, ends and counters; ARC's list ends and sizes
+    (one per list, `_T1` … `_B2`) and its target; the scalars; the hits and first chunks
+    lacking it fills; per request the next chunk to offer and whether its offer failed; and a
+    request's room (the chunks an offer evicts, its misses, the step's keys, each chunk's
+    source). Returns the CPU tier's stored, evicted, failed offers and loaded chunks, and the
+    request whose lookup never settles (−1: none; −2: out of room for the evictions; −3: the
+    stamps would outgrow the rows)."""
     n = offsets.size - 1
     below = lcapacity.size
     lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
@@ -489,6 +497,9 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
             lends, lsize, lcounters, _ = lru_state(below, 0)
             hits = np.zeros((1 + below, n), dtype=np.int64)
             lacking = np.full(n, -1, dtype=np.int64)
+            arc_ends = np.full((5, 2), -1, dtype=np.int64)  # per list: least, most recent
+            arc_sizes = np.zeros(5, dtype=np.int64)
+            arc_target = np.zeros(1, dtype=np.float64)  # ARC's adaptive size of T1
             stored, evicted, failed, loaded, stalled = _pass(
                 offsets, pass_ids(ids),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
@@ -496,13 +507,11 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
                 np.int64(capacity), np.int64(store_threshold), st, evictions,
                 tracker(keys, store_threshold), lower_rows,
                 np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
-                np.int64(stamp_limit(row)), lends, lsize, lcounters,
-                np.full((5, 2), -1, dtype=np.int64), np.zeros(5, dtype=np.int64),
-                np.zeros(1, dtype=np.float64), np.zeros(8, dtype=np.int64), hits,
-                lacking, np.zeros(n, dtype=np.int64),
-                np.zeros(n, dtype=np.bool_), np.empty(longest + 1, dtype=np.int64),
-                np.empty(longest + 1, dtype=np.int64), np.empty(3 * longest + 3, dtype=np.int64),
-                np.empty(longest, dtype=np.int64))
+                np.int64(stamp_limit(row)), lends, lsize, lcounters, arc_ends, arc_sizes,
+                arc_target, np.zeros(8, dtype=np.int64), hits, lacking,
+                np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.bool_),
+                np.empty(longest + 1, dtype=np.int64), np.empty(longest + 1, dtype=np.int64),
+                np.empty(3 * longest + 3, dtype=np.int64), np.empty(longest, dtype=np.int64))
             if stalled == -3:
                 row = np.int64
             elif stalled == -2:
