@@ -198,9 +198,10 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
     n = len(offsets) - 1
     (first_depth, src, length, parent, children, lock, last_access, alive, node_of, in_tree,
      heap_key, heap_val) = _empty_tree(n, num_distinct)
-    num_nodes = 1
-    heap_n = 0
-    clock = 0
+    # np.int64, not a literal: numba compiles a helper once per literal value it is given.
+    num_nodes = np.int64(1)
+    heap_n = np.int64(0)
+    clock = np.int64(0)
     tree_pages = 0
     evicted = 0
     inserted = 0

@@ -252,7 +252,10 @@ def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks
         evicted += gone
         inserted += new
         if physical.size:
-            physical[log_at:log_at + total] = owned[:total]
+            # An element loop: a slice assignment compiles numba's shape-mismatch message
+            # (1.4 s of a first run).
+            for b in range(total):
+                physical[log_at + b] = owned[b]
         fhead, ftail, num_free = _free(owned, total, block_hash, in_free, fprev, fnext, fhead,
                                        ftail, num_free)
     return hit_blocks, evicted, inserted, rejected

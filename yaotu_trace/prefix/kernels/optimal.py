@@ -228,9 +228,10 @@ def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, or
     heap_v = np.empty(heap_len, dtype=np.int64)
     dead_v = np.empty(heap_len, dtype=np.int64)
     dead_key = _key(n, depth - 1, depth)  # every next use is at most n (none), every depth less
+    # np.int64, not a literal: numba compiles a helper once per literal value it is given.
     size = 0
-    heap_n = 0
-    dead_n = 0
+    heap_n = np.int64(0)
+    dead_n = np.int64(0)
     hit_blocks = np.zeros(n, dtype=np.int64)
     evicted = 0
     inserted = 0
@@ -240,8 +241,8 @@ def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, or
         if codes[i] != cache:  # the next cache starts empty
             cache = codes[i]
             size = 0
-            heap_n = 0
-            dead_n = 0
+            heap_n = np.int64(0)
+            dead_n = np.int64(0)
         base = cache * d
         start = offsets[i]
         length = offsets[i + 1] - start

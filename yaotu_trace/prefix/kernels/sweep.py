@@ -184,7 +184,8 @@ def _stack_histograms(  # pragma: no cover - compiled
     owner = np.full(time_slots + 1, -1, dtype=np.int32)
     last = np.zeros(n_ids, dtype=np.int32)
     n_segments = segment_starts.shape[0] - 1
-    now = 1
+    # np.int64, not a literal: numba compiles a helper once per literal value it is given.
+    now = np.int64(1)
     for seg in range(n_segments):
         # A fresh cache for each partition: forget the previous partition's blocks
         # (O(its touches) plus the small superblock tree).
@@ -195,8 +196,8 @@ def _stack_histograms(  # pragma: no cover - compiled
             owner[t] = -1
         if now > 1:
             _rebuild(bits, sup, 0, (now >> 6) + 1)
-        now = 1
-        live = 0
+        now = np.int64(1)
+        live = np.int64(0)
         for pos in range(segment_starts[seg], segment_starts[seg + 1]):
             r = order[pos]
             _lookup_prefix(r, offsets, ids, block, last_tokens, max_hit_blocks, last, bits, sup,

@@ -55,6 +55,8 @@ def _tick(sc):
     return sc[_S_CLOCK]
 
 
+# `member` and `slot` (which heap: GPU or host leaves) are given as np.int64, not literals:
+# numba would compile each helper once per literal value.
 @nb.njit(cache=True)
 def _compact(nd, sc, keys, vals, member, slot):
     """Rebuild a leaf heap from its members (the lazy entries have filled it)."""
@@ -88,9 +90,9 @@ def _oldest(nd, sc, keys, vals, member, slot):
 def _stamp(nd, sc, gk, gv, hk, hv, v, stamp):
     nd[v, _F_STAMP] = stamp
     if nd[v, _F_INGPU]:
-        _push(nd, sc, gk, gv, _F_INGPU, _S_GHN, v)
+        _push(nd, sc, gk, gv, np.int64(_F_INGPU), np.int64(_S_GHN), v)
     if nd[v, _F_INHOST]:
-        _push(nd, sc, hk, hv, _F_INHOST, _S_HHN, v)
+        _push(nd, sc, hk, hv, np.int64(_F_INHOST), np.int64(_S_HHN), v)
 
 
 @nb.njit(cache=True)
@@ -100,14 +102,14 @@ def _update_sets(nd, sc, gk, gv, hk, hv, v):
     gpu_leaf = nd[v, _F_GPU] == 1 and nd[v, _F_LOCK] == 0 and nd[v, _F_GCH] == 0
     if gpu_leaf and not nd[v, _F_INGPU]:
         nd[v, _F_INGPU] = 1
-        _push(nd, sc, gk, gv, _F_INGPU, _S_GHN, v)
+        _push(nd, sc, gk, gv, np.int64(_F_INGPU), np.int64(_S_GHN), v)
     elif not gpu_leaf:
         nd[v, _F_INGPU] = 0
     host_leaf = (nd[v, _F_GPU] == 0 and nd[v, _F_HOST] == 1 and nd[v, _F_HLOCK] == 0
                  and nd[v, _F_LOCK] == 0 and nd[v, _F_NCH] == 0)
     if host_leaf and not nd[v, _F_INHOST]:
         nd[v, _F_INHOST] = 1
-        _push(nd, sc, hk, hv, _F_INHOST, _S_HHN, v)
+        _push(nd, sc, hk, hv, np.int64(_F_INHOST), np.int64(_S_HHN), v)
     elif not host_leaf:
         nd[v, _F_INHOST] = 0
 
@@ -362,7 +364,7 @@ def _reclaim_duplicates(nd, sc, dup, needed):
 def _evict_host(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, needed):
     freed = _reclaim_duplicates(nd, sc, dup, needed) if sc[_S_WB] else 0
     while freed < needed:
-        v = _oldest(nd, sc, hk, hv, _F_INHOST, _S_HHN)
+        v = _oldest(nd, sc, hk, hv, np.int64(_F_INHOST), np.int64(_S_HHN))
         if v < 0:
             break
         freed += _evict_host_leaf(nd, sc, gk, gv, hk, hv, child_of, ids, rec, v)
@@ -473,7 +475,7 @@ def _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below
     target = tokens // sc[_S_PAGE]
     n_kept = 0
     while sc[_S_GFREE] < target:
-        v = _oldest(nd, sc, gk, gv, _F_INGPU, _S_GHN)
+        v = _oldest(nd, sc, gk, gv, np.int64(_F_INGPU), np.int64(_S_GHN))
         if v < 0:
             break
         _evict_leaf(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below, v)
@@ -481,7 +483,7 @@ def _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below
             kept[n_kept] = v
             n_kept += 1
     for j in range(n_kept):
-        _push(nd, sc, gk, gv, _F_INGPU, _S_GHN, kept[j])
+        _push(nd, sc, gk, gv, np.int64(_F_INGPU), np.int64(_S_GHN), kept[j])
 
 
 @nb.njit(cache=True)

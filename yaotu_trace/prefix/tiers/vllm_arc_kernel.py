@@ -298,9 +298,12 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     n = offsets.size - 1
     below = lcapacity.size
     lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
-    prev = -1
-    prev_slot = 1
-    step = 0  # the steps ended: an answer from below asked in this one is still in flight
+    # np.int64 and np.bool_, not literals: numba compiles a helper once per literal value it
+    # is given (the pass took 12 s to compile on a first run with them, 4.6 s without).
+    no, zero = np.bool_(False), np.int64(0)
+    prev = np.int64(-1)
+    prev_slot = np.int64(1)
+    step = np.int64(0)  # the steps ended: an answer from below asked in this one is still in flight
     for i in range(n):
         if refused[i]:
             continue
@@ -362,7 +365,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             sc[_LOADED] += run
             next_stored[i] = first + run
         elif chunks > 0:
-            ok = _offer(ids, start, per_chunk, 0, chunks, False, i, slot, capacity, threshold,
+            ok = _offer(ids, start, per_chunk, zero, chunks, no, i, slot, capacity, threshold,
                         counts, st, ends, size, target, sc, chosen, step_keys, evictions,
                         misses, lower)
             failed[i] = not ok
@@ -372,7 +375,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             # (`_retire`, written out: the one call a request without tiers below makes)
             p_start = offsets[prev]
             if failed[prev] and next_stored[prev] < p_chunks:
-                ok = _offer(ids, p_start, per_chunk, next_stored[prev], p_chunks, False, prev,
+                ok = _offer(ids, p_start, per_chunk, next_stored[prev], p_chunks, no, prev,
                             prev_slot, capacity, threshold, counts, st, ends, size, target, sc,
                             chosen, step_keys, evictions, misses, lower)
                 failed[prev] = not ok
@@ -383,7 +386,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         step += 1
         if loaded > 0:
             if next_stored[i] < chunks:
-                ok = _offer(ids, start, per_chunk, next_stored[i], chunks, False, i, slot,
+                ok = _offer(ids, start, per_chunk, next_stored[i], chunks, no, i, slot,
                             capacity, threshold, counts, st, ends, size, target, sc, chosen,
                             step_keys, evictions, misses, lower)
                 failed[i] = not ok
@@ -432,8 +435,9 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
         if t == ASKED:  # the answer comes next step
             deferred = True
             continue
-        if not _store(ids, start, per_chunk, j, j + 1, True, req, slot, capacity, 0, counts,
-                      st, ends, size, target, sc, chosen, step_keys, evictions, misses):
+        if not _store(ids, start, per_chunk, j, j + 1, np.bool_(True), req, slot, capacity,
+                      np.int64(0), counts, st, ends, size, target, sc, chosen, step_keys,
+                      evictions, misses):
             break
         source[j - first] = t + 1
         read_below(lower, t, k)
@@ -451,9 +455,9 @@ def _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold, count
     p_start = offsets[prev]
     p_chunks = (offsets[prev + 1] - p_start) // per_chunk
     if failed[prev] and next_stored[prev] < p_chunks:
-        ok = _offer(ids, p_start, per_chunk, next_stored[prev], p_chunks, False, prev,
-                    prev_slot, capacity, threshold, counts, st, ends, size, target, sc, chosen,
-                    step_keys, evictions, misses, lower)
+        ok = _offer(ids, p_start, per_chunk, next_stored[prev], p_chunks, np.bool_(False),
+                    prev, prev_slot, capacity, threshold, counts, st, ends, size, target, sc,
+                    chosen, step_keys, evictions, misses, lower)
         failed[prev] = not ok
         if ok:
             next_stored[prev] = p_chunks

@@ -377,9 +377,12 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     n = offsets.size - 1
     below = lcapacity.size
     lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
-    prev = -1
-    prev_seen = _SEEN1
-    step = 0  # the steps ended: an answer from below asked in this one is still in flight
+    # np.int64 and np.bool_, not literals: numba compiles a helper once per literal value it
+    # is given (the pass took 12 s to compile on a first run with them, 4.6 s without).
+    no, zero = np.bool_(False), np.int64(0)
+    prev = np.int64(-1)
+    prev_seen = np.int64(_SEEN1)
+    step = np.int64(0)  # the steps ended: an answer from below asked in this one is still in flight
     for i in range(n):
         if refused[i]:
             continue
@@ -428,12 +431,12 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 st[k, _HELD] = _PINNED
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
-            _access(ids, start, per_chunk, first, first + run, False, i, seen, st, sc,
-                    req_rank, counts, 0)
+            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, sc,
+                    req_rank, counts, zero)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
-            ok = _offer(ids, start, per_chunk, 0, chunks, False, i, seen, capacity, st, sc,
+            ok = _offer(ids, start, per_chunk, zero, chunks, no, i, seen, capacity, st, sc,
                         req_rank, chosen, step_keys, evictions, lower, counts, threshold)
             req_failed[i] = 0 if ok else 1
             if ok:
@@ -442,7 +445,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             # (`_retire`, written out: the one call a request without tiers below makes)
             p_start = offsets[prev]
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
-                _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, False, prev,
+                _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, no, prev,
                        prev_seen, capacity, st, sc, req_rank, chosen, step_keys,
                        evictions, lower, counts, threshold)
             _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, req_rank)
@@ -450,7 +453,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         step += 1
         if loaded > 0:
             if req_next[i] < chunks:
-                ok = _offer(ids, start, per_chunk, req_next[i], chunks, False, i, seen,
+                ok = _offer(ids, start, per_chunk, req_next[i], chunks, no, i, seen,
                             capacity, st, sc, req_rank, chosen, step_keys,
                             evictions, lower, counts, threshold)
                 req_failed[i] = 0 if ok else 1
@@ -499,8 +502,8 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
         if t == ASKED:  # the answer comes next step
             deferred = True
             continue
-        if not _store(ids, start, per_chunk, j, j + 1, True, req, seen, capacity, st, sc,
-                      req_rank, chosen, step_keys, evictions, counts, 0):
+        if not _store(ids, start, per_chunk, j, j + 1, np.bool_(True), req, seen, capacity, st,
+                      sc, req_rank, chosen, step_keys, evictions, counts, np.int64(0)):
             break
         source[j - first] = t + 1
         read_below(lower, t, k)
@@ -518,7 +521,7 @@ def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, req_rank
     p_start = offsets[prev]
     p_chunks = (offsets[prev + 1] - p_start) // per_chunk
     if req_failed[prev] != 0 and req_next[prev] < p_chunks:
-        _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, False, prev, prev_seen,
+        _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, np.bool_(False), prev, prev_seen,
                capacity, st, sc, req_rank, chosen, step_keys, evictions, lower, counts,
                threshold)
     _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, req_rank)
