@@ -18,13 +18,15 @@ is compared with run in turns, so other work on the machine slows both alike):
 
 The default trace is the public Mooncake conversation trace (12,031 requests, 3 MB of JSONL);
 `--large` adds the first-run rows on a trace above the numpy passes' limits (RAGPulse,
-1.3e6 blocks), where the compiled kernels are needed. Every row prints the commands that
+1.3e6 blocks), where the compiled kernels are needed; `--tiers` those of runs with a tier below
+the GPU pool, whose pass is compiled on a first run. Every row prints the commands that
 reproduce it.
 
     python benchmarks/ci.py
     python benchmarks/ci.py --repeat 5 --kvsim /tmp/venv-kvsim/bin/kvcache-simulator --large
     git archive REV | tar -x -C /tmp/rev && python benchmarks/ci.py --tree /tmp/rev
     python benchmarks/ci.py --only read --only kvsim --kvsim PATH --before /tmp/rev
+    python benchmarks/ci.py --only first --tiers --repeat 1
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ FIRST_RUN = {
     "check": ["check", "--fail-on", "bottleneck"],
     "replay": ["replay"],
 }
+# `--tiers`: the runs that compile a tier's pass (or, for `diagnose --kv-capacity`, the CPU
+# tier it sizes) on top of the GPU pool's replay, the sizes of docs/ci.md.
+FIRST_RUN_TIERS = {
+    "replay, vLLM CPU tier": ["replay", "--preset", "vllm", "--capacity", "8544",
+                              "--tier", "cpu=34179blocks"],
+    "replay, LMCache CPU tier": ["replay", "--preset", "vllm", "--capacity", "8544",
+                                 "--tier", "cpu=34179blocks", "--tier-policy", "lmcache"],
+    "replay, SGLang HiCache": ["replay", "--preset", "sglang", "--capacity", "200000",
+                               "--tier", "cpu=1000000blocks", "--tier-policy", "write_through"],
+    "diagnose --kv-capacity": ["diagnose", "--model", "llama-3.1-70b", "--gpu", "H100",
+                               "--kv-capacity", "1382400tok"],
+}
 TREE = [ROOT]  # where `python -m yaotu_trace` finds the package (`--tree`)
 BEFORE: list[Path] = []  # a tree measured in the same turns (`--before`)
 AGAINST_READ = {"analyze": ["analyze"], "sweep": ["sweep"], "diagnose": ["diagnose"]}
@@ -80,17 +94,18 @@ def _command(args: list[str], trace: Path) -> list[str]:
     return [*TRACE, args[0], str(trace), *args[1:]]
 
 
-def first_runs(trace: Path, repeat: int, tmp: Path) -> list[str]:
+def first_runs(trace: Path, repeat: int, tmp: Path,
+               commands: dict[str, list[str]] = FIRST_RUN) -> list[str]:
     """Rows of first run (empty numba cache) against warm run, per command."""
     rows = []
     warm_dir = tmp / "warm-cache"
     warm = dict(os.environ, NUMBA_CACHE_DIR=str(warm_dir))
-    for name, args in FIRST_RUN.items():
+    for k_name, (name, args) in enumerate(commands.items()):
         cmd = _command(args, trace)
         _wall_s(cmd, warm)  # fills the warm cache (and the file cache)
         cold_s, warm_s = [], []
         for k in range(repeat):
-            fresh = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / f"fresh-{name}-{k}"))
+            fresh = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / f"fresh-{k_name}-{k}"))
             cold_s.append(_wall_s(cmd, fresh))
             warm_s.append(_wall_s(cmd, warm))
         c, w = statistics.median(cold_s), statistics.median(warm_s)
@@ -167,6 +182,9 @@ def main() -> int:
                         help="the kvcache-simulator executable")
     parser.add_argument("--large", action="store_true",
                         help="add first-run rows on RAGPulse (compiled kernels)")
+    parser.add_argument("--tiers", action="store_true",
+                        help="add first-run rows of runs with a tier below the GPU (and "
+                             "diagnose --kv-capacity), which compile the tier's pass")
     parser.add_argument("--only", choices=("first", "read", "kvsim"), action="append",
                         help="run only these parts (repeatable)")
     parser.add_argument("--before", type=Path,
@@ -200,6 +218,8 @@ def main() -> int:
             rows += first_runs(opts.trace, opts.repeat, tmp)
             if opts.large and RAGPULSE.exists():
                 rows += first_runs(RAGPULSE, opts.repeat, tmp / "large")
+            if opts.tiers:
+                rows += first_runs(opts.trace, opts.repeat, tmp / "tiers", FIRST_RUN_TIERS)
         if "read" in parts:
             rows += against_read(opts.trace, opts.repeat)
         if "kvsim" in parts and opts.kvsim:
