@@ -82,7 +82,7 @@ def test_ten_percent_failed_after_is_not_comparable_on_success_rate(pools) -> No
     req["status"] = req["status"].astype("string")
     for column in ("first_token_s", "finish_s"):
         req.loc[failed, column] = np.nan
-    broken = replace(large, requests=req)
+    broken = replace(large, table=req)
     result = diff_traces(small, broken)
     assert not result.comparable
     assert _differing(result) == {"success_rate"}
@@ -107,7 +107,7 @@ def test_matched_only_compares_the_shared_requests(pools) -> None:
     # The after run lost its last 50 requests: the chain differs, unless the comparison is
     # restricted to the 150 both runs served.
     small, large = pools
-    shorter = replace(large, requests=large.requests.iloc[:150].reset_index(drop=True))
+    shorter = replace(large, table=large.requests.iloc[:150].reset_index(drop=True))
     plain = diff_traces(small, shorter)
     assert "request_chain" in _differing(plain)
     matched = diff_traces(small, shorter, matched_only=True)

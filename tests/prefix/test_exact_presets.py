@@ -102,7 +102,7 @@ def test_per_instance_pools_are_independent_engines() -> None:
     rules = rules_for("vllm", capacity_blocks=66, scope="instance", route="round-robin",
                       instances=2)
     _, table = replay_trace_with_requests(trace, rules, preset="vllm", waterfall=False)
-    alone = dataclasses.replace(trace, requests=trace.requests.iloc[0::2].reset_index(drop=True))
+    alone = dataclasses.replace(trace, table=trace.requests.iloc[0::2].reset_index(drop=True))
     one = rules_for("vllm", capacity_blocks=66)
     _, table_one = replay_trace_with_requests(alone, one, preset="vllm", waterfall=False)
     assert np.array_equal(table.columns["hit_tokens"][0::2], table_one.columns["hit_tokens"])

@@ -176,10 +176,10 @@ def test_block_id_trace_needs_a_multiple_of_the_source_block() -> None:
     rules, _, notes = effective_rules(trace, "lmcache")
     assert rules.block_size_tokens == 256
     rules, _, notes = effective_rules(trace.__class__(
-        requests=trace.requests, path="x", format_name="test", source_block_size=48), "vllm")
+        table=trace.requests, path="x", format_name="test", source_block_size=48), "vllm")
     assert rules.block_size_tokens == 48 and notes
     with pytest.raises(ConfigError, match="cannot be split"):
-        effective_rules(trace.__class__(requests=trace.requests, path="x", format_name="test",
+        effective_rules(trace.__class__(table=trace.requests, path="x", format_name="test",
                                         source_block_size=48), "vllm", block_size_tokens=16)
 
 

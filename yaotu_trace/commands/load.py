@@ -12,9 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from yaotu_trace.data.compressed import format_suffix
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.ingest import parse_column_map
-from yaotu_trace.ingest import read_trace as read
 from yaotu_trace.ingest.formats import TraceFormat
 
 # `progress(stage, share_done)`: told as a command moves on (the CLI draws a bar from it).
@@ -70,6 +69,11 @@ def load_trace(
     `lazy_content=True` leaves a canonical Parquet trace's token columns on disk: the replays
     stream them record batch by record batch, out of core.
     """
+    # NOTE: imported here, as `ingest.load` imports pandas: `open_trace(without_pandas=True)`
+    # may never need it.
+    from yaotu_trace.ingest import parse_column_map
+    from yaotu_trace.ingest import read_trace as read
+
     return read(
         Path(path),
         fmt=input_format,
@@ -84,18 +88,37 @@ def load_trace(
 
 def open_trace(source: TraceSource, *, lazy_content: bool,
                progress: Progress | None = None, steps: bool = True,
-               arrivals_optional: bool = False) -> Trace:
+               arrivals_optional: bool = False, without_pandas: bool = False) -> Trace:
     """The trace of `source`: as given when already read, else read now (`steps=False`: a
     command that does not use a step log does not read one; `arrivals_optional=True`: a
-    lengths-only table is accepted, for a command that needs no arrival times)."""
+    lengths-only table is accepted, for a command that needs no arrival times;
+    `without_pandas=True`: a clean Mooncake JSONL file given without reader options is read
+    without importing pandas, for a command whose passes need only its arrays)."""
     if not isinstance(source, TraceInput | str | Path):
         return source
     tell(progress, "reading the trace", 0.0)
     given = source if isinstance(source, TraceInput) else TraceInput(path=Path(source))
+    if without_pandas and _plain_mooncake(given):
+        from yaotu_trace.ingest.traces.mooncake import read_clean
+
+        clean = read_clean(given.path)
+        if clean is not None:
+            return clean
     return load_trace(given.path, input_format=given.input_format, column_map=given.column_map,
                       source_block_size=given.source_block_size,
                       steps=given.steps if steps else None, lazy_content=lazy_content,
                       arrivals_optional=arrivals_optional, tokenizer=given.tokenizer)
+
+
+def _plain_mooncake(given: TraceInput) -> bool:
+    """Whether `given` would be read as Mooncake JSONL with no option changing how: the
+    format named, or a .jsonl/.ndjson file (whose four Mooncake keys `read_clean` checks,
+    which detection reads as Mooncake: tests/ingest/test_mooncake_clean.py)."""
+    named = given.input_format
+    return (not given.column_map and given.source_block_size is None and given.steps is None
+            and given.tokenizer is None
+            and (named is TraceFormat.MOONCAKE
+                 or (named is None and format_suffix(given.path) in (".jsonl", ".ndjson"))))
 
 
 def tell(progress: Progress | None, stage: str, share: float) -> None:

@@ -77,7 +77,8 @@ def sweep(
         if not text.strip():
             raise ConfigError("--capacities has an empty item; list capacities separated by "
                               "commas: --capacities 1GiB,2GiB,20000")
-    loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False)
+    loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False,
+                        without_pandas=True)
     rules, preset_name, notes = options.effective_rules(loaded)
     tell(progress, "sweeping every capacity", 0.2)
     asked = [(text.strip(), capacity_blocks(text.strip(), rules.block_size_tokens, model_name,

@@ -20,8 +20,10 @@ Each function returns None when the export lacks the series, never a zero it did
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from yaotu_trace.data.engine_metrics import EngineMetrics
+if TYPE_CHECKING:
+    from yaotu_trace.data.engine_metrics import EngineMetrics
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,7 +163,7 @@ def input_summary(trace: Trace) -> InputSummary:
         path=trace.path,
         format=trace.format_name,
         rows_read=trace.rows_read,
-        requests=len(trace.requests),
+        requests=trace.num_requests,
         source_block_size=trace.source_block_size,
         content=trace.content_column,
         columns=trace.column_names,

@@ -2,17 +2,18 @@
 
 Every reader produces a `RawTrace` with canonical column names; `normalize` validates it once,
 at the boundary, coerces dtypes, sorts by arrival (stably) and records data-quality notes.
-Everything downstream trusts a `Trace`.
+Everything downstream trusts a `Trace`. A clean Mooncake file is read without pandas
+(`ingest.columnar`): its `Trace` holds numpy `Columns` and makes the pandas table only when a
+pass asks for `requests`, so pandas is imported here only where a function needs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.data.values import (
@@ -29,6 +30,8 @@ from yaotu_trace.data.values import (
 from yaotu_trace.errors import TraceSchemaError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from yaotu_trace.data.steplog import StepLog
 
 # Scalar columns and their canonical dtypes. Strings use pandas' string dtype.
@@ -131,15 +134,32 @@ class LazyContent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Columns:
+    """A validated trace's canonical columns as numpy arrays, in arrival order, for a trace
+    read without pandas (`ingest.columnar`): scalar columns by name, list columns as (int64
+    offsets of n+1, int64 values). Every column has a value in every row. `names` are the
+    canonical columns of the table `frame()` makes, the pandas table every other pass reads
+    (validated by `normalize`, as a trace read the usual way)."""
+
+    num_rows: int
+    names: tuple[str, ...]
+    scalars: Mapping[str, np.ndarray]
+    lists: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    frame: Callable[[], pd.DataFrame]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Trace:
     """A validated canonical request table, sorted by arrival (ties in file order).
 
     `requests` holds the canonical columns present in the source (list columns as Arrow-backed
-    lists). `source_block_size` is set when prompts are given as block ids rather than tokens:
-    each id stands for that many tokens (the last id may cover a partial block).
+    lists): the `table` given, or the one `columns` makes when first asked (a trace read
+    without pandas). `source_block_size` is set when prompts are given as block ids rather than
+    tokens: each id stands for that many tokens (the last id may cover a partial block).
     """
 
-    requests: pd.DataFrame
+    table: pd.DataFrame | None = None
+    columns: Columns | None = None
     path: str
     format_name: str
     source_block_size: int | None = None
@@ -158,11 +178,42 @@ class Trace:
     derived: dict[str, object] = field(default_factory=dict, init=False, compare=False,
                                        repr=False)
 
+    @property
+    def requests(self) -> pd.DataFrame:
+        """The canonical table (made from `columns` on first use, then kept)."""
+        if self.table is not None:
+            return self.table
+        made = self.derived.get("requests")
+        if made is None:
+            assert self.columns is not None, "a Trace holds a table or columns"
+            made = self.derived["requests"] = self.columns.frame()
+        return cast("pd.DataFrame", made)
+
+    @property
+    def num_requests(self) -> int:
+        """Requests in the trace."""
+        return self.columns.num_rows if self.table is None and self.columns else len(
+            self.requests)
+
+    def array(self, column: str, dtype: type = np.int64) -> np.ndarray:
+        """A column every request has a value in (`arrival_s`, `prompt_len`, `output_len`) as
+        a numpy array of `dtype`, without making the table of a trace read without pandas."""
+        if self.table is None and self.columns is not None:
+            return np.asarray(self.columns.scalars[column], dtype=dtype)
+        return self.requests[column].to_numpy(dtype=dtype)
+
     def has(self, column: str) -> bool:
         """Whether the trace carries `column` with at least one value."""
         if self.lazy is not None and column in self.lazy.columns:
             return self.lazy.values_in(column) > 0
+        if self.table is None and self.columns is not None:
+            return column in self.columns.names and self.columns.num_rows > 0
         return column in self.requests.columns and bool(self.requests[column].notna().any())
+
+    def _loaded_names(self) -> tuple[str, ...]:
+        if self.table is None and self.columns is not None:
+            return self.columns.names
+        return tuple(self.requests.columns)
 
     def is_lazy(self, column: str) -> bool:
         """Whether `column` is left on disk rather than loaded into `requests`."""
@@ -171,7 +222,7 @@ class Trace:
     @property
     def column_names(self) -> tuple[str, ...]:
         """Every canonical column of the trace, loaded or left on disk, in canonical order."""
-        names = [c for c in self.requests.columns if self.has_arrivals or c != "arrival_s"]
+        names = [c for c in self._loaded_names() if self.has_arrivals or c != "arrival_s"]
         if self.lazy is not None:
             names += [c for c in self.lazy.columns if c not in names]
         rank = {c: i for i, c in enumerate(CANONICAL_COLUMNS)}
@@ -181,7 +232,7 @@ class Trace:
     def content_column(self) -> str | None:
         """The column carrying prompt content: token ids, block ids, or none (a column that
         holds no id, such as one missing in every row, carries none)."""
-        names = set(self.requests.columns) | set(self.lazy.columns if self.lazy else ())
+        names = set(self._loaded_names()) | set(self.lazy.columns if self.lazy else ())
         for column in ("prompt_tokens", "prompt_block_ids"):
             if column in names and self.has(column):
                 return column
@@ -265,6 +316,8 @@ def _arrow_list(df: pd.DataFrame, column: str, path: str, row_label: str) -> pd.
     Values are checked (`list_value_problem`) before the cast, which would otherwise truncate
     1.5 to 1 without a word.
     """
+    import pandas as pd
+
     value_type = LIST_VALUE_TYPES[column]
     series = df[column]
     try:
@@ -333,6 +386,8 @@ def _why_not_a_list(value: object, column: str, exc: Exception) -> str:
 
 
 def _first_negative(arr: pa.ChunkedArray) -> int:
+    import pandas as pd
+
     offsets, values = list_arrays(pd.Series(pd.arrays.ArrowExtensionArray(arr)))
     neg = int(np.flatnonzero(values < 0)[0])
     return int(np.searchsorted(offsets, neg, side="right") - 1)
@@ -371,6 +426,8 @@ def _normalize(raw: RawTrace, path: str, arrivals_optional: bool = False,
                whole: bool = True) -> Trace:
     """Validate in phases, each failing on the first bad row it finds: lists, required
     columns, types, ids, lengths; then sort by arrival."""
+    import pandas as pd
+
     df = raw.requests.reset_index(drop=True)
     rows_read = len(df)
     label = raw.row_label
@@ -398,7 +455,7 @@ def _normalize(raw: RawTrace, path: str, arrivals_optional: bool = False,
     _check_block_ids(out, df, path, label, raw.source_block_size)
     table, notes = _in_arrival_order(out, notes)
     return Trace(
-        requests=table,
+        table=table,
         path=path,
         format_name=raw.format_name,
         source_block_size=raw.source_block_size,
@@ -490,6 +547,8 @@ def _typed_columns(df: pd.DataFrame, path: str, label: str) -> dict[str, pd.Seri
 
 def _statuses(df: pd.DataFrame, path: str, label: str) -> pd.Series:
     """`status` in lower case, each one of STATUS_VALUES or missing (the source did not say)."""
+    import pandas as pd
+
     status = df["status"].astype("string").str.strip().str.lower().replace("", pd.NA)
     bad = np.flatnonzero((status.notna() & ~status.isin(STATUS_VALUES)).to_numpy())
     if bad.size:
@@ -501,6 +560,8 @@ def _statuses(df: pd.DataFrame, path: str, label: str) -> pd.Series:
 
 def _request_ids(ids: pd.Series | None, df: pd.DataFrame, path: str, label: str) -> pd.Series:
     """The given ids, each present and unique, or `r0, r1, ...` when the trace has none."""
+    import pandas as pd
+
     if ids is None:
         return pd.Series([f"r{i}" for i in range(len(df))], dtype="string")
     if ids.isna().any():
@@ -560,6 +621,8 @@ def _check_block_ids(out: dict[str, pd.Series], df: pd.DataFrame, path: str, lab
 def _in_arrival_order(out: dict[str, pd.Series], notes: list[str]
                       ) -> tuple[pd.DataFrame, list[str]]:
     """The canonical table sorted stably by arrival (noted when it was not), plus timing notes."""
+    import pandas as pd
+
     arrival = out["arrival_s"].to_numpy()
     unsorted = int(np.count_nonzero(np.diff(arrival) < 0))
     if unsorted:

@@ -191,7 +191,7 @@ def _kept(trace: Trace, keep: np.ndarray) -> Trace:
             name: pd.Series(table.column(name).to_pandas(types_mapper=pd.ArrowDtype).array,
                             index=requests.index)
             for name in trace.lazy.columns})
-    return replace(trace, requests=requests.reset_index(drop=True), lazy=None)
+    return replace(trace, table=requests.reset_index(drop=True), lazy=None)
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ def telemetry_trace(path: str, *, steps: StepLog | None = None,
         "prompt_len": pd.Series([], dtype="Int64"),
         "output_len": pd.Series([], dtype="Int64"),
     })
-    return Trace(requests=requests, path=path, format_name=TELEMETRY_ONLY, notes=notes,
+    return Trace(table=requests, path=path, format_name=TELEMETRY_ONLY, notes=notes,
                  rows_read=0, steps=steps)
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.errors import TraceSchemaError
+
+if TYPE_CHECKING:  # pandas is imported where a function needs it: a clean trace read without
+    import pandas as pd  # it (`ingest.columnar`) checks its clock here
 
 # Times are seconds from any origin; beyond 1e12 s (31,700 years) from it, a time is a unit
 # mistake (ms or ns given as s) and its sums would overflow.
@@ -50,6 +52,8 @@ def coerce_numeric(
     df: pd.DataFrame, column: str, path: str, row_label: str, *, integer: bool
 ) -> pd.Series:
     """Coerce a column to float64 or nullable int64, naming the first bad value."""
+    import pandas as pd
+
     raw = df[column]
     num = pd.to_numeric(raw, errors="coerce")
     bad = num.isna() & raw.notna()
@@ -180,6 +184,8 @@ def plain_number(raw: pd.Series, *, integer: bool) -> pd.Series | None:
     """The column as `coerce_numeric` returns it, when it is already a NumPy number column
     that passes its checks (the usual case, and cheap: a streamed step log is validated batch
     by batch); else None, and `coerce_numeric` converts it or names the bad row."""
+    import pandas as pd
+
     if not isinstance(raw.dtype, np.dtype) or raw.dtype.kind not in "iuf":
         return None
     values = raw.to_numpy(dtype=np.float64)

@@ -126,7 +126,7 @@ def subset(trace: Trace, rows: np.ndarray) -> Trace:
         raise ConfigError(f"{trace.path}: the matched requests are judged apart, which needs "
                           "the prompt content in memory; read the trace without lazy_content")
     kept = np.sort(rows)
-    return replace(trace, requests=trace.requests.iloc[kept].reset_index(drop=True))
+    return replace(trace, table=trace.requests.iloc[kept].reset_index(drop=True))
 
 
 def _diagnose(trace: Trace, rows: np.ndarray, metrics: EngineMetrics | None,

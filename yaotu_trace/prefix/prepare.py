@@ -4,7 +4,8 @@ The only replay module that touches pandas: it reads the list columns through
 `schema.list_arrays` (no Python object per token), turns model/adapter/tenant/instance labels
 into integer codes, and builds `BlockChains` for a given set of rules. A content column left on
 disk (`Trace.lazy`, canonical Parquet) is not read here: the chains stream from the file
-(`stream.py`), so only the scalar columns and block-level arrays are ever in memory.
+(`stream.py`), so only the scalar columns and block-level arrays are ever in memory. A trace
+read without pandas (`Trace.columns`) is taken as its arrays, and pandas is not imported.
 """
 
 from __future__ import annotations
@@ -12,18 +13,21 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from yaotu_trace.data.canonical import load_full
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import chain_cache
 from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
 from yaotu_trace.prefix.kernels.compact import CompactChains
-from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 from yaotu_trace.prefix.rules import ReplayRules
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from yaotu_trace.prefix.kernels.stream import ParquetPrompts
 
 _MISSING = "\x00"
 # The largest chain build run in numpy (content ids hashed plus blocks numbered): below it the
@@ -36,7 +40,9 @@ SMALL_CHAIN_WORK = 4_000_000
 class PreparedTrace:
     """A trace as arrays, in replay (arrival) order."""
 
-    request_ids: pd.Series  # the trace's request_id column; `request_id` makes the strings
+    # The trace's request_id column (`request_id` makes the strings); None for `r0, r1, ...`,
+    # the ids `normalize` gives a trace without any (a trace read without pandas).
+    request_ids: pd.Series | None
     prompt_tokens: np.ndarray  # int64 prompt length per request
     offsets: np.ndarray | None  # int64 n+1 into `values`; None when streamed
     values: np.ndarray | None  # int64 token ids or source block ids; None when streamed
@@ -67,7 +73,9 @@ class PreparedTrace:
         the replays' peak need not hold (only the reports and the hot prefixes name requests)."""
         made = self._made.get("request_id")
         if made is None:
-            made = self.request_ids.astype(str).to_numpy(dtype=object)
+            made = (np.array([f"r{i}" for i in range(self.num_requests)], dtype=object)
+                    if self.request_ids is None
+                    else self.request_ids.astype(str).to_numpy(dtype=object))
             self._made["request_id"] = made
         return made
 
@@ -250,6 +258,8 @@ def _streamed_chains(stream: ParquetPrompts, ns: np.ndarray | None,
 
 def _codes(series: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
     """Integer codes in first-appearance order; missing values get their own code."""
+    import pandas as pd
+
     codes, uniques = pd.factorize(series.astype("string").fillna(_MISSING), sort=False)
     labels = tuple("(none)" if u == _MISSING else str(u) for u in uniques)
     return codes.astype(np.int64), labels
@@ -270,9 +280,15 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
             f"{trace.path}: the trace has no prompt content (token ids or block hash ids), so "
             f"prefix reuse cannot be replayed; {fix}"
         )
+    if trace.table is None and trace.columns is not None:
+        return _prepared_columns(trace, column)
     needs_outputs = with_outputs and trace.is_lazy("output_tokens") and trace.has("output_tokens")
     if trace.lazy is not None and (not stream or needs_outputs):
+        from yaotu_trace.data.canonical import load_full
+
         trace = load_full(trace)
+    import pandas as pd
+
     df = trace.requests
     prompt_tokens = df["prompt_len"].to_numpy(dtype=np.int64)
     source = trace.source_block_size if column == "prompt_block_ids" else None
@@ -280,6 +296,8 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
     offsets = values = None
     if trace.is_lazy(column):
         assert trace.lazy is not None
+        from yaotu_trace.prefix.kernels.stream import ParquetPrompts
+
         prompts = ParquetPrompts(path=trace.lazy.path, column=column, prompt_len=prompt_tokens,
                                  source_block_size=source,
                                  num_values=trace.lazy.values_in(column))
@@ -327,4 +345,29 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
         output_values=out_values,
         cached_tokens=cached,
         stream=prompts,
+    )
+
+
+def _prepared_columns(trace: Trace, column: str) -> PreparedTrace:
+    """`prepare` of a trace read without pandas: its arrays as they are. Such a trace
+    (`ingest.traces.mooncake.read_clean`) has prompt block ids, lengths and arrivals only: no
+    model, tenant, instance, finish time, outputs or cached tokens, and no ids of its own."""
+    assert trace.columns is not None
+    offsets, values = trace.columns.lists[column]
+    return PreparedTrace(
+        request_ids=None,
+        prompt_tokens=trace.array("prompt_len"),
+        offsets=offsets,
+        values=values,
+        source_block_size=trace.source_block_size if column == "prompt_block_ids" else None,
+        model_codes=np.zeros(trace.num_requests, dtype=np.int64),
+        tenant_codes=None,
+        tenant_labels=(),
+        instance_codes=None,
+        instance_labels=(),
+        arrival_s=trace.array("arrival_s", np.float64),
+        finish_s=None,
+        output_offsets=None,
+        output_values=None,
+        cached_tokens=None,
     )

@@ -46,12 +46,12 @@ def prepared_chains(prepared: PreparedTrace, rules: ReplayRules) -> BlockChains:
 def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:
     """(content ids, blocks at most) a sweep of `trace` under `rules` handles, from the
     lengths alone: the content itself may still be on disk."""
-    df = trace.requests
-    tokens = int(df["prompt_len"].sum())
-    if rules.cache_outputs and trace.has("output_tokens") and "output_len" in df:
-        tokens += int(df["output_len"].fillna(0).sum())
+    tokens = int(trace.array("prompt_len").sum())
+    if rules.cache_outputs and trace.has("output_tokens") and trace.has("output_len"):
+        tokens += int(trace.requests["output_len"].fillna(0).sum())
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
-    blocks = tokens // rules.block_size_tokens + (len(df) if rules.cache_partial_blocks else 0)
+    blocks = tokens // rules.block_size_tokens + (
+        trace.num_requests if rules.cache_partial_blocks else 0)
     return -(-tokens // (source or 1)), blocks
 
 

@@ -181,7 +181,7 @@ def cache_trace(trace: Trace) -> Trace:
     own = (req["instance"].astype("string") if "instance" in req.columns
            else pd.Series(pd.NA, index=req.index, dtype="string"))
     cache = own.where(~split, req["prefill_instance"].astype("string"))
-    return replace(trace, requests=req.assign(instance=cache))
+    return replace(trace, table=req.assign(instance=cache))
 
 
 def _rules(inp: AxisInput, trace: Trace) -> tuple[Any, Any, tuple[str, ...]]:

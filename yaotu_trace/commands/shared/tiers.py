@@ -13,13 +13,13 @@ import numpy as np
 
 from yaotu_trace.commands.shared.pricing import PricingOptions, price_replay
 from yaotu_trace.data.engine_facts import tier_sources
-from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError, TraceReadError
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 
 if TYPE_CHECKING:  # annotations only: a command without --tier loads none of them
     from yaotu_trace.commands.shared.curve_pricing import CurvePricer
+    from yaotu_trace.data.engine_metrics import EngineMetrics
     from yaotu_trace.diagnosis.options import DiagnosisOptions
     from yaotu_trace.prefix.tiers.spec import TierSetup
 

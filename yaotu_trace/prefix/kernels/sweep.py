@@ -195,7 +195,7 @@ def _stack_histograms(  # pragma: no cover - compiled
                 last[b] = 0
             owner[t] = -1
         if now > 1:
-            _rebuild(bits, sup, 0, (now >> 6) + 1)
+            _rebuild(bits, sup, 0, int(now >> 6) + 1)
         now = np.int64(1)
         live = np.int64(0)
         for pos in range(segment_starts[seg], segment_starts[seg + 1]):
