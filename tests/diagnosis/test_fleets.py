@@ -319,7 +319,7 @@ def test_a_sick_instance_that_takes_most_of_the_traffic_is_found(tmp_path: Path)
     status[np.concatenate([on_i0, on_i1])] = "error"
     req["status"] = status
     for source in SOURCES:
-        d = _judge(replace(run, table=req), source, tmp_path)
+        d = _judge(replace(run, requests=req), source, tmp_path)
         q008 = next(f for f in d.findings if f.id == "Q008")
         ev = {e.name: e.value for e in q008.evidence}
         assert ev["worst_instance"] == "i0"
