@@ -1,6 +1,6 @@
-"""A clean Mooncake file read without pandas (`mooncake.read_clean`, `trace sweep`): the same
-trace, arrays and sweep as the usual read, on the two public files; every file the usual read
-would sort, note or refuse goes the usual way."""
+"""A clean Mooncake file read without pandas (`mooncake.read_clean`, `trace sweep` and
+`trace analyze`): the same trace, arrays, sweep and analysis as the usual read, on the two
+public files; every file the usual read would sort, note or refuse goes the usual way."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from conftest import shared_trace
 
+from yaotu_trace.commands.analyze import analyze
 from yaotu_trace.commands.sweep import sweep
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import read_trace
@@ -72,6 +73,14 @@ def test_public_sweep_without_pandas_is_the_usual_sweep(name: str) -> None:
     assert json.loads(fast)["capacity_curve"]["points"]
 
 
+@pytest.mark.parametrize("name", PUBLIC)
+def test_public_analysis_without_pandas_is_the_usual_analysis(name: str) -> None:
+    path = shared_trace(f"mooncake/{name}")
+    fast = render_json(analyze(path))
+    assert fast == render_json(analyze(read_trace(path)))
+    assert json.loads(fast)["profile"]["lengths"]["prompt_tokens_total"] > 0
+
+
 def test_small_file_hand_checked(tmp_path: Path) -> None:
     trace = read_clean(_write(tmp_path / "t.jsonl", CLEAN))
     assert trace is not None and trace.columns is not None
@@ -108,12 +117,14 @@ def test_anything_but_clean_goes_the_usual_way(tmp_path: Path, rows: list[dict],
             read_trace(path)
 
 
-def test_sweep_imports_no_pandas(tmp_path: Path) -> None:
-    """The point of the clean read: `trace sweep` of a Mooncake file never imports pandas
-    (about 0.2 s of a 0.6 s run on the conversation trace); a --capacities replay may."""
+@pytest.mark.parametrize("command", ["sweep", "analyze"])
+def test_sweep_and_analyze_import_no_pandas(tmp_path: Path, command: str) -> None:
+    """The point of the clean read: `trace sweep` and `trace analyze` of a Mooncake file never
+    import pandas (about 0.2 s of a 0.6 s run on the conversation trace); a pass that needs the
+    table (a --capacities replay, the terminal's charts) still may."""
     path = _write(tmp_path / "t.jsonl", CLEAN)
     code = ("import sys; from yaotu_trace.cli import run; "
-            f"sys.argv = ['trace', 'sweep', {str(path)!r}, '-f', 'json']; "
+            f"sys.argv = ['trace', {command!r}, {str(path)!r}, '-f', 'json']; "
             "import contextlib, io\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try: run()\n"

@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pandas as pd
-
 from yaotu_trace.catalog.gpus import DEFAULT_LINK_GBPS
 from yaotu_trace.catalog.units import MAX_COUNT, check_block_size, check_kv_bytes_per_token
-from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from yaotu_trace.data.engine_metrics import EngineMetrics
+    from yaotu_trace.data.steplog import StepLog
     from yaotu_trace.prefix.rules import ReplayRules
 
 

@@ -53,7 +53,8 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     summary = bench_summary_report(trace)
     if summary is not None:
         return summary
-    loaded = open_trace(trace, lazy_content=True, progress=progress, arrivals_optional=True)
+    loaded = open_trace(trace, lazy_content=True, progress=progress, arrivals_optional=True,
+                        without_pandas=True)
     if isinstance(trace, TraceInput | str | Path):  # else read already
         tell(progress, "profiling", 0.5)
     settings = EngineSettings(replay_preset=preset, model=model,

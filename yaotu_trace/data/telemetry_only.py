@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from yaotu_trace.data.report import TELEMETRY_ONLY
 from yaotu_trace.data.schema import Trace
 
@@ -22,6 +20,8 @@ if TYPE_CHECKING:
 def telemetry_trace(path: str, *, steps: StepLog | None = None,
                     notes: tuple[str, ...] = ()) -> Trace:
     """No request, only telemetry: `path` names the telemetry judged (the report's input)."""
+    import pandas as pd
+
     requests = pd.DataFrame({
         "request_id": pd.Series([], dtype="string"),
         "arrival_s": pd.Series([], dtype="float64"),
@@ -34,4 +34,4 @@ def telemetry_trace(path: str, *, steps: StepLog | None = None,
 
 def is_telemetry_only(trace: Trace) -> bool:
     """Whether `trace` is `telemetry_trace`'s: no request trace was given."""
-    return trace.format_name == TELEMETRY_ONLY and trace.requests.empty
+    return trace.format_name == TELEMETRY_ONLY and trace.num_requests == 0

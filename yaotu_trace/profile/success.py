@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.data.outcome import has_status, successful_mask
 from yaotu_trace.data.schema import STATUS_VALUES, Trace
 from yaotu_trace.data.success_profile import ErrorText, SuccessCount, SuccessProfile, SuccessWindow
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Window widths a reader can say aloud, from a second to a day.
 WINDOW_CHOICES_S: Final = (1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 21600.0,
@@ -35,6 +37,8 @@ UNSTATED: Final = "unstated"  # the status key of requests whose source said not
 
 def success_profile(trace: Trace) -> SuccessProfile | None:
     """The success section, or None when the trace says nothing of its requests' outcome."""
+    if not trace.has("status"):
+        return None
     df = trace.requests
     if not has_status(df):
         return None
@@ -66,6 +70,8 @@ def _groups(df: pd.DataFrame, column: str,
     """(distinct groups, the `MAX_GROUPS` with the most failures: most first, then by name)."""
     if column not in df.columns or not df[column].notna().any():
         return None, ()
+    import pandas as pd
+
     frame = pd.DataFrame({"name": df[column].astype("string"), "ok": ok}).dropna()
     grouped = frame.groupby("name", sort=True)["ok"].agg(["size", "sum"])
     grouped["failed"] = grouped["size"] - grouped["sum"]

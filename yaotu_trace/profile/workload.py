@@ -29,13 +29,13 @@ streamed token's, the engine's decode rhythm, which a request failing later does
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from yaotu_trace.data.outcome import has_status, successful_mask
+import numpy as np
+
+from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.data.token_times import handoff_rows, trace_gap_summary
 from yaotu_trace.data.workload_profile import (
     ArrivalProfile,
     LengthProfile,
@@ -44,32 +44,49 @@ from yaotu_trace.data.workload_profile import (
     TimingProfile,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+# The columns the population counts: a trace without any (Mooncake's) has none to count.
+POPULATION_COLUMNS = ("tenant", "session_id", "instance", "model", "prefill_instance",
+                      "decode_instance")
+
 
 def profile_trace(trace: Trace) -> Profile:
-    """Compute the workload profile of a validated trace."""
-    df = trace.requests
-    ok = successful_mask(df)
-    served = _successful_rows(df, ok, ("prompt_len", "output_len"))
-    arrivals = (arrival_profile(df["arrival_s"].to_numpy(dtype=np.float64))
+    """Compute the workload profile of a validated trace (its table only for the columns a
+    trace read without pandas does not have: status, population, timing)."""
+    has_status = trace.has("status")
+    ok = (successful_mask(trace.requests) if has_status
+          else np.ones(trace.num_requests, dtype=bool))
+    prompt, output = trace.array("prompt_len")[ok], trace.array("output_len")[ok]
+    arrivals = (arrival_profile(trace.array("arrival_s", np.float64))
                 if trace.has_arrivals else None)
     return Profile(
-        requests=len(df),
-        successful_requests=int(ok.sum()) if has_status(df) else None,
+        requests=trace.num_requests,
+        successful_requests=int(ok.sum()) if has_status else None,
         arrivals=arrivals,
         lengths=LengthProfile(
-            prompt_len=Distribution.of(served["prompt_len"].to_numpy(dtype=np.float64)),
-            output_len=Distribution.of(served["output_len"].to_numpy(dtype=np.float64)),
-            prompt_tokens_total=int(served["prompt_len"].sum()),
-            output_tokens_total=int(served["output_len"].sum()),
+            prompt_len=Distribution.of(prompt.astype(np.float64)),
+            output_len=Distribution.of(output.astype(np.float64)),
+            prompt_tokens_total=int(prompt.sum()),
+            output_tokens_total=int(output.sum()),
         ),
-        population=_population(df),
+        population=_population(trace),
         timing=timing_profile(trace, ok) if trace.has_arrivals else None,
     )
 
 
-def _population(df: pd.DataFrame) -> Population:
+def _population(trace: Trace) -> Population:
     """Distinct values of the population columns; instances over every instance column, and
     each pool's of a disaggregated trace."""
+    if not any(trace.has(c) for c in POPULATION_COLUMNS):
+        return Population(tenants=None, sessions=None, instances=None, models=None,
+                          prefill_instances=None, decode_instances=None)
+    import pandas as pd
+
+    from yaotu_trace.data.token_times import handoff_rows
+
+    df = trace.requests
     handed = handoff_rows(df)
     columns = [c for c in ("instance", "prefill_instance", "decode_instance")
                if c in df.columns and df[c].notna().any()]
@@ -139,7 +156,6 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
     columns = ("arrival_s", "prompt_len", "scheduled_s", "first_token_s", "finish_s",
                "num_preemptions", "cached_tokens", "prefill_instance", "decode_instance",
                "decode_start_s")
-    df = _successful_rows(trace.requests, successful, columns)
     timing_columns = (
         "scheduled_s",
         "first_token_s",
@@ -150,6 +166,9 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
     )
     if not any(trace.has(c) for c in timing_columns):
         return None
+    from yaotu_trace.data.token_times import handoff_rows, trace_gap_summary
+
+    df = _successful_rows(trace.requests, successful, columns)
     arrival = df["arrival_s"].to_numpy(dtype=np.float64)
 
     def since_arrival(column: str) -> Distribution | None:

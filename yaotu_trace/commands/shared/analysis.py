@@ -10,7 +10,6 @@ from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.commands.shared.observed import observed_vs_replayed
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.overview import reuse_overview
 from yaotu_trace.prefix.window import WarmupSpec
@@ -62,6 +61,8 @@ def analysis_report(loaded: Trace, *, settings: EngineSettings | None = None,
                 f"{loaded.path}: a lengths-only table (no timestamp column) cannot be matched "
                 "to a step log, which is fitted by arrival time; drop --steps, or give the "
                 "trace a timestamp column (--map arrival_s=<source column>)")
+        from yaotu_trace.data.telemetry_fit import fit_telemetry
+
         loaded = fit_telemetry(loaded).trace
     sections: dict[str, Any] = {"profile": profile_trace(loaded)}
     settings = settings or EngineSettings()

@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from yaotu_trace.axes.base import EngineSettings
-from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.observed_hits import PoolSize, Reconciliation
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_only import is_telemetry_only
 from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, SHORTFALL_POINTS, SHORTFALL_RELATIVE
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.engine_metrics import EngineMetrics
 
 
 def reconciles(trace: Trace) -> bool:
