@@ -3,8 +3,9 @@
 Every reader produces a `RawTrace` with canonical column names; `normalize` validates it once,
 at the boundary, coerces dtypes, sorts by arrival (stably) and records data-quality notes.
 Everything downstream trusts a `Trace`. A clean Mooncake file is read without pandas
-(`ingest.columnar`): its `Trace` holds numpy `Columns` and makes the pandas table only when a
-pass asks for `requests`, so pandas is imported here only where a function needs it.
+(`ingest.traces.mooncake.read_clean`): its `Trace` holds numpy `Columns` and makes the pandas
+table only when a pass asks for `requests`, so pandas is imported here only where a function
+needs it.
 """
 
 from __future__ import annotations
@@ -136,10 +137,10 @@ class LazyContent:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Columns:
     """A validated trace's canonical columns as numpy arrays, in arrival order, for a trace
-    read without pandas (`ingest.columnar`): scalar columns by name, list columns as (int64
-    offsets of n+1, int64 values). Every column has a value in every row. `names` are the
-    canonical columns of the table `frame()` makes, the pandas table every other pass reads
-    (validated by `normalize`, as a trace read the usual way)."""
+    read without pandas (`ingest.traces.mooncake.read_clean`): scalar columns by name, list
+    columns as (int64 offsets of n+1, int64 values). Every column has a value in every row.
+    `names` are the canonical columns of the table `frame()` makes, the pandas table every
+    other pass reads (validated by `normalize`, as a trace read the usual way)."""
 
     num_rows: int
     names: tuple[str, ...]

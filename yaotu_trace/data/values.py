@@ -15,8 +15,10 @@ import numpy as np
 
 from yaotu_trace.errors import TraceSchemaError
 
-if TYPE_CHECKING:  # pandas is imported where a function needs it: a clean trace read without
-    import pandas as pd  # it (`ingest.columnar`) checks its clock here
+# pandas is imported where a function needs it: a clean trace read without it
+# (`ingest.traces.mooncake.read_clean`) checks its clock here.
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Times are seconds from any origin; beyond 1e12 s (31,700 years) from it, a time is a unit
 # mistake (ms or ns given as s) and its sums would overflow.

@@ -2,8 +2,8 @@
 
 `len(hash_ids) == ceil(input_length / 512)`: the last id may cover a partial block.
 
-A clean file is also read without pandas (`read_clean`), for `trace sweep`: importing pandas
-takes longer than reading and sweeping the Mooncake conversation trace.
+A clean file is also read without pandas (`read_clean`), for `trace sweep` and `trace analyze`:
+importing pandas takes longer than reading and sweeping the Mooncake conversation trace.
 """
 
 from __future__ import annotations
