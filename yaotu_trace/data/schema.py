@@ -191,30 +191,36 @@ class Trace:
         return cast("pd.DataFrame", made)
 
     @property
+    def _arrays(self) -> Columns | None:
+        """The columns of a trace read without pandas (None once it has a table)."""
+        return self.columns if self.table is None else None
+
+    @property
     def num_requests(self) -> int:
         """Requests in the trace."""
-        return self.columns.num_rows if self.table is None and self.columns else len(
-            self.requests)
+        arrays = self._arrays
+        return len(self.requests) if arrays is None else arrays.num_rows
 
     def array(self, column: str, dtype: type = np.int64) -> np.ndarray:
         """A column every request has a value in (`arrival_s`, `prompt_len`, `output_len`) as
         a numpy array of `dtype`, without making the table of a trace read without pandas."""
-        if self.table is None and self.columns is not None:
-            return np.asarray(self.columns.scalars[column], dtype=dtype)
-        return self.requests[column].to_numpy(dtype=dtype)
+        arrays = self._arrays
+        if arrays is None:
+            return self.requests[column].to_numpy(dtype=dtype)
+        return np.asarray(arrays.scalars[column], dtype=dtype)
 
     def has(self, column: str) -> bool:
         """Whether the trace carries `column` with at least one value."""
         if self.lazy is not None and column in self.lazy.columns:
             return self.lazy.values_in(column) > 0
-        if self.table is None and self.columns is not None:
-            return column in self.columns.names and self.columns.num_rows > 0
+        arrays = self._arrays
+        if arrays is not None:
+            return column in arrays.names and arrays.num_rows > 0
         return column in self.requests.columns and bool(self.requests[column].notna().any())
 
     def _loaded_names(self) -> tuple[str, ...]:
-        if self.table is None and self.columns is not None:
-            return self.columns.names
-        return tuple(self.requests.columns)
+        arrays = self._arrays
+        return tuple(self.requests.columns) if arrays is None else arrays.names
 
     def is_lazy(self, column: str) -> bool:
         """Whether `column` is left on disk rather than loaded into `requests`."""

@@ -20,6 +20,7 @@ from yaotu_trace.data.values import SOURCE_ROW, TIME_LIMIT_S, clock_gap
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -118,11 +119,11 @@ def read_clean(path: Path) -> Trace | None:
         return None
     where = str(path)
 
-    def frame() -> Any:
+    def frame() -> pd.DataFrame:
         usual = normalize(_raw_of_table(table), where)
         if usual.notes or usual.num_requests != table.num_rows:
-            raise RuntimeError(f"{where}: the trace read without pandas differs from "
-                                      f"the usual read ({usual.notes})")
+            raise RuntimeError(f"{where}: the trace read without pandas differs from the "
+                               f"usual read ({usual.notes})")
         return usual.requests
 
     return Trace(
