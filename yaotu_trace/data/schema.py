@@ -570,7 +570,7 @@ def _request_ids(ids: pd.Series | None, df: pd.DataFrame, path: str, label: str)
     import pandas as pd
 
     if ids is None:
-        return pd.Series([f"r{i}" for i in range(len(df))], dtype="string")
+        return pd.Series(default_request_ids(len(df)), dtype="string")
     if ids.isna().any():
         fail_at(path, df, int(np.flatnonzero(ids.isna().to_numpy())[0]), label, "request_id",
               "value is missing; give every request an id or drop the column")
@@ -601,6 +601,18 @@ def _check_token_lengths(out: dict[str, pd.Series], df: pd.DataFrame, path: str,
               "fix the length or the token list")
 
 
+def default_request_ids(n: int) -> list[str]:
+    """The ids of a trace that gives none: `r0, r1, ...` in file order."""
+    return [f"r{i}" for i in range(n)]
+
+
+def ids_cover(lengths: np.ndarray, prompt_len: np.ndarray, size: int) -> np.ndarray:
+    """Per request, whether its `lengths` block ids (one per `size` tokens) can cover its
+    `prompt_len`: the floor or the ceiling of prompt_len / size (the last id may cover a
+    partial block)."""
+    return (lengths >= prompt_len // size) & (lengths <= -(-prompt_len // size))
+
+
 def _check_block_ids(out: dict[str, pd.Series], df: pd.DataFrame, path: str, label: str,
                      size: int | None) -> None:
     """Block ids (one per `size` tokens) can cover `prompt_len`: floor or ceiling of it."""
@@ -616,7 +628,7 @@ def _check_block_ids(out: dict[str, pd.Series], df: pd.DataFrame, path: str, lab
     lengths = np.diff(offsets)
     has = out["prompt_block_ids"].notna().to_numpy()
     low, high = prompt_len // size, -(-prompt_len // size)
-    bad = np.flatnonzero(has & ((lengths < low) | (lengths > high)))
+    bad = np.flatnonzero(has & ~ids_cover(lengths, prompt_len, size))
     if bad.size:
         pos = int(bad[0])
         fail_at(path, df, pos, label, "prompt_block_ids",

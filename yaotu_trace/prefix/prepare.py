@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from yaotu_trace.data.schema import Trace, list_arrays
+from yaotu_trace.data.schema import Trace, default_request_ids, list_arrays
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix import chain_cache
 from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
@@ -73,7 +73,7 @@ class PreparedTrace:
         the replays' peak need not hold (only the reports and the hot prefixes name requests)."""
         made = self._made.get("request_id")
         if made is None:
-            made = (np.array([f"r{i}" for i in range(self.num_requests)], dtype=object)
+            made = (np.array(default_request_ids(self.num_requests), dtype=object)
                     if self.request_ids is None
                     else self.request_ids.astype(str).to_numpy(dtype=object))
             self._made["request_id"] = made
@@ -280,7 +280,7 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
             f"{trace.path}: the trace has no prompt content (token ids or block hash ids), so "
             f"prefix reuse cannot be replayed; {fix}"
         )
-    if trace.table is None and trace.columns is not None:
+    if trace.table is None:  # read without pandas: `columns`
         return _prepared_columns(trace, column)
     needs_outputs = with_outputs and trace.is_lazy("output_tokens") and trace.has("output_tokens")
     if trace.lazy is not None and (not stream or needs_outputs):

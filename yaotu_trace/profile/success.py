@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from yaotu_trace.data.outcome import has_status, successful_mask
+from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import STATUS_VALUES, Trace
 from yaotu_trace.data.success_profile import ErrorText, SuccessCount, SuccessProfile, SuccessWindow
 
@@ -40,8 +40,6 @@ def success_profile(trace: Trace) -> SuccessProfile | None:
     if not trace.has("status"):
         return None
     df = trace.requests
-    if not has_status(df):
-        return None
     ok = successful_mask(df)
     n, n_ok = len(df), int(ok.sum())
     status = df["status"].fillna(UNSTATED)

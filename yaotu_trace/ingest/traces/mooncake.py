@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from yaotu_trace.data.jsonl import iter_json_lines, read_json_lines, read_json_table
-from yaotu_trace.data.schema import Columns, RawTrace, Trace, normalize
+from yaotu_trace.data.schema import Columns, RawTrace, Trace, ids_cover, normalize
 from yaotu_trace.data.values import SOURCE_ROW, TIME_LIMIT_S, clock_gap
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 
@@ -113,7 +113,7 @@ def read_clean(path: Path) -> Trace | None:
         and not (np.diff(arrival_s) < 0).any()
         and clock_gap({"arrival_s": arrival_s}) is None
         and all(bool(((v >= 0) & (v < _EXACT_INT)).all()) for v in (prompt, output))
-        and bool(((lengths >= prompt // size) & (lengths <= -(-prompt // size))).all())
+        and bool(ids_cover(lengths, prompt, size).all())
     )
     if not clean:
         return None
