@@ -176,3 +176,14 @@ def test_mooncake_unusual_files_are_read_line_by_line(text: str, tmp_path: Path,
         assert str(slow.value) == str(exc)
     else:
         _same(fast, _both_ways(path, monkeypatch)[1])
+
+
+def test_keys_the_reader_does_not_use_are_named(tmp_path: Path) -> None:
+    """A record's other keys are counted and named in a note, never dropped silently."""
+    rows = [{**_row(0, 10, [1]), "priority": 1}, {**_row(3, 10, [1]), "priority": 2,
+                                                  "user": "a"}]
+    trace = read_trace(_write(tmp_path / "t.jsonl", rows))
+    assert trace.notes == ("fields in the file that the trace does not use, with the number "
+                           "of 2 records holding each: priority (2), user (1)",)
+    assert list(trace.requests["prompt_len"]) == [10, 10]
+    assert read_trace(_write(tmp_path / "u.jsonl", [_row(0, 10, [1])])).notes == ()

@@ -8,7 +8,9 @@ importing pandas takes longer than reading and sweeping the Mooncake conversatio
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,17 +20,29 @@ from yaotu_trace.data.jsonl import iter_json_lines, read_json_lines, read_json_t
 from yaotu_trace.data.schema import Columns, RawTrace, Trace, ids_cover, normalize
 from yaotu_trace.data.values import SOURCE_ROW, TIME_LIMIT_S, clock_gap
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.traces.common import count_keys, unused_note
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
 MOONCAKE_BLOCK_TOKENS = 512
+# The keys a Mooncake record has; any other is named in a note (`read_mooncake`).
+KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
 def read_mooncake(path: Path) -> RawTrace:
-    """Map timestamp (ms) → arrival_s, input/output_length → lengths, hash_ids → block ids."""
-    return _columnar(path) or mooncake_part(*read_json_lines(path))
+    """Map timestamp (ms) → arrival_s, input/output_length → lengths, hash_ids → block ids;
+    any other key of the records is counted and named in a note, not read."""
+    columnar = _columnar(path)  # exactly the four keys
+    if columnar is not None:
+        return columnar
+    records, lines = read_json_lines(path)
+    unused: Counter[str] = Counter()
+    for record in records:
+        count_keys(unused, record, KEYS)
+    raw = mooncake_part(records, lines)
+    return replace(raw, notes=raw.notes + unused_note(unused, len(records), "fields"))
 
 
 # The column types of a file read whole by pyarrow (`_columnar`), as Python's json reads them.
@@ -185,7 +199,7 @@ def read_mooncake_parts(path: Path, part_bytes: int) -> Iterator[RawTrace]:
 
 def _is_mooncake_record(keys: set[str]) -> bool:
     # RAGPulse rows also have these four keys; its session_id tells them apart.
-    return {"timestamp", "input_length", "output_length", "hash_ids"} <= keys and (
+    return set(KEYS) <= keys and (
         "session_id" not in keys
     )
 
