@@ -286,6 +286,7 @@ def test_a_signal_to_the_whole_group_stops_the_workers_quietly(inputs: Path, tmp
         time.sleep(delay_s)
         if proc.poll() is not None:
             _finish(proc)
+            (tmp_path / "r.txt").unlink(missing_ok=True)  # finished first: try sooner
             continue
         os.killpg(proc.pid, signum)
         code, out, err = _finish(proc)

@@ -1,6 +1,7 @@
-"""A clean Mooncake file read without pandas (`mooncake.read_clean`, `trace sweep` and
-`trace analyze`): the same trace, arrays, sweep and analysis as the usual read, on the two
-public files; every file the usual read would sort, note or refuse goes the usual way."""
+"""A clean Mooncake file read without pandas (`mooncake.read_clean`, `trace sweep`, `trace
+analyze` and `trace diagnose`): the same trace, arrays, sweep, analysis and diagnosis as the
+usual read, on the two public files; every file the usual read would sort, note or refuse goes
+the usual way."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.commands.analyze import analyze
+from yaotu_trace.commands.diagnose import diagnose
 from yaotu_trace.commands.sweep import sweep
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.detect import sniff_keys
@@ -81,6 +84,21 @@ def test_public_analysis_without_pandas_is_the_usual_analysis(name: str) -> None
     assert json.loads(fast)["profile"]["lengths"]["prompt_tokens_total"] > 0
 
 
+# Judged as a 70B deployment: the ledger prices every remedy (and P004's tier candidate
+# replays a CPU tier), so every axis reads the lengths and arrivals it can.
+DEPLOYED = DiagnosisOptions(model="llama-3.1-70b", gpu="H100", kv_capacity="1382400tok", tp=4)
+
+
+@pytest.mark.parametrize("options", [DiagnosisOptions(), DEPLOYED], ids=["plain", "deployed"])
+@pytest.mark.parametrize("name", PUBLIC)
+def test_public_diagnosis_without_pandas_is_the_usual_diagnosis(
+        name: str, options: DiagnosisOptions) -> None:
+    path = shared_trace(f"mooncake/{name}")
+    fast = render_json(diagnose(path, options))
+    assert fast == render_json(diagnose(read_trace(path), options))
+    assert len(json.loads(fast)["axes"]) == 4
+
+
 def test_small_file_hand_checked(tmp_path: Path) -> None:
     trace = read_clean(_write(tmp_path / "t.jsonl", CLEAN))
     assert trace is not None and trace.columns is not None
@@ -117,11 +135,11 @@ def test_anything_but_clean_goes_the_usual_way(tmp_path: Path, rows: list[dict],
             read_trace(path)
 
 
-@pytest.mark.parametrize("command", ["sweep", "analyze"])
-def test_sweep_and_analyze_import_no_pandas(tmp_path: Path, command: str) -> None:
-    """The point of the clean read: `trace sweep` and `trace analyze` of a Mooncake file never
-    import pandas (about 0.2 s of a 0.6 s run on the conversation trace); a pass that needs the
-    table (a --capacities replay, the terminal's charts) still may."""
+@pytest.mark.parametrize("command", ["sweep", "analyze", "diagnose"])
+def test_sweep_analyze_and_diagnose_import_no_pandas(tmp_path: Path, command: str) -> None:
+    """The point of the clean read: `trace sweep`, `trace analyze` and `trace diagnose` of a
+    Mooncake file never import pandas (about 0.2 s of a 0.6 s run on the conversation trace);
+    a pass that needs the table (a --capacities replay, the terminal's charts) still may."""
     path = _write(tmp_path / "t.jsonl", CLEAN)
     code = ("import sys; from yaotu_trace.cli import run; "
             f"sys.argv = ['trace', {command!r}, {str(path)!r}, '-f', 'json']; "

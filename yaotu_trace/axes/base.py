@@ -20,6 +20,7 @@ from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from yaotu_trace.data.engine_metrics import EngineMetrics
@@ -228,19 +229,36 @@ class EngineSettings:
 class AxisInput:
     """Everything an analyzer may read. Any of the three sources may be absent.
 
+    The request table is the trace's (`requests`), made on first use: a trace read without
+    pandas (`Trace.columns`) keeps its arrays until an analyzer asks for a column they lack.
     The step log may be a Parquet file left on disk: analyzers read it in record batches
     (`StepLog.batches`), never whole.
     """
 
-    requests: pd.DataFrame
+    trace: Trace
     steps: StepLog | None = None
     metrics: EngineMetrics | None = None
     settings: EngineSettings = field(default_factory=EngineSettings)
-    trace: Trace | None = None
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """The trace's request table (list columns left on disk are not in it)."""
+        return self.trace.requests
+
+    @property
+    def num_requests(self) -> int:
+        """Requests in the trace, without making its table."""
+        return self.trace.num_requests
+
+    def floats(self, column: str) -> np.ndarray | None:
+        """A scalar column of the request table as float64 (NaN where missing), or None when
+        it holds no value."""
+        return self.trace.floats(column)
 
     def has(self, column: str) -> bool:
-        """Whether the request table has `column` with at least one value."""
-        return column in self.requests.columns and bool(self.requests[column].notna().any())
+        """Whether the request table has `column` with at least one value (a column left on
+        disk is not in the table)."""
+        return not self.trace.is_lazy(column) and self.trace.has(column)
 
     def step_has(self, column: str) -> bool:
         """Whether the step log has `column` with at least one value."""
@@ -254,8 +272,8 @@ class AxisInput:
         settings: EngineSettings | None = None,
     ) -> AxisInput:
         """The input of every analyzer for one trace (step log attached to the trace)."""
-        return cls(requests=trace.requests, steps=trace.steps, metrics=metrics,
-                   settings=settings or EngineSettings(), trace=trace)
+        return cls(trace=trace, steps=trace.steps, metrics=metrics,
+                   settings=settings or EngineSettings())
 
 
 class AxisMetrics(Protocol):

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.axes.base import (
     AxisInput,
@@ -40,7 +40,10 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
-from yaotu_trace.data.outcome import has_status, successful_mask
+from yaotu_trace.data.outcome import successful_mask
+
+if TYPE_CHECKING:
+    pass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,9 +99,9 @@ class FailureMetrics:
 def measure_failures(inp: AxisInput, window_s: float) -> FailureMetrics | None:
     """The failure measurements, or None when the table has no status or no failure;
     `window_s` is the look-back of the arrival backlog when no request says when it left."""
-    req = inp.requests
-    if not has_status(req):
+    if not inp.has("status"):
         return None
+    req = inp.requests
     failed = ~successful_mask(req)
     n, n_failed = len(req), int(failed.sum())
     if not n_failed:
@@ -112,7 +115,7 @@ def measure_failures(inp: AxisInput, window_s: float) -> FailureMetrics | None:
 def _failure_times(inp: AxisInput, failed: np.ndarray) -> FailureTimes | None:
     """When the failures happened and their commonest error (None without arrival times)."""
     req = inp.requests
-    if inp.trace is not None and not inp.trace.has_arrivals:
+    if not inp.trace.has_arrivals:
         return None
     arrival = req["arrival_s"].to_numpy(dtype=np.float64)
     at = arrival.copy()
@@ -178,7 +181,7 @@ def _leave_s(inp: AxisInput) -> tuple[str, np.ndarray] | None:
 
 
 def _under_load(inp: AxisInput, failed: np.ndarray, window_s: float) -> FailuresUnderLoad | None:
-    if inp.trace is not None and not inp.trace.has_arrivals:
+    if not inp.trace.has_arrivals:
         return None
     arrival = inp.requests["arrival_s"].to_numpy(dtype=np.float64)
     found = _leave_s(inp)
@@ -203,6 +206,8 @@ def _under_load(inp: AxisInput, failed: np.ndarray, window_s: float) -> Failures
 
 
 def _worst_instance(inp: AxisInput, failed: np.ndarray) -> InstanceFailures | None:
+    import pandas as pd
+
     column = next((c for c in ("instance", "decode_instance") if inp.has(c)), None)
     if column is None:
         return None

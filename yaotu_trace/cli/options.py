@@ -157,10 +157,10 @@ MatchedOnlyOpt = Annotated[
 
 def _log_zone(value: str | None) -> str | None:
     """Refuse a zone `--log-tz` cannot name before anything is read (a usage error)."""
-    from yaotu_trace.errors import ConfigError
-    from yaotu_trace.ingest.telemetry.serverlog import log_zone
-
     if value is not None:
+        from yaotu_trace.errors import ConfigError
+        from yaotu_trace.ingest.telemetry.serverlog import log_zone
+
         try:
             log_zone(value)
         except ConfigError as err:

@@ -18,7 +18,6 @@ from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_only import telemetry_trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.load import read_steps
 from yaotu_trace.prefix.chain_cache import holds_streamed_chains
 from yaotu_trace.prefix.options import ReplayOptions
 
@@ -60,7 +59,7 @@ def diagnose(
     if trace is None:
         loaded = _telemetry_input(engine_metrics, steps)
     else:
-        loaded = open_trace(trace, lazy_content=True)
+        loaded = open_trace(trace, lazy_content=True, without_pandas=True)
     tell(progress, "judging the axes", 0.3)
     report = diagnose_trace(loaded, metrics=engine_metrics, settings=setup.settings,
                             thresholds=setup.thresholds, charts=charts)
@@ -74,6 +73,8 @@ def diagnose(
 def _telemetry_input(metrics: EngineMetrics | None, steps: str | Path | None) -> Trace:
     """The stand-in for a trace when only telemetry is given: no request, the step log
     attached, the telemetry's notes first."""
+    from yaotu_trace.ingest.load import read_steps  # pandas only with telemetry to read
+
     step_log = None if steps is None else read_steps(Path(steps), "--steps")
     paths = [p for p in (None if metrics is None else metrics.path,
                          None if step_log is None else step_log.path) if p is not None]

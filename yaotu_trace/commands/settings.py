@@ -16,7 +16,6 @@ from yaotu_trace.catalog.units import parse_capacity
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.load import read_metrics
 from yaotu_trace.ingest.telemetry.serverlog import log_zone
 from yaotu_trace.prefix.rules import rules_for
 
@@ -37,7 +36,13 @@ class DiagnosisSetup:
 
     def telemetry(self, path: str | Path | None) -> EngineMetrics | None:
         """The engine telemetry at `path` (`--metrics`), read now; None when not given."""
-        return None if path is None else read_metrics(Path(path), zone=self.zone)
+        if path is None:
+            return None
+        # NOTE: imported here, as the readers import pandas, which a diagnosis of a trace
+        # read without it need not.
+        from yaotu_trace.ingest.load import read_metrics
+
+        return read_metrics(Path(path), zone=self.zone)
 
 
 def setup_diagnosis(options: DiagnosisOptions) -> DiagnosisSetup:

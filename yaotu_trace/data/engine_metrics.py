@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import tzinfo
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.data.metric_names import COUNTERS, GAUGES, HISTOGRAMS, LABELLED
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +130,8 @@ class EngineMetrics:
 
     def counter_steps(self, key: str) -> pd.DataFrame | None:
         """Times at which a counter went up and by how much (columns time_s, delta)."""
+        import pandas as pd
+
         name = self.name_of(key)
         if name is None:
             return None
@@ -188,6 +193,8 @@ def _deltas(series: pd.DataFrame, origin_s: float, instant: bool) -> pd.DataFram
     """One label set's increases (time_s, delta): a drop is a restart from zero, and the
     first sample counts from zero when the export is one instant or the series began after
     the export's first sample."""
+    import pandas as pd
+
     series = series.sort_values("time_s")
     times = series["time_s"].to_numpy(dtype=np.float64)
     values = series["value"].to_numpy(dtype=np.float64)

@@ -12,8 +12,12 @@ queue cannot be told apart from it: it is left at 0 (not counted), never guessed
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _names(requests: pd.DataFrame, column: str) -> np.ndarray:

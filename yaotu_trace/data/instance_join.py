@@ -20,9 +20,12 @@ gauges and counters are summed at each sample time.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The metric labels that name an instance, in the order their values are joined.
 INSTANCE_LABELS = ("instance", "pod", "engine")

@@ -15,6 +15,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+    from yaotu_trace.data.schema import Trace
+
 OK: Final = "ok"
 
 
@@ -32,6 +34,14 @@ def successful_mask(requests: pd.DataFrame) -> np.ndarray:
         return np.ones(len(requests), dtype=bool)
     status = requests["status"]
     return (status.isna() | (status == OK)).to_numpy(dtype=bool, na_value=True)
+
+
+def successful(trace: Trace) -> np.ndarray:
+    """`successful_mask` of a trace's requests, without making the table of a trace that says
+    no request's outcome (one read without pandas has no `status`)."""
+    if not trace.has("status"):
+        return np.ones(trace.num_requests, dtype=bool)
+    return successful_mask(trace.requests)
 
 
 def failed_count(requests: pd.DataFrame) -> int:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from yaotu_trace.data.compressed import codec_of, read_bytes
 from yaotu_trace.data.values import check_unique_names
@@ -95,6 +94,10 @@ def source(path: str | Path) -> Any:
 def open_file(path: str | Path, **options: Any) -> Any:
     """A `pyarrow.parquet.ParquetFile` with page checksums verified; damage is an error, and
     so is a column name that appears twice."""
+    # NOTE: imported here: pyarrow.parquet brings pyarrow's file systems (9 ms), which a run
+    # that opens no Parquet file never needs.
+    import pyarrow.parquet as pq
+
     with reading(path):
         file = pq.ParquetFile(source(path), page_checksum_verification=True, **options)
     check_unique_names(path, file.schema_arrow.names)

@@ -209,6 +209,19 @@ class Trace:
             return self.requests[column].to_numpy(dtype=dtype)
         return np.asarray(arrays.scalars[column], dtype=dtype)
 
+    def floats(self, column: str) -> np.ndarray | None:
+        """A scalar column as float64 (NaN where a request has no value), or None when no
+        request has one, without making the table of a trace read without pandas."""
+        arrays = self._arrays
+        if arrays is not None:
+            if column not in arrays.scalars or not arrays.num_rows:
+                return None
+            return np.asarray(arrays.scalars[column], dtype=np.float64)
+        table = self.requests
+        if column not in table.columns or not table[column].notna().any():
+            return None
+        return table[column].to_numpy(dtype=np.float64, na_value=np.nan)
+
     def has(self, column: str) -> bool:
         """Whether the trace carries `column` with at least one value."""
         if self.lazy is not None and column in self.lazy.columns:

@@ -24,13 +24,16 @@ there); one without, on the whole log (the steps after its last arrival still de
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import TraceReadError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # A log may fall short of the bound by this share before it is refused: requests in flight
 # between the client and the engine's queue, and counts rounded by the writer.
@@ -52,6 +55,8 @@ class StepWork:
 
 def step_work(steps: StepLog) -> StepWork | None:
     """Sum the log's tokens and read its end state in one pass (None: an empty log)."""
+    import pandas as pd
+
     wanted = ("instance", "prefill_tokens", "decode_tokens", "num_preempted", "num_running",
               "num_waiting")
     lo, hi = np.inf, -np.inf
@@ -81,6 +86,8 @@ def step_work(steps: StepLog) -> StepWork | None:
 
 def _last_state(batch: pd.DataFrame, last: dict[str, tuple[float, float]]) -> None:
     """Keep, per instance, waiting + running at its latest-ending step so far."""
+    import pandas as pd
+
     names = (batch["instance"].astype(str) if "instance" in batch.columns
              else pd.Series("all", index=batch.index))
     flight = (pd.to_numeric(batch["num_running"]) + pd.to_numeric(batch["num_waiting"]))
@@ -139,6 +146,8 @@ def _bound(requests: pd.DataFrame, work: StepWork, preempted: float) -> _Bound |
 
 def _preempted(requests: pd.DataFrame, work: StepWork) -> float:
     """Preemptions in the range: the log's own count, else the trace's; 0 when neither says."""
+    import pandas as pd
+
     if work.preempted is not None:
         return work.preempted
     if "num_preemptions" in requests.columns:

@@ -19,12 +19,10 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from yaotu_trace.data import parquet_file
 from yaotu_trace.data.order_stats import Summary, summarize
@@ -37,6 +35,10 @@ from yaotu_trace.data.values import (
     plain_number,
 )
 from yaotu_trace.errors import TraceReadError, TraceSchemaError, where
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow.parquet as pq
 
 # The step log's columns (docs/schema.md, "Step log"); a log needs at least a start and an end.
 STEP_COLUMNS: Final = (
@@ -229,6 +231,8 @@ def validated(raw: pd.DataFrame, path: str, first_row: int | None = None) -> pd.
     Whole logs (`first_row` None) come back sorted stably by start_s; a batch stays in file
     order. Errors name the file, the row of the whole file and the column.
     """
+    import pandas as pd
+
     offset = 0 if first_row is None else first_row
 
     def row_of(pos: int) -> str:
@@ -335,6 +339,8 @@ class InstanceIds:
 
     def codes(self, batch: pd.DataFrame) -> np.ndarray:
         """The instance id of each row of a batch (int64)."""
+        import pandas as pd
+
         if "instance" not in batch.columns:
             return np.full(len(batch), self.id_of("all"), dtype=np.int64)
         local, names = pd.factorize(batch["instance"], use_na_sentinel=True)
@@ -465,10 +471,14 @@ def _statistics_max(meta: pq.FileMetaData, name: str) -> float | None:
 def _open(path: Path) -> pq.ParquetFile:
     """The file for reading record batches. NOTE: without `pre_buffer=False`, Arrow keeps the
     column chunks of every row group read so far: memory would grow with the file."""
+    import pyarrow.parquet as pq  # its file systems cost 9 ms: only for a log on disk
+
     return pq.ParquetFile(path, pre_buffer=False)
 
 
 def _names(path: Path) -> tuple[str, ...] | None:
+    import pyarrow.parquet as pq
+
     try:
         return tuple(pq.ParquetFile(path).schema_arrow.names)
     except (pa.ArrowInvalid, OSError):
@@ -482,6 +492,8 @@ def validate_steps(df: pd.DataFrame, path: str, *, first_row: int | None = None)
     in start order (`yaotu_trace.data.steplog`): it is validated the same way but not sorted, and
     errors name the row of the whole file.
     """
+    import pandas as pd
+
     if first_row is not None and SOURCE_ROW not in df.columns:
         df = df.assign(**{SOURCE_ROW: np.arange(first_row + 1, first_row + len(df) + 1)})
     missing = [c for c in STEP_REQUIRED if c not in df.columns]

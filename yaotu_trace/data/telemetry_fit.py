@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import pyarrow.parquet as pq
 
 from yaotu_trace.data.clock import UNIX_CLOCK_S
 from yaotu_trace.data.engine_metrics import EngineMetrics
@@ -35,6 +34,9 @@ from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.step_work import check_step_work
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import TraceReadError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Telemetry that shares less than this part of the trace's time range is from another run.
 MIN_OVERLAP_SHARE = 0.10
@@ -183,6 +185,9 @@ def _model_note(trace: Trace, metrics: EngineMetrics) -> str | None:
 def _kept(trace: Trace, keep: np.ndarray) -> Trace:
     """The trace with only the `keep` requests; columns left on disk are read for them (file
     row i is request i), since a filtered table no longer lines up with the file."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
     requests = trace.requests[keep]
     if trace.lazy is not None:
         rows = np.flatnonzero(keep)
@@ -303,7 +308,7 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
     """Refuse a step log or metrics export from another run, and restrict one that only
     partly overlaps the trace (see the module docstring). A server log whose times lack a year
     is dated by the trace before (`ingest.load.dated_by_trace`)."""
-    fit = _Fit(keep=np.ones(len(trace.requests), dtype=bool), notes=[], axes=set(), judged=[])
+    fit = _Fit(keep=np.ones(trace.num_requests, dtype=bool), notes=[], axes=set(), judged=[])
     steps = None if trace.steps is None else _fit_steps(trace, trace.steps, fit)
     if metrics is not None:
         metrics = _fit_metrics(trace, metrics, fit)

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from yaotu_trace.data import parquet_file
@@ -33,6 +33,9 @@ from yaotu_trace.data.order_stats import Summary, summarize
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import LazyContent, Trace, list_arrays, list_value_problem
 from yaotu_trace.errors import TraceSchemaError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMN = "token_times_s"
 BATCH_ROWS = 65_536
@@ -95,16 +98,16 @@ class Stalls:
     owner: np.ndarray
 
 
-def has_token_times(requests: pd.DataFrame, lazy: LazyContent | None) -> bool:
+def has_token_times(trace: Trace) -> bool:
     """Whether the trace carries token times (in memory or left on disk)."""
-    if lazy is not None and COLUMN in lazy.columns:
-        return lazy.values_in(COLUMN) > 0
-    return COLUMN in requests.columns and bool(requests[COLUMN].notna().any())
+    return trace.has(COLUMN)
 
 
 def _lists(requests: pd.DataFrame,
            lazy: LazyContent | None) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """(first row, offsets, flat times) of each record batch: from disk or the column held."""
+    import pandas as pd
+
     if lazy is None or COLUMN not in lazy.columns:
         offsets, times = list_arrays(requests[COLUMN])
         yield 0, offsets, np.asarray(times, dtype=np.float64)

@@ -50,7 +50,7 @@ from yaotu_trace.axes.queueing.metrics import QueueingMetrics
 from yaotu_trace.axes.rules import causes_found, rule_of, rules_naming
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.data.engine_metrics import EngineMetrics
-from yaotu_trace.data.outcome import has_status, successful_mask
+from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
@@ -146,11 +146,12 @@ class Verdict:
     outcome: str | None = None
 
 
-def outcome_line(requests: Any) -> str | None:
-    """'successful requests only (N of M): F failed (x %; by status)' when the table says some
+def outcome_line(trace: Trace) -> str | None:
+    """'successful requests only (N of M): F failed (x %; by status)' when the trace says some
     request failed, else None: the timing figures cover the successful requests only."""
-    if not has_status(requests):
+    if not trace.has("status"):
         return None
+    requests = trace.requests
     n = len(requests)
     ok = int(successful_mask(requests).sum())
     if ok == n:
@@ -527,7 +528,7 @@ def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
                                             for name in AXES}
         ledger = build_ledger(axes, inp if overlap is None else overlap, t)
     findings = [finding_of(name, hit) for name, result in axes.items() for hit in result.hits]
-    verdict = replace(verdict_of(axes), outcome=outcome_line(inp.requests))
+    verdict = replace(verdict_of(axes), outcome=outcome_line(inp.trace))
     return Diagnosis(axes=axes, findings=sort_findings(findings), verdict=verdict,
                      ledger=ledger)
 

@@ -151,8 +151,8 @@ class LedgerInput:
     @classmethod
     def of(cls, axes: dict[AxisName, AxisResult], inp: AxisInput, t: Thresholds) -> LedgerInput:
         """The ledger's input for one diagnosis."""
-        prompt = inp.requests["prompt_len"].to_numpy(dtype=np.float64)
-        work = prompt + inp.requests["output_len"].to_numpy(dtype=np.float64)
+        prompt = inp.trace.array("prompt_len", np.float64)
+        work = prompt + inp.trace.array("output_len", np.float64)
         return cls(axes=axes, inp=inp, t=t, prompt=prompt, work=work)
 
     def candidates(self, remedy: Remedy, axis: AxisName | None = None) -> tuple[Rule[Any], ...]:

@@ -23,15 +23,18 @@ share × n / (n ± 1): the same work on one instance more or less.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, ratio
 from yaotu_trace.axes.pd_interference.placement import PlacementMetrics
 from yaotu_trace.axes.queueing.imbalance import fcfs_waits_s
 from yaotu_trace.axes.queueing.metrics import spread_work
 from yaotu_trace.data.handoff import decode_queue_s, handed_off
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The windows the per-instance rate is read in (s), as the queueing axis' load windows.
 RATE_WINDOW_S = 5.0

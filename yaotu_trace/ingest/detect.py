@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from yaotu_trace.data.canonical import read_csv_frame
 from yaotu_trace.data.compressed import codec_of, format_suffix, open_compressed
@@ -23,6 +22,9 @@ from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.registry import formats
 from yaotu_trace.ingest.telemetry import prom_text
 from yaotu_trace.ingest.telemetry.serverlog import is_server_log
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 JSON_DOCUMENT_SUFFIX = ".json"

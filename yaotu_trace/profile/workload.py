@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from yaotu_trace.data.outcome import successful_mask
+from yaotu_trace.data.outcome import successful
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.workload_profile import (
@@ -56,8 +56,7 @@ def profile_trace(trace: Trace) -> Profile:
     """Compute the workload profile of a validated trace (its table only for the columns a
     trace read without pandas does not have: status, population, timing)."""
     has_status = trace.has("status")
-    ok = (successful_mask(trace.requests) if has_status
-          else np.ones(trace.num_requests, dtype=bool))
+    ok = successful(trace)
     prompt, output = trace.array("prompt_len")[ok], trace.array("output_len")[ok]
     arrivals = (arrival_profile(trace.array("arrival_s", np.float64))
                 if trace.has_arrivals else None)

@@ -31,9 +31,9 @@ Definitions (units in the names):
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import Trace
@@ -47,6 +47,9 @@ from yaotu_trace.data.workload_figures import (
     Window,
     WorkloadFigures,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Points of a time series: one per pixel column of a plot at most.
 SERIES_POINTS = 400
@@ -278,6 +281,8 @@ def length_distribution(values: np.ndarray, label: str,
 def tenant_shares(df: pd.DataFrame, top: int = TOP_TENANTS) -> tuple[TenantShare, ...] | None:
     """Requests and prompt tokens per tenant, the most requests first (ties by name), the
     tenants past `top` summed as "other"; None with fewer than two tenants."""
+    import pandas as pd
+
     if "tenant" not in df.columns or df["tenant"].nunique(dropna=True) < 2:
         return None
     label = df["tenant"].astype("string").fillna("(none)")
@@ -299,6 +304,8 @@ def tenant_shares(df: pd.DataFrame, top: int = TOP_TENANTS) -> tuple[TenantShare
 
 def session_shape(df: pd.DataFrame) -> SessionShape | None:
     """Turns per session and the think time between turns; None without sessions."""
+    import pandas as pd
+
     if "session_id" not in df.columns or not df["session_id"].notna().any():
         return None
     sessions = df[df["session_id"].notna()]

@@ -53,16 +53,16 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
                  notes: list[str]) -> _Preemption:
     """Preemptions from the request table, else the step log, else the metrics; recomputed
     tokens estimated (see the package docstring) or exact from SGLang's counters."""
-    req, m = inp.requests, inp.metrics
-    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
-    output = req["output_len"].to_numpy(dtype=np.float64)
+    m = inp.metrics
+    prompt = inp.trace.array("prompt_len", np.float64)
+    output = inp.trace.array("output_len", np.float64)
     pre_source = basis = None
     preempted = pre_total = None
     recomputed = low = high = None
     # NOTE: telemetry alone (no request) has no lengths to price a preemption with: None.
     per_request_estimate = float(np.mean(prompt + output / 2.0)) if prompt.size else None
     if inp.has("num_preemptions"):
-        counts = req["num_preemptions"].fillna(0).to_numpy(dtype=np.float64)
+        counts = inp.requests["num_preemptions"].fillna(0).to_numpy(dtype=np.float64)
         preempted, pre_total = int((counts > 0).sum()), int(counts.sum())
         recomputed = float((counts * (prompt + output / 2.0)).sum())
         low, high = float((counts * prompt).sum()), float((counts * (prompt + output)).sum())
@@ -195,11 +195,12 @@ class _Demand:
 
 def _demand(inp: AxisInput, capacity: float | None, notes: list[str]) -> _Demand:
     """Block-rounded KV demand over time from the request table (an upper bound)."""
-    req, s, block = inp.requests, inp.settings, int(inp.settings.block_size_tokens)
-    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
-    output = req["output_len"].to_numpy(dtype=np.float64)
+    s, block = inp.settings, int(inp.settings.block_size_tokens)
+    prompt = inp.trace.array("prompt_len", np.float64)
+    output = inp.trace.array("output_len", np.float64)
     peak = mean_demand = over_share = extra = extra_bytes = None
     if inp.has("finish_s"):
+        req = inp.requests
         finish = req["finish_s"].to_numpy(dtype=np.float64, na_value=np.nan)
         begin = None
         for column in ("scheduled_s", "first_token_s", "arrival_s"):
@@ -298,11 +299,10 @@ def _metrics(inp: AxisInput, pre: _Preemption, use: _Usage,
     """The axis' measurements from its phases (`pool`: the KV capacity of one instance in
     tokens and where it came from), plus the share of requests preempted and of work
     recomputed, the safe concurrency and block waste."""
-    req = inp.requests
     block = int(inp.settings.block_size_tokens)
-    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
-    output = req["output_len"].to_numpy(dtype=np.float64)
-    share = ratio(pre.preempted, len(req)) if pre.preempted is not None else None
+    prompt = inp.trace.array("prompt_len", np.float64)
+    output = inp.trace.array("output_len", np.float64)
+    share = ratio(pre.preempted, inp.num_requests) if pre.preempted is not None else None
     fraction = ratio(pre.recomputed, float((prompt + output).sum()))
     capacity, cap_source = pool
     n_safe = None

@@ -182,14 +182,11 @@ def analyze_pd_interference(inp: AxisInput, t: Thresholds) -> AxisResult:
 
 
 def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
-    req = inp.requests
     notes: list[str] = []
     k = float(t.stall_factor)
     itl_mean = None if inp.metrics is None else inp.metrics.histogram_mean("itl_s")
-    # Token times left on disk belong to the trace's own rows only.
-    lazy = (inp.trace.lazy if inp.trace is not None and inp.trace.requests is req else None)
     placement = placement_of(inp, t)
-    if not has_token_times(req, lazy):
+    if not has_token_times(inp.trace):
         return _placed(_no_token_times(_empty(t, itl_mean), itl_mean), placement, inp, t)
     sources = [Source.REQUESTS] + ([Source.METRICS] if itl_mean is not None else [])
     # Passes over the token times (streamed when left on disk): only the gaps' summary and the
@@ -202,7 +199,8 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
     if not gs.summary.count or median_step is None:
         return _placed(_one_token_each(_empty(t, itl_mean), sources), placement, inp, t)
     threshold_s = k * median_step
-    st, handoff_s = _without_handoffs(stalls(req, lazy, threshold_s), inp, gs.first, placement)
+    found = stalls(inp.requests, inp.trace.lazy, threshold_s)
+    st, handoff_s = _without_handoffs(found, inp, gs.first, placement)
     coincide, coin_source = _coincidence(inp, st, steps, gs.first)
     gap = st.gap
     lost = float((gap[coincide] - median_step).sum())

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, Evidence, fact, measured
 from yaotu_trace.axes.pd_interference.placement import PlacementMetrics
@@ -14,9 +14,11 @@ from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.data.steplog import column as step_column
 from yaotu_trace.data.token_times import (
     GapSummary,
-    gap_summary,
     trace_gap_summary,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,10 +77,8 @@ def instances_of(inp: AxisInput) -> np.ndarray:
 
 
 def gap_summary_of(inp: AxisInput) -> GapSummary:
-    """The gap summary, shared with the profile when the rows are the trace's own."""
-    if inp.trace is not None and inp.trace.requests is inp.requests:
-        return trace_gap_summary(inp.trace)
-    return gap_summary(inp.requests, None)
+    """The gap summary, shared with the profile."""
+    return trace_gap_summary(inp.trace)
 
 
 def decode_only_s(b: pd.DataFrame) -> np.ndarray:
@@ -129,6 +129,8 @@ def prefill_overlap(log: StepLog, gap_start: np.ndarray, gap_end: np.ndarray,
     Both matchings are kept when instances may be matched: steps are matched by instance only
     if some prefill step names one, which is known at the end of the pass.
     """
+    import pandas as pd
+
     n = gap_start.size
     every = _Overlap(np.arange(n), gap_start)
     hit_any = np.zeros(n, dtype=bool)

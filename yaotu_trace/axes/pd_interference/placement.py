@@ -65,17 +65,15 @@ class PlacementMetrics:
 
 
 def _floats(inp: AxisInput, column: str) -> np.ndarray:
-    req = inp.requests
     if not inp.has(column):
-        return np.full(len(req), np.nan)
-    return req[column].to_numpy(dtype=np.float64, na_value=np.nan)
+        return np.full(inp.num_requests, np.nan)
+    return inp.requests[column].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _names(inp: AxisInput, column: str) -> np.ndarray:
-    req = inp.requests
     if not inp.has(column):
-        return np.full(len(req), "", dtype=object)
-    return req[column].fillna("").astype(str).to_numpy(dtype=object)
+        return np.full(inp.num_requests, "", dtype=object)
+    return inp.requests[column].fillna("").astype(str).to_numpy(dtype=object)
 
 
 def split_rows(inp: AxisInput) -> np.ndarray:
@@ -103,7 +101,7 @@ def transfer_seconds(inp: AxisInput, t: Thresholds) -> tuple[np.ndarray, str]:
     kv_b = inp.settings.kv_bytes_per_token
     b_eff = inp.settings.link_gbps * 1e9 / 8.0 * t.link_efficiency
     if kv_b is None or b_eff <= 0:
-        return np.full(len(inp.requests), np.nan), "unknown: pass --model for KV bytes per token"
+        return np.full(inp.num_requests, np.nan), "unknown: pass --model for KV bytes per token"
     prompt = inp.requests["prompt_len"].to_numpy(dtype=np.float64)
     return (t.transfer_latency_s + prompt * kv_b / b_eff,
             f"estimated: α + p · kv_b / B_eff on {inp.settings.link_gbps:g} Gb/s")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from yaotu_trace.axes.base import (
     AxisInput,
@@ -33,6 +31,9 @@ from yaotu_trace.data.engine_facts import cache_sources, external_hit_rate
 from yaotu_trace.data.handoff import handed_off
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import YaotuError
+
+if TYPE_CHECKING:
+    pass
 
 
 def _undecided(sources: list[Source], observed: tuple[str | None, int | None, float | None],
@@ -174,10 +175,14 @@ def cache_trace(trace: Trace) -> Trace:
     """The trace with `instance` naming the cache each prompt was looked up in: a handed-off
     request's prefill instance (a disaggregated deployment prefills there; `instance` often
     names the decode instance), else its own."""
+    if not (trace.has("prefill_instance") and trace.has("decode_instance")):
+        return trace  # no request names both: none was handed off
     req = trace.requests
     split = handed_off(req)
     if not split.any():
         return trace
+    import pandas as pd
+
     own = (req["instance"].astype("string") if "instance" in req.columns
            else pd.Series(pd.NA, index=req.index, dtype="string"))
     cache = own.where(~split, req["prefill_instance"].astype("string"))

@@ -75,8 +75,8 @@ def empty_metrics(observed_source: str | None = None, observed_rate: float | Non
 
 def observed_hits(inp: AxisInput) -> tuple[str | None, int | None, float | None]:
     """(source, hit tokens or None, hit rate) of the engine's own prefix-cache hits."""
-    req = inp.requests
     if inp.has("cached_tokens"):
+        req = inp.requests
         hits = int(req["cached_tokens"].fillna(0).sum())
         prompt = int(req["prompt_len"].sum())
         return "cached_tokens", hits, ratio(hits, prompt)

@@ -160,7 +160,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     timing = request_timing(inp, sources)
     events = _events(inp)
     grid = windows_of(timing, float(t.window_s), _telemetry_span(inp), events)
-    grid_notes = _grid_notes(grid, float(t.window_s), events, bool(len(inp.requests)))
+    grid_notes = _grid_notes(grid, float(t.window_s), events, bool(inp.num_requests))
     st = step_stats(inp, grid)
     if st.wall_s is not None:
         sources.append(Source.STEPS)
@@ -231,8 +231,8 @@ def _decode_queue_note(inp: AxisInput, timing: RequestTiming) -> str | None:
 
 def _events(inp: AxisInput) -> int:
     """What the load grid is sized by: the requests, else the steps and scrapes."""
-    if len(inp.requests):
-        return len(inp.requests)
+    if inp.num_requests:
+        return inp.num_requests
     steps = inp.steps.num_rows if inp.steps is not None else 0
     return steps + (len(inp.metrics.frame) if inp.metrics is not None else 0)
 
@@ -252,7 +252,7 @@ def _grid_notes(grid: Windows, window_s: float, events: int, requests: bool
 
 def _telemetry_span(inp: AxisInput) -> tuple[float, float] | None:
     """The step log's range, else the metrics', for a diagnosis without requests."""
-    if len(inp.requests):
+    if inp.num_requests:
         return None
     if inp.steps is not None and (span := inp.steps.span()) is not None:
         return span

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, ratio
 from yaotu_trace.axes.queueing.instances import InstanceQueue, LoadBalance
@@ -46,6 +46,9 @@ from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, spread_wor
 from yaotu_trace.data.instance_join import samples_by_instance, trace_instance_names
 from yaotu_trace.data.metric_names import COUNTERS, GAUGES
 from yaotu_trace.data.steplog import column
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _STEP_COLUMNS = ("instance", "num_waiting", "num_running", "num_preempted", "prefill_tokens",
                  "decode_tokens")
@@ -76,6 +79,8 @@ def _table_rows(inp: AxisInput, timing: RequestTiming) -> dict[str, dict[str, fl
     """Per-instance requests, work, queue and TTFT sums from the request table."""
     if not inp.has("instance"):
         return {}
+    import pandas as pd
+
     names = inp.requests["instance"].astype("string").fillna("").to_numpy(dtype=object)
     frame = pd.DataFrame({"name": names, "work": timing.work, "one": 1.0})
     if timing.queue is not None:
@@ -115,6 +120,8 @@ def _most_at_once(start_s: np.ndarray, end_s: np.ndarray) -> float:
 
 def _step_batch(b: pd.DataFrame, grid: Windows) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """One batch of steps summed per instance, and the tokens each served per window."""
+    import pandas as pd
+
     start, end = column(b, "start_s"), column(b, "end_s")
     dur = np.clip(end - start, 0.0, None)
     names = b["instance"].astype("string").fillna("").to_numpy(dtype=object)
@@ -152,6 +159,8 @@ def _step_rows(inp: AxisInput, grid: Windows) -> tuple[dict[str, dict[str, float
     log = inp.steps
     if log is None or not log.has("instance") or log.num_rows == 0:
         return {}, {}
+    import pandas as pd
+
     parts: list[pd.DataFrame] = []
     tokens: dict[str, np.ndarray] = {}
     lo, hi = np.inf, -np.inf
@@ -332,6 +341,8 @@ def measure_load_balance(inp: AxisInput, timing: RequestTiming,
     source, rows, tokens, cap, inferred = _rows(inp, timing, grid)
     if len(rows) < 2:
         return None
+    import pandas as pd
+
     names = tuple(r.instance for r in rows)
     codes = (np.asarray(pd.Categorical(inp.requests["instance"].astype("string"),
                                        categories=list(names)).codes, dtype=np.int64)

@@ -8,12 +8,11 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, Evidence, Source, fact, measured, ratio
 from yaotu_trace.axes.queueing.instances import LoadBalance
 from yaotu_trace.data.handoff import client_first_token_s, decode_queue_s, handed_off
-from yaotu_trace.data.outcome import successful_mask
+from yaotu_trace.data.outcome import successful
 from yaotu_trace.data.report import Distribution
 
 # Peak windows shown in the report.
@@ -122,13 +121,6 @@ class QueueingMetrics:
         )
 
 
-def times_of(df: pd.DataFrame, column: str) -> np.ndarray | None:
-    """A time column as floats (NaN where missing), or None when it holds no value."""
-    if column not in df.columns or not df[column].notna().any():
-        return None
-    return df[column].to_numpy(dtype=np.float64, na_value=np.nan)
-
-
 def waiting_at(t: np.ndarray, arrival_s: np.ndarray, scheduled_s: np.ndarray) -> np.ndarray:
     """Requests waiting at each time t: arrived (≤ t) and not yet scheduled (> t)."""
     ok = np.isfinite(scheduled_s) & (scheduled_s >= arrival_s)
@@ -205,32 +197,31 @@ class RequestTiming:
 
 def request_timing(inp: AxisInput, sources: list[Source]) -> RequestTiming:
     """Queue time, TTFT and the queue's share of each (the request table, else the metrics)."""
-    req = inp.requests
-    arrival = req["arrival_s"].to_numpy(dtype=np.float64)
-    scheduled = times_of(req, "scheduled_s")
-    first = times_of(req, "first_token_s")
+    arrival = inp.trace.array("arrival_s", np.float64)
+    scheduled = inp.floats("scheduled_s")
+    first = inp.floats("first_token_s")
     # A disaggregated trace: TTFT is the client's first token, and the wait for a decode slot
     # is queueing the user feels (`data/handoff.py`).
-    split = handed_off(req).any() and first is not None
+    split = first is not None and bool(handed_off(inp.requests).any())
     if split:
-        first = client_first_token_s(req)
-    finish = times_of(req, "finish_s")
+        first = client_first_token_s(inp.requests)
+    finish = inp.floats("finish_s")
     # Work is what the engine computes, as a step log counts it: prompt tokens the prefix
     # cache did not supply, plus output tokens.
-    prompt = req["prompt_len"].to_numpy(dtype=np.float64)
-    cached = times_of(req, "cached_tokens")
+    prompt = inp.trace.array("prompt_len", np.float64)
+    cached = inp.floats("cached_tokens")
     if cached is not None:
         prompt = prompt - np.clip(np.nan_to_num(cached), 0.0, prompt)
-    work = prompt + req["output_len"].to_numpy(dtype=np.float64)
+    work = prompt + inp.trace.array("output_len", np.float64)
 
     queue = ttft = None
     share_ttft = share_latency = queue_total = None
-    timed = successful_mask(req)  # a failed request is counted, never timed
+    timed = successful(inp.trace)  # a failed request is counted, never timed
     if scheduled is not None:
         q = scheduled - arrival
         queue = np.where(q >= 0, q, np.nan)
         if split:
-            queue = queue + decode_queue_s(req)
+            queue = queue + decode_queue_s(inp.requests)
         queue_total = float(np.nansum(queue))
     if first is not None:
         f = first - arrival

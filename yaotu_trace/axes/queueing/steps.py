@@ -9,17 +9,19 @@ the numbers do not depend on how the log is cut into batches, or whether it is o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.axes.base import AxisInput, ratio
-from yaotu_trace.axes.queueing.metrics import Windows, times_of
+from yaotu_trace.axes.queueing.metrics import Windows
 from yaotu_trace.data.handoff import decode_queue_s, handed_off
 from yaotu_trace.data.order_stats import BlockSum, Summary, summarize
 from yaotu_trace.data.report import PERCENTILES
 from yaotu_trace.data.steplog import InstanceIds, StepLog, column, kv_usage_summary
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Percentiles of per-step samples: the Distribution's and the P75 the rules compare.
 STEP_PERCENTILES = (*PERCENTILES, 75)
@@ -160,8 +162,8 @@ class _StepPass:
     """
 
     def __init__(self, inp: AxisInput, log: StepLog, windows: Windows | None) -> None:
-        arrival = times_of(inp.requests, "arrival_s")
-        scheduled = times_of(inp.requests, "scheduled_s")
+        arrival = inp.floats("arrival_s")
+        scheduled = inp.floats("scheduled_s")
         # Requests queued at a time t, from the request table, for instances without
         # num_waiting: (sorted arrivals, sorted schedules), or None without the table.
         self.queued_table: tuple[np.ndarray, np.ndarray] | None = None
@@ -430,6 +432,8 @@ def _first_starts(log: StepLog, arrival: np.ndarray, rows: np.ndarray,
     """The first step start at or after the arrival of each request in `rows` (inf if none),
     among the steps of the instance `own` names for it (None: among every step), in one pass
     over the log. Requests are in memory, each queue in arrival order; steps are streamed."""
+    import pandas as pd
+
     first = np.full(arrival.size, np.inf)
     codes, keys = np.full(rows.size, -1), []
     if own is not None:

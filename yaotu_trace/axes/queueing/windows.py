@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from yaotu_trace.axes.base import AxisInput, Source, ratio
-from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, times_of, waiting_at
+from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, waiting_at
 from yaotu_trace.axes.queueing.steps import StepStats, WindowBins
 from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.engine_metrics import EngineMetrics
@@ -82,7 +82,7 @@ def queue_windows(inp: AxisInput, timing: RequestTiming, grid: Windows, st: Step
     else:
         begin = timing.scheduled
         if begin is None:
-            begin = times_of(inp.requests, "first_token_s")
+            begin = inp.floats("first_token_s")
         if begin is not None:
             waiting = waiting_at(edges, timing.arrival, begin).astype(np.float64)
             source = Source.REQUESTS

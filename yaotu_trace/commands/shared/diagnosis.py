@@ -19,7 +19,6 @@ from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_only import is_telemetry_only
 from yaotu_trace.diagnosis.diagnose import axis_report, judge_trace
 from yaotu_trace.diagnosis.telemetry_alone import judge_telemetry
-from yaotu_trace.ingest.load import dated_by_trace
 from yaotu_trace.profile.figures import kv_series
 
 
@@ -39,6 +38,8 @@ def diagnose_trace(
     s = settings or EngineSettings()
     judge_input = judge_telemetry if is_telemetry_only(trace) else judge_trace
     if metrics is not None and judge_input is judge_trace:
+        from yaotu_trace.ingest.load import dated_by_trace  # pandas only with metrics
+
         metrics = dated_by_trace(trace, metrics)
     judged = judge_input(trace, metrics=metrics, settings=s, thresholds=t)
     result, used = judged.diagnosis, judged.metrics

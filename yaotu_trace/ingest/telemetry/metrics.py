@@ -25,10 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import tzinfo
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-import pandas as pd
 
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.metric_names import (
@@ -45,6 +44,9 @@ from yaotu_trace.data.values import check_unique_names
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest.telemetry.serverlog import EXPECTED
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 CSV_COLUMNS: Final = ("timestamp", "metric", "labels", "value")
 
 
@@ -54,6 +56,8 @@ def engine_metrics(rows: list[tuple[float, str, str, float]], path: Path, *,
     """The samples one reader found (`kind`: "export", "text" or "log") as `EngineMetrics`:
     NaN samples dropped, series under the engines' own names, notes on what a one-instant
     export or a series that starts late can and cannot show."""
+    import pandas as pd
+
     frame = pd.DataFrame(rows, columns=["time_s", "metric", "labels", "value"])
     frame = frame.astype({"time_s": "float64", "value": "float64", "metric": object,
                           "labels": object})
@@ -206,6 +210,8 @@ def _with_info_series(frame: pd.DataFrame, info_name: str, out_name: str,
                       ) -> pd.DataFrame:
     """`frame` plus a series `out_name` of the tokens `tokens_of` reads from the labels of each
     `info_name` sample (an info gauge states its figures as labels)."""
+    import pandas as pd
+
     info = frame[frame["metric"] == info_name]
     if info.empty:
         return frame
@@ -363,6 +369,8 @@ def _split_labels(body: str) -> list[str]:
 
 
 def _timestamp(text: str, path: Path, line: int) -> float:
+    import pandas as pd
+
     try:
         return float(text)
     except ValueError:

@@ -27,11 +27,12 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
-
-import pandas as pd
+from typing import TYPE_CHECKING, Final
 
 from yaotu_trace.errors import TraceReadError
+
+if TYPE_CHECKING:
+    pass
 
 # What a reader hands `read_metrics`: rows (time_s, metric, labels, value) and notes.
 Rows = list[tuple[float, str, str, float]]
@@ -110,6 +111,8 @@ def _snapshot_files(path: Path) -> list[Path]:
 
 def time_in_name(name: str) -> float | None:
     """The Unix time a snapshot file's name gives (ISO-like UTC stamp, Unix s or ms)."""
+    import pandas as pd
+
     iso = _ISO_NAME.search(name)
     if iso is not None:
         y, mo, d, h, mi, s, frac = iso.groups()
@@ -130,6 +133,8 @@ def _labels_key(labels: dict[str, str]) -> str:
 
 def _scrape_time(text: str, path: Path, number: int) -> float:
     """A `# scrape` line's time: Unix seconds, or ISO 8601 (UTC unless it names a zone)."""
+    import pandas as pd
+
     try:
         return float(text)
     except ValueError:
@@ -251,6 +256,8 @@ def _sorted(rows: Rows) -> Rows:
 
 
 def _when(time_s: float) -> str:
+    import pandas as pd
+
     if time_s < 1e9:  # a clock that starts near zero, as the trace's may
         return f"{time_s:.1f} s"
     return pd.Timestamp(time_s, unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ")
