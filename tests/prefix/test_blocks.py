@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from conftest import shared_trace
 from helpers import chains_of
 
 from yaotu_trace.errors import YaotuError
+from yaotu_trace.ingest import read_trace
 from yaotu_trace.prefix.kernels import blocks
-from yaotu_trace.prefix.kernels.chains import hash_keys
+from yaotu_trace.prefix.kernels.chains import BlockChains, hash_keys
+from yaotu_trace.prefix.kernels.numpy_passes import build_block_chains
+from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def test_ids_are_dense_in_first_appearance_order_and_dtypes_are_pinned() -> None:
@@ -108,3 +116,44 @@ def test_keys_differ_by_seed_and_attempt_and_multipliers_are_odd() -> None:
     assert not np.array_equal(a, hash_keys(1, 0))
     assert not np.array_equal(a, hash_keys(0, 1))
     assert all(int(k) % 2 == 1 for k in a[[1, 2, 4, 5]])
+
+
+def _same_chains(a: BlockChains, b: BlockChains) -> None:
+    for name in ("offsets", "ids", "last_block_tokens", "max_hit_blocks", "prompt_tokens"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert (a.num_distinct, a.block_size_tokens, a.seed) == (b.num_distinct,
+                                                             b.block_size_tokens, b.seed)
+
+
+def test_full_blocks_cut_from_a_build_with_partial_blocks_are_that_build_hand_checked() -> None:
+    """Block 2: [1 2 | 3] and [1 2 | 4] and [5]: with partial blocks cached the ids are
+    A P3 | A P4 | P5 (0 1 | 0 2 | 3); without, A | A | (none): 0 | 0, one distinct id."""
+    prompts = [[1, 2, 3], [1, 2, 4], [5]]
+    with_partial = chains_of(prompts, rules_for("none", block_size_tokens=2,
+                                                cache_partial_blocks=True))
+    assert with_partial.ids.tolist() == [0, 1, 0, 2, 3]
+    cut = with_partial.full_blocks_only()
+    assert cut.ids.tolist() == [0, 0] and cut.offsets.tolist() == [0, 1, 2, 2]
+    assert cut.num_distinct == 1 and cut.last_block_tokens.tolist() == [2, 2, 2]
+    _same_chains(cut, chains_of(prompts, rules_for("none", block_size_tokens=2)))
+
+
+@pytest.mark.parametrize(("trace", "block"), [("chat.parquet", 16), ("chat.parquet", 64),
+                                               ("multitenant.csv", 16), ("mooncake", 512)])
+def test_full_blocks_cut_from_a_build_with_partial_blocks_are_that_build(trace: str,
+                                                                         block: int) -> None:
+    """What `PreparedTrace` keeps one build for (a diagnosis' KV axis reads the prefix
+    replay's chains): the cut equals the numpy build without partial blocks, ids and all, on
+    bundled samples and the public Mooncake conversation trace (512-token block ids)."""
+    path = (shared_trace("mooncake/conversation_trace.jsonl") if trace == "mooncake"
+            else SAMPLES / trace)
+    prepared = prepare(read_trace(path))
+    content = prepared.whole_content()
+    plain = rules_for("none", block_size_tokens=block)
+    with_partial = build_block_chains(content, None, plain.with_(cache_partial_blocks=True))
+    assert int((with_partial.last_block_tokens < block).sum()) > 0  # some partial blocks
+    _same_chains(with_partial.full_blocks_only(), build_block_chains(content, None, plain))
+    # and a prepared trace answers the plain rules from its kept build
+    assert prepared.chains(plain.with_(cache_partial_blocks=True), namespaces=False)
+    _same_chains(prepared.chains(plain, namespaces=False),
+                 build_block_chains(content, None, plain))

@@ -332,10 +332,10 @@ def tier_options_of(tiers: list[str] | None, chunk_tokens: int | None,
                     ) -> ReplayOptions | None:
     """`--tier`, `--tier-chunk`, `--tier-policy` and `--tier-store-threshold` of a command
     that judges a deployment (diagnose, check, report), or None when none is given."""
-    from yaotu_trace.prefix.options import ReplayOptions
-
     if not tiers and chunk_tokens is None and policy is None and store_threshold is None:
         return None
+    from yaotu_trace.prefix.options import ReplayOptions
+
     return ReplayOptions(tiers=tuple(tiers or ()), tier_chunk_tokens=chunk_tokens,
                          tier_policy=policy, tier_store_threshold=store_threshold)
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.settings import setup_diagnosis
 from yaotu_trace.commands.shared.diagnosis import diagnose_trace
-from yaotu_trace.commands.shared.tiers import (
-    tier_sections,
-    under_deployment,
-)
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report
 from yaotu_trace.data.schema import Trace
@@ -19,7 +16,9 @@ from yaotu_trace.data.telemetry_only import telemetry_trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.chain_cache import holds_streamed_chains
-from yaotu_trace.prefix.options import ReplayOptions
+
+if TYPE_CHECKING:
+    from yaotu_trace.prefix.options import ReplayOptions
 
 
 @holds_streamed_chains
@@ -44,7 +43,11 @@ def diagnose(
     tier, the `observed_tiers` section that holds them against it.
     """
     options = options or DiagnosisOptions()
-    tiers = under_deployment(tiers, options)
+    if tiers is not None:
+        # NOTE: imported here: the tiers' modules (their specs, pricing) load for --tier only.
+        from yaotu_trace.commands.shared.tiers import under_deployment
+
+        tiers = under_deployment(tiers, options)
     if tiers is not None and trace is None:
         raise ConfigError("--tier replays a trace's prompts; give the TRACE")
     if trace is None and options.metrics is None and steps is None:
@@ -65,6 +68,8 @@ def diagnose(
                             thresholds=setup.thresholds, charts=charts)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.9)
+        from yaotu_trace.commands.shared.tiers import tier_sections
+
         extra = tier_sections(loaded, tiers, engine_metrics)
         report = replace(report, sections={**report.sections, **extra})
     return report

@@ -16,7 +16,6 @@ from yaotu_trace.catalog.units import parse_capacity
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.telemetry.serverlog import log_zone
 from yaotu_trace.prefix.rules import rules_for
 
 # Model FLOP utilisation assumed when the ledger turns FLOPs into GPU-seconds (cost-model §2.4).
@@ -88,7 +87,11 @@ def engine_settings(options: DiagnosisOptions) -> tuple[EngineSettings, Threshol
 
 def log_zone_of(log_tz: str | None) -> tzinfo | None:
     """The zone `--log-tz` names (None: UTC), refused before anything is read."""
-    return None if log_tz is None else log_zone(log_tz)
+    if log_tz is None:
+        return None
+    from yaotu_trace.ingest.telemetry.serverlog import log_zone  # only for a zone given
+
+    return log_zone(log_tz)
 
 
 def _capacity_tokens(kv_capacity: str | None, block_tokens: int,

@@ -9,10 +9,12 @@ overview's capacity points (`prefix/overview.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from yaotu_trace.data.figures import Series
-from yaotu_trace.data.prefix_reuse import ReuseOverview
-from yaotu_trace.data.workload_figures import ArrivalSeries, LengthDistribution
+if TYPE_CHECKING:  # the charts' types: a report without pictures never loads their modules
+    from yaotu_trace.data.figures import Series
+    from yaotu_trace.data.prefix_reuse import ReuseOverview
+    from yaotu_trace.data.workload_figures import ArrivalSeries, LengthDistribution
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -34,6 +34,7 @@ _MISSING = "\x00"
 # numpy passes take less time than compiling the hashing kernels on a fresh install, or loading
 # them from numba's cache (docs/performance.md, first run).
 SMALL_CHAIN_WORK = 4_000_000
+SMALL_CHAINS = "small_chains"  # the key of a trace's kept chain builds in `Trace.derived`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,9 +60,11 @@ class PreparedTrace:
     cached_tokens: np.ndarray | None  # float64 observed hits (NaN where unknown)
     # The content column left in its Parquet file (`Trace.lazy`): chains stream from it.
     stream: ParquetPrompts | None = None
-    # Small chain builds already made, by what they depend on (`chains`): the waterfall asks
-    # for the same chains more than once (its ideal pass at the source block size is often
-    # the block step's chains). Only small builds are kept, so memory stays bounded.
+    # Small chain builds already made, by what they depend on (`chains`), shared by every
+    # `prepare` of one trace (its `derived` values): the waterfall asks for the same chains
+    # more than once (its ideal pass at the source block size is often the block step's), and
+    # a diagnosis' KV axis for the prefix replay's. Only small builds are kept, so memory
+    # stays bounded.
     _small_chains: dict[tuple[object, ...], BlockChains] = field(
         default_factory=dict, compare=False, repr=False)
     # `request_id` once made (shared by `replace` copies).
@@ -146,21 +149,32 @@ class PreparedTrace:
         bit), so a small trace never compiles or loads the hashing kernels."""
         ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
         if self.chain_work(rules) <= SMALL_CHAIN_WORK:
-            from yaotu_trace.prefix.kernels import numpy_passes
-
-            key = (rules.block_size_tokens, rules.cache_partial_blocks, rules.last_token_rule,
-                   rules.seed, rules.cache_outputs, ns is not None and rules.tenant_isolation,
-                   ns is not None)
-            if key not in self._small_chains:
-                self._small_chains[key] = numpy_passes.build_block_chains(
-                    self.whole_content(), ns, rules)
-            return self._small_chains[key]
+            return self._small_build(rules, ns).with_hit_cap(rules.last_token_rule)
         # NOTE: the compiled chain builders start numba, which a small build never needs.
         from yaotu_trace.prefix.kernels.blocks import build_block_chains
 
         if self.stream is not None:
             return _streamed_chains(self.stream, ns, rules)
         return build_block_chains(self.content(), ns, rules)
+
+    def _small_build(self, rules: ReplayRules, ns: np.ndarray | None) -> BlockChains:
+        """`chains` of a small build by the numpy passes, kept by what the ids depend on (not
+        the last-token rule, which only caps the hits). Chains without partial blocks are cut
+        from a kept build with them (`BlockChains.full_blocks_only`), not built again."""
+        key = (rules.block_size_tokens, rules.seed, rules.cache_outputs,
+               self.output_offsets is not None, ns is not None and rules.tenant_isolation,
+               ns is not None)
+        found = self._small_chains.get((*key, rules.cache_partial_blocks))
+        if found is None and not rules.cache_partial_blocks:
+            with_partial = self._small_chains.get((*key, True))
+            if with_partial is not None and with_partial.output_ids is None:
+                found = with_partial.full_blocks_only()
+        if found is None:
+            from yaotu_trace.prefix.kernels import numpy_passes
+
+            found = numpy_passes.build_block_chains(self.whole_content(), ns, rules)
+        self._small_chains[(*key, rules.cache_partial_blocks)] = found
+        return found
 
     def compact_chains(self, rules: ReplayRules) -> CompactChains:
         """`chains(rules, namespaces=False)` held as runs (`compact.py`): what an analysis keeps
@@ -280,8 +294,11 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
             f"{trace.path}: the trace has no prompt content (token ids or block hash ids), so "
             f"prefix reuse cannot be replayed; {fix}"
         )
+    # Chain builds are kept with the trace, for every `prepare` of it (`_small_build`).
+    built = cast("dict[tuple[object, ...], BlockChains]",
+                 trace.derived.setdefault(SMALL_CHAINS, {}))
     if trace.table is None:  # read without pandas: `columns`
-        return _prepared_columns(trace, column)
+        return _prepared_columns(trace, column, built)
     needs_outputs = with_outputs and trace.is_lazy("output_tokens") and trace.has("output_tokens")
     if trace.lazy is not None and (not stream or needs_outputs):
         from yaotu_trace.data.canonical import load_full
@@ -345,10 +362,12 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
         output_values=out_values,
         cached_tokens=cached,
         stream=prompts,
+        _small_chains=built,
     )
 
 
-def _prepared_columns(trace: Trace, column: str) -> PreparedTrace:
+def _prepared_columns(trace: Trace, column: str,
+                      built: dict[tuple[object, ...], BlockChains]) -> PreparedTrace:
     """`prepare` of a trace read without pandas: its arrays as they are. Such a trace
     (`ingest.traces.mooncake.read_clean`) has prompt block ids, lengths and arrivals only: no
     model, tenant, instance, finish time, outputs or cached tokens, and no ids of its own."""
@@ -370,4 +389,5 @@ def _prepared_columns(trace: Trace, column: str) -> PreparedTrace:
         output_offsets=None,
         output_values=None,
         cached_tokens=None,
+        _small_chains=built,
     )

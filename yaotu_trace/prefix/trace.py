@@ -26,15 +26,6 @@ from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
 from yaotu_trace.prefix.prepare import PreparedTrace, prepare
 from yaotu_trace.prefix.reconcile import ENGINE_COUNTED, reconcile
 from yaotu_trace.prefix.rules import ReplayRules, Scope, effective_rules
-from yaotu_trace.prefix.tiers.replay import (
-    approximation_note,
-    lower_eviction_note,
-    replay_tiers,
-    threshold_note,
-)
-from yaotu_trace.prefix.tiers.result import TieredResult
-from yaotu_trace.prefix.tiers.spec import TierSetup
-from yaotu_trace.prefix.tiers.vllm_native import StalledLookup
 from yaotu_trace.prefix.waterfall import (
     STEPS,
     Waterfall,
@@ -42,16 +33,14 @@ from yaotu_trace.prefix.waterfall import (
     cache_replays,
     compute_waterfall,
 )
-from yaotu_trace.prefix.window import (
-    MeasurementWindow,
-    WarmupSpec,
-    distinct_blocks_before,
-    measurement_window,
-)
 
-# NOTE: `--residency` loads numba's kernels (`prefix/residency.py`): imported where it runs.
+# NOTE: `--residency` loads numba's kernels (`prefix/residency.py`), and the tiers and the
+# warm-up window their modules: each is imported where it runs.
 if TYPE_CHECKING:
     from yaotu_trace.prefix.residency import Residency
+    from yaotu_trace.prefix.tiers.result import TieredResult
+    from yaotu_trace.prefix.tiers.spec import TierSetup
+    from yaotu_trace.prefix.window import MeasurementWindow, WarmupSpec
 
 HIT_SHARE_BUCKETS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 TOP_PREFIXES = 10  # hot prefixes a summary lists (the waterfall's; none without it)
@@ -269,13 +258,24 @@ def replay_trace_with_requests(
     source = trace.source_block_size if trace.content_column == "prompt_block_ids" else None
     rules.check_source_block_size(source)
     prepared = prepare(trace, with_outputs=rules.cache_outputs, stream=True)
-    window = (None if warmup is None
-              else measurement_window(warmup, prepared.arrival_s))
+    window = None
+    if warmup is not None:
+        from yaotu_trace.prefix.window import measurement_window
+
+        window = measurement_window(warmup, prepared.arrival_s)
     measured = None if window is None else window.mask()
     runs = _cache_runs(prepared, rules, waterfall, parallel, measured)
     gpu_result = runs.result  # the GPU pool alone, which the residency pass follows
     tiered = None
     if tiers is not None:
+        from yaotu_trace.prefix.tiers.replay import (
+            approximation_note,
+            lower_eviction_note,
+            replay_tiers,
+            threshold_note,
+        )
+        from yaotu_trace.prefix.tiers.vllm_native import StalledLookup
+
         try:
             tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy,
                                   gpu=runs.result)
@@ -340,6 +340,8 @@ def _with_fill(window: MeasurementWindow, prepared: PreparedTrace, rules: Replay
         tenants = np.asarray(prepared.tenant_codes, dtype=np.int64)
         k = int(tenants.max()) + 1 if tenants.size else 1
         codes = tenants if codes is None else codes * k + tenants
+    from yaotu_trace.prefix.window import distinct_blocks_before
+
     distinct, caches = distinct_blocks_before(
         chains.offsets, chains.ids, window.warmup_requests, codes,
         chains.output_offsets, chains.output_ids)

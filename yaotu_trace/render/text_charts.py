@@ -13,12 +13,15 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from yaotu_trace.data.charts import TerminalCharts
-from yaotu_trace.data.figures import Series
-from yaotu_trace.data.prefix_reuse import ReuseOverview
-from yaotu_trace.data.workload_figures import ArrivalSeries, LengthDistribution
 from yaotu_trace.render import fmt
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.charts import TerminalCharts
+    from yaotu_trace.data.figures import Series
+    from yaotu_trace.data.prefix_reuse import ReuseOverview
+    from yaotu_trace.data.workload_figures import ArrivalSeries, LengthDistribution
 
 UNICODE_LEVELS = "▁▂▃▄▅▆▇█"
 ASCII_LEVELS = ".:-=+*#@"

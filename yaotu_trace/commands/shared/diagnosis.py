@@ -11,7 +11,6 @@ from yaotu_trace.axes import AXES
 from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.axes.thresholds import Thresholds, make_thresholds
 from yaotu_trace.commands.settings import DiagnosisSetup
-from yaotu_trace.commands.shared.charts import terminal_charts
 from yaotu_trace.commands.shared.observed import observed_vs_replayed
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import InputSummary, Report, input_summary
@@ -19,7 +18,6 @@ from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_only import is_telemetry_only
 from yaotu_trace.diagnosis.diagnose import axis_report, judge_trace
 from yaotu_trace.diagnosis.telemetry_alone import judge_telemetry
-from yaotu_trace.profile.figures import kv_series
 
 
 def diagnose_trace(
@@ -63,6 +61,10 @@ def diagnose_trace(
         sections["observed_vs_replayed"] = observed
     pictures = None
     if charts:
+        # NOTE: imported here: the pictures' modules (and the step log's) load for --charts.
+        from yaotu_trace.commands.shared.charts import terminal_charts
+        from yaotu_trace.profile.figures import kv_series
+
         pictures = terminal_charts(judged.trace, lengths=False,
                                    kv=kv_series(judged.trace, s.kv_capacity_tokens)[0])
     return Report(

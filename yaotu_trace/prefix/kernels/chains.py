@@ -107,6 +107,28 @@ class BlockChains:
                       last_token_rule)
         return replace(self, max_hit_blocks=cap)
 
+    def full_blocks_only(self) -> BlockChains:
+        """The chains a build without cached partial blocks gives: each request's trailing
+        partial block dropped, the ids numbered again in first appearance. A partial block's
+        hash is salted apart from every full block's (`PARTIAL_SALT`), so the full blocks'
+        ids keep their order of first appearance, and are that build's ids. The hit cap is
+        the last-token rule's off (`with_hit_cap` sets it); prompt blocks only."""
+        B = self.block_size_tokens
+        blocks = self.num_blocks
+        partial = (blocks > 0) & (self.last_block_tokens < B)
+        keep = np.ones(len(self.ids), dtype=bool)
+        keep[self.offsets[1:][partial] - 1] = False
+        kept = self.ids[keep]
+        present = np.zeros(self.num_distinct, dtype=bool)
+        present[kept] = True
+        renumbered = (np.cumsum(present) - 1)[kept]
+        full = blocks - partial
+        return BlockChains(
+            offsets=offsets_of(full), ids=renumbered.astype(np.int32),
+            last_block_tokens=np.full(self.num_requests, B, dtype=np.int32),
+            num_distinct=int(np.count_nonzero(present)), max_hit_blocks=full.astype(np.int64),
+            prompt_tokens=self.prompt_tokens, block_size_tokens=B, seed=self.seed)
+
     def request_of_block(self) -> np.ndarray:
         """Request index of every entry of `ids` (int64)."""
         return np.repeat(np.arange(self.num_requests, dtype=np.int64), self.num_blocks)
@@ -198,12 +220,29 @@ def frozen_input(array: np.ndarray, dtype: type) -> np.ndarray:
 
 
 def hash_keys(seed: int, attempt: int) -> np.ndarray:
-    """Per lane: offset K0 and odd multipliers K1 (value) and K2 (position), from the seed."""
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(seed) >> 32 & 0xFFFFFFFF, attempt,
-                                 0x59A0])
-    keys = rng.integers(0, 2**64, size=6, dtype=np.uint64, endpoint=False)
-    keys[[1, 2, 4, 5]] |= np.uint64(1)
-    return keys
+    """Per lane: offset K0 and odd multipliers K1 (value) and K2 (position), from the seed:
+    six outputs of splitmix64 started from the seed and the attempt. (Plain integers, not
+    numpy.random, whose first generator costs 9 ms of a 0.3 s run; any keys serve, as only
+    the ids' first appearances leave the chains.)"""
+    state = _splitmix(int(seed) & _MASK_64) ^ _splitmix((int(attempt) << 16) ^ 0x59A0)
+    keys = []
+    for _ in range(6):
+        state = (state + _GOLDEN_64) & _MASK_64
+        keys.append(_splitmix(state))
+    out = np.array(keys, dtype=np.uint64)
+    out[[1, 2, 4, 5]] |= np.uint64(1)
+    return out
+
+
+_MASK_64 = (1 << 64) - 1
+_GOLDEN_64 = 0x9E3779B97F4A7C15  # splitmix64's increment
+
+
+def _splitmix(z: int) -> int:
+    """splitmix64's finalizer on a Python integer (mod 2^64), as `MIX_*` define it."""
+    z = ((z ^ (z >> int(MIX_SHIFT_1))) * int(MIX_MUL_1)) & _MASK_64
+    z = ((z ^ (z >> int(MIX_SHIFT_2))) * int(MIX_MUL_2)) & _MASK_64
+    return z ^ (z >> int(MIX_SHIFT_3))
 
 
 def chain_bytes(blocks: int) -> int:
