@@ -77,3 +77,23 @@ def test_passes_read_the_sample_again_and_stay_few() -> None:
     # THEN one pass counts and one collects (buckets are small)
     assert len(passes) == 2
     assert got.percentiles[99] == float(np.percentile(values, 99))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1,
+                max_size=60))
+def test_median_of_is_numpys_median_bit_for_bit(values: list[float]) -> None:
+    """`median_of` stands in for `np.median` (which imports numpy.ma on its first call):
+    the same float64, NaN for a sample holding one, infinities included."""
+    sample = np.array(values, dtype=np.float64)
+    with np.errstate(all="ignore"):  # two huge values overflow their mean in both
+        expected = np.float64(np.median(sample))
+        found = np.float64(order_stats.median_of(sample))
+    assert found.tobytes() == expected.tobytes() or (np.isnan(expected) and np.isnan(found))
+
+
+def test_median_of_hand_checked_and_refuses_an_empty_sample() -> None:
+    assert order_stats.median_of(np.array([3.0, 1.0, 2.0])) == 2.0
+    assert order_stats.median_of(np.array([4, 1, 3, 2])) == 2.5
+    with pytest.raises(ValueError, match="empty"):
+        order_stats.median_of(np.array([]))

@@ -40,6 +40,7 @@ from yaotu_trace.axes.base import (
     ratio,
     status_from,
 )
+from yaotu_trace.data.order_stats import median_of
 from yaotu_trace.data.outcome import successful_mask
 
 if TYPE_CHECKING:
@@ -191,13 +192,13 @@ def _under_load(inp: AxisInput, failed: np.ndarray, window_s: float) -> Failures
     else:
         counts, leave = found
         backlog = backlog_at_arrival(arrival, leave)
-    median = float(np.median(backlog))
-    loaded = backlog > median
+    backlog_median = median_of(backlog)
+    loaded = backlog > backlog_median
     under = int((failed & loaded).sum())
     n_failed, n_loaded = int(failed.sum()), int(loaded.sum())
     return FailuresUnderLoad(
         backlog_counts=counts,
-        backlog_median=median,
+        backlog_median=backlog_median,
         loaded_arrivals=n_loaded,
         failures_under_load=under,
         failures_under_load_share=under / n_failed,

@@ -31,6 +31,21 @@ _DIGIT_BITS = 16  # each further split
 _SIGN = np.uint64(1 << 63)
 
 
+def median_of(values: np.ndarray) -> float:
+    """`np.median` of a non-empty 1-D sample, bit for bit (NaN when a value is NaN), without
+    the numpy.ma import `np.median` makes on its first call (6 ms of a 0.3 s run): the middle
+    value, or the mean of the two middle values, found by `np.partition`."""
+    sample = np.asarray(values, dtype=np.float64).ravel()
+    if sample.size == 0:
+        raise ValueError("the median of an empty sample")
+    if np.isnan(sample).any():
+        return math.nan
+    k = sample.size // 2
+    if sample.size % 2:
+        return float(np.partition(sample, k)[k])
+    return float(np.partition(sample, (k - 1, k))[k - 1:k + 1].mean())
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
     """Count, sum, extremes and the requested percentiles of the finite values of a sample."""
@@ -258,6 +273,6 @@ def summarize(read: Callable[[], Iterable[np.ndarray]], percentiles: Iterable[fl
     out = {q: _lerp(value[lo], value[hi], t) for q, (lo, hi, t) in spans.items()}
     mid = None
     if middle:
-        mid = float(np.median(np.array([value[r] for r in middle], dtype=np.float64)))
+        mid = median_of(np.array([value[r] for r in middle], dtype=np.float64))
     return Summary(count=count, total=block_sum.total(), min=low, max=high, percentiles=out,
                    median=mid)

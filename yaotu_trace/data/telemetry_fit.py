@@ -30,6 +30,7 @@ import numpy as np
 
 from yaotu_trace.data.clock import UNIX_CLOCK_S
 from yaotu_trace.data.engine_metrics import EngineMetrics
+from yaotu_trace.data.order_stats import median_of
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.step_work import check_step_work
 from yaotu_trace.data.steplog import StepLog
@@ -124,7 +125,7 @@ def metrics_span(metrics: EngineMetrics) -> Span:
 def _scrape_interval_s(metrics: EngineMetrics) -> float:
     """The median gap between the export's distinct timestamps (0 for one timestamp)."""
     times = np.unique(metrics.frame["time_s"].to_numpy(dtype=np.float64))
-    return float(np.median(np.diff(times))) if times.size > 1 else 0.0
+    return median_of(np.diff(times)) if times.size > 1 else 0.0
 
 
 def _refuse(what: str, path: str, span: Span, trace: Trace, whole: Span, share: float,

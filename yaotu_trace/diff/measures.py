@@ -14,6 +14,7 @@ from typing import Literal
 import numpy as np
 
 from yaotu_trace.axes.base import AxisName
+from yaotu_trace.data.order_stats import median_of
 from yaotu_trace.data.schema import Trace, list_arrays
 
 Columns = Mapping[str, np.ndarray]
@@ -151,7 +152,7 @@ def _stalls(trace: Trace, stall_factor: float) -> tuple[np.ndarray, np.ndarray]:
     decode = np.bincount(owner, weights=gaps, minlength=n)
     if gaps.size == 0:
         return np.full(n, np.nan), np.full(n, np.nan)
-    threshold = stall_factor * float(np.median(gaps))
+    threshold = stall_factor * median_of(gaps)
     stalled = np.bincount(owner, weights=np.where(gaps > threshold, gaps, 0.0), minlength=n)
     has_gaps = counts > 1
     return np.where(has_gaps, stalled, np.nan), np.where(has_gaps, decode, np.nan)

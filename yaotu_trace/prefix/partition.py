@@ -22,14 +22,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import multiprocessing
 import pickle
 import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from multiprocessing import resource_tracker
-from multiprocessing.connection import Connection, wait
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import numpy as np
 
@@ -39,6 +36,9 @@ from yaotu_trace.prefix.kernels.compact import CompactChains, IdRuns
 from yaotu_trace.prefix.kernels.result import ReplayResult
 from yaotu_trace.prefix.kernels.unlimited import replay
 from yaotu_trace.prefix.rules import ReplayRules, Route, Scope
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 LOCAL_DASK = "local"
 LOCAL_DASK_WORKERS = 2
@@ -126,6 +126,10 @@ def _pool_runner(jobs: int) -> Iterator[Runner]:
     covers their start-up), then ignore the first two and take SIGTERM again (`kill -TERM
     -PGID` ends them where they stand); this process gets the signal and kills what is left.
     """
+    # NOTE: multiprocessing is imported for workers only (2 ms a serial replay never pays).
+    import multiprocessing
+    from multiprocessing import resource_tracker
+
     # NOTE: spawn, not fork: numba's threads and Arrow's pools do not survive a fork safely.
     ctx = multiprocessing.get_context("spawn")
     # Starting the resource tracker unblocks SIGINT in this thread: it is started first. It
@@ -190,6 +194,8 @@ class _Workers:
             hand_out(pipe)
         owner = dict(zip(self._pipes, self._processes, strict=True))
         sentinels = {p.sentinel: p for p in self._processes}
+        from multiprocessing.connection import wait
+
         while busy:
             ready = wait([*busy, *sentinels])
             for pipe in [r for r in ready if r in busy]:
@@ -309,6 +315,8 @@ def _dask_runner(address: str) -> Iterator[Runner]:
         # nannies start, keep SIGINT blocked. The cluster is this run's own, so its logs stay
         # quiet (an abandoned run's workers log the scheduler closing under them, and asyncio
         # the gathers it left); a failed task still raises here.
+        from multiprocessing import resource_tracker
+
         resource_tracker.ensure_running()
         with contextlib.ExitStack() as stack:
             try:

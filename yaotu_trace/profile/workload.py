@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from yaotu_trace.data.order_stats import median_of
 from yaotu_trace.data.outcome import successful
 from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
@@ -144,7 +145,7 @@ def arrival_profile(arrival_s: np.ndarray) -> ArrivalProfile:
         peak_to_mean=float(per_second.max()) / mean_rate if mean_rate else None,
         interarrival_cv=float(gaps.std() / gap_mean) if gap_mean > 0 else None,
         per_second_dispersion=_dispersion(per_second, seconds),
-        median_gap_s=float(np.median(gaps)) if gaps.size else None,
+        median_gap_s=median_of(gaps) if gaps.size else None,
         longest_gap_s=float(gaps.max()) if gaps.size else None,
     )
 

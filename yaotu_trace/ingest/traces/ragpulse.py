@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from yaotu_trace.data.compressed import find_file
 from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.order_stats import median_of
 from yaotu_trace.data.schema import RawTrace
 from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
@@ -195,7 +196,7 @@ def _run_origin_s(arrival: np.ndarray, sessions: Sequence[object]) -> float | No
             deltas.append(int(match.group(1)) / 1000.0 - ts)
     if len(deltas) < MIN_EPOCH_SESSIONS:
         return None
-    return float(np.median(deltas))
+    return median_of(np.asarray(deltas, dtype=np.float64))
 
 
 def _read_table(path: Path, id_key: str) -> tuple[np.ndarray, np.ndarray]:
