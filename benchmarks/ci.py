@@ -9,9 +9,10 @@ is compared with run in turns, so other work on the machine slows both alike):
   install time (the benchmark compiles the measured tree's modules first, as pip does, so that
   `PYTHONDONTWRITEBYTECODE` in the environment does not leave every run compiling them). "warm"
   reuses one cache folder that an earlier run filled;
-- `analyze`, `sweep` and `diagnose` against a fresh Python process that reads the same file
-  with pyarrow (`pyarrow.json.read_json`), after the floor of those commands as they read a
-  trace today: a fresh process that imports pandas and does nothing else;
+- `analyze`, `sweep` and `diagnose` (the goal's three) and `check --fail-on bottleneck` (what a
+  CI job runs) against a fresh Python process that reads the same file with pyarrow
+  (`pyarrow.json.read_json`), after the floor of a command that reads a trace into pandas: a
+  fresh process that imports pandas and does nothing else;
 - the whole capacity curve (`trace sweep --preset mooncake`) against kvcache-simulator's 6
   budgets (`pip install kvcache-simulator` into any venv and pass `--kvsim PATH`; skipped
   when absent).
@@ -69,7 +70,8 @@ FIRST_RUN_TIERS = {
 }
 TREE = [ROOT]  # where `python -m yaotu_trace` finds the package (`--tree`)
 BEFORE: list[Path] = []  # a tree measured in the same turns (`--before`)
-AGAINST_READ = {"analyze": ["analyze"], "sweep": ["sweep"], "diagnose": ["diagnose"]}
+AGAINST_READ = {"analyze": ["analyze"], "sweep": ["sweep"], "diagnose": ["diagnose"],
+                "check": ["check", "--fail-on", "bottleneck"]}
 
 
 def _wall_s(cmd: list[str], env: dict[str, str] | None = None, tree: Path | None = None

@@ -1,7 +1,7 @@
 """A clean Mooncake file read without pandas (`mooncake.read_clean`, `trace sweep`, `trace
-analyze` and `trace diagnose`): the same trace, arrays, sweep, analysis and diagnosis as the
-usual read, on the two public files; every file the usual read would sort, note or refuse goes
-the usual way."""
+analyze`, `trace diagnose` and `trace check`): the same trace, arrays, sweep, analysis,
+diagnosis and gate as the usual read, on the two public files; every file the usual read would
+sort, note or refuse goes the usual way."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from conftest import shared_trace
 
 from yaotu_trace.commands.analyze import analyze
+from yaotu_trace.commands.check import check
 from yaotu_trace.commands.diagnose import diagnose
 from yaotu_trace.commands.sweep import sweep
 from yaotu_trace.diagnosis.options import DiagnosisOptions
@@ -99,6 +100,14 @@ def test_public_diagnosis_without_pandas_is_the_usual_diagnosis(
     assert len(json.loads(fast)["axes"]) == 4
 
 
+@pytest.mark.parametrize("fail_on", ["bottleneck", "warning"])
+def test_public_check_without_pandas_is_the_usual_check(fail_on: str) -> None:
+    path = shared_trace("mooncake/conversation_trace.jsonl")
+    fast = render_json(check(path, DEPLOYED, fail_on=fail_on))
+    assert fast == render_json(check(read_trace(path), DEPLOYED, fail_on=fail_on))
+    assert json.loads(fast)["checks"]
+
+
 def test_small_file_hand_checked(tmp_path: Path) -> None:
     trace = read_clean(_write(tmp_path / "t.jsonl", CLEAN))
     assert trace is not None and trace.columns is not None
@@ -135,14 +144,18 @@ def test_anything_but_clean_goes_the_usual_way(tmp_path: Path, rows: list[dict],
             read_trace(path)
 
 
-@pytest.mark.parametrize("command", ["sweep", "analyze", "diagnose"])
-def test_sweep_analyze_and_diagnose_import_no_pandas(tmp_path: Path, command: str) -> None:
-    """The point of the clean read: `trace sweep`, `trace analyze` and `trace diagnose` of a
+@pytest.mark.parametrize("command", [["sweep"], ["analyze"], ["diagnose"],
+                                     ["check", "--fail-on", "bottleneck"]],
+                         ids=["sweep", "analyze", "diagnose", "check"])
+def test_commands_of_a_clean_file_import_no_pandas(tmp_path: Path, command: list[str]) -> None:
+    """The point of the clean read: `trace sweep`, `analyze`, `diagnose` and `check` of a
     Mooncake file never import pandas (about 0.2 s of a 0.6 s run on the conversation trace);
-    a pass that needs the table (a --capacities replay, the terminal's charts) still may."""
+    a pass that needs the table (a --capacities replay, the terminal's charts, `check
+    --before`) still may."""
     path = _write(tmp_path / "t.jsonl", CLEAN)
+    argv = ["trace", command[0], str(path), *command[1:], "-f", "json"]
     code = ("import sys; from yaotu_trace.cli import run; "
-            f"sys.argv = ['trace', {command!r}, {str(path)!r}, '-f', 'json']; "
+            f"sys.argv = {argv!r}; "
             "import contextlib, io\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try: run()\n"

@@ -12,10 +12,8 @@ from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.commands.load import Progress, RunBefore, TraceSource, open_trace, tell
 from yaotu_trace.commands.settings import DiagnosisSetup, setup_diagnosis
 from yaotu_trace.commands.shared.analysis import analysis_report
-from yaotu_trace.commands.shared.change import change_report
 from yaotu_trace.commands.shared.diagnosis import deferred_diagnosis
 from yaotu_trace.commands.shared.observed import observed_vs_replayed
-from yaotu_trace.commands.shared.tiers import tier_sections, under_deployment
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.observed_hits import Reconciliation
 from yaotu_trace.data.report import Report, input_summary
@@ -73,10 +71,15 @@ def check(
     The report's `checks.failed` says whether the gate fails (`trace check` exits 1).
     """
     options = options or DiagnosisOptions()
-    tiers = under_deployment(tiers, options)
+    if tiers is not None:
+        # NOTE: imported here: the tiers' modules (their specs, pricing) load for --tier only.
+        from yaotu_trace.commands.shared.tiers import under_deployment
+
+        tiers = under_deployment(tiers, options)
     asked = _asked(config, baseline, fail_on, before)
     # The diff judges subsets of the requests, so it needs the token columns in memory.
-    loaded = open_trace(trace, lazy_content=before is None, progress=progress)
+    loaded = open_trace(trace, lazy_content=before is None, progress=progress,
+                        without_pandas=before is None)
     setup = setup_diagnosis(options)
     metrics = setup.telemetry(options.metrics)
     earlier = None if before is None else open_trace(before.trace, lazy_content=False)
@@ -84,6 +87,8 @@ def check(
     doc, diagnosed = _metrics_of(loaded, setup.settings, diagnosis, asked, progress)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.5)
+        from yaotu_trace.commands.shared.tiers import tier_sections
+
         doc.update(tier_sections(loaded, tiers, metrics))
     changes: list[CheckResult] = []
     if before is not None and earlier is not None:
@@ -153,6 +158,8 @@ def _observed(loaded: Trace, gate: ObservedGate, setup: DiagnosisSetup,
 def _changes(earlier: Trace, loaded: Trace, setup: DiagnosisSetup, before: RunBefore,
              metrics: EngineMetrics | None, gates: frozenset[DiffGate]) -> list[CheckResult]:
     """One check per condition of the comparison with the run before and per axis change."""
+    from yaotu_trace.commands.shared.change import change_report  # pandas: for --before only
+
     judged, _ = change_report(earlier, loaded, setup,
                               metrics=(setup.telemetry(before.metrics), metrics),
                               matched_only=before.matched_only)
