@@ -56,11 +56,6 @@ from yaotu_trace.data.telemetry_fit import fit_telemetry
 from yaotu_trace.diagnosis.ledger import LedgerEntry, build_ledger
 
 AXIS_ORDER = tuple(AXES)
-# The order the analyzers run in (the report keeps `AXES`'): the prefix replay first, as its
-# chains, partial blocks included, give the KV axis its shared blocks without a second build
-# (`PreparedTrace._small_build`).
-EVALUATION_ORDER = (AxisName.PREFIX_REUSE,
-                    *(name for name in AXES if name is not AxisName.PREFIX_REUSE))
 FLOW_ORDER = (AxisName.KV_MEMORY, AxisName.QUEUEING, AxisName.PREFIX_REUSE,
               AxisName.PD_INTERFERENCE)
 # The axis that leads the verdict only when no other is a bottleneck: capacity, dispatch and
@@ -529,8 +524,8 @@ def run_diagnosis(inp: AxisInput, thresholds: Thresholds | None = None, *,
     # NOTE: degenerate traces (zero-length spans, denormal durations) may overflow a ratio;
     # such values become inf/NaN, which the report turns into null, instead of warnings.
     with np.errstate(all="ignore"):
-        judged = {name: analyzer(name)(input_of(name), t) for name in EVALUATION_ORDER}
-        axes: dict[AxisName, AxisResult] = {name: judged[name] for name in AXES}
+        axes: dict[AxisName, AxisResult] = {name: analyzer(name)(input_of(name), t)
+                                            for name in AXES}
         ledger = build_ledger(axes, inp if overlap is None else overlap, t)
     findings = [finding_of(name, hit) for name, result in axes.items() for hit in result.hits]
     verdict = replace(verdict_of(axes), outcome=outcome_line(inp.trace))

@@ -159,21 +159,28 @@ class PreparedTrace:
 
     def _small_build(self, rules: ReplayRules, ns: np.ndarray | None) -> BlockChains:
         """`chains` of a small build by the numpy passes, kept by what the ids depend on (not
-        the last-token rule, which only caps the hits). Chains without partial blocks are cut
-        from a kept build with them (`BlockChains.full_blocks_only`), not built again."""
+        the last-token rule, which only caps the hits). The build hashes the partial blocks
+        too, and chains without them are cut from it (`BlockChains.full_blocks_only`): one
+        build serves both rules, whichever is asked first (a diagnosis' KV axis asks without,
+        its prefix replay often with)."""
+        from yaotu_trace.prefix.kernels import numpy_passes
+
         key = (rules.block_size_tokens, rules.seed, rules.cache_outputs,
                self.output_offsets is not None, ns is not None and rules.tenant_isolation,
                ns is not None)
         found = self._small_chains.get((*key, rules.cache_partial_blocks))
-        if found is None and not rules.cache_partial_blocks:
-            with_partial = self._small_chains.get((*key, True))
-            if with_partial is not None and with_partial.output_ids is None:
-                found = with_partial.full_blocks_only()
-        if found is None:
-            from yaotu_trace.prefix.kernels import numpy_passes
-
-            found = numpy_passes.build_block_chains(self.whole_content(), ns, rules)
-        self._small_chains[(*key, rules.cache_partial_blocks)] = found
+        if found is not None:
+            return found
+        wide = self._small_chains.get((*key, True))
+        if wide is None:
+            wide = numpy_passes.build_block_chains(self.whole_content(), ns,
+                                                   rules.with_(cache_partial_blocks=True))
+            self._small_chains[(*key, True)] = wide
+        if rules.cache_partial_blocks:
+            return wide
+        found = (wide.full_blocks_only() if wide.output_ids is None
+                 else numpy_passes.build_block_chains(self.whole_content(), ns, rules))
+        self._small_chains[(*key, False)] = found
         return found
 
     def compact_chains(self, rules: ReplayRules) -> CompactChains:

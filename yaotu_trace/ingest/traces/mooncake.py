@@ -120,6 +120,7 @@ def read_clean(path: Path) -> Trace | None:
     values = _int64s(ids.values)[offsets[0]:offsets[-1]]
     offsets = offsets.astype(np.int64) - offsets[0]
     arrival_s = timestamp / 1000.0
+    arrival_s.flags.writeable = False  # as the other columns, views of Arrow's buffers
     lengths = np.diff(offsets)
     size = MOONCAKE_BLOCK_TOKENS
     clean = (
