@@ -13,7 +13,8 @@ from yaotu_trace._visible import visible
 from yaotu_trace.cli import interrupts, streams
 from yaotu_trace.errors import ExitCode, YaotuError
 
-# One module per command; each registers itself on `app` when imported.
+# One module per command; each registers itself on `app` when imported, and imports what its
+# command runs (its options' types too) in the command's function: `trace --help` imports all.
 COMMAND_MODULES = ("analyze", "replay", "sweep", "models", "generate", "convert", "diagnose",
                    "simulate", "compare", "diff", "check", "report")
 

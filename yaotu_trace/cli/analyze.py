@@ -29,7 +29,6 @@ from yaotu_trace.cli.options import (
     WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.prefix.options import ReplayOptions
 
 
 @command()
@@ -104,6 +103,8 @@ def analyze(
     given = (tier_chunk_tokens, tier_policy, tier_store_threshold, capacity, model,
              kv_bytes_per_token, kv_dtype)
     if tiers or any(value is not None for value in given):
+        from yaotu_trace.prefix.options import ReplayOptions
+
         tier_options = ReplayOptions(preset=preset, capacity=capacity, model=model,
                                      kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype,
                                      tiers=tuple(tiers or ()),

@@ -53,7 +53,6 @@ from yaotu_trace.cli.options import (
     tier_options_of,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.render import OutputFormat
 
@@ -176,6 +175,8 @@ def check(
 
     earlier = before_input(before, steps_before, metrics_before, matched_only, input_format,
                            map, source_block_size)
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+
     options = DiagnosisOptions(
         metrics=metrics, log_tz=log_tz, model=model, gpu=gpu, tp=tp,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,

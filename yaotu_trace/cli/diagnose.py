@@ -35,7 +35,6 @@ from yaotu_trace.cli.options import (
     tier_options_of,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 
 
@@ -111,6 +110,8 @@ def diagnose(
                           "TRACE; give the trace, or drop them to judge --metrics alone")
     source = None if trace is None else trace_input(trace, input_format, map,
                                                     source_block_size, steps, tokenizer=tokenizer)
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+
     options = DiagnosisOptions(
         metrics=metrics, log_tz=log_tz, model=model, gpu=gpu, tp=tp,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,

@@ -36,7 +36,6 @@ from yaotu_trace.cli.options import (
     TpOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 
@@ -113,6 +112,8 @@ def diff(
                                        and output.suffix.lower() in (".html", ".htm")):
         raise ConfigError("trace diff writes table, markdown or json; give --format table, "
                           "markdown or json (or -o FILE.md / .json / .txt)")
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+
     options = DiagnosisOptions(
         metrics=metrics_after, log_tz=log_tz, model=model, gpu=gpu, tp=tp,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,

@@ -46,7 +46,6 @@ from yaotu_trace.cli.options import (
     WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.prefix.rules import Eviction
 
 EvictionOpt = Annotated[
@@ -162,6 +161,7 @@ def replay(
     """
     from yaotu_trace.commands import replay as replay_command
     from yaotu_trace.commands.shared.pricing import PricingOptions
+    from yaotu_trace.prefix.options import ReplayOptions
     from yaotu_trace.prefix.partition import Parallelism
 
     options = ReplayOptions(

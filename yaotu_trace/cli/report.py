@@ -44,7 +44,6 @@ from yaotu_trace.cli.options import (
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
 from yaotu_trace.cli.simulate import InstancesOpt, KvBlocksOpt, scenario_from_options
-from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.render import OutputFormat
 
@@ -140,6 +139,8 @@ def report(
         raise ConfigError(f"--{given} is an option of the modelled engine: give --simulate too")
     if not simulate and scenario is not None:
         raise ConfigError("--scenario and the engine options model a run: give --simulate too")
+    from yaotu_trace.diagnosis.options import DiagnosisOptions
+
     options = DiagnosisOptions(
         metrics=metrics, log_tz=log_tz, model=model, gpu=gpu, tp=tp,
         kv_bytes_per_token=kv_bytes_per_token, kv_dtype=kv_dtype, kv_capacity=kv_capacity,

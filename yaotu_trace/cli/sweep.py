@@ -41,7 +41,6 @@ from yaotu_trace.cli.options import (
     WarmupOpt,
 )
 from yaotu_trace.cli.progress import QuietOpt, progress
-from yaotu_trace.prefix.options import ReplayOptions
 
 
 @command()
@@ -116,6 +115,7 @@ def sweep(
     """
     from yaotu_trace.commands import sweep as sweep_command
     from yaotu_trace.commands.shared.pricing import PricingOptions
+    from yaotu_trace.prefix.options import ReplayOptions
 
     options = ReplayOptions(
         preset=preset, block_size_tokens=block_size, touch_order=touch_order,
