@@ -96,7 +96,6 @@ def analyze(
     hides the progress bar.
     """
     from yaotu_trace.commands import analyze as analyze_command
-    from yaotu_trace.commands.shared.pricing import PricingOptions
 
     pictures = charts_wanted(charts, format, output)
     tier_options = None
@@ -110,10 +109,15 @@ def analyze(
                                      tiers=tuple(tiers or ()),
                                      tier_chunk_tokens=tier_chunk_tokens, tier_policy=tier_policy,
                                      tier_store_threshold=tier_store_threshold)
+    pricing = None
+    if link or any(value is not None for value in (gpu, tp, gpu_price, memory_price)):
+        from yaotu_trace.commands.shared.pricing import PricingOptions
+
+        pricing = PricingOptions(gpu=gpu, tp=tp or 1, links=tuple(link or ()),
+                                 gpu_price=gpu_price, memory_price=memory_price)
     with progress("analyze", quiet) as update:
         report = analyze_command.analyze(
             trace_input(trace, input_format, map, source_block_size, steps, tokenizer=tokenizer),
             preset=preset, warmup=warmup, progress=update, charts=pictures, tiers=tier_options,
-            pricing=PricingOptions(gpu=gpu, tp=tp or 1, links=tuple(link or ()),
-                                   gpu_price=gpu_price, memory_price=memory_price))
+            pricing=pricing)
     emit(report, format, output)

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from yaotu_trace.axes.base import EngineSettings
 from yaotu_trace.commands.load import Progress, TraceInput, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.analysis import analysis_report
-from yaotu_trace.commands.shared.kv_bytes import kv_bytes_per_token_of
-from yaotu_trace.commands.shared.pricing import PricingOptions
-from yaotu_trace.commands.shared.tiers import priced_tiers, tier_curve_around
 from yaotu_trace.data.report import InputSummary, Report
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.summary import read_summary
 from yaotu_trace.prefix.chain_cache import holds_streamed_chains
-from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.window import parse_warmup
+
+# NOTE: the tiers' and pricing's modules (the model catalogue, the tier specs, the prices) are
+# imported when `--tier` or a price is given: a plain analysis never loads them.
+if TYPE_CHECKING:
+    from yaotu_trace.commands.shared.pricing import PricingOptions
+    from yaotu_trace.prefix.options import ReplayOptions
 
 
 @holds_streamed_chains
@@ -40,16 +43,21 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     the sections, and so the JSON, are the same either way. `pricing` (a GPU, links, prices)
     prices that tiered replay in the `prefill_pricing` section, as `trace replay` does."""
     spec = None if warmup is None else parse_warmup(warmup)
-    pricing = pricing or PricingOptions()
-    pricing.check()
-    if pricing.asked and (tiers is None or not tiers.tiers):
-        raise ConfigError("trace analyze prices its tiered replay: add --tier (and --capacity "
-                          "for the GPU pool), or price one replay with trace replay --gpu")
+    if pricing is not None:
+        pricing.check()
+        if pricing.asked and (tiers is None or not tiers.tiers):
+            raise ConfigError("trace analyze prices its tiered replay: add --tier (and "
+                              "--capacity for the GPU pool), or price one replay with trace "
+                              "replay --gpu")
+    model = kv_bytes_per_token = None
     if tiers is not None:
+        from yaotu_trace.commands.shared.kv_bytes import kv_bytes_per_token_of
+        from yaotu_trace.prefix.options import check_tier_options
+
         tiers = replace(tiers, preset=preset if tiers.preset is None else tiers.preset)
         check_tier_options(tiers)
-    model, kv_bytes_per_token = (None, None) if tiers is None else kv_bytes_per_token_of(
-        tiers.model, tiers.kv_bytes_per_token, tiers.kv_dtype)
+        model, kv_bytes_per_token = kv_bytes_per_token_of(
+            tiers.model, tiers.kv_bytes_per_token, tiers.kv_dtype)
     summary = bench_summary_report(trace)
     if summary is not None:
         return summary
@@ -62,7 +70,10 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
     report = analysis_report(loaded, settings=settings, warmup=spec, charts=charts)
     if tiers is not None and tiers.tiers:
         tell(progress, "replaying the tiers below the GPU", 0.8)
-        section, priced = priced_tiers(loaded, tiers, pricing)
+        from yaotu_trace.commands.shared.pricing import PricingOptions
+        from yaotu_trace.commands.shared.tiers import priced_tiers, tier_curve_around
+
+        section, priced = priced_tiers(loaded, tiers, pricing or PricingOptions())
         extra = {"tiers": section} if priced is None else {"tiers": section,
                                                           "prefill_pricing": priced}
         if (around := tier_curve_around(loaded, tiers)) is not None:
