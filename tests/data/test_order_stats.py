@@ -94,6 +94,8 @@ def test_median_of_is_numpys_median_bit_for_bit(values: list[float]) -> None:
 
 def test_median_of_hand_checked_and_refuses_an_empty_sample() -> None:
     assert order_stats.median_of(np.array([3.0, 1.0, 2.0])) == 2.0
+    assert np.signbit(np.median(np.array([-0.0]))) == np.signbit(
+        order_stats.median_of(np.array([-0.0])))  # numpy's mean makes it +0.0
     assert order_stats.median_of(np.array([4, 1, 3, 2])) == 2.5
     with pytest.raises(ValueError, match="empty"):
         order_stats.median_of(np.array([]))

@@ -109,6 +109,23 @@ def test_mooncake_non_numeric_timestamp_names_line(tmp_path: Path) -> None:
         read_trace(path)
 
 
+@pytest.mark.parametrize("bom", [False, True])  # read whole by pyarrow, or line by line
+def test_mooncake_absurd_timestamp_says_the_column_is_milliseconds(tmp_path: Path,
+                                                                   bom: bool) -> None:
+    """5e15 ms is 5e12 s, beyond the clock: the fix is not "convert ms to s" (the reader did),
+    but that the value is in another unit or corrupt."""
+    lines = 3
+    rows = [_row(t, 512, [t]) for t in range(lines)] + [_row(5 * 10**15, 512, [0])]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    path = tmp_path / "t.jsonl"
+    path.write_text(("\ufeff" if bom else "") + text, encoding="utf-8")
+    with pytest.raises(TraceSchemaError) as err:
+        read_trace(path)
+    assert f"line {lines + 1}, column 'timestamp' (read as arrival_s): 5e+12 s is beyond" in str(
+        err.value)
+    assert "in milliseconds" in str(err.value) and "convert ms" not in str(err.value)
+
+
 def test_mooncake_unsorted_timestamps_sorted_with_note(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.jsonl", [_row(2000, 512, [0]), _row(1000, 512, [1])])
     trace = read_trace(path)

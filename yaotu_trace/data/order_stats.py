@@ -40,9 +40,10 @@ def median_of(values: np.ndarray) -> float:
         raise ValueError("the median of an empty sample")
     if np.isnan(sample).any():
         return math.nan
+    # The mean of the middle one or two, as np.median takes it (so a lone -0.0 gives 0.0).
     k = sample.size // 2
     if sample.size % 2:
-        return float(np.partition(sample, k)[k])
+        return float(np.partition(sample, k)[k:k + 1].mean())
     return float(np.partition(sample, (k - 1, k))[k - 1:k + 1].mean())
 
 

@@ -111,6 +111,9 @@ class RawTrace:
     notes: tuple[str, ...] = ()
     # Canonical column -> the source's own name, so that errors name the column the user has.
     source_names: Mapping[str, str] = field(default_factory=dict)
+    # Canonical time column -> the unit of its source column when not seconds ("ms", "us",
+    # "ns"), which the reader divided by: an error on a time says so, not "convert to s".
+    source_units: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -428,7 +431,7 @@ def normalize(raw: RawTrace, path: str, *, arrivals_optional: bool = False,
         return _normalize(raw, path, arrivals_optional, whole)
     except TraceSchemaError as err:
         text = str(err)
-        renamed = _in_source_terms(text, raw.source_names)
+        renamed = _in_source_terms(_in_source_units(text, raw.source_units), raw.source_names)
         if renamed == text:
             raise
         raise TraceSchemaError(renamed) from err
@@ -439,6 +442,21 @@ def _in_source_terms(message: str, source_names: Mapping[str, str]) -> str:
     for canonical, source in source_names.items():
         message = message.replace(f"column '{canonical}'",
                                   f"column '{source}' (read as {canonical})")
+    return message
+
+
+UNIT_NAMES = {"ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+
+
+def _in_source_units(message: str, source_units: Mapping[str, str]) -> str:
+    """A time error's fix for a column the reader converted (Mooncake's milliseconds): the
+    file's unit is the format's, so a value too large is another unit or corrupt."""
+    for canonical, unit in source_units.items():
+        if f"column '{canonical}'" in message and TIME_FIX in message:
+            return message.replace(TIME_FIX, (
+                f"the format gives this column in {UNIT_NAMES[unit]}, divided into seconds "
+                "on reading: a value this large is in another unit, or corrupt; fix or drop "
+                "the row"))
     return message
 
 

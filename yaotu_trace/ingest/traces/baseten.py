@@ -76,7 +76,8 @@ def read_baseten(path: Path) -> RawTrace:
     return RawTrace(requests=df, format_name="baseten", row_label="row",
                     source_block_size=next(iter(sizes), None), notes=tuple(notes),
                     source_names={"arrival_s": "timestamp_start_unix_ms",
-                                  "prompt_block_ids": "total_hashes", **COLUMNS})
+                                  "prompt_block_ids": "total_hashes", **COLUMNS},
+                    source_units={"arrival_s": "ms"})
 
 
 def _part(frame: Any) -> Any:

@@ -92,6 +92,7 @@ def _raw_of_table(table: pa.Table) -> RawTrace:
         row_label="line",
         source_names={"arrival_s": "timestamp", "prompt_len": "input_length",
                       "output_len": "output_length", "prompt_block_ids": "hash_ids"},
+        source_units={"arrival_s": "ms"},
     )
 
 
@@ -189,6 +190,7 @@ def mooncake_part(records: list[dict[str, Any]], lines: list[int]) -> RawTrace:
         row_label="line",
         source_names={"arrival_s": "timestamp", "prompt_len": "input_length",
                       "output_len": "output_length", "prompt_block_ids": "hash_ids"},
+        source_units={"arrival_s": "ms"},
     )
 
 
