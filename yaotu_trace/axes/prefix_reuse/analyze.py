@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from yaotu_trace.axes.base import (
     AxisInput,
@@ -31,9 +31,6 @@ from yaotu_trace.data.engine_facts import cache_sources, external_hit_rate
 from yaotu_trace.data.handoff import handed_off
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import YaotuError
-
-if TYPE_CHECKING:
-    pass
 
 
 def _undecided(sources: list[Source], observed: tuple[str | None, int | None, float | None],

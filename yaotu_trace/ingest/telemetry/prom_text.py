@@ -27,12 +27,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from yaotu_trace.errors import TraceReadError
-
-if TYPE_CHECKING:
-    pass
 
 # What a reader hands `read_metrics`: rows (time_s, metric, labels, value) and notes.
 Rows = list[tuple[float, str, str, float]]
