@@ -313,7 +313,10 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
     steps = None if trace.steps is None else _fit_steps(trace, trace.steps, fit)
     if metrics is not None:
         metrics = _fit_metrics(trace, metrics, fit)
-    fitted = replace(trace, steps=steps, notes=trace.notes + tuple(fit.notes))
+    # Nothing to fit: the trace itself, and with it what its passes keep (`Trace.derived`:
+    # the chain builds `trace check`'s analysis and diagnosis both read).
+    fitted = (trace if steps is trace.steps and not fit.notes
+              else replace(trace, steps=steps, notes=trace.notes + tuple(fit.notes)))
     overlap = None if fit.keep.all() else _kept(fitted, fit.keep)
     return Fitted(trace=fitted, metrics=metrics, overlap=overlap,
                   overlap_axes=frozenset(fit.axes), overlap_notes=tuple(fit.judged))

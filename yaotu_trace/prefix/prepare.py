@@ -149,7 +149,7 @@ class PreparedTrace:
         bit), so a small trace never compiles or loads the hashing kernels."""
         ns = self.namespace_codes(rules.tenant_isolation) if namespaces else None
         if self.chain_work(rules) <= SMALL_CHAIN_WORK:
-            return self._small_build(rules, ns).with_hit_cap(rules.last_token_rule)
+            return self.numpy_chains(rules, ns)
         # NOTE: the compiled chain builders start numba, which a small build never needs.
         from yaotu_trace.prefix.kernels.blocks import build_block_chains
 
@@ -157,12 +157,16 @@ class PreparedTrace:
             return _streamed_chains(self.stream, ns, rules)
         return build_block_chains(self.content(), ns, rules)
 
-    def _small_build(self, rules: ReplayRules, ns: np.ndarray | None) -> BlockChains:
-        """`chains` of a small build by the numpy passes, kept by what the ids depend on (not
-        the last-token rule, which only caps the hits). The build hashes the partial blocks
-        too, and chains without them are cut from it (`BlockChains.full_blocks_only`): one
-        build serves both rules, whichever is asked first (a diagnosis' KV axis asks without,
-        its prefix replay often with)."""
+    def numpy_chains(self, rules: ReplayRules, ns: np.ndarray | None) -> BlockChains:
+        """The chains under `rules` and namespaces `ns` built by the numpy passes (a small
+        build), kept by what the ids depend on (not the last-token rule, which only caps the
+        hits: `with_hit_cap`). The build hashes the partial blocks too, and chains without them
+        are cut from it (`BlockChains.full_blocks_only`): one build serves both rules,
+        whichever is asked first (a diagnosis' KV axis asks without, its prefix replay and the
+        analysis' overview often with)."""
+        return self._numpy_build(rules, ns).with_hit_cap(rules.last_token_rule)
+
+    def _numpy_build(self, rules: ReplayRules, ns: np.ndarray | None) -> BlockChains:
         from yaotu_trace.prefix.kernels import numpy_passes
 
         key = (rules.block_size_tokens, rules.seed, rules.cache_outputs,
@@ -301,7 +305,7 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
             f"{trace.path}: the trace has no prompt content (token ids or block hash ids), so "
             f"prefix reuse cannot be replayed; {fix}"
         )
-    # Chain builds are kept with the trace, for every `prepare` of it (`_small_build`).
+    # Chain builds are kept with the trace, for every `prepare` of it (`numpy_chains`).
     built = cast("dict[tuple[object, ...], BlockChains]",
                  trace.derived.setdefault(SMALL_CHAINS, {}))
     if trace.table is None:  # read without pandas: `columns`

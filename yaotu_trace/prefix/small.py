@@ -17,7 +17,7 @@ from yaotu_trace.data.schema import Trace
 from yaotu_trace.prefix import rates
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.kernels.curve import CapacityCurve
-from yaotu_trace.prefix.kernels.numpy_passes import build_block_chains, sweep, unlimited_hit_blocks
+from yaotu_trace.prefix.kernels.numpy_passes import sweep, unlimited_hit_blocks
 from yaotu_trace.prefix.kernels.result import tokens_of_leading_blocks
 from yaotu_trace.prefix.prepare import PreparedTrace
 from yaotu_trace.prefix.rules import ReplayRules, Scope
@@ -37,10 +37,10 @@ BLOCK_WORK = 6
 
 
 def prepared_chains(prepared: PreparedTrace, rules: ReplayRules) -> BlockChains:
-    """`PreparedTrace.chains(rules)` with the numpy passes; a streamed column is read whole
-    (validated batch by batch as when streamed) and, as streamed, without outputs."""
-    ns = prepared.namespace_codes(rules.tenant_isolation)
-    return build_block_chains(prepared.whole_content(), ns, rules)
+    """`PreparedTrace.chains(rules)` with the numpy passes, kept with the trace for its other
+    passes (`PreparedTrace.numpy_chains`); a streamed column is read whole (validated batch by
+    batch as when streamed) and, as streamed, without outputs."""
+    return prepared.numpy_chains(rules, prepared.namespace_codes(rules.tenant_isolation))
 
 
 def sweep_size(trace: Trace, rules: ReplayRules) -> tuple[int, int]:
