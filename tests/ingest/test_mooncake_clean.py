@@ -108,6 +108,21 @@ def test_public_check_without_pandas_is_the_usual_check(fail_on: str) -> None:
     assert json.loads(fast)["checks"]
 
 
+@pytest.mark.parametrize("command", ["diagnose", "check"])
+def test_a_diagnosis_builds_the_chains_once(command: str, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    """The KV axis, the prefix replay (and for `check` the analysis' overview) read one build
+    kept with the trace: the 288,500 blocks are hashed once, not three times."""
+    from yaotu_trace.prefix.kernels import numpy_passes
+
+    real, calls = numpy_passes.build_block_chains, []
+    monkeypatch.setattr(numpy_passes, "build_block_chains",
+                        lambda *args: calls.append(1) or real(*args))
+    path = shared_trace("mooncake/conversation_trace.jsonl")
+    report = (diagnose(path) if command == "diagnose" else check(path, fail_on="bottleneck"))
+    assert report.sections and len(calls) == 1
+
+
 def test_small_file_hand_checked(tmp_path: Path) -> None:
     trace = read_clean(_write(tmp_path / "t.jsonl", CLEAN))
     assert trace is not None and trace.columns is not None
