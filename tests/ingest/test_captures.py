@@ -177,3 +177,23 @@ def test_the_formats_page_examples_read_each_capture_as_its_format() -> None:
 CAPTURE_FORMATS = (TraceFormat.VLLM_LOG, TraceFormat.SGLANG_LOG, TraceFormat.SGLANG_METRICS,
                    TraceFormat.DYNAMO, TraceFormat.LITELLM, TraceFormat.BASETEN,
                    TraceFormat.LMCACHE, TraceFormat.GATEWAY)
+
+
+def test_baseten_absurd_start_names_the_row_from_one_and_the_unit(tmp_path: Path) -> None:
+    """The second row's `timestamp_start_unix_ms` made 5e15 ms: the error names row 2 (rows
+    counted from 1, as the Parquet reader names them) and says the column is milliseconds,
+    which the reader divided, rather than "convert ms to s"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(CAPTURES / "baseten" / "baseten_trace.parquet")
+    name = "timestamp_start_unix_ms"
+    starts = table.column(name).to_pylist()
+    starts[1] = 5 * 10**15
+    at = table.schema.get_field_index(name)
+    pq.write_table(table.set_column(at, name, pa.array(starts, table.schema.field(at).type)),
+                   tmp_path / "baseten.parquet")
+    with pytest.raises(TraceSchemaError) as err:
+        read_trace(tmp_path / "baseten.parquet", fmt=TraceFormat.BASETEN)
+    assert f"row 2, column '{name}' (read as arrival_s)" in str(err.value)
+    assert "in milliseconds" in str(err.value) and "convert ms" not in str(err.value)

@@ -65,9 +65,9 @@ class PlacementMetrics:
 
 
 def _floats(inp: AxisInput, column: str) -> np.ndarray:
-    if not inp.has(column):
-        return np.full(inp.num_requests, np.nan)
-    return inp.requests[column].to_numpy(dtype=np.float64, na_value=np.nan)
+    """`AxisInput.floats`, NaN for every request when no request has a value."""
+    found = inp.floats(column)
+    return np.full(inp.num_requests, np.nan) if found is None else found
 
 
 def _names(inp: AxisInput, column: str) -> np.ndarray:

@@ -54,7 +54,7 @@ def read_baseten(path: Path) -> RawTrace:
     wanted = [c for c in names if c in USED]
     parts = [_part(batch.to_pandas()) for batch in pf.iter_batches(columns=wanted)]
     df = pd.concat(parts, ignore_index=True)
-    df[SOURCE_ROW] = range(len(df))
+    df[SOURCE_ROW] = range(1, len(df) + 1)  # rows counted from 1, as every reader names them
     origin = float(df["arrival_s"].min())
     for column in ("arrival_s", "first_token_s", "finish_s"):
         if column in df:
