@@ -38,6 +38,21 @@ def test_verdict_kv_admission_queueing_defers_to_kv_memory() -> None:
     assert v.fix_order[0] is AxisName.KV_MEMORY
 
 
+@pytest.mark.parametrize(("cause", "says", "not_says"), [
+    ("capacity", "a tier below the GPU pool", "fix cache keys"),
+    ("cache_keys", "salts", "a tier below"),
+    ("routing", "route by prefix", "cache keys"),
+    ("prefix_recompute", "fix cache keys and routing", "a tier below"),
+])
+def test_verdict_prefix_advice_follows_where_the_reuse_is_lost(
+        cause: str, says: str, not_says: str) -> None:
+    # Reuse lost to capacity is not mended by cache keys (the Mooncake conversation trace on a
+    # 70B deployment said so before); without the waterfall the flow's own advice stands.
+    v = verdict_of(axes(prefix_reuse=(Status.BOTTLENECK, 0.3, cause)))
+    assert v.principal_axis is AxisName.PREFIX_REUSE
+    assert says in v.reason and not_says not in v.reason
+
+
 def test_verdict_interference_only_when_nothing_else_is_a_bottleneck() -> None:
     both = verdict_of(axes(pd_interference=(Status.BOTTLENECK, 0.9, "prefill_interference"),
                            kv_memory=(Status.BOTTLENECK, 0.05, "kv_capacity")))

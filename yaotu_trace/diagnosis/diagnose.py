@@ -101,6 +101,12 @@ CAUSE_ADVICE = {
     Cause.TRANSFER_FAILURES: "transfers fail or fall back: fix the transfer path before tuning",
     Cause.ADMISSION_BLOCKED: "requests wait to be admitted and the data does not say for what: "
     "add the step log's admission signal or vLLM's waiting reasons before choosing a remedy",
+    # The prefix axis' flow advice names keys and routing; when the loss is elsewhere, say where.
+    Cause.CACHE_CAPACITY: "a common prompt is computed again because the cache evicted it: a "
+    "tier below the GPU pool or a larger pool (the ledger prices both), not cache keys",
+    Cause.CACHE_KEYS: "a common prompt is computed again under other cache keys: review salts, "
+    "adapters and template bytes",
+    Cause.ROUTING: "a common prompt is computed again on another instance: route by prefix",
 }
 
 

@@ -315,7 +315,7 @@ def _kv_tier(c: LedgerInput) -> LedgerEntry | None:
                                                        c.inp)),
         Quantity(name="load_seconds", value=tier["load_s"], unit="s",
                  basis="Σ per request: tokens × kv_b / PCIe (63 GB/s, docs/tiers.md)"),
-        Quantity(name="peak_pcie_bytes_per_s", value=peak, unit="B/s",
+        Quantity(name="peak_pcie_bytes_per_s", value=peak, unit="bytes/s",
                  basis="loads in the busiest minute of arrivals"),
         Quantity(name="ttft_change_share", value=tier["ttft_change_share"], unit="ratio",
                  basis="Σ (load − prefill saved) / Σ prefill after the GPU hit"),

@@ -92,6 +92,8 @@ def amount(value: Any, unit: str | None) -> str:
             return fmt.seconds(value)
         case "bytes":
             return fmt.bytes_(value)
+        case "bytes/s":
+            return f"{fmt.bytes_(value)}/s"
         case "tokens":
             return fmt.tokens(value)
     return f"{fmt.num(value)} {unit or ''}".strip()

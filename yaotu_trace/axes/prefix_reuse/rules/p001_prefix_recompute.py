@@ -38,7 +38,8 @@ RULE: Rule[PrefixMetrics] = Rule(
         "recompute_waste of prefill tokens (without cached_tokens: the latter alone)"
     ),
     evidence="achievable_hit_rate, observed_hit_rate, recomputed_share_of_prefill",
-    fix="check cache keys (salt, adapter, template drift) and routing; attribute the gap",
+    fix="attribute the gap (cache keys, routing, capacity: P003–P005) and remove the largest "
+        "loss first",
     cause=Cause.PREFIX_RECOMPUTE, remedies=(Remedy.FIX_CACHE_KEYS,), next_step=HOT_PREFIXES,
     reads=("recompute_waste", "reuse_gap"),
     check=_check,

@@ -29,7 +29,8 @@ RULE: Rule[PrefixMetrics] = Rule(
     title="Prefix recompute dominates prefill work",
     trigger="recomputed_share_of_prefill ≥ reuse_dominant",
     evidence="recomputed_share_of_prefill, recomputed_reusable_tokens",
-    fix="fix cache keys and routing before adding compute",
+    fix="remove the largest loss (cache keys, routing or capacity: P003–P005) before adding "
+        "compute",
     cause=Cause.PREFIX_RECOMPUTE, remedies=(Remedy.FIX_CACHE_KEYS,), next_step=HOT_PREFIXES,
     reads=("reuse_dominant",),
     check=_check,
