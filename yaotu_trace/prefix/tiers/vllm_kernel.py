@@ -3,33 +3,35 @@
 The same connector and manager, request by request (`vllm_native.py` has the rules and their
 sources; `tests/prefix/test_tiers_vllm_golden.py` checks this kernel against vLLM itself and
 `tests/prefix/test_tiers.py` against the Python model). Keys are chain ids (dense), so the
-manager's dicts become one row per key: its LRU rank (−1: not resident), whether a transfer of
-this step holds it (a load pins it, a store leaves it pending until the step ends), and, per
-live request (the one scheduled and the one whose finish the connector has not seen yet),
-whether that request has seen it. A rank (a, b) is packed as a·2^21 + b: a request's access or
-insert gives (R, 2^21 − 2 − j) for its chunk j (the tail below the head, as vLLM's
-(R, −position)), its finish (counter, 2^21 − 1).
+manager's dicts become one row per key (one 64-byte cache line): its LRU rank (−1: not
+resident), per live request (the one scheduled and the one whose finish the connector has not
+seen yet) whether that request has seen it, the stamp of the offer that must not evict it, its
+last use, what holds it in which step (a load pins it, a store leaves it pending until the
+step ends: a step's end is one counter's increment, not a pass over its keys), and its place in
+the finished queue. A rank (a, b) is packed as a·2^21 + b: a request's access or insert gives
+(R, 2^21 − 2 − j) for its chunk j (the tail below the head, as vLLM's (R, −position)), its
+finish (counter, 2^21 − 1).
 
-vLLM keeps the evictable keys in a lazy heap; here they are in rank order without one: one
-list of the resident keys, sorted by rank. Every rank's first part is a value of one counter,
-and only two requests are live at a time, so only their two ranks hold more than one key: a
-finish gives each key a counter value of its own, the highest yet, and puts it on the most
-recent end. Each live request's keys lie together (its segment), under a marker row ranked
-just above them, put on the most recent end when the request gets its rank and taken out at
-its finish, when its segment is empty; a raise moves a key into the segment of the request
-that raised it, searched from the segment's lowest row (or from the key raised just before).
-An eviction takes keys from the least recent end up, passing over a key a transfer of this
-step holds (a load pins it, a store leaves it pending until the step ends) and the markers.
-The order is the heap's, with no stale entries to pop, and the memory is the keys' rows:
-a list per counter value (a bucket each) cost two words per chunk of the trace, 1 GB on
-1e9 tokens. A key's whole state is one 64-byte row, so a chunk touched costs one cache line,
-not one per array (the pass is bound by memory). With one allocation for the large arrays
-(`vllm_offload_pass`) the pass went from 0.061 s to 0.021 s on the Mooncake conversation
-trace, and with one list to 0.011 s (`benchmarks/tiers.py`). A store threshold counts each
-offer first (`offer_counts.py`); a chunk below it is neither stored nor accessed. Tiers below
-the CPU are LRU lists (`lru_rows.py`): written through on every store, asked a step late
-(`lru_rows.ask_below`, one answer per tier and key), their chunks promoted one at a time and
-the lookup run again each step until nothing is pending (`vllm_native._lookup_pass`).
+vLLM keeps the evictable keys in a lazy heap; here no heap is needed. Every rank's first part
+is a value of one counter, and only two requests are live at a time, so only their two ranks
+hold more than one key. A finish gives each key a counter value of its own, the highest yet:
+the finished keys are a queue in rank order, appended at its tail, an entry marked dead where it
+sits when its key takes another rank (the key's row knows the place). A live request's keys are
+found among its own chunks, tail first, by their rank. An eviction takes the queue's entries
+below the lower live rank, then that request's chunks, the queue's entries below the other
+live rank, its chunks, and the rest of the queue, passing over a key a transfer of this step
+holds and the offer's own keys. Those are stamped only when the scan gets past the queue's
+first part (none of them is there: a key the offering request saw took its rank then, or was
+held). Dead entries leave at the front, and the queue is compacted when its end is reached
+(its live entries are at most the resident keys; the array is four times that, so a
+compaction moves few). On the Mooncake conversation trace (`benchmarks/tiers.py`: 276,491
+blocks, 143,173 evictions) this pass takes 4.1 ms where a list threaded through the rows in
+rank order took 4.8 ms: it read two neighbours' rows at every move, and every stale check
+read a cold row. A store threshold counts each offer first (`offer_counts.py`); a chunk below
+it is neither stored nor accessed. Tiers below the CPU are LRU lists (`lru_rows.py`): written
+through on every store, asked a step late (`lru_rows.ask_below`, one answer per tier and key),
+their chunks promoted one at a time and the lookup run again each step until nothing is
+pending (`vllm_native._lookup_pass`).
 """
 
 from __future__ import annotations
@@ -60,103 +62,160 @@ from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 _SHIFT = 21
 _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
 # Columns of a key's row.
-_RANK, _SEEN0, _SEEN1, _STAMP, _LAST, _NEXT, _PREV, _HELD = range(8)
-_FREE, _PINNED, _PENDING = -1, 1, 2  # the values of _HELD
-# Slots of the scalars array: counters, the list's ends (least, most recent) and the lowest
-# row of each live request's segment (its marker when empty).
-(_COUNTER, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL, _BOTTOM, _TOP,
- _LOW) = range(11)
-_SCALARS = _LOW + 2
+_RANK, _SEEN0, _SEEN1, _STAMP, _LAST, _HELD, _HELD_STEP, _QPOS = range(8)
+_COLUMNS = 8  # a row is one 64-byte cache line
+_FREE, _PINNED, _PENDING = -1, 1, 2  # what holds a key: _HELD, in the step _HELD_STEP
+# Slots of the scalars array: counters, the finished queue's head and tail, the step's id,
+# and per live request slot (two each) its request (−1: none), its first block and the highest
+# chunk that may hold a key of its rank.
+(_COUNTER, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL, _HEAD, _TAIL,
+ _STEP_ID, _LIVE, _START, _TOPJ) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15)
+_SCALARS = _TOPJ + 2
 
 
 @nb.njit(cache=True, inline="always")
-def _unlink(st, sc, k):  # pragma: no cover - compiled
-    """Out of the list (its rank not yet changed); a segment it was the lowest row of starts
-    at the row above it."""
-    p = st[k, _PREV]
-    q = st[k, _NEXT]
-    if p >= 0:
-        st[p, _NEXT] = q
-    else:
-        sc[_BOTTOM] = q
-    if q >= 0:
-        st[q, _PREV] = p
-    else:
-        sc[_TOP] = p
-    if sc[_LOW] == k:
-        sc[_LOW] = q
-    elif sc[_LOW + 1] == k:
-        sc[_LOW + 1] = q
+def _finished_rank(c):  # pragma: no cover - compiled
+    """The rank a finish gives: counter value c, above every chunk rank of the same value."""
+    return c * _M + (_M - 1)
 
 
 @nb.njit(cache=True, inline="always")
-def _link_top(st, sc, k):  # pragma: no cover - compiled
-    """Onto the most recent end (its rank the highest yet)."""
-    t = sc[_TOP]
-    st[k, _PREV] = t
-    st[k, _NEXT] = -1
-    if t >= 0:
-        st[t, _NEXT] = k
-    else:
-        sc[_BOTTOM] = k
-    sc[_TOP] = k
+def _leave_queue(st, queue, k):  # pragma: no cover - compiled
+    """Before resident key k takes another rank (or none): its queue entry, if its rank is a
+    finish's, is dead from now (marked there, so scans of the queue read the queue alone)."""
+    if (st[k, _RANK] & (_M - 1)) == _M - 1:
+        queue[1, st[k, _QPOS]] = -1
 
 
 @nb.njit(cache=True, inline="always")
-def _link(st, sc, k, s, hint):  # pragma: no cover - compiled
-    """Into the segment of live request slot s (k's rank is that request's), in rank order.
-    `hint`, the key linked just before in the same pass, is where to start when it ranks
-    above k (a request's chunks come head to tail, each ranked below the last): one step
-    down. Otherwise the search runs up from the segment's lowest row, where a request's next
-    chunk goes; it stops at the segment's marker at the latest."""
-    r = st[k, _RANK]
-    if hint >= 0 and st[hint, _RANK] > r and (st[hint, _RANK] >> _SHIFT) == (r >> _SHIFT):
-        q = hint
-        p = st[q, _PREV]
-        while p >= 0 and st[p, _RANK] > r:
-            q = p
-            p = st[q, _PREV]
-    else:
-        q = sc[_LOW + s]
-        p = st[q, _PREV]
-        while st[q, _RANK] < r:
-            p = q
-            q = st[q, _NEXT]
-    st[k, _PREV] = p
-    st[k, _NEXT] = q
-    if p >= 0:
-        st[p, _NEXT] = k
-    else:
-        sc[_BOTTOM] = k
-    st[q, _PREV] = k
-    if q == sc[_LOW + s]:
-        sc[_LOW + s] = k
-
-
-@nb.njit(cache=True, inline="always")
-def _rerank(st, sc, k, r, s, hint):  # pragma: no cover - compiled
-    """Give resident key k rank r, in the segment of live request slot s."""
-    _unlink(st, sc, k)
+def _raise(st, sc, queue, k, r, s, j):  # pragma: no cover - compiled
+    """Key k takes rank r of live slot s's request, whose chunk j it is."""
+    if st[k, _RANK] >= 0:
+        _leave_queue(st, queue, k)
     st[k, _RANK] = r
-    _link(st, sc, k, s, hint)
+    if j > sc[_TOPJ + s]:
+        sc[_TOPJ + s] = j
 
 
 @nb.njit(cache=True, inline="always")
-def _request_rank(req_rank, st, sc, req, s):  # pragma: no cover - compiled
-    """The request's rank, given at its first call: the counter's next value, and its
-    segment's marker (ranked above every key of that rank) on the most recent end."""
+def _request_rank(req_rank, sc, req, s):  # pragma: no cover - compiled
+    """The request's rank, given at its first call: the counter's next value."""
     if req_rank[req] == 0:
         sc[_COUNTER] += 1
         req_rank[req] = sc[_COUNTER]
-        z = st.shape[0] - 2 + s
-        st[z, _RANK] = sc[_COUNTER] * _M + (_M - 1)
-        _link_top(st, sc, z)
-        sc[_LOW + s] = z
     return req_rank[req]
 
 
+@nb.njit(cache=True, inline="always")
+def _held(st, sc, k):  # pragma: no cover - compiled
+    """What holds key k in this step: a load (_PINNED), a store (_PENDING), or nothing."""
+    return st[k, _HELD] if st[k, _HELD_STEP] == sc[_STEP_ID] else _FREE
+
+
+@nb.njit(cache=True, inline="always")
+def _hold(st, sc, k, kind):  # pragma: no cover - compiled
+    """A transfer of this step holds key k until the step ends."""
+    st[k, _HELD] = kind
+    st[k, _HELD_STEP] = sc[_STEP_ID]
+
+
+@nb.njit(cache=True, inline="always")
+def _evictable(st, sc, k, call):  # pragma: no cover - compiled
+    """Outside the offer (its stamp) and held by no transfer of this step."""
+    return st[k, _STAMP] != call and _held(st, sc, k) == _FREE
+
+
 @nb.njit(cache=True)
-def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, req_rank,
+def _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start, lo, hi,
+            stamp):  # pragma: no cover - compiled
+    """The `needed` least recent evictable keys into `chosen`; returns how many there were.
+
+    The order is vLLM's heap's: the finished keys (the queue, oldest first; an entry whose key
+    has another rank since is stale and passed over) with the live requests' chunks between
+    them, each live request's below every key finished after its rank was given, tail first.
+
+    The offer's own keys (chunks lo..hi-1 of the request at `start`) are not evictable: with
+    `stamp` they take the offer's stamp `call`, only when the scan passes the keys finished
+    before the live requests' ranks. None of those is the offer's and evictable: a key the
+    offering request saw took its rank then, or was held, and finishes after it. So most
+    offers never stamp.
+    """
+    while sc[_HEAD] < sc[_TAIL] and queue[1, sc[_HEAD]] < 0:  # dead entries leave for good
+        sc[_HEAD] += 1
+    got = 0
+    pos = sc[_HEAD]
+    # The live slots in rank order (the one ranked first comes first), then none.
+    s0 = -1
+    s1 = -1
+    r0 = np.int64(0)
+    r1 = np.int64(0)
+    for s in range(2):
+        q = sc[_LIVE + s]
+        if q >= 0 and req_rank[q] > 0:
+            if s0 < 0:
+                s0 = s
+                r0 = req_rank[q]
+            elif req_rank[q] < r0:
+                s1, r1 = s0, r0
+                s0 = s
+                r0 = req_rank[q]
+            else:
+                s1 = s
+                r1 = req_rank[q]
+    for phase in range(3):
+        s = s0 if phase == 0 else (s1 if phase == 1 else -1)
+        bound = (r0 if phase == 0 else r1) if s >= 0 else np.int64(1) << np.int64(62)
+        while pos < sc[_TAIL] and got < needed and queue[1, pos] < bound:
+            k = queue[0, pos]
+            if queue[1, pos] >= 0 and _evictable(st, sc, k, call):
+                chosen[got] = k
+                got += 1
+            pos += 1
+        if got >= needed or s < 0:
+            continue
+        if stamp:
+            for j in range(lo, hi):
+                st[chunk_key(ids, start, per_chunk, j), _STAMP] = call
+            stamp = False
+        start = sc[_START + s]
+        base = (r0 if phase == 0 else r1) * _M + (_M - 2)
+        j = sc[_TOPJ + s]
+        top = True  # the chunks above the first one of this rank hold none: skip them next time
+        while j >= 0 and got < needed:
+            k = chunk_key(ids, start, per_chunk, j)
+            if st[k, _RANK] == base - j:
+                top = False
+                if _evictable(st, sc, k, call):
+                    chosen[got] = k
+                    got += 1
+            elif top:
+                sc[_TOPJ + s] = j - 1
+            j -= 1
+        if got >= needed:
+            break
+    return got
+
+
+@nb.njit(cache=True)
+def _enqueue_room(st, sc, queue, more):  # pragma: no cover - compiled
+    """Room at the queue's tail for `more` entries: the live ones moved to its start when the
+    array's end is near (they are at most the resident keys, so the room is amortised)."""
+    if sc[_TAIL] + more <= queue.shape[1]:
+        return
+    w = 0
+    for p in range(sc[_HEAD], sc[_TAIL]):
+        if queue[1, p] >= 0:
+            k = queue[0, p]
+            queue[0, w] = k
+            queue[1, w] = queue[1, p]
+            st[k, _QPOS] = w
+            w += 1
+    sc[_HEAD] = 0
+    sc[_TAIL] = w
+
+
+@nb.njit(cache=True)
+def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, queue, req_rank,
             counts, threshold):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
     store records only new and ready keys; with `missing_only` every resident key is outside
@@ -165,7 +224,6 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, req_
     the resident ones evictable."""
     s = seen - _SEEN0
     r_req = -1
-    hint = -1
     new = 0
     free = 0
     for j in range(lo, hi):
@@ -178,24 +236,25 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, req_
             if not admitted(counts[0], threshold, k):
                 continue  # below the store threshold: neither stored nor accessed
             new += 1
-        elif st[k, _HELD] == _PENDING:
-            continue
-        elif st[k, _HELD] == _FREE:
-            free += 1
+        else:
+            held = _held(st, sc, k)
+            if held == _PENDING:
+                continue
+            if held == _FREE:
+                free += 1
         if st[k, seen] == req:
             continue
         st[k, seen] = req
         if r_req < 0:
-            r_req = _request_rank(req_rank, st, sc, req, s)
+            r_req = _request_rank(req_rank, sc, req, s)
         r = r_req * _M + (_M - 2 - j)
         if resident and st[k, _RANK] < r:
-            _rerank(st, sc, k, r, s, hint)
-            hint = k
+            _raise(st, sc, queue, k, r, s, j)
     return new, free
 
 
 @nb.njit(cache=True)
-def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc,
+def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, queue,
            req_rank, chosen, step_keys, evictions, counts, threshold):  # pragma: no cover
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
     `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
@@ -203,7 +262,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     step's last keys (`lru_rows.write_through` takes them to the tiers below)."""
     if threshold >= 2:
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
-    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc,
+    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, queue,
                              req_rank, counts, threshold)
     if new == 0:
         return True
@@ -213,30 +272,22 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     if needed > 0 and needed > sc[_RESIDENT] - sc[_STEP] - protected:
         sc[_FAILED] += 1
         return False
-    call = 0  # the offer's stamp, when keys outside it can go: evictions, or a partial offer
-    if missing_only or needed > 0:
+    call = 0  # the offer's stamp when it evicts; an evicted key's is −call − 1
+    if needed > 0:
+        # The least recent evictable keys outside the offer (a resident key of a partial
+        # offer is outside it).
         sc[_CALL] += 1
         call = sc[_CALL]
-        for j in range(lo, hi):
-            k = chunk_key(ids, start, per_chunk, j)
-            if not missing_only or st[k, _RANK] < 0:
-                st[k, _STAMP] = call
-    if needed > 0:
-        # The least recent evictable keys outside the offer (a marker is never free).
-        got = 0
-        k = sc[_BOTTOM]
-        while k >= 0 and got < needed:
-            if st[k, _STAMP] != call and st[k, _HELD] == _FREE:
-                chosen[got] = k
-                got += 1
-            k = st[k, _NEXT]
+        got = _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start, lo,
+                      hi, not missing_only)
         if got < needed:
             sc[_FAILED] += 1
             return False
         for c in range(got):
             k = chosen[c]
-            _unlink(st, sc, k)
+            _leave_queue(st, queue, k)
             st[k, _RANK] = -1
+            st[k, _STAMP] = -call - 1
             e = sc[_EVICTED] + c
             evictions[0, e] = k
             evictions[1, e] = req
@@ -244,16 +295,13 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
         sc[_RESIDENT] -= got
         sc[_EVICTED] += got
     s = seen - _SEEN0
-    r_req = _request_rank(req_rank, st, sc, req, s)
-    hint = -1
+    r_req = _request_rank(req_rank, sc, req, s)
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if (st[k, _RANK] < 0 and (call == 0 or st[k, _STAMP] == call)
+        if (st[k, _RANK] < 0 and (call == 0 or st[k, _STAMP] != -call - 1)
                 and admitted(counts[0], threshold, k)):
-            st[k, _RANK] = r_req * _M + (_M - 2 - j)
-            _link(st, sc, k, s, hint)
-            hint = k
-            st[k, _HELD] = _PENDING
+            _raise(st, sc, queue, k, r_req * _M + (_M - 2 - j), s, j)
+            _hold(st, sc, k, _PENDING)
             step_keys[sc[_STEP]] = k
             sc[_STEP] += 1
             sc[_RESIDENT] += 1
@@ -262,11 +310,11 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
 
 
 @nb.njit(cache=True, inline="always")
-def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, req_rank,
-           chosen, step_keys, evictions, lower, counts, threshold):  # pragma: no cover - compiled
+def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, queue,
+           req_rank, chosen, step_keys, evictions, lower, counts, threshold):  # pragma: no cover
     """`_store`, then what it stored written through to the tiers below."""
     stored_from = sc[_STEP]
-    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc,
+    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, queue,
                 req_rank, chosen, step_keys, evictions, counts, threshold)
     if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
         write_through(step_keys, stored_from, sc[_STEP], lower, req)
@@ -274,27 +322,30 @@ def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
 
 
 @nb.njit(cache=True)
-def _finish(ids, start, per_chunk, chunks, req, seen, st, sc, req_rank):  # pragma: no cover
-    """`on_request_finished`: every key the request saw, tail to head, most recent. Every key
-    of its segment is one it saw, so the segment is left empty and its marker goes."""
+def _finish(ids, start, per_chunk, chunks, req, seen, st, sc, queue, req_rank):  # pragma: no cover
+    """`on_request_finished`: every key the request saw, tail to head, most recent (onto the
+    queue's tail). Every key of its rank is one it saw, so none is left with it."""
+    _enqueue_room(st, sc, queue, chunks)
+    t = sc[_TAIL]
     for j in range(chunks - 1, -1, -1):
         k = chunk_key(ids, start, per_chunk, j)
         if st[k, seen] == req and st[k, _RANK] >= 0:
             sc[_COUNTER] += 1
-            _unlink(st, sc, k)
-            st[k, _RANK] = sc[_COUNTER] * _M + (_M - 1)
-            _link_top(st, sc, k)
-    if req_rank[req] > 0:
-        s = seen - _SEEN0
-        _unlink(st, sc, st.shape[0] - 2 + s)
-        sc[_LOW + s] = -1
+            _leave_queue(st, queue, k)
+            st[k, _RANK] = _finished_rank(sc[_COUNTER])
+            st[k, _QPOS] = t
+            queue[0, t] = k
+            queue[1, t] = sc[_COUNTER]
+            t += 1
+    sc[_TAIL] = t
+    sc[_LIVE + seen - _SEEN0] = -1
 
 
-@nb.njit(cache=True)
-def _end_step(step_keys, st, sc):  # pragma: no cover - compiled
-    """Every transfer of the step completes: loads unpin, stores become ready (evictable)."""
-    for s in range(sc[_STEP]):
-        st[step_keys[s], _HELD] = _FREE
+@nb.njit(cache=True, inline="always")
+def _end_step(sc):  # pragma: no cover - compiled
+    """Every transfer of the step completes: loads unpin, stores become ready (evictable), as
+    the held keys' step is over."""
+    sc[_STEP_ID] += 1
     sc[_STEP] = 0
 
 
@@ -320,18 +371,22 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     chunks = int(offsets[n]) // per_chunk
     max_chunks = most_chunks(offsets, per_chunk)
     room = lru_rows.first_room(chunks, len(lower_capacity))
-    rows_st = keys + 2  # the keys' rows, then the two live requests' markers
+    # The finished queue holds at most the resident keys live; four times that and a
+    # request's chunks leave room for its dead entries between compactions.
+    queue_room = 4 * min(max(int(capacity), 1), keys) + 2 * max_chunks + 16
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
-    need = 8 * (8 * rows_st + (7 * len(lower_capacity) * keys if lower_capacity else 0)
+    need = 8 * (_COLUMNS * keys + 2 * queue_room
+                + (7 * len(lower_capacity) * keys if lower_capacity else 0)
                 + (3 * keys if store_threshold >= 2 else 0))
     with memory.reserved(need, f"vLLM's CPU offload over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
         while True:  # promotions again and again can outgrow the evictions' room: more
-            work = np.empty(8 * rows_st + 3 * room, dtype=np.int64)
-            st = work[:8 * rows_st].reshape(rows_st, 8)
+            rows_end = _COLUMNS * keys
+            work = np.empty(rows_end + 2 * queue_room + 3 * room, dtype=np.int64)
+            st = work[:rows_end].reshape(keys, _COLUMNS)
             st.fill(-1)  # not resident, not held, never seen
-            st[keys:, _HELD] = _PINNED  # a marker is never evicted
-            evictions = work[8 * rows_st:].reshape(3, room)
+            queue = work[rows_end:rows_end + 2 * queue_room].reshape(2, queue_room)
+            evictions = work[rows_end + 2 * queue_room:].reshape(3, room)
             lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
                                                len(lower_capacity), 0, room)
             answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
@@ -339,13 +394,13 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
             hits = np.zeros((1 + len(lower_capacity), n), dtype=np.int64)
             lacking = np.full(n, -1, dtype=np.int64)  # the first chunk no tier held at lookup
             sc = np.zeros(_SCALARS, dtype=np.int64)
-            sc[_BOTTOM:] = -1  # the list and the segments empty
+            sc[_LIVE:_LIVE + 2] = -1  # no live request
             per_request = np.zeros((3, n), dtype=np.int64)
             stored, evicted, failed, loaded, stalled = _pass(
                 offsets, pass_ids(ids),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
-                np.int64(capacity), st, evictions, lower_rows,
+                np.int64(capacity), st, queue, evictions, lower_rows,
                 np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
                 tracker(keys, store_threshold), np.int64(store_threshold), lends, lsize,
                 lcounters, hits, lacking, sc, per_request[0], per_request[1], per_request[2],
@@ -363,10 +418,10 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
 
 @refcount_free
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          evictions, lst, lcapacity, levictions, answers, counts, threshold, lends, lsize,
+          queue, evictions, lst, lcapacity, levictions, answers, counts, threshold, lends, lsize,
           lcounters, hits, lacking, sc, req_rank, req_next, req_failed, chosen, step_keys,
           source):  # pragma: no cover - compiled
-    """`vllm_offload_pass` on its arrays: a row per key and two markers, a column per
+    """`vllm_offload_pass` on its arrays: a row per key, the finished queue, a column per
     eviction, the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), the
     offer counts of a store threshold (`offer_counts.py`), the lower tiers' ends, sizes and
     counters, the hits and first chunks lacking it fills, the scalars, three arrays per request
@@ -389,6 +444,10 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         seen = _SEEN0 if prev_seen == _SEEN1 else _SEEN1
         start = offsets[i]
         chunks = (offsets[i + 1] - start) // per_chunk
+        s = seen - _SEEN0  # the request takes this live slot (its last one finished)
+        sc[_LIVE + s] = i
+        sc[_START + s] = start
+        sc[_TOPJ + s] = -1
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
         if below > 0:
@@ -407,18 +466,18 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 # Out of room for the evictions: run again with more.
                 return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2
             run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens,
-                                          i, prev, passes == 1, step, seen, capacity, st, sc,
+                                          i, prev, passes == 1, step, seen, capacity, st, sc, queue,
                                           req_rank, chosen, step_keys, evictions, counts,
                                           answers, source, lower)
             if not deferred:
                 break
             if passes == 1 and prev >= 0:
-                _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, req_rank,
+                _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, queue, req_rank,
                         req_next, req_failed, chosen, step_keys, evictions, lower, counts,
                         threshold)
             if passes > 4 * (chunks - first) + 8:
                 return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i
-            _end_step(step_keys, st, sc)
+            _end_step(sc)
             step += 1
         loaded = chunk_tokens * (first + run) - g
         if first + run < chunks:
@@ -428,15 +487,15 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         if loaded > 0:
             for j in range(first, first + run):
                 k = chunk_key(ids, start, per_chunk, j)
-                st[k, _HELD] = _PINNED
+                _hold(st, sc, k, _PINNED)
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
-            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, sc,
+            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, sc, queue,
                     req_rank, counts, zero)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
-            ok = _offer(ids, start, per_chunk, zero, chunks, no, i, seen, capacity, st, sc,
+            ok = _offer(ids, start, per_chunk, zero, chunks, no, i, seen, capacity, st, sc, queue,
                         req_rank, chosen, step_keys, evictions, lower, counts, threshold)
             req_failed[i] = 0 if ok else 1
             if ok:
@@ -446,20 +505,20 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             p_start = offsets[prev]
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
                 _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, no, prev,
-                       prev_seen, capacity, st, sc, req_rank, chosen, step_keys,
+                       prev_seen, capacity, st, sc, queue, req_rank, chosen, step_keys,
                        evictions, lower, counts, threshold)
-            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, req_rank)
-        _end_step(step_keys, st, sc)
+            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, queue, req_rank)
+        _end_step(sc)
         step += 1
         if loaded > 0:
             if req_next[i] < chunks:
                 ok = _offer(ids, start, per_chunk, req_next[i], chunks, no, i, seen,
-                            capacity, st, sc, req_rank, chosen, step_keys,
+                            capacity, st, sc, queue, req_rank, chosen, step_keys,
                             evictions, lower, counts, threshold)
                 req_failed[i] = 0 if ok else 1
                 if ok:
                     req_next[i] = chunks
-            _end_step(step_keys, st, sc)
+            _end_step(sc)
             step += 1
             if below == 0:
                 hits[0, i] = loaded
@@ -472,8 +531,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
 
 @nb.njit(cache=True)
 def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, prev, prev_live,
-                  step, seen, capacity, st, sc, req_rank, chosen, step_keys, evictions, counts,
-                  answers, source, lower):  # pragma: no cover - compiled
+                  step, seen, capacity, st, sc, queue, req_rank, chosen, step_keys, evictions,
+                  counts, answers, source, lower):  # pragma: no cover - compiled
     """One lookup of request `req` with tiers below the CPU (`vllm_native._lookup_pass`):
     its run, and whether a chunk is pending (the lookup runs again next step)."""
     lst = lower[0]
@@ -493,7 +552,7 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
         k = chunk_key(ids, start, per_chunk, j)
         if st[k, _RANK] >= 0:
             run += 1
-            if st[k, _HELD] == _PENDING:
+            if _held(st, sc, k) == _PENDING:
                 deferred = True
             continue
         t = answer_below(answers, lst, k, req, prev, prev_live, step)
@@ -503,7 +562,7 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
             deferred = True
             continue
         if not _store(ids, start, per_chunk, j, j + 1, np.bool_(True), req, seen, capacity, st,
-                      sc, req_rank, chosen, step_keys, evictions, counts, np.int64(0)):
+                      sc, queue, req_rank, chosen, step_keys, evictions, counts, np.int64(0)):
             break
         source[j - first] = t + 1
         read_below(lower, t, k)
@@ -513,7 +572,7 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
 
 
 @nb.njit(cache=True)
-def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, req_rank, req_next,
+def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, queue, req_rank, req_next,
             req_failed, chosen, step_keys, evictions, lower, counts,
             threshold):  # pragma: no cover - compiled
     """The connector sees request `prev` finish: a failed offer offered again, then its keys
@@ -522,6 +581,6 @@ def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, req_rank
     p_chunks = (offsets[prev + 1] - p_start) // per_chunk
     if req_failed[prev] != 0 and req_next[prev] < p_chunks:
         _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, np.bool_(False), prev, prev_seen,
-               capacity, st, sc, req_rank, chosen, step_keys, evictions, lower, counts,
+               capacity, st, sc, queue, req_rank, chosen, step_keys, evictions, lower, counts,
                threshold)
-    _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, req_rank)
+    _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, queue, req_rank)
