@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,13 @@ from yaotu_trace.prefix.tiers.result import TieredResult
 from yaotu_trace.prefix.tiers.spec import TierPolicy, TierSpec
 
 T = TypeVar("T")
+U = TypeVar("U")
+
+
+class Runner(Protocol):
+    """`run(fn, items)`: fn over items, their results in order (`_passes`)."""
+
+    def __call__(self, fn: Callable[[U], T], items: Sequence[U]) -> list[T]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,31 +83,37 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
     come back in order, so the curve and `observe` are those of one thread."""
     prompt = int(np.asarray(chains.prompt_tokens).sum())
     gpu_hits = []
-    grid = []
+    grid: list[tuple[int, ...]] = []
     runs: dict[bytes, list[np.ndarray]] = {}  # LMCache: per refused set, runs per tier size
     with _passes(threads) as run:
         every_size = [rules.with_(capacity_blocks=blocks) for blocks in gpu_capacity_blocks]
         # The GPU-only replays first, side by side: each is independent of the others.
         gpus = run(lambda k: gpu_replay(chains, every_size[k]), range(len(every_size)))
+        # LMCache's CPU or remote backend holds what it holds whatever the GPU served; its
+        # local disk does not (a read refreshes it, and what is read follows the GPU hit).
+        shared = policy is TierPolicy.LMCACHE and str(tier.name) != "disk"
+        # Every other point is a pass of its own: all of them in one run, so that no thread
+        # waits for the last pass of a GPU size before the next size starts.
+        points = [] if shared else [(g, chunks) for g in range(len(every_size))
+                                    for chunks in tier_capacity_chunks]
+
+        def one(point: tuple[int, int]) -> TieredResult:
+            g, chunks = point
+            return replay_tiers(chains, every_size[g],
+                                (replace(tier, capacity_chunks=chunks),), policy, gpu=gpus[g])
+
+        passes = iter(run(one, points))
         for blocks, sized, gpu in zip(gpu_capacity_blocks, every_size, gpus, strict=True):
             gpu_hits.append(int(np.asarray(gpu.hit_tokens).sum()))
             if observe is not None:
                 observe(blocks, None, np.asarray(gpu.hit_tokens), None)
-            # LMCache's CPU or remote backend holds what it holds whatever the GPU served; its
-            # local disk does not (a read refreshes it, and what is read follows the GPU hit).
-            if policy is TierPolicy.LMCACHE and str(tier.name) != "disk":
+            if shared:
                 grid.append(_lmcache_row(chains, sized, tier, tier_capacity_chunks, gpu, runs,
                                          run, observe))
                 continue
-
-            def one(chunks: int, sized: ReplayRules = sized,
-                    gpu: ReplayResult = gpu) -> TieredResult:
-                return replay_tiers(chains, sized, (replace(tier, capacity_chunks=chunks),),
-                                    policy, gpu=gpu)
-
             row = []
-            for chunks, result in zip(tier_capacity_chunks, run(one, tier_capacity_chunks),
-                                      strict=True):
+            for chunks in tier_capacity_chunks:
+                result = next(passes)
                 row.append(int(result.hit_tokens.sum()))
                 if observe is not None:
                     observe(blocks, chunks, np.asarray(result.gpu_hit_tokens),
@@ -114,7 +127,7 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
 def _lmcache_row(chains: BlockChains, sized: ReplayRules, tier: TierSpec,
                  tier_capacity_chunks: tuple[int, ...], gpu: ReplayResult,
                  runs: dict[bytes, list[np.ndarray]],
-                 run: Callable[[Callable[[int], np.ndarray], Sequence[int]], list[np.ndarray]],
+                 run: Runner,
                  observe: Callable[[int | None, int | None, np.ndarray, np.ndarray | None],
                                    None] | None) -> tuple[int, ...]:
     """One GPU size's row under LMCache: the backend's runs at each tier size, passed once
@@ -140,7 +153,7 @@ def _lmcache_row(chains: BlockChains, sized: ReplayRules, tier: TierSpec,
 
 
 @contextlib.contextmanager
-def _passes(threads: int) -> Iterator[Callable[[Callable[[int], T], Sequence[int]], list[T]]]:
+def _passes(threads: int) -> Iterator[Runner]:
     """`run(fn, items)`: fn over items, in order, on `threads` threads. On the way out by an
     exception (a Ctrl-C included) the passes not started are dropped, and the running ones,
     compiled and short, are waited for."""
