@@ -169,6 +169,7 @@ def check(
       trace check sim.parquet --steps steps.parquet --fail-on bottleneck
 
       trace check after.parquet --before before.parquet --fail-on regressed,not-comparable
+
       trace check captures/sglang-metrics/ --fail-on observed-shortfall
     """
     from yaotu_trace.commands import check as check_command

@@ -3,35 +3,38 @@
 The same connector and manager, request by request (`vllm_native.py` has the rules and their
 sources; `tests/prefix/test_tiers_vllm_golden.py` checks this kernel against vLLM itself and
 `tests/prefix/test_tiers.py` against the Python model). Keys are chain ids (dense), so the
-manager's dicts become one row per key (one 64-byte cache line): its LRU rank (−1: not
-resident), per live request (the one scheduled and the one whose finish the connector has not
-seen yet) whether that request has seen it, the stamp of the offer that must not evict it, its
-last use, what holds it in which step (a load pins it, a store leaves it pending until the
-step ends: a step's end is one counter's increment, not a pass over its keys), and its place in
-the finished queue. A rank (a, b) is packed as a·2^21 + b: a request's access or insert gives
+manager's dicts become one 32-byte record per key: its LRU rank (−1: not resident), the stamp
+of the offer that must not evict it, its last use, what holds it in which step (a load pins
+it, a store leaves it pending until the step ends: a step's end is one counter's increment,
+not a pass over its keys), and its place in the finished queue. Whether a live request (the
+one scheduled, and the one whose finish the connector has not seen yet) has seen a key is kept
+by the request's chunk position (`seen_at`, a row per live request): a key appears once in a
+prompt. A rank (a, b) is packed as a·2^21 + b: a request's access or insert gives
 (R, 2^21 − 2 − j) for its chunk j (the tail below the head, as vLLM's (R, −position)), its
 finish (counter, 2^21 − 1).
 
 vLLM keeps the evictable keys in a lazy heap; here no heap is needed. Every rank's first part
 is a value of one counter, and only two requests are live at a time, so only their two ranks
 hold more than one key. A finish gives each key a counter value of its own, the highest yet:
-the finished keys are a queue in rank order, appended at its tail, an entry marked dead where it
-sits when its key takes another rank (the key's row knows the place). A live request's keys are
-found among its own chunks, tail first, by their rank. An eviction takes the queue's entries
-below the lower live rank, then that request's chunks, the queue's entries below the other
-live rank, its chunks, and the rest of the queue, passing over a key a transfer of this step
-holds and the offer's own keys. Those are stamped only when the scan gets past the queue's
-first part (none of them is there: a key the offering request saw took its rank then, or was
-held). Dead entries leave at the front, and the queue is compacted when its end is reached
-(its live entries are at most the resident keys; the array is four times that, so a
-compaction moves few). On the Mooncake conversation trace (`benchmarks/tiers.py`: 276,491
-blocks, 143,173 evictions) this pass takes 4.1 ms where a list threaded through the rows in
-rank order took 4.8 ms: it read two neighbours' rows at every move, and every stale check
-read a cold row. A store threshold counts each offer first (`offer_counts.py`); a chunk below
-it is neither stored nor accessed. Tiers below the CPU are LRU lists (`lru_rows.py`): written
-through on every store, asked a step late (`lru_rows.ask_below`, one answer per tier and key),
-their chunks promoted one at a time and the lookup run again each step until nothing is
-pending (`vllm_native._lookup_pass`).
+the finished keys are a queue (int32 keys) in rank order, appended at its tail, an entry
+marked dead where it sits when its key takes another rank (the key's record knows the place).
+A live request's rank falls between the keys finished before it was given and those after: its
+mark, the queue's tail at that moment. Its own keys are found among its chunks, tail first, by
+their rank. An eviction takes the queue's entries before the first live request's mark, then
+that request's chunks, the entries before the other's mark, its chunks, and the rest of the
+queue, passing over a key a transfer of this step holds and the offer's own keys. Those are
+stamped only when the scan gets past the queue's first part (none of them is there: a key the
+offering request saw took its rank then, or was held). Dead entries leave at the front, and the
+queue is compacted when its end is reached (its live entries are at most the resident keys;
+the array is eight times that, so compactions are rare). On the Mooncake conversation trace
+(`benchmarks/tiers.py`: 276,491 blocks, 143,173 evictions) the pass takes about 3.5 ms where a
+list threaded through 64-byte rows in rank order took 4.8 ms (it read two neighbours' rows at
+every move, and every stale check read a cold row); on 1e9 tokens (62 million blocks) 0.65 s
+where it took 0.90 s. A store threshold counts each offer first (`offer_counts.py`); a chunk
+below it is neither stored nor accessed. Tiers below the CPU are LRU lists (`lru_rows.py`):
+written through on every store, asked a step late (`lru_rows.ask_below`, one answer per tier
+and key), their chunks promoted one at a time and the lookup run again each step until nothing
+is pending (`vllm_native._lookup_pass`).
 """
 
 from __future__ import annotations
@@ -62,15 +65,17 @@ from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 _SHIFT = 21
 _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
 # Columns of a key's row.
-_RANK, _SEEN0, _SEEN1, _STAMP, _LAST, _HELD, _HELD_STEP, _QPOS = range(8)
-_COLUMNS = 8  # a row is one 64-byte cache line
+_ROW = np.dtype([("rank", np.int64), ("last", np.int32), ("stamp", np.int32),
+                 ("held", np.int32), ("held_step", np.int32), ("qpos", np.int32),
+                 ("spare", np.int32)], align=True)  # 32 bytes: two keys a cache line
+_SEEN0, _SEEN1 = 0, 1  # the live request slots (rows of `seen_at`)
 _FREE, _PINNED, _PENDING = -1, 1, 2  # what holds a key: _HELD, in the step _HELD_STEP
 # Slots of the scalars array: counters, the finished queue's head and tail, the step's id,
 # and per live request slot (two each) its request (−1: none), its first block and the highest
 # chunk that may hold a key of its rank.
 (_COUNTER, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL, _HEAD, _TAIL,
- _STEP_ID, _LIVE, _START, _TOPJ) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15)
-_SCALARS = _TOPJ + 2
+ _STEP_ID, _LIVE, _START, _TOPJ, _MARK) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17)
+_SCALARS = _MARK + 2
 
 
 @nb.njit(cache=True, inline="always")
@@ -83,46 +88,48 @@ def _finished_rank(c):  # pragma: no cover - compiled
 def _leave_queue(st, queue, k):  # pragma: no cover - compiled
     """Before resident key k takes another rank (or none): its queue entry, if its rank is a
     finish's, is dead from now (marked there, so scans of the queue read the queue alone)."""
-    if (st[k, _RANK] & (_M - 1)) == _M - 1:
-        queue[1, st[k, _QPOS]] = -1
+    if (st[k].rank & (_M - 1)) == _M - 1:
+        queue[st[k].qpos] = -1
 
 
 @nb.njit(cache=True, inline="always")
-def _raise(st, sc, queue, k, r, s, j):  # pragma: no cover - compiled
+def _raise(st, seen_at, sc, queue, k, r, s, j):  # pragma: no cover - compiled
     """Key k takes rank r of live slot s's request, whose chunk j it is."""
-    if st[k, _RANK] >= 0:
+    if st[k].rank >= 0:
         _leave_queue(st, queue, k)
-    st[k, _RANK] = r
+    st[k].rank = r
     if j > sc[_TOPJ + s]:
         sc[_TOPJ + s] = j
 
 
 @nb.njit(cache=True, inline="always")
 def _request_rank(req_rank, sc, req, s):  # pragma: no cover - compiled
-    """The request's rank, given at its first call: the counter's next value."""
+    """The request's rank, given at its first call: the counter's next value, so every key
+    finished before it lies in the queue before the queue's tail of now (its mark)."""
     if req_rank[req] == 0:
         sc[_COUNTER] += 1
         req_rank[req] = sc[_COUNTER]
+        sc[_MARK + s] = sc[_TAIL]
     return req_rank[req]
 
 
 @nb.njit(cache=True, inline="always")
 def _held(st, sc, k):  # pragma: no cover - compiled
     """What holds key k in this step: a load (_PINNED), a store (_PENDING), or nothing."""
-    return st[k, _HELD] if st[k, _HELD_STEP] == sc[_STEP_ID] else _FREE
+    return st[k].held if st[k].held_step == sc[_STEP_ID] else _FREE
 
 
 @nb.njit(cache=True, inline="always")
 def _hold(st, sc, k, kind):  # pragma: no cover - compiled
     """A transfer of this step holds key k until the step ends."""
-    st[k, _HELD] = kind
-    st[k, _HELD_STEP] = sc[_STEP_ID]
+    st[k].held = kind
+    st[k].held_step = sc[_STEP_ID]
 
 
 @nb.njit(cache=True, inline="always")
 def _evictable(st, sc, k, call):  # pragma: no cover - compiled
     """Outside the offer (its stamp) and held by no transfer of this step."""
-    return st[k, _STAMP] != call and _held(st, sc, k) == _FREE
+    return st[k].stamp != call and _held(st, sc, k) == _FREE
 
 
 @nb.njit(cache=True)
@@ -140,7 +147,7 @@ def _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start
     offering request saw took its rank then, or was held, and finishes after it. So most
     offers never stamp.
     """
-    while sc[_HEAD] < sc[_TAIL] and queue[1, sc[_HEAD]] < 0:  # dead entries leave for good
+    while sc[_HEAD] < sc[_TAIL] and queue[sc[_HEAD]] < 0:  # dead entries leave for good
         sc[_HEAD] += 1
     got = 0
     pos = sc[_HEAD]
@@ -164,10 +171,10 @@ def _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start
                 r1 = req_rank[q]
     for phase in range(3):
         s = s0 if phase == 0 else (s1 if phase == 1 else -1)
-        bound = (r0 if phase == 0 else r1) if s >= 0 else np.int64(1) << np.int64(62)
-        while pos < sc[_TAIL] and got < needed and queue[1, pos] < bound:
-            k = queue[0, pos]
-            if queue[1, pos] >= 0 and _evictable(st, sc, k, call):
+        bound = sc[_MARK + s] if s >= 0 else sc[_TAIL]  # the keys finished before that rank
+        while pos < bound and got < needed:
+            k = queue[pos]
+            if k >= 0 and _evictable(st, sc, k, call):
                 chosen[got] = k
                 got += 1
             pos += 1
@@ -175,15 +182,15 @@ def _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start
             continue
         if stamp:
             for j in range(lo, hi):
-                st[chunk_key(ids, start, per_chunk, j), _STAMP] = call
+                st[chunk_key(ids, start, per_chunk, j)].stamp = call
             stamp = False
-        start = sc[_START + s]
+        live_start = sc[_START + s]
         base = (r0 if phase == 0 else r1) * _M + (_M - 2)
         j = sc[_TOPJ + s]
         top = True  # the chunks above the first one of this rank hold none: skip them next time
         while j >= 0 and got < needed:
-            k = chunk_key(ids, start, per_chunk, j)
-            if st[k, _RANK] == base - j:
+            k = chunk_key(ids, live_start, per_chunk, j)
+            if st[k].rank == base - j:
                 top = False
                 if _evictable(st, sc, k, call):
                     chosen[got] = k
@@ -200,23 +207,30 @@ def _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start
 def _enqueue_room(st, sc, queue, more):  # pragma: no cover - compiled
     """Room at the queue's tail for `more` entries: the live ones moved to its start when the
     array's end is near (they are at most the resident keys, so the room is amortised)."""
-    if sc[_TAIL] + more <= queue.shape[1]:
+    if sc[_TAIL] + more <= queue.size:
         return
     w = 0
     for p in range(sc[_HEAD], sc[_TAIL]):
-        if queue[1, p] >= 0:
-            k = queue[0, p]
-            queue[0, w] = k
-            queue[1, w] = queue[1, p]
-            st[k, _QPOS] = w
+        for s in range(2):  # a live request's mark moves with the entries before it
+            if sc[_MARK + s] == p:
+                sc[_MARK + s] = w
+        k = queue[p]
+        if k >= 0:
+            queue[w] = k
+            st[k].qpos = w
             w += 1
+    for s in range(2):
+        if sc[_MARK + s] >= sc[_TAIL]:
+            sc[_MARK + s] = w
+        elif sc[_MARK + s] < sc[_HEAD]:
+            sc[_MARK + s] = 0
     sc[_HEAD] = 0
     sc[_TAIL] = w
 
 
 @nb.njit(cache=True)
-def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, queue, req_rank,
-            counts, threshold):  # pragma: no cover - compiled
+def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at, sc, queue,
+            req_rank, counts, threshold):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
     store records only new and ready keys; with `missing_only` every resident key is outside
     the call): keys new to the request raise their rank, the request's own rank given at its
@@ -228,10 +242,10 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, queu
     free = 0
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        resident = st[k, _RANK] >= 0
+        resident = st[k].rank >= 0
         if missing_only and resident:
             continue
-        st[k, _LAST] = req
+        st[k].last = req
         if not resident:
             if not admitted(counts[0], threshold, k):
                 continue  # below the store threshold: neither stored nor accessed
@@ -242,19 +256,19 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, queu
                 continue
             if held == _FREE:
                 free += 1
-        if st[k, seen] == req:
+        if seen_at[seen, j] == req:
             continue
-        st[k, seen] = req
+        seen_at[seen, j] = req
         if r_req < 0:
             r_req = _request_rank(req_rank, sc, req, s)
         r = r_req * _M + (_M - 2 - j)
-        if resident and st[k, _RANK] < r:
-            _raise(st, sc, queue, k, r, s, j)
+        if resident and st[k].rank < r:
+            _raise(st, seen_at, sc, queue, k, r, s, j)
     return new, free
 
 
 @nb.njit(cache=True)
-def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, queue,
+def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, seen_at, sc, queue,
            req_rank, chosen, step_keys, evictions, counts, threshold):  # pragma: no cover
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
     `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
@@ -262,8 +276,8 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     step's last keys (`lru_rows.write_through` takes them to the tiers below)."""
     if threshold >= 2:
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
-    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, sc, queue,
-                             req_rank, counts, threshold)
+    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at,
+                             sc, queue, req_rank, counts, threshold)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
@@ -286,21 +300,21 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
         for c in range(got):
             k = chosen[c]
             _leave_queue(st, queue, k)
-            st[k, _RANK] = -1
-            st[k, _STAMP] = -call - 1
+            st[k].rank = -1
+            st[k].stamp = -call - 1
             e = sc[_EVICTED] + c
             evictions[0, e] = k
             evictions[1, e] = req
-            evictions[2, e] = st[k, _LAST]
+            evictions[2, e] = st[k].last
         sc[_RESIDENT] -= got
         sc[_EVICTED] += got
     s = seen - _SEEN0
     r_req = _request_rank(req_rank, sc, req, s)
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if (st[k, _RANK] < 0 and (call == 0 or st[k, _STAMP] != -call - 1)
+        if (st[k].rank < 0 and (call == 0 or st[k].stamp != -call - 1)
                 and admitted(counts[0], threshold, k)):
-            _raise(st, sc, queue, k, r_req * _M + (_M - 2 - j), s, j)
+            _raise(st, seen_at, sc, queue, k, r_req * _M + (_M - 2 - j), s, j)
             _hold(st, sc, k, _PENDING)
             step_keys[sc[_STEP]] = k
             sc[_STEP] += 1
@@ -310,32 +324,32 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
 
 
 @nb.njit(cache=True, inline="always")
-def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, queue,
+def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, seen_at, sc, queue,
            req_rank, chosen, step_keys, evictions, lower, counts, threshold):  # pragma: no cover
     """`_store`, then what it stored written through to the tiers below."""
     stored_from = sc[_STEP]
-    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, sc, queue,
-                req_rank, chosen, step_keys, evictions, counts, threshold)
+    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, seen_at, sc,
+                queue, req_rank, chosen, step_keys, evictions, counts, threshold)
     if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
         write_through(step_keys, stored_from, sc[_STEP], lower, req)
     return ok
 
 
 @nb.njit(cache=True)
-def _finish(ids, start, per_chunk, chunks, req, seen, st, sc, queue, req_rank):  # pragma: no cover
+def _finish(ids, start, per_chunk, chunks, req, seen, st, seen_at, sc, queue,
+            req_rank):  # pragma: no cover - compiled
     """`on_request_finished`: every key the request saw, tail to head, most recent (onto the
     queue's tail). Every key of its rank is one it saw, so none is left with it."""
     _enqueue_room(st, sc, queue, chunks)
     t = sc[_TAIL]
     for j in range(chunks - 1, -1, -1):
         k = chunk_key(ids, start, per_chunk, j)
-        if st[k, seen] == req and st[k, _RANK] >= 0:
+        if seen_at[seen, j] == req and st[k].rank >= 0:
             sc[_COUNTER] += 1
             _leave_queue(st, queue, k)
-            st[k, _RANK] = _finished_rank(sc[_COUNTER])
-            st[k, _QPOS] = t
-            queue[0, t] = k
-            queue[1, t] = sc[_COUNTER]
+            st[k].rank = _finished_rank(sc[_COUNTER])
+            st[k].qpos = t
+            queue[t] = k
             t += 1
     sc[_TAIL] = t
     sc[_LIVE + seen - _SEEN0] = -1
@@ -371,22 +385,23 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     chunks = int(offsets[n]) // per_chunk
     max_chunks = most_chunks(offsets, per_chunk)
     room = lru_rows.first_room(chunks, len(lower_capacity))
-    # The finished queue holds at most the resident keys live; four times that and a
-    # request's chunks leave room for its dead entries between compactions.
-    queue_room = 4 * min(max(int(capacity), 1), keys) + 2 * max_chunks + 16
+    # The finished queue (int32 keys) holds at most the resident keys live; eight times that
+    # and a request's chunks leave room for its dead entries between compactions.
+    queue_words = (8 * min(max(int(capacity), 1), keys) + 2 * max_chunks + 16) // 2
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
-    need = 8 * (_COLUMNS * keys + 2 * queue_room
+    need = 8 * (4 * keys + queue_words
                 + (7 * len(lower_capacity) * keys if lower_capacity else 0)
                 + (3 * keys if store_threshold >= 2 else 0))
     with memory.reserved(need, f"vLLM's CPU offload over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
         while True:  # promotions again and again can outgrow the evictions' room: more
-            rows_end = _COLUMNS * keys
-            work = np.empty(rows_end + 2 * queue_room + 3 * room, dtype=np.int64)
-            st = work[:rows_end].reshape(keys, _COLUMNS)
-            st.fill(-1)  # not resident, not held, never seen
-            queue = work[rows_end:rows_end + 2 * queue_room].reshape(2, queue_room)
-            evictions = work[rows_end + 2 * queue_room:].reshape(3, room)
+            rows_end = 4 * keys  # a row is four int64 words
+            work = np.empty(rows_end + queue_words + 3 * room, dtype=np.int64)
+            work[:rows_end].fill(-1)  # not resident, not held, never stamped
+            st = work[:rows_end].view(_ROW)
+            seen_at = np.full((2, max(max_chunks, 1)), -1, dtype=np.int32)
+            queue = work[rows_end:rows_end + queue_words].view(np.int32)
+            evictions = work[rows_end + queue_words:].reshape(3, room)
             lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
                                                len(lower_capacity), 0, room)
             answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
@@ -400,7 +415,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
                 offsets, pass_ids(ids),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
-                np.int64(capacity), st, queue, evictions, lower_rows,
+                np.int64(capacity), st, seen_at, queue, evictions, lower_rows,
                 np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
                 tracker(keys, store_threshold), np.int64(store_threshold), lends, lsize,
                 lcounters, hits, lacking, sc, per_request[0], per_request[1], per_request[2],
@@ -418,8 +433,8 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
 
 @refcount_free
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          queue, evictions, lst, lcapacity, levictions, answers, counts, threshold, lends, lsize,
-          lcounters, hits, lacking, sc, req_rank, req_next, req_failed, chosen, step_keys,
+          seen_at, queue, evictions, lst, lcapacity, levictions, answers, counts, threshold, lends,
+          lsize, lcounters, hits, lacking, sc, req_rank, req_next, req_failed, chosen, step_keys,
           source):  # pragma: no cover - compiled
     """`vllm_offload_pass` on its arrays: a row per key, the finished queue, a column per
     eviction, the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), the
@@ -458,7 +473,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             passes = 1
             run = 0
             while (first + run < chunks
-                   and st[chunk_key(ids, start, per_chunk, first + run), _RANK] >= 0):
+                   and st[chunk_key(ids, start, per_chunk, first + run)].rank >= 0):
                 run += 1
         while below > 0:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
             passes += 1
@@ -466,15 +481,15 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 # Out of room for the evictions: run again with more.
                 return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2
             run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens,
-                                          i, prev, passes == 1, step, seen, capacity, st, sc, queue,
-                                          req_rank, chosen, step_keys, evictions, counts,
-                                          answers, source, lower)
+                                          i, prev, passes == 1, step, seen, capacity, st,
+                                          seen_at, sc, queue, req_rank, chosen, step_keys,
+                                          evictions, counts, answers, source, lower)
             if not deferred:
                 break
             if passes == 1 and prev >= 0:
-                _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, queue, req_rank,
-                        req_next, req_failed, chosen, step_keys, evictions, lower, counts,
-                        threshold)
+                _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, seen_at, sc,
+                        queue, req_rank, req_next, req_failed, chosen, step_keys, evictions,
+                        lower, counts, threshold)
             if passes > 4 * (chunks - first) + 8:
                 return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i
             _end_step(sc)
@@ -490,13 +505,13 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 _hold(st, sc, k, _PINNED)
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
-            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, sc, queue,
+            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, seen_at, sc, queue,
                     req_rank, counts, zero)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
-            ok = _offer(ids, start, per_chunk, zero, chunks, no, i, seen, capacity, st, sc, queue,
-                        req_rank, chosen, step_keys, evictions, lower, counts, threshold)
+            ok = _offer(ids, start, per_chunk, zero, chunks, no, i, seen, capacity, st, seen_at,
+                        sc, queue, req_rank, chosen, step_keys, evictions, lower, counts, threshold)
             req_failed[i] = 0 if ok else 1
             if ok:
                 req_next[i] = chunks
@@ -505,15 +520,16 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             p_start = offsets[prev]
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
                 _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, no, prev,
-                       prev_seen, capacity, st, sc, queue, req_rank, chosen, step_keys,
+                       prev_seen, capacity, st, seen_at, sc, queue, req_rank, chosen, step_keys,
                        evictions, lower, counts, threshold)
-            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, queue, req_rank)
+            _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, seen_at, sc, queue,
+                    req_rank)
         _end_step(sc)
         step += 1
         if loaded > 0:
             if req_next[i] < chunks:
                 ok = _offer(ids, start, per_chunk, req_next[i], chunks, no, i, seen,
-                            capacity, st, sc, queue, req_rank, chosen, step_keys,
+                            capacity, st, seen_at, sc, queue, req_rank, chosen, step_keys,
                             evictions, lower, counts, threshold)
                 req_failed[i] = 0 if ok else 1
                 if ok:
@@ -531,8 +547,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
 
 @nb.njit(cache=True)
 def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, prev, prev_live,
-                  step, seen, capacity, st, sc, queue, req_rank, chosen, step_keys, evictions,
-                  counts, answers, source, lower):  # pragma: no cover - compiled
+                  step, seen, capacity, st, seen_at, sc, queue, req_rank, chosen, step_keys,
+                  evictions, counts, answers, source, lower):  # pragma: no cover - compiled
     """One lookup of request `req` with tiers below the CPU (`vllm_native._lookup_pass`):
     its run, and whether a chunk is pending (the lookup runs again next step)."""
     lst = lower[0]
@@ -544,13 +560,13 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
         # tier holds, for `lacking`.
         while first + run < chunks:
             k = chunk_key(ids, start, per_chunk, first + run)
-            if not (st[k, _RANK] >= 0 or holder_below(lst, below, k) < below):
+            if not (st[k].rank >= 0 or holder_below(lst, below, k) < below):
                 break
             run += 1
         return run, False
     for j in range(first, chunks):
         k = chunk_key(ids, start, per_chunk, j)
-        if st[k, _RANK] >= 0:
+        if st[k].rank >= 0:
             run += 1
             if _held(st, sc, k) == _PENDING:
                 deferred = True
@@ -562,7 +578,8 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
             deferred = True
             continue
         if not _store(ids, start, per_chunk, j, j + 1, np.bool_(True), req, seen, capacity, st,
-                      sc, queue, req_rank, chosen, step_keys, evictions, counts, np.int64(0)):
+                      seen_at, sc, queue, req_rank, chosen, step_keys, evictions, counts,
+                      np.int64(0)):
             break
         source[j - first] = t + 1
         read_below(lower, t, k)
@@ -572,8 +589,8 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
 
 
 @nb.njit(cache=True)
-def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, queue, req_rank, req_next,
-            req_failed, chosen, step_keys, evictions, lower, counts,
+def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, seen_at, sc, queue, req_rank,
+            req_next, req_failed, chosen, step_keys, evictions, lower, counts,
             threshold):  # pragma: no cover - compiled
     """The connector sees request `prev` finish: a failed offer offered again, then its keys
     ranked (`_finish`)."""
@@ -581,6 +598,7 @@ def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, sc, queue, r
     p_chunks = (offsets[prev + 1] - p_start) // per_chunk
     if req_failed[prev] != 0 and req_next[prev] < p_chunks:
         _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, np.bool_(False), prev, prev_seen,
-               capacity, st, sc, queue, req_rank, chosen, step_keys, evictions, lower, counts,
-               threshold)
-    _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, sc, queue, req_rank)
+               capacity, st, seen_at, sc, queue, req_rank, chosen, step_keys, evictions, lower,
+               counts, threshold)
+    _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, seen_at, sc, queue,
+            req_rank)
