@@ -3,38 +3,40 @@
 The same connector and manager, request by request (`vllm_native.py` has the rules and their
 sources; `tests/prefix/test_tiers_vllm_golden.py` checks this kernel against vLLM itself and
 `tests/prefix/test_tiers.py` against the Python model). Keys are chain ids (dense), so the
-manager's dicts become one 32-byte record per key: its LRU rank (−1: not resident), the stamp
-of the offer that must not evict it, its last use, what holds it in which step (a load pins
-it, a store leaves it pending until the step ends: a step's end is one counter's increment,
-not a pass over its keys), and its place in the finished queue. Whether a live request (the
-one scheduled, and the one whose finish the connector has not seen yet) has seen a key is kept
-by the request's chunk position (`seen_at`, a row per live request): a key appears once in a
-prompt. A rank (a, b) is packed as a·2^21 + b: a request's access or insert gives
-(R, 2^21 − 2 − j) for its chunk j (the tail below the head, as vLLM's (R, −position)), its
-finish (counter, 2^21 − 1).
+manager's dicts become one 16-byte record per key, four to a cache line: its LRU rank (−1: not
+resident), its last use and its place in the finished queue; and an `aux` row read only while a
+transfer holds keys or an offer is stamped: what holds it in which step (a load pins it, a store
+leaves it pending until the step ends: a step's end is one counter's increment, not a pass over
+its keys) and the stamp of the offer that must not evict it. Whether a live request (the one
+scheduled, and the one whose finish the connector has not seen yet) has seen a key is kept by
+the request's chunk position (`seen_at`, a row per live request): a key appears once in a
+prompt. A rank (a, b) is packed as a·2^21 + b: a request's access or insert gives (R, 2^21 − 2 −
+j) for its chunk j (the tail below the head, as vLLM's (R, −position)), its finish (counter,
+2^21 − 1).
 
-vLLM keeps the evictable keys in a lazy heap; here no heap is needed. Every rank's first part
-is a value of one counter, and only two requests are live at a time, so only their two ranks
-hold more than one key. A finish gives each key a counter value of its own, the highest yet:
-the finished keys are a queue (int32 keys) in rank order, appended at its tail, an entry
-marked dead where it sits when its key takes another rank (the key's record knows the place).
-A live request's rank falls between the keys finished before it was given and those after: its
-mark, the queue's tail at that moment. Its own keys are found among its chunks, tail first, by
-their rank. An eviction takes the queue's entries before the first live request's mark, then
-that request's chunks, the entries before the other's mark, its chunks, and the rest of the
-queue, passing over a key a transfer of this step holds and the offer's own keys. Those are
-stamped only when the scan gets past the queue's first part (none of them is there: a key the
-offering request saw took its rank then, or was held). Dead entries leave at the front, and the
-queue is compacted when its end is reached (its live entries are at most the resident keys;
-the array is eight times that, so compactions are rare). On the Mooncake conversation trace
-(`benchmarks/tiers.py`: 276,491 blocks, 143,173 evictions) the pass takes about 3.5 ms where a
+vLLM keeps the evictable keys in a lazy heap; here no heap is needed. Every rank's first part is
+a value of one counter, and only two requests are live at a time, so only their two ranks hold
+more than one key. A finish gives each key a counter value of its own, the highest yet: the
+finished keys are a queue (int32 keys) in rank order, appended at its tail, an entry marked dead
+where it sits when its key takes another rank (the key's record knows the place). A live
+request's rank falls between the keys finished before it was given and those after: its mark,
+the queue's tail at that moment. Its own keys are found among its chunks, tail first, by their
+rank. An eviction takes the queue's entries before the first live request's mark, then that
+request's chunks, the entries before the other's mark, its chunks, and the rest of the queue,
+passing over a key a transfer of this step holds and the offer's own keys. Those are stamped
+only when the scan gets past the queue's first part (none of them is there: a key the offering
+request saw took its rank then, or was held). Dead entries leave at the front, and the queue is
+compacted when its end is reached (its live entries are at most the resident keys; the array is
+eight times that, so compactions are rare). On the Mooncake conversation trace
+(`benchmarks/tiers.py`: 276,491 blocks, 143,173 evictions) the pass takes about 3.3 ms where a
 list threaded through 64-byte rows in rank order took 4.8 ms (it read two neighbours' rows at
-every move, and every stale check read a cold row); on 1e9 tokens (62 million blocks) 0.65 s
-where it took 0.90 s. A store threshold counts each offer first (`offer_counts.py`); a chunk
-below it is neither stored nor accessed. Tiers below the CPU are LRU lists (`lru_rows.py`):
-written through on every store, asked a step late (`lru_rows.ask_below`, one answer per tier
-and key), their chunks promoted one at a time and the lookup run again each step until nothing
-is pending (`vllm_native._lookup_pass`).
+every move, and every stale check read a cold row); on 1e9 tokens (62 million blocks) about 0.6
+s where it took 0.90 s (16-byte records: 6 % less than 32-byte ones at both sizes). A store
+threshold counts each offer first (`offer_counts.py`); a chunk below it is neither stored nor
+accessed. Tiers below the CPU are LRU lists (`lru_rows.py`): written through on every store,
+asked a step late (`lru_rows.ask_below`, one answer per tier and key), their chunks promoted one
+at a time and the lookup run again each step until nothing is pending
+(`vllm_native._lookup_pass`).
 """
 
 from __future__ import annotations
@@ -65,9 +67,11 @@ from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 _SHIFT = 21
 _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
 # Columns of a key's row.
-_ROW = np.dtype([("rank", np.int64), ("last", np.int32), ("stamp", np.int32),
-                 ("held", np.int32), ("held_step", np.int32), ("qpos", np.int32),
-                 ("spare", np.int32)], align=True)  # 32 bytes: two keys a cache line
+_ROW = np.dtype([("rank", np.int64), ("last", np.int32), ("qpos", np.int32)],
+                align=True)  # 16 bytes: four keys a cache line
+# What a key's `aux` row holds, rarely read: the step and kind of a transfer holding it
+# (step·4 + kind), and the stamp of the offer that must not evict it.
+_HELD_CODE, _STAMP = 0, 1
 _SEEN0, _SEEN1 = 0, 1  # the live request slots (rows of `seen_at`)
 _FREE, _PINNED, _PENDING = -1, 1, 2  # what holds a key: _HELD, in the step _HELD_STEP
 # Slots of the scalars array: counters, the finished queue's head and tail, the step's id,
@@ -93,7 +97,7 @@ def _leave_queue(st, queue, k):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, inline="always")
-def _raise(st, seen_at, sc, queue, k, r, s, j):  # pragma: no cover - compiled
+def _raise(st, sc, queue, k, r, s, j):  # pragma: no cover - compiled
     """Key k takes rank r of live slot s's request, whose chunk j it is."""
     if st[k].rank >= 0:
         _leave_queue(st, queue, k)
@@ -114,26 +118,30 @@ def _request_rank(req_rank, sc, req, s):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, inline="always")
-def _held(st, sc, k):  # pragma: no cover - compiled
-    """What holds key k in this step: a load (_PINNED), a store (_PENDING), or nothing."""
-    return st[k].held if st[k].held_step == sc[_STEP_ID] else _FREE
+def _held(aux, sc, k):  # pragma: no cover - compiled
+    """What holds key k in this step: a load (_PINNED), a store (_PENDING), or nothing (and
+    nothing at all before this step's first transfer, without reading the key's row)."""
+    if sc[_STEP] == 0:
+        return _FREE
+    code = aux[k, _HELD_CODE]
+    return code & 3 if code >> 2 == sc[_STEP_ID] else _FREE
 
 
 @nb.njit(cache=True, inline="always")
-def _hold(st, sc, k, kind):  # pragma: no cover - compiled
+def _hold(aux, sc, k, kind):  # pragma: no cover - compiled
     """A transfer of this step holds key k until the step ends."""
-    st[k].held = kind
-    st[k].held_step = sc[_STEP_ID]
+    aux[k, _HELD_CODE] = sc[_STEP_ID] * 4 + kind
 
 
 @nb.njit(cache=True, inline="always")
-def _evictable(st, sc, k, call):  # pragma: no cover - compiled
-    """Outside the offer (its stamp) and held by no transfer of this step."""
-    return st[k].stamp != call and _held(st, sc, k) == _FREE
+def _evictable(aux, sc, k, call, stamped):  # pragma: no cover - compiled
+    """Outside the offer (its stamp, when the offer is stamped) and held by no transfer of
+    this step."""
+    return not (stamped and aux[k, _STAMP] == call) and _held(aux, sc, k) == _FREE
 
 
 @nb.njit(cache=True)
-def _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start, lo, hi,
+def _choose(ids, per_chunk, st, aux, sc, queue, req_rank, chosen, needed, call, start, lo, hi,
             stamp):  # pragma: no cover - compiled
     """The `needed` least recent evictable keys into `chosen`; returns how many there were.
 
@@ -169,21 +177,22 @@ def _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start
             else:
                 s1 = s
                 r1 = req_rank[q]
+    stamped = False
     for phase in range(3):
         s = s0 if phase == 0 else (s1 if phase == 1 else -1)
         bound = sc[_MARK + s] if s >= 0 else sc[_TAIL]  # the keys finished before that rank
         while pos < bound and got < needed:
             k = queue[pos]
-            if k >= 0 and _evictable(st, sc, k, call):
+            if k >= 0 and _evictable(aux, sc, k, call, stamped):
                 chosen[got] = k
                 got += 1
             pos += 1
         if got >= needed or s < 0:
             continue
-        if stamp:
+        if stamp and not stamped:
             for j in range(lo, hi):
-                st[chunk_key(ids, start, per_chunk, j)].stamp = call
-            stamp = False
+                aux[chunk_key(ids, start, per_chunk, j), _STAMP] = call
+            stamped = True
         live_start = sc[_START + s]
         base = (r0 if phase == 0 else r1) * _M + (_M - 2)
         j = sc[_TOPJ + s]
@@ -192,7 +201,7 @@ def _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start
             k = chunk_key(ids, live_start, per_chunk, j)
             if st[k].rank == base - j:
                 top = False
-                if _evictable(st, sc, k, call):
+                if _evictable(aux, sc, k, call, stamped):
                     chosen[got] = k
                     got += 1
             elif top:
@@ -229,7 +238,7 @@ def _enqueue_room(st, sc, queue, more):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True)
-def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at, sc, queue,
+def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, seen_at, sc, queue,
             req_rank, counts, threshold):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
     store records only new and ready keys; with `missing_only` every resident key is outside
@@ -251,7 +260,7 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at,
                 continue  # below the store threshold: neither stored nor accessed
             new += 1
         else:
-            held = _held(st, sc, k)
+            held = _held(aux, sc, k)
             if held == _PENDING:
                 continue
             if held == _FREE:
@@ -263,21 +272,21 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at,
             r_req = _request_rank(req_rank, sc, req, s)
         r = r_req * _M + (_M - 2 - j)
         if resident and st[k].rank < r:
-            _raise(st, seen_at, sc, queue, k, r, s, j)
+            _raise(st, sc, queue, k, r, s, j)
     return new, free
 
 
 @nb.njit(cache=True)
-def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, seen_at, sc, queue,
-           req_rank, chosen, step_keys, evictions, counts, threshold):  # pragma: no cover
+def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, aux, seen_at, sc,
+           queue, req_rank, chosen, step_keys, evictions, counts, threshold):  # pragma: no cover
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
     `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
     `evictions`: the key, the offering request, the key's last use. The chunks stored are the
     step's last keys (`lru_rows.write_through` takes them to the tiers below)."""
     if threshold >= 2:
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
-    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at,
-                             sc, queue, req_rank, counts, threshold)
+    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux,
+                             seen_at, sc, queue, req_rank, counts, threshold)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
@@ -292,7 +301,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
         # offer is outside it).
         sc[_CALL] += 1
         call = sc[_CALL]
-        got = _choose(ids, per_chunk, st, sc, queue, req_rank, chosen, needed, call, start, lo,
+        got = _choose(ids, per_chunk, st, aux, sc, queue, req_rank, chosen, needed, call, start, lo,
                       hi, not missing_only)
         if got < needed:
             sc[_FAILED] += 1
@@ -301,7 +310,8 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
             k = chosen[c]
             _leave_queue(st, queue, k)
             st[k].rank = -1
-            st[k].stamp = -call - 1
+            if missing_only:  # a resident key outside a partial offer: not stored back
+                aux[k, _STAMP] = -call - 1
             e = sc[_EVICTED] + c
             evictions[0, e] = k
             evictions[1, e] = req
@@ -312,10 +322,10 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     r_req = _request_rank(req_rank, sc, req, s)
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if (st[k].rank < 0 and (call == 0 or st[k].stamp != -call - 1)
+        if (st[k].rank < 0 and (not missing_only or call == 0 or aux[k, _STAMP] != -call - 1)
                 and admitted(counts[0], threshold, k)):
-            _raise(st, seen_at, sc, queue, k, r_req * _M + (_M - 2 - j), s, j)
-            _hold(st, sc, k, _PENDING)
+            _raise(st, sc, queue, k, r_req * _M + (_M - 2 - j), s, j)
+            _hold(aux, sc, k, _PENDING)
             step_keys[sc[_STEP]] = k
             sc[_STEP] += 1
             sc[_RESIDENT] += 1
@@ -324,12 +334,13 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
 
 
 @nb.njit(cache=True, inline="always")
-def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, seen_at, sc, queue,
-           req_rank, chosen, step_keys, evictions, lower, counts, threshold):  # pragma: no cover
+def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, aux, seen_at, sc,
+           queue, req_rank, chosen, step_keys, evictions, lower, counts,
+           threshold):  # pragma: no cover - compiled
     """`_store`, then what it stored written through to the tiers below."""
     stored_from = sc[_STEP]
-    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, seen_at, sc,
-                queue, req_rank, chosen, step_keys, evictions, counts, threshold)
+    ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, aux,
+                seen_at, sc, queue, req_rank, chosen, step_keys, evictions, counts, threshold)
     if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
         write_through(step_keys, stored_from, sc[_STEP], lower, req)
     return ok
@@ -389,16 +400,17 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     # and a request's chunks leave room for its dead entries between compactions.
     queue_words = (8 * min(max(int(capacity), 1), keys) + 2 * max_chunks + 16) // 2
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
-    need = 8 * (4 * keys + queue_words
+    need = 8 * (3 * keys + queue_words
                 + (7 * len(lower_capacity) * keys if lower_capacity else 0)
                 + (3 * keys if store_threshold >= 2 else 0))
     with memory.reserved(need, f"vLLM's CPU offload over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
         while True:  # promotions again and again can outgrow the evictions' room: more
-            rows_end = 4 * keys  # a row is four int64 words
+            rows_end = 3 * keys  # a record is two int64 words, its aux row one
             work = np.empty(rows_end + queue_words + 3 * room, dtype=np.int64)
             work[:rows_end].fill(-1)  # not resident, not held, never stamped
-            st = work[:rows_end].view(_ROW)
+            st = work[:2 * keys].view(_ROW)
+            aux = work[2 * keys:rows_end].view(np.int32).reshape(keys, 2)
             seen_at = np.full((2, max(max_chunks, 1)), -1, dtype=np.int32)
             queue = work[rows_end:rows_end + queue_words].view(np.int32)
             evictions = work[rows_end + queue_words:].reshape(3, room)
@@ -415,7 +427,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
                 offsets, pass_ids(ids),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
-                np.int64(capacity), st, seen_at, queue, evictions, lower_rows,
+                np.int64(capacity), st, aux, seen_at, queue, evictions, lower_rows,
                 np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
                 tracker(keys, store_threshold), np.int64(store_threshold), lends, lsize,
                 lcounters, hits, lacking, sc, per_request[0], per_request[1], per_request[2],
@@ -433,9 +445,9 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
 
 @refcount_free
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          seen_at, queue, evictions, lst, lcapacity, levictions, answers, counts, threshold, lends,
-          lsize, lcounters, hits, lacking, sc, req_rank, req_next, req_failed, chosen, step_keys,
-          source):  # pragma: no cover - compiled
+          aux, seen_at, queue, evictions, lst, lcapacity, levictions, answers, counts, threshold,
+          lends, lsize, lcounters, hits, lacking, sc, req_rank, req_next, req_failed, chosen,
+          step_keys, source):  # pragma: no cover - compiled
     """`vllm_offload_pass` on its arrays: a row per key, the finished queue, a column per
     eviction, the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), the
     offer counts of a store threshold (`offer_counts.py`), the lower tiers' ends, sizes and
@@ -482,12 +494,12 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2
             run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens,
                                           i, prev, passes == 1, step, seen, capacity, st,
-                                          seen_at, sc, queue, req_rank, chosen, step_keys,
+                                          aux, seen_at, sc, queue, req_rank, chosen, step_keys,
                                           evictions, counts, answers, source, lower)
             if not deferred:
                 break
             if passes == 1 and prev >= 0:
-                _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, seen_at, sc,
+                _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, aux, seen_at, sc,
                         queue, req_rank, req_next, req_failed, chosen, step_keys, evictions,
                         lower, counts, threshold)
             if passes > 4 * (chunks - first) + 8:
@@ -502,16 +514,17 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         if loaded > 0:
             for j in range(first, first + run):
                 k = chunk_key(ids, start, per_chunk, j)
-                _hold(st, sc, k, _PINNED)
+                _hold(aux, sc, k, _PINNED)
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
-            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, seen_at, sc, queue,
-                    req_rank, counts, zero)
+            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, aux, seen_at, sc,
+                    queue, req_rank, counts, zero)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
-            ok = _offer(ids, start, per_chunk, zero, chunks, no, i, seen, capacity, st, seen_at,
-                        sc, queue, req_rank, chosen, step_keys, evictions, lower, counts, threshold)
+            ok = _offer(ids, start, per_chunk, zero, chunks, no, i, seen, capacity, st, aux,
+                        seen_at, sc, queue, req_rank, chosen, step_keys, evictions, lower, counts,
+                        threshold)
             req_failed[i] = 0 if ok else 1
             if ok:
                 req_next[i] = chunks
@@ -520,8 +533,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             p_start = offsets[prev]
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
                 _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, no, prev,
-                       prev_seen, capacity, st, seen_at, sc, queue, req_rank, chosen, step_keys,
-                       evictions, lower, counts, threshold)
+                       prev_seen, capacity, st, aux, seen_at, sc, queue, req_rank, chosen,
+                       step_keys, evictions, lower, counts, threshold)
             _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, seen_at, sc, queue,
                     req_rank)
         _end_step(sc)
@@ -529,7 +542,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         if loaded > 0:
             if req_next[i] < chunks:
                 ok = _offer(ids, start, per_chunk, req_next[i], chunks, no, i, seen,
-                            capacity, st, seen_at, sc, queue, req_rank, chosen, step_keys,
+                            capacity, st, aux, seen_at, sc, queue, req_rank, chosen, step_keys,
                             evictions, lower, counts, threshold)
                 req_failed[i] = 0 if ok else 1
                 if ok:
@@ -547,7 +560,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
 
 @nb.njit(cache=True)
 def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, prev, prev_live,
-                  step, seen, capacity, st, seen_at, sc, queue, req_rank, chosen, step_keys,
+                  step, seen, capacity, st, aux, seen_at, sc, queue, req_rank, chosen, step_keys,
                   evictions, counts, answers, source, lower):  # pragma: no cover - compiled
     """One lookup of request `req` with tiers below the CPU (`vllm_native._lookup_pass`):
     its run, and whether a chunk is pending (the lookup runs again next step)."""
@@ -568,7 +581,7 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
         k = chunk_key(ids, start, per_chunk, j)
         if st[k].rank >= 0:
             run += 1
-            if _held(st, sc, k) == _PENDING:
+            if _held(aux, sc, k) == _PENDING:
                 deferred = True
             continue
         t = answer_below(answers, lst, k, req, prev, prev_live, step)
@@ -578,7 +591,7 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
             deferred = True
             continue
         if not _store(ids, start, per_chunk, j, j + 1, np.bool_(True), req, seen, capacity, st,
-                      seen_at, sc, queue, req_rank, chosen, step_keys, evictions, counts,
+                      aux, seen_at, sc, queue, req_rank, chosen, step_keys, evictions, counts,
                       np.int64(0)):
             break
         source[j - first] = t + 1
@@ -589,8 +602,8 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
 
 
 @nb.njit(cache=True)
-def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, seen_at, sc, queue, req_rank,
-            req_next, req_failed, chosen, step_keys, evictions, lower, counts,
+def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, aux, seen_at, sc, queue,
+            req_rank, req_next, req_failed, chosen, step_keys, evictions, lower, counts,
             threshold):  # pragma: no cover - compiled
     """The connector sees request `prev` finish: a failed offer offered again, then its keys
     ranked (`_finish`)."""
@@ -598,7 +611,7 @@ def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, seen_at, sc,
     p_chunks = (offsets[prev + 1] - p_start) // per_chunk
     if req_failed[prev] != 0 and req_next[prev] < p_chunks:
         _offer(ids, p_start, per_chunk, req_next[prev], p_chunks, np.bool_(False), prev, prev_seen,
-               capacity, st, seen_at, sc, queue, req_rank, chosen, step_keys, evictions, lower,
+               capacity, st, aux, seen_at, sc, queue, req_rank, chosen, step_keys, evictions, lower,
                counts, threshold)
     _finish(ids, p_start, per_chunk, p_chunks, prev, prev_seen, st, seen_at, sc, queue,
             req_rank)
