@@ -306,6 +306,50 @@ def test_vllm_kernels_equal_the_python_model(arc: bool, seed: int, per_chunk: in
     assert lacking[0].tolist() == lacking[1].tolist() and (lacking[0] >= 0).any()
 
 
+def test_vllm_kernel_equals_the_python_model_on_random_configurations() -> None:
+    # GIVEN 60 seeded configurations drawn at random: prompts over 2 to 6 token values (shared
+    # prefixes, full hits), GPU pools of 8 to 39 blocks, CPU tiers of 1 to 39 chunks of 1 to 3
+    # blocks (1 to 5 on odd seeds: a tier smaller than one prompt fails offers and evicts the
+    # live requests' own keys, and compacts its finished queue often), store thresholds, and a
+    # disk (and a remote) tier below some
+    from dataclasses import replace
+
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_offload, replay_vllm_tiers
+
+    failed = below = 0
+    for seed in range(60):
+        rng = np.random.default_rng(1000 + seed)
+        vocab, longest = int(rng.integers(2, 7)), int(rng.integers(3, 60))
+        prompts = [[int(t) for t in rng.integers(0, vocab, size=int(rng.integers(1, longest)))]
+                   for _ in range(int(rng.integers(20, 120)))]
+        per_chunk = int(rng.integers(1, 4))
+        rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=int(rng.integers(8, 40)))
+        chains = chains_of(prompts, rules)
+        gpu, refused = gpu_replay(chains, rules), refused_requests(chains, rules)
+        threshold = int(rng.choice([0, 0, 2, 3]))
+        cpu = replace(_tier("cpu", int(rng.integers(1, 6 if seed % 2 else 40)), 2 * per_chunk),
+                      store_threshold=threshold)
+        names = [] if threshold or rng.random() < 0.5 else (
+            ["disk"] if rng.random() < 0.6 else ["disk", "remote"])
+        tiers = (cpu, *(_tier(name, int(rng.integers(1, 60)), 2 * per_chunk) for name in names))
+        # WHEN the compiled kernel and the Python model replay them
+        lacking = np.full((2, len(prompts)), -1, dtype=np.int64)
+        compiled, counters, evicted = replay_vllm_tiers(chains, gpu.hit_blocks, refused, tiers,
+                                                        lacking=lacking[0])
+        python, reference, expected = replay_vllm_offload(
+            chains, gpu.hit_blocks, refused, tiers[0], tiers[1:], lacking=lacking[1])
+        # THEN every request's hits, every counter and eviction and first lacking chunk agree
+        assert [h.tolist() for h in compiled] == [h.tolist() for h in python], seed
+        assert counters == reference, seed
+        _same_evictions(evicted, expected)
+        assert lacking[0].tolist() == lacking[1].tolist(), seed
+        failed += reference[0].failed_stores > 0
+        below += sum(int(h.sum()) for h in python[1:]) > 0
+    # and the draw reached failed offers and hits served from below the CPU
+    assert failed >= 5 and below >= 5, (failed, below)
+
+
 def _tiny_vocabulary_case(seed: int):  # type: ignore[no-untyped-def]
     """150 random prompts of 1 to 13 tokens over two token values (prefixes shared often), as
     chains of two-token blocks, with their GPU replay (9 blocks, vLLM's pool) and refusals."""

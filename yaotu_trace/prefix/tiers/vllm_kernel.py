@@ -66,17 +66,19 @@ from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
 
 _SHIFT = 21
 _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
-# Columns of a key's row.
+# A key's record.
 _ROW = np.dtype([("rank", np.int64), ("last", np.int32), ("qpos", np.int32)],
                 align=True)  # 16 bytes: four keys a cache line
 # What a key's `aux` row holds, rarely read: the step and kind of a transfer holding it
-# (step·4 + kind), and the stamp of the offer that must not evict it.
+# (step·4 + kind, the step's id modulo 2^29: two steps 2^29 apart, 5e8 steps, are one), and
+# the stamp of the offer that must not evict it.
 _HELD_CODE, _STAMP = 0, 1
+_STEP_MASK = (1 << 29) - 1
 _SEEN0, _SEEN1 = 0, 1  # the live request slots (rows of `seen_at`)
-_FREE, _PINNED, _PENDING = -1, 1, 2  # what holds a key: _HELD, in the step _HELD_STEP
+_FREE, _PINNED, _PENDING = -1, 1, 2  # what holds a key in this step
 # Slots of the scalars array: counters, the finished queue's head and tail, the step's id,
-# and per live request slot (two each) its request (−1: none), its first block and the highest
-# chunk that may hold a key of its rank.
+# and per live request slot (two each) its request (−1: none), its first block, the highest
+# chunk that may hold a key of its rank, and its mark in the queue.
 (_COUNTER, _RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL, _HEAD, _TAIL,
  _STEP_ID, _LIVE, _START, _TOPJ, _MARK) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17)
 _SCALARS = _MARK + 2
@@ -124,13 +126,13 @@ def _held(aux, sc, k):  # pragma: no cover - compiled
     if sc[_STEP] == 0:
         return _FREE
     code = aux[k, _HELD_CODE]
-    return code & 3 if code >> 2 == sc[_STEP_ID] else _FREE
+    return code & 3 if code >> 2 == (sc[_STEP_ID] & _STEP_MASK) else _FREE
 
 
 @nb.njit(cache=True, inline="always")
 def _hold(aux, sc, k, kind):  # pragma: no cover - compiled
     """A transfer of this step holds key k until the step ends."""
-    aux[k, _HELD_CODE] = sc[_STEP_ID] * 4 + kind
+    aux[k, _HELD_CODE] = (sc[_STEP_ID] & _STEP_MASK) * 4 + kind
 
 
 @nb.njit(cache=True, inline="always")
@@ -220,7 +222,8 @@ def _enqueue_room(st, sc, queue, more):  # pragma: no cover - compiled
         return
     w = 0
     for p in range(sc[_HEAD], sc[_TAIL]):
-        for s in range(2):  # a live request's mark moves with the entries before it
+        for s in range(2):  # a live request's mark moves with the entries before it (with one
+            # request at a time it is the tail when a finish compacts; this holds for any order)
             if sc[_MARK + s] == p:
                 sc[_MARK + s] = w
         k = queue[p]
