@@ -182,34 +182,34 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, thr
     the offer fails whole. With `missing_only` the offer is of the chunks the tier lacks
     alone (a promotion from below): the ones it holds are outside the call."""
     sc[_NOW] = req
-    for j in range(lo, hi):
-        k = chunk_key(ids, start, per_chunk, j)
-        if not (missing_only and _held(st, k)):
-            st[k, _LAST] = req
     if threshold >= 2:
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     to_store = 0
     n_miss = 0
+    # One walk: the last use, the misses ARC sees, and the request's access (what it stores,
+    # and the ready keys it reuses). The misses' ghost hits come after it, tail first; they
+    # move keys within B1 and B2 only, which nothing here reads.
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if not _held(st, k) and admitted(counts[0], threshold, k):
-            to_store += 1
-            if st[k, _MISS + slot] != req:
-                misses[n_miss] = k
-                n_miss += 1
-    for m in range(n_miss - 1, -1, -1):
-        _ghost_hit(st, ends, size, target, capacity, misses[m])
-        st[misses[m], _MISS + slot] = req
-    for j in range(lo, hi):  # the request's access: what it stores, and the ready keys it reuses
-        k = chunk_key(ids, start, per_chunk, j)
-        if _held(st, k):
+        held = _held(st, k)
+        if not (missing_only and held):
+            st[k, _LAST] = req
+        if held:
             if missing_only or st[k, _HELD] == _PENDING:
                 continue
             if st[k, _INS + slot] != req:
                 st[k, _REU + slot] = req
         elif not admitted(counts[0], threshold, k):
             continue
+        else:
+            to_store += 1
+            if st[k, _MISS + slot] != req:
+                misses[n_miss] = k
+                n_miss += 1
         st[k, _SEEN + slot] = req
+    for m in range(n_miss - 1, -1, -1):
+        _ghost_hit(st, ends, size, target, capacity, misses[m])
+        st[misses[m], _MISS + slot] = req
     if to_store == 0:
         return True
     resident = size[_T1] + size[_T2]
