@@ -147,9 +147,10 @@ def _choose(ids, per_chunk, st, aux, sc, queue, req_rank, chosen, needed, call, 
             stamp):  # pragma: no cover - compiled
     """The `needed` least recent evictable keys into `chosen`; returns how many there were.
 
-    The order is vLLM's heap's: the finished keys (the queue, oldest first; an entry whose key
-    has another rank since is stale and passed over) with the live requests' chunks between
-    them, each live request's below every key finished after its rank was given, tail first.
+    The order is vLLM's heap's: the finished keys (the queue, oldest first; an entry marked
+    dead, its key ranked anew since, is passed over) with the live requests' chunks between
+    them, each live request's below every key finished after its rank was given (its mark),
+    tail first.
 
     The offer's own keys (chunks lo..hi-1 of the request at `start`) are not evictable: with
     `stamp` they take the offer's stamp `call`, only when the scan passes the keys finished
