@@ -9,9 +9,11 @@ from yaotu_trace.axes.prefix_reuse.metrics import PrefixMetrics
 from yaotu_trace.axes.rule import Remedy, Rule
 from yaotu_trace.axes.thresholds import Thresholds
 
-# What to compare when reusable prefixes are computed again (P002 says the same).
-HOT_PREFIXES = ("compare the hot prefixes' requests: salts, adapters and template bytes before "
-                "the first block, and the instances they were routed to")
+# What to read when reusable prefixes are computed again (P002 says the same): the hot
+# prefixes' `why` names the loss, and each loss has its own place to look.
+HOT_PREFIXES = ("read the hot prefixes' why: isolation (compare their salts, adapters and "
+                "template bytes before the first block), routing (the instances they were "
+                "sent to) or eviction (the pool's size and a tier below it)")
 
 
 def _check(
