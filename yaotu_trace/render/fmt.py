@@ -112,6 +112,11 @@ def bytes_(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
+def bytes_rate(value: float | None) -> str:
+    """Bytes per second in binary units: 6515152213 → 6.1 GiB/s."""
+    return MISSING if value is None else f"{bytes_(value)}/s"
+
+
 def flops(value: float | None) -> str:
     """Floating-point operations with an SI prefix: 1.34e15 → 1.34 PFLOP."""
     if value is None:

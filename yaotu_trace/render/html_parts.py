@@ -93,7 +93,7 @@ def amount(value: Any, unit: str | None) -> str:
         case "bytes":
             return fmt.bytes_(value)
         case "bytes/s":
-            return f"{fmt.bytes_(value)}/s"
+            return fmt.bytes_rate(value)
         case "tokens":
             return fmt.tokens(value)
     return f"{fmt.num(value)} {unit or ''}".strip()

@@ -6,6 +6,7 @@ do next); Markdown opens with one status table and then lists each axis' metrics
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from yaotu_trace.data.report import to_builtins
@@ -84,11 +85,11 @@ PLACEMENT_METRICS = (
 )
 
 MISSING = fmt.MISSING
-_UNIT_FORMAT = {
+_UNIT_FORMAT: dict[str, Callable[[float | None], str]] = {
     "tokens": fmt.tokens,
     "s": fmt.seconds,
     "bytes": fmt.bytes_,
-    "bytes/s": lambda v: MISSING if v is None else f"{fmt.bytes_(v)}/s",
+    "bytes/s": fmt.bytes_rate,
     "ratio": fmt.pct,
     "FLOP": fmt.flops,
 }
