@@ -314,6 +314,8 @@ CASES = [
     Case("sweep-price-not-a-number", ["sweep", "t.jsonl", "--model", "Llama-3.1-8B", "--gpu",
                                       "H100", "--gpu-price", "two"], USAGE,
          ("--gpu-price", "two"), TRACE),
+    Case("sweep-price-absurd", ["sweep", "t.jsonl", "--model", "Llama-3.1-8B", "--gpu", "H100",
+                                "--gpu-price", "1e300"], USAGE, ("--gpu-price", "1e300"), TRACE),
     Case("analyze-price-without-tier", ["analyze", "t.jsonl", "--gpu", "H100", "--gpu-price",
                                         "2.5"], USAGE, ("--tier",), TRACE),
     Case("mfu-zero", ["simulate", "t.jsonl", *MODEL, "--mfu", "0", "--out", "o.parquet"], USAGE,

@@ -28,6 +28,16 @@ def test_a_price_that_is_not_a_number_is_a_usage_error(text: str) -> None:
     assert "\n" not in str(info.value) and "--gpu-price" in str(info.value)
 
 
+@pytest.mark.parametrize("text", ["1e300", "2000000", "$1.5e7"])
+def test_an_absurd_price_is_a_usage_error(text: str) -> None:
+    # $1e300 a GPU-hour printed every money cell as a 300-digit number
+    with pytest.raises(ConfigError) as info:
+        parse_price(text, "--gpu-price")
+    assert info.value.exit_code == ExitCode.USAGE
+    assert "\n" not in str(info.value) and "beyond $1,000,000" in str(info.value)
+    assert parse_price("1000000", "--gpu-price") == 1e6
+
+
 def test_per_day_of_the_traces_traffic() -> None:
     # 1,800 GPU-seconds over a 1-hour trace: 12 GPU-hours a day, $30 at $2.50.
     assert gpu_hours_per_day(1800.0, 3600.0) == pytest.approx(12.0)

@@ -15,12 +15,16 @@ from typing import Final
 from yaotu_trace.errors import ConfigError
 
 DAY_S: Final = 86_400.0
+# No GPU-hour and no GiB-month costs a million dollars: beyond that a price is a typo or in
+# another unit, and every amount priced by it would be as absurd.
+MAX_PRICE: Final = 1e6
 DAYS_PER_MONTH: Final = 365.25 / 12
 GIB: Final = 2.0**30
 
 
 def parse_price(text: str | float | None, option: str) -> float | None:
-    """A price in dollars (`2.50`, `$2.50`), refused in one line when it is not a number ≥ 0."""
+    """A price in dollars (`2.50`, `$2.50`), refused in one line when it is not a number
+    from 0 to `MAX_PRICE`."""
     if text is None:
         return None
     raw = str(text).strip().removeprefix("$").strip()
@@ -31,6 +35,9 @@ def parse_price(text: str | float | None, option: str) -> float | None:
     if not math.isfinite(value) or value < 0:
         raise ConfigError(f"{option} {text!r} is not a price: give a number of dollars of at "
                           "least 0, e.g. 2.50")
+    if value > MAX_PRICE:
+        raise ConfigError(f"{option} {text!r} is beyond ${MAX_PRICE:,.0f}: give dollars per "
+                          "GPU-hour (--gpu-price) or per GiB-month (--memory-price), e.g. 2.50")
     return value
 
 
