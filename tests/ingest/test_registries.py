@@ -60,6 +60,7 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
         TraceFormat.BASETEN: CAPTURES / "baseten" / "baseten_trace.parquet",
         TraceFormat.LMCACHE: CAPTURES / "lmcache",
         TraceFormat.GATEWAY: CAPTURES / "gateway" / "gateway.jsonl",
+        TraceFormat.TRACELAB: FIXTURES / "tracelab" / "claude_rounds.jsonl",
     }[fmt]
 
 

@@ -46,6 +46,7 @@ class TraceFormat(StrEnum):
     BASETEN = "baseten"
     LMCACHE = "lmcache"
     GATEWAY = "gateway"
+    TRACELAB = "tracelab"
 
 
 Reader = Callable[[Path], "RawTrace"]

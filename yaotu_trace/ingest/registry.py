@@ -40,6 +40,7 @@ ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
     (TraceFormat.RAGPULSE, "ragpulse:FORMAT"),
     (TraceFormat.VLLM_BENCH, "vllm_bench:FORMAT"),
     (TraceFormat.WEKA, "weka:FORMAT"),
+    (TraceFormat.TRACELAB, "tracelab:FORMAT"),
     (TraceFormat.CANONICAL_JSONL, "canonical_formats:JSONL"),
     (TraceFormat.AZURE, "azure:FORMAT"),
     (TraceFormat.BURSTGPT, "burstgpt:FORMAT"),
