@@ -49,3 +49,19 @@ def test_tier_candidate_prefill_is_the_replicas_with_tp() -> None:
     assert abs(four["prefill_saved_s"] - one["prefill_saved_s"] / 4) < 1e-9 * one["prefill_saved_s"]
     expected = (four["prefill_saved_s"] - four["load_s"]) * 4
     assert abs(four["gpu_seconds_saved"] - expected) < 1e-6 * abs(expected)
+
+
+def test_reuse_lost_to_capacity_is_not_claimed_by_fixing_cache_keys() -> None:
+    # GIVEN a pool too small for the chat trace's shared prefixes and no observed hits: the
+    # waterfall loses the reuse to capacity and eviction only (no key, no routing loss)
+    options = DiagnosisOptions(model="llama-3.1-8b", gpu="H100", kv_capacity="400")
+    doc = json.loads(render_json(diagnose(CHAT, options)))
+    reuse = next(a for a in doc["axes"] if a["name"] == "prefix_reuse")
+    losses = {s["step"]: s["loss_tokens"] for s in reuse["metrics"]["waterfall"]}
+    assert losses["tenant_isolation"] == losses["routing"] == 0 < losses["capacity"]
+    assert {"P001", "P004"} <= {f["id"] for f in reuse["findings"]}
+    # THEN the tier and the larger pool price it, and no entry says new cache keys save it
+    # (the ledger claimed all 790,720 recomputed tokens for fix_cache_keys before)
+    remedies = [e["remedy"] for e in doc["ledger"]]
+    assert "kv_tier" in remedies and "larger_kv_pool" in remedies
+    assert "fix_cache_keys" not in remedies

@@ -27,8 +27,10 @@ a quantity whose input is missing is kept with `value=None` and a basis that say
   load imbalance on hot prefixes and router state.
 - tenant_salt_review saves the cache-key loss of the waterfall; adds isolation risk.
 - fix_cache_keys (prefix recomputed with no routing or tenant-key loss to blame: caching off
-  or keys that never match) saves the recomputed reusable tokens; adds the KV that holds each
-  shared prefix once (distinct shared prompt blocks · block · kv_bytes_per_token).
+  or keys that never match) saves the recomputed reusable tokens (without observed hits, the
+  waterfall's key and routing losses only: capacity's are larger_kv_pool's and kv_tier's);
+  adds the KV that holds each shared prefix once (distinct shared prompt blocks · block ·
+  kv_bytes_per_token).
 - capacity_admission saves the queue seconds of requests that arrived in overloaded windows
   and, when requests failed under load (rule Q007), those failed requests (capacity serves
   them; admission control at least fails them early and cheaply); adds capacity (peak_rho − 1
@@ -585,11 +587,21 @@ def _fix_cache_keys(c: LedgerInput) -> LedgerEntry | None:
             or c.triggered_by(Remedy.TENANT_SALT_REVIEW):
         return None
     tokens = pm.recomputed_reusable_tokens
+    basis = str(pm.recomputed_basis or "prefix_reuse axis")
+    if pm.observed_hit_rate is None and pm.waterfall:
+        # Without the engine's hits the recomputed tokens are the waterfall's losses; the
+        # capacity's are won back by a larger pool or a tier (larger_kv_pool, kv_tier), not by
+        # the keys, so they are not this entry's to claim.
+        tokens = float(sum(int(step["loss_tokens"]) for step in pm.waterfall
+                           if step["step"] in ("tenant_isolation", "routing")))
+        if tokens <= 0:
+            return None
+        basis = ("waterfall losses to cache keys and routing (no observed hits; the capacity's "
+                 "are the pool's and a tier's)")
     prefix_tokens = shared_prefix_tokens(inp, int(inp.settings.block_size_tokens))
     return LedgerEntry(
         remedy=Remedy.FIX_CACHE_KEYS, axis=AxisName.PREFIX_REUSE, triggered_by=triggered_by,
-        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens",
-                        basis=str(pm.recomputed_basis or "prefix_reuse axis")),
+        saves=(Quantity(name="prefill_tokens", value=tokens, unit="tokens", basis=basis),
                _flops(tokens, inp), _gpu_seconds(tokens, inp)),
         adds=(Quantity(name="cached_prefix_tokens", value=prefix_tokens, unit="tokens",
                        basis="distinct prompt blocks shared by more than one request × "
