@@ -123,7 +123,7 @@ def _timing(profile: Profile) -> list[Block]:
                        f"{fmt.count(t.preempted_requests)} ({fmt.pct(t.preempted_request_share)}), "
                        f"{fmt.count(t.preemptions_total)} preemptions"))
     if t.cached_tokens_total is not None:
-        engine.append(("engine-reported cached tokens",
+        engine.append(("reported cached tokens (engine or provider)",
                        f"{fmt.count(t.cached_tokens_total)} "
                        f"({fmt.pct(t.cached_token_share)} of prompt tokens)"))
     if engine:
