@@ -52,6 +52,7 @@ CASES = [
     ("dynamo", TraceFormat.DYNAMO, _fed(ALL, cached_block=16)),
     ("litellm/spend_logs.jsonl", TraceFormat.LITELLM, _fed(ALL[:24], cached_block=16)),
     ("lmcache", TraceFormat.LMCACHE, {**_fed(ALL), "output_tokens": 0}),
+    ("vcr/workload.jsonl", TraceFormat.VLLM_VCR, _fed(ALL, cached_block=16)),
 ]
 
 
@@ -176,7 +177,7 @@ def test_the_formats_page_examples_read_each_capture_as_its_format() -> None:
 
 CAPTURE_FORMATS = (TraceFormat.VLLM_LOG, TraceFormat.SGLANG_LOG, TraceFormat.SGLANG_METRICS,
                    TraceFormat.DYNAMO, TraceFormat.LITELLM, TraceFormat.BASETEN,
-                   TraceFormat.LMCACHE, TraceFormat.GATEWAY)
+                   TraceFormat.LMCACHE, TraceFormat.GATEWAY, TraceFormat.VLLM_VCR)
 
 
 def test_baseten_absurd_start_names_the_row_from_one_and_the_unit(tmp_path: Path) -> None:

@@ -61,6 +61,7 @@ def _sample(fmt: TraceFormat, tmp_path: Path) -> Path:
         TraceFormat.LMCACHE: CAPTURES / "lmcache",
         TraceFormat.GATEWAY: CAPTURES / "gateway" / "gateway.jsonl",
         TraceFormat.TRACELAB: FIXTURES / "tracelab" / "claude_rounds.jsonl",
+        TraceFormat.VLLM_VCR: FIXTURES / "captures" / "vcr" / "cases.jsonl",
     }[fmt]
 
 

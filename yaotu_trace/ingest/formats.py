@@ -47,6 +47,7 @@ class TraceFormat(StrEnum):
     LMCACHE = "lmcache"
     GATEWAY = "gateway"
     TRACELAB = "tracelab"
+    VLLM_VCR = "vllm-vcr"
 
 
 Reader = Callable[[Path], "RawTrace"]

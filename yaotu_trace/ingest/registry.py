@@ -41,6 +41,7 @@ ENTRIES: tuple[tuple[TraceFormat, str], ...] = (
     (TraceFormat.VLLM_BENCH, "vllm_bench:FORMAT"),
     (TraceFormat.WEKA, "weka:FORMAT"),
     (TraceFormat.TRACELAB, "tracelab:FORMAT"),
+    (TraceFormat.VLLM_VCR, "vcr:FORMAT"),
     (TraceFormat.CANONICAL_JSONL, "canonical_formats:JSONL"),
     (TraceFormat.AZURE, "azure:FORMAT"),
     (TraceFormat.BURSTGPT, "burstgpt:FORMAT"),

@@ -28,7 +28,7 @@ EXPLAINED_SHARE = 0.5
 # Captures whose cached_tokens are the serving engine's own per-request counts: the replay is
 # reconciled with them (other traces keep the totals of `observed.py` only).
 ENGINE_COUNTED = frozenset({"sglang-log", "sglang-metrics", "dynamo", "litellm", "baseten",
-                            "gateway"})
+                            "gateway", "vllm-vcr"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

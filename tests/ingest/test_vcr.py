@@ -1,0 +1,133 @@
+"""vllm-vcr traces: the cases vllm-vcr's own trace module wrote (`tests/fixtures/captures/vcr/
+cases.jsonl`, made by `make_fixtures.py` from v0.2.1's `crates/sim-trace/src/trace.rs` and
+`main.rs`) read back as the records `main.rs` fed it, and bad records (the shared workload's
+file is checked with the other captures, `test_captures.py`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import FIXTURES
+
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest import detect_format, read_trace
+from yaotu_trace.ingest.formats import TraceFormat
+from yaotu_trace.ingest.traces.common import as_int64
+from yaotu_trace.prefix.reconcile_replay import reconcile_trace
+from yaotu_trace.prefix.rules import effective_rules
+
+VCR = FIXTURES / "captures" / "vcr" / "cases.jsonl"
+META = {"meta": {"model": "m", "block_size": 16}}
+
+
+def _absent(value: object) -> bool:
+    return value is None or value is pd.NA or len(value) == 0  # type: ignore[arg-type]
+
+
+def _record(**fields: object) -> dict:
+    return {"prompt_tokens": 40, "cached_tokens": 0, "output_tokens": 2, "ttft_ms": 20.0,
+            "itl_ms": [5.0], "concurrency": 1, "arrival_ms": 0.0, **fields}
+
+
+def _write(tmp_path: Path, lines: list[dict]) -> Path:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def trace():  # type: ignore[no-untyped-def]
+    return read_trace(VCR)
+
+
+def test_the_records_main_rs_fed_vllm_vcr_come_out_in_arrival_order(trace) -> None:
+    req = trace.requests
+    assert detect_format(VCR) is TraceFormat.VLLM_VCR and trace.format_name == "vllm-vcr"
+    # main.rs: eight records in finish order; the one without arrival_ms (line 7) is left out
+    assert req["arrival_s"].tolist() == [0.0, 0.012, 0.2, 0.25, 0.3, 0.4, 0.45]
+    assert req["prompt_len"].tolist() == [70, 90, 60, 15, 70, 70, 49]
+    assert req["output_len"].tolist() == [5, 3, 8, 40, 0, 1, 2]
+    assert req["cached_tokens"].tolist() == [0, 32, 32, 0, 64, 0, 32]
+    assert req["status"].tolist() == ["ok", "ok", "ok", "ok", "aborted", "ok", "ok"]
+    assert set(req["model"]) == {"meta-llama/Llama-3.1-8B-Instruct"}
+    first = req["first_token_s"].to_numpy(dtype=float)
+    assert np.allclose(first[[0, 1, 2, 3, 5, 6]], [0.0525, 0.052, 0.235, 0.45, 0.461, 0.48])
+    assert np.isnan(first[4])  # aborted before its first token
+    times = req["token_times_s"]
+    assert np.allclose(times.iloc[0], [0.0525, 0.0625, 0.074, 0.0835, 0.1135])
+    assert np.allclose(times.iloc[2], [0.235, 0.255, 0.276, 0.295])  # 4 chunks of 8 tokens
+    assert _absent(times.iloc[3])  # itl_summary only
+    assert req["finish_s"].iloc[3] == pytest.approx(0.25 + 0.2 + 0.351)
+    assert list(req["output_tokens"].iloc[6]) == [9001, 9002]
+    notes = " | ".join(trace.notes)
+    assert "skipped (vllm-vcr's replay_subset leaves them out too): 1 (first: line 7)" in notes
+    assert "vllm_version 0.33.0, gpu H100, tp 1" in notes
+    assert "concurrency (8), itl_ctx (4)" in notes
+
+
+def test_block_hashes_are_vllm_vcrs_own_and_images_keep_requests_apart(trace) -> None:
+    rows = [json.loads(line) for line in VCR.read_text(encoding="utf-8").splitlines()[1:]]
+    by_arrival = sorted((r for r in rows if "arrival_ms" in r), key=lambda r: r["arrival_ms"])
+    ids = trace.requests["prompt_block_ids"]
+    assert trace.source_block_size == 16
+    for got, record in zip(ids, by_arrival, strict=True):
+        hashes = [as_int64(h) for h in record.get("block_hashes", [])]
+        if "mm_hashes" in record:  # `a`'s text with an image: no id in common with `a`
+            assert len(got) == len(hashes) and not set(got) & set(hashes)
+        else:
+            assert ([] if _absent(got) else list(got)) == hashes
+
+
+@pytest.mark.parametrize(("name", "requests"), [("cases.jsonl", 7), ("workload.jsonl", 48)])
+def test_the_replay_hits_what_the_engine_counted(name: str, requests: int) -> None:
+    # main.rs wrote the cached tokens vLLM's prefix cache gives these prompts (the system
+    # prompt's two full blocks, `a`'s four again; the workload engine's at 16-token blocks):
+    # the replay under vLLM's rules agrees on every request.
+    trace = read_trace(VCR.parent / name)
+    rules, preset, _ = effective_rules(trace, "vllm")
+    found = reconcile_trace(trace, rules, preset=preset)
+    assert found is not None and sum(w.requests for w in found.windows) == requests
+    assert (found.differing_requests, found.below_tokens, found.above_tokens) == (0, 0, 0)
+
+
+def test_the_gzipped_file_reads_the_same(trace) -> None:
+    packed = FIXTURES / "captures" / "vcr" / "cases.jsonl.gz"
+    assert detect_format(packed) is TraceFormat.VLLM_VCR
+    again = read_trace(packed).requests
+    assert again["arrival_s"].tolist() == trace.requests["arrival_s"].tolist()
+    assert again["cached_tokens"].tolist() == trace.requests["cached_tokens"].tolist()
+
+
+def test_records_without_arrivals_are_a_lengths_only_table(tmp_path: Path) -> None:
+    path = _write(tmp_path, [META, _record(arrival_ms=None), _record(arrival_ms=None)])
+    trace = read_trace(path, arrivals_optional=True)
+    assert not trace.has_arrivals and len(trace.requests) == 2
+    assert any("read as a lengths-only table" in n for n in trace.notes)
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ([{"meta": {"model": "m"}}, _record(block_hashes=[1, 2])],
+     "line 2, field 'block_hashes': the trace has no meta.block_size"),
+    ([META, _record(block_hashes=[1, 2, 3])],
+     "line 2, field 'block_hashes': 3 full 16-token blocks in a 40-token prompt"),
+    ([META, _record(cached_tokens=50)], "line 2, field 'cached_tokens': 50 cached of a 40-token"),
+    ([META, _record(finish_reason="eos")], "line 2, field 'finish_reason': 'eos' is not one of"),
+    ([META, _record(output_tokens=3, itl_ms=None)],
+     "line 2, field 'itl_ms': output_tokens=3 but neither itl_ms nor itl_summary is present"),
+    ([META, _record(itl_tokens=[1, 1])], "line 2, field 'itl_tokens': 2 chunks for 1 gaps"),
+    ([META, _record(ttft_ms=-4.0)], "line 2, field 'ttft_ms': -4.0 ms is negative"),
+    ([META, _record(output_token_ids=[5])], "line 2, field 'output_token_ids': 1 ids for "
+                                             "output_tokens=2"),
+    ([{"meta": [16]}, _record()], "line 1, field 'meta': not an object"),
+])
+def test_a_bad_record_is_one_line_naming_its_field(tmp_path: Path, lines: list[dict],
+                                                   message: str) -> None:
+    path = _write(tmp_path, lines)
+    with pytest.raises(TraceSchemaError) as err:
+        read_trace(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+    assert "\n" not in str(err.value)

@@ -1,0 +1,260 @@
+"""vllm-vcr traces (neuralmagic/vllm-vcr, `crates/sim-trace/src/trace.rs`): what its tap records
+off vLLM's engine-core link (`vllm-vcr record --trace-out trace.jsonl`), one JSON line per
+completed request (in finish order), after an optional `{"meta": {...}}` line. Plain or
+gzipped.
+
+Mapping and decisions:
+
+- `arrival_s` = `arrival_ms` / 1000 (ms since the capture's first request). A record without
+  it has no place in the arrival schedule: it is skipped and counted, as vllm-vcr's own
+  `replay_subset` does. None with one is a lengths-only table.
+- `first_token_s` = arrival + `ttft_ms`; `token_times_s` = the first token's time, then the
+  running sum of `itl_ms`: one time per output chunk, as the tap measures a gap (a chunk of
+  several tokens, `itl_tokens`, is one gap; a note counts such requests). A record with
+  `itl_summary` only has no token times; its `finish_s` = first token + mean × count. A
+  request with no output (`output_tokens` 0, an abort before the first token) has no times.
+- `prompt_len` = `prompt_tokens` (a count here), `output_len` = `output_tokens`,
+  `output_tokens` (ids) = `output_token_ids` where the tap recorded them, `cached_tokens` the
+  engine's own; `status` from `finish_reason` (`abort` → aborted, `error` → error).
+- `prompt_block_ids` = `block_hashes` (vllm-vcr's chained FNV-1a hashes of the full blocks,
+  kept as their 64 bits), `source_block_size` = the meta's `block_size`. With `mm_hashes` the
+  request's images are folded into every block id: two requests share a prefix only with the
+  same images (where in the prompt an image sits is not recorded; vLLM keys a block on the
+  images inside it, so this shares less than vLLM can: the notes say how many requests).
+- `model` = the meta's `model`; its `vllm_version`, `gpu`, `tp`, `config_hash` are named in a
+  note. `concurrency` and `itl_ctx` (each gap's running requests and co-scheduled prefill
+  tokens) have no column in the request table: counted and named, like every other field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from itertools import accumulate
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
+from yaotu_trace.ingest.traces.common import (
+    as_int64,
+    count_keys,
+    fail,
+    json_record,
+    number,
+    text_lines,
+    unused_note,
+    whole,
+)
+
+if TYPE_CHECKING:
+    from yaotu_trace.data.schema import RawTrace
+
+RECORD_KEYS: Final = frozenset({"prompt_tokens", "output_tokens", "ttft_ms"})
+USED: Final = frozenset({"prompt_tokens", "cached_tokens", "output_tokens", "ttft_ms", "itl_ms",
+                         "itl_tokens", "itl_summary", "arrival_ms", "block_hashes",
+                         "mm_hashes", "output_token_ids", "finish_reason"})
+META_SHOWN: Final = ("vllm_version", "gpu", "tp", "max_num_seqs", "source", "config_hash")
+META_USED: Final = frozenset({"model", "block_size", *META_SHOWN})
+STATUS: Final = {"stop": "ok", "length": "ok", "repetition": "ok", "abort": "aborted",
+                 "error": "error"}
+FIX: Final = "pass the trace `vllm-vcr record --trace-out` wrote"
+
+
+def read_vcr(path: Path) -> RawTrace:
+    """Every record with an arrival (see the module docstring)."""
+    import pandas as pd
+
+    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.values import SOURCE_ROW
+
+    meta: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    unused: Counter[str] = Counter()
+    tally: Counter[str] = Counter()
+    for line, text in text_lines(path):
+        if not text.strip():
+            continue
+        record = json_record(text, path, "line", line)
+        if not rows and not meta and "meta" in record:  # the header, first when present
+            meta = _meta(record["meta"], path, line, unused)
+            continue
+        count_keys(unused, record, USED)
+        rows.append(_row(record, path, line, meta, tally))
+    if not rows:
+        raise TraceSchemaError(f"{path}: no request record after the meta line; {FIX}")
+    placed = [r for r in rows if "arrival_s" in r]
+    unplaced = [r["_line"] for r in rows if "arrival_s" not in r]
+    df = pd.DataFrame.from_records(placed or rows).rename(columns={"_line": SOURCE_ROW})
+    if meta.get("model"):
+        df["model"] = str(meta["model"])
+    notes = _notes(meta, tally, unplaced, bool(placed))
+    block = meta.get("block_size")
+    return RawTrace(requests=df, format_name="vllm-vcr", row_label="line",
+                    source_block_size=int(block) if tally["hashed"] and block else None,
+                    notes=notes + unused_note(unused, len(rows), "fields"),
+                    source_names={"arrival_s": "arrival_ms", "prompt_len": "prompt_tokens",
+                                  "output_len": "output_tokens", "first_token_s": "ttft_ms",
+                                  "token_times_s": "itl_ms", "prompt_block_ids": "block_hashes",
+                                  "output_tokens": "output_token_ids"},
+                    source_units={"arrival_s": "ms", "first_token_s": "ms",
+                                  "token_times_s": "ms"})
+
+
+def _meta(value: Any, path: Path, line: int, unused: Counter[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise fail(path, "line", line, "meta", "not an object", FIX)
+    count_keys(unused, value, META_USED, "meta.")
+    if value.get("block_size") is not None:
+        whole(value["block_size"], path, "line", line, "meta.block_size", FIX)
+        if value["block_size"] < 1:
+            raise fail(path, "line", line, "meta.block_size", "0 tokens a block", FIX)
+    return value
+
+
+def _row(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
+         tally: Counter[str]) -> dict[str, Any]:
+    """One record as canonical columns (times in s), `arrival_s` absent when it has none."""
+    def count(key: str) -> int:
+        return whole(record.get(key), path, "line", line, key, FIX)
+
+    prompt, output = count("prompt_tokens"), count("output_tokens")
+    row: dict[str, Any] = {"prompt_len": prompt, "output_len": output, "_line": line}
+    if record.get("cached_tokens") is not None:
+        row["cached_tokens"] = count("cached_tokens")
+        if row["cached_tokens"] > prompt:
+            raise fail(path, "line", line, "cached_tokens",
+                       f"{row['cached_tokens']:,} cached of a {prompt:,}-token prompt", FIX)
+    reason = record.get("finish_reason")
+    if reason is not None:
+        if reason not in STATUS:
+            raise fail(path, "line", line, "finish_reason", f"{str(reason)[:40]!r} is not one "
+                       f"of {', '.join(STATUS)}", FIX)
+        row["status"] = STATUS[reason]
+    ids = _block_ids(record, path, line, meta, prompt, tally)
+    if ids is not None:
+        row["prompt_block_ids"] = ids
+    if record.get("output_token_ids") is not None:
+        row["output_tokens"] = _ints(record["output_token_ids"], path, line, "output_token_ids")
+        if len(row["output_tokens"]) != output:
+            raise fail(path, "line", line, "output_token_ids", f"{len(row['output_tokens'])} "
+                       f"ids for output_tokens={output}", FIX)
+    if record.get("arrival_ms") is not None:
+        row["arrival_s"] = _ms(record, "arrival_ms", path, line) / 1000.0
+        if output > 0:
+            _times(row, record, path, line, tally)
+    return row
+
+
+def _times(row: dict[str, Any], record: dict[str, Any], path: Path, line: int,
+           tally: Counter[str]) -> None:
+    """First token, each chunk's time and the finish of a request that produced output."""
+    first = row["arrival_s"] + _ms(record, "ttft_ms", path, line) / 1000.0
+    row["first_token_s"] = first
+    gaps = record.get("itl_ms")
+    summary = record.get("itl_summary")
+    if gaps is not None:
+        if not isinstance(gaps, list):
+            raise fail(path, "line", line, "itl_ms", "not a list of gaps", FIX)
+        seconds = [number(g, path, "line", line, "itl_ms", FIX) / 1000.0 for g in gaps]
+        if any(s < 0 for s in seconds):
+            raise fail(path, "line", line, "itl_ms", "a negative gap", FIX)
+        chunks = record.get("itl_tokens")
+        if chunks is not None and len(_ints(chunks, path, line, "itl_tokens")) != len(gaps):
+            raise fail(path, "line", line, "itl_tokens", f"{len(chunks)} chunks for "
+                       f"{len(gaps)} gaps in itl_ms", FIX)
+        times = list(accumulate(seconds, initial=first))
+        row["token_times_s"] = times
+        row["finish_s"] = times[-1]
+        if len(times) != row["output_len"]:
+            tally["chunked"] += 1
+    elif isinstance(summary, dict):
+        mean = number(summary.get("mean_ms"), path, "line", line, "itl_summary.mean_ms", FIX)
+        gaps_n = whole(summary.get("count"), path, "line", line, "itl_summary.count", FIX)
+        row["finish_s"] = first + mean * gaps_n / 1000.0
+        tally["summarised"] += 1
+    elif row["output_len"] > 1:
+        raise fail(path, "line", line, "itl_ms", f"output_tokens={row['output_len']} but "
+                   "neither itl_ms nor itl_summary is present", FIX)
+    else:
+        row["finish_s"] = first
+
+
+def _block_ids(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
+               prompt: int, tally: Counter[str]) -> list[int] | None:
+    hashes = record.get("block_hashes")
+    if hashes is None:
+        return None
+    block = meta.get("block_size")
+    if block is None:
+        raise fail(path, "line", line, "block_hashes", "the trace has no meta.block_size to "
+                   "say how many tokens each hash covers", FIX)
+    ids = [as_int64(v) for v in _ints(hashes, path, line, "block_hashes")]
+    if len(ids) > prompt // int(block):
+        raise fail(path, "line", line, "block_hashes", f"{len(ids)} full {block}-token blocks "
+                   f"in a {prompt}-token prompt", FIX)
+    tally["hashed"] += 1
+    images = record.get("mm_hashes")
+    if images:
+        salt = int.from_bytes(hashlib.blake2b("\x1f".join(map(str, images)).encode(),
+                                              digest_size=8).digest(), "little")
+        ids = [as_int64(v ^ salt) for v in ids]
+        tally["images"] += 1
+    return ids
+
+
+def _ints(value: Any, path: Path, line: int, key: str) -> list[int]:
+    if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise fail(path, "line", line, key, "not a list of whole numbers", FIX)
+    return value
+
+
+def _ms(record: dict[str, Any], key: str, path: Path, line: int) -> float:
+    value = number(record.get(key), path, "line", line, key, FIX)
+    if value < 0:
+        raise fail(path, "line", line, key, f"{value} ms is negative", FIX)
+    return value
+
+
+def _notes(meta: dict[str, Any], tally: Counter[str], unplaced: list[int],
+           placed: bool) -> tuple[str, ...]:
+    notes = []
+    if not placed:
+        notes.append("no record has arrival_ms: read as a lengths-only table")
+    else:
+        notes.append("arrival_s is arrival_ms / 1000 (since the capture's first request); "
+                     "first_token_s adds ttft_ms, token_times_s the itl_ms gaps")
+        if unplaced:
+            notes.append(f"records without arrival_ms, skipped (vllm-vcr's replay_subset "
+                         f"leaves them out too): {len(unplaced):,} (first: line "
+                         f"{unplaced[0]})")
+    shown = [f"{k} {meta[k]}" for k in META_SHOWN if meta.get(k) is not None]
+    if shown:
+        notes.append(f"captured by vllm-vcr: {', '.join(shown)}")
+    if tally["chunked"]:
+        notes.append(f"{tally['chunked']:,} request(s) streamed a chunk count other than "
+                     "output_len: their token_times_s hold one time per chunk (itl_tokens)")
+    if tally["summarised"]:
+        notes.append(f"{tally['summarised']:,} request(s) carry itl_summary only: finish_s "
+                     "is the first token plus mean × count, with no token times")
+    if tally["images"]:
+        notes.append(f"{tally['images']:,} request(s) carry images (mm_hashes), folded into "
+                     "their block ids: they share a prefix only with requests of the same "
+                     "images (vLLM can share the text before an image; the trace does not say "
+                     "where it sits)")
+    return tuple(notes)
+
+
+def _is_vcr(keys: set[str]) -> bool:
+    return keys == {"meta"} or (keys >= RECORD_KEYS and "arrival_s" not in keys)
+
+
+FORMAT = TraceFormatSpec(
+    name=TraceFormat.VLLM_VCR,
+    description="vllm-vcr trace (its tap on vLLM's engine-core link): TTFT, gaps, cached "
+                "tokens, block hashes",
+    reader=read_vcr,
+    row_label="line",
+    json_keys=_is_vcr,
+)
