@@ -123,6 +123,7 @@ def test_records_without_arrivals_are_a_lengths_only_table(tmp_path: Path) -> No
     ([META, _record(output_token_ids=[5])], "line 2, field 'output_token_ids': 1 ids for "
                                              "output_tokens=2"),
     ([{"meta": [16]}, _record()], "line 1, field 'meta': not an object"),
+    ([META, _record(), META, _record()], "line 3, field 'meta': a second header or one after"),
 ])
 def test_a_bad_record_is_one_line_naming_its_field(tmp_path: Path, lines: list[dict],
                                                    message: str) -> None:

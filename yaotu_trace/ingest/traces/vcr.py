@@ -76,7 +76,10 @@ def read_vcr(path: Path) -> RawTrace:
         if not text.strip():
             continue
         record = json_record(text, path, "line", line)
-        if not rows and not meta and "meta" in record:  # the header, first when present
+        if "meta" in record:  # the header, first when present
+            if rows or meta:
+                raise fail(path, "line", line, "meta", "a second header or one after the "
+                           "records (vllm-vcr writes it first); join the traces apart", FIX)
             meta = _meta(record["meta"], path, line, unused)
             continue
         count_keys(unused, record, USED)
