@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES
 
+from yaotu_trace import diagnose
+from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
@@ -66,7 +68,8 @@ def test_the_records_main_rs_fed_vllm_vcr_come_out_in_arrival_order(trace) -> No
     notes = " | ".join(trace.notes)
     assert "skipped (vllm-vcr's replay_subset leaves them out too): 1 (first: line 7)" in notes
     assert "vllm_version 0.33.0, gpu H100, tp 1" in notes
-    assert "concurrency (8), itl_ctx (4)" in notes
+    unused = next(n for n in trace.notes if "does not use" in n)
+    assert unused.endswith("holding each: concurrency (8)")  # itl_ctx is read
 
 
 def test_block_hashes_are_vllm_vcrs_own_and_images_keep_requests_apart(trace) -> None:
@@ -132,3 +135,66 @@ def test_a_bad_record_is_one_line_naming_its_field(tmp_path: Path, lines: list[d
         read_trace(path)
     assert message in str(err.value) and str(path) in str(err.value)
     assert "\n" not in str(err.value)
+
+
+STEPS = VCR.parent / "steps.jsonl"
+
+
+def _step_rows(trace) -> list[tuple]:  # type: ignore[no-untyped-def]
+    frame = pd.concat(list(trace.steps.batches(("prefill_tokens", "decode_tokens",
+                                                 "num_running"))))
+    return [(round(r.start_s, 6), round(r.end_s, 6), int(r.prefill_tokens), int(r.decode_tokens),
+             None if pd.isna(r.num_running) else int(r.num_running))
+            for r in frame.itertuples()]
+
+
+def test_the_engine_steps_come_from_the_outputs_that_reached_the_tap_together() -> None:
+    # main.rs's `steps.jsonl`: A alone, B's prefill (96 tokens, 32 cached) in A's 80 ms step,
+    # both decoding to 160 ms, idle, C at 200 ms.
+    trace = read_trace(STEPS)
+    assert _step_rows(trace) == [
+        (0.0, 0.04, 64, 0, None),  # A's prefill
+        (0.04, 0.05, 0, 1, 1),
+        (0.05, 0.13, 64, 1, 2),  # B's 64 uncached tokens beside A's decode
+        (0.13, 0.14, 0, 2, 2),
+        (0.14, 0.15, 0, 2, 1),
+        (0.15, 0.16, 0, 1, 1),
+        (0.2, 0.23, 32, 0, None),  # after the idle spell: from C's arrival
+        (0.23, 0.24, 0, 1, 1),
+    ]
+    assert any(n.startswith("engine steps from the tap's own outputs") for n in trace.notes)
+
+
+def test_the_interference_axis_reads_the_stall_in_the_engines_own_steps() -> None:
+    doc = diagnose(STEPS, DiagnosisOptions()).to_dict()
+    axis = next(a for a in doc["axes"] if a["name"] == "pd_interference")
+    m = axis["metrics"]
+    # A's 80 ms gap against 10 ms decode steps, B's prefill in that step: 70 ms of the 150 ms
+    # of decode (A 110, B 30, C 10) lost.
+    assert (m["stalls"], m["stalls_with_prefill"], m["prefill_coincidence"]) == (1, 1, 1.0)
+    assert m["median_decode_step_s"] == pytest.approx(0.01)
+    assert m["decode_seconds_total"] == pytest.approx(0.15)
+    assert m["decode_seconds_lost"] == pytest.approx(0.07)
+    assert m["coincidence_source"] == "prefill steps in the step log"
+
+
+def test_no_steps_without_every_gap_and_a_given_step_log_takes_their_place(
+        tmp_path: Path) -> None:
+    cases = read_trace(VCR)  # one request has only a summary of its gaps
+    assert cases.steps is None
+    assert any("no engine steps are derived" in n for n in cases.notes)
+    given = tmp_path / "steps.jsonl"
+    given.write_text(json.dumps({"start_s": 0.0, "end_s": 0.24, "prefill_tokens": 160}) + "\n",
+                     encoding="utf-8")
+    trace = read_trace(STEPS, steps_path=given)
+    assert trace.steps is not None and trace.steps.path == str(given)
+    assert trace.steps.num_rows == 1
+
+
+def test_convert_says_the_capture_steps_are_not_in_the_table(tmp_path: Path) -> None:
+    from yaotu_trace.ingest.convert import convert_trace
+
+    done = convert_trace(STEPS, tmp_path / "requests.parquet")
+    assert done.requests == 3
+    assert any(n.startswith("the engine steps steps.jsonl records (8) are not in the table")
+               for n in done.notes)

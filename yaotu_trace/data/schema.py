@@ -114,6 +114,10 @@ class RawTrace:
     # Canonical time column -> the unit of its source column when not seconds ("ms", "us",
     # "ns"), which the reader divided by: an error on a time says so, not "convert to s".
     source_units: Mapping[str, str] = field(default_factory=dict)
+    # The engine's steps when the capture itself records them (vllm-vcr's per-gap context), as
+    # step-log columns on the trace's clock; `--steps FILE` takes their place when given.
+    steps: pd.DataFrame | None = None
+    steps_note: str | None = None  # what the trace says of them (how they were derived)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

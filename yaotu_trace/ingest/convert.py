@@ -60,6 +60,10 @@ def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
     trace = read_trace(path, fmt=fmt, column_map=column_map,
                        source_block_size=source_block_size, tokenizer=tokenizer)
     write_trace(trace.requests, out, source_block_size=trace.source_block_size)
+    if trace.steps is not None:  # the capture's own steps: the request table has no place
+        notes += (f"the engine steps {path.name} records ({trace.steps.num_rows:,}) are not in "
+                  "the table written: run the other commands on the capture itself to use "
+                  "them",)
     return Converted(requests=len(trace.requests), format_name=trace.format_name, parts=1,
                      notes=notes + trace.notes)
 

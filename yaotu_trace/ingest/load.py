@@ -100,6 +100,9 @@ def read_trace(
     trace = normalize(raw, str(path), arrivals_optional=arrivals_optional)
     if steps_path is not None:
         trace = _with_steps(trace, Path(steps_path))
+    elif raw.steps is not None and trace.has_arrivals:
+        trace = replace(trace, steps=StepLog.from_frame(raw.steps, f"{path} (its steps)"),
+                        notes=(*trace.notes, *((raw.steps_note,) if raw.steps_note else ())))
     return trace
 
 

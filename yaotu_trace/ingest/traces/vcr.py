@@ -22,14 +22,22 @@ Mapping and decisions:
   same images (where in the prompt an image sits is not recorded; vLLM keys a block on the
   images inside it, so this shares less than vLLM can: the notes say how many requests).
 - `model` = the meta's `model`; its `vllm_version`, `gpu`, `tp`, `config_hash` are named in a
-  note. `concurrency` and `itl_ctx` (each gap's running requests and co-scheduled prefill
-  tokens) have no column in the request table: counted and named, like every other field.
+  note. `concurrency` has no column: counted and named, like every other field not read.
+- The engine's own steps (`step_table`), when the tap wrote `itl_ctx` and every request's gaps
+  are in the file: the outputs of one engine step reach the tap in one message, so the
+  distinct output times are the steps' ends (each starts at the one before, or at the first
+  arrival in flight after an idle spell); a step's `prefill_tokens` are the uncached prompt
+  tokens of the requests whose first token it carried (as the tap attributes a chunked
+  prompt), its `decode_tokens` the chunks' tokens, its `num_running` the engine's count after
+  it (`itl_ctx.num_running`). The trace carries them as its step log (`--steps` replaces
+  them), so the interference axis reads co-located prefill from the engine itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -48,17 +56,39 @@ from yaotu_trace.ingest.traces.common import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from yaotu_trace.data.schema import RawTrace
 
 RECORD_KEYS: Final = frozenset({"prompt_tokens", "output_tokens", "ttft_ms"})
 USED: Final = frozenset({"prompt_tokens", "cached_tokens", "output_tokens", "ttft_ms", "itl_ms",
-                         "itl_tokens", "itl_summary", "arrival_ms", "block_hashes",
+                         "itl_tokens", "itl_summary", "itl_ctx", "arrival_ms", "block_hashes",
                          "mm_hashes", "output_token_ids", "finish_reason"})
 META_SHOWN: Final = ("vllm_version", "gpu", "tp", "max_num_seqs", "source", "config_hash")
 META_USED: Final = frozenset({"model", "block_size", *META_SHOWN})
 STATUS: Final = {"stop": "ok", "length": "ok", "repetition": "ok", "abort": "aborted",
                  "error": "error"}
 FIX: Final = "pass the trace `vllm-vcr record --trace-out` wrote"
+SAME_STEP_S: Final = 1e-6  # outputs of one engine step reach the tap in one message
+STEPS_NOTE: Final = (
+    "engine steps from the tap's own outputs (its itl_ctx): one step per engine message, "
+    "ending when it reached the tap, starting at the one before (or at the first arrival in "
+    "flight after an idle spell); prefill_tokens the prompt tokens not cached of the requests "
+    "whose first token it carried (a chunked prompt's earlier chunks are counted there too), "
+    "decode_tokens the chunk tokens it carried, num_running the engine's count after it; "
+    "--steps replaces them")
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    """One output of one request, in the engine step that emitted it: its first token (the
+    prompt tokens computed for it) or a later chunk (its tokens, the running count the engine
+    reported after that step)."""
+
+    time_s: float
+    prefill_tokens: int
+    decode_tokens: int
+    running: int | None
 
 
 def read_vcr(path: Path) -> RawTrace:
@@ -72,6 +102,7 @@ def read_vcr(path: Path) -> RawTrace:
     rows: list[dict[str, Any]] = []
     unused: Counter[str] = Counter()
     tally: Counter[str] = Counter()
+    events: list[_Event] = []
     for line, text in text_lines(path):
         if not text.strip():
             continue
@@ -83,7 +114,7 @@ def read_vcr(path: Path) -> RawTrace:
             meta = _meta(record["meta"], path, line, unused)
             continue
         count_keys(unused, record, USED)
-        rows.append(_row(record, path, line, meta, tally))
+        rows.append(_row(record, path, line, meta, tally, events))
     if not rows:
         raise TraceSchemaError(f"{path}: no request record after the meta line; {FIX}")
     placed = [r for r in rows if "arrival_s" in r]
@@ -93,7 +124,12 @@ def read_vcr(path: Path) -> RawTrace:
         df["model"] = str(meta["model"])
     notes = _notes(meta, tally, unplaced, bool(placed))
     block = meta.get("block_size")
+    # The engine's steps need every output's time: a record with a summary of its gaps hides
+    # the steps it ran in.
+    steps = (step_table(events, placed) if tally["context"] and placed and not tally["summarised"]
+             else None)
     return RawTrace(requests=df, format_name="vllm-vcr", row_label="line",
+                    steps=steps, steps_note=None if steps is None else STEPS_NOTE,
                     source_block_size=int(block) if tally["hashed"] and block else None,
                     notes=notes + unused_note(unused, len(rows), "fields"),
                     source_names={"arrival_s": "arrival_ms", "prompt_len": "prompt_tokens",
@@ -116,7 +152,7 @@ def _meta(value: Any, path: Path, line: int, unused: Counter[str]) -> dict[str, 
 
 
 def _row(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
-         tally: Counter[str]) -> dict[str, Any]:
+         tally: Counter[str], events: list[_Event]) -> dict[str, Any]:
     """One record as canonical columns (times in s), `arrival_s` absent when it has none."""
     def count(key: str) -> int:
         return whole(record.get(key), path, "line", line, key, FIX)
@@ -145,15 +181,18 @@ def _row(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
     if record.get("arrival_ms") is not None:
         row["arrival_s"] = _ms(record, "arrival_ms", path, line) / 1000.0
         if output > 0:
-            _times(row, record, path, line, tally)
+            _times(row, record, path, line, tally, events)
     return row
 
 
 def _times(row: dict[str, Any], record: dict[str, Any], path: Path, line: int,
-           tally: Counter[str]) -> None:
-    """First token, each chunk's time and the finish of a request that produced output."""
+           tally: Counter[str], events: list[_Event]) -> None:
+    """First token, each chunk's time and the finish of a request that produced output; the
+    engine steps they were emitted in go to `events`."""
     first = row["arrival_s"] + _ms(record, "ttft_ms", path, line) / 1000.0
     row["first_token_s"] = first
+    computed = row["prompt_len"] - row.get("cached_tokens", 0)
+    events.append(_Event(first, computed, 0, None))
     gaps = record.get("itl_ms")
     summary = record.get("itl_summary")
     if gaps is not None:
@@ -171,6 +210,11 @@ def _times(row: dict[str, Any], record: dict[str, Any], path: Path, line: int,
         row["finish_s"] = times[-1]
         if len(times) != row["output_len"]:
             tally["chunked"] += 1
+        running = _context(record, len(gaps), path, line)
+        tally["context"] += running is not None
+        for k, end in enumerate(times[1:]):
+            events.append(_Event(end, 0, chunks[k] if chunks is not None else 1,
+                                 None if running is None else running[k]))
     elif isinstance(summary, dict):
         mean = number(summary.get("mean_ms"), path, "line", line, "itl_summary.mean_ms", FIX)
         gaps_n = whole(summary.get("count"), path, "line", line, "itl_summary.count", FIX)
@@ -181,6 +225,56 @@ def _times(row: dict[str, Any], record: dict[str, Any], path: Path, line: int,
                    "neither itl_ms nor itl_summary is present", FIX)
     else:
         row["finish_s"] = first
+
+
+def _context(record: dict[str, Any], gaps: int, path: Path, line: int) -> list[int] | None:
+    """The engine's running count after each gap's step (`itl_ctx`, parallel to `itl_ms`), or
+    None when the record has no context."""
+    ctx = record.get("itl_ctx")
+    if ctx is None:
+        return None
+    if not isinstance(ctx, dict):
+        raise fail(path, "line", line, "itl_ctx", "not an object", FIX)
+    running = _ints(ctx.get("num_running"), path, line, "itl_ctx.num_running")
+    prefill = _ints(ctx.get("prefill_tokens"), path, line, "itl_ctx.prefill_tokens")
+    if len(running) != gaps or len(prefill) != gaps:
+        raise fail(path, "line", line, "itl_ctx", f"{len(running)} running and {len(prefill)} "
+                   f"prefill counts for {gaps} gaps in itl_ms", FIX)
+    return running
+
+
+def step_table(events: list[_Event], rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The engine's steps as step-log columns: the outputs that reached the tap together (one
+    engine message), each step from the one before (or from the first arrival still in flight
+    when the engine had been idle) to its own end."""
+    import numpy as np
+    import pandas as pd
+
+    order = sorted(events, key=lambda e: e.time_s)
+    arrivals = np.array(sorted(r["arrival_s"] for r in rows))
+    spans = sorted((r["arrival_s"], r.get("finish_s", r["arrival_s"])) for r in rows)
+    steps: list[dict[str, Any]] = []
+    for event in order:
+        if steps and event.time_s - steps[-1]["end_s"] <= SAME_STEP_S:
+            step = steps[-1]
+        else:
+            step = {"end_s": event.time_s, "prefill_tokens": 0, "decode_tokens": 0,
+                    "num_running": None}
+            steps.append(step)
+        step["prefill_tokens"] += event.prefill_tokens
+        step["decode_tokens"] += event.decode_tokens
+        if event.running is not None:
+            step["num_running"] = max(step["num_running"] or 0, event.running)
+    previous = float("-inf")
+    for step in steps:
+        # Busy since the step before unless every request in flight came after it.
+        busy = any(a <= previous < f for a, f in spans)
+        start = previous if busy else float(arrivals[np.searchsorted(arrivals, previous,
+                                                                      side="right")])
+        step["start_s"] = min(start, step["end_s"])
+        previous = step["end_s"]
+    return pd.DataFrame(steps, columns=["start_s", "end_s", "prefill_tokens", "decode_tokens",
+                                        "num_running"])
 
 
 def _block_ids(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
@@ -240,7 +334,9 @@ def _notes(meta: dict[str, Any], tally: Counter[str], unplaced: list[int],
                      "output_len: their token_times_s hold one time per chunk (itl_tokens)")
     if tally["summarised"]:
         notes.append(f"{tally['summarised']:,} request(s) carry itl_summary only: finish_s "
-                     "is the first token plus mean × count, with no token times")
+                     "is the first token plus mean × count, with no token times"
+                     + (" (and no engine steps are derived: theirs are not in the trace)"
+                        if tally["context"] else ""))
     if tally["images"]:
         notes.append(f"{tally['images']:,} request(s) carry images (mm_hashes), folded into "
                      "their block ids: they share a prefix only with requests of the same "
