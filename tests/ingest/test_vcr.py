@@ -191,10 +191,17 @@ def test_no_steps_without_every_gap_and_a_given_step_log_takes_their_place(
     assert trace.steps.num_rows == 1
 
 
-def test_convert_says_the_capture_steps_are_not_in_the_table(tmp_path: Path) -> None:
+def test_convert_keeps_the_capture_steps_only_when_asked(tmp_path: Path) -> None:
+    from yaotu_trace.errors import ConfigError
     from yaotu_trace.ingest.convert import convert_trace
 
     done = convert_trace(STEPS, tmp_path / "requests.parquet")
-    assert done.requests == 3
     assert any(n.startswith("the engine steps steps.jsonl records (8) are not in the table")
                for n in done.notes)
+    # GIVEN --steps-out: the table and the step log, read back together, are the capture
+    convert_trace(STEPS, tmp_path / "r.parquet", steps_out=tmp_path / "s.parquet")
+    again = read_trace(tmp_path / "r.parquet", steps_path=tmp_path / "s.parquet")
+    assert _step_rows(again) == _step_rows(read_trace(STEPS))
+    with pytest.raises(ConfigError, match="does not record the engine's steps"):
+        convert_trace(VCR, tmp_path / "c.parquet", steps_out=tmp_path / "c.steps.parquet")
+    assert not (tmp_path / "c.parquet").exists()

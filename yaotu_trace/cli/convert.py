@@ -32,6 +32,12 @@ def convert(
     map: MapOpt = None,
     source_block_size: SourceBlockOpt = None,
     tokenizer: TokenizerOpt = None,
+    steps_out: Annotated[
+        Path | None,
+        typer.Option("--steps-out", help="The engine steps a capture records itself (a "
+                     "vllm-vcr trace's), as a step log for --steps (.parquet, .jsonl or .csv).",
+                     show_default=False),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Write a trace (Mooncake, Azure, BurstGPT, vLLM bench, OpenTelemetry, ...) as a canonical
@@ -53,12 +59,14 @@ def convert(
       trace convert spans.json --input-format otel --out requests.jsonl
 
       trace convert gateway.jsonl --tokenizer tokenizer.json --out requests.parquet
+
+      trace convert vcr_trace.jsonl --out requests.parquet --steps-out steps.parquet
     """
     from yaotu_trace.commands import convert as convert_command
 
     report = convert_command.convert(trace, out=out, input_format=input_format,
                                      column_map=map or (), source_block_size=source_block_size,
-                                     tokenizer=tokenizer)
+                                     tokenizer=tokenizer, steps_out=steps_out)
     done = report.sections["conversion"]
     for note in done.notes:
         sys.stderr.write(f"note: {visible(note, one_line=True)}\n")

@@ -23,12 +23,15 @@ def convert(
     column_map: Sequence[str] = (),
     source_block_size: int | None = None,
     tokenizer: Path | None = None,
+    steps_out: Path | None = None,
 ) -> Report:
     """`trace convert`: the trace at `trace` written to `out` as a canonical table (format by
     extension), validated and sorted by arrival, atomically; the input is never modified.
 
     `tokenizer` (a `tokenizer.json`) writes a log of text (a gateway log) with its prompts'
-    token ids, as `--tokenizer` reads it for the other commands.
+    token ids, as `--tokenizer` reads it for the other commands. `steps_out` receives the
+    engine steps a capture records itself (a vllm-vcr trace's), as the step log `--steps`
+    reads.
 
     The report's `conversion` section says how many requests were written, from which format
     and in how many parts the input was read, with the notes of the conversion.
@@ -39,13 +42,19 @@ def convert(
             f"--out {out}: cannot tell the format from '{out.suffix or '(no extension)'}'; "
             "end the name with .parquet, .jsonl or .csv"
         )
+    if steps_out is not None and steps_out.suffix.lower() not in WRITABLE_SUFFIXES:
+        raise ConfigError(f"--steps-out {steps_out}: cannot tell the format from "
+                          f"'{steps_out.suffix or '(no extension)'}'; end the name with "
+                          ".parquet, .jsonl or .csv")
     if not path.exists():
         raise TraceReadError(f"{path}: no such file; check the path")
     done = convert_trace(path, out, fmt=input_format,
                          column_map=parse_column_map(list(column_map)),
-                         source_block_size=source_block_size, tokenizer=tokenizer)
+                         source_block_size=source_block_size, tokenizer=tokenizer,
+                         steps_out=steps_out)
     summary = InputSummary(path=str(path), format=done.format_name, rows_read=done.requests,
                            requests=done.requests, source_block_size=source_block_size,
                            content=None, columns=(), notes=done.notes)
-    return Report(command="convert", input=summary, config={"out": str(out)},
+    config = {"out": str(out), **({"steps_out": str(steps_out)} if steps_out else {})}
+    return Report(command="convert", input=summary, config=config,
                   sections={"conversion": done})

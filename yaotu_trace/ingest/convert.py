@@ -24,8 +24,9 @@ import pandas as pd
 from yaotu_trace.data.canonical import join_parquet_parts, write_trace
 from yaotu_trace.data.jsonl import PART_BYTES
 from yaotu_trace.data.schema import CLOCK_COLUMNS, check_one_clock, normalize
+from yaotu_trace.data.steplog import STEP_COLUMNS
 from yaotu_trace.data.values import SOURCE_ROW
-from yaotu_trace.errors import TraceSchemaError, WriteError
+from yaotu_trace.errors import ConfigError, TraceSchemaError, WriteError
 from yaotu_trace.files import signals_held, write_error
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
@@ -45,12 +46,15 @@ class Converted:
 def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
                   column_map: Mapping[str, str] | None = None,
                   source_block_size: int | None = None,
-                  part_bytes: int | None = None, tokenizer: Path | None = None) -> Converted:
+                  part_bytes: int | None = None, tokenizer: Path | None = None,
+                  steps_out: Path | None = None) -> Converted:
     """Write `path` as a canonical table at `out` (format by extension), atomically; with
-    `tokenizer`, a log of text is written with its token ids (`ingest/text_tokens.py`)."""
+    `tokenizer`, a log of text is written with its token ids (`ingest/text_tokens.py`); with
+    `steps_out`, the engine steps the capture records itself (vllm-vcr's) as a step log."""
     fmt = fmt or detect_format(path, column_map)
     notes: tuple[str, ...] = ()
-    if can_read_in_parts(fmt) and out.suffix.lower() == ".parquet" and tokenizer is None:
+    if (can_read_in_parts(fmt) and out.suffix.lower() == ".parquet" and tokenizer is None
+            and steps_out is None):
         done = _convert_in_parts(path, out, fmt, column_map, source_block_size,
                                  part_bytes or PART_BYTES)
         if done is not None:
@@ -59,11 +63,19 @@ def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
                  "sort them",)
     trace = read_trace(path, fmt=fmt, column_map=column_map,
                        source_block_size=source_block_size, tokenizer=tokenizer)
+    if steps_out is not None and trace.steps is None:
+        raise ConfigError(f"--steps-out {steps_out}: {path} does not record the engine's "
+                          "steps (a vllm-vcr trace does when its tap wrote itl_ctx and every "
+                          "gap; its notes say why not); drop --steps-out")
     write_trace(trace.requests, out, source_block_size=trace.source_block_size)
-    if trace.steps is not None:  # the capture's own steps: the request table has no place
+    if steps_out is not None and trace.steps is not None:
+        write_trace(pd.concat(list(trace.steps.batches(STEP_COLUMNS)), ignore_index=True),
+                    steps_out)
+        notes += (f"the engine steps {path.name} records ({trace.steps.num_rows:,}) written to "
+                  f"{steps_out}: give it as --steps with the table",)
+    elif trace.steps is not None:  # the capture's own steps: the request table has no place
         notes += (f"the engine steps {path.name} records ({trace.steps.num_rows:,}) are not in "
-                  "the table written: run the other commands on the capture itself to use "
-                  "them",)
+                  "the table written: add --steps-out FILE to keep them as a step log",)
     return Converted(requests=len(trace.requests), format_name=trace.format_name, parts=1,
                      notes=notes + trace.notes)
 
