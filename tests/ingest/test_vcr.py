@@ -205,3 +205,64 @@ def test_convert_keeps_the_capture_steps_only_when_asked(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="does not record the engine's steps"):
         convert_trace(VCR, tmp_path / "c.parquet", steps_out=tmp_path / "c.steps.parquet")
     assert not (tmp_path / "c.parquet").exists()
+
+
+SIM_VLLM = FIXTURES / "sim_vllm"
+
+
+def _tap_records(case: dict) -> list[dict]:
+    """What vllm-vcr's tap writes for vLLM's own run of `case` (tests/fixtures/sim_vllm): each
+    request's arrival, its tokens at the ends of the steps that emitted them, the engine's
+    running count of each gap's step and the prompt tokens of the first tokens that step
+    carried (the tap's `step_prefill_tokens`)."""
+    run, req = case["runs"]["sync"], case["requests"]
+    steps = run["steps"]
+    first_prompt: dict[int, int] = {}
+    for i, emitted in enumerate(run["token_steps"]):
+        first_prompt[emitted[0]] = first_prompt.get(emitted[0], 0) + req["prompt_tokens"][i]
+    records = []
+    for i, emitted in enumerate(run["token_steps"]):
+        ends_ms = [steps[s][1] / 1e6 for s in emitted]
+        arrival_ms = req["arrival_s"][i] * 1000.0
+        records.append({
+            "prompt_tokens": req["prompt_tokens"][i], "cached_tokens": run["hit_tokens"][i],
+            "output_tokens": len(emitted), "ttft_ms": ends_ms[0] - arrival_ms,
+            "itl_ms": [b - a for a, b in zip(ends_ms, ends_ms[1:], strict=False)],
+            "itl_ctx": {"num_running": [max(steps[s][6], 1) for s in emitted[1:]],
+                        "prefill_tokens": [first_prompt.get(s, 0) for s in emitted[1:]]},
+            "arrival_ms": arrival_ms, "finish_reason": "stop"})
+    return records
+
+
+@pytest.mark.parametrize("name", ["chat", "bursty", "multi_tenant", "rag", "agentic",
+                                  "long_prefill"])
+def test_the_steps_are_vllms_own_steps_that_emitted_a_token(name: str, tmp_path: Path) -> None:
+    """vLLM 0.33.0's scheduler run (sync) of each golden case, as the tap records it, gives
+    back every step of vLLM's that emitted a token: its end, start and decode tokens exactly.
+    Its prefill is vLLM's too, but for what the tap cannot see: a preempted request's
+    recompute, and a prompt's earlier chunks (counted in the step of its first token)."""
+    case = json.loads((SIM_VLLM / f"{name}.json").read_text(encoding="utf-8"))
+    run = case["runs"]["sync"]
+    steps = run["steps"]
+    path = _write(tmp_path, [{"meta": {"block_size": 16}}, *_tap_records(case)])
+    derived = pd.concat(list(read_trace(path).steps.batches(("prefill_tokens",
+                                                              "decode_tokens"))))
+    decodes: dict[int, int] = {}
+    for emitted in run["token_steps"]:
+        for s in emitted:
+            decodes.setdefault(s, 0)
+        for s in emitted[1:]:
+            decodes[s] += 1
+    visible = sorted(decodes)  # the steps that sent the tap a token
+    assert np.allclose(derived["end_s"], [steps[s][1] / 1e9 for s in visible], atol=1e-9)
+    assert derived["decode_tokens"].tolist() == [decodes[s] for s in visible]
+    after_silence = sum(1 for a, b in zip(visible, visible[1:], strict=False) if b > a + 1)
+    starts = np.isclose(derived["start_s"].iloc[1:], [steps[s][0] / 1e9 for s in visible[1:]],
+                        atol=1e-9)
+    assert int((~starts).sum()) == after_silence  # a token-less step before: not seen
+    scheduled = sum(row[2] for row in steps)
+    carried = int(derived["prefill_tokens"].sum() + derived["decode_tokens"].sum())
+    if any(run["preemptions"]):
+        assert carried < scheduled  # the recompute after a preemption is not in the trace
+    else:
+        assert carried == scheduled

@@ -30,7 +30,11 @@ Mapping and decisions:
   tokens of the requests whose first token it carried (as the tap attributes a chunked
   prompt), its `decode_tokens` the chunks' tokens, its `num_running` the engine's count after
   it (`itl_ctx.num_running`). The trace carries them as its step log (`--steps` replaces
-  them), so the interference axis reads co-located prefill from the engine itself.
+  them), so the interference axis reads co-located prefill from the engine itself. On vLLM
+  0.33.0's own scheduler runs (`tests/fixtures/sim_vllm`, as the tap would record them) every
+  step that emitted a token comes back with its end, start and decode tokens; what the tap
+  cannot see is a step that emitted none (a prompt's earlier chunk: its tokens are counted in
+  the step of its first token) and a preempted request's recompute.
 """
 
 from __future__ import annotations
