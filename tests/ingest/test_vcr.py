@@ -6,6 +6,7 @@ file is checked with the other captures, `test_captures.py`)."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -227,7 +228,7 @@ def _tap_records(case: dict) -> list[dict]:
         records.append({
             "prompt_tokens": req["prompt_tokens"][i], "cached_tokens": run["hit_tokens"][i],
             "output_tokens": len(emitted), "ttft_ms": ends_ms[0] - arrival_ms,
-            "itl_ms": [b - a for a, b in zip(ends_ms, ends_ms[1:], strict=False)],
+            "itl_ms": [b - a for a, b in pairwise(ends_ms)],
             "itl_ctx": {"num_running": [max(steps[s][6], 1) for s in emitted[1:]],
                         "prefill_tokens": [first_prompt.get(s, 0) for s in emitted[1:]]},
             "arrival_ms": arrival_ms, "finish_reason": "stop"})
@@ -256,7 +257,7 @@ def test_the_steps_are_vllms_own_steps_that_emitted_a_token(name: str, tmp_path:
     visible = sorted(decodes)  # the steps that sent the tap a token
     assert np.allclose(derived["end_s"], [steps[s][1] / 1e9 for s in visible], atol=1e-9)
     assert derived["decode_tokens"].tolist() == [decodes[s] for s in visible]
-    after_silence = sum(1 for a, b in zip(visible, visible[1:], strict=False) if b > a + 1)
+    after_silence = sum(1 for a, b in pairwise(visible) if b > a + 1)
     starts = np.isclose(derived["start_s"].iloc[1:], [steps[s][0] / 1e9 for s in visible[1:]],
                         atol=1e-9)
     assert int((~starts).sum()) == after_silence  # a token-less step before: not seen
