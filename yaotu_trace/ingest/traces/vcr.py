@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -83,16 +83,22 @@ STEPS_NOTE: Final = (
     "--steps replaces them")
 
 
-@dataclass(frozen=True, slots=True)
-class _Event:
-    """One output of one request, in the engine step that emitted it: its first token (the
-    prompt tokens computed for it) or a later chunk (its tokens, the running count the engine
-    reported after that step)."""
+@dataclass(slots=True)
+class _Events:
+    """Every output of every request, in the engine step that emitted it (parallel lists): a
+    first token (the prompt tokens computed for it) or a later chunk (its tokens, and the
+    running count the engine reported after that step, −1 when unknown)."""
 
-    time_s: float
-    prefill_tokens: int
-    decode_tokens: int
-    running: int | None
+    time_s: list[float] = field(default_factory=list)
+    prefill_tokens: list[int] = field(default_factory=list)
+    decode_tokens: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+
+    def add(self, time_s: float, prefill: int, decode: int, running: int) -> None:
+        self.time_s.append(time_s)
+        self.prefill_tokens.append(prefill)
+        self.decode_tokens.append(decode)
+        self.running.append(running)
 
 
 def read_vcr(path: Path) -> RawTrace:
@@ -106,7 +112,7 @@ def read_vcr(path: Path) -> RawTrace:
     rows: list[dict[str, Any]] = []
     unused: Counter[str] = Counter()
     tally: Counter[str] = Counter()
-    events: list[_Event] = []
+    events = _Events()
     for line, text in text_lines(path):
         if not text.strip():
             continue
@@ -156,7 +162,7 @@ def _meta(value: Any, path: Path, line: int, unused: Counter[str]) -> dict[str, 
 
 
 def _row(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
-         tally: Counter[str], events: list[_Event]) -> dict[str, Any]:
+         tally: Counter[str], events: _Events) -> dict[str, Any]:
     """One record as canonical columns (times in s), `arrival_s` absent when it has none."""
     def count(key: str) -> int:
         return whole(record.get(key), path, "line", line, key, FIX)
@@ -190,13 +196,13 @@ def _row(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
 
 
 def _times(row: dict[str, Any], record: dict[str, Any], path: Path, line: int,
-           tally: Counter[str], events: list[_Event]) -> None:
+           tally: Counter[str], events: _Events) -> None:
     """First token, each chunk's time and the finish of a request that produced output; the
     engine steps they were emitted in go to `events`."""
     first = row["arrival_s"] + _ms(record, "ttft_ms", path, line) / 1000.0
     row["first_token_s"] = first
     computed = row["prompt_len"] - row.get("cached_tokens", 0)
-    events.append(_Event(first, computed, 0, None))
+    events.add(first, computed, 0, -1)
     gaps = record.get("itl_ms")
     summary = record.get("itl_summary")
     if gaps is not None:
@@ -217,8 +223,8 @@ def _times(row: dict[str, Any], record: dict[str, Any], path: Path, line: int,
         running = _context(record, len(gaps), path, line)
         tally["context"] += running is not None
         for k, end in enumerate(times[1:]):
-            events.append(_Event(end, 0, chunks[k] if chunks is not None else 1,
-                                 None if running is None else running[k]))
+            events.add(end, 0, chunks[k] if chunks is not None else 1,
+                       -1 if running is None else running[k])
     elif isinstance(summary, dict):
         mean = number(summary.get("mean_ms"), path, "line", line, "itl_summary.mean_ms", FIX)
         gaps_n = whole(summary.get("count"), path, "line", line, "itl_summary.count", FIX)
@@ -247,38 +253,41 @@ def _context(record: dict[str, Any], gaps: int, path: Path, line: int) -> list[i
     return running
 
 
-def step_table(events: list[_Event], rows: list[dict[str, Any]]) -> pd.DataFrame:
+def step_table(events: _Events, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The engine's steps as step-log columns: the outputs that reached the tap together (one
     engine message), each step from the one before (or from the first arrival still in flight
     when the engine had been idle) to its own end."""
     import numpy as np
     import pandas as pd
 
-    order = sorted(events, key=lambda e: e.time_s)
-    arrivals = np.array(sorted(r["arrival_s"] for r in rows))
-    spans = sorted((r["arrival_s"], r.get("finish_s", r["arrival_s"])) for r in rows)
-    steps: list[dict[str, Any]] = []
-    for event in order:
-        if steps and event.time_s - steps[-1]["end_s"] <= SAME_STEP_S:
-            step = steps[-1]
-        else:
-            step = {"end_s": event.time_s, "prefill_tokens": 0, "decode_tokens": 0,
-                    "num_running": None}
-            steps.append(step)
-        step["prefill_tokens"] += event.prefill_tokens
-        step["decode_tokens"] += event.decode_tokens
-        if event.running is not None:
-            step["num_running"] = max(step["num_running"] or 0, event.running)
-    previous = float("-inf")
-    for step in steps:
-        # Busy since the step before unless every request in flight came after it.
-        busy = any(a <= previous < f for a, f in spans)
-        start = previous if busy else float(arrivals[np.searchsorted(arrivals, previous,
-                                                                      side="right")])
-        step["start_s"] = min(start, step["end_s"])
-        previous = step["end_s"]
-    return pd.DataFrame(steps, columns=["start_s", "end_s", "prefill_tokens", "decode_tokens",
-                                        "num_running"])
+    time_s = np.asarray(events.time_s, dtype=np.float64)
+    order = np.argsort(time_s, kind="stable")
+    time_s = time_s[order]
+    step = np.concatenate(([0], np.cumsum(np.diff(time_s) > SAME_STEP_S)))
+    firsts = np.flatnonzero(np.concatenate(([True], step[1:] != step[:-1])))
+    end_s = time_s[firsts]
+    n = end_s.size
+
+    def total(values: list[int]) -> np.ndarray:
+        return np.bincount(step, weights=np.asarray(values, dtype=np.float64)[order],
+                           minlength=n).astype(np.int64)
+
+    running = np.maximum.reduceat(np.asarray(events.running, dtype=np.int64)[order], firsts)
+    # Busy since the step before unless every request in flight came after it.
+    arrivals = np.array([r["arrival_s"] for r in rows], dtype=np.float64)
+    finishes = np.array([r.get("finish_s", r["arrival_s"]) for r in rows], dtype=np.float64)
+    by_arrival = np.argsort(arrivals, kind="stable")
+    arrivals, latest_finish = arrivals[by_arrival], np.maximum.accumulate(finishes[by_arrival])
+    previous = np.concatenate(([-np.inf], end_s[:-1]))
+    came = np.searchsorted(arrivals, previous, side="right")  # requests arrived by then
+    busy = (came > 0) & (latest_finish[np.maximum(came - 1, 0)] > previous)
+    start_s = np.where(busy, previous, arrivals[np.minimum(came, arrivals.size - 1)])
+    return pd.DataFrame({
+        "start_s": np.minimum(start_s, end_s), "end_s": end_s,
+        "prefill_tokens": total(events.prefill_tokens),
+        "decode_tokens": total(events.decode_tokens),
+        "num_running": pd.Series(running, dtype="Int64").mask(running < 0),  # −1: unknown
+    })
 
 
 def _block_ids(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
