@@ -102,6 +102,7 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     out["aiperf.jsonl"] = (FIXTURES / "aiperf" / "profile_export.jsonl").read_bytes()
     out["tracelab.jsonl"] = (FIXTURES / "tracelab" / "claude_rounds.jsonl").read_bytes()
     out["vcr.jsonl"] = (FIXTURES / "captures" / "vcr" / "cases.jsonl").read_bytes()
+    out["vcr_steps.jsonl"] = (FIXTURES / "captures" / "vcr" / "steps.jsonl").read_bytes()
     out["guidellm.json"] = (FIXTURES / "guidellm" / "benchmarks_mock_server.json").read_bytes()
     for name in ("per_request_lifecycle_metrics.json", "prefix_sharing_example.json"):
         out[f"inference_perf_{name}"] = (FIXTURES / "inference_perf" / name).read_bytes()
