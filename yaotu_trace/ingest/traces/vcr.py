@@ -23,8 +23,8 @@ Mapping and decisions:
   images inside it, so this shares less than vLLM can: the notes say how many requests).
 - `model` = the meta's `model`; its `vllm_version`, `gpu`, `tp`, `config_hash` are named in a
   note. `concurrency` has no column: counted and named, like every other field not read.
-- The engine's own steps (`step_table`), when the tap wrote `itl_ctx` and every request's gaps
-  are in the file: the outputs of one engine step reach the tap in one message, so the
+- The engine's own steps (`step_table`), when the tap wrote `itl_ctx` and every request's
+  arrival and gaps are in the file: the outputs of one engine step reach the tap in one message, so the
   distinct output times are the steps' ends (each starts at the one before, or at the first
   arrival in flight after an idle spell); a step's `prefill_tokens` are the uncached prompt
   tokens of the requests whose first token it carried (as the tap attributes a chunked
@@ -132,12 +132,15 @@ def read_vcr(path: Path) -> RawTrace:
     df = pd.DataFrame.from_records(placed or rows).rename(columns={"_line": SOURCE_ROW})
     if meta.get("model"):
         df["model"] = str(meta["model"])
+    # The engine's steps need every output's time: a record with a summary of its gaps, or
+    # without an arrival, hides the steps it ran in.
+    hidden = tally["summarised"] + len(unplaced)
+    steps = step_table(events, placed) if tally["context"] and placed and not hidden else None
     notes = _notes(meta, tally, unplaced, bool(placed))
+    if tally["context"] and hidden:
+        notes += (f"no engine steps are derived from itl_ctx: {hidden:,} record(s) hide the "
+                  "times of their outputs (itl_summary only, or no arrival_ms)",)
     block = meta.get("block_size")
-    # The engine's steps need every output's time: a record with a summary of its gaps hides
-    # the steps it ran in.
-    steps = (step_table(events, placed) if tally["context"] and placed and not tally["summarised"]
-             else None)
     return RawTrace(requests=df, format_name="vllm-vcr", row_label="line",
                     steps=steps, steps_note=None if steps is None else STEPS_NOTE,
                     source_block_size=int(block) if tally["hashed"] and block else None,
@@ -329,7 +332,7 @@ def _ms(record: dict[str, Any], key: str, path: Path, line: int) -> float:
 
 def _notes(meta: dict[str, Any], tally: Counter[str], unplaced: list[int],
            placed: bool) -> tuple[str, ...]:
-    notes = []
+    notes: list[str] = []
     if not placed:
         notes.append("no record has arrival_ms: read as a lengths-only table")
     else:
@@ -347,9 +350,7 @@ def _notes(meta: dict[str, Any], tally: Counter[str], unplaced: list[int],
                      "output_len: their token_times_s hold one time per chunk (itl_tokens)")
     if tally["summarised"]:
         notes.append(f"{tally['summarised']:,} request(s) carry itl_summary only: finish_s "
-                     "is the first token plus mean × count, with no token times"
-                     + (" (and no engine steps are derived: theirs are not in the trace)"
-                        if tally["context"] else ""))
+                     "is the first token plus mean × count, with no token times")
     if tally["images"]:
         notes.append(f"{tally['images']:,} request(s) carry images (mm_hashes), folded into "
                      "their block ids: they share a prefix only with requests of the same "
