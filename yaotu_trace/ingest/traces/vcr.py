@@ -24,17 +24,17 @@ Mapping and decisions:
 - `model` = the meta's `model`; its `vllm_version`, `gpu`, `tp`, `config_hash` are named in a
   note. `concurrency` has no column: counted and named, like every other field not read.
 - The engine's own steps (`step_table`), when the tap wrote `itl_ctx` and every request's
-  arrival and gaps are in the file: the outputs of one engine step reach the tap in one message, so the
-  distinct output times are the steps' ends (each starts at the one before, or at the first
-  arrival in flight after an idle spell); a step's `prefill_tokens` are the uncached prompt
-  tokens of the requests whose first token it carried (as the tap attributes a chunked
-  prompt), its `decode_tokens` the chunks' tokens, its `num_running` the engine's count after
-  it (`itl_ctx.num_running`). The trace carries them as its step log (`--steps` replaces
-  them), so the interference axis reads co-located prefill from the engine itself. On vLLM
-  0.33.0's own scheduler runs (`tests/fixtures/sim_vllm`, as the tap would record them) every
-  step that emitted a token comes back with its end, start and decode tokens; what the tap
-  cannot see is a step that emitted none (a prompt's earlier chunk: its tokens are counted in
-  the step of its first token) and a preempted request's recompute.
+  arrival and gaps are in the file: the outputs of one engine step reach the tap in one
+  message, so the distinct output times are the steps' ends (each starts at the one before,
+  or at the first arrival in flight after an idle spell); a step's `prefill_tokens` are the
+  uncached prompt tokens of the requests whose first token it carried (as the tap attributes a
+  chunked prompt), its `decode_tokens` the chunks' tokens, its `num_running` the engine's
+  count after it (`itl_ctx.num_running`). The trace carries them as its step log (`--steps`
+  replaces them), so the interference axis reads co-located prefill from the engine itself.
+  On vLLM 0.33.0's own scheduler runs (`tests/fixtures/sim_vllm`, as the tap would record
+  them) every step that emitted a token comes back with its end, start and decode tokens;
+  what the tap cannot see is a step that emitted none (a prompt's earlier chunk: its tokens
+  are counted in the step of its first token) and a preempted request's recompute.
 """
 
 from __future__ import annotations
