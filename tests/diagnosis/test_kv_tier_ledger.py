@@ -32,6 +32,19 @@ def test_capacity_loss_gets_a_sized_and_priced_cpu_tier() -> None:
     assert entry["caveats"][0].startswith("add ") and "CPU tier: +" in entry["caveats"][0]
     gate = resolve(doc, "axes.prefix_reuse.metrics.tier_candidate.hit_gain_share")
     assert gate.found and gate.value == t["hit_gain_share"]
+    # The smaller sizes tried (1, 2, 4, ... × the pool) stay with the curve's estimate, each
+    # short of the 90 % that picked the size replayed; the ledger names the last three that
+    # win back a quarter or more, for a host that cannot hold the one recommended.
+    smaller = t["smaller_sizes"]
+    assert [p["size_tokens"] for p in smaller] == [t["gpu_pool_tokens"] * 2**k
+                                                   for k in range(len(smaller))]
+    assert smaller[-1]["size_tokens"] * 2 == t["size_tokens"]
+    shares = [p["recovered_share_estimate"] for p in smaller]
+    assert shares == sorted(shares) and shares[-1] < 0.9
+    shown = [p for p in smaller if p["recovered_share_estimate"] >= 0.25][-3:]
+    said = entry["caveats"][2]
+    assert said.startswith("smaller tiers win back, by the one-pass LRU curve")
+    assert said.count("GiB ~") == len(shown) == 3
 
 
 def test_tier_candidate_prefill_is_the_replicas_with_tp() -> None:

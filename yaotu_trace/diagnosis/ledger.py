@@ -81,6 +81,10 @@ from yaotu_trace.data.report import to_builtins
 from yaotu_trace.diagnosis.pool_move import PoolModel, pool_move
 from yaotu_trace.diagnosis.route_cost import RouteHits, route_hits
 
+# A smaller tier than the one replayed is named when the curve says it wins back this share of
+# the capacity loss [proposed default].
+SMALLER_TIER_SHOWN: Final = 0.25
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Quantity:
@@ -322,10 +326,21 @@ def _kv_tier(c: LedgerInput) -> LedgerEntry | None:
         Quantity(name="ttft_change_share", value=tier["ttft_change_share"], unit="ratio",
                  basis="Σ (load − prefill saved) / Σ prefill after the GPU hit"),
     )
+    caveats = [headline, "loads are not overlapped with the prefill (an upper bound on the "
+               "time they add)"]
+    # The smaller sizes tried, for a host that cannot hold this one (the one-pass curve's
+    # estimate; the size above is the tier replay's).
+    smaller = [p for p in tier.get("smaller_sizes", ())
+               if p["recovered_share_estimate"] >= SMALLER_TIER_SHOWN][-3:]
+    if smaller:
+        caveats.append("smaller tiers win back, by the one-pass LRU curve (an estimate, not "
+                       "the tier replay): " + ", ".join(
+                           f"{_size_text(p['size_bytes'], p['size_tokens'])} "
+                           f"~{100 * p['recovered_share_estimate']:.0f} %" for p in smaller)
+                       + " of the capacity loss")
     return LedgerEntry(remedy=Remedy.KV_TIER, axis=AxisName.PREFIX_REUSE,
                        triggered_by=triggered_by, saves=saves, adds=adds,
-                       caveats=(headline, "loads are not overlapped with the prefill (an "
-                                "upper bound on the time they add)"))
+                       caveats=tuple(caveats))
 
 
 def _signed(value: float) -> str:

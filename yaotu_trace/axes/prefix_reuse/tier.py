@@ -2,7 +2,9 @@
 the GPU pool loses to capacity, replayed under the engine's own tier rules and priced.
 
 Sizes tried: 1, 2, 4, ... times the GPU pool (in tokens); the first that the one-pass LRU curve
-says recovers at least `TIER_RECOVERY` of the capacity loss is recommended, or the first that
+says recovers at least `TIER_RECOVERY` of the capacity loss is recommended (the smaller ones
+tried are kept with the curve's estimate, `smaller_sizes`, for a host that cannot hold it), or
+the first that
 holds every block the trace reuses (a tier that stores every computed chunk and evicts LRU
 holds about what an LRU pool of its size holds), and that one size is replayed under the
 engine's own tier rules (`prefix/tiers`, vLLM's native offload where the preset's engine has
@@ -55,6 +57,8 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
     curve = sweep(chains, touch_order=rules.touch_order)
     gpu_hits = int(gpu.hit_tokens.sum())
     multiple = TIER_MULTIPLES[-1]
+    kv = inp.settings.kv_bytes_per_token
+    smaller: list[dict[str, Any]] = []  # the sizes tried before, as the curve estimates them
     for m in TIER_MULTIPLES:
         at = np.searchsorted(curve.step_capacities_blocks, m * int(rules.capacity_blocks),
                              side="right") - 1
@@ -63,6 +67,10 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
                 or m * int(rules.capacity_blocks) >= int(curve.step_capacities_blocks[-1])):
             multiple = m
             break
+        smaller.append({"size_tokens": m * gpu_tokens,
+                        "size_bytes": None if kv is None else m * gpu_tokens * kv,
+                        "recovered_share_estimate": max(reached - gpu_hits, 0)
+                        / capacity_loss_tokens})
     spec = TierSpec(name=TierName.CPU, capacity_chunks=gpu_tokens * multiple // block,
                     chunk_tokens=block)
     try:
@@ -74,7 +82,6 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
     gained = int(tiered.hit_tokens.sum()) - gpu_hits
     s = inp.settings
     prompt = int(tiered.prompt_tokens.sum())
-    kv = s.kv_bytes_per_token
     out: dict[str, Any] = {
         "tier": "cpu", "policy": str(policy), "size_tokens": spec.capacity_tokens,
         "size_bytes": None if kv is None else spec.capacity_tokens * kv,
@@ -83,6 +90,7 @@ def tier_candidate(inp: AxisInput, trace: Trace, rules: Any, preset: str,
         "recovered_share": gained / capacity_loss_tokens,
         "gpu_seconds_saved": None, "load_s": None, "prefill_saved_s": None,
         "peak_bytes_per_s": None, "ttft_change_share": None, "span_s": None,
+        "smaller_sizes": smaller,
     }
     if kv is None or s.active_params is None or s.gpu_flops_per_s is None:
         return out
