@@ -56,6 +56,36 @@ def test_timing_profile_hand_checked() -> None:
     assert timing.concurrency_mean == pytest.approx((2 + 2 + 3) / 5)
     assert (timing.preempted_requests, timing.preemptions_total) == (1, 2)
     assert timing.cached_token_share == pytest.approx(30 / 60)
+    assert timing.cached_by_idle is None  # no sessions
+
+
+def test_cached_tokens_by_session_idle_time_hand_checked() -> None:
+    # GIVEN two sessions: a at 0, 30 s, 150 s (idle 30 s, then 2 min), 1,000 s (idle 850 s);
+    # b at 10 s and 7,210 s (idle 2 h), in file order by arrival; a session-less request
+    trace = _trace(
+        arrival_s=[0.0, 10.0, 30.0, 150.0, 1000.0, 7000.0, 7210.0],
+        session_id=["a", "b", "a", "a", "a", None, "b"],
+        prompt_len=[100, 100, 200, 300, 400, 50, 500],
+        output_len=[1] * 7,
+        cached_tokens=[0, 0, 180, 270, 0, 0, 20],
+    )
+    buckets = profile_trace(trace).timing.cached_by_idle
+    got = [(b.idle_from_s, b.idle_to_s, b.requests, b.prompt_tokens, b.cached_tokens)
+           for b in buckets]
+    # THEN each request falls in its bucket; the empty ones are left out
+    assert got == [(None, None, 2, 200, 0),          # the first of a and of b
+                   (0.0, 60.0, 1, 200, 180),         # a after 30 s
+                   (60.0, 300.0, 1, 300, 270),       # a after 120 s
+                   (300.0, 3600.0, 1, 400, 0),       # a after 850 s: the cache had expired
+                   (3600.0, None, 1, 500, 20)]       # b after 2 h
+    assert buckets[1].cached_share == pytest.approx(0.9)
+    # a failed request is left out of the timing (and of its session's idle spells)
+    failed = _trace(arrival_s=[0.0, 30.0, 40.0], session_id=["a", "a", "a"],
+                    prompt_len=[100, 100, 100], output_len=[1, 1, 1],
+                    cached_tokens=[0, 90, 80], status=["ok", "error", "ok"])
+    idle = profile_trace(failed).timing.cached_by_idle
+    assert [(b.idle_from_s, b.requests, b.cached_tokens) for b in idle] == [(None, 1, 0),
+                                                                             (0.0, 1, 80)]
 
 
 def test_timing_profile_absent_without_timing_columns() -> None:

@@ -52,6 +52,21 @@ class Population:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class IdleBucket:
+    """The reported cached tokens of the requests that came after a session idled this long
+    (`idle_from_s` ≤ idle < `idle_to_s`, from the session's request before; both None: the
+    first request of each session): where a cache's lifetime (a provider's TTL, an engine's
+    eviction under other traffic) shows."""
+
+    idle_from_s: float | None
+    idle_to_s: float | None
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    cached_share: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TimingProfile:
     """Observed engine timing, when the trace carries it (each part None when its columns lack)."""
 
@@ -71,6 +86,9 @@ class TimingProfile:
     # apart (`handoff_s`: KV transfer and the wait for a decode slot).
     ttft_source: str | None = None
     handoff_s: Distribution | None = None
+    # Reported cached tokens by how long the request's session had been idle (None without
+    # sessions, or when no session has two requests).
+    cached_by_idle: tuple[IdleBucket, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,7 @@ streamed token's, the engine's decode rhythm, which a request failing later does
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,6 +40,7 @@ from yaotu_trace.data.report import Distribution
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.workload_profile import (
     ArrivalProfile,
+    IdleBucket,
     LengthProfile,
     Population,
     Profile,
@@ -155,7 +157,7 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
     of the `successful` requests (a mask; default every request), gaps of every request."""
     columns = ("arrival_s", "prompt_len", "scheduled_s", "first_token_s", "finish_s",
                "num_preemptions", "cached_tokens", "prefill_instance", "decode_instance",
-               "decode_start_s")
+               "decode_start_s", "session_id")
     timing_columns = (
         "scheduled_s",
         "first_token_s",
@@ -209,11 +211,13 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
         preempted, total = int((counts > 0).sum()), int(counts.sum())
         share = preempted / len(df) if len(df) else None
 
-    cached_total = cached_share = None
+    cached_total = cached_share = by_idle = None
     if trace.has("cached_tokens"):
         cached_total = int(df["cached_tokens"].fillna(0).sum())
         prompt_total = int(df["prompt_len"].sum())
         cached_share = cached_total / prompt_total if prompt_total else None
+        if trace.has("session_id"):
+            by_idle = cached_by_idle(df)
 
     return TimingProfile(
         queue_time_s=since_arrival("scheduled_s"),
@@ -229,7 +233,43 @@ def timing_profile(trace: Trace, successful: np.ndarray | None = None) -> Timing
         cached_token_share=cached_share,
         ttft_source=ttft_source,
         handoff_s=handoff,
+        cached_by_idle=by_idle,
     )
+
+
+# The idle spells a session's next request is grouped by (s): a minute, a provider cache's
+# five-minute lifetime, an hour.
+IDLE_EDGES_S: tuple[float, ...] = (0.0, 60.0, 300.0, 3600.0, float("inf"))
+
+
+def cached_by_idle(df: pd.DataFrame) -> tuple[IdleBucket, ...] | None:
+    """Reported cached tokens by the idle time since the session's request before (by
+    arrival); the first request of each session apart. None when no session has two."""
+    rows = df[["session_id", "arrival_s", "prompt_len", "cached_tokens"]].dropna(
+        subset=["session_id"])
+    if rows.empty:
+        return None
+    rows = rows.sort_values(["session_id", "arrival_s"], kind="stable")
+    same = rows["session_id"].to_numpy()[1:] == rows["session_id"].to_numpy()[:-1]
+    if not same.any():
+        return None
+    arrival = rows["arrival_s"].to_numpy(dtype=np.float64)
+    idle = np.full(len(rows), np.nan)
+    idle[1:] = np.where(same, arrival[1:] - arrival[:-1], np.nan)
+    prompt = rows["prompt_len"].to_numpy(dtype=np.int64)
+    cached = rows["cached_tokens"].fillna(0).to_numpy(dtype=np.int64)
+
+    def bucket(mask: np.ndarray, lo: float | None, hi: float | None) -> IdleBucket:
+        p, c = int(prompt[mask].sum()), int(cached[mask].sum())
+        return IdleBucket(idle_from_s=lo, idle_to_s=hi, requests=int(mask.sum()),
+                          prompt_tokens=p, cached_tokens=c, cached_share=c / p if p else None)
+
+    out = [bucket(np.isnan(idle), None, None)]
+    for lo, hi in pairwise(IDLE_EDGES_S):
+        mask = (idle >= lo) & (idle < hi)
+        if mask.any():
+            out.append(bucket(mask, lo, None if hi == float("inf") else hi))
+    return tuple(out)
 
 
 def _successful_rows(df: pd.DataFrame, successful: np.ndarray | None,

@@ -128,4 +128,28 @@ def _timing(profile: Profile) -> list[Block]:
                        f"({fmt.pct(t.cached_token_share)} of prompt tokens)"))
     if engine:
         out.append(KeyValues(rows=engine, only=CONSOLE))
+    if t.cached_by_idle:
+        out.append(Grid(
+            header=["session idle before it", "requests", "cached share"],
+            title="reported cached tokens by session idle time",
+            rows=[[_idle_label(b.idle_from_s, b.idle_to_s), fmt.count(b.requests),
+                   fmt.pct(b.cached_share)] for b in t.cached_by_idle]))
     return out
+
+
+def _idle_label(lo: float | None, hi: float | None) -> str:
+    """'1 – 5 min', '≥ 1 h', or the first request of its session."""
+    if lo is None:
+        return "first of its session"
+    if hi is None:
+        return f"≥ {_duration(lo)}"
+    return f"< {_duration(hi)}" if lo == 0 else f"{_duration(lo)} – {_duration(hi)}"
+
+
+def _duration(seconds: float) -> str:
+    """A bucket edge in its own unit: 1 min, 5 min, 1 h."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
