@@ -130,7 +130,7 @@ def _timing(profile: Profile) -> list[Block]:
         out.append(KeyValues(rows=engine, only=CONSOLE))
     if t.cached_by_idle:
         out.append(Grid(
-            header=["session idle before it", "requests", "cached share"],
+            header=["session idle before it", "requests", "reported cached share"],
             title="reported cached tokens by session idle time",
             rows=[[_idle_label(b.idle_from_s, b.idle_to_s), fmt.count(b.requests),
                    fmt.pct(b.cached_share)] for b in t.cached_by_idle]))
