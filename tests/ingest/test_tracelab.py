@@ -85,6 +85,8 @@ def test_the_public_example_reads_as_aiperf_reads_it() -> None:
     codex = req[req["session_id"].str.startswith("codex:")]
     assert (codex["cached_tokens"] % 128 == 0).all()
     assert int(req["cached_tokens"].sum()) == sum(r["prefix_tokens"] for r in rows)
+    assert any(n.startswith("output_len is output_tokens, which holds Codex's reasoning")
+               for n in trace.notes)
 
 
 def test_a_gzipped_release_file_is_read_like_the_plain_one(tmp_path: Path) -> None:

@@ -93,6 +93,9 @@ def read_tracelab(path: Path) -> RawTrace:
         "cached_tokens are the provider's own prompt-cache hits (prefix_tokens); the file has "
         "no prompt content or hashes, so prefix reuse cannot be replayed from it",
     )
+    if unused["reasoning_output_tokens"]:
+        notes += ("output_len is output_tokens, which holds Codex's reasoning already "
+                  "(reasoning_output_tokens is a part of it, as TraceLab bills it): not added",)
     if untimed:
         notes += (f"rounds without a timed event, skipped: {len(untimed):,} (first: line "
                   f"{untimed[0]})",)
