@@ -603,12 +603,11 @@ def _fix_cache_keys(c: LedgerInput) -> LedgerEntry | None:
         return None
     tokens = pm.recomputed_reusable_tokens
     basis = str(pm.recomputed_basis or "prefix_reuse axis")
-    if pm.observed_hit_rate is None and pm.waterfall:
+    if pm.observed_hit_rate is None and pm.waterfall and pm.prompt_tokens:
         # Without the engine's hits the recomputed tokens are the waterfall's losses; the
         # capacity's are won back by a larger pool or a tier (larger_kv_pool, kv_tier), not by
         # the keys, so they are not this entry's to claim.
-        tokens = float(sum(int(step["loss_tokens"]) for step in pm.waterfall
-                           if step["step"] in ("tenant_isolation", "routing")))
+        tokens = ((pm.key_loss_share or 0.0) + (pm.routing_loss_share or 0.0)) * pm.prompt_tokens
         if tokens <= 0:
             return None
         basis = ("waterfall losses to cache keys and routing (no observed hits; the capacity's "
