@@ -20,7 +20,11 @@ whose prefill is complete in a step, the token at the position after its compute
 a later prompt that repeats an answer hits the answer's cached blocks as it would on a GPU.
 
 With `"count_duplicates": true` in the config the output also counts the steps after which some
-block hash is cached in two or more physical blocks (vLLM never deduplicates them).
+block hash is cached in two or more physical blocks (vLLM never deduplicates them). With
+`"log_stats": true` the scheduler keeps its statistics and the output holds, per step that ran,
+the `SchedulerStats` its `update_from_output` attached to the step's outputs (`stats`: the
+time the outputs came out, then the dataclass as `dataclasses.asdict` gives it), what the engine
+sends its front end with every output.
 
 The engine loop is vLLM's `EngineCore.step` (synchronous) or `step_with_batch_queue` (async,
 `max_concurrent_batches` batches in flight), run on a virtual clock: a step's GPU time is
@@ -40,7 +44,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +104,7 @@ def build_scheduler(config: dict[str, Any], model_dir: Path):  # type: ignore[no
     cls = AsyncScheduler if config["async_scheduling"] else Scheduler
     scheduler = cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                     structured_output_manager=StructuredOutputManager(vllm_config),
-                    block_size=block, log_stats=False)
+                    block_size=block, log_stats=bool(config.get("log_stats", False)))
     return scheduler, vllm_config.max_concurrent_batches
 
 
@@ -150,6 +154,7 @@ class Driver:
         # with "count_duplicates": steps after which some block hash has two or more copies
         self.count_duplicates = bool(self.config.get("count_duplicates", False))
         self.steps_with_copies = 0
+        self.stats: list[list[Any]] = []  # with "log_stats": [outputs' time s, SchedulerStats]
 
     def add_arrivals(self) -> None:
         while (self.next_arrival < len(self.arrivals)
@@ -217,7 +222,10 @@ class Driver:
                    for rid in ids]
         output = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
                                    sampled_token_ids=sampled)
-        self.scheduler.update_from_output(batch.output, output)
+        outputs = self.scheduler.update_from_output(batch.output, output)
+        for eco in outputs.values():
+            if eco.scheduler_stats is not None:
+                self.stats.append([self.now, asdict(eco.scheduler_stats)])
         for rid in ids:
             got = len(self.requests[int(rid)].output_token_ids) - before[rid]
             self.token_times[int(rid)].extend([self.now] * got)
@@ -274,6 +282,7 @@ class Driver:
             "step_columns": ["decided_s", "start_s", "end_s", "tokens", "requests", "preempted",
                              "kv_blocks_used", "running", "waiting", "scheduled"],
             "steps": self.steps,
+            **({"stats": self.stats} if self.stats else {}),
             "requests": [
                 {"first_scheduled_s": self.first_sched_s[i], "hit_tokens": self.hit_tokens[i],
                  "preemptions": int(self.requests[i].num_preemptions),

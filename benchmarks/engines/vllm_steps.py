@@ -9,12 +9,16 @@ limits and the same step time (`a + per_token·tokens + per_context·Σcontext`)
 
     golden    the small fixtures of tests/fixtures/sim_vllm/ (six workload shapes, synchronous and
               async), written with --write; without it, checked against the stored ones
+    vcr-stats two of those cases run again with the scheduler's statistics on, written as
+              vllm-vcr's tap records them (tests/fixtures/captures/vcr/stats/: the trace and
+              the step-stats sidecar), with --write; without it, checked against the stored
     accuracy  the accuracy table of docs/simulate.md: six workloads and two more at vLLM 0.33's
               default settings, TTFT/E2E percentiles, makespan, preemptions and hit tokens
     sweep     random configurations (pool, seats, budget, chunking, threshold, caching,
               sync/async) on small traces, every step compared
 
     python benchmarks/engines/vllm_steps.py golden [--write]
+    python benchmarks/engines/vllm_steps.py vcr-stats [--write]
     python benchmarks/engines/vllm_steps.py accuracy
     python benchmarks/engines/vllm_steps.py sweep --configs 80
 
@@ -52,7 +56,7 @@ from yaotu_trace.sim import (  # noqa: E402
     block_identities,
     simulate_requests,
 )
-from yaotu_trace.sim.generate import GenerateOptions, generate  # noqa: E402
+from yaotu_trace.sim.generate import GenerateOptions, generate_requests  # noqa: E402
 from yaotu_trace.sim.run import SimResult, _runnable, _token_budget  # noqa: E402
 from yaotu_trace.sim.summary import request_arrays  # noqa: E402
 from yaotu_trace.sim.workloads import WorkloadKind as WorkloadName  # noqa: E402
@@ -103,9 +107,9 @@ class Workload:
     time_scale: float = 1.0  # arrivals compressed (< 1) so that the requests overlap
 
     def trace(self) -> Trace:
-        table = generate(GenerateOptions(scenario=WorkloadName(self.scenario), seed=self.seed,
-                                         requests=self.requests, rate_per_s=self.rate_per_s,
-                                         tenants=self.tenants))
+        table = generate_requests(GenerateOptions(
+            scenario=WorkloadName(self.scenario), seed=self.seed, requests=self.requests,
+            rate_per_s=self.rate_per_s, tenants=self.tenants))
         if self.max_output_tokens is not None:
             cut = self.max_output_tokens
             table["output_len"] = table["output_len"].clip(upper=cut)
@@ -404,6 +408,69 @@ def golden(args: argparse.Namespace) -> int:
     return status
 
 
+VCR_STATS = ROOT / "tests" / "fixtures" / "captures" / "vcr" / "stats"
+VCR_STATS_CASES = ("multi_tenant", "long_prefill")  # a queue, and preemptions with chunking
+
+
+def vcr_stats(args: argparse.Namespace) -> int:
+    """vLLM's synchronous run of `VCR_STATS_CASES` with `log_stats`, as vllm-vcr's tap writes
+    it: `<case>.trace.jsonl` (the trace, in finish order) and `<case>.step-stats.jsonl` (the
+    sidecar: the stats vLLM attached to each step's outputs), beside `<case>.json` (the run:
+    steps, token steps, hits, preemptions). Written with --write, else compared."""
+    sys.path.insert(0, str(VCR_STATS.parent))
+    from tap import scheduler_json, step_stats_lines, tap_records
+
+    VCR_STATS.mkdir(parents=True, exist_ok=True)
+    specs, docs = [], []
+    for name in VCR_STATS_CASES:
+        doc = json.loads((FIXTURES / f"{name}.json").read_text())
+        requests = fixture_requests(doc["requests"])
+        engine = Engine(**{**doc["engine_limits"], "async_scheduling": False})
+        config = engine.sim_config(doc["step_time"])
+        offsets, ident, _, _ = block_identities(requests, requests.output_tokens, BLOCK,
+                                                config.prefix_caching)
+        spec = driver_input(requests, config, offsets, ident, doc["step_time"])
+        spec["config"]["log_stats"] = True
+        specs.append(spec)
+        docs.append(doc)
+    status = 0
+    for name, doc, real in zip(VCR_STATS_CASES, docs, run_driver_many(specs, args.vllm_python),
+                               strict=True):
+        run = fixture_document(name, Workload(**doc["workload"]),
+                               Engine(**doc["engine_limits"]), {"sync": real},
+                               doc["requests"])["runs"]["sync"]
+        if len(real["stats"]) != len(run["steps"]):
+            raise SystemExit(f"{name}: {len(real['stats'])} stats for {len(run['steps'])} steps")
+        run["stats"] = [scheduler_json(stats) for _, stats in real["stats"]]
+        meta = {"meta": {"source": "tap", "vllm_version": real["engine_version"],
+                         "max_num_seqs": doc["engine_limits"]["max_num_seqs"],
+                         "block_size": BLOCK}}
+        records = tap_records(run, doc["requests"])
+        records.sort(key=lambda r: r["arrival_ms"] + r["ttft_ms"] + sum(r["itl_ms"]))
+        files = {
+            f"{name}.json": json.dumps({"engine_version": real["engine_version"],
+                                        "command": "python benchmarks/engines/vllm_steps.py "
+                                                   "vcr-stats --write",
+                                        "step_columns": STEP_COLUMNS,
+                                        "run": {k: v for k, v in run.items() if k != "stats"}},
+                                       separators=(",", ":")) + "\n",
+            f"{name}.trace.jsonl": "".join(json.dumps(x) + "\n" for x in [meta, *records]),
+            f"{name}.step-stats.jsonl": "".join(json.dumps(x, separators=(",", ":")) + "\n"
+                                                for x in step_stats_lines(run)),
+        }
+        for file, text in files.items():
+            path = VCR_STATS / file
+            same = path.exists() and path.read_text() == text
+            if args.write:
+                path.write_text(text)
+            status |= not (same or args.write)
+            print(f"{path.relative_to(ROOT)}: {len(text) / 1e3:.0f} kB, "
+                  f"{'written' if args.write else ('same' if same else 'DIFFERS')}")
+        print(f"{name}: {len(run['steps'])} steps, {sum(run['preemptions'])} preempted, "
+              f"most waiting {max(s['num_waiting_reqs'] for s in run['stats'])}")
+    return status
+
+
 def compare_fixture(document: dict[str, Any], mode: str) -> str | None:
     """Replay one fixture's mode through the simulator; where it parts from vLLM, or None."""
     run = document["runs"][mode]
@@ -594,15 +661,17 @@ def sweep(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("golden", "accuracy", "sweep"))
+    parser.add_argument("what", choices=("golden", "accuracy", "sweep", "vcr-stats"))
     parser.add_argument("--vllm-python", default=DEFAULT_PYTHON,
                         help="a Python with vLLM installed (benchmarks/engines/README.md)")
-    parser.add_argument("--write", action="store_true", help="golden: write the fixtures")
+    parser.add_argument("--write", action="store_true",
+                        help="golden, vcr-stats: write the fixtures")
     parser.add_argument("--only", default="", help="cases whose name contains this")
     parser.add_argument("--configs", type=int, default=80, help="sweep: how many")
     parser.add_argument("--seed", type=int, default=0, help="sweep: the draw's seed")
     args = parser.parse_args(argv)
-    return {"golden": golden, "accuracy": accuracy, "sweep": sweep}[args.what](args)
+    return {"golden": golden, "accuracy": accuracy, "sweep": sweep,
+            "vcr-stats": vcr_stats}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ file is checked with the other captures, `test_captures.py`)."""
 from __future__ import annotations
 
 import json
+import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.traces.common import as_int64
 from yaotu_trace.prefix.reconcile_replay import reconcile_trace
 from yaotu_trace.prefix.rules import effective_rules
+
+sys.path.insert(0, str(FIXTURES / "captures" / "vcr"))
+from tap import tap_records  # what vllm-vcr's tap writes of a vLLM run
 
 VCR = FIXTURES / "captures" / "vcr" / "cases.jsonl"
 META = {"meta": {"model": "m", "block_size": 16}}
@@ -212,30 +216,6 @@ def test_convert_keeps_the_capture_steps_only_when_asked(tmp_path: Path) -> None
 SIM_VLLM = FIXTURES / "sim_vllm"
 
 
-def _tap_records(case: dict) -> list[dict]:
-    """What vllm-vcr's tap writes for vLLM's own run of `case` (tests/fixtures/sim_vllm): each
-    request's arrival, its tokens at the ends of the steps that emitted them, the engine's
-    running count of each gap's step and the prompt tokens of the first tokens that step
-    carried (the tap's `step_prefill_tokens`)."""
-    run, req = case["runs"]["sync"], case["requests"]
-    steps = run["steps"]
-    first_prompt: dict[int, int] = {}
-    for i, emitted in enumerate(run["token_steps"]):
-        first_prompt[emitted[0]] = first_prompt.get(emitted[0], 0) + req["prompt_tokens"][i]
-    records = []
-    for i, emitted in enumerate(run["token_steps"]):
-        ends_ms = [steps[s][1] / 1e6 for s in emitted]
-        arrival_ms = req["arrival_s"][i] * 1000.0
-        records.append({
-            "prompt_tokens": req["prompt_tokens"][i], "cached_tokens": run["hit_tokens"][i],
-            "output_tokens": len(emitted), "ttft_ms": ends_ms[0] - arrival_ms,
-            "itl_ms": [b - a for a, b in pairwise(ends_ms)],
-            "itl_ctx": {"num_running": [max(steps[s][6], 1) for s in emitted[1:]],
-                        "prefill_tokens": [first_prompt.get(s, 0) for s in emitted[1:]]},
-            "arrival_ms": arrival_ms, "finish_reason": "stop"})
-    return records
-
-
 @pytest.mark.parametrize("name", ["chat", "bursty", "multi_tenant", "rag", "agentic",
                                   "long_prefill"])
 def test_the_steps_are_vllms_own_steps_that_emitted_a_token(name: str, tmp_path: Path) -> None:
@@ -246,7 +226,7 @@ def test_the_steps_are_vllms_own_steps_that_emitted_a_token(name: str, tmp_path:
     case = json.loads((SIM_VLLM / f"{name}.json").read_text(encoding="utf-8"))
     run = case["runs"]["sync"]
     steps = run["steps"]
-    path = _write(tmp_path, [{"meta": {"block_size": 16}}, *_tap_records(case)])
+    path = _write(tmp_path, [{"meta": {"block_size": 16}}, *tap_records(run, case["requests"])])
     derived = pd.concat(list(read_trace(path).steps.batches(("prefill_tokens",
                                                               "decode_tokens"))))
     decodes: dict[int, int] = {}

@@ -264,6 +264,10 @@ class AxisInput:
         """Whether the step log has `column` with at least one value."""
         return self.steps is not None and self.steps.has(column)
 
+    def step_has_kv_usage(self) -> bool:
+        """Whether some step of the log has a KV usage (`StepLog.has_kv_usage`)."""
+        return self.steps is not None and self.steps.has_kv_usage()
+
     @classmethod
     def of(
         cls,

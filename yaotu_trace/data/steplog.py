@@ -51,11 +51,18 @@ STEP_COLUMNS: Final = (
     "num_waiting",
     "kv_blocks_used",
     "kv_blocks_total",
+    "kv_usage",
     "num_preempted",
+    "recomputed_tokens",
     "head_blocks_needed",
     "kv_blocks_free",
 )
 STEP_REQUIRED: Final = ("start_s", "end_s")
+# The columns a step's KV usage comes from: its blocks in use over the pool's, or the engine's
+# own share (`kv_usage`, vLLM's `kv_cache_usage`) where the log does not count blocks.
+KV_USAGE_COLUMNS: Final = ("kv_blocks_used", "kv_blocks_total", "kv_usage")
+# Step columns that hold a share or a time rather than a count.
+_REAL_COLUMNS: Final = ("start_s", "end_s", "kv_usage")
 
 
 BATCH_ROWS = 1 << 18  # rows per record batch (10 columns: about 20 MB as a DataFrame)
@@ -103,6 +110,11 @@ class StepLog:
     def has(self, column: str) -> bool:
         """Whether the log has `column` with at least one value."""
         return column in self.present
+
+    def has_kv_usage(self) -> bool:
+        """Whether some step has a KV usage (`kv_usage`, or blocks used and the pool's)."""
+        return self.has("kv_usage") or (self.has("kv_blocks_used")
+                                        and self.has("kv_blocks_total"))
 
     def complete(self, column: str) -> bool:
         """Whether `column` has a value in every row (False when unsure)."""
@@ -295,10 +307,15 @@ def column(batch: pd.DataFrame, name: str, fill: float = np.nan) -> np.ndarray:
 
 
 def kv_usage(batch: pd.DataFrame) -> np.ndarray:
-    """kv_blocks_used / kv_blocks_total per step (NaN where either is missing or the pool
-    size is not positive)."""
-    total = column(batch, "kv_blocks_total")
-    return column(batch, "kv_blocks_used") / np.where(total > 0, total, np.nan)
+    """kv_blocks_used / kv_blocks_total per step, else its `kv_usage` (NaN where neither is
+    there or the pool size is not positive). `batch` holds the `KV_USAGE_COLUMNS` it has."""
+    usage = np.full(len(batch), np.nan)
+    if "kv_blocks_used" in batch.columns and "kv_blocks_total" in batch.columns:
+        total = column(batch, "kv_blocks_total")
+        usage = column(batch, "kv_blocks_used") / np.where(total > 0, total, np.nan)
+    if "kv_usage" in batch.columns:
+        usage = np.where(np.isfinite(usage), usage, column(batch, "kv_usage"))
+    return usage
 
 
 # Percentiles of the KV usage per step that the queueing (P75) and memory (P95) axes report.
@@ -307,7 +324,7 @@ KV_USAGE_PERCENTILES = (75, 95)
 
 def kv_usage_summary(log: StepLog) -> Summary:
     """The KV usage of every step with a finite one, summarised once for both axes."""
-    return log.summary("kv_usage", ("kv_blocks_used", "kv_blocks_total"), kv_usage,
+    return log.summary("kv_usage", KV_USAGE_COLUMNS, kv_usage,
                        KV_USAGE_PERCENTILES)
 
 
@@ -509,7 +526,7 @@ def validate_steps(df: pd.DataFrame, path: str, *, first_row: int | None = None)
         if column == "instance":
             out[column] = df[column].astype("string")
         else:
-            integer = column not in ("start_s", "end_s")
+            integer = column not in _REAL_COLUMNS
             number = plain_number(df[column], integer=integer)
             out[column] = (number if number is not None
                            else coerce_numeric(df, column, path, "row", integer=integer))
@@ -517,6 +534,13 @@ def validate_steps(df: pd.DataFrame, path: str, *, first_row: int | None = None)
     bad = np.flatnonzero((steps["end_s"] < steps["start_s"]).to_numpy())
     if bad.size:
         fail_at(path, df, int(bad[0]), "row", "end_s", "step ends before it starts")
+    if "kv_usage" in steps.columns:
+        share = steps["kv_usage"].to_numpy(dtype=np.float64, na_value=0.0)
+        bad = np.flatnonzero((share < 0) | (share > 1))
+        if bad.size:
+            fail_at(path, df, int(bad[0]), "row", "kv_usage",
+                    f"{share[bad[0]]} is not a share of the pool; write kv_usage from 0 "
+                    "to 1, as vLLM's kv_cache_usage (a full pool is 1)")
     if first_row is not None:
         return steps
     return steps.sort_values("start_s", kind="stable").reset_index(drop=True)

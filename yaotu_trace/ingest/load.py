@@ -9,6 +9,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from yaotu_trace.data import canonical, parquet_file
 from yaotu_trace.data.compressed import (
@@ -32,6 +35,10 @@ from yaotu_trace.ingest.telemetry import prom_text
 from yaotu_trace.ingest.telemetry.metrics import engine_metrics, read_export
 from yaotu_trace.ingest.telemetry.serverlog import EXPECTED, is_server_log, read_server_log
 from yaotu_trace.ingest.text_tokens import load_tokenizer
+from yaotu_trace.ingest.traces import vcr_steps
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def get_reader(fmt: TraceFormat) -> Reader:
@@ -99,7 +106,7 @@ def read_trace(
     raw = apply_options(get_reader(fmt)(path), path, column_map, source_block_size)
     trace = normalize(raw, str(path), arrivals_optional=arrivals_optional)
     if steps_path is not None:
-        trace = _with_steps(trace, Path(steps_path))
+        trace = _with_steps(trace, Path(steps_path), raw.steps)
     elif raw.steps is not None and trace.has_arrivals:
         trace = replace(trace, steps=StepLog.from_frame(raw.steps, f"{path} (its steps)"),
                         notes=(*trace.notes, *((raw.steps_note,) if raw.steps_note else ())))
@@ -140,8 +147,16 @@ def _load_lazy(path: Path, source_block_size: int | None,
     return replace(trace, lazy=lazy)
 
 
-def _with_steps(trace: Trace, path: Path) -> Trace:
-    """Attach a per-step engine log read from Parquet, JSONL or CSV."""
+def _with_steps(trace: Trace, path: Path, derived: pd.DataFrame | None = None) -> Trace:
+    """Attach a per-step engine log read from Parquet, JSONL or CSV, or vllm-vcr's step-stats
+    sidecar (the steps the trace derived from the same capture, `derived`, give it their
+    decode tokens)."""
+    if path.is_file() and vcr_steps.is_step_stats(path):
+        arrivals = (trace.requests["arrival_s"].to_numpy(dtype=np.float64)
+                    if trace.has_arrivals else None)
+        frame, notes = vcr_steps.read_step_stats(path, arrivals, derived)
+        return replace(trace, steps=StepLog.from_frame(frame, str(path)),
+                       notes=(*trace.notes, *notes))
     return replace(trace, steps=read_steps(path, "--steps"))
 
 
@@ -154,6 +169,8 @@ def read_steps(path: Path, option: str) -> StepLog:
     """
     if not path.exists():
         raise TraceReadError(f"{path}: no such step log; check the {option} path")
+    if path.is_file() and vcr_steps.is_step_stats(path):
+        return StepLog.from_frame(vcr_steps.read_step_stats(path)[0], str(path))
     suffix = format_suffix(path)
 
     if suffix == ".parquet":

@@ -15,7 +15,7 @@ from yaotu_trace.data.figures import GapWindow, Histogram, PlotData, Series
 from yaotu_trace.data.order_stats import KeyedBlockSum
 from yaotu_trace.data.outcome import successful_mask
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.data.steplog import StepLog, column
+from yaotu_trace.data.steplog import KV_USAGE_COLUMNS, StepLog, column, kv_usage
 from yaotu_trace.data.token_times import handoff_rows, nearest_gaps, trace_gap_summary
 
 # Bars of a histogram: enough to show a shape, few enough to read each bar.
@@ -72,13 +72,13 @@ def _downsample(t: np.ndarray, v: np.ndarray, points: int = SERIES_POINTS) -> tu
 
 
 def _step_kv_usage(steps: StepLog) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
-    """(end s, kv_blocks_used / kv_blocks_total) of the steps with both and a positive pool,
-    one pass over the log per call."""
+    """(end s, KV usage) of the steps with one (`steplog.kv_usage`), one pass over the log per
+    call."""
     def read() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for b in steps.batches(("kv_blocks_used", "kv_blocks_total")):
-            used, total = column(b, "kv_blocks_used"), column(b, "kv_blocks_total")
-            ok = np.isfinite(used) & np.isfinite(total) & (total > 0)
-            yield column(b, "end_s")[ok], used[ok] / total[ok]
+        for b in steps.batches(KV_USAGE_COLUMNS):
+            usage = kv_usage(b)
+            ok = np.isfinite(usage)
+            yield column(b, "end_s")[ok], usage[ok]
     return read
 
 
@@ -119,7 +119,7 @@ def _downsample_passes(read: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]
 def kv_series(trace: Trace, capacity_tokens: float | None) -> tuple[Series | None, str | None]:
     """KV usage from the step log, else KV demand from request timing; else why not."""
     steps = trace.steps
-    if steps is not None and {"kv_blocks_used", "kv_blocks_total"} <= set(steps.columns):
+    if steps is not None and steps.has_kv_usage():
         # Passes over the log's batches: the series is downsampled without holding it.
         series = _downsample_passes(_step_kv_usage(steps))
         if series is not None:
@@ -131,7 +131,8 @@ def kv_series(trace: Trace, capacity_tokens: float | None) -> tuple[Series | Non
         start = _column(trace, "first_token_s")
     finish = _column(trace, "finish_s")
     if start is None or finish is None:
-        return None, ("needs a step log with kv_blocks_used/kv_blocks_total, or scheduled_s "
+        return None, ("needs a step log with kv_blocks_used/kv_blocks_total or kv_usage, or "
+                      "scheduled_s "
                       "(or first_token_s) and finish_s per request")
     prompt = trace.requests["prompt_len"].to_numpy(dtype=np.float64)
     output = trace.requests["output_len"].to_numpy(dtype=np.float64)

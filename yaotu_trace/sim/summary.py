@@ -266,7 +266,7 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
     steps.loc[result.step_head_blocks_needed < 0, "head_blocks_needed"] = pd.NA
     # In start order across instances, so the log written with --steps-out streams.
     steps = steps.sort_values("start_s", kind="stable").reset_index(drop=True)
-    return df, steps[list(STEP_COLUMNS)]
+    return df, steps[[c for c in STEP_COLUMNS if c in steps.columns]]
 
 
 def _inter_token_gaps(result: SimResult) -> np.ndarray:

@@ -12,12 +12,12 @@ Metrics (units in the names):
   used as the exact figure. Metrics-only counts use the mean per-request estimate.
 - recompute_token_fraction = recomputed_tokens / Σ (prompt_len + output_len) (ratio); the
   axis score ("work lost").
-- kv_usage = kv_blocks_used / kv_blocks_total per step (step log), else vllm:kv_cache_usage_perc
-  / sglang:token_usage (metrics, the fullest engine per sample): mean, P95, max (ratio);
-  kv_usage_at_preemption = mean usage over steps with num_preempted > 0 (or metric samples at
-  which the preemption counter rose); kv_usage_over_time = (bucket start, mean usage) over up to
-  20 equal time buckets of the step log or export (s, ratio); full_share = share of steps
-  with usage ≥ kv_preempt_usage.
+- kv_usage = kv_blocks_used / kv_blocks_total (else its kv_usage) per step (step log), else
+  vllm:kv_cache_usage_perc / sglang:token_usage (metrics, the fullest engine per sample): mean,
+  P95, max (ratio); kv_usage_at_preemption = mean usage over steps with num_preempted > 0 (or
+  metric samples at which the preemption counter rose); kv_usage_over_time = (bucket start, mean
+  usage) over up to 20 equal time buckets of the step log or export (s, ratio); full_share =
+  share of steps with usage ≥ kv_preempt_usage.
 - kv_capacity_tokens per instance: --kv-capacity, else max kv_blocks_total × block size (step
   log), else sglang:max_total_num_tokens (metrics).
 - demand_tokens(t) per instance = Σ over requests holding KV at t of ceil((prompt_len + g(t)) /

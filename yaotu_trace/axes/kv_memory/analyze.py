@@ -97,12 +97,24 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
             notes.append(f"the engine metrics count {engine_count} preemption(s) against "
                          f"{pre_total} in the {pre_source}; the {pre_source} are used (the "
                          "export may cover a different time range)")
+    if step_kv is not None and step_kv.recomputed_total is not None:
+        # An upper bound (vLLM's readmissions count a prefill preempted before it finished
+        # whole: `ingest.traces.vcr_steps`), below every estimate from preemption counts.
+        recomputed = high = float(step_kv.recomputed_total)
+        low = min(low, high) if low is not None else None
+        basis = ("Σ recomputed_tokens of the step log, engine-counted: what the readmissions "
+                 "after a preemption computed, an upper bound")
+        sources.append(Source.STEPS)
     if m is not None and m.name_of("retracted_input_tokens") is not None:
         exact = (m.counter_increase("retracted_input_tokens") or 0.0) + (
             m.counter_increase("retracted_output_tokens") or 0.0)
         recomputed = low = high = exact
         basis = "sglang retracted input + output tokens (exact)"
         sources.append(Source.METRICS)
+    if recomputed is not None and basis is not None:
+        exact = "engine-counted" in basis or "(exact)" in basis
+        notes.append(f"recomputed tokens counted as {basis}"
+                     + ("" if exact else ", an estimate: nothing in the input counts them"))
     return _Preemption(source=pre_source, basis=basis, preempted=preempted, total=pre_total,
                        recomputed=recomputed, low=low, high=high,
                        per_request=None if per_request is None else per_request.per_request)
@@ -130,7 +142,7 @@ def _usage(inp: AxisInput, step_kv: StepKv | None, t: Thresholds,
     usage = at_pre = None
     timeline: tuple[tuple[float, float], ...] = ()
     usage_mean = usage_p95 = usage_max = full = None
-    if inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total"):
+    if inp.step_has_kv_usage():
         assert inp.steps is not None and step_kv is not None
         # Passes over the log's batches: the usage of every step is never held.
         usage = kv_usage_summary(inp.steps)
@@ -350,7 +362,7 @@ def _missing(pre: _Preemption, use: _Usage, capacity: float | None, dem: _Demand
         missing.append("num_preemptions (request table), num_preempted (step log) or "
                        "vllm:num_preemptions_total / sglang:num_retracted_requests_total")
     if use.summary is None:
-        missing.append("kv_blocks_used and kv_blocks_total (step log) or "
+        missing.append("kv_blocks_used and kv_blocks_total or kv_usage (step log) or "
                        "vllm:kv_cache_usage_perc / sglang:token_usage (metrics)")
     if capacity is None or dem.peak is None:
         missing.append("--kv-capacity with scheduled_s, first_token_s and finish_s for the "

@@ -10,7 +10,7 @@ import numpy as np
 
 from yaotu_trace.axes.base import AxisInput, Evidence, fact, measured
 from yaotu_trace.data.order_stats import BlockSum, KeyedBlockSum
-from yaotu_trace.data.steplog import StepLog, column, kv_usage
+from yaotu_trace.data.steplog import KV_USAGE_COLUMNS, StepLog, column, kv_usage
 from yaotu_trace.errors import YaotuError
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
@@ -140,24 +140,30 @@ class StepKv:
     usage_at_preemption: float | None
     full_steps: int
     usage_span: tuple[float, float] | None  # first and last start of a step with a usage
+    # Σ recomputed_tokens: what the engine computed again after preemptions (None: not logged).
+    recomputed_total: int | None = None
 
 
 def read_step_kv(log: StepLog, full_usage: float) -> StepKv:
     """Preemptions, the largest pool, the usage at preemption and the time range of the usage
     from one pass over the log."""
     preempted = 0 if "num_preempted" in log.columns else None
+    recomputed = 0 if log.has("recomputed_tokens") else None
     largest = -np.inf
     lo, hi = np.inf, -np.inf
     at_pre, at_pre_steps, full = BlockSum(), 0, 0
-    for b in log.batches(("num_preempted", "kv_blocks_used", "kv_blocks_total")):
+    usage_logged = log.has_kv_usage()
+    for b in log.batches(("num_preempted", "recomputed_tokens", *KV_USAGE_COLUMNS)):
         pre = (column(b, "num_preempted", 0.0) if "num_preempted" in b.columns
                else np.zeros(len(b)))
         if preempted is not None:
             preempted += int(b["num_preempted"].fillna(0).sum())
+        if recomputed is not None:
+            recomputed += int(b["recomputed_tokens"].fillna(0).sum())
         if "kv_blocks_total" in b.columns:
             largest = float(np.fmax(largest, np.fmax.reduce(column(b, "kv_blocks_total"),
                                                             initial=-np.inf)))
-        if "kv_blocks_used" in b.columns and "kv_blocks_total" in b.columns:
+        if usage_logged:
             usage = kv_usage(b)
             ok = np.isfinite(usage)
             hit = ok & (pre > 0)
@@ -173,13 +179,14 @@ def read_step_kv(log: StepLog, full_usage: float) -> StepKv:
         usage_at_preemption=at_pre.total() / at_pre_steps if at_pre_steps else None,
         full_steps=full,
         usage_span=(lo, hi) if lo <= hi else None,
+        recomputed_total=recomputed,
     )
 
 
 def step_usage(log: StepLog) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
     """(start s, usage) of the steps with a finite KV usage, one pass per call."""
     def read() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for b in log.batches(("kv_blocks_used", "kv_blocks_total")):
+        for b in log.batches(KV_USAGE_COLUMNS):
             usage = kv_usage(b)
             ok = np.isfinite(usage)
             yield column(b, "start_s")[ok], usage[ok]

@@ -35,8 +35,8 @@ from yaotu_trace.axes.thresholds import Thresholds
 from yaotu_trace.data.instance_join import join_instance
 from yaotu_trace.data.metric_names import GAUGES
 from yaotu_trace.data.report import Distribution
+from yaotu_trace.data.steplog import KV_USAGE_COLUMNS, kv_usage
 from yaotu_trace.data.steplog import column as step_column
-from yaotu_trace.data.steplog import kv_usage
 
 # Outcomes that count as a failed transfer when a request prefilled but never decoded.
 _FAILED = ("error", "aborted", "timeout")
@@ -149,16 +149,16 @@ def _busy_from_steps(inp: AxisInput, prefill: set[str],
 
     A decode instance runs a step whenever one request decodes, so its GPU time says little;
     its load is the time-weighted fill of what bounds its batch when the log has it: KV usage
-    (kv_blocks_used / kv_blocks_total), or num_running / max_num_seqs when `--max-num-seqs` is
-    given and fills up first.
+    (kv_blocks_used / kv_blocks_total, else kv_usage), or num_running / max_num_seqs when
+    `--max-num-seqs` is given and fills up first.
     """
     steps = inp.steps
     if steps is None or not steps.has("instance"):
         return None
-    kv = steps.has("kv_blocks_used") and steps.has("kv_blocks_total")
+    kv = steps.has_kv_usage()
     seats = inp.settings.max_num_seqs if steps.has("num_running") else None
     pools = _PoolLoad(prefill), _PoolLoad(decode)
-    for b in steps.batches(("instance", "kv_blocks_used", "kv_blocks_total", "num_running")):
+    for b in steps.batches(("instance", *KV_USAGE_COLUMNS, "num_running")):
         start, end = step_column(b, "start_s"), step_column(b, "end_s")
         who = b["instance"].fillna("").astype(str).to_numpy(dtype=object)
         fill = np.nan_to_num(kv_usage(b), nan=0.0) if kv else np.zeros(start.size)

@@ -39,8 +39,8 @@ Metrics (units in the names; requests with inconsistent timing are skipped per m
   vllm:iteration_tokens_total histogram (tokens). running_p75 = P75 num_running (or
   vllm:num_requests_running samples); seq_cap = max_num_seqs or the largest num_running seen;
   running_fill_p75 = running_p75 / seq_cap (ratio).
-- kv_usage_p75: P75 of kv_blocks_used / kv_blocks_total (steps) or vllm:kv_cache_usage_perc /
-  sglang:token_usage (metrics) (ratio).
+- kv_usage_p75: P75 of kv_blocks_used / kv_blocks_total (else kv_usage) of the steps, or
+  vllm:kv_cache_usage_perc / sglang:token_usage (metrics) (ratio).
 - The causes (rules Q001, Q003–Q005) are judged in the windows where the queue is
   (`yaotu_trace.axes.queueing.windows`): growing windows (the queue rises by
   growth_min_requests and growth_min_share of the window's arrivals) and queued ones (growing,

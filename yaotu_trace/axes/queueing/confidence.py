@@ -46,7 +46,7 @@ def confirm_steps(mt: QueueingMetrics, cause: Cause | None, has_steps: bool) -> 
     if cause != Cause.UNIDENTIFIED:
         return out
     if mt.kv_usage_queued is None:
-        out.append("add KV usage (step log kv_blocks_used and kv_blocks_total, or "
+        out.append("add KV usage (step log kv_blocks_used and kv_blocks_total or kv_usage, or "
                    "vllm:kv_cache_usage_perc) to test kv_admission")
     if mt.growing_windows and mt.burst_ratio is None and mt.interarrival_cv is None:
         out.append("arrival times are unknown (no request trace): a request table's arrival_s "

@@ -18,7 +18,14 @@ from yaotu_trace.axes.queueing.metrics import Windows
 from yaotu_trace.data.handoff import decode_queue_s, handed_off
 from yaotu_trace.data.order_stats import BlockSum, Summary, summarize
 from yaotu_trace.data.report import PERCENTILES
-from yaotu_trace.data.steplog import InstanceIds, StepLog, column, kv_usage_summary
+from yaotu_trace.data.steplog import (
+    KV_USAGE_COLUMNS,
+    InstanceIds,
+    StepLog,
+    column,
+    kv_usage,
+    kv_usage_summary,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,7 +185,7 @@ class _StepPass:
                         and not log.complete("num_waiting") else None)
         self.has_tokens = inp.step_has("prefill_tokens") or inp.step_has("decode_tokens")
         self.has_running = inp.step_has("num_running")
-        self.has_kv = inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total")
+        self.has_kv = inp.step_has_kv_usage()
         self.has_admission = (inp.step_has("head_blocks_needed")
                               and inp.step_has("kv_blocks_free"))
         self.windows = windows
@@ -292,10 +299,8 @@ class _StepPass:
         if "num_running" in b.columns:
             add("running_sum", column(b, "num_running", 0.0) * left)
         add("tokens_sum", _tokens(b) * left)
-        if "kv_blocks_used" in b.columns and "kv_blocks_total" in b.columns:
-            total = column(b, "kv_blocks_total", np.nan)
-            usage = np.where(total > 0, column(b, "kv_blocks_used", 0.0) / total, 0.0)
-            add("kv_usage_sum", np.nan_to_num(usage) * left)
+        if self.has_kv:
+            add("kv_usage_sum", np.nan_to_num(kv_usage(b)) * left)
         if "head_blocks_needed" in b.columns and "kv_blocks_free" in b.columns:
             need = column(b, "head_blocks_needed")
             free = column(b, "kv_blocks_free")
@@ -403,7 +408,7 @@ def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
         return StepStats()
     one = _StepPass(inp, log, windows)
     for b in log.batches(("instance", "num_waiting", "prefill_tokens", "decode_tokens",
-                          "num_preempted", "num_running", "kv_blocks_used", "kv_blocks_total",
+                          "num_preempted", "num_running", *KV_USAGE_COLUMNS,
                           "head_blocks_needed", "kv_blocks_free")):
         one.feed(b)
     stats = one.totals()
@@ -415,7 +420,7 @@ def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
         stats["running"] = summarize(
             log.reader(("num_running",), lambda b: column(b, "num_running")),
             STEP_PERCENTILES)
-    if inp.step_has("kv_blocks_used") and inp.step_has("kv_blocks_total"):
+    if inp.step_has_kv_usage():
         stats["kv_usage_p75"] = kv_usage_summary(log).percentiles.get(75)
     if one.has_waiting:
         lo, hi = one.lo, one.hi

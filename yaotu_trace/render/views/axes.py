@@ -42,7 +42,7 @@ AXIS_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "kv_memory": (
         ("preemptions_total", "preemptions", "count"),
         ("preempted_request_share", "preempted requests", "pct"),
-        ("recomputed_tokens", "recomputed tokens (est.)", "tokens"),
+        ("recomputed_tokens", "recomputed tokens", "tokens"),
         ("recompute_token_fraction", "recomputed share of all tokens", "pct"),
         ("kv_usage_mean", "mean KV usage", "pct"),
         ("kv_usage_at_preemption", "KV usage at preemption", "pct"),
