@@ -24,7 +24,8 @@ block hash is cached in two or more physical blocks (vLLM never deduplicates the
 `"log_stats": true` the scheduler keeps its statistics and the output holds, per step that ran,
 the `SchedulerStats` its `update_from_output` attached to the step's outputs (`stats`: the
 time the outputs came out, then the dataclass as `dataclasses.asdict` gives it), what the engine
-sends its front end with every output.
+sends its front end with every output, and the engine's registration reply
+(`ready_response_hex`: the limits and pool it reports, msgpack as vLLM encodes it).
 
 The engine loop is vLLM's `EngineCore.step` (synchronous) or `step_with_batch_queue` (async,
 `max_concurrent_batches` batches in flight), run on a virtual clock: a step's GPU time is
@@ -269,6 +270,36 @@ class Driver:
                 continue
             self.complete(queue.pop())
 
+    def ready_response_hex(self) -> str:
+        """The registration reply this engine would send its front end (`EngineCore.
+        _make_ready_response`'s fields from the same config: no data parallelism, LoRA, KV
+        events or sleep mode here), msgpack-encoded as vLLM sends it, in hex: what vllm-vcr's
+        tap keeps as the trace meta's `ready_response_hex`."""
+        import msgspec
+        from vllm.v1.engine import EngineCoreReadyResponse
+        from vllm.version import __version__
+
+        config = self.scheduler.vllm_config
+        cache, parallel = config.cache_config, config.parallel_config
+        response = EngineCoreReadyResponse(
+            max_model_len=config.model_config.max_model_len,
+            num_gpu_blocks=cache.num_gpu_blocks or 0, block_size=cache.block_size,
+            mamba_block_size=cache.mamba_block_size,
+            effective_attention_block_size=cache.effective_attention_block_size,
+            dp_stats_address=None,
+            dtype=str(config.model_config.dtype).removeprefix("torch."),
+            vllm_version=__version__, world_size=parallel.world_size,
+            data_parallel_size=parallel.data_parallel_size,
+            kv_cache_size_tokens=cache.kv_cache_size_tokens,
+            kv_cache_max_concurrency=cache.kv_cache_max_concurrency,
+            tensor_parallel_size=parallel.tensor_parallel_size,
+            pipeline_parallel_size=parallel.pipeline_parallel_size,
+            decode_context_parallel_size=parallel.decode_context_parallel_size,
+            data_parallel_rank=0, max_num_seqs=config.scheduler_config.max_num_seqs,
+            max_num_batched_tokens=config.scheduler_config.max_num_batched_tokens,
+            instance_id="0", supports_lora=False, max_loras=0)  # fixed: the bytes repeat
+        return msgspec.msgpack.encode(response).hex()
+
     def result(self) -> dict[str, Any]:
         import torch
         import vllm
@@ -282,7 +313,8 @@ class Driver:
             "step_columns": ["decided_s", "start_s", "end_s", "tokens", "requests", "preempted",
                              "kv_blocks_used", "running", "waiting", "scheduled"],
             "steps": self.steps,
-            **({"stats": self.stats} if self.stats else {}),
+            **({"stats": self.stats, "ready_response_hex": self.ready_response_hex()}
+               if self.stats else {}),
             "requests": [
                 {"first_scheduled_s": self.first_sched_s[i], "hit_tokens": self.hit_tokens[i],
                  "preemptions": int(self.requests[i].num_preemptions),

@@ -444,7 +444,8 @@ def vcr_stats(args: argparse.Namespace) -> int:
         run["stats"] = [scheduler_json(stats) for _, stats in real["stats"]]
         meta = {"meta": {"source": "tap", "vllm_version": real["engine_version"],
                          "max_num_seqs": doc["engine_limits"]["max_num_seqs"],
-                         "block_size": BLOCK}}
+                         "block_size": BLOCK,
+                         "ready_response_hex": real["ready_response_hex"]}}
         records = tap_records(run, doc["requests"])
         records.sort(key=lambda r: r["arrival_ms"] + r["ttft_ms"] + sum(r["itl_ms"]))
         files = {

@@ -24,6 +24,7 @@ from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.load import read_steps
+from yaotu_trace.ingest.traces.msgpack_value import decode
 
 STATS = FIXTURES / "captures" / "vcr" / "stats"
 CASES = ("multi_tenant", "long_prefill")
@@ -204,3 +205,64 @@ def test_a_sidecar_of_another_capture_is_refused() -> None:
     _, other, _ = _files("long_prefill")
     with pytest.raises(TraceSchemaError, match="not of one capture"):
         read_trace(trace_path, steps_path=other)
+
+
+def test_the_engines_registration_reply_gives_the_diagnosis_its_limits() -> None:
+    """The meta's `ready_response_hex` is vLLM's own msgpack of its `EngineCoreReadyResponse`
+    (made by vLLM 0.33's classes and msgspec for the run): the pool, seats and token budget fed
+    to it come out, and the axes judge against them where no option gives them; an option
+    wins."""
+    trace_path, _, _ = _files("multi_tenant")
+    meta = _lines(trace_path)[0]["meta"]
+    reply = decode(bytes.fromhex(meta["ready_response_hex"]))
+    limits = json.loads((FIXTURES / "sim_vllm" / "multi_tenant.json").read_text())
+    engine = limits["engine_limits"]
+    assert (reply["num_gpu_blocks"], reply["block_size"], reply["max_num_seqs"],
+            reply["max_num_batched_tokens"], reply["vllm_version"]) == (
+        engine["kv_blocks"], 16, engine["max_num_seqs"], engine["max_batched_tokens"], "0.33.0")
+    trace = read_trace(trace_path)
+    assert trace.engine_limits is not None
+    assert trace.engine_limits.kv_capacity_tokens == (engine["kv_blocks"] - 1) * 16
+    queueing, memory = _axis(trace, "queueing"), _axis(trace, "kv_memory")
+    assert (queueing["metrics"]["seq_cap"], queueing["metrics"]["seq_cap_inferred"]) == (
+        engine["max_num_seqs"], False)
+    assert memory["metrics"]["kv_capacity_tokens"] == (engine["kv_blocks"] - 1) * 16
+    given = diagnose(trace, DiagnosisOptions(max_num_seqs=8, kv_capacity="100blocks")).to_dict()
+    axes = {a["name"]: a["metrics"] for a in given["axes"]}
+    assert axes["queueing"]["seq_cap"] == 8
+    assert axes["kv_memory"]["kv_capacity_tokens"] == 1600
+
+
+@pytest.mark.parametrize(("reply", "problem"), [
+    ("81a3", "cut short"),
+    ("zz", "not the msgpack"),
+    ("c1", "type 0xc1"),
+    ("93010203", "not the msgpack map"),
+    ("81a1610100", "1 bytes after the value"),
+])
+def test_a_damaged_registration_reply_is_refused(tmp_path: Path, reply: str,
+                                                 problem: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in [
+        {"meta": {"block_size": 16, "ready_response_hex": reply}},
+        {"prompt_tokens": 32, "output_tokens": 1, "ttft_ms": 9.0, "arrival_ms": 1.0}]),
+        encoding="utf-8")
+    with pytest.raises(TraceSchemaError, match=r"line 1, field 'meta\.ready_response_hex'") as err:
+        read_trace(path)
+    assert problem in str(err.value)
+
+
+@pytest.mark.parametrize(("hex_bytes", "value"), [
+    ("81a161cd0100", {"a": 256}),  # fixmap, fixstr, uint16
+    ("93ff00d0ce", [-1, 0, -50]),  # negative fixint, int8
+    ("cb3ff8000000000000", 1.5),  # float64
+    ("ca3fc00000", 1.5),  # float32
+    ("82a178c0a179c3", {"x": None, "y": True}),
+    ("d903616263", "abc"),  # str8
+    ("c4020102", b"\x01\x02"),  # bin8
+    ("cf0000000100000000", 1 << 32),  # uint64
+    ("d3ffffffffffffffff", -1),  # int64
+])
+def test_the_msgpack_reader_on_hand_made_values(hex_bytes: str, value: object) -> None:
+    """Byte strings written from the MessagePack spec (msgpack/msgpack spec.md) by hand."""
+    assert decode(bytes.fromhex(hex_bytes)) == value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -225,6 +225,21 @@ class EngineSettings:
         return effective_rules(trace, self.replay_preset, **overrides)
 
 
+def with_captured_limits(settings: EngineSettings, trace: Trace) -> EngineSettings:
+    """`settings` with the limits the trace's capture states (`Trace.engine_limits`) where no
+    option set them: an option always wins over the capture."""
+    limits = trace.engine_limits
+    if limits is None:
+        return settings
+    return replace(
+        settings,
+        max_num_seqs=settings.max_num_seqs or limits.max_num_seqs,
+        max_batched_tokens=settings.max_batched_tokens or limits.max_batched_tokens,
+        kv_capacity_tokens=(settings.kv_capacity_tokens if settings.kv_capacity_tokens
+                            is not None or limits.kv_capacity_tokens is None
+                            else float(limits.kv_capacity_tokens)))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AxisInput:
     """Everything an analyzer may read. Any of the three sources may be absent.
@@ -275,9 +290,10 @@ class AxisInput:
         metrics: EngineMetrics | None = None,
         settings: EngineSettings | None = None,
     ) -> AxisInput:
-        """The input of every analyzer for one trace (step log attached to the trace)."""
+        """The input of every analyzer for one trace (step log attached to the trace); the
+        limits its capture states fill the settings no option gave (`EngineLimits`)."""
         return cls(trace=trace, steps=trace.steps, metrics=metrics,
-                   settings=settings or EngineSettings())
+                   settings=with_captured_limits(settings or EngineSettings(), trace))
 
 
 class AxisMetrics(Protocol):

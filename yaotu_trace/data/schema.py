@@ -118,6 +118,18 @@ class RawTrace:
     # step-log columns on the trace's clock; `--steps FILE` takes their place when given.
     steps: pd.DataFrame | None = None
     steps_note: str | None = None  # what the trace says of them (how they were derived)
+    engine_limits: EngineLimits | None = None  # what the capture says the engine ran with
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLimits:
+    """The limits a capture says its engine ran with (None where it does not say): vLLM's
+    registration reply in a vllm-vcr trace, say. The diagnosis takes each where no option
+    (`--max-num-seqs`, `--max-batched-tokens`, `--kv-capacity`) gives it."""
+
+    max_num_seqs: int | None = None
+    max_batched_tokens: int | None = None
+    kv_capacity_tokens: int | None = None  # one instance's usable pool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,6 +193,8 @@ class Trace:
     steps: StepLog | None = field(default=None)
     # List columns left on disk (`read_trace(..., lazy_content=True)`); not in `requests`.
     lazy: LazyContent | None = None
+    # The engine's limits as the capture states them (`EngineLimits`; None: it does not).
+    engine_limits: EngineLimits | None = None
     # Values derived from the trace once and shared by the passes that need them (e.g. the
     # inter-token gap summary, which reads the token times twice). Not copied by `replace`.
     derived: dict[str, object] = field(default_factory=dict, init=False, compare=False,
@@ -504,6 +518,7 @@ def _normalize(raw: RawTrace, path: str, arrivals_optional: bool = False,
         notes=tuple(notes),
         rows_read=rows_read,
         has_arrivals=has_arrivals,
+        engine_limits=raw.engine_limits,
     )
 
 

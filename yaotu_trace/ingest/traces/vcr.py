@@ -23,6 +23,11 @@ Mapping and decisions:
   images inside it, so this shares less than vLLM can: the notes say how many requests).
 - `model` = the meta's `model`; its `vllm_version`, `gpu`, `tp`, `config_hash` are named in a
   note. `concurrency` has no column: counted and named, like every other field not read.
+- The engine's limits (`Trace.engine_limits`): the meta's `ready_response_hex` is the msgpack of
+  vLLM's registration reply (`EngineCoreReadyResponse`, decoded by `msgpack_value`); its
+  `max_num_seqs`, `max_num_batched_tokens` and pool ((`num_gpu_blocks` − 1) × `block_size`
+  tokens: the null block is never used), else the meta's own `max_num_seqs`, are what the
+  diagnosis judges against where no option gives them. A reply that does not decode is refused.
 - The engine's own steps (`step_table`), when the tap wrote `itl_ctx` and every request's
   arrival and gaps are in the file: the outputs of one engine step reach the tap in one
   message, so the distinct output times are the steps' ends (each starts at the one before,
@@ -58,18 +63,24 @@ from yaotu_trace.ingest.traces.common import (
     unused_note,
     whole,
 )
+from yaotu_trace.ingest.traces.msgpack_value import decode
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from yaotu_trace.data.schema import RawTrace
+    from yaotu_trace.data.schema import EngineLimits, RawTrace
 
 RECORD_KEYS: Final = frozenset({"prompt_tokens", "output_tokens", "ttft_ms"})
 USED: Final = frozenset({"prompt_tokens", "cached_tokens", "output_tokens", "ttft_ms", "itl_ms",
                          "itl_tokens", "itl_summary", "itl_ctx", "arrival_ms", "block_hashes",
                          "mm_hashes", "output_token_ids", "finish_reason"})
 META_SHOWN: Final = ("vllm_version", "gpu", "tp", "max_num_seqs", "source", "config_hash")
-META_USED: Final = frozenset({"model", "block_size", *META_SHOWN})
+META_USED: Final = frozenset({"model", "block_size", "ready_response_hex", *META_SHOWN})
+# What the diagnosis takes of vLLM's registration reply (`EngineCoreReadyResponse`), shown in
+# a note with the rest of its limits.
+READY_SHOWN: Final = ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                      "max_model_len", "tensor_parallel_size", "data_parallel_size", "dtype",
+                      "vllm_version")
 STATUS: Final = {"stop": "ok", "length": "ok", "repetition": "ok", "abort": "aborted",
                  "error": "error"}
 FIX: Final = "pass the trace `vllm-vcr record --trace-out` wrote"
@@ -143,6 +154,7 @@ def read_vcr(path: Path) -> RawTrace:
     block = meta.get("block_size")
     return RawTrace(requests=df, format_name="vllm-vcr", row_label="line",
                     steps=steps, steps_note=None if steps is None else STEPS_NOTE,
+                    engine_limits=engine_limits(meta),
                     source_block_size=int(block) if tally["hashed"] and block else None,
                     notes=notes + unused_note(unused, len(rows), "fields"),
                     source_names={"arrival_s": "arrival_ms", "prompt_len": "prompt_tokens",
@@ -161,7 +173,43 @@ def _meta(value: Any, path: Path, line: int, unused: Counter[str]) -> dict[str, 
         whole(value["block_size"], path, "line", line, "meta.block_size", FIX)
         if value["block_size"] < 1:
             raise fail(path, "line", line, "meta.block_size", "0 tokens a block", FIX)
+    if value.get("max_num_seqs") is not None:
+        whole(value["max_num_seqs"], path, "line", line, "meta.max_num_seqs", FIX)
+    if value.get("ready_response_hex") is not None:
+        value = {**value, "ready": _ready(value["ready_response_hex"], path, line)}
     return value
+
+
+def _ready(text: Any, path: Path, line: int) -> dict[str, Any]:
+    """vLLM's registration reply, decoded, with the limits the diagnosis takes checked."""
+    key = "meta.ready_response_hex"
+    try:
+        reply = decode(bytes.fromhex(text)) if isinstance(text, str) else None
+    except ValueError as exc:
+        raise fail(path, "line", line, key, f"not the msgpack of vLLM's reply ({exc})",
+                   FIX) from None
+    if not isinstance(reply, dict):
+        raise fail(path, "line", line, key, "not the msgpack map of vLLM's reply", FIX)
+    for name in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+        if reply.get(name) is not None:
+            whole(reply[name], path, "line", line, f"{key} {name}", FIX)
+    return reply
+
+
+def engine_limits(meta: dict[str, Any]) -> EngineLimits | None:
+    """The limits the capture states: the registration reply's (the pool is its usable
+    blocks, vLLM's `num_gpu_blocks` − 1 for the null block, × its block size), else the meta's
+    own max_num_seqs."""
+    from yaotu_trace.data.schema import EngineLimits
+
+    ready = meta.get("ready", {})
+    blocks, block = ready.get("num_gpu_blocks"), ready.get("block_size")
+    pool = (blocks - 1) * block if blocks and block and blocks > 1 else None
+    seats = ready.get("max_num_seqs") or meta.get("max_num_seqs") or None
+    budget = ready.get("max_num_batched_tokens") or None
+    if pool is None and seats is None and budget is None:
+        return None
+    return EngineLimits(max_num_seqs=seats, max_batched_tokens=budget, kv_capacity_tokens=pool)
 
 
 def _row(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
@@ -345,6 +393,15 @@ def _notes(meta: dict[str, Any], tally: Counter[str], unplaced: list[int],
     shown = [f"{k} {meta[k]}" for k in META_SHOWN if meta.get(k) is not None]
     if shown:
         notes.append(f"captured by vllm-vcr: {', '.join(shown)}")
+    ready = meta.get("ready", {})
+    said = [f"{k} {ready[k]}" for k in READY_SHOWN if ready.get(k) is not None]
+    if said:
+        notes.append(f"the engine's registration reply (meta.ready_response_hex): "
+                     f"{', '.join(said)}")
+    if engine_limits(meta) is not None:
+        notes.append("the diagnosis takes the capture's max_num_seqs, max_num_batched_tokens "
+                     "and KV pool ((num_gpu_blocks − 1) × block_size tokens) where "
+                     "--max-num-seqs, --max-batched-tokens or --kv-capacity do not give them")
     if tally["chunked"]:
         notes.append(f"{tally['chunked']:,} request(s) streamed a chunk count other than "
                      "output_len: their token_times_s hold one time per chunk (itl_tokens)")
