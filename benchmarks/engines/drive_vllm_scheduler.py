@@ -21,11 +21,13 @@ a later prompt that repeats an answer hits the answer's cached blocks as it woul
 
 With `"count_duplicates": true` in the config the output also counts the steps after which some
 block hash is cached in two or more physical blocks (vLLM never deduplicates them). With
-`"log_stats": true` the scheduler keeps its statistics and the output holds, per step that ran,
-the `SchedulerStats` its `update_from_output` attached to the step's outputs (`stats`: the
-time the outputs came out, then the dataclass as `dataclasses.asdict` gives it), what the engine
-sends its front end with every output, and the engine's registration reply
-(`ready_response_hex`: the limits and pool it reports, msgpack as vLLM encodes it).
+`"log_stats": true` the scheduler keeps its statistics (with `"kv_cache_metrics": true` too its
+residency collector's eviction events, on every block, timed by the loop's virtual clock) and
+the output holds, per step that ran, the `SchedulerStats` its `update_from_output` attached to
+the step's outputs (`stats`: the time the outputs came out, then the dataclass as
+`dataclasses.asdict` gives it), what the engine sends its front end with every output, and the
+engine's registration reply (`ready_response_hex`: the limits and pool it reports, msgpack as
+vLLM encodes it).
 
 The engine loop is vLLM's `EngineCore.step` (synchronous) or `step_with_batch_queue` (async,
 `max_concurrent_batches` batches in flight), run on a virtual clock: a step's GPU time is
@@ -72,7 +74,14 @@ class Batch:
 def build_scheduler(config: dict[str, Any], model_dir: Path):  # type: ignore[no-untyped-def]
     """A real `Scheduler` (or `AsyncScheduler`) over one full-attention KV group."""
     import torch
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        ModelConfig,
+        ObservabilityConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -95,8 +104,13 @@ def build_scheduler(config: dict[str, Any], model_dir: Path):  # type: ignore[no
                                max_model_len=max_model_len, dtype="float32")
     cache_config = CacheConfig(block_size=block,
                                enable_prefix_caching=bool(config["enable_prefix_caching"]))
+    # `kv_cache_metrics`: vLLM's residency collector on every block (`--kv-cache-metrics
+    # --kv-cache-metrics-sample 1.0`), its events in the statistics.
+    observability = ObservabilityConfig(kv_cache_metrics=bool(config.get("kv_cache_metrics")),
+                                        kv_cache_metrics_sample=1.0)
     vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
-                             cache_config=cache_config, device_config=DeviceConfig("cpu"))
+                             cache_config=cache_config, device_config=DeviceConfig("cpu"),
+                             observability_config=observability)
     kv_cache_config = KVCacheConfig(
         num_blocks=blocks, kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
@@ -131,6 +145,16 @@ def make_requests(requests: list[dict[str, Any]], block: int) -> tuple[list[Any]
     return made, tokens
 
 
+class _LoopClock:
+    """Stands in for the `time` module of `vllm.v1.core.kv_cache_metrics`: the driver's now."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def monotonic_ns(self) -> int:
+        return round(self.driver.now * 1e9)
+
+
 class Driver:
     """The engine loop on a virtual clock around a real scheduler."""
 
@@ -140,6 +164,11 @@ class Driver:
         self.block = int(self.config["block_size"])
         self.usable = int(self.config["num_gpu_blocks"]) - 1
         self.scheduler, self.depth = build_scheduler(self.config, model_dir)
+        if self.config.get("kv_cache_metrics"):
+            # The collector's clock is the engine loop's (virtual) time, not this CPU's.
+            from vllm.v1.core import kv_cache_metrics
+
+            kv_cache_metrics.time = _LoopClock(self)  # type: ignore[assignment]
         if not self.config["async_scheduling"]:
             self.depth = 1
         self.requests, self.tokens = make_requests(spec["requests"], self.block)

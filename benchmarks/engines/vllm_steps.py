@@ -416,12 +416,14 @@ def vcr_stats(args: argparse.Namespace) -> int:
     """vLLM's synchronous run of `VCR_STATS_CASES` with `log_stats`, as vllm-vcr's tap writes
     it: `<case>.trace.jsonl` (the trace, in finish order) and `<case>.step-stats.jsonl` (the
     sidecar: the stats vLLM attached to each step's outputs), beside `<case>.json` (the run:
-    steps, token steps, hits, preemptions). Written with --write, else compared."""
+    steps, token steps, hits, preemptions) and `<case>.metrics.prom` (the /metrics text vLLM's
+    own Prometheus logger makes of the sidecar, `vcr_stats_prometheus.py`). Written with
+    --write, else compared."""
     sys.path.insert(0, str(VCR_STATS.parent))
     from tap import scheduler_json, step_stats_lines, tap_records
 
     VCR_STATS.mkdir(parents=True, exist_ok=True)
-    specs, docs = [], []
+    specs, docs, hashes = [], [], []
     for name in VCR_STATS_CASES:
         doc = json.loads((FIXTURES / f"{name}.json").read_text())
         requests = fixture_requests(doc["requests"])
@@ -430,12 +432,15 @@ def vcr_stats(args: argparse.Namespace) -> int:
         offsets, ident, _, _ = block_identities(requests, requests.output_tokens, BLOCK,
                                                 config.prefix_caching)
         spec = driver_input(requests, config, offsets, ident, doc["step_time"])
-        spec["config"]["log_stats"] = True
+        spec["config"]["log_stats"] = spec["config"]["kv_cache_metrics"] = True
         specs.append(spec)
         docs.append(doc)
+        hashes.append([ident[offsets[i]:offsets[i] + int(requests.prompt_tokens[i]) // BLOCK]
+                       .tolist() for i in range(requests.num_requests)])
     status = 0
-    for name, doc, real in zip(VCR_STATS_CASES, docs, run_driver_many(specs, args.vllm_python),
-                               strict=True):
+    for name, doc, real, prompts in zip(VCR_STATS_CASES, docs,
+                                        run_driver_many(specs, args.vllm_python), hashes,
+                                        strict=True):
         run = fixture_document(name, Workload(**doc["workload"]),
                                Engine(**doc["engine_limits"]), {"sync": real},
                                doc["requests"])["runs"]["sync"]
@@ -446,7 +451,7 @@ def vcr_stats(args: argparse.Namespace) -> int:
                          "max_num_seqs": doc["engine_limits"]["max_num_seqs"],
                          "block_size": BLOCK,
                          "ready_response_hex": real["ready_response_hex"]}}
-        records = tap_records(run, doc["requests"])
+        records = tap_records(run, doc["requests"], prompts)
         records.sort(key=lambda r: r["arrival_ms"] + r["ttft_ms"] + sum(r["itl_ms"]))
         files = {
             f"{name}.json": json.dumps({"engine_version": real["engine_version"],
@@ -459,6 +464,16 @@ def vcr_stats(args: argparse.Namespace) -> int:
             f"{name}.step-stats.jsonl": "".join(json.dumps(x, separators=(",", ":")) + "\n"
                                                 for x in step_stats_lines(run)),
         }
+        # What vLLM's own Prometheus logger makes of the sidecar: the /metrics text to read
+        # it as --metrics against.
+        with tempfile.TemporaryDirectory() as folder:
+            sidecar, prom = Path(folder) / "s.jsonl", Path(folder) / "m.prom"
+            sidecar.write_text(files[f"{name}.step-stats.jsonl"])
+            done = subprocess.run([args.vllm_python, str(DRIVER.parent / "vcr_stats_prometheus.py"),
+                                   str(sidecar), str(prom)], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"vLLM's logger failed:\n{done.stderr[-3000:]}")
+            files[f"{name}.metrics.prom"] = prom.read_text()
         for file, text in files.items():
             path = VCR_STATS / file
             same = path.exists() and path.read_text() == text

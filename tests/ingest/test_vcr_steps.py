@@ -20,11 +20,15 @@ import pytest
 from conftest import FIXTURES
 
 from yaotu_trace import diagnose
+from yaotu_trace.data.metric_names import VLLM_RESIDENCY_BUCKETS
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import read_trace
-from yaotu_trace.ingest.load import read_steps
+from yaotu_trace.ingest.load import read_metrics, read_steps
+from yaotu_trace.ingest.telemetry.prom_text import read_prom_text
 from yaotu_trace.ingest.traces.msgpack_value import decode
+from yaotu_trace.prefix.rules import rules_for
+from yaotu_trace.prefix.trace import replay_trace_with_requests
 
 STATS = FIXTURES / "captures" / "vcr" / "stats"
 CASES = ("multi_tenant", "long_prefill")
@@ -266,3 +270,61 @@ def test_a_damaged_registration_reply_is_refused(tmp_path: Path, reply: str,
 def test_the_msgpack_reader_on_hand_made_values(hex_bytes: str, value: object) -> None:
     """Byte strings written from the MessagePack spec (msgpack/msgpack spec.md) by hand."""
     assert decode(bytes.fromhex(hex_bytes)) == value
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_as_metrics_the_sidecar_is_what_vllms_own_logger_records(name: str) -> None:
+    """`--metrics step-stats.jsonl` holds the series vLLM 0.33's `PrometheusStatLogger` makes of
+    the same statistics (`<case>.metrics.prom`: every line through its `record`, with
+    `--kv-cache-metrics`, by `benchmarks/engines/vcr_stats_prometheus.py`): the prefix-cache
+    counters, the hits by source, every bucket, count and sum of the three residency histograms,
+    and the gauges as the last line left them."""
+    _, stats_path, _ = _files(name)
+    ours = read_metrics(stats_path)
+    vllm = read_metrics(STATS / f"{name}.metrics.prom")
+    for key in ("prefix_queries", "prefix_hits"):
+        assert ours.counter_increase(key) == vllm.counter_increase(key) > 0
+    assert ours.counter_increase("prompt_tokens_cached_by_source", "device") == \
+        vllm.counter_increase("prompt_tokens_cached_by_source", "device")
+    for key in ("kv_block_lifetime_s", "kv_block_idle_before_evict_s", "kv_block_reuse_gap_s"):
+        assert ours.histogram_count(key) == vllm.histogram_count(key) > 0
+        assert ours.histogram_sum(key) == pytest.approx(vllm.histogram_sum(key), rel=1e-12)
+        for le in (*VLLM_RESIDENCY_BUCKETS, float("inf")):
+            assert ours.bucket_increase(key, le) == vllm.bucket_increase(key, le)
+    rows, _ = read_prom_text(STATS / f"{name}.metrics.prom")
+    last = {metric: value for _, metric, _, value in rows if "reason" not in metric}
+    for key, metric in (("num_running", "vllm:num_requests_running"),
+                        ("num_waiting", "vllm:num_requests_waiting"),
+                        ("kv_usage", "vllm:kv_cache_usage_perc")):
+        gauge = ours.gauge(key)
+        assert gauge is not None and gauge["value"].iloc[-1] == last[metric]
+
+
+def test_the_engines_residency_is_held_against_the_replays() -> None:
+    """`trace replay --residency --metrics step-stats.jsonl`: vLLM's own residency histograms
+    of the run (every block, its collector on the engine loop's clock) beside the replay's."""
+    trace_path, stats_path, _ = _files("long_prefill")
+    events = [e for line in _lines(stats_path)
+              for e in line["scheduler"]["kv_cache_eviction_events"]]
+    rules = rules_for("vllm", block_size_tokens=16, capacity_blocks=2199)
+    summary, _ = replay_trace_with_requests(read_trace(trace_path), rules, explain=True,
+                                            metrics=read_metrics(stats_path), waterfall=False)
+    assert summary.residency is not None
+    engine = {h.key: h.engine for h in summary.residency.histograms}
+    lifetime, gaps = engine["kv_block_lifetime_s"], engine["kv_block_reuse_gap_s"]
+    assert lifetime is not None and lifetime["count"] == len(events)
+    assert gaps is not None
+    assert gaps["count"] == sum(len(e["reuse_gaps_seconds"]) for e in events)
+
+
+def test_without_eviction_events_there_are_no_residency_histograms(tmp_path: Path) -> None:
+    path = _sidecar(tmp_path, [_line(1.0), _line(2.0)])
+    metrics = read_metrics(path)
+    assert metrics.histogram_count("kv_block_lifetime_s") is None
+    assert metrics.counter_increase("prefix_queries") == 64
+    assert any("without --kv-cache-metrics" in n for n in metrics.notes)
+    bad = _sidecar(tmp_path, [_line(1.0, kv_cache_eviction_events=[{"lifetime_seconds": -1,
+                                                                     "idle_seconds": 0}])],
+                   "bad.jsonl")
+    with pytest.raises(TraceSchemaError, match="a negative time in an event"):
+        read_metrics(bad)

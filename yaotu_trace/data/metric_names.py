@@ -93,6 +93,10 @@ COUNTERS: Final[Mapping[str, tuple[str, ...]]] = {
     "kv_transfer_ms": ("log:kv_transfer_ms_total",),
     "kv_transfer_mb": ("log:kv_transfer_mb_total",),
 }
+# vLLM 0.33.0 `vllm/v1/metrics/buckets.py` KV_CACHE_RESIDENCY_BUCKETS (seconds).
+VLLM_RESIDENCY_BUCKETS: Final[tuple[float, ...]] = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300,
+    600, 1200, 1800)
 HISTOGRAMS: Final[Mapping[str, tuple[str, ...]]] = {
     "iteration_tokens": ("vllm:iteration_tokens_total",),
     "queue_time_s": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),

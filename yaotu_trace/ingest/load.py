@@ -207,9 +207,10 @@ def _other_columns(path: Path, keep: tuple[str, ...]) -> tuple[str, ...]:
 
 def read_metrics(path: str | Path, *, year: int | None = None,
                  zone: tzinfo | None = None) -> EngineMetrics:
-    """Read a Prometheus range-query export (JSON or CSV), /metrics text (`prom_text`) or an
+    """Read a Prometheus range-query export (JSON or CSV), /metrics text (`prom_text`), an
     engine server log (`serverlog`, found by its content; `year` dates its year-less times,
-    `zone` is the zone of its zone-less ones, UTC when None: `serverlog.log_zone`)."""
+    `zone` is the zone of its zone-less ones, UTC when None: `serverlog.log_zone`) or a
+    vllm-vcr step-stats sidecar (`vcr_steps.metric_rows`)."""
     path = Path(path)
     suffix = path.suffix.lower()
     notes: tuple[str, ...] = ()
@@ -219,6 +220,8 @@ def read_metrics(path: str | Path, *, year: int | None = None,
     if path.is_dir() and prom_text.is_scrape_folder(path):
         rows, notes = prom_text.read_prom_folder(path)
         kind = "text"
+    elif path.is_file() and vcr_steps.is_step_stats(path):
+        rows, notes = vcr_steps.metric_rows(path)  # what vLLM's own logger records of it
     elif path.is_file() and (suffix == ".log" or (
             suffix not in (".json", ".csv", ".tsv") and is_server_log(path))):
         rows, log_notes, log_year, requests = read_server_log(path, year=year, zone=zone)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from yaotu_trace.data.engine_metrics import EngineMetrics
+from yaotu_trace.data.metric_names import VLLM_RESIDENCY_BUCKETS
 from yaotu_trace.errors import YaotuError
 from yaotu_trace.prefix.kernels import residency as kernels
 from yaotu_trace.prefix.kernels.chains import BlockChains
@@ -45,10 +46,6 @@ GPU = "gpu"
 TTL_SECONDS: tuple[float, ...] = (60.0, 300.0, 900.0, 1800.0, 3600.0, 6 * 3600.0, 86400.0)
 QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
 TOP_REUSED = 10
-# vLLM 0.33.0 `vllm/v1/metrics/buckets.py` KV_CACHE_RESIDENCY_BUCKETS (seconds).
-VLLM_RESIDENCY_BUCKETS: tuple[float, ...] = (
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300,
-    600, 1200, 1800)
 # Canonical key (`data/metric_names.HISTOGRAMS`) → vLLM's name and what one observation is.
 HISTOGRAMS: tuple[tuple[str, str, str], ...] = (
     ("kv_block_lifetime_s", "vllm:kv_block_lifetime_seconds",

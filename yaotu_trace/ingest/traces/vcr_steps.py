@@ -39,13 +39,17 @@ Fields the step log does not use are counted and named in a note, where they hol
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from yaotu_trace.data.compressed import open_compressed
+from yaotu_trace.data.metric_names import VLLM_RESIDENCY_BUCKETS
 from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.traces.common import fail, json_record, number, text_lines, whole
@@ -64,6 +68,15 @@ _SCHEDULER_USED: Final = frozenset({"num_running_reqs", "num_waiting_reqs",
                                     "prefix_cache_stats"})
 _PREFIX_USED: Final = frozenset({"queries", "hits", "preempted_requests", "preempted_queries",
                                  "preempted_hits"})
+# What `--metrics` reads: what vLLM's Prometheus logger records of the same statistics.
+_METRICS_USED: Final = frozenset({"num_running_reqs", "num_waiting_reqs",
+                                  "num_skipped_waiting_reqs", "kv_cache_usage",
+                                  "prefix_cache_stats", "connector_prefix_cache_stats",
+                                  "kv_cache_eviction_events"})
+_PREFIX_METRICS_USED: Final = frozenset({"queries", "hits"})
+# vLLM's residency histograms (`--kv-cache-metrics`), in the order of an event's values.
+_RESIDENCY: Final = ("vllm:kv_block_lifetime_seconds", "vllm:kv_block_idle_before_evict_seconds",
+                     "vllm:kv_block_reuse_gap_seconds")
 
 
 def is_step_stats(path: Path) -> bool:
@@ -91,15 +104,20 @@ def read_step_stats(path: Path, arrivals_s: np.ndarray | None = None,
     """
     import pandas as pd
 
-    times, cols, unused = _records(path)
+    times, lines, unused = _records(path, _SCHEDULER_USED, _PREFIX_USED)
     if len(times) < 2:
         raise TraceSchemaError(f"{path}: {len(times)} step-stats line(s); a step needs the line "
                                "before it (the first seeds the clock), and an empty file means "
                                f"the engine ran without stats (--disable-log-stats); {FIX}")
     end_s = np.asarray(times, dtype=np.float64) / 1000.0
-    data = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
+
+    def col(value: Callable[[_Stats], float]) -> np.ndarray:
+        return np.array([value(x) for x in lines[1:]])
+
+    running = np.array([x.running for x in lines])
+    waiting = np.array([x.waiting + x.deferred for x in lines])
     start_s = end_s[:-1].copy()
-    idle = (data["running"][:-1] + data["waiting"][:-1]) == 0
+    idle = (running[:-1] + waiting[:-1]) == 0
     if arrivals_s is not None and arrivals_s.size and idle.any():
         ordered = np.sort(np.asarray(arrivals_s, dtype=np.float64))
         nxt = np.searchsorted(ordered, start_s, side="right")
@@ -107,12 +125,12 @@ def read_step_stats(path: Path, arrivals_s: np.ndarray | None = None,
         start_s[ok] = np.minimum(ordered[np.minimum(nxt[ok], ordered.size - 1)], end_s[1:][ok])
     frame = pd.DataFrame({
         "start_s": start_s, "end_s": end_s[1:],
-        "prefill_tokens": data["prefill"][1:].astype(np.int64),
-        "num_running": data["running"][1:].astype(np.int64),
-        "num_waiting": data["waiting"][1:].astype(np.int64),
-        "kv_usage": data["usage"][1:],
-        "num_preempted": data["preempted"][1:].astype(np.int64),
-        "recomputed_tokens": data["recomputed"][1:].astype(np.int64),
+        "prefill_tokens": col(lambda x: x.queries - x.hits + x.pq - x.ph).astype(np.int64),
+        "num_running": running[1:].astype(np.int64),
+        "num_waiting": waiting[1:].astype(np.int64),
+        "kv_usage": col(lambda x: x.usage),
+        "num_preempted": col(lambda x: x.preempted).astype(np.int64),
+        "recomputed_tokens": col(lambda x: x.pq - x.ph).astype(np.int64),
     })
     frame[SOURCE_ROW] = np.arange(2, len(times) + 1)  # errors name the file's line
     notes = [f"engine steps from vllm-vcr's step-stats sidecar ({path.name}): one per line "
@@ -124,19 +142,121 @@ def read_step_stats(path: Path, arrivals_s: np.ndarray | None = None,
              "bound of the recompute: a prefill preempted before it finished counts whole)"]
     if derived is not None:
         notes.append(_decode_from(frame, end_s, derived, path))
-    if unused:
-        names = sorted(unused, key=lambda k: (-unused[k], k))
-        notes.append("step-stats fields the step log does not use, with the number of the "
-                     f"{len(times):,} lines where each holds a value: "
-                     + ", ".join(f"{k} ({unused[k]:,})" for k in names))
-    return frame, tuple(notes)
+    return frame, (*notes, *_unused_note(unused, len(times), "the step log"))
 
 
-def _records(path: Path) -> tuple[list[float], dict[str, list[float]], Counter[str]]:
-    """Each line's time (ms) and the numbers the step log takes from it, in file order."""
+def metric_rows(path: Path) -> tuple[list[tuple[float, str, str, float]], tuple[str, ...]]:
+    """The sidecar as the series vLLM's `PrometheusStatLogger.record` makes of the same
+    `SchedulerStats` (`--metrics`): rows (time s, name, labels, value) at each line's time,
+    and zero for every counter and histogram at the capture's start (the tap's first instant).
+
+    Gauges: running, waiting (+ deferred; by reason), KV usage. Counters: prefix-cache queries
+    and hits, hits by source (`device`; a connector's by its tiers), a connector's queries and
+    hits (`external_prefix_cache_*`). Histograms (`--kv-cache-metrics`, vLLM's residency
+    buckets): each eviction event's lifetime and idle time, and each of its reuse gaps.
+    """
+    times, lines, unused = _records(path, _METRICS_USED, _PREFIX_METRICS_USED)
+    if not times:
+        raise TraceSchemaError(f"{path}: no step-stats line; the engine ran without stats "
+                               f"(--disable-log-stats); {FIX}")
+    label = "engine=0"
+    rows: list[tuple[float, str, str, float]] = []
+    totals: dict[tuple[str, str], float] = {}
+    hists = {name: ([0] * (len(VLLM_RESIDENCY_BUCKETS) + 1), [0.0])
+             for name in _RESIDENCY}
+
+    def emit_counters(t: float) -> None:
+        for (name, labels), value in sorted(totals.items()):
+            rows.append((t, name, labels, value))
+
+    def emit_histograms(t: float) -> None:
+        for name, (counts, total) in hists.items():
+            running = 0
+            for le, n in zip((*VLLM_RESIDENCY_BUCKETS, float("inf")), counts, strict=True):
+                running += n
+                bound = "+Inf" if le == float("inf") else repr(float(le))
+                rows.append((t, name + "_bucket", f"{label},le={bound}", float(running)))
+            rows.append((t, name + "_count", label, float(running)))
+            rows.append((t, name + "_sum", label, total[0]))
+
+    def count(name: str, amount: float, labels: str = label) -> None:
+        totals[(name, labels)] = totals.get((name, labels), 0.0) + amount
+
+    count("vllm:prefix_cache_queries_total", 0)
+    count("vllm:prefix_cache_hits_total", 0)
+    count("vllm:prompt_tokens_cached_by_source_total", 0, f"{label},source=device")
+    connected = any(x.connector is not None for x in lines)
+    if connected:
+        count("vllm:external_prefix_cache_queries_total", 0)
+        count("vllm:external_prefix_cache_hits_total", 0)
+    start_s = 0.0 if times[0] > 0 else times[0] / 1000.0
+    emit_counters(start_s)
+    events = any(x.events for x in lines)
+    if events:
+        emit_histograms(start_s)
+    for ts, x in zip(times, lines, strict=True):
+        t = ts / 1000.0
+        rows += [(t, "vllm:num_requests_running", label, float(x.running)),
+                 (t, "vllm:num_requests_waiting", label, float(x.waiting + x.deferred)),
+                 (t, "vllm:num_requests_waiting_by_reason", f"{label},reason=capacity",
+                  float(x.waiting)),
+                 (t, "vllm:num_requests_waiting_by_reason", f"{label},reason=deferred",
+                  float(x.deferred)),
+                 (t, "vllm:kv_cache_usage_perc", label, x.usage)]
+        count("vllm:prefix_cache_queries_total", x.queries)
+        count("vllm:prefix_cache_hits_total", x.hits)
+        count("vllm:prompt_tokens_cached_by_source_total", x.hits, f"{label},source=device")
+        if x.connector is not None:
+            queries, hits, by_source = x.connector
+            count("vllm:external_prefix_cache_queries_total", queries)
+            count("vllm:external_prefix_cache_hits_total", hits)
+            for source, n in by_source:
+                count("vllm:prompt_tokens_cached_by_source_total", n, f"{label},source={source}")
+        emit_counters(t)
+        for lifetime, idle_s, gaps in x.events:
+            for name, values in zip(_RESIDENCY, ((lifetime,), (idle_s,), gaps), strict=True):
+                counts, total = hists[name]
+                for value in values:
+                    counts[bisect_left(VLLM_RESIDENCY_BUCKETS, value)] += 1
+                    total[0] += value
+        if x.events:
+            emit_histograms(t)
+    notes = [f"{path.name} read as the series vLLM's Prometheus logger records from the same "
+             "statistics (from zero at the capture's start, on the trace's clock)"]
+    if not events:
+        notes.append("no eviction event in the sidecar: the engine ran without "
+                     "--kv-cache-metrics, so there are no residency histograms")
+    return rows, (*notes, *_unused_note(unused, len(times), "--metrics"))
+
+
+_Event = tuple[float, float, tuple[float, ...]]  # an eviction: lifetime, idle, reuse gaps (s)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stats:
+    """What one line's `scheduler` says: counts after the step, the step's prefix-cache
+    lookups, its eviction events (lifetime s, idle s, reuse gaps s) and a connector's lookups
+    (queries, hits, hits by source)."""
+
+    running: int
+    waiting: int
+    deferred: int
+    usage: float
+    queries: int
+    hits: int
+    pq: int
+    ph: int
+    preempted: int
+    events: tuple[_Event, ...]
+    connector: tuple[int, int, tuple[tuple[str, int], ...]] | None
+
+
+def _records(path: Path, used: frozenset[str], used_prefix: frozenset[str]
+             ) -> tuple[list[float], list[_Stats], Counter[str]]:
+    """Each line's time (ms) and statistics, in file order, and the fields outside `used`
+    (of `scheduler`) and `used_prefix` (of its `prefix_cache_stats`) that hold a value."""
     times: list[float] = []
-    cols: dict[str, list[float]] = {"running": [], "waiting": [], "usage": [], "prefill": [],
-                                    "preempted": [], "recomputed": []}
+    lines: list[_Stats] = []
     unused: Counter[str] = Counter()
     for line, text in text_lines(path):
         if not text.strip():
@@ -150,45 +270,96 @@ def _records(path: Path) -> tuple[list[float], dict[str, list[float]], Counter[s
                        f"({times[-1]} ms): two captures joined?", "keep one capture's lines "
                        "in the order vllm-vcr wrote them")
         times.append(ts)
-        for key, value in _line(record, path, line, unused).items():
-            cols[key].append(value)
-    return times, cols, unused
+        lines.append(_line(record, path, line))
+        _tally(unused, record, {"ts_ms", "scheduler"}, "")
+        _tally(unused, record["scheduler"], used, "scheduler.")
+        _tally(unused, record["scheduler"]["prefix_cache_stats"], used_prefix,
+               "scheduler.prefix_cache_stats.")
+    return times, lines, unused
 
 
-def _line(record: dict[str, Any], path: Path, line: int, unused: Counter[str]
-          ) -> dict[str, float]:
-    """The step-log numbers of one line's `scheduler` (its unused fields tallied)."""
+def _line(record: dict[str, Any], path: Path, line: int) -> _Stats:
+    """One line's `scheduler`, checked."""
     stats = record.get("scheduler")
     if not isinstance(stats, dict):
         raise fail(path, "line", line, "scheduler", "not an object", FIX)
-    prefix = stats.get("prefix_cache_stats")
     p = "scheduler.prefix_cache_stats."
-    if not isinstance(prefix, dict):
-        raise fail(path, "line", line, p[:-1], "not an object", FIX)
 
     def count(obj: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
         if obj.get(key) is None and default is not None:
             return default
         return whole(obj.get(key), path, "line", line, where + key, FIX)
 
+    def lookups(obj: Any, where: str) -> tuple[int, int]:
+        if not isinstance(obj, dict):
+            raise fail(path, "line", line, where[:-1], "not an object", FIX)
+        queries, hits = count(obj, "queries", where), count(obj, "hits", where)
+        if hits > queries:
+            raise fail(path, "line", line, where + "hits", f"more hits than queried tokens "
+                       f"({hits:,} of {queries:,})", FIX)
+        return queries, hits
+
+    queries, hits = lookups(stats.get("prefix_cache_stats"), p)
+    prefix = stats["prefix_cache_stats"]
+    pq, ph = count(prefix, "preempted_queries", p, 0), count(prefix, "preempted_hits", p, 0)
+    if ph > pq:
+        raise fail(path, "line", line, p + "preempted_hits", f"more hits than queried tokens "
+                   f"({ph:,} of {pq:,})", FIX)
     usage = number(stats.get("kv_cache_usage"), path, "line", line,
                    "scheduler.kv_cache_usage", FIX)
     if not 0.0 <= usage <= 1.0:
         raise fail(path, "line", line, "scheduler.kv_cache_usage",
                    f"{usage} is not a share of the pool (0 to 1)", FIX)
-    queries, hits = count(prefix, "queries", p), count(prefix, "hits", p)
-    pq, ph = count(prefix, "preempted_queries", p, 0), count(prefix, "preempted_hits", p, 0)
-    if hits > queries or ph > pq:
-        raise fail(path, "line", line, p + "hits", f"more hits than queried tokens "
-                   f"({hits:,} of {queries:,}, preempted {ph:,} of {pq:,})", FIX)
-    _tally(unused, record, {"ts_ms", "scheduler"}, "")
-    _tally(unused, stats, _SCHEDULER_USED, "scheduler.")
-    _tally(unused, prefix, _PREFIX_USED, p)
-    return {"running": count(stats, "num_running_reqs", "scheduler."),
-            "waiting": (count(stats, "num_waiting_reqs", "scheduler.")
-                        + count(stats, "num_skipped_waiting_reqs", "scheduler.", 0)),
-            "usage": usage, "prefill": queries - hits + pq - ph,
-            "preempted": count(prefix, "preempted_requests", p, 0), "recomputed": pq - ph}
+    connector = None
+    if stats.get("connector_prefix_cache_stats") is not None:
+        where = "scheduler.connector_prefix_cache_stats."
+        c_queries, c_hits = lookups(stats["connector_prefix_cache_stats"], where)
+        by_source = stats["connector_prefix_cache_stats"].get("hits_by_source") or {}
+        if not isinstance(by_source, dict):
+            raise fail(path, "line", line, where + "hits_by_source", "not an object", FIX)
+        connector = (c_queries, c_hits, tuple(
+            (str(k), whole(v, path, "line", line, where + f"hits_by_source.{k}", FIX))
+            for k, v in sorted(by_source.items())))
+    return _Stats(
+        running=count(stats, "num_running_reqs", "scheduler."),
+        waiting=count(stats, "num_waiting_reqs", "scheduler."),
+        deferred=count(stats, "num_skipped_waiting_reqs", "scheduler.", 0),
+        usage=usage, queries=queries, hits=hits, pq=pq, ph=ph,
+        preempted=count(prefix, "preempted_requests", p, 0),
+        events=_events(stats.get("kv_cache_eviction_events"), path, line),
+        connector=connector)
+
+
+def _events(value: Any, path: Path, line: int) -> tuple[_Event, ...]:
+    """The eviction events of a line: (lifetime s, idle s, reuse gaps s) each."""
+    key = "scheduler.kv_cache_eviction_events"
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise fail(path, "line", line, key, "not a list of events", FIX)
+    out = []
+    for event in value:
+        if not isinstance(event, dict) or not isinstance(event.get("reuse_gaps_seconds", []),
+                                                           list):
+            raise fail(path, "line", line, key, "an event is not an object with "
+                       "lifetime_seconds, idle_seconds and reuse_gaps_seconds", FIX)
+        times = [number(event.get(k), path, "line", line, f"{key}.{k}", FIX)
+                 for k in ("lifetime_seconds", "idle_seconds")]
+        gaps = tuple(number(g, path, "line", line, f"{key}.reuse_gaps_seconds", FIX)
+                     for g in event.get("reuse_gaps_seconds", []))
+        if min((*times, *gaps)) < 0:
+            raise fail(path, "line", line, key, "a negative time in an event", FIX)
+        out.append((times[0], times[1], gaps))
+    return tuple(out)
+
+
+def _unused_note(unused: Counter[str], lines: int, reader: str) -> tuple[str, ...]:
+    """The note naming the fields `reader` leaves out, where they hold a value."""
+    if not unused:
+        return ()
+    names = sorted(unused, key=lambda k: (-unused[k], k))
+    return (f"step-stats fields {reader} does not use, with the number of the {lines:,} lines "
+            "where each holds a value: " + ", ".join(f"{k} ({unused[k]:,})" for k in names),)
 
 
 def _tally(unused: Counter[str], obj: dict[str, Any], used: frozenset[str] | set[str],
