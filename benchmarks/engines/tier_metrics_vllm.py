@@ -14,9 +14,12 @@ counters among the rest.
 
 Writes `tests/fixtures/tier_metrics/vllm_offload_mixed.metrics.txt` (the scrape) and
 `vllm_offload_mixed.json` (the configuration and the per-request hits vLLM reported, which the
-counters must sum to); with `--secondary fs`, `vllm_offload_mixed_fs.*` from a smaller CPU tier
-with vLLM's file-system tier below it (`TieringOffloadingSpec`), where the counters split the
-external hits into `host` and `disk`. Run in an environment with vLLM 0.33.0:
+counters must sum to) and `vllm_offload_mixed.step-stats.jsonl.gz` (the same steps'
+`SchedulerStats` as vllm-vcr's tap writes its sidecar, `tests/fixtures/captures/vcr/tap.py`,
+but for the connector's own telemetry, keyed by tuples JSON cannot hold; `ts_ms` is the step's
+number, as this run has no clock; gzipped); with `--secondary fs`, `vllm_offload_mixed_fs.*`
+from a smaller CPU tier with vLLM's file-system tier below it (`TieringOffloadingSpec`), where
+the counters split the external hits into `host` and `disk`. Run in an environment with vLLM 0.33.0:
 
     PYTHONPATH=. /tmp/venv-vllm/bin/python benchmarks/engines/tier_metrics_vllm.py
     PYTHONPATH=. /tmp/venv-vllm/bin/python benchmarks/engines/tier_metrics_vllm.py --secondary fs
@@ -26,13 +29,18 @@ Deterministic but for the `_created` timestamps prometheus_client writes.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "captures"
+                       / "vcr"))
 from golden_tiers_vllm import Config, VllmOffload, _model_dir
+from tap import scheduler_json
 from traces import load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +66,7 @@ class MeteredOffload(VllmOffload):
         self.logger = PrometheusStatLogger(self.scheduler.vllm_config, [0])
         self.lora_states = LoRARequestStates(log_stats=True)
         self.clock = 0.0
+        self.sidecar: list[dict[str, object]] = []  # vllm-vcr's step-stats lines of the run
 
     def step(self) -> None:
         """One step of the golden run, its outputs recorded by vLLM's stat logger."""
@@ -69,6 +78,12 @@ class MeteredOffload(VllmOffload):
             outputs = original(*args, **kwargs)
             self.clock += 1.0
             for client in outputs.values():
+                if client.scheduler_stats is not None:
+                    # The offload connector's own telemetry is keyed by label tuples, which
+                    # JSON cannot hold: left out (no reader here takes it).
+                    stats = {**asdict(client.scheduler_stats), "kv_connector_stats": None}
+                    self.sidecar.append({"ts_ms": self.clock,
+                                         "scheduler": scheduler_json(stats)})
                 iteration = IterationStats()
                 for output in client.outputs:
                     prefilling = output.prefill_stats is not None
@@ -106,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                      if not re.match(r"^\S+_created[{ ]", line))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{name}.metrics.txt").write_text(scrape)
+    lines = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in engine.sidecar)
+    (OUT / f"{name}.step-stats.jsonl.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
     document = {"engine": "vllm", "engine_version": vllm.__version__,
                 "trace": TRACE.name, "block_size_tokens": config.block_size_tokens,
                 "num_gpu_blocks": config.num_gpu_blocks, "cpu_chunks": config.cpu_chunks,

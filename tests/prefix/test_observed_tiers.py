@@ -305,3 +305,27 @@ def test_a_replayed_cpu_tier_other_than_the_engines_is_refused() -> None:
     section = _observed(HERE / "vllm_offload_mixed.metrics.txt", tiers=("cpu=2816tok",),
                         **options)
     assert {t["verdict"] for t in section["tiers"]} == {AGREES}
+
+
+@pytest.mark.parametrize(("name", "tiers"), [
+    ("vllm_offload_mixed", ("cpu=176blocks",)),
+    ("vllm_offload_mixed_fs", ("cpu=64blocks", "disk=unlimited")),
+])
+def test_vllm_vcrs_sidecar_of_the_same_run_gives_the_same_hits_by_tier(
+        name: str, tiers: tuple[str, ...]) -> None:
+    """The same run's `SchedulerStats`, as vllm-vcr's step-stats sidecar holds them, read as
+    --metrics: the hits by source vLLM's logger counts from them (device from the prefix cache,
+    the connector's by tier) are the scrape's, and held against the replay alike."""
+    fed = json.loads((HERE / f"{name}.json").read_text())
+    sidecar = HERE / f"{name}.step-stats.jsonl.gz"
+    found = tier_sources(read_metrics(sidecar))
+    assert found is not None
+    assert found.tokens["device"] == fed["gpu_hit_tokens"]
+    assert found.tokens["host"] == fed["cpu_hit_tokens"]
+    assert found.tokens.get("disk", 0) == fed.get("disk_hit_tokens", 0)
+    options = {"preset": "vllm", "block_size_tokens": 16, "capacity": "66", "tiers": tiers}
+    from_sidecar = _observed(sidecar, **options)["tiers"]
+    from_scrape = _observed(HERE / f"{name}.metrics.txt", **options)["tiers"]
+    assert [(t["name"], t["observed_hit_tokens"], t["verdict"]) for t in from_sidecar] == \
+        [(t["name"], t["observed_hit_tokens"], t["verdict"]) for t in from_scrape]
+    assert {t["verdict"] for t in from_sidecar} == {AGREES}
