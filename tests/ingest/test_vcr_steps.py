@@ -24,6 +24,7 @@ from yaotu_trace.data.metric_names import VLLM_RESIDENCY_BUCKETS
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest import read_trace
+from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.load import read_metrics, read_steps
 from yaotu_trace.ingest.telemetry.prom_text import read_prom_text
 from yaotu_trace.ingest.traces.msgpack_value import decode
@@ -328,3 +329,13 @@ def test_without_eviction_events_there_are_no_residency_histograms(tmp_path: Pat
                    "bad.jsonl")
     with pytest.raises(TraceSchemaError, match="a negative time in an event"):
         read_metrics(bad)
+
+
+def test_convert_says_how_to_give_the_limits_back(tmp_path: Path) -> None:
+    """A canonical table has no place for the engine's limits: `trace convert` names the
+    options that give them back."""
+    trace_path, _, _ = _files("long_prefill")
+    notes = convert_trace(trace_path, tmp_path / "r.parquet").notes
+    assert any("--max-num-seqs 1024 --max-batched-tokens 4096 --kv-capacity 35184tok" in n
+               for n in notes)
+    assert read_trace(tmp_path / "r.parquet").engine_limits is None

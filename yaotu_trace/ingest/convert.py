@@ -76,6 +76,15 @@ def convert_trace(path: Path, out: Path, *, fmt: TraceFormat | None = None,
     elif trace.steps is not None:  # the capture's own steps: the request table has no place
         notes += (f"the engine steps {path.name} records ({trace.steps.num_rows:,}) are not in "
                   "the table written: add --steps-out FILE to keep them as a step log",)
+    limits = trace.engine_limits
+    if limits is not None:  # the table has no place for them: say how to give them back
+        given = [f"{option} {value}" for option, value in (
+            ("--max-num-seqs", limits.max_num_seqs),
+            ("--max-batched-tokens", limits.max_batched_tokens),
+            ("--kv-capacity", None if limits.kv_capacity_tokens is None
+             else f"{limits.kv_capacity_tokens}tok")) if value is not None]
+        notes += (f"the engine's limits {path.name} states are not in the table written: give "
+                  f"{' '.join(given)} with it to judge against them",)
     return Converted(requests=len(trace.requests), format_name=trace.format_name, parts=1,
                      notes=notes + trace.notes)
 
