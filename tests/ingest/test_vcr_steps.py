@@ -22,7 +22,7 @@ from conftest import FIXTURES
 from yaotu_trace import diagnose
 from yaotu_trace.data.metric_names import VLLM_RESIDENCY_BUCKETS
 from yaotu_trace.diagnosis.options import DiagnosisOptions
-from yaotu_trace.errors import TraceSchemaError
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.load import read_metrics, read_steps
@@ -339,3 +339,13 @@ def test_convert_says_how_to_give_the_limits_back(tmp_path: Path) -> None:
     assert any("--max-num-seqs 1024 --max-batched-tokens 4096 --kv-capacity 35184tok" in n
                for n in notes)
     assert read_trace(tmp_path / "r.parquet").engine_limits is None
+
+
+def test_each_file_given_in_the_others_place_is_told_where_it_belongs() -> None:
+    trace_path, stats_path, _ = _files("long_prefill")
+    with pytest.raises(TraceReadError, match="is vllm-vcr's step-stats sidecar") as err:
+        read_trace(stats_path)
+    assert f"--steps {stats_path}" in str(err.value)
+    with pytest.raises(TraceReadError, match=r"is a request trace \(vllm-vcr\)") as err:
+        read_steps(trace_path, "--steps")
+    assert "step log as --steps" in str(err.value)

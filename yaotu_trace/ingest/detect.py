@@ -22,6 +22,7 @@ from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.registry import formats
 from yaotu_trace.ingest.telemetry import prom_text
 from yaotu_trace.ingest.telemetry.serverlog import is_server_log
+from yaotu_trace.ingest.traces.vcr_steps import is_step_stats
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,6 +58,11 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
     try:
         return _detect(path, column_map)
     except TraceReadError as err:
+        if path.is_file() and is_step_stats(path):
+            raise TraceReadError(
+                f"{path}: is vllm-vcr's step-stats sidecar (the engine's statistics of every "
+                "step, not its requests); give it beside the trace the same capture wrote: "
+                f"--steps {path} (its steps) or --metrics {path} (vLLM's series)") from err
         what = _telemetry_kind(path)
         if what is None:
             raise

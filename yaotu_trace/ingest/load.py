@@ -183,6 +183,10 @@ def read_steps(path: Path, option: str) -> StepLog:
         frame = canonical.read_parquet(path, skip=_other_columns(path, STEP_COLUMNS)).requests
     elif suffix in (".jsonl", ".ndjson"):
         frame = canonical.read_jsonl(path).requests
+        if "start_s" not in frame.columns and "end_s" not in frame.columns:
+            raise _as_trace(path, option) or TraceSchemaError(
+                f"{path}: step log is missing column(s) 'start_s', 'end_s'; a step log has "
+                f"{', '.join(STEP_COLUMNS)}")
     elif suffix == ".csv":
         frame = canonical.read_csv_frame(path)
     else:
@@ -260,13 +264,15 @@ def dated_by_trace(trace: Trace, metrics: EngineMetrics) -> EngineMetrics:
                         zone=metrics.log_zone)
 
 
-def _as_trace(path: Path) -> TraceReadError | None:
-    """The error for a request trace (or a benchmark summary) given as --metrics: where it
-    belongs, rather than which metrics field it lacks."""
+def _as_trace(path: Path, option: str = "--metrics") -> TraceReadError | None:
+    """The error for a request trace (or a benchmark summary) given as `option` (--metrics,
+    --steps): where it belongs, rather than which field it lacks."""
     try:
         fmt = detect_format(path)
     except TraceReadError as err:
         return err if "summary table" in str(err) else None
+    other = ("the engine's log or /metrics export as --metrics" if option == "--metrics" else
+             "the engine's step log as --steps")
     return TraceReadError(
         f"{path}: is a request trace ({fmt.value}), not engine telemetry; give it as the "
-        f"trace (trace diagnose {path}), and the engine's log or /metrics export as --metrics")
+        f"trace (trace diagnose {path}), and {other}")
