@@ -8,6 +8,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,24 @@ def number(value: Any, path: Path, label: str, row: int, column: str, fix: str) 
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise fail(path, label, row, column, f"{str(value)[:40]!r} is not a number", fix)
     return float(value)
+
+
+def iso_moment(value: Any, path: Path, label: str, row: int, column: str,
+               fix: str) -> datetime:
+    """An ISO-8601 time (`2026-06-01T05:40:20.151Z`, `…+08:00`); one without a zone is UTC."""
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        raise fail(path, label, row, column, f"{str(value)[:40]!r} is not an ISO-8601 time",
+                   fix) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def unix_seconds(value: Any, path: Path, label: str, row: int, column: str, fix: str) -> float:
+    """A time as Unix seconds: a number as it is, else an ISO-8601 time (`iso_moment`)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return iso_moment(value, path, label, row, column, fix).timestamp()
 
 
 def id_list(text: str, path: Path, label: str, row: int, column: str, fix: str) -> list[int]:

@@ -21,7 +21,6 @@ body. Other fields are counted in a note.
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,6 +32,7 @@ from yaotu_trace.ingest.traces.common import (
     fail,
     json_record,
     text_lines,
+    unix_seconds,
     unused_note,
     whole,
 )
@@ -94,14 +94,7 @@ def bodies(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _seconds(value: Any, path: Path, line: int, column: str) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        raise fail(path, "line", line, column, f"{str(value)[:40]!r} is not a time",
-                   FIX) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return unix_seconds(value, path, "line", line, column, FIX)
 
 
 def _row(record: dict[str, Any], path: Path, line: int, unused: Counter[str],

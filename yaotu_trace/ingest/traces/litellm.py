@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,6 +31,7 @@ from yaotu_trace.ingest.traces.common import (
     hex_id,
     json_record,
     text_lines,
+    unix_seconds,
     unused_note,
     whole,
 )
@@ -108,14 +108,7 @@ def _records(path: Path) -> Any:
 
 
 def _seconds(value: Any, path: Path, line: int, column: str) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        raise fail(path, "line", line, column, f"{str(value)[:40]!r} is not an ISO time",
-                   FIX) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return unix_seconds(value, path, "line", line, column, FIX)
 
 
 def _metadata(record: dict[str, Any]) -> dict[str, Any]:

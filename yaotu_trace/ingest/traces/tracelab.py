@@ -35,6 +35,7 @@ from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.traces.common import (
     count_keys,
     fail,
+    iso_moment,
     json_record,
     text_lines,
     unused_note,
@@ -164,15 +165,9 @@ def _submitted_us(events: Any, path: Path, line: int) -> int | None:
 
 
 def _utc_us(value: Any, path: Path, line: int, field: str) -> int:
-    """An ISO-8601 time (`2026-06-01T05:40:20.151Z`; no zone is UTC) in µs since 1970."""
-    try:
-        moment = datetime.fromisoformat(str(value))
-    except ValueError:
-        raise fail(path, "line", line, field, f"{str(value)[:40]!r} is not an ISO-8601 time",
-                   FIX) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    """An ISO-8601 time (`2026-06-01T05:40:20.151Z`; no zone is UTC) in µs since 1970, exact
+    (a float of seconds would round the microseconds of today's times)."""
+    delta = iso_moment(value, path, "line", line, field, FIX) - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * _US + delta.microseconds
 
 
