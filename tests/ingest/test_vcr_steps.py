@@ -20,6 +20,7 @@ import pytest
 from conftest import FIXTURES
 
 from yaotu_trace import diagnose
+from yaotu_trace.commands.replay import replay
 from yaotu_trace.data.metric_names import VLLM_RESIDENCY_BUCKETS
 from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
@@ -28,6 +29,7 @@ from yaotu_trace.ingest.convert import convert_trace
 from yaotu_trace.ingest.load import read_metrics, read_steps
 from yaotu_trace.ingest.telemetry.prom_text import read_prom_text
 from yaotu_trace.ingest.traces.msgpack_value import decode
+from yaotu_trace.prefix.options import ReplayOptions
 from yaotu_trace.prefix.rules import rules_for
 from yaotu_trace.prefix.trace import replay_trace_with_requests
 
@@ -349,3 +351,15 @@ def test_each_file_given_in_the_others_place_is_told_where_it_belongs() -> None:
     with pytest.raises(TraceReadError, match=r"is a request trace \(vllm-vcr\)") as err:
         read_steps(trace_path, "--steps")
     assert "step log as --steps" in str(err.value)
+
+
+def test_an_unlimited_replay_names_the_pool_the_capture_states() -> None:
+    """The registration reply's pool (2,200 blocks on long_prefill) is vLLM's num_gpu_blocks:
+    the unlimited replay says `--preset vllm --capacity 2200` replays it; with it, no note."""
+    trace_path, _, _ = _files("long_prefill")
+    unlimited = replay(trace_path, ReplayOptions(), waterfall=False).to_dict()
+    assert any("--preset vllm --capacity 2200 replays that pool" in n
+               for n in unlimited["prefix_reuse"]["notes"])
+    sized = replay(trace_path, ReplayOptions(preset="vllm", capacity="2200"),
+                   waterfall=False).to_dict()
+    assert not any("replays that pool" in n for n in sized["prefix_reuse"]["notes"])

@@ -93,6 +93,11 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     blocks = options.capacity_blocks(options.capacity, rules.block_size_tokens)
     if blocks is not None:
         rules = rules.with_(capacity_blocks=blocks)
+    limits = loaded.engine_limits
+    if options.capacity is None and limits is not None and limits.num_gpu_blocks is not None:
+        notes = (*notes, f"the capture states the engine's KV pool: {limits.num_gpu_blocks:,} "
+                 f"blocks (vLLM's num_gpu_blocks); this replay's cache is unlimited: --preset "
+                 f"vllm --capacity {limits.num_gpu_blocks} replays that pool")
     tiers = options.tier_setup(rules, preset_name)
     tell(progress, "replaying the prefix cache", 0.2)
     summary, requests = replay_trace_with_requests(loaded, rules, preset=preset_name,

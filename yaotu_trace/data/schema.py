@@ -130,6 +130,9 @@ class EngineLimits:
     max_num_seqs: int | None = None
     max_batched_tokens: int | None = None
     kv_capacity_tokens: int | None = None  # one instance's usable pool
+    # vLLM's pool as it reports it, its null block included: what `--preset vllm --capacity`
+    # takes to replay that pool.
+    num_gpu_blocks: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

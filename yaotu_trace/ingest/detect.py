@@ -22,7 +22,6 @@ from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.registry import formats
 from yaotu_trace.ingest.telemetry import prom_text
 from yaotu_trace.ingest.telemetry.serverlog import is_server_log
-from yaotu_trace.ingest.traces.vcr_steps import is_step_stats
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,6 +57,9 @@ def detect_format(path: Path, column_map: Mapping[str, str] | None = None) -> Tr
     try:
         return _detect(path, column_map)
     except TraceReadError as err:
+        # NOTE: imported here: detection loads a format's module only when it gets that far.
+        from yaotu_trace.ingest.traces.vcr_steps import is_step_stats
+
         if path.is_file() and is_step_stats(path):
             raise TraceReadError(
                 f"{path}: is vllm-vcr's step-stats sidecar (the engine's statistics of every "

@@ -209,7 +209,8 @@ def engine_limits(meta: dict[str, Any]) -> EngineLimits | None:
     budget = ready.get("max_num_batched_tokens") or None
     if pool is None and seats is None and budget is None:
         return None
-    return EngineLimits(max_num_seqs=seats, max_batched_tokens=budget, kv_capacity_tokens=pool)
+    return EngineLimits(max_num_seqs=seats, max_batched_tokens=budget, kv_capacity_tokens=pool,
+                        num_gpu_blocks=blocks if pool is not None else None)
 
 
 def _row(record: dict[str, Any], path: Path, line: int, meta: dict[str, Any],
