@@ -74,6 +74,9 @@ _METRICS_USED: Final = frozenset({"num_running_reqs", "num_waiting_reqs",
                                   "prefix_cache_stats", "connector_prefix_cache_stats",
                                   "kv_cache_eviction_events"})
 _PREFIX_METRICS_USED: Final = frozenset({"queries", "hits"})
+# The residency histograms are written at most this often (s of the capture), and at its last
+# line: a scrape's resolution or finer, where a snapshot per step would be most of the rows.
+HISTOGRAM_EVERY_S: Final = 1.0
 # vLLM's residency histograms (`--kv-cache-metrics`), in the order of an event's values.
 _RESIDENCY: Final = ("vllm:kv_block_lifetime_seconds", "vllm:kv_block_idle_before_evict_seconds",
                      "vllm:kv_block_reuse_gap_seconds")
@@ -153,7 +156,8 @@ def metric_rows(path: Path) -> tuple[list[tuple[float, str, str, float]], tuple[
     Gauges: running, waiting (+ deferred; by reason), KV usage. Counters: prefix-cache queries
     and hits, hits by source (`device`; a connector's by its tiers), a connector's queries and
     hits (`external_prefix_cache_*`). Histograms (`--kv-cache-metrics`, vLLM's residency
-    buckets): each eviction event's lifetime and idle time, and each of its reuse gaps.
+    buckets): each eviction event's lifetime and idle time, and each of its reuse gaps,
+    written every `HISTOGRAM_EVERY_S` and at the last line (the totals exact).
     """
     times, lines, unused = _records(path, _METRICS_USED, _PREFIX_METRICS_USED)
     if not times:
@@ -194,7 +198,8 @@ def metric_rows(path: Path) -> tuple[list[tuple[float, str, str, float]], tuple[
     events = any(x.events for x in lines)
     if events:
         emit_histograms(start_s)
-    for ts, x in zip(times, lines, strict=True):
+    shown_s, pending = start_s, False  # the histograms' last snapshot; events since then
+    for n, (ts, x) in enumerate(zip(times, lines, strict=True)):
         t = ts / 1000.0
         rows += [(t, "vllm:num_requests_running", label, float(x.running)),
                  (t, "vllm:num_requests_waiting", label, float(x.waiting + x.deferred)),
@@ -219,8 +224,10 @@ def metric_rows(path: Path) -> tuple[list[tuple[float, str, str, float]], tuple[
                 for value in values:
                     counts[bisect_left(VLLM_RESIDENCY_BUCKETS, value)] += 1
                     total[0] += value
-        if x.events:
+        pending = pending or bool(x.events)
+        if pending and (t - shown_s >= HISTOGRAM_EVERY_S or n == len(lines) - 1):
             emit_histograms(t)
+            shown_s, pending = t, False
     notes = [f"{path.name} read as the series vLLM's Prometheus logger records from the same "
              "statistics (from zero at the capture's start, on the trace's clock)"]
     if not events:
