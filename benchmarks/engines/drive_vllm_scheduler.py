@@ -145,6 +145,103 @@ def make_requests(requests: list[dict[str, Any]], block: int) -> tuple[list[Any]
     return made, tokens
 
 
+# `iteration_details`: the log's clock starts here (UTC), the loop's time 0.
+LOG_EPOCH_S = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+
+
+class _FixedTime:
+    """The `time` module for `logging` while one record is made: its clock reads `now_s`."""
+
+    def __init__(self, now_s: float) -> None:
+        self.now_s = now_s
+
+    def time(self) -> float:
+        return self.now_s
+
+    def time_ns(self) -> int:
+        return round(self.now_s * 1e9)
+
+    def __getattr__(self, name: str) -> Any:
+        import time
+
+        return getattr(time, name)
+
+
+class _IterationLog:
+    """vLLM's `LoggingStatLogger` with `--enable-logging-iteration-details`: each step's
+    `SchedulerIterationDetails` (vLLM's `compute_iteration_details` of the step's scheduler
+    output, its elapsed time the step's GPU time) attached to the stats, and the lines vLLM's
+    own logger and formatter write, their clock the loop's (`LOG_EPOCH_S` + now; pid 0)."""
+
+    def __init__(self, driver: Driver) -> None:
+        import logging
+        import time
+
+        from vllm.logger import (
+            _DATE_FORMAT,
+            _FORMAT,
+            _VllmLogRecordFactory,
+            set_vllm_process_name,
+        )
+        from vllm.logging_utils import NewLineFormatter
+        from vllm.v1.metrics.loggers import LoggingStatLogger
+
+        self.driver = driver
+        self.lines: list[str] = []
+        self.index = 0
+        config = driver.scheduler.vllm_config
+        config.observability_config.enable_logging_iteration_details = True
+        self.logger = LoggingStatLogger(config, 0)
+        lines = self.lines
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if record.name == "vllm.v1.metrics.loggers":  # the stat logger's lines only
+                    record.process = 0
+                    lines.append(self.format(record))
+
+        # vLLM's own record factory names the process, as in its API server (whose output
+        # processor records the stats)
+        if not isinstance(logging.getLogRecordFactory(), _VllmLogRecordFactory):
+            logging.setLogRecordFactory(_VllmLogRecordFactory(logging.getLogRecordFactory()))
+        set_vllm_process_name("APIServer")
+        handler = Keep()
+        formatter = NewLineFormatter(_FORMAT, datefmt=_DATE_FORMAT)
+        formatter.converter = time.gmtime  # the fixture's times in UTC
+        handler.setFormatter(formatter)
+        self.handler = handler
+        logging.getLogger("vllm").addHandler(handler)
+        logging.getLogger("vllm").setLevel(logging.INFO)  # a server's level (VLLM_LOGGING_LEVEL)
+
+    def close(self) -> list[str]:
+        """Stop listening (the next run's lines are its own); the lines written."""
+        import logging
+
+        logging.getLogger("vllm").removeHandler(self.handler)
+        return list(self.lines)
+
+    def record(self, stats: Any, batch: Batch) -> None:
+        import logging
+
+        from vllm.v1.metrics.stats import SchedulerIterationDetails
+        from vllm.v1.utils import compute_iteration_details
+
+        details = compute_iteration_details(batch.output)
+        stats.iteration_details = SchedulerIterationDetails(
+            iteration_index=self.index, num_ctx_requests=details.num_ctx_requests,
+            num_ctx_tokens=details.num_ctx_tokens,
+            num_generation_requests=details.num_generation_requests,
+            num_generation_tokens=details.num_generation_tokens,
+            elapsed_ms=(batch.ready_s - batch.start_s) * 1000.0)
+        self.index += 1
+        clock = logging.time  # type: ignore[attr-defined]
+        logging.time = _FixedTime(LOG_EPOCH_S + self.driver.now)  # type: ignore[attr-defined]
+        try:
+            self.logger.record(stats, None, engine_idx=0)
+        finally:
+            logging.time = clock  # type: ignore[attr-defined]
+
+
 class _LoopClock:
     """Stands in for the `time` module of `vllm.v1.core.kv_cache_metrics`: the driver's now."""
 
@@ -185,6 +282,9 @@ class Driver:
         self.count_duplicates = bool(self.config.get("count_duplicates", False))
         self.steps_with_copies = 0
         self.stats: list[list[Any]] = []  # with "log_stats": [outputs' time s, SchedulerStats]
+        # with "iteration_details": vLLM's own log of every step (`--enable-logging-iteration-
+        # details`), written by its LoggingStatLogger on the loop's clock
+        self.log = _IterationLog(self) if self.config.get("iteration_details") else None
 
     def add_arrivals(self) -> None:
         while (self.next_arrival < len(self.arrivals)
@@ -255,6 +355,8 @@ class Driver:
         outputs = self.scheduler.update_from_output(batch.output, output)
         for eco in outputs.values():
             if eco.scheduler_stats is not None:
+                if self.log is not None:
+                    self.log.record(eco.scheduler_stats, batch)
                 self.stats.append([self.now, asdict(eco.scheduler_stats)])
         for rid in ids:
             got = len(self.requests[int(rid)].output_token_ids) - before[rid]
@@ -344,6 +446,7 @@ class Driver:
             "steps": self.steps,
             **({"stats": self.stats, "ready_response_hex": self.ready_response_hex()}
                if self.stats else {}),
+            **({"log_lines": self.log.close()} if self.log is not None else {}),
             "requests": [
                 {"first_scheduled_s": self.first_sched_s[i], "hit_tokens": self.hit_tokens[i],
                  "preemptions": int(self.requests[i].num_preemptions),

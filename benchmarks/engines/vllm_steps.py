@@ -416,9 +416,10 @@ def vcr_stats(args: argparse.Namespace) -> int:
     """vLLM's synchronous run of `VCR_STATS_CASES` with `log_stats`, as vllm-vcr's tap writes
     it: `<case>.trace.jsonl` (the trace, in finish order) and `<case>.step-stats.jsonl` (the
     sidecar: the stats vLLM attached to each step's outputs), beside `<case>.json` (the run:
-    steps, token steps, hits, preemptions) and `<case>.metrics.prom` (the /metrics text vLLM's
-    own Prometheus logger makes of the sidecar, `vcr_stats_prometheus.py`). Written with
-    --write, else compared."""
+    steps, token steps, hits, preemptions), `<case>.metrics.prom` (the /metrics text vLLM's
+    own Prometheus logger makes of the sidecar, `vcr_stats_prometheus.py`) and
+    `<case>.vllm.log` (what vLLM's LoggingStatLogger logs of the same steps with
+    `--enable-logging-iteration-details`). Written with --write, else compared."""
     sys.path.insert(0, str(VCR_STATS.parent))
     from tap import scheduler_json, step_stats_lines, tap_records
 
@@ -433,6 +434,7 @@ def vcr_stats(args: argparse.Namespace) -> int:
                                                 config.prefix_caching)
         spec = driver_input(requests, config, offsets, ident, doc["step_time"])
         spec["config"]["log_stats"] = spec["config"]["kv_cache_metrics"] = True
+        spec["config"]["iteration_details"] = True
         specs.append(spec)
         docs.append(doc)
         hashes.append([ident[offsets[i]:offsets[i] + int(requests.prompt_tokens[i]) // BLOCK]
@@ -463,6 +465,9 @@ def vcr_stats(args: argparse.Namespace) -> int:
             f"{name}.trace.jsonl": "".join(json.dumps(x) + "\n" for x in [meta, *records]),
             f"{name}.step-stats.jsonl": "".join(json.dumps(x, separators=(",", ":")) + "\n"
                                                 for x in step_stats_lines(run)),
+            # vLLM's own log of the same steps (--enable-logging-iteration-details), its clock
+            # the run's from 2026-01-01 00:00:00 UTC
+            f"{name}.vllm.log": "".join(line + "\n" for line in real["log_lines"]),
         }
         # What vLLM's own Prometheus logger makes of the sidecar: the /metrics text to read
         # it as --metrics against.

@@ -285,3 +285,16 @@ def test_azure_code_trace_refuses_a_step_log_a_day_later(tmp_path: Path) -> None
     kept = len(fitted.overlap.requests)
     assert 0 < kept < len(trace.requests)
     assert "the step log covers 50 % of the trace's time range" in fitted.trace.notes[-1]
+
+
+def test_a_trace_with_token_times_runs_until_its_last_token() -> None:
+    """No finish_s, but token times: the trace covers its requests up to their last token, so
+    the steps that decoded them after the last arrival are the trace's, not cut away (a trace
+    of 2 requests arriving at 0 and 10 s, tokens until 40 s)."""
+    trace = make_trace({"arrival_s": [0.0, 10.0], "prompt_len": [100, 100],
+                        "output_len": [3, 3],
+                        "token_times_s": [[1.0, 20.0, 40.0], [11.0, 12.0, 13.0]]})
+    assert trace_span(trace) == Span(0.0, 40.0)
+    steps = StepLog.from_frame(pd.DataFrame(steps_over(0.0, 40.0)), "steps.parquet")
+    fitted = fit_telemetry(replace(trace, steps=steps), None)
+    assert fitted.trace.steps is not None and fitted.trace.steps.num_rows == 21

@@ -31,7 +31,7 @@ import numpy as np
 from yaotu_trace.data.clock import UNIX_CLOCK_S
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.order_stats import median_of
-from yaotu_trace.data.schema import Trace
+from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.data.step_work import check_step_work
 from yaotu_trace.data.steplog import StepLog
 from yaotu_trace.errors import TraceReadError
@@ -101,13 +101,21 @@ class Fitted:
 
 
 def request_bounds(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each request's first and last time (arrival to the last timing column it has)."""
+    """Each request's first and last time (arrival to the last timing column it has, its last
+    token time included: a table with token times and no finish_s still ran until then)."""
     lo = requests["arrival_s"].to_numpy(dtype=np.float64)
     hi = lo.copy()
     for name in _TIME_COLUMNS[1:]:
         if name in requests.columns:
             values = requests[name].to_numpy(dtype=np.float64, na_value=np.nan)
             hi = np.fmax(hi, values)
+    if "token_times_s" in requests.columns:
+        offsets, times = list_arrays(requests["token_times_s"])
+        times = np.asarray(times, dtype=np.float64)
+        has = np.diff(offsets) > 0
+        last = np.full(lo.size, np.nan)
+        last[has] = times[offsets[1:][has] - 1]
+        hi = np.fmax(hi, last)
     return lo, hi
 
 

@@ -33,7 +33,12 @@ from yaotu_trace.ingest.parts import apply_options
 from yaotu_trace.ingest.registry import spec_of
 from yaotu_trace.ingest.telemetry import prom_text
 from yaotu_trace.ingest.telemetry.metrics import engine_metrics, read_export
-from yaotu_trace.ingest.telemetry.serverlog import EXPECTED, is_server_log, read_server_log
+from yaotu_trace.ingest.telemetry.serverlog import (
+    EXPECTED,
+    is_server_log,
+    read_server_log,
+    server_log_steps,
+)
 from yaotu_trace.ingest.text_tokens import load_tokenizer
 from yaotu_trace.ingest.traces import vcr_steps
 
@@ -157,7 +162,26 @@ def _with_steps(trace: Trace, path: Path, derived: pd.DataFrame | None = None) -
         frame, notes = vcr_steps.read_step_stats(path, arrivals, derived)
         return replace(trace, steps=StepLog.from_frame(frame, str(path)),
                        notes=(*trace.notes, *notes))
+    if path.is_file() and path.suffix.lower() not in _STEP_SUFFIXES and is_server_log(path):
+        # vLLM's iteration lines, their year-less times dated by a Unix-clock trace
+        lo = trace_span(trace).lo if trace.has_arrivals else None
+        year = (datetime.fromtimestamp(lo, tz=UTC).year
+                if lo is not None and lo >= UNIX_CLOCK_S else None)
+        return _server_log_steps(trace, path, year)
     return replace(trace, steps=read_steps(path, "--steps"))
+
+
+# Step logs are tables under these suffixes; any other file may be an engine's server log.
+_STEP_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
+
+
+def _server_log_steps(trace: Trace, path: Path, year: int | None) -> Trace:
+    """`trace` with the steps of the server log at `path` (`serverlog.server_log_steps`)."""
+    import pandas as pd
+
+    columns, notes = server_log_steps(path, year=year)
+    return replace(trace, steps=StepLog.from_frame(pd.DataFrame(columns), str(path)),
+                   notes=(*trace.notes, *notes))
 
 
 def read_steps(path: Path, option: str) -> StepLog:
@@ -172,6 +196,10 @@ def read_steps(path: Path, option: str) -> StepLog:
     if path.is_file() and vcr_steps.is_step_stats(path):
         return StepLog.from_frame(vcr_steps.read_step_stats(path)[0], str(path))
     suffix = format_suffix(path)
+    if path.is_file() and suffix not in _STEP_SUFFIXES and is_server_log(path):
+        import pandas as pd
+
+        return StepLog.from_frame(pd.DataFrame(server_log_steps(path)[0]), str(path))
 
     if suffix == ".parquet":
         if not is_compressed(path):

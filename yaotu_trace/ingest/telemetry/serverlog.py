@@ -8,6 +8,9 @@ under a `log:` name (`log:prefix_cache_hit_rate`, `log:gpu_kv_cache_size_tokens`
 
 Lines read (anywhere in the line, so Docker and process prefixes are fine):
 
+- vLLM's `--enable-logging-iteration-details` line, one per step ("Iteration(N): … context
+  tokens, … generation tokens, iteration elapsed time: … ms, GPU KV cache usage: X%"): its KV
+  usage as the gauge, and as `--steps` the engine's step log (`server_log_steps`);
 - vLLM: the periodic "Avg prompt throughput: …, Running: N reqs, Waiting|Pending: N reqs,
   [Swapped: N reqs,] GPU KV cache usage: X%[, Prefix cache hit rate: Y%]" (V1 with
   "Engine 000:", V0 without), start-up "GPU KV cache size: N tokens" and "Maximum
@@ -40,6 +43,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from itertools import pairwise
 from pathlib import Path
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -81,8 +85,14 @@ _LMCACHE_NAMES: Final = ("log:lmcache_prompt_tokens_total",
                          "log:lmcache_hit_tokens_total", "log:lmcache_load_tokens_total")
 _RANK = re.compile(r"([A-Z]+)(\d+)")
 _OFFSET = re.compile(r"(?:UTC|GMT)?([+-])(\d\d):?(\d\d)")
+# vLLM's `--enable-logging-iteration-details` line, one per engine step
+# (`vllm/v1/metrics/loggers.py::_log_iteration_details`).
+_ITERATION = re.compile(
+    r"(?:Engine (\d+): )?Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, "
+    r"(\d+) generation requests, (\d+) generation tokens, iteration elapsed time: "
+    r"([\d.]+) ms( \(dummy\))?, (?:[A-Z]+ )?KV cache usage: ([\d.]+)%")
 _ANY = (_VLLM_STATS, _SGLANG_BATCH, _KV_SIZE, _CONCURRENCY, _PREEMPTION, _SGLANG_POOL,
-        _SGLANG_MAX_RUNNING, _SGLANG_RETRACT, _KV_TRANSFER, _LMCACHE)
+        _SGLANG_MAX_RUNNING, _SGLANG_RETRACT, _KV_TRANSFER, _LMCACHE, _ITERATION)
 
 # Stats-line key → (metric name, scale); "%" values are read as fractions.
 _VLLM_KEYS: Final = {
@@ -147,6 +157,11 @@ class _Read:
     lmcache: dict[str, tuple[float, int, int | None, int, int, bool]] = field(
         default_factory=dict)
     lmcache_lines: int = 0
+    # vLLM's iteration lines: (time s, its resolution s, engine, index, context requests,
+    # context tokens, generation requests, generation tokens, elapsed ms, KV usage share).
+    iterations: list[tuple[float, float, str, int, int, int, int, int, float, float]] = field(
+        default_factory=list)
+    resolution_s: float = 1.0  # of the line being read: its time's last digit
     # Parts of the lines read that no series takes: key → (lines, sum of its values).
     unread: dict[str, tuple[int, float]] = field(default_factory=dict)
 
@@ -362,6 +377,16 @@ def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None 
     year given to its year-less times (None when it has none), and the requests its LMCache
     lookup lines name, (request id, total tokens) each; `zone` is the zone its zone-less times
     are read in (`log_zone`; None: UTC)."""
+    read, base_year, year_from, zone = _scan(path, year, zone)
+    rows, notes, log_year = _finish(path, read, base_year, year_from, zone)
+    requests = tuple((rid, int(v[1])) for rid, v in read.lmcache.items())
+    return rows, notes, log_year, requests
+
+
+def _scan(path: Path, year: int | None, zone: tzinfo | None
+          ) -> tuple[_Read, int, str, tzinfo]:
+    """Every recognised line of the log read into a `_Read`, with the year its year-less
+    times were given, where that year came from, and the zone they were read in."""
     zone = UTC if zone is None else zone
     if year is not None:
         base_year, year_from = year, "the trace"
@@ -380,8 +405,10 @@ def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None 
             if time_s is None:
                 read.json_untimed += 1
                 read.bad.append(number)
-            elif not _read_line(line, time_s, labels, read):
-                read.bad.append(number)
+            else:
+                read.resolution_s = 1e-3
+                if not _read_line(line, time_s, labels, read):
+                    read.bad.append(number)
             continue
         sglang = _SGLANG_TIME.search(line)
         vllm = _VLLM_TIME.search(line)
@@ -392,6 +419,7 @@ def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None 
                 continue  # the same batch as rank 0 logs it
             labels = f"dp={ranks['DP']}" if "DP" in ranks else ""
             time_s = _stamp(int(g[0]), int(g[1]), int(g[2]), (g[3], g[4], g[5]), g[6], zone)
+            read.resolution_s = 10.0 ** -len(g[6]) if g[6] else 1.0
         elif vllm is not None:
             g = vllm.groups()
             month = int(g[0])
@@ -400,18 +428,25 @@ def read_server_log(path: Path, *, year: int | None = None, zone: tzinfo | None 
             last_month = month
             read.undated = True
             time_s = _stamp(vllm_year, month, int(g[1]), (g[2], g[3], g[4]), g[5], zone)
+            read.resolution_s = 10.0 ** -len(g[5]) if g[5] else 1.0
         if time_s is None:
             read.bad.append(number)
             continue
         if not _read_line(line, time_s, labels, read):
             read.bad.append(number)
-    rows, notes, log_year = _finish(path, read, base_year, year_from, zone)
-    requests = tuple((rid, int(v[1])) for rid, v in read.lmcache.items())
-    return rows, notes, log_year, requests
+    return read, base_year, year_from, zone
 
 
 def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
     """Add the line's samples; False when it is a stats line that cannot be read."""
+    if (m := _ITERATION.search(line)) is not None:
+        g = m.groups()
+        if g[7] is None:  # a data-parallel dummy step computes nothing
+            read.iterations.append((time_s, read.resolution_s, g[0] or "0", int(g[1]),
+                                    int(g[2]), int(g[3]), int(g[4]), int(g[5]), float(g[6]),
+                                    float(g[8]) / 100.0))
+        read.seen("iteration")
+        return True
     if (m := _VLLM_STATS.search(line)) is not None:
         engine = f"engine={int(m.group(1))}" if m.group(1) else "engine=0"
         return _vllm_stats(m.group(2), time_s, engine, read)
@@ -551,12 +586,15 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
             f"field ({', '.join(_JSON_TIME)}); add the time to the formatter's format, e.g. "
             "\"format\": \"%(asctime)s %(message)s\" in vLLM's --logging-config")
     if (not read.rows and not read.config and not read.preemptions and not read.transfer_rows
-            and not read.lmcache):
+            and not read.lmcache and not read.iterations):
         skipped = f" ({len(read.bad)} such line(s) could not be read)" if read.bad else ""
         raise TraceReadError(f"{path}: no engine log line recognised{skipped}; --metrics "
                              f"takes a server log with {EXPECTED}")
     rows = list(read.rows)
     rows.extend(_interval_rows(read))
+    # An iteration line's KV usage is the gauge after that step (`kv_cache_usage_perc`).
+    rows.extend((t, "vllm:kv_cache_usage_perc", f"engine={int(engine)}", usage)
+                for t, _, engine, *_, usage in read.iterations)
     vllm_preempted = [r for r in read.preemptions if r[1] == "vllm:num_preemptions_total"]
     if vllm_preempted:
         # Each warning is one preemption: just before the first, the count was one less.
@@ -602,3 +640,65 @@ def _finish(path: Path, read: _Read, year: int, year_from: str, zone: tzinfo
         notes.append(f"{len(read.bad)} engine log line(s) could not be read and were skipped "
                      f"(first: line {read.bad[0]})")
     return rows, notes, (year if read.undated else None)
+
+
+# Step-log columns of vLLM's iteration lines.
+_STEP_FIELDS: Final = ("instance", "start_s", "end_s", "prefill_tokens", "decode_tokens",
+                       "num_running", "kv_usage")
+
+
+def server_log_steps(path: Path, *, year: int | None = None, zone: tzinfo | None = None
+                     ) -> tuple[dict[str, list[object]], list[str]]:
+    """The engine's steps from vLLM's `--enable-logging-iteration-details` lines (`--steps`):
+    step-log columns and the notes on them.
+
+    Each line is one step after it ran: `prefill_tokens` its context tokens (prompt chunks),
+    `decode_tokens` its generation tokens, `num_running` the requests it scheduled, `kv_usage`
+    the pool's usage after it, its duration the logged elapsed time. A line's time is when the
+    stats were logged, to its resolution (vLLM's default: the whole second); a step ends at
+    the end of the step before it plus its own duration when that falls within its line's
+    time, else at the line's time: steps back to back while the engine is busy, order and
+    durations as vLLM logged them, placement within the second an estimate. Data-parallel
+    dummy steps compute nothing and are left out.
+    """
+    read, _, year_from, zone = _scan(path, year, zone)
+    if not read.iterations:
+        raise TraceReadError(
+            f"{path}: a server log without vLLM's 'Iteration(N): … context tokens, … "
+            "generation tokens, iteration elapsed time: … ms' lines: start vLLM with "
+            "--enable-logging-iteration-details to log every step, or give a step log")
+    columns: dict[str, list[object]] = {name: [] for name in _STEP_FIELDS}
+    last_end: dict[str, float] = {}
+    placed_late = 0
+    for t, res, engine, _, ctx_req, ctx_tok, gen_req, gen_tok, elapsed_ms, usage in (
+            read.iterations):
+        elapsed = elapsed_ms / 1000.0
+        end = last_end.get(engine, -float("inf")) + elapsed
+        if not t <= end < t + res:
+            placed_late += end >= t + res
+            end = min(max(end, t), t + res)
+        last_end[engine] = end
+        for name, value in zip(_STEP_FIELDS, (engine, end - elapsed, end, ctx_tok, gen_tok,
+                                              ctx_req + gen_req, usage), strict=True):
+            columns[name].append(value)
+    by_engine: dict[str, list[int]] = {}
+    for i in read.iterations:
+        by_engine.setdefault(i[2], []).append(i[3])
+    missing = sum(max(b - a - 1, 0) for indexes in by_engine.values()
+                  for a, b in pairwise(indexes))
+    resolution = min(i[1] for i in read.iterations)
+    notes = [f"engine steps from vLLM's iteration lines in {path.name} "
+             f"({len(read.iterations):,} steps; --enable-logging-iteration-details): context "
+             "tokens as prefill_tokens, generation tokens as decode_tokens, the requests "
+             "scheduled as num_running, the KV usage after each step; durations as logged, each "
+             f"step placed after the one before within its line's time (resolution "
+             f"{resolution:g} s), read in {zone_name(zone) if zone is not UTC else 'UTC'}"
+             + (f", its year from {year_from}" if read.undated and year_from else "")]
+    if placed_late:
+        notes.append(f"{placed_late:,} step(s) logged before the steps ahead of them could "
+                     "have ended (the engine's steps overlap, or its clock jumped): placed at "
+                     "their line's time")
+    if missing:
+        notes.append(f"{missing:,} iteration number(s) missing between lines (lines lost or "
+                     "filtered): their steps are not in the log")
+    return columns, notes
