@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,6 +17,19 @@ ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 STATS = re.compile(r"stats: ([\d.]+) s elapsed, peak RSS ([\d.]+) GiB"
                    r"(?: \(largest worker process ([\d.]+) GiB\))?")
+
+
+def best_of(run: Callable[[], Any], repeat: int, *, warm: bool = True) -> tuple[float, Any]:
+    """The fastest of `repeat` timed calls of `run` (after one untimed call when `warm`: the
+    compiled kernels loaded, the file cached), in seconds, and the last call's value."""
+    if warm:
+        run()
+    best, value = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        value = run()
+        best = min(best, time.perf_counter() - t0)
+    return best, value
 
 
 def whole_read(patch: str) -> list[str]:

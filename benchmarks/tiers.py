@@ -27,26 +27,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from common import run_trace  # noqa: E402
+from common import best_of, run_trace  # noqa: E402
 
 MOONCAKE_CONVERSATION = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
-
-
-def _best(fn, repeat: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
-    fn()
-    best = float("inf")
-    value = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,21 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     sized = rules.with_(capacity_blocks=gpu_blocks)
     tier = TierSpec(name=TierName.CPU, capacity_chunks=cpu_chunks, chunk_tokens=block)
 
-    gpu_s, gpu = _best(lambda: gpu_replay(chains, sized), args.repeat)
-    tier_s, tiered = _best(lambda: replay_tiers(chains, sized, (tier,), policy),
+    gpu_s, gpu = best_of(lambda: gpu_replay(chains, sized), args.repeat)
+    tier_s, tiered = best_of(lambda: replay_tiers(chains, sized, (tier,), policy),
                            args.repeat)
     # The same CPU tier with a disk below it that never fills (`--tier disk=unlimited`).
     disk = TierSpec(name=TierName.DISK, capacity_chunks=1, chunk_tokens=block, unlimited=True)
-    disk_s, _ = _best(lambda: replay_tiers(chains, sized, (tier, disk), policy), args.repeat)
-    curve_s, _ = _best(lambda: sweep(chains, touch_order=rules.touch_order), args.repeat)
+    disk_s, _ = best_of(lambda: replay_tiers(chains, sized, (tier, disk), policy), args.repeat)
+    curve_s, _ = best_of(lambda: sweep(chains, touch_order=rules.touch_order), args.repeat)
     gpu_axis = tuple(max(2, distinct * k // 100) for k in (1, 2, 5, 10, 20, 40))
     tier_axis = tuple(max(1, distinct * k // 100) for k in (2, 5, 10, 20, 40, 80))
-    grid_s, _ = _best(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis),
+    grid_s, _ = best_of(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis),
                       args.repeat)
-    grid2_s, _ = _best(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis,
+    grid2_s, _ = best_of(lambda: tier_curve(chains, rules, tier, policy, gpu_axis, tier_axis,
                                           threads=2), args.repeat)
     # The other reading of "one single-tier curve": the tier's 6 sizes behind one GPU size.
-    line_s, _ = _best(lambda: tier_curve(chains, rules, tier, policy, (gpu_axis[3],),
+    line_s, _ = best_of(lambda: tier_curve(chains, rules, tier, policy, (gpu_axis[3],),
                                          tier_axis), args.repeat)
 
     prompt = int(chains.prompt_tokens.sum())

@@ -16,23 +16,15 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from common import best_of  # noqa: E402
+
 FIXTURE = (ROOT / "tests" / "fixtures" / "captures" / "vcr" / "stats"
            / "multi_tenant.step-stats.jsonl")
-
-
-def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
                 for text in fh:
                     json.loads(text)
 
-        rows = [("json.loads of every line (the floor)", _best(floor, args.repeat))]
+        rows = [("json.loads of every line (the floor)", best_of(floor, args.repeat)[0])]
         rows.append(("as the step log (--steps)",
-                     _best(lambda: read_step_stats(path), args.repeat)))
+                     best_of(lambda: read_step_stats(path), args.repeat)[0]))
         rows.append(("as the engine's series (--metrics)",
-                     _best(lambda: read_metrics(path), args.repeat)))
+                     best_of(lambda: read_metrics(path), args.repeat)[0]))
     print(f"sidecar: {args.lines:,} lines, {megabytes:,.0f} MB")
     print(f"{'line':<40} {'seconds':>8} {'lines/s':>10} {'vs floor':>9}")
     for name, seconds in rows:
