@@ -118,3 +118,31 @@ def test_a_log_without_iteration_lines_is_refused_naming_the_flag(tmp_path: Path
                     encoding="utf-8")
     with pytest.raises(TraceReadError, match="--enable-logging-iteration-details"):
         read_steps(path, "--steps")
+
+
+def test_a_request_log_with_iteration_lines_brings_its_steps(tmp_path: Path) -> None:
+    """One log with the requests (`--enable-log-requests`, DEBUG) and the steps: the steps
+    are the trace's step log, on its clock (seconds since the first arrival), and the notes
+    no longer call the iteration lines unused (a hand-made log in vLLM's line formats)."""
+    head = "(APIServer pid=1) {lvl} 01-01 00:00:{s} [{f}] "
+    lines = [
+        (head + "Request r1 details: prompt: 'x', prompt_token_ids: [1, 2, 3, 4], "
+         "prompt_embeds shape: None, lora_request: None.").format(lvl="DEBUG", s="02",
+                                                                   f="request_logger.py:56"),
+        (head + "Received request r1: params: SamplingParams(n=1), lora_request: None.").format(
+            lvl="INFO", s="02", f="request_logger.py:66"),
+        (head + _it(0, 4, 0, 20.0)).format(lvl="INFO", s="02", f="loggers.py:199"),
+        (head + _it(1, 0, 1, 10.0)).format(lvl="INFO", s="02", f="loggers.py:199"),
+        (head + "Generated response r1 details: output_token_ids: [7, 8]").format(
+            lvl="DEBUG", s="02", f="request_logger.py:112"),
+        (head + "Generated response r1: output: 'ab', finish_reason: stop").format(
+            lvl="INFO", s="02", f="request_logger.py:119"),
+    ]
+    path = tmp_path / "vllm.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    trace = read_trace(path)
+    assert trace.format_name == "vllm-log" and trace.steps is not None
+    frame = pd.concat(list(trace.steps.batches(trace.steps.columns)), ignore_index=True)
+    assert frame["end_s"].round(6).tolist() == [0.0, 0.01]
+    assert frame["prefill_tokens"].tolist() == [4, 0]
+    assert not any("engine step lines" in n and "not used" in n for n in trace.notes)

@@ -14,7 +14,9 @@ Lines read (anywhere in a line, so process and Docker prefixes are fine; plain o
 
 Times are the log's, `MM-DD hh:mm:ss` without year or zone and in whole seconds (vLLM's
 `%m-%d %H:%M:%S`): `arrival_s` is seconds since the first request arrived, a month that goes
-back starts the next year. Every other line (stats, start-up, access log) is counted in a note.
+back starts the next year. vLLM's per-step lines (`--enable-logging-iteration-details`) in the
+same log are the trace's step log (`serverlog.server_log_steps`, on the same clock); every other
+line (stats, start-up, access log) is counted in a note.
 A log written at INFO has no token ids: the reader refuses it, naming `--log-level DEBUG`. A
 request with no output line gets `output_len` 0 and the notes count such requests.
 """
@@ -33,6 +35,8 @@ from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.traces.common import id_list, text_lines
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from yaotu_trace.data.schema import RawTrace
 
 FIX: Final = "pass the log vLLM wrote with --enable-log-requests --log-level DEBUG"
@@ -47,6 +51,8 @@ _OUT_END = re.compile(r"\bGenerated response (\S+?)( \(streaming (?:delta|comple
 _IDS_KEY = ", prompt_token_ids: ["
 _RECEIVED_HEAD = re.compile(r"\bReceived request \S+: (?:prompt|params): ")
 YEAR: Final = 2004  # a leap year: vLLM's lines carry none, only the times between them count
+# vLLM's per-step lines (`--enable-logging-iteration-details`): the trace's step log.
+ITERATION_LINES: Final = "engine step lines (read as the step log)"
 
 
 @dataclass(slots=True)
@@ -118,8 +124,27 @@ def read_vllm_log(path: Path) -> RawTrace:
         "status": ["aborted" if r.reason == "abort" else "ok" for r in rows],
         SOURCE_ROW: [r.line for r in rows],
     })
+    steps, steps_note = _steps(path, read, origin)
     return RawTrace(requests=table.dropna(axis=1, how="all"), format_name="vllm-log",
-                    row_label="line", notes=_notes(read, rows))
+                    row_label="line", notes=_notes(read, rows), steps=steps,
+                    steps_note=steps_note)
+
+
+def _steps(path: Path, read: _Read, origin: float) -> tuple[pd.DataFrame | None, str | None]:
+    """The engine's steps when the same log holds vLLM's iteration lines
+    (`--enable-logging-iteration-details`; `serverlog.server_log_steps`), on the trace's clock
+    (seconds since the first arrival)."""
+    import pandas as pd
+
+    from yaotu_trace.ingest.telemetry.serverlog import server_log_steps
+
+    if not read.other.get(ITERATION_LINES):
+        return None, None
+    columns, notes = server_log_steps(path, year=YEAR)
+    frame = pd.DataFrame(columns)
+    frame["start_s"] -= origin
+    frame["end_s"] -= origin
+    return frame, "; ".join(notes) + "; on the trace's clock; --steps replaces them"
 
 
 def _read(path: Path) -> _Read:
@@ -175,6 +200,8 @@ def _line(line: str, number: int, path: Path, read: _Read, clock: _Clock,
 
 
 def _other_kind(line: str) -> str:
+    if "Iteration(" in line and "iteration elapsed time" in line:
+        return ITERATION_LINES
     if "Avg prompt throughput" in line:
         return "engine stats lines"
     if '" 200' in line or "HTTP/1.1" in line:
@@ -194,8 +221,9 @@ def _notes(read: _Read, rows: list[_Request]) -> tuple[str, ...]:
     if skipped:
         notes.append(f"{skipped} request(s) with output lines but no prompt_token_ids line are "
                      "left out (the log starts after they arrived)")
-    if read.other:
-        shown = ", ".join(f"{n} {k}" for k, n in read.other.most_common())
+    unused = Counter({k: n for k, n in read.other.items() if k != ITERATION_LINES})
+    if unused:
+        shown = ", ".join(f"{n} {k}" for k, n in unused.most_common())
         notes.append(f"lines that are not request lines are not used: {shown}")
     return tuple(notes)
 
