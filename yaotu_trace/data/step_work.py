@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from yaotu_trace.data.schema import Trace
-from yaotu_trace.data.steplog import StepLog
+from yaotu_trace.data.steplog import PREEMPTION_COLUMNS, StepLog, preemptions
 from yaotu_trace.errors import TraceReadError
 
 if TYPE_CHECKING:
@@ -57,10 +57,11 @@ def step_work(steps: StepLog) -> StepWork | None:
     """Sum the log's tokens and read its end state in one pass (None: an empty log)."""
     import pandas as pd
 
-    wanted = ("instance", "prefill_tokens", "decode_tokens", "num_preempted", "num_running",
+    wanted = ("instance", "prefill_tokens", "decode_tokens", *PREEMPTION_COLUMNS, "num_running",
               "num_waiting")
     lo, hi = np.inf, -np.inf
-    sums = {"prefill_tokens": 0.0, "decode_tokens": 0.0, "num_preempted": 0.0}
+    sums = {"prefill_tokens": 0.0, "decode_tokens": 0.0}
+    preempted = 0.0
     last: dict[str, tuple[float, float]] = {}
     for batch in steps.batches(wanted):
         if batch.empty:
@@ -70,6 +71,7 @@ def step_work(steps: StepLog) -> StepWork | None:
         for name in sums:
             if name in batch.columns:
                 sums[name] += float(pd.to_numeric(batch[name]).sum())
+        preempted += float(preemptions(batch).sum())
         if "num_running" in batch.columns and "num_waiting" in batch.columns:
             _last_state(batch, last)
     if lo > hi:
@@ -79,7 +81,7 @@ def step_work(steps: StepLog) -> StepWork | None:
         lo_s=lo, hi_s=hi,
         prefill_tokens=sums["prefill_tokens"] if steps.complete("prefill_tokens") else None,
         decode_tokens=sums["decode_tokens"] if steps.complete("decode_tokens") else None,
-        preempted=sums["num_preempted"] if steps.has("num_preempted") else None,
+        preempted=preempted if steps.has_preemptions() else None,
         in_flight_end=sum(v for _, v in last.values()) if complete and last else None,
     )
 

@@ -53,6 +53,7 @@ STEP_COLUMNS: Final = (
     "kv_blocks_total",
     "kv_usage",
     "num_preempted",
+    "num_readmitted",
     "recomputed_tokens",
     "head_blocks_needed",
     "kv_blocks_free",
@@ -61,6 +62,10 @@ STEP_REQUIRED: Final = ("start_s", "end_s")
 # The columns a step's KV usage comes from: its blocks in use over the pool's, or the engine's
 # own share (`kv_usage`, vLLM's `kv_cache_usage`) where the log does not count blocks.
 KV_USAGE_COLUMNS: Final = ("kv_blocks_used", "kv_blocks_total", "kv_usage")
+# The columns a step's preemptions come from: preempted in it, else readmitted after one in it
+# (vLLM's statistics count a preemption when the request comes back: right in total, late in
+# time, so only `num_preempted` places a preemption at its step's KV usage).
+PREEMPTION_COLUMNS: Final = ("num_preempted", "num_readmitted")
 # Step columns that hold a share or a time rather than a count.
 _REAL_COLUMNS: Final = ("start_s", "end_s", "kv_usage")
 
@@ -110,6 +115,10 @@ class StepLog:
     def has(self, column: str) -> bool:
         """Whether the log has `column` with at least one value."""
         return column in self.present
+
+    def has_preemptions(self) -> bool:
+        """Whether some step counts preemptions (`PREEMPTION_COLUMNS`)."""
+        return any(self.has(c) for c in PREEMPTION_COLUMNS)
 
     def has_kv_usage(self) -> bool:
         """Whether some step has a KV usage (`kv_usage`, or blocks used and the pool's)."""
@@ -304,6 +313,14 @@ def _read_batch(batch: pa.RecordBatch, path: str, first_row: int) -> pd.DataFram
 def column(batch: pd.DataFrame, name: str, fill: float = np.nan) -> np.ndarray:
     """A column of a batch as float64, missing values as `fill`."""
     return batch[name].to_numpy(dtype=np.float64, na_value=fill)
+
+
+def preemptions(batch: pd.DataFrame) -> np.ndarray:
+    """Each step's preemptions: `num_preempted`, else `num_readmitted` (0 where neither is)."""
+    for name in PREEMPTION_COLUMNS:
+        if name in batch.columns:
+            return column(batch, name, 0.0)
+    return np.zeros(len(batch))
 
 
 def kv_usage(batch: pd.DataFrame) -> np.ndarray:

@@ -3,8 +3,9 @@
 Metrics (units in the names):
 
 - preempted_requests = #{num_preemptions > 0}; preemptions_total = Σ num_preemptions (request
-  table), else Σ num_preempted (step log), else the increase of vllm:num_preemptions_total /
-  sglang:num_retracted_requests_total (metrics). preempted_request_share = preempted / requests.
+  table), else Σ num_preempted (else num_readmitted) of the step log, else the increase of
+  vllm:num_preemptions_total / sglang:num_retracted_requests_total (metrics).
+  preempted_request_share = preempted / requests.
 - recomputed_tokens: a recompute re-prefills p + g tokens (prompt plus tokens generated so far,
   cost-model §5). g is not logged, so the estimate takes g = output_len / 2:
   Σ num_preemptions · (prompt_len + output_len / 2) (tokens), bounded below by g = 0 and above

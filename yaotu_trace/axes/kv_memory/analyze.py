@@ -68,7 +68,7 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
         low, high = float((counts * prompt).sum()), float((counts * (prompt + output)).sum())
         pre_source, basis = "requests", "Σ num_preemptions · (prompt_len + output_len / 2)"
         sources.append(Source.REQUESTS)
-    elif inp.step_has("num_preempted"):
+    elif inp.steps is not None and inp.steps.has_preemptions():
         assert step_kv is not None and step_kv.preempted_total is not None
         pre_total = step_kv.preempted_total
         recomputed = None if per_request_estimate is None else pre_total * per_request_estimate
@@ -359,7 +359,8 @@ def _missing(pre: _Preemption, use: _Usage, capacity: float | None, dem: _Demand
     """The inputs that would decide (or sharpen) the axis."""
     missing = []
     if pre.total is None:
-        missing.append("num_preemptions (request table), num_preempted (step log) or "
+        missing.append("num_preemptions (request table), num_preempted or num_readmitted "
+                       "(step log) or "
                        "vllm:num_preemptions_total / sglang:num_retracted_requests_total")
     if use.summary is None:
         missing.append("kv_blocks_used and kv_blocks_total or kv_usage (step log) or "

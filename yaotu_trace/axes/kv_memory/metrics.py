@@ -10,7 +10,14 @@ import numpy as np
 
 from yaotu_trace.axes.base import AxisInput, Evidence, fact, measured
 from yaotu_trace.data.order_stats import BlockSum, KeyedBlockSum
-from yaotu_trace.data.steplog import KV_USAGE_COLUMNS, StepLog, column, kv_usage
+from yaotu_trace.data.steplog import (
+    KV_USAGE_COLUMNS,
+    PREEMPTION_COLUMNS,
+    StepLog,
+    column,
+    kv_usage,
+    preemptions,
+)
 from yaotu_trace.errors import YaotuError
 from yaotu_trace.prefix.prepare import prepare
 from yaotu_trace.prefix.rules import rules_for
@@ -147,17 +154,18 @@ class StepKv:
 def read_step_kv(log: StepLog, full_usage: float) -> StepKv:
     """Preemptions, the largest pool, the usage at preemption and the time range of the usage
     from one pass over the log."""
-    preempted = 0 if "num_preempted" in log.columns else None
+    preempted = 0 if log.has_preemptions() else None
     recomputed = 0 if log.has("recomputed_tokens") else None
     largest = -np.inf
     lo, hi = np.inf, -np.inf
     at_pre, at_pre_steps, full = BlockSum(), 0, 0
     usage_logged = log.has_kv_usage()
-    for b in log.batches(("num_preempted", "recomputed_tokens", *KV_USAGE_COLUMNS)):
+    for b in log.batches((*PREEMPTION_COLUMNS, "recomputed_tokens", *KV_USAGE_COLUMNS)):
+        # Only a step's own preemptions place them at its KV usage (not readmissions).
         pre = (column(b, "num_preempted", 0.0) if "num_preempted" in b.columns
                else np.zeros(len(b)))
         if preempted is not None:
-            preempted += int(b["num_preempted"].fillna(0).sum())
+            preempted += int(preemptions(b).sum())
         if recomputed is not None:
             recomputed += int(b["recomputed_tokens"].fillna(0).sum())
         if "kv_blocks_total" in b.columns:

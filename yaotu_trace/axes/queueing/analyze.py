@@ -145,7 +145,7 @@ def _littles_law(
     # table's queue_time_s does not hold: with preemptions only the low end binds.
     preempting = ((inp.has("num_preemptions")
                    and bool((inp.requests["num_preemptions"].fillna(0) > 0).any()))
-                  or (inp.step_has("num_preempted") and st.preempted))
+                  or (inp.steps is not None and inp.steps.has_preemptions() and st.preempted))
     if preempting:
         high = np.inf
     observed = st.waiting_mean

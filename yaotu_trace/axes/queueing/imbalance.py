@@ -16,8 +16,9 @@ what they measure for instances of the same name. Per instance:
 - running_mean and seat_fill: time-weighted mean num_running of its steps (else the mean of its
   samples, else Σ finish_s − scheduled_s of its requests / the cluster's span) over the seat
   cap (max_num_seqs when given, else the most running seen on any instance);
-- preemptions and preemption_share: num_preempted of its steps, else num_preemptions of its
-  requests, else the rise of its preemption counter; and its share of the cluster's.
+- preemptions and preemption_share: num_preempted (else num_readmitted) of its steps, else
+  num_preemptions of its requests, else the rise of its preemption counter; and its share of
+  the cluster's.
 
 Disaggregated traces (prefill_instance and decode_instance) are not judged here: their
 instances do different work.
@@ -45,12 +46,12 @@ from yaotu_trace.axes.queueing.instances import InstanceQueue, LoadBalance
 from yaotu_trace.axes.queueing.metrics import RequestTiming, Windows, spread_work
 from yaotu_trace.data.instance_join import samples_by_instance, trace_instance_names
 from yaotu_trace.data.metric_names import COUNTERS, GAUGES
-from yaotu_trace.data.steplog import column
+from yaotu_trace.data.steplog import PREEMPTION_COLUMNS, column, preemptions
 
 if TYPE_CHECKING:
     import pandas as pd
 
-_STEP_COLUMNS = ("instance", "num_waiting", "num_running", "num_preempted", "prefill_tokens",
+_STEP_COLUMNS = ("instance", "num_waiting", "num_running", *PREEMPTION_COLUMNS, "prefill_tokens",
                  "decode_tokens")
 
 
@@ -139,7 +140,7 @@ def _step_batch(b: pd.DataFrame, grid: Windows) -> tuple[pd.DataFrame, dict[str,
         "waiting_integral": np.nan_to_num(waiting) * dur,
         "running_integral": np.nan_to_num(running) * dur,
         "running_dur": np.where(np.isfinite(running), dur, 0.0),
-        "preempt": column(b, "num_preempted", 0.0) if "num_preempted" in b else 0.0,
+        "preempt": preemptions(b),
         "tokens": served,
     })
     grouped = frame.groupby("name", sort=True).sum()

@@ -20,11 +20,13 @@ from yaotu_trace.data.order_stats import BlockSum, Summary, summarize
 from yaotu_trace.data.report import PERCENTILES
 from yaotu_trace.data.steplog import (
     KV_USAGE_COLUMNS,
+    PREEMPTION_COLUMNS,
     InstanceIds,
     StepLog,
     column,
     kv_usage,
     kv_usage_summary,
+    preemptions,
 )
 
 if TYPE_CHECKING:
@@ -253,8 +255,7 @@ class _StepPass:
         self.lo = np.fmin(self.lo, np.fmin.reduce(start))
         self.hi = np.fmax(self.hi, np.fmax.reduce(end))
         self._served(b, start)
-        if "num_preempted" in b.columns:
-            self.preempted = self.preempted or bool((column(b, "num_preempted", 0.0) > 0).any())
+        self.preempted = self.preempted or bool((preemptions(b) > 0).any())
 
     def _window_of(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(window index, inside the grid) of each time."""
@@ -408,7 +409,7 @@ def step_stats(inp: AxisInput, windows: Windows | None = None) -> StepStats:
         return StepStats()
     one = _StepPass(inp, log, windows)
     for b in log.batches(("instance", "num_waiting", "prefill_tokens", "decode_tokens",
-                          "num_preempted", "num_running", *KV_USAGE_COLUMNS,
+                          *PREEMPTION_COLUMNS, "num_running", *KV_USAGE_COLUMNS,
                           "head_blocks_needed", "kv_blocks_free")):
         one.feed(b)
     stats = one.totals()

@@ -20,9 +20,10 @@ Mapping (vLLM 0.33 `v1/core/sched/scheduler.py::make_stats`, `v1/metrics/stats.p
   come back after a preemption. A chunked prompt counts whole in the step that admitted it,
   and one preempted before its prefill finished counts whole at both admissions: the part it
   had not reached is counted twice (vLLM's stats do not say how far it got);
-- `num_preempted` = `prefix_cache_stats.preempted_requests`: vLLM counts a preemption there
-  when the request is admitted again, so the step is the readmission's, and the total is the
-  run's preemptions once every preempted request came back; `recomputed_tokens` = its
+- `num_readmitted` = `prefix_cache_stats.preempted_requests`: vLLM counts a preemption there
+  when the request is admitted again, so the step is the readmission's (not `num_preempted`:
+  the KV usage then is not the usage that preempted it), and the total is the run's
+  preemptions once every preempted request came back; `recomputed_tokens` = its
   preempted_queries − preempted_hits, what the readmissions compute: the work a preemption
   threw away, plus (for a prefill preempted before it finished) the part never reached. The
   memory axis takes their sum as the recompute's upper bound, where it otherwise estimates it
@@ -132,7 +133,7 @@ def read_step_stats(path: Path, arrivals_s: np.ndarray | None = None,
         "num_running": running[1:].astype(np.int64),
         "num_waiting": waiting[1:].astype(np.int64),
         "kv_usage": col(lambda x: x.usage),
-        "num_preempted": col(lambda x: x.preempted).astype(np.int64),
+        "num_readmitted": col(lambda x: x.preempted).astype(np.int64),
         "recomputed_tokens": col(lambda x: x.pq - x.ph).astype(np.int64),
     })
     frame[SOURCE_ROW] = np.arange(2, len(times) + 1)  # errors name the file's line
@@ -140,7 +141,7 @@ def read_step_stats(path: Path, arrivals_s: np.ndarray | None = None,
              "after the first, each from the line before (after an idle engine, from the next "
              "arrival); num_waiting = num_waiting_reqs + num_skipped_waiting_reqs, kv_usage = "
              "kv_cache_usage, prefill_tokens the uncached prompt tokens of the requests "
-             "admitted (a chunked prompt whole in its first step), num_preempted the requests "
+             "admitted (a chunked prompt whole in its first step), num_readmitted the requests "
              "readmitted after a preemption and recomputed_tokens what they computed (an upper "
              "bound of the recompute: a prefill preempted before it finished counts whole)"]
     if derived is not None:
