@@ -239,6 +239,9 @@ def test_the_engines_registration_reply_gives_the_diagnosis_its_limits() -> None
     axes = {a["name"]: a["metrics"] for a in given["axes"]}
     assert axes["queueing"]["seq_cap"] == 8
     assert axes["kv_memory"]["kv_capacity_tokens"] == 1600
+    unlimited = diagnose(trace, DiagnosisOptions(kv_capacity="unlimited")).to_dict()
+    memory = next(a for a in unlimited["axes"] if a["name"] == "kv_memory")
+    assert memory["metrics"]["kv_capacity_tokens"] is None  # as asked, not the capture's
 
 
 @pytest.mark.parametrize(("reply", "problem"), [

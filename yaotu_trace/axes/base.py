@@ -174,6 +174,8 @@ class EngineSettings:
     block_size_tokens: int = 16
     block_size_given: bool = False
     kv_capacity_tokens: float | None = None
+    # `--kv-capacity` was given (`unlimited` too): a capture's stated pool then stays unused.
+    kv_capacity_given: bool = False
     max_num_seqs: int | None = None
     max_batched_tokens: int | None = None
     kv_bytes_per_token: int | None = None
@@ -235,8 +237,9 @@ def with_captured_limits(settings: EngineSettings, trace: Trace) -> EngineSettin
         settings,
         max_num_seqs=settings.max_num_seqs or limits.max_num_seqs,
         max_batched_tokens=settings.max_batched_tokens or limits.max_batched_tokens,
-        kv_capacity_tokens=(settings.kv_capacity_tokens if settings.kv_capacity_tokens
-                            is not None or limits.kv_capacity_tokens is None
+        kv_capacity_tokens=(settings.kv_capacity_tokens if settings.kv_capacity_given
+                            or settings.kv_capacity_tokens is not None
+                            or limits.kv_capacity_tokens is None
                             else float(limits.kv_capacity_tokens)))
 
 

@@ -69,6 +69,7 @@ def engine_settings(options: DiagnosisOptions) -> tuple[EngineSettings, Threshol
         block_size_tokens=block,
         block_size_given=options.block_size_tokens is not None,
         kv_capacity_tokens=_capacity_tokens(options.kv_capacity, block, kv_b),
+        kv_capacity_given=options.kv_capacity is not None,
         max_num_seqs=options.max_num_seqs,
         max_batched_tokens=options.max_batched_tokens,
         kv_bytes_per_token=kv_b,
