@@ -657,9 +657,11 @@ def server_log_steps(path: Path, *, year: int | None = None, zone: tzinfo | None
     the pool's usage after it, its duration the logged elapsed time. A line's time is when the
     stats were logged, to its resolution (vLLM's default: the whole second); a step ends at
     the end of the step before it plus its own duration when that falls within its line's
-    time, else at the line's time: steps back to back while the engine is busy, order and
-    durations as vLLM logged them, placement within the second an estimate. Data-parallel
-    dummy steps compute nothing and are left out.
+    time, else at the nearest instant of that time (its start after an idle spell, its end
+    when the steps before ran long: overlapping steps, as async scheduling runs them): steps
+    back to back while the engine is busy, order and durations as vLLM logged them, placement
+    within the second an estimate. Data-parallel dummy steps compute nothing and are left
+    out.
     """
     read, _, year_from, zone = _scan(path, year, zone)
     if not read.iterations:
@@ -696,8 +698,9 @@ def server_log_steps(path: Path, *, year: int | None = None, zone: tzinfo | None
              + (f", its year from {year_from}" if read.undated and year_from else "")]
     if placed_late:
         notes.append(f"{placed_late:,} step(s) logged before the steps ahead of them could "
-                     "have ended (the engine's steps overlap, or its clock jumped): placed at "
-                     "their line's time")
+                     "have ended (the engine's steps overlap, as async scheduling runs them, or "
+                     "its clock jumped): placed at the end of their line's time, overlapping "
+                     "the step before")
     if missing:
         notes.append(f"{missing:,} iteration number(s) missing between lines (lines lost or "
                      "filtered): their steps are not in the log")
