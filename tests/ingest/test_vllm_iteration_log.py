@@ -22,6 +22,7 @@ from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceReadError
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.load import read_metrics, read_steps
+from yaotu_trace.ingest.telemetry.serverlog import server_log_steps
 
 STATS = FIXTURES / "captures" / "vcr" / "stats"
 EPOCH_S = 1_767_225_600.0  # the logs' clock: the run's 0 s
@@ -146,3 +147,18 @@ def test_a_request_log_with_iteration_lines_brings_its_steps(tmp_path: Path) -> 
     assert frame["end_s"].round(6).tolist() == [0.0, 0.01]
     assert frame["prefill_tokens"].tolist() == [4, 0]
     assert not any("engine step lines" in n and "not used" in n for n in trace.notes)
+
+
+def test_steps_that_overlap_are_placed_at_the_end_of_their_second_and_counted(
+        tmp_path: Path) -> None:
+    """Three 600 ms steps logged in one second cannot all run back to back there (async
+    scheduling overlaps them): the third ends at the second's end, overlapping the second,
+    and a note counts it rather than pushing it into the next second."""
+    path = _log(tmp_path, [("01", _it(0, 0, 4, 600.0)), ("01", _it(1, 0, 4, 600.0)),
+                           ("01", _it(2, 0, 4, 600.0))])
+    log = read_steps(path, "--steps")
+    frame = pd.concat(list(log.batches(log.columns)), ignore_index=True)
+    base = frame["end_s"].iloc[0]
+    assert (frame["end_s"] - base).round(6).tolist() == [0.0, 0.6, 1.0]
+    notes = server_log_steps(path)[1]
+    assert any(n.startswith("1 step(s) logged before") for n in notes)
