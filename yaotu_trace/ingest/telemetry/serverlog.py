@@ -91,8 +91,9 @@ _ITERATION = re.compile(
     r"(?:Engine (\d+): )?Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, "
     r"(\d+) generation requests, (\d+) generation tokens, iteration elapsed time: "
     r"([\d.]+) ms( \(dummy\))?, (?:[A-Z]+ )?KV cache usage: ([\d.]+)%")
-_ANY = (_VLLM_STATS, _SGLANG_BATCH, _KV_SIZE, _CONCURRENCY, _PREEMPTION, _SGLANG_POOL,
-        _SGLANG_MAX_RUNNING, _SGLANG_RETRACT, _KV_TRANSFER, _LMCACHE, _ITERATION)
+# The iteration line first: a log that has them holds one per step, most of its lines.
+_ANY = (_ITERATION, _VLLM_STATS, _SGLANG_BATCH, _KV_SIZE, _CONCURRENCY, _PREEMPTION,
+        _SGLANG_POOL, _SGLANG_MAX_RUNNING, _SGLANG_RETRACT, _KV_TRANSFER, _LMCACHE)
 
 # Stats-line key → (metric name, scale); "%" values are read as fractions.
 _VLLM_KEYS: Final = {
