@@ -26,7 +26,7 @@ from yaotu_trace.diagnosis.options import DiagnosisOptions
 from yaotu_trace.errors import TraceReadError, TraceSchemaError
 from yaotu_trace.ingest import read_trace
 from yaotu_trace.ingest.convert import convert_trace
-from yaotu_trace.ingest.load import read_metrics, read_steps
+from yaotu_trace.ingest.load import read_metrics, read_steps, same_capture
 from yaotu_trace.ingest.telemetry.prom_text import read_prom_text
 from yaotu_trace.ingest.traces.msgpack_value import decode
 from yaotu_trace.prefix.options import ReplayOptions
@@ -196,6 +196,12 @@ def test_fields_the_log_leaves_out_are_named(tmp_path: Path) -> None:
     ([_line(1.0), _line(2.0, num_running_reqs=-1)],
      "line 2, field 'scheduler.num_running_reqs': -1 is negative"),
     ([_line(1.0)], "1 step-stats line(s); a step needs the line before it"),
+    ([_line(1.0), _line(2.0, num_running_reqs=10**30)],
+     "line 2, field 'scheduler.num_running_reqs': 1e+30 is beyond 1e+15"),
+    ([_line(1.0), _line(1e300)], "line 2, field 'ts_ms': 1e+300 ms is beyond 1e+12 s"),
+    ([_line(1.0), _line(2.0, kv_cache_eviction_events=[
+        {"lifetime_seconds": 1e308, "idle_seconds": 0.0, "reuse_gaps_seconds": []}])],
+     "a time beyond 1e+12 s in an event"),
 ])
 def test_a_bad_sidecar_is_one_line_naming_the_line_and_field(tmp_path: Path, lines: list[dict],
                                                               message: str) -> None:
@@ -250,6 +256,8 @@ def test_the_engines_registration_reply_gives_the_diagnosis_its_limits() -> None
     ("c1", "type 0xc1"),
     ("93010203", "not the msgpack map"),
     ("81a1610100", "1 bytes after the value"),
+    ((bytes([0x81, 0xae]) + b"num_gpu_blocks" + b"\xcf" + b"\xff" * 8).hex(),
+     "1.84e+19 is beyond 1e+15"),
 ])
 def test_a_damaged_registration_reply_is_refused(tmp_path: Path, reply: str,
                                                  problem: str) -> None:
@@ -258,7 +266,7 @@ def test_a_damaged_registration_reply_is_refused(tmp_path: Path, reply: str,
         {"meta": {"block_size": 16, "ready_response_hex": reply}},
         {"prompt_tokens": 32, "output_tokens": 1, "ttft_ms": 9.0, "arrival_ms": 1.0}]),
         encoding="utf-8")
-    with pytest.raises(TraceSchemaError, match=r"line 1, field 'meta\.ready_response_hex'") as err:
+    with pytest.raises(TraceSchemaError, match=r"line 1, field 'meta\.ready_response_hex") as err:
         read_trace(path)
     assert problem in str(err.value)
 
@@ -367,3 +375,17 @@ def test_an_unlimited_replay_names_the_pool_the_capture_states() -> None:
     sized = replay(trace_path, ReplayOptions(preset="vllm", capacity="2200"),
                    waterfall=False).to_dict()
     assert not any("replays that pool" in n for n in sized["prefix_reuse"]["notes"])
+
+
+def test_another_captures_sidecar_as_metrics_is_refused() -> None:
+    """Given as --metrics with multi_tenant's trace, long_prefill's sidecar has a line at none
+    of the instants the trace's outputs reached the tap: refused, where the same capture's
+    sidecar is taken."""
+    trace_path, stats_path, _ = _files("multi_tenant")
+    _, other, _ = _files("long_prefill")
+    trace = read_trace(trace_path)
+    same_capture(trace, read_metrics(stats_path))
+    with pytest.raises(TraceSchemaError, match="output times are at no step-stats line"):
+        same_capture(trace, read_metrics(other))
+    with pytest.raises(TraceSchemaError, match="not of one capture"):
+        replay(trace_path, ReplayOptions(residency=True), waterfall=False, metrics=other)

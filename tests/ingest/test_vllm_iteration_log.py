@@ -162,3 +162,9 @@ def test_steps_that_overlap_are_placed_at_the_end_of_their_second_and_counted(
     assert (frame["end_s"] - base).round(6).tolist() == [0.0, 0.6, 1.0]
     notes = server_log_steps(path)[1]
     assert any(n.startswith("1 step(s) logged before") for n in notes)
+
+
+def test_a_step_no_engine_runs_is_refused_naming_its_line(tmp_path: Path) -> None:
+    path = _log(tmp_path, [("01", _it(0, 100, 0, 20.0)), ("01", _it(1, 0, 4, 1e24))])
+    with pytest.raises(TraceReadError, match=r"vllm\.log: line 2: a step of 1e\+24 ms"):
+        read_steps(path, "--steps")

@@ -16,7 +16,7 @@ from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report, input_summary
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.ingest.load import read_metrics
+from yaotu_trace.ingest.load import read_metrics, same_capture
 from yaotu_trace.prefix.grid import GridCapacity, parse_axis, parse_switch, replay_grid
 from yaotu_trace.prefix.options import ReplayOptions, check_tier_options
 from yaotu_trace.prefix.partition import SERIAL, Parallelism, open_runner
@@ -74,6 +74,8 @@ def replay(
                           "engine's hits by tier (--tier) against the replay's: add --residency "
                           "or --tier")
     engine = None if metrics is None else read_metrics(metrics)
+    if engine is not None:
+        same_capture(loaded, engine)
     if grid:
         if out is not None:
             raise ConfigError("--out writes one replay's requests; it cannot be combined with "

@@ -284,12 +284,33 @@ def read_metrics(path: str | Path, *, year: int | None = None,
 
 def dated_by_trace(trace: Trace, metrics: EngineMetrics) -> EngineMetrics:
     """A server log whose times lack a year, read again with the year of a Unix-clock trace
-    (any other metrics as they are), before `data.telemetry_fit` matches the two clocks."""
+    (any other metrics as they are), before `data.telemetry_fit` matches the two clocks; a
+    vllm-vcr sidecar refused when it is not of the trace's capture (`same_capture`)."""
+    same_capture(trace, metrics)
     lo = trace_span(trace).lo
     if metrics.log_year is None or not lo >= UNIX_CLOCK_S:
         return metrics
     return read_metrics(metrics.path, year=datetime.fromtimestamp(lo, tz=UTC).year,
                         zone=metrics.log_zone)
+
+
+def same_capture(trace: Trace, metrics: EngineMetrics) -> None:
+    """Refuse a vllm-vcr step-stats sidecar given as --metrics with a vllm-vcr trace of another
+    capture: the trace's outputs reached the tap at instants (its token times) the sidecar has
+    no line for. Any other pair is left to `data.telemetry_fit`."""
+    path = Path(metrics.path)
+    if (trace.format_name != "vllm-vcr" or not path.is_file()
+            or not vcr_steps.is_step_stats(path)):
+        return
+    present = trace.requests.columns
+    column = "token_times_s" if "token_times_s" in present else "first_token_s"
+    if column not in present:
+        return
+    values = trace.requests[column].dropna()
+    times = (np.concatenate([np.asarray(v, dtype=np.float64) for v in values])
+             if column == "token_times_s" and len(values) else
+             values.to_numpy(dtype=np.float64))
+    vcr_steps.check_same_capture(path, np.unique(times))
 
 
 def _as_trace(path: Path, option: str = "--metrics") -> TraceReadError | None:

@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from yaotu_trace.catalog.units import MAX_COUNT
+from yaotu_trace.data.values import TIME_LIMIT_S
 from yaotu_trace.errors import ConfigError, TraceReadError
 
 Row = tuple[float, str, str, float]
@@ -162,7 +164,9 @@ class _Read:
     # context tokens, generation requests, generation tokens, elapsed ms, KV usage share).
     iterations: list[tuple[float, float, str, int, int, int, int, int, float, float]] = field(
         default_factory=list)
+    iteration_lines: list[int] = field(default_factory=list)  # their line numbers
     resolution_s: float = 1.0  # of the line being read: its time's last digit
+    line: int = 0  # the number of the line being read
     # Parts of the lines read that no series takes: key → (lines, sum of its values).
     unread: dict[str, tuple[int, float]] = field(default_factory=dict)
 
@@ -398,6 +402,7 @@ def _scan(path: Path, year: int | None, zone: tzinfo | None
     for number, line in _lines(path):
         if not any(p.search(line) for p in _ANY):
             continue
+        read.line = number
         time_s: float | None = None
         labels = ""
         if line.lstrip().startswith("{") and (record := _json_record(line, zone)) is not None:
@@ -443,6 +448,7 @@ def _read_line(line: str, time_s: float, labels: str, read: _Read) -> bool:
     if (m := _ITERATION.search(line)) is not None:
         g = m.groups()
         if g[7] is None:  # a data-parallel dummy step computes nothing
+            read.iteration_lines.append(read.line)
             read.iterations.append((time_s, read.resolution_s, g[0] or "0", int(g[1]),
                                     int(g[2]), int(g[3]), int(g[4]), int(g[5]), float(g[6]),
                                     float(g[8]) / 100.0))
@@ -670,6 +676,12 @@ def server_log_steps(path: Path, *, year: int | None = None, zone: tzinfo | None
             f"{path}: a server log without vLLM's 'Iteration(N): … context tokens, … "
             "generation tokens, iteration elapsed time: … ms' lines: start vLLM with "
             "--enable-logging-iteration-details to log every step, or give a step log")
+    for number, (*_, ctx_tok, _, gen_tok, elapsed_ms, _usage) in zip(
+            read.iteration_lines, read.iterations, strict=True):
+        if elapsed_ms > 1000.0 * TIME_LIMIT_S or max(ctx_tok, gen_tok) > MAX_COUNT:
+            raise TraceReadError(
+                f"{path}: line {number}: a step of {elapsed_ms:g} ms, {ctx_tok:,} context and "
+                f"{gen_tok:,} generation tokens is no engine's step; fix or remove the line")
     columns: dict[str, list[object]] = {name: [] for name in _STEP_FIELDS}
     last_end: dict[str, float] = {}
     placed_late = 0

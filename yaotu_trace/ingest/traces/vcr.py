@@ -51,6 +51,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from yaotu_trace.catalog.units import MAX_COUNT
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.formats import TraceFormat, TraceFormatSpec
 from yaotu_trace.ingest.traces.common import (
@@ -192,7 +193,10 @@ def _ready(text: Any, path: Path, line: int) -> dict[str, Any]:
         raise fail(path, "line", line, key, "not the msgpack map of vLLM's reply", FIX)
     for name in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
         if reply.get(name) is not None:
-            whole(reply[name], path, "line", line, f"{key} {name}", FIX)
+            value = whole(reply[name], path, "line", line, f"{key} {name}", FIX)
+            if value > MAX_COUNT:
+                raise fail(path, "line", line, f"{key} {name}", f"{value:.3g} is beyond "
+                           f"{MAX_COUNT:.0e}, more than any engine has", FIX)
     return reply
 
 

@@ -49,9 +49,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from yaotu_trace.catalog.units import MAX_COUNT
 from yaotu_trace.data.compressed import open_compressed
 from yaotu_trace.data.metric_names import VLLM_RESIDENCY_BUCKETS
-from yaotu_trace.data.values import SOURCE_ROW
+from yaotu_trace.data.values import SOURCE_ROW, TIME_LIMIT_S
 from yaotu_trace.errors import TraceSchemaError
 from yaotu_trace.ingest.traces.common import fail, json_record, number, text_lines, whole
 
@@ -271,8 +272,9 @@ def _records(path: Path, used: frozenset[str], used_prefix: frozenset[str]
             continue
         record = json_record(text, path, "line", line)
         ts = number(record.get("ts_ms"), path, "line", line, "ts_ms", FIX)
-        if ts < 0:
-            raise fail(path, "line", line, "ts_ms", f"{ts} ms is negative", FIX)
+        if not 0 <= ts <= TIME_LIMIT_S * 1000.0:
+            raise fail(path, "line", line, "ts_ms", f"{ts:g} ms is "
+                       + ("negative" if ts < 0 else f"beyond {TIME_LIMIT_S:g} s"), FIX)
         if times and ts < times[-1]:
             raise fail(path, "line", line, "ts_ms", f"{ts} ms comes before the line above "
                        f"({times[-1]} ms): two captures joined?", "keep one capture's lines "
@@ -296,7 +298,11 @@ def _line(record: dict[str, Any], path: Path, line: int) -> _Stats:
     def count(obj: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
         if obj.get(key) is None and default is not None:
             return default
-        return whole(obj.get(key), path, "line", line, where + key, FIX)
+        value = whole(obj.get(key), path, "line", line, where + key, FIX)
+        if value > MAX_COUNT:
+            raise fail(path, "line", line, where + key, f"{value:.3g} is beyond "
+                       f"{MAX_COUNT:.0e}, more than any engine counts", FIX)
+        return value
 
     def lookups(obj: Any, where: str) -> tuple[int, int]:
         if not isinstance(obj, dict):
@@ -357,6 +363,9 @@ def _events(value: Any, path: Path, line: int) -> tuple[_Event, ...]:
                      for g in event.get("reuse_gaps_seconds", []))
         if min((*times, *gaps)) < 0:
             raise fail(path, "line", line, key, "a negative time in an event", FIX)
+        if max((*times, *gaps)) > TIME_LIMIT_S:
+            raise fail(path, "line", line, key, f"a time beyond {TIME_LIMIT_S:g} s in an "
+                       "event", FIX)
         out.append((times[0], times[1], gaps))
     return tuple(out)
 
@@ -388,6 +397,34 @@ def _decode_from(frame: pd.DataFrame, line_s: np.ndarray, derived: pd.DataFrame,
     end at a line's instant (`line_s`, every line), or refuse a trace whose steps mostly end
     elsewhere (another capture). Returns the note."""
     theirs = derived["end_s"].to_numpy(dtype=np.float64)
+    nearer, matched = _same_capture(line_s, theirs, path)
+    decode = np.zeros(line_s.size, dtype=np.int64)
+    np.add.at(decode, nearer[matched],
+              derived["decode_tokens"].to_numpy(dtype=np.int64)[matched])
+    frame["decode_tokens"] = decode[1:]
+    note = ("decode_tokens from the trace's outputs that reached the tap in each step's "
+            "message")
+    lost = int((~matched).sum())
+    if lost:
+        note += f"; {lost:,} of its {theirs.size:,} steps end at no sidecar line (left out)"
+    return note
+
+
+def check_same_capture(path: Path, step_ends_s: np.ndarray) -> None:
+    """Refuse the sidecar at `path` (given as --metrics) when the outputs of the vllm-vcr
+    trace it is given with (`step_ends_s`: the instants they reached the tap) mostly came at
+    none of its lines: it is another capture's."""
+    times, _, _ = _records(path, _METRICS_USED, _PREFIX_METRICS_USED)
+    _same_capture(np.asarray(times, dtype=np.float64) / 1000.0, step_ends_s, path,
+                  "output times")
+
+
+def _same_capture(line_s: np.ndarray, theirs: np.ndarray, path: Path,
+                  what: str = "engine steps") -> tuple[np.ndarray, np.ndarray]:
+    """For each of the trace's step ends `theirs`, the nearest line and whether it is the
+    same instant; refused when more than `MAX_UNMATCHED_SHARE` of them are at no line."""
+    if not line_s.size:
+        raise TraceSchemaError(f"{path}: no step-stats line; {FIX}")
     right = np.clip(np.searchsorted(line_s, theirs), 0, line_s.size - 1)
     left = np.maximum(right - 1, 0)
     nearer = np.where(np.abs(line_s[left] - theirs) <= np.abs(line_s[right] - theirs),
@@ -396,15 +433,7 @@ def _decode_from(frame: pd.DataFrame, line_s: np.ndarray, derived: pd.DataFrame,
     lost = int((~matched).sum())
     if theirs.size and lost > MAX_UNMATCHED_SHARE * theirs.size:
         raise TraceSchemaError(
-            f"{path}: {lost:,} of the trace's {theirs.size:,} engine steps end at no step-stats "
+            f"{path}: {lost:,} of the trace's {theirs.size:,} {what} are at no step-stats "
             "line: the trace and the sidecar are not of one capture; give the "
             "--step-stats-out file of the same `vllm-vcr record` run")
-    decode = np.zeros(line_s.size, dtype=np.int64)
-    np.add.at(decode, nearer[matched],
-              derived["decode_tokens"].to_numpy(dtype=np.int64)[matched])
-    frame["decode_tokens"] = decode[1:]
-    note = ("decode_tokens from the trace's outputs that reached the tap in each step's "
-            "message")
-    if lost:
-        note += f"; {lost:,} of its {theirs.size:,} steps end at no sidecar line (left out)"
-    return note
+    return nearer, matched
