@@ -167,7 +167,8 @@ def _with_steps(trace: Trace, path: Path, derived: pd.DataFrame | None = None) -
         lo = trace_span(trace).lo if trace.has_arrivals else None
         year = (datetime.fromtimestamp(lo, tz=UTC).year
                 if lo is not None and lo >= UNIX_CLOCK_S else None)
-        return _server_log_steps(trace, path, year)
+        steps, said = _server_log_steps(path, year)
+        return replace(trace, steps=steps, notes=(*trace.notes, *said))
     return replace(trace, steps=read_steps(path, "--steps"))
 
 
@@ -175,13 +176,12 @@ def _with_steps(trace: Trace, path: Path, derived: pd.DataFrame | None = None) -
 _STEP_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv")
 
 
-def _server_log_steps(trace: Trace, path: Path, year: int | None) -> Trace:
-    """`trace` with the steps of the server log at `path` (`serverlog.server_log_steps`)."""
+def _server_log_steps(path: Path, year: int | None) -> tuple[StepLog, list[str]]:
+    """The steps of the server log at `path` (`serverlog.server_log_steps`), and its notes."""
     import pandas as pd
 
     columns, notes = server_log_steps(path, year=year)
-    return replace(trace, steps=StepLog.from_frame(pd.DataFrame(columns), str(path)),
-                   notes=(*trace.notes, *notes))
+    return StepLog.from_frame(pd.DataFrame(columns), str(path)), notes
 
 
 def read_steps(path: Path, option: str) -> StepLog:
@@ -197,9 +197,7 @@ def read_steps(path: Path, option: str) -> StepLog:
         return StepLog.from_frame(vcr_steps.read_step_stats(path)[0], str(path))
     suffix = format_suffix(path)
     if path.is_file() and suffix not in _STEP_SUFFIXES and is_server_log(path):
-        import pandas as pd
-
-        return StepLog.from_frame(pd.DataFrame(server_log_steps(path)[0]), str(path))
+        return _server_log_steps(path, None)[0]
 
     if suffix == ".parquet":
         if not is_compressed(path):
@@ -310,7 +308,10 @@ def same_capture(trace: Trace, metrics: EngineMetrics) -> None:
     times = (np.concatenate([np.asarray(v, dtype=np.float64) for v in values])
              if column == "token_times_s" and len(values) else
              values.to_numpy(dtype=np.float64))
-    vcr_steps.check_same_capture(path, np.unique(times))
+    # Every line of the sidecar holds the running gauge, at its own time.
+    lines = metrics.gauge("num_running")
+    line_s = (np.empty(0) if lines is None else lines["time_s"].to_numpy(dtype=np.float64))
+    vcr_steps.check_same_capture(path, line_s, np.unique(times))
 
 
 def _as_trace(path: Path, option: str = "--metrics") -> TraceReadError | None:

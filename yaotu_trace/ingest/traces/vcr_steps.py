@@ -410,13 +410,11 @@ def _decode_from(frame: pd.DataFrame, line_s: np.ndarray, derived: pd.DataFrame,
     return note
 
 
-def check_same_capture(path: Path, step_ends_s: np.ndarray) -> None:
-    """Refuse the sidecar at `path` (given as --metrics) when the outputs of the vllm-vcr
-    trace it is given with (`step_ends_s`: the instants they reached the tap) mostly came at
-    none of its lines: it is another capture's."""
-    times, _, _ = _records(path, _METRICS_USED, _PREFIX_METRICS_USED)
-    _same_capture(np.asarray(times, dtype=np.float64) / 1000.0, step_ends_s, path,
-                  "output times")
+def check_same_capture(path: Path, line_s: np.ndarray, output_s: np.ndarray) -> None:
+    """Refuse the sidecar at `path` (its lines' times `line_s`, given as --metrics) when the
+    outputs of the vllm-vcr trace it is given with (`output_s`: the instants they reached the
+    tap) mostly came at none of its lines: it is another capture's."""
+    _same_capture(np.sort(line_s), output_s, path, "output times")
 
 
 def _same_capture(line_s: np.ndarray, theirs: np.ndarray, path: Path,
