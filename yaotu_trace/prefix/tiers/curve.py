@@ -13,10 +13,10 @@ LMCache's local disk is refreshed by the reads, which follow the GPU hit, so it 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -33,13 +33,14 @@ from yaotu_trace.prefix.tiers.result import TieredResult
 from yaotu_trace.prefix.tiers.spec import TierPolicy, TierSpec
 
 T = TypeVar("T")
-U = TypeVar("U")
+# `observe(gpu blocks, tier chunks or None, per-request GPU hits, per-request tier hits or None)`
+Observer = Callable[[int | None, int | None, np.ndarray, np.ndarray | None], None]
 
 
-class Runner(Protocol):
-    """`run(fn, items)`: fn over items, their results in order (`_passes`)."""
+class Submit(Protocol):
+    """`submit(fn, *args, **kwargs)`: a future of fn's result (`_submitter`)."""
 
-    def __call__(self, fn: Callable[[U], T], items: Sequence[U]) -> list[T]: ...
+    def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,49 +72,48 @@ class TierCurve:
 def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: TierPolicy,
                gpu_capacity_blocks: tuple[int | None, ...],
                tier_capacity_chunks: tuple[int, ...], *,
-               observe: Callable[[int | None, int | None, np.ndarray, np.ndarray | None], None]
-               | None = None, threads: int = 1) -> TierCurve:
+               observe: Observer | None = None, threads: int = 1) -> TierCurve:
     """Hits with one tier below the GPU pool at every pair of sizes (`rules` give the
     rest; their own capacity is replaced by each GPU size). `observe(gpu blocks, tier chunks
     or None, per-request GPU hits, per-request tier hits or None)` sees every point's
     requests (the GPU pool alone first), for what the totals cannot say (its price).
 
-    `threads` > 1 runs the GPU-only replays side by side, then a GPU size's tier passes:
-    each is independent of the others, and the compiled passes release the GIL. The points
-    come back in order, so the curve and `observe` are those of one thread."""
+    `threads` > 1 runs every replay and pass on that many threads, each as soon as what it
+    reads is there: a GPU size's tier passes wait for its GPU-only replay alone (LMCache's
+    shared passes for none), so no thread idles while another finishes a GPU size. The
+    compiled passes release the GIL, and the points are read back in order, so the curve and
+    `observe` are those of one thread."""
     prompt = int(np.asarray(chains.prompt_tokens).sum())
+    every_size = [rules.with_(capacity_blocks=blocks) for blocks in gpu_capacity_blocks]
+    # LMCache's CPU or remote backend holds what it holds whatever the GPU served; its
+    # local disk does not (a read refreshes it, and what is read follows the GPU hit).
+    shared = policy is TierPolicy.LMCACHE and str(tier.name) != "disk"
     gpu_hits = []
     grid: list[tuple[int, ...]] = []
-    runs: dict[bytes, list[np.ndarray]] = {}  # LMCache: per refused set, runs per tier size
-    with _passes(threads) as run:
-        every_size = [rules.with_(capacity_blocks=blocks) for blocks in gpu_capacity_blocks]
-        # The GPU-only replays first, side by side: each is independent of the others.
-        gpus = run(lambda k: gpu_replay(chains, every_size[k]), range(len(every_size)))
-        # LMCache's CPU or remote backend holds what it holds whatever the GPU served; its
-        # local disk does not (a read refreshes it, and what is read follows the GPU hit).
-        shared = policy is TierPolicy.LMCACHE and str(tier.name) != "disk"
-        # Every other point is a pass of its own: all of them in one run, so that no thread
-        # waits for the last pass of a GPU size before the next size starts.
-        points = [] if shared else [(g, chunks) for g in range(len(every_size))
-                                    for chunks in tier_capacity_chunks]
+    with _submitter(threads) as submit:
+        # Submitted first, so a pass that waits for one waits for a replay already running.
+        gpus = [submit(gpu_replay, chains, sized) for sized in every_size]
+        if shared:
+            rows = _lmcache_rows(chains, every_size, tier, tier_capacity_chunks, submit)
+        else:
+            def one(g: int, chunks: int) -> TieredResult:
+                return replay_tiers(chains, every_size[g],
+                                    (replace(tier, capacity_chunks=chunks),), policy,
+                                    gpu=gpus[g].result())
 
-        def one(point: tuple[int, int]) -> TieredResult:
-            g, chunks = point
-            return replay_tiers(chains, every_size[g],
-                                (replace(tier, capacity_chunks=chunks),), policy, gpu=gpus[g])
-
-        passes = iter(run(one, points))
-        for blocks, sized, gpu in zip(gpu_capacity_blocks, every_size, gpus, strict=True):
+            points = [[submit(one, g, chunks) for chunks in tier_capacity_chunks]
+                      for g in range(len(every_size))]
+        for g, (blocks, future) in enumerate(zip(gpu_capacity_blocks, gpus, strict=True)):
+            gpu = future.result()
             gpu_hits.append(int(np.asarray(gpu.hit_tokens).sum()))
             if observe is not None:
                 observe(blocks, None, np.asarray(gpu.hit_tokens), None)
             if shared:
-                grid.append(_lmcache_row(chains, sized, tier, tier_capacity_chunks, gpu, runs,
-                                         run, observe))
+                grid.append(rows[g].hits(gpu, observe))
                 continue
             row = []
-            for chunks in tier_capacity_chunks:
-                result = next(passes)
+            for chunks, result_future in zip(tier_capacity_chunks, points[g], strict=True):
+                result = result_future.result()
                 row.append(int(result.hit_tokens.sum()))
                 if observe is not None:
                     observe(blocks, chunks, np.asarray(result.gpu_hit_tokens),
@@ -124,45 +124,71 @@ def tier_curve(chains: BlockChains, rules: ReplayRules, tier: TierSpec, policy: 
                      gpu_hit_tokens=tuple(gpu_hits), hit_tokens=tuple(grid))
 
 
-def _lmcache_row(chains: BlockChains, sized: ReplayRules, tier: TierSpec,
-                 tier_capacity_chunks: tuple[int, ...], gpu: ReplayResult,
-                 runs: dict[bytes, list[np.ndarray]],
-                 run: Runner,
-                 observe: Callable[[int | None, int | None, np.ndarray, np.ndarray | None],
-                                   None] | None) -> tuple[int, ...]:
-    """One GPU size's row under LMCache: the backend's runs at each tier size, passed once
-    per set of refused requests (`runs` keeps them), turned into this GPU size's hits."""
-    from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_hits, lmcache_run_tokens
+@dataclass(frozen=True, slots=True)
+class _LmcacheRow:
+    """One GPU size's row under LMCache: the backend's runs at each tier size (futures,
+    shared by the GPU sizes that refuse the same requests), turned into hits once its GPU-only
+    replay is there."""
 
-    check_tiers(chains, sized, (tier,), TierPolicy.LMCACHE)
-    refused = refused_requests(chains, sized)
-    key = np.packbits(refused).tobytes()
-    if key not in runs:
-        runs[key] = run(lambda chunks: lmcache_run_tokens(
-            chains, refused, chunks, int(tier.chunk_tokens), backend=str(tier.name)),
-            tier_capacity_chunks)
-    gpu_hit = np.where(refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
-    row = []
-    for chunks, run_tokens in zip(tier_capacity_chunks, runs[key], strict=True):
-        tier_hit = lmcache_hits(run_tokens, np.asarray(gpu.hit_blocks),
-                                int(chains.block_size_tokens), np.asarray(chains.prompt_tokens))
-        row.append(int(gpu_hit.sum() + tier_hit.sum()))
-        if observe is not None:
-            observe(sized.capacity_blocks, chunks, gpu_hit, tier_hit)
-    return tuple(row)
+    chains: BlockChains
+    sized: ReplayRules
+    refused: np.ndarray
+    tier_capacity_chunks: tuple[int, ...]
+    runs: list[Future[np.ndarray]]
+
+    def hits(self, gpu: ReplayResult, observe: Observer | None) -> tuple[int, ...]:
+        """Σ hit tokens at each tier size behind `gpu`, each point shown to `observe`."""
+        from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_hits
+
+        gpu_hit = np.where(self.refused, 0, np.asarray(gpu.hit_tokens, dtype=np.int64))
+        out = []
+        for chunks, run_tokens in zip(self.tier_capacity_chunks, self.runs, strict=True):
+            tier_hit = lmcache_hits(run_tokens.result(), np.asarray(gpu.hit_blocks),
+                                    int(self.chains.block_size_tokens),
+                                    np.asarray(self.chains.prompt_tokens))
+            out.append(int(gpu_hit.sum() + tier_hit.sum()))
+            if observe is not None:
+                observe(self.sized.capacity_blocks, chunks, gpu_hit, tier_hit)
+        return tuple(out)
+
+
+def _lmcache_rows(chains: BlockChains, every_size: list[ReplayRules], tier: TierSpec,
+                  tier_capacity_chunks: tuple[int, ...], submit: Submit) -> list[_LmcacheRow]:
+    """Each GPU size's row under LMCache: the backend's passes, one per tier size and set of
+    refused requests, submitted now, beside the GPU replays (they read none of them)."""
+    from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_run_tokens
+
+    runs: dict[bytes, list[Future[np.ndarray]]] = {}
+    rows = []
+    for sized in every_size:
+        check_tiers(chains, sized, (tier,), TierPolicy.LMCACHE)
+        refused = refused_requests(chains, sized)
+        key = np.packbits(refused).tobytes()
+        if key not in runs:
+            runs[key] = [submit(lmcache_run_tokens, chains, refused, chunks,
+                                int(tier.chunk_tokens), backend=str(tier.name))
+                         for chunks in tier_capacity_chunks]
+        rows.append(_LmcacheRow(chains, sized, refused, tier_capacity_chunks, runs[key]))
+    return rows
 
 
 @contextlib.contextmanager
-def _passes(threads: int) -> Iterator[Runner]:
-    """`run(fn, items)`: fn over items, in order, on `threads` threads. On the way out by an
-    exception (a Ctrl-C included) the passes not started are dropped, and the running ones,
-    compiled and short, are waited for."""
+def _submitter(threads: int) -> Iterator[Submit]:
+    """`submit(fn, *args, **kwargs)`: a future of fn's result, run on one of `threads`
+    threads (at once in this one when `threads` ≤ 1). On the way out by an exception (a
+    Ctrl-C included) the work not started is dropped, and the running passes, compiled and
+    short, are waited for."""
     if threads <= 1:
-        yield lambda fn, items: [fn(item) for item in items]
+        def now(fn: Callable[..., T], *args: object, **kwargs: object) -> Future[T]:
+            done: Future[T] = Future()
+            done.set_result(fn(*args, **kwargs))
+            return done
+
+        yield now
         return
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tier-pass")
     try:
-        yield lambda fn, items: list(pool.map(fn, items))
+        yield pool.submit
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
