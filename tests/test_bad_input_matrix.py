@@ -189,6 +189,10 @@ CASES = [
          {"bailian_bad_hash_ids.jsonl": FIXTURES / "bailian_bad_hash_ids.jsonl"}),
     Case("otel-bad-start", ["analyze", "otel_bad_start.json"], INPUT, ("otel_bad_start.json",),
          {"otel_bad_start.json": FIXTURES / "otel_bad_start.json"}),
+    # A trace of lengths only (Azure's, BurstGPT's) has nothing to replay: the file lacks the
+    # column, as a summary does.
+    Case("replay-without-content", ["replay", "t.jsonl"], INPUT, ("t.jsonl", "prompt_tokens"),
+         {"t.jsonl": jsonl(_row(0), _row(1))}),
     Case("vllm-bench-summary-replayed", ["replay", "vllm_bench_no_detail.json"], INPUT,
          ("vllm_bench_no_detail.json", "--save-detailed"),
          {"vllm_bench_no_detail.json": FIXTURES / "vllm_bench_no_detail.json"}),

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from yaotu_trace.data.schema import RawTrace, normalize
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, TraceSchemaError
 from yaotu_trace.prefix import effective_rules, replay_trace, replay_trace_with_requests, rules_for
 
 
@@ -203,5 +203,5 @@ def test_models_are_namespaces() -> None:
 def test_trace_without_content_is_a_clear_error() -> None:
     raw = RawTrace(requests=pd.DataFrame({"arrival_s": [0.0], "prompt_len": [5],
                                           "output_len": [1]}), format_name="test")
-    with pytest.raises(ConfigError, match="no prompt content"):
+    with pytest.raises(TraceSchemaError, match="no prompt content"):
         replay_trace(normalize(raw, "t.csv"), rules_for("vllm"))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from yaotu_trace.data.schema import Trace, default_request_ids, list_arrays
-from yaotu_trace.errors import ConfigError
+from yaotu_trace.errors import ConfigError, TraceSchemaError
 from yaotu_trace.prefix import chain_cache
 from yaotu_trace.prefix.kernels.chains import BlockChains, PromptContent
 from yaotu_trace.prefix.kernels.compact import CompactChains
@@ -298,13 +298,13 @@ def prepare(trace: Trace, *, with_outputs: bool = False, stream: bool = False) -
     """
     column = trace.content_column
     if column is None or not trace.has(column):
-        fix = ("give the model's tokenizer: --tokenizer tokenizer.json"
-               if trace.format_name == "gateway" else
-               "use a trace with prompt_tokens or prompt_block_ids")
-        raise ConfigError(
-            f"{trace.path}: the trace has no prompt content (token ids or block hash ids), so "
-            f"prefix reuse cannot be replayed; {fix}"
-        )
+        said = (f"{trace.path}: the trace has no prompt content (token ids or block hash "
+                "ids), so prefix reuse cannot be replayed; ")
+        if trace.format_name == "gateway":  # the text is there: an option makes it tokens
+            raise ConfigError(said + "give the model's tokenizer: --tokenizer tokenizer.json")
+        # A column the command needs is missing from the file: an input error, as for the
+        # other columns a command needs.
+        raise TraceSchemaError(said + "use a trace with prompt_tokens or prompt_block_ids")
     # Chain builds are kept with the trace, for every `prepare` of it (`numpy_chains`).
     built = cast("dict[tuple[object, ...], BlockChains]",
                  trace.derived.setdefault(SMALL_CHAINS, {}))
