@@ -416,3 +416,26 @@ def test_each_tier_is_priced_at_its_own_memory_price(capsys: pytest.CaptureFixtu
           "--memory-price", "3,disk=0.08"])
     assert "memory priced per GiB-month (--memory-price): cpu $3, disk $0.08" in " ".join(
         capsys.readouterr().out.split())
+
+
+def test_an_unlimited_gpu_pool_says_what_its_tiers_can_serve(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN three requests of the same two 16-token blocks, under vLLM's rules
+    trace = tmp_path / "same.jsonl"
+    trace.write_text("".join(json.dumps({"request_id": f"r{i}", "arrival_s": float(i),
+                                         "prompt_len": 32, "output_len": 2,
+                                         "prompt_tokens": list(range(32))}) + "\n"
+                             for i in range(3)))
+    args = ["replay", str(trace), "--preset", "vllm", "--block-size", "16", "--tier",
+            "cpu=10blocks"]
+    # WHEN the GPU pool is unlimited
+    reuse = _json(args, capsys)["prefix_reuse"]
+    # THEN the CPU tier serves only the block the last-token rule leaves (vLLM caps the GPU
+    # hit at 31 tokens: one block; the tier holds the second and loads it whole), 16 tokens
+    # for each repeat, and the note says so and names the option that asks the real question
+    assert reuse["tiers"]["tiers"][0]["hit_tokens"] == 32
+    said = [n for n in reuse["notes"] if "GPU pool is unlimited" in n]
+    assert len(said) == 1 and "(32 tokens)" in said[0] and "--capacity" in said[0]
+    # AND with the engine's pool the note is gone
+    bounded = _json([*args, "--capacity", "10"], capsys)["prefix_reuse"]
+    assert not [n for n in bounded["notes"] if "GPU pool is unlimited" in n]

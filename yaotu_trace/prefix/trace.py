@@ -273,6 +273,7 @@ def replay_trace_with_requests(
             lower_eviction_note,
             replay_tiers,
             threshold_note,
+            unlimited_gpu_note,
         )
         from yaotu_trace.prefix.tiers.vllm_native import StalledLookup
 
@@ -283,7 +284,8 @@ def replay_trace_with_requests(
             raise stalled.named(str(prepared.request_id[stalled.request])) from None
         runs = _with_tiers(runs, tiered, measured)
         said = (approximation_note(runs.chains, rules, tiers.tiers, tiers.policy),
-                threshold_note(tiered), lower_eviction_note(tiered))
+                threshold_note(tiered), lower_eviction_note(tiered),
+                unlimited_gpu_note(rules, tiered))
         notes = (*notes, *(note for note in said if note is not None))
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))

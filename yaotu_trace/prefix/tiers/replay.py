@@ -139,6 +139,19 @@ def threshold_note(tiered: TieredResult) -> str | None:
             f"{_ordinal(threshold)} offer on)")
 
 
+def unlimited_gpu_note(rules: ReplayRules, tiered: TieredResult) -> str | None:
+    """What the output says when the GPU pool above the tiers is unlimited (None otherwise):
+    it keeps every prefix it computed, so a tier serves only what the GPU's own rules leave
+    it (a whole prompt's last block under vLLM's last-token rule), which is rarely the
+    question."""
+    if rules.capacity_blocks is not None:
+        return None
+    served = sum(int(h.sum()) for h in tiered.tier_hit_tokens)
+    return (f"the GPU pool is unlimited (no --capacity): it keeps every prefix, so the tiers "
+            f"below it served only what its own rules leave them ({served:,} tokens); give "
+            "the engine's pool (--capacity, e.g. its num_gpu_blocks) to see what a tier adds")
+
+
 def lower_eviction_note(tiered: TieredResult) -> str | None:
     """What the output says when a tier below vLLM's CPU tier evicted (None otherwise): vLLM
     0.33's secondary tiers (fs, obj) never evict, so a bounded one is an LRU store of that
