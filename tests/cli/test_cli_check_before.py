@@ -106,7 +106,9 @@ def test_a_larger_kv_pool_improves_and_a_smaller_one_regresses(runs, tmp_path: P
     assert main(_check(runs, "roomy", "starved", "-f", "json")) == ExitCode.OK
     better = _results(capsys.readouterr().out)
     assert better["change: kv_memory"]["value"] == "improved"
-    assert better["change: kv_memory"]["message"].startswith("improved: bottleneck → ok")
+    # (a warning, not a bottleneck: the readmitted requests hit most of their prefix in the
+    # cache, so the engine recomputed 1.5 % of all tokens; its cost is the queue it blocks)
+    assert better["change: kv_memory"]["message"].startswith("improved: warning → ok")
     # 4,000 → 700 blocks: the same axis regressed, which fails the regressed gate
     junit = tmp_path / "checks.xml"
     code = main(_check(runs, "starved", "roomy", "--fail-on", "regressed,not-comparable",
@@ -170,7 +172,7 @@ def test_report_with_a_run_before_in_markdown_draws_the_diff_and_the_run_before(
     assert text.index("### Verdict") < text.index(f"### The run before: `{b}`") \
         < text.index("### Change since the run before")
     assert "**verdict: kv_memory (kv_capacity)" in text
-    assert "| kv_memory | bottleneck (kv_capacity), " in text
+    assert "| kv_memory | warning (kv_capacity), " in text
     assert "| metric | value |\n|---|---:|\n| input.path |" not in text  # no generic dump
 
 

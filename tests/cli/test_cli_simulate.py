@@ -143,11 +143,13 @@ def test_cli_simulate_then_diagnose_verdict_follows_the_kv_pool(tmp_path, capsys
         assert main(["simulate", str(trace), "--model", "Llama-3.1-8B", "--gpu", "H100",
                      "--kv-blocks", str(kv_blocks), "--out", str(out), "--steps-out", str(steps),
                      "--format", "json"]) == ExitCode.OK
-        preemptions = json.loads(capsys.readouterr().out)["simulation"]["preemptions"]
+        simulation = json.loads(capsys.readouterr().out)["simulation"]
         main(["diagnose", str(out), "--steps", str(steps), "--format", "json"])
         doc = json.loads(capsys.readouterr().out)
-        axes = {a["name"]: a for a in doc["axes"]}
-        status[kv_blocks] = (preemptions, axes["kv_memory"]["status"])
+        kv = {a["name"]: a for a in doc["axes"]}["kv_memory"]
+        status[kv_blocks] = (simulation["preemptions"], kv["status"])
+        # the recompute the diagnosis reads from the step log is the simulator's own count
+        assert kv["metrics"]["recomputed_tokens"] == simulation["work"]["recomputed_tokens"]
     # a small pool preempts and the KV-memory axis says so; a large one does neither
-    assert status[600][0] > 50 and status[600][1] == "bottleneck"
+    assert status[600][0] > 50 and status[600][1] in ("warning", "bottleneck")
     assert status[20_000] == (0, "ok")

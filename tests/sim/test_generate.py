@@ -401,13 +401,8 @@ def test_sample_traces_regenerate_identically(
     # THEN the committed files hold the same tables
     for option, path in written(command).items():
         if option == "--steps-out":
-            # NOTE: the step log gained the admission signal (head_blocks_needed,
-            # kv_blocks_free) after the samples were written; the columns they carry are the
-            # same, and the diagnoses in docs/diagnose.md are of the committed logs.
-            committed = pd.read_parquet(REPO / path)
-            written_log = pd.read_parquet(fresh[path])
-            assert {"head_blocks_needed", "kv_blocks_free"} <= set(written_log.columns)
-            pd.testing.assert_frame_equal(written_log[list(committed.columns)], committed)
+            pd.testing.assert_frame_equal(pd.read_parquet(fresh[path]),
+                                          pd.read_parquet(REPO / path))
         else:
             pd.testing.assert_frame_equal(read_trace(fresh[path]).requests,
                                           read_trace(REPO / path).requests)

@@ -63,6 +63,9 @@ def test_schedule_preempts_last_admitted_and_resumes_with_its_surviving_prefix()
     np.testing.assert_array_equal(r.recomputed_tokens, [0, 4])
     np.testing.assert_array_equal(r.computed_tokens, [11, 15])
     np.testing.assert_array_equal(r.step_num_preempted, [0, 0, 0, 1, 0, 0, 0, 0, 0])
+    # the step log books the 4 tokens in the step that readmits r1 (its 7th, t = 6), as vLLM's
+    # scheduler stats count a readmission's prefix-cache queries less its hits
+    np.testing.assert_array_equal(r.step_recomputed_tokens, [0, 0, 0, 0, 0, 0, 4, 0, 0])
     assert r.cached_tokens.tolist() == [0, 0]  # resumed hits are not first-admission hits
 
 

@@ -335,7 +335,8 @@ def _root_of_stalls(axes: dict[AxisName, AxisResult]) -> tuple[AxisName, Link] |
 class Attribution:
     """The principal bottleneck and what it causes.
 
-    `symptom` is the bottleneck ranked first when the principal is its root (with the link);
+    `symptom` is the bottleneck ranked first when the principal is its root (with the link),
+    `symptom_entry` its ranking entry (its cost, which made it first);
     `caused` every other bad axis whose root the principal is, in flow order (the symptom
     among them); `deferred` says the last axis in the flow is a bottleneck the principal does
     not cause, left for after the others.
@@ -345,6 +346,7 @@ class Attribution:
     symptom: tuple[AxisName, Link] | None
     caused: tuple[tuple[AxisName, Link], ...]
     deferred: bool
+    symptom_entry: RankEntry | None = None
 
 
 def attribute(axes: dict[AxisName, AxisResult],
@@ -367,7 +369,8 @@ def attribute(axes: dict[AxisName, AxisResult],
                    and (found := root_of(axes, a)) is not None and found[0] is principal.axis)
     deferred = (LAST_IN_FLOW in names and principal.axis is not LAST_IN_FLOW
                 and LAST_IN_FLOW not in {a for a, _ in caused})
-    return Attribution(principal=principal, symptom=symptom, caused=caused, deferred=deferred)
+    return Attribution(principal=principal, symptom=symptom, caused=caused, deferred=deferred,
+                       symptom_entry=None if symptom is None else first)
 
 
 # --- step 3: word ---------------------------------------------------------------------------
@@ -425,7 +428,12 @@ def _principal_reason(att: Attribution) -> str:
     p = att.principal
     if att.symptom is not None:
         symptom, link = att.symptom
-        why = f"{symptom} is a symptom: {_link_words(link)}, so the root is {p.axis}"
+        # Its cost ranked it first, and can be far above the root's own (a KV pool whose
+        # preempted requests hit their prefix again recomputes little, yet blocks the queue).
+        leading = att.symptom_entry
+        cost = ("" if leading is None or leading.score is None
+                else f" ({_pct(leading.score)} {_cost_words(leading)})")
+        why = f"{symptom}{cost} is a symptom: {_link_words(link)}, so the root is {p.axis}"
     elif p.score is not None:
         why = f"{p.axis} is the bottleneck with the largest estimated cost{_basis(p)}"
     else:

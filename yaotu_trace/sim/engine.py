@@ -94,7 +94,8 @@ _ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
  _BN0, _BN1,  # requests in the batch of slot 0 / 1
  _FINPEND,  # 1: a request finished since the last schedule (vLLM's has_requests)
  _LOAD,  # requests routed to it and not yet gone
- _INST_I_FIELDS) = range(13)
+ _RECOMP_NOW,  # tokens to recompute that its requests readmitted in this schedule bring back
+ _INST_I_FIELDS) = range(14)
 # inst_f[field, i], per instance, float64:
 (_INST_T,  # its next engine turn (inf: idle until a request reaches it)
  _PEND_PF,  # prefill tokens queued, not yet scheduled
@@ -115,7 +116,8 @@ _ROUND_ROBIN, _LEAST_LOADED, _PREFIX_AFFINITY, _KV_AWARE = range(4)
 # log_i[field, step] (int64) and log_f[field, step] (float64), the step log:
 (_S_INST, _S_PF, _S_DEC, _S_RUN, _S_WAIT, _S_USED, _S_PRE, _S_SCHED,
  _S_NEED, _S_FREE,  # admission: the first waiting request's KV ask (−1: none waits), free blocks
- _LOG_I_FIELDS) = range(11)
+ _S_RECOMP,  # tokens the requests readmitted after a preemption must compute again
+ _LOG_I_FIELDS) = range(12)
 (_S_START, _S_END, _LOG_F_FIELDS) = range(3)
 # fl[plane, slot, k], the batches in flight: plane 0 holds request r (r when the batch samples a
 # token for it, -r - 1 when it computes a prefill chunk only), plane 1 its scheduled tokens.
@@ -754,6 +756,7 @@ def _admit_waiting(i, row, now, in_system, budget, work, p, req_i, req_f, inst_i
                 over = req_i[_C_PRE, r] - hit_tok
                 if over > 0:
                     req_i[_RECOMP, r] += over
+                    inst_i[_RECOMP_NOW, i] += over
             inst_f[_PEND_PF, i] -= hit_tok
         if (p.prefill_instances > 0 and req_i[_INST_OF, r] < p.prefill_instances
                 and req_f[_PF_START, r] != req_f[_PF_START, r]):
@@ -892,6 +895,10 @@ def _price_and_log(i, slot, now, n_steps, preempted_n, work, usable, cost, inst_
     log_i[_S_USED, n_steps] = usable - inst_i[_NFREE, i]
     log_i[_S_PRE, n_steps] = preempted_n
     log_i[_S_SCHED, n_steps] = n_sched
+    # Booked in the step that readmits them, as vLLM's scheduler stats count a readmitted
+    # request's prefix-cache queries less its hits.
+    log_i[_S_RECOMP, n_steps] = inst_i[_RECOMP_NOW, i]
+    inst_i[_RECOMP_NOW, i] = 0
     return log_i, log_f
 
 
@@ -1142,5 +1149,5 @@ def _results(req_i, req_f, inst_f, tt, totals, log_i, log_f):
         log_i[_S_PF].copy(), log_i[_S_DEC].copy(), log_i[_S_RUN].copy(), log_i[_S_WAIT].copy(),
         log_i[_S_USED].copy(), log_i[_S_PRE].copy(), totals.copy(), inst_f[_BUSY_S].copy(),
         req_f[_XFER_S].copy(), req_f[_DEC_START].copy(), log_i[_S_SCHED].copy(),
-        log_i[_S_NEED].copy(), log_i[_S_FREE].copy(),
+        log_i[_S_NEED].copy(), log_i[_S_FREE].copy(), log_i[_S_RECOMP].copy(),
     )

@@ -94,6 +94,7 @@ class SimResult:
     step_num_waiting: np.ndarray
     step_kv_blocks_used: np.ndarray
     step_num_preempted: np.ndarray
+    step_recomputed_tokens: np.ndarray  # what the requests it readmitted must compute again
     step_num_scheduled: np.ndarray
     step_head_blocks_needed: np.ndarray
     step_kv_blocks_free: np.ndarray
@@ -409,7 +410,7 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
     n = requests.num_requests
     (sched, first, finish, tt, npre, cached, comp, recomp, inst, pf_inst, s_inst, s_start,
      s_end, s_pf, s_dec, s_run, s_wait, s_used, s_pre, totals, busy, xfer, dec_start,
-     s_sched, s_need, s_free) = out
+     s_sched, s_need, s_free, s_recomp) = out
     columns = _scatter(n, keep, {
         "scheduled_s": (sched, np.nan), "first_token_s": (first, np.nan),
         "finish_s": (finish, np.nan), "num_preemptions": (npre, 0), "cached_tokens": (cached, 0),
@@ -430,6 +431,7 @@ def _result(requests: RequestArrays, keep: np.ndarray, tt_off: np.ndarray, out_l
         step_instance=s_inst, step_start_s=s_start, step_end_s=s_end,
         step_prefill_tokens=s_pf, step_decode_tokens=s_dec, step_num_running=s_run,
         step_num_waiting=s_wait, step_kv_blocks_used=s_used, step_num_preempted=s_pre,
+        step_recomputed_tokens=s_recomp,
         step_num_scheduled=s_sched, step_head_blocks_needed=s_need, step_kv_blocks_free=s_free,
         kv_blocks_total=config.kv_blocks - 1, busy_s=busy, decode_stall_s=float(totals[0]),
         hbm_bytes=float(totals[1]), kv_transfer_bytes=float(totals[2]),

@@ -260,6 +260,7 @@ def output_tables(trace: Trace, result: SimResult, config: SimConfig
         "kv_blocks_used": result.step_kv_blocks_used,
         "kv_blocks_total": np.full(result.num_steps, result.kv_blocks_total, dtype=np.int64),
         "num_preempted": result.step_num_preempted,
+        "recomputed_tokens": result.step_recomputed_tokens,
         "head_blocks_needed": pd.array(result.step_head_blocks_needed, dtype="Int64"),
         "kv_blocks_free": result.step_kv_blocks_free,
     })

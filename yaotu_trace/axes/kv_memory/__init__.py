@@ -6,11 +6,14 @@ Metrics (units in the names):
   table), else Σ num_preempted (else num_readmitted) of the step log, else the increase of
   vllm:num_preemptions_total / sglang:num_retracted_requests_total (metrics).
   preempted_request_share = preempted / requests.
-- recomputed_tokens: a recompute re-prefills p + g tokens (prompt plus tokens generated so far,
-  cost-model §5). g is not logged, so the estimate takes g = output_len / 2:
-  Σ num_preemptions · (prompt_len + output_len / 2) (tokens), bounded below by g = 0 and above
-  by g = output_len. SGLang's retracted input + output token counters, when exported, are
-  used as the exact figure. Metrics-only counts use the mean per-request estimate.
+- recomputed_tokens: the step log's Σ recomputed_tokens where it counts them (what readmitted
+  requests computed beyond their prefix-cache hits: vLLM's, `trace simulate`'s), or SGLang's
+  retracted input + output token counters, when exported. Else an estimate: a recompute
+  re-prefills p + g tokens (prompt plus tokens generated so far, cost-model §5); g is not
+  logged, so it takes g = output_len / 2: Σ num_preemptions · (prompt_len + output_len / 2)
+  (tokens), bounded below by g = 0 and above by g = output_len; it overstates wherever a
+  readmission finds its own freed blocks still cached. Metrics-only counts use the mean
+  per-request estimate.
 - recompute_token_fraction = recomputed_tokens / Σ (prompt_len + output_len) (ratio); the
   axis score ("work lost").
 - kv_usage = kv_blocks_used / kv_blocks_total (else its kv_usage) per step (step log), else
