@@ -140,3 +140,23 @@ def test_kv_demand_equals_summing_every_request_at_every_point(seed: int) -> Non
                                                        * output[j])) / 16) * 16
                          for j in range(n) if begin[j] <= t < finish[j]) for t in times])
     np.testing.assert_array_equal(got, want)
+
+
+def test_estimated_recompute_under_prefix_cache_hits_is_said_to_be_high() -> None:
+    # GIVEN preemptions counted per request but no recompute, once without and once with
+    # prefix-cache hits in the table
+    plain = analyze_kv_memory(make_input(requests([0, 2, 0, 1])), thresholds())
+    cached = analyze_kv_memory(make_input({**requests([0, 2, 0, 1]),
+                                           "cached_tokens": [0, 64, 0, 32]}), thresholds())
+    # THEN both estimate the same tokens, and only the one whose trace hits the cache says
+    # the estimate is likely high (a readmission finds its own freed blocks there)
+    assert plain.metrics.recomputed_tokens == cached.metrics.recomputed_tokens == 330.0
+    assert not [n for n in plain.notes if "likely high" in n]
+    said = [n for n in cached.notes if "likely high" in n]
+    assert len(said) == 1 and "an estimate" in said[0]
+    # AND a step log that counts the recompute is used as it is, with no such word
+    counted = analyze_kv_memory(make_input(
+        {**requests([0, 2, 0, 1]), "cached_tokens": [0, 64, 0, 32]},
+        steps={**steps([50, 98, 99, 97]), "recomputed_tokens": [0, 100, 40, 0]}), thresholds())
+    assert counted.metrics.recomputed_tokens == 140.0
+    assert not [n for n in counted.notes if "likely high" in n]

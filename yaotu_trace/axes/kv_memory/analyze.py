@@ -49,6 +49,12 @@ class _Preemption:
     per_request: float | None = None  # of the finished requests (vLLM's histogram)
 
 
+def _cache_hits(inp: AxisInput) -> bool:
+    """Whether the request table shows prefix-cache hits (`cached_tokens` > 0 anywhere)."""
+    return inp.has("cached_tokens") and bool(
+        (inp.requests["cached_tokens"].fillna(0).to_numpy(dtype=np.float64) > 0).any())
+
+
 def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
                  notes: list[str]) -> _Preemption:
     """Preemptions from the request table, else the step log, else the metrics; recomputed
@@ -114,7 +120,11 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
     if recomputed is not None and basis is not None:
         exact = "engine-counted" in basis or "(exact)" in basis
         notes.append(f"recomputed tokens counted as {basis}"
-                     + ("" if exact else ", an estimate: nothing in the input counts them"))
+                     + ("" if exact else ", an estimate: nothing in the input counts them")
+                     + ("" if exact or not _cache_hits(inp) else
+                        "; likely high here: the trace hits the prefix cache, where a "
+                        "preempted request finds its own freed blocks until another takes them "
+                        "(docs/axes.md, recomputed_tokens)"))
     return _Preemption(source=pre_source, basis=basis, preempted=preempted, total=pre_total,
                        recomputed=recomputed, low=low, high=high,
                        per_request=None if per_request is None else per_request.per_request)
