@@ -77,8 +77,9 @@ def quantities(settings: EngineSettings) -> tuple[WorkMeasure, ...]:
 
     return (
         WorkMeasure(name="recomputed_prefill_tokens", unit="tokens",
-                 basis="kv_memory's recomputed tokens after preemption (Σ num_preemptions · "
-                 "(prompt_len + output_len / 2), or the engine's counters)",
+                 basis="kv_memory's recomputed tokens after preemption (the engine's count: "
+                 "the step log's recomputed_tokens or SGLang's counters; else Σ "
+                 "num_preemptions · (prompt_len + output_len / 2))",
                  measure=_axis_metric(AxisName.KV_MEMORY, "recomputed_tokens")),
         WorkMeasure(name="prefill_tokens_computed", unit="tokens",
                  basis="Σ (prompt_len − cached_tokens): prompt tokens not served from the cache",

@@ -87,8 +87,9 @@ MEASURES: tuple[Measure, ...] = (
             compute=_ttft(90)),
     Measure(name="recompute_token_share", axis=AxisName.KV_MEMORY, unit="ratio", better="lower",
             needs=("num_preemptions",),
-            basis="Σ num_preemptions · (prompt_len + output_len / 2) / Σ (prompt_len + "
-            "output_len)", compute=_recompute_share),
+            basis="Σ recomputed tokens / Σ (prompt_len + output_len): per request "
+            "num_preemptions · (prompt_len + output_len / 2), scaled to the step log's Σ "
+            "recomputed_tokens where it counts them", compute=_recompute_share),
     Measure(name="preempted_request_share", axis=AxisName.KV_MEMORY, unit="ratio",
             better="lower", needs=("num_preemptions",),
             basis="share of requests with num_preemptions > 0", compute=_preempted_share),
@@ -131,9 +132,28 @@ def request_columns(trace: Trace, stall_factor: float) -> dict[str, np.ndarray]:
     return {
         "queue_s": scheduled - arrival, "latency_s": finish - arrival, "ttft_s": first - arrival,
         "tpot_s": tpot, "prompt_len": prompt, "output_len": output, "tokens": prompt + output,
-        "num_preemptions": pre, "recomputed_tokens": pre * (prompt + output / 2.0),
+        "num_preemptions": pre, "recomputed_tokens": _recomputed(trace, pre, prompt, output),
         "cached_tokens": col("cached_tokens"), "stalled_s": stalled, "decode_s": decode,
     }
+
+
+def _recomputed(trace: Trace, pre: np.ndarray, prompt: np.ndarray,
+                output: np.ndarray) -> np.ndarray:
+    """Per request, the tokens its preemptions had it compute again: the estimate
+    num_preemptions · (prompt_len + output_len / 2), scaled so that they add up to the step
+    log's count where it has one (the engine counts them per step, not per request; the
+    estimate overstates where a readmission hits its own freed blocks in the prefix cache), so
+    the measure is the kv_memory axis' score, and still resamples by request."""
+    estimate = pre * (prompt + output / 2.0)
+    log = trace.steps
+    if log is None or not log.has("recomputed_tokens"):
+        return estimate
+    total = float(np.nansum(estimate))
+    if total <= 0:
+        return estimate
+    counted = sum(float(b["recomputed_tokens"].fillna(0).sum())
+                  for b in log.batches(("recomputed_tokens",)))
+    return estimate * (counted / total)
 
 
 def _stalls(trace: Trace, stall_factor: float) -> tuple[np.ndarray, np.ndarray]:
