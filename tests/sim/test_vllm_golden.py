@@ -94,6 +94,26 @@ def test_vllm_golden_every_step_and_request_matches(case: str, mode: str) -> Non
                                    rtol=0, atol=TOLERANCE_S, err_msg=f"request {r}")
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("case", CASES)
+def test_the_recompute_the_step_log_books_is_what_vllm_computed_twice(case: str,
+                                                                       mode: str) -> None:
+    # GIVEN vLLM's run: every token it scheduled, less each prompt's first uncached pass and
+    # the decode, is what its preemptions made it compute again (15,873 tokens on long_prefill)
+    fixture = load(case)
+    run, stored = fixture["runs"][mode], fixture["requests"]
+    scheduled = int(np.array(run["steps"], dtype=np.int64)[:, 2].sum())
+    first_pass = sum(stored["prompt_tokens"]) - sum(run["hit_tokens"])
+    decode = sum(max(out - 1, 0) for out in stored["output_tokens"])
+    twice = scheduled - first_pass - decode
+    # WHEN the simulator runs the same requests
+    result = simulate_requests(requests_of(stored), config_of(fixture, mode))
+    # THEN its step log's recomputed_tokens add up to exactly that (a run that preempts
+    # recomputes something)
+    assert int(result.step_recomputed_tokens.sum()) == twice
+    assert (twice > 0) == (sum(run["preemptions"]) > 0)
+
+
 def test_vllm_golden_fixtures_cover_what_they_test() -> None:
     """Six workload shapes, preemptions, prefix hits, and an async run that is not the
     synchronous one (its first tokens come a step later)."""
