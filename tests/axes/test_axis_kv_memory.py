@@ -151,6 +151,9 @@ def test_estimated_recompute_under_prefix_cache_hits_is_said_to_be_high() -> Non
     # THEN both estimate the same tokens, and only the one whose trace hits the cache says
     # the estimate is likely high (a readmission finds its own freed blocks there)
     assert plain.metrics.recomputed_tokens == cached.metrics.recomputed_tokens == 330.0
+    # (its lower bound is then none: a readmission may find all it had computed cached)
+    assert (plain.metrics.recomputed_tokens_low, cached.metrics.recomputed_tokens_low) == (
+        300.0, 0.0)
     assert not [n for n in plain.notes if "likely high" in n]
     said = [n for n in cached.notes if "likely high" in n]
     assert len(said) == 1 and "an estimate" in said[0]

@@ -11,9 +11,9 @@ Metrics (units in the names):
   retracted input + output token counters, when exported. Else an estimate: a recompute
   re-prefills p + g tokens (prompt plus tokens generated so far, cost-model §5); g is not
   logged, so it takes g = output_len / 2: Σ num_preemptions · (prompt_len + output_len / 2)
-  (tokens), bounded below by g = 0 and above by g = output_len; it overstates wherever a
-  readmission finds its own freed blocks still cached. Metrics-only counts use the mean
-  per-request estimate.
+  (tokens), bounded above by g = output_len and below by g = 0 (by 0 where the trace hits
+  the prefix cache: it overstates wherever a readmission finds its own freed blocks still
+  cached). Metrics-only counts use the mean per-request estimate.
 - recompute_token_fraction = recomputed_tokens / Σ (prompt_len + output_len) (ratio); the
   axis score ("work lost").
 - kv_usage = kv_blocks_used / kv_blocks_total (else its kv_usage) per step (step log), else

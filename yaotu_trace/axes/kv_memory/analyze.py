@@ -119,6 +119,8 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
         sources.append(Source.METRICS)
     if recomputed is not None and basis is not None:
         exact = "engine-counted" in basis or "(exact)" in basis
+        if not exact and low is not None and _cache_hits(inp):
+            low = 0.0  # a readmission may find all it had computed still cached
         notes.append(f"recomputed tokens counted as {basis}"
                      + ("" if exact else ", an estimate: nothing in the input counts them")
                      + ("" if exact or not _cache_hits(inp) else
