@@ -195,3 +195,26 @@ def test_console_view_is_deterministic_and_fits_the_width() -> None:
     assert max(len(line) for line in first.splitlines()) <= 100
     assert first.startswith("verdict: queueing (arrival_burst)")
     assert "capacity_admission" in first and "busiest 5.00 s windows" in first
+
+
+@pytest.mark.parametrize(("recompute_met", "principal"), [
+    (True, AxisName.KV_MEMORY), (False, AxisName.PD_INTERFERENCE)])
+def test_decode_stalls_follow_preemption_only_when_its_recompute_is_material(
+        recompute_met: bool, principal: AxisName) -> None:
+    # GIVEN decode stalls, and K002 firing on the KV axis, once because the recompute itself is
+    # material and once only because many requests were preempted (the engine counted their
+    # recompute small: their readmissions hit their own freed blocks)
+    from yaotu_trace.axes.base import Evidence, RuleHit
+
+    k002 = RuleHit(rule_id="K002", evidence=(
+        Evidence(name="recompute_token_fraction", value=0.3 if recompute_met else 0.001,
+                 threshold=0.02, comparison=">", passed=recompute_met),
+        Evidence(name="preempted_request_share", value=0.05, threshold=0.01, comparison=">",
+                 passed=True)))
+    given = axes(pd_interference=(Status.BOTTLENECK, 0.3, "prefill_interference"),
+                 kv_memory=(Status.WARNING, 0.3 if recompute_met else 0.001, "preemption"))
+    given[AxisName.KV_MEMORY] = replace(given[AxisName.KV_MEMORY], hits=(k002,))
+    v = verdict_of(given)
+    # THEN the stalls are the re-prefills' only when those are material
+    assert v.principal_axis is principal
+    assert ("re-prefills after preemption" in v.reason) is recompute_met
