@@ -218,3 +218,9 @@ def test_decode_stalls_follow_preemption_only_when_its_recompute_is_material(
     # THEN the stalls are the re-prefills' only when those are material
     assert v.principal_axis is principal
     assert ("re-prefills after preemption" in v.reason) is recompute_met
+    # AND P/D disaggregation waits for the KV axis either way, for the reason that holds
+    from yaotu_trace.diagnosis.ledger import withheld_by
+
+    why = withheld_by(given)[0]
+    assert why.startswith("KV preemption" if recompute_met else "KV memory (kv_memory)")
+    assert ("re-prefills" in why) is recompute_met

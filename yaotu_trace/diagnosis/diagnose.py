@@ -45,6 +45,7 @@ from yaotu_trace.axes.base import (
     Status,
     metrics_of,
 )
+from yaotu_trace.axes.kv_memory.rules.shared import recompute_is_material
 from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
 from yaotu_trace.axes.queueing.metrics import QueueingMetrics
 from yaotu_trace.axes.rules import causes_found, rule_of, rules_naming
@@ -313,15 +314,6 @@ def _root_of_queueing(axes: dict[AxisName, AxisResult]) -> tuple[AxisName, Link]
     return None
 
 
-def _material_recompute(kv: AxisResult) -> bool:
-    """Whether the KV axis found the recompute itself material (a rule's recompute share met
-    its threshold), not only many requests preempted: re-prefills too small to matter do not
-    explain decode stalls (counted by the engine, they often are: a readmission hits its own
-    freed blocks)."""
-    return any(e.name == "recompute_token_fraction" and e.passed
-               for hit in kv.hits for e in hit.evidence)
-
-
 def _root_of_stalls(axes: dict[AxisName, AxisResult]) -> tuple[AxisName, Link] | None:
     """Decode stalls behind material preemption recompute, host dispatch gaps or a load
     imbalance belong to those axes, and stalls while a shared prefix is prefilled again and
@@ -330,7 +322,7 @@ def _root_of_stalls(axes: dict[AxisName, AxisResult]) -> tuple[AxisName, Link] |
     kv, q = axes[AxisName.KV_MEMORY], axes[AxisName.QUEUEING]
     if axes[AxisName.PD_INTERFERENCE].cause in PLACEMENT:
         return None
-    if Cause.PREEMPTION in causes_found(kv) and _bad(kv) and _material_recompute(kv):
+    if Cause.PREEMPTION in causes_found(kv) and _bad(kv) and recompute_is_material(kv):
         return AxisName.KV_MEMORY, Link.RE_PREFILL_STALLS
     if q.cause == Cause.DISPATCH_OVERHEAD:
         return AxisName.QUEUEING, Link.DISPATCH_GAPS

@@ -68,6 +68,7 @@ import numpy as np
 from yaotu_trace.axes.base import AxisInput, AxisName, AxisResult, Cause, Status, metrics_of, ratio
 from yaotu_trace.axes.failures import measure_failures
 from yaotu_trace.axes.kv_memory.metrics import KvMetrics, shared_prefix_tokens
+from yaotu_trace.axes.kv_memory.rules.shared import recompute_is_material
 from yaotu_trace.axes.pd_interference.metrics import InterferenceMetrics
 from yaotu_trace.axes.pd_interference.network import Network, network_check
 from yaotu_trace.axes.pd_interference.placement import colocation_stall_inputs, split_rows
@@ -885,9 +886,13 @@ def withheld_by(axes: dict[AxisName, AxisResult]) -> tuple[str, ...]:
     out (cost-model §7: those come before the choice between chunking and splitting)."""
     out: list[str] = []
     q = axes[AxisName.QUEUEING]
-    if causes_found(axes[AxisName.KV_MEMORY]):
+    kv = axes[AxisName.KV_MEMORY]
+    if causes_found(kv) and recompute_is_material(kv):
         out.append("KV preemption (kv_memory) comes first: re-prefills after preemption stall "
                    "decodes too")
+    elif causes_found(kv):
+        out.append("KV memory (kv_memory) comes first: its capacity and concurrency before "
+                   "splitting the cluster")
     if q.cause == Cause.DISPATCH_OVERHEAD:
         out.append(f"host dispatch gaps (queueing, {rules_naming(Cause.DISPATCH_OVERHEAD)}) "
                    "come first: splitting does not remove them")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from yaotu_trace.axes.base import AxisResult
 from yaotu_trace.axes.kv_memory.metrics import KvMetrics
 
 
@@ -16,3 +17,12 @@ def usage_at_preemption(mt: KvMetrics) -> tuple[str, float | None]:
     if mt.kv_usage_at_preemption is None:
         return "kv_usage_p95", mt.kv_usage_p95
     return "kv_usage_at_preemption", mt.kv_usage_at_preemption
+
+
+def recompute_is_material(kv: AxisResult) -> bool:
+    """Whether a rule found the KV axis' recompute itself material (its
+    `recompute_token_fraction` met the threshold), not only many requests preempted:
+    re-prefills too small to matter stall no decode (counted by the engine they often are: a
+    readmission hits its own freed blocks)."""
+    return any(e.name == "recompute_token_fraction" and e.passed
+               for hit in kv.hits for e in hit.evidence)
