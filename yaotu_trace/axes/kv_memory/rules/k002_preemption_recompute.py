@@ -27,7 +27,7 @@ def _check(
 
 RULE: Rule[KvMetrics] = Rule(
     id="K002", axis=AxisName.KV_MEMORY, severity=Severity.WARNING, source="B2",
-    title="Material preemption recompute",
+    title="Material preemption: its recompute, or the requests it hits",
     trigger=(
         "recompute_token_fraction > recompute_material or preempted_request_share > "
         "preempted_material"
