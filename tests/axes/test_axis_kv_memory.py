@@ -163,3 +163,20 @@ def test_estimated_recompute_under_prefix_cache_hits_is_said_to_be_high() -> Non
         steps={**steps([50, 98, 99, 97]), "recomputed_tokens": [0, 100, 40, 0]}), thresholds())
     assert counted.metrics.recomputed_tokens == 140.0
     assert not [n for n in counted.notes if "likely high" in n]
+
+
+def test_estimated_recompute_is_said_high_when_the_engines_metrics_show_cache_hits() -> None:
+    # GIVEN preemptions per request and no cached_tokens column, with vLLM's metrics whose
+    # prefix-cache hit counter rises (once) or stays at zero (once)
+    def metrics(hits: float):
+        return make_metrics([(0.0, "vllm:prefix_cache_hits_total", "", 0.0),
+                             (5.0, "vllm:prefix_cache_hits_total", "", hits)])
+
+    hit = analyze_kv_memory(make_input(requests([0, 2, 0, 1]), metrics=metrics(640.0)),
+                            thresholds())
+    cold = analyze_kv_memory(make_input(requests([0, 2, 0, 1]), metrics=metrics(0.0)),
+                             thresholds())
+    # THEN only the run whose engine hit its prefix cache says the estimate is likely high
+    assert [n for n in hit.notes if "likely high" in n]
+    assert not [n for n in cold.notes if "likely high" in n]
+    assert (hit.metrics.recomputed_tokens_low, cold.metrics.recomputed_tokens_low) == (0.0, 300.0)

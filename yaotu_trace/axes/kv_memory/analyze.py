@@ -50,9 +50,14 @@ class _Preemption:
 
 
 def _cache_hits(inp: AxisInput) -> bool:
-    """Whether the request table shows prefix-cache hits (`cached_tokens` > 0 anywhere)."""
-    return inp.has("cached_tokens") and bool(
-        (inp.requests["cached_tokens"].fillna(0).to_numpy(dtype=np.float64) > 0).any())
+    """Whether the run shows prefix-cache hits: `cached_tokens` > 0 in the request table, or
+    the engine's prefix-cache hit counter rising in its metrics."""
+    if inp.has("cached_tokens") and bool(
+            (inp.requests["cached_tokens"].fillna(0).to_numpy(dtype=np.float64) > 0).any()):
+        return True
+    m = inp.metrics
+    return m is not None and m.name_of("prefix_hits") is not None and (
+        m.counter_increase("prefix_hits") or 0.0) > 0
 
 
 def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
@@ -124,9 +129,10 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
         notes.append(f"recomputed tokens counted as {basis}"
                      + ("" if exact else ", an estimate: nothing in the input counts them")
                      + ("" if exact or not _cache_hits(inp) else
-                        "; likely high here: the trace hits the prefix cache, where a "
-                        "preempted request finds its own freed blocks until another takes them "
-                        "(docs/axes.md, recomputed_tokens)"))
+                        "; likely high here: the run hits the prefix cache (its cached_tokens "
+                        "or the engine's hit counter), where a preempted request finds its own "
+                        "freed blocks until another takes them (docs/axes.md, "
+                        "recomputed_tokens)"))
     return _Preemption(source=pre_source, basis=basis, preempted=preempted, total=pre_total,
                        recomputed=recomputed, low=low, high=high,
                        per_request=None if per_request is None else per_request.per_request)
