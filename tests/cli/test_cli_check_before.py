@@ -109,6 +109,8 @@ def test_a_larger_kv_pool_improves_and_a_smaller_one_regresses(runs, tmp_path: P
     # (a warning, not a bottleneck: the readmitted requests hit most of their prefix in the
     # cache, so the engine recomputed 1.5 % of all tokens; its cost is the queue it blocks)
     assert better["change: kv_memory"]["message"].startswith("improved: warning → ok")
+    # (docs/ci.md's example is this pair: every axis improved one way, regressed the other)
+    assert {better[f"change: {a}"]["value"] for a in AXES} == {"improved"}
     # 4,000 → 700 blocks: the same axis regressed, which fails the regressed gate
     junit = tmp_path / "checks.xml"
     code = main(_check(runs, "starved", "roomy", "--fail-on", "regressed,not-comparable",
@@ -116,6 +118,7 @@ def test_a_larger_kv_pool_improves_and_a_smaller_one_regresses(runs, tmp_path: P
     worse = _results(capsys.readouterr().out)
     assert code == ExitCode.FINDINGS
     assert worse["change: kv_memory"]["status"] == "failed"
+    assert {worse[f"change: {a}"]["value"] for a in AXES} == {"regressed"}
     assert worse["change: kv_memory"]["path"] == "axes.kv_memory.change"
     assert {worse[f"condition: {c}"]["status"] for c in CONDITIONS} == {"passed"}
     case = ET.parse(junit).getroot().find("./testsuite/testcase[@name='change: kv_memory']")
