@@ -180,3 +180,17 @@ def test_estimated_recompute_is_said_high_when_the_engines_metrics_show_cache_hi
     assert [n for n in hit.notes if "likely high" in n]
     assert not [n for n in cold.notes if "likely high" in n]
     assert (hit.metrics.recomputed_tokens_low, cold.metrics.recomputed_tokens_low) == (0.0, 300.0)
+
+
+def test_a_recompute_column_with_empty_steps_says_they_count_as_zero() -> None:
+    # GIVEN a step log whose recomputed_tokens is empty in one step
+    counted = analyze_kv_memory(make_input(
+        requests([0, 2, 0, 1]),
+        steps={**steps([50, 98, 99, 97]), "recomputed_tokens": [0, 100, None, 0]}), thresholds())
+    # THEN the logged steps are summed, and a note says the empty one counted as 0
+    assert counted.metrics.recomputed_tokens == 100.0
+    assert [n for n in counted.notes if "empty in some steps" in n]
+    full = analyze_kv_memory(make_input(
+        requests([0, 2, 0, 1]),
+        steps={**steps([50, 98, 99, 97]), "recomputed_tokens": [0, 100, 40, 0]}), thresholds())
+    assert not [n for n in full.notes if "empty in some steps" in n]

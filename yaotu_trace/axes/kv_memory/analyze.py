@@ -110,12 +110,15 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
                          "export may cover a different time range)")
     if step_kv is not None and step_kv.recomputed_total is not None:
         # An upper bound (vLLM's readmissions count a prefill preempted before it finished
-        # whole: `ingest.traces.vcr_steps`), below every estimate from preemption counts.
+        # whole: `ingest.traces.vcr_steps`); `trace simulate`'s is exact.
         recomputed = high = float(step_kv.recomputed_total)
         low = min(low, high) if low is not None else None
         basis = ("Σ recomputed_tokens of the step log, engine-counted: what the readmissions "
                  "after a preemption computed, an upper bound")
         sources.append(Source.STEPS)
+        if inp.steps is not None and not inp.steps.complete("recomputed_tokens"):
+            notes.append("recomputed_tokens is empty in some steps of the step log: they "
+                         "count as 0, so the recompute may be higher")
     if m is not None and m.name_of("retracted_input_tokens") is not None:
         exact = (m.counter_increase("retracted_input_tokens") or 0.0) + (
             m.counter_increase("retracted_output_tokens") or 0.0)
