@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
          ["sweep", "--capacities", capacities, "--tier", f"cpu={tier_axis[-1]}blocks",
           *tier_args], 4.0),
     ]
-    walls: list[float] = []
+    walls: list[float] = []  # a line with a goal is held to the line before it
     for name, command, goal in lines:
         wall, run = best_of(lambda command=command: run_trace(
             [command[0], str(args.trace), *processes, *command[1:]]), 3, warm=False)
