@@ -13,6 +13,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from yaotu_trace.cli import main
+from yaotu_trace.data.run_id import read_run_id
 from yaotu_trace.data.schema import CANONICAL_COLUMNS, list_arrays
 from yaotu_trace.errors import ConfigError, ExitCode
 from yaotu_trace.ingest import read_trace
@@ -398,8 +399,9 @@ def test_sample_traces_regenerate_identically(
         args[at] = str(fresh[path])
     # WHEN it is run with the outputs redirected
     assert main(args) == ExitCode.OK
-    # THEN the committed files hold the same tables
+    # THEN the committed files hold the same tables, stamped with the same run (if any)
     for option, path in written(command).items():
+        assert read_run_id(fresh[path]) == read_run_id(REPO / path)
         if option == "--steps-out":
             pd.testing.assert_frame_equal(pd.read_parquet(fresh[path]),
                                           pd.read_parquet(REPO / path))

@@ -11,6 +11,7 @@ import pandas as pd
 from yaotu_trace.commands.shared.outputs import write_metrics_csv
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.report import InputSummary, Report
+from yaotu_trace.data.run_id import run_id
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.files import STDOUT, replace_atomically
 from yaotu_trace.sim.generate import (
@@ -60,9 +61,11 @@ def generate(
     _check_outputs(scenario, out, steps_out)
     _check_metrics_out(scenario, metrics_out)
     table, steps = generate_with_steps(options)
-    _write(table, out)
+    # A simulated run's tables share its id (`run_id.py`); a trace without a run has none.
+    run = None if steps is None else run_id(table, steps)
+    _write(table, out, run)
     if steps_out is not None and steps is not None:
-        _write(steps, steps_out)
+        _write(steps, steps_out, run)
     if metrics_out is not None and steps is not None:
         write_metrics_csv(table, steps, metrics_out,
                           block_size_tokens=ENGINE_BLOCK_SIZE_TOKENS)
@@ -113,10 +116,11 @@ def _check_metrics_out(scenario: WorkloadKind, metrics_out: Path | None) -> None
                           "metric, labels, value)")
 
 
-def _write(table: pd.DataFrame, out: Path) -> None:
-    """A canonical table at `out` (by extension; '-': JSONL on stdout), atomically."""
+def _write(table: pd.DataFrame, out: Path, run: str | None) -> None:
+    """A canonical table at `out` (by extension; '-': JSONL on stdout), atomically; `run`
+    is the id of the simulated run it is from (None: none)."""
     if out != STDOUT:
-        write_trace(table, out)
+        write_trace(table, out, run=run)
         return
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "trace.jsonl"

@@ -8,6 +8,7 @@ from yaotu_trace.commands.load import Progress, TraceSource, open_trace, tell
 from yaotu_trace.commands.shared.outputs import write_metrics_csv
 from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.report import Report, input_summary
+from yaotu_trace.data.run_id import run_id
 from yaotu_trace.errors import ConfigError
 from yaotu_trace.ingest.load import read_step_logs
 from yaotu_trace.sim.options import EngineOptions
@@ -54,9 +55,11 @@ def simulate(
     tell(progress, simulate_stage(), 0.3)
     run = run_scenario(loaded, chosen, read_step_logs([chosen.calibrate], "--calibrate"))
     tell(progress, "writing the timed trace", 0.9)
-    write_trace(run.requests, out, source_block_size=loaded.source_block_size)
+    # One id in both tables, so a step log is never read with another run's trace.
+    run_stamp = run_id(run.requests, run.steps)
+    write_trace(run.requests, out, source_block_size=loaded.source_block_size, run=run_stamp)
     if steps_out is not None:
-        write_trace(run.steps, steps_out)
+        write_trace(run.steps, steps_out, run=run_stamp)
     if metrics_out is not None:
         write_metrics_csv(run.requests, run.steps, metrics_out, scrape_interval_s,
                           block_size_tokens=run.resolved.config.block_size_tokens)

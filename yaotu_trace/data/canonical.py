@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from yaotu_trace.data import parquet_file
 from yaotu_trace.data.compressed import format_suffix, is_compressed, open_compressed
 from yaotu_trace.data.jsonl import read_json_lines
+from yaotu_trace.data.run_id import RUN_ID_KEY
 from yaotu_trace.data.schema import (
     CANONICAL_COLUMNS,
     LIST_COLUMNS,
@@ -271,9 +272,11 @@ def _parse_list_cell(value: object, path: Path, line: int, column: str) -> objec
 
 
 def write_trace(
-    requests: pd.DataFrame, path: Path, *, source_block_size: int | None = None
+    requests: pd.DataFrame, path: Path, *, source_block_size: int | None = None,
+    run: str | None = None,
 ) -> None:
-    """Write a canonical table atomically, by extension: .parquet, .jsonl or .csv."""
+    """Write a canonical table atomically, by extension: .parquet, .jsonl or .csv. `run` is
+    the id of the simulated run that wrote it (`run_id.py`), kept in Parquet's metadata."""
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".jsonl", ".ndjson", ".csv"):
         raise TraceReadError(f"{path}: cannot write '{suffix}' files; use .parquet, .jsonl or .csv")
@@ -282,9 +285,12 @@ def write_trace(
     def write(tmp: Path) -> None:
         if suffix == ".parquet":
             table = _to_arrow(requests)
+            meta = dict(table.schema.metadata or {})
             if source_block_size is not None:
-                meta = dict(table.schema.metadata or {})
                 meta[SOURCE_BLOCK_SIZE_KEY] = str(source_block_size).encode()
+            if run is not None:
+                meta[RUN_ID_KEY] = run.encode("ascii")
+            if meta:
                 table = table.replace_schema_metadata(meta)
             pq.write_table(table, tmp, row_group_size=1024, **parquet_file.WRITE_OPTIONS)
         elif suffix == ".csv":

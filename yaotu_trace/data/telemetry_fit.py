@@ -31,6 +31,7 @@ import numpy as np
 from yaotu_trace.data.clock import UNIX_CLOCK_S
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.order_stats import median_of
+from yaotu_trace.data.run_id import check_same_run
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.data.step_work import check_step_work
 from yaotu_trace.data.steplog import StepLog
@@ -262,6 +263,8 @@ def _fit_steps(trace: Trace, steps: StepLog, fit: _Fit) -> StepLog:
                          "trace's range are used")
     if timed:  # every request's work lies within the trace's range, up to its last finish
         check_step_work(trace, steps)
+    # Last, as what the time and work checks cannot tell: two runs of `trace simulate`.
+    check_same_run(trace.path, steps.path)
     fit.judge(trace, span, steps.path, "step log", set(STEP_AXES),
               "the queueing, kv_memory and pd_interference axes are")
     instances = _instance_note(trace, steps)

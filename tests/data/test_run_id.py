@@ -1,0 +1,89 @@
+"""A step log of another simulated run is refused, where the time and work checks let it by
+(yaotu_trace.data.run_id)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli
+
+from yaotu_trace.data.run_id import RUN_ID_KEY, read_run_id, run_id
+from yaotu_trace.errors import ExitCode
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+
+
+def test_another_simulated_runs_step_log_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Both runs start at 0 s, and the burst run's log computes more than the churn trace
+    needs (work conservation is one-sided), so only the run id tells them apart."""
+    code, out, err = run_cli(["diagnose", str(SAMPLES / "diag-kv-churn.parquet"), "--steps",
+                              str(SAMPLES / "diag-burst.steps.parquet")], capsys)
+    assert code == ExitCode.INPUT and out == ""
+    assert err.count("\n") == 1
+    burst = read_run_id(SAMPLES / "diag-burst.steps.parquet")
+    churn = read_run_id(SAMPLES / "diag-kv-churn.parquet")
+    assert burst and churn and burst != churn
+    assert f"diag-burst.steps.parquet: the step log is of simulated run {burst}" in err
+    assert f"diag-kv-churn.parquet is of run {churn}" in err
+    assert "they are from different runs" in err
+
+
+def test_a_step_log_without_an_id_is_judged_by_time_and_work_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same log with its metadata dropped (as another tool would rewrite it) is read:
+    nothing in it names a run."""
+    table = pq.read_table(SAMPLES / "diag-burst.steps.parquet")
+    bare = tmp_path / "burst.steps.parquet"
+    pq.write_table(table.replace_schema_metadata({}), bare)
+    assert read_run_id(bare) is None
+    code, out, _ = run_cli(["diagnose", str(SAMPLES / "diag-kv-churn.parquet"), "--steps",
+                            str(bare)], capsys)
+    assert code == ExitCode.OK and out.startswith("verdict:")
+
+
+def test_simulate_stamps_both_tables_and_refuses_the_other_runs_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs of one trace on two pools: each run's tables share an id, and diagnosing one
+    run's requests with the other's steps is refused."""
+    runs = {}
+    for blocks in ("400", "4000"):
+        out, steps = tmp_path / f"sim{blocks}.parquet", tmp_path / f"sim{blocks}.steps.parquet"
+        code, _, _ = run_cli(["simulate", str(SAMPLES / "diag-healthy.parquet"), "--model",
+                              "Llama-3.1-8B", "--gpu", "H100", "--kv-blocks", blocks,
+                              "--out", str(out), "--steps-out", str(steps)], capsys)
+        assert code == ExitCode.OK
+        assert read_run_id(out) == read_run_id(steps) is not None
+        runs[blocks] = (out, steps)
+    assert read_run_id(runs["400"][0]) != read_run_id(runs["4000"][0])
+    code, out_text, _ = run_cli(["diagnose", str(runs["400"][0]), "--steps",
+                                 str(runs["400"][1])], capsys)
+    assert code == ExitCode.OK and out_text.startswith("verdict:")
+    code, _, err = run_cli(["diagnose", str(runs["400"][0]), "--steps", str(runs["4000"][1])],
+                           capsys)
+    assert code == ExitCode.INPUT and "they are from different runs" in err
+
+
+def test_the_id_is_the_runs_timing() -> None:
+    """The same timing and steps give the same id (same trace and options, same bytes); one
+    finish moved by a microsecond, or one step's free blocks, gives another."""
+    frame = pd.DataFrame({"arrival_s": [0.0, 1.0], "scheduled_s": [0.1, 1.1],
+                          "first_token_s": [0.2, 1.2], "finish_s": [3.0, 4.0]})
+    moved = frame.copy()
+    moved.loc[1, "finish_s"] = 4.000001
+    steps = pd.DataFrame({"start_s": [0.1, 1.1], "end_s": [0.2, 1.2],
+                          "kv_blocks_free": [390, 380]})
+    roomier = steps.assign(kv_blocks_free=[3990, 3980])
+    assert run_id(frame, steps) == run_id(frame.copy(), steps.copy())
+    assert run_id(frame, steps) != run_id(moved, steps)
+    assert run_id(frame, steps) != run_id(frame, roomier)
+    assert len(run_id(frame, None)) == 16
+
+
+def test_a_csv_table_has_no_id(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s\n0\n", encoding="utf-8")
+    assert read_run_id(path) is None
+    assert RUN_ID_KEY == b"yaotu.run_id"

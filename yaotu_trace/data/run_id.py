@@ -1,0 +1,82 @@
+"""Which simulated run a table came from: `trace simulate` stamps both tables it writes.
+
+A step log that overlaps its trace in time and computes at least the trace's work may still be
+another run's: simulated runs all start at 0 s, and the work check is one-sided by design
+(`step_work.py`: a trace may be a subset of the engine's traffic). So `trace simulate` and
+`trace generate diag-*` write one id into the Parquet metadata of both the request table and
+the step log (`yaotu.run_id`, a hash of the run's request timing and of its step log: the same
+trace and options give the same id; two pools that time the requests alike still differ in
+their steps' KV blocks). A trace and a step log that both carry an id and differ are refused (exit
+3). CSV and JSONL have no file metadata, and a table rewritten by another tool keeps none: the
+time and work checks then stand alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from yaotu_trace.errors import TraceReadError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RUN_ID_KEY = b"yaotu.run_id"
+# The columns whose values name a run: when each request arrived, was first scheduled and
+# finished, in the engine's own clock.
+_TIMING = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
+
+
+def run_id(requests: pd.DataFrame, steps: pd.DataFrame | None) -> str:
+    """The id of the run that timed `requests` with the step log `steps` (16 hex digits):
+    the requests' timing columns and every numeric column of the steps, hashed."""
+    digest = hashlib.sha256()
+    for frame, columns in ((requests, [c for c in _TIMING if c in requests.columns]),
+                           (steps, [] if steps is None else _numeric(steps))):
+        if frame is None:
+            continue
+        digest.update(len(frame).to_bytes(8, "little"))
+        for column in columns:
+            digest.update(str(column).encode())
+            values = np.asarray(frame[column].to_numpy(dtype=float, na_value=np.nan),
+                                dtype="<f8")
+            digest.update(values.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _numeric(frame: pd.DataFrame) -> list[str]:
+    import pandas as pd
+
+    return [str(c) for c in frame.columns
+            if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])]
+
+
+def read_run_id(path: str | Path) -> str | None:
+    """The run id in a Parquet file's metadata (None: not Parquet, not a file, or no id)."""
+    path = Path(path)
+    if path.suffix.lower() != ".parquet" or not path.is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError):
+        return None  # the reader of the file itself says what is wrong with it
+    raw = metadata.get(RUN_ID_KEY)
+    return raw.decode("ascii", "replace") if raw else None
+
+
+def check_same_run(trace_path: str | Path, steps_path: str | Path) -> None:
+    """Refuse a step log that `trace simulate` wrote for another run than the trace's."""
+    ours = read_run_id(trace_path)
+    theirs = read_run_id(steps_path)
+    if ours is None or theirs is None or ours == theirs:
+        return
+    raise TraceReadError(
+        f"{steps_path}: the step log is of simulated run {theirs} but {trace_path} is of run "
+        f"{ours} ('{RUN_ID_KEY.decode()}' in each file's metadata); they are from different "
+        "runs (pass the step log written with this trace: the --steps-out of the same trace "
+        "simulate or trace generate)")
