@@ -81,6 +81,21 @@ def _shifted_steps(folder: Path) -> bytes:
     return data
 
 
+def _burst_metrics(folder: Path) -> bytes:
+    """The diag-burst run's Prometheus export, as `trace generate --metrics-out` writes it."""
+    import pandas as pd
+
+    from yaotu_trace.data.run_id import read_run_id
+    from yaotu_trace.sim.generate import ENGINE_BLOCK_SIZE_TOKENS
+    from yaotu_trace.sim.metrics_export import metrics_export
+
+    table = metrics_export(pd.read_parquet(SAMPLES / "diag-burst.parquet"),
+                           pd.read_parquet(SAMPLES / "diag-burst.steps.parquet"),
+                           block_size_tokens=ENGINE_BLOCK_SIZE_TOKENS,
+                           run=read_run_id(SAMPLES / "diag-burst.parquet"))
+    return table.to_csv(index=False, float_format="%.17g").encode()
+
+
 def _steps_without(column: str) -> Callable[[Path], bytes]:
     def make(folder: Path) -> bytes:
         import pyarrow.parquet as pq
@@ -232,6 +247,9 @@ CASES = [
              SAMPLES / "diag-burst.steps.parquet").read_bytes()[:5000]}),
     Case("steps-from-another-run", ["diagnose", "t.parquet", "--steps", "s.parquet"], INPUT,
          ("s.parquet", "t.parquet"), {**BURST, "s.parquet": _shifted_steps}),
+    Case("metrics-of-another-simulated-run", ["diagnose", "t.parquet", "--metrics", "m.csv"],
+         INPUT, ("m.csv", "t.parquet", "yaotu:run_info", "different runs"),
+         {"t.parquet": SAMPLES / "diag-kv-churn.parquet", "m.csv": _burst_metrics}),
     Case("steps-of-another-simulated-run", ["diagnose", "t.parquet", "--steps", "s.parquet"],
          INPUT, ("s.parquet", "t.parquet", "yaotu.run_id", "different runs"),
          {"t.parquet": SAMPLES / "diag-kv-churn.parquet",

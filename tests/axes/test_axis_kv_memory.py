@@ -182,6 +182,31 @@ def test_estimated_recompute_is_said_high_when_the_engines_metrics_show_cache_hi
     assert (hit.metrics.recomputed_tokens_low, cold.metrics.recomputed_tokens_low) == (0.0, 300.0)
 
 
+def test_an_estimate_without_cache_hits_says_by_how_much_it_can_be_high() -> None:
+    """diag-kv-churn's request table alone shows no cache hit (its first admissions never
+    hit), yet the engine that ran it computed far less again than the estimate: the note says
+    so with the sample's own two numbers, which this holds to the sample."""
+    from pathlib import Path
+
+    from yaotu_trace.commands.diagnose import diagnose_trace
+    from yaotu_trace.ingest import read_trace
+
+    samples = Path(__file__).resolve().parents[2] / "sample_traces"
+    def kv_memory(**steps: Path) -> dict:
+        doc = diagnose_trace(read_trace(samples / "diag-kv-churn.parquet", **steps)).to_dict()
+        return next(a for a in doc["axes"] if a["name"] == "kv_memory")
+
+    kv_alone = kv_memory()
+    kv_counted = kv_memory(steps_path=samples / "diag-kv-churn.steps.parquet")
+    estimate = kv_alone["metrics"]["recomputed_tokens"]
+    engine = kv_counted["metrics"]["recomputed_tokens"]
+    said = [n for n in kv_alone["notes"] if "an estimate" in n]
+    assert len(said) == 1 and not [n for n in kv_alone["notes"] if "likely high" in n]
+    assert (f"the engine computed {engine:,.0f} tokens again where this estimate says "
+            f"{estimate:,.0f}") in said[0]
+    assert engine < estimate
+
+
 def test_a_recompute_column_with_empty_steps_says_they_count_as_zero() -> None:
     # GIVEN a step log whose recomputed_tokens is empty in one step
     counted = analyze_kv_memory(make_input(

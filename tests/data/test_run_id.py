@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -64,6 +65,37 @@ def test_simulate_stamps_both_tables_and_refuses_the_other_runs_log(
     code, _, err = run_cli(["diagnose", str(runs["400"][0]), "--steps", str(runs["4000"][1])],
                            capsys)
     assert code == ExitCode.INPUT and "they are from different runs" in err
+
+
+def test_another_simulated_runs_metrics_export_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`trace generate --metrics-out` names its run in one `yaotu:run_info` sample; the burst
+    run's export beside the churn trace was read before (both clocks start at 0 s) and gave
+    the verdict 'kv_memory (spiky_demand): 58.7 %' from the other run's gauges."""
+    exports = {}
+    for name in ("diag-burst", "diag-kv-churn"):
+        exports[name] = tmp_path / f"{name}.metrics.csv"
+        code, _, _ = run_cli(["generate", name, "--seed", "1", "--out",
+                              str(tmp_path / f"{name}.parquet"), "--metrics-out",
+                              str(exports[name])], capsys)
+        assert code == ExitCode.OK
+    rows = pd.read_csv(exports["diag-burst"])
+    info = rows[rows["metric"] == "yaotu:run_info"]
+    burst = read_run_id(SAMPLES / "diag-burst.parquet")
+    assert len(info) == 1 and info["labels"].iloc[0] == f'{{run_id="{burst}"}}'
+    churn = SAMPLES / "diag-kv-churn.parquet"
+    code, out, err = run_cli(["diagnose", str(churn), "--metrics", str(exports["diag-burst"])],
+                             capsys)
+    assert code == ExitCode.INPUT and out == "" and err.count("\n") == 1
+    assert f"is of simulated run {burst} (its yaotu:run_info)" in err
+    assert f"is of run {read_run_id(churn)}" in err and "different runs" in err
+    code, out, _ = run_cli(["diagnose", str(churn), "--metrics", str(exports["diag-kv-churn"]),
+                            "-f", "json"], capsys)
+    assert code == ExitCode.OK
+    report = json.loads(out)
+    assert report["principal"] == "kv_memory"
+    # A series the reader knows, not one it names as unused.
+    assert not any("yaotu:run_info" in note for note in report["input"].get("notes", []))
 
 
 def test_the_id_is_the_runs_timing() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -113,9 +114,13 @@ def generate(
 def summary_line(done: GeneratedTrace) -> str:
     """What was generated, for stderr: the population, the span and rate, where it went."""
     return (
-        f"generated {done.requests} {done.scenario} requests (seed {done.seed}): "
-        f"{done.tenants} tenants, {done.sessions} sessions, "
-        f"{done.prompt_tokens:,} prompt tokens, {done.span_s:,.1f} s at "
-        f"{done.rate_per_s:.2f} req/s -> {'stdout' if done.out == str(STDOUT) else done.out}"
+        f"generated {done.requests} {done.scenario} request{'' if done.requests == 1 else 's'} "
+        f"(seed {done.seed}): "
+        f"{done.tenants} tenant{'' if done.tenants == 1 else 's'}, "
+        f"{done.sessions} session{'' if done.sessions == 1 else 's'}, "
+        f"{done.prompt_tokens:,} prompt tokens, {done.span_s:,.1f} s"
+        # One request (or all at one instant) has no rate.
+        + (f" at {done.rate_per_s:.2f} req/s" if math.isfinite(done.rate_per_s) else "")
+        + f" -> {'stdout' if done.out == str(STDOUT) else done.out}"
         + (f", step log -> {done.steps_out}" if done.steps_out is not None else "")
     )

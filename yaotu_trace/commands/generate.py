@@ -68,7 +68,7 @@ def generate(
         _write(steps, steps_out, run)
     if metrics_out is not None and steps is not None:
         write_metrics_csv(table, steps, metrics_out,
-                          block_size_tokens=ENGINE_BLOCK_SIZE_TOKENS)
+                          block_size_tokens=ENGINE_BLOCK_SIZE_TOKENS, run=run)
     span_s = float(table["arrival_s"].iloc[-1])
     section = GeneratedTrace(
         scenario=scenario.value, seed=seed, requests=len(table),

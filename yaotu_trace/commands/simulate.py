@@ -62,7 +62,8 @@ def simulate(
         write_trace(run.steps, steps_out, run=run_stamp)
     if metrics_out is not None:
         write_metrics_csv(run.requests, run.steps, metrics_out, scrape_interval_s,
-                          block_size_tokens=run.resolved.config.block_size_tokens)
+                          block_size_tokens=run.resolved.config.block_size_tokens,
+                          run=run_stamp)
     return Report(
         command="simulate",
         input=input_summary(loaded),

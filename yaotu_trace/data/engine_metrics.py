@@ -8,16 +8,20 @@ counters as Prometheus' `increase()` does.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from yaotu_trace.data.metric_names import COUNTERS, GAUGES, HISTOGRAMS, LABELLED
+from yaotu_trace.data.metric_names import COUNTERS, GAUGES, HISTOGRAMS, LABELLED, RUN_INFO
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# The run id in `yaotu:run_info`'s labels, however the reader keyed them.
+_RUN_ID = re.compile(r'run_id="?([0-9a-f]+)')
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +57,14 @@ class EngineMetrics:
     def names(self) -> frozenset[str]:
         """Every metric name present."""
         return frozenset(self.frame["metric"].unique().tolist())
+
+    @property
+    def run_ids(self) -> frozenset[str]:
+        """The simulated runs the export says it is of (`yaotu:run_info{run_id}`, which
+        `trace simulate --metrics-out` writes; `data/run_id.py`); empty for an engine's own."""
+        labels = self.frame.loc[self.frame["metric"] == RUN_INFO, "labels"]
+        found = (_RUN_ID.search(str(text)) for text in labels.unique())
+        return frozenset(m.group(1) for m in found if m is not None)
 
     @property
     def instant(self) -> bool:

@@ -25,6 +25,9 @@ POOL_FROM_CACHE_CONFIG: Final = "vllm:cache_config_info (KV pool tokens)"
 # Its CPU offload tier likewise (`vllm:kv_offload_config_info{cpu_kv_cache_size_tokens="N"}`).
 OFFLOAD_CONFIG_INFO: Final = "vllm:kv_offload_config_info"
 CPU_TIER_FROM_OFFLOAD_CONFIG: Final = "vllm:kv_offload_config_info (CPU tier tokens)"
+# The simulated run an export is of (`trace simulate --metrics-out`; `data/run_id.py`): one
+# sample, its id a label.
+RUN_INFO: Final = "yaotu:run_info"
 
 GAUGES: Final[Mapping[str, tuple[str, ...]]] = {
     "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
@@ -138,7 +141,7 @@ _PREFIX_2X: Final = re.compile(r"^(vllm|sglang|lmcache)_(?=[a-z])")
 
 def _known() -> frozenset[str]:
     names = {CACHE_CONFIG_INFO, POOL_FROM_CACHE_CONFIG, OFFLOAD_CONFIG_INFO,
-             CPU_TIER_FROM_OFFLOAD_CONFIG}
+             CPU_TIER_FROM_OFFLOAD_CONFIG, RUN_INFO}
     for table in (GAUGES, COUNTERS, HISTOGRAMS):
         for candidates in table.values():
             names.update(candidates)

@@ -6,9 +6,10 @@ another run's: simulated runs all start at 0 s, and the work check is one-sided 
 `trace generate diag-*` write one id into the Parquet metadata of both the request table and
 the step log (`yaotu.run_id`, a hash of the run's request timing and of its step log: the same
 trace and options give the same id; two pools that time the requests alike still differ in
-their steps' KV blocks). A trace and a step log that both carry an id and differ are refused (exit
-3). CSV and JSONL have no file metadata, and a table rewritten by another tool keeps none: the
-time and work checks then stand alone.
+their steps' KV blocks), and the metrics export it writes (`--metrics-out`) names it in a
+`yaotu:run_info{run_id}` sample. A trace and a step log or export that both carry an id and
+differ are refused (exit 3). CSV and JSONL tables have no file metadata, and a table rewritten
+by another tool keeps none: the time and work checks then stand alone.
 """
 
 from __future__ import annotations
@@ -80,3 +81,18 @@ def check_same_run(trace_path: str | Path, steps_path: str | Path) -> None:
         f"{ours} ('{RUN_ID_KEY.decode()}' in each file's metadata); they are from different "
         "runs (pass the step log written with this trace: the --steps-out of the same trace "
         "simulate or trace generate)")
+
+
+def check_same_run_metrics(trace_path: str | Path, metrics_path: str,
+                           theirs: frozenset[str]) -> None:
+    """Refuse a metrics export that `trace simulate --metrics-out` wrote for another run
+    than the trace's (`theirs`: the runs its `yaotu:run_info` names)."""
+    ours = read_run_id(trace_path)
+    if ours is None or not theirs or ours in theirs:
+        return
+    named = ", ".join(sorted(theirs))
+    raise TraceReadError(
+        f"{metrics_path}: the metrics export is of simulated run {named} (its yaotu:run_info) "
+        f"but {trace_path} is of run {ours} ('{RUN_ID_KEY.decode()}' in its metadata); they "
+        "are from different runs (pass the export written with this trace: the --metrics-out "
+        "of the same trace simulate or trace generate)")

@@ -31,7 +31,7 @@ import numpy as np
 from yaotu_trace.data.clock import UNIX_CLOCK_S
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.order_stats import median_of
-from yaotu_trace.data.run_id import check_same_run
+from yaotu_trace.data.run_id import check_same_run, check_same_run_metrics
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.data.step_work import check_step_work
 from yaotu_trace.data.steplog import StepLog
@@ -277,6 +277,9 @@ def _fit_metrics(trace: Trace, metrics: EngineMetrics, fit: _Fit) -> EngineMetri
     """The export's samples within the trace's range (one scrape interval either side);
     refused when from another run, noted when its clock cannot be matched."""
     whole = trace_span(trace)
+    # First, as what the clocks cannot tell (and an instant or Unix-time export skips them):
+    # two runs of `trace simulate`.
+    check_same_run_metrics(trace.path, metrics.path, metrics.run_ids)
     span = metrics_span(metrics)
     fit.notes.extend(metrics.notes)
     if span.length_s <= 0:

@@ -35,7 +35,9 @@ What a scrape at time t reads, per instance (engines.md §1.9):
 - the info gauge `vllm:cache_config_info{block_size, num_gpu_blocks}` = 1 at every scrape, when
   the block size is given and the step log has kv_blocks_total (the usable blocks, so
   num_gpu_blocks is its largest value per instance plus vLLM's null block): the KV pool,
-  which vLLM exports once at start-up.
+  which vLLM exports once at start-up;
+- `yaotu:run_info{run_id}` = 1 at the first scrape, when the run's id is given
+  (`data/run_id.py`): so that `--metrics` refuses the export beside another run's trace.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
+from yaotu_trace.data.metric_names import RUN_INFO
 from yaotu_trace.errors import ConfigError
 
 # A scrape every second: five samples per default queueing window (`window_s` = 5 s).
@@ -102,15 +105,19 @@ def scrape_times(requests: pd.DataFrame, steps: pd.DataFrame | None,
 
 def metrics_export(requests: pd.DataFrame, steps: pd.DataFrame | None = None, *,
                    scrape_interval_s: float = SCRAPE_INTERVAL_S,
-                   block_size_tokens: int | None = None) -> pd.DataFrame:
+                   block_size_tokens: int | None = None, run: str | None = None) -> pd.DataFrame:
     """The run's Prometheus export as rows (timestamp, metric, labels, value), sorted by
-    metric, labels and timestamp; `block_size_tokens` adds the pool's `cache_config_info`."""
+    metric, labels and timestamp; `block_size_tokens` adds the pool's `cache_config_info`,
+    `run` (the run's id) its `yaotu:run_info`."""
     at = scrape_times(requests, steps, scrape_interval_s)
     series = list(_all_series(requests, steps, at))
     if block_size_tokens is not None and steps is not None and len(steps):
         series += list(_cache_config(steps, at, block_size_tokens))
     frames = [_series(at, name, instance, extra, values)
               for name, instance, extra, values in series]
+    if run is not None and at.size:
+        frames.append(pd.DataFrame({"timestamp": at[:1], "metric": RUN_INFO,
+                                    "labels": f'{{run_id="{run}"}}', "value": [1.0]}))
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
             EXPORT_COLUMNS, ("float64", object, object, "float64"), strict=True)})

@@ -49,6 +49,20 @@ class _Preemption:
     per_request: float | None = None  # of the finished requests (vLLM's histogram)
 
 
+# What the note on an estimated recompute adds: where the run hits the prefix cache, that the
+# estimate is likely high; elsewhere, that it may be (a readmission's prefix-cache hits are
+# what it does not see), with the one number that shows by how much.
+_ESTIMATE_HIGH_HERE = (
+    "; likely high here: the run hits the prefix cache (its cached_tokens or the engine's hit "
+    "counter), where a preempted request finds its own freed blocks until another takes them "
+    "(docs/axes.md, recomputed_tokens)")
+_ESTIMATE_MAY_BE_HIGH = (
+    "; high where the engine's prefix cache keeps a preempted request's freed blocks for its "
+    "readmission (vLLM's default: on the simulated diag-kv-churn sample the engine computed "
+    "39,775 tokens again where this estimate says 95,996); a step log with recomputed_tokens "
+    "counts them (docs/axes.md, recomputed_tokens)")
+
+
 def _cache_hits(inp: AxisInput) -> bool:
     """Whether the run shows prefix-cache hits: `cached_tokens` > 0 in the request table, or
     the engine's prefix-cache hit counter rising in its metrics."""
@@ -131,11 +145,8 @@ def _preemptions(inp: AxisInput, step_kv: StepKv | None, sources: list[Source],
             low = 0.0  # a readmission may find all it had computed still cached
         notes.append(f"recomputed tokens counted as {basis}"
                      + ("" if exact else ", an estimate: nothing in the input counts them")
-                     + ("" if exact or not _cache_hits(inp) else
-                        "; likely high here: the run hits the prefix cache (its cached_tokens "
-                        "or the engine's hit counter), where a preempted request finds its own "
-                        "freed blocks until another takes them (docs/axes.md, "
-                        "recomputed_tokens)"))
+                     + ("" if exact else _ESTIMATE_HIGH_HERE if _cache_hits(inp)
+                        else _ESTIMATE_MAY_BE_HIGH))
     return _Preemption(source=pre_source, basis=basis, preempted=preempted, total=pre_total,
                        recomputed=recomputed, low=low, high=high,
                        per_request=None if per_request is None else per_request.per_request)

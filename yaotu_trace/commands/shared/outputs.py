@@ -45,9 +45,10 @@ def write_requests(path: Path, columns: Mapping[str, object]) -> None:
 
 def write_metrics_csv(requests: pd.DataFrame, steps: pd.DataFrame, path: Path,
                       scrape_interval_s: float | None = None, *,
-                      block_size_tokens: int | None = None) -> None:
+                      block_size_tokens: int | None = None, run: str | None = None) -> None:
     """The run's Prometheus export (`sim.metrics_export`) as CSV, written atomically; with
-    the engine's block size it carries the pool size as vLLM does (`cache_config_info`)."""
+    the engine's block size it carries the pool size as vLLM does (`cache_config_info`), with
+    the run's id (`data/run_id.py`) that id."""
     table = metrics_export(requests, steps, scrape_interval_s=scrape_interval_s
-                           or SCRAPE_INTERVAL_S, block_size_tokens=block_size_tokens)
+                           or SCRAPE_INTERVAL_S, block_size_tokens=block_size_tokens, run=run)
     replace_atomically(path, lambda tmp: table.to_csv(tmp, index=False, float_format="%.17g"))
