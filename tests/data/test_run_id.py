@@ -98,6 +98,33 @@ def test_another_simulated_runs_metrics_export_is_refused(
     assert not any("yaotu:run_info" in note for note in report["input"].get("notes", []))
 
 
+def test_a_step_log_and_an_export_of_two_runs_are_refused_together(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a trace (telemetry alone), and beside a trace that names no run (a CSV), the
+    step log's run and the export's must be one: before, the churn run's export with the burst
+    run's step log was judged as one engine ('kv_memory ok')."""
+    export = tmp_path / "churn.metrics.csv"
+    code, _, _ = run_cli(["generate", "diag-kv-churn", "--seed", "1", "--out",
+                          str(tmp_path / "churn.parquet"), "--metrics-out", str(export)], capsys)
+    assert code == ExitCode.OK
+    burst_steps = str(SAMPLES / "diag-burst.steps.parquet")
+    code, out, err = run_cli(["diagnose", "--steps", burst_steps, "--metrics", str(export)],
+                             capsys)
+    assert code == ExitCode.INPUT and out == "" and err.count("\n") == 1
+    assert f"the step log {burst_steps} is of run" in err and "different runs" in err
+    churn_steps = str(SAMPLES / "diag-kv-churn.steps.parquet")
+    code, out, _ = run_cli(["diagnose", "--steps", churn_steps, "--metrics", str(export)],
+                           capsys)
+    assert code == ExitCode.OK and out.startswith("verdict:")
+    as_csv = tmp_path / "churn.csv"
+    code, _, _ = run_cli(["convert", str(SAMPLES / "diag-kv-churn.parquet"), "--out",
+                          str(as_csv)], capsys)
+    assert code == ExitCode.OK and read_run_id(as_csv) is None
+    code, _, err = run_cli(["diagnose", str(as_csv), "--steps", burst_steps, "--metrics",
+                            str(export)], capsys)
+    assert code == ExitCode.INPUT and "different runs" in err
+
+
 def test_the_id_is_the_runs_timing() -> None:
     """The same timing and steps give the same id (same trace and options, same bytes); one
     finish moved by a microsecond, or one step's free blocks, gives another."""

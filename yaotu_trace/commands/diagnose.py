@@ -11,6 +11,7 @@ from yaotu_trace.commands.settings import setup_diagnosis
 from yaotu_trace.commands.shared.diagnosis import diagnose_trace
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.report import Report
+from yaotu_trace.data.run_id import check_steps_and_metrics
 from yaotu_trace.data.schema import Trace
 from yaotu_trace.data.telemetry_only import telemetry_trace
 from yaotu_trace.diagnosis.options import DiagnosisOptions
@@ -88,6 +89,8 @@ def _telemetry_input(metrics: EngineMetrics | None, steps: str | Path | None) ->
              "the engine's own counters and gauges show, and each panel's `missing` names the "
              "request-trace columns that would decide or sharpen it",
              *(() if metrics is None else metrics.notes))
+    if metrics is not None and step_log is not None:
+        check_steps_and_metrics(step_log.path, metrics.path, metrics.run_ids)
     if len(paths) == 2:
         notes += ("the step log and the metrics are judged as given: without a trace, their "
                   "clocks are not matched with each other (give both of one run)",)

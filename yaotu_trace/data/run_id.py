@@ -83,6 +83,21 @@ def check_same_run(trace_path: str | Path, steps_path: str | Path) -> None:
         "simulate or trace generate)")
 
 
+def check_steps_and_metrics(steps_path: str | Path, metrics_path: str,
+                            theirs: frozenset[str]) -> None:
+    """Refuse a step log and a metrics export of two simulated runs given together (with or
+    without a trace: telemetry alone is judged from both)."""
+    ours = read_run_id(steps_path)
+    if ours is None or not theirs or ours in theirs:
+        return
+    named = ", ".join(sorted(theirs))
+    raise TraceReadError(
+        f"{metrics_path}: the metrics export is of simulated run {named} (its yaotu:run_info) "
+        f"but the step log {steps_path} is of run {ours} ('{RUN_ID_KEY.decode()}' in its "
+        "metadata); they are from different runs (pass the step log and export that one "
+        "trace simulate or trace generate wrote)")
+
+
 def check_same_run_metrics(trace_path: str | Path, metrics_path: str,
                            theirs: frozenset[str]) -> None:
     """Refuse a metrics export that `trace simulate --metrics-out` wrote for another run

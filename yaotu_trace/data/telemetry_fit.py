@@ -31,7 +31,11 @@ import numpy as np
 from yaotu_trace.data.clock import UNIX_CLOCK_S
 from yaotu_trace.data.engine_metrics import EngineMetrics
 from yaotu_trace.data.order_stats import median_of
-from yaotu_trace.data.run_id import check_same_run, check_same_run_metrics
+from yaotu_trace.data.run_id import (
+    check_same_run,
+    check_same_run_metrics,
+    check_steps_and_metrics,
+)
 from yaotu_trace.data.schema import Trace, list_arrays
 from yaotu_trace.data.step_work import check_step_work
 from yaotu_trace.data.steplog import StepLog
@@ -324,6 +328,8 @@ def fit_telemetry(trace: Trace, metrics: EngineMetrics | None = None) -> Fitted:
     partly overlaps the trace (see the module docstring). A server log whose times lack a year
     is dated by the trace before (`ingest.load.dated_by_trace`)."""
     fit = _Fit(keep=np.ones(trace.num_requests, dtype=bool), notes=[], axes=set(), judged=[])
+    if trace.steps is not None and metrics is not None:
+        check_steps_and_metrics(trace.steps.path, metrics.path, metrics.run_ids)
     steps = None if trace.steps is None else _fit_steps(trace, trace.steps, fit)
     if metrics is not None:
         metrics = _fit_metrics(trace, metrics, fit)
