@@ -92,6 +92,36 @@ def test_queueing_busy_gpu_small_batches_is_batch_shape() -> None:
     assert ev["running_fill_queued"].value == pytest.approx(4 / 64)
 
 
+@pytest.mark.parametrize("given_cap", [None, 4])
+def test_queueing_every_seat_taken_with_kv_and_budget_free_is_batch_shape(
+        given_cap: int | None) -> None:
+    """4 running of 4 seats in every step while 3 wait, KV 30 % used, 64 tokens a step
+    against a budget of 2,048: the seat cap is what admission waits for (before, no rule named
+    a cause and Q011 said the data could not tell)."""
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
+                     steps=busy_steps(kv_used=30), max_num_seqs=given_cap,
+                     max_batched_tokens=2048)
+    result = analyze_queueing(inp, thresholds())
+    assert result.status is Status.BOTTLENECK
+    assert result.cause == "batch_shape"
+    assert result.rule_ids == ("Q004",)
+    ev = evidence(result, "Q004")
+    assert ev["running_fill_queued"].value == 1.0 and ev["running_fill_queued"].passed
+    assert ev["kv_usage_queued"].value == pytest.approx(0.30)
+    assert ev["step_fill_queued"].value == pytest.approx(64 / 2048)
+    assert ev["seq_cap"].value == 4.0
+    inferred = [n for n in result.notes if "seat cap is taken as" in n]
+    assert len(inferred) == (1 if given_cap is None else 0)
+
+
+def test_queueing_every_seat_taken_with_kv_nearly_full_is_not_the_seat_cap() -> None:
+    """The same seats with KV 80 % used: more seats would not fit, so Q004 does not fire."""
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
+                     steps=busy_steps(kv_used=80), max_num_seqs=4, max_batched_tokens=2048)
+    result = analyze_queueing(inp, thresholds())
+    assert "Q004" not in result.rule_ids
+
+
 def test_queueing_full_kv_with_empty_seats_is_kv_admission() -> None:
     inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
                      steps=busy_steps(kv_used=95), max_num_seqs=64)

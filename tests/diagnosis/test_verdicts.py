@@ -247,6 +247,26 @@ def make_trace_from(requests: pd.DataFrame, steps: pd.DataFrame) -> Any:
     return replace(trace, steps=StepLog.from_frame(steps, "steps"))
 
 
+def test_a_seat_cap_that_binds_with_kv_to_spare_is_batch_shape() -> None:
+    """60 chat requests at 30 req/s on one engine of 4 seats (the simulator's max_num_seqs):
+    every seat is taken while the rest wait, KV holds ~2 % and the step budget is idle. The
+    verdict names the seat cap (Q004), not 'admission blocked, reason not in the data'."""
+    table = generate_requests(GenerateOptions(scenario=WorkloadKind.CHAT, seed=2, requests=60,
+                                              rate_per_s=30.0))
+    trace = normalize(RawTrace(requests=table, format_name="canonical"), "chat")
+    run = run_scenario(trace, SimScenario(model="Llama-3.1-8B", gpu="H100", max_num_seqs=4))
+    doc = diagnose(make_trace_from(run.requests, run.steps)).to_dict()
+    q = next(a for a in doc["axes"] if a["name"] == "queueing")
+    assert (doc["principal"], q["cause"]) == ("queueing", "batch_shape")
+    found = {f["id"]: {e["name"]: e for e in f["evidence"]} for f in q["findings"]}
+    assert "Q011" not in found
+    ev = found["Q004"]
+    assert ev["running_fill_queued"]["value"] >= 0.9 and ev["seq_cap"]["value"] == 4
+    assert ev["kv_usage_queued"]["value"] < 0.1
+    assert any("the seat cap is taken as the most requests seen running (4)" in n
+               for n in q["notes"])
+
+
 def test_little_law_two_instances_each_waiting_one_is_two_waiting() -> None:
     # Two instances each hold one waiting request over [0, 10): the cluster has 2 waiting.
     columns = {"arrival_s": [0.0, 0.0], "scheduled_s": [10.0, 10.0],
