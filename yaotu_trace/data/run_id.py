@@ -87,27 +87,29 @@ def check_steps_and_metrics(steps_path: str | Path, metrics_path: str,
                             theirs: frozenset[str]) -> None:
     """Refuse a step log and a metrics export of two simulated runs given together (with or
     without a trace: telemetry alone is judged from both)."""
-    ours = read_run_id(steps_path)
-    if ours is None or not theirs or ours in theirs:
-        return
-    named = ", ".join(sorted(theirs))
-    raise TraceReadError(
-        f"{metrics_path}: the metrics export is of simulated run {named} (its yaotu:run_info) "
-        f"but the step log {steps_path} is of run {ours} ('{RUN_ID_KEY.decode()}' in its "
-        "metadata); they are from different runs (pass the step log and export that one "
-        "trace simulate or trace generate wrote)")
+    _check_export(f"the step log {steps_path}", steps_path, metrics_path, theirs,
+                  "pass the step log and export that one trace simulate or trace generate wrote")
 
 
 def check_same_run_metrics(trace_path: str | Path, metrics_path: str,
                            theirs: frozenset[str]) -> None:
     """Refuse a metrics export that `trace simulate --metrics-out` wrote for another run
     than the trace's (`theirs`: the runs its `yaotu:run_info` names)."""
-    ours = read_run_id(trace_path)
+    _check_export(str(trace_path), trace_path, metrics_path, theirs,
+                  "pass the export written with this trace: the --metrics-out of the same "
+                  "trace simulate or trace generate")
+
+
+def _check_export(named: str, table_path: str | Path, metrics_path: str,
+                  theirs: frozenset[str], fix: str) -> None:
+    """Refuse an export whose `yaotu:run_info` names runs (`theirs`) other than the one in
+    the Parquet table at `table_path` (`named` in the message); no id on either side: no
+    check."""
+    ours = read_run_id(table_path)
     if ours is None or not theirs or ours in theirs:
         return
-    named = ", ".join(sorted(theirs))
+    runs = ", ".join(sorted(theirs))
     raise TraceReadError(
-        f"{metrics_path}: the metrics export is of simulated run {named} (its yaotu:run_info) "
-        f"but {trace_path} is of run {ours} ('{RUN_ID_KEY.decode()}' in its metadata); they "
-        "are from different runs (pass the export written with this trace: the --metrics-out "
-        "of the same trace simulate or trace generate)")
+        f"{metrics_path}: the metrics export is of simulated run {runs} (its yaotu:run_info) "
+        f"but {named} is of run {ours} ('{RUN_ID_KEY.decode()}' in its metadata); they are "
+        f"from different runs ({fix})")
