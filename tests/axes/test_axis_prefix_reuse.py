@@ -55,6 +55,11 @@ def test_prefix_tenant_salts_split_a_shared_prompt() -> None:
     assert result.cause == "cache_keys"
     assert "P005" in result.rule_ids
     assert result.status is Status.WARNING
+    # AND the engine hit all the replay says it could (tenant b's second request: 32 tokens),
+    # so its gap to the replay is 0; the axis is scored by the loss it names, not that 0 (a
+    # concern scored 0 read "largest concern prefix_reuse (...: 0)")
+    assert m.recomputed_share_of_prefill == 0.0
+    assert result.score == pytest.approx(32 / 160)
 
 
 def test_prefix_observed_hits_from_metrics() -> None:

@@ -105,8 +105,14 @@ def _analyze(inp: AxisInput, t: Thresholds) -> AxisResult:
     next_steps += [f"add {m}" for m in missing]
     cause = cause_of(RULES, hits)
     score = metrics.recomputed_share_of_prefill
-    if cause == Cause.ROUTING and metrics.affinity_gain_share is not None:
-        score = max(score or 0.0, metrics.affinity_gain_share)
+    # The named cause's own loss where it is larger: with observed hits the score above is
+    # only the engine's gap to the replay, which keeps the same keys, routes and pool, so a
+    # loss to any of those would leave the axis a concern scored 0.
+    lost = {Cause.CACHE_KEYS: metrics.key_loss_share,
+            Cause.ROUTING: metrics.affinity_gain_share,
+            Cause.CACHE_CAPACITY: metrics.capacity_loss_share}.get(cause) if cause else None
+    if lost is not None:
+        score = max(score or 0.0, lost)
     return AxisResult(
         axis=AxisName.PREFIX_REUSE, status=status_from(hits, SEVERITY_OF),
         cause=cause, score=finite(score),
