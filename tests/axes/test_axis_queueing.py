@@ -287,3 +287,57 @@ def test_queueing_admission_blocked_shows_vllm_waiting_reason() -> None:
     result = analyze_queueing(inp, thresholds())
     assert result.cause == "admission_blocked"
     assert evidence(result, "Q011")["waiting_capacity_share"].value == pytest.approx(0.75)
+
+
+def _two_pools(held: tuple[float, float] | None) -> dict[str, float | None]:
+    """One 5 s window where both instances queue: a prefill instance with 4 steps of 8,000
+    tokens, 10 % KV, none KV-blocked; a decode instance with 100 steps of 30 tokens, 99 % KV,
+    every one KV-blocked. `held`: each one's queue (waiting × step time; None: not logged)."""
+    from yaotu_trace.axes.queueing.steps import WindowBins
+    from yaotu_trace.axes.queueing.windows import _step_shape
+
+    col = lambda a, b: np.array([[a], [b]], dtype=np.float64)  # noqa: E731
+    bins = WindowBins(
+        instances=("p0", "d0"), covered_s=col(5.0, 5.0), busy_s=col(5.0, 4.0),
+        idle_waiting_s=col(0.0, 0.0), steps=col(4, 100), running_sum=col(8, 3000),
+        tokens_sum=col(32000, 3000), kv_usage_sum=col(0.4, 99.0), waiting_at_edges=None,
+        admission_steps=col(4, 100), kv_blocked_steps=col(0, 100),
+        held_s=None if held is None else col(*held))
+    return _step_shape(bins, np.ones((2, 1), dtype=bool), budget=8192.0, seq_cap=64.0)
+
+
+def test_queued_means_weigh_each_instance_by_the_queue_it_held() -> None:
+    # GIVEN the prefill instance held 80 request-seconds of queue (20 waiting, 4 s), the
+    # decode instance 4 (1 waiting, 100 steps of 40 ms)
+    shape = _two_pools((80.0, 4.0))
+    # THEN each mean is the instances' own, weighed 80 : 4
+    assert shape["kv_blocked_queued"] == pytest.approx(4 / 84)
+    assert shape["tokens_per_step_queued"] == pytest.approx((8000 * 80 + 30 * 4) / 84)
+    assert shape["kv_usage_queued"] == pytest.approx((0.1 * 80 + 0.99 * 4) / 84)
+    assert shape["running_fill_queued"] == pytest.approx((2 * 80 + 30 * 4) / 84 / 64)
+    # AND without a queue count the steps are pooled as before (100 of 104 blocked)
+    pooled = _two_pools(None)
+    assert pooled["kv_blocked_queued"] == pytest.approx(100 / 104)
+    assert pooled["tokens_per_step_queued"] == pytest.approx(35000 / 104)
+
+
+def test_a_capture_overloaded_in_every_window_with_arrivals_is_one_burst() -> None:
+    """No calmer window to hold the arrival rate against (burst_ratio none): Q001 fires when
+    the steps run at their token budget, not when a seat cap binds with the budget idle."""
+    from diag_factories import blank_metrics
+
+    from yaotu_trace.axes.queueing.metrics import QueueingMetrics
+    from yaotu_trace.axes.queueing.rules.q001_arrival_burst import RULE
+    from yaotu_trace.axes.queueing.rules.shared import QueueingFacts
+
+    def fired(step_fill: float) -> bool:
+        mt = blank_metrics(QueueingMetrics, queue_share_of_ttft=0.9, queue_share_of_latency=0.8,
+                           growing_windows=9, growth_rho=2.7, burst_ratio=None,
+                           arrival_rate_growing_per_s=6.7, arrival_rate_other_per_s=None,
+                           busy_queued=1.0, idle_waiting_queued=0.0, step_fill_queued=step_fill,
+                           running_fill_queued=0.5, kv_usage_queued=0.15)
+        return RULE.check(QueueingFacts(metrics=mt, has_steps=True), thresholds(),
+                          frozenset()) is not None
+
+    assert fired(0.96)
+    assert not fired(0.2)

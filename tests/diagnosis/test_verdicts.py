@@ -267,6 +267,29 @@ def test_a_seat_cap_that_binds_with_kv_to_spare_is_batch_shape() -> None:
                for n in q["notes"])
 
 
+def test_a_prefill_pool_overloaded_through_the_capture_is_not_put_down_to_kv() -> None:
+    """300 agentic requests (~27k-token prompts) at 8 req/s on two prefill instances and one
+    decode instance over a 1 Gb/s link: the queue is the prefill pool's (~50 waiting at 15 %
+    KV, every step at its 8,192-token budget); the decode instance, full of KV with ~3
+    waiting, runs ten times the steps. Counted step by step across instances, the decode
+    instance made it 'kv_admission'; weighed by the queue each instance held, the prefill
+    pool's budget is what binds, and as the queue grows in every window with arrivals the
+    capture is one burst above capacity."""
+    table = generate_requests(GenerateOptions(scenario=WorkloadKind.AGENTIC, seed=5, requests=300,
+                                              rate_per_s=8.0))
+    trace = normalize(RawTrace(requests=table, format_name="canonical"), "agentic")
+    run = run_scenario(trace, SimScenario(model="Llama-3.1-8B", gpu="H100", pd="2:1",
+                                          link_gbps=1.0))
+    doc = diagnose(make_trace_from(run.requests, run.steps)).to_dict()
+    q = next(a for a in doc["axes"] if a["name"] == "queueing")
+    m = q["metrics"]
+    assert q["cause"] == "arrival_burst"
+    assert m["kv_blocked_queued"] < 0.1 and m["kv_usage_queued"] < 0.3
+    assert m["step_fill_queued"] >= 0.9
+    assert m["burst_ratio"] is None
+    assert any("the capture is one burst above capacity" in n for n in q["notes"])
+
+
 def test_little_law_two_instances_each_waiting_one_is_two_waiting() -> None:
     # Two instances each hold one waiting request over [0, 10): the cluster has 2 waiting.
     columns = {"arrival_s": [0.0, 0.0], "scheduled_s": [10.0, 10.0],

@@ -71,6 +71,8 @@ class WindowBins:
     `admission_steps` counts the steps that leave requests waiting and carry the admission
     signal (`head_blocks_needed`, `kv_blocks_free`), `kv_blocked_steps` those of them whose
     first waiting request needed more KV blocks than were free (None without the signal).
+    `held_s` is the queue those steps held: Σ num_waiting × duration (request-seconds; None
+    without num_waiting), which weighs each instance's means against the others'.
     """
 
     instances: tuple[str, ...]
@@ -84,6 +86,7 @@ class WindowBins:
     waiting_at_edges: np.ndarray | None
     admission_steps: np.ndarray | None = None
     kv_blocked_steps: np.ndarray | None = None
+    held_s: np.ndarray | None = None
 
 
 # Instance × window cells kept per instance; beyond it the sums are the cluster's (one row).
@@ -140,7 +143,7 @@ def _instances_with(log: StepLog, name: str, ids: InstanceIds) -> np.ndarray:
 # The unit of each per-window sum: 1 ns of time, 1e-9 of a usage ratio, whole counts.
 QUANTUM = {"busy_s": 1e-9, "idle_waiting_s": 1e-9, "kv_usage_sum": 1e-9, "steps": 1.0,
            "running_sum": 1.0, "tokens_sum": 1.0, "admission_steps": 1.0,
-           "kv_blocked_steps": 1.0}
+           "kv_blocked_steps": 1.0, "held_s": 1e-9}
 
 
 def _exact_bincount(cells: np.ndarray, values: np.ndarray, shape: tuple[int, int],
@@ -297,6 +300,8 @@ class _StepPass:
         left = (column(b, "num_waiting", 0.0) > 0 if "num_waiting" in b.columns
                 else np.ones(len(b), dtype=bool)).astype(np.float64)
         add("steps", left)
+        if "num_waiting" in b.columns:
+            add("held_s", column(b, "num_waiting", 0.0) * np.maximum(end - start, 0.0))
         if "num_running" in b.columns:
             add("running_sum", column(b, "num_running", 0.0) * left)
         add("tokens_sum", _tokens(b) * left)
@@ -355,7 +360,8 @@ class _StepPass:
             kv_usage_sum=b["kv_usage_sum"] if self.has_kv else None,
             waiting_at_edges=waiting,
             admission_steps=b["admission_steps"] if self.has_admission else None,
-            kv_blocked_steps=b["kv_blocked_steps"] if self.has_admission else None)
+            kv_blocked_steps=b["kv_blocked_steps"] if self.has_admission else None,
+            held_s=b["held_s"] if self.has_waiting else None)
 
     def _served(self, b: pd.DataFrame, start: np.ndarray) -> None:
         """Tokens of the batch's steps into the window each starts in."""

@@ -233,30 +233,59 @@ def _queued_rows(inp: AxisInput, timing: RequestTiming, grid: Windows, bins: Win
 def _step_shape(bins: WindowBins, queued: np.ndarray, budget: float | None,
                 seq_cap: float | None) -> dict[str, float | None]:
     """Busy, idle-while-waiting, tokens per step, running and KV usage where each instance's
-    queue is (`queued`: rows × windows), from the step log's per-window sums."""
+    queue is (`queued`: rows × windows), from the step log's per-window sums.
+
+    The step means (tokens, running, KV usage, the share of steps blocked on KV) are each
+    instance's own, weighed against the other instances' by the queue each held there
+    (`held_s`): a disaggregated decode pool runs ten times the steps of its prefill pool, and
+    counted step by step its few waiting requests outweighed the prefill pool's long queue.
+    One instance (or a log without num_waiting) is its own mean."""
     if not queued.any():
         return {}
     covered = float(bins.covered_s[queued].sum())
-    steps = float(bins.steps[queued].sum())
     # A step that starts in a window may end after it: shares are capped at 1.
     out: dict[str, float | None] = {
         "busy_queued": _share(float(bins.busy_s[queued].sum()), covered),
         "idle_waiting_queued": (_share(float(bins.idle_waiting_s[queued].sum()), covered)
                                 if bins.idle_waiting_s is not None else None),
     }
-    if bins.tokens_sum is not None and steps:
-        tokens = float(bins.tokens_sum[queued].sum()) / steps
+    weight = None if bins.held_s is None else _per_row(bins.held_s, queued)
+
+    def mean(sums: np.ndarray | None, counts: np.ndarray | None) -> float | None:
+        if sums is None or counts is None:
+            return None
+        return _weighed(_per_row(sums, queued), _per_row(counts, queued), weight)
+
+    tokens = mean(bins.tokens_sum, bins.steps)
+    if tokens is not None:
         out["tokens_per_step_queued"] = tokens
         out["step_fill_queued"] = ratio(tokens, budget)
-    if bins.running_sum is not None and steps:
-        out["running_fill_queued"] = ratio(float(bins.running_sum[queued].sum()) / steps,
-                                           seq_cap)
-    if bins.kv_usage_sum is not None and steps:
-        out["kv_usage_queued"] = float(bins.kv_usage_sum[queued].sum()) / steps
+    running = mean(bins.running_sum, bins.steps)
+    if running is not None:
+        out["running_fill_queued"] = ratio(running, seq_cap)
+    kv = mean(bins.kv_usage_sum, bins.steps)
+    if kv is not None:
+        out["kv_usage_queued"] = kv
     if bins.admission_steps is not None and bins.kv_blocked_steps is not None:
-        out["kv_blocked_queued"] = ratio(float(bins.kv_blocked_steps[queued].sum()),
-                                         float(bins.admission_steps[queued].sum()))
+        out["kv_blocked_queued"] = mean(bins.kv_blocked_steps, bins.admission_steps)
     return out
+
+
+def _per_row(values: np.ndarray, queued: np.ndarray) -> np.ndarray:
+    """Each row's (instance's) sum over its queued windows."""
+    return np.where(queued, values, 0.0).sum(axis=1)
+
+
+def _weighed(sums: np.ndarray, counts: np.ndarray, weight: np.ndarray | None) -> float | None:
+    """The rows' means (sum / count) weighed by `weight` (None, or every weight 0: the pooled
+    mean, Σ sums / Σ counts); rows without a count are left out."""
+    has = counts > 0
+    if not has.any():
+        return None
+    if weight is None or not (weight[has] > 0).any():
+        return float(sums[has].sum() / counts[has].sum())
+    means = sums[has] / counts[has]
+    return float(np.average(means, weights=weight[has]))
 
 
 def _share(part: float, whole: float) -> float | None:

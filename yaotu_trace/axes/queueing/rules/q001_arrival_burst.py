@@ -26,19 +26,25 @@ def _check(
     # NOTE: a queue that is a small share of latency is no bottleneck even when it is most of
     # TTFT (a disaggregated run's TTFT is its prefill alone).
     latency = mt.queue_share_of_latency
+    whole = _whole_capture(f, t)
     if not (share is not None and share >= t.queue_share_of_ttft
             and (latency is None or latency >= t.queue_share_warn)
             and (mt.growing_windows or 0) > 0
             and mt.growth_rho is not None and mt.growth_rho >= t.overload_rho
-            and mt.burst_ratio is not None and mt.burst_ratio >= t.burst_rate_ratio
+            and (whole or (mt.burst_ratio is not None
+                           and mt.burst_ratio >= t.burst_rate_ratio))
             and saturated(f, t) is not False and batch_limited is not False):
         return None
+    burst = ([check("step_fill_queued", mt.step_fill_queued, ">=", "batch_at_limit",
+                    t.batch_at_limit)] if whole else
+             [check("burst_ratio", mt.burst_ratio, ">=", "burst_rate_ratio",
+                    t.burst_rate_ratio)])
     return [
         check("queue_share_of_ttft", share, ">=", "queue_share_of_ttft", t.queue_share_of_ttft),
         *([] if latency is None else [check("queue_share_of_latency", latency, ">=",
                                             "queue_share_warn", t.queue_share_warn)]),
         check("growth_rho", mt.growth_rho, ">=", "overload_rho", t.overload_rho),
-        check("burst_ratio", mt.burst_ratio, ">=", "burst_rate_ratio", t.burst_rate_ratio),
+        *burst,
         fact("growing_windows", mt.growing_windows, "windows"),
         fact("growth_requests", mt.growth_requests, "requests"),
         fact("arrival_rate_growing_per_s", mt.arrival_rate_growing_per_s, "requests/s"),
@@ -49,8 +55,23 @@ def _check(
     ]
 
 
+def _whole_capture(f: QueueingFacts, t: Thresholds) -> bool:
+    """The queue grows in every window with arrivals, so there is no calmer rate to hold the
+    burst against (`burst_ratio` is none): the capture is one burst, above capacity when the
+    steps run at their token budget there (a seat cap with room left is Q004's)."""
+    mt = f.metrics
+    return (mt.burst_ratio is None and mt.arrival_rate_other_per_s is None
+            and mt.arrival_rate_growing_per_s is not None
+            and mt.step_fill_queued is not None and mt.step_fill_queued >= t.batch_at_limit)
+
+
 def _note(f: QueueingFacts, t: Thresholds) -> str | None:
-    """Without a step log in the windows where the queue grows, saturation is not confirmed."""
+    """Without a step log in the windows where the queue grows, saturation is not confirmed;
+    a capture that is one burst says so."""
+    if _whole_capture(f, t):
+        return ("the queue grows in every window with arrivals: the capture is one burst above "
+                "capacity (no calmer window to hold its rate against), the steps at their "
+                "token budget")
     if saturated(f, t) is not None:
         return None
     return ("arrival burst judged from the request table alone; add a step log to confirm the "
@@ -64,8 +85,10 @@ RULE: Rule[QueueingFacts] = Rule(
         "queue_share_of_ttft ≥ queue_share_of_ttft and (when known) queue_share_of_latency ≥ "
         "queue_share_warn, and in the windows where the queue grows "
         "(growth_min_requests, growth_min_share): offered work ≥ overload_rho × the service "
-        "rate, arrivals ≥ burst_rate_ratio × the rate in the other windows, a batch limit "
-        "reached (fill ≥ batch_at_limit) and, with a step log, the GPU busy ≥ "
+        "rate, arrivals ≥ burst_rate_ratio × the rate in the other windows (or, when the queue "
+        "grows in every window with arrivals, the steps' token budget filled ≥ "
+        "batch_at_limit), a batch limit reached (fill ≥ batch_at_limit) and, with a step "
+        "log, the GPU busy ≥ "
         "gpu_busy_saturated with idle-while-waiting < idle_waiting_saturated"
     ),
     evidence="queue_share_of_ttft, growth_rho, burst_ratio, the windows' arrival rates, "
