@@ -341,3 +341,24 @@ def test_a_capture_overloaded_in_every_window_with_arrivals_is_one_burst() -> No
 
     assert fired(0.96)
     assert not fired(0.2)
+
+
+def test_metrics_means_weigh_each_instance_by_what_waited_at_its_scrapes() -> None:
+    """Scrapes every second for 5 s: instance p has 40 waiting at 10 % KV, instance d 2
+    waiting at 100 % KV. Each instance's mean, weighed 200 : 10 by what waited, is near p's;
+    one instance alone is its own plain mean."""
+    from yaotu_trace.axes.queueing.metrics import Windows
+    from yaotu_trace.axes.queueing.windows import _gauge_mean_in
+
+    rows = []
+    for t in range(5):
+        for inst, waiting, kv in (("p", 40.0, 0.10), ("d", 2.0, 1.00)):
+            label = f'instance="{inst}"'
+            rows += [(float(t), "vllm:num_requests_waiting", label, waiting),
+                     (float(t), "vllm:kv_cache_usage_perc", label, kv)]
+    grid = Windows(t0_s=0.0, width_s=5.0, count=1)
+    queued = np.ones(1, dtype=bool)
+    both = _gauge_mean_in(make_metrics(rows), "kv_usage", grid, queued)
+    assert both == pytest.approx((0.10 * 200 + 1.00 * 10) / 210)
+    alone = [r for r in rows if 'instance="d"' in r[2]]
+    assert _gauge_mean_in(make_metrics(alone), "kv_usage", grid, queued) == pytest.approx(1.0)

@@ -297,7 +297,9 @@ def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows,
                    mask: np.ndarray) -> float | None:
     """Mean of a gauge's per-instance scrapes that fall in the masked windows while requests
     wait: that instance's waiting gauge when the two share labels, else the cluster's (every
-    scrape there when the waiting gauge is not exported)."""
+    scrape there when the waiting gauge is not exported). Each instance's (label set's) mean
+    is weighed by what waited at its scrapes, as the step log's means weigh the queue each
+    instance held (`_step_shape`); one instance is its own mean."""
     name = metrics.name_of(key)
     if name is None:
         return None
@@ -317,10 +319,21 @@ def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows,
         if np.isnan(at).all():  # no shared labels: the cluster's queue at that scrape
             total = waiting.groupby("time_s")["value"].sum()
             at = total.reindex(times).to_numpy(dtype=np.float64)
+        weights: np.ndarray | None = np.nan_to_num(at)
         inside &= np.nan_to_num(at) > 0
+    else:
+        weights = None
     if not inside.any():
         return None
-    return float(rows["value"].to_numpy(dtype=np.float64)[inside].mean())
+    values = rows["value"].to_numpy(dtype=np.float64)[inside]
+    if weights is None:
+        return float(values.mean())
+    codes, labels = np.unique(rows["labels"].to_numpy(dtype=object)[inside].astype(str),
+                              return_inverse=True)
+    count = np.bincount(labels, minlength=codes.size)
+    means = np.bincount(labels, weights=values, minlength=codes.size) / count
+    held = np.bincount(labels, weights=weights[inside], minlength=codes.size)
+    return float(np.average(means, weights=held))
 
 
 def _running_elsewhere(inp: AxisInput, timing: RequestTiming, grid: Windows,
