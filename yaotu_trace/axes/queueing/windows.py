@@ -328,11 +328,11 @@ def _gauge_mean_in(metrics: EngineMetrics, key: str, grid: Windows,
     values = rows["value"].to_numpy(dtype=np.float64)[inside]
     if weights is None:
         return float(values.mean())
-    codes, labels = np.unique(rows["labels"].to_numpy(dtype=object)[inside].astype(str),
-                              return_inverse=True)
-    count = np.bincount(labels, minlength=codes.size)
-    means = np.bincount(labels, weights=values, minlength=codes.size) / count
-    held = np.bincount(labels, weights=weights[inside], minlength=codes.size)
+    label_sets, instance = np.unique(
+        rows["labels"].to_numpy(dtype=object)[inside].astype(str), return_inverse=True)
+    count = np.bincount(instance, minlength=label_sets.size)
+    means = np.bincount(instance, weights=values, minlength=label_sets.size) / count
+    held = np.bincount(instance, weights=weights[inside], minlength=label_sets.size)
     return float(np.average(means, weights=held))
 
 
