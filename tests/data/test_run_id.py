@@ -146,3 +146,15 @@ def test_a_csv_table_has_no_id(tmp_path: Path) -> None:
     path.write_text("arrival_s\n0\n", encoding="utf-8")
     assert read_run_id(path) is None
     assert RUN_ID_KEY == b"yaotu.run_id"
+
+
+def test_docs_show_the_refusal_as_it_is_printed(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/diagnose.md quotes the line for the samples' pair; the ids are the samples'."""
+    root = SAMPLES.parent
+    monkeypatch.chdir(root)
+    code, _, err = run_cli(["diagnose", "sample_traces/diag-kv-churn.parquet", "--steps",
+                            "sample_traces/diag-burst.steps.parquet"], capsys)
+    assert code == ExitCode.INPUT
+    docs = (root / "docs" / "diagnose.md").read_text(encoding="utf-8")
+    assert err.strip() in [line.strip() for line in docs.splitlines()]
