@@ -290,6 +290,26 @@ def test_a_prefill_pool_overloaded_through_the_capture_is_not_put_down_to_kv() -
     assert any("the capture is one burst above capacity" in n for n in q["notes"])
 
 
+def test_a_queue_that_is_most_of_ttft_but_little_of_latency_is_ok_and_says_so() -> None:
+    """200 chat requests at 20 req/s on a 256-token step budget: the wait to be admitted is
+    ~90 % of TTFT but under a fifth of latency, so no rule fires (the axis scores latency);
+    the panel says what the queue is to TTFT."""
+    table = generate_requests(GenerateOptions(scenario=WorkloadKind.CHAT, seed=4, requests=200,
+                                              rate_per_s=20.0))
+    trace = normalize(RawTrace(requests=table, format_name="canonical"), "chat")
+    run = run_scenario(trace, SimScenario(model="Llama-3.1-8B", gpu="H100",
+                                          max_batched_tokens=256))
+    q = next(a for a in diagnose(make_trace_from(run.requests, run.steps)).to_dict()["axes"]
+             if a["name"] == "queueing")
+    m = q["metrics"]
+    assert q["status"] == "ok" and not q["findings"]
+    assert m["queue_share_of_ttft"] >= 0.5 and m["queue_share_of_latency"] < 0.2
+    said = [n for n in q["notes"] if n.startswith("the queue is")]
+    assert len(said) == 1
+    assert f"{100 * m['queue_share_of_ttft']:.1f} % of TTFT" in said[0]
+    assert "against a TTFT objective" in said[0]
+
+
 def test_little_law_two_instances_each_waiting_one_is_two_waiting() -> None:
     # Two instances each hold one waiting request over [0, 10): the cluster has 2 waiting.
     columns = {"arrival_s": [0.0, 0.0], "scheduled_s": [10.0, 10.0],

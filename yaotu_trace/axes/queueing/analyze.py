@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -197,6 +198,8 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
         notes.append(note)
     if (note := _decode_queue_note(inp, timing)) is not None:
         notes.append(note)
+    if not hits and (note := _ttft_queue_note(timing, t)) is not None:
+        notes.append(note)
     if reasons is not None and (share := reasons.deferred_share) is not None and share >= 0.5:
         notes.append(f"{100 * share:.0f} % of the requests waiting are deferred ({reasons.source}"
                      "): they wait on remote KV or a grammar, not on capacity; read the "
@@ -215,6 +218,23 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
                     *confirm_steps(metrics, cause, facts.has_steps)),
         notes=tuple(notes),
     )
+
+
+def _ttft_queue_note(timing: RequestTiming, t: Thresholds) -> str | None:
+    """Where the queue is most of TTFT yet too small a share of latency for any rule: the axis
+    is ok by latency, which it scores, and a TTFT objective would still be the queue's."""
+    ttft, latency = timing.share_ttft, timing.share_latency
+    if ttft is None or latency is None or not (ttft >= t.queue_share_of_ttft
+                                               and latency < t.queue_share_warn):
+        return None
+    waits = None if timing.queue is None else timing.queue[timing.timed]
+    waits = None if waits is None else waits[np.isfinite(waits)]
+    mean = "" if waits is None or not waits.size else f", {float(waits.mean()):.3g} s on average"
+    below = math.floor(1000 * latency) / 10  # rounded down: never shown at the threshold
+    return (f"the queue is {100 * ttft:.1f} % of TTFT{mean}, but {below:.1f} % of latency, "
+            f"under queue_share_warn ({100 * t.queue_share_warn:g} %): no queueing problem by "
+            "latency, which this axis scores; against a TTFT objective the wait to be admitted "
+            "is what to shorten")
 
 
 def _decode_queue_note(inp: AxisInput, timing: RequestTiming) -> str | None:
