@@ -158,3 +158,20 @@ def test_docs_show_the_refusal_as_it_is_printed(monkeypatch: pytest.MonkeyPatch,
     assert code == ExitCode.INPUT
     docs = (root / "docs" / "diagnose.md").read_text(encoding="utf-8")
     assert err.strip() in [line.strip() for line in docs.splitlines()]
+
+
+@pytest.mark.parametrize("value", [b"", b"zz", b"\xff" * 3 + b"x" * 100_000])
+def test_a_damaged_run_id_is_refused_in_one_short_line(
+        value: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Metadata under the key that trace simulate did not write (empty, not hex, 100 kB of
+    junk) is refused naming file and key, the value cut to 40 characters."""
+    table = pq.read_table(SAMPLES / "diag-burst.steps.parquet")
+    damaged = tmp_path / "burst.steps.parquet"
+    meta = dict(table.schema.metadata or {})
+    meta[RUN_ID_KEY] = value
+    pq.write_table(table.replace_schema_metadata(meta), damaged)
+    code, out, err = run_cli(["diagnose", str(SAMPLES / "diag-kv-churn.parquet"), "--steps",
+                              str(damaged)], capsys)
+    assert code == ExitCode.INPUT and out == "" and err.count("\n") == 1
+    assert f"{damaged}: metadata 'yaotu.run_id' is " in err
+    assert "not a run id (16 hex digits" in err and len(err) < 400

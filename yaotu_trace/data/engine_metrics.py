@@ -20,8 +20,9 @@ from yaotu_trace.data.metric_names import COUNTERS, GAUGES, HISTOGRAMS, LABELLED
 if TYPE_CHECKING:
     import pandas as pd
 
-# The run id in `yaotu:run_info`'s labels, however the reader keyed them.
-_RUN_ID = re.compile(r'run_id="?([0-9a-f]+)')
+# The run id in `yaotu:run_info`'s labels, however the reader keyed them (checked by
+# `run_id.checked_id` where it is compared).
+_RUN_ID = re.compile(r'run_id="?([^",;}]*)')
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,17 +15,20 @@ by another tool keeps none: the time and work checks then stand alone.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from yaotu_trace.errors import TraceReadError
+from yaotu_trace.errors import TraceReadError, TraceSchemaError
 
 if TYPE_CHECKING:
     import pandas as pd
 
 RUN_ID_KEY = b"yaotu.run_id"
+# What `run_id` writes; anything else under the key was written by hand or damaged.
+_RUN_ID = re.compile(r"[0-9a-f]{16}")
 # The columns whose values name a run: when each request arrived, was first scheduled and
 # finished, in the engine's own clock.
 _TIMING = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
@@ -67,7 +70,22 @@ def read_run_id(path: str | Path) -> str | None:
     except (OSError, ValueError):
         return None  # the reader of the file itself says what is wrong with it
     raw = metadata.get(RUN_ID_KEY)
-    return raw.decode("ascii", "replace") if raw else None
+    if raw is None:
+        return None
+    return checked_id(raw.decode("ascii", "replace"),
+                      f"{path}: metadata '{RUN_ID_KEY.decode()}'")
+
+
+def checked_id(value: str, where: str) -> str:
+    """`value` when it is a run id as `run_id` writes it; else refused in one line (the value
+    cut to 40 characters), `where` naming the file and the field."""
+    if _RUN_ID.fullmatch(value):
+        return value
+    shown = repr(value[:40]) + (f" (and {len(value) - 40:,} more characters)"
+                                if len(value) > 40 else "")
+    raise TraceSchemaError(
+        f"{where} is {shown}, not a run id (16 hex digits, as trace simulate writes it); "
+        "remove it, or write the file again with trace simulate")
 
 
 def check_same_run(trace_path: str | Path, steps_path: str | Path) -> None:
@@ -105,6 +123,8 @@ def _check_export(named: str, table_path: str | Path, metrics_path: str,
     """Refuse an export whose `yaotu:run_info` names runs (`theirs`) other than the one in
     the Parquet table at `table_path` (`named` in the message); no id on either side: no
     check."""
+    for value in theirs:
+        checked_id(value, f"{metrics_path}: the run_id label of yaotu:run_info")
     ours = read_run_id(table_path)
     if ours is None or not theirs or ours in theirs:
         return
