@@ -8,7 +8,6 @@ counters as Prometheus' `increase()` does.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING
@@ -19,10 +18,6 @@ from yaotu_trace.data.metric_names import COUNTERS, GAUGES, HISTOGRAMS, LABELLED
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# The run id in `yaotu:run_info`'s labels, however the reader keyed them (checked by
-# `run_id.checked_id` where it is compared).
-_RUN_ID = re.compile(r'run_id="?([^",;}]*)')
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,10 +57,11 @@ class EngineMetrics:
     @property
     def run_ids(self) -> frozenset[str]:
         """The simulated runs the export says it is of (`yaotu:run_info{run_id}`, which
-        `trace simulate --metrics-out` writes; `data/run_id.py`); empty for an engine's own."""
+        `trace simulate --metrics-out` writes; `data/run_id.py`, which checks them where it
+        compares them); empty for an engine's own."""
         labels = self.frame.loc[self.frame["metric"] == RUN_INFO, "labels"]
-        found = (_RUN_ID.search(str(text)) for text in labels.unique())
-        return frozenset(m.group(1) for m in found if m is not None)
+        found = (_label_values(str(text)).get("run_id") for text in labels.unique())
+        return frozenset(v for v in found if v is not None)
 
     @property
     def instant(self) -> bool:
