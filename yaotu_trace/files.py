@@ -269,6 +269,27 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, CLEANUP_SIGNALS)
 
 
+@contextlib.contextmanager
+def scratch_folder(beside: Path | None = None, prefix: str = "yaotu-trace-") -> Iterator[Path]:
+    """A scratch folder (in `beside`, else the temporary folder), removed whole however the
+    block ends.
+
+    Made and removed with signals held: a Ctrl-C between making it and owning it, or in the
+    middle of its removal, would leave it behind. (`tempfile.TemporaryDirectory` gives up its
+    finalizer before removing, so an interrupt that lands in `shutil.rmtree` leaves the rest
+    of the folder for good.)
+    """
+    folder: str | None = None
+    try:
+        with signals_held():
+            folder = tempfile.mkdtemp(prefix=prefix, dir=beside)
+        yield Path(folder)
+    finally:
+        if folder is not None:
+            with signals_held():
+                shutil.rmtree(folder, ignore_errors=True)
+
+
 def replace_atomically(path: Path, write: Callable[[Path], None], *,
                        size_bytes: int | None = None) -> None:
     """Let `write` fill a temporary file, then publish it at `path` (see the module docstring).

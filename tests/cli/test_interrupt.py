@@ -368,7 +368,8 @@ def test_where_a_keyboard_interrupt_is_raised() -> None:
     assert _resume_in("pandas.core.frame").f_code.co_name == "f"  # type: ignore[union-attr]
     # numba's boxing callback, a finalizer, an atomic write's own steps: in their caller
     for module, name in (("numba.core.serialize", "_numba_unpickle"), ("pandas.io", "__del__"),
-                         ("yaotu_trace.files", "replace_atomically"), ("tempfile", "mkstemp")):
+                         ("yaotu_trace.files", "replace_atomically"), ("tempfile", "mkstemp"),
+                         ("shutil", "rmtree")):
         resume = _resume_in(module, name)
         assert resume is not None and resume.f_code.co_name == "_resume_in", (module, name)
     # what numba's callback calls (cloudpickle) waits for the callback's caller too
@@ -381,6 +382,51 @@ def test_where_a_keyboard_interrupt_is_raised() -> None:
     # but a wait on the workers' pipes stays interruptible
     assert _resume_in("multiprocessing.connection", "wait").f_code.co_name == "wait"  # type: ignore[union-attr]
     assert interrupts.resume_frame(None) is None
+
+
+@pytest.mark.parametrize("other_thread", [False, True], ids=["main-thread", "other-thread"])
+def test_ctrl_c_while_a_scratch_folder_is_removed_removes_it_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other_thread: bool) -> None:
+    """A `.ci/run` once left `trace convert`'s scratch folder behind: the signal landed in
+    `shutil.rmtree`, where `tempfile.TemporaryDirectory` had already given up its finalizer.
+    Here the signal comes at the first file removed: to the main thread, which holds it, or to
+    another thread (as Arrow's may take it), whose handler sets the flag the main thread then
+    acts on inside the removal."""
+    import threading
+
+    from yaotu_trace.files import scratch_folder
+
+    removing = os.unlink
+    sent: list[bool] = []
+
+    def interrupt_from_another_thread() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # it inherits the mask
+        signal.raise_signal(signal.SIGINT)
+
+    def unlink_and_interrupt(*args: object, **kwargs: object) -> None:
+        if not sent:
+            sent.append(True)
+            if other_thread:
+                worker = threading.Thread(target=interrupt_from_another_thread)
+                worker.start()
+                worker.join()
+            else:
+                os.kill(os.getpid(), signal.SIGINT)
+        removing(*args, **kwargs)  # type: ignore[arg-type]
+
+    previous = interrupts.install()
+    try:
+        with (pytest.raises(KeyboardInterrupt),
+              scratch_folder(tmp_path, prefix=".out.") as folder):
+            for k in range(20):
+                (folder / f"{k:06d}.parquet").write_bytes(b"x")
+            monkeypatch.setattr(os, "unlink", unlink_and_interrupt)
+        monkeypatch.undo()
+        assert sent, "the removal never reached a file"
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        monkeypatch.undo()
+        interrupts.restore(previous)
 
 
 def test_debug_keeps_the_exit_code_of_a_usage_error(tmp_path: Path, capsys) -> None:

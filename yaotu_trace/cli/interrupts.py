@@ -25,7 +25,12 @@ has the interrupt raised at the next line of the first frame up the stack that i
   interrupt is raised in the code that asked for the import, once it is done.
 - In a finalizer (`__del__`), where an exception is printed as "Exception ignored" and lost.
 - In the temp-file steps of an atomic write (`tempfile`, `yaotu_trace.files` itself), between
-  the temp file's creation and the `try` whose `finally` removes it.
+  the temp file's creation and the `try` whose `finally` removes it; and in a scratch
+  folder's removal (`shutil.rmtree`), which cut short leaves the rest of the folder behind.
+  Those steps hold the signals, but only in the main thread: one that another thread took
+  still sets the flag the main thread acts on, in whatever frame it is, so an interrupt
+  anywhere below a `tempfile` or `shutil` frame (in the `os.path` code they call) waits for
+  their caller.
 - In a worker's launch (`multiprocessing.context`'s `_Popen`, `--jobs`): the new process reads
   what this one writes it (how to start, what to run) as it starts; cut short, it fails to
   read it and prints a traceback ("EOFError: Ran out of input") beside this run's silent exit.
@@ -62,7 +67,11 @@ _UNSAFE_MODULES = frozenset({"tempfile", "yaotu_trace.files"})
 # starts reads its orders from a pipe that an interrupt would leave half written.
 _CALLBACK_PACKAGES = ("numba.core.serialize", "llvmlite", "_frozen_importlib",
                       "_frozen_importlib_external", "importlib._bootstrap",
-                      "importlib._bootstrap_external", "multiprocessing.context")
+                      "importlib._bootstrap_external", "multiprocessing.context",
+                      # Steps that must run whole once begun, whatever Python code they call
+                      # (`os.path`'s): a temporary file made and not yet owned, a folder half
+                      # removed.
+                      "tempfile", "shutil")
 
 
 class _State:

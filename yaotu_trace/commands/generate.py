@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from yaotu_trace.data.canonical import write_trace
 from yaotu_trace.data.report import InputSummary, Report
 from yaotu_trace.data.run_id import run_id
 from yaotu_trace.errors import ConfigError
-from yaotu_trace.files import STDOUT, replace_atomically
+from yaotu_trace.files import STDOUT, replace_atomically, scratch_folder
 from yaotu_trace.sim.generate import (
     ENGINE_BLOCK_SIZE_TOKENS,
     ENGINES,
@@ -122,8 +121,8 @@ def _write(table: pd.DataFrame, out: Path, run: str | None) -> None:
     if out != STDOUT:
         write_trace(table, out, run=run)
         return
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "trace.jsonl"
+    with scratch_folder() as folder:
+        path = folder / "trace.jsonl"
         write_trace(table, path)
         text = path.read_text(encoding="utf-8")
 

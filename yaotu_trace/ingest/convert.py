@@ -13,7 +13,6 @@ across two parts (sorting them needs the whole file).
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from yaotu_trace.data.schema import CLOCK_COLUMNS, check_one_clock, normalize
 from yaotu_trace.data.steplog import STEP_COLUMNS
 from yaotu_trace.data.values import SOURCE_ROW
 from yaotu_trace.errors import ConfigError, TraceSchemaError, WriteError
-from yaotu_trace.files import signals_held, write_error
+from yaotu_trace.files import scratch_folder, write_error
 from yaotu_trace.ingest import detect_format, read_trace
 from yaotu_trace.ingest.formats import TraceFormat
 from yaotu_trace.ingest.parts import apply_options, can_read_in_parts, read_parts
@@ -106,11 +105,7 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
     times: dict[str, list[np.ndarray]] = {c: [] for c in CLOCK_COLUMNS}
     rows_at: list[np.ndarray] = []
     label = "line"
-    # Made with signals held: one between making the folder and the object that removes it
-    # would leave it behind.
-    with signals_held():
-        scratch = tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent)
-    with scratch as folder:
+    with scratch_folder(out.parent, prefix=f".{out.name}.") as folder:
         for k, raw in enumerate(read_parts(path, fmt, part_bytes=part_bytes)):
             raw = apply_options(raw, path, column_map, source_block_size)
             part = normalize(raw, str(path), whole=False)
@@ -145,7 +140,7 @@ def _convert_in_parts(path: Path, out: Path, fmt: TraceFormat,
                 parts.append(_seconds(raw.requests, column))
             first, last = raw.requests[SOURCE_ROW].iloc[[0, -1]].tolist()
             notes += [f"lines {first}–{last}: {note}" for note in part.notes]
-            files.append(Path(folder) / f"{k:06d}.parquet")
+            files.append(folder / f"{k:06d}.parquet")
             _write_part(table, files, out)
             rows += len(table)
             format_name = part.format_name
