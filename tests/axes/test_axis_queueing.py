@@ -362,3 +362,22 @@ def test_metrics_means_weigh_each_instance_by_what_waited_at_its_scrapes() -> No
     assert both == pytest.approx((0.10 * 200 + 1.00 * 10) / 210)
     alone = [r for r in rows if 'instance="d"' in r[2]]
     assert _gauge_mean_in(make_metrics(alone), "kv_usage", grid, queued) == pytest.approx(1.0)
+
+
+def test_the_panel_shows_the_queue_weighted_shape_beside_the_pooled_p75s() -> None:
+    """A P/D cluster's P75s pool every instance's steps, mostly the decode pool's (run of
+    `trace simulate --pd 2:1 --link-gbps 1` on 300 agentic requests: P75 step fill 0.2 %,
+    KV 93 %), while the queue is the prefill pool's (95.6 %, 14.8 %): the panel shows both."""
+    from yaotu_trace.render.views.axes import metric_rows
+
+    metrics = {"step_fill_p75": 0.002, "running_fill_p75": 0.65, "kv_usage_p75": 0.931,
+               "step_fill_queued": 0.956, "running_fill_queued": 0.123,
+               "kv_usage_queued": 0.148}
+    rows = metric_rows({"name": "queueing", "metrics": metrics})
+    assert rows == [("P75 step tokens / budget", "0.2 %"), ("P75 running / seq cap", "65.0 %"),
+                    ("P75 KV usage", "93.1 %"),
+                    ("step tokens / budget where queued", "95.6 %"),
+                    ("running / seq cap where queued", "12.3 %"),
+                    ("KV usage where queued", "14.8 %")]
+    # no queue, no rows for it
+    assert len(metric_rows({"name": "queueing", "metrics": {"step_fill_p75": 0.5}})) == 1

@@ -288,6 +288,14 @@ def test_a_prefill_pool_overloaded_through_the_capture_is_not_put_down_to_kv() -
     assert m["step_fill_queued"] >= 0.9
     assert m["burst_ratio"] is None
     assert any("the capture is one burst above capacity" in n for n in q["notes"])
+    # the panel's rows docs/diagnose.md quotes for this run: the pooled P75s are the decode
+    # instance's, the rows where queued the prefill pool's
+    from yaotu_trace.render.views.axes import metric_rows
+
+    rows = dict(metric_rows(q))
+    assert (rows["P75 step tokens / budget"], rows["P75 KV usage"]) == ("0.2 %", "93.1 %")
+    assert (rows["step tokens / budget where queued"], rows["KV usage where queued"]) == (
+        "95.6 %", "14.8 %")
 
 
 def test_a_queue_that_is_most_of_ttft_but_little_of_latency_is_ok_and_says_so() -> None:

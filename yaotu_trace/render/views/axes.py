@@ -38,6 +38,11 @@ AXIS_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("step_fill_p75", "P75 step tokens / budget", "pct"),
         ("running_fill_p75", "P75 running / seq cap", "pct"),
         ("kv_usage_p75", "P75 KV usage", "pct"),
+        # The same where requests wait, each instance weighed by the queue it held: in a
+        # cluster the P75s above are every instance's steps (a P/D cluster's: mostly decode's).
+        ("step_fill_queued", "step tokens / budget where queued", "pct"),
+        ("running_fill_queued", "running / seq cap where queued", "pct"),
+        ("kv_usage_queued", "KV usage where queued", "pct"),
     ),
     "kv_memory": (
         ("preemptions_total", "preemptions", "count"),
