@@ -17,7 +17,8 @@ from yaotu_trace.diff import diff_traces
 from yaotu_trace.errors import ExitCode
 from yaotu_trace.ingest import read_trace
 
-SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_traces"
 # 320 blocks of 16 tokens: the pool diag-kv-churn was generated with; the default pool of
 # Llama-3.1-8B on one H100 holds ~420k tokens.
 SMALL_POOL_BLOCKS = 320
@@ -132,7 +133,7 @@ def test_the_bootstrap_is_deterministic(pools) -> None:
 
 
 @pytest.mark.slow
-def test_the_walkthrough_of_docs_diff_md(tmp_path: Path) -> None:
+def test_the_walkthrough_of_docs_diff_md(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # docs/diff.md: the first 400 Mooncake conversation requests of at most 16,000 tokens, served
     # with a 1,200-block and then the default KV pool; the numbers the page quotes.
     import json
@@ -151,7 +152,7 @@ def test_the_walkthrough_of_docs_diff_md(tmp_path: Path) -> None:
     sample = tmp_path / "short.jsonl"
     sample.write_text("".join(kept), encoding="utf-8")
     runs = []
-    for name, extra in (("small", ["--kv-blocks", "1200"]), ("large", [])):
+    for name, extra in (("small-pool", ["--kv-blocks", "1200"]), ("large-pool", [])):
         out, steps = tmp_path / f"{name}.parquet", tmp_path / f"{name}.steps.parquet"
         assert main(["simulate", str(sample), "--model", "Llama-3.1-8B", "--gpu", "H100",
                      "--out", str(out), "--steps-out", str(steps), "-o",
@@ -167,6 +168,19 @@ def test_the_walkthrough_of_docs_diff_md(tmp_path: Path) -> None:
     # would estimate: the readmissions hit most of their own blocks in the prefix cache
     assert saved["recomputed_prefill_tokens"] == 4131
     assert {i.name for i in result.ledger.added} >= {"decode_seconds_lost_to_stalls"}
+    # the page's output block is what the command prints (at 100 columns)
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.chdir(tmp_path)
+    shown = tmp_path / "diff.txt"
+    assert main(["diff", "small-pool.parquet", "large-pool.parquet", "--steps-before",
+                 "small-pool.steps.parquet", "--steps-after", "large-pool.steps.parquet", "--model",
+                 "Llama-3.1-8B", "--gpu", "H100", "--out", "matched.parquet",
+                 "-o", str(shown)]) == ExitCode.OK
+    page = (REPO / "docs" / "diff.md").read_text(encoding="utf-8")
+    block = page.split("The output (about 5 s):\n\n```\n", 1)[1].split("```\n", 1)[0]
+    printed = shown.read_text(encoding="utf-8")
+    assert [line.rstrip() for line in printed.splitlines()] == [
+        line.rstrip() for line in block.splitlines()]
 
 
 def test_with_no_request_in_common_the_fairness_steps_do_not_offer_a_subset() -> None:
