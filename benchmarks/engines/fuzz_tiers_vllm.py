@@ -35,12 +35,15 @@ from golden_tiers_vllm import Config, NeverFinished, VllmOffload, _model_dir, _s
 CONFIGS_PER_SEED = 3
 
 
-def write_trace(seed: int, path: Path) -> tuple[int, list[str], list[list[int]]]:
-    """Seed's trace as canonical Parquet at `path`: (block size, tenants, prompts)."""
+def write_trace(seed: int, path: Path, block: int | None = None
+                ) -> tuple[int, list[str], list[list[int]]]:
+    """Seed's trace as canonical Parquet at `path`: (block size, tenants, prompts). `block`
+    fixes the block size the lengths are drawn around (else the seed draws it)."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
-    block = int(rng.choice([4, 8, 16]))
+    drawn = int(rng.choice([4, 8, 16]))
+    block = drawn if block is None else block
     vocabulary = int(rng.choice([8, 30, 200]))
     requests = int(rng.integers(40, 160))
     tenants = int(rng.integers(1, 3))
