@@ -7,11 +7,18 @@ page of 1 token, the trace's block or twice it; a device pool from one page abov
 prompt to four times it; a host of 0.5 to 3 times the device pool; one of the three write
 policies. SGLang runs as `golden_tiers_sglang.HiCache` runs it (one request at a time, every
 load-back and backup completed in its step), the replay as `ours` there. Prints a line per
-configuration and exits 1 when any request's device or host hit differs. Run it in SGLang's
-environment (benchmarks/engines/README.md, with the project's dependencies installed there):
+configuration and exits 1 when any request's device or host hit differs. `--storage` puts
+SGLang's file store below the host (`golden_tiers_sglang_storage.HiCacheStorage`: its
+`HiCacheFile` with its LRU evictor, SGLang's own prefetch and backup threads) of 16 pages to
+more than the trace writes, device pools up to twice the longest prompt and hosts of half and
+once them, on the engine traces' generator (`traces.generate`, its sizes drawn: long
+sessions, prompts of up to 900 tokens, as SGLang prefetches 256 or more), and compares the
+storage hits too (`--tier cpu --tier disk`).
+Run it in SGLang's environment (benchmarks/engines/README.md, with the project's
+dependencies installed there):
 
     PYTHONPATH=. /tmp/venv-sglang/bin/python benchmarks/engines/fuzz_tiers_sglang.py \\
-        --first-seed 4000 --seeds 60
+        --first-seed 4000 --seeds 60 [--storage]
 
 Deterministic: a seed gives the same trace and configurations on every run, and SGLang's tree
 core's clock is a counter.
@@ -31,8 +38,10 @@ CONFIGS_PER_SEED = 3
 POLICIES = ("write_through", "write_through_selective", "write_back")
 
 
-def configs(seed: int, block: int, prompts: list[list[int]]) -> list:
-    """Seed's configurations (`golden_tiers_sglang.Config`) for its trace."""
+def configs(seed: int, block: int, prompts: list[list[int]],
+            ratios: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0), pools: int = 4) -> list:
+    """Seed's configurations (`golden_tiers_sglang.Config`) for its trace: device pools up to
+    `pools` times the longest prompt, hosts `ratios` times the device pool."""
     from golden_tiers_sglang import Config
 
     draw = random.Random(seed)
@@ -40,9 +49,49 @@ def configs(seed: int, block: int, prompts: list[list[int]]) -> list:
     for _ in range(CONFIGS_PER_SEED):
         page = draw.choice([1, block, 2 * block])
         longest = -(-max(len(p) for p in prompts) // page) * page
-        pool = draw.randint(longest // page + 1, 4 * longest // page) * page
-        out.append(Config(page, pool, draw.choice([0.5, 1.0, 2.0, 3.0]), draw.choice(POLICIES)))
+        pool = draw.randint(longest // page + 1, pools * longest // page) * page
+        out.append(Config(page, pool, draw.choice(ratios), draw.choice(POLICIES)))
     return out
+
+
+def _storage_trace(seed: int, path: Path) -> tuple[int, list[str], list[list[int]]]:
+    """A trace for the store: the engine traces' generator (`traces.generate`: sessions whose
+    turns extend the last, system prompts of up to 12 blocks, a vocabulary of 1,000) with its
+    sizes drawn, prompts of up to 900 tokens (SGLang prefetches 256 or more)."""
+    from traces import TraceShape, generate
+
+    draw = random.Random(seed)
+    shape = TraceShape(f"fuzz{seed}", seed=seed, requests=draw.randint(120, 300),
+                       tenants=draw.randint(1, 3), block_size_tokens=16,
+                       max_prompt_tokens=draw.choice([480, 640, 900]))
+    table = generate(shape)
+    table.to_parquet(path, index=False)
+    return 16, table["tenant"].tolist(), [list(map(int, p)) for p in table["prompt_tokens"]]
+
+
+def _run(config, storage_pages: int | None, tenants: list[str], prompts: list[list[int]],
+         path: Path) -> tuple[list[list[int]], list, int] | str:
+    """SGLang's hits (device, host[, storage]) per request, the replay's, and the host's
+    tokens; or what SGLang raised when it gave up on a configuration."""
+    import golden_tiers_sglang
+    import golden_tiers_sglang_storage
+
+    if storage_pages is None:
+        engine = golden_tiers_sglang.HiCache(config)
+        *theirs, _ = engine.run(tenants, prompts)
+        return theirs, golden_tiers_sglang.ours(path, config, engine.host_tokens), \
+            engine.host_tokens
+    stored = golden_tiers_sglang_storage.StorageConfig(config, storage_pages)
+    engine = golden_tiers_sglang_storage.HiCacheStorage(
+        stored, Path(tempfile.mkdtemp(prefix="hicache-file-")))
+    try:
+        *theirs, _ = engine.run(tenants, prompts)
+    except RuntimeError as error:  # SGLang's own allocation gave up
+        return str(error).splitlines()[0]
+    finally:
+        engine.close()
+    return theirs, golden_tiers_sglang_storage.ours(path, stored, engine.host_tokens), \
+        engine.host_tokens
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,37 +99,59 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--first-seed", type=int, default=4000)
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--storage", action="store_true",
+                        help="SGLang's file store below the host, of a size each seed draws")
     args = parser.parse_args(argv)
     from fuzz_tiers_vllm import write_trace
-    from golden_tiers_sglang import HiCache, _stub_engine, ours
+    from golden_tiers_sglang import _stub_engine
 
     _stub_engine()
-    runs = requests = differing = with_hits = 0
-    print(f"{'seed':>5} {'policy':<24} {'P':>3} {'pool':>5} {'host':>5} {'gpu hits':>8} "
-          f"{'cpu hits':>8} {'differ':>6}")
+    if args.storage:
+        import logging
+
+        logging.disable(logging.WARNING)
+    runs = requests = differing = with_hits = refused = 0
+    print(f"{'seed':>5} {'policy':<24} {'P':>3} {'pool':>5} {'host':>5} {'store':>6} "
+          f"{'gpu hits':>8} {'cpu hits':>8} {'storage':>8} {'differ':>6}")
     with tempfile.TemporaryDirectory(prefix="fuzz-sglang-") as folder:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             path = Path(folder) / f"trace_{seed}.parquet"
-            block, tenants, prompts = write_trace(seed, path)
-            for config in configs(seed, block, prompts):
-                engine = HiCache(config)
-                gpu, cpu, _ = engine.run(tenants, prompts)
-                mine = ours(path, config, engine.host_tokens)
+            if args.storage:
+                block, tenants, prompts = _storage_trace(seed, path)
+            else:
+                block, tenants, prompts = write_trace(seed, path)
+            draw = random.Random(-seed)
+            shapes = ((0.5, 0.5, 1.0), 2) if args.storage else ((0.5, 1.0, 2.0, 3.0), 4)
+            for config in configs(seed, block, prompts, *shapes):
+                pages = None
+                if args.storage:
+                    written = sum(len(p) for p in prompts) // config.page_size
+                    pages = draw.randint(16, max(17, written + 16))
+                ran = _run(config, pages, tenants, prompts, path)
+                where = (f"{seed:>5} {config.write_policy:<24} {config.page_size:>3} "
+                         f"{config.pool_tokens:>5}")
+                if isinstance(ran, str):
+                    refused += 1
+                    print(f"{where} SGLang raised: {ran}", flush=True)
+                    continue
+                theirs, mine, host = ran
                 if mine is None:
                     print("the replay does not import here (numba): nothing compared")
                     return 1
-                bad = [i for i in range(len(gpu))
-                       if (gpu[i], cpu[i]) != (int(mine[0][i]), int(mine[1][i]))]
+                bad = [i for i in range(len(theirs[0]))
+                       if tuple(t[i] for t in theirs) != tuple(int(m[i]) for m in mine)]
                 runs += 1
-                requests += len(gpu)
+                requests += len(theirs[0])
                 differing += len(bad)
-                with_hits += sum(cpu) > 0
-                print(f"{seed:>5} {config.write_policy:<24} {config.page_size:>3} "
-                      f"{config.pool_tokens:>5} {engine.host_tokens:>5} {sum(gpu):>8} "
-                      f"{sum(cpu):>8} {len(bad):>6}"
-                      f"{'  rows ' + str(bad[:5]) if bad else ''}", flush=True)
-    print(f"{runs} configurations ({with_hits} with host hits), {requests:,} requests: "
-          f"{differing} differ")
+                with_hits += sum(theirs[-1]) > 0
+                store = "-" if pages is None else str(pages)
+                storage = "-" if pages is None else str(sum(theirs[2]))
+                print(f"{where} {host:>5} {store:>6} {sum(theirs[0]):>8} {sum(theirs[1]):>8} "
+                      f"{storage:>8} {len(bad):>6}{'  rows ' + str(bad[:5]) if bad else ''}",
+                      flush=True)
+    last = "storage" if args.storage else "host"
+    print(f"{runs} configurations ({with_hits} with {last} hits; SGLang gave up on {refused}), "
+          f"{requests:,} requests: {differing} differ")
     return 1 if differing else 0
 
 
