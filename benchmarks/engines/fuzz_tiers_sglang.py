@@ -30,6 +30,7 @@ import argparse
 import random
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,29 +70,51 @@ def _storage_trace(seed: int, path: Path) -> tuple[int, list[str], list[list[int
     return 16, table["tenant"].tolist(), [list(map(int, p)) for p in table["prompt_tokens"]]
 
 
+@dataclass
+class Ran:
+    """One configuration on both sides: SGLang's hits (device, host[, storage]) per request
+    and the replay's, or the request where each stopped ("Prefill out of memory"; the
+    replay's `PrefillOutOfMemory`), and the host's tokens."""
+
+    theirs: list[list[int]] | None
+    theirs_stopped: int | None
+    mine: tuple | None
+    mine_stopped: int | None
+    host_tokens: int
+
+
 def _run(config, storage_pages: int | None, tenants: list[str], prompts: list[list[int]],
-         path: Path) -> tuple[list[list[int]], list, int] | str:
-    """SGLang's hits (device, host[, storage]) per request, the replay's, and the host's
-    tokens; or what SGLang raised when it gave up on a configuration."""
+         path: Path) -> Ran:
+    """`config` (with a store of `storage_pages`, or none) in SGLang and in the replay."""
     import golden_tiers_sglang
     import golden_tiers_sglang_storage
 
+    from yaotu_trace.prefix.tiers.sglang_tree import PrefillOutOfMemory
+
     if storage_pages is None:
         engine = golden_tiers_sglang.HiCache(config)
-        *theirs, _ = engine.run(tenants, prompts)
-        return theirs, golden_tiers_sglang.ours(path, config, engine.host_tokens), \
-            engine.host_tokens
-    stored = golden_tiers_sglang_storage.StorageConfig(config, storage_pages)
-    engine = golden_tiers_sglang_storage.HiCacheStorage(
-        stored, Path(tempfile.mkdtemp(prefix="hicache-file-")))
+        spec, ours = config, golden_tiers_sglang.ours
+    else:
+        spec = golden_tiers_sglang_storage.StorageConfig(config, storage_pages)
+        engine = golden_tiers_sglang_storage.HiCacheStorage(
+            spec, Path(tempfile.mkdtemp(prefix="hicache-file-")))
+        ours = golden_tiers_sglang_storage.ours
+    served: list[int] = []  # the rows SGLang was asked to serve, the last one where it raised
+    serve = engine.serve
+    engine.serve = lambda row, *more: (served.append(row), serve(row, *more))[1]
+    theirs = theirs_stopped = mine = mine_stopped = None
     try:
         *theirs, _ = engine.run(tenants, prompts)
-    except RuntimeError as error:  # SGLang's own allocation gave up
-        return str(error).splitlines()[0]
+    except RuntimeError:  # SGLang's own allocation gave up
+        theirs_stopped = served[-1]
     finally:
-        engine.close()
-    return theirs, golden_tiers_sglang_storage.ours(path, stored, engine.host_tokens), \
-        engine.host_tokens
+        if storage_pages is not None:
+            engine.close()
+    try:
+        mine = ours(path, spec, engine.host_tokens)
+    except PrefillOutOfMemory as stopped:
+        mine_stopped = stopped.request
+    return Ran(theirs, theirs_stopped, mine, mine_stopped, engine.host_tokens)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         import logging
 
         logging.disable(logging.WARNING)
-    runs = requests = differing = with_hits = refused = 0
+    runs = requests = differing = with_hits = stopped = 0
     print(f"{'seed':>5} {'policy':<24} {'P':>3} {'pool':>5} {'host':>5} {'store':>6} "
           f"{'gpu hits':>8} {'cpu hits':>8} {'storage':>8} {'differ':>6}")
     with tempfile.TemporaryDirectory(prefix="fuzz-sglang-") as folder:
@@ -129,15 +152,19 @@ def main(argv: list[str] | None = None) -> int:
                     pages = draw.randint(16, max(17, written + 16))
                 ran = _run(config, pages, tenants, prompts, path)
                 where = (f"{seed:>5} {config.write_policy:<24} {config.page_size:>3} "
-                         f"{config.pool_tokens:>5}")
-                if isinstance(ran, str):
-                    refused += 1
-                    print(f"{where} SGLang raised: {ran}", flush=True)
+                         f"{config.pool_tokens:>5} {ran.host_tokens:>5}")
+                if ran.theirs_stopped is not None or ran.mine_stopped is not None:
+                    alike = ran.theirs_stopped == ran.mine_stopped
+                    stopped += 1
+                    differing += 0 if alike else 1
+                    print(f"{where} SGLang stops at request {ran.theirs_stopped}, the replay "
+                          f"at {ran.mine_stopped}{'' if alike else '  DIFFER'}", flush=True)
                     continue
-                theirs, mine, host = ran
+                theirs, mine = ran.theirs, ran.mine
                 if mine is None:
                     print("the replay does not import here (numba): nothing compared")
                     return 1
+                assert theirs is not None
                 bad = [i for i in range(len(theirs[0]))
                        if tuple(t[i] for t in theirs) != tuple(int(m[i]) for m in mine)]
                 runs += 1
@@ -146,12 +173,12 @@ def main(argv: list[str] | None = None) -> int:
                 with_hits += sum(theirs[-1]) > 0
                 store = "-" if pages is None else str(pages)
                 storage = "-" if pages is None else str(sum(theirs[2]))
-                print(f"{where} {host:>5} {store:>6} {sum(theirs[0]):>8} {sum(theirs[1]):>8} "
+                print(f"{where} {store:>6} {sum(theirs[0]):>8} {sum(theirs[1]):>8} "
                       f"{storage:>8} {len(bad):>6}{'  rows ' + str(bad[:5]) if bad else ''}",
                       flush=True)
     last = "storage" if args.storage else "host"
-    print(f"{runs} configurations ({with_hits} with {last} hits; SGLang gave up on {refused}), "
-          f"{requests:,} requests: {differing} differ")
+    print(f"{runs} configurations ({with_hits} with {last} hits), {requests:,} requests, and "
+          f"{stopped} where SGLang or the replay stops (out of memory): {differing} differ")
     return 1 if differing else 0
 
 

@@ -137,3 +137,53 @@ def test_tiers_sglang_storage_equals_hicache_per_request(fixture: str, index: in
     assert result.gpu_hit_tokens.tolist() == config["gpu_hit_tokens"]
     assert result.tier_hit_tokens[0].tolist() == config["cpu_hit_tokens"]
     assert result.tier_hit_tokens[1].tolist() == config["storage_hit_tokens"]
+
+
+OUT_OF_MEMORY = DATA / "sglang_out_of_memory.json"
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "reference"])
+@pytest.mark.parametrize("index", range(3))
+def test_tiers_sglang_stops_where_sglang_runs_out_of_memory(index: int, compiled: bool) -> None:
+    """`benchmarks/engines/golden_tiers_sglang_oom.py`: under write_back, a host of half the
+    device pool and a store below, SGLang 0.5.23's allocation raised "Prefill out of memory"
+    (one-token pages: "Out of memory") at a request; each trace ends there."""
+    from yaotu_trace.prefix.tiers.replay import refused_requests
+    from yaotu_trace.prefix.tiers.sglang_tree import PrefillOutOfMemory, replay_hicache_tree
+
+    config = golden_document(OUT_OF_MEMORY)["configs"][index]
+    page = config["page_size"]
+    chains, rules = _chains(config["trace"], page, config["pool_tokens"] // page)
+    tiers = (TierSpec(name=TierName.CPU, capacity_chunks=config["host_tokens"] // page,
+                      chunk_tokens=page),
+             TierSpec(name=TierName.DISK, capacity_chunks=config["storage_pages"],
+                      chunk_tokens=page))
+    refused = refused_requests(chains, rules)
+    # WHEN the one tree replays it THEN it stops at the request SGLang stopped at, short of
+    # pages with every GPU leaf it may evict gone
+    with pytest.raises(PrefillOutOfMemory) as stopped:
+        replay_hicache_tree(chains, refused, tiers, TierPolicy.SGLANG_WRITE_BACK,
+                            config["pool_tokens"] // page, compiled=compiled)
+    assert stopped.value.request == config["stopped_at"]
+    assert stopped.value.free_pages < stopped.value.needed_pages
+    # AND the requests before it run: the same replay without the last one stops nowhere
+    before = np.ones(chains.num_requests, dtype=bool)
+    before[:config["stopped_at"]] = False
+    replay_hicache_tree(chains, refused | before, tiers, TierPolicy.SGLANG_WRITE_BACK,
+                        config["pool_tokens"] // page, compiled=compiled)
+
+
+def test_tiers_sglang_out_of_memory_is_one_line_naming_the_request(tmp_path, capsys) -> None:
+    from yaotu_trace.cli import main
+
+    config = golden_document(OUT_OF_MEMORY)["configs"][0]
+    args = ["replay", str(FIXTURES / config["trace"]), "--preset", "sglang", "--block-size",
+            str(config["page_size"]), "--capacity",
+            str(config["pool_tokens"] // config["page_size"]), "--tier",
+            f"cpu={config['host_tokens']}tok", "--tier", f"disk={config['storage_pages']}blocks",
+            "--tier-policy", "write_back", "-o", str(tmp_path / "r.txt")]
+    assert main(args) == 2
+    assert not (tmp_path / "r.txt").exists()
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith("error: request fuzz5012-0013 cannot be")
+    assert "SGLang raises 'Prefill out of memory'" in said

@@ -275,13 +275,14 @@ def replay_trace_with_requests(
             threshold_note,
             unlimited_gpu_note,
         )
+        from yaotu_trace.prefix.tiers.sglang_tree import PrefillOutOfMemory
         from yaotu_trace.prefix.tiers.vllm_native import StalledLookup
 
         try:
             tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy,
                                   gpu=runs.result)
-        except StalledLookup as stalled:
-            raise stalled.named(str(prepared.request_id[stalled.request])) from None
+        except (StalledLookup, PrefillOutOfMemory) as stopped:  # the engine cannot go on
+            raise stopped.named(str(prepared.request_id[stopped.request])) from None
         runs = _with_tiers(runs, tiered, measured)
         said = (approximation_note(runs.chains, rules, tiers.tiers, tiers.policy),
                 threshold_note(tiered), lower_eviction_note(tiered),

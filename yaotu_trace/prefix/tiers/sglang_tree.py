@@ -61,6 +61,7 @@ from typing import cast
 
 import numpy as np
 
+from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.sglang import PageLru
@@ -72,6 +73,34 @@ from yaotu_trace.prefix.tiers.spec import (
 )
 
 _DEPTH_STEP = 1 << 20  # a lookup stamps its path t, t - 1, t - 2 ... below the next tick
+
+
+class PrefillOutOfMemory(ConfigError):
+    """A request SGLang cannot allocate for: having evicted every GPU leaf it may, fewer pages
+    are free than its prefill needs, and SGLang raises "Prefill out of memory" (one-token
+    pages: "Out of memory") and stops. Seen under `write_back` with a host smaller than the
+    GPU pool and a storage tier: a leaf the host cannot back up is dropped only with its
+    host-only subtree, and a node waiting for its storage write is held, so the leaf stays.
+    `request` is its index in arrival order; `named` says it by its id."""
+
+    def __init__(self, request: int, needed_pages: int, free_pages: int, policy: TierPolicy,
+                 name: str | None = None) -> None:
+        self.request = request
+        self.needed_pages = needed_pages
+        self.free_pages = free_pages
+        self.policy = policy
+        who = f"request {name}" if name is not None else \
+            f"request {request:,} (in arrival order)"
+        super().__init__(
+            f"{who} cannot be allocated under SGLang's HiCache ({policy}): its prefill needs "
+            f"{needed_pages:,} GPU pages and {free_pages:,} are free once every GPU leaf SGLang "
+            "may evict is gone; SGLang raises 'Prefill out of memory' there and stops; give "
+            "the host more room (--tier cpu=...), the GPU pool more (--capacity) or another "
+            "--tier-policy")
+
+    def named(self, name: str) -> PrefillOutOfMemory:
+        return PrefillOutOfMemory(self.request, self.needed_pages, self.free_pages, self.policy,
+                                  name)
 
 
 class _Node:
@@ -161,6 +190,7 @@ class HiCacheTree:
         self.page = page_tokens
         self.gpu_free = gpu_pages
         self.host_free = host_pages
+        self.policy = policy
         self.write_back = policy is TierPolicy.SGLANG_WRITE_BACK
         self.threshold = 2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1
         self.clock = 0
@@ -664,6 +694,11 @@ class HiCacheTree:
         need_tokens = prompt_tokens - hit_pages * self.page + extra
         if need_tokens > self.gpu_free * self.page:
             self._make_room(need_tokens + self.page - 1)
+        # What the allocator then takes (`alloc_extend`: the prompt's pages past the hit; one
+        # token a page, `alloc`: its tokens): fewer free, and SGLang raises.
+        needed_pages = -(-prompt_tokens // self.page) - hit_pages
+        if self.gpu_free < needed_pages:
+            raise PrefillOutOfMemory(self.now, needed_pages, self.gpu_free, self.policy)
         locked: list[_Node] = []
         self._insert(start, full, locked)
         self._unlock(anchor)
@@ -730,9 +765,12 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
     from yaotu_trace.prefix import memory
     from yaotu_trace.prefix.tiers.lru_rows import outcome, rows
     from yaotu_trace.prefix.tiers.sglang_tree_kernel import (
+        DONE,
+        OUT_OF_ROOM,
         counters_of,
         hicache_tree_pass,
         records_of,
+        shortfall,
         tree_room,
     )
 
@@ -750,16 +788,19 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
         evictions = np.empty((1, 3, int(chains.offsets[-1]) + 1 if has_storage else 1),
                              dtype=np.int64)
         room = tree_room(n, int(chains.num_distinct), has_storage)
-        if not hicache_tree_pass(
-                chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
-                np.asarray(refused, dtype=np.bool_), np.int64(page),
-                np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
-                policy is TierPolicy.SGLANG_WRITE_BACK,
-                np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
-                np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
-                np.full(1, tiers[1].capacity_chunks if has_storage else -1, dtype=np.int64),
-                np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions, *room):
+        stopped = hicache_tree_pass(
+            chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
+            np.asarray(refused, dtype=np.bool_), np.int64(page),
+            np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
+            policy is TierPolicy.SGLANG_WRITE_BACK,
+            np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
+            np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
+            np.full(1, tiers[1].capacity_chunks if has_storage else -1, dtype=np.int64),
+            np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions, *room)
+        if stopped == OUT_OF_ROOM:
             raise RuntimeError("SGLang's storage tier evicted more pages than the trace wrote")
+        if stopped != DONE:
+            raise PrefillOutOfMemory(int(stopped), *shortfall(room.sc), policy)
         counters = counters_of(room.sc)
         records = records_of(room.sc, room.rec)
     gpu_hit_pages, host_hit_pages, storage_hit_pages = (room.gpu_hit, room.host_hit,

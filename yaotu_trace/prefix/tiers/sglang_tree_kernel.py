@@ -45,7 +45,9 @@ _S_FAILED = 17  # backups the host could not make room for
 _S_STORAGE = 18  # whether a storage tier lies below the host
 _S_NBACKED = 19  # backups this request (rows of `wr`)
 _S_RELEASED = 20  # write_back: host copies of GPU nodes reclaimed (nothing lost)
-_SCALARS = 21
+_S_NEEDED, _S_FREE = 21, 22  # the request SGLang cannot allocate for: pages needed, and free
+_SCALARS = 23
+DONE, OUT_OF_ROOM = -1, -2  # what the pass returns, besides a request SGLang stops at
 _STORAGE = 0  # the storage's LRU in the `lru_rows` state
 
 
@@ -650,6 +652,11 @@ def counters_of(sc: np.ndarray) -> np.ndarray:
     return sc[[_S_STORED, _S_EVICTED, _S_LOADED, _S_FAILED, _S_RELEASED]].copy()
 
 
+def shortfall(sc: np.ndarray) -> tuple[int, int]:
+    """The pages needed and free of the request the pass stopped at."""
+    return int(sc[_S_NEEDED]), int(sc[_S_FREE])
+
+
 def records_of(sc: np.ndarray, rec: np.ndarray) -> np.ndarray:
     """The host evictions' records the pass wrote."""
     return rec[:sc[_S_NREC]].copy()
@@ -667,8 +674,10 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
     and evictions, and per request the first page the GPU and host lacked at the lookup (−1:
     none within the hit cap). `capacity` is the storage's pages (one item; −1: no storage); with
     a storage, `st` holds its rows
-    (`lru_rows.rows`) and `evictions` (1 × 3 × any) the room for its evictions. False when
-    that room ran out (the pass stopped there)."""
+    (`lru_rows.rows`) and `evictions` (1 × 3 × any) the room for its evictions. Returns
+    `DONE`; `OUT_OF_ROOM` when that room ran out; or the request SGLang cannot allocate for
+    (`sglang_tree.PrefillOutOfMemory`; its pages needed and free in `sc`, `shortfall`). The
+    pass stops at either."""
     n = len(offsets) - 1
     least_pages = -(-prefetch_min_tokens // page)
     sc[_S_GFREE] = gpu_pages
@@ -754,6 +763,11 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
         if need > sc[_S_GFREE] * page:
             _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below, kept,
                        need + page - 1)
+        needed = -(-prompt_tokens[i] // page) - (gpu_run + loaded)
+        if sc[_S_GFREE] < needed:  # SGLang raises "Prefill out of memory"
+            sc[_S_NEEDED] = needed
+            sc[_S_FREE] = sc[_S_GFREE]
+            return i
         # insert
         sc[_S_NLOCKED] = 0
         _tick(sc)  # the root is touched
@@ -791,11 +805,11 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
             _unlock(nd, sc, gk, gv, hk, hv, locked[j])
         if sc[_S_STORAGE] and not _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends,
                                                  size, capacity, lru_counters, evictions):
-            return False
+            return OUT_OF_ROOM
         # The fetched span, as far as the hit covers it, is storage's; the rest the host's.
         stored = max(0, min(gpu_run + loaded, span_start + fetched) - span_start)
         sc[_S_LOADED] -= stored
         gpu_hit[i] = gpu_run
         host_hit[i] = loaded - stored
         storage_hit[i] = stored
-    return True
+    return DONE
