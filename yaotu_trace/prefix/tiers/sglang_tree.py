@@ -18,7 +18,9 @@ in `mem_cache/unified_radix_cache.py`, `unified_cache/unified_tree_core.py` and
   (`_evict_components`). A leaf backed up on the host is demoted (its GPU copy freed, the host
   copy stays); one that is not is deleted (`write_through`, `write_through_selective`) or
   backed up first (`write_back`), and when the host cannot take it, dropped with its
-  host-only subtree (`drop_subtree_no_host`).
+  host-only subtree (`drop_subtree_no_host`). When fewer pages are then free than the prompt
+  needs past its hit, SGLang raises "Prefill out of memory" and stops; so does the replay
+  (`PrefillOutOfMemory`, at the same request in every run of SGLang that stopped).
 - **Insert** (`begin_insert`): the page-aligned prompt is walked again, each node touched in
   order (deeper newer), split where the prompt ends mid-node; a host-only node on the way
   takes the request's fresh KV. Each node walked counts a hit (`_inc_hit_count_and_check`,
