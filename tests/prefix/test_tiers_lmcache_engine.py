@@ -138,3 +138,53 @@ def test_lmcache_behind_a_gpu_pool_loads_what_the_adapter_loads(gpu_blocks: int)
     need = hit - gpu - (hit == chains.prompt_tokens)
     np.testing.assert_array_equal(result.tier_hit_tokens[0], np.maximum(need, 0))
     assert int(np.asarray(result.tier_hit_tokens[0]).sum()) > 0
+
+
+WAITS = DATA / "waits_for_room.json"
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_lmcache_stops_where_lmcache_waits_for_cpu_room(index: int) -> None:
+    """`benchmarks/engines/golden_tiers_lmcache_waits.py`: a disk below a CPU backend smaller
+    than a load, whose hit chunks in the CPU (pinned by the lookup) and chunks read from the
+    disk LMCache 0.5.6 must hold at once: its retrieve found nothing to evict and would have
+    waited for ever at one request; each trace ends there."""
+    from yaotu_trace.prefix.tiers.lmcache import WaitsForCpuRoom
+
+    config = golden_document(WAITS)["configs"][index]
+    chains = _chains(config["trace"])
+    n = chains.num_requests
+    tiers = _tiers(config)
+    no_gpu = np.zeros(n, dtype=np.int64)
+    # WHEN the compiled pass and its Python model replay it THEN both stop at that request,
+    # holding more chunks than the CPU backend has
+    for replay in (replay_lmcache_tiers, replay_lmcache_model):
+        with pytest.raises(WaitsForCpuRoom) as stopped:
+            replay(chains, no_gpu, np.zeros(n, dtype=bool), tiers)
+        assert stopped.value.request == config["waits_at"] == n - 1
+        assert stopped.value.holding_chunks > config["cpu_chunks"]
+    # AND every request before it was served as LMCache served it, the disk's share too
+    before = np.arange(n) == n - 1
+    hits, _, _ = replay_lmcache_tiers(chains, no_gpu, before, tiers)
+    gold = np.asarray(config["hit_tokens"])
+    whole = gold == chains.prompt_tokens[:-1]
+    np.testing.assert_array_equal(sum(hits)[:-1], gold - whole)
+    served = np.asarray(config["disk_hit_chunks"]) * config["chunk_tokens"]
+    np.testing.assert_array_equal(hits[1][:-1], served - (whole & (served > 0)))
+
+
+def test_lmcache_waiting_for_room_is_one_line_naming_the_request(tmp_path, capsys) -> None:
+    # (behind a GPU pool of 30 blocks, so that the loads read past its hits)
+    from yaotu_trace.cli import main
+
+    config = golden_document(WAITS)["configs"][0]
+    chunk = config["chunk_tokens"]
+    args = ["replay", str(FIXTURES.parent.parent / config["trace"]), "--preset", "vllm",
+            "--block-size", str(BLOCK), "--capacity", "30", "--tier-policy", "lmcache",
+            "--tier-chunk", str(chunk), "--tier", f"cpu={config['cpu_chunks'] * chunk}tok",
+            "--tier", f"disk={config['disk_chunks'] * chunk}tok", "--no-tenant-isolation",
+            "-o", str(tmp_path / "r.txt")]
+    assert main(args) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith("error: request s3100-21 would never be")
+    assert "LMCache's retrieve waits for room for ever" in said

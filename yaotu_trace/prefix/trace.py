@@ -268,6 +268,7 @@ def replay_trace_with_requests(
     gpu_result = runs.result  # the GPU pool alone, which the residency pass follows
     tiered = None
     if tiers is not None:
+        from yaotu_trace.prefix.tiers.lmcache import WaitsForCpuRoom
         from yaotu_trace.prefix.tiers.replay import (
             approximation_note,
             lower_eviction_note,
@@ -281,7 +282,7 @@ def replay_trace_with_requests(
         try:
             tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy,
                                   gpu=runs.result)
-        except (StalledLookup, PrefillOutOfMemory) as stopped:  # the engine cannot go on
+        except (StalledLookup, PrefillOutOfMemory, WaitsForCpuRoom) as stopped:  # the engine stops
             raise stopped.named(str(prepared.request_id[stopped.request])) from None
         runs = _with_tiers(runs, tiered, measured)
         said = (approximation_note(runs.chains, rules, tiers.tiers, tiers.policy),

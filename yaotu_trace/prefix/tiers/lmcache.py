@@ -28,6 +28,15 @@ storage_manager.py`, `local_cpu_backend.py`, `local_disk_backend.py`, `cache_pol
   chunk it holds and evicts its least recently used chunk when full (LMCache's own mock
   store, `connector/mock_connector.py::AsyncLRU`: a real store's eviction is its own).
 - A chunk read from disk is refreshed there (`local_disk_backend.py::batched_get_blocking`).
+- A load holds in CPU memory at once the run's chunks the CPU backend has (the lookup pinned
+  them) and every chunk it reads from below; when it reads from the disk and those are more
+  than the CPU backend holds, LMCache's retrieve finds nothing to evict and waits for room
+  for ever (`local_cpu_backend.py::allocate`, its busy loop: "No eviction candidates
+  found"). The replay stops there (`WaitsForCpuRoom`). Held to LMCache with a local disk and
+  no GPU hit in front; behind one, the chunks within the GPU hit are taken as not read (the
+  adapter's mask). With a remote store alone the replay does not stop: LMCache's own
+  allocator deadlocked in those runs (a memory object freed by the garbage collector inside
+  an allocation), so the rule could not be checked there.
 
 Checked against LMCache 0.5.6's engine driven on CPU, request by request, with a local disk or
 a remote store below the CPU (`tests/fixtures/tiers_lmcache/`,
@@ -40,9 +49,34 @@ from collections import OrderedDict
 
 import numpy as np
 
+from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import TierSpec
+
+
+class WaitsForCpuRoom(ConfigError):
+    """A request LMCache never serves: its load holds more chunks in CPU memory at once than
+    the CPU backend has (see the module docstring). `request` is its index in arrival order;
+    `named` says it by its id."""
+
+    def __init__(self, request: int, holding_chunks: int, cpu_chunks: int,
+                 name: str | None = None) -> None:
+        self.request = request
+        self.holding_chunks = holding_chunks
+        self.cpu_chunks = cpu_chunks
+        who = f"request {name}" if name is not None else \
+            f"request {request:,} (in arrival order)"
+        super().__init__(
+            f"{who} would never be served under LMCache: its load holds {holding_chunks:,} "
+            f"chunks in CPU memory at once (those of its hit the CPU backend has, pinned by "
+            f"the lookup, and those read from below), more than the CPU backend's "
+            f"{cpu_chunks:,}, and LMCache's retrieve waits for room for ever ('No eviction "
+            f"candidates found in local cpu backend'); give the CPU backend (--tier cpu=...) "
+            f"at least {holding_chunks:,} chunks")
+
+    def named(self, name: str) -> WaitsForCpuRoom:
+        return WaitsForCpuRoom(self.request, self.holding_chunks, self.cpu_chunks, name)
 
 
 class _Backend:
@@ -118,10 +152,14 @@ def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
     from yaotu_trace.prefix.tiers.lmcache_kernel import lmcache_pass
 
     names = [str(t.name) for t in tiers]
-    return lmcache_pass(chains, gpu_hit_blocks, refused,
-                        tuple(int(t.capacity_chunks) for t in tiers), int(tiers[0].chunk_tokens),
-                        *(names.index(name) if name in names else -1
-                          for name in ("cpu", "disk", "remote")), lacking=lacking)
+    hits, counters, evictions, waits = lmcache_pass(
+        chains, gpu_hit_blocks, refused, tuple(int(t.capacity_chunks) for t in tiers),
+        int(tiers[0].chunk_tokens),
+        *(names.index(name) if name in names else -1 for name in ("cpu", "disk", "remote")),
+        lacking=lacking)
+    if waits is not None:
+        raise WaitsForCpuRoom(*waits, int(tiers[names.index("cpu")].capacity_chunks))
+    return hits, counters, evictions
 
 
 def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
@@ -162,6 +200,13 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
         load = run_tokens - g
         if run_tokens == int(prompt[i]):
             load -= 1
+        if load > 0 and cpu is not None and disk is not None:
+            # held in CPU memory at once: the run's chunks there (pinned) and those read
+            read = [backends[source[j]] for j in range(g // chunk, len(source))
+                    if backends[source[j]] is not cpu]
+            holding = sum(1 for b in source if backends[b] is cpu) + len(read)
+            if disk in read and holding > cpu.capacity:
+                raise WaitsForCpuRoom(i, holding, cpu.capacity)
         if load > 0:
             end = g + load
             for j in range(g // chunk, len(source)):
