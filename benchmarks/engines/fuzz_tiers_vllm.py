@@ -11,6 +11,9 @@ fs tier below the CPU in about one in five, its CPU tier then at least the large
 `configs_for` explains). vLLM runs as `golden_tiers_vllm.VllmOffload` runs it (one request at
 a time, one output token, every transfer done in its step); the replay is `ours` there.
 Prints a line per configuration and exits 1 when any request's GPU, CPU or disk hit differs.
+`--small-cpu` puts the fs tier below CPU tiers of one chunk to two more than the longest
+prompt's, where vLLM can defer a request for ever (its driver's step bound, `NeverFinished`):
+the replay must refuse the same request (`vllm_native.StalledLookup`).
 Writes nothing but a temporary folder, removed at the end. Run it in vLLM 0.33.0's environment
 (benchmarks/engines/README.md), with the project importable:
 
@@ -80,8 +83,10 @@ def write_trace(seed: int, path: Path, block: int | None = None
     return block, [f"t{t}" for t, _ in made], [p for _, p in made]
 
 
-def configs(seed: int, block: int, prompts: list[list[int]]) -> list[Config]:
-    """Seed's configurations for its trace."""
+def configs(seed: int, block: int, prompts: list[list[int]], small_cpu: bool = False
+            ) -> list[Config]:
+    """Seed's configurations for its trace (`small_cpu`: the fs tier below a CPU tier of one
+    chunk to two more than the longest prompt's)."""
     draw = random.Random(seed)
     largest = max(-(-len(p) // block) for p in prompts)
     out = []
@@ -97,6 +102,8 @@ def configs(seed: int, block: int, prompts: list[list[int]]) -> list[Config]:
                            2 * largest])
         cpu = (draw.randint(largest_chunks, largest_chunks + max(1, total_chunks // 4))
                if secondary else draw.randint(1, max(2, total_chunks // 3)))
+        if small_cpu:
+            secondary, threshold, cpu = "fs", 0, draw.randint(1, largest_chunks + 2)
         out.append(Config(block, gpu, cpu, per_chunk, policy, threshold, secondary))
     return out
 
@@ -106,24 +113,39 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--first-seed", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--small-cpu", action="store_true",
+                        help="the fs tier below CPU tiers as small as one chunk, where vLLM "
+                        "can defer a request for ever")
     args = parser.parse_args(argv)
+    from yaotu_trace.prefix.tiers.vllm_native import StalledLookup
+
     model_dir = _model_dir()
     folder = Path(_scratch("fuzz-"))  # removed when the run ends
-    runs = requests = differing = with_hits = 0
+    runs = requests = differing = with_hits = stalls = 0
     print(f"{'seed':>5} {'B':>3} {'K':>2} {'N':>4} {'cpu':>4} {'policy':<6} {'thr':>3} "
           f"{'below':<5} {'gpu hits':>8} {'cpu hits':>8} {'disk':>6} {'differ':>6}")
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         path = folder / f"trace_{seed}.parquet"
         block, tenants, prompts = write_trace(seed, path)
         max_len = 1 << max(12, (max(len(p) for p in prompts) + 2).bit_length())
-        for config in configs(seed, block, prompts):
+        for config in configs(seed, block, prompts, args.small_cpu):
             engine = VllmOffload(config, model_dir, max_len)
+            theirs_stop = mine_stop = None
             try:
                 gpu, cpu, _ = engine.run(tenants, prompts)
-            except NeverFinished as stalled:  # vLLM's own stall: nothing to compare
-                print(f"{seed:>5} {config}: vLLM never finished request {stalled.row}")
+            except NeverFinished as stalled:
+                theirs_stop = stalled.row
+            try:
+                mine = ours(path, config)
+            except StalledLookup as stalled:
+                mine_stop = stalled.request
+            if theirs_stop is not None or mine_stop is not None:
+                stalls += 1
+                differing += theirs_stop != mine_stop
+                print(f"{seed:>5} {config}: vLLM never finished request {theirs_stop}, the "
+                      f"replay refuses request {mine_stop}"
+                      f"{'' if theirs_stop == mine_stop else '  DIFFER'}", flush=True)
                 continue
-            mine = ours(path, config)
             if mine is None:
                 print("the replay does not import here (numba): nothing compared")
                 return 1
@@ -140,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{config.eviction_policy:<6} {config.store_threshold:>3} "
                   f"{config.secondary or '-':<5} {sum(gpu):>8} {sum(cpu):>8} {disk} "
                   f"{len(bad):>6}{'  rows ' + str(bad[:5]) if bad else ''}", flush=True)
-    print(f"{runs} configurations ({with_hits} with CPU hits), {requests:,} requests: "
-          f"{differing} differ")
+    print(f"{runs} configurations ({with_hits} with CPU hits), {requests:,} requests, and "
+          f"{stalls} where vLLM or the replay never starts a request: {differing} differ")
     return 1 if differing else 0
 
 
