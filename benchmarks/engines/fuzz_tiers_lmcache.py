@@ -22,6 +22,10 @@ Python, which makes the same traces again from their seeds:
         [--small-cpu]
     .venv/bin/python benchmarks/engines/fuzz_tiers_lmcache.py --compare /tmp/lm.json
 
+`--gpu FILE` puts a vLLM pool in front: run first with the project's Python, it writes each
+seed's pool and its hits (the exact replay of vLLM's pool) to FILE; run with LMCache's, the
+driver loads past those hits as vLLM's adapter does (the chunks they cover masked).
+
 The comparison prints a line per configuration and exits 1 when any request differs.
 """
 
@@ -36,6 +40,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -85,37 +91,79 @@ def waits_raise() -> None:
     cpu_backend.time = _Clock()  # type: ignore[assignment]
 
 
-def serve(engine, prompts: list[list[int]]) -> tuple[list[tuple[int, int]], int | None]:
-    """LMCache's (hit tokens, disk chunks of it) per request, up to the request where it
-    waits for CPU room for ever (then that request, else None)."""
+def serve(engine, prompts: list[list[int]], gpu_hit_tokens: list[int] | None = None
+          ) -> tuple[list[tuple[int, int]], int | None]:
+    """LMCache's (hit tokens, disk chunks of it) per request behind a GPU pool that hits
+    `gpu_hit_tokens` (None: nothing), up to the request where it waits for CPU room for ever
+    (then that request, else None)."""
     found = []
     for i, prompt in enumerate(prompts):
         try:
-            found.append(engine.request(f"r{i}", prompt))
+            found.append(engine.request(f"r{i}", prompt,
+                                        0 if gpu_hit_tokens is None else gpu_hit_tokens[i]))
         except WaitsForRoom:
             return found, i
     return found, None
 
 
-def drive(first_seed: int, seeds: int, out: Path, small_cpu: bool = False) -> None:
-    """LMCache's hits for every seed's configurations, written to `out`."""
+def gpu_rules(seed: int, prompts: list[list[int]]):  # type: ignore[no-untyped-def]
+    """The vLLM pool in front of LMCache for `--gpu` (the project's Python): one namespace
+    (LMCache's keys have no tenant salt), one to three times the longest prompt's blocks and
+    one more, so that no prompt is refused."""
+    from yaotu_trace.prefix.rules import rules_for
+
+    largest = max(-(-len(p) // BLOCK) for p in prompts)
+    blocks = random.Random(seed + 99).randint(largest + 1, 3 * largest + 1)
+    return rules_for("vllm", block_size_tokens=BLOCK, capacity_blocks=blocks,
+                     tenant_isolation=False)
+
+
+def plan_gpu(first_seed: int, seeds: int, out: Path) -> None:
+    """Each seed's vLLM pool and its hit tokens per request (`--gpu`), for `drive` to put in
+    front of LMCache: the project's exact replay of vLLM's pool (held to vLLM itself in
+    `tests/prefix/test_exact_vllm.py`), as LMCache's environment has no replay."""
+    from fuzz_tiers_vllm import write_trace
+
+    from yaotu_trace.ingest import read_trace
+    from yaotu_trace.prefix.prepare import prepare
+    from yaotu_trace.prefix.tiers import gpu_replay
+
+    plan = {}
+    for seed in range(first_seed, first_seed + seeds):
+        with tempfile.TemporaryDirectory(prefix="fuzz-lmcache-") as folder:
+            path = Path(folder) / "trace.parquet"
+            _, _, prompts = write_trace(seed, path, block=BLOCK)
+            rules = gpu_rules(seed, prompts)
+            hits = gpu_replay(prepare(read_trace(path)).chains(rules), rules).hit_tokens
+        plan[str(seed)] = {"gpu_blocks": rules.capacity_blocks,
+                           "gpu_hit_tokens": [int(h) for h in hits]}
+    out.write_text(json.dumps(plan))
+
+
+def drive(first_seed: int, seeds: int, out: Path, small_cpu: bool = False,
+          gpu_plan: Path | None = None) -> None:
+    """LMCache's hits for every seed's configurations, written to `out` (behind the vLLM
+    pools of `gpu_plan`, else a GPU pool that hits nothing)."""
     from fuzz_tiers_vllm import write_trace
     from golden_tiers_lmcache import Engine
 
     os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
     waits_raise()
+    plan = json.loads(gpu_plan.read_text()) if gpu_plan is not None else {}
     runs = []
     for seed in range(first_seed, first_seed + seeds):
         with tempfile.TemporaryDirectory(prefix="fuzz-lmcache-") as folder:
             _, _, prompts = write_trace(seed, Path(folder) / "trace.parquet", block=BLOCK)
+        gpu = plan.get(str(seed), {"gpu_blocks": None, "gpu_hit_tokens": [0] * len(prompts)})
         for k, config in enumerate(configs(seed, prompts, small_cpu)):
             name = f"fuzz-{seed}-{k}"
             with tempfile.TemporaryDirectory(prefix="lmcache-disk-") as disk_folder:
                 engine = Engine(name, config["chunk_tokens"], config["cpu_chunks"],
                                 config["disk_chunks"], Path(disk_folder))
-                found, waits = serve(engine, prompts)
+                found, waits = serve(engine, prompts, gpu["gpu_hit_tokens"])
                 engine.close(name)
-            runs.append({"seed": seed, **config, "waits_at": waits,
+            runs.append({"seed": seed, **config, "gpu_blocks": gpu["gpu_blocks"],
+                         "waits_at": waits,
                          "hit_tokens": [h for h, _ in found],
                          "disk_hit_chunks": [d for _, d in found]})
             print(f"{seed} chunk {config['chunk_tokens']} cpu {config['cpu_chunks']} disk "
@@ -127,13 +175,12 @@ def drive(first_seed: int, seeds: int, out: Path, small_cpu: bool = False) -> No
 
 def compare(recorded: Path) -> int:
     """The `lmcache` policy's replay against every recorded configuration; 1 if any differs."""
-    import numpy as np
     from fuzz_tiers_vllm import write_trace
 
     from yaotu_trace.ingest import read_trace
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
-    from yaotu_trace.prefix.tiers import TierName, TierSpec
+    from yaotu_trace.prefix.tiers import TierName, TierSpec, gpu_replay
     from yaotu_trace.prefix.tiers.lmcache import WaitsForCpuRoom, replay_lmcache_tiers
 
     runs = json.loads(recorded.read_text())
@@ -145,31 +192,35 @@ def compare(recorded: Path) -> int:
         if not path.exists():
             write_trace(run["seed"], path, block=BLOCK)
         # LMCache keys chunks by their tokens alone (no tenant salt): one namespace.
-        rules = rules_for("vllm", block_size_tokens=BLOCK, tenant_isolation=False)
+        rules = rules_for("vllm", block_size_tokens=BLOCK, tenant_isolation=False,
+                          capacity_blocks=run.get("gpu_blocks"))
         chains = prepare(read_trace(path)).chains(rules)
         n = chains.num_requests
+        gpu_hit = (np.zeros(n, dtype=np.int64) if run.get("gpu_blocks") is None else
+                   np.asarray(gpu_replay(chains, rules).hit_tokens, dtype=np.int64))
         chunk = run["chunk_tokens"]
         tiers = (TierSpec(name=TierName.CPU, capacity_chunks=run["cpu_chunks"],
                           chunk_tokens=chunk),)
         if run["disk_chunks"] is not None:
             tiers += (TierSpec(name=TierName.DISK, capacity_chunks=run["disk_chunks"],
                                chunk_tokens=chunk),)
-        no_gpu = np.zeros(n, dtype=np.int64)
+        gpu_blocks = gpu_hit // BLOCK
         waits = None
         try:
-            replay_lmcache_tiers(chains, no_gpu, np.zeros(n, dtype=bool), tiers)
+            replay_lmcache_tiers(chains, gpu_blocks, np.zeros(n, dtype=bool), tiers)
         except WaitsForCpuRoom as stopped:
             waits = stopped.request
         # the requests LMCache served (those before the one it waits at), replayed alone
         upto = len(run["hit_tokens"])
-        hits, _, _ = replay_lmcache_tiers(chains, no_gpu, np.arange(n) >= upto, tiers)
-        gold = np.asarray(run["hit_tokens"])
-        whole = gold == chains.prompt_tokens[:upto]  # a whole hit's last token is recomputed
-        bad = np.flatnonzero(sum(hits)[:upto] != gold - whole)
+        hits, _, _ = replay_lmcache_tiers(chains, gpu_blocks, np.arange(n) >= upto, tiers)
+        expected = _loaded(np.asarray(run["hit_tokens"], dtype=np.int64),
+                           np.asarray(run["disk_hit_chunks"], dtype=np.int64),
+                           gpu_hit[:upto], chains.prompt_tokens[:upto], chunk)
+        bad = np.flatnonzero(sum(hits)[:upto] != expected[0])
         if run["disk_chunks"] is not None:
-            served = np.asarray(run["disk_hit_chunks"], dtype=np.int64) * chunk
-            bad = np.union1d(bad, np.flatnonzero(hits[1][:upto] != served
-                                                 - (whole & (served > 0))))
+            bad = np.union1d(bad, np.flatnonzero(hits[1][:upto] != expected[1]))
+        gold = np.asarray(run["hit_tokens"])
+        whole = gold == chains.prompt_tokens[:upto]
         alike = waits == run.get("waits_at")
         requests += upto
         differing += bad.size + (0 if alike else 1)
@@ -186,6 +237,22 @@ def compare(recorded: Path) -> int:
     return 1 if differing else 0
 
 
+def _loaded(hit: np.ndarray, disk_chunks: np.ndarray, gpu_hit: np.ndarray,
+            prompt: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the adapter loads per request from LMCache's lookup hit (its last `disk_chunks`
+    chunks on disk) behind vLLM's `gpu_hit`: every token past the GPU hit, one less for a
+    whole prompt (vLLM recomputes it); and of them, those of the disk's chunks."""
+    end = hit - (hit == prompt)
+    total = np.maximum(end - gpu_hit, 0)
+    first_disk = hit // chunk - disk_chunks
+    disk = np.zeros_like(total)
+    for i in np.flatnonzero(disk_chunks > 0):
+        for j in range(int(first_disk[i]), int(hit[i]) // chunk):
+            disk[i] += max(0, min((j + 1) * chunk, int(end[i]))
+                           - max(j * chunk, int(gpu_hit[i])))
+    return total, disk
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--first-seed", type=int, default=3000)
@@ -194,12 +261,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-cpu", action="store_true",
                         help="a disk below a CPU backend of one chunk to the longest prompt's, "
                         "where LMCache can wait for CPU room for ever")
+    parser.add_argument("--gpu", type=Path, default=None,
+                        help="with the project's Python: write each seed's vLLM pool and its "
+                        "hits to this file; with LMCache's: put them in front of LMCache")
     parser.add_argument("--compare", type=Path, default=None,
                         help="compare a recorded file with the replay (the project's Python)")
     args = parser.parse_args(argv)
     if args.compare is not None:
         return compare(args.compare)
-    drive(args.first_seed, args.seeds, args.out, args.small_cpu)
+    if args.gpu is not None and not args.gpu.exists():
+        plan_gpu(args.first_seed, args.seeds, args.gpu)
+        return 0
+    drive(args.first_seed, args.seeds, args.out, args.small_cpu, args.gpu)
     sys.stdout.flush()
     os._exit(0)  # LMCache's threads keep the interpreter from exiting
 

@@ -149,18 +149,22 @@ class Engine:
         self.remote = backends.get("RemoteBackend")
         self.kv = [torch.zeros(2, 1, 1, 1)]
 
-    def request(self, rid: str, prompt: list[int]) -> tuple[int, int]:
+    def request(self, rid: str, prompt: list[int], gpu_hit_tokens: int = 0) -> tuple[int, int]:
         """(hit tokens LMCache's lookup finds, of them the chunks found on disk or in the
         remote store); the load of the hit and the request's save follow, every disk and
-        remote write landed before the next."""
+        remote write landed before the next. `gpu_hit_tokens` is vLLM's own prefix hit in
+        front (0: a GPU pool that hits nothing): the adapter loads only past it, masking the
+        whole chunks it covers (`vllm_v1_adapter.py`, `start_load_kv`)."""
         torch = self.torch
         tokens = torch.tensor(prompt, dtype=torch.long)
         hit = int(self.engine.lookup(tokens=tokens, lookup_id=rid, pin=True))
         pins = self.engine.lookup_pins.get(rid, {})
         below = len(pins.get("LocalDiskBackend", ())) + len(pins.get("RemoteBackend", ()))
-        if hit - (hit == len(prompt)) > 0:  # need to load, with no GPU hit in front
-            self.engine.retrieve(tokens[:hit], torch.ones(hit, dtype=torch.bool),
-                                 kvcaches=self.kv, slot_mapping=torch.arange(hit), req_id=rid)
+        if hit - (hit == len(prompt)) > gpu_hit_tokens:  # need to load past the GPU hit
+            mask = torch.ones(hit, dtype=torch.bool)
+            mask[:gpu_hit_tokens // self.chunk * self.chunk] = False
+            self.engine.retrieve(tokens[:hit], mask, kvcaches=self.kv,
+                                 slot_mapping=torch.arange(hit), req_id=rid)
         self.engine.lookup_unpin(rid)
         whole = len(prompt) // self.chunk * self.chunk
         if whole > hit:

@@ -188,3 +188,35 @@ def test_lmcache_waiting_for_room_is_one_line_naming_the_request(tmp_path, capsy
     said = capsys.readouterr().err
     assert said.count("\n") == 1 and said.startswith("error: request s3100-21 would never be")
     assert "LMCache's retrieve waits for room for ever" in said
+
+
+BEHIND_GPU = DATA / "behind_gpu.json"
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_lmcache_disk_behind_a_gpu_pool_is_lmcaches(index: int) -> None:
+    """`benchmarks/engines/golden_tiers_lmcache_gpu.py`: LMCache 0.5.6 with a disk below its
+    CPU backend, each request loaded past the hit of a vLLM pool in front. Two of the three
+    differed by one request while the replay wrote each chunk read from below into the CPU in
+    turn; LMCache takes CPU memory for every one of them first (evicting the least recent
+    chunks, one about to be read included), then writes those the backend no longer holds."""
+    config = golden_document(BEHIND_GPU)["configs"][index]
+    chunk = config["chunk_tokens"]
+    chains = _chains(config["trace"], config["gpu_blocks"])
+    rules = rules_for("vllm", block_size_tokens=BLOCK, capacity_blocks=config["gpu_blocks"],
+                      tenant_isolation=False)
+    result = replay_tiers(chains, rules, _tiers(config), TierPolicy.LMCACHE)
+    # GIVEN the vLLM pool's hits the driver put in front (the exact replay of vLLM's pool)
+    gpu = np.asarray(result.gpu_hit_tokens)
+    assert gpu.tolist() == config["gpu_hit_tokens"] and gpu.sum() > 0
+    # THEN each request loads LMCache's hit past the GPU's (one token less for a whole
+    # prompt), the disk's chunks from the disk
+    hit = np.asarray(config["hit_tokens"])
+    end = hit - (hit == chains.prompt_tokens)
+    np.testing.assert_array_equal(sum(result.tier_hit_tokens), np.maximum(end - gpu, 0))
+    disk_first = hit // chunk - np.asarray(config["disk_hit_chunks"])
+    disk = [sum(max(0, min((j + 1) * chunk, int(e)) - max(j * chunk, int(g)))
+                for j in range(int(f), int(h) // chunk))
+            for f, h, e, g in zip(disk_first, hit, end, gpu, strict=True)]
+    np.testing.assert_array_equal(result.tier_hit_tokens[1], disk)
+    assert sum(disk) > 0

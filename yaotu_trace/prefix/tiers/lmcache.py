@@ -28,13 +28,17 @@ storage_manager.py`, `local_cpu_backend.py`, `local_disk_backend.py`, `cache_pol
   chunk it holds and evicts its least recently used chunk when full (LMCache's own mock
   store, `connector/mock_connector.py::AsyncLRU`: a real store's eviction is its own).
 - A chunk read from disk is refreshed there (`local_disk_backend.py::batched_get_blocking`).
+  Every chunk read from below takes CPU memory before any is written into the CPU backend
+  (the disk's reads allocate their buffers first), the least recent chunks evicted for it,
+  a chunk about to be read included; a chunk the backend still holds is then not written
+  again (`local_cpu_backend.py::submit_put_task`).
 - A load holds in CPU memory at once the run's chunks the CPU backend has (the lookup pinned
   them) and every chunk it reads from below; when it reads from the disk and those are more
   than the CPU backend holds, LMCache's retrieve finds nothing to evict and waits for room
   for ever (`local_cpu_backend.py::allocate`, its busy loop: "No eviction candidates
-  found"). The replay stops there (`WaitsForCpuRoom`). Held to LMCache with a local disk and
-  no GPU hit in front; behind one, the chunks within the GPU hit are taken as not read (the
-  adapter's mask). With a remote store alone the replay does not stop: LMCache's own
+  found"). The replay stops there (`WaitsForCpuRoom`). Held to LMCache with a local disk,
+  behind no GPU hit and behind vLLM pools (the chunks within the GPU hit are not read: the
+  adapter masks them). With a remote store alone the replay does not stop: LMCache's own
   allocator deadlocked in those runs (a memory object freed by the garbage collector inside
   an allocation), so the rule could not be checked there.
 
@@ -108,12 +112,17 @@ class _Backend:
         self.keys[key] = self.now
         self.stored += 1
 
+    def make_room(self, wanted: int) -> None:
+        """Memory for `wanted` chunks, the least recent chunks evicted for it (a chunk about to
+        be read into it included)."""
+        for _ in range(max(0, min(len(self.keys), len(self.keys) + wanted - self.capacity))):
+            self.evict_oldest()
+
     def allocate(self, wanted: int) -> int:
         """How many of a store's `wanted` chunks get memory: one page each (a chunk already
         held too), the least recent chunks evicted for them; the rest of the store is dropped
         when the backend cannot take it all."""
-        for _ in range(min(len(self.keys), len(self.keys) + wanted - self.capacity)):
-            self.evict_oldest()
+        self.make_room(wanted)
         if wanted > self.capacity:
             self.failed += 1
             return self.capacity
@@ -209,6 +218,9 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
                 raise WaitsForCpuRoom(i, holding, cpu.capacity)
         if load > 0:
             end = g + load
+            if cpu is not None:  # each chunk read from below takes CPU memory first
+                cpu.make_room(sum(1 for j in range(g // chunk, len(source))
+                                  if backends[source[j]] is not cpu))
             for j in range(g // chunk, len(source)):
                 b = source[j]
                 served = min((j + 1) * chunk, end) - max(j * chunk, g)

@@ -74,6 +74,13 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                 return i, holding
         if load > 0:
             end = g + load
+            if cpu >= 0:  # each chunk read from below takes CPU memory first (`lmcache.py`)
+                reads = 0
+                for j in range(g // chunk_tokens, run):
+                    if source[j] != cpu:
+                        reads += 1
+                for _ in range(max(0, min(size[cpu], size[cpu] + reads - capacity[cpu]))):
+                    evict_oldest(st, ends, size, counters, evictions, cpu, i)
             for j in range(g // chunk_tokens, run):
                 b = source[j]
                 hits[b, i] += min((j + 1) * chunk_tokens, end) - max(j * chunk_tokens, g)
