@@ -268,7 +268,6 @@ def replay_trace_with_requests(
     gpu_result = runs.result  # the GPU pool alone, which the residency pass follows
     tiered = None
     if tiers is not None:
-        from yaotu_trace.prefix.tiers.lmcache import WaitsForCpuRoom
         from yaotu_trace.prefix.tiers.replay import (
             approximation_note,
             lower_eviction_note,
@@ -276,13 +275,12 @@ def replay_trace_with_requests(
             threshold_note,
             unlimited_gpu_note,
         )
-        from yaotu_trace.prefix.tiers.sglang_tree import PrefillOutOfMemory
-        from yaotu_trace.prefix.tiers.vllm_native import StalledLookup
+        from yaotu_trace.prefix.tiers.stops import EngineStops
 
         try:
             tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy,
                                   gpu=runs.result)
-        except (StalledLookup, PrefillOutOfMemory, WaitsForCpuRoom) as stopped:  # the engine stops
+        except EngineStops as stopped:  # the engine never gets past this request
             raise stopped.named(str(prepared.request_id[stopped.request])) from None
         runs = _with_tiers(runs, tiered, measured)
         said = (approximation_note(runs.chains, rules, tiers.tiers, tiers.policy),

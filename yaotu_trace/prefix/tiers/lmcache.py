@@ -53,31 +53,27 @@ from collections import OrderedDict
 
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import TierSpec
+from yaotu_trace.prefix.tiers.stops import EngineStops, who
 
 
-class WaitsForCpuRoom(ConfigError):
+class WaitsForCpuRoom(EngineStops):
     """A request LMCache never serves: its load holds more chunks in CPU memory at once than
-    the CPU backend has (see the module docstring). `request` is its index in arrival order;
-    `named` says it by its id."""
+    the CPU backend has (see the module docstring)."""
 
     def __init__(self, request: int, holding_chunks: int, cpu_chunks: int,
                  name: str | None = None) -> None:
-        self.request = request
         self.holding_chunks = holding_chunks
         self.cpu_chunks = cpu_chunks
-        who = f"request {name}" if name is not None else \
-            f"request {request:,} (in arrival order)"
-        super().__init__(
-            f"{who} would never be served under LMCache: its load holds {holding_chunks:,} "
-            f"chunks in CPU memory at once (those of its hit the CPU backend has, pinned by "
-            f"the lookup, and those read from below), more than the CPU backend's "
-            f"{cpu_chunks:,}, and LMCache's retrieve waits for room for ever ('No eviction "
-            f"candidates found in local cpu backend'); give the CPU backend (--tier cpu=...) "
-            f"at least {holding_chunks:,} chunks")
+        super().__init__(request, (
+            f"{who(request, name)} would never be served under LMCache: its load holds "
+            f"{holding_chunks:,} chunks in CPU memory at once (those of its hit the CPU backend "
+            f"has, pinned by the lookup, and those read from below), more than the CPU "
+            f"backend's {cpu_chunks:,}, and LMCache's retrieve waits for room for ever ('No "
+            f"eviction candidates found in local cpu backend'); give the CPU backend (--tier "
+            f"cpu=...) at least {holding_chunks:,} chunks"))
 
     def named(self, name: str) -> WaitsForCpuRoom:
         return WaitsForCpuRoom(self.request, self.holding_chunks, self.cpu_chunks, name)

@@ -63,7 +63,6 @@ from typing import cast
 
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.sglang import PageLru
@@ -73,32 +72,29 @@ from yaotu_trace.prefix.tiers.spec import (
     TierPolicy,
     TierSpec,
 )
+from yaotu_trace.prefix.tiers.stops import EngineStops, who
 
 _DEPTH_STEP = 1 << 20  # a lookup stamps its path t, t - 1, t - 2 ... below the next tick
 
 
-class PrefillOutOfMemory(ConfigError):
+class PrefillOutOfMemory(EngineStops):
     """A request SGLang cannot allocate for: having evicted every GPU leaf it may, fewer pages
     are free than its prefill needs, and SGLang raises "Prefill out of memory" (one-token
     pages: "Out of memory") and stops. Seen under `write_back` with a host smaller than the
     GPU pool and a storage tier: a leaf the host cannot back up is dropped only with its
-    host-only subtree, and a node waiting for its storage write is held, so the leaf stays.
-    `request` is its index in arrival order; `named` says it by its id."""
+    host-only subtree, and a node waiting for its storage write is held, so the leaf stays."""
 
     def __init__(self, request: int, needed_pages: int, free_pages: int, policy: TierPolicy,
                  name: str | None = None) -> None:
-        self.request = request
         self.needed_pages = needed_pages
         self.free_pages = free_pages
         self.policy = policy
-        who = f"request {name}" if name is not None else \
-            f"request {request:,} (in arrival order)"
-        super().__init__(
-            f"{who} cannot be allocated under SGLang's HiCache ({policy}): its prefill needs "
-            f"{needed_pages:,} GPU pages and {free_pages:,} are free once every GPU leaf SGLang "
-            "may evict is gone; SGLang raises 'Prefill out of memory' there and stops; give "
-            "the host more room (--tier cpu=...), the GPU pool more (--capacity) or another "
-            "--tier-policy")
+        super().__init__(request, (
+            f"{who(request, name)} cannot be allocated under SGLang's HiCache ({policy}): its "
+            f"prefill needs {needed_pages:,} GPU pages and {free_pages:,} are free once every "
+            "GPU leaf SGLang may evict is gone; SGLang raises 'Prefill out of memory' there "
+            "and stops; give the host more room (--tier cpu=...), the GPU pool more "
+            "(--capacity) or another --tier-policy"))
 
     def named(self, name: str) -> PrefillOutOfMemory:
         return PrefillOutOfMemory(self.request, self.needed_pages, self.free_pages, self.policy,

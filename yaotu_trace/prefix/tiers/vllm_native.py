@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from yaotu_trace.errors import ConfigError
 from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import MAX_TRACKED_OFFERS, TierSpec
+from yaotu_trace.prefix.tiers.stops import EngineStops, who
 
 
 @dataclass
@@ -532,29 +532,25 @@ class _SecondaryTier:
                             failed_stores=0, loaded_chunks=self.loaded)
 
 
-class StalledLookup(ConfigError):
+class StalledLookup(EngineStops):
     """A request whose lookup never settles under vLLM's tiering: the chunks it finds below
     the CPU tier are promoted one by one, each evicting another of its run, looked up again
-    a step later, for ever (`TieringOffloadingManager._initiate_promotion`). `request` is its
-    index in arrival order; `named` says it by its id."""
+    a step later, for ever (`TieringOffloadingManager._initiate_promotion`)."""
 
     def __init__(self, request: int, chunks: int, cpu_chunks: int,
                  name: str | None = None) -> None:
-        self.request = request
         self.chunks = chunks
         self.cpu_chunks = cpu_chunks
-        who = f"request {name}" if name is not None else \
-            f"request {request:,} (in arrival order)"
         if cpu_chunks < chunks:
             fix = f"give the CPU tier (--tier cpu=...) at least its {chunks:,} chunks"
         else:  # ARC's lists can pick the run's own chunks from a tier that holds it all
             fix = (f"the CPU tier's {cpu_chunks:,} chunks could hold them all, but the order "
                    "it evicts in picks them (under ARC it follows the tier's history, not "
                    "its size alone); try another size (--tier cpu=...)")
-        super().__init__(
-            f"{who} would never start under vLLM 0.33's tiers: the chunks it finds below the "
-            f"CPU tier are promoted into it one at a time, each evicting another of its "
-            f"{chunks:,}, and looked up again a step later, for ever; {fix}")
+        super().__init__(request, (
+            f"{who(request, name)} would never start under vLLM 0.33's tiers: the chunks it "
+            f"finds below the CPU tier are promoted into it one at a time, each evicting "
+            f"another of its {chunks:,}, and looked up again a step later, for ever; {fix}"))
 
     def named(self, name: str) -> StalledLookup:
         return StalledLookup(self.request, self.chunks, self.cpu_chunks, name)
