@@ -11,7 +11,10 @@ request). `--small-cpu` puts a disk below a CPU backend of one chunk to the long
 a load that holds more chunks in CPU memory than that (its hit's chunks in the CPU backend,
 pinned by the lookup, and those read from the disk) leaves LMCache waiting for room for ever,
 and the driver records where (its only sleep, in `LocalCPUBackend.allocate`'s wait, raises
-instead); the replay must stop at the same request (`lmcache.WaitsForCpuRoom`). It writes,
+instead); the replay must stop at the same request (`lmcache.WaitsForCpuRoom`). `--remote`
+puts LMCache's mock remote store below such a CPU backend instead, where a load that outgrows
+it does not wait but loads less than the lookup found: the replay must stop at the first such
+request (`lmcache.LoadOutgrowsCpu`), which the comparison finds from LMCache's lookups. It writes,
 per configuration, each request's hit tokens and the chunks of it the disk held to one JSON
 file; `--compare` holds the `lmcache` policy's replay to it (as
 `tests/prefix/test_tiers_lmcache_engine.py` holds it to the fixtures), run with the project's
@@ -49,15 +52,22 @@ BLOCK = 16
 CONFIGS_PER_SEED = 3
 
 
-def configs(seed: int, prompts: list[list[int]], small_cpu: bool = False) -> list[dict]:
+def configs(seed: int, prompts: list[list[int]], small_cpu: bool = False,
+            remote: bool = False) -> list[dict]:
     """Seed's configurations for its trace (`small_cpu`: a disk below a CPU backend of one
-    chunk to the longest prompt's)."""
+    chunk to the longest prompt's; `remote`: LMCache's mock remote store instead, of 64 to
+    512 chunks of 16 tokens)."""
     draw = random.Random(seed)
     out = []
     for _ in range(CONFIGS_PER_SEED):
         chunk = draw.choice([16, 16, 32, 64])
         largest = max(1, max(len(p) // chunk for p in prompts))
         total = sum(len(p) // chunk for p in prompts)
+        if remote:  # the mock store's chunk is 1 GiB / its chunks: 16 tokens divide it
+            largest = max(1, max(len(p) // 16 for p in prompts))
+            out.append({"chunk_tokens": 16, "cpu_chunks": draw.randint(1, largest),
+                        "disk_chunks": None, "remote_chunks": draw.choice([64, 128, 256, 512])})
+            continue
         if small_cpu:
             cpu = draw.randint(1, largest)
             disk = draw.randint(max(2, largest), max(3, total // 2))
@@ -141,7 +151,7 @@ def plan_gpu(first_seed: int, seeds: int, out: Path) -> None:
 
 
 def drive(first_seed: int, seeds: int, out: Path, small_cpu: bool = False,
-          gpu_plan: Path | None = None) -> None:
+          gpu_plan: Path | None = None, remote: bool = False) -> None:
     """LMCache's hits for every seed's configurations, written to `out` (behind the vLLM
     pools of `gpu_plan`, else a GPU pool that hits nothing)."""
     from fuzz_tiers_vllm import write_trace
@@ -149,19 +159,28 @@ def drive(first_seed: int, seeds: int, out: Path, small_cpu: bool = False,
 
     os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
     waits_raise()
+    if remote:
+        # LMCache's allocator frees a memory object from the garbage collector's `__del__`
+        # under its own lock, and with large remote chunks deadlocks inside an allocation:
+        # collected only at the end here.
+        import gc
+
+        gc.disable()
     plan = json.loads(gpu_plan.read_text()) if gpu_plan is not None else {}
     runs = []
     for seed in range(first_seed, first_seed + seeds):
         with tempfile.TemporaryDirectory(prefix="fuzz-lmcache-") as folder:
             _, _, prompts = write_trace(seed, Path(folder) / "trace.parquet", block=BLOCK)
         gpu = plan.get(str(seed), {"gpu_blocks": None, "gpu_hit_tokens": [0] * len(prompts)})
-        for k, config in enumerate(configs(seed, prompts, small_cpu)):
+        for k, config in enumerate(configs(seed, prompts, small_cpu, remote)):
             name = f"fuzz-{seed}-{k}"
             with tempfile.TemporaryDirectory(prefix="lmcache-disk-") as disk_folder:
                 engine = Engine(name, config["chunk_tokens"], config["cpu_chunks"],
-                                config["disk_chunks"], Path(disk_folder))
+                                config["disk_chunks"], Path(disk_folder),
+                                config.get("remote_chunks"))
                 found, waits = serve(engine, prompts, gpu["gpu_hit_tokens"])
-                engine.close(name)
+                if not remote:  # LMCache's remote loop does not stop on destroy
+                    engine.close(name)
             runs.append({"seed": seed, **config, "gpu_blocks": gpu["gpu_blocks"],
                          "waits_at": waits,
                          "hit_tokens": [h for h, _ in found],
@@ -181,7 +200,11 @@ def compare(recorded: Path) -> int:
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.rules import rules_for
     from yaotu_trace.prefix.tiers import TierName, TierSpec, gpu_replay
-    from yaotu_trace.prefix.tiers.lmcache import WaitsForCpuRoom, replay_lmcache_tiers
+    from yaotu_trace.prefix.tiers.lmcache import (
+        LoadOutgrowsCpu,
+        WaitsForCpuRoom,
+        replay_lmcache_tiers,
+    )
 
     runs = json.loads(recorded.read_text())
     differing = requests = waiting = 0
@@ -204,12 +227,20 @@ def compare(recorded: Path) -> int:
         if run["disk_chunks"] is not None:
             tiers += (TierSpec(name=TierName.DISK, capacity_chunks=run["disk_chunks"],
                                chunk_tokens=chunk),)
+        if run.get("remote_chunks") is not None:
+            tiers += (TierSpec(name=TierName.REMOTE, capacity_chunks=run["remote_chunks"],
+                               chunk_tokens=chunk),)
         gpu_blocks = gpu_hit // BLOCK
         waits = None
         try:
             replay_lmcache_tiers(chains, gpu_blocks, np.zeros(n, dtype=bool), tiers)
-        except WaitsForCpuRoom as stopped:
+        except (WaitsForCpuRoom, LoadOutgrowsCpu) as stopped:
             waits = stopped.request
+        expected_stop = run.get("waits_at")
+        if run.get("remote_chunks") is not None:  # LMCache does not wait: it loads less
+            expected_stop = _outgrows(run, gpu_hit, chains.prompt_tokens)
+            run["hit_tokens"] = run["hit_tokens"][:expected_stop]
+            run["disk_hit_chunks"] = run["disk_hit_chunks"][:expected_stop]
         # the requests LMCache served (those before the one it waits at), replayed alone
         upto = len(run["hit_tokens"])
         hits, _, _ = replay_lmcache_tiers(chains, gpu_blocks, np.arange(n) >= upto, tiers)
@@ -217,11 +248,11 @@ def compare(recorded: Path) -> int:
                            np.asarray(run["disk_hit_chunks"], dtype=np.int64),
                            gpu_hit[:upto], chains.prompt_tokens[:upto], chunk)
         bad = np.flatnonzero(sum(hits)[:upto] != expected[0])
-        if run["disk_chunks"] is not None:
+        if len(tiers) > 1:
             bad = np.union1d(bad, np.flatnonzero(hits[1][:upto] != expected[1]))
         gold = np.asarray(run["hit_tokens"])
         whole = gold == chains.prompt_tokens[:upto]
-        alike = waits == run.get("waits_at")
+        alike = waits == expected_stop
         requests += upto
         differing += bad.size + (0 if alike else 1)
         waiting += waits is not None
@@ -229,12 +260,29 @@ def compare(recorded: Path) -> int:
               f"{run['disk_chunks'] or '-':>5}: LMCache {int(gold.sum()):>8,} replay "
               f"{int(sum(hits).sum() + whole.sum()):>8,}  differ {bad.size}"
               + (f" rows {bad[:5].tolist()}" if bad.size else "")
-              + ("" if run.get("waits_at") is None and waits is None else
-                 f"; waits for room at request {run.get('waits_at')}, the replay stops at "
+              + ("" if expected_stop is None and waits is None else
+                 f"; a load outgrows the CPU at request {expected_stop}, the replay stops at "
                  f"{waits}{'' if alike else '  DIFFER'}"))
-    print(f"{len(runs)} configurations ({waiting} where LMCache waits for CPU room for ever, "
-          f"the replay stopping alike), {requests:,} requests served: {differing} differ")
+    print(f"{len(runs)} configurations ({waiting} where a load outgrows the CPU backend: "
+          f"LMCache waits for ever reading the disk, loads less from the remote store, the "
+          f"replay stops alike), {requests:,} requests served: {differing} differ")
     return 1 if differing else 0
+
+
+def _outgrows(run: dict, gpu_hit: np.ndarray, prompt: np.ndarray) -> int | None:
+    """The first request whose load, as LMCache found it, holds more chunks in CPU memory at
+    once than the CPU backend has: its lookup's chunks in the CPU and those it reads from
+    below, past the GPU hit (LMCache with a remote store loads less there)."""
+    chunk = run["chunk_tokens"]
+    for i, (hit, below) in enumerate(zip(run["hit_tokens"], run["disk_hit_chunks"],
+                                         strict=True)):
+        run_chunks = hit // chunk
+        first = max(int(gpu_hit[i]) // chunk, run_chunks - below)
+        read = max(0, run_chunks - first)
+        loads = hit - (hit == int(prompt[i])) > int(gpu_hit[i])
+        if loads and read > 0 and run_chunks - below + read > run["cpu_chunks"]:
+            return i
+    return None
 
 
 def _loaded(hit: np.ndarray, disk_chunks: np.ndarray, gpu_hit: np.ndarray,
@@ -261,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-cpu", action="store_true",
                         help="a disk below a CPU backend of one chunk to the longest prompt's, "
                         "where LMCache can wait for CPU room for ever")
+    parser.add_argument("--remote", action="store_true",
+                        help="LMCache's mock remote store below a CPU backend of one chunk to "
+                        "the longest prompt's, where a load can outgrow it")
     parser.add_argument("--gpu", type=Path, default=None,
                         help="with the project's Python: write each seed's vLLM pool and its "
                         "hits to this file; with LMCache's: put them in front of LMCache")
@@ -272,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu is not None and not args.gpu.exists():
         plan_gpu(args.first_seed, args.seeds, args.gpu)
         return 0
-    drive(args.first_seed, args.seeds, args.out, args.small_cpu, args.gpu)
+    drive(args.first_seed, args.seeds, args.out, args.small_cpu, args.gpu, args.remote)
     sys.stdout.flush()
     os._exit(0)  # LMCache's threads keep the interpreter from exiting
 

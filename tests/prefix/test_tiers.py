@@ -431,7 +431,7 @@ def test_vllm_lookup_that_never_settles_is_refused_by_kernel_and_model(arc: bool
 @pytest.mark.parametrize(("seed", "per_chunk", "sizes"), [
     (1, 1, (("cpu", 2),)), (2, 2, (("cpu", 7),)), (3, 1, (("cpu", 3), ("disk", 9))),
     (4, 3, (("cpu", 1), ("disk", 2), ("remote", 5))), (5, 1, (("disk", 4), ("remote", 30))),
-    (6, 2, (("cpu", 60),)), (7, 1, (("cpu", 1), ("remote", 40))),
+    (6, 2, (("cpu", 60),)), (7, 1, (("cpu", 4), ("remote", 40))),
 ])
 def test_lmcache_kernel_equals_the_python_model(seed: int, per_chunk: int,
                                                 sizes: tuple[tuple[str, int], ...]) -> None:
@@ -456,6 +456,35 @@ def test_lmcache_kernel_equals_the_python_model(seed: int, per_chunk: int,
     assert any(h.sum() for h in python)
     assert counters == reference
     _same_evictions(evicted, expected)
+
+
+@pytest.mark.parametrize(("below", "stop"), [("disk", "WaitsForCpuRoom"),
+                                             ("remote", "LoadOutgrowsCpu")])
+def test_lmcache_load_outgrowing_the_cpu_stops_kernel_and_model_alike(below: str,
+                                                                      stop: str) -> None:
+    # GIVEN a CPU backend of one chunk above a disk or a remote store: a load of two chunks
+    # outgrows it (LMCache waits for ever reading the disk, loads less from the remote;
+    # `benchmarks/engines/fuzz_tiers_lmcache.py --small-cpu` and tests/fixtures/tiers_lmcache)
+    from yaotu_trace.prefix.tiers import lmcache
+    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
+
+    rng = np.random.default_rng(7)
+    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
+               for _ in range(150)]
+    rules = rules_for("lmcache", block_size_tokens=2, capacity_blocks=6)
+    chains = chains_of(prompts, rules)
+    gpu = gpu_replay(chains, rules)
+    refused = refused_requests(chains, rules)
+    tiers = (_tier("cpu", 1, 2), _tier(below, 40, 2))
+    # WHEN the compiled kernel and the Python model replay it THEN both stop at one request,
+    # in one line naming what would let it run
+    stopped = []
+    for replay in (lmcache.replay_lmcache_tiers, lmcache.replay_lmcache_model):
+        with pytest.raises(getattr(lmcache, stop)) as raised:
+            replay(chains, gpu.hit_blocks, refused, tiers)
+        stopped.append((raised.value.request, str(raised.value)))
+    assert stopped[0] == stopped[1]
+    assert raised.value.holding_chunks > 1 and "at least" in str(raised.value)
 
 
 @pytest.mark.parametrize(("seed", "policy", "gpu_blocks", "sizes"), [

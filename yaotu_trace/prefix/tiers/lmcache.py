@@ -38,9 +38,10 @@ storage_manager.py`, `local_cpu_backend.py`, `local_disk_backend.py`, `cache_pol
   for ever (`local_cpu_backend.py::allocate`, its busy loop: "No eviction candidates
   found"). The replay stops there (`WaitsForCpuRoom`). Held to LMCache with a local disk,
   behind no GPU hit and behind vLLM pools (the chunks within the GPU hit are not read: the
-  adapter masks them). With a remote store alone the replay does not stop: LMCache's own
-  allocator deadlocked in those runs (a memory object freed by the garbage collector inside
-  an allocation), so the rule could not be checked there.
+  adapter masks them). A load from the remote store that outgrows the CPU backend does not
+  wait: LMCache loads less than its lookup found, and what it keeps differs from there on
+  (held to LMCache: every request before such a load agrees); the replay stops there too,
+  saying so (`LoadOutgrowsCpu`).
 
 Checked against LMCache 0.5.6's engine driven on CPU, request by request, with a local disk or
 a remote store below the CPU (`tests/fixtures/tiers_lmcache/`,
@@ -77,6 +78,25 @@ class WaitsForCpuRoom(EngineStops):
 
     def named(self, name: str) -> WaitsForCpuRoom:
         return WaitsForCpuRoom(self.request, self.holding_chunks, self.cpu_chunks, name)
+
+
+class LoadOutgrowsCpu(EngineStops):
+    """A load from the remote store that holds more chunks in CPU memory at once than the CPU
+    backend has: LMCache does not wait there (as it does for the disk) but loads less than
+    its lookup found, which the replay does not follow (see the module docstring)."""
+
+    def __init__(self, request: int, holding_chunks: int, cpu_chunks: int,
+                 name: str | None = None) -> None:
+        self.holding_chunks = holding_chunks
+        self.cpu_chunks = cpu_chunks
+        super().__init__(request, (
+            f"{who(request, name)}'s load from the remote store holds {holding_chunks:,} "
+            f"chunks in CPU memory at once, more than LMCache's CPU backend's {cpu_chunks:,}: "
+            "LMCache then loads less than its lookup found, which the replay does not follow; "
+            f"give the CPU backend (--tier cpu=...) at least {holding_chunks:,} chunks"))
+
+    def named(self, name: str) -> LoadOutgrowsCpu:
+        return LoadOutgrowsCpu(self.request, self.holding_chunks, self.cpu_chunks, name)
 
 
 class _Backend:
@@ -163,7 +183,9 @@ def replay_lmcache_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
         *(names.index(name) if name in names else -1 for name in ("cpu", "disk", "remote")),
         lacking=lacking)
     if waits is not None:
-        raise WaitsForCpuRoom(*waits, int(tiers[names.index("cpu")].capacity_chunks))
+        request, holding, for_ever = waits
+        stopping = WaitsForCpuRoom if for_ever else LoadOutgrowsCpu
+        raise stopping(request, holding, int(tiers[names.index("cpu")].capacity_chunks))
     return hits, counters, evictions
 
 
@@ -205,13 +227,14 @@ def replay_lmcache_model(chains: BlockChains, gpu_hit_blocks: np.ndarray, refuse
         load = run_tokens - g
         if run_tokens == int(prompt[i]):
             load -= 1
-        if load > 0 and cpu is not None and disk is not None:
+        if load > 0 and cpu is not None and len(backends) > 1:
             # held in CPU memory at once: the run's chunks there (pinned) and those read
             read = [backends[source[j]] for j in range(g // chunk, len(source))
                     if backends[source[j]] is not cpu]
             holding = sum(1 for b in source if backends[b] is cpu) + len(read)
-            if disk in read and holding > cpu.capacity:
-                raise WaitsForCpuRoom(i, holding, cpu.capacity)
+            if read and holding > cpu.capacity:
+                stopping = WaitsForCpuRoom if disk in read else LoadOutgrowsCpu
+                raise stopping(i, holding, cpu.capacity)
         if load > 0:
             end = g + load
             if cpu is not None:  # each chunk read from below takes CPU memory first

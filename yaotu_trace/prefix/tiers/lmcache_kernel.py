@@ -41,8 +41,9 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
     """Fills the hit tokens per backend and request, the backends' counters, each request's
     run (the tokens the backends hold from token 0) and `evictions[b]`; `source` (each
     chunk's backend) and `admitted` (a save's disk writes in flight) are a request's room.
-    Returns (-1, 0), or where LMCache waits for CPU room for ever: (the request, the chunks
-    its load holds in CPU memory at once; `lmcache.WaitsForCpuRoom`)."""
+    Returns (-1, 0, False), or where a load outgrows the CPU backend: (the request, the chunks
+    it holds in CPU memory at once, whether it read from the disk; `lmcache.WaitsForCpuRoom`,
+    `lmcache.LoadOutgrowsCpu`)."""
     n = offsets.size - 1
     backends = len(capacity)
     for i in range(n):
@@ -68,10 +69,10 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
         load = run_tokens - g
         if run_tokens == prompt[i]:
             load -= 1
-        if load > 0 and cpu >= 0 and disk >= 0:
-            holding, from_disk = _held_at_load(source, run, g // chunk_tokens, cpu, disk)
-            if from_disk > 0 and holding > capacity[cpu]:
-                return i, holding
+        if load > 0 and cpu >= 0 and backends > 1:
+            holding, read, from_disk = _held_at_load(source, run, g // chunk_tokens, cpu, disk)
+            if read > 0 and holding > capacity[cpu]:
+                return i, holding, from_disk > 0
         if load > 0:
             end = g + load
             if cpu >= 0:  # each chunk read from below takes CPU memory first (`lmcache.py`)
@@ -105,14 +106,14 @@ def _pass(offsets, ids, prompt, gpu_hit_blocks, refused, per_chunk, chunk_tokens
                     insert(st, ends, size, capacity, counters, evictions, b, k, i)
                 elif b == remote:  # the CPU skips a key it has; the remote store refreshes it
                     touch(st, ends, b, k, i)
-    return -1, 0
+    return -1, 0, False
 
 
 @nb.njit(cache=True, inline="always")
 def _held_at_load(source, run, first, cpu, disk):  # pragma: no cover - compiled
     """What a load holds in CPU memory at once (`lmcache.py`'s docstring): the run's chunks in
     the CPU backend (the lookup pinned them) and those read from below it into CPU memory
-    (from chunk `first` on); and how many of them were read from the disk."""
+    (from chunk `first` on); how many were read from below, and of them from the disk."""
     pinned = 0
     read = 0
     from_disk = 0
@@ -123,7 +124,7 @@ def _held_at_load(source, run, first, cpu, disk):  # pragma: no cover - compiled
             read += 1
             if source[j] == disk:
                 from_disk += 1
-    return pinned + read, from_disk
+    return pinned + read, read, from_disk
 
 
 @nb.njit(cache=True, inline="always")
@@ -166,15 +167,16 @@ def lmcache_pass(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.nd
                  capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int = -1,
                  remote: int = -1, *, lacking: np.ndarray | None = None
                  ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
-                            tuple[TierEvictions, ...], tuple[int, int] | None]:
+                            tuple[TierEvictions, ...], tuple[int, int, bool] | None]:
     """Hit tokens per backend (in the order of `capacity_chunks`), their counters and
     evictions; `cpu` is the index of the CPU backend (−1: none), which a read from a lower
     backend fills, `disk` the local disk's (−1: none), which refreshes what it is read or
     asked to save again, `remote` the remote store's (−1: none), asked head to tail and
     refreshing what it is asked to save again. `lacking`, when given, is filled per request
     with the first chunk the backends did not hold from token 0 (−1: none, or refused).
-    Last, where LMCache waits for CPU room for ever (the pass stops there): (the request, the
-    chunks its load holds in CPU memory), else None."""
+    Last, where a load outgrows the CPU backend (the pass stops there): (the request, the
+    chunks its load holds in CPU memory, whether LMCache waits there for ever: it read from
+    the disk), else None."""
     hits, (counters, evictions), runs, waits = _passed(
         chains, gpu_hit_blocks, refused, capacity_chunks, chunk_tokens, cpu, disk, remote)
     if lacking is not None:
@@ -213,10 +215,9 @@ def lmcache_hits(run_tokens: np.ndarray, gpu_hit_blocks: np.ndarray, block_token
 def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
             capacity_chunks: tuple[int, ...], chunk_tokens: int, cpu: int, disk: int,
             remote: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray,
-                                  tuple[int, int] | None]:
-    """The pass on its arrays: hits, (counters, evictions), runs, and where LMCache waits
-    (only with a disk below the CPU backend; `lmcache_run_tokens`'s one backend never
-    does)."""
+                                  tuple[int, int, bool] | None]:
+    """The pass on its arrays: hits, (counters, evictions), runs, and where a load outgrows
+    the CPU backend (`lmcache_pass`; `lmcache_run_tokens`'s one backend never does)."""
     offsets = np.asarray(chains.offsets, dtype=np.int64)
     block = int(chains.block_size_tokens)
     per_chunk = chunk_tokens // block
@@ -231,7 +232,7 @@ def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray
         ends, size, counters, hits = lru_state(len(capacity_chunks), offsets.size - 1)
         runs = np.zeros(offsets.size - 1, dtype=np.int64)
         longest = most_chunks(offsets, per_chunk)
-        waits, holding = _pass(offsets, pass_ids(chains.ids),
+        waits, holding, for_ever = _pass(offsets, pass_ids(chains.ids),
               np.asarray(chains.prompt_tokens, dtype=np.int64),
               np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
               np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
@@ -241,4 +242,4 @@ def _passed(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray
               np.int64(remote), st, evictions, ends, size, counters, hits, runs,
               np.empty(longest, dtype=np.int64), np.empty(longest, dtype=np.int64))
     return hits, (counters, evictions), runs, (
-        None if waits < 0 else (int(waits), int(holding)))
+        None if waits < 0 else (int(waits), int(holding), bool(for_ever)))
