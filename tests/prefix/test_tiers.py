@@ -350,15 +350,17 @@ def test_vllm_kernel_equals_the_python_model_on_random_configurations() -> None:
     assert failed >= 5 and below >= 5, (failed, below)
 
 
-def _tiny_vocabulary_case(seed: int):  # type: ignore[no-untyped-def]
+def _tiny_vocabulary_case(seed: int, preset: str = "vllm",  # type: ignore[no-untyped-def]
+                          capacity_blocks: int = 9):
     """150 random prompts of 1 to 13 tokens over two token values (prefixes shared often), as
-    chains of two-token blocks, with their GPU replay (9 blocks, vLLM's pool) and refusals."""
+    chains of two-token blocks, with their GPU replay (`preset`'s pool of `capacity_blocks`)
+    and refusals."""
     from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
 
     rng = np.random.default_rng(seed)
     prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
                for _ in range(150)]
-    rules = rules_for("vllm", block_size_tokens=2, capacity_blocks=9)
+    rules = rules_for(preset, block_size_tokens=2, capacity_blocks=capacity_blocks)
     chains = chains_of(prompts, rules)
     return chains, gpu_replay(chains, rules), refused_requests(chains, rules)
 
@@ -438,15 +440,8 @@ def test_lmcache_kernel_equals_the_python_model(seed: int, per_chunk: int,
     # GIVEN random prompts over a tiny vocabulary and one to three backends, small enough to
     # evict, promote reads from disk and remote into the CPU, and serve full hits
     from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_model, replay_lmcache_tiers
-    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
 
-    rng = np.random.default_rng(seed)
-    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
-               for _ in range(150)]
-    rules = rules_for("lmcache", block_size_tokens=2, capacity_blocks=6)
-    chains = chains_of(prompts, rules)
-    gpu = gpu_replay(chains, rules)
-    refused = refused_requests(chains, rules)
+    chains, gpu, refused = _tiny_vocabulary_case(seed, "lmcache", 6)
     tiers = tuple(_tier(name, chunks, 2 * per_chunk) for name, chunks in sizes)
     # WHEN the compiled kernel and the Python model replay the backends
     compiled, counters, evicted = replay_lmcache_tiers(chains, gpu.hit_blocks, refused, tiers)
@@ -466,22 +461,16 @@ def test_lmcache_load_outgrowing_the_cpu_stops_kernel_and_model_alike(below: str
     # outgrows it (LMCache waits for ever reading the disk, loads less from the remote;
     # `benchmarks/engines/fuzz_tiers_lmcache.py --small-cpu` and tests/fixtures/tiers_lmcache)
     from yaotu_trace.prefix.tiers import lmcache
-    from yaotu_trace.prefix.tiers.replay import gpu_replay, refused_requests
 
-    rng = np.random.default_rng(7)
-    prompts = [[int(t) for t in rng.integers(0, 2, size=int(rng.integers(1, 14)))]
-               for _ in range(150)]
-    rules = rules_for("lmcache", block_size_tokens=2, capacity_blocks=6)
-    chains = chains_of(prompts, rules)
-    gpu = gpu_replay(chains, rules)
-    refused = refused_requests(chains, rules)
+    chains, gpu, refused = _tiny_vocabulary_case(7, "lmcache", 6)
     tiers = (_tier("cpu", 1, 2), _tier(below, 40, 2))
     # WHEN the compiled kernel and the Python model replay it THEN both stop at one request,
     # in one line naming what would let it run
     stopped = []
     for replay in (lmcache.replay_lmcache_tiers, lmcache.replay_lmcache_model):
-        with pytest.raises(getattr(lmcache, stop)) as raised:
+        with pytest.raises(lmcache.LoadOutgrowsCpu) as raised:
             replay(chains, gpu.hit_blocks, refused, tiers)
+        assert type(raised.value).__name__ == stop
         stopped.append((raised.value.request, str(raised.value)))
     assert stopped[0] == stopped[1]
     assert raised.value.holding_chunks > 1 and "at least" in str(raised.value)

@@ -51,6 +51,7 @@ a remote store below the CPU (`tests/fixtures/tiers_lmcache/`,
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Self
 
 import numpy as np
 
@@ -58,26 +59,6 @@ from yaotu_trace.prefix.kernels.chains import BlockChains
 from yaotu_trace.prefix.tiers.result import TierCounters, TierEvictions
 from yaotu_trace.prefix.tiers.spec import TierSpec
 from yaotu_trace.prefix.tiers.stops import EngineStops, who
-
-
-class WaitsForCpuRoom(EngineStops):
-    """A request LMCache never serves: its load holds more chunks in CPU memory at once than
-    the CPU backend has (see the module docstring)."""
-
-    def __init__(self, request: int, holding_chunks: int, cpu_chunks: int,
-                 name: str | None = None) -> None:
-        self.holding_chunks = holding_chunks
-        self.cpu_chunks = cpu_chunks
-        super().__init__(request, (
-            f"{who(request, name)} would never be served under LMCache: its load holds "
-            f"{holding_chunks:,} chunks in CPU memory at once (those of its hit the CPU backend "
-            f"has, pinned by the lookup, and those read from below), more than the CPU "
-            f"backend's {cpu_chunks:,}, and LMCache's retrieve waits for room for ever ('No "
-            f"eviction candidates found in local cpu backend'); give the CPU backend (--tier "
-            f"cpu=...) at least {holding_chunks:,} chunks"))
-
-    def named(self, name: str) -> WaitsForCpuRoom:
-        return WaitsForCpuRoom(self.request, self.holding_chunks, self.cpu_chunks, name)
 
 
 class LoadOutgrowsCpu(EngineStops):
@@ -89,14 +70,32 @@ class LoadOutgrowsCpu(EngineStops):
                  name: str | None = None) -> None:
         self.holding_chunks = holding_chunks
         self.cpu_chunks = cpu_chunks
-        super().__init__(request, (
-            f"{who(request, name)}'s load from the remote store holds {holding_chunks:,} "
-            f"chunks in CPU memory at once, more than LMCache's CPU backend's {cpu_chunks:,}: "
-            "LMCache then loads less than its lookup found, which the replay does not follow; "
-            f"give the CPU backend (--tier cpu=...) at least {holding_chunks:,} chunks"))
+        super().__init__(request, self._say(who(request, name), holding_chunks, cpu_chunks))
 
-    def named(self, name: str) -> LoadOutgrowsCpu:
-        return LoadOutgrowsCpu(self.request, self.holding_chunks, self.cpu_chunks, name)
+    @staticmethod
+    def _say(who: str, holding_chunks: int, cpu_chunks: int) -> str:
+        return (f"{who}'s load from the remote store holds {holding_chunks:,} chunks in CPU "
+                f"memory at once, more than LMCache's CPU backend's {cpu_chunks:,}: LMCache "
+                "then loads less than its lookup found, which the replay does not follow; give "
+                f"the CPU backend (--tier cpu=...) at least {holding_chunks:,} chunks")
+
+    def named(self, name: str) -> Self:
+        return type(self)(self.request, self.holding_chunks, self.cpu_chunks, name)
+
+
+class WaitsForCpuRoom(LoadOutgrowsCpu):
+    """A request LMCache never serves: its load reads from the disk and holds more chunks in
+    CPU memory at once than the CPU backend has, so LMCache's retrieve waits for room for
+    ever (see the module docstring)."""
+
+    @staticmethod
+    def _say(who: str, holding_chunks: int, cpu_chunks: int) -> str:
+        return (f"{who} would never be served under LMCache: its load holds "
+                f"{holding_chunks:,} chunks in CPU memory at once (those of its hit the CPU "
+                f"backend has, pinned by the lookup, and those read from below), more than the "
+                f"CPU backend's {cpu_chunks:,}, and LMCache's retrieve waits for room for ever "
+                f"('No eviction candidates found in local cpu backend'); give the CPU backend "
+                f"(--tier cpu=...) at least {holding_chunks:,} chunks")
 
 
 class _Backend:
