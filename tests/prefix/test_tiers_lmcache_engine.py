@@ -220,3 +220,29 @@ def test_lmcache_disk_behind_a_gpu_pool_is_lmcaches(index: int) -> None:
             for f, h, e, g in zip(disk_first, hit, end, gpu, strict=True)]
     np.testing.assert_array_equal(result.tier_hit_tokens[1], disk)
     assert sum(disk) > 0
+
+
+@pytest.mark.parametrize("index", [3, 4])
+def test_lmcache_stops_where_a_remote_load_outgrows_the_cpu(index: int) -> None:
+    """The same script, a remote store below the CPU backend: there LMCache does not wait but
+    loads less than its lookup found, from the first load that holds more chunks in CPU
+    memory than the backend has (its trace ends there); the replay stops at it, saying so,
+    and served every request before it as LMCache did."""
+    from yaotu_trace.prefix.tiers.lmcache import LoadOutgrowsCpu
+
+    config = golden_document(WAITS)["configs"][index]
+    chains = _chains(config["trace"])
+    n = chains.num_requests
+    tiers = _tiers(config)
+    no_gpu = np.zeros(n, dtype=np.int64)
+    for replay in (replay_lmcache_tiers, replay_lmcache_model):
+        with pytest.raises(LoadOutgrowsCpu) as stopped:
+            replay(chains, no_gpu, np.zeros(n, dtype=bool), tiers)
+        assert type(stopped.value) is LoadOutgrowsCpu
+        assert stopped.value.request == config["outgrows_at"] == n - 1
+    hits, _, _ = replay_lmcache_tiers(chains, no_gpu, np.arange(n) == n - 1, tiers)
+    gold = np.asarray(config["hit_tokens"])
+    whole = gold == chains.prompt_tokens[:-1]
+    np.testing.assert_array_equal(sum(hits)[:-1], gold - whole)
+    served = np.asarray(config["disk_hit_chunks"]) * config["chunk_tokens"]
+    np.testing.assert_array_equal(hits[1][:-1], served - (whole & (served > 0)))
