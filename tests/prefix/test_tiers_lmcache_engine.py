@@ -143,27 +143,30 @@ def test_lmcache_behind_a_gpu_pool_loads_what_the_adapter_loads(gpu_blocks: int)
 WAITS = DATA / "waits_for_room.json"
 
 
-@pytest.mark.parametrize("index", range(3))
-def test_lmcache_stops_where_lmcache_waits_for_cpu_room(index: int) -> None:
-    """`benchmarks/engines/golden_tiers_lmcache_waits.py`: a disk below a CPU backend smaller
-    than a load, whose hit chunks in the CPU (pinned by the lookup) and chunks read from the
-    disk LMCache 0.5.6 must hold at once: its retrieve found nothing to evict and would have
-    waited for ever at one request; each trace ends there."""
-    from yaotu_trace.prefix.tiers.lmcache import WaitsForCpuRoom
+@pytest.mark.parametrize("index", range(5))
+def test_lmcache_stops_where_a_load_outgrows_the_cpu(index: int) -> None:
+    """`benchmarks/engines/golden_tiers_lmcache_waits.py`: a CPU backend smaller than a load,
+    whose hit chunks in the CPU (pinned by the lookup) and chunks read from below LMCache 0.5.6
+    must hold at once. With a disk below (the first three) its retrieve found nothing to evict
+    and would have waited for ever; with a remote store (the last two) it loaded less than its
+    lookup found. Each trace ends at that request."""
+    from yaotu_trace.prefix.tiers.lmcache import LoadOutgrowsCpu, WaitsForCpuRoom
 
     config = golden_document(WAITS)["configs"][index]
     chains = _chains(config["trace"])
     n = chains.num_requests
     tiers = _tiers(config)
     no_gpu = np.zeros(n, dtype=np.int64)
+    remote = config.get("remote_chunks") is not None
     # WHEN the compiled pass and its Python model replay it THEN both stop at that request,
     # holding more chunks than the CPU backend has
     for replay in (replay_lmcache_tiers, replay_lmcache_model):
-        with pytest.raises(WaitsForCpuRoom) as stopped:
+        with pytest.raises(LoadOutgrowsCpu) as stopped:
             replay(chains, no_gpu, np.zeros(n, dtype=bool), tiers)
-        assert stopped.value.request == config["waits_at"] == n - 1
+        assert type(stopped.value) is (LoadOutgrowsCpu if remote else WaitsForCpuRoom)
+        assert stopped.value.request == config["outgrows_at" if remote else "waits_at"] == n - 1
         assert stopped.value.holding_chunks > config["cpu_chunks"]
-    # AND every request before it was served as LMCache served it, the disk's share too
+    # AND every request before it was served as LMCache served it, the share from below too
     before = np.arange(n) == n - 1
     hits, _, _ = replay_lmcache_tiers(chains, no_gpu, before, tiers)
     gold = np.asarray(config["hit_tokens"])
@@ -220,29 +223,3 @@ def test_lmcache_disk_behind_a_gpu_pool_is_lmcaches(index: int) -> None:
             for f, h, e, g in zip(disk_first, hit, end, gpu, strict=True)]
     np.testing.assert_array_equal(result.tier_hit_tokens[1], disk)
     assert sum(disk) > 0
-
-
-@pytest.mark.parametrize("index", [3, 4])
-def test_lmcache_stops_where_a_remote_load_outgrows_the_cpu(index: int) -> None:
-    """The same script, a remote store below the CPU backend: there LMCache does not wait but
-    loads less than its lookup found, from the first load that holds more chunks in CPU
-    memory than the backend has (its trace ends there); the replay stops at it, saying so,
-    and served every request before it as LMCache did."""
-    from yaotu_trace.prefix.tiers.lmcache import LoadOutgrowsCpu
-
-    config = golden_document(WAITS)["configs"][index]
-    chains = _chains(config["trace"])
-    n = chains.num_requests
-    tiers = _tiers(config)
-    no_gpu = np.zeros(n, dtype=np.int64)
-    for replay in (replay_lmcache_tiers, replay_lmcache_model):
-        with pytest.raises(LoadOutgrowsCpu) as stopped:
-            replay(chains, no_gpu, np.zeros(n, dtype=bool), tiers)
-        assert type(stopped.value) is LoadOutgrowsCpu
-        assert stopped.value.request == config["outgrows_at"] == n - 1
-    hits, _, _ = replay_lmcache_tiers(chains, no_gpu, np.arange(n) == n - 1, tiers)
-    gold = np.asarray(config["hit_tokens"])
-    whole = gold == chains.prompt_tokens[:-1]
-    np.testing.assert_array_equal(sum(hits)[:-1], gold - whole)
-    served = np.asarray(config["disk_hit_chunks"]) * config["chunk_tokens"]
-    np.testing.assert_array_equal(hits[1][:-1], served - (whole & (served > 0)))
