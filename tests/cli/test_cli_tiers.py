@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, shared_trace
 
 from yaotu_trace.cli import main
 from yaotu_trace.errors import ExitCode
@@ -100,6 +100,86 @@ def test_a_store_threshold_no_chunk_reaches_is_said(threshold: int, said: bool,
     assert notes == ([f"the cpu tier stored nothing: no chunk was offered {threshold:,} times "
                       f"(--tier-store-threshold {threshold:,}; vLLM stores a chunk from its "
                       f"{threshold:,}th offer on)"] if said else [])
+
+
+@pytest.mark.parametrize(("cpu", "args", "said"), [
+    ("64blocks", [], "1,024"), ("66blocks", ["--tier-policy", "lmcache"], "1,024"),
+    ("176blocks", [], None), ("64blocks", ["--tier-policy", "vllm-native-arc"], None),
+    ("64blocks", ["--tier-store-threshold", "2"], None)])
+def test_a_tier_no_larger_than_the_gpu_pool_is_said_to_hold_what_the_pool_holds(
+        cpu: str, args: list[str], said: str | None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN vLLM's pool of 66 blocks (1,056 tokens) and a CPU tier of 64 chunks below it,
+    # where vLLM itself (the golden config 66/64) served 96 CPU tokens beside 24,816 GPU ones,
+    # and of 176 chunks, where it served 4.5 times more; ARC and a store threshold of 2 keep
+    # the reused chunks instead (vLLM: 2,032 and 8,032 CPU tokens at 66/64); LMCache's 66
+    # blocks are four of its 256-token chunks
+    # WHEN replayed under LRU rules (vLLM's, LMCache's) and under ARC and the threshold
+    doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 f"cpu={cpu}", *args], capsys)
+    tiers = doc["prefix_reuse"]["tiers"]
+    notes = [n for n in tiers["notes"] if "no larger than the GPU pool" in n]
+    # THEN the small LRU tier is said to hold what the pool holds, in the section's notes and
+    # the replay's, and nothing is said of the larger tier or of ARC's and the threshold's
+    assert len(notes) == (0 if said is None else 1)
+    if said is not None:
+        assert notes[0].startswith(f"the cpu tier ({said} tokens) is no larger than the GPU "
+                                   "pool above it (1,056 tokens)")
+        assert notes[0] in doc["prefix_reuse"]["notes"]
+    if not args:
+        config = _golden(GOLDEN.name, 66, int(cpu.removesuffix("blocks")))
+        assert tiers["tiers"][0]["hit_tokens"] == sum(config["cpu_hit_tokens"])
+
+
+def test_analyze_prints_the_notes_on_its_tiers(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a CPU tier of 64 chunks below vLLM's pool of 66 blocks, with Llama-3.1-8B's KV
+    capsys.readouterr()
+    # WHEN analyzed as a table
+    assert main(["analyze", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 "cpu=64blocks", "--model", "Llama-3.1-8B"]) == ExitCode.OK
+    out = " ".join(capsys.readouterr().out.split())
+    # THEN the tiers section says why the tier serves little, with the pool's size in GiB
+    # (1,056 tokens × 128 KiB)
+    section = out[out.index("Tiers below the GPU"):]
+    assert "note: the cpu tier (1,024 tokens) is no larger than the GPU pool" in section
+    assert "size it above the pool's 0.1 GiB (--tier cpu=...)" in section
+
+
+@pytest.mark.parametrize(("cpu", "sizes", "axis"), [
+    (64, [64, 128, 256, 512, 1024, 2048], "doublings"),
+    (1767, [55, 110, 220, 441, 883, 1767], "halvings")])
+def test_analyzes_curve_looks_above_a_tier_no_larger_than_the_pool(
+        cpu: int, sizes: list[int], axis: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN vLLM's pool of 66 blocks and a CPU tier of 64 chunks (no larger: it serves little)
+    # or of 1,767 chunks (larger)
+    # WHEN analyzed
+    doc = _json(["analyze", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 f"cpu={cpu}blocks"], capsys)
+    curve = doc["tier_curve"]
+    # THEN the small tier's curve runs over its doublings, the large one's over its halvings,
+    # and the cell at the pool and the given size is vLLM's own total (golden 66/64, 66/1767)
+    assert curve["tier_capacity_chunks"] == sizes and curve["tier_sizes"] == axis
+    row = curve["gpu_capacity_blocks"].index(66)
+    config = _golden(GOLDEN.name, 66, cpu)
+    assert curve["hit_tokens"][row][sizes.index(cpu)] == sum(config["gpu_hit_tokens"]) + sum(
+        config["cpu_hit_tokens"])
+
+
+def test_the_small_tier_of_docs_tiers_md_on_mooncake(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/tiers.md, "The curve around your pool": Llama-3.1-8B's 8,544-block pool over the
+    Mooncake conversation trace (Mooncake's own file) with a 64 GiB CPU tier."""
+    trace = shared_trace("mooncake/conversation_trace.jsonl")
+    doc = _json(["analyze", str(trace), "--preset", "vllm", "--capacity", "8544", "--model",
+                 "llama-3.1-8b", "--tier", "cpu=64GiB"], capsys)
+    cpu = doc["tiers"]["tiers"][0]
+    assert (cpu["stored_chunks"], cpu["evicted_chunks"], cpu["hit_tokens"]) == (
+        263_457, 262_433, 0)
+    assert any("size it above the pool's 534.0 GiB" in n for n in doc["tiers"]["notes"])
+    curve = doc["tier_curve"]
+    assert curve["tier_capacity_chunks"] == [1024 * 2**k for k in range(6)]
+    rows = dict(zip(curve["gpu_capacity_blocks"], curve["hit_ratio"], strict=True))
+    assert [round(100 * r, 1) for r in rows[8544]] == [19.8, 19.8, 19.8, 19.8, 27.6, 34.6]
+    assert [round(100 * r, 1) for r in rows[2136]] == [5.7, 5.7, 9.3, 19.2, 27.6, 34.6]
 
 
 def test_the_tier_table_gives_the_gpu_pool_in_tokens_as_the_tiers(

@@ -267,14 +267,9 @@ def replay_trace_with_requests(
     runs = _cache_runs(prepared, rules, waterfall, parallel, measured)
     gpu_result = runs.result  # the GPU pool alone, which the residency pass follows
     tiered = None
+    tier_said: tuple[str, ...] = ()  # the notes on the tiers, in their section too
     if tiers is not None:
-        from yaotu_trace.prefix.tiers.replay import (
-            approximation_note,
-            lower_eviction_note,
-            replay_tiers,
-            threshold_note,
-            unlimited_gpu_note,
-        )
+        from yaotu_trace.prefix.tiers.replay import replay_tiers, tier_notes
         from yaotu_trace.prefix.tiers.stops import EngineStops
 
         try:
@@ -283,10 +278,9 @@ def replay_trace_with_requests(
         except EngineStops as stopped:  # the engine never gets past this request
             raise stopped.named(str(prepared.request_id[stopped.request])) from None
         runs = _with_tiers(runs, tiered, measured)
-        said = (approximation_note(runs.chains, rules, tiers.tiers, tiers.policy),
-                threshold_note(tiered), lower_eviction_note(tiered),
-                unlimited_gpu_note(rules, tiered))
-        notes = (*notes, *(note for note in said if note is not None))
+        tier_said = tier_notes(runs.chains, rules, tiers.tiers, tiers.policy, tiered,
+                               tiers.kv_bytes_per_token)
+        notes = (*notes, *tier_said)
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))
     if window is not None:
@@ -306,7 +300,8 @@ def replay_trace_with_requests(
     if tiered is not None:
         assert tiers is not None
         m = slice(None) if window is None else slice(window.warmup_requests, None)
-        summary = replace(summary, tiers=tiered.window(m).to_dict(tiers.kv_bytes_per_token))
+        summary = replace(summary, tiers={
+            **tiered.window(m).to_dict(tiers.kv_bytes_per_token), "notes": list(tier_said)})
         moved = None if runs.waterfall is None else runs.waterfall.loss_per_request.get(
             "gpu_moved_by_tiers")
         columns = _with_tier_columns(columns, tiered, tiers.kv_bytes_per_token, moved)

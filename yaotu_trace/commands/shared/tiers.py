@@ -70,21 +70,24 @@ def under_deployment(tiers: ReplayOptions | None, options: DiagnosisOptions
 
 # The tier sizes of the two-dimensional curve, as shares of the --tier size given.
 TIER_SHARES: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+# ... and around a GPU pool the tier is no larger than: a tier that small holds what the pool
+# holds and serves little (`replay.small_tier_note`), so the curve looks above it.
+TIER_MULTIPLES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
 
 def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
                  gpu_blocks: tuple[int | None, ...], pricer: CurvePricer | None = None,
                  priced: list[dict[str, Any]] | None = None, *,
-                 threads: int = 1) -> dict[str, Any]:
-    """Hits at every GPU size × tier size (the --tier size and its halvings down to 1/32):
-    one exact tiered replay per point (`prefix/tiers/curve.py`); with `pricer`, each point
-    priced into `priced`."""
+                 threads: int = 1, shares: tuple[float, ...] = TIER_SHARES) -> dict[str, Any]:
+    """Hits at every GPU size × tier size (the --tier size times each of `shares`: its
+    halvings down to 1/32 unless told): one exact tiered replay per point
+    (`prefix/tiers/curve.py`); with `pricer`, each point priced into `priced`."""
     from yaotu_trace.prefix.prepare import prepare
     from yaotu_trace.prefix.tiers.curve import tier_curve
     from yaotu_trace.prefix.tiers.replay import approximation_note
 
     tier = tiers.tiers[0]
-    sizes = tuple(sorted({max(1, int(tier.capacity_chunks * share)) for share in TIER_SHARES}))
+    sizes = tuple(sorted({max(1, int(tier.capacity_chunks * share)) for share in shares}))
     chains = prepare(loaded, stream=True).chains(rules)
     kv = tiers.kv_bytes_per_token
     block_tokens = rules.block_size_tokens
@@ -107,6 +110,7 @@ def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
     out = curve.to_dict()
     out["policy"] = str(tiers.policy)
     out["kv_bytes_per_token"] = tiers.kv_bytes_per_token
+    out["tier_sizes"] = "halvings" if max(shares) <= 1 else "doublings"
     # Each point runs at its GPU size: SGLang's one tree wherever that size is finite.
     notes = {approximation_note(chains, rules.with_(capacity_blocks=blocks), (tier,),
                                 tiers.policy) for blocks in gpu_blocks} - {None}
@@ -121,8 +125,9 @@ GPU_SHARES: tuple[float, ...] = (1 / 4, 1 / 2, 1.0, 2.0)
 
 def tier_curve_around(loaded: Trace, options: ReplayOptions) -> dict[str, Any] | None:
     """The `tier_curve` section at a quarter, half, once and twice the GPU pool of
-    `options.capacity` × the tier's size and its halvings; None without exactly one tier or
-    without a GPU pool (nothing reaches a tier below an unlimited one)."""
+    `options.capacity` × the tier's size and its halvings (its doublings when it is no larger
+    than the pool); None without exactly one tier or without a GPU pool (nothing reaches a
+    tier below an unlimited one)."""
     if len(options.tiers) != 1 or options.capacity is None:
         return None
     rules, preset, _ = options.effective_rules(loaded)
@@ -131,7 +136,9 @@ def tier_curve_around(loaded: Trace, options: ReplayOptions) -> dict[str, Any] |
     if pool is None or setup is None:
         return None
     gpu_blocks = tuple(sorted({max(1, round(pool * share)) for share in GPU_SHARES}))
-    return tiered_curve(loaded, rules, setup, gpu_blocks)
+    small = setup.tiers[0].capacity_tokens <= pool * rules.block_size_tokens
+    return tiered_curve(loaded, rules, setup, gpu_blocks,
+                        shares=TIER_MULTIPLES if small else TIER_SHARES)
 
 
 def tier_sections(loaded: Trace, options: ReplayOptions, metrics: EngineMetrics | None, *,

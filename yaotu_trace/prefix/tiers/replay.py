@@ -152,6 +152,41 @@ def unlimited_gpu_note(rules: ReplayRules, tiered: TieredResult) -> str | None:
             "the engine's pool (--capacity, e.g. its num_gpu_blocks) to see what a tier adds")
 
 
+def small_tier_note(rules: ReplayRules, tiered: TieredResult,
+                    kv_bytes_per_token: int | None = None) -> str | None:
+    """What the output says when the first tier holds no more tokens than the GPU pool above
+    it, under rules that write every chunk to it when it is computed and evict the least
+    recently used (vLLM's native offload without a store threshold, LMCache): it keeps the
+    most recently used chunks, most of which the GPU pool still holds, so it serves little and
+    its memory is paid for (None otherwise). ARC and a store threshold keep the chunks used
+    more than once instead, which a small tier can serve."""
+    tier = tiered.tiers[0]
+    lru = (tiered.policy is TierPolicy.LMCACHE
+           or (tiered.policy is TierPolicy.VLLM and tier.store_threshold < 2))
+    if not lru or rules.capacity_blocks is None or tier.unlimited:
+        return None
+    pool_tokens = int(rules.capacity_blocks) * int(rules.block_size_tokens)
+    if tier.capacity_tokens > pool_tokens:
+        return None
+    pool = (f"{pool_tokens:,} tokens" if kv_bytes_per_token is None
+            else f"{pool_tokens * int(kv_bytes_per_token) / 2**30:,.1f} GiB")
+    return (f"the {tier.name} tier ({tier.capacity_tokens:,} tokens) is no larger than the GPU "
+            f"pool above it ({pool_tokens:,} tokens): every chunk is written to it when it is "
+            "computed and the least recently used leave first, so it holds the most recent "
+            "ones, most of which the GPU pool still holds. A tier serves what the GPU pool has "
+            f"evicted: size it above the pool's {pool} (--tier {tier.name}=...)")
+
+
+def tier_notes(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],
+               policy: TierPolicy, tiered: TieredResult,
+               kv_bytes_per_token: int | None = None) -> tuple[str, ...]:
+    """Every note a tiered replay's output carries about its tiers, in a fixed order."""
+    said = (approximation_note(chains, rules, tiers, policy), threshold_note(tiered),
+            lower_eviction_note(tiered), unlimited_gpu_note(rules, tiered),
+            small_tier_note(rules, tiered, kv_bytes_per_token))
+    return tuple(note for note in said if note is not None)
+
+
 def lower_eviction_note(tiered: TieredResult) -> str | None:
     """What the output says when a tier below vLLM's CPU tier evicted (None otherwise): vLLM
     0.33's secondary tiers (fs, obj) never evict, so a bounded one is an LRU store of that

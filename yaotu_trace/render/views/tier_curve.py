@@ -21,6 +21,9 @@ def view(section: Any) -> View:
         rows.append([label, fmt.pct(alone), *(fmt.pct(r) for r in ratios)])
     definition = (f"token-weighted hit ratio (GPU plus the {tier} tier) under "
                   f"{section['policy']} rules; each cell is one exact replay")
+    if section.get("tier_sizes") == "doublings":  # around a pool the --tier size is under
+        definition += (f"; the {tier} sizes are the --tier size and its doublings, as it is no "
+                       "larger than the GPU pool")
     return [Heading(text=f"GPU size × {tier} tier size"),
             Grid(header=header, rows=rows,
                  columns=[Column(name=header[0], align="left", no_wrap=True), *(
