@@ -1,0 +1,178 @@
+"""The commands the docs show run: each `trace ...` line of a fenced block in docs/*.md, run in
+a fresh folder with the block's earlier commands before it (a `generate` or `simulate` makes the
+files the next line reads), its shell variables expanded. A renamed option or a rule that now
+refuses an option combination fails here, not in a reader's terminal.
+
+The public traces' names (`conversation_trace.jsonl`, `mooncake/…`, `azure_llm_2023/…`) read
+../shared/traces (skipped when absent); `tests/fixtures/…`, `sample_traces/…` and `docs/…` read
+the repository (a fixture named alone, by its one file of that name). Where the block shows
+the command printing an `error:` line, that line is what it must print, with exit 2. A line
+that reads a file nothing makes (a user's own `chat.parquet`) or that shows a template
+(`TRACE`, `[--config …]`, `NAME`) is not run, and `test_most_of_the_docs_commands_are_run`
+holds those to a third of them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_TRACES
+
+from yaotu_trace.cli import COMMAND_MODULES, main
+from yaotu_trace.errors import ExitCode
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = sorted((REPO / "docs").glob("*.md"))
+# Options whose value is a file the command writes.
+OUTPUT_OPTIONS = frozenset({"-o", "--output", "--out", "--steps-out", "--metrics-out", "--junit",
+                            "--markdown"})
+INPUT_SUFFIXES = (".parquet", ".jsonl", ".csv", ".json", ".log", ".txt", ".toml", ".prom")
+PUBLIC = {"conversation_trace.jsonl": "mooncake/conversation_trace.jsonl"}
+PUBLIC_FOLDERS = ("mooncake/", "azure_llm_2023/", "ragpulse/", "tracelab_example/",
+                  "weka_claude_code/")
+REPO_FOLDERS = ("tests/fixtures/", "sample_traces/", "docs/")
+TEMPLATE = re.compile(r"\[|\bTRACE\b|\bAFTER\b|\bBEFORE\b|NAME|\$")
+
+
+def _fenced(text: str) -> Iterator[list[str]]:
+    """The lines of each fenced block of a shell (or no) language."""
+    block: list[str] | None = None
+    shell = False
+    for line in text.splitlines():
+        fence = re.match(r"\s*```(\w*)", line)
+        if fence is None:
+            if block is not None:
+                block.append(line)
+        elif block is None:
+            block, shell = [], fence[1] in ("", "sh", "bash", "shell", "console")
+        else:
+            if shell:
+                yield block
+            block = None
+
+
+def _blocks(path: Path) -> list[list[tuple[str, str | None]]]:
+    """The `trace` command lines of each fenced block of `path`, continuation lines joined,
+    comments dropped and the block's `NAME="..."` variables expanded, each with the error line
+    the block shows it printing (None when it shows none)."""
+    blocks = []
+    for lines in _fenced(path.read_text(encoding="utf-8")):
+        env: dict[str, str] = {}
+        commands: list[tuple[str, str | None]] = []
+        while lines:
+            line = lines.pop(0)
+            while line.rstrip().endswith("\\") and lines:
+                line = line.rstrip()[:-1] + " " + lines.pop(0).strip()
+            line = re.split(r"\s#\s", line)[0].strip().removeprefix("$ ")
+            if (assigned := re.fullmatch(r'([A-Z_]+)="(.*)"', line)) is not None:
+                env[assigned[1]] = assigned[2]
+            elif line.split()[:2] in ([["trace", name] for name in COMMAND_MODULES]):
+                for name, value in env.items():
+                    line = line.replace(f"${name}", value)
+                commands.append((line, None))
+            elif line.startswith("error: ") and commands and commands[-1][1] is None:
+                commands[-1] = (commands[-1][0], line)
+        if commands:
+            blocks.append(commands)
+    return blocks
+
+
+def _fixture(name: str) -> Path | None:
+    """The one file of the test fixtures named `name` (the docs name its folder in prose)."""
+    found = list((REPO / "tests" / "fixtures").rglob(name))
+    return found[0] if len(found) == 1 else None
+
+
+def _resolved(args: list[str], made: set[str]) -> list[str] | None:
+    """`args` with the docs' file names made real, or None when one names a file that
+    neither the repository, the public traces nor an earlier command of the block has."""
+    out = []
+    writes = False
+    for arg in args:
+        if writes:
+            made.add(arg)
+            out.append(arg)
+            writes = False
+            continue
+        writes = arg in OUTPUT_OPTIONS
+        if arg.startswith("-") or not arg.endswith(INPUT_SUFFIXES):
+            out.append(arg)
+            continue
+        public = PUBLIC.get(arg, arg if arg.startswith(PUBLIC_FOLDERS) else None)
+        if public is not None:
+            if not (SHARED_TRACES / public).exists():
+                pytest.skip(f"public trace {public} not found under {SHARED_TRACES}")
+            out.append(str(SHARED_TRACES / public))
+        elif arg.startswith(REPO_FOLDERS) and (REPO / arg).exists():
+            out.append(str(REPO / arg))
+        elif arg in made:
+            out.append(arg)
+        elif (fixture := _fixture(arg)) is not None:
+            out.append(str(fixture))
+        else:
+            return None
+    return out
+
+
+@contextmanager
+def _inside(folder: Path) -> Iterator[None]:
+    previous = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def _runnable(command: str, made: set[str]) -> list[str] | None:
+    """The command's arguments, files made real, or None when it is not run."""
+    if TEMPLATE.search(command):
+        return None
+    return _resolved(shlex.split(command)[1:], made)
+
+
+def test_most_of_the_docs_commands_are_run() -> None:
+    # GIVEN every command of every doc, WHEN the files they read are resolved as the run does
+    commands = not_run = errors = 0
+    for doc in DOCS:
+        for block in _blocks(doc):
+            made: set[str] = set()
+            for command, error in block:
+                commands += 1
+                not_run += _runnable(command, made) is None
+                errors += error is not None
+    # THEN most are run (templates and a user's own files are the exception), the errors the
+    # docs show among them
+    assert commands >= 60 and not_run <= commands // 3 and errors >= 3, (
+        commands, not_run, errors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
+def test_the_docs_commands_run(doc: Path, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    for number, block in enumerate(_blocks(doc)):
+        folder = tmp_path / f"block{number}"
+        folder.mkdir()
+        made: set[str] = set()
+        with _inside(folder):
+            for command, error in block:
+                args = _runnable(command, made)
+                if args is None:
+                    continue
+                capsys.readouterr()
+                code = main(args)
+                err = capsys.readouterr().err.strip()
+                if error is not None:  # a refusal the docs show: that line, exit 2
+                    assert (code, err) == (ExitCode.USAGE, error), f"{doc.name}: {command!r}"
+                    continue
+                # `trace check` exits 1 when a check fails, which its docs may show
+                allowed = ({ExitCode.OK, ExitCode.FINDINGS} if args[0] == "check"
+                           else {ExitCode.OK})
+                assert code in allowed, f"{doc.name}: {command!r} exited {code}: {err}"
