@@ -182,17 +182,19 @@ def test_the_small_tier_of_docs_tiers_md_on_mooncake(capsys: pytest.CaptureFixtu
     assert [round(100 * r, 1) for r in rows[2136]] == [5.7, 5.7, 9.3, 19.2, 27.6, 34.6]
 
 
+@pytest.mark.parametrize("command", [["replay", "--no-waterfall"], ["analyze"]])
 def test_the_tier_table_gives_the_gpu_pool_in_tokens_as_the_tiers(
-        capsys: pytest.CaptureFixture[str]) -> None:
+        command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN vLLM's pool of 66 16-token blocks and a CPU tier of 176 chunks of one block
     capsys.readouterr()
-    # WHEN the replay is printed as a table
-    assert main(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
-                 "cpu=176blocks", "--no-waterfall"]) == ExitCode.OK
+    # WHEN the replay (or the analysis) is printed as a table
+    assert main([command[0], TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
+                 "cpu=176blocks", *command[1:]]) == ExitCode.OK
     out = capsys.readouterr().out.splitlines()
     # THEN the GPU row's size is in tokens, as each tier's (66 × 16, 176 × 16)
     start = next(i for i, line in enumerate(out) if line.startswith("Tiers below the GPU"))
-    rows = {line.split()[0]: line.split() for line in out[start + 2:start + 8] if line.strip()}
+    rows = {line.split()[0]: line.split() for line in out[start:start + 12]
+            if line.split()[:1] in (["gpu"], ["cpu"])}
     assert rows["gpu"][1:3] == ["1.06k", "tok"] and rows["cpu"][1:3] == ["2.82k", "tok"]
 
 

@@ -20,6 +20,7 @@ def view(section: Any) -> View:
     text = (f"Preset {section['preset']}, {pool}, {section['policy']} rules; hit tokens by "
             "the source that served them (trace replay --tier has the waterfall).")
     return [Heading(text="Tiers below the GPU"), Line(text=text, style="dim"),
-            Grid(header=TIER_HEADER, rows=tier_rows({"tiers": section})),
+            Grid(header=TIER_HEADER, rows=tier_rows({  # the GPU row in tokens, as the tiers
+                "tiers": section, "rules": {"block_size_tokens": section["block_size_tokens"]}})),
             Line(text=tier_legend(section), style="dim"),
             Notes(notes=section.get("notes", []))]
