@@ -105,7 +105,8 @@ def test_a_store_threshold_no_chunk_reaches_is_said(threshold: int, said: bool,
 @pytest.mark.parametrize(("cpu", "args", "said"), [
     ("64blocks", [], "1,024"), ("66blocks", ["--tier-policy", "lmcache"], "1,024"),
     ("176blocks", [], None), ("64blocks", ["--tier-policy", "vllm-native-arc"], None),
-    ("64blocks", ["--tier-store-threshold", "2"], None)])
+    ("64blocks", ["--tier-store-threshold", "2"], None),
+    ("64blocks", ["--tier", "disk=unlimited"], None)])
 def test_a_tier_no_larger_than_the_gpu_pool_is_said_to_hold_what_the_pool_holds(
         cpu: str, args: list[str], said: str | None,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,7 +114,8 @@ def test_a_tier_no_larger_than_the_gpu_pool_is_said_to_hold_what_the_pool_holds(
     # where vLLM itself (the golden config 66/64) served 96 CPU tokens beside 24,816 GPU ones,
     # and of 176 chunks, where it served 4.5 times more; ARC and a store threshold of 2 keep
     # the reused chunks instead (vLLM: 2,032 and 8,032 CPU tokens at 66/64); LMCache's 66
-    # blocks are four of its 256-token chunks
+    # blocks are four of its 256-token chunks; with vLLM's fs tier below, the CPU tier stages
+    # what the disk serves
     # WHEN replayed under LRU rules (vLLM's, LMCache's) and under ARC and the threshold
     doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
                  f"cpu={cpu}", *args], capsys)
@@ -126,7 +128,7 @@ def test_a_tier_no_larger_than_the_gpu_pool_is_said_to_hold_what_the_pool_holds(
         assert notes[0].startswith(f"the cpu tier ({said} tokens) is no larger than the GPU "
                                    "pool above it (1,056 tokens)")
         assert notes[0] in doc["prefix_reuse"]["notes"]
-    if not args:
+    if not args:  # vLLM's own hits, as said
         config = _golden(GOLDEN.name, 66, int(cpu.removesuffix("blocks")))
         assert tiers["tiers"][0]["hit_tokens"] == sum(config["cpu_hit_tokens"])
 

@@ -159,11 +159,12 @@ def small_tier_note(rules: ReplayRules, tiered: TieredResult,
     recently used (vLLM's native offload without a store threshold, LMCache): it keeps the
     most recently used chunks, most of which the GPU pool still holds, so it serves little and
     its memory is paid for (None otherwise). ARC and a store threshold keep the chunks used
-    more than once instead, which a small tier can serve."""
+    more than once instead, which a small tier can serve; a tier below it serves what it
+    passes on, so a small first tier is then a staging buffer, not a mistake."""
     tier = tiered.tiers[0]
     lru = (tiered.policy is TierPolicy.LMCACHE
            or (tiered.policy is TierPolicy.VLLM and tier.store_threshold < 2))
-    if not lru or rules.capacity_blocks is None or tier.unlimited:
+    if not lru or len(tiered.tiers) > 1 or rules.capacity_blocks is None or tier.unlimited:
         return None
     pool_tokens = int(rules.capacity_blocks) * int(rules.block_size_tokens)
     if tier.capacity_tokens > pool_tokens:
