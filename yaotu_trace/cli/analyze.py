@@ -84,8 +84,8 @@ def analyze(
 
     With --tier (and --capacity for the GPU pool): which source served what, and with one tier
     the hit ratio over GPU size (a quarter, half, once and twice the pool) × tier size (the
-    --tier size and its halvings, or its doublings when it is no larger than the pool, which
-    it would only copy), each cell one tiered replay.
+    --tier size and its halvings, or its doublings when it is no larger than the pool, where
+    it serves little), each cell one tiered replay.
 
     With --model (at --kv-dtype) or --kv-bytes-per-token, the prefix-reuse capacities are
     given in bytes too.

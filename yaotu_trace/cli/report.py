@@ -115,7 +115,7 @@ def report(
     With --tier (and --kv-capacity for the GPU pool), the page adds what trace diagnose --tier
     shows, which source served what, and with one tier the hit ratio over GPU size (a quarter,
     half, once and twice the pool) × tier size (the --tier size and its halvings, or its
-    doublings when it is no larger than the pool, which it would only copy).
+    doublings when it is no larger than the pool, where it serves little).
 
     Examples:
 
