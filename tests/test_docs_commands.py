@@ -172,7 +172,4 @@ def test_the_docs_commands_run(doc: Path, tmp_path: Path,
                 if error is not None:  # a refusal the docs show: that line, exit 2
                     assert (code, err) == (ExitCode.USAGE, error), f"{doc.name}: {command!r}"
                     continue
-                # `trace check` exits 1 when a check fails, which its docs may show
-                allowed = ({ExitCode.OK, ExitCode.FINDINGS} if args[0] == "check"
-                           else {ExitCode.OK})
-                assert code in allowed, f"{doc.name}: {command!r} exited {code}: {err}"
+                assert code == ExitCode.OK, f"{doc.name}: {command!r} exited {code}: {err}"
