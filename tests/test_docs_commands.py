@@ -6,7 +6,8 @@ refuses an option combination fails here, not in a reader's terminal.
 The public traces' names (`conversation_trace.jsonl`, `mooncake/…`, `azure_llm_2023/…`) read
 ../shared/traces (skipped when absent); `tests/fixtures/…`, `sample_traces/…` and `docs/…` read
 the repository (a fixture named alone, by its one file of that name). Where the block shows
-the command printing an `error:` line, that line is what it must print, with exit 2. A line
+the command printing an `error:` line, that line is what it must print, with exit 2; a
+`verdict:` line it shows, it must print among its output's lines. A line
 that reads a file nothing makes (a user's own `chat.parquet`) or that shows a template
 (`TRACE`, `[--config …]`, `NAME`) is not run, and `test_most_of_the_docs_commands_are_run`
 holds those to a third of them.
@@ -19,6 +20,7 @@ import re
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -57,14 +59,28 @@ def _fenced(text: str) -> Iterator[list[str]]:
             block = None
 
 
-def _blocks(path: Path) -> list[list[tuple[str, str | None]]]:
+@dataclass
+class Shown:
+    """A command of the docs and what they show it printing: an `error:` line (on stderr,
+    exit 2) or `verdict:` lines (on stdout). A `head -N FILE > OUT` line the docs cut a trace
+    with is one too (`_head`)."""
+
+    command: str
+    error: str | None = None
+    verdicts: list[str] = field(default_factory=list)
+
+
+HEAD = re.compile(r"head (?:-n )?-?(\d+) (\S+) > (\S+)")
+
+
+def _blocks(path: Path) -> list[list[Shown]]:
     """The `trace` command lines of each fenced block of `path`, continuation lines joined,
-    comments dropped and the block's `NAME="..."` variables expanded, each with the error line
-    the block shows it printing (None when it shows none)."""
+    comments dropped and the block's `NAME="..."` variables expanded, each with what the block
+    shows it printing."""
     blocks = []
     for lines in _fenced(path.read_text(encoding="utf-8")):
         env: dict[str, str] = {}
-        commands: list[tuple[str, str | None]] = []
+        commands: list[Shown] = []
         while lines:
             line = lines.pop(0)
             while line.rstrip().endswith("\\") and lines:
@@ -72,12 +88,15 @@ def _blocks(path: Path) -> list[list[tuple[str, str | None]]]:
             line = re.split(r"\s#\s", line)[0].strip().removeprefix("$ ")
             if (assigned := re.fullmatch(r'([A-Z_]+)="(.*)"', line)) is not None:
                 env[assigned[1]] = assigned[2]
-            elif line.split()[:2] in ([["trace", name] for name in COMMAND_MODULES]):
+            elif HEAD.fullmatch(line) or line.split()[:2] in (
+                    [["trace", name] for name in COMMAND_MODULES]):
                 for name, value in env.items():
                     line = line.replace(f"${name}", value)
-                commands.append((line, None))
-            elif line.startswith("error: ") and commands and commands[-1][1] is None:
-                commands[-1] = (commands[-1][0], line)
+                commands.append(Shown(line))
+            elif line.startswith("error: ") and commands and commands[-1].error is None:
+                commands[-1].error = line
+            elif line.startswith("verdict: ") and commands:
+                commands[-1].verdicts.append(line)
         if commands:
             blocks.append(commands)
     return blocks
@@ -120,6 +139,19 @@ def _resolved(args: list[str], made: set[str]) -> list[str] | None:
     return out
 
 
+def _head(cut: re.Match[str], made: set[str]) -> None:
+    """`head -N FILE > OUT`, FILE one of the public traces (by its path from the repository)."""
+    lines, source, target = int(cut[1]), cut[2], cut[3]
+    public = source.removeprefix("../shared/traces/")
+    if not (SHARED_TRACES / public).exists():
+        pytest.skip(f"public trace {public} not found under {SHARED_TRACES}")
+    with (SHARED_TRACES / public).open(encoding="utf-8") as text:
+        Path(target).write_text("".join(line for _, line in zip(range(lines), text,
+                                                                 strict=False)),
+                                encoding="utf-8")
+    made.add(target)
+
+
 @contextmanager
 def _inside(folder: Path) -> Iterator[None]:
     previous = Path.cwd()
@@ -143,10 +175,13 @@ def test_most_of_the_docs_commands_are_run() -> None:
     for doc in DOCS:
         for block in _blocks(doc):
             made: set[str] = set()
-            for command, error in block:
+            for shown in block:
                 commands += 1
-                not_run += _runnable(command, made) is None
-                errors += error is not None
+                if (cut := HEAD.fullmatch(shown.command)) is not None:
+                    made.add(cut[3])
+                    continue
+                not_run += _runnable(shown.command, made) is None
+                errors += shown.error is not None
     # THEN most are run (templates and a user's own files are the exception), the errors the
     # docs show among them
     assert commands >= 60 and not_run <= commands // 3 and errors >= 3, (
@@ -162,14 +197,22 @@ def test_the_docs_commands_run(doc: Path, tmp_path: Path,
         folder.mkdir()
         made: set[str] = set()
         with _inside(folder):
-            for command, error in block:
+            for shown in block:
+                command = shown.command
+                if (cut := HEAD.fullmatch(command)) is not None:
+                    _head(cut, made)
+                    continue
                 args = _runnable(command, made)
                 if args is None:
                     continue
                 capsys.readouterr()
                 code = main(args)
-                err = capsys.readouterr().err.strip()
-                if error is not None:  # a refusal the docs show: that line, exit 2
-                    assert (code, err) == (ExitCode.USAGE, error), f"{doc.name}: {command!r}"
+                printed = capsys.readouterr()
+                err = printed.err.strip()
+                if shown.error is not None:  # a refusal the docs show: that line, exit 2
+                    assert (code, err) == (ExitCode.USAGE, shown.error), f"{doc.name}: {command!r}"
                     continue
                 assert code == ExitCode.OK, f"{doc.name}: {command!r} exited {code}: {err}"
+                lines = {" ".join(line.split()) for line in printed.out.splitlines()}
+                for verdict in shown.verdicts:
+                    assert verdict in lines, f"{doc.name}: {command!r} did not print {verdict!r}"
