@@ -5,12 +5,11 @@ refuses an option combination fails here, not in a reader's terminal.
 
 The public traces' names (`conversation_trace.jsonl`, `mooncake/…`, `azure_llm_2023/…`) read
 ../shared/traces (skipped when absent); `tests/fixtures/…`, `sample_traces/…` and `docs/…` read
-the repository (a fixture named alone, by its one file of that name). Where the block shows
-the command printing an `error:` line, that line is what it must print, with exit 2; a
-`verdict:` line it shows, it must print among its output's lines. A line
-that reads a file nothing makes (a user's own `chat.parquet`) or that shows a template
-(`TRACE`, `[--config …]`, `NAME`) is not run, and `test_most_of_the_docs_commands_are_run`
-holds those to a third of them.
+the repository (a fixture or a docs file named alone, by its one file of that name). Where the
+block shows the command printing an `error:` line, that line is what it must print, with exit
+2; a `verdict:` line it shows, it must print among its output's lines. A line that reads a file
+nothing makes (a user's own `chat.parquet`) or that shows a template (`TRACE`, `[--config …]`,
+`NAME`) is not run, and `test_most_of_the_docs_commands_are_run` holds those to a third of them.
 """
 
 from __future__ import annotations
@@ -103,8 +102,9 @@ def _blocks(path: Path) -> list[list[Shown]]:
 
 
 def _fixture(name: str) -> Path | None:
-    """The one file of the test fixtures named `name` (the docs name its folder in prose)."""
-    found = list((REPO / "tests" / "fixtures").rglob(name))
+    """The one file of the test fixtures or the docs named `name` (the docs name its folder in
+    prose)."""
+    found = [*(REPO / "tests" / "fixtures").rglob(name), *(REPO / "docs").rglob(name)]
     return found[0] if len(found) == 1 else None
 
 
