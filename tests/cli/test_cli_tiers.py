@@ -61,6 +61,10 @@ def test_replay_with_a_cpu_tier_writes_hits_by_source(tmp_path: Path,
     assert steps[-1]["step"] == "cpu_tier" and steps[-1]["loss_tokens"] < 0
     assert reuse["waterfall"]["achieved_hit_tokens"] == reuse["saved_prefill_tokens"]
     assert doc["config"]["tier_policy"] == "vllm-native"
+    # and the hit rates, which count the tier's hits, name it beside the pool
+    rates = reuse["hit_rates"]
+    assert rates["token_weighted"]["capacity"] == "66 blocks + cpu tier"
+    assert rates["token_weighted"]["value"] == reuse["hit_ratio"]
 
 
 @pytest.mark.parametrize(("fixture", "gpu_blocks", "cpu_chunks", "args", "key", "value"), [

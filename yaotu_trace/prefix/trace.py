@@ -39,7 +39,7 @@ from yaotu_trace.prefix.waterfall import (
 if TYPE_CHECKING:
     from yaotu_trace.prefix.residency import Residency
     from yaotu_trace.prefix.tiers.result import TieredResult
-    from yaotu_trace.prefix.tiers.spec import TierSetup
+    from yaotu_trace.prefix.tiers.spec import TierSetup, TierSpec
     from yaotu_trace.prefix.window import MeasurementWindow, WarmupSpec
 
 HIT_SHARE_BUCKETS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -288,7 +288,8 @@ def replay_trace_with_requests(
         notes = (*notes, window.describe(), *_window_notes(window, rules))
     # After the chains: a streamed trace learns its list lengths on the first pass.
     all_notes = (*notes, *_rule_notes(trace, prepared, rules))
-    summary = _summary(prepared, rules, runs, preset=preset, notes=all_notes, window=window)
+    summary = _summary(prepared, rules, runs, preset=preset, notes=all_notes, window=window,
+                       below=None if tiers is None else tiers.tiers)
     if trace.format_name in ENGINE_COUNTED and prepared.cached_tokens is not None:
         instances = len(prepared.instance_labels) if rules.scope is Scope.GLOBAL else 1
         found = reconcile(prepared.arrival_s, prepared.request_id, prepared.cached_tokens,
@@ -463,9 +464,11 @@ def _request_columns(prepared: PreparedTrace, runs: CacheRuns) -> dict[str, np.n
 
 def _summary(prepared: PreparedTrace, rules: ReplayRules, runs: CacheRuns, *,
              preset: str | None, notes: tuple[str, ...],
-             window: MeasurementWindow | None) -> ReplaySummary:
+             window: MeasurementWindow | None,
+             below: tuple[TierSpec, ...] | None = None) -> ReplaySummary:
     """Totals, the three hit ratios, the per-group splits and the waterfall of one replay;
-    with a window the totals count its measured requests only."""
+    with a window the totals count its measured requests only. `below` are the tiers whose
+    hits the totals include."""
     result, chains, wf = runs.result, runs.chains, runs.waterfall
     m = slice(None) if window is None else slice(window.warmup_requests, None)
     prompt = prepared.prompt_tokens[m]
@@ -508,7 +511,7 @@ def _summary(prepared: PreparedTrace, rules: ReplayRules, runs: CacheRuns, *,
         notes=notes + _rejected_note(result, rules),
         window=window,
         hit_rates=_hit_rates(prompt, result, chains, rules, m,
-                             None if wf is None else wf.seen_blocks),
+                             None if wf is None else wf.seen_blocks, below),
         rejected_requests=result.rejected_requests,
     )
 
@@ -523,13 +526,17 @@ def _rejected_note(result: ReplayResult, rules: ReplayRules) -> tuple[str, ...]:
 
 
 def _hit_rates(prompt: np.ndarray, result: ReplayResult, chains: BlockChains,
-               rules: ReplayRules, measured: slice, seen: np.ndarray | None
-               ) -> dict[str, dict[str, object]]:
+               rules: ReplayRules, measured: slice, seen: np.ndarray | None,
+               below: tuple[TierSpec, ...] | None = None) -> dict[str, dict[str, object]]:
     """Every hit-rate definition of the achieved replay, and AIPerf's at unlimited capacity,
     over the `measured` requests (`prompt` is already theirs); `seen` is AIPerf's numerator
-    when a waterfall already replayed it."""
+    when a waterfall already replayed it. The capacity names the tiers `below` the pool too,
+    whose hits the rates count ("66 blocks + cpu, disk tiers")."""
     capacity = ("unlimited" if rules.capacity_blocks is None
                 else f"{rules.capacity_blocks:,} blocks")
+    if below:  # their sizes are in the tiers table
+        names = ", ".join(str(tier.name) for tier in below)
+        capacity += f" + {names} tier{'s' if len(below) > 1 else ''}"
     leading = (seen if seen is not None else
                rates.leading_seen_blocks(chains, rules, result.hit_blocks))
     return rates.hit_rates(
