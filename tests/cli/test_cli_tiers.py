@@ -209,6 +209,24 @@ def test_replay_without_tier_has_no_tier_keys(capsys: pytest.CaptureFixture[str]
     assert "tiers" not in doc["prefix_reuse"] and "tier_policy" not in doc["config"]
 
 
+@pytest.mark.parametrize(("tier", "args", "said"), [
+    ("64blocks", [], True), ("64blocks", ["--tier-policy", "vllm-native-arc"], False),
+    ("67blocks", [], False)])
+def test_sweep_says_when_no_tier_size_outgrows_the_smallest_pool(
+        tier: str, args: list[str], said: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN GPU pools of 66 and 132 16-token blocks and a CPU tier of 64 chunks at most (its
+    # sizes 2 to 64 chunks), or of 67 (just over the smaller pool)
+    doc = _json(["sweep", TRACE, "--preset", "vllm", "--capacities", "66,132", "--tier",
+                 f"cpu={tier}", *args], capsys)
+    # THEN under vLLM's LRU offload the curve says its tier holds what the pools hold; not
+    # under ARC, which keeps the reused chunks, nor once a size outgrows a pool
+    note = doc["tier_curve"]["note"]
+    assert (note == "no cpu size here (1,024 tokens at most) is larger than the smallest GPU "
+            "pool (1,056 tokens): such a tier holds the most recent chunks, most of which the "
+            "pool still holds, and serves little; a --tier larger than the pools shows where "
+            "it starts to serve") if said else note is None
+
+
 def test_sweep_draws_gpu_size_by_tier_size(capsys: pytest.CaptureFixture[str]) -> None:
     doc = _json(["sweep", TRACE, "--capacities", "35,66", "--tier", "cpu=1767blocks"], capsys)
     curve = doc["tier_curve"]

@@ -114,8 +114,27 @@ def tiered_curve(loaded: Any, rules: Any, tiers: TierSetup,
     # Each point runs at its GPU size: SGLang's one tree wherever that size is finite.
     notes = {approximation_note(chains, rules.with_(capacity_blocks=blocks), (tier,),
                                 tiers.policy) for blocks in gpu_blocks} - {None}
-    out["note"] = next(iter(notes), None)
+    out["note"] = next(iter(notes), None) or _below_every_pool(tiers, sizes, gpu_blocks,
+                                                               block_tokens)
     return out
+
+
+def _below_every_pool(tiers: TierSetup, sizes: tuple[int, ...],
+                      gpu_blocks: tuple[int | None, ...], block_tokens: int) -> str | None:
+    """What the curve says when none of its tier sizes is larger than its smallest GPU pool
+    under rules that keep the latest chunks (`replay.keeps_the_latest`): every cell of such a
+    tier holds what the pool holds (None otherwise)."""
+    from yaotu_trace.prefix.tiers.replay import keeps_the_latest
+
+    tier = tiers.tiers[0]
+    pools = [blocks * block_tokens for blocks in gpu_blocks if blocks is not None]
+    largest = max(sizes) * tier.chunk_tokens
+    if not pools or not keeps_the_latest(tiers.policy, tier) or largest > min(pools):
+        return None
+    return (f"no {tier.name} size here ({largest:,} tokens at most) is larger than the smallest "
+            f"GPU pool ({min(pools):,} tokens): such a tier holds the most recent chunks, most "
+            "of which the pool still holds, and serves little; a --tier larger than the pools "
+            "shows where it starts to serve")
 
 
 # The GPU sizes of the curve around a pool (analyze, report), as shares of that pool: what a

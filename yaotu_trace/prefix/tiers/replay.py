@@ -152,6 +152,14 @@ def unlimited_gpu_note(rules: ReplayRules, tiered: TieredResult) -> str | None:
             "the engine's pool (--capacity, e.g. its num_gpu_blocks) to see what a tier adds")
 
 
+def keeps_the_latest(policy: TierPolicy, tier: TierSpec) -> bool:
+    """Whether `tier` under `policy` is written every chunk when it is computed and evicts the
+    least recently used (vLLM's native offload without a store threshold, LMCache): no larger
+    than the GPU pool above it, it holds what the pool holds."""
+    return policy is TierPolicy.LMCACHE or (policy is TierPolicy.VLLM
+                                            and tier.store_threshold < 2)
+
+
 def small_tier_note(rules: ReplayRules, tiered: TieredResult,
                     kv_bytes_per_token: int | None = None) -> str | None:
     """What the output says when the first tier holds no more tokens than the GPU pool above
@@ -162,9 +170,8 @@ def small_tier_note(rules: ReplayRules, tiered: TieredResult,
     more than once instead, which a small tier can serve; a tier below it serves what it
     passes on, so a small first tier is then a staging buffer, not a mistake."""
     tier = tiered.tiers[0]
-    lru = (tiered.policy is TierPolicy.LMCACHE
-           or (tiered.policy is TierPolicy.VLLM and tier.store_threshold < 2))
-    if not lru or len(tiered.tiers) > 1 or rules.capacity_blocks is None or tier.unlimited:
+    if (not keeps_the_latest(tiered.policy, tier) or len(tiered.tiers) > 1
+            or rules.capacity_blocks is None or tier.unlimited):
         return None
     pool_tokens = int(rules.capacity_blocks) * int(rules.block_size_tokens)
     if tier.capacity_tokens > pool_tokens:
