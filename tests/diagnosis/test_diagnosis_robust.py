@@ -68,9 +68,21 @@ DENORMAL_STEP = (
 )
 
 
+# Requests queued beside one step that scheduled nothing: no token budget to infer (it was
+# taken as 0, and the batch-budget ledger entry divided by it).
+EMPTY_STEP = (
+    {"arrival_s": [0.0] * 4, "prompt_len": [0] * 4, "output_len": [0] * 4,
+     "finish_s": [0.0] * 4},
+    {"start_s": [0.0], "end_s": [1.0], "num_waiting": [1], "prefill_tokens": [0],
+     "decode_tokens": [0], "num_running": [1], "kv_blocks_used": [0], "kv_blocks_total": [100],
+     "num_preempted": [0]},
+)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces(), st.booleans())
 @example(DENORMAL_STEP, False)
+@example(EMPTY_STEP, False)
 def test_diagnosis_is_json_clean_for_any_small_trace(case, with_model) -> None:
     columns, steps = case
     trace = make_trace(columns, steps=steps)

@@ -85,7 +85,8 @@ def _batch_shape(inp: AxisInput, st: StepStats, sources: list[Source]) -> _Shape
     budget = budget_inferred = step_fill = None
     if tokens is not None and tokens.count:
         budget_inferred = s.max_batched_tokens is None
-        budget = float(s.max_batched_tokens or tokens.max or 0)
+        # A log of empty steps shows no budget: none is inferred (not a budget of 0).
+        budget = float(s.max_batched_tokens or tokens.max or 0) or None
         step_fill = ratio(tokens.percentiles[75], budget)
     elif m is not None and s.max_batched_tokens and m.histogram_mean("iteration_tokens"):
         # Without a step log, the metrics' mean step size stands in for the P75.
