@@ -98,7 +98,7 @@ def test_a_store_threshold_no_chunk_reaches_is_said(threshold: int, said: bool,
     doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
                  "cpu=176blocks", "--tier-store-threshold", str(threshold)], capsys)
     cpu = doc["prefix_reuse"]["tiers"]["tiers"][0]
-    notes = [n for n in doc["prefix_reuse"]["notes"] if "stored nothing" in n]
+    notes = [n for n in doc["prefix_reuse"]["tiers"]["notes"] if "stored nothing" in n]
     # THEN an empty tier is said to be the threshold's doing, in one note, and only then
     assert (cpu["stored_chunks"] == 0) == said and (cpu["hit_tokens"] == 0) == said
     assert notes == ([f"the cpu tier stored nothing: no chunk was offered {threshold:,} times "
@@ -125,13 +125,14 @@ def test_a_tier_no_larger_than_the_gpu_pool_is_said_to_hold_what_the_pool_holds(
                  f"cpu={cpu}", *args], capsys)
     tiers = doc["prefix_reuse"]["tiers"]
     notes = [n for n in tiers["notes"] if "no larger than the GPU pool" in n]
-    # THEN the small LRU tier is said to hold what the pool holds, in the section's notes and
-    # the replay's, and nothing is said of the larger tier or of ARC's and the threshold's
+    # THEN the small LRU tier is said to hold what the pool holds, in the tiers section's notes
+    # (not again among the replay's), and nothing is said of the larger tier or of ARC's and
+    # the threshold's
     assert len(notes) == (0 if said is None else 1)
     if said is not None:
         assert notes[0].startswith(f"the cpu tier ({said} tokens) is no larger than the GPU "
                                    "pool above it (1,056 tokens)")
-        assert notes[0] in doc["prefix_reuse"]["notes"]
+        assert notes[0] not in doc["prefix_reuse"]["notes"]  # said once, beside its table
     if not args:  # vLLM's own hits, as said
         config = _golden(GOLDEN.name, 66, int(cpu.removesuffix("blocks")))
         assert tiers["tiers"][0]["hit_tokens"] == sum(config["cpu_hit_tokens"])
@@ -310,7 +311,7 @@ def test_sglang_tiers_name_the_gpu_hits_the_host_moved_per_request(
     steps = [s["step"] for s in doc["prefix_reuse"]["waterfall"]["steps"]]
     assert steps[-2:] == ["gpu_moved_by_tiers", "cpu_tier"]
     # and no note calls it an approximation
-    assert not any("approximation" in n for n in doc["prefix_reuse"]["notes"])
+    assert not any("approximation" in n for n in doc["prefix_reuse"]["tiers"]["notes"])
 
 
 def test_hicache_off_sglangs_pool_is_named_an_approximation(
@@ -320,7 +321,7 @@ def test_hicache_off_sglangs_pool_is_named_an_approximation(
                  "cpu=100blocks", "--tier-policy", "write_through"], capsys)
     # THEN the output says the host ran as a pass over the GPU pool's hits
     assert any("approximation" in n and "--preset sglang" in n
-               for n in doc["prefix_reuse"]["notes"])
+               for n in doc["prefix_reuse"]["tiers"]["notes"])
 
 
 def test_residency_beside_sglangs_tree_says_which_gpu_hits_it_follows(
@@ -452,7 +453,7 @@ def test_vllm_fs_tier_from_the_command_line(disk: str, said: bool, tmp_path: Pat
     doc = _json(["replay", TRACE, "--preset", "vllm", "--capacity", "66", "--tier",
                  "cpu=64blocks", "--tier", f"disk={disk}", "--out", str(out)], capsys)
     hits = pd.read_csv(out)
-    notes = [n for n in doc["prefix_reuse"]["notes"] if "never evict" in n]
+    notes = [n for n in doc["prefix_reuse"]["tiers"]["notes"] if "never evict" in n]
     # THEN the large one gives vLLM's hits per request, CPU and disk alike, and only the small
     # one is said to be an LRU store vLLM's tiers are not
     if not said:
@@ -540,8 +541,8 @@ def test_an_unlimited_gpu_pool_says_what_its_tiers_can_serve(
     # hit at 31 tokens: one block; the tier holds the second and loads it whole), 16 tokens
     # for each repeat, and the note says so and names the option that asks the real question
     assert reuse["tiers"]["tiers"][0]["hit_tokens"] == 32
-    said = [n for n in reuse["notes"] if "GPU pool is unlimited" in n]
+    said = [n for n in reuse["tiers"]["notes"] if "GPU pool is unlimited" in n]
     assert len(said) == 1 and "(32 tokens)" in said[0] and "--capacity" in said[0]
     # AND with the engine's pool the note is gone
     bounded = _json([*args, "--capacity", "10"], capsys)["prefix_reuse"]
-    assert not [n for n in bounded["notes"] if "GPU pool is unlimited" in n]
+    assert not [n for n in bounded["tiers"]["notes"] if "GPU pool is unlimited" in n]

@@ -267,7 +267,7 @@ def replay_trace_with_requests(
     runs = _cache_runs(prepared, rules, waterfall, parallel, measured)
     gpu_result = runs.result  # the GPU pool alone, which the residency pass follows
     tiered = None
-    tier_said: tuple[str, ...] = ()  # the notes on the tiers, in their section too
+    tier_said: tuple[str, ...] = ()  # the notes on the tiers, in their section
     if tiers is not None:
         from yaotu_trace.prefix.tiers.replay import replay_tiers, tier_notes
         from yaotu_trace.prefix.tiers.stops import EngineStops
@@ -280,7 +280,6 @@ def replay_trace_with_requests(
         runs = _with_tiers(runs, tiered, measured)
         tier_said = tier_notes(runs.chains, rules, tiers.tiers, tiers.policy, tiered,
                                tiers.kv_bytes_per_token)
-        notes = (*notes, *tier_said)
     if parallel.parallel:
         notes = (*notes, _parallel_note(prepared, rules, parallel))
     if window is not None:

@@ -296,7 +296,8 @@ def view(section: Any) -> View:
     if s.get("tiers"):
         out += [Heading(text=f"Tiers below the GPU ({s['tiers']['policy']} rules)", level=4),
                 Grid(header=TIER_HEADER, rows=tier_rows(s)),
-                Line(text=tier_legend(s["tiers"]), style="dim")]
+                Line(text=tier_legend(s["tiers"]), style="dim"),
+                Notes(notes=s["tiers"].get("notes", []))]
     for key, title in (("per_tenant", "Per tenant"), ("per_instance", "Per instance")):
         if s.get(key):
             out += [Heading(text=title, level=4),
