@@ -260,6 +260,17 @@ def test_analyze_and_diagnose_add_the_tiers_section(command: list[str],
     assert doc["tiers"]["tiers"][0]["name"] == "cpu"
 
 
+def test_analyze_refuses_a_capacity_without_a_tier(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a GPU pool but no tier below it, WHEN analyzed
+    capsys.readouterr()
+    assert main(["analyze", TRACE, "--preset", "vllm", "--capacity", "66"]) == ExitCode.USAGE
+    # THEN one line says the pool sizes a tier's GPU and where the pool itself is replayed,
+    # rather than a profile whose unlimited prefix reuse reads as that pool's
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "add --tier" in err
+    assert "trace replay --capacity 66" in err
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--tier", "cpu=1GiB"], "give --model"),
     (["--tier", "cpu=3", "--tier-chunk", "64"], "holds less than one 64-token chunk"),

@@ -49,6 +49,13 @@ def analyze(trace: TraceSource, *, preset: str | None = None, warmup: str | None
             raise ConfigError("trace analyze prices its tiered replay: add --tier (and "
                               "--capacity for the GPU pool), or price one replay with trace "
                               "replay --gpu")
+    if tiers is not None and not tiers.tiers and tiers.capacity is not None:
+        # Taken alone it would change nothing: the profile's prefix reuse is the unlimited
+        # replay with the LRU capacity points, whatever the pool.
+        raise ConfigError(f"trace analyze --capacity {tiers.capacity} sizes the GPU pool a "
+                          "--tier sits below; its prefix reuse is unlimited, with the capacities "
+                          "for 50/90/99 % of the reuse: add --tier, or replay that pool with "
+                          f"trace replay --capacity {tiers.capacity}")
     model = kv_bytes_per_token = None
     if tiers is not None:
         from yaotu_trace.commands.shared.kv_bytes import kv_bytes_per_token_of
