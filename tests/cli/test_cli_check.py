@@ -62,11 +62,15 @@ def test_check_all_pass_exits_0(tmp_path: Path, capsys) -> None:
     ('[[check]]\npath = "prefix_reuse.hit_rato"\nop = ">="\nvalue = 0.4\n',
      "prefix_reuse.hit_ratio"),
     ("[[check]\n", "not valid TOML"),
+    (b"PAR1\x15\x04\xff\xfe", "--config takes a TOML file of [[check]] tables"),  # a trace
 ])
-def test_check_bad_config_exits_3_with_one_line(tmp_path: Path, capsys, content: str,
+def test_check_bad_config_exits_3_with_one_line(tmp_path: Path, capsys, content: str | bytes,
                                                 needle: str) -> None:
     config = tmp_path / "checks.toml"
-    config.write_text(content)
+    if isinstance(content, bytes):
+        config.write_bytes(content)
+    else:
+        config.write_text(content)
     assert main(["check", str(SAMPLE), "-c", str(config)]) == ExitCode.INPUT
     out, err = capsys.readouterr()
     assert out == "" and needle in err and err.count("\n") == 1

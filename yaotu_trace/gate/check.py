@@ -361,7 +361,8 @@ def load_config(path: Path) -> CheckConfig:
     except tomllib.TOMLDecodeError as err:
         raise ConfigFileError(f"{path}: not valid TOML ({err})") from None
     except UnicodeDecodeError:
-        raise ConfigFileError(f"{path}: not a UTF-8 text file") from None
+        raise ConfigFileError(f"{path}: not a UTF-8 text file; --config takes a TOML file of "
+                              "[[check]] tables (docs/ci.md)") from None
     return parse_config(data, str(path))
 
 
