@@ -406,7 +406,7 @@ def _batch_budget(c: LedgerInput) -> LedgerEntry | None:
     return LedgerEntry(
         remedy=Remedy.BATCH_BUDGET, axis=AxisName.QUEUEING, triggered_by=triggered_by,
         saves=(Quantity(name="unused_step_budget_share",
-                        value=None if not budget or p50 is None else 1 - p50 / budget,
+                        value=None if budget is None or p50 is None else 1 - p50 / budget,
                         unit="ratio", basis="1 − median tokens_per_step / token budget"),),
         adds=(Quantity(name="activation_memory", value=None, unit="bytes",
                        basis="a larger max_num_batched_tokens raises peak activations and "
