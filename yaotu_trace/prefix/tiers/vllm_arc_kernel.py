@@ -33,6 +33,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     answer_below,
     chunk_key,
     holder_below,
+    inlined,
     lru_state,
     most_chunks,
     pass_ids,
@@ -135,7 +136,7 @@ def _next_free(st, it, call):  # pragma: no cover - compiled
     return -1, it
 
 
-@nb.njit(cache=True)
+@inlined
 def _evict(st, ends, size, target, capacity, needed, chosen, evictions, sc):  # pragma: no cover
     """ARC's choice of `needed` keys outside the offer stamped `sc[_CALL]`, made whole or not
     at all; each eviction recorded (key, evicting request, last use)."""
@@ -175,7 +176,7 @@ def _evict(st, ends, size, target, capacity, needed, chosen, evictions, sc):  # 
     return True
 
 
-@nb.njit(cache=True)
+@inlined
 def _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, threshold, counts,
            st, ends, size, target, sc, chosen, step_keys, evictions, misses):  # pragma: no cover
     """`prepare_store` of chunks lo..hi-1 (`_offered`, then `_ArcCpuTier.store`): False when
@@ -242,7 +243,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, thr
     return True
 
 
-@nb.njit(cache=True)
+@inlined
 def _finish(ids, start, per_chunk, chunks, req, slot, st, ends, size):  # pragma: no cover
     """`on_request_finished`, tail to head: a key only inserted made most recent where it is;
     one reused promoted from T1 to T2, or made most recent in T2."""
@@ -403,7 +404,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -1)
 
 
-@nb.njit(cache=True)
+@inlined
 def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, prev, prev_live,
                   step, slot, capacity, counts, st, ends, size, target, sc, chosen, step_keys,
                   evictions, misses, answers, source, lower):  # pragma: no cover - compiled
@@ -446,7 +447,7 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
     return run, deferred
 
 
-@nb.njit(cache=True)
+@inlined
 def _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold, counts, st, ends,
             size, target, sc, chosen, step_keys, evictions, misses, lower, failed,
             next_stored):  # pragma: no cover - compiled

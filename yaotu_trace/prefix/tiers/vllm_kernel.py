@@ -52,6 +52,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     answer_below,
     chunk_key,
     holder_below,
+    inlined,
     lru_state,
     most_chunks,
     pass_ids,
@@ -142,10 +143,10 @@ def _evictable(aux, sc, k, call, stamped):  # pragma: no cover - compiled
     return not (stamped and aux[k, _STAMP] == call) and _held(aux, sc, k) == _FREE
 
 
-@nb.njit(cache=True)
+@inlined
 def _choose(ids, per_chunk, st, aux, sc, queue, req_rank, chosen, needed, call, start, lo, hi,
             stamp):  # pragma: no cover - compiled
-    """The `needed` least recent evictable keys into `chosen`; returns how many there were.
+    """The `needed` least recent evictable keys into `chosen[0]`; returns how many there were.
 
     The order is vLLM's heap's: the finished keys (the queue, oldest first; an entry marked
     dead, its key ranked anew since, is passed over) with the live requests' chunks between
@@ -187,7 +188,7 @@ def _choose(ids, per_chunk, st, aux, sc, queue, req_rank, chosen, needed, call, 
         while pos < bound and got < needed:
             k = queue[pos]
             if k >= 0 and _evictable(aux, sc, k, call, stamped):
-                chosen[got] = k
+                chosen[0, got] = k
                 got += 1
             pos += 1
         if got >= needed or s < 0:
@@ -205,7 +206,7 @@ def _choose(ids, per_chunk, st, aux, sc, queue, req_rank, chosen, needed, call, 
             if st[k].rank == base - j:
                 top = False
                 if _evictable(aux, sc, k, call, stamped):
-                    chosen[got] = k
+                    chosen[0, got] = k
                     got += 1
             elif top:
                 sc[_TOPJ + s] = j - 1
@@ -215,7 +216,7 @@ def _choose(ids, per_chunk, st, aux, sc, queue, req_rank, chosen, needed, call, 
     return got
 
 
-@nb.njit(cache=True)
+@inlined
 def _enqueue_room(st, sc, queue, more):  # pragma: no cover - compiled
     """Room at the queue's tail for `more` entries: the live ones moved to its start when the
     array's end is near (they are at most the resident keys, so the room is amortised)."""
@@ -241,14 +242,15 @@ def _enqueue_room(st, sc, queue, more):  # pragma: no cover - compiled
     sc[_TAIL] = w
 
 
-@nb.njit(cache=True)
+@inlined
 def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, seen_at, sc, queue,
-            req_rank, counts, threshold):  # pragma: no cover - compiled
+            req_rank, counts, threshold, chosen):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
     store records only new and ready keys; with `missing_only` every resident key is outside
     the call): keys new to the request raise their rank, the request's own rank given at its
-    first new key. The request becomes each key's last use. Returns the keys not resident and
-    the resident ones evictable."""
+    first new key. The request becomes each key's last use. Returns the keys not resident
+    (their chunks, in order, in `chosen[1]`: the ones a store writes) and the resident ones
+    evictable."""
     s = seen - _SEEN0
     r_req = -1
     new = 0
@@ -262,6 +264,7 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, see
         if not resident:
             if not admitted(counts[0], threshold, k):
                 continue  # below the store threshold: neither stored nor accessed
+            chosen[1, new] = j
             new += 1
         else:
             held = _held(aux, sc, k)
@@ -280,17 +283,20 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, see
     return new, free
 
 
-@nb.njit(cache=True)
+@inlined
 def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, aux, seen_at, sc,
            queue, req_rank, chosen, step_keys, evictions, counts, threshold):  # pragma: no cover
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
     `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
     `evictions`: the key, the offering request, the key's last use. The chunks stored are the
-    step's last keys (`lru_rows.write_through` takes them to the tiers below)."""
+    step's last keys (`lru_rows.write_through` takes them to the tiers below). It writes the
+    chunks `_access` found missing (`chosen[1]`) without reading the others again: none of
+    them is evicted (the offer's own keys are not evictable, and a missing key is not
+    resident), so they are the ones the manager stores."""
     if threshold >= 2:
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux,
-                             seen_at, sc, queue, req_rank, counts, threshold)
+                             seen_at, sc, queue, req_rank, counts, threshold, chosen)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
@@ -311,7 +317,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
             sc[_FAILED] += 1
             return False
         for c in range(got):
-            k = chosen[c]
+            k = chosen[0, c]
             _leave_queue(st, queue, k)
             st[k].rank = -1
             if missing_only:  # a resident key outside a partial offer: not stored back
@@ -324,16 +330,19 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
         sc[_EVICTED] += got
     s = seen - _SEEN0
     r_req = _request_rank(req_rank, sc, req, s)
-    for j in range(lo, hi):
+    step = sc[_STEP]
+    for f in range(new):
+        j = chosen[1, f]
         k = chunk_key(ids, start, per_chunk, j)
-        if (st[k].rank < 0 and (not missing_only or call == 0 or aux[k, _STAMP] != -call - 1)
-                and admitted(counts[0], threshold, k)):
-            _raise(st, sc, queue, k, r_req * _M + (_M - 2 - j), s, j)
-            _hold(aux, sc, k, _PENDING)
-            step_keys[sc[_STEP]] = k
-            sc[_STEP] += 1
-            sc[_RESIDENT] += 1
-            sc[_STORED] += 1
+        st[k].rank = r_req * _M + (_M - 2 - j)
+        _hold(aux, sc, k, _PENDING)
+        step_keys[step] = k
+        step += 1
+    if chosen[1, new - 1] > sc[_TOPJ + s]:
+        sc[_TOPJ + s] = chosen[1, new - 1]
+    sc[_RESIDENT] += new
+    sc[_STORED] += new
+    sc[_STEP] = step
     return True
 
 
@@ -350,23 +359,25 @@ def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     return ok
 
 
-@nb.njit(cache=True)
+@inlined
 def _finish(ids, start, per_chunk, chunks, req, seen, st, seen_at, sc, queue,
             req_rank):  # pragma: no cover - compiled
     """`on_request_finished`: every key the request saw, tail to head, most recent (onto the
     queue's tail). Every key of its rank is one it saw, so none is left with it."""
     _enqueue_room(st, sc, queue, chunks)
     t = sc[_TAIL]
+    counter = sc[_COUNTER]  # a local: the array's slot would be reloaded after every store
     for j in range(chunks - 1, -1, -1):
         k = chunk_key(ids, start, per_chunk, j)
         if seen_at[seen, j] == req and st[k].rank >= 0:
-            sc[_COUNTER] += 1
+            counter += 1
             _leave_queue(st, queue, k)
-            st[k].rank = _finished_rank(sc[_COUNTER])
+            st[k].rank = _finished_rank(counter)
             st[k].qpos = t
             queue[t] = k
             t += 1
     sc[_TAIL] = t
+    sc[_COUNTER] = counter
     sc[_LIVE + seen - _SEEN0] = -1
 
 
@@ -435,7 +446,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
                 np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
                 tracker(keys, store_threshold), np.int64(store_threshold), lends, lsize,
                 lcounters, hits, lacking, sc, per_request[0], per_request[1], per_request[2],
-                np.empty(max_chunks + 1, dtype=np.int64),
+                np.empty((2, max_chunks + 1), dtype=np.int64),
                 np.empty(3 * max_chunks + 3, dtype=np.int64),
                 np.empty(max_chunks, dtype=np.int64))
             if stalled != -2:
@@ -457,9 +468,10 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     offer counts of a store threshold (`offer_counts.py`), the lower tiers' ends, sizes and
     counters, the hits and first chunks lacking it fills, the scalars, three arrays per request
     (its rank, its next chunk to offer, whether its offer failed) and a request's room (the
-    chunks an offer evicts, the step's keys, each chunk's source). Returns the CPU tier's
-    stored, evicted, failed offers and loaded chunks, and the request whose lookup never
-    settles (−1: none; the pass stops there; −2: out of room for the evictions)."""
+    keys an offer evicts and the chunks it stores, the step's keys, each chunk's source).
+    Returns the CPU tier's stored, evicted, failed offers and loaded chunks, and the request
+    whose lookup never settles (−1: none; the pass stops there; −2: out of room for the
+    evictions)."""
     n = offsets.size - 1
     below = lcapacity.size
     lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
@@ -522,7 +534,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
             _access(ids, start, per_chunk, first, first + run, no, i, seen, st, aux, seen_at, sc,
-                    queue, req_rank, counts, zero)
+                    queue, req_rank, counts, zero, chosen)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
@@ -562,7 +574,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -1
 
 
-@nb.njit(cache=True)
+@inlined
 def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, prev, prev_live,
                   step, seen, capacity, st, aux, seen_at, sc, queue, req_rank, chosen, step_keys,
                   evictions, counts, answers, source, lower):  # pragma: no cover - compiled
@@ -605,7 +617,7 @@ def _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens, req, pr
     return run, deferred
 
 
-@nb.njit(cache=True)
+@inlined
 def _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, aux, seen_at, sc, queue,
             req_rank, req_next, req_failed, chosen, step_keys, evictions, lower, counts,
             threshold):  # pragma: no cover - compiled
