@@ -114,6 +114,27 @@ def test_queueing_every_seat_taken_with_kv_and_budget_free_is_batch_shape(
     assert len(inferred) == (1 if given_cap is None else 0)
 
 
+def test_queue_behind_a_busy_gpu_without_request_timing_is_scored_by_the_steps_that_wait(
+) -> None:
+    """A step log and no request timing: a queue behind the seat cap leaves the GPU busy, so
+    the share of time it idled while requests waited is 0 by definition; scored by it, the
+    bottleneck ranked as costing nothing (the verdict read "0.0 % of wall time the GPU idled
+    while requests waited"). It is scored by the share of steps that left requests waiting:
+    30 of 40 here (half-second steps back to back, 3 waiting for 15 s, then none)."""
+    start = [0.5 * k for k in range(40)]
+    steps = {"start_s": start, "end_s": [s + 0.5 for s in start],
+             "num_waiting": [3] * 30 + [0] * 10, "num_running": [4] * 40,
+             "prefill_tokens": [60] * 40, "decode_tokens": [4] * 40,
+             "kv_blocks_used": [30] * 40, "kv_blocks_total": [100] * 40}
+    inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},
+                     steps=steps, max_num_seqs=4, max_batched_tokens=2048)
+    result = analyze_queueing(inp, thresholds())
+    assert result.status is Status.BOTTLENECK and result.cause == "batch_shape"
+    assert result.metrics.idle_while_waiting_fraction == 0.0
+    assert result.score == pytest.approx(30 / 40)
+    assert result.score_basis == "share of steps that left requests waiting"
+
+
 def test_queueing_every_seat_taken_with_kv_nearly_full_is_not_the_seat_cap() -> None:
     """The same seats with KV 80 % used: more seats would not fit, so Q004 does not fire."""
     inp = make_input({"arrival_s": [0.0], "prompt_len": [10], "output_len": [10]},

@@ -389,3 +389,23 @@ def test_disaggregation_waits_when_preemption_cannot_be_ruled_out() -> None:
     split = next(e for e in doc["ledger"] if e["remedy"] == "pd_disaggregation")
     assert split["recommended"] is False
     assert any("preemption is not ruled out" in w for w in split["withheld_because"])
+
+
+def test_a_queue_behind_a_busy_gpu_reads_as_the_steps_that_left_requests_waiting() -> None:
+    """A step log and no request timing, every seat taken while requests wait and the GPU
+    busy: the verdict says what the queue cost (the steps that left requests waiting), not
+    "0.0 % of wall time the GPU idled while requests waited" (true, and why it is not
+    dispatch overhead)."""
+    from yaotu_trace.axes.base import EngineSettings
+
+    start = [0.5 * k for k in range(40)]
+    steps = {"start_s": start, "end_s": [s + 0.5 for s in start],
+             "num_waiting": [3] * 40, "num_running": [4] * 40,
+             "prefill_tokens": [60] * 40, "decode_tokens": [4] * 40,
+             "kv_blocks_used": [30] * 40, "kv_blocks_total": [100] * 40}
+    trace = make_trace({"arrival_s": [0.0, 1.0, 2.0, 3.0], "prompt_len": [10] * 4,
+                        "output_len": [10] * 4}, steps=steps)
+    verdict = diagnose(trace, settings=EngineSettings(max_num_seqs=4, max_batched_tokens=2048)
+                       ).to_dict()["verdict"]
+    assert verdict["summary"] == ("verdict: queueing (batch_shape): 100.0 % of steps left "
+                                  "requests waiting")

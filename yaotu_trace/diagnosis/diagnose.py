@@ -85,6 +85,8 @@ BASIS_LABEL = {
     "share of TTFT spent queueing": "of TTFT spent queued",
     "share of wall time the GPU idled while requests waited": "of wall time the GPU idled "
     "while requests waited",
+    "share of steps that left requests waiting": "of steps left requests waiting",
+    "share of requests that failed": "of requests failed",
 }
 # The placement causes of a disaggregated run: they are no decode stalls that another axis
 # could cause, their score is another share than the axis' (the verdict's words) and their

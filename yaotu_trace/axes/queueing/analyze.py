@@ -185,7 +185,7 @@ def analyze_queueing(inp: AxisInput, t: Thresholds) -> AxisResult:
     said, steps = said_when_fired(RULES, hits, facts, t)
     notes: list[str] = [*grid_notes, *said]
     cause = cause_of(RULES, hits)
-    score, basis = _score(timing, st)
+    score, basis = _score(timing, st, cause)
     if cause is Cause.REQUEST_FAILURES and facts.failures is not None:
         # the queue is fine: what is wrong is the share of requests that failed
         score, basis = facts.failures.failed_share, "share of requests that failed"
@@ -371,17 +371,21 @@ def _undecided(metrics: QueueingMetrics) -> AxisResult:
     )
 
 
-def _score(timing: RequestTiming, st: StepStats) -> tuple[float | None, str]:
-    """The axis score (share of latency, else of TTFT, else of wall time idle while waiting)
-    and what it is."""
+def _score(timing: RequestTiming, st: StepStats, cause: Cause | None) -> tuple[float | None, str]:
+    """The axis score and what it is: the share of latency spent queueing, else of TTFT;
+    without request timing, the step log's share of wall time the GPU idled while requests
+    waited, which is what dispatch overhead costs. A queue behind a busy GPU (its batch
+    shape, KV admission, a burst) leaves that share near 0 by definition: it is scored by the
+    share of steps that left requests waiting, else a bottleneck would rank as costing
+    nothing."""
     share_latency, share_ttft = timing.share_latency, timing.share_ttft
-    score = share_latency if share_latency is not None else share_ttft
-    if score is None:
-        score = st.idle_waiting_fraction
-    basis = ("share of request latency spent queueing" if share_latency is not None
-             else "share of TTFT spent queueing" if share_ttft is not None
-             else "share of wall time the GPU idled while requests waited")
-    return score, basis
+    if share_latency is not None:
+        return share_latency, "share of request latency spent queueing"
+    if share_ttft is not None:
+        return share_ttft, "share of TTFT spent queueing"
+    if (cause not in (None, Cause.DISPATCH_OVERHEAD) and st.waiting_share is not None):
+        return st.waiting_share, "share of steps that left requests waiting"
+    return st.idle_waiting_fraction, "share of wall time the GPU idled while requests waited"
 
 
 def _missing(timing: RequestTiming, st: StepStats) -> list[str]:
