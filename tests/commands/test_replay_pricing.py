@@ -72,3 +72,23 @@ def test_check_gates_on_the_hits_a_configured_tier_must_reach(tmp_path) -> None:
 
     assert not gate(0.01)
     assert gate(0.99)
+
+
+def test_a_gpu_pool_larger_than_the_gpus_memory_is_named() -> None:
+    """66 blocks of 16 tokens of llama-3.1-8b's 128 KiB a token (132 MiB) fit one H100; the
+    same pool in the blocks of a 512-token trace would be 32 times that, and a pool of
+    700,000 tokens (85 GiB) does not fit its 80 GB: the section says so, with what fits."""
+    assert _section(PricingOptions(gpu="H100"))["notes"] == []
+    import json
+
+    report = replay(TraceInput(path=TRACE), ReplayOptions(
+        preset="vllm", capacity="700000tok", model="llama-3.1-8b"),
+        pricing=PricingOptions(gpu="H100"), waterfall=False)
+    (note,) = json.loads(render_json(report))["prefill_pricing"]["notes"]
+    assert note.startswith("the GPU pool (85.4 GiB of KV, 700,000 tokens) is more than the "
+                           "memory of 1 × H100-SXM (80 GB, 610,352 tokens of KV before the "
+                           "weights)")
+    report = replay(TraceInput(path=TRACE), ReplayOptions(
+        preset="vllm", capacity="700000tok", model="llama-3.1-8b"),
+        pricing=PricingOptions(gpu="H100", tp=2), waterfall=False)
+    assert json.loads(render_json(report))["prefill_pricing"]["notes"] == []

@@ -121,6 +121,7 @@ def pricing_section(*, request_id: np.ndarray, arrival_s: np.ndarray, prompt_tok
                       "size_bytes": gpu_pool_bytes,
                       **_money(saved_s * compute.gpus, span, prices)},
         "tiers": [], "fetch": None,
+        "notes": _pool_notes(gpu_pool_bytes, gpu, compute.gpus, kv_bytes_per_token),
     }
     if not tiers:
         return section
@@ -142,6 +143,23 @@ def pricing_section(*, request_id: np.ndarray, arrival_s: np.ndarray, prompt_tok
             **money, "memory_money_per_day": memory, "net_money_per_day": net})
     section["fetch"] = fetch.to_dict()
     return section
+
+
+def _pool_notes(pool_bytes: float | None, gpu: str, gpus: int,
+                kv_bytes_per_token: int) -> list[str]:
+    """What the section says when the GPU pool priced holds more KV than the replica's GPUs
+    have memory, weights aside: a `--capacity` in another block size than the trace's (an
+    engine's num_gpu_blocks of 16 tokens read as the trace's 512-token blocks is 32 times
+    the pool) prices a pool that cannot exist."""
+    memory = find_gpu(gpu).memory_bytes * gpus
+    if pool_bytes is None or pool_bytes <= memory:
+        return []
+    return [f"the GPU pool ({pool_bytes / GIB:,.1f} GiB of KV, "
+            f"{pool_bytes / kv_bytes_per_token:,.0f} tokens) is more than the memory of {gpus} "
+            f"× {find_gpu(gpu).name} ({memory / 1e9:,.0f} GB, "
+            f"{memory / kv_bytes_per_token:,.0f} tokens of KV before the weights): --capacity "
+            "counts blocks of the trace's block size; give the engine's pool in tokens "
+            "(--capacity Ntok) or a --tp that holds it"]
 
 
 def _held_tokens(tier: Mapping[str, Any]) -> int:

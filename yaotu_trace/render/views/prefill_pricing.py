@@ -80,6 +80,7 @@ def view(section: Any) -> View:
         notes += _memory_price_notes(s)
     if s["prices"]["gpu_per_hour"] is None:
         notes.append("no --gpu-price: GPU time stays in GPU-hours")
+    notes += s.get("notes", [])
     out.append(Notes(notes=notes))
     return out
 
