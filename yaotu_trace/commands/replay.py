@@ -95,6 +95,8 @@ def _one_replay(loaded: Trace, options: ReplayOptions, parallel: Parallelism, wa
     blocks = options.capacity_blocks(options.capacity, rules.block_size_tokens)
     if blocks is not None:
         rules = rules.with_(capacity_blocks=blocks)
+    if (note := options.capacity_unit_note(rules, preset_name)) is not None:
+        notes = (*notes, note)
     limits = loaded.engine_limits
     if options.capacity is None and limits is not None and limits.num_gpu_blocks is not None:
         notes = (*notes, f"the capture states the engine's KV pool: {limits.num_gpu_blocks:,} "

@@ -24,6 +24,7 @@ from yaotu_trace.prefix.rules import (
     Scope,
     TouchOrder,
     effective_rules,
+    rules_for,
 )
 from yaotu_trace.prefix.tiers.spec import (
     SGLANG_POLICIES,
@@ -97,6 +98,25 @@ class ReplayOptions:
         """A capacity (`capacity`, or a `--grid capacity=` value) in whole blocks of
         `block_size_tokens`, bytes at `kv_bytes_per_token`, else `model`'s at `kv_dtype`."""
         return capacity_blocks(text, block_size_tokens, self.model, self.kv_bytes())
+
+    def capacity_unit_note(self, rules: ReplayRules, preset: str) -> str | None:
+        """What a run says when `--capacity` counts blocks of another size than the preset's
+        engine uses: a trace of 512-token block ids runs vLLM's rules in 512-token blocks, so
+        an engine's num_gpu_blocks (of 16 tokens) given as is would be 32 times its pool.
+        None when the capacity is in tokens or bytes, or the block size is the preset's or
+        was given."""
+        if self.capacity is None or self.block_size_tokens is not None:
+            return None
+        capacity = parse_capacity(self.capacity)
+        engine_block = rules_for(preset).block_size_tokens
+        block = rules.block_size_tokens
+        if capacity.unit != "blocks" or engine_block == block:
+            return None
+        blocks = int(capacity.amount)
+        return (f"--capacity {self.capacity} counts blocks of {block} tokens, the trace's "
+                f"({blocks * block:,} tokens); {blocks:,} of {preset}'s {engine_block}-token "
+                f"blocks (an engine's num_gpu_blocks) would be --capacity "
+                f"{blocks * engine_block}tok")
 
     def kv_bytes(self) -> int | None:
         """`kv_bytes_per_token`, or `model`'s at `kv_dtype` when a dtype is given (without

@@ -51,8 +51,11 @@ def priced_tiers(loaded: Trace, options: ReplayOptions, pricing: PricingOptions 
         priced = price_replay(loaded, options, rules, requests.to_columns(), pricing,
                               summary.tiers)
     assert summary.tiers is not None
-    return {"preset": preset, "gpu_capacity": options.capacity, "gpu_capacity_blocks": blocks,
-            "block_size_tokens": rules.block_size_tokens, **summary.tiers}, priced
+    section = {"preset": preset, "gpu_capacity": options.capacity, "gpu_capacity_blocks": blocks,
+               "block_size_tokens": rules.block_size_tokens, **summary.tiers}
+    if (note := options.capacity_unit_note(rules, preset)) is not None:
+        section["notes"] = [note, *section.get("notes", ())]
+    return section, priced
 
 
 def under_deployment(tiers: ReplayOptions | None, options: DiagnosisOptions
