@@ -175,7 +175,7 @@ def test_capacity_in_the_traces_larger_blocks_says_what_it_counts(capsys) -> Non
     """tests/fixtures/aiperf_tiny_mooncake.jsonl has 512-token hash ids: under vLLM's rules
     the replay runs in 512-token blocks, so `--capacity 3` is 1,536 tokens, not three of
     vLLM's 16-token blocks; the output says so, with the tokens an engine's pool would be.
-    In tokens, or with a block size given, there is nothing to say."""
+    In tokens, with a block size given, or under no engine's rules there is nothing to say."""
     from conftest import FIXTURES
 
     trace = str(FIXTURES / "aiperf_tiny_mooncake.jsonl")
@@ -184,10 +184,11 @@ def test_capacity_in_the_traces_larger_blocks_says_what_it_counts(capsys) -> Non
     assert code == 0
     notes = json.loads(out)["prefix_reuse"]["notes"]
     assert ("--capacity 3 counts blocks of 512 tokens, the trace's (1,536 tokens); 3 of "
-            "vllm's 16-token blocks (an engine's num_gpu_blocks) would be --capacity 48tok"
-            ) in notes
-    for other in (["--capacity", "1536tok"], ["--capacity", "3", "--block-size", "512"]):
-        code, out, _ = run_cli(["replay", trace, "--preset", "vllm", *other, "--format",
-                                "json", "--no-waterfall"], capsys)
+            "vllm's 16-token blocks (its num_gpu_blocks) would be --capacity 48tok") in notes
+    for other in (["--preset", "vllm", "--capacity", "1536tok"],
+                  ["--preset", "vllm", "--capacity", "3", "--block-size", "512"],
+                  ["--preset", "none", "--capacity", "3"]):  # no engine: nothing to count in
+        code, out, _ = run_cli(["replay", trace, *other, "--format", "json",
+                                "--no-waterfall"], capsys)
         assert code == 0
         assert not any("counts blocks" in n for n in json.loads(out)["prefix_reuse"]["notes"])

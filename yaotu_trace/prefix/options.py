@@ -105,7 +105,8 @@ class ReplayOptions:
         an engine's num_gpu_blocks (of 16 tokens) given as is would be 32 times its pool.
         None when the capacity is in tokens or bytes, or the block size is the preset's or
         was given."""
-        if self.capacity is None or self.block_size_tokens is not None:
+        if (self.capacity is None or self.block_size_tokens is not None
+                or preset not in _ENGINE_POOLS):
             return None
         capacity = parse_capacity(self.capacity)
         engine_block = rules_for(preset).block_size_tokens
@@ -115,8 +116,7 @@ class ReplayOptions:
         blocks = int(capacity.amount)
         return (f"--capacity {self.capacity} counts blocks of {block} tokens, the trace's "
                 f"({blocks * block:,} tokens); {blocks:,} of {preset}'s {engine_block}-token "
-                f"blocks (an engine's num_gpu_blocks) would be --capacity "
-                f"{blocks * engine_block}tok")
+                f"{_ENGINE_POOLS[preset]} would be --capacity {blocks * engine_block}tok")
 
     def kv_bytes(self) -> int | None:
         """`kv_bytes_per_token`, or `model`'s at `kv_dtype` when a dtype is given (without
@@ -170,6 +170,10 @@ def check_tier_options(options: ReplayOptions) -> None:
                           "(TieringOffloadingSpec refuses it): drop --tier-store-threshold or "
                           "the lower --tier")
 
+
+# What each engine preset calls its pool's units, for a capacity read in another block size.
+_ENGINE_POOLS = {"vllm": "blocks (its num_gpu_blocks)",
+                 "sglang": "pages (its max_total_num_tokens at page size 1)"}
 
 # The options that set a `ReplayRules` field of the same name.
 RULE_FIELDS = tuple(f.name for f in fields(ReplayOptions)
