@@ -260,6 +260,22 @@ def test_analyze_and_diagnose_add_the_tiers_section(command: list[str],
     assert doc["tiers"]["tiers"][0]["name"] == "cpu"
 
 
+def test_diagnoses_tiers_sit_below_the_pool_the_diagnosis_reads(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--kv-capacity 64` is 64 of the diagnosis's 16-token blocks (1,024 tokens), as its KV
+    memory and prefix axes read it; tests/fixtures/aiperf_tiny_mooncake.jsonl's hash ids are
+    of 512 tokens, so the prefix replay's pool is 2 of its blocks. The tiers' GPU pool was 64
+    of them (32,768 tokens), 32 times the diagnosis's, silently."""
+    trace = str(FIXTURES / "aiperf_tiny_mooncake.jsonl")
+    doc = _json(["diagnose", trace, "--preset", "vllm", "--kv-capacity", "64",
+                 "--tier", "cpu=8blocks"], capsys)
+    prefix = next(a for a in doc["axes"] if a["name"] == "prefix_reuse")
+    assert doc["config"]["settings"]["kv_capacity_tokens"] == 1024
+    assert prefix["metrics"]["rules"]["capacity_blocks"] == 2
+    assert doc["tiers"]["gpu_capacity_blocks"] == 2
+    assert doc["tiers"]["block_size_tokens"] == 512
+
+
 def test_analyze_refuses_a_capacity_without_a_tier(capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a GPU pool but no tier below it, WHEN analyzed
     capsys.readouterr()

@@ -125,7 +125,7 @@ def report(
 
       trace report after.parquet --before before.parquet -o diff.html
 
-      trace report conversation_trace.jsonl --kv-capacity 2700 --tier cpu=26000 -o r.html
+      trace report conversation_trace.jsonl --kv-capacity 1382400tok --tier cpu=26000 -o r.html
 
       trace report conversation_trace.jsonl --simulate --model Llama-3.1-8B --gpu H100 -o r.html
     """

@@ -61,10 +61,22 @@ def priced_tiers(loaded: Trace, options: ReplayOptions, pricing: PricingOptions 
 def under_deployment(tiers: ReplayOptions | None, options: DiagnosisOptions
                      ) -> ReplayOptions | None:
     """`--tier` options under the deployment a diagnosis states (`--preset`, `--kv-capacity`
-    as the GPU pool, the model and its KV bytes), checked before the trace is read."""
+    as the GPU pool, the model and its KV bytes), checked before the trace is read.
+
+    A `--kv-capacity` in blocks counts the diagnosis's blocks (`--block-size`, 16 tokens
+    unless told), as the KV memory and prefix axes read it: the GPU pool is given to the
+    tiers in those tokens. Given on as blocks, a trace of 512-token block ids would have
+    counted them in its own blocks, a pool 32 times the diagnosis's."""
     if tiers is None:
         return None
-    tiers = replace(tiers, preset=options.preset, capacity=options.kv_capacity,
+    from yaotu_trace.catalog.units import parse_capacity
+    from yaotu_trace.commands.settings import DEFAULT_BLOCK_TOKENS
+
+    capacity = options.kv_capacity
+    if capacity is not None and (given := parse_capacity(capacity)).unit == "blocks":
+        block = options.block_size_tokens or DEFAULT_BLOCK_TOKENS
+        capacity = f"{int(given.amount) * block}tok"
+    tiers = replace(tiers, preset=options.preset, capacity=capacity,
                     model=options.model, kv_bytes_per_token=options.kv_bytes_per_token,
                     kv_dtype=options.kv_dtype)
     check_tier_options(tiers)
