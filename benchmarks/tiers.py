@@ -26,7 +26,12 @@ these passes, which wait on memory: the 2-thread lines there say so.
 
     python benchmarks/tiers.py [--trace PATH] [--repeat 3]
         [--policy vllm-native|vllm-native-arc|lmcache|write_through|write_through_selective|
-                  write_back]
+                  write_back] [--before REV]
+
+`--before REV` (vLLM's policies) adds two lines: the CPU tier's compiled pass as it was at git
+revision REV and as it is, the two loaded side by side in this process and timed in turns
+(best of 8 × `--repeat`), so that the machine's load slows both alike; their hits, counters
+and evictions must be equal.
 """
 
 from __future__ import annotations
@@ -34,11 +39,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from common import best_of, run_trace  # noqa: E402
+from common import best_of, module_at, run_trace  # noqa: E402
 
 MOONCAKE_CONVERSATION = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 
@@ -49,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", type=Path, default=MOONCAKE_CONVERSATION)
     parser.add_argument("--policy", default="vllm-native")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", metavar="REV", help="a git revision whose vLLM pass to time "
+                        "beside this one's")
     args = parser.parse_args(argv)
     if not args.trace.exists():
         print(f"skipped: {args.trace} is not here")
@@ -115,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         ("6 x 6 curve / that tier curve", grid_s, grid_s / line_s, 4.0),
         ("the same, 2 threads", grid2_s, grid2_s / line_s, 4.0),
     ]
+    if args.before is not None:
+        compared = _against_revision(args.before, policy, chains, gpu, sized, tier, args.repeat)
+        if compared is None:
+            print("--before times vLLM's passes: give --policy vllm-native or vllm-native-arc")
+            return 2
+        rows += compared
     # As users run them: fresh `trace` processes, everything included (best of three).
     processes = ["--preset", preset, "--format", "json", "-o", "/dev/null"]
     tier_args = ["--tier-policy", str(policy)]
@@ -145,8 +159,52 @@ def main(argv: list[str] | None = None) -> int:
             "pass" if ratio <= goal else f"{ratio / goal:.1f}x over the goal")
         r = "" if ratio is None else f"{ratio:.2f}x"
         g = "" if goal is None else f"<= {goal:.0f}x"
-        print(f"{name:<42} {seconds:>8.3f} {r:>7} {g:>6}  {verdict}")
+        print(f"{name:<42} {seconds:>8.4f} {r:>7} {g:>6}  {verdict}")
     return 0
+
+
+# vLLM's compiled passes by policy: (module path, function), the same signature.
+VLLM_PASSES = {"vllm-native": ("yaotu_trace/prefix/tiers/vllm_kernel.py", "vllm_offload_pass"),
+               "vllm-native-arc": ("yaotu_trace/prefix/tiers/vllm_arc_kernel.py",
+                                   "vllm_arc_pass")}
+
+
+def _against_revision(revision: str, policy: object, chains: Any, gpu: Any, sized: Any,
+                      tier: Any, repeat: int) -> list[tuple[str, float, float | None,
+                                                            float | None]] | None:
+    """The CPU tier's pass at `revision` and now, in turns in this process: two table lines,
+    the second with its ratio to the first (None for a policy without a vLLM pass)."""
+    import importlib
+    import tempfile
+
+    import numpy as np
+
+    from yaotu_trace.prefix.tiers.replay import refused_requests
+
+    found = VLLM_PASSES.get(str(policy))
+    if found is None:
+        return None
+    path, name = found
+    now = getattr(importlib.import_module(path[:-3].replace("/", ".")), name)
+    block = int(chains.block_size_tokens)
+    arguments = (chains.offsets, chains.ids, np.asarray(gpu.hit_blocks, dtype=np.int64),
+                 refused_requests(chains, sized), int(tier.chunk_tokens) // block,
+                 int(tier.chunk_tokens), block, int(tier.capacity_chunks),
+                 int(chains.num_distinct))
+    with tempfile.TemporaryDirectory() as folder:
+        then = getattr(module_at(revision, path, Path(folder), f"before_{Path(path).stem}"), name)
+        a, b = then(*arguments), now(*arguments)
+        for x, y in zip(a, b, strict=True):  # hits, counters, evictions: all equal
+            same = (all(np.array_equal(p, q) for p, q in zip(x, y, strict=True))
+                    if isinstance(x, tuple) else np.array_equal(x, y))
+            if not same:
+                raise SystemExit(f"the pass at {revision} and now differ")
+        then_s = now_s = float("inf")
+        for _ in range(8 * repeat):
+            then_s = min(then_s, best_of(lambda: then(*arguments), 1, warm=False)[0])
+            now_s = min(now_s, best_of(lambda: now(*arguments), 1, warm=False)[0])
+    return [(f"CPU tier pass at {revision[:12]}", then_s, None, None),
+            ("CPU tier pass now (same results)", now_s, now_s / then_s, None)]
 
 
 if __name__ == "__main__":
