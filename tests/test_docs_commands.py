@@ -10,6 +10,8 @@ block shows the command printing an `error:` line, that line is what it must pri
 2; a `verdict:` line it shows, it must print among its output's lines. A line that reads a file
 nothing makes (a user's own `chat.parquet`) or that shows a template (`TRACE`, `[--config …]`,
 `NAME`) is not run, and `test_most_of_the_docs_commands_are_run` holds those to a third of them.
+A cut of a public trace the docs make with `head -N` or `jq -c FILTER … | head -n N` is made
+too (the jq one where jq is installed; without it, the commands reading the cut are not run).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class Shown:
 
 
 HEAD = re.compile(r"head (?:-n )?-?(\d+) (\S+) > (\S+)")
+# `jq -c 'FILTER' FILE | head -n N > OUT`: a cut of a public trace by a jq filter.
+JQ = re.compile(r"jq -c '([^']+)' (\S+)\s+\|\s+head (?:-n )?-?(\d+) > (\S+)")
 
 
 def _blocks(path: Path) -> list[list[Shown]]:
@@ -87,7 +91,7 @@ def _blocks(path: Path) -> list[list[Shown]]:
             line = re.split(r"\s#\s", line)[0].strip().removeprefix("$ ")
             if (assigned := re.fullmatch(r'([A-Z_]+)="(.*)"', line)) is not None:
                 env[assigned[1]] = assigned[2]
-            elif HEAD.fullmatch(line) or line.split()[:2] in (
+            elif HEAD.fullmatch(line) or JQ.fullmatch(line) or line.split()[:2] in (
                     [["trace", name] for name in COMMAND_MODULES]):
                 for name, value in env.items():
                     line = line.replace(f"${name}", value)
@@ -152,6 +156,22 @@ def _head(cut: re.Match[str], made: set[str]) -> None:
     made.add(target)
 
 
+def _jq(cut: re.Match[str], made: set[str]) -> None:
+    """`jq -c FILTER FILE | head -n N > OUT` run with jq, FILE a public trace; without jq
+    on the machine OUT is not made, and the commands that read it are not run."""
+    import shutil
+    import subprocess
+
+    jq = shutil.which("jq")
+    public = PUBLIC.get(cut[2], cut[2])
+    if jq is None or not (SHARED_TRACES / public).exists():
+        return
+    lines = subprocess.run([jq, "-c", cut[1], str(SHARED_TRACES / public)], check=True,
+                           capture_output=True, text=True).stdout.splitlines(keepends=True)
+    Path(cut[4]).write_text("".join(lines[:int(cut[3])]), encoding="utf-8")
+    made.add(cut[4])
+
+
 @contextmanager
 def _inside(folder: Path) -> Iterator[None]:
     previous = Path.cwd()
@@ -180,6 +200,9 @@ def test_most_of_the_docs_commands_are_run() -> None:
                 if (cut := HEAD.fullmatch(shown.command)) is not None:
                     made.add(cut[3])
                     continue
+                if (cut := JQ.fullmatch(shown.command)) is not None:
+                    made.add(cut[4])
+                    continue
                 not_run += _runnable(shown.command, made) is None
                 errors += shown.error is not None
     # THEN most are run (templates and a user's own files are the exception), the errors the
@@ -201,6 +224,9 @@ def test_the_docs_commands_run(doc: Path, tmp_path: Path,
                 command = shown.command
                 if (cut := HEAD.fullmatch(command)) is not None:
                     _head(cut, made)
+                    continue
+                if (cut := JQ.fullmatch(command)) is not None:
+                    _jq(cut, made)
                     continue
                 args = _runnable(command, made)
                 if args is None:
