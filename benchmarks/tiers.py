@@ -175,6 +175,7 @@ def _against_revision(revision: str, policy: object, chains: Any, gpu: Any, size
     """The CPU tier's pass at `revision` and now, in turns in this process: two table lines,
     the second with its ratio to the first (None for a policy without a vLLM pass)."""
     import importlib
+    import subprocess
     import tempfile
 
     import numpy as np
@@ -192,7 +193,14 @@ def _against_revision(revision: str, policy: object, chains: Any, gpu: Any, size
                  int(tier.chunk_tokens), block, int(tier.capacity_chunks),
                  int(chains.num_distinct))
     with tempfile.TemporaryDirectory() as folder:
-        then = getattr(module_at(revision, path, Path(folder), f"before_{Path(path).stem}"), name)
+        try:
+            then = getattr(module_at(revision, path, Path(folder),
+                                     f"before_{Path(path).stem}"), name)
+        except subprocess.CalledProcessError:
+            raise SystemExit(f"git has no {path} at {revision!r}") from None
+        except (ImportError, AttributeError) as exc:
+            raise SystemExit(f"{path} at {revision} cannot run beside this tree's helpers: "
+                             f"{str(exc).splitlines()[0]}") from None
         a, b = then(*arguments), now(*arguments)
         for x, y in zip(a, b, strict=True):  # hits, counters, evictions: all equal
             same = (all(np.array_equal(p, q) for p, q in zip(x, y, strict=True))
