@@ -276,6 +276,19 @@ def test_diagnoses_tiers_sit_below_the_pool_the_diagnosis_reads(
     assert doc["tiers"]["block_size_tokens"] == 512
 
 
+def test_a_diagnosis_pool_too_large_for_the_tiers_names_the_option_given(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """10^15 blocks of 16 tokens are beyond the 10^15 tokens a pool can be: the one line names
+    `--kv-capacity` as given, not the tokens the tiers were handed."""
+    capsys.readouterr()
+    code = main(["diagnose", TRACE, "--kv-capacity", "999999999999999blocks", "--tier",
+                 "cpu=176blocks"])
+    err = capsys.readouterr().err.strip()
+    assert code == ExitCode.USAGE and len(err.splitlines()) == 1
+    assert err.startswith("error: --kv-capacity '999999999999999blocks' is 15999999999999984 "
+                          "tokens of 16-token blocks")
+
+
 def test_analyze_refuses_a_capacity_without_a_tier(capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a GPU pool but no tier below it, WHEN analyzed
     capsys.readouterr()

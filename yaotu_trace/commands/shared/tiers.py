@@ -76,6 +76,12 @@ def under_deployment(tiers: ReplayOptions | None, options: DiagnosisOptions
     if capacity is not None and (given := parse_capacity(capacity)).unit == "blocks":
         block = options.block_size_tokens or DEFAULT_BLOCK_TOKENS
         capacity = f"{int(given.amount) * block}tok"
+        try:
+            parse_capacity(capacity)
+        except ConfigError:
+            raise ConfigError(f"--kv-capacity {options.kv_capacity!r} is {capacity[:-3]} tokens "
+                              f"of {block}-token blocks, more than a GPU pool below tiers can "
+                              "be; give a real cache size") from None
     tiers = replace(tiers, preset=options.preset, capacity=capacity,
                     model=options.model, kv_bytes_per_token=options.kv_bytes_per_token,
                     kv_dtype=options.kv_dtype)
