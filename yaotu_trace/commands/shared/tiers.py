@@ -63,25 +63,28 @@ def under_deployment(tiers: ReplayOptions | None, options: DiagnosisOptions
     """`--tier` options under the deployment a diagnosis states (`--preset`, `--kv-capacity`
     as the GPU pool, the model and its KV bytes), checked before the trace is read.
 
-    A `--kv-capacity` in blocks counts the diagnosis's blocks (`--block-size`, 16 tokens
-    unless told), as the KV memory and prefix axes read it: the GPU pool is given to the
-    tiers in those tokens. Given on as blocks, a trace of 512-token block ids would have
-    counted them in its own blocks, a pool 32 times the diagnosis's."""
+    The GPU pool is the one the diagnosis reads (its settings' `kv_capacity_tokens`), handed
+    to the tiers in tokens: a `--kv-capacity` in blocks counts the diagnosis's blocks
+    (`--block-size`, 16 tokens unless told), and given on as blocks a trace of 512-token block
+    ids would have counted them in its own, a pool 32 times the diagnosis's."""
     if tiers is None:
         return None
     from yaotu_trace.catalog.units import parse_capacity
-    from yaotu_trace.commands.settings import DEFAULT_BLOCK_TOKENS
+    from yaotu_trace.commands.settings import engine_settings
 
     capacity = options.kv_capacity
-    if capacity is not None and (given := parse_capacity(capacity)).unit == "blocks":
-        block = options.block_size_tokens or DEFAULT_BLOCK_TOKENS
-        capacity = f"{int(given.amount) * block}tok"
+    settings = engine_settings(options)[0]
+    tokens = settings.kv_capacity_tokens
+    if capacity is not None and tokens is not None:
+        blocks = parse_capacity(capacity).unit == "blocks"
+        capacity = f"{int(tokens)}tok"
         try:
             parse_capacity(capacity)
         except ConfigError:
-            raise ConfigError(f"--kv-capacity {options.kv_capacity!r} is {capacity[:-3]} tokens "
-                              f"of {block}-token blocks, more than a GPU pool below tiers can "
-                              "be; give a real cache size") from None
+            of = f" of {settings.block_size_tokens}-token blocks" if blocks else ""
+            raise ConfigError(f"--kv-capacity {options.kv_capacity!r} is {int(tokens)} tokens"
+                              f"{of}, more than a GPU pool below tiers can be; give a real "
+                              "cache size") from None
     tiers = replace(tiers, preset=options.preset, capacity=capacity,
                     model=options.model, kv_bytes_per_token=options.kv_bytes_per_token,
                     kv_dtype=options.kv_dtype)
