@@ -151,12 +151,13 @@ def _pool_notes(pool_bytes: float | None, gpu: str, gpus: int,
     have memory, weights aside: a `--capacity` in another block size than the trace's (an
     engine's num_gpu_blocks of 16 tokens read as the trace's 512-token blocks is 32 times
     the pool) prices a pool that cannot exist."""
-    memory = find_gpu(gpu).memory_bytes * gpus
+    spec = find_gpu(gpu)
+    memory = spec.memory_bytes * gpus
     if pool_bytes is None or pool_bytes <= memory:
         return []
     return [f"the GPU pool ({pool_bytes / GIB:,.1f} GiB of KV, "
             f"{pool_bytes / kv_bytes_per_token:,.0f} tokens) is more than the memory of {gpus} "
-            f"× {find_gpu(gpu).name} ({memory / 1e9:,.0f} GB, "
+            f"× {spec.name} ({memory / 1e9:,.0f} GB, "
             f"{memory / kv_bytes_per_token:,.0f} tokens of KV before the weights): --capacity "
             "counts blocks of the trace's block size; give the engine's pool in tokens "
             "(--capacity Ntok) or a --tp that holds it"]
