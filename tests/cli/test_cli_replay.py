@@ -192,3 +192,26 @@ def test_capacity_in_the_traces_larger_blocks_says_what_it_counts(capsys) -> Non
                                 "--no-waterfall"], capsys)
         assert code == 0
         assert not any("counts blocks" in n for n in json.loads(out)["prefix_reuse"]["notes"])
+
+
+def test_sweep_capacities_in_the_traces_larger_blocks_say_what_they_count(capsys) -> None:
+    """`trace sweep --capacities` reads its capacities as `--capacity` does: in blocks of the
+    trace's 512 tokens under vLLM's rules. The curve's notes name the ones given in blocks
+    and what they would be in vLLM's 16-token blocks; a capacity in tokens is left out, and a
+    block size given says nothing."""
+    from conftest import FIXTURES
+
+    trace = str(FIXTURES / "aiperf_tiny_mooncake.jsonl")
+    code, out, _ = run_cli(["sweep", trace, "--preset", "vllm", "--capacities", "3,6,2048tok",
+                            "--format", "json"], capsys)
+    assert code == 0
+    notes = json.loads(out)["capacity_curve"]["notes"]
+    assert ("--capacities 3,6 count blocks of 512 tokens, the trace's (3 is 1,536 tokens); as "
+            "vllm's 16-token blocks (its num_gpu_blocks) they would be --capacities "
+            "48tok,96tok") in notes
+    for other in (["--capacities", "2048tok"], ["--capacities", "3,6", "--block-size", "512"]):
+        code, out, _ = run_cli(["sweep", trace, "--preset", "vllm", *other, "--format", "json"],
+                               capsys)
+        assert code == 0
+        assert not any("count blocks" in n or "counts blocks" in n
+                       for n in json.loads(out)["capacity_curve"]["notes"])

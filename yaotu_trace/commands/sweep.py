@@ -80,6 +80,9 @@ def sweep(
     loaded = open_trace(trace, lazy_content=True, progress=progress, steps=False,
                         without_pandas=True)
     rules, preset_name, notes = options.effective_rules(loaded)
+    unit_note = options.capacity_unit_note(rules, preset_name, tuple(capacities), "--capacities")
+    if unit_note is not None:
+        notes = (*notes, unit_note)
     tell(progress, "sweeping every capacity", 0.2)
     asked = [(text.strip(), capacity_blocks(text.strip(), rules.block_size_tokens, model_name,
                                             kv)) for text in capacities]

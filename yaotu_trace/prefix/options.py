@@ -99,24 +99,34 @@ class ReplayOptions:
         `block_size_tokens`, bytes at `kv_bytes_per_token`, else `model`'s at `kv_dtype`."""
         return capacity_blocks(text, block_size_tokens, self.model, self.kv_bytes())
 
-    def capacity_unit_note(self, rules: ReplayRules, preset: str) -> str | None:
-        """What a run says when `--capacity` counts blocks of another size than the preset's
+    def capacity_unit_note(self, rules: ReplayRules, preset: str,
+                           capacities: tuple[str, ...] | None = None,
+                           option: str = "--capacity") -> str | None:
+        """What a run says when a capacity counts blocks of another size than the preset's
         engine uses: a trace of 512-token block ids runs vLLM's rules in 512-token blocks, so
         an engine's num_gpu_blocks (of 16 tokens) given as is would be 32 times its pool.
-        None when the capacity is in tokens or bytes, or the block size is the preset's or
-        was given."""
-        if (self.capacity is None or self.block_size_tokens is not None
-                or preset not in _ENGINE_POOLS):
+        `capacities` are those `option` gave (None: `capacity`, of `--capacity`); the note
+        names the ones in blocks. None when none is in blocks, or the block size is the
+        preset's or was given."""
+        if capacities is None:
+            capacities = () if self.capacity is None else (self.capacity,)
+        if self.block_size_tokens is not None or preset not in _ENGINE_POOLS:
             return None
-        capacity = parse_capacity(self.capacity)
         engine_block = rules_for(preset).block_size_tokens
         block = rules.block_size_tokens
-        if capacity.unit != "blocks" or engine_block == block:
+        in_blocks = [t.strip() for t in capacities if parse_capacity(t.strip()).unit == "blocks"]
+        if not in_blocks or engine_block == block:
             return None
-        blocks = int(capacity.amount)
-        return (f"--capacity {self.capacity} counts blocks of {block} tokens, the trace's "
-                f"({blocks * block:,} tokens); {blocks:,} of {preset}'s {engine_block}-token "
-                f"{_ENGINE_POOLS[preset]} would be --capacity {blocks * engine_block}tok")
+        amounts = [int(parse_capacity(t).amount) for t in in_blocks]
+        first = amounts[0]
+        if len(in_blocks) == 1:
+            return (f"{option} {in_blocks[0]} counts blocks of {block} tokens, the trace's "
+                    f"({first * block:,} tokens); {first:,} of {preset}'s {engine_block}-token "
+                    f"{_ENGINE_POOLS[preset]} would be {option} {first * engine_block}tok")
+        as_tokens = ",".join(f"{a * engine_block}tok" for a in amounts)
+        return (f"{option} {','.join(in_blocks)} count blocks of {block} tokens, the trace's "
+                f"({in_blocks[0]} is {first * block:,} tokens); as {preset}'s {engine_block}-token "
+                f"{_ENGINE_POOLS[preset]} they would be {option} {as_tokens}")
 
     def kv_bytes(self) -> int | None:
         """`kv_bytes_per_token`, or `model`'s at `kv_dtype` when a dtype is given (without
