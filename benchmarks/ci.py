@@ -61,6 +61,9 @@ FIRST_RUN = {
 FIRST_RUN_TIERS = {
     "replay, vLLM CPU tier": ["replay", "--preset", "vllm", "--capacity", "8544",
                               "--tier", "cpu=34179blocks"],
+    "replay, vLLM ARC CPU tier": ["replay", "--preset", "vllm", "--capacity", "8544",
+                                  "--tier", "cpu=34179blocks", "--tier-policy",
+                                  "vllm-native-arc"],
     "replay, LMCache CPU tier": ["replay", "--preset", "vllm", "--capacity", "8544",
                                  "--tier", "cpu=34179blocks", "--tier-policy", "lmcache"],
     "replay, SGLang HiCache": ["replay", "--preset", "sglang", "--capacity", "200000",

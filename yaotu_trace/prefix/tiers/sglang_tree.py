@@ -761,7 +761,7 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
                          tuple[TierEvictions, ...]]:
     """The tree compiled: the host tier, and the storage below it when there is one."""
     from yaotu_trace.prefix import memory
-    from yaotu_trace.prefix.tiers.lru_rows import outcome, rows
+    from yaotu_trace.prefix.tiers.lru_rows import outcome
     from yaotu_trace.prefix.tiers.sglang_tree_kernel import (
         DONE,
         OUT_OF_ROOM,
@@ -769,6 +769,7 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
         hicache_tree_pass,
         records_of,
         shortfall,
+        storage_lru,
         tree_room,
     )
 
@@ -780,11 +781,9 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
     with memory.reserved(need, f"SGLang's HiCache tree over {n:,} requests",
                          "use a larger --block-size (or fewer --jobs)"):
         page = int(chains.block_size_tokens)
-        # The storage's evictions: at most one per page written, and a request writes each of
-        # its pages once at most (untouched room costs no memory).
-        st, _ = rows(store_keys, 1, 0, 0)
-        evictions = np.empty((1, 3, int(chains.offsets[-1]) + 1 if has_storage else 1),
-                             dtype=np.int64)
+        # A request writes each of its pages once at most: one eviction a page written.
+        storage = (storage_lru(store_keys, int(tiers[1].capacity_chunks),
+                               int(chains.offsets[-1])) if has_storage else None)
         room = tree_room(n, int(chains.num_distinct), has_storage)
         stopped = hicache_tree_pass(
             chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
@@ -792,9 +791,8 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
             np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
             policy is TierPolicy.SGLANG_WRITE_BACK,
             np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
-            np.int64(SGLANG_LOAD_BACK_MIN_TOKENS),
-            np.full(1, tiers[1].capacity_chunks if has_storage else -1, dtype=np.int64),
-            np.int64(SGLANG_PREFETCH_MIN_TOKENS), st, evictions, *room)
+            np.int64(SGLANG_LOAD_BACK_MIN_TOKENS), np.int64(SGLANG_PREFETCH_MIN_TOKENS),
+            storage, *room)
         if stopped == OUT_OF_ROOM:
             raise RuntimeError("SGLang's storage tier evicted more pages than the trace wrote")
         if stopped != DONE:
@@ -813,6 +811,7 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
     if not has_storage:
         return (gpu_hit_pages * page, (host_hit_pages * page,), (host_counters,),
                 (host_evictions,))
-    (store_counters,), (store_evictions,) = outcome(room.lru_counters, evictions)
+    assert storage is not None
+    (store_counters,), (store_evictions,) = outcome(storage[4], storage[5])
     return (gpu_hit_pages * page, (host_hit_pages * page, storage_hit_pages * page),
             (host_counters, store_counters), (host_evictions, store_evictions))

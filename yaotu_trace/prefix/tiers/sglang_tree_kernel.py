@@ -27,6 +27,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     insert,
     lru_state,
     refcount_free,
+    rows,
     touch,
 )
 
@@ -535,10 +536,11 @@ def _insert_host(nd, sc, gk, gv, hk, hv, child_of, ids, anchor, src, pages):
 
 
 @nb.njit(cache=True)
-def _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, st, ends, lru_counters,
-              start, cap, least_pages):
+def _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, storage, start, cap,
+              least_pages):
     """(first page, pages) fetched from storage into the host under the deepest node
     matched."""
+    st, ends, _, _, lru_counters, _ = storage
     _, anchor, _, depth = _lookup(nd, sc, gk, gv, hk, hv, dup, child_of, ids, start, cap)
     if anchor != _ROOT and not nd[anchor, _F_HOST]:
         return depth, 0
@@ -570,12 +572,12 @@ def _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, st, ends, lru_cou
 
 
 @nb.njit(cache=True)
-def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size, capacity, lru_counters,
-                   evictions):
+def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, storage):
     """The request's backups land in storage in the order they were acknowledged (a page
     already stored refreshed), and their nodes' host locks go. False when an insert could
     overflow the eviction room (the pass then stops: a room of one per page of the trace is
     never outgrown, as no request writes a page twice)."""
+    st, ends, size, capacity, lru_counters, evictions = storage
     now = sc[_S_NOW]
     for b in range(sc[_S_NBACKED]):
         for key in ids[wr[b, 0]:wr[b, 0] + wr[b, 1]]:
@@ -596,9 +598,8 @@ def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends, size, capacity, lr
 class TreeRoom(NamedTuple):
     """The arrays `hicache_tree_pass` works in, in the order it takes them (`*room`): the
     nodes, the scalars, the two leaf heaps (keys, values), the duplicates' log, the node of
-    each page id, the host evictions' records, a request's backups and its scratch lists, the
-    storage LRU's ends, size and counters, and per request the GPU, host and storage hit pages
-    and the first page lacking."""
+    each page id, the host evictions' records, a request's backups and its scratch lists, and
+    per request the GPU, host and storage hit pages and the first page lacking."""
 
     nd: np.ndarray
     sc: np.ndarray
@@ -615,9 +616,6 @@ class TreeRoom(NamedTuple):
     stack: np.ndarray
     below: np.ndarray
     kept: np.ndarray
-    ends: np.ndarray
-    size: np.ndarray
-    lru_counters: np.ndarray
     gpu_hit: np.ndarray
     host_hit: np.ndarray
     storage_hit: np.ndarray
@@ -628,7 +626,6 @@ def tree_room(n: int, num_distinct: int, storage: bool) -> TreeRoom:
     """`TreeRoom` for `n` requests over `num_distinct` page ids, with or without a storage."""
     max_nodes = (5 if storage else 3) * n + 2  # a prefetch adds a split and a node
     heap_size = 4 * max_nodes + 4096
-    ends, size, lru_counters, _ = lru_state(1, 0)
     return TreeRoom(
         nd=np.zeros((max_nodes, _FIELDS), dtype=np.int64), sc=np.zeros(_SCALARS, dtype=np.int64),
         gk=np.empty(heap_size, dtype=np.int64), gv=np.empty(heap_size, dtype=np.int64),
@@ -641,10 +638,19 @@ def tree_room(n: int, num_distinct: int, storage: bool) -> TreeRoom:
         wr=np.empty((max_nodes if storage else 1, 3), dtype=np.int64),
         scratch=np.empty(max_nodes, dtype=np.int64), locked=np.empty(max_nodes, dtype=np.int64),
         stack=np.empty(max_nodes, dtype=np.int64), below=np.empty(max_nodes, dtype=np.int64),
-        kept=np.empty(max_nodes, dtype=np.int64), ends=ends, size=size,
-        lru_counters=lru_counters, gpu_hit=np.zeros(n, dtype=np.int64),
+        kept=np.empty(max_nodes, dtype=np.int64), gpu_hit=np.zeros(n, dtype=np.int64),
         host_hit=np.zeros(n, dtype=np.int64), storage_hit=np.zeros(n, dtype=np.int64),
         lacking=np.full(n, -1, dtype=np.int64))
+
+
+def storage_lru(num_distinct: int, capacity_pages: int, pages_written: int) -> tuple:
+    """The storage below the host as `hicache_tree_pass` takes it: an LRU of page keys
+    (`lru_rows`: its rows, ends, size, capacity, counters) and room for its evictions, at most
+    one per page written (untouched room costs no memory)."""
+    st, _ = rows(num_distinct, 1, 0, 0)
+    ends, size, lru_counters, _ = lru_state(1, 0)
+    evictions = np.empty((1, 3, pages_written + 1), dtype=np.int64)
+    return st, ends, size, np.full(1, capacity_pages, dtype=np.int64), lru_counters, evictions
 
 
 def counters_of(sc: np.ndarray) -> np.ndarray:
@@ -664,17 +670,17 @@ def records_of(sc: np.ndarray, rec: np.ndarray) -> np.ndarray:
 
 @refcount_free
 def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_pages,
-                      host_pages, write_back, threshold, load_back_min_tokens, capacity,
-                      prefetch_min_tokens, st, evictions, nd, sc, gk, gv, hk, hv, dup, child_of,
-                      rec, wr, scratch, locked, stack, below, kept, ends, size, lru_counters,
-                      gpu_hit, host_hit, storage_hit, lacking):  # pragma: no cover - compiled
+                      host_pages, write_back, threshold, load_back_min_tokens,
+                      prefetch_min_tokens, storage, nd, sc, gk, gv, hk, hv, dup, child_of,
+                      rec, wr, scratch, locked, stack, below, kept, gpu_hit, host_hit,
+                      storage_hit, lacking):  # pragma: no cover - compiled
     """Fills, in the arrays of `TreeRoom`, the GPU hit pages, the host pages loaded, of them
     the pages fetched from storage, the host evictions' records [first page, pages, request,
     last use] (`records_of`) and counters (`counters_of`), the storage's `lru_rows` counters
     and evictions, and per request the first page the GPU and host lacked at the lookup (−1:
-    none within the hit cap). `capacity` is the storage's pages (one item; −1: no storage); with
-    a storage, `st` holds its rows
-    (`lru_rows.rows`) and `evictions` (1 × 3 × any) the room for its evictions. Returns
+    none within the hit cap). `storage` is the storage's LRU (`storage_lru`), or None
+    without a storage: numba then prunes its branches, and a first run compiles no prefetch
+    (11 s → 5 s for the pass on the Mooncake conversation trace). Returns
     `DONE`; `OUT_OF_ROOM` when that room ran out; or the request SGLang cannot allocate for
     (`sglang_tree.PrefillOutOfMemory`; its pages needed and free in `sc`, `shortfall`). The
     pass stops at either."""
@@ -686,7 +692,9 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
     sc[_S_PAGE] = page
     sc[_S_WB] = 1 if write_back else 0
     sc[_S_THRESHOLD] = threshold
-    sc[_S_STORAGE] = 1 if capacity[0] >= 0 else 0
+    sc[_S_STORAGE] = 0
+    if storage is not None:
+        sc[_S_STORAGE] = 1
     nd[_ROOT, _F_GPU] = 1
     nd[_ROOT, _F_LOCK] = 1
     nd[_ROOT, _F_ALIVE] = 1
@@ -702,9 +710,9 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
         cap = max_hit[i]
         span_start = 0
         fetched = 0
-        if sc[_S_STORAGE] and cap > 0:
-            span_start, fetched = _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, st,
-                                            ends, lru_counters, start, cap, least_pages)
+        if storage is not None and cap > 0:
+            span_start, fetched = _prefetch(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec,
+                                            storage, start, cap, least_pages)
         best_gpu = _ROOT
         best = _ROOT
         gpu_run = 0
@@ -803,8 +811,8 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
         _unlock(nd, sc, gk, gv, hk, hv, anchor)
         for j in range(sc[_S_NLOCKED]):
             _unlock(nd, sc, gk, gv, hk, hv, locked[j])
-        if sc[_S_STORAGE] and not _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, st, ends,
-                                                 size, capacity, lru_counters, evictions):
+        if storage is not None and not _write_storage(nd, sc, gk, gv, hk, hv, ids, wr,
+                                                      storage):
             return OUT_OF_ROOM
         # The fetched span, as far as the hit covers it, is storage's; the rest the host's.
         stored = max(0, min(gpu_run + loaded, span_start + fetched) - span_start)

@@ -270,24 +270,25 @@ def _end_step(step_keys, st, sc):  # pragma: no cover - compiled
     sc[_BUSY] = 0
 
 
-@nb.njit(cache=True, inline="always")
+@inlined
 def _offer(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, threshold, counts,
            st, ends, size, target, sc, chosen, step_keys, evictions, misses,
            lower):  # pragma: no cover - compiled
-    """`_store`, then what it stored written through to the tiers below."""
+    """`_store`, then what it stored written through to the tiers below (`lower`: their
+    rows, ends, sizes, capacities, counters, evictions; None: none)."""
     stored_from = sc[_STEP]
     ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, threshold,
                 counts, st, ends, size, target, sc, chosen, step_keys, evictions, misses)
-    if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
+    if lower is not None and ok:
         write_through(step_keys, stored_from, sc[_STEP], lower, req)
     return ok
 
 
 @refcount_free
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity,
-          threshold, st, evictions, counts, lst, lcapacity, levictions, answers, stamp_limit,
-          lends, lsize, lcounters, ends, size, target, sc, hits, lacking, next_stored, failed,
-          chosen, misses, step_keys, source):  # pragma: no cover
+          threshold, st, evictions, counts, lower, answers, stamp_limit, ends, size, target,
+          sc, hits, lacking, next_stored, failed, chosen, misses, step_keys,
+          source):  # pragma: no cover
     """`vllm_arc_pass` on its arrays: the rows, the evictions' room, the offer counts, the
     lower tiers' rows, sizes, evictions, answers, ends and counters; ARC's list ends and sizes
     (one per list, `_T1` … `_B2`) and its target; the scalars; the hits and first chunks
@@ -297,8 +298,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     request whose lookup never settles (−1: none; −2: out of room for the evictions; −3: the
     stamps would outgrow the rows)."""
     n = offsets.size - 1
-    below = lcapacity.size
-    lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
+    below = 0
+    if lower is not None:  # numba prunes the branches of a None `lower` before typing them
+        below = lower[3].size
     # np.int64 and np.bool_, not literals: numba compiles a helper once per literal value it
     # is given (`vllm_kernel._pass` took 12 s to compile with them, 4.6 s without).
     no, zero = np.bool_(False), np.int64(0)
@@ -325,27 +327,30 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             run = 0
             while first + run < chunks and _held(st, chunk_key(ids, start, per_chunk, first + run)):
                 run += 1
-        while below > 0:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
-            passes += 1
-            if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
-                return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -3)
-            if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
-                # Out of room for the evictions: run again with more.
-                return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2)
-            run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens,
-                                          i, prev, passes == 1, step, slot, capacity, counts,
-                                          st, ends, size, target, sc, chosen, step_keys,
-                                          evictions, misses, answers, source, lower)
-            if not deferred:
-                break
-            if passes == 1 and prev >= 0:
-                _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold, counts,
-                        st, ends, size, target, sc, chosen, step_keys, evictions, misses,
-                        lower, failed, next_stored)
-            if passes > 4 * (chunks - first) + 8:
-                return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i)
-            _end_step(step_keys, st, sc)
-            step += 1
+        if lower is not None:
+            # A lookup a step until none is pending (`vllm_native._lookup_pass`).
+            while below > 0:
+                passes += 1
+                if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
+                    return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -3)
+                if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
+                    # Out of room for the evictions: run again with more.
+                    return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2)
+                run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g,
+                                              chunk_tokens, i, prev, passes == 1, step, slot,
+                                              capacity, counts, st, ends, size, target, sc,
+                                              chosen, step_keys, evictions, misses, answers,
+                                              source, lower)
+                if not deferred:
+                    break
+                if passes == 1 and prev >= 0:
+                    _retire(ids, offsets, per_chunk, prev, prev_slot, capacity, threshold,
+                            counts, st, ends, size, target, sc, chosen, step_keys, evictions,
+                            misses, lower, failed, next_stored)
+                if passes > 4 * (chunks - first) + 8:
+                    return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i)
+                _end_step(step_keys, st, sc)
+                step += 1
         loaded = chunk_tokens * (first + run) - g
         if first + run < chunks:
             lacking[i] = first + run
@@ -510,9 +515,11 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
                 np.int64(capacity), np.int64(store_threshold), st, evictions,
-                tracker(keys, store_threshold), lower_rows,
-                np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
-                np.int64(stamp_limit(row)), lends, lsize, lcounters, arc_ends, arc_sizes,
+                tracker(keys, store_threshold),
+                # None without tiers below: the pass compiled without their code (`_pass`)
+                (lower_rows, lends, lsize, np.asarray(lower_capacity, dtype=np.int64),
+                 lcounters, lower_evictions) if lower_capacity else None, answers,
+                np.int64(stamp_limit(row)), arc_ends, arc_sizes,
                 arc_target, np.zeros(8, dtype=np.int64), hits, lacking,
                 np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.bool_),
                 np.empty(longest + 1, dtype=np.int64), np.empty(longest + 1, dtype=np.int64),

@@ -346,15 +346,16 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     return True
 
 
-@nb.njit(cache=True, inline="always")
+@inlined
 def _offer(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, aux, seen_at, sc,
            queue, req_rank, chosen, step_keys, evictions, lower, counts,
            threshold):  # pragma: no cover - compiled
-    """`_store`, then what it stored written through to the tiers below."""
+    """`_store`, then what it stored written through to the tiers below (`lower`: their
+    rows, ends, sizes, capacities, counters, evictions; None: none)."""
     stored_from = sc[_STEP]
     ok = _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, aux,
                 seen_at, sc, queue, req_rank, chosen, step_keys, evictions, counts, threshold)
-    if ok and lower[3].size > 0:  # lower: rows, ends, sizes, capacities, counters, evictions
+    if lower is not None and ok:
         write_through(step_keys, stored_from, sc[_STEP], lower, req)
     return ok
 
@@ -442,10 +443,12 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
                 offsets, pass_ids(ids),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
-                np.int64(capacity), st, aux, seen_at, queue, evictions, lower_rows,
-                np.asarray(lower_capacity, dtype=np.int64), lower_evictions, answers,
-                tracker(keys, store_threshold), np.int64(store_threshold), lends, lsize,
-                lcounters, hits, lacking, sc, per_request[0], per_request[1], per_request[2],
+                np.int64(capacity), st, aux, seen_at, queue, evictions,
+                # None without tiers below: the pass compiled without their code (`_pass`)
+                (lower_rows, lends, lsize, np.asarray(lower_capacity, dtype=np.int64),
+                 lcounters, lower_evictions) if lower_capacity else None, answers,
+                tracker(keys, store_threshold), np.int64(store_threshold),
+                hits, lacking, sc, per_request[0], per_request[1], per_request[2],
                 np.empty((2, max_chunks + 1), dtype=np.int64),
                 np.empty(3 * max_chunks + 3, dtype=np.int64),
                 np.empty(max_chunks, dtype=np.int64))
@@ -460,9 +463,8 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
 
 @refcount_free
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          aux, seen_at, queue, evictions, lst, lcapacity, levictions, answers, counts, threshold,
-          lends, lsize, lcounters, hits, lacking, sc, req_rank, req_next, req_failed, chosen,
-          step_keys, source):  # pragma: no cover - compiled
+          aux, seen_at, queue, evictions, lower, answers, counts, threshold, hits, lacking, sc,
+          req_rank, req_next, req_failed, chosen, step_keys, source):  # pragma: no cover
     """`vllm_offload_pass` on its arrays: a row per key, the finished queue, a column per
     eviction, the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), the
     offer counts of a store threshold (`offer_counts.py`), the lower tiers' ends, sizes and
@@ -473,8 +475,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     whose lookup never settles (−1: none; the pass stops there; −2: out of room for the
     evictions)."""
     n = offsets.size - 1
-    below = lcapacity.size
-    lower = (lst, lends, lsize, lcapacity, lcounters, levictions)
+    below = 0
+    if lower is not None:  # numba prunes the branches of a None `lower` before typing them
+        below = lower[3].size
     # np.int64 and np.bool_, not literals: numba compiles a helper once per literal value it
     # is given (the pass took 12 s to compile on a first run with them, 4.6 s without).
     no, zero = np.bool_(False), np.int64(0)
@@ -503,25 +506,28 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             while (first + run < chunks
                    and st[chunk_key(ids, start, per_chunk, first + run)].rank >= 0):
                 run += 1
-        while below > 0:  # a lookup a step until none is pending (`vllm_native._lookup_pass`)
-            passes += 1
-            if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
-                # Out of room for the evictions: run again with more.
-                return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2
-            run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g, chunk_tokens,
-                                          i, prev, passes == 1, step, seen, capacity, st,
-                                          aux, seen_at, sc, queue, req_rank, chosen, step_keys,
-                                          evictions, counts, answers, source, lower)
-            if not deferred:
-                break
-            if passes == 1 and prev >= 0:
-                _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, aux, seen_at, sc,
-                        queue, req_rank, req_next, req_failed, chosen, step_keys, evictions,
-                        lower, counts, threshold)
-            if passes > 4 * (chunks - first) + 8:
-                return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i
-            _end_step(sc)
-            step += 1
+        if lower is not None:
+            # A lookup a step until none is pending (`vllm_native._lookup_pass`).
+            while below > 0:
+                passes += 1
+                if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
+                    # Out of room for the evictions: run again with more.
+                    return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2
+                run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g,
+                                              chunk_tokens, i, prev, passes == 1, step, seen,
+                                              capacity, st, aux, seen_at, sc, queue, req_rank,
+                                              chosen, step_keys, evictions, counts, answers,
+                                              source, lower)
+                if not deferred:
+                    break
+                if passes == 1 and prev >= 0:
+                    _retire(ids, offsets, per_chunk, prev, prev_seen, capacity, st, aux, seen_at,
+                            sc, queue, req_rank, req_next, req_failed, chosen, step_keys,
+                            evictions, lower, counts, threshold)
+                if passes > 4 * (chunks - first) + 8:
+                    return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i
+                _end_step(sc)
+                step += 1
         loaded = chunk_tokens * (first + run) - g
         if first + run < chunks:
             lacking[i] = first + run
