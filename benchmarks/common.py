@@ -81,6 +81,9 @@ def module_from(source: str, path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: a dataclass looks its module up there, and numba's cache
+    # imports it by name to load a compiled function back.
+    sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
 

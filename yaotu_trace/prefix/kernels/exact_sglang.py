@@ -217,7 +217,7 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
             continue
         # match_prefix on the first max_hit pages: stamp the path, split a partial node.
         cap = max_hit[i]
-        h = _cached_run(ids, start, 0, cap, in_tree)
+        h = _cached_run(ids, start, np.int64(0), cap, in_tree)  # typed: one compile
         matched = _ROOT
         if cap > 0:
             clock += 1
@@ -228,7 +228,7 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
                 heap_n = _push_if_leaf(rest, children, lock, last_access, heap_key,
                                        heap_val, heap_n)
         hit_pages[i] = h
-        _lock_path(matched, 1, parent, lock)
+        _lock_path(matched, np.int64(1), parent, lock)
         # Allocation: evict whole leaves, oldest stamp first, until the shortfall is freed.
         target = pages - h + extra_page - (capacity - tree_pages)
         freed = 0
@@ -241,8 +241,8 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
                 continue
             gone, up = _drop_leaf(v, ids, src, length, parent, children, alive, in_tree)
             freed += gone
-            heap_n = _push_if_leaf(up, children, lock, last_access, heap_key, heap_val,
-                                   heap_n)
+            heap_n = _push_if_leaf(np.int64(up), children, lock, last_access, heap_key,
+                                   heap_val, heap_n)
         tree_pages -= freed
         evicted += freed
         # insert the page-aligned prompt: stamp the cached path, split where it ends mid-node.
@@ -267,7 +267,7 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
             # checkpoint: match the inserted key again (stamps the whole path once more).
             clock += 1
             _stamp_path(end, clock, parent, last_access)
-        _lock_path(matched, -1, parent, lock)
+        _lock_path(matched, np.int64(-1), parent, lock)
         heap_n = _push_if_leaf(end, children, lock, last_access, heap_key, heap_val, heap_n)
     return hit_pages, rejected, evicted, inserted
 

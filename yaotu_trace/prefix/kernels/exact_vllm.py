@@ -211,7 +211,7 @@ def _vllm_pool(offsets, ids, max_hit, total_blocks, num_distinct, num_gpu_blocks
     fnext = np.full(num_nodes, -1, dtype=np.int32)
     fhead = np.int32(-1)
     ftail = np.int32(-1)
-    next_virgin = np.int32(1)
+    next_virgin = np.int64(1)  # as `_allocate` returns it: one signature of it, not two
     if num_gpu_blocks > 1:
         fhead = np.int32(_VIRGIN)
         ftail = np.int32(_VIRGIN)

@@ -129,7 +129,7 @@ def _compact(heap_k, heap_v, size, in_cache, cur_key, mark):
         mark[heap_v[j]] = 0
     keys = heap_k[:kept].copy()
     vals = heap_v[:kept].copy()
-    size = 0
+    size = np.int64(0)  # not a literal 0: numba would compile heap_push once more for it
     for j in range(kept):
         size = heap_push(heap_k, heap_v, size, keys[j], vals[j])
     return size

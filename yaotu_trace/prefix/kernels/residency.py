@@ -87,12 +87,12 @@ def reuse_distances(offsets, ids, max_hit, out_offsets, out_ids, codes, num_cach
             x = base + (ids[start + pos] if pos < length else out_ids[o_start + pos - length])
             lt = last_time[x]
             if lt >= 0:
-                _fen_add(tree, tb, size, lt, -1)
+                _fen_add(tree, tb, size, lt, np.int64(-1))
             else:
                 live[c] += 1
             clock[c] += 1
             t = clock[c]
-            _fen_add(tree, tb, size, t, 1)
+            _fen_add(tree, tb, size, t, np.int64(1))
             last_time[x] = t
             last_s[x] = arrival_s[i]
     return gap, dist

@@ -123,7 +123,8 @@ def _count_upto(bits: Any, sup: Any, t: int) -> int:  # pragma: no cover - compi
 
 
 @numba.njit(cache=True, nogil=True)
-def _rebuild(bits: Any, sup: Any, live: int, used_words: int) -> None:  # pragma: no cover
+def _rebuild(bits: Any, sup: Any, live: int | np.int64,
+             used_words: int) -> None:  # pragma: no cover - compiled
     # Marks exactly at times 1..live; superblock counts rebuilt as a Fenwick tree in O(size).
     for i in range(used_words):
         bits[i] = 0
@@ -145,8 +146,9 @@ def _rebuild(bits: Any, sup: Any, live: int, used_words: int) -> None:  # pragma
 @numba.njit(cache=True, nogil=True)
 def _compact(bits: Any, sup: Any, owner: Any, last: Any, now: int) -> int:  # pragma: no cover
     # Renumber the live marks (one per distinct block, at its last touch) to times
-    # 1..live, in the same order.
-    live = 0
+    # 1..live, in the same order. Typed constants, not literals, throughout: numba compiles
+    # a helper once per literal value it is given.
+    live = np.int64(0)
     for t in range(1, now):
         b = owner[t]
         if b >= 0 and last[b] == t:
@@ -156,7 +158,7 @@ def _compact(bits: Any, sup: Any, owner: Any, last: Any, now: int) -> int:  # pr
     for t in range(live + 1, now):
         owner[t] = -1
     _rebuild(bits, sup, live, (now >> 6) + 1)
-    return live + 1
+    return int(live + 1)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -195,7 +197,7 @@ def _stack_histograms(  # pragma: no cover - compiled
                 last[b] = 0
             owner[t] = -1
         if now > 1:
-            _rebuild(bits, sup, 0, int(now >> 6) + 1)
+            _rebuild(bits, sup, np.int64(0), int(now >> 6) + 1)
         now = np.int64(1)
         live = np.int64(0)
         for pos in range(segment_starts[seg], segment_starts[seg + 1]):
@@ -257,10 +259,10 @@ def _touch_blocks(r, offsets, ids, out_offsets, out_ids, head_first, time_slots,
             now = _compact(bits, sup, owner, last, now)
         t = last[b]
         if t != 0:
-            _mark(bits, sup, t, -1)
+            _mark(bits, sup, t, np.int64(-1))
         else:
             live += 1
-        _mark(bits, sup, now, 1)
+        _mark(bits, sup, now, np.int64(1))
         owner[now] = b
         last[b] = now
         now += 1

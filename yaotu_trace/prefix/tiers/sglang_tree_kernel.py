@@ -63,7 +63,7 @@ def _tick(sc):
 @nb.njit(cache=True)
 def _compact(nd, sc, keys, vals, member, slot):
     """Rebuild a leaf heap from its members (the lazy entries have filled it)."""
-    n = 0
+    n = np.int64(0)
     for v in range(1, sc[_S_NEXT]):
         if nd[v, _F_ALIVE] and nd[v, member]:
             n = heap_push(keys, vals, n, nd[v, _F_STAMP], v)
@@ -296,7 +296,7 @@ def _delete_tombstones(nd, sc, gk, gv, hk, hv, child_of, ids, cur):
 
 @nb.njit(cache=True)
 def _delete_gpu_leaf(nd, sc, gk, gv, hk, hv, child_of, ids, v):
-    _set_gpu(nd, sc, v, 0)
+    _set_gpu(nd, sc, v, np.int64(0))
     _drop_host(nd, sc, v)
     parent = nd[v, _F_PARENT]
     _remove(nd, child_of, ids, v)
@@ -306,7 +306,7 @@ def _delete_gpu_leaf(nd, sc, gk, gv, hk, hv, child_of, ids, v):
 
 @nb.njit(cache=True)
 def _demote(nd, sc, gk, gv, hk, hv, v):
-    _set_gpu(nd, sc, v, 0)
+    _set_gpu(nd, sc, v, np.int64(0))
     _update_sets(nd, sc, gk, gv, hk, hv, v)
     _update_sets(nd, sc, gk, gv, hk, hv, nd[v, _F_PARENT])
 
@@ -492,11 +492,11 @@ def _make_room(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below
 @nb.njit(cache=True)
 def _lookup(nd, sc, gk, gv, hk, hv, dup, child_of, ids, start, cap):
     """(deepest node on the GPU, deepest node on the GPU or host, GPU pages, pages matched)."""
-    node = _ROOT
+    node = np.int64(_ROOT)
     best = _ROOT
     best_gpu = _ROOT
     gpu_run = 0
-    depth = 0
+    depth = np.int64(0)
     while depth < cap:
         c = _child(nd, child_of, node, ids[start + depth])
         if c < 0 or (not nd[c, _F_GPU] and not nd[c, _F_HOST]):
@@ -747,7 +747,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
                         cur = nd[cur, _F_PARENT]
                     for j in range(n_nodes - 1, -1, -1):
                         v = scratch[j]
-                        _set_gpu(nd, sc, v, 1)
+                        _set_gpu(nd, sc, v, np.int64(1))
                         nd[v, _F_HUSE] = i
                         _update_sets(nd, sc, gk, gv, hk, hv, v)
                     _update_sets(nd, sc, gk, gv, hk, hv, best)
@@ -779,8 +779,8 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
         # insert
         sc[_S_NLOCKED] = 0
         _tick(sc)  # the root is touched
-        node = _ROOT
-        depth = 0
+        node = np.int64(_ROOT)
+        depth = np.int64(0)
         while depth < full:
             c = _child(nd, child_of, node, ids[start + depth])
             if c < 0:
@@ -790,7 +790,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
             if m < nd[c, _F_LEN]:
                 c = _split(nd, sc, gk, gv, hk, hv, dup, child_of, ids, c, m)
             if not nd[c, _F_GPU]:
-                _set_gpu(nd, sc, c, 1)
+                _set_gpu(nd, sc, c, np.int64(1))
                 _update_sets(nd, sc, gk, gv, hk, hv, c)
                 if write_back:
                     _track_duplicate(nd, sc, dup, c)
