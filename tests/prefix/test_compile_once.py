@@ -5,7 +5,7 @@ a signature of its own: a helper given `_lock_path(node, 1, …)` and `_lock_pat
 compiles twice, and an int32 where an int64 came before does the same. Each such repeat costs
 a user's first run (on a fresh install, in CI) up to a second of compiling. This runs the
 replays that reach every tier pass and both engine-exact pools in one fresh process and asks
-numba's dispatchers how many signatures each compiled (a pass given its lower tiers as a tuple
+numba's dispatchers how many signatures each compiled (a pass given its lower tiers as arrays
 or None compiles once for each on purpose, and counts once); a kernel legitimately given
 arrays of two dtypes would show here too, and would be named. The process compiles into an
 empty numba cache (a cached function loads without compiling its helpers, which would hide
@@ -51,10 +51,12 @@ for run in runs:
     with contextlib.redirect_stdout(io.StringIO()):
         codes.append(main(["replay", trace, *run, "--format", "json"]))
 def kinds(d):
-    # A pass given the tiers below (or SGLang's storage) as a tuple, or None without them,
-    # compiles once for each on purpose: one signature per kind of run.
-    return {tuple("tuple or none" if str(a) == "none" or str(a).startswith("Tuple(") else str(a)
-                  for a in s) for s in d.signatures}
+    # A pass given the tiers below, SGLang's storage or write_back's log as arrays, or None
+    # without them, compiles once for each on purpose: one signature per kind of run. The
+    # places where some signature has None are left out.
+    sigs = [[str(a) for a in s] for s in d.signatures]
+    optional = {i for s in sigs for i, a in enumerate(s) if a == "none"}
+    return {tuple(a for i, a in enumerate(s) if i not in optional) for s in sigs}
 twice = sorted(f"{d.py_func.__module__}.{d.py_func.__qualname__}: {len(kinds(d))}"
                for d in gc.get_objects()
                if isinstance(d, CPUDispatcher) and d.py_func.__module__.startswith("yaotu_trace")

@@ -784,12 +784,12 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
         # A request writes each of its pages once at most: one eviction a page written.
         storage = (storage_lru(store_keys, int(tiers[1].capacity_chunks),
                                int(chains.offsets[-1])) if has_storage else None)
-        room = tree_room(n, int(chains.num_distinct), has_storage)
+        room = tree_room(n, int(chains.num_distinct), has_storage,
+                         policy is TierPolicy.SGLANG_WRITE_BACK)
         stopped = hicache_tree_pass(
             chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
             np.asarray(refused, dtype=np.bool_), np.int64(page),
             np.int64(gpu_capacity_blocks), np.int64(tiers[0].capacity_chunks),
-            policy is TierPolicy.SGLANG_WRITE_BACK,
             np.int64(2 if policy is TierPolicy.SGLANG_WRITE_THROUGH_SELECTIVE else 1),
             np.int64(SGLANG_LOAD_BACK_MIN_TOKENS), np.int64(SGLANG_PREFETCH_MIN_TOKENS),
             storage, *room)

@@ -40,14 +40,14 @@ _F_INGPU, _F_INHOST, _F_DUP, _F_ALIVE = 16, 17, 18, 19
 _FIELDS = 20
 # Slots of `sc`, the scalars.
 _S_CLOCK, _S_GFREE, _S_HFREE, _S_NEXT, _S_NOW, _S_STORED, _S_EVICTED, _S_LOADED = range(8)
-_S_GHN, _S_HHN, _S_DUPN, _S_NREC, _S_NLOCKED, _S_PAGE, _S_WB, _S_THRESHOLD = range(8, 16)
-_S_DUPHEAD = 16  # log entries before it are all dead
-_S_FAILED = 17  # backups the host could not make room for
-_S_STORAGE = 18  # whether a storage tier lies below the host
-_S_NBACKED = 19  # backups this request (rows of `wr`)
-_S_RELEASED = 20  # write_back: host copies of GPU nodes reclaimed (nothing lost)
-_S_NEEDED, _S_FREE = 21, 22  # the request SGLang cannot allocate for: pages needed, and free
-_SCALARS = 23
+_S_GHN, _S_HHN, _S_DUPN, _S_NREC, _S_NLOCKED, _S_PAGE, _S_THRESHOLD = range(8, 15)
+_S_DUPHEAD = 15  # log entries before it are all dead
+_S_FAILED = 16  # backups the host could not make room for
+_S_STORAGE = 17  # whether a storage tier lies below the host
+_S_NBACKED = 18  # backups this request (rows of `wr`)
+_S_RELEASED = 19  # write_back: host copies of GPU nodes reclaimed (nothing lost)
+_S_NEEDED, _S_FREE = 20, 21  # the request SGLang cannot allocate for: pages needed, and free
+_SCALARS = 22
 DONE, OUT_OF_ROOM = -1, -2  # what the pass returns, besides a request SGLang stops at
 _STORAGE = 0  # the storage's LRU in the `lru_rows` state
 
@@ -263,7 +263,7 @@ def _split(nd, sc, gk, gv, hk, hv, dup, child_of, ids, child, k):
     _stamp(nd, sc, gk, gv, hk, hv, child, _tick(sc))
     _update_sets(nd, sc, gk, gv, hk, hv, new)
     _update_sets(nd, sc, gk, gv, hk, hv, child)
-    if sc[_S_WB]:
+    if dup is not None:  # write_back
         _track_duplicate(nd, sc, dup, new)
     return new
 
@@ -365,7 +365,9 @@ def _reclaim_duplicates(nd, sc, dup, needed):
 
 @nb.njit(cache=True)
 def _evict_host(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, needed):
-    freed = _reclaim_duplicates(nd, sc, dup, needed) if sc[_S_WB] else 0
+    freed = 0
+    if dup is not None:  # write_back
+        freed = _reclaim_duplicates(nd, sc, dup, needed)
     while freed < needed:
         v = _oldest(nd, sc, hk, hv, np.int64(_F_INHOST), np.int64(_S_HHN))
         if v < 0:
@@ -420,7 +422,9 @@ def _write_through(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, scratch,
 
 @nb.njit(cache=True)
 def _count_hit(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, scratch, locked, v):
-    if sc[_S_WB] or not nd[v, _F_GPU]:
+    if dup is not None:  # write_back backs up on eviction, not on hits
+        return
+    if not nd[v, _F_GPU]:
         return
     nd[v, _F_HITS] += 1
     if not nd[v, _F_HOST] and nd[v, _F_HITS] >= sc[_S_THRESHOLD]:
@@ -462,7 +466,7 @@ def _drop_subtree(nd, sc, gk, gv, hk, hv, child_of, ids, rec, stack, below, v):
 def _evict_leaf(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, stack, below, v):
     if nd[v, _F_HOST]:
         _demote(nd, sc, gk, gv, hk, hv, v)
-    elif not sc[_S_WB]:
+    elif dup is None:  # write_through: a GPU-only leaf goes
         _delete_gpu_leaf(nd, sc, gk, gv, hk, hv, child_of, ids, v)
     elif _back_up(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, v):
         _track_duplicate(nd, sc, dup, v)
@@ -597,7 +601,8 @@ def _write_storage(nd, sc, gk, gv, hk, hv, ids, wr, storage):
 
 class TreeRoom(NamedTuple):
     """The arrays `hicache_tree_pass` works in, in the order it takes them (`*room`): the
-    nodes, the scalars, the two leaf heaps (keys, values), the duplicates' log, the node of
+    nodes, the scalars, the two leaf heaps (keys, values), write_back's duplicates' log
+    (None under the write-through policies: `hicache_tree_pass`), the node of
     each page id, the host evictions' records, a request's backups and its scratch lists, and
     per request the GPU, host and storage hit pages and the first page lacking."""
 
@@ -607,7 +612,7 @@ class TreeRoom(NamedTuple):
     gv: np.ndarray
     hk: np.ndarray
     hv: np.ndarray
-    dup: np.ndarray
+    dup: np.ndarray | None
     child_of: np.ndarray
     rec: np.ndarray
     wr: np.ndarray
@@ -622,15 +627,16 @@ class TreeRoom(NamedTuple):
     lacking: np.ndarray
 
 
-def tree_room(n: int, num_distinct: int, storage: bool) -> TreeRoom:
-    """`TreeRoom` for `n` requests over `num_distinct` page ids, with or without a storage."""
+def tree_room(n: int, num_distinct: int, storage: bool, write_back: bool) -> TreeRoom:
+    """`TreeRoom` for `n` requests over `num_distinct` page ids, with or without a storage,
+    under write_back or a write-through policy."""
     max_nodes = (5 if storage else 3) * n + 2  # a prefetch adds a split and a node
     heap_size = 4 * max_nodes + 4096
     return TreeRoom(
         nd=np.zeros((max_nodes, _FIELDS), dtype=np.int64), sc=np.zeros(_SCALARS, dtype=np.int64),
         gk=np.empty(heap_size, dtype=np.int64), gv=np.empty(heap_size, dtype=np.int64),
         hk=np.empty(heap_size, dtype=np.int64), hv=np.empty(heap_size, dtype=np.int64),
-        dup=np.empty(2 * max_nodes + 1024, dtype=np.int64),
+        dup=np.empty(2 * max_nodes + 1024, dtype=np.int64) if write_back else None,
         # 0: no node (the root); a node's row fits 32 bits (5 nodes a request at most), and at
         # one token a page this array is the pass's largest (1.6 GB at 1e9 tokens).
         child_of=np.zeros(max(num_distinct, 1), dtype=np.int32),
@@ -670,7 +676,7 @@ def records_of(sc: np.ndarray, rec: np.ndarray) -> np.ndarray:
 
 @refcount_free
 def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_pages,
-                      host_pages, write_back, threshold, load_back_min_tokens,
+                      host_pages, threshold, load_back_min_tokens,
                       prefetch_min_tokens, storage, nd, sc, gk, gv, hk, hv, dup, child_of,
                       rec, wr, scratch, locked, stack, below, kept, gpu_hit, host_hit,
                       storage_hit, lacking):  # pragma: no cover - compiled
@@ -679,8 +685,9 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
     last use] (`records_of`) and counters (`counters_of`), the storage's `lru_rows` counters
     and evictions, and per request the first page the GPU and host lacked at the lookup (−1:
     none within the hit cap). `storage` is the storage's LRU (`storage_lru`), or None
-    without a storage: numba then prunes its branches, and a first run compiles no prefetch
-    (11 s → 5 s for the pass on the Mooncake conversation trace). Returns
+    without a storage: numba then prunes its branches, and a first run compiles no prefetch;
+    the room's `dup`, the duplicates' log, is write_back's, None under the write-through
+    policies, whose runs then compile none of write_back's code (nor it theirs). Returns
     `DONE`; `OUT_OF_ROOM` when that room ran out; or the request SGLang cannot allocate for
     (`sglang_tree.PrefillOutOfMemory`; its pages needed and free in `sc`, `shortfall`). The
     pass stops at either."""
@@ -690,7 +697,6 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
     sc[_S_HFREE] = host_pages
     sc[_S_NEXT] = 1
     sc[_S_PAGE] = page
-    sc[_S_WB] = 1 if write_back else 0
     sc[_S_THRESHOLD] = threshold
     sc[_S_STORAGE] = 0
     if storage is not None:
@@ -753,7 +759,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
                     _update_sets(nd, sc, gk, gv, hk, hv, best)
                     _lock(nd, sc, gk, gv, hk, hv, best)
                     loaded = pages
-                    if write_back:
+                    if dup is not None:  # write_back
                         for j in range(n_nodes):
                             _track_duplicate(nd, sc, dup, scratch[j])
             _unlock(nd, sc, gk, gv, hk, hv, best)
@@ -792,7 +798,7 @@ def hicache_tree_pass(offsets, ids, max_hit, prompt_tokens, refused, page, gpu_p
             if not nd[c, _F_GPU]:
                 _set_gpu(nd, sc, c, np.int64(1))
                 _update_sets(nd, sc, gk, gv, hk, hv, c)
-                if write_back:
+                if dup is not None:  # write_back
                     _track_duplicate(nd, sc, dup, c)
                 _update_sets(nd, sc, gk, gv, hk, hv, nd[c, _F_PARENT])
             _count_hit(nd, sc, gk, gv, hk, hv, dup, child_of, ids, rec, wr, scratch, locked, c)
