@@ -12,22 +12,27 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from yaotu_trace.prefix.tiers.lru_rows import chunk_key
+from yaotu_trace.prefix.tiers.lru_rows import chunk_key, inlined
 from yaotu_trace.prefix.tiers.spec import MAX_TRACKED_OFFERS
 
 _CNT, _LESS, _MORE = range(3)
 
 
-def tracker(keys: int, threshold: int) -> tuple[np.ndarray, np.ndarray]:
-    """An empty tracker for `keys` keys (one row when `threshold` < 2: nothing is counted)."""
-    rows = np.zeros((max(keys, 1) if threshold >= 2 else 1, 3), dtype=np.int64)
-    return rows, np.array([-1, -1, 0], dtype=np.int64)
+def tracker(keys: int, threshold: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """An empty tracker for `keys` keys; None below a threshold of 2, where nothing is counted
+    (and a pass given None compiles none of the counting: numba prunes the branches of a None
+    argument)."""
+    if threshold < 2:
+        return None
+    return np.zeros((max(keys, 1), 3), dtype=np.int64), np.array([-1, -1, 0], dtype=np.int64)
 
 
-@nb.njit(cache=True, inline="always")
-def admitted(rows, threshold, k):  # pragma: no cover - compiled
-    """Whether key k may be stored: always below a threshold of 2."""
-    return threshold < 2 or rows[k, _CNT] >= threshold
+@inlined
+def admits(counts, threshold, k):  # pragma: no cover - compiled
+    """Whether key k may be stored: always without a tracker (`tracker`: None)."""
+    if counts is None:
+        return True
+    return counts[0][k, _CNT] >= threshold
 
 
 @nb.njit(cache=True, inline="always")

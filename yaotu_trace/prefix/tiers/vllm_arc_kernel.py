@@ -44,7 +44,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     verdicts,
     write_through,
 )
-from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
+from yaotu_trace.prefix.tiers.offer_counts import admits, count_offer, tracker
 
 # Columns of a key's row.
 _LIST, _PREV, _NEXT, _HELD, _LAST, _STAMP = range(6)
@@ -183,7 +183,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, thr
     the offer fails whole. With `missing_only` the offer is of the chunks the tier lacks
     alone (a promotion from below): the ones it holds are outside the call."""
     sc[_NOW] = req
-    if threshold >= 2:
+    if counts is not None:  # a store threshold's offer counts (`offer_counts.tracker`)
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     to_store = 0
     n_miss = 0
@@ -200,7 +200,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, thr
                 continue
             if st[k, _INS + slot] != req:
                 st[k, _REU + slot] = req
-        elif not admitted(counts[0], threshold, k):
+        elif not admits(counts, threshold, k):
             continue
         else:
             to_store += 1
@@ -227,7 +227,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, slot, capacity, thr
         return False
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        if _held(st, k) or not admitted(counts[0], threshold, k):
+        if _held(st, k) or not admits(counts, threshold, k):
             continue
         if missing_only and st[k, _STAMP] != sc[_CALL]:
             continue  # held when offered, evicted by this very store: not the offer's

@@ -63,7 +63,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     verdicts,
     write_through,
 )
-from yaotu_trace.prefix.tiers.offer_counts import admitted, count_offer, tracker
+from yaotu_trace.prefix.tiers.offer_counts import admits, count_offer, tracker
 
 _SHIFT = 21
 _M = np.int64(1 << _SHIFT)  # chunks per request are fewer (a 2M-chunk prompt is refused)
@@ -262,7 +262,7 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, see
             continue
         st[k].last = req
         if not resident:
-            if not admitted(counts[0], threshold, k):
+            if not admits(counts, threshold, k):
                 continue  # below the store threshold: neither stored nor accessed
             chosen[1, new] = j
             new += 1
@@ -293,7 +293,7 @@ def _store(ids, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
     chunks `_access` found missing (`chosen[1]`) without reading the others again: none of
     them is evicted (the offer's own keys are not evictable, and a missing key is not
     resident), so they are the ones the manager stores."""
-    if threshold >= 2:
+    if counts is not None:  # a store threshold's offer counts (`offer_counts.tracker`)
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux,
                              seen_at, sc, queue, req_rank, counts, threshold, chosen)
