@@ -812,6 +812,6 @@ def _compiled(chains: BlockChains, refused: np.ndarray, tiers: tuple[TierSpec, .
         return (gpu_hit_pages * page, (host_hit_pages * page,), (host_counters,),
                 (host_evictions,))
     assert storage is not None
-    (store_counters,), (store_evictions,) = outcome(storage[4], storage[5])
+    (store_counters,), (store_evictions,) = outcome(storage.counters, storage.evictions)
     return (gpu_hit_pages * page, (host_hit_pages * page, storage_hit_pages * page),
             (host_counters, store_counters), (host_evictions, store_evictions))

@@ -649,14 +649,28 @@ def tree_room(n: int, num_distinct: int, storage: bool, write_back: bool) -> Tre
         lacking=np.full(n, -1, dtype=np.int64))
 
 
-def storage_lru(num_distinct: int, capacity_pages: int, pages_written: int) -> tuple:
-    """The storage below the host as `hicache_tree_pass` takes it: an LRU of page keys
-    (`lru_rows`: its rows, ends, size, capacity, counters) and room for its evictions, at most
-    one per page written (untouched room costs no memory)."""
+class StorageLru(NamedTuple):
+    """The storage below the host as `hicache_tree_pass` takes it: an LRU of page keys in
+    `lru_rows`' arrays (its rows, ends, size, capacity, counters) and room for its
+    evictions."""
+
+    rows: np.ndarray
+    ends: np.ndarray
+    size: np.ndarray
+    capacity: np.ndarray
+    counters: np.ndarray
+    evictions: np.ndarray
+
+
+def storage_lru(num_distinct: int, capacity_pages: int, pages_written: int) -> StorageLru:
+    """An empty `StorageLru` of `capacity_pages` over `num_distinct` page ids, with room for
+    one eviction per page written (untouched room costs no memory)."""
     st, _ = rows(num_distinct, 1, 0, 0)
     ends, size, lru_counters, _ = lru_state(1, 0)
-    evictions = np.empty((1, 3, pages_written + 1), dtype=np.int64)
-    return st, ends, size, np.full(1, capacity_pages, dtype=np.int64), lru_counters, evictions
+    return StorageLru(rows=st, ends=ends, size=size,
+                      capacity=np.full(1, capacity_pages, dtype=np.int64),
+                      counters=lru_counters,
+                      evictions=np.empty((1, 3, pages_written + 1), dtype=np.int64))
 
 
 def counters_of(sc: np.ndarray) -> np.ndarray:
