@@ -114,10 +114,11 @@ class ReplayOptions:
             return None
         engine_block = rules_for(preset).block_size_tokens
         block = rules.block_size_tokens
-        in_blocks = [t.strip() for t in capacities if parse_capacity(t.strip()).unit == "blocks"]
+        parsed = [(t.strip(), parse_capacity(t.strip())) for t in capacities]
+        in_blocks = [text for text, c in parsed if c.unit == "blocks"]
+        amounts = [int(c.amount) for _, c in parsed if c.unit == "blocks"]
         if not in_blocks or engine_block == block:
             return None
-        amounts = [int(parse_capacity(t).amount) for t in in_blocks]
         first = amounts[0]
         if len(in_blocks) == 1:
             return (f"{option} {in_blocks[0]} counts blocks of {block} tokens, the trace's "

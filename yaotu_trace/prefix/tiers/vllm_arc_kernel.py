@@ -329,7 +329,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 run += 1
         if lower is not None:
             # A lookup a step until none is pending (`vllm_native._lookup_pass`).
-            while below > 0:
+            while True:
                 passes += 1
                 if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
                     return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -3)
