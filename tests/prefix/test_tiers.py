@@ -310,7 +310,7 @@ def test_vllm_kernel_equals_the_python_model_on_random_configurations() -> None:
     # GIVEN 60 seeded configurations drawn at random: prompts over 2 to 6 token values (shared
     # prefixes, full hits), GPU pools of 8 to 39 blocks, CPU tiers of 1 to 39 chunks of 1 to 3
     # blocks (1 to 5 on odd seeds: a tier smaller than one prompt fails offers and evicts the
-    # live requests' own keys, and compacts its finished queue often), store thresholds, and a
+    # live requests' own keys, the groups of both live requests read), store thresholds, and a
     # disk (and a remote) tier below some
     from dataclasses import replace
 

@@ -32,6 +32,8 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     NOT_BELOW,
     answer_below,
     chunk_key,
+    cut_to,
+    eviction_columns,
     holder_below,
     inlined,
     lru_state,
@@ -166,9 +168,9 @@ def _evict(st, ends, size, target, capacity, needed, chosen, evictions, sc):  # 
         _remove(st, ends, size, k)
         _append(st, ends, size, ghost, k)
         e = sc[_EVICTED]
-        evictions[0, e] = k
-        evictions[1, e] = sc[_NOW]
-        evictions[2, e] = st[k, _LAST]
+        evictions[0][e] = k
+        evictions[1][e] = sc[_NOW]
+        evictions[2][e] = st[k, _LAST]
         sc[_EVICTED] += 1
     for ghost in (_B1, _B2):
         while size[ghost] > capacity:
@@ -333,7 +335,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 passes += 1
                 if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
                     return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -3)
-                if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions.shape[1]:
+                if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions[0].size:
                     # Out of room for the evictions: run again with more.
                     return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2)
                 run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g,
@@ -498,7 +500,7 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
             st = np.full((keys, _WIDTH), -1, dtype=row)
             st[:, _LIST] = 0
             st[:, _HELD] = _FREE
-            evictions = np.empty((3, room), dtype=np.int64)
+            evictions = eviction_columns(room)
             lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
                                                len(lower_capacity), 0, room)
             answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
@@ -531,6 +533,5 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
             else:
                 break
         e = int(evicted)
-        return (hits, int(stored), e, int(failed), int(loaded), evictions[0, :e].copy(),
-                evictions[1, :e].copy(), evictions[2, :e].copy(), lcounters,
+        return (hits, int(stored), e, int(failed), int(loaded), *cut_to(evictions, e), lcounters,
                 lower_evictions, lacking, int(stalled))
