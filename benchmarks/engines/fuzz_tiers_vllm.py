@@ -13,7 +13,12 @@ a time, one output token, every transfer done in its step); the replay is `ours`
 Prints a line per configuration and exits 1 when any request's GPU, CPU or disk hit differs.
 `--small-cpu` puts the fs tier below CPU tiers of one chunk to two more than the longest
 prompt's, where vLLM can defer a request for ever (its driver's step bound, `NeverFinished`):
-the replay must refuse the same request (`vllm_native.StalledLookup`).
+the replay must refuse the same request (`vllm_native.StalledLookup`). Run it on an idle
+machine: beside a test run that loaded both cores, 4 of 329 `--small-cpu` configurations
+differed on one request each, all with the fs tier, and none when run again alone. vLLM's fs
+tier reads and writes on a thread pool; the driver waits for it between steps
+(`golden_tiers_vllm.VllmOffload._settle_secondary`), and something there still depends on
+timing (not chased further).
 Writes nothing but a temporary folder, removed at the end. Run it in vLLM 0.33.0's environment
 (benchmarks/engines/README.md), with the project importable:
 
