@@ -613,6 +613,24 @@ def test_vllm_kernels_run_again_when_promotions_outgrow_the_evictions_room(
     assert evictions[0].key.tolist() == expected[2][0].key.tolist()
 
 
+@pytest.mark.parametrize("arc", [False, True])
+def test_vllm_kernels_eviction_columns_hold_the_evictions_alone(arc: bool) -> None:
+    # GIVEN random prompts and a CPU tier of 5 chunks, which evicts most of what it stores
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_arc, replay_vllm_tiers
+
+    chains, gpu, refused = _tiny_vocabulary_case(17)
+    kernel = replay_vllm_arc if arc else replay_vllm_tiers
+    # WHEN replayed
+    _, (counters,), (evictions,) = kernel(chains, gpu.hit_blocks, refused, (_tier("cpu", 5, 2),))
+    # THEN each column is an array of its own, as long as the evictions made (cut in place
+    # from the pass's room for one per chunk of the trace): a result keeps no pass buffer alive
+    evicted = int(counters.evicted_chunks)
+    assert evicted > 20
+    for column in (evictions.key, evictions.request, evictions.last_use_request):
+        assert column.base is None and column.shape == (evicted,)
+        assert column.nbytes == 8 * evicted and column.flags.owndata
+
+
 def test_vllm_arc_kernel_widens_its_rows_when_stamps_outgrow_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN the ARC kernel's int32 rows made to hold stamps up to 50 only (a trace would need
