@@ -127,7 +127,9 @@ def _evictable(aux, sc, k, call, stamped):  # pragma: no cover - compiled
 @inlined
 def _choose(ids, offsets, per_chunk, st, aux, sc, groups, req_entry, req_top, chosen, needed,
             call, start, lo, hi, stamp):  # pragma: no cover - compiled
-    """The `needed` least recent evictable keys into `chosen[0]`; returns how many there were.
+    """The `needed` least recent evictable keys into `chosen[0]`; returns how many there were,
+    and how many groups' tops fall once the offer evicts them (`chosen[2]`, `chosen[3]`: the
+    group's request and its new top; `_store` lowers them).
 
     The order is vLLM's heap's: the groups in rank order, each group's keys tail first. A
     group's keys are the chunks of its request the group holds (their `owner`); a group's
@@ -164,7 +166,7 @@ def _choose(ids, offsets, per_chunk, st, aux, sc, groups, req_entry, req_top, ch
         r_start = offsets[r]
         j = req_top[r]
         # The chunks above the first key this group keeps hold none: skip them next time
-        # (past the keys chosen only once the offer evicts them: `chosen[2:]`, by `_store`).
+        # (past the keys chosen only once the offer evicts them).
         top = True  # every chunk above j holds no key of the group or one chosen
         took = False  # one chosen
         low = np.int64(-2)
