@@ -658,3 +658,18 @@ def test_vllm_arc_kernel_widens_its_rows_when_stamps_outgrow_them(
     assert [h.tolist() for h in hits] == [h.tolist() for h in expected[0]]
     assert counters == expected[1]
     assert evictions[0].key.tolist() == expected[2][0].key.tolist()
+
+
+def test_vllm_kernel_refuses_more_requests_than_its_owner_word_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the LRU kernel's owner word made to name 4 requests only (its 29 bits name
+    # 536,870,911), and a trace of 150 requests
+    from yaotu_trace.errors import ResourceLimitError
+    from yaotu_trace.prefix.tiers import vllm_kernel
+    from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
+
+    chains, gpu, refused = _tiny_vocabulary_case(17)
+    monkeypatch.setattr(vllm_kernel, "_REQUEST", 4)
+    # WHEN replayed THEN refused in one line that names the count and the way out
+    with pytest.raises(ResourceLimitError, match=r"^\d+ requests exceed the 3 .*in parts$"):
+        replay_vllm_tiers(chains, gpu.hit_blocks, refused, (_tier("cpu", 5, 2),))

@@ -3,11 +3,10 @@
 The same connector and manager, request by request (`vllm_native.py` has the rules and their
 sources; `tests/prefix/test_tiers_vllm_golden.py` checks this kernel against vLLM itself and
 `tests/prefix/test_tiers.py` against the Python model). Keys are chain ids (dense), so the
-manager's dicts become one 8-byte record per key, eight to a cache line: the request whose
-group holds it (below; −1: not resident) and its last use; and an `aux` row read only while a
-transfer holds keys or an offer is stamped: what holds it in which step (a load pins it, a store
-leaves it pending until the step ends: a step's end is one counter's increment, not a pass over
-its keys) and the stamp of the offer that must not evict it. Whether a live request (the one
+manager's dicts become one 8-byte record per key, eight to a cache line: its owner word (the
+request whose group holds it, below; −1: not resident), whose two high bits say what transfer
+of this step holds it (a load pins it, a store leaves it pending until the step ends, when the
+step's keys, still in the cache, are cleared), and its last use. Whether a live request (the one
 scheduled, and the one whose finish the connector has not seen yet) has seen a key is kept by
 the request's chunk position (`seen_at`, a row per live request): a key appears once in a
 prompt.
@@ -26,13 +25,13 @@ request saw that a group ranked above its own holds (the request before it, fini
 rank was given, and the live one after it) join it, and they are chunks of the prompt prefix
 the two share (`_claim`). An eviction reads the groups from the queue's head, each from its top
 chunk down, passing over chunks its group no longer holds, a key a transfer of this step holds
-and the offer's own keys (stamped only when the scan reaches a live request's group: none of
-them is in a group before, as a key the offering request saw took its rank then or was held). A
-group's top falls past the chunks above its first key held (past the keys an offer evicts once
-it does), and the head moves past the entries of no use. On the Mooncake conversation trace
+and the offer's own keys (a key is the id of a whole prefix, so it is chunk j of every request
+that has it: the offer's when the offering request's chunk j is that key). A group's top
+falls past the chunks above its first key held (past the keys an offer evicts once it does),
+and the head moves past the entries of no use. On the Mooncake conversation trace
 (`benchmarks/tiers.py`: 276,491 blocks, 143,173 evictions, 229,194 chunks read by the
-evictions) the pass takes 3.4–3.7 ms where a queue of finished keys, each key ranked anew at
-its request's finish, took 4.5–4.9 ms in the same runs. A store threshold counts each offer first
+evictions) the pass takes 3.3–3.5 ms where a queue of finished keys, each key ranked anew at
+its request's finish, took 4.5–4.9 ms. A store threshold counts each offer first
 (`offer_counts.py`); a chunk below it is neither stored nor accessed. Tiers below the CPU are
 LRU lists (`lru_rows.py`): written through on every store, asked a step late
 (`lru_rows.ask_below`, one answer per tier and key), their chunks promoted one at a time and
@@ -44,6 +43,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from yaotu_trace.errors import ResourceLimitError
 from yaotu_trace.prefix import memory
 from yaotu_trace.prefix.tiers import lru_rows
 from yaotu_trace.prefix.tiers.lru_rows import (
@@ -67,19 +67,17 @@ from yaotu_trace.prefix.tiers.lru_rows import (
 )
 from yaotu_trace.prefix.tiers.offer_counts import admits, count_offer, tracker
 
-# A key's record: the request whose group holds it (−1: not resident) and its last use.
+# A key's record: its owner word (−1: not resident; else the request whose group holds it,
+# and in its two high bits what transfer of this step holds it) and its last use.
 _ROW = np.dtype([("owner", np.int32), ("last", np.int32)], align=True)  # 8 bytes
-# What a key's `aux` row holds, rarely read: the step and kind of a transfer holding it
-# (step·4 + kind, the step's id modulo 2^29: two steps 2^29 apart, 5e8 steps, are one), and
-# the stamp of the offer that must not evict it.
-_HELD_CODE, _STAMP = 0, 1
-_STEP_MASK = (1 << 29) - 1
+_HOLD_SHIFT = 29
+_REQUEST = (1 << _HOLD_SHIFT) - 1  # the owner word's request; the pass takes fewer requests
+_FREE, _PINNED, _PENDING = 0, 1, 2  # what holds a key in this step (the word's high bits)
+_HOLDS = 3 << _HOLD_SHIFT
 _SEEN0, _SEEN1 = 0, 1  # the live request slots (rows of `seen_at`)
-_FREE, _PINNED, _PENDING = -1, 1, 2  # what holds a key in this step
-# Slots of the scalars array: counters, the group queue's head and tail, the step's id, and
-# per live request slot (two) its request (−1: none).
-(_RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _CALL, _HEAD, _TAIL, _STEP_ID,
- _LIVE) = range(11)
+# Slots of the scalars array: counters, the group queue's head and tail, and per live request
+# slot (two) its request (−1: none).
+(_RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _HEAD, _TAIL, _LIVE) = range(9)
 _SCALARS = _LIVE + 2
 
 
@@ -102,31 +100,21 @@ def _is_live(sc, r):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, inline="always")
-def _held(aux, sc, k):  # pragma: no cover - compiled
-    """What holds key k in this step: a load (_PINNED), a store (_PENDING), or nothing (and
-    nothing at all before this step's first transfer, without reading the key's row)."""
-    if sc[_STEP] == 0:
-        return _FREE
-    code = aux[k, _HELD_CODE]
-    return code & 3 if code >> 2 == (sc[_STEP_ID] & _STEP_MASK) else _FREE
+def _held(owner):  # pragma: no cover - compiled
+    """What holds a resident key in this step, from its owner word: a load (_PINNED), a
+    store (_PENDING), or nothing (_FREE)."""
+    return owner >> _HOLD_SHIFT
 
 
 @nb.njit(cache=True, inline="always")
-def _hold(aux, sc, k, kind):  # pragma: no cover - compiled
-    """A transfer of this step holds key k until the step ends."""
-    aux[k, _HELD_CODE] = (sc[_STEP_ID] & _STEP_MASK) * 4 + kind
-
-
-@nb.njit(cache=True, inline="always")
-def _evictable(aux, sc, k, call, stamped):  # pragma: no cover - compiled
-    """Outside the offer (its stamp, when the offer is stamped) and held by no transfer of
-    this step."""
-    return not (stamped and aux[k, _STAMP] == call) and _held(aux, sc, k) == _FREE
+def _hold(st, k, kind):  # pragma: no cover - compiled
+    """A transfer of this step holds resident key k until the step ends (`_end_step`)."""
+    st[k].owner = st[k].owner | (kind << _HOLD_SHIFT)
 
 
 @inlined
-def _choose(ids, offsets, per_chunk, st, aux, sc, groups, req_entry, req_top, chosen, needed,
-            call, start, lo, hi, stamp):  # pragma: no cover - compiled
+def _choose(ids, offsets, per_chunk, st, sc, groups, req_entry, req_top, chosen, needed, start,
+            lo, hi, protect):  # pragma: no cover - compiled
     """The `needed` least recent evictable keys into `chosen[0]`; returns how many there were,
     and how many groups' tops fall once the offer evicts them (`chosen[2]`, `chosen[3]`: the
     group's request and its new top; `_store` lowers them).
@@ -137,10 +125,10 @@ def _choose(ids, offsets, per_chunk, st, aux, sc, groups, req_entry, req_top, ch
     above it (a finished group gains no key, so its top only falls: the head of the queue
     moves past a finished group once it holds none, and past an entry its request left).
 
-    The offer's own keys (chunks lo..hi-1 of the request at `start`) are not evictable: with
-    `stamp` they take the offer's stamp `call`, only when the scan reaches a live request's
-    group. None of the groups before is the offer's and evictable: a key the offering request
-    saw took its rank then, or was held, and finishes after it. So most offers never stamp.
+    With `protect`, the offer's own keys (chunks lo..hi-1 of the request at `start`) are not
+    evictable. A key is a chain id, the id of a whole prefix, so it is chunk j of every
+    request that has it: key k met at chunk j is the offer's when j is in lo..hi-1 and the
+    offering request's chunk j is k (its ids, just read, are in the cache).
     """
     head = sc[_HEAD]
     tail = sc[_TAIL]
@@ -152,17 +140,12 @@ def _choose(ids, offsets, per_chunk, st, aux, sc, groups, req_entry, req_top, ch
     sc[_HEAD] = head
     got = 0
     lowered = 0
-    stamped = False
     p = head
     while p < tail and got < needed:
         r = groups[p]
         if req_entry[r] != p:  # an entry its request left (finished since)
             p += 1
             continue
-        if stamp and not stamped and _is_live(sc, r):
-            for j in range(lo, hi):
-                aux[chunk_key(ids, start, per_chunk, j), _STAMP] = call
-            stamped = True
         r_start = offsets[r]
         j = req_top[r]
         # The chunks above the first key this group keeps hold none: skip them next time
@@ -172,8 +155,10 @@ def _choose(ids, offsets, per_chunk, st, aux, sc, groups, req_entry, req_top, ch
         low = np.int64(-2)
         while j >= 0 and got < needed:
             k = chunk_key(ids, r_start, per_chunk, j)
-            if st[k].owner == r:
-                if _evictable(aux, sc, k, call, stamped):
+            o = st[k].owner
+            if o & _REQUEST == r:  # (−1's request bits are no request's)
+                if _held(o) == _FREE and not (
+                        protect and lo <= j < hi and chunk_key(ids, start, per_chunk, j) == k):
                     chosen[0, got] = k
                     got += 1
                     took = True
@@ -194,7 +179,7 @@ def _choose(ids, offsets, per_chunk, st, aux, sc, groups, req_entry, req_top, ch
 
 
 @inlined
-def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, seen_at, sc,
+def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at, sc,
             groups, req_entry, req_top, counts, threshold, chosen):  # pragma: no cover
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
     store records only new and ready keys; with `missing_only` every resident key is outside
@@ -219,7 +204,7 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, see
             chosen[1, new] = j
             new += 1
         else:
-            held = _held(aux, sc, k)
+            held = _held(owner)
             if held == _PENDING:
                 continue
             if held == _FREE:
@@ -229,8 +214,8 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, see
         seen_at[seen, j] = req
         if e_req < 0:
             e_req = _request_entry(groups, req_entry, sc, req)
-        if resident and owner != req and req_entry[owner] < e_req:
-            st[k].owner = req
+        if resident and owner & _REQUEST != req and req_entry[owner & _REQUEST] < e_req:
+            st[k].owner = req | (owner & _HOLDS)
             if j > top:
                 top = j
     req_top[req] = top
@@ -238,7 +223,7 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux, see
 
 
 @inlined
-def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, aux,
+def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
            seen_at, sc, groups, req_entry, req_top, chosen, step_keys, evictions, counts,
            threshold):  # pragma: no cover - compiled
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
@@ -250,7 +235,7 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
     resident), so they are the ones the manager stores."""
     if counts is not None:  # a store threshold's offer counts (`offer_counts.tracker`)
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
-    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, aux,
+    new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st,
                              seen_at, sc, groups, req_entry, req_top, counts, threshold, chosen)
     if new == 0:
         return True
@@ -260,14 +245,11 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
     if needed > 0 and needed > sc[_RESIDENT] - sc[_STEP] - protected:
         sc[_FAILED] += 1
         return False
-    call = 0  # the offer's stamp when it evicts; an evicted key's is −call − 1
     if needed > 0:
         # The least recent evictable keys outside the offer (a resident key of a partial
         # offer is outside it).
-        sc[_CALL] += 1
-        call = sc[_CALL]
-        got, lowered = _choose(ids, offsets, per_chunk, st, aux, sc, groups, req_entry, req_top,
-                               chosen, needed, call, start, lo, hi, not missing_only)
+        got, lowered = _choose(ids, offsets, per_chunk, st, sc, groups, req_entry, req_top,
+                               chosen, needed, start, lo, hi, not missing_only)
         if got < needed:
             sc[_FAILED] += 1
             return False
@@ -276,8 +258,6 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
         for c in range(got):
             k = chosen[0, c]
             st[k].owner = -1
-            if missing_only:  # a resident key outside a partial offer: not stored back
-                aux[k, _STAMP] = -call - 1
             e = sc[_EVICTED] + c
             evictions[0][e] = k
             evictions[1][e] = req
@@ -289,8 +269,7 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
     for f in range(new):
         j = chosen[1, f]
         k = chunk_key(ids, start, per_chunk, j)
-        st[k].owner = req
-        _hold(aux, sc, k, _PENDING)
+        st[k].owner = req | (_PENDING << _HOLD_SHIFT)
         step_keys[step] = k
         step += 1
     if chosen[1, new - 1] > req_top[req]:
@@ -302,14 +281,14 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
 
 
 @inlined
-def _offer(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st, aux,
+def _offer(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
            seen_at, sc, groups, req_entry, req_top, chosen, step_keys, evictions, lower, counts,
            threshold):  # pragma: no cover - compiled
     """`_store`, then what it stored written through to the tiers below (`lower`: their
     rows, ends, sizes, capacities, counters, evictions; None: none)."""
     stored_from = sc[_STEP]
     ok = _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capacity, st,
-                aux, seen_at, sc, groups, req_entry, req_top, chosen, step_keys, evictions,
+                seen_at, sc, groups, req_entry, req_top, chosen, step_keys, evictions,
                 counts, threshold)
     if lower is not None and ok:
         write_through(step_keys, stored_from, sc[_STEP], lower, req)
@@ -328,8 +307,9 @@ def _claim(ids, offsets, per_chunk, req, start, chunks, seen, seen_at, other, st
         k = chunk_key(ids, start, per_chunk, j)
         if k != chunk_key(ids, o_start, per_chunk, j):
             break
-        if seen_at[seen, j] == req and st[k].owner == other:
-            st[k].owner = req
+        owner = st[k].owner
+        if seen_at[seen, j] == req and owner & _REQUEST == other:
+            st[k].owner = req | (owner & _HOLDS)
             if j > top:
                 top = j
     return top
@@ -359,10 +339,12 @@ def _finish(ids, offsets, per_chunk, req, seen, before, st, seen_at, sc, groups,
 
 
 @nb.njit(cache=True, inline="always")
-def _end_step(sc):  # pragma: no cover - compiled
-    """Every transfer of the step completes: loads unpin, stores become ready (evictable), as
-    the held keys' step is over."""
-    sc[_STEP_ID] += 1
+def _end_step(st, sc, step_keys):  # pragma: no cover - compiled
+    """Every transfer of the step completes: loads unpin, stores become ready (evictable).
+    The step's keys (held, so still resident) are the ones whose owner words say so."""
+    for x in range(sc[_STEP]):
+        k = step_keys[x]
+        st[k].owner = st[k].owner & _REQUEST
     sc[_STEP] = 0
 
 
@@ -385,6 +367,9 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     n = offsets.size - 1
+    if n >= _REQUEST:  # a key's owner word has 29 bits for its request
+        raise ResourceLimitError(f"{n:,} requests exceed the {_REQUEST - 1:,} that the replay "
+                                 "of vLLM's CPU offload takes; replay the trace in parts")
     keys = max(num_keys, 1)
     chunks = int(offsets[n]) // per_chunk
     max_chunks = most_chunks(offsets, per_chunk)
@@ -392,18 +377,16 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     # The group queue (int32 requests): each request's entry at its rank and at its finish.
     group_words = (2 * n + 3) // 2
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
-    need = 8 * (2 * keys + group_words + 4 * n
+    need = 8 * (keys + group_words + 4 * n
                 + (7 * len(lower_capacity) * keys if lower_capacity else 0)
                 + (3 * keys if store_threshold >= 2 else 0))
     with memory.reserved(need, f"vLLM's CPU offload over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
         while True:  # promotions again and again can outgrow the evictions' room: more
-            rows_end = 2 * keys  # a record is one int64 word, its aux row one
+            rows_end = keys  # a record is one int64 word
             work = np.empty(rows_end + group_words + 4 * n, dtype=np.int64)
-            # not resident, not held, never stamped; no request has an entry
-            work[:rows_end].fill(-1)
+            work[:keys].fill(-1)  # not resident
             st = work[:keys].view(_ROW)
-            aux = work[keys:rows_end].view(np.int32).reshape(keys, 2)
             seen_at = np.full((2, max(max_chunks, 1)), -1, dtype=np.int32)
             groups = work[rows_end:rows_end + group_words].view(np.int32)
             per_request = work[rows_end + group_words:rows_end + group_words + 4 * n].reshape(4, n)
@@ -422,7 +405,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
                 offsets, pass_ids(ids),
                 np.asarray(gpu_hit_blocks, dtype=np.int64), np.asarray(refused, dtype=np.bool_),
                 np.int64(per_chunk), np.int64(chunk_tokens), np.int64(block),
-                np.int64(capacity), st, aux, seen_at, groups, evictions,
+                np.int64(capacity), st, seen_at, groups, evictions,
                 # None without tiers below: the pass compiled without their code (`_pass`)
                 (lower_rows, lends, lsize, np.asarray(lower_capacity, dtype=np.int64),
                  lcounters, lower_evictions) if lower_capacity else None, answers,
@@ -441,7 +424,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
 
 @refcount_free
 def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block, capacity, st,
-          aux, seen_at, groups, evictions, lower, answers, counts, threshold, hits, lacking, sc,
+          seen_at, groups, evictions, lower, answers, counts, threshold, hits, lacking, sc,
           req_entry, req_top, req_next, req_failed, chosen, step_keys,
           source):  # pragma: no cover - compiled
     """`vllm_offload_pass` on its arrays: a row per key, the group queue, a column per
@@ -494,18 +477,18 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                     return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2
                 run, deferred = _lookup_below(ids, offsets, start, per_chunk, first, chunks, g,
                                               chunk_tokens, i, prev, passes == 1, step, seen,
-                                              capacity, st, aux, seen_at, sc, groups, req_entry,
+                                              capacity, st, seen_at, sc, groups, req_entry,
                                               req_top, chosen, step_keys, evictions, counts,
                                               answers, source, lower)
                 if not deferred:
                     break
                 if passes == 1 and prev >= 0:
-                    _retire(ids, offsets, per_chunk, prev, prev_seen, before, capacity, st, aux,
+                    _retire(ids, offsets, per_chunk, prev, prev_seen, before, capacity, st,
                             seen_at, sc, groups, req_entry, req_top, req_next, req_failed,
                             chosen, step_keys, evictions, lower, counts, threshold)
                 if passes > 4 * (chunks - first) + 8:
                     return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], i
-                _end_step(sc)
+                _end_step(st, sc, step_keys)
                 step += 1
         loaded = chunk_tokens * (first + run) - g
         if first + run < chunks:
@@ -515,16 +498,16 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         if loaded > 0:
             for j in range(first, first + run):
                 k = chunk_key(ids, start, per_chunk, j)
-                _hold(aux, sc, k, _PINNED)
+                _hold(st, k, _PINNED)
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
-            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, aux, seen_at, sc,
+            _access(ids, start, per_chunk, first, first + run, no, i, seen, st, seen_at, sc,
                     groups, req_entry, req_top, counts, zero, chosen)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
             ok = _offer(ids, offsets, start, per_chunk, zero, chunks, no, i, seen, capacity, st,
-                        aux, seen_at, sc, groups, req_entry, req_top, chosen, step_keys,
+                        seen_at, sc, groups, req_entry, req_top, chosen, step_keys,
                         evictions, lower, counts, threshold)
             req_failed[i] = 0 if ok else 1
             if ok:
@@ -533,21 +516,21 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             # (`_retire`, written out: the one call a request without tiers below makes)
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
                 _offer(ids, offsets, offsets[prev], per_chunk, req_next[prev], p_chunks, no,
-                       prev, prev_seen, capacity, st, aux, seen_at, sc, groups, req_entry,
+                       prev, prev_seen, capacity, st, seen_at, sc, groups, req_entry,
                        req_top, chosen, step_keys, evictions, lower, counts, threshold)
             _finish(ids, offsets, per_chunk, prev, prev_seen, before, st, seen_at, sc, groups,
                     req_entry, req_top)
-        _end_step(sc)
+        _end_step(st, sc, step_keys)
         step += 1
         if loaded > 0:
             if req_next[i] < chunks:
                 ok = _offer(ids, offsets, start, per_chunk, req_next[i], chunks, no, i, seen,
-                            capacity, st, aux, seen_at, sc, groups, req_entry, req_top, chosen,
+                            capacity, st, seen_at, sc, groups, req_entry, req_top, chosen,
                             step_keys, evictions, lower, counts, threshold)
                 req_failed[i] = 0 if ok else 1
                 if ok:
                     req_next[i] = chunks
-            _end_step(sc)
+            _end_step(st, sc, step_keys)
             step += 1
             if below == 0:
                 hits[0, i] = loaded
@@ -561,7 +544,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
 
 @inlined
 def _lookup_below(ids, offsets, start, per_chunk, first, chunks, g, chunk_tokens, req, prev,
-                  prev_live, step, seen, capacity, st, aux, seen_at, sc, groups, req_entry,
+                  prev_live, step, seen, capacity, st, seen_at, sc, groups, req_entry,
                   req_top, chosen, step_keys, evictions, counts, answers, source,
                   lower):  # pragma: no cover - compiled
     """One lookup of request `req` with tiers below the CPU (`vllm_native._lookup_pass`):
@@ -583,7 +566,7 @@ def _lookup_below(ids, offsets, start, per_chunk, first, chunks, g, chunk_tokens
         k = chunk_key(ids, start, per_chunk, j)
         if st[k].owner >= 0:
             run += 1
-            if _held(aux, sc, k) == _PENDING:
+            if _held(st[k].owner) == _PENDING:
                 deferred = True
             continue
         t = answer_below(answers, lst, k, req, prev, prev_live, step)
@@ -593,7 +576,7 @@ def _lookup_below(ids, offsets, start, per_chunk, first, chunks, g, chunk_tokens
             deferred = True
             continue
         if not _store(ids, offsets, start, per_chunk, j, j + 1, np.bool_(True), req, seen,
-                      capacity, st, aux, seen_at, sc, groups, req_entry, req_top, chosen,
+                      capacity, st, seen_at, sc, groups, req_entry, req_top, chosen,
                       step_keys, evictions, counts, np.int64(0)):
             break
         source[j - first] = t + 1
@@ -604,7 +587,7 @@ def _lookup_below(ids, offsets, start, per_chunk, first, chunks, g, chunk_tokens
 
 
 @inlined
-def _retire(ids, offsets, per_chunk, prev, prev_seen, before, capacity, st, aux, seen_at, sc,
+def _retire(ids, offsets, per_chunk, prev, prev_seen, before, capacity, st, seen_at, sc,
             groups, req_entry, req_top, req_next, req_failed, chosen, step_keys, evictions, lower,
             counts, threshold):  # pragma: no cover - compiled
     """The connector sees request `prev` finish: a failed offer offered again, then its keys
@@ -612,7 +595,7 @@ def _retire(ids, offsets, per_chunk, prev, prev_seen, before, capacity, st, aux,
     p_chunks = (offsets[prev + 1] - offsets[prev]) // per_chunk
     if req_failed[prev] != 0 and req_next[prev] < p_chunks:
         _offer(ids, offsets, offsets[prev], per_chunk, req_next[prev], p_chunks, np.bool_(False),
-               prev, prev_seen, capacity, st, aux, seen_at, sc, groups, req_entry, req_top,
+               prev, prev_seen, capacity, st, seen_at, sc, groups, req_entry, req_top,
                chosen, step_keys, evictions, lower, counts, threshold)
     _finish(ids, offsets, per_chunk, prev, prev_seen, before, st, seen_at, sc, groups, req_entry,
             req_top)
