@@ -76,25 +76,33 @@ def optimal_replay(chains: BlockChains, codes: np.ndarray, num_caches: int, capa
                    f"an optimal-eviction replay of {touches:,} block touches",
                    "use fewer instances or a larger --block-size")
     codes = np.ascontiguousarray(codes, dtype=np.int64)
-    use_p, use_o = _next_uses(chains.offsets, chains.ids, chains.max_hit_blocks, out_offsets,
-                              out_ids, codes, np.int64(d), np.int64(nodes))
+    n = chains.num_requests
+    # The kernels' arrays are made here: one allocated in compiled code compiles numba's own
+    # `np.full` or `np.zeros` with it (first runs: 1.9 s for these two before, docs/ci.md).
+    use_p = np.empty(len(chains.ids), dtype=np.int32)
+    use_o = np.empty(len(out_ids), dtype=np.int32)
+    _next_uses(chains.offsets, chains.ids, chains.max_hit_blocks, out_offsets, out_ids, codes,
+               np.int64(d), np.full(nodes, n, dtype=np.int32), use_p, use_o)
     order = np.argsort(codes, kind="stable").astype(np.int64)
     limit = nodes + 1 if capacity < 0 else min(capacity, nodes + 1)
-    hit, evicted, inserted = _belady(chains.offsets, chains.ids, chains.max_hit_blocks,
-                                     out_offsets, out_ids, use_p, use_o, codes, order,
-                                     np.int64(d), np.int64(nodes), np.int64(limit),
-                                     np.int64(depth), head_first)
+    # Heap room when the caches are bounded: every cached block and one request's, twice.
+    heap_len = (min(nodes, limit) + depth) * 2 + 16 if limit <= nodes else 1
+    flags = np.zeros((2, nodes), dtype=np.uint8)  # in a cache; marked by `_compact`
+    hit = np.zeros(n, dtype=np.int64)
+    evicted, inserted = _belady(chains.offsets, chains.ids, chains.max_hit_blocks, out_offsets,
+                                out_ids, use_p, use_o, codes, order, np.int64(d),
+                                np.int64(limit), np.int64(depth), head_first, flags[0],
+                                flags[1], np.zeros(nodes, dtype=np.int64),
+                                np.empty((3, heap_len), dtype=np.int64), hit)
     return hit, int(evicted), int(inserted)
 
 
 @nb.njit(cache=True, nogil=True)
-def _next_uses(offsets, ids, max_hit, out_offsets, out_ids, codes, d, nodes):
+def _next_uses(offsets, ids, max_hit, out_offsets, out_ids, codes, d, last, use_p, use_o):
     """Per touch, the next request (after the touching one) whose lookup can hit the same block
-    in the same cache; n when there is none. One pass over the requests, last to first."""
+    in the same cache; n when there is none (`last` starts at n for every block; `use_p` and
+    `use_o` receive them). One pass over the requests, last to first."""
     n = len(offsets) - 1
-    last = np.full(nodes, n, dtype=np.int32)
-    use_p = np.empty(len(ids), dtype=np.int32)
-    use_o = np.empty(len(out_ids), dtype=np.int32)
     for i in range(n - 1, -1, -1):
         base = codes[i] * d
         for j in range(out_offsets[i], out_offsets[i + 1]):
@@ -105,7 +113,6 @@ def _next_uses(offsets, ids, max_hit, out_offsets, out_ids, codes, d, nodes):
             use_p[j] = last[x]
             if j - start < max_hit[i]:
                 last[x] = i  # a chain id occurs once per request: no touch of i reads it
-    return use_p, use_o
 
 
 @nb.njit(cache=True, inline="always")
@@ -210,29 +217,24 @@ def _evict_to(capacity, size, i, last, x_last, parent, depth, dead_key, heap_k, 
 
 
 @nb.njit(cache=True, nogil=True)
-def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, order, d, nodes,
-            capacity, depth, head_first):
+def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, order, d,
+            capacity, depth, head_first, in_cache, mark, cur_key, heaps, hit_blocks):
     """The replay, one cache after another (requests of a cache in order): look up, admit the
     request's blocks with their next uses as keys, then evict the live heap top while the cache
-    holds more than `capacity`, the last block touched excepted. Returns (hit_blocks, evicted,
-    inserted)."""
+    holds more than `capacity`, the last block touched excepted. Fills `hit_blocks`; returns
+    (evicted, inserted). Per block of every cache its flags and key (zeros), and the heap's
+    keys, values and dead values (`heaps`, rows of room for what a bounded cache holds) come
+    from the caller."""
     n = len(offsets) - 1
-    in_cache = np.zeros(nodes, dtype=np.uint8)
-    mark = np.zeros(nodes, dtype=np.uint8)
-    cur_key = np.zeros(nodes, dtype=np.int64)
-    bounded = capacity <= nodes
-    heap_len = 1
-    if bounded:
-        heap_len = (min(nodes, capacity) + depth) * 2 + 16
-    heap_k = np.empty(heap_len, dtype=np.int64)
-    heap_v = np.empty(heap_len, dtype=np.int64)
-    dead_v = np.empty(heap_len, dtype=np.int64)
+    bounded = capacity <= in_cache.size
+    heap_k = heaps[0]
+    heap_v = heaps[1]
+    dead_v = heaps[2]
     dead_key = _key(n, depth - 1, depth)  # every next use is at most n (none), every depth less
     # np.int64, not a literal: numba compiles a helper once per literal value it is given.
     size = 0
     heap_n = np.int64(0)
     dead_n = np.int64(0)
-    hit_blocks = np.zeros(n, dtype=np.int64)
     evicted = 0
     inserted = 0
     cache = -1
@@ -283,4 +285,4 @@ def _belady(offsets, ids, max_hit, out_offsets, out_ids, use_p, use_o, codes, or
             capacity, size, i, last, x_last, parent, depth, dead_key, heap_k, heap_v, heap_n,
             dead_v, dead_n, in_cache, cur_key, mark)
         evicted += gone
-    return hit_blocks, evicted, inserted
+    return evicted, inserted
