@@ -285,25 +285,25 @@ def _unlimited_hits(offsets, ids, max_hit, num_distinct):
 
 
 @nb.njit(cache=True, nogil=True)
-def _lru_global(offsets, ids, max_hit, out_offsets, out_ids, num_distinct, capacity,
-                head_first):
+def _lru_global(offsets, ids, max_hit, out_offsets, out_ids, capacity, head_first, links,
+                in_cache, hit_blocks):
     """`_replay_loop` for its most common case: one LRU cache of finite capacity.
 
     The same list operations on int32 links with the list ends in locals, and a touch of the
     most recent block skipped (it stays where it is). About 20× faster than the general loop,
     whose per-cache arrays and policy branches keep the compiler from simplifying it.
-    Returns (hit_blocks, evicted, inserted).
+    Fills `hit_blocks`; returns (evicted, inserted). Its arrays (per chain id the list links
+    and whether it is cached, zeros) come from the caller: one allocated in compiled code
+    compiles numba's `np.zeros` with it on a first run.
     """
     n = len(offsets) - 1
-    prev = np.empty(max(num_distinct, 1), dtype=np.int32)
-    nxt = np.empty(max(num_distinct, 1), dtype=np.int32)
-    in_cache = np.zeros(max(num_distinct, 1), dtype=np.uint8)
+    prev = links[0]
+    nxt = links[1]
     head = np.int32(-1)
     tail = np.int32(-1)
     size = 0
     evicted = 0
     inserted = 0
-    hit_blocks = np.zeros(n, dtype=np.int64)
     for i in range(n):
         start = offsets[i]
         length = offsets[i + 1] - start
@@ -348,7 +348,7 @@ def _lru_global(offsets, ids, max_hit, out_offsets, out_ids, num_distinct, capac
             else:
                 head = x
             tail = x
-    return hit_blocks, evicted, inserted
+    return evicted, inserted
 
 
 # ---------------------------------------------------------------- public entry point
@@ -412,10 +412,12 @@ def replay(
     out_offsets = (chains.output_offsets if outputs else np.zeros(n + 1, dtype=np.int64))
     out_ids = chains.output_ids if outputs else np.zeros(0, dtype=np.int32)
     if not per_instance and rules.eviction is Eviction.LRU and capacity >= 1:
-        hit, evicted, inserted = _lru_global(
+        keys = max(chains.num_distinct, 1)
+        hit = np.zeros(n, dtype=np.int64)
+        evicted, inserted = _lru_global(
             chains.offsets, chains.ids, chains.max_hit_blocks, out_offsets, out_ids,
-            np.int64(chains.num_distinct), np.int64(capacity),
-            rules.touch_order is TouchOrder.HEAD_FIRST,
+            np.int64(capacity), rules.touch_order is TouchOrder.HEAD_FIRST,
+            np.empty((2, keys), dtype=np.int32), np.zeros(keys, dtype=np.uint8), hit,
         )
         return _result(chains, hit, None, 1, int(evicted), int(inserted))
     arr, fin = _arrival_finish(n, arrival_s, finish_s)

@@ -134,11 +134,11 @@ def _compact(heap_k, heap_v, size, in_cache, cur_key, mark):
             kept += 1
     for j in range(kept):
         mark[heap_v[j]] = 0
-    keys = heap_k[:kept].copy()
-    vals = heap_v[:kept].copy()
+    # The kept entries pushed again in order, in place: the heap of the first j is entries
+    # 0..j-1, so entry j is read before its push writes there (no copy to compile).
     size = np.int64(0)  # not a literal 0: numba would compile heap_push once more for it
     for j in range(kept):
-        size = heap_push(heap_k, heap_v, size, keys[j], vals[j])
+        size = heap_push(heap_k, heap_v, size, heap_k[j], heap_v[j])
     return size
 
 

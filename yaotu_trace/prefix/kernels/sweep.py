@@ -161,6 +161,17 @@ def _compact(bits: Any, sup: Any, owner: Any, last: Any, now: int) -> int:  # pr
     return int(live + 1)
 
 
+def _stack_state(time_slots: int, n_ids: int) -> tuple[np.ndarray, ...]:
+    """`_stack_histograms`' empty state: the live marks' bit words and superblock counts, each
+    time slot's block (−1: none), and per block the time of its live mark (0: not cached).
+    Made here: an array allocated in compiled code compiles numba's `np.full` or `np.zeros`
+    with it on a first run."""
+    n_super = (time_slots >> _SUPER_SHIFT) + 1
+    return (np.zeros(n_super * _WORDS_PER_SUPER, dtype=np.uint64),
+            np.zeros(n_super + 1, dtype=np.int32), np.full(time_slots + 1, -1, dtype=np.int32),
+            np.zeros(n_ids, dtype=np.int32))
+
+
 @numba.njit(cache=True, nogil=True)
 def _stack_histograms(  # pragma: no cover - compiled
     offsets: Any,
@@ -176,15 +187,14 @@ def _stack_histograms(  # pragma: no cover - compiled
     head_first: bool,
     time_slots: int,
     hist: Any,
+    bits: Any,
+    sup: Any,
+    owner: Any,
+    last: Any,
 ) -> None:
     """Per partition, a fresh cache: look up each request's prefix (`_lookup_prefix`), then
-    touch its blocks (`_touch_blocks`); `hist[d]` gathers what hits at capacity ≥ d."""
-    # last[b]: time of b's live mark in the current partition, 0 when b is not cached there.
-    n_super = (time_slots >> _SUPER_SHIFT) + 1
-    bits = np.zeros(n_super * _WORDS_PER_SUPER, dtype=np.uint64)
-    sup = np.zeros(n_super + 1, dtype=np.int32)
-    owner = np.full(time_slots + 1, -1, dtype=np.int32)
-    last = np.zeros(n_ids, dtype=np.int32)
+    touch its blocks (`_touch_blocks`); `hist[d]` gathers what hits at capacity ≥ d. The
+    state comes from the caller (`_stack_state`)."""
     n_segments = segment_starts.shape[0] - 1
     # np.int64, not a literal: numba compiles a helper once per literal value it is given.
     now = np.int64(1)
@@ -298,6 +308,7 @@ def stack_distance_histograms(
             k.offsets, k.ids, np.int64(k.block_size_tokens), k.last_block_tokens,
             k.max_hit_blocks, k.output_offsets, k.output_ids,
             k.n_ids, order, segment_starts, order_name == "head-first", time_slots, hist,
+            *_stack_state(time_slots, k.n_ids),
         )
     return DistanceHistograms(hit_tokens=np.ascontiguousarray(hist[:, 0]),
                               hit_blocks=np.ascontiguousarray(hist[:, 1]))
