@@ -853,9 +853,12 @@ def _decode_step_sglang(i, row, work, p, req_i, inst_i, inst_f, pool, req_phys, 
 
 @nb.njit(cache=True)
 def _grow(a):
-    """`a` with twice the columns, the first half copied."""
+    """`a` with twice the columns, the first half copied (an element loop: a slice assignment
+    compiles numba's broadcasting and its shape-mismatch message on a first run)."""
     out = np.empty((a.shape[0], a.shape[1] * 2), dtype=a.dtype)
-    out[:, : a.shape[1]] = a
+    for r in range(a.shape[0]):
+        for c in range(a.shape[1]):
+            out[r, c] = a[r, c]
     return out
 
 

@@ -97,11 +97,12 @@ def _push_if_leaf(node, children, lock, last_access, heap_key, heap_val, heap_n)
     return heap_n
 
 
-@nb.njit(cache=True)
-def _empty_tree(n, num_distinct):
+def _empty_tree(n: int, num_distinct: int) -> tuple[np.ndarray, ...]:
     """The tree's arrays for `n` requests: per node (first depth, source slice start, length,
     parent, child count, lock count, stamp, alive), per page id (node, in tree), and the
-    eviction heap's keys and values. Only the root (node 0, locked for good) exists."""
+    eviction heap's keys and values; then per request its hit pages and whether it was
+    rejected. Only the root (node 0, locked for good) exists. Made here, not in the compiled
+    replay: an array allocated there compiles numba's `np.zeros` with it on a first run."""
     max_nodes = 3 * n + 1  # per request at most: a split in the lookup, one in the insert, a leaf
     first_depth = np.zeros(max_nodes, dtype=np.int64)
     src = np.zeros(max_nodes, dtype=np.int64)
@@ -119,7 +120,7 @@ def _empty_tree(n, num_distinct):
     heap_key = np.empty(heap_size, dtype=np.int64)
     heap_val = np.empty(heap_size, dtype=np.int64)
     return (first_depth, src, length, parent, children, lock, last_access, alive, node_of,
-            in_tree, heap_key, heap_val)
+            in_tree, heap_key, heap_val, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint8))
 
 
 @nb.njit(cache=True)
@@ -192,12 +193,12 @@ def _add_leaf(leaf, end, start, m, full, clock, ids, node_of, in_tree, first_dep
 # insert as helpers took about 3x the CPU time of the single loop on the Mooncake conversation
 # trace, plain or inline="always" (`benchmarks/prefix_vs.py --only sglang`).
 @nb.njit(cache=True, nogil=True)
-def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_tokens,
-                  capacity):
-    """Returns (hit pages, rejected flags, evicted pages, inserted pages)."""
+def _radix_replay(offsets, ids, max_hit, prompt_tokens, page_tokens, capacity, first_depth, src,
+                  length, parent, children, lock, last_access, alive, node_of, in_tree, heap_key,
+                  heap_val, hit_pages, rejected):
+    """Fills the hit pages and rejected flags of every request (the tree's arrays from
+    `_empty_tree`); returns (evicted pages, inserted pages)."""
     n = len(offsets) - 1
-    (first_depth, src, length, parent, children, lock, last_access, alive, node_of, in_tree,
-     heap_key, heap_val) = _empty_tree(n, num_distinct)
     # np.int64, not a literal: numba compiles a helper once per literal value it is given.
     num_nodes = np.int64(1)
     heap_n = np.int64(0)
@@ -206,8 +207,6 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
     evicted = 0
     inserted = 0
     extra_page = 1 if page_tokens > 1 else 0
-    hit_pages = np.zeros(n, dtype=np.int64)
-    rejected = np.zeros(n, dtype=np.uint8)
     for i in range(n):
         start = offsets[i]
         full = offsets[i + 1] - start
@@ -269,7 +268,7 @@ def _radix_replay(offsets, ids, max_hit, prompt_tokens, num_distinct, page_token
             _stamp_path(end, clock, parent, last_access)
         _lock_path(matched, np.int64(-1), parent, lock)
         heap_n = _push_if_leaf(end, children, lock, last_access, heap_key, heap_val, heap_n)
-    return hit_pages, rejected, evicted, inserted
+    return evicted, inserted
 
 
 def replay_sglang(chains: BlockChains, capacity_pages: int) -> ReplayResult:
@@ -291,8 +290,10 @@ def replay_sglang(chains: BlockChains, capacity_pages: int) -> ReplayResult:
     memory.require(chains.num_distinct * 5 + (3 * n + 1) * 49 + (9 * n + 10) * 16,
                    f"an SGLang radix replay of {chains.num_distinct:,} distinct pages",
                    "use a larger --block-size")
-    hit, rejected, evicted, inserted = _radix_replay(
-        chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens,
-        np.int64(chains.num_distinct), np.int64(page), np.int64(capacity_pages))
+    tree = _empty_tree(n, chains.num_distinct)
+    hit, rejected = tree[-2:]
+    evicted, inserted = _radix_replay(
+        chains.offsets, chains.ids, chains.max_hit_blocks, chains.prompt_tokens, np.int64(page),
+        np.int64(capacity_pages), *tree)
     return hits_result(chains, hit, evicted_blocks=evicted, inserted_blocks=inserted,
                        rejected_requests=int(rejected.sum()))

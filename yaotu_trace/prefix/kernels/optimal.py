@@ -26,10 +26,13 @@ MIN maximises. Touched last first (tail-first) the block that must stay is block
 the cache closed; head-first it is the request's deepest block, which MIN evicts next when its
 parent did not stay (it cannot hit without it).
 
-**Where it is exact.** When no request has more blocks than the cache, its hit blocks equal the
-optimum of the model, and so do its hit tokens when every block is B tokens:
+**Where it is exact.** Tail-first, when no request has more blocks than the cache, its hit
+blocks equal the optimum of the model, and so do its hit tokens when every block is B tokens:
 `tests/prefix/test_optimal.py` checks this against an exhaustive search of every eviction
-choice, in both touch orders, with the last-token rule, partial blocks and outputs. A request
+choice, with the last-token rule, partial blocks and outputs. Head-first it can fall short
+even then: the deepest block must stay, and when its parent has the farthest next use MIN
+drops the parent, leaving the deepest block of no use, where dropping a nearer block would
+have kept both (a hand-checked case there: 5 blocks against 6). A request
 longer than the cache forces what it leaves behind, and a cleverer schedule can then do slightly
 better (by letting a later touch that cannot hit bring a block back); there it is a close bound,
 which the tests check is never below LRU, FIFO or LFU on random traces at every capacity. A

@@ -100,10 +100,14 @@ def reuse_distances(offsets, ids, max_hit, out_offsets, out_ids, codes, num_cach
 
 @nb.njit(cache=True, nogil=True)
 def _grow(a, need):  # pragma: no cover - compiled
+    """`a` with room for `need` (itself when it has it). The copy is an element loop: a slice
+    assignment compiles numba's broadcasting and its shape-mismatch message (2 s of a first
+    run)."""
     if need <= a.size:
         return a
     b = np.empty(max(need, 2 * a.size), dtype=a.dtype)
-    b[:a.size] = a
+    for k in range(a.size):
+        b[k] = a[k]
     return b
 
 

@@ -229,7 +229,8 @@ def _drop_host(nd, sc, v):
 def _new_node(nd, sc, parent, src, length):
     v = sc[_S_NEXT]
     sc[_S_NEXT] += 1
-    nd[v, :] = 0
+    for f in range(nd.shape[1]):  # a loop: a slice assignment compiles numba's broadcasting
+        nd[v, f] = 0
     nd[v, _F_PARENT] = parent
     nd[v, _F_SRC] = src
     nd[v, _F_LEN] = length

@@ -318,7 +318,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
         if below > 0:
-            source[:max(chunks - first, 0)] = 0  # 0: the CPU tier, t + 1: promoted from tier t
+            # 0: the CPU tier, t + 1: promoted from tier t (a loop: no slice assignment to compile)
+            for j in range(max(chunks - first, 0)):
+                source[j] = 0
         p_chunks = 0 if prev < 0 else (offsets[prev + 1] - offsets[prev]) // per_chunk
         if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
             # Stamps would outgrow the rows: run again with wider ones.

@@ -459,7 +459,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         g = gpu_hit_blocks[i] * block
         first = g // chunk_tokens
         if below > 0:
-            source[:max(chunks - first, 0)] = 0  # 0: the CPU tier, t + 1: promoted from tier t
+            # 0: the CPU tier, t + 1: promoted from tier t (a loop: no slice assignment to compile)
+            for j in range(max(chunks - first, 0)):
+                source[j] = 0
         p_chunks = 0 if prev < 0 else (offsets[prev + 1] - offsets[prev]) // per_chunk
         passes = 0
         if below == 0:  # the CPU tier alone: one lookup, nothing to wait for
