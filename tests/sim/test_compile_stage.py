@@ -1,5 +1,5 @@
 """The progress line of a simulation says when the engine loop compiles first (a fresh install,
-about 20 s once), instead of a bar standing still with no word."""
+about 15 s once), instead of a bar standing still with no word."""
 
 from __future__ import annotations
 

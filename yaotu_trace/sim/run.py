@@ -218,19 +218,19 @@ def block_identities(requests: RequestArrays, output_tokens: np.ndarray, block_s
 
 
 # The progress line of a run whose engine loop is not yet compiled on disk (a fresh install).
-COMPILING_STAGE = "compiling the engine first (once, about 20 s)"
+COMPILING_STAGE = "compiling the engine first (once, about 15 s)"
 
 
 def simulate_stage() -> str:
     """What a progress line should say of the run about to start: a fresh install compiles the
-    engine loop first (about 20 s, once; numba caches it on disk), and a bar standing still
+    engine loop first (about 15 s, once; numba caches it on disk), and a bar standing still
     that long with no word looks hung."""
     # NOTE: the compiled engine (numba) loads only when a run starts; resolving a scenario or
     # fitting a step time imports this module without it.
-    from yaotu_trace.sim.engine import simulate_cluster
+    from yaotu_trace.sim.engine import simulation_loop
 
     try:  # numba's cache index: empty until the loop is compiled for this source and version
-        cached = bool(simulate_cluster._cache._cache_file._load_index())  # type: ignore[attr-defined]
+        cached = bool(simulation_loop._cache._cache_file._load_index())  # type: ignore[attr-defined]
     except (AttributeError, OSError, EOFError, ValueError, pickle.UnpicklingError):
         return "simulating"  # another numba's internals: say nothing of compiling
     return "simulating" if cached else COMPILING_STAGE

@@ -128,16 +128,26 @@ def _chain_hashes(
             out_b[out + k] = mix(sum_b + mix(w ^ b0) + b0)
 
 
+def _dense_ids(hash_a: np.ndarray, hash_b: np.ndarray, table_bits: np.int64
+               ) -> tuple[np.ndarray, int, int]:
+    """Number lane-A hashes densely in first-appearance order; verify lane B per id. Returns
+    (ids, distinct, collisions). The table is made here: an array allocated in compiled code
+    compiles numba's `np.full` with it on a first run."""
+    size = 1 << int(table_bits)
+    ids = np.empty(len(hash_a), dtype=np.int32)
+    distinct, collisions = _number_ids(hash_a, hash_b, np.empty(size, dtype=np.uint64),
+                                       np.full(size, -1, dtype=np.int32),
+                                       np.empty(len(hash_a), dtype=np.uint64), ids)
+    return ids, int(distinct), int(collisions)
+
+
 @nb.njit(cache=True)
-def _dense_ids(hash_a: np.ndarray, hash_b: np.ndarray, table_bits: np.int64):
-    """Number lane-A hashes densely in first-appearance order; verify lane B per id."""
-    size = np.int64(1) << table_bits
+def _number_ids(hash_a, hash_b, keys, slots, lane_b, ids):  # pragma: no cover - compiled
+    """`_dense_ids` on its table (`keys`, `slots`: −1 free), the first lane-B hash per id and
+    the ids it fills; returns (distinct, collisions)."""
+    size = np.int64(slots.size)
     mask = np.uint64(size - 1)
-    keys = np.empty(size, dtype=np.uint64)
-    slots = np.full(size, -1, dtype=np.int32)
     n = len(hash_a)
-    lane_b = np.empty(n, dtype=np.uint64)
-    ids = np.empty(n, dtype=np.int32)
     distinct = 0
     collisions = 0
     for j in range(n):
@@ -158,7 +168,7 @@ def _dense_ids(hash_a: np.ndarray, hash_b: np.ndarray, table_bits: np.int64):
                 ids[j] = d
                 break
             slot = (slot + 1) & np.int64(size - 1)
-    return ids, distinct, collisions
+    return distinct, collisions
 
 
 @nb.njit(cache=True)
