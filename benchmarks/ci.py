@@ -20,14 +20,16 @@ is compared with run in turns, so other work on the machine slows both alike):
 The default trace is the public Mooncake conversation trace (12,031 requests, 3 MB of JSONL);
 `--large` adds the first-run rows on a trace above the numpy passes' limits (RAGPulse,
 1.3e6 blocks), where the compiled kernels are needed; `--tiers` those of runs with a tier below
-the GPU pool, whose pass is compiled on a first run. Every row prints the commands that
-reproduce it.
+the GPU pool, whose pass is compiled on a first run; `--engines` those of runs that compile an
+engine's model: vLLM's exact pool with its residency, and the simulator. Every row prints
+the commands that reproduce it.
 
     python benchmarks/ci.py
     python benchmarks/ci.py --repeat 5 --kvsim /tmp/venv-kvsim/bin/kvcache-simulator --large
     git archive REV | tar -x -C /tmp/rev && python benchmarks/ci.py --tree /tmp/rev
     python benchmarks/ci.py --only read --only kvsim --kvsim PATH --before /tmp/rev
     python benchmarks/ci.py --only first --tiers --repeat 1
+    python benchmarks/ci.py --only first --engines --repeat 1 --tree /tmp/rev
 """
 
 from __future__ import annotations
@@ -70,6 +72,14 @@ FIRST_RUN_TIERS = {
                                "--tier", "cpu=1000000blocks", "--tier-policy", "write_through"],
     "diagnose --kv-capacity": ["diagnose", "--model", "llama-3.1-70b", "--gpu", "H100",
                                "--kv-capacity", "1382400tok"],
+}
+# `--engines`: the runs that compile an engine's model (vLLM's block pool, the Belady bound of
+# the waterfall and the residency pass; the simulator's loop).
+FIRST_RUN_ENGINES = {
+    "replay, vLLM pool --residency": ["replay", "--preset", "vllm", "--capacity", "8544",
+                                      "--residency"],
+    "simulate": ["simulate", "--model", "Llama-3.1-8B", "--gpu", "H100", "--out",
+                 os.path.join(tempfile.gettempdir(), "yaotu-ci-simulated.parquet")],
 }
 TREE = [ROOT]  # where `python -m yaotu_trace` finds the package (`--tree`)
 BEFORE: list[Path] = []  # a tree measured in the same turns (`--before`)
@@ -190,6 +200,9 @@ def main() -> int:
     parser.add_argument("--tiers", action="store_true",
                         help="add first-run rows of runs with a tier below the GPU (and "
                              "diagnose --kv-capacity), which compile the tier's pass")
+    parser.add_argument("--engines", action="store_true",
+                        help="add first-run rows of runs that compile an engine's model "
+                             "(vLLM's pool with --residency, the simulator)")
     parser.add_argument("--only", choices=("first", "read", "kvsim"), action="append",
                         help="run only these parts (repeatable)")
     parser.add_argument("--before", type=Path,
@@ -225,6 +238,8 @@ def main() -> int:
                 rows += first_runs(RAGPULSE, opts.repeat, tmp / "large")
             if opts.tiers:
                 rows += first_runs(opts.trace, opts.repeat, tmp / "tiers", FIRST_RUN_TIERS)
+            if opts.engines:
+                rows += first_runs(opts.trace, opts.repeat, tmp / "engines", FIRST_RUN_ENGINES)
         if "read" in parts:
             rows += against_read(opts.trace, opts.repeat)
         if "kvsim" in parts and opts.kvsim:
