@@ -44,26 +44,41 @@ def _fen_prefix(tree, base, i):  # pragma: no cover - compiled
     return s
 
 
-@nb.njit(cache=True, nogil=True)
-def reuse_distances(offsets, ids, max_hit, out_offsets, out_ids, codes, num_caches,
-                    num_distinct, arrival_s, head_first, tree_offsets, skip):
+def reuse_distances(offsets: np.ndarray, ids: np.ndarray, max_hit: np.ndarray,
+                    out_offsets: np.ndarray, out_ids: np.ndarray, codes: np.ndarray,
+                    num_caches: int, num_distinct: int, arrival_s: np.ndarray, head_first: bool,
+                    tree_offsets: np.ndarray, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(gap seconds, stack distance) of every lookup slot of `ids` (NaN, -1 where the cache
     never held the block or beyond the hit cap).
 
     `codes[i]` is request i's cache; `tree_offsets[c]..tree_offsets[c+1]` is cache c's share
     of the time axis (its touches + 1); `skip[i]` requests look up but touch nothing (refused
-    by an engine pool). Touches follow the replay's touch order.
+    by an engine pool). Touches follow the replay's touch order. The arrays are made here and
+    the pass compiled alone (`_distances`): an array allocated in compiled code compiles
+    numba's `np.full` or `np.zeros` with it on a first run.
     """
-    n = len(offsets) - 1
-    d = num_distinct
-    nodes = num_caches * d
-    last_time = np.full(max(nodes, 1), -1, dtype=np.int64)
-    last_s = np.zeros(max(nodes, 1), dtype=np.float64)
-    tree = np.zeros(max(tree_offsets[-1], 1), dtype=np.int32)
-    clock = np.zeros(num_caches, dtype=np.int64)
-    live = np.zeros(num_caches, dtype=np.int64)
+    nodes = max(int(num_caches) * int(num_distinct), 1)
     gap = np.full(ids.size, np.nan, dtype=np.float64)
     dist = np.full(ids.size, -1, dtype=np.int64)
+    _distances(offsets, ids, max_hit, out_offsets, out_ids, codes, num_distinct, arrival_s,
+               head_first, tree_offsets, skip, np.full(nodes, -1, dtype=np.int64),
+               np.zeros(nodes, dtype=np.float64),
+               np.zeros(max(int(tree_offsets[-1]), 1), dtype=np.int32),
+               np.zeros((2, int(num_caches)), dtype=np.int64), gap, dist)
+    return gap, dist
+
+
+@nb.njit(cache=True, nogil=True)
+def _distances(offsets, ids, max_hit, out_offsets, out_ids, codes, num_distinct, arrival_s,
+               head_first, tree_offsets, skip, last_time, last_s, tree, counts, gap,
+               dist):  # pragma: no cover - compiled
+    """`reuse_distances` on its arrays: per block of every cache its last touch's time slot
+    (−1: none) and seconds, the caches' Fenwick trees, per cache its clock and live count
+    (`counts` rows), and the gaps and distances it fills."""
+    n = len(offsets) - 1
+    d = num_distinct
+    clock = counts[0]
+    live = counts[1]
     for i in range(n):
         c = codes[i]
         base = c * d
@@ -95,7 +110,6 @@ def reuse_distances(offsets, ids, max_hit, out_offsets, out_ids, codes, num_cach
             _fen_add(tree, tb, size, t, np.int64(1))
             last_time[x] = t
             last_s[x] = arrival_s[i]
-    return gap, dist
 
 
 @nb.njit(cache=True, nogil=True)
@@ -125,41 +139,54 @@ def _access(x, t, hist, hist_n, last_use):  # pragma: no cover - compiled
     last_use[x] = t
 
 
-@nb.njit(cache=True, nogil=True)
-def clean_residency(offsets, ids, max_hit, out_offsets, out_ids, codes, num_caches,
-                    num_distinct, capacity, fifo, head_first, arrival_s):
+def clean_residency(offsets: np.ndarray, ids: np.ndarray, max_hit: np.ndarray,
+                    out_offsets: np.ndarray, out_ids: np.ndarray, codes: np.ndarray,
+                    num_caches: int, num_distinct: int, capacity: int, fifo: bool,
+                    head_first: bool, arrival_s: np.ndarray) -> tuple[np.ndarray, ...]:
     """The clean model's caches (LRU, or FIFO when `fifo`) with every block's residency.
 
     Returns (hit_blocks, miss_evicted_s, miss_idle_s, miss_by, life, idle, gaps): for each
     request whose hit stops at a block its cache once held, when that block was evicted,
     how long it had been idle then and the request whose touch evicted it (NaN, NaN, -1
     otherwise); and one (lifetime, idle) per eviction with the reuse gaps of its last uses.
-    A use is a touch of a cached block; a block is born when inserted.
+    A use is a touch of a cached block; a block is born when inserted. The arrays are made
+    here and the pass compiled alone (`_clean_events`), as in `vllm_residency`.
     """
     n = len(offsets) - 1
-    d = num_distinct
-    nodes = max(num_caches * d, 1)
-    in_cache = np.zeros(nodes, dtype=np.uint8)
-    held = np.zeros(nodes, dtype=np.uint8)
-    prev = np.empty(nodes, dtype=np.int64)
-    nxt = np.empty(nodes, dtype=np.int64)
-    head = np.full(num_caches, -1, dtype=np.int64)
-    tail = np.full(num_caches, -1, dtype=np.int64)
-    size = np.zeros(num_caches, dtype=np.int64)
-    birth = np.zeros(nodes, dtype=np.float64)
-    last_use = np.zeros(nodes, dtype=np.float64)
-    hist = np.zeros(nodes * HISTORY, dtype=np.float64)
-    hist_n = np.zeros(nodes, dtype=np.uint8)
-    gone_s = np.full(nodes, np.nan, dtype=np.float64)
-    gone_idle = np.full(nodes, np.nan, dtype=np.float64)
-    gone_by = np.full(nodes, -1, dtype=np.int64)
+    caches = int(num_caches)
+    nodes = max(caches * int(num_distinct), 1)
+    flags = np.zeros((3, nodes), dtype=np.uint8)  # in a cache; ever held; accesses kept
+    links = np.empty((2, nodes), dtype=np.int64)
+    ends = np.full((2, caches), -1, dtype=np.int64)  # each cache's list head and tail
+    times = np.zeros((2, nodes), dtype=np.float64)  # birth, last use
+    gone = np.full((2, nodes), np.nan, dtype=np.float64)  # evicted at, idle then
     hit_blocks = np.zeros(n, dtype=np.int64)
     miss_s = np.full(n, np.nan, dtype=np.float64)
     miss_idle = np.full(n, np.nan, dtype=np.float64)
     miss_by = np.full(n, -1, dtype=np.int64)
-    life = np.empty(1024, dtype=np.float64)
-    idle = np.empty(1024, dtype=np.float64)
-    gaps = np.empty(1024, dtype=np.float64)
+    life, idle, gaps, n_ev, n_gap = _clean_events(
+        offsets, ids, max_hit, out_offsets, out_ids, codes, num_distinct, capacity, fifo,
+        head_first, arrival_s, flags[0], flags[1], links[0], links[1], ends[0], ends[1],
+        np.zeros(caches, dtype=np.int64), times[0], times[1],
+        np.zeros(nodes * HISTORY, dtype=np.float64), flags[2], gone[0], gone[1],
+        np.full(nodes, -1, dtype=np.int64), hit_blocks, miss_s, miss_idle, miss_by,
+        np.empty((3, 1024), dtype=np.float64))
+    return (hit_blocks, miss_s, miss_idle, miss_by, life[:n_ev], idle[:n_ev],
+            gaps[:n_gap])
+
+
+@nb.njit(cache=True, nogil=True)
+def _clean_events(offsets, ids, max_hit, out_offsets, out_ids, codes, num_distinct, capacity,
+                  fifo, head_first, arrival_s, in_cache, held, prev, nxt, head, tail, size,
+                  birth, last_use, hist, hist_n, gone_s, gone_idle, gone_by, hit_blocks, miss_s,
+                  miss_idle, miss_by, room):  # pragma: no cover - compiled
+    """`clean_residency` on its arrays; returns the lifetimes, idle times and gaps grown as
+    they filled, and how many events and gaps they hold."""
+    n = len(offsets) - 1
+    d = num_distinct
+    life = room[0]
+    idle = room[1]
+    gaps = room[2]
     n_ev = 0
     n_gap = 0
     for i in range(n):
@@ -237,40 +264,56 @@ def clean_residency(offsets, ids, max_hit, out_offsets, out_ids, codes, num_cach
             else:
                 head[c] = x
             tail[c] = x
-    return hit_blocks, miss_s, miss_idle, miss_by, life[:n_ev], idle[:n_ev], gaps[:n_gap]
+    return life, idle, gaps, n_ev, n_gap
 
 
-@nb.njit(cache=True, nogil=True)
-def vllm_residency(offsets, ids, max_hit, hit_blocks, physical, phys_offsets, num_nodes,
-                   num_distinct, arrival_s):
+def vllm_residency(offsets: np.ndarray, ids: np.ndarray, max_hit: np.ndarray,
+                   hit_blocks: np.ndarray, physical: np.ndarray, phys_offsets: np.ndarray,
+                   num_nodes: int, num_distinct: int, arrival_s: np.ndarray
+                   ) -> tuple[np.ndarray, ...]:
     """vLLM's residency events from the physical blocks of its pool (`exact_vllm`).
 
     `physical[phys_offsets[i]:phys_offsets[i+1]]` are request i's blocks in order (its hit
     blocks first), empty when the pool refused it. Returns (miss_evicted_s, miss_idle_s,
     miss_by, life, idle, gaps) as `clean_residency`; a chain id counts as evicted when its
-    last cached copy loses its hash, idle since the last request that used it.
+    last cached copy loses its hash, idle since the last request that used it. The arrays are
+    made here and the pass compiled alone (`_vllm_events`): an array allocated in compiled
+    code compiles numba's `np.full` or `np.zeros` with it on a first run.
     """
     n = len(offsets) - 1
-    nodes = max(num_nodes, 1)
-    dd = max(num_distinct, 1)
-    has_state = np.zeros(nodes, dtype=np.uint8)
-    birth = np.zeros(nodes, dtype=np.float64)
-    last_access = np.zeros(nodes, dtype=np.float64)
-    hist = np.zeros(nodes * HISTORY, dtype=np.float64)
-    hist_n = np.zeros(nodes, dtype=np.uint8)
-    block_hash = np.full(nodes, -1, dtype=np.int64)
-    copies = np.zeros(dd, dtype=np.int64)
-    held = np.zeros(dd, dtype=np.uint8)
-    chain_use = np.zeros(dd, dtype=np.float64)
-    gone_s = np.full(dd, np.nan, dtype=np.float64)
-    gone_idle = np.full(dd, np.nan, dtype=np.float64)
-    gone_by = np.full(dd, -1, dtype=np.int64)
+    nodes = max(int(num_nodes), 1)
+    dd = max(int(num_distinct), 1)
+    # per physical block: its times (birth, last access) and access history
+    times = np.zeros((2, nodes), dtype=np.float64)
+    flags = np.zeros((2, nodes), dtype=np.uint8)  # has a state; accesses kept
+    chain = np.zeros((2, dd), dtype=np.int64)  # per chain id: copies; request that evicted it
+    chain[1] = -1
+    chain_s = np.full((3, dd), np.nan, dtype=np.float64)  # last use, eviction s, idle then
+    chain_s[0] = 0.0
     miss_s = np.full(n, np.nan, dtype=np.float64)
     miss_idle = np.full(n, np.nan, dtype=np.float64)
     miss_by = np.full(n, -1, dtype=np.int64)
-    life = np.empty(1024, dtype=np.float64)
-    idle = np.empty(1024, dtype=np.float64)
-    gaps = np.empty(1024, dtype=np.float64)
+    life, idle, gaps, n_ev, n_gap = _vllm_events(
+        offsets, ids, max_hit, hit_blocks, physical, phys_offsets, arrival_s, times[0],
+        times[1], np.zeros(nodes * HISTORY, dtype=np.float64), flags[0], flags[1],
+        np.full(nodes, -1, dtype=np.int64), chain[0], np.zeros(dd, dtype=np.uint8), chain_s[0],
+        chain_s[1], chain_s[2], chain[1], miss_s, miss_idle, miss_by,
+        np.empty((3, 1024), dtype=np.float64))
+    return miss_s, miss_idle, miss_by, life[:n_ev], idle[:n_ev], gaps[:n_gap]
+
+
+@nb.njit(cache=True, nogil=True)
+def _vllm_events(offsets, ids, max_hit, hit_blocks, physical, phys_offsets, arrival_s, birth,
+                 last_access, hist, has_state, hist_n, block_hash, copies, held, chain_use,
+                 gone_s, gone_idle, gone_by, miss_s, miss_idle, miss_by,
+                 room):  # pragma: no cover - compiled
+    """`vllm_residency` on its arrays (per physical block, per chain id, per request, and the
+    first room for the events, `room`'s rows); returns the lifetimes, idle times and gaps
+    grown as they filled, and how many events and gaps they hold."""
+    n = len(offsets) - 1
+    life = room[0]
+    idle = room[1]
+    gaps = room[2]
     n_ev = 0
     n_gap = 0
     for i in range(n):
@@ -324,4 +367,4 @@ def vllm_residency(offsets, ids, max_hit, hit_blocks, physical, phys_offsets, nu
                 copies[cid] += 1
                 held[cid] = 1
                 chain_use[cid] = t
-    return miss_s, miss_idle, miss_by, life[:n_ev], idle[:n_ev], gaps[:n_gap]
+    return life, idle, gaps, n_ev, n_gap
