@@ -22,9 +22,12 @@ Compiled with numba (`cache=True`); int64 offsets, int32 ids, float64 times at t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba as nb
 import numpy as np
 
+Integer = int | np.integer  # a count as the callers pass it (int or np.int64)
 HISTORY = 4  # accesses a block keeps (vLLM's deque(maxlen=4))
 
 
@@ -45,8 +48,8 @@ def _fen_prefix(tree, base, i):  # pragma: no cover - compiled
 
 
 def reuse_distances(offsets: np.ndarray, ids: np.ndarray, max_hit: np.ndarray,
-                    out_offsets: np.ndarray, out_ids: np.ndarray, codes: np.ndarray,
-                    num_caches: int, num_distinct: int, arrival_s: np.ndarray, head_first: bool,
+                    out_offsets: Any, out_ids: Any, codes: np.ndarray, num_caches: Integer,
+                    num_distinct: Integer, arrival_s: np.ndarray, head_first: bool,
                     tree_offsets: np.ndarray, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(gap seconds, stack distance) of every lookup slot of `ids` (NaN, -1 where the cache
     never held the block or beyond the hit cap).
@@ -140,8 +143,8 @@ def _access(x, t, hist, hist_n, last_use):  # pragma: no cover - compiled
 
 
 def clean_residency(offsets: np.ndarray, ids: np.ndarray, max_hit: np.ndarray,
-                    out_offsets: np.ndarray, out_ids: np.ndarray, codes: np.ndarray,
-                    num_caches: int, num_distinct: int, capacity: int, fifo: bool,
+                    out_offsets: Any, out_ids: Any, codes: np.ndarray,
+                    num_caches: Integer, num_distinct: Integer, capacity: Integer, fifo: bool,
                     head_first: bool, arrival_s: np.ndarray) -> tuple[np.ndarray, ...]:
     """The clean model's caches (LRU, or FIFO when `fifo`) with every block's residency.
 
@@ -269,7 +272,7 @@ def _clean_events(offsets, ids, max_hit, out_offsets, out_ids, codes, num_distin
 
 def vllm_residency(offsets: np.ndarray, ids: np.ndarray, max_hit: np.ndarray,
                    hit_blocks: np.ndarray, physical: np.ndarray, phys_offsets: np.ndarray,
-                   num_nodes: int, num_distinct: int, arrival_s: np.ndarray
+                   num_nodes: Integer, num_distinct: Integer, arrival_s: np.ndarray
                    ) -> tuple[np.ndarray, ...]:
     """vLLM's residency events from the physical blocks of its pool (`exact_vllm`).
 
