@@ -981,13 +981,18 @@ def _initial_state(inp: Inputs, p: Any) -> tuple[np.ndarray, ...]:
     pool[_REF] = 0
     pool[_BHASH] = -1
     pool[_DUP] = -1
-    # each instance's free list: its blocks in order
-    block = np.arange(n_inst * usable, dtype=np.int64)
-    lo = block - block % usable if usable else block
-    pool[_PREV] = np.where(block > lo, block - 1, -1)
-    pool[_NXT] = np.where(block < lo + usable - 1, block + 1, -1)
-    inst_i[_HEAD] = np.arange(n_inst, dtype=np.int64) * usable
-    inst_i[_TAIL] = inst_i[_HEAD] + usable - 1
+    # each instance's free list: its blocks in order (one instance at a time: a whole-pool
+    # temporary would add gigabytes to the peak at the largest pools)
+    for i in range(n_inst):
+        lo = i * usable
+        hi = lo + usable
+        pool[_PREV, lo:hi] = np.arange(lo - 1, hi - 1)
+        pool[_NXT, lo:hi] = np.arange(lo + 1, hi + 1)
+        if usable:
+            pool[_PREV, lo] = -1
+            pool[_NXT, hi - 1] = -1
+        inst_i[_HEAD, i] = lo
+        inst_i[_TAIL, i] = hi - 1
     return req_i, req_f, inst_i, inst_f, pool
 
 
@@ -1040,22 +1045,21 @@ def simulate_cluster(inp: Inputs, p: Any, cost: Any) -> tuple:
     n_inst = int(p.instances)
     max_seqs = int(p.max_num_seqs)
     tree = p.route == _PREFIX_AFFINITY  # the router's own prefix tree (sgl-router)
-    state = (*_initial_state(inp, p),
-             np.full(inp.blk_off[n], -1, np.int64),  # physical block of each block slot
-             np.full(inp.tt_off[n], np.nan),  # token times
-             np.full((n_inst, inp.num_identities), -1, np.int32),
-             np.zeros((n_inst if tree else 1, inp.shared_limit if tree else 1), np.bool_),
-             np.zeros(2, np.int64),  # round-robin counters of the two routers
-             np.zeros((n_inst, max_seqs), np.int64),
-             np.zeros((2, n_inst * 2, min(max_seqs, n) + 1), np.int64),
-             np.zeros((n_inst, n + 1), np.int64),
-             np.empty(n + 1),  # P/D handoffs: a heap of (KV ready s, request)
-             np.empty(n + 1, np.int64),
-             np.zeros(_TOTALS_FIELDS),
-             np.empty((_LOG_I_FIELDS, 1024), np.int64),
-             np.empty((_LOG_F_FIELDS, 1024)))
-    req_i, req_f, _, inst_f, _, _, tt, *_, totals, _, _ = state
-    log_i, log_f, n_steps = simulation_loop(inp, p, cost, *state)
+    req_i, req_f, inst_i, inst_f, pool = _initial_state(inp, p)
+    tt = np.full(inp.tt_off[n], np.nan)  # token times
+    totals = np.zeros(_TOTALS_FIELDS)
+    log_i, log_f, n_steps = simulation_loop(
+        inp, p, cost, req_i, req_f, inst_i, inst_f, pool,
+        np.full(inp.blk_off[n], -1, np.int64),  # physical block of each block slot
+        tt, np.full((n_inst, inp.num_identities), -1, np.int32),
+        np.zeros((n_inst if tree else 1, inp.shared_limit if tree else 1), np.bool_),
+        np.zeros(2, np.int64),  # round-robin counters of the two routers
+        np.zeros((n_inst, max_seqs), np.int64),
+        np.zeros((2, n_inst * 2, min(max_seqs, n) + 1), np.int64),
+        np.zeros((n_inst, n + 1), np.int64),
+        np.empty(n + 1),  # P/D handoffs: a heap of (KV ready s, request)
+        np.empty(n + 1, np.int64), totals,
+        np.empty((_LOG_I_FIELDS, 1024), np.int64), np.empty((_LOG_F_FIELDS, 1024)))
     return _results(req_i, req_f, inst_f, tt, totals, log_i[:, :n_steps], log_f[:, :n_steps])
 
 

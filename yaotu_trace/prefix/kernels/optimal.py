@@ -81,7 +81,8 @@ def optimal_replay(chains: BlockChains, codes: np.ndarray, num_caches: int, capa
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     n = chains.num_requests
     # The kernels' arrays are made here: one allocated in compiled code compiles numba's own
-    # `np.full` or `np.zeros` with it (first runs: 1.9 s for these two before, docs/ci.md).
+    # `np.full` or `np.zeros` with it on a first run (docs/performance.md, "First runs that
+    # compile").
     use_p = np.empty(len(chains.ids), dtype=np.int32)
     use_o = np.empty(len(out_ids), dtype=np.int32)
     _next_uses(chains.offsets, chains.ids, chains.max_hit_blocks, out_offsets, out_ids, codes,
