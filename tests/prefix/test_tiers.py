@@ -524,13 +524,44 @@ def test_every_eviction_is_recorded_with_its_evictor_and_last_use(policy: TierPo
     prompts = [[int(t) for t in rng.integers(0, 3, size=int(rng.integers(2, 14)))]
                for _ in range(80)]
     chains = chains_of(prompts, rules)
-    result = replay_tiers(chains, rules, (_tier("cpu", 5, 2),), policy)
+    result = replay_tiers(chains, rules, (_tier("cpu", 5, 2),), policy, explain=True)
     (evictions,) = result.evictions
     assert evictions.key.size == result.counters[0].evicted_chunks > 0
     # the evictor comes no earlier than the key's last use (the previous request's re-offer
     # can evict a key the request being scheduled has just looked up)
     assert (evictions.request >= evictions.last_use_request - 1).all()
     assert (evictions.last_use_request >= 0).all()
+
+
+@pytest.mark.parametrize("policy", [TierPolicy.VLLM, TierPolicy.VLLM_ARC, TierPolicy.LMCACHE,
+                                    TierPolicy.SGLANG_WRITE_THROUGH])
+@pytest.mark.parametrize("below", [False, True])
+def test_a_replay_not_asked_to_explain_counts_its_evictions_without_keeping_them(
+        policy: TierPolicy, below: bool) -> None:
+    # GIVEN small tiers that evict, with a disk below the CPU tier or not
+    preset = {TierPolicy.LMCACHE: "lmcache"}.get(policy, "vllm")
+    if policy is TierPolicy.SGLANG_WRITE_THROUGH:
+        preset = "sglang"
+    rules = rules_for(preset, block_size_tokens=2, capacity_blocks=6)
+    rng = np.random.default_rng(5)
+    prompts = [[int(t) for t in rng.integers(0, 3, size=int(rng.integers(2, 14)))]
+               for _ in range(120)]
+    chains = chains_of(prompts, rules)
+    tiers = (_tier("cpu", 5, 2), *((_tier("disk", 9, 2),) if below else ()))
+    # WHEN it is replayed with and without `explain`
+    kept = replay_tiers(chains, rules, tiers, policy, explain=True)
+    counted = replay_tiers(chains, rules, tiers, policy)
+    # THEN only the explained one keeps the evictions; hits, counters and the chunks the
+    # tiers lacked are the same
+    assert counted.evictions == ()
+    assert [len(e) for e in kept.evictions] == [c.evicted_chunks for c in kept.counters]
+    assert kept.counters[0].evicted_chunks > 0
+    assert counted.counters == kept.counters
+    assert np.array_equal(counted.gpu_hit_tokens, kept.gpu_hit_tokens)
+    for a, b in zip(counted.tier_hit_tokens, kept.tier_hit_tokens, strict=True):
+        assert np.array_equal(a, b)
+    if kept.lacking_chunk is not None:
+        assert np.array_equal(counted.lacking_chunk, kept.lacking_chunk)
 
 
 def test_evictions_given_as_runs_expand_into_one_row_per_page() -> None:

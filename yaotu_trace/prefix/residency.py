@@ -422,8 +422,11 @@ def _tier_loss(chains: BlockChains, prepared: PreparedTrace, tiered: TieredResul
     first unserved block lies at or past that chunk: a block inside a chunk the tiers held was
     left by a rule (less than one chunk past the GPU hit, SGLang's ten-token load-back), not
     by a tier's capacity."""
-    if tiered.lacking_chunk is None or not tiered.evictions:
+    if tiered.lacking_chunk is None:
         return
+    if not tiered.evictions:
+        raise ValueError("the capacity-miss explanation reads the tiers' evictions: replay "
+                         "the tiers with replay_tiers(..., explain=True)")
     n = chains.num_requests
     per_chunk = int(tiered.tiers[0].chunk_tokens) // int(chains.block_size_tokens)
     lacking = np.asarray(tiered.lacking_chunk, dtype=np.int64)

@@ -274,7 +274,7 @@ def replay_trace_with_requests(
 
         try:
             tiered = replay_tiers(runs.chains, rules, tiers.tiers, tiers.policy,
-                                  gpu=runs.result)
+                                  gpu=runs.result, explain=explain)
         except EngineStops as stopped:  # the engine never gets past this request
             raise stopped.named(str(prepared.request_id[stopped.request])) from None
         runs = _with_tiers(runs, tiered, measured)

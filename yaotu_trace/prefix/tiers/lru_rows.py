@@ -211,9 +211,18 @@ def first_room(chunks: int, lrus: int) -> int:
 def eviction_columns(room: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Room for `room` evictions of vLLM's CPU tier: its key, the request whose offer evicted
     it, the request that used it last, a column each (`evictions[c][e]` in a pass). A
-    column of its own, not a view: `cut_to` shrinks it in place once the pass is done."""
+    column of its own, not a view: `cut_to` shrinks it in place once the pass is done. No
+    room (0) is a pass that counts its evictions without recording them (`records`)."""
     return (np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64),
             np.empty(room, dtype=np.int64))
+
+
+@nb.njit(cache=True, inline="always")
+def records(evictions):  # pragma: no cover - compiled
+    """Whether a pass records each eviction of vLLM's CPU tier in `evictions`
+    (`eviction_columns`): only the capacity-miss explanation reads them, and writing them is
+    a tenth of the pass (0.3 of 3.4 ms on the Mooncake conversation trace)."""
+    return evictions[0].size > 0
 
 
 def cut_to(columns: tuple[np.ndarray, ...], used: int) -> tuple[np.ndarray, ...]:

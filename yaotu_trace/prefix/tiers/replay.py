@@ -48,14 +48,17 @@ def refused_requests(chains: BlockChains, rules: ReplayRules) -> np.ndarray:
 
 
 def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],
-                 policy: TierPolicy, *, gpu: ReplayResult | None = None) -> TieredResult:
+                 policy: TierPolicy, *, gpu: ReplayResult | None = None,
+                 explain: bool = False) -> TieredResult:
     """Per-request hits by source with `tiers` (in order: cpu, then disk, then remote) below
     the GPU pool of `rules`, moved by `policy`'s rules.
 
     `chains` are built under `rules`; `gpu` is the GPU-only replay of them when the caller
     has it already (else it is run here). Requests are replayed one at a time in arrival
     order, each transfer finished in the step it was issued (docs/replay.md, "Tiers below the
-    GPU", says what that assumes).
+    GPU", says what that assumes). `explain` keeps every tier eviction (the result's
+    `evictions`, which the capacity-miss explanation of `residency.py` reads); without it
+    they are `()`, and vLLM's passes count their evictions without recording them.
     """
     # An unlimited tier gets room for every block of the trace: more than it can be given.
     blocks = (int(chains.offsets[-1]) + (0 if chains.output_offsets is None
@@ -72,8 +75,8 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
         return TieredResult(policy=policy, tiers=tiers,
                             prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
                             gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
-                            refused=refused, counters=counters, evictions=evictions,
-                            lacking_chunk=lacking)
+                            refused=refused, counters=counters,
+                            evictions=evictions if explain else (), lacking_chunk=lacking)
     if gpu is None:
         gpu = gpu_replay(chains, rules)
     gpu_blocks = np.asarray(gpu.hit_blocks, dtype=np.int64)
@@ -81,12 +84,12 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_tiers
 
         tier_hits, counters, evictions = replay_vllm_tiers(chains, gpu_blocks, refused, tiers,
-                                                           lacking=lacking)
+                                                           lacking=lacking, explain=explain)
     elif policy is TierPolicy.VLLM_ARC:
         from yaotu_trace.prefix.tiers.vllm_native import replay_vllm_arc
 
         tier_hits, counters, evictions = replay_vllm_arc(chains, gpu_blocks, refused, tiers,
-                                                         lacking=lacking)
+                                                         lacking=lacking, explain=explain)
     elif policy is TierPolicy.LMCACHE:
         from yaotu_trace.prefix.tiers.lmcache import replay_lmcache_tiers
 
@@ -102,8 +105,8 @@ def replay_tiers(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec,
     return TieredResult(policy=policy, tiers=tiers,
                         prompt_tokens=np.asarray(chains.prompt_tokens, dtype=np.int64),
                         gpu_hit_tokens=gpu_hit, tier_hit_tokens=tier_hits,
-                        refused=refused, counters=counters, evictions=evictions,
-                        lacking_chunk=lacking)
+                        refused=refused, counters=counters,
+                        evictions=evictions if explain else (), lacking_chunk=lacking)
 
 
 def one_tree(chains: BlockChains, rules: ReplayRules, tiers: tuple[TierSpec, ...],

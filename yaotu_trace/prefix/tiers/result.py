@@ -124,7 +124,8 @@ class TieredResult:
     tier_hit_tokens: tuple[np.ndarray, ...]
     refused: np.ndarray  # bool per request
     counters: tuple[TierCounters, ...]
-    # Per tier, what it evicted and why (for the capacity-miss explanation); () when unknown.
+    # Per tier, what it evicted and why (for the capacity-miss explanation); () when not kept
+    # (`replay_tiers(..., explain=False)`).
     evictions: tuple[TierEvictions, ...] = ()
     # Per request, the first chunk (from the prompt's start, in the tiers' chunks) that the
     # tiers lacked at its lookup: the one whose loss stopped their run (−1: none); None where

@@ -40,6 +40,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     most_chunks,
     pass_ids,
     read_below,
+    records,
     refcount_free,
     rows,
     split_by_source,
@@ -141,7 +142,7 @@ def _next_free(st, it, call):  # pragma: no cover - compiled
 @inlined
 def _evict(st, ends, size, target, capacity, needed, chosen, evictions, sc):  # pragma: no cover
     """ARC's choice of `needed` keys outside the offer stamped `sc[_CALL]`, made whole or not
-    at all; each eviction recorded (key, evicting request, last use)."""
+    at all; each eviction recorded (key, evicting request, last use) when the pass records them."""
     call = sc[_CALL]
     it1 = ends[_T1, 0]
     it2 = ends[_T2, 0]
@@ -167,10 +168,11 @@ def _evict(st, ends, size, target, capacity, needed, chosen, evictions, sc):  # 
         ghost = _B1 if st[k, _LIST] == _T1 else _B2
         _remove(st, ends, size, k)
         _append(st, ends, size, ghost, k)
-        e = sc[_EVICTED]
-        evictions[0][e] = k
-        evictions[1][e] = sc[_NOW]
-        evictions[2][e] = st[k, _LAST]
+        if records(evictions):
+            e = sc[_EVICTED]
+            evictions[0][e] = k
+            evictions[1][e] = sc[_NOW]
+            evictions[2][e] = st[k, _LAST]
         sc[_EVICTED] += 1
     for ghost in (_B1, _B2):
         while size[ghost] > capacity:
@@ -337,7 +339,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 passes += 1
                 if sc[_CALL] + 2 * chunks + p_chunks + 8 > stamp_limit:
                     return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -3)
-                if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions[0].size:
+                if (records(evictions)
+                        and sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions[0].size):
                     # Out of room for the evictions: run again with more.
                     return (sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2)
                 run, deferred = _lookup_below(ids, start, per_chunk, first, chunks, g,
@@ -482,14 +485,16 @@ def stamp_limit(row: type) -> int:
 def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
                   refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
                   capacity: int, num_keys: int, lower_capacity: tuple[int, ...] = (),
-                  store_threshold: int = 0) -> tuple:
+                  store_threshold: int = 0, explain: bool = True) -> tuple:
     """`vllm_kernel.vllm_offload_pass` (the same arguments, the same results) with the CPU
     tier evicting by ARC."""
     offsets = np.asarray(offsets, dtype=np.int64)
     keys = max(num_keys, 1)
     chunks = int(offsets[-1]) // per_chunk
     longest = most_chunks(offsets, per_chunk)
-    room = lru_rows.first_room(chunks, len(lower_capacity))
+    # Counted only, without `explain` and tiers below (whose rows, and room checks, record
+    # every eviction of theirs and of this tier's).
+    room = lru_rows.first_room(chunks, len(lower_capacity)) if explain or lower_capacity else 0
     # int32 rows while every value stays below 2^31: keys and requests are, and the pass says
     # when its stamps (a count of store calls) would not be (-3: run again with int64 rows).
     row = np.int32 if max(keys, int(offsets.size)) < 2**31 - 1 else np.int64
@@ -535,5 +540,6 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
             else:
                 break
         e = int(evicted)
-        return (hits, int(stored), e, int(failed), int(loaded), *cut_to(evictions, e), lcounters,
+        return (hits, int(stored), e, int(failed), int(loaded),
+                *cut_to(evictions, e if room else 0), lcounters,
                 lower_evictions, lacking, int(stalled))

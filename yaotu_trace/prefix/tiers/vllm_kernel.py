@@ -59,6 +59,7 @@ from yaotu_trace.prefix.tiers.lru_rows import (
     most_chunks,
     pass_ids,
     read_below,
+    records,
     refcount_free,
     rows,
     split_by_source,
@@ -255,13 +256,15 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
             return False
         for x in range(lowered):
             req_top[chosen[2, x]] = chosen[3, x]
+        recorded = records(evictions)
         for c in range(got):
             k = chosen[0, c]
             st[k].owner = -1
-            e = sc[_EVICTED] + c
-            evictions[0][e] = k
-            evictions[1][e] = req
-            evictions[2][e] = st[k].last
+            if recorded:
+                e = sc[_EVICTED] + c
+                evictions[0][e] = k
+                evictions[1][e] = req
+                evictions[2][e] = st[k].last
         sc[_RESIDENT] -= got
         sc[_EVICTED] += got
     _request_entry(groups, req_entry, sc, req)
@@ -351,13 +354,14 @@ def _end_step(st, sc, step_keys):  # pragma: no cover - compiled
 def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarray,
                       refused: np.ndarray, per_chunk: int, chunk_tokens: int, block: int,
                       capacity: int, num_keys: int, lower_capacity: tuple[int, ...] = (),
-                      store_threshold: int = 0) -> tuple:
+                      store_threshold: int = 0, explain: bool = True) -> tuple:
     """Hit tokens per tier and request (the CPU tier's row first, then the tiers below it in
     the order of `lower_capacity`); the CPU tier's stored, evicted, failed offers and loaded
     chunks; per CPU eviction the key (chain id of the chunk's last block), the request whose
     offer evicted it and the request that used it last; and the lower tiers' counters and
     evictions (`lru_rows.outcome`'s arrays); last, per request, the first chunk (from the
-    prompt's start) no tier held at its lookup (−1: none, or never looked up).
+    prompt's start) no tier held at its lookup (−1: none, or never looked up). Without
+    `explain` the CPU tier's evictions are counted, not recorded (their columns empty).
 
     The rows, the group queue and the per-request arrays are views of one numpy array: numpy
     asks the kernel for huge pages for it, while numba's own allocations (or several numpy
@@ -373,7 +377,9 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     keys = max(num_keys, 1)
     chunks = int(offsets[n]) // per_chunk
     max_chunks = most_chunks(offsets, per_chunk)
-    room = lru_rows.first_room(chunks, len(lower_capacity))
+    # Counted only, without `explain` and tiers below (whose rows, and room checks, record
+    # every eviction of theirs and of this tier's).
+    room = lru_rows.first_room(chunks, len(lower_capacity)) if explain or lower_capacity else 0
     # The group queue (int32 requests): each request's entry at its rank and at its finish.
     group_words = (2 * n + 3) // 2
     # The rows are touched whole; the evictions' room only as far as the tier evicts.
@@ -418,7 +424,8 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
                 break
             room *= 2
         e = int(evicted)
-        return (hits, int(stored), e, int(failed), int(loaded), *cut_to(evictions, e), lcounters,
+        return (hits, int(stored), e, int(failed), int(loaded),
+                *cut_to(evictions, e if room else 0), lcounters,
                 lower_evictions, lacking, int(stalled))
 
 
@@ -474,7 +481,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             # A lookup a step until none is pending (`vllm_native._lookup_pass`).
             while True:
                 passes += 1
-                if sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions[0].size:
+                if (records(evictions)
+                        and sc[_EVICTED] + 2 * chunks + p_chunks + 1 > evictions[0].size):
                     # Out of room for the evictions: run again with more.
                     return sc[_STORED], sc[_EVICTED], sc[_FAILED], sc[_LOADED], -2
                 run, deferred = _lookup_below(ids, offsets, start, per_chunk, first, chunks, g,

@@ -681,35 +681,38 @@ def _offer(cpu: _CpuTier | _ArcCpuTier, req: _Request, chunks: int) -> None:
 
 
 def replay_vllm_tiers(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                      tiers: tuple[TierSpec, ...], *, lacking: np.ndarray | None = None
+                      tiers: tuple[TierSpec, ...], *, lacking: np.ndarray | None = None,
+                      explain: bool = True
                       ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                  tuple[TierEvictions, ...]]:
-    """Hit tokens per tier (cpu first) and the tiers' counters under vLLM's native offload:
-    the compiled pass (`vllm_kernel.py`) of the rules `replay_vllm_offload` states. `lacking`,
-    when given, is filled per request with the first chunk no tier held at the lookup (−1:
-    none)."""
+    """Hit tokens per tier (cpu first), the tiers' counters and their evictions under vLLM's
+    native offload: the compiled pass (`vllm_kernel.py`) of the rules `replay_vllm_offload`
+    states. `lacking`, when given, is filled per request with the first chunk no tier held at
+    the lookup (−1: none). Without `explain` the evictions are counted only (`()`)."""
     from yaotu_trace.prefix.tiers.vllm_kernel import vllm_offload_pass
 
-    return _compiled(vllm_offload_pass, chains, gpu_hit_blocks, refused, tiers, lacking)
+    return _compiled(vllm_offload_pass, chains, gpu_hit_blocks, refused, tiers, lacking,
+                     explain)
 
 
 def replay_vllm_arc(chains: BlockChains, gpu_hit_blocks: np.ndarray, refused: np.ndarray,
-                    tiers: tuple[TierSpec, ...], *, lacking: np.ndarray | None = None
+                    tiers: tuple[TierSpec, ...], *, lacking: np.ndarray | None = None,
+                    explain: bool = True
                     ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
                                tuple[TierEvictions, ...]]:
     """`replay_vllm_offload(..., arc=True)` compiled (`vllm_arc_kernel.py`), as
     `replay_vllm_tiers` is the LRU one: the same results, the CPU tier evicting by ARC."""
     from yaotu_trace.prefix.tiers.vllm_arc_kernel import vllm_arc_pass
 
-    return _compiled(vllm_arc_pass, chains, gpu_hit_blocks, refused, tiers, lacking)
+    return _compiled(vllm_arc_pass, chains, gpu_hit_blocks, refused, tiers, lacking, explain)
 
 
 def _compiled(kernel: Callable[..., tuple], chains: BlockChains, gpu_hit_blocks: np.ndarray,
-              refused: np.ndarray, tiers: tuple[TierSpec, ...], lacking: np.ndarray | None
-              ) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
-                         tuple[TierEvictions, ...]]:
+              refused: np.ndarray, tiers: tuple[TierSpec, ...], lacking: np.ndarray | None,
+              explain: bool) -> tuple[tuple[np.ndarray, ...], tuple[TierCounters, ...],
+                                      tuple[TierEvictions, ...]]:
     """One of the compiled passes (`vllm_offload_pass`, `vllm_arc_pass`) over `tiers`, its
-    arrays turned into the replay's hits, counters and evictions."""
+    arrays turned into the replay's hits, counters and evictions (`()` without `explain`)."""
     from yaotu_trace.prefix.tiers.lru_rows import outcome
 
     cpu = tiers[0]
@@ -718,14 +721,14 @@ def _compiled(kernel: Callable[..., tuple], chains: BlockChains, gpu_hit_blocks:
      lower_evictions, first_lacking, stalled) = kernel(
         chains.offsets, chains.ids, gpu_hit_blocks, refused, int(cpu.chunk_tokens) // block,
         int(cpu.chunk_tokens), block, int(cpu.capacity_chunks), int(chains.num_distinct),
-        tuple(int(t.capacity_chunks) for t in tiers[1:]), int(cpu.store_threshold))
+        tuple(int(t.capacity_chunks) for t in tiers[1:]), int(cpu.store_threshold), explain)
     if stalled >= 0:
         raise stalled_error(chains, stalled, cpu)
     if lacking is not None:
         lacking[:] = first_lacking
     counters = TierCounters(stored_chunks=stored, evicted_chunks=evicted, failed_stores=failed,
                             loaded_chunks=loaded)
-    evictions = TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last)
     below_counters, below_evictions = outcome(lower_counters, lower_evictions)
-    return (tuple(h.copy() for h in hits), (counters, *below_counters),
-            (evictions, *below_evictions))
+    evictions = ((TierEvictions(key=ev_key, request=ev_req, last_use_request=ev_last),
+                  *below_evictions) if explain else ())
+    return tuple(h.copy() for h in hits), (counters, *below_counters), evictions
