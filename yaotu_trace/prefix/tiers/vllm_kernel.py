@@ -3,10 +3,13 @@
 The same connector and manager, request by request (`vllm_native.py` has the rules and their
 sources; `tests/prefix/test_tiers_vllm_golden.py` checks this kernel against vLLM itself and
 `tests/prefix/test_tiers.py` against the Python model). Keys are chain ids (dense), so the
-manager's dicts become one 8-byte record per key, eight to a cache line: its owner word (the
-request whose group holds it, below; −1: not resident), whose two high bits say what transfer
-of this step holds it (a load pins it, a store leaves it pending until the step ends, when the
-step's keys, still in the cache, are cleared), and its last use. Whether a live request (the one
+manager's dicts become one 4-byte owner word per key, sixteen to a cache line (the request
+whose group holds it, below; −1: not resident), whose two high bits say what transfer of this
+step holds it (a load pins it, a store leaves it pending until the step ends, when the step's
+keys, still in the cache, are cleared). A key's last use, which only the evictions' records
+name, is an array of its own, kept when they are recorded: the owner words alone (0.7 MB on
+the Mooncake conversation trace) stay in a core's 1 MB L2 cache where the 8-byte records
+did not. Whether a live request (the one
 scheduled, and the one whose finish the connector has not seen yet) has seen a key is kept by
 the request's chunk position (`seen_at`, a row per live request): a key appears once in a
 prompt.
@@ -68,9 +71,8 @@ from yaotu_trace.prefix.tiers.lru_rows import (
 )
 from yaotu_trace.prefix.tiers.offer_counts import admits, count_offer, tracker
 
-# A key's record: its owner word (−1: not resident; else the request whose group holds it,
-# and in its two high bits what transfer of this step holds it) and its last use.
-_ROW = np.dtype([("owner", np.int32), ("last", np.int32)], align=True)  # 8 bytes
+# A key's owner word (int32, `st[k]`): −1, not resident; else the request whose group holds
+# it, and in its two high bits what transfer of this step holds it.
 _HOLD_SHIFT = 29
 _REQUEST = (1 << _HOLD_SHIFT) - 1  # the owner word's request; the pass takes fewer requests
 _FREE, _PINNED, _PENDING = 0, 1, 2  # what holds a key in this step (the word's high bits)
@@ -110,7 +112,7 @@ def _held(owner):  # pragma: no cover - compiled
 @nb.njit(cache=True, inline="always")
 def _hold(st, k, kind):  # pragma: no cover - compiled
     """A transfer of this step holds resident key k until the step ends (`_end_step`)."""
-    st[k].owner = st[k].owner | (kind << _HOLD_SHIFT)
+    st[k] = st[k] | (kind << _HOLD_SHIFT)
 
 
 @inlined
@@ -156,7 +158,7 @@ def _choose(ids, offsets, per_chunk, st, sc, groups, req_entry, req_top, chosen,
         low = np.int64(-2)
         while j >= 0 and got < needed:
             k = chunk_key(ids, r_start, per_chunk, j)
-            o = st[k].owner
+            o = st[k]
             if o & _REQUEST == r:  # (−1's request bits are no request's)
                 if _held(o) == _FREE and not (
                         protect and lo <= j < hi and chunk_key(ids, start, per_chunk, j) == k):
@@ -181,24 +183,28 @@ def _choose(ids, offsets, per_chunk, st, sc, groups, req_entry, req_top, chosen,
 
 @inlined
 def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at, sc,
-            groups, req_entry, req_top, counts, threshold, chosen):  # pragma: no cover
+            groups, req_entry, req_top, counts, threshold, chosen,
+            evictions):  # pragma: no cover - compiled
     """`_record_request_cache_access` over chunks lo..hi-1 (resident pending keys skipped: a
     store records only new and ready keys; with `missing_only` every resident key is outside
     the call): keys new to the request join its group when theirs ranks below it, the
-    request's entry given at its first new key. The request becomes each key's last use.
-    Returns the keys not resident (their chunks, in order, in `chosen[1]`: the ones a store
-    writes) and the resident ones evictable."""
+    request's entry given at its first new key. The request becomes each key's last use
+    (`evictions[3]`) when the pass records its evictions, which name it (`records`). Returns
+    the keys not resident (their chunks, in order, in `chosen[1]`: the ones a store writes)
+    and the resident ones evictable."""
     e_req = -1
     new = 0
     free = 0
     top = req_top[req]
+    recorded = records(evictions)
     for j in range(lo, hi):
         k = chunk_key(ids, start, per_chunk, j)
-        owner = st[k].owner
+        owner = st[k]
         resident = owner >= 0
         if missing_only and resident:
             continue
-        st[k].last = req
+        if recorded:
+            evictions[3][k] = req
         if not resident:
             if not admits(counts, threshold, k):
                 continue  # below the store threshold: neither stored nor accessed
@@ -216,7 +222,7 @@ def _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st, seen_at,
         if e_req < 0:
             e_req = _request_entry(groups, req_entry, sc, req)
         if resident and owner & _REQUEST != req and req_entry[owner & _REQUEST] < e_req:
-            st[k].owner = req | (owner & _HOLDS)
+            st[k] = req | (owner & _HOLDS)
             if j > top:
                 top = j
     req_top[req] = top
@@ -228,8 +234,9 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
            seen_at, sc, groups, req_entry, req_top, chosen, step_keys, evictions, counts,
            threshold):  # pragma: no cover - compiled
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
-    `missing_only`): False when the offer fails whole. Each eviction is recorded in a column of
-    `evictions`: the key, the offering request, the key's last use. The chunks stored are the
+    `missing_only`): False when the offer fails whole. Each eviction is recorded, when the
+    pass records them, in the columns of `evictions`: the key, the offering request, the key's
+    last use (`evictions[3]`). The chunks stored are the
     step's last keys (`lru_rows.write_through` takes them to the tiers below). It writes the
     chunks `_access` found missing (`chosen[1]`) without reading the others again: none of
     them is evicted (the offer's own keys are not evictable, and a missing key is not
@@ -237,7 +244,8 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
     if counts is not None:  # a store threshold's offer counts (`offer_counts.tracker`)
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st,
-                             seen_at, sc, groups, req_entry, req_top, counts, threshold, chosen)
+                             seen_at, sc, groups, req_entry, req_top, counts, threshold, chosen,
+                             evictions)
     if new == 0:
         return True
     needed = new - (capacity - sc[_RESIDENT])
@@ -259,12 +267,12 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
         recorded = records(evictions)
         for c in range(got):
             k = chosen[0, c]
-            st[k].owner = -1
+            st[k] = -1
             if recorded:
                 e = sc[_EVICTED] + c
                 evictions[0][e] = k
                 evictions[1][e] = req
-                evictions[2][e] = st[k].last
+                evictions[2][e] = evictions[3][k]
         sc[_RESIDENT] -= got
         sc[_EVICTED] += got
     _request_entry(groups, req_entry, sc, req)
@@ -272,7 +280,7 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
     for f in range(new):
         j = chosen[1, f]
         k = chunk_key(ids, start, per_chunk, j)
-        st[k].owner = req | (_PENDING << _HOLD_SHIFT)
+        st[k] = req | (_PENDING << _HOLD_SHIFT)
         step_keys[step] = k
         step += 1
     if chosen[1, new - 1] > req_top[req]:
@@ -310,9 +318,9 @@ def _claim(ids, offsets, per_chunk, req, start, chunks, seen, seen_at, other, st
         k = chunk_key(ids, start, per_chunk, j)
         if k != chunk_key(ids, o_start, per_chunk, j):
             break
-        owner = st[k].owner
+        owner = st[k]
         if seen_at[seen, j] == req and owner & _REQUEST == other:
-            st[k].owner = req | (owner & _HOLDS)
+            st[k] = req | (owner & _HOLDS)
             if j > top:
                 top = j
     return top
@@ -347,7 +355,7 @@ def _end_step(st, sc, step_keys):  # pragma: no cover - compiled
     The step's keys (held, so still resident) are the ones whose owner words say so."""
     for x in range(sc[_STEP]):
         k = step_keys[x]
-        st[k].owner = st[k].owner & _REQUEST
+        st[k] = st[k] & _REQUEST
     sc[_STEP] = 0
 
 
@@ -363,11 +371,11 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     prompt's start) no tier held at its lookup (−1: none, or never looked up). Without
     `explain` the CPU tier's evictions are counted, not recorded (their columns empty).
 
-    The rows, the group queue and the per-request arrays are views of one numpy array: numpy
-    asks the kernel for huge pages for it, while numba's own allocations (or several numpy
-    ones) fault page by page and glibc hands them back after each pass (3,769 faults, 9 ms a
-    pass on the Mooncake conversation trace; one array: none). The evictions' columns are
-    arrays of their own, cut in place to the evictions made (`lru_rows.cut_to`).
+    The owner words, the group queue and the per-request arrays are views of one numpy
+    array: numpy asks the kernel for huge pages for it, while numba's own allocations (or
+    several numpy ones) fault page by page and glibc hands them back after each pass (3,769
+    faults, 9 ms a pass on the Mooncake conversation trace; one array: none). The evictions'
+    columns are arrays of their own, cut in place to the evictions made (`lru_rows.cut_to`).
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     n = offsets.size - 1
@@ -382,23 +390,27 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     room = lru_rows.first_room(chunks, len(lower_capacity)) if explain or lower_capacity else 0
     # The group queue (int32 requests): each request's entry at its rank and at its finish.
     group_words = (2 * n + 3) // 2
-    # The rows are touched whole; the evictions' room only as far as the tier evicts.
-    need = 8 * (keys + group_words + 4 * n
-                + (7 * len(lower_capacity) * keys if lower_capacity else 0)
-                + (3 * keys if store_threshold >= 2 else 0))
+    # The owner words (int32, two to an int64 word of `work`) are touched whole, as are the
+    # last uses when the evictions are recorded; their room only as far as the tier evicts.
+    owner_words = (keys + 1) // 2
+    need = (8 * (owner_words + group_words + 4 * n
+                 + (7 * len(lower_capacity) * keys if lower_capacity else 0)
+                 + (3 * keys if store_threshold >= 2 else 0))
+            + (4 * keys if room else 0))
     with memory.reserved(need, f"vLLM's CPU offload over {keys:,} chunk keys",
                          "use a larger --block-size or --tier-chunk (or fewer --jobs)"):
         while True:  # promotions again and again can outgrow the evictions' room: more
-            rows_end = keys  # a record is one int64 word
-            work = np.empty(rows_end + group_words + 4 * n, dtype=np.int64)
-            work[:keys].fill(-1)  # not resident
-            st = work[:keys].view(_ROW)
+            work = np.empty(owner_words + group_words + 4 * n, dtype=np.int64)
+            st = work[:owner_words].view(np.int32)[:keys]
+            st.fill(-1)  # not resident
             seen_at = np.full((2, max(max_chunks, 1)), -1, dtype=np.int32)
-            groups = work[rows_end:rows_end + group_words].view(np.int32)
-            per_request = work[rows_end + group_words:rows_end + group_words + 4 * n].reshape(4, n)
+            groups = work[owner_words:owner_words + group_words].view(np.int32)
+            per_request = work[owner_words + group_words:].reshape(4, n)
             per_request[0].fill(-1)  # no entry yet
             per_request[1:].fill(0)
-            evictions = eviction_columns(room)
+            # The three columns, and each key's last use (−1: never) that the third records.
+            evictions = (*eviction_columns(room),
+                         np.full(keys if room else 0, -1, dtype=np.int32))
             lower_rows, lower_evictions = rows(keys if lower_capacity else 1,
                                                len(lower_capacity), 0, room)
             answers = verdicts(len(lower_capacity), keys if lower_capacity else 1)
@@ -425,7 +437,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
             room *= 2
         e = int(evicted)
         return (hits, int(stored), e, int(failed), int(loaded),
-                *cut_to(evictions, e if room else 0), lcounters,
+                *cut_to(evictions[:3], e if room else 0), lcounters,
                 lower_evictions, lacking, int(stalled))
 
 
@@ -434,8 +446,9 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
           seen_at, groups, evictions, lower, answers, counts, threshold, hits, lacking, sc,
           req_entry, req_top, req_next, req_failed, chosen, step_keys,
           source):  # pragma: no cover - compiled
-    """`vllm_offload_pass` on its arrays: a row per key, the group queue, a column per
-    eviction, the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), the
+    """`vllm_offload_pass` on its arrays: an owner word per key, the group queue, the
+    evictions' three columns and each key's last use (all empty when they are not recorded:
+    `records`), the lower tiers' rows, sizes, evictions and answers (`lru_rows.ask_below`), the
     offer counts of a store threshold (`offer_counts.py`), the lower tiers' ends, sizes and
     counters, the hits and first chunks lacking it fills, the scalars, four arrays per request
     (its group entry, its group's top chunk, its next chunk to offer, whether its offer
@@ -475,7 +488,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
             passes = 1
             run = 0
             while (first + run < chunks
-                   and st[chunk_key(ids, start, per_chunk, first + run)].owner >= 0):
+                   and st[chunk_key(ids, start, per_chunk, first + run)] >= 0):
                 run += 1
         if lower is not None:
             # A lookup a step until none is pending (`vllm_native._lookup_pass`).
@@ -512,7 +525,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
             _access(ids, start, per_chunk, first, first + run, no, i, seen, st, seen_at, sc,
-                    groups, req_entry, req_top, counts, zero, chosen)
+                    groups, req_entry, req_top, counts, zero, chosen, evictions)
             sc[_LOADED] += run
             req_next[i] = first + run
         elif chunks > 0:
@@ -568,15 +581,15 @@ def _lookup_below(ids, offsets, start, per_chunk, first, chunks, g, chunk_tokens
         # tier holds, for `lacking`.
         while first + run < chunks:
             k = chunk_key(ids, start, per_chunk, first + run)
-            if not (st[k].owner >= 0 or holder_below(lst, below, k) < below):
+            if not (st[k] >= 0 or holder_below(lst, below, k) < below):
                 break
             run += 1
         return run, False
     for j in range(first, chunks):
         k = chunk_key(ids, start, per_chunk, j)
-        if st[k].owner >= 0:
+        if st[k] >= 0:
             run += 1
-            if _held(st[k].owner) == _PENDING:
+            if _held(st[k]) == _PENDING:
                 deferred = True
             continue
         t = answer_below(answers, lst, k, req, prev, prev_live, step)
