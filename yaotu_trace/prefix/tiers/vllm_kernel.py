@@ -9,10 +9,9 @@ step holds it (a load pins it, a store leaves it pending until the step ends, wh
 keys, still in the cache, are cleared). A key's last use, which only the evictions' records
 name, is an array of its own, kept when they are recorded: the owner words alone (0.7 MB on
 the Mooncake conversation trace) stay in a core's 1 MB L2 cache where the 8-byte records
-did not. Whether a live request (the one
-scheduled, and the one whose finish the connector has not seen yet) has seen a key is kept by
-the request's chunk position (`seen_at`, a row per live request): a key appears once in a
-prompt.
+did not. Whether a live request (the one scheduled, and the one whose finish the connector
+has not seen yet) has seen a key is kept by the request's chunk position (`seen_at`, a row
+per live request): a key appears once in a prompt.
 
 vLLM keeps the evictable keys in a lazy heap of ranks: a request's access or insert gives its
 chunk j the rank (R, −j), R the request's counter value given at its first access, and its
@@ -236,11 +235,11 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
     """`prepare_store` of chunks lo..hi-1 (only those the CPU tier lacks when
     `missing_only`): False when the offer fails whole. Each eviction is recorded, when the
     pass records them, in the columns of `evictions`: the key, the offering request, the key's
-    last use (`evictions[3]`). The chunks stored are the
-    step's last keys (`lru_rows.write_through` takes them to the tiers below). It writes the
-    chunks `_access` found missing (`chosen[1]`) without reading the others again: none of
-    them is evicted (the offer's own keys are not evictable, and a missing key is not
-    resident), so they are the ones the manager stores."""
+    last use (`evictions[3]`). The chunks stored are the step's last keys
+    (`lru_rows.write_through` takes them to the tiers below). It writes the chunks `_access`
+    found missing (`chosen[1]`) without reading the others again: none of them is evicted
+    (the offer's own keys are not evictable, and a missing key is not resident), so they are
+    the ones the manager stores."""
     if counts is not None:  # a store threshold's offer counts (`offer_counts.tracker`)
         count_offer(ids, start, per_chunk, lo, hi, counts[0], counts[1])
     new, protected = _access(ids, start, per_chunk, lo, hi, missing_only, req, seen, st,
