@@ -6,12 +6,14 @@ sources; `tests/prefix/test_tiers_vllm_golden.py` checks this kernel against vLL
 manager's dicts become one 4-byte owner word per key, sixteen to a cache line (the request
 whose group holds it, below; −1: not resident), whose two high bits say what transfer of this
 step holds it (a load pins it, a store leaves it pending until the step ends, when the step's
-keys, still in the cache, are cleared). A key's last use, which only the evictions' records
-name, is an array of its own, kept when they are recorded: the owner words alone (0.7 MB on
-the Mooncake conversation trace) stay in a core's 1 MB L2 cache where the 8-byte records
-did not. Whether a live request (the one scheduled, and the one whose finish the connector
-has not seen yet) has seen a key is kept by the request's chunk position (`seen_at`, a row
-per live request): a key appears once in a prompt.
+keys, still in the cache, are cleared), written only in a step where another call can meet
+them (`_MARKS`: without tiers below, a failed offer made again; none on the Mooncake
+conversation trace, whose steps end with no pass over their keys). A key's last use, which
+only the evictions' records name, is an array of its own, kept when they are recorded: the
+owner words alone (0.7 MB on the Mooncake conversation trace) stay in a core's 1 MB L2 cache
+where the 8-byte records did not. Whether a live request (the one scheduled, and the one
+whose finish the connector has not seen yet) has seen a key is kept by the request's chunk
+position (`seen_at`, a row per live request): a key appears once in a prompt.
 
 vLLM keeps the evictable keys in a lazy heap of ranks: a request's access or insert gives its
 chunk j the rank (R, −j), R the request's counter value given at its first access, and its
@@ -32,8 +34,9 @@ that has it: the offer's when the offering request's chunk j is that key). A gro
 falls past the chunks above its first key held (past the keys an offer evicts once it does),
 and the head moves past the entries of no use. On the Mooncake conversation trace
 (`benchmarks/tiers.py`: 276,491 blocks, 143,173 evictions, 229,194 chunks read by the
-evictions) the pass takes 3.3–3.5 ms where a queue of finished keys, each key ranked anew at
-its request's finish, took 4.5–4.9 ms. A store threshold counts each offer first
+evictions) the pass takes 2.8–3.0 ms (3.3–3.5 ms with 8-byte records, each step's holds
+written and cleared, and the evictions recorded) where a queue of finished keys, each key
+ranked anew at its request's finish, took 4.5–4.9 ms. A store threshold counts each offer first
 (`offer_counts.py`); a chunk below it is neither stored nor accessed. Tiers below the CPU are
 LRU lists (`lru_rows.py`): written through on every store, asked a step late
 (`lru_rows.ask_below`, one answer per tier and key), their chunks promoted one at a time and
@@ -77,10 +80,17 @@ _REQUEST = (1 << _HOLD_SHIFT) - 1  # the owner word's request; the pass takes fe
 _FREE, _PINNED, _PENDING = 0, 1, 2  # what holds a key in this step (the word's high bits)
 _HOLDS = 3 << _HOLD_SHIFT
 _SEEN0, _SEEN1 = 0, 1  # the live request slots (rows of `seen_at`)
-# Slots of the scalars array: counters, the group queue's head and tail, and per live request
-# slot (two) its request (−1: none).
-(_RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _HEAD, _TAIL, _LIVE) = range(9)
+# Slots of the scalars array: counters, the group queue's head and tail, whether the step's
+# holds are in the owner words (`_MARKS`), and per live request slot (two) its request (−1:
+# none).
+(_RESIDENT, _STORED, _EVICTED, _FAILED, _LOADED, _STEP, _HEAD, _TAIL, _MARKS, _LIVE) = range(10)
 _SCALARS = _LIVE + 2
+# Values of `_MARKS`. Without tiers below, the one call that can meet a key held by another
+# call of its step is a failed offer made again at a request's finish, which comes last in
+# the step: only then are the step's holds written into the owner words (`_mark_step`), and a
+# step without one ends with no pass over its keys (`_end_step`). Tiers below look up and
+# promote within steps: their holds are written always.
+_UNMARKED, _MARKED, _ALWAYS = 0, 1, 2
 
 
 @nb.njit(cache=True, inline="always")
@@ -109,9 +119,21 @@ def _held(owner):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, inline="always")
-def _hold(st, k, kind):  # pragma: no cover - compiled
-    """A transfer of this step holds resident key k until the step ends (`_end_step`)."""
-    st[k] = st[k] | (kind << _HOLD_SHIFT)
+def _hold(st, sc, k, kind):  # pragma: no cover - compiled
+    """A transfer of this step holds resident key k until the step ends (`_end_step`): in its
+    owner word when the step's holds are written there (`_MARKS`)."""
+    if sc[_MARKS] != _UNMARKED:
+        st[k] = st[k] | (kind << _HOLD_SHIFT)
+
+
+@nb.njit(cache=True, inline="always")
+def _mark_step(st, sc, step_keys, kind):  # pragma: no cover - compiled
+    """The step's holds so far (its keys, every one held by `kind`) written into their owner
+    words, and those to come with them, until the step ends."""
+    for x in range(sc[_STEP]):
+        k = step_keys[x]
+        st[k] = st[k] | (kind << _HOLD_SHIFT)
+    sc[_MARKS] = _MARKED
 
 
 @inlined
@@ -276,10 +298,11 @@ def _store(ids, offsets, start, per_chunk, lo, hi, missing_only, req, seen, capa
         sc[_EVICTED] += got
     _request_entry(groups, req_entry, sc, req)
     step = sc[_STEP]
+    pending = (_PENDING << _HOLD_SHIFT) if sc[_MARKS] != _UNMARKED else 0
     for f in range(new):
         j = chosen[1, f]
         k = chunk_key(ids, start, per_chunk, j)
-        st[k] = req | (_PENDING << _HOLD_SHIFT)
+        st[k] = req | pending
         step_keys[step] = k
         step += 1
     if chosen[1, new - 1] > req_top[req]:
@@ -351,10 +374,14 @@ def _finish(ids, offsets, per_chunk, req, seen, before, st, seen_at, sc, groups,
 @nb.njit(cache=True, inline="always")
 def _end_step(st, sc, step_keys):  # pragma: no cover - compiled
     """Every transfer of the step completes: loads unpin, stores become ready (evictable).
-    The step's keys (held, so still resident) are the ones whose owner words say so."""
-    for x in range(sc[_STEP]):
-        k = step_keys[x]
-        st[k] = st[k] & _REQUEST
+    The step's keys (held, so still resident) are the ones whose owner words say so, when
+    the holds were written there (`_MARKS`)."""
+    if sc[_MARKS] != _UNMARKED:
+        for x in range(sc[_STEP]):
+            k = step_keys[x]
+            st[k] = st[k] & _REQUEST
+        if sc[_MARKS] == _MARKED:
+            sc[_MARKS] = _UNMARKED
     sc[_STEP] = 0
 
 
@@ -459,6 +486,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
     below = 0
     if lower is not None:  # numba prunes the branches of a None `lower` before typing them
         below = lower[3].size
+    sc[_MARKS] = _ALWAYS if below > 0 else _UNMARKED
     # np.int64 and np.bool_, not literals: numba compiles a helper once per literal value it
     # is given (the pass took 12 s to compile on a first run with them, 4.6 s without).
     no, zero = np.bool_(False), np.int64(0)
@@ -520,7 +548,7 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         if loaded > 0:
             for j in range(first, first + run):
                 k = chunk_key(ids, start, per_chunk, j)
-                _hold(st, k, _PINNED)
+                _hold(st, sc, k, _PINNED)
                 step_keys[sc[_STEP]] = k
                 sc[_STEP] += 1
             _access(ids, start, per_chunk, first, first + run, no, i, seen, st, seen_at, sc,
@@ -537,6 +565,8 @@ def _pass(offsets, ids, gpu_hit_blocks, refused, per_chunk, chunk_tokens, block,
         if passes == 1 and prev >= 0:  # the request before finishes in this one's first step
             # (`_retire`, written out: the one call a request without tiers below makes)
             if req_failed[prev] != 0 and req_next[prev] < p_chunks:
+                if sc[_MARKS] == _UNMARKED:  # the step so far held its loads or its stores
+                    _mark_step(st, sc, step_keys, _PINNED if loaded > 0 else _PENDING)
                 _offer(ids, offsets, offsets[prev], per_chunk, req_next[prev], p_chunks, no,
                        prev, prev_seen, capacity, st, seen_at, sc, groups, req_entry,
                        req_top, chosen, step_keys, evictions, lower, counts, threshold)
