@@ -32,6 +32,20 @@ def best_of(run: Callable[[], Any], repeat: int, *, warm: bool = True) -> tuple[
     return best, value
 
 
+def best_in_turns(runs: list[Callable[[], Any]], repeat: int) -> list[tuple[float, Any]]:
+    """`best_of` for several calls timed in turns (after one untimed call each), so that a
+    change of the machine's load slows them alike and their ratios hold: per call its
+    fastest time in seconds and its last value."""
+    values = [run() for run in runs]
+    best = [float("inf")] * len(runs)
+    for _ in range(repeat):
+        for i, run in enumerate(runs):
+            t0 = time.perf_counter()
+            values[i] = run()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return list(zip(best, values, strict=True))
+
+
 def whole_read(patch: str) -> list[str]:
     """Interpreter arguments that run the CLI after `patch` (Python statements), for a
     baseline that switches one streaming path off."""
