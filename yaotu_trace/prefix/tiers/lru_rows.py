@@ -208,6 +208,13 @@ def first_room(chunks: int, lrus: int) -> int:
     return (2 if lrus else 1) * chunks + 1
 
 
+def eviction_room(chunks: int, lrus: int, explain: bool) -> int:
+    """Room for the CPU tier's eviction records, first try (`first_room`); none (0: counted
+    only, `records`) without `explain` and without tiers below, whose rows and room checks
+    record every eviction of theirs and of the CPU tier's."""
+    return first_room(chunks, lrus) if explain or lrus else 0
+
+
 def eviction_columns(room: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Room for `room` evictions of vLLM's CPU tier: its key, the request whose offer evicted
     it, the request that used it last, a column each (`evictions[c][e]` in a pass). A

@@ -492,9 +492,7 @@ def vllm_arc_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.ndarr
     keys = max(num_keys, 1)
     chunks = int(offsets[-1]) // per_chunk
     longest = most_chunks(offsets, per_chunk)
-    # Counted only, without `explain` and tiers below (whose rows, and room checks, record
-    # every eviction of theirs and of this tier's).
-    room = lru_rows.first_room(chunks, len(lower_capacity)) if explain or lower_capacity else 0
+    room = lru_rows.eviction_room(chunks, len(lower_capacity), explain)
     # int32 rows while every value stays below 2^31: keys and requests are, and the pass says
     # when its stamps (a count of store calls) would not be (-3: run again with int64 rows).
     row = np.int32 if max(keys, int(offsets.size)) < 2**31 - 1 else np.int64

@@ -411,9 +411,7 @@ def vllm_offload_pass(offsets: np.ndarray, ids: np.ndarray, gpu_hit_blocks: np.n
     keys = max(num_keys, 1)
     chunks = int(offsets[n]) // per_chunk
     max_chunks = most_chunks(offsets, per_chunk)
-    # Counted only, without `explain` and tiers below (whose rows, and room checks, record
-    # every eviction of theirs and of this tier's).
-    room = lru_rows.first_room(chunks, len(lower_capacity)) if explain or lower_capacity else 0
+    room = lru_rows.eviction_room(chunks, len(lower_capacity), explain)
     # The group queue (int32 requests): each request's entry at its rank and at its finish.
     group_words = (2 * n + 3) // 2
     # The owner words (int32, two to an int64 word of `work`) are touched whole, as are the
